@@ -1,0 +1,1 @@
+//! The CPU backend: the reference implementation of every op.

@@ -1,0 +1,1 @@
+//! The GPU backend: `wgpu` + the WGSL kernels in `shaders/`.

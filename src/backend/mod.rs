@@ -1,0 +1,103 @@
+//! The op set the BERT model is written against, and its two implementations.
+//!
+//! - [`cpu`]: plain Rust; the reference every GPU kernel is tested against, and the fallback where there is no
+//!   WebGPU.
+//! - `gpu`: `wgpu` + WGSL. Ops are *recorded*, not run: the whole forward of a batch becomes one submission, and
+//!   [`Backend::read`] submits and reads back only the tensor asked for.
+//!
+//! Every tensor an op sees is a row-major matrix `(rows, cols)`; a batch of sequences is flattened to
+//! `(B*T, H)` with sequence `b`'s token `t` at row `b*T + t`. Weights keep the layout Hugging Face stores:
+//! a linear layer's weight is `(out, in)`, so `linear` computes `x · wᵀ`.
+
+pub mod cpu;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod gpu;
+#[cfg(target_arch = "wasm32")]
+pub mod gpu;
+
+use crate::tokenizer::Batch;
+use crate::weights::HostTensor;
+use crate::Result;
+
+/// The activation a `linear` applies after its bias (its fused epilogue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Activation {
+    None,
+    /// Exact GELU: `x · Φ(x) = 0.5·x·(1 + erf(x/√2))` (`hidden_act: "gelu"`).
+    Gelu,
+    /// The tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` (`gelu_new`, `gelu_pytorch_tanh`).
+    GeluTanh,
+    Relu,
+    /// Used by the pooler (`BertPooler`: dense + tanh on `[CLS]`).
+    Tanh,
+}
+
+/// Shape of a multi-head self-attention over a padded batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// Sequences in the batch.
+    pub batch: usize,
+    /// Padded length of every sequence.
+    pub seq: usize,
+    pub heads: usize,
+    /// `hidden / heads`.
+    pub head_dim: usize,
+}
+
+/// The word/position/token-type embedding tables and the LayerNorm that follows their sum.
+pub struct EmbeddingTables<'a, T> {
+    pub word: &'a T,        // (vocab, H)
+    pub position: &'a T,    // (max_position_embeddings, H)
+    pub token_type: &'a T,  // (type_vocab_size, H)
+    pub ln_gamma: &'a T,    // (H)
+    pub ln_beta: &'a T,     // (H)
+    pub eps: f32,
+}
+
+/// The operations BERT needs. One model, written once against this trait, runs on either backend.
+#[allow(async_fn_in_trait)] // used through generics only; the futures are not sent across threads
+pub trait Backend {
+    /// A matrix on the device: activations are f32; weights may be f32, f16, Q8_0 or Q4_0.
+    type Tensor;
+
+    /// `"cpu"` or `"gpu"`.
+    fn name(&self) -> &'static str;
+
+    /// Uploads a weight tensor once, at load, in whatever dtype it has on the host. 1-D tensors become `(1, n)`.
+    fn upload(&self, t: &HostTensor) -> Result<Self::Tensor>;
+
+    /// Uploads an f32 activation matrix from the host (used by tests, heads and training).
+    fn input(&self, data: &[f32], rows: usize, cols: usize) -> Result<Self::Tensor>;
+
+    /// `(rows, cols)` of a tensor.
+    fn dims(&self, t: &Self::Tensor) -> (usize, usize);
+
+    /// `LayerNorm(word[ids] + position[t] + token_type[type_ids])` for every token of the batch → `(B*T, H)`.
+    /// Position ids are `0..T` in every row (right padding).
+    fn embeddings(&self, batch: &Batch, tables: &EmbeddingTables<'_, Self::Tensor>) -> Result<Self::Tensor>;
+
+    /// `act(x · wᵀ + bias)`: x `(M, K)`, w `(N, K)`, bias `(N)` → `(M, N)`.
+    fn linear(&self, x: &Self::Tensor, w: &Self::Tensor, bias: Option<&Self::Tensor>, act: Activation)
+        -> Result<Self::Tensor>;
+
+    /// Row-wise `LayerNorm(x + residual)·gamma + beta` with biased variance, as PyTorch: x `(M, N)` → `(M, N)`.
+    fn layernorm(&self, x: &Self::Tensor, residual: Option<&Self::Tensor>, gamma: &Self::Tensor,
+        beta: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
+
+    /// The `(B, T)` attention mask of a batch: 1.0 for real tokens, 0.0 for padding.
+    fn mask(&self, batch: &Batch) -> Result<Self::Tensor>;
+
+    /// Scaled dot-product self-attention per (sequence, head): `softmax(q·kᵀ/√d + maskbias)·v`, where padded keys get
+    /// `-inf` (a row whose keys are all padding yields zeros). `qkv` is `(B*T, 3H)`, the fused projections
+    /// `[q | k | v]` with head `h` at columns `h*d..(h+1)*d` of each; returns the context `(B*T, H)`.
+    fn attention(&self, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape) -> Result<Self::Tensor>;
+
+    /// Mean over the real tokens of each sequence: x `(B*T, H)`, mask `(B, T)` → `(B, H)`.
+    fn mean_pool(&self, x: &Self::Tensor, mask: &Self::Tensor, batch: usize, seq: usize) -> Result<Self::Tensor>;
+
+    /// Selects rows (e.g. the `[CLS]` rows `b*T`, or the `[MASK]` rows): x `(M, N)` → `(rows.len(), N)`.
+    fn gather_rows(&self, x: &Self::Tensor, rows: &[u32]) -> Result<Self::Tensor>;
+
+    /// Runs everything recorded so far and copies one f32 tensor back to the host, row-major.
+    async fn read(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
+}

@@ -1,0 +1,2 @@
+//! The `bertgpu` command line: a thin shim over `bertgpu::tasks`.
+fn main() {}
