@@ -54,6 +54,45 @@ pub struct EmbeddingTables<'a, T> {
     pub eps: f32,
 }
 
+/// The scalars of one AdamW step `t` (1-based), bias corrections computed on the host in f64:
+///
+/// ```text
+/// p ← p − lr·wd·p                         (decoupled weight decay, first, on the old p)
+/// m ← β1·m + (1 − β1)·g
+/// v ← β2·v + (1 − β2)·g²
+/// p ← p − (lr / bc1) · m / (√v / √bc2 + eps)      bc1 = 1 − β1ᵗ, bc2 = 1 − β2ᵗ
+/// ```
+/// exactly the order of `torch.optim.adamw._single_tensor_adamw` (eps is added after dividing √v by √bc2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    pub lr: f32,
+    pub weight_decay: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    /// `1 − β1ᵗ`.
+    pub bias_correction1: f32,
+    /// `√(1 − β2ᵗ)`.
+    pub bias_correction2_sqrt: f32,
+}
+
+impl AdamWStep {
+    /// The scalars of step `t` (1-based).
+    pub fn new(lr: f32, weight_decay: f32, beta1: f32, beta2: f32, eps: f32, t: u32) -> AdamWStep {
+        let bc1 = 1.0 - (beta1 as f64).powi(t as i32);
+        let bc2 = 1.0 - (beta2 as f64).powi(t as i32);
+        AdamWStep {
+            lr,
+            weight_decay,
+            beta1,
+            beta2,
+            eps,
+            bias_correction1: bc1 as f32,
+            bias_correction2_sqrt: bc2.sqrt() as f32,
+        }
+    }
+}
+
 /// The operations BERT needs. One model, written once against this trait, runs on either backend.
 #[allow(async_fn_in_trait)] // used through generics only; the futures are not sent across threads
 pub trait Backend {
@@ -97,6 +136,25 @@ pub trait Backend {
 
     /// Selects rows (e.g. the `[CLS]` rows `b*T`, or the `[MASK]` rows): x `(M, N)` → `(rows.len(), N)`.
     fn gather_rows(&self, x: &Self::Tensor, rows: &[u32]) -> Result<Self::Tensor>;
+
+    // ---- Training ops (head training, `heads/trainer.rs` states the math they serve) ----
+
+    /// `op(a) · op(b)` with `op` a transpose when asked: `op(a)` is `(M, K)` (a is `(K, M)` when `trans_a`),
+    /// `op(b)` is `(K, N)` (b is `(N, K)` when `trans_b`) → `(M, N)`. Serves the backward pass: `dW = dZᵀ·X`
+    /// (`trans_a`), `dX = dZ·W` (neither), the bias gradient `1ᵀ·dZ`.
+    fn matmul(&self, a: &Self::Tensor, trans_a: bool, b: &Self::Tensor, trans_b: bool) -> Result<Self::Tensor>;
+
+    /// The gradient of the mean softmax cross-entropy over a batch with respect to its logits:
+    /// logits `(B, C)`, `labels` (B) in `0..C` → `(softmax(z) − onehot(y)) / B` `(B, C)`.
+    fn softmax_xent_grad(&self, logits: &Self::Tensor, labels: &[u32]) -> Result<Self::Tensor>;
+
+    /// Back through an activation: `dy ⊙ act'(pre)` where `pre` is the input the activation saw; both `(M, N)`.
+    fn activation_grad(&self, dy: &Self::Tensor, pre: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
+
+    /// One AdamW step on one parameter tensor, as `torch.optim.AdamW`: returns the new `(param, m, v)`, all of the
+    /// parameter's shape.
+    fn adamw(&self, param: &Self::Tensor, grad: &Self::Tensor, m: &Self::Tensor, v: &Self::Tensor, step: &AdamWStep)
+        -> Result<(Self::Tensor, Self::Tensor, Self::Tensor)>;
 
     /// Runs everything recorded so far and copies one f32 tensor back to the host, row-major.
     async fn read(&self, t: &Self::Tensor) -> Result<Vec<f32>>;

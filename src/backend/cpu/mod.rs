@@ -5,16 +5,17 @@
 //! per (sequence, head)) run on rayon's thread pool; in wasm32 they run on the calling thread.
 //!
 //! One file per op family: [`matmul`] (linear + activation epilogue), [`norm`] (embeddings, LayerNorm),
-//! [`attention`], [`pool`] (mask, mean pooling, row gather).
+//! [`attention`], [`pool`] (mask, mean pooling, row gather), [`train`] (the head-training ops).
 
 pub mod attention;
 pub mod matmul;
 pub mod norm;
 pub mod pool;
+pub mod train;
 
 use std::sync::Arc;
 
-use super::{Activation, AttentionShape, Backend, EmbeddingTables};
+use super::{Activation, AdamWStep, AttentionShape, Backend, EmbeddingTables};
 use crate::tokenizer::Batch;
 use crate::weights::HostTensor;
 use crate::{Error, Result};
@@ -174,6 +175,23 @@ impl Backend for CpuBackend {
 
     fn gather_rows(&self, x: &CpuTensor, rows: &[u32]) -> Result<CpuTensor> {
         pool::gather_rows(x, rows)
+    }
+
+    fn matmul(&self, a: &CpuTensor, trans_a: bool, b: &CpuTensor, trans_b: bool) -> Result<CpuTensor> {
+        train::matmul(a, trans_a, b, trans_b)
+    }
+
+    fn softmax_xent_grad(&self, logits: &CpuTensor, labels: &[u32]) -> Result<CpuTensor> {
+        train::softmax_xent_grad(logits, labels)
+    }
+
+    fn activation_grad(&self, dy: &CpuTensor, pre: &CpuTensor, act: Activation) -> Result<CpuTensor> {
+        train::activation_grad(dy, pre, act)
+    }
+
+    fn adamw(&self, param: &CpuTensor, grad: &CpuTensor, m: &CpuTensor, v: &CpuTensor, step: &AdamWStep)
+        -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+        train::adamw(param, grad, m, v, step)
     }
 
     async fn read(&self, t: &CpuTensor) -> Result<Vec<f32>> {

@@ -8,6 +8,7 @@
 mod context;
 pub mod params;
 mod pool;
+mod train;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,7 +24,7 @@ pub use context::Gpu;
 use params::*;
 use pool::{Kind, Pool, PoolBuf};
 
-use super::{Activation, AttentionShape, Backend, EmbeddingTables};
+use super::{Activation, AdamWStep, AttentionShape, Backend, EmbeddingTables};
 use crate::tokenizer::Batch;
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
@@ -712,6 +713,23 @@ impl Backend for GpuBackend {
             (3, out.buffer(), true),
         ], self.grid((rows.len() * x.cols).div_ceil(wg as usize)))?;
         Ok(out)
+    }
+
+    fn matmul(&self, a: &GpuTensor, trans_a: bool, b: &GpuTensor, trans_b: bool) -> Result<GpuTensor> {
+        self.train_matmul(a, trans_a, b, trans_b)
+    }
+
+    fn softmax_xent_grad(&self, logits: &GpuTensor, labels: &[u32]) -> Result<GpuTensor> {
+        self.train_xent_grad(logits, labels)
+    }
+
+    fn activation_grad(&self, dy: &GpuTensor, pre: &GpuTensor, act: Activation) -> Result<GpuTensor> {
+        self.train_act_grad(dy, pre, act)
+    }
+
+    fn adamw(&self, param: &GpuTensor, grad: &GpuTensor, m: &GpuTensor, v: &GpuTensor, step: &AdamWStep)
+        -> Result<(GpuTensor, GpuTensor, GpuTensor)> {
+        self.train_adamw(param, grad, m, v, step)
     }
 
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {

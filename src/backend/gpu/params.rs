@@ -41,6 +41,15 @@ params!(
     GatherParams { out_rows: u32, cols: u32, _pad0: u32, _pad1: u32 }
 );
 
+params!(
+    /// `shaders/train.wgsl` (one struct for its four entry points; see the shader's header for which fields each
+    /// reads).
+    TrainParams {
+        m: u32, n: u32, k: u32, flags: u32,
+        lr: f32, wd: f32, beta1: f32, beta2: f32, eps: f32, bc1: f32, bc2_sqrt: f32, _pad: u32,
+    }
+);
+
 /// Every shader: (file name, WGSL source, its Params twin's size and fields).
 pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("matmul", include_str!("../../../shaders/matmul.wgsl"), std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
@@ -52,6 +61,7 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
         EmbeddingsParams::FIELDS),
     ("pool", include_str!("../../../shaders/pool.wgsl"), std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),
     ("gather", include_str!("../../../shaders/gather.wgsl"), std::mem::size_of::<GatherParams>(), GatherParams::FIELDS),
+    ("train", include_str!("../../../shaders/train.wgsl"), std::mem::size_of::<TrainParams>(), TrainParams::FIELDS),
 ];
 
 /// The WGSL source of shader `name`.

@@ -1,0 +1,194 @@
+//! The training ops (head training, see `heads/trainer.rs` for the math): a GEMM with optional transposes, the
+//! softmax cross-entropy gradient, activation derivatives and the AdamW update.
+
+use super::{expect_dims, matmul::activate, CpuTensor};
+use crate::backend::{Activation, AdamWStep};
+use crate::{Error, Result};
+
+/// `op(a) · op(b)`; see [`crate::backend::Backend::matmul`].
+pub fn matmul(a: &CpuTensor, trans_a: bool, b: &CpuTensor, trans_b: bool) -> Result<CpuTensor> {
+    let (m, k) = if trans_a { (a.cols(), a.rows()) } else { (a.rows(), a.cols()) };
+    let (kb, n) = if trans_b { (b.cols(), b.rows()) } else { (b.rows(), b.cols()) };
+    if k != kb {
+        return Err(Error::Input(format!(
+            "matmul: op(a) is ({m}, {k}) but op(b) is ({kb}, {n}): inner sizes differ"
+        )));
+    }
+    let mut out = vec![0f32; m * n];
+    if m > 0 && n > 0 && k > 0 {
+        // Element (i, l) of op(a) sits at a[i*rsa + l*csa]; likewise for b. matrixmultiply takes any strides, so
+        // no transposed copy is made.
+        let (rsa, csa) = if trans_a { (1, a.cols() as isize) } else { (a.cols() as isize, 1) };
+        let (rsb, csb) = if trans_b { (1, b.cols() as isize) } else { (b.cols() as isize, 1) };
+        // SAFETY: the shapes checked above bound every index the strides reach: op(a) is (m, k) over a's m*k values,
+        // op(b) is (k, n) over b's k*n values, and out has m*n values with row stride n.
+        unsafe {
+            matrixmultiply::sgemm(
+                m, k, n, 1.0,
+                a.data().as_ptr(), rsa, csa,
+                b.data().as_ptr(), rsb, csb,
+                0.0,
+                out.as_mut_ptr(), n as isize, 1,
+            );
+        }
+    }
+    CpuTensor::new(out, m, n)
+}
+
+/// Checks labels against the class count.
+pub fn check_labels(labels: &[u32], rows: usize, classes: usize) -> Result<()> {
+    if labels.len() != rows {
+        return Err(Error::Input(format!("{} labels for a batch of {rows} logit rows", labels.len())));
+    }
+    if let Some(&l) = labels.iter().find(|&&l| l as usize >= classes) {
+        return Err(Error::Input(format!("label index {l} is out of range for {classes} classes")));
+    }
+    Ok(())
+}
+
+/// `(softmax(z) − onehot(y)) / B` per row; softmax with the row max subtracted first.
+pub fn softmax_xent_grad(logits: &CpuTensor, labels: &[u32]) -> Result<CpuTensor> {
+    let (b, c) = (logits.rows(), logits.cols());
+    check_labels(labels, b, c)?;
+    let mut out = logits.to_vec();
+    let inv_b = 1.0 / b as f32;
+    for (row, &y) in out.chunks_exact_mut(c).zip(labels) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for v in row.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        for (j, v) in row.iter_mut().enumerate() {
+            let onehot = if j == y as usize { 1.0 } else { 0.0 };
+            *v = (*v / sum - onehot) * inv_b;
+        }
+    }
+    CpuTensor::new(out, b, c)
+}
+
+/// The derivative of each activation at `x`, as autograd computes it.
+pub fn activation_derivative(x: f32, act: Activation) -> f32 {
+    match act {
+        Activation::None => 1.0,
+        // d/dx x·Φ(x) = Φ(x) + x·φ(x), φ(x) = e^{−x²/2}/√(2π).
+        Activation::Gelu => {
+            const INV_SQRT_2PI: f32 = 0.398_942_3;
+            let cdf = 0.5 * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2));
+            cdf + x * INV_SQRT_2PI * (-0.5 * x * x).exp()
+        }
+        // u = √(2/π)·(x + 0.044715x³): d/dx 0.5x(1 + tanh u) = 0.5(1 + tanh u) + 0.5x(1 − tanh²u)·√(2/π)(1 + 3·0.044715x²).
+        Activation::GeluTanh => {
+            const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+            let t = (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh();
+            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x)
+        }
+        // torch's relu backward passes the gradient where the output is > 0 (zero at x = 0).
+        Activation::Relu => {
+            if x > 0.0 { 1.0 } else { 0.0 }
+        }
+        Activation::Tanh => {
+            let t = activate(x, Activation::Tanh);
+            1.0 - t * t
+        }
+    }
+}
+
+pub fn activation_grad(dy: &CpuTensor, pre: &CpuTensor, act: Activation) -> Result<CpuTensor> {
+    expect_dims(pre, dy.rows(), dy.cols(), "activation_grad pre-activation (same shape as dy)")?;
+    let out = dy.data().iter().zip(pre.data()).map(|(&g, &x)| g * activation_derivative(x, act)).collect();
+    CpuTensor::new(out, dy.rows(), dy.cols())
+}
+
+/// One AdamW step; see [`AdamWStep`] for the update, in torch's order.
+pub fn adamw(p: &CpuTensor, g: &CpuTensor, m: &CpuTensor, v: &CpuTensor, s: &AdamWStep)
+    -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+    let (r, c) = (p.rows(), p.cols());
+    expect_dims(g, r, c, "adamw gradient (shape of the parameter)")?;
+    expect_dims(m, r, c, "adamw first moment (shape of the parameter)")?;
+    expect_dims(v, r, c, "adamw second moment (shape of the parameter)")?;
+    let n = r * c;
+    let (mut po, mut mo, mut vo) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let step_size = s.lr / s.bias_correction1;
+    for i in 0..n {
+        let (pi, gi) = (p.data()[i], g.data()[i]);
+        let pi = pi * (1.0 - s.lr * s.weight_decay);
+        let mi = s.beta1 * m.data()[i] + (1.0 - s.beta1) * gi;
+        let vi = s.beta2 * v.data()[i] + (1.0 - s.beta2) * gi * gi;
+        let denom = vi.sqrt() / s.bias_correction2_sqrt + s.eps;
+        po.push(pi - step_size * mi / denom);
+        mo.push(mi);
+        vo.push(vi);
+    }
+    Ok((CpuTensor::new(po, r, c)?, CpuTensor::new(mo, r, c)?, CpuTensor::new(vo, r, c)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{assert_close, rand_vec};
+    use super::*;
+
+    /// Against a plain f64 triple loop; the GEMM reorders sums (see matmul.rs for the bound).
+    const ATOL: f32 = 1e-5;
+    const RTOL: f32 = 1e-5;
+
+    #[test]
+    fn matmul_with_transposes_matches_loops() {
+        for &(m, k, n) in &[(1, 1, 1), (7, 33, 5), (33, 7, 1), (8, 384, 3), (1, 513, 7)] {
+            let a = rand_vec(m * k, 1);
+            let b = rand_vec(k * n, 2);
+            let mut want = vec![0f32; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * n + j] = (0..k).map(|l| a[i * k + l] as f64 * b[l * n + j] as f64).sum::<f64>() as f32;
+                }
+            }
+            let t = |d: &[f32], r: usize, c: usize| {
+                let mut o = vec![0f32; r * c];
+                for i in 0..r {
+                    for j in 0..c {
+                        o[j * r + i] = d[i * c + j];
+                    }
+                }
+                o
+            };
+            let at = CpuTensor::new(t(&a, m, k), k, m).unwrap();
+            let bt = CpuTensor::new(t(&b, k, n), n, k).unwrap();
+            let a = CpuTensor::new(a, m, k).unwrap();
+            let b = CpuTensor::new(b, k, n).unwrap();
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let got = matmul(if ta { &at } else { &a }, ta, if tb { &bt } else { &b }, tb).unwrap();
+                assert_eq!((got.rows(), got.cols()), (m, n));
+                assert_close(got.data(), &want, ATOL, RTOL, &format!("matmul {m}x{k}x{n} ta={ta} tb={tb}"));
+            }
+        }
+        let a = CpuTensor::new(vec![0.0; 6], 2, 3).unwrap();
+        assert!(matmul(&a, false, &a, false).is_err());
+    }
+
+    #[test]
+    fn activation_derivatives_match_finite_differences() {
+        for act in [Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh, Activation::None] {
+            for &x in &[-3.0f32, -1.1, -0.3, 0.2, 0.9, 2.5] {
+                let h = 1e-3f64;
+                let f = |x: f64| activate(x as f32, act) as f64;
+                let fd = (f(x as f64 + h) - f(x as f64 - h)) / (2.0 * h);
+                let d = activation_derivative(x, act) as f64;
+                assert!((fd - d).abs() < 2e-3, "{act:?}'({x}) = {d}, finite difference {fd}");
+            }
+        }
+    }
+
+    #[test]
+    fn xent_grad_rows_sum_to_zero_and_check_labels() {
+        let z = CpuTensor::new(vec![1.0, 2.0, 3.0, 1000.0, 0.0, -1000.0], 2, 3).unwrap();
+        let g = softmax_xent_grad(&z, &[2, 0]).unwrap();
+        for row in g.data().chunks(3) {
+            assert!(row.iter().sum::<f32>().abs() < 1e-7);
+        }
+        // Row 1: softmax ≈ (1, 0, 0), label 0 → gradient ≈ 0.
+        assert!(g.data()[3..].iter().all(|v| v.abs() < 1e-7));
+        assert!(softmax_xent_grad(&z, &[3, 0]).is_err());
+        assert!(softmax_xent_grad(&z, &[0]).is_err());
+    }
+}
