@@ -5,8 +5,12 @@
 //! is written once, generic over [`Backend`], on [`Model`]. Tasks are `async` because reading back from a GPU is
 //! asynchronous in the browser; native callers use `pollster::block_on`. Methods take `&self`.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use crate::backend::cpu::CpuBackend;
-use crate::backend::Backend;
+use crate::backend::{Activation, Backend};
+use crate::heads::trainer::{self, AdamW, HeadSpec, LabelScore, SplitMix64, Trainer, TrainedHead};
 use crate::config::BertConfig;
 use crate::model::BertModel;
 use crate::tokenizer::{Batch, Encoded, Tokenizer};
@@ -56,13 +60,17 @@ pub struct Model<B: Backend> {
     pub config: BertConfig,
     pub tokenizer: Tokenizer,
     pub bert: BertModel<B>,
+    /// A classification head trained with [`Model::train_head`] or loaded with [`Model::load_head`]; used by
+    /// [`Model::classify_with_head`]. Behind a `RefCell` because tasks take `&self`; an `Rc` so a task clones it
+    /// and never holds the borrow across an `await` (JS may start another task meanwhile).
+    pub head: RefCell<Option<Rc<TrainedHead<B>>>>,
 }
 
 impl<B: Backend> Model<B> {
     /// Uploads the encoder from `weights` to `backend`. Heads load from the same `weights` before they are dropped.
     pub fn new(backend: B, config: BertConfig, tokenizer: Tokenizer, weights: &Weights) -> Result<Model<B>> {
         let bert = BertModel::load(weights, &config, &backend)?;
-        Ok(Model { backend, config, tokenizer, bert })
+        Ok(Model { backend, config, tokenizer, bert, head: RefCell::new(None) })
     }
 
     /// Tokenizes single texts (truncated to the tokenizer's max length).
@@ -106,15 +114,7 @@ impl<B: Backend> Model<B> {
         if batch.t == 0 {
             return Err(Error::Input("a batch of empty sequences cannot be embedded".into()));
         }
-        let mask = be.mask(batch)?; // (B, T)
-        let hidden = self.bert.forward_with_mask(be, batch, &mask)?; // (B*T, H)
-        let pooled = match opts.pooling {
-            Pooling::Mean => be.mean_pool(&hidden, &mask, batch.b, batch.t)?, // (B, H)
-            Pooling::Cls => {
-                let rows: Vec<u32> = (0..batch.b).map(|b| (b * batch.t) as u32).collect();
-                be.gather_rows(&hidden, &rows)? // (B, H)
-            }
-        };
+        let pooled = self.pool_batch(batch, opts.pooling)?; // (B, H)
         let flat = be.read(&pooled).await?;
         Ok(flat
             .chunks_exact(h)
@@ -127,6 +127,297 @@ impl<B: Backend> Model<B> {
             })
             .collect())
     }
+}
+
+impl<B: Backend> Model<B> {
+    /// Encoder forward and pooling of a padded batch, left on the device: `(B, H)`.
+    pub fn pool_batch(&self, batch: &Batch, pooling: Pooling) -> Result<B::Tensor> {
+        let be = &self.backend;
+        if batch.b == 0 || batch.t == 0 {
+            return Err(Error::Input("an empty batch cannot be pooled".into()));
+        }
+        let mask = be.mask(batch)?; // (B, T)
+        let hidden = self.bert.forward_with_mask(be, batch, &mask)?; // (B*T, H)
+        match pooling {
+            Pooling::Mean => be.mean_pool(&hidden, &mask, batch.b, batch.t), // (B, H)
+            Pooling::Cls => {
+                let rows: Vec<u32> = (0..batch.b).map(|b| (b * batch.t) as u32).collect();
+                be.gather_rows(&hidden, &rows) // (B, H)
+            }
+        }
+    }
+
+    /// Trains a classification head on the frozen encoder's pooled features (see `heads/trainer.rs` for the math)
+    /// and makes it the live head of [`Self::classify_with_head`]. Features are computed once, uploaded once, and
+    /// every step (forward, backward, AdamW) runs on the backend; only the per-epoch evaluation logits are read
+    /// back. Deterministic for a seed. With a validation split, training stops after `patience` epochs without a
+    /// lower validation loss and the best epoch's weights are kept.
+    pub async fn train_head(&self, examples: &[TrainExample], opts: &TrainOptions,
+        mut on_progress: impl FnMut(&EpochProgress)) -> Result<TrainReport> {
+        let be = &self.backend;
+        let labels = check_training_input(examples, opts)?;
+        let index: std::collections::HashMap<&str, u32> =
+            labels.iter().enumerate().map(|(i, l)| (l.as_str(), i as u32)).collect();
+        let y: Vec<u32> = examples.iter().map(|e| index[e.label.as_str()]).collect();
+
+        // Features once: (N, H) on the device.
+        let texts: Vec<&str> = examples.iter().map(|e| e.text.as_str()).collect();
+        let embed_opts = EmbedOptions { pooling: opts.pooling, normalize: false, batch_size: 32 };
+        let feats = self.embed(&texts, &embed_opts).await?;
+        let h = self.config.hidden_size;
+        let flat: Vec<f32> = feats.concat();
+        let all = be.input(&flat, examples.len(), h)?; // (N, H)
+
+        // Seeded split: one shuffle of the example order, the first ⌈split·N⌉ go to validation.
+        let mut rng = SplitMix64::new(opts.seed);
+        let mut order: Vec<usize> = (0..examples.len()).collect();
+        rng.shuffle(&mut order);
+        let n_val = if opts.validation_split > 0.0 {
+            ((opts.validation_split as f64 * examples.len() as f64).ceil() as usize).min(examples.len() - 1)
+        } else {
+            0
+        };
+        let (val_idx, train_idx) = order.split_at(n_val);
+        let rows = |idx: &[usize]| idx.iter().map(|&i| i as u32).collect::<Vec<u32>>();
+        let train_x = be.gather_rows(&all, &rows(train_idx))?; // (N_train, H)
+        let train_y: Vec<u32> = train_idx.iter().map(|&i| y[i]).collect();
+        let val_x = if n_val > 0 { Some(be.gather_rows(&all, &rows(val_idx))?) } else { None }; // (N_val, H)
+        let val_y: Vec<u32> = val_idx.iter().map(|&i| y[i]).collect();
+
+        let spec = HeadSpec {
+            input_size: h,
+            hidden: opts.hidden.map(|d| (d, opts.activation)),
+            labels: labels.clone(),
+            pooling: opts.pooling,
+        };
+        let init = spec.init(&mut rng);
+        let opt = AdamW { lr: opts.learning_rate, weight_decay: opts.weight_decay, ..AdamW::default() };
+        let mut tr = Trainer::new(be, spec.clone(), &init, opt)?;
+        let c = labels.len();
+        let mut history = Vec::new();
+        // The best epoch's parameters, copied to the host (a few KB) so later steps cannot touch them.
+        let mut best: Option<(f32, usize, Vec<Vec<f32>>)> = None;
+        let mut local: Vec<usize> = (0..train_idx.len()).collect();
+        for epoch in 1..=opts.epochs {
+            rng.shuffle(&mut local);
+            for chunk in local.chunks(opts.batch_size) {
+                let xb = be.gather_rows(&train_x, &rows(chunk))?; // (b, H)
+                let yb: Vec<u32> = chunk.iter().map(|&i| train_y[i]).collect();
+                tr.step(be, &xb, &yb)?;
+            }
+            let eval = |x: &B::Tensor| trainer::forward(be, &spec, &tr.params, x).map(|a| a.logits);
+            let (loss, accuracy) = trainer::loss_and_accuracy(&be.read(&eval(&train_x)?).await?, c, &train_y);
+            let (val_loss, val_accuracy) = match &val_x {
+                Some(vx) => {
+                    let (l, a) = trainer::loss_and_accuracy(&be.read(&eval(vx)?).await?, c, &val_y);
+                    (Some(l), Some(a))
+                }
+                None => (None, None),
+            };
+            let p = EpochProgress { epoch, loss, accuracy, val_loss, val_accuracy };
+            on_progress(&p);
+            history.push(p);
+            if let Some(vl) = val_loss {
+                if best.as_ref().is_none_or(|b| vl < b.0) {
+                    let mut host = Vec::with_capacity(tr.params.len());
+                    for p in &tr.params {
+                        host.push(be.read(p).await?);
+                    }
+                    best = Some((vl, epoch, host));
+                } else if best.as_ref().is_some_and(|b| epoch - b.1 >= opts.patience) {
+                    break;
+                }
+            }
+        }
+        let (best_epoch, host) = match best {
+            Some((_, e, host)) => (e, host),
+            None => {
+                let mut host = Vec::with_capacity(tr.params.len());
+                for p in &tr.params {
+                    host.push(be.read(p).await?);
+                }
+                (history.len(), host)
+            }
+        };
+        *self.head.borrow_mut() = Some(Rc::new(TrainedHead::from_host(be, spec, host)?));
+        Ok(TrainReport { labels, best_epoch, history })
+    }
+
+    /// The live head as safetensors bytes (see [`TrainedHead::export`]).
+    pub fn export_head(&self) -> Result<Vec<u8>> {
+        match self.head.borrow().as_ref() {
+            Some(h) => h.export(),
+            None => Err(Error::Input("there is no trained head to export: train one with train_head first".into())),
+        }
+    }
+
+    /// Makes a head file written by [`Self::export_head`] the live head; its hidden size must be the model's.
+    pub fn load_head(&self, bytes: &[u8]) -> Result<()> {
+        let (spec, host) = trainer::import_safetensors(bytes, self.config.hidden_size)?;
+        let head = TrainedHead::from_host(&self.backend, spec, host)?;
+        *self.head.borrow_mut() = Some(Rc::new(head));
+        Ok(())
+    }
+
+    /// Whether a trained or loaded head is live.
+    pub fn has_head(&self) -> bool {
+        self.head.borrow().is_some()
+    }
+
+    /// Classifies tokenized texts with the live trained head: `{label, score}` (softmax) best first per text.
+    pub async fn classify_with_head(&self, encoded: &[Encoded], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
+        let head = self.head.borrow().clone();
+        let Some(head) = head else {
+            return Err(Error::Input("no classification head: train one (train-head) or load one (--head FILE)".into()));
+        };
+        let be = &self.backend;
+        let c = head.spec.labels.len();
+        let mut order: Vec<usize> = (0..encoded.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+        let mut out = vec![Vec::new(); encoded.len()];
+        for chunk in order.chunks(32) {
+            let group: Vec<Encoded> = chunk.iter().map(|&i| encoded[i].clone()).collect();
+            let batch = self.tokenizer.batch(&group);
+            let pooled = self.pool_batch(&batch, head.spec.pooling)?; // (B, H)
+            let logits = be.read(&head.logits(be, &pooled)?).await?; // (B, C)
+            for (&i, row) in chunk.iter().zip(logits.chunks_exact(c)) {
+                out[i] = head.postprocess(row, top_k);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One labelled training example.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct TrainExample {
+    pub text: String,
+    pub label: String,
+}
+
+/// Options of [`Model::train_head`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainOptions {
+    /// The label set in class order; by default the labels of the examples in order of first appearance.
+    pub labels: Option<Vec<String>>,
+    pub epochs: usize,
+    pub learning_rate: f32,
+    pub batch_size: usize,
+    /// AdamW's decoupled weight decay (torch's default 0.01).
+    pub weight_decay: f32,
+    /// Fraction of the examples held out for early stopping, in [0, 1).
+    pub validation_split: f32,
+    pub seed: u64,
+    /// One hidden layer of this width (activation [`Self::activation`]), or a single linear layer.
+    pub hidden: Option<usize>,
+    pub activation: Activation,
+    pub pooling: Pooling,
+    /// Epochs without a lower validation loss before stopping.
+    pub patience: usize,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions {
+            labels: None,
+            epochs: 20,
+            learning_rate: 1e-3,
+            batch_size: 16,
+            weight_decay: 0.01,
+            validation_split: 0.1,
+            seed: 0,
+            hidden: None,
+            activation: Activation::Relu,
+            pooling: Pooling::Mean,
+            patience: 5,
+        }
+    }
+}
+
+/// One progress event, after each epoch: mean cross-entropy and accuracy of the head on the training and the
+/// validation examples (`None` without a validation split).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct EpochProgress {
+    pub epoch: usize,
+    pub loss: f32,
+    pub accuracy: f32,
+    pub val_loss: Option<f32>,
+    pub val_accuracy: Option<f32>,
+}
+
+/// What [`Model::train_head`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainReport {
+    pub labels: Vec<String>,
+    /// The epoch whose weights were kept (the best validation loss, or the last epoch).
+    pub best_epoch: usize,
+    pub history: Vec<EpochProgress>,
+}
+
+/// Validates training input and options; returns the label set in class order.
+fn check_training_input(examples: &[TrainExample], opts: &TrainOptions) -> Result<Vec<String>> {
+    if opts.epochs == 0 {
+        return Err(Error::Input("epochs must be at least 1".into()));
+    }
+    if opts.batch_size == 0 {
+        return Err(Error::Input("batch size must be at least 1".into()));
+    }
+    if !(opts.learning_rate.is_finite() && opts.learning_rate > 0.0) {
+        return Err(Error::Input(format!("learning rate must be a positive number, got {}", opts.learning_rate)));
+    }
+    if !(opts.weight_decay.is_finite() && opts.weight_decay >= 0.0) {
+        return Err(Error::Input(format!("weight decay must be ≥ 0, got {}", opts.weight_decay)));
+    }
+    if !(0.0..1.0).contains(&opts.validation_split) {
+        return Err(Error::Input(format!("validation split must be in [0, 1), got {}", opts.validation_split)));
+    }
+    if opts.hidden == Some(0) {
+        return Err(Error::Input("a hidden layer needs at least 1 unit (or leave `hidden` unset)".into()));
+    }
+    if let Some(i) = examples.iter().position(|e| e.text.trim().is_empty()) {
+        return Err(Error::Input(format!("example {i} has an empty text; every example needs some text")));
+    }
+    if let Some(i) = examples.iter().position(|e| e.label.is_empty()) {
+        return Err(Error::Input(format!("example {i} has an empty label")));
+    }
+    let labels = match &opts.labels {
+        Some(given) => {
+            let mut seen = std::collections::HashSet::new();
+            if let Some(d) = given.iter().find(|l| !seen.insert(l.as_str())) {
+                return Err(Error::Input(format!("label `{d}` is listed twice in `labels`")));
+            }
+            if let Some((i, e)) = examples.iter().enumerate().find(|(_, e)| !seen.contains(e.label.as_str())) {
+                return Err(Error::Input(format!(
+                    "example {i} has label `{}`, which is not in the given `labels` {given:?}", e.label
+                )));
+            }
+            given.clone()
+        }
+        None => {
+            let mut out: Vec<String> = Vec::new();
+            for e in examples {
+                if !out.contains(&e.label) {
+                    out.push(e.label.clone());
+                }
+            }
+            out
+        }
+    };
+    if labels.len() < 2 {
+        return Err(Error::Input(format!(
+            "a classifier needs at least 2 labels, the examples have {}: {labels:?}; add examples of another label",
+            labels.len()
+        )));
+    }
+    let n_val = (opts.validation_split as f64 * examples.len() as f64).ceil() as usize;
+    if examples.len() < 2 || n_val >= examples.len() {
+        return Err(Error::Input(format!(
+            "{} examples leave none to train on after the validation split of {}; add examples or lower the split",
+            examples.len(),
+            opts.validation_split
+        )));
+    }
+    Ok(labels)
 }
 
 /// `v / max(‖v‖₂, 1e-12)`, as `torch.nn.functional.normalize`.
@@ -229,6 +520,27 @@ impl Engine {
     /// See [`Model::embed`].
     pub async fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
         with_model!(self, m => m.embed(texts, opts).await)
+    }
+
+    /// See [`Model::train_head`].
+    pub async fn train_head(&self, examples: &[TrainExample], opts: &TrainOptions,
+        on_progress: impl FnMut(&EpochProgress)) -> Result<TrainReport> {
+        with_model!(self, m => m.train_head(examples, opts, on_progress).await)
+    }
+
+    /// See [`Model::export_head`].
+    pub fn export_head(&self) -> Result<Vec<u8>> {
+        with_model!(self, m => m.export_head())
+    }
+
+    /// See [`Model::load_head`].
+    pub fn load_head(&self, bytes: &[u8]) -> Result<()> {
+        with_model!(self, m => m.load_head(bytes))
+    }
+
+    /// See [`Model::classify_with_head`].
+    pub async fn classify_with_head(&self, encoded: &[Encoded], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
+        with_model!(self, m => m.classify_with_head(encoded, top_k).await)
     }
 
     /// See [`Model::embed_encoded`].

@@ -1,0 +1,485 @@
+//! Training a classification head on frozen encoder features: the head, its forward and backward pass on the
+//! backend, AdamW, the seeded PRNG, and the head's safetensors file.
+//!
+//! # The math
+//!
+//! Input: pooled features `X (B, H)` (mean over real tokens by default, or the `[CLS]` row; recorded in the file),
+//! integer labels `y (B)` in `0..C`.
+//!
+//! Linear head (the default), the `classifier` of `BertForSequenceClassification` minus the pooler:
+//! ```text
+//! Z = X·Wᵀ + b                 W (C, H), b (C), Z (B, C)
+//! ```
+//! With one hidden layer (`hidden: Some(D)`, activation σ = ReLU or GELU), the two linears of
+//! `RobertaClassificationHead` (`dense`, `out_proj`):
+//! ```text
+//! A = X·W1ᵀ + b1,  Hd = σ(A)      W1 (D, H), b1 (D), A and Hd (B, D)
+//! Z = Hd·W2ᵀ + b2                 W2 (C, D), b2 (C)
+//! ```
+//! Loss: softmax cross-entropy, mean over the batch (`torch.nn.functional.cross_entropy`, reduction "mean"):
+//! ```text
+//! L = −(1/B) Σ_i log softmax(Z_i)[y_i]
+//! ```
+//! Backward. With P = softmax(Z) row-wise and Y the one-hot labels:
+//! ```text
+//! dZ  = (P − Y) / B                          (B, C)   Backend::softmax_xent_grad
+//! dW  = dZᵀ · X                              (C, H)   Backend::matmul(dZ, trans_a, X)
+//! db  = Σ_i dZ_i = 1ᵀ · dZ                   (C)      Backend::matmul(ones (B, 1), trans_a, dZ)
+//! ```
+//! and through the hidden layer (input of the last linear is Hd):
+//! ```text
+//! dW2 = dZᵀ · Hd,  db2 = 1ᵀ · dZ
+//! dHd = dZ · W2                              (B, D)   Backend::matmul(dZ, W2)
+//! dA  = dHd ⊙ σ'(A)                          (B, D)   Backend::activation_grad
+//! dW1 = dAᵀ · X,   db1 = 1ᵀ · dA
+//! ```
+//! (dZ_ij = ∂L/∂Z_ij: ∂(−log P_iy)/∂Z_ij = P_ij − [j = y], and the mean contributes 1/B.)
+//!
+//! Optimiser: AdamW exactly as `torch.optim.AdamW` (defaults β = (0.9, 0.999), eps = 1e-8), applied to every
+//! parameter including biases, as `AdamW(model.parameters())` does; see [`AdamWStep`] for the update and
+//! `tests/golden/train.py` for the PyTorch check.
+//!
+//! Initialisation: as `nn.Linear` (`kaiming_uniform_(a=√5)` on the weight, which is `U(−1/√fan_in, 1/√fan_in)`,
+//! and the same bound for the bias), drawn from [`SplitMix64`] so a seed gives the same head on every platform.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::backend::{Activation, AdamWStep, Backend};
+use crate::tasks::Pooling;
+use crate::{Error, Result};
+
+/// SplitMix64 (Steele, Lea & Flood 2014; the seeding generator of `java.util.SplittableRandom` and of xoshiro):
+/// `state += 0x9E3779B97F4A7C15`, then two xor-shift-multiply rounds. Small, fast, every seed (0 included) is a
+/// good stream, and identical natively and in wasm32. Used for the initial weights and the shuffles.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1) with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `0..n` (n ≥ 1), by rejection so there is no modulo bias.
+    pub fn below(&mut self, n: usize) -> usize {
+        let n = n as u64;
+        let zone = u64::MAX - u64::MAX % n;
+        loop {
+            let r = self.next_u64();
+            if r < zone {
+                return (r % n) as usize;
+            }
+        }
+    }
+
+    /// Fisher–Yates shuffle.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+/// The shape of a head: its input size, optional hidden layer, labels and the pooling its features come from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeadSpec {
+    /// Features per example (the encoder's hidden size).
+    pub input_size: usize,
+    /// One hidden layer of this width and activation, or none (a single linear layer).
+    pub hidden: Option<(usize, Activation)>,
+    pub labels: Vec<String>,
+    pub pooling: Pooling,
+}
+
+impl HeadSpec {
+    /// `(rows, cols)` of each parameter, in [`TrainedHead::params`] order.
+    pub fn param_shapes(&self) -> Vec<(usize, usize)> {
+        let c = self.labels.len();
+        match self.hidden {
+            None => vec![(c, self.input_size), (1, c)],
+            Some((d, _)) => vec![(d, self.input_size), (1, d), (c, d), (1, c)],
+        }
+    }
+
+    /// The Hugging Face names of the parameters, in [`TrainedHead::params`] order.
+    pub fn param_names(&self) -> &'static [&'static str] {
+        match self.hidden {
+            None => &["classifier.weight", "classifier.bias"],
+            Some(_) => &[
+                "classifier.dense.weight",
+                "classifier.dense.bias",
+                "classifier.out_proj.weight",
+                "classifier.out_proj.bias",
+            ],
+        }
+    }
+
+    /// Parameters drawn as `nn.Linear` initialises them: `U(−1/√fan_in, 1/√fan_in)` for weight and bias.
+    pub fn init(&self, rng: &mut SplitMix64) -> Vec<Vec<f32>> {
+        let shapes = self.param_shapes();
+        let mut out = Vec::new();
+        for pair in shapes.chunks(2) {
+            let fan_in = pair[0].1;
+            let bound = 1.0 / (fan_in as f64).sqrt();
+            for &(r, c) in pair {
+                out.push((0..r * c).map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32).collect());
+            }
+        }
+        out
+    }
+}
+
+/// A classification head on pooled features, live on backend `B`, with a host copy of its parameters (for export).
+pub struct TrainedHead<B: Backend> {
+    pub spec: HeadSpec,
+    /// `[W (C, H), b (1, C)]`, or `[W1 (D, H), b1 (1, D), W2 (C, D), b2 (1, C)]` with a hidden layer.
+    pub params: Vec<B::Tensor>,
+    /// The same values on the host, row-major.
+    pub host: Vec<Vec<f32>>,
+}
+
+/// What the forward pass keeps for the backward pass.
+pub struct Activations<T> {
+    /// Pre-activation `A (B, D)` and output `Hd (B, D)` of the hidden layer, if any.
+    pub hidden: Option<(T, T)>,
+    pub logits: T, // (B, C)
+}
+
+/// `Z` for features `x (B, H)`, and what the backward pass needs.
+pub fn forward<B: Backend>(be: &B, spec: &HeadSpec, params: &[B::Tensor], x: &B::Tensor) -> Result<Activations<B::Tensor>> {
+    match spec.hidden {
+        None => Ok(Activations { hidden: None, logits: be.linear(x, &params[0], Some(&params[1]), Activation::None)? }),
+        Some((_, act)) => {
+            // The linear is run twice (without and with its activation) rather than adding an activation-only op:
+            // the head is tiny and the backward needs A as well as σ(A).
+            let a = be.linear(x, &params[0], Some(&params[1]), Activation::None)?; // (B, D)
+            let h = be.linear(x, &params[0], Some(&params[1]), act)?; // (B, D)
+            let logits = be.linear(&h, &params[2], Some(&params[3]), Activation::None)?; // (B, C)
+            Ok(Activations { hidden: Some((a, h)), logits })
+        }
+    }
+}
+
+/// The gradients of the mean cross-entropy, in parameter order (see the module comment for the formulas).
+pub fn backward<B: Backend>(be: &B, spec: &HeadSpec, params: &[B::Tensor], x: &B::Tensor, act: &Activations<B::Tensor>,
+    labels: &[u32]) -> Result<Vec<B::Tensor>> {
+    let (b, _) = be.dims(x);
+    let ones = be.input(&vec![1.0; b], b, 1)?; // (B, 1)
+    let dz = be.softmax_xent_grad(&act.logits, labels)?; // (B, C)
+    match (&spec.hidden, &act.hidden) {
+        (None, _) => Ok(vec![
+            be.matmul(&dz, true, x, false)?,     // (C, H)
+            be.matmul(&ones, true, &dz, false)?, // (1, C)
+        ]),
+        (Some((_, f)), Some((a, h))) => {
+            let dw2 = be.matmul(&dz, true, h, false)?; // (C, D)
+            let db2 = be.matmul(&ones, true, &dz, false)?; // (1, C)
+            let dh = be.matmul(&dz, false, &params[2], false)?; // (B, D)
+            let da = be.activation_grad(&dh, a, *f)?; // (B, D)
+            let dw1 = be.matmul(&da, true, x, false)?; // (D, H)
+            let db1 = be.matmul(&ones, true, &da, false)?; // (1, D)
+            Ok(vec![dw1, db1, dw2, db2])
+        }
+        (Some(_), None) => Err(Error::Input("backward: the forward pass kept no hidden activations".into())),
+    }
+}
+
+/// AdamW hyper-parameters (`torch.optim.AdamW` defaults but the learning rate).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamW {
+    pub lr: f32,
+    pub weight_decay: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+}
+
+impl Default for AdamW {
+    fn default() -> Self {
+        AdamW { lr: 1e-3, weight_decay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8 }
+    }
+}
+
+/// The parameters being trained and AdamW's state, all on the backend.
+pub struct Trainer<B: Backend> {
+    pub spec: HeadSpec,
+    pub params: Vec<B::Tensor>,
+    m: Vec<B::Tensor>,
+    v: Vec<B::Tensor>,
+    /// Steps taken so far (AdamW's t is this + 1 on the next step).
+    pub steps: u32,
+    pub opt: AdamW,
+}
+
+impl<B: Backend> Trainer<B> {
+    /// Starts from `init` (host values in parameter order) with zero moments.
+    pub fn new(be: &B, spec: HeadSpec, init: &[Vec<f32>], opt: AdamW) -> Result<Trainer<B>> {
+        let shapes = spec.param_shapes();
+        if init.len() != shapes.len() || init.iter().zip(&shapes).any(|(v, &(r, c))| v.len() != r * c) {
+            return Err(Error::Input("initial head parameters do not match the head's shape".into()));
+        }
+        let mut params = Vec::new();
+        let mut m = Vec::new();
+        let mut v = Vec::new();
+        for (vals, &(r, c)) in init.iter().zip(&shapes) {
+            params.push(be.input(vals, r, c)?);
+            m.push(be.input(&vec![0.0; r * c], r, c)?);
+            v.push(be.input(&vec![0.0; r * c], r, c)?);
+        }
+        Ok(Trainer { spec, params, m, v, steps: 0, opt })
+    }
+
+    /// One AdamW step on the mean cross-entropy of the batch `x (B, H)`, `labels (B)`. Everything stays on the
+    /// backend: nothing is read back.
+    pub fn step(&mut self, be: &B, x: &B::Tensor, labels: &[u32]) -> Result<()> {
+        let acts = forward(be, &self.spec, &self.params, x)?;
+        let grads = backward(be, &self.spec, &self.params, x, &acts, labels)?;
+        self.steps += 1;
+        let o = self.opt;
+        let s = AdamWStep::new(o.lr, o.weight_decay, o.beta1, o.beta2, o.eps, self.steps);
+        for i in 0..self.params.len() {
+            let (p, m, v) = be.adamw(&self.params[i], &grads[i], &self.m[i], &self.v[i], &s)?;
+            self.params[i] = p;
+            self.m[i] = m;
+            self.v[i] = v;
+        }
+        Ok(())
+    }
+}
+
+/// Mean cross-entropy and accuracy of host logits `(n, C)` against `labels`, in f64.
+pub fn loss_and_accuracy(logits: &[f32], classes: usize, labels: &[u32]) -> (f32, f32) {
+    if labels.is_empty() {
+        return (f32::NAN, f32::NAN);
+    }
+    let mut loss = 0f64;
+    let mut correct = 0usize;
+    for (row, &y) in logits.chunks_exact(classes).zip(labels) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let lse = row.iter().map(|&z| (z as f64 - max).exp()).sum::<f64>().ln() + max;
+        loss += lse - row[y as usize] as f64;
+        correct += (argmax(row) == y as usize) as usize;
+    }
+    ((loss / labels.len() as f64) as f32, correct as f32 / labels.len() as f32)
+}
+
+/// Index of the largest value (the first on ties).
+pub fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// One `{label, score}` of a prediction, best first.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LabelScore {
+    pub label: String,
+    pub score: f32,
+}
+
+impl<B: Backend> TrainedHead<B> {
+    /// Puts host parameters on the backend.
+    pub fn from_host(be: &B, spec: HeadSpec, host: Vec<Vec<f32>>) -> Result<TrainedHead<B>> {
+        let shapes = spec.param_shapes();
+        if host.len() != shapes.len() || host.iter().zip(&shapes).any(|(v, &(r, c))| v.len() != r * c) {
+            return Err(Error::Input("head parameters do not match the head's shape".into()));
+        }
+        let params = host.iter().zip(&shapes).map(|(v, &(r, c))| be.input(v, r, c)).collect::<Result<_>>()?;
+        Ok(TrainedHead { spec, params, host })
+    }
+
+    /// Logits `(B, C)` of pooled features `(B, H)`.
+    pub fn logits(&self, be: &B, pooled: &B::Tensor) -> Result<B::Tensor> {
+        Ok(forward(be, &self.spec, &self.params, pooled)?.logits)
+    }
+
+    /// One row of logits → `{label, score}` (softmax) best first, the best `top_k` or all.
+    pub fn postprocess(&self, logits: &[f32], top_k: Option<usize>) -> Vec<LabelScore> {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f64> = logits.iter().map(|&z| ((z - max) as f64).exp()).collect();
+        let sum: f64 = exps.iter().sum();
+        let mut out: Vec<LabelScore> = self
+            .spec
+            .labels
+            .iter()
+            .zip(&exps)
+            .map(|(l, &e)| LabelScore { label: l.clone(), score: (e / sum) as f32 })
+            .collect();
+        out.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
+        out.truncate(top_k.unwrap_or(usize::MAX));
+        out
+    }
+
+    /// The head as a safetensors file: f32 tensors under Hugging Face names ([`HeadSpec::param_names`]; 1-D
+    /// biases), and in the metadata `pooling` (`mean`|`cls`), `id2label` (JSON `{"0": "label", ...}`),
+    /// `hidden_size` (the encoder's), and for a hidden layer `head_hidden_size` and `head_activation`.
+    pub fn export(&self) -> Result<Vec<u8>> {
+        export_safetensors(&self.spec, &self.host)
+    }
+}
+
+fn activation_name(a: Activation) -> &'static str {
+    match a {
+        Activation::Relu => "relu",
+        Activation::Gelu => "gelu",
+        Activation::GeluTanh => "gelu_tanh",
+        Activation::Tanh => "tanh",
+        Activation::None => "none",
+    }
+}
+
+/// `relu` or `gelu` (the activations a hidden layer may have).
+pub fn parse_activation(s: &str) -> Result<Activation> {
+    match s {
+        "relu" => Ok(Activation::Relu),
+        "gelu" => Ok(Activation::Gelu),
+        "gelu_tanh" => Ok(Activation::GeluTanh),
+        "tanh" => Ok(Activation::Tanh),
+        other => Err(Error::Input(format!("unknown head activation `{other}`; use relu or gelu"))),
+    }
+}
+
+pub fn export_safetensors(spec: &HeadSpec, host: &[Vec<f32>]) -> Result<Vec<u8>> {
+    let mut meta = HashMap::new();
+    meta.insert("format".to_string(), "pt".to_string());
+    meta.insert("pooling".to_string(), match spec.pooling { Pooling::Mean => "mean", Pooling::Cls => "cls" }.to_string());
+    let id2label: serde_json::Map<String, serde_json::Value> =
+        spec.labels.iter().enumerate().map(|(i, l)| (i.to_string(), serde_json::Value::String(l.clone()))).collect();
+    meta.insert("id2label".to_string(), serde_json::Value::Object(id2label).to_string());
+    meta.insert("hidden_size".to_string(), spec.input_size.to_string());
+    if let Some((d, a)) = spec.hidden {
+        meta.insert("head_hidden_size".to_string(), d.to_string());
+        meta.insert("head_activation".to_string(), activation_name(a).to_string());
+    }
+    let bytes: Vec<Vec<u8>> = host.iter().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+    let shapes = spec.param_shapes();
+    let mut views = Vec::new();
+    for ((name, b), &(r, c)) in spec.param_names().iter().zip(&bytes).zip(&shapes) {
+        let shape = if r == 1 { vec![c] } else { vec![r, c] }; // biases are 1-D, as in PyTorch
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, b)
+            .map_err(|e| Error::Weights(format!("cannot write head tensor {name}: {e}")))?;
+        views.push((name.to_string(), view));
+    }
+    safetensors::serialize(views, Some(meta)).map_err(|e| Error::Weights(format!("cannot write the head file: {e}")))
+}
+
+/// Parses a head file made by [`export_safetensors`] for an encoder of hidden size `encoder_hidden`.
+pub fn import_safetensors(bytes: &[u8], encoder_hidden: usize) -> Result<(HeadSpec, Vec<Vec<f32>>)> {
+    use safetensors::SafeTensors;
+    let bad = |m: String| Error::Weights(format!("head file: {m}"));
+    let (_, header) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| bad(format!("not a valid safetensors file ({e}); export it again with train-head / exportHead")))?;
+    let meta = header.metadata().clone().unwrap_or_default();
+    let get = |k: &str| {
+        meta.get(k).ok_or_else(|| {
+            bad(format!("the metadata has no `{k}`: this is not a head written by train-head / exportHead"))
+        })
+    };
+    let pooling: Pooling = get("pooling")?.parse()?;
+    let input_size: usize =
+        get("hidden_size")?.parse().map_err(|_| bad("`hidden_size` in the metadata is not a number".into()))?;
+    if input_size != encoder_hidden {
+        return Err(Error::Input(format!(
+            "this head was trained on features of size {input_size}, but the model's hidden size is {encoder_hidden}: \
+             load it with the model it was trained on (or train a new head for this model)"
+        )));
+    }
+    let id2label: HashMap<String, String> = serde_json::from_str(get("id2label")?)
+        .map_err(|e| bad(format!("`id2label` in the metadata is not a JSON object of strings ({e})")))?;
+    let n = id2label.len();
+    if n < 2 {
+        return Err(bad(format!("`id2label` has {n} label(s); a classifier needs at least 2")));
+    }
+    let labels = (0..n)
+        .map(|i| id2label.get(&i.to_string()).cloned().ok_or_else(|| bad(format!("`id2label` lacks key \"{i}\" (keys must be 0..{n})"))))
+        .collect::<Result<Vec<_>>>()?;
+    let hidden = match meta.get("head_hidden_size") {
+        None => None,
+        Some(d) => {
+            let d: usize = d.parse().map_err(|_| bad("`head_hidden_size` is not a number".into()))?;
+            if d == 0 || d > 1 << 16 {
+                return Err(bad(format!("`head_hidden_size` {d} is out of range (1..=65536)")));
+            }
+            Some((d, parse_activation(get("head_activation")?)?))
+        }
+    };
+    let spec = HeadSpec { input_size, hidden, labels, pooling };
+    let st = SafeTensors::deserialize(bytes).map_err(|e| bad(format!("not a valid safetensors file ({e})")))?;
+    let mut host = Vec::new();
+    for (name, &(r, c)) in spec.param_names().iter().zip(&spec.param_shapes()) {
+        let view = st.tensor(name).map_err(|_| bad(format!("tensor `{name}` is missing")))?;
+        if view.dtype() != safetensors::Dtype::F32 {
+            return Err(bad(format!("tensor `{name}` is {:?}; heads are stored as F32", view.dtype())));
+        }
+        let want: Vec<usize> = if r == 1 { vec![c] } else { vec![r, c] };
+        if view.shape() != want.as_slice() {
+            return Err(Error::Shape { name: name.to_string(), got: view.shape().to_vec(), expected: want });
+        }
+        host.push(view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect());
+    }
+    Ok((spec, host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitmix64_reference_values() {
+        // First outputs for seed 1234567 from the reference C code (prng.di.unimi.it/splitmix64.c).
+        let mut r = SplitMix64::new(1234567);
+        assert_eq!(r.next_u64(), 6457827717110365317);
+        assert_eq!(r.next_u64(), 3203168211198807973);
+        assert_eq!(r.next_u64(), 9817491932198370423);
+    }
+
+    #[test]
+    fn shuffle_is_a_seeded_permutation() {
+        let mut a: Vec<usize> = (0..50).collect();
+        SplitMix64::new(7).shuffle(&mut a);
+        let mut b: Vec<usize> = (0..50).collect();
+        SplitMix64::new(7).shuffle(&mut b);
+        assert_eq!(a, b);
+        assert_ne!(a, (0..50).collect::<Vec<_>>());
+        a.sort();
+        assert_eq!(a, (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn head_file_round_trip_and_errors() {
+        let spec = HeadSpec {
+            input_size: 4,
+            hidden: Some((3, Activation::Gelu)),
+            labels: vec!["a".into(), "b é".into()],
+            pooling: Pooling::Cls,
+        };
+        let host = spec.init(&mut SplitMix64::new(1));
+        let bytes = export_safetensors(&spec, &host).unwrap();
+        let (spec2, host2) = import_safetensors(&bytes, 4).unwrap();
+        assert_eq!(spec2, spec);
+        assert_eq!(host2, host);
+        let e = import_safetensors(&bytes, 384).unwrap_err().to_string();
+        assert!(e.contains("size 4") && e.contains("384"), "{e}");
+        assert!(import_safetensors(&bytes[..bytes.len() - 3], 4).is_err());
+        assert!(import_safetensors(b"not a file", 4).is_err());
+    }
+}
