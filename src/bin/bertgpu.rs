@@ -157,12 +157,26 @@ enum Command {
         data: PathBuf,
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 20)]
         epochs: usize,
         #[arg(long, default_value_t = 1e-3)]
         lr: f32,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Examples per AdamW step
+        #[arg(long, default_value_t = 16)]
+        batch_size: usize,
+        /// AdamW's decoupled weight decay
+        #[arg(long, default_value_t = 0.01)]
+        weight_decay: f32,
+        /// Fraction held out for early stopping (0 trains on everything for all epochs)
+        #[arg(long, default_value_t = 0.1)]
+        validation_split: f32,
+        /// Add one hidden layer of this many units (ReLU)
+        #[arg(long)]
+        hidden: Option<usize>,
+        #[arg(long, value_enum, default_value_t = Pooling::Mean)]
+        pooling: Pooling,
     },
     /// Speed of the backends on this machine: a table
     Bench {
@@ -232,9 +246,10 @@ fn run(command: Command) -> Result<(), Fail> {
             let _ = top_k;
             Err(Fail::NotImplemented("fill-mask"))
         }
-        Command::Classify { infer, top_k, head } => {
+        Command::Classify { infer, top_k, head: Some(head) } => cmd_classify_head(&infer, top_k, &head),
+        Command::Classify { infer, top_k, head: None } => {
             let _m = load_model(&infer.model)?;
-            let _ = (top_k, head);
+            let _ = top_k;
             Err(Fail::NotImplemented("classify"))
         }
         Command::NextSentence { infer } => {
@@ -255,10 +270,22 @@ fn run(command: Command) -> Result<(), Fail> {
             let _ = (dtype, out);
             Err(Fail::NotImplemented("convert"))
         }
-        Command::TrainHead { infer, data, out, epochs, lr, seed } => {
-            let _m = load_model(&infer.model)?;
-            let _ = (data, out, epochs, lr, seed);
-            Err(Fail::NotImplemented("train-head"))
+        Command::TrainHead { infer, data, out, epochs, lr, seed, batch_size, weight_decay, validation_split, hidden, pooling } => {
+            let opts = tasks::TrainOptions {
+                epochs,
+                learning_rate: lr,
+                seed,
+                batch_size,
+                weight_decay,
+                validation_split,
+                hidden,
+                pooling: match pooling {
+                    Pooling::Mean => tasks::Pooling::Mean,
+                    Pooling::Cls => tasks::Pooling::Cls,
+                },
+                ..Default::default()
+            };
+            cmd_train_head(&infer, &data, &out, &opts)
         }
         Command::Bench { infer } => {
             let _m = load_model(&infer.model)?;
@@ -368,6 +395,72 @@ fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u3
             .map(|e| {
                 e.and_then(|_| vectors.next().map(|v| json!({ "embedding": v })).ok_or_else(|| "no result".to_string()))
             })
+            .collect()
+    })
+}
+
+/// `train-head`: reads `{"text", "label"}` lines, trains, writes the head; one JSON progress line per epoch on
+/// stderr. Bad data or options exit 2 with the reason (training needs every line, so nothing is skipped).
+fn cmd_train_head(args: &InferArgs, data: &Path, out: &Path, opts: &tasks::TrainOptions) -> Result<(), Fail> {
+    let text = std::fs::read_to_string(data)
+        .map_err(|e| Fail::Model(format!("cannot read training data `{}`: {e}", data.display())))?;
+    let mut examples = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let ex: tasks::TrainExample = serde_json::from_str(line).map_err(|e| {
+            Fail::Model(format!(
+                "{}:{}: expected a JSON object {{\"text\": \"...\", \"label\": \"...\"}} ({e})",
+                data.display(),
+                i + 1
+            ))
+        })?;
+        examples.push(ex);
+    }
+    let m = load_model(&args.model)?;
+    let engine = load_engine(&m, args.device)?;
+    eprintln!("bertgpu: training a head on {} examples ({} backend)", examples.len(), engine.device());
+    let report = pollster::block_on(engine.train_head(&examples, opts, |p| {
+        eprintln!("{}", serde_json::to_string(p).unwrap_or_default());
+    }))
+    .map_err(|e| Fail::Model(format!("train-head: {e}")))?;
+    let bytes = engine.export_head().map_err(|e| Fail::Model(e.to_string()))?;
+    std::fs::write(out, bytes).map_err(|e| Fail::Model(format!("cannot write `{}`: {e}", out.display())))?;
+    eprintln!(
+        "bertgpu: kept epoch {} of {}; labels {:?}; wrote {}",
+        report.best_epoch,
+        report.history.len(),
+        report.labels,
+        out.display()
+    );
+    Ok(())
+}
+
+/// `classify --head FILE`: the trained head on the model's pooled features.
+fn cmd_classify_head(args: &InferArgs, top_k: Option<usize>, head: &Path) -> Result<(), Fail> {
+    let m = load_model(&args.model)?;
+    let engine = load_engine(&m, args.device)?;
+    let bytes =
+        std::fs::read(head).map_err(|e| Fail::Model(format!("cannot read head file `{}`: {e}", head.display())))?;
+    engine.load_head(&bytes).map_err(|e| Fail::Model(format!("cannot load head `{}`: {e}", head.display())))?;
+    run_lines(Shape::Text, 8, |inputs| {
+        let encoded: Vec<Result<Encoded, String>> = inputs
+            .iter()
+            .map(|i| match i.text_and_pair() {
+                (_, Some(_)) => Err("a trained head classifies single texts; send {\"text\": ...} alone".to_string()),
+                (text, None) => engine.tokenizer().encode(text, None).map_err(|e| e.to_string()),
+            })
+            .collect();
+        let ok: Vec<Encoded> = encoded.iter().filter_map(|e| e.as_ref().ok().cloned()).collect();
+        let results = match pollster::block_on(engine.classify_with_head(&ok, top_k)) {
+            Ok(v) => v,
+            Err(e) => return vec![Err(e.to_string())],
+        };
+        let mut results = results.into_iter();
+        encoded
+            .into_iter()
+            .map(|e| e.and_then(|_| results.next().map(|r| json!(r)).ok_or_else(|| "no result".to_string())))
             .collect()
     })
 }

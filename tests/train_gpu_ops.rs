@@ -1,0 +1,147 @@
+//! The GPU training kernels (shaders/train.wgsl) against their CPU twins, over awkward shapes. Skipped (with a
+//! message) where no adapter exists.
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::gpu::GpuBackend;
+use bertgpu::backend::{Activation, AdamWStep, Backend};
+
+/// matmul: the GPU sums K products in order with fma, the CPU GEMM in blocks; with values in [-1, 1) the difference
+/// grows like √K·ε·K^½ (≈ 513·6e-8 ≈ 3e-5 at worst for K = 513, typically far less): atol 2e-5 plus rtol.
+const MATMUL_ATOL: f32 = 2e-5;
+const MATMUL_RTOL: f32 = 1e-5;
+/// Softmax gradient: exp on the GPU (lavapipe, SwiftShader) may differ from Rust's by a few ulp.
+const XENT_ATOL: f32 = 1e-6;
+const XENT_RTOL: f32 = 1e-5;
+/// GELU derivative: the shader's erf is Abramowitz–Stegun 7.1.26 (|error| ≤ 1.5e-7) vs libm's erff.
+const ACT_ATOL: f32 = 1e-6;
+const ACT_RTOL: f32 = 1e-5;
+/// AdamW: the same arithmetic in the same order; sqrt and division may round differently by an ulp.
+const ADAMW_ATOL: f32 = 1e-7;
+const ADAMW_RTOL: f32 = 1e-6;
+
+fn gpu() -> Option<GpuBackend> {
+    match GpuBackend::new_blocking() {
+        Ok(g) => Some(g),
+        Err(e) if e.to_string().contains("no GPU adapter") => {
+            eprintln!("SKIPPED: {e}");
+            None
+        }
+        Err(e) => panic!("a GPU adapter exists but the backend failed: {e}"),
+    }
+}
+
+fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    let mut worst = (0usize, 0f32);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let r = (g - w).abs() / (atol + rtol * w.abs());
+        let r = if r.is_nan() { f32::INFINITY } else { r };
+        if r > worst.1 {
+            worst = (i, r);
+        }
+    }
+    let i = worst.0;
+    assert!(worst.1 <= 1.0, "{what}: worst index {i}: gpu {} vs cpu {} (atol {atol}, rtol {rtol})", got[i], want[i]);
+}
+
+fn up_cpu(d: &[f32], r: usize, c: usize) -> <CpuBackend as Backend>::Tensor {
+    CpuBackend.input(d, r, c).unwrap()
+}
+
+fn read_g(g: &GpuBackend, t: &<GpuBackend as Backend>::Tensor) -> Vec<f32> {
+    pollster::block_on(g.read(t)).unwrap()
+}
+
+fn read_c(t: &<CpuBackend as Backend>::Tensor) -> Vec<f32> {
+    t.to_vec()
+}
+
+#[test]
+fn train_kernels_match_cpu_twins() {
+    let Some(g) = gpu() else { return };
+    let sizes = [1usize, 7, 33, 513];
+    // matmul with every transpose combination.
+    for &m in &sizes {
+        for &k in &[1usize, 7, 33, 513] {
+            for &n in &[1usize, 3, 33] {
+                if m * k * n > 600_000 {
+                    continue;
+                }
+                for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let (ar, ac) = if ta { (k, m) } else { (m, k) };
+                    let (br, bc) = if tb { (n, k) } else { (k, n) };
+                    let a = rand_vec(ar * ac, (m * 31 + k) as u64);
+                    let b = rand_vec(br * bc, (n * 17 + k) as u64);
+                    let want = CpuBackend.matmul(&up_cpu(&a, ar, ac), ta, &up_cpu(&b, br, bc), tb).unwrap();
+                    let got = g.matmul(&g.input(&a, ar, ac).unwrap(), ta, &g.input(&b, br, bc).unwrap(), tb).unwrap();
+                    assert_eq!(g.dims(&got), (m, n));
+                    assert_close(&format!("matmul {m}x{k}x{n} ta={ta} tb={tb}"), &read_g(&g, &got), &read_c(&want),
+                        MATMUL_ATOL, MATMUL_RTOL);
+                }
+            }
+        }
+    }
+    // softmax cross-entropy gradient, including large logits.
+    for &(b, c) in &[(1usize, 2usize), (7, 3), (33, 7), (513, 5)] {
+        let mut z = rand_vec(b * c, (b + c) as u64);
+        z.iter_mut().enumerate().for_each(|(i, v)| if i % 11 == 0 { *v *= 80.0 });
+        let labels: Vec<u32> = (0..b).map(|i| (i * 7 % c) as u32).collect();
+        let want = CpuBackend.softmax_xent_grad(&up_cpu(&z, b, c), &labels).unwrap();
+        let got = g.softmax_xent_grad(&g.input(&z, b, c).unwrap(), &labels).unwrap();
+        assert_close(&format!("xent grad {b}x{c}"), &read_g(&g, &got), &read_c(&want), XENT_ATOL, XENT_RTOL);
+    }
+    // activation derivatives.
+    for act in [Activation::None, Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh] {
+        for &n in &sizes {
+            let dy = rand_vec(n * 7, 5);
+            let pre: Vec<f32> = rand_vec(n * 7, 6).iter().map(|v| v * 4.0).collect();
+            let want = CpuBackend.activation_grad(&up_cpu(&dy, n, 7), &up_cpu(&pre, n, 7), act).unwrap();
+            let got = g.activation_grad(&g.input(&dy, n, 7).unwrap(), &g.input(&pre, n, 7).unwrap(), act).unwrap();
+            assert_close(&format!("{act:?}' over {n}x7"), &read_g(&g, &got), &read_c(&want), ACT_ATOL, ACT_RTOL);
+        }
+    }
+    // AdamW at steps 1 and 7 (different bias corrections).
+    for &(r, c) in &[(1usize, 1usize), (7, 33), (3, 513)] {
+        let p = rand_vec(r * c, 1);
+        let gr: Vec<f32> = rand_vec(r * c, 2).iter().map(|v| v * 0.01).collect();
+        let m: Vec<f32> = rand_vec(r * c, 3).iter().map(|v| v * 0.001).collect();
+        let v: Vec<f32> = rand_vec(r * c, 4).iter().map(|v| v * v * 1e-5).collect();
+        for t in [1, 7] {
+            let s = AdamWStep::new(1e-2, 0.01, 0.9, 0.999, 1e-8, t);
+            let (wp, wm, wv) = CpuBackend
+                .adamw(&up_cpu(&p, r, c), &up_cpu(&gr, r, c), &up_cpu(&m, r, c), &up_cpu(&v, r, c), &s)
+                .unwrap();
+            let up = |d: &[f32]| g.input(d, r, c).unwrap();
+            let (gp, gm, gv) = g.adamw(&up(&p), &up(&gr), &up(&m), &up(&v), &s).unwrap();
+            let what = format!("adamw {r}x{c} t={t}");
+            assert_close(&format!("{what} param"), &read_g(&g, &gp), &read_c(&wp), ADAMW_ATOL, ADAMW_RTOL);
+            assert_close(&format!("{what} m"), &read_g(&g, &gm), &read_c(&wm), ADAMW_ATOL, ADAMW_RTOL);
+            assert_close(&format!("{what} v"), &read_g(&g, &gv), &read_c(&wv), ADAMW_ATOL, ADAMW_RTOL);
+        }
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let Some(g) = gpu() else { return };
+    let a = g.input(&[0.0; 6], 2, 3).unwrap();
+    assert!(g.matmul(&a, false, &a, false).is_err());
+    assert!(g.softmax_xent_grad(&a, &[0, 3]).is_err());
+    assert!(g.softmax_xent_grad(&a, &[0]).is_err());
+    let b = g.input(&[0.0; 4], 2, 2).unwrap();
+    assert!(g.activation_grad(&a, &b, Activation::Relu).is_err());
+    let s = AdamWStep::new(1e-3, 0.0, 0.9, 0.999, 1e-8, 1);
+    assert!(g.adamw(&a, &b, &a, &a, &s).is_err());
+}
