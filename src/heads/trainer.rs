@@ -358,28 +358,53 @@ pub fn parse_activation(s: &str) -> Result<Activation> {
     }
 }
 
+/// Writes the safetensors layout directly (8-byte little-endian header length, JSON header, raw data) rather than
+/// through `safetensors::serialize`, whose metadata is a `HashMap`: its random iteration order would make the same
+/// head give different bytes from run to run. Here keys are sorted (`BTreeMap`), so a head's file is reproducible.
 pub fn export_safetensors(spec: &HeadSpec, host: &[Vec<f32>]) -> Result<Vec<u8>> {
-    let mut meta = HashMap::new();
-    meta.insert("format".to_string(), "pt".to_string());
-    meta.insert("pooling".to_string(), match spec.pooling { Pooling::Mean => "mean", Pooling::Cls => "cls" }.to_string());
-    let id2label: serde_json::Map<String, serde_json::Value> =
-        spec.labels.iter().enumerate().map(|(i, l)| (i.to_string(), serde_json::Value::String(l.clone()))).collect();
-    meta.insert("id2label".to_string(), serde_json::Value::Object(id2label).to_string());
-    meta.insert("hidden_size".to_string(), spec.input_size.to_string());
-    if let Some((d, a)) = spec.hidden {
-        meta.insert("head_hidden_size".to_string(), d.to_string());
-        meta.insert("head_activation".to_string(), activation_name(a).to_string());
-    }
-    let bytes: Vec<Vec<u8>> = host.iter().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+    use serde_json::{json, Value};
+    use std::collections::BTreeMap;
     let shapes = spec.param_shapes();
-    let mut views = Vec::new();
-    for ((name, b), &(r, c)) in spec.param_names().iter().zip(&bytes).zip(&shapes) {
-        let shape = if r == 1 { vec![c] } else { vec![r, c] }; // biases are 1-D, as in PyTorch
-        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, b)
-            .map_err(|e| Error::Weights(format!("cannot write head tensor {name}: {e}")))?;
-        views.push((name.to_string(), view));
+    if host.len() != shapes.len() || host.iter().zip(&shapes).any(|(v, &(r, c))| v.len() != r * c) {
+        return Err(Error::Input("head parameters do not match the head's shape".into()));
     }
-    safetensors::serialize(views, Some(meta)).map_err(|e| Error::Weights(format!("cannot write the head file: {e}")))
+    let mut meta = BTreeMap::new();
+    meta.insert("format", "pt".to_string());
+    meta.insert("pooling", match spec.pooling { Pooling::Mean => "mean", Pooling::Cls => "cls" }.to_string());
+    let id2label: BTreeMap<usize, &str> = spec.labels.iter().enumerate().map(|(i, l)| (i, l.as_str())).collect();
+    meta.insert("id2label", serde_json::to_string(&id2label)?);
+    meta.insert("hidden_size", spec.input_size.to_string());
+    if let Some((d, a)) = spec.hidden {
+        meta.insert("head_hidden_size", d.to_string());
+        meta.insert("head_activation", activation_name(a).to_string());
+    }
+    let mut header: BTreeMap<String, Value> = BTreeMap::new();
+    header.insert("__metadata__".into(), json!(meta));
+    // Tensors are laid out in name order (the order the sorted header lists them).
+    let mut order: Vec<usize> = (0..host.len()).collect();
+    order.sort_by_key(|&i| spec.param_names()[i]);
+    let mut offset = 0usize;
+    let mut data = Vec::new();
+    for &i in &order {
+        let (r, c) = shapes[i];
+        let shape = if r == 1 { vec![c] } else { vec![r, c] }; // biases are 1-D, as in PyTorch
+        let end = offset + host[i].len() * 4;
+        header.insert(
+            spec.param_names()[i].to_string(),
+            json!({"dtype": "F32", "shape": shape, "data_offsets": [offset, end]}),
+        );
+        data.extend(host[i].iter().flat_map(|x| x.to_le_bytes()));
+        offset = end;
+    }
+    let mut head = serde_json::to_vec(&header)?;
+    while head.len() % 8 != 0 {
+        head.push(b' '); // the format pads the header with spaces to an 8-byte boundary
+    }
+    let mut out = Vec::with_capacity(8 + head.len() + data.len());
+    out.extend((head.len() as u64).to_le_bytes());
+    out.extend(head);
+    out.extend(data);
+    Ok(out)
 }
 
 /// Parses a head file made by [`export_safetensors`] for an encoder of hidden size `encoder_hidden`.
@@ -477,6 +502,11 @@ mod tests {
         let (spec2, host2) = import_safetensors(&bytes, 4).unwrap();
         assert_eq!(spec2, spec);
         assert_eq!(host2, host);
+        assert!(export_safetensors(&spec, &host).unwrap() == bytes, "the same head gives the same bytes");
+        // The safetensors crate reads our layout.
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        assert_eq!(st.tensor("classifier.out_proj.weight").unwrap().shape(), &[2, 3]);
+        assert_eq!(st.tensor("classifier.dense.bias").unwrap().shape(), &[3]);
         let e = import_safetensors(&bytes, 384).unwrap_err().to_string();
         assert!(e.contains("size 4") && e.contains("384"), "{e}");
         assert!(import_safetensors(&bytes[..bytes.len() - 3], 4).is_err());
