@@ -42,17 +42,19 @@ impl<B: Backend> BertPredictionHeadTransform<B> {
 
 /// `BertLMPredictionHead`: the transform, then the decoder onto the vocabulary plus a per-token bias.
 ///
-/// The decoder is tied to the word embeddings in every BERT checkpoint we know of, and files usually omit it
-/// (`cls.predictions.decoder.weight` absent): then the word-embedding matrix `(V, H)` is the decoder.
+/// With `tie_word_embeddings` (HF's default, and every BERT checkpoint we know of) the decoder *is* the
+/// word-embedding matrix `(V, H)`, whatever the file stores under `cls.predictions.decoder.weight` (files usually
+/// omit it): the model's own embedding tensor is passed to [`Self::forward_rows`] instead of uploading a copy.
 pub struct BertLMPredictionHead<B: Backend> {
     pub transform: BertPredictionHeadTransform<B>,
-    pub decoder: B::Tensor, // (V, H)
-    pub bias: B::Tensor,    // (V)
+    /// `Some((V, H))` only for an untied checkpoint; `None`: tied to the word embeddings.
+    pub decoder: Option<B::Tensor>,
+    pub bias: B::Tensor, // (V)
     pub vocab_size: usize,
 }
 
 impl<B: Backend> BertLMPredictionHead<B> {
-    /// `w` at `cls.predictions`; the tied decoder is looked up from the root of `w`.
+    /// `w` at `cls.predictions`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
         if !w.contains("transform.dense.weight") {
@@ -63,26 +65,28 @@ impl<B: Backend> BertLMPredictionHead<B> {
             )));
         }
         let transform = BertPredictionHeadTransform::load(&w.pp("transform"), cfg, backend)?;
-        let root = w.root();
-        let decoder_name = format!("{}.decoder.weight", w.prefix());
-        let decoder = root.get_first(&[decoder_name.as_str(), "bert.embeddings.word_embeddings.weight"], &[v, h])?;
+        let decoder = if cfg.tie_word_embeddings {
+            None
+        } else {
+            Some(backend.upload(w.get("decoder.weight", &[v, h]).map_err(|e| {
+                Error::Weights(format!("{e} (config.json says tie_word_embeddings: false, so the untied decoder \
+                    must be in the file)"))
+            })?)?)
+        };
         // The bias is `cls.predictions.bias`; `decoder.bias` is the same parameter under its other name.
         let bias = w.get_first(&["bias", "decoder.bias"], &[v])?;
-        Ok(BertLMPredictionHead {
-            transform,
-            decoder: backend.upload(decoder)?,
-            bias: backend.upload(bias)?,
-            vocab_size: v,
-        })
+        Ok(BertLMPredictionHead { transform, decoder, bias: backend.upload(bias)?, vocab_size: v })
     }
 
     /// Vocabulary logits of the selected rows only: hidden `(B*T, H)`, `rows` (e.g. the `[MASK]` positions
     /// `b*T + t`) → `(rows.len(), V)`. Gathering first keeps the `H×V` projection and the read-back to the rows
-    /// that are asked about.
-    pub fn forward_rows(&self, backend: &B, hidden: &B::Tensor, rows: &[u32]) -> Result<B::Tensor> {
+    /// that are asked about. `word_embeddings` `(V, H)` is the tied decoder.
+    pub fn forward_rows(&self, backend: &B, hidden: &B::Tensor, rows: &[u32], word_embeddings: &B::Tensor)
+        -> Result<B::Tensor> {
         let x = backend.gather_rows(hidden, rows)?; // (M, H)
         let x = self.transform.forward(backend, &x)?; // (M, H)
-        backend.linear(&x, &self.decoder, Some(&self.bias), Activation::None) // (M, V)
+        let decoder = self.decoder.as_ref().unwrap_or(word_embeddings); // (V, H)
+        backend.linear(&x, decoder, Some(&self.bias), Activation::None) // (M, V)
     }
 }
 

@@ -18,11 +18,69 @@ pub mod classifier;
 pub mod masked_lm;
 pub mod pooler;
 pub mod qa;
+pub mod pipelines;
 pub mod token_classifier;
 
 use crate::backend::Backend;
+use crate::config::BertConfig;
 use crate::weights::Weights;
-use crate::Result;
+use crate::{Error, Result};
+
+/// The task heads a checkpoint carries, loaded with the encoder (so the host weights can be dropped afterwards).
+/// A head the file lacks keeps the error that explains why; the error is returned when its task is asked for.
+pub struct Heads<B: Backend> {
+    masked_lm: Result<masked_lm::BertLMPredictionHead<B>>,
+    next_sentence: Result<(pooler::BertPooler<B>, masked_lm::BertOnlyNSPHead<B>)>,
+    sequence: Result<classifier::SequenceClassifier<B>>,
+    token: Result<token_classifier::TokenClassifier<B>>,
+    qa: Result<qa::QaHead<B>>,
+}
+
+/// A stored load error, handed out again (crate errors are not `Clone`: io errors are reduced to their text).
+fn again(e: &Error) -> Error {
+    match e {
+        Error::Config(s) => Error::Config(s.clone()),
+        Error::Weights(s) => Error::Weights(s.clone()),
+        Error::Input(s) => Error::Input(s.clone()),
+        Error::Gpu(s) => Error::Gpu(s.clone()),
+        Error::Gguf(s) => Error::Gguf(s.clone()),
+        Error::Tokenizer(s) => Error::Tokenizer(s.clone()),
+        Error::Shape { name, got, expected } => {
+            Error::Shape { name: name.clone(), got: got.clone(), expected: expected.clone() }
+        }
+        other => Error::Weights(other.to_string()),
+    }
+}
+
+impl<B: Backend> Heads<B> {
+    /// `w` at the checkpoint root. Never fails: each head's absence is recorded.
+    pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Heads<B> {
+        Heads {
+            masked_lm: masked_lm::BertLMPredictionHead::load(&w.pp("cls.predictions"), cfg, backend),
+            next_sentence: masked_lm::BertOnlyNSPHead::load(&w.pp("cls.seq_relationship"), cfg, backend)
+                .and_then(|nsp| Ok((pooler::BertPooler::load(&w.pp("bert.pooler"), cfg, backend)?, nsp))),
+            sequence: classifier::SequenceClassifier::load(w, cfg, backend),
+            token: token_classifier::TokenClassifier::load(w, cfg, backend),
+            qa: qa::QaHead::load(w, cfg, backend),
+        }
+    }
+
+    pub fn masked_lm(&self) -> Result<&masked_lm::BertLMPredictionHead<B>> {
+        self.masked_lm.as_ref().map_err(again)
+    }
+    pub fn next_sentence(&self) -> Result<&(pooler::BertPooler<B>, masked_lm::BertOnlyNSPHead<B>)> {
+        self.next_sentence.as_ref().map_err(again)
+    }
+    pub fn sequence_classifier(&self) -> Result<&classifier::SequenceClassifier<B>> {
+        self.sequence.as_ref().map_err(again)
+    }
+    pub fn token_classifier(&self) -> Result<&token_classifier::TokenClassifier<B>> {
+        self.token.as_ref().map_err(again)
+    }
+    pub fn qa(&self) -> Result<&qa::QaHead<B>> {
+        self.qa.as_ref().map_err(again)
+    }
+}
 
 /// A linear layer `y = x·Wᵀ + b` loaded from `<prefix>.weight` `(out, in)` and `<prefix>.bias` `(out)`.
 pub struct Linear<B: Backend> {
