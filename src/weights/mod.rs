@@ -1,5 +1,8 @@
 //! Weights on the host: safetensors and GGUF files read into [`HostTensor`]s under Hugging Face names.
 
+pub mod gguf;
+pub mod quant;
+
 /// A tensor on the host in the dtype its file stores. Shapes are PyTorch's (a linear weight is `(out, in)`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {
