@@ -23,9 +23,8 @@
 //! [`KEY_CONFIG_JSON`] (activation, `id2label`, ...) and the whole `tokenizer.json` under
 //! `tokenizer.huggingface.json`, so one `.gguf` is a complete model.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
-use half::f16;
 
 use crate::weights::quant::{self, QuantKind, Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK};
 use crate::weights::{HostData, HostTensor};
@@ -810,4 +809,549 @@ fn write_value(out: &mut Vec<u8>, v: &Value) {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// BERT in GGUF: names
+// ---------------------------------------------------------------------------------------------------------------
+
+/// The Hugging Face name without the `bert.` prefix and with legacy `LayerNorm.gamma/beta` spelled
+/// `weight/bias` (the form `convert_hf_to_gguf.py` normalizes to before mapping).
+pub fn canonical_hf_name(name: &str) -> String {
+    let name = name.strip_prefix("bert.").unwrap_or(name);
+    if let Some(stem) = name.strip_suffix(".gamma") {
+        format!("{stem}.weight")
+    } else if let Some(stem) = name.strip_suffix(".beta") {
+        format!("{stem}.bias")
+    } else {
+        name.to_string()
+    }
+}
+
+/// Encoder modules: Hugging Face path → llama.cpp path (within one layer for the `encoder.layer.N.` ones).
+const EMBEDDING_NAMES: [(&str, &str); 4] = [
+    ("embeddings.word_embeddings", "token_embd"),
+    ("embeddings.position_embeddings", "position_embd"),
+    ("embeddings.token_type_embeddings", "token_types"),
+    ("embeddings.LayerNorm", "token_embd_norm"),
+];
+const LAYER_NAMES: [(&str, &str); 8] = [
+    ("attention.self.query", "attn_q"),
+    ("attention.self.key", "attn_k"),
+    ("attention.self.value", "attn_v"),
+    ("attention.output.dense", "attn_output"),
+    ("attention.output.LayerNorm", "attn_output_norm"),
+    ("intermediate.dense", "ffn_up"),
+    ("output.dense", "ffn_down"),
+    ("output.LayerNorm", "layer_output_norm"),
+];
+
+/// A Hugging Face tensor name → its name in a BERT GGUF: llama.cpp's for the encoder, the (canonical) Hugging
+/// Face name for everything else (task heads).
+pub fn hf_to_gguf_name(hf: &str) -> String {
+    let name = canonical_hf_name(hf);
+    let Some((module, param)) = name.rsplit_once('.') else { return name };
+    if let Some((_, g)) = EMBEDDING_NAMES.iter().find(|(h, _)| *h == module) {
+        return format!("{g}.{param}");
+    }
+    if let Some(rest) = module.strip_prefix("encoder.layer.") {
+        if let Some((n, sub)) = rest.split_once('.') {
+            if n.parse::<usize>().is_ok() {
+                if let Some((_, g)) = LAYER_NAMES.iter().find(|(h, _)| *h == sub) {
+                    return format!("blk.{n}.{g}.{param}");
+                }
+            }
+        }
+    }
+    name
+}
+
+/// A BERT GGUF tensor name → the Hugging Face name (inverse of [`hf_to_gguf_name`]); unknown names pass through.
+pub fn gguf_to_hf_name(g: &str) -> String {
+    let Some((module, param)) = g.rsplit_once('.') else { return g.to_string() };
+    if let Some((h, _)) = EMBEDDING_NAMES.iter().find(|(_, n)| *n == module) {
+        return format!("{h}.{param}");
+    }
+    if let Some(rest) = module.strip_prefix("blk.") {
+        if let Some((n, sub)) = rest.split_once('.') {
+            if n.parse::<usize>().is_ok() {
+                if let Some((h, _)) = LAYER_NAMES.iter().find(|(_, l)| *l == sub) {
+                    return format!("encoder.layer.{n}.{h}.{param}");
+                }
+            }
+        }
+    }
+    g.to_string()
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// BERT in GGUF: vocabulary
+// ---------------------------------------------------------------------------------------------------------------
+
+/// llama.cpp token types (`gguf.TokenType`).
+const TOKEN_NORMAL: i32 = 1;
+const TOKEN_CONTROL: i32 = 3;
+/// The word-start marker of llama.cpp's BERT vocabulary ("phantom space").
+const PHANTOM: char = '\u{2581}';
+
+/// WordPiece vocabulary → llama.cpp's form (`convert_hf_to_gguf.py` `BertModel.set_vocab`): special tokens as
+/// they are, `##piece` → `piece`, a word start `w` → `▁w`.
+pub fn to_phantom_vocab(vocab: &[String], special: &HashSet<usize>) -> (Vec<String>, Vec<i32>) {
+    vocab
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if special.contains(&i) {
+                (t.clone(), TOKEN_CONTROL)
+            } else if let Some(p) = t.strip_prefix("##") {
+                (p.to_string(), TOKEN_NORMAL)
+            } else {
+                (format!("{PHANTOM}{t}"), TOKEN_NORMAL)
+            }
+        })
+        .unzip()
+}
+
+/// llama.cpp's BERT vocabulary → WordPiece (the inverse of [`to_phantom_vocab`]). Control tokens (or, without
+/// token types, bracketed tokens like `[CLS]`) are kept as they are.
+pub fn from_phantom_vocab(tokens: &[String], types: Option<&[i32]>) -> Vec<String> {
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let control = match types {
+                Some(ty) => ty.get(i) == Some(&TOKEN_CONTROL),
+                None => BERT_SPECIALS.contains(&t.as_str()),
+            };
+            if control {
+                t.clone()
+            } else if let Some(w) = t.strip_prefix(PHANTOM) {
+                w.to_string()
+            } else {
+                format!("##{t}")
+            }
+        })
+        .collect()
+}
+
+/// BERT's special tokens, for vocabularies that do not mark them (`vocab.txt`, llama.cpp files without token types).
+const BERT_SPECIALS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
+
+fn standard_specials(vocab: &[String]) -> HashSet<usize> {
+    vocab.iter().enumerate().filter(|(_, t)| BERT_SPECIALS.contains(&t.as_str())).map(|(i, _)| i).collect()
+}
+
+/// The vocabulary (by id) and special-token ids of a WordPiece `tokenizer.json`.
+fn vocab_from_tokenizer_json(json: &serde_json::Value) -> Result<(Vec<String>, HashSet<usize>)> {
+    let bad = |m: &str| Error::Tokenizer(format!("tokenizer.json: {m}; bertgpu reads BERT WordPiece tokenizers"));
+    let model = json.get("model").ok_or_else(|| bad("no `model`"))?;
+    if model.get("type").and_then(|t| t.as_str()) != Some("WordPiece") {
+        return Err(bad("the model is not WordPiece"));
+    }
+    let map = model.get("vocab").and_then(|v| v.as_object()).ok_or_else(|| bad("no `model.vocab` object"))?;
+    let mut vocab = vec![None; map.len()];
+    for (tok, id) in map {
+        let id = id.as_u64().map(|i| i as usize).filter(|&i| i < vocab.len()).ok_or_else(|| {
+            bad(&format!("token `{tok}` has id {id}, outside 0..{}: ids must be dense", map.len()))
+        })?;
+        vocab[id] = Some(tok.clone());
+    }
+    let vocab = vocab.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| bad("two tokens share an id"))?;
+    let mut special = HashSet::new();
+    for t in json.get("added_tokens").and_then(|a| a.as_array()).into_iter().flatten() {
+        if t.get("special").and_then(|s| s.as_bool()) == Some(true) {
+            if let Some(id) = t.get("id").and_then(|i| i.as_u64()) {
+                special.insert(id as usize);
+            }
+        }
+    }
+    Ok((vocab, special))
+}
+
+/// A BERT WordPiece `tokenizer.json` equivalent to `transformers`' `BertTokenizerFast` for this vocabulary, for
+/// GGUF files that carry only `tokenizer.ggml.tokens` (llama.cpp's). Lower-casing is inferred from the vocabulary:
+/// an uncased vocabulary has no ASCII capitals outside its special tokens (it may hold symbols such as `ℝ`, which
+/// Unicode counts as upper case), a cased one has thousands.
+pub fn wordpiece_tokenizer_json(vocab: &[String], special: &HashSet<usize>) -> Result<String> {
+    let id_of = |t: &str| vocab.iter().position(|v| v == t);
+    let need = |t: &str| {
+        id_of(t).ok_or_else(|| Error::Tokenizer(format!("the GGUF vocabulary has no `{t}` token; it is not a BERT vocabulary")))
+    };
+    let (cls, sep) = (need("[CLS]")?, need("[SEP]")?);
+    need("[UNK]")?;
+    let lowercase = !vocab
+        .iter()
+        .enumerate()
+        .any(|(i, t)| !special.contains(&i) && !(t.starts_with('[') && t.ends_with(']')) && t.chars().any(|c| c.is_ascii_uppercase()));
+    let added: Vec<serde_json::Value> = vocab
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| special.contains(i))
+        .map(|(i, t)| {
+            serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
+                               "normalized": false, "special": true})
+        })
+        .collect();
+    let vocab_map: serde_json::Map<String, serde_json::Value> =
+        vocab.iter().enumerate().map(|(i, t)| (t.clone(), serde_json::Value::from(i))).collect();
+    let tok = |id: &str, type_id: u32| serde_json::json!({"SpecialToken": {"id": id, "type_id": type_id}});
+    let seq = |id: &str, type_id: u32| serde_json::json!({"Sequence": {"id": id, "type_id": type_id}});
+    let json = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                       "strip_accents": null, "lowercase": lowercase},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [tok("[CLS]", 0), seq("A", 0), tok("[SEP]", 0)],
+            "pair": [tok("[CLS]", 0), seq("A", 0), tok("[SEP]", 0), seq("B", 1), tok("[SEP]", 1)],
+            "special_tokens": {
+                "[CLS]": {"id": "[CLS]", "ids": [cls], "tokens": ["[CLS]"]},
+                "[SEP]": {"id": "[SEP]", "ids": [sep], "tokens": ["[SEP]"]}
+            }
+        },
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": vocab_map}
+    });
+    Ok(json.to_string())
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// BERT in GGUF: reading
+// ---------------------------------------------------------------------------------------------------------------
+
+/// Everything a BERT `.gguf` holds, in the form a Hugging Face folder would give it.
+#[derive(Debug)]
+pub struct BertGguf {
+    /// Tensors under Hugging Face names (no `bert.` prefix), PyTorch shapes, stored dtypes.
+    pub tensors: Vec<(String, HostTensor)>,
+    /// `config.json` text: the original one, or one rebuilt from llama.cpp's `bert.*` keys.
+    pub config_json: String,
+    /// `tokenizer.json` text: the original one, or a WordPiece tokenizer rebuilt from `tokenizer.ggml.tokens`.
+    pub tokenizer_json: String,
+    /// The WordPiece vocabulary by id (`##` continuation form).
+    pub vocab: Vec<String>,
+    /// Sentence-embedding pooling from `bert.pooling_type` (llama.cpp: 0 none, 1 mean, 2 cls), if present.
+    pub pooling: Option<&'static str>,
+    /// The parsed header (all metadata).
+    pub header: Gguf,
+}
+
+fn meta_u64(g: &Gguf, key: &str) -> Result<u64> {
+    g.get(key).and_then(|v| v.as_u64()).ok_or_else(|| {
+        gguf_err(format!("metadata `{key}` is missing or not an unsigned integer; this BERT GGUF is incomplete"))
+    })
+}
+
+/// Reads a BERT GGUF (ours or llama.cpp's) from memory.
+pub fn read_bert(bytes: &[u8]) -> Result<BertGguf> {
+    let g = Gguf::parse(bytes)?;
+    match g.get(KEY_ARCHITECTURE).and_then(|v| v.as_str()) {
+        Some("bert") => {}
+        Some(other) => {
+            return Err(gguf_err(format!(
+                "this GGUF holds a `{other}` model (general.architecture); bertgpu runs `bert` models only"
+            )))
+        }
+        None => return Err(gguf_err(format!("`{KEY_ARCHITECTURE}` is missing; is this a model file?"))),
+    }
+    let mut tensors = Vec::with_capacity(g.tensors.len());
+    for t in &g.tensors {
+        tensors.push((gguf_to_hf_name(&t.name), g.load(bytes, t)?));
+    }
+
+    let types: Option<Vec<i32>> = match g.get("tokenizer.ggml.token_type") {
+        Some(Value::Array(Array::I32(v))) => Some(v.clone()),
+        _ => None,
+    };
+    let ggml_vocab = match g.get(KEY_TOKENS) {
+        Some(Value::Array(Array::String(t))) => Some(from_phantom_vocab(t, types.as_deref())),
+        Some(_) => return Err(gguf_err(format!("`{KEY_TOKENS}` is not an array of strings"))),
+        None => None,
+    };
+
+    let (tokenizer_json, vocab) = match g.get(KEY_TOKENIZER_JSON) {
+        Some(v) => {
+            let text = v.as_str().ok_or_else(|| gguf_err(format!("`{KEY_TOKENIZER_JSON}` is not a string")))?;
+            let json: serde_json::Value = serde_json::from_str(text)
+                .map_err(|e| gguf_err(format!("`{KEY_TOKENIZER_JSON}` is not valid JSON: {e}")))?;
+            (text.to_string(), vocab_from_tokenizer_json(&json)?.0)
+        }
+        None => {
+            let vocab = ggml_vocab.ok_or_else(|| {
+                gguf_err(format!("the file has neither `{KEY_TOKENIZER_JSON}` nor `{KEY_TOKENS}`: no tokenizer"))
+            })?;
+            let special: HashSet<usize> = match &types {
+                Some(t) => t.iter().enumerate().filter(|(_, &ty)| ty == TOKEN_CONTROL).map(|(i, _)| i).collect(),
+                None => standard_specials(&vocab),
+            };
+            (wordpiece_tokenizer_json(&vocab, &special)?, vocab)
+        }
+    };
+
+    let config_json = match g.get(KEY_CONFIG_JSON) {
+        Some(v) => v.as_str().ok_or_else(|| gguf_err(format!("`{KEY_CONFIG_JSON}` is not a string")))?.to_string(),
+        None => {
+            // llama.cpp's keys; the type-vocabulary size and vocabulary size come from the tensors themselves.
+            let rows = |hf: &str| tensors.iter().find(|(n, _)| n == hf).and_then(|(_, t)| t.shape.first().copied());
+            let eps = g.get("bert.attention.layer_norm_epsilon").and_then(|v| v.as_f64()).unwrap_or(1e-12);
+            let pad = g.get("tokenizer.ggml.padding_token_id").and_then(|v| v.as_u64()).unwrap_or(0);
+            serde_json::json!({
+                "model_type": "bert",
+                "architectures": ["BertModel"],
+                "vocab_size": rows("embeddings.word_embeddings.weight").unwrap_or(vocab.len()),
+                "hidden_size": meta_u64(&g, "bert.embedding_length")?,
+                "num_hidden_layers": meta_u64(&g, "bert.block_count")?,
+                "num_attention_heads": meta_u64(&g, "bert.attention.head_count")?,
+                "intermediate_size": meta_u64(&g, "bert.feed_forward_length")?,
+                "max_position_embeddings": meta_u64(&g, "bert.context_length")?,
+                "type_vocab_size": rows("embeddings.token_type_embeddings.weight").unwrap_or(2),
+                // llama.cpp stores ε as f32; 1e-12 comes back as 9.9999999e-13, which is what it computes with.
+                "layer_norm_eps": eps,
+                "hidden_act": "gelu",
+                "pad_token_id": pad,
+            })
+            .to_string()
+        }
+    };
+    let pooling = match g.get("bert.pooling_type").and_then(|v| v.as_u64()) {
+        Some(1) => Some("mean"),
+        Some(2) => Some("cls"),
+        _ => None,
+    };
+    Ok(BertGguf { tensors, config_json, tokenizer_json, vocab, pooling, header: g })
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// BERT in GGUF: writing and converting
+// ---------------------------------------------------------------------------------------------------------------
+
+/// The `--dtype` of `bertgpu convert`: the format of the encoder's linear weights (and word embeddings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvertDType {
+    F32,
+    F16,
+    Q8_0,
+    Q4_0,
+}
+
+impl std::str::FromStr for ConvertDType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "f32" => ConvertDType::F32,
+            "f16" => ConvertDType::F16,
+            "q8_0" => ConvertDType::Q8_0,
+            "q4_0" => ConvertDType::Q4_0,
+            _ => return Err(Error::Input(format!("unknown dtype `{s}`: use f32, f16, q8_0 or q4_0"))),
+        })
+    }
+}
+
+impl ConvertDType {
+    /// llama.cpp's `general.file_type` (`LlamaFileType`: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7).
+    fn file_type(self) -> u32 {
+        match self {
+            ConvertDType::F32 => 0,
+            ConvertDType::F16 => 1,
+            ConvertDType::Q4_0 => 2,
+            ConvertDType::Q8_0 => 7,
+        }
+    }
+}
+
+/// How one tensor is stored for a given `--dtype`. The policy (measured on all-MiniLM-L6-v2, see
+/// BENCHMARKS.md / the convert tests):
+/// - 1-D tensors (biases, LayerNorm γ/β, the MLM output bias) stay f32 at every dtype: they are 0.1% of the bytes
+///   and feed additions and normalizations directly.
+/// - Encoder linear weights (`blk.N.attn_*`, `ffn_*`) take the requested dtype: they are the matmul inputs whose
+///   errors average out over a dot product of length H or 4H.
+/// - The word embeddings take the requested dtype too: they are half of MiniLM's bytes, and the size targets
+///   (Q8_0 ≤ 0.30×, Q4_0 ≤ 0.18× of f32) cannot be met otherwise. Each looked-up row is followed by a
+///   LayerNorm, which absorbs a common scale error.
+/// - Position and token-type embeddings and the task-head matrices (pooler, classifier, MLM transform, QA): f16
+///   for every dtype but f32. They are small, and their errors are not averaged by a long dot product before
+///   they reach the output (head logits).
+/// - A quantized dtype on a matrix whose rows are not a multiple of 32 falls back to f16.
+pub fn storage_for(gguf_name: &str, shape: &[usize], dtype: ConvertDType) -> GgmlType {
+    let quant = match dtype {
+        ConvertDType::F32 => return GgmlType::F32,
+        _ if shape.len() < 2 => return GgmlType::F32,
+        ConvertDType::F16 => return GgmlType::F16,
+        ConvertDType::Q8_0 => GgmlType::Q8_0,
+        ConvertDType::Q4_0 => GgmlType::Q4_0,
+    };
+    let is_linear = gguf_name.starts_with("blk.") && gguf_name.ends_with(".weight");
+    let rows_fit = shape.last().is_some_and(|c| c % QK == 0);
+    if (is_linear || gguf_name == "token_embd.weight") && rows_fit {
+        quant
+    } else {
+        GgmlType::F16
+    }
+}
+
+fn store(t: &HostTensor, ty: GgmlType) -> Result<HostTensor> {
+    match ty {
+        GgmlType::F32 => match &t.data {
+            HostData::F32(_) => Ok(t.clone()),
+            _ => Ok(HostTensor { shape: t.shape.clone(), data: HostData::F32(quant::to_f32(t)?) }),
+        },
+        GgmlType::F16 => match &t.data {
+            HostData::F16(_) => Ok(t.clone()),
+            _ => quant::to_f16(t),
+        },
+        GgmlType::Q8_0 => quant::quantize(t, QuantKind::Q8_0),
+        GgmlType::Q4_0 => quant::quantize(t, QuantKind::Q4_0),
+    }
+}
+
+/// What [`write_bert`] needs besides the tensors.
+pub struct BertGgufMeta<'a> {
+    pub name: &'a str,
+    pub config_json: &'a str,
+    pub tokenizer_json: &'a str,
+    /// Sentence-embedding pooling (`"mean"` or `"cls"`), from sentence-transformers' `1_Pooling/config.json`.
+    pub pooling: Option<&'a str>,
+}
+
+/// Writes a complete BERT GGUF: tensors (Hugging Face names in, llama.cpp names out) stored per [`storage_for`],
+/// llama.cpp's `bert.*` and `tokenizer.ggml.*` metadata, and the original config and tokenizer JSON.
+pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: ConvertDType) -> Result<Vec<u8>> {
+    let cfg: serde_json::Value = serde_json::from_str(meta.config_json)
+        .map_err(|e| Error::Config(format!("config.json is not valid JSON: {e}")))?;
+    let num = |k: &str| -> Result<u32> {
+        cfg.get(k).and_then(|v| v.as_u64()).and_then(|v| u32::try_from(v).ok()).ok_or_else(|| {
+            Error::Config(format!("config.json has no integer `{k}`; it is not a BERT config"))
+        })
+    };
+    let tok_json: serde_json::Value = serde_json::from_str(meta.tokenizer_json)
+        .map_err(|e| Error::Tokenizer(format!("tokenizer.json is not valid JSON: {e}")))?;
+    let (vocab, special) = vocab_from_tokenizer_json(&tok_json)?;
+    let (tokens, types) = to_phantom_vocab(&vocab, &special);
+
+    let mut w = GgufWriter::new();
+    w.set(KEY_ARCHITECTURE, Value::String("bert".into()));
+    w.set("general.name", Value::String(meta.name.into()));
+    w.set("general.file_type", Value::U32(dtype.file_type()));
+    w.set("general.quantization_version", Value::U32(2));
+    w.set("bert.context_length", Value::U32(num("max_position_embeddings")?));
+    w.set("bert.embedding_length", Value::U32(num("hidden_size")?));
+    w.set("bert.feed_forward_length", Value::U32(num("intermediate_size")?));
+    w.set("bert.attention.head_count", Value::U32(num("num_attention_heads")?));
+    w.set("bert.block_count", Value::U32(num("num_hidden_layers")?));
+    let eps = cfg.get("layer_norm_eps").and_then(|v| v.as_f64()).unwrap_or(1e-12);
+    w.set("bert.attention.layer_norm_epsilon", Value::F32(eps as f32));
+    w.set("bert.attention.causal", Value::Bool(false));
+    match meta.pooling {
+        Some("mean") => w.set("bert.pooling_type", Value::U32(1)),
+        Some("cls") => w.set("bert.pooling_type", Value::U32(2)),
+        _ => {}
+    }
+    w.set("tokenizer.ggml.model", Value::String("bert".into()));
+    w.set(KEY_TOKENS, Value::Array(Array::String(tokens)));
+    w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    w.set("tokenizer.ggml.token_type_count", Value::U32(num("type_vocab_size").unwrap_or(2)));
+    for (key, tok) in [
+        ("tokenizer.ggml.unknown_token_id", "[UNK]"),
+        ("tokenizer.ggml.seperator_token_id", "[SEP]"), // sic: llama.cpp's spelling
+        ("tokenizer.ggml.padding_token_id", "[PAD]"),
+        // llama.cpp (gguf-py `SpecialVocab`) records BERT's [CLS] as BOS and [SEP] as EOS.
+        ("tokenizer.ggml.bos_token_id", "[CLS]"),
+        ("tokenizer.ggml.eos_token_id", "[SEP]"),
+        ("tokenizer.ggml.mask_token_id", "[MASK]"),
+    ] {
+        if let Some(id) = vocab.iter().position(|v| v == tok) {
+            w.set(key, Value::U32(id as u32));
+        }
+    }
+    w.set(KEY_TOKENIZER_JSON, Value::String(meta.tokenizer_json.into()));
+    w.set(KEY_CONFIG_JSON, Value::String(meta.config_json.into()));
+
+    let word = tensors.iter().find(|(n, _)| canonical_hf_name(n) == "embeddings.word_embeddings.weight");
+    for (name, t) in tensors {
+        let hf = canonical_hf_name(name);
+        // A decoder tied to the word embeddings is not stored; loaders tie it back (as for HF checkpoints).
+        if hf == "cls.predictions.decoder.weight" && word.is_some_and(|(_, wt)| wt == t) {
+            continue;
+        }
+        let g = hf_to_gguf_name(&hf);
+        let ty = storage_for(&g, &t.shape, dtype);
+        let stored = store(t, ty).map_err(|e| gguf_err(format!("tensor `{hf}`: {e}")))?;
+        w.add_tensor(&g, stored)?;
+    }
+    w.to_bytes()
+}
+
+/// Hugging Face safetensors bytes → tensors (f32, f16 and bf16 kept as f32/f16; integer buffers such as
+/// `embeddings.position_ids` are skipped: they are not weights).
+pub fn tensors_from_safetensors(bytes: &[u8]) -> Result<Vec<(String, HostTensor)>> {
+    use safetensors::{Dtype, SafeTensors};
+    let st = SafeTensors::deserialize(bytes)
+        .map_err(|e| Error::Weights(format!("model.safetensors cannot be read: {e}")))?;
+    let mut out = Vec::new();
+    let mut names: Vec<String> = st.names().into_iter().map(|s| s.to_string()).collect();
+    names.sort();
+    for name in names {
+        let v = st.tensor(&name).map_err(|e| Error::Weights(format!("tensor `{name}`: {e}")))?;
+        let raw = v.data();
+        let data = match v.dtype() {
+            Dtype::F32 => HostData::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+            Dtype::F16 => HostData::F16(raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
+            Dtype::BF16 => HostData::F32(
+                raw.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
+            ),
+            Dtype::I64 | Dtype::I32 | Dtype::U8 | Dtype::BOOL => continue,
+            other => return Err(Error::Weights(format!("tensor `{name}` has dtype {other:?}; expected f32, f16 or bf16"))),
+        };
+        out.push((name, HostTensor { shape: v.shape().to_vec(), data }));
+    }
+    Ok(out)
+}
+
+/// Sizes reported by [`convert`].
+#[derive(Clone, Debug)]
+pub struct ConvertReport {
+    pub safetensors_bytes: u64,
+    pub gguf_bytes: u64,
+    pub tensors: usize,
+}
+
+/// `bertgpu convert`: a Hugging Face BERT folder (`config.json`, `model.safetensors`, `tokenizer.json` or
+/// `vocab.txt`, optional sentence-transformers `1_Pooling/config.json`) → one `.gguf` file.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn convert(model_dir: &std::path::Path, dtype: ConvertDType, out: &std::path::Path) -> Result<ConvertReport> {
+    let read = |name: &str| std::fs::read(model_dir.join(name)).map_err(|e| Error::io(format!("reading {}", model_dir.join(name).display()), e));
+    let text = |name: &str| -> Result<String> {
+        String::from_utf8(read(name)?).map_err(|_| Error::Input(format!("{name} is not UTF-8")))
+    };
+    let config_json = text("config.json")?;
+    let tokenizer_json = if model_dir.join("tokenizer.json").exists() {
+        text("tokenizer.json")?
+    } else if model_dir.join("vocab.txt").exists() {
+        let vocab: Vec<String> = text("vocab.txt")?.lines().map(|l| l.to_string()).collect();
+        let special = standard_specials(&vocab);
+        wordpiece_tokenizer_json(&vocab, &special)?
+    } else {
+        return Err(Error::Tokenizer(format!("{} has neither tokenizer.json nor vocab.txt", model_dir.display())));
+    };
+    let pooling = std::fs::read_to_string(model_dir.join("1_Pooling/config.json")).ok().and_then(|s| {
+        let v: serde_json::Value = serde_json::from_str(&s).ok()?;
+        if v.get("pooling_mode_mean_tokens")?.as_bool()? {
+            Some("mean")
+        } else if v.get("pooling_mode_cls_token")?.as_bool()? {
+            Some("cls")
+        } else {
+            None
+        }
+    });
+    let st = read("model.safetensors")?;
+    let tensors = tensors_from_safetensors(&st)?;
+    let name = model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("bert");
+    let bytes = write_bert(&BertGgufMeta { name, config_json: &config_json, tokenizer_json: &tokenizer_json, pooling }, &tensors, dtype)?;
+    std::fs::write(out, &bytes).map_err(|e| Error::io(format!("writing {}", out.display()), e))?;
+    Ok(ConvertReport { safetensors_bytes: st.len() as u64, gguf_bytes: bytes.len() as u64, tensors: tensors.len() })
 }
