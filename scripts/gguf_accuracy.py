@@ -19,6 +19,15 @@ from gguf.quants import dequantize, quantize
 from transformers import AutoTokenizer, BertModel
 
 SENTENCES = [
+    # the sentences of tests/golden/model.py
+    "Hello world!",
+    "Résumé of a naïve café owner in Zürich, written in 2024 — with emoji 🙂 and CJK 東京.",
+    "BERT encodes every token of a sentence with bidirectional self-attention; mean pooling over the real tokens "
+    "(never the padding) gives a sentence embedding that can be compared with cosine similarity, which is what "
+    "semantic search, clustering and deduplication use. This sentence is long on purpose so that the batch has "
+    "plenty of padding for the shorter ones.",
+    "a",
+    # more, of other kinds
     "The quick brown fox jumps over the lazy dog.",
     "A man is playing a guitar on the street.",
     "Quantum computers exploit superposition and entanglement.",
@@ -56,7 +65,7 @@ def load(path):
     for t in r.tensors:
         shape = [int(d) for d in reversed(t.shape.tolist())]  # GGUF ne → PyTorch order
         x = dequantize(t.data, t.tensor_type).reshape(shape)
-        out[hf_name(t.name)] = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        out[hf_name(t.name)] = torch.from_numpy(np.array(x, dtype=np.float32))
         types[hf_name(t.name)] = t.tensor_type.name
     return out, types
 
@@ -96,6 +105,7 @@ def main():
             print(f"{f} [{label}]: min cosine {cos.min():.6f}  mean {cos.mean():.6f}  "
                   f"(word embeddings {types.get('embeddings.word_embeddings.weight')}, "
                   f"query {types.get('encoder.layer.0.attention.self.query.weight')})")
+            print("    per sentence:", " ".join(f"{c:.4f}" for c in cos.tolist()))
         model.load_state_dict(base)
 
 
