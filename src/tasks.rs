@@ -6,6 +6,7 @@
 //! asynchronous in the browser; native callers use `pollster::block_on`. Methods take `&self`.
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::gpu::{Gpu, GpuBackend};
 use crate::backend::Backend;
 use crate::config::BertConfig;
 use crate::model::BertModel;
@@ -172,6 +173,7 @@ pub struct ModelFiles {
 /// A loaded model on the backend picked at run time. Every task dispatches to the generic [`Model`] method.
 pub enum Engine {
     Cpu(Model<CpuBackend>),
+    Gpu(Model<GpuBackend>),
 }
 
 /// Runs `$body` with `$m` bound to the `Model<_>` inside an [`Engine`], whatever its backend.
@@ -180,6 +182,7 @@ macro_rules! with_model {
     ($engine:expr, $m:ident => $body:expr) => {
         match $engine {
             $crate::tasks::Engine::Cpu($m) => $body,
+            $crate::tasks::Engine::Gpu($m) => $body,
         }
     };
 }
@@ -208,8 +211,16 @@ impl Engine {
     /// Puts the encoder on the requested device.
     pub async fn from_parts(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device) -> Result<Engine> {
         match device {
-            Device::Cpu | Device::Auto => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
-            Device::Gpu => Err(Error::Gpu("the GPU backend is not available in this build; use --device cpu".into())),
+            Device::Cpu => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+            Device::Gpu => {
+                let gpu = GpuBackend::new(Gpu::new().await?)?;
+                Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?))
+            }
+            // The GPU when there is an adapter (and the backend accepts its limits), else the CPU.
+            Device::Auto => match Gpu::new().await.and_then(GpuBackend::new) {
+                Ok(gpu) => Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?)),
+                Err(_) => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+            },
         }
     }
 

@@ -251,9 +251,23 @@ fn run(command: Command) -> Result<(), Fail> {
             Err(Fail::NotImplemented("qa"))
         }
         Command::Convert { model, dtype, out } => {
-            let _m = load_model(&model)?;
-            let _ = (dtype, out);
-            Err(Fail::NotImplemented("convert"))
+            use bertgpu::weights::gguf::{convert, ConvertDType};
+            let dtype = match dtype {
+                Dtype::F32 => ConvertDType::F32,
+                Dtype::F16 => ConvertDType::F16,
+                Dtype::Q8_0 => ConvertDType::Q8_0,
+                Dtype::Q4_0 => ConvertDType::Q4_0,
+            };
+            let r = convert(&model.model, dtype, &out)
+                .map_err(|e| Fail::Model(format!("cannot convert `{}`: {e}", model.model.display())))?;
+            eprintln!(
+                "wrote {} ({} tensors, {} bytes, {:.3} × model.safetensors)",
+                out.display(),
+                r.tensors,
+                r.gguf_bytes,
+                r.gguf_bytes as f64 / r.safetensors_bytes as f64
+            );
+            Ok(())
         }
         Command::TrainHead { infer, data, out, epochs, lr, seed } => {
             let _m = load_model(&infer.model)?;
