@@ -16,7 +16,7 @@
 //! stdin/stdout fail. Never a panic trace: a bug prints one line on stderr.
 
 use std::io::{self, BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use bertgpu::config::BertConfig;
@@ -275,19 +275,30 @@ fn run(command: Command) -> Result<(), Fail> {
 /// What the commands need of a model. Grows as tasks land (weights, heads, the engine on a device).
 struct LoadedModel {
     dir: PathBuf,
-    /// The model's `max_position_embeddings`: the longest input it can take.
-    #[allow(dead_code)]
-    max_positions: usize,
+    config: BertConfig,
     tokenizer: Tokenizer,
+    /// A `.gguf` holds the weights with the config and tokenizer; a folder's are read when an engine is built.
+    weights: Option<Weights>,
 }
 
-/// Loads a model folder's config and tokenizer, with truncation at `--max-length` or the model's limit.
-/// Any failure here is "the model cannot be loaded": exit 2 with the reason.
+/// Loads and checks a model folder's config.json and tokenizer, with truncation at `--max-length` or the model's
+/// `max_position_embeddings`. Any failure here is "the model cannot be loaded": exit 2 with the reason.
 fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
     let path = &args.model;
     let fail = |why: String| Fail::Model(format!("cannot load model `{}`: {why}", path.display()));
     if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        return Err(fail("GGUF files are not supported by this build yet; use a Hugging Face folder".into()));
+        let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read it ({e})")))?;
+        let g = bertgpu::weights::gguf::load_gguf(&bytes).map_err(|e| fail(e.to_string()))?;
+        let max_positions = g.config.max_position_embeddings;
+        let max_length = args.max_length.unwrap_or(max_positions);
+        if max_length > max_positions {
+            return Err(fail(format!(
+                "--max-length {max_length} exceeds the model's max_position_embeddings ({max_positions})"
+            )));
+        }
+        let mut tokenizer = g.tokenizer;
+        tokenizer.set_max_length(max_length).map_err(|e| fail(e.to_string()))?;
+        return Ok(LoadedModel { dir: path.clone(), config: g.config, tokenizer, weights: Some(g.weights) });
     }
     if !path.is_dir() {
         let why = if path.exists() { "it is not a folder" } else { "no such folder" };
@@ -296,7 +307,8 @@ fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
              (scripts/fetch-models.sh fetches the test models into models/)"
         )));
     }
-    let max_positions = read_max_positions(path).map_err(|e| fail(e.to_string()))?;
+    let config = BertConfig::from_file(path.join("config.json")).map_err(|e| fail(e.to_string()))?;
+    let max_positions = config.max_position_embeddings;
     let max_length = args.max_length.unwrap_or(max_positions);
     if max_length > max_positions {
         return Err(fail(format!(
@@ -304,22 +316,16 @@ fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
         )));
     }
     let tokenizer = Tokenizer::from_dir(path, max_length).map_err(|e| fail(e.to_string()))?;
-    Ok(LoadedModel { dir: path.clone(), max_positions, tokenizer })
-}
-
-/// `max_position_embeddings` from config.json.
-fn read_max_positions(dir: &Path) -> bertgpu::Result<usize> {
-    let p = dir.join("config.json");
-    let text = std::fs::read_to_string(&p).map_err(|e| bertgpu::Error::io(format!("cannot read {}", p.display()), e))?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| bertgpu::Error::Config(format!("{} is not valid JSON: {e}", p.display())))?;
-    v.get("max_position_embeddings")
-        .and_then(Value::as_u64)
-        .filter(|&n| n > 0)
-        .map(|n| n as usize)
-        .ok_or_else(|| {
-            bertgpu::Error::Config(format!("{} has no positive integer `max_position_embeddings`", p.display()))
-        })
+    // Every id the tokenizer can produce must have a row in the word embeddings.
+    if tokenizer.vocab_size() > config.vocab_size {
+        return Err(fail(format!(
+            "the tokenizer has {} tokens but config.json says vocab_size {}: the tokenizer files belong to \
+             another model",
+            tokenizer.vocab_size(),
+            config.vocab_size
+        )));
+    }
+    Ok(LoadedModel { dir: path.clone(), config, tokenizer, weights: None })
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -487,8 +493,11 @@ fn cmd_qa(args: &InferArgs) -> Result<(), Fail> {
 /// Config, weights and tokenizer of the folder, on the requested device. Failures exit 2.
 fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
-    let config = BertConfig::from_file(m.dir.join("config.json")).map_err(fail)?;
-    let weights = Weights::from_safetensors_file(m.dir.join("model.safetensors")).map_err(fail)?;
+    let config = m.config.clone();
+    let weights = match &m.weights {
+        Some(w) => w.clone(),
+        None => Weights::from_safetensors_file(m.dir.join("model.safetensors")).map_err(fail)?,
+    };
     let device = match device {
         Device::Auto => tasks::Device::Auto,
         Device::Gpu => tasks::Device::Gpu,
