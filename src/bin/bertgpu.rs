@@ -1,2 +1,540 @@
 //! The `bertgpu` command line: a thin shim over `bertgpu::tasks`.
-fn main() {}
+//!
+//! `bertgpu <command> --model M [options]`, M a Hugging Face-style folder (or a `.gguf` file).
+//!
+//! Input (stdin), one line per item:
+//! - a JSON object: `{"text": ..., "text_pair": ...}` (`text_pair` optional), or for `qa`
+//!   `{"question": ..., "context": ...}`; other keys are ignored;
+//! - any other line is taken as plain text (the whole line, without its `\n` / `\r\n`). A line whose first
+//!   non-blank character is `{` must be a valid JSON object: a broken one is an error, not text.
+//! - An empty or whitespace-only plain line is an error (`{"error": "empty line ..."}`): it is nearly always a
+//!   stray newline. To process an empty text on purpose send `{"text": ""}`.
+//!
+//! Output (stdout): exactly one JSON value per input line, in order; a line that cannot be processed gives
+//! `{"error": "..."}` and the following lines go on. Exit status: 0 when all input was read (even if some lines
+//! had errors), 2 when the model cannot be loaded or the command is not available (message on stderr), 1 when
+//! stdin/stdout fail. Never a panic trace: a bug prints one line on stderr.
+
+use std::io::{self, BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use bertgpu::tokenizer::Tokenizer;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+#[command(name = "bertgpu", version, about = "BERT on the GPU (wgpu) and the CPU: embeddings, fill-mask, classification, NER, QA")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone, Debug)]
+struct ModelArgs {
+    /// Model: a Hugging Face-style folder (config.json, model.safetensors, tokenizer.json or vocab.txt) or a .gguf
+    #[arg(long, short = 'm', value_name = "M")]
+    model: PathBuf,
+    /// Truncate inputs to N tokens, [CLS]/[SEP] included (default: the model's max_position_embeddings)
+    #[arg(long, value_name = "N")]
+    max_length: Option<usize>,
+}
+
+#[derive(Args, Clone, Debug)]
+struct InferArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Where to run: `auto` uses the GPU when an adapter exists
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    device: Device,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Device {
+    Auto,
+    Gpu,
+    Cpu,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Pooling {
+    /// Mean over the real (non-padding) tokens
+    Mean,
+    /// The [CLS] token's hidden state
+    Cls,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Aggregation {
+    /// One entry per token
+    None,
+    /// Adjacent tokens of one entity merged (`entity_group`)
+    Simple,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Dtype {
+    F32,
+    F16,
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q4_0")]
+    Q4_0,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Token ids, segment ids and tokens of each line (no padding)
+    Tokenize {
+        #[command(flatten)]
+        model: ModelArgs,
+    },
+    /// One sentence embedding per line: {"embedding": [...]}
+    Embed {
+        #[command(flatten)]
+        infer: InferArgs,
+        #[arg(long, value_enum, default_value_t = Pooling::Mean)]
+        pooling: Pooling,
+        /// L2-normalize each embedding
+        #[arg(long)]
+        normalize: bool,
+        /// Lines run through the model together
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        batch_size: u32,
+    },
+    /// Predictions for the [MASK] token: [{"score", "token", "token_str", "sequence"}, ...]
+    FillMask {
+        #[command(flatten)]
+        infer: InferArgs,
+        #[arg(long, default_value_t = 5)]
+        top_k: usize,
+    },
+    /// Sequence classification (text or text pair): [{"label", "score"}, ...] best first
+    Classify {
+        #[command(flatten)]
+        infer: InferArgs,
+        /// Keep the K best labels (default: all)
+        #[arg(long)]
+        top_k: Option<usize>,
+        /// A classifier head trained with `train-head` (safetensors), used instead of the checkpoint's
+        #[arg(long, value_name = "FILE")]
+        head: Option<PathBuf>,
+    },
+    /// Next-sentence prediction on {"text", "text_pair"}: {"is_next": p}
+    NextSentence {
+        #[command(flatten)]
+        infer: InferArgs,
+    },
+    /// Token classification: [{"entity", "score", "index", "word", "start", "end"}, ...]
+    Ner {
+        #[command(flatten)]
+        infer: InferArgs,
+        #[arg(long, value_enum, default_value_t = Aggregation::None)]
+        aggregation: Aggregation,
+    },
+    /// Extractive question answering on {"question", "context"}: {"answer", "score", "start", "end"}
+    Qa {
+        #[command(flatten)]
+        infer: InferArgs,
+    },
+    /// Write the model as a GGUF file
+    Convert {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, value_enum)]
+        dtype: Dtype,
+        #[arg(long, value_name = "FILE.gguf")]
+        out: PathBuf,
+    },
+    /// Train a classifier head on {"text", "label"} lines; progress on stderr
+    TrainHead {
+        #[command(flatten)]
+        infer: InferArgs,
+        #[arg(long, value_name = "FILE.jsonl")]
+        data: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        #[arg(long, default_value_t = 3)]
+        epochs: usize,
+        #[arg(long, default_value_t = 1e-3)]
+        lr: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Speed of the backends on this machine: a table
+    Bench {
+        #[command(flatten)]
+        infer: InferArgs,
+    },
+}
+
+/// Why the command stopped. Every variant maps to an exit status and a one-line message on stderr.
+enum Fail {
+    /// The model cannot be loaded, or the command cannot run with it: exit 2.
+    Model(String),
+    /// The command exists in the contract but this build does not implement it yet: exit 2.
+    NotImplemented(&'static str),
+    /// Reading stdin or writing stdout failed: exit 1.
+    Io(io::Error),
+}
+
+impl From<io::Error> for Fail {
+    fn from(e: io::Error) -> Self {
+        Fail::Io(e)
+    }
+}
+
+fn main() -> ExitCode {
+    install_panic_hook();
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS, // e.g. `| head`
+        Err(Fail::Io(e)) => {
+            eprintln!("bertgpu: i/o error: {e}");
+            ExitCode::from(1)
+        }
+        Err(Fail::Model(msg)) => {
+            eprintln!("bertgpu: {msg}");
+            ExitCode::from(2)
+        }
+        Err(Fail::NotImplemented(cmd)) => {
+            eprintln!("bertgpu: `{cmd}` is not implemented yet in this build");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// A panic is a bug: print one line (message and place) instead of a trace, and exit with Rust's 101.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown error".into());
+        let place = info.location().map(|l| format!(" ({}:{})", l.file(), l.line())).unwrap_or_default();
+        let msg = msg.replace('\n', " ");
+        eprintln!("bertgpu: internal error: {msg}{place}; this is a bug, please report it with the input");
+    }));
+}
+
+fn run(command: Command) -> Result<(), Fail> {
+    match command {
+        Command::Tokenize { model } => cmd_tokenize(&model),
+        Command::Embed { infer, pooling, normalize, batch_size } => cmd_embed(&infer, pooling, normalize, batch_size),
+        Command::FillMask { infer, top_k } => {
+            let _m = load_model(&infer.model)?;
+            let _ = top_k;
+            Err(Fail::NotImplemented("fill-mask"))
+        }
+        Command::Classify { infer, top_k, head } => {
+            let _m = load_model(&infer.model)?;
+            let _ = (top_k, head);
+            Err(Fail::NotImplemented("classify"))
+        }
+        Command::NextSentence { infer } => {
+            let _m = load_model(&infer.model)?;
+            Err(Fail::NotImplemented("next-sentence"))
+        }
+        Command::Ner { infer, aggregation } => {
+            let _m = load_model(&infer.model)?;
+            let _ = aggregation;
+            Err(Fail::NotImplemented("ner"))
+        }
+        Command::Qa { infer } => {
+            let _m = load_model(&infer.model)?;
+            Err(Fail::NotImplemented("qa"))
+        }
+        Command::Convert { model, dtype, out } => {
+            let _m = load_model(&model)?;
+            let _ = (dtype, out);
+            Err(Fail::NotImplemented("convert"))
+        }
+        Command::TrainHead { infer, data, out, epochs, lr, seed } => {
+            let _m = load_model(&infer.model)?;
+            let _ = (data, out, epochs, lr, seed);
+            Err(Fail::NotImplemented("train-head"))
+        }
+        Command::Bench { infer } => {
+            let _m = load_model(&infer.model)?;
+            Err(Fail::NotImplemented("bench"))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Loading a model folder
+
+/// What the commands need of a model. Grows as tasks land (weights, heads, the engine on a device).
+struct LoadedModel {
+    #[allow(dead_code)]
+    dir: PathBuf,
+    /// The model's `max_position_embeddings`: the longest input it can take.
+    #[allow(dead_code)]
+    max_positions: usize,
+    tokenizer: Tokenizer,
+}
+
+/// Loads a model folder's config and tokenizer, with truncation at `--max-length` or the model's limit.
+/// Any failure here is "the model cannot be loaded": exit 2 with the reason.
+fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
+    let path = &args.model;
+    let fail = |why: String| Fail::Model(format!("cannot load model `{}`: {why}", path.display()));
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return Err(fail("GGUF files are not supported by this build yet; use a Hugging Face folder".into()));
+    }
+    if !path.is_dir() {
+        let why = if path.exists() { "it is not a folder" } else { "no such folder" };
+        return Err(fail(format!(
+            "{why}; pass a Hugging Face-style folder with config.json, model.safetensors and tokenizer.json \
+             (scripts/fetch-models.sh fetches the test models into models/)"
+        )));
+    }
+    let max_positions = read_max_positions(path).map_err(|e| fail(e.to_string()))?;
+    let max_length = args.max_length.unwrap_or(max_positions);
+    if max_length > max_positions {
+        return Err(fail(format!(
+            "--max-length {max_length} exceeds the model's max_position_embeddings ({max_positions})"
+        )));
+    }
+    let tokenizer = Tokenizer::from_dir(path, max_length).map_err(|e| fail(e.to_string()))?;
+    Ok(LoadedModel { dir: path.clone(), max_positions, tokenizer })
+}
+
+/// `max_position_embeddings` from config.json.
+fn read_max_positions(dir: &Path) -> bertgpu::Result<usize> {
+    let p = dir.join("config.json");
+    let text = std::fs::read_to_string(&p).map_err(|e| bertgpu::Error::io(format!("cannot read {}", p.display()), e))?;
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| bertgpu::Error::Config(format!("{} is not valid JSON: {e}", p.display())))?;
+    v.get("max_position_embeddings")
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 0)
+        .map(|n| n as usize)
+        .ok_or_else(|| {
+            bertgpu::Error::Config(format!("{} has no positive integer `max_position_embeddings`", p.display()))
+        })
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Commands
+
+fn cmd_tokenize(args: &ModelArgs) -> Result<(), Fail> {
+    let m = load_model(args)?;
+    run_lines(Shape::Text, 1, |inputs| {
+        inputs
+            .iter()
+            .map(|input| {
+                let (text, pair) = input.text_and_pair();
+                let e = m.tokenizer.encode(text, pair).map_err(|e| e.to_string())?;
+                Ok(json!({ "input_ids": e.ids, "token_type_ids": e.type_ids, "tokens": e.tokens }))
+            })
+            .collect()
+    })
+}
+
+fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u32) -> Result<(), Fail> {
+    let _m = load_model(&args.model)?;
+    let _ = (args.device, pooling, normalize, batch_size);
+    Err(Fail::NotImplemented("embed"))
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The JSON-lines loop
+
+/// Which JSON object a command reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `{"text", "text_pair"?}` or a plain-text line
+    Text,
+    /// `{"question", "context"}`
+    #[allow(dead_code)]
+    Qa,
+}
+
+/// One input line, parsed.
+#[derive(Clone, Debug, PartialEq)]
+enum Input {
+    Text { text: String, pair: Option<String> },
+    #[allow(dead_code)]
+    Qa { question: String, context: String },
+}
+
+impl Input {
+    /// The text and optional pair of a text input (a qa input reads as question + context).
+    fn text_and_pair(&self) -> (&str, Option<&str>) {
+        match self {
+            Input::Text { text, pair } => (text, pair.as_deref()),
+            Input::Qa { question, context } => (question, Some(context)),
+        }
+    }
+}
+
+fn parse_line(line: &str, shape: Shape) -> Result<Input, String> {
+    let trimmed = line.trim();
+    if !trimmed.starts_with('{') {
+        if trimmed.is_empty() {
+            return Err("empty line: nothing to process (send {\"text\": \"\"} to process an empty text)".into());
+        }
+        return match shape {
+            Shape::Text => Ok(Input::Text { text: line.to_owned(), pair: None }),
+            Shape::Qa => Err("qa needs a JSON object {\"question\": ..., \"context\": ...}".into()),
+        };
+    }
+    let v: Value = serde_json::from_str(trimmed)
+        .map_err(|e| format!("invalid JSON ({e}); send one JSON object per line, or plain text not starting with '{{'"))?;
+    let Value::Object(obj) = v else {
+        return Err("expected a JSON object".into()); // unreachable for input starting with '{', kept for safety
+    };
+    let string = |key: &str, required: bool| -> Result<Option<String>, String> {
+        match obj.get(key) {
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            None | Some(Value::Null) if !required => Ok(None),
+            None | Some(Value::Null) => Err(format!("missing \"{key}\": expected {}", shape_hint(shape))),
+            Some(other) => Err(format!("\"{key}\" must be a string, found {}", json_kind(other))),
+        }
+    };
+    match shape {
+        Shape::Text => Ok(Input::Text {
+            text: string("text", true)?.unwrap_or_default(),
+            pair: string("text_pair", false)?,
+        }),
+        Shape::Qa => Ok(Input::Qa {
+            question: string("question", true)?.unwrap_or_default(),
+            context: string("context", true)?.unwrap_or_default(),
+        }),
+    }
+}
+
+fn shape_hint(shape: Shape) -> &'static str {
+    match shape {
+        Shape::Text => "{\"text\": ..., \"text_pair\": ... (optional)}",
+        Shape::Qa => "{\"question\": ..., \"context\": ...}",
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Reads stdin line by line, hands up to `batch_size` parsed inputs at a time to `process` (which returns one
+/// result per input), and writes exactly one JSON line per input line, in order, flushing after each batch.
+/// When `process` fails for a whole batch it is called again on each input alone, so one bad input does not take
+/// its neighbours down with it (tasks may signal that by returning a single error for the batch).
+fn run_lines<F>(shape: Shape, batch_size: usize, mut process: F) -> Result<(), Fail>
+where
+    F: FnMut(&[Input]) -> Vec<Result<Value, String>>,
+{
+    let stdin = io::stdin();
+    let mut reader = stdin.lock();
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    // Each pending line: its parse result; parsed inputs are batched.
+    let mut pending: Vec<Result<Input, String>> = Vec::new();
+    let mut n_ok = 0usize;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf)?;
+        if n > 0 {
+            let mut line = &buf[..];
+            if let Some(l) = line.strip_suffix(b"\n") {
+                line = l;
+            }
+            if let Some(l) = line.strip_suffix(b"\r") {
+                line = l;
+            }
+            let parsed = match std::str::from_utf8(line) {
+                Ok(s) => parse_line(s, shape),
+                Err(_) => Err("the line is not valid UTF-8 text".into()),
+            };
+            n_ok += parsed.is_ok() as usize;
+            pending.push(parsed);
+        }
+        if (n == 0 && !pending.is_empty()) || n_ok >= batch_size {
+            flush_batch(&mut pending, &mut process, &mut out)?;
+            n_ok = 0;
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn flush_batch<F, W>(pending: &mut Vec<Result<Input, String>>, process: &mut F, out: &mut W) -> Result<(), Fail>
+where
+    F: FnMut(&[Input]) -> Vec<Result<Value, String>>,
+    W: Write,
+{
+    let inputs: Vec<Input> = pending.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
+    let mut results = if inputs.is_empty() { Vec::new() } else { process(&inputs) };
+    if results.len() != inputs.len() {
+        // A batch-level failure (one error for all): retry one by one to attach errors to the right lines.
+        results = inputs
+            .iter()
+            .map(|i| process(std::slice::from_ref(i)).into_iter().next().unwrap_or_else(|| Err("no result".into())))
+            .collect();
+    }
+    let mut results = results.into_iter();
+    for p in pending.drain(..) {
+        let value = match p {
+            Err(msg) => json!({ "error": msg }),
+            Ok(_) => match results.next() {
+                Some(Ok(v)) => v,
+                Some(Err(msg)) => json!({ "error": msg }),
+                None => json!({ "error": "no result" }),
+            },
+        };
+        serde_json::to_writer(&mut *out, &value).map_err(io::Error::from)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_json_lines() {
+        let t = |s: &str| Input::Text { text: s.into(), pair: None };
+        assert_eq!(parse_line("hello world", Shape::Text), Ok(t("hello world")));
+        assert_eq!(parse_line("  leading space kept", Shape::Text), Ok(t("  leading space kept")));
+        assert_eq!(parse_line("\"a json string\"", Shape::Text), Ok(t("\"a json string\"")));
+        assert_eq!(parse_line("[1, 2]", Shape::Text), Ok(t("[1, 2]")));
+        assert_eq!(
+            parse_line(r#"{"text": "a", "text_pair": "b", "label": 3}"#, Shape::Text),
+            Ok(Input::Text { text: "a".into(), pair: Some("b".into()) })
+        );
+        assert_eq!(parse_line(r#"{"text": "", "text_pair": null}"#, Shape::Text), Ok(t("")));
+        assert_eq!(
+            parse_line(r#"{"question": "q", "context": "c"}"#, Shape::Qa),
+            Ok(Input::Qa { question: "q".into(), context: "c".into() })
+        );
+    }
+
+    #[test]
+    fn bad_lines() {
+        let err = |s: &str, shape| parse_line(s, shape).unwrap_err();
+        assert!(err("", Shape::Text).contains("empty line"));
+        assert!(err(" \t ", Shape::Text).contains("empty line"));
+        assert!(err("{\"text\": ", Shape::Text).contains("invalid JSON"));
+        assert!(err("{\"txt\": \"a\"}", Shape::Text).contains("missing \"text\""));
+        assert!(err("{\"text\": 5}", Shape::Text).contains("must be a string, found a number"));
+        assert!(err("{\"text\": \"a\", \"text_pair\": [1]}", Shape::Text).contains("\"text_pair\" must be a string"));
+        assert!(err("plain", Shape::Qa).contains("question"));
+        assert!(err("{\"question\": \"q\"}", Shape::Qa).contains("missing \"context\""));
+    }
+}

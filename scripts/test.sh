@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command (README and .ci/run both run exactly this): fetches the test models if they are missing,
+# then runs every test. Needs Rust and, for the native GPU tests, a Vulkan driver (Mesa lavapipe on machines
+# without a GPU: `apt-get install mesa-vulkan-drivers`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" # silences harmless Vulkan loader warnings
+scripts/fetch-models.sh
+cargo test --locked

@@ -1,0 +1,195 @@
+//! The `bertgpu` binary as users run it: JSON lines in, JSON lines out, exit codes, no panic traces.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+fn model_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name);
+    assert!(dir.join("config.json").exists(), "{} is missing: run scripts/fetch-models.sh", dir.display());
+    dir
+}
+
+/// Runs `bertgpu args...` with `stdin` as input.
+fn run(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bertgpu");
+    // A command that exits early (bad model) may close stdin first: ignore the broken pipe.
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    child.wait_with_output().unwrap()
+}
+
+fn lines(out: &Output) -> Vec<Value> {
+    String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("output line `{l}` is not JSON: {e}")))
+        .collect()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn tokenize(model: &Path, stdin: &str) -> Vec<Value> {
+    let out = run(&["tokenize", "--model", model.to_str().unwrap()], stdin.as_bytes());
+    assert!(out.status.success(), "tokenize failed: {}", stderr(&out));
+    lines(&out)
+}
+
+#[test]
+fn tokenize_matches_golden_table() {
+    let g: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/tokens.json")).unwrap(),
+    )
+    .unwrap();
+    let cases = g["cases"].as_array().unwrap();
+    for model in ["all-MiniLM-L6-v2", "splade-tiny"] {
+        let results = g["models"][model]["results"].as_array().unwrap();
+        // Cases at the model's own limit go through the default; the ones with their own limit need --max-length.
+        let default: Vec<usize> = (0..cases.len()).filter(|&i| cases[i].get("max_length").is_none()).collect();
+        let input: String = default
+            .iter()
+            .map(|&i| {
+                let c = &cases[i];
+                let mut o = json!({ "text": c["text"] });
+                if let Some(p) = c.get("text_pair") {
+                    o["text_pair"] = p.clone();
+                }
+                format!("{o}\n")
+            })
+            .collect();
+        let got = tokenize(&model_dir(model), &input);
+        assert_eq!(got.len(), default.len(), "one output line per input line");
+        for (&i, out) in default.iter().zip(&got) {
+            let name = cases[i]["name"].as_str().unwrap();
+            for key in ["input_ids", "token_type_ids", "tokens"] {
+                assert_eq!(out[key], results[i][key], "{model} case `{name}`: {key}");
+            }
+            assert_eq!(out.as_object().unwrap().len(), 3, "exactly the contract's keys: {out}");
+        }
+        // --max-length
+        let limited: Vec<usize> = (0..cases.len()).filter(|&i| cases[i]["max_length"] == 16).collect();
+        assert!(!limited.is_empty());
+        let input: String = limited
+            .iter()
+            .map(|&i| format!("{}\n", json!({ "text": cases[i]["text"], "text_pair": cases[i].get("text_pair") })))
+            .collect();
+        let out = run(&["tokenize", "--model", model_dir(model).to_str().unwrap(), "--max-length", "16"], input.as_bytes());
+        for (&i, out) in limited.iter().zip(lines(&out)) {
+            assert_eq!(out["input_ids"], results[i]["input_ids"], "{model} case {}", cases[i]["name"]);
+        }
+    }
+}
+
+#[test]
+fn bad_lines_give_errors_and_the_rest_go_on() {
+    let model = model_dir("all-MiniLM-L6-v2");
+    let input = concat!(
+        "{\"text\": \"hello\"}\n",
+        "{\"text\": broken json\n",
+        "{\"txt\": \"wrong key\"}\n",
+        "{\"text\": 42}\n",
+        "plain text line\n",
+        "{\"text\": \"hello\", \"text_pair\": \"world\"}\n",
+    );
+    let mut bytes = input.as_bytes().to_vec();
+    bytes.extend_from_slice(b"bad utf8 \xff\xfe here\n");
+    bytes.extend_from_slice(b"{\"text\": \"after\"}\r\n");
+    bytes.extend_from_slice(b"no final newline");
+    let out = run(&["tokenize", "--model", model.to_str().unwrap()], &bytes);
+    assert!(out.status.success(), "bad lines are not fatal: {}", stderr(&out));
+    let got = lines(&out);
+    assert_eq!(got.len(), 9, "one output per input line: {got:?}");
+    let ids = |v: &Value| v["input_ids"].as_array().map(|a| a.len());
+    assert_eq!(got[0]["input_ids"], json!([101, 7592, 102]));
+    assert!(got[1]["error"].as_str().unwrap().contains("invalid JSON"), "{}", got[1]);
+    assert!(got[2]["error"].as_str().unwrap().contains("missing \"text\""), "{}", got[2]);
+    assert!(got[3]["error"].as_str().unwrap().contains("must be a string"), "{}", got[3]);
+    assert_eq!(got[4]["tokens"], json!(["[CLS]", "plain", "text", "line", "[SEP]"]));
+    assert_eq!(got[5]["token_type_ids"], json!([0, 0, 0, 1, 1]));
+    assert!(got[6]["error"].as_str().unwrap().contains("UTF-8"), "{}", got[6]);
+    assert_eq!(got[7]["tokens"], json!(["[CLS]", "after", "[SEP]"]), "CRLF line endings are removed");
+    assert_eq!(ids(&got[8]), Some(6), "{}", got[8]);
+    for (i, v) in got.iter().enumerate() {
+        assert!(v.get("error").is_some() != v.get("input_ids").is_some(), "line {i}: {v}");
+    }
+}
+
+#[test]
+fn empty_and_whitespace_lines() {
+    // Documented behaviour (src/bin/bertgpu.rs, README): an empty or whitespace-only plain line is an error
+    // (almost always a stray newline); {"text": ""} processes an empty text on purpose: [CLS] [SEP].
+    let model = model_dir("splade-tiny");
+    let got = tokenize(&model, "\n   \t \n{\"text\": \"\"}\n{\"text\": \"  \"}\n{\"text\": \"x\", \"text_pair\": \"\"}\n");
+    assert_eq!(got.len(), 5);
+    assert!(got[0]["error"].as_str().unwrap().contains("empty line"));
+    assert!(got[1]["error"].as_str().unwrap().contains("empty line"));
+    assert_eq!(got[2]["input_ids"], json!([101, 102]));
+    assert_eq!(got[3]["input_ids"], json!([101, 102]));
+    // An empty second text is no second text, as in transformers.
+    assert_eq!(got[4]["tokens"], json!(["[CLS]", "x", "[SEP]"]));
+    // No input at all: no output, success.
+    let out = run(&["tokenize", "--model", model.to_str().unwrap()], b"");
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn long_input_is_truncated_to_the_model_limit() {
+    let model = model_dir("all-MiniLM-L6-v2");
+    let long = "word ".repeat(2000);
+    let got = tokenize(&model, &format!("{long}\n"));
+    let ids = got[0]["input_ids"].as_array().unwrap();
+    assert_eq!(ids.len(), 512, "max_position_embeddings of the model");
+    assert_eq!(ids[511], json!(102));
+    let out = run(&["tokenize", "--model", model.to_str().unwrap(), "--max-length", "100000"], b"x\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("max_position_embeddings"), "{}", stderr(&out));
+}
+
+#[test]
+fn unloadable_model_exits_2_with_a_clear_message() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let missing = tmp.join("no-such-model");
+    let no_tokenizer = tmp.join("config-only-model");
+    std::fs::create_dir_all(&no_tokenizer).unwrap();
+    std::fs::write(no_tokenizer.join("config.json"), r#"{"max_position_embeddings": 512}"#).unwrap();
+    let bad_config = tmp.join("bad-config-model");
+    std::fs::create_dir_all(&bad_config).unwrap();
+    std::fs::write(bad_config.join("config.json"), "{ not json").unwrap();
+    let cases: [(&Path, &str); 3] = [
+        (&missing, "no such folder"),
+        (&no_tokenizer, "neither tokenizer.json nor vocab.txt"),
+        (&bad_config, "not valid JSON"),
+    ];
+    for (dir, needle) in cases {
+        for cmd in ["tokenize", "embed"] {
+            let out = run(&[cmd, "--model", dir.to_str().unwrap()], b"hello\n");
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{cmd} {}: {err}", dir.display());
+            assert!(err.contains("cannot load model") && err.contains(needle), "{cmd}: {err}");
+            assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
+            assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+            assert!(out.stdout.is_empty());
+        }
+    }
+}
+
+#[test]
+fn usage_errors_are_not_panics() {
+    let out = run(&["tokenize"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--model"));
+    let out = run(&["embed", "--model", "x", "--device", "tpu"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("possible values"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"));
+}
