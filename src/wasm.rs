@@ -8,9 +8,14 @@
 //! otherwise leave its promise pending forever) and makes the wrapper instantiate a fresh module for the next load.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Once;
 
+use serde::Serialize;
 use wasm_bindgen::prelude::*;
+
+use crate::tokenizer::Tokenizer;
+use crate::Error;
 
 thread_local! {
     static PANIC_LISTENER: RefCell<Option<js_sys::Function>> = const { RefCell::new(None) };
@@ -59,7 +64,86 @@ pub fn debug_panic() {
 }
 
 /// A `crate::Error` as a JS `Error` with our message (which says how to fix the problem).
-#[allow(dead_code)]
-fn js_err(e: crate::Error) -> JsError {
+fn js_err(e: Error) -> JsError {
     JsError::new(&e.to_string())
+}
+
+/// What the model shares with the futures of its async calls (cloned into them: they outlive the `&self` borrow).
+struct Inner {
+    tokenizer: Tokenizer,
+    device: &'static str,
+}
+
+/// A loaded model. JS owns it through the `Bert` wrapper (js/index.js), which frees it on `dispose()`.
+#[wasm_bindgen]
+pub struct WasmModel {
+    inner: Rc<Inner>,
+}
+
+/// `tokenize`'s result, with the field names of the Hugging Face tokenizers.
+#[derive(Serialize)]
+struct Tokenized {
+    input_ids: Vec<u32>,
+    token_type_ids: Vec<u32>,
+    tokens: Vec<String>,
+}
+
+/// `max_position_embeddings` of a config.json: the tokenizer truncates there (the longest input the model takes).
+fn max_positions(config: &[u8]) -> Result<usize, Error> {
+    let v: serde_json::Value = serde_json::from_slice(config)
+        .map_err(|e| Error::Config(format!("config.json is not valid JSON ({e})")))?;
+    match v.get("max_position_embeddings") {
+        None => Ok(512),
+        Some(n) => n.as_u64().map(|n| n as usize).ok_or_else(|| {
+            Error::Config("config.json: max_position_embeddings must be a positive integer".into())
+        }),
+    }
+}
+
+#[wasm_bindgen]
+impl WasmModel {
+    /// Loads a model from the bytes of its files: config.json, then tokenizer.json or vocab.txt (with
+    /// tokenizer_config.json when present), and model.safetensors. `device` is "webgpu" or "cpu" (the JS wrapper
+    /// resolves "auto").
+    pub async fn load(
+        config: Vec<u8>,
+        tokenizer: Option<Vec<u8>>,
+        vocab: Option<Vec<u8>>,
+        tokenizer_config: Option<Vec<u8>>,
+        weights: Vec<u8>,
+        device: String,
+    ) -> Result<WasmModel, JsError> {
+        let device = match device.as_str() {
+            "cpu" => "cpu",
+            "webgpu" => "webgpu",
+            other => return Err(JsError::new(&format!("device must be \"webgpu\" or \"cpu\" (got \"{other}\")"))),
+        };
+        let max_length = max_positions(&config).map_err(js_err)?;
+        let tokenizer = match (tokenizer, vocab) {
+            (Some(json), _) => Tokenizer::from_json(&json, tokenizer_config.as_deref(), max_length),
+            (None, Some(vocab)) => {
+                let vocab = String::from_utf8(vocab)
+                    .map_err(|_| Error::Tokenizer("vocab.txt is not UTF-8 text".into()))
+                    .map_err(js_err)?;
+                Tokenizer::from_vocab(&vocab, tokenizer_config.as_deref(), max_length)
+            }
+            (None, None) => Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
+        }
+        .map_err(js_err)?;
+        let _ = weights;
+        Ok(WasmModel { inner: Rc::new(Inner { tokenizer, device }) })
+    }
+
+    /// "webgpu" or "cpu".
+    #[wasm_bindgen(getter)]
+    pub fn device(&self) -> String {
+        self.inner.device.to_string()
+    }
+
+    /// Tokenizes a text or a pair: `{ input_ids, token_type_ids, tokens }`, with `[CLS]`/`[SEP]`, no padding.
+    pub fn tokenize(&self, text: &str, pair: Option<String>) -> Result<JsValue, JsError> {
+        let e = self.inner.tokenizer.encode(text, pair.as_deref()).map_err(js_err)?;
+        let out = Tokenized { input_ids: e.ids, token_type_ids: e.type_ids, tokens: e.tokens };
+        serde_wasm_bindgen::to_value(&out).map_err(|e| JsError::new(&e.to_string()))
+    }
 }

@@ -62,8 +62,10 @@ export async function openPage(env) {
   const loadError = await page.evaluate(() => window.loadError);
   if (loadError) throw new Error(`test page failed to start: ${loadError}`);
   page.errors = errors;
+  // Checks (and forgets) the errors since the last check: each test calls it at its end.
   page.checkErrors = (allowed) => {
     const bad = errors.filter((e) => !(allowed && allowed.test(e)));
+    errors.length = 0;
     if (bad.length) throw new Error(`console errors in the page:\n${bad.join("\n")}`);
   };
   return page;
