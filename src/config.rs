@@ -1,1 +1,245 @@
-//! (in progress)
+//! `BertConfig`: the architecture of a checkpoint, read from a Hugging Face `config.json` (or built from GGUF
+//! metadata and then checked with [`BertConfig::validate`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::backend::Activation;
+use crate::{Error, Result};
+
+/// The fields of `BertConfig` (transformers `models/bert/configuration_bert.py`) that change the computation, plus
+/// the label maps and metadata the task heads use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BertConfig {
+    pub vocab_size: usize,
+    /// H.
+    pub hidden_size: usize,
+    /// L.
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// The feed-forward width (4·H in the original BERT).
+    pub intermediate_size: usize,
+    /// The feed-forward activation (`hidden_act`).
+    pub hidden_act: Activation,
+    pub layer_norm_eps: f32,
+    pub max_position_embeddings: usize,
+    pub type_vocab_size: usize,
+    pub pad_token_id: u32,
+    /// Class index → label, from `id2label` (whose keys HF writes as strings: `{"0": "NEGATIVE"}`).
+    pub id2label: BTreeMap<usize, String>,
+    /// Label → class index, from `label2id`.
+    pub label2id: BTreeMap<String, usize>,
+    /// `single_label_classification`, `multi_label_classification` or `regression`, when the checkpoint says.
+    pub problem_type: Option<String>,
+    /// E.g. `["BertForMaskedLM"]`: tells which heads the file carries.
+    pub architectures: Vec<String>,
+    /// Whether the MLM decoder shares the word-embedding matrix (HF's default is true).
+    pub tie_word_embeddings: bool,
+}
+
+/// `config.json` as written, every field optional so that a missing one gets a message naming it.
+#[derive(Deserialize)]
+struct RawConfig {
+    vocab_size: Option<usize>,
+    hidden_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    intermediate_size: Option<usize>,
+    hidden_act: Option<String>,
+    layer_norm_eps: Option<f64>,
+    max_position_embeddings: Option<usize>,
+    type_vocab_size: Option<usize>,
+    pad_token_id: Option<u32>,
+    position_embedding_type: Option<String>,
+    #[serde(default)]
+    id2label: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    label2id: Option<BTreeMap<String, serde_json::Value>>,
+    problem_type: Option<String>,
+    #[serde(default)]
+    architectures: Option<Vec<String>>,
+    tie_word_embeddings: Option<bool>,
+}
+
+fn required(v: Option<usize>, name: &str) -> Result<usize> {
+    v.ok_or_else(|| Error::Config(format!("config.json has no `{name}`; it is required for a BERT model")))
+}
+
+impl Activation {
+    /// Maps a Hugging Face `hidden_act` string to the activation the backend applies.
+    pub fn from_hf(name: &str) -> Result<Activation> {
+        match name {
+            // `gelu` in transformers is the exact erf form.
+            "gelu" => Ok(Activation::Gelu),
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
+            "relu" => Ok(Activation::Relu),
+            "tanh" => Ok(Activation::Tanh),
+            other => Err(Error::Config(format!(
+                "hidden_act `{other}` is not supported; use one of gelu, gelu_new, gelu_pytorch_tanh, relu"
+            ))),
+        }
+    }
+}
+
+impl BertConfig {
+    /// Reads and checks a `config.json` file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<BertConfig> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("cannot read model config {}", path.display()), e))?;
+        Self::from_json_str(&text)
+    }
+
+    /// Parses and checks the text of a `config.json`.
+    pub fn from_json_str(text: &str) -> Result<BertConfig> {
+        let raw: RawConfig = serde_json::from_str(text)
+            .map_err(|e| Error::Config(format!("config.json is not a valid BERT config ({e})")))?;
+        if let Some(kind) = raw.position_embedding_type.as_deref() {
+            if kind != "absolute" {
+                return Err(Error::Config(format!(
+                    "position_embedding_type `{kind}` is not supported; only `absolute` position embeddings are"
+                )));
+            }
+        }
+        let hidden_act = Activation::from_hf(raw.hidden_act.as_deref().unwrap_or("gelu"))?;
+        let mut id2label = BTreeMap::new();
+        for (k, v) in raw.id2label.unwrap_or_default() {
+            let id: usize = k.trim().parse().map_err(|_| {
+                Error::Config(format!("id2label key `{k}` is not a class index; keys must be \"0\", \"1\", ..."))
+            })?;
+            id2label.insert(id, v);
+        }
+        let mut label2id = BTreeMap::new();
+        for (k, v) in raw.label2id.unwrap_or_default() {
+            // HF writes integers; some files carry them as strings.
+            let id = match &v {
+                serde_json::Value::Number(n) => n.as_u64().map(|n| n as usize),
+                serde_json::Value::String(s) => s.trim().parse().ok(),
+                _ => None,
+            }
+            .ok_or_else(|| Error::Config(format!("label2id[`{k}`] = {v} is not a class index")))?;
+            label2id.insert(k, id);
+        }
+        let cfg = BertConfig {
+            vocab_size: required(raw.vocab_size, "vocab_size")?,
+            hidden_size: required(raw.hidden_size, "hidden_size")?,
+            num_hidden_layers: required(raw.num_hidden_layers, "num_hidden_layers")?,
+            num_attention_heads: required(raw.num_attention_heads, "num_attention_heads")?,
+            intermediate_size: required(raw.intermediate_size, "intermediate_size")?,
+            hidden_act,
+            layer_norm_eps: raw.layer_norm_eps.unwrap_or(1e-12) as f32,
+            max_position_embeddings: raw.max_position_embeddings.unwrap_or(512),
+            type_vocab_size: raw.type_vocab_size.unwrap_or(2),
+            pad_token_id: raw.pad_token_id.unwrap_or(0),
+            id2label,
+            label2id,
+            problem_type: raw.problem_type,
+            architectures: raw.architectures.unwrap_or_default(),
+            tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks that the sizes describe a model that can exist.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("intermediate_size", self.intermediate_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("type_vocab_size", self.type_vocab_size),
+        ] {
+            if v == 0 {
+                return Err(Error::Config(format!("`{name}` is 0; it must be positive")));
+            }
+        }
+        if self.hidden_size % self.num_attention_heads != 0 {
+            return Err(Error::Config(format!(
+                "hidden_size {} is not divisible by num_attention_heads {}: each head must get hidden_size / heads \
+                 dimensions; fix one of the two in config.json",
+                self.hidden_size, self.num_attention_heads
+            )));
+        }
+        if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps >= 0.0) {
+            return Err(Error::Config(format!("layer_norm_eps {} must be a finite non-negative number", self.layer_norm_eps)));
+        }
+        if let Some((&id, _)) = self.id2label.iter().next_back() {
+            if id + 1 != self.id2label.len() {
+                return Err(Error::Config(format!(
+                    "id2label has {} labels but its largest index is {id}; indices must be 0..n-1",
+                    self.id2label.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `hidden_size / num_attention_heads`.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+
+    /// Number of classes of a classification head (`id2label`), 0 when the config names none.
+    pub fn num_labels(&self) -> usize {
+        self.id2label.len()
+    }
+
+    /// The label of class `id`, or `LABEL_{id}` as transformers names classes it was not told about.
+    pub fn label(&self, id: usize) -> String {
+        self.id2label.get(&id).cloned().unwrap_or_else(|| format!("LABEL_{id}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINI: &str = r#"{"vocab_size": 100, "hidden_size": 12, "num_hidden_layers": 2, "num_attention_heads": 3,
+        "intermediate_size": 48, "hidden_act": "gelu", "layer_norm_eps": 1e-12, "max_position_embeddings": 64,
+        "type_vocab_size": 2, "pad_token_id": 0, "id2label": {"0": "NEG", "1": "POS"},
+        "label2id": {"NEG": 0, "POS": 1}, "architectures": ["BertForSequenceClassification"]}"#;
+
+    #[test]
+    fn parses_hf_config() {
+        let c = BertConfig::from_json_str(MINI).unwrap();
+        assert_eq!((c.hidden_size, c.num_attention_heads, c.head_dim()), (12, 3, 4));
+        assert_eq!(c.hidden_act, Activation::Gelu);
+        assert_eq!(c.label(1), "POS");
+        assert_eq!(c.label2id["NEG"], 0);
+        assert_eq!(c.num_labels(), 2);
+        assert!(c.tie_word_embeddings);
+    }
+
+    #[test]
+    fn activations() {
+        for (s, a) in [("gelu_new", Activation::GeluTanh), ("gelu_pytorch_tanh", Activation::GeluTanh), ("relu", Activation::Relu)] {
+            assert_eq!(Activation::from_hf(s).unwrap(), a);
+        }
+        let e = BertConfig::from_json_str(&MINI.replace("\"gelu\"", "\"swish\"")).unwrap_err().to_string();
+        assert!(e.contains("swish"), "{e}");
+    }
+
+    #[test]
+    fn rejects_inconsistent_configs() {
+        let e = BertConfig::from_json_str(&MINI.replace("\"num_attention_heads\": 3", "\"num_attention_heads\": 5"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not divisible"), "{e}");
+        let e = BertConfig::from_json_str(&MINI.replace("\"hidden_size\": 12,", "")).unwrap_err().to_string();
+        assert!(e.contains("hidden_size"), "{e}");
+        let e = BertConfig::from_json_str(&MINI.replace("\"intermediate_size\": 48", "\"intermediate_size\": 0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("intermediate_size"), "{e}");
+        let e = BertConfig::from_json_str(&MINI.replace("{\"vocab", "{\"position_embedding_type\": \"relative_key\", \"vocab"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("relative_key"), "{e}");
+        assert!(BertConfig::from_json_str("not json").is_err());
+    }
+}

@@ -101,3 +101,19 @@ pub trait Backend {
     /// Runs everything recorded so far and copies one f32 tensor back to the host, row-major.
     async fn read(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
 }
+
+/// Checks that a batch's three `(b, t)` arrays have `b*t` entries each; every backend calls this before reading one.
+pub fn validate_batch(batch: &Batch) -> Result<()> {
+    let n = batch.b * batch.t;
+    if batch.input_ids.len() != n || batch.token_type_ids.len() != n || batch.attention_mask.len() != n {
+        return Err(crate::Error::Input(format!(
+            "a batch of {} × {} needs {n} input ids, token type ids and mask values, got {}, {} and {}",
+            batch.b,
+            batch.t,
+            batch.input_ids.len(),
+            batch.token_type_ids.len(),
+            batch.attention_mask.len()
+        )));
+    }
+    Ok(())
+}

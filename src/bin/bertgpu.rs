@@ -19,7 +19,10 @@ use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use bertgpu::tokenizer::Tokenizer;
+use bertgpu::config::BertConfig;
+use bertgpu::tasks::{self, EmbedOptions, Engine};
+use bertgpu::tokenizer::{Encoded, Tokenizer};
+use bertgpu::weights::Weights;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
@@ -269,7 +272,6 @@ fn run(command: Command) -> Result<(), Fail> {
 
 /// What the commands need of a model. Grows as tasks land (weights, heads, the engine on a device).
 struct LoadedModel {
-    #[allow(dead_code)]
     dir: PathBuf,
     /// The model's `max_position_embeddings`: the longest input it can take.
     #[allow(dead_code)]
@@ -336,9 +338,51 @@ fn cmd_tokenize(args: &ModelArgs) -> Result<(), Fail> {
 }
 
 fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u32) -> Result<(), Fail> {
-    let _m = load_model(&args.model)?;
-    let _ = (args.device, pooling, normalize, batch_size);
-    Err(Fail::NotImplemented("embed"))
+    let m = load_model(&args.model)?;
+    let engine = load_engine(&m, args.device)?;
+    let opts = EmbedOptions {
+        pooling: match pooling {
+            Pooling::Mean => tasks::Pooling::Mean,
+            Pooling::Cls => tasks::Pooling::Cls,
+        },
+        normalize,
+        batch_size: batch_size as usize,
+    };
+    run_lines(Shape::Text, opts.batch_size, |inputs| {
+        // Tokenize each line on its own (a line that fails gets its own error), embed the rest together.
+        let encoded: Vec<Result<Encoded, String>> = inputs
+            .iter()
+            .map(|i| {
+                let (text, pair) = i.text_and_pair();
+                engine.tokenizer().encode(text, pair).map_err(|e| e.to_string())
+            })
+            .collect();
+        let ok: Vec<Encoded> = encoded.iter().filter_map(|e| e.as_ref().ok().cloned()).collect();
+        let vectors = match pollster::block_on(engine.embed_encoded(&ok, &opts)) {
+            Ok(v) => v,
+            Err(e) => return vec![Err(e.to_string())], // a batch-level failure: the loop retries line by line
+        };
+        let mut vectors = vectors.into_iter();
+        encoded
+            .into_iter()
+            .map(|e| {
+                e.and_then(|_| vectors.next().map(|v| json!({ "embedding": v })).ok_or_else(|| "no result".to_string()))
+            })
+            .collect()
+    })
+}
+
+/// Config, weights and tokenizer of the folder, on the requested device. Failures exit 2.
+fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
+    let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
+    let config = BertConfig::from_file(m.dir.join("config.json")).map_err(fail)?;
+    let weights = Weights::from_safetensors_file(m.dir.join("model.safetensors")).map_err(fail)?;
+    let device = match device {
+        Device::Auto => tasks::Device::Auto,
+        Device::Gpu => tasks::Device::Gpu,
+        Device::Cpu => tasks::Device::Cpu,
+    };
+    pollster::block_on(Engine::from_parts(config, m.tokenizer.clone(), &weights, device)).map_err(fail)
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,1 +1,32 @@
-//! (in progress)
+//! The BERT encoder, one struct per Hugging Face module (`transformers/models/bert/modeling_bert.py`), written
+//! once against [`crate::backend::Backend`]: nothing here assumes the CPU (the GPU backend records the ops and only
+//! `read` runs them).
+//!
+//! Every module has `load(w, cfg, backend)` — `w` already prefixed to the module's own path, as in the checkpoint —
+//! and `forward`. Activations are `(B*T, H)` row-major matrices (sequence `b`'s token `t` at row `b*T + t`).
+
+mod bert;
+mod embeddings;
+mod layer;
+
+pub use bert::{BertEncoder, BertModel};
+pub use embeddings::BertEmbeddings;
+pub use layer::{BertAttention, BertIntermediate, BertLayer, BertOutput, BertSelfAttention, BertSelfOutput};
+
+use crate::backend::Backend;
+use crate::weights::Weights;
+use crate::Result;
+
+/// A linear layer's weight `(out, in)` and bias `(out)`, uploaded.
+pub(crate) fn load_linear<B: Backend>(w: &Weights, out: usize, inp: usize, backend: &B) -> Result<(B::Tensor, B::Tensor)> {
+    let weight = backend.upload(w.get("weight", &[out, inp])?)?;
+    let bias = backend.upload(w.get("bias", &[out])?)?;
+    Ok((weight, bias))
+}
+
+/// A LayerNorm's gamma and beta `(n)` (`weight`/`bias`, or the legacy `gamma`/`beta`), uploaded.
+pub(crate) fn load_layernorm<B: Backend>(w: &Weights, n: usize, backend: &B) -> Result<(B::Tensor, B::Tensor)> {
+    let gamma = backend.upload(w.get("weight", &[n])?)?;
+    let beta = backend.upload(w.get("bias", &[n])?)?;
+    Ok((gamma, beta))
+}

@@ -1,4 +1,13 @@
-//! Weights on the host: safetensors and GGUF files read into [`HostTensor`]s under Hugging Face names.
+//! Weights on the host: safetensors and GGUF files read into [`HostTensor`]s under Hugging Face names, behind a
+//! VarBuilder-like [`Weights`] (`pp("encoder")`, `get(name, shape)`) that checks every shape and accepts the name
+//! variants real checkpoints carry.
+
+pub mod safetensors;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::{Error, Result};
 
 /// A tensor on the host in the dtype its file stores. Shapes are PyTorch's (a linear weight is `(out, in)`).
 #[derive(Clone, Debug, PartialEq)]
@@ -17,4 +26,296 @@ pub enum HostData {
     Q8_0(Vec<u8>),
     /// Blocks of 32: an f16 scale then 16 bytes of 4-bit values offset by 8 (18 bytes).
     Q4_0(Vec<u8>),
+}
+
+impl HostData {
+    /// `"f32"`, `"f16"`, `"q8_0"` or `"q4_0"`.
+    pub fn dtype(&self) -> &'static str {
+        match self {
+            HostData::F32(_) => "f32",
+            HostData::F16(_) => "f16",
+            HostData::Q8_0(_) => "q8_0",
+            HostData::Q4_0(_) => "q4_0",
+        }
+    }
+}
+
+impl HostTensor {
+    pub fn f32(shape: Vec<usize>, data: Vec<f32>) -> Result<HostTensor> {
+        let n: usize = shape.iter().product();
+        if n != data.len() {
+            return Err(Error::Weights(format!("shape {shape:?} needs {n} values, got {}", data.len())));
+        }
+        Ok(HostTensor { shape, data: HostData::F32(data) })
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// `(rows, cols)` as a backend sees it: 1-D tensors become `(1, n)`; higher ranks fold the leading dimensions.
+    pub fn rows_cols(&self) -> (usize, usize) {
+        match self.shape.len() {
+            0 => (1, 1),
+            1 => (1, self.shape[0]),
+            _ => {
+                let cols = self.shape[self.shape.len() - 1];
+                (self.numel() / cols.max(1), cols)
+            }
+        }
+    }
+
+    /// The values as f32, whatever the storage.
+    pub fn to_f32(&self) -> Result<Vec<f32>> {
+        match &self.data {
+            HostData::F32(v) => Ok(v.clone()),
+            HostData::F16(v) => Ok(v.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect()),
+            // Hook for block dequantization (src/weights/quant.rs): until it exists, a quantized tensor cannot be
+            // turned back into f32 on the host.
+            HostData::Q8_0(_) | HostData::Q4_0(_) => Err(Error::Weights(format!(
+                "dequantizing {} tensors on the host is not supported yet; load an f32/f16 checkpoint",
+                self.data.dtype()
+            ))),
+        }
+    }
+
+    /// Concatenates tensors along their first dimension (e.g. the q, k, v weights `(H, H)` ×3 → `(3H, H)`, or their
+    /// biases `(H)` ×3 → `(3H)`). All parts must share the dtype and every other dimension. Works for block-quantized
+    /// data too: blocks run along the last dimension, so rows stay contiguous.
+    pub fn concat_rows(parts: &[&HostTensor]) -> Result<HostTensor> {
+        let first = parts.first().ok_or_else(|| Error::Weights("concat_rows of no tensors".into()))?;
+        if first.shape.is_empty() {
+            return Err(Error::Weights("concat_rows of a scalar".into()));
+        }
+        let mut rows = 0;
+        for p in parts {
+            if p.shape.len() != first.shape.len() || p.shape[1..] != first.shape[1..] {
+                return Err(Error::Weights(format!(
+                    "cannot fuse tensors of shapes {:?} and {:?}: they differ beyond the first dimension",
+                    first.shape, p.shape
+                )));
+            }
+            if p.data.dtype() != first.data.dtype() {
+                return Err(Error::Weights(format!(
+                    "cannot fuse a {} tensor with a {} one; store the parts in one dtype",
+                    first.data.dtype(),
+                    p.data.dtype()
+                )));
+            }
+            rows += p.shape[0];
+        }
+        let mut shape = first.shape.clone();
+        shape[0] = rows;
+        macro_rules! cat {
+            ($variant:ident) => {{
+                let mut out = Vec::new();
+                for p in parts {
+                    if let HostData::$variant(v) = &p.data {
+                        out.extend_from_slice(v);
+                    }
+                }
+                HostData::$variant(out)
+            }};
+        }
+        let data = match first.data {
+            HostData::F32(_) => cat!(F32),
+            HostData::F16(_) => cat!(F16),
+            HostData::Q8_0(_) => cat!(Q8_0),
+            HostData::Q4_0(_) => cat!(Q4_0),
+        };
+        Ok(HostTensor { shape, data })
+    }
+}
+
+/// All tensors of a checkpoint under Hugging Face names, plus a name prefix: `w.pp("encoder").pp("layer.0")`.
+///
+/// Name resolution accepts what real BERT checkpoints contain:
+/// - `bert.` in front of every encoder name or not (a `BertForMaskedLM` file says `bert.embeddings...`, a
+///   `BertModel` file says `embeddings...`): asked for one, the other is tried too;
+/// - `LayerNorm.gamma` / `LayerNorm.beta` (TF-era files) for `LayerNorm.weight` / `LayerNorm.bias`;
+/// - tied weights absent from the file: [`Weights::get_first`] takes the name and its fallbacks (e.g. the MLM decoder,
+///   else the word embeddings, from [`Weights::root`]).
+#[derive(Clone, Debug, Default)]
+pub struct Weights {
+    tensors: Arc<HashMap<String, HostTensor>>,
+    /// Tensors the file holds in a dtype we do not read (e.g. the i64 `position_ids` buffer): name → dtype. Asking
+    /// for one is an error that names the dtype; not asking costs nothing.
+    unsupported: Arc<HashMap<String, String>>,
+    prefix: String,
+}
+
+impl Weights {
+    /// An empty set, to be filled with [`Weights::insert`] (the GGUF loader builds its `Weights` this way).
+    pub fn new() -> Weights {
+        Weights::default()
+    }
+
+    /// Adds a tensor under its full Hugging Face name (ignores the current prefix). Cheap before the set is shared
+    /// (cloned); afterwards it copies the map once.
+    pub fn insert(&mut self, name: impl Into<String>, t: HostTensor) {
+        Arc::make_mut(&mut self.tensors).insert(name.into(), t);
+    }
+
+    /// Records a tensor the file has but whose dtype cannot be read.
+    pub(crate) fn insert_unsupported(&mut self, name: impl Into<String>, dtype: impl Into<String>) {
+        Arc::make_mut(&mut self.unsupported).insert(name.into(), dtype.into());
+    }
+
+    /// The same tensors, with `prefix.` appended to the current prefix.
+    pub fn pp(&self, prefix: &str) -> Weights {
+        let mut w = self.clone();
+        if !prefix.is_empty() {
+            w.prefix = if self.prefix.is_empty() { prefix.to_string() } else { format!("{}.{prefix}", self.prefix) };
+        }
+        w
+    }
+
+    /// The same tensors with no prefix.
+    pub fn root(&self) -> Weights {
+        Weights { prefix: String::new(), ..self.clone() }
+    }
+
+    /// The current prefix (`""` at the root).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Every full name in the set, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn full(&self, name: &str) -> String {
+        if self.prefix.is_empty() { name.to_string() } else { format!("{}.{name}", self.prefix) }
+    }
+
+    /// The names a tensor may be stored under, most likely first.
+    fn candidates(full: &str) -> Vec<String> {
+        let mut bases = vec![full.to_string()];
+        match full.strip_prefix("bert.") {
+            Some(rest) => bases.push(rest.to_string()),
+            None => bases.push(format!("bert.{full}")),
+        }
+        let mut out = bases.clone();
+        for b in &bases {
+            if let Some(stem) = b.strip_suffix("LayerNorm.weight") {
+                out.push(format!("{stem}LayerNorm.gamma"));
+            } else if let Some(stem) = b.strip_suffix("LayerNorm.bias") {
+                out.push(format!("{stem}LayerNorm.beta"));
+            }
+        }
+        out
+    }
+
+    fn lookup(&self, name: &str) -> Result<Option<(String, &HostTensor)>> {
+        let full = self.full(name);
+        for c in Self::candidates(&full) {
+            if let Some(t) = self.tensors.get(&c) {
+                return Ok(Some((c, t)));
+            }
+            if let Some(dtype) = self.unsupported.get(&c) {
+                return Err(Error::Weights(format!(
+                    "tensor `{c}` is stored as {dtype}; only f32, f16 and bf16 weights can be read"
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether `name` (under the prefix, with the accepted variants) exists.
+    pub fn contains(&self, name: &str) -> bool {
+        matches!(self.lookup(name), Ok(Some(_)))
+    }
+
+    /// The tensor `name` (under the prefix), checked to have exactly `shape`.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<&HostTensor> {
+        match self.lookup(name)? {
+            Some((found, t)) => {
+                if t.shape != shape {
+                    return Err(Error::Shape { name: found, got: t.shape.clone(), expected: shape.to_vec() });
+                }
+                Ok(t)
+            }
+            None => Err(Error::Weights(format!(
+                "tensor `{}` is missing from the weights file (looked for {}); is this a BERT checkpoint matching \
+                 its config.json?",
+                self.full(name),
+                Self::candidates(&self.full(name)).join(", ")
+            ))),
+        }
+    }
+
+    /// The first of `names` that exists (each under the prefix), checked to have `shape`: for tied weights, e.g.
+    /// `w.get_first(&["cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"], &[V, H])`.
+    pub fn get_first(&self, names: &[&str], shape: &[usize]) -> Result<&HostTensor> {
+        for n in names {
+            if self.lookup(n)?.is_some() {
+                return self.get(n, shape);
+            }
+        }
+        Err(Error::Weights(format!(
+            "none of the tensors {} is in the weights file",
+            names.iter().map(|n| format!("`{}`", self.full(n))).collect::<Vec<_>>().join(", ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(shape: &[usize]) -> HostTensor {
+        let n = shape.iter().product();
+        HostTensor::f32(shape.to_vec(), (0..n).map(|i| i as f32).collect()).unwrap()
+    }
+
+    #[test]
+    fn resolves_name_variants() {
+        let mut w = Weights::new();
+        w.insert("bert.embeddings.LayerNorm.gamma", t(&[4]));
+        w.insert("encoder.layer.0.output.LayerNorm.bias", t(&[4]));
+        w.insert("bert.embeddings.word_embeddings.weight", t(&[10, 4]));
+        let e = w.pp("embeddings");
+        assert!(e.contains("LayerNorm.weight"));
+        assert!(!e.contains("LayerNorm.bias"));
+        assert_eq!(e.get("LayerNorm.weight", &[4]).unwrap().shape, vec![4]);
+        // Asked with `bert.`, stored without.
+        assert!(w.pp("bert").pp("encoder.layer.0").contains("output.LayerNorm.bias"));
+        // Shape mismatch names the tensor found.
+        match w.get("embeddings.word_embeddings.weight", &[10, 5]) {
+            Err(Error::Shape { name, got, .. }) => {
+                assert_eq!(name, "bert.embeddings.word_embeddings.weight");
+                assert_eq!(got, vec![10, 4]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Tied decoder: absent, falls back to the word embeddings.
+        let d = w.get_first(&["cls.predictions.decoder.weight", "embeddings.word_embeddings.weight"], &[10, 4]);
+        assert_eq!(d.unwrap().shape, vec![10, 4]);
+        let e = w.get("pooler.dense.weight", &[4, 4]).unwrap_err().to_string();
+        assert!(e.contains("pooler.dense.weight") && e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn concat_rows_fuses_qkv() {
+        let a = t(&[2, 3]);
+        let b = HostTensor::f32(vec![1, 3], vec![9.0, 8.0, 7.0]).unwrap();
+        let c = HostTensor::concat_rows(&[&a, &b]).unwrap();
+        assert_eq!(c.shape, vec![3, 3]);
+        assert_eq!(c.to_f32().unwrap(), vec![0., 1., 2., 3., 4., 5., 9., 8., 7.]);
+        assert!(HostTensor::concat_rows(&[&a, &t(&[2, 4])]).is_err());
+        let bias = HostTensor::concat_rows(&[&t(&[2]), &t(&[2])]).unwrap();
+        assert_eq!(bias.shape, vec![4]);
+    }
+
+    #[test]
+    fn f16_to_f32() {
+        let h = HostTensor { shape: vec![2], data: HostData::F16(vec![0x3c00, 0xc000]) };
+        assert_eq!(h.to_f32().unwrap(), vec![1.0, -2.0]);
+        let q = HostTensor { shape: vec![32], data: HostData::Q8_0(vec![0; 34]) };
+        assert!(q.to_f32().unwrap_err().to_string().contains("q8_0"));
+    }
 }

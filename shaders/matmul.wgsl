@@ -1,0 +1,156 @@
+// matmul.wgsl: y = act(x · wᵀ + bias), the linear layer with its epilogue fused.
+//
+// Bindings (group 0):
+//   0  p     uniform Params { m, n, k }
+//   1  x4    (M, K/4)  vec4<f32>  activations, row-major        (entry matmul_vec4, needs K % 4 == 0)
+//   2  w4    (N, K/4)  vec4<f32>  weight as Hugging Face stores it: (out, in), K-contiguous
+//   3  bias  (N)       f32        read only when HAS_BIAS
+//   4  y     (M, N)    f32        output, row-major
+//   5  x     (M, K)    f32        scalar view of x                (entry matmul_scalar, any K)
+//   6  w     (N, K)    f32        scalar view of w
+//
+// Each invocation computes a 4×4 block of y with four vec4 accumulators: per step along K it loads 4 vec4 of x
+// and 4 vec4 of w (8 loads) and does 16 dot products, so loads are amortised 4× in each direction. No workgroup
+// memory: on a CPU "GPU" (lavapipe, SwiftShader) global loads are cached CPU loads and barriers are expensive, and
+// the measured shared-memory tiled variant was slower (BENCHMARKS.md). Rows/columns past the edge are clamped for
+// loading and masked on store, so any M, N work.
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    _pad: u32,
+}
+
+// Workgroup shape (tuning knobs; the host clamps WG_X·WG_Y to the adapter's invocation limit).
+override WG_X: u32 = 8u;
+override WG_Y: u32 = 8u;
+// Epilogue variant: 0 none, 1 GELU (erf), 2 GELU (tanh form), 3 ReLU, 4 tanh.
+override ACT: u32 = 0u;
+override HAS_BIAS: bool = false;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> w4: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(5) var<storage, read> x: array<f32>;
+@group(0) @binding(6) var<storage, read> w: array<f32>;
+
+// erf by Abramowitz & Stegun 7.1.26: |error| ≤ 1.5e-7 for all x, well under f32 GELU tolerances.
+fn erf_as(v: f32) -> f32 {
+    let a = abs(v);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    let r = 1.0 - poly * exp(-a * a);
+    return select(r, -r, v < 0.0);
+}
+
+// tanh through exp, clamped so exp never overflows (|tanh(15)| rounds to 1 in f32 anyway).
+fn tanh_safe(v: f32) -> f32 {
+    let c = clamp(v, -15.0, 15.0);
+    let e = exp(2.0 * c);
+    return (e - 1.0) / (e + 1.0);
+}
+
+fn epilogue(v: f32, col: u32) -> f32 {
+    var z = v;
+    if HAS_BIAS {
+        z = z + bias[col];
+    }
+    switch ACT {
+        case 1u: { z = 0.5 * z * (1.0 + erf_as(z * 0.70710678118654752)); }
+        case 2u: { z = 0.5 * z * (1.0 + tanh_safe(0.79788456080286536 * (z + 0.044715 * z * z * z))); }
+        case 3u: { z = max(z, 0.0); }
+        case 4u: { z = tanh_safe(z); }
+        default: {}
+    }
+    return z;
+}
+
+fn store_row(r: u32, c0: u32, acc: vec4<f32>) {
+    if r >= p.m {
+        return;
+    }
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        let c = c0 + j;
+        if c < p.n {
+            y[r * p.n + c] = epilogue(acc[j], c);
+        }
+    }
+}
+
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn matmul_vec4(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let c0 = gid.x * 4u;
+    let r0 = gid.y * 4u;
+    if c0 >= p.n || r0 >= p.m {
+        return;
+    }
+    let k4 = p.k / 4u;
+    // Clamped row/column indices: out-of-range lanes load valid memory and are dropped at the store.
+    let xr0 = min(r0, p.m - 1u) * k4;
+    let xr1 = min(r0 + 1u, p.m - 1u) * k4;
+    let xr2 = min(r0 + 2u, p.m - 1u) * k4;
+    let xr3 = min(r0 + 3u, p.m - 1u) * k4;
+    let wc0 = min(c0, p.n - 1u) * k4;
+    let wc1 = min(c0 + 1u, p.n - 1u) * k4;
+    let wc2 = min(c0 + 2u, p.n - 1u) * k4;
+    let wc3 = min(c0 + 3u, p.n - 1u) * k4;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    for (var kk = 0u; kk < k4; kk = kk + 1u) {
+        let a0 = x4[xr0 + kk];
+        let a1 = x4[xr1 + kk];
+        let a2 = x4[xr2 + kk];
+        let a3 = x4[xr3 + kk];
+        let b0 = w4[wc0 + kk];
+        let b1 = w4[wc1 + kk];
+        let b2 = w4[wc2 + kk];
+        let b3 = w4[wc3 + kk];
+        acc0 = acc0 + vec4<f32>(dot(a0, b0), dot(a0, b1), dot(a0, b2), dot(a0, b3));
+        acc1 = acc1 + vec4<f32>(dot(a1, b0), dot(a1, b1), dot(a1, b2), dot(a1, b3));
+        acc2 = acc2 + vec4<f32>(dot(a2, b0), dot(a2, b1), dot(a2, b2), dot(a2, b3));
+        acc3 = acc3 + vec4<f32>(dot(a3, b0), dot(a3, b1), dot(a3, b2), dot(a3, b3));
+    }
+    store_row(r0, c0, acc0);
+    store_row(r0 + 1u, c0, acc1);
+    store_row(r0 + 2u, c0, acc2);
+    store_row(r0 + 3u, c0, acc3);
+}
+
+// Same blocking with scalar loads, for K not a multiple of 4 (no BERT checkpoint has one; kept for generality).
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn matmul_scalar(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let c0 = gid.x * 4u;
+    let r0 = gid.y * 4u;
+    if c0 >= p.n || r0 >= p.m {
+        return;
+    }
+    let k = p.k;
+    let xr0 = min(r0, p.m - 1u) * k;
+    let xr1 = min(r0 + 1u, p.m - 1u) * k;
+    let xr2 = min(r0 + 2u, p.m - 1u) * k;
+    let xr3 = min(r0 + 3u, p.m - 1u) * k;
+    let wc0 = min(c0, p.n - 1u) * k;
+    let wc1 = min(c0 + 1u, p.n - 1u) * k;
+    let wc2 = min(c0 + 2u, p.n - 1u) * k;
+    let wc3 = min(c0 + 3u, p.n - 1u) * k;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    for (var kk = 0u; kk < k; kk = kk + 1u) {
+        let b = vec4<f32>(w[wc0 + kk], w[wc1 + kk], w[wc2 + kk], w[wc3 + kk]);
+        acc0 = acc0 + x[xr0 + kk] * b;
+        acc1 = acc1 + x[xr1 + kk] * b;
+        acc2 = acc2 + x[xr2 + kk] * b;
+        acc3 = acc3 + x[xr3 + kk] * b;
+    }
+    store_row(r0, c0, acc0);
+    store_row(r0 + 1u, c0, acc1);
+    store_row(r0 + 2u, c0, acc2);
+    store_row(r0 + 3u, c0, acc3);
+}

@@ -1,0 +1,170 @@
+//! Row normalisations: `layernorm` (with an optional fused residual add) and `embeddings` (three table lookups
+//! summed, then LayerNorm).
+
+use super::{expect_dims, par_chunks_mut, CpuTensor};
+use crate::backend::{validate_batch, EmbeddingTables};
+use crate::tokenizer::Batch;
+use crate::{Error, Result};
+
+/// Rows per parallel task: enough work to amortise scheduling.
+const ROWS_PER_TASK: usize = 16;
+
+/// LayerNorm of one row in place: `(v − mean)/√(var + eps)·gamma + beta`, biased variance (as `torch.nn.LayerNorm`).
+/// Two passes (mean, then the centred sum of squares) avoid the cancellation of `E[x²] − E[x]²`.
+pub fn layernorm_row(v: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
+    let n = v.len() as f32;
+    let mean = v.iter().sum::<f32>() / n;
+    let var = v.iter().map(|&x| (x - mean) * (x - mean)).sum::<f32>() / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for ((x, &g), &b) in v.iter_mut().zip(gamma).zip(beta) {
+        *x = (*x - mean) * inv * g + b;
+    }
+}
+
+/// `out (M, N) = LayerNorm(x + residual)` row by row.
+pub fn layernorm(x: &[f32], residual: Option<&[f32]>, gamma: &[f32], beta: &[f32], eps: f32, n: usize, out: &mut [f32]) {
+    if n == 0 {
+        return;
+    }
+    par_chunks_mut(out, ROWS_PER_TASK * n, |ci, chunk| {
+        let r0 = ci * ROWS_PER_TASK;
+        for (ri, row) in chunk.chunks_exact_mut(n).enumerate() {
+            let off = (r0 + ri) * n;
+            row.copy_from_slice(&x[off..off + n]);
+            if let Some(r) = residual {
+                for (v, &rv) in row.iter_mut().zip(&r[off..off + n]) {
+                    *v += rv;
+                }
+            }
+            layernorm_row(row, gamma, beta, eps);
+        }
+    });
+}
+
+/// `LayerNorm(word[id] + position[t] + token_type[type])` for every token → `(B*T, H)`.
+pub fn embeddings(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) -> Result<CpuTensor> {
+    validate_batch(batch)?;
+    let h = tables.word.cols();
+    let (vocab, max_pos, types) = (tables.word.rows(), tables.position.rows(), tables.token_type.rows());
+    expect_dims(tables.position, max_pos, h, "position embeddings (P, H)")?;
+    expect_dims(tables.token_type, types, h, "token type embeddings (types, H)")?;
+    expect_dims(tables.ln_gamma, 1, h, "embeddings LayerNorm gamma (H)")?;
+    expect_dims(tables.ln_beta, 1, h, "embeddings LayerNorm beta (H)")?;
+    if batch.t > max_pos {
+        return Err(Error::Input(format!(
+            "sequences of {} tokens are longer than the model's {max_pos} positions; truncate the input",
+            batch.t
+        )));
+    }
+    if let Some(&id) = batch.input_ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(Error::Input(format!("token id {id} is outside the vocabulary of {vocab}; tokenizer and model do not match")));
+    }
+    if let Some(&ty) = batch.token_type_ids.iter().find(|&&ty| ty as usize >= types) {
+        return Err(Error::Input(format!("token type id {ty} is outside the model's {types} segment types")));
+    }
+    let (word, pos, tt) = (tables.word.data(), tables.position.data(), tables.token_type.data());
+    let (gamma, beta) = (tables.ln_gamma.data(), tables.ln_beta.data());
+    let rows = batch.b * batch.t;
+    let mut out = vec![0f32; rows * h]; // (B*T, H)
+    if h > 0 {
+        par_chunks_mut(&mut out, ROWS_PER_TASK * h, |ci, chunk| {
+            for (ri, row) in chunk.chunks_exact_mut(h).enumerate() {
+                let r = ci * ROWS_PER_TASK + ri;
+                let (id, ty, p) = (batch.input_ids[r] as usize, batch.token_type_ids[r] as usize, r % batch.t);
+                let (we, pe, te) = (&word[id * h..][..h], &pos[p * h..][..h], &tt[ty * h..][..h]);
+                for j in 0..h {
+                    row[j] = we[j] + pe[j] + te[j];
+                }
+                layernorm_row(row, gamma, beta, tables.eps);
+            }
+        });
+    }
+    CpuTensor::new(out, rows, h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{assert_close, rand_vec};
+    use super::super::CpuBackend;
+    use super::*;
+    use crate::backend::Backend;
+
+    /// The reference accumulates in f64; ours in f32 over at most 513 values of magnitude ≈ 1: a few ulps of the
+    /// normalised output.
+    const LN_ATOL: f32 = 2e-5;
+    const LN_RTOL: f32 = 1e-5;
+
+    fn reference_ln(x: &[f32], g: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
+        let n = x.len() as f64;
+        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+        x.iter().zip(g).zip(b).map(|((&v, &g), &b)| (((v as f64 - mean) / (var + eps as f64).sqrt()) * g as f64 + b as f64) as f32).collect()
+    }
+
+    #[test]
+    fn layernorm_matches_reference() {
+        let cpu = CpuBackend;
+        for &(m, n) in &[(1, 1), (7, 33), (33, 7), (2, 513), (513, 3)] {
+            let x = rand_vec(m * n, 5).iter().map(|v| v * 3.0 + 0.5).collect::<Vec<_>>();
+            let r = rand_vec(m * n, 6);
+            let g = rand_vec(n, 7);
+            let b = rand_vec(n, 8);
+            let (tx, tr) = (cpu.input(&x, m, n).unwrap(), cpu.input(&r, m, n).unwrap());
+            let (tg, tb) = (cpu.input(&g, 1, n).unwrap(), cpu.input(&b, 1, n).unwrap());
+            let got = cpu.layernorm(&tx, Some(&tr), &tg, &tb, 1e-12).unwrap();
+            let mut want = Vec::new();
+            for i in 0..m {
+                let row: Vec<f32> = (0..n).map(|j| x[i * n + j] + r[i * n + j]).collect();
+                want.extend(reference_ln(&row, &g, &b, 1e-12));
+            }
+            assert_close(got.data(), &want, LN_ATOL, LN_RTOL, &format!("layernorm {m}x{n}"));
+            let got = cpu.layernorm(&tx, None, &tg, &tb, 1e-5).unwrap();
+            let want: Vec<f32> = x.chunks(n).flat_map(|row| reference_ln(row, &g, &b, 1e-5)).collect();
+            assert_close(got.data(), &want, LN_ATOL, LN_RTOL, &format!("layernorm no residual {m}x{n}"));
+        }
+        let bad = cpu.input(&[1.0; 4], 1, 4).unwrap();
+        let g3 = cpu.input(&[1.0; 3], 1, 3).unwrap();
+        assert!(matches!(cpu.layernorm(&bad, None, &g3, &g3, 1e-5), Err(Error::Shape { .. })));
+    }
+
+    #[test]
+    fn embeddings_match_reference() {
+        let cpu = CpuBackend;
+        let (vocab, h, p, types) = (11, 7, 5, 2);
+        let word = rand_vec(vocab * h, 1);
+        let pos = rand_vec(p * h, 2);
+        let tt = rand_vec(types * h, 3);
+        let g = rand_vec(h, 4);
+        let be = rand_vec(h, 5);
+        let up = |v: &[f32], r, c| cpu.input(v, r, c).unwrap();
+        let (tw, tp, tt_, tg, tb) = (up(&word, vocab, h), up(&pos, p, h), up(&tt, types, h), up(&g, 1, h), up(&be, 1, h));
+        let tables = EmbeddingTables { word: &tw, position: &tp, token_type: &tt_, ln_gamma: &tg, ln_beta: &tb, eps: 1e-12 };
+        let batch = Batch {
+            input_ids: vec![2, 10, 4, 0, 0, 1, 3, 5, 7, 9],
+            token_type_ids: vec![0, 0, 1, 0, 0, 0, 1, 1, 1, 1],
+            attention_mask: vec![1, 1, 1, 0, 0, 1, 1, 1, 1, 1],
+            b: 2,
+            t: 5,
+        };
+        let got = cpu.embeddings(&batch, &tables).unwrap();
+        assert_eq!(cpu.dims(&got), (10, h));
+        let mut want = Vec::new();
+        for r in 0..10 {
+            let (id, ty, t) = (batch.input_ids[r] as usize, batch.token_type_ids[r] as usize, r % 5);
+            let row: Vec<f32> = (0..h).map(|j| word[id * h + j] + pos[t * h + j] + tt[ty * h + j]).collect();
+            want.extend(reference_ln(&row, &g, &be, 1e-12));
+        }
+        assert_close(got.data(), &want, LN_ATOL, LN_RTOL, "embeddings");
+
+        let mut bad = batch.clone();
+        bad.input_ids[3] = 11;
+        assert!(cpu.embeddings(&bad, &tables).unwrap_err().to_string().contains("vocabulary"));
+        let mut bad = batch.clone();
+        bad.token_type_ids[3] = 2;
+        assert!(cpu.embeddings(&bad, &tables).is_err());
+        let long = Batch { input_ids: vec![1; 6], token_type_ids: vec![0; 6], attention_mask: vec![1; 6], b: 1, t: 6 };
+        assert!(cpu.embeddings(&long, &tables).unwrap_err().to_string().contains("positions"));
+        let ragged = Batch { input_ids: vec![1; 5], token_type_ids: vec![0; 6], attention_mask: vec![1; 6], b: 1, t: 6 };
+        assert!(cpu.embeddings(&ragged, &tables).is_err());
+    }
+}

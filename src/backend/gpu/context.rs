@@ -1,0 +1,88 @@
+//! Getting a device, kept apart from using it: [`Gpu::new`] is async (the only way on the web);
+//! [`Gpu::new_blocking`] wraps it with `pollster` for native callers and tests.
+
+use std::sync::{Arc, Mutex};
+
+use crate::{Error, Result};
+
+/// An adapter's device and queue, with the limits and features it was created with.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    /// The limits the device was created with: the adapter's own, so nothing is left on the table.
+    pub limits: wgpu::Limits,
+    pub features: wgpu::Features,
+    /// Validation / out-of-memory errors raised by wgpu since the last check (wgpu reports them out of band;
+    /// the default handler would panic).
+    pub(crate) errors: Arc<Mutex<Vec<String>>>,
+}
+
+impl Gpu {
+    /// The first adapter wgpu finds (high-performance preference), with its full limits. Optional features are
+    /// requested only when the adapter has them: `TIMESTAMP_QUERY` (per-kernel timing). Nothing requires
+    /// `shader-f16` or subgroups.
+    pub async fn new() -> Result<Gpu> {
+        let instance = wgpu::Instance::default();
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                Error::Gpu(format!(
+                    "no GPU adapter ({e}). Natively install a Vulkan driver (on Debian: \
+                     `apt-get install mesa-vulkan-drivers` gives the CPU adapter lavapipe); in a browser enable WebGPU; \
+                     or use the CPU backend (`--device cpu`)"
+                ))
+            })?;
+        Gpu::from_adapter(adapter).await
+    }
+
+    /// Creates the device of a given adapter.
+    pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Gpu> {
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("bertgpu"),
+                required_features: features,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::Gpu(format!("adapter `{}` refused a device: {e}", info.name)))?;
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        Ok(Gpu { device, queue, info, limits, features, errors })
+    }
+
+    /// [`Gpu::new`], blocking (native only: a browser must never block).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new_blocking() -> Result<Gpu> {
+        pollster::block_on(Gpu::new())
+    }
+
+    /// Whether per-pass timestamps can be recorded.
+    pub fn has_timestamps(&self) -> bool {
+        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
+    }
+
+    /// Takes the errors wgpu reported since the last call, as one `Error::Gpu`.
+    pub(crate) fn check_errors(&self) -> Result<()> {
+        let mut v = self.errors.lock().map_err(|_| Error::Gpu("error log poisoned".into()))?;
+        if v.is_empty() {
+            return Ok(());
+        }
+        let msg = v.join("; ");
+        v.clear();
+        Err(Error::Gpu(msg))
+    }
+}

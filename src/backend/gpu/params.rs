@@ -1,0 +1,60 @@
+//! The uniform `Params` struct of every shader, twinned in Rust. `FIELDS` lists (name, byte offset, type) so a test
+//! can check each twin against the WGSL declaration (parsed with naga): same fields, same order, same offsets.
+
+macro_rules! params {
+    ($(#[$doc:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$doc])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+        pub struct $name { $(pub $field: $ty),* }
+
+        impl $name {
+            /// (field name, byte offset, WGSL scalar type) in declaration order.
+            pub const FIELDS: &'static [(&'static str, usize, &'static str)] =
+                &[$((stringify!($field), std::mem::offset_of!($name, $field), stringify!($ty))),*];
+        }
+    };
+}
+
+params!(
+    /// `shaders/matmul.wgsl`: y (m, n) = act(x (m, k) · w (n, k)ᵀ + bias).
+    MatmulParams { m: u32, n: u32, k: u32, _pad: u32 }
+);
+params!(
+    /// `shaders/attention.wgsl`.
+    AttentionParams { batch: u32, seq: u32, heads: u32, head_dim: u32, hidden: u32, scale: f32, _pad0: u32, _pad1: u32 }
+);
+params!(
+    /// `shaders/layernorm.wgsl`.
+    LayerNormParams { rows: u32, cols: u32, eps: f32, _pad: u32 }
+);
+params!(
+    /// `shaders/embeddings.wgsl`.
+    EmbeddingsParams { rows: u32, seq: u32, hidden: u32, eps: f32 }
+);
+params!(
+    /// `shaders/pool.wgsl`.
+    PoolParams { batch: u32, seq: u32, hidden: u32, _pad: u32 }
+);
+params!(
+    /// `shaders/gather.wgsl`.
+    GatherParams { out_rows: u32, cols: u32, _pad0: u32, _pad1: u32 }
+);
+
+/// Every shader: (file name, WGSL source, its Params twin's size and fields).
+pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
+    ("matmul", include_str!("../../../shaders/matmul.wgsl"), std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("attention", include_str!("../../../shaders/attention.wgsl"), std::mem::size_of::<AttentionParams>(),
+        AttentionParams::FIELDS),
+    ("layernorm", include_str!("../../../shaders/layernorm.wgsl"), std::mem::size_of::<LayerNormParams>(),
+        LayerNormParams::FIELDS),
+    ("embeddings", include_str!("../../../shaders/embeddings.wgsl"), std::mem::size_of::<EmbeddingsParams>(),
+        EmbeddingsParams::FIELDS),
+    ("pool", include_str!("../../../shaders/pool.wgsl"), std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),
+    ("gather", include_str!("../../../shaders/gather.wgsl"), std::mem::size_of::<GatherParams>(), GatherParams::FIELDS),
+];
+
+/// The WGSL source of shader `name`.
+pub fn source(name: &str) -> Option<&'static str> {
+    SHADERS.iter().find(|s| s.0 == name).map(|s| s.1)
+}

@@ -1,0 +1,92 @@
+//! `model.safetensors` → [`Weights`]: f32 as is, f16 kept as f16 (backends decide how to hold it), bf16 widened to
+//! f32 (exact: bf16 is the top half of an f32). Tensors of other dtypes (e.g. the i64 `position_ids` buffer some
+//! files carry) are recorded and only an error if a model asks for them.
+
+use std::path::Path;
+
+use safetensors::{Dtype, SafeTensors};
+
+use super::{HostData, HostTensor, Weights};
+use crate::{Error, Result};
+
+impl Weights {
+    /// Reads a `.safetensors` file.
+    pub fn from_safetensors_file(path: impl AsRef<Path>) -> Result<Weights> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::io(format!("cannot read weights file {}", path.display()), e))?;
+        Self::from_safetensors(&bytes).map_err(|e| match e {
+            Error::Weights(m) => Error::Weights(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    /// Parses the bytes of a `.safetensors` file (the header's offsets are checked against the length by the
+    /// `safetensors` crate, so a truncated file is an error, not a panic).
+    pub fn from_safetensors(bytes: &[u8]) -> Result<Weights> {
+        let st = SafeTensors::deserialize(bytes).map_err(|e| {
+            Error::Weights(format!("not a valid safetensors file ({e}); the file may be truncated: download it again"))
+        })?;
+        let mut w = Weights::new();
+        for (name, view) in st.tensors() {
+            let shape = view.shape().to_vec();
+            let raw = view.data();
+            let data = match view.dtype() {
+                Dtype::F32 => HostData::F32(
+                    raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+                ),
+                Dtype::F16 => HostData::F16(raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
+                Dtype::BF16 => HostData::F32(
+                    raw.chunks_exact(2)
+                        .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+                        .collect(),
+                ),
+                other => {
+                    w.insert_unsupported(name, format!("{other:?}"));
+                    continue;
+                }
+            };
+            w.insert(name, HostTensor { shape, data });
+        }
+        Ok(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    fn file(dtype: Dtype, bytes: &[u8], shape: Vec<usize>) -> Vec<u8> {
+        let v = TensorView::new(dtype, shape, bytes).unwrap();
+        safetensors::serialize([("x", v)], None).unwrap()
+    }
+
+    #[test]
+    fn reads_dtypes() {
+        let f: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let w = Weights::from_safetensors(&file(Dtype::F32, &f, vec![2])).unwrap();
+        assert_eq!(w.get("x", &[2]).unwrap().to_f32().unwrap(), vec![1.5, -2.0]);
+        // bf16 1.5 = 0x3fc0, -2 = 0xc000
+        let b: Vec<u8> = [0x3fc0u16, 0xc000].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let w = Weights::from_safetensors(&file(Dtype::BF16, &b, vec![2])).unwrap();
+        assert_eq!(w.get("x", &[2]).unwrap().data, HostData::F32(vec![1.5, -2.0]));
+        // f16 1.5 = 0x3e00
+        let h: Vec<u8> = [0x3e00u16, 0xc000].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let w = Weights::from_safetensors(&file(Dtype::F16, &h, vec![1, 2])).unwrap();
+        assert_eq!(w.get("x", &[1, 2]).unwrap().to_f32().unwrap(), vec![1.5, -2.0]);
+        let i: Vec<u8> = [3i64].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let w = Weights::from_safetensors(&file(Dtype::I64, &i, vec![1])).unwrap();
+        assert!(w.get("x", &[1]).unwrap_err().to_string().contains("I64"));
+    }
+
+    #[test]
+    fn truncated_is_an_error() {
+        let f: Vec<u8> = [1.5f32; 16].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes = file(Dtype::F32, &f, vec![16]);
+        for cut in [0, 4, 8, bytes.len() / 2, bytes.len() - 1] {
+            let e = Weights::from_safetensors(&bytes[..cut]).unwrap_err().to_string();
+            assert!(e.contains("truncated"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! Every GPU kernel against its CPU twin, over awkward shapes (1, 7, 33, 64, 127, 513), masked rows and batches of
+//! mixed lengths. |gpu − ref| ≤ atol + rtol·|ref| elementwise; a failure names the worst index.
+//!
+//! The tests skip (saying why) only when there is no GPU adapter at all; with Mesa lavapipe installed they all run.
+
+#![cfg(not(target_arch = "wasm32"))]
+
+mod reference;
+
+use bertgpu::backend::gpu::{GpuBackend, GpuTensor};
+use bertgpu::backend::{Activation, AttentionShape, Backend, EmbeddingTables};
+use bertgpu::tokenizer::Batch;
+use bertgpu::weights::{HostData, HostTensor};
+use reference::Reference;
+
+/// matmul: a K-term f32 sum carries a rounding error that grows with K (worst case ≈ K·2⁻²⁴·Σ|terms|; the GPU
+/// adds in 4-wide partial dot products, the reference in another order). With |x|, |w| ≤ 1 the observed worst error
+/// is 3.8e-5 at K = 513 (sums up to ~15), so atol = 2e-6 + 1.5e-7·K (7.9e-5 at K = 513) leaves margin without
+/// hiding a wrong index or a missing term (errors of order 0.1–1).
+const MATMUL_ATOL: f32 = 2e-6;
+const MATMUL_ATOL_PER_K: f32 = 1.5e-7;
+const MATMUL_RTOL: f32 = 1e-5;
+/// Epilogues: inputs are scaled ×3, so sums (and their rounding error) are 3× the matmul test's; the GPU's erf is
+/// Abramowitz–Stegun 7.1.26 (|error| ≤ 1.5e-7, so GELU moves by ≤ 0.5·|x|·1.5e-7 ≈ 1e-6 at |x| = 10); tanh goes
+/// through exp (a few ulps). Three times the matmul budget.
+const EPILOGUE_ATOL: f32 = 6e-6;
+const EPILOGUE_ATOL_PER_K: f32 = 3e-7;
+const EPILOGUE_RTOL: f32 = 2e-5;
+/// layernorm: outputs are O(1) after normalisation; mean and variance are reduced in a tree on the GPU and
+/// sequentially on the CPU, and 1/sqrt is `inverseSqrt` (a few ulps): 1e-5 absolute.
+const LAYERNORM_ATOL: f32 = 1e-5;
+const LAYERNORM_RTOL: f32 = 1e-5;
+/// attention: a d-long dot product, exp (a few ulps on GPUs), a T-long sum and a T-long weighted sum of values in
+/// [-1, 1]; the online softmax of T > 512 rescales partial sums once per chunk. 2e-5 absolute on O(1) outputs.
+const ATTENTION_ATOL: f32 = 2e-5;
+const ATTENTION_RTOL: f32 = 1e-5;
+/// mean_pool and gather_rows: gather is exact; the mean is a T-long f32 sum in the same order on both sides
+/// divided once, so the only difference is the division (1 ulp).
+const POOL_ATOL: f32 = 1e-6;
+const POOL_RTOL: f32 = 1e-6;
+
+const SIZES: [usize; 6] = [1, 7, 33, 64, 127, 513];
+
+fn gpu() -> Option<GpuBackend> {
+    match GpuBackend::new_blocking() {
+        Ok(g) => Some(g),
+        Err(e) if e.to_string().contains("no GPU adapter") => {
+            eprintln!("SKIPPED: {e}");
+            None
+        }
+        Err(e) => panic!("a GPU adapter exists but the backend failed: {e}"),
+    }
+}
+
+/// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
+fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn host(shape: &[usize], data: Vec<f32>) -> HostTensor {
+    HostTensor { shape: shape.to_vec(), data: HostData::F32(data) }
+}
+
+fn read(g: &GpuBackend, t: &GpuTensor) -> Vec<f32> {
+    pollster::block_on(g.read(t)).expect("gpu read")
+}
+
+/// Checks |got − want| ≤ atol + rtol·|want| everywhere; panics naming the worst index (by error / tolerance).
+/// Returns the worst absolute error, for the log.
+fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) -> f32 {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    let mut worst = (0usize, 0.0f32);
+    let mut max_err = 0.0f32;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs();
+        let ratio = if err.is_nan() { f32::INFINITY } else { err / (atol + rtol * w.abs()) };
+        if ratio > worst.1 {
+            worst = (i, ratio);
+        }
+        if err > max_err {
+            max_err = err;
+        }
+    }
+    let i = worst.0;
+    assert!(
+        worst.1 <= 1.0,
+        "{what}: worst index {i}: gpu {} vs ref {} (|err| {} > atol {atol} + rtol {rtol}·|ref|)",
+        got[i],
+        want[i],
+        (got[i] - want[i]).abs()
+    );
+    max_err
+}
+
+#[test]
+fn linear_matches_reference_over_awkward_shapes() {
+    let Some(g) = gpu() else { return };
+    let r = Reference;
+    let mut worst = 0.0f32;
+    for (i, &m) in SIZES.iter().enumerate() {
+        for (j, &n) in SIZES.iter().enumerate() {
+            for (l, &k) in SIZES.iter().enumerate() {
+                let seed = (i * 36 + j * 6 + l) as u64;
+                let x = rand_vec(m * k, seed);
+                let w = rand_vec(n * k, seed + 1000);
+                let b = rand_vec(n, seed + 2000);
+                let with_bias = (i + j + l) % 2 == 0;
+                let (gx, gw, gb) = (g.input(&x, m, k).unwrap(), g.upload(&host(&[n, k], w.clone())).unwrap(),
+                    g.upload(&host(&[n], b.clone())).unwrap());
+                let (rx, rw, rb) = (r.input(&x, m, k).unwrap(), r.upload(&host(&[n, k], w)).unwrap(),
+                    r.upload(&host(&[n], b)).unwrap());
+                let gy = g.linear(&gx, &gw, with_bias.then_some(&gb), Activation::None).unwrap();
+                let ry = r.linear(&rx, &rw, with_bias.then_some(&rb), Activation::None).unwrap();
+                assert_eq!(g.dims(&gy), (m, n));
+                let got = read(&g, &gy);
+                let want = pollster::block_on(r.read(&ry)).unwrap();
+                let e = assert_close(&format!("linear M={m} N={n} K={k} bias={with_bias}"), &got, &want,
+                    MATMUL_ATOL + MATMUL_ATOL_PER_K * k as f32, MATMUL_RTOL);
+                worst = worst.max(e);
+            }
+        }
+    }
+    eprintln!("linear: worst |err| {worst:e}");
+}
+
+#[test]
+fn linear_epilogues_match_reference() {
+    let Some(g) = gpu() else { return };
+    let r = Reference;
+    for act in [Activation::None, Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh] {
+        for &(m, n, k) in &[(33, 127, 64), (7, 513, 33), (64, 64, 127), (1, 7, 1)] {
+            // Scaled so pre-activations span roughly [-6, 6]: both GELU tails, tanh saturation and ReLU's kink.
+            let x: Vec<f32> = rand_vec(m * k, 7).iter().map(|v| v * 3.0).collect();
+            let w = rand_vec(n * k, 8);
+            let b = rand_vec(n, 9);
+            let gy = g.linear(&g.input(&x, m, k).unwrap(), &g.upload(&host(&[n, k], w.clone())).unwrap(),
+                Some(&g.upload(&host(&[n], b.clone())).unwrap()), act).unwrap();
+            let ry = r.linear(&r.input(&x, m, k).unwrap(), &r.upload(&host(&[n, k], w)).unwrap(),
+                Some(&r.upload(&host(&[n], b)).unwrap()), act).unwrap();
+            let got = read(&g, &gy);
+            let want = pollster::block_on(r.read(&ry)).unwrap();
+            let e = assert_close(&format!("linear {act:?} M={m} N={n} K={k}"), &got, &want,
+                EPILOGUE_ATOL + EPILOGUE_ATOL_PER_K * k as f32, EPILOGUE_RTOL);
+            eprintln!("{act:?} ({m},{n},{k}): worst |err| {e:e}");
+        }
+    }
+}
+
+#[test]
+fn layernorm_matches_reference() {
+    let Some(g) = gpu() else { return };
+    let r = Reference;
+    for &rows in &[1usize, 7, 33, 513] {
+        for &cols in &[1usize, 7, 33, 64, 127, 384, 513] {
+            for residual in [false, true] {
+                let seed = (rows * 1000 + cols) as u64;
+                // An offset and a scale per row, so the mean really has to be removed.
+                let x: Vec<f32> = rand_vec(rows * cols, seed).iter().enumerate()
+                    .map(|(i, v)| v * (1.0 + (i / cols % 5) as f32) + 3.0).collect();
+                let res = rand_vec(rows * cols, seed + 1);
+                let gamma = rand_vec(cols, seed + 2);
+                let beta = rand_vec(cols, seed + 3);
+                let gy = g.layernorm(&g.input(&x, rows, cols).unwrap(),
+                    residual.then(|| g.input(&res, rows, cols).unwrap()).as_ref(),
+                    &g.upload(&host(&[cols], gamma.clone())).unwrap(), &g.upload(&host(&[cols], beta.clone())).unwrap(),
+                    1e-12).unwrap();
+                let ry = r.layernorm(&r.input(&x, rows, cols).unwrap(),
+                    residual.then(|| r.input(&res, rows, cols).unwrap()).as_ref(),
+                    &r.upload(&host(&[cols], gamma)).unwrap(), &r.upload(&host(&[cols], beta)).unwrap(), 1e-12).unwrap();
+                assert_close(&format!("layernorm {rows}×{cols} residual={residual}"), &read(&g, &gy),
+                    &pollster::block_on(r.read(&ry)).unwrap(), LAYERNORM_ATOL, LAYERNORM_RTOL);
+            }
+        }
+    }
+}
+
+/// A padded batch: sequence i has lens[i] real tokens (0 = all padding), right padding to t.
+fn batch(lens: &[usize], t: usize, vocab: u32, seed: u64) -> Batch {
+    let b = lens.len();
+    let ids = rand_vec(b * t, seed);
+    let mut out = Batch { b, t, ..Default::default() };
+    for (i, &len) in lens.iter().enumerate() {
+        for j in 0..t {
+            let real = j < len;
+            out.input_ids.push(if real { ((ids[i * t + j] + 1.0) * 0.5 * vocab as f32) as u32 % vocab } else { 0 });
+            out.token_type_ids.push(u32::from(real && j >= len / 2));
+            out.attention_mask.push(u32::from(real));
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_matches_reference() {
+    let Some(g) = gpu() else { return };
+    let r = Reference;
+    // (sequence lengths, padded T, heads, head_dim): single tokens, odd sizes, an all-padding sequence, T = 513 and
+    // T = 600 (> 512: the chunked online-softmax path), head_dim 1..128.
+    let cases: &[(&[usize], usize, usize, usize)] = &[
+        (&[1], 1, 1, 1),
+        (&[7], 7, 2, 7),
+        (&[7, 3, 0], 7, 3, 32),
+        (&[33, 20], 33, 12, 32),
+        (&[64, 1, 50], 64, 2, 64),
+        (&[127, 100], 127, 1, 128),
+        (&[513, 300], 513, 2, 32),
+        (&[600, 513, 7], 600, 1, 16),
+    ];
+    for (ci, &(lens, t, heads, d)) in cases.iter().enumerate() {
+        let b = lens.len();
+        let h = heads * d;
+        let qkv: Vec<f32> = rand_vec(b * t * 3 * h, ci as u64).iter().map(|v| v * 2.0).collect();
+        let bt = batch(lens, t, 100, ci as u64);
+        let shape = AttentionShape { batch: b, seq: t, heads, head_dim: d };
+        let gy = g.attention(&g.input(&qkv, b * t, 3 * h).unwrap(), &g.mask(&bt).unwrap(), shape).unwrap();
+        let ry = r.attention(&r.input(&qkv, b * t, 3 * h).unwrap(), &r.mask(&bt).unwrap(), shape).unwrap();
+        let got = read(&g, &gy);
+        let want = pollster::block_on(r.read(&ry)).unwrap();
+        let e = assert_close(&format!("attention lens={lens:?} T={t} heads={heads} d={d}"), &got, &want,
+            ATTENTION_ATOL, ATTENTION_RTOL);
+        eprintln!("attention {lens:?} T={t} heads={heads} d={d}: worst |err| {e:e}");
+        if lens.contains(&0) {
+            let i = lens.iter().position(|&l| l == 0).unwrap();
+            assert!(got[i * t * h..(i + 1) * t * h].iter().all(|&v| v == 0.0), "an all-padding sequence yields zeros");
+        }
+    }
+}
+
+#[test]
+fn embeddings_match_reference() {
+    let Some(g) = gpu() else { return };
+    let r = Reference;
+    for &(lens, t, h) in &[(&[7usize, 3, 0][..], 7usize, 33usize), (&[1][..], 1, 1), (&[16, 9][..], 16, 384)] {
+        let (vocab, maxpos, types) = (50, 16, 2);
+        let word = rand_vec(vocab * h, 1);
+        let pos = rand_vec(maxpos * h, 2);
+        let tt = rand_vec(types * h, 3);
+        let gamma = rand_vec(h, 4);
+        let beta = rand_vec(h, 5);
+        let bt = batch(lens, t, vocab as u32, 6);
+        let gt: Vec<GpuTensor> = [(&word, vocab), (&pos, maxpos), (&tt, types), (&gamma, 0), (&beta, 0)].iter()
+            .map(|(v, rows)| g.upload(&host(&if *rows == 0 { vec![h] } else { vec![*rows, h] }, (*v).clone())).unwrap())
+            .collect();
+        let rt: Vec<_> = [(&word, vocab), (&pos, maxpos), (&tt, types), (&gamma, 0), (&beta, 0)].iter()
+            .map(|(v, rows)| r.upload(&host(&if *rows == 0 { vec![h] } else { vec![*rows, h] }, (*v).clone())).unwrap())
+            .collect();
+        let gy = g.embeddings(&bt, &EmbeddingTables { word: &gt[0], position: &gt[1], token_type: &gt[2],
+            ln_gamma: &gt[3], ln_beta: &gt[4], eps: 1e-12 }).unwrap();
+        let ry = r.embeddings(&bt, &EmbeddingTables { word: &rt[0], position: &rt[1], token_type: &rt[2],
+            ln_gamma: &rt[3], ln_beta: &rt[4], eps: 1e-12 }).unwrap();
+        assert_close(&format!("embeddings {lens:?} T={t} H={h}"), &read(&g, &gy),
+            &pollster::block_on(r.read(&ry)).unwrap(), LAYERNORM_ATOL, LAYERNORM_RTOL);
+        // A token id outside the vocabulary is an error, not a read out of bounds.
+        let mut bad = bt.clone();
+        bad.input_ids[0] = vocab as u32;
+        let tables = EmbeddingTables { word: &gt[0], position: &gt[1], token_type: &gt[2], ln_gamma: &gt[3],
+            ln_beta: &gt[4], eps: 1e-12 };
+        assert!(g.embeddings(&bad, &tables).is_err());
+    }
+}
+
+#[test]
+fn mean_pool_and_gather_match_reference() {
+    let Some(g) = gpu() else { return };
+    let r = Reference;
+    for &(lens, t, h) in &[(&[7usize, 3, 0][..], 7usize, 33usize), (&[1][..], 1, 1), (&[513, 64][..], 513, 64)] {
+        let b = lens.len();
+        let x = rand_vec(b * t * h, 11);
+        let bt = batch(lens, t, 10, 12);
+        let gy = g.mean_pool(&g.input(&x, b * t, h).unwrap(), &g.mask(&bt).unwrap(), b, t).unwrap();
+        let ry = r.mean_pool(&r.input(&x, b * t, h).unwrap(), &r.mask(&bt).unwrap(), b, t).unwrap();
+        assert_close(&format!("mean_pool {lens:?} T={t} H={h}"), &read(&g, &gy),
+            &pollster::block_on(r.read(&ry)).unwrap(), POOL_ATOL, POOL_RTOL);
+        let rows: Vec<u32> = (0..b).map(|i| (i * t) as u32).chain([(b * t - 1) as u32, 0]).collect();
+        let gy = g.gather_rows(&g.input(&x, b * t, h).unwrap(), &rows).unwrap();
+        let ry = r.gather_rows(&r.input(&x, b * t, h).unwrap(), &rows).unwrap();
+        assert_close(&format!("gather_rows {rows:?}"), &read(&g, &gy), &pollster::block_on(r.read(&ry)).unwrap(),
+            0.0, 0.0);
+        assert!(g.gather_rows(&g.input(&x, b * t, h).unwrap(), &[(b * t) as u32]).is_err());
+    }
+}
+
+/// Shape errors are `Err`s with a message, never panics or GPU validation errors.
+#[test]
+fn bad_shapes_are_errors() {
+    let Some(g) = gpu() else { return };
+    let x = g.input(&[0.0; 6], 2, 3).unwrap();
+    let w = g.upload(&host(&[4, 5], vec![0.0; 20])).unwrap();
+    let err = g.linear(&x, &w, None, Activation::None).err().expect("inner sizes differ");
+    assert!(err.to_string().contains("inner sizes differ"), "{err}");
+    assert!(g.input(&[0.0; 5], 2, 3).is_err());
+    let bad = HostTensor { shape: vec![2, 3], data: HostData::F32(vec![0.0; 5]) };
+    assert!(g.upload(&bad).is_err());
+}
+
+/// The second identical forward takes every buffer from the pool: nothing new is allocated.
+#[test]
+fn repeated_calls_allocate_nothing_new() {
+    let Some(g) = gpu() else { return };
+    let w = g.upload(&host(&[64, 33], rand_vec(64 * 33, 1))).unwrap();
+    let gamma = g.upload(&host(&[64], vec![1.0; 64])).unwrap();
+    let beta = g.upload(&host(&[64], vec![0.0; 64])).unwrap();
+    let run = || {
+        let x = g.input(&rand_vec(7 * 33, 2), 7, 33).unwrap();
+        let y = g.linear(&x, &w, None, Activation::Gelu).unwrap();
+        let z = g.layernorm(&y, Some(&y), &gamma, &beta, 1e-12).unwrap();
+        read(&g, &z)
+    };
+    let first = run();
+    let stats = g.pool_stats();
+    for _ in 0..3 {
+        assert_eq!(run(), first);
+        assert_eq!(g.pool_stats(), stats, "a repeated call allocated new buffers");
+    }
+}
+
+/// Each shader's `Params` declaration (parsed with naga) has the fields, order, offsets, types and size of its
+/// Rust twin. Needs no adapter.
+#[test]
+fn params_layouts_agree_with_wgsl() {
+    use wgpu::naga;
+    for &(name, src, size, fields) in bertgpu::backend::gpu::params::SHADERS {
+        let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{name}.wgsl: {}", e.emit_to_string(src)));
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{name}.wgsl does not validate: {e:?}"));
+        let uniforms: Vec<_> =
+            module.global_variables.iter().filter(|(_, v)| v.space == naga::AddressSpace::Uniform).collect();
+        assert_eq!(uniforms.len(), 1, "{name}.wgsl: one uniform Params");
+        let ty = &module.types[uniforms[0].1.ty];
+        let naga::TypeInner::Struct { members, span } = &ty.inner else { panic!("{name}.wgsl: Params is not a struct") };
+        assert_eq!(*span as usize, size, "{name}.wgsl: Params size");
+        assert_eq!(members.len(), fields.len(), "{name}.wgsl: Params field count");
+        for (m, &(fname, offset, fty)) in members.iter().zip(fields) {
+            assert_eq!(m.name.as_deref(), Some(fname), "{name}.wgsl: field order");
+            assert_eq!(m.offset as usize, offset, "{name}.wgsl: offset of {fname}");
+            let wgsl_ty = match module.types[m.ty].inner {
+                naga::TypeInner::Scalar(naga::Scalar { kind: naga::ScalarKind::Uint, width: 4 }) => "u32",
+                naga::TypeInner::Scalar(naga::Scalar { kind: naga::ScalarKind::Float, width: 4 }) => "f32",
+                ref other => panic!("{name}.wgsl: {fname} has unsupported type {other:?}"),
+            };
+            assert_eq!(wgsl_ty, fty, "{name}.wgsl: type of {fname}");
+        }
+    }
+}
