@@ -14,7 +14,10 @@ use std::sync::Once;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
+use crate::config::BertConfig;
+use crate::tasks::{Device, EmbedOptions, Engine, Pooling};
 use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
 use crate::Error;
 
 thread_local! {
@@ -68,16 +71,11 @@ fn js_err(e: Error) -> JsError {
     JsError::new(&e.to_string())
 }
 
-/// What the model shares with the futures of its async calls (cloned into them: they outlive the `&self` borrow).
-struct Inner {
-    tokenizer: Tokenizer,
-    device: &'static str,
-}
-
 /// A loaded model. JS owns it through the `Bert` wrapper (js/index.js), which frees it on `dispose()`.
+/// The engine sits in an `Rc`: async methods clone it into their futures, which outlive the `&self` borrow.
 #[wasm_bindgen]
 pub struct WasmModel {
-    inner: Rc<Inner>,
+    engine: Rc<Engine>,
 }
 
 /// `tokenize`'s result, with the field names of the Hugging Face tokenizers.
@@ -88,15 +86,11 @@ struct Tokenized {
     tokens: Vec<String>,
 }
 
-/// `max_position_embeddings` of a config.json: the tokenizer truncates there (the longest input the model takes).
-fn max_positions(config: &[u8]) -> Result<usize, Error> {
-    let v: serde_json::Value = serde_json::from_slice(config)
-        .map_err(|e| Error::Config(format!("config.json is not valid JSON ({e})")))?;
-    match v.get("max_position_embeddings") {
-        None => Ok(512),
-        Some(n) => n.as_u64().map(|n| n as usize).ok_or_else(|| {
-            Error::Config("config.json: max_position_embeddings must be a positive integer".into())
-        }),
+fn parse_device(device: &str) -> Result<Device, JsError> {
+    match device {
+        "cpu" => Ok(Device::Cpu),
+        "webgpu" => Ok(Device::Gpu),
+        other => Err(JsError::new(&format!("device must be \"webgpu\" or \"cpu\" (got \"{other}\")"))),
     }
 }
 
@@ -113,37 +107,61 @@ impl WasmModel {
         weights: Vec<u8>,
         device: String,
     ) -> Result<WasmModel, JsError> {
-        let device = match device.as_str() {
-            "cpu" => "cpu",
-            "webgpu" => "webgpu",
-            other => return Err(JsError::new(&format!("device must be \"webgpu\" or \"cpu\" (got \"{other}\")"))),
-        };
-        let max_length = max_positions(&config).map_err(js_err)?;
+        let device = parse_device(&device)?;
+        let text = std::str::from_utf8(&config)
+            .map_err(|_| Error::Config("config.json is not UTF-8 text".into()))
+            .map_err(js_err)?;
+        let config = BertConfig::from_json_str(text).map_err(js_err)?;
+        let max_length = config.max_position_embeddings;
         let tokenizer = match (tokenizer, vocab) {
             (Some(json), _) => Tokenizer::from_json(&json, tokenizer_config.as_deref(), max_length),
-            (None, Some(vocab)) => {
-                let vocab = String::from_utf8(vocab)
-                    .map_err(|_| Error::Tokenizer("vocab.txt is not UTF-8 text".into()))
-                    .map_err(js_err)?;
-                Tokenizer::from_vocab(&vocab, tokenizer_config.as_deref(), max_length)
-            }
+            (None, Some(vocab)) => match String::from_utf8(vocab) {
+                Ok(vocab) => Tokenizer::from_vocab(&vocab, tokenizer_config.as_deref(), max_length),
+                Err(_) => Err(Error::Tokenizer("vocab.txt is not UTF-8 text".into())),
+            },
             (None, None) => Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
         }
         .map_err(js_err)?;
-        let _ = weights;
-        Ok(WasmModel { inner: Rc::new(Inner { tokenizer, device }) })
+        let parsed = Weights::from_safetensors(&weights).map_err(js_err)?;
+        drop(weights); // the file's bytes: wasm memory only grows, so free them before the backend allocates
+        let weights = parsed;
+        let engine = Engine::from_parts(config, tokenizer, &weights, device).await.map_err(js_err)?;
+        Ok(WasmModel { engine: Rc::new(engine) })
     }
 
     /// "webgpu" or "cpu".
     #[wasm_bindgen(getter)]
     pub fn device(&self) -> String {
-        self.inner.device.to_string()
+        match self.engine.device() {
+            "gpu" => "webgpu".into(),
+            other => other.into(),
+        }
+    }
+
+    /// Width of one embedding.
+    #[wasm_bindgen(getter, js_name = hiddenSize)]
+    pub fn hidden_size(&self) -> usize {
+        self.engine.config().hidden_size
     }
 
     /// Tokenizes a text or a pair: `{ input_ids, token_type_ids, tokens }`, with `[CLS]`/`[SEP]`, no padding.
     pub fn tokenize(&self, text: &str, pair: Option<String>) -> Result<JsValue, JsError> {
-        let e = self.inner.tokenizer.encode(text, pair.as_deref()).map_err(js_err)?;
+        let e = self.engine.tokenizer().encode(text, pair.as_deref()).map_err(js_err)?;
         let out = Tokenized { input_ids: e.ids, token_type_ids: e.type_ids, tokens: e.tokens };
         serde_wasm_bindgen::to_value(&out).map_err(|e| JsError::new(&e.to_string()))
+    }
+
+    /// Embeds `texts` in one call (the wrapper chunks long lists): resolves to a `Float32Array` of `(n, H)`,
+    /// row-major. `pooling` is "mean" or "cls".
+    pub fn embed(&self, texts: Vec<String>, pooling: &str, normalize: bool) -> Result<js_sys::Promise, JsError> {
+        let pooling: Pooling = pooling.parse().map_err(js_err)?;
+        let opts = EmbedOptions { pooling, normalize, batch_size: texts.len().max(1) };
+        let engine = self.engine.clone();
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors = engine.embed(&refs, &opts).await.map_err(|e| JsValue::from(js_err(e)))?;
+            let flat: Vec<f32> = vectors.concat(); // (n, H)
+            Ok(js_sys::Float32Array::from(flat.as_slice()).into())
+        }))
     }
 }
