@@ -110,3 +110,36 @@ fn minilm_gpu_batched_with_padding_matches_pytorch() {
 fn legacy_mlm_checkpoint_gpu_matches_pytorch() {
     check("splade-tiny", 0);
 }
+
+/// `bertgpu embed --device gpu` from the command line, batches of 2 (so batches pad differently), against the
+/// normalised sentence-transformers embeddings.
+#[test]
+fn cli_embed_on_gpu_matches_goldens() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    if gpu().is_none() {
+        return;
+    }
+    let gold = &goldens()["all-MiniLM-L6-v2"];
+    let sentences = gold["sentences"].as_array().unwrap();
+    let input: String = sentences.iter().map(|s| serde_json::json!({ "text": s }).to_string() + "\n").collect();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
+        .args(["embed", "--model", "models/all-MiniLM-L6-v2", "--device", "gpu", "--normalize", "--batch-size", "2"])
+        .current_dir(root())
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), sentences.len());
+    for (i, line) in lines.iter().enumerate() {
+        let c = cosine(&floats(&line["embedding"]), &floats(&gold["mean_normalized"][i]));
+        assert!(c >= MIN_COSINE, "cli --device gpu, sentence {i}: cosine {c} < {MIN_COSINE}");
+    }
+}

@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 use crate::{Error, Result};
 
+pub mod gguf;
+pub mod quant;
+
 /// A tensor on the host in the dtype its file stores. Shapes are PyTorch's (a linear weight is `(out, in)`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {
