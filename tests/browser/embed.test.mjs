@@ -92,3 +92,40 @@ test("embed in the worker entry equals the main thread, and overlapping calls gi
   });
   page.checkErrors();
 });
+
+test("embed on WebGPU (SwiftShader) equals PyTorch: splade-tiny, short texts; auto takes the CPU on a fallback adapter", async () => {
+  const g = golden["splade-tiny"];
+  // SwiftShader runs WebGPU on the CPU ~50x slower than native: the short sentences only.
+  const idx = g.sentences.map((s, i) => [s, i]).filter(([s]) => s.length < 50).map(([, i]) => i);
+  assert.ok(idx.length >= 3);
+  const got = await page.evaluate(async ({ url, sentences }) => {
+    const adapter = await navigator.gpu.requestAdapter();
+    const fallback = adapter.info?.isFallbackAdapter ?? adapter.isFallbackAdapter;
+    const auto = await bertgpu.Bert.load(url);
+    const autoDevice = auto.device;
+    auto.dispose();
+    const bert = await bertgpu.Bert.load(url, { device: "webgpu" });
+    const toArrays = (vs) => vs.map((v) => Array.from(v));
+    const out = {
+      fallback, autoDevice, device: bert.device,
+      mean: toArrays(await bert.embed(sentences, { normalize: false })),
+      cls: toArrays(await bert.embed(sentences, { pooling: "cls", normalize: false })),
+      // one at a time: batches of 1 (no padding) must agree with the padded batch
+      single: Array.from(await bert.embed(sentences[0], { normalize: false })),
+      tokens: (await bert.tokenize(sentences[0])).tokens,
+    };
+    bert.dispose();
+    return out;
+  }, { url: env.models.url + "models/splade-tiny/", sentences: idx.map((i) => g.sentences[i]) });
+  assert.equal(got.fallback, true, "the test machine's adapter is SwiftShader");
+  assert.equal(got.autoDevice, "cpu");
+  assert.equal(got.device, "webgpu");
+  const cls = clsRows("splade-tiny");
+  idx.forEach((i, k) => {
+    assertClose(got.mean[k], g.mean[i], `webgpu mean[${i}]`);
+    assertClose(got.cls[k], cls[i], `webgpu cls[${i}]`);
+  });
+  assertClose(got.single, g.mean[idx[0]], "webgpu single");
+  assert.equal(got.tokens[0], "[CLS]");
+  page.checkErrors();
+});
