@@ -584,3 +584,75 @@ fn llama_cpp_file_runs() {
     assert_eq!((v.len(), v[0].len()), (2, 64));
     assert!(v.iter().flatten().all(|x| x.is_finite()));
 }
+
+fn convert_folder(name: &str, dtype: ConvertDType) -> Vec<u8> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name);
+    let out = std::env::temp_dir().join(format!("bertgpu-test-{name}-{dtype:?}-{}.gguf", std::process::id()));
+    gguf::convert(&dir, dtype, &out).unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    bytes
+}
+
+/// splade-tiny (BertForMaskedLM, legacy gamma/beta names, tied decoder absent) through `convert`: Q8_0 leaves
+/// the top-1 prediction of every golden mask unchanged, and F32 reproduces the folder's scores exactly.
+#[test]
+fn splade_fill_mask_top1_unchanged_by_q8_0() {
+    use bertgpu::tasks::{Device, Engine};
+    let g: serde_json::Value = serde_json::from_str(&golden("heads.json")).unwrap();
+    let cases = g["splade_fill_mask"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let folder = pollster::block_on(Engine::from_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/splade-tiny"), Device::Cpu)).unwrap();
+    let base = pollster::block_on(folder.fill_mask(&texts, 5)).unwrap();
+    let f32e = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::F32), Device::Cpu)).unwrap();
+    let q8e = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::Q8_0), Device::Cpu)).unwrap();
+    let f32p = pollster::block_on(f32e.fill_mask(&texts, 5)).unwrap();
+    let q8p = pollster::block_on(q8e.fill_mask(&texts, 5)).unwrap();
+    for (i, c) in cases.iter().enumerate() {
+        for (m, preds) in c["predictions"].as_array().unwrap().iter().enumerate() {
+            let want = preds[0]["token"].as_u64().unwrap() as u32;
+            assert_eq!(base[i][m][0].token, want, "folder, {:?} mask {m}", texts[i]);
+            assert_eq!(q8p[i][m][0].token, want, "Q8_0 changed the top-1 of {:?} mask {m}", texts[i]);
+            let scores = |p: &Vec<bertgpu::heads::masked_lm::FillMaskPrediction>| p.iter().map(|x| (x.token, x.score)).collect::<Vec<_>>();
+            assert_eq!(scores(&f32p[i][m]), scores(&base[i][m]), "F32 GGUF differs from the folder");
+        }
+    }
+}
+
+/// `bertgpu convert` then `bertgpu embed --model FILE.gguf`: the F32 file gives the folder's output line for
+/// line; a truncated file exits 2 with a message naming the problem.
+#[test]
+fn cli_convert_and_embed_from_gguf() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let bin = env!("CARGO_BIN_EXE_bertgpu");
+    let dir = minilm().unwrap();
+    let out = std::env::temp_dir().join(format!("bertgpu-cli-{}.gguf", std::process::id()));
+    let st = Command::new(bin)
+        .args(["convert", "--model", dir.to_str().unwrap(), "--dtype", "f32", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let embed = |model: &Path| {
+        let mut c = Command::new(bin)
+            .args(["embed", "--device", "cpu", "--normalize", "--model", model.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(b"Hello world!\n{\"text\": \"a\"}\n").unwrap();
+        c.wait_with_output().unwrap()
+    };
+    let a = embed(&dir);
+    let b = embed(&out);
+    assert!(a.status.success() && b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    assert_eq!(a.stdout, b.stdout);
+    let bytes = std::fs::read(&out).unwrap();
+    std::fs::write(&out, &bytes[..bytes.len() / 2]).unwrap();
+    let t = embed(&out);
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(t.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&t.stderr);
+    assert!(err.contains("truncated") || err.contains("past the end"), "{err}");
+}
