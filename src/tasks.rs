@@ -211,6 +211,12 @@ impl Engine {
         Self::from_parts(config, tokenizer, &weights, device).await
     }
 
+    /// Loads a BERT `.gguf` from its bytes (ours, or llama.cpp's `bert` files): see [`crate::weights::gguf`].
+    pub async fn from_gguf(bytes: &[u8], device: Device) -> Result<Engine> {
+        let m = crate::weights::gguf::load_gguf(bytes)?;
+        Self::from_parts(m.config, m.tokenizer, &m.weights, device).await
+    }
+
     /// Puts the encoder on the requested device.
     pub async fn from_parts(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device) -> Result<Engine> {
         match device {

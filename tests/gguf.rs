@@ -206,7 +206,7 @@ fn minilm_meta_and_tensors() -> (String, String, Vec<(String, HostTensor)>) {
 #[test]
 fn minilm_f32_gguf_is_bit_identical() {
     let (config, tok, tensors) = minilm_meta_and_tensors();
-    let meta = BertGgufMeta { name: "all-MiniLM-L6-v2", config_json: &config, tokenizer_json: &tok, pooling: Some("mean") };
+    let meta = BertGgufMeta { name: "all-MiniLM-L6-v2", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: Some("mean") };
     let bytes = write_bert(&meta, &tensors, ConvertDType::F32).unwrap();
     assert_eq!(bytes, write_bert(&meta, &tensors, ConvertDType::F32).unwrap(), "convert is not deterministic");
     let m = read_bert(&bytes).unwrap();
@@ -233,7 +233,7 @@ fn minilm_f32_gguf_is_bit_identical() {
 fn minilm_quantized_conversions() {
     let (config, tok, tensors) = minilm_meta_and_tensors();
     let st_bytes = std::fs::metadata(minilm().unwrap().join("model.safetensors")).unwrap().len() as f64;
-    let meta = BertGgufMeta { name: "all-MiniLM-L6-v2", config_json: &config, tokenizer_json: &tok, pooling: Some("mean") };
+    let meta = BertGgufMeta { name: "all-MiniLM-L6-v2", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: Some("mean") };
     for (dtype, limit) in [(ConvertDType::F16, 0.55), (ConvertDType::Q8_0, 0.30), (ConvertDType::Q4_0, 0.18)] {
         let bytes = write_bert(&meta, &tensors, dtype).unwrap();
         let ratio = bytes.len() as f64 / st_bytes;
@@ -272,7 +272,7 @@ fn tied_decoder_is_not_stored() {
     let word = tensors.iter().find(|(n, _)| n == "embeddings.word_embeddings.weight").unwrap().1.clone();
     tensors.push(("cls.predictions.decoder.weight".into(), word));
     tensors.push(("cls.predictions.bias".into(), sample_tensor(&[30522], 9)));
-    let meta = BertGgufMeta { name: "x", config_json: &config, tokenizer_json: &tok, pooling: None };
+    let meta = BertGgufMeta { name: "x", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: None };
     let m = read_bert(&write_bert(&meta, &tensors, ConvertDType::Q8_0).unwrap()).unwrap();
     assert!(m.tensors.iter().all(|(n, _)| n != "cls.predictions.decoder.weight"));
     assert!(m.tensors.iter().any(|(n, _)| n == "cls.predictions.bias"));
@@ -512,4 +512,147 @@ fn read_bert_refuses_other_architectures() {
     assert!(e.contains("`llama` model"), "{e}");
     let e = read_bert(&GgufWriter::new().to_bytes().unwrap()).unwrap_err().to_string();
     assert!(e.contains("general.architecture"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Whole-model accuracy of converted files (CPU backend, against the PyTorch goldens of tests/golden/model.py)
+// ---------------------------------------------------------------------------------------------------------------
+
+/// Minimum cosine to the f32 PyTorch sentence embedding, per sentence. F16 rounds each weight by ≤ 2⁻¹¹
+/// relative: errors of ~1e-4 in the output give cosines 1 − O(1e-8), so 0.9999 has wide margin. Q8_0 and Q4_0
+/// are the targets; measured with scripts/gguf_accuracy.py: Q8_0 ≥ 0.9996, Q4_0 ≥ 0.946 on all 16
+/// sentences there and ≥ 0.973 on these five.
+const MIN_COSINE_F16: f64 = 0.9999;
+const MIN_COSINE_Q8_0: f64 = 0.995;
+const MIN_COSINE_Q4_0: f64 = 0.97;
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+/// Convert → load → embed: the F32 GGUF gives bit-identical embeddings to the safetensors folder; F16, Q8_0 and
+/// Q4_0 stay within their cosine floors of the PyTorch goldens for every sentence.
+#[test]
+fn minilm_gguf_embeddings_match_goldens() {
+    use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
+    let g: serde_json::Value = serde_json::from_str(&golden("model.json")).unwrap();
+    let g = &g["all-MiniLM-L6-v2"];
+    let sentences: Vec<&str> = g["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let want: Vec<Vec<f32>> = g["mean_normalized"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .collect();
+    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: 8 };
+    let folder = pollster::block_on(Engine::from_dir(minilm().unwrap(), Device::Cpu)).unwrap();
+    let base = pollster::block_on(folder.embed(&sentences, &opts)).unwrap();
+
+    let (config, tok, tensors) = minilm_meta_and_tensors();
+    let tc = std::fs::read_to_string(minilm().unwrap().join("tokenizer_config.json")).ok();
+    let meta = BertGgufMeta { name: "m", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: tc.as_deref(), pooling: Some("mean") };
+    for (dtype, floor) in [
+        (ConvertDType::F32, 1.0),
+        (ConvertDType::F16, MIN_COSINE_F16),
+        (ConvertDType::Q8_0, MIN_COSINE_Q8_0),
+        (ConvertDType::Q4_0, MIN_COSINE_Q4_0),
+    ] {
+        let bytes = write_bert(&meta, &tensors, dtype).unwrap();
+        let e = pollster::block_on(Engine::from_gguf(&bytes, Device::Cpu)).unwrap();
+        let got = pollster::block_on(e.embed(&sentences, &opts)).unwrap();
+        if dtype == ConvertDType::F32 {
+            assert_eq!(got, base, "the F32 GGUF must give bit-identical embeddings to the folder");
+            continue;
+        }
+        let cos: Vec<f64> = got.iter().zip(&want).map(|(a, b)| cosine(a, b)).collect();
+        let (worst, &min) = cos.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).unwrap();
+        println!("{dtype:?}: cosines to PyTorch {cos:.5?}");
+        assert!(min >= floor, "{dtype:?}: sentence {worst} ({:?}) has cosine {min:.6} < {floor}", sentences[worst]);
+    }
+}
+
+/// The llama.cpp-style file (no tokenizer.json, no config.json) loads into a runnable engine.
+#[test]
+fn llama_cpp_file_runs() {
+    use bertgpu::tasks::{Device, EmbedOptions, Engine};
+    let bytes = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/llamacpp_tiny_bert.gguf")).unwrap();
+    let e = pollster::block_on(Engine::from_gguf(&bytes, Device::Cpu)).unwrap();
+    let v = pollster::block_on(e.embed(&["the cat sat on the mat", "a dog"], &EmbedOptions::default())).unwrap();
+    assert_eq!((v.len(), v[0].len()), (2, 64));
+    assert!(v.iter().flatten().all(|x| x.is_finite()));
+}
+
+fn convert_folder(name: &str, dtype: ConvertDType) -> Vec<u8> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name);
+    let out = std::env::temp_dir().join(format!("bertgpu-test-{name}-{dtype:?}-{}.gguf", std::process::id()));
+    gguf::convert(&dir, dtype, &out).unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    bytes
+}
+
+/// splade-tiny (BertForMaskedLM, legacy gamma/beta names, tied decoder absent) through `convert`: Q8_0 leaves
+/// the top-1 prediction of every golden mask unchanged, and F32 reproduces the folder's scores exactly.
+#[test]
+fn splade_fill_mask_top1_unchanged_by_q8_0() {
+    use bertgpu::tasks::{Device, Engine};
+    let g: serde_json::Value = serde_json::from_str(&golden("heads.json")).unwrap();
+    let cases = g["splade_fill_mask"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let folder = pollster::block_on(Engine::from_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/splade-tiny"), Device::Cpu)).unwrap();
+    let base = pollster::block_on(folder.fill_mask(&texts, 5)).unwrap();
+    let f32e = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::F32), Device::Cpu)).unwrap();
+    let q8e = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::Q8_0), Device::Cpu)).unwrap();
+    let f32p = pollster::block_on(f32e.fill_mask(&texts, 5)).unwrap();
+    let q8p = pollster::block_on(q8e.fill_mask(&texts, 5)).unwrap();
+    for (i, c) in cases.iter().enumerate() {
+        for (m, preds) in c["predictions"].as_array().unwrap().iter().enumerate() {
+            let want = preds[0]["token"].as_u64().unwrap() as u32;
+            assert_eq!(base[i][m][0].token, want, "folder, {:?} mask {m}", texts[i]);
+            assert_eq!(q8p[i][m][0].token, want, "Q8_0 changed the top-1 of {:?} mask {m}", texts[i]);
+            let scores = |p: &Vec<bertgpu::heads::masked_lm::FillMaskPrediction>| p.iter().map(|x| (x.token, x.score)).collect::<Vec<_>>();
+            assert_eq!(scores(&f32p[i][m]), scores(&base[i][m]), "F32 GGUF differs from the folder");
+        }
+    }
+}
+
+/// `bertgpu convert` then `bertgpu embed --model FILE.gguf`: the F32 file gives the folder's output line for
+/// line; a truncated file exits 2 with a message naming the problem.
+#[test]
+fn cli_convert_and_embed_from_gguf() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let bin = env!("CARGO_BIN_EXE_bertgpu");
+    let dir = minilm().unwrap();
+    let out = std::env::temp_dir().join(format!("bertgpu-cli-{}.gguf", std::process::id()));
+    let st = Command::new(bin)
+        .args(["convert", "--model", dir.to_str().unwrap(), "--dtype", "f32", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let embed = |model: &Path| {
+        let mut c = Command::new(bin)
+            .args(["embed", "--device", "cpu", "--normalize", "--model", model.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(b"Hello world!\n{\"text\": \"a\"}\n").unwrap();
+        c.wait_with_output().unwrap()
+    };
+    let a = embed(&dir);
+    let b = embed(&out);
+    assert!(a.status.success() && b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    assert_eq!(a.stdout, b.stdout);
+    let bytes = std::fs::read(&out).unwrap();
+    std::fs::write(&out, &bytes[..bytes.len() / 2]).unwrap();
+    let t = embed(&out);
+    let _ = std::fs::remove_file(&out);
+    assert_eq!(t.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&t.stderr);
+    assert!(err.contains("truncated") || err.contains("past the end"), "{err}");
 }

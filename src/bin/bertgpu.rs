@@ -277,6 +277,8 @@ struct LoadedModel {
     dir: PathBuf,
     config: BertConfig,
     tokenizer: Tokenizer,
+    /// A `.gguf` holds the weights with the config and tokenizer; a folder's are read when an engine is built.
+    weights: Option<Weights>,
 }
 
 /// Loads and checks a model folder's config.json and tokenizer, with truncation at `--max-length` or the model's
@@ -285,7 +287,18 @@ fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
     let path = &args.model;
     let fail = |why: String| Fail::Model(format!("cannot load model `{}`: {why}", path.display()));
     if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        return Err(fail("GGUF files are not supported by this build yet; use a Hugging Face folder".into()));
+        let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read it ({e})")))?;
+        let g = bertgpu::weights::gguf::load_gguf(&bytes).map_err(|e| fail(e.to_string()))?;
+        let max_positions = g.config.max_position_embeddings;
+        let max_length = args.max_length.unwrap_or(max_positions);
+        if max_length > max_positions {
+            return Err(fail(format!(
+                "--max-length {max_length} exceeds the model's max_position_embeddings ({max_positions})"
+            )));
+        }
+        let mut tokenizer = g.tokenizer;
+        tokenizer.set_max_length(max_length).map_err(|e| fail(e.to_string()))?;
+        return Ok(LoadedModel { dir: path.clone(), config: g.config, tokenizer, weights: Some(g.weights) });
     }
     if !path.is_dir() {
         let why = if path.exists() { "it is not a folder" } else { "no such folder" };
@@ -312,7 +325,7 @@ fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
             config.vocab_size
         )));
     }
-    Ok(LoadedModel { dir: path.clone(), config, tokenizer })
+    Ok(LoadedModel { dir: path.clone(), config, tokenizer, weights: None })
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -481,7 +494,10 @@ fn cmd_qa(args: &InferArgs) -> Result<(), Fail> {
 fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
     let config = m.config.clone();
-    let weights = Weights::from_safetensors_file(m.dir.join("model.safetensors")).map_err(fail)?;
+    let weights = match &m.weights {
+        Some(w) => w.clone(),
+        None => Weights::from_safetensors_file(m.dir.join("model.safetensors")).map_err(fail)?,
+    };
     let device = match device {
         Device::Auto => tasks::Device::Auto,
         Device::Gpu => tasks::Device::Gpu,

@@ -52,6 +52,8 @@ pub const MAX_ALIGNMENT: u64 = 1 << 16;
 
 /// Metadata key holding the model's Hugging Face `config.json`, verbatim.
 pub const KEY_CONFIG_JSON: &str = "bertgpu.config_json";
+/// Metadata key holding the Hugging Face `tokenizer_config.json` (special-token names), verbatim, when the folder had one.
+pub const KEY_TOKENIZER_CONFIG_JSON: &str = "bertgpu.tokenizer_config_json";
 /// Metadata key holding the Hugging Face `tokenizer.json`, verbatim (llama.cpp's name for it).
 pub const KEY_TOKENIZER_JSON: &str = "tokenizer.huggingface.json";
 pub const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
@@ -1033,6 +1035,8 @@ pub struct BertGguf {
     pub config_json: String,
     /// `tokenizer.json` text: the original one, or a WordPiece tokenizer rebuilt from `tokenizer.ggml.tokens`.
     pub tokenizer_json: String,
+    /// `tokenizer_config.json` text, if the file carries one.
+    pub tokenizer_config_json: Option<String>,
     /// The WordPiece vocabulary by id (`##` continuation form).
     pub vocab: Vec<String>,
     /// Sentence-embedding pooling from `bert.pooling_type` (llama.cpp: 0 none, 1 mean, 2 cls), if present.
@@ -1123,7 +1127,33 @@ pub fn read_bert(bytes: &[u8]) -> Result<BertGguf> {
         Some(2) => Some("cls"),
         _ => None,
     };
-    Ok(BertGguf { tensors, config_json, tokenizer_json, vocab, pooling, header: g })
+    let tokenizer_config_json = g.get(KEY_TOKENIZER_CONFIG_JSON).and_then(|v| v.as_str()).map(String::from);
+    Ok(BertGguf { tensors, config_json, tokenizer_json, tokenizer_config_json, vocab, pooling, header: g })
+}
+
+/// A BERT `.gguf` loaded like a model folder: config, tokenizer and weights (in their stored dtypes).
+pub struct GgufModel {
+    pub config: crate::config::BertConfig,
+    pub tokenizer: crate::tokenizer::Tokenizer,
+    pub weights: crate::weights::Weights,
+    /// Sentence-embedding pooling recorded in the file (`bert.pooling_type`), if any.
+    pub pooling: Option<&'static str>,
+}
+
+/// Loads a BERT `.gguf` (ours or llama.cpp's) from its bytes.
+pub fn load_gguf(bytes: &[u8]) -> Result<GgufModel> {
+    let m = read_bert(bytes)?;
+    let config = crate::config::BertConfig::from_json_str(&m.config_json)?;
+    let tokenizer = crate::tokenizer::Tokenizer::from_json(
+        m.tokenizer_json.as_bytes(),
+        m.tokenizer_config_json.as_deref().map(str::as_bytes),
+        config.max_position_embeddings,
+    )?;
+    let mut weights = crate::weights::Weights::new();
+    for (name, t) in m.tensors {
+        weights.insert(name, t);
+    }
+    Ok(GgufModel { config, tokenizer, weights, pooling: m.pooling })
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1230,6 +1260,8 @@ pub struct BertGgufMeta<'a> {
     pub name: &'a str,
     pub config_json: &'a str,
     pub tokenizer_json: &'a str,
+    /// `tokenizer_config.json`, if the folder has one.
+    pub tokenizer_config_json: Option<&'a str>,
     /// Sentence-embedding pooling (`"mean"` or `"cls"`), from sentence-transformers' `1_Pooling/config.json`.
     pub pooling: Option<&'a str>,
 }
@@ -1286,6 +1318,9 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
     }
     w.set(KEY_TOKENIZER_JSON, Value::String(meta.tokenizer_json.into()));
     w.set(KEY_CONFIG_JSON, Value::String(meta.config_json.into()));
+    if let Some(tc) = meta.tokenizer_config_json {
+        w.set(KEY_TOKENIZER_CONFIG_JSON, Value::String(tc.into()));
+    }
 
     let n_layers = num("num_hidden_layers")? as usize;
     let word = tensors.iter().find(|(n, _)| canonical_hf_name(n) == "embeddings.word_embeddings.weight");
@@ -1377,7 +1412,15 @@ pub fn convert(model_dir: &std::path::Path, dtype: ConvertDType, out: &std::path
     let st = read("model.safetensors")?;
     let tensors = tensors_from_safetensors(&st)?;
     let name = model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("bert");
-    let bytes = write_bert(&BertGgufMeta { name, config_json: &config_json, tokenizer_json: &tokenizer_json, pooling }, &tensors, dtype)?;
+    let tokenizer_config_json = std::fs::read_to_string(model_dir.join("tokenizer_config.json")).ok();
+    let meta = BertGgufMeta {
+        name,
+        config_json: &config_json,
+        tokenizer_json: &tokenizer_json,
+        tokenizer_config_json: tokenizer_config_json.as_deref(),
+        pooling,
+    };
+    let bytes = write_bert(&meta, &tensors, dtype)?;
     std::fs::write(out, &bytes).map_err(|e| Error::io(format!("writing {}", out.display()), e))?;
     Ok(ConvertReport { safetensors_bytes: st.len() as u64, gguf_bytes: bytes.len() as u64, tensors: tensors.len() })
 }

@@ -404,6 +404,23 @@ pub fn quantize(t: &HostTensor, kind: QuantKind) -> Result<HostTensor> {
     Ok(HostTensor { shape: t.shape.clone(), data })
 }
 
+/// Re-encodes a Q4_0 tensor as Q8_0, exactly: a Q4_0 value is `(q − 8)·d` with `q − 8 ∈ [−8, 7]`, which is the
+/// Q8_0 value `q8·d` with the same f16 scale and `q8 = q − 8`. Lets a mixed Q4_0/Q8_0 file fuse tensors (q, k, v)
+/// that were stored at different precisions without losing anything. Other dtypes are returned unchanged.
+pub fn widen_q4_0_to_q8_0(t: &HostTensor) -> Result<HostTensor> {
+    let HostData::Q4_0(b) = &t.data else { return Ok(t.clone()) };
+    check_last_dim(QuantKind::Q4_0, &t.shape)?;
+    check_len(QuantKind::Q4_0, b.len(), numel(&t.shape)?)?;
+    let mut out = Vec::with_capacity(b.len() / Q4_0_BLOCK_BYTES * Q8_0_BLOCK_BYTES);
+    for block in b.chunks_exact(Q4_0_BLOCK_BYTES) {
+        out.extend_from_slice(&block[..2]);
+        let qs = &block[2..];
+        out.extend(qs.iter().map(|&v| ((v & 0x0F) as i8 - 8) as u8));
+        out.extend(qs.iter().map(|&v| ((v >> 4) as i8 - 8) as u8));
+    }
+    Ok(HostTensor { shape: t.shape.clone(), data: HostData::Q8_0(out) })
+}
+
 /// Converts a tensor to f16 (round to nearest even, like `GGML_FP32_TO_FP16`).
 pub fn to_f16(t: &HostTensor) -> Result<HostTensor> {
     let x = to_f32(t)?;
@@ -550,6 +567,15 @@ mod tests {
         assert!(e.contains("last dimension"), "{e}");
         let e = dequantize_q8_0(&[0u8; 33], &mut [0.0; 32]).unwrap_err().to_string();
         assert!(e.contains("expected 34 bytes"), "{e}");
+    }
+
+    #[test]
+    fn widening_q4_0_to_q8_0_is_exact() {
+        let t = HostTensor { shape: vec![3, 64], data: HostData::F32(values(192, 21, 0.7)) };
+        let q4 = quantize(&t, QuantKind::Q4_0).unwrap();
+        let q8 = widen_q4_0_to_q8_0(&q4).unwrap();
+        assert!(matches!(q8.data, HostData::Q8_0(ref b) if b.len() == 6 * 34));
+        assert_eq!(to_f32(&q8).unwrap(), to_f32(&q4).unwrap());
     }
 
     #[test]
