@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::gpu::{Gpu, GpuBackend};
 use crate::backend::{Activation, Backend};
 use crate::heads::trainer::{self, AdamW, HeadSpec, LabelScore, SplitMix64, Trainer, TrainedHead};
 use crate::config::BertConfig;
@@ -60,6 +61,8 @@ pub struct Model<B: Backend> {
     pub config: BertConfig,
     pub tokenizer: Tokenizer,
     pub bert: BertModel<B>,
+    /// The task heads the checkpoint carries (fill-mask, NSP, classification, NER, QA); tasks in `heads::pipelines`.
+    pub heads: crate::heads::Heads<B>,
     /// A classification head trained with [`Model::train_head`] or loaded with [`Model::load_head`]; used by
     /// [`Model::classify_with_head`]. Behind a `RefCell` because tasks take `&self`; an `Rc` so a task clones it
     /// and never holds the borrow across an `await` (JS may start another task meanwhile).
@@ -70,7 +73,8 @@ impl<B: Backend> Model<B> {
     /// Uploads the encoder from `weights` to `backend`. Heads load from the same `weights` before they are dropped.
     pub fn new(backend: B, config: BertConfig, tokenizer: Tokenizer, weights: &Weights) -> Result<Model<B>> {
         let bert = BertModel::load(weights, &config, &backend)?;
-        Ok(Model { backend, config, tokenizer, bert, head: RefCell::new(None) })
+        let heads = crate::heads::Heads::load(weights, &config, &backend);
+        Ok(Model { backend, config, tokenizer, bert, heads, head: RefCell::new(None) })
     }
 
     /// Tokenizes single texts (truncated to the tokenizer's max length).
@@ -463,6 +467,7 @@ pub struct ModelFiles {
 /// A loaded model on the backend picked at run time. Every task dispatches to the generic [`Model`] method.
 pub enum Engine {
     Cpu(Model<CpuBackend>),
+    Gpu(Model<GpuBackend>),
 }
 
 /// Runs `$body` with `$m` bound to the `Model<_>` inside an [`Engine`], whatever its backend.
@@ -471,6 +476,7 @@ macro_rules! with_model {
     ($engine:expr, $m:ident => $body:expr) => {
         match $engine {
             $crate::tasks::Engine::Cpu($m) => $body,
+            $crate::tasks::Engine::Gpu($m) => $body,
         }
     };
 }
@@ -496,11 +502,25 @@ impl Engine {
         Self::from_parts(config, tokenizer, &weights, device).await
     }
 
+    /// Loads a BERT `.gguf` from its bytes (ours, or llama.cpp's `bert` files): see [`crate::weights::gguf`].
+    pub async fn from_gguf(bytes: &[u8], device: Device) -> Result<Engine> {
+        let m = crate::weights::gguf::load_gguf(bytes)?;
+        Self::from_parts(m.config, m.tokenizer, &m.weights, device).await
+    }
+
     /// Puts the encoder on the requested device.
     pub async fn from_parts(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device) -> Result<Engine> {
         match device {
-            Device::Cpu | Device::Auto => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
-            Device::Gpu => Err(Error::Gpu("the GPU backend is not available in this build; use --device cpu".into())),
+            Device::Cpu => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+            Device::Gpu => {
+                let gpu = GpuBackend::new(Gpu::new().await?)?;
+                Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?))
+            }
+            // The GPU when there is an adapter (and the backend accepts its limits), else the CPU.
+            Device::Auto => match Gpu::new().await.and_then(GpuBackend::new) {
+                Ok(gpu) => Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?)),
+                Err(_) => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+            },
         }
     }
 

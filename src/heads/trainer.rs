@@ -44,8 +44,6 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
-
 use crate::backend::{Activation, AdamWStep, Backend};
 use crate::tasks::Pooling;
 use crate::{Error, Result};
@@ -289,12 +287,8 @@ pub fn argmax(row: &[f32]) -> usize {
     best
 }
 
-/// One `{label, score}` of a prediction, best first.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LabelScore {
-    pub label: String,
-    pub score: f32,
-}
+/// The trained head answers in the same `{label, score}` as the checkpoint's classifier.
+pub use super::classifier::LabelScore;
 
 impl<B: Backend> TrainedHead<B> {
     /// Puts host parameters on the backend.
