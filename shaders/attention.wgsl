@@ -12,8 +12,8 @@
 // max grows. No score matrix exists anywhere (not even per block in workgroup memory), any T works, and there are
 // no barriers. All invocations of a workgroup read the same key and value row at the same time, so those loads are
 // broadcasts. Everything is f32. A query whose keys are all padding gets l = 0 and yields zeros.
-// (A variant holding a block of scores in workgroup memory with tree reductions was 20× slower on lavapipe:
-// BENCHMARKS.md.)
+// (A variant holding a block of 4 queries' scores in workgroup memory, with tree reductions, was about 3× slower
+// on lavapipe: BENCHMARKS.md.)
 
 struct Params {
     batch: u32,
