@@ -57,13 +57,16 @@ pub struct Model<B: Backend> {
     pub config: BertConfig,
     pub tokenizer: Tokenizer,
     pub bert: BertModel<B>,
+    /// The task heads the checkpoint carries (fill-mask, NSP, classification, NER, QA); tasks in `heads::pipelines`.
+    pub heads: crate::heads::Heads<B>,
 }
 
 impl<B: Backend> Model<B> {
     /// Uploads the encoder from `weights` to `backend`. Heads load from the same `weights` before they are dropped.
     pub fn new(backend: B, config: BertConfig, tokenizer: Tokenizer, weights: &Weights) -> Result<Model<B>> {
         let bert = BertModel::load(weights, &config, &backend)?;
-        Ok(Model { backend, config, tokenizer, bert })
+        let heads = crate::heads::Heads::load(weights, &config, &backend);
+        Ok(Model { backend, config, tokenizer, bert, heads })
     }
 
     /// Tokenizes single texts (truncated to the tokenizer's max length).
@@ -206,6 +209,12 @@ impl Engine {
         let tokenizer = Tokenizer::from_dir(dir, config.max_position_embeddings)?;
         let weights = Weights::from_safetensors_file(dir.join("model.safetensors"))?;
         Self::from_parts(config, tokenizer, &weights, device).await
+    }
+
+    /// Loads a BERT `.gguf` from its bytes (ours, or llama.cpp's `bert` files): see [`crate::weights::gguf`].
+    pub async fn from_gguf(bytes: &[u8], device: Device) -> Result<Engine> {
+        let m = crate::weights::gguf::load_gguf(bytes)?;
+        Self::from_parts(m.config, m.tokenizer, &m.weights, device).await
     }
 
     /// Puts the encoder on the requested device.
