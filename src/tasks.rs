@@ -6,6 +6,7 @@
 //! asynchronous in the browser; native callers use `pollster::block_on`. Methods take `&self`.
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::gpu::{Gpu, GpuBackend};
 use crate::backend::Backend;
 use crate::config::BertConfig;
 use crate::model::BertModel;
@@ -56,13 +57,16 @@ pub struct Model<B: Backend> {
     pub config: BertConfig,
     pub tokenizer: Tokenizer,
     pub bert: BertModel<B>,
+    /// The task heads the checkpoint carries (fill-mask, NSP, classification, NER, QA); tasks in `heads::pipelines`.
+    pub heads: crate::heads::Heads<B>,
 }
 
 impl<B: Backend> Model<B> {
     /// Uploads the encoder from `weights` to `backend`. Heads load from the same `weights` before they are dropped.
     pub fn new(backend: B, config: BertConfig, tokenizer: Tokenizer, weights: &Weights) -> Result<Model<B>> {
         let bert = BertModel::load(weights, &config, &backend)?;
-        Ok(Model { backend, config, tokenizer, bert })
+        let heads = crate::heads::Heads::load(weights, &config, &backend);
+        Ok(Model { backend, config, tokenizer, bert, heads })
     }
 
     /// Tokenizes single texts (truncated to the tokenizer's max length).
@@ -172,6 +176,7 @@ pub struct ModelFiles {
 /// A loaded model on the backend picked at run time. Every task dispatches to the generic [`Model`] method.
 pub enum Engine {
     Cpu(Model<CpuBackend>),
+    Gpu(Model<GpuBackend>),
 }
 
 /// Runs `$body` with `$m` bound to the `Model<_>` inside an [`Engine`], whatever its backend.
@@ -180,6 +185,7 @@ macro_rules! with_model {
     ($engine:expr, $m:ident => $body:expr) => {
         match $engine {
             $crate::tasks::Engine::Cpu($m) => $body,
+            $crate::tasks::Engine::Gpu($m) => $body,
         }
     };
 }
@@ -205,11 +211,25 @@ impl Engine {
         Self::from_parts(config, tokenizer, &weights, device).await
     }
 
+    /// Loads a BERT `.gguf` from its bytes (ours, or llama.cpp's `bert` files): see [`crate::weights::gguf`].
+    pub async fn from_gguf(bytes: &[u8], device: Device) -> Result<Engine> {
+        let m = crate::weights::gguf::load_gguf(bytes)?;
+        Self::from_parts(m.config, m.tokenizer, &m.weights, device).await
+    }
+
     /// Puts the encoder on the requested device.
     pub async fn from_parts(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device) -> Result<Engine> {
         match device {
-            Device::Cpu | Device::Auto => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
-            Device::Gpu => Err(Error::Gpu("the GPU backend is not available in this build; use --device cpu".into())),
+            Device::Cpu => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+            Device::Gpu => {
+                let gpu = GpuBackend::new(Gpu::new().await?)?;
+                Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?))
+            }
+            // The GPU when there is an adapter (and the backend accepts its limits), else the CPU.
+            Device::Auto => match Gpu::new().await.and_then(GpuBackend::new) {
+                Ok(gpu) => Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?)),
+                Err(_) => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+            },
         }
     }
 

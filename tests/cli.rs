@@ -159,16 +159,21 @@ fn long_input_is_truncated_to_the_model_limit() {
 fn unloadable_model_exits_2_with_a_clear_message() {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let missing = tmp.join("no-such-model");
-    let no_tokenizer = tmp.join("config-only-model");
-    std::fs::create_dir_all(&no_tokenizer).unwrap();
-    std::fs::write(no_tokenizer.join("config.json"), r#"{"max_position_embeddings": 512}"#).unwrap();
-    let bad_config = tmp.join("bad-config-model");
-    std::fs::create_dir_all(&bad_config).unwrap();
-    std::fs::write(bad_config.join("config.json"), "{ not json").unwrap();
-    let cases: [(&Path, &str); 3] = [
+    let real_config = std::fs::read_to_string(model_dir("splade-tiny").join("config.json")).unwrap();
+    let dir_with = |name: &str, config: &str| {
+        let d = tmp.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("config.json"), config).unwrap();
+        d
+    };
+    let no_tokenizer = dir_with("config-only-model", &real_config);
+    let bad_config = dir_with("bad-config-model", "{ not json");
+    let no_hidden = dir_with("no-hidden-size-model", &real_config.replace("\"hidden_size\"", "\"hidden_sizes\""));
+    let cases: [(&Path, &str); 4] = [
         (&missing, "no such folder"),
         (&no_tokenizer, "neither tokenizer.json nor vocab.txt"),
-        (&bad_config, "not valid JSON"),
+        (&bad_config, "not a valid BERT config"),
+        (&no_hidden, "hidden_size"),
     ];
     for (dir, needle) in cases {
         for cmd in ["tokenize", "embed"] {
@@ -192,4 +197,45 @@ fn usage_errors_are_not_panics() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("possible values"), "{}", stderr(&out));
     assert!(!stderr(&out).contains("panicked"));
+}
+
+#[test]
+fn batched_lines_keep_order_and_per_line_errors() {
+    // The JSON-lines loop hands `--batch-size` good lines at a time to the task; bad lines keep their place.
+    let model = model_dir("splade-tiny");
+    let input = concat!(
+        "first sentence\n",
+        "{\"text\": oops\n",
+        "a second, somewhat longer sentence with more tokens\n",
+        "\n",
+        "{\"text\": \"third\"}\n",
+        "{\"text\": \"fourth\", \"text_pair\": \"with a pair\"}\n",
+        "fifth\n",
+    );
+    let embed = |batch: &str| {
+        let out = run(
+            &["embed", "--model", model.to_str().unwrap(), "--device", "cpu", "--batch-size", batch],
+            input.as_bytes(),
+        );
+        assert!(out.status.success(), "embed --batch-size {batch}: {}", stderr(&out));
+        lines(&out)
+    };
+    let one = embed("1");
+    let three = embed("3");
+    assert_eq!(one.len(), 7);
+    assert_eq!(three.len(), 7);
+    for (i, (a, b)) in one.iter().zip(&three).enumerate() {
+        if [1, 3].contains(&i) {
+            assert!(a["error"].is_string() && b["error"].is_string(), "line {i}: {a} / {b}");
+            continue;
+        }
+        let (a, b) = (a["embedding"].as_array().unwrap(), b["embedding"].as_array().unwrap());
+        assert_eq!(a.len(), 128, "splade-tiny hidden size");
+        // Batching pads rows; padding must not change a result (beyond float summation order).
+        let worst = a.iter().zip(b).map(|(x, y)| (x.as_f64().unwrap() - y.as_f64().unwrap()).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-4, "line {i}: batch 1 vs batch 3 differ by {worst}");
+    }
+    // Different lines give different vectors: the outputs are not shuffled or duplicated.
+    assert_ne!(one[0]["embedding"], one[2]["embedding"]);
+    assert_ne!(three[4]["embedding"], three[5]["embedding"]);
 }

@@ -1,20 +1,18 @@
-//! Every GPU kernel against its CPU twin, over awkward shapes (1, 7, 33, 64, 127, 513), masked rows and batches of
+//! Every GPU kernel against its CPU twin (`backend::cpu::CpuBackend`), over awkward shapes (1, 7, 33, 64, 127, 513), masked rows and batches of
 //! mixed lengths. |gpu − ref| ≤ atol + rtol·|ref| elementwise; a failure names the worst index.
 //!
 //! The tests skip (saying why) only when there is no GPU adapter at all; with Mesa lavapipe installed they all run.
 
 #![cfg(not(target_arch = "wasm32"))]
 
-mod reference;
-
 use bertgpu::backend::gpu::{GpuBackend, GpuTensor};
 use bertgpu::backend::{Activation, AttentionShape, Backend, EmbeddingTables};
 use bertgpu::tokenizer::Batch;
 use bertgpu::weights::{HostData, HostTensor};
-use reference::Reference;
+use bertgpu::backend::cpu::CpuBackend;
 
 /// matmul: a K-term f32 sum carries a rounding error that grows with K (worst case ≈ K·2⁻²⁴·Σ|terms|; the GPU
-/// adds in 4-wide partial dot products, the reference in another order). With |x|, |w| ≤ 1 the observed worst error
+/// adds in 4-wide partial dot products, the CPU backend in another order). With |x|, |w| ≤ 1 the observed worst error
 /// is 3.8e-5 at K = 513 (sums up to ~15), so atol = 2e-6 + 1.5e-7·K (7.9e-5 at K = 513) leaves margin without
 /// hiding a wrong index or a missing term (errors of order 0.1–1).
 const MATMUL_ATOL: f32 = 2e-6;
@@ -101,9 +99,9 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) -> 
 }
 
 #[test]
-fn linear_matches_reference_over_awkward_shapes() {
+fn linear_matches_cpu_over_awkward_shapes() {
     let Some(g) = gpu() else { return };
-    let r = Reference;
+    let r = CpuBackend::new();
     let mut worst = 0.0f32;
     for (i, &m) in SIZES.iter().enumerate() {
         for (j, &n) in SIZES.iter().enumerate() {
@@ -132,9 +130,9 @@ fn linear_matches_reference_over_awkward_shapes() {
 }
 
 #[test]
-fn linear_epilogues_match_reference() {
+fn linear_epilogues_match_cpu() {
     let Some(g) = gpu() else { return };
-    let r = Reference;
+    let r = CpuBackend::new();
     for act in [Activation::None, Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh] {
         for &(m, n, k) in &[(33, 127, 64), (7, 513, 33), (64, 64, 127), (1, 7, 1)] {
             // Scaled so pre-activations span roughly [-6, 6]: both GELU tails, tanh saturation and ReLU's kink.
@@ -155,9 +153,9 @@ fn linear_epilogues_match_reference() {
 }
 
 #[test]
-fn layernorm_matches_reference() {
+fn layernorm_matches_cpu() {
     let Some(g) = gpu() else { return };
-    let r = Reference;
+    let r = CpuBackend::new();
     for &rows in &[1usize, 7, 33, 513] {
         for &cols in &[1usize, 7, 33, 64, 127, 384, 513] {
             for residual in [false, true] {
@@ -199,9 +197,9 @@ fn batch(lens: &[usize], t: usize, vocab: u32, seed: u64) -> Batch {
 }
 
 #[test]
-fn attention_matches_reference() {
+fn attention_matches_cpu() {
     let Some(g) = gpu() else { return };
-    let r = Reference;
+    let r = CpuBackend::new();
     // (sequence lengths, padded T, heads, head_dim): single tokens, odd sizes, an all-padding sequence, T = 513 and
     // T = 600 (> 512: the chunked online-softmax path), head_dim 1..128.
     let cases: &[(&[usize], usize, usize, usize)] = &[
@@ -235,9 +233,9 @@ fn attention_matches_reference() {
 }
 
 #[test]
-fn embeddings_match_reference() {
+fn embeddings_match_cpu() {
     let Some(g) = gpu() else { return };
-    let r = Reference;
+    let r = CpuBackend::new();
     for &(lens, t, h) in &[(&[7usize, 3, 0][..], 7usize, 33usize), (&[1][..], 1, 1), (&[16, 9][..], 16, 384)] {
         let (vocab, maxpos, types) = (50, 16, 2);
         let word = rand_vec(vocab * h, 1);
@@ -268,9 +266,9 @@ fn embeddings_match_reference() {
 }
 
 #[test]
-fn mean_pool_and_gather_match_reference() {
+fn mean_pool_and_gather_match_cpu() {
     let Some(g) = gpu() else { return };
-    let r = Reference;
+    let r = CpuBackend::new();
     for &(lens, t, h) in &[(&[7usize, 3, 0][..], 7usize, 33usize), (&[1][..], 1, 1), (&[513, 64][..], 513, 64)] {
         let b = lens.len();
         let x = rand_vec(b * t * h, 11);

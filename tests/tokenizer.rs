@@ -298,3 +298,35 @@ fn tiny_vocab_without_mask_token() {
         Tokenizer::from_vocab("[PAD]\n[UNK]\n[CLS]\n[SEP]\nHello\n", Some(b"{\"do_lower_case\": false}"), 512).unwrap();
     assert_eq!(cased.encode("Hello hello", None).unwrap().ids, [2, 4, 1, 3]);
 }
+
+#[test]
+fn golden_normalizer_flags_of_tokenizer_config() {
+    // do_lower_case / strip_accents / tokenize_chinese_chars in tokenizer_config.json, over a real vocab.txt.
+    let g = golden();
+    let variants = g["variants"].as_object().unwrap();
+    assert!(variants.len() >= 4);
+    let cases: Vec<&Value> = g["cases"].as_array().unwrap().iter().collect();
+    let mut distinct = std::collections::HashSet::new();
+    for (vname, v) in variants {
+        let dir = model_dir(v["vocab_of"].as_str().unwrap());
+        let config = serde_json::to_vec(&v["tokenizer_config"]).unwrap();
+        let tok = Tokenizer::from_vocab(&vocab_txt(&dir), Some(&config), 512).unwrap();
+        for (name, want) in v["results"].as_object().unwrap() {
+            let case = cases.iter().find(|c| c["name"] == name.as_str()).unwrap();
+            let got = tok.encode(case["text"].as_str().unwrap(), case.get("text_pair").and_then(Value::as_str)).unwrap();
+            assert_eq!(got.ids, u32s(&want["input_ids"]), "variant {vname}, case {name}: ids ({:?})", got.tokens);
+            assert_eq!(got.type_ids, u32s(&want["token_type_ids"]), "variant {vname}, case {name}: type ids");
+            let offsets: Vec<(usize, usize)> = want["offsets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| (o[0].as_u64().unwrap() as usize, o[1].as_u64().unwrap() as usize))
+                .collect();
+            assert_eq!(got.offsets, offsets, "variant {vname}, case {name}: offsets");
+            distinct.insert((name.clone(), got.ids));
+        }
+    }
+    // The flags matter: on some case the variants disagree with each other.
+    let per_case = variants.values().next().unwrap()["results"].as_object().unwrap().len();
+    assert!(distinct.len() > per_case, "the variants must not all tokenize alike");
+}

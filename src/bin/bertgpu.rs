@@ -16,10 +16,11 @@
 //! stdin/stdout fail. Never a panic trace: a bug prints one line on stderr.
 
 use std::io::{self, BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use bertgpu::config::BertConfig;
+use bertgpu::heads::token_classifier::Aggregation as TokenAggregation;
 use bertgpu::tasks::{self, EmbedOptions, Engine};
 use bertgpu::tokenizer::{Encoded, Tokenizer};
 use bertgpu::weights::Weights;
@@ -227,33 +228,34 @@ fn run(command: Command) -> Result<(), Fail> {
     match command {
         Command::Tokenize { model } => cmd_tokenize(&model),
         Command::Embed { infer, pooling, normalize, batch_size } => cmd_embed(&infer, pooling, normalize, batch_size),
-        Command::FillMask { infer, top_k } => {
-            let _m = load_model(&infer.model)?;
-            let _ = top_k;
-            Err(Fail::NotImplemented("fill-mask"))
-        }
+        Command::FillMask { infer, top_k } => cmd_fill_mask(&infer, top_k),
         Command::Classify { infer, top_k, head } => {
-            let _m = load_model(&infer.model)?;
-            let _ = (top_k, head);
-            Err(Fail::NotImplemented("classify"))
+            if head.is_some() {
+                return Err(Fail::NotImplemented("classify --head"));
+            }
+            cmd_classify(&infer, top_k)
         }
-        Command::NextSentence { infer } => {
-            let _m = load_model(&infer.model)?;
-            Err(Fail::NotImplemented("next-sentence"))
-        }
-        Command::Ner { infer, aggregation } => {
-            let _m = load_model(&infer.model)?;
-            let _ = aggregation;
-            Err(Fail::NotImplemented("ner"))
-        }
-        Command::Qa { infer } => {
-            let _m = load_model(&infer.model)?;
-            Err(Fail::NotImplemented("qa"))
-        }
+        Command::NextSentence { infer } => cmd_next_sentence(&infer),
+        Command::Ner { infer, aggregation } => cmd_ner(&infer, aggregation),
+        Command::Qa { infer } => cmd_qa(&infer),
         Command::Convert { model, dtype, out } => {
-            let _m = load_model(&model)?;
-            let _ = (dtype, out);
-            Err(Fail::NotImplemented("convert"))
+            use bertgpu::weights::gguf::{convert, ConvertDType};
+            let dtype = match dtype {
+                Dtype::F32 => ConvertDType::F32,
+                Dtype::F16 => ConvertDType::F16,
+                Dtype::Q8_0 => ConvertDType::Q8_0,
+                Dtype::Q4_0 => ConvertDType::Q4_0,
+            };
+            let r = convert(&model.model, dtype, &out)
+                .map_err(|e| Fail::Model(format!("cannot convert `{}`: {e}", model.model.display())))?;
+            eprintln!(
+                "wrote {} ({} tensors, {} bytes, {:.3} × model.safetensors)",
+                out.display(),
+                r.tensors,
+                r.gguf_bytes,
+                r.gguf_bytes as f64 / r.safetensors_bytes as f64
+            );
+            Ok(())
         }
         Command::TrainHead { infer, data, out, epochs, lr, seed } => {
             let _m = load_model(&infer.model)?;
@@ -273,19 +275,30 @@ fn run(command: Command) -> Result<(), Fail> {
 /// What the commands need of a model. Grows as tasks land (weights, heads, the engine on a device).
 struct LoadedModel {
     dir: PathBuf,
-    /// The model's `max_position_embeddings`: the longest input it can take.
-    #[allow(dead_code)]
-    max_positions: usize,
+    config: BertConfig,
     tokenizer: Tokenizer,
+    /// A `.gguf` holds the weights with the config and tokenizer; a folder's are read when an engine is built.
+    weights: Option<Weights>,
 }
 
-/// Loads a model folder's config and tokenizer, with truncation at `--max-length` or the model's limit.
-/// Any failure here is "the model cannot be loaded": exit 2 with the reason.
+/// Loads and checks a model folder's config.json and tokenizer, with truncation at `--max-length` or the model's
+/// `max_position_embeddings`. Any failure here is "the model cannot be loaded": exit 2 with the reason.
 fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
     let path = &args.model;
     let fail = |why: String| Fail::Model(format!("cannot load model `{}`: {why}", path.display()));
     if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        return Err(fail("GGUF files are not supported by this build yet; use a Hugging Face folder".into()));
+        let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read it ({e})")))?;
+        let g = bertgpu::weights::gguf::load_gguf(&bytes).map_err(|e| fail(e.to_string()))?;
+        let max_positions = g.config.max_position_embeddings;
+        let max_length = args.max_length.unwrap_or(max_positions);
+        if max_length > max_positions {
+            return Err(fail(format!(
+                "--max-length {max_length} exceeds the model's max_position_embeddings ({max_positions})"
+            )));
+        }
+        let mut tokenizer = g.tokenizer;
+        tokenizer.set_max_length(max_length).map_err(|e| fail(e.to_string()))?;
+        return Ok(LoadedModel { dir: path.clone(), config: g.config, tokenizer, weights: Some(g.weights) });
     }
     if !path.is_dir() {
         let why = if path.exists() { "it is not a folder" } else { "no such folder" };
@@ -294,7 +307,8 @@ fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
              (scripts/fetch-models.sh fetches the test models into models/)"
         )));
     }
-    let max_positions = read_max_positions(path).map_err(|e| fail(e.to_string()))?;
+    let config = BertConfig::from_file(path.join("config.json")).map_err(|e| fail(e.to_string()))?;
+    let max_positions = config.max_position_embeddings;
     let max_length = args.max_length.unwrap_or(max_positions);
     if max_length > max_positions {
         return Err(fail(format!(
@@ -302,22 +316,16 @@ fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
         )));
     }
     let tokenizer = Tokenizer::from_dir(path, max_length).map_err(|e| fail(e.to_string()))?;
-    Ok(LoadedModel { dir: path.clone(), max_positions, tokenizer })
-}
-
-/// `max_position_embeddings` from config.json.
-fn read_max_positions(dir: &Path) -> bertgpu::Result<usize> {
-    let p = dir.join("config.json");
-    let text = std::fs::read_to_string(&p).map_err(|e| bertgpu::Error::io(format!("cannot read {}", p.display()), e))?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| bertgpu::Error::Config(format!("{} is not valid JSON: {e}", p.display())))?;
-    v.get("max_position_embeddings")
-        .and_then(Value::as_u64)
-        .filter(|&n| n > 0)
-        .map(|n| n as usize)
-        .ok_or_else(|| {
-            bertgpu::Error::Config(format!("{} has no positive integer `max_position_embeddings`", p.display()))
-        })
+    // Every id the tokenizer can produce must have a row in the word embeddings.
+    if tokenizer.vocab_size() > config.vocab_size {
+        return Err(fail(format!(
+            "the tokenizer has {} tokens but config.json says vocab_size {}: the tokenizer files belong to \
+             another model",
+            tokenizer.vocab_size(),
+            config.vocab_size
+        )));
+    }
+    Ok(LoadedModel { dir: path.clone(), config, tokenizer, weights: None })
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -372,11 +380,124 @@ fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u3
     })
 }
 
+/// Lines per forward pass for the head commands.
+const HEAD_BATCH: usize = 8;
+
+/// Loads the engine and checks that the checkpoint carries the head `check` asks for: a model without it cannot
+/// run the command (exit 2, with the reason), rather than failing on every line.
+fn load_head_engine<H>(args: &InferArgs, check: H) -> Result<Engine, Fail>
+where
+    H: Fn(&Engine) -> bertgpu::Result<()>,
+{
+    let m = load_model(&args.model)?;
+    let engine = load_engine(&m, args.device)?;
+    check(&engine).map_err(|e| Fail::Model(format!("cannot use model `{}`: {e}", m.dir.display())))?;
+    Ok(engine)
+}
+
+/// Runs a batch task; a batch-level failure becomes one error, which makes the loop retry line by line.
+fn per_line<T, F>(inputs: &[Input], run: F) -> Vec<Result<Value, String>>
+where
+    T: serde::Serialize,
+    F: FnOnce() -> bertgpu::Result<Vec<T>>,
+{
+    match run() {
+        Ok(v) if v.len() == inputs.len() => {
+            v.into_iter().map(|x| serde_json::to_value(x).map_err(|e| e.to_string())).collect()
+        }
+        Ok(_) => vec![Err("internal error: wrong number of results".into())],
+        Err(e) => vec![Err(e.to_string())],
+    }
+}
+
+fn cmd_fill_mask(args: &InferArgs, top_k: usize) -> Result<(), Fail> {
+    let engine = load_head_engine(args, |e| bertgpu::with_model!(e, m => m.heads.masked_lm().map(|_| ())))?;
+    run_lines(Shape::Text, HEAD_BATCH, |inputs| {
+        per_line(inputs, || {
+            let mut texts = Vec::with_capacity(inputs.len());
+            for i in inputs {
+                let (text, pair) = i.text_and_pair();
+                if pair.is_some() {
+                    return Err(bertgpu::Error::Input("fill-mask takes a single text; drop text_pair".into()));
+                }
+                texts.push(text);
+            }
+            // As the transformers pipeline: a text with one mask gives a list, several masks a list per mask.
+            let out = pollster::block_on(engine.fill_mask(&texts, top_k))?;
+            Ok(out.into_iter().map(|mut per_mask| if per_mask.len() == 1 { json!(per_mask.remove(0)) } else { json!(per_mask) }).collect())
+        })
+    })
+}
+
+fn cmd_classify(args: &InferArgs, top_k: Option<usize>) -> Result<(), Fail> {
+    let engine =
+        load_head_engine(args, |e| bertgpu::with_model!(e, m => m.heads.sequence_classifier().map(|_| ())))?;
+    run_lines(Shape::Text, HEAD_BATCH, |inputs| {
+        per_line(inputs, || {
+            let pairs: Vec<(&str, Option<&str>)> = inputs.iter().map(Input::text_and_pair).collect();
+            pollster::block_on(engine.classify(&pairs, top_k))
+        })
+    })
+}
+
+fn cmd_next_sentence(args: &InferArgs) -> Result<(), Fail> {
+    let engine = load_head_engine(args, |e| bertgpu::with_model!(e, m => m.heads.next_sentence().map(|_| ())))?;
+    run_lines(Shape::Text, HEAD_BATCH, |inputs| {
+        per_line(inputs, || {
+            let mut pairs = Vec::with_capacity(inputs.len());
+            for i in inputs {
+                match i.text_and_pair() {
+                    (a, Some(b)) => pairs.push((a, b)),
+                    (_, None) => {
+                        return Err(bertgpu::Error::Input(
+                            "next-sentence needs two texts: {\"text\": A, \"text_pair\": B}".into(),
+                        ))
+                    }
+                }
+            }
+            pollster::block_on(engine.next_sentence(&pairs))
+        })
+    })
+}
+
+fn cmd_ner(args: &InferArgs, aggregation: Aggregation) -> Result<(), Fail> {
+    let engine = load_head_engine(args, |e| bertgpu::with_model!(e, m => m.heads.token_classifier().map(|_| ())))?;
+    let aggregation = match aggregation {
+        Aggregation::None => TokenAggregation::None,
+        Aggregation::Simple => TokenAggregation::Simple,
+    };
+    run_lines(Shape::Text, HEAD_BATCH, |inputs| {
+        per_line(inputs, || {
+            let texts: Vec<(&str, Option<&str>)> = inputs.iter().map(Input::text_and_pair).collect();
+            pollster::block_on(engine.token_classify(&texts, aggregation))
+        })
+    })
+}
+
+fn cmd_qa(args: &InferArgs) -> Result<(), Fail> {
+    let engine = load_head_engine(args, |e| bertgpu::with_model!(e, m => m.heads.qa().map(|_| ())))?;
+    // One question per forward pass: its batch is the windows of its context.
+    run_lines(Shape::Qa, 1, |inputs| {
+        inputs
+            .iter()
+            .map(|i| match i {
+                Input::Qa { question, context } => pollster::block_on(engine.answer(question, context))
+                    .map_err(|e| e.to_string())
+                    .and_then(|a| serde_json::to_value(a).map_err(|e| e.to_string())),
+                Input::Text { .. } => Err("qa needs {\"question\": ..., \"context\": ...}".into()),
+            })
+            .collect()
+    })
+}
+
 /// Config, weights and tokenizer of the folder, on the requested device. Failures exit 2.
 fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
-    let config = BertConfig::from_file(m.dir.join("config.json")).map_err(fail)?;
-    let weights = Weights::from_safetensors_file(m.dir.join("model.safetensors")).map_err(fail)?;
+    let config = m.config.clone();
+    let weights = match &m.weights {
+        Some(w) => w.clone(),
+        None => Weights::from_safetensors_file(m.dir.join("model.safetensors")).map_err(fail)?,
+    };
     let device = match device {
         Device::Auto => tasks::Device::Auto,
         Device::Gpu => tasks::Device::Gpu,
@@ -394,7 +515,6 @@ enum Shape {
     /// `{"text", "text_pair"?}` or a plain-text line
     Text,
     /// `{"question", "context"}`
-    #[allow(dead_code)]
     Qa,
 }
 
@@ -402,7 +522,6 @@ enum Shape {
 #[derive(Clone, Debug, PartialEq)]
 enum Input {
     Text { text: String, pair: Option<String> },
-    #[allow(dead_code)]
     Qa { question: String, context: String },
 }
 

@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 use crate::{Error, Result};
 
+pub mod gguf;
+pub mod quant;
+
 /// A tensor on the host in the dtype its file stores. Shapes are PyTorch's (a linear weight is `(out, in)`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {
@@ -71,12 +74,8 @@ impl HostTensor {
         match &self.data {
             HostData::F32(v) => Ok(v.clone()),
             HostData::F16(v) => Ok(v.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect()),
-            // Hook for block dequantization (src/weights/quant.rs): until it exists, a quantized tensor cannot be
-            // turned back into f32 on the host.
-            HostData::Q8_0(_) | HostData::Q4_0(_) => Err(Error::Weights(format!(
-                "dequantizing {} tensors on the host is not supported yet; load an f32/f16 checkpoint",
-                self.data.dtype()
-            ))),
+            // Block dequantization, bit-exact with ggml's `dequantize_row_q8_0/q4_0`.
+            HostData::Q8_0(_) | HostData::Q4_0(_) => quant::to_f32(self),
         }
     }
 
@@ -84,6 +83,14 @@ impl HostTensor {
     /// biases `(H)` ×3 → `(3H)`). All parts must share the dtype and every other dimension. Works for block-quantized
     /// data too: blocks run along the last dimension, so rows stay contiguous.
     pub fn concat_rows(parts: &[&HostTensor]) -> Result<HostTensor> {
+        let is = |p: &&HostTensor, d: &str| p.data.dtype() == d;
+        if parts.iter().any(|p| is(p, "q4_0")) && parts.iter().any(|p| is(p, "q8_0"))
+            && parts.iter().all(|p| is(p, "q4_0") || is(p, "q8_0"))
+        {
+            // A mixed-precision GGUF (e.g. attn_v kept at Q8_0 in a Q4_0 file): Q4_0 widens to Q8_0 exactly.
+            let widened = parts.iter().map(|p| quant::widen_q4_0_to_q8_0(p)).collect::<Result<Vec<_>>>()?;
+            return Self::concat_rows(&widened.iter().collect::<Vec<_>>());
+        }
         let first = parts.first().ok_or_else(|| Error::Weights("concat_rows of no tensors".into()))?;
         if first.shape.is_empty() {
             return Err(Error::Weights("concat_rows of a scalar".into()));
@@ -315,7 +322,14 @@ mod tests {
     fn f16_to_f32() {
         let h = HostTensor { shape: vec![2], data: HostData::F16(vec![0x3c00, 0xc000]) };
         assert_eq!(h.to_f32().unwrap(), vec![1.0, -2.0]);
-        let q = HostTensor { shape: vec![32], data: HostData::Q8_0(vec![0; 34]) };
-        assert!(q.to_f32().unwrap_err().to_string().contains("q8_0"));
+        // One Q8_0 block with scale 2.0 (f16 0x4000) and q = -3, 0, 0, ...
+        let mut block = vec![0u8; 34];
+        block[1] = 0x40;
+        block[2] = (-3i8) as u8;
+        let q = HostTensor { shape: vec![32], data: HostData::Q8_0(block) };
+        let x = q.to_f32().unwrap();
+        assert_eq!((x[0], x[1], x.len()), (-6.0, 0.0, 32));
+        let bad = HostTensor { shape: vec![32], data: HostData::Q8_0(vec![0; 33]) };
+        assert!(bad.to_f32().unwrap_err().to_string().contains("34 bytes"));
     }
 }

@@ -91,6 +91,18 @@ CASES = [
 ]
 
 
+# tokenizer_config.json variants over all-MiniLM-L6-v2's vocab.txt: the normalizer flags bertgpu's vocab.txt path
+# must honour (their results on an uncased vocabulary are mostly [UNK], which still tells the flags apart).
+VARIANTS = {
+    "cased": {"do_lower_case": False},
+    "keep_accents": {"strip_accents": False},
+    "cased_strip_accents": {"do_lower_case": False, "strip_accents": True},
+    "no_chinese_split": {"tokenize_chinese_chars": False},
+}
+VARIANT_CASES = ["plain", "mask", "accents", "accents_upper", "combining", "cjk_chinese", "cjk_japanese",
+                 "mixed_cjk_latin", "emoji", "control", "pair_accents", "pair_emoji_cjk", "long_word_unicode"]
+
+
 def run(tok, case, default_max):
     args = [case["text"]] + ([case["text_pair"]] if "text_pair" in case else [])
     enc = tok(*args, truncation=True, max_length=case.get("max_length", default_max), return_offsets_mapping=True)
@@ -133,6 +145,19 @@ def main():
         specials = {k: [getattr(tok, k), tok.convert_tokens_to_ids(getattr(tok, k))]
                     for k in ["cls_token", "sep_token", "pad_token", "unk_token", "mask_token"]}
         out["models"][name] = {"max_length": max_len, "special_tokens": specials, "results": results}
+    folder = os.path.join(ROOT, "models", MODELS[0])
+    base_config = json.load(open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8"))
+    by_name = {c["name"]: c for c in CASES}
+    out["variants"] = {}
+    for vname, over in VARIANTS.items():
+        config = dict(base_config, **over)
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(os.path.join(folder, "vocab.txt"), tmp)
+            with open(os.path.join(tmp, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+                json.dump(config, f)
+            tok = AutoTokenizer.from_pretrained(tmp)
+            results = {n: run(tok, by_name[n], 512) for n in VARIANT_CASES}
+        out["variants"][vname] = {"vocab_of": MODELS[0], "tokenizer_config": config, "results": results}
     path = os.path.join(ROOT, "tests", "golden", "tokens.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=True, separators=(",", ":"))

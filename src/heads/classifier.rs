@@ -1,0 +1,129 @@
+//! Sequence classification (`BertForSequenceClassification`): the pooler, then `classifier` `(num_labels, H)`;
+//! on the host a softmax (single-label) or a sigmoid per label (`problem_type: multi_label_classification`), labels
+//! from `id2label`, sorted best first.
+
+use serde::Serialize;
+
+use super::pooler::BertPooler;
+use super::{sigmoid, softmax, Linear};
+use crate::backend::{Activation, Backend};
+use crate::config::BertConfig;
+use crate::weights::Weights;
+use crate::{Error, Result};
+
+/// How logits become scores, chosen as the transformers text-classification pipeline chooses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScoreFunction {
+    /// Labels are exclusive: `softmax` over them.
+    Softmax,
+    /// Labels are independent (multi-label) or there is a single output: `sigmoid` of each.
+    Sigmoid,
+}
+
+impl ScoreFunction {
+    pub fn for_config(cfg: &BertConfig) -> ScoreFunction {
+        if cfg.problem_type.as_deref() == Some("multi_label_classification") || cfg.id2label.len() == 1 {
+            ScoreFunction::Sigmoid
+        } else {
+            ScoreFunction::Softmax
+        }
+    }
+
+    pub fn apply(self, logits: &[f32]) -> Vec<f32> {
+        match self {
+            ScoreFunction::Softmax => softmax(logits),
+            ScoreFunction::Sigmoid => logits.iter().map(|&x| sigmoid(x)).collect(),
+        }
+    }
+}
+
+/// One `{label, score}` of the classification output.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LabelScore {
+    pub label: String,
+    pub score: f32,
+}
+
+/// The label names of a classification head, in class order, from `id2label`; a clear error when the config does
+/// not name them (transformers would invent `LABEL_0`, ..., which tells a user nothing).
+pub fn labels_from_config(cfg: &BertConfig, task: &str) -> Result<Vec<String>> {
+    if cfg.id2label.is_empty() {
+        return Err(Error::Config(format!(
+            "config.json has no `id2label`, so the {task} labels are unknown: add e.g. \
+             \"id2label\": {{\"0\": \"negative\", \"1\": \"positive\"}} with one entry per output of the classifier"
+        )));
+    }
+    // BertConfig::validate has checked the keys are 0..n-1.
+    Ok((0..cfg.id2label.len()).map(|i| cfg.label(i)).collect())
+}
+
+/// Loads `classifier.weight` `(num_labels, H)` / `classifier.bias`, explaining a disagreement with `id2label`.
+pub(crate) fn load_label_linear<B: Backend>(w: &Weights, cfg: &BertConfig, labels: usize, backend: &B)
+    -> Result<Linear<B>> {
+    if !w.contains("weight") {
+        return Err(Error::Weights(format!(
+            "this checkpoint has no classification head (`{}.weight` is missing): use a checkpoint fine-tuned for \
+             the task (architectures: {:?})",
+            w.prefix(),
+            cfg.architectures
+        )));
+    }
+    Linear::load(w, labels, cfg.hidden_size, backend).map_err(|e| match e {
+        Error::Shape { name, got, .. } => Error::Config(format!(
+            "config.json's id2label names {labels} labels but `{name}` has shape {got:?} (one row per label): make \
+             id2label list exactly one label per classifier output"
+        )),
+        e => e,
+    })
+}
+
+/// Rejects a text pair when the model has a single token type (`type_vocab_size: 1`): it was never trained on
+/// pairs, and segment id 1 does not exist in its embedding table.
+pub fn check_pair_allowed(cfg: &BertConfig, has_pair: bool, task: &str) -> Result<()> {
+    if has_pair && cfg.type_vocab_size < 2 {
+        return Err(Error::Input(format!(
+            "{task}: this model takes single texts only (config.json has type_vocab_size {}), but a text_pair was \
+             given; send {{\"text\": ...}} alone",
+            cfg.type_vocab_size
+        )));
+    }
+    Ok(())
+}
+
+/// `BertForSequenceClassification` minus the encoder: pooler + `classifier`.
+pub struct SequenceClassifier<B: Backend> {
+    pub pooler: BertPooler<B>,
+    pub classifier: Linear<B>, // (num_labels, H)
+    pub labels: Vec<String>,
+    pub score: ScoreFunction,
+}
+
+impl<B: Backend> SequenceClassifier<B> {
+    /// `w` at the root of the checkpoint (`bert.pooler.*`, `classifier.*`).
+    pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
+        let labels = labels_from_config(cfg, "classification")?;
+        let classifier = load_label_linear(&w.pp("classifier"), cfg, labels.len(), backend)?;
+        Ok(SequenceClassifier {
+            pooler: BertPooler::load(&w.pp("bert.pooler"), cfg, backend)?,
+            classifier,
+            labels,
+            score: ScoreFunction::for_config(cfg),
+        })
+    }
+
+    /// hidden `(B*T, H)` → logits `(B, num_labels)`.
+    pub fn forward(&self, backend: &B, hidden: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
+        let pooled = self.pooler.forward(backend, hidden, batch, seq)?; // (B, H)
+        backend.linear(&pooled, &self.classifier.weight, Some(&self.classifier.bias), Activation::None)
+    }
+
+    /// One row of logits → `{label, score}` best first, the best `top_k` or all.
+    pub fn postprocess(&self, logits: &[f32], top_k: Option<usize>) -> Vec<LabelScore> {
+        let scores = self.score.apply(logits);
+        let mut out: Vec<LabelScore> =
+            self.labels.iter().zip(scores).map(|(l, s)| LabelScore { label: l.clone(), score: s }).collect();
+        out.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
+        out.truncate(top_k.unwrap_or(usize::MAX));
+        out
+    }
+}

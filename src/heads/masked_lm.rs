@@ -1,0 +1,207 @@
+//! The pre-training heads: masked-LM prediction (`cls.predictions`) and next-sentence prediction
+//! (`cls.seq_relationship`), as in `BertForPreTraining`, `BertForMaskedLM` and `BertForNextSentencePrediction`.
+
+use serde::Serialize;
+
+use super::{softmax, top_k, Linear};
+use crate::backend::{Activation, Backend};
+use crate::config::BertConfig;
+use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
+use crate::{Error, Result};
+
+/// `BertPredictionHeadTransform`: `LayerNorm(act(x·Wᵀ + b))`, weights under `cls.predictions.transform`.
+pub struct BertPredictionHeadTransform<B: Backend> {
+    pub dense: Linear<B>, // (H, H)
+    pub act: Activation,
+    pub ln_gamma: B::Tensor, // (H)
+    pub ln_beta: B::Tensor,  // (H)
+    pub eps: f32,
+}
+
+impl<B: Backend> BertPredictionHeadTransform<B> {
+    /// `w` at `cls.predictions.transform`.
+    pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
+        let h = cfg.hidden_size;
+        Ok(BertPredictionHeadTransform {
+            dense: Linear::load(&w.pp("dense"), h, h, backend)?,
+            // HF applies `config.hidden_act` here too (ACT2FN[config.hidden_act]).
+            act: cfg.hidden_act,
+            ln_gamma: backend.upload(w.get("LayerNorm.weight", &[h])?)?,
+            ln_beta: backend.upload(w.get("LayerNorm.bias", &[h])?)?,
+            eps: cfg.layer_norm_eps,
+        })
+    }
+
+    /// x `(M, H)` → `(M, H)`.
+    pub fn forward(&self, backend: &B, x: &B::Tensor) -> Result<B::Tensor> {
+        let y = backend.linear(x, &self.dense.weight, Some(&self.dense.bias), self.act)?; // (M, H)
+        backend.layernorm(&y, None, &self.ln_gamma, &self.ln_beta, self.eps)
+    }
+}
+
+/// `BertLMPredictionHead`: the transform, then the decoder onto the vocabulary plus a per-token bias.
+///
+/// With `tie_word_embeddings` (HF's default, and every BERT checkpoint we know of) the decoder *is* the
+/// word-embedding matrix `(V, H)`, whatever the file stores under `cls.predictions.decoder.weight` (files usually
+/// omit it): the model's own embedding tensor is passed to [`Self::forward_rows`] instead of uploading a copy.
+pub struct BertLMPredictionHead<B: Backend> {
+    pub transform: BertPredictionHeadTransform<B>,
+    /// `Some((V, H))` only for an untied checkpoint; `None`: tied to the word embeddings.
+    pub decoder: Option<B::Tensor>,
+    pub bias: B::Tensor, // (V)
+    pub vocab_size: usize,
+}
+
+impl<B: Backend> BertLMPredictionHead<B> {
+    /// `w` at `cls.predictions`.
+    pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
+        let (v, h) = (cfg.vocab_size, cfg.hidden_size);
+        if !w.contains("transform.dense.weight") {
+            return Err(Error::Weights(format!(
+                "this checkpoint has no masked-LM head (`{}.transform.dense.weight` is missing): fill-mask needs a \
+                 BertForMaskedLM or BertForPreTraining checkpoint",
+                w.prefix()
+            )));
+        }
+        let transform = BertPredictionHeadTransform::load(&w.pp("transform"), cfg, backend)?;
+        let decoder = if cfg.tie_word_embeddings {
+            None
+        } else {
+            Some(backend.upload(w.get("decoder.weight", &[v, h]).map_err(|e| {
+                Error::Weights(format!("{e} (config.json says tie_word_embeddings: false, so the untied decoder \
+                    must be in the file)"))
+            })?)?)
+        };
+        // The bias is `cls.predictions.bias`; `decoder.bias` is the same parameter under its other name.
+        let bias = w.get_first(&["bias", "decoder.bias"], &[v])?;
+        Ok(BertLMPredictionHead { transform, decoder, bias: backend.upload(bias)?, vocab_size: v })
+    }
+
+    /// Vocabulary logits of the selected rows only: hidden `(B*T, H)`, `rows` (e.g. the `[MASK]` positions
+    /// `b*T + t`) → `(rows.len(), V)`. Gathering first keeps the `H×V` projection and the read-back to the rows
+    /// that are asked about. `word_embeddings` `(V, H)` is the tied decoder.
+    pub fn forward_rows(&self, backend: &B, hidden: &B::Tensor, rows: &[u32], word_embeddings: &B::Tensor)
+        -> Result<B::Tensor> {
+        let x = backend.gather_rows(hidden, rows)?; // (M, H)
+        let x = self.transform.forward(backend, &x)?; // (M, H)
+        let decoder = self.decoder.as_ref().unwrap_or(word_embeddings); // (V, H)
+        backend.linear(&x, decoder, Some(&self.bias), Activation::None) // (M, V)
+    }
+}
+
+/// `BertOnlyNSPHead`: `seq_relationship`, a linear `(2, H)` on the pooled output. Class 0 means "B follows A"
+/// (`next_sentence_label` 0 in `modeling_bert.py`).
+pub struct BertOnlyNSPHead<B: Backend> {
+    pub seq_relationship: Linear<B>, // (2, H)
+}
+
+impl<B: Backend> BertOnlyNSPHead<B> {
+    /// `w` at `cls.seq_relationship`.
+    pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
+        if !w.contains("weight") {
+            return Err(Error::Weights(format!(
+                "this checkpoint has no next-sentence head (`{}.weight` is missing): next-sentence needs a \
+                 BertForPreTraining or BertForNextSentencePrediction checkpoint",
+                w.prefix()
+            )));
+        }
+        Ok(BertOnlyNSPHead { seq_relationship: Linear::load(w, 2, cfg.hidden_size, backend)? })
+    }
+
+    /// pooled `(B, H)` → logits `(B, 2)`.
+    pub fn forward(&self, backend: &B, pooled: &B::Tensor) -> Result<B::Tensor> {
+        backend.linear(pooled, &self.seq_relationship.weight, Some(&self.seq_relationship.bias), Activation::None)
+    }
+}
+
+/// `{is_next}`: the probability that the second text follows the first, from the NSP logits `(2)`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NextSentence {
+    pub is_next: f32,
+}
+
+impl NextSentence {
+    pub fn from_logits(logits: &[f32]) -> NextSentence {
+        NextSentence { is_next: softmax(logits)[0] }
+    }
+}
+
+/// One fill-mask candidate, as the Hugging Face fill-mask pipeline names it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FillMaskPrediction {
+    pub score: f32,
+    /// The token id.
+    pub token: u32,
+    /// The token decoded alone (`tokenizer.decode([token])`).
+    pub token_str: String,
+    /// The text with this mask filled in, decoded.
+    pub sequence: String,
+}
+
+/// The positions of the tokenizer's mask token in `ids`, or a clear error when there is none.
+pub fn mask_positions(tok: &Tokenizer, ids: &[u32], text: &str) -> Result<Vec<usize>> {
+    let mask = tok.mask_token()?;
+    let pos: Vec<usize> = ids.iter().enumerate().filter(|(_, &id)| id == mask.id).map(|(i, _)| i).collect();
+    if pos.is_empty() {
+        return Err(Error::Input(format!(
+            "no mask token in {:?}: put `{}` where a word should be predicted, e.g. \"Paris is the {} of France.\"",
+            truncate_for_message(text),
+            mask.token,
+            mask.token
+        )));
+    }
+    Ok(pos)
+}
+
+fn truncate_for_message(text: &str) -> String {
+    let mut s: String = text.chars().take(80).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+/// The fill-mask pipeline's post-processing (`transformers/pipelines/fill_mask.py`): per mask, the softmax over the
+/// vocabulary, the `top_k` best, and for each the sequence with that mask replaced, padding dropped and decoded.
+/// As in transformers, a text with a single mask is decoded without special tokens, and with several masks the
+/// special tokens (and the other masks) are kept so the filled position is visible.
+///
+/// `ids`: the text's token ids (unpadded); `positions`: its mask positions; `logits`: `(positions.len(), V)`.
+pub fn fill_mask_postprocess(
+    tok: &Tokenizer,
+    ids: &[u32],
+    positions: &[usize],
+    logits: &[f32],
+    vocab_size: usize,
+    k: usize,
+) -> Result<Vec<Vec<FillMaskPrediction>>> {
+    if logits.len() != positions.len() * vocab_size {
+        return Err(Error::Input(format!(
+            "fill-mask: {} logits for {} masks of a {vocab_size}-token vocabulary",
+            logits.len(),
+            positions.len()
+        )));
+    }
+    let single_mask = positions.len() == 1;
+    let pad = tok.pad().id;
+    let mut out = Vec::with_capacity(positions.len());
+    for (m, &pos) in positions.iter().enumerate() {
+        let probs = softmax(&logits[m * vocab_size..(m + 1) * vocab_size]); // (V)
+        let mut row = Vec::with_capacity(k);
+        for id in top_k(&probs, k) {
+            let token = id as u32;
+            let mut filled = ids.to_vec();
+            filled[pos] = token;
+            filled.retain(|&t| t != pad);
+            row.push(FillMaskPrediction {
+                score: probs[id],
+                token,
+                token_str: tok.decode(&[token], false)?,
+                sequence: tok.decode(&filled, single_mask)?,
+            });
+        }
+        out.push(row);
+    }
+    Ok(out)
+}

@@ -1,0 +1,198 @@
+//! The head tasks on a loaded [`Model`] (and, dispatched by backend, on an [`Engine`]): text in, pipeline-style
+//! output structs out. Each runs one forward pass over the batch, one head on the device, and one read-back of the
+//! head's small output; the rest is host-side post-processing in the head modules.
+//!
+//! The `*_logits` methods stop before post-processing; the tests compare them with PyTorch.
+
+use super::classifier::{check_pair_allowed, LabelScore};
+use super::masked_lm::{fill_mask_postprocess, mask_positions, FillMaskPrediction, NextSentence};
+use super::qa::{self, Answer};
+use super::token_classifier::{Aggregation, TokenEntity};
+use crate::backend::Backend;
+use crate::tasks::{Engine, Model};
+use crate::tokenizer::{Batch, Encoded};
+use crate::{with_model, Error, Result};
+
+/// A text pair of a single-text task: an error naming the task.
+fn single_text(task: &str, pair: Option<&str>) -> Result<()> {
+    if pair.is_some() {
+        return Err(Error::Input(format!(
+            "{task} takes a single text, but a text_pair was given; send {{\"text\": ...}} alone"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether config.json's `architectures` names `arch`: used to refuse running the sequence classifier of a
+/// token-classification checkpoint (both store `classifier.*`) and vice versa.
+fn names_architecture(model_archs: &[String], arch: &str) -> bool {
+    model_archs.iter().any(|a| a == arch)
+}
+
+impl<B: Backend> Model<B> {
+    /// Tokenizes and pads, runs the encoder: the batch and its last hidden state `(B*T, H)`.
+    fn encode_forward(&self, encoded: &[Encoded]) -> Result<(Batch, B::Tensor)> {
+        if encoded.is_empty() {
+            return Err(Error::Input("no input texts".into()));
+        }
+        let batch = self.tokenizer.batch(encoded);
+        let hidden = self.bert.forward(&self.backend, &batch)?; // (B*T, H)
+        Ok((batch, hidden))
+    }
+
+    /// Vocabulary logits `(Σ masks, V)` at the given mask positions of each encoding, texts in order.
+    pub async fn fill_mask_logits(&self, encoded: &[Encoded], positions: &[Vec<usize>]) -> Result<Vec<f32>> {
+        let head = self.heads.masked_lm()?;
+        let (batch, hidden) = self.encode_forward(encoded)?;
+        let rows: Vec<u32> =
+            positions.iter().enumerate().flat_map(|(b, ps)| ps.iter().map(move |&p| (b * batch.t + p) as u32)).collect();
+        let logits = head.forward_rows(&self.backend, &hidden, &rows, self.bert.embeddings.word_embeddings())?;
+        self.backend.read(&logits).await // (rows, V)
+    }
+
+    /// Fill-mask: per text, one list of the `top_k` best tokens per mask token, best first.
+    pub async fn fill_mask(&self, texts: &[&str], top_k: usize) -> Result<Vec<Vec<Vec<FillMaskPrediction>>>> {
+        if top_k == 0 {
+            return Err(Error::Input("top-k must be at least 1".into()));
+        }
+        self.heads.masked_lm()?;
+        let encoded = texts.iter().map(|t| self.tokenizer.encode(t, None)).collect::<Result<Vec<_>>>()?;
+        let positions = encoded
+            .iter()
+            .zip(texts)
+            .map(|(e, t)| mask_positions(&self.tokenizer, &e.ids, t))
+            .collect::<Result<Vec<_>>>()?;
+        let logits = self.fill_mask_logits(&encoded, &positions).await?;
+        let v = self.config.vocab_size;
+        let mut offset = 0;
+        let mut out = Vec::with_capacity(texts.len());
+        for (e, ps) in encoded.iter().zip(&positions) {
+            let n = ps.len() * v;
+            out.push(fill_mask_postprocess(&self.tokenizer, &e.ids, ps, &logits[offset..offset + n], v, top_k)?);
+            offset += n;
+        }
+        Ok(out)
+    }
+
+    /// Next-sentence logits `(2)` per pair: index 0 "B follows A".
+    pub async fn next_sentence_logits(&self, encoded: &[Encoded]) -> Result<Vec<Vec<f32>>> {
+        let (pooler, nsp) = self.heads.next_sentence()?;
+        let (batch, hidden) = self.encode_forward(encoded)?;
+        let pooled = pooler.forward(&self.backend, &hidden, batch.b, batch.t)?; // (B, H)
+        let logits = self.backend.read(&nsp.forward(&self.backend, &pooled)?).await?; // (B, 2)
+        Ok(logits.chunks_exact(2).map(<[f32]>::to_vec).collect())
+    }
+
+    /// `{is_next}` per `(a, b)` pair: the probability that `b` follows `a`.
+    pub async fn next_sentence(&self, pairs: &[(&str, &str)]) -> Result<Vec<NextSentence>> {
+        self.heads.next_sentence()?;
+        let encoded = pairs.iter().map(|(a, b)| self.tokenizer.encode(a, Some(b))).collect::<Result<Vec<_>>>()?;
+        Ok(self.next_sentence_logits(&encoded).await?.iter().map(|l| NextSentence::from_logits(l)).collect())
+    }
+
+    /// Sequence-classification logits `(num_labels)` per encoding.
+    pub async fn classify_logits(&self, encoded: &[Encoded]) -> Result<Vec<Vec<f32>>> {
+        let head = self.heads.sequence_classifier()?;
+        let (batch, hidden) = self.encode_forward(encoded)?;
+        let logits = self.backend.read(&head.forward(&self.backend, &hidden, batch.b, batch.t)?).await?; // (B, L)
+        Ok(logits.chunks_exact(head.labels.len()).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Sequence classification of texts or pairs: `{label, score}` best first, the `top_k` best or all.
+    pub async fn classify(&self, inputs: &[(&str, Option<&str>)], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
+        if names_architecture(&self.config.architectures, "BertForTokenClassification") {
+            return Err(Error::Input(
+                "this is a token-classification checkpoint (architectures: BertForTokenClassification): use `ner`"
+                    .into(),
+            ));
+        }
+        let head = self.heads.sequence_classifier()?;
+        let mut encoded = Vec::with_capacity(inputs.len());
+        for (text, pair) in inputs {
+            check_pair_allowed(&self.config, pair.is_some(), "classify")?;
+            encoded.push(self.tokenizer.encode(text, *pair)?);
+        }
+        let logits = self.classify_logits(&encoded).await?;
+        Ok(logits.iter().map(|l| head.postprocess(l, top_k)).collect())
+    }
+
+    /// Token-classification logits `(len, num_labels)` per encoding, padding dropped.
+    pub async fn token_logits(&self, encoded: &[Encoded]) -> Result<Vec<Vec<f32>>> {
+        let head = self.heads.token_classifier()?;
+        let (batch, hidden) = self.encode_forward(encoded)?;
+        let logits = self.backend.read(&head.forward(&self.backend, &hidden)?).await?; // (B*T, L)
+        let l = head.labels.len();
+        Ok(encoded
+            .iter()
+            .enumerate()
+            .map(|(b, e)| logits[b * batch.t * l..(b * batch.t + e.len()) * l].to_vec())
+            .collect())
+    }
+
+    /// Token classification (NER): per text, the entities (see [`Aggregation`]).
+    pub async fn token_classify(&self, inputs: &[(&str, Option<&str>)], aggregation: Aggregation)
+        -> Result<Vec<Vec<TokenEntity>>> {
+        if names_architecture(&self.config.architectures, "BertForSequenceClassification") {
+            return Err(Error::Input(
+                "this is a sequence-classification checkpoint (architectures: BertForSequenceClassification): use \
+                 `classify`"
+                    .into(),
+            ));
+        }
+        let head = self.heads.token_classifier()?;
+        let mut encoded = Vec::with_capacity(inputs.len());
+        for (text, pair) in inputs {
+            single_text("ner", *pair)?;
+            encoded.push(self.tokenizer.encode(text, None)?);
+        }
+        let logits = self.token_logits(&encoded).await?;
+        inputs
+            .iter()
+            .zip(&encoded)
+            .zip(&logits)
+            .map(|(((text, _), e), l)| head.postprocess(&self.tokenizer, text, e, l, aggregation))
+            .collect()
+    }
+
+    /// QA start/end logits per window, interleaved `(len, 2)`, padding dropped.
+    pub async fn qa_logits(&self, windows: &[Encoded]) -> Result<Vec<Vec<f32>>> {
+        let head = self.heads.qa()?;
+        let (batch, hidden) = self.encode_forward(windows)?;
+        let logits = self.backend.read(&head.forward(&self.backend, &hidden)?).await?; // (B*T, 2)
+        Ok(windows.iter().enumerate().map(|(b, e)| logits[b * batch.t * 2..(b * batch.t + e.len()) * 2].to_vec()).collect())
+    }
+
+    /// Extractive QA: the best span of `context` answering `question`, all windows of a long context in one batch.
+    pub async fn answer(&self, question: &str, context: &str) -> Result<Answer> {
+        self.heads.qa()?;
+        let (len, stride) = qa::window_params(&self.tokenizer, &self.config);
+        let windows = qa::windows(&self.tokenizer, question, context, len, stride)?;
+        let logits = self.qa_logits(&windows).await?;
+        qa::decode(context, &windows, &logits)
+    }
+}
+
+/// The same tasks on whichever backend the engine holds.
+impl Engine {
+    /// See [`Model::fill_mask`].
+    pub async fn fill_mask(&self, texts: &[&str], top_k: usize) -> Result<Vec<Vec<Vec<FillMaskPrediction>>>> {
+        with_model!(self, m => m.fill_mask(texts, top_k).await)
+    }
+    /// See [`Model::next_sentence`].
+    pub async fn next_sentence(&self, pairs: &[(&str, &str)]) -> Result<Vec<NextSentence>> {
+        with_model!(self, m => m.next_sentence(pairs).await)
+    }
+    /// See [`Model::classify`].
+    pub async fn classify(&self, inputs: &[(&str, Option<&str>)], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
+        with_model!(self, m => m.classify(inputs, top_k).await)
+    }
+    /// See [`Model::token_classify`].
+    pub async fn token_classify(&self, inputs: &[(&str, Option<&str>)], aggregation: Aggregation)
+        -> Result<Vec<Vec<TokenEntity>>> {
+        with_model!(self, m => m.token_classify(inputs, aggregation).await)
+    }
+    /// See [`Model::answer`].
+    pub async fn answer(&self, question: &str, context: &str) -> Result<Answer> {
+        with_model!(self, m => m.answer(question, context).await)
+    }
+}

@@ -1,0 +1,615 @@
+//! Q8_0 and Q4_0: llama.cpp's block quantization formats, bit for bit.
+//!
+//! Both cut a row into blocks of [`QK`] = 32 consecutive values along the last (contiguous) dimension and store
+//! one f16 scale `d` per block, little-endian, followed by the quantized values:
+//!
+//! | format | bytes | values | decode |
+//! |---|---|---|---|
+//! | Q8_0 | 2 + 32 = 34 | `qs[j]: i8` | `x[j] = qs[j] · d` |
+//! | Q4_0 | 2 + 16 = 18 | byte `j` holds element `j` (low nibble) and element `j + 16` (high nibble) | `x[j] = (q − 8) · d` |
+//!
+//! Encoding follows ggml's reference quantizers (`quantize_row_q8_0_ref` / `quantize_row_q4_0_ref` in
+//! `ggml/src/ggml-quants.c`), which llama.cpp's own converter uses for deterministic files:
+//! - Q8_0: `d = amax / 127`, `q = round(x / d)` (round half away from zero, like C `roundf`).
+//! - Q4_0: `d = m / −8` where `m` is the signed value of largest magnitude (the first one on ties), and
+//!   `q = min(15, trunc(x / d + 8.5))`. `m` itself maps to `q = 0` (value `−8·d = m`), the opposite sign reaches
+//!   `+7·d` at most, so values within `(7.5·|d|, 8·|d|]` on that side are clipped by up to one step.
+//!
+//! In both, the scale is computed and applied in f32 (`x · (1/d)`) and only then rounded to f16 for storage, exactly
+//! as ggml does; decoding multiplies by the f16 scale widened to f32.
+
+use half::f16;
+
+use crate::weights::{HostData, HostTensor};
+use crate::{Error, Result};
+
+/// Values per block, for both formats.
+pub const QK: usize = 32;
+
+/// One Q8_0 block as llama.cpp lays it out (`block_q8_0` in `ggml-common.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BlockQ8_0 {
+    /// f16 scale, raw bits.
+    pub d: u16,
+    pub qs: [i8; QK],
+}
+
+/// One Q4_0 block as llama.cpp lays it out (`block_q4_0` in `ggml-common.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BlockQ4_0 {
+    /// f16 scale, raw bits.
+    pub d: u16,
+    /// `qs[j] = q[j] | q[j + 16] << 4`.
+    pub qs: [u8; QK / 2],
+}
+
+/// Bytes of one Q8_0 block in a file or buffer.
+pub const Q8_0_BLOCK_BYTES: usize = 34;
+/// Bytes of one Q4_0 block in a file or buffer.
+pub const Q4_0_BLOCK_BYTES: usize = 18;
+
+// The layouts must match ggml's exactly: no padding, the sizes llama.cpp's `static_assert`s state.
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == Q8_0_BLOCK_BYTES);
+const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == Q4_0_BLOCK_BYTES);
+const _: () = assert!(Q8_0_BLOCK_BYTES == 2 + QK);
+const _: () = assert!(Q4_0_BLOCK_BYTES == 2 + QK / 2);
+// Block sizes are a multiple of 2 but not of 4: GPU code reading blocks from `array<u32>` must handle blocks that
+// straddle words. Keep this visible here so nobody assumes 4-byte alignment of blocks.
+const _: () = assert!(Q8_0_BLOCK_BYTES % 4 != 0 && Q4_0_BLOCK_BYTES % 4 != 0);
+
+/// The formats a tensor can be quantized to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantKind {
+    Q8_0,
+    Q4_0,
+}
+
+impl QuantKind {
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QuantKind::Q8_0 => Q8_0_BLOCK_BYTES,
+            QuantKind::Q4_0 => Q4_0_BLOCK_BYTES,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantKind::Q8_0 => "Q8_0",
+            QuantKind::Q4_0 => "Q4_0",
+        }
+    }
+}
+
+/// Bytes that `n` values take in `kind`; `n` must be a multiple of [`QK`].
+pub fn quantized_bytes(kind: QuantKind, n: usize) -> usize {
+    n / QK * kind.block_bytes()
+}
+
+fn check_finite(x: &[f32]) -> Result<()> {
+    match x.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(Error::Weights(format!(
+            "value {} at index {i} is not finite: NaN or infinite weights cannot be quantized; check the checkpoint",
+            x[i]
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn check_blocks(what: &str, n: usize) -> Result<()> {
+    if n % QK != 0 {
+        return Err(Error::Weights(format!(
+            "{what}: {n} values are not a multiple of the block size {QK}; Q8_0/Q4_0 quantize rows whose length is a \
+             multiple of {QK} (keep this tensor in f16 or f32)"
+        )));
+    }
+    Ok(())
+}
+
+/// Quantizes `x` (a whole number of blocks) to Q8_0 bytes, as `quantize_row_q8_0_ref` does.
+pub fn quantize_q8_0(x: &[f32]) -> Result<Vec<u8>> {
+    check_blocks("Q8_0", x.len())?;
+    check_finite(x)?;
+    let mut out = Vec::with_capacity(quantized_bytes(QuantKind::Q8_0, x.len()));
+    for block in x.chunks_exact(QK) {
+        let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        // |x·id| ≤ 127 up to one rounding, so `as i8` (saturating) never clips a real value.
+        out.extend(block.iter().map(|v| (v * id).round() as i8 as u8));
+    }
+    Ok(out)
+}
+
+/// Quantizes `x` (a whole number of blocks) to Q4_0 bytes, as `quantize_row_q4_0_ref` does.
+pub fn quantize_q4_0(x: &[f32]) -> Result<Vec<u8>> {
+    check_blocks("Q4_0", x.len())?;
+    check_finite(x)?;
+    let mut out = Vec::with_capacity(quantized_bytes(QuantKind::Q4_0, x.len()));
+    for block in x.chunks_exact(QK) {
+        // The signed value of largest magnitude; strict `<` keeps the first one on ties, like ggml.
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &v in block {
+            if amax < v.abs() {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let d = max / -8.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        // ggml: `MIN(15, (int8_t)(x·id + 8.5f))`: the cast truncates toward zero. x·id ≥ −8 (up to rounding), so
+        // the sum is ≥ 0.5 − ε and truncates to ≥ 0; the clamp at 0 only guards against that ε.
+        let q = |v: f32| -> u8 { ((v * id + 8.5) as i8).clamp(0, 15) as u8 };
+        for j in 0..QK / 2 {
+            out.push(q(block[j]) | (q(block[j + QK / 2]) << 4));
+        }
+    }
+    Ok(out)
+}
+
+fn check_len(kind: QuantKind, bytes: usize, n: usize) -> Result<()> {
+    check_blocks(kind.name(), n)?;
+    if bytes != quantized_bytes(kind, n) {
+        return Err(Error::Weights(format!(
+            "{}: {bytes} bytes do not hold {n} values (expected {} bytes)",
+            kind.name(),
+            quantized_bytes(kind, n)
+        )));
+    }
+    Ok(())
+}
+
+#[inline]
+fn scale(block: &[u8]) -> f32 {
+    f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f32()
+}
+
+/// Decodes Q8_0 bytes into `out` (`out.len()` values), as `dequantize_row_q8_0` does.
+pub fn dequantize_q8_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    check_len(QuantKind::Q8_0, bytes.len(), out.len())?;
+    for (block, y) in bytes.chunks_exact(Q8_0_BLOCK_BYTES).zip(out.chunks_exact_mut(QK)) {
+        let d = scale(block);
+        for (yj, &q) in y.iter_mut().zip(&block[2..]) {
+            *yj = (q as i8) as f32 * d;
+        }
+    }
+    Ok(())
+}
+
+/// Decodes Q4_0 bytes into `out` (`out.len()` values), as `dequantize_row_q4_0` does.
+pub fn dequantize_q4_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    check_len(QuantKind::Q4_0, bytes.len(), out.len())?;
+    for (block, y) in bytes.chunks_exact(Q4_0_BLOCK_BYTES).zip(out.chunks_exact_mut(QK)) {
+        let d = scale(block);
+        let (lo, hi) = y.split_at_mut(QK / 2);
+        for j in 0..QK / 2 {
+            let b = block[2 + j];
+            lo[j] = ((b & 0x0F) as i32 - 8) as f32 * d;
+            hi[j] = ((b >> 4) as i32 - 8) as f32 * d;
+        }
+    }
+    Ok(())
+}
+
+/// `x · row` for one Q8_0-encoded row of `x.len()` values (the inner loop of `x · Wᵀ` with `W` in Q8_0).
+///
+/// Sums `x[j]·q[j]` per block in f32 and scales once per block: `Σ_b d_b · Σ_j x_j q_j`, which differs from the
+/// dot with the dequantized row only by f32 rounding. The caller checks lengths once per matrix; in debug builds
+/// they are asserted here.
+#[inline]
+pub fn dot_q8_0(x: &[f32], row: &[u8]) -> f32 {
+    debug_assert!(x.len() % QK == 0 && row.len() == quantized_bytes(QuantKind::Q8_0, x.len()));
+    let mut acc = 0.0f32;
+    for (xb, block) in x.chunks_exact(QK).zip(row.chunks_exact(Q8_0_BLOCK_BYTES)) {
+        let qs = &block[2..];
+        // Four partial sums let the compiler keep independent add chains (and vectorize).
+        let mut s = [0.0f32; 4];
+        for k in 0..QK / 4 {
+            for l in 0..4 {
+                s[l] += xb[4 * k + l] * (qs[4 * k + l] as i8) as f32;
+            }
+        }
+        acc += (s[0] + s[1] + s[2] + s[3]) * scale(block);
+    }
+    acc
+}
+
+/// `x · row` for one Q4_0-encoded row of `x.len()` values; see [`dot_q8_0`].
+#[inline]
+pub fn dot_q4_0(x: &[f32], row: &[u8]) -> f32 {
+    debug_assert!(x.len() % QK == 0 && row.len() == quantized_bytes(QuantKind::Q4_0, x.len()));
+    let mut acc = 0.0f32;
+    for (xb, block) in x.chunks_exact(QK).zip(row.chunks_exact(Q4_0_BLOCK_BYTES)) {
+        let qs = &block[2..];
+        let (xlo, xhi) = xb.split_at(QK / 2);
+        let mut s = [0.0f32; 4];
+        for k in 0..QK / 8 {
+            for l in 0..4 {
+                let j = 4 * k + l;
+                let b = qs[j];
+                s[l] += xlo[j] * ((b & 0x0F) as i32 - 8) as f32 + xhi[j] * ((b >> 4) as i32 - 8) as f32;
+            }
+        }
+        acc += (s[0] + s[1] + s[2] + s[3]) * scale(block);
+    }
+    acc
+}
+
+/// `x · row` for one f16 row (raw bits), accumulated in f32.
+#[inline]
+pub fn dot_f16(x: &[f32], row: &[u16]) -> f32 {
+    debug_assert_eq!(x.len(), row.len());
+    let mut s = [0.0f32; 4];
+    let mut xc = x.chunks_exact(4);
+    let mut rc = row.chunks_exact(4);
+    for (xs, rs) in (&mut xc).zip(&mut rc) {
+        for l in 0..4 {
+            s[l] += xs[l] * f16::from_bits(rs[l]).to_f32();
+        }
+    }
+    let tail: f32 = xc.remainder().iter().zip(rc.remainder()).map(|(a, b)| a * f16::from_bits(*b).to_f32()).sum();
+    s[0] + s[1] + s[2] + s[3] + tail
+}
+
+/// A read-only view of one weight matrix `(rows, cols)` in any host dtype, for row-wise dot products.
+///
+/// The CPU backend computes `y = x · Wᵀ` as `y[n] = x · W[n, :]`; this gives it the row dot for every dtype
+/// without dequantizing the whole matrix.
+#[derive(Clone, Copy, Debug)]
+pub struct RowView<'a> {
+    pub rows: usize,
+    pub cols: usize,
+    data: RowData<'a>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum RowData<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+    Q8_0(&'a [u8]),
+    Q4_0(&'a [u8]),
+}
+
+impl<'a> RowView<'a> {
+    /// Views a 2-D tensor; errors if it is not 2-D or its storage does not match its shape.
+    pub fn new(t: &'a HostTensor) -> Result<Self> {
+        let [rows, cols] = t.shape[..] else {
+            return Err(Error::Weights(format!("expected a 2-D matrix, got shape {:?}", t.shape)));
+        };
+        let n = rows.checked_mul(cols).ok_or_else(|| Error::Weights(format!("shape {:?} overflows", t.shape)))?;
+        let data = match &t.data {
+            HostData::F32(v) if v.len() == n => RowData::F32(v),
+            HostData::F16(v) if v.len() == n => RowData::F16(v),
+            HostData::Q8_0(b) => {
+                check_len(QuantKind::Q8_0, b.len(), n).and_then(|_| check_blocks("Q8_0 row", cols))?;
+                RowData::Q8_0(b)
+            }
+            HostData::Q4_0(b) => {
+                check_len(QuantKind::Q4_0, b.len(), n).and_then(|_| check_blocks("Q4_0 row", cols))?;
+                RowData::Q4_0(b)
+            }
+            _ => return Err(Error::Weights(format!("storage does not hold shape {:?}", t.shape))),
+        };
+        Ok(RowView { rows, cols, data })
+    }
+
+    /// `x · W[r, :]`. Panics if `x.len() != cols` or `r >= rows` (programming errors, not user input).
+    #[inline]
+    pub fn dot(&self, r: usize, x: &[f32]) -> f32 {
+        assert!(x.len() == self.cols && r < self.rows, "RowView::dot: x has {} values, row {r}", x.len());
+        let c = self.cols;
+        match self.data {
+            RowData::F32(w) => w[r * c..(r + 1) * c].iter().zip(x).map(|(a, b)| a * b).sum(),
+            RowData::F16(w) => dot_f16(x, &w[r * c..(r + 1) * c]),
+            RowData::Q8_0(w) => {
+                let rb = quantized_bytes(QuantKind::Q8_0, c);
+                dot_q8_0(x, &w[r * rb..(r + 1) * rb])
+            }
+            RowData::Q4_0(w) => {
+                let rb = quantized_bytes(QuantKind::Q4_0, c);
+                dot_q4_0(x, &w[r * rb..(r + 1) * rb])
+            }
+        }
+    }
+
+    /// Row `r` decoded to f32 (an embedding lookup).
+    pub fn row_f32(&self, r: usize) -> Vec<f32> {
+        assert!(r < self.rows, "RowView::row_f32: row {r} of {}", self.rows);
+        let c = self.cols;
+        let mut out = vec![0.0f32; c];
+        match self.data {
+            RowData::F32(w) => out.copy_from_slice(&w[r * c..(r + 1) * c]),
+            RowData::F16(w) => {
+                for (o, h) in out.iter_mut().zip(&w[r * c..(r + 1) * c]) {
+                    *o = f16::from_bits(*h).to_f32();
+                }
+            }
+            // Lengths were checked in `new`, so these cannot fail.
+            RowData::Q8_0(w) => {
+                let rb = quantized_bytes(QuantKind::Q8_0, c);
+                let _ = dequantize_q8_0(&w[r * rb..(r + 1) * rb], &mut out);
+            }
+            RowData::Q4_0(w) => {
+                let rb = quantized_bytes(QuantKind::Q4_0, c);
+                let _ = dequantize_q4_0(&w[r * rb..(r + 1) * rb], &mut out);
+            }
+        }
+        out
+    }
+}
+
+/// Number of elements of a shape, with overflow reported as an error.
+pub fn numel(shape: &[usize]) -> Result<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).ok_or_else(|| {
+        Error::Weights(format!("shape {shape:?} has more elements than this platform can address"))
+    })
+}
+
+/// Every element of `t` as f32 (dequantizing Q8_0/Q4_0, widening F16). Errors if the storage does not match the
+/// shape.
+pub fn to_f32(t: &HostTensor) -> Result<Vec<f32>> {
+    let n = numel(&t.shape)?;
+    let bad = |len: usize| {
+        Error::Weights(format!("tensor of shape {:?} has {len} stored elements, expected {n}", t.shape))
+    };
+    match &t.data {
+        HostData::F32(v) => {
+            if v.len() != n {
+                return Err(bad(v.len()));
+            }
+            Ok(v.clone())
+        }
+        HostData::F16(v) => {
+            if v.len() != n {
+                return Err(bad(v.len()));
+            }
+            Ok(v.iter().map(|h| f16::from_bits(*h).to_f32()).collect())
+        }
+        HostData::Q8_0(b) => {
+            check_last_dim(QuantKind::Q8_0, &t.shape)?;
+            let mut out = vec![0.0f32; n];
+            dequantize_q8_0(b, &mut out)?;
+            Ok(out)
+        }
+        HostData::Q4_0(b) => {
+            check_last_dim(QuantKind::Q4_0, &t.shape)?;
+            let mut out = vec![0.0f32; n];
+            dequantize_q4_0(b, &mut out)?;
+            Ok(out)
+        }
+    }
+}
+
+fn check_last_dim(kind: QuantKind, shape: &[usize]) -> Result<()> {
+    match shape.last() {
+        Some(&c) if c % QK == 0 => Ok(()),
+        _ => Err(Error::Weights(format!(
+            "{}: shape {shape:?}: blocks of {QK} run along the last dimension, which must be a multiple of {QK}",
+            kind.name()
+        ))),
+    }
+}
+
+/// Quantizes an f32 tensor to `kind`, blocks along its last dimension (which must be a multiple of [`QK`]).
+pub fn quantize(t: &HostTensor, kind: QuantKind) -> Result<HostTensor> {
+    check_last_dim(kind, &t.shape)?;
+    let x = to_f32(t)?;
+    let data = match kind {
+        QuantKind::Q8_0 => HostData::Q8_0(quantize_q8_0(&x)?),
+        QuantKind::Q4_0 => HostData::Q4_0(quantize_q4_0(&x)?),
+    };
+    Ok(HostTensor { shape: t.shape.clone(), data })
+}
+
+/// Re-encodes a Q4_0 tensor as Q8_0, exactly: a Q4_0 value is `(q − 8)·d` with `q − 8 ∈ [−8, 7]`, which is the
+/// Q8_0 value `q8·d` with the same f16 scale and `q8 = q − 8`. Lets a mixed Q4_0/Q8_0 file fuse tensors (q, k, v)
+/// that were stored at different precisions without losing anything. Other dtypes are returned unchanged.
+pub fn widen_q4_0_to_q8_0(t: &HostTensor) -> Result<HostTensor> {
+    let HostData::Q4_0(b) = &t.data else { return Ok(t.clone()) };
+    check_last_dim(QuantKind::Q4_0, &t.shape)?;
+    check_len(QuantKind::Q4_0, b.len(), numel(&t.shape)?)?;
+    let mut out = Vec::with_capacity(b.len() / Q4_0_BLOCK_BYTES * Q8_0_BLOCK_BYTES);
+    for block in b.chunks_exact(Q4_0_BLOCK_BYTES) {
+        out.extend_from_slice(&block[..2]);
+        let qs = &block[2..];
+        out.extend(qs.iter().map(|&v| ((v & 0x0F) as i8 - 8) as u8));
+        out.extend(qs.iter().map(|&v| ((v >> 4) as i8 - 8) as u8));
+    }
+    Ok(HostTensor { shape: t.shape.clone(), data: HostData::Q8_0(out) })
+}
+
+/// Converts a tensor to f16 (round to nearest even, like `GGML_FP32_TO_FP16`).
+pub fn to_f16(t: &HostTensor) -> Result<HostTensor> {
+    let x = to_f32(t)?;
+    Ok(HostTensor { shape: t.shape.clone(), data: HostData::F16(x.iter().map(|v| f16::from_f32(*v).to_bits()).collect()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic pseudo-random sequence (xorshift), values in [-scale, scale).
+    fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    fn block_scale(bytes: &[u8], block_bytes: usize, b: usize) -> f32 {
+        scale(&bytes[b * block_bytes..])
+    }
+
+    #[test]
+    fn q8_0_known_block() {
+        // amax = 127 makes d = 1 exactly (f16 0x3C00), so q = round(x) with halves away from zero.
+        let mut x = [0.0f32; 32];
+        x[0] = -127.0;
+        x[1] = 1.5; // → 2
+        x[2] = -2.5; // → −3
+        x[3] = 0.49; // → 0
+        x[4] = 126.6; // → 127
+        x[31] = -0.5; // → −1
+        let b = quantize_q8_0(&x).unwrap();
+        assert_eq!(b.len(), 34);
+        assert_eq!(&b[..2], &[0x00, 0x3C]);
+        let q: Vec<i8> = b[2..].iter().map(|&v| v as i8).collect();
+        assert_eq!(&q[..5], &[-127, 2, -3, 0, 127]);
+        assert_eq!(q[31], -1);
+        assert!(q[5..31].iter().all(|&v| v == 0));
+        let mut y = [0.0f32; 32];
+        dequantize_q8_0(&b, &mut y).unwrap();
+        assert_eq!(&y[..5], &[-127.0, 2.0, -3.0, 0.0, 127.0]);
+    }
+
+    #[test]
+    fn q4_0_known_block() {
+        // max = −8 (largest magnitude, negative) makes d = 1 exactly; q = min(15, trunc(x + 8.5)).
+        let mut x = [0.0f32; 32];
+        x[0] = -8.0; // 0.5 → 0 (decodes to −8)
+        x[1] = 7.0; // 15.5 → 15 (7)
+        x[2] = 7.9; // 16.4 → 16 → clipped to 15 (7)
+        x[3] = -0.5; // 8.0 → 8 (0)
+        x[4] = 0.5; // 9.0 → 9 (1): halves round up
+        x[5] = -0.6; // 7.9 → 7 (−1)
+        x[16] = 3.0; // 11.5 → 11, high nibble of byte 0
+        x[31] = -3.2; // 5.3 → 5, high nibble of byte 15
+        let b = quantize_q4_0(&x).unwrap();
+        assert_eq!(b.len(), 18);
+        assert_eq!(&b[..2], &[0x00, 0x3C]);
+        // zeros encode as 8 (0x8 nibbles)
+        assert_eq!(b[2], 0 | (11 << 4));
+        assert_eq!(b[3], 15 | (8 << 4));
+        assert_eq!(b[4], 15 | (8 << 4));
+        assert_eq!(b[5], 8 | (8 << 4));
+        assert_eq!(b[6], 9 | (8 << 4));
+        assert_eq!(b[7], 7 | (8 << 4));
+        assert_eq!(b[17], 8 | (5 << 4));
+        let mut y = [0.0f32; 32];
+        dequantize_q4_0(&b, &mut y).unwrap();
+        assert_eq!(&y[..6], &[-8.0, 7.0, 7.0, 0.0, 1.0, -1.0]);
+        assert_eq!((y[16], y[31]), (3.0, -3.0));
+    }
+
+    #[test]
+    fn zero_block_has_zero_scale() {
+        let x = [0.0f32; 64];
+        let b8 = quantize_q8_0(&x).unwrap();
+        assert!(b8.iter().all(|&v| v == 0));
+        let b4 = quantize_q4_0(&x).unwrap();
+        // d = 0 / −8 = −0.0 (f16 0x8000, as ggml stores it) and every nibble trunc(0 + 8.5) = 8.
+        assert_eq!(&b4[..2], &[0x00, 0x80]);
+        assert!(b4[2..18].iter().all(|&v| v == 0x88));
+    }
+
+    /// Q8_0: with d the f32 scale and d16 the stored one, |x − q·d16| ≤ |x − q·d| + |q|·|d − d16|
+    /// ≤ d/2 + 127·|d − d16|. Float rounding of x·(1/d) adds at most a few ulps of 127, i.e. ~1e-5·d.
+    #[test]
+    fn q8_0_round_trip_bound() {
+        for (seed, scale) in [(1u64, 1.0f32), (2, 0.02), (3, 300.0), (4, 1e-6)] {
+            let x = values(32 * 64, seed, scale);
+            let b = quantize_q8_0(&x).unwrap();
+            let mut y = vec![0.0; x.len()];
+            dequantize_q8_0(&b, &mut y).unwrap();
+            for (blk, (xb, yb)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
+                let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let d16 = block_scale(&b, 34, blk);
+                let bound = d / 2.0 * (1.0 + 1e-4) + 127.0 * (d - d16).abs();
+                for (a, c) in xb.iter().zip(yb) {
+                    assert!((a - c).abs() <= bound, "block {blk}: {a} vs {c}, bound {bound}");
+                }
+            }
+        }
+    }
+
+    /// Q4_0: the step is |d| = |m|/8; values on the side of m round to the nearest step (error ≤ |d|/2), values
+    /// on the other side beyond 7.5·|d| are clipped to 7·|d| (error ≤ |d|). Storing d in f16 adds ≤ 8·|d − d16|.
+    #[test]
+    fn q4_0_round_trip_bound() {
+        for (seed, scale) in [(5u64, 1.0f32), (6, 0.05), (7, 40.0)] {
+            let x = values(32 * 64, seed, scale);
+            let b = quantize_q4_0(&x).unwrap();
+            let mut y = vec![0.0; x.len()];
+            dequantize_q4_0(&b, &mut y).unwrap();
+            for (blk, (xb, yb)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
+                let m = xb.iter().fold(0.0f32, |m, v| if m.abs() < v.abs() { *v } else { m });
+                let d = m / -8.0;
+                let d16 = block_scale(&b, 18, blk);
+                let slack = 1.0 + 1e-4;
+                for (a, c) in xb.iter().zip(yb) {
+                    let clipped = a / d > 7.5;
+                    let step = if clipped { d.abs() } else { d.abs() / 2.0 };
+                    let bound = step * slack + 8.0 * (d - d16).abs();
+                    assert!((a - c).abs() <= bound, "block {blk}: {a} vs {c}, bound {bound}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn not_a_multiple_of_32_is_a_clear_error() {
+        let e = quantize_q8_0(&[1.0; 33]).unwrap_err().to_string();
+        assert!(e.contains("multiple of the block size 32"), "{e}");
+        let e = quantize_q4_0(&[1.0; 31]).unwrap_err().to_string();
+        assert!(e.contains("multiple of the block size 32"), "{e}");
+        let t = HostTensor { shape: vec![2, 48], data: HostData::F32(vec![0.0; 96]) };
+        // 96 values are 3 blocks, but rows of 48 would split a block across rows.
+        let e = quantize(&t, QuantKind::Q8_0).unwrap_err().to_string();
+        assert!(e.contains("last dimension"), "{e}");
+        let e = dequantize_q8_0(&[0u8; 33], &mut [0.0; 32]).unwrap_err().to_string();
+        assert!(e.contains("expected 34 bytes"), "{e}");
+    }
+
+    #[test]
+    fn widening_q4_0_to_q8_0_is_exact() {
+        let t = HostTensor { shape: vec![3, 64], data: HostData::F32(values(192, 21, 0.7)) };
+        let q4 = quantize(&t, QuantKind::Q4_0).unwrap();
+        let q8 = widen_q4_0_to_q8_0(&q4).unwrap();
+        assert!(matches!(q8.data, HostData::Q8_0(ref b) if b.len() == 6 * 34));
+        assert_eq!(to_f32(&q8).unwrap(), to_f32(&q4).unwrap());
+    }
+
+    #[test]
+    fn nan_is_refused() {
+        let mut x = vec![0.5f32; 32];
+        x[7] = f32::NAN;
+        assert!(quantize_q8_0(&x).unwrap_err().to_string().contains("index 7"));
+        assert!(quantize_q4_0(&x).is_err());
+    }
+
+    /// The fused row dot equals the dot with the dequantized row up to f32 summation order:
+    /// |Σ x·w − fused| ≤ n·ε·Σ|x·w| (standard bound for a sum of n terms in a different order).
+    #[test]
+    fn row_dot_matches_dequantized() {
+        let (rows, cols) = (7, 96);
+        let w = values(rows * cols, 11, 0.3);
+        let x = values(cols, 12, 2.0);
+        let wt = HostTensor { shape: vec![rows, cols], data: HostData::F32(w) };
+        for t in [
+            quantize(&wt, QuantKind::Q8_0).unwrap(),
+            quantize(&wt, QuantKind::Q4_0).unwrap(),
+            to_f16(&wt).unwrap(),
+            wt.clone(),
+        ] {
+            let deq = to_f32(&t).unwrap();
+            let view = RowView::new(&t).unwrap();
+            for r in 0..rows {
+                let row = &deq[r * cols..(r + 1) * cols];
+                let exact: f64 = row.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                let mag: f64 = row.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                let got = view.dot(r, &x) as f64;
+                assert!((got - exact).abs() <= cols as f64 * f32::EPSILON as f64 * mag, "row {r}: {got} vs {exact}");
+                assert_eq!(view.row_f32(r), row);
+            }
+        }
+    }
+}

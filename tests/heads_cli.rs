@@ -1,0 +1,163 @@
+//! The head commands of the `bertgpu` binary (fill-mask, classify, next-sentence, ner, qa) as users run them,
+//! against the PyTorch goldens of tests/golden/heads.json: JSON lines in, one JSON value per line out, bad lines
+//! give `{"error"}` and the rest go on, a model without the head exits 2.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+/// Scores printed by the CLI against PyTorch's (the bar; the CPU is ~1e-6 off, see tests/heads.rs).
+const SCORE_TOL: f64 = 1e-4;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn golden() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(root().join("tests/golden/heads.json")).unwrap()).unwrap()
+}
+
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bertgpu");
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+/// Runs a head command on the CPU and returns its output lines, parsed.
+fn head(cmd: &str, model: &Path, extra: &[&str], stdin: &str) -> Vec<Value> {
+    let mut args = vec![cmd, "--model", model.to_str().unwrap(), "--device", "cpu"];
+    args.extend_from_slice(extra);
+    let out = run(&args, stdin);
+    assert!(out.status.success(), "{cmd} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("`{l}` is not JSON: {e}")))
+        .collect()
+}
+
+fn jsonl(items: impl IntoIterator<Item = Value>) -> String {
+    items.into_iter().map(|v| v.to_string() + "\n").collect()
+}
+
+fn assert_score(got: &Value, want: &Value, what: &str) {
+    let (g, w) = (got.as_f64().unwrap(), want.as_f64().unwrap());
+    assert!((g - w).abs() <= SCORE_TOL, "{what}: score {g}, want {w}");
+}
+
+#[test]
+fn fill_mask_on_splade_matches_the_transformers_pipeline() {
+    let dir = root().join("models/splade-tiny");
+    assert!(dir.join("model.safetensors").exists(), "run scripts/fetch-models.sh");
+    let g = golden();
+    let cases = g["splade_fill_mask"].as_array().unwrap();
+    // Plain-text lines, with a line without a mask in the middle: it gets an error, the rest go on.
+    let mut input: Vec<String> = cases.iter().map(|c| c["text"].as_str().unwrap().to_string()).collect();
+    input.insert(2, "There is nothing to fill in here.".into());
+    let out = head("fill-mask", &dir, &[], &(input.join("\n") + "\n"));
+    assert_eq!(out.len(), input.len());
+    assert!(out[2]["error"].as_str().unwrap().contains("no mask token"), "{}", out[2]);
+    let results: Vec<&Value> = out.iter().enumerate().filter(|(i, _)| *i != 2).map(|(_, v)| v).collect();
+    for (got, case) in results.iter().zip(cases) {
+        let want = &case["predictions"];
+        // One mask: a list (as the pipeline); several: one list per mask.
+        let (got_rows, want_rows): (Vec<&Value>, Vec<&Value>) = if want.as_array().unwrap().len() == 1 {
+            (vec![*got], vec![&want[0]])
+        } else {
+            (got.as_array().unwrap().iter().collect(), want.as_array().unwrap().iter().collect())
+        };
+        assert_eq!(got_rows.len(), want_rows.len(), "{}", case["text"]);
+        for (gr, wr) in got_rows.iter().zip(want_rows) {
+            let (gr, wr) = (gr.as_array().unwrap(), wr.as_array().unwrap());
+            assert_eq!(gr.len(), 5, "--top-k defaults to 5");
+            for (p, w) in gr.iter().zip(wr) {
+                // Golden top-5 scores here are at least 4.8e-5 apart, well above the CPU's ~1e-6 error: the order
+                // must match exactly.
+                assert_eq!(p["token"], w["token"], "{}", case["text"]);
+                assert_eq!(p["token_str"], w["token_str"]);
+                assert_eq!(p["sequence"], w["sequence"]);
+                assert_score(&p["score"], &w["score"], case["text"].as_str().unwrap());
+            }
+        }
+    }
+    let top2 = head("fill-mask", &dir, &["--top-k", "2"], "Paris is the [MASK] of France.\n");
+    assert_eq!(top2[0].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn classify_next_sentence_ner_and_qa_match_goldens() {
+    let g = golden();
+    let tiny = |n: &str| root().join("tests/models").join(n);
+
+    let cases = g["tiny_classifier"].as_array().unwrap();
+    let input = jsonl(cases.iter().map(|c| json!({"text": c["text"], "text_pair": c.get("text_pair")})));
+    for (got, c) in head("classify", &tiny("tiny-classifier"), &[], &input).iter().zip(cases) {
+        for (l, w) in got.as_array().unwrap().iter().zip(c["pipeline"].as_array().unwrap()) {
+            assert_eq!(l["label"], w["label"], "{}", c["text"]);
+            assert_score(&l["score"], &w["score"], "classify");
+        }
+    }
+    let top1 = head("classify", &tiny("tiny-multilabel"), &["--top-k", "1"], &input);
+    assert_eq!(top1[0].as_array().unwrap().len(), 1);
+    assert_eq!(top1[0][0]["label"], g["tiny_multilabel"][0]["pipeline"][0]["label"]);
+
+    let cases = g["tiny_next_sentence"].as_array().unwrap();
+    let mut input = jsonl(cases.iter().map(|c| json!({"text": c["text"], "text_pair": c["text_pair"]})));
+    input.push_str("a single sentence\n");
+    let out = head("next-sentence", &tiny("tiny-pretraining"), &[], &input);
+    for (got, c) in out.iter().zip(cases) {
+        assert_score(&got["is_next"], &c["is_next"], "is_next");
+    }
+    assert!(out[cases.len()]["error"].as_str().unwrap().contains("text_pair"));
+
+    let cases = g["tiny_ner"].as_array().unwrap();
+    let input = jsonl(cases.iter().map(|c| json!({"text": c["text"]})));
+    for (agg, key) in [("none", "none"), ("simple", "simple")] {
+        for (got, c) in head("ner", &tiny("tiny-ner"), &["--aggregation", agg], &input).iter().zip(cases) {
+            let (got, want) = (got.as_array().unwrap(), c[key].as_array().unwrap());
+            assert_eq!(got.len(), want.len(), "{} ({key})", c["text"]);
+            for (e, w) in got.iter().zip(want) {
+                for k in ["entity", "entity_group", "index", "word", "start", "end"] {
+                    assert_eq!(e.get(k), w.get(k), "{} ({key}): {k}", c["text"]);
+                }
+                assert_score(&e["score"], &w["score"], "ner");
+            }
+        }
+    }
+
+    let cases = g["tiny_qa"].as_array().unwrap();
+    let mut input = jsonl(cases.iter().map(|c| json!({"question": c["question"], "context": c["context"]})));
+    input.push_str("{\"question\": \"who?\", \"context\": \"\"}\n");
+    let out = head("qa", &tiny("tiny-qa"), &[], &input);
+    for (got, c) in out.iter().zip(cases) {
+        let w = &c["answer"];
+        assert_eq!((&got["answer"], &got["start"], &got["end"]), (&w["answer"], &w["start"], &w["end"]));
+        assert_score(&got["score"], &w["score"], "qa");
+    }
+    assert!(out[cases.len()]["error"].as_str().unwrap().contains("context is empty"));
+}
+
+#[test]
+fn a_model_without_the_head_exits_2() {
+    let clf = root().join("tests/models/tiny-classifier");
+    for (cmd, why) in [
+        ("fill-mask", "no masked-LM head"),
+        ("qa", "no question-answering head"),
+        ("next-sentence", "no next-sentence head"),
+    ] {
+        let out = run(&[cmd, "--model", clf.to_str().unwrap(), "--device", "cpu"], "x\n");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(err.contains(why) && !err.contains("panicked"), "{cmd}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+}
