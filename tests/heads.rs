@@ -504,3 +504,12 @@ fn pair_given_to_a_single_segment_classifier() {
     // Single texts still work.
     assert_eq!(block_on(m.classify(&[("a text", None)], None)).unwrap()[0].len(), 3);
 }
+
+#[test]
+fn fill_mask_with_the_mask_cut_off_by_truncation() {
+    let pre = load_model(&tiny("tiny-pretraining"), CpuBackend);
+    // tiny-pretraining reads 64 tokens: the mask at the end of a 100-word text is cut off.
+    let text = format!("{} [MASK].", "the cat sat on the mat. ".repeat(20));
+    let e = err(block_on(pre.fill_mask(&[text.as_str()], 5)));
+    assert!(e.contains("cut off") && e.contains("64 tokens"), "{e}");
+}

@@ -143,6 +143,13 @@ pub struct FillMaskPrediction {
 pub fn mask_positions(tok: &Tokenizer, ids: &[u32], text: &str) -> Result<Vec<usize>> {
     let mask = tok.mask_token()?;
     let pos: Vec<usize> = ids.iter().enumerate().filter(|(_, &id)| id == mask.id).map(|(i, _)| i).collect();
+    if pos.is_empty() && ids.len() >= tok.max_length() && text.contains(mask.token.as_str()) {
+        return Err(Error::Input(format!(
+            "the text is longer than the model's {} tokens and its `{}` lies in the part cut off: shorten the text",
+            tok.max_length(),
+            mask.token
+        )));
+    }
     if pos.is_empty() {
         return Err(Error::Input(format!(
             "no mask token in {:?}: put `{}` where a word should be predicted, e.g. \"Paris is the {} of France.\"",
@@ -182,6 +189,9 @@ pub fn fill_mask_postprocess(
             logits.len(),
             positions.len()
         )));
+    }
+    if let Some(&p) = positions.iter().find(|&&p| p >= ids.len()) {
+        return Err(Error::Input(format!("fill-mask: mask position {p} is past the {} tokens of the text", ids.len())));
     }
     let single_mask = positions.len() == 1;
     let pad = tok.pad().id;

@@ -1,0 +1,75 @@
+// Types of the "bertgpu" entry (and, through worker.d.ts, of "bertgpu/worker").
+
+export type Device = "webgpu" | "cpu";
+
+export interface Progress {
+  /** File name: "config.json", "tokenizer.json", "model.safetensors", "model.gguf", ... */
+  file: string;
+  /** Bytes received so far. */
+  loaded: number;
+  /** Size from the server's Content-Length, or null when it did not say (or the body was compressed). */
+  total: number | null;
+  /** True when the file came from the cache. */
+  cached?: boolean;
+}
+
+export type Bytes = ArrayBuffer | ArrayBufferView | string;
+
+/** A model given as bytes or strings (config may also be the parsed object). */
+export type ModelBytes =
+  | {
+      config: Bytes | Record<string, unknown>;
+      /** tokenizer.json (or give `vocab`: the text of vocab.txt). */
+      tokenizer?: Bytes;
+      vocab?: Bytes;
+      /** tokenizer_config.json (special tokens, lower-casing) when the tokenizer comes from vocab.txt. */
+      tokenizerConfig?: Bytes;
+      /** model.safetensors */
+      weights: Bytes;
+    }
+  | { gguf: Bytes };
+
+/**
+ * The base URL of a Hugging Face-style folder (config.json, tokenizer.json or vocab.txt, model.safetensors), a .gguf
+ * URL, a Hugging Face repo id ("owner/name", fetched from the hub's resolve/main/ URLs), or the bytes.
+ * Relative URLs must start with "./", "../" or "/" (otherwise "a/b" is read as a repo id).
+ */
+export type ModelSource = string | URL | ModelBytes;
+
+export interface LoadOptions {
+  /** "auto" (default): WebGPU on a hardware adapter, else the CPU. */
+  device?: "auto" | Device;
+  onProgress?: (progress: Progress) => void;
+  /** Keep downloaded files in the Cache API so the next load works offline (default true). */
+  cache?: boolean;
+}
+
+export interface Tokenized {
+  input_ids: number[];
+  token_type_ids: number[];
+  tokens: string[];
+}
+
+export interface EmbedOptions {
+  /** "mean" over the real tokens (default) or the "cls" token's hidden state. */
+  pooling?: "mean" | "cls";
+  /** Scale every vector to unit length (default true). */
+  normalize?: boolean;
+  /** Texts per forward pass (default 32). */
+  batchSize?: number;
+}
+
+export declare class Bert {
+  static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
+  /** Where the model runs. */
+  readonly device: Device;
+  tokenize(text: string, textPair?: string): Promise<Tokenized>;
+  tokenize(text: string[], textPair?: string[]): Promise<Tokenized[]>;
+  embed(text: string, options?: EmbedOptions): Promise<Float32Array>;
+  embed(texts: string[], options?: EmbedOptions): Promise<Float32Array[]>;
+  /** Frees the model; calls made before still finish, later calls reject. */
+  dispose(): void;
+}
+
+/** Deletes every model file bertgpu cached. Resolves to whether there was a cache. */
+export declare function clearCache(): Promise<boolean>;

@@ -1,0 +1,241 @@
+// bertgpu: BERT in the browser, on WebGPU or on the CPU (wasm SIMD128).
+//
+//   import { Bert } from "bertgpu";
+//   const bert = await Bert.load("https://example.com/models/all-MiniLM-L6-v2/");
+//   const [a, b] = await bert.embed(["a sentence", "another one"]);
+//
+// The model lives in a wasm module (Rust: src/wasm.rs over src/tasks.rs). This wrapper resolves and downloads the
+// model files (js/loader.js), picks the device, validates inputs, and queues calls so they never overlap inside the
+// module.
+
+import { resolveSource, fetchModelFiles, clearCache } from "./loader.js";
+
+export { clearCache };
+
+const DEVICES = ["auto", "webgpu", "cpu"];
+const POOLINGS = ["mean", "cls"];
+/** Texts per forward pass in `embed`: bounds the activation memory of one call whatever the number of texts. */
+const DEFAULT_BATCH_SIZE = 32;
+
+// One wasm instance serves every model until a Rust panic (a trap) leaves it in an unknown state; then the next
+// `Bert.load` instantiates a fresh copy of the module (a new URL of the glue code is a new ES module instance).
+let runtime = null; // { glue, poisoned: false | the panic message, listeners: Set<fn(message)> }
+let generation = 0;
+
+async function getRuntime() {
+  if (runtime && !runtime.poisoned) return runtime;
+  const url = new URL("./wasm/bertgpu.js", import.meta.url);
+  if (generation > 0) url.searchParams.set("instance", String(generation));
+  generation += 1;
+  const glue = await import(url.href);
+  await glue.default({ module_or_path: new URL("./wasm/bertgpu_bg.wasm", import.meta.url) });
+  const rt = { glue, poisoned: false, listeners: new Set() };
+  glue.setPanicListener((message) => {
+    rt.poisoned = message;
+    for (const fn of rt.listeners) fn(message);
+  });
+  runtime = rt;
+  return rt;
+}
+
+/** The WebGPU adapter, or null (no WebGPU, or no adapter). */
+async function webgpuAdapter() {
+  const gpu = globalThis.navigator?.gpu;
+  if (!gpu) return null;
+  try {
+    return await gpu.requestAdapter({ powerPreference: "high-performance" });
+  } catch {
+    return null;
+  }
+}
+
+function isFallback(adapter) {
+  return Boolean(adapter.info?.isFallbackAdapter ?? adapter.isFallbackAdapter);
+}
+
+/**
+ * "auto": WebGPU when there is a hardware adapter; on a software fallback adapter (e.g. SwiftShader) the wasm CPU
+ * backend is tens of times faster, so "auto" takes the CPU there. "webgpu" insists (any adapter), "cpu" never asks.
+ */
+async function pickDevice(device) {
+  if (device === "cpu") return "cpu";
+  const adapter = await webgpuAdapter();
+  if (device === "webgpu") {
+    if (!adapter) {
+      throw new Error("Bert.load: device \"webgpu\" was asked for but this browser gives no WebGPU adapter "
+        + "(navigator.gpu is missing or requestAdapter() returned null); use device: \"cpu\" or \"auto\"");
+    }
+    return "webgpu";
+  }
+  return adapter && !isFallback(adapter) ? "webgpu" : "cpu";
+}
+
+function checkOptions(options, allowed, method) {
+  if (options == null) return {};
+  if (typeof options !== "object" || Array.isArray(options)) {
+    throw new TypeError(`${method}: options must be an object`);
+  }
+  for (const k of Object.keys(options)) {
+    if (!allowed.includes(k)) {
+      throw new TypeError(`${method}: unknown option "${k}" (known: ${allowed.join(", ")})`);
+    }
+  }
+  return options;
+}
+
+/** One string or an array of strings → { list, single }. */
+function texts(value, method, what = "text") {
+  if (typeof value === "string") return { list: [value], single: true };
+  if (Array.isArray(value)) {
+    value.forEach((v, i) => {
+      if (typeof v !== "string") {
+        throw new TypeError(`${method}: ${what}[${i}] must be a string (got ${v === null ? "null" : typeof v})`);
+      }
+    });
+    return { list: value, single: false };
+  }
+  throw new TypeError(`${method}: ${what} must be a string or an array of strings `
+    + `(got ${value === null ? "null" : typeof value})`);
+}
+
+export class Bert {
+  /** @internal use Bert.load */
+  constructor(rt, model, device) {
+    this._rt = rt;
+    this._model = model;
+    this._device = device;
+    this._tail = Promise.resolve();
+    this._disposed = false;
+  }
+
+  /**
+   * Loads a model. `source`: the base URL of a Hugging Face-style folder (config.json, tokenizer.json or vocab.txt,
+   * model.safetensors), a .gguf URL, a Hugging Face repo id ("owner/name"), or { config, tokenizer, weights } bytes.
+   */
+  static async load(source, options = {}) {
+    const opts = checkOptions(options, ["device", "onProgress", "cache"], "Bert.load");
+    const device = opts.device ?? "auto";
+    if (!DEVICES.includes(device)) {
+      throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
+    }
+    if (opts.cache != null && typeof opts.cache !== "boolean") {
+      throw new TypeError("Bert.load: cache must be true or false");
+    }
+    if (opts.onProgress != null && typeof opts.onProgress !== "function") {
+      throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
+    }
+    const resolved = resolveSource(source);
+    const [files, rt, chosen] = await Promise.all([
+      fetchModelFiles(resolved, { cache: opts.cache ?? true, onProgress: opts.onProgress }),
+      getRuntime(),
+      pickDevice(device),
+    ]);
+    const model = await guard(rt, () => files.gguf
+      ? rt.glue.WasmModel.loadGguf(files.gguf, chosen)
+      : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
+        chosen));
+    return new Bert(rt, model, model.device);
+  }
+
+  /** "webgpu" or "cpu": where this model runs. */
+  get device() {
+    return this._device;
+  }
+
+  /** Runs `fn` after every earlier call finished (calls that overlap are queued, in order). */
+  _enqueue(method, fn) {
+    const run = async () => {
+      if (this._disposed) throw new Error(`${method}: this model was disposed; load it again with Bert.load`);
+      if (this._rt.poisoned) {
+        throw new Error(`${method}: this model stopped working after an internal error (${this._rt.poisoned}); `
+          + "load it again with Bert.load");
+      }
+      return guard(this._rt, () => fn(this._model));
+    };
+    const p = this._tail.then(run, run);
+    this._tail = p.catch(() => {});
+    return p;
+  }
+
+  /**
+   * Tokenizes a text (or a pair). Arrays of texts (and of pairs) give arrays of results.
+   * @returns {{input_ids: number[], token_type_ids: number[], tokens: string[]}}
+   */
+  tokenize(text, textPair) {
+    return this._enqueue("tokenize", (m) => {
+      const a = texts(text, "tokenize");
+      let b = null;
+      if (textPair != null) {
+        b = texts(textPair, "tokenize", "textPair");
+        if (b.list.length !== a.list.length) {
+          throw new TypeError(`tokenize: ${a.list.length} texts but ${b.list.length} pair texts; give one pair per text`);
+        }
+      }
+      const out = a.list.map((t, i) => m.tokenize(t, b ? b.list[i] : undefined));
+      return a.single ? out[0] : out;
+    });
+  }
+
+  /**
+   * Sentence embeddings: one Float32Array per text (a single Float32Array for a single text).
+   * `pooling`: "mean" (over real tokens, the sentence-transformers default) or "cls"; `normalize`: unit length.
+   */
+  embed(input, options = {}) {
+    return this._enqueue("embed", async (m) => {
+      const { list, single } = texts(input, "embed");
+      const opts = checkOptions(options, ["pooling", "normalize", "batchSize"], "embed");
+      const pooling = opts.pooling ?? "mean";
+      if (!POOLINGS.includes(pooling)) {
+        throw new TypeError(`embed: pooling must be "mean" or "cls" (got ${JSON.stringify(pooling)})`);
+      }
+      const normalize = opts.normalize ?? true;
+      if (typeof normalize !== "boolean") throw new TypeError("embed: normalize must be true or false");
+      const batchSize = opts.batchSize ?? DEFAULT_BATCH_SIZE;
+      if (!Number.isInteger(batchSize) || batchSize < 1) {
+        throw new TypeError("embed: batchSize must be a positive integer");
+      }
+      const out = [];
+      for (let i = 0; i < list.length; i += batchSize) {
+        const chunk = list.slice(i, i + batchSize);
+        const flat = await m.embed(chunk, pooling, normalize); // (n, H)
+        const h = flat.length / chunk.length;
+        for (let j = 0; j < chunk.length; j++) out.push(flat.slice(j * h, (j + 1) * h));
+      }
+      return single ? out[0] : out;
+    });
+  }
+
+  /** Frees the model (GPU buffers and wasm memory). Calls queued before it still run; later calls reject. */
+  dispose() {
+    if (this._disposed) return;
+    this._disposed = true;
+    const model = this._model;
+    this._model = null;
+    // After the queued calls: the model must outlive every call already accepted.
+    this._tail.then(() => {
+      if (!this._rt.poisoned) model.free();
+    });
+  }
+}
+
+/**
+ * Runs a call into the module so that a Rust panic rejects it: synchronous panics throw (a trap) by themselves,
+ * but a panic while an async Rust call is suspended would leave its promise pending forever, so the panic hook
+ * (src/wasm.rs) tells us and the call rejects.
+ */
+function guard(rt, fn) {
+  return new Promise((resolve, reject) => {
+    const onPanic = (message) => reject(new Error(`bertgpu: internal error (a Rust panic): ${message}`));
+    rt.listeners.add(onPanic);
+    Promise.resolve()
+      .then(fn)
+      .then(resolve, (e) => reject(toError(e)))
+      .finally(() => rt.listeners.delete(onPanic));
+  });
+}
+
+/** Errors from Rust arrive as JS Error objects (JsError) or strings; traps as WebAssembly.RuntimeError. */
+function toError(e) {
+  if (e instanceof Error) return e;
+  return new Error(typeof e === "string" ? e : String(e));
+}

@@ -1,0 +1,49 @@
+// The inside of the bertgpu/worker entry: one model per worker, driven by { id, method, args } messages.
+import { Bert } from "./index.js";
+
+let bert = null;
+
+/** Buffers of the typed arrays in a result, to transfer instead of copy. */
+function transferables(result) {
+  const out = [];
+  const visit = (v) => {
+    if (ArrayBuffer.isView(v)) out.push(v.buffer);
+    else if (Array.isArray(v)) v.forEach(visit);
+  };
+  visit(result);
+  // A buffer shared by two views (or listed twice) cannot be transferred twice.
+  return [...new Set(out)];
+}
+
+async function handle(id, method, args) {
+  switch (method) {
+    case "load": {
+      if (bert) throw new Error("Bert.load: this worker already holds a model");
+      const [source, { progress, ...options }] = args;
+      if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
+      bert = await Bert.load(source, options);
+      return { device: bert.device };
+    }
+    case "tokenize":
+      return bert.tokenize(...args);
+    case "embed":
+      return bert.embed(...args);
+    case "dispose":
+      bert?.dispose();
+      bert = null;
+      return null;
+    default:
+      throw new Error(`bertgpu worker: unknown method ${method}`);
+  }
+}
+
+self.onmessage = async (e) => {
+  const { id, method, args } = e.data;
+  try {
+    if (method !== "load" && method !== "dispose" && !bert) throw new Error(`${method}: no model is loaded`);
+    const result = await handle(id, method, args);
+    self.postMessage({ id, result }, transferables(result));
+  } catch (err) {
+    self.postMessage({ id, error: { name: err?.name ?? "Error", message: err?.message ?? String(err) } });
+  }
+};

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the npm package `bertgpu` into pkg/ (ready for `npm pack pkg/`):
+#   cargo (wasm32, release, SIMD128 from .cargo/config.toml) → wasm-bindgen --target web → wasm-opt -Oz (npm binaryen;
+#   Debian's wasm-opt 108 makes modules that fail at start-up in Chromium) → the hand-written wrapper from js/.
+# Needs: rustup target wasm32-unknown-unknown, wasm-bindgen-cli of the same version as the wasm-bindgen crate in
+# Cargo.lock, and `npm ci` (binaryen). Prints the wasm size, raw and gzipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=pkg
+WASM_BINDGEN=${WASM_BINDGEN:-wasm-bindgen}
+WASM_OPT=node_modules/.bin/wasm-opt
+
+want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
+have=$("$WASM_BINDGEN" --version 2>/dev/null | awk '{print $2}' || true)
+if [ "$have" != "$want" ]; then
+  echo "build-wasm: wasm-bindgen CLI ${have:-not found} but Cargo.lock has $want:" >&2
+  echo "  cargo install wasm-bindgen-cli --version $want" >&2
+  exit 1
+fi
+if [ ! -x "$WASM_OPT" ]; then
+  echo "build-wasm: $WASM_OPT missing: run \`npm ci\` at the repository root" >&2
+  exit 1
+fi
+
+cargo build --lib --release --target wasm32-unknown-unknown
+
+rm -rf "$OUT"
+mkdir -p "$OUT/wasm"
+"$WASM_BINDGEN" --target web --out-dir "$OUT/wasm" --out-name bertgpu \
+  target/wasm32-unknown-unknown/release/bertgpu.wasm
+# The features enabled are the ones rustc emits for wasm32 by default plus SIMD128 (never --all-features: that lets
+# wasm-opt introduce instructions browsers may not have).
+"$WASM_OPT" -Oz --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+  --enable-mutable-globals --enable-multivalue --enable-reference-types \
+  -o "$OUT/wasm/bertgpu_bg.opt.wasm" "$OUT/wasm/bertgpu_bg.wasm"
+mv "$OUT/wasm/bertgpu_bg.opt.wasm" "$OUT/wasm/bertgpu_bg.wasm"
+# wasm-bindgen's own package.json and .gitignore would shadow ours
+rm -f "$OUT/wasm/package.json" "$OUT/wasm/.gitignore"
+
+cp js/*.js js/*.d.ts "$OUT/"
+cp js/package.json "$OUT/package.json"
+[ -f js/README.md ] && cp js/README.md "$OUT/README.md"
+version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
+node -e '
+  const fs = require("fs"); const p = process.argv[1];
+  const j = JSON.parse(fs.readFileSync(p)); j.version = process.argv[2];
+  fs.writeFileSync(p, JSON.stringify(j, null, 2) + "\n");' "$OUT/package.json" "$version"
+
+raw=$(stat -c %s "$OUT/wasm/bertgpu_bg.wasm")
+gz=$(gzip -9 -c "$OUT/wasm/bertgpu_bg.wasm" | wc -c)
+echo "build-wasm: $OUT/wasm/bertgpu_bg.wasm $raw bytes ($((raw / 1024)) KiB), gzip -9 $gz bytes ($((gz / 1024)) KiB)"

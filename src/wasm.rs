@@ -1,0 +1,175 @@
+//! The browser entry: a thin wasm-bindgen shim over [`crate::tasks`]; the JavaScript API is in `js/`.
+//!
+//! Rules of this boundary (wasm-bindgen issue 4440: JS may call again while a Rust future is suspended):
+//! methods take `&self`, never `&mut self`; state that async calls share sits in `Rc` and is cloned into the futures;
+//! the JS wrapper also queues calls, so two calls never run at once. Errors become rejected promises carrying a JS
+//! `Error` with our message. A panic is logged by `console_error_panic_hook` and reported to the listener JS
+//! registered ([`set_panic_listener`]), which rejects the call in flight (a trap inside a suspended future would
+//! otherwise leave its promise pending forever) and makes the wrapper instantiate a fresh module for the next load.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Once;
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use crate::config::BertConfig;
+use crate::tasks::{Device, EmbedOptions, Engine, Pooling};
+use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
+use crate::Error;
+
+thread_local! {
+    static PANIC_LISTENER: RefCell<Option<js_sys::Function>> = const { RefCell::new(None) };
+}
+
+fn install_panic_hook() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            console_error_panic_hook::hook(info);
+            let message = info.to_string();
+            PANIC_LISTENER.with(|l| {
+                if let Ok(l) = l.try_borrow() {
+                    if let Some(f) = l.as_ref() {
+                        let _ = f.call1(&JsValue::NULL, &JsValue::from_str(&message));
+                    }
+                }
+            });
+        }));
+    });
+}
+
+#[wasm_bindgen(start)]
+fn start() {
+    install_panic_hook();
+}
+
+/// Registers `f(message)`, called when Rust panics (after the message is logged to the console).
+#[wasm_bindgen(js_name = setPanicListener)]
+pub fn set_panic_listener(f: js_sys::Function) {
+    install_panic_hook();
+    PANIC_LISTENER.with(|l| *l.borrow_mut() = Some(f));
+}
+
+/// The crate version, for bug reports.
+#[wasm_bindgen]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+/// Panics on purpose, so the browser tests can check that a panic becomes a rejected promise and the next load
+/// still works. Not part of the public API.
+#[wasm_bindgen(js_name = __debugPanic)]
+pub fn debug_panic() {
+    panic!("deliberate panic (__debugPanic)");
+}
+
+/// A `crate::Error` as a JS `Error` with our message (which says how to fix the problem).
+fn js_err(e: Error) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+/// A loaded model. JS owns it through the `Bert` wrapper (js/index.js), which frees it on `dispose()`.
+/// The engine sits in an `Rc`: async methods clone it into their futures, which outlive the `&self` borrow.
+#[wasm_bindgen]
+pub struct WasmModel {
+    engine: Rc<Engine>,
+}
+
+/// `tokenize`'s result, with the field names of the Hugging Face tokenizers.
+#[derive(Serialize)]
+struct Tokenized {
+    input_ids: Vec<u32>,
+    token_type_ids: Vec<u32>,
+    tokens: Vec<String>,
+}
+
+fn parse_device(device: &str) -> Result<Device, JsError> {
+    match device {
+        "cpu" => Ok(Device::Cpu),
+        "webgpu" => Ok(Device::Gpu),
+        other => Err(JsError::new(&format!("device must be \"webgpu\" or \"cpu\" (got \"{other}\")"))),
+    }
+}
+
+#[wasm_bindgen]
+impl WasmModel {
+    /// Loads a model from the bytes of its files: config.json, then tokenizer.json or vocab.txt (with
+    /// tokenizer_config.json when present), and model.safetensors. `device` is "webgpu" or "cpu" (the JS wrapper
+    /// resolves "auto").
+    pub async fn load(
+        config: Vec<u8>,
+        tokenizer: Option<Vec<u8>>,
+        vocab: Option<Vec<u8>>,
+        tokenizer_config: Option<Vec<u8>>,
+        weights: Vec<u8>,
+        device: String,
+    ) -> Result<WasmModel, JsError> {
+        let device = parse_device(&device)?;
+        let text = std::str::from_utf8(&config)
+            .map_err(|_| Error::Config("config.json is not UTF-8 text".into()))
+            .map_err(js_err)?;
+        let config = BertConfig::from_json_str(text).map_err(js_err)?;
+        let max_length = config.max_position_embeddings;
+        let tokenizer = match (tokenizer, vocab) {
+            (Some(json), _) => Tokenizer::from_json(&json, tokenizer_config.as_deref(), max_length),
+            (None, Some(vocab)) => match String::from_utf8(vocab) {
+                Ok(vocab) => Tokenizer::from_vocab(&vocab, tokenizer_config.as_deref(), max_length),
+                Err(_) => Err(Error::Tokenizer("vocab.txt is not UTF-8 text".into())),
+            },
+            (None, None) => Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
+        }
+        .map_err(js_err)?;
+        let parsed = Weights::from_safetensors(&weights).map_err(js_err)?;
+        drop(weights); // the file's bytes: wasm memory only grows, so free them before the backend allocates
+        let weights = parsed;
+        let engine = Engine::from_parts(config, tokenizer, &weights, device).await.map_err(js_err)?;
+        Ok(WasmModel { engine: Rc::new(engine) })
+    }
+
+    /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file.
+    #[wasm_bindgen(js_name = loadGguf)]
+    pub async fn load_gguf(bytes: Vec<u8>, device: String) -> Result<WasmModel, JsError> {
+        let device = parse_device(&device)?;
+        let engine = Engine::from_gguf(&bytes, device).await.map_err(js_err)?;
+        Ok(WasmModel { engine: Rc::new(engine) })
+    }
+
+    /// "webgpu" or "cpu".
+    #[wasm_bindgen(getter)]
+    pub fn device(&self) -> String {
+        match self.engine.device() {
+            "gpu" => "webgpu".into(),
+            other => other.into(),
+        }
+    }
+
+    /// Width of one embedding.
+    #[wasm_bindgen(getter, js_name = hiddenSize)]
+    pub fn hidden_size(&self) -> usize {
+        self.engine.config().hidden_size
+    }
+
+    /// Tokenizes a text or a pair: `{ input_ids, token_type_ids, tokens }`, with `[CLS]`/`[SEP]`, no padding.
+    pub fn tokenize(&self, text: &str, pair: Option<String>) -> Result<JsValue, JsError> {
+        let e = self.engine.tokenizer().encode(text, pair.as_deref()).map_err(js_err)?;
+        let out = Tokenized { input_ids: e.ids, token_type_ids: e.type_ids, tokens: e.tokens };
+        serde_wasm_bindgen::to_value(&out).map_err(|e| JsError::new(&e.to_string()))
+    }
+
+    /// Embeds `texts` in one call (the wrapper chunks long lists): resolves to a `Float32Array` of `(n, H)`,
+    /// row-major. `pooling` is "mean" or "cls".
+    pub fn embed(&self, texts: Vec<String>, pooling: &str, normalize: bool) -> Result<js_sys::Promise, JsError> {
+        let pooling: Pooling = pooling.parse().map_err(js_err)?;
+        let opts = EmbedOptions { pooling, normalize, batch_size: texts.len().max(1) };
+        let engine = self.engine.clone();
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors = engine.embed(&refs, &opts).await.map_err(|e| JsValue::from(js_err(e)))?;
+            let flat: Vec<f32> = vectors.concat(); // (n, H)
+            Ok(js_sys::Float32Array::from(flat.as_slice()).into())
+        }))
+    }
+}

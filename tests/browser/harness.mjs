@@ -1,0 +1,87 @@
+// Shared set-up of the browser tests: Debian's Chromium through playwright-core (never a downloaded browser),
+// headless with SwiftShader WebGPU, a fresh profile per launch, and pages that fail the test on any console error.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+import { serve } from "./server.mjs";
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+// ENVIRONMENT.md: --enable-unsafe-webgpu is what gives headless Chromium a (SwiftShader) WebGPU adapter.
+const ARGS = [
+  "--headless", "--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  "--no-first-run", "--disable-quic", "--disable-dev-shm-usage", "--enable-unsafe-webgpu",
+];
+
+/**
+ * Starts the site server (the repo root: pkg/ and tests/browser/page.html), the model server (models/ and
+ * tests/models/, another origin, CORS) and Chromium with a fresh profile.
+ */
+export async function start() {
+  if (!fs.existsSync(path.join(ROOT, "pkg/wasm/bertgpu_bg.wasm"))) {
+    throw new Error("pkg/ is missing: run scripts/build-wasm.sh first");
+  }
+  const site = await serve(ROOT);
+  const models = await serve(ROOT, { cors: true });
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM, headless: true, args: ARGS,
+  });
+  return {
+    site, models, context,
+    async stop() {
+      await context.close();
+      await site.close();
+      await models.close();
+      fs.rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Opens the test page. `page.errors` collects console errors and uncaught exceptions (page and its workers);
+ * `checkErrors(allowed)` throws unless every one matches `allowed` (a RegExp, for tests that provoke one).
+ */
+export async function openPage(env) {
+  const page = await env.context.newPage();
+  const errors = [];
+  page.on("console", (m) => {
+    if (m.type() === "error") errors.push(m.text());
+  });
+  page.on("pageerror", (e) => errors.push(`uncaught: ${e.message}`));
+  page.on("worker", (w) => {
+    w.on?.("console", (m) => {
+      if (m.type() === "error") errors.push(`worker: ${m.text()}`);
+    });
+  });
+  await page.goto(`${env.site.url}tests/browser/page.html`);
+  await page.waitForFunction(() => window.ready === true || window.loadError, null, { timeout: 30_000 });
+  const loadError = await page.evaluate(() => window.loadError);
+  if (loadError) throw new Error(`test page failed to start: ${loadError}`);
+  page.errors = errors;
+  // Checks (and forgets) the errors since the last check: each test calls it at its end.
+  page.checkErrors = (allowed) => {
+    const bad = errors.filter((e) => !(allowed && allowed.test(e)));
+    errors.length = 0;
+    if (bad.length) throw new Error(`console errors in the page:\n${bad.join("\n")}`);
+  };
+  return page;
+}
+
+export function cosine(a, b) {
+  if (a.length !== b.length) throw new Error(`length ${a.length} vs ${b.length}`);
+  let ab = 0, aa = 0, bb = 0;
+  for (let i = 0; i < a.length; i++) {
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  return ab / Math.sqrt(aa * bb);
+}
+
+export function readJson(rel) {
+  return JSON.parse(fs.readFileSync(path.join(ROOT, rel), "utf8"));
+}
