@@ -129,6 +129,14 @@ impl WasmModel {
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 
+    /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file.
+    #[wasm_bindgen(js_name = loadGguf)]
+    pub async fn load_gguf(bytes: Vec<u8>, device: String) -> Result<WasmModel, JsError> {
+        let device = parse_device(&device)?;
+        let engine = Engine::from_gguf(&bytes, device).await.map_err(js_err)?;
+        Ok(WasmModel { engine: Rc::new(engine) })
+    }
+
     /// "webgpu" or "cpu".
     #[wasm_bindgen(getter)]
     pub fn device(&self) -> String {

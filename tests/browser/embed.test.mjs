@@ -3,7 +3,10 @@
 // short inputs only). Run: scripts/build-wasm.sh && node --test tests/browser/
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { start, openPage, readJson, cosine } from "./harness.mjs";
+import { execFileSync } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { start, openPage, readJson, cosine, ROOT } from "./harness.mjs";
 
 // The issue's parity criterion for pooled vectors: f32 on another backend and another summation order than PyTorch.
 const MIN_COSINE = 0.9999;
@@ -127,5 +130,36 @@ test("embed on WebGPU (SwiftShader) equals PyTorch: splade-tiny, short texts; au
   });
   assertClose(got.single, g.mean[idx[0]], "webgpu single");
   assert.equal(got.tokens[0], "[CLS]");
+  page.checkErrors();
+});
+
+test("a .gguf URL loads: splade-tiny converted to GGUF (f32) embeds as PyTorch on the CPU and WebGPU", async () => {
+  // The GGUF is written by the CLI's `convert` (cargo test, run before these tests, builds it).
+  const cli = path.join(ROOT, "target/debug/bertgpu");
+  assert.ok(fs.existsSync(cli), "target/debug/bertgpu is missing: run `cargo build` first");
+  const dir = path.join(ROOT, "target/browser-test");
+  fs.mkdirSync(dir, { recursive: true });
+  execFileSync(cli, ["convert", "--model", path.join(ROOT, "models/splade-tiny"), "--dtype", "f32",
+    "--out", path.join(dir, "splade-tiny-f32.gguf")], { stdio: "pipe" });
+  const g = golden["splade-tiny"];
+  const idx = g.sentences.map((s, i) => [s, i]).filter(([s]) => s.length < 50).map(([, i]) => i);
+  const got = await page.evaluate(async ({ url, sentences }) => {
+    const files = [];
+    const out = {};
+    for (const device of ["cpu", "webgpu"]) {
+      const bert = await bertgpu.Bert.load(url, { device, onProgress: (p) => files.push(p.file) });
+      out[device] = (await bert.embed(sentences, { normalize: false })).map((v) => Array.from(v));
+      out.tokens = (await bert.tokenize(sentences[0])).tokens;
+      bert.dispose();
+    }
+    out.files = [...new Set(files)];
+    return out;
+  }, { url: env.models.url + "target/browser-test/splade-tiny-f32.gguf", sentences: idx.map((i) => g.sentences[i]) });
+  assert.deepEqual(got.files, ["splade-tiny-f32.gguf"]);
+  assert.equal(got.tokens[0], "[CLS]");
+  idx.forEach((i, k) => {
+    assertClose(got.cpu[k], g.mean[i], `gguf cpu mean[${i}]`);
+    assertClose(got.webgpu[k], g.mean[i], `gguf webgpu mean[${i}]`);
+  });
   page.checkErrors();
 });
