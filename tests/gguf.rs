@@ -504,6 +504,36 @@ fn single_byte_corruption_never_panics() {
     }
 }
 
+/// Random multi-byte mutations (seeded xorshift) of a valid file and of the llama.cpp-written BERT file, plus
+/// random truncation: parsing, loading every tensor and reading as BERT never panic.
+#[test]
+fn random_mutations_never_panic() {
+    let tiny = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/llamacpp_tiny_bert.gguf")).unwrap();
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for base in [small_file(), tiny] {
+        for _ in 0..400 {
+            let mut f = base.clone();
+            for _ in 0..1 + next() % 8 {
+                let i = (next() % f.len() as u64) as usize;
+                f[i] = next() as u8;
+            }
+            if next() % 4 == 0 {
+                f.truncate((next() % f.len() as u64) as usize);
+            }
+            if let Ok(h) = Gguf::parse(&f) {
+                let _ = h.load_all(&f);
+            }
+            let _ = read_bert(&f);
+        }
+    }
+}
+
 #[test]
 fn read_bert_refuses_other_architectures() {
     let mut w = GgufWriter::new();
