@@ -1,0 +1,182 @@
+//! GPU benchmarks (BENCHMARKS.md), on whatever adapter wgpu finds (lavapipe here):
+//! - `cargo run --example gpu_bench -- matmul`: GFLOP/s of the matmul (several workgroup shapes, `WGS=8x8,16x16`)
+//!   against the CPU backend, at BERT shapes. The slower kernels it was compared with are deleted; their numbers are
+//!   in BENCHMARKS.md and the revision that measured them is named there.
+//! - `cargo run --example gpu_bench -- forward`: all-MiniLM-L6-v2, batch 8 × 128, GPU vs CPU backend (and PyTorch
+//!   when `PYTHON` names an interpreter with torch + transformers), plus each kernel's share of the GPU forward
+//!   from timestamp queries.
+//! Wall-clock medians after a warm-up run; the variants run round-robin so a busy machine slows all alike.
+
+use std::time::Instant;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::gpu::{Gpu, GpuBackend, GpuTensor, Tuning};
+use bertgpu::backend::{Activation, Backend};
+use bertgpu::weights::{HostData, HostTensor};
+
+const SHAPES: [(usize, usize, usize); 3] = [(1024, 384, 1536), (1024, 1536, 384), (128, 768, 3072)];
+
+fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n).map(|_| { s ^= s << 13; s ^= s >> 7; s ^= s << 17; ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0 }).collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Wall-clock ms of one `linear` (M, K) × (N, K)ᵀ + bias, recorded, submitted and waited for.
+fn time_linear(g: &GpuBackend, x: &GpuTensor, w: &GpuTensor, b: &GpuTensor) -> f64 {
+    let t0 = Instant::now();
+    let y = g.linear(x, w, Some(b), Activation::None).unwrap();
+    pollster::block_on(g.flush()).unwrap();
+    drop(y);
+    t0.elapsed().as_secs_f64() * 1e3
+}
+
+/// The variants are timed round-robin (one run of each, repeated), so a busy machine slows all of them alike and
+/// the ratios stay meaningful; each cell is the median.
+fn matmul() {
+    let reps: usize = std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let wgs = bench_wgs();
+    let backends: Vec<GpuBackend> = wgs.iter()
+        .map(|&wg| GpuBackend::with_tuning(Gpu::new_blocking().unwrap(), Tuning { matmul_wg: wg, ..Default::default() }).unwrap())
+        .collect();
+    let cpu = CpuBackend::new();
+    let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
+    for &(m, k, n) in &SHAPES {
+        let (xv, wv, bv) = (rand_vec(m * k, 1), rand_vec(n * k, 2), rand_vec(n, 3));
+        let host = |shape: Vec<usize>, d: &Vec<f32>| HostTensor { shape, data: HostData::F32(d.clone()) };
+        let ins: Vec<_> = backends.iter().map(|g| (g.input(&xv, m, k).unwrap(), g.upload(&host(vec![n, k], &wv)).unwrap(),
+            g.upload(&host(vec![n], &bv)).unwrap())).collect();
+        let (cx, cw, cb) = (cpu.input(&xv, m, k).unwrap(), cpu.upload(&host(vec![n, k], &wv)).unwrap(),
+            cpu.upload(&host(vec![n], &bv)).unwrap());
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); backends.len() + 1];
+        for rep in 0..=reps {
+            let mut col = Vec::new();
+            for (g, (x, w, b)) in backends.iter().zip(&ins) {
+                col.push(time_linear(g, x, w, b));
+            }
+            let t0 = Instant::now();
+            let y = cpu.linear(&cx, &cw, Some(&cb), Activation::None).unwrap();
+            col.push(t0.elapsed().as_secs_f64() * 1e3);
+            drop(y);
+            if rep > 0 { // rep 0 warms up (pipeline compilation)
+                for (t, v) in times.iter_mut().zip(col) { t.push(v); }
+            }
+        }
+        let names: Vec<String> = wgs.iter().map(|wg| format!("4×4/thread vec4, workgroup {}×{}", wg.0, wg.1))
+            .chain(["CPU backend (rayon, 2 threads)".to_string()]).collect();
+        for (i, (name, t)) in names.into_iter().zip(times).enumerate() {
+            let ms = median(t);
+            if rows.len() <= i { rows.push((name, Vec::new())); }
+            rows[i].1.push(ms);
+        }
+    }
+    println!("| kernel | {} |", SHAPES.map(|(m, k, n)| format!("{m}×{k}×{n}")).join(" | "));
+    println!("|---|---|---|---|");
+    for (name, ms) in rows {
+        let cells: Vec<String> = ms.iter().zip(SHAPES).map(|(ms, (m, k, n))|
+            format!("{:.2} GFLOP/s ({ms:.0} ms)", 2.0 * (m * k * n) as f64 / ms / 1e6)).collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+}
+
+/// Workgroup shapes to compare: `WGS="16x4,32x4"` or the default list.
+fn bench_wgs() -> Vec<(u32, u32)> {
+    let spec = std::env::var("WGS").unwrap_or_else(|_| "8x8,16x16,16x4,32x4,64x4,32x8".into());
+    spec.split(',').filter_map(|s| {
+        let (a, b) = s.split_once('x')?;
+        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+    }).collect()
+}
+
+/// all-MiniLM-L6-v2 forward + mean pool, batch 8 × 128 tokens (every token real).
+fn forward() {
+    use bertgpu::config::BertConfig;
+    use bertgpu::model::BertModel;
+    use bertgpu::tokenizer::Batch;
+    use bertgpu::weights::Weights;
+    let reps: usize = std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let w = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let (b, t) = (8usize, 128usize);
+    let ids = rand_vec(b * t, 5);
+    let mut batch = Batch { b, t, ..Default::default() };
+    for (i, v) in ids.iter().enumerate() {
+        let id = match i % t { 0 => 101, j if j == t - 1 => 102, _ => 1000 + ((v + 1.0) * 14000.0) as u32 };
+        batch.input_ids.push(id);
+        batch.token_type_ids.push(0);
+        batch.attention_mask.push(1);
+    }
+    let g = GpuBackend::new(Gpu::new_blocking().unwrap()).unwrap();
+    let gm = BertModel::load(&w, &cfg, &g).unwrap();
+    let cpu = CpuBackend::new();
+    let cm = BertModel::load(&w, &cfg, &cpu).unwrap();
+    fn run<B: Backend>(be: &B, m: &BertModel<B>, batch: &Batch) -> (f64, Vec<f32>) {
+        let t0 = Instant::now();
+        let mask = be.mask(batch).unwrap();
+        let hidden = m.forward_with_mask(be, batch, &mask).unwrap();
+        let pooled = be.mean_pool(&hidden, &mask, batch.b, batch.t).unwrap();
+        let v = pollster::block_on(be.read(&pooled)).unwrap();
+        (t0.elapsed().as_secs_f64() * 1e3, v)
+    }
+    let (mut tg, mut tc) = (Vec::new(), Vec::new());
+    for rep in 0..=reps {
+        let (a, va) = run(&g, &gm, &batch);
+        let (c, vc) = run(&cpu, &cm, &batch);
+        let err = va.iter().zip(&vc).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(err < 1e-3, "GPU and CPU forwards disagree by {err}");
+        if rep > 0 {
+            tg.push(a);
+            tc.push(c);
+        }
+    }
+    let (tg, tc) = (median(tg), median(tc));
+    // FLOPs: per layer the four linears 2·M·(3H² + H² + 2·H·I) and attention 2·2·B·heads·T²·d.
+    let (h, inter, l) = (cfg.hidden_size as f64, cfg.intermediate_size as f64, cfg.num_hidden_layers as f64);
+    let m = (b * t) as f64;
+    let flops = l * (2.0 * m * (4.0 * h * h + 2.0 * h * inter) + 4.0 * m * t as f64 * h);
+    println!("all-MiniLM-L6-v2, batch {b} × {t}, forward + mean pool + read-back ({:.1} GFLOP):", flops / 1e9);
+    println!("| backend | ms (median of {reps}) | GFLOP/s | time / GPU time |");
+    println!("|---|---|---|---|");
+    println!("| GPU backend ({}) | {tg:.0} | {:.2} | 1.00 |", g.gpu().info.name, flops / tg / 1e6);
+    println!("| CPU backend | {tc:.0} | {:.2} | {:.3} |", flops / tc / 1e6, tc / tg);
+    if let Ok(py) = std::env::var("PYTHON") {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/torch_forward.py");
+        let out = std::process::Command::new(py).arg(script).arg(&dir).arg(reps.to_string()).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if let Ok(tp) = text.trim().parse::<f64>() {
+            println!("| PyTorch (CPU, fp32) | {tp:.0} | {:.2} | {:.3} |", flops / tp / 1e6, tp / tg);
+        } else {
+            eprintln!("PyTorch run failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    // Per-kernel GPU time from timestamp queries, one more forward.
+    if g.enable_profiling() {
+        run(&g, &gm, &batch);
+        let prof = g.take_profile();
+        let total: f64 = prof.iter().map(|e| e.1).sum();
+        println!();
+        println!("GPU time per kernel (timestamp queries), one forward: {total:.0} ms in passes");
+        println!("| kernel | passes | ms | share |");
+        println!("|---|---|---|---|");
+        for (name, ms, n) in prof {
+            println!("| {name} | {n} | {ms:.1} | {:.1}% |", 100.0 * ms / total);
+        }
+    }
+}
+
+fn main() {
+    let what = std::env::args().nth(1).unwrap_or_else(|| "matmul".into());
+    let g = Gpu::new_blocking().unwrap();
+    eprintln!("adapter: {} ({:?})", g.info.name, g.info.device_type);
+    drop(g);
+    match what.as_str() {
+        "matmul" => matmul(),
+        "forward" => forward(),
+        other => eprintln!("unknown benchmark {other}: matmul | forward"),
+    }
+}
