@@ -504,6 +504,36 @@ fn single_byte_corruption_never_panics() {
     }
 }
 
+/// Random multi-byte mutations (seeded xorshift) of a valid file and of the llama.cpp-written BERT file, plus
+/// random truncation: parsing, loading every tensor and reading as BERT never panic.
+#[test]
+fn random_mutations_never_panic() {
+    let tiny = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/llamacpp_tiny_bert.gguf")).unwrap();
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for base in [small_file(), tiny] {
+        for _ in 0..400 {
+            let mut f = base.clone();
+            for _ in 0..1 + next() % 8 {
+                let i = (next() % f.len() as u64) as usize;
+                f[i] = next() as u8;
+            }
+            if next() % 4 == 0 {
+                f.truncate((next() % f.len() as u64) as usize);
+            }
+            if let Ok(h) = Gguf::parse(&f) {
+                let _ = h.load_all(&f);
+            }
+            let _ = read_bert(&f);
+        }
+    }
+}
+
 #[test]
 fn read_bert_refuses_other_architectures() {
     let mut w = GgufWriter::new();
@@ -570,6 +600,41 @@ fn minilm_gguf_embeddings_match_goldens() {
         let cos: Vec<f64> = got.iter().zip(&want).map(|(a, b)| cosine(a, b)).collect();
         let (worst, &min) = cos.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).unwrap();
         println!("{dtype:?}: cosines to PyTorch {cos:.5?}");
+        assert!(min >= floor, "{dtype:?}: sentence {worst} ({:?}) has cosine {min:.6} < {floor}", sentences[worst]);
+    }
+}
+
+/// The same floors on the GPU backend (lavapipe natively), which takes the quantized weights as stored. Skips,
+/// saying why, only when there is no GPU adapter.
+#[test]
+fn minilm_gguf_embeddings_on_gpu() {
+    use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
+    let g: serde_json::Value = serde_json::from_str(&golden("model.json")).unwrap();
+    let g = &g["all-MiniLM-L6-v2"];
+    let sentences: Vec<&str> = g["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let want: Vec<Vec<f32>> = g["mean_normalized"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .collect();
+    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: 8 };
+    let (config, tok, tensors) = minilm_meta_and_tensors();
+    let meta = BertGgufMeta { name: "m", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: Some("mean") };
+    for (dtype, floor) in [(ConvertDType::Q8_0, MIN_COSINE_Q8_0), (ConvertDType::Q4_0, MIN_COSINE_Q4_0)] {
+        let bytes = write_bert(&meta, &tensors, dtype).unwrap();
+        let e = match pollster::block_on(Engine::from_gguf(&bytes, Device::Gpu)) {
+            Ok(e) => e,
+            Err(e) if e.to_string().contains("no GPU adapter") => {
+                eprintln!("skipping: {e}");
+                return;
+            }
+            Err(e) => panic!("{dtype:?} on the GPU: {e}"),
+        };
+        let got = pollster::block_on(e.embed(&sentences, &opts)).unwrap();
+        let cos: Vec<f64> = got.iter().zip(&want).map(|(a, b)| cosine(a, b)).collect();
+        let (worst, &min) = cos.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).unwrap();
+        println!("{dtype:?} on the GPU: cosines to PyTorch {cos:.5?}");
         assert!(min >= floor, "{dtype:?}: sentence {worst} ({:?}) has cosine {min:.6} < {floor}", sentences[worst]);
     }
 }

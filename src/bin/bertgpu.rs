@@ -286,28 +286,24 @@ struct LoadedModel {
 fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
     let path = &args.model;
     let fail = |why: String| Fail::Model(format!("cannot load model `{}`: {why}", path.display()));
-    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+    let (config, mut tokenizer, weights) = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read it ({e})")))?;
         let g = bertgpu::weights::gguf::load_gguf(&bytes).map_err(|e| fail(e.to_string()))?;
-        let max_positions = g.config.max_position_embeddings;
-        let max_length = args.max_length.unwrap_or(max_positions);
-        if max_length > max_positions {
+        (g.config, g.tokenizer, Some(g.weights))
+    } else {
+        if !path.is_dir() {
+            let why = if path.exists() { "it is not a folder" } else { "no such folder" };
             return Err(fail(format!(
-                "--max-length {max_length} exceeds the model's max_position_embeddings ({max_positions})"
+                "{why}; pass a Hugging Face-style folder with config.json, model.safetensors and tokenizer.json \
+                 (scripts/fetch-models.sh fetches the test models into models/)"
             )));
         }
-        let mut tokenizer = g.tokenizer;
-        tokenizer.set_max_length(max_length).map_err(|e| fail(e.to_string()))?;
-        return Ok(LoadedModel { dir: path.clone(), config: g.config, tokenizer, weights: Some(g.weights) });
-    }
-    if !path.is_dir() {
-        let why = if path.exists() { "it is not a folder" } else { "no such folder" };
-        return Err(fail(format!(
-            "{why}; pass a Hugging Face-style folder with config.json, model.safetensors and tokenizer.json \
-             (scripts/fetch-models.sh fetches the test models into models/)"
-        )));
-    }
-    let config = BertConfig::from_file(path.join("config.json")).map_err(|e| fail(e.to_string()))?;
+        let config = BertConfig::from_file(path.join("config.json")).map_err(|e| fail(e.to_string()))?;
+        // Truncation is set again below; the folder's tokenizer starts at the model's own limit.
+        let tokenizer =
+            Tokenizer::from_dir(path, config.max_position_embeddings).map_err(|e| fail(e.to_string()))?;
+        (config, tokenizer, None)
+    };
     let max_positions = config.max_position_embeddings;
     let max_length = args.max_length.unwrap_or(max_positions);
     if max_length > max_positions {
@@ -315,17 +311,16 @@ fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
             "--max-length {max_length} exceeds the model's max_position_embeddings ({max_positions})"
         )));
     }
-    let tokenizer = Tokenizer::from_dir(path, max_length).map_err(|e| fail(e.to_string()))?;
+    tokenizer.set_max_length(max_length).map_err(|e| fail(e.to_string()))?;
     // Every id the tokenizer can produce must have a row in the word embeddings.
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(fail(format!(
-            "the tokenizer has {} tokens but config.json says vocab_size {}: the tokenizer files belong to \
-             another model",
+            "the tokenizer has {} tokens but the config says vocab_size {}: the tokenizer belongs to another model",
             tokenizer.vocab_size(),
             config.vocab_size
         )));
     }
-    Ok(LoadedModel { dir: path.clone(), config, tokenizer, weights: None })
+    Ok(LoadedModel { dir: path.clone(), config, tokenizer, weights })
 }
 
 // ---------------------------------------------------------------------------------------------------------------
