@@ -208,6 +208,13 @@ $("model-form").addEventListener("submit", (e) => {
   loadModel();
 });
 $("sim-run").addEventListener("click", runSimilarity);
+// Ctrl+Enter (or Cmd+Enter) in the sentence box runs the comparison without leaving the keyboard.
+$("sim-input").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("sim-run").disabled) {
+    e.preventDefault();
+    runSimilarity();
+  }
+});
 $("search-form").addEventListener("submit", (e) => {
   e.preventDefault();
   runSearch();

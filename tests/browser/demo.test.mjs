@@ -32,7 +32,8 @@ test("demo page: similarity heatmap and search with all-MiniLM-L6-v2, no console
 
     const sentences = ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell today."];
     await page.fill("#sim-input", sentences.join("\n"));
-    await page.click("#sim-run");
+    await page.focus("#sim-input");
+    await page.keyboard.press("Control+Enter"); // the keyboard path; the Compare button calls the same code
     await page.waitForSelector("#heatmap td[data-sim]", { timeout: 60_000 });
     const sim = await page.$$eval("#heatmap td[data-sim]", (tds) => {
       const m = [];
