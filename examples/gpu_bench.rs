@@ -66,7 +66,7 @@ fn matmul() {
                 for (t, v) in times.iter_mut().zip(col) { t.push(v); }
             }
         }
-        let names: Vec<String> = wgs.iter().map(|wg| format!("4×4/thread vec4, workgroup {}×{}", wg.0, wg.1))
+        let names: Vec<String> = wgs.iter().map(|wg| format!("4×8/thread vec4, workgroup {}×{}", wg.0, wg.1))
             .chain(["CPU backend (rayon, 2 threads)".to_string()]).collect();
         for (i, (name, t)) in names.into_iter().zip(times).enumerate() {
             let ms = median(t);

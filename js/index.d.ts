@@ -59,6 +59,37 @@ export interface EmbedOptions {
   batchSize?: number;
 }
 
+/** One candidate for a mask (a text with several masks gives one list per mask). */
+export interface FillMaskResult {
+  score: number;
+  token: number;
+  token_str: string;
+  sequence: string;
+}
+
+export interface LabelScore {
+  label: string;
+  score: number;
+}
+
+/** `entity` and `index` with aggregation "none"; `entity_group` with "simple". Offsets index the JS string. */
+export interface TokenEntity {
+  entity?: string;
+  entity_group?: string;
+  score: number;
+  index?: number;
+  word: string;
+  start: number;
+  end: number;
+}
+
+export interface Answer {
+  answer: string;
+  score: number;
+  start: number;
+  end: number;
+}
+
 export declare class Bert {
   static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
   /** Where the model runs. */
@@ -67,6 +98,15 @@ export declare class Bert {
   tokenize(text: string[], textPair?: string[]): Promise<Tokenized[]>;
   embed(text: string, options?: EmbedOptions): Promise<Float32Array>;
   embed(texts: string[], options?: EmbedOptions): Promise<Float32Array[]>;
+  fillMask(text: string, options?: { topK?: number }): Promise<FillMaskResult[]>;
+  fillMask(texts: string[], options?: { topK?: number }): Promise<FillMaskResult[][]>;
+  classify(input: string | [string, string], options?: { topK?: number }): Promise<LabelScore[]>;
+  classify(inputs: Array<string | [string, string]>, options?: { topK?: number }): Promise<LabelScore[][]>;
+  nextSentence(a: string, b: string): Promise<{ is_next: number }>;
+  nextSentence(a: string[], b: string[]): Promise<Array<{ is_next: number }>>;
+  tokenClassify(text: string, options?: { aggregation?: "none" | "simple" }): Promise<TokenEntity[]>;
+  tokenClassify(texts: string[], options?: { aggregation?: "none" | "simple" }): Promise<TokenEntity[][]>;
+  answer(question: string, context: string): Promise<Answer>;
   /** Frees the model; calls made before still finish, later calls reject. */
   dispose(): void;
 }

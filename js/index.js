@@ -98,6 +98,32 @@ function texts(value, method, what = "text") {
     + `(got ${value === null ? "null" : typeof value})`);
 }
 
+function positiveInt(v, method, name) {
+  if (!Number.isInteger(v) || v < 1) throw new TypeError(`${method}: ${name} must be a positive integer`);
+  return v;
+}
+
+/**
+ * Rust reports character offsets (Unicode scalar values); JavaScript strings index UTF-16 units, where characters
+ * outside the Basic Multilingual Plane (most emoji) count twice. Rewrites `obj.start`/`obj.end` in place.
+ */
+function toUtf16Span(text, obj) {
+  if (!/[\uD800-\uDBFF]/.test(text)) return obj; // no surrogate pairs: the two agree
+  const at = (chars) => {
+    let units = 0;
+    let n = 0;
+    for (const ch of text) {
+      if (n === chars) break;
+      units += ch.length;
+      n += 1;
+    }
+    return units;
+  };
+  obj.start = at(obj.start);
+  obj.end = at(obj.end);
+  return obj;
+}
+
 export class Bert {
   /** @internal use Bert.load */
   constructor(rt, model, device) {
@@ -202,6 +228,95 @@ export class Bert {
         for (let j = 0; j < chunk.length; j++) out.push(flat.slice(j * h, (j + 1) * h));
       }
       return single ? out[0] : out;
+    });
+  }
+
+  /**
+   * Fill-mask: the `topK` (5) likeliest tokens for the mask token, best first: [{ score, token, token_str, sequence }].
+   * A text with several masks gives one such list per mask. An array of texts gives an array of results.
+   */
+  fillMask(input, options = {}) {
+    return this._enqueue("fillMask", async (m) => {
+      const { list, single } = texts(input, "fillMask");
+      const opts = checkOptions(options, ["topK"], "fillMask");
+      const topK = positiveInt(opts.topK ?? 5, "fillMask", "topK");
+      const out = list.length ? await m.fillMask(list, topK) : [];
+      const shaped = out.map((masks) => (masks.length === 1 ? masks[0] : masks));
+      return single ? shaped[0] : shaped;
+    });
+  }
+
+  /**
+   * Sequence classification: [{ label, score }] best first (all labels, or `topK`). A pair is [a, b]; an array of
+   * texts or pairs gives an array of results.
+   */
+  classify(input, options = {}) {
+    return this._enqueue("classify", async (m) => {
+      const opts = checkOptions(options, ["topK"], "classify");
+      const topK = opts.topK == null ? 0 : positiveInt(opts.topK, "classify", "topK");
+      const isPair = (v) => Array.isArray(v) && v.length === 2 && v.every((x) => typeof x === "string");
+      const single = typeof input === "string" || isPair(input);
+      const items = single ? [input] : input;
+      if (!Array.isArray(items)) {
+        throw new TypeError("classify: give a text, a pair [a, b], or an array of texts or pairs");
+      }
+      const a = [];
+      const b = [];
+      items.forEach((it, i) => {
+        if (typeof it === "string") {
+          a.push(it);
+          b.push(undefined);
+        } else if (isPair(it)) {
+          a.push(it[0]);
+          b.push(it[1]);
+        } else {
+          throw new TypeError(`classify: input[${i}] must be a string or a pair [a, b] of strings`);
+        }
+      });
+      const out = a.length ? await m.classify(a, b, topK) : [];
+      return single ? out[0] : out;
+    });
+  }
+
+  /** { is_next }: the probability that `b` follows `a`. Arrays of the same length give an array. */
+  nextSentence(a, b) {
+    return this._enqueue("nextSentence", async (m) => {
+      const x = texts(a, "nextSentence", "a");
+      const y = texts(b, "nextSentence", "b");
+      if (x.list.length !== y.list.length || x.single !== y.single) {
+        throw new TypeError("nextSentence: give two strings, or two arrays of the same length");
+      }
+      const out = x.list.length ? await m.nextSentence(x.list, y.list) : [];
+      return x.single ? out[0] : out;
+    });
+  }
+
+  /**
+   * Token classification (NER): [{ entity, score, index, word, start, end }] (aggregation "none", the default) or
+   * [{ entity_group, score, word, start, end }] ("simple"). `start`/`end` index the JavaScript string.
+   */
+  tokenClassify(input, options = {}) {
+    return this._enqueue("tokenClassify", async (m) => {
+      const { list, single } = texts(input, "tokenClassify");
+      const opts = checkOptions(options, ["aggregation"], "tokenClassify");
+      const aggregation = opts.aggregation ?? "none";
+      if (aggregation !== "none" && aggregation !== "simple") {
+        throw new TypeError(`tokenClassify: aggregation must be "none" or "simple" (got ${JSON.stringify(aggregation)})`);
+      }
+      const out = list.length ? await m.tokenClassify(list, aggregation) : [];
+      out.forEach((ents, i) => ents.forEach((e) => toUtf16Span(list[i], e)));
+      return single ? out[0] : out;
+    });
+  }
+
+  /** Extractive question answering: { answer, score, start, end }, `start`/`end` indexing `context`. */
+  answer(question, context) {
+    return this._enqueue("answer", async (m) => {
+      if (typeof question !== "string" || typeof context !== "string") {
+        throw new TypeError("answer: question and context must be strings");
+      }
+      const out = await m.answer(question, context);
+      return toUtf16Span(context, out);
     });
   }
 

@@ -27,7 +27,12 @@ async function handle(id, method, args) {
     case "tokenize":
       return bert.tokenize(...args);
     case "embed":
-      return bert.embed(...args);
+    case "fillMask":
+    case "classify":
+    case "nextSentence":
+    case "tokenClassify":
+    case "answer":
+      return bert[method](...args);
     case "dispose":
       bert?.dispose();
       bert = null;

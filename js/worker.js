@@ -53,6 +53,26 @@ export class Bert {
     return this._call("embed", [texts, options]);
   }
 
+  fillMask(texts, options) {
+    return this._call("fillMask", [texts, options]);
+  }
+
+  classify(input, options) {
+    return this._call("classify", [input, options]);
+  }
+
+  nextSentence(a, b) {
+    return this._call("nextSentence", [a, b]);
+  }
+
+  tokenClassify(texts, options) {
+    return this._call("tokenClassify", [texts, options]);
+  }
+
+  answer(question, context) {
+    return this._call("answer", [question, context]);
+  }
+
   _call(method, args) {
     if (!this._channel) return Promise.reject(new Error(`${method}: this model was disposed; load it again with Bert.load`));
     return this._channel.call(method, args);

@@ -9,8 +9,8 @@
 //   5  x     (M, K)    f32        scalar view of x                (entry matmul_scalar, any K)
 //   6  w     (N, K)    f32        scalar view of w
 //
-// Each invocation computes a 4×4 block of y with four vec4 accumulators: per step along K it loads 4 vec4 of x
-// and 4 vec4 of w (8 loads) and does 16 dot products, so loads are amortised 4× in each direction. No workgroup
+// Each invocation computes a 4×8 block of y with eight vec4 accumulators: per step along K it loads 4 vec4 of x
+// and 8 vec4 of w (12 loads) and does 32 dot products (4×4 blocks: 8 loads for 16). No workgroup
 // memory: on a CPU "GPU" (lavapipe, SwiftShader) global loads are cached CPU loads and barriers are expensive, and
 // the measured shared-memory tiled variant was slower (BENCHMARKS.md). Rows/columns past the edge are clamped for
 // loading and masked on store, so any M, N work.
@@ -82,7 +82,8 @@ fn store_row(r: u32, c0: u32, acc: vec4<f32>) {
 
 @compute @workgroup_size(WG_X, WG_Y, 1)
 fn matmul_vec4(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let c0 = gid.x * 4u;
+    // 4 rows × 8 columns per invocation: per step along K, 4 + 8 vec4 loads feed 32 dot products.
+    let c0 = gid.x * 8u;
     let r0 = gid.y * 4u;
     if c0 >= p.n || r0 >= p.m {
         return;
@@ -97,10 +98,18 @@ fn matmul_vec4(@builtin(global_invocation_id) gid: vec3<u32>) {
     let wc1 = min(c0 + 1u, p.n - 1u) * k4;
     let wc2 = min(c0 + 2u, p.n - 1u) * k4;
     let wc3 = min(c0 + 3u, p.n - 1u) * k4;
-    var acc0 = vec4<f32>(0.0);
+    let wc4 = min(c0 + 4u, p.n - 1u) * k4;
+    let wc5 = min(c0 + 5u, p.n - 1u) * k4;
+    let wc6 = min(c0 + 6u, p.n - 1u) * k4;
+    let wc7 = min(c0 + 7u, p.n - 1u) * k4;
+    var acc0 = vec4<f32>(0.0);  // row r0, columns c0..c0+4
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
+    var bcc0 = vec4<f32>(0.0);  // row r0, columns c0+4..c0+8
+    var bcc1 = vec4<f32>(0.0);
+    var bcc2 = vec4<f32>(0.0);
+    var bcc3 = vec4<f32>(0.0);
     for (var kk = 0u; kk < k4; kk = kk + 1u) {
         let a0 = x4[xr0 + kk];
         let a1 = x4[xr1 + kk];
@@ -110,18 +119,30 @@ fn matmul_vec4(@builtin(global_invocation_id) gid: vec3<u32>) {
         let b1 = w4[wc1 + kk];
         let b2 = w4[wc2 + kk];
         let b3 = w4[wc3 + kk];
+        let b4 = w4[wc4 + kk];
+        let b5 = w4[wc5 + kk];
+        let b6 = w4[wc6 + kk];
+        let b7 = w4[wc7 + kk];
         acc0 = acc0 + vec4<f32>(dot(a0, b0), dot(a0, b1), dot(a0, b2), dot(a0, b3));
         acc1 = acc1 + vec4<f32>(dot(a1, b0), dot(a1, b1), dot(a1, b2), dot(a1, b3));
         acc2 = acc2 + vec4<f32>(dot(a2, b0), dot(a2, b1), dot(a2, b2), dot(a2, b3));
         acc3 = acc3 + vec4<f32>(dot(a3, b0), dot(a3, b1), dot(a3, b2), dot(a3, b3));
+        bcc0 = bcc0 + vec4<f32>(dot(a0, b4), dot(a0, b5), dot(a0, b6), dot(a0, b7));
+        bcc1 = bcc1 + vec4<f32>(dot(a1, b4), dot(a1, b5), dot(a1, b6), dot(a1, b7));
+        bcc2 = bcc2 + vec4<f32>(dot(a2, b4), dot(a2, b5), dot(a2, b6), dot(a2, b7));
+        bcc3 = bcc3 + vec4<f32>(dot(a3, b4), dot(a3, b5), dot(a3, b6), dot(a3, b7));
     }
     store_row(r0, c0, acc0);
     store_row(r0 + 1u, c0, acc1);
     store_row(r0 + 2u, c0, acc2);
     store_row(r0 + 3u, c0, acc3);
+    store_row(r0, c0 + 4u, bcc0);
+    store_row(r0 + 1u, c0 + 4u, bcc1);
+    store_row(r0 + 2u, c0 + 4u, bcc2);
+    store_row(r0 + 3u, c0 + 4u, bcc3);
 }
 
-// Same blocking with scalar loads, for K not a multiple of 4 (no BERT checkpoint has one; kept for generality).
+// 4×4 blocking with scalar loads, for K not a multiple of 4 (no BERT checkpoint has one; kept for generality).
 @compute @workgroup_size(WG_X, WG_Y, 1)
 fn matmul_scalar(@builtin(global_invocation_id) gid: vec3<u32>) {
     let c0 = gid.x * 4u;

@@ -15,6 +15,7 @@ use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use crate::config::BertConfig;
+use crate::heads::token_classifier::Aggregation;
 use crate::tasks::{Device, EmbedOptions, Engine, Pooling};
 use crate::tokenizer::Tokenizer;
 use crate::weights::Weights;
@@ -172,4 +173,66 @@ impl WasmModel {
             Ok(js_sys::Float32Array::from(flat.as_slice()).into())
         }))
     }
+
+    /// Fill-mask for a batch of texts: per text, per mask, the `top_k` predictions best first
+    /// (`[{ score, token, token_str, sequence }]`).
+    #[wasm_bindgen(js_name = fillMask)]
+    pub fn fill_mask(&self, texts: Vec<String>, top_k: usize) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        run(async move {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            engine.fill_mask(&refs, top_k).await
+        })
+    }
+
+    /// Sequence classification of texts or pairs (`pairs[i]` undefined or a string): `[{ label, score }]` per input.
+    /// `top_k` 0 means all labels.
+    pub fn classify(&self, texts: Vec<String>, pairs: Vec<JsValue>, top_k: usize) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        run(async move {
+            let pairs: Vec<Option<String>> = pairs.iter().map(|p| p.as_string()).collect();
+            let inputs: Vec<(&str, Option<&str>)> =
+                texts.iter().zip(&pairs).map(|(t, p)| (t.as_str(), p.as_deref())).collect();
+            engine.classify(&inputs, (top_k > 0).then_some(top_k)).await
+        })
+    }
+
+    /// `[{ is_next }]`: the probability that `b[i]` follows `a[i]`.
+    #[wasm_bindgen(js_name = nextSentence)]
+    pub fn next_sentence(&self, a: Vec<String>, b: Vec<String>) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        run(async move {
+            let pairs: Vec<(&str, &str)> = a.iter().zip(&b).map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            engine.next_sentence(&pairs).await
+        })
+    }
+
+    /// Token classification (NER) per text; `aggregation` "none" or "simple". Offsets are characters.
+    #[wasm_bindgen(js_name = tokenClassify)]
+    pub fn token_classify(&self, texts: Vec<String>, aggregation: &str) -> Result<js_sys::Promise, JsError> {
+        let aggregation: Aggregation = aggregation.parse().map_err(js_err)?;
+        let engine = self.engine.clone();
+        Ok(run(async move {
+            let inputs: Vec<(&str, Option<&str>)> = texts.iter().map(|t| (t.as_str(), None)).collect();
+            engine.token_classify(&inputs, aggregation).await
+        }))
+    }
+
+    /// Extractive QA: `{ answer, score, start, end }`, character offsets into `context`.
+    pub fn answer(&self, question: String, context: String) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        run(async move { engine.answer(&question, &context).await })
+    }
+}
+
+/// A task's future as a promise of its serialized output (structs become plain objects), errors as JS `Error`s.
+fn run<T, F>(fut: F) -> js_sys::Promise
+where
+    T: Serialize,
+    F: std::future::Future<Output = Result<T, Error>> + 'static,
+{
+    wasm_bindgen_futures::future_to_promise(async move {
+        let out = fut.await.map_err(|e| JsValue::from(js_err(e)))?;
+        serde_wasm_bindgen::to_value(&out).map_err(|e| JsValue::from(JsError::new(&e.to_string())))
+    })
 }

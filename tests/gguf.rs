@@ -604,6 +604,41 @@ fn minilm_gguf_embeddings_match_goldens() {
     }
 }
 
+/// The same floors on the GPU backend (lavapipe natively), which takes the quantized weights as stored. Skips,
+/// saying why, only when there is no GPU adapter.
+#[test]
+fn minilm_gguf_embeddings_on_gpu() {
+    use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
+    let g: serde_json::Value = serde_json::from_str(&golden("model.json")).unwrap();
+    let g = &g["all-MiniLM-L6-v2"];
+    let sentences: Vec<&str> = g["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let want: Vec<Vec<f32>> = g["mean_normalized"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .collect();
+    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: 8 };
+    let (config, tok, tensors) = minilm_meta_and_tensors();
+    let meta = BertGgufMeta { name: "m", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: Some("mean") };
+    for (dtype, floor) in [(ConvertDType::Q8_0, MIN_COSINE_Q8_0), (ConvertDType::Q4_0, MIN_COSINE_Q4_0)] {
+        let bytes = write_bert(&meta, &tensors, dtype).unwrap();
+        let e = match pollster::block_on(Engine::from_gguf(&bytes, Device::Gpu)) {
+            Ok(e) => e,
+            Err(e) if e.to_string().contains("no GPU adapter") => {
+                eprintln!("skipping: {e}");
+                return;
+            }
+            Err(e) => panic!("{dtype:?} on the GPU: {e}"),
+        };
+        let got = pollster::block_on(e.embed(&sentences, &opts)).unwrap();
+        let cos: Vec<f64> = got.iter().zip(&want).map(|(a, b)| cosine(a, b)).collect();
+        let (worst, &min) = cos.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).unwrap();
+        println!("{dtype:?} on the GPU: cosines to PyTorch {cos:.5?}");
+        assert!(min >= floor, "{dtype:?}: sentence {worst} ({:?}) has cosine {min:.6} < {floor}", sentences[worst]);
+    }
+}
+
 /// The llama.cpp-style file (no tokenizer.json, no config.json) loads into a runnable engine.
 #[test]
 fn llama_cpp_file_runs() {

@@ -50,7 +50,7 @@ impl GpuTensor {
 /// the fastest measured on lavapipe (BENCHMARKS.md); [`GpuBackend::new`] clamps them to the adapter's limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tuning {
-    /// matmul workgroup (x over output columns, y over rows); each invocation computes 4×4 outputs.
+    /// matmul workgroup (x over output columns, y over rows); each invocation computes 4×8 outputs.
     pub matmul_wg: (u32, u32),
     /// attention: queries (invocations) per workgroup.
     pub attention_wg: u32,
@@ -586,9 +586,10 @@ impl Backend for GpuBackend {
         ];
         let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, _pad: 0 };
         let bias_buf = bias.map(|b| b.buffer()).unwrap_or(&self.dummy);
-        let groups = (n.div_ceil(4 * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
         // vec4 loads need K % 4 == 0 (every BERT); otherwise the scalar entry point views the same buffers as f32.
-        let (entry, xb, wb) = if k % 4 == 0 { ("matmul_vec4", 1, 2) } else { ("matmul_scalar", 5, 6) };
+        // Outputs per invocation: 4 rows × 8 columns (vec4), 4 × 4 (scalar).
+        let (entry, xb, wb, cols) = if k % 4 == 0 { ("matmul_vec4", 1, 2, 8) } else { ("matmul_scalar", 5, 6, 4) };
+        let groups = (n.div_ceil(cols * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
         self.dispatch("matmul", entry, &consts, bytemuck::bytes_of(&p), &[
             (xb, x.buffer(), false),
             (wb, w.buffer(), false),

@@ -1,0 +1,92 @@
+// The task heads through the JS API against the PyTorch pipelines (tests/golden/heads.json, made by
+// tests/golden/heads.py): fill-mask on the real splade-tiny (CPU and WebGPU), the others on tiny seeded checkpoints.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { start, openPage, readJson } from "./harness.mjs";
+
+// Scores are f32 softmax outputs of a different summation order than PyTorch's.
+const SCORE_ATOL = 1e-4;
+
+const golden = readJson("tests/golden/heads.json");
+let env;
+let page;
+
+before(async () => {
+  env = await start();
+  page = await openPage(env);
+});
+
+after(async () => {
+  await env?.stop();
+});
+
+function assertScores(got, want, what) {
+  assert.equal(got.length, want.length, `${what}: count`);
+  want.forEach((w, i) => {
+    const { score, ...rest } = w;
+    const { score: gs, ...grest } = got[i];
+    assert.deepEqual(grest, rest, `${what}[${i}]`);
+    assert.ok(Math.abs(gs - score) <= SCORE_ATOL, `${what}[${i}]: score ${gs} vs ${score}`);
+  });
+}
+
+test("fillMask equals the transformers pipeline (splade-tiny) on the CPU and on WebGPU", async () => {
+  const cases = golden.splade_fill_mask;
+  const got = await page.evaluate(async ({ url, texts }) => {
+    const out = {};
+    for (const device of ["cpu", "webgpu"]) {
+      const bert = await bertgpu.Bert.load(url, { device });
+      // WebGPU on SwiftShader is slow: its first text only
+      out[device] = device === "cpu" ? await bert.fillMask(texts) : [await bert.fillMask(texts[0])];
+      bert.dispose();
+    }
+    return out;
+  }, { url: env.models.url + "models/splade-tiny/", texts: cases.map((c) => c.text) });
+  for (const device of ["cpu", "webgpu"]) {
+    got[device].forEach((res, i) => {
+      const want = cases[i].predictions;
+      if (want.length === 1) assertScores(res, want[0], `${device} ${cases[i].text}`);
+      else want.forEach((w, j) => assertScores(res[j], w, `${device} ${cases[i].text} mask ${j}`));
+    });
+  }
+  page.checkErrors();
+});
+
+test("classify, nextSentence, tokenClassify and answer equal the PyTorch references (tiny checkpoints, CPU)", async () => {
+  const qa = golden.tiny_qa.filter((c) => c.windows.length === 1);
+  const got = await page.evaluate(async ({ base, cls, nsp, ner, qa }) => {
+    const load = (name) => bertgpu.Bert.load(base + name + "/", { device: "cpu" });
+    const c = await load("tiny-classifier");
+    const classify = await c.classify(cls.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair])));
+    const top1 = await c.classify(cls[0].text, { topK: 1 });
+    const pairSingle = await c.classify([cls.at(-1).text, cls.at(-1).text_pair]);
+    c.dispose();
+    const p = await load("tiny-pretraining");
+    const nextSentence = await p.nextSentence(nsp.map((x) => x.text), nsp.map((x) => x.text_pair));
+    const noHead = await p.answer("q", "c").then(() => "no error", (e) => e.message);
+    p.dispose();
+    const n = await load("tiny-ner");
+    const none = await n.tokenClassify(ner.map((x) => x.text));
+    const simple = await n.tokenClassify(ner.map((x) => x.text), { aggregation: "simple" });
+    n.dispose();
+    const q = await load("tiny-qa");
+    const answers = [];
+    for (const x of qa) answers.push(await q.answer(x.question, x.context));
+    q.dispose();
+    return { classify, top1, pairSingle, nextSentence, noHead, none, simple, answers };
+  }, { base: env.models.url + "tests/models/", cls: golden.tiny_classifier, nsp: golden.tiny_next_sentence,
+    ner: golden.tiny_ner, qa });
+  golden.tiny_classifier.forEach((x, i) => assertScores(got.classify[i], x.pipeline, `classify ${x.text}`));
+  assertScores(got.top1, golden.tiny_classifier[0].pipeline.slice(0, 1), "classify topK 1");
+  assertScores(got.pairSingle, golden.tiny_classifier.at(-1).pipeline, "classify one pair");
+  golden.tiny_next_sentence.forEach((x, i) =>
+    assert.ok(Math.abs(got.nextSentence[i].is_next - x.is_next) <= SCORE_ATOL, `is_next ${i}`));
+  assert.notEqual(got.noHead, "no error", "answer on a checkpoint without a QA head must reject");
+  golden.tiny_ner.forEach((x, i) => {
+    assertScores(got.none[i], x.none, `ner none ${x.text}`);
+    assertScores(got.simple[i], x.simple, `ner simple ${x.text}`);
+  });
+  assert.ok(qa.length > 0);
+  qa.forEach((x, i) => assertScores([got.answers[i]], [x.answer], `qa ${x.question}`));
+  page.checkErrors();
+});
