@@ -126,6 +126,14 @@ impl GpuBackend {
             if wy >= wx { wy = (wy / 2).max(1) } else { wx = (wx / 2).max(1) }
         }
         t.matmul_wg = (wx, wy);
+        // The embeddings kernel binds the most storage buffers: 7 (ids, 3 tables, gamma, beta, output).
+        if l.max_storage_buffers_per_shader_stage < 7 {
+            return Err(Error::Gpu(format!(
+                "adapter `{}` allows {} storage buffers per shader stage; the kernels need 7. \
+                 Use the CPU backend (`--device cpu`)",
+                gpu.info.name, l.max_storage_buffers_per_shader_stage
+            )));
+        }
         if l.max_compute_workgroup_storage_size < 256 * 4 {
             return Err(Error::Gpu(format!(
                 "adapter `{}` offers {} bytes of workgroup memory; the layernorm kernels need 1024. \
