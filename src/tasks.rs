@@ -433,7 +433,8 @@ pub fn l2_normalize(v: &mut [f32]) {
 /// Which backend to run on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Device {
-    /// The GPU when an adapter exists, else the CPU.
+    /// The GPU when a hardware adapter exists, else the CPU (a software adapter such as lavapipe or SwiftShader
+    /// is slower than the CPU backend on the same cores).
     #[default]
     Auto,
     Gpu,
@@ -516,10 +517,17 @@ impl Engine {
                 let gpu = GpuBackend::new(Gpu::new().await?)?;
                 Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?))
             }
-            // The GPU when there is an adapter (and the backend accepts its limits), else the CPU.
-            Device::Auto => match Gpu::new().await.and_then(GpuBackend::new) {
-                Ok(gpu) => Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?)),
-                Err(_) => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+            // The GPU when there is a hardware adapter (and the backend accepts its limits), else the CPU. A software
+            // adapter (`DeviceType::Cpu`: Mesa lavapipe, SwiftShader) runs the same kernels on the same cores as the
+            // CPU backend, several times slower (BENCHMARKS.md: MiniLM 8 × 128 on lavapipe takes ~7× the CPU
+            // backend's time), so `auto` takes the CPU there, as the browser package does on a fallback adapter.
+            // `Device::Gpu` still insists on any adapter.
+            Device::Auto => match Gpu::new().await {
+                Ok(gpu) if gpu.info.device_type != wgpu::DeviceType::Cpu => match GpuBackend::new(gpu) {
+                    Ok(gpu) => Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?)),
+                    Err(_) => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+                },
+                _ => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
             },
         }
     }
