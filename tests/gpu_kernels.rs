@@ -11,6 +11,9 @@ use bertgpu::tokenizer::Batch;
 use bertgpu::weights::{HostData, HostTensor};
 use bertgpu::backend::cpu::CpuBackend;
 
+mod common;
+use common::{gpu, rand_vec, assert_close};
+
 /// matmul: a K-term f32 sum carries a rounding error that grows with K (worst case ≈ K·2⁻²⁴·Σ|terms|; the GPU
 /// adds in 4-wide partial dot products, the CPU backend in another order). With |x|, |w| ≤ 1 the observed worst error
 /// is 3.8e-5 at K = 513 (sums up to ~15), so atol = 2e-6 + 1.5e-7·K (7.9e-5 at K = 513) leaves margin without
@@ -40,63 +43,12 @@ const POOL_RTOL: f32 = 1e-6;
 
 const SIZES: [usize; 6] = [1, 7, 33, 64, 127, 513];
 
-fn gpu() -> Option<GpuBackend> {
-    match GpuBackend::new_blocking() {
-        Ok(g) => Some(g),
-        Err(e) if e.to_string().contains("no GPU adapter") => {
-            eprintln!("SKIPPED: {e}");
-            None
-        }
-        Err(e) => panic!("a GPU adapter exists but the backend failed: {e}"),
-    }
-}
-
-/// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
 fn host(shape: &[usize], data: Vec<f32>) -> HostTensor {
     HostTensor { shape: shape.to_vec(), data: HostData::F32(data) }
 }
 
 fn read(g: &GpuBackend, t: &GpuTensor) -> Vec<f32> {
     pollster::block_on(g.read(t)).expect("gpu read")
-}
-
-/// Checks |got − want| ≤ atol + rtol·|want| everywhere; panics naming the worst index (by error / tolerance).
-/// Returns the worst absolute error, for the log.
-fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) -> f32 {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    let mut worst = (0usize, 0.0f32);
-    let mut max_err = 0.0f32;
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let err = (g - w).abs();
-        let ratio = if err.is_nan() { f32::INFINITY } else { err / (atol + rtol * w.abs()) };
-        if ratio > worst.1 {
-            worst = (i, ratio);
-        }
-        if err > max_err {
-            max_err = err;
-        }
-    }
-    let i = worst.0;
-    assert!(
-        worst.1 <= 1.0,
-        "{what}: worst index {i}: gpu {} vs ref {} (|err| {} > atol {atol} + rtol {rtol}·|ref|)",
-        got[i],
-        want[i],
-        (got[i] - want[i]).abs()
-    );
-    max_err
 }
 
 #[test]

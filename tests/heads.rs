@@ -209,6 +209,9 @@ use bertgpu::backend::Backend;
 use bertgpu::tasks::Model;
 use bertgpu::weights::Weights;
 
+mod common;
+use common::{gpu};
+
 /// How close a backend's outputs must be to PyTorch's.
 #[derive(Clone, Copy)]
 struct Tol {
@@ -229,17 +232,6 @@ const CPU_TOL: Tol = Tol { logit_atol: 1e-4, logit_rtol: 1e-4, score: 1e-4 };
 const GPU_TOL: Tol = Tol { logit_atol: 2e-4, logit_rtol: 2e-4, score: 1e-4 };
 
 #[cfg(not(target_arch = "wasm32"))]
-fn gpu() -> Option<bertgpu::backend::gpu::GpuBackend> {
-    match bertgpu::backend::gpu::GpuBackend::new_blocking() {
-        Ok(g) => Some(g),
-        Err(e) if e.to_string().contains("no GPU adapter") => {
-            eprintln!("SKIPPED on the GPU: {e}");
-            None
-        }
-        Err(e) => panic!("a GPU adapter exists but the backend failed: {e}"),
-    }
-}
-
 fn load_model_with<B: Backend>(dir: &Path, backend: B, edit: impl FnOnce(&mut BertConfig, &mut Weights))
     -> bertgpu::Result<Model<B>> {
     let mut cfg = config(dir);

@@ -17,6 +17,9 @@ use bertgpu::tokenizer::Batch;
 use bertgpu::weights::Weights;
 use serde_json::Value;
 
+mod common;
+use common::{gpu};
+
 /// Min cosine between our pooled (normalized) embeddings and PyTorch's, per sentence (the bar).
 const MIN_COSINE: f64 = 0.9999;
 /// Max |ours − PyTorch| on hidden-state values. Both are f32; the GPU sums in another order (4-wide partial dot
@@ -34,17 +37,6 @@ fn goldens() -> &'static Value {
         let text = std::fs::read_to_string(root().join("tests/golden/model.json")).expect("tests/golden/model.json");
         serde_json::from_str(&text).expect("model.json parses")
     })
-}
-
-fn gpu() -> Option<GpuBackend> {
-    match GpuBackend::new_blocking() {
-        Ok(g) => Some(g),
-        Err(e) if e.to_string().contains("no GPU adapter") => {
-            eprintln!("SKIPPED: {e}");
-            None
-        }
-        Err(e) => panic!("a GPU adapter exists but the backend failed: {e}"),
-    }
 }
 
 fn floats(v: &Value) -> Vec<f32> {

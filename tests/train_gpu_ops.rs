@@ -5,6 +5,9 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::gpu::GpuBackend;
 use bertgpu::backend::{Activation, AdamWStep, Backend};
 
+mod common;
+use common::{gpu, rand_vec, assert_close};
+
 /// matmul: the GPU sums K products in order with fma, the CPU GEMM in blocks; with values in [-1, 1) the difference
 /// grows like √K·ε·K^½ (≈ 513·6e-8 ≈ 3e-5 at worst for K = 513, typically far less): atol 2e-5 plus rtol.
 const MATMUL_ATOL: f32 = 2e-5;
@@ -18,43 +21,6 @@ const ACT_RTOL: f32 = 1e-5;
 /// AdamW: the same arithmetic in the same order; sqrt and division may round differently by an ulp.
 const ADAMW_ATOL: f32 = 1e-7;
 const ADAMW_RTOL: f32 = 1e-6;
-
-fn gpu() -> Option<GpuBackend> {
-    match GpuBackend::new_blocking() {
-        Ok(g) => Some(g),
-        Err(e) if e.to_string().contains("no GPU adapter") => {
-            eprintln!("SKIPPED: {e}");
-            None
-        }
-        Err(e) => panic!("a GPU adapter exists but the backend failed: {e}"),
-    }
-}
-
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    let mut worst = (0usize, 0f32);
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let r = (g - w).abs() / (atol + rtol * w.abs());
-        let r = if r.is_nan() { f32::INFINITY } else { r };
-        if r > worst.1 {
-            worst = (i, r);
-        }
-    }
-    let i = worst.0;
-    assert!(worst.1 <= 1.0, "{what}: worst index {i}: gpu {} vs cpu {} (atol {atol}, rtol {rtol})", got[i], want[i]);
-}
 
 fn up_cpu(d: &[f32], r: usize, c: usize) -> <CpuBackend as Backend>::Tensor {
     CpuBackend.input(d, r, c).unwrap()
