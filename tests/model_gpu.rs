@@ -9,7 +9,6 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use bertgpu::backend::gpu::GpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::BertConfig;
 use bertgpu::model::BertModel;
