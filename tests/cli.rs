@@ -239,3 +239,28 @@ fn batched_lines_keep_order_and_per_line_errors() {
     assert_ne!(one[0]["embedding"], one[2]["embedding"]);
     assert_ne!(three[4]["embedding"], three[5]["embedding"]);
 }
+
+#[test]
+fn bench_prints_a_table_and_rejects_bad_sizes() {
+    let model = model_dir("splade-tiny");
+    let m = model.to_str().unwrap();
+    let out = run(&["bench", "--model", m, "--device", "cpu", "--batch", "2", "--seq", "9", "--reps", "2"], b"");
+    assert!(out.status.success(), "bench failed: {}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("batch 2 × 9 tokens"), "{text}");
+    let row = text.lines().find(|l| l.starts_with("| cpu |")).unwrap_or_else(|| panic!("no cpu row in\n{text}"));
+    // | cpu | ms | min–max | GFLOP/s | ratio |: a positive time and the first row's ratio 1.
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    assert!(cells[2].parse::<f64>().unwrap() > 0.0, "{row}");
+    assert_eq!(cells[5], "1.000", "{row}");
+    assert!(!text.contains("gpu"), "--device cpu must time only the CPU:\n{text}");
+
+    for bad in [["--seq", "1"], ["--seq", "513"], ["--batch", "0"]] {
+        let mut args = vec!["bench", "--model", m, "--device", "cpu"];
+        args.extend(bad);
+        let out = run(&args, b"");
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("bench") || stderr(&out).contains("--seq"), "{bad:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+}

@@ -179,10 +179,19 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Pooling::Mean)]
         pooling: Pooling,
     },
-    /// Speed of the backends on this machine: a table
+    /// Speed of the backends on this machine: embeddings of a synthetic batch, a table on stdout
     Bench {
         #[command(flatten)]
         infer: InferArgs,
+        /// Texts per forward pass
+        #[arg(long, default_value_t = 8)]
+        batch: usize,
+        /// Tokens per text, [CLS] and [SEP] included (every token real: no padding)
+        #[arg(long, default_value_t = 128)]
+        seq: usize,
+        /// Timed runs per backend (after one warm-up run); the table gives the median
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
     },
 }
 
@@ -190,8 +199,6 @@ enum Command {
 enum Fail {
     /// The model cannot be loaded, or the command cannot run with it: exit 2.
     Model(String),
-    /// The command exists in the contract but this build does not implement it yet: exit 2.
-    NotImplemented(&'static str),
     /// Reading stdin or writing stdout failed: exit 1.
     Io(io::Error),
 }
@@ -214,10 +221,6 @@ fn main() -> ExitCode {
         }
         Err(Fail::Model(msg)) => {
             eprintln!("bertgpu: {msg}");
-            ExitCode::from(2)
-        }
-        Err(Fail::NotImplemented(cmd)) => {
-            eprintln!("bertgpu: `{cmd}` is not implemented yet in this build");
             ExitCode::from(2)
         }
     }
@@ -286,10 +289,7 @@ fn run(command: Command) -> Result<(), Fail> {
             };
             cmd_train_head(&infer, &data, &out, &opts)
         }
-        Command::Bench { infer } => {
-            let _m = load_model(&infer.model)?;
-            Err(Fail::NotImplemented("bench"))
-        }
+        Command::Bench { infer, batch, seq, reps } => cmd_bench(&infer, batch, seq, reps),
     }
 }
 
@@ -397,6 +397,91 @@ fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u3
             })
             .collect()
     })
+}
+
+/// Times `embed` (forward + mean pool + read-back) of `batch` texts of exactly `seq` tokens on each backend the
+/// `--device` allows (`auto`: the CPU and, when an adapter exists, the GPU), runs interleaved round-robin so the
+/// backends see the same machine load, and prints a Markdown table of medians and ratios.
+fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize) -> Result<(), Fail> {
+    if batch == 0 || seq < 2 || reps == 0 {
+        return Err(Fail::Model("bench needs --batch ≥ 1, --seq ≥ 2 ([CLS] and [SEP]) and --reps ≥ 1".into()));
+    }
+    let mut m = load_model(&args.model)?;
+    let max = m.config.max_position_embeddings;
+    if seq > max {
+        return Err(Fail::Model(format!("--seq {seq} exceeds the model's max_position_embeddings ({max})")));
+    }
+    m.tokenizer.set_max_length(seq).map_err(|e| Fail::Model(e.to_string()))?;
+    // Texts longer than `seq` tokens, cut to exactly `seq` by truncation; each starts differently.
+    let words = "the quick brown fox jumps over the lazy dog while seven wizards quietly judge boxing matches";
+    let texts: Vec<String> = (0..batch).map(|i| format!("{i} {}", words.repeat(seq / 8 + 2))).collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+
+    let devices: &[Device] = match args.device {
+        Device::Cpu => &[Device::Cpu],
+        Device::Gpu => &[Device::Gpu],
+        Device::Auto => &[Device::Cpu, Device::Gpu],
+    };
+    let mut engines = Vec::new();
+    for &d in devices {
+        match load_engine(&m, d) {
+            Ok(e) => engines.push((d, e)),
+            Err(Fail::Model(why)) if args.device == Device::Auto && d == Device::Gpu => {
+                eprintln!("bertgpu bench: no GPU row ({why})");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let opts = EmbedOptions { pooling: tasks::Pooling::Mean, normalize: true, batch_size: batch };
+    let run = |e: &Engine| -> Result<f64, Fail> {
+        let start = std::time::Instant::now();
+        pollster::block_on(e.embed(&texts, &opts)).map_err(|e| Fail::Model(format!("bench failed: {e}")))?;
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    };
+    let mut times = vec![Vec::with_capacity(reps); engines.len()];
+    for (_, e) in &engines {
+        run(e)?; // warm-up: pipelines, buffer pools, caches
+    }
+    for _ in 0..reps {
+        for (i, (_, e)) in engines.iter().enumerate() {
+            times[i].push(run(e)?);
+        }
+    }
+    // Matmul FLOPs of the encoder (2 per multiply-add): per layer, QKV + output projection (4·H²) and the
+    // feed-forward (2·H·I) per token, plus QKᵀ and AV (2·T·H per token).
+    let (h, i, l) = (m.config.hidden_size as f64, m.config.intermediate_size as f64, m.config.num_hidden_layers as f64);
+    let tokens = (batch * seq) as f64;
+    let gflop = l * 2.0 * tokens * (4.0 * h * h + 2.0 * h * i + 2.0 * seq as f64 * h) / 1e9;
+    let medians: Vec<f64> = times
+        .iter_mut()
+        .map(|t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
+        .collect();
+    println!(
+        "model `{}` ({} layers, hidden {}), batch {batch} × {seq} tokens, {gflop:.2} GFLOP, median of {reps} (min–max)",
+        m.dir.display(),
+        m.config.num_hidden_layers,
+        m.config.hidden_size
+    );
+    println!("| backend | ms | min–max ms | GFLOP/s | time / first row's |");
+    println!("|---|---|---|---|---|");
+    for (k, ((_, e), t)) in engines.iter().zip(&times).enumerate() {
+        let name = match e {
+            Engine::Cpu(_) => "cpu".to_string(),
+            Engine::Gpu(g) => format!("gpu ({})", g.backend.gpu().info.name),
+        };
+        let med = medians[k];
+        println!(
+            "| {name} | {med:.1} | {:.1}–{:.1} | {:.2} | {:.3} |",
+            t[0],
+            t[t.len() - 1],
+            gflop / (med / 1e3),
+            med / medians[0]
+        );
+    }
+    Ok(())
 }
 
 /// Lines per forward pass for the head commands.
