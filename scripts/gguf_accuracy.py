@@ -1,6 +1,6 @@
 """Accuracy of quantized all-MiniLM-L6-v2 GGUFs, measured in PyTorch (no bertgpu code involved in the forward).
 
-Usage: /work/venv/bin/python scripts/gguf_accuracy.py MODEL_DIR FILE.gguf [FILE.gguf ...]
+Usage: .venv/bin/python scripts/gguf_accuracy.py MODEL_DIR FILE.gguf [FILE.gguf ...]
        (needs torch, transformers, and `pip install gguf==0.19.0` — llama.cpp's reader, an independent check that
        our files are valid GGUF)
 

@@ -1,6 +1,6 @@
 """A tiny BERT GGUF written the way llama.cpp's `convert_hf_to_gguf.py` writes one, with llama.cpp's own writer.
 
-Run: /work/venv/bin/python tests/golden/make_llamacpp_bert_gguf.py   (needs `pip install gguf==0.19.0 numpy`)
+Run: .venv/bin/python tests/golden/make_llamacpp_bert_gguf.py   (needs `pip install gguf==0.19.0 numpy`)
 Writes tests/golden/llamacpp_tiny_bert.gguf and tests/golden/llamacpp_tiny_bert.json (values the reader must
 recover). The file has what llama.cpp's BertModel converter emits: `bert.*` hyper-parameters, the phantom-space
 vocabulary in `tokenizer.ggml.tokens` with token types, llama.cpp tensor names, no tokenizer.json, no config.json,

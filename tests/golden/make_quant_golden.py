@@ -1,6 +1,6 @@
 """Golden Q8_0/Q4_0 bytes from llama.cpp's own Python quantizers (the `gguf` package, gguf-py).
 
-Run: /work/venv/bin/python tests/golden/make_quant_golden.py   (needs `pip install gguf==0.19.0 numpy`)
+Run: .venv/bin/python tests/golden/make_quant_golden.py   (needs `pip install gguf==0.19.0 numpy`)
 Writes tests/golden/quant_blocks.json: the f32 inputs (as bit patterns, so nothing is lost in decimal) and the
 encoded bytes (hex) that `src/weights/quant.rs` must reproduce bit for bit.
 """

@@ -2,7 +2,7 @@
 """Golden token table: tricky strings -> token ids, type ids, tokens and offsets from Python `transformers`.
 
 Run from the repository root (after scripts/fetch-models.sh), with torch-free Python that has `transformers`:
-    /work/venv/bin/python tests/golden/tokens.py
+    .venv/bin/python tests/golden/tokens.py
 Writes tests/golden/tokens.json, read by tests/tokenizer.rs and tests/cli.rs.
 
 Reference call: AutoTokenizer(model folder)(text, text_pair, truncation=True, max_length=L,

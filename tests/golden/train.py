@@ -3,7 +3,7 @@
 
 Run from the repository root (needs torch):
 
-    /work/venv/bin/python tests/golden/train.py      # or any python with torch
+    .venv/bin/python tests/golden/train.py      # or any python with torch
 
 It writes tests/golden/train.json with two cases, each from a fixed seeded feature batch X (stored), integer labels,
 and a fixed initial head (stored):
