@@ -1,5 +1,5 @@
-// The demo's static server: serves the repository (www/, pkg/, models/) on 127.0.0.1:$PORT (default 8080),
-// with the MIME types browsers insist on (application/wasm, text/javascript). Used by scripts/demo.sh.
+// The static file server of the demo (scripts/demo.sh) and of the browser tests: serves a directory on
+// 127.0.0.1 with the MIME types browsers insist on (application/wasm, text/javascript, text/css).
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
@@ -12,8 +12,15 @@ const TYPES = {
   ".txt": "text/plain; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
 };
 
-/** Starts the server on `port` (0: any free port); resolves to { url, close() }. */
-export function serveDemo(port) {
+/**
+ * Serves `root` on 127.0.0.1:`port` (0: any free port); resolves to { url, close(), requests } (requests: the
+ * paths asked for). `cors` lets pages of another origin fetch (the tests' model server); `home` is where "/"
+ * redirects; a path ending in "/" serves its index.html; `cache` is the Cache-Control header.
+ */
+export function serve(root, { port = 0, cors = false, home = null, cache = "no-store" } = {}) {
+  const rootAbs = path.resolve(root);
+  const requests = [];
+  const sockets = new Set();
   const server = http.createServer((req, res) => {
     let pathname;
     try {
@@ -22,12 +29,14 @@ export function serveDemo(port) {
       res.writeHead(400).end();
       return;
     }
-    if (pathname === "/") {
-      res.writeHead(302, { location: "/www/" }).end();
+    requests.push(pathname);
+    if (cors) res.setHeader("Access-Control-Allow-Origin", "*");
+    if (home && pathname === "/") {
+      res.writeHead(302, { location: home }).end();
       return;
     }
-    let file = path.join(ROOT, pathname);
-    if (file !== ROOT && !file.startsWith(ROOT + path.sep)) {
+    let file = path.join(rootAbs, pathname);
+    if (file !== rootAbs && !file.startsWith(rootAbs + path.sep)) {
       res.writeHead(403).end();
       return;
     }
@@ -40,19 +49,35 @@ export function serveDemo(port) {
       res.writeHead(200, {
         "content-type": TYPES[path.extname(file)] ?? "application/octet-stream",
         "content-length": st.size,
-        "cache-control": "no-cache",
+        "cache-control": cache,
       });
       if (req.method === "HEAD") res.end();
       else fs.createReadStream(file).pipe(res);
     });
   });
+  server.on("connection", (s) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
   return new Promise((resolve, reject) => {
     server.once("error", reject);
     server.listen(port, "127.0.0.1", () => {
-      const url = `http://127.0.0.1:${server.address().port}/www/`;
-      resolve({ url, close: () => new Promise((done) => { server.closeAllConnections?.(); server.close(() => done()); }) });
+      resolve({
+        url: `http://127.0.0.1:${server.address().port}/`,
+        requests,
+        close: () => new Promise((done) => {
+          for (const s of sockets) s.destroy();
+          server.close(() => done());
+        }),
+      });
     });
   });
+}
+
+/** The demo: the repository with "/" sent to the page; resolves to { url (of the page), close() }. */
+export async function serveDemo(port) {
+  const s = await serve(ROOT, { port, home: "/www/", cache: "no-cache" });
+  return { url: `${s.url}www/`, close: s.close };
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
