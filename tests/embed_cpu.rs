@@ -8,6 +8,9 @@ use std::process::{Command, Stdio};
 use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
 use serde_json::Value;
 
+mod common;
+use common::{floats, cosine};
+
 /// Min cosine to PyTorch's sentence-transformers embedding, per sentence (issue 2's bar).
 const MIN_COSINE: f64 = 0.99999;
 /// Max |ours − PyTorch| per component of the normalised embeddings (hidden values are within 1e-4; normalising
@@ -21,16 +24,6 @@ fn root() -> PathBuf {
 fn golden() -> Value {
     let text = std::fs::read_to_string(root().join("tests/golden/model.json")).unwrap();
     serde_json::from_str::<Value>(&text).unwrap()["all-MiniLM-L6-v2"].clone()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
-    let n = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (n(a) * n(b))
 }
 
 fn check(got: &[Vec<f32>], want: &[Vec<f32>], what: &str) {

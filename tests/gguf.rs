@@ -11,6 +11,9 @@ use bertgpu::weights::gguf::{
 use bertgpu::weights::quant::{self, QuantKind};
 use bertgpu::weights::{HostData, HostTensor};
 
+mod common;
+use common::cosine;
+
 const MINILM: &str = "models/all-MiniLM-L6-v2";
 
 fn golden(name: &str) -> String {
@@ -555,13 +558,6 @@ fn read_bert_refuses_other_architectures() {
 const MIN_COSINE_F16: f64 = 0.9999;
 const MIN_COSINE_Q8_0: f64 = 0.995;
 const MIN_COSINE_Q4_0: f64 = 0.97;
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
 
 /// Convert → load → embed: the F32 GGUF gives bit-identical embeddings to the safetensors folder; F16, Q8_0 and
 /// Q4_0 stay within their cosine floors of the PyTorch goldens for every sentence.

@@ -210,7 +210,7 @@ use bertgpu::tasks::Model;
 use bertgpu::weights::Weights;
 
 mod common;
-use common::{gpu};
+use common::gpu;
 
 /// How close a backend's outputs must be to PyTorch's.
 #[derive(Clone, Copy)]

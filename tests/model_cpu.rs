@@ -12,6 +12,9 @@ use bertgpu::tokenizer::Batch;
 use bertgpu::weights::Weights;
 use serde_json::Value;
 
+mod common;
+use common::{floats, cosine};
+
 /// Max |ours − PyTorch| on hidden-state values (issue 2's bar). Both sides are f32; ours sums in another order
 /// (blocked GEMM, FMA), which moves values of magnitude ≲ 10 by ~1e-5 after 6 layers.
 const HIDDEN_ATOL: f32 = 1e-4;
@@ -54,10 +57,6 @@ fn ids(g: &Value) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
-}
-
 /// Right-padded batch of single sentences (segment 0), padded to `t`.
 fn batch(seqs: &[Vec<u32>], t: usize) -> Batch {
     let b = seqs.len();
@@ -76,13 +75,6 @@ fn read(t: &CpuTensor) -> Vec<f32> {
 fn max_abs_err(got: &[f32], want: &[f32]) -> (usize, f32) {
     assert_eq!(got.len(), want.len());
     got.iter().zip(want).enumerate().map(|(i, (g, w))| (i, (g - w).abs())).fold((0, 0.0), |a, b| if b.1 > a.1 || b.1.is_nan() { b } else { a })
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
-    let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 fn normalize(v: &mut [f32]) {

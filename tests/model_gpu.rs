@@ -17,7 +17,7 @@ use bertgpu::weights::Weights;
 use serde_json::Value;
 
 mod common;
-use common::{gpu};
+use common::{gpu, floats, cosine};
 
 /// Min cosine between our pooled (normalized) embeddings and PyTorch's, per sentence (the bar).
 const MIN_COSINE: f64 = 0.9999;
@@ -36,17 +36,6 @@ fn goldens() -> &'static Value {
         let text = std::fs::read_to_string(root().join("tests/golden/model.json")).expect("tests/golden/model.json");
         serde_json::from_str(&text).expect("model.json parses")
     })
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
-    let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 /// Runs every golden sentence of `name` as one right-padded batch (padded `extra` beyond the longest) on the GPU

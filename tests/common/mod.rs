@@ -55,3 +55,15 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32)
     );
     max_err
 }
+
+/// A JSON array of numbers (a golden vector) as f32.
+pub fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array().expect("a JSON array").iter().map(|x| x.as_f64().expect("a number") as f32).collect()
+}
+
+/// Cosine similarity, accumulated in f64.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
