@@ -33,6 +33,15 @@ async function handle(id, method, args) {
     case "tokenClassify":
     case "answer":
       return bert[method](...args);
+    case "trainHead": {
+      const [examples, { progress, ...options }] = args;
+      if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
+      return bert.trainHead(examples, options);
+    }
+    case "exportHead":
+    case "loadHead":
+    case "clearHead":
+      return bert[method](...args);
     case "dispose":
       bert?.dispose();
       bert = null;

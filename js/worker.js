@@ -73,9 +73,40 @@ export class Bert {
     return this._call("answer", [question, context]);
   }
 
-  _call(method, args) {
+  /** See "bertgpu": `onProgress` is called here, in the page, as the worker reports each epoch. */
+  async trainHead(examples, options = {}) {
+    const { onProgress, ...rest } = options ?? {};
+    if (onProgress != null && typeof onProgress !== "function") {
+      throw new TypeError("trainHead: onProgress must be a function ({ epoch, loss, accuracy, valLoss, valAccuracy }) => void");
+    }
+    const report = await this._call("trainHead", [examples, { ...rest, progress: onProgress != null }], onProgress);
+    this._headLabels = report.labels;
+    return report;
+  }
+
+  exportHead() {
+    return this._call("exportHead", []);
+  }
+
+  async loadHead(bytes) {
+    const labels = await this._call("loadHead", [bytes]);
+    this._headLabels = labels;
+    return labels;
+  }
+
+  async clearHead() {
+    await this._call("clearHead", []);
+    this._headLabels = null;
+  }
+
+  /** The labels of the live trained head, or null. */
+  get headLabels() {
+    return this._headLabels ?? null;
+  }
+
+  _call(method, args, onProgress) {
     if (!this._channel) return Promise.reject(new Error(`${method}: this model was disposed; load it again with Bert.load`));
-    return this._channel.call(method, args);
+    return this._channel.call(method, args, [], onProgress);
   }
 
   /** Frees the model and ends its worker. Calls already made still finish first. */

@@ -437,7 +437,7 @@ fn task_errors_are_clear() {
     let e = err(block_on(pre.fill_mask(&["the [MASK] sat."], 0)));
     assert!(e.contains("top-k"), "{e}");
     let e = err(block_on(pre.classify(&[("a text", None)], None)));
-    assert!(e.contains("no `id2label`") || e.contains("no classification head"), "{e}");
+    assert!(e.contains("no sequence-classification head") && e.contains("train-head"), "{e}");
 
     let clf = load_model(&tiny("tiny-classifier"), CpuBackend);
     let e = err(block_on(clf.fill_mask(&["the [MASK] sat."], 5)));
