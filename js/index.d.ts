@@ -142,6 +142,8 @@ export declare class Bert {
   static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
   /** Where the model runs. */
   readonly device: Device;
+  /** The tasks this model can run besides tokenize and embed (the heads its checkpoint carries). */
+  readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "tokenClassify" | "answer">;
   tokenize(text: string, textPair?: string): Promise<Tokenized>;
   tokenize(text: string[], textPair?: string[]): Promise<Tokenized[]>;
   embed(text: string, options?: EmbedOptions): Promise<Float32Array>;

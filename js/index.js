@@ -216,6 +216,14 @@ export class Bert {
     return this._device;
   }
 
+  /**
+   * The tasks this model can run besides `tokenize` and `embed`: "fillMask", "nextSentence", "classify",
+   * "tokenClassify", "answer" (the heads its checkpoint carries; "classify" also once a head is trained or loaded).
+   */
+  get tasks() {
+    return this._disposed ? [] : this._model.tasks;
+  }
+
   /** Runs `fn` after every earlier call finished (calls that overlap are queued, in order). */
   _enqueue(method, fn) {
     const run = async () => {

@@ -22,7 +22,7 @@ async function handle(id, method, args) {
       const [source, { progress, ...options }] = args;
       if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
       bert = await Bert.load(source, options);
-      return { device: bert.device };
+      return { device: bert.device, tasks: bert.tasks };
     }
     case "tokenize":
       return bert.tokenize(...args);
@@ -38,6 +38,8 @@ async function handle(id, method, args) {
       if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
       return bert.trainHead(examples, options);
     }
+    case "tasks":
+      return bert.tasks;
     case "exportHead":
     case "loadHead":
     case "clearHead":

@@ -13,9 +13,10 @@ import { resolveSource } from "./loader.js";
 
 export class Bert {
   /** @internal use Bert.load */
-  constructor(worker, device) {
+  constructor(worker, device, tasks) {
     this._worker = worker;
     this._device = device;
+    this._tasks = tasks;
   }
 
   static async load(source, options = {}) {
@@ -30,8 +31,9 @@ export class Bert {
     const worker = new Worker(new URL("./worker-main.js", import.meta.url), { type: "module", name: "bertgpu" });
     const channel = new Channel(worker);
     try {
-      const { device } = await channel.call("load", [src, { ...rest, progress: onProgress != null }], [], onProgress);
-      const bert = new Bert(worker, device);
+      const { device, tasks } = await channel.call("load", [src, { ...rest, progress: onProgress != null }], [],
+        onProgress);
+      const bert = new Bert(worker, device, tasks);
       bert._channel = channel;
       return bert;
     } catch (e) {
@@ -43,6 +45,15 @@ export class Bert {
   /** "webgpu" or "cpu". */
   get device() {
     return this._device;
+  }
+
+  /** See "bertgpu": the tasks this model can run besides tokenize and embed (kept current after head changes). */
+  get tasks() {
+    return this._channel ? this._tasks : [];
+  }
+
+  async _refreshTasks() {
+    this._tasks = await this._call("tasks", []);
   }
 
   tokenize(text, textPair) {
@@ -81,6 +92,7 @@ export class Bert {
     }
     const report = await this._call("trainHead", [examples, { ...rest, progress: onProgress != null }], onProgress);
     this._headLabels = report.labels;
+    await this._refreshTasks();
     return report;
   }
 
@@ -91,12 +103,14 @@ export class Bert {
   async loadHead(bytes) {
     const labels = await this._call("loadHead", [bytes]);
     this._headLabels = labels;
+    await this._refreshTasks();
     return labels;
   }
 
   async clearHead() {
     await this._call("clearHead", []);
     this._headLabels = null;
+    await this._refreshTasks();
   }
 
   /** The labels of the live trained head, or null. */

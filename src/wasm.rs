@@ -355,6 +355,13 @@ impl WasmModel {
         Ok(self.engine.head_labels().unwrap_or_default())
     }
 
+    /// The tasks this model can run besides `embed` and `tokenize` ("fillMask", "nextSentence", "classify",
+    /// "tokenClassify", "answer"): the heads its checkpoint carries, plus "classify" once a head is trained.
+    #[wasm_bindgen(getter)]
+    pub fn tasks(&self) -> Vec<String> {
+        self.engine.available_tasks().into_iter().map(String::from).collect()
+    }
+
     /// The live head's labels, or `undefined` when no trained head is live.
     #[wasm_bindgen(getter, js_name = headLabels)]
     pub fn head_labels(&self) -> Option<Vec<String>> {

@@ -505,3 +505,29 @@ fn fill_mask_with_the_mask_cut_off_by_truncation() {
     let e = err(block_on(pre.fill_mask(&[text.as_str()], 5)));
     assert!(e.contains("cut off") && e.contains("64 tokens"), "{e}");
 }
+
+/// The task list the JS API exposes (`bert.tasks`) names exactly the heads each checkpoint carries, and a trained
+/// head adds "classify" to a base model.
+#[test]
+fn available_tasks_follow_the_checkpoint() {
+    let want: [(&str, &[&str]); 5] = [
+        ("tiny-pretraining", &["fillMask", "nextSentence"]),
+        ("tiny-classifier", &["classify"]),
+        ("tiny-multilabel", &["classify"]),
+        ("tiny-ner", &["tokenClassify"]),
+        ("tiny-qa", &["answer"]),
+    ];
+    for (name, tasks) in want {
+        assert_eq!(load_model(&tiny(name), CpuBackend).available_tasks(), tasks, "{name}");
+    }
+    let pre = load_model(&tiny("tiny-pretraining"), CpuBackend);
+    let examples: Vec<bertgpu::tasks::TrainExample> = [("a cat", "x"), ("a dog", "y"), ("the cat", "x"), ("a pup", "y")]
+        .iter()
+        .map(|(t, l)| bertgpu::tasks::TrainExample { text: t.to_string(), label: l.to_string() })
+        .collect();
+    let opts = bertgpu::tasks::TrainOptions { epochs: 1, validation_split: 0.0, ..Default::default() };
+    block_on(pre.train_head(&examples, &opts, |_| {})).unwrap();
+    assert_eq!(pre.available_tasks(), ["fillMask", "nextSentence", "classify"]);
+    pre.clear_head();
+    assert_eq!(pre.available_tasks(), ["fillMask", "nextSentence"]);
+}

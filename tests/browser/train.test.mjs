@@ -61,11 +61,13 @@ test("trainHead on the CPU: held-out accuracy, progress events, determinism, exp
     bert.dispose();
     // Another model instance, in a worker: the exported head restores the same classifier.
     const w = await bertgpuWorker.Bert.load(url, { device: "cpu" });
+    const workerTasks = [w.tasks];
     const loaded = await w.loadHead(bytes);
+    workerTasks.push(w.tasks);
     const reloaded = await w.classify(heldOut.map((x) => x.text));
     w.dispose();
     return { report, events, headLabels, preds, again, size: bytes.length, same: bytes.join() === bytesAgain.join(),
-      loaded, reloaded };
+      loaded, reloaded, workerTasks };
   }, { url: env.models.url + MINILM, train, heldOut });
 
   const firstSeen = [...new Set(train.map((x) => x.label))];
@@ -94,6 +96,7 @@ test("trainHead on the CPU: held-out accuracy, progress events, determinism, exp
   assert.ok(got.same, "same seed, same exported bytes");
   assert.ok(got.size > 384 * 4 * 4, `head file of ${got.size} bytes`);
   assert.deepEqual(got.loaded, firstSeen);
+  assert.deepEqual(got.workerTasks, [[], ["classify"]], "a base model gains classify with a head");
   got.reloaded.forEach((p, i) => {
     assert.deepEqual(p.map((x) => x.label), got.preds[i].map((x) => x.label), `reloaded ranking ${i}`);
     p.forEach((x, j) => assert.ok(Math.abs(x.score - got.preds[i][j].score) <= SCORE_ATOL));
@@ -177,11 +180,14 @@ test("trainHead, exportHead and loadHead reject bad input with clear errors, and
     out.otherSize = await err(bert.loadHead(await small.exportHead()));
     small.dispose();
     // Still usable: a good training run and classify.
+    out.tasks = [bert.tasks];
     const report = await bert.trainHead(ex, { epochs: 3, validationSplit: 0, hidden: 8, activation: "gelu" });
+    out.tasks.push(bert.tasks);
     out.labels = report.labels;
     out.top = await bert.classify("a slice of pie", { topK: 1 });
     await bert.clearHead();
     out.cleared = bert.headLabels;
+    out.tasks.push(bert.tasks);
     out.afterClear = await err(bert.classify("a slice of pie"));
     bert.dispose();
     return out;
@@ -208,6 +214,7 @@ test("trainHead, exportHead and loadHead reject bad input with clear errors, and
   assert.equal(got.top.length, 1);
   assert.ok(["food", "computers"].includes(got.top[0].label));
   assert.equal(got.cleared, null);
+  assert.deepEqual(got.tasks, [[], ["classify"], []]);
   assert.match(got.afterClear, /no sequence-classification head.*trainHead/, "MiniLM has no classifier to fall back on");
   page.checkErrors();
 });
