@@ -90,10 +90,60 @@ export interface Answer {
   end: number;
 }
 
+export interface TrainExample {
+  text: string;
+  label: string;
+}
+
+/** One epoch of `trainHead`: mean cross-entropy and accuracy on the training and the validation examples. */
+export interface EpochProgress {
+  epoch: number;
+  loss: number;
+  accuracy: number;
+  /** null without a validation split. */
+  valLoss: number | null;
+  valAccuracy: number | null;
+}
+
+export interface TrainOptions {
+  /** The label set in class order (default: the examples' labels in order of first appearance). */
+  labels?: string[];
+  /** Default 20. */
+  epochs?: number;
+  /** AdamW's learning rate (default 1e-3). */
+  learningRate?: number;
+  /** Default 16. */
+  batchSize?: number;
+  /** AdamW's decoupled weight decay (default 0.01). */
+  weightDecay?: number;
+  /** Fraction held out for early stopping, in [0, 1) (default 0.1). */
+  validationSplit?: number;
+  /** The shuffle, split and initialisation seed (default 0): the same seed gives the same head. */
+  seed?: number;
+  /** One hidden layer of this width; default none (a linear head). */
+  hidden?: number;
+  /** The hidden layer's activation (default "relu"). */
+  activation?: "relu" | "gelu" | "gelu_tanh" | "tanh";
+  /** Features: "mean" over the tokens (default) or "cls". */
+  pooling?: "mean" | "cls";
+  /** Epochs without a lower validation loss before stopping (default 5). */
+  patience?: number;
+  onProgress?: (epoch: EpochProgress) => void;
+}
+
+export interface TrainReport {
+  labels: string[];
+  /** The epoch whose weights were kept (the best validation loss, or the last). */
+  bestEpoch: number;
+  history: EpochProgress[];
+}
+
 export declare class Bert {
   static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
   /** Where the model runs. */
   readonly device: Device;
+  /** The tasks this model can run besides tokenize and embed (the heads its checkpoint carries). */
+  readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "tokenClassify" | "answer">;
   tokenize(text: string, textPair?: string): Promise<Tokenized>;
   tokenize(text: string[], textPair?: string[]): Promise<Tokenized[]>;
   embed(text: string, options?: EmbedOptions): Promise<Float32Array>;
@@ -107,6 +157,16 @@ export declare class Bert {
   tokenClassify(text: string, options?: { aggregation?: "none" | "simple" }): Promise<TokenEntity[]>;
   tokenClassify(texts: string[], options?: { aggregation?: "none" | "simple" }): Promise<TokenEntity[][]>;
   answer(question: string, context: string): Promise<Answer>;
+  /** Trains a classification head on the frozen encoder; `classify` then uses it. */
+  trainHead(examples: TrainExample[], options?: TrainOptions): Promise<TrainReport>;
+  /** The live trained head as safetensors bytes. */
+  exportHead(): Promise<Uint8Array>;
+  /** Makes a head file from `exportHead` the live head; resolves to its labels. */
+  loadHead(bytes: ArrayBuffer | ArrayBufferView): Promise<string[]>;
+  /** Drops the trained head (classify returns to the checkpoint's own classifier, if any). */
+  clearHead(): Promise<void>;
+  /** The live trained head's labels, or null. */
+  readonly headLabels: string[] | null;
   /** Frees the model; calls made before still finish, later calls reject. */
   dispose(): void;
 }

@@ -103,6 +103,54 @@ function positiveInt(v, method, name) {
   return v;
 }
 
+const TRAIN_OPTIONS = ["labels", "epochs", "learningRate", "batchSize", "weightDecay", "validationSplit", "seed",
+  "hidden", "activation", "pooling", "patience", "onProgress"];
+
+/** [{ text, label }] → parallel arrays, with a TypeError naming the first bad example. */
+function trainingExamples(examples) {
+  if (!Array.isArray(examples)) {
+    throw new TypeError("trainHead: examples must be an array of { text, label } objects");
+  }
+  const texts = [];
+  const labels = [];
+  examples.forEach((e, i) => {
+    if (e == null || typeof e !== "object" || typeof e.text !== "string" || typeof e.label !== "string") {
+      throw new TypeError(`trainHead: examples[${i}] must be { text: string, label: string }`);
+    }
+    texts.push(e.text);
+    labels.push(e.label);
+  });
+  return { texts, labels };
+}
+
+/** Types of trainHead's options (their ranges are checked in Rust, with messages that say how to fix them). */
+function checkTrainOptions(o, onProgress) {
+  const m = "trainHead";
+  if (onProgress != null && typeof onProgress !== "function") {
+    throw new TypeError(`${m}: onProgress must be a function ({ epoch, loss, accuracy, valLoss, valAccuracy }) => void`);
+  }
+  for (const k of ["epochs", "batchSize", "hidden", "patience"]) {
+    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
+      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
+    }
+  }
+  if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
+    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
+  }
+  for (const k of ["learningRate", "weightDecay", "validationSplit"]) {
+    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
+      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
+    }
+  }
+  for (const k of ["activation", "pooling"]) {
+    if (o[k] != null && typeof o[k] !== "string") throw new TypeError(`${m}: ${k} must be a string`);
+  }
+  if (o.labels != null && (!Array.isArray(o.labels) || o.labels.some((l) => typeof l !== "string"))) {
+    throw new TypeError(`${m}: labels must be an array of strings`);
+  }
+  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
+}
+
 /**
  * Rust reports character offsets (Unicode scalar values); JavaScript strings index UTF-16 units, where characters
  * outside the Basic Multilingual Plane (most emoji) count twice. Rewrites `obj.start`/`obj.end` in place.
@@ -166,6 +214,14 @@ export class Bert {
   /** "webgpu" or "cpu": where this model runs. */
   get device() {
     return this._device;
+  }
+
+  /**
+   * The tasks this model can run besides `tokenize` and `embed`: "fillMask", "nextSentence", "classify",
+   * "tokenClassify", "answer" (the heads its checkpoint carries; "classify" also once a head is trained or loaded).
+   */
+  get tasks() {
+    return this._disposed ? [] : this._model.tasks;
   }
 
   /** Runs `fn` after every earlier call finished (calls that overlap are queued, in order). */
@@ -318,6 +374,61 @@ export class Bert {
       const out = await m.answer(question, context);
       return toUtf16Span(context, out);
     });
+  }
+
+  /**
+   * Trains a classification head on this model's frozen encoder, from labelled examples [{ text, label }]: pooled
+   * features are computed once, then a linear head (or one hidden layer: `hidden`) is trained with softmax
+   * cross-entropy and AdamW on the model's device. Deterministic for a given `seed`; stops early when the
+   * validation loss stops improving (`validationSplit`, `patience`). The head becomes live at once: `classify` uses
+   * it. `onProgress({ epoch, loss, accuracy, valLoss, valAccuracy })` after each epoch.
+   * @returns {Promise<{labels: string[], bestEpoch: number, history: object[]}>}
+   */
+  trainHead(examples, options = {}) {
+    return this._enqueue("trainHead", async (m) => {
+      const { texts: list, labels } = trainingExamples(examples);
+      const opts = { ...checkOptions(options, TRAIN_OPTIONS, "trainHead") };
+      const onProgress = opts.onProgress;
+      delete opts.onProgress;
+      checkTrainOptions(opts, onProgress);
+      const report = await m.trainHead(list, labels, opts, onProgress ?? undefined);
+      this._headLabels = report.labels;
+      return report;
+    });
+  }
+
+  /** The live trained head as safetensors bytes (Hugging Face names; labels and pooling in the metadata). */
+  exportHead() {
+    return this._enqueue("exportHead", (m) => m.exportHead());
+  }
+
+  /**
+   * Makes a head saved by `exportHead` (or `bertgpu train-head`) the live head; resolves to its labels. A head
+   * trained on a model of another hidden size is an error.
+   */
+  loadHead(bytes) {
+    return this._enqueue("loadHead", (m) => {
+      let data = bytes;
+      if (data instanceof ArrayBuffer) data = new Uint8Array(data);
+      else if (ArrayBuffer.isView(data)) data = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+      else throw new TypeError("loadHead: give the head file's bytes (a Uint8Array or an ArrayBuffer)");
+      const labels = m.loadHead(data);
+      this._headLabels = labels;
+      return labels;
+    });
+  }
+
+  /** Drops the trained head: `classify` goes back to the checkpoint's own classifier, if it has one. */
+  clearHead() {
+    return this._enqueue("clearHead", (m) => {
+      m.clearHead();
+      this._headLabels = null;
+    });
+  }
+
+  /** The labels of the live trained head, or null. */
+  get headLabels() {
+    return this._headLabels ?? null;
   }
 
   /** Frees the model (GPU buffers and wasm memory). Calls queued before it still run; later calls reject. */

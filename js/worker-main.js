@@ -22,7 +22,7 @@ async function handle(id, method, args) {
       const [source, { progress, ...options }] = args;
       if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
       bert = await Bert.load(source, options);
-      return { device: bert.device };
+      return { device: bert.device, tasks: bert.tasks };
     }
     case "tokenize":
       return bert.tokenize(...args);
@@ -32,6 +32,17 @@ async function handle(id, method, args) {
     case "nextSentence":
     case "tokenClassify":
     case "answer":
+      return bert[method](...args);
+    case "trainHead": {
+      const [examples, { progress, ...options }] = args;
+      if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
+      return bert.trainHead(examples, options);
+    }
+    case "tasks":
+      return bert.tasks;
+    case "exportHead":
+    case "loadHead":
+    case "clearHead":
       return bert[method](...args);
     case "dispose":
       bert?.dispose();

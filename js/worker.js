@@ -13,9 +13,10 @@ import { resolveSource } from "./loader.js";
 
 export class Bert {
   /** @internal use Bert.load */
-  constructor(worker, device) {
+  constructor(worker, device, tasks) {
     this._worker = worker;
     this._device = device;
+    this._tasks = tasks;
   }
 
   static async load(source, options = {}) {
@@ -30,8 +31,9 @@ export class Bert {
     const worker = new Worker(new URL("./worker-main.js", import.meta.url), { type: "module", name: "bertgpu" });
     const channel = new Channel(worker);
     try {
-      const { device } = await channel.call("load", [src, { ...rest, progress: onProgress != null }], [], onProgress);
-      const bert = new Bert(worker, device);
+      const { device, tasks } = await channel.call("load", [src, { ...rest, progress: onProgress != null }], [],
+        onProgress);
+      const bert = new Bert(worker, device, tasks);
       bert._channel = channel;
       return bert;
     } catch (e) {
@@ -43,6 +45,15 @@ export class Bert {
   /** "webgpu" or "cpu". */
   get device() {
     return this._device;
+  }
+
+  /** See "bertgpu": the tasks this model can run besides tokenize and embed (kept current after head changes). */
+  get tasks() {
+    return this._channel ? this._tasks : [];
+  }
+
+  async _refreshTasks() {
+    this._tasks = await this._call("tasks", []);
   }
 
   tokenize(text, textPair) {
@@ -73,9 +84,43 @@ export class Bert {
     return this._call("answer", [question, context]);
   }
 
-  _call(method, args) {
+  /** See "bertgpu": `onProgress` is called here, in the page, as the worker reports each epoch. */
+  async trainHead(examples, options = {}) {
+    const { onProgress, ...rest } = options ?? {};
+    if (onProgress != null && typeof onProgress !== "function") {
+      throw new TypeError("trainHead: onProgress must be a function ({ epoch, loss, accuracy, valLoss, valAccuracy }) => void");
+    }
+    const report = await this._call("trainHead", [examples, { ...rest, progress: onProgress != null }], onProgress);
+    this._headLabels = report.labels;
+    await this._refreshTasks();
+    return report;
+  }
+
+  exportHead() {
+    return this._call("exportHead", []);
+  }
+
+  async loadHead(bytes) {
+    const labels = await this._call("loadHead", [bytes]);
+    this._headLabels = labels;
+    await this._refreshTasks();
+    return labels;
+  }
+
+  async clearHead() {
+    await this._call("clearHead", []);
+    this._headLabels = null;
+    await this._refreshTasks();
+  }
+
+  /** The labels of the live trained head, or null. */
+  get headLabels() {
+    return this._headLabels ?? null;
+  }
+
+  _call(method, args, onProgress) {
     if (!this._channel) return Promise.reject(new Error(`${method}: this model was disposed; load it again with Bert.load`));
-    return this._channel.call(method, args);
+    return this._channel.call(method, args, [], onProgress);
   }
 
   /** Frees the model and ends its worker. Calls already made still finish first. */

@@ -289,7 +289,7 @@ impl<B: Backend> Model<B> {
     pub fn export_head(&self) -> Result<Vec<u8>> {
         match self.head.borrow().as_ref() {
             Some(h) => h.export(),
-            None => Err(Error::Input("there is no trained head to export: train one with train_head first".into())),
+            None => Err(Error::Input("there is no trained head to export: train one first (trainHead in JavaScript, `bertgpu train-head`)".into())),
         }
     }
 
@@ -304,6 +304,16 @@ impl<B: Backend> Model<B> {
     /// Whether a trained or loaded head is live.
     pub fn has_head(&self) -> bool {
         self.head.borrow().is_some()
+    }
+
+    /// The live head's labels in class order, if a head is live.
+    pub fn head_labels(&self) -> Option<Vec<String>> {
+        self.head.borrow().as_ref().map(|h| h.spec.labels.clone())
+    }
+
+    /// Drops the live head: `classify` goes back to the checkpoint's own classifier (if it has one).
+    pub fn clear_head(&self) {
+        *self.head.borrow_mut() = None;
     }
 
     /// Classifies tokenized texts with the live trained head: `{label, score}` (softmax) best first per text.
@@ -605,6 +615,16 @@ impl Engine {
     /// See [`Model::load_head`].
     pub fn load_head(&self, bytes: &[u8]) -> Result<()> {
         with_model!(self, m => m.load_head(bytes))
+    }
+
+    /// See [`Model::head_labels`].
+    pub fn head_labels(&self) -> Option<Vec<String>> {
+        with_model!(self, m => m.head_labels())
+    }
+
+    /// See [`Model::clear_head`].
+    pub fn clear_head(&self) {
+        with_model!(self, m => m.clear_head())
     }
 
     /// See [`Model::classify_with_head`].

@@ -437,7 +437,7 @@ fn task_errors_are_clear() {
     let e = err(block_on(pre.fill_mask(&["the [MASK] sat."], 0)));
     assert!(e.contains("top-k"), "{e}");
     let e = err(block_on(pre.classify(&[("a text", None)], None)));
-    assert!(e.contains("no `id2label`") || e.contains("no classification head"), "{e}");
+    assert!(e.contains("no sequence-classification head") && e.contains("train-head"), "{e}");
 
     let clf = load_model(&tiny("tiny-classifier"), CpuBackend);
     let e = err(block_on(clf.fill_mask(&["the [MASK] sat."], 5)));
@@ -504,4 +504,30 @@ fn fill_mask_with_the_mask_cut_off_by_truncation() {
     let text = format!("{} [MASK].", "the cat sat on the mat. ".repeat(20));
     let e = err(block_on(pre.fill_mask(&[text.as_str()], 5)));
     assert!(e.contains("cut off") && e.contains("64 tokens"), "{e}");
+}
+
+/// The task list the JS API exposes (`bert.tasks`) names exactly the heads each checkpoint carries, and a trained
+/// head adds "classify" to a base model.
+#[test]
+fn available_tasks_follow_the_checkpoint() {
+    let want: [(&str, &[&str]); 5] = [
+        ("tiny-pretraining", &["fillMask", "nextSentence"]),
+        ("tiny-classifier", &["classify"]),
+        ("tiny-multilabel", &["classify"]),
+        ("tiny-ner", &["tokenClassify"]),
+        ("tiny-qa", &["answer"]),
+    ];
+    for (name, tasks) in want {
+        assert_eq!(load_model(&tiny(name), CpuBackend).available_tasks(), tasks, "{name}");
+    }
+    let pre = load_model(&tiny("tiny-pretraining"), CpuBackend);
+    let examples: Vec<bertgpu::tasks::TrainExample> = [("a cat", "x"), ("a dog", "y"), ("the cat", "x"), ("a pup", "y")]
+        .iter()
+        .map(|(t, l)| bertgpu::tasks::TrainExample { text: t.to_string(), label: l.to_string() })
+        .collect();
+    let opts = bertgpu::tasks::TrainOptions { epochs: 1, validation_split: 0.0, ..Default::default() };
+    block_on(pre.train_head(&examples, &opts, |_| {})).unwrap();
+    assert_eq!(pre.available_tasks(), ["fillMask", "nextSentence", "classify"]);
+    pre.clear_head();
+    assert_eq!(pre.available_tasks(), ["fillMask", "nextSentence"]);
 }

@@ -3,10 +3,15 @@ import { Bert } from "/pkg/worker.js";
 
 const $ = (id) => document.getElementById(id);
 const FILL_MASK_MODEL = "/models/splade-tiny/";
+const EXAMPLE_DATA = "/tests/data/fortunes/train.jsonl";
 
-const state = { bert: null, vectors: null, sentences: [], mlm: null, mlmLoading: null };
+const state = {
+  bert: null, name: "", vectors: null, sentences: [], mlm: null, mlmLoading: null, busy: false, trained: false,
+};
 // Tests read this to know when the page has finished something.
-window.demo = { ready: false, error: null, lastSimilarity: null };
+window.demo = { ready: false, error: null, lastSimilarity: null, lastTraining: null, loads: 0 };
+
+// ---- small helpers ------------------------------------------------------------------------------------------------
 
 function fmtMs(ms) {
   return ms < 1000 ? `${ms.toFixed(0)} ms` : `${(ms / 1000).toFixed(2)} s`;
@@ -19,14 +24,54 @@ async function timed(el, label, fn) {
   return out;
 }
 
-function setBusy(on) {
-  for (const id of ["sim-run", "search-run", "model-load"]) $(id).disabled = on || (id !== "model-load" && !state.bert);
+function el(tag, props = {}, ...children) {
+  const e = document.createElement(tag);
+  Object.assign(e, props);
+  e.append(...children);
+  return e;
 }
 
-function showError(el, e) {
-  el.textContent = String(e?.message ?? e);
-  el.hidden = false;
+function showError(target, e) {
+  target.textContent = String(e?.message ?? e);
+  target.hidden = false;
 }
+
+/** Buttons that need a model are disabled while none is loaded or a call runs. */
+function setBusy(on) {
+  state.busy = on;
+  const needModel = ["sim-run", "search-run", "tr-run", "tr-try-run", "tr-export", "cl-run", "ner-run", "qa-run"];
+  for (const id of needModel) $(id).disabled = on || !state.bert;
+  $("model-load").disabled = on;
+  $("model-files").disabled = on;
+}
+
+/** Runs `fn` with the page busy; errors go to `errorEl` (text) instead of escaping. */
+async function busy(errorEl, fn) {
+  if (state.busy) return undefined;
+  setBusy(true);
+  try {
+    return await fn();
+  } catch (e) {
+    errorEl.textContent = `Error: ${e?.message ?? e}`;
+    errorEl.hidden = false;
+    return undefined;
+  } finally {
+    setBusy(false);
+  }
+}
+
+function bars(list, items) {
+  const max = Math.max(...items.map((r) => r.score), 1e-9);
+  list.replaceChildren(...items.map((r) => {
+    const li = el("li", {}, el("span", { className: "word", textContent: r.label }),
+      el("span", { className: "bar" }, el("span")), el("span", { className: "score", textContent: `${(r.score * 100).toFixed(1)}%` }));
+    li.children[1].firstChild.style.width = `${(r.score / max) * 100}%`;
+    if (r.title) li.title = r.title;
+    return li;
+  }));
+}
+
+// ---- loading a model ----------------------------------------------------------------------------------------------
 
 function progressHandler() {
   const wrap = $("progress-wrap"), bar = $("progress"), text = $("progress-text");
@@ -43,35 +88,103 @@ function progressHandler() {
   };
 }
 
-async function loadModel() {
-  const url = $("model-url").value.trim();
+const TASK_NAMES = {
+  fillMask: "fill-mask", nextSentence: "next sentence", classify: "classify", tokenClassify: "named entities",
+  answer: "question answering",
+};
+
+/** Loads `source` (a URL, a repo id, or { config, tokenizer, weights } / { gguf } bytes) as the page's model. */
+async function loadModel(source, name) {
   const device = $("model-device").value;
   $("model-error").hidden = true;
   setBusy(true);
   $("badge").className = "badge badge-idle";
   $("badge").textContent = "loading…";
-  $("status-text").textContent = `Loading ${url}…`;
+  $("status-text").textContent = `Loading ${name}…`;
   try {
     const t0 = performance.now();
-    const bert = await Bert.load(url, { device, onProgress: progressHandler() });
+    const bert = await Bert.load(source, { device, onProgress: progressHandler() });
     state.bert?.dispose();
     state.bert = bert;
+    state.name = name;
     state.vectors = null;
+    state.trained = false;
     const dev = bert.device === "webgpu" ? "WebGPU" : "CPU";
     $("badge").textContent = dev;
     $("badge").className = `badge badge-${bert.device}`;
-    $("status-text").textContent = `${url.replace(/\/$/, "").split("/").pop()} loaded in ${fmtMs(performance.now() - t0)}`;
+    $("status-text").textContent = `${name} loaded in ${fmtMs(performance.now() - t0)}`;
     $("progress-wrap").hidden = true;
+    showTasks();
     window.demo.ready = true;
+    window.demo.loads += 1;
   } catch (e) {
-    $("badge").textContent = "no model";
-    $("status-text").textContent = "Could not load the model";
+    $("badge").textContent = state.bert ? $("badge").textContent : "no model";
+    $("status-text").textContent = `Could not load ${name}`;
+    $("progress-wrap").hidden = true;
     showError($("model-error"), e);
     window.demo.error = String(e?.message ?? e);
   } finally {
     setBusy(false);
   }
 }
+
+/** Shows the panels of the tasks the loaded model has, and what it has in words. */
+function showTasks() {
+  const tasks = state.bert?.tasks ?? [];
+  const extra = tasks.map((t) => TASK_NAMES[t]);
+  $("model-tasks").textContent = `${state.name}: embeddings${extra.length ? `, ${extra.join(", ")}` : ""}.`;
+  for (const [section, task] of [["classify", "classify"], ["ner", "tokenClassify"], ["qa", "answer"]]) {
+    const has = tasks.includes(task);
+    $(section).querySelector("[data-missing]").hidden = has;
+    $(section).querySelector("form.task").hidden = !has;
+  }
+  $("fm-model").textContent = tasks.includes("fillMask") ? state.name : "splade-tiny";
+}
+
+function loadFromForm() {
+  const url = $("model-url").value.trim();
+  if (!url) {
+    showError($("model-error"), "Give a URL or a Hugging Face repo id (owner/name), or pick a bundled model.");
+    return;
+  }
+  // A path like "models/x/" would read as a repo id: the page's own files are absolute paths.
+  loadModel(url, url.replace(/\/$/, "").split("/").pop());
+}
+
+/** Dropped or chosen files → the bytes Bert.load takes. */
+async function loadFromFiles(fileList) {
+  const files = [...fileList];
+  if (!files.length) return;
+  const byName = new Map(files.map((f) => [f.name, f]));
+  const gguf = files.find((f) => f.name.endsWith(".gguf"));
+  try {
+    let source;
+    if (gguf) {
+      source = { gguf: new Uint8Array(await gguf.arrayBuffer()) };
+    } else {
+      const need = (n) => {
+        const f = byName.get(n);
+        if (!f) throw new Error(`the dropped files have no ${n}: drop config.json, tokenizer.json (or vocab.txt) and model.safetensors together, or one .gguf`);
+        return f;
+      };
+      const bytes = async (f) => new Uint8Array(await f.arrayBuffer());
+      const tok = byName.get("tokenizer.json");
+      source = {
+        config: await bytes(need("config.json")),
+        weights: await bytes(need("model.safetensors")),
+        ...(tok ? { tokenizer: await bytes(tok) } : { vocab: await bytes(need("vocab.txt")) }),
+        ...(byName.get("tokenizer_config.json") ? { tokenizerConfig: await bytes(byName.get("tokenizer_config.json")) } : {}),
+      };
+    }
+    $("model-preset").value = "";
+    $("model-url").value = "";
+    await loadModel(source, gguf ? gguf.name : "dropped model");
+  } catch (e) {
+    showError($("model-error"), e);
+  }
+}
+
+// ---- similarity and search ----------------------------------------------------------------------------------------
 
 function cosine(a, b) {
   let s = 0;
@@ -88,29 +201,15 @@ function heatColor(v) {
 
 function renderHeatmap(sentences, sim) {
   const n = sentences.length;
-  const table = document.createElement("table");
-  table.className = "heat";
-  const cap = document.createElement("caption");
-  cap.className = "sr-only";
-  cap.textContent = "Cosine similarity between every pair of sentences";
-  table.append(cap);
+  const table = el("table", { className: "heat" });
+  table.append(el("caption", { className: "sr-only", textContent: "Cosine similarity between every pair of sentences" }));
   const head = table.createTHead().insertRow();
-  head.append(document.createElement("th"));
-  for (let j = 0; j < n; j++) {
-    const th = document.createElement("th");
-    th.scope = "col";
-    th.textContent = `#${j + 1}`;
-    th.title = sentences[j];
-    head.append(th);
-  }
+  head.append(el("th"));
+  for (let j = 0; j < n; j++) head.append(el("th", { scope: "col", textContent: `#${j + 1}`, title: sentences[j] }));
   const body = table.createTBody();
   for (let i = 0; i < n; i++) {
     const row = body.insertRow();
-    const th = document.createElement("th");
-    th.scope = "row";
-    th.innerHTML = `<span class="idx">#${i + 1}</span> `;
-    th.append(document.createTextNode(sentences[i]));
-    row.append(th);
+    row.append(el("th", { scope: "row" }, el("span", { className: "idx", textContent: `#${i + 1}` }), ` ${sentences[i]}`));
     for (let j = 0; j < n; j++) {
       const td = row.insertCell();
       const v = sim[i][j];
@@ -126,113 +225,358 @@ function renderHeatmap(sentences, sim) {
   $("heatmap").replaceChildren(table);
 }
 
-async function runSimilarity() {
+async function similarity() {
   const sentences = $("sim-input").value.split("\n").map((s) => s.trim()).filter(Boolean);
-  if (!sentences.length || !state.bert) return;
-  setBusy(true);
-  try {
-    const vectors = await timed($("sim-time"), `${sentences.length} sentences embedded`,
-      () => state.bert.embed(sentences, { normalize: true }));
-    state.vectors = vectors;
-    state.sentences = sentences;
-    const sim = vectors.map((a) => vectors.map((b) => cosine(a, b)));
-    renderHeatmap(sentences, sim);
-    window.demo.lastSimilarity = sim;
-  } catch (e) {
-    $("sim-time").textContent = `Error: ${e.message}`;
-  } finally {
-    setBusy(false);
-  }
+  if (!sentences.length) return;
+  const vectors = await timed($("sim-time"), `${sentences.length} sentences embedded`,
+    () => state.bert.embed(sentences, { normalize: true }));
+  state.vectors = vectors;
+  state.sentences = sentences;
+  const sim = vectors.map((a) => vectors.map((b) => cosine(a, b)));
+  renderHeatmap(sentences, sim);
+  window.demo.lastSimilarity = sim;
 }
 
-async function runSearch() {
+async function search() {
   const q = $("search-query").value.trim();
-  if (!q || !state.bert) return;
-  setBusy(true);
-  try {
-    if (!state.vectors) await runSimilarity();
-    setBusy(true);
-    const qv = await timed($("search-time"), "query embedded", () => state.bert.embed(q, { normalize: true }));
-    const ranked = state.sentences.map((s, i) => ({ s, score: cosine(qv, state.vectors[i]) }))
-      .sort((a, b) => b.score - a.score);
-    $("search-results").replaceChildren(...ranked.map(({ s, score }) => {
-      const li = document.createElement("li");
-      li.innerHTML = `<span class="score"></span><span class="text"></span>`;
-      li.firstChild.textContent = score.toFixed(3);
-      li.lastChild.textContent = s;
-      li.style.setProperty("--w", `${Math.max(0, score) * 100}%`);
-      return li;
-    }));
-  } catch (e) {
-    $("search-time").textContent = `Error: ${e.message}`;
-  } finally {
-    setBusy(false);
-  }
+  if (!q) return;
+  if (!state.vectors) await similarity();
+  const qv = await timed($("search-time"), "query embedded", () => state.bert.embed(q, { normalize: true }));
+  const ranked = state.sentences.map((s, i) => ({ s, score: cosine(qv, state.vectors[i]) }))
+    .sort((a, b) => b.score - a.score);
+  $("search-results").replaceChildren(...ranked.map(({ s, score }) => {
+    const li = el("li", {}, el("span", { className: "score", textContent: score.toFixed(3) }), el("span", { className: "text", textContent: s }));
+    li.style.setProperty("--w", `${Math.max(0, score) * 100}%`);
+    return li;
+  }));
 }
 
-async function runFillMask() {
+// ---- fill-mask ------------------------------------------------------------------------------------------------------
+
+async function fillMask() {
   const text = $("fm-input").value;
   if (!text.includes("[MASK]")) {
     $("fm-time").textContent = "Put [MASK] somewhere in the sentence.";
     return;
   }
-  $("fm-run").disabled = true;
-  try {
+  let model = state.bert?.tasks.includes("fillMask") ? state.bert : null;
+  if (!model) {
     if (!state.mlm) {
       $("fm-time").textContent = "Loading the fill-mask model…";
       state.mlmLoading ??= Bert.load(FILL_MASK_MODEL, { device: $("model-device").value });
-      state.mlm = await state.mlmLoading;
+      try {
+        state.mlm = await state.mlmLoading;
+      } finally {
+        state.mlmLoading = null;
+      }
     }
-    const out = await timed($("fm-time"), "filled", () => state.mlm.fillMask(text, { topK: 5 }));
-    const top = Array.isArray(out[0]) ? out[0] : out;
-    const max = Math.max(...top.map((r) => r.score), 1e-9);
-    $("fm-results").replaceChildren(...top.map((r) => {
-      const li = document.createElement("li");
-      li.innerHTML = `<span class="word"></span><span class="bar"><span></span></span><span class="score"></span>`;
-      li.children[0].textContent = r.token_str;
-      li.children[1].firstChild.style.width = `${(r.score / max) * 100}%`;
-      li.children[2].textContent = `${(r.score * 100).toFixed(1)}%`;
-      li.title = r.sequence;
-      return li;
-    }));
+    model = state.mlm;
+  }
+  const out = await timed($("fm-time"), "filled", () => model.fillMask(text, { topK: 5 }));
+  const top = Array.isArray(out[0]) ? out[0] : out; // several masks: the first one's candidates
+  bars($("fm-results"), top.map((r) => ({ label: r.token_str, score: r.score, title: r.sequence })));
+}
+
+// ---- training -------------------------------------------------------------------------------------------------------
+
+/** One CSV record per line, RFC 4180 quoting ("" inside quotes). */
+function csvRows(text, sep) {
+  const rows = [];
+  let row = [], field = "", quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === "\"" && text[i + 1] === "\"") { field += "\""; i++; }
+      else if (c === "\"") quoted = false;
+      else field += c;
+    } else if (c === "\"" && field === "") quoted = true;
+    else if (c === sep) { row.push(field); field = ""; }
+    else if (c === "\n" || c === "\r") {
+      if (c === "\r" && text[i + 1] === "\n") i++;
+      row.push(field); rows.push(row); row = []; field = "";
+    } else field += c;
+  }
+  if (field !== "" || row.length) { row.push(field); rows.push(row); }
+  return rows.filter((r) => r.some((f) => f.trim() !== ""));
+}
+
+/**
+ * The examples in `text`: JSON lines ({"text", "label"}), CSV/TSV with a header naming `text` and `label`, or
+ * `label: text` lines. Throws with the line number of the first line it cannot read.
+ */
+function parseExamples(text, fileName = "") {
+  const trimmed = text.trim();
+  if (!trimmed) return [];
+  if (trimmed.startsWith("{")) {
+    return trimmed.split("\n").filter((l) => l.trim()).map((line, i) => {
+      let o;
+      try { o = JSON.parse(line); } catch { throw new Error(`line ${i + 1} is not JSON`); }
+      if (typeof o.text !== "string" || (typeof o.label !== "string" && typeof o.label !== "number")) {
+        throw new Error(`line ${i + 1} needs "text" and "label"`);
+      }
+      return { text: o.text, label: String(o.label) };
+    });
+  }
+  const sep = fileName.endsWith(".tsv") ? "\t" : fileName.endsWith(".csv") ? "," : null;
+  if (sep) {
+    const rows = csvRows(trimmed, sep);
+    const header = rows[0].map((h) => h.trim().toLowerCase());
+    const ti = header.indexOf("text"), li = header.indexOf("label");
+    if (ti < 0 || li < 0) throw new Error(`the first row must name the columns "text" and "label" (got ${rows[0].join(", ")})`);
+    return rows.slice(1).map((r, i) => {
+      if (r[ti] == null || r[li] == null) throw new Error(`row ${i + 2} has fewer columns than the header`);
+      return { text: r[ti], label: r[li].trim() };
+    });
+  }
+  return trimmed.split("\n").map((l) => l.trim()).filter(Boolean).map((line, i) => {
+    const k = line.indexOf(":");
+    if (k <= 0) throw new Error(`line ${i + 1} should read "label: text"`);
+    return { label: line.slice(0, k).trim(), text: line.slice(k + 1).trim() };
+  });
+}
+
+function examplesToText(examples) {
+  return examples.map((e) => `${e.label}: ${e.text.replace(/\s+/g, " ")}`).join("\n");
+}
+
+function countExamples() {
+  try {
+    const ex = parseExamples($("tr-input").value);
+    const labels = new Set(ex.map((e) => e.label));
+    $("tr-count").textContent = `${ex.length} examples, ${labels.size} labels`;
   } catch (e) {
-    state.mlmLoading = null;
-    $("fm-time").textContent = `Error: ${e.message}`;
-  } finally {
-    $("fm-run").disabled = false;
+    $("tr-count").textContent = e.message;
   }
 }
 
-$("model-form").addEventListener("submit", (e) => {
+const SVG = "http://www.w3.org/2000/svg";
+
+/** Loss (solid, left axis scaled to the largest loss) and accuracy (dashed, 0–1) per epoch. */
+function drawChart(history, epochs) {
+  const svg = $("tr-chart");
+  const W = 600, H = 200, L = 36, R = 10, T = 10, B = 24;
+  const maxLoss = Math.max(...history.flatMap((h) => [h.loss, h.valLoss ?? 0]), 1e-6);
+  const x = (e) => L + ((e - 1) / Math.max(1, epochs - 1)) * (W - L - R);
+  const yl = (v) => T + (1 - v / maxLoss) * (H - T - B);
+  const ya = (v) => T + (1 - v) * (H - T - B);
+  const path = (key, y) => history.filter((h) => h[key] != null)
+    .map((h, i) => `${i ? "L" : "M"}${x(h.epoch).toFixed(1)},${y(h[key]).toFixed(1)}`).join("");
+  const parts = [
+    `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" class="axis"/>`,
+    `<line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" class="axis"/>`,
+    `<text x="${L - 4}" y="${T + 8}" text-anchor="end">${maxLoss.toFixed(2)}</text>`,
+    `<text x="${L - 4}" y="${H - B}" text-anchor="end">0</text>`,
+    `<text x="${W - R}" y="${H - 6}" text-anchor="end">epoch ${history.at(-1)?.epoch ?? 0} / ${epochs}</text>`,
+    `<path d="${path("loss", yl)}" class="train"/>`,
+    `<path d="${path("valLoss", yl)}" class="val"/>`,
+    `<path d="${path("accuracy", ya)}" class="train acc"/>`,
+    `<path d="${path("valAccuracy", ya)}" class="val acc"/>`,
+  ];
+  svg.innerHTML = parts.join("");
+  svg.setAttribute("aria-label", history.length
+    ? `Epoch ${history.at(-1).epoch}: loss ${history.at(-1).loss.toFixed(3)}, accuracy ${(history.at(-1).accuracy * 100).toFixed(0)}%`
+    : "No training yet");
+  svg.setAttribute("xmlns", SVG);
+}
+
+async function train() {
+  $("tr-error").hidden = true;
+  const examples = parseExamples($("tr-input").value);
+  const epochs = Number($("tr-epochs").value);
+  const hidden = $("tr-hidden").value ? Number($("tr-hidden").value) : undefined;
+  const history = [];
+  drawChart(history, epochs);
+  const t0 = performance.now();
+  const report = await state.bert.trainHead(examples, {
+    epochs, learningRate: Number($("tr-lr").value), hidden, seed: 0,
+    onProgress: (p) => {
+      history.push(p);
+      drawChart(history, epochs);
+      const acc = p.valAccuracy ?? p.accuracy;
+      $("tr-time").textContent = `epoch ${p.epoch}/${epochs} · loss ${p.loss.toFixed(3)} · `
+        + `${p.valAccuracy != null ? "validation" : "training"} accuracy ${(acc * 100).toFixed(0)}%`;
+    },
+  });
+  const best = report.history[report.bestEpoch - 1];
+  $("tr-time").textContent = `trained in ${fmtMs(performance.now() - t0)} · kept epoch ${report.bestEpoch}`
+    + (best.valAccuracy != null ? ` · validation accuracy ${(best.valAccuracy * 100).toFixed(0)}%` : "")
+    + ` · labels: ${report.labels.join(", ")}`;
+  state.trained = true;
+  $("tr-after").hidden = false;
+  showTasks();
+  window.demo.lastTraining = report;
+}
+
+async function tryTrained() {
+  const text = $("tr-try").value.trim();
+  if (!text) return;
+  const out = await timed($("tr-try-time"), "classified", () => state.bert.classify(text));
+  bars($("tr-results"), out);
+}
+
+async function exportHead() {
+  const bytes = await state.bert.exportHead();
+  const a = el("a", { href: URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" })), download: "head.safetensors" });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+}
+
+async function loadHeadFile(file) {
+  const labels = await state.bert.loadHead(new Uint8Array(await file.arrayBuffer()));
+  $("tr-head-status").textContent = `${file.name}: a head for ${labels.join(", ")}`;
+  $("tr-after").hidden = false;
+  showTasks();
+}
+
+// ---- classify, NER, QA ------------------------------------------------------------------------------------------
+
+async function classify() {
+  const text = $("cl-input").value;
+  const pair = $("cl-pair").value.trim();
+  const out = await timed($("cl-time"), "classified", () => state.bert.classify(pair ? [text, pair] : text));
+  bars($("cl-results"), out);
+}
+
+/** `text` with `spans` ({ start, end, label, score }) wrapped in <mark>. */
+function marked(target, text, spans) {
+  const parts = [];
+  let at = 0;
+  for (const s of [...spans].sort((a, b) => a.start - b.start)) {
+    if (s.start < at) continue;
+    parts.push(text.slice(at, s.start));
+    const m = el("mark", { title: `${s.label} · ${(s.score * 100).toFixed(1)}%` }, text.slice(s.start, s.end),
+      el("span", { className: "tag", textContent: s.label }));
+    parts.push(m);
+    at = s.end;
+  }
+  parts.push(text.slice(at));
+  target.replaceChildren(...parts);
+}
+
+async function ner() {
+  const text = $("ner-input").value;
+  const ents = await timed($("ner-time"), "tagged", () => state.bert.tokenClassify(text, { aggregation: "simple" }));
+  marked($("ner-text"), text, ents.map((e) => ({ ...e, label: e.entity_group })));
+  $("ner-results").replaceChildren(...ents.map((e) => el("li", {},
+    el("span", { className: "ent", textContent: e.entity_group }), el("span", { className: "text", textContent: e.word }),
+    el("span", { className: "score", textContent: `${(e.score * 100).toFixed(1)}%` }))));
+}
+
+async function answer() {
+  const context = $("qa-context").value;
+  const a = await timed($("qa-time"), "answered", () => state.bert.answer($("qa-question").value, context));
+  marked($("qa-answer"), context, [{ start: a.start, end: a.end, label: "answer", score: a.score }]);
+}
+
+// ---- wiring ---------------------------------------------------------------------------------------------------------
+
+function on(id, event, fn) {
+  $(id).addEventListener(event, fn);
+}
+const submit = (id, errEl, fn) => on(id, "submit", (e) => {
   e.preventDefault();
-  loadModel();
+  busy($(errEl), fn);
 });
-$("sim-run").addEventListener("click", runSimilarity);
+
+on("model-form", "submit", (e) => {
+  e.preventDefault();
+  loadFromForm();
+});
+on("model-preset", "change", () => {
+  const v = $("model-preset").value;
+  if (v) {
+    $("model-url").value = v;
+    loadFromForm();
+  } else {
+    $("model-url").value = "";
+    $("model-url").focus();
+  }
+});
+on("model-url", "input", () => { $("model-preset").value = ""; });
+on("dropzone", "click", () => $("model-files").click());
+on("dropzone", "keydown", (e) => {
+  if (e.key === "Enter" || e.key === " ") {
+    e.preventDefault();
+    $("model-files").click();
+  }
+});
+on("dropzone", "dragover", (e) => {
+  e.preventDefault();
+  $("dropzone").classList.add("over");
+});
+on("dropzone", "dragleave", () => $("dropzone").classList.remove("over"));
+on("dropzone", "drop", (e) => {
+  e.preventDefault();
+  $("dropzone").classList.remove("over");
+  loadFromFiles(e.dataTransfer.files);
+});
+on("model-files", "change", () => {
+  loadFromFiles($("model-files").files);
+  $("model-files").value = "";
+});
+
+on("sim-run", "click", () => busy($("sim-time"), similarity));
 // Ctrl+Enter (or Cmd+Enter) in the sentence box runs the comparison without leaving the keyboard.
-$("sim-input").addEventListener("keydown", (e) => {
+on("sim-input", "keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("sim-run").disabled) {
     e.preventDefault();
-    runSimilarity();
+    busy($("sim-time"), similarity);
   }
 });
-$("search-form").addEventListener("submit", (e) => {
+submit("search-form", "search-time", search);
+on("fm-form", "submit", (e) => {
   e.preventDefault();
-  runSearch();
+  $("fm-run").disabled = true;
+  fillMask().catch((err) => { $("fm-time").textContent = `Error: ${err.message}`; })
+    .finally(() => { $("fm-run").disabled = false; });
 });
 
-// Feature detection: sections whose method the package does not have yet say so instead of failing.
-if (typeof Bert.prototype.fillMask === "function") {
-  $("fm-form").addEventListener("submit", (e) => {
-    e.preventDefault();
-    runFillMask();
+on("tr-input", "input", countExamples);
+on("tr-example", "click", async () => {
+  try {
+    const res = await fetch(EXAMPLE_DATA);
+    if (!res.ok) throw new Error(`${EXAMPLE_DATA}: HTTP ${res.status}`);
+    $("tr-input").value = examplesToText(parseExamples(await res.text()));
+    $("tr-try").value = "The waiter brought us the wrong dessert.";
+    countExamples();
+  } catch (e) {
+    showError($("tr-error"), e);
+  }
+});
+on("tr-file", "change", async () => {
+  const f = $("tr-file").files[0];
+  if (!f) return;
+  try {
+    $("tr-input").value = examplesToText(parseExamples(await f.text(), f.name.toLowerCase()));
+    countExamples();
+  } catch (e) {
+    showError($("tr-error"), new Error(`${f.name}: ${e.message}`));
+  }
+  $("tr-file").value = "";
+});
+on("tr-run", "click", () => busy($("tr-error"), train));
+submit("tr-try-form", "tr-try-time", tryTrained);
+on("tr-export", "click", () => busy($("tr-error"), exportHead));
+on("tr-head-file", "change", async () => {
+  const f = $("tr-head-file").files[0];
+  if (f) await busy($("tr-head-status"), () => loadHeadFile(f));
+  $("tr-head-file").value = "";
+});
+submit("cl-form", "cl-time", classify);
+submit("ner-form", "ner-time", ner);
+submit("qa-form", "qa-time", answer);
+
+// The page and the package are cached by a service worker so a second visit works offline (the model files are
+// cached by the package itself). Served from /www/ with scope "/" (the server allows it), so the worker scripts
+// under /pkg/ are covered too.
+if ("serviceWorker" in navigator) {
+  navigator.serviceWorker.register("/www/sw.js", { scope: "/" }).catch((e) => {
+    console.warn(`offline cache unavailable: ${e.message}`);
   });
-  $("fm-run").disabled = false;
-} else {
-  $("fm-body").hidden = true;
-  $("fm-missing").hidden = false;
-}
-if (typeof Bert.prototype.trainHead === "function") {
-  $("tr-missing").textContent = "Head training is in the package; its panel is not on this page yet.";
 }
 
-loadModel();
+countExamples();
+drawChart([], Number($("tr-epochs").value));
+loadFromForm();

@@ -50,6 +50,8 @@ export function serve(root, { port = 0, cors = false, home = null, cache = "no-s
         "content-type": TYPES[path.extname(file)] ?? "application/octet-stream",
         "content-length": st.size,
         "cache-control": cache,
+        // The demo's service worker lives in /www/ but serves the whole site (the package's worker scripts are in /pkg/).
+        ...(path.basename(file) === "sw.js" ? { "service-worker-allowed": "/" } : {}),
       });
       if (req.method === "HEAD") res.end();
       else fs.createReadStream(file).pipe(res);

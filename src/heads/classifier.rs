@@ -101,6 +101,15 @@ pub struct SequenceClassifier<B: Backend> {
 impl<B: Backend> SequenceClassifier<B> {
     /// `w` at the root of the checkpoint (`bert.pooler.*`, `classifier.*`).
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
+        // Before the labels: a base model (no classifier) is the common case, and its fix is not id2label.
+        if !w.contains("classifier.weight") {
+            return Err(Error::Weights(format!(
+                "this checkpoint has no sequence-classification head (`classifier.weight` is missing; architectures: \
+                 {:?}): train one on this model (trainHead in JavaScript, `bertgpu train-head`) or load one \
+                 (loadHead, `--head FILE`)",
+                cfg.architectures
+            )));
+        }
         let labels = labels_from_config(cfg, "classification")?;
         let classifier = load_label_linear(&w.pp("classifier"), cfg, labels.len(), backend)?;
         Ok(SequenceClassifier {

@@ -121,6 +121,32 @@ impl<B: Backend> Model<B> {
         Ok(self.next_sentence_logits(&encoded).await?.iter().map(|l| NextSentence::from_logits(l)).collect())
     }
 
+    /// The tasks this model can run besides `embed`, by their JavaScript names: "fillMask", "nextSentence",
+    /// "classify" (the checkpoint's classifier or a trained head), "tokenClassify", "answer". Mirrors the checks the
+    /// tasks make, so a task listed here does not fail for want of its head.
+    pub fn available_tasks(&self) -> Vec<&'static str> {
+        let archs = &self.config.architectures;
+        let mut out = Vec::new();
+        if self.heads.masked_lm().is_ok() {
+            out.push("fillMask");
+        }
+        if self.heads.next_sentence().is_ok() {
+            out.push("nextSentence");
+        }
+        if self.has_head()
+            || (self.heads.sequence_classifier().is_ok() && !names_architecture(archs, "BertForTokenClassification"))
+        {
+            out.push("classify");
+        }
+        if self.heads.token_classifier().is_ok() && !names_architecture(archs, "BertForSequenceClassification") {
+            out.push("tokenClassify");
+        }
+        if self.heads.qa().is_ok() {
+            out.push("answer");
+        }
+        out
+    }
+
     /// Sequence-classification logits `(num_labels)` per encoding.
     pub async fn classify_logits(&self, encoded: &[Encoded]) -> Result<Vec<Vec<f32>>> {
         let head = self.heads.sequence_classifier()?;
@@ -227,6 +253,11 @@ impl<B: Backend> Model<B> {
 
 /// The same tasks on whichever backend the engine holds.
 impl Engine {
+    /// See [`Model::available_tasks`].
+    pub fn available_tasks(&self) -> Vec<&'static str> {
+        crate::with_model!(self, m => m.available_tasks())
+    }
+
     /// See [`Model::fill_mask`].
     pub async fn fill_mask(&self, texts: &[&str], top_k: usize) -> Result<Vec<Vec<Vec<FillMaskPrediction>>>> {
         with_model!(self, m => m.fill_mask(texts, top_k).await)

@@ -1,75 +1,210 @@
-// The demo page (www/) in headless Chromium: loads the default model (all-MiniLM-L6-v2) in the worker, runs the
-// similarity section on three short sentences and checks the heatmap's ordering with the real model: the two
-// paraphrases are more similar to each other than either is to the unrelated sentence. Then ranks a query, and
-// fill-mask when the package has it. Saves screenshots to tests/browser/screenshots/ (git-ignored); any console
-// error fails the test. The page is served by www/serve.mjs. Inputs are tiny: `auto` picks the wasm CPU path on SwiftShader's fallback adapter.
+// The demo page (www/, served by www/serve.mjs as scripts/demo.sh serves it) in headless Chromium, every section
+// with the real default model (all-MiniLM-L6-v2, in the page's worker; `auto` takes the wasm CPU path on
+// SwiftShader's fallback adapter): similarity and search ordering, fill-mask against PyTorch, training a classifier
+// on real quotations (Debian's fortunes) with held-out accuracy, export and re-import of the head; the
+// classify/NER/QA panels say the default model lacks their heads, then run on checkpoints that have them (picked
+// from the model menu) against the PyTorch goldens; a model dropped as files; and a second visit with the server
+// stopped. Screenshots go to tests/browser/screenshots/ (git-ignored); any console error fails the test.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
-import { start, ROOT } from "./harness.mjs";
+import { start, ROOT, readJson } from "./harness.mjs";
 import { serveDemo } from "../../www/serve.mjs";
 
 const SHOTS = path.join(ROOT, "tests/browser/screenshots");
+/** Scores on the page are the package's f32 outputs; the goldens are PyTorch's (see heads.test.mjs). */
+const SCORE_ATOL = 1e-4;
+/** Held-out accuracy of the page's head: see MIN_ACCURACY in train.test.mjs (same data, same bar). */
+const MIN_ACCURACY = 0.65;
 
-test("demo page: similarity heatmap and search with all-MiniLM-L6-v2, no console errors", { timeout: 120_000 }, async () => {
-  // The page is served by the demo's own server (what scripts/demo.sh runs), Chromium comes from the harness.
-  const env = await start();
-  const demo = await serveDemo(0);
-  try {
-    const page = await env.context.newPage();
-    await page.setViewportSize({ width: 1100, height: 900 });
+const golden = readJson("tests/golden/heads.json");
+const heldOut = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/test.jsonl"), "utf8").trim().split("\n")
+  .map((l) => JSON.parse(l));
+
+function watch(page, errors) {
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.on("pageerror", (e) => errors.push(`uncaught: ${e.message}`));
+  page.on("worker", (w) => w.on?.("console", (m) => { if (m.type() === "error") errors.push(`worker: ${m.text()}`); }));
+}
+
+/** Submits a panel and waits until its timing line says it finished (or failed). */
+async function run(page, button, timeEl, timeout = 60_000) {
+  await page.$eval(timeEl, (e) => { e.textContent = ""; });
+  await page.click(button);
+  await page.waitForFunction((sel) => document.querySelector(sel).textContent !== "", timeEl, { timeout });
+  const text = await page.textContent(timeEl);
+  assert.doesNotMatch(text, /Error/, `${button}: ${text}`);
+  return text;
+}
+
+async function loadPreset(page, value) {
+  const before = await page.evaluate(() => window.demo.loads);
+  await page.selectOption("#model-preset", value);
+  await page.waitForFunction((n) => window.demo.loads > n || !document.querySelector("#model-error").hidden, before,
+    { timeout: 60_000 });
+  assert.equal(await page.isVisible("#model-error"), false, await page.textContent("#model-error"));
+}
+
+test("demo page: every section with the default model, task panels, dropped files, offline second visit",
+  { timeout: 600_000 }, async () => {
+    const env = await start();
+    let demo = await serveDemo(0);
     const errors = [];
-    page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
-    page.on("pageerror", (e) => errors.push(`uncaught: ${e.message}`));
-    page.on("worker", (w) => w.on?.("console", (m) => { if (m.type() === "error") errors.push(`worker: ${m.text()}`); }));
+    try {
+      const page = await env.context.newPage();
+      await page.setViewportSize({ width: 1100, height: 900 });
+      watch(page, errors);
+      await page.goto(demo.url);
+      await page.waitForFunction(() => window.demo?.ready || window.demo?.error, null, { timeout: 60_000 });
+      assert.equal(await page.evaluate(() => window.demo.error), null);
+      assert.match(await page.textContent("#badge"), /^(WebGPU|CPU)$/);
+      assert.equal(await page.textContent("#model-tasks"), "all-MiniLM-L6-v2: embeddings.");
 
-    await page.goto(demo.url);
-    await page.waitForFunction(() => window.demo?.ready || window.demo?.error, null, { timeout: 60_000 });
-    assert.equal(await page.evaluate(() => window.demo.error), null);
-    const badge = await page.textContent("#badge");
-    assert.match(badge, /^(WebGPU|CPU)$/);
+      // Similarity and search.
+      const sentences = ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell today."];
+      await page.fill("#sim-input", sentences.join("\n"));
+      await page.focus("#sim-input");
+      await page.keyboard.press("Control+Enter"); // the keyboard path; the Compare button calls the same code
+      await page.waitForSelector("#heatmap td[data-sim]", { timeout: 60_000 });
+      const sim = await page.$$eval("#heatmap td[data-sim]", (tds) => {
+        const m = [];
+        for (const td of tds) (m[+td.dataset.i] ??= [])[+td.dataset.j] = Number(td.dataset.sim);
+        return m;
+      });
+      assert.equal(sim.length, 3);
+      for (let i = 0; i < 3; i++) assert.ok(Math.abs(sim[i][i] - 1) < 1e-3, `self-similarity ${sim[i][i]}`);
+      assert.ok(sim[0][1] > sim[0][2] + 0.2, `paraphrases ${sim[0][1]} vs unrelated ${sim[0][2]}`);
+      assert.ok(sim[0][1] > sim[1][2] + 0.2, `paraphrases ${sim[0][1]} vs unrelated ${sim[1][2]}`);
+      assert.match(await page.textContent("#sim-time"), /3 sentences embedded in [\d.]+ m?s/);
+      await page.fill("#search-query", "shares and stocks");
+      await run(page, "#search-run", "#search-time");
+      assert.equal(await page.$$eval("#search-results li", (l) => l.length), 3);
+      assert.equal(await page.textContent("#search-results li:first-child .text"), sentences[2]);
 
-    const sentences = ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell today."];
-    await page.fill("#sim-input", sentences.join("\n"));
-    await page.focus("#sim-input");
-    await page.keyboard.press("Control+Enter"); // the keyboard path; the Compare button calls the same code
-    await page.waitForSelector("#heatmap td[data-sim]", { timeout: 60_000 });
-    const sim = await page.$$eval("#heatmap td[data-sim]", (tds) => {
-      const m = [];
-      for (const td of tds) (m[+td.dataset.i] ??= [])[+td.dataset.j] = Number(td.dataset.sim);
-      return m;
-    });
-    assert.equal(sim.length, 3);
-    for (let i = 0; i < 3; i++) assert.ok(Math.abs(sim[i][i] - 1) < 1e-3, `self-similarity ${sim[i][i]}`);
-    assert.ok(sim[0][1] > sim[0][2] + 0.2, `paraphrases ${sim[0][1]} vs unrelated ${sim[0][2]}`);
-    assert.ok(sim[0][1] > sim[1][2] + 0.2, `paraphrases ${sim[0][1]} vs unrelated ${sim[1][2]}`);
-    assert.match(await page.textContent("#sim-time"), /3 sentences embedded in [\d.]+ m?s/);
-
-    await page.fill("#search-query", "shares and stocks");
-    await page.click("#search-run");
-    await page.waitForFunction(() => document.querySelectorAll("#search-results li").length === 3, null, { timeout: 30_000 });
-    const top = await page.textContent("#search-results li:first-child .text");
-    assert.equal(top, sentences[2]);
-
-    const hasFillMask = await page.isVisible("#fm-body");
-    if (hasFillMask) {
-      await page.click("#fm-run");
-      await page.waitForSelector("#fm-results li", { timeout: 30_000 });
-      const words = await page.$$eval("#fm-results .word", (els) => els.map((e) => e.textContent));
+      // Fill-mask: MiniLM has no MLM head, so the page loads splade-tiny. PyTorch (transformers' fill-mask pipeline
+      // on models/splade-tiny) gives city 0.114, mountains 0.057, france 0.041, where 0.037, paris 0.015.
+      const fmWords = async () => {
+        await run(page, "#fm-run", "#fm-time");
+        await page.waitForFunction(() => !/Loading/.test(document.querySelector("#fm-time").textContent));
+        return page.$$eval("#fm-results .word", (els) => els.map((e) => e.textContent));
+      };
+      const words = await fmWords();
       assert.equal(words.length, 5);
-      // PyTorch (transformers' fill-mask pipeline on models/splade-tiny, a tiny 2-layer model) gives
-      // city 0.114, mountains 0.057, france 0.041, where 0.037, paris 0.015 for this sentence.
       assert.deepEqual(words.slice(0, 3), ["city", "mountains", "france"]);
-    }
 
-    fs.mkdirSync(SHOTS, { recursive: true });
-    await page.screenshot({ path: path.join(SHOTS, "demo-desktop.png"), fullPage: true });
-    await page.setViewportSize({ width: 390, height: 844 });
-    await page.screenshot({ path: path.join(SHOTS, "demo-phone.png"), fullPage: true });
-    assert.deepEqual(errors, [], `console errors:\n${errors.join("\n")}`);
-  } finally {
-    await demo.close();
-    await env.stop();
-  }
-});
+      // The task panels say what the default model lacks.
+      for (const id of ["classify", "ner", "qa"]) {
+        assert.ok(await page.isVisible(`#${id} [data-missing]`), `${id}: the missing-head note`);
+        assert.equal(await page.isVisible(`#${id} form`), false);
+      }
+
+      // Train a classifier on the example data (128 quotations, 4 categories), watch the curve, check held-out text.
+      await page.click("#tr-example");
+      await page.waitForFunction(() => /^128 examples, 4 labels$/.test(document.querySelector("#tr-count").textContent));
+      await page.click("#tr-run");
+      await page.waitForFunction(() => window.demo.lastTraining || !document.querySelector("#tr-error").hidden, null,
+        { timeout: 120_000 });
+      assert.equal(await page.isVisible("#tr-error"), false, await page.textContent("#tr-error"));
+      const report = await page.evaluate(() => window.demo.lastTraining);
+      assert.deepEqual([...report.labels].sort(), ["computers", "food", "law", "sports"]);
+      const points = await page.$eval("#tr-chart path.train:not(.acc)", (p) => (p.getAttribute("d").match(/[ML]/g) ?? []).length);
+      assert.equal(points, report.history.length, "one point per epoch on the loss curve");
+      assert.match(await page.textContent("#tr-time"), /trained in .* kept epoch \d+ · validation accuracy \d+%/);
+      let correct = 0;
+      for (const x of heldOut) {
+        await page.fill("#tr-try", x.text);
+        await run(page, "#tr-try-run", "#tr-try-time");
+        const top = await page.textContent("#tr-results li:first-child .word");
+        if (top === x.label) correct += 1;
+      }
+      console.log(`demo: held-out accuracy ${correct}/${heldOut.length} (kept epoch ${report.bestEpoch})`);
+      assert.ok(correct / heldOut.length >= MIN_ACCURACY, `held-out accuracy ${correct}/${heldOut.length}`);
+      assert.equal(await page.$$eval("#tr-results li", (l) => l.length), 4);
+
+      // Export the head, then load the file back.
+      const [download] = await Promise.all([page.waitForEvent("download"), page.click("#tr-export")]);
+      assert.equal(download.suggestedFilename(), "head.safetensors");
+      const headFile = path.join(os.tmpdir(), `bertgpu-demo-head-${process.pid}.safetensors`);
+      await download.saveAs(headFile);
+      const bytes = fs.readFileSync(headFile);
+      const headerLen = Number(bytes.readBigUInt64LE(0));
+      const header = JSON.parse(bytes.subarray(8, 8 + headerLen).toString("utf8"));
+      assert.deepEqual(header["classifier.weight"].shape, [4, 384]);
+      await page.setInputFiles("#tr-head-file", headFile);
+      await page.waitForFunction(() => /a head for/.test(document.querySelector("#tr-head-status").textContent));
+      assert.match(await page.textContent("#tr-head-status"), /\.safetensors: a head for (\w+, ){3}\w+$/);
+      fs.rmSync(headFile, { force: true });
+      fs.mkdirSync(SHOTS, { recursive: true });
+      await page.screenshot({ path: path.join(SHOTS, "demo-desktop.png"), fullPage: true });
+
+      // Checkpoints that carry the other heads, from the model menu, against the PyTorch goldens.
+      await loadPreset(page, "/tests/models/tiny-ner/");
+      assert.equal(await page.isVisible("#ner-form"), true);
+      assert.equal(await page.isVisible("#ner [data-missing]"), false);
+      const nerCase = golden.tiny_ner[0];
+      await page.fill("#ner-input", nerCase.text);
+      await run(page, "#ner-run", "#ner-time");
+      const ents = await page.$$eval("#ner-results li", (ls) => ls.map((l) => ({
+        group: l.children[0].textContent, word: l.children[1].textContent })));
+      assert.deepEqual(ents, nerCase.simple.map((e) => ({ group: e.entity_group, word: e.word })));
+      const marks = await page.$$eval("#ner-text mark", (ms) => ms.map((m) => m.firstChild.textContent));
+      assert.deepEqual(marks, nerCase.simple.map((e) => nerCase.text.slice(e.start, e.end)));
+
+      await loadPreset(page, "/tests/models/tiny-qa/");
+      const qaCase = golden.tiny_qa.find((c) => c.windows.length === 1);
+      await page.fill("#qa-context", qaCase.context);
+      await page.fill("#qa-question", qaCase.question);
+      await run(page, "#qa-run", "#qa-time");
+      assert.equal(await page.textContent("#qa-answer mark", { timeout: 5000 }).then((t) => t.replace(/answer$/, "")),
+        qaCase.answer.answer);
+
+      await loadPreset(page, "/tests/models/tiny-classifier/");
+      const clsCase = golden.tiny_classifier.find((c) => c.text_pair == null);
+      await page.fill("#cl-input", clsCase.text);
+      await run(page, "#cl-run", "#cl-time");
+      const cls = await page.$$eval("#cl-results li", (ls) => ls.map((l) => ({
+        label: l.children[0].textContent, pct: Number(l.children[2].textContent.replace("%", "")) })));
+      assert.deepEqual(cls.map((c) => c.label), clsCase.pipeline.map((p) => p.label));
+      cls.forEach((c, i) => assert.ok(Math.abs(c.pct / 100 - clsCase.pipeline[i].score) <= 0.0005 + SCORE_ATOL,
+        `${c.label} ${c.pct}% vs ${clsCase.pipeline[i].score}`));
+
+      // A model dropped as files (the file picker behind the drop zone): splade-tiny's folder. Fill-mask then runs on
+      // it, the loaded model, and gives the same words.
+      const dir = path.join(ROOT, "models/splade-tiny");
+      const before = await page.evaluate(() => window.demo.loads);
+      await page.setInputFiles("#model-files", fs.readdirSync(dir).filter((f) => !f.endsWith(".pt"))
+        .map((f) => path.join(dir, f)));
+      await page.waitForFunction((n) => window.demo.loads > n || !document.querySelector("#model-error").hidden, before,
+        { timeout: 60_000 });
+      assert.equal(await page.isVisible("#model-error"), false, await page.textContent("#model-error"));
+      assert.match(await page.textContent("#model-tasks"), /^dropped model: embeddings, fill-mask/);
+      assert.equal(await page.textContent("#fm-model"), "dropped model");
+      assert.deepEqual((await fmWords()).slice(0, 3), ["city", "mountains", "france"]);
+
+      await page.setViewportSize({ width: 390, height: 844 });
+      await page.screenshot({ path: path.join(SHOTS, "demo-phone.png"), fullPage: true });
+
+      // Offline: the service worker holds the page and the package, the package's cache holds the model files.
+      await page.evaluate(() => navigator.serviceWorker.ready);
+      const url = demo.url;
+      await page.close();
+      await demo.close();
+      demo = null;
+      const offline = await env.context.newPage();
+      watch(offline, errors);
+      await offline.goto(url);
+      await offline.waitForFunction(() => window.demo?.ready || window.demo?.error, null, { timeout: 60_000 });
+      assert.equal(await offline.evaluate(() => window.demo.error), null);
+      await offline.fill("#sim-input", sentences.join("\n"));
+      await run(offline, "#sim-run", "#sim-time");
+      const sim2 = await offline.$$eval("#heatmap td[data-sim]", (tds) => tds.map((td) => Number(td.dataset.sim)));
+      assert.ok(Math.abs(sim2[1] - sim[0][1]) < 1e-5, "the same similarities offline");
+      await offline.screenshot({ path: path.join(SHOTS, "demo-offline.png"), fullPage: false });
+      assert.deepEqual(errors, [], `console errors:\n${errors.join("\n")}`);
+    } finally {
+      await demo?.close();
+      await env.stop();
+    }
+  });
