@@ -600,8 +600,9 @@ fn minilm_gguf_embeddings_match_goldens() {
     }
 }
 
-/// The same floors on the GPU backend (lavapipe natively), which takes the quantized weights as stored. Skips,
-/// saying why, only when there is no GPU adapter.
+/// The same floors on the GPU backend (lavapipe natively), which keeps the weights as stored and runs the packed
+/// kernels (`matmul_packed`, the embeddings' table decoding): every encoder linear and the word table are checked to
+/// be on the device in the file's dtype. Skips, saying why, only when there is no GPU adapter.
 #[test]
 fn minilm_gguf_embeddings_on_gpu() {
     use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
@@ -617,7 +618,11 @@ fn minilm_gguf_embeddings_on_gpu() {
     let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: 8 };
     let (config, tok, tensors) = minilm_meta_and_tensors();
     let meta = BertGgufMeta { name: "m", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: Some("mean") };
-    for (dtype, floor) in [(ConvertDType::Q8_0, MIN_COSINE_Q8_0), (ConvertDType::Q4_0, MIN_COSINE_Q4_0)] {
+    for (dtype, floor) in [
+        (ConvertDType::F16, MIN_COSINE_F16),
+        (ConvertDType::Q8_0, MIN_COSINE_Q8_0),
+        (ConvertDType::Q4_0, MIN_COSINE_Q4_0),
+    ] {
         let bytes = write_bert(&meta, &tensors, dtype).unwrap();
         let e = match pollster::block_on(Engine::from_gguf(&bytes, Device::Gpu)) {
             Ok(e) => e,
@@ -627,6 +632,14 @@ fn minilm_gguf_embeddings_on_gpu() {
             }
             Err(e) => panic!("{dtype:?} on the GPU: {e}"),
         };
+        let bertgpu::tasks::Engine::Gpu(m) = &e else { panic!("asked for the GPU") };
+        let stored = m.bert.embeddings.word_embeddings();
+        let want_dtype = match dtype {
+            ConvertDType::F16 => bertgpu::backend::Dtype::F16,
+            ConvertDType::Q4_0 => bertgpu::backend::Dtype::Q4_0,
+            _ => bertgpu::backend::Dtype::Q8_0,
+        };
+        assert_eq!(bertgpu::backend::Backend::dtype(&m.backend, stored), want_dtype, "word table widened on the GPU");
         let got = pollster::block_on(e.embed(&sentences, &opts)).unwrap();
         let cos: Vec<f64> = got.iter().zip(&want).map(|(a, b)| cosine(a, b)).collect();
         let (worst, &min) = cos.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).unwrap();
@@ -676,6 +689,31 @@ fn splade_fill_mask_top1_unchanged_by_q8_0() {
             assert_eq!(q8p[i][m][0].token, want, "Q8_0 changed the top-1 of {:?} mask {m}", texts[i]);
             let scores = |p: &Vec<bertgpu::heads::masked_lm::FillMaskPrediction>| p.iter().map(|x| (x.token, x.score)).collect::<Vec<_>>();
             assert_eq!(scores(&f32p[i][m]), scores(&base[i][m]), "F32 GGUF differs from the folder");
+        }
+    }
+}
+
+/// The same on the GPU: splade-tiny in Q8_0 runs the packed kernels there (the MLM transform is an f16 matrix, the
+/// tied decoder is the Q8_0 word table) and keeps the top-1 of every golden mask. Skips only without an adapter.
+#[test]
+fn splade_fill_mask_top1_unchanged_by_q8_0_on_gpu() {
+    use bertgpu::tasks::{Device, Engine};
+    let g: serde_json::Value = serde_json::from_str(&golden("heads.json")).unwrap();
+    let cases = g["splade_fill_mask"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let q8e = match pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::Q8_0), Device::Gpu)) {
+        Ok(e) => e,
+        Err(e) if e.to_string().contains("no GPU adapter") => {
+            eprintln!("skipping: {e}");
+            return;
+        }
+        Err(e) => panic!("Q8_0 on the GPU: {e}"),
+    };
+    let q8p = pollster::block_on(q8e.fill_mask(&texts, 5)).unwrap();
+    for (i, c) in cases.iter().enumerate() {
+        for (m, preds) in c["predictions"].as_array().unwrap().iter().enumerate() {
+            let want = preds[0]["token"].as_u64().unwrap() as u32;
+            assert_eq!(q8p[i][m][0].token, want, "Q8_0 on the GPU changed the top-1 of {:?} mask {m}", texts[i]);
         }
     }
 }

@@ -274,13 +274,14 @@ fn repeated_calls_allocate_nothing_new() {
 }
 
 /// Each shader's `Params` declaration (parsed with naga) has the fields, order, offsets, types and size of its
-/// Rust twin. Needs no adapter.
+/// Rust twin, and the shader validates with no capability beyond `unpack2x16float` (`SHADER_FLOAT16_IN_FLOAT32`:
+/// core WGSL, which `GpuBackend::new` checks the adapter for): no `shader-f16`, no subgroups. Needs no adapter.
 #[test]
 fn params_layouts_agree_with_wgsl() {
     use wgpu::naga;
     for &(name, src, size, fields) in bertgpu::backend::gpu::params::SHADERS {
         let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{name}.wgsl: {}", e.emit_to_string(src)));
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32)
             .validate(&module)
             .unwrap_or_else(|e| panic!("{name}.wgsl does not validate: {e:?}"));
         let uniforms: Vec<_> =

@@ -16,8 +16,41 @@ pub mod gpu;
 pub mod gpu;
 
 use crate::tokenizer::Batch;
-use crate::weights::HostTensor;
+use crate::weights::{HostData, HostTensor};
 use crate::Result;
+
+/// How a tensor's elements are stored on a backend. Activations are always f32; a weight matrix keeps the dtype of
+/// its file (llama.cpp's block layouts for Q8_0/Q4_0, 32 values per block along the row) and is decoded inside the
+/// op that reads it (`linear`, `embeddings`), so device memory holds the file's bytes, not an f32 copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    F32,
+    F16,
+    Q8_0,
+    Q4_0,
+}
+
+impl Dtype {
+    /// The dtype of host storage.
+    pub fn of(data: &HostData) -> Dtype {
+        match data {
+            HostData::F32(_) => Dtype::F32,
+            HostData::F16(_) => Dtype::F16,
+            HostData::Q8_0(_) => Dtype::Q8_0,
+            HostData::Q4_0(_) => Dtype::Q4_0,
+        }
+    }
+
+    /// `"f32"`, `"f16"`, `"q8_0"` or `"q4_0"` (the names `convert --dtype` takes).
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Q8_0 => "q8_0",
+            Dtype::Q4_0 => "q4_0",
+        }
+    }
+}
 
 /// The activation a `linear` applies after its bias (its fused epilogue).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -106,7 +139,10 @@ pub trait Backend {
     /// `"cpu"` or `"gpu"`.
     fn name(&self) -> &'static str;
 
-    /// Uploads a weight tensor once, at load, in whatever dtype it has on the host. 1-D tensors become `(1, n)`.
+    /// Uploads a weight tensor once, at load. Matrices keep their host dtype (f32, f16, Q8_0, Q4_0; a quantized
+    /// matrix's rows must be whole blocks of 32); 1-D tensors (biases, LayerNorm γ/β) are widened to f32 and become
+    /// `(1, n)`. Only `linear` (the weight) and `embeddings` (the three tables) read non-f32 tensors; every other op
+    /// refuses them with an error.
     fn upload(&self, t: &HostTensor) -> Result<Self::Tensor>;
 
     /// Uploads an f32 activation matrix from the host (used by tests, heads and training).
@@ -114,6 +150,9 @@ pub trait Backend {
 
     /// `(rows, cols)` of a tensor.
     fn dims(&self, t: &Self::Tensor) -> (usize, usize);
+
+    /// How a tensor's elements are stored.
+    fn dtype(&self, t: &Self::Tensor) -> Dtype;
 
     /// The largest tensor, in bytes, the backend can hold at once: the tasks split a batch so that its widest
     /// activation stays under it. A GPU says its adapter's largest storage binding; the CPU a memory budget.

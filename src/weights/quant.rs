@@ -315,6 +315,32 @@ impl<'a> RowView<'a> {
         }
     }
 
+    /// Rows `r, r+1, …` decoded to f32 into `out` (`out.len()` a multiple of `cols`): an embedding lookup, or a
+    /// panel of weight rows the CPU backend's `linear` dequantizes before its GEMM. Panics if the rows run past the
+    /// matrix (a programming error, not user input).
+    pub fn rows_into(&self, r: usize, out: &mut [f32]) {
+        let c = self.cols;
+        let n = if c == 0 { 0 } else { out.len() / c };
+        assert!(out.len() == n * c && r + n <= self.rows, "RowView::rows_into: rows {r}..{} of {}", r + n, self.rows);
+        match self.data {
+            RowData::F32(w) => out.copy_from_slice(&w[r * c..(r + n) * c]),
+            RowData::F16(w) => {
+                for (o, h) in out.iter_mut().zip(&w[r * c..(r + n) * c]) {
+                    *o = f16::from_bits(*h).to_f32();
+                }
+            }
+            // Lengths and whole-block rows were checked in `new`, so these cannot fail.
+            RowData::Q8_0(w) => {
+                let rb = quantized_bytes(QuantKind::Q8_0, c);
+                let _ = dequantize_q8_0(&w[r * rb..(r + n) * rb], out);
+            }
+            RowData::Q4_0(w) => {
+                let rb = quantized_bytes(QuantKind::Q4_0, c);
+                let _ = dequantize_q4_0(&w[r * rb..(r + n) * rb], out);
+            }
+        }
+    }
+
     /// Row `r` decoded to f32 (an embedding lookup).
     pub fn row_f32(&self, r: usize) -> Vec<f32> {
         assert!(r < self.rows, "RowView::row_f32: row {r} of {}", self.rows);

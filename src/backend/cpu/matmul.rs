@@ -6,11 +6,19 @@
 //! is an independent GEMM writing its own rows of the output. Bias and activation are applied per row right after
 //! the block's GEMM, while it is still in cache.
 
-use super::{par_chunks_mut, threads};
+use super::{par_chunks_mut, par_for, threads};
 use crate::backend::Activation;
+use crate::weights::quant::RowView;
 
 /// Below this many multiply-adds a GEMM is not worth splitting across threads.
 const PARALLEL_MIN_MACS: usize = 1 << 18;
+
+/// f32 values of one dequantized weight panel (`rows × K`): 128 KiB, so the panel stays in L2 next to the GEMM's
+/// own packing buffers while every row of x streams past it.
+const PANEL_FLOATS: usize = 32 * 1024;
+/// Panel heights are multiples of this (the widest GEMM micro-kernel, 16 columns with AVX-512), so no panel ends in
+/// a ragged micro-tile.
+const PANEL_ALIGN: usize = 16;
 
 /// `out (M, N) = act(x (M, K) · w (N, K)ᵀ + bias (N))`. Slices must have exactly these lengths (checked by the
 /// caller).
@@ -28,6 +36,68 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
         gemm_nt(&x[r0 * k..(r0 + rows) * k], rows, k, w, n, c);
         epilogue(c, n, bias, act);
     });
+}
+
+/// `out (M, N) = act(x (M, K) · Wᵀ + bias (N))` with W `(N, K)` kept in its stored dtype (f16, Q8_0, Q4_0): the
+/// CPU twin of the GPU's `matmul_packed` kernel.
+///
+/// The N output columns are cut into panels of weight rows, one task per panel (in parallel natively): a task
+/// dequantizes its panel into a scratch buffer (exactly the values `HostTensor::to_f32` gives) and runs the f32
+/// GEMM of all M rows of x against it, writing its own column strip of `out`. Dequantization costs `N·K` per call
+/// against the GEMM's `M·N·K`, and the f32 copy of W never exists as a whole: memory holds the packed weight plus
+/// one panel per thread.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_packed(x: &[f32], m: usize, k: usize, w: &RowView<'_>, bias: Option<&[f32]>, act: Activation,
+    out: &mut [f32]) {
+    let n = w.rows;
+    assert!(x.len() == m * k && w.cols == k && out.len() == m * n && bias.is_none_or(|b| b.len() == n));
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        return linear(x, m, 0, &[], n, bias, act, out);
+    }
+    // Panel height: what fits PANEL_FLOATS, but small enough that every thread gets a panel when N allows.
+    let fit = (PANEL_FLOATS / k).max(PANEL_ALIGN) / PANEL_ALIGN * PANEL_ALIGN;
+    let per_thread = n.div_ceil(threads()).div_ceil(PANEL_ALIGN) * PANEL_ALIGN;
+    let p = fit.min(per_thread).clamp(1, n);
+    let panels = n.div_ceil(p);
+    let strips = StripPtr(out.as_mut_ptr());
+    par_for(panels, |pi| {
+        let (n0, rows) = (pi * p, p.min(n - pi * p));
+        let mut panel = vec![0f32; rows * k]; // (rows, K): W[n0..n0 + rows, :] as f32
+        w.rows_into(n0, &mut panel);
+        let c = strips.get();
+        // SAFETY: `out` is (M, N) row-major and outlives this loop; this task writes only columns n0..n0 + rows of
+        // each row (the strip starting at c + n0 with row stride N), and the panels' column ranges are disjoint,
+        // so no two tasks touch the same element. x and the panel are bounded by the asserts above and `rows_into`.
+        unsafe {
+            matrixmultiply::sgemm(
+                m, k, rows, 1.0,
+                x.as_ptr(), k as isize, 1,
+                panel.as_ptr(), 1, k as isize,
+                0.0,
+                c.add(n0), n as isize, 1,
+            );
+            for i in 0..m {
+                let strip = std::slice::from_raw_parts_mut(c.add(i * n + n0), rows);
+                epilogue(strip, rows, bias.map(|b| &b[n0..n0 + rows]), act);
+            }
+        }
+    });
+}
+
+/// The output pointer shared by the panel tasks of [`linear_packed`] (each writes a disjoint column strip).
+#[derive(Clone, Copy)]
+struct StripPtr(*mut f32);
+// SAFETY: the tasks write disjoint elements (see `linear_packed`), and the pointee outlives them.
+unsafe impl Send for StripPtr {}
+unsafe impl Sync for StripPtr {}
+impl StripPtr {
+    /// A method rather than field access, so closures capture the whole (Sync) wrapper, not the raw pointer.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
 }
 
 /// `c (M, N) = a (M, K) · b (N, K)ᵀ`, all row-major and contiguous.
@@ -123,6 +193,33 @@ mod tests {
                 linear(&x, m, k, &w, n, None, act, &mut out);
                 let want = reference(&x, m, k, &w, n, None, act);
                 assert_close(&out, &want, GEMM_ATOL, GEMM_RTOL, &format!("linear no bias {m}x{k}x{n} {act:?}"));
+            }
+        }
+    }
+
+    /// `linear_packed` (panels of dequantized rows, column strips of the output written from parallel tasks) against
+    /// the f64 reference on the same dequantized weights. The dequantized values are exact (an f16 scale times a
+    /// small integer fits f32), so only the GEMM's summation order differs: the f32 tolerance holds.
+    #[test]
+    fn linear_packed_matches_reference() {
+        use crate::weights::quant::{quantize, to_f16, QuantKind};
+        use crate::weights::HostTensor;
+        // N spans one panel, several panels and a ragged last panel (panels are multiples of 16 rows).
+        for &(m, k, n) in &[(1, 32, 1), (7, 64, 33), (33, 384, 513), (129, 32, 7), (2, 1536, 40)] {
+            let wt = HostTensor::f32(vec![n, k], rand_vec(n * k, 5)).unwrap();
+            for packed in [to_f16(&wt).unwrap(), quantize(&wt, QuantKind::Q8_0).unwrap(), quantize(&wt, QuantKind::Q4_0).unwrap()] {
+                let deq = packed.to_f32().unwrap();
+                let view = RowView::new(&packed).unwrap();
+                for (ai, act) in [Activation::None, Activation::Gelu, Activation::Tanh].into_iter().enumerate() {
+                    let x = rand_vec(m * k, 6 + ai as u64);
+                    let b = rand_vec(n, 7);
+                    let bias = (ai != 1).then_some(&b[..]);
+                    let mut out = vec![f32::NAN; m * n];
+                    linear_packed(&x, m, k, &view, bias, act, &mut out);
+                    let want = reference(&x, m, k, &deq, n, bias, act);
+                    let what = format!("linear_packed {} {m}x{k}x{n} {act:?}", packed.data.dtype());
+                    assert_close(&out, &want, GEMM_ATOL * (k as f32 / 64.0).max(1.0), GEMM_RTOL, &what);
+                }
             }
         }
     }

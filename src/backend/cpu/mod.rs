@@ -1,7 +1,11 @@
 //! The CPU backend: the reference implementation of every op, and the fallback where there is no WebGPU.
 //!
-//! Everything is f32 (weights of other dtypes are widened once, at upload). Tensors are immutable row-major
-//! matrices behind an `Arc`, so ops never copy their inputs. Natively the heavy ops (GEMM row blocks, attention
+//! Activations are f32. Weight matrices stay in the dtype their file stores (f32, f16, Q8_0, Q4_0): `linear`
+//! dequantizes a panel of weight rows at a time into a per-task scratch buffer and runs the f32 GEMM on it
+//! ([`matmul::linear_packed`]), and the embedding lookup decodes only the rows it gathers, so a Q8_0 model holds
+//! about a quarter of the f32 bytes in memory. 1-D weights (biases, LayerNorm γ/β) are widened to f32 at upload:
+//! they are 0.1% of the bytes and feed additions directly. Tensors are immutable row-major matrices behind an
+//! `Arc`, so ops never copy their inputs. Natively the heavy ops (GEMM row blocks, attention
 //! per (sequence, head)) run on rayon's thread pool; in wasm32 they run on the calling thread.
 //!
 //! One file per op family: [`matmul`] (linear + activation epilogue), [`norm`] (embeddings, LayerNorm),
@@ -15,17 +19,21 @@ pub mod train;
 
 use std::sync::Arc;
 
-use super::{Activation, AdamWStep, AttentionShape, Backend, EmbeddingTables};
+use super::{Activation, AdamWStep, AttentionShape, Backend, Dtype, EmbeddingTables};
 use crate::tokenizer::Batch;
-use crate::weights::HostTensor;
+use crate::weights::quant::RowView;
+use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
-/// A row-major f32 matrix `(rows, cols)`.
+/// A row-major matrix `(rows, cols)`: f32 values, or a weight matrix kept in its stored dtype.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CpuTensor {
     rows: usize,
     cols: usize,
+    /// The values when the tensor is f32 (every activation); empty for a packed weight.
     data: Arc<Vec<f32>>,
+    /// A weight stored as f16, Q8_0 or Q4_0 (shape `[rows, cols]`, blocks along `cols`); `None` for f32.
+    packed: Option<Arc<HostTensor>>,
 }
 
 impl CpuTensor {
@@ -34,7 +42,61 @@ impl CpuTensor {
         if data.len() != rows * cols {
             return Err(Error::Input(format!("a ({rows}, {cols}) tensor needs {} values, got {}", rows * cols, data.len())));
         }
-        Ok(CpuTensor { rows, cols, data: Arc::new(data) })
+        Ok(CpuTensor { rows, cols, data: Arc::new(data), packed: None })
+    }
+
+    /// Keeps a 2-D f16 / Q8_0 / Q4_0 weight as stored (checked to hold `(rows, cols)`; quantized rows must be whole
+    /// blocks of 32). An f32 host tensor becomes a plain f32 tensor.
+    pub fn packed(t: &HostTensor, rows: usize, cols: usize) -> Result<CpuTensor> {
+        if let HostData::F32(v) = &t.data {
+            return CpuTensor::new(v.clone(), rows, cols);
+        }
+        let t = HostTensor { shape: vec![rows, cols], data: t.data.clone() };
+        RowView::new(&t)?; // validates the storage length and the block alignment of rows
+        Ok(CpuTensor { rows, cols, data: Arc::new(Vec::new()), packed: Some(Arc::new(t)) })
+    }
+
+    /// How the elements are stored.
+    pub fn dtype(&self) -> Dtype {
+        self.packed.as_ref().map_or(Dtype::F32, |t| Dtype::of(&t.data))
+    }
+
+    /// Bytes the elements occupy in memory (a Q8_0 weight: 34 per 32 values).
+    pub fn bytes(&self) -> usize {
+        match &self.packed {
+            None => self.data.len() * 4,
+            Some(t) => match &t.data {
+                HostData::F32(v) => v.len() * 4,
+                HostData::F16(v) => v.len() * 2,
+                HostData::Q8_0(b) | HostData::Q4_0(b) => b.len(),
+            },
+        }
+    }
+
+    /// The row view of a packed weight (`None` for f32).
+    pub(crate) fn row_view(&self) -> Option<RowView<'_>> {
+        // `packed` was validated by `RowView::new` when it was made, so this cannot fail.
+        self.packed.as_ref().and_then(|t| RowView::new(t).ok())
+    }
+
+    /// Fails with a clear error unless the tensor is f32 (ops other than `linear` and `embeddings` take f32 only).
+    pub(crate) fn expect_f32(&self, what: &str) -> Result<()> {
+        match self.dtype() {
+            Dtype::F32 => Ok(()),
+            d => Err(Error::Input(format!(
+                "{what} is a {} weight; this op reads f32 tensors only (only linear weights and embedding tables may be \
+                 stored quantized)",
+                d.name()
+            ))),
+        }
+    }
+
+    /// Row `r` as f32 into `out` (`cols` values), decoding a packed weight's row.
+    pub(crate) fn row_into(&self, r: usize, out: &mut [f32]) {
+        match self.row_view() {
+            None => out.copy_from_slice(&self.data[r * self.cols..(r + 1) * self.cols]),
+            Some(v) => v.rows_into(r, out),
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -45,14 +107,26 @@ impl CpuTensor {
         self.cols
     }
 
-    /// The values, row-major.
+    /// The values, row-major, of an f32 tensor (empty for a packed weight: ops check [`CpuTensor::dtype`] first).
     pub fn data(&self) -> &[f32] {
         &self.data
     }
 
-    /// A copy of the values, row-major (the synchronous twin of [`Backend::read`]).
+    /// A copy of the values, row-major, as f32 (a packed weight is dequantized): the synchronous twin of
+    /// [`Backend::read`].
     pub fn to_vec(&self) -> Vec<f32> {
-        self.data.as_ref().clone()
+        match self.row_view() {
+            None => self.data.as_ref().clone(),
+            Some(v) => {
+                let mut out = vec![0f32; self.rows * self.cols];
+                if self.cols > 0 {
+                    for (r, row) in out.chunks_exact_mut(self.cols).enumerate() {
+                        v.rows_into(r, row);
+                    }
+                }
+                out
+            }
+        }
     }
 }
 
@@ -120,7 +194,11 @@ impl Backend for CpuBackend {
 
     fn upload(&self, t: &HostTensor) -> Result<CpuTensor> {
         let (rows, cols) = t.rows_cols();
-        CpuTensor::new(t.to_f32()?, rows, cols)
+        if t.shape.len() < 2 {
+            // Biases and LayerNorm γ/β: widened (0.1% of the bytes; they feed additions, not GEMMs).
+            return CpuTensor::new(t.to_f32()?, rows, cols);
+        }
+        CpuTensor::packed(t, rows, cols)
     }
 
     fn input(&self, data: &[f32], rows: usize, cols: usize) -> Result<CpuTensor> {
@@ -131,6 +209,10 @@ impl Backend for CpuBackend {
         (t.rows, t.cols)
     }
 
+    fn dtype(&self, t: &CpuTensor) -> Dtype {
+        t.dtype()
+    }
+
     fn embeddings(&self, batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) -> Result<CpuTensor> {
         norm::embeddings(batch, tables)
     }
@@ -138,19 +220,28 @@ impl Backend for CpuBackend {
     fn linear(&self, x: &CpuTensor, w: &CpuTensor, bias: Option<&CpuTensor>, act: Activation) -> Result<CpuTensor> {
         let (m, k) = (x.rows, x.cols);
         let n = w.rows;
+        x.expect_f32("linear input x")?;
         expect_dims(w, n, k, "linear weight (N, K)")?;
         if let Some(b) = bias {
+            b.expect_f32("linear bias")?;
             expect_dims(b, 1, n, "linear bias (N)")?;
         }
         let mut out = vec![0f32; m * n];
-        matmul::linear(x.data(), m, k, w.data(), n, bias.map(|b| b.data()), act, &mut out);
+        match w.row_view() {
+            None => matmul::linear(x.data(), m, k, w.data(), n, bias.map(|b| b.data()), act, &mut out),
+            Some(view) => matmul::linear_packed(x.data(), m, k, &view, bias.map(|b| b.data()), act, &mut out),
+        }
         CpuTensor::new(out, m, n)
     }
 
     fn layernorm(&self, x: &CpuTensor, residual: Option<&CpuTensor>, gamma: &CpuTensor, beta: &CpuTensor, eps: f32)
         -> Result<CpuTensor> {
         let (m, n) = (x.rows, x.cols);
+        x.expect_f32("layernorm input")?;
+        gamma.expect_f32("layernorm gamma")?;
+        beta.expect_f32("layernorm beta")?;
         if let Some(r) = residual {
+            r.expect_f32("layernorm residual")?;
             expect_dims(r, m, n, "layernorm residual")?;
         }
         expect_dims(gamma, 1, n, "layernorm gamma (N)")?;
@@ -166,31 +257,44 @@ impl Backend for CpuBackend {
     }
 
     fn attention(&self, qkv: &CpuTensor, mask: &CpuTensor, shape: AttentionShape) -> Result<CpuTensor> {
+        qkv.expect_f32("attention qkv")?;
+        mask.expect_f32("attention mask")?;
         attention::attention(qkv, mask, shape)
     }
 
     fn mean_pool(&self, x: &CpuTensor, mask: &CpuTensor, batch: usize, seq: usize) -> Result<CpuTensor> {
+        x.expect_f32("mean_pool input")?;
+        mask.expect_f32("mean_pool mask")?;
         pool::mean_pool(x, mask, batch, seq)
     }
 
     fn gather_rows(&self, x: &CpuTensor, rows: &[u32]) -> Result<CpuTensor> {
+        x.expect_f32("gather_rows input")?;
         pool::gather_rows(x, rows)
     }
 
     fn matmul(&self, a: &CpuTensor, trans_a: bool, b: &CpuTensor, trans_b: bool) -> Result<CpuTensor> {
+        a.expect_f32("matmul a")?;
+        b.expect_f32("matmul b")?;
         train::matmul(a, trans_a, b, trans_b)
     }
 
     fn softmax_xent_grad(&self, logits: &CpuTensor, labels: &[u32]) -> Result<CpuTensor> {
+        logits.expect_f32("softmax_xent_grad logits")?;
         train::softmax_xent_grad(logits, labels)
     }
 
     fn activation_grad(&self, dy: &CpuTensor, pre: &CpuTensor, act: Activation) -> Result<CpuTensor> {
+        dy.expect_f32("activation_grad dy")?;
+        pre.expect_f32("activation_grad pre")?;
         train::activation_grad(dy, pre, act)
     }
 
     fn adamw(&self, param: &CpuTensor, grad: &CpuTensor, m: &CpuTensor, v: &CpuTensor, step: &AdamWStep)
         -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+        for (t, what) in [(param, "adamw param"), (grad, "adamw grad"), (m, "adamw m"), (v, "adamw v")] {
+            t.expect_f32(what)?;
+        }
         train::adamw(param, grad, m, v, step)
     }
 

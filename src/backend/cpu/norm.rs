@@ -62,18 +62,24 @@ pub fn embeddings(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) -> Res
     if let Some(&ty) = batch.token_type_ids.iter().find(|&&ty| ty as usize >= types) {
         return Err(Error::Input(format!("token type id {ty} is outside the model's {types} segment types")));
     }
-    let (word, pos, tt) = (tables.word.data(), tables.position.data(), tables.token_type.data());
+    tables.ln_gamma.expect_f32("embeddings LayerNorm gamma")?;
+    tables.ln_beta.expect_f32("embeddings LayerNorm beta")?;
     let (gamma, beta) = (tables.ln_gamma.data(), tables.ln_beta.data());
     let rows = batch.b * batch.t;
     let mut out = vec![0f32; rows * h]; // (B*T, H)
     if h > 0 {
         par_chunks_mut(&mut out, ROWS_PER_TASK * h, |ci, chunk| {
+            // The tables may be f16 / Q8_0 / Q4_0: each looked-up row is decoded into scratch rows (exact: the same
+            // values `HostTensor::to_f32` gives), then summed in the order of the f32 path.
+            let (mut pe, mut te) = (vec![0f32; h], vec![0f32; h]); // (H) each
             for (ri, row) in chunk.chunks_exact_mut(h).enumerate() {
                 let r = ci * ROWS_PER_TASK + ri;
                 let (id, ty, p) = (batch.input_ids[r] as usize, batch.token_type_ids[r] as usize, r % batch.t);
-                let (we, pe, te) = (&word[id * h..][..h], &pos[p * h..][..h], &tt[ty * h..][..h]);
+                tables.word.row_into(id, row);
+                tables.position.row_into(p, &mut pe);
+                tables.token_type.row_into(ty, &mut te);
                 for j in 0..h {
-                    row[j] = we[j] + pe[j] + te[j];
+                    row[j] = row[j] + pe[j] + te[j];
                 }
                 layernorm_row(row, gamma, beta, tables.eps);
             }

@@ -13,6 +13,9 @@ pub struct Gpu {
     /// The limits the device was created with: the adapter's own, so nothing is left on the table.
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
+    /// What the adapter can do below WebGPU's baseline; the kernels need `SHADER_F16_IN_F32` (`unpack2x16float`, core
+    /// WGSL, present everywhere but GL ES and llvmpipe builds without f16).
+    pub downlevel: wgpu::DownlevelFlags,
     /// Validation / out-of-memory errors raised by wgpu since the last check (wgpu reports them out of band;
     /// the default handler would panic).
     pub(crate) errors: Arc<Mutex<Vec<String>>>,
@@ -44,6 +47,7 @@ impl Gpu {
     pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Gpu> {
         let info = adapter.get_info();
         let limits = adapter.limits();
+        let downlevel = adapter.get_downlevel_capabilities().flags;
         let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -61,7 +65,7 @@ impl Gpu {
                 v.push(e.to_string());
             }
         }));
-        Ok(Gpu { device, queue, info, limits, features, errors })
+        Ok(Gpu { device, queue, info, limits, features, downlevel, errors })
     }
 
     /// [`Gpu::new`], blocking (native only: a browser must never block).

@@ -4,6 +4,11 @@
 //! [`Backend::read`] submits everything recorded so far at once and maps one staging buffer. The device comes from
 //! [`Gpu`] (acquired separately, async); pipelines are cached by (shader, entry point, override constants); weights
 //! are uploaded once; activation buffers come from a pool (see `pool.rs`), so a repeated forward allocates nothing.
+//!
+//! Weight matrices stay on the device in the dtype of their file (f32, f16, Q8_0, Q4_0 as raw bytes in an
+//! `array<u32>` buffer, see `shaders/matmul.wgsl`): `linear` dispatches the matmul variant of the weight's dtype,
+//! which decodes in registers, and `embeddings` decodes the table elements it reads. So a Q8_0 model takes about
+//! 0.28× the f32 bytes of device memory ([`GpuBackend::weight_bytes`]) and the matmuls read 0.27× the weight bytes.
 
 mod context;
 pub mod params;
@@ -24,17 +29,20 @@ pub use context::Gpu;
 use params::*;
 use pool::{Kind, Pool, PoolBuf};
 
-use super::{Activation, AdamWStep, AttentionShape, Backend, EmbeddingTables};
+use super::{Activation, AdamWStep, AttentionShape, Backend, Dtype, EmbeddingTables};
 use crate::tokenizer::Batch;
+use crate::weights::quant::{QuantKind, QK};
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
-/// A row-major f32 matrix in a device buffer. Cloning shares the buffer.
+/// A row-major matrix in a device buffer: f32 (every activation), or a weight in its stored dtype. Cloning shares
+/// the buffer.
 #[derive(Clone)]
 pub struct GpuTensor {
     buf: Rc<PoolBuf>,
     rows: usize,
     cols: usize,
+    dtype: Dtype,
 }
 
 impl GpuTensor {
@@ -43,6 +51,38 @@ impl GpuTensor {
     }
     fn len(&self) -> usize {
         self.rows * self.cols
+    }
+    /// How the elements are stored.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+}
+
+impl std::fmt::Debug for GpuTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuTensor({}, {}, {})", self.rows, self.cols, self.dtype.name())
+    }
+}
+
+/// The dtype code the shaders' `WDT` / `*_DT` override constants take.
+fn dtype_code(d: Dtype) -> f64 {
+    match d {
+        Dtype::F32 => 0.0,
+        Dtype::F16 => 1.0,
+        Dtype::Q8_0 => 2.0,
+        Dtype::Q4_0 => 3.0,
+    }
+}
+
+/// Fails with a clear error unless every tensor is f32 (only `linear` and `embeddings` read packed weights).
+fn expect_f32(op: &str, ts: &[&GpuTensor]) -> Result<()> {
+    match ts.iter().find(|t| t.dtype != Dtype::F32) {
+        None => Ok(()),
+        Some(t) => Err(Error::Input(format!(
+            "{op}: got a {} weight; this op reads f32 tensors only (only linear weights and embedding tables may be \
+             stored quantized)",
+            t.dtype.name()
+        ))),
     }
 }
 
@@ -95,6 +135,8 @@ pub struct GpuBackend {
     profiler: RefCell<Option<Profiler>>,
     /// Bound where a kernel declares an input it does not read in this variant (e.g. no bias).
     dummy: wgpu::Buffer,
+    /// Bytes of the weight buffers alive now (uploads minus dropped), see [`GpuBackend::weight_bytes`].
+    weight_bytes: Rc<std::cell::Cell<u64>>,
 }
 
 /// Largest head_dim the attention kernel holds per invocation (`DMAX` in attention.wgsl).
@@ -134,6 +176,13 @@ impl GpuBackend {
                 gpu.info.name, l.max_storage_buffers_per_shader_stage
             )));
         }
+        if !gpu.downlevel.contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32) {
+            return Err(Error::Gpu(format!(
+                "adapter `{}` cannot run `unpack2x16float`, which the kernels use to decode f16 and quantized \
+                 weights. Use the CPU backend (`--device cpu`)",
+                gpu.info.name
+            )));
+        }
         if l.max_compute_workgroup_storage_size < 256 * 4 {
             return Err(Error::Gpu(format!(
                 "adapter `{}` offers {} bytes of workgroup memory; the layernorm kernels need 1024. \
@@ -156,6 +205,7 @@ impl GpuBackend {
             pending: RefCell::new(None),
             profiler: RefCell::new(None),
             dummy,
+            weight_bytes: Rc::new(std::cell::Cell::new(0)),
         })
     }
 
@@ -172,6 +222,12 @@ impl GpuBackend {
     /// The tuning in effect (after clamping to the adapter's limits).
     pub fn tuning(&self) -> Tuning {
         self.tuning
+    }
+
+    /// Device bytes held by the weights uploaded and still alive: a weight takes its stored size (a Q8_0 matrix 34
+    /// bytes per 32 values), padded to 16 bytes plus the spare word the packed kernels may read past the end.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes.get()
     }
 
     /// Buffers the pool has created so far, and their total bytes (a repeated forward must not raise them).
@@ -322,7 +378,7 @@ impl GpuBackend {
     fn alloc(&self, rows: usize, cols: usize) -> Result<GpuTensor> {
         let bytes = self.check_size(rows * cols * 4, "activation")?;
         let buf = pool::take(&self.pool, &self.gpu.device, Kind::Storage, bytes, false);
-        Ok(GpuTensor { buf: Rc::new(buf), rows, cols })
+        Ok(GpuTensor { buf: Rc::new(buf), rows, cols, dtype: Dtype::F32 })
     }
 
     /// A pooled buffer filled from the host (32-bit words).
@@ -431,43 +487,40 @@ impl Future for MapFuture {
     }
 }
 
-/// Host-side dequantization of a weight to f32 (llama.cpp block layouts along the contiguous dimension).
-fn to_f32(t: &HostTensor, n: usize) -> Result<Vec<f32>> {
-    let f16 = |lo: u8, hi: u8| half::f16::from_bits(u16::from_le_bytes([lo, hi])).to_f32();
+/// A weight's bytes as the device keeps them: f32 and f16 little-endian, Q8_0/Q4_0 blocks as stored; checked
+/// against `(rows, cols)` (quantized rows must be whole blocks). 1-D tensors are widened to f32 by the caller.
+fn weight_bytes(t: &HostTensor, rows: usize, cols: usize) -> Result<(Dtype, Vec<u8>)> {
+    let n = rows * cols;
     let bad = |what: &str, got: usize, want: usize| {
-        Error::Weights(format!("{what} tensor of shape {:?} holds {got} values, expected {want}", t.shape))
+        Error::Weights(format!("{what} tensor of shape {:?} holds {got} bytes, expected {want}", t.shape))
     };
-    let v = match &t.data {
+    let blocks = |kind: QuantKind, b: &Vec<u8>| -> Result<Vec<u8>> {
+        if cols % QK != 0 {
+            return Err(Error::Weights(format!(
+                "{} weight of shape {:?}: rows of {cols} values are not whole blocks of {QK}; re-convert the model \
+                 keeping this tensor in f16 (`bertgpu convert` does)",
+                kind.name(),
+                t.shape
+            )));
+        }
+        let want = n / QK * kind.block_bytes();
+        if b.len() != want {
+            return Err(bad(kind.name(), b.len(), want));
+        }
+        Ok(b.clone())
+    };
+    Ok(match &t.data {
         HostData::F32(v) => {
-            if v.len() != n { return Err(bad("f32", v.len(), n)); }
-            v.clone()
+            if v.len() != n { return Err(bad("f32", v.len() * 4, n * 4)); }
+            (Dtype::F32, bytemuck::cast_slice(v).to_vec())
         }
         HostData::F16(v) => {
-            if v.len() != n { return Err(bad("f16", v.len(), n)); }
-            v.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect()
+            if v.len() != n { return Err(bad("f16", v.len() * 2, n * 2)); }
+            (Dtype::F16, v.iter().flat_map(|h| h.to_le_bytes()).collect())
         }
-        HostData::Q8_0(bytes) => {
-            if n % 32 != 0 || bytes.len() != n / 32 * 34 { return Err(bad("Q8_0", bytes.len() / 34 * 32, n)); }
-            let mut out = Vec::with_capacity(n);
-            for blk in bytes.chunks_exact(34) {
-                let d = f16(blk[0], blk[1]);
-                out.extend(blk[2..].iter().map(|&q| d * (q as i8) as f32));
-            }
-            out
-        }
-        HostData::Q4_0(bytes) => {
-            if n % 32 != 0 || bytes.len() != n / 32 * 18 { return Err(bad("Q4_0", bytes.len() / 18 * 32, n)); }
-            let mut out = Vec::with_capacity(n);
-            for blk in bytes.chunks_exact(18) {
-                let d = f16(blk[0], blk[1]);
-                let qs = &blk[2..];
-                out.extend(qs.iter().map(|&q| d * ((q & 0x0f) as i32 - 8) as f32));
-                out.extend(qs.iter().map(|&q| d * ((q >> 4) as i32 - 8) as f32));
-            }
-            out
-        }
-    };
-    Ok(v)
+        HostData::Q8_0(b) => (Dtype::Q8_0, blocks(QuantKind::Q8_0, b)?),
+        HostData::Q4_0(b) => (Dtype::Q4_0, blocks(QuantKind::Q4_0, b)?),
+    })
 }
 
 fn shape_err(op: &str, msg: String) -> Error {
@@ -492,17 +545,24 @@ impl Backend for GpuBackend {
             [n] => (1, *n),
             [lead @ .., last] => (lead.iter().product(), *last),
         };
-        // f16 and quantized weights are widened to f32 here, once, at load.
-        let data = to_f32(t, rows * cols)?;
-        self.check_size(data.len() * 4, &format!("weight of shape {:?}", t.shape))?;
-        let mut bytes: Vec<u8> = bytemuck::cast_slice(&data).to_vec();
-        bytes.resize(pool::round_size(bytes.len() as u64) as usize, 0);
+        // Matrices keep their stored bytes (the kernels decode them); 1-D tensors (biases, LayerNorm γ/β: 0.1% of
+        // the bytes, read by additions in several kernels) are widened to f32.
+        let (dtype, mut bytes) = if t.shape.len() == 1 {
+            (Dtype::F32, bytemuck::cast_slice(&t.to_f32()?).to_vec())
+        } else {
+            weight_bytes(t, rows, cols)?
+        };
+        // The packed kernels read whole words and may read one word past a block that ends mid-word: pad to 16
+        // bytes with a spare word.
+        let padded = pool::round_size(bytes.len() as u64 + 4 * (dtype != Dtype::F32) as u64);
+        self.check_size(padded as usize, &format!("weight of shape {:?}", t.shape))?;
+        bytes.resize(padded as usize, 0);
         let buf = self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("weight"),
             contents: &bytes,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         });
-        Ok(GpuTensor { buf: Rc::new(PoolBuf::owned(buf)), rows, cols })
+        Ok(GpuTensor { buf: Rc::new(PoolBuf::weight(buf, self.weight_bytes.clone())), rows, cols, dtype })
     }
 
     fn input(&self, data: &[f32], rows: usize, cols: usize) -> Result<GpuTensor> {
@@ -510,11 +570,15 @@ impl Backend for GpuBackend {
             return Err(shape_err("input", format!("{} values for a ({rows}, {cols}) matrix", data.len())));
         }
         let buf = self.host_buffer(bytemuck::cast_slice(data))?;
-        Ok(GpuTensor { buf: Rc::new(buf), rows, cols })
+        Ok(GpuTensor { buf: Rc::new(buf), rows, cols, dtype: Dtype::F32 })
     }
 
     fn dims(&self, t: &GpuTensor) -> (usize, usize) {
         (t.rows, t.cols)
+    }
+
+    fn dtype(&self, t: &GpuTensor) -> Dtype {
+        t.dtype
     }
 
     fn embeddings(&self, batch: &Batch, tables: &EmbeddingTables<'_, GpuTensor>) -> Result<GpuTensor> {
@@ -536,6 +600,12 @@ impl Backend for GpuBackend {
         check("token type table", tables.token_type, None)?;
         check("LayerNorm gamma", tables.ln_gamma, Some(1))?;
         check("LayerNorm beta", tables.ln_beta, Some(1))?;
+        expect_f32("embeddings LayerNorm", &[tables.ln_gamma, tables.ln_beta])?;
+        for (name, t) in [("word", tables.word), ("position", tables.position), ("token type", tables.token_type)] {
+            if matches!(t.dtype, Dtype::Q8_0 | Dtype::Q4_0) && h % QK != 0 {
+                return Err(shape_err("embeddings", format!("{name} table is {} with rows of {h}, not whole blocks", t.dtype.name())));
+            }
+        }
         if batch.t > tables.position.rows {
             return Err(Error::Input(format!(
                 "sequence of {} tokens is longer than the model's {} positions; truncate the input",
@@ -556,7 +626,13 @@ impl Backend for GpuBackend {
         let ids = self.host_buffer(bytemuck::cast_slice(&ids))?;
         let out = self.alloc(n, h)?;
         let p = EmbeddingsParams { rows: n as u32, seq: batch.t as u32, hidden: h as u32, eps: tables.eps };
-        self.dispatch("embeddings", "embeddings", &[("WG", self.tuning.row_wg as f64)], bytemuck::bytes_of(&p), &[
+        let consts = [
+            ("WG", self.tuning.row_wg as f64),
+            ("WORD_DT", dtype_code(tables.word.dtype)),
+            ("POS_DT", dtype_code(tables.position.dtype)),
+            ("TYPE_DT", dtype_code(tables.token_type.dtype)),
+        ];
+        self.dispatch("embeddings", "embeddings", &consts, bytemuck::bytes_of(&p), &[
             (1, ids.buffer(), false),
             (2, tables.word.buffer(), false),
             (3, tables.position.buffer(), false),
@@ -571,6 +647,10 @@ impl Backend for GpuBackend {
     fn linear(&self, x: &GpuTensor, w: &GpuTensor, bias: Option<&GpuTensor>, act: Activation) -> Result<GpuTensor> {
         let (m, k) = (x.rows, x.cols);
         let n = w.rows;
+        expect_f32("linear (input, bias)", &[x])?;
+        if let Some(b) = bias {
+            expect_f32("linear bias", &[b])?;
+        }
         if w.cols != k {
             return Err(shape_err("linear", format!("x is ({m}, {k}) but the weight is ({n}, {}): inner sizes differ", w.cols)));
         }
@@ -596,12 +676,23 @@ impl Backend for GpuBackend {
             ("WG_Y", wy as f64),
             ("ACT", act_id),
             ("HAS_BIAS", if bias.is_some() { 1.0 } else { 0.0 }),
+            ("WDT", dtype_code(w.dtype)),
         ];
         let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, _pad: 0 };
         let bias_buf = bias.map(|b| b.buffer()).unwrap_or(&self.dummy);
-        // vec4 loads need K % 4 == 0 (every BERT); otherwise the scalar entry point views the same buffers as f32.
-        // Outputs per invocation: 4 rows × 8 columns (vec4), 4 × 4 (scalar).
-        let (entry, xb, wb, cols) = if k % 4 == 0 { ("matmul_vec4", 1, 2, 8) } else { ("matmul_scalar", 5, 6, 4) };
+        // One entry point per weight layout; outputs per invocation: 4 rows × 8 columns (vec4, packed), 4 × 4
+        // (scalar). vec4 loads of x need K % 4 == 0 (every BERT); otherwise the scalar entry point views x as f32
+        // and the weight as words (f32 or f16). Quantized rows are whole blocks of 32, so K % 32 == 0 there.
+        let (entry, xb, wb, cols) = match w.dtype {
+            Dtype::Q8_0 | Dtype::Q4_0 if k % QK != 0 => {
+                return Err(shape_err("linear", format!(
+                    "a {} weight needs K to be a multiple of {QK}, got {k}", w.dtype.name()
+                )));
+            }
+            Dtype::F32 if k % 4 == 0 => ("matmul_vec4", 1, 2, 8),
+            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => ("matmul_packed", 1, 6, 8),
+            _ => ("matmul_scalar", 5, 6, 4),
+        };
         let groups = (n.div_ceil(cols * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
         self.dispatch("matmul", entry, &consts, bytemuck::bytes_of(&p), &[
             (xb, x.buffer(), false),
@@ -615,7 +706,9 @@ impl Backend for GpuBackend {
     fn layernorm(&self, x: &GpuTensor, residual: Option<&GpuTensor>, gamma: &GpuTensor, beta: &GpuTensor, eps: f32)
         -> Result<GpuTensor> {
         let (m, n) = (x.rows, x.cols);
+        expect_f32("layernorm", &[x, gamma, beta])?;
         if let Some(r) = residual {
+            expect_f32("layernorm residual", &[r])?;
             if (r.rows, r.cols) != (m, n) {
                 return Err(shape_err("layernorm", format!("residual is ({}, {}), x is ({m}, {n})", r.rows, r.cols)));
             }
@@ -649,6 +742,7 @@ impl Backend for GpuBackend {
 
     fn attention(&self, qkv: &GpuTensor, mask: &GpuTensor, s: AttentionShape) -> Result<GpuTensor> {
         let h = s.heads * s.head_dim;
+        expect_f32("attention", &[qkv, mask])?;
         if (qkv.rows, qkv.cols) != (s.batch * s.seq, 3 * h) {
             return Err(shape_err("attention", format!(
                 "qkv is ({}, {}), expected ({}, {}) for {s:?}", qkv.rows, qkv.cols, s.batch * s.seq, 3 * h
@@ -683,6 +777,7 @@ impl Backend for GpuBackend {
     }
 
     fn mean_pool(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize) -> Result<GpuTensor> {
+        expect_f32("mean_pool", &[x, mask])?;
         if x.rows != batch * seq || (mask.rows, mask.cols) != (batch, seq) {
             return Err(shape_err("mean_pool", format!(
                 "x ({}, {}) and mask ({}, {}) do not fit batch {batch} × seq {seq}", x.rows, x.cols, mask.rows, mask.cols
@@ -701,6 +796,7 @@ impl Backend for GpuBackend {
     }
 
     fn gather_rows(&self, x: &GpuTensor, rows: &[u32]) -> Result<GpuTensor> {
+        expect_f32("gather_rows", &[x])?;
         if rows.is_empty() {
             return Err(shape_err("gather_rows", "no rows asked for".into()));
         }
@@ -720,23 +816,28 @@ impl Backend for GpuBackend {
     }
 
     fn matmul(&self, a: &GpuTensor, trans_a: bool, b: &GpuTensor, trans_b: bool) -> Result<GpuTensor> {
+        expect_f32("matmul", &[a, b])?;
         self.train_matmul(a, trans_a, b, trans_b)
     }
 
     fn softmax_xent_grad(&self, logits: &GpuTensor, labels: &[u32]) -> Result<GpuTensor> {
+        expect_f32("softmax_xent_grad", &[logits])?;
         self.train_xent_grad(logits, labels)
     }
 
     fn activation_grad(&self, dy: &GpuTensor, pre: &GpuTensor, act: Activation) -> Result<GpuTensor> {
+        expect_f32("activation_grad", &[dy, pre])?;
         self.train_act_grad(dy, pre, act)
     }
 
     fn adamw(&self, param: &GpuTensor, grad: &GpuTensor, m: &GpuTensor, v: &GpuTensor, step: &AdamWStep)
         -> Result<(GpuTensor, GpuTensor, GpuTensor)> {
+        expect_f32("adamw", &[param, grad, m, v])?;
         self.train_adamw(param, grad, m, v, step)
     }
 
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {
+        expect_f32("read", &[t])?;
         let bytes = (t.len() * 4) as u64;
         let size = pool::round_size(bytes);
         let staging = pool::take(&self.pool, &self.gpu.device, Kind::Staging, size, false);

@@ -6,7 +6,7 @@
 //! handed to another op's output (GPU writes stay in recording order), but never to a host write, which would land
 //! before the earlier reads of that buffer. Such buffers wait in `released` until the submit.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -53,12 +53,16 @@ pub struct PoolBuf {
     buf: Option<wgpu::Buffer>,
     key: Key,
     pool: Option<Pool>,
+    /// For a weight: the backend's count of weight bytes alive, lowered again on drop.
+    counter: Option<Rc<Cell<u64>>>,
 }
 
 impl PoolBuf {
-    pub fn owned(buf: wgpu::Buffer) -> PoolBuf {
+    /// A weight's buffer, outside the pool, counted in `counter` while it lives.
+    pub fn weight(buf: wgpu::Buffer, counter: Rc<Cell<u64>>) -> PoolBuf {
         let key = (Kind::Storage, buf.size());
-        PoolBuf { buf: Some(buf), key, pool: None }
+        counter.set(counter.get() + buf.size());
+        PoolBuf { buf: Some(buf), key, pool: None, counter: Some(counter) }
     }
 
     pub fn buffer(&self) -> &wgpu::Buffer {
@@ -68,6 +72,9 @@ impl PoolBuf {
 
 impl Drop for PoolBuf {
     fn drop(&mut self) {
+        if let Some(c) = &self.counter {
+            c.set(c.get().saturating_sub(self.key.1));
+        }
         if let (Some(pool), Some(buf)) = (&self.pool, self.buf.take()) {
             if let Ok(mut p) = pool.try_borrow_mut() {
                 // A staging buffer is dropped unmapped after its read completed: no pending work can touch it.
@@ -113,7 +120,7 @@ pub fn take(pool: &Pool, device: &wgpu::Device, kind: Kind, bytes: u64, host_wri
             })
         }
     };
-    PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()) }
+    PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()), counter: None }
 }
 
 /// After a submit every released buffer may serve any request again.
