@@ -5,6 +5,9 @@
 //! - `cargo run --example gpu_bench -- forward`: all-MiniLM-L6-v2, batch 8 × 128, GPU vs CPU backend (and PyTorch
 //!   when `PYTHON` names an interpreter with torch + transformers), plus each kernel's share of the GPU forward
 //!   from timestamp queries.
+//! - `gpu_bench quant [MODEL ...]`: the linear at BERT shapes with the weight in f32, f16, Q8_0 and Q4_0, then the
+//!   forward of each MODEL (a folder or a `.gguf`, e.g. all-MiniLM-L6-v2 and its `bertgpu convert` outputs), batch
+//!   8 × 128, on both backends; times relative to the f32 weight / first model.
 //! Wall-clock medians after a warm-up run; the variants run round-robin so a busy machine slows all alike.
 
 use std::time::Instant;
@@ -169,6 +172,124 @@ fn forward() {
     }
 }
 
+/// A batch of `b` sequences of `t` real tokens ([CLS] … [SEP], ids drawn from MiniLM's vocabulary).
+fn bench_batch(b: usize, t: usize) -> bertgpu::tokenizer::Batch {
+    let ids = rand_vec(b * t, 5);
+    let mut batch = bertgpu::tokenizer::Batch { b, t, ..Default::default() };
+    for (i, v) in ids.iter().enumerate() {
+        let id = match i % t { 0 => 101, j if j == t - 1 => 102, _ => 1000 + ((v + 1.0) * 14000.0) as u32 };
+        batch.input_ids.push(id);
+        batch.token_type_ids.push(0);
+        batch.attention_mask.push(1);
+    }
+    batch
+}
+
+/// Packed weights against f32: the linear at BERT shapes per weight dtype, then whole forwards per model file.
+fn quant(models: &[String]) {
+    use bertgpu::backend::Dtype;
+    use bertgpu::config::BertConfig;
+    use bertgpu::model::BertModel;
+    use bertgpu::weights::quant::{quantize, to_f16, QuantKind};
+    use bertgpu::weights::Weights;
+    let reps: usize = std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let g = GpuBackend::new(Gpu::new_blocking().unwrap()).unwrap();
+    let cpu = CpuBackend::new();
+    let dtypes = [Dtype::F32, Dtype::F16, Dtype::Q8_0, Dtype::Q4_0];
+    println!("linear y = x·wᵀ + b, wall-clock ms (median of {reps}), ratio to the f32 weight on the same backend:");
+    println!("| weight | {} |", SHAPES[..2].iter().map(|(m, k, n)| format!("GPU {m}×{k}×{n} | CPU {m}×{k}×{n}")).collect::<Vec<_>>().join(" | "));
+    println!("|---|---|---|---|---|");
+    let mut cells: Vec<Vec<String>> = vec![Vec::new(); dtypes.len()];
+    for &(m, k, n) in &SHAPES[..2] {
+        let (xv, wv, bv) = (rand_vec(m * k, 1), rand_vec(n * k, 2), rand_vec(n, 3));
+        let w32 = HostTensor { shape: vec![n, k], data: HostData::F32(wv) };
+        let bias = HostTensor { shape: vec![n], data: HostData::F32(bv) };
+        let ws: Vec<HostTensor> = dtypes.iter().map(|d| match d {
+            Dtype::F32 => w32.clone(),
+            Dtype::F16 => to_f16(&w32).unwrap(),
+            Dtype::Q8_0 => quantize(&w32, QuantKind::Q8_0).unwrap(),
+            Dtype::Q4_0 => quantize(&w32, QuantKind::Q4_0).unwrap(),
+        }).collect();
+        let (gx, gb) = (g.input(&xv, m, k).unwrap(), g.upload(&bias).unwrap());
+        let (cx, cb) = (cpu.input(&xv, m, k).unwrap(), cpu.upload(&bias).unwrap());
+        let gws: Vec<GpuTensor> = ws.iter().map(|w| g.upload(w).unwrap()).collect();
+        let cws: Vec<_> = ws.iter().map(|w| cpu.upload(w).unwrap()).collect();
+        let (mut tg, mut tc) = (vec![Vec::new(); dtypes.len()], vec![Vec::new(); dtypes.len()]);
+        for rep in 0..=reps {
+            for i in 0..dtypes.len() {
+                let a = time_linear(&g, &gx, &gws[i], &gb);
+                let t0 = Instant::now();
+                drop(cpu.linear(&cx, &cws[i], Some(&cb), Activation::None).unwrap());
+                let c = t0.elapsed().as_secs_f64() * 1e3;
+                if rep > 0 { tg[i].push(a); tc[i].push(c); }
+            }
+        }
+        let (tg, tc): (Vec<f64>, Vec<f64>) = (tg.into_iter().map(median).collect(), tc.into_iter().map(median).collect());
+        for i in 0..dtypes.len() {
+            cells[i].push(format!("{:.0} ms ({:.2}×)", tg[i], tg[i] / tg[0]));
+            cells[i].push(format!("{:.1} ms ({:.2}×)", tc[i], tc[i] / tc[0]));
+        }
+    }
+    for (d, c) in dtypes.iter().zip(cells) {
+        println!("| {} | {} |", d.name(), c.join(" | "));
+    }
+
+    // Whole forwards (embeddings, 6 layers, mean pool, read-back) of each model, both backends, round-robin.
+    let (b, t) = (8usize, 128usize);
+    let batch = bench_batch(b, t);
+    let load = |path: &str| -> (BertConfig, Weights) {
+        if path.ends_with(".gguf") {
+            let m = bertgpu::weights::gguf::load_gguf(&std::fs::read(path).unwrap()).unwrap();
+            (m.config, m.weights)
+        } else {
+            let dir = std::path::Path::new(path);
+            (BertConfig::from_file(dir.join("config.json")).unwrap(),
+                Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap())
+        }
+    };
+    fn run<B: Backend>(be: &B, m: &BertModel<B>, batch: &bertgpu::tokenizer::Batch) -> (f64, Vec<f32>) {
+        let t0 = Instant::now();
+        let mask = be.mask(batch).unwrap();
+        let hidden = m.forward_with_mask(be, batch, &mask).unwrap();
+        let pooled = be.mean_pool(&hidden, &mask, batch.b, batch.t).unwrap();
+        let v = pollster::block_on(be.read(&pooled)).unwrap();
+        (t0.elapsed().as_secs_f64() * 1e3, v)
+    }
+    let loaded: Vec<_> = models.iter().map(|p| {
+        let (cfg, w) = load(p);
+        (BertModel::load(&w, &cfg, &g).unwrap(), BertModel::load(&w, &cfg, &cpu).unwrap())
+    }).collect();
+    let (mut tg, mut tc) = (vec![Vec::new(); models.len()], vec![Vec::new(); models.len()]);
+    for rep in 0..=reps {
+        for (i, (gm, cm)) in loaded.iter().enumerate() {
+            let (a, va) = run(&g, gm, &batch);
+            let (c, vc) = run(&cpu, cm, &batch);
+            let err = va.iter().zip(&vc).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+            assert!(err < 1e-3, "{}: GPU and CPU forwards disagree by {err}", models[i]);
+            if rep > 0 { tg[i].push(a); tc[i].push(c); }
+        }
+    }
+    println!();
+    println!("forward + mean pool + read-back, batch {b} × {t}, ms (median of {reps}), ratio to the first model:");
+    println!("| model | GPU ({}) | CPU backend |", g.gpu().info.name);
+    println!("|---|---|---|");
+    let (tg, tc): (Vec<f64>, Vec<f64>) = (tg.into_iter().map(median).collect(), tc.into_iter().map(median).collect());
+    for (i, p) in models.iter().enumerate() {
+        println!("| {p} | {:.0} ({:.2}×) | {:.0} ({:.2}×) |", tg[i], tg[i] / tg[0], tc[i], tc[i] / tc[0]);
+    }
+    // GPU time per kernel (timestamp queries), one more forward of each model.
+    if g.enable_profiling() {
+        println!();
+        println!("GPU time per kernel in one forward (timestamp queries), ms:");
+        for (i, (gm, _)) in loaded.iter().enumerate() {
+            run(&g, gm, &batch);
+            let prof = g.take_profile();
+            let cells: Vec<String> = prof.iter().map(|(name, ms, n)| format!("{name} ×{n}: {ms:.0}")).collect();
+            println!("- {}: {}", models[i], cells.join(", "));
+        }
+    }
+}
+
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "matmul".into());
     let g = Gpu::new_blocking().unwrap();
@@ -177,6 +298,11 @@ fn main() {
     match what.as_str() {
         "matmul" => matmul(),
         "forward" => forward(),
-        other => eprintln!("unknown benchmark {other}: matmul | forward"),
+        "quant" => {
+            let models: Vec<String> = std::env::args().skip(2).collect();
+            let default = [format!("{}/models/all-MiniLM-L6-v2", env!("CARGO_MANIFEST_DIR"))];
+            quant(if models.is_empty() { &default } else { &models })
+        }
+        other => eprintln!("unknown benchmark {other}: matmul | forward | quant [MODEL ...]"),
     }
 }

@@ -15,9 +15,10 @@ const TYPES = {
 /**
  * Serves `root` on 127.0.0.1:`port` (0: any free port); resolves to { url, close(), requests } (requests: the
  * paths asked for). `cors` lets pages of another origin fetch (the tests' model server); `home` is where "/"
- * redirects; a path ending in "/" serves its index.html; `cache` is the Cache-Control header.
+ * redirects; a path ending in "/" serves its index.html; `cache` is the Cache-Control header; `headers` are added to
+ * every response.
  */
-export function serve(root, { port = 0, cors = false, home = null, cache = "no-store" } = {}) {
+export function serve(root, { port = 0, cors = false, home = null, cache = "no-store", headers = {} } = {}) {
   const rootAbs = path.resolve(root);
   const requests = [];
   const sockets = new Set();
@@ -31,6 +32,7 @@ export function serve(root, { port = 0, cors = false, home = null, cache = "no-s
     }
     requests.push(pathname);
     if (cors) res.setHeader("Access-Control-Allow-Origin", "*");
+    for (const [k, v] of Object.entries(headers)) res.setHeader(k, v);
     if (home && pathname === "/") {
       res.writeHead(302, { location: home }).end();
       return;

@@ -194,70 +194,10 @@ pub fn dequantize_q4_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-/// `x · row` for one Q8_0-encoded row of `x.len()` values (the inner loop of `x · Wᵀ` with `W` in Q8_0).
+/// A read-only view of one weight matrix `(rows, cols)` in any host dtype, decoded a few rows at a time.
 ///
-/// Sums `x[j]·q[j]` per block in f32 and scales once per block: `Σ_b d_b · Σ_j x_j q_j`, which differs from the
-/// dot with the dequantized row only by f32 rounding. The caller checks lengths once per matrix; in debug builds
-/// they are asserted here.
-#[inline]
-pub fn dot_q8_0(x: &[f32], row: &[u8]) -> f32 {
-    debug_assert!(x.len() % QK == 0 && row.len() == quantized_bytes(QuantKind::Q8_0, x.len()));
-    let mut acc = 0.0f32;
-    for (xb, block) in x.chunks_exact(QK).zip(row.chunks_exact(Q8_0_BLOCK_BYTES)) {
-        let qs = &block[2..];
-        // Four partial sums let the compiler keep independent add chains (and vectorize).
-        let mut s = [0.0f32; 4];
-        for k in 0..QK / 4 {
-            for l in 0..4 {
-                s[l] += xb[4 * k + l] * (qs[4 * k + l] as i8) as f32;
-            }
-        }
-        acc += (s[0] + s[1] + s[2] + s[3]) * scale(block);
-    }
-    acc
-}
-
-/// `x · row` for one Q4_0-encoded row of `x.len()` values; see [`dot_q8_0`].
-#[inline]
-pub fn dot_q4_0(x: &[f32], row: &[u8]) -> f32 {
-    debug_assert!(x.len() % QK == 0 && row.len() == quantized_bytes(QuantKind::Q4_0, x.len()));
-    let mut acc = 0.0f32;
-    for (xb, block) in x.chunks_exact(QK).zip(row.chunks_exact(Q4_0_BLOCK_BYTES)) {
-        let qs = &block[2..];
-        let (xlo, xhi) = xb.split_at(QK / 2);
-        let mut s = [0.0f32; 4];
-        for k in 0..QK / 8 {
-            for l in 0..4 {
-                let j = 4 * k + l;
-                let b = qs[j];
-                s[l] += xlo[j] * ((b & 0x0F) as i32 - 8) as f32 + xhi[j] * ((b >> 4) as i32 - 8) as f32;
-            }
-        }
-        acc += (s[0] + s[1] + s[2] + s[3]) * scale(block);
-    }
-    acc
-}
-
-/// `x · row` for one f16 row (raw bits), accumulated in f32.
-#[inline]
-pub fn dot_f16(x: &[f32], row: &[u16]) -> f32 {
-    debug_assert_eq!(x.len(), row.len());
-    let mut s = [0.0f32; 4];
-    let mut xc = x.chunks_exact(4);
-    let mut rc = row.chunks_exact(4);
-    for (xs, rs) in (&mut xc).zip(&mut rc) {
-        for l in 0..4 {
-            s[l] += xs[l] * f16::from_bits(rs[l]).to_f32();
-        }
-    }
-    let tail: f32 = xc.remainder().iter().zip(rc.remainder()).map(|(a, b)| a * f16::from_bits(*b).to_f32()).sum();
-    s[0] + s[1] + s[2] + s[3] + tail
-}
-
-/// A read-only view of one weight matrix `(rows, cols)` in any host dtype, for row-wise dot products.
-///
-/// The CPU backend computes `y = x · Wᵀ` as `y[n] = x · W[n, :]`; this gives it the row dot for every dtype
-/// without dequantizing the whole matrix.
+/// The CPU backend keeps weights packed: `linear` decodes a panel of rows before each GEMM and the embedding
+/// lookup decodes the rows it gathers ([`RowView::rows_into`]), so the f32 copy of a matrix never exists whole.
 #[derive(Clone, Copy, Debug)]
 pub struct RowView<'a> {
     pub rows: usize,
@@ -296,25 +236,6 @@ impl<'a> RowView<'a> {
         Ok(RowView { rows, cols, data })
     }
 
-    /// `x · W[r, :]`. Panics if `x.len() != cols` or `r >= rows` (programming errors, not user input).
-    #[inline]
-    pub fn dot(&self, r: usize, x: &[f32]) -> f32 {
-        assert!(x.len() == self.cols && r < self.rows, "RowView::dot: x has {} values, row {r}", x.len());
-        let c = self.cols;
-        match self.data {
-            RowData::F32(w) => w[r * c..(r + 1) * c].iter().zip(x).map(|(a, b)| a * b).sum(),
-            RowData::F16(w) => dot_f16(x, &w[r * c..(r + 1) * c]),
-            RowData::Q8_0(w) => {
-                let rb = quantized_bytes(QuantKind::Q8_0, c);
-                dot_q8_0(x, &w[r * rb..(r + 1) * rb])
-            }
-            RowData::Q4_0(w) => {
-                let rb = quantized_bytes(QuantKind::Q4_0, c);
-                dot_q4_0(x, &w[r * rb..(r + 1) * rb])
-            }
-        }
-    }
-
     /// Rows `r, r+1, …` decoded to f32 into `out` (`out.len()` a multiple of `cols`): an embedding lookup, or a
     /// panel of weight rows the CPU backend's `linear` dequantizes before its GEMM. Panics if the rows run past the
     /// matrix (a programming error, not user input).
@@ -325,9 +246,9 @@ impl<'a> RowView<'a> {
         match self.data {
             RowData::F32(w) => out.copy_from_slice(&w[r * c..(r + n) * c]),
             RowData::F16(w) => {
-                for (o, h) in out.iter_mut().zip(&w[r * c..(r + n) * c]) {
-                    *o = f16::from_bits(*h).to_f32();
-                }
+                // half's slice conversion uses the F16C instructions when the CPU has them.
+                use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+                w[r * c..(r + n) * c].reinterpret_cast::<f16>().convert_to_f32_slice(out);
             }
             // Lengths and whole-block rows were checked in `new`, so these cannot fail.
             RowData::Q8_0(w) => {
@@ -339,31 +260,6 @@ impl<'a> RowView<'a> {
                 let _ = dequantize_q4_0(&w[r * rb..(r + n) * rb], out);
             }
         }
-    }
-
-    /// Row `r` decoded to f32 (an embedding lookup).
-    pub fn row_f32(&self, r: usize) -> Vec<f32> {
-        assert!(r < self.rows, "RowView::row_f32: row {r} of {}", self.rows);
-        let c = self.cols;
-        let mut out = vec![0.0f32; c];
-        match self.data {
-            RowData::F32(w) => out.copy_from_slice(&w[r * c..(r + 1) * c]),
-            RowData::F16(w) => {
-                for (o, h) in out.iter_mut().zip(&w[r * c..(r + 1) * c]) {
-                    *o = f16::from_bits(*h).to_f32();
-                }
-            }
-            // Lengths were checked in `new`, so these cannot fail.
-            RowData::Q8_0(w) => {
-                let rb = quantized_bytes(QuantKind::Q8_0, c);
-                let _ = dequantize_q8_0(&w[r * rb..(r + 1) * rb], &mut out);
-            }
-            RowData::Q4_0(w) => {
-                let rb = quantized_bytes(QuantKind::Q4_0, c);
-                let _ = dequantize_q4_0(&w[r * rb..(r + 1) * rb], &mut out);
-            }
-        }
-        out
     }
 }
 
@@ -612,14 +508,11 @@ mod tests {
         assert!(quantize_q4_0(&x).is_err());
     }
 
-    /// The fused row dot equals the dot with the dequantized row up to f32 summation order:
-    /// |Σ x·w − fused| ≤ n·ε·Σ|x·w| (standard bound for a sum of n terms in a different order).
+    /// Decoding any run of rows gives exactly the values of dequantizing the whole matrix.
     #[test]
-    fn row_dot_matches_dequantized() {
+    fn rows_into_matches_dequantized() {
         let (rows, cols) = (7, 96);
-        let w = values(rows * cols, 11, 0.3);
-        let x = values(cols, 12, 2.0);
-        let wt = HostTensor { shape: vec![rows, cols], data: HostData::F32(w) };
+        let wt = HostTensor { shape: vec![rows, cols], data: HostData::F32(values(rows * cols, 11, 0.3)) };
         for t in [
             quantize(&wt, QuantKind::Q8_0).unwrap(),
             quantize(&wt, QuantKind::Q4_0).unwrap(),
@@ -628,14 +521,13 @@ mod tests {
         ] {
             let deq = to_f32(&t).unwrap();
             let view = RowView::new(&t).unwrap();
-            for r in 0..rows {
-                let row = &deq[r * cols..(r + 1) * cols];
-                let exact: f64 = row.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
-                let mag: f64 = row.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
-                let got = view.dot(r, &x) as f64;
-                assert!((got - exact).abs() <= cols as f64 * f32::EPSILON as f64 * mag, "row {r}: {got} vs {exact}");
-                assert_eq!(view.row_f32(r), row);
+            for (r, n) in [(0, 1), (3, 2), (0, rows), (6, 1)] {
+                let mut out = vec![f32::NAN; n * cols];
+                view.rows_into(r, &mut out);
+                assert_eq!(out, &deq[r * cols..(r + n) * cols], "{} rows {r}..{}", t.data.dtype(), r + n);
             }
         }
+        let bad = HostTensor { shape: vec![2, 48], data: quantize(&HostTensor { shape: vec![96], data: HostData::F32(values(96, 1, 1.0)) }, QuantKind::Q8_0).unwrap().data };
+        assert!(RowView::new(&bad).unwrap_err().to_string().contains("multiple of the block size"));
     }
 }

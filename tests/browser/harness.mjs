@@ -9,9 +9,9 @@ import { serve } from "./server.mjs";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+export const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 // ENVIRONMENT.md: --enable-unsafe-webgpu is what gives headless Chromium a (SwiftShader) WebGPU adapter.
-const ARGS = [
+export const ARGS = [
   "--headless", "--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync",
   "--no-first-run", "--disable-quic", "--disable-dev-shm-usage", "--enable-unsafe-webgpu",
 ];

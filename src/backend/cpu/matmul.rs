@@ -6,19 +6,20 @@
 //! is an independent GEMM writing its own rows of the output. Bias and activation are applied per row right after
 //! the block's GEMM, while it is still in cache.
 
-use super::{par_chunks_mut, par_for, threads};
+use super::{par_chunks_mut, threads};
 use crate::backend::Activation;
 use crate::weights::quant::RowView;
 
 /// Below this many multiply-adds a GEMM is not worth splitting across threads.
 const PARALLEL_MIN_MACS: usize = 1 << 18;
 
-/// f32 values of one dequantized weight panel (`rows × K`): 128 KiB, so the panel stays in L2 next to the GEMM's
-/// own packing buffers while every row of x streams past it.
-const PANEL_FLOATS: usize = 32 * 1024;
-/// Panel heights are multiples of this (the widest GEMM micro-kernel, 16 columns with AVX-512), so no panel ends in
-/// a ragged micro-tile.
+/// f32 values of one dequantized weight panel (`P × K`): 1 MiB, reused for every panel. Wide enough that the GEMM
+/// packing of x, repeated per panel, costs ~1/P of the panel's multiply-adds.
+const PANEL_FLOATS: usize = 256 * 1024;
+/// Panel heights: a multiple of the widest GEMM micro-kernel (16 columns with AVX-512) between these bounds.
 const PANEL_ALIGN: usize = 16;
+const PANEL_MIN: usize = 64;
+const PANEL_MAX: usize = 512;
 
 /// `out (M, N) = act(x (M, K) · w (N, K)ᵀ + bias (N))`. Slices must have exactly these lengths (checked by the
 /// caller).
@@ -41,11 +42,11 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
 /// `out (M, N) = act(x (M, K) · Wᵀ + bias (N))` with W `(N, K)` kept in its stored dtype (f16, Q8_0, Q4_0): the
 /// CPU twin of the GPU's `matmul_packed` kernel.
 ///
-/// The N output columns are cut into panels of weight rows, one task per panel (in parallel natively): a task
-/// dequantizes its panel into a scratch buffer (exactly the values `HostTensor::to_f32` gives) and runs the f32
-/// GEMM of all M rows of x against it, writing its own column strip of `out`. Dequantization costs `N·K` per call
-/// against the GEMM's `M·N·K`, and the f32 copy of W never exists as a whole: memory holds the packed weight plus
-/// one panel per thread.
+/// W is walked in panels of P rows (P ≈ 1 MiB of f32 / K, 64..512): each panel is dequantized once into a scratch
+/// buffer (exactly the values `HostTensor::to_f32` gives; rows in parallel) and multiplied with all M rows of x by
+/// the f32 GEMM, the M rows split across threads as in [`linear`], each block writing columns n0..n0 + P of its
+/// own rows. Dequantization costs `N·K` per call against the GEMM's `M·N·K`, and the f32 copy of W never exists as
+/// a whole: memory holds the packed weight plus one panel.
 #[allow(clippy::too_many_arguments)]
 pub fn linear_packed(x: &[f32], m: usize, k: usize, w: &RowView<'_>, bias: Option<&[f32]>, act: Activation,
     out: &mut [f32]) {
@@ -57,47 +58,35 @@ pub fn linear_packed(x: &[f32], m: usize, k: usize, w: &RowView<'_>, bias: Optio
     if k == 0 {
         return linear(x, m, 0, &[], n, bias, act, out);
     }
-    // Panel height: what fits PANEL_FLOATS, but small enough that every thread gets a panel when N allows.
-    let fit = (PANEL_FLOATS / k).max(PANEL_ALIGN) / PANEL_ALIGN * PANEL_ALIGN;
-    let per_thread = n.div_ceil(threads()).div_ceil(PANEL_ALIGN) * PANEL_ALIGN;
-    let p = fit.min(per_thread).clamp(1, n);
-    let panels = n.div_ceil(p);
-    let strips = StripPtr(out.as_mut_ptr());
-    par_for(panels, |pi| {
-        let (n0, rows) = (pi * p, p.min(n - pi * p));
-        let mut panel = vec![0f32; rows * k]; // (rows, K): W[n0..n0 + rows, :] as f32
-        w.rows_into(n0, &mut panel);
-        let c = strips.get();
-        // SAFETY: `out` is (M, N) row-major and outlives this loop; this task writes only columns n0..n0 + rows of
-        // each row (the strip starting at c + n0 with row stride N), and the panels' column ranges are disjoint,
-        // so no two tasks touch the same element. x and the panel are bounded by the asserts above and `rows_into`.
-        unsafe {
-            matrixmultiply::sgemm(
-                m, k, rows, 1.0,
-                x.as_ptr(), k as isize, 1,
-                panel.as_ptr(), 1, k as isize,
-                0.0,
-                c.add(n0), n as isize, 1,
-            );
-            for i in 0..m {
-                let strip = std::slice::from_raw_parts_mut(c.add(i * n + n0), rows);
-                epilogue(strip, rows, bias.map(|b| &b[n0..n0 + rows]), act);
+    let p = ((PANEL_FLOATS / k) / PANEL_ALIGN * PANEL_ALIGN).clamp(PANEL_MIN, PANEL_MAX).min(n);
+    let mut panel = vec![0f32; p * k]; // (P, K): W[n0..n0 + P, :] as f32
+    let blocks = if m * p * k >= PARALLEL_MIN_MACS { threads().min(m) } else { 1 };
+    let rows_per_block = m.div_ceil(blocks);
+    for n0 in (0..n).step_by(p) {
+        let rows = p.min(n - n0);
+        let panel = &mut panel[..rows * k];
+        // Decode the panel, a few rows per task.
+        let rows_per_task = (PANEL_MIN / 4).max(1);
+        par_chunks_mut(panel, rows_per_task * k, |ci, c| w.rows_into(n0 + ci * rows_per_task, c));
+        let panel = &*panel;
+        par_chunks_mut(out, rows_per_block * n, |bi, c| {
+            let (r0, mr) = (bi * rows_per_block, c.len() / n);
+            debug_assert!(c.len() >= (mr - 1) * n + n0 + rows);
+            // SAFETY: reads x rows r0..r0 + mr (mr·k values from r0·k, in bounds by the assert at the top) and the
+            // panel (rows·k values); writes c[i·n + n0 + j] for i < mr, j < rows, inside this task's own row block
+            // `c` (mr·n values, n0 + rows ≤ n).
+            unsafe {
+                matrixmultiply::sgemm(
+                    mr, k, rows, 1.0,
+                    x[r0 * k..].as_ptr(), k as isize, 1,
+                    panel.as_ptr(), 1, k as isize,
+                    0.0,
+                    c[n0..].as_mut_ptr(), n as isize, 1,
+                );
             }
-        }
-    });
-}
-
-/// The output pointer shared by the panel tasks of [`linear_packed`] (each writes a disjoint column strip).
-#[derive(Clone, Copy)]
-struct StripPtr(*mut f32);
-// SAFETY: the tasks write disjoint elements (see `linear_packed`), and the pointee outlives them.
-unsafe impl Send for StripPtr {}
-unsafe impl Sync for StripPtr {}
-impl StripPtr {
-    /// A method rather than field access, so closures capture the whole (Sync) wrapper, not the raw pointer.
-    fn get(self) -> *mut f32 {
-        self.0
+        });
     }
+    par_chunks_mut(out, rows_per_block * n, |_, c| epilogue(c, n, bias, act));
 }
 
 /// `c (M, N) = a (M, K) · b (N, K)ᵀ`, all row-major and contiguous.
@@ -128,8 +117,10 @@ fn epilogue(c: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activation) {
                 *v += bb;
             }
         }
+        // One loop per activation, so each is a straight-line body the compiler can vectorise.
         match act {
             Activation::None => {}
+            Activation::Gelu => row.iter_mut().for_each(|v| *v = super::fastmath::gelu(*v)),
             _ => row.iter_mut().for_each(|v| *v = activate(*v, act)),
         }
     }
@@ -140,7 +131,8 @@ pub fn activate(x: f32, act: Activation) -> f32 {
     match act {
         Activation::None => x,
         // 0.5·x·(1 + erf(x/√2)): torch.nn.functional.gelu(approximate="none").
-        Activation::Gelu => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+        // erf from `fastmath`: the loop in `epilogue` vectorises, where libm's erff is a scalar call per element.
+        Activation::Gelu => super::fastmath::gelu(x),
         // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): transformers' NewGELUActivation.
         Activation::GeluTanh => {
             const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -197,14 +189,15 @@ mod tests {
         }
     }
 
-    /// `linear_packed` (panels of dequantized rows, column strips of the output written from parallel tasks) against
-    /// the f64 reference on the same dequantized weights. The dequantized values are exact (an f16 scale times a
-    /// small integer fits f32), so only the GEMM's summation order differs: the f32 tolerance holds.
+    /// `linear_packed` (panels of dequantized rows, each multiplied with row blocks of x) against the f64 reference
+    /// on the same dequantized weights. The dequantized values are exact (an f16 scale times a small integer fits
+    /// f32), so only the GEMM's f32 summation differs: the f32 tolerance, scaled with K beyond 64 because that
+    /// rounding error grows with the number of terms (K = 1536 here, where the panel is narrower than N).
     #[test]
     fn linear_packed_matches_reference() {
         use crate::weights::quant::{quantize, to_f16, QuantKind};
         use crate::weights::HostTensor;
-        // N spans one panel, several panels and a ragged last panel (panels are multiples of 16 rows).
+        // N spans one panel, two panels with a ragged last one (K = 384: panels of 512 rows), and a narrow panel.
         for &(m, k, n) in &[(1, 32, 1), (7, 64, 33), (33, 384, 513), (129, 32, 7), (2, 1536, 40)] {
             let wt = HostTensor::f32(vec![n, k], rand_vec(n * k, 5)).unwrap();
             for packed in [to_f16(&wt).unwrap(), quantize(&wt, QuantKind::Q8_0).unwrap(), quantize(&wt, QuantKind::Q4_0).unwrap()] {

@@ -1,7 +1,7 @@
 //! The CPU backend: the reference implementation of every op, and the fallback where there is no WebGPU.
 //!
 //! Activations are f32. Weight matrices stay in the dtype their file stores (f32, f16, Q8_0, Q4_0): `linear`
-//! dequantizes a panel of weight rows at a time into a per-task scratch buffer and runs the f32 GEMM on it
+//! dequantizes one panel of weight rows at a time into a scratch buffer and runs the f32 GEMM on it
 //! ([`matmul::linear_packed`]), and the embedding lookup decodes only the rows it gathers, so a Q8_0 model holds
 //! about a quarter of the f32 bytes in memory. 1-D weights (biases, LayerNorm γ/β) are widened to f32 at upload:
 //! they are 0.1% of the bytes and feed additions directly. Tensors are immutable row-major matrices behind an
@@ -12,6 +12,7 @@
 //! [`attention`], [`pool`] (mask, mean pooling, row gather), [`train`] (the head-training ops).
 
 pub mod attention;
+pub mod fastmath;
 pub mod matmul;
 pub mod norm;
 pub mod pool;

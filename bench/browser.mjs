@@ -1,0 +1,228 @@
+// bertgpu vs transformers.js (@huggingface/transformers, pinned in bench/package.json), side by side in one headless
+// Chromium launch, on the same model (all-MiniLM-L6-v2: our folder / q8_0 GGUF, their ONNX export made by
+// bench/export_onnx.py), the same texts, mean pooling + normalize, runs alternating. Prints a Markdown table of
+// medians, spreads and ratios. Run it through bench/browser.sh, which prepares what it needs.
+//
+//   node bench/browser.mjs [--reps 7] [--gpu-reps 3] [--cold 3] [--only cpu|webgpu] [--json out.json]
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { chromium } from "playwright-core";
+import { ROOT, ARGS, CHROMIUM } from "../tests/browser/harness.mjs";
+import { serve } from "../www/serve.mjs";
+
+const argv = process.argv.slice(2);
+const arg = (name, dflt) => {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 ? argv[i + 1] : dflt;
+};
+const REPS = Number(arg("reps", 7));
+const GPU_REPS = Number(arg("gpu-reps", 3));
+const COLD = Number(arg("cold", 3));
+const ONLY = arg("only", null);
+const JSON_OUT = arg("json", null);
+/** f32 against f32: two correct implementations of the same network differ by float rounding only. */
+const MIN_AGREEMENT = 0.999;
+
+const OURS_F32 = "/models/all-MiniLM-L6-v2/";
+const OURS_Q8 = "/bench/models/all-MiniLM-L6-v2.q8_0.gguf";
+
+// Real text (Debian's fortunes, tests/data/fortunes/), cut to the workloads' token counts in the page.
+const corpus = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/train.jsonl"), "utf8").trim().split("\n")
+  .map((l) => JSON.parse(l).text);
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+function cosine(a, b) {
+  let ab = 0, aa = 0, bb = 0;
+  for (let i = 0; i < a.length; i++) {
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  return ab / Math.sqrt(aa * bb);
+}
+
+/** Texts of `tokens` tokens each (with [CLS]/[SEP]; at most, as close as whole words allow), cut from the corpus. */
+async function makeTexts(page, n, tokens) {
+  const words = corpus.join(" ").split(/\s+/);
+  const count = async (a, len) => (await page.evaluate((t) => window.tokenCounts([t]), words.slice(a, a + len).join(" ")))[0];
+  const out = [];
+  let at = 0;
+  for (let i = 0; i < n; i++) {
+    // The longest run of whole words from `at` that fits: grow while it fits, then shrink until it does.
+    let len = Math.max(1, Math.floor(tokens / 2));
+    while ((await count(at, len + 1)) <= tokens) len += 1;
+    while (len > 1 && (await count(at, len)) > tokens) len -= 1;
+    out.push({ text: words.slice(at, at + len).join(" "), count: await count(at, len) });
+    at = (at + len) % Math.max(1, words.length - 4 * tokens);
+  }
+  return out;
+}
+
+const fileBytes = (p) => {
+  try {
+    return fs.statSync(path.join(ROOT, p)).size;
+  } catch {
+    return 0;
+  }
+};
+
+/** Splits what a page fetched into code (JS, wasm) and weights (everything else: model files). */
+function downloaded(paths) {
+  let code = 0, weights = 0;
+  for (const p of new Set(paths)) {
+    const n = fileBytes(p);
+    if (/\.(m?js|wasm)$/.test(p)) code += n;
+    else if (!/\.html$/.test(p)) weights += n;
+  }
+  return { code, weights };
+}
+
+async function main() {
+  for (const need of ["pkg/wasm/bertgpu_bg.wasm", "bench/node_modules/@huggingface/transformers/package.json",
+    "bench/models/all-MiniLM-L6-v2/onnx/model.onnx", OURS_Q8.slice(1), "models/all-MiniLM-L6-v2/model.safetensors"]) {
+    if (!fs.existsSync(path.join(ROOT, need))) throw new Error(`${need} is missing: run bench/browser.sh`);
+  }
+  // Cross-origin isolated, so transformers.js may use wasm threads (bertgpu's wasm is single-threaded).
+  const site = await serve(ROOT, {
+    headers: { "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" },
+  });
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-bench-"));
+  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
+  const results = { rows: [], cold: [], agreement: [], env: {} };
+  try {
+    const open = async () => {
+      const page = await context.newPage();
+      page.on("console", (m) => { if (m.type() === "error") console.error(`page: ${m.text()}`); });
+      await page.goto(`${site.url}bench/page.html`);
+      await page.waitForFunction(() => window.ready === true, null, { timeout: 30_000 });
+      return page;
+    };
+    const page = await open();
+    results.env = await page.evaluate(async () => {
+      const a = await navigator.gpu?.requestAdapter();
+      return { userAgent: navigator.userAgent, isolated: crossOriginIsolated, cores: navigator.hardwareConcurrency,
+        adapter: a ? `${a.info.vendor} ${a.info.architecture} ${a.info.description}`.trim() : null,
+        fallback: a ? a.info.isFallbackAdapter : null };
+    });
+    console.error(`environment: ${JSON.stringify(results.env)}`);
+
+    await page.evaluate((s) => window.load("ours", { source: s, device: "cpu" }), OURS_F32);
+    const workloads = [
+      { name: "(a) 1 × short", texts: (await makeTexts(page, 1, 12)) },
+      { name: "(b) 8 × 128", texts: (await makeTexts(page, 8, 128)) },
+      { name: "(c) 32 × 32", texts: (await makeTexts(page, 32, 32)) },
+    ];
+    for (const w of workloads) {
+      w.tokens = w.texts.map((t) => t.count);
+      w.texts = w.texts.map((t) => t.text);
+      console.error(`${w.name}: tokens ${Math.min(...w.tokens)}–${Math.max(...w.tokens)}`);
+    }
+
+    const configs = [
+      { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 1 }, label: "CPU (ours) vs WASM 1 thread (theirs)" },
+      { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU (ours) vs WASM 2 threads (theirs)" },
+      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu" }, theirs: { dtype: "q8", device: "wasm", threads: 2 }, label: "CPU q8_0 (ours) vs WASM q8 2 threads (theirs)" },
+      { device: "webgpu", dtype: "f32", ours: { source: OURS_F32, device: "webgpu" }, theirs: { dtype: "fp32", device: "webgpu" }, label: "WebGPU (both)" },
+    ].filter((c) => !ONLY || c.device === ONLY);
+
+    for (const c of configs) {
+      const reps = c.device === "webgpu" ? GPU_REPS : REPS;
+      const p = await open();
+      await p.evaluate(({ o, t }) => Promise.all([window.load("ours", o)]).then(() => window.load("theirs", t)),
+        { o: c.ours, t: c.theirs });
+      for (const w of workloads) {
+        const times = { ours: [], theirs: [] };
+        let agree = null;
+        // One warm-up each (pipelines, allocations), then alternate so background load hits both alike.
+        for (let r = 0; r <= reps; r++) {
+          for (const which of r % 2 ? ["theirs", "ours"] : ["ours", "theirs"]) {
+            const { ms, vectors } = await p.evaluate(({ which, texts }) => window.timeEmbed(which, texts),
+              { which, texts: w.texts });
+            if (r > 0) times[which].push(ms);
+            if (r === 0) (agree ??= {})[which] = vectors;
+          }
+        }
+        const cos = Math.min(...agree.ours.map((v, i) => cosine(v, agree.theirs[i])));
+        const row = { config: c.label, device: c.device, dtype: c.dtype, workload: w.name,
+          ours: median(times.ours), theirs: median(times.theirs),
+          oursSpread: [Math.min(...times.ours), Math.max(...times.ours)],
+          theirsSpread: [Math.min(...times.theirs), Math.max(...times.theirs)], minCosine: cos, reps };
+        row.speedup = row.theirs / row.ours;
+        results.rows.push(row);
+        console.error(`${c.label} ${w.name}: ours ${row.ours.toFixed(1)} ms, theirs ${row.theirs.toFixed(1)} ms, `
+          + `×${row.speedup.toFixed(2)}, cos ${cos.toFixed(5)}`);
+        if (c.dtype === "f32" && cos < MIN_AGREEMENT) {
+          throw new Error(`${c.label} ${w.name}: the two disagree (min cosine ${cos} < ${MIN_AGREEMENT})`);
+        }
+      }
+      await p.close();
+    }
+
+    // Cold start: a fresh page, nothing cached (cache: false / useBrowserCache: false, the server says no-store),
+    // import + load + first result; what the page fetched is the download.
+    if (!ONLY || ONLY === "cpu") {
+      const colds = [
+        { which: "ours", label: "bertgpu f32 (CPU)", opts: { source: OURS_F32, device: "cpu" } },
+        { which: "theirs", label: "transformers.js fp32 (WASM)", opts: { dtype: "fp32", device: "wasm", threads: 2 } },
+        { which: "ours", label: "bertgpu q8_0 (CPU)", opts: { source: OURS_Q8, device: "cpu" } },
+        { which: "theirs", label: "transformers.js q8 (WASM)", opts: { dtype: "q8", device: "wasm", threads: 2 } },
+      ];
+      const times = colds.map(() => []);
+      let bytes = colds.map(() => null);
+      for (let r = 0; r < COLD; r++) {
+        for (const [i, c] of colds.entries()) {
+          site.requests.length = 0;
+          const p = await open();
+          const { ms } = await p.evaluate(({ which, opts }) => window.coldStart(which, opts), c);
+          times[i].push(ms);
+          bytes[i] = downloaded(site.requests);
+          await p.close();
+        }
+      }
+      results.cold = colds.map((c, i) => ({ label: c.label, ms: median(times[i]), spread: [Math.min(...times[i]),
+        Math.max(...times[i])], ...bytes[i] }));
+      for (const c of results.cold) console.error(`cold ${c.label}: ${c.ms.toFixed(0)} ms, code ${c.code}, weights ${c.weights}`);
+    }
+  } finally {
+    await context.close();
+    await site.close();
+    fs.rmSync(profile, { recursive: true, force: true });
+  }
+  if (JSON_OUT) fs.writeFileSync(JSON_OUT, JSON.stringify(results, null, 2));
+  console.log(table(results));
+}
+
+function table(res) {
+  const f = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+  const lines = [
+    `Chromium: ${res.env.userAgent?.match(/Chrome\/[\d.]+/)?.[0]}, ${res.env.cores} cores, WebGPU adapter: `
+      + `${res.env.adapter ?? "none"}${res.env.fallback ? " (fallback adapter)" : ""}, cross-origin isolated: ${res.env.isolated}`,
+    "",
+    "| backends | workload | bertgpu ms (min–max) | transformers.js ms (min–max) | speed-up | min cosine |",
+    "|---|---|---|---|---|---|",
+  ];
+  for (const r of res.rows) {
+    lines.push(`| ${r.config} | ${r.workload} | ${f(r.ours)} (${f(r.oursSpread[0])}–${f(r.oursSpread[1])}) | `
+      + `${f(r.theirs)} (${f(r.theirsSpread[0])}–${f(r.theirsSpread[1])}) | ${r.speedup.toFixed(2)}× | ${r.minCosine.toFixed(5)} |`);
+  }
+  if (res.cold.length) {
+    lines.push("", "| cold start (import + load + first result, nothing cached) | ms (min–max) | code bytes | weight bytes |",
+      "|---|---|---|---|");
+    for (const c of res.cold) {
+      lines.push(`| ${c.label} | ${f(c.ms)} (${f(c.spread[0])}–${f(c.spread[1])}) | ${c.code.toLocaleString("en")} | `
+        + `${c.weights.toLocaleString("en")} |`);
+    }
+  }
+  return lines.join("\n");
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,68 @@
+// The in-page half of bench/browser.mjs: loads and runs either library on demand. Both end at the same thing:
+// strings in, mean-pooled unit-length embeddings out (Float32Array per text).
+const ORT_DIST = "/bench/node_modules/onnxruntime-web/dist/";
+
+const sessions = { ours: null, theirs: null };
+
+async function importOurs() {
+  return import("/pkg/index.js");
+}
+
+async function importTheirs({ threads }) {
+  const t = await import("/bench/node_modules/@huggingface/transformers/dist/transformers.web.js");
+  t.env.allowRemoteModels = false; // nothing from a hub
+  t.env.allowLocalModels = true;
+  t.env.localModelPath = "/bench/models/";
+  t.env.useBrowserCache = false;
+  t.env.backends.onnx.wasm.wasmPaths = ORT_DIST; // the npm package's own files, not a CDN
+  t.env.backends.onnx.wasm.numThreads = threads;
+  return t;
+}
+
+/** { ms, dims }: loads a model (cold when the page is fresh) and embeds one text, timing the whole. */
+window.coldStart = async (which, opts) => {
+  const t0 = performance.now();
+  await window.load(which, opts);
+  const v = await window.embed(which, ["Cold start: import, load, first result."]);
+  return { ms: performance.now() - t0, dims: v[0].length };
+};
+
+/**
+ * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu" }; theirs: { dtype: "fp32" | "q8",
+ * device: "wasm" | "webgpu", threads }.
+ */
+window.load = async (which, opts) => {
+  if (which === "ours") {
+    const { Bert } = await importOurs();
+    sessions.ours?.dispose();
+    sessions.ours = await Bert.load(opts.source, { device: opts.device, cache: false });
+    return sessions.ours.device;
+  }
+  const t = await importTheirs(opts);
+  sessions.theirs = await t.pipeline("feature-extraction", "all-MiniLM-L6-v2", { device: opts.device, dtype: opts.dtype });
+  return opts.device;
+};
+
+/** Embeddings of `texts` as plain arrays of Float32Array. */
+window.embed = async (which, texts) => {
+  if (which === "ours") return sessions.ours.embed(texts, { pooling: "mean", normalize: true, batchSize: texts.length });
+  const out = await sessions.theirs(texts, { pooling: "mean", normalize: true });
+  const [n, h] = out.dims;
+  return Array.from({ length: n }, (_, i) => out.data.slice(i * h, (i + 1) * h));
+};
+
+/** Runs `embed` and returns its time in ms and the vectors (kept for the agreement check). */
+window.timeEmbed = async (which, texts) => {
+  const t0 = performance.now();
+  const v = await window.embed(which, texts);
+  const ms = performance.now() - t0;
+  return { ms, vectors: v.map((x) => Array.from(x)) };
+};
+
+/** Token counts of `texts` with [CLS]/[SEP] (our tokenizer: the same vocabulary and rules as theirs). */
+window.tokenCounts = async (texts) => {
+  const r = await sessions.ours.tokenize(texts);
+  return r.map((x) => x.input_ids.length);
+};
+
+window.ready = true;
