@@ -117,8 +117,10 @@ fn epilogue(c: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activation) {
                 *v += bb;
             }
         }
+        // One loop per activation, so each is a straight-line body the compiler can vectorise.
         match act {
             Activation::None => {}
+            Activation::Gelu => row.iter_mut().for_each(|v| *v = super::fastmath::gelu(*v)),
             _ => row.iter_mut().for_each(|v| *v = activate(*v, act)),
         }
     }
@@ -129,7 +131,8 @@ pub fn activate(x: f32, act: Activation) -> f32 {
     match act {
         Activation::None => x,
         // 0.5·x·(1 + erf(x/√2)): torch.nn.functional.gelu(approximate="none").
-        Activation::Gelu => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+        // erf from `fastmath`: the loop in `epilogue` vectorises, where libm's erff is a scalar call per element.
+        Activation::Gelu => super::fastmath::gelu(x),
         // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): transformers' NewGELUActivation.
         Activation::GeluTanh => {
             const SQRT_2_OVER_PI: f32 = 0.797_884_6;
