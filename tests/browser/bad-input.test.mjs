@@ -265,7 +265,7 @@ test("options and arguments of the wrong type: a TypeError naming the option, fo
   page.checkErrors();
 });
 
-test("bad model files: truncated downloads, a wrong dtype, a head of another hidden size", async () => {
+test("bad model files: truncated downloads, a wrong dtype, NaN/Inf weights, a head of another hidden size", async () => {
   const got = await page.evaluate(async ({ base, cutShort, splade }) => {
     const load = (url) => attempt(async () => {
       const bert = await bertgpu.Bert.load(url, { device: "cpu", cache: false });
@@ -300,6 +300,10 @@ test("bad model files: truncated downloads, a wrong dtype, a head of another hid
     /the download of model\.safetensors was cut short after \d+ bytes of 154256 .*load again/);
   assertError("wrong dtype", got.wrongDtype,
     /`bert\.encoder\.layer\.0\.attention\.self\.query\.weight` is stored as I32; only f32, f16 and bf16/);
+  // Without the check a NaN in a query weight still gives finite (wrong) vectors, and an infinity gives NaN.
+  assertError("NaN weight", got.nan, /`bert\.encoder\.layer\.0\.attention\.self\.query\.weight` holds NaN/);
+  assertError("Inf weight", got.inf, /`bert\.encoder\.layer\.1\.output\.dense\.weight` holds an infinity/);
+  assert.deepEqual(got.gguf.value, got.reference, "the untruncated GGUF embeds as the safetensors");
   assertError("head of hidden size 128 in a model of 32", got.head,
     /trained on features of size 128, but the model's hidden size is 32/);
   assert.ok(got.works);
