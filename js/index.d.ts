@@ -48,6 +48,11 @@ export interface Tokenized {
   input_ids: number[];
   token_type_ids: number[];
   tokens: string[];
+  /**
+   * Whether the text (or pair) was cut to the model's `max_position_embeddings` tokens; `embed` and every task cut
+   * the same way, so a long text's vector is the vector of its beginning.
+   */
+  truncated: boolean;
 }
 
 export interface EmbedOptions {
