@@ -22,6 +22,9 @@ const WARMUP: usize = 200;
 /// hundred KB here).
 const RSS_SLACK_BYTES: u64 = 512 << 10;
 
+/// RSS is the whole process's: the two tests take turns, or one's allocations would show in the other's numbers.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn calls(var: &str, default: usize) -> usize {
     std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -70,6 +73,7 @@ fn model() -> std::path::PathBuf {
 
 #[test]
 fn cpu_embed_calls_keep_memory_flat() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let engine = pollster::block_on(Engine::from_dir(model(), Device::Cpu)).unwrap();
     let n = calls("BERTGPU_SOAK_CALLS", CPU_CALLS);
     let (before, after, secs) = soak(&engine, n, |_| {});
@@ -80,6 +84,7 @@ fn cpu_embed_calls_keep_memory_flat() {
 
 #[test]
 fn gpu_embed_calls_keep_memory_flat() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(_) = common::gpu() else { return };
     let engine = pollster::block_on(Engine::from_dir(model(), Device::Gpu)).unwrap();
     let Engine::Gpu(m) = &engine else { unreachable!("Device::Gpu gives a GPU engine") };
