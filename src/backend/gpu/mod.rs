@@ -446,7 +446,9 @@ impl GpuBackend {
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU failed: {e}")))?;
         for f in futures {
-            f.await.map_err(|e| Error::Gpu(format!("reading back a buffer failed: {e}")))?;
+            f.await.map_err(|e| {
+                self.gpu.lost_error().unwrap_or_else(|| Error::Gpu(format!("reading back a buffer failed: {e}")))
+            })?;
         }
         Ok(())
     }
