@@ -47,24 +47,19 @@ function cosine(a, b) {
   return ab / Math.sqrt(aa * bb);
 }
 
-/** Texts of about `tokens` tokens each (with [CLS]/[SEP]), cut from the corpus by words, checked in the page. */
+/** Texts of `tokens` tokens each (with [CLS]/[SEP]; at most, as close as whole words allow), cut from the corpus. */
 async function makeTexts(page, n, tokens) {
   const words = corpus.join(" ").split(/\s+/);
+  const count = async (a, len) => (await page.evaluate((t) => window.tokenCounts([t]), words.slice(a, a + len).join(" ")))[0];
   const out = [];
   let at = 0;
   for (let i = 0; i < n; i++) {
-    // ~1.3 tokens per word in this text; shrink until the tokenizer agrees.
-    let len = Math.ceil(tokens / 1.3);
-    for (;;) {
-      const text = words.slice(at, at + len).join(" ");
-      const [count] = await page.evaluate((t) => window.tokenCounts([t]), text);
-      if (count <= tokens || len <= 1) {
-        out.push({ text, count });
-        break;
-      }
-      len -= Math.max(1, Math.floor((count - tokens) / 1.5));
-    }
-    at = (at + len * 3) % Math.max(1, words.length - len * 2);
+    // The longest run of whole words from `at` that fits: grow while it fits, then shrink until it does.
+    let len = Math.max(1, Math.floor(tokens / 2));
+    while ((await count(at, len + 1)) <= tokens) len += 1;
+    while (len > 1 && (await count(at, len)) > tokens) len -= 1;
+    out.push({ text: words.slice(at, at + len).join(" "), count: await count(at, len) });
+    at = (at + len) % Math.max(1, words.length - 4 * tokens);
   }
   return out;
 }
@@ -132,7 +127,9 @@ async function main() {
     const configs = [
       { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 1 }, label: "CPU (ours) vs WASM 1 thread (theirs)" },
       { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU (ours) vs WASM 2 threads (theirs)" },
-      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu" }, theirs: { dtype: "q8", device: "wasm", threads: 2 }, label: "CPU q8_0 (ours) vs WASM q8 2 threads (theirs)" },
+      { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu", workers: 2 }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU 2 workers (ours) vs WASM 2 threads (theirs)" },
+      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu" }, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0 (ours) vs WASM q8 1 thread (theirs)" },
+      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu", workers: 2 }, theirs: { dtype: "q8", device: "wasm", threads: 2 }, label: "CPU q8_0 2 workers (ours) vs WASM q8 2 threads (theirs)" },
       { device: "webgpu", dtype: "f32", ours: { source: OURS_F32, device: "webgpu" }, theirs: { dtype: "fp32", device: "webgpu" }, label: "WebGPU (both)" },
     ].filter((c) => !ONLY || c.device === ONLY);
 

@@ -133,11 +133,22 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     let loaded = 0;
     onProgress?.({ file: name, loaded: 0, total });
     for (;;) {
-      const { done, value } = await reader.read();
+      let step;
+      try {
+        step = await reader.read();
+      } catch (e) {
+        throw new Error(`Bert.load: the download of ${name} was cut short after ${loaded} bytes`
+          + `${total != null ? ` of ${total}` : ""} (${e.message}); check your connection and load again`);
+      }
+      const { done, value } = step;
       if (done) break;
       chunks.push(value);
       loaded += value.byteLength;
       onProgress?.({ file: name, loaded, total });
+    }
+    if (total != null && loaded !== total) {
+      throw new Error(`Bert.load: the download of ${name} was cut short: ${loaded} of ${total} bytes arrived; `
+        + "check your connection and load again");
     }
     bytes = new Uint8Array(loaded);
     let at = 0;

@@ -93,11 +93,14 @@ impl<B: Backend> Model<B> {
         if opts.batch_size == 0 {
             return Err(Error::Input("batch size must be at least 1".into()));
         }
-        // Longest first, so the batches pad as little as possible; results go back to input order.
+        // Longest first, so the batches pad as little as possible; results go back to input order. Batches hold at
+        // most `batch_size` texts, fewer when their activations would not fit the backend.
         let mut order: Vec<usize> = (0..encoded.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+        let lens: Vec<usize> = order.iter().map(|&i| encoded[i].len()).collect();
         let mut out = vec![Vec::new(); encoded.len()];
-        for chunk in order.chunks(opts.batch_size) {
+        for range in self.fitting_groups(&lens, &[], opts.batch_size)? {
+            let chunk = &order[range];
             let group: Vec<Encoded> = chunk.iter().map(|&i| encoded[i].clone()).collect();
             let batch = self.tokenizer.batch(&group);
             for (&i, v) in chunk.iter().zip(self.embed_batch(&batch, opts).await?) {
@@ -134,6 +137,41 @@ impl<B: Backend> Model<B> {
 }
 
 impl<B: Backend> Model<B> {
+    /// Splits sequences of `lens` tokens (in the order given) into consecutive groups of at most `max_rows` that
+    /// one forward pass can take: the widest activation of the padded group, `(B*T, max(3H, I))` f32, plus
+    /// `extra_bytes[i]` per sequence (e.g. a head's output rows), must fit [`Backend::max_tensor_bytes`]. So any
+    /// number of texts runs in as many passes as the device needs, never as one allocation it cannot make. A single
+    /// sequence that does not fit is an error saying the limit.
+    pub fn fitting_groups(&self, lens: &[usize], extra_bytes: &[usize], max_rows: usize)
+        -> Result<Vec<std::ops::Range<usize>>> {
+        let limit = self.backend.max_tensor_bytes();
+        let widest = 4 * (3 * self.config.hidden_size).max(self.config.intermediate_size); // bytes per token
+        let extra = |i: usize| extra_bytes.get(i).copied().unwrap_or(0);
+        let bytes = |rows: usize, t: usize, extra: usize| rows.saturating_mul(t).saturating_mul(widest).max(extra);
+        let mut groups = Vec::new();
+        let (mut start, mut t_max, mut extra_sum) = (0, 0, 0usize);
+        for (i, &t) in lens.iter().enumerate() {
+            if bytes(1, t, extra(i)) > limit {
+                return Err(Error::Input(format!(
+                    "a sequence of {t} tokens needs {} bytes for one activation, more than this backend's limit of                      {limit} bytes: truncate the input (--max-length) or use the CPU backend",
+                    bytes(1, t, extra(i))
+                )));
+            }
+            let rows = i - start + 1;
+            let grown = (t_max.max(t), extra_sum.saturating_add(extra(i)));
+            if rows > max_rows.max(1) || bytes(rows, grown.0, grown.1) > limit {
+                groups.push(start..i);
+                (start, t_max, extra_sum) = (i, t, extra(i));
+            } else {
+                (t_max, extra_sum) = grown;
+            }
+        }
+        if start < lens.len() {
+            groups.push(start..lens.len());
+        }
+        Ok(groups)
+    }
+
     /// Encoder forward and pooling of a padded batch, left on the device: `(B, H)`.
     pub fn pool_batch(&self, batch: &Batch, pooling: Pooling) -> Result<B::Tensor> {
         let be = &self.backend;
@@ -280,6 +318,7 @@ impl<B: Backend> Model<B> {
 
     /// Classifies tokenized texts with the live trained head: `{label, score}` (softmax) best first per text.
     pub async fn classify_with_head(&self, encoded: &[Encoded], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
+        crate::heads::pipelines::check_top_k(top_k)?;
         let head = self.head.borrow().clone();
         let Some(head) = head else {
             return Err(Error::Input("no classification head: train one (train-head) or load one (--head FILE)".into()));
@@ -288,8 +327,10 @@ impl<B: Backend> Model<B> {
         let c = head.spec.labels.len();
         let mut order: Vec<usize> = (0..encoded.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+        let lens: Vec<usize> = order.iter().map(|&i| encoded[i].len()).collect();
         let mut out = vec![Vec::new(); encoded.len()];
-        for chunk in order.chunks(32) {
+        for range in self.fitting_groups(&lens, &[], 32)? {
+            let chunk = &order[range];
             let group: Vec<Encoded> = chunk.iter().map(|&i| encoded[i].clone()).collect();
             let batch = self.tokenizer.batch(&group);
             let pooled = self.pool_batch(&batch, head.spec.pooling)?; // (B, H)

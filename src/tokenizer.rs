@@ -232,6 +232,7 @@ impl Tokenizer {
         let raw: Value = serde_json::from_slice(json).map_err(|e| {
             Error::Tokenizer(format!("tokenizer.json is not valid JSON ({e}); re-download or re-export it"))
         })?;
+        check_post_processor(&raw["post_processor"])?;
         let mut inner = tokenizers::Tokenizer::from_bytes(json).map_err(|e| {
             Error::Tokenizer(format!(
                 "tokenizer.json could not be read as a Hugging Face tokenizer ({e}); \
@@ -488,6 +489,50 @@ impl Tokenizer {
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
+}
+
+/// Checks what the `tokenizers` crate (0.23.2) takes on trust when it reads a `TemplateProcessing` post-processor,
+/// and panics on later, while encoding: every special token a template names must be defined in `special_tokens`
+/// (it indexes the map), the `single` template cannot use the second sequence `$B` (there is none), and a special
+/// token needs as many `tokens` as `ids` (an encoding's vectors must agree in length). Recurses into `Sequence`.
+fn check_post_processor(pp: &Value) -> Result<()> {
+    let bad = |m: String| {
+        Err(Error::Tokenizer(format!(
+            "tokenizer.json: the post_processor {m}; re-export the tokenizer with `tokenizer.save_pretrained()`"
+        )))
+    };
+    match pp["type"].as_str() {
+        Some("Sequence") => {
+            for p in pp["processors"].as_array().into_iter().flatten() {
+                check_post_processor(p)?;
+            }
+        }
+        Some("TemplateProcessing") => {
+            let empty = serde_json::Map::new();
+            let specials = pp["special_tokens"].as_object().unwrap_or(&empty);
+            for (key, t) in specials {
+                let n = |k: &str| t[k].as_array().map_or(0, Vec::len);
+                if n("ids") != n("tokens") {
+                    return bad(format!("special token `{key}` has {} ids but {} tokens", n("ids"), n("tokens")));
+                }
+            }
+            for name in ["single", "pair"] {
+                for piece in pp[name].as_array().into_iter().flatten() {
+                    if let Some(id) = piece["SpecialToken"]["id"].as_str() {
+                        if !specials.contains_key(id) {
+                            return bad(format!("template `{name}` uses the special token `{id}`, which \
+                                                `special_tokens` does not define"));
+                        }
+                    }
+                    if name == "single" && piece["Sequence"]["id"].as_str() == Some("B") {
+                        return bad("template `single` uses the second sequence `$B`".into());
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Special-token names found in a tokenizer.json itself, for when no tokenizer_config.json is given.

@@ -86,6 +86,8 @@ struct Tokenized {
     input_ids: Vec<u32>,
     token_type_ids: Vec<u32>,
     tokens: Vec<String>,
+    /// Whether tokens were cut to fit the model's `max_position_embeddings` (`embed` and the tasks cut the same way).
+    truncated: bool,
 }
 
 /// `trainHead`'s options as JS gives them (the wrapper has checked their types; serde checks them again, and an
@@ -231,7 +233,7 @@ impl WasmModel {
     /// Tokenizes a text or a pair: `{ input_ids, token_type_ids, tokens }`, with `[CLS]`/`[SEP]`, no padding.
     pub fn tokenize(&self, text: &str, pair: Option<String>) -> Result<JsValue, JsError> {
         let e = self.engine.tokenizer().encode(text, pair.as_deref()).map_err(js_err)?;
-        let out = Tokenized { input_ids: e.ids, token_type_ids: e.type_ids, tokens: e.tokens };
+        let out = Tokenized { input_ids: e.ids, token_type_ids: e.type_ids, tokens: e.tokens, truncated: e.truncated };
         serde_wasm_bindgen::to_value(&out).map_err(|e| JsError::new(&e.to_string()))
     }
 

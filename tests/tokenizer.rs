@@ -330,3 +330,39 @@ fn golden_normalizer_flags_of_tokenizer_config() {
     let per_case = variants.values().next().unwrap()["results"].as_object().unwrap().len();
     assert!(distinct.len() > per_case, "the variants must not all tokenize alike");
 }
+
+/// Found by the tokenizer_json fuzz target: `tokenizers` 0.23.2 reads a `TemplateProcessing` post-processor without
+/// checking it and panics while encoding when a template names a special token `special_tokens` lacks (it indexes
+/// the map), or when the `single` template uses `$B`. Such files are refused at load with a message.
+#[test]
+fn inconsistent_template_post_processors_are_refused() {
+    let vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"].map(String::from).to_vec();
+    let json = bertgpu::weights::gguf::wordpiece_tokenizer_json(&vocab, &(0..5).collect()).unwrap();
+    let sound: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(sound["post_processor"]["type"], "TemplateProcessing");
+    let tok = Tokenizer::from_json(json.as_bytes(), None, 16).unwrap();
+    assert_eq!(tok.encode("hello", Some("world")).unwrap().ids, vec![2, 5, 3, 6, 3]);
+
+    let broken = |edit: &dyn Fn(&mut Value)| {
+        let mut v = sound.clone();
+        edit(&mut v["post_processor"]);
+        Tokenizer::from_json(v.to_string().as_bytes(), None, 16).map(|_| ()).unwrap_err().to_string()
+    };
+    // The fuzzer's input: the `[SEP]` entry of special_tokens renamed.
+    let e = broken(&|pp| {
+        let sep = pp["special_tokens"].as_object_mut().unwrap().remove("[SEP]").unwrap();
+        pp["special_tokens"]["[S&EP]"] = sep;
+    });
+    assert!(e.contains("uses the special token `[SEP]`, which `special_tokens` does not define"), "{e}");
+    let e = broken(&|pp| pp["single"][1]["Sequence"]["id"] = "B".into());
+    assert!(e.contains("template `single` uses the second sequence"), "{e}");
+    let e = broken(&|pp| pp["special_tokens"]["[CLS]"]["tokens"] = serde_json::json!(["[CLS]", "[CLS]"]));
+    assert!(e.contains("special token `[CLS]` has 1 ids but 2 tokens"), "{e}");
+    // Inside a Sequence of processors too.
+    let e = broken(&|pp| {
+        let inner = pp.clone();
+        *pp = serde_json::json!({"type": "Sequence", "processors": [inner]});
+        pp["processors"][0]["pair"][0]["SpecialToken"]["id"] = "[NOPE]".into();
+    });
+    assert!(e.contains("template `pair` uses the special token `[NOPE]`"), "{e}");
+}

@@ -126,6 +126,10 @@ impl AdamWStep {
     }
 }
 
+/// The CPU backend's budget for one activation tensor: 256 MiB keeps a forward of any batch within a few times
+/// that (a handful of activations live at once), e.g. 85 sequences of 512 tokens of MiniLM's `(B*T, 4H)` FFN.
+pub const CPU_MAX_TENSOR_BYTES: usize = 256 << 20;
+
 /// The operations BERT needs. One model, written once against this trait, runs on either backend.
 #[allow(async_fn_in_trait)] // used through generics only; the futures are not sent across threads
 pub trait Backend {
@@ -149,6 +153,12 @@ pub trait Backend {
 
     /// How a tensor's elements are stored.
     fn dtype(&self, t: &Self::Tensor) -> Dtype;
+
+    /// The largest tensor, in bytes, the backend can hold at once: the tasks split a batch so that its widest
+    /// activation stays under it. A GPU says its adapter's largest storage binding; the CPU a memory budget.
+    fn max_tensor_bytes(&self) -> usize {
+        CPU_MAX_TENSOR_BYTES
+    }
 
     /// `LayerNorm(word[ids] + position[t] + token_type[type_ids])` for every token of the batch → `(B*T, H)`.
     /// Position ids are `0..T` in every row (right padding).

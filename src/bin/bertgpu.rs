@@ -110,7 +110,7 @@ enum Command {
     FillMask {
         #[command(flatten)]
         infer: InferArgs,
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = at_least_one())]
         top_k: usize,
     },
     /// Sequence classification (text or text pair): [{"label", "score"}, ...] best first
@@ -118,7 +118,7 @@ enum Command {
         #[command(flatten)]
         infer: InferArgs,
         /// Keep the K best labels (default: all)
-        #[arg(long)]
+        #[arg(long, value_parser = at_least_one())]
         top_k: Option<usize>,
         /// A classifier head trained with `train-head` (safetensors), used instead of the checkpoint's
         #[arg(long, value_name = "FILE")]
@@ -193,6 +193,11 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         reps: usize,
     },
+}
+
+/// A count option that must be positive (`--top-k 0` would ask for nothing).
+fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000)
 }
 
 /// Why the command stopped. Every variant maps to an exit status and a one-line message on stderr.
@@ -716,8 +721,15 @@ fn parse_line(line: &str, shape: Shape) -> Result<Input, String> {
             Shape::Qa => Err("qa needs a JSON object {\"question\": ..., \"context\": ...}".into()),
         };
     }
-    let v: Value = serde_json::from_str(trimmed)
-        .map_err(|e| format!("invalid JSON ({e}); send one JSON object per line, or plain text not starting with '{{'"))?;
+    let v: Value = serde_json::from_str(trimmed).map_err(|e| {
+        // JavaScript strings may hold lone UTF-16 surrogates, which `JSON.stringify` writes as `\udXXX` escapes.
+        let hint = if e.to_string().contains("escape") && trimmed.to_ascii_lowercase().contains("\\ud") {
+            " (a \\uD800-\\uDFFF escape must be half of a surrogate pair; replace lone surrogates, e.g. with \\uFFFD)"
+        } else {
+            ""
+        };
+        format!("invalid JSON ({e}){hint}; send one JSON object per line, or plain text not starting with '{{'")
+    })?;
     let Value::Object(obj) = v else {
         return Err("expected a JSON object".into()); // unreachable for input starting with '{', kept for safety
     };

@@ -23,6 +23,14 @@ fn single_text(task: &str, pair: Option<&str>) -> Result<()> {
     Ok(())
 }
 
+/// `top_k` of a classification: at least 1, or `None` for every label.
+pub(crate) fn check_top_k(top_k: Option<usize>) -> Result<()> {
+    if top_k == Some(0) {
+        return Err(Error::Input("top-k must be at least 1 (or unset, for every label)".into()));
+    }
+    Ok(())
+}
+
 /// Whether config.json's `architectures` names `arch`: used to refuse running the sequence classifier of a
 /// token-classification checkpoint (both store `classifier.*`) and vice versa.
 fn names_architecture(model_archs: &[String], arch: &str) -> bool {
@@ -30,7 +38,17 @@ fn names_architecture(model_archs: &[String], arch: &str) -> bool {
 }
 
 impl<B: Backend> Model<B> {
-    /// Tokenizes and pads, runs the encoder: the batch and its last hidden state `(B*T, H)`.
+    /// The encodings in consecutive groups that one forward pass each can take (see [`Model::fitting_groups`]);
+    /// `extra_bytes[i]`: the head output of encoding `i` in bytes.
+    fn groups(&self, encoded: &[Encoded], extra_bytes: &[usize]) -> Result<Vec<std::ops::Range<usize>>> {
+        if encoded.is_empty() {
+            return Err(Error::Input("no input texts".into()));
+        }
+        let lens: Vec<usize> = encoded.iter().map(Encoded::len).collect();
+        self.fitting_groups(&lens, extra_bytes, usize::MAX)
+    }
+
+    /// Pads one group, runs the encoder: the batch and its last hidden state `(B*T, H)`.
     fn encode_forward(&self, encoded: &[Encoded]) -> Result<(Batch, B::Tensor)> {
         if encoded.is_empty() {
             return Err(Error::Input("no input texts".into()));
@@ -43,11 +61,20 @@ impl<B: Backend> Model<B> {
     /// Vocabulary logits `(Σ masks, V)` at the given mask positions of each encoding, texts in order.
     pub async fn fill_mask_logits(&self, encoded: &[Encoded], positions: &[Vec<usize>]) -> Result<Vec<f32>> {
         let head = self.heads.masked_lm()?;
-        let (batch, hidden) = self.encode_forward(encoded)?;
-        let rows: Vec<u32> =
-            positions.iter().enumerate().flat_map(|(b, ps)| ps.iter().map(move |&p| (b * batch.t + p) as u32)).collect();
-        let logits = head.forward_rows(&self.backend, &hidden, &rows, self.bert.embeddings.word_embeddings())?;
-        self.backend.read(&logits).await // (rows, V)
+        let row_bytes = 4 * self.config.vocab_size;
+        let extra: Vec<usize> = positions.iter().map(|p| p.len().saturating_mul(row_bytes)).collect();
+        let mut out = Vec::new();
+        for r in self.groups(encoded, &extra)? {
+            let (batch, hidden) = self.encode_forward(&encoded[r.clone()])?;
+            let rows: Vec<u32> = positions[r]
+                .iter()
+                .enumerate()
+                .flat_map(|(b, ps)| ps.iter().map(move |&p| (b * batch.t + p) as u32))
+                .collect();
+            let logits = head.forward_rows(&self.backend, &hidden, &rows, self.bert.embeddings.word_embeddings())?;
+            out.extend(self.backend.read(&logits).await?); // (rows, V)
+        }
+        Ok(out)
     }
 
     /// Fill-mask: per text, one list of the `top_k` best tokens per mask token, best first.
@@ -77,10 +104,14 @@ impl<B: Backend> Model<B> {
     /// Next-sentence logits `(2)` per pair: index 0 "B follows A".
     pub async fn next_sentence_logits(&self, encoded: &[Encoded]) -> Result<Vec<Vec<f32>>> {
         let (pooler, nsp) = self.heads.next_sentence()?;
-        let (batch, hidden) = self.encode_forward(encoded)?;
-        let pooled = pooler.forward(&self.backend, &hidden, batch.b, batch.t)?; // (B, H)
-        let logits = self.backend.read(&nsp.forward(&self.backend, &pooled)?).await?; // (B, 2)
-        Ok(logits.chunks_exact(2).map(<[f32]>::to_vec).collect())
+        let mut out = Vec::with_capacity(encoded.len());
+        for r in self.groups(encoded, &[])? {
+            let (batch, hidden) = self.encode_forward(&encoded[r])?;
+            let pooled = pooler.forward(&self.backend, &hidden, batch.b, batch.t)?; // (B, H)
+            let logits = self.backend.read(&nsp.forward(&self.backend, &pooled)?).await?; // (B, 2)
+            out.extend(logits.chunks_exact(2).map(<[f32]>::to_vec));
+        }
+        Ok(out)
     }
 
     /// `{is_next}` per `(a, b)` pair: the probability that `b` follows `a`.
@@ -119,14 +150,19 @@ impl<B: Backend> Model<B> {
     /// Sequence-classification logits `(num_labels)` per encoding.
     pub async fn classify_logits(&self, encoded: &[Encoded]) -> Result<Vec<Vec<f32>>> {
         let head = self.heads.sequence_classifier()?;
-        let (batch, hidden) = self.encode_forward(encoded)?;
-        let logits = self.backend.read(&head.forward(&self.backend, &hidden, batch.b, batch.t)?).await?; // (B, L)
-        Ok(logits.chunks_exact(head.labels.len()).map(<[f32]>::to_vec).collect())
+        let mut out = Vec::with_capacity(encoded.len());
+        for r in self.groups(encoded, &[])? {
+            let (batch, hidden) = self.encode_forward(&encoded[r])?;
+            let logits = self.backend.read(&head.forward(&self.backend, &hidden, batch.b, batch.t)?).await?; // (B, L)
+            out.extend(logits.chunks_exact(head.labels.len()).map(<[f32]>::to_vec));
+        }
+        Ok(out)
     }
 
     /// Sequence classification of texts or pairs: `{label, score}` best first, the `top_k` best or all.
     /// A head trained with `train_head` (or loaded with `load_head`) takes precedence over the checkpoint's.
     pub async fn classify(&self, inputs: &[(&str, Option<&str>)], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
+        check_top_k(top_k)?;
         if self.has_head() {
             let mut encoded = Vec::with_capacity(inputs.len());
             for (text, pair) in inputs {
@@ -156,14 +192,15 @@ impl<B: Backend> Model<B> {
     /// Token-classification logits `(len, num_labels)` per encoding, padding dropped.
     pub async fn token_logits(&self, encoded: &[Encoded]) -> Result<Vec<Vec<f32>>> {
         let head = self.heads.token_classifier()?;
-        let (batch, hidden) = self.encode_forward(encoded)?;
-        let logits = self.backend.read(&head.forward(&self.backend, &hidden)?).await?; // (B*T, L)
         let l = head.labels.len();
-        Ok(encoded
-            .iter()
-            .enumerate()
-            .map(|(b, e)| logits[b * batch.t * l..(b * batch.t + e.len()) * l].to_vec())
-            .collect())
+        let mut out = Vec::with_capacity(encoded.len());
+        for r in self.groups(encoded, &[])? {
+            let group = &encoded[r];
+            let (batch, hidden) = self.encode_forward(group)?;
+            let logits = self.backend.read(&head.forward(&self.backend, &hidden)?).await?; // (B*T, L)
+            out.extend(group.iter().enumerate().map(|(b, e)| logits[b * batch.t * l..(b * batch.t + e.len()) * l].to_vec()));
+        }
+        Ok(out)
     }
 
     /// Token classification (NER): per text, the entities (see [`Aggregation`]).
@@ -194,9 +231,14 @@ impl<B: Backend> Model<B> {
     /// QA start/end logits per window, interleaved `(len, 2)`, padding dropped.
     pub async fn qa_logits(&self, windows: &[Encoded]) -> Result<Vec<Vec<f32>>> {
         let head = self.heads.qa()?;
-        let (batch, hidden) = self.encode_forward(windows)?;
-        let logits = self.backend.read(&head.forward(&self.backend, &hidden)?).await?; // (B*T, 2)
-        Ok(windows.iter().enumerate().map(|(b, e)| logits[b * batch.t * 2..(b * batch.t + e.len()) * 2].to_vec()).collect())
+        let mut out = Vec::with_capacity(windows.len());
+        for r in self.groups(windows, &[])? {
+            let group = &windows[r];
+            let (batch, hidden) = self.encode_forward(group)?;
+            let logits = self.backend.read(&head.forward(&self.backend, &hidden)?).await?; // (B*T, 2)
+            out.extend(group.iter().enumerate().map(|(b, e)| logits[b * batch.t * 2..(b * batch.t + e.len()) * 2].to_vec()));
+        }
+        Ok(out)
     }
 
     /// Extractive QA: the best span of `context` answering `question`, all windows of a long context in one batch.

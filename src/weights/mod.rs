@@ -79,6 +79,25 @@ impl HostTensor {
         }
     }
 
+    /// The index (in elements, or blocks for Q8_0/Q4_0) and kind of the first NaN or infinite value, if any. For
+    /// quantized data the f16 block scales are what can be non-finite.
+    pub fn first_non_finite(&self) -> Option<(usize, &'static str)> {
+        fn kind_f32(x: f32) -> &'static str {
+            if x.is_nan() { "NaN" } else { "an infinity" }
+        }
+        // An f16 with all exponent bits set is an infinity (mantissa 0) or a NaN.
+        let half = |b: u16| (b & 0x7c00 == 0x7c00).then(|| if b & 0x03ff == 0 { "an infinity" } else { "NaN" });
+        let scales = |v: &[u8], block: usize| {
+            v.chunks(block).enumerate().find_map(|(i, c)| half(u16::from_le_bytes([c[0], *c.get(1)?])).map(|k| (i, k)))
+        };
+        match &self.data {
+            HostData::F32(v) => v.iter().position(|x| !x.is_finite()).map(|i| (i, kind_f32(v[i]))),
+            HostData::F16(v) => v.iter().enumerate().find_map(|(i, &b)| half(b).map(|k| (i, k))),
+            HostData::Q8_0(v) => scales(v, quant::Q8_0_BLOCK_BYTES),
+            HostData::Q4_0(v) => scales(v, quant::Q4_0_BLOCK_BYTES),
+        }
+    }
+
     /// Concatenates tensors along their first dimension (e.g. the q, k, v weights `(H, H)` ×3 → `(3H, H)`, or their
     /// biases `(H)` ×3 → `(3H)`). All parts must share the dtype and every other dimension. Works for block-quantized
     /// data too: blocks run along the last dimension, so rows stay contiguous.
@@ -244,6 +263,15 @@ impl Weights {
                 if t.shape != shape {
                     return Err(Error::Shape { name: found, got: t.shape.clone(), expected: shape.to_vec() });
                 }
+                // A NaN or infinity in a weight turns every output it reaches into NaN: refuse the file at load
+                // rather than answer with NaN scores later.
+                if let Some((i, kind)) = t.first_non_finite() {
+                    let unit = if matches!(t.data, HostData::Q8_0(_) | HostData::Q4_0(_)) { "block scale" } else { "value" };
+                    return Err(Error::Weights(format!(
+                        "tensor `{found}` holds {kind} ({unit} {i}): the file is damaged or was saved from a diverged \
+                         training run; re-download or re-export it"
+                    )));
+                }
                 Ok(t)
             }
             None => Err(Error::Weights(format!(
@@ -316,6 +344,23 @@ mod tests {
         assert!(HostTensor::concat_rows(&[&a, &t(&[2, 4])]).is_err());
         let bias = HostTensor::concat_rows(&[&t(&[2]), &t(&[2])]).unwrap();
         assert_eq!(bias.shape, vec![4]);
+    }
+
+    #[test]
+    fn non_finite_weights_are_refused() {
+        let mut w = Weights::new();
+        w.insert("a", HostTensor::f32(vec![3], vec![1.0, f32::NAN, 2.0]).unwrap());
+        w.insert("b", HostTensor { shape: vec![2], data: HostData::F16(vec![0x3c00, 0xfc00]) }); // 1, -inf
+        let mut q = vec![0u8; 68]; // two Q8_0 blocks, the second's scale a NaN (0x7e00)
+        q[34..36].copy_from_slice(&0x7e00u16.to_le_bytes());
+        w.insert("c", HostTensor { shape: vec![64], data: HostData::Q8_0(q) });
+        w.insert("ok", HostTensor { shape: vec![2], data: HostData::F16(vec![0x7bff, 0x0001]) }); // max, subnormal
+        for (name, shape, want) in [("a", vec![3], "NaN (value 1)"), ("b", vec![2], "an infinity (value 1)"),
+            ("c", vec![64], "NaN (block scale 1)")] {
+            let e = w.get(name, &shape).unwrap_err().to_string();
+            assert!(e.contains(want) && e.contains("re-download"), "{e}");
+        }
+        assert!(w.get("ok", &[2]).is_ok());
     }
 
     #[test]

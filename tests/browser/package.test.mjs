@@ -45,12 +45,12 @@ test("tokenize equals transformers on the golden table (tokenizer.json, and voca
   const strip = (r) => ({ input_ids: r.input_ids, token_type_ids: r.token_type_ids, tokens: r.tokens });
   for (const [model, out] of [["splade-tiny", got.tinyOut], ["all-MiniLM-L6-v2", got.minilmOut]]) {
     cases.forEach((c, k) => {
-      assert.deepEqual(out[k], strip(golden.models[model].results[c.i]), `${model}, case ${c.name}`);
+      assert.deepEqual(strip(out[k]), strip(golden.models[model].results[c.i]), `${model}, case ${c.name}`);
     });
   }
   // An array of texts gives the array of results (cases without a pair).
   const singles = cases.map((c, k) => [c, k]).filter(([c]) => c.text_pair == null);
-  assert.deepEqual(singles.map(([, k]) => got.many[k]), singles.map(([c]) => strip(golden.models["splade-tiny"].results[c.i])));
+  assert.deepEqual(singles.map(([, k]) => strip(got.many[k])), singles.map(([c]) => strip(golden.models["splade-tiny"].results[c.i])));
   page.checkErrors();
 });
 

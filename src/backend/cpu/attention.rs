@@ -80,11 +80,13 @@ fn masked_softmax(row: &mut [f32], mask: &[f32]) {
         row.fill(0.0);
         return;
     }
-    let mut sum = 0f32;
+    // Exponentials in one branch-free loop (vectorises with `fastmath::exp`), the sum in another (an f32 sum in
+    // order, as the compiler may not reassociate it).
     for (v, &m) in row.iter_mut().zip(mask) {
-        *v = if m != 0.0 { (*v - max).exp() } else { 0.0 };
-        sum += *v;
+        let e = super::fastmath::exp(*v - max);
+        *v = if m != 0.0 { e } else { 0.0 };
     }
+    let sum: f32 = row.iter().sum();
     let inv = 1.0 / sum;
     row.iter_mut().for_each(|v| *v *= inv);
 }

@@ -12,6 +12,7 @@
 //! [`attention`], [`pool`] (mask, mean pooling, row gather), [`train`] (the head-training ops).
 
 pub mod attention;
+pub mod fastmath;
 pub mod matmul;
 pub mod norm;
 pub mod pool;

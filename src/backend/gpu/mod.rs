@@ -534,6 +534,11 @@ impl Backend for GpuBackend {
         "gpu"
     }
 
+    fn max_tensor_bytes(&self) -> usize {
+        let l = &self.gpu.limits;
+        (l.max_storage_buffer_binding_size as u64).min(l.max_buffer_size).try_into().unwrap_or(usize::MAX)
+    }
+
     fn upload(&self, t: &HostTensor) -> Result<GpuTensor> {
         let (rows, cols) = match t.shape.as_slice() {
             [] => return Err(Error::Weights("a 0-dimensional tensor cannot be a weight".into())),
