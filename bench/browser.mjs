@@ -8,7 +8,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { chromium } from "playwright-core";
-import { ROOT, ARGS, CHROMIUM } from "../tests/browser/harness.mjs";
+import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
 import { serve } from "../www/serve.mjs";
 
 const argv = process.argv.slice(2);
@@ -35,16 +35,6 @@ function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   const m = s.length >> 1;
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
-
-function cosine(a, b) {
-  let ab = 0, aa = 0, bb = 0;
-  for (let i = 0; i < a.length; i++) {
-    ab += a[i] * b[i];
-    aa += a[i] * a[i];
-    bb += b[i] * b[i];
-  }
-  return ab / Math.sqrt(aa * bb);
 }
 
 /** Texts of `tokens` tokens each (with [CLS]/[SEP]; at most, as close as whole words allow), cut from the corpus. */

@@ -1,8 +1,8 @@
 // "bertgpu/worker" with several workers: a call over many texts is split between copies of the model, one per
 // worker, and must give what one worker gives (the same kernels on the same rows; only the batches differ).
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { start, openPage } from "./harness.mjs";
+import { withPage } from "./harness.mjs";
 
 /**
  * Each text's embedding does not depend on the other texts of its batch (per-row GEMMs, masked attention): the
@@ -10,18 +10,10 @@ import { start, openPage } from "./harness.mjs";
  */
 const ATOL = 1e-6;
 
-let env;
-let page;
-before(async () => {
-  env = await start();
-  page = await openPage(env);
-});
-after(async () => {
-  await env?.stop();
-});
+const ctx = withPage();
 
 test("workers: 3 share embed, fillMask and a trained head's classify, and agree with one worker", async () => {
-  const got = await page.evaluate(async ({ minilm, splade }) => {
+  const got = await ctx.page.evaluate(async ({ minilm, splade }) => {
     const texts = Array.from({ length: 11 }, (_, i) => `sentence number ${i} ${"and more words ".repeat(i % 4)}`);
     const one = await bertgpuWorker.Bert.load(minilm, { device: "cpu" });
     const three = await bertgpuWorker.Bert.load(minilm, { device: "cpu", workers: 3 });
@@ -57,7 +49,7 @@ test("workers: 3 share embed, fillMask and a trained head's classify, and agree 
     gpu.dispose();
     out.bad = await bertgpuWorker.Bert.load(splade, { workers: 0 }).then(() => "no error", (e) => `${e.name}: ${e.message}`);
     return out;
-  }, { minilm: env.models.url + "models/all-MiniLM-L6-v2/", splade: env.models.url + "models/splade-tiny/" });
+  }, { minilm: ctx.env.models.url + "models/all-MiniLM-L6-v2/", splade: ctx.env.models.url + "models/splade-tiny/" });
 
   assert.deepEqual(got.counts, [1, 3]);
   assert.equal(got.e3.length, 11);
@@ -75,5 +67,5 @@ test("workers: 3 share embed, fillMask and a trained head's classify, and agree 
   assert.ok(got.auto >= 1 && got.auto <= 4);
   assert.equal(got.gpuWorkers, 1, "WebGPU: one worker, whatever was asked");
   assert.match(got.bad, /^TypeError: Bert.load: workers must be "auto" or an integer from 1 to 8/);
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
