@@ -8,7 +8,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { chromium } from "playwright-core";
-import { ROOT, ARGS, CHROMIUM } from "../tests/browser/harness.mjs";
+import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
 import { serve } from "../www/serve.mjs";
 
 const argv = process.argv.slice(2);
@@ -35,16 +35,6 @@ function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   const m = s.length >> 1;
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
-
-function cosine(a, b) {
-  let ab = 0, aa = 0, bb = 0;
-  for (let i = 0; i < a.length; i++) {
-    ab += a[i] * b[i];
-    aa += a[i] * a[i];
-    bb += b[i] * b[i];
-  }
-  return ab / Math.sqrt(aa * bb);
 }
 
 /** Texts of `tokens` tokens each (with [CLS]/[SEP]; at most, as close as whole words allow), cut from the corpus. */
@@ -127,7 +117,9 @@ async function main() {
     const configs = [
       { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 1 }, label: "CPU (ours) vs WASM 1 thread (theirs)" },
       { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU (ours) vs WASM 2 threads (theirs)" },
-      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu" }, theirs: { dtype: "q8", device: "wasm", threads: 2 }, label: "CPU q8_0 (ours) vs WASM q8 2 threads (theirs)" },
+      { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu", workers: 2 }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU 2 workers (ours) vs WASM 2 threads (theirs)" },
+      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu" }, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0 (ours) vs WASM q8 1 thread (theirs)" },
+      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu", workers: 2 }, theirs: { dtype: "q8", device: "wasm", threads: 2 }, label: "CPU q8_0 2 workers (ours) vs WASM q8 2 threads (theirs)" },
       { device: "webgpu", dtype: "f32", ours: { source: OURS_F32, device: "webgpu" }, theirs: { dtype: "fp32", device: "webgpu" }, label: "WebGPU (both)" },
     ].filter((c) => !ONLY || c.device === ONLY);
 

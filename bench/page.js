@@ -4,8 +4,9 @@ const ORT_DIST = "/bench/node_modules/onnxruntime-web/dist/";
 
 const sessions = { ours: null, theirs: null };
 
-async function importOurs() {
-  return import("/pkg/index.js");
+/** The main-thread entry, or the worker entry when the model is split across several workers. */
+async function importOurs(workers) {
+  return import(workers > 1 ? "/pkg/worker.js" : "/pkg/index.js");
 }
 
 async function importTheirs({ threads }) {
@@ -28,14 +29,16 @@ window.coldStart = async (which, opts) => {
 };
 
 /**
- * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu" }; theirs: { dtype: "fp32" | "q8",
+ * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers }; theirs: { dtype: "fp32" | "q8",
  * device: "wasm" | "webgpu", threads }.
  */
 window.load = async (which, opts) => {
   if (which === "ours") {
-    const { Bert } = await importOurs();
+    const { Bert } = await importOurs(opts.workers ?? 1);
     sessions.ours?.dispose();
-    sessions.ours = await Bert.load(opts.source, { device: opts.device, cache: false });
+    const extra = opts.workers > 1 ? { workers: opts.workers } : {};
+    // With several workers the files are fetched once per worker: the cache makes the later fetches local.
+    sessions.ours = await Bert.load(opts.source, { device: opts.device, cache: opts.workers > 1, ...extra });
     return sessions.ours.device;
   }
   const t = await importTheirs(opts);

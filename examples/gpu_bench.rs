@@ -290,6 +290,46 @@ fn quant(models: &[String]) {
     }
 }
 
+/// The attention kernels alone at all-MiniLM-L6-v2's shape (8 × 128 tokens, 12 heads of 32), vec4 against scalar,
+/// round-robin; each timing is one dispatch plus its read-back.
+fn attention() {
+    use bertgpu::backend::AttentionShape;
+    use bertgpu::tokenizer::Batch;
+    let reps: usize = std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let (b, t, heads, d) = (8usize, 128usize, 12usize, 32usize);
+    let h = heads * d;
+    let qkv = rand_vec(b * t * 3 * h, 9);
+    let batch = Batch { b, t, input_ids: vec![1; b * t], token_type_ids: vec![0; b * t], attention_mask: vec![1; b * t],
+        ..Default::default() };
+    let shape = AttentionShape { batch: b, seq: t, heads, head_dim: d };
+    let kernels = [("vec4", false), ("scalar", true)];
+    let backends: Vec<GpuBackend> = kernels.iter()
+        .map(|&(_, scalar)| GpuBackend::with_tuning(Gpu::new_blocking().unwrap(), Tuning { scalar_attention: scalar, ..Default::default() }).unwrap())
+        .collect();
+    let mut times = vec![Vec::new(); kernels.len()];
+    for rep in 0..=reps {
+        for (i, g) in backends.iter().enumerate() {
+            let x = g.input(&qkv, b * t, 3 * h).unwrap();
+            let m = g.mask(&batch).unwrap();
+            pollster::block_on(g.read(&m)).unwrap(); // uploads done before the clock starts
+            let t0 = Instant::now();
+            let y = g.attention(&x, &m, shape).unwrap();
+            pollster::block_on(g.read(&y)).unwrap();
+            if rep > 0 {
+                times[i].push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+    }
+    let flops = 4.0 * (b * heads * t * t * d) as f64;
+    println!("attention, batch {b} × {t}, {heads} heads × {d} ({:.2} GFLOP), median of {reps}:", flops / 1e9);
+    println!("| kernel | ms | GFLOP/s |");
+    println!("|---|---|---|");
+    for (i, (name, _)) in kernels.iter().enumerate() {
+        let ms = median(times[i].clone());
+        println!("| {name} | {ms:.1} | {:.2} |", flops / ms / 1e6);
+    }
+}
+
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "matmul".into());
     let g = Gpu::new_blocking().unwrap();
@@ -298,11 +338,12 @@ fn main() {
     match what.as_str() {
         "matmul" => matmul(),
         "forward" => forward(),
+        "attention" => attention(),
         "quant" => {
             let models: Vec<String> = std::env::args().skip(2).collect();
             let default = [format!("{}/models/all-MiniLM-L6-v2", env!("CARGO_MANIFEST_DIR"))];
             quant(if models.is_empty() { &default } else { &models })
         }
-        other => eprintln!("unknown benchmark {other}: matmul | forward | quant [MODEL ...]"),
+        other => eprintln!("unknown benchmark {other}: matmul | forward | attention | quant [MODEL ...]"),
     }
 }

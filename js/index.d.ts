@@ -42,6 +42,11 @@ export interface LoadOptions {
   onProgress?: (progress: Progress) => void;
   /** Keep downloaded files in the Cache API so the next load works offline (default true). */
   cache?: boolean;
+  /**
+   * "bertgpu/worker" only: on the CPU backend, the number of workers (each a copy of the model on its own core)
+   * that share calls over many texts; "auto" takes the cores the browser reports, at most 4. Default 1.
+   */
+  workers?: number | "auto";
 }
 
 export interface Tokenized {

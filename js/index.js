@@ -199,16 +199,19 @@ export class Bert {
       throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
     }
     const resolved = resolveSource(source);
+    const cache = opts.cache ?? true;
     const [files, rt, chosen] = await Promise.all([
-      fetchModelFiles(resolved, { cache: opts.cache ?? true, onProgress: opts.onProgress }),
+      fetchModelFiles(resolved, { cache, onProgress: opts.onProgress }),
       getRuntime(),
       pickDevice(device),
     ]);
-    const model = await guard(rt, () => files.gguf
-      ? rt.glue.WasmModel.loadGguf(files.gguf, chosen)
-      : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-        chosen));
-    return new Bert(rt, model, model.device);
+    const model = await instantiate(rt, files, chosen);
+    const bert = new Bert(rt, model, model.device);
+    // A GPU device can be lost (driver reset, GPU process crash, `destroy()`), and its buffers with it: remember
+    // where the files came from, so the call after the loss can load the model again on a new device. (For a bytes
+    // source that keeps the caller's bytes referenced; URLs are fetched again, from the cache when it is on.)
+    if (bert._device === "webgpu") bert._reloadFrom = { resolved, cache };
+    return bert;
   }
 
   /** "webgpu" or "cpu": where this model runs. */
@@ -224,7 +227,10 @@ export class Bert {
     return this._disposed ? [] : this._model.tasks;
   }
 
-  /** Runs `fn` after every earlier call finished (calls that overlap are queued, in order). */
+  /**
+   * Runs `fn` after every earlier call finished (calls that overlap are queued, in order). A call that finds the GPU
+   * device lost rejects saying so; the call after it loads the model again on a new device first.
+   */
   _enqueue(method, fn) {
     const run = async () => {
       if (this._disposed) throw new Error(`${method}: this model was disposed; load it again with Bert.load`);
@@ -232,11 +238,62 @@ export class Bert {
         throw new Error(`${method}: this model stopped working after an internal error (${this._rt.poisoned}); `
           + "load it again with Bert.load");
       }
-      return guard(this._rt, () => fn(this._model));
+      if (this._lost) await this._recover(method);
+      try {
+        return await guard(this._rt, () => fn(this._model));
+      } catch (e) {
+        const why = await this._lostReason(e);
+        if (!why) throw e;
+        this._lost = why;
+        throw new Error(`${method}: the GPU device was lost (${why}); `
+          + (this._reloadFrom ? "the next call loads the model again on a new device"
+            : "load the model again with Bert.load"));
+      }
     };
     const p = this._tail.then(run, run);
     this._tail = p.catch(() => {});
     return p;
+  }
+
+  /**
+   * Why this model's GPU device was lost, if it was. wgpu learns it from `GPUDevice.lost`, a promise that may settle
+   * a little after the failed read-back that revealed it: a GPU error waits for it briefly.
+   */
+  async _lostReason(error) {
+    if (this._device !== "webgpu" || this._rt.poisoned) return null;
+    const gpuError = /^gpu: /.test(error?.message ?? "");
+    for (let i = 0; i < (gpuError ? 20 : 1); i++) {
+      const why = this._model.deviceLost;
+      if (why) return why;
+      if (gpuError) await new Promise((r) => setTimeout(r, 10));
+    }
+    return null;
+  }
+
+  /** Loads the model again on a new GPU device (after a loss), with the live trained head, if any. */
+  async _recover(method) {
+    if (!this._reloadFrom) {
+      throw new Error(`${method}: the GPU device was lost (${this._lost}); load the model again with Bert.load`);
+    }
+    let model;
+    try {
+      const files = await fetchModelFiles(this._reloadFrom.resolved, { cache: this._reloadFrom.cache });
+      model = await instantiate(this._rt, files, "webgpu");
+      if (this._headBytes) model.loadHead(this._headBytes);
+    } catch (e) {
+      model?.free();
+      throw new Error(`${method}: the GPU device was lost (${this._lost}) and loading the model again on a new `
+        + `device failed: ${e.message}`);
+    }
+    const old = this._model;
+    this._model = model;
+    this._lost = null;
+    old.free();
+  }
+
+  /** Keeps the live head's bytes of a GPU model, to restore it after a device loss. */
+  _keepHead(bytes) {
+    if (this._reloadFrom) this._headBytes = bytes;
   }
 
   /**
@@ -393,6 +450,7 @@ export class Bert {
       checkTrainOptions(opts, onProgress);
       const report = await m.trainHead(list, labels, opts, onProgress ?? undefined);
       this._headLabels = report.labels;
+      if (this._reloadFrom) this._keepHead(m.exportHead());
       return report;
     });
   }
@@ -414,6 +472,7 @@ export class Bert {
       else throw new TypeError("loadHead: give the head file's bytes (a Uint8Array or an ArrayBuffer)");
       const labels = m.loadHead(data);
       this._headLabels = labels;
+      this._keepHead(data.slice());
       return labels;
     });
   }
@@ -423,6 +482,7 @@ export class Bert {
     return this._enqueue("clearHead", (m) => {
       m.clearHead();
       this._headLabels = null;
+      this._headBytes = null;
     });
   }
 
@@ -435,13 +495,21 @@ export class Bert {
   dispose() {
     if (this._disposed) return;
     this._disposed = true;
-    const model = this._model;
-    this._model = null;
-    // After the queued calls: the model must outlive every call already accepted.
+    // After the queued calls: the model must outlive every call already accepted (and one of them may have loaded
+    // it again after a GPU device loss).
     this._tail.then(() => {
-      if (!this._rt.poisoned) model.free();
+      const model = this._model;
+      this._model = null;
+      if (model && !this._rt.poisoned) model.free();
     });
   }
+}
+
+/** A WasmModel from downloaded files on `device` ("webgpu" or "cpu"). */
+function instantiate(rt, files, device) {
+  return guard(rt, () => files.gguf
+    ? rt.glue.WasmModel.loadGguf(files.gguf, device)
+    : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, device));
 }
 
 /**

@@ -11,35 +11,66 @@
 import { resolveSource } from "./loader.js";
 
 
+const MAX_WORKERS = 8;
+
+/** Starts one worker and loads the model in it; resolves to { worker, channel, device, tasks }. */
+async function startWorker(src, options, onProgress) {
+  const worker = new Worker(new URL("./worker-main.js", import.meta.url), { type: "module", name: "bertgpu" });
+  const channel = new Channel(worker);
+  try {
+    const { device, tasks } = await channel.call("load", [src, { ...options, progress: onProgress != null }], [],
+      onProgress);
+    return { worker, channel, device, tasks };
+  } catch (e) {
+    worker.terminate();
+    throw e;
+  }
+}
+
+/** `value` is an array of strings (then a call over it can be split between workers). */
+const stringList = (value) => Array.isArray(value) && value.every((v) => typeof v === "string");
+const isPair = (v) => Array.isArray(v) && v.length === 2 && v.every((x) => typeof x === "string");
+
 export class Bert {
   /** @internal use Bert.load */
-  constructor(worker, device, tasks) {
-    this._worker = worker;
+  constructor(members, device, tasks) {
+    this._members = members; // [{ worker, channel }], the first one holds the trained head's training state
     this._device = device;
     this._tasks = tasks;
   }
 
+  /**
+   * As "bertgpu"'s `Bert.load`, plus `workers`: on the CPU backend, how many workers (each a copy of the model, on
+   * its own core) share the work of a call over many texts. A number, or "auto" (the cores the browser reports,
+   * at most 4). Default 1. Ignored on WebGPU, where one device does the work.
+   */
   static async load(source, options = {}) {
     if (options == null || typeof options !== "object") throw new TypeError("Bert.load: options must be an object");
-    const { onProgress, ...rest } = options;
+    const { onProgress, workers = 1, ...rest } = options;
     if (onProgress != null && typeof onProgress !== "function") {
       throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
+    }
+    let n = workers;
+    if (n === "auto") n = Math.min(4, Math.max(1, globalThis.navigator?.hardwareConcurrency ?? 1));
+    if (!Number.isInteger(n) || n < 1 || n > MAX_WORKERS) {
+      throw new TypeError(`Bert.load: workers must be "auto" or an integer from 1 to ${MAX_WORKERS} (got ${JSON.stringify(workers)})`);
     }
     // URLs are resolved here, against the page: inside the worker a relative URL would mean something else.
     const resolved = resolveSource(source);
     const src = resolved.kind === "folder" ? resolved.base : resolved.kind === "gguf" ? resolved.url : source;
-    const worker = new Worker(new URL("./worker-main.js", import.meta.url), { type: "module", name: "bertgpu" });
-    const channel = new Channel(worker);
-    try {
-      const { device, tasks } = await channel.call("load", [src, { ...rest, progress: onProgress != null }], [],
-        onProgress);
-      const bert = new Bert(worker, device, tasks);
-      bert._channel = channel;
-      return bert;
-    } catch (e) {
-      worker.terminate();
-      throw e;
+    const first = await startWorker(src, rest, onProgress);
+    const members = [first];
+    if (first.device === "cpu" && n > 1) {
+      // The others load after the first, so a URL's files come from the cache the first one filled.
+      try {
+        const more = await Promise.all(Array.from({ length: n - 1 }, () => startWorker(src, { ...rest, device: "cpu" })));
+        members.push(...more);
+      } catch (e) {
+        first.worker.terminate();
+        throw e;
+      }
     }
+    return new Bert(members, first.device, first.tasks);
   }
 
   /** "webgpu" or "cpu". */
@@ -47,9 +78,14 @@ export class Bert {
     return this._device;
   }
 
+  /** How many workers hold the model. */
+  get workers() {
+    return this._members?.length ?? 0;
+  }
+
   /** See "bertgpu": the tasks this model can run besides tokenize and embed (kept current after head changes). */
   get tasks() {
-    return this._channel ? this._tasks : [];
+    return this._members ? this._tasks : [];
   }
 
   async _refreshTasks() {
@@ -61,23 +97,29 @@ export class Bert {
   }
 
   embed(texts, options) {
-    return this._call("embed", [texts, options]);
+    return stringList(texts) ? this._fanOut("embed", [texts], (part) => [part, options]) : this._call("embed", [texts, options]);
   }
 
   fillMask(texts, options) {
-    return this._call("fillMask", [texts, options]);
+    return stringList(texts) ? this._fanOut("fillMask", [texts], (part) => [part, options]) : this._call("fillMask", [texts, options]);
   }
 
   classify(input, options) {
-    return this._call("classify", [input, options]);
+    // A two-string array is one pair (as in "bertgpu"), not two texts.
+    const many = Array.isArray(input) && !isPair(input) && input.every((x) => typeof x === "string" || isPair(x));
+    return many ? this._fanOut("classify", [input], (part) => [part, options]) : this._call("classify", [input, options]);
   }
 
   nextSentence(a, b) {
-    return this._call("nextSentence", [a, b]);
+    return stringList(a) && stringList(b) && a.length === b.length
+      ? this._fanOut("nextSentence", [a, b], (x, y) => [x, y])
+      : this._call("nextSentence", [a, b]);
   }
 
   tokenClassify(texts, options) {
-    return this._call("tokenClassify", [texts, options]);
+    return stringList(texts)
+      ? this._fanOut("tokenClassify", [texts], (part) => [part, options])
+      : this._call("tokenClassify", [texts, options]);
   }
 
   answer(question, context) {
@@ -91,6 +133,7 @@ export class Bert {
       throw new TypeError("trainHead: onProgress must be a function ({ epoch, loss, accuracy, valLoss, valAccuracy }) => void");
     }
     const report = await this._call("trainHead", [examples, { ...rest, progress: onProgress != null }], onProgress);
+    await this._shareHead();
     this._headLabels = report.labels;
     await this._refreshTasks();
     return report;
@@ -102,13 +145,14 @@ export class Bert {
 
   async loadHead(bytes) {
     const labels = await this._call("loadHead", [bytes]);
+    await this._shareHead();
     this._headLabels = labels;
     await this._refreshTasks();
     return labels;
   }
 
   async clearHead() {
-    await this._call("clearHead", []);
+    await Promise.all(this._all("clearHead"));
     this._headLabels = null;
     await this._refreshTasks();
   }
@@ -118,17 +162,42 @@ export class Bert {
     return this._headLabels ?? null;
   }
 
-  _call(method, args, onProgress) {
-    if (!this._channel) return Promise.reject(new Error(`${method}: this model was disposed; load it again with Bert.load`));
-    return this._channel.call(method, args, [], onProgress);
+  /** The first worker's head, copied to the others so that every worker classifies alike. */
+  async _shareHead() {
+    if (this.workers < 2) return;
+    const bytes = await this._call("exportHead", []);
+    await Promise.all(this._all("loadHead", [bytes], 1));
   }
 
-  /** Frees the model and ends its worker. Calls already made still finish first. */
+  _all(method, args = [], from = 0) {
+    if (!this._members) return [Promise.reject(new Error(`${method}: this model was disposed; load it again with Bert.load`))];
+    return this._members.slice(from).map((m) => m.channel.call(method, args));
+  }
+
+  _call(method, args, onProgress, member = 0) {
+    if (!this._members) return Promise.reject(new Error(`${method}: this model was disposed; load it again with Bert.load`));
+    return this._members[member].channel.call(method, args, [], onProgress);
+  }
+
+  /**
+   * Splits the parallel lists `lists` into one contiguous part per worker, runs `method` on each part at once
+   * (`args(...parts)` builds its arguments) and concatenates the results in order.
+   */
+  async _fanOut(method, lists, args) {
+    const n = Math.min(this.workers, lists[0].length);
+    if (n <= 1) return this._call(method, args(...lists));
+    const size = Math.ceil(lists[0].length / n);
+    const parts = await Promise.all(Array.from({ length: n }, (_, i) =>
+      this._call(method, args(...lists.map((l) => l.slice(i * size, (i + 1) * size))), undefined, i)));
+    return parts.flat(1);
+  }
+
+  /** Frees the model and ends its workers. Calls already made still finish first. */
   dispose() {
-    const channel = this._channel;
-    if (!channel) return;
-    this._channel = null;
-    channel.call("dispose", []).finally(() => this._worker.terminate());
+    const members = this._members;
+    if (!members) return;
+    this._members = null;
+    for (const m of members) m.channel.call("dispose", []).finally(() => m.worker.terminate());
   }
 }
 

@@ -224,6 +224,29 @@ impl WasmModel {
         }
     }
 
+    /// Why the GPU device under this model was lost (`undefined` while it works, and on the CPU). A lost device
+    /// never comes back: the JS wrapper then loads the model again on a new device.
+    #[wasm_bindgen(getter, js_name = deviceLost)]
+    pub fn device_lost(&self) -> Option<String> {
+        match &*self.engine {
+            Engine::Gpu(m) => m.backend.gpu().lost(),
+            Engine::Cpu(_) => None,
+        }
+    }
+
+    /// Destroys the model's GPU device (WebGPU `GPUDevice.destroy()`), as a driver reset would lose it, so the
+    /// browser tests can check what the next calls do. Returns false on the CPU. Not part of the public API.
+    #[wasm_bindgen(js_name = __debugLoseDevice)]
+    pub fn debug_lose_device(&self) -> bool {
+        match &*self.engine {
+            Engine::Gpu(m) => {
+                m.backend.gpu().device.destroy();
+                true
+            }
+            Engine::Cpu(_) => false,
+        }
+    }
+
     /// Width of one embedding.
     #[wasm_bindgen(getter, js_name = hiddenSize)]
     pub fn hidden_size(&self) -> usize {

@@ -5,7 +5,7 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
-use bertgpu::backend::gpu::{GpuBackend, GpuTensor};
+use bertgpu::backend::gpu::{Gpu, GpuBackend, GpuTensor, Tuning};
 use bertgpu::backend::{Activation, AttentionShape, Backend, EmbeddingTables};
 use bertgpu::tokenizer::Batch;
 use bertgpu::weights::{HostData, HostTensor};
@@ -151,7 +151,16 @@ fn batch(lens: &[usize], t: usize, vocab: u32, seed: u64) -> Batch {
 
 #[test]
 fn attention_matches_cpu() {
-    let Some(g) = gpu() else { return };
+    let Some(vec4) = gpu() else { return };
+    // Both kernels: the vec4 one (head_dim a multiple of 4, the default) and the scalar one on every case.
+    let scalar = GpuBackend::with_tuning(Gpu::new_blocking().unwrap(), Tuning { scalar_attention: true, ..Default::default() })
+        .unwrap();
+    for (kernel, g) in [("vec4", &vec4), ("scalar", &scalar)] {
+        attention_cases(kernel, g);
+    }
+}
+
+fn attention_cases(kernel: &str, g: &GpuBackend) {
     let r = CpuBackend::new();
     // (sequence lengths, padded T, heads, head_dim): single tokens, odd sizes, an all-padding sequence, T = 513 and
     // T = 600 (several workgroups of queries per head, the last one partly past the end), head_dim 1..128.
@@ -173,11 +182,11 @@ fn attention_matches_cpu() {
         let shape = AttentionShape { batch: b, seq: t, heads, head_dim: d };
         let gy = g.attention(&g.input(&qkv, b * t, 3 * h).unwrap(), &g.mask(&bt).unwrap(), shape).unwrap();
         let ry = r.attention(&r.input(&qkv, b * t, 3 * h).unwrap(), &r.mask(&bt).unwrap(), shape).unwrap();
-        let got = read(&g, &gy);
+        let got = read(g, &gy);
         let want = pollster::block_on(r.read(&ry)).unwrap();
-        let e = assert_close(&format!("attention lens={lens:?} T={t} heads={heads} d={d}"), &got, &want,
+        let e = assert_close(&format!("attention ({kernel}) lens={lens:?} T={t} heads={heads} d={d}"), &got, &want,
             ATTENTION_ATOL, ATTENTION_RTOL);
-        eprintln!("attention {lens:?} T={t} heads={heads} d={d}: worst |err| {e:e}");
+        eprintln!("attention ({kernel}) {lens:?} T={t} heads={heads} d={d}: worst |err| {e:e}");
         if lens.contains(&0) {
             let i = lens.iter().position(|&l| l == 0).unwrap();
             assert!(got[i * t * h..(i + 1) * t * h].iter().all(|&v| v == 0.0), "an all-padding sequence yields zeros");

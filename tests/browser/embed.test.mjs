@@ -1,12 +1,12 @@
 // `embed` in headless Chromium against the PyTorch goldens (tests/golden/model.json, made by tests/golden/model.py):
 // all-MiniLM-L6-v2 on the wasm CPU backend, and splade-tiny on SwiftShader WebGPU (about 50x slower than native, so
 // short inputs only). Run: scripts/build-wasm.sh && node --test tests/browser/
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { start, openPage, readJson, cosine, ROOT } from "./harness.mjs";
+import { ROOT, cosine, readJson, withPage } from "./harness.mjs";
 
 // The issue's parity criterion for pooled vectors: f32 on another backend and another summation order than PyTorch.
 const MIN_COSINE = 0.9999;
@@ -14,17 +14,7 @@ const MIN_COSINE = 0.9999;
 const NORM_RTOL = 1e-3;
 
 const golden = readJson("tests/golden/model.json");
-let env;
-let page;
-
-before(async () => {
-  env = await start();
-  page = await openPage(env);
-});
-
-after(async () => {
-  await env?.stop();
-});
+const ctx = withPage();
 
 function norm(v) {
   return Math.sqrt(v.reduce((s, x) => s + x * x, 0));
@@ -45,7 +35,7 @@ function clsRows(model) {
 
 test("embed on the CPU (wasm) equals PyTorch: all-MiniLM-L6-v2, mean+normalize, mean, cls", async () => {
   const g = golden["all-MiniLM-L6-v2"];
-  const got = await page.evaluate(async ({ url, sentences }) => {
+  const got = await ctx.page.evaluate(async ({ url, sentences }) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
     const toArrays = (vs) => vs.map((v) => Array.from(v));
     const out = {
@@ -60,7 +50,7 @@ test("embed on the CPU (wasm) equals PyTorch: all-MiniLM-L6-v2, mean+normalize, 
     };
     bert.dispose();
     return out;
-  }, { url: env.models.url + "models/all-MiniLM-L6-v2/", sentences: g.sentences });
+  }, { url: ctx.env.models.url + "models/all-MiniLM-L6-v2/", sentences: g.sentences });
   assert.equal(got.device, "cpu");
   assert.ok(got.isF32);
   g.sentences.forEach((s, i) => {
@@ -70,12 +60,12 @@ test("embed on the CPU (wasm) equals PyTorch: all-MiniLM-L6-v2, mean+normalize, 
   clsRows("all-MiniLM-L6-v2").forEach((want, i) => assertClose(got.cls[i], want, `cls[${i}]`));
   assertClose(got.single, g.mean_normalized[1], "single text");
   assert.deepEqual(got.empty, []);
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
 
 test("embed in the worker entry equals the main thread, and overlapping calls give sequential results", async () => {
   const g = golden["splade-tiny"];
-  const got = await page.evaluate(async ({ url, sentences }) => {
+  const got = await ctx.page.evaluate(async ({ url, sentences }) => {
     const main = await bertgpu.Bert.load(url, { device: "cpu" });
     const sequential = [];
     for (const s of sentences) sequential.push(Array.from(await main.embed(s, { normalize: false })));
@@ -86,14 +76,14 @@ test("embed in the worker entry equals the main thread, and overlapping calls gi
     main.dispose();
     worker.dispose();
     return { sequential, overlapped, inWorker, workerType };
-  }, { url: env.models.url + "models/splade-tiny/", sentences: g.sentences });
+  }, { url: ctx.env.models.url + "models/splade-tiny/", sentences: g.sentences });
   assert.deepEqual(got.overlapped, got.sequential);
   assert.ok(got.workerType);
   g.sentences.forEach((s, i) => {
     assertClose(got.sequential[i], g.mean[i], `main[${i}]`);
     assertClose(got.inWorker[i], g.mean[i], `worker[${i}]`);
   });
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
 
 test("embed on WebGPU (SwiftShader) equals PyTorch: splade-tiny, short texts; auto takes the CPU on a fallback adapter", async () => {
@@ -101,7 +91,7 @@ test("embed on WebGPU (SwiftShader) equals PyTorch: splade-tiny, short texts; au
   // SwiftShader runs WebGPU on the CPU ~50x slower than native: the short sentences only.
   const idx = g.sentences.map((s, i) => [s, i]).filter(([s]) => s.length < 50).map(([, i]) => i);
   assert.ok(idx.length >= 3);
-  const got = await page.evaluate(async ({ url, sentences }) => {
+  const got = await ctx.page.evaluate(async ({ url, sentences }) => {
     const adapter = await navigator.gpu.requestAdapter();
     const fallback = adapter.info?.isFallbackAdapter ?? adapter.isFallbackAdapter;
     const auto = await bertgpu.Bert.load(url);
@@ -119,7 +109,7 @@ test("embed on WebGPU (SwiftShader) equals PyTorch: splade-tiny, short texts; au
     };
     bert.dispose();
     return out;
-  }, { url: env.models.url + "models/splade-tiny/", sentences: idx.map((i) => g.sentences[i]) });
+  }, { url: ctx.env.models.url + "models/splade-tiny/", sentences: idx.map((i) => g.sentences[i]) });
   assert.equal(got.fallback, true, "the test machine's adapter is SwiftShader");
   assert.equal(got.autoDevice, "cpu");
   assert.equal(got.device, "webgpu");
@@ -130,7 +120,7 @@ test("embed on WebGPU (SwiftShader) equals PyTorch: splade-tiny, short texts; au
   });
   assertClose(got.single, g.mean[idx[0]], "webgpu single");
   assert.equal(got.tokens[0], "[CLS]");
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
 
 test("a .gguf URL loads: splade-tiny converted to GGUF (f32) embeds as PyTorch on the CPU and WebGPU", async () => {
@@ -143,7 +133,7 @@ test("a .gguf URL loads: splade-tiny converted to GGUF (f32) embeds as PyTorch o
     "--out", path.join(dir, "splade-tiny-f32.gguf")], { stdio: "pipe" });
   const g = golden["splade-tiny"];
   const idx = g.sentences.map((s, i) => [s, i]).filter(([s]) => s.length < 50).map(([, i]) => i);
-  const got = await page.evaluate(async ({ url, sentences }) => {
+  const got = await ctx.page.evaluate(async ({ url, sentences }) => {
     const files = [];
     const out = {};
     for (const device of ["cpu", "webgpu"]) {
@@ -154,12 +144,12 @@ test("a .gguf URL loads: splade-tiny converted to GGUF (f32) embeds as PyTorch o
     }
     out.files = [...new Set(files)];
     return out;
-  }, { url: env.models.url + "target/browser-test/splade-tiny-f32.gguf", sentences: idx.map((i) => g.sentences[i]) });
+  }, { url: ctx.env.models.url + "target/browser-test/splade-tiny-f32.gguf", sentences: idx.map((i) => g.sentences[i]) });
   assert.deepEqual(got.files, ["splade-tiny-f32.gguf"]);
   assert.equal(got.tokens[0], "[CLS]");
   idx.forEach((i, k) => {
     assertClose(got.cpu[k], g.mean[i], `gguf cpu mean[${i}]`);
     assertClose(got.webgpu[k], g.mean[i], `gguf webgpu mean[${i}]`);
   });
-  page.checkErrors();
+  ctx.page.checkErrors();
 });

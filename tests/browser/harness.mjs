@@ -4,6 +4,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { before, after } from "node:test";
 import { chromium } from "playwright-core";
 import { serve } from "./server.mjs";
 
@@ -69,6 +70,22 @@ export async function openPage(env) {
     if (bad.length) throw new Error(`console errors in the page:\n${bad.join("\n")}`);
   };
   return page;
+}
+
+/**
+ * The set-up most test files share: servers, Chromium and the test page started before the file's tests and
+ * stopped after them. Returns `{ env, page }`, filled in once `before` has run.
+ */
+export function withPage() {
+  const ctx = { env: null, page: null };
+  before(async () => {
+    ctx.env = await start();
+    ctx.page = await openPage(ctx.env);
+  });
+  after(async () => {
+    await ctx.env?.stop();
+  });
+  return ctx;
 }
 
 export function cosine(a, b) {

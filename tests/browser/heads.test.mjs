@@ -1,24 +1,14 @@
 // The task heads through the JS API against the PyTorch pipelines (tests/golden/heads.json, made by
 // tests/golden/heads.py): fill-mask on the real splade-tiny (CPU and WebGPU), the others on tiny seeded checkpoints.
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import { start, openPage, readJson } from "./harness.mjs";
+import { readJson, withPage } from "./harness.mjs";
 
 // Scores are f32 softmax outputs of a different summation order than PyTorch's.
 const SCORE_ATOL = 1e-4;
 
 const golden = readJson("tests/golden/heads.json");
-let env;
-let page;
-
-before(async () => {
-  env = await start();
-  page = await openPage(env);
-});
-
-after(async () => {
-  await env?.stop();
-});
+const ctx = withPage();
 
 function assertScores(got, want, what) {
   assert.equal(got.length, want.length, `${what}: count`);
@@ -32,7 +22,7 @@ function assertScores(got, want, what) {
 
 test("fillMask equals the transformers pipeline (splade-tiny) on the CPU and on WebGPU", async () => {
   const cases = golden.splade_fill_mask;
-  const got = await page.evaluate(async ({ url, texts }) => {
+  const got = await ctx.page.evaluate(async ({ url, texts }) => {
     const out = {};
     for (const device of ["cpu", "webgpu"]) {
       const bert = await bertgpu.Bert.load(url, { device });
@@ -41,7 +31,7 @@ test("fillMask equals the transformers pipeline (splade-tiny) on the CPU and on 
       bert.dispose();
     }
     return out;
-  }, { url: env.models.url + "models/splade-tiny/", texts: cases.map((c) => c.text) });
+  }, { url: ctx.env.models.url + "models/splade-tiny/", texts: cases.map((c) => c.text) });
   for (const device of ["cpu", "webgpu"]) {
     got[device].forEach((res, i) => {
       const want = cases[i].predictions;
@@ -49,12 +39,12 @@ test("fillMask equals the transformers pipeline (splade-tiny) on the CPU and on 
       else want.forEach((w, j) => assertScores(res[j], w, `${device} ${cases[i].text} mask ${j}`));
     });
   }
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
 
 test("classify, nextSentence, tokenClassify and answer equal the PyTorch references (tiny checkpoints, CPU)", async () => {
   const qa = golden.tiny_qa.filter((c) => c.windows.length === 1);
-  const got = await page.evaluate(async ({ base, cls, nsp, ner, qa }) => {
+  const got = await ctx.page.evaluate(async ({ base, cls, nsp, ner, qa }) => {
     const load = (name) => bertgpu.Bert.load(base + name + "/", { device: "cpu" });
     const c = await load("tiny-classifier");
     const classify = await c.classify(cls.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair])));
@@ -74,7 +64,7 @@ test("classify, nextSentence, tokenClassify and answer equal the PyTorch referen
     for (const x of qa) answers.push(await q.answer(x.question, x.context));
     q.dispose();
     return { classify, top1, pairSingle, nextSentence, noHead, none, simple, answers };
-  }, { base: env.models.url + "tests/models/", cls: golden.tiny_classifier, nsp: golden.tiny_next_sentence,
+  }, { base: ctx.env.models.url + "tests/models/", cls: golden.tiny_classifier, nsp: golden.tiny_next_sentence,
     ner: golden.tiny_ner, qa });
   golden.tiny_classifier.forEach((x, i) => assertScores(got.classify[i], x.pipeline, `classify ${x.text}`));
   assertScores(got.top1, golden.tiny_classifier[0].pipeline.slice(0, 1), "classify topK 1");
@@ -88,5 +78,5 @@ test("classify, nextSentence, tokenClassify and answer equal the PyTorch referen
   });
   assert.ok(qa.length > 0);
   qa.forEach((x, i) => assertScores([got.answers[i]], [x.answer], `qa ${x.question}`));
-  page.checkErrors();
+  ctx.page.checkErrors();
 });

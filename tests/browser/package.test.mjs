@@ -1,33 +1,23 @@
 // The npm package in headless Chromium: loading (URL, repo id, bytes), the Cache API, input validation, queued
 // calls, panics, and the worker entry. Run: scripts/build-wasm.sh && node --test tests/browser/
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { start, openPage, readJson, ROOT } from "./harness.mjs";
+import { ROOT, readJson, withPage } from "./harness.mjs";
 
 // splade-tiny: a real 2-layer BERT whose tokenizer the fill-mask goldens (PyTorch) tokenized.
 const TINY = "models/splade-tiny/";
 const MINILM = "models/all-MiniLM-L6-v2/";
 
-let env;
-let page;
-
-before(async () => {
-  env = await start();
-  page = await openPage(env);
-});
-
-after(async () => {
-  await env?.stop();
-});
+const ctx = withPage();
 
 test("tokenize equals transformers on the golden table (tokenizer.json, and vocab.txt given as bytes)", async () => {
   const golden = readJson("tests/golden/tokens.json");
   // Cases with their own max_length need an option the JS API does not have; the rest use the model's limit.
   const cases = golden.cases.map((c, i) => ({ ...c, i })).filter((c) => c.max_length == null);
   assert.ok(cases.length > 30);
-  const got = await page.evaluate(async ({ tiny, minilm, cases }) => {
+  const got = await ctx.page.evaluate(async ({ tiny, minilm, cases }) => {
     const run = (bert) => Promise.all(cases.map((c) => bert.tokenize(c.text, c.text_pair)));
     const fromJson = await bertgpu.Bert.load(tiny, { device: "cpu" });
     const tinyOut = await run(fromJson);
@@ -41,7 +31,7 @@ test("tokenize equals transformers on the golden table (tokenizer.json, and voca
     const minilmOut = await run(fromVocab);
     fromVocab.dispose();
     return { tinyOut, many, minilmOut };
-  }, { tiny: env.models.url + TINY, minilm: env.models.url + MINILM, cases });
+  }, { tiny: ctx.env.models.url + TINY, minilm: ctx.env.models.url + MINILM, cases });
   const strip = (r) => ({ input_ids: r.input_ids, token_type_ids: r.token_type_ids, tokens: r.tokens });
   for (const [model, out] of [["splade-tiny", got.tinyOut], ["all-MiniLM-L6-v2", got.minilmOut]]) {
     cases.forEach((c, k) => {
@@ -51,13 +41,13 @@ test("tokenize equals transformers on the golden table (tokenizer.json, and voca
   // An array of texts gives the array of results (cases without a pair).
   const singles = cases.map((c, k) => [c, k]).filter(([c]) => c.text_pair == null);
   assert.deepEqual(singles.map(([, k]) => strip(got.many[k])), singles.map(([c]) => strip(golden.models["splade-tiny"].results[c.i])));
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
 
 test("loads from bytes, and from a Hugging Face repo id (hub URLs routed to the local files)", async () => {
   const hub = [];
   // The hub is unreachable here: answer its resolve/main/ URLs from the local folder, to check the URLs we ask for.
-  await page.route("https://huggingface.co/**", async (route) => {
+  await ctx.page.route("https://huggingface.co/**", async (route) => {
     const url = new URL(route.request().url());
     hub.push(url.pathname);
     const m = url.pathname.match(/^\/prajjwal1\/splade-tiny\/resolve\/main\/(.+)$/);
@@ -68,7 +58,7 @@ test("loads from bytes, and from a Hugging Face repo id (hub URLs routed to the 
       await route.fulfill({ status: 404, body: "not found", headers: { "access-control-allow-origin": "*" } });
     }
   });
-  const got = await page.evaluate(async (base) => {
+  const got = await ctx.page.evaluate(async (base) => {
     const get = async (f) => new Uint8Array(await (await fetch(base + f)).arrayBuffer());
     const fromBytes = await bertgpu.Bert.load(
       { config: await get("config.json"), tokenizer: await get("tokenizer.json"), weights: await get("model.safetensors") },
@@ -79,13 +69,13 @@ test("loads from bytes, and from a Hugging Face repo id (hub URLs routed to the 
     const b = await fromHub.tokenize("hello world");
     fromHub.dispose();
     return { a, b };
-  }, env.models.url + TINY);
-  await page.unroute("https://huggingface.co/**");
+  }, ctx.env.models.url + TINY);
+  await ctx.page.unroute("https://huggingface.co/**");
   assert.deepEqual(got.a, got.b);
   assert.deepEqual(got.a.tokens, ["[CLS]", "hello", "world", "[SEP]"]);
   assert.ok(hub.includes("/prajjwal1/splade-tiny/resolve/main/config.json"), hub.join(" "));
   assert.ok(hub.includes("/prajjwal1/splade-tiny/resolve/main/model.safetensors"), hub.join(" "));
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
 
 test("the second load works with the model server stopped (Cache API); cache: false does not cache", async () => {
@@ -93,7 +83,7 @@ test("the second load works with the model server stopped (Cache API); cache: fa
   const { serve } = await import("./server.mjs");
   const own = await serve(ROOT, { cors: true });
   const url = own.url + TINY;
-  const first = await page.evaluate(async (url) => {
+  const first = await ctx.page.evaluate(async (url) => {
     const events = [];
     const bert = await bertgpu.Bert.load(url, { device: "cpu", onProgress: (p) => events.push(p) });
     const t = await bert.tokenize("offline test");
@@ -107,7 +97,7 @@ test("the second load works with the model server stopped (Cache API); cache: fa
   assert.ok(own.requests.includes(`/${TINY}model.safetensors`));
 
   await own.close();
-  const second = await page.evaluate(async (url) => {
+  const second = await ctx.page.evaluate(async (url) => {
     const reachable = await fetch(url + "config.json").then(() => true, () => false);
     const events = [];
     const bert = await bertgpu.Bert.load(url, { device: "cpu", onProgress: (p) => events.push(p) });
@@ -122,11 +112,11 @@ test("the second load works with the model server stopped (Cache API); cache: fa
   assert.ok(second.events.every((e) => e.cached === true), JSON.stringify(second.events));
   assert.match(second.uncached, /could not download .*config\.json/);
   // The failed fetch of the `cache: false` load is logged by Chromium itself ("net::ERR_CONNECTION_REFUSED").
-  page.checkErrors(/ERR_CONNECTION_REFUSED/);
+  ctx.page.checkErrors(/ERR_CONNECTION_REFUSED/);
 });
 
 test("bad inputs are rejected with clear errors", async () => {
-  const got = await page.evaluate(async (url) => {
+  const got = await ctx.page.evaluate(async (url) => {
     const msg = (p) => p.then(() => "no error", (e) => `${e.name}: ${e.message}`);
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
     const out = {
@@ -141,7 +131,7 @@ test("bad inputs are rejected with clear errors", async () => {
     bert.dispose();
     out.disposed = await msg(bert.tokenize("after dispose"));
     return out;
-  }, env.models.url + TINY);
+  }, ctx.env.models.url + TINY);
   assert.match(got.device, /^TypeError: Bert\.load: device must be one of "auto", "webgpu", "cpu" \(got "gpu"\)/);
   assert.match(got.option, /unknown option "devise"/);
   assert.match(got.source, /lacks weights, tokenizer/);
@@ -150,11 +140,11 @@ test("bad inputs are rejected with clear errors", async () => {
   assert.match(got.arrayItem, /text\[1\] must be a string \(got null\)/);
   assert.match(got.pairs, /2 texts but 1 pair texts/);
   assert.match(got.disposed, /disposed; load it again/);
-  page.checkErrors(/404/);
+  ctx.page.checkErrors(/404/);
 });
 
 test("overlapping calls are queued and give the results of sequential calls", async () => {
-  const got = await page.evaluate(async (url) => {
+  const got = await ctx.page.evaluate(async (url) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
     const texts = Array.from({ length: 12 }, (_, i) => `sentence number ${i} about ${"cats ".repeat(i)}`);
     const sequential = [];
@@ -164,14 +154,14 @@ test("overlapping calls are queued and give the results of sequential calls", as
     const mixed = await Promise.allSettled([bert.tokenize("a"), bert.tokenize(7), bert.tokenize("b")]);
     bert.dispose();
     return { sequential, overlapped, mixed: mixed.map((r) => r.status) };
-  }, env.models.url + TINY);
+  }, ctx.env.models.url + TINY);
   assert.deepEqual(got.overlapped, got.sequential);
   assert.deepEqual(got.mixed, ["fulfilled", "rejected", "fulfilled"]);
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
 
 test("a Rust panic rejects the call, is logged, and a fresh load works afterwards", async () => {
-  const got = await page.evaluate(async (url) => {
+  const got = await ctx.page.evaluate(async (url) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
     const before = await bert.tokenize("still alive");
     // The module the wrapper uses; __debugPanic exists for this test only.
@@ -187,16 +177,16 @@ test("a Rust panic rejects the call, is logged, and a fresh load works afterward
     const fresh = await again.tokenize("still alive");
     again.dispose();
     return { before, thrown, after, fresh };
-  }, env.models.url + TINY);
+  }, ctx.env.models.url + TINY);
   assert.match(got.thrown, /RuntimeError: unreachable/);
   assert.match(got.after, /stopped working after an internal error|internal error/);
   assert.deepEqual(got.fresh, got.before);
-  assert.ok(page.errors.some((e) => /deliberate panic/.test(e)), "the panic hook logged the message");
-  page.checkErrors(/deliberate panic/);
+  assert.ok(ctx.page.errors.some((e) => /deliberate panic/.test(e)), "the panic hook logged the message");
+  ctx.page.checkErrors(/deliberate panic/);
 });
 
 test("the worker entry has the same API and results", async () => {
-  const got = await page.evaluate(async (url) => {
+  const got = await ctx.page.evaluate(async (url) => {
     const events = [];
     const main = await bertgpu.Bert.load(url, { device: "cpu" });
     const inWorker = await bertgpuWorker.Bert.load(url, { device: "cpu", onProgress: (p) => events.push(p.file) });
@@ -209,12 +199,12 @@ test("the worker entry has the same API and results", async () => {
     inWorker.dispose();
     const disposed = await inWorker.tokenize("x").then(() => "no error", (e) => e.message);
     return { a, b, c, bad, device, disposed, events: [...new Set(events)] };
-  }, env.models.url + TINY);
+  }, ctx.env.models.url + TINY);
   assert.deepEqual(got.b, got.a);
   assert.deepEqual(got.c.token_type_ids.at(-1), 1);
   assert.match(got.bad, /^TypeError: tokenize: text must be a string/);
   assert.equal(got.device, "cpu");
   assert.match(got.disposed, /disposed/);
   assert.ok(got.events.includes("model.safetensors"));
-  page.checkErrors();
+  ctx.page.checkErrors();
 });

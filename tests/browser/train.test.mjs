@@ -1,11 +1,11 @@
 // trainHead / exportHead / loadHead in the browser: a classifier trained on the page, on real text nobody here wrote
 // (Debian's fortunes, tests/data/fortunes/), on the wasm CPU backend and on WebGPU (SwiftShader), exported,
 // reloaded into another model (through the worker entry) and used by classify; plus the bad inputs of training.
-import { test, before, after } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { start, openPage, ROOT } from "./harness.mjs";
+import { ROOT, withPage } from "./harness.mjs";
 
 const MINILM = "models/all-MiniLM-L6-v2/";
 
@@ -34,20 +34,10 @@ const SHORT = 70;
 const shortTrain = train.filter((x) => x.text.length <= SHORT);
 const shortTest = heldOut.filter((x) => x.text.length <= SHORT);
 
-let env;
-let page;
-
-before(async () => {
-  env = await start();
-  page = await openPage(env);
-});
-
-after(async () => {
-  await env?.stop();
-});
+const ctx = withPage();
 
 test("trainHead on the CPU: held-out accuracy, progress events, determinism, export → loadHead in a worker", async () => {
-  const got = await page.evaluate(async ({ url, train, heldOut }) => {
+  const got = await ctx.page.evaluate(async ({ url, train, heldOut }) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
     const events = [];
     const opts = { epochs: 30, learningRate: 1e-2, seed: 3 };
@@ -68,7 +58,7 @@ test("trainHead on the CPU: held-out accuracy, progress events, determinism, exp
     w.dispose();
     return { report, events, headLabels, preds, again, size: bytes.length, same: bytes.join() === bytesAgain.join(),
       loaded, reloaded, workerTasks };
-  }, { url: env.models.url + MINILM, train, heldOut });
+  }, { url: ctx.env.models.url + MINILM, train, heldOut });
 
   const firstSeen = [...new Set(train.map((x) => x.label))];
   assert.deepEqual(got.report.labels, firstSeen, "labels in order of first appearance");
@@ -101,11 +91,11 @@ test("trainHead on the CPU: held-out accuracy, progress events, determinism, exp
     assert.deepEqual(p.map((x) => x.label), got.preds[i].map((x) => x.label), `reloaded ranking ${i}`);
     p.forEach((x, j) => assert.ok(Math.abs(x.score - got.preds[i][j].score) <= SCORE_ATOL));
   });
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
 
 test("trainHead on WebGPU (SwiftShader) trains the head the CPU trains, then exports and reloads", async () => {
-  const got = await page.evaluate(async ({ url, train, heldOut }) => {
+  const got = await ctx.page.evaluate(async ({ url, train, heldOut }) => {
     const opts = { epochs: 20, learningRate: 1e-2, seed: 5, validationSplit: 0.2 };
     const out = {};
     for (const device of ["webgpu", "cpu"]) {
@@ -124,7 +114,7 @@ test("trainHead on WebGPU (SwiftShader) trains the head the CPU trains, then exp
       bert.dispose();
     }
     return out;
-  }, { url: env.models.url + MINILM, train: shortTrain, heldOut: shortTest });
+  }, { url: ctx.env.models.url + MINILM, train: shortTrain, heldOut: shortTest });
 
   assert.equal(got.webgpu.device, "webgpu");
   const g = got.webgpu.report;
@@ -148,11 +138,11 @@ test("trainHead on WebGPU (SwiftShader) trains the head the CPU trains, then exp
       p.forEach((x, j) => assert.ok(Math.abs(x.score - other[i][j].score) <= SCORE_ATOL, `${name} score ${i}/${j}`));
     });
   }
-  page.checkErrors();
+  ctx.page.checkErrors();
 });
 
 test("trainHead, exportHead and loadHead reject bad input with clear errors, and the model stays usable", async () => {
-  const got = await page.evaluate(async ({ url, tiny }) => {
+  const got = await ctx.page.evaluate(async ({ url, tiny }) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
     const ex = [
       { text: "the cake was sweet", label: "food" }, { text: "bread and butter", label: "food" },
@@ -191,7 +181,7 @@ test("trainHead, exportHead and loadHead reject bad input with clear errors, and
     out.afterClear = await err(bert.classify("a slice of pie"));
     bert.dispose();
     return out;
-  }, { url: env.models.url + MINILM, tiny: env.models.url + "tests/models/tiny-pretraining/" });
+  }, { url: ctx.env.models.url + MINILM, tiny: ctx.env.models.url + "tests/models/tiny-pretraining/" });
 
   const expect = {
     noHeadExport: /no trained head/,
@@ -216,5 +206,5 @@ test("trainHead, exportHead and loadHead reject bad input with clear errors, and
   assert.equal(got.cleared, null);
   assert.deepEqual(got.tasks, [[], ["classify"], []]);
   assert.match(got.afterClear, /no sequence-classification head.*trainHead/, "MiniLM has no classifier to fall back on");
-  page.checkErrors();
+  ctx.page.checkErrors();
 });

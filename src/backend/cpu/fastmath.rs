@@ -15,8 +15,11 @@ pub fn exp(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     // 1.5·2²³: adding and subtracting it rounds to the nearest integer (ties to even) with plain arithmetic.
     const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.3, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    // min/max rather than clamp, and no float → int cast (Rust's saturating `as` is scalar code): both keep the
+    // function vectorisable. (A NaN input gives e^-87.3 here; the model refuses NaN weights at load.)
+    let x = x.max(-87.3).min(88.0);
+    let t = x * LOG2E + ROUND; // ROUND + n, exactly: n sits in the low mantissa bits of t
+    let n = t - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     let mut p = 1.987_569_1e-4;
     p = p * r + 1.398_199_9e-3;
@@ -25,8 +28,9 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 5.000_000_1e-1;
     let er = p * r * r + r + 1.0;
-    // 2ⁿ: n is an integer in [-126, 127] here, so (n + 127) is a valid biased exponent.
-    er * f32::from_bits((((n as i32) + 127) as u32) << 23)
+    // 2ⁿ: n is an integer in [-126, 127] here, so (n + 127) is a valid biased exponent; n = bits(t) − bits(ROUND).
+    let biased = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127);
+    er * f32::from_bits(biased << 23)
 }
 
 /// The error function. Eigen's (and XLA's) single-precision rational approximation: `erf(x) = x·P(x²)/Q(x²)` on

@@ -19,6 +19,9 @@ pub struct Gpu {
     /// Validation / out-of-memory errors raised by wgpu since the last check (wgpu reports them out of band;
     /// the default handler would panic).
     pub(crate) errors: Arc<Mutex<Vec<String>>>,
+    /// Why the device was lost, once wgpu says so (`destroy()`, a driver reset, the browser's GPU process gone).
+    /// A lost device never comes back: its buffers are gone, so the model must be loaded again on a new device.
+    lost: Arc<Mutex<Option<String>>>,
 }
 
 impl Gpu {
@@ -65,7 +68,14 @@ impl Gpu {
                 v.push(e.to_string());
             }
         }));
-        Ok(Gpu { device, queue, info, limits, features, downlevel, errors })
+        let lost = Arc::new(Mutex::new(None));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            if let Ok(mut l) = flag.lock() {
+                *l = Some(if message.is_empty() { format!("{reason:?}") } else { format!("{reason:?}: {message}") });
+            }
+        });
+        Ok(Gpu { device, queue, info, limits, features, downlevel, errors, lost })
     }
 
     /// [`Gpu::new`], blocking (native only: a browser must never block).
@@ -79,8 +89,27 @@ impl Gpu {
         self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
     }
 
-    /// Takes the errors wgpu reported since the last call, as one `Error::Gpu`.
+    /// Why the device was lost, if it was (see [`Gpu::lost_error`]).
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().ok().and_then(|l| l.clone())
+    }
+
+    /// The error every call gets once the device is lost.
+    pub(crate) fn lost_error(&self) -> Option<Error> {
+        self.lost().map(|why| {
+            Error::Gpu(format!(
+                "the GPU device was lost ({why}); its buffers are gone: load the model again (in the browser \
+                 the next call does that by itself)"
+            ))
+        })
+    }
+
+    /// Takes the errors wgpu reported since the last call, as one `Error::Gpu` (a lost device first: after a loss
+    /// wgpu reports nothing else).
     pub(crate) fn check_errors(&self) -> Result<()> {
+        if let Some(e) = self.lost_error() {
+            return Err(e);
+        }
         let mut v = self.errors.lock().map_err(|_| Error::Gpu("error log poisoned".into()))?;
         if v.is_empty() {
             return Ok(());

@@ -98,11 +98,14 @@ pub struct Tuning {
     pub row_wg: u32,
     /// mean_pool / gather_rows invocations per workgroup.
     pub elem_wg: u32,
+    /// Always the scalar attention kernel (attention.wgsl), even where head_dim allows attention_vec4.wgsl: for
+    /// tests and benchmarks of the two.
+    pub scalar_attention: bool,
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { matmul_wg: (8, 8), attention_wg: 64, row_wg: 128, elem_wg: 64 }
+        Tuning { matmul_wg: (8, 8), attention_wg: 64, row_wg: 128, elem_wg: 64, scalar_attention: false }
     }
 }
 
@@ -446,7 +449,9 @@ impl GpuBackend {
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Gpu(format!("waiting for the GPU failed: {e}")))?;
         for f in futures {
-            f.await.map_err(|e| Error::Gpu(format!("reading back a buffer failed: {e}")))?;
+            f.await.map_err(|e| {
+                self.gpu.lost_error().unwrap_or_else(|| Error::Gpu(format!("reading back a buffer failed: {e}")))
+            })?;
         }
         Ok(())
     }
@@ -768,7 +773,13 @@ impl Backend for GpuBackend {
             _pad1: 0,
         };
         let groups = (s.seq.div_ceil(self.tuning.attention_wg as usize) as u32, s.heads as u32, s.batch as u32);
-        self.dispatch("attention", "attention", &[("WG", self.tuning.attention_wg as f64)], bytemuck::bytes_of(&p), &[
+        // The vec4 kernel when head_dim and hidden split into vec4s (every BERT); the scalar one otherwise.
+        let (shader, entry) = if s.head_dim % 4 == 0 && !self.tuning.scalar_attention {
+            ("attention_vec4", "attention_vec4")
+        } else {
+            ("attention", "attention")
+        };
+        self.dispatch(shader, entry, &[("WG", self.tuning.attention_wg as f64)], bytemuck::bytes_of(&p), &[
             (1, qkv.buffer(), false),
             (2, mask.buffer(), false),
             (3, out.buffer(), true),

@@ -55,6 +55,8 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("matmul", include_str!("../../../shaders/matmul.wgsl"), std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
     ("attention", include_str!("../../../shaders/attention.wgsl"), std::mem::size_of::<AttentionParams>(),
         AttentionParams::FIELDS),
+    ("attention_vec4", include_str!("../../../shaders/attention_vec4.wgsl"), std::mem::size_of::<AttentionParams>(),
+        AttentionParams::FIELDS),
     ("layernorm", include_str!("../../../shaders/layernorm.wgsl"), std::mem::size_of::<LayerNormParams>(),
         LayerNormParams::FIELDS),
     ("embeddings", include_str!("../../../shaders/embeddings.wgsl"), std::mem::size_of::<EmbeddingsParams>(),
