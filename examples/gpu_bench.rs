@@ -5,9 +5,9 @@
 //! - `cargo run --example gpu_bench -- forward`: all-MiniLM-L6-v2, batch 8 × 128, GPU vs CPU backend (and PyTorch
 //!   when `PYTHON` names an interpreter with torch + transformers), plus each kernel's share of the GPU forward
 //!   from timestamp queries.
-//! - `gpu_bench quant [MODEL ...]`: the linear at BERT shapes with the weight in f32, f16, Q8_0 and Q4_0, then the
-//!   forward of each MODEL (a folder or a `.gguf`, e.g. all-MiniLM-L6-v2 and its `bertgpu convert` outputs), batch
-//!   8 × 128, on both backends; times relative to the f32 weight / first model.
+//! - `gpu_bench quant [MODEL ...]`: the linear at BERT shapes (`QSHAPES=1024x384x1536,...`) with the weight in f32,
+//!   f16, Q8_0 and Q4_0, then the forward of each MODEL (a folder or a `.gguf`, e.g. all-MiniLM-L6-v2 and its
+//!   `bertgpu convert` outputs), batch 8 × 128, on both backends; times relative to the f32 weight / first model.
 //! Wall-clock medians after a warm-up run; the variants run round-robin so a busy machine slows all alike.
 
 use std::time::Instant;
@@ -185,7 +185,30 @@ fn bench_batch(b: usize, t: usize) -> bertgpu::tokenizer::Batch {
     batch
 }
 
+/// CPU time consumed so far by every thread of this process (lavapipe's and rayon's workers included), in ms, from
+/// `/proc/self/task/*/schedstat` (ns on the CPU). Unlike wall time it does not grow when other processes compete for
+/// the cores, so ratios measured on a busy machine stay meaningful. 0 where /proc is absent.
+fn cpu_ms() -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum::<u64>() as f64 / 1e6
+}
+
+/// (wall ms, process CPU ms) of `f`.
+fn timed<T>(f: impl FnOnce() -> T) -> ((f64, f64), T) {
+    let (c0, t0) = (cpu_ms(), Instant::now());
+    let out = f();
+    ((t0.elapsed().as_secs_f64() * 1e3, cpu_ms() - c0), out)
+}
+
+/// Medians of (wall, cpu) pairs.
+fn median2(v: &[(f64, f64)]) -> (f64, f64) {
+    (median(v.iter().map(|p| p.0).collect()), median(v.iter().map(|p| p.1).collect()))
+}
+
 /// Packed weights against f32: the linear at BERT shapes per weight dtype, then whole forwards per model file.
+/// Each cell gives wall-clock ms and, in brackets, the process's CPU ms (all threads), each relative to f32.
 fn quant(models: &[String]) {
     use bertgpu::backend::Dtype;
     use bertgpu::config::BertConfig;
@@ -196,11 +219,17 @@ fn quant(models: &[String]) {
     let g = GpuBackend::new(Gpu::new_blocking().unwrap()).unwrap();
     let cpu = CpuBackend::new();
     let dtypes = [Dtype::F32, Dtype::F16, Dtype::Q8_0, Dtype::Q4_0];
-    println!("linear y = x·wᵀ + b, wall-clock ms (median of {reps}), ratio to the f32 weight on the same backend:");
-    println!("| weight | {} |", SHAPES[..2].iter().map(|(m, k, n)| format!("GPU {m}×{k}×{n} | CPU {m}×{k}×{n}")).collect::<Vec<_>>().join(" | "));
-    println!("|---|---|---|---|---|");
+    // `QSHAPES=MxKxN,...` (default: the FFN's two GEMMs at batch 8 × 128); `QSHAPES=none` skips the table.
+    let shapes: Vec<(usize, usize, usize)> = std::env::var("QSHAPES").unwrap_or_else(|_| "1024x384x1536,1024x1536x384".into())
+        .split(',').filter_map(|s| {
+            let v: Vec<usize> = s.split('x').filter_map(|d| d.trim().parse().ok()).collect();
+            (v.len() == 3).then(|| (v[0], v[1], v[2]))
+        }).collect();
+    println!("linear y = x·wᵀ + b, median of {reps}: wall-clock ms [CPU ms of all threads], ratios to the f32 weight on the same backend:");
+    println!("| weight | {} |", shapes.iter().map(|(m, k, n)| format!("GPU {m}×{k}×{n} | CPU {m}×{k}×{n}")).collect::<Vec<_>>().join(" | "));
+    println!("|---|{}", "---|---|".repeat(shapes.len()));
     let mut cells: Vec<Vec<String>> = vec![Vec::new(); dtypes.len()];
-    for &(m, k, n) in &SHAPES[..2] {
+    for &(m, k, n) in &shapes {
         let (xv, wv, bv) = (rand_vec(m * k, 1), rand_vec(n * k, 2), rand_vec(n, 3));
         let w32 = HostTensor { shape: vec![n, k], data: HostData::F32(wv) };
         let bias = HostTensor { shape: vec![n], data: HostData::F32(bv) };
@@ -217,21 +246,29 @@ fn quant(models: &[String]) {
         let (mut tg, mut tc) = (vec![Vec::new(); dtypes.len()], vec![Vec::new(); dtypes.len()]);
         for rep in 0..=reps {
             for i in 0..dtypes.len() {
-                let a = time_linear(&g, &gx, &gws[i], &gb);
-                let t0 = Instant::now();
-                drop(cpu.linear(&cx, &cws[i], Some(&cb), Activation::None).unwrap());
-                let c = t0.elapsed().as_secs_f64() * 1e3;
+                let (a, ()) = timed(|| {
+                    let y = g.linear(&gx, &gws[i], Some(&gb), Activation::None).unwrap();
+                    pollster::block_on(g.flush()).unwrap();
+                    drop(y);
+                });
+                let (c, ()) = timed(|| drop(cpu.linear(&cx, &cws[i], Some(&cb), Activation::None).unwrap()));
                 if rep > 0 { tg[i].push(a); tc[i].push(c); }
             }
         }
-        let (tg, tc): (Vec<f64>, Vec<f64>) = (tg.into_iter().map(median).collect(), tc.into_iter().map(median).collect());
+        let (tg, tc): (Vec<_>, Vec<_>) = (tg.iter().map(|v| median2(v)).collect(), tc.iter().map(|v| median2(v)).collect());
         for i in 0..dtypes.len() {
-            cells[i].push(format!("{:.0} ms ({:.2}×)", tg[i], tg[i] / tg[0]));
-            cells[i].push(format!("{:.1} ms ({:.2}×)", tc[i], tc[i] / tc[0]));
+            for t in [&tg, &tc] {
+                cells[i].push(format!("{:.0} ({:.2}×) [{:.0} ({:.2}×)]", t[i].0, t[i].0 / t[0].0, t[i].1, t[i].1 / t[0].1));
+            }
         }
     }
     for (d, c) in dtypes.iter().zip(cells) {
-        println!("| {} | {} |", d.name(), c.join(" | "));
+        if !shapes.is_empty() {
+            println!("| {} | {} |", d.name(), c.join(" | "));
+        }
+    }
+    if models.is_empty() {
+        return;
     }
 
     // Whole forwards (embeddings, 6 layers, mean pool, read-back) of each model, both backends, round-robin.
@@ -247,13 +284,13 @@ fn quant(models: &[String]) {
                 Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap())
         }
     };
-    fn run<B: Backend>(be: &B, m: &BertModel<B>, batch: &bertgpu::tokenizer::Batch) -> (f64, Vec<f32>) {
-        let t0 = Instant::now();
-        let mask = be.mask(batch).unwrap();
-        let hidden = m.forward_with_mask(be, batch, &mask).unwrap();
-        let pooled = be.mean_pool(&hidden, &mask, batch.b, batch.t).unwrap();
-        let v = pollster::block_on(be.read(&pooled)).unwrap();
-        (t0.elapsed().as_secs_f64() * 1e3, v)
+    fn run<B: Backend>(be: &B, m: &BertModel<B>, batch: &bertgpu::tokenizer::Batch) -> ((f64, f64), Vec<f32>) {
+        timed(|| {
+            let mask = be.mask(batch).unwrap();
+            let hidden = m.forward_with_mask(be, batch, &mask).unwrap();
+            let pooled = be.mean_pool(&hidden, &mask, batch.b, batch.t).unwrap();
+            pollster::block_on(be.read(&pooled)).unwrap()
+        })
     }
     let loaded: Vec<_> = models.iter().map(|p| {
         let (cfg, w) = load(p);
@@ -270,12 +307,13 @@ fn quant(models: &[String]) {
         }
     }
     println!();
-    println!("forward + mean pool + read-back, batch {b} × {t}, ms (median of {reps}), ratio to the first model:");
+    println!("forward + mean pool + read-back, batch {b} × {t}, median of {reps}: wall ms [CPU ms of all threads], ratios to the first model:");
     println!("| model | GPU ({}) | CPU backend |", g.gpu().info.name);
     println!("|---|---|---|");
-    let (tg, tc): (Vec<f64>, Vec<f64>) = (tg.into_iter().map(median).collect(), tc.into_iter().map(median).collect());
+    let (tg, tc): (Vec<_>, Vec<_>) = (tg.iter().map(|v| median2(v)).collect(), tc.iter().map(|v| median2(v)).collect());
     for (i, p) in models.iter().enumerate() {
-        println!("| {p} | {:.0} ({:.2}×) | {:.0} ({:.2}×) |", tg[i], tg[i] / tg[0], tc[i], tc[i] / tc[0]);
+        let cell = |t: &Vec<(f64, f64)>| format!("{:.0} ({:.2}×) [{:.0} ({:.2}×)]", t[i].0, t[i].0 / t[0].0, t[i].1, t[i].1 / t[0].1);
+        println!("| {p} | {} | {} |", cell(&tg), cell(&tc));
     }
     // GPU time per kernel (timestamp queries), one more forward of each model.
     if g.enable_profiling() {
@@ -341,8 +379,7 @@ fn main() {
         "attention" => attention(),
         "quant" => {
             let models: Vec<String> = std::env::args().skip(2).collect();
-            let default = [format!("{}/models/all-MiniLM-L6-v2", env!("CARGO_MANIFEST_DIR"))];
-            quant(if models.is_empty() { &default } else { &models })
+            quant(&models)
         }
         other => eprintln!("unknown benchmark {other}: matmul | forward | attention | quant [MODEL ...]"),
     }

@@ -13,9 +13,10 @@ use crate::weights::quant::RowView;
 /// Below this many multiply-adds a GEMM is not worth splitting across threads.
 const PARALLEL_MIN_MACS: usize = 1 << 18;
 
-/// f32 values of one dequantized weight panel (`P × K`): 1 MiB, reused for every panel. Wide enough that the GEMM
-/// packing of x, repeated per panel, costs ~1/P of the panel's multiply-adds.
-const PANEL_FLOATS: usize = 256 * 1024;
+/// f32 values of one dequantized weight panel (`P × K`): 3 MiB, reused for every panel. Wide enough that the GEMM
+/// packing of x, repeated per panel, costs ~1/P of the panel's multiply-adds (MiniLM: P = 512 at K = 384 and 1536;
+/// at 1 MiB, K = 1536 took 3 panels and 1.5× the f32 GEMM's CPU time).
+const PANEL_FLOATS: usize = 768 * 1024;
 /// Panel heights: a multiple of the widest GEMM micro-kernel (16 columns with AVX-512) between these bounds.
 const PANEL_ALIGN: usize = 16;
 const PANEL_MIN: usize = 64;
@@ -42,7 +43,7 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
 /// `out (M, N) = act(x (M, K) · Wᵀ + bias (N))` with W `(N, K)` kept in its stored dtype (f16, Q8_0, Q4_0): the
 /// CPU twin of the GPU's `matmul_packed` kernel.
 ///
-/// W is walked in panels of P rows (P ≈ 1 MiB of f32 / K, 64..512): each panel is dequantized once into a scratch
+/// W is walked in panels of P rows (P ≈ 3 MiB of f32 / K, 64..512): each panel is dequantized once into a scratch
 /// buffer (exactly the values `HostTensor::to_f32` gives; rows in parallel) and multiplied with all M rows of x by
 /// the f32 GEMM, the M rows split across threads as in [`linear`], each block writing columns n0..n0 + P of its
 /// own rows. Dequantization costs `N·K` per call against the GEMM's `M·N·K`, and the f32 copy of W never exists as
