@@ -22,6 +22,62 @@ use crate::tokenizer::Tokenizer;
 use crate::weights::Weights;
 use crate::Error;
 
+/// The system allocator (dlmalloc on wasm32), counting the bytes allocated and not yet freed, so the soak test can
+/// tell a leak from the allocator's own reuse: `WebAssembly.Memory` only ever grows, so its size alone says little.
+/// Counting costs two relaxed atomic adds per allocation (wasm32 without threads: plain adds).
+struct CountingAlloc;
+
+static LIVE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() {
+            LIVE_BYTES.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        LIVE_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            LIVE_BYTES.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            LIVE_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+            LIVE_BYTES.fetch_add(new_size, std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// Memory of the module, for the soak test: `{ liveBytes }` (allocated by Rust and not freed) and `{ memoryBytes }`
+/// (the size of the wasm linear memory, which never shrinks). Not part of the public API.
+#[wasm_bindgen(js_name = __debugHeap)]
+pub fn debug_heap() -> Result<JsValue, JsError> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Heap {
+        live_bytes: usize,
+        memory_bytes: usize,
+    }
+    let heap = Heap {
+        live_bytes: LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed),
+        memory_bytes: core::arch::wasm32::memory_size(0) * 65536,
+    };
+    to_js(&heap)
+}
+
 thread_local! {
     static PANIC_LISTENER: RefCell<Option<js_sys::Function>> = const { RefCell::new(None) };
 }
@@ -244,6 +300,19 @@ impl WasmModel {
                 true
             }
             Engine::Cpu(_) => false,
+        }
+    }
+
+    /// GPU buffers of this model, for the soak test: `[created by the pool, their bytes, weight bytes]` (a repeated
+    /// call must not raise them), or `undefined` on the CPU. Not part of the public API.
+    #[wasm_bindgen(js_name = __debugGpuBuffers)]
+    pub fn debug_gpu_buffers(&self) -> Option<Vec<f64>> {
+        match &*self.engine {
+            Engine::Gpu(m) => {
+                let (n, bytes) = m.backend.pool_stats();
+                Some(vec![n as f64, bytes as f64, m.backend.weight_bytes() as f64])
+            }
+            Engine::Cpu(_) => None,
         }
     }
 

@@ -1,0 +1,117 @@
+// Soak in the browser: thousands of sequential embed calls with flat memory, and 100 overlapping calls that all
+// resolve to the sequential results. tests/models/tiny-pretraining, on the wasm CPU backend and on SwiftShader WebGPU.
+//
+// Memory is read through debug exports: the bytes Rust has allocated and not freed (a counting global allocator in
+// src/wasm.rs: exact, so a leak of even one small allocation per call shows), the size of the wasm memory (which
+// only grows), and on WebGPU the buffers the pool created. Each is read after a warm-up, then after the run.
+//
+// CI runs the counts below; the long run: BERTGPU_SOAK_CPU=10000 BERTGPU_SOAK_GPU=2000 node --test tests/browser/soak.test.mjs
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { start, openPage } from "./harness.mjs";
+
+const TINY = "tests/models/tiny-pretraining/";
+const CPU_CALLS = Number(process.env.BERTGPU_SOAK_CPU ?? 10_000);
+const GPU_CALLS = Number(process.env.BERTGPU_SOAK_GPU ?? 100);
+const WARMUP = 50;
+const OVERLAPPING = 100;
+
+let env;
+let page;
+
+before(async () => {
+  env = await start();
+  page = await openPage(env);
+});
+
+after(async () => {
+  await env?.stop();
+});
+
+/** Runs the soak on `device` in the page: returns memory before/after, timings and the overlap check's vectors. */
+function soak(device, calls) {
+  return page.evaluate(async ({ url, device, calls, WARMUP, OVERLAPPING }) => {
+    const bert = await bertgpu.Bert.load(url, { device, cache: false });
+    const heap = () => bert._rt.glue.__debugHeap();
+    const gpu = () => bert._model.__debugGpuBuffers() ?? null;
+    // Texts of 7 lengths (different batch shapes, different allocation sizes), cycling; the number in them keeps
+    // the same count of tokens, so the shapes a warm-up sees are all the shapes there are.
+    const text = (i) => `call ${i % 10}: ${"the quick brown fox ".repeat(1 + (i % 7))}`;
+    // 100 calls at once (the wrapper queues them), half of them batched with a shorter text, against the same texts
+    // embedded one after another.
+    const texts = Array.from({ length: OVERLAPPING }, (_, i) => text(i * 13));
+    const overlap = async () => (await Promise.all(texts.map((t, i) => (i % 2
+      ? bert.embed(t)
+      : bert.embed([t, "padding partner"]).then((vs) => vs[0]))))).map((v) => Array.from(v));
+    // Warm-up: every shape once, so buffers a backend keeps for reuse (the GPU pool, scratch capacity) exist; and
+    // the measurement itself once (its first call allocates wasm-bindgen's cache of the result's field names).
+    heap();
+    gpu();
+    await overlap();
+    for (let i = 0; i < WARMUP; i++) await bert.embed(text(i));
+    const before = { heap: heap(), gpu: gpu() };
+    const t0 = performance.now();
+    let finite = true;
+    for (let i = 0; i < calls; i++) {
+      const v = await bert.embed(text(i));
+      if (i % 97 === 0) finite &&= v.every(Number.isFinite);
+    }
+    const ms = performance.now() - t0;
+    const afterRun = { heap: heap(), gpu: gpu() };
+    const sequential = [];
+    for (const t of texts) sequential.push(Array.from(await bert.embed(t)));
+    const overlapped = await overlap();
+    const afterOverlap = { heap: heap(), gpu: gpu() };
+    bert.dispose();
+    return { before, afterRun, afterOverlap, ms, finite, sequential, overlapped };
+  }, { url: env.models.url + TINY, device, calls, WARMUP, OVERLAPPING });
+}
+
+function report(device, calls, got) {
+  const kb = (b) => (b / 1024).toFixed(1);
+  console.log(`# soak ${device}: ${calls} sequential embed calls in ${(got.ms / 1000).toFixed(1)} s `
+    + `(${(got.ms / calls).toFixed(2)} ms/call); live Rust heap ${kb(got.before.heap.liveBytes)} KiB → `
+    + `${kb(got.afterRun.heap.liveBytes)} KiB → ${kb(got.afterOverlap.heap.liveBytes)} KiB after ${OVERLAPPING} `
+    + `overlapping; wasm memory ${kb(got.before.heap.memoryBytes)} KiB → ${kb(got.afterRun.heap.memoryBytes)} KiB`
+    + (got.before.gpu ? `; GPU pool buffers ${got.before.gpu[0]} (${kb(got.before.gpu[1])} KiB) → ${got.afterRun.gpu[0]} `
+      + `(${kb(got.afterRun.gpu[1])} KiB)` : ""));
+}
+
+/**
+ * Flat memory: after the warm-up every allocation of a call is freed by its end, so the live bytes return to the
+ * same count exactly; the wasm memory does not grow; the GPU pool reuses its buffers (none created). Overlapping
+ * calls take the same path (queued), so they too must leave the count where it was.
+ */
+function assertFlat(got) {
+  assert.equal(got.afterRun.heap.liveBytes, got.before.heap.liveBytes, "live Rust heap bytes after the run");
+  assert.equal(got.afterOverlap.heap.liveBytes, got.before.heap.liveBytes, "live Rust heap bytes after the overlap");
+  assert.equal(got.afterRun.heap.memoryBytes, got.before.heap.memoryBytes, "wasm memory grew");
+  if (got.before.gpu) {
+    assert.deepEqual(got.afterRun.gpu, got.before.gpu, "GPU buffers [created, bytes, weight bytes]");
+    assert.deepEqual(got.afterOverlap.gpu, got.before.gpu, "GPU buffers after the overlap");
+  }
+}
+
+test(`soak on the CPU: ${CPU_CALLS} sequential embed calls with flat memory; ${OVERLAPPING} overlapping calls`, async () => {
+  const got = await soak("cpu", CPU_CALLS);
+  report("cpu", CPU_CALLS, got);
+  assert.ok(got.finite);
+  assertFlat(got);
+  // Queued calls run one at a time, in order: each vector is the sequential one bit for bit (a text batched with a
+  // shorter partner is padded, and padding is masked out exactly on the CPU backend).
+  assert.deepEqual(got.overlapped, got.sequential);
+  page.checkErrors();
+});
+
+test(`soak on WebGPU (SwiftShader): ${GPU_CALLS} sequential embed calls with flat memory and GPU buffers`, async () => {
+  const got = await soak("webgpu", GPU_CALLS);
+  report("webgpu", GPU_CALLS, got);
+  assert.ok(got.finite);
+  assertFlat(got);
+  got.overlapped.forEach((v, i) => {
+    // A padded batch runs other workgroup splits of the same sums on the GPU: f32 rounding only.
+    const d = Math.max(...v.map((x, j) => Math.abs(x - got.sequential[i][j])));
+    assert.ok(d <= 1e-5, `overlapped call ${i}: max diff ${d}`);
+  });
+  page.checkErrors();
+});
