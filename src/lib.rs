@@ -13,6 +13,11 @@ pub mod tasks;
 pub mod tokenizer;
 pub mod weights;
 
+/// Entry points shared by the fuzz targets (`fuzz/`) and `tests/fuzz_corpus.rs`.
+#[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
+pub mod fuzzing;
+
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 

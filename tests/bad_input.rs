@@ -432,3 +432,20 @@ fn ten_thousand_texts_in_one_batch_are_split_to_fit_the_gpu() {
         common::assert_close(&format!("text {i}"), &got[i], &want[0], EMBED_ATOL, 0.0);
     }
 }
+
+/// A weight larger than the adapter's largest storage binding (a model too big for this GPU): a clear error at
+/// load that says the limit, not a device error or an abort. (BERT-large's word embeddings, 125 MB, still fit
+/// lavapipe's 128 MiB.)
+#[test]
+fn a_weight_over_the_adapters_binding_limit_is_a_clear_error() {
+    use bertgpu::backend::Backend;
+    use bertgpu::weights::HostTensor;
+    let Some(gpu) = common::gpu() else { return };
+    let limit = gpu.max_tensor_bytes();
+    let cols = 1024;
+    let rows = limit / (4 * cols) + 1;
+    let t = HostTensor::f32(vec![rows, cols], vec![0.5; rows * cols]).unwrap();
+    let e = gpu.upload(&t).err().expect("a weight over the limit must be refused").to_string();
+    assert!(e.contains(&format!("weight of shape [{rows}, {cols}]")) && e.contains(&format!("({limit} bytes")), "{e}");
+    assert!(e.contains("use a smaller batch or the CPU backend"), "{e}");
+}
