@@ -153,8 +153,10 @@ impl<B: Backend> Model<B> {
         for (i, &t) in lens.iter().enumerate() {
             if bytes(1, t, extra(i)) > limit {
                 return Err(Error::Input(format!(
-                    "a sequence of {t} tokens needs {} bytes for one activation, more than this backend's limit of                      {limit} bytes: truncate the input (--max-length) or use the CPU backend",
-                    bytes(1, t, extra(i))
+                    "a sequence of {t} tokens needs {} bytes for one tensor, more than this backend's limit of \
+                     {limit} bytes: truncate the input (--max-length){}",
+                    bytes(1, t, extra(i)),
+                    if self.backend.name() == "gpu" { " or use the CPU backend (--device cpu)" } else { "" },
                 )));
             }
             let rows = i - start + 1;

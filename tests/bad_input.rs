@@ -449,3 +449,27 @@ fn a_weight_over_the_adapters_binding_limit_is_a_clear_error() {
     assert!(e.contains(&format!("weight of shape [{rows}, {cols}]")) && e.contains(&format!("({limit} bytes")), "{e}");
     assert!(e.contains("use a smaller batch or the CPU backend"), "{e}");
 }
+
+/// The splitting arithmetic on the CPU backend's budget ([`bertgpu::backend::CPU_MAX_TENSOR_BYTES`], 256 MiB): the
+/// tiny model's widest activation is the fused q|k|v, 3 × 32 floats = 384 bytes per token, so a pass holds at most
+/// 699,050 tokens: 10,922 sequences of 64.
+#[test]
+fn batches_split_at_the_backend_budget() {
+    use bertgpu::backend::CPU_MAX_TENSOR_BYTES;
+    use bertgpu::tasks::{Device, Engine};
+    let engine = pollster::block_on(Engine::from_dir(tiny("tiny-classifier"), Device::Cpu)).unwrap();
+    let Engine::Cpu(m) = &engine else { unreachable!() };
+    let per_pass = CPU_MAX_TENSOR_BYTES / (64 * 384);
+    assert_eq!(per_pass, 10_922);
+    let lens = vec![64; 20_000];
+    assert_eq!(m.fitting_groups(&lens, &[], usize::MAX).unwrap(), vec![0..per_pass, per_pass..20_000]);
+    // The batch size caps a pass too; shorter sequences that follow a long one are padded to it.
+    assert_eq!(m.fitting_groups(&[64, 3, 3, 3, 3], &[], 2).unwrap(), vec![0..2, 2..4, 4..5]);
+    // A head's output counts on its own: two of 200 MiB and 100 MiB do not fit one pass, one of each does.
+    let extra = [200 << 20, 100 << 20, 10];
+    assert_eq!(m.fitting_groups(&[5, 5, 5], &extra, usize::MAX).unwrap(), vec![0..1, 1..3]);
+    // One sequence whose output alone is over the budget: an error that says the limit.
+    let e = m.fitting_groups(&[5], &[CPU_MAX_TENSOR_BYTES + 1], 8).unwrap_err().to_string();
+    assert!(e.contains(&format!("limit of {CPU_MAX_TENSOR_BYTES} bytes")), "{e}");
+    assert!(m.fitting_groups(&[], &[], 8).unwrap().is_empty());
+}
