@@ -79,6 +79,10 @@ async function requestsOf(fn) {
 }
 
 test("only the files of the given source are fetched: a folder (tokenizer.json or vocab.txt), a .gguf", async () => {
+  // Every request of the page (and its workers) goes to the page's own server (the package) or the model's.
+  const seen = [];
+  const record = (r) => seen.push(r.url());
+  env.context.on("request", record);
   const folder = await requestsOf(() => page.evaluate((url) => embedWith(url, { cache: false }),
     env.models.url + TINY));
   assert.deepEqual(folder.requests, ["config.json", "tokenizer_config.json", "tokenizer.json", "model.safetensors"]
@@ -91,6 +95,11 @@ test("only the files of the given source are fetched: a folder (tokenizer.json o
   const gguf = await requestsOf(() => page.evaluate((url) => embedWith(url, { cache: false }),
     env.models.url + FIXTURES + "tiny.gguf"));
   assert.deepEqual(gguf.requests, [`/${FIXTURES}tiny.gguf`]);
+  env.context.off("request", record);
+  // (the listener works: it saw the model server's 10 requests)
+  assert.equal(seen.filter((u) => u.startsWith(env.models.url)).length, 10, JSON.stringify(seen));
+  const elsewhere = seen.filter((u) => !u.startsWith(env.site.url) && !u.startsWith(env.models.url));
+  assert.deepEqual(elsewhere, [], "requests to other hosts");
   page.checkErrors(/404/); // the absent tokenizer.json of the vocab-only folder
 });
 
