@@ -43,6 +43,19 @@ export interface LoadOptions {
   /** Keep downloaded files in the Cache API so the next load works offline (default true). */
   cache?: boolean;
   /**
+   * Pinned SHA-256 digests (64 hex digits) by file name, e.g. `{ "model.safetensors": "9f86d0..." }` (names as in the
+   * folder: config.json, tokenizer_config.json, tokenizer.json, vocab.txt, model.safetensors; for a .gguf URL its
+   * file name). Each pinned file is checked before it is used or cached, a cached copy too (one that does not match
+   * is downloaded again); a mismatch rejects the load. A pinned file must exist. Needs a secure context (https or
+   * localhost) for `crypto.subtle`. Not for bytes sources.
+   */
+  sha256?: Record<string, string>;
+  /**
+   * The largest file accepted, in bytes (default 2 GiB): checked against Content-Length before downloading, as the
+   * bytes arrive, and for cached files.
+   */
+  maxBytes?: number;
+  /**
    * "bertgpu/worker" only: on the CPU backend, the number of workers (each a copy of the model on its own core)
    * that share calls over many texts; "auto" takes the cores the browser reports, at most 4. Default 1.
    */
@@ -177,7 +190,11 @@ export declare class Bert {
   clearHead(): Promise<void>;
   /** The live trained head's labels, or null. */
   readonly headLabels: string[] | null;
-  /** Frees the model; calls made before still finish, later calls reject. */
+  /**
+   * Frees the model; calls made before still finish, later calls reject. (If the GPU device is lost, e.g. after a
+   * driver reset, the call that finds out rejects saying so and the next call loads the model again on a new
+   * device, with its trained head.)
+   */
   dispose(): void;
 }
 

@@ -8,7 +8,7 @@
 // model files (js/loader.js), picks the device, validates inputs, and queues calls so they never overlap inside the
 // module.
 
-import { resolveSource, fetchModelFiles, clearCache } from "./loader.js";
+import { resolveSource, fetchModelFiles, checkLoadOptions, clearCache } from "./loader.js";
 
 export { clearCache };
 
@@ -187,7 +187,7 @@ export class Bert {
    * model.safetensors), a .gguf URL, a Hugging Face repo id ("owner/name"), or { config, tokenizer, weights } bytes.
    */
   static async load(source, options = {}) {
-    const opts = checkOptions(options, ["device", "onProgress", "cache"], "Bert.load");
+    const opts = checkOptions(options, ["device", "onProgress", "cache", "sha256", "maxBytes"], "Bert.load");
     const device = opts.device ?? "auto";
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -200,8 +200,10 @@ export class Bert {
     }
     const resolved = resolveSource(source);
     const cache = opts.cache ?? true;
+    const { sha256, maxBytes } = checkLoadOptions(resolved, opts);
+    const fetchOptions = { cache, sha256, maxBytes };
     const [files, rt, chosen] = await Promise.all([
-      fetchModelFiles(resolved, { cache, onProgress: opts.onProgress }),
+      fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress }),
       getRuntime(),
       pickDevice(device),
     ]);
@@ -210,7 +212,7 @@ export class Bert {
     // A GPU device can be lost (driver reset, GPU process crash, `destroy()`), and its buffers with it: remember
     // where the files came from, so the call after the loss can load the model again on a new device. (For a bytes
     // source that keeps the caller's bytes referenced; URLs are fetched again, from the cache when it is on.)
-    if (bert._device === "webgpu") bert._reloadFrom = { resolved, cache };
+    if (bert._device === "webgpu") bert._reloadFrom = { resolved, fetchOptions };
     return bert;
   }
 
@@ -277,7 +279,7 @@ export class Bert {
     }
     let model;
     try {
-      const files = await fetchModelFiles(this._reloadFrom.resolved, { cache: this._reloadFrom.cache });
+      const files = await fetchModelFiles(this._reloadFrom.resolved, this._reloadFrom.fetchOptions);
       model = await instantiate(this._rt, files, "webgpu");
       if (this._headBytes) model.loadHead(this._headBytes);
     } catch (e) {

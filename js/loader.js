@@ -2,6 +2,9 @@
 // Downloads stream (onProgress per chunk) and land in the Cache API so a second load works offline.
 
 const CACHE_NAME = "bertgpu-models-v1";
+/** Default of `maxBytes`: no file of a BERT checkpoint comes near it (BERT-large f32 is 1.3 GB), and a wasm32 module
+ * cannot hold much more next to the model it builds from the file. */
+export const DEFAULT_MAX_BYTES = 2 * 1024 ** 3;
 const HF_HUB = "https://huggingface.co";
 
 /** A Hugging Face repo id: `name` or `owner/name` (no scheme, not starting with `.` or `/`). */
@@ -91,17 +94,47 @@ async function openCache(enabled) {
   }
 }
 
+function tooBig(name, size, maxBytes, known) {
+  return new Error(`Bert.load: ${name} ${known ? "is" : "grew past"} ${size} bytes, over the maxBytes limit of `
+    + `${maxBytes} bytes; pass a larger maxBytes to Bert.load if you trust this file`);
+}
+
+/** Lower-case hex SHA-256 of `bytes` (Web Crypto: secure contexts only, i.e. https or localhost). */
+async function sha256Hex(bytes, name) {
+  const subtle = globalThis.crypto?.subtle;
+  if (!subtle) {
+    throw new Error(`Bert.load: checking the sha256 of ${name} needs crypto.subtle, which browsers only offer to `
+      + "secure contexts (https:// or localhost)");
+  }
+  const digest = new Uint8Array(await subtle.digest("SHA-256", bytes));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
 /**
  * Fetches one file, from the cache when there, else from the network (streamed, reporting progress) into the cache.
- * Returns Uint8Array, or null when `optional` and the server says 404.
+ * Returns Uint8Array, or null when `optional` and the server says 404. `maxBytes` caps the size (checked against
+ * content-length before downloading, and as bytes arrive); `sha256`, when given, must match the bytes, which are
+ * checked before they are used or cached (a cached copy that does not match is dropped and downloaded again).
  */
-async function fetchFile(url, name, { cache, onProgress, optional = false, fetchOptions }) {
+async function fetchFile(url, name, { cache, onProgress, optional = false, fetchOptions, maxBytes = DEFAULT_MAX_BYTES,
+  sha256 = null }) {
+  // A pinned file must be there: falling back to another file (vocab.txt for tokenizer.json) would skip the check.
+  optional = optional && sha256 == null;
+  const verify = async (bytes) => {
+    if (sha256 == null) return true;
+    return (await sha256Hex(bytes, name)) === sha256;
+  };
   if (cache) {
     const hit = await cache.match(url);
     if (hit) {
       const bytes = new Uint8Array(await hit.arrayBuffer());
-      onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength, cached: true });
-      return bytes;
+      if (bytes.byteLength > maxBytes) throw tooBig(name, bytes.byteLength, maxBytes, true);
+      if (await verify(bytes)) {
+        onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength, cached: true });
+        return bytes;
+      }
+      // Not the pinned file (stale or damaged cache): forget it and download.
+      await cache.delete(url).catch(() => {});
     }
     // Remembered absence of an optional file, so an offline reload tries the same files.
     const miss = await cache.match(url + "#absent");
@@ -126,6 +159,10 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
   const encoded = response.headers.get("content-encoding");
   // A compressed body's length differs from the content-length header: then the total is unknown.
   const total = header && !encoded ? Number(header) : null;
+  if (total != null && total > maxBytes) {
+    response.body?.cancel().catch(() => {});
+    throw tooBig(name, total, maxBytes, true);
+  }
   let bytes;
   if (response.body && typeof response.body.getReader === "function") {
     const reader = response.body.getReader();
@@ -144,6 +181,10 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
       if (done) break;
       chunks.push(value);
       loaded += value.byteLength;
+      if (loaded > maxBytes) {
+        reader.cancel().catch(() => {});
+        throw tooBig(name, loaded, maxBytes, false);
+      }
       onProgress?.({ file: name, loaded, total });
     }
     if (total != null && loaded !== total) {
@@ -158,7 +199,15 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     }
   } else {
     bytes = new Uint8Array(await response.arrayBuffer());
+    if (bytes.byteLength > maxBytes) throw tooBig(name, bytes.byteLength, maxBytes, true);
     onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength });
+  }
+  if (sha256 != null) {
+    const got = await sha256Hex(bytes, name);
+    if (got !== sha256) {
+      throw new Error(`Bert.load: ${name} from ${url} has SHA-256 ${got}, but ${sha256} was pinned for it; the file `
+        + "changed or was damaged on the way: it was not used (check the URL, or pin the new hash if you trust it)");
+    }
   }
   if (cache) {
     const headers = { "content-type": response.headers.get("content-type") ?? "application/octet-stream",
@@ -169,40 +218,82 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
   return bytes;
 }
 
+/** The files a folder source may fetch, in the order they are fetched: the only URLs `Bert.load` asks for. */
+export const FOLDER_FILES = ["config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt", "model.safetensors"];
+
+/** The file name a .gguf URL is known by (in progress events and `sha256`). */
+function ggufName(url) {
+  return decodeURIComponent(new URL(url).pathname.split("/").pop());
+}
+
+/**
+ * Checks the loader's options (`sha256`, `maxBytes`) against a resolved source; returns them normalised
+ * ({ sha256: { name: hex } | null, maxBytes }).
+ */
+export function checkLoadOptions(resolved, { sha256, maxBytes } = {}) {
+  if (maxBytes != null && (!Number.isSafeInteger(maxBytes) || maxBytes < 1)) {
+    throw new TypeError(`Bert.load: maxBytes must be a positive integer number of bytes (got ${JSON.stringify(maxBytes)})`);
+  }
+  if (sha256 == null) return { sha256: null, maxBytes: maxBytes ?? DEFAULT_MAX_BYTES };
+  if (typeof sha256 !== "object" || Array.isArray(sha256)) {
+    throw new TypeError("Bert.load: sha256 must be an object { fileName: hex digest }, e.g. "
+      + "{ \"model.safetensors\": \"9f86d0...\" }");
+  }
+  if (resolved.kind === "bytes") {
+    throw new TypeError("Bert.load: sha256 checks downloaded files; a bytes source is used as given");
+  }
+  const names = resolved.kind === "gguf" ? [ggufName(resolved.url)] : FOLDER_FILES;
+  const out = {};
+  for (const [name, hex] of Object.entries(sha256)) {
+    if (!names.includes(name)) {
+      throw new TypeError(`Bert.load: sha256 names "${name}", which this source does not fetch `
+        + `(it fetches ${names.join(", ")})`);
+    }
+    if (typeof hex !== "string" || !/^[0-9a-fA-F]{64}$/.test(hex)) {
+      throw new TypeError(`Bert.load: sha256["${name}"] must be 64 hex digits (a SHA-256 digest)`);
+    }
+    out[name] = hex.toLowerCase();
+  }
+  return { sha256: out, maxBytes: maxBytes ?? DEFAULT_MAX_BYTES };
+}
+
 /**
  * Downloads (or reads from the cache) everything a model needs.
  * Returns { config, tokenizer?, vocab?, tokenizerConfig?, weights } or { gguf } as Uint8Arrays.
  */
-export async function fetchModelFiles(resolved, { cache: useCache = true, onProgress } = {}) {
+export async function fetchModelFiles(resolved, { cache: useCache = true, onProgress, sha256, maxBytes } = {}) {
   if (resolved.kind === "bytes") return resolved.files;
   if (onProgress != null && typeof onProgress !== "function") {
     throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
   }
+  const limits = checkLoadOptions(resolved, { sha256, maxBytes });
   const cache = await openCache(useCache);
-  const opts = { cache, onProgress };
+  const opts = { cache, onProgress, maxBytes: limits.maxBytes };
+  const pinned = (name) => ({ ...opts, sha256: limits.sha256?.[name] ?? null });
   if (resolved.kind === "gguf") {
-    const name = resolved.url.split("/").pop();
-    return { gguf: await fetchFile(resolved.url, name, opts) };
+    const name = ggufName(resolved.url);
+    return { gguf: await fetchFile(resolved.url, name, pinned(name)) };
   }
   const at = (f) => new URL(f, resolved.base).href;
   // The small files first: a wrong URL fails fast, before the weights download.
-  const config = await fetchFile(at("config.json"), "config.json", opts);
+  const config = await fetchFile(at("config.json"), "config.json", pinned("config.json"));
   const tokenizerConfig = await fetchFile(at("tokenizer_config.json"), "tokenizer_config.json",
-    { ...opts, optional: true });
+    { ...pinned("tokenizer_config.json"), optional: true });
   const files = { config };
   if (tokenizerConfig) files.tokenizerConfig = tokenizerConfig;
-  const tokenizer = await fetchFile(at("tokenizer.json"), "tokenizer.json", { ...opts, optional: true });
+  const tokenizer = await fetchFile(at("tokenizer.json"), "tokenizer.json",
+    { ...pinned("tokenizer.json"), optional: true });
   if (tokenizer) {
     files.tokenizer = tokenizer;
   } else {
-    const vocab = await fetchFile(at("vocab.txt"), "vocab.txt", { ...opts, optional: true });
+    const vocab = await fetchFile(at("vocab.txt"), "vocab.txt", { ...pinned("vocab.txt"), optional: true });
     if (!vocab) {
       throw new Error(`Bert.load: ${resolved.base} has neither tokenizer.json nor vocab.txt; `
         + "a BERT model folder needs one of them");
     }
     files.vocab = vocab;
   }
-  files.weights = await fetchFile(at("model.safetensors"), "model.safetensors", opts);
+  files.weights = await fetchFile(at("model.safetensors"), "model.safetensors", pinned("model.safetensors"));
   return files;
 }
 

@@ -174,6 +174,19 @@ impl<B: Backend> Model<B> {
         Ok(groups)
     }
 
+    /// Runs one tiny forward with both poolings, so that every pipeline a forward needs is built now, during the
+    /// load (with its progress bar), not inside the user's first call: compiling shaders is the stall users of
+    /// in-browser runtimes complain about most on first use (ANCHORS.md).
+    pub async fn warm_up(&self) -> Result<()> {
+        let e = self.tokenizer.encode("warm up", None)?;
+        let batch = self.tokenizer.batch(std::slice::from_ref(&e));
+        for pooling in [Pooling::Mean, Pooling::Cls] {
+            let pooled = self.pool_batch(&batch, pooling)?;
+            self.backend.read(&pooled).await?;
+        }
+        Ok(())
+    }
+
     /// Encoder forward and pooling of a padded batch, left on the device: `(B, H)`.
     pub fn pool_batch(&self, batch: &Batch, pooling: Pooling) -> Result<B::Tensor> {
         let be = &self.backend;
@@ -568,7 +581,7 @@ impl Engine {
             Device::Cpu => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
             Device::Gpu => {
                 let gpu = GpuBackend::new(Gpu::new().await?)?;
-                Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?))
+                Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await
             }
             // The GPU when there is a hardware adapter (and the backend accepts its limits), else the CPU. A software
             // adapter (`DeviceType::Cpu`: Mesa lavapipe, SwiftShader) runs the same kernels on the same cores as the
@@ -577,12 +590,18 @@ impl Engine {
             // `Device::Gpu` still insists on any adapter.
             Device::Auto => match Gpu::new().await {
                 Ok(gpu) if gpu.info.device_type != wgpu::DeviceType::Cpu => match GpuBackend::new(gpu) {
-                    Ok(gpu) => Ok(Engine::Gpu(Model::new(gpu, config, tokenizer, weights)?)),
+                    Ok(gpu) => Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await,
                     Err(_) => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
                 },
                 _ => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
             },
         }
+    }
+
+    /// A GPU engine with its pipelines built (see [`Model::warm_up`]).
+    async fn gpu(model: Model<GpuBackend>) -> Result<Engine> {
+        model.warm_up().await?;
+        Ok(Engine::Gpu(model))
     }
 
     /// `"cpu"` or `"gpu"`.

@@ -123,3 +123,23 @@ fn cli_embed_on_gpu_matches_goldens() {
         assert!(c >= MIN_COSINE, "cli --device gpu, sentence {i}: cosine {c} < {MIN_COSINE}");
     }
 }
+
+/// Loading on the GPU builds every pipeline a forward needs (a warm-up forward at load), so the first real call
+/// compiles nothing: embedding texts of other lengths and batch sizes afterwards adds no pipeline.
+#[test]
+fn load_builds_the_pipelines_of_a_forward() {
+    use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
+    if gpu().is_none() {
+        return;
+    }
+    let engine = pollster::block_on(Engine::from_dir(root().join("models/splade-tiny"), Device::Gpu)).unwrap();
+    let Engine::Gpu(model) = &engine else { panic!("Device::Gpu gave a {} engine", engine.device()) };
+    let built = model.backend.pipeline_count();
+    assert!(built >= 5, "only {built} pipelines after load");
+    let texts = ["a", "a longer sentence with more words in it than the warm-up had", "three"];
+    for pooling in [Pooling::Mean, Pooling::Cls] {
+        let opts = EmbedOptions { pooling, normalize: true, batch_size: 2 };
+        pollster::block_on(engine.embed(&texts, &opts)).unwrap();
+    }
+    assert_eq!(model.backend.pipeline_count(), built, "the first calls built pipelines the load did not");
+}

@@ -310,3 +310,30 @@ test("bad model files: truncated downloads, a wrong dtype, NaN/Inf weights, a he
   // Chromium logs the cut-short response itself.
   page.checkErrors(/ERR_CONTENT_LENGTH_MISMATCH/);
 });
+
+test("the worker entry: the same TypeErrors cross the worker boundary; arguments that cannot be sent say so", async () => {
+  const rows = [
+    ["embed(123)", /^embed: text must be a string or an array of strings/, "TypeError"],
+    ["embed(\"a\", { batchSize: 0 })", /^embed: batchSize must be a positive integer/, "TypeError"],
+    ["fillMask(\"a [MASK]\", { topK: \"5\" })", /^fillMask: topK must be a positive integer/, "TypeError"],
+    ["embed(\"a\", { pooling: () => \"mean\" })", /^embed: arguments cannot be sent to the worker \(.*\)/, "TypeError"],
+    ["tokenize(\"\")", null],
+  ];
+  const got = await page.evaluate(async ({ url, rows }) => {
+    const bert = await bertgpuWorker.Bert.load(url, { device: "cpu", cache: false });
+    const out = [];
+    for (const [src] of rows) {
+      const call = new Function("model", `return model.${src};`);
+      out.push(await attempt(() => call(bert)));
+    }
+    out.works = Array.from(await bert.embed("the model still works"));
+    bert.dispose();
+    return { out, works: out.works, reference };
+  }, { url: env.models.url + TINY, rows: rows.map(([s]) => [s]) });
+  rows.forEach(([src, re, name], i) => {
+    if (re) assertError(src, got.out[i], re, name);
+    else assert.deepEqual(got.out[i].value.tokens, ["[CLS]", "[SEP]"]);
+  });
+  assert.deepEqual(got.works, got.reference, "the worker's model still works, as the main thread's");
+  page.checkErrors();
+});

@@ -218,6 +218,11 @@ impl GpuBackend {
         GpuBackend::new(Gpu::new_blocking()?)
     }
 
+    /// How many compute pipelines have been built (each shader × entry point × override constants used so far).
+    pub fn pipeline_count(&self) -> usize {
+        self.pipelines.borrow().len()
+    }
+
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
     }
