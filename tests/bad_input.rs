@@ -447,7 +447,7 @@ fn a_weight_over_the_adapters_binding_limit_is_a_clear_error() {
     let t = HostTensor::f32(vec![rows, cols], vec![0.5; rows * cols]).unwrap();
     let e = gpu.upload(&t).err().expect("a weight over the limit must be refused").to_string();
     assert!(e.contains(&format!("weight of shape [{rows}, {cols}]")) && e.contains(&format!("({limit} bytes")), "{e}");
-    assert!(e.contains("use a smaller batch or the CPU backend"), "{e}");
+    assert!(e.contains("a quantized file") && e.contains("--device cpu"), "{e}");
 }
 
 /// The splitting arithmetic on the CPU backend's budget ([`bertgpu::backend::CPU_MAX_TENSOR_BYTES`], 256 MiB): the

@@ -405,7 +405,8 @@ impl GpuBackend {
         if bytes as u64 > max {
             return Err(Error::Gpu(format!(
                 "{what} of {bytes} bytes exceeds this adapter's largest storage binding ({max} bytes, adapter `{}`); \
-                 use a smaller batch or the CPU backend (`--device cpu`)",
+                 for activations use a smaller batch; for a weight, a quantized file (`bertgpu convert --dtype q8_0`); \
+                 or the CPU backend (`--device cpu`)",
                 self.gpu.info.name
             )));
         }
