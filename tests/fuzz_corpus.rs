@@ -4,6 +4,7 @@
 //!
 //! `write_seeds` (ignored; run by hand) writes the small hand-made seed inputs the corpora started from.
 
+mod common;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -85,17 +86,10 @@ const VOCAB: [&str; 24] = [
     "##s", "##ing", ",", ".", "!", "?", "un", "##able", "日", "🙂",
 ];
 
-/// Deterministic weights in [-0.5, 0.5).
+/// Deterministic weights in [-0.5, 0.5): the shared generator's [-1, 1) halved (exact in f32, so the seed files
+/// keep their bytes).
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect()
+    common::rand_vec(n, seed).into_iter().map(|v| v * 0.5).collect()
 }
 
 /// A 1-layer BERT (H = 32 so that Q8_0/Q4_0 blocks fit its rows) with a pooler and a 2-label classifier.

@@ -7,12 +7,11 @@
 
 use bertgpu::backend::gpu::{Gpu, GpuBackend, GpuTensor, Tuning};
 use bertgpu::backend::{Activation, AttentionShape, Backend, EmbeddingTables};
-use bertgpu::tokenizer::Batch;
 use bertgpu::weights::{HostData, HostTensor};
 use bertgpu::backend::cpu::CpuBackend;
 
 mod common;
-use common::{gpu, rand_vec, assert_close};
+use common::{assert_close, batch, gpu, host, rand_vec, read};
 
 /// matmul: a K-term f32 sum carries a rounding error that grows with K (worst case ≈ K·2⁻²⁴·Σ|terms|; the GPU
 /// adds in 4-wide partial dot products, the CPU backend in another order). With |x|, |w| ≤ 1 the observed worst error
@@ -42,14 +41,6 @@ const POOL_ATOL: f32 = 1e-6;
 const POOL_RTOL: f32 = 1e-6;
 
 const SIZES: [usize; 6] = [1, 7, 33, 64, 127, 513];
-
-fn host(shape: &[usize], data: Vec<f32>) -> HostTensor {
-    HostTensor { shape: shape.to_vec(), data: HostData::F32(data) }
-}
-
-fn read(g: &GpuBackend, t: &GpuTensor) -> Vec<f32> {
-    pollster::block_on(g.read(t)).expect("gpu read")
-}
 
 #[test]
 fn linear_matches_cpu_over_awkward_shapes() {
@@ -133,21 +124,6 @@ fn layernorm_matches_cpu() {
     }
 }
 
-/// A padded batch: sequence i has lens[i] real tokens (0 = all padding), right padding to t.
-fn batch(lens: &[usize], t: usize, vocab: u32, seed: u64) -> Batch {
-    let b = lens.len();
-    let ids = rand_vec(b * t, seed);
-    let mut out = Batch { b, t, ..Default::default() };
-    for (i, &len) in lens.iter().enumerate() {
-        for j in 0..t {
-            let real = j < len;
-            out.input_ids.push(if real { ((ids[i * t + j] + 1.0) * 0.5 * vocab as f32) as u32 % vocab } else { 0 });
-            out.token_type_ids.push(u32::from(real && j >= len / 2));
-            out.attention_mask.push(u32::from(real));
-        }
-    }
-    out
-}
 
 #[test]
 fn attention_matches_cpu() {

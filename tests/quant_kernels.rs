@@ -11,12 +11,11 @@
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::gpu::{GpuBackend, GpuTensor};
 use bertgpu::backend::{Activation, Backend, Dtype, EmbeddingTables};
-use bertgpu::tokenizer::Batch;
 use bertgpu::weights::quant::{self, QuantKind};
 use bertgpu::weights::{HostData, HostTensor};
 
 mod common;
-use common::{assert_close, gpu, rand_vec};
+use common::{assert_close, batch, gpu, host, rand_vec, read};
 
 /// Packed matmul vs the CPU twin. Both decode to bit-identical f32 weights (an f16 scale times an integer of at
 /// most 8 bits is exact in f32, as is an f16 widened), so they differ only in the order of the K-term f32 sum: the
@@ -41,10 +40,6 @@ const NS: [usize; 5] = [1, 7, 33, 384, 513];
 const KS: [usize; 3] = [32, 64, 384];
 const ACTS: [Activation; 5] = [Activation::None, Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh];
 
-fn host(shape: &[usize], data: Vec<f32>) -> HostTensor {
-    HostTensor { shape: shape.to_vec(), data: HostData::F32(data) }
-}
-
 /// `w` stored as `dtype` (f16 rounding or llama.cpp's quantizers).
 fn pack(w: &HostTensor, dtype: Dtype) -> HostTensor {
     match dtype {
@@ -53,10 +48,6 @@ fn pack(w: &HostTensor, dtype: Dtype) -> HostTensor {
         Dtype::Q8_0 => quant::quantize(w, QuantKind::Q8_0).unwrap(),
         Dtype::Q4_0 => quant::quantize(w, QuantKind::Q4_0).unwrap(),
     }
-}
-
-fn read(g: &GpuBackend, t: &GpuTensor) -> Vec<f32> {
-    pollster::block_on(g.read(t)).expect("gpu read")
 }
 
 /// One packed linear on both backends; returns the worst |err|.
@@ -162,21 +153,6 @@ fn k_not_a_multiple_of_32_is_a_clear_error() {
             assert!(e.contains("f32 tensors only"), "{e}");
         }
     }
-}
-
-/// A padded batch: sequence i has lens[i] real tokens, right padding to t; type ids switch halfway.
-fn batch(lens: &[usize], t: usize, vocab: u32, seed: u64) -> Batch {
-    let ids = rand_vec(lens.len() * t, seed);
-    let mut out = Batch { b: lens.len(), t, ..Default::default() };
-    for (i, &len) in lens.iter().enumerate() {
-        for j in 0..t {
-            let real = j < len;
-            out.input_ids.push(if real { ((ids[i * t + j] + 1.0) * 0.5 * vocab as f32) as u32 % vocab } else { 0 });
-            out.token_type_ids.push(u32::from(real && j >= len / 2));
-            out.attention_mask.push(u32::from(real));
-        }
-    }
-    out
 }
 
 /// The embedding lookup with each table in each dtype the files use (word Q8_0/Q4_0/f16, position and type f16 or

@@ -1,7 +1,10 @@
 //! Helpers shared by the integration tests: the GPU under test, reproducible data, and the tolerance check.
 #![allow(dead_code)] // each test binary uses a subset
 
-use bertgpu::backend::gpu::GpuBackend;
+use bertgpu::backend::gpu::{GpuBackend, GpuTensor};
+use bertgpu::backend::Backend;
+use bertgpu::tokenizer::Batch;
+use bertgpu::weights::{HostData, HostTensor};
 
 /// The GPU backend on the machine's adapter, or `None` (with a SKIPPED line) only when there is no adapter at all:
 /// any other failure is a test failure. CI installs lavapipe, so nothing is skipped there.
@@ -66,4 +69,31 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
     let norm = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
     dot / (norm(a) * norm(b))
+}
+
+/// An f32 host tensor of `shape`.
+pub fn host(shape: &[usize], data: Vec<f32>) -> HostTensor {
+    HostTensor { shape: shape.to_vec(), data: HostData::F32(data) }
+}
+
+/// Runs what the GPU recorded and reads one tensor back.
+pub fn read(g: &GpuBackend, t: &GpuTensor) -> Vec<f32> {
+    pollster::block_on(g.read(t)).expect("gpu read")
+}
+
+/// A padded batch: sequence i has lens[i] real tokens (0 = all padding), right padding to t; type ids switch
+/// halfway.
+pub fn batch(lens: &[usize], t: usize, vocab: u32, seed: u64) -> Batch {
+    let b = lens.len();
+    let ids = rand_vec(b * t, seed);
+    let mut out = Batch { b, t, ..Default::default() };
+    for (i, &len) in lens.iter().enumerate() {
+        for j in 0..t {
+            let real = j < len;
+            out.input_ids.push(if real { ((ids[i * t + j] + 1.0) * 0.5 * vocab as f32) as u32 % vocab } else { 0 });
+            out.token_type_ids.push(u32::from(real && j >= len / 2));
+            out.attention_mask.push(u32::from(real));
+        }
+    }
+    out
 }
