@@ -37,9 +37,10 @@ window.load = async (which, opts) => {
     const { Bert } = await importOurs(opts.workers ?? 1);
     sessions.ours?.dispose();
     const extra = opts.workers > 1 ? { workers: opts.workers } : {};
+    if (opts.simd) extra.simd = opts.simd; // which wasm build (default "auto": relaxed SIMD where the engine has it)
     // With several workers the files are fetched once per worker: the cache makes the later fetches local.
     sessions.ours = await Bert.load(opts.source, { device: opts.device, cache: opts.workers > 1, ...extra });
-    return sessions.ours.device;
+    return `${sessions.ours.device} (${sessions.ours.simd})`;
   }
   const t = await importTheirs(opts);
   sessions.theirs = await t.pipeline("feature-extraction", "all-MiniLM-L6-v2", { device: opts.device, dtype: opts.dtype });

@@ -1,6 +1,7 @@
 //! CPU embedding throughput for one batch shape (a benchmark, not a test; see bench/cpu_vs_torch.sh).
 //!
 //! `cargo run --release --example cpu_bench -- models/all-MiniLM-L6-v2 [batch] [seq] [iters]`
+//! (`WEIGHTS=model.q8_0.gguf` takes the config and weights from a GGUF file instead, the tokenizer from the folder)
 //!
 //! Builds a batch of `batch` texts of exactly `seq` tokens (a long text truncated by the tokenizer), then times
 //! `embed_batch` (forward + mean pooling + normalisation + read-back; tokenization excluded, as on the PyTorch side)
@@ -24,9 +25,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seq: usize = args.get(3).map_or(Ok(128), |s| s.parse())?;
     let iters: usize = args.get(4).map_or(Ok(20), |s| s.parse())?;
 
-    let config = BertConfig::from_file(dir.join("config.json"))?;
     let tokenizer = Tokenizer::from_dir(&dir, seq)?;
-    let weights = Weights::from_safetensors_file(dir.join("model.safetensors"))?;
+    let (config, weights) = match std::env::var("WEIGHTS").ok().filter(|p| !p.is_empty()) {
+        Some(path) => {
+            let m = bertgpu::weights::gguf::load_gguf(&std::fs::read(path)?)?;
+            (m.config, m.weights)
+        }
+        None => (BertConfig::from_file(dir.join("config.json"))?, Weights::from_safetensors_file(dir.join("model.safetensors"))?),
+    };
     let model = Model::new(CpuBackend, config, tokenizer, &weights)?;
     drop(weights);
 

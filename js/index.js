@@ -17,24 +17,61 @@ const POOLINGS = ["mean", "cls"];
 /** Texts per forward pass in `embed`: bounds the activation memory of one call whatever the number of texts. */
 const DEFAULT_BATCH_SIZE = 32;
 
-// One wasm instance serves every model until a Rust panic (a trap) leaves it in an unknown state; then the next
-// `Bert.load` instantiates a fresh copy of the module (a new URL of the glue code is a new ES module instance).
-let runtime = null; // { glue, poisoned: false | the panic message, listeners: Set<fn(message)> }
+const SIMDS = ["auto", "relaxed", "simd128"];
+
+// The smallest module using a relaxed SIMD instruction (`() -> v128`: three `v128.const 0` into
+// `i32x4.relaxed_dot_i8x16_i7x16_add_s`): it validates exactly where relaxed SIMD is implemented.
+const RELAXED_PROBE = (() => {
+  const b = [0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 5, 1, 0x60, 0, 1, 0x7b, 3, 2, 1, 0, 10, 0x3d, 1, 0x3b, 0];
+  for (let i = 0; i < 3; i++) b.push(0xfd, 0x0c, ...new Array(16).fill(0));
+  b.push(0xfd, 0x93, 0x02, 0x0b);
+  return new Uint8Array(b);
+})();
+
+/** Whether this engine runs relaxed SIMD (Chrome/Edge 114+), which the faster of the two builds needs. */
+export function hasRelaxedSimd() {
+  try {
+    return WebAssembly.validate(RELAXED_PROBE);
+  } catch {
+    return false;
+  }
+}
+
+/** The build `simd` ("auto" | "relaxed" | "simd128") asks for, checked against what the engine can run. */
+function pickBuild(simd) {
+  if (!SIMDS.includes(simd)) {
+    throw new TypeError(`Bert.load: simd must be one of ${SIMDS.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(simd)})`);
+  }
+  const relaxed = hasRelaxedSimd();
+  if (simd === "relaxed" && !relaxed) {
+    throw new Error("Bert.load: simd: \"relaxed\" was asked for, but this browser does not implement WebAssembly "
+      + "relaxed SIMD; use \"auto\" or \"simd128\"");
+  }
+  return simd === "auto" ? (relaxed ? "relaxed" : "simd128") : simd;
+}
+
+// One wasm instance per build serves every model until a Rust panic (a trap) leaves it in an unknown state; then
+// the next `Bert.load` instantiates a fresh copy of the module (a new URL of the glue code is a new ES module
+// instance). Two builds (scripts/build-wasm.sh): wasm/ (SIMD128) and wasm-relaxed/ (plus relaxed SIMD: a faster
+// Q8_0 kernel, the same results); a page downloads only the one it uses.
+const runtimes = new Map(); // build → { glue, build, poisoned: false | the panic message, listeners: Set<fn(message)> }
 let generation = 0;
 
-async function getRuntime() {
-  if (runtime && !runtime.poisoned) return runtime;
-  const url = new URL("./wasm/bertgpu.js", import.meta.url);
+async function getRuntime(build) {
+  const have = runtimes.get(build);
+  if (have && !have.poisoned) return have;
+  const dir = build === "relaxed" ? "./wasm-relaxed/" : "./wasm/";
+  const url = new URL(`${dir}bertgpu.js`, import.meta.url);
   if (generation > 0) url.searchParams.set("instance", String(generation));
   generation += 1;
   const glue = await import(url.href);
-  await glue.default({ module_or_path: new URL("./wasm/bertgpu_bg.wasm", import.meta.url) });
-  const rt = { glue, poisoned: false, listeners: new Set() };
+  await glue.default({ module_or_path: new URL(`${dir}bertgpu_bg.wasm`, import.meta.url) });
+  const rt = { glue, build, poisoned: false, listeners: new Set() };
   glue.setPanicListener((message) => {
     rt.poisoned = message;
     for (const fn of rt.listeners) fn(message);
   });
-  runtime = rt;
+  runtimes.set(build, rt);
   return rt;
 }
 
@@ -187,7 +224,7 @@ export class Bert {
    * model.safetensors), a .gguf URL, a Hugging Face repo id ("owner/name"), or { config, tokenizer, weights } bytes.
    */
   static async load(source, options = {}) {
-    const opts = checkOptions(options, ["device", "onProgress", "cache", "sha256", "maxBytes"], "Bert.load");
+    const opts = checkOptions(options, ["device", "onProgress", "cache", "sha256", "maxBytes", "simd"], "Bert.load");
     const device = opts.device ?? "auto";
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -198,13 +235,14 @@ export class Bert {
     if (opts.onProgress != null && typeof opts.onProgress !== "function") {
       throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
     }
+    const build = pickBuild(opts.simd ?? "auto");
     const resolved = resolveSource(source);
     const cache = opts.cache ?? true;
     const { sha256, maxBytes } = checkLoadOptions(resolved, opts);
     const fetchOptions = { cache, sha256, maxBytes };
     const [files, rt, chosen] = await Promise.all([
       fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress }),
-      getRuntime(),
+      getRuntime(build),
       pickDevice(device),
     ]);
     const model = await instantiate(rt, files, chosen);
@@ -219,6 +257,11 @@ export class Bert {
   /** "webgpu" or "cpu": where this model runs. */
   get device() {
     return this._device;
+  }
+
+  /** "relaxed" or "simd128": which wasm build runs this model (see the `simd` option of `Bert.load`). */
+  get simd() {
+    return this._rt.build;
   }
 
   /**

@@ -22,7 +22,7 @@ async function handle(id, method, args) {
       const [source, { progress, ...options }] = args;
       if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
       bert = await Bert.load(source, options);
-      return { device: bert.device, tasks: bert.tasks };
+      return { device: bert.device, tasks: bert.tasks, simd: bert.simd };
     }
     case "tokenize":
       return bert.tokenize(...args);

@@ -18,9 +18,9 @@ async function startWorker(src, options, onProgress) {
   const worker = new Worker(new URL("./worker-main.js", import.meta.url), { type: "module", name: "bertgpu" });
   const channel = new Channel(worker);
   try {
-    const { device, tasks } = await channel.call("load", [src, { ...options, progress: onProgress != null }], [],
+    const { device, tasks, simd } = await channel.call("load", [src, { ...options, progress: onProgress != null }], [],
       onProgress);
-    return { worker, channel, device, tasks };
+    return { worker, channel, device, tasks, simd };
   } catch (e) {
     worker.terminate();
     throw e;
@@ -76,6 +76,11 @@ export class Bert {
   /** "webgpu" or "cpu". */
   get device() {
     return this._device;
+  }
+
+  /** "relaxed" or "simd128": which wasm build runs the model. */
+  get simd() {
+    return this._members[0].simd;
   }
 
   /** How many workers hold the model. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the npm package `bertgpu` into pkg/ (ready for `npm pack pkg/`):
-#   cargo (wasm32, release, SIMD128 from .cargo/config.toml) → wasm-bindgen --target web → wasm-opt -Oz (npm binaryen;
-#   Debian's wasm-opt 108 makes modules that fail at start-up in Chromium) → the hand-written wrapper from js/.
+#   cargo (wasm32, release, SIMD128 from .cargo/config.toml; again with relaxed SIMD) → wasm-bindgen --target web →
+#   wasm-opt -Oz (npm binaryen; Debian's wasm-opt 108 makes modules that fail at start-up in Chromium) → the
+#   hand-written wrapper from js/.
 # Needs: rustup target wasm32-unknown-unknown, wasm-bindgen-cli of the same version as the wasm-bindgen crate in
 # Cargo.lock, and `npm ci` (binaryen). Prints the wasm size, raw and gzipped.
 set -euo pipefail
@@ -23,20 +24,30 @@ if [ ! -x "$WASM_OPT" ]; then
   exit 1
 fi
 
-cargo build --lib --release --target wasm32-unknown-unknown
-
 rm -rf "$OUT"
-mkdir -p "$OUT/wasm"
-"$WASM_BINDGEN" --target web --out-dir "$OUT/wasm" --out-name bertgpu \
-  target/wasm32-unknown-unknown/release/bertgpu.wasm
-# The features enabled are the ones rustc emits for wasm32 by default plus SIMD128 (never --all-features: that lets
-# wasm-opt introduce instructions browsers may not have).
-"$WASM_OPT" -Oz --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-  --enable-mutable-globals --enable-multivalue --enable-reference-types \
-  -o "$OUT/wasm/bertgpu_bg.opt.wasm" "$OUT/wasm/bertgpu_bg.wasm"
-mv "$OUT/wasm/bertgpu_bg.opt.wasm" "$OUT/wasm/bertgpu_bg.wasm"
-# wasm-bindgen's own package.json and .gitignore would shadow ours
-rm -f "$OUT/wasm/package.json" "$OUT/wasm/.gitignore"
+# Two builds of the same crate; the package loads the one the browser can run (js/index.js):
+#   wasm/          SIMD128 (.cargo/config.toml): every browser with WebGPU.
+#   wasm-relaxed/  SIMD128 + relaxed SIMD (Chrome/Edge 114+): the Q8_0 kernel's 16-lane integer dot product
+#                  (src/backend/cpu/q8.rs). Its own target dir, so the two builds do not invalidate each other.
+build() { # <out dir> <cargo target dir> [extra wasm-opt flags]
+  local dir=$1 target=$2 opt=${3:-}
+  cargo build --lib --release --target wasm32-unknown-unknown --target-dir "$target"
+  mkdir -p "$OUT/$dir"
+  "$WASM_BINDGEN" --target web --out-dir "$OUT/$dir" --out-name bertgpu \
+    "$target/wasm32-unknown-unknown/release/bertgpu.wasm"
+  # The features enabled are the ones rustc emits for wasm32 by default plus SIMD128 (and relaxed SIMD for that
+  # build); never --all-features: that lets wasm-opt introduce instructions browsers may not have.
+  # shellcheck disable=SC2086
+  "$WASM_OPT" -Oz --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+    --enable-mutable-globals --enable-multivalue --enable-reference-types $opt \
+    -o "$OUT/$dir/bertgpu_bg.opt.wasm" "$OUT/$dir/bertgpu_bg.wasm"
+  mv "$OUT/$dir/bertgpu_bg.opt.wasm" "$OUT/$dir/bertgpu_bg.wasm"
+  # wasm-bindgen's own package.json and .gitignore would shadow ours
+  rm -f "$OUT/$dir/package.json" "$OUT/$dir/.gitignore"
+}
+build wasm target
+# RUSTFLAGS replaces .cargo/config.toml's flags for the target, so it repeats +simd128.
+RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" build wasm-relaxed target/relaxed --enable-relaxed-simd
 
 cp js/*.js js/*.d.ts "$OUT/"
 cp js/package.json "$OUT/package.json"
@@ -47,6 +58,8 @@ node -e '
   const j = JSON.parse(fs.readFileSync(p)); j.version = process.argv[2];
   fs.writeFileSync(p, JSON.stringify(j, null, 2) + "\n");' "$OUT/package.json" "$version"
 
-raw=$(stat -c %s "$OUT/wasm/bertgpu_bg.wasm")
-gz=$(gzip -9 -c "$OUT/wasm/bertgpu_bg.wasm" | wc -c)
-echo "build-wasm: $OUT/wasm/bertgpu_bg.wasm $raw bytes ($((raw / 1024)) KiB), gzip -9 $gz bytes ($((gz / 1024)) KiB)"
+for dir in wasm wasm-relaxed; do
+  raw=$(stat -c %s "$OUT/$dir/bertgpu_bg.wasm")
+  gz=$(gzip -9 -c "$OUT/$dir/bertgpu_bg.wasm" | wc -c)
+  echo "build-wasm: $OUT/$dir/bertgpu_bg.wasm $raw bytes ($((raw / 1024)) KiB), gzip -9 $gz bytes ($((gz / 1024)) KiB)"
+done

@@ -124,6 +124,18 @@ pub fn debug_panic() {
     panic!("deliberate panic (__debugPanic)");
 }
 
+/// `x (M, K) · Wᵀ` on the CPU backend for a Q8_0 weight `W (N, K)` given as its blocks: the integer kernel of this
+/// build (SIMD128 or relaxed SIMD), for tests/browser/q8-kernel.test.mjs. Not part of the public API.
+#[wasm_bindgen(js_name = __debugLinearQ8)]
+pub fn debug_linear_q8(x: &[f32], w: &[u8], m: usize, n: usize, k: usize) -> Result<Vec<f32>, JsError> {
+    use crate::backend::{cpu::CpuBackend, Activation, Backend};
+    let cpu = CpuBackend::new();
+    let wt = crate::weights::HostTensor { shape: vec![n, k], data: crate::weights::HostData::Q8_0(w.to_vec()) };
+    let y = cpu.linear(&cpu.input(x, m, k).map_err(js_err)?, &cpu.upload(&wt).map_err(js_err)?, None, Activation::None)
+        .map_err(js_err)?;
+    Ok(y.to_vec())
+}
+
 /// A `crate::Error` as a JS `Error` with our message (which says how to fix the problem).
 fn js_err(e: Error) -> JsError {
     JsError::new(&e.to_string())

@@ -8,13 +8,28 @@ const KEEP = [/^\/www\//, /^\/pkg\//, /^\/tests\/data\//];
 // the first visit happen before this worker controls it).
 const SHELL = [
   "/www/", "/www/app.js", "/www/style.css", "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/loader.js",
-  "/pkg/wasm/bertgpu.js", "/pkg/wasm/bertgpu_bg.wasm", "/tests/data/fortunes/train.jsonl",
+  "/tests/data/fortunes/train.jsonl",
 ];
+
+/** Whether WebAssembly relaxed SIMD validates (js/index.js `hasRelaxedSimd`, the same 82-byte module). */
+function relaxedSimd() {
+  const b = [0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 5, 1, 0x60, 0, 1, 0x7b, 3, 2, 1, 0, 10, 0x3d, 1, 0x3b, 0];
+  for (let i = 0; i < 3; i++) b.push(0xfd, 0x0c, ...new Array(16).fill(0));
+  b.push(0xfd, 0x93, 0x02, 0x0b);
+  try {
+    return WebAssembly.validate(new Uint8Array(b));
+  } catch {
+    return false;
+  }
+}
 
 self.addEventListener("install", (e) => {
   e.waitUntil((async () => {
     const cache = await caches.open(CACHE);
-    await cache.addAll(SHELL);
+    // Of the package's two wasm builds, the one the page will load: pkg/index.js picks it with the same probe
+    // (repeated here: a classic service worker cannot import modules).
+    const build = relaxedSimd() ? "/pkg/wasm-relaxed/" : "/pkg/wasm/";
+    await cache.addAll([...SHELL, `${build}bertgpu.js`, `${build}bertgpu_bg.wasm`]);
     await self.skipWaiting();
   })());
 });

@@ -271,7 +271,7 @@ fn gemm_nt_dot(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32]
 }
 
 /// Adds the bias to every row of `c (rows, n)` and applies the activation.
-fn epilogue(c: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activation) {
+pub(crate) fn epilogue(c: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activation) {
     for row in c.chunks_exact_mut(n) {
         if let Some(b) = bias {
             for (v, &bb) in row.iter_mut().zip(b) {

@@ -16,9 +16,10 @@ pub mod fastmath;
 pub mod matmul;
 pub mod norm;
 pub mod pool;
+pub mod q8;
 pub mod train;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::{Activation, AdamWStep, AttentionShape, Backend, Dtype, EmbeddingTables};
 use crate::tokenizer::Batch;
@@ -35,6 +36,19 @@ pub struct CpuTensor {
     data: Arc<Vec<f32>>,
     /// A weight stored as f16, Q8_0 or Q4_0 (shape `[rows, cols]`, blocks along `cols`); `None` for f32.
     packed: Option<Arc<HostTensor>>,
+    /// A Q8_0 weight repacked for the integer kernel, made at its first `linear` (an embedding table that is only
+    /// looked up never is), shared by the tensor's clones.
+    q8: Q8Cache,
+}
+
+/// The lazily repacked form of a Q8_0 weight; equal for all tensors (it is derived from `packed`).
+#[derive(Clone, Debug, Default)]
+struct Q8Cache(Arc<OnceLock<q8::Q8Matrix>>);
+
+impl PartialEq for Q8Cache {
+    fn eq(&self, _: &Q8Cache) -> bool {
+        true
+    }
 }
 
 impl CpuTensor {
@@ -43,7 +57,7 @@ impl CpuTensor {
         if data.len() != rows * cols {
             return Err(Error::Input(format!("a ({rows}, {cols}) tensor needs {} values, got {}", rows * cols, data.len())));
         }
-        Ok(CpuTensor { rows, cols, data: Arc::new(data), packed: None })
+        Ok(CpuTensor { rows, cols, data: Arc::new(data), packed: None, q8: Q8Cache::default() })
     }
 
     /// Keeps a 2-D f16 / Q8_0 / Q4_0 weight as stored (checked to hold `(rows, cols)`; quantized rows must be whole
@@ -54,7 +68,7 @@ impl CpuTensor {
         }
         let t = HostTensor { shape: vec![rows, cols], data: t.data.clone() };
         RowView::new(&t)?; // validates the storage length and the block alignment of rows
-        Ok(CpuTensor { rows, cols, data: Arc::new(Vec::new()), packed: Some(Arc::new(t)) })
+        Ok(CpuTensor { rows, cols, data: Arc::new(Vec::new()), packed: Some(Arc::new(t)), q8: Q8Cache::default() })
     }
 
     /// How the elements are stored.
@@ -78,6 +92,18 @@ impl CpuTensor {
     pub(crate) fn row_view(&self) -> Option<RowView<'_>> {
         // `packed` was validated by `RowView::new` when it was made, so this cannot fail.
         self.packed.as_ref().and_then(|t| RowView::new(t).ok())
+    }
+
+    /// The integer kernel's form of a Q8_0 weight (`None` for other dtypes), repacked at the first call.
+    pub(crate) fn q8(&self) -> Result<Option<&q8::Q8Matrix>> {
+        let Some(HostData::Q8_0(bytes)) = self.packed.as_ref().map(|t| &t.data) else {
+            return Ok(None);
+        };
+        if let Some(m) = self.q8.0.get() {
+            return Ok(Some(m));
+        }
+        let m = q8::Q8Matrix::from_q8_0(bytes, self.rows, self.cols)?;
+        Ok(Some(self.q8.0.get_or_init(|| m)))
     }
 
     /// Fails with a clear error unless the tensor is f32 (ops other than `linear` and `embeddings` take f32 only).
@@ -228,6 +254,11 @@ impl Backend for CpuBackend {
             expect_dims(b, 1, n, "linear bias (N)")?;
         }
         let mut out = vec![0f32; m * n];
+        if let Some(q) = w.q8()? {
+            // Q8_0: the integer kernel, x quantized per block of 32 (q8.rs says why and how far from the twin).
+            q8::linear_q8(x.data(), m, k, q, bias.map(|b| b.data()), act, &mut out);
+            return CpuTensor::new(out, m, n);
+        }
         match w.row_view() {
             None => matmul::linear(x.data(), m, k, w.data(), n, bias.map(|b| b.data()), act, &mut out),
             Some(view) => matmul::linear_packed(x.data(), m, k, &view, bias.map(|b| b.data()), act, &mut out),

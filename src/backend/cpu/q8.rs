@@ -1,0 +1,548 @@
+//! `linear` for Q8_0 weights with 7-bit activations: the integer kernel the CPU backend runs for Q8_0 matrices.
+//!
+//! As llama.cpp's CPU path for Q8_0 (`ggml_vec_dot_q8_0_q8_0`), each row of x is quantized per block of 32 values
+//! (`d = amax / 63`, `q = round(x / d)`, so `q ∈ [−63, 63]`), and each output is `Σ_blocks d_w · d_x · Σ_{32} q_w ·
+//! q_x`, the inner sums exact in 32-bit integers. 7 bits rather than 8 because the fastest instruction browsers
+//! offer, relaxed SIMD's `i32x4.relaxed_dot_i8x16_i7x16_add_s` (16 multiply-adds, one `vpdpbusd` with AVX-VNNI),
+//! is only defined when one operand fits in 7 bits; every build computes the same integers, so results are bit for
+//! bit the same natively, in SIMD128 and in relaxed SIMD. Against the f32-activation twin
+//! ([`super::matmul::linear_packed`], which the GPU's `matmul_packed` matches) the only new error is the rounding of
+//! x: `|Δ| ≤ Σ_blocks (amax_x / 126) · Σ_{32} |w|`, which `tests/q8_kernel.rs` checks output by output; MiniLM's
+//! embeddings stay at cosine ≥ 0.998 of PyTorch's (`tests/gguf.rs`).
+//!
+//! Why: the wasm CPU path has one core, and integer dot products do 8 (`i32x4.dot_i16x8_s`, SSE2's `pmaddwd`) or 16
+//! (relaxed) multiply-adds per instruction where f32 does 4, reading a quarter of the weight bytes.
+//!
+//! Layout: at first use a Q8_0 matrix `(N, K)` is repacked ([`Q8Matrix`]) into groups of 4 output columns; per
+//! group and block of 32 `k`, 128 bytes hold the 4 columns' values interleaved so that each 16-byte load feeds one
+//! dot product per row of x whose 4 lanes are the 4 columns (no horizontal sums):
+//! - SIMD128 / SSE2 / scalar: `[c0 k0 k1, c1 k0 k1, c2 k0 k1, c3 k0 k1 | c0 k2 k3, …]` per 4 `k`s, widened to two
+//!   `i16x8` and multiplied with splats of x's `(k, k+1)` pairs (x kept as i16).
+//! - relaxed SIMD: `[c0 k0..k3, c1 k0..k3, c2 k0..k3, c3 k0..k3]`, multiplied with a splat of x's 4 values stored as
+//!   `q + 64 ∈ [1, 127]` (the 7-bit operand); the `64 · Σ q_w` this adds is subtracted by starting each block's sums
+//!   at `−64 · Σ q_w`, precomputed per column and block.
+//!
+//! The 4 columns' block scales follow as f32. Per block and tile of 4 rows × 4 columns the kernel converts the
+//! integer sums once and accumulates them in f32.
+
+use super::matmul::epilogue;
+use super::par_chunks_mut;
+use crate::backend::Activation;
+use crate::weights::quant::{Q8_0_BLOCK_BYTES, QK};
+use crate::{Error, Result};
+
+/// Output columns per group: the 4 lanes of a 128-bit vector.
+const NR: usize = 4;
+/// Rows of x per tile: 4 integer + 4 float accumulators, 2 weight vectors and temporaries fit in the 16 vector
+/// registers of SSE and of wasm engines on x86-64 (a 4 × 8 tile spilled).
+const MR: usize = 4;
+/// Rows of x per cache block: its quantized rows (`MC · K` i16, 192 KiB at K = 1536) stay in L2 while every column
+/// group passes over them, and each group's `K` bytes stay in L1 across the block's tiles.
+const MC: usize = 64;
+/// Bytes of one (group, block): 4 columns × 32 values.
+const GROUP_BLOCK: usize = NR * QK;
+/// Below this many multiply-adds the rows are not split across threads (natively).
+const PARALLEL_MIN_MACS: usize = 1 << 18;
+/// The largest quantized activation: 7 bits (see the module docs).
+const ACT_MAX: f32 = 63.0;
+/// Relaxed SIMD's 7-bit operand is x stored as `q + ACT_OFFSET ∈ [1, 127]`.
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+const ACT_OFFSET: i32 = 64;
+
+/// How the kernel keeps quantized x: `(k, k+1)` pairs as i16, or (relaxed SIMD) `q + 64` as u8.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+type Xq = i16;
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+type Xq = u8;
+
+/// Where value `j` (of 32) of column `c` (of 4) sits in a (group, block)'s 128 bytes.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+fn lane_byte(j: usize, c: usize) -> usize {
+    let (t, within) = (j / 4, j % 4); // quad t, k = 4t + within
+    t * 16 + (within / 2) * 8 + c * 2 + within % 2
+}
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+fn lane_byte(j: usize, c: usize) -> usize {
+    (j / 4) * 16 + c * 4 + j % 4
+}
+
+/// A Q8_0 weight `(N, K)` repacked for [`linear_q8`]: same integers and scales, column-interleaved.
+#[derive(Debug)]
+pub struct Q8Matrix {
+    n: usize,
+    k: usize,
+    /// `(groups, K / 32, 128)`: for group g, block b, the 4 columns' 32 values at [`lane_byte`]; columns past N are
+    /// zeros.
+    qs: Vec<i8>,
+    /// `(groups, K / 32, 4)`: the block scales of the 4 columns (0 past N).
+    scales: Vec<f32>,
+    /// `(groups, K / 32, 4)`: `−64 · Σ q_w` of each column and block (relaxed SIMD only; empty otherwise).
+    offsets: Vec<i32>,
+}
+
+impl Q8Matrix {
+    /// Repacks `n` rows of `k` values stored as Q8_0 blocks (`bytes`: `n · k / 32` blocks of 34 bytes, row-major).
+    pub fn from_q8_0(bytes: &[u8], n: usize, k: usize) -> Result<Q8Matrix> {
+        if k % QK != 0 || bytes.len() != n * (k / QK) * Q8_0_BLOCK_BYTES {
+            return Err(Error::Weights(format!(
+                "a Q8_0 matrix ({n}, {k}) needs K a multiple of {QK} and {} bytes, got {}",
+                n * (k / QK) * Q8_0_BLOCK_BYTES,
+                bytes.len()
+            )));
+        }
+        let blocks = k / QK;
+        let groups = n.div_ceil(NR);
+        let mut qs = vec![0i8; groups * blocks * GROUP_BLOCK];
+        let mut scales = vec![0f32; groups * blocks * NR];
+        for row in 0..n {
+            let (g, c) = (row / NR, row % NR);
+            for b in 0..blocks {
+                let src = &bytes[(row * blocks + b) * Q8_0_BLOCK_BYTES..][..Q8_0_BLOCK_BYTES];
+                scales[(g * blocks + b) * NR + c] = half::f16::from_le_bytes([src[0], src[1]]).to_f32();
+                let dst = &mut qs[(g * blocks + b) * GROUP_BLOCK..][..GROUP_BLOCK];
+                for (j, &q) in src[2..].iter().enumerate() {
+                    dst[lane_byte(j, c)] = q as i8;
+                }
+            }
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        let offsets = (0..groups * blocks * NR)
+            .map(|i| {
+                let (g, b, c) = (i / (blocks * NR), i / NR % blocks, i % NR);
+                let block = &qs[(g * blocks + b) * GROUP_BLOCK..][..GROUP_BLOCK];
+                -ACT_OFFSET * (0..QK).map(|j| block[lane_byte(j, c)] as i32).sum::<i32>()
+            })
+            .collect();
+        #[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+        let offsets = Vec::new();
+        Ok(Q8Matrix { n, k, qs, scales, offsets })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held (values, scales, offsets).
+    pub fn bytes(&self) -> usize {
+        self.qs.len() + self.scales.len() * 4 + self.offsets.len() * 4
+    }
+}
+
+/// `x` rows quantized per block of 32 (`xq (M, K)`, `xd (M, K/32)` the scales): `d = amax / 63`, `q = round(x /
+/// d)` (as `x · (1 / d)`), rounding half to even (as llama.cpp's SIMD quantizers do). The definition the kernel
+/// computes with, whatever form it keeps the values in.
+pub fn quantize_rows(x: &[f32], k: usize, xq: &mut [i16], xd: &mut [f32]) {
+    assert!(k % QK == 0 && xq.len() == x.len() && xd.len() * QK == x.len());
+    for ((xb, qb), d) in x.chunks_exact(QK).zip(xq.chunks_exact_mut(QK)).zip(xd.iter_mut()) {
+        // SAFETY: both blocks hold exactly QK = 32 values.
+        let (dd, id) = unsafe { v::scale_of_32(xb.as_ptr()) };
+        // SAFETY: as above.
+        unsafe { v::round_32(xb.as_ptr(), id, qb.as_mut_ptr()) };
+        *d = dd;
+    }
+}
+
+/// [`quantize_rows`] into the form the relaxed-SIMD kernel reads: `q + 64` as u8.
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+fn prepare_rows(x: &[f32], k: usize, xq: &mut [u8], xd: &mut [f32]) {
+    assert!(k % QK == 0 && xq.len() == x.len() && xd.len() * QK == x.len());
+    for ((xb, qb), d) in x.chunks_exact(QK).zip(xq.chunks_exact_mut(QK)).zip(xd.iter_mut()) {
+        // SAFETY: both blocks hold exactly QK = 32 values.
+        let (dd, id) = unsafe { v::scale_of_32(xb.as_ptr()) };
+        // SAFETY: as above.
+        unsafe { v::round_32_offset(xb.as_ptr(), id, qb.as_mut_ptr()) };
+        *d = dd;
+    }
+}
+#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+use quantize_rows as prepare_rows;
+
+/// `(d, 1 / d)` for a block whose largest magnitude is `amax` (`(0, 0)` for an all-zero block).
+#[inline(always)]
+fn scale_of(amax: f32) -> (f32, f32) {
+    let d = amax / ACT_MAX;
+    (d, if d > 0.0 { 1.0 / d } else { 0.0 })
+}
+
+/// Integer and float lanes: SSE2 natively (x86-64's baseline), SIMD128 in wasm32, plain arrays elsewhere. Every
+/// variant computes the same values bit for bit: the integer sums are exact, and the float steps are the same
+/// conversions, products and sums in the same order.
+mod v {
+    #[cfg(target_arch = "x86_64")]
+    mod imp {
+        use std::arch::x86_64::*;
+        pub type I = __m128i;
+        pub type F = __m128;
+        // SAFETY (all): SSE2 is part of the x86-64 baseline; loads read 16 (`load_i8`, `load_f`) or 4 (`splat_pair`)
+        // bytes at `p`, which callers guarantee are in bounds.
+        #[inline(always)]
+        pub unsafe fn load_i8(p: *const i8) -> I {
+            unsafe { _mm_loadu_si128(p as *const I) }
+        }
+        /// The low and high 8 bytes sign-extended to 16 bits.
+        #[inline(always)]
+        pub fn widen(v: I) -> (I, I) {
+            unsafe { (_mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8), _mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8)) }
+        }
+        /// Two i16 at `p`, repeated in every 32-bit lane.
+        #[inline(always)]
+        pub unsafe fn splat_pair(p: *const i16) -> I {
+            unsafe { _mm_set1_epi32((p as *const i32).read_unaligned()) }
+        }
+        #[inline(always)]
+        pub fn izero() -> I {
+            unsafe { _mm_setzero_si128() }
+        }
+        /// `acc + Σ pairs a·b` per 32-bit lane.
+        #[inline(always)]
+        pub fn dot_add(acc: I, a: I, b: I) -> I {
+            unsafe { _mm_add_epi32(acc, _mm_madd_epi16(a, b)) }
+        }
+        #[inline(always)]
+        pub unsafe fn load_f(p: *const f32) -> F {
+            unsafe { _mm_loadu_ps(p) }
+        }
+        #[inline(always)]
+        pub fn fzero() -> F {
+            unsafe { _mm_setzero_ps() }
+        }
+        #[inline(always)]
+        pub fn fsplat(v: f32) -> F {
+            unsafe { _mm_set1_ps(v) }
+        }
+        /// `acc + float(i) · s`.
+        #[inline(always)]
+        pub fn scale_add(acc: F, i: I, s: F) -> F {
+            unsafe { _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(i), s)) }
+        }
+        #[inline(always)]
+        pub fn fmul(a: F, b: F) -> F {
+            unsafe { _mm_mul_ps(a, b) }
+        }
+        #[inline(always)]
+        pub fn to_array(v: F) -> [f32; 4] {
+            let mut out = [0f32; 4];
+            unsafe { _mm_storeu_ps(out.as_mut_ptr(), v) };
+            out
+        }
+        /// The block's `(d, 1 / d)` from its largest magnitude. SAFETY: `x` points at 32 floats.
+        #[inline(always)]
+        pub unsafe fn scale_of_32(x: *const f32) -> (f32, f32) {
+            unsafe {
+                let sign = _mm_set1_ps(-0.0);
+                let mut m = _mm_setzero_ps();
+                for i in 0..8 {
+                    m = _mm_max_ps(m, _mm_andnot_ps(sign, _mm_loadu_ps(x.add(4 * i))));
+                }
+                let [a, b, c, d] = to_array(m);
+                super::super::scale_of(a.max(b).max(c.max(d)))
+            }
+        }
+        /// `q[i] = round_half_even(x[i] · id)` for 32 values. SAFETY: `x`, `q` point at 32 values.
+        #[inline(always)]
+        pub unsafe fn round_32(x: *const f32, id: f32, q: *mut i16) {
+            unsafe {
+                let s = _mm_set1_ps(id);
+                for i in 0..4 {
+                    // cvtps rounds in the current mode: nearest, ties to even.
+                    let lo = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(x.add(8 * i)), s));
+                    let hi = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(x.add(8 * i + 4)), s));
+                    _mm_storeu_si128(q.add(8 * i) as *mut I, _mm_packs_epi32(lo, hi));
+                }
+            }
+        }
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    mod imp {
+        use core::arch::wasm32::*;
+        pub type I = v128;
+        pub type F = v128;
+        // SAFETY (all): loads read 16 or 4 bytes at `p`, which callers guarantee are in bounds (unaligned is fine).
+        #[inline(always)]
+        pub unsafe fn load_i8(p: *const i8) -> I {
+            unsafe { v128_load(p as *const v128) }
+        }
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        #[inline(always)]
+        pub fn widen(v: I) -> (I, I) {
+            (i16x8_extend_low_i8x16(v), i16x8_extend_high_i8x16(v))
+        }
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        #[inline(always)]
+        pub unsafe fn splat_pair(p: *const i16) -> I {
+            unsafe { v128_load32_splat(p as *const u32) }
+        }
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        #[inline(always)]
+        pub fn izero() -> I {
+            i32x4_splat(0)
+        }
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        #[inline(always)]
+        pub fn dot_add(acc: I, a: I, b: I) -> I {
+            i32x4_add(acc, i32x4_dot_i16x8(a, b))
+        }
+        #[inline(always)]
+        pub unsafe fn load_f(p: *const f32) -> F {
+            unsafe { v128_load(p as *const v128) }
+        }
+        #[inline(always)]
+        pub fn fzero() -> F {
+            f32x4_splat(0.0)
+        }
+        #[inline(always)]
+        pub fn fsplat(v: f32) -> F {
+            f32x4_splat(v)
+        }
+        #[inline(always)]
+        pub fn scale_add(acc: F, i: I, s: F) -> F {
+            f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(i), s))
+        }
+        #[inline(always)]
+        pub fn fmul(a: F, b: F) -> F {
+            f32x4_mul(a, b)
+        }
+        #[inline(always)]
+        pub fn to_array(v: F) -> [f32; 4] {
+            [f32x4_extract_lane::<0>(v), f32x4_extract_lane::<1>(v), f32x4_extract_lane::<2>(v), f32x4_extract_lane::<3>(v)]
+        }
+        #[inline(always)]
+        pub unsafe fn scale_of_32(x: *const f32) -> (f32, f32) {
+            unsafe {
+                // pmax (a < b ? b : a) is one instruction on x86; max's NaN rules cost several, and |x| has no NaN
+                // worth keeping (a NaN activation is already a broken model).
+                let mut m = f32x4_splat(0.0);
+                for i in 0..8 {
+                    m = f32x4_pmax(m, f32x4_abs(v128_load(x.add(4 * i) as *const v128)));
+                }
+                let [a, b, c, d] = to_array(m);
+                super::super::scale_of(a.max(b).max(c.max(d)))
+            }
+        }
+        #[inline(always)]
+        pub unsafe fn round_32(x: *const f32, id: f32, q: *mut i16) {
+            unsafe {
+                let s = f32x4_splat(id);
+                for i in 0..4 {
+                    let lo = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(x.add(8 * i) as *const v128), s)));
+                    let hi = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(x.add(8 * i + 4) as *const v128), s)));
+                    v128_store(q.add(8 * i) as *mut v128, i16x8_narrow_i32x4(lo, hi));
+                }
+            }
+        }
+        /// As `round_32`, stored as `q + 64` in u8 (`q ∈ [−63, 63]`).
+        #[cfg(target_feature = "relaxed-simd")]
+        #[inline(always)]
+        pub unsafe fn round_32_offset(x: *const f32, id: f32, q: *mut u8) {
+            unsafe {
+                let s = f32x4_splat(id);
+                let off = i16x8_splat(super::super::ACT_OFFSET as i16);
+                let mut h = [i16x8_splat(0); 4];
+                for (i, h) in h.iter_mut().enumerate() {
+                    let lo = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(x.add(8 * i) as *const v128), s)));
+                    let hi = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(x.add(8 * i + 4) as *const v128), s)));
+                    *h = i16x8_add(i16x8_narrow_i32x4(lo, hi), off);
+                }
+                v128_store(q as *mut v128, u8x16_narrow_i16x8(h[0], h[1]));
+                v128_store(q.add(16) as *mut v128, u8x16_narrow_i16x8(h[2], h[3]));
+            }
+        }
+        /// `acc + Σ_4 w·x` per 32-bit lane, x's bytes in [0, 127].
+        #[cfg(target_feature = "relaxed-simd")]
+        #[inline(always)]
+        pub fn dot4_add(acc: I, w: I, x: I) -> I {
+            i32x4_relaxed_dot_i8x16_i7x16_add(w, x, acc)
+        }
+        #[cfg(target_feature = "relaxed-simd")]
+        #[inline(always)]
+        pub unsafe fn splat_quad(p: *const u8) -> I {
+            unsafe { v128_load32_splat(p as *const u32) }
+        }
+        #[cfg(target_feature = "relaxed-simd")]
+        #[inline(always)]
+        pub unsafe fn load_i32(p: *const i32) -> I {
+            unsafe { v128_load(p as *const v128) }
+        }
+    }
+    #[cfg(not(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128"))))]
+    mod imp {
+        pub type I = [i32; 4];
+        pub type F = [f32; 4];
+        // SAFETY (all): loads read 16 or 4 bytes at `p`, which callers guarantee are in bounds.
+        #[inline(always)]
+        pub unsafe fn load_i8(p: *const i8) -> [i8; 16] {
+            unsafe { (p as *const [i8; 16]).read_unaligned() }
+        }
+        #[inline(always)]
+        pub fn widen(v: [i8; 16]) -> ([i16; 8], [i16; 8]) {
+            (std::array::from_fn(|l| v[l] as i16), std::array::from_fn(|l| v[8 + l] as i16))
+        }
+        #[inline(always)]
+        pub unsafe fn splat_pair(p: *const i16) -> [i16; 8] {
+            let (a, b) = unsafe { (*p, *p.add(1)) };
+            std::array::from_fn(|l| if l % 2 == 0 { a } else { b })
+        }
+        #[inline(always)]
+        pub fn izero() -> I {
+            [0; 4]
+        }
+        #[inline(always)]
+        pub fn dot_add(acc: I, a: [i16; 8], b: [i16; 8]) -> I {
+            std::array::from_fn(|l| acc[l] + a[2 * l] as i32 * b[2 * l] as i32 + a[2 * l + 1] as i32 * b[2 * l + 1] as i32)
+        }
+        #[inline(always)]
+        pub unsafe fn load_f(p: *const f32) -> F {
+            unsafe { (p as *const [f32; 4]).read_unaligned() }
+        }
+        #[inline(always)]
+        pub fn fzero() -> F {
+            [0.0; 4]
+        }
+        #[inline(always)]
+        pub fn fsplat(v: f32) -> F {
+            [v; 4]
+        }
+        #[inline(always)]
+        pub fn scale_add(acc: F, i: I, s: F) -> F {
+            std::array::from_fn(|l| acc[l] + i[l] as f32 * s[l])
+        }
+        #[inline(always)]
+        pub fn fmul(a: F, b: F) -> F {
+            std::array::from_fn(|l| a[l] * b[l])
+        }
+        #[inline(always)]
+        pub fn to_array(v: F) -> [f32; 4] {
+            v
+        }
+        #[inline(always)]
+        pub unsafe fn scale_of_32(x: *const f32) -> (f32, f32) {
+            let xs = unsafe { std::slice::from_raw_parts(x, 32) };
+            super::super::scale_of(xs.iter().fold(0f32, |a, v| a.max(v.abs())))
+        }
+        #[inline(always)]
+        pub unsafe fn round_32(x: *const f32, id: f32, q: *mut i16) {
+            let (xs, qs) = unsafe { (std::slice::from_raw_parts(x, 32), std::slice::from_raw_parts_mut(q, 32)) };
+            for (q, &v) in qs.iter_mut().zip(xs) {
+                *q = (v * id).round_ties_even() as i16;
+            }
+        }
+    }
+    pub use imp::*;
+}
+
+/// The integer sums of one block for a tile: rows `xq[0..R]` (stride `k`) times the group's 128 bytes at `wq`.
+///
+/// SAFETY: `xq` holds `R` rows of `k` values from the block's start, `wq` 128 bytes (and, relaxed, `wo` 4 offsets).
+#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+#[inline(always)]
+unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, _wo: *const i32) -> [v::I; R] {
+    use v::*;
+    let mut ia = [izero(); R];
+    for t in 0..QK / 4 {
+        // SAFETY: t < 8 keeps the reads inside the block the caller guarantees.
+        unsafe {
+            let (lo, hi) = widen(load_i8(wq.add(t * 16)));
+            for (r, ia) in ia.iter_mut().enumerate() {
+                let p = xq.add(r * k + t * 4);
+                *ia = dot_add(*ia, splat_pair(p), lo);
+                *ia = dot_add(*ia, splat_pair(p.add(2)), hi);
+            }
+        }
+    }
+    ia
+}
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+#[inline(always)]
+unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, wo: *const i32) -> [v::I; R] {
+    use v::*;
+    // SAFETY: as documented; `wo` holds the block's 4 offsets.
+    let mut ia = [unsafe { load_i32(wo) }; R];
+    for t in 0..QK / 4 {
+        // SAFETY: t < 8 keeps the reads inside the block the caller guarantees.
+        unsafe {
+            let w = load_i8(wq.add(t * 16));
+            for (r, ia) in ia.iter_mut().enumerate() {
+                *ia = dot4_add(*ia, w, splat_quad(xq.add(r * k + t * 4)));
+            }
+        }
+    }
+    ia
+}
+
+/// One tile: rows `xq[0..R]` (each `K` values, stride `k`) times one column group; returns the 4 columns of each
+/// row.
+///
+/// SAFETY: `xq` holds `R` rows of `k` values, `xd` their `R · k / 32` scales (stride `k / 32`), `wq` the group's
+/// `k / 32 · 128` bytes, `ws` its `k / 32 · 4` scales, `wo` its offsets (relaxed SIMD; unread otherwise).
+#[inline(always)]
+unsafe fn tile<const R: usize>(xq: *const Xq, xd: *const f32, k: usize, wq: *const i8, ws: *const f32, wo: *const i32)
+    -> [[f32; 4]; R] {
+    use v::*;
+    let blocks = k / QK;
+    let mut acc = [fzero(); R];
+    for b in 0..blocks {
+        // SAFETY: b < K/32 keeps every read inside the bounds the caller guarantees.
+        let ia = unsafe { block_sums::<R>(xq.add(b * QK), k, wq.add(b * GROUP_BLOCK), wo.wrapping_add(b * NR)) };
+        // SAFETY: as above.
+        let s = unsafe { load_f(ws.add(b * NR)) };
+        for r in 0..R {
+            let d = unsafe { *xd.add(r * blocks + b) };
+            acc[r] = scale_add(acc[r], ia[r], fmul(s, fsplat(d)));
+        }
+    }
+    acc.map(to_array)
+}
+
+/// `out (M, N) = act(x (M, K) · Wᵀ + bias (N))` for a repacked Q8_0 `W`, x quantized per block of 32.
+pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32]>, act: Activation, out: &mut [f32]) {
+    let n = w.n;
+    assert!(w.k == k && x.len() == m * k && out.len() == m * n && bias.is_none_or(|b| b.len() == n));
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        out.fill(0.0);
+        return epilogue(out, n, bias, act);
+    }
+    let blocks = k / QK;
+    let tasks = if m * n * k >= PARALLEL_MIN_MACS { super::threads().min(m.div_ceil(MR)) } else { 1 };
+    let rows_per_task = m.div_ceil(tasks).next_multiple_of(MR).min(m);
+    par_chunks_mut(out, rows_per_task * n, |ti, c| {
+        let (r0, rows) = (ti * rows_per_task, c.len() / n);
+        let mut xq: Vec<Xq> = vec![0; rows * k];
+        let mut xd = vec![0f32; rows * blocks];
+        prepare_rows(&x[r0 * k..(r0 + rows) * k], k, &mut xq, &mut xd);
+        for mc in (0..rows).step_by(MC) {
+            let mc_end = (mc + MC).min(rows);
+            for g in 0..n.div_ceil(NR) {
+                let wq = w.qs[g * blocks * GROUP_BLOCK..][..blocks * GROUP_BLOCK].as_ptr();
+                let ws = w.scales[g * blocks * NR..][..blocks * NR].as_ptr();
+                // Empty unless relaxed SIMD, and then never read.
+                let wo = if w.offsets.is_empty() { std::ptr::null() } else { w.offsets[g * blocks * NR..][..blocks * NR].as_ptr() };
+                let cols = NR.min(n - g * NR);
+                let mut i = mc;
+                while i < mc_end {
+                    let r = MR.min(mc_end - i);
+                    let (xp, dp) = (xq[i * k..].as_ptr(), xd[i * blocks..].as_ptr());
+                    // SAFETY: rows i..i + r < rows of xq/xd exist (r ≤ mc_end - i); the group's slices were cut to
+                    // length above.
+                    let mut put = |j: usize, v: [f32; 4]| c[(i + j) * n + g * NR..][..cols].copy_from_slice(&v[..cols]);
+                    unsafe {
+                        match r {
+                            4 => tile::<4>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
+                            3 => tile::<3>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
+                            2 => tile::<2>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
+                            _ => tile::<1>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
+                        }
+                    }
+                    i += r;
+                }
+            }
+        }
+        epilogue(c, n, bias, act);
+    });
+}
