@@ -4,8 +4,8 @@
 //! (`d = amax / 63`, `q = round(x / d)`, so `q ∈ [−63, 63]`), and each output is `Σ_blocks d_w · d_x · Σ_{32} q_w ·
 //! q_x`, the inner sums exact in 32-bit integers. 7 bits rather than 8 because the fastest instruction browsers
 //! offer, relaxed SIMD's `i32x4.relaxed_dot_i8x16_i7x16_add_s` (16 multiply-adds, one `vpdpbusd` with AVX-VNNI),
-//! is only defined when one operand fits in 7 bits; every build computes the same integers, so results are bit for
-//! bit the same natively, in SIMD128 and in relaxed SIMD. Against the f32-activation twin
+//! is only defined when one operand fits in 7 bits; every build computes the same integers, so this kernel's results
+//! are bit for bit the same natively, in SIMD128 and in relaxed SIMD. Against the f32-activation twin
 //! ([`super::matmul::linear_packed`], which the GPU's `matmul_packed` matches) the only new error is the rounding of
 //! x: `|Δ| ≤ Σ_blocks (amax_x / 126) · Σ_{32} |w|`, which `tests/q8_kernel.rs` checks output by output; MiniLM's
 //! embeddings stay at cosine ≥ 0.998 of PyTorch's (`tests/gguf.rs`).

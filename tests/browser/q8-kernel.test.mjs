@@ -1,0 +1,136 @@
+// The CPU backend's Q8_0 integer kernel (src/backend/cpu/q8.rs) in both wasm builds the package ships: wasm/
+// (SIMD128: i32x4.dot_i16x8_s) and wasm-relaxed/ (relaxed SIMD: i32x4.relaxed_dot_i8x16_i7x16_add_s). Natively,
+// tests/q8_kernel.rs checks the definition; here each build's output must equal, bit for bit, a JavaScript
+// transcription of that definition (x quantized to 7 bits per block of 32, exact integer sums, f32 scale steps),
+// on shapes that exercise partial column groups and tile remainders. Then a whole Q8_0 model: `simd` picks the
+// build, "auto" takes relaxed SIMD in Chromium, and the two builds' embeddings agree and are close to PyTorch's.
+import test from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { execFileSync } from "node:child_process";
+import { ROOT, withPage, readJson, cosine } from "./harness.mjs";
+
+const ctx = withPage();
+
+/** Q8_0 (7-bit activations) against PyTorch f32 on splade-tiny: tests/gguf.rs's floor for MiniLM. */
+const MIN_COSINE_Q8_0 = 0.995;
+/**
+ * The two builds' whole-model outputs: the Q8_0 kernel is bit-identical (first test), but with relaxed SIMD the
+ * f32 GEMMs (attention; matrixmultiply) fuse multiply-adds (f32x4.relaxed_madd), so they round differently:
+ * observed 5e-7 on O(1) hidden states.
+ */
+const BUILDS_ATOL = 1e-5;
+
+test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async () => {
+  const got = await ctx.page.evaluate(async () => {
+    const f = Math.fround;
+    // xorshift, as tests/common's rand_vec (any reproducible stream would do).
+    let s = 0x2545f491;
+    const rand = () => {
+      s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+      return s / 2 ** 32;
+    };
+    const f16 = (h) => { // IEEE half → number (normal and subnormal values only: the scales are finite)
+      const e = (h >> 10) & 31, m = h & 1023, sign = h & 0x8000 ? -1 : 1;
+      return sign * (e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15));
+    };
+    const quantizeRow = (x) => { // → { q: Int32Array, d: Float32Array } per block of 32, as q8.rs defines it
+      const q = new Int32Array(x.length), d = new Float32Array(x.length / 32);
+      for (let b = 0; b < x.length / 32; b++) {
+        let amax = 0;
+        for (let l = 0; l < 32; l++) amax = Math.max(amax, Math.abs(x[b * 32 + l]));
+        const dd = f(amax / 63), id = dd > 0 ? f(1 / dd) : 0;
+        d[b] = dd;
+        for (let l = 0; l < 32; l++) {
+          const t = f(x[b * 32 + l] * id), fl = Math.floor(t);
+          q[b * 32 + l] = t - fl > 0.5 || (t - fl === 0.5 && fl % 2 !== 0) ? fl + 1 : fl; // half to even
+        }
+      }
+      return { q, d };
+    };
+    const builds = {};
+    for (const dir of ["wasm", "wasm-relaxed"]) {
+      const glue = await import(`/pkg/${dir}/bertgpu.js?kernel-test`);
+      await glue.default({ module_or_path: `/pkg/${dir}/bertgpu_bg.wasm` });
+      const cases = [];
+      for (const [m, n, k] of [[1, 1, 32], [3, 5, 64], [4, 4, 32], [7, 9, 96], [65, 13, 128], [12, 384, 384]]) {
+        const blocks = k / 32;
+        const x = Float32Array.from({ length: m * k }, () => (rand() * 2 - 1) * 4);
+        const w = new Uint8Array(n * blocks * 34);
+        const dv = new DataView(w.buffer);
+        for (let r = 0; r < n * blocks; r++) {
+          dv.setUint16(r * 34, 0x2000 + Math.floor(rand() * 0x800), true); // scales 2^-7 … 2^-5
+          for (let l = 0; l < 32; l++) dv.setInt8(r * 34 + 2 + l, Math.floor(rand() * 255) - 127);
+        }
+        const y = glue.__debugLinearQ8(x, w, m, n, k);
+        let mismatches = 0, first = null;
+        for (let i = 0; i < m; i++) {
+          const { q, d } = quantizeRow(x.subarray(i * k, (i + 1) * k));
+          for (let j = 0; j < n; j++) {
+            let acc = 0;
+            for (let b = 0; b < blocks; b++) {
+              const o = (j * blocks + b) * 34;
+              let isum = 0;
+              for (let l = 0; l < 32; l++) isum += dv.getInt8(o + 2 + l) * q[b * 32 + l];
+              acc = f(acc + f(isum * f(f16(dv.getUint16(o, true)) * d[b])));
+            }
+            if (!Object.is(acc, y[i * n + j])) {
+              mismatches += 1;
+              first ??= `out[${i}, ${j}] = ${y[i * n + j]} vs ${acc}`;
+            }
+          }
+        }
+        cases.push({ shape: `${m}x${n}x${k}`, outputs: y.length, mismatches, first });
+      }
+      builds[dir] = cases;
+    }
+    return builds;
+  });
+  for (const [dir, cases] of Object.entries(got)) {
+    for (const c of cases) {
+      assert.equal(c.mismatches, 0, `${dir} ${c.shape}: ${c.mismatches} outputs differ, first ${c.first}`);
+    }
+  }
+  ctx.page.checkErrors();
+});
+
+test("a Q8_0 model: `simd` picks the build, the builds agree, within Q8_0's floor of PyTorch", async () => {
+  // The Q8_0 GGUF is written by the CLI's `convert` (cargo test, run before these tests, builds it).
+  const cli = path.join(ROOT, "target/debug/bertgpu");
+  assert.ok(fs.existsSync(cli), "target/debug/bertgpu is missing: run `cargo build` first");
+  const dir = path.join(ROOT, "target/browser-test");
+  fs.mkdirSync(dir, { recursive: true });
+  execFileSync(cli, ["convert", "--model", path.join(ROOT, "models/splade-tiny"), "--dtype", "q8_0",
+    "--out", path.join(dir, "splade-tiny-q8_0.gguf")], { stdio: "pipe" });
+  const g = readJson("tests/golden/model.json")["splade-tiny"];
+  const got = await ctx.page.evaluate(async ({ url, sentences }) => {
+    const out = {};
+    for (const simd of ["auto", "simd128", "relaxed"]) {
+      const bert = await bertgpu.Bert.load(url, { device: "cpu", simd });
+      out[simd] = { build: bert.simd, vectors: (await bert.embed(sentences, { normalize: false })).map((v) => Array.from(v)) };
+      bert.dispose();
+    }
+    let error = null;
+    try {
+      await bertgpu.Bert.load(url, { device: "cpu", simd: "avx" });
+    } catch (e) {
+      error = `${e.name}: ${e.message}`;
+    }
+    return { out, error, relaxed: bertgpu.hasRelaxedSimd() };
+  }, { url: ctx.env.models.url + "target/browser-test/splade-tiny-q8_0.gguf", sentences: g.sentences });
+  assert.equal(got.relaxed, true, "Chromium implements relaxed SIMD");
+  assert.equal(got.out.auto.build, "relaxed");
+  assert.equal(got.out.simd128.build, "simd128");
+  assert.equal(got.out.relaxed.build, "relaxed");
+  got.out.simd128.vectors.forEach((v, i) => v.forEach((x, j) => {
+    const y = got.out.relaxed.vectors[i][j];
+    assert.ok(Math.abs(x - y) <= BUILDS_ATOL, `sentence ${i} [${j}]: simd128 ${x} vs relaxed ${y}`);
+  }));
+  g.sentences.forEach((s, i) => {
+    const c = cosine(got.out.relaxed.vectors[i], g.mean[i]);
+    assert.ok(c >= MIN_COSINE_Q8_0, `"${s}": cosine ${c} to PyTorch < ${MIN_COSINE_Q8_0}`);
+  });
+  assert.match(got.error, /^TypeError: Bert\.load: simd must be one of "auto", "relaxed", "simd128" \(got "avx"\)$/);
+  ctx.page.checkErrors();
+});
