@@ -14,8 +14,8 @@
 //! groups), 33, 384; K 32, 64, 384; bias and activations.
 
 use bertgpu::backend::cpu::matmul::linear_packed;
-use bertgpu::backend::cpu::{q8, CpuBackend};
-use bertgpu::backend::{Activation, Backend};
+use bertgpu::backend::cpu::q8;
+use bertgpu::backend::Activation;
 use bertgpu::weights::quant::{self, QuantKind, RowView, Q8_0_BLOCK_BYTES, QK};
 use bertgpu::weights::{HostData, HostTensor};
 
@@ -65,14 +65,14 @@ fn reference(x: &[f32], m: usize, k: usize, w: &HostTensor, n: usize, bias: Opti
     out
 }
 
+/// The kernel as the wasm CPU backend runs it (natively the backend dequantizes instead: `INT8_Q8_0`), bias and
+/// activation included.
 fn linear(x: &[f32], m: usize, k: usize, w: &HostTensor, bias: Option<&[f32]>, act: Activation) -> Vec<f32> {
-    let r = CpuBackend::new();
     let n = w.shape[0];
-    let xt = r.input(x, m, k).unwrap();
-    let wt = r.upload(w).unwrap();
-    let bt = bias.map(|b| r.upload(&host(&[n], b.to_vec())).unwrap());
-    let y = r.linear(&xt, &wt, bt.as_ref(), act).unwrap();
-    y.to_vec()
+    let q = q8::Q8Matrix::from_q8_0(bytes(w), n, k).unwrap();
+    let mut out = vec![0f32; m * n];
+    q8::linear_q8(x, m, k, &q, bias, act, &mut out);
+    out
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! The kernels that read packed weights (f16, Q8_0, Q4_0) against their CPU twins: the GPU's `matmul_packed` /
 //! `matmul_scalar` and `embeddings` (shaders/matmul.wgsl, shaders/embeddings.wgsl) vs the CPU backend's
-//! `linear_packed` and table lookups, which keep the same blocks in memory and dequantize a panel at a time (for
-//! Q8_0 the backend's `linear` runs an integer kernel instead, tested in tests/q8_kernel.rs against this twin).
+//! `linear_packed` and table lookups, which keep the same blocks in memory and dequantize a panel at a time.
 //! Awkward shapes (M 1, 7, 33, 129; N 1, 7, 33, 384, 513; K 32, 64, 384, and K 33 for f16), bias and every
 //! activation; the errors for rows that are not whole blocks; device memory of a Q8_0 model.
 //!
@@ -9,11 +8,10 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
-use bertgpu::backend::cpu::matmul::linear_packed;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::gpu::{GpuBackend, GpuTensor};
 use bertgpu::backend::{Activation, Backend, Dtype, EmbeddingTables};
-use bertgpu::weights::quant::{self, QuantKind, RowView};
+use bertgpu::weights::quant::{self, QuantKind};
 use bertgpu::weights::{HostData, HostTensor};
 
 mod common;
@@ -64,25 +62,15 @@ fn check_linear(g: &GpuBackend, r: &CpuBackend, dtype: Dtype, m: usize, n: usize
     assert_eq!((g.dtype(&gw), r.dtype(&rw)), (dtype, dtype), "the weight keeps its dtype on both backends");
     let (gb, rb) = (g.upload(&b).unwrap(), r.upload(&b).unwrap());
     let gy = g.linear(&g.input(&x, m, k).unwrap(), &gw, bias.then_some(&gb), act).unwrap();
-    let want = if dtype == Dtype::Q8_0 {
-        // The CPU backend runs Q8_0 on 7-bit activations (tests/q8_kernel.rs); the GPU keeps x in f32, as the
-        // dequantizing twin does.
-        let mut out = vec![0f32; m * n];
-        let view = RowView::new(&w).unwrap();
-        linear_packed(&x, m, k, &view, bias.then(|| pollster::block_on(r.read(&rb)).unwrap()).as_deref(), act, &mut out);
-        out
-    } else {
-        let ry = r.linear(&r.input(&x, m, k).unwrap(), &rw, bias.then_some(&rb), act).unwrap();
-        pollster::block_on(r.read(&ry)).unwrap()
-    };
+    let ry = r.linear(&r.input(&x, m, k).unwrap(), &rw, bias.then_some(&rb), act).unwrap();
     assert_eq!(g.dims(&gy), (m, n));
     let (atol, per_k, rtol) = if act == Activation::None {
         (QMATMUL_ATOL, QMATMUL_ATOL_PER_K, QMATMUL_RTOL)
     } else {
         (QEPILOGUE_ATOL, QEPILOGUE_ATOL_PER_K, QEPILOGUE_RTOL)
     };
-    assert_close(&format!("{} linear M={m} N={n} K={k} bias={bias} {act:?}", dtype.name()), &read(g, &gy), &want,
-        atol + per_k * k as f32, rtol)
+    assert_close(&format!("{} linear M={m} N={n} K={k} bias={bias} {act:?}", dtype.name()), &read(g, &gy),
+        &pollster::block_on(r.read(&ry)).unwrap(), atol + per_k * k as f32, rtol)
 }
 
 /// Every packed matmul variant over every (M, N, K) of the awkward sets, with and without bias; the activation

@@ -164,8 +164,8 @@ test("a Rust panic rejects the call, is logged, and a fresh load works afterward
   const got = await ctx.page.evaluate(async (url) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
     const before = await bert.tokenize("still alive");
-    // The module the wrapper uses; __debugPanic exists for this test only.
-    const glue = await import("/pkg/wasm/bertgpu.js");
+    // The module the wrapper uses (of its two builds, the one `simd` names); __debugPanic exists for this test only.
+    const glue = await import(`/pkg/${bert.simd === "relaxed" ? "wasm-relaxed" : "wasm"}/bertgpu.js`);
     let thrown;
     try {
       glue.__debugPanic();

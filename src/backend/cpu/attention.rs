@@ -69,9 +69,21 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result
 }
 
 /// In-place softmax over the keys whose mask is non-zero; masked keys get 0, and a row with no real key is all 0.
+///
+/// Max and sum run in 8 lanes (then combined in a fixed order) so that they vectorise: an f32 reduction in strict
+/// order is a chain of dependent adds the compiler may not reorder.
 fn masked_softmax(row: &mut [f32], mask: &[f32]) {
-    let mut max = f32::NEG_INFINITY;
-    for (&v, &m) in row.iter().zip(mask) {
+    const L: usize = 8;
+    let split = row.len() / L * L;
+    let mut lanes = [f32::NEG_INFINITY; L];
+    for (c, m) in row[..split].chunks_exact(L).zip(mask[..split].chunks_exact(L)) {
+        for l in 0..L {
+            let v = if m[l] != 0.0 { c[l] } else { f32::NEG_INFINITY };
+            lanes[l] = if v > lanes[l] { v } else { lanes[l] };
+        }
+    }
+    let mut max = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+    for (&v, &m) in row[split..].iter().zip(&mask[split..]) {
         if m != 0.0 && v > max {
             max = v;
         }
@@ -80,13 +92,19 @@ fn masked_softmax(row: &mut [f32], mask: &[f32]) {
         row.fill(0.0);
         return;
     }
-    // Exponentials in one branch-free loop (vectorises with `fastmath::exp`), the sum in another (an f32 sum in
-    // order, as the compiler may not reassociate it).
+    // Exponentials in one branch-free loop (vectorises with `fastmath::exp`).
     for (v, &m) in row.iter_mut().zip(mask) {
         let e = super::fastmath::exp(*v - max);
         *v = if m != 0.0 { e } else { 0.0 };
     }
-    let sum: f32 = row.iter().sum();
+    let mut sums = [0f32; L];
+    for c in row[..split].chunks_exact(L) {
+        for l in 0..L {
+            sums[l] += c[l];
+        }
+    }
+    let sum = ((sums[0] + sums[4]) + (sums[1] + sums[5])) + ((sums[2] + sums[6]) + (sums[3] + sums[7]))
+        + row[split..].iter().sum::<f32>();
     let inv = 1.0 / sum;
     row.iter_mut().for_each(|v| *v *= inv);
 }

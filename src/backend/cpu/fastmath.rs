@@ -15,9 +15,11 @@ pub fn exp(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     // 1.5·2²³: adding and subtracting it rounds to the nearest integer (ties to even) with plain arithmetic.
     const ROUND: f32 = 12_582_912.0;
-    // min/max rather than clamp, and no float → int cast (Rust's saturating `as` is scalar code): both keep the
-    // function vectorisable. (A NaN input gives e^-87.3 here; the model refuses NaN weights at load.)
-    let x = x.max(-87.3).min(88.0);
+    // Compare-and-select rather than f32::max/min or clamp, and no float → int cast (Rust's saturating `as` is
+    // scalar code): both keep the function vectorisable. IEEE maxNum/minNum have no wasm instruction, so LLVM calls
+    // libm's fmaxf lane by lane for them; a select becomes f32x4.pmin/pmax. (A NaN input stays NaN.)
+    let x = if x < -87.3 { -87.3 } else { x };
+    let x = if x > 88.0 { 88.0 } else { x };
     let t = x * LOG2E + ROUND; // ROUND + n, exactly: n sits in the low mantissa bits of t
     let n = t - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
@@ -37,7 +39,9 @@ pub fn exp(x: f32) -> f32 {
 /// `[-4, 4]`, where f32 `erf` is ±1 beyond. Absolute error ≤ 2e-7.
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
-    let x = x.clamp(-4.0, 4.0);
+    // Selects, not clamp: see `exp`.
+    let x = if x < -4.0 { -4.0 } else { x };
+    let x = if x > 4.0 { 4.0 } else { x };
     let x2 = x * x;
     let mut p = -2.726_142_3e-10;
     p = p * x2 + 2.770_681_4e-8;

@@ -2,8 +2,9 @@
 //!
 //! Activations are f32. Weight matrices stay in the dtype their file stores (f32, f16, Q8_0, Q4_0): `linear`
 //! dequantizes one panel of weight rows at a time into a scratch buffer and runs the f32 GEMM on it
-//! ([`matmul::linear_packed`]), and the embedding lookup decodes only the rows it gathers, so a Q8_0 model holds
-//! about a quarter of the f32 bytes in memory. 1-D weights (biases, LayerNorm γ/β) are widened to f32 at upload:
+//! ([`matmul::linear_packed`]) — except Q8_0 in wasm, which runs an integer kernel on x quantized to 7 bits
+//! ([`q8`]) — and the embedding lookup decodes only the rows it gathers, so a Q8_0 model holds about a quarter of
+//! the f32 bytes in memory. 1-D weights (biases, LayerNorm γ/β) are widened to f32 at upload:
 //! they are 0.1% of the bytes and feed additions directly. Tensors are immutable row-major matrices behind an
 //! `Arc`, so ops never copy their inputs. Natively the heavy ops (GEMM row blocks, attention
 //! per (sequence, head)) run on rayon's thread pool; in wasm32 they run on the calling thread.
@@ -157,6 +158,12 @@ impl CpuTensor {
     }
 }
 
+/// Whether `linear` runs Q8_0 weights through the integer kernel ([`q8`]): in wasm, where it is the fastest path
+/// (one core, 128-bit SIMD: 2.0× the dequantizing GEMM for MiniLM 8 × 128 with relaxed SIMD, BENCHMARKS.md).
+/// Natively the dequantizing panel GEMM is faster, AVX2/FMA f32 against the kernel's 128-bit integer path (MiniLM
+/// 8 × 128, one thread: 202 vs 498 ms), and it keeps x in f32.
+const INT8_Q8_0: bool = cfg!(target_arch = "wasm32");
+
 /// The CPU backend. Stateless: threads come from rayon's global pool (native only).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
@@ -254,10 +261,12 @@ impl Backend for CpuBackend {
             expect_dims(b, 1, n, "linear bias (N)")?;
         }
         let mut out = vec![0f32; m * n];
-        if let Some(q) = w.q8()? {
-            // Q8_0: the integer kernel, x quantized per block of 32 (q8.rs says why and how far from the twin).
-            q8::linear_q8(x.data(), m, k, q, bias.map(|b| b.data()), act, &mut out);
-            return CpuTensor::new(out, m, n);
+        if INT8_Q8_0 {
+            if let Some(q) = w.q8()? {
+                // Q8_0: the integer kernel, x quantized per block of 32 (q8.rs says why and how far from the twin).
+                q8::linear_q8(x.data(), m, k, q, bias.map(|b| b.data()), act, &mut out);
+                return CpuTensor::new(out, m, n);
+            }
         }
         match w.row_view() {
             None => matmul::linear(x.data(), m, k, w.data(), n, bias.map(|b| b.data()), act, &mut out),

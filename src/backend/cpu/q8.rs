@@ -1,4 +1,5 @@
-//! `linear` for Q8_0 weights with 7-bit activations: the integer kernel the CPU backend runs for Q8_0 matrices.
+//! `linear` for Q8_0 weights with 7-bit activations: the integer kernel the CPU backend runs for Q8_0 matrices in
+//! wasm (natively it keeps the dequantizing AVX2/FMA GEMM, which is faster there: `INT8_Q8_0` in the module above).
 //!
 //! As llama.cpp's CPU path for Q8_0 (`ggml_vec_dot_q8_0_q8_0`), each row of x is quantized per block of 32 values
 //! (`d = amax / 63`, `q = round(x / d)`, so `q ∈ [−63, 63]`), and each output is `Σ_blocks d_w · d_x · Σ_{32} q_w ·
@@ -8,7 +9,7 @@
 //! are bit for bit the same natively, in SIMD128 and in relaxed SIMD. Against the f32-activation twin
 //! ([`super::matmul::linear_packed`], which the GPU's `matmul_packed` matches) the only new error is the rounding of
 //! x: `|Δ| ≤ Σ_blocks (amax_x / 126) · Σ_{32} |w|`, which `tests/q8_kernel.rs` checks output by output; MiniLM's
-//! embeddings stay at cosine ≥ 0.998 of PyTorch's (`tests/gguf.rs`).
+//! embeddings stay at cosine ≥ 0.998 of PyTorch's (`tests/browser/q8-kernel.test.mjs`).
 //!
 //! Why: the wasm CPU path has one core, and integer dot products do 8 (`i32x4.dot_i16x8_s`, SSE2's `pmaddwd`) or 16
 //! (relaxed) multiply-adds per instruction where f32 does 4, reading a quarter of the weight bytes.
