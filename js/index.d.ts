@@ -57,7 +57,7 @@ export interface LoadOptions {
   maxBytes?: number;
   /**
    * Which wasm build runs the model: "auto" (default) takes "relaxed" where the engine implements WebAssembly
-   * relaxed SIMD (Chrome/Edge 114+), else "simd128". The two agree to float rounding (≈1e-6); relaxed SIMD makes
+   * relaxed SIMD (Chrome/Edge 114+), else "simd128". The two give the same results bit for bit; relaxed SIMD makes
    * the CPU backend's Q8_0 kernel (.gguf q8_0 models) about twice as fast. Only the chosen build is downloaded.
    */
   simd?: "auto" | "relaxed" | "simd128";

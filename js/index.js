@@ -53,7 +53,7 @@ function pickBuild(simd) {
 // One wasm instance per build serves every model until a Rust panic (a trap) leaves it in an unknown state; then
 // the next `Bert.load` instantiates a fresh copy of the module (a new URL of the glue code is a new ES module
 // instance). Two builds (scripts/build-wasm.sh): wasm/ (SIMD128) and wasm-relaxed/ (plus relaxed SIMD: a faster
-// Q8_0 kernel; results equal to float rounding); a page downloads only the one it uses.
+// Q8_0 kernel, the same results bit for bit); a page downloads only the one it uses.
 const runtimes = new Map(); // build → { glue, build, poisoned: false | the panic message, listeners: Set<fn(message)> }
 let generation = 0;
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the npm package `bertgpu` into pkg/ (ready for `npm pack pkg/`):
-#   cargo (wasm32, release, SIMD128 from .cargo/config.toml; again with relaxed SIMD) → wasm-bindgen --target web →
-#   wasm-opt -Oz (npm binaryen; Debian's wasm-opt 108 makes modules that fail at start-up in Chromium) → the
-#   hand-written wrapper from js/.
+#   cargo (wasm32, release, SIMD128 from .cargo/config.toml; again with the relaxed-simd feature) → wasm-bindgen
+#   --target web → wasm-opt -Oz (npm binaryen; Debian's wasm-opt 108 makes modules that fail at start-up in
+#   Chromium) → the hand-written wrapper from js/.
 # Needs: rustup target wasm32-unknown-unknown, wasm-bindgen-cli of the same version as the wasm-bindgen crate in
 # Cargo.lock, and `npm ci` (binaryen). Prints the wasm size, raw and gzipped.
 set -euo pipefail
@@ -27,11 +27,11 @@ fi
 rm -rf "$OUT"
 # Two builds of the same crate; the package loads the one the browser can run (js/index.js):
 #   wasm/          SIMD128 (.cargo/config.toml): every browser with WebGPU.
-#   wasm-relaxed/  SIMD128 + relaxed SIMD (Chrome/Edge 114+): the Q8_0 kernel's 16-lane integer dot product
+#   wasm-relaxed/  plus relaxed SIMD (Chrome/Edge 114+) in the Q8_0 kernel: its 16-lane integer dot product
 #                  (src/backend/cpu/q8.rs). Its own target dir, so the two builds do not invalidate each other.
-build() { # <out dir> <cargo target dir> [extra wasm-opt flags]
-  local dir=$1 target=$2 opt=${3:-}
-  cargo build --lib --release --target wasm32-unknown-unknown --target-dir "$target"
+build() { # <out dir> <cargo target dir> <cargo features> [extra wasm-opt flags]
+  local dir=$1 target=$2 features=$3 opt=${4:-}
+  cargo build --lib --release --target wasm32-unknown-unknown --target-dir "$target" --features "$features"
   mkdir -p "$OUT/$dir"
   "$WASM_BINDGEN" --target web --out-dir "$OUT/$dir" --out-name bertgpu \
     "$target/wasm32-unknown-unknown/release/bertgpu.wasm"
@@ -45,9 +45,10 @@ build() { # <out dir> <cargo target dir> [extra wasm-opt flags]
   # wasm-bindgen's own package.json and .gitignore would shadow ours
   rm -f "$OUT/$dir/package.json" "$OUT/$dir/.gitignore"
 }
-build wasm target
-# RUSTFLAGS replaces .cargo/config.toml's flags for the target, so it repeats +simd128.
-RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" build wasm-relaxed target/relaxed --enable-relaxed-simd
+build wasm target ""
+# The feature enables relaxed SIMD for the Q8_0 kernel's functions only (#[target_feature]): everything else,
+# dependencies included, compiles exactly as in the SIMD128 build, so the two give the same results bit for bit.
+build wasm-relaxed target/relaxed relaxed-simd --enable-relaxed-simd
 
 cp js/*.js js/*.d.ts "$OUT/"
 cp js/package.json "$OUT/package.json"

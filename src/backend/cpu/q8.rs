@@ -47,22 +47,22 @@ const PARALLEL_MIN_MACS: usize = 1 << 18;
 /// The largest quantized activation: 7 bits (see the module docs).
 const ACT_MAX: f32 = 63.0;
 /// Relaxed SIMD's 7-bit operand is x stored as `q + ACT_OFFSET ∈ [1, 127]`.
-#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+#[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
 const ACT_OFFSET: i32 = 64;
 
 /// How the kernel keeps quantized x: `(k, k+1)` pairs as i16, or (relaxed SIMD) `q + 64` as u8.
-#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+#[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
 type Xq = i16;
-#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+#[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
 type Xq = u8;
 
 /// Where value `j` (of 32) of column `c` (of 4) sits in a (group, block)'s 128 bytes.
-#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+#[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
 fn lane_byte(j: usize, c: usize) -> usize {
     let (t, within) = (j / 4, j % 4); // quad t, k = 4t + within
     t * 16 + (within / 2) * 8 + c * 2 + within % 2
 }
-#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+#[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
 fn lane_byte(j: usize, c: usize) -> usize {
     (j / 4) * 16 + c * 4 + j % 4
 }
@@ -106,7 +106,7 @@ impl Q8Matrix {
                 }
             }
         }
-        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
         let offsets = (0..groups * blocks * NR)
             .map(|i| {
                 let (g, b, c) = (i / (blocks * NR), i / NR % blocks, i % NR);
@@ -114,7 +114,7 @@ impl Q8Matrix {
                 -ACT_OFFSET * (0..QK).map(|j| block[lane_byte(j, c)] as i32).sum::<i32>()
             })
             .collect();
-        #[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+        #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
         let offsets = Vec::new();
         Ok(Q8Matrix { n, k, qs, scales, offsets })
     }
@@ -148,7 +148,7 @@ pub fn quantize_rows(x: &[f32], k: usize, xq: &mut [i16], xd: &mut [f32]) {
 }
 
 /// [`quantize_rows`] into the form the relaxed-SIMD kernel reads: `q + 64` as u8.
-#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+#[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
 fn prepare_rows(x: &[f32], k: usize, xq: &mut [u8], xd: &mut [f32]) {
     assert!(k % QK == 0 && xq.len() == x.len() && xd.len() * QK == x.len());
     for ((xb, qb), d) in x.chunks_exact(QK).zip(xq.chunks_exact_mut(QK)).zip(xd.iter_mut()) {
@@ -159,7 +159,7 @@ fn prepare_rows(x: &[f32], k: usize, xq: &mut [u8], xd: &mut [f32]) {
         *d = dd;
     }
 }
-#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+#[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
 use quantize_rows as prepare_rows;
 
 /// `(d, 1 / d)` for a block whose largest magnitude is `amax` (`(0, 0)` for an all-zero block).
@@ -267,22 +267,22 @@ mod v {
         pub unsafe fn load_i8(p: *const i8) -> I {
             unsafe { v128_load(p as *const v128) }
         }
-        #[cfg(not(target_feature = "relaxed-simd"))]
+        #[cfg(not(feature = "relaxed-simd"))]
         #[inline(always)]
         pub fn widen(v: I) -> (I, I) {
             (i16x8_extend_low_i8x16(v), i16x8_extend_high_i8x16(v))
         }
-        #[cfg(not(target_feature = "relaxed-simd"))]
+        #[cfg(not(feature = "relaxed-simd"))]
         #[inline(always)]
         pub unsafe fn splat_pair(p: *const i16) -> I {
             unsafe { v128_load32_splat(p as *const u32) }
         }
-        #[cfg(not(target_feature = "relaxed-simd"))]
+        #[cfg(not(feature = "relaxed-simd"))]
         #[inline(always)]
         pub fn izero() -> I {
             i32x4_splat(0)
         }
-        #[cfg(not(target_feature = "relaxed-simd"))]
+        #[cfg(not(feature = "relaxed-simd"))]
         #[inline(always)]
         pub fn dot_add(acc: I, a: I, b: I) -> I {
             i32x4_add(acc, i32x4_dot_i16x8(a, b))
@@ -336,7 +336,7 @@ mod v {
             }
         }
         /// As `round_32`, stored as `q + 64` in u8 (`q ∈ [−63, 63]`).
-        #[cfg(target_feature = "relaxed-simd")]
+        #[cfg(feature = "relaxed-simd")]
         #[inline(always)]
         pub unsafe fn round_32_offset(x: *const f32, id: f32, q: *mut u8) {
             unsafe {
@@ -353,17 +353,18 @@ mod v {
             }
         }
         /// `acc + Σ_4 w·x` per 32-bit lane, x's bytes in [0, 127].
-        #[cfg(target_feature = "relaxed-simd")]
-        #[inline(always)]
+        #[cfg(feature = "relaxed-simd")]
+        #[target_feature(enable = "relaxed-simd")]
+        #[inline]
         pub fn dot4_add(acc: I, w: I, x: I) -> I {
             i32x4_relaxed_dot_i8x16_i7x16_add(w, x, acc)
         }
-        #[cfg(target_feature = "relaxed-simd")]
+        #[cfg(feature = "relaxed-simd")]
         #[inline(always)]
         pub unsafe fn splat_quad(p: *const u8) -> I {
             unsafe { v128_load32_splat(p as *const u32) }
         }
-        #[cfg(target_feature = "relaxed-simd")]
+        #[cfg(feature = "relaxed-simd")]
         #[inline(always)]
         pub unsafe fn load_i32(p: *const i32) -> I {
             unsafe { v128_load(p as *const v128) }
@@ -438,7 +439,7 @@ mod v {
 /// The integer sums of one block for a tile: rows `xq[0..R]` (stride `k`) times the group's 128 bytes at `wq`.
 ///
 /// SAFETY: `xq` holds `R` rows of `k` values from the block's start, `wq` 128 bytes (and, relaxed, `wo` 4 offsets).
-#[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+#[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
 #[inline(always)]
 unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, _wo: *const i32) -> [v::I; R] {
     use v::*;
@@ -456,8 +457,9 @@ unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, _wo
     }
     ia
 }
-#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-#[inline(always)]
+#[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
+#[target_feature(enable = "relaxed-simd")]
+#[inline]
 unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, wo: *const i32) -> [v::I; R] {
     use v::*;
     // SAFETY: as documented; `wo` holds the block's 4 offsets.
@@ -479,7 +481,8 @@ unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, wo:
 ///
 /// SAFETY: `xq` holds `R` rows of `k` values, `xd` their `R · k / 32` scales (stride `k / 32`), `wq` the group's
 /// `k / 32 · 128` bytes, `ws` its `k / 32 · 4` scales, `wo` its offsets (relaxed SIMD; unread otherwise).
-#[inline(always)]
+#[cfg_attr(all(target_arch = "wasm32", feature = "relaxed-simd"), target_feature(enable = "relaxed-simd"), inline)]
+#[cfg_attr(not(all(target_arch = "wasm32", feature = "relaxed-simd")), inline(always))]
 unsafe fn tile<const R: usize>(xq: *const Xq, xd: *const f32, k: usize, wq: *const i8, ws: *const f32, wo: *const i32)
     -> [[f32; 4]; R] {
     use v::*;
@@ -517,33 +520,46 @@ pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32
         let mut xq: Vec<Xq> = vec![0; rows * k];
         let mut xd = vec![0f32; rows * blocks];
         prepare_rows(&x[r0 * k..(r0 + rows) * k], k, &mut xq, &mut xd);
-        for mc in (0..rows).step_by(MC) {
-            let mc_end = (mc + MC).min(rows);
-            for g in 0..n.div_ceil(NR) {
-                let wq = w.qs[g * blocks * GROUP_BLOCK..][..blocks * GROUP_BLOCK].as_ptr();
-                let ws = w.scales[g * blocks * NR..][..blocks * NR].as_ptr();
-                // Empty unless relaxed SIMD, and then never read.
-                let wo = if w.offsets.is_empty() { std::ptr::null() } else { w.offsets[g * blocks * NR..][..blocks * NR].as_ptr() };
-                let cols = NR.min(n - g * NR);
-                let mut i = mc;
-                while i < mc_end {
-                    let r = MR.min(mc_end - i);
-                    let (xp, dp) = (xq[i * k..].as_ptr(), xd[i * blocks..].as_ptr());
-                    // SAFETY: rows i..i + r < rows of xq/xd exist (r ≤ mc_end - i); the group's slices were cut to
-                    // length above.
-                    let mut put = |j: usize, v: [f32; 4]| c[(i + j) * n + g * NR..][..cols].copy_from_slice(&v[..cols]);
-                    unsafe {
-                        match r {
-                            4 => tile::<4>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
-                            3 => tile::<3>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
-                            2 => tile::<2>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
-                            _ => tile::<1>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
-                        }
-                    }
-                    i += r;
-                }
-            }
-        }
+        // SAFETY: xq/xd hold the task's `rows` rows; `c` is their output rows.
+        unsafe { pass(&xq, &xd, rows, k, w, c) };
         epilogue(c, n, bias, act);
     });
+}
+
+/// Every column group over the task's quantized rows `xq (rows, K)`, `xd (rows, K/32)`, into `c (rows, N)`: row blocks
+/// of [`MC`], tiles of [`MR`] rows. Its own function so that the relaxed-SIMD build can enable the feature for the
+/// kernel alone (the rest of the crate and its dependencies compile as in the SIMD128 build, so the two builds
+/// compute everything else identically).
+///
+/// SAFETY: `xq.len() == rows · k`, `xd.len() == rows · k / 32`, `c.len() == rows · w.n`, `w.k == k`.
+#[cfg_attr(all(target_arch = "wasm32", feature = "relaxed-simd"), target_feature(enable = "relaxed-simd"))]
+unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32]) {
+    let (n, blocks) = (w.n, k / QK);
+    for mc in (0..rows).step_by(MC) {
+        let mc_end = (mc + MC).min(rows);
+        for g in 0..n.div_ceil(NR) {
+            let wq = w.qs[g * blocks * GROUP_BLOCK..][..blocks * GROUP_BLOCK].as_ptr();
+            let ws = w.scales[g * blocks * NR..][..blocks * NR].as_ptr();
+            // Empty unless relaxed SIMD, and then never read.
+            let wo = if w.offsets.is_empty() { std::ptr::null() } else { w.offsets[g * blocks * NR..][..blocks * NR].as_ptr() };
+            let cols = NR.min(n - g * NR);
+            let mut i = mc;
+            while i < mc_end {
+                let r = MR.min(mc_end - i);
+                let (xp, dp) = (xq[i * k..].as_ptr(), xd[i * blocks..].as_ptr());
+                // SAFETY: rows i..i + r < rows of xq/xd exist (r ≤ mc_end - i); the group's slices were cut to
+                // length above.
+                let mut put = |j: usize, v: [f32; 4]| c[(i + j) * n + g * NR..][..cols].copy_from_slice(&v[..cols]);
+                unsafe {
+                    match r {
+                        4 => tile::<4>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
+                        3 => tile::<3>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
+                        2 => tile::<2>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
+                        _ => tile::<1>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
+                    }
+                }
+                i += r;
+            }
+        }
+    }
 }
