@@ -42,9 +42,10 @@ pub struct CpuTensor {
     q8: Q8Cache,
 }
 
-/// The lazily repacked form of a Q8_0 weight; equal for all tensors (it is derived from `packed`).
+/// The lazily repacked form of a Q8_0 weight (`None` for every other tensor, so activations cost no extra
+/// allocation); equal for all tensors (it is derived from `packed`).
 #[derive(Clone, Debug, Default)]
-struct Q8Cache(Arc<OnceLock<q8::Q8Matrix>>);
+struct Q8Cache(Option<Arc<OnceLock<q8::Q8Matrix>>>);
 
 impl PartialEq for Q8Cache {
     fn eq(&self, _: &Q8Cache) -> bool {
@@ -69,7 +70,8 @@ impl CpuTensor {
         }
         let t = HostTensor { shape: vec![rows, cols], data: t.data.clone() };
         RowView::new(&t)?; // validates the storage length and the block alignment of rows
-        Ok(CpuTensor { rows, cols, data: Arc::new(Vec::new()), packed: Some(Arc::new(t)), q8: Q8Cache::default() })
+        let q8 = Q8Cache(matches!(t.data, HostData::Q8_0(_)).then(|| Arc::new(OnceLock::new())));
+        Ok(CpuTensor { rows, cols, data: Arc::new(Vec::new()), packed: Some(Arc::new(t)), q8 })
     }
 
     /// How the elements are stored.
@@ -97,14 +99,14 @@ impl CpuTensor {
 
     /// The integer kernel's form of a Q8_0 weight (`None` for other dtypes), repacked at the first call.
     pub(crate) fn q8(&self) -> Result<Option<&q8::Q8Matrix>> {
-        let Some(HostData::Q8_0(bytes)) = self.packed.as_ref().map(|t| &t.data) else {
+        let (Some(HostData::Q8_0(bytes)), Some(cache)) = (self.packed.as_ref().map(|t| &t.data), &self.q8.0) else {
             return Ok(None);
         };
-        if let Some(m) = self.q8.0.get() {
+        if let Some(m) = cache.get() {
             return Ok(Some(m));
         }
         let m = q8::Q8Matrix::from_q8_0(bytes, self.rows, self.cols)?;
-        Ok(Some(self.q8.0.get_or_init(|| m)))
+        Ok(Some(cache.get_or_init(|| m)))
     }
 
     /// Fails with a clear error unless the tensor is f32 (ops other than `linear` and `embeddings` take f32 only).
