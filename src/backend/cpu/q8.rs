@@ -369,6 +369,16 @@ mod v {
         pub unsafe fn load_i32(p: *const i32) -> I {
             unsafe { v128_load(p as *const v128) }
         }
+        #[cfg(feature = "relaxed-simd")]
+        #[inline(always)]
+        pub fn v128_zero() -> I {
+            i32x4_splat(0)
+        }
+        #[cfg(feature = "relaxed-simd")]
+        #[inline(always)]
+        pub fn i32_add(a: I, b: I) -> I {
+            i32x4_add(a, b)
+        }
     }
     #[cfg(not(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128"))))]
     mod imp {
@@ -462,18 +472,23 @@ unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, _wo
 #[inline]
 unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, wo: *const i32) -> [v::I; R] {
     use v::*;
+    // Two sums per row, for even and odd quads, added at the end (exact in i32): the fused dot-add (one `vpdpbusd`
+    // with AVX-VNNI) has a latency of several cycles, and 4 chains of dependent adds left it waiting; 8 keep it busy.
     // SAFETY: as documented; `wo` holds the block's 4 offsets.
-    let mut ia = [unsafe { load_i32(wo) }; R];
-    for t in 0..QK / 4 {
-        // SAFETY: t < 8 keeps the reads inside the block the caller guarantees.
+    let mut even = [unsafe { load_i32(wo) }; R];
+    let mut odd = [v128_zero(); R];
+    for t in (0..QK / 4).step_by(2) {
+        // SAFETY: t + 1 < 8 keeps the reads inside the block the caller guarantees.
         unsafe {
-            let w = load_i8(wq.add(t * 16));
-            for (r, ia) in ia.iter_mut().enumerate() {
-                *ia = dot4_add(*ia, w, splat_quad(xq.add(r * k + t * 4)));
+            let (w0, w1) = (load_i8(wq.add(t * 16)), load_i8(wq.add(t * 16 + 16)));
+            for r in 0..R {
+                let p = xq.add(r * k + t * 4);
+                even[r] = dot4_add(even[r], w0, splat_quad(p));
+                odd[r] = dot4_add(odd[r], w1, splat_quad(p.add(4)));
             }
         }
     }
-    ia
+    std::array::from_fn(|r| i32_add(even[r], odd[r]))
 }
 
 /// One tile: rows `xq[0..R]` (each `K` values, stride `k`) times one column group; returns the 4 columns of each
