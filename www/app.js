@@ -111,6 +111,8 @@ async function loadModel(source, name) {
     state.trained = false;
     const dev = bert.device === "webgpu" ? "WebGPU" : "CPU";
     $("badge").textContent = dev;
+    // Which wasm build runs the CPU path (relaxed SIMD: the faster 8-bit kernel).
+    $("badge").title = `wasm build: ${bert.simd === "relaxed" ? "SIMD128 + relaxed SIMD" : "SIMD128"}`;
     $("badge").className = `badge badge-${bert.device}`;
     $("status-text").textContent = `${name} loaded in ${fmtMs(performance.now() - t0)}`;
     $("progress-wrap").hidden = true;
