@@ -3,10 +3,7 @@
 // short inputs only). Run: scripts/build-wasm.sh && node --test tests/browser/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import fs from "node:fs";
-import path from "node:path";
-import { ROOT, cosine, readJson, withPage } from "./harness.mjs";
+import { convertGguf, cosine, readJson, withPage } from "./harness.mjs";
 
 // The issue's parity criterion for pooled vectors: f32 on another backend and another summation order than PyTorch.
 const MIN_COSINE = 0.9999;
@@ -124,13 +121,7 @@ test("embed on WebGPU (SwiftShader) equals PyTorch: splade-tiny, short texts; au
 });
 
 test("a .gguf URL loads: splade-tiny converted to GGUF (f32) embeds as PyTorch on the CPU and WebGPU", async () => {
-  // The GGUF is written by the CLI's `convert` (cargo test, run before these tests, builds it).
-  const cli = path.join(ROOT, "target/debug/bertgpu");
-  assert.ok(fs.existsSync(cli), "target/debug/bertgpu is missing: run `cargo build` first");
-  const dir = path.join(ROOT, "target/browser-test");
-  fs.mkdirSync(dir, { recursive: true });
-  execFileSync(cli, ["convert", "--model", path.join(ROOT, "models/splade-tiny"), "--dtype", "f32",
-    "--out", path.join(dir, "splade-tiny-f32.gguf")], { stdio: "pipe" });
+  const gguf = convertGguf("splade-tiny", "f32", "splade-tiny-f32.gguf");
   const g = golden["splade-tiny"];
   const idx = g.sentences.map((s, i) => [s, i]).filter(([s]) => s.length < 50).map(([, i]) => i);
   const got = await ctx.page.evaluate(async ({ url, sentences }) => {
@@ -144,7 +135,7 @@ test("a .gguf URL loads: splade-tiny converted to GGUF (f32) embeds as PyTorch o
     }
     out.files = [...new Set(files)];
     return out;
-  }, { url: ctx.env.models.url + "target/browser-test/splade-tiny-f32.gguf", sentences: idx.map((i) => g.sentences[i]) });
+  }, { url: ctx.env.models.url + gguf, sentences: idx.map((i) => g.sentences[i]) });
   assert.deepEqual(got.files, ["splade-tiny-f32.gguf"]);
   assert.equal(got.tokens[0], "[CLS]");
   idx.forEach((i, k) => {

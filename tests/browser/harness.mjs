@@ -5,6 +5,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { before, after } from "node:test";
+import { execFileSync } from "node:child_process";
 import { chromium } from "playwright-core";
 import { serve } from "./server.mjs";
 
@@ -101,4 +102,18 @@ export function cosine(a, b) {
 
 export function readJson(rel) {
   return JSON.parse(fs.readFileSync(path.join(ROOT, rel), "utf8"));
+}
+
+/**
+ * Converts `models/<model>` to a GGUF of `dtype` with the CLI's `convert` (cargo test, run before the browser
+ * tests, builds target/debug/bertgpu); returns its path under the repository, target/browser-test/<name>.
+ */
+export function convertGguf(model, dtype, name) {
+  const cli = path.join(ROOT, "target/debug/bertgpu");
+  if (!fs.existsSync(cli)) throw new Error("target/debug/bertgpu is missing: run `cargo build` first");
+  const dir = path.join(ROOT, "target/browser-test");
+  fs.mkdirSync(dir, { recursive: true });
+  execFileSync(cli, ["convert", "--model", path.join(ROOT, "models", model), "--dtype", dtype,
+    "--out", path.join(dir, name)], { stdio: "pipe" });
+  return `target/browser-test/${name}`;
 }

@@ -6,10 +6,7 @@
 // build, "auto" takes relaxed SIMD in Chromium, and the two builds' embeddings are identical and close to PyTorch's.
 import test from "node:test";
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import path from "node:path";
-import { execFileSync } from "node:child_process";
-import { ROOT, withPage, readJson, cosine } from "./harness.mjs";
+import { convertGguf, withPage, readJson, cosine } from "./harness.mjs";
 
 const ctx = withPage();
 
@@ -92,13 +89,7 @@ test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async ()
 });
 
 test("a Q8_0 model: `simd` picks the build, both builds give the same embeddings, within Q8_0's floor of PyTorch", async () => {
-  // The Q8_0 GGUF is written by the CLI's `convert` (cargo test, run before these tests, builds it).
-  const cli = path.join(ROOT, "target/debug/bertgpu");
-  assert.ok(fs.existsSync(cli), "target/debug/bertgpu is missing: run `cargo build` first");
-  const dir = path.join(ROOT, "target/browser-test");
-  fs.mkdirSync(dir, { recursive: true });
-  execFileSync(cli, ["convert", "--model", path.join(ROOT, "models/all-MiniLM-L6-v2"), "--dtype", "q8_0",
-    "--out", path.join(dir, "minilm-q8_0.gguf")], { stdio: "pipe" });
+  const gguf = convertGguf("all-MiniLM-L6-v2", "q8_0", "minilm-q8_0.gguf");
   const g = readJson("tests/golden/model.json")["all-MiniLM-L6-v2"];
   const got = await ctx.page.evaluate(async ({ url, sentences }) => {
     const out = {};
@@ -114,7 +105,7 @@ test("a Q8_0 model: `simd` picks the build, both builds give the same embeddings
       error = `${e.name}: ${e.message}`;
     }
     return { out, error, relaxed: bertgpu.hasRelaxedSimd() };
-  }, { url: ctx.env.models.url + "target/browser-test/minilm-q8_0.gguf", sentences: g.sentences });
+  }, { url: ctx.env.models.url + gguf, sentences: g.sentences });
   assert.equal(got.relaxed, true, "Chromium implements relaxed SIMD");
   assert.equal(got.out.auto.build, "relaxed");
   assert.equal(got.out.simd128.build, "simd128");
