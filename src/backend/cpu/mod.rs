@@ -161,9 +161,10 @@ impl CpuTensor {
 }
 
 /// Whether `linear` runs Q8_0 weights through the integer kernel ([`q8`]): in wasm, where it is the fastest path
-/// (one core, 128-bit SIMD: 2.0× the dequantizing GEMM for MiniLM 8 × 128 with relaxed SIMD, BENCHMARKS.md).
-/// Natively the dequantizing panel GEMM is faster, AVX2/FMA f32 against the kernel's 128-bit integer path (MiniLM
-/// 8 × 128, one thread: 202 vs 498 ms), and it keeps x in f32.
+/// (one core, 128-bit SIMD: MiniLM 8 × 128 in 336–419 ms with relaxed SIMD against 750 ms dequantizing,
+/// BENCHMARKS.md). Natively the dequantizing panel GEMM is faster, AVX2/FMA f32 against the kernel's 128-bit integer
+/// path (MiniLM 8 × 128, one thread: the kernel 498 ms, the f32 model 202 ms, which the dequantizing path matches
+/// within ~10%), and it keeps x in f32.
 const INT8_Q8_0: bool = cfg!(target_arch = "wasm32");
 
 /// The CPU backend. Stateless: threads come from rayon's global pool (native only).
