@@ -34,11 +34,11 @@ use crate::{Error, Result};
 
 /// Output columns per group: the 4 lanes of a 128-bit vector.
 const NR: usize = 4;
-/// Rows of x per tile: 4 integer + 4 float accumulators, 2 weight vectors and temporaries fit in the 16 vector
-/// registers of SSE and of wasm engines on x86-64 (a 4 × 8 tile spilled).
+/// Rows of x per tile: 4 integer (relaxed SIMD: 8, two chains per row) + 4 float accumulators, the weight vectors
+/// and temporaries fit in the 16 vector registers of SSE and of wasm engines on x86-64.
 const MR: usize = 4;
-/// Rows of x per cache block: its quantized rows (`MC · K` i16, 192 KiB at K = 1536) stay in L2 while every column
-/// group passes over them, and each group's `K` bytes stay in L1 across the block's tiles.
+/// Rows of x per cache block: its quantized rows (`MC · K` values, at most 192 KiB at K = 1536) stay in L2 while every
+/// column group passes over them, and each group's `4 · K` bytes stay in L1 across the block's tiles.
 const MC: usize = 64;
 /// Bytes of one (group, block): 4 columns × 32 values.
 const GROUP_BLOCK: usize = NR * QK;
@@ -119,18 +119,6 @@ impl Q8Matrix {
         Ok(Q8Matrix { n, k, qs, scales, offsets })
     }
 
-    pub fn rows(&self) -> usize {
-        self.n
-    }
-
-    pub fn cols(&self) -> usize {
-        self.k
-    }
-
-    /// Bytes held (values, scales, offsets).
-    pub fn bytes(&self) -> usize {
-        self.qs.len() + self.scales.len() * 4 + self.offsets.len() * 4
-    }
 }
 
 /// `x` rows quantized per block of 32 (`xq (M, K)`, `xd (M, K/32)` the scales): `d = amax / 63`, `q = round(x /
