@@ -119,8 +119,8 @@ pub fn gemm_nt_ld(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f
 }
 
 /// Four f32 lanes: SSE natively (x86-64's baseline), SIMD128 in wasm32 (enabled in .cargo/config.toml), plain
-/// arrays elsewhere. Only what [`gemm_nt_dot`] needs.
-mod f4 {
+/// arrays elsewhere. What [`gemm_nt_dot`] needs; the Q8_0 kernel's float lanes (`q8.rs`) are these too.
+pub(super) mod f4 {
     #[cfg(target_arch = "x86_64")]
     mod imp {
         use std::arch::x86_64::*;

@@ -125,30 +125,30 @@ impl Q8Matrix {
 /// d)` (as `x · (1 / d)`), rounding half to even (as llama.cpp's SIMD quantizers do). The definition the kernel
 /// computes with, whatever form it keeps the values in.
 pub fn quantize_rows(x: &[f32], k: usize, xq: &mut [i16], xd: &mut [f32]) {
-    assert!(k % QK == 0 && xq.len() == x.len() && xd.len() * QK == x.len());
-    for ((xb, qb), d) in x.chunks_exact(QK).zip(xq.chunks_exact_mut(QK)).zip(xd.iter_mut()) {
-        // SAFETY: both blocks hold exactly QK = 32 values.
-        let (dd, id) = unsafe { v::scale_of_32(xb.as_ptr()) };
-        // SAFETY: as above.
-        unsafe { v::round_32(xb.as_ptr(), id, qb.as_mut_ptr()) };
-        *d = dd;
-    }
+    // SAFETY: `quantize_blocks` passes 32 values at `x` and 32 slots at `q`.
+    quantize_blocks(x, k, xq, xd, |x, id, q| unsafe { v::round_32(x, id, q) });
 }
 
 /// [`quantize_rows`] into the form the relaxed-SIMD kernel reads: `q + 64` as u8.
 #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
 fn prepare_rows(x: &[f32], k: usize, xq: &mut [u8], xd: &mut [f32]) {
+    // SAFETY: `quantize_blocks` passes 32 values at `x` and 32 slots at `q`.
+    quantize_blocks(x, k, xq, xd, |x, id, q| unsafe { v::round_32_offset(x, id, q) });
+}
+#[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
+use quantize_rows as prepare_rows;
+
+/// The block loop of both forms: each block's scale into `xd`, and `round(values, 1 / d, out)` for its 32 values.
+#[inline(always)]
+fn quantize_blocks<T>(x: &[f32], k: usize, xq: &mut [T], xd: &mut [f32], round: impl Fn(*const f32, f32, *mut T)) {
     assert!(k % QK == 0 && xq.len() == x.len() && xd.len() * QK == x.len());
     for ((xb, qb), d) in x.chunks_exact(QK).zip(xq.chunks_exact_mut(QK)).zip(xd.iter_mut()) {
         // SAFETY: both blocks hold exactly QK = 32 values.
         let (dd, id) = unsafe { v::scale_of_32(xb.as_ptr()) };
-        // SAFETY: as above.
-        unsafe { v::round_32_offset(xb.as_ptr(), id, qb.as_mut_ptr()) };
+        round(xb.as_ptr(), id, qb.as_mut_ptr());
         *d = dd;
     }
 }
-#[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
-use quantize_rows as prepare_rows;
 
 /// `(d, 1 / d)` for a block whose largest magnitude is `amax` (`(0, 0)` for an all-zero block).
 #[inline(always)]
@@ -166,8 +166,8 @@ mod v {
         use std::arch::x86_64::*;
         pub type I = __m128i;
         pub type F = __m128;
-        // SAFETY (all): SSE2 is part of the x86-64 baseline; loads read 16 (`load_i8`, `load_f`) or 4 (`splat_pair`)
-        // bytes at `p`, which callers guarantee are in bounds.
+        // SAFETY (all): SSE2 is part of the x86-64 baseline; loads read 16 (`load_i8`) or 4 (`splat_pair`) bytes at
+        // `p`, which callers guarantee are in bounds.
         #[inline(always)]
         pub unsafe fn load_i8(p: *const i8) -> I {
             unsafe { _mm_loadu_si128(p as *const I) }
@@ -192,14 +192,6 @@ mod v {
             unsafe { _mm_add_epi32(acc, _mm_madd_epi16(a, b)) }
         }
         #[inline(always)]
-        pub unsafe fn load_f(p: *const f32) -> F {
-            unsafe { _mm_loadu_ps(p) }
-        }
-        #[inline(always)]
-        pub fn fzero() -> F {
-            unsafe { _mm_setzero_ps() }
-        }
-        #[inline(always)]
         pub fn fsplat(v: f32) -> F {
             unsafe { _mm_set1_ps(v) }
         }
@@ -212,23 +204,16 @@ mod v {
         pub fn fmul(a: F, b: F) -> F {
             unsafe { _mm_mul_ps(a, b) }
         }
+        /// Lane l: the largest `|x[4i + l]|` of 32 floats. SAFETY: `x` points at 32 floats.
         #[inline(always)]
-        pub fn to_array(v: F) -> [f32; 4] {
-            let mut out = [0f32; 4];
-            unsafe { _mm_storeu_ps(out.as_mut_ptr(), v) };
-            out
-        }
-        /// The block's `(d, 1 / d)` from its largest magnitude. SAFETY: `x` points at 32 floats.
-        #[inline(always)]
-        pub unsafe fn scale_of_32(x: *const f32) -> (f32, f32) {
+        pub unsafe fn abs_max_32(x: *const f32) -> F {
             unsafe {
                 let sign = _mm_set1_ps(-0.0);
                 let mut m = _mm_setzero_ps();
                 for i in 0..8 {
                     m = _mm_max_ps(m, _mm_andnot_ps(sign, _mm_loadu_ps(x.add(4 * i))));
                 }
-                let [a, b, c, d] = to_array(m);
-                super::super::scale_of(a.max(b).max(c.max(d)))
+                m
             }
         }
         /// `q[i] = round_half_even(x[i] · id)` for 32 values. SAFETY: `x`, `q` point at 32 values.
@@ -265,7 +250,6 @@ mod v {
         pub unsafe fn splat_pair(p: *const i16) -> I {
             unsafe { v128_load32_splat(p as *const u32) }
         }
-        #[cfg(not(feature = "relaxed-simd"))]
         #[inline(always)]
         pub fn izero() -> I {
             i32x4_splat(0)
@@ -274,14 +258,6 @@ mod v {
         #[inline(always)]
         pub fn dot_add(acc: I, a: I, b: I) -> I {
             i32x4_add(acc, i32x4_dot_i16x8(a, b))
-        }
-        #[inline(always)]
-        pub unsafe fn load_f(p: *const f32) -> F {
-            unsafe { v128_load(p as *const v128) }
-        }
-        #[inline(always)]
-        pub fn fzero() -> F {
-            f32x4_splat(0.0)
         }
         #[inline(always)]
         pub fn fsplat(v: f32) -> F {
@@ -296,11 +272,7 @@ mod v {
             f32x4_mul(a, b)
         }
         #[inline(always)]
-        pub fn to_array(v: F) -> [f32; 4] {
-            [f32x4_extract_lane::<0>(v), f32x4_extract_lane::<1>(v), f32x4_extract_lane::<2>(v), f32x4_extract_lane::<3>(v)]
-        }
-        #[inline(always)]
-        pub unsafe fn scale_of_32(x: *const f32) -> (f32, f32) {
+        pub unsafe fn abs_max_32(x: *const f32) -> F {
             unsafe {
                 // pmax (a < b ? b : a) is one instruction on x86; max's NaN rules cost several, and |x| has no NaN
                 // worth keeping (a NaN activation is already a broken model).
@@ -308,18 +280,22 @@ mod v {
                 for i in 0..8 {
                     m = f32x4_pmax(m, f32x4_abs(v128_load(x.add(4 * i) as *const v128)));
                 }
-                let [a, b, c, d] = to_array(m);
-                super::super::scale_of(a.max(b).max(c.max(d)))
+                m
             }
+        }
+        /// `round_half_even(x[i] · s)` for 8 values at `x`, as i16 (`f32x4.nearest` rounds ties to even).
+        #[inline(always)]
+        unsafe fn round_8(x: *const f32, s: v128) -> v128 {
+            let r = |p: *const f32| unsafe { i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(p as *const v128), s))) };
+            // SAFETY: the caller's 8 values.
+            i16x8_narrow_i32x4(r(x), r(unsafe { x.add(4) }))
         }
         #[inline(always)]
         pub unsafe fn round_32(x: *const f32, id: f32, q: *mut i16) {
             unsafe {
                 let s = f32x4_splat(id);
                 for i in 0..4 {
-                    let lo = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(x.add(8 * i) as *const v128), s)));
-                    let hi = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(x.add(8 * i + 4) as *const v128), s)));
-                    v128_store(q.add(8 * i) as *mut v128, i16x8_narrow_i32x4(lo, hi));
+                    v128_store(q.add(8 * i) as *mut v128, round_8(x.add(8 * i), s));
                 }
             }
         }
@@ -332,9 +308,7 @@ mod v {
                 let off = i16x8_splat(super::super::ACT_OFFSET as i16);
                 let mut h = [i16x8_splat(0); 4];
                 for (i, h) in h.iter_mut().enumerate() {
-                    let lo = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(x.add(8 * i) as *const v128), s)));
-                    let hi = i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(x.add(8 * i + 4) as *const v128), s)));
-                    *h = i16x8_add(i16x8_narrow_i32x4(lo, hi), off);
+                    *h = i16x8_add(round_8(x.add(8 * i), s), off);
                 }
                 v128_store(q as *mut v128, u8x16_narrow_i16x8(h[0], h[1]));
                 v128_store(q.add(16) as *mut v128, u8x16_narrow_i16x8(h[2], h[3]));
@@ -356,11 +330,6 @@ mod v {
         #[inline(always)]
         pub unsafe fn load_i32(p: *const i32) -> I {
             unsafe { v128_load(p as *const v128) }
-        }
-        #[cfg(feature = "relaxed-simd")]
-        #[inline(always)]
-        pub fn v128_zero() -> I {
-            i32x4_splat(0)
         }
         #[cfg(feature = "relaxed-simd")]
         #[inline(always)]
@@ -395,14 +364,6 @@ mod v {
             std::array::from_fn(|l| acc[l] + a[2 * l] as i32 * b[2 * l] as i32 + a[2 * l + 1] as i32 * b[2 * l + 1] as i32)
         }
         #[inline(always)]
-        pub unsafe fn load_f(p: *const f32) -> F {
-            unsafe { (p as *const [f32; 4]).read_unaligned() }
-        }
-        #[inline(always)]
-        pub fn fzero() -> F {
-            [0.0; 4]
-        }
-        #[inline(always)]
         pub fn fsplat(v: f32) -> F {
             [v; 4]
         }
@@ -415,13 +376,9 @@ mod v {
             std::array::from_fn(|l| a[l] * b[l])
         }
         #[inline(always)]
-        pub fn to_array(v: F) -> [f32; 4] {
-            v
-        }
-        #[inline(always)]
-        pub unsafe fn scale_of_32(x: *const f32) -> (f32, f32) {
+        pub unsafe fn abs_max_32(x: *const f32) -> F {
             let xs = unsafe { std::slice::from_raw_parts(x, 32) };
-            super::super::scale_of(xs.iter().fold(0f32, |a, v| a.max(v.abs())))
+            std::array::from_fn(|l| (0..8).fold(0f32, |a, i| a.max(xs[4 * i + l].abs())))
         }
         #[inline(always)]
         pub unsafe fn round_32(x: *const f32, id: f32, q: *mut i16) {
@@ -432,6 +389,15 @@ mod v {
         }
     }
     pub use imp::*;
+    // The float lanes are matmul.rs's (the same vector type per target).
+    pub use super::super::matmul::f4::{load as load_f, to_array, zero as fzero};
+
+    /// The block's `(d, 1 / d)` from its largest magnitude. SAFETY: `x` points at 32 floats.
+    #[inline(always)]
+    pub unsafe fn scale_of_32(x: *const f32) -> (f32, f32) {
+        let [a, b, c, d] = to_array(unsafe { abs_max_32(x) });
+        super::scale_of(a.max(b).max(c.max(d)))
+    }
 }
 
 /// The integer sums of one block for a tile: rows `xq[0..R]` (stride `k`) times the group's 128 bytes at `wq`.
@@ -464,7 +430,7 @@ unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, wo:
     // with AVX-VNNI) has a latency of several cycles, and 4 chains of dependent adds left it waiting; 8 keep it busy.
     // SAFETY: as documented; `wo` holds the block's 4 offsets.
     let mut even = [unsafe { load_i32(wo) }; R];
-    let mut odd = [v128_zero(); R];
+    let mut odd = [izero(); R];
     for t in (0..QK / 4).step_by(2) {
         // SAFETY: t + 1 < 8 keeps the reads inside the block the caller guarantees.
         unsafe {
