@@ -43,7 +43,8 @@ pub struct CpuTensor {
 }
 
 /// The lazily repacked form of a Q8_0 weight (`None` for every other tensor, so activations cost no extra
-/// allocation); equal for all tensors (it is derived from `packed`).
+/// allocation, and everywhere the integer kernel is not used: `INT8_Q8_0`); equal for all tensors (it is derived
+/// from `packed`).
 #[derive(Clone, Debug, Default)]
 struct Q8Cache(Option<Arc<OnceLock<q8::Q8Matrix>>>);
 
@@ -70,7 +71,7 @@ impl CpuTensor {
         }
         let t = HostTensor { shape: vec![rows, cols], data: t.data.clone() };
         RowView::new(&t)?; // validates the storage length and the block alignment of rows
-        let q8 = Q8Cache(matches!(t.data, HostData::Q8_0(_)).then(|| Arc::new(OnceLock::new())));
+        let q8 = Q8Cache((INT8_Q8_0 && matches!(t.data, HostData::Q8_0(_))).then(|| Arc::new(OnceLock::new())));
         Ok(CpuTensor { rows, cols, data: Arc::new(Vec::new()), packed: Some(Arc::new(t)), q8 })
     }
 
