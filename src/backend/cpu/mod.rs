@@ -164,8 +164,9 @@ impl CpuTensor {
 /// Whether `linear` runs Q8_0 weights through the integer kernel ([`q8`]): in wasm, where it is the fastest path
 /// (one core, 128-bit SIMD: MiniLM 8 × 128 in 336–419 ms with relaxed SIMD against 750 ms dequantizing,
 /// BENCHMARKS.md). Natively the dequantizing panel GEMM is faster, AVX2/FMA f32 against the kernel's 128-bit integer
-/// path (MiniLM 8 × 128, one thread: the kernel 498 ms, the f32 model 202 ms, which the dequantizing path matches
-/// within ~10%), and it keeps x in f32.
+/// path (MiniLM 8 × 128, one thread, `RAYON_NUM_THREADS=1 cpu_bench` at f0544ea, when the native backend still ran
+/// the kernel: the kernel 498 ms with `WEIGHTS=` a q8_0 GGUF, the f32 model 202 ms, which the dequantizing path
+/// matches within ~10%), and it keeps x in f32.
 const INT8_Q8_0: bool = cfg!(target_arch = "wasm32");
 
 /// The CPU backend. Stateless: threads come from rayon's global pool (native only).

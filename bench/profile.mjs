@@ -1,0 +1,59 @@
+// Where the wasm CPU path spends its time: Chromium's sampling profiler (CDP) around repeated `embed` calls, self
+// time per function. Function names need a module that kept its name section, i.e. one not passed through
+// wasm-opt. From the repository root, after scripts/build-wasm.sh:
+//
+//   cargo build --lib --release --target wasm32-unknown-unknown --target-dir target/relaxed --features relaxed-simd
+//   rm -rf pkg-prof && cp -a pkg pkg-prof && wasm-bindgen --target web --out-dir pkg-prof/wasm-relaxed \
+//     --out-name bertgpu target/relaxed/wasm32-unknown-unknown/release/bertgpu.wasm
+//   node bench/profile.mjs pkg-prof /bench/models/all-MiniLM-L6-v2.q8_0.gguf 8 128 relaxed [calls 3]
+//
+// (For the SIMD128 build: target/ without the feature, into pkg-prof/wasm, and simd "simd128".)
+import { chromium } from "playwright-core";
+import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
+import { serve } from "../www/serve.mjs";
+
+const [dir, source, texts, tokens, simd = "auto", calls = "3"] = process.argv.slice(2);
+if (!dir || !source || !texts || !tokens) {
+  console.error("usage: node bench/profile.mjs <package dir> <model source> <texts> <tokens> [simd] [calls]");
+  process.exit(2);
+}
+const site = await serve(ROOT);
+const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
+try {
+  const page = await browser.newPage();
+  await page.goto(`${site.url}bench/page.html`);
+  const setup = { dir, source, simd, n: Number(texts), tokens: Number(tokens) };
+  await page.evaluate(async ({ dir, source, simd, n, tokens }) => {
+    const { Bert } = await import(`/${dir}/index.js`);
+    window.profiled = await Bert.load(source, { device: "cpu", cache: false, simd });
+    window.profiledTexts = Array.from({ length: n }, (_, i) => `${i} `
+      + "The quick brown fox jumps over the lazy dog. ".repeat(Math.ceil(tokens / 10)));
+    for (let i = 0; i < 2; i++) await window.profiled.embed(window.profiledTexts); // warm-up
+  }, setup);
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send("Profiler.enable");
+  await cdp.send("Profiler.setSamplingInterval", { interval: 200 });
+  await cdp.send("Profiler.start");
+  const ms = await page.evaluate(async (calls) => {
+    const t0 = performance.now();
+    for (let i = 0; i < calls; i++) await window.profiled.embed(window.profiledTexts);
+    return (performance.now() - t0) / calls;
+  }, Number(calls));
+  const { profile } = await cdp.send("Profiler.stop");
+  const nodes = new Map(profile.nodes.map((n) => [n.id, n]));
+  const self = new Map();
+  let total = 0;
+  profile.samples.forEach((id, i) => {
+    const f = nodes.get(id).callFrame;
+    const name = f.functionName || f.url.split("/").pop() || "(anonymous)";
+    self.set(name, (self.get(name) ?? 0) + profile.timeDeltas[i]);
+    total += profile.timeDeltas[i];
+  });
+  console.log(`${ms.toFixed(1)} ms per embed call (profiler on), self time:`);
+  for (const [name, t] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 20)) {
+    console.log(`${(100 * t / total).toFixed(1).padStart(5)}%  ${name.slice(0, 120)}`);
+  }
+} finally {
+  await browser.close();
+  await site.close();
+}
