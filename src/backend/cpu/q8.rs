@@ -40,6 +40,11 @@ const MR: usize = 4;
 /// Rows of x per cache block: its quantized rows (`MC · K` values, at most 192 KiB at K = 1536) stay in L2 while every
 /// column group passes over them, and each group's `4 · K` bytes stay in L1 across the block's tiles.
 const MC: usize = 64;
+/// Whether a tile spans two column groups (8 columns), so that each splat of x feeds twice the multiply-adds: in the
+/// SIMD128 / SSE2 form, where x's splats and the widening of W are a large share of the instructions (MiniLM 8 ×
+/// 128 in wasm: 0.84–0.93× the time of one group per tile, `bench/ab.mjs`). Not with relaxed SIMD, where the 16
+/// accumulators of two groups × two chains no longer fit the registers (1.09–1.33× the time).
+const PAIR_GROUPS: bool = !cfg!(all(target_arch = "wasm32", feature = "relaxed-simd"));
 /// Bytes of one (group, block): 4 columns × 32 values.
 const GROUP_BLOCK: usize = NR * QK;
 /// Below this many multiply-adds the rows are not split across threads (natively).
@@ -400,22 +405,28 @@ mod v {
     }
 }
 
-/// The integer sums of one block for a tile: rows `xq[0..R]` (stride `k`) times the group's 128 bytes at `wq`.
+/// The integer sums of one block for a tile: rows `xq[0..R]` (stride `k`) times `G` column groups, the 128 bytes
+/// of group `gi` at `wq[gi]` (and, relaxed SIMD, its 4 offsets at `wo[gi]`). Each splat of x feeds all `G` groups.
 ///
-/// SAFETY: `xq` holds `R` rows of `k` values from the block's start, `wq` 128 bytes (and, relaxed, `wo` 4 offsets).
+/// SAFETY: `xq` holds `R` rows of `k` values from the block's start, each `wq[gi]` 128 bytes (and, relaxed, each
+/// `wo[gi]` 4 offsets).
 #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
 #[inline(always)]
-unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, _wo: *const i32) -> [v::I; R] {
+unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq: [*const i8; G], _wo: [*const i32; G])
+    -> [[v::I; R]; G] {
     use v::*;
-    let mut ia = [izero(); R];
+    let mut ia = [[izero(); R]; G];
     for t in 0..QK / 4 {
         // SAFETY: t < 8 keeps the reads inside the block the caller guarantees.
         unsafe {
-            let (lo, hi) = widen(load_i8(wq.add(t * 16)));
-            for (r, ia) in ia.iter_mut().enumerate() {
+            let w: [(I, I); G] = std::array::from_fn(|gi| widen(load_i8(wq[gi].add(t * 16))));
+            for r in 0..R {
                 let p = xq.add(r * k + t * 4);
-                *ia = dot_add(*ia, splat_pair(p), lo);
-                *ia = dot_add(*ia, splat_pair(p.add(2)), hi);
+                let (x0, x1) = (splat_pair(p), splat_pair(p.add(2)));
+                for gi in 0..G {
+                    ia[gi][r] = dot_add(ia[gi][r], x0, w[gi].0);
+                    ia[gi][r] = dot_add(ia[gi][r], x1, w[gi].1);
+                }
             }
         }
     }
@@ -424,50 +435,61 @@ unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, _wo
 #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
 #[target_feature(enable = "relaxed-simd")]
 #[inline]
-unsafe fn block_sums<const R: usize>(xq: *const Xq, k: usize, wq: *const i8, wo: *const i32) -> [v::I; R] {
+unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq: [*const i8; G], wo: [*const i32; G])
+    -> [[v::I; R]; G] {
     use v::*;
-    // Two sums per row, for even and odd quads, added at the end (exact in i32): the fused dot-add (one `vpdpbusd`
-    // with AVX-VNNI) has a latency of several cycles, and 4 chains of dependent adds left it waiting; 8 keep it busy.
-    // SAFETY: as documented; `wo` holds the block's 4 offsets.
-    let mut even = [unsafe { load_i32(wo) }; R];
-    let mut odd = [izero(); R];
+    // Two sums per row and group, for even and odd quads, added at the end (exact in i32): the fused dot-add (one
+    // `vpdpbusd` with AVX-VNNI) has a latency of several cycles, and one chain of dependent adds per row left it
+    // waiting.
+    // SAFETY: as documented.
+    let mut even: [[I; R]; G] = std::array::from_fn(|gi| [unsafe { load_i32(wo[gi]) }; R]);
+    let mut odd = [[izero(); R]; G];
     for t in (0..QK / 4).step_by(2) {
         // SAFETY: t + 1 < 8 keeps the reads inside the block the caller guarantees.
         unsafe {
-            let (w0, w1) = (load_i8(wq.add(t * 16)), load_i8(wq.add(t * 16 + 16)));
+            let w0: [I; G] = std::array::from_fn(|gi| load_i8(wq[gi].add(t * 16)));
+            let w1: [I; G] = std::array::from_fn(|gi| load_i8(wq[gi].add(t * 16 + 16)));
             for r in 0..R {
                 let p = xq.add(r * k + t * 4);
-                even[r] = dot4_add(even[r], w0, splat_quad(p));
-                odd[r] = dot4_add(odd[r], w1, splat_quad(p.add(4)));
+                let (x0, x1) = (splat_quad(p), splat_quad(p.add(4)));
+                for gi in 0..G {
+                    even[gi][r] = dot4_add(even[gi][r], w0[gi], x0);
+                    odd[gi][r] = dot4_add(odd[gi][r], w1[gi], x1);
+                }
             }
         }
     }
-    std::array::from_fn(|r| i32_add(even[r], odd[r]))
+    std::array::from_fn(|gi| std::array::from_fn(|r| i32_add(even[gi][r], odd[gi][r])))
 }
 
-/// One tile: rows `xq[0..R]` (each `K` values, stride `k`) times one column group; returns the 4 columns of each
-/// row.
+/// One tile: rows `xq[0..R]` (each `K` values, stride `k`) times `G` column groups; returns the 4 columns of each
+/// group and row.
 ///
-/// SAFETY: `xq` holds `R` rows of `k` values, `xd` their `R · k / 32` scales (stride `k / 32`), `wq` the group's
-/// `k / 32 · 128` bytes, `ws` its `k / 32 · 4` scales, `wo` its offsets (relaxed SIMD; unread otherwise).
+/// SAFETY: `xq` holds `R` rows of `k` values, `xd` their `R · k / 32` scales (stride `k / 32`), each `wq[gi]` its
+/// group's `k / 32 · 128` bytes, `ws[gi]` its `k / 32 · 4` scales, `wo[gi]` its offsets (relaxed SIMD; unread
+/// otherwise).
 #[cfg_attr(all(target_arch = "wasm32", feature = "relaxed-simd"), target_feature(enable = "relaxed-simd"), inline)]
 #[cfg_attr(not(all(target_arch = "wasm32", feature = "relaxed-simd")), inline(always))]
-unsafe fn tile<const R: usize>(xq: *const Xq, xd: *const f32, k: usize, wq: *const i8, ws: *const f32, wo: *const i32)
-    -> [[f32; 4]; R] {
+unsafe fn tile<const R: usize, const G: usize>(xq: *const Xq, xd: *const f32, k: usize, wq: [*const i8; G],
+    ws: [*const f32; G], wo: [*const i32; G]) -> [[[f32; 4]; R]; G] {
     use v::*;
     let blocks = k / QK;
-    let mut acc = [fzero(); R];
+    let mut acc = [[fzero(); R]; G];
     for b in 0..blocks {
         // SAFETY: b < K/32 keeps every read inside the bounds the caller guarantees.
-        let ia = unsafe { block_sums::<R>(xq.add(b * QK), k, wq.add(b * GROUP_BLOCK), wo.wrapping_add(b * NR)) };
-        // SAFETY: as above.
-        let s = unsafe { load_f(ws.add(b * NR)) };
+        let ia = unsafe {
+            block_sums::<R, G>(xq.add(b * QK), k, wq.map(|p| p.add(b * GROUP_BLOCK)), wo.map(|p| p.wrapping_add(b * NR)))
+        };
         for r in 0..R {
-            let d = unsafe { *xd.add(r * blocks + b) };
-            acc[r] = scale_add(acc[r], ia[r], fmul(s, fsplat(d)));
+            let d = fsplat(unsafe { *xd.add(r * blocks + b) });
+            for gi in 0..G {
+                // SAFETY: as above.
+                let s = unsafe { load_f(ws[gi].add(b * NR)) };
+                acc[gi][r] = scale_add(acc[gi][r], ia[gi][r], fmul(s, d));
+            }
         }
     }
-    acc.map(to_array)
+    acc.map(|a| a.map(to_array))
 }
 
 /// `out (M, N) = act(x (M, K) · Wᵀ + bias (N))` for a repacked Q8_0 `W`, x quantized per block of 32.
@@ -496,39 +518,65 @@ pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32
 }
 
 /// Every column group over the task's quantized rows `xq (rows, K)`, `xd (rows, K/32)`, into `c (rows, N)`: row blocks
-/// of [`MC`], tiles of [`MR`] rows. Its own function so that the relaxed-SIMD build can enable the feature for the
-/// kernel alone (the rest of the crate and its dependencies compile as in the SIMD128 build, so the two builds
-/// compute everything else identically).
+/// of [`MC`], tiles of [`MR`] rows × one column group, or two ([`PAIR_GROUPS`]; a last odd group alone).
+/// Its own function so that the relaxed-SIMD build can enable the feature for the kernel alone (the rest of the
+/// crate and its dependencies compile as in the SIMD128 build, so the two builds compute everything else
+/// identically).
 ///
 /// SAFETY: `xq.len() == rows · k`, `xd.len() == rows · k / 32`, `c.len() == rows · w.n`, `w.k == k`.
 #[cfg_attr(all(target_arch = "wasm32", feature = "relaxed-simd"), target_feature(enable = "relaxed-simd"))]
 unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32]) {
     let (n, blocks) = (w.n, k / QK);
+    let groups = n.div_ceil(NR);
+    let group = |g: usize| {
+        let wq = w.qs[g * blocks * GROUP_BLOCK..][..blocks * GROUP_BLOCK].as_ptr();
+        let ws = w.scales[g * blocks * NR..][..blocks * NR].as_ptr();
+        // Empty unless relaxed SIMD, and then never read.
+        let wo = if w.offsets.is_empty() { std::ptr::null() } else { w.offsets[g * blocks * NR..][..blocks * NR].as_ptr() };
+        (wq, ws, wo)
+    };
     for mc in (0..rows).step_by(MC) {
         let mc_end = (mc + MC).min(rows);
-        for g in 0..n.div_ceil(NR) {
-            let wq = w.qs[g * blocks * GROUP_BLOCK..][..blocks * GROUP_BLOCK].as_ptr();
-            let ws = w.scales[g * blocks * NR..][..blocks * NR].as_ptr();
-            // Empty unless relaxed SIMD, and then never read.
-            let wo = if w.offsets.is_empty() { std::ptr::null() } else { w.offsets[g * blocks * NR..][..blocks * NR].as_ptr() };
-            let cols = NR.min(n - g * NR);
+        let mut g = 0;
+        while g < groups {
+            let pair = PAIR_GROUPS && g + 1 < groups;
+            let ((wq0, ws0, wo0), (wq1, ws1, wo1)) = (group(g), group(if pair { g + 1 } else { g }));
             let mut i = mc;
             while i < mc_end {
                 let r = MR.min(mc_end - i);
                 let (xp, dp) = (xq[i * k..].as_ptr(), xd[i * blocks..].as_ptr());
-                // SAFETY: rows i..i + r < rows of xq/xd exist (r ≤ mc_end - i); the group's slices were cut to
+                // Rows i..i + R of x, groups g (and g + 1): their columns of c.
+                let mut put = |gi: usize, j: usize, v: [f32; 4]| {
+                    let col = (g + gi) * NR;
+                    let cols = NR.min(n - col);
+                    c[(i + j) * n + col..][..cols].copy_from_slice(&v[..cols]);
+                };
+                // SAFETY: rows i..i + r < rows of xq/xd exist (r ≤ mc_end - i); the groups' slices were cut to
                 // length above.
-                let mut put = |j: usize, v: [f32; 4]| c[(i + j) * n + g * NR..][..cols].copy_from_slice(&v[..cols]);
                 unsafe {
+                    macro_rules! run {
+                        ($r:literal) => {
+                            if pair {
+                                let t = tile::<$r, 2>(xp, dp, k, [wq0, wq1], [ws0, ws1], [wo0, wo1]);
+                                for (gi, rows) in t.into_iter().enumerate() {
+                                    rows.into_iter().enumerate().for_each(|(j, v)| put(gi, j, v));
+                                }
+                            } else {
+                                let [t] = tile::<$r, 1>(xp, dp, k, [wq0], [ws0], [wo0]);
+                                t.into_iter().enumerate().for_each(|(j, v)| put(0, j, v));
+                            }
+                        };
+                    }
                     match r {
-                        4 => tile::<4>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
-                        3 => tile::<3>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
-                        2 => tile::<2>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
-                        _ => tile::<1>(xp, dp, k, wq, ws, wo).into_iter().enumerate().for_each(|(j, v)| put(j, v)),
+                        4 => run!(4),
+                        3 => run!(3),
+                        2 => run!(2),
+                        _ => run!(1),
                     }
                 }
                 i += r;
             }
+            g += if pair { 2 } else { 1 };
         }
     }
 }
