@@ -1,10 +1,12 @@
 //! `linear`: `act(x · wᵀ + bias)` with x `(M, K)`, w `(N, K)` (PyTorch's `(out, in)` layout), bias `(N)`.
 //!
-//! The GEMM is `matrixmultiply::sgemm` (packed panels, cache blocking, AVX2/FMA/AVX-512 kernels picked at run time
-//! natively, a portable kernel in wasm32). It takes arbitrary strides, so `wᵀ` is read in place (row stride 1,
-//! column stride K) without a transposed copy. Natively the M rows are split into one block per thread; each block
-//! is an independent GEMM writing its own rows of the output. Bias and activation are applied per row right after
-//! the block's GEMM, while it is still in cache.
+//! Natively the GEMM is `matrixmultiply::sgemm` (packed panels, cache blocking, AVX2/FMA/AVX-512 kernels picked at
+//! run time) above [`SMALL_M`] rows. It takes arbitrary strides, so `wᵀ` is read in place (row stride 1, column
+//! stride K) without a transposed copy. In wasm32, and natively for a few rows, [`gemm_nt_dot`] takes its place:
+//! dot products along K of x's and W's rows as stored, in SIMD128 register tiles (matrixmultiply's SIMD128 kernel
+//! keeps more accumulators than V8 has registers). Natively the M rows are split into one block per thread; each
+//! block is an independent GEMM writing its own rows of the output. Bias and activation are applied per row right
+//! after the block's GEMM, while it is still in cache.
 
 use super::{par_chunks_mut, threads};
 use crate::backend::Activation;

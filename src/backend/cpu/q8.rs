@@ -171,16 +171,15 @@ mod v {
         use std::arch::x86_64::*;
         pub type I = __m128i;
         pub type F = __m128;
-        // SAFETY (all): SSE2 is part of the x86-64 baseline; loads read 16 (`load_i8`) or 4 (`splat_pair`) bytes at
-        // `p`, which callers guarantee are in bounds.
+        // SAFETY (all): SSE2 is part of the x86-64 baseline; loads read 8 (`load_widen8`) or 4 (`splat_pair`) bytes
+        // at `p`, which callers guarantee are in bounds.
+        /// 8 bytes at `p` sign-extended to 16 bits.
         #[inline(always)]
-        pub unsafe fn load_i8(p: *const i8) -> I {
-            unsafe { _mm_loadu_si128(p as *const I) }
-        }
-        /// The low and high 8 bytes sign-extended to 16 bits.
-        #[inline(always)]
-        pub fn widen(v: I) -> (I, I) {
-            unsafe { (_mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8), _mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8)) }
+        pub unsafe fn load_widen8(p: *const i8) -> I {
+            unsafe {
+                let v = _mm_loadl_epi64(p as *const I);
+                _mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8)
+            }
         }
         /// Two i16 at `p`, repeated in every 32-bit lane.
         #[inline(always)]
@@ -241,14 +240,16 @@ mod v {
         pub type I = v128;
         pub type F = v128;
         // SAFETY (all): loads read 16 or 4 bytes at `p`, which callers guarantee are in bounds (unaligned is fine).
+        #[cfg(feature = "relaxed-simd")]
         #[inline(always)]
         pub unsafe fn load_i8(p: *const i8) -> I {
             unsafe { v128_load(p as *const v128) }
         }
+        /// One instruction (`i16x8.load8x8_s`): no shuffle to reach the high half of a 16-byte load.
         #[cfg(not(feature = "relaxed-simd"))]
         #[inline(always)]
-        pub fn widen(v: I) -> (I, I) {
-            (i16x8_extend_low_i8x16(v), i16x8_extend_high_i8x16(v))
+        pub unsafe fn load_widen8(p: *const i8) -> I {
+            unsafe { i16x8_load_extend_i8x8(p) }
         }
         #[cfg(not(feature = "relaxed-simd"))]
         #[inline(always)]
@@ -348,12 +349,9 @@ mod v {
         pub type F = [f32; 4];
         // SAFETY (all): loads read 16 or 4 bytes at `p`, which callers guarantee are in bounds.
         #[inline(always)]
-        pub unsafe fn load_i8(p: *const i8) -> [i8; 16] {
-            unsafe { (p as *const [i8; 16]).read_unaligned() }
-        }
-        #[inline(always)]
-        pub fn widen(v: [i8; 16]) -> ([i16; 8], [i16; 8]) {
-            (std::array::from_fn(|l| v[l] as i16), std::array::from_fn(|l| v[8 + l] as i16))
+        pub unsafe fn load_widen8(p: *const i8) -> [i16; 8] {
+            let v = unsafe { (p as *const [i8; 8]).read_unaligned() };
+            v.map(|b| b as i16)
         }
         #[inline(always)]
         pub unsafe fn splat_pair(p: *const i16) -> [i16; 8] {
@@ -415,17 +413,19 @@ mod v {
 unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq: [*const i8; G], _wo: [*const i32; G])
     -> [[v::I; R]; G] {
     use v::*;
+    // Per half-quad (8 bytes of each group: pairs (k, k+1) of 4 columns), the groups' widened weights, then each
+    // row's splat against all of them: 2R accumulators, G weights and one splat live at a time, which V8 keeps in
+    // registers (a whole quad at once, 8 splats and 4 weights, spilled 4 accumulators to the stack).
     let mut ia = [[izero(); R]; G];
-    for t in 0..QK / 4 {
-        // SAFETY: t < 8 keeps the reads inside the block the caller guarantees.
+    for h in 0..QK / 2 {
+        // SAFETY: h < 16 keeps the reads inside the block the caller guarantees (8 bytes of W at 8h, the pair of x
+        // at 2h).
         unsafe {
-            let w: [(I, I); G] = std::array::from_fn(|gi| widen(load_i8(wq[gi].add(t * 16))));
+            let w: [I; G] = std::array::from_fn(|gi| load_widen8(wq[gi].add(h * 8)));
             for r in 0..R {
-                let p = xq.add(r * k + t * 4);
-                let (x0, x1) = (splat_pair(p), splat_pair(p.add(2)));
+                let x = splat_pair(xq.add(r * k + h * 2));
                 for gi in 0..G {
-                    ia[gi][r] = dot_add(ia[gi][r], x0, w[gi].0);
-                    ia[gi][r] = dot_add(ia[gi][r], x1, w[gi].1);
+                    ia[gi][r] = dot_add(ia[gi][r], x, w[gi]);
                 }
             }
         }
