@@ -32,7 +32,8 @@ const QT: usize = 4;
 const CT: usize = 8;
 
 thread_local! {
-    /// Per-thread scratch: kᵀ `(d, K)` then the tile's scores `(QT, K)`; grown as needed, reused across calls.
+    /// Per-thread scratch: kᵀ `(d, K)`, the tile's scores `(QT, K)`, and per key its mask as a bias and as 0/1;
+    /// grown as needed, reused across calls.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
