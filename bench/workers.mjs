@@ -1,39 +1,66 @@
-// The cost of the worker entry on one short sentence, without another library in the page: bertgpu's main-thread
-// entry, its worker entry with 1 and with 2 workers, loaded side by side in one headless Chromium page, each timed on
-// the same sentence in turn (5 warm-up rounds, then `reps`), medians printed. From the repository root, after
-// scripts/build-wasm.sh:
+// The cost of the worker entry on one short sentence. Two experiments in one headless Chromium page each:
+//   default: bertgpu's main-thread entry and its worker entry with 1 and 2 workers, loaded side by side, each timed
+//            on the same sentence in turn (5 warm-up rounds, then `reps`);
+//   --beside-theirs: the worker entry (2 workers) next to transformers.js with 2 wasm threads (bench/page.js, as in
+//            bench/browser.mjs): ours timed right after one of their calls and again after a 300 ms pause, in case
+//            their idle threads take the cores.
+// Medians printed. From the repository root, after bench/browser.sh has prepared pkg/ and (for --beside-theirs)
+// bench/node_modules and the ONNX export:
 //
-//   node bench/workers.mjs [model source /models/all-MiniLM-L6-v2] [reps 35]
+//   node bench/workers.mjs [model source /models/all-MiniLM-L6-v2] [reps 35] [--beside-theirs]
 import { chromium } from "playwright-core";
 import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
 import { serve } from "../www/serve.mjs";
 
-const [source = "/models/all-MiniLM-L6-v2", reps = "35"] = process.argv.slice(2);
+const args = process.argv.slice(2);
+const beside = args.includes("--beside-theirs");
+const [source = "/models/all-MiniLM-L6-v2", reps = "35"] = args.filter((a) => !a.startsWith("--"));
 const site = await serve(ROOT);
 const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
 try {
   const page = await browser.newPage();
   await page.goto(`${site.url}bench/page.html`);
-  const r = await page.evaluate(async ({ source, reps }) => {
-    const main = (await import("/pkg/index.js")).Bert;
-    const worker = (await import("/pkg/worker.js")).Bert;
-    const models = {
-      "main thread": await main.load(source, { device: "cpu", cache: true }),
-      "worker entry, 1 worker": await worker.load(source, { device: "cpu", cache: true, workers: 1 }),
-      "worker entry, 2 workers": await worker.load(source, { device: "cpu", cache: true, workers: 2 }),
-    };
+  const r = await page.evaluate(async ({ source, reps, beside }) => {
     const text = ["The quick brown fox jumps over the lazy dog again."];
-    const times = Object.fromEntries(Object.keys(models).map((k) => [k, []]));
-    for (let i = 0; i < 5 + reps; i++) {
-      for (const [name, m] of Object.entries(models)) {
-        const t0 = performance.now();
-        await m.embed(text);
-        if (i >= 5) times[name].push(performance.now() - t0);
+    const median = (xs) => xs.sort((a, b) => a - b)[xs.length >> 1];
+    const timed = async (f) => {
+      const t0 = performance.now();
+      await f();
+      return performance.now() - t0;
+    };
+    const times = {};
+    const add = (name, ms) => (times[name] ??= []).push(ms);
+    if (beside) {
+      await window.load("ours", { source, device: "cpu", workers: 2 });
+      await window.load("theirs", { dtype: "fp32", device: "wasm", threads: 2 });
+      for (let i = 0; i < 5 + reps; i++) {
+        const theirs = await timed(() => window.embed("theirs", text));
+        const right = await timed(() => window.embed("ours", text));
+        await window.embed("theirs", text);
+        await new Promise((r) => setTimeout(r, 300));
+        const paused = await timed(() => window.embed("ours", text));
+        if (i < 5) continue;
+        add("transformers.js, 2 threads", theirs);
+        add("ours (2 workers) right after theirs", right);
+        add("ours (2 workers) 300 ms after theirs", paused);
+      }
+    } else {
+      const main = (await import("/pkg/index.js")).Bert;
+      const worker = (await import("/pkg/worker.js")).Bert;
+      const models = {
+        "main thread": await main.load(source, { device: "cpu", cache: true }),
+        "worker entry, 1 worker": await worker.load(source, { device: "cpu", cache: true, workers: 1 }),
+        "worker entry, 2 workers": await worker.load(source, { device: "cpu", cache: true, workers: 2 }),
+      };
+      for (let i = 0; i < 5 + reps; i++) {
+        for (const [name, m] of Object.entries(models)) {
+          const ms = await timed(() => m.embed(text));
+          if (i >= 5) add(name, ms);
+        }
       }
     }
-    const median = (xs) => xs.sort((a, b) => a - b)[xs.length >> 1];
     return Object.entries(times).map(([name, xs]) => `${name}: ${median(xs).toFixed(1)} ms`);
-  }, { source, reps: Number(reps) });
+  }, { source, reps: Number(reps), beside });
   console.log(r.join("\n"));
 } finally {
   await browser.close();
