@@ -32,8 +32,8 @@ const QT: usize = 4;
 const CT: usize = 8;
 
 thread_local! {
-    /// Per-thread scratch: kᵀ `(d, K)`, the tile's scores `(QT, K)`, and per key its mask as a bias and as 0/1;
-    /// grown as needed, reused across calls.
+    /// Per-thread scratch: kᵀ `(d, K)`, the tile's scores `(QT, K)`, and per key its mask as a bias; grown as
+    /// needed, reused across calls.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -79,20 +79,18 @@ fn head(rows: &[f32], ld: usize, qc: usize, h: usize, d: usize, seq: usize, keys
     out: &mut [f32], scratch: &mut Vec<f32>) {
     let kp = keys.div_ceil(CT) * CT; // kᵀ's row length: whole score tiles; the extra columns are zero keys
     scratch.clear();
-    scratch.resize(d * kp + QT * kp + 2 * kp, 0.0);
+    scratch.resize(d * kp + QT * kp + kp, 0.0);
     let (kt, rest) = scratch.split_at_mut(d * kp); // kt (d, Kp)
     let (s, rest) = rest.split_at_mut(QT * kp); // scores, then exponentials, of the tile (QT, Kp)
-    let (bias, real) = rest.split_at_mut(kp); // per key: 0 / -inf, and 1 / 0 (real / padding or past `keys`)
+    let bias = rest; // per key: 0 if real, -inf if padding or past `keys`
     for j in 0..keys {
         let k = &rows[j * ld + qc + h..j * ld + qc + h + d];
         for (l, &v) in k.iter().enumerate() {
             kt[l * kp + j] = v;
         }
     }
-    for j in 0..kp {
-        let is_real = j < keys && mask[j] != 0.0;
-        bias[j] = if is_real { 0.0 } else { f32::NEG_INFINITY };
-        real[j] = if is_real { 1.0 } else { 0.0 };
+    for (j, b) in bias.iter_mut().enumerate() {
+        *b = if j < keys && mask[j] != 0.0 { 0.0 } else { f32::NEG_INFINITY };
     }
     let dv = d / CT * CT; // output columns covered by whole tiles
     let scale = splat(scale);
@@ -127,13 +125,13 @@ fn head(rows: &[f32], ld: usize, qc: usize, h: usize, d: usize, seq: usize, keys
                 }
             }
         }
-        // Unnormalised probabilities e_j = exp(s_j − max)·real_j (exactly 0 for padded keys), and 1 / Σ_j e_j,
+        // Unnormalised probabilities e_j = exp(s_j − max) (exactly 0 for padded keys), and 1 / Σ_j e_j,
         // which scales the weighted sums below instead of a pass over the probabilities.
         let mut inv = [0f32; QT];
         for r in 0..n {
             let t = to_array(top[r]);
             let mx = max_of(t);
-            inv[r] = 1.0 / exp_and_sum(&mut s[r * kp..r * kp + keys], &real[..keys], mx);
+            inv[r] = 1.0 / exp_and_sum(&mut s[r * kp..r * kp + keys], mask, mx);
         }
         // Context o[r][c] = (Σ_j e[r][j] · v_j[c]) / Σ_j e[r][j], 4 queries × 8 columns per register tile.
         let p: [&[f32]; QT] = std::array::from_fn(|r| &s[r.min(n - 1) * kp..r.min(n - 1) * kp + keys]);
@@ -178,15 +176,16 @@ fn max_of(t: [f32; 4]) -> f32 {
     if b > a { b } else { a }
 }
 
-/// `row[j] = exp(row[j] − max)·real[j]`, returning their sum. Written as straight-line lanes so it vectorises
-/// (SIMD128 with `fastmath::exp`): 8 partial sums, combined in a fixed order. `max` is finite (some key is real),
-/// so padded keys (score −inf) meet `exp`'s lower clamp and are then multiplied by 0.
-fn exp_and_sum(row: &mut [f32], real: &[f32], max: f32) -> f32 {
+/// `row[j] = exp(row[j] − max)` where `mask[j]` is non-zero, else 0, returning their sum. Written as straight-line
+/// lanes so it vectorises (SIMD128 with `fastmath::exp`, the mask a select): 8 partial sums, combined in a fixed
+/// order. `max` is finite (some key is real); padded keys (score −inf) are set to exactly 0.
+fn exp_and_sum(row: &mut [f32], mask: &[f32], max: f32) -> f32 {
     const L: usize = 8;
     let split = row.len() / L * L;
     let mut sums = [0f32; L];
-    for (v, &m) in row.iter_mut().zip(real) {
-        *v = super::fastmath::exp(*v - max) * m;
+    for (v, &m) in row.iter_mut().zip(mask) {
+        let e = super::fastmath::exp(*v - max);
+        *v = if m != 0.0 { e } else { 0.0 };
     }
     for c in row[..split].chunks_exact(L) {
         for l in 0..L {
