@@ -3,9 +3,9 @@
 //!
 //! As llama.cpp's CPU path for Q8_0 (`ggml_vec_dot_q8_0_q8_0`), each row of x is quantized per block of 32 values
 //! (`d = amax / 63`, `q = round(x / d)`, so `q ∈ [−63, 63]`), and each output is `Σ_blocks d_w · d_x · Σ_{32} q_w ·
-//! q_x`, the inner sums exact in 32-bit integers. 7 bits rather than 8 because the fastest instruction browsers
-//! offer, relaxed SIMD's `i32x4.relaxed_dot_i8x16_i7x16_add_s` (16 multiply-adds, one `vpdpbusd` with AVX-VNNI),
-//! is only defined when one operand fits in 7 bits; every build computes the same integers, so this kernel's results
+//! q_x`, the inner sums exact in 32-bit integers. 7 bits rather than 8 because relaxed SIMD's byte dot products
+//! (`i16x8.relaxed_dot_i8x16_i7x16_s`: 16 multiply-adds in one x86 `pmaddubsw`) are only defined when one operand
+//! fits in 7 bits; every build computes the same integers, so this kernel's results
 //! are bit for bit the same natively, in SIMD128 and in relaxed SIMD. Against the f32-activation twin
 //! ([`super::matmul::linear_packed`], which the GPU's `matmul_packed` matches) the only new error is the rounding of
 //! x: `|Δ| ≤ Σ_blocks (amax_x / 126) · Σ_{32} |w|`, which `tests/q8_kernel.rs` checks output by output; MiniLM's
@@ -20,8 +20,11 @@
 //! - SIMD128 / SSE2 / scalar: `[c0 k0 k1, c1 k0 k1, c2 k0 k1, c3 k0 k1 | c0 k2 k3, …]` per 4 `k`s, widened to two
 //!   `i16x8` and multiplied with splats of x's `(k, k+1)` pairs (x kept as i16).
 //! - relaxed SIMD: `[c0 k0..k3, c1 k0..k3, c2 k0..k3, c3 k0..k3]`, multiplied with a splat of x's 4 values stored as
-//!   `q + 64 ∈ [1, 127]` (the 7-bit operand); the `64 · Σ q_w` this adds is subtracted by starting each block's sums
-//!   at `−64 · Σ q_w`, precomputed per column and block.
+//!   `q + 64 ∈ [1, 127]` (the 7-bit operand) into i16 pair sums (`|Σ| ≤ 2 · 128 · 127 < 2¹⁵`: exact), widened by
+//!   `i32x4.extadd_pairwise_i16x8_s`; the `64 · Σ q_w` the offset adds is subtracted by starting each block's sums
+//!   at `−64 · Σ q_w`, precomputed per column and block. Not the fused `i32x4.relaxed_dot_i8x16_i7x16_add_s`: one
+//!   `vpdpbusd` with AVX-VNNI, but without it V8 emits five instructions (the constant of ones rebuilt each time) and
+//!   the kernel took 1.06–1.11× the time of this form (`bench/ab.mjs`, MiniLM Q8_0 in Chromium, on a Zen 4).
 //!
 //! The 4 columns' block scales follow as f32. Per block and tile of 4 rows × 4 columns the kernel converts the
 //! integer sums once and accumulates them in f32.
@@ -34,17 +37,12 @@ use crate::{Error, Result};
 
 /// Output columns per group: the 4 lanes of a 128-bit vector.
 const NR: usize = 4;
-/// Rows of x per tile: 4 integer (relaxed SIMD: 8, two chains per row) + 4 float accumulators, the weight vectors
-/// and temporaries fit in the 16 vector registers of SSE and of wasm engines on x86-64.
+/// Rows of x per tile: with two column groups ([`pass`]), 8 integer + 8 float accumulators; the integer ones, the
+/// weight vectors and temporaries fit in the 16 vector registers of SSE and of wasm engines on x86-64.
 const MR: usize = 4;
 /// Rows of x per cache block: its quantized rows (`MC · K` values, at most 192 KiB at K = 1536) stay in L2 while every
 /// column group passes over them, and each group's `4 · K` bytes stay in L1 across the block's tiles.
 const MC: usize = 64;
-/// Whether a tile spans two column groups (8 columns), so that each splat of x feeds twice the multiply-adds: in the
-/// SIMD128 / SSE2 form, where x's splats and the widening of W are a large share of the instructions (MiniLM 8 ×
-/// 128 in wasm: 0.84–0.93× the time of one group per tile, `bench/ab.mjs`). Not with relaxed SIMD, where the 16
-/// accumulators of two groups × two chains no longer fit the registers (1.09–1.33× the time).
-const PAIR_GROUPS: bool = !cfg!(all(target_arch = "wasm32", feature = "relaxed-simd"));
 /// Bytes of one (group, block): 4 columns × 32 values.
 const GROUP_BLOCK: usize = NR * QK;
 /// Below this many multiply-adds the rows are not split across threads (natively).
@@ -256,6 +254,7 @@ mod v {
         pub unsafe fn splat_pair(p: *const i16) -> I {
             unsafe { v128_load32_splat(p as *const u32) }
         }
+        #[cfg(not(feature = "relaxed-simd"))]
         #[inline(always)]
         pub fn izero() -> I {
             i32x4_splat(0)
@@ -325,7 +324,7 @@ mod v {
         #[target_feature(enable = "relaxed-simd")]
         #[inline]
         pub fn dot4_add(acc: I, w: I, x: I) -> I {
-            i32x4_relaxed_dot_i8x16_i7x16_add(w, x, acc)
+            i32x4_add(acc, i32x4_extadd_pairwise_i16x8(i16x8_relaxed_dot_i8x16_i7x16(w, x)))
         }
         #[cfg(feature = "relaxed-simd")]
         #[inline(always)]
@@ -336,11 +335,6 @@ mod v {
         #[inline(always)]
         pub unsafe fn load_i32(p: *const i32) -> I {
             unsafe { v128_load(p as *const v128) }
-        }
-        #[cfg(feature = "relaxed-simd")]
-        #[inline(always)]
-        pub fn i32_add(a: I, b: I) -> I {
-            i32x4_add(a, b)
         }
     }
     #[cfg(not(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128"))))]
@@ -438,28 +432,21 @@ unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq
 unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq: [*const i8; G], wo: [*const i32; G])
     -> [[v::I; R]; G] {
     use v::*;
-    // Two sums per row and group, for even and odd quads, added at the end (exact in i32): the fused dot-add (one
-    // `vpdpbusd` with AVX-VNNI) has a latency of several cycles, and one chain of dependent adds per row left it
-    // waiting.
     // SAFETY: as documented.
-    let mut even: [[I; R]; G] = std::array::from_fn(|gi| [unsafe { load_i32(wo[gi]) }; R]);
-    let mut odd = [[izero(); R]; G];
-    for t in (0..QK / 4).step_by(2) {
-        // SAFETY: t + 1 < 8 keeps the reads inside the block the caller guarantees.
+    let mut ia: [[I; R]; G] = std::array::from_fn(|gi| [unsafe { load_i32(wo[gi]) }; R]);
+    for t in 0..QK / 4 {
+        // SAFETY: t < 8 keeps the reads inside the block the caller guarantees.
         unsafe {
-            let w0: [I; G] = std::array::from_fn(|gi| load_i8(wq[gi].add(t * 16)));
-            let w1: [I; G] = std::array::from_fn(|gi| load_i8(wq[gi].add(t * 16 + 16)));
+            let w: [I; G] = std::array::from_fn(|gi| load_i8(wq[gi].add(t * 16)));
             for r in 0..R {
-                let p = xq.add(r * k + t * 4);
-                let (x0, x1) = (splat_quad(p), splat_quad(p.add(4)));
+                let x = splat_quad(xq.add(r * k + t * 4));
                 for gi in 0..G {
-                    even[gi][r] = dot4_add(even[gi][r], w0[gi], x0);
-                    odd[gi][r] = dot4_add(odd[gi][r], w1[gi], x1);
+                    ia[gi][r] = dot4_add(ia[gi][r], w[gi], x);
                 }
             }
         }
     }
-    std::array::from_fn(|gi| std::array::from_fn(|r| i32_add(even[gi][r], odd[gi][r])))
+    ia
 }
 
 /// One tile: rows `xq[0..R]` (each `K` values, stride `k`) times `G` column groups; returns the 4 columns of each
@@ -518,7 +505,9 @@ pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32
 }
 
 /// Every column group over the task's quantized rows `xq (rows, K)`, `xd (rows, K/32)`, into `c (rows, N)`: row blocks
-/// of [`MC`], tiles of [`MR`] rows × one column group, or two ([`PAIR_GROUPS`]; a last odd group alone).
+/// of [`MC`], tiles of [`MR`] rows × two column groups (8 columns: each splat of x feeds twice the multiply-adds; a
+/// last odd group alone). Two groups took 0.84–0.93× the time of one in the SIMD128 build, 0.90× in the relaxed one
+/// (MiniLM 8 × 128, `bench/ab.mjs`).
 /// Its own function so that the relaxed-SIMD build can enable the feature for the kernel alone (the rest of the
 /// crate and its dependencies compile as in the SIMD128 build, so the two builds compute everything else
 /// identically).
@@ -539,7 +528,7 @@ unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &m
         let mc_end = (mc + MC).min(rows);
         let mut g = 0;
         while g < groups {
-            let pair = PAIR_GROUPS && g + 1 < groups;
+            let pair = g + 1 < groups;
             let ((wq0, ws0, wo0), (wq1, ws1, wo1)) = (group(g), group(if pair { g + 1 } else { g }));
             let mut i = mc;
             while i < mc_end {
