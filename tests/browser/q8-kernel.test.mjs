@@ -1,5 +1,6 @@
 // The CPU backend's Q8_0 integer kernel (src/backend/cpu/q8.rs) in both wasm builds the package ships: wasm/
-// (SIMD128: i32x4.dot_i16x8_s) and wasm-relaxed/ (relaxed SIMD: i32x4.relaxed_dot_i8x16_i7x16_add_s). Natively,
+// (SIMD128: i32x4.dot_i16x8_s) and wasm-relaxed/ (relaxed SIMD, in both of its forms: fused,
+// i32x4.relaxed_dot_i8x16_i7x16_add_s, and split, i16x8.relaxed_dot_i8x16_i7x16_s + widening). Natively,
 // tests/q8_kernel.rs checks the definition; here each build's output must equal, bit for bit, a JavaScript
 // transcription of that definition (x quantized to 7 bits per block of 32, exact integer sums, f32 scale steps),
 // on shapes that exercise partial column groups and tile remainders. Then a whole Q8_0 model: `simd` picks the
@@ -43,9 +44,14 @@ test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async ()
       return { q, d };
     };
     const builds = {};
-    for (const dir of ["wasm", "wasm-relaxed"]) {
+    let timed = null;
+    for (const [dir, form] of [["wasm", null], ["wasm-relaxed", "fused"], ["wasm-relaxed", "split"]]) {
       const glue = await import(`/pkg/${dir}/bertgpu.js?kernel-test`);
       await glue.default({ module_or_path: `/pkg/${dir}/bertgpu_bg.wasm` });
+      if (form) {
+        timed ??= glue.__q8DotForm("timed"); // the form this machine runs by default
+        if (glue.__q8DotForm(form) !== form) throw new Error(`could not force the ${form} form`);
+      }
       const cases = [];
       for (const [m, n, k] of [[1, 1, 32], [3, 5, 64], [4, 4, 32], [7, 9, 96], [65, 13, 128], [12, 384, 384]]) {
         const blocks = k / 32;
@@ -76,11 +82,14 @@ test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async ()
         }
         cases.push({ shape: `${m}x${n}x${k}`, outputs: y.length, mismatches, first });
       }
-      builds[dir] = cases;
+      builds[form ? `${dir} (${form})` : dir] = cases;
+      if (form) glue.__q8DotForm("timed");
     }
-    return builds;
+    return { builds, timed };
   });
-  for (const [dir, cases] of Object.entries(got)) {
+  assert.ok(["fused", "split"].includes(got.timed), `the timed choice: ${got.timed}`);
+  console.log(`relaxed SIMD's dot product here: ${got.timed} (timed at the first Q8_0 matrix)`);
+  for (const [dir, cases] of Object.entries(got.builds)) {
     for (const c of cases) {
       assert.equal(c.mismatches, 0, `${dir} ${c.shape}: ${c.mismatches} outputs differ, first ${c.first}`);
     }

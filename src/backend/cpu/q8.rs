@@ -22,9 +22,11 @@
 //! - relaxed SIMD: `[c0 k0..k3, c1 k0..k3, c2 k0..k3, c3 k0..k3]`, multiplied with a splat of x's 4 values stored as
 //!   `q + 64 ∈ [1, 127]` (the 7-bit operand) into i16 pair sums (`|Σ| ≤ 2 · 128 · 127 < 2¹⁵`: exact), widened by
 //!   `i32x4.extadd_pairwise_i16x8_s`; the `64 · Σ q_w` the offset adds is subtracted by starting each block's sums
-//!   at `−64 · Σ q_w`, precomputed per column and block. Not the fused `i32x4.relaxed_dot_i8x16_i7x16_add_s`: one
-//!   `vpdpbusd` with AVX-VNNI, but without it V8 emits five instructions (the constant of ones rebuilt each time) and
-//!   the kernel took 1.06–1.11× the time of this form (`bench/ab.mjs`, MiniLM Q8_0 in Chromium, on a Zen 4).
+//!   at `−64 · Σ q_w`, precomputed per column and block. Or, fused, by `i32x4.relaxed_dot_i8x16_i7x16_add_s`: one
+//!   `vpdpbusd` with AVX-VNNI and one `sdot` on ARM with the dot-product extension, but without AVX-VNNI V8 emits
+//!   five instructions (the constant of ones rebuilt each time), and on a Zen 4 the kernel took 1.24–1.33× the time
+//!   of the split form (`bench/ab.mjs`, MiniLM Q8_0 in Chromium). Both give the same integers; which runs is chosen
+//!   at the first Q8_0 matrix by timing both ([`fused_dot`]).
 //!
 //! The 4 columns' block scales follow as f32. Per block and tile of 4 rows × 4 columns the kernel converts the
 //! integer sums once and accumulates them in f32.
@@ -319,12 +321,17 @@ mod v {
                 v128_store(q.add(16) as *mut v128, u8x16_narrow_i16x8(h[2], h[3]));
             }
         }
-        /// `acc + Σ_4 w·x` per 32-bit lane, x's bytes in [0, 127].
+        /// `acc + Σ_4 w·x` per 32-bit lane, x's bytes in [0, 127]: fused (one relaxed instruction) or split (pair
+        /// sums in i16, then widened and added); the same integers.
         #[cfg(feature = "relaxed-simd")]
         #[target_feature(enable = "relaxed-simd")]
         #[inline]
-        pub fn dot4_add(acc: I, w: I, x: I) -> I {
-            i32x4_add(acc, i32x4_extadd_pairwise_i16x8(i16x8_relaxed_dot_i8x16_i7x16(w, x)))
+        pub fn dot4_add<const FUSED: bool>(acc: I, w: I, x: I) -> I {
+            if FUSED {
+                i32x4_relaxed_dot_i8x16_i7x16_add(w, x, acc)
+            } else {
+                i32x4_add(acc, i32x4_extadd_pairwise_i16x8(i16x8_relaxed_dot_i8x16_i7x16(w, x)))
+            }
         }
         #[cfg(feature = "relaxed-simd")]
         #[inline(always)]
@@ -404,8 +411,8 @@ mod v {
 /// `wo[gi]` 4 offsets).
 #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
 #[inline(always)]
-unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq: [*const i8; G], _wo: [*const i32; G])
-    -> [[v::I; R]; G] {
+unsafe fn block_sums<const R: usize, const G: usize, const FUSED: bool>(xq: *const Xq, k: usize, wq: [*const i8; G],
+    _wo: [*const i32; G]) -> [[v::I; R]; G] {
     use v::*;
     // Per half-quad (8 bytes of each group: pairs (k, k+1) of 4 columns), the groups' widened weights, then each
     // row's splat against all of them: 2R accumulators, G weights and one splat live at a time, which V8 keeps in
@@ -429,8 +436,8 @@ unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq
 #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
 #[target_feature(enable = "relaxed-simd")]
 #[inline]
-unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq: [*const i8; G], wo: [*const i32; G])
-    -> [[v::I; R]; G] {
+unsafe fn block_sums<const R: usize, const G: usize, const FUSED: bool>(xq: *const Xq, k: usize, wq: [*const i8; G],
+    wo: [*const i32; G]) -> [[v::I; R]; G] {
     use v::*;
     // SAFETY: as documented.
     let mut ia: [[I; R]; G] = std::array::from_fn(|gi| [unsafe { load_i32(wo[gi]) }; R]);
@@ -441,7 +448,7 @@ unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq
             for r in 0..R {
                 let x = splat_quad(xq.add(r * k + t * 4));
                 for gi in 0..G {
-                    ia[gi][r] = dot4_add(ia[gi][r], w[gi], x);
+                    ia[gi][r] = dot4_add::<FUSED>(ia[gi][r], w[gi], x);
                 }
             }
         }
@@ -457,15 +464,15 @@ unsafe fn block_sums<const R: usize, const G: usize>(xq: *const Xq, k: usize, wq
 /// otherwise).
 #[cfg_attr(all(target_arch = "wasm32", feature = "relaxed-simd"), target_feature(enable = "relaxed-simd"), inline)]
 #[cfg_attr(not(all(target_arch = "wasm32", feature = "relaxed-simd")), inline(always))]
-unsafe fn tile<const R: usize, const G: usize>(xq: *const Xq, xd: *const f32, k: usize, wq: [*const i8; G],
-    ws: [*const f32; G], wo: [*const i32; G]) -> [[[f32; 4]; R]; G] {
+unsafe fn tile<const R: usize, const G: usize, const FUSED: bool>(xq: *const Xq, xd: *const f32, k: usize,
+    wq: [*const i8; G], ws: [*const f32; G], wo: [*const i32; G]) -> [[[f32; 4]; R]; G] {
     use v::*;
     let blocks = k / QK;
     let mut acc = [[fzero(); R]; G];
     for b in 0..blocks {
         // SAFETY: b < K/32 keeps every read inside the bounds the caller guarantees.
         let ia = unsafe {
-            block_sums::<R, G>(xq.add(b * QK), k, wq.map(|p| p.add(b * GROUP_BLOCK)), wo.map(|p| p.wrapping_add(b * NR)))
+            block_sums::<R, G, FUSED>(xq.add(b * QK), k, wq.map(|p| p.add(b * GROUP_BLOCK)), wo.map(|p| p.wrapping_add(b * NR)))
         };
         for r in 0..R {
             let d = fsplat(unsafe { *xd.add(r * blocks + b) });
@@ -499,7 +506,7 @@ pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32
         let mut xd = vec![0f32; rows * blocks];
         prepare_rows(&x[r0 * k..(r0 + rows) * k], k, &mut xq, &mut xd);
         // SAFETY: xq/xd hold the task's `rows` rows; `c` is their output rows.
-        unsafe { pass(&xq, &xd, rows, k, w, c) };
+        unsafe { pass(&xq, &xd, rows, k, w, c, fused_dot()) };
         epilogue(c, n, bias, act);
     });
 }
@@ -513,8 +520,23 @@ pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32
 /// identically).
 ///
 /// SAFETY: `xq.len() == rows · k`, `xd.len() == rows · k / 32`, `c.len() == rows · w.n`, `w.k == k`.
+unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32], fused: bool) {
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        // (`cfg!`: the other builds compile one form.)
+        if cfg!(all(target_arch = "wasm32", feature = "relaxed-simd")) && fused {
+            pass_form::<true>(xq, xd, rows, k, w, c)
+        } else {
+            pass_form::<false>(xq, xd, rows, k, w, c)
+        }
+    }
+}
+
+/// [`pass`] with the dot product's form fixed (relaxed SIMD; the other builds have one form).
+///
+/// SAFETY: as [`pass`].
 #[cfg_attr(all(target_arch = "wasm32", feature = "relaxed-simd"), target_feature(enable = "relaxed-simd"))]
-unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32]) {
+unsafe fn pass_form<const FUSED: bool>(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32]) {
     let (n, blocks) = (w.n, k / QK);
     let groups = n.div_ceil(NR);
     let group = |g: usize| {
@@ -546,12 +568,12 @@ unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &m
                     macro_rules! run {
                         ($r:literal) => {
                             if pair {
-                                let t = tile::<$r, 2>(xp, dp, k, [wq0, wq1], [ws0, ws1], [wo0, wo1]);
+                                let t = tile::<$r, 2, FUSED>(xp, dp, k, [wq0, wq1], [ws0, ws1], [wo0, wo1]);
                                 for (gi, rows) in t.into_iter().enumerate() {
                                     rows.into_iter().enumerate().for_each(|(j, v)| put(gi, j, v));
                                 }
                             } else {
-                                let [t] = tile::<$r, 1>(xp, dp, k, [wq0], [ws0], [wo0]);
+                                let [t] = tile::<$r, 1, FUSED>(xp, dp, k, [wq0], [ws0], [wo0]);
                                 t.into_iter().enumerate().for_each(|(j, v)| put(0, j, v));
                             }
                         };
@@ -567,5 +589,83 @@ unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &m
             }
             g += if pair { 2 } else { 1 };
         }
+    }
+}
+
+/// Whether the relaxed-SIMD kernel runs the fused dot product (see the module docs): forced by
+/// [`force_fused_dot`], else chosen once by timing both forms on a synthetic matrix (32 × 512 × 1536, about 1 ms
+/// each, the best of 5 alternating runs) with the page's clock. `false` in the other builds, which have one form.
+pub fn fused_dot() -> bool {
+    #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
+    {
+        use std::sync::atomic::Ordering;
+        match form::FORCED.load(Ordering::Relaxed) {
+            1 => false,
+            2 => true,
+            _ => *form::CHOSEN.get_or_init(form::time_both),
+        }
+    }
+    #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
+    false
+}
+
+/// Fixes the form [`fused_dot`] returns (`None`: back to the timed choice); for tests, which check both forms.
+pub fn force_fused_dot(fused: Option<bool>) {
+    #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
+    form::FORCED.store(fused.map_or(0, |f| 1 + f as u8), std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
+    let _ = fused;
+}
+
+#[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
+mod form {
+    use super::{pass, prepare_rows, Q8Matrix, Xq, QK};
+    use std::sync::atomic::AtomicU8;
+    use std::sync::OnceLock;
+    use wasm_bindgen::JsCast;
+
+    /// 0: the timed choice, 1: split, 2: fused.
+    pub static FORCED: AtomicU8 = AtomicU8::new(0);
+    pub static CHOSEN: OnceLock<bool> = OnceLock::new();
+
+    /// `performance.now()` of the page or worker, if it has one.
+    fn now_ms() -> Option<f64> {
+        let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok()?;
+        let now: js_sys::Function = js_sys::Reflect::get(&perf, &"now".into()).ok()?.dyn_into().ok()?;
+        now.call0(&perf).ok()?.as_f64()
+    }
+
+    /// The faster form here; the split one when there is no clock or the two tie.
+    pub fn time_both() -> bool {
+        let (m, n, k) = (32, 512, 1536);
+        let blocks = k / QK;
+        let mut bytes = Vec::with_capacity(n * blocks * 34);
+        let mut s = 0x2545_f491u32;
+        for _ in 0..n * blocks {
+            bytes.extend_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            for _ in 0..QK {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                bytes.push(s as u8);
+            }
+        }
+        let Ok(w) = Q8Matrix::from_q8_0(&bytes, n, k) else { return false };
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0).collect();
+        let (mut xq, mut xd, mut c) = (vec![0 as Xq; m * k], vec![0f32; m * blocks], vec![0f32; m * n]);
+        prepare_rows(&x, k, &mut xq, &mut xd);
+        let mut best = [f64::INFINITY; 2];
+        for round in 0..6 {
+            for fused in [false, true] {
+                let Some(t0) = now_ms() else { return false };
+                // SAFETY: xq, xd, c are sized for m rows of this w.
+                unsafe { pass(&xq, &xd, m, k, &w, &mut c, fused) };
+                let Some(t1) = now_ms() else { return false };
+                if round > 0 {
+                    best[fused as usize] = best[fused as usize].min(t1 - t0);
+                }
+            }
+        }
+        best[1] < best[0]
     }
 }
