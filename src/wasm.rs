@@ -137,8 +137,9 @@ pub fn debug_linear_q8(x: &[f32], w: &[u8], m: usize, n: usize, k: usize) -> Res
 }
 
 /// Which form of the relaxed-SIMD Q8_0 kernel's dot product runs: "fused" or "split" (module docs of
-/// `backend::cpu::q8`), or "simd128" in the SIMD128 build. `force`: "fused" / "split" fixes it, "timed" returns to
-/// the timed choice, `undefined` only reads it. For tests/browser/q8-kernel.test.mjs. Not part of the public API.
+/// `backend::cpu::q8`), or "simd128" in the SIMD128 build. `force`: "fused" / "split" fixes it, "auto" returns to
+/// the engine's (`q8::form::engine_lowering`), `undefined` only reads it. For tests/browser/q8-kernel.test.mjs. Not
+/// part of the public API.
 #[wasm_bindgen(js_name = __q8DotForm)]
 pub fn q8_dot_form(force: Option<String>) -> Result<String, JsError> {
     use crate::backend::cpu::q8;
@@ -146,8 +147,8 @@ pub fn q8_dot_form(force: Option<String>) -> Result<String, JsError> {
         None => {}
         Some("fused") => q8::force_fused_dot(Some(true)),
         Some("split") => q8::force_fused_dot(Some(false)),
-        Some("timed") => q8::force_fused_dot(None),
-        Some(other) => return Err(JsError::new(&format!("__q8DotForm: \"fused\", \"split\" or \"timed\", not {other:?}"))),
+        Some("auto") => q8::force_fused_dot(None),
+        Some(other) => return Err(JsError::new(&format!("__q8DotForm: \"fused\", \"split\" or \"auto\", not {other:?}"))),
     }
     Ok(if !cfg!(feature = "relaxed-simd") { "simd128" } else if q8::fused_dot() { "fused" } else { "split" }.into())
 }

@@ -25,8 +25,10 @@
 //!   at `−64 · Σ q_w`, precomputed per column and block. Or, fused, by `i32x4.relaxed_dot_i8x16_i7x16_add_s`: one
 //!   `vpdpbusd` with AVX-VNNI and one `sdot` on ARM with the dot-product extension, but without AVX-VNNI V8 emits
 //!   five instructions (the constant of ones rebuilt each time), and on a Zen 4 the kernel took 1.24–1.33× the time
-//!   of the split form (`bench/ab.mjs`, MiniLM Q8_0 in Chromium). Both give the same integers; which runs is chosen
-//!   at the first Q8_0 matrix by timing both ([`fused_dot`]).
+//!   of the split form (`bench/ab.mjs`, MiniLM Q8_0 in Chromium). Both give the same integers; which runs depends on
+//!   how the engine lowers the fused instruction, which one probe tells apart ([`fused_dot`]). (Timing the two forms
+//!   at the first Q8_0 matrix was tried: it chose the slower one in 1 page load of 3, the pages' noise and V8's
+//!   tier-up from baseline code.)
 //!
 //! The 4 columns' block scales follow as f32. Per block and tile of 4 rows × 4 columns the kernel converts the
 //! integer sums once and accumulates them in f32.
@@ -593,8 +595,7 @@ unsafe fn pass_form<const FUSED: bool>(xq: &[Xq], xd: &[f32], rows: usize, k: us
 }
 
 /// Whether the relaxed-SIMD kernel runs the fused dot product (see the module docs): forced by
-/// [`force_fused_dot`], else chosen once by timing both forms on a synthetic matrix (32 × 512 × 1536, about 1 ms
-/// each, the best of 5 alternating runs) with the page's clock. `false` in the other builds, which have one form.
+/// [`force_fused_dot`], else what [`form::engine_lowering`] finds. `false` in the other builds, which have one form.
 pub fn fused_dot() -> bool {
     #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
     {
@@ -602,14 +603,14 @@ pub fn fused_dot() -> bool {
         match form::FORCED.load(Ordering::Relaxed) {
             1 => false,
             2 => true,
-            _ => *form::CHOSEN.get_or_init(form::time_both),
+            _ => *form::CHOSEN.get_or_init(|| form::engine_lowering() != form::Lowering::Pmaddubsw),
         }
     }
     #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
     false
 }
 
-/// Fixes the form [`fused_dot`] returns (`None`: back to the timed choice); for tests, which check both forms.
+/// Fixes the form [`fused_dot`] returns (`None`: back to the engine's); for tests, which check both forms.
 pub fn force_fused_dot(fused: Option<bool>) {
     #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
     form::FORCED.store(fused.map_or(0, |f| 1 + f as u8), std::sync::atomic::Ordering::Relaxed);
@@ -618,54 +619,38 @@ pub fn force_fused_dot(fused: Option<bool>) {
 }
 
 #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
-mod form {
-    use super::{pass, prepare_rows, Q8Matrix, Xq, QK};
+pub mod form {
+    use core::arch::wasm32::*;
     use std::sync::atomic::AtomicU8;
     use std::sync::OnceLock;
-    use wasm_bindgen::JsCast;
 
-    /// 0: the timed choice, 1: split, 2: fused.
-    pub static FORCED: AtomicU8 = AtomicU8::new(0);
-    pub static CHOSEN: OnceLock<bool> = OnceLock::new();
+    /// 0: the engine's choice, 1: split, 2: fused.
+    pub(super) static FORCED: AtomicU8 = AtomicU8::new(0);
+    pub(super) static CHOSEN: OnceLock<bool> = OnceLock::new();
 
-    /// `performance.now()` of the page or worker, if it has one.
-    fn now_ms() -> Option<f64> {
-        let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok()?;
-        let now: js_sys::Function = js_sys::Reflect::get(&perf, &"now".into()).ok()?.dyn_into().ok()?;
-        now.call0(&perf).ok()?.as_f64()
+    /// How the engine runs `i32x4.relaxed_dot_i8x16_i7x16_add_s`, told apart by the one input where the relaxed
+    /// semantics allow different results: the 7-bit operand with its top bit set.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Lowering {
+        /// x86 without AVX-VNNI: `pmaddubsw` (its i16 pair sums saturate) + `pmaddwd` + `paddd`, five instructions
+        /// with V8's constant: the split form is faster.
+        Pmaddubsw,
+        /// Anything else: `vpdpbusd` (AVX-VNNI), `sdot` (ARM), or an engine not seen here: the fused form.
+        Other,
     }
 
-    /// The faster form here; the split one when there is no clock or the two tie.
-    pub fn time_both() -> bool {
-        let (m, n, k) = (32, 512, 1536);
-        let blocks = k / QK;
-        let mut bytes = Vec::with_capacity(n * blocks * 34);
-        let mut s = 0x2545_f491u32;
-        for _ in 0..n * blocks {
-            bytes.extend_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-            for _ in 0..QK {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                bytes.push(s as u8);
-            }
-        }
-        let Ok(w) = Q8Matrix::from_q8_0(&bytes, n, k) else { return false };
-        let x: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0).collect();
-        let (mut xq, mut xd, mut c) = (vec![0 as Xq; m * k], vec![0f32; m * blocks], vec![0f32; m * n]);
-        prepare_rows(&x, k, &mut xq, &mut xd);
-        let mut best = [f64::INFINITY; 2];
-        for round in 0..6 {
-            for fused in [false, true] {
-                let Some(t0) = now_ms() else { return false };
-                // SAFETY: xq, xd, c are sized for m rows of this w.
-                unsafe { pass(&xq, &xd, m, k, &w, &mut c, fused) };
-                let Some(t1) = now_ms() else { return false };
-                if round > 0 {
-                    best[fused as usize] = best[fused as usize].min(t1 - t0);
-                }
-            }
-        }
-        best[1] < best[0]
+    /// `Σ_4 127 · b` with b's bytes all 0xFF: `pmaddubsw` reads b as unsigned and saturates each pair, 2 · 32767
+    /// per lane; AVX-VNNI's unsigned bytes give 4 · 127 · 255, signed ones (ARM's `sdot`) 4 · 127 · −1.
+    pub fn engine_lowering() -> Lowering {
+        // Volatile reads: the compiler (and wasm-opt) must not evaluate the relaxed instruction themselves.
+        let (a, b) = unsafe { (std::ptr::read_volatile(&127i8), std::ptr::read_volatile(&-1i8)) };
+        let lanes = probe(i8x16_splat(a), i8x16_splat(b));
+        if lanes == [2 * 32767; 4] { Lowering::Pmaddubsw } else { Lowering::Other }
+    }
+
+    #[target_feature(enable = "relaxed-simd")]
+    fn probe(a: v128, b: v128) -> [i32; 4] {
+        let r = i32x4_relaxed_dot_i8x16_i7x16_add(a, b, i32x4_splat(0));
+        [i32x4_extract_lane::<0>(r), i32x4_extract_lane::<1>(r), i32x4_extract_lane::<2>(r), i32x4_extract_lane::<3>(r)]
     }
 }
