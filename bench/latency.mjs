@@ -33,7 +33,7 @@ try {
   await page.goto(`${site.url}bench/page.html`);
   await page.waitForFunction(() => window.ready === true);
   let build = await page.evaluate((o) => window.load("ours", o), ours);
-  if (build.includes("relaxed") && ours.workers === 1) {
+  if (OURS === "q8" && build.includes("relaxed") && ours.workers === 1) {
     // Which form of the relaxed dot product the kernel timed as faster at load (src/backend/cpu/q8.rs).
     build += `, ${await page.evaluate(async () => (await import("/pkg/wasm-relaxed/bertgpu.js")).__q8DotForm())} dot`;
   }
