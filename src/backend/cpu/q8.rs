@@ -27,8 +27,8 @@
 //!   five instructions (the constant of ones rebuilt each time), and on a Zen 4 the kernel took 1.24–1.33× the time
 //!   of the split form (`bench/ab.mjs`, MiniLM Q8_0 in Chromium). Both give the same integers; which runs depends on
 //!   how the engine lowers the fused instruction, which one probe tells apart ([`fused_dot`]). (Timing the two forms
-//!   at the first Q8_0 matrix was tried: it chose the slower one in 1 page load of 3, the pages' noise and V8's
-//!   tier-up from baseline code.)
+//!   at the first Q8_0 matrix was tried: it chose the slower one in 1 page load of 3, likely the page's noise or V8
+//!   still running baseline code for one of them.)
 //!
 //! The 4 columns' block scales follow as f32. Per block and tile of 4 rows × 4 columns the kernel converts the
 //! integer sums once and accumulates them in f32.
@@ -643,6 +643,7 @@ pub mod form {
     /// per lane; AVX-VNNI's unsigned bytes give 4 · 127 · 255, signed ones (ARM's `sdot`) 4 · 127 · −1.
     pub fn engine_lowering() -> Lowering {
         // Volatile reads: the compiler (and wasm-opt) must not evaluate the relaxed instruction themselves.
+        // SAFETY: reads of two constants through valid references.
         let (a, b) = unsafe { (std::ptr::read_volatile(&127i8), std::ptr::read_volatile(&-1i8)) };
         let lanes = probe(i8x16_splat(a), i8x16_splat(b));
         if lanes == [2 * 32767; 4] { Lowering::Pmaddubsw } else { Lowering::Other }
