@@ -1,6 +1,7 @@
 // The cost of the worker entry on one short sentence. Two experiments in one headless Chromium page each:
 //   default: bertgpu's main-thread entry and its worker entry with 1 and 2 workers, loaded side by side, each timed
-//            on the same sentence in turn (5 warm-up rounds, then `reps`);
+//            on the same sentence in turn (5 warm-up rounds, then `reps`); and 2 workers on two sentences at once
+//            (one each), against one sentence, to see how much the two cores slow each other;
 //   --beside-theirs: the worker entry (2 workers) next to transformers.js with 2 wasm threads (bench/page.js, as in
 //            bench/browser.mjs): ours timed right after one of their calls and again after a 300 ms pause, in case
 //            their idle threads take the cores.
@@ -57,6 +58,8 @@ try {
           const ms = await timed(() => m.embed(text));
           if (i >= 5) add(name, ms);
         }
+        const two = await timed(() => models["worker entry, 2 workers"].embed([...text, ...text]));
+        if (i >= 5) add("worker entry, 2 workers, 2 sentences at once", two);
       }
     }
     return Object.entries(times).map(([name, xs]) => `${name}: ${median(xs).toFixed(1)} ms`);
