@@ -9,20 +9,14 @@
 // repository server serves (a model folder or a .gguf); simd is "relaxed" / "simd128" (default "auto"). "cold" reads
 // 64 MiB of other memory before each run, so that the weights come from DRAM, not from the cache (as after a pause,
 // or after another program ran).
-import { chromium } from "playwright-core";
-import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
-import { serve } from "../www/serve.mjs";
+import { withBenchPage } from "./harness.mjs";
 
 const [dirA, dirB, source, texts, tokens, reps = "7", simdA = "auto", simdB = "auto", cold = ""] = process.argv.slice(2);
 if (!dirA || !dirB || !source || !texts || !tokens) {
   console.error("usage: node bench/ab.mjs <dir A> <dir B> <model source> <texts> <tokens> [reps] [simd A] [simd B]");
   process.exit(2);
 }
-const site = await serve(ROOT);
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-try {
-  const page = await browser.newPage();
-  await page.goto(`${site.url}bench/page.html`);
+await withBenchPage({}, async (page) => {
   const r = await page.evaluate(async ({ dirs, source, n, tokens, reps, simds, cold }) => {
     const flush = new Float64Array(8 << 20).fill(1);
     let sink = 0;
@@ -49,7 +43,4 @@ try {
   }, { dirs: [dirA, dirB], source, n: Number(texts), tokens: Number(tokens), reps: Number(reps), simds: [simdA, simdB],
     cold: cold === "cold" });
   console.log(`${cold === "cold" ? "cold cache: " : ""}${dirA} (${simdA}): ${r[0].toFixed(1)} ms, ${dirB} (${simdB}): ${r[1].toFixed(1)} ms, B/A ${(r[1] / r[0]).toFixed(3)}`);
-} finally {
-  await browser.close();
-  await site.close();
-}
+});

@@ -13,6 +13,7 @@ import path from "node:path";
 import { chromium } from "playwright-core";
 import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
 import { serve } from "../www/serve.mjs";
+import { ISOLATION_HEADERS, median } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => {
@@ -34,12 +35,6 @@ const OURS_Q8 = "/bench/models/all-MiniLM-L6-v2.q8_0.gguf";
 // Real text (Debian's fortunes, tests/data/fortunes/), cut to the workloads' token counts in the page.
 const corpus = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/train.jsonl"), "utf8").trim().split("\n")
   .map((l) => JSON.parse(l).text);
-
-function median(xs) {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
 
 /** Texts of `tokens` tokens each (with [CLS]/[SEP]; at most, as close as whole words allow), cut from the corpus. */
 async function makeTexts(page, n, tokens) {
@@ -83,9 +78,7 @@ async function main() {
     if (!fs.existsSync(path.join(ROOT, need))) throw new Error(`${need} is missing: run bench/browser.sh`);
   }
   // Cross-origin isolated, so transformers.js may use wasm threads (bertgpu's wasm is single-threaded).
-  const site = await serve(ROOT, {
-    headers: { "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" },
-  });
+  const site = await serve(ROOT, { headers: ISOLATION_HEADERS });
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-bench-"));
   const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
   const results = { rows: [], cold: [], agreement: [], env: {} };

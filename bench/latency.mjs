@@ -5,9 +5,7 @@
 //
 //   node bench/latency.mjs [--runs 120] [--ours q8|f32] [--simd auto|relaxed|simd128] [--workers 1|2]
 //                          [--theirs q8|fp32] [--threads 1|2]
-import { chromium } from "playwright-core";
-import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
-import { serve } from "../www/serve.mjs";
+import { median, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => (argv.includes(`--${name}`) ? argv[argv.indexOf(`--${name}`) + 1] : dflt);
@@ -19,22 +17,11 @@ const theirs = { dtype: arg("theirs", "q8"), device: "wasm", threads: Number(arg
 // A real sentence (Debian's fortunes), 15 tokens with [CLS]/[SEP].
 const TEXTS = ["Anyone who has never made a mistake has never tried anything new."];
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[s.length >> 1] : (s[(s.length >> 1) - 1] + s[s.length >> 1]) / 2;
-};
-
-const site = await serve(ROOT, {
-  headers: { "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" },
-});
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-try {
-  const page = await browser.newPage();
-  await page.goto(`${site.url}bench/page.html`);
+await withBenchPage({ isolated: true }, async (page) => {
   await page.waitForFunction(() => window.ready === true);
   let build = await page.evaluate((o) => window.load("ours", o), ours);
   if (OURS === "q8" && build.includes("relaxed") && ours.workers === 1) {
-    // Which form of the relaxed dot product the kernel timed as faster at load (src/backend/cpu/q8.rs).
+    // Which form of the relaxed dot product the kernel runs on this engine and CPU (src/backend/cpu/q8.rs).
     build += `, ${await page.evaluate(async () => (await import("/pkg/wasm-relaxed/bertgpu.js")).__q8DotForm())} dot`;
   }
   await page.evaluate((t) => window.load("theirs", t), theirs);
@@ -59,7 +46,4 @@ try {
   console.log(`bertgpu ${OURS} CPU ${build}${ours.workers > 1 ? `, ${ours.workers} workers` : ""}: ${line("ours")}`);
   console.log(`transformers.js ${theirs.dtype} WASM ${theirs.threads} thread(s): ${line("theirs")}`);
   console.log(`ratio of medians: ${(median(all("ours")) / median(all("theirs"))).toFixed(2)}×`);
-} finally {
-  await browser.close();
-  await site.close();
-}
+});

@@ -8,20 +8,14 @@
 //   node bench/profile.mjs pkg-prof /bench/models/all-MiniLM-L6-v2.q8_0.gguf 8 128 relaxed [calls 3]
 //
 // (For the SIMD128 build: target/ without the feature, into pkg-prof/wasm, and simd "simd128".)
-import { chromium } from "playwright-core";
-import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
-import { serve } from "../www/serve.mjs";
+import { withBenchPage } from "./harness.mjs";
 
 const [dir, source, texts, tokens, simd = "auto", calls = "3"] = process.argv.slice(2);
 if (!dir || !source || !texts || !tokens) {
   console.error("usage: node bench/profile.mjs <package dir> <model source> <texts> <tokens> [simd] [calls]");
   process.exit(2);
 }
-const site = await serve(ROOT);
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-try {
-  const page = await browser.newPage();
-  await page.goto(`${site.url}bench/page.html`);
+await withBenchPage({}, async (page) => {
   const setup = { dir, source, simd, n: Number(texts), tokens: Number(tokens) };
   await page.evaluate(async ({ dir, source, simd, n, tokens }) => {
     const { Bert } = await import(`/${dir}/index.js`);
@@ -53,7 +47,4 @@ try {
   for (const [name, t] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 20)) {
     console.log(`${(100 * t / total).toFixed(1).padStart(5)}%  ${name.slice(0, 120)}`);
   }
-} finally {
-  await browser.close();
-  await site.close();
-}
+});

@@ -3,16 +3,10 @@
 //
 //   node bench/scaling.mjs [model source, default the q8_0 GGUF] [simd: relaxed | simd128 | auto]
 //   node bench/scaling.mjs /models/all-MiniLM-L6-v2 simd128
-import { chromium } from "playwright-core";
-import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
-import { serve } from "../www/serve.mjs";
+import { withBenchPage } from "./harness.mjs";
 
 const [source = "/bench/models/all-MiniLM-L6-v2.q8_0.gguf", simd = "auto"] = process.argv.slice(2);
-const site = await serve(ROOT);
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-try {
-  const page = await browser.newPage();
-  await page.goto(`${site.url}bench/page.html`);
+await withBenchPage({}, async (page) => {
   const lines = await page.evaluate(async ({ source, simd }) => {
     const { Bert } = await import("/pkg/index.js");
     const bert = await Bert.load(source, { device: "cpu", cache: false, simd });
@@ -36,7 +30,4 @@ try {
       + `${(median(times[k]) / tokens[k]).toFixed(3)} ms per token`);
   }, { source, simd });
   console.log(lines.join("\n"));
-} finally {
-  await browser.close();
-  await site.close();
-}
+});

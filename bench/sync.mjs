@@ -5,20 +5,12 @@
 // gives here. From the repository root:
 //
 //   node bench/sync.mjs [n 4992] [rounds 2000] [--spin]
-import { chromium } from "playwright-core";
-import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
-import { serve } from "../www/serve.mjs";
+import { withBenchPage } from "./harness.mjs";
 
 const args = process.argv.slice(2);
 const spin = args.includes("--spin");
 const [n = "4992", rounds = "2000"] = args.filter((a) => !a.startsWith("--"));
-const site = await serve(ROOT, {
-  headers: { "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" },
-});
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-try {
-  const page = await browser.newPage();
-  await page.goto(`${site.url}bench/page.html`);
+await withBenchPage({ isolated: true }, async (page) => {
   const r = await page.evaluate(async ({ n, rounds, spin }) => {
     if (!crossOriginIsolated) throw new Error("the page is not cross-origin isolated");
     const sab = new SharedArrayBuffer(8 + 8 * n);
@@ -31,7 +23,4 @@ try {
   }, { n: Number(n), rounds: Number(rounds), spin });
   console.log(`${n} floats each way, ${rounds} exchanges${spin ? " (spinning)" : ""}: `
     + `${r.map((us) => us.toFixed(1)).join(" / ")} µs per exchange (worker 0 / 1)`);
-} finally {
-  await browser.close();
-  await site.close();
-}
+});

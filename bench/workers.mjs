@@ -9,18 +9,12 @@
 // bench/node_modules and the ONNX export:
 //
 //   node bench/workers.mjs [model source /models/all-MiniLM-L6-v2] [reps 35] [--beside-theirs]
-import { chromium } from "playwright-core";
-import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
-import { serve } from "../www/serve.mjs";
+import { withBenchPage } from "./harness.mjs";
 
 const args = process.argv.slice(2);
 const beside = args.includes("--beside-theirs");
 const [source = "/models/all-MiniLM-L6-v2", reps = "35"] = args.filter((a) => !a.startsWith("--"));
-const site = await serve(ROOT);
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-try {
-  const page = await browser.newPage();
-  await page.goto(`${site.url}bench/page.html`);
+await withBenchPage({}, async (page) => {
   const r = await page.evaluate(async ({ source, reps, beside }) => {
     const text = ["The quick brown fox jumps over the lazy dog again."];
     const median = (xs) => xs.sort((a, b) => a - b)[xs.length >> 1];
@@ -65,7 +59,4 @@ try {
     return Object.entries(times).map(([name, xs]) => `${name}: ${median(xs).toFixed(1)} ms`);
   }, { source, reps: Number(reps), beside });
   console.log(r.join("\n"));
-} finally {
-  await browser.close();
-  await site.close();
-}
+});

@@ -1,0 +1,35 @@
+// What the benchmark scripts share: the benchmark page (bench/page.html) served from the repository root in a
+// headless Chromium, and the median.
+import { chromium } from "playwright-core";
+import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
+import { serve } from "../www/serve.mjs";
+
+/** The headers that make a page cross-origin isolated (SharedArrayBuffer, wasm threads for transformers.js). */
+export const ISOLATION_HEADERS = {
+  "Cross-Origin-Opener-Policy": "same-origin",
+  "Cross-Origin-Embedder-Policy": "require-corp",
+};
+
+/**
+ * Runs `f(page)` on bench/page.html, served from the repository root (cross-origin isolated if `isolated`), in a
+ * fresh headless Chromium; closes both after, and returns what `f` returns.
+ */
+export async function withBenchPage({ isolated = false } = {}, f) {
+  const site = await serve(ROOT, isolated ? { headers: ISOLATION_HEADERS } : undefined);
+  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
+  try {
+    const page = await browser.newPage();
+    await page.goto(`${site.url}bench/page.html`);
+    return await f(page);
+  } finally {
+    await browser.close();
+    await site.close();
+  }
+}
+
+/** The median (of an even count, the mean of the middle two). */
+export function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
