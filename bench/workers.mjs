@@ -14,7 +14,8 @@ import { withBenchPage } from "./harness.mjs";
 const args = process.argv.slice(2);
 const beside = args.includes("--beside-theirs");
 const [source = "/models/all-MiniLM-L6-v2", reps = "35"] = args.filter((a) => !a.startsWith("--"));
-await withBenchPage({}, async (page) => {
+// Cross-origin isolated with --beside-theirs, or transformers.js cannot start its 2 threads.
+await withBenchPage({ isolated: beside }, async (page) => {
   const r = await page.evaluate(async ({ source, reps, beside }) => {
     const text = ["The quick brown fox jumps over the lazy dog again."];
     const median = (xs) => xs.sort((a, b) => a - b)[xs.length >> 1];
