@@ -138,7 +138,7 @@ pub fn debug_linear_q8(x: &[f32], w: &[u8], m: usize, n: usize, k: usize) -> Res
 
 /// Which form of the relaxed-SIMD Q8_0 kernel's dot product runs: "fused" or "split" (module docs of
 /// `backend::cpu::q8`), or "simd128" in the SIMD128 build. `force`: "fused" / "split" fixes it, "auto" returns to
-/// the engine's (`q8::form::engine_lowering`), `undefined` only reads it. For tests/browser/q8-kernel.test.mjs. Not
+/// the engine's (`q8::fused_dot`), `undefined` only reads it. For tests/browser/q8-kernel.test.mjs. Not
 /// part of the public API.
 #[wasm_bindgen(js_name = __q8DotForm)]
 pub fn q8_dot_form(force: Option<String>) -> Result<String, JsError> {

@@ -508,7 +508,7 @@ pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32
         let mut xd = vec![0f32; rows * blocks];
         prepare_rows(&x[r0 * k..(r0 + rows) * k], k, &mut xq, &mut xd);
         // SAFETY: xq/xd hold the task's `rows` rows; `c` is their output rows.
-        unsafe { pass(&xq, &xd, rows, k, w, c, fused_dot()) };
+        unsafe { pass(&xq, &xd, rows, k, w, c) };
         epilogue(c, n, bias, act);
     });
 }
@@ -522,11 +522,11 @@ pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32
 /// identically).
 ///
 /// SAFETY: `xq.len() == rows · k`, `xd.len() == rows · k / 32`, `c.len() == rows · w.n`, `w.k == k`.
-unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32], fused: bool) {
+unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32]) {
     // SAFETY: the caller's guarantees.
     unsafe {
         // (`cfg!`: the other builds compile one form.)
-        if cfg!(all(target_arch = "wasm32", feature = "relaxed-simd")) && fused {
+        if cfg!(all(target_arch = "wasm32", feature = "relaxed-simd")) && fused_dot() {
             pass_form::<true>(xq, xd, rows, k, w, c)
         } else {
             pass_form::<false>(xq, xd, rows, k, w, c)
@@ -595,7 +595,8 @@ unsafe fn pass_form<const FUSED: bool>(xq: &[Xq], xd: &[f32], rows: usize, k: us
 }
 
 /// Whether the relaxed-SIMD kernel runs the fused dot product (see the module docs): forced by
-/// [`force_fused_dot`], else what [`form::engine_lowering`] finds. `false` in the other builds, which have one form.
+/// [`force_fused_dot`], else true unless the engine has no byte dot product (`form::saturating_lowering`).
+/// `false` in the other builds, which have one form.
 pub fn fused_dot() -> bool {
     #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
     {
@@ -603,7 +604,7 @@ pub fn fused_dot() -> bool {
         match form::FORCED.load(Ordering::Relaxed) {
             1 => false,
             2 => true,
-            _ => *form::CHOSEN.get_or_init(|| form::engine_lowering() != form::Lowering::Pmaddubsw),
+            _ => *form::CHOSEN.get_or_init(|| !form::saturating_lowering()),
         }
     }
     #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
@@ -619,7 +620,7 @@ pub fn force_fused_dot(fused: Option<bool>) {
 }
 
 #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
-pub mod form {
+mod form {
     use core::arch::wasm32::*;
     use std::sync::atomic::AtomicU8;
     use std::sync::OnceLock;
@@ -628,25 +629,17 @@ pub mod form {
     pub(super) static FORCED: AtomicU8 = AtomicU8::new(0);
     pub(super) static CHOSEN: OnceLock<bool> = OnceLock::new();
 
-    /// How the engine runs `i32x4.relaxed_dot_i8x16_i7x16_add_s`, told apart by the one input where the relaxed
-    /// semantics allow different results: the 7-bit operand with its top bit set.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Lowering {
-        /// x86 without AVX-VNNI: `pmaddubsw` (its i16 pair sums saturate) + `pmaddwd` + `paddd`, five instructions
-        /// with V8's constant: the split form is faster.
-        Pmaddubsw,
-        /// Anything else: `vpdpbusd` (AVX-VNNI), `sdot` (ARM), or an engine not seen here: the fused form.
-        Other,
-    }
-
-    /// `Σ_4 127 · b` with b's bytes all 0xFF: `pmaddubsw` reads b as unsigned and saturates each pair, 2 · 32767
-    /// per lane; AVX-VNNI's unsigned bytes give 4 · 127 · 255, signed ones (ARM's `sdot`) 4 · 127 · −1.
-    pub fn engine_lowering() -> Lowering {
+    /// Whether the engine runs `i32x4.relaxed_dot_i8x16_i7x16_add_s` as x86 without AVX-VNNI: `pmaddubsw` (its i16
+    /// pair sums saturate) + `pmaddwd` + `paddd`, five instructions with V8's constant, where the split form is
+    /// faster. Told apart by the one input where the relaxed semantics allow different results, the 7-bit operand
+    /// with its top bit set: `Σ_4 127 · b` with b's bytes all 0xFF is 2 · 32767 per lane through `pmaddubsw` (b read
+    /// as unsigned, each pair saturated); AVX-VNNI's unsigned bytes give 4 · 127 · 255, signed ones (ARM's `sdot`)
+    /// 4 · 127 · −1, and those take the fused form, as does any engine not seen here.
+    pub fn saturating_lowering() -> bool {
         // Volatile reads: the compiler (and wasm-opt) must not evaluate the relaxed instruction themselves.
         // SAFETY: reads of two constants through valid references.
         let (a, b) = unsafe { (std::ptr::read_volatile(&127i8), std::ptr::read_volatile(&-1i8)) };
-        let lanes = probe(i8x16_splat(a), i8x16_splat(b));
-        if lanes == [2 * 32767; 4] { Lowering::Pmaddubsw } else { Lowering::Other }
+        probe(i8x16_splat(a), i8x16_splat(b)) == [2 * 32767; 4]
     }
 
     #[target_feature(enable = "relaxed-simd")]
