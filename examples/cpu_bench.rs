@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         None => (BertConfig::from_file(dir.join("config.json"))?, Weights::from_safetensors_file(dir.join("model.safetensors"))?),
     };
-    let model = Model::new(CpuBackend, config, tokenizer, &weights)?;
+    let model = Model::new(CpuBackend::new(), config, tokenizer, &weights)?;
     drop(weights);
 
     let texts: Vec<String> = (0..batch).map(|i| format!("{i} {}", TEXT.repeat(1 + seq / 16))).collect();

@@ -571,14 +571,25 @@ impl Engine {
 
     /// Loads a BERT `.gguf` from its bytes (ours, or llama.cpp's `bert` files): see [`crate::weights::gguf`].
     pub async fn from_gguf(bytes: &[u8], device: Device) -> Result<Engine> {
+        Self::from_gguf_on(bytes, device, CpuBackend::new()).await
+    }
+
+    /// [`Self::from_gguf`], with the backend to use if the CPU is chosen (e.g. one shard of a tensor-parallel model).
+    pub async fn from_gguf_on(bytes: &[u8], device: Device, cpu: CpuBackend) -> Result<Engine> {
         let m = crate::weights::gguf::load_gguf(bytes)?;
-        Self::from_parts(m.config, m.tokenizer, &m.weights, device).await
+        Self::from_parts_on(m.config, m.tokenizer, &m.weights, device, cpu).await
     }
 
     /// Puts the encoder on the requested device.
     pub async fn from_parts(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device) -> Result<Engine> {
+        Self::from_parts_on(config, tokenizer, weights, device, CpuBackend::new()).await
+    }
+
+    /// [`Self::from_parts`], with the backend to use if the CPU is chosen (a GPU model is always whole).
+    pub async fn from_parts_on(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device,
+        cpu: CpuBackend) -> Result<Engine> {
         match device {
-            Device::Cpu => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+            Device::Cpu => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
             Device::Gpu => {
                 let gpu = GpuBackend::new(Gpu::new().await?)?;
                 Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await
@@ -591,9 +602,9 @@ impl Engine {
             Device::Auto => match Gpu::new().await {
                 Ok(gpu) if gpu.info.device_type != wgpu::DeviceType::Cpu => match GpuBackend::new(gpu) {
                     Ok(gpu) => Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await,
-                    Err(_) => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+                    Err(_) => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
                 },
-                _ => Ok(Engine::Cpu(Model::new(CpuBackend, config, tokenizer, weights)?)),
+                _ => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
             },
         }
     }

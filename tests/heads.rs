@@ -410,7 +410,7 @@ fn all_heads<B: Backend>(mk: impl Fn() -> B, tol: Tol) {
 
 #[test]
 fn heads_match_pytorch_on_cpu() {
-    all_heads(|| CpuBackend, CPU_TOL);
+    all_heads(|| CpuBackend::new(), CPU_TOL);
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -431,7 +431,7 @@ fn err<T: std::fmt::Debug>(r: bertgpu::Result<T>) -> String {
 
 #[test]
 fn task_errors_are_clear() {
-    let pre = load_model(&tiny("tiny-pretraining"), CpuBackend);
+    let pre = load_model(&tiny("tiny-pretraining"), CpuBackend::new());
     let e = err(block_on(pre.fill_mask(&["no mask in this text."], 5)));
     assert!(e.contains("no mask token") && e.contains("[MASK]"), "{e}");
     let e = err(block_on(pre.fill_mask(&["the [MASK] sat."], 0)));
@@ -439,7 +439,7 @@ fn task_errors_are_clear() {
     let e = err(block_on(pre.classify(&[("a text", None)], None)));
     assert!(e.contains("no sequence-classification head") && e.contains("train-head"), "{e}");
 
-    let clf = load_model(&tiny("tiny-classifier"), CpuBackend);
+    let clf = load_model(&tiny("tiny-classifier"), CpuBackend::new());
     let e = err(block_on(clf.fill_mask(&["the [MASK] sat."], 5)));
     assert!(e.contains("no masked-LM head"), "{e}");
     let e = err(block_on(clf.next_sentence(&[("a", "b")])));
@@ -449,13 +449,13 @@ fn task_errors_are_clear() {
     let e = err(block_on(clf.token_classify(&[("a text", None)], Aggregation::None)));
     assert!(e.contains("use `classify`"), "{e}");
 
-    let ner = load_model(&tiny("tiny-ner"), CpuBackend);
+    let ner = load_model(&tiny("tiny-ner"), CpuBackend::new());
     let e = err(block_on(ner.token_classify(&[("a text", Some("a pair"))], Aggregation::Simple)));
     assert!(e.contains("single text") && e.contains("text_pair"), "{e}");
     let e = err(block_on(ner.classify(&[("a text", None)], None)));
     assert!(e.contains("use `ner`"), "{e}");
 
-    let qa_model = load_model(&tiny("tiny-qa"), CpuBackend);
+    let qa_model = load_model(&tiny("tiny-qa"), CpuBackend::new());
     assert!(err(block_on(qa_model.answer("", "some context"))).contains("question is empty"));
     assert!(err(block_on(qa_model.answer("who?", " \n"))).contains("context is empty"));
 }
@@ -463,7 +463,7 @@ fn task_errors_are_clear() {
 #[test]
 fn classifier_labels_missing_from_config() {
     let dir = tiny("tiny-classifier");
-    let m = load_model_with(&dir, CpuBackend, |cfg, _| {
+    let m = load_model_with(&dir, CpuBackend::new(), |cfg, _| {
         cfg.id2label.clear();
         cfg.label2id.clear();
     })
@@ -471,7 +471,7 @@ fn classifier_labels_missing_from_config() {
     let e = err(block_on(m.classify(&[("a text", None)], None)));
     assert!(e.contains("id2label") && e.contains("one entry per output"), "{e}");
     // id2label naming fewer labels than the classifier has outputs.
-    let m = load_model_with(&dir, CpuBackend, |cfg, _| {
+    let m = load_model_with(&dir, CpuBackend::new(), |cfg, _| {
         cfg.id2label.remove(&2);
     })
     .unwrap();
@@ -483,7 +483,7 @@ fn classifier_labels_missing_from_config() {
 fn pair_given_to_a_single_segment_classifier() {
     // A checkpoint with one token type (type_vocab_size 1) was never trained on pairs.
     let dir = tiny("tiny-classifier");
-    let m = load_model_with(&dir, CpuBackend, |cfg, w| {
+    let m = load_model_with(&dir, CpuBackend::new(), |cfg, w| {
         cfg.type_vocab_size = 1;
         let tt = w.get("bert.embeddings.token_type_embeddings.weight", &[2, 32]).unwrap();
         let first_row = tt.to_f32().unwrap()[..32].to_vec();
@@ -499,7 +499,7 @@ fn pair_given_to_a_single_segment_classifier() {
 
 #[test]
 fn fill_mask_with_the_mask_cut_off_by_truncation() {
-    let pre = load_model(&tiny("tiny-pretraining"), CpuBackend);
+    let pre = load_model(&tiny("tiny-pretraining"), CpuBackend::new());
     // tiny-pretraining reads 64 tokens: the mask at the end of a 100-word text is cut off.
     let text = format!("{} [MASK].", "the cat sat on the mat. ".repeat(20));
     let e = err(block_on(pre.fill_mask(&[text.as_str()], 5)));
@@ -518,9 +518,9 @@ fn available_tasks_follow_the_checkpoint() {
         ("tiny-qa", &["answer"]),
     ];
     for (name, tasks) in want {
-        assert_eq!(load_model(&tiny(name), CpuBackend).available_tasks(), tasks, "{name}");
+        assert_eq!(load_model(&tiny(name), CpuBackend::new()).available_tasks(), tasks, "{name}");
     }
-    let pre = load_model(&tiny("tiny-pretraining"), CpuBackend);
+    let pre = load_model(&tiny("tiny-pretraining"), CpuBackend::new());
     let examples: Vec<bertgpu::tasks::TrainExample> = [("a cat", "x"), ("a dog", "y"), ("the cat", "x"), ("a pup", "y")]
         .iter()
         .map(|(t, l)| bertgpu::tasks::TrainExample { text: t.to_string(), label: l.to_string() })

@@ -38,7 +38,7 @@ fn load(name: &str) -> BertModel<CpuBackend> {
     assert!(dir.join("model.safetensors").exists(), "{} missing: run scripts/fetch-models.sh", dir.display());
     let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
     let w = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
-    BertModel::load(&w, &cfg, &CpuBackend).unwrap()
+    BertModel::load(&w, &cfg, &CpuBackend::new()).unwrap()
 }
 
 fn model(name: &str) -> &'static BertModel<CpuBackend> {
@@ -69,7 +69,7 @@ fn batch(seqs: &[Vec<u32>], t: usize) -> Batch {
 }
 
 fn read(t: &CpuTensor) -> Vec<f32> {
-    pollster::block_on(CpuBackend.read(t)).unwrap()
+    pollster::block_on(CpuBackend::new().read(t)).unwrap()
 }
 
 fn max_abs_err(got: &[f32], want: &[f32]) -> (usize, f32) {
@@ -91,7 +91,7 @@ fn check(name: &str, sentences: &[usize], t: usize, extra_padding: usize) {
     let t = t + extra_padding;
     let m = model(name);
     let h = m.config.hidden_size;
-    let be = CpuBackend;
+    let be = CpuBackend::new();
     let b = batch(&seqs, t);
     let mask = be.mask(&b).unwrap();
     let hidden = m.forward_with_mask(&be, &b, &mask).unwrap(); // (B*T, H)
@@ -191,7 +191,7 @@ fn weights_of_another_model_are_a_shape_error() {
     // splade-tiny's weights with MiniLM's config: every size differs; the error names a tensor and both shapes.
     let cfg = BertConfig::from_file(root().join("models/all-MiniLM-L6-v2/config.json")).unwrap();
     let w = Weights::from_safetensors_file(root().join("models/splade-tiny/model.safetensors")).unwrap();
-    let e = BertModel::load(&w, &cfg, &CpuBackend).err().expect("must fail").to_string();
+    let e = BertModel::load(&w, &cfg, &CpuBackend::new()).err().expect("must fail").to_string();
     assert!(e.contains("embeddings.word_embeddings.weight") && e.contains("[30522, 128]") && e.contains("[30522, 384]"), "{e}");
 }
 
@@ -208,6 +208,6 @@ fn config_with_indivisible_heads_is_a_clear_error() {
 fn sequence_longer_than_positions_is_an_input_error() {
     let m = model("splade-tiny");
     let b = batch(&[vec![101; 513]], 513);
-    let e = m.forward(&CpuBackend, &b).err().expect("must fail").to_string();
+    let e = m.forward(&CpuBackend::new(), &b).err().expect("must fail").to_string();
     assert!(e.contains("513") && e.contains("512"), "{e}");
 }

@@ -99,7 +99,7 @@ fn check<B: Backend>(be: &B) {
 
 #[test]
 fn cpu_matches_pytorch_adamw() {
-    check(&CpuBackend);
+    check(&CpuBackend::new());
 }
 
 #[test]

@@ -23,7 +23,7 @@ const ADAMW_ATOL: f32 = 1e-7;
 const ADAMW_RTOL: f32 = 1e-6;
 
 fn up_cpu(d: &[f32], r: usize, c: usize) -> <CpuBackend as Backend>::Tensor {
-    CpuBackend.input(d, r, c).unwrap()
+    CpuBackend::new().input(d, r, c).unwrap()
 }
 
 fn read_g(g: &GpuBackend, t: &<GpuBackend as Backend>::Tensor) -> Vec<f32> {
@@ -50,7 +50,7 @@ fn train_kernels_match_cpu_twins() {
                     let (br, bc) = if tb { (n, k) } else { (k, n) };
                     let a = rand_vec(ar * ac, (m * 31 + k) as u64);
                     let b = rand_vec(br * bc, (n * 17 + k) as u64);
-                    let want = CpuBackend.matmul(&up_cpu(&a, ar, ac), ta, &up_cpu(&b, br, bc), tb).unwrap();
+                    let want = CpuBackend::new().matmul(&up_cpu(&a, ar, ac), ta, &up_cpu(&b, br, bc), tb).unwrap();
                     let got = g.matmul(&g.input(&a, ar, ac).unwrap(), ta, &g.input(&b, br, bc).unwrap(), tb).unwrap();
                     assert_eq!(g.dims(&got), (m, n));
                     assert_close(&format!("matmul {m}x{k}x{n} ta={ta} tb={tb}"), &read_g(&g, &got), &read_c(&want),
@@ -64,7 +64,7 @@ fn train_kernels_match_cpu_twins() {
         let mut z = rand_vec(b * c, (b + c) as u64);
         z.iter_mut().enumerate().for_each(|(i, v)| if i % 11 == 0 { *v *= 80.0 });
         let labels: Vec<u32> = (0..b).map(|i| (i * 7 % c) as u32).collect();
-        let want = CpuBackend.softmax_xent_grad(&up_cpu(&z, b, c), &labels).unwrap();
+        let want = CpuBackend::new().softmax_xent_grad(&up_cpu(&z, b, c), &labels).unwrap();
         let got = g.softmax_xent_grad(&g.input(&z, b, c).unwrap(), &labels).unwrap();
         assert_close(&format!("xent grad {b}x{c}"), &read_g(&g, &got), &read_c(&want), XENT_ATOL, XENT_RTOL);
     }
@@ -73,7 +73,7 @@ fn train_kernels_match_cpu_twins() {
         for &n in &sizes {
             let dy = rand_vec(n * 7, 5);
             let pre: Vec<f32> = rand_vec(n * 7, 6).iter().map(|v| v * 4.0).collect();
-            let want = CpuBackend.activation_grad(&up_cpu(&dy, n, 7), &up_cpu(&pre, n, 7), act).unwrap();
+            let want = CpuBackend::new().activation_grad(&up_cpu(&dy, n, 7), &up_cpu(&pre, n, 7), act).unwrap();
             let got = g.activation_grad(&g.input(&dy, n, 7).unwrap(), &g.input(&pre, n, 7).unwrap(), act).unwrap();
             assert_close(&format!("{act:?}' over {n}x7"), &read_g(&g, &got), &read_c(&want), ACT_ATOL, ACT_RTOL);
         }
@@ -86,7 +86,7 @@ fn train_kernels_match_cpu_twins() {
         let v: Vec<f32> = rand_vec(r * c, 4).iter().map(|v| v * v * 1e-5).collect();
         for t in [1, 7] {
             let s = AdamWStep::new(1e-2, 0.01, 0.9, 0.999, 1e-8, t);
-            let (wp, wm, wv) = CpuBackend
+            let (wp, wm, wv) = CpuBackend::new()
                 .adamw(&up_cpu(&p, r, c), &up_cpu(&gr, r, c), &up_cpu(&m, r, c), &up_cpu(&v, r, c), &s)
                 .unwrap();
             let up = |d: &[f32]| g.input(d, r, c).unwrap();

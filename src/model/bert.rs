@@ -44,6 +44,12 @@ impl<B: Backend> BertModel<B> {
     /// `w` at the checkpoint root: names with or without the `bert.` prefix both resolve (see [`Weights`]).
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         cfg.validate()?;
+        let shards = backend.shard().count;
+        if shards > 1 && (cfg.num_attention_heads % shards != 0 || cfg.intermediate_size % shards != 0) {
+            return Err(crate::Error::Config(format!(
+                "this model cannot be split across {shards} workers: its {} attention heads and {} feed-forward units \
+                 must both divide by {shards}", cfg.num_attention_heads, cfg.intermediate_size)));
+        }
         Ok(BertModel {
             config: cfg.clone(),
             embeddings: BertEmbeddings::load(&w.pp("embeddings"), cfg, backend)?,

@@ -1,12 +1,34 @@
 //! One post-LN encoder layer and its sub-modules:
 //! `x = LN(x + Wo·Attn(x))`, then `x = LN(x + W2·act(W1·x))`.
 
+use std::borrow::Cow;
+use std::ops::Range;
+
 use crate::backend::{Activation, AttentionShape, Backend};
 use crate::config::BertConfig;
 use crate::weights::{HostTensor, Weights};
 use crate::Result;
 
-use super::{load_layernorm, load_linear};
+use super::load_layernorm;
+
+/// Rows `part` of `t` (all of them: `t` itself, not a copy).
+fn part_rows(t: &HostTensor, part: Range<usize>) -> Result<Cow<'_, HostTensor>> {
+    Ok(if part == (0..t.rows_cols().0) { Cow::Borrowed(t) } else { Cow::Owned(t.slice_rows(part)?) })
+}
+
+/// Columns `part` of `t` (all of them: `t` itself).
+fn part_cols(t: &HostTensor, part: Range<usize>) -> Result<Cow<'_, HostTensor>> {
+    Ok(if part == (0..t.rows_cols().1) { Cow::Borrowed(t) } else { Cow::Owned(t.slice_cols(part)?) })
+}
+
+/// A projection back to the hidden size, weight `(out, inp)`: a shard keeps the input columns of its part
+/// ([`crate::backend::Shard`]) and the bias only on shard 0, so that the shards' products add up to the whole one.
+fn load_contraction<B: Backend>(w: &Weights, out: usize, inp: usize, backend: &B) -> Result<(B::Tensor, Option<B::Tensor>)> {
+    let shard = backend.shard();
+    let weight = backend.upload(&*part_cols(w.get("weight", &[out, inp])?, shard.part(inp))?)?;
+    let bias = if shard.rank == 0 { Some(backend.upload(w.get("bias", &[out])?)?) } else { None };
+    Ok((weight, bias))
+}
 
 /// `BertSelfAttention`, with the query/key/value projections fused into one `(3H, H)` GEMM at load.
 pub struct BertSelfAttention<B: Backend> {
@@ -20,13 +42,18 @@ impl<B: Backend> BertSelfAttention<B> {
     /// `w` at `encoder.layer.{i}.attention.self`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
+        let shard = backend.shard();
+        // A shard's heads: their rows of each projection (head i at rows i·d..(i+1)·d).
+        let rows = shard.part(h);
         let (q, k, v) = (w.pp("query"), w.pp("key"), w.pp("value"));
-        let weight = HostTensor::concat_rows(&[q.get("weight", &[h, h])?, k.get("weight", &[h, h])?, v.get("weight", &[h, h])?])?;
-        let bias = HostTensor::concat_rows(&[q.get("bias", &[h])?, k.get("bias", &[h])?, v.get("bias", &[h])?])?;
+        let [wq, wk, wv] = [&q, &k, &v].map(|p| p.get("weight", &[h, h]).and_then(|t| part_rows(t, rows.clone())));
+        let [bq, bk, bv] = [&q, &k, &v].map(|p| p.get("bias", &[h]).and_then(|t| part_cols(t, rows.clone())));
+        let weight = HostTensor::concat_rows(&[&*wq?, &*wk?, &*wv?])?;
+        let bias = HostTensor::concat_rows(&[&*bq?, &*bk?, &*bv?])?;
         Ok(BertSelfAttention {
             qkv_weight: backend.upload(&weight)?,
             qkv_bias: backend.upload(&bias)?,
-            heads: cfg.num_attention_heads,
+            heads: cfg.num_attention_heads / shard.count,
             head_dim: cfg.head_dim(),
         })
     }
@@ -41,8 +68,8 @@ impl<B: Backend> BertSelfAttention<B> {
 
 /// `BertSelfOutput`: output projection, residual, LayerNorm.
 pub struct BertSelfOutput<B: Backend> {
-    dense_weight: B::Tensor, // (H, H)
-    dense_bias: B::Tensor,   // (H)
+    dense_weight: B::Tensor,         // (H, H); a shard's: (H, H / shards)
+    dense_bias: Option<B::Tensor>,   // (H); shard 0's only
     ln_gamma: B::Tensor,     // (H)
     ln_beta: B::Tensor,      // (H)
     eps: f32,
@@ -52,14 +79,16 @@ impl<B: Backend> BertSelfOutput<B> {
     /// `w` at `encoder.layer.{i}.attention.output`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
-        let (dense_weight, dense_bias) = load_linear(&w.pp("dense"), h, h, backend)?;
+        let (dense_weight, dense_bias) = load_contraction(&w.pp("dense"), h, h, backend)?;
         let (ln_gamma, ln_beta) = load_layernorm(&w.pp("LayerNorm"), h, backend)?;
         Ok(BertSelfOutput { dense_weight, dense_bias, ln_gamma, ln_beta, eps: cfg.layer_norm_eps })
     }
 
-    /// context `(B*T, H)`, input `(B*T, H)` → `LN(input + context·Woᵀ + bo)` `(B*T, H)`.
+    /// context `(B*T, H)`, input `(B*T, H)` → `LN(input + context·Woᵀ + bo)` `(B*T, H)`. (A shard's context holds
+    /// its heads only: its products are summed across the shards.)
     pub fn forward(&self, backend: &B, context: &B::Tensor, input: &B::Tensor) -> Result<B::Tensor> {
-        let y = backend.linear(context, &self.dense_weight, Some(&self.dense_bias), Activation::None)?; // (B*T, H)
+        let y = backend.linear(context, &self.dense_weight, self.dense_bias.as_ref(), Activation::None)?; // (B*T, H)
+        let y = backend.sum_shards(y)?;
         backend.layernorm(&y, Some(input), &self.ln_gamma, &self.ln_beta, self.eps)
     }
 }
@@ -88,15 +117,18 @@ impl<B: Backend> BertAttention<B> {
 
 /// `BertIntermediate`: the feed-forward expansion with its activation fused into the GEMM.
 pub struct BertIntermediate<B: Backend> {
-    dense_weight: B::Tensor, // (I, H)
-    dense_bias: B::Tensor,   // (I)
+    dense_weight: B::Tensor, // (I, H); a shard's: (I / shards, H)
+    dense_bias: B::Tensor,   // (I); a shard's: (I / shards)
     act: Activation,
 }
 
 impl<B: Backend> BertIntermediate<B> {
     /// `w` at `encoder.layer.{i}.intermediate`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let (dense_weight, dense_bias) = load_linear(&w.pp("dense"), cfg.intermediate_size, cfg.hidden_size, backend)?;
+        let (i, h, part) = (cfg.intermediate_size, cfg.hidden_size, backend.shard().part(cfg.intermediate_size));
+        let w = w.pp("dense");
+        let dense_weight = backend.upload(&*part_rows(w.get("weight", &[i, h])?, part.clone())?)?;
+        let dense_bias = backend.upload(&*part_cols(w.get("bias", &[i])?, part)?)?;
         Ok(BertIntermediate { dense_weight, dense_bias, act: cfg.hidden_act })
     }
 
@@ -108,8 +140,8 @@ impl<B: Backend> BertIntermediate<B> {
 
 /// `BertOutput`: the feed-forward contraction, residual, LayerNorm.
 pub struct BertOutput<B: Backend> {
-    dense_weight: B::Tensor, // (H, I)
-    dense_bias: B::Tensor,   // (H)
+    dense_weight: B::Tensor,         // (H, I); a shard's: (H, I / shards)
+    dense_bias: Option<B::Tensor>,   // (H); shard 0's only
     ln_gamma: B::Tensor,     // (H)
     ln_beta: B::Tensor,      // (H)
     eps: f32,
@@ -119,14 +151,16 @@ impl<B: Backend> BertOutput<B> {
     /// `w` at `encoder.layer.{i}.output`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
-        let (dense_weight, dense_bias) = load_linear(&w.pp("dense"), h, cfg.intermediate_size, backend)?;
+        let (dense_weight, dense_bias) = load_contraction(&w.pp("dense"), h, cfg.intermediate_size, backend)?;
         let (ln_gamma, ln_beta) = load_layernorm(&w.pp("LayerNorm"), h, backend)?;
         Ok(BertOutput { dense_weight, dense_bias, ln_gamma, ln_beta, eps: cfg.layer_norm_eps })
     }
 
-    /// inter `(B*T, I)`, input `(B*T, H)` → `LN(input + inter·W2ᵀ + b2)` `(B*T, H)`.
+    /// inter `(B*T, I)`, input `(B*T, H)` → `LN(input + inter·W2ᵀ + b2)` `(B*T, H)`. (A shard's inter holds its
+    /// units only: its products are summed across the shards.)
     pub fn forward(&self, backend: &B, inter: &B::Tensor, input: &B::Tensor) -> Result<B::Tensor> {
-        let y = backend.linear(inter, &self.dense_weight, Some(&self.dense_bias), Activation::None)?; // (B*T, H)
+        let y = backend.linear(inter, &self.dense_weight, self.dense_bias.as_ref(), Activation::None)?; // (B*T, H)
+        let y = backend.sum_shards(y)?;
         backend.layernorm(&y, Some(input), &self.ln_gamma, &self.ln_beta, self.eps)
     }
 }

@@ -17,13 +17,6 @@ use crate::backend::Backend;
 use crate::weights::Weights;
 use crate::Result;
 
-/// A linear layer's weight `(out, in)` and bias `(out)`, uploaded.
-pub(crate) fn load_linear<B: Backend>(w: &Weights, out: usize, inp: usize, backend: &B) -> Result<(B::Tensor, B::Tensor)> {
-    let weight = backend.upload(w.get("weight", &[out, inp])?)?;
-    let bias = backend.upload(w.get("bias", &[out])?)?;
-    Ok((weight, bias))
-}
-
 /// A LayerNorm's gamma and beta `(n)` (`weight`/`bias`, or the legacy `gamma`/`beta`), uploaded.
 pub(crate) fn load_layernorm<B: Backend>(w: &Weights, n: usize, backend: &B) -> Result<(B::Tensor, B::Tensor)> {
     let gamma = backend.upload(w.get("weight", &[n])?)?;

@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn attention_matches_reference_with_padding() {
-        let cpu = CpuBackend;
+        let cpu = CpuBackend::new();
         // (batch, seq, heads, head_dim, real lengths per sequence)
         let cases: &[(usize, usize, usize, usize, &[usize])] = &[
             (1, 1, 1, 1, &[1]),
@@ -279,7 +279,7 @@ mod tests {
     /// Padding between real keys (a mask that is not a prefix): those keys get probability 0 like trailing ones.
     #[test]
     fn holes_in_the_mask() {
-        let cpu = CpuBackend;
+        let cpu = CpuBackend::new();
         let (b, t, heads, d) = (2, 19, 2, 32);
         let h = heads * d;
         let qkv = rand_vec(b * t * 3 * h, 77);
@@ -294,7 +294,7 @@ mod tests {
     #[test]
     fn padding_keys_do_not_leak() {
         // Same real tokens, different garbage in the padding: identical context rows for the real queries.
-        let cpu = CpuBackend;
+        let cpu = CpuBackend::new();
         let (t, heads, d) = (6, 2, 3);
         let h = heads * d;
         let mut a = rand_vec(t * 3 * h, 9);
@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn shape_errors() {
-        let cpu = CpuBackend;
+        let cpu = CpuBackend::new();
         let q = cpu.input(&[0.0; 12], 2, 6).unwrap();
         let m = cpu.input(&[1.0; 2], 1, 2).unwrap();
         assert!(cpu.attention(&q, &m, AttentionShape { batch: 1, seq: 2, heads: 2, head_dim: 1 }).is_ok());

@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn layernorm_matches_reference() {
-        let cpu = CpuBackend;
+        let cpu = CpuBackend::new();
         for &(m, n) in &[(1, 1), (7, 33), (33, 7), (2, 513), (513, 3)] {
             let x = rand_vec(m * n, 5).iter().map(|v| v * 3.0 + 0.5).collect::<Vec<_>>();
             let r = rand_vec(m * n, 6);
@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn embeddings_match_reference() {
-        let cpu = CpuBackend;
+        let cpu = CpuBackend::new();
         let (vocab, h, p, types) = (11, 7, 5, 2);
         let word = rand_vec(vocab * h, 1);
         let pos = rand_vec(p * h, 2);

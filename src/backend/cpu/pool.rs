@@ -57,7 +57,7 @@ mod tests {
 
     #[test]
     fn mean_pool_counts_real_tokens_only() {
-        let cpu = CpuBackend;
+        let cpu = CpuBackend::new();
         for &(b, t, h) in &[(1, 1, 1), (3, 7, 33), (2, 513, 7)] {
             let x = rand_vec(b * t * h, 4);
             let lens: Vec<usize> = (0..b).map(|i| if i == 1 { 0 } else { (t * (i + 1)).div_ceil(b) }).collect();
@@ -79,7 +79,7 @@ mod tests {
 
     #[test]
     fn mask_and_gather() {
-        let cpu = CpuBackend;
+        let cpu = CpuBackend::new();
         let batch = Batch { input_ids: vec![5, 6, 0, 7, 8, 9], token_type_ids: vec![0; 6], attention_mask: vec![1, 1, 0, 1, 1, 1], b: 2, t: 3 };
         let m = cpu.mask(&batch).unwrap();
         assert_eq!(m.data(), &[1., 1., 0., 1., 1., 1.]);
