@@ -1,14 +1,11 @@
 // What the benchmark scripts share: the benchmark page (bench/page.html) served from the repository root in a
 // headless Chromium, and the median.
 import { chromium } from "playwright-core";
-import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
+import { ARGS, CHROMIUM, ISOLATION_HEADERS, ROOT } from "../tests/browser/harness.mjs";
 import { serve } from "../www/serve.mjs";
 
-/** The headers that make a page cross-origin isolated (SharedArrayBuffer, wasm threads for transformers.js). */
-export const ISOLATION_HEADERS = {
-  "Cross-Origin-Opener-Policy": "same-origin",
-  "Cross-Origin-Embedder-Policy": "require-corp",
-};
+// Cross-origin isolation gives transformers.js its wasm threads and our tensor-parallel workers their shared buffer.
+export { ISOLATION_HEADERS };
 
 /**
  * Runs `f(page)` on bench/page.html, served from the repository root (cross-origin isolated if `isolated`), in a

@@ -4,7 +4,9 @@
 // whether one library's call slows the other's next one. Needs what bench/browser.sh prepares. From the root:
 //
 //   node bench/latency.mjs [--runs 120] [--ours q8|f32] [--simd auto|relaxed|simd128] [--workers 1|2]
-//                          [--theirs q8|fp32] [--threads 1|2]
+//                          [--parallel data|tensor] [--theirs q8|fp32] [--threads 1|2]
+//
+// (--parallel tensor: our workers each hold a shard of every layer and run the sentence together.)
 import { median, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
@@ -12,7 +14,7 @@ const arg = (name, dflt) => (argv.includes(`--${name}`) ? argv[argv.indexOf(`--$
 const RUNS = Number(arg("runs", 120));
 const OURS = arg("ours", "q8");
 const ours = { source: OURS === "q8" ? "/bench/models/all-MiniLM-L6-v2.q8_0.gguf" : "/models/all-MiniLM-L6-v2/",
-  device: "cpu", simd: arg("simd", "auto"), workers: Number(arg("workers", 1)) };
+  device: "cpu", simd: arg("simd", "auto"), workers: Number(arg("workers", 1)), parallel: arg("parallel", "data") };
 const theirs = { dtype: arg("theirs", "q8"), device: "wasm", threads: Number(arg("threads", 1)) };
 // A real sentence (Debian's fortunes), 15 tokens with [CLS]/[SEP].
 const TEXTS = ["Anyone who has never made a mistake has never tried anything new."];
@@ -43,7 +45,7 @@ await withBenchPage({ isolated: true }, async (page) => {
   const line = (w) => `${median(all(w)).toFixed(1)} ms (min ${Math.min(...all(w)).toFixed(1)}; after ours `
     + `${median(times[w].ours).toFixed(1)}, after theirs ${median(times[w].theirs).toFixed(1)}; ${all(w).length} runs)`;
   console.log(`one sentence, ${tokens} tokens`);
-  console.log(`bertgpu ${OURS} CPU ${build}${ours.workers > 1 ? `, ${ours.workers} workers` : ""}: ${line("ours")}`);
+  console.log(`bertgpu ${OURS} CPU ${build}${ours.workers > 1 ? `, ${ours.workers} workers (${ours.parallel})` : ""}: ${line("ours")}`);
   console.log(`transformers.js ${theirs.dtype} WASM ${theirs.threads} thread(s): ${line("theirs")}`);
   console.log(`ratio of medians: ${(median(all("ours")) / median(all("theirs"))).toFixed(2)}×`);
 });

@@ -29,14 +29,14 @@ window.coldStart = async (which, opts) => {
 };
 
 /**
- * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers }; theirs: { dtype: "fp32" | "q8",
+ * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers, parallel }; theirs: { dtype: "fp32" | "q8",
  * device: "wasm" | "webgpu", threads }.
  */
 window.load = async (which, opts) => {
   if (which === "ours") {
     const { Bert } = await importOurs(opts.workers ?? 1);
     sessions.ours?.dispose();
-    const extra = opts.workers > 1 ? { workers: opts.workers } : {};
+    const extra = opts.workers > 1 ? { workers: opts.workers, parallel: opts.parallel ?? "data" } : {};
     if (opts.simd) extra.simd = opts.simd; // which wasm build (default "auto": relaxed SIMD where the engine has it)
     // With several workers the files are fetched once per worker: the cache makes the later fetches local.
     sessions.ours = await Bert.load(opts.source, { device: opts.device, cache: opts.workers > 1, ...extra });

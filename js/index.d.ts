@@ -66,6 +66,14 @@ export interface LoadOptions {
    * that share calls over many texts; "auto" takes the cores the browser reports, at most 4. Default 1.
    */
   workers?: number | "auto";
+  /**
+   * "bertgpu/worker" only, with `workers` > 1: how the workers share a call. "data" (default): each holds a copy of
+   * the model and takes a part of the texts. "tensor": each holds 1/workers of every layer and all run every call
+   * together (two exchanges per layer through a SharedArrayBuffer): one sentence uses every core, and the model's
+   * memory is split, not copied. Needs a cross-origin isolated page, and a model whose attention heads and
+   * feed-forward size divide by `workers`.
+   */
+  parallel?: "data" | "tensor";
 }
 
 export interface Tokenized {

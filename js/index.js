@@ -9,6 +9,7 @@
 // module.
 
 import { resolveSource, fetchModelFiles, checkLoadOptions, clearCache } from "./loader.js";
+import { shardGather } from "./shards.js";
 
 export { clearCache };
 
@@ -224,7 +225,8 @@ export class Bert {
    * model.safetensors), a .gguf URL, a Hugging Face repo id ("owner/name"), or { config, tokenizer, weights } bytes.
    */
   static async load(source, options = {}) {
-    const opts = checkOptions(options, ["device", "onProgress", "cache", "sha256", "maxBytes", "simd"], "Bert.load");
+    // (`_shard`: { rank, count, buffer }, set by bertgpu/worker for one shard of a tensor-parallel model.)
+    const opts = checkOptions(options, ["device", "onProgress", "cache", "sha256", "maxBytes", "simd", "_shard"], "Bert.load");
     const device = opts.device ?? "auto";
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -245,7 +247,8 @@ export class Bert {
       getRuntime(build),
       pickDevice(device),
     ]);
-    const model = await instantiate(rt, files, chosen);
+    const shard = opts._shard && { ...opts._shard, gather: shardGather(opts._shard.buffer, opts._shard.rank, opts._shard.count) };
+    const model = await instantiate(rt, files, chosen, shard);
     const bert = new Bert(rt, model, model.device);
     // A GPU device can be lost (driver reset, GPU process crash, `destroy()`), and its buffers with it: remember
     // where the files came from, so the call after the loss can load the model again on a new device. (For a bytes
@@ -550,11 +553,12 @@ export class Bert {
   }
 }
 
-/** A WasmModel from downloaded files on `device` ("webgpu" or "cpu"). */
-function instantiate(rt, files, device) {
+/** A WasmModel from downloaded files on `device` ("webgpu" or "cpu"), whole or (CPU) one shard of it. */
+function instantiate(rt, files, device, shard = undefined) {
   return guard(rt, () => files.gguf
-    ? rt.glue.WasmModel.loadGguf(files.gguf, device)
-    : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, device));
+    ? rt.glue.WasmModel.loadGguf(files.gguf, device, shard)
+    : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, device,
+      shard));
 }
 
 /**

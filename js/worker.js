@@ -9,9 +9,11 @@
 // embeddings come back as transferred buffers (no copy). Load progress arrives as { id, progress }.
 
 import { resolveSource } from "./loader.js";
+import { shardBuffer } from "./shards.js";
 
 
 const MAX_WORKERS = 8;
+const PARALLEL = ["data", "tensor"];
 
 /** Starts one worker and loads the model in it; resolves to { worker, channel, device, tasks }. */
 async function startWorker(src, options, onProgress) {
@@ -33,20 +35,27 @@ const isPair = (v) => Array.isArray(v) && v.length === 2 && v.every((x) => typeo
 
 export class Bert {
   /** @internal use Bert.load */
-  constructor(members, device, tasks) {
+  constructor(members, device, tasks, parallel) {
     this._members = members; // [{ worker, channel }], the first one holds the trained head's training state
     this._device = device;
     this._tasks = tasks;
+    this._parallel = parallel;
   }
 
   /**
-   * As "bertgpu"'s `Bert.load`, plus `workers`: on the CPU backend, how many workers (each a copy of the model, on
-   * its own core) share the work of a call over many texts. A number, or "auto" (the cores the browser reports,
-   * at most 4). Default 1. Ignored on WebGPU, where one device does the work.
+   * As "bertgpu"'s `Bert.load`, plus `workers`: on the CPU backend, how many workers (each on its own core) share
+   * the work of a call. A number, or "auto" (the cores the browser reports, at most 4). Default 1. Ignored on
+   * WebGPU, where one device does the work. And `parallel`, how they share it:
+   * - "data" (default): each worker holds a copy of the model and takes a part of a call's texts; one text runs on
+   *   one core.
+   * - "tensor": each worker holds 1/workers of every layer (its attention heads and feed-forward units) and all of
+   *   them run every call together, exchanging partial sums twice per layer: one sentence runs on all the cores,
+   *   for the lowest latency, and the model's memory is split rather than copied. Needs a cross-origin isolated
+   *   page (SharedArrayBuffer), and a model whose heads and feed-forward size divide by `workers`.
    */
   static async load(source, options = {}) {
     if (options == null || typeof options !== "object") throw new TypeError("Bert.load: options must be an object");
-    const { onProgress, workers = 1, ...rest } = options;
+    const { onProgress, workers = 1, parallel = "data", ...rest } = options;
     if (onProgress != null && typeof onProgress !== "function") {
       throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
     }
@@ -55,22 +64,40 @@ export class Bert {
     if (!Number.isInteger(n) || n < 1 || n > MAX_WORKERS) {
       throw new TypeError(`Bert.load: workers must be "auto" or an integer from 1 to ${MAX_WORKERS} (got ${JSON.stringify(workers)})`);
     }
+    if (!PARALLEL.includes(parallel)) {
+      throw new TypeError(`Bert.load: parallel must be ${PARALLEL.map((p) => `"${p}"`).join(" or ")} (got ${JSON.stringify(parallel)})`);
+    }
+    const tensor = parallel === "tensor" && n > 1;
+    if (tensor && !globalThis.crossOriginIsolated) {
+      throw new TypeError("Bert.load: parallel: \"tensor\" needs a cross-origin isolated page (SharedArrayBuffer): serve "
+        + "it with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp, or use "
+        + "parallel: \"data\"");
+    }
+    // One shard per worker, exchanging through one buffer; a GPU model ignores it (and stays alone).
+    const buffer = tensor ? shardBuffer(n) : null;
+    const shard = (rank) => (tensor ? { _shard: { rank, count: n, buffer } } : {});
     // URLs are resolved here, against the page: inside the worker a relative URL would mean something else.
     const resolved = resolveSource(source);
     const src = resolved.kind === "folder" ? resolved.base : resolved.kind === "gguf" ? resolved.url : source;
-    const first = await startWorker(src, rest, onProgress);
+    const first = await startWorker(src, { ...rest, ...shard(0) }, onProgress);
     const members = [first];
     if (first.device === "cpu" && n > 1) {
       // The others load after the first, so a URL's files come from the cache the first one filled.
       try {
-        const more = await Promise.all(Array.from({ length: n - 1 }, () => startWorker(src, { ...rest, device: "cpu" })));
+        const more = await Promise.all(Array.from({ length: n - 1 },
+          (_, i) => startWorker(src, { ...rest, device: "cpu", ...shard(i + 1) })));
         members.push(...more);
       } catch (e) {
         first.worker.terminate();
         throw e;
       }
     }
-    return new Bert(members, first.device, first.tasks);
+    return new Bert(members, first.device, first.tasks, members.length > 1 ? parallel : "data");
+  }
+
+  /** "data" or "tensor": how the workers share a call (see `load`). */
+  get parallel() {
+    return this._parallel;
   }
 
   /** "webgpu" or "cpu". */
@@ -102,33 +129,33 @@ export class Bert {
   }
 
   embed(texts, options) {
-    return stringList(texts) ? this._fanOut("embed", [texts], (part) => [part, options]) : this._call("embed", [texts, options]);
+    return stringList(texts) ? this._fanOut("embed", [texts], (part) => [part, options]) : this._run("embed", [texts, options]);
   }
 
   fillMask(texts, options) {
-    return stringList(texts) ? this._fanOut("fillMask", [texts], (part) => [part, options]) : this._call("fillMask", [texts, options]);
+    return stringList(texts) ? this._fanOut("fillMask", [texts], (part) => [part, options]) : this._run("fillMask", [texts, options]);
   }
 
   classify(input, options) {
     // A two-string array is one pair (as in "bertgpu"), not two texts.
     const many = Array.isArray(input) && !isPair(input) && input.every((x) => typeof x === "string" || isPair(x));
-    return many ? this._fanOut("classify", [input], (part) => [part, options]) : this._call("classify", [input, options]);
+    return many ? this._fanOut("classify", [input], (part) => [part, options]) : this._run("classify", [input, options]);
   }
 
   nextSentence(a, b) {
     return stringList(a) && stringList(b) && a.length === b.length
       ? this._fanOut("nextSentence", [a, b], (x, y) => [x, y])
-      : this._call("nextSentence", [a, b]);
+      : this._run("nextSentence", [a, b]);
   }
 
   tokenClassify(texts, options) {
     return stringList(texts)
       ? this._fanOut("tokenClassify", [texts], (part) => [part, options])
-      : this._call("tokenClassify", [texts, options]);
+      : this._run("tokenClassify", [texts, options]);
   }
 
   answer(question, context) {
-    return this._call("answer", [question, context]);
+    return this._run("answer", [question, context]);
   }
 
   /** See "bertgpu": `onProgress` is called here, in the page, as the worker reports each epoch. */
@@ -137,7 +164,7 @@ export class Bert {
     if (onProgress != null && typeof onProgress !== "function") {
       throw new TypeError("trainHead: onProgress must be a function ({ epoch, loss, accuracy, valLoss, valAccuracy }) => void");
     }
-    const report = await this._call("trainHead", [examples, { ...rest, progress: onProgress != null }], onProgress);
+    const report = await this._run("trainHead", [examples, { ...rest, progress: onProgress != null }], onProgress);
     await this._shareHead();
     this._headLabels = report.labels;
     await this._refreshTasks();
@@ -184,11 +211,37 @@ export class Bert {
     return this._members[member].channel.call(method, args, [], onProgress);
   }
 
+  /** A call that runs the model: on the first worker, or (tensor-parallel) on all of them together. */
+  _run(method, args, onProgress) {
+    return this._parallel === "tensor" ? this._together(method, args, onProgress) : this._call(method, args, onProgress);
+  }
+
+  /**
+   * `method` on every shard of a tensor-parallel model at once (each worker runs its calls in order, so the shards
+   * meet at the same exchanges); the first shard's result. Every shard fails alike on bad input, before any
+   * exchange. A failure of some shards only, or at an exchange, leaves them out of step: later calls then reject.
+   */
+  async _together(method, args, onProgress) {
+    if (!this._members) throw new Error(`${method}: this model was disposed; load it again with Bert.load`);
+    if (this._broken) throw this._broken;
+    const settled = await Promise.allSettled(this._members.map((m, i) =>
+      m.channel.call(method, args, [], i === 0 ? onProgress : undefined)));
+    const failed = settled.filter((s) => s.status === "rejected").map((s) => s.reason);
+    if (failed.length === 0) return settled[0].value;
+    if (failed.length < settled.length || failed.some((e) => /tensor parallelism/.test(e?.message))) {
+      this._broken = new Error(`${method}: the workers of this model fell out of step (${failed[0]?.message}); `
+        + "load it again with Bert.load");
+      throw this._broken;
+    }
+    throw settled[0].reason;
+  }
+
   /**
    * Splits the parallel lists `lists` into one contiguous part per worker, runs `method` on each part at once
    * (`args(...parts)` builds its arguments) and concatenates the results in order.
    */
   async _fanOut(method, lists, args) {
+    if (this._parallel === "tensor") return this._together(method, args(...lists));
     const n = Math.min(this.workers, lists[0].length);
     if (n <= 1) return this._call(method, args(...lists));
     const size = Math.ceil(lists[0].length / n);

@@ -14,6 +14,8 @@ use std::sync::Once;
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
+use crate::backend::cpu::CpuBackend;
+use crate::backend::{Shard, ShardLink};
 use crate::config::BertConfig;
 use crate::heads::token_classifier::Aggregation;
 use crate::heads::trainer::parse_activation;
@@ -158,6 +160,47 @@ fn js_err(e: Error) -> JsError {
     JsError::new(&e.to_string())
 }
 
+/// The backend a CPU model gets: whole when `shard` is undefined, else one shard of a tensor-parallel model,
+/// `{ rank, count, gather }` (js/shards.js: `gather(mine, all)` fills `all` with every shard's `mine`, in rank
+/// order, blocking on the other workers). A GPU model ignores it (and is whole).
+fn cpu_backend(shard: JsValue) -> Result<CpuBackend, JsError> {
+    if shard.is_undefined() || shard.is_null() {
+        return Ok(CpuBackend::new());
+    }
+    let get = |k: &str| js_sys::Reflect::get(&shard, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
+    let count = |v: JsValue| v.as_f64().filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x < 1024.0).map(|x| x as usize);
+    let (Some(rank), Some(count), Ok(gather)) = (count(get("rank")), count(get("count")), get("gather").dyn_into()) else {
+        return Err(JsError::new("shard must be { rank, count, gather }"));
+    };
+    CpuBackend::sharded(std::sync::Arc::new(JsShardLink { shard: Shard { rank, count }, gather })).map_err(js_err)
+}
+
+/// [`ShardLink`] through a JS function (js/shards.js) over a SharedArrayBuffer the workers share.
+struct JsShardLink {
+    shard: Shard,
+    gather: js_sys::Function,
+}
+
+// SAFETY: wasm32 without the atomics feature has one thread: nothing is ever sent or shared across threads.
+unsafe impl Send for JsShardLink {}
+unsafe impl Sync for JsShardLink {}
+
+impl ShardLink for JsShardLink {
+    fn shard(&self) -> Shard {
+        self.shard
+    }
+
+    fn gather(&self, mine: &[f32], all: &mut [f32]) -> crate::Result<()> {
+        // SAFETY: the views live only during the call, which allocates nothing in wasm memory (so it cannot grow
+        // and detach them); `gather` writes `all` through its view only.
+        let (mine, all) = unsafe { (js_sys::Float32Array::view(mine), js_sys::Float32Array::view_mut_raw(all.as_mut_ptr(), all.len())) };
+        self.gather.call2(&JsValue::NULL, &mine, &all).map(|_| ()).map_err(|e| {
+            let message = e.dyn_ref::<js_sys::Error>().map_or_else(|| format!("{e:?}"), |e| String::from(e.message()));
+            Error::Shards(message)
+        })
+    }
+}
+
 /// A loaded model. JS owns it through the `Bert` wrapper (js/index.js), which frees it on `dispose()`.
 /// The engine sits in an `Rc`: async methods clone it into their futures, which outlive the `&self` borrow.
 #[wasm_bindgen]
@@ -269,8 +312,10 @@ impl WasmModel {
         tokenizer_config: Option<Vec<u8>>,
         weights: Vec<u8>,
         device: String,
+        shard: JsValue,
     ) -> Result<WasmModel, JsError> {
         let device = parse_device(&device)?;
+        let cpu = cpu_backend(shard)?;
         let text = std::str::from_utf8(&config)
             .map_err(|_| Error::Config("config.json is not UTF-8 text".into()))
             .map_err(js_err)?;
@@ -288,15 +333,16 @@ impl WasmModel {
         let parsed = Weights::from_safetensors(&weights).map_err(js_err)?;
         drop(weights); // the file's bytes: wasm memory only grows, so free them before the backend allocates
         let weights = parsed;
-        let engine = Engine::from_parts(config, tokenizer, &weights, device).await.map_err(js_err)?;
+        let engine = Engine::from_parts_on(config, tokenizer, &weights, device, cpu).await.map_err(js_err)?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 
     /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file.
     #[wasm_bindgen(js_name = loadGguf)]
-    pub async fn load_gguf(bytes: Vec<u8>, device: String) -> Result<WasmModel, JsError> {
+    pub async fn load_gguf(bytes: Vec<u8>, device: String, shard: JsValue) -> Result<WasmModel, JsError> {
         let device = parse_device(&device)?;
-        let engine = Engine::from_gguf(&bytes, device).await.map_err(js_err)?;
+        let cpu = cpu_backend(shard)?;
+        let engine = Engine::from_gguf_on(&bytes, device, cpu).await.map_err(js_err)?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 

@@ -18,15 +18,21 @@ export const ARGS = [
   "--no-first-run", "--disable-quic", "--disable-dev-shm-usage", "--enable-unsafe-webgpu",
 ];
 
+/** What makes a page cross-origin isolated (SharedArrayBuffer, for tensor-parallel workers). */
+export const ISOLATION_HEADERS = {
+  "Cross-Origin-Opener-Policy": "same-origin",
+  "Cross-Origin-Embedder-Policy": "require-corp",
+};
+
 /**
- * Starts the site server (the repo root: pkg/ and tests/browser/page.html), the model server (models/ and
- * tests/models/, another origin, CORS) and Chromium with a fresh profile.
+ * Starts the site server (the repo root: pkg/ and tests/browser/page.html; cross-origin isolated if `isolated`),
+ * the model server (models/ and tests/models/, another origin, CORS) and Chromium with a fresh profile.
  */
-export async function start() {
+export async function start({ isolated = false } = {}) {
   if (!fs.existsSync(path.join(ROOT, "pkg/wasm/bertgpu_bg.wasm"))) {
     throw new Error("pkg/ is missing: run scripts/build-wasm.sh first");
   }
-  const site = await serve(ROOT);
+  const site = await serve(ROOT, isolated ? { headers: ISOLATION_HEADERS } : undefined);
   const models = await serve(ROOT, { cors: true });
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-chromium-"));
   const context = await chromium.launchPersistentContext(profile, {
@@ -75,12 +81,12 @@ export async function openPage(env) {
 
 /**
  * The set-up most test files share: servers, Chromium and the test page started before the file's tests and
- * stopped after them. Returns `{ env, page }`, filled in once `before` has run.
+ * stopped after them. Returns `{ env, page }`, filled in once `before` has run. `options`: as `start`'s.
  */
-export function withPage() {
+export function withPage(options) {
   const ctx = { env: null, page: null };
   before(async () => {
-    ctx.env = await start();
+    ctx.env = await start(options);
     ctx.page = await openPage(ctx.env);
   });
   after(async () => {

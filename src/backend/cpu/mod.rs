@@ -192,7 +192,7 @@ impl CpuBackend {
     pub fn sharded(link: Arc<dyn ShardLink>) -> Result<CpuBackend> {
         let Shard { rank, count } = link.shard();
         if count == 0 || rank >= count {
-            return Err(Error::Input(format!("shard {rank} of {count}: the rank must be below the count")));
+            return Err(Error::Shards(format!("shard {rank} of {count}: the rank must be below the count")));
         }
         Ok(CpuBackend { link: Some(link) })
     }
