@@ -115,9 +115,11 @@ async function main() {
       { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 1 }, label: "CPU (ours) vs WASM 1 thread (theirs)" },
       { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU (ours) vs WASM 2 threads (theirs)" },
       { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu", workers: 2 }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU 2 workers (ours) vs WASM 2 threads (theirs)" },
+      { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu", workers: 2, parallel: "tensor" }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU 2 tensor-parallel workers (ours) vs WASM 2 threads (theirs)" },
       { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu" }, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, relaxed-SIMD build (ours) vs WASM q8 1 thread (theirs)" },
       { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu", simd: "simd128" }, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, SIMD128 build (ours) vs WASM q8 1 thread (theirs)" },
       { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu", workers: 2 }, theirs: { dtype: "q8", device: "wasm", threads: 2 }, label: "CPU q8_0 2 workers, relaxed-SIMD build (ours) vs WASM q8 2 threads (theirs)" },
+      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu", workers: 2, parallel: "tensor" }, theirs: { dtype: "q8", device: "wasm", threads: 2 }, label: "CPU q8_0 2 tensor-parallel workers, relaxed-SIMD build (ours) vs WASM q8 2 threads (theirs)" },
       { device: "webgpu", dtype: "f32", ours: { source: OURS_F32, device: "webgpu" }, theirs: { dtype: "fp32", device: "webgpu" }, label: "WebGPU (both)" },
     ].filter((c) => !ONLY || c.device === ONLY);
 
