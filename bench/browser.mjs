@@ -12,8 +12,8 @@ import os from "node:os";
 import path from "node:path";
 import { chromium } from "playwright-core";
 import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
-import { serve } from "../www/serve.mjs";
-import { ISOLATION_HEADERS, median } from "./harness.mjs";
+import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
+import { median } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => {

@@ -1,11 +1,8 @@
 // What the benchmark scripts share: the benchmark page (bench/page.html) served from the repository root in a
 // headless Chromium, and the median.
 import { chromium } from "playwright-core";
-import { ARGS, CHROMIUM, ISOLATION_HEADERS, ROOT } from "../tests/browser/harness.mjs";
-import { serve } from "../www/serve.mjs";
-
-// Cross-origin isolation gives transformers.js its wasm threads and our tensor-parallel workers their shared buffer.
-export { ISOLATION_HEADERS };
+import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
+import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
 
 /**
  * Runs `f(page)` on bench/page.html, served from the repository root (cross-origin isolated if `isolated`), in a

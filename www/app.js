@@ -93,6 +93,22 @@ const TASK_NAMES = {
   answer: "question answering",
 };
 
+/**
+ * `Bert.load`, split across workers where that helps: on the CPU, on a cross-origin isolated page (this server
+ * sends the headers) with several cores, each worker holds a shard of every layer, so one sentence runs on all the
+ * cores. A model whose heads do not divide among them loads whole, in one worker.
+ */
+async function loadBert(source, options) {
+  if (globalThis.crossOriginIsolated && (navigator.hardwareConcurrency ?? 1) > 1) {
+    try {
+      return await Bert.load(source, { ...options, workers: "auto", parallel: "tensor" });
+    } catch (e) {
+      if (!/cannot be split|whole blocks/.test(e?.message)) throw e;
+    }
+  }
+  return Bert.load(source, options);
+}
+
 /** Loads `source` (a URL, a repo id, or { config, tokenizer, weights } / { gguf } bytes) as the page's model. */
 async function loadModel(source, name) {
   const device = $("model-device").value;
@@ -103,7 +119,7 @@ async function loadModel(source, name) {
   $("status-text").textContent = `Loading ${name}…`;
   try {
     const t0 = performance.now();
-    const bert = await Bert.load(source, { device, onProgress: progressHandler() });
+    const bert = await loadBert(source, { device, onProgress: progressHandler() });
     state.bert?.dispose();
     state.bert = bert;
     state.name = name;
@@ -112,7 +128,8 @@ async function loadModel(source, name) {
     const dev = bert.device === "webgpu" ? "WebGPU" : "CPU";
     $("badge").textContent = dev;
     // Which wasm build runs the CPU path (relaxed SIMD: the faster 8-bit kernel).
-    $("badge").title = `wasm build: ${bert.simd === "relaxed" ? "SIMD128 + relaxed SIMD" : "SIMD128"}`;
+    $("badge").title = `wasm build: ${bert.simd === "relaxed" ? "SIMD128 + relaxed SIMD" : "SIMD128"}`
+      + (bert.workers > 1 ? `; split across ${bert.workers} workers (tensor-parallel)` : "");
     $("badge").className = `badge badge-${bert.device}`;
     $("status-text").textContent = `${name} loaded in ${fmtMs(performance.now() - t0)}`;
     $("progress-wrap").hidden = true;
@@ -265,7 +282,7 @@ async function fillMask() {
   if (!model) {
     if (!state.mlm) {
       $("fm-time").textContent = "Loading the fill-mask model…";
-      state.mlmLoading ??= Bert.load(FILL_MASK_MODEL, { device: $("model-device").value });
+      state.mlmLoading ??= loadBert(FILL_MASK_MODEL, { device: $("model-device").value });
       try {
         state.mlm = await state.mlmLoading;
       } finally {

@@ -13,6 +13,15 @@ const TYPES = {
 };
 
 /**
+ * The headers that make a page cross-origin isolated: SharedArrayBuffer, which the tensor-parallel workers of
+ * "bertgpu/worker" exchange through (and transformers.js's wasm threads need, in the benchmarks).
+ */
+export const ISOLATION_HEADERS = {
+  "Cross-Origin-Opener-Policy": "same-origin",
+  "Cross-Origin-Embedder-Policy": "require-corp",
+};
+
+/**
  * Serves `root` on 127.0.0.1:`port` (0: any free port); resolves to { url, close(), requests } (requests: the
  * paths asked for). `cors` lets pages of another origin fetch (the tests' model server); `home` is where "/"
  * redirects; a path ending in "/" serves its index.html; `cache` is the Cache-Control header; `headers` are added to
@@ -78,9 +87,12 @@ export function serve(root, { port = 0, cors = false, home = null, cache = "no-s
   });
 }
 
-/** The demo: the repository with "/" sent to the page; resolves to { url (of the page), close() }. */
+/**
+ * The demo: the repository with "/" sent to the page, cross-origin isolated (so that the model can be split across
+ * workers); resolves to { url (of the page), close() }.
+ */
 export async function serveDemo(port) {
-  const s = await serve(ROOT, { port, home: "/www/", cache: "no-cache" });
+  const s = await serve(ROOT, { port, home: "/www/", cache: "no-cache", headers: ISOLATION_HEADERS });
   return { url: `${s.url}www/`, close: s.close };
 }
 

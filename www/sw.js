@@ -8,6 +8,7 @@ const KEEP = [/^\/www\//, /^\/pkg\//, /^\/tests\/data\//];
 // the first visit happen before this worker controls it).
 const SHELL = [
   "/www/", "/www/app.js", "/www/style.css", "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/loader.js",
+  "/pkg/shards.js",
   "/tests/data/fortunes/train.jsonl",
 ];
 

@@ -68,10 +68,10 @@ impl<B: Backend> BertSelfAttention<B> {
 
 /// `BertSelfOutput`: output projection, residual, LayerNorm.
 pub struct BertSelfOutput<B: Backend> {
-    dense_weight: B::Tensor,         // (H, H); a shard's: (H, H / shards)
-    dense_bias: Option<B::Tensor>,   // (H); shard 0's only
-    ln_gamma: B::Tensor,     // (H)
-    ln_beta: B::Tensor,      // (H)
+    dense_weight: B::Tensor,       // (H, H); a shard's: (H, H / shards)
+    dense_bias: Option<B::Tensor>, // (H); shard 0's only
+    ln_gamma: B::Tensor,           // (H)
+    ln_beta: B::Tensor,            // (H)
     eps: f32,
 }
 
@@ -140,10 +140,10 @@ impl<B: Backend> BertIntermediate<B> {
 
 /// `BertOutput`: the feed-forward contraction, residual, LayerNorm.
 pub struct BertOutput<B: Backend> {
-    dense_weight: B::Tensor,         // (H, I); a shard's: (H, I / shards)
-    dense_bias: Option<B::Tensor>,   // (H); shard 0's only
-    ln_gamma: B::Tensor,     // (H)
-    ln_beta: B::Tensor,      // (H)
+    dense_weight: B::Tensor,       // (H, I); a shard's: (H, I / shards)
+    dense_bias: Option<B::Tensor>, // (H); shard 0's only
+    ln_gamma: B::Tensor,           // (H)
+    ln_beta: B::Tensor,            // (H)
     eps: f32,
 }
 

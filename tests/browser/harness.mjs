@@ -8,6 +8,7 @@ import { before, after } from "node:test";
 import { execFileSync } from "node:child_process";
 import { chromium } from "playwright-core";
 import { serve } from "./server.mjs";
+import { ISOLATION_HEADERS } from "../../www/serve.mjs";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -18,11 +19,6 @@ export const ARGS = [
   "--no-first-run", "--disable-quic", "--disable-dev-shm-usage", "--enable-unsafe-webgpu",
 ];
 
-/** What makes a page cross-origin isolated (SharedArrayBuffer, for tensor-parallel workers). */
-export const ISOLATION_HEADERS = {
-  "Cross-Origin-Opener-Policy": "same-origin",
-  "Cross-Origin-Embedder-Policy": "require-corp",
-};
 
 /**
  * Starts the site server (the repo root: pkg/ and tests/browser/page.html; cross-origin isolated if `isolated`),
