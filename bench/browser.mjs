@@ -3,7 +3,8 @@
 // bench/export_onnx.py), the same texts, mean pooling + normalize, runs alternating. Prints a Markdown table of
 // medians, spreads and ratios. Run it through bench/browser.sh, which prepares what it needs.
 //
-//   node bench/browser.mjs [--reps 7] [--latency-reps 25] [--gpu-reps 3] [--cold 3] [--only cpu|webgpu] [--json out.json]
+//   node bench/browser.mjs [--reps 7] [--latency-reps 25] [--gpu-reps 3] [--cold 3] [--warmup-ms 5000]
+//                          [--only cpu|webgpu] [--json out.json]
 //
 // --latency-reps: repetitions of workload (a) on the CPU (one sentence takes milliseconds, and its run-to-run spread
 // is wide: a median of few runs moves by 2×).
@@ -24,6 +25,12 @@ const REPS = Number(arg("reps", 7));
 const LATENCY_REPS = Number(arg("latency-reps", 25));
 const GPU_REPS = Number(arg("gpu-reps", 3));
 const COLD = Number(arg("cold", 3));
+/**
+ * Per configuration, both libraries are called in turn on (a) for this long before anything is timed: V8 compiles
+ * a page's hot wasm functions again, in the background, over its first seconds of calls (transformers.js's module
+ * is 10 times ours), and one sentence's time halves once that is done.
+ */
+const WARMUP_MS = Number(arg("warmup-ms", 5000));
 const ONLY = arg("only", null);
 const JSON_OUT = arg("json", null);
 /** f32 against f32: two correct implementations of the same network differ by float rounding only. */
@@ -127,6 +134,11 @@ async function main() {
       const p = await open();
       await p.evaluate(({ o, t }) => Promise.all([window.load("ours", o)]).then(() => window.load("theirs", t)),
         { o: c.ours, t: c.theirs });
+      for (const t0 = Date.now(); Date.now() - t0 < WARMUP_MS;) {
+        for (const which of ["ours", "theirs"]) {
+          await p.evaluate(({ which, texts }) => window.timeEmbed(which, texts), { which, texts: workloads[0].texts });
+        }
+      }
       for (const w of workloads) {
         const reps = c.device === "webgpu" ? GPU_REPS : w.latency ? LATENCY_REPS : REPS;
         const times = { ours: [], theirs: [] };

@@ -1,12 +1,18 @@
-// One sentence, many times: bertgpu and transformers.js loaded in one cross-origin isolated page, calls in random
-// order (not strictly alternating), medians overall and by which library ran just before. The (a) rows of
-// bench/browser.mjs alternate ours/theirs in fixed pairs; this gives the latency comparison more runs and shows
-// whether one library's call slows the other's next one. Needs what bench/browser.sh prepares. From the root:
+// One sentence, many times. By default bertgpu and transformers.js are loaded in one cross-origin isolated page and
+// called in random order (not strictly alternating), after 5 s of untimed calls (--warmup-ms); medians overall and
+// by which library ran just before. The (a) rows of bench/browser.mjs alternate ours/theirs in fixed pairs; this
+// gives the latency comparison more runs and shows whether one library's call slows the other's next one. Needs what
+// bench/browser.sh prepares. From the root:
 //
 //   node bench/latency.mjs [--runs 120] [--ours q8|f32] [--simd auto|relaxed|simd128] [--workers 1|2]
-//                          [--parallel data|tensor] [--theirs q8|fp32] [--threads 1|2]
+//                          [--parallel data|tensor] [--theirs q8|fp32] [--threads 1|2] [--warmup-ms 5000]
+//   node bench/latency.mjs --alone 4 [--runs 120] [--ours q8|f32] [--theirs q8|fp32] [--warmup-ms 5000]
 //
-// (--parallel tensor: our workers each hold a shard of every layer and run the sentence together.)
+// --parallel tensor: our workers each hold a shard of every layer and run the sentence together.
+// --alone N: instead, N rounds over four configurations (ours in one instance and on 2 tensor-parallel workers,
+// theirs on 1 and 2 threads), each in a fresh page with that library only (untimed calls for 5 s, then runs / 2N
+// timed), so that no library's threads or workers share the cores with another's; then each library's fastest
+// configuration. (--workers, --parallel and --threads do not apply.)
 import { median, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
@@ -19,8 +25,16 @@ const theirs = { dtype: arg("theirs", "q8"), device: "wasm", threads: Number(arg
 // A real sentence (Debian's fortunes), 15 tokens with [CLS]/[SEP].
 const TEXTS = ["Anyone who has never made a mistake has never tried anything new."];
 
+const ALONE = Number(arg("alone", 0));
+/**
+ * Untimed calls (per fresh page in --alone) for at least this long: V8 compiles a page's hot wasm functions again,
+ * in the background, over its first calls (transformers.js's module is 10 times ours).
+ */
+const WARMUP_MS = Number(arg("warmup-ms", 5000));
+
 await withBenchPage({ isolated: true }, async (page) => {
   await page.waitForFunction(() => window.ready === true);
+  if (ALONE > 0) return alone(page);
   let build = await page.evaluate((o) => window.load("ours", o), ours);
   if (OURS === "q8" && build.includes("relaxed") && ours.workers === 1) {
     // Which form of the relaxed dot product the kernel runs on this engine and CPU (src/backend/cpu/q8.rs).
@@ -30,7 +44,7 @@ await withBenchPage({ isolated: true }, async (page) => {
   const tokens = (await page.evaluate((t) => window.tokenCounts(t), TEXTS))[0];
   const run = async (which) => (await page.evaluate(({ which, texts }) => window.timeEmbed(which, texts),
     { which, texts: TEXTS })).ms;
-  for (let i = 0; i < 3; i++) { await run("ours"); await run("theirs"); } // warm-up
+  for (const t0 = performance.now(); performance.now() - t0 < WARMUP_MS;) { await run("ours"); await run("theirs"); }
   const times = { ours: { ours: [], theirs: [] }, theirs: { ours: [], theirs: [] } };
   let prev = "theirs";
   // A fixed seed (xorshift), so the order is the same in every run of the script.
@@ -49,3 +63,43 @@ await withBenchPage({ isolated: true }, async (page) => {
   console.log(`transformers.js ${theirs.dtype} WASM ${theirs.threads} thread(s): ${line("theirs")}`);
   console.log(`ratio of medians: ${(median(all("ours")) / median(all("theirs"))).toFixed(2)}×`);
 });
+
+/**
+ * The --alone protocol: four configurations, each in its own fresh page with one library only, rounds rotating
+ * which goes first: ours in one instance and split across 2 tensor-parallel workers, theirs with 1 and 2 wasm
+ * threads. Ends with each library's fastest configuration (the issue's latency target compares those).
+ */
+async function alone(first) {
+  const configs = [
+    { which: "ours", name: "1 instance", o: { ...ours, workers: 1 } },
+    { which: "ours", name: "2 tensor-parallel workers", o: { ...ours, workers: 2, parallel: "tensor" } },
+    { which: "theirs", name: "1 thread", o: { ...theirs, threads: 1 } },
+    { which: "theirs", name: "2 threads", o: { ...theirs, threads: 2 } },
+  ].map((c) => ({ ...c, times: [] }));
+  let tokens;
+  for (let round = 0; round < ALONE; round++) {
+    for (let j = 0; j < configs.length; j++) {
+      const c = configs[(j + round) % configs.length];
+      const p = await first.context().browser().newPage();
+      await p.goto(first.url());
+      await p.waitForFunction(() => window.ready === true);
+      c.build = await p.evaluate(({ which, o }) => window.load(which, o), c);
+      tokens ??= (await p.evaluate((t) => window.tokenCounts(t), TEXTS))[0];
+      const run = async () => (await p.evaluate(({ which, texts }) => window.timeEmbed(which, texts),
+        { which: c.which, texts: TEXTS })).ms;
+      for (const t0 = performance.now(); performance.now() - t0 < WARMUP_MS;) await run();
+      for (let i = 0; i < Math.ceil(RUNS / 2 / ALONE); i++) c.times.push(await run());
+      await p.close();
+    }
+  }
+  console.log(`one sentence, ${tokens} tokens, each configuration alone in its page (${ALONE} rounds)`);
+  for (const c of configs) {
+    c.median = median(c.times);
+    const lib = c.which === "ours" ? `bertgpu ${OURS} CPU ${c.build}` : `transformers.js ${theirs.dtype} WASM`;
+    console.log(`${lib}, ${c.name}: ${c.median.toFixed(1)} ms (min ${Math.min(...c.times).toFixed(1)}; ${c.times.length} runs)`);
+  }
+  const best = (w) => configs.filter((c) => c.which === w).reduce((a, b) => (b.median < a.median ? b : a));
+  const [o, t] = [best("ours"), best("theirs")];
+  console.log(`fastest: bertgpu ${o.name} ${o.median.toFixed(1)} ms, transformers.js ${t.name} ${t.median.toFixed(1)} ms: `
+    + `${(o.median / t.median).toFixed(2)}×`);
+}
