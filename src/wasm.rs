@@ -168,8 +168,9 @@ fn cpu_backend(shard: JsValue) -> Result<CpuBackend, JsError> {
         return Ok(CpuBackend::new());
     }
     let get = |k: &str| js_sys::Reflect::get(&shard, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
-    let count = |v: JsValue| v.as_f64().filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x < 1024.0).map(|x| x as usize);
-    let (Some(rank), Some(count), Ok(gather)) = (count(get("rank")), count(get("count")), get("gather").dyn_into()) else {
+    let small_int = |v: JsValue| v.as_f64().filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x < 1024.0).map(|x| x as usize);
+    let (Some(rank), Some(count), Ok(gather)) = (small_int(get("rank")), small_int(get("count")), get("gather").dyn_into())
+    else {
         return Err(JsError::new("shard must be { rank, count, gather }"));
     };
     CpuBackend::sharded(std::sync::Arc::new(JsShardLink { shard: Shard { rank, count }, gather })).map_err(js_err)
