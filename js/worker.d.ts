@@ -1,6 +1,15 @@
-// "bertgpu/worker": the same API as "bertgpu", the model running in a dedicated Web Worker.
-export { Bert } from "./index.js";
+// "bertgpu/worker": the same API as "bertgpu", the model running in dedicated Web Workers.
+import { Bert as MainBert, type LoadOptions, type ModelSource } from "./index.js";
 export type {
   Device, Progress, ModelSource, ModelBytes, LoadOptions, Tokenized, EmbedOptions, TrainExample, TrainOptions,
   EpochProgress, TrainReport,
 } from "./index.js";
+
+export declare class Bert extends MainBert {
+  /** `workers` and `parallel` (see LoadOptions) apply here. */
+  static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
+  /** How many workers hold the model (1 on WebGPU, whatever was asked). */
+  readonly workers: number;
+  /** How the workers share a call: "data" (copies, or one worker) or "tensor" (shards of every layer). */
+  readonly parallel: "data" | "tensor";
+}
