@@ -83,14 +83,15 @@ export class Bert {
     const members = [first];
     if (first.device === "cpu" && n > 1) {
       // The others load after the first, so a URL's files come from the cache the first one filled.
-      try {
-        const more = await Promise.all(Array.from({ length: n - 1 },
-          (_, i) => startWorker(src, { ...rest, device: "cpu", ...shard(i + 1) })));
-        members.push(...more);
-      } catch (e) {
-        first.worker.terminate();
-        throw e;
+      const more = await Promise.allSettled(Array.from({ length: n - 1 },
+        (_, i) => startWorker(src, { ...rest, device: "cpu", ...shard(i + 1) })));
+      const failed = more.find((r) => r.status === "rejected");
+      if (failed) {
+        // End every worker that did start, not only the first.
+        for (const r of [{ value: first }, ...more]) r.value?.worker.terminate();
+        throw failed.reason;
       }
+      members.push(...more.map((r) => r.value));
     }
     return new Bert(members, first.device, first.tasks, members.length > 1 ? parallel : "data");
   }
