@@ -167,52 +167,30 @@ impl HostTensor {
         fn pick<T: Copy>(v: &[T], rows: usize, row_len: usize, range: std::ops::Range<usize>) -> Vec<T> {
             (0..rows).flat_map(|r| v[r * row_len..][range.clone()].iter().copied()).collect()
         }
-        let blocks = |bytes: usize| {
+        // A quantized row's bytes, and the byte range of the columns.
+        let blocks = |kind: quant::QuantKind| {
             if cols.start % quant::QK != 0 || cols.end % quant::QK != 0 {
                 return Err(Error::Weights(format!(
                     "a {} tensor of shape {:?} can only be cut at whole blocks of {} columns, not at {cols:?}",
                     self.data.dtype(), self.shape, quant::QK
                 )));
             }
-            Ok((n / quant::QK * bytes, cols.start / quant::QK * bytes..cols.end / quant::QK * bytes))
+            let bytes = |n| quant::quantized_bytes(kind, n);
+            Ok((bytes(n), bytes(cols.start)..bytes(cols.end)))
         };
         let data = match &self.data {
             HostData::F32(v) => HostData::F32(pick(v, rows, n, cols)),
             HostData::F16(v) => HostData::F16(pick(v, rows, n, cols)),
             HostData::Q8_0(v) => {
-                let (row_len, range) = blocks(quant::Q8_0_BLOCK_BYTES)?;
+                let (row_len, range) = blocks(quant::QuantKind::Q8_0)?;
                 HostData::Q8_0(pick(v, rows, row_len, range))
             }
             HostData::Q4_0(v) => {
-                let (row_len, range) = blocks(quant::Q4_0_BLOCK_BYTES)?;
+                let (row_len, range) = blocks(quant::QuantKind::Q4_0)?;
                 HostData::Q4_0(pick(v, rows, row_len, range))
             }
         };
         Ok(HostTensor { shape, data })
-    }
-
-    fn is_quantized(&self) -> bool {
-        matches!(self.data, HostData::Q8_0(_) | HostData::Q4_0(_))
-    }
-
-    /// Fails unless the storage holds exactly the shape's elements (quantized: whole blocks of 32 per row).
-    fn check_storage(&self) -> Result<()> {
-        let (rows, n) = self.rows_cols();
-        let want = match &self.data {
-            HostData::F32(_) | HostData::F16(_) => Some(rows * n),
-            HostData::Q8_0(_) => (n % quant::QK == 0).then(|| rows * n / quant::QK * quant::Q8_0_BLOCK_BYTES),
-            HostData::Q4_0(_) => (n % quant::QK == 0).then(|| rows * n / quant::QK * quant::Q4_0_BLOCK_BYTES),
-        };
-        let have = match &self.data {
-            HostData::F32(v) => v.len(),
-            HostData::F16(v) => v.len(),
-            HostData::Q8_0(v) | HostData::Q4_0(v) => v.len(),
-        };
-        if want != Some(have) {
-            return Err(Error::Weights(format!("a {} tensor of shape {:?} does not hold {have} stored elements or bytes",
-                self.data.dtype(), self.shape)));
-        }
-        Ok(())
     }
 
     /// Rows `rows` of the first dimension (of a 2-D tensor `(rows, cols)`): the output rows of a linear weight
@@ -220,23 +198,33 @@ impl HostTensor {
     pub fn slice_rows(&self, rows: std::ops::Range<usize>) -> Result<HostTensor> {
         self.check_storage()?;
         let (m, n) = self.rows_cols();
-        if self.shape.len() != 2 || rows.start > rows.end || rows.end > m || (self.is_quantized() && n % quant::QK != 0) {
+        if self.shape.len() != 2 || rows.start > rows.end || rows.end > m {
             return Err(Error::Weights(format!("rows {rows:?} of a tensor of shape {:?}", self.shape)));
         }
-        let bytes = |block: usize| n / quant::QK * block;
+        let cut = |row_len: usize| rows.start * row_len..rows.end * row_len;
         let data = match &self.data {
-            HostData::F32(v) => HostData::F32(v[rows.start * n..rows.end * n].to_vec()),
-            HostData::F16(v) => HostData::F16(v[rows.start * n..rows.end * n].to_vec()),
-            HostData::Q8_0(v) => {
-                let b = bytes(quant::Q8_0_BLOCK_BYTES);
-                HostData::Q8_0(v[rows.start * b..rows.end * b].to_vec())
-            }
-            HostData::Q4_0(v) => {
-                let b = bytes(quant::Q4_0_BLOCK_BYTES);
-                HostData::Q4_0(v[rows.start * b..rows.end * b].to_vec())
-            }
+            HostData::F32(v) => HostData::F32(v[cut(n)].to_vec()),
+            HostData::F16(v) => HostData::F16(v[cut(n)].to_vec()),
+            HostData::Q8_0(v) => HostData::Q8_0(v[cut(quant::quantized_bytes(quant::QuantKind::Q8_0, n))].to_vec()),
+            HostData::Q4_0(v) => HostData::Q4_0(v[cut(quant::quantized_bytes(quant::QuantKind::Q4_0, n))].to_vec()),
         };
         Ok(HostTensor { shape: vec![rows.len(), n], data })
+    }
+
+    /// Fails unless the storage holds exactly the shape's elements (quantized: rows of whole blocks of 32), with
+    /// the checks [`quant::RowView::new`] makes of a matrix.
+    fn check_storage(&self) -> Result<()> {
+        let (rows, n) = self.rows_cols();
+        let quantized = |kind: quant::QuantKind, bytes: usize| {
+            quant::check_len(kind, bytes, rows * n).and_then(|_| quant::check_blocks(&format!("{} row", kind.name()), n))
+        };
+        match &self.data {
+            HostData::F32(v) if v.len() == rows * n => Ok(()),
+            HostData::F16(v) if v.len() == rows * n => Ok(()),
+            HostData::Q8_0(b) => quantized(quant::QuantKind::Q8_0, b.len()),
+            HostData::Q4_0(b) => quantized(quant::QuantKind::Q4_0, b.len()),
+            _ => Err(Error::Weights(format!("storage does not hold shape {:?}", self.shape))),
+        }
     }
 }
 

@@ -97,7 +97,7 @@ fn check_finite(x: &[f32]) -> Result<()> {
     }
 }
 
-fn check_blocks(what: &str, n: usize) -> Result<()> {
+pub(crate) fn check_blocks(what: &str, n: usize) -> Result<()> {
     if n % QK != 0 {
         return Err(Error::Weights(format!(
             "{what}: {n} values are not a multiple of the block size {QK}; Q8_0/Q4_0 quantize rows whose length is a \
@@ -150,7 +150,7 @@ pub fn quantize_q4_0(x: &[f32]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn check_len(kind: QuantKind, bytes: usize, n: usize) -> Result<()> {
+pub(crate) fn check_len(kind: QuantKind, bytes: usize, n: usize) -> Result<()> {
     check_blocks(kind.name(), n)?;
     if bytes != quantized_bytes(kind, n) {
         return Err(Error::Weights(format!(
