@@ -14,7 +14,7 @@ import path from "node:path";
 import { chromium } from "playwright-core";
 import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
 import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
-import { median } from "./harness.mjs";
+import { median, warmUp } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => {
@@ -25,11 +25,7 @@ const REPS = Number(arg("reps", 7));
 const LATENCY_REPS = Number(arg("latency-reps", 25));
 const GPU_REPS = Number(arg("gpu-reps", 3));
 const COLD = Number(arg("cold", 3));
-/**
- * Per configuration, both libraries are called in turn on (a) for this long before anything is timed: V8 compiles
- * a page's hot wasm functions again, in the background, over its first seconds of calls (transformers.js's module
- * is 10 times ours), and one sentence's time halves once that is done.
- */
+/** Per configuration, both libraries are called in turn on (a) for this long before anything is timed (warmUp). */
 const WARMUP_MS = Number(arg("warmup-ms", 5000));
 const ONLY = arg("only", null);
 const JSON_OUT = arg("json", null);
@@ -134,11 +130,7 @@ async function main() {
       const p = await open();
       await p.evaluate(({ o, t }) => Promise.all([window.load("ours", o)]).then(() => window.load("theirs", t)),
         { o: c.ours, t: c.theirs });
-      for (const t0 = Date.now(); Date.now() - t0 < WARMUP_MS;) {
-        for (const which of ["ours", "theirs"]) {
-          await p.evaluate(({ which, texts }) => window.timeEmbed(which, texts), { which, texts: workloads[0].texts });
-        }
-      }
+      await warmUp(p, ["ours", "theirs"], workloads[0].texts, WARMUP_MS);
       for (const w of workloads) {
         const reps = c.device === "webgpu" ? GPU_REPS : w.latency ? LATENCY_REPS : REPS;
         const times = { ours: [], theirs: [] };

@@ -21,6 +21,19 @@ export async function withBenchPage({ isolated = false } = {}, f) {
   }
 }
 
+/**
+ * Untimed calls of bench/page.js's `timeEmbed` on `texts`, each of `libraries` ("ours", "theirs") in turn, for at
+ * least `ms`: V8 compiles a page's hot wasm again, in the background, over its first seconds of calls
+ * (transformers.js's module is 10 times ours), and one sentence's time can halve once that is done.
+ */
+export async function warmUp(page, libraries, texts, ms) {
+  for (const t0 = performance.now(); performance.now() - t0 < ms;) {
+    for (const which of libraries) {
+      await page.evaluate(({ which, texts }) => window.timeEmbed(which, texts), { which, texts });
+    }
+  }
+}
+
 /** The median (of an even count, the mean of the middle two). */
 export function median(xs) {
   const s = [...xs].sort((a, b) => a - b);

@@ -13,7 +13,7 @@
 // theirs on 1 and 2 threads), each in a fresh page with that library only (untimed calls for 5 s, then runs / 2N
 // timed), so that no library's threads or workers share the cores with another's; then each library's fastest
 // configuration. (--workers, --parallel and --threads do not apply.)
-import { median, withBenchPage } from "./harness.mjs";
+import { median, warmUp, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => (argv.includes(`--${name}`) ? argv[argv.indexOf(`--${name}`) + 1] : dflt);
@@ -26,10 +26,7 @@ const theirs = { dtype: arg("theirs", "q8"), device: "wasm", threads: Number(arg
 const TEXTS = ["Anyone who has never made a mistake has never tried anything new."];
 
 const ALONE = Number(arg("alone", 0));
-/**
- * Untimed calls (per fresh page in --alone) for at least this long: V8 compiles a page's hot wasm functions again,
- * in the background, over its first calls (transformers.js's module is 10 times ours).
- */
+/** Untimed calls (per fresh page in --alone) for at least this long (warmUp in bench/harness.mjs says why). */
 const WARMUP_MS = Number(arg("warmup-ms", 5000));
 
 await withBenchPage({ isolated: true }, async (page) => {
@@ -44,7 +41,7 @@ await withBenchPage({ isolated: true }, async (page) => {
   const tokens = (await page.evaluate((t) => window.tokenCounts(t), TEXTS))[0];
   const run = async (which) => (await page.evaluate(({ which, texts }) => window.timeEmbed(which, texts),
     { which, texts: TEXTS })).ms;
-  for (const t0 = performance.now(); performance.now() - t0 < WARMUP_MS;) { await run("ours"); await run("theirs"); }
+  await warmUp(page, ["ours", "theirs"], TEXTS, WARMUP_MS);
   const times = { ours: { ours: [], theirs: [] }, theirs: { ours: [], theirs: [] } };
   let prev = "theirs";
   // A fixed seed (xorshift), so the order is the same in every run of the script.
@@ -87,7 +84,7 @@ async function alone(first) {
       tokens ??= (await p.evaluate((t) => window.tokenCounts(t), TEXTS))[0];
       const run = async () => (await p.evaluate(({ which, texts }) => window.timeEmbed(which, texts),
         { which: c.which, texts: TEXTS })).ms;
-      for (const t0 = performance.now(); performance.now() - t0 < WARMUP_MS;) await run();
+      await warmUp(p, [c.which], TEXTS, WARMUP_MS);
       for (let i = 0; i < Math.ceil(RUNS / 2 / ALONE); i++) c.times.push(await run());
       await p.close();
     }
