@@ -91,6 +91,12 @@ export function withPage(options) {
   return ctx;
 }
 
+/** Four labelled texts, two classes: enough to train a head in a few epochs, for tests that compare two models. */
+export const HEAD_EXAMPLES = [
+  { text: "the cake was sweet", label: "food" }, { text: "bread and butter", label: "food" },
+  { text: "the compiler crashed", label: "computers" }, { text: "a bug in the kernel", label: "computers" },
+];
+
 export function cosine(a, b) {
   if (a.length !== b.length) throw new Error(`length ${a.length} vs ${b.length}`);
   let ab = 0, aa = 0, bb = 0;

@@ -3,7 +3,7 @@
 // cross-origin isolated page. Each call must give what the whole model in one worker gives.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { convertGguf, withPage } from "./harness.mjs";
+import { convertGguf, HEAD_EXAMPLES, withPage } from "./harness.mjs";
 
 /**
  * Max |tensor-parallel − one worker| per value (normalized embeddings, probabilities). Only the order of additions
@@ -21,7 +21,7 @@ const close = (a, b, what) => {
 
 test("parallel: \"tensor\" on 2 workers: embed (f32 and Q8_0), fillMask and a trained head agree with one worker", async () => {
   const gguf = convertGguf("all-MiniLM-L6-v2", "q8_0", "minilm-q8_0.gguf");
-  const got = await ctx.page.evaluate(async ({ minilm, q8, splade }) => {
+  const got = await ctx.page.evaluate(async ({ minilm, q8, splade, examples }) => {
     const { Bert } = bertgpuWorker;
     const texts = ["A man is playing a guitar.", "Shards of a model, one per worker.", "Short."];
     const out = { isolated: crossOriginIsolated };
@@ -35,13 +35,9 @@ test("parallel: \"tensor\" on 2 workers: embed (f32 and Q8_0), fillMask and a tr
         single: [Array.from(await one.embed("just one")), Array.from(await two.embed("just one"))],
       };
       if (name === "f32") {
-        const ex = [
-          { text: "the cake was sweet", label: "food" }, { text: "bread and butter", label: "food" },
-          { text: "the compiler crashed", label: "computers" }, { text: "a bug in the kernel", label: "computers" },
-        ];
         const opts = { epochs: 3, validationSplit: 0, seed: 1 };
-        await one.trainHead(ex, opts);
-        await two.trainHead(ex, opts);
+        await one.trainHead(examples, opts);
+        await two.trainHead(examples, opts);
         out.c1 = await one.classify(texts);
         out.c2 = await two.classify(texts);
       }
@@ -66,6 +62,7 @@ test("parallel: \"tensor\" on 2 workers: embed (f32 and Q8_0), fillMask and a tr
     minilm: ctx.env.models.url + "models/all-MiniLM-L6-v2/",
     q8: ctx.env.models.url + gguf,
     splade: ctx.env.models.url + "models/splade-tiny/",
+    examples: HEAD_EXAMPLES,
   });
 
   assert.equal(got.isolated, true);

@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { ROOT, withPage } from "./harness.mjs";
+import { HEAD_EXAMPLES, ROOT, withPage } from "./harness.mjs";
 
 const MINILM = "models/all-MiniLM-L6-v2/";
 
@@ -142,12 +142,8 @@ test("trainHead on WebGPU (SwiftShader) trains the head the CPU trains, then exp
 });
 
 test("trainHead, exportHead and loadHead reject bad input with clear errors, and the model stays usable", async () => {
-  const got = await ctx.page.evaluate(async ({ url, tiny }) => {
+  const got = await ctx.page.evaluate(async ({ url, tiny, ex }) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
-    const ex = [
-      { text: "the cake was sweet", label: "food" }, { text: "bread and butter", label: "food" },
-      { text: "the compiler crashed", label: "computers" }, { text: "a bug in the kernel", label: "computers" },
-    ];
     const err = (p) => p.then(() => "no error", (e) => `${e.name}: ${e.message}`);
     const out = {
       noHeadExport: await err(bert.exportHead()),
@@ -181,7 +177,7 @@ test("trainHead, exportHead and loadHead reject bad input with clear errors, and
     out.afterClear = await err(bert.classify("a slice of pie"));
     bert.dispose();
     return out;
-  }, { url: ctx.env.models.url + MINILM, tiny: ctx.env.models.url + "tests/models/tiny-pretraining/" });
+  }, { url: ctx.env.models.url + MINILM, tiny: ctx.env.models.url + "tests/models/tiny-pretraining/", ex: HEAD_EXAMPLES });
 
   const expect = {
     noHeadExport: /no trained head/,

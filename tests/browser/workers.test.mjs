@@ -2,7 +2,7 @@
 // worker, and must give what one worker gives (the same kernels on the same rows; only the batches differ).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { withPage } from "./harness.mjs";
+import { HEAD_EXAMPLES, withPage } from "./harness.mjs";
 
 /**
  * Each text's embedding does not depend on the other texts of its batch (per-row GEMMs, masked attention): the
@@ -13,7 +13,7 @@ const ATOL = 1e-6;
 const ctx = withPage();
 
 test("workers: 3 share embed, fillMask and a trained head's classify, and agree with one worker", async () => {
-  const got = await ctx.page.evaluate(async ({ minilm, splade }) => {
+  const got = await ctx.page.evaluate(async ({ minilm, splade, examples }) => {
     const texts = Array.from({ length: 11 }, (_, i) => `sentence number ${i} ${"and more words ".repeat(i % 4)}`);
     const one = await bertgpuWorker.Bert.load(minilm, { device: "cpu" });
     const three = await bertgpuWorker.Bert.load(minilm, { device: "cpu", workers: 3 });
@@ -22,13 +22,9 @@ test("workers: 3 share embed, fillMask and a trained head's classify, and agree 
     out.e3 = (await three.embed(texts)).map((v) => Array.from(v));
     out.single = Array.from(await three.embed("just one"));
     out.singleRef = Array.from(await one.embed("just one"));
-    const ex = [
-      { text: "the cake was sweet", label: "food" }, { text: "bread and butter", label: "food" },
-      { text: "the compiler crashed", label: "computers" }, { text: "a bug in the kernel", label: "computers" },
-    ];
     const opts = { epochs: 5, validationSplit: 0, seed: 1 };
-    await one.trainHead(ex, opts);
-    await three.trainHead(ex, opts);
+    await one.trainHead(examples, opts);
+    await three.trainHead(examples, opts);
     out.c1 = await one.classify(texts);
     out.c3 = await three.classify(texts);
     out.tasks = three.tasks;
@@ -51,7 +47,8 @@ test("workers: 3 share embed, fillMask and a trained head's classify, and agree 
     out.notIsolated = await bertgpuWorker.Bert.load(splade, { workers: 2, parallel: "tensor" })
       .then(() => "no error", (e) => `${e.name}: ${e.message}`);
     return out;
-  }, { minilm: ctx.env.models.url + "models/all-MiniLM-L6-v2/", splade: ctx.env.models.url + "models/splade-tiny/" });
+  }, { minilm: ctx.env.models.url + "models/all-MiniLM-L6-v2/", splade: ctx.env.models.url + "models/splade-tiny/",
+    examples: HEAD_EXAMPLES });
 
   assert.deepEqual(got.counts, [1, 3]);
   assert.equal(got.e3.length, 11);
