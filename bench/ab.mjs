@@ -25,9 +25,7 @@ await withBenchPage({}, async (page) => {
       const { Bert } = await import(`/${dir}/index.js`);
       berts.push(await Bert.load(source, { device: "cpu", cache: false, simd: simds[i] }));
     }
-    // Texts of about `tokens` tokens each (about 10 tokens per repetition of the sentence, cut by truncation).
-    const texts = Array.from({ length: n }, (_, i) => `${i} `
-      + "The quick brown fox jumps over the lazy dog. ".repeat(Math.ceil(tokens / 10)));
+    const texts = window.repeatedTexts(n, tokens);
     const times = [[], []];
     for (let rep = 0; rep <= reps; rep++) {
       for (const j of rep % 2 ? [0, 1] : [1, 0]) {

@@ -69,4 +69,12 @@ window.tokenCounts = async (texts) => {
   return r.map((x) => x.input_ids.length);
 };
 
+/**
+ * `n` synthetic texts of about `tokens` tokens each: a number, then one sentence repeated (about 10 tokens a
+ * repetition; the tokenizer cuts at the model's limit). For the scripts that time one kind of input repeatedly
+ * (ab.mjs, profile.mjs, workers.mjs); the side-by-side benchmark uses real text instead.
+ */
+window.repeatedTexts = (n, tokens) => Array.from({ length: n }, (_, i) => `${i} `
+  + "The quick brown fox jumps over the lazy dog. ".repeat(Math.ceil(tokens / 10)));
+
 window.ready = true;

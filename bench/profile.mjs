@@ -20,8 +20,7 @@ await withBenchPage({}, async (page) => {
   await page.evaluate(async ({ dir, source, simd, n, tokens }) => {
     const { Bert } = await import(`/${dir}/index.js`);
     window.profiled = await Bert.load(source, { device: "cpu", cache: false, simd });
-    window.profiledTexts = Array.from({ length: n }, (_, i) => `${i} `
-      + "The quick brown fox jumps over the lazy dog. ".repeat(Math.ceil(tokens / 10)));
+    window.profiledTexts = window.repeatedTexts(n, tokens);
     for (let i = 0; i < 2; i++) await window.profiled.embed(window.profiledTexts); // warm-up
   }, setup);
   const cdp = await page.context().newCDPSession(page);

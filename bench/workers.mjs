@@ -37,9 +37,7 @@ await withBenchPage({ isolated: true }, async (page) => {
         "2 workers (tensor-parallel)": await worker.load(source, { device: "cpu", cache: true, workers: 2, parallel: "tensor" }),
       };
       for (const [n, words] of [[8, 128], [32, 32]]) {
-        // As bench/page.js's texts: a number, then the sentence repeated to about `words` tokens.
-        const texts = Array.from({ length: n }, (_, i) => `${i} `
-          + "The quick brown fox jumps over the lazy dog. ".repeat(Math.ceil(words / 10)));
+        const texts = window.repeatedTexts(n, words);
         for (let i = 0; i < 9; i++) {
           for (const [name, m] of Object.entries(models)) {
             const ms = await timed(() => m.embed(texts));
