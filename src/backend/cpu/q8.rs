@@ -21,9 +21,12 @@
 //!   `i16x8` and multiplied with splats of x's `(k, k+1)` pairs (x kept as i16).
 //! - relaxed SIMD: `[c0 k0..k3, c1 k0..k3, c2 k0..k3, c3 k0..k3]`, multiplied with a splat of x's 4 values stored as
 //!   `q + 64 ∈ [1, 127]` (the 7-bit operand) into i16 pair sums (`|Σ| ≤ 2 · 128 · 127 < 2¹⁵`: exact), widened by
-//!   `i32x4.extadd_pairwise_i16x8_s`; the `64 · Σ q_w` the offset adds is subtracted by starting each block's sums
-//!   at `−64 · Σ q_w`, precomputed per column and block. Or, fused, by `i32x4.relaxed_dot_i8x16_i7x16_add_s`: one
-//!   `vpdpbusd` with AVX-VNNI and one `sdot` on ARM with the dot-product extension, but without AVX-VNNI V8 emits
+//!   `i32x4.dot_i16x8_s` with a splat of 1s. (`i32x4.extadd_pairwise_i16x8_s` gives the same sums, but V8 lowers it
+//!   to the same `vpmaddwd` against 1s it rebuilds each time, `vpcmpeqd` + `vpsrlw`, read with `node
+//!   --experimental-wasm-relaxed-simd --print-wasm-code`; with the splat the 1s stay in a register, and the kernel
+//!   took 0.83–0.88× the time, `bench/ab.mjs`.) The `64 · Σ q_w` the offset adds is subtracted by starting each
+//!   block's sums at `−64 · Σ q_w`, precomputed per column and block. Or all in one, the fused
+//!   `i32x4.relaxed_dot_i8x16_i7x16_add_s`: one `vpdpbusd` with AVX-VNNI and one `sdot` on ARM with the dot-product extension, but without AVX-VNNI V8 emits
 //!   five instructions (the constant of ones rebuilt each time), and on a Zen 4 the kernel took 1.24–1.33× the time
 //!   of the split form (`bench/ab.mjs`, MiniLM Q8_0 in Chromium). Both give the same integers; which runs depends on
 //!   how the engine lowers the fused instruction, which one probe tells apart ([`fused_dot`]). (Timing the two forms
@@ -324,7 +327,7 @@ mod v {
             }
         }
         /// `acc + Σ_4 w·x` per 32-bit lane, x's bytes in [0, 127]: fused (one relaxed instruction) or split (pair
-        /// sums in i16, then widened and added); the same integers.
+        /// sums in i16, widened by a dot product with 1s: module docs, and added); the same integers.
         #[cfg(feature = "relaxed-simd")]
         #[target_feature(enable = "relaxed-simd")]
         #[inline]
@@ -332,7 +335,7 @@ mod v {
             if FUSED {
                 i32x4_relaxed_dot_i8x16_i7x16_add(w, x, acc)
             } else {
-                i32x4_add(acc, i32x4_extadd_pairwise_i16x8(i16x8_relaxed_dot_i8x16_i7x16(w, x)))
+                i32x4_add(acc, i32x4_dot_i16x8(i16x8_relaxed_dot_i8x16_i7x16(w, x), i16x8_splat(1)))
             }
         }
         #[cfg(feature = "relaxed-simd")]
