@@ -58,9 +58,9 @@ export interface LoadOptions {
   /**
    * Which wasm build runs the model: "auto" (default) takes "relaxed" where the engine implements WebAssembly
    * relaxed SIMD (Chrome/Edge 114+), else "simd128". The two give the same results bit for bit. Relaxed SIMD runs
-   * the CPU backend's Q8_0 kernel (.gguf q8_0 models) level with SIMD128 on x86 without AVX-VNNI (BENCHMARKS.md);
-   * where the engine has a byte dot product (AVX-VNNI, ARM) it takes one instruction per 16 multiply-adds (not
-   * measured). Only the chosen build is downloaded.
+   * the CPU backend's Q8_0 kernel (.gguf q8_0 models) about 1.16–1.19× as fast as SIMD128 on x86 without AVX-VNNI
+   * (BENCHMARKS.md); where the engine has a byte dot product (AVX-VNNI, ARM) it takes one instruction per 16
+   * multiply-adds (not measured). Only the chosen build is downloaded.
    */
   simd?: "auto" | "relaxed" | "simd128";
   /**
