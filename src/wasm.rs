@@ -138,6 +138,41 @@ pub fn debug_linear_q8(x: &[f32], w: &[u8], m: usize, n: usize, k: usize) -> Res
     Ok(y.to_vec())
 }
 
+/// The Q8_0 kernel alone, for bench/kernel.mjs: `x (M, K) · Wᵀ` `reps` times, cycling through `copies` distinct
+/// weights `W (N, K)` (pseudo-random bytes, so that `copies` sets how much memory the weights span: a whole model's
+/// layers do not stay in the cache, one matrix does). The caller times the call. Not part of the public API.
+#[wasm_bindgen(js_name = __debugBenchLinearQ8)]
+pub fn debug_bench_linear_q8(m: usize, n: usize, k: usize, copies: usize, reps: usize) -> Result<(), JsError> {
+    use crate::backend::{cpu::q8, Activation};
+    use crate::weights::quant::{Q8_0_BLOCK_BYTES, QK};
+    if m == 0 || n == 0 || k == 0 || k % QK != 0 || copies == 0 || m * k > 1 << 24 || n * k * copies > 1 << 28 {
+        return Err(JsError::new("__debugBenchLinearQ8: M, N, copies > 0, K a multiple of 32, sizes bounded"));
+    }
+    let mut state = 0x2545_f491_u32;
+    let mut bytes = vec![0u8; n * k / QK * Q8_0_BLOCK_BYTES];
+    let weights: Vec<q8::Q8Matrix> = (0..copies)
+        .map(|_| {
+            for block in bytes.chunks_exact_mut(Q8_0_BLOCK_BYTES) {
+                block[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                for q in &mut block[2..] {
+                    state ^= state << 13;
+                    state ^= state >> 17;
+                    state ^= state << 5;
+                    *q = (state >> 24) as u8;
+                }
+            }
+            q8::Q8Matrix::from_q8_0(&bytes, n, k)
+        })
+        .collect::<crate::Result<_>>()
+        .map_err(js_err)?;
+    let x: Vec<f32> = (0..m * k).map(|i| (i % 251) as f32 / 125.0 - 1.0).collect();
+    let mut out = vec![0f32; m * n];
+    for w in weights.iter().cycle().take(reps) {
+        q8::linear_q8(&x, m, k, w, None, Activation::None, &mut out);
+    }
+    Ok(())
+}
+
 /// Which form of the relaxed-SIMD Q8_0 kernel's dot product runs: "fused" or "split" (module docs of
 /// `backend::cpu::q8`), or "simd128" in the SIMD128 build. `force`: "fused" / "split" fixes it, "auto" returns to
 /// the engine's (`q8::fused_dot`), `undefined` only reads it. For tests/browser/q8-kernel.test.mjs. Not
