@@ -5,10 +5,20 @@
 #   Chromium) → the hand-written wrapper from js/.
 # Needs: rustup target wasm32-unknown-unknown, wasm-bindgen-cli of the same version as the wasm-bindgen crate in
 # Cargo.lock, and `npm ci` (binaryen). Prints the wasm size, raw and gzipped.
+#   scripts/build-wasm.sh [--bench]
+# --bench: the same package into pkg-bench/ (own cargo target dirs) with the `bench-exports` feature, whose debug
+# exports bench/kernel.mjs calls; the shipped package leaves them out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT=pkg
+TARGET=target
+EXTRA=""
+if [ "${1:-}" = "--bench" ]; then
+  OUT=pkg-bench
+  TARGET=target/bench
+  EXTRA=bench-exports
+fi
 WASM_BINDGEN=${WASM_BINDGEN:-wasm-bindgen}
 WASM_OPT=node_modules/.bin/wasm-opt
 
@@ -45,10 +55,10 @@ build() { # <out dir> <cargo target dir> <cargo features> [extra wasm-opt flags]
   # wasm-bindgen's own package.json and .gitignore would shadow ours
   rm -f "$OUT/$dir/package.json" "$OUT/$dir/.gitignore"
 }
-build wasm target ""
+build wasm "$TARGET" "$EXTRA"
 # The feature enables relaxed SIMD for the Q8_0 kernel's functions only (#[target_feature]): everything else,
 # dependencies included, compiles exactly as in the SIMD128 build, so the two give the same results bit for bit.
-build wasm-relaxed target/relaxed relaxed-simd --enable-relaxed-simd
+build wasm-relaxed "$TARGET/relaxed" "relaxed-simd${EXTRA:+,$EXTRA}" --enable-relaxed-simd
 
 cp js/*.js js/*.d.ts "$OUT/"
 cp js/package.json "$OUT/package.json"

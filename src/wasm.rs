@@ -138,39 +138,55 @@ pub fn debug_linear_q8(x: &[f32], w: &[u8], m: usize, n: usize, k: usize) -> Res
     Ok(y.to_vec())
 }
 
-/// The Q8_0 kernel alone, for bench/kernel.mjs: `x (M, K) · Wᵀ` `reps` times, cycling through `copies` distinct
-/// weights `W (N, K)` (pseudo-random bytes, so that `copies` sets how much memory the weights span: a whole model's
-/// layers do not stay in the cache, one matrix does). The caller times the call. Not part of the public API.
-#[wasm_bindgen(js_name = __debugBenchLinearQ8)]
-pub fn debug_bench_linear_q8(m: usize, n: usize, k: usize, copies: usize, reps: usize) -> Result<(), JsError> {
-    use crate::backend::{cpu::q8, Activation};
+/// One CPU matmul alone, for bench/kernel.mjs: the backend's `linear` (`x (M, K) · Wᵀ`) `reps` times with W `(N, K)`
+/// in `dtype` ("q8_0": the integer kernel; "f32": the f32 GEMM), cycling through `copies` distinct weights
+/// (pseudo-random, so that `copies` sets how much memory they span: a whole model's layers do not stay in the cache,
+/// one matrix does). Returns the milliseconds per call, after one untimed pass over the weights (the first use of a
+/// Q8_0 matrix repacks it). Only with the `bench-exports` feature; not part of the public API.
+#[cfg(feature = "bench-exports")]
+#[wasm_bindgen(js_name = __debugBenchLinear)]
+pub fn debug_bench_linear(dtype: &str, m: usize, n: usize, k: usize, copies: usize, reps: usize) -> Result<f64, JsError> {
+    use crate::backend::{Activation, Backend};
     use crate::weights::quant::{Q8_0_BLOCK_BYTES, QK};
-    if m == 0 || n == 0 || k == 0 || k % QK != 0 || copies == 0 || m * k > 1 << 24 || n * k * copies > 1 << 28 {
-        return Err(JsError::new("__debugBenchLinearQ8: M, N, copies > 0, K a multiple of 32, sizes bounded"));
+    use crate::weights::{HostData, HostTensor};
+    if m == 0 || n == 0 || k == 0 || k % QK != 0 || copies == 0 || m * k > 1 << 24 || n * k * copies > 1 << 25 {
+        return Err(JsError::new("__debugBenchLinear: M, N, copies > 0, K a multiple of 32, sizes bounded"));
     }
     let mut state = 0x2545_f491_u32;
-    let mut bytes = vec![0u8; n * k / QK * Q8_0_BLOCK_BYTES];
-    let weights: Vec<q8::Q8Matrix> = (0..copies)
-        .map(|_| {
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state
+    };
+    let mut random = || match dtype {
+        "q8_0" => {
+            let mut bytes = vec![0u8; n * k / QK * Q8_0_BLOCK_BYTES];
             for block in bytes.chunks_exact_mut(Q8_0_BLOCK_BYTES) {
                 block[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-                for q in &mut block[2..] {
-                    state ^= state << 13;
-                    state ^= state >> 17;
-                    state ^= state << 5;
-                    *q = (state >> 24) as u8;
-                }
+                block[2..].iter_mut().for_each(|q| *q = (next() >> 24) as u8);
             }
-            q8::Q8Matrix::from_q8_0(&bytes, n, k)
-        })
-        .collect::<crate::Result<_>>()
-        .map_err(js_err)?;
+            Ok(HostData::Q8_0(bytes))
+        }
+        "f32" => Ok(HostData::F32((0..n * k).map(|_| (next() >> 8) as f32 / (1 << 24) as f32 - 0.5).collect())),
+        other => Err(JsError::new(&format!("__debugBenchLinear: dtype \"q8_0\" or \"f32\", not {other:?}"))),
+    };
+    let cpu = CpuBackend::new();
+    let weights = (0..copies)
+        .map(|_| cpu.upload(&HostTensor { shape: vec![n, k], data: random()? }).map_err(js_err))
+        .collect::<Result<Vec<_>, JsError>>()?;
     let x: Vec<f32> = (0..m * k).map(|i| (i % 251) as f32 / 125.0 - 1.0).collect();
-    let mut out = vec![0f32; m * n];
-    for w in weights.iter().cycle().take(reps) {
-        q8::linear_q8(&x, m, k, w, None, Activation::None, &mut out);
-    }
-    Ok(())
+    let x = cpu.input(&x, m, k).map_err(js_err)?;
+    let run = |reps: usize| -> Result<(), JsError> {
+        for w in weights.iter().cycle().take(reps) {
+            cpu.linear(&x, w, None, Activation::None).map_err(js_err)?;
+        }
+        Ok(())
+    };
+    run(copies)?;
+    let t0 = js_sys::Date::now();
+    run(reps.max(1))?;
+    Ok((js_sys::Date::now() - t0) / reps.max(1) as f64)
 }
 
 /// Which form of the relaxed-SIMD Q8_0 kernel's dot product runs: "fused" or "split" (module docs of
