@@ -26,10 +26,11 @@
 //!   --experimental-wasm-relaxed-simd --print-wasm-code`; with the splat the 1s stay in a register, and the kernel
 //!   took 0.83–0.88× the time, `bench/ab.mjs`.) The `64 · Σ q_w` the offset adds is subtracted by starting each
 //!   block's sums at `−64 · Σ q_w`, precomputed per column and block. Or all in one, the fused
-//!   `i32x4.relaxed_dot_i8x16_i7x16_add_s`: one `vpdpbusd` with AVX-VNNI and one `sdot` on ARM with the dot-product extension, but without AVX-VNNI V8 emits
-//!   five instructions (the constant of ones rebuilt each time), and on a Zen 4 the kernel took 1.24–1.33× the time
-//!   of the split form (`bench/ab.mjs`, MiniLM Q8_0 in Chromium). Both give the same integers; which runs depends on
-//!   how the engine lowers the fused instruction, which one probe tells apart ([`fused_dot`]). (Timing the two forms
+//!   `i32x4.relaxed_dot_i8x16_i7x16_add_s`: one `vpdpbusd` with AVX-VNNI and one `sdot` on ARM with the dot-product
+//!   extension, but without AVX-VNNI V8 emits five instructions (the constant of ones rebuilt each time), and on a
+//!   Zen 4 the kernel took 1.24–1.33× the time of the split form (`bench/ab.mjs`, MiniLM Q8_0 in Chromium; the split
+//!   form then still widened with `extadd_pairwise`). Both give the same integers; which runs depends on how the
+//!   engine lowers the fused instruction, which one probe tells apart ([`fused_dot`]). (Timing the two forms
 //!   at the first Q8_0 matrix was tried: it chose the slower one in 1 page load of 3, likely the page's noise or V8
 //!   still running baseline code for one of them.)
 //!
