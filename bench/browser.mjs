@@ -14,7 +14,7 @@ import path from "node:path";
 import { chromium } from "playwright-core";
 import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
 import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
-import { median, warmUp } from "./harness.mjs";
+import { median, timeEmbed, warmUp } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => {
@@ -138,8 +138,7 @@ async function main() {
         // One warm-up each (pipelines, allocations), then alternate so background load hits both alike.
         for (let r = 0; r <= reps; r++) {
           for (const which of r % 2 ? ["theirs", "ours"] : ["ours", "theirs"]) {
-            const { ms, vectors } = await p.evaluate(({ which, texts }) => window.timeEmbed(which, texts),
-              { which, texts: w.texts });
+            const { ms, vectors } = await timeEmbed(p, which, w.texts);
             if (r > 0) times[which].push(ms);
             if (r === 0) (agree ??= {})[which] = vectors;
           }

@@ -21,6 +21,11 @@ export async function withBenchPage({ isolated = false } = {}, f) {
   }
 }
 
+/** bench/page.js's `timeEmbed(which, texts)` in `page`: `{ ms, vectors }` of one call of library `which`. */
+export function timeEmbed(page, which, texts) {
+  return page.evaluate(({ which, texts }) => window.timeEmbed(which, texts), { which, texts });
+}
+
 /**
  * Untimed calls of bench/page.js's `timeEmbed` on `texts`, each of `libraries` ("ours", "theirs") in turn, for at
  * least `ms`: V8 compiles a page's hot wasm again, in the background, over its first seconds of calls
@@ -29,7 +34,7 @@ export async function withBenchPage({ isolated = false } = {}, f) {
 export async function warmUp(page, libraries, texts, ms) {
   for (const t0 = performance.now(); performance.now() - t0 < ms;) {
     for (const which of libraries) {
-      await page.evaluate(({ which, texts }) => window.timeEmbed(which, texts), { which, texts });
+      await timeEmbed(page, which, texts);
     }
   }
 }

@@ -13,7 +13,7 @@
 // theirs on 1 and 2 threads), each in a fresh page with that library only (untimed calls for 5 s, then runs / 2N
 // timed), so that no library's threads or workers share the cores with another's; then each library's fastest
 // configuration. (--workers, --parallel and --threads do not apply.)
-import { median, warmUp, withBenchPage } from "./harness.mjs";
+import { median, timeEmbed, warmUp, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => (argv.includes(`--${name}`) ? argv[argv.indexOf(`--${name}`) + 1] : dflt);
@@ -39,8 +39,7 @@ await withBenchPage({ isolated: true }, async (page) => {
   }
   await page.evaluate((t) => window.load("theirs", t), theirs);
   const tokens = (await page.evaluate((t) => window.tokenCounts(t), TEXTS))[0];
-  const run = async (which) => (await page.evaluate(({ which, texts }) => window.timeEmbed(which, texts),
-    { which, texts: TEXTS })).ms;
+  const run = async (which) => (await timeEmbed(page, which, TEXTS)).ms;
   await warmUp(page, ["ours", "theirs"], TEXTS, WARMUP_MS);
   const times = { ours: { ours: [], theirs: [] }, theirs: { ours: [], theirs: [] } };
   let prev = "theirs";
@@ -82,10 +81,8 @@ async function alone(first) {
       await p.waitForFunction(() => window.ready === true);
       c.build = await p.evaluate(({ which, o }) => window.load(which, o), c);
       tokens ??= (await p.evaluate((t) => window.tokenCounts(t), TEXTS))[0];
-      const run = async () => (await p.evaluate(({ which, texts }) => window.timeEmbed(which, texts),
-        { which: c.which, texts: TEXTS })).ms;
       await warmUp(p, [c.which], TEXTS, WARMUP_MS);
-      for (let i = 0; i < Math.ceil(RUNS / 2 / ALONE); i++) c.times.push(await run());
+      for (let i = 0; i < Math.ceil(RUNS / 2 / ALONE); i++) c.times.push((await timeEmbed(p, c.which, TEXTS)).ms);
       await p.close();
     }
   }

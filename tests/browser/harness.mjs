@@ -19,7 +19,6 @@ export const ARGS = [
   "--no-first-run", "--disable-quic", "--disable-dev-shm-usage", "--enable-unsafe-webgpu",
 ];
 
-
 /**
  * Starts the site server (the repo root: pkg/ and tests/browser/page.html; cross-origin isolated if `isolated`),
  * the model server (models/ and tests/models/, another origin, CORS) and Chromium with a fresh profile.
