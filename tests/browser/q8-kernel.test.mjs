@@ -53,9 +53,12 @@ test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async ()
         if (glue.__q8DotForm(form) !== form) throw new Error(`could not force the ${form} form`);
       }
       const cases = [];
-      for (const [m, n, k] of [[1, 1, 32], [3, 5, 64], [4, 4, 32], [7, 9, 96], [65, 13, 128], [12, 384, 384]]) {
+      // The last shape's x sits on half steps (each block's largest value 63, so d = 1): every rounding is a tie.
+      for (const [m, n, k, ties] of [[1, 1, 32], [3, 5, 64], [4, 4, 32], [7, 9, 96], [65, 13, 128], [12, 384, 384],
+        [5, 6, 64, true]]) {
         const blocks = k / 32;
-        const x = Float32Array.from({ length: m * k }, () => (rand() * 2 - 1) * 4);
+        const x = Float32Array.from({ length: m * k }, (_, i) => (!ties ? (rand() * 2 - 1) * 4
+          : i % 32 === 0 ? 63 : Math.floor(rand() * 63) - 31.5));
         const w = new Uint8Array(n * blocks * 34);
         const dv = new DataView(w.buffer);
         for (let r = 0; r < n * blocks; r++) {
@@ -80,7 +83,7 @@ test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async ()
             }
           }
         }
-        cases.push({ shape: `${m}x${n}x${k}`, outputs: y.length, mismatches, first });
+        cases.push({ shape: `${m}x${n}x${k}${ties ? " (ties)" : ""}`, outputs: y.length, mismatches, first });
       }
       builds[form ? `${dir} (${form})` : dir] = cases;
       if (form) glue.__q8DotForm("auto");

@@ -296,10 +296,18 @@ mod v {
                 m
             }
         }
-        /// `round_half_even(x[i] · s)` for 8 values at `x`, as i16 (`f32x4.nearest` rounds ties to even).
+        /// `round_half_even(x[i] · s)` for 8 values at `x`, as i16. Adding 1.5 · 2²³ rounds a product (|·| ≤ 63 here)
+        /// to the nearest integer, ties to even, which then sits in the sum's low mantissa bits: the integer
+        /// subtraction of the constant's bits gives it as i32. The same integers as `f32x4.nearest` +
+        /// `i32x4.trunc_sat_f32x4_s` for every |v| < 2²², in 2 instructions where V8 emits 8 (its saturating
+        /// conversion is 7 on x86); x quantization took 3.5% of a one-sentence forward (`bench/profile.mjs`).
         #[inline(always)]
         unsafe fn round_8(x: *const f32, s: v128) -> v128 {
-            let r = |p: *const f32| unsafe { i32x4_trunc_sat_f32x4(f32x4_nearest(f32x4_mul(v128_load(p as *const v128), s))) };
+            const ROUND: f32 = 12_582_912.0;
+            let r = |p: *const f32| unsafe {
+                let t = f32x4_add(f32x4_mul(v128_load(p as *const v128), s), f32x4_splat(ROUND));
+                i32x4_sub(t, i32x4_splat(ROUND.to_bits() as i32))
+            };
             // SAFETY: the caller's 8 values.
             i16x8_narrow_i32x4(r(x), r(unsafe { x.add(4) }))
         }
