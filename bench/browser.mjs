@@ -4,10 +4,11 @@
 // medians, spreads and ratios. Run it through bench/browser.sh, which prepares what it needs.
 //
 //   node bench/browser.mjs [--reps 7] [--latency-reps 25] [--gpu-reps 3] [--cold 3] [--warmup-ms 5000]
-//                          [--only cpu|webgpu] [--json out.json]
+//                          [--only cpu|webgpu] [--cores n] [--json out.json]
 //
 // --latency-reps: repetitions of workload (a) on the CPU (one sentence takes milliseconds, and its run-to-run spread
-// is wide: a median of few runs moves by 2×).
+// is wide: a median of few runs moves by 2×). --cores: our workers and their threads in the multi-core rows (default:
+// navigator.hardwareConcurrency, at least 2, at most 4).
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -28,6 +29,12 @@ const COLD = Number(arg("cold", 3));
 /** Per configuration, both libraries are called in turn on (a) for this long before anything is timed (warmUp). */
 const WARMUP_MS = Number(arg("warmup-ms", 5000));
 const ONLY = arg("only", null);
+/** Workers and threads of the multi-core rows (default: the cores the browser reports, 2 to 4). */
+const CORES = arg("cores", null) == null ? null : Number(arg("cores"));
+if (CORES != null && !(Number.isInteger(CORES) && CORES >= 2 && CORES <= 8)) {
+  console.error("--cores: an integer from 2 to 8");
+  process.exit(2);
+}
 const JSON_OUT = arg("json", null);
 /** f32 against f32: two correct implementations of the same network differ by float rounding only. */
 const MIN_AGREEMENT = 0.999;
@@ -114,15 +121,18 @@ async function main() {
       console.error(`${w.name}: tokens ${Math.min(...w.tokens)}–${Math.max(...w.tokens)}`);
     }
 
+    // The multi-core rows use every core the browser reports, up to 4 (--cores): our workers, their wasm threads.
+    const n = CORES ?? Math.min(4, Math.max(2, results.env.cores ?? 2));
+    const f32 = { source: OURS_F32, device: "cpu" }, q8 = { source: OURS_Q8, device: "cpu" };
     const configs = [
-      { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 1 }, label: "CPU (ours) vs WASM 1 thread (theirs)" },
-      { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu" }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU (ours) vs WASM 2 threads (theirs)" },
-      { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu", workers: 2 }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU 2 workers (ours) vs WASM 2 threads (theirs)" },
-      { device: "cpu", dtype: "f32", ours: { source: OURS_F32, device: "cpu", workers: 2, parallel: "tensor" }, theirs: { dtype: "fp32", device: "wasm", threads: 2 }, label: "CPU 2 tensor-parallel workers (ours) vs WASM 2 threads (theirs)" },
-      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu" }, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, relaxed-SIMD build (ours) vs WASM q8 1 thread (theirs)" },
-      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu", simd: "simd128" }, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, SIMD128 build (ours) vs WASM q8 1 thread (theirs)" },
-      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu", workers: 2 }, theirs: { dtype: "q8", device: "wasm", threads: 2 }, label: "CPU q8_0 2 workers, relaxed-SIMD build (ours) vs WASM q8 2 threads (theirs)" },
-      { device: "cpu", dtype: "8-bit", ours: { source: OURS_Q8, device: "cpu", workers: 2, parallel: "tensor" }, theirs: { dtype: "q8", device: "wasm", threads: 2 }, label: "CPU q8_0 2 tensor-parallel workers, relaxed-SIMD build (ours) vs WASM q8 2 threads (theirs)" },
+      { device: "cpu", dtype: "f32", ours: f32, theirs: { dtype: "fp32", device: "wasm", threads: 1 }, label: "CPU (ours) vs WASM 1 thread (theirs)" },
+      { device: "cpu", dtype: "f32", ours: f32, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU (ours) vs WASM ${n} threads (theirs)` },
+      { device: "cpu", dtype: "f32", ours: { ...f32, workers: n }, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU ${n} workers (ours) vs WASM ${n} threads (theirs)` },
+      { device: "cpu", dtype: "f32", ours: { ...f32, workers: n, parallel: "tensor" }, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU ${n} tensor-parallel workers (ours) vs WASM ${n} threads (theirs)` },
+      { device: "cpu", dtype: "8-bit", ours: q8, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, relaxed-SIMD build (ours) vs WASM q8 1 thread (theirs)" },
+      { device: "cpu", dtype: "8-bit", ours: { ...q8, simd: "simd128" }, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, SIMD128 build (ours) vs WASM q8 1 thread (theirs)" },
+      { device: "cpu", dtype: "8-bit", ours: { ...q8, workers: n }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} workers, relaxed-SIMD build (ours) vs WASM q8 ${n} threads (theirs)` },
+      { device: "cpu", dtype: "8-bit", ours: { ...q8, workers: n, parallel: "tensor" }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} tensor-parallel workers, relaxed-SIMD build (ours) vs WASM q8 ${n} threads (theirs)` },
       { device: "webgpu", dtype: "f32", ours: { source: OURS_F32, device: "webgpu" }, theirs: { dtype: "fp32", device: "webgpu" }, label: "WebGPU (both)" },
     ].filter((c) => !ONLY || c.device === ONLY);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bertgpu vs transformers.js in one headless Chromium launch (bench/browser.mjs); prints a Markdown table.
-#   bench/browser.sh [--reps 7] [--latency-reps 25] [--gpu-reps 3] [--cold 3] [--warmup-ms 5000] [--only cpu|webgpu] [--json out.json]
+#   bench/browser.sh [--reps 7] [--latency-reps 25] [--gpu-reps 3] [--cold 3] [--warmup-ms 5000] [--only cpu|webgpu] [--cores n] [--json out.json]
 # Prepares what is missing: the npm package (scripts/build-wasm.sh), transformers.js (bench/package.json, installed
 # with --ignore-scripts: onnxruntime-node's install script reaches for the network and is not used here), the ONNX
 # export for transformers.js (bench/export_onnx.py: needs PYTHON with torch, transformers, onnx, onnxruntime; default

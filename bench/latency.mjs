@@ -6,13 +6,14 @@
 //
 //   node bench/latency.mjs [--runs 120] [--ours q8|f32] [--simd auto|relaxed|simd128] [--workers 1|2]
 //                          [--parallel data|tensor] [--theirs q8|fp32] [--threads 1|2] [--warmup-ms 5000]
-//   node bench/latency.mjs --alone 4 [--runs 120] [--ours q8|f32] [--theirs q8|fp32] [--warmup-ms 5000]
+//   node bench/latency.mjs --alone 4 [--runs 120] [--ours q8|f32] [--theirs q8|fp32] [--cores n] [--warmup-ms 5000]
 //
 // --parallel tensor: our workers each hold a shard of every layer and run the sentence together.
-// --alone N: instead, N rounds over four configurations (ours in one instance and on 2 tensor-parallel workers,
-// theirs on 1 and 2 threads), each in a fresh page with that library only (untimed calls for 5 s, then runs / 2N
-// timed), so that no library's threads or workers share the cores with another's; then each library's fastest
-// configuration. (--workers, --parallel and --threads do not apply.)
+// --alone N: instead, N rounds over the configurations (ours in one instance and on 2 tensor-parallel workers,
+// theirs on 1 and 2 threads; with more cores, also on --cores of each, by default the cores the browser reports, up
+// to 4), each in a fresh page with that library only (untimed calls for 5 s, then runs / 2N timed), so that no
+// library's threads or workers share the cores with another's; then each library's fastest configuration.
+// (--workers, --parallel and --threads do not apply.)
 import { median, timeEmbed, warmUp, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
@@ -26,6 +27,12 @@ const theirs = { dtype: arg("theirs", "q8"), device: "wasm", threads: Number(arg
 const TEXTS = ["Anyone who has never made a mistake has never tried anything new."];
 
 const ALONE = Number(arg("alone", 0));
+/** --alone: also this many workers and threads (default: the cores the browser reports, 2 to 4). */
+const CORES = arg("cores", null) == null ? null : Number(arg("cores"));
+if (CORES != null && !(Number.isInteger(CORES) && CORES >= 2 && CORES <= 8)) {
+  console.error("--cores: an integer from 2 to 8");
+  process.exit(2);
+}
 /** Untimed calls (per fresh page in --alone) for at least this long (warmUp in bench/harness.mjs says why). */
 const WARMUP_MS = Number(arg("warmup-ms", 5000));
 
@@ -61,16 +68,18 @@ await withBenchPage({ isolated: true }, async (page) => {
 });
 
 /**
- * The --alone protocol: four configurations, each in its own fresh page with one library only, rounds rotating
- * which goes first: ours in one instance and split across 2 tensor-parallel workers, theirs with 1 and 2 wasm
- * threads. Ends with each library's fastest configuration (the issue's latency target compares those).
+ * The --alone protocol: each configuration in its own fresh page with one library only, rounds rotating which goes
+ * first: ours in one instance and split across 2 (and --cores) tensor-parallel workers, theirs with 1 and 2 (and
+ * --cores) wasm threads. Ends with each library's fastest configuration (the issue's latency target compares those).
  */
 async function alone(first) {
+  const cores = CORES ?? Math.min(4, Math.max(2, await first.evaluate(() => navigator.hardwareConcurrency ?? 2)));
+  const counts = [...new Set([2, cores])];
   const configs = [
     { which: "ours", name: "1 instance", o: { ...ours, workers: 1 } },
-    { which: "ours", name: "2 tensor-parallel workers", o: { ...ours, workers: 2, parallel: "tensor" } },
+    ...counts.map((n) => ({ which: "ours", name: `${n} tensor-parallel workers`, o: { ...ours, workers: n, parallel: "tensor" } })),
     { which: "theirs", name: "1 thread", o: { ...theirs, threads: 1 } },
-    { which: "theirs", name: "2 threads", o: { ...theirs, threads: 2 } },
+    ...counts.map((n) => ({ which: "theirs", name: `${n} threads`, o: { ...theirs, threads: n } })),
   ].map((c) => ({ ...c, times: [] }));
   let tokens;
   for (let round = 0; round < ALONE; round++) {
