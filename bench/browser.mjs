@@ -110,6 +110,7 @@ async function main() {
     console.error(`environment: ${JSON.stringify(results.env)}`);
 
     await page.evaluate((s) => window.load("ours", { source: s, device: "cpu" }), OURS_F32);
+    results.env.q8Dot = await page.evaluate(() => window.q8DotForm());
     const workloads = [
       { name: "(a) 1 × short", latency: true, texts: (await makeTexts(page, 1, 12)) },
       { name: "(b) 8 × 128", texts: (await makeTexts(page, 8, 128)) },
@@ -207,7 +208,8 @@ function table(res) {
   const f = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
   const lines = [
     `Chromium: ${res.env.userAgent?.match(/Chrome\/[\d.]+/)?.[0]}, ${res.env.cores} cores, WebGPU adapter: `
-      + `${res.env.adapter ?? "none"}${res.env.fallback ? " (fallback adapter)" : ""}, cross-origin isolated: ${res.env.isolated}`,
+      + `${res.env.adapter ?? "none"}${res.env.fallback ? " (fallback adapter)" : ""}, cross-origin isolated: ${res.env.isolated}`
+      + `, Q8_0 kernel's relaxed dot product: ${res.env.q8Dot ?? "not run (no relaxed SIMD)"}`,
     "",
     "| backends | workload | bertgpu ms (min–max) | transformers.js ms (min–max) | speed-up | min cosine |",
     "|---|---|---|---|---|---|",

@@ -40,10 +40,8 @@ await withBenchPage({ isolated: true }, async (page) => {
   await page.waitForFunction(() => window.ready === true);
   if (ALONE > 0) return alone(page);
   let build = await page.evaluate((o) => window.load("ours", o), ours);
-  if (OURS === "q8" && build.includes("relaxed") && ours.workers === 1) {
-    // Which form of the relaxed dot product the kernel runs on this engine and CPU (src/backend/cpu/q8.rs).
-    build += `, ${await page.evaluate(async () => (await import("/pkg/wasm-relaxed/bertgpu.js")).__q8DotForm())} dot`;
-  }
+  const dot = OURS === "q8" ? await page.evaluate(() => window.q8DotForm()) : null;
+  if (dot) build += `, ${dot} dot`;
   await page.evaluate((t) => window.load("theirs", t), theirs);
   const tokens = (await page.evaluate((t) => window.tokenCounts(t), TEXTS))[0];
   const run = async (which) => (await timeEmbed(page, which, TEXTS)).ms;
@@ -89,6 +87,9 @@ async function alone(first) {
       await p.goto(first.url());
       await p.waitForFunction(() => window.ready === true);
       c.build = await p.evaluate(({ which, o }) => window.load(which, o), c);
+      // The kernel's dot-product form (the workers run the same one): on the instance in the page.
+      const dot = OURS === "q8" && c.which === "ours" ? await p.evaluate(() => window.q8DotForm()) : null;
+      if (dot) c.build += `, ${dot} dot`;
       tokens ??= (await p.evaluate((t) => window.tokenCounts(t), TEXTS))[0];
       await warmUp(p, [c.which], TEXTS, WARMUP_MS);
       for (let i = 0; i < Math.ceil(RUNS / 2 / ALONE); i++) c.times.push((await timeEmbed(p, c.which, TEXTS)).ms);

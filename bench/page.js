@@ -55,6 +55,19 @@ window.embed = async (which, texts) => {
   return Array.from({ length: n }, (_, i) => out.data.slice(i * h, (i + 1) * h));
 };
 
+/**
+ * Which form of relaxed SIMD's byte dot product our Q8_0 kernel runs on this engine and CPU: "fused" (one
+ * instruction where the engine has one: AVX-VNNI, ARM's sdot) or "split" (src/backend/cpu/q8.rs); null unless our
+ * relaxed-SIMD build is loaded in this page (not in a worker).
+ */
+window.q8DotForm = async () => {
+  try {
+    return (await import("/pkg/wasm-relaxed/bertgpu.js")).__q8DotForm();
+  } catch {
+    return null; // the module is not initialised here
+  }
+};
+
 /** Runs `embed` and returns its time in ms and the vectors (kept for the agreement check). */
 window.timeEmbed = async (which, texts) => {
   const t0 = performance.now();
