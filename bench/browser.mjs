@@ -15,7 +15,7 @@ import path from "node:path";
 import { chromium } from "playwright-core";
 import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
 import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
-import { median, timeEmbed, warmUp } from "./harness.mjs";
+import { median, multiCore, timeEmbed, warmUp } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => {
@@ -29,12 +29,9 @@ const COLD = Number(arg("cold", 3));
 /** Per configuration, both libraries are called in turn on (a) for this long before anything is timed (warmUp). */
 const WARMUP_MS = Number(arg("warmup-ms", 5000));
 const ONLY = arg("only", null);
-/** Workers and threads of the multi-core rows (default: the cores the browser reports, 2 to 4). */
-const CORES = arg("cores", null) == null ? null : Number(arg("cores"));
-if (CORES != null && !(Number.isInteger(CORES) && CORES >= 2 && CORES <= 8)) {
-  console.error("--cores: an integer from 2 to 8");
-  process.exit(2);
-}
+/** Workers and threads of the multi-core rows (default: the cores the browser reports, 2 to 4; multiCore). */
+const CORES = arg("cores", null);
+multiCore(CORES, 2); // a bad value fails here, before the browser starts
 const JSON_OUT = arg("json", null);
 /** f32 against f32: two correct implementations of the same network differ by float rounding only. */
 const MIN_AGREEMENT = 0.999;
@@ -123,7 +120,7 @@ async function main() {
     }
 
     // The multi-core rows use every core the browser reports, up to 4 (--cores): our workers, their wasm threads.
-    const n = CORES ?? Math.min(4, Math.max(2, results.env.cores ?? 2));
+    const n = multiCore(CORES, results.env.cores);
     const f32 = { source: OURS_F32, device: "cpu" }, q8 = { source: OURS_Q8, device: "cpu" };
     const configs = [
       { device: "cpu", dtype: "f32", ours: f32, theirs: { dtype: "fp32", device: "wasm", threads: 1 }, label: "CPU (ours) vs WASM 1 thread (theirs)" },

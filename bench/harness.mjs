@@ -39,6 +39,20 @@ export async function warmUp(page, libraries, texts, ms) {
   }
 }
 
+/**
+ * Workers and threads of the multi-core configurations: `--cores` (`value`, a string or null when absent; exits
+ * on anything but an integer from 2 to 8), else the cores the browser reports (`reported`), at least 2, at most 4.
+ */
+export function multiCore(value, reported) {
+  if (value == null) return Math.min(4, Math.max(2, reported ?? 2));
+  const n = Number(value);
+  if (!(Number.isInteger(n) && n >= 2 && n <= 8)) {
+    console.error("--cores: an integer from 2 to 8");
+    process.exit(2);
+  }
+  return n;
+}
+
 /** The median (of an even count, the mean of the middle two). */
 export function median(xs) {
   const s = [...xs].sort((a, b) => a - b);

@@ -14,7 +14,7 @@
 // to 4), each in a fresh page with that library only (untimed calls for 5 s, then runs / 2N timed), so that no
 // library's threads or workers share the cores with another's; then each library's fastest configuration.
 // (--workers, --parallel and --threads do not apply.)
-import { median, timeEmbed, warmUp, withBenchPage } from "./harness.mjs";
+import { median, multiCore, timeEmbed, warmUp, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => (argv.includes(`--${name}`) ? argv[argv.indexOf(`--${name}`) + 1] : dflt);
@@ -27,12 +27,9 @@ const theirs = { dtype: arg("theirs", "q8"), device: "wasm", threads: Number(arg
 const TEXTS = ["Anyone who has never made a mistake has never tried anything new."];
 
 const ALONE = Number(arg("alone", 0));
-/** --alone: also this many workers and threads (default: the cores the browser reports, 2 to 4). */
-const CORES = arg("cores", null) == null ? null : Number(arg("cores"));
-if (CORES != null && !(Number.isInteger(CORES) && CORES >= 2 && CORES <= 8)) {
-  console.error("--cores: an integer from 2 to 8");
-  process.exit(2);
-}
+/** --alone: also this many workers and threads (default: the cores the browser reports, 2 to 4; multiCore). */
+const CORES = arg("cores", null);
+multiCore(CORES, 2); // a bad value fails here, before the browser starts
 /** Untimed calls (per fresh page in --alone) for at least this long (warmUp in bench/harness.mjs says why). */
 const WARMUP_MS = Number(arg("warmup-ms", 5000));
 
@@ -71,7 +68,7 @@ await withBenchPage({ isolated: true }, async (page) => {
  * --cores) wasm threads. Ends with each library's fastest configuration (the issue's latency target compares those).
  */
 async function alone(first) {
-  const cores = CORES ?? Math.min(4, Math.max(2, await first.evaluate(() => navigator.hardwareConcurrency ?? 2)));
+  const cores = multiCore(CORES, await first.evaluate(() => navigator.hardwareConcurrency));
   const counts = [...new Set([2, cores])];
   const configs = [
     { which: "ours", name: "1 instance", o: { ...ours, workers: 1 } },
