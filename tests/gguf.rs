@@ -624,13 +624,9 @@ fn minilm_gguf_embeddings_on_gpu() {
         (ConvertDType::Q4_0, MIN_COSINE_Q4_0),
     ] {
         let bytes = write_bert(&meta, &tensors, dtype).unwrap();
-        let e = match pollster::block_on(Engine::from_gguf(&bytes, Device::Gpu)) {
-            Ok(e) => e,
-            Err(e) if e.to_string().contains("no GPU adapter") => {
-                eprintln!("skipping: {e}");
-                return;
-            }
-            Err(e) => panic!("{dtype:?} on the GPU: {e}"),
+        let what = format!("minilm_gguf_embeddings_on_gpu ({dtype:?})");
+        let Some(e) = common::on_gpu(&what, pollster::block_on(Engine::from_gguf(&bytes, Device::Gpu))) else {
+            return;
         };
         let bertgpu::tasks::Engine::Gpu(m) = &e else { panic!("asked for the GPU") };
         let stored = m.bert.embeddings.word_embeddings();
@@ -701,14 +697,8 @@ fn splade_fill_mask_top1_unchanged_by_q8_0_on_gpu() {
     let g: serde_json::Value = serde_json::from_str(&golden("heads.json")).unwrap();
     let cases = g["splade_fill_mask"].as_array().unwrap();
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let q8e = match pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::Q8_0), Device::Gpu)) {
-        Ok(e) => e,
-        Err(e) if e.to_string().contains("no GPU adapter") => {
-            eprintln!("skipping: {e}");
-            return;
-        }
-        Err(e) => panic!("Q8_0 on the GPU: {e}"),
-    };
+    let q8 = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::Q8_0), Device::Gpu));
+    let Some(q8e) = common::on_gpu("splade_fill_mask_top1_unchanged_by_q8_0_on_gpu", q8) else { return };
     let q8p = pollster::block_on(q8e.fill_mask(&texts, 5)).unwrap();
     for (i, c) in cases.iter().enumerate() {
         for (m, preds) in c["predictions"].as_array().unwrap().iter().enumerate() {

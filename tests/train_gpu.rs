@@ -5,6 +5,8 @@
 use bertgpu::heads::trainer::import_safetensors;
 use bertgpu::tasks::{Device, Engine, TrainExample, TrainOptions};
 
+mod common;
+
 /// Features differ between backends by ~1e-6 (the encoder kernels' own tolerances); 60 AdamW steps with Adam's
 /// normalised updates carry that into the weights at about lr·(relative feature error)·steps, far below 1e-4.
 const WEIGHT_ATOL: f32 = 1e-4;
@@ -17,14 +19,8 @@ fn examples() -> Vec<TrainExample> {
 #[test]
 fn gpu_training_matches_cpu_training() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/models/tiny-classifier");
-    let gpu = match pollster::block_on(Engine::from_dir(dir, Device::Gpu)) {
-        Ok(e) => e,
-        Err(e) if e.to_string().contains("no GPU adapter") => {
-            eprintln!("SKIPPED: {e}");
-            return;
-        }
-        Err(e) => panic!("a GPU adapter exists but the backend failed: {e}"),
-    };
+    let gpu = pollster::block_on(Engine::from_dir(dir, Device::Gpu));
+    let Some(gpu) = common::on_gpu("gpu_training_matches_cpu_training", gpu) else { return };
     let cpu = pollster::block_on(Engine::from_dir(dir, Device::Cpu)).unwrap();
     let data = examples();
     let opts = TrainOptions { epochs: 6, learning_rate: 1e-2, batch_size: 8, seed: 5, hidden: Some(8), ..Default::default() };

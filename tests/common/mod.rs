@@ -6,17 +6,66 @@ use bertgpu::backend::Backend;
 use bertgpu::tokenizer::Batch;
 use bertgpu::weights::{HostData, HostTensor};
 
-/// The GPU backend on the machine's adapter, or `None` (with a SKIPPED line) only when there is no adapter at all:
-/// any other failure is a test failure. CI installs lavapipe, so nothing is skipped there.
-pub fn gpu() -> Option<GpuBackend> {
-    match GpuBackend::new_blocking() {
-        Ok(g) => Some(g),
-        Err(e) if e.to_string().contains("no GPU adapter") => {
-            eprintln!("SKIPPED on the GPU: {e}");
+/// Whether a test must fail, rather than skip, on a machine with no GPU adapter: `BERTGPU_REQUIRE_GPU=1` (set by
+/// scripts/test.sh, so CI cannot pass with its driver missing). Unset or `0`: skip. Any other value is a typo that
+/// would quietly change what the suite checks, so it fails every GPU test.
+pub fn gpu_required() -> bool {
+    match std::env::var("BERTGPU_REQUIRE_GPU") {
+        Err(std::env::VarError::NotPresent) => false,
+        Ok(v) if v == "0" => false,
+        Ok(v) if v == "1" => true,
+        other => panic!("BERTGPU_REQUIRE_GPU must be unset, 0 or 1; got {other:?}"),
+    }
+}
+
+/// What a test does when the machine has no GPU adapter (`why`: what wgpu said): with `BERTGPU_REQUIRE_GPU=1` it
+/// fails, naming the driver to install; otherwise it says SKIPPED on the terminal and the caller returns.
+///
+/// The line is written to the process's stderr itself, not through `eprintln!`: the test harness captures the
+/// print macros of a passing test (it shows them only with `--nocapture`), not writes to the stream, so a plain
+/// `cargo test` shows every skip.
+pub fn no_gpu_adapter(test: &str, why: &str) {
+    if gpu_required() {
+        panic!(
+            "{test}: BERTGPU_REQUIRE_GPU=1 and there is no Vulkan/GL adapter: install a Vulkan driver (on Debian \
+             `apt-get install mesa-vulkan-drivers` gives lavapipe, a Vulkan adapter on the CPU), or unset \
+             BERTGPU_REQUIRE_GPU to skip the GPU tests. wgpu said: {why}"
+        );
+    }
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test} (BERTGPU_REQUIRE_GPU=1 makes this a failure): {why}"
+    );
+}
+
+/// The prefix of the library's error when wgpu finds no adapter at all (`Gpu::new`, src/backend/gpu/context.rs). Any
+/// other GPU error, including this one reworded, is a test failure: the match errs on the side of failing.
+const NO_ADAPTER: &str = "no GPU adapter";
+
+/// The outcome of anything that needs a GPU device (a backend, an engine on `Device::Gpu`): `Some` on success, `None`
+/// when there is no adapter and the test may skip ([`no_gpu_adapter`]); any other error fails the test.
+/// A nonsense `BERTGPU_REQUIRE_GPU` fails here even when the adapter exists.
+pub fn on_gpu<T>(test: &str, r: bertgpu::Result<T>) -> Option<T> {
+    gpu_required();
+    match r {
+        Ok(v) => Some(v),
+        Err(bertgpu::Error::Gpu(msg)) if msg.starts_with(NO_ADAPTER) => {
+            no_gpu_adapter(test, &msg);
             None
         }
-        Err(e) => panic!("a GPU adapter exists but the backend failed: {e}"),
+        Err(e) => panic!("{test}: a GPU adapter exists but the backend failed: {e}"),
     }
+}
+
+/// The name of the running test: the harness names each test's thread after it.
+pub fn test_name() -> String {
+    std::thread::current().name().unwrap_or("a GPU test").to_string()
+}
+
+/// The GPU backend on the machine's adapter, or `None` when there is none and the test may skip (see [`on_gpu`]).
+pub fn gpu() -> Option<GpuBackend> {
+    on_gpu(&test_name(), GpuBackend::new_blocking())
 }
 
 /// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
