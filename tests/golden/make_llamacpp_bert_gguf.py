@@ -1,8 +1,10 @@
 """A tiny BERT GGUF written the way llama.cpp's `convert_hf_to_gguf.py` writes one, with llama.cpp's own writer.
 
-Run: .venv/bin/python tests/golden/make_llamacpp_bert_gguf.py   (needs `pip install gguf==0.19.0 numpy`)
+Run: .venv/bin/python tests/golden/make_llamacpp_bert_gguf.py
+(needs `pip install gguf==0.19.0 numpy torch transformers`)
 Writes tests/golden/llamacpp_tiny_bert.gguf and tests/golden/llamacpp_tiny_bert.json (values the reader must
-recover). The file has what llama.cpp's BertModel converter emits: `bert.*` hyper-parameters, the phantom-space
+recover, and what the model must compute: PyTorch `transformers`' BertModel and BertTokenizer, given the same
+vocabulary and the dequantized weights, embed a few texts; mean pooling, as the file's `bert.pooling_type` says). The file has what llama.cpp's BertModel converter emits: `bert.*` hyper-parameters, the phantom-space
 vocabulary in `tokenizer.ggml.tokens` with token types, llama.cpp tensor names, no tokenizer.json, no config.json,
 no heads; F32 norms/biases, F16 embeddings, and Q8_0/Q4_0 linear weights.
 """
@@ -47,6 +49,7 @@ w.add_eos_token_id(4)
 w.add_mask_token_id(5)
 
 expected = {}
+decoded = {}  # every tensor as the file's reader must decode it, for the PyTorch reference below
 def add(name, shape, qtype):
     x = (rng.standard_normal(shape) * 0.1).astype(np.float32)
     if qtype == T.F32:
@@ -58,6 +61,7 @@ def add(name, shape, qtype):
         data = quantize(x, qtype)
         deq = dequantize(data, qtype).reshape(shape)
     w.add_tensor(name, data, raw_dtype=qtype if qtype not in (T.F32, T.F16) else None)
+    decoded[name] = deq.reshape(shape)
     # a few decoded values and a checksum of all of them, in PyTorch (row-major) order
     expected[name] = {"shape": list(shape), "type": qtype.name, "first": [float(v) for v in deq.reshape(-1)[:8]],
                       "sum": float(deq.astype(np.float64).sum())}
@@ -84,6 +88,52 @@ w.write_header_to_file()
 w.write_kv_data_to_file()
 w.write_tensors_to_file()
 w.close()
+
+
+def reference_embeddings():
+    """BertModel (no pooler) on the decoded weights, BertTokenizer on the WordPiece vocabulary: token ids and the
+    mean of the last hidden state over each text's tokens (one text at a time: no padding)."""
+    import tempfile
+
+    import torch
+    import transformers
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    torch.set_num_threads(2)
+    hf = {"token_embd": "embeddings.word_embeddings", "token_types": "embeddings.token_type_embeddings",
+          "position_embd": "embeddings.position_embeddings", "token_embd_norm": "embeddings.LayerNorm"}
+    per_layer = {"attn_q": "attention.self.query", "attn_k": "attention.self.key", "attn_v": "attention.self.value",
+                 "attn_output": "attention.output.dense", "attn_output_norm": "attention.output.LayerNorm",
+                 "ffn_up": "intermediate.dense", "ffn_down": "output.dense", "layer_output_norm": "output.LayerNorm"}
+    state = {}
+    for name, x in decoded.items():
+        parts = name.split(".")
+        if parts[0] == "blk":
+            key = f"encoder.layer.{parts[1]}.{per_layer[parts[2]]}.{parts[3]}"
+        else:
+            key = f"{hf[parts[0]]}.{parts[1]}"
+        state[key] = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    cfg = BertConfig(vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=HEADS, intermediate_size=FF,
+                     max_position_embeddings=POS, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu",
+                     pad_token_id=0)
+    model = BertModel(cfg, add_pooling_layer=False).eval()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all("position_ids" in k for k in missing), (missing, unexpected)
+    with tempfile.TemporaryDirectory() as d:
+        (pathlib.Path(d) / "vocab.txt").write_text("\n".join(vocab) + "\n")
+        tok = BertTokenizer(str(pathlib.Path(d) / "vocab.txt"), do_lower_case=True)
+    out = []
+    with torch.no_grad():
+        for text in TEXTS:
+            enc = tok(text, return_tensors="pt")
+            hidden = model(**enc).last_hidden_state[0]  # (T, H)
+            out.append({"text": text, "input_ids": enc["input_ids"][0].tolist(),
+                        "mean_pooled": [float(v) for v in hidden.mean(0)]})
+    return {"source": f"torch {torch.__version__}, transformers {transformers.__version__}", "texts": out}
+
+
+# Whole words, subwords (`##s`, `##ing`), punctuation, an unknown character and an unknown word, upper case.
+TEXTS = ["the cat sat on the mat", "a dog", "Hello, the cats sat on mats!", "a dog runing on the mat, running"]
 (here / "llamacpp_tiny_bert.json").write_text(json.dumps({"source": f"gguf-py {gguf.__version__ if hasattr(gguf, '__version__') else '0.19.0'}",
-    "vocab": vocab, "tensors": expected}, indent=1) + "\n")
+    "vocab": vocab, "tensors": expected, "embeddings": reference_embeddings()}, indent=1) + "\n")
 print("wrote", here / "llamacpp_tiny_bert.gguf", (here / "llamacpp_tiny_bert.gguf").stat().st_size, "bytes")
