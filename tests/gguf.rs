@@ -552,11 +552,15 @@ fn read_bert_refuses_other_architectures() {
 // ---------------------------------------------------------------------------------------------------------------
 
 /// Minimum cosine to the f32 PyTorch sentence embedding, per sentence. F16 rounds each weight by ≤ 2⁻¹¹
-/// relative: errors of ~1e-4 in the output give cosines 1 − O(1e-8), so 0.9999 has wide margin. Q8_0 and Q4_0
-/// are the targets; measured with scripts/gguf_accuracy.py: Q8_0 ≥ 0.9996, Q4_0 ≥ 0.946 on all 16
-/// sentences there and ≥ 0.973 on these five.
+/// relative: errors of ~1e-4 in the output give cosines 1 − O(1e-8), so 0.9999 has wide margin. Q4_0 is the
+/// issue's target; measured with scripts/gguf_accuracy.py: Q8_0 ≥ 0.9996, Q4_0 ≥ 0.946 on all 16 sentences there
+/// and ≥ 0.973 on these five.
 const MIN_COSINE_F16: f64 = 0.9999;
-const MIN_COSINE_Q8_0: f64 = 0.995;
+/// Q8_0 on these five sentences, measured (`cargo test --test gguf -- --nocapture`), the same on the CPU backend and
+/// on lavapipe: min 0.99974 (1 − cos = 2.6e-4; the others 0.99981–0.99987). The floor allows 1 − cos up to 5e-4,
+/// about twice the measured loss. The loss comes from the rounding of the weights, the same everywhere; backends
+/// differ only in summation order (values ~1e-6 apart), far inside the margin.
+const MIN_COSINE_Q8_0: f64 = 0.9995;
 const MIN_COSINE_Q4_0: f64 = 0.97;
 
 /// Convert → load → embed: the F32 GGUF gives bit-identical embeddings to the safetensors folder; F16, Q8_0 and
@@ -595,7 +599,7 @@ fn minilm_gguf_embeddings_match_goldens() {
         }
         let cos: Vec<f64> = got.iter().zip(&want).map(|(a, b)| cosine(a, b)).collect();
         let (worst, &min) = cos.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).unwrap();
-        println!("{dtype:?}: cosines to PyTorch {cos:.5?}");
+        println!("{dtype:?}: cosines to PyTorch {cos:.6?}");
         assert!(min >= floor, "{dtype:?}: sentence {worst} ({:?}) has cosine {min:.6} < {floor}", sentences[worst]);
     }
 }
@@ -639,7 +643,7 @@ fn minilm_gguf_embeddings_on_gpu() {
         let got = pollster::block_on(e.embed(&sentences, &opts)).unwrap();
         let cos: Vec<f64> = got.iter().zip(&want).map(|(a, b)| cosine(a, b)).collect();
         let (worst, &min) = cos.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).unwrap();
-        println!("{dtype:?} on the GPU: cosines to PyTorch {cos:.5?}");
+        println!("{dtype:?} on the GPU: cosines to PyTorch {cos:.6?}");
         assert!(min >= floor, "{dtype:?}: sentence {worst} ({:?}) has cosine {min:.6} < {floor}", sentences[worst]);
     }
 }
