@@ -685,8 +685,11 @@ fn llama_cpp_file_matches_pytorch() {
 }
 
 fn convert_folder(name: &str, dtype: ConvertDType) -> Vec<u8> {
+    // Tests run in parallel threads of one process, and two of them convert the same folder: a name per call.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name);
-    let out = std::env::temp_dir().join(format!("bertgpu-test-{name}-{dtype:?}-{}.gguf", std::process::id()));
+    let out = std::env::temp_dir().join(format!("bertgpu-test-{name}-{dtype:?}-{}-{call}.gguf", std::process::id()));
     gguf::convert(&dir, dtype, &out).unwrap();
     let bytes = std::fs::read(&out).unwrap();
     let _ = std::fs::remove_file(&out);
