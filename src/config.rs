@@ -53,6 +53,7 @@ struct RawConfig {
     type_vocab_size: Option<usize>,
     pad_token_id: Option<u32>,
     position_embedding_type: Option<String>,
+    model_type: Option<String>,
     #[serde(default)]
     id2label: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -61,6 +62,27 @@ struct RawConfig {
     #[serde(default)]
     architectures: Option<Vec<String>>,
     tie_word_embeddings: Option<bool>,
+}
+
+/// Architectures that share BERT's tensor names but not its computation (other position ids, tokenizers, embedding
+/// factorisation, pre-LN, relative positions...): a checkpoint of one of these would load and give wrong numbers, so
+/// it is refused by name. Any other non-`bert` `model_type` is refused too; this list only makes the message precise.
+const NOT_BERT_HINT: &str = "bertgpu runs the original BERT architecture (`model_type: \"bert\"`) only; RoBERTa, \
+    XLM-RoBERTa, DistilBERT, ALBERT, ELECTRA and the other BERT-like families compute differently and would give wrong \
+    results";
+
+/// Refuses a checkpoint that says it is not BERT: `model_type` other than `bert`, or (for old configs without
+/// `model_type`) an architecture class that is not `Bert*`.
+fn check_is_bert(model_type: Option<&str>, architectures: &[String]) -> Result<()> {
+    if let Some(kind) = model_type {
+        if kind != "bert" {
+            return Err(Error::Config(format!("model_type `{kind}` is not supported: {NOT_BERT_HINT}")));
+        }
+    }
+    if let Some(arch) = architectures.iter().find(|a| !a.starts_with("Bert")) {
+        return Err(Error::Config(format!("architecture `{arch}` is not supported: {NOT_BERT_HINT}")));
+    }
+    Ok(())
 }
 
 fn required(v: Option<usize>, name: &str) -> Result<usize> {
@@ -96,6 +118,7 @@ impl BertConfig {
     pub fn from_json_str(text: &str) -> Result<BertConfig> {
         let raw: RawConfig = serde_json::from_str(text)
             .map_err(|e| Error::Config(format!("config.json is not a valid BERT config ({e})")))?;
+        check_is_bert(raw.model_type.as_deref(), raw.architectures.as_deref().unwrap_or_default())?;
         if let Some(kind) = raw.position_embedding_type.as_deref() {
             if kind != "absolute" {
                 return Err(Error::Config(format!(
@@ -241,5 +264,23 @@ mod tests {
             .to_string();
         assert!(e.contains("relative_key"), "{e}");
         assert!(BertConfig::from_json_str("not json").is_err());
+    }
+
+    /// RoBERTa and XLM-R configs carry BERT's fields and their checkpoints BERT's tensor names: loading one as BERT
+    /// gives vectors at cosine ~0.95 to PyTorch's. They must be refused by name, never run.
+    #[test]
+    fn refuses_other_architectures_by_name() {
+        for (kind, arch) in [("roberta", "RobertaModel"), ("xlm-roberta", "XLMRobertaModel"), ("distilbert", "DistilBertModel"),
+            ("albert", "AlbertModel"), ("electra", "ElectraModel"), ("megatron-bert", "MegatronBertModel")]
+        {
+            let with_type = MINI.replace("{\"vocab", &format!("{{\"model_type\": \"{kind}\", \"vocab"));
+            let e = BertConfig::from_json_str(&with_type).unwrap_err().to_string();
+            assert!(e.contains(&format!("model_type `{kind}` is not supported")) && e.contains("RoBERTa"), "{e}");
+            let no_type = MINI.replace("BertForSequenceClassification", arch);
+            let e = BertConfig::from_json_str(&no_type).unwrap_err().to_string();
+            assert!(e.contains(&format!("architecture `{arch}` is not supported")), "{e}");
+        }
+        let bert = MINI.replace("{\"vocab", "{\"model_type\": \"bert\", \"vocab");
+        assert_eq!(BertConfig::from_json_str(&bert).unwrap(), BertConfig::from_json_str(MINI).unwrap());
     }
 }
