@@ -83,7 +83,10 @@ fn tokenize_matches_golden_table() {
             .map(|&i| format!("{}\n", json!({ "text": cases[i]["text"], "text_pair": cases[i].get("text_pair") })))
             .collect();
         let out = run(&["tokenize", "--model", model_dir(model).to_str().unwrap(), "--max-length", "16"], input.as_bytes());
-        for (&i, out) in limited.iter().zip(lines(&out)) {
+        assert!(out.status.success(), "tokenize --max-length 16: {}", stderr(&out));
+        let out = lines(&out);
+        assert_eq!(out.len(), limited.len(), "--max-length 16: one output line per input line");
+        for (&i, out) in limited.iter().zip(out) {
             assert_eq!(out["input_ids"], results[i]["input_ids"], "{model} case {}", cases[i]["name"]);
         }
     }

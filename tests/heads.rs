@@ -83,7 +83,9 @@ fn fill_mask_postprocess_matches_pipeline() {
         let want = case["predictions"].as_array().unwrap();
         assert_eq!(out.len(), want.len(), "{text}: one list per mask");
         for (row, wrow) in out.iter().zip(want) {
-            for (p, w) in row.iter().zip(wrow.as_array().unwrap()) {
+            let wrow = wrow.as_array().unwrap();
+            assert_eq!(row.len(), wrow.len(), "{text}: top-5 per mask");
+            for (p, w) in row.iter().zip(wrow) {
                 assert_eq!(p.token as u64, w["token"].as_u64().unwrap(), "{text}");
                 close(p.score, w["score"].as_f64().unwrap() as f32, POSTPROCESS_TOL, text);
                 assert_eq!(p.token_str, w["token_str"].as_str().unwrap(), "{text}");
@@ -285,6 +287,7 @@ fn fill_mask_cases<B: Backend>(m: &Model<B>, cases: &Value, tol: Tol, with_logit
     }
     // All texts in one batch: different lengths, so padding is exercised.
     let out = block_on(m.fill_mask(&texts, 5)).unwrap();
+    assert_eq!(out.len(), cases.len(), "fill-mask: one result per text");
     for (case, per_text) in cases.iter().zip(&out) {
         let text = case["text"].as_str().unwrap();
         let want = case["predictions"].as_array().unwrap();
@@ -314,7 +317,9 @@ fn next_sentence_cases<B: Backend>(m: &Model<B>, tol: Tol) {
     let logits: Vec<f32> = block_on(m.next_sentence_logits(&encoded)).unwrap().concat();
     let want: Vec<f32> = cases.iter().flat_map(|c| f32s(&c["logits"])).collect();
     assert_close("next-sentence logits", &logits, &want, tol.logit_atol, tol.logit_rtol);
-    for (p, c) in block_on(m.next_sentence(&pairs)).unwrap().iter().zip(cases) {
+    let out = block_on(m.next_sentence(&pairs)).unwrap();
+    assert_eq!(out.len(), cases.len(), "next-sentence: one result per pair");
+    for (p, c) in out.iter().zip(cases) {
         close(p.is_next, c["is_next"].as_f64().unwrap() as f32, tol.score, "is_next");
     }
 }
@@ -332,6 +337,7 @@ fn classify_cases<B: Backend>(m: &Model<B>, key: &str, tol: Tol) {
     let want: Vec<f32> = cases.iter().flat_map(|c| f32s(&c["logits"])).collect();
     assert_close(&format!("{key} logits"), &logits, &want, tol.logit_atol, tol.logit_rtol);
     let out = block_on(m.classify(&inputs, None)).unwrap();
+    assert_eq!(out.len(), cases.len(), "{key}: one result per input");
     for (got, c) in out.iter().zip(cases) {
         let got: Vec<(String, f32)> = got.iter().map(|l| (l.label.clone(), l.score)).collect();
         let want: Vec<(String, f32)> = c["pipeline"]
@@ -360,6 +366,7 @@ fn ner_cases<B: Backend>(m: &Model<B>, tol: Tol) {
     let inputs: Vec<(&str, Option<&str>)> = texts.iter().map(|t| (*t, None)).collect();
     for (agg, key) in [(Aggregation::None, "none"), (Aggregation::Simple, "simple")] {
         let out = block_on(m.token_classify(&inputs, agg)).unwrap();
+        assert_eq!(out.len(), cases.len(), "token classification ({key}): one result per text");
         for (got, c) in out.iter().zip(cases) {
             let want = c[key].as_array().unwrap();
             let text = c["text"].as_str().unwrap();
@@ -383,7 +390,9 @@ fn qa_cases<B: Backend>(m: &Model<B>, tol: Tol) {
         let (len, stride) = qa::window_params(&m.tokenizer, &m.config);
         let windows = qa::windows(&m.tokenizer, q, c, len, stride).unwrap();
         let logits = block_on(m.qa_logits(&windows)).unwrap();
-        for (l, w) in logits.iter().zip(case["windows"].as_array().unwrap()) {
+        let want_windows = case["windows"].as_array().unwrap();
+        assert_eq!(logits.len(), want_windows.len(), "{q}: number of windows");
+        for (l, w) in logits.iter().zip(want_windows) {
             let want: Vec<f32> =
                 f32s(&w["start_logits"]).into_iter().zip(f32s(&w["end_logits"])).flat_map(|(a, b)| [a, b]).collect();
             assert_close(&format!("qa logits ({q})"), l, &want, tol.logit_atol, tol.logit_rtol);

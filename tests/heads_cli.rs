@@ -100,8 +100,12 @@ fn classify_next_sentence_ner_and_qa_match_goldens() {
 
     let cases = g["tiny_classifier"].as_array().unwrap();
     let input = jsonl(cases.iter().map(|c| json!({"text": c["text"], "text_pair": c.get("text_pair")})));
-    for (got, c) in head("classify", &tiny("tiny-classifier"), &[], &input).iter().zip(cases) {
-        for (l, w) in got.as_array().unwrap().iter().zip(c["pipeline"].as_array().unwrap()) {
+    let out = head("classify", &tiny("tiny-classifier"), &[], &input);
+    assert_eq!(out.len(), cases.len(), "classify: one output line per input line");
+    for (got, c) in out.iter().zip(cases) {
+        let (got, want) = (got.as_array().unwrap(), c["pipeline"].as_array().unwrap());
+        assert_eq!(got.len(), want.len(), "classify {}: every label, as the pipeline with top_k=None", c["text"]);
+        for (l, w) in got.iter().zip(want) {
             assert_eq!(l["label"], w["label"], "{}", c["text"]);
             assert_score(&l["score"], &w["score"], "classify");
         }
@@ -114,6 +118,7 @@ fn classify_next_sentence_ner_and_qa_match_goldens() {
     let mut input = jsonl(cases.iter().map(|c| json!({"text": c["text"], "text_pair": c["text_pair"]})));
     input.push_str("a single sentence\n");
     let out = head("next-sentence", &tiny("tiny-pretraining"), &[], &input);
+    assert_eq!(out.len(), cases.len() + 1, "next-sentence: one output line per input line");
     for (got, c) in out.iter().zip(cases) {
         assert_score(&got["is_next"], &c["is_next"], "is_next");
     }
@@ -122,7 +127,9 @@ fn classify_next_sentence_ner_and_qa_match_goldens() {
     let cases = g["tiny_ner"].as_array().unwrap();
     let input = jsonl(cases.iter().map(|c| json!({"text": c["text"]})));
     for (agg, key) in [("none", "none"), ("simple", "simple")] {
-        for (got, c) in head("ner", &tiny("tiny-ner"), &["--aggregation", agg], &input).iter().zip(cases) {
+        let out = head("ner", &tiny("tiny-ner"), &["--aggregation", agg], &input);
+        assert_eq!(out.len(), cases.len(), "ner --aggregation {agg}: one output line per input line");
+        for (got, c) in out.iter().zip(cases) {
             let (got, want) = (got.as_array().unwrap(), c[key].as_array().unwrap());
             assert_eq!(got.len(), want.len(), "{} ({key})", c["text"]);
             for (e, w) in got.iter().zip(want) {
@@ -138,6 +145,7 @@ fn classify_next_sentence_ner_and_qa_match_goldens() {
     let mut input = jsonl(cases.iter().map(|c| json!({"question": c["question"], "context": c["context"]})));
     input.push_str("{\"question\": \"who?\", \"context\": \"\"}\n");
     let out = head("qa", &tiny("tiny-qa"), &[], &input);
+    assert_eq!(out.len(), cases.len() + 1, "qa: one output line per input line");
     for (got, c) in out.iter().zip(cases) {
         let w = &c["answer"];
         assert_eq!((&got["answer"], &got["start"], &got["end"]), (&w["answer"], &w["start"], &w["end"]));

@@ -103,12 +103,16 @@ const TEXTS: [&str; 5] = [
 fn check(name: &str, q8: bool, count: usize) {
     let whole = embed_whole(name, q8, &TEXTS);
     let split = embed_split(name, q8, count, &TEXTS);
+    assert_eq!(split.len(), count, "{name}: one result per shard");
     let first = split[0].as_ref().unwrap();
+    assert_eq!(first.len(), TEXTS.len(), "{name} q8={q8} {count} shards: one embedding per text");
+    assert_eq!(whole.len(), TEXTS.len(), "{name} q8={q8} whole model: one embedding per text");
     for (rank, s) in split.iter().enumerate() {
         // Every shard computes the same values bit for bit: the sums are added in rank order on every one.
         assert_eq!(s.as_ref().unwrap(), first, "{name} q8={q8}: shard {rank} of {count} differs from shard 0");
     }
     for (i, (a, b)) in first.iter().zip(&whole).enumerate() {
+        assert_eq!(a.len(), b.len(), "{name} q8={q8} text {i}: embedding sizes");
         let err = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         assert!(err <= SPLIT_ATOL, "{name} q8={q8} {count} shards, text {i}: max |split − whole| = {err}");
     }
