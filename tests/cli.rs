@@ -6,6 +6,8 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
+mod common;
+
 fn model_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models").join(name);
     assert!(dir.join("config.json").exists(), "{} is missing: run scripts/fetch-models.sh", dir.display());
@@ -243,20 +245,108 @@ fn batched_lines_keep_order_and_per_line_errors() {
     assert_ne!(three[4]["embedding"], three[5]["embedding"]);
 }
 
+/// One row of `bench`'s table, `| name | ms | min–max ms | GFLOP/s | time / first row's |`, parsed.
+struct BenchRow {
+    name: String,
+    ms: f64,
+    min: f64,
+    max: f64,
+    gflops: f64,
+    ratio: f64,
+}
+
+fn bench_rows(text: &str) -> Vec<BenchRow> {
+    let num = |s: &str| s.parse::<f64>().unwrap_or_else(|e| panic!("`{s}` in\n{text}\nis not a number: {e}"));
+    text.lines()
+        .filter(|l| l.starts_with("| cpu |") || l.starts_with("| gpu"))
+        .map(|l| {
+            let c: Vec<&str> = l.split('|').map(str::trim).collect();
+            assert_eq!(c.len(), 7, "five cells in `{l}`");
+            let (min, max) = c[3].split_once('–').unwrap_or_else(|| panic!("min–max in `{l}`"));
+            BenchRow { name: c[1].into(), ms: num(c[2]), min: num(min), max: num(max), gflops: num(c[4]), ratio: num(c[5]) }
+        })
+        .collect()
+}
+
+/// The interval a value printed with `decimals` decimals came from.
+fn printed(v: f64, decimals: i32) -> (f64, f64) {
+    let half = 0.5 * 10f64.powi(-decimals);
+    (v - half, v + half)
+}
+
+/// `bench`'s numbers hang together: the header's FLOP count is the encoder's (computed here from config.json),
+/// every row's GFLOP/s is that count over its median time, the median lies within min–max, and each row's ratio is
+/// its time over the first row's. Checked against the intervals the printed (rounded) numbers allow.
+fn check_bench_table(text: &str, cfg: &Value, batch: usize, seq: usize) -> Vec<BenchRow> {
+    let n = |k: &str| cfg[k].as_u64().unwrap() as f64;
+    let (h, i, l) = (n("hidden_size"), n("intermediate_size"), n("num_hidden_layers"));
+    // Matmul FLOPs, 2 per multiply-add, per layer and token: Q, K, V and the output projection (4·H²), the
+    // feed-forward (2·H·I), QKᵀ and AV (2·T·H).
+    let gflop = l * 2.0 * (batch * seq) as f64 * (4.0 * h * h + 2.0 * h * i + 2.0 * seq as f64 * h) / 1e9;
+    let header = text.lines().next().unwrap_or_default();
+    let printed_gflop: f64 = header
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" GFLOP"))
+        .unwrap_or_else(|| panic!("no GFLOP count in `{header}`"))
+        .parse()
+        .unwrap();
+    let (lo, hi) = printed(printed_gflop, 2);
+    assert!((lo..=hi).contains(&gflop), "header says {printed_gflop} GFLOP, the encoder does {gflop:.4}");
+    let rows = bench_rows(text);
+    assert!(!rows.is_empty(), "no rows in\n{text}");
+    for r in &rows {
+        let (ms_lo, ms_hi) = printed(r.ms, 1);
+        assert!(ms_lo > 0.0, "{}: median {} ms", r.name, r.ms);
+        assert!(r.min <= r.ms && r.ms <= r.max, "{}: median {} outside {}–{}", r.name, r.ms, r.min, r.max);
+        let (g_lo, g_hi) = printed(r.gflops, 2);
+        assert!(
+            g_lo <= gflop / (ms_lo / 1e3) && gflop / (ms_hi / 1e3) <= g_hi,
+            "{}: {} GFLOP/s is not {gflop:.4} GFLOP in {} ms",
+            r.name,
+            r.gflops,
+            r.ms
+        );
+        let (first_lo, first_hi) = printed(rows[0].ms, 1);
+        let (q_lo, q_hi) = printed(r.ratio, 3);
+        assert!(
+            q_lo <= ms_hi / first_lo && ms_lo / first_hi <= q_hi,
+            "{}: ratio {} is not {} ms / {} ms",
+            r.name,
+            r.ratio,
+            r.ms,
+            rows[0].ms
+        );
+    }
+    rows
+}
+
 #[test]
 fn bench_prints_a_table_and_rejects_bad_sizes() {
     let model = model_dir("splade-tiny");
     let m = model.to_str().unwrap();
-    let out = run(&["bench", "--model", m, "--device", "cpu", "--batch", "2", "--seq", "9", "--reps", "2"], b"");
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap()).unwrap();
+    // Big enough that the medians (printed to 0.1 ms) carry two significant digits or more.
+    let (batch, seq) = (4, 32);
+    let size = ["--batch", "4", "--seq", "32", "--reps", "3"];
+    let out = run(&[&["bench", "--model", m, "--device", "cpu"][..], &size[..]].concat(), b"");
     assert!(out.status.success(), "bench failed: {}", stderr(&out));
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("batch 2 × 9 tokens"), "{text}");
-    let row = text.lines().find(|l| l.starts_with("| cpu |")).unwrap_or_else(|| panic!("no cpu row in\n{text}"));
-    // | cpu | ms | min–max | GFLOP/s | ratio |: a positive time and the first row's ratio 1.
-    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-    assert!(cells[2].parse::<f64>().unwrap() > 0.0, "{row}");
-    assert_eq!(cells[5], "1.000", "{row}");
-    assert!(!text.contains("gpu"), "--device cpu must time only the CPU:\n{text}");
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(text.contains("batch 4 × 32 tokens"), "{text}");
+    let rows = check_bench_table(&text, &cfg, batch, seq);
+    assert_eq!(rows.len(), 1, "--device cpu must time only the CPU:\n{text}");
+    assert_eq!(rows[0].name, "cpu");
+
+    // `auto` times the CPU and the GPU side by side: the second row's ratio is a real quotient.
+    let out = run(&[&["bench", "--model", m, "--device", "auto"][..], &size[..]].concat(), b"");
+    assert!(out.status.success(), "bench --device auto failed: {}", stderr(&out));
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    let rows = check_bench_table(&text, &cfg, batch, seq);
+    if rows.len() == 1 && stderr(&out).contains("no GPU adapter") {
+        common::no_gpu_adapter("bench_prints_a_table_and_rejects_bad_sizes (--device auto)", &stderr(&out));
+    } else {
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert!(names.len() == 2 && names[0] == "cpu" && names[1].starts_with("gpu ("), "{text}{}", stderr(&out));
+    }
 
     for bad in [["--seq", "1"], ["--seq", "513"], ["--batch", "0"]] {
         let mut args = vec!["bench", "--model", m, "--device", "cpu"];
