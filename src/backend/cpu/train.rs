@@ -179,16 +179,31 @@ mod tests {
         }
     }
 
+    /// f32 softmax of small logits against f64: a few ulps of values ≤ 1.
+    const XENT_ATOL: f32 = 1e-7;
+
     #[test]
-    fn xent_grad_rows_sum_to_zero_and_check_labels() {
-        let z = CpuTensor::new(vec![1.0, 2.0, 3.0, 1000.0, 0.0, -1000.0], 2, 3).unwrap();
-        let g = softmax_xent_grad(&z, &[2, 0]).unwrap();
-        for row in g.data().chunks(3) {
-            assert!(row.iter().sum::<f32>().abs() < 1e-7);
+    fn xent_grad_matches_f64_and_checks_labels() {
+        let logits = [1.0f32, 2.0, 3.0, -0.5, 0.25, 0.0, 1000.0, 0.0, -1000.0];
+        let labels = [2u32, 0, 0];
+        let z = CpuTensor::new(logits.to_vec(), 3, 3).unwrap();
+        let g = softmax_xent_grad(&z, &labels).unwrap();
+        assert_eq!((g.rows(), g.cols()), (3, 3));
+        // (softmax(z) − onehot(y)) / B in f64, straight from the definition (row 2's exp(1000) would overflow: its
+        // softmax is (1, 0, 0) to f64 precision, and the label is 0, so its gradient is 0).
+        let mut want = Vec::new();
+        for (row, &y) in logits.chunks(3).zip(&labels) {
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+            let e: Vec<f64> = row.iter().map(|&v| (v as f64 - max).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for (j, ej) in e.iter().enumerate() {
+                want.push(((ej / sum - f64::from(u8::from(j == y as usize))) / 3.0) as f32);
+            }
         }
-        // Row 1: softmax ≈ (1, 0, 0), label 0 → gradient ≈ 0.
-        assert!(g.data()[3..].iter().all(|v| v.abs() < 1e-7));
-        assert!(softmax_xent_grad(&z, &[3, 0]).is_err());
+        assert_close(g.data(), &want, XENT_ATOL, 0.0, "softmax_xent_grad");
+        // The rows that are not already right carry a gradient: a kernel returning zeros cannot pass.
+        assert!(g.data()[..6].iter().all(|v| v.abs() > 1e-3), "{:?}", g.data());
+        assert!(softmax_xent_grad(&z, &[3, 0, 0]).is_err());
         assert!(softmax_xent_grad(&z, &[0]).is_err());
     }
 }
