@@ -25,8 +25,17 @@ const RSS_SLACK_BYTES: u64 = 512 << 10;
 /// RSS is the whole process's: the two tests take turns, or one's allocations would show in the other's numbers.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The call count from `var`, or `default` when it is unset. Zero or anything but a whole number is refused: either
+/// would turn the soak into a test of nothing that still reports "ok".
 fn calls(var: &str, default: usize) -> usize {
-    std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    match std::env::var(var) {
+        Err(std::env::VarError::NotPresent) => default,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("{var} must be a whole number of calls ≥ 1 (unset: {default}); got {v:?}"),
+        },
+        Err(e) => panic!("{var}: {e}"),
+    }
 }
 
 /// Resident set size in bytes: field 2 of `/proc/self/statm` is in pages (4 KiB on x86-64 Linux).
@@ -85,10 +94,10 @@ fn cpu_embed_calls_keep_memory_flat() {
 #[test]
 fn gpu_embed_calls_keep_memory_flat() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let n = calls("BERTGPU_SOAK_GPU_CALLS", GPU_CALLS);
     let Some(_) = common::gpu() else { return };
     let engine = pollster::block_on(Engine::from_dir(model(), Device::Gpu)).unwrap();
     let Engine::Gpu(m) = &engine else { unreachable!("Device::Gpu gives a GPU engine") };
-    let n = calls("BERTGPU_SOAK_GPU_CALLS", GPU_CALLS);
     let mut pool = Vec::new();
     let (before, after, secs) = soak(&engine, n, |_| pool.push(m.backend.pool_stats()));
     let grew = after as i64 - before as i64;
