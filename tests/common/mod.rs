@@ -10,11 +10,11 @@ use bertgpu::weights::{HostData, HostTensor};
 /// scripts/test.sh, so CI cannot pass with its driver missing). Unset or `0`: skip. Any other value is a typo that
 /// would quietly change what the suite checks, so it fails every GPU test.
 pub fn gpu_required() -> bool {
-    match std::env::var("BERTGPU_REQUIRE_GPU") {
-        Err(std::env::VarError::NotPresent) => false,
-        Ok(v) if v == "0" => false,
-        Ok(v) if v == "1" => true,
-        other => panic!("BERTGPU_REQUIRE_GPU must be unset, 0 or 1; got {other:?}"),
+    match std::env::var("BERTGPU_REQUIRE_GPU").as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("0") => false,
+        Ok("1") => true,
+        Ok(v) => panic!("BERTGPU_REQUIRE_GPU must be unset, 0 or 1; got {v:?}"),
+        Err(e) => panic!("BERTGPU_REQUIRE_GPU must be unset, 0 or 1; {e}"),
     }
 }
 
