@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The test command (README and .ci/run both run exactly this): fetches the test models if they are missing,
-# then runs every test. Needs Rust and, for the native GPU tests, a Vulkan driver (Mesa lavapipe on machines
-# without a GPU: `apt-get install mesa-vulkan-drivers`).
+# The test command (README and .ci/run both run exactly this): set-up (scripts/setup.sh test: Debian's lavapipe and
+# chromium, the wasm toolchain, npm packages and models, quiet when they are there), then every test: `cargo test`
+# (the native GPU tests on the machine's Vulkan adapter, lavapipe where there is no GPU), the npm package built and
+# driven in headless Chromium (tests/browser/), and the scripts' own tests (tests/scripts/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" # silences harmless Vulkan loader warnings
-scripts/fetch-models.sh
+# A GPU test that finds no adapter fails, naming the missing driver, instead of passing without running.
+export BERTGPU_REQUIRE_GPU=1
+phase() { echo "=== $1 ($(date +%T))" >&2; }
+phase "set-up"
+scripts/setup.sh test
+phase "cargo test"
 cargo test --locked
-# The npm package in headless Chromium (tests/browser/): build it (scripts/build-wasm.sh needs the wasm32 target,
-# wasm-bindgen-cli and `npm ci`; .ci/run installs them), then drive it on SwiftShader WebGPU and on the wasm CPU path.
-[ -x node_modules/.bin/wasm-opt ] && [ -d node_modules/playwright-core ] || npm ci --no-audit --no-fund
+phase "npm package (scripts/build-wasm.sh)"
 scripts/build-wasm.sh
+phase "browser tests"
 node --test tests/browser/
+phase "script tests"
+node --test tests/scripts/
