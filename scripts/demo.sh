@@ -5,7 +5,7 @@
 # no external fonts), and the browser caches the model files for offline visits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 scripts/setup.sh demo
 stale=no
 if [ ! -f pkg/wasm/bertgpu_bg.wasm ]; then

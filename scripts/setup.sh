@@ -10,7 +10,7 @@
 #   scripts/setup.sh [demo|test]     (default: test, which is everything)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
 what=${1:-test}
 case "$what" in

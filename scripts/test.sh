@@ -5,7 +5,7 @@
 # driven in headless Chromium (tests/browser/), and the scripts' own tests (tests/scripts/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" # silences harmless Vulkan loader warnings
 # A GPU test that finds no adapter fails, naming the missing driver, instead of passing without running.
 export BERTGPU_REQUIRE_GPU=1
