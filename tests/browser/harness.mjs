@@ -1,5 +1,6 @@
 // Shared set-up of the browser tests: Debian's Chromium through playwright-core (never a downloaded browser),
 // headless with SwiftShader WebGPU, a fresh profile per launch, and pages that fail the test on any console error.
+import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -105,6 +106,28 @@ export function cosine(a, b) {
     bb += b[i] * b[i];
   }
   return ab / Math.sqrt(aa * bb);
+}
+
+/**
+ * Asserts |got[i] − want[i]| ≤ atol at every index (after checking that the lengths agree and are not zero, so that
+ * an empty result cannot pass) and returns the largest difference, for the test to report what it measured. A NaN
+ * anywhere fails. The message names the worst index and both values.
+ */
+export function assertAllClose(got, want, atol, what) {
+  assert.equal(got?.length, want.length, `${what}: length`);
+  assert.ok(want.length > 0, `${what}: nothing to compare`);
+  let worst = { diff: -1, i: -1 };
+  for (let i = 0; i < want.length; i++) {
+    const diff = Math.abs(got[i] - want[i]);
+    if (Number.isNaN(diff)) {
+      worst = { diff, i };
+      break;
+    }
+    if (diff > worst.diff) worst = { diff, i };
+  }
+  assert.ok(worst.diff <= atol, `${what}: |got − want| = ${worst.diff} at [${worst.i}] (got ${got[worst.i]}, `
+    + `want ${want[worst.i]}) > ${atol}`);
+  return worst.diff;
 }
 
 export function readJson(rel) {
