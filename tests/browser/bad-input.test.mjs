@@ -11,8 +11,6 @@ import { start, openPage, ROOT } from "./harness.mjs";
 
 const TINY = "tests/models/tiny-pretraining/";
 const FIXTURES = "target/browser-test/bad-input/";
-/** Vectors of the same text from the same model and backend must agree bit for bit; batches only reorder rows. */
-const SAME = 0;
 
 let env;
 let page;
@@ -182,11 +180,10 @@ test("10,000 texts in one embed call on the CPU: chunked by batchSize, every vec
   });
   assert.equal(got.n, 10_000);
   assert.ok(got.finite);
-  got.alone.forEach((v, k) => {
-    const d = Math.max(...v.map((x, j) => Math.abs(x - got.picked[k][j])));
-    // Padding to the batch's longest text does not change a vector (masked), up to f32 summation order.
-    assert.ok(d <= 1e-6 || d === SAME, `vector ${k}: max diff ${d}`);
-  });
+  // Padding to the batch's longest text does not change a vector: on the CPU backend the padded positions are masked
+  // out exactly and every row is summed in the same order whatever the batch (measured: no value differs).
+  assert.equal(got.alone.length, 6);
+  got.alone.forEach((v, k) => assert.deepEqual(got.picked[k], v, `vector ${k}: batched vs alone`));
   assert.ok(got.works);
   console.log(`# 10,000 texts embedded in ${got.ms.toFixed(0)} ms`);
   page.checkErrors();
@@ -224,7 +221,9 @@ test("options and arguments of the wrong type: a TypeError naming the option, fo
     ["trainHead([{ text: \"a\", label: \"x\" }], { onProgress: 1 })", /trainHead: onProgress must be a function/],
     ["trainHead([{ text: \"a\", label: \"x\" }], { labels: \"x\" })", /trainHead: labels must be an array of strings/],
     ["loadHead(\"head.safetensors\")", /loadHead: give the head file's bytes/],
-    ["loadHead(new Uint8Array([1, 2, 3]))", /head|safetensors/],
+    // src/heads/trainer.rs import_safetensors: 3 bytes cannot hold safetensors' 8-byte header length.
+    ["loadHead(new Uint8Array([1, 2, 3]))",
+      /^invalid weights: head file: not a valid safetensors file \(.+\); export it again with train-head \/ exportHead$/],
   ];
   const loads = [
     ["Bert.load(42)", /Bert.load: unsupported source of type number/],
