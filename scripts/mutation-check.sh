@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Does the suite notice when something breaks? Each mutation below breaks one thing on purpose (a golden value
+# nudged past its tolerance, a gradient zeroed, a CLI's output emptied, the GPU driver hidden) and runs the tests that
+# should notice; at least one of them must fail. docs/TESTING.md says why.
+#
+#   scripts/mutation-check.sh [REV]      (default HEAD; the committed tree, not uncommitted edits)
+#
+# Works in a git worktree under /tmp, never in this checkout, with its own target directory (the checkout's tests
+# run target/debug/bertgpu, which a mutant CLI must not replace); the first run seeds it from target/debug so only
+# this crate is rebuilt. Needs models/ (scripts/fetch-models.sh) and, for the GPU mutations, an adapter (lavapipe).
+# Takes a few minutes per source mutation on 2 cores. Not part of scripts/test.sh. Exit status 1 if any mutation
+# survives, a mutant does not build, or the unmutated tests fail.
+set -euo pipefail
+
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+rev=${1:-HEAD}
+export CARGO_TARGET_DIR=${MUTATION_TARGET_DIR:-/tmp/bertgpu-mutants-target}
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+scratch=$(mktemp -d /tmp/bertgpu-mutants.XXXXXX)
+tree=$scratch/tree
+cleanup() {
+    git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1 || true
+    rm -rf "$scratch"
+}
+trap cleanup EXIT
+
+git -C "$root" worktree add --detach --quiet "$tree" "$rev"
+[ -d "$root/models" ] || { echo "mutation-check: $root/models is missing: run scripts/fetch-models.sh" >&2; exit 1; }
+ln -s "$root/models" "$tree/models"
+if [ ! -d "$CARGO_TARGET_DIR/debug" ] && [ -d "$root/target/debug" ]; then
+    mkdir -p "$CARGO_TARGET_DIR"
+    cp -a "$root/target/debug" "$CARGO_TARGET_DIR/"
+fi
+cd "$tree"
+
+# replace FILE OLD NEW: exactly one occurrence, or the mutation is void and the check fails.
+replace() {
+    python3 - "$@" <<'EOF'
+import sys
+path, old, new = sys.argv[1:]
+s = open(path).read()
+if s.count(old) != 1:
+    sys.exit(f"{path}: expected one `{old}`, found {s.count(old)}")
+open(path, "w").write(s.replace(old, new))
+EOF
+}
+
+# bump FILE DELTA KEY...: adds DELTA to the number at that path of keys / indices in a JSON file.
+bump() {
+    python3 - "$@" <<'EOF'
+import json, sys
+path, delta, *keys = sys.argv[1:]
+g = json.load(open(path))
+node = g
+for k in keys[:-1]:
+    node = node[int(k) if isinstance(node, list) else k]
+last = int(keys[-1]) if isinstance(node, list) else keys[-1]
+if not isinstance(node[last], float):
+    sys.exit(f"{path} {keys}: not a number")
+node[last] += float(delta)
+json.dump(g, open(path, "w"))
+EOF
+}
+
+# cargo_tests ARGS...: runs `cargo test --locked ARGS`; the failed tests' names go to $scratch/failed.
+cargo_tests() {
+    local log=$scratch/log build=()
+    for a in "$@"; do
+        [ "$a" = -- ] && break
+        build+=("$a")
+    done
+    if ! cargo test --locked --no-run "${build[@]}" >"$log" 2>&1; then
+        return 2
+    fi
+    local rc=0
+    cargo test --locked --no-fail-fast "$@" >"$log" 2>&1 || rc=$?
+    sed -n 's/^---- \(.*\) stdout ----$/\1/p' "$log" | paste -sd' ' >"$scratch/failed"
+    return $rc
+}
+
+# The tests each mutation runs (filters after --).
+T_MODEL=(--test model_cpu)
+T_LLAMA=(--test gguf -- llama_cpp)
+T_HEADS=(--test heads_cli)
+T_TRAIN_CPU=(--lib --test train_golden -- xent cpu_matches)
+T_TRAIN_GPU=(--test train_gpu_ops --test train_golden)
+T_GPU=(--test gpu_kernels)
+
+status=0
+echo "mutation-check at $(git rev-parse --short HEAD), target $CARGO_TARGET_DIR"
+for t in T_MODEL T_LLAMA T_HEADS T_TRAIN_CPU T_TRAIN_GPU T_GPU; do
+    declare -n args=$t
+    if ! cargo_tests "${args[@]}"; then
+        echo "BASELINE FAILS   cargo test ${args[*]}: $(cat "$scratch/failed" 2>/dev/null)"
+        tail -20 "$scratch/log"
+        exit 1
+    fi
+done
+echo "baseline         the unmutated tests pass"
+
+# mutate NAME WHAT TESTS-ARRAY COMMAND...: applies COMMAND in the scratch tree, runs the tests, restores the tree.
+mutate() {
+    local name=$1 what=$2 tests=$3
+    shift 3
+    declare -n targs=$tests
+    if ! "$@"; then
+        echo "VOID             $name: the mutation did not apply"
+        status=1
+        return
+    fi
+    local rc=0
+    cargo_tests "${targs[@]}" || rc=$?
+    if [ $rc -eq 2 ]; then
+        echo "DOES NOT BUILD   $name"
+        tail -20 "$scratch/log"
+        status=1
+    elif [ $rc -eq 0 ]; then
+        echo "SURVIVED         $name: $what; cargo test ${targs[*]} passed"
+        status=1
+    else
+        echo "killed           $name: $what; failed: $(cat "$scratch/failed")"
+    fi
+    git checkout --quiet -- .
+}
+
+mutate golden-model "MiniLM's golden sentence embedding, one value + 2e-4 (2x HIDDEN_ATOL)" T_MODEL \
+    bump tests/golden/model.json 2e-4 all-MiniLM-L6-v2 mean_normalized 0 0
+mutate golden-llamacpp "the llama.cpp file's PyTorch embedding, one value + 2e-6 (2x LLAMACPP_EMBED_ATOL)" T_LLAMA \
+    bump tests/golden/llamacpp_tiny_bert.json 2e-6 embeddings texts 0 mean_pooled 0
+mutate golden-heads "the classifier pipeline's top score + 2e-4 (2x SCORE_TOL)" T_HEADS \
+    bump tests/golden/heads.json 2e-4 tiny_classifier 0 pipeline 0 score
+mutate zero-grad-cpu "the CPU backend's softmax cross-entropy gradient is 0" T_TRAIN_CPU \
+    replace src/backend/cpu/train.rs '*v = (*v / sum - onehot) * inv_b;' '*v = 0.0 * (*v / sum - onehot) * inv_b;'
+mutate zero-grad-gpu "the GPU's softmax cross-entropy gradient (train.wgsl) is 0" T_TRAIN_GPU \
+    replace shaders/train.wgsl 'y[base + j] = (exp(a[base + j] - mx) / sum - onehot) * inv_b;' \
+    'y[base + j] = 0.0 * (exp(a[base + j] - mx) / sum - onehot) * inv_b;'
+mutate empty-cli "bertgpu classify prints [] for every line" T_HEADS \
+    replace src/bin/bertgpu.rs 'pollster::block_on(engine.classify(&pairs, top_k))' \
+    'pollster::block_on(engine.classify(&pairs, top_k)).map(|mut rows| { rows.iter_mut().for_each(Vec::clear); rows })'
+
+# Not a change to the tree: the driver hidden, with CI's BERTGPU_REQUIRE_GPU=1.
+rc=0
+VK_ICD_FILENAMES=/nonexistent.json __EGL_VENDOR_LIBRARY_FILENAMES=/nonexistent.json BERTGPU_REQUIRE_GPU=1 \
+    cargo_tests "${T_GPU[@]}" || rc=$?
+if [ $rc -eq 1 ] || [ $rc -eq 101 ]; then
+    echo "killed           no-adapter: Vulkan and EGL hidden, BERTGPU_REQUIRE_GPU=1; failed: $(cat "$scratch/failed")"
+else
+    echo "SURVIVED         no-adapter: Vulkan and EGL hidden, BERTGPU_REQUIRE_GPU=1; cargo test ${T_GPU[*]} passed"
+    status=1
+fi
+
+[ $status -eq 0 ] && echo "mutation-check: every mutation was caught" || echo "mutation-check: FAILED (see above)"
+exit $status
