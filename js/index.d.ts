@@ -32,15 +32,19 @@ export type ModelBytes =
 /**
  * The base URL of a Hugging Face-style folder (config.json, tokenizer.json or vocab.txt, model.safetensors), a .gguf
  * URL, a Hugging Face repo id ("owner/name", fetched from the hub's resolve/main/ URLs), or the bytes.
- * Relative URLs must start with "./", "../" or "/" (otherwise "a/b" is read as a repo id).
+ * Relative URLs must start with "./", "../" or "/" (otherwise "a/b" is read as a repo id). In Node.js also a local
+ * path (absolute, or "./" / "../" against the working directory) of a folder or a .gguf file, and file: URLs.
  */
 export type ModelSource = string | URL | ModelBytes;
+
+/** Where the wasm module comes from: its URL, its bytes, the compiled module, or a fetch Response of it. */
+export type WasmSource = string | URL | ArrayBuffer | ArrayBufferView | WebAssembly.Module | Response;
 
 export interface LoadOptions {
   /** "auto" (default): WebGPU on a hardware adapter, else the CPU. */
   device?: "auto" | Device;
   onProgress?: (progress: Progress) => void;
-  /** Keep downloaded files in the Cache API so the next load works offline (default true). */
+  /** Keep downloaded files in the Cache API so the next load works offline (default true). Node.js has no Cache API. */
   cache?: boolean;
   /**
    * Pinned SHA-256 digests (64 hex digits) by file name, e.g. `{ "model.safetensors": "9f86d0..." }` (names as in the
@@ -63,6 +67,14 @@ export interface LoadOptions {
    * multiply-adds (not measured). Only the chosen build is downloaded.
    */
   simd?: "auto" | "relaxed" | "simd128";
+  /**
+   * The wasm module, handed over by the caller instead of loaded from the package's own files (for a Content-Security-
+   * Policy, an extension, a bundler that does not copy them, or a CDN). One value is the SIMD128 build
+   * (wasm/bertgpu_bg.wasm), or the relaxed one (wasm-relaxed/bertgpu_bg.wasm) with `simd: "relaxed"`; an object
+   * gives either or both, and "auto" picks among them. Used when a page (or worker) first loads that build; later
+   * loads share the running instance.
+   */
+  wasm?: WasmSource | { relaxed?: WasmSource; simd128?: WasmSource };
   /**
    * "bertgpu/worker" only: on the CPU backend, the number of workers (each a copy of the model on its own core)
    * that share calls over many texts; "auto" takes the cores the browser reports, at most 4. Default 1.

@@ -8,7 +8,7 @@
 // model files (js/loader.js), picks the device, validates inputs, and queues calls so they never overlap inside the
 // module.
 
-import { resolveSource, fetchModelFiles, checkLoadOptions, clearCache } from "./loader.js";
+import { resolveSource, fetchModelFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin } from "./loader.js";
 import { shardGather } from "./shards.js";
 
 export { clearCache };
@@ -38,42 +38,165 @@ export function hasRelaxedSimd() {
   }
 }
 
-/** The build `simd` ("auto" | "relaxed" | "simd128") asks for, checked against what the engine can run. */
-function pickBuild(simd) {
+/**
+ * The build `simd` ("auto" | "relaxed" | "simd128") asks for, checked against what the engine can run and, when the
+ * caller gives the wasm (`given`: { relaxed?, simd128? }), against the builds given.
+ */
+function pickBuild(simd, given) {
   if (!SIMDS.includes(simd)) {
     throw new TypeError(`Bert.load: simd must be one of ${SIMDS.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(simd)})`);
   }
   const relaxed = hasRelaxedSimd();
   if (simd === "relaxed" && !relaxed) {
-    throw new Error("Bert.load: simd: \"relaxed\" was asked for, but this browser does not implement WebAssembly "
+    throw new Error("Bert.load: simd: \"relaxed\" was asked for, but this engine does not implement WebAssembly "
       + "relaxed SIMD; use \"auto\" or \"simd128\"");
+  }
+  if (given) {
+    const pick = simd === "auto" ? (relaxed && given.relaxed ? "relaxed" : "simd128") : simd;
+    if (!given[pick]) {
+      const file = pick === "relaxed" ? "wasm-relaxed/bertgpu_bg.wasm" : "wasm/bertgpu_bg.wasm";
+      throw new TypeError(`Bert.load: the wasm option gives no ${pick} build (${file}); give it as { ${pick}: ... }`);
+    }
+    return pick;
   }
   return simd === "auto" ? (relaxed ? "relaxed" : "simd128") : simd;
 }
 
-// One wasm instance per build serves every model until a Rust panic (a trap) leaves it in an unknown state; then
-// the next `Bert.load` instantiates a fresh copy of the module (a new URL of the glue code is a new ES module
-// instance). Two builds (scripts/build-wasm.sh): wasm/ (SIMD128) and wasm-relaxed/ (plus relaxed SIMD: a faster
-// Q8_0 kernel, the same results bit for bit); a page downloads only the one it uses.
-const runtimes = new Map(); // build → { glue, build, poisoned: false | the panic message, listeners: Set<fn(message)> }
-let generation = 0;
+// The two builds (scripts/build-wasm.sh): wasm/ (SIMD128) and wasm-relaxed/ (plus relaxed SIMD: a faster Q8_0
+// kernel, the same results bit for bit); a page downloads only the one it uses. Every specifier is a literal, which
+// bundlers follow (Vite, webpack and Rollup copy the .wasm files and rewrite the URLs; the glue becomes a chunk) and
+// browsers resolve as they are, next to this file.
+const BUILDS = {
+  simd128: {
+    glue: () => import("./wasm/bertgpu.js"),
+    url: () => new URL("./wasm/bertgpu_bg.wasm", import.meta.url),
+  },
+  relaxed: {
+    glue: () => import("./wasm-relaxed/bertgpu.js"),
+    url: () => new URL("./wasm-relaxed/bertgpu_bg.wasm", import.meta.url),
+  },
+};
 
-async function getRuntime(build) {
-  const have = runtimes.get(build);
-  if (have && !have.poisoned) return have;
-  const dir = build === "relaxed" ? "./wasm-relaxed/" : "./wasm/";
-  const url = new URL(`${dir}bertgpu.js`, import.meta.url);
-  if (generation > 0) url.searchParams.set("instance", String(generation));
-  generation += 1;
-  const glue = await import(url.href);
-  await glue.default({ module_or_path: new URL(`${dir}bertgpu_bg.wasm`, import.meta.url) });
+// One wasm instance per build serves every model until a Rust panic (a trap) leaves it in an unknown state; then
+// the next `Bert.load` starts a fresh instance of the same compiled module (the glue's `__wbg_reset_state`, from
+// wasm-bindgen's --experimental-reset-state-function: new memory, new state, and the models of the old instance
+// refuse further calls).
+const runtimes = new Map(); // build → Promise<{ glue, build, poisoned: false | the panic message, listeners }>
+
+async function getRuntime(build, wasm) {
+  for (;;) {
+    const pending = runtimes.get(build);
+    if (!pending) break;
+    let rt = null;
+    try {
+      rt = await pending;
+    } catch (e) {
+      // A failed start (say, a bad `wasm` URL) is not kept: this load tries again. A failed restart is final: the
+      // glue still holds the instance that panicked.
+      if (e.final) throw e;
+    }
+    if (rt && !rt.poisoned) return rt;
+    if (runtimes.get(build) === pending) {
+      if (rt) runtimes.set(build, restartRuntime(rt));
+      else runtimes.delete(build);
+    }
+  }
+  const started = startRuntime(build, wasm);
+  runtimes.set(build, started);
+  return started;
+}
+
+async function startRuntime(build, wasm) {
+  const from = wasm ?? BUILDS[build].url();
+  const [glue, input] = await Promise.all([BUILDS[build].glue(), wasmInput(from)]);
+  try {
+    await glue.default({ module_or_path: input });
+  } catch (e) {
+    const where = from instanceof URL ? ` from ${from.href}` : "";
+    throw new Error(`Bert.load: could not start the wasm module (${build} build)${where}: ${e?.message ?? e}`);
+  }
+  return attachRuntime(glue, build);
+}
+
+async function restartRuntime(old) {
+  try {
+    if (typeof old.glue.__wbg_reset_state !== "function") throw new Error("this build cannot start a fresh instance");
+    old.glue.__wbg_reset_state();
+    return attachRuntime(old.glue, old.build);
+  } catch (e) {
+    const error = new Error(`Bert.load: the wasm module stopped after an internal error (${old.poisoned}) and could `
+      + `not start again (${e.message}); reload the page`);
+    error.final = true;
+    throw error;
+  }
+}
+
+function attachRuntime(glue, build) {
   const rt = { glue, build, poisoned: false, listeners: new Set() };
   glue.setPanicListener((message) => {
     rt.poisoned = message;
     for (const fn of rt.listeners) fn(message);
   });
-  runtimes.set(build, rt);
   return rt;
+}
+
+/**
+ * What the glue's init takes, from the wasm module's URL, bytes or compiled module. In Node.js a file: URL is read
+ * from the disk (Node's fetch cannot read files).
+ */
+async function wasmInput(from) {
+  if (from instanceof URL) {
+    if (from.protocol === "file:" && IN_NODE) {
+      const file = nodeBuiltin("node:url").fileURLToPath(from);
+      try {
+        const buffer = await nodeBuiltin("node:fs/promises").readFile(file);
+        return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+      } catch (e) {
+        throw new Error(`Bert.load: cannot read the wasm module ${file} (${e.message})`);
+      }
+    }
+    return from;
+  }
+  return from; // bytes, a WebAssembly.Module or a Response (checked by checkWasmOption)
+}
+
+/** One value of the `wasm` option → a URL, bytes, a WebAssembly.Module or a Response; TypeError if it is none. */
+function wasmValue(value, what) {
+  if (value instanceof URL) return value;
+  if (typeof value === "string") {
+    const base = IN_NODE ? nodeBuiltin("node:url").pathToFileURL(`${globalThis.process.cwd()}/`).href
+      : globalThis.location?.href;
+    try {
+      return new URL(value, base);
+    } catch {
+      throw new TypeError(`Bert.load: ${what} "${value}" is not a URL`);
+    }
+  }
+  if (value instanceof ArrayBuffer) return new Uint8Array(value);
+  if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+  if (value instanceof WebAssembly.Module) return value;
+  if (typeof Response === "function" && value instanceof Response) return value;
+  throw new TypeError(`Bert.load: ${what} must be a URL (string or URL), the module's bytes (ArrayBuffer or `
+    + "Uint8Array), a WebAssembly.Module or a Response");
+}
+
+/**
+ * The `wasm` option → { relaxed?, simd128? }: one value is the SIMD128 build (wasm/bertgpu_bg.wasm), or the relaxed
+ * one when `simd` is "relaxed"; an object names either or both.
+ */
+function checkWasmOption(wasm, simd) {
+  if (wasm == null) return null;
+  if (Object.getPrototypeOf(wasm) === Object.prototype) {
+    const keys = Object.keys(wasm);
+    const bad = keys.find((k) => !(k in BUILDS));
+    if (bad || keys.length === 0) {
+      throw new TypeError(`Bert.load: wasm as an object names the builds, { relaxed, simd128 }${bad ? ` (got "${bad}")` : ""}`);
+    }
+    const out = {};
+    for (const k of keys) if (wasm[k] != null) out[k] = wasmValue(wasm[k], `wasm.${k}`);
+    return out;
+  }
+  return { [simd === "relaxed" ? "relaxed" : "simd128"]: wasmValue(wasm, "wasm") };
 }
 
 /** The WebGPU adapter, or null (no WebGPU, or no adapter). */
@@ -100,8 +223,10 @@ async function pickDevice(device) {
   const adapter = await webgpuAdapter();
   if (device === "webgpu") {
     if (!adapter) {
-      throw new Error("Bert.load: device \"webgpu\" was asked for but this browser gives no WebGPU adapter "
-        + "(navigator.gpu is missing or requestAdapter() returned null); use device: \"cpu\" or \"auto\"");
+      throw new Error(IN_NODE
+        ? "Bert.load: device \"webgpu\" was asked for but Node.js has no WebGPU; use device: \"cpu\" or \"auto\""
+        : "Bert.load: device \"webgpu\" was asked for but this browser gives no WebGPU adapter "
+          + "(navigator.gpu is missing or requestAdapter() returned null); use device: \"cpu\" or \"auto\"");
     }
     return "webgpu";
   }
@@ -226,7 +351,8 @@ export class Bert {
    */
   static async load(source, options = {}) {
     // (`_shard`: { rank, count, buffer }, set by bertgpu/worker for one shard of a tensor-parallel model.)
-    const opts = checkOptions(options, ["device", "onProgress", "cache", "sha256", "maxBytes", "simd", "_shard"], "Bert.load");
+    const opts = checkOptions(options, ["device", "onProgress", "cache", "sha256", "maxBytes", "simd", "wasm", "_shard"],
+      "Bert.load");
     const device = opts.device ?? "auto";
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -237,14 +363,15 @@ export class Bert {
     if (opts.onProgress != null && typeof opts.onProgress !== "function") {
       throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
     }
-    const build = pickBuild(opts.simd ?? "auto");
+    const wasm = checkWasmOption(opts.wasm, opts.simd);
+    const build = pickBuild(opts.simd ?? "auto", wasm);
     const resolved = resolveSource(source);
     const cache = opts.cache ?? true;
     const { sha256, maxBytes } = checkLoadOptions(resolved, opts);
     const fetchOptions = { cache, sha256, maxBytes };
     const [files, rt, chosen] = await Promise.all([
       fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress }),
-      getRuntime(build),
+      getRuntime(build, wasm?.[build]),
       pickDevice(device),
     ]);
     const shard = opts._shard && { ...opts._shard, gather: shardGather(opts._shard.buffer, opts._shard.rank, opts._shard.count) };

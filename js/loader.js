@@ -1,5 +1,6 @@
 // Model sources → the bytes the wasm module loads: HF-style folders, .gguf URLs, Hugging Face repo ids, or bytes.
-// Downloads stream (onProgress per chunk) and land in the Cache API so a second load works offline.
+// Downloads stream (onProgress per chunk) and land in the Cache API so a second load works offline. In Node.js,
+// local paths and file: URLs are read from the disk (Node's fetch cannot read file: URLs, and it has no Cache API).
 
 const CACHE_NAME = "bertgpu-models-v1";
 /** Default of `maxBytes`: no file of a BERT checkpoint comes near it (BERT-large f32 is 1.3 GB), and a wasm32 module
@@ -10,9 +11,39 @@ const HF_HUB = "https://huggingface.co";
 /** A Hugging Face repo id: `name` or `owner/name` (no scheme, not starting with `.` or `/`). */
 const REPO_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*(\/[A-Za-z0-9][A-Za-z0-9_.-]*)?$/;
 
+/**
+ * Node.js (or a runtime that copies its API), not a browser: files come from the disk. Checked by the absence of
+ * `window` and `importScripts` too, so that a page or worker with a `process` polyfill is not taken for Node.
+ */
+export const IN_NODE = typeof globalThis.process?.versions?.node === "string"
+  && typeof globalThis.window === "undefined" && typeof globalThis.importScripts === "undefined";
+
+/**
+ * A Node.js built-in module (`"node:fs/promises"`, `"node:url"`, ...) through `process.getBuiltinModule` (Node
+ * 20.16+): a plain function call, which bundlers building for the browser neither follow nor try to resolve.
+ */
+export function nodeBuiltin(name) {
+  const get = globalThis.process?.getBuiltinModule;
+  if (typeof get !== "function") {
+    throw new Error(`bertgpu: reading files in Node.js needs Node 20.16 or newer (process.getBuiltinModule); this is `
+      + `Node ${globalThis.process?.versions?.node}`);
+  }
+  return get(name);
+}
+
+/** A local path (Node.js): absolute, `./` or `../` (either slash), `~` is not expanded; Windows drive paths too. */
+const LOCAL_PATH = /^(\/|\\|\.{1,2}([\\/]|$)|[A-Za-z]:[\\/])/;
+
 function baseUrl() {
   // Relative URLs resolve against the page (or, inside a worker, the worker script's location).
   return globalThis.location ? globalThis.location.href : undefined;
+}
+
+/** The file: URL of a local path in Node.js (relative paths against the working directory). */
+function fileUrl(p) {
+  const { pathToFileURL } = nodeBuiltin("node:url");
+  const { resolve } = nodeBuiltin("node:path");
+  return pathToFileURL(resolve(p));
 }
 
 /**
@@ -23,23 +54,27 @@ function baseUrl() {
  */
 export function resolveSource(source) {
   if (source == null) {
-    throw new TypeError("Bert.load: no source given; pass a model folder URL, a .gguf URL, a Hugging Face repo id, "
-      + "or { config, tokenizer, weights } bytes");
+    throw new TypeError(`Bert.load: no source given; pass a model folder ${IN_NODE ? "path or " : ""}URL, a .gguf `
+      + "URL, a Hugging Face repo id, or { config, tokenizer, weights } bytes");
   }
   if (source instanceof URL) source = source.href;
   if (typeof source === "string") {
     const s = source.trim();
     if (s === "") throw new TypeError("Bert.load: the source is an empty string");
-    const looksLikeUrl = /^[a-z][a-z0-9+.-]*:/i.test(s) || s.startsWith("/") || s.startsWith(".");
+    const local = IN_NODE && LOCAL_PATH.test(s);
+    const looksLikeUrl = local || /^[a-z][a-z0-9+.-]*:/i.test(s) || s.startsWith("/") || s.startsWith(".");
     if (!looksLikeUrl && REPO_ID.test(s) && !s.toLowerCase().endsWith(".gguf")) {
       return { kind: "folder", base: `${HF_HUB}/${s}/resolve/main/`, repo: s };
     }
     let url;
     try {
-      url = new URL(s, baseUrl());
+      url = local ? fileUrl(s) : new URL(s, baseUrl());
     } catch {
-      throw new TypeError(`Bert.load: "${s}" is neither a URL nor a Hugging Face repo id (like "owner/name"); `
-        + "relative URLs must start with \"./\" or \"/\"");
+      throw new TypeError(IN_NODE
+        ? `Bert.load: "${s}" is neither a path, a URL nor a Hugging Face repo id (like "owner/name"); relative `
+          + "paths must start with \"./\" or \"../\""
+        : `Bert.load: "${s}" is neither a URL nor a Hugging Face repo id (like "owner/name"); `
+          + "relative URLs must start with \"./\" or \"/\"");
     }
     if (url.pathname.toLowerCase().endsWith(".gguf")) return { kind: "gguf", url: url.href };
     if (!url.pathname.endsWith("/")) url.pathname += "/";
@@ -120,6 +155,7 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
   sha256 = null }) {
   // A pinned file must be there: falling back to another file (vocab.txt for tokenizer.json) would skip the check.
   optional = optional && sha256 == null;
+  if (url.startsWith("file:") && IN_NODE) return readLocalFile(url, name, { onProgress, optional, maxBytes, sha256 });
   const verify = async (bytes) => {
     if (sha256 == null) return true;
     return (await sha256Hex(bytes, name)) === sha256;
@@ -202,13 +238,7 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     if (bytes.byteLength > maxBytes) throw tooBig(name, bytes.byteLength, maxBytes, true);
     onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength });
   }
-  if (sha256 != null) {
-    const got = await sha256Hex(bytes, name);
-    if (got !== sha256) {
-      throw new Error(`Bert.load: ${name} from ${url} has SHA-256 ${got}, but ${sha256} was pinned for it; the file `
-        + "changed or was damaged on the way: it was not used (check the URL, or pin the new hash if you trust it)");
-    }
-  }
+  await checkPinned(bytes, url, name, sha256);
   if (cache) {
     const headers = { "content-type": response.headers.get("content-type") ?? "application/octet-stream",
       "content-length": String(bytes.byteLength) };
@@ -216,6 +246,58 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     await cache.put(url, new Response(bytes, { headers })).catch(() => {});
   }
   return bytes;
+}
+
+/** Rejects unless `bytes` have the pinned SHA-256 (when one is pinned). */
+async function checkPinned(bytes, url, name, sha256) {
+  if (sha256 == null) return;
+  const got = await sha256Hex(bytes, name);
+  if (got !== sha256) {
+    throw new Error(`Bert.load: ${name} from ${url} has SHA-256 ${got}, but ${sha256} was pinned for it; the file `
+      + "changed or was damaged on the way: it was not used (check the URL, or pin the new hash if you trust it)");
+  }
+}
+
+/** Node.js: a file: URL read from the disk, with fetchFile's checks (size, pin) and progress (null: optional, absent). */
+async function readLocalFile(url, name, { onProgress, optional, maxBytes, sha256 }) {
+  const fs = nodeBuiltin("node:fs/promises");
+  const file = nodeBuiltin("node:url").fileURLToPath(url);
+  let stat;
+  try {
+    stat = await fs.stat(file);
+  } catch (e) {
+    if (e.code === "ENOENT" || e.code === "ENOTDIR") {
+      if (optional) return null;
+      throw new Error(`Bert.load: ${file} does not exist; is ${name} in that folder?`);
+    }
+    throw new Error(`Bert.load: cannot read ${file} (${e.message})`);
+  }
+  if (!stat.isFile()) throw new Error(`Bert.load: ${file} is not a file`);
+  if (stat.size > maxBytes) throw tooBig(name, stat.size, maxBytes, true);
+  onProgress?.({ file: name, loaded: 0, total: stat.size });
+  let buffer;
+  try {
+    buffer = await fs.readFile(file);
+  } catch (e) {
+    throw new Error(`Bert.load: cannot read ${file} (${e.message})`);
+  }
+  const bytes = new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+  onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength });
+  await checkPinned(bytes, url, name, sha256);
+  return bytes;
+}
+
+/** Node.js: a local folder source must be a folder (a clear error for a file path or a typo, before its files). */
+async function checkLocalFolder(base) {
+  const fs = nodeBuiltin("node:fs/promises");
+  // Without the trailing slash: stat of "file/" fails (ENOTDIR) where "file" says what it is.
+  const dir = nodeBuiltin("node:url").fileURLToPath(base).replace(/(.)[\\/]+$/, "$1");
+  const stat = await fs.stat(dir).catch(() => null);
+  if (!stat) throw new Error(`Bert.load: there is no folder ${dir}`);
+  if (!stat.isDirectory()) {
+    throw new Error(`Bert.load: ${dir} is a file, not a folder; give the folder that holds config.json and `
+      + "model.safetensors, or a .gguf file");
+  }
 }
 
 /** The files a folder source may fetch, in the order they are fetched: the only URLs `Bert.load` asks for. */
@@ -261,8 +343,21 @@ export function checkLoadOptions(resolved, { sha256, maxBytes } = {}) {
  * Downloads (or reads from the cache) everything a model needs.
  * Returns { config, tokenizer?, vocab?, tokenizerConfig?, weights } or { gguf } as Uint8Arrays.
  */
-export async function fetchModelFiles(resolved, { cache: useCache = true, onProgress, sha256, maxBytes } = {}) {
+export async function fetchModelFiles(resolved, options = {}) {
   if (resolved.kind === "bytes") return resolved.files;
+  try {
+    return await fetchFolderOrGguf(resolved, options);
+  } catch (e) {
+    // Node.js: "models/x" is a repo id, as in a browser; say so when a local folder of that name exists.
+    if (IN_NODE && resolved.repo && nodeBuiltin("node:fs").existsSync(resolved.repo)) {
+      throw new Error(`${e.message} ("${resolved.repo}" was read as a Hugging Face repo id; to load the local `
+        + `folder of that name write "./${resolved.repo}")`);
+    }
+    throw e;
+  }
+}
+
+async function fetchFolderOrGguf(resolved, { cache: useCache = true, onProgress, sha256, maxBytes }) {
   if (onProgress != null && typeof onProgress !== "function") {
     throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
   }
@@ -274,6 +369,7 @@ export async function fetchModelFiles(resolved, { cache: useCache = true, onProg
     const name = ggufName(resolved.url);
     return { gguf: await fetchFile(resolved.url, name, pinned(name)) };
   }
+  if (resolved.base.startsWith("file:") && IN_NODE) await checkLocalFolder(resolved.base);
   const at = (f) => new URL(f, resolved.base).href;
   // The small files first: a wrong URL fails fast, before the weights download.
   const config = await fetchFile(at("config.json"), "config.json", pinned("config.json"));

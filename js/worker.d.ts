@@ -1,7 +1,7 @@
 // "bertgpu/worker": the same API as "bertgpu", the model running in dedicated Web Workers.
 import { Bert as MainBert, type LoadOptions, type ModelSource } from "./index.js";
 export type {
-  Device, Progress, ModelSource, ModelBytes, LoadOptions, Tokenized, EmbedOptions, TrainExample, TrainOptions,
+  Device, Progress, ModelSource, ModelBytes, WasmSource, LoadOptions, Tokenized, EmbedOptions, TrainExample, TrainOptions,
   EpochProgress, TrainReport,
 } from "./index.js";
 

@@ -29,6 +29,15 @@ async function startWorker(src, options, onProgress) {
   }
 }
 
+/** A URL of the `wasm` option resolved against the page (inside the worker a relative URL means something else). */
+function pageUrl(value) {
+  try {
+    return new URL(value, globalThis.location?.href).href;
+  } catch {
+    return value; // not a URL: Bert.load in the worker rejects it, saying so
+  }
+}
+
 /** `value` is an array of strings (then a call over it can be split between workers). */
 const stringList = (value) => Array.isArray(value) && value.every((v) => typeof v === "string");
 const isPair = (v) => Array.isArray(v) && v.length === 2 && v.every((x) => typeof x === "string");
@@ -55,6 +64,10 @@ export class Bert {
    */
   static async load(source, options = {}) {
     if (options == null || typeof options !== "object") throw new TypeError("Bert.load: options must be an object");
+    if (typeof Worker === "undefined") {
+      throw new Error("bertgpu/worker: this environment has no Web Workers (Node.js has none); import { Bert } from "
+        + "\"bertgpu\" instead");
+    }
     const { onProgress, workers = 1, parallel = "data", ...rest } = options;
     if (onProgress != null && typeof onProgress !== "function") {
       throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
@@ -79,6 +92,11 @@ export class Bert {
     // URLs are resolved here, against the page: inside the worker a relative URL would mean something else.
     const resolved = resolveSource(source);
     const src = resolved.kind === "folder" ? resolved.base : resolved.kind === "gguf" ? resolved.url : source;
+    if (typeof rest.wasm === "string" || rest.wasm instanceof URL) rest.wasm = pageUrl(rest.wasm);
+    else if (rest.wasm != null && Object.getPrototypeOf(rest.wasm) === Object.prototype) {
+      rest.wasm = Object.fromEntries(Object.entries(rest.wasm).map(([k, v]) =>
+        [k, typeof v === "string" || v instanceof URL ? pageUrl(v) : v]));
+    }
     const first = await startWorker(src, { ...rest, ...shard(0) }, onProgress);
     const members = [first];
     if (first.device === "cpu" && n > 1) {

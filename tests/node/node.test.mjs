@@ -1,0 +1,168 @@
+// The npm package in Node.js, as a user runs it: the packed tarball (`npm pack` of pkg/, or $BERTGPU_PKG) installed
+// into a new project, and scripts there that `import { Bert } from "bertgpu"`. The CPU backend (the same wasm as in
+// browsers, read from the package's own files) must give PyTorch's vectors (tests/golden/model.json, made by
+// tests/golden/model.py) for all-MiniLM-L6-v2 loaded from a folder path, a relative path, a file: URL, an http URL,
+// bytes and a .gguf path (converted by the CLI: `cargo build` first). Run: node --test tests/node/
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFile, execFileSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { promisify } from "node:util";
+import { serve } from "../../www/serve.mjs";
+import { ROOT, MODELS, consumerProject } from "./package.mjs";
+
+// Per-value agreement with PyTorch's vectors (f32, another summation order): the largest difference measured here
+// is 2.7e-7 for unit vectors and 1.8e-6 for unnormalised mean-pooled ones (values up to ~0.6 in size).
+const ATOL_NORMALIZED = 1e-6;
+const ATOL_MEAN = 1e-5;
+
+const MINILM = path.join(MODELS, "all-MiniLM-L6-v2");
+const golden = JSON.parse(fs.readFileSync(path.join(ROOT, "tests/golden/model.json"), "utf8"))["all-MiniLM-L6-v2"];
+const run = promisify(execFile);
+
+let consumer;
+let gguf;
+before(() => {
+  consumer = consumerProject();
+  // The CLI's `convert` (f32: the same numbers as the safetensors, so the same tolerances).
+  const cli = ["release", "debug"].map((p) => path.join(ROOT, "target", p, "bertgpu")).find((p) => fs.existsSync(p));
+  if (!cli) throw new Error("target/debug/bertgpu is missing: run `cargo build` first");
+  gguf = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-gguf-")), "all-MiniLM-L6-v2.gguf");
+  execFileSync(cli, ["convert", "--model", MINILM, "--dtype", "f32", "--out", gguf], { stdio: "pipe" });
+});
+after(() => {
+  if (gguf) fs.rmSync(path.dirname(gguf), { recursive: true, force: true });
+});
+
+/**
+ * Runs an ES module in the consumer project (`node --input-type=module -e`), so that "bertgpu" resolves as it
+ * would for its own code; `args` arrive as process.argv[1...]. Resolves to the JSON its last stdout line holds.
+ */
+async function inConsumer(code, ...args) {
+  let out;
+  try {
+    out = await run(process.execPath, ["--input-type=module", "-e", code, ...args], { cwd: consumer, timeout: 120_000 });
+  } catch (e) {
+    throw new Error(`the consumer script failed:\n${e.stdout}\n${e.stderr}`);
+  }
+  return JSON.parse(out.stdout.trim().split("\n").pop());
+}
+
+/** The embedding script: loads `SOURCE` (an expression over `arg`, process.argv[1]) and embeds the golden texts. */
+const embedScript = (source, options = "{}") => `
+  import { Bert } from "bertgpu";
+  import fs from "node:fs/promises";
+  const arg = process.argv[1];
+  const sentences = JSON.parse(process.argv[2]);
+  const bert = await Bert.load(${source}, ${options});
+  const normalized = (await bert.embed(sentences)).map((v) => Array.from(v));
+  const mean = (await bert.embed(sentences, { normalize: false })).map((v) => Array.from(v));
+  console.log(JSON.stringify({ device: bert.device, simd: bert.simd, normalized, mean }));
+  bert.dispose();
+`;
+
+function assertGolden(got, what) {
+  assert.equal(got.device, "cpu", `${what}: device`);
+  for (const [kind, want, atol] of [["normalized", golden.mean_normalized, ATOL_NORMALIZED], ["mean", golden.mean, ATOL_MEAN]]) {
+    assert.equal(got[kind].length, want.length, `${what}: ${kind}: one vector per text`);
+    got[kind].forEach((v, i) => {
+      assert.equal(v.length, want[i].length, `${what}: ${kind}[${i}]: length`);
+      v.forEach((x, j) => {
+        assert.ok(Math.abs(x - want[i][j]) <= atol, `${what}: ${kind}[${i}][${j}] = ${x}, PyTorch ${want[i][j]}`);
+      });
+    });
+  }
+}
+
+const SENTENCES = JSON.stringify(golden.sentences);
+
+test("a folder path (absolute) gives PyTorch's vectors, on the CPU backend", async () => {
+  assertGolden(await inConsumer(embedScript("arg"), MINILM, SENTENCES), "absolute path");
+});
+
+test("a relative path (./ or ../), against the working directory", async () => {
+  const rel = path.relative(consumer, MINILM);
+  assert.match(rel, /^\.\.\//);
+  assertGolden(await inConsumer(embedScript("arg"), rel, SENTENCES), "relative path");
+});
+
+test("a file: URL, as a string and as a URL object", async () => {
+  const url = pathToFileURL(MINILM).href;
+  assertGolden(await inConsumer(embedScript("arg"), url, SENTENCES), "file: URL string");
+  assertGolden(await inConsumer(embedScript("new URL(arg)"), url, SENTENCES), "URL object");
+});
+
+test("bytes read by the caller ({ config, tokenizer, weights })", async () => {
+  const source = `{ config: await fs.readFile(arg + "/config.json"), tokenizer: await fs.readFile(arg + "/tokenizer.json"),
+    weights: await fs.readFile(arg + "/model.safetensors") }`;
+  assertGolden(await inConsumer(embedScript(source), MINILM, SENTENCES), "bytes");
+});
+
+test("a .gguf file path (converted by the CLI)", async () => {
+  assertGolden(await inConsumer(embedScript("arg"), gguf, SENTENCES), ".gguf path");
+});
+
+test("an http URL, downloaded with Node's fetch (no Cache API in Node)", async () => {
+  const server = await serve(MODELS);
+  try {
+    const got = await inConsumer(embedScript("arg", "{ onProgress: (p) => p.file }"), `${server.url}all-MiniLM-L6-v2/`, SENTENCES);
+    assertGolden(got, "http URL");
+    assert.ok(server.requests.includes("/all-MiniLM-L6-v2/model.safetensors"));
+  } finally {
+    await server.close();
+  }
+});
+
+test("the wasm handed over by the caller: its bytes, or a compiled WebAssembly.Module", async () => {
+  // The package's own file, read as the user of a bundle or an extension would read theirs.
+  const wasm = path.join(consumer, "node_modules/bertgpu/wasm/bertgpu_bg.wasm");
+  const bytes = await inConsumer(embedScript("arg", "{ wasm: await fs.readFile(process.argv[3]) }"), MINILM, SENTENCES, wasm);
+  assertGolden(bytes, "wasm bytes");
+  assert.equal(bytes.simd, "simd128", "one wasm value is the SIMD128 build");
+  const module = await inConsumer(embedScript("arg",
+    "{ wasm: { simd128: await WebAssembly.compile(await fs.readFile(process.argv[3])) }, simd: \"simd128\" }"),
+  MINILM, SENTENCES, wasm);
+  assertGolden(module, "WebAssembly.Module");
+});
+
+test("bad sources and options give clear errors", async () => {
+  const got = await inConsumer(`
+    import { Bert } from "bertgpu";
+    const errors = {};
+    const attempt = async (name, fn) => { try { await fn(); errors[name] = "no error"; } catch (e) { errors[name] = e.message; } };
+    const [model, dir] = [process.argv[1], process.argv[2]];
+    // The wasm first: a build started once (by a load that worked) serves later loads, which ignore \`wasm\`.
+    await attempt("wasmType", () => Bert.load(model, { wasm: 42 }));
+    await attempt("wasmMissing", () => Bert.load(model, { wasm: dir + "/none.wasm" }));
+    await attempt("wasmBuild", () => Bert.load(model, { wasm: { simd128: dir + "/none.wasm" }, simd: "relaxed" }));
+    await attempt("missing", () => Bert.load(dir + "/no-such-model"));
+    await attempt("file", () => Bert.load(model + "/model.safetensors"));
+    await attempt("noConfig", () => Bert.load(dir));
+    await attempt("webgpu", () => Bert.load(model, { device: "webgpu" }));
+    const worker = await import("bertgpu/worker");
+    await attempt("worker", () => worker.Bert.load(model));
+    console.log(JSON.stringify(errors));
+  `, MINILM, consumer);
+  assert.match(got.missing, /there is no folder .*no-such-model/);
+  assert.match(got.file, /model\.safetensors is a file, not a folder; give the folder that holds config\.json/);
+  assert.match(got.noConfig, /config\.json does not exist; is config\.json in that folder\?/);
+  assert.match(got.webgpu, /Node\.js has no WebGPU; use device: "cpu" or "auto"/);
+  assert.match(got.wasmType, /wasm must be a URL \(string or URL\), the module's bytes/);
+  assert.match(got.wasmMissing, /cannot read the wasm module .*none\.wasm/);
+  // The relaxed build is not in Node 20's V8 (it needs a flag there); on Node 22+ the object lacks it.
+  assert.match(got.wasmBuild, /relaxed SIMD|gives no relaxed build/);
+  assert.match(got.worker, /no Web Workers .*import \{ Bert \} from "bertgpu" instead/);
+});
+
+test("a bare name read as a repo id says how to load the local folder of that name instead", async () => {
+  const got = await inConsumer(`
+    import { Bert } from "bertgpu";
+    process.chdir(process.argv[1]);
+    try { await Bert.load("all-MiniLM-L6-v2", { cache: false }); console.log(JSON.stringify("no error")); }
+    catch (e) { console.log(JSON.stringify(e.message)); }
+  `, MODELS);
+  assert.match(got, /huggingface\.co.*write "\.\/all-MiniLM-L6-v2"/s);
+});

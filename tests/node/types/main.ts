@@ -1,0 +1,49 @@
+// Uses the public API as an application would; `tsc --strict` must accept it (and reject the marked mistakes).
+import { Bert, clearCache, type LoadOptions, type WasmSource, type Tokenized } from "bertgpu";
+import { Bert as WorkerBert } from "bertgpu/worker";
+
+const wasm: WasmSource = new URL("https://example.com/bertgpu_bg.wasm");
+const options: LoadOptions = {
+  device: "auto",
+  simd: "auto",
+  cache: true,
+  maxBytes: 1 << 30,
+  sha256: { "model.safetensors": "0".repeat(64) },
+  onProgress: ({ file, loaded, total }) => console.log(file, loaded, total ?? "?"),
+  wasm: { relaxed: "/wasm-relaxed/bertgpu_bg.wasm", simd128: wasm },
+};
+
+const bert: Bert = await Bert.load("./models/all-MiniLM-L6-v2", options);
+const fromBytes = await Bert.load({ config: { hidden_size: 384 }, tokenizer: "{}", weights: new Uint8Array(8) });
+const fromGguf = await Bert.load({ gguf: new ArrayBuffer(8) }, { wasm: new Uint8Array(8), simd: "simd128" });
+const device: "webgpu" | "cpu" = bert.device;
+const one: Float32Array = await bert.embed("a sentence", { pooling: "mean", normalize: true, batchSize: 8 });
+const many: Float32Array[] = await bert.embed(["one", "two"]);
+const tokens: Tokenized = await bert.tokenize("Hello", "world");
+const masks = await bert.fillMask("Paris is the [MASK] of France.", { topK: 3 });
+const best: string = masks[0].token_str;
+const pair = await bert.classify(["a question", "its answer"]); // two strings: one pair
+const pairLabel: string = pair[0].label;
+const scores = await bert.classify(["a", "b", ["c", "d"]], { topK: 1 });
+const label: string = scores[0][0].label;
+const answer = await bert.answer("who?", "me");
+const report = await bert.trainHead([{ text: "x", label: "y" }], { epochs: 2, onProgress: (e) => e.loss });
+const head: Uint8Array = await bert.exportHead();
+const labels: string[] = await bert.loadHead(head);
+bert.dispose();
+fromBytes.dispose();
+fromGguf.dispose();
+await clearCache();
+
+const inWorker: WorkerBert = await WorkerBert.load("https://example.com/m/", { workers: "auto", parallel: "data" });
+const workers: number = inWorker.workers;
+const vectors: Float32Array[] = await inWorker.embed(["x"]);
+
+// @ts-expect-error: not a device
+await Bert.load("x", { device: "tpu" });
+// @ts-expect-error: embed of one text gives one vector, not an array
+const wrong: Float32Array[] = await bert.embed("one");
+// @ts-expect-error: not an option
+await Bert.load("x", { wasmUrl: "/bertgpu_bg.wasm" });
+
+console.log(device, pairLabel, one, many, tokens, best, label, answer.score, report.bestEpoch, labels, workers, vectors, wrong);
