@@ -44,7 +44,7 @@ test("tokenize equals transformers on the golden table (tokenizer.json, and voca
   ctx.page.checkErrors();
 });
 
-test("loads from bytes, and from a Hugging Face repo id (hub URLs routed to the local files)", async () => {
+test("loads from bytes, and from a Hugging Face repo id (hub URLs routed to the local files): the folder's model", async () => {
   const hub = [];
   // The hub is unreachable here: answer its resolve/main/ URLs from the local folder, to check the URLs we ask for.
   await ctx.page.route("https://huggingface.co/**", async (route) => {
@@ -58,21 +58,30 @@ test("loads from bytes, and from a Hugging Face repo id (hub URLs routed to the 
       await route.fulfill({ status: 404, body: "not found", headers: { "access-control-allow-origin": "*" } });
     }
   });
-  const got = await ctx.page.evaluate(async (base) => {
+  // The same texts through the folder (checked against PyTorch in embed.test.mjs), the bytes and the hub.
+  const texts = readJson("tests/golden/model.json")["splade-tiny"].sentences;
+  const got = await ctx.page.evaluate(async ({ base, texts }) => {
+    const run = async (bert) => {
+      const out = { tokens: await bert.tokenize("hello world"),
+        vectors: (await bert.embed(texts, { normalize: false })).map((v) => Array.from(v)) };
+      bert.dispose();
+      return out;
+    };
     const get = async (f) => new Uint8Array(await (await fetch(base + f)).arrayBuffer());
-    const fromBytes = await bertgpu.Bert.load(
+    const folder = await run(await bertgpu.Bert.load(base, { device: "cpu", cache: false }));
+    const fromBytes = await run(await bertgpu.Bert.load(
       { config: await get("config.json"), tokenizer: await get("tokenizer.json"), weights: await get("model.safetensors") },
-      { device: "cpu" });
-    const a = await fromBytes.tokenize("hello world");
-    fromBytes.dispose();
-    const fromHub = await bertgpu.Bert.load("prajjwal1/splade-tiny", { device: "cpu", cache: false });
-    const b = await fromHub.tokenize("hello world");
-    fromHub.dispose();
-    return { a, b };
-  }, ctx.env.models.url + TINY);
+      { device: "cpu" }));
+    const fromHub = await run(await bertgpu.Bert.load("prajjwal1/splade-tiny", { device: "cpu", cache: false }));
+    return { folder, fromBytes, fromHub };
+  }, { base: ctx.env.models.url + TINY, texts });
   await ctx.page.unroute("https://huggingface.co/**");
-  assert.deepEqual(got.a, got.b);
-  assert.deepEqual(got.a.tokens, ["[CLS]", "hello", "world", "[SEP]"]);
+  assert.deepEqual(got.folder.tokens.tokens, ["[CLS]", "hello", "world", "[SEP]"]);
+  assert.equal(got.folder.vectors.length, texts.length);
+  assert.ok(got.folder.vectors.every((v) => v.length === 128 && v.every(Number.isFinite)));
+  // The same weights on the same backend: the same tokens and vectors, bit for bit.
+  assert.deepEqual(got.fromBytes, got.folder, "loaded from bytes");
+  assert.deepEqual(got.fromHub, got.folder, "loaded from the hub");
   assert.ok(hub.includes("/prajjwal1/splade-tiny/resolve/main/config.json"), hub.join(" "));
   assert.ok(hub.includes("/prajjwal1/splade-tiny/resolve/main/model.safetensors"), hub.join(" "));
   ctx.page.checkErrors();
