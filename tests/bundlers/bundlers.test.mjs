@@ -1,0 +1,43 @@
+// Tiny real apps that `import { Bert } from "bertgpu"` (and "bertgpu/worker"), each with its bundler pinned by a
+// committed lock file and the package installed from the packed tarball (`npm pack` of pkg/, or $BERTGPU_PKG), as
+// a user installs it. Each is built (or served by its dev server) and run in headless Chromium, where it embeds the
+// golden texts with all-MiniLM-L6-v2 on the main thread and in the worker entry, which must give PyTorch's vectors.
+// The first run installs the apps' dependencies from the npm registry (`npm ci`); later runs reuse them.
+// Run: node --test tests/bundlers/
+import { test, before, after } from "node:test";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { prepareApp, tool, startBrowser, checkApp, serve } from "./harness.mjs";
+
+let env;
+before(async () => {
+  env = await startBrowser();
+});
+after(async () => {
+  await env?.stop();
+});
+
+test("Vite: a production build (vite build), served as static files", async () => {
+  const app = prepareApp("vite");
+  tool(app, "vite", ["build", "--logLevel", "warn"]);
+  const site = await serve(path.join(app, "dist"));
+  try {
+    await checkApp(env, site.url);
+  } finally {
+    await site.close();
+  }
+});
+
+test("Vite: the dev server (dependencies pre-bundled)", async () => {
+  const app = prepareApp("vite");
+  const vite = await import(pathToFileURL(path.join(app, "node_modules/vite/dist/node/index.js")).href);
+  // A fresh pre-bundle each run: what a user's first `vite` does.
+  const server = await vite.createServer({ root: app, configFile: false, logLevel: "error", server: { port: 0, host: "127.0.0.1" },
+    optimizeDeps: { force: true } });
+  await server.listen();
+  try {
+    await checkApp(env, server.resolvedUrls.local[0]);
+  } finally {
+    await server.close();
+  }
+});

@@ -1,0 +1,86 @@
+// Shared by the bundler tests: preparing an app (its committed lock file, then the packed bertgpu tarball), and
+// checking a served app in headless Chromium (Debian's, through playwright-core; the flags of tests/browser/).
+import { execFileSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import assert from "node:assert/strict";
+import { chromium } from "playwright-core";
+import { CHROMIUM, ARGS } from "../browser/harness.mjs";
+import { serve } from "../../www/serve.mjs";
+import { ROOT, MODELS, npmCi, installTarball } from "../node/package.mjs";
+
+export { ROOT, serve };
+
+// Per-value agreement of unit vectors with PyTorch's (all-MiniLM-L6-v2; f32 in another summation order): the
+// largest difference measured in Chromium is 2.7e-7, as in Node (the same wasm).
+export const ATOL = 1e-6;
+const golden = JSON.parse(fs.readFileSync(path.join(ROOT, "tests/golden/model.json"), "utf8"))["all-MiniLM-L6-v2"];
+
+/** The app folder `name` under tests/bundlers/, installed from its lock file, with the tarball installed in it. */
+export function prepareApp(name) {
+  const dir = path.join(ROOT, "tests/bundlers", name);
+  npmCi(dir);
+  installTarball(dir);
+  return dir;
+}
+
+/** Runs a tool of the app (node_modules/.bin/NAME); failures carry its output. */
+export function tool(dir, name, args) {
+  try {
+    return execFileSync(path.join(dir, "node_modules/.bin", name), args, { cwd: dir, encoding: "utf8", stdio: "pipe" });
+  } catch (e) {
+    throw new Error(`${name} ${args.join(" ")} failed:\n${e.stdout}\n${e.stderr}`);
+  }
+}
+
+/** Chromium with a fresh profile and the model server (another origin, CORS); `stop()` ends both. */
+export async function startBrowser() {
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
+  const models = await serve(MODELS, { cors: true });
+  return {
+    context, models,
+    async stop() {
+      await context.close();
+      await models.close();
+      fs.rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Opens the app at `url`, which sets window.appReady and offers window.embedBoth(model, texts) → { main, worker,
+ * simd }; embeds the golden texts with all-MiniLM-L6-v2 on the main thread and in bertgpu/worker, and checks both
+ * against PyTorch's vectors and the page for console errors. Resolves to the page's result.
+ */
+export async function checkApp(env, url) {
+  const page = await env.context.newPage();
+  const errors = [];
+  page.on("console", (m) => {
+    if (m.type() === "error" || m.type() === "warning") errors.push(`${m.type()}: ${m.text()}`);
+  });
+  page.on("pageerror", (e) => errors.push(`uncaught: ${e.message}`));
+  page.on("worker", (w) => w.on?.("console", (m) => {
+    if (m.type() === "error") errors.push(`worker: ${m.text()}`);
+  }));
+  try {
+    await page.goto(url);
+    await page.waitForFunction(() => window.appReady === true, null, { timeout: 30_000 }).catch(() => {
+      throw new Error(`the app at ${url} did not start: ${errors.join("\n") || "no console output"}`);
+    });
+    const got = await page.evaluate(({ model, texts }) => window.embedBoth(model, texts),
+      { model: `${env.models.url}all-MiniLM-L6-v2/`, texts: golden.sentences });
+    assert.equal(got.main.length, golden.sentences.length);
+    got.main.forEach((v, i) => {
+      assert.equal(v.length, golden.mean_normalized[i].length);
+      v.forEach((x, j) => assert.ok(Math.abs(x - golden.mean_normalized[i][j]) <= ATOL,
+        `main thread: vector ${i}[${j}] = ${x}, PyTorch ${golden.mean_normalized[i][j]}`));
+    });
+    assert.deepEqual(got.worker, got.main, "bertgpu/worker gives the main thread's vectors");
+    assert.deepEqual(errors, [], "console errors or warnings in the app");
+    return got;
+  } finally {
+    await page.close();
+  }
+}
