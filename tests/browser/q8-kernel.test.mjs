@@ -4,7 +4,10 @@
 // tests/q8_kernel.rs checks the definition; here each build's output must equal, bit for bit, a JavaScript
 // transcription of that definition (x quantized to 7 bits per block of 32, exact integer sums, f32 scale steps),
 // on shapes that exercise partial column groups and tile remainders. Then a whole Q8_0 model: `simd` picks the
-// build, "auto" takes relaxed SIMD in Chromium, and the two builds' embeddings are identical and close to PyTorch's.
+// build, "auto" takes relaxed SIMD where the engine has it, and the two builds' embeddings are identical and close to
+// PyTorch's. Whether the engine has relaxed SIMD is read from the engine itself (can it compile wasm-relaxed/?), and
+// each test expects what the package must do in that case: an engine without it refuses the relaxed build, and the
+// package then runs SIMD128 and rejects `simd: "relaxed"` with a clear error.
 import test from "node:test";
 import assert from "node:assert/strict";
 import { convertGguf, withPage, readJson, cosine } from "./harness.mjs";
@@ -18,6 +21,8 @@ const ctx = withPage();
 const MIN_COSINE_Q8_0 = 0.995;
 test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async () => {
   const got = await ctx.page.evaluate(async () => {
+    // Whether this engine compiles the relaxed-SIMD build: asked of the engine, not of the package's probe.
+    const relaxed = WebAssembly.validate(await (await fetch("/pkg/wasm-relaxed/bertgpu_bg.wasm")).arrayBuffer());
     const f = Math.fround;
     // xorshift, as tests/common's rand_vec (any reproducible stream would do).
     let s = 0x2545f491;
@@ -45,8 +50,15 @@ test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async ()
     };
     const builds = {};
     let auto = null;
+    let relaxedRefused = null;
     for (const [dir, form] of [["wasm", null], ["wasm-relaxed", "fused"], ["wasm-relaxed", "split"]]) {
       const glue = await import(`/pkg/${dir}/bertgpu.js?kernel-test`);
+      if (form && !relaxed) {
+        // An engine without relaxed SIMD must refuse the module (and the package must never load it there).
+        relaxedRefused ??= await glue.default({ module_or_path: `/pkg/${dir}/bertgpu_bg.wasm` })
+          .then(() => "loaded", (e) => e.name);
+        continue;
+      }
       await glue.default({ module_or_path: `/pkg/${dir}/bertgpu_bg.wasm` });
       if (form) {
         auto ??= glue.__q8DotForm("auto"); // the form this engine and CPU run by default
@@ -88,10 +100,18 @@ test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async ()
       builds[form ? `${dir} (${form})` : dir] = cases;
       if (form) glue.__q8DotForm("auto");
     }
-    return { builds, auto };
+    return { relaxed, builds, auto, relaxedRefused };
   });
-  assert.ok(["fused", "split"].includes(got.auto), `the engine's form: ${got.auto}`);
-  console.log(`relaxed SIMD's dot product here: ${got.auto} (from how the engine lowers the fused instruction)`);
+  if (got.relaxed) {
+    assert.deepEqual(Object.keys(got.builds), ["wasm", "wasm-relaxed (fused)", "wasm-relaxed (split)"]);
+    assert.ok(["fused", "split"].includes(got.auto), `the engine's form: ${got.auto}`);
+    console.log(`relaxed SIMD's dot product here: ${got.auto} (from how the engine lowers the fused instruction)`);
+  } else {
+    assert.deepEqual(Object.keys(got.builds), ["wasm"]);
+    assert.equal(got.relaxedRefused, "CompileError", "an engine without relaxed SIMD compiled the relaxed build");
+    console.log("this engine has no relaxed SIMD: the SIMD128 build's kernel only");
+  }
+  for (const cases of Object.values(got.builds)) assert.equal(cases.length, 7);
   for (const [dir, cases] of Object.entries(got.builds)) {
     for (const c of cases) {
       assert.equal(c.mismatches, 0, `${dir} ${c.shape}: ${c.mismatches} outputs differ, first ${c.first}`);
@@ -106,9 +126,13 @@ test("a Q8_0 model: `simd` picks the build, both builds give the same embeddings
   const got = await ctx.page.evaluate(async ({ url, sentences }) => {
     const out = {};
     for (const simd of ["auto", "simd128", "relaxed"]) {
-      const bert = await bertgpu.Bert.load(url, { device: "cpu", simd });
-      out[simd] = { build: bert.simd, vectors: (await bert.embed(sentences, { normalize: false })).map((v) => Array.from(v)) };
-      bert.dispose();
+      try {
+        const bert = await bertgpu.Bert.load(url, { device: "cpu", simd });
+        out[simd] = { build: bert.simd, vectors: (await bert.embed(sentences, { normalize: false })).map((v) => Array.from(v)) };
+        bert.dispose();
+      } catch (e) {
+        out[simd] = { error: `${e.name}: ${e.message}` };
+      }
     }
     let error = null;
     try {
@@ -116,16 +140,25 @@ test("a Q8_0 model: `simd` picks the build, both builds give the same embeddings
     } catch (e) {
       error = `${e.name}: ${e.message}`;
     }
-    return { out, error, relaxed: bertgpu.hasRelaxedSimd() };
+    const engine = WebAssembly.validate(await (await fetch("/pkg/wasm-relaxed/bertgpu_bg.wasm")).arrayBuffer());
+    return { out, error, engine, probe: bertgpu.hasRelaxedSimd() };
   }, { url: ctx.env.models.url + gguf, sentences: g.sentences });
-  assert.equal(got.relaxed, true, "Chromium implements relaxed SIMD");
-  assert.equal(got.out.auto.build, "relaxed");
-  assert.equal(got.out.simd128.build, "simd128");
-  assert.equal(got.out.relaxed.build, "relaxed");
-  // Bit for bit: only the kernel differs between the builds, and it computes the same integers and floats.
-  assert.deepEqual(got.out.simd128.vectors, got.out.relaxed.vectors, "the two builds differ");
+  assert.equal(got.probe, got.engine, "hasRelaxedSimd() says what the engine can compile");
+  assert.equal(got.out.simd128.build, "simd128", got.out.simd128.error);
+  assert.equal(got.out.simd128.vectors.length, g.sentences.length);
+  if (got.engine) {
+    assert.equal(got.out.auto.build, "relaxed", "auto takes relaxed SIMD where the engine has it");
+    assert.equal(got.out.relaxed.build, "relaxed", got.out.relaxed.error);
+    // Bit for bit: only the kernel differs between the builds, and it computes the same integers and floats.
+    assert.deepEqual(got.out.simd128.vectors, got.out.relaxed.vectors, "the two builds differ");
+  } else {
+    assert.equal(got.out.auto.build, "simd128", "auto takes SIMD128 where the engine has no relaxed SIMD");
+    assert.deepEqual(got.out.auto.vectors, got.out.simd128.vectors);
+    assert.equal(got.out.relaxed.error, "Error: Bert.load: simd: \"relaxed\" was asked for, but this engine does not "
+      + "implement WebAssembly relaxed SIMD; use \"auto\" or \"simd128\"");
+  }
   const cosines = g.sentences.map((s, i) => {
-    const c = cosine(got.out.relaxed.vectors[i], g.mean[i]);
+    const c = cosine(got.out.auto.vectors[i], g.mean[i]);
     assert.ok(c >= MIN_COSINE_Q8_0, `"${s}": cosine ${c} to PyTorch < ${MIN_COSINE_Q8_0}`);
     return c.toFixed(5);
   });
