@@ -8,6 +8,7 @@ import { test, before, after } from "node:test";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { prepareApp, tool, startBrowser, checkApp, serve } from "./harness.mjs";
+import { npm } from "../node/package.mjs";
 
 let env;
 before(async () => {
@@ -39,5 +40,27 @@ test("Vite: the dev server (dependencies pre-bundled)", async () => {
     await checkApp(env, server.resolvedUrls.local[0]);
   } finally {
     await server.close();
+  }
+});
+
+test("webpack 5: a production build, served as static files", async () => {
+  const app = prepareApp("webpack");
+  tool(app, "webpack", []);
+  const site = await serve(app);
+  try {
+    await checkApp(env, site.url);
+  } finally {
+    await site.close();
+  }
+});
+
+test("esbuild: the worker entry as a second entry point and the wasm folders copied (package.json's build script)", async () => {
+  const app = prepareApp("esbuild");
+  npm(app, ["run", "build", "--silent"]);
+  const site = await serve(app);
+  try {
+    await checkApp(env, site.url);
+  } finally {
+    await site.close();
   }
 });
