@@ -2,12 +2,13 @@
 // committed lock file and the package installed from the packed tarball (`npm pack` of pkg/, or $BERTGPU_PKG), as
 // a user installs it. Each is built (or served by its dev server) and run in headless Chromium, where it embeds the
 // golden texts with all-MiniLM-L6-v2 on the main thread and in the worker entry, which must give PyTorch's vectors.
+// The built apps are served with a strict Content-Security-Policy (no eval, only 'wasm-unsafe-eval').
 // The first run installs the apps' dependencies from the npm registry (`npm ci`); later runs reuse them.
 // Run: node --test tests/bundlers/
 import { test, before, after } from "node:test";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { prepareApp, tool, startBrowser, checkApp, serve } from "./harness.mjs";
+import { prepareApp, tool, startBrowser, checkApp, serve, strictCsp } from "./harness.mjs";
 import { npm } from "../node/package.mjs";
 
 let env;
@@ -18,10 +19,10 @@ after(async () => {
   await env?.stop();
 });
 
-test("Vite: a production build (vite build), served as static files", async () => {
+test("Vite: a production build (vite build), served as static files under a strict CSP", async () => {
   const app = prepareApp("vite");
   tool(app, "vite", ["build", "--logLevel", "warn"]);
-  const site = await serve(path.join(app, "dist"));
+  const site = await serve(path.join(app, "dist"), { headers: strictCsp(env) });
   try {
     await checkApp(env, site.url);
   } finally {
@@ -43,10 +44,10 @@ test("Vite: the dev server (dependencies pre-bundled)", async () => {
   }
 });
 
-test("webpack 5: a production build, served as static files", async () => {
+test("webpack 5: a production build, served as static files under a strict CSP", async () => {
   const app = prepareApp("webpack");
   tool(app, "webpack", []);
-  const site = await serve(app);
+  const site = await serve(app, { headers: strictCsp(env) });
   try {
     await checkApp(env, site.url);
   } finally {
@@ -54,10 +55,10 @@ test("webpack 5: a production build, served as static files", async () => {
   }
 });
 
-test("esbuild: the worker entry as a second entry point and the wasm folders copied (package.json's build script)", async () => {
+test("esbuild: the worker entry a second entry point, the wasm folders copied (its build script); a strict CSP", async () => {
   const app = prepareApp("esbuild");
   npm(app, ["run", "build", "--silent"]);
-  const site = await serve(app);
+  const site = await serve(app, { headers: strictCsp(env) });
   try {
     await checkApp(env, site.url);
   } finally {

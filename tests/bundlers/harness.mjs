@@ -50,6 +50,17 @@ export async function startBrowser() {
 }
 
 /**
+ * A strict Content-Security-Policy for a built app: its own scripts and workers, WebAssembly compilation
+ * ('wasm-unsafe-eval'), the model server; no eval, no inline script. A violation is a console error (checkApp fails).
+ */
+export function strictCsp(env) {
+  return {
+    "content-security-policy": "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'; img-src 'self' data:; "
+      + `connect-src 'self' ${new URL(env.models.url).origin}; object-src 'none'; base-uri 'none'`,
+  };
+}
+
+/**
  * Opens the app at `url`, which sets window.appReady and offers window.embedBoth(model, texts) → { main, worker,
  * simd }; embeds the golden texts with all-MiniLM-L6-v2 on the main thread and in bertgpu/worker, and checks both
  * against PyTorch's vectors and the page for console errors. Resolves to the page's result.
