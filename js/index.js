@@ -10,6 +10,9 @@
 
 import { resolveSource, fetchModelFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin } from "./loader.js";
 import { shardGather } from "./shards.js";
+// The wasm-bindgen glue of the two builds (see BUILDS).
+import * as glueSimd128 from "./wasm/bertgpu.js";
+import * as glueRelaxed from "./wasm-relaxed/bertgpu.js";
 
 export { clearCache };
 
@@ -63,18 +66,13 @@ function pickBuild(simd, given) {
 }
 
 // The two builds (scripts/build-wasm.sh): wasm/ (SIMD128) and wasm-relaxed/ (plus relaxed SIMD: a faster Q8_0
-// kernel, the same results bit for bit); a page downloads only the one it uses. Every specifier is a literal, which
-// bundlers follow (Vite, webpack and Rollup copy the .wasm files and rewrite the URLs; the glue becomes a chunk) and
-// browsers resolve as they are, next to this file.
+// kernel, the same results bit for bit). Both glue modules are imported statically, at the top (about 10 kB gzipped
+// each; a page downloads only the .wasm of the build it uses): a service worker may not use import(), and a static
+// import leaves a bundler no chunk to place. Every specifier is a literal, which bundlers follow (Vite, webpack and
+// Rollup copy the .wasm files and rewrite the URLs) and browsers resolve as they are, next to this file.
 const BUILDS = {
-  simd128: {
-    glue: () => import("./wasm/bertgpu.js"),
-    url: () => new URL("./wasm/bertgpu_bg.wasm", import.meta.url),
-  },
-  relaxed: {
-    glue: () => import("./wasm-relaxed/bertgpu.js"),
-    url: () => new URL("./wasm-relaxed/bertgpu_bg.wasm", import.meta.url),
-  },
+  simd128: { glue: glueSimd128, url: () => new URL("./wasm/bertgpu_bg.wasm", import.meta.url) },
+  relaxed: { glue: glueRelaxed, url: () => new URL("./wasm-relaxed/bertgpu_bg.wasm", import.meta.url) },
 };
 
 // One wasm instance per build serves every model until a Rust panic (a trap) leaves it in an unknown state; then
@@ -108,7 +106,8 @@ async function getRuntime(build, wasm) {
 
 async function startRuntime(build, wasm) {
   const from = wasm ?? BUILDS[build].url();
-  const [glue, input] = await Promise.all([BUILDS[build].glue(), wasmInput(from)]);
+  const glue = BUILDS[build].glue;
+  const input = await wasmInput(from);
   try {
     await glue.default({ module_or_path: input });
   } catch (e) {

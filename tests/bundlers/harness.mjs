@@ -12,10 +12,13 @@ import { ROOT, MODELS, npmCi, installTarball } from "../node/package.mjs";
 
 export { ROOT, serve };
 
+/** The golden texts and PyTorch's unit vectors for them (all-MiniLM-L6-v2, mean pooling). */
+export const GOLDEN = JSON.parse(fs.readFileSync(path.join(ROOT, "tests/golden/model.json"), "utf8"))["all-MiniLM-L6-v2"];
+const golden = GOLDEN;
+
 // Per-value agreement of unit vectors with PyTorch's (all-MiniLM-L6-v2; f32 in another summation order): the
 // largest difference measured in Chromium is 2.7e-7, as in Node (the same wasm).
 export const ATOL = 1e-6;
-const golden = JSON.parse(fs.readFileSync(path.join(ROOT, "tests/golden/model.json"), "utf8"))["all-MiniLM-L6-v2"];
 
 /** The app folder `name` under tests/bundlers/, installed from its lock file, with the tarball installed in it. */
 export function prepareApp(name) {
@@ -34,10 +37,14 @@ export function tool(dir, name, args) {
   }
 }
 
-/** Chromium with a fresh profile and the model server (another origin, CORS); `stop()` ends both. */
-export async function startBrowser() {
+/**
+ * Chromium with a fresh profile and the model server (another origin, CORS); `stop()` ends both. `extension`: the
+ * folder of an unpacked extension to load.
+ */
+export async function startBrowser({ extension = null } = {}) {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-chromium-"));
-  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
+  const args = extension ? [...ARGS, `--disable-extensions-except=${extension}`, `--load-extension=${extension}`] : ARGS;
+  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args });
   const models = await serve(MODELS, { cors: true });
   return {
     context, models,
@@ -82,16 +89,21 @@ export async function checkApp(env, url) {
     });
     const got = await page.evaluate(({ model, texts }) => window.embedBoth(model, texts),
       { model: `${env.models.url}all-MiniLM-L6-v2/`, texts: golden.sentences });
-    assert.equal(got.main.length, golden.sentences.length);
-    got.main.forEach((v, i) => {
-      assert.equal(v.length, golden.mean_normalized[i].length);
-      v.forEach((x, j) => assert.ok(Math.abs(x - golden.mean_normalized[i][j]) <= ATOL,
-        `main thread: vector ${i}[${j}] = ${x}, PyTorch ${golden.mean_normalized[i][j]}`));
-    });
+    assertGolden(got.main, "main thread");
     assert.deepEqual(got.worker, got.main, "bertgpu/worker gives the main thread's vectors");
     assert.deepEqual(errors, [], "console errors or warnings in the app");
     return got;
   } finally {
     await page.close();
   }
+}
+
+/** Checks vectors of the golden texts against PyTorch's, value by value (ATOL). */
+export function assertGolden(vectors, what) {
+  assert.equal(vectors.length, golden.sentences.length, `${what}: one vector per text`);
+  vectors.forEach((v, i) => {
+    assert.equal(v.length, golden.mean_normalized[i].length, `${what}: vector ${i}: length`);
+    v.forEach((x, j) => assert.ok(Math.abs(x - golden.mean_normalized[i][j]) <= ATOL,
+      `${what}: vector ${i}[${j}] = ${x}, PyTorch ${golden.mean_normalized[i][j]}`));
+  });
 }

@@ -47,6 +47,7 @@ export function npmCi(dir) {
   const stamp = path.join(dir, "node_modules/.installed-from-lock");
   if (fs.existsSync(stamp) && fs.readFileSync(stamp, "utf8") === lock) return;
   npm(dir, ["ci", ...NPM_QUIET]);
+  fs.mkdirSync(path.dirname(stamp), { recursive: true }); // npm ci of an app without dependencies makes none
   fs.writeFileSync(stamp, lock);
 }
 
