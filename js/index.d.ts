@@ -44,8 +44,16 @@ export interface LoadOptions {
   /** "auto" (default): WebGPU on a hardware adapter, else the CPU. */
   device?: "auto" | Device;
   onProgress?: (progress: Progress) => void;
-  /** Keep downloaded files in the Cache API so the next load works offline (default true). Node.js has no Cache API. */
+  /**
+   * Keep downloaded files so the next load works offline (default true): in the Cache API in browsers; in Node.js,
+   * which has none, only with `cacheDir`.
+   */
   cache?: boolean;
+  /**
+   * Node.js only: the folder where downloaded files are kept (created if missing; one file per URL, named by the
+   * SHA-256 of the URL). Without it Node keeps nothing. Local paths and file: URLs are read in place, never cached.
+   */
+  cacheDir?: string;
   /**
    * Pinned SHA-256 digests (64 hex digits) by file name, e.g. `{ "model.safetensors": "9f86d0..." }` (names as in the
    * folder: config.json, tokenizer_config.json, tokenizer.json, vocab.txt, model.safetensors; for a .gguf URL its

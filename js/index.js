@@ -350,8 +350,8 @@ export class Bert {
    */
   static async load(source, options = {}) {
     // (`_shard`: { rank, count, buffer }, set by bertgpu/worker for one shard of a tensor-parallel model.)
-    const opts = checkOptions(options, ["device", "onProgress", "cache", "sha256", "maxBytes", "simd", "wasm", "_shard"],
-      "Bert.load");
+    const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
+      "_shard"], "Bert.load");
     const device = opts.device ?? "auto";
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -362,12 +362,18 @@ export class Bert {
     if (opts.onProgress != null && typeof opts.onProgress !== "function") {
       throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
     }
+    if (opts.cacheDir != null && !IN_NODE) {
+      throw new TypeError("Bert.load: cacheDir is for Node.js; a browser keeps downloads in the Cache API (cache: true)");
+    }
+    if (opts.cacheDir != null && (typeof opts.cacheDir !== "string" || opts.cacheDir === "")) {
+      throw new TypeError("Bert.load: cacheDir must be the path of a folder (a non-empty string)");
+    }
     const wasm = checkWasmOption(opts.wasm, opts.simd);
     const build = pickBuild(opts.simd ?? "auto", wasm);
     const resolved = resolveSource(source);
     const cache = opts.cache ?? true;
     const { sha256, maxBytes } = checkLoadOptions(resolved, opts);
-    const fetchOptions = { cache, sha256, maxBytes };
+    const fetchOptions = { cache, cacheDir: opts.cacheDir, sha256, maxBytes };
     const [files, rt, chosen] = await Promise.all([
       fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress }),
       getRuntime(build, wasm?.[build]),

@@ -120,13 +120,43 @@ function bytesSource(src) {
   return files;
 }
 
-async function openCache(enabled) {
-  if (!enabled || typeof caches === "undefined") return null;
+async function openCache(enabled, cacheDir) {
+  if (!enabled) return null;
+  if (cacheDir != null) return diskCache(cacheDir);
+  if (typeof caches === "undefined") return null;
   try {
     return await caches.open(CACHE_NAME);
   } catch {
     return null; // e.g. an insecure context or storage disabled: downloads still work, just not offline
   }
+}
+
+/**
+ * Node.js: the Cache API's part for `fetchFile` (match, put, delete), kept in a folder: one file per URL, named by
+ * the SHA-256 of the URL; written to a temporary name and renamed, so that a reader never sees half a file.
+ */
+export function diskCache(dir) {
+  const fs = nodeBuiltin("node:fs/promises");
+  const { join } = nodeBuiltin("node:path");
+  const { createHash } = nodeBuiltin("node:crypto");
+  const file = (url) => join(dir, createHash("sha256").update(url).digest("hex"));
+  let written = 0;
+  return {
+    async match(url) {
+      const bytes = await fs.readFile(file(url)).catch(() => null);
+      return bytes ? new Response(bytes) : undefined;
+    },
+    async put(url, response) {
+      const bytes = new Uint8Array(await response.arrayBuffer());
+      await fs.mkdir(dir, { recursive: true });
+      const tmp = `${file(url)}.${globalThis.process.pid}-${(written += 1)}.part`;
+      await fs.writeFile(tmp, bytes);
+      await fs.rename(tmp, file(url));
+    },
+    async delete(url) {
+      await fs.rm(file(url), { force: true });
+    },
+  };
 }
 
 function tooBig(name, size, maxBytes, known) {
@@ -357,12 +387,12 @@ export async function fetchModelFiles(resolved, options = {}) {
   }
 }
 
-async function fetchFolderOrGguf(resolved, { cache: useCache = true, onProgress, sha256, maxBytes }) {
+async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, onProgress, sha256, maxBytes }) {
   if (onProgress != null && typeof onProgress !== "function") {
     throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
   }
   const limits = checkLoadOptions(resolved, { sha256, maxBytes });
-  const cache = await openCache(useCache);
+  const cache = await openCache(useCache, cacheDir);
   const opts = { cache, onProgress, maxBytes: limits.maxBytes };
   const pinned = (name) => ({ ...opts, sha256: limits.sha256?.[name] ?? null });
   if (resolved.kind === "gguf") {

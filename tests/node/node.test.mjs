@@ -2,7 +2,8 @@
 // into a new project, and scripts there that `import { Bert } from "bertgpu"`. The CPU backend (the same wasm as in
 // browsers, read from the package's own files) must give PyTorch's vectors (tests/golden/model.json, made by
 // tests/golden/model.py) for all-MiniLM-L6-v2 loaded from a folder path, a relative path, a file: URL, an http URL,
-// bytes and a .gguf path (converted by the CLI: `cargo build` first). Run: node --test tests/node/
+// bytes and a .gguf path (converted by the CLI: `cargo build` first), and downloads kept in a cacheDir.
+// Run: node --test tests/node/
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFile, execFileSync } from "node:child_process";
@@ -57,10 +58,11 @@ const embedScript = (source, options = "{}") => `
   import fs from "node:fs/promises";
   const arg = process.argv[1];
   const sentences = JSON.parse(process.argv[2]);
+  const events = []; // progress events, for options that collect them
   const bert = await Bert.load(${source}, ${options});
   const normalized = (await bert.embed(sentences)).map((v) => Array.from(v));
   const mean = (await bert.embed(sentences, { normalize: false })).map((v) => Array.from(v));
-  console.log(JSON.stringify({ device: bert.device, simd: bert.simd, normalized, mean }));
+  console.log(JSON.stringify({ device: bert.device, simd: bert.simd, normalized, mean, events }));
   bert.dispose();
 `;
 
@@ -116,6 +118,28 @@ test("an http URL, downloaded with Node's fetch (no Cache API in Node)", async (
   }
 });
 
+test("cacheDir keeps downloads on disk: the second load works with the server stopped", async () => {
+  const cacheDir = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-cache-"));
+  const server = await serve(MODELS);
+  const url = `${server.url}all-MiniLM-L6-v2/`;
+  const options = "{ cacheDir: process.argv[3], onProgress: (p) => events.push(p) }";
+  try {
+    const first = await inConsumer(embedScript("arg", options), url, SENTENCES, cacheDir);
+    assert.ok(first.events.every((e) => !e.cached));
+    await server.close();
+    const second = await inConsumer(embedScript("arg", options), url, SENTENCES, cacheDir);
+    assertGolden(second, "from cacheDir");
+    const files = new Set(second.events.map((e) => e.file));
+    assert.deepEqual([...files].sort(), ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]);
+    assert.ok(second.events.every((e) => e.cached), "every file came from cacheDir");
+    // Without cacheDir Node keeps nothing: the same load now fails.
+    await assert.rejects(inConsumer(embedScript("arg"), url, SENTENCES), /could not download/);
+  } finally {
+    await server.close();
+    fs.rmSync(cacheDir, { recursive: true, force: true });
+  }
+});
+
 test("the wasm handed over by the caller: its bytes, or a compiled WebAssembly.Module", async () => {
   // The package's own file, read as the user of a bundle or an extension would read theirs.
   const wasm = path.join(consumer, "node_modules/bertgpu/wasm/bertgpu_bg.wasm");
@@ -142,6 +166,7 @@ test("bad sources and options give clear errors", async () => {
     await attempt("file", () => Bert.load(model + "/model.safetensors"));
     await attempt("noConfig", () => Bert.load(dir));
     await attempt("webgpu", () => Bert.load(model, { device: "webgpu" }));
+    await attempt("cacheDir", () => Bert.load(model, { cacheDir: 7 }));
     const worker = await import("bertgpu/worker");
     await attempt("worker", () => worker.Bert.load(model));
     console.log(JSON.stringify(errors));
@@ -150,6 +175,7 @@ test("bad sources and options give clear errors", async () => {
   assert.match(got.file, /model\.safetensors is a file, not a folder; give the folder that holds config\.json/);
   assert.match(got.noConfig, /config\.json does not exist; is config\.json in that folder\?/);
   assert.match(got.webgpu, /Node\.js has no WebGPU; use device: "cpu" or "auto"/);
+  assert.match(got.cacheDir, /cacheDir must be the path of a folder/);
   assert.match(got.wasmType, /wasm must be a URL \(string or URL\), the module's bytes/);
   assert.match(got.wasmMissing, /cannot read the wasm module .*none\.wasm/);
   // The relaxed build is not in Node 20's V8 (it needs a flag there); on Node 22+ the object lacks it.

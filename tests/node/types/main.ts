@@ -16,6 +16,7 @@ const options: LoadOptions = {
 const bert: Bert = await Bert.load("./models/all-MiniLM-L6-v2", options);
 const fromBytes = await Bert.load({ config: { hidden_size: 384 }, tokenizer: "{}", weights: new Uint8Array(8) });
 const fromGguf = await Bert.load({ gguf: new ArrayBuffer(8) }, { wasm: new Uint8Array(8), simd: "simd128" });
+const inNode = await Bert.load("/models/all-MiniLM-L6-v2.gguf", { cacheDir: "/tmp/bertgpu-cache" });
 const device: "webgpu" | "cpu" = bert.device;
 const one: Float32Array = await bert.embed("a sentence", { pooling: "mean", normalize: true, batchSize: 8 });
 const many: Float32Array[] = await bert.embed(["one", "two"]);
@@ -33,6 +34,7 @@ const labels: string[] = await bert.loadHead(head);
 bert.dispose();
 fromBytes.dispose();
 fromGguf.dispose();
+inNode.dispose();
 await clearCache();
 
 const inWorker: WorkerBert = await WorkerBert.load("https://example.com/m/", { workers: "auto", parallel: "data" });
@@ -43,6 +45,8 @@ const vectors: Float32Array[] = await inWorker.embed(["x"]);
 await Bert.load("x", { device: "tpu" });
 // @ts-expect-error: embed of one text gives one vector, not an array
 const wrong: Float32Array[] = await bert.embed("one");
+// @ts-expect-error: cacheDir is a path
+await Bert.load("x", { cacheDir: true });
 // @ts-expect-error: not an option
 await Bert.load("x", { wasmUrl: "/bertgpu_bg.wasm" });
 
