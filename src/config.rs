@@ -9,10 +9,49 @@ use serde::Deserialize;
 use crate::backend::Activation;
 use crate::{Error, Result};
 
+/// Which member of the BERT family a checkpoint is. Both run the same post-LN encoder; they differ in tensor names,
+/// in whether there are token-type (segment) embeddings, and in the activation of the `[CLS]` projection that the
+/// sequence-classification head reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `model_type: "bert"`: BERT as its paper defines it.
+    Bert,
+    /// `model_type: "distilbert"` (transformers `models/distilbert`): no token-type embeddings, its own tensor names
+    /// (see `weights::distilbert`), and `pre_classifier` + ReLU where BERT has the pooler's dense + tanh.
+    DistilBert,
+}
+
+impl Family {
+    /// The `model_type` string of config.json.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::Bert => "bert",
+            Family::DistilBert => "distilbert",
+        }
+    }
+
+    /// Whether the model has token-type (segment) embeddings. Without them every token is of type 0, so a pair is
+    /// `[CLS] A [SEP] B [SEP]` told apart by `[SEP]` alone, as transformers feeds DistilBERT.
+    pub fn has_token_types(self) -> bool {
+        self == Family::Bert
+    }
+
+    /// The activation of the `[CLS]` projection before a sequence classifier (BERT's pooler: tanh; DistilBERT's
+    /// `pre_classifier`: ReLU).
+    pub fn pooler_activation(self) -> Activation {
+        match self {
+            Family::Bert => Activation::Tanh,
+            Family::DistilBert => Activation::Relu,
+        }
+    }
+}
+
 /// The fields of `BertConfig` (transformers `models/bert/configuration_bert.py`) that change the computation, plus
 /// the label maps and metadata the task heads use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
+    /// BERT or DistilBERT.
+    pub family: Family,
     pub vocab_size: usize,
     /// H.
     pub hidden_size: usize,
@@ -54,6 +93,13 @@ struct RawConfig {
     pad_token_id: Option<u32>,
     position_embedding_type: Option<String>,
     model_type: Option<String>,
+    // DistilBERT's names for the sizes (`DistilBertConfig`), and its fixed-vs-learned position switch.
+    dim: Option<usize>,
+    n_layers: Option<usize>,
+    n_heads: Option<usize>,
+    hidden_dim: Option<usize>,
+    activation: Option<String>,
+    sinusoidal_pos_embds: Option<bool>,
     #[serde(default)]
     id2label: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -64,25 +110,33 @@ struct RawConfig {
     tie_word_embeddings: Option<bool>,
 }
 
-/// Architectures that share BERT's tensor names but not its computation (other position ids, tokenizers, embedding
-/// factorisation, pre-LN, relative positions...): a checkpoint of one of these would load and give wrong numbers, so
-/// it is refused by name. Any other non-`bert` `model_type` is refused too; this list only makes the message precise.
-const NOT_BERT_HINT: &str = "bertgpu runs the original BERT architecture (`model_type: \"bert\"`) only; RoBERTa, \
-    XLM-RoBERTa, DistilBERT, ALBERT, ELECTRA and the other BERT-like families compute differently and would give wrong \
-    results";
+/// What bertgpu runs, for the messages that refuse everything else.
+const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`) and DistilBERT (`\"distilbert\"`); RoBERTa, \
+    XLM-RoBERTa, ALBERT, ELECTRA and the other BERT-like families compute differently (position ids, tokenizers, \
+    factorised or shared layers) and would give wrong results";
 
-/// Refuses a checkpoint that says it is not BERT: `model_type` other than `bert`, or (for old configs without
-/// `model_type`) an architecture class that is not `Bert*`.
-fn check_is_bert(model_type: Option<&str>, architectures: &[String]) -> Result<()> {
-    if let Some(kind) = model_type {
-        if kind != "bert" {
-            return Err(Error::Config(format!("model_type `{kind}` is not supported: {NOT_BERT_HINT}")));
-        }
+/// The family a config describes: its `model_type`, or for old configs without one, its architecture classes
+/// (`Bert*`, `DistilBert*`). Anything else is refused by name: RoBERTa and XLM-R checkpoints even share BERT's tensor
+/// names, so running one as BERT would give wrong vectors without a word.
+fn family_of(model_type: Option<&str>, architectures: &[String]) -> Result<Family> {
+    let family = match model_type {
+        Some("bert") => Family::Bert,
+        Some("distilbert") => Family::DistilBert,
+        Some(kind) => return Err(Error::Config(format!("model_type `{kind}` is not supported: {SUPPORTED}"))),
+        None if architectures.iter().any(|a| a.starts_with("DistilBert")) => Family::DistilBert,
+        None => Family::Bert,
+    };
+    let prefix = match family {
+        Family::Bert => "Bert",
+        Family::DistilBert => "DistilBert",
+    };
+    if let Some(arch) = architectures.iter().find(|a| !a.starts_with(prefix)) {
+        return Err(Error::Config(format!(
+            "architecture `{arch}` is not a {} class: {SUPPORTED}",
+            family.model_type()
+        )));
     }
-    if let Some(arch) = architectures.iter().find(|a| !a.starts_with("Bert")) {
-        return Err(Error::Config(format!("architecture `{arch}` is not supported: {NOT_BERT_HINT}")));
-    }
-    Ok(())
+    Ok(family)
 }
 
 fn required(v: Option<usize>, name: &str) -> Result<usize> {
@@ -118,7 +172,7 @@ impl BertConfig {
     pub fn from_json_str(text: &str) -> Result<BertConfig> {
         let raw: RawConfig = serde_json::from_str(text)
             .map_err(|e| Error::Config(format!("config.json is not a valid BERT config ({e})")))?;
-        check_is_bert(raw.model_type.as_deref(), raw.architectures.as_deref().unwrap_or_default())?;
+        let family = family_of(raw.model_type.as_deref(), raw.architectures.as_deref().unwrap_or_default())?;
         if let Some(kind) = raw.position_embedding_type.as_deref() {
             if kind != "absolute" {
                 return Err(Error::Config(format!(
@@ -126,7 +180,18 @@ impl BertConfig {
                 )));
             }
         }
-        let hidden_act = Activation::from_hf(raw.hidden_act.as_deref().unwrap_or("gelu"))?;
+        // DistilBERT: its own field names, LayerNorm ε fixed at 1e-12 in its code, no token types.
+        let distil = family == Family::DistilBert;
+        if distil && raw.sinusoidal_pos_embds == Some(true) {
+            return Err(Error::Config(
+                "sinusoidal_pos_embds: true is not supported: only DistilBERT checkpoints with learned position \
+                 embeddings (the default, and every released one) are"
+                    .into(),
+            ));
+        }
+        let pick = |distil_value: Option<usize>, bert_value: Option<usize>| if distil { distil_value } else { bert_value };
+        let act = if distil { raw.activation.as_deref() } else { raw.hidden_act.as_deref() };
+        let hidden_act = Activation::from_hf(act.unwrap_or("gelu"))?;
         let mut id2label = BTreeMap::new();
         for (k, v) in raw.id2label.unwrap_or_default() {
             let id: usize = k.trim().parse().map_err(|_| {
@@ -145,16 +210,28 @@ impl BertConfig {
             .ok_or_else(|| Error::Config(format!("label2id[`{k}`] = {v} is not a class index")))?;
             label2id.insert(k, id);
         }
+        let (hidden, layers, heads, ffn) = if distil {
+            (("dim", raw.dim), ("n_layers", raw.n_layers), ("n_heads", raw.n_heads), ("hidden_dim", raw.hidden_dim))
+        } else {
+            (
+                ("hidden_size", raw.hidden_size),
+                ("num_hidden_layers", raw.num_hidden_layers),
+                ("num_attention_heads", raw.num_attention_heads),
+                ("intermediate_size", raw.intermediate_size),
+            )
+        };
         let cfg = BertConfig {
+            family,
             vocab_size: required(raw.vocab_size, "vocab_size")?,
-            hidden_size: required(raw.hidden_size, "hidden_size")?,
-            num_hidden_layers: required(raw.num_hidden_layers, "num_hidden_layers")?,
-            num_attention_heads: required(raw.num_attention_heads, "num_attention_heads")?,
-            intermediate_size: required(raw.intermediate_size, "intermediate_size")?,
+            hidden_size: required(hidden.1, hidden.0)?,
+            num_hidden_layers: required(layers.1, layers.0)?,
+            num_attention_heads: required(heads.1, heads.0)?,
+            intermediate_size: required(ffn.1, ffn.0)?,
             hidden_act,
-            layer_norm_eps: raw.layer_norm_eps.unwrap_or(1e-12) as f32,
+            layer_norm_eps: if distil { 1e-12 } else { raw.layer_norm_eps.unwrap_or(1e-12) as f32 },
             max_position_embeddings: raw.max_position_embeddings.unwrap_or(512),
-            type_vocab_size: raw.type_vocab_size.unwrap_or(2),
+            // One all-zero row stands for DistilBERT's missing table (BertEmbeddings), so every token adds nothing.
+            type_vocab_size: pick(Some(1), raw.type_vocab_size).unwrap_or(2),
             pad_token_id: raw.pad_token_id.unwrap_or(0),
             id2label,
             label2id,
@@ -270,17 +347,45 @@ mod tests {
     /// gives vectors at cosine ~0.95 to PyTorch's. They must be refused by name, never run.
     #[test]
     fn refuses_other_architectures_by_name() {
-        for (kind, arch) in [("roberta", "RobertaModel"), ("xlm-roberta", "XLMRobertaModel"), ("distilbert", "DistilBertModel"),
-            ("albert", "AlbertModel"), ("electra", "ElectraModel"), ("megatron-bert", "MegatronBertModel")]
+        for (kind, arch) in [("roberta", "RobertaModel"), ("xlm-roberta", "XLMRobertaModel"), ("albert", "AlbertModel"),
+            ("electra", "ElectraModel"), ("megatron-bert", "MegatronBertModel")]
         {
             let with_type = MINI.replace("{\"vocab", &format!("{{\"model_type\": \"{kind}\", \"vocab"));
             let e = BertConfig::from_json_str(&with_type).unwrap_err().to_string();
             assert!(e.contains(&format!("model_type `{kind}` is not supported")) && e.contains("RoBERTa"), "{e}");
             let no_type = MINI.replace("BertForSequenceClassification", arch);
             let e = BertConfig::from_json_str(&no_type).unwrap_err().to_string();
-            assert!(e.contains(&format!("architecture `{arch}` is not supported")), "{e}");
+            assert!(e.contains(&format!("architecture `{arch}` is not a bert class")), "{e}");
         }
         let bert = MINI.replace("{\"vocab", "{\"model_type\": \"bert\", \"vocab");
         assert_eq!(BertConfig::from_json_str(&bert).unwrap(), BertConfig::from_json_str(MINI).unwrap());
+        let mixed = bert.replace("BertForSequenceClassification", "DistilBertForSequenceClassification");
+        let e = BertConfig::from_json_str(&mixed).unwrap_err().to_string();
+        assert!(e.contains("`DistilBertForSequenceClassification` is not a bert class"), "{e}");
+    }
+
+    /// DistilBERT's config names its sizes differently and has no token types or configurable ε.
+    #[test]
+    fn parses_distilbert_config() {
+        let distil = r#"{"model_type": "distilbert", "vocab_size": 100, "dim": 12, "n_layers": 2, "n_heads": 3,
+            "hidden_dim": 48, "activation": "gelu", "max_position_embeddings": 64, "sinusoidal_pos_embds": false,
+            "pad_token_id": 0, "architectures": ["DistilBertForMaskedLM"]}"#;
+        let c = BertConfig::from_json_str(distil).unwrap();
+        assert_eq!(c.family, Family::DistilBert);
+        assert_eq!((c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size), (12, 2, 3, 48));
+        assert_eq!((c.type_vocab_size, c.layer_norm_eps, c.hidden_act), (1, 1e-12, Activation::Gelu));
+        assert!(!c.family.has_token_types());
+        assert_eq!(c.family.pooler_activation(), Activation::Relu);
+        // Without model_type, the architecture says it.
+        let c2 = BertConfig::from_json_str(&distil.replace("\"model_type\": \"distilbert\", ", "")).unwrap();
+        assert_eq!(c2, c);
+        let e = BertConfig::from_json_str(&distil.replace("\"dim\": 12, ", "")).unwrap_err().to_string();
+        assert!(e.contains("`dim`"), "{e}");
+        let e = BertConfig::from_json_str(&distil.replace("\"sinusoidal_pos_embds\": false", "\"sinusoidal_pos_embds\": true"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sinusoidal_pos_embds"), "{e}");
+        let e = BertConfig::from_json_str(&distil.replace("\"gelu\"", "\"swish\"")).unwrap_err().to_string();
+        assert!(e.contains("swish"), "{e}");
     }
 }

@@ -56,6 +56,7 @@ fn again(e: &Error) -> Error {
 impl<B: Backend> Heads<B> {
     /// `w` at the checkpoint root. Never fails: each head's absence is recorded.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Heads<B> {
+        let w = &w.for_family(cfg.family);
         Heads {
             masked_lm: masked_lm::BertLMPredictionHead::load(&w.pp("cls.predictions"), cfg, backend),
             next_sentence: masked_lm::BertOnlyNSPHead::load(&w.pp("cls.seq_relationship"), cfg, backend)

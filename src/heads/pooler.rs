@@ -1,5 +1,5 @@
 //! `BertPooler`: `tanh(W · h_[CLS] + b)`, the sentence representation the NSP and sequence-classification heads
-//! read (weights under `bert.pooler.dense`).
+//! read (weights under `bert.pooler.dense`). DistilBERT's `pre_classifier` is the same projection with ReLU.
 
 use super::Linear;
 use crate::backend::{Activation, Backend};
@@ -9,6 +9,8 @@ use crate::{Error, Result};
 
 pub struct BertPooler<B: Backend> {
     pub dense: Linear<B>, // (H, H)
+    /// Tanh (BERT) or ReLU (DistilBERT): `Family::pooler_activation`.
+    pub activation: Activation,
 }
 
 impl<B: Backend> BertPooler<B> {
@@ -22,13 +24,13 @@ impl<B: Backend> BertPooler<B> {
             )));
         }
         let h = cfg.hidden_size;
-        Ok(BertPooler { dense: Linear::load(&w.pp("dense"), h, h, backend)? })
+        Ok(BertPooler { dense: Linear::load(&w.pp("dense"), h, h, backend)?, activation: cfg.family.pooler_activation() })
     }
 
     /// hidden `(B*T, H)` of a batch padded to `seq` → pooled `(B, H)`: only the `[CLS]` rows `b*T` are projected.
     pub fn forward(&self, backend: &B, hidden: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let rows: Vec<u32> = (0..batch).map(|b| (b * seq) as u32).collect();
         let cls = backend.gather_rows(hidden, &rows)?; // (B, H)
-        backend.linear(&cls, &self.dense.weight, Some(&self.dense.bias), Activation::Tanh) // (B, H)
+        backend.linear(&cls, &self.dense.weight, Some(&self.dense.bias), self.activation) // (B, H)
     }
 }

@@ -44,6 +44,7 @@ impl<B: Backend> BertModel<B> {
     /// `w` at the checkpoint root: names with or without the `bert.` prefix both resolve (see [`Weights`]).
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         cfg.validate()?;
+        let w = &w.for_family(cfg.family);
         let shards = backend.shard().count;
         if shards > 1 && (cfg.num_attention_heads % shards != 0 || cfg.intermediate_size % shards != 0) {
             return Err(crate::Error::Config(format!(

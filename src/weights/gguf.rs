@@ -27,7 +27,8 @@ use std::collections::{HashMap, HashSet};
 
 
 use crate::weights::quant::{self, QuantKind, Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK};
-use crate::weights::{HostData, HostTensor};
+use crate::config::Family;
+use crate::weights::{distilbert, HostData, HostTensor};
 use crate::{Error, Result};
 
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -1269,12 +1270,11 @@ pub struct BertGgufMeta<'a> {
 /// Writes a complete BERT GGUF: tensors (Hugging Face names in, llama.cpp names out) stored per [`storage_for`],
 /// llama.cpp's `bert.*` and `tokenizer.ggml.*` metadata, and the original config and tokenizer JSON.
 pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: ConvertDType) -> Result<Vec<u8>> {
-    let cfg: serde_json::Value = serde_json::from_str(meta.config_json)
-        .map_err(|e| Error::Config(format!("config.json is not valid JSON: {e}")))?;
-    let num = |k: &str| -> Result<u32> {
-        cfg.get(k).and_then(|v| v.as_u64()).and_then(|v| u32::try_from(v).ok()).ok_or_else(|| {
-            Error::Config(format!("config.json has no integer `{k}`; it is not a BERT config"))
-        })
+    // Parsed and checked as a load would (a family the loader refuses is refused here too); DistilBERT's sizes under
+    // its own names come out as BERT's.
+    let cfg = crate::config::BertConfig::from_json_str(meta.config_json)?;
+    let num = |v: usize| -> Result<u32> {
+        u32::try_from(v).map_err(|_| Error::Config(format!("config.json: {v} does not fit the GGUF's 32-bit field")))
     };
     let tok_json: serde_json::Value = serde_json::from_str(meta.tokenizer_json)
         .map_err(|e| Error::Tokenizer(format!("tokenizer.json is not valid JSON: {e}")))?;
@@ -1286,13 +1286,12 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
     w.set("general.name", Value::String(meta.name.into()));
     w.set("general.file_type", Value::U32(dtype.file_type()));
     w.set("general.quantization_version", Value::U32(2));
-    w.set("bert.context_length", Value::U32(num("max_position_embeddings")?));
-    w.set("bert.embedding_length", Value::U32(num("hidden_size")?));
-    w.set("bert.feed_forward_length", Value::U32(num("intermediate_size")?));
-    w.set("bert.attention.head_count", Value::U32(num("num_attention_heads")?));
-    w.set("bert.block_count", Value::U32(num("num_hidden_layers")?));
-    let eps = cfg.get("layer_norm_eps").and_then(|v| v.as_f64()).unwrap_or(1e-12);
-    w.set("bert.attention.layer_norm_epsilon", Value::F32(eps as f32));
+    w.set("bert.context_length", Value::U32(num(cfg.max_position_embeddings)?));
+    w.set("bert.embedding_length", Value::U32(num(cfg.hidden_size)?));
+    w.set("bert.feed_forward_length", Value::U32(num(cfg.intermediate_size)?));
+    w.set("bert.attention.head_count", Value::U32(num(cfg.num_attention_heads)?));
+    w.set("bert.block_count", Value::U32(num(cfg.num_hidden_layers)?));
+    w.set("bert.attention.layer_norm_epsilon", Value::F32(cfg.layer_norm_eps));
     w.set("bert.attention.causal", Value::Bool(false));
     match meta.pooling {
         Some("mean") => w.set("bert.pooling_type", Value::U32(1)),
@@ -1302,7 +1301,7 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
     w.set("tokenizer.ggml.model", Value::String("bert".into()));
     w.set(KEY_TOKENS, Value::Array(Array::String(tokens)));
     w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
-    w.set("tokenizer.ggml.token_type_count", Value::U32(num("type_vocab_size").unwrap_or(2)));
+    w.set("tokenizer.ggml.token_type_count", Value::U32(num(cfg.type_vocab_size)?));
     for (key, tok) in [
         ("tokenizer.ggml.unknown_token_id", "[UNK]"),
         ("tokenizer.ggml.seperator_token_id", "[SEP]"), // sic: llama.cpp's spelling
@@ -1322,10 +1321,15 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
         w.set(KEY_TOKENIZER_CONFIG_JSON, Value::String(tc.into()));
     }
 
-    let n_layers = num("num_hidden_layers")? as usize;
-    let word = tensors.iter().find(|(n, _)| canonical_hf_name(n) == "embeddings.word_embeddings.weight");
+    let n_layers = cfg.num_hidden_layers;
+    // Every family is stored under BERT's names (llama.cpp's for the encoder); the config JSON says which it is.
+    let bert_name = |n: &str| match cfg.family {
+        Family::Bert => canonical_hf_name(n),
+        Family::DistilBert => canonical_hf_name(&distilbert::to_bert(n)),
+    };
+    let word = tensors.iter().find(|(n, _)| bert_name(n) == "embeddings.word_embeddings.weight");
     for (name, t) in tensors {
-        let hf = canonical_hf_name(name);
+        let hf = bert_name(name);
         // A decoder tied to the word embeddings is not stored; loaders tie it back (as for HF checkpoints).
         if hf == "cls.predictions.decoder.weight" && word.is_some_and(|(_, wt)| wt == t) {
             continue;

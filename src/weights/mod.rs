@@ -2,11 +2,13 @@
 //! VarBuilder-like [`Weights`] (`pp("encoder")`, `get(name, shape)`) that checks every shape and accepts the name
 //! variants real checkpoints carry.
 
+pub mod distilbert;
 pub mod safetensors;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::config::Family;
 use crate::{Error, Result};
 
 pub mod gguf;
@@ -243,6 +245,8 @@ pub struct Weights {
     /// for one is an error that names the dtype; not asking costs nothing.
     unsupported: Arc<HashMap<String, String>>,
     prefix: String,
+    /// Whose names the file uses: the model asks for BERT's, and a DistilBERT file is searched under its own too.
+    family: Option<Family>,
 }
 
 impl Weights {
@@ -272,6 +276,12 @@ impl Weights {
     }
 
     /// The same tensors with no prefix.
+    /// The same tensors, looked up as the `family`'s checkpoints name them (BERT's names are always tried first: a
+    /// GGUF made by `convert` stores every family under them).
+    pub fn for_family(&self, family: Family) -> Weights {
+        Weights { family: Some(family), ..self.clone() }
+    }
+
     pub fn root(&self) -> Weights {
         Weights { prefix: String::new(), ..self.clone() }
     }
@@ -299,7 +309,15 @@ impl Weights {
     }
 
     /// The names a tensor may be stored under, most likely first.
-    fn candidates(full: &str) -> Vec<String> {
+    fn candidates(&self, full: &str) -> Vec<String> {
+        let mut out = Self::bert_candidates(full);
+        if self.family == Some(Family::DistilBert) {
+            out.extend(distilbert::from_bert(full));
+        }
+        out
+    }
+
+    fn bert_candidates(full: &str) -> Vec<String> {
         let mut bases = vec![full.to_string()];
         match full.strip_prefix("bert.") {
             Some(rest) => bases.push(rest.to_string()),
@@ -318,7 +336,7 @@ impl Weights {
 
     fn lookup(&self, name: &str) -> Result<Option<(String, &HostTensor)>> {
         let full = self.full(name);
-        for c in Self::candidates(&full) {
+        for c in self.candidates(&full) {
             if let Some(t) = self.tensors.get(&c) {
                 return Ok(Some((c, t)));
             }
@@ -358,7 +376,7 @@ impl Weights {
                 "tensor `{}` is missing from the weights file (looked for {}); is this a BERT checkpoint matching \
                  its config.json?",
                 self.full(name),
-                Self::candidates(&self.full(name)).join(", ")
+                self.candidates(&self.full(name)).join(", ")
             ))),
         }
     }

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Goldens for DistilBERT, the BERT family's first relative that bertgpu runs, from PyTorch `transformers`.
+
+Run from the repository root after heads.py (it reuses heads.py's inputs, tiny WordPiece vocabulary and reference
+QA decoding; needs torch, transformers 5.x, safetensors):
+
+    /path/to/venv/bin/python tests/golden/distilbert.py
+
+It writes, all seeded random with hidden 32, 2 layers, 4 heads, feed-forward 64 (`DistilBertConfig` names: dim,
+n_layers, n_heads, hidden_dim), learned positions (`sinusoidal_pos_embds: false`):
+  tests/models/tiny-distilbert-mlm/         DistilBertForMaskedLM (its decoder tied to the word embeddings)
+  tests/models/tiny-distilbert-classifier/  DistilBertForSequenceClassification, 3 labels (pre_classifier + ReLU)
+  tests/models/tiny-distilbert-ner/         DistilBertForTokenClassification
+  tests/models/tiny-distilbert-qa/          DistilBertForQuestionAnswering (64 positions: long contexts need windows)
+  tests/golden/distilbert.json              mean-pooled embeddings, fill-mask logits and pipeline, classification
+                                            logits and pipeline (pairs included: DistilBERT has no token types),
+                                            token-classification logits, QA logits and answers
+
+DistilBERT's forward takes no token_type_ids: the tokenizers here are told so (model_input_names), and the QA
+reference (which reads them from its tokenizer) calls the model without them.
+"""
+import json
+import os
+import sys
+
+import torch
+from transformers import (
+    AutoTokenizer,
+    DistilBertConfig,
+    DistilBertForMaskedLM,
+    DistilBertForQuestionAnswering,
+    DistilBertForSequenceClassification,
+    DistilBertForTokenClassification,
+    pipeline,
+)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import heads as H  # noqa: E402
+
+OUT = os.path.join(H.ROOT, "tests", "golden", "distilbert.json")
+EMBED_TEXTS = [c["text"] for c in H.CLASSIFY_INPUTS] + H.NER_TEXTS
+
+
+def config(vocab_size, **kw):
+    return DistilBertConfig(
+        vocab_size=vocab_size, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=H.MAX_POSITIONS,
+        activation="gelu", dropout=0.0, attention_dropout=0.0, qa_dropout=0.0, seq_classif_dropout=0.0,
+        initializer_range=0.3, pad_token_id=0, sinusoidal_pos_embds=False, **kw)
+
+
+def perturb(model, seed):
+    """As heads.perturb, for DistilBERT's LayerNorm names (sa_layer_norm, output_layer_norm, vocab_layer_norm)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name:
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
+    return model
+
+
+class WithoutTypes:
+    """heads.qa_reference passes token_type_ids, which DistilBERT's forward does not take."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, token_type_ids=None, **kw):
+        return self.model(**kw)
+
+
+def tokenizer(d):
+    tok = AutoTokenizer.from_pretrained(d)
+    tok.model_input_names = ["input_ids", "attention_mask"]
+    return tok
+
+
+def main():
+    tok_dir = os.path.join(H.MODELS, "tiny-distilbert-mlm")
+    vocab = H.build_vocab(tok_dir)
+    V = len(vocab)
+    tok = tokenizer(tok_dir)
+    golden = {"tolerance_note": "float32 PyTorch outputs; compare with the tolerances named in tests/distilbert.rs"}
+
+    # --- masked LM, and the encoder's mean-pooled embeddings ------------------------------------------------------
+    torch.manual_seed(11)
+    m = perturb(DistilBertForMaskedLM(config(V, architectures=["DistilBertForMaskedLM"])), 111).eval()
+    d = H.save(m, "tiny-distilbert-mlm", tok_dir)
+    enc = tok(EMBED_TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = m.distilbert(**enc).last_hidden_state
+    mask = enc["attention_mask"].unsqueeze(-1).float()
+    mean = (hidden * mask).sum(1) / mask.sum(1)
+    golden["embeddings"] = [{"text": t, "mean": H.fl(v), "cls": H.fl(hidden[i, 0])}
+                            for i, (t, v) in enumerate(zip(EMBED_TEXTS, mean))]
+    fm = pipeline("fill-mask", model=m, tokenizer=tok, device="cpu")
+    rows = []
+    for text in H.FILL_MASK_TINY:
+        res = fm(text, top_k=5)
+        if isinstance(res[0], dict):
+            res = [res]
+        e = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            logits = m(**e).logits[0]
+        mask_rows = (e["input_ids"][0] == tok.mask_token_id).nonzero().reshape(-1).tolist()
+        rows.append({
+            "text": text, "input_ids": e["input_ids"][0].tolist(), "mask_rows": mask_rows,
+            "mask_logits": [H.fl(logits[r]) for r in mask_rows],
+            "predictions": [[{"score": H.f(p["score"]), "token": int(p["token"]), "token_str": p["token_str"],
+                              "sequence": p["sequence"]} for p in row] for row in res],
+            "min_score_gap": min(H.min_gap([p["score"] for p in row]) for row in res),
+        })
+    golden["fill_mask"] = rows
+
+    # --- sequence classification (single texts and pairs) --------------------------------------------------------
+    id2label = {0: "negative", 1: "neutral", 2: "positive"}
+    torch.manual_seed(12)
+    m = perturb(DistilBertForSequenceClassification(config(
+        V, architectures=["DistilBertForSequenceClassification"], id2label=id2label,
+        label2id={v: k for k, v in id2label.items()})), 112).eval()
+    H.save(m, "tiny-distilbert-classifier", tok_dir)
+    clf = pipeline("text-classification", model=m, tokenizer=tok, device="cpu")
+    rows = []
+    for inp in H.CLASSIFY_INPUTS:
+        e = tok(inp["text"], inp.get("text_pair"), return_tensors="pt")
+        with torch.no_grad():
+            logits = m(**e).logits[0]
+        res = clf(dict(inp) if "text_pair" in inp else inp["text"], top_k=None)
+        rows.append({**inp, "input_ids": e["input_ids"][0].tolist(), "logits": H.fl(logits),
+                     "pipeline": [{"label": r["label"], "score": H.f(r["score"])} for r in res],
+                     "min_score_gap": H.min_gap([r["score"] for r in res])})
+    golden["classifier"] = rows
+
+    # --- token classification ------------------------------------------------------------------------------------
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
+    id2label = dict(enumerate(labels))
+    torch.manual_seed(13)
+    m = perturb(DistilBertForTokenClassification(config(
+        V, architectures=["DistilBertForTokenClassification"], id2label=id2label,
+        label2id={v: k for k, v in id2label.items()})), 113).eval()
+    H.save(m, "tiny-distilbert-ner", tok_dir)
+    rows = []
+    for text in H.NER_TEXTS:
+        e = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            logits = m(**e).logits[0]
+        rows.append({"text": text, "input_ids": e["input_ids"][0].tolist(), "logits": [H.fl(r) for r in logits]})
+    golden["ner"] = rows
+
+    # --- question answering --------------------------------------------------------------------------------------
+    torch.manual_seed(14)
+    m = perturb(DistilBertForQuestionAnswering(config(V, architectures=["DistilBertForQuestionAnswering"])), 114).eval()
+    H.save(m, "tiny-distilbert-qa", tok_dir)
+    max_seq_len = min(tok.model_max_length, 384)
+    doc_stride = min(max_seq_len // 2, 128)
+    # qa_reference reads the token types from the tokenizer (then WithoutTypes drops them), so the default one.
+    qa_tok = AutoTokenizer.from_pretrained(tok_dir)
+    golden["qa"] = [H.qa_reference(WithoutTypes(m), qa_tok, q["question"], q["context"], max_seq_len, doc_stride)
+                    for q in H.QA_INPUTS]
+
+    with open(OUT, "w", encoding="utf-8") as fh:
+        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
+        fh.write("\n")
+    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in golden["fill_mask"]), file=sys.stderr)
+    print("classifier min score gap", min(e["min_score_gap"] for e in golden["classifier"]), file=sys.stderr)
+    for q in golden["qa"]:
+        print("qa", q["answer"], "windows", len(q["windows"]), "gaps",
+              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
