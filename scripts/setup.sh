@@ -73,7 +73,7 @@ npm_current() {
 }
 if ! npm_current; then
   step "npm ci (binaryen, playwright-core)"
-  npm ci --no-audit --no-fund --loglevel=error
+  npm ci --no-audit --no-fund --loglevel=error --no-update-notifier
 fi
 
 # --- The checkpoints (idempotent: a model already in place is kept).
