@@ -2,13 +2,15 @@
 // committed lock file and the package installed from the packed tarball (`npm pack` of pkg/, or $BERTGPU_PKG), as
 // a user installs it. Each is built (or served by its dev server) and run in headless Chromium, where it embeds the
 // golden texts with all-MiniLM-L6-v2 on the main thread and in the worker entry, which must give PyTorch's vectors.
-// The built apps are served with a strict Content-Security-Policy (no eval, only 'wasm-unsafe-eval').
+// The built apps are served with a strict Content-Security-Policy (no eval, only 'wasm-unsafe-eval'), and Node.js,
+// running the same installed package, must give the browser's vectors bit for bit.
 // The first run installs the apps' dependencies from the npm registry (`npm ci`); later runs reuse them.
 // Run: node --test tests/bundlers/
 import { test, before, after } from "node:test";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { prepareApp, tool, startBrowser, checkApp, serve, strictCsp } from "./harness.mjs";
+import assert from "node:assert/strict";
+import { prepareApp, tool, startBrowser, checkApp, serve, strictCsp, nodeVectors } from "./harness.mjs";
 import { npm } from "../node/package.mjs";
 
 let env;
@@ -23,11 +25,14 @@ test("Vite: a production build (vite build), served as static files under a stri
   const app = prepareApp("vite");
   tool(app, "vite", ["build", "--logLevel", "warn"]);
   const site = await serve(path.join(app, "dist"), { headers: strictCsp(env) });
+  let got;
   try {
-    await checkApp(env, site.url);
+    got = await checkApp(env, site.url);
   } finally {
     await site.close();
   }
+  // The same package in Node.js (its SIMD128 build, or relaxed on Node 22+) gives Chromium's vectors bit for bit.
+  assert.deepEqual(await nodeVectors(app), got.main, `Node.js and Chromium (${got.simd} build) differ`);
 });
 
 test("Vite: the dev server (dependencies pre-bundled)", async () => {

@@ -5,6 +5,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import assert from "node:assert/strict";
+import { pathToFileURL } from "node:url";
 import { chromium } from "playwright-core";
 import { CHROMIUM, ARGS } from "../browser/harness.mjs";
 import { serve } from "../../www/serve.mjs";
@@ -106,4 +107,13 @@ export function assertGolden(vectors, what) {
     v.forEach((x, j) => assert.ok(Math.abs(x - golden.mean_normalized[i][j]) <= ATOL,
       `${what}: vector ${i}[${j}] = ${x}, PyTorch ${golden.mean_normalized[i][j]}`));
   });
+}
+
+/** The golden texts' vectors from the package installed in `app`, run in this Node.js process (a folder path). */
+export async function nodeVectors(app) {
+  const { Bert } = await import(pathToFileURL(path.join(app, "node_modules/bertgpu/index.js")).href);
+  const bert = await Bert.load(path.join(MODELS, "all-MiniLM-L6-v2"));
+  const vectors = (await bert.embed(GOLDEN.sentences)).map((v) => Array.from(v));
+  bert.dispose();
+  return vectors;
 }
