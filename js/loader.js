@@ -66,9 +66,9 @@ export function resolveSource(source) {
     if (!looksLikeUrl && REPO_ID.test(s) && !s.toLowerCase().endsWith(".gguf")) {
       return { kind: "folder", base: `${HF_HUB}/${s}/resolve/main/`, repo: s };
     }
-    let url;
+    let url = local ? fileUrl(s) : null;
     try {
-      url = local ? fileUrl(s) : new URL(s, baseUrl());
+      url ??= new URL(s, baseUrl());
     } catch {
       throw new TypeError(IN_NODE
         ? `Bert.load: "${s}" is neither a path, a URL nor a Hugging Face repo id (like "owner/name"); relative `
@@ -135,7 +135,7 @@ async function openCache(enabled, cacheDir) {
  * Node.js: the Cache API's part for `fetchFile` (match, put, delete), kept in a folder: one file per URL, named by
  * the SHA-256 of the URL; written to a temporary name and renamed, so that a reader never sees half a file.
  */
-export function diskCache(dir) {
+function diskCache(dir) {
   const fs = nodeBuiltin("node:fs/promises");
   const { join } = nodeBuiltin("node:path");
   const { createHash } = nodeBuiltin("node:crypto");
