@@ -28,9 +28,14 @@ test("a Manifest V3 extension: the service worker and an extension page (main th
   try {
     const sw = env.context.serviceWorkers()[0] ?? await env.context.waitForEvent("serviceworker", { timeout: 30_000 });
     const id = new URL(sw.url()).host;
-    const got = await sw.evaluate(({ model, texts }) => self.embed(model, texts),
-      { model: `${env.models.url}all-MiniLM-L6-v2/`, texts: GOLDEN.sentences });
+    const embed = (simd) => sw.evaluate(({ model, texts, simd }) => self.embed(model, texts, simd),
+      { model: `${env.models.url}all-MiniLM-L6-v2/`, texts: GOLDEN.sentences, simd });
+    const got = await embed("auto");
+    assert.equal(got.simd, "relaxed");
     assertGolden(got.vectors, "service worker");
+    const simd128 = await embed("simd128");
+    assert.equal(simd128.simd, "simd128");
+    assert.deepEqual(simd128.vectors, got.vectors, "service worker: the two builds agree");
     await checkApp(env, `chrome-extension://${id}/page.html`);
   } finally {
     await env.stop();

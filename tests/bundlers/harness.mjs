@@ -69,9 +69,10 @@ export function strictCsp(env) {
 }
 
 /**
- * Opens the app at `url`, which sets window.appReady and offers window.embedBoth(model, texts) → { main, worker,
- * simd }; embeds the golden texts with all-MiniLM-L6-v2 on the main thread and in bertgpu/worker, and checks both
- * against PyTorch's vectors and the page for console errors. Resolves to the page's result.
+ * Opens the app at `url`, which sets window.appReady and offers window.embedBoth(model, texts, simd) → { main,
+ * worker, builds }; embeds the golden texts with all-MiniLM-L6-v2 on the main thread and in bertgpu/worker, with
+ * each wasm build, and checks them against PyTorch's vectors and the page for console errors. Resolves to the
+ * result of the "auto" build.
  */
 export async function checkApp(env, url) {
   const page = await env.context.newPage();
@@ -88,10 +89,18 @@ export async function checkApp(env, url) {
     await page.waitForFunction(() => window.appReady === true, null, { timeout: 30_000 }).catch(() => {
       throw new Error(`the app at ${url} did not start: ${errors.join("\n") || "no console output"}`);
     });
-    const got = await page.evaluate(({ model, texts }) => window.embedBoth(model, texts),
-      { model: `${env.models.url}all-MiniLM-L6-v2/`, texts: golden.sentences });
+    const embed = (simd) => page.evaluate(({ model, texts, simd }) => window.embedBoth(model, texts, simd),
+      { model: `${env.models.url}all-MiniLM-L6-v2/`, texts: golden.sentences, simd });
+    // "auto" takes the relaxed build here (Chromium has relaxed SIMD); then the SIMD128 build: both .wasm files
+    // must be where the app put them, and give the same vectors bit for bit.
+    const got = await embed("auto");
+    assert.deepEqual(got.builds, ["relaxed", "relaxed"]);
     assertGolden(got.main, "main thread");
     assert.deepEqual(got.worker, got.main, "bertgpu/worker gives the main thread's vectors");
+    const simd128 = await embed("simd128");
+    assert.deepEqual(simd128.builds, ["simd128", "simd128"]);
+    assert.deepEqual(simd128.main, got.main, "the SIMD128 build gives the relaxed build's vectors");
+    assert.deepEqual(simd128.worker, got.main, "the SIMD128 build in bertgpu/worker");
     assert.deepEqual(errors, [], "console errors or warnings in the app");
     return got;
   } finally {

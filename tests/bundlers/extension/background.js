@@ -8,10 +8,10 @@ const wasm = {
   simd128: chrome.runtime.getURL("wasm/simd128.wasm"),
 };
 
-self.embed = async (model, texts) => {
-  const bert = await Bert.load(model, { device: "cpu", cache: false, wasm });
+self.embed = async (model, texts, simd = "auto") => {
+  const bert = await Bert.load(model, { device: "cpu", cache: false, simd, wasm });
   const vectors = (await bert.embed(texts)).map((v) => Array.from(v));
-  const simd = bert.simd;
+  const build = bert.simd;
   bert.dispose();
-  return { vectors, simd };
+  return { vectors, simd: build };
 };

@@ -8,14 +8,15 @@ const wasm = {
   simd128: chrome.runtime.getURL("wasm/simd128.wasm"),
 };
 
-window.embedBoth = async (model, texts) => {
-  const bert = await Bert.load(model, { device: "cpu", wasm });
+window.embedBoth = async (model, texts, simd = "auto") => {
+  const bert = await Bert.load(model, { device: "cpu", simd, wasm });
   const main = (await bert.embed(texts)).map((v) => Array.from(v));
-  const simd = bert.simd;
+  const builds = [bert.simd];
   bert.dispose();
-  const inWorker = await WorkerBert.load(model, { device: "cpu", wasm });
+  const inWorker = await WorkerBert.load(model, { device: "cpu", simd, wasm });
   const worker = (await inWorker.embed(texts)).map((v) => Array.from(v));
+  builds.push(inWorker.simd);
   inWorker.dispose();
-  return { main, worker, simd };
+  return { main, worker, builds };
 };
 window.appReady = true;
