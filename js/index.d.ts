@@ -37,8 +37,15 @@ export type ModelBytes =
  */
 export type ModelSource = string | URL | ModelBytes;
 
+/**
+ * A compiled `WebAssembly.Module`. Named through `globalThis` because TypeScript declares the WebAssembly namespace
+ * only in its DOM library: a Node.js project without it (`types: ["node"]`) gets `object` here instead of an error.
+ */
+export type CompiledWasm = typeof globalThis extends { WebAssembly: { Module: abstract new (...args: any[]) => infer M } }
+  ? M : object;
+
 /** Where the wasm module comes from: its URL, its bytes, the compiled module, or a fetch Response of it. */
-export type WasmSource = string | URL | ArrayBuffer | ArrayBufferView | WebAssembly.Module | Response;
+export type WasmSource = string | URL | ArrayBuffer | ArrayBufferView | CompiledWasm | Response;
 
 export interface LoadOptions {
   /** "auto" (default): WebGPU on a hardware adapter, else the CPU. */
