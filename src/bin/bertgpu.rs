@@ -141,6 +141,15 @@ enum Command {
         #[command(flatten)]
         infer: InferArgs,
     },
+    /// Rerank documents for a query with a cross-encoder, on {"query", "documents": [...]}: [{"index", "score",
+    /// "document"}, ...] best first (score: the cross-encoder's relevance logit)
+    Rerank {
+        #[command(flatten)]
+        infer: InferArgs,
+        /// Keep the K best documents (default: all)
+        #[arg(long, value_parser = at_least_one())]
+        top_k: Option<usize>,
+    },
     /// Write the model as a GGUF file
     Convert {
         #[command(flatten)]
@@ -258,6 +267,7 @@ fn run(command: Command) -> Result<(), Fail> {
         Command::NextSentence { infer } => cmd_next_sentence(&infer),
         Command::Ner { infer, aggregation } => cmd_ner(&infer, aggregation),
         Command::Qa { infer } => cmd_qa(&infer),
+        Command::Rerank { infer, top_k } => cmd_rerank(&infer, top_k),
         Command::Convert { model, dtype, out } => {
             use bertgpu::weights::gguf::{convert, ConvertDType};
             let dtype = match dtype {
@@ -593,7 +603,39 @@ fn cmd_qa(args: &InferArgs) -> Result<(), Fail> {
                 Input::Qa { question, context } => pollster::block_on(engine.answer(question, context))
                     .map_err(|e| e.to_string())
                     .and_then(|a| serde_json::to_value(a).map_err(|e| e.to_string())),
-                Input::Text { .. } => Err("qa needs {\"question\": ..., \"context\": ...}".into()),
+                Input::Text { .. } | Input::Rerank { .. } => Err("qa needs {\"question\": ..., \"context\": ...}".into()),
+            })
+            .collect()
+    })
+}
+
+fn cmd_rerank(args: &InferArgs, top_k: Option<usize>) -> Result<(), Fail> {
+    let engine = load_head_engine(args, |e| {
+        bertgpu::with_model!(e, m => m.heads.sequence_classifier().map(|h| h.labels.len())).and_then(|n| {
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(bertgpu::Error::Input(format!(
+                    "rerank needs a cross-encoder, whose classifier has one output; this one has {n} labels: use classify"
+                )))
+            }
+        })
+    })?;
+    // One query per forward pass: its batch is its documents.
+    run_lines(Shape::Rerank, 1, |inputs| {
+        inputs
+            .iter()
+            .map(|i| match i {
+                Input::Rerank { query, documents } => {
+                    let docs: Vec<&str> = documents.iter().map(String::as_str).collect();
+                    pollster::block_on(engine.rerank(query, &docs, top_k)).map_err(|e| e.to_string()).map(|ranked| {
+                        json!(ranked
+                            .iter()
+                            .map(|r| json!({"index": r.index, "score": r.score, "document": documents[r.index]}))
+                            .collect::<Vec<_>>())
+                    })
+                }
+                _ => Err(format!("rerank needs {}", shape_hint(Shape::Rerank))),
             })
             .collect()
     })
@@ -691,6 +733,8 @@ enum Shape {
     Text,
     /// `{"question", "context"}`
     Qa,
+    /// `{"query", "documents": [...]}`
+    Rerank,
 }
 
 /// One input line, parsed.
@@ -698,6 +742,7 @@ enum Shape {
 enum Input {
     Text { text: String, pair: Option<String> },
     Qa { question: String, context: String },
+    Rerank { query: String, documents: Vec<String> },
 }
 
 impl Input {
@@ -706,6 +751,7 @@ impl Input {
         match self {
             Input::Text { text, pair } => (text, pair.as_deref()),
             Input::Qa { question, context } => (question, Some(context)),
+            Input::Rerank { query, .. } => (query, None),
         }
     }
 }
@@ -718,7 +764,7 @@ fn parse_line(line: &str, shape: Shape) -> Result<Input, String> {
         }
         return match shape {
             Shape::Text => Ok(Input::Text { text: line.to_owned(), pair: None }),
-            Shape::Qa => Err("qa needs a JSON object {\"question\": ..., \"context\": ...}".into()),
+            Shape::Qa | Shape::Rerank => Err(format!("expected a JSON object {}", shape_hint(shape))),
         };
     }
     let v: Value = serde_json::from_str(trimmed).map_err(|e| {
@@ -750,6 +796,21 @@ fn parse_line(line: &str, shape: Shape) -> Result<Input, String> {
             question: string("question", true)?.unwrap_or_default(),
             context: string("context", true)?.unwrap_or_default(),
         }),
+        Shape::Rerank => {
+            let documents = match obj.get("documents") {
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| match d {
+                        Value::String(s) => Ok(s.clone()),
+                        other => Err(format!("\"documents\"[{i}] must be a string, found {}", json_kind(other))),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+                None | Some(Value::Null) => return Err(format!("missing \"documents\": expected {}", shape_hint(shape))),
+                Some(other) => return Err(format!("\"documents\" must be an array of strings, found {}", json_kind(other))),
+            };
+            Ok(Input::Rerank { query: string("query", true)?.unwrap_or_default(), documents })
+        }
     }
 }
 
@@ -757,6 +818,7 @@ fn shape_hint(shape: Shape) -> &'static str {
     match shape {
         Shape::Text => "{\"text\": ..., \"text_pair\": ... (optional)}",
         Shape::Qa => "{\"question\": ..., \"context\": ...}",
+        Shape::Rerank => "{\"query\": ..., \"documents\": [...]}",
     }
 }
 

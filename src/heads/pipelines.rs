@@ -31,6 +31,13 @@ pub(crate) fn check_top_k(top_k: Option<usize>) -> Result<()> {
     Ok(())
 }
 
+/// One document of a [`Model::rerank`]: its index in the input and the cross-encoder's relevance logit.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RankedDocument {
+    pub index: usize,
+    pub score: f32,
+}
+
 /// Whether config.json's `architectures` names `arch`: used to refuse running the sequence classifier of a
 /// token-classification checkpoint (both store `classifier.*`) and vice versa.
 fn names_architecture(model_archs: &[String], arch: &str) -> bool {
@@ -189,6 +196,36 @@ impl<B: Backend> Model<B> {
         Ok(logits.iter().map(|l| head.postprocess(l, top_k)).collect())
     }
 
+    /// Reranks `documents` for `query` with a cross-encoder (a sequence classifier with one output, as
+    /// sentence-transformers' `CrossEncoder` saves them): each `(query, document)` pair is scored by that output's
+    /// logit, best first, the `top_k` best or all. Ties keep the input order.
+    pub async fn rerank(&self, query: &str, documents: &[&str], top_k: Option<usize>) -> Result<Vec<RankedDocument>> {
+        check_top_k(top_k)?;
+        let head = self.heads.sequence_classifier().map_err(|e| {
+            Error::Input(format!("rerank needs a cross-encoder (a sequence classifier with one output): {e}"))
+        })?;
+        if head.labels.len() != 1 {
+            return Err(Error::Input(format!(
+                "rerank needs a cross-encoder, whose classifier has one output (a relevance score); this one has {} \
+                 labels ({}): use classify",
+                head.labels.len(),
+                head.labels.join(", ")
+            )));
+        }
+        check_pair_allowed(&self.config, true, "rerank")?;
+        if documents.is_empty() {
+            return Ok(Vec::new());
+        }
+        let encoded = documents.iter().map(|d| self.tokenizer.encode(query, Some(d))).collect::<Result<Vec<_>>>()?;
+        let logits = self.classify_logits(&encoded).await?;
+        let mut ranked: Vec<RankedDocument> =
+            logits.iter().enumerate().map(|(index, l)| RankedDocument { index, score: l[0] }).collect();
+        // Stable: equal scores keep the documents' order.
+        ranked.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
+        ranked.truncate(top_k.unwrap_or(usize::MAX));
+        Ok(ranked)
+    }
+
     /// Token-classification logits `(len, num_labels)` per encoding, padding dropped.
     pub async fn token_logits(&self, encoded: &[Encoded]) -> Result<Vec<Vec<f32>>> {
         let head = self.heads.token_classifier()?;
@@ -269,6 +306,10 @@ impl Engine {
     /// See [`Model::classify`].
     pub async fn classify(&self, inputs: &[(&str, Option<&str>)], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
         with_model!(self, m => m.classify(inputs, top_k).await)
+    }
+    /// See [`Model::rerank`].
+    pub async fn rerank(&self, query: &str, documents: &[&str], top_k: Option<usize>) -> Result<Vec<RankedDocument>> {
+        with_model!(self, m => m.rerank(query, documents, top_k).await)
     }
     /// See [`Model::token_classify`].
     pub async fn token_classify(&self, inputs: &[(&str, Option<&str>)], aggregation: Aggregation)
