@@ -493,6 +493,16 @@ impl WasmModel {
         })
     }
 
+    /// Reranks `documents` for `query` with a cross-encoder: `[{ index, score }]` best first (score: the relevance
+    /// logit). `top_k` 0 means all.
+    pub fn rerank(&self, query: String, documents: Vec<String>, top_k: usize) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        run(async move {
+            let refs: Vec<&str> = documents.iter().map(String::as_str).collect();
+            engine.rerank(&query, &refs, (top_k > 0).then_some(top_k)).await
+        })
+    }
+
     /// `[{ is_next }]`: the probability that `b[i]` follows `a[i]`.
     #[wasm_bindgen(js_name = nextSentence)]
     pub fn next_sentence(&self, a: Vec<String>, b: Vec<String>) -> js_sys::Promise {

@@ -189,6 +189,26 @@ fn distilbert_matches_pytorch_on_gpu() {
     everything(|| gpu().expect("adapter"), GPU_ATOL);
 }
 
+/// Each checkpoint offers the tasks of its head and no other: a token classifier's `classifier.*` is not a sequence
+/// classifier's, nor the reverse, though both are named so.
+#[test]
+fn distilbert_tasks_follow_the_checkpoint() {
+    for (name, tasks) in [
+        ("tiny-distilbert-mlm", vec!["fillMask"]),
+        ("tiny-distilbert-classifier", vec!["classify"]),
+        ("tiny-distilbert-ner", vec!["tokenClassify"]),
+        ("tiny-distilbert-qa", vec!["answer"]),
+    ] {
+        let m = load(&dir(name), CpuBackend::new());
+        assert_eq!(m.available_tasks(), tasks, "{name}");
+    }
+    let clf = load(&dir("tiny-distilbert-classifier"), CpuBackend::new());
+    let e = block_on(clf.token_classify(&[("a text", None)], bertgpu::heads::token_classifier::Aggregation::None))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sequence-classification checkpoint"), "{e}");
+}
+
 /// `convert` stores DistilBERT under BERT's (llama.cpp's) names with its own config JSON; the GGUF runs to the same
 /// goldens (f32: the same numbers, so the same tolerance).
 #[test]

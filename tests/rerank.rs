@@ -79,6 +79,7 @@ fn rerank_matches<B: Backend>(m: &Model<B>, tol: (f32, f32)) {
         assert_eq!(top, ranked[..3].to_vec(), "{query}: top 3");
     }
     assert!(pollster::block_on(m.rerank("a query", &[], None)).unwrap().is_empty(), "no documents: an empty ranking");
+    assert_eq!(m.available_tasks(), ["classify", "rerank"]);
     let e = pollster::block_on(m.rerank("q", &["d"], Some(0))).unwrap_err().to_string();
     assert!(e.contains("top-k must be at least 1"), "{e}");
 }

@@ -38,10 +38,11 @@ pub struct RankedDocument {
     pub score: f32,
 }
 
-/// Whether config.json's `architectures` names `arch`: used to refuse running the sequence classifier of a
-/// token-classification checkpoint (both store `classifier.*`) and vice versa.
+/// Whether config.json's `architectures` names `arch` (`BertFor…`) or its DistilBERT twin (`DistilBertFor…`): used to
+/// refuse running the sequence classifier of a token-classification checkpoint (both store `classifier.*`) and vice
+/// versa.
 fn names_architecture(model_archs: &[String], arch: &str) -> bool {
-    model_archs.iter().any(|a| a == arch)
+    model_archs.iter().any(|a| a == arch || a.strip_prefix("Distil") == Some(arch))
 }
 
 impl<B: Backend> Model<B> {
@@ -129,7 +130,8 @@ impl<B: Backend> Model<B> {
     }
 
     /// The tasks this model can run besides `embed`, by their JavaScript names: "fillMask", "nextSentence",
-    /// "classify" (the checkpoint's classifier or a trained head), "tokenClassify", "answer". Mirrors the checks the
+    /// "classify" (the checkpoint's classifier or a trained head), "rerank" (a one-output classifier: a cross-encoder),
+    /// "tokenClassify", "answer". Mirrors the checks the
     /// tasks make, so a task listed here does not fail for want of its head.
     pub fn available_tasks(&self) -> Vec<&'static str> {
         let archs = &self.config.architectures;
@@ -144,6 +146,11 @@ impl<B: Backend> Model<B> {
             || (self.heads.sequence_classifier().is_ok() && !names_architecture(archs, "BertForTokenClassification"))
         {
             out.push("classify");
+        }
+        if self.heads.sequence_classifier().is_ok_and(|h| h.labels.len() == 1)
+            && !names_architecture(archs, "BertForTokenClassification")
+        {
+            out.push("rerank");
         }
         if self.heads.token_classifier().is_ok() && !names_architecture(archs, "BertForSequenceClassification") {
             out.push("tokenClassify");
