@@ -156,6 +156,13 @@ export interface Answer {
   end: number;
 }
 
+/** One document of a reranking: its index in the input, the cross-encoder's relevance logit, and its text. */
+export interface RankedDocument {
+  index: number;
+  score: number;
+  document: string;
+}
+
 export interface TrainExample {
   text: string;
   label: string;
@@ -211,7 +218,7 @@ export declare class Bert {
   /** Which wasm build runs the model (see LoadOptions.simd). */
   readonly simd: "relaxed" | "simd128";
   /** The tasks this model can run besides tokenize and embed (the heads its checkpoint carries). */
-  readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "tokenClassify" | "answer">;
+  readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "rerank" | "tokenClassify" | "answer">;
   tokenize(text: string, textPair?: string): Promise<Tokenized>;
   tokenize(text: string[], textPair?: string[]): Promise<Tokenized[]>;
   embed(text: string, options?: EmbedOptions): Promise<Float32Array>;
@@ -225,6 +232,8 @@ export declare class Bert {
   tokenClassify(text: string, options?: { aggregation?: "none" | "simple" }): Promise<TokenEntity[]>;
   tokenClassify(texts: string[], options?: { aggregation?: "none" | "simple" }): Promise<TokenEntity[][]>;
   answer(question: string, context: string): Promise<Answer>;
+  /** Reranks documents for a query with a cross-encoder: best first (all, or the `topK` best). */
+  rerank(query: string, documents: string[], options?: { topK?: number }): Promise<RankedDocument[]>;
   /** Trains a classification head on the frozen encoder; `classify` then uses it. */
   trainHead(examples: TrainExample[], options?: TrainOptions): Promise<TrainReport>;
   /** The live trained head as safetensors bytes. */

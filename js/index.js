@@ -400,7 +400,7 @@ export class Bert {
   }
 
   /**
-   * The tasks this model can run besides `tokenize` and `embed`: "fillMask", "nextSentence", "classify",
+   * The tasks this model can run besides `tokenize` and `embed`: "fillMask", "nextSentence", "classify", "rerank",
    * "tokenClassify", "answer" (the heads its checkpoint carries; "classify" also once a head is trained or loaded).
    */
   get tasks() {
@@ -568,6 +568,23 @@ export class Bert {
       });
       const out = a.length ? await m.classify(a, b, topK) : [];
       return single ? out[0] : out;
+    });
+  }
+
+  /**
+   * Reranks `documents` for `query` with a cross-encoder (a sequence classifier with one output): [{ index, score,
+   * document }] best first, `score` the relevance logit; all documents, or the `topK` best.
+   */
+  rerank(query, documents, options = {}) {
+    return this._enqueue("rerank", async (m) => {
+      const opts = checkOptions(options, ["topK"], "rerank");
+      const topK = opts.topK == null ? 0 : positiveInt(opts.topK, "rerank", "topK");
+      if (typeof query !== "string") throw new TypeError("rerank: the query must be a string");
+      if (!Array.isArray(documents) || !documents.every((d) => typeof d === "string")) {
+        throw new TypeError("rerank: documents must be an array of strings");
+      }
+      const out = await m.rerank(query, documents, topK);
+      return out.map(({ index, score }) => ({ index, score, document: documents[index] }));
     });
   }
 

@@ -32,6 +32,7 @@ async function handle(id, method, args) {
     case "nextSentence":
     case "tokenClassify":
     case "answer":
+    case "rerank":
       return bert[method](...args);
     case "trainHead": {
       const [examples, { progress, ...options }] = args;

@@ -1,8 +1,8 @@
 // "bertgpu/worker": the same API as "bertgpu", the model running in dedicated Web Workers.
 import { Bert as MainBert, type LoadOptions, type ModelSource } from "./index.js";
 export type {
-  Device, Progress, ModelSource, ModelBytes, WasmSource, LoadOptions, Tokenized, EmbedOptions, TrainExample, TrainOptions,
-  EpochProgress, TrainReport,
+  Device, Progress, ModelSource, ModelBytes, WasmSource, LoadOptions, Tokenized, EmbedOptions, RankedDocument,
+  TrainExample, TrainOptions, EpochProgress, TrainReport,
 } from "./index.js";
 
 export declare class Bert extends MainBert {

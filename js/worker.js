@@ -177,6 +177,10 @@ export class Bert {
     return this._run("answer", [question, context]);
   }
 
+  rerank(query, documents, options) {
+    return this._run("rerank", [query, documents, options]);
+  }
+
   /** See "bertgpu": `onProgress` is called here, in the page, as the worker reports each epoch. */
   async trainHead(examples, options = {}) {
     const { onProgress, ...rest } = options ?? {};

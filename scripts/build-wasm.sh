@@ -43,7 +43,9 @@ build() { # <out dir> <cargo target dir> <cargo features> [extra wasm-opt flags]
   local dir=$1 target=$2 features=$3 opt=${4:-}
   cargo build --lib --release --target wasm32-unknown-unknown --target-dir "$target" --features "$features"
   mkdir -p "$OUT/$dir"
-  "$WASM_BINDGEN" --target web --out-dir "$OUT/$dir" --out-name bertgpu \
+  # --experimental-reset-state-function: after a Rust panic the package restarts the module in place
+  # (__wbg_reset_state); a bundler cannot follow a re-import of the glue under another URL.
+  "$WASM_BINDGEN" --target web --experimental-reset-state-function --out-dir "$OUT/$dir" --out-name bertgpu \
     "$target/wasm32-unknown-unknown/release/bertgpu.wasm"
   # The features enabled are the ones rustc emits for wasm32 by default plus SIMD128 (and relaxed SIMD for that
   # build); never --all-features: that lets wasm-opt introduce instructions browsers may not have.

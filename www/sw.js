@@ -9,6 +9,9 @@ const KEEP = [/^\/www\//, /^\/pkg\//, /^\/tests\/data\//];
 const SHELL = [
   "/www/", "/www/app.js", "/www/style.css", "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/loader.js",
   "/pkg/shards.js",
+  // pkg/index.js imports both builds' glue statically (bundlers and extension service workers need that); only the
+  // .wasm of the build in use is fetched.
+  "/pkg/wasm/bertgpu.js", "/pkg/wasm-relaxed/bertgpu.js",
   "/tests/data/fortunes/train.jsonl",
 ];
 
@@ -27,10 +30,10 @@ function relaxedSimd() {
 self.addEventListener("install", (e) => {
   e.waitUntil((async () => {
     const cache = await caches.open(CACHE);
-    // Of the package's two wasm builds, the one the page will load: pkg/index.js picks it with the same probe
+    // Of the package's two wasm modules, the one the page will load: pkg/index.js picks it with the same probe
     // (repeated here: a classic service worker cannot import modules).
     const build = relaxedSimd() ? "/pkg/wasm-relaxed/" : "/pkg/wasm/";
-    await cache.addAll([...SHELL, `${build}bertgpu.js`, `${build}bertgpu_bg.wasm`]);
+    await cache.addAll([...SHELL, `${build}bertgpu_bg.wasm`]);
     await self.skipWaiting();
   })());
 });

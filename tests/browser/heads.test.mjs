@@ -91,3 +91,62 @@ test("classify, nextSentence, tokenClassify and answer equal the PyTorch referen
   qa.forEach((x, i) => assertScores([got.answers[i]], [x.answer], `qa ${x.question} (${x.windows.length} windows)`));
   ctx.page.checkErrors();
 });
+
+/**
+ * DistilBERT (no token types, its own names, ReLU pre_classifier) and a cross-encoder's rerank in the page, on the
+ * CPU and WebGPU, against tests/golden/distilbert.json and rerank.json (PyTorch). Logits and hidden states: the native
+ * tests' bounds (tests/distilbert.rs, tests/rerank.rs: measured ≤ 9.4e-6 and ≤ 2.5e-5 there).
+ */
+const HIDDEN_ATOL = 1e-4;
+const LOGIT_TOL = (want) => 2e-4 + 2e-4 * Math.abs(want);
+
+test("DistilBERT embeds and classifies pairs, and a cross-encoder reranks, as PyTorch does (CPU and WebGPU)", async () => {
+  const distil = readJson("tests/golden/distilbert.json");
+  const rerank = readJson("tests/golden/rerank.json").cross_encoder[0];
+  const cls = distil.classifier;
+  assert.ok(cls.some((x) => x.text_pair != null), "the golden has pairs");
+  const got = await ctx.page.evaluate(async ({ base, texts, inputs, query, documents }) => {
+    const out = {};
+    for (const device of ["cpu", "webgpu"]) {
+      const m = await bertgpu.Bert.load(base + "tiny-distilbert-mlm/", { device });
+      const c = await bertgpu.Bert.load(base + "tiny-distilbert-classifier/", { device });
+      const r = await bertgpu.Bert.load(base + "tiny-cross-encoder/", { device });
+      out[device] = {
+        embed: (await m.embed(texts, { normalize: false })).map((v) => Array.from(v)),
+        classify: await c.classify(inputs),
+        tasks: [m.tasks, c.tasks, r.tasks],
+        rerank: await r.rerank(query, documents),
+        top2: await r.rerank(query, documents, { topK: 2 }),
+        notCrossEncoder: await c.rerank(query, documents).then(() => "no error", (e) => e.message),
+      };
+      for (const b of [m, c, r]) b.dispose();
+    }
+    return out;
+  }, { base: ctx.env.models.url + "tests/models/", texts: distil.embeddings.map((e) => e.text),
+    inputs: cls.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair])), query: rerank.query,
+    documents: rerank.documents });
+  for (const device of ["cpu", "webgpu"]) {
+    const g = got[device];
+    assert.equal(g.embed.length, distil.embeddings.length, `${device}: one vector per text`);
+    g.embed.forEach((v, i) => {
+      const want = distil.embeddings[i].mean;
+      assert.equal(v.length, want.length);
+      v.forEach((x, j) => assert.ok(Math.abs(x - want[j]) <= HIDDEN_ATOL, `${device} embed ${i}[${j}]: ${x} vs ${want[j]}`));
+    });
+    cls.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} distilbert classify ${x.text}`));
+    assert.deepEqual(g.tasks, [["fillMask"], ["classify"], ["classify", "rerank"]], `${device} tasks`);
+    assert.equal(g.rerank.length, rerank.documents.length, `${device}: every document ranked`);
+    // Document order must be the golden ranking; the scores are the golden logits of those documents.
+    assert.deepEqual(g.rerank.map((d) => d.index), rerank.ranking, `${device} ranking`);
+    g.rerank.forEach((d) => {
+      const want = rerank.logits[d.index];
+      assert.ok(Math.abs(d.score - want) <= LOGIT_TOL(want), `${device} rerank ${d.index}: ${d.score} vs ${want}`);
+      assert.equal(d.document, rerank.documents[d.index]);
+    });
+    assert.deepEqual(g.top2, g.rerank.slice(0, 2), `${device} topK 2`);
+    // src/heads/pipelines.rs: a three-label classifier is not a cross-encoder.
+    assert.equal(g.notCrossEncoder, "invalid input: rerank needs a cross-encoder, whose classifier has one output (a "
+      + "relevance score); this one has 3 labels (negative, neutral, positive): use classify");
+  }
+  ctx.page.checkErrors();
+});
