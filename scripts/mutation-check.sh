@@ -149,5 +149,30 @@ else
     status=1
 fi
 
+# The browser suite, against the package built in this checkout's pkg/ (build it from the same revision first:
+# scripts/build-wasm.sh) and its node_modules; the tree's target/ is the mutants' (the unmutated CLI by now: the
+# no-adapter run above rebuilt it), where the tests' GGUF conversions find bertgpu.
+if [ -f "$root/pkg/wasm/bertgpu_bg.wasm" ] && [ -d "$root/node_modules/playwright-core" ]; then
+    ln -s "$root/pkg" "$tree/pkg"
+    ln -s "$root/node_modules" "$tree/node_modules"
+    ln -s "$CARGO_TARGET_DIR" "$tree/target"
+    if ! node --test tests/browser/embed.test.mjs >"$scratch/log" 2>&1; then
+        echo "BASELINE FAILS   node --test tests/browser/embed.test.mjs"
+        tail -30 "$scratch/log"
+        exit 1
+    fi
+    bump tests/golden/model.json 0.0125 all-MiniLM-L6-v2 mean_normalized 2 100
+    if node --test tests/browser/embed.test.mjs >"$scratch/log" 2>&1; then
+        echo "SURVIVED         golden-browser: MiniLM's golden vector, one value + 0.0125; tests/browser/embed.test.mjs passed"
+        status=1
+    else
+        echo "killed           golden-browser: MiniLM's golden vector, one value + 0.0125; failed: $(grep -c '^not ok' "$scratch/log") tests of embed.test.mjs"
+    fi
+    git checkout --quiet -- .
+else
+    echo "VOID             golden-browser: $root/pkg or $root/node_modules is missing (scripts/build-wasm.sh, npm ci)"
+    status=1
+fi
+
 [ $status -eq 0 ] && echo "mutation-check: every mutation was caught" || echo "mutation-check: FAILED (see above)"
 exit $status
