@@ -9,9 +9,9 @@ use serde::Deserialize;
 use crate::backend::Activation;
 use crate::{Error, Result};
 
-/// Which member of the BERT family a checkpoint is. Both run the same post-LN encoder; they differ in tensor names,
-/// in whether there are token-type (segment) embeddings, and in the activation of the `[CLS]` projection that the
-/// sequence-classification head reads.
+/// Which member of the BERT family a checkpoint is. All run the same post-LN encoder; they differ in tensor names,
+/// in whether there are token-type (segment) embeddings, in their position ids, and in the heads (the activation of
+/// the `[CLS]` projection that the sequence classifier reads, the masked-LM transform's activation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
     /// `model_type: "bert"`: BERT as its paper defines it.
@@ -19,6 +19,15 @@ pub enum Family {
     /// `model_type: "distilbert"` (transformers `models/distilbert`): no token-type embeddings, its own tensor names
     /// (see `weights::distilbert`), and `pre_classifier` + ReLU where BERT has the pooler's dense + tanh.
     DistilBert,
+    /// `model_type: "roberta"` (transformers `models/roberta`): BERT's encoder under `roberta.`, position ids that
+    /// start at `pad_token_id + 1` (see [`BertConfig::position_offset`]), token type 0 for every token (its tokenizer
+    /// returns no type ids), a byte-level BPE tokenizer, and its own heads (`lm_head.*` with exact GELU whatever
+    /// `hidden_act` says; `classifier.dense` + tanh + `classifier.out_proj` on the `<s>` token, no pooler): see
+    /// `weights::roberta`.
+    Roberta,
+    /// `model_type: "xlm-roberta"` (transformers `models/xlm_roberta`, a copy of RoBERTa's code): RoBERTa with a
+    /// SentencePiece Unigram tokenizer; the base of multilingual-e5 and bge-m3.
+    XlmRoberta,
 }
 
 impl Family {
@@ -27,22 +36,54 @@ impl Family {
         match self {
             Family::Bert => "bert",
             Family::DistilBert => "distilbert",
+            Family::Roberta => "roberta",
+            Family::XlmRoberta => "xlm-roberta",
         }
     }
 
-    /// Whether the model has token-type (segment) embeddings. Without them every token is of type 0, so a pair is
-    /// `[CLS] A [SEP] B [SEP]` told apart by `[SEP]` alone, as transformers feeds DistilBERT.
+    /// The prefix of the family's transformers classes (`BertForMaskedLM`, `XLMRobertaModel`, ...).
+    pub fn class_prefix(self) -> &'static str {
+        match self {
+            Family::Bert => "Bert",
+            Family::DistilBert => "DistilBert",
+            Family::Roberta => "Roberta",
+            Family::XlmRoberta => "XLMRoberta",
+        }
+    }
+
+    /// Whether token type (segment) ids reach the model. Without them every token is of type 0, so a pair is
+    /// `[CLS] A [SEP] B [SEP]` (RoBERTa: `<s> A </s></s> B </s>`) told apart by its separators alone, as
+    /// transformers feeds DistilBERT (no table) and RoBERTa (whose tokenizers return no `token_type_ids`, so its
+    /// embeddings add row 0 of its table to every token).
     pub fn has_token_types(self) -> bool {
         self == Family::Bert
+    }
+
+    /// Whether the checkpoint has a token-type embedding table (`embeddings.token_type_embeddings`).
+    pub fn has_token_type_table(self) -> bool {
+        self != Family::DistilBert
+    }
+
+    /// RoBERTa and XLM-R (`modeling_roberta.py`): position ids from `padding_idx + 1`, `RobertaLMHead`,
+    /// `RobertaClassificationHead`.
+    pub fn is_roberta(self) -> bool {
+        matches!(self, Family::Roberta | Family::XlmRoberta)
     }
 
     /// The activation of the `[CLS]` projection before a sequence classifier (BERT's pooler: tanh; DistilBERT's
     /// `pre_classifier`: ReLU).
     pub fn pooler_activation(self) -> Activation {
         match self {
-            Family::Bert => Activation::Tanh,
+            Family::Bert | Family::Roberta | Family::XlmRoberta => Activation::Tanh,
             Family::DistilBert => Activation::Relu,
         }
+    }
+
+    /// The activation of the masked-LM head's transform: `hidden_act` for BERT (`BertPredictionHeadTransform`) and
+    /// DistilBERT (`vocab_transform`), but always the exact (erf) GELU in `RobertaLMHead`, which calls `gelu`
+    /// directly.
+    pub fn mlm_activation(self, hidden_act: Activation) -> Activation {
+        if self.is_roberta() { Activation::Gelu } else { hidden_act }
     }
 }
 
@@ -50,7 +91,7 @@ impl Family {
 /// the label maps and metadata the task heads use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
-    /// BERT or DistilBERT.
+    /// BERT, DistilBERT, RoBERTa or XLM-RoBERTa.
     pub family: Family,
     pub vocab_size: usize,
     /// H.
@@ -63,7 +104,15 @@ pub struct BertConfig {
     /// The feed-forward activation (`hidden_act`).
     pub hidden_act: Activation,
     pub layer_norm_eps: f32,
+    /// The number of positions a sequence can use, special tokens included: the longest input the model takes, and
+    /// the tokenizer's truncation limit. config.json's `max_position_embeddings` for BERT and DistilBERT; for
+    /// RoBERTa and XLM-R that value less [`Self::position_offset`] (514 → 512), since their first position is
+    /// `pad_token_id + 1`.
     pub max_position_embeddings: usize,
+    /// The position id of a sequence's first token: 0 for BERT and DistilBERT; `pad_token_id + 1` for RoBERTa and
+    /// XLM-R (`create_position_ids_from_input_ids`: token j of a right-padded row is at position j + pad + 1).
+    /// The position table in the checkpoint has `max_position_embeddings + position_offset` rows.
+    pub position_offset: usize,
     pub type_vocab_size: usize,
     pub pad_token_id: u32,
     /// Class index → label, from `id2label` (whose keys HF writes as strings: `{"0": "NEGATIVE"}`).
@@ -100,6 +149,7 @@ struct RawConfig {
     hidden_dim: Option<usize>,
     activation: Option<String>,
     sinusoidal_pos_embds: Option<bool>,
+    is_decoder: Option<bool>,
     #[serde(default)]
     id2label: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -111,26 +161,44 @@ struct RawConfig {
 }
 
 /// What bertgpu runs, for the messages that refuse everything else.
-const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`) and DistilBERT (`\"distilbert\"`); RoBERTa, \
-    XLM-RoBERTa, ALBERT, ELECTRA and the other BERT-like families compute differently (position ids, tokenizers, \
-    factorised or shared layers) and would give wrong results";
+const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`), DistilBERT (`\"distilbert\"`), RoBERTa \
+    (`\"roberta\"`) and XLM-RoBERTa (`\"xlm-roberta\"`); ALBERT, ELECTRA, XLM-RoBERTa-XL, RoBERTa-PreLayerNorm and the \
+    other BERT-like families compute differently (factorised or shared layers, pre-LN, other position schemes) and \
+    would give wrong results";
+
+/// The classes of RoBERTa and XLM-R whose encoder bertgpu runs (after the family's class prefix). The prefix alone
+/// would also take `XLMRobertaXL*` and `RobertaPreLayerNorm*`, pre-LN models under names that start the same.
+const ROBERTA_CLASSES: [&str; 6] =
+    ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice"];
+
+/// Whether `arch` is one of `family`'s classes.
+fn is_class_of(family: Family, arch: &str) -> bool {
+    let Some(rest) = arch.strip_prefix(family.class_prefix()) else { return false };
+    match family {
+        // `RobertaModel` must not pass as `XLMRobertaModel` and the reverse: the prefixes differ, so strip_prefix
+        // already tells them apart.
+        Family::Roberta | Family::XlmRoberta => ROBERTA_CLASSES.contains(&rest),
+        Family::Bert | Family::DistilBert => true,
+    }
+}
 
 /// The family a config describes: its `model_type`, or for old configs without one, its architecture classes
-/// (`Bert*`, `DistilBert*`). Anything else is refused by name: RoBERTa and XLM-R checkpoints even share BERT's tensor
-/// names, so running one as BERT would give wrong vectors without a word.
+/// (`Bert*`, `DistilBert*`, `Roberta*`, `XLMRoberta*`). Anything else is refused by name: ALBERT or ELECTRA
+/// checkpoints, like RoBERTa's, share BERT's tensor names, so running one as another family would give wrong
+/// vectors without a word.
 fn family_of(model_type: Option<&str>, architectures: &[String]) -> Result<Family> {
     let family = match model_type {
         Some("bert") => Family::Bert,
         Some("distilbert") => Family::DistilBert,
+        Some("roberta") => Family::Roberta,
+        Some("xlm-roberta") => Family::XlmRoberta,
         Some(kind) => return Err(Error::Config(format!("model_type `{kind}` is not supported: {SUPPORTED}"))),
-        None if architectures.iter().any(|a| a.starts_with("DistilBert")) => Family::DistilBert,
-        None => Family::Bert,
+        None => [Family::DistilBert, Family::Roberta, Family::XlmRoberta]
+            .into_iter()
+            .find(|f| architectures.iter().any(|a| is_class_of(*f, a)))
+            .unwrap_or(Family::Bert),
     };
-    let prefix = match family {
-        Family::Bert => "Bert",
-        Family::DistilBert => "DistilBert",
-    };
-    if let Some(arch) = architectures.iter().find(|a| !a.starts_with(prefix)) {
+    if let Some(arch) = architectures.iter().find(|a| !is_class_of(family, a)) {
         return Err(Error::Config(format!(
             "architecture `{arch}` is not a {} class: {SUPPORTED}",
             family.model_type()
@@ -180,6 +248,13 @@ impl BertConfig {
                 )));
             }
         }
+        if raw.is_decoder == Some(true) {
+            return Err(Error::Config(
+                "is_decoder: true is not supported: this checkpoint is a causal (left-to-right) decoder, and bertgpu \
+                 runs bidirectional encoders only"
+                    .into(),
+            ));
+        }
         // DistilBERT: its own field names, LayerNorm ε fixed at 1e-12 in its code, no token types.
         let distil = family == Family::DistilBert;
         if distil && raw.sinusoidal_pos_embds == Some(true) {
@@ -220,6 +295,18 @@ impl BertConfig {
                 ("intermediate_size", raw.intermediate_size),
             )
         };
+        // RoBERTa: padding_idx = pad_token_id (1 in every released checkpoint, also RobertaConfig's default), and the
+        // positions of real tokens start after it.
+        let pad_token_id = raw.pad_token_id.unwrap_or(if family.is_roberta() { 1 } else { 0 });
+        let table_rows = raw.max_position_embeddings.unwrap_or(512);
+        let position_offset = if family.is_roberta() { pad_token_id as usize + 1 } else { 0 };
+        if table_rows <= position_offset {
+            return Err(Error::Config(format!(
+                "max_position_embeddings {table_rows} leaves no position for a token: {} positions start at \
+                 pad_token_id + 1 = {position_offset}",
+                family.model_type()
+            )));
+        }
         let cfg = BertConfig {
             family,
             vocab_size: required(raw.vocab_size, "vocab_size")?,
@@ -229,10 +316,11 @@ impl BertConfig {
             intermediate_size: required(ffn.1, ffn.0)?,
             hidden_act,
             layer_norm_eps: if distil { 1e-12 } else { raw.layer_norm_eps.unwrap_or(1e-12) as f32 },
-            max_position_embeddings: raw.max_position_embeddings.unwrap_or(512),
+            max_position_embeddings: table_rows - position_offset,
+            position_offset,
             // One all-zero row stands for DistilBERT's missing table (BertEmbeddings), so every token adds nothing.
             type_vocab_size: pick(Some(1), raw.type_vocab_size).unwrap_or(2),
-            pad_token_id: raw.pad_token_id.unwrap_or(0),
+            pad_token_id,
             id2label,
             label2id,
             problem_type: raw.problem_type,
@@ -347,12 +435,12 @@ mod tests {
     /// gives vectors at cosine ~0.95 to PyTorch's. They must be refused by name, never run.
     #[test]
     fn refuses_other_architectures_by_name() {
-        for (kind, arch) in [("roberta", "RobertaModel"), ("xlm-roberta", "XLMRobertaModel"), ("albert", "AlbertModel"),
-            ("electra", "ElectraModel"), ("megatron-bert", "MegatronBertModel")]
+        for (kind, arch) in [("albert", "AlbertModel"), ("electra", "ElectraModel"), ("megatron-bert", "MegatronBertModel"),
+            ("xlm-roberta-xl", "XLMRobertaXLModel"), ("roberta-prelayernorm", "RobertaPreLayerNormForMaskedLM")]
         {
             let with_type = MINI.replace("{\"vocab", &format!("{{\"model_type\": \"{kind}\", \"vocab"));
             let e = BertConfig::from_json_str(&with_type).unwrap_err().to_string();
-            assert!(e.contains(&format!("model_type `{kind}` is not supported")) && e.contains("RoBERTa"), "{e}");
+            assert!(e.contains(&format!("model_type `{kind}` is not supported")) && e.contains("ALBERT"), "{e}");
             let no_type = MINI.replace("BertForSequenceClassification", arch);
             let e = BertConfig::from_json_str(&no_type).unwrap_err().to_string();
             assert!(e.contains(&format!("architecture `{arch}` is not a bert class")), "{e}");
@@ -362,6 +450,47 @@ mod tests {
         let mixed = bert.replace("BertForSequenceClassification", "DistilBertForSequenceClassification");
         let e = BertConfig::from_json_str(&mixed).unwrap_err().to_string();
         assert!(e.contains("`DistilBertForSequenceClassification` is not a bert class"), "{e}");
+    }
+
+    /// RoBERTa and XLM-R configs use BERT's field names; their positions start at pad_token_id + 1, so 514 table rows
+    /// give 512 usable positions.
+    #[test]
+    fn parses_roberta_configs() {
+        for (kind, arch, family) in [("roberta", "RobertaForMaskedLM", Family::Roberta),
+            ("xlm-roberta", "XLMRobertaModel", Family::XlmRoberta)]
+        {
+            let text = MINI
+                .replace("{\"vocab", &format!("{{\"model_type\": \"{kind}\", \"vocab"))
+                .replace("BertForSequenceClassification", arch)
+                .replace("\"max_position_embeddings\": 64", "\"max_position_embeddings\": 514")
+                .replace("\"type_vocab_size\": 2, \"pad_token_id\": 0", "\"type_vocab_size\": 1, \"pad_token_id\": 1");
+            let c = BertConfig::from_json_str(&text).unwrap();
+            assert_eq!(c.family, family);
+            assert_eq!((c.max_position_embeddings, c.position_offset, c.pad_token_id), (512, 2, 1));
+            assert!(!c.family.has_token_types() && c.family.has_token_type_table());
+            assert_eq!(c.family.pooler_activation(), Activation::Tanh);
+            assert_eq!(c.family.mlm_activation(Activation::GeluTanh), Activation::Gelu);
+            // Without model_type, the architecture says it.
+            let c2 = BertConfig::from_json_str(&text.replace(&format!("\"model_type\": \"{kind}\", "), "")).unwrap();
+            assert_eq!(c2, c);
+            let e = BertConfig::from_json_str(&text.replace(arch, "BertModel")).unwrap_err().to_string();
+            assert!(e.contains(&format!("`BertModel` is not a {kind} class")), "{e}");
+            let e = BertConfig::from_json_str(&text.replace("514", "2")).unwrap_err().to_string();
+            assert!(e.contains("max_position_embeddings 2"), "{e}");
+            let e = BertConfig::from_json_str(&text.replace("\"vocab_size\"", "\"is_decoder\": true, \"vocab_size\"")).unwrap_err().to_string();
+            assert!(e.contains("is_decoder"), "{e}");
+            let e = BertConfig::from_json_str(&text.replace("\"vocab_size\"", "\"position_embedding_type\": \"relative_key_query\", \"vocab_size\""))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("relative_key_query"), "{e}");
+        }
+        // Pre-LN relatives whose class names start like RoBERTa's are not taken for it.
+        for arch in ["XLMRobertaXLModel", "RobertaPreLayerNormModel"] {
+            let e = BertConfig::from_json_str(&MINI.replace("BertForSequenceClassification", arch)).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{arch}` is not a bert class")), "{e}");
+        }
+        // BERT keeps its positions from 0.
+        assert_eq!(BertConfig::from_json_str(MINI).unwrap().position_offset, 0);
     }
 
     /// DistilBERT's config names its sizes differently and has no token types or configurable ε.

@@ -1,8 +1,10 @@
-//! WordPiece tokenization through the `tokenizers` crate: single texts and pairs, truncation, offsets, batches.
+//! Tokenization through the `tokenizers` crate: single texts and pairs, truncation, offsets, batches.
 //!
 //! # Loading
 //! - [`Tokenizer::from_json`]: the bytes of a Hugging Face `tokenizer.json` (optionally with the bytes of
-//!   `tokenizer_config.json`, which names the special tokens).
+//!   `tokenizer_config.json`, which names the special tokens): BERT's and DistilBERT's WordPiece, RoBERTa's
+//!   byte-level BPE, XLM-R's SentencePiece Unigram (Metaspace), each framed by the file's own post-processor
+//!   (`[CLS] A [SEP] B [SEP]`, `<s> A </s></s> B </s>`). Other model types (WordLevel) are refused by name.
 //! - [`Tokenizer::from_vocab`]: the text of a BERT `vocab.txt` (one token per line, id = line number) and optionally
 //!   `tokenizer_config.json` (`do_lower_case`, `strip_accents`, `tokenize_chinese_chars`, special tokens). The
 //!   pipeline is built the way `transformers` converts a `BertTokenizer`: `BertNormalizer` + `BertPreTokenizer` +
@@ -40,7 +42,7 @@ use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::bert::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::bert::BertProcessing;
-use tokenizers::{AddedToken, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::{AddedToken, PostProcessor, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use crate::error::{Error, Result};
 
@@ -100,12 +102,15 @@ impl Encoded {
     }
 }
 
-/// A BERT WordPiece tokenizer with deliberate truncation and no implicit padding (see the module doc).
+/// A tokenizer of the BERT family with deliberate truncation and no implicit padding (see the module doc).
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     special: SpecialTokens,
     max_length: usize,
+    /// transformers' `clean_up_tokenization` after decoding (tokenizer_config.json's `clean_up_tokenization_spaces`),
+    /// for the models whose decoder does not do it itself (see [`Tokenizer::decode`]).
+    clean_up: bool,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -118,8 +123,12 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
-/// The smallest `max_length` accepted: `[CLS] a [SEP] b [SEP]` keeps one token of each text of a pair.
+/// The smallest `max_length` accepted for BERT: `[CLS] a [SEP] b [SEP]` keeps one token of each text of a pair.
+/// Other framings need their own count (`<s> a </s></s> b </s>`: 6): see [`Tokenizer::min_max_length`].
 pub const MIN_MAX_LENGTH: usize = 5;
+
+/// The tokenizer.json model types whose pipelines the BERT family's checkpoints use.
+const MODEL_TYPES: [&str; 3] = ["WordPiece", "BPE", "Unigram"];
 
 /// Which tokenizer_config.json key names which special token, and the `BertTokenizer` default when the key is absent.
 const SPECIAL_KEYS: [(&str, &str); 5] = [
@@ -136,6 +145,7 @@ struct TokenizerConfig {
     do_lower_case: Option<bool>,
     strip_accents: Option<bool>,
     tokenize_chinese_chars: Option<bool>,
+    clean_up_tokenization_spaces: Option<bool>,
     /// key (`cls_token`, ...) → token string
     special: HashMap<&'static str, String>,
     /// added_tokens_decoder entries: (id, token)
@@ -163,6 +173,7 @@ fn parse_config(bytes: Option<&[u8]>) -> Result<TokenizerConfig> {
         do_lower_case: bool_key("do_lower_case")?,
         strip_accents: bool_key("strip_accents")?,
         tokenize_chinese_chars: bool_key("tokenize_chinese_chars")?,
+        clean_up_tokenization_spaces: bool_key("clean_up_tokenization_spaces")?,
         ..Default::default()
     };
     for (key, _) in SPECIAL_KEYS {
@@ -233,6 +244,14 @@ impl Tokenizer {
             Error::Tokenizer(format!("tokenizer.json is not valid JSON ({e}); re-download or re-export it"))
         })?;
         check_post_processor(&raw["post_processor"])?;
+        let model_type = raw["model"]["type"].as_str();
+        if !model_type.is_some_and(|t| MODEL_TYPES.contains(&t)) {
+            return Err(Error::Tokenizer(format!(
+                "tokenizer.json: the tokenizer model {} is not supported; the BERT family's checkpoints use {}",
+                model_type.map_or("without a `type`".to_string(), |t| format!("`{t}`")),
+                MODEL_TYPES.join(", ")
+            )));
+        }
         let mut inner = tokenizers::Tokenizer::from_bytes(json).map_err(|e| {
             Error::Tokenizer(format!(
                 "tokenizer.json could not be read as a Hugging Face tokenizer ({e}); \
@@ -253,7 +272,12 @@ impl Tokenizer {
                 (special.cls.token.clone(), special.cls.id),
             )));
         }
-        Self::finish(inner, special, max_length)
+        // transformers (5.x `TokenizersBackend._decode`) cleans up after the decoder when the config asks, except for
+        // BPE; a WordPiece decoder cleans up itself (its `cleanup` flag), so only Unigram is left to do here.
+        let clean_up = model_type == Some("Unigram") && cfg.clean_up_tokenization_spaces == Some(true);
+        let mut tok = Self::finish(inner, special, max_length)?;
+        tok.clean_up = clean_up;
+        Ok(tok)
     }
 
     /// Builds a BERT tokenizer from the text of `vocab.txt` and the optional bytes of `tokenizer_config.json`
@@ -363,7 +387,7 @@ impl Tokenizer {
     fn finish(mut inner: tokenizers::Tokenizer, special: SpecialTokens, max_length: usize) -> Result<Self> {
         // No padding per text: batches are padded to their longest row (see the module doc).
         inner.with_padding(None);
-        let mut tok = Tokenizer { inner, special, max_length: 0 };
+        let mut tok = Tokenizer { inner, special, max_length: 0, clean_up: false };
         tok.set_max_length(max_length)?;
         Ok(tok)
     }
@@ -376,10 +400,11 @@ impl Tokenizer {
     /// Changes the truncation limit (special tokens included). Must be at least [`MIN_MAX_LENGTH`]; should not
     /// exceed the model's `max_position_embeddings`, which the model checks.
     pub fn set_max_length(&mut self, max_length: usize) -> Result<()> {
-        if max_length < MIN_MAX_LENGTH {
+        let min = self.min_max_length();
+        if max_length < min {
             return Err(Error::Input(format!(
-                "max length {max_length} is too small: it counts [CLS] and [SEP], so it must be at least \
-                 {MIN_MAX_LENGTH}"
+                "max length {max_length} is too small: it counts {} and {}, so it must be at least {min}",
+                self.special.cls.token, self.special.sep.token
             )));
         }
         self.inner
@@ -392,6 +417,12 @@ impl Tokenizer {
             .map_err(|e| Error::Input(format!("cannot truncate to {max_length} tokens: {e}")))?;
         self.max_length = max_length;
         Ok(())
+    }
+
+    /// The smallest truncation limit that keeps one token of each text of a pair: the pair template's special
+    /// tokens plus 2 ([`MIN_MAX_LENGTH`] for BERT).
+    pub fn min_max_length(&self) -> usize {
+        self.inner.get_post_processor().map_or(0, |p| p.added_tokens(true)) + 2
     }
 
     pub fn special_tokens(&self) -> &SpecialTokens {
@@ -434,11 +465,15 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
-    /// Decodes ids to text (WordPiece joining, `##` removed), optionally dropping special tokens.
+    /// Decodes ids to text as transformers' `tokenizer.decode` does: the file's decoder (WordPiece joining with `##`
+    /// removed, byte-level BPE, Metaspace), optionally dropping special tokens, then `clean_up_tokenization` where
+    /// tokenizer_config.json asks for it and the decoder has not done it.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
-        self.inner
+        let text = self
+            .inner
             .decode(ids, skip_special_tokens)
-            .map_err(|e| Error::Input(format!("cannot decode token ids: {e}")))
+            .map_err(|e| Error::Input(format!("cannot decode token ids: {e}")))?;
+        Ok(if self.clean_up { clean_up_tokenization(&text) } else { text })
     }
 
     /// Tokenizes a text or a pair: `[CLS] text [SEP]` or `[CLS] text [SEP] pair [SEP]`, truncated to
@@ -535,6 +570,15 @@ fn check_post_processor(pp: &Value) -> Result<()> {
     Ok(())
 }
 
+/// transformers' `PreTrainedTokenizerBase.clean_up_tokenization`: no space before punctuation and English
+/// contractions.
+fn clean_up_tokenization(text: &str) -> String {
+    [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"),
+        (" 've", "'ve"), (" 're", "'re")]
+        .iter()
+        .fold(text.to_string(), |t, (from, to)| t.replace(from, to))
+}
+
 /// Special-token names found in a tokenizer.json itself, for when no tokenizer_config.json is given.
 fn special_names_from_json(raw: &Value) -> HashMap<&'static str, String> {
     let mut out = HashMap::new();
@@ -564,6 +608,10 @@ fn special_names_from_json(raw: &Value) -> HashMap<&'static str, String> {
         _ => {}
     }
     if let Some(s) = raw["model"]["unk_token"].as_str() {
+        out.insert("unk_token", s.to_owned());
+    }
+    // Unigram names its unknown piece by index.
+    if let Some(s) = raw["model"]["unk_id"].as_u64().and_then(|i| raw["model"]["vocab"][i as usize][0].as_str()) {
         out.insert("unk_token", s.to_owned());
     }
     if let Some(s) = raw["padding"]["pad_token"].as_str() {

@@ -1,4 +1,5 @@
-//! Sequence classification (`BertForSequenceClassification`): the pooler, then `classifier` `(num_labels, H)`;
+//! Sequence classification (`BertForSequenceClassification`): the pooler, then `classifier` `(num_labels, H)`
+//! (RoBERTa's `RobertaClassificationHead`: `classifier.dense` + tanh on the `<s>` token, then `classifier.out_proj`);
 //! on the host a softmax (single-label) or a sigmoid per label (`problem_type: multi_label_classification`), labels
 //! from `id2label`, sorted best first.
 
@@ -78,8 +79,8 @@ pub(crate) fn load_label_linear<B: Backend>(w: &Weights, cfg: &BertConfig, label
 }
 
 /// Rejects a text pair when the model has a single token type (`type_vocab_size: 1`): it was never trained on
-/// pairs, and segment id 1 does not exist in its embedding table. A family without token types (DistilBERT) reads
-/// pairs as `[CLS] A [SEP] B [SEP]`, all of type 0, as transformers feeds it.
+/// pairs, and segment id 1 does not exist in its embedding table. A family without token types (DistilBERT, RoBERTa)
+/// reads pairs as `[CLS] A [SEP] B [SEP]` (`<s> A </s></s> B </s>`), all of type 0, as transformers feeds it.
 pub fn check_pair_allowed(cfg: &BertConfig, has_pair: bool, task: &str) -> Result<()> {
     if has_pair && cfg.family.has_token_types() && cfg.type_vocab_size < 2 {
         return Err(Error::Input(format!(
@@ -100,21 +101,25 @@ pub struct SequenceClassifier<B: Backend> {
 }
 
 impl<B: Backend> SequenceClassifier<B> {
-    /// `w` at the root of the checkpoint (`bert.pooler.*`, `classifier.*`).
+    /// `w` at the root of the checkpoint (`bert.pooler.*`, `classifier.*`; RoBERTa: `classifier.dense.*`,
+    /// `classifier.out_proj.*`). RoBERTa's head is read under its own names only: its `classifier.*` without
+    /// `dense`/`out_proj` is a token classifier's.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
+        let (pooler_at, classifier_at) =
+            if cfg.family.is_roberta() { ("classifier", "classifier.out_proj") } else { ("bert.pooler", "classifier") };
         // Before the labels: a base model (no classifier) is the common case, and its fix is not id2label.
-        if !w.contains("classifier.weight") {
+        if !w.contains(&format!("{classifier_at}.weight")) {
             return Err(Error::Weights(format!(
-                "this checkpoint has no sequence-classification head (`classifier.weight` is missing; architectures: \
-                 {:?}): train one on this model (trainHead in JavaScript, `bertgpu train-head`) or load one \
-                 (loadHead, `--head FILE`)",
+                "this checkpoint has no sequence-classification head (`{classifier_at}.weight` is missing; \
+                 architectures: {:?}): train one on this model (trainHead in JavaScript, `bertgpu train-head`) or load \
+                 one (loadHead, `--head FILE`)",
                 cfg.architectures
             )));
         }
         let labels = labels_from_config(cfg, "classification")?;
-        let classifier = load_label_linear(&w.pp("classifier"), cfg, labels.len(), backend)?;
+        let classifier = load_label_linear(&w.pp(classifier_at), cfg, labels.len(), backend)?;
         Ok(SequenceClassifier {
-            pooler: BertPooler::load(&w.pp("bert.pooler"), cfg, backend)?,
+            pooler: BertPooler::load(&w.pp(pooler_at), cfg, backend)?,
             classifier,
             labels,
             score: ScoreFunction::for_config(cfg),

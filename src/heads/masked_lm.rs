@@ -25,8 +25,9 @@ impl<B: Backend> BertPredictionHeadTransform<B> {
         let h = cfg.hidden_size;
         Ok(BertPredictionHeadTransform {
             dense: Linear::load(&w.pp("dense"), h, h, backend)?,
-            // HF applies `config.hidden_act` here too (ACT2FN[config.hidden_act]).
-            act: cfg.hidden_act,
+            // BERT applies `config.hidden_act` here too (ACT2FN[config.hidden_act]); RoBERTa's `lm_head` always the
+            // exact GELU.
+            act: cfg.family.mlm_activation(cfg.hidden_act),
             ln_gamma: backend.upload(w.get("LayerNorm.weight", &[h])?)?,
             ln_beta: backend.upload(w.get("LayerNorm.bias", &[h])?)?,
             eps: cfg.layer_norm_eps,

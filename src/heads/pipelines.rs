@@ -38,11 +38,14 @@ pub struct RankedDocument {
     pub score: f32,
 }
 
-/// Whether config.json's `architectures` names `arch` (`BertFor…`) or its DistilBERT twin (`DistilBertFor…`): used to
-/// refuse running the sequence classifier of a token-classification checkpoint (both store `classifier.*`) and vice
-/// versa.
+/// Whether config.json's `architectures` names `arch` (`BertFor…`) or its twin in another family (`DistilBertFor…`,
+/// `RobertaFor…`, `XLMRobertaFor…`): used to refuse running the sequence classifier of a token-classification
+/// checkpoint (both store `classifier.*`) and vice versa.
 fn names_architecture(model_archs: &[String], arch: &str) -> bool {
-    model_archs.iter().any(|a| a == arch || a.strip_prefix("Distil") == Some(arch))
+    let Some(task) = arch.strip_prefix("Bert") else { return model_archs.iter().any(|a| a == arch) };
+    model_archs.iter().any(|a| {
+        ["Bert", "DistilBert", "Roberta", "XLMRoberta"].iter().any(|p| a.strip_prefix(p) == Some(task))
+    })
 }
 
 impl<B: Backend> Model<B> {

@@ -2,7 +2,8 @@
 //! per token; on the host the best span of the context.
 //!
 //! Decoding, as the former transformers `QuestionAnsweringPipeline` (removed in transformers 5):
-//! - the input is `[CLS] question [SEP] context [SEP]`; a context too long for one window of `max_seq_len` tokens is
+//! - the input is `[CLS] question [SEP] context [SEP]` (RoBERTa: `<s> question </s></s> context </s>`: the
+//!   tokenizer's own pair template); a context too long for one window of `max_seq_len` tokens is
 //!   cut into overlapping windows (`doc_stride` tokens of overlap), the question repeated in each;
 //! - in each window `p_start = softmax(start_logits)` and `p_end = softmax(end_logits)` over the context tokens only;
 //! - the best span maximises `p_start[s] · p_end[e]` over context tokens with `s ≤ e < s + MAX_ANSWER_LEN`;
@@ -93,9 +94,10 @@ pub fn windows(tok: &Tokenizer, question: &str, context: &str, max_seq_len: usiz
     if c.is_empty() {
         return Err(Error::Input("qa: the context has no tokens (only whitespace or control characters?)".into()));
     }
+    let frame = PairFrame::of(tok)?;
     // `[CLS] question [SEP] ... [SEP]`: the context needs more than `stride` tokens of room per window, or the
     // windows would not advance.
-    let room = max_seq_len.saturating_sub(q.len() + 3);
+    let room = max_seq_len.saturating_sub(q.len() + frame.specials());
     if room <= stride {
         return Err(Error::Input(format!(
             "qa: the question is too long ({} tokens) for this model's windows of {max_seq_len} tokens; shorten it",
@@ -113,19 +115,20 @@ pub fn windows(tok: &Tokenizer, question: &str, context: &str, max_seq_len: usiz
         }
         start += room - stride;
     }
-    let (cls, sep) = (tok.cls(), tok.sep());
-    let special = |e: &mut Encoded, t: &crate::tokenizer::SpecialToken, type_id: u32| {
-        e.ids.push(t.id);
-        e.type_ids.push(type_id);
-        e.tokens.push(t.token.clone());
-        e.offsets.push((0, 0));
-        e.special_tokens_mask.push(1);
-        e.sequence_ids.push(None);
-        e.word_ids.push(None);
+    let specials = |e: &mut Encoded, ts: &[(u32, String, u32)]| {
+        for (id, token, type_id) in ts {
+            e.ids.push(*id);
+            e.type_ids.push(*type_id);
+            e.tokens.push(token.clone());
+            e.offsets.push((0, 0));
+            e.special_tokens_mask.push(1);
+            e.sequence_ids.push(None);
+            e.word_ids.push(None);
+        }
     };
     let part = |e: &mut Encoded, src: &tokenizers::Encoding, (a, b): (usize, usize), seq: usize| {
         e.ids.extend_from_slice(&src.get_ids()[a..b]);
-        e.type_ids.extend(std::iter::repeat_n(seq as u32, b - a));
+        e.type_ids.extend(std::iter::repeat_n(frame.type_ids[seq], b - a));
         e.tokens.extend_from_slice(&src.get_tokens()[a..b]);
         e.offsets.extend_from_slice(&src.get_offsets()[a..b]);
         e.special_tokens_mask.extend(std::iter::repeat_n(0, b - a));
@@ -136,15 +139,51 @@ pub fn windows(tok: &Tokenizer, question: &str, context: &str, max_seq_len: usiz
         .into_iter()
         .map(|r| {
             let mut e = Encoded::default();
-            special(&mut e, cls, 0);
+            specials(&mut e, &frame.before);
             part(&mut e, &q, (0, q.len()), 0);
-            special(&mut e, sep, 0);
+            specials(&mut e, &frame.between);
             part(&mut e, &c, r, 1);
-            special(&mut e, sep, 1);
+            specials(&mut e, &frame.after);
             e.truncated = r != (0, c.len());
             e
         })
         .collect())
+}
+
+/// The special tokens the tokenizer's pair template puts around and between two texts, each `(id, token, type id)`,
+/// and the type id of each text's tokens: `[CLS] A [SEP] B [SEP]` with types 0 and 1 for BERT,
+/// `<s> A </s></s> B </s>` all of type 0 for RoBERTa. Read from the encoding of a probe pair, so that the windows
+/// are framed exactly as the tokenizer frames a pair.
+struct PairFrame {
+    before: Vec<(u32, String, u32)>,
+    between: Vec<(u32, String, u32)>,
+    after: Vec<(u32, String, u32)>,
+    type_ids: [u32; 2],
+}
+
+impl PairFrame {
+    fn of(tok: &Tokenizer) -> Result<PairFrame> {
+        let probe = tok.encode("a", Some("b"))?;
+        let seq = &probe.sequence_ids;
+        let first = |s: usize| seq.iter().position(|&x| x == Some(s));
+        let last = |s: usize| seq.iter().rposition(|&x| x == Some(s));
+        let (Some(a0), Some(a1), Some(b0), Some(b1)) = (first(0), last(0), first(1), last(1)) else {
+            return Err(Error::Tokenizer("qa: the tokenizer does not encode a text pair as two sequences".into()));
+        };
+        let pick = |range: std::ops::Range<usize>| -> Vec<(u32, String, u32)> {
+            range.map(|i| (probe.ids[i], probe.tokens[i].clone(), probe.type_ids[i])).collect()
+        };
+        Ok(PairFrame {
+            before: pick(0..a0),
+            between: pick(a1 + 1..b0),
+            after: pick(b1 + 1..probe.len()),
+            type_ids: [probe.type_ids[a0], probe.type_ids[b0]],
+        })
+    }
+
+    fn specials(&self) -> usize {
+        self.before.len() + self.between.len() + self.after.len()
+    }
 }
 
 /// The best span of one window: `(score, start token, end token)`, or `None` if the window has no context token.

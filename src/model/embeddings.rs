@@ -1,11 +1,16 @@
 //! `BertEmbeddings`: word + absolute position + token type embeddings, summed, then LayerNorm. DistilBERT has no
 //! token-type table: one all-zero row stands in for it and every token is of type 0, which adds exactly nothing.
+//! RoBERTa and XLM-R read type 0 for every token too (their tokenizers return no type ids), from their own table.
+//!
+//! RoBERTa's positions start at `pad_token_id + 1` (`create_position_ids_from_input_ids`): the table is uploaded
+//! from that row on, so that row `j` is the position of token `j` exactly as for BERT. transformers gives padding
+//! tokens position `pad_token_id` instead; no real token attends to them, so that changes nothing that is read.
 
 use crate::backend::{Backend, EmbeddingTables};
 use crate::config::BertConfig;
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
-use crate::Result;
+use crate::{Error, Result};
 
 use super::load_layernorm;
 
@@ -16,8 +21,26 @@ pub struct BertEmbeddings<B: Backend> {
     ln_gamma: B::Tensor,   // (H)
     ln_beta: B::Tensor,    // (H)
     eps: f32,
-    /// False for DistilBERT: every token type id is read as 0.
+    /// False for DistilBERT and RoBERTa: every token type id is read as 0.
     token_types: bool,
+    /// RoBERTa's `padding_idx`: a real token with this id would not advance transformers' position ids.
+    pad_id: Option<u32>,
+}
+
+/// The position table from the first position a token can take: BERT's whole table; RoBERTa's from row
+/// `pad_token_id + 1` on. A RoBERTa table may also come with those rows already dropped (`(max_position_embeddings,
+/// H)`), as `convert` and llama.cpp's converter store it in a GGUF.
+fn positions<'a>(w: &'a Weights, cfg: &BertConfig) -> Result<std::borrow::Cow<'a, HostTensor>> {
+    let (usable, offset, h) = (cfg.max_position_embeddings, cfg.position_offset, cfg.hidden_size);
+    let name = "position_embeddings.weight";
+    if offset == 0 {
+        return Ok(std::borrow::Cow::Borrowed(w.get(name, &[usable, h])?));
+    }
+    match w.get(name, &[usable + offset, h]) {
+        Ok(t) => Ok(std::borrow::Cow::Owned(t.slice_rows(offset..usable + offset)?)),
+        Err(Error::Shape { got, .. }) if got == [usable, h] => Ok(std::borrow::Cow::Borrowed(w.get(name, &[usable, h])?)),
+        Err(e) => Err(e),
+    }
 }
 
 impl<B: Backend> BertEmbeddings<B> {
@@ -25,14 +48,23 @@ impl<B: Backend> BertEmbeddings<B> {
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
         let word = backend.upload(w.get("word_embeddings.weight", &[cfg.vocab_size, h])?)?;
-        let position = backend.upload(w.get("position_embeddings.weight", &[cfg.max_position_embeddings, h])?)?;
-        let token_type = if cfg.family.has_token_types() {
+        let position = backend.upload(&*positions(w, cfg)?)?;
+        let token_type = if cfg.family.has_token_type_table() {
             backend.upload(w.get("token_type_embeddings.weight", &[cfg.type_vocab_size, h])?)?
         } else {
             backend.upload(&HostTensor::f32(vec![1, h], vec![0.0; h])?)?
         };
         let (ln_gamma, ln_beta) = load_layernorm(&w.pp("LayerNorm"), h, backend)?;
-        Ok(BertEmbeddings { word, position, token_type, ln_gamma, ln_beta, eps: cfg.layer_norm_eps, token_types: cfg.family.has_token_types() })
+        Ok(BertEmbeddings {
+            word,
+            position,
+            token_type,
+            ln_gamma,
+            ln_beta,
+            eps: cfg.layer_norm_eps,
+            token_types: cfg.family.has_token_types(),
+            pad_id: (cfg.position_offset > 0).then_some(cfg.pad_token_id),
+        })
     }
 
     /// The word-embedding matrix `(V, H)`: the MLM decoder's weight when it is tied.
@@ -40,8 +72,19 @@ impl<B: Backend> BertEmbeddings<B> {
         &self.word
     }
 
-    /// → `(B*T, H)`. Position ids are `0..T` in every row (right padding), as HF's default `position_ids`.
+    /// → `(B*T, H)`. Position ids are `0..T` in every row (right padding), as HF's default `position_ids` (RoBERTa:
+    /// rows of its table from `pad_token_id + 1`, see the module doc).
     pub fn forward(&self, backend: &B, batch: &Batch) -> Result<B::Tensor> {
+        if let Some(pad) = self.pad_id {
+            // transformers counts positions over the tokens that are not padding_idx: a padding token among the real
+            // ones (the text `<pad>` typed in) shifts every position after it there, and not here. Refuse it.
+            if batch.input_ids.iter().zip(&batch.attention_mask).any(|(&id, &m)| m != 0 && id == pad) {
+                return Err(Error::Input(format!(
+                    "the input contains the padding token (id {pad}) as a real token, e.g. `<pad>` typed in the text: \
+                     RoBERTa-style models number positions around it, so remove it from the text"
+                )));
+            }
+        }
         let tables = EmbeddingTables {
             word: &self.word,
             position: &self.position,

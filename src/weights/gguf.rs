@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::weights::quant::{self, QuantKind, Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK};
 use crate::config::Family;
-use crate::weights::{distilbert, HostData, HostTensor};
+use crate::weights::{distilbert, roberta, HostData, HostTensor};
 use crate::{Error, Result};
 
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -944,30 +944,68 @@ fn standard_specials(vocab: &[String]) -> HashSet<usize> {
     vocab.iter().enumerate().filter(|(_, t)| BERT_SPECIALS.contains(&t.as_str())).map(|(i, _)| i).collect()
 }
 
-/// The vocabulary (by id) and special-token ids of a WordPiece `tokenizer.json`.
+/// The model type of a `tokenizer.json` (`WordPiece`, `BPE`, `Unigram`, ...).
+fn tokenizer_model_type(json: &serde_json::Value) -> Option<&str> {
+    json.get("model").and_then(|m| m.get("type")).and_then(|t| t.as_str())
+}
+
+/// The vocabulary (by id, added tokens included) and special-token ids of a `tokenizer.json`: WordPiece (BERT,
+/// DistilBERT), byte-level BPE (RoBERTa) or Unigram (XLM-R).
 fn vocab_from_tokenizer_json(json: &serde_json::Value) -> Result<(Vec<String>, HashSet<usize>)> {
-    let bad = |m: &str| Error::Tokenizer(format!("tokenizer.json: {m}; bertgpu reads BERT WordPiece tokenizers"));
+    let bad = |m: &str| {
+        Error::Tokenizer(format!("tokenizer.json: {m}; bertgpu reads WordPiece, BPE and Unigram tokenizers"))
+    };
     let model = json.get("model").ok_or_else(|| bad("no `model`"))?;
-    if model.get("type").and_then(|t| t.as_str()) != Some("WordPiece") {
-        return Err(bad("the model is not WordPiece"));
-    }
-    let map = model.get("vocab").and_then(|v| v.as_object()).ok_or_else(|| bad("no `model.vocab` object"))?;
-    let mut vocab = vec![None; map.len()];
-    for (tok, id) in map {
-        let id = id.as_u64().map(|i| i as usize).filter(|&i| i < vocab.len()).ok_or_else(|| {
-            bad(&format!("token `{tok}` has id {id}, outside 0..{}: ids must be dense", map.len()))
-        })?;
-        vocab[id] = Some(tok.clone());
-    }
-    let vocab = vocab.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| bad("two tokens share an id"))?;
-    let mut special = HashSet::new();
-    for t in json.get("added_tokens").and_then(|a| a.as_array()).into_iter().flatten() {
-        if t.get("special").and_then(|s| s.as_bool()) == Some(true) {
-            if let Some(id) = t.get("id").and_then(|i| i.as_u64()) {
-                special.insert(id as usize);
+    let mut by_id: Vec<(usize, String)> = Vec::new();
+    match tokenizer_model_type(json) {
+        Some("WordPiece" | "BPE") => {
+            let map = model.get("vocab").and_then(|v| v.as_object()).ok_or_else(|| bad("no `model.vocab` object"))?;
+            for (tok, id) in map {
+                let id = id.as_u64().ok_or_else(|| bad(&format!("token `{tok}` has id {id}, not an integer")))?;
+                by_id.push((id as usize, tok.clone()));
             }
         }
+        Some("Unigram") => {
+            let list = model.get("vocab").and_then(|v| v.as_array()).ok_or_else(|| bad("no `model.vocab` list"))?;
+            for (id, piece) in list.iter().enumerate() {
+                let tok = piece.get(0).and_then(|t| t.as_str()).ok_or_else(|| bad("a Unigram piece is not [token, score]"))?;
+                by_id.push((id, tok.to_string()));
+            }
+        }
+        Some(other) => return Err(bad(&format!("the model is {other}"))),
+        None => return Err(bad("the model has no `type`")),
     }
+    let mut special = HashSet::new();
+    for t in json.get("added_tokens").and_then(|a| a.as_array()).into_iter().flatten() {
+        let (Some(id), Some(content)) = (t.get("id").and_then(|i| i.as_u64()), t.get("content").and_then(|c| c.as_str()))
+        else {
+            continue;
+        };
+        let id = id as usize;
+        // An added token may repeat a model token (same id) or extend the vocabulary past it (RoBERTa's `<mask>`).
+        match by_id.iter().find(|(i, _)| *i == id) {
+            Some((_, tok)) if tok != content => {
+                return Err(bad(&format!("added token `{content}` has id {id}, which the model gives to `{tok}`")))
+            }
+            Some(_) => {}
+            None => by_id.push((id, content.to_string())),
+        }
+        if t.get("special").and_then(|s| s.as_bool()) == Some(true) {
+            special.insert(id);
+        }
+    }
+    let n = by_id.len();
+    let mut vocab = vec![None; n];
+    for (id, tok) in by_id {
+        let slot = vocab
+            .get_mut(id)
+            .ok_or_else(|| bad(&format!("token `{tok}` has id {id}, outside 0..{n}: ids must be dense")))?;
+        if slot.is_some() {
+            return Err(bad(&format!("two tokens share the id {id}")));
+        }
+        *slot = Some(tok);
+    }
+    let vocab = vocab.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| bad("two tokens share an id"))?;
     Ok((vocab, special))
 }
 
@@ -1279,7 +1317,16 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
     let tok_json: serde_json::Value = serde_json::from_str(meta.tokenizer_json)
         .map_err(|e| Error::Tokenizer(format!("tokenizer.json is not valid JSON: {e}")))?;
     let (vocab, special) = vocab_from_tokenizer_json(&tok_json)?;
-    let (tokens, types) = to_phantom_vocab(&vocab, &special);
+    // llama.cpp's vocabulary: WordPiece in its "phantom space" form (`bert`); RoBERTa's byte-level BPE (`gpt2`, with
+    // its merges) and XLM-R's Unigram (`t5`, with the piece scores) as they are, the form llama.cpp's converter
+    // writes them in. bertgpu itself reads the tokenizer.json stored beside them.
+    let model_type = tokenizer_model_type(&tok_json).unwrap_or_default().to_string();
+    let (tokens, types) = if model_type == "WordPiece" {
+        to_phantom_vocab(&vocab, &special)
+    } else {
+        let types = (0..vocab.len()).map(|i| if special.contains(&i) { TOKEN_CONTROL } else { TOKEN_NORMAL }).collect();
+        (vocab.clone(), types)
+    };
 
     let mut w = GgufWriter::new();
     w.set(KEY_ARCHITECTURE, Value::String("bert".into()));
@@ -1298,20 +1345,47 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
         Some("cls") => w.set("bert.pooling_type", Value::U32(2)),
         _ => {}
     }
-    w.set("tokenizer.ggml.model", Value::String("bert".into()));
+    let ggml_model = match model_type.as_str() {
+        "BPE" => "gpt2",
+        "Unigram" => "t5",
+        _ => "bert",
+    };
+    w.set("tokenizer.ggml.model", Value::String(ggml_model.into()));
     w.set(KEY_TOKENS, Value::Array(Array::String(tokens)));
     w.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     w.set("tokenizer.ggml.token_type_count", Value::U32(num(cfg.type_vocab_size)?));
-    for (key, tok) in [
-        ("tokenizer.ggml.unknown_token_id", "[UNK]"),
-        ("tokenizer.ggml.seperator_token_id", "[SEP]"), // sic: llama.cpp's spelling
-        ("tokenizer.ggml.padding_token_id", "[PAD]"),
+    let model = &tok_json["model"];
+    if let Some(merges) = model["merges"].as_array().filter(|_| ggml_model == "gpt2") {
+        // Merges are "a b" strings in older files and ["a", "b"] pairs in newer ones; llama.cpp reads the former.
+        let merges = merges
+            .iter()
+            .map(|m| match m {
+                serde_json::Value::String(s) => Ok(s.clone()),
+                serde_json::Value::Array(p) if p.len() == 2 => Ok(format!("{} {}", p[0].as_str().unwrap_or(""), p[1].as_str().unwrap_or(""))),
+                _ => Err(Error::Tokenizer("tokenizer.json: a BPE merge is neither \"a b\" nor [\"a\", \"b\"]".into())),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        w.set("tokenizer.ggml.merges", Value::Array(Array::String(merges)));
+    }
+    if ggml_model == "t5" {
+        let scores: Vec<f32> = model["vocab"].as_array().into_iter().flatten().map(|p| p[1].as_f64().unwrap_or(0.0) as f32).collect();
+        // Added tokens past the Unigram vocabulary score 0, as llama.cpp's converter gives them.
+        let mut scores = scores;
+        scores.resize(vocab.len(), 0.0);
+        w.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+    }
+    // BERT's names, else RoBERTa's (`<s>` is llama.cpp's BOS and CLS, `</s>` its EOS and SEP).
+    for (key, names) in [
+        ("tokenizer.ggml.unknown_token_id", ["[UNK]", "<unk>"]),
+        ("tokenizer.ggml.seperator_token_id", ["[SEP]", "</s>"]), // sic: llama.cpp's spelling
+        ("tokenizer.ggml.padding_token_id", ["[PAD]", "<pad>"]),
         // llama.cpp (gguf-py `SpecialVocab`) records BERT's [CLS] as BOS and [SEP] as EOS.
-        ("tokenizer.ggml.bos_token_id", "[CLS]"),
-        ("tokenizer.ggml.eos_token_id", "[SEP]"),
-        ("tokenizer.ggml.mask_token_id", "[MASK]"),
+        ("tokenizer.ggml.bos_token_id", ["[CLS]", "<s>"]),
+        ("tokenizer.ggml.eos_token_id", ["[SEP]", "</s>"]),
+        ("tokenizer.ggml.mask_token_id", ["[MASK]", "<mask>"]),
     ] {
-        if let Some(id) = vocab.iter().position(|v| v == tok) {
+        let pick = if model_type == "WordPiece" { names[0] } else { names[1] };
+        if let Some(id) = vocab.iter().position(|v| v == pick) {
             w.set(key, Value::U32(id as u32));
         }
     }
@@ -1326,6 +1400,7 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
     let bert_name = |n: &str| match cfg.family {
         Family::Bert => canonical_hf_name(n),
         Family::DistilBert => canonical_hf_name(&distilbert::to_bert(n)),
+        Family::Roberta | Family::XlmRoberta => canonical_hf_name(&roberta::to_bert(n)),
     };
     let word = tensors.iter().find(|(n, _)| bert_name(n) == "embeddings.word_embeddings.weight");
     for (name, t) in tensors {
@@ -1334,6 +1409,22 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
         if hf == "cls.predictions.decoder.weight" && word.is_some_and(|(_, wt)| wt == t) {
             continue;
         }
+        // RoBERTa's positions start at pad_token_id + 1: the rows before are dropped, as llama.cpp's converter does,
+        // so that row j is token j's position and `bert.context_length` rows remain (the loader takes either form).
+        let sliced;
+        let t = if hf == "embeddings.position_embeddings.weight" && cfg.position_offset > 0 {
+            let (rows, offset) = (t.rows_cols().0, cfg.position_offset);
+            if rows != cfg.max_position_embeddings + offset {
+                return Err(Error::Config(format!(
+                    "`{name}` has {rows} rows but config.json's max_position_embeddings is {}",
+                    cfg.max_position_embeddings + offset
+                )));
+            }
+            sliced = t.slice_rows(offset..rows)?;
+            &sliced
+        } else {
+            t
+        };
         let g = hf_to_gguf_name(&hf);
         let ty = storage_for(&g, &t.shape, dtype, n_layers);
         let stored = store(t, ty).map_err(|e| gguf_err(format!("tensor `{hf}`: {e}")))?;

@@ -3,6 +3,7 @@
 //! variants real checkpoints carry.
 
 pub mod distilbert;
+pub mod roberta;
 pub mod safetensors;
 
 use std::collections::HashMap;
@@ -245,7 +246,8 @@ pub struct Weights {
     /// for one is an error that names the dtype; not asking costs nothing.
     unsupported: Arc<HashMap<String, String>>,
     prefix: String,
-    /// Whose names the file uses: the model asks for BERT's, and a DistilBERT file is searched under its own too.
+    /// Whose names the file uses: the model asks for BERT's, and a DistilBERT or RoBERTa file is searched under its
+    /// own too.
     family: Option<Family>,
 }
 
@@ -275,13 +277,13 @@ impl Weights {
         w
     }
 
-    /// The same tensors with no prefix.
     /// The same tensors, looked up as the `family`'s checkpoints name them (BERT's names are always tried first: a
     /// GGUF made by `convert` stores every family under them).
     pub fn for_family(&self, family: Family) -> Weights {
         Weights { family: Some(family), ..self.clone() }
     }
 
+    /// The same tensors with no prefix.
     pub fn root(&self) -> Weights {
         Weights { prefix: String::new(), ..self.clone() }
     }
@@ -311,8 +313,10 @@ impl Weights {
     /// The names a tensor may be stored under, most likely first.
     fn candidates(&self, full: &str) -> Vec<String> {
         let mut out = Self::bert_candidates(full);
-        if self.family == Some(Family::DistilBert) {
-            out.extend(distilbert::from_bert(full));
+        match self.family {
+            Some(Family::DistilBert) => out.extend(distilbert::from_bert(full)),
+            Some(Family::Roberta | Family::XlmRoberta) => out.extend(roberta::from_bert(full)),
+            Some(Family::Bert) | None => {}
         }
         out
     }

@@ -1,0 +1,91 @@
+//! RoBERTa's and XLM-R's tensor names (transformers `modeling_roberta.py`, `modeling_xlm_roberta.py`) ↔ BERT's. The
+//! encoder is BERT's under `roberta.` (task checkpoints) or at the root (`RobertaModel`, `XLMRobertaModel`: the
+//! multilingual-e5 and bge-m3 checkpoints), with BERT's sub-names; the model code asks for BERT names and
+//! [`super::Weights`] finds these too. The masked-LM head `lm_head.{dense, layer_norm, decoder, bias}` is BERT's
+//! `cls.predictions.{transform.dense, transform.LayerNorm, decoder, bias}`.
+//!
+//! Not mapped, on purpose: RoBERTa's sequence-classification head is `classifier.dense` + tanh +
+//! `classifier.out_proj` on the `<s>` token (no pooler), while its token-classification head is `classifier` itself.
+//! Mapping BERT's `classifier.weight` to `classifier.out_proj.weight` would let a token classifier be built from a
+//! sequence classifier's weights, so `heads::classifier` reads RoBERTa's head under its own names instead.
+
+/// The masked-LM head: BERT's module path ↔ RoBERTa's.
+const LM_HEAD: [(&str, &str); 3] = [
+    ("cls.predictions.transform.dense", "lm_head.dense"),
+    ("cls.predictions.transform.LayerNorm", "lm_head.layer_norm"),
+    ("cls.predictions.decoder", "lm_head.decoder"),
+];
+
+/// A BERT tensor name (with or without `bert.`) → the names RoBERTa checkpoints may store it under besides the
+/// bare name (which BERT's lookup tries already), most likely first; empty when RoBERTa has no such tensor (the NSP
+/// head, BERT's classifier names).
+pub fn from_bert(name: &str) -> Vec<String> {
+    let name = name.strip_prefix("bert.").unwrap_or(name);
+    if ["embeddings.", "encoder.", "pooler."].iter().any(|p| name.starts_with(p)) {
+        return vec![format!("roberta.{name}")];
+    }
+    // BERT's MLM bias is `cls.predictions.bias`, tied to `decoder.bias`; RoBERTa's is `lm_head.bias`, tied to
+    // `lm_head.decoder.bias`. Files hold either or both.
+    if name == "cls.predictions.bias" || name == "cls.predictions.decoder.bias" {
+        return vec!["lm_head.bias".into(), "lm_head.decoder.bias".into()];
+    }
+    let Some((module, param)) = name.rsplit_once('.') else { return Vec::new() };
+    match LM_HEAD.iter().find(|(b, _)| *b == module) {
+        Some((_, r)) => vec![format!("{r}.{param}")],
+        None => Vec::new(),
+    }
+}
+
+/// A RoBERTa tensor name → BERT's (without `bert.`), for storing a checkpoint under BERT's names; names of the
+/// classification heads (`classifier.dense`, `classifier.out_proj`, `classifier`, `qa_outputs`) pass through.
+pub fn to_bert(name: &str) -> String {
+    let bare = name.strip_prefix("roberta.").unwrap_or(name);
+    if bare == "lm_head.bias" || bare == "lm_head.decoder.bias" {
+        return "cls.predictions.bias".into();
+    }
+    if let Some((module, param)) = bare.rsplit_once('.') {
+        if let Some((b, _)) = LM_HEAD.iter().find(|(_, r)| *r == module) {
+            return format!("{b}.{param}");
+        }
+    }
+    bare.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name of a transformers RobertaForMaskedLM state dict maps to BERT's and back.
+    #[test]
+    fn names_round_trip() {
+        let pairs = [
+            ("roberta.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
+            ("roberta.embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),
+            ("roberta.embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
+            ("roberta.embeddings.LayerNorm.bias", "embeddings.LayerNorm.bias"),
+            ("roberta.encoder.layer.0.attention.self.query.weight", "encoder.layer.0.attention.self.query.weight"),
+            ("roberta.encoder.layer.11.output.LayerNorm.weight", "encoder.layer.11.output.LayerNorm.weight"),
+            ("roberta.pooler.dense.weight", "pooler.dense.weight"),
+            ("lm_head.dense.weight", "cls.predictions.transform.dense.weight"),
+            ("lm_head.layer_norm.bias", "cls.predictions.transform.LayerNorm.bias"),
+            ("lm_head.decoder.weight", "cls.predictions.decoder.weight"),
+            ("lm_head.bias", "cls.predictions.bias"),
+        ];
+        for (r, b) in pairs {
+            assert_eq!(to_bert(r), b, "{r}");
+            assert_eq!(from_bert(b)[0], r, "{b}");
+            assert_eq!(from_bert(&format!("bert.{b}"))[0], r, "bert.{b}");
+        }
+        assert_eq!(to_bert("lm_head.decoder.bias"), "cls.predictions.bias");
+        assert_eq!(from_bert("cls.predictions.decoder.bias"), ["lm_head.bias", "lm_head.decoder.bias"]);
+        // The classification heads keep their names both ways: BERT's `classifier.weight` is never RoBERTa's
+        // `classifier.out_proj.weight`, nor its pooler `classifier.dense`.
+        for n in ["classifier.dense.weight", "classifier.out_proj.bias", "classifier.weight", "qa_outputs.weight"] {
+            assert_eq!(to_bert(n), n);
+        }
+        for n in ["classifier.weight", "bert.pooler.dense.weight", "qa_outputs.bias"] {
+            assert!(!from_bert(n).iter().any(|c| c.starts_with("classifier.")), "{n}");
+        }
+        assert!(from_bert("cls.seq_relationship.weight").is_empty());
+    }
+}
