@@ -10,8 +10,10 @@
 //   adamw:      1 a param, 2 b grad, 6 m, 7 v (len each) f32; 3 y new param, 9 m_out, 10 v_out (len each) f32
 //
 // Params by entry point: matmul_t (m, n, k, flags: bit 0 = transpose a, bit 1 = transpose b); xent_grad
-// (m = rows, n = classes); act_grad (m = len, flags = activation: 0 none, 1 GELU, 2 GELU tanh, 3 ReLU, 4 tanh);
+// (m = rows, n = classes); act_grad (m = len, flags = activation code of lib/activations.wgsl);
 // adamw (m = len, and the step's scalars lr, wd, beta1, beta2, eps, bc1 = 1 − β1ᵗ, bc2_sqrt = √(1 − β2ᵗ)).
+
+#include "lib/activations.wgsl"
 
 struct Params {
     m: u32,
@@ -90,21 +92,7 @@ fn xent_grad(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) w
     }
 }
 
-// erf by Abramowitz & Stegun 7.1.26 (|error| ≤ 1.5e-7), as in matmul.wgsl.
-fn erf_as(v: f32) -> f32 {
-    let t = 1.0 / (1.0 + 0.3275911 * abs(v));
-    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-    let r = 1.0 - poly * exp(-v * v);
-    return select(r, -r, v < 0.0);
-}
-
-fn tanh_safe(v: f32) -> f32 {
-    let c = clamp(v, -15.0, 15.0);
-    let e = exp(2.0 * c);
-    return (e - 1.0) / (e + 1.0);
-}
-
-// y = dy ⊙ act'(pre), the derivatives of cpu/train.rs `activation_derivative`.
+// y = dy ⊙ act'(pre) (lib/activations.wgsl).
 @compute @workgroup_size(WG)
 fn act_grad(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -112,21 +100,7 @@ fn act_grad(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wi
     if i >= p.m {
         return;
     }
-    let x = b[i];
-    var d = 1.0;
-    switch p.flags {
-        // Φ(x) + x·φ(x)
-        case 1u: { d = 0.5 * (1.0 + erf_as(x * 0.70710678118654752)) + x * 0.3989422804014327 * exp(-0.5 * x * x); }
-        case 2u: {
-            let c = 0.79788456080286536;
-            let t = tanh_safe(c * (x + 0.044715 * x * x * x));
-            d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
-        }
-        case 3u: { d = select(0.0, 1.0, x > 0.0); }
-        case 4u: { let t = tanh_safe(x); d = 1.0 - t * t; }
-        default: {}
-    }
-    y[i] = a[i] * d;
+    y[i] = a[i] * activate_grad(p.flags, b[i]);
 }
 
 // torch.optim.AdamW, one element per invocation: decoupled decay on the old p, the moments, then the bias-corrected

@@ -264,11 +264,15 @@ fn repeated_calls_allocate_nothing_new() {
 #[test]
 fn params_layouts_agree_with_wgsl() {
     use wgpu::naga;
-    for &(name, src, size, fields) in bertgpu::backend::gpu::params::SHADERS {
-        let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{name}.wgsl: {}", e.emit_to_string(src)));
+    for &(name, _, size, fields) in bertgpu::backend::gpu::params::SHADERS {
+        // The text the GPU compiles (includes resolved); errors name the file under shaders/ and its line.
+        let composed = bertgpu::backend::gpu::params::source(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let src = composed.text.as_str();
+        let module = naga::front::wgsl::parse_str(src)
+            .unwrap_or_else(|e| panic!("{name}: {}", composed.annotate(&e.emit_to_string(src), &[])));
         naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32)
             .validate(&module)
-            .unwrap_or_else(|e| panic!("{name}.wgsl does not validate: {e:?}"));
+            .unwrap_or_else(|e| panic!("{name} does not validate: {}", composed.annotate(&e.emit_to_string(src), &[])));
         let uniforms: Vec<_> =
             module.global_variables.iter().filter(|(_, v)| v.space == naga::AddressSpace::Uniform).collect();
         assert_eq!(uniforms.len(), 1, "{name}.wgsl: one uniform Params");

@@ -1,11 +1,11 @@
-// The packed-weight kernels (shaders/matmul.wgsl `matmul_packed` / `matmul_scalar`, shaders/embeddings.wgsl) in the
-// browser's own WGSL compiler, on a device without `shader-f16` (the package never asks for it: f16 weights are
-// decoded with unpack2x16float, so this is the device it runs on whatever the adapter offers; SwiftShader here offers
-// none): every dtype variant must build, and Q8_0 / Q4_0 `matmul_packed` must match a JavaScript reference on shapes
-// whose rows hold an odd number of blocks (so half the blocks start mid-word, differently per column). Native
-// lavapipe runs the same kernels against the CPU twin in tests/quant_kernels.rs; this file checks what only a browser
-// can: Tint accepts them and decodes without f16 support. Needs no pkg/: it serves the repository and loads the .wgsl
-// files.
+// The packed-weight kernels (shaders/matmul_packed.wgsl `matmul_packed` / `matmul_scalar`, shaders/embeddings.wgsl)
+// in the browser's own WGSL compiler, on a device without `shader-f16` (the package never asks for it: f16 weights
+// are decoded with unpack2x16float, so this is the device it runs on whatever the adapter offers; SwiftShader here
+// offers none): every dtype variant must build, and Q8_0 / Q4_0 `matmul_packed` must match a JavaScript reference on
+// shapes whose rows hold an odd number of blocks (so half the blocks start mid-word, differently per column). Native
+// lavapipe runs the same kernels against the CPU twin in tests/quant_kernels.rs; this file checks what only a
+// browser can: Tint accepts them and decodes without f16 support. Needs no pkg/: it composes the kernels from the
+// .wgsl files of the repository (wgsl.mjs).
 import test, { before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -14,6 +14,7 @@ import path from "node:path";
 import { chromium } from "playwright-core";
 import { ARGS, CHROMIUM, ROOT } from "./harness.mjs";
 import { serve } from "./server.mjs";
+import { composeWgsl } from "./wgsl.mjs";
 
 let site, context, profile, page;
 
@@ -34,26 +35,27 @@ after(async () => {
 });
 
 test("every packed-weight kernel variant compiles on a device without shader-f16", async () => {
-  const got = await page.evaluate(async () => {
+  const variants = {
+    "matmul.wgsl": [["matmul_vec4", {}]],
+    "matmul_packed.wgsl": [
+      ["matmul_packed", { WDT: 1 }], ["matmul_packed", { WDT: 2, ACT: 1, HAS_BIAS: 1 }], ["matmul_packed", { WDT: 3, ACT: 4 }],
+      ["matmul_scalar", { WDT: 0 }], ["matmul_scalar", { WDT: 1, ACT: 2 }],
+    ],
+    "embeddings.wgsl": [["embeddings", {}], ["embeddings", { WORD_DT: 2, POS_DT: 1, TYPE_DT: 3 }], ["embeddings", { WORD_DT: 3, POS_DT: 2, TYPE_DT: 1 }]],
+  };
+  const composed = Object.fromEntries(Object.keys(variants).map((file) => [file, composeWgsl(file)]));
+  const kernels = Object.entries(variants).map(([file, entries]) => [file, composed[file].text, entries]);
+  const got = await page.evaluate(async (kernels) => {
     const out = [];
     const adapter = await navigator.gpu.requestAdapter();
     if (!adapter) return { errors: ["no WebGPU adapter"] };
     // Requested as the package requests it (src/backend/gpu/context.rs: timestamp queries at most, never shader-f16),
     // whether or not the adapter offers f16.
     const device = await adapter.requestDevice();
-    const variants = {
-      matmul: [
-        ["matmul_vec4", {}],
-        ["matmul_packed", { WDT: 1 }], ["matmul_packed", { WDT: 2, ACT: 1, HAS_BIAS: 1 }], ["matmul_packed", { WDT: 3, ACT: 4 }],
-        ["matmul_scalar", { WDT: 0 }], ["matmul_scalar", { WDT: 1, ACT: 2 }],
-      ],
-      embeddings: [["embeddings", {}], ["embeddings", { WORD_DT: 2, POS_DT: 1, TYPE_DT: 3 }], ["embeddings", { WORD_DT: 3, POS_DT: 2, TYPE_DT: 1 }]],
-    };
-    for (const [file, entries] of Object.entries(variants)) {
-      const code = await (await fetch(`/shaders/${file}.wgsl`)).text();
+    for (const [file, code, entries] of kernels) {
       const module = device.createShaderModule({ code });
       for (const m of (await module.getCompilationInfo()).messages) {
-        if (m.type === "error") out.push(`${file}.wgsl ${m.lineNum}:${m.linePos}: ${m.message}`);
+        if (m.type === "error") out.push({ file, line: m.lineNum, pos: m.linePos, message: m.message });
       }
       for (const [entryPoint, constants] of entries) {
         try {
@@ -64,16 +66,18 @@ test("every packed-weight kernel variant compiles on a device without shader-f16
       }
     }
     return { adapterF16: adapter.features.has("shader-f16"), deviceF16: device.features.has("shader-f16"), errors: out };
-  });
-  assert.deepEqual(got.errors, [], got.errors.join("\n"));
+  }, kernels);
+  // Compiler messages cite lines of the composed text: name the file and line under shaders/ instead.
+  const errors = got.errors.map((e) => typeof e === "string" ? e : `${composed[e.file].locate(e.line)}:${e.pos}: ${e.message}`);
+  assert.deepEqual(errors, [], errors.join("\n"));
   console.log(`# adapter offers shader-f16: ${got.adapterF16}; the kernels compiled on a device without it`);
   assert.equal(got.deviceF16, false, "a device requested without shader-f16 has it (the point of this test)");
 });
 
 test("Q8_0 and Q4_0 matmul_packed match a JavaScript reference on the browser's adapter", async () => {
-  const results = await page.evaluate(async () => {
+  const results = await page.evaluate(async (code) => {
     const device = await (await navigator.gpu.requestAdapter()).requestDevice();
-    const module = device.createShaderModule({ code: await (await fetch("/shaders/matmul.wgsl")).text() });
+    const module = device.createShaderModule({ code });
     let seed = 12345;
     const rnd = () => { seed = (seed * 1103515245 + 12345) >>> 0; return seed / 2 ** 32; };
     // f16 scales as raw bits with their values (exact in f32): positive, negative, and a subnormal.
@@ -149,7 +153,7 @@ test("Q8_0 and Q4_0 matmul_packed match a JavaScript reference on the browser's 
       }
     }
     return out;
-  });
+  }, composeWgsl("matmul_packed.wgsl").text);
   assert.equal(results.length, 6, "2 formats × 3 shapes");
   for (const r of results) {
     assert.ok(r.ratio <= 1, `${r.what}: worst at row ${r.m} column ${r.n}: got ${r.got}, want ${r.want}`);

@@ -6,14 +6,15 @@
 //! are uploaded once; activation buffers come from a pool (see `pool.rs`), so a repeated forward allocates nothing.
 //!
 //! Weight matrices stay on the device in the dtype of their file (f32, f16, Q8_0, Q4_0 as raw bytes in an
-//! `array<u32>` buffer, see `shaders/matmul.wgsl`): `linear` dispatches the matmul variant of the weight's dtype,
-//! which decodes in registers, and `embeddings` decodes the table elements it reads. So a Q8_0 model takes about
+//! `array<u32>` buffer, see `shaders/lib/quant.wgsl`): `linear` dispatches the matmul variant of the weight's
+//! dtype, which decodes in registers, and `embeddings` decodes the table elements it reads. So a Q8_0 model takes about
 //! 0.28× the f32 bytes of device memory ([`GpuBackend::weight_bytes`]) and the matmuls read 0.27× the weight bytes.
 
 mod context;
 pub mod params;
 mod pool;
 mod train;
+pub mod wgsl;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -142,7 +143,7 @@ pub struct GpuBackend {
     weight_bytes: Rc<std::cell::Cell<u64>>,
 }
 
-/// Largest head_dim the attention kernel holds per invocation (`DMAX` in attention.wgsl).
+/// Largest head_dim the attention kernel holds per invocation (`DMAX` in shaders/lib/attention.wgsl).
 const ATTENTION_MAX_HEAD_DIM: usize = 128;
 
 fn prev_pow2(v: u32) -> u32 {
@@ -276,11 +277,16 @@ impl GpuBackend {
         let device = &self.gpu.device;
         let mut modules = self.modules.borrow_mut();
         if !modules.contains_key(shader) {
-            let src = params::source(shader).ok_or_else(|| Error::Gpu(format!("no shader named {shader}")))?;
+            let src = params::source(shader).map_err(Error::Gpu)?;
             let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(shader),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
+                source: wgpu::ShaderSource::Wgsl(src.text.as_str().into()),
             });
+            // Compiler errors cite lines of the composed text: name the file and line under shaders/ instead.
+            self.gpu.check_errors().map_err(|e| match e {
+                Error::Gpu(msg) => Error::Gpu(src.annotate(&msg, &[shader])),
+                e => e,
+            })?;
             modules.insert(shader, m);
         }
         let module = &modules[shader];
@@ -682,30 +688,33 @@ impl Backend for GpuBackend {
             Activation::Tanh => 4.0,
         };
         let (wx, wy) = self.tuning.matmul_wg;
-        let consts = [
-            ("WG_X", wx as f64),
-            ("WG_Y", wy as f64),
-            ("ACT", act_id),
-            ("HAS_BIAS", if bias.is_some() { 1.0 } else { 0.0 }),
-            ("WDT", dtype_code(w.dtype)),
-        ];
         let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, _pad: 0 };
         let bias_buf = bias.map(|b| b.buffer()).unwrap_or(&self.dummy);
         // One entry point per weight layout; outputs per invocation: 4 rows × 8 columns (vec4, packed), 4 × 4
         // (scalar). vec4 loads of x need K % 4 == 0 (every BERT); otherwise the scalar entry point views x as f32
         // and the weight as words (f32 or f16). Quantized rows are whole blocks of 32, so K % 32 == 0 there.
-        let (entry, xb, wb, cols) = match w.dtype {
+        let (shader, entry, xb, wb, cols) = match w.dtype {
             Dtype::Q8_0 | Dtype::Q4_0 if k % QK != 0 => {
                 return Err(shape_err("linear", format!(
                     "a {} weight needs K to be a multiple of {QK}, got {k}", w.dtype.name()
                 )));
             }
-            Dtype::F32 if k % 4 == 0 => ("matmul_vec4", 1, 2, 8),
-            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => ("matmul_packed", 1, 6, 8),
-            _ => ("matmul_scalar", 5, 6, 4),
+            Dtype::F32 if k % 4 == 0 => ("matmul", "matmul_vec4", 1, 2, 8),
+            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => ("matmul_packed", "matmul_packed", 1, 6, 8),
+            _ => ("matmul_packed", "matmul_scalar", 5, 6, 4),
         };
+        let mut consts = vec![
+            ("WG_X", wx as f64),
+            ("WG_Y", wy as f64),
+            ("ACT", act_id),
+            ("HAS_BIAS", if bias.is_some() { 1.0 } else { 0.0 }),
+        ];
+        if shader == "matmul_packed" {
+            // matmul.wgsl reads only f32 weights: it declares no WDT (and a pipeline may not set what is not there).
+            consts.push(("WDT", dtype_code(w.dtype)));
+        }
         let groups = (n.div_ceil(cols * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
-        self.dispatch("matmul", entry, &consts, bytemuck::bytes_of(&p), &[
+        self.dispatch(shader, entry, &consts, bytemuck::bytes_of(&p), &[
             (xb, x.buffer(), false),
             (wb, w.buffer(), false),
             (3, bias_buf, false),

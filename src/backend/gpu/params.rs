@@ -17,11 +17,11 @@ macro_rules! params {
 }
 
 params!(
-    /// `shaders/matmul.wgsl`: y (m, n) = act(x (m, k) · w (n, k)ᵀ + bias).
+    /// `shaders/matmul.wgsl`, `shaders/matmul_packed.wgsl`: y (m, n) = act(x (m, k) · w (n, k)ᵀ + bias).
     MatmulParams { m: u32, n: u32, k: u32, _pad: u32 }
 );
 params!(
-    /// `shaders/attention.wgsl`.
+    /// `shaders/attention.wgsl`, `shaders/attention_vec4.wgsl`.
     AttentionParams { batch: u32, seq: u32, heads: u32, head_dim: u32, hidden: u32, scale: f32, _pad0: u32, _pad1: u32 }
 );
 params!(
@@ -50,23 +50,22 @@ params!(
     }
 );
 
-/// Every shader: (file name, WGSL source, its Params twin's size and fields).
+/// Every shader module: (name, its file under `shaders/`, its Params twin's size and fields). The WGSL the GPU
+/// compiles is the file with its `#include`s resolved ([`super::wgsl::compose`]).
 pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
-    ("matmul", include_str!("../../../shaders/matmul.wgsl"), std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
-    ("attention", include_str!("../../../shaders/attention.wgsl"), std::mem::size_of::<AttentionParams>(),
-        AttentionParams::FIELDS),
-    ("attention_vec4", include_str!("../../../shaders/attention_vec4.wgsl"), std::mem::size_of::<AttentionParams>(),
-        AttentionParams::FIELDS),
-    ("layernorm", include_str!("../../../shaders/layernorm.wgsl"), std::mem::size_of::<LayerNormParams>(),
-        LayerNormParams::FIELDS),
-    ("embeddings", include_str!("../../../shaders/embeddings.wgsl"), std::mem::size_of::<EmbeddingsParams>(),
-        EmbeddingsParams::FIELDS),
-    ("pool", include_str!("../../../shaders/pool.wgsl"), std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),
-    ("gather", include_str!("../../../shaders/gather.wgsl"), std::mem::size_of::<GatherParams>(), GatherParams::FIELDS),
-    ("train", include_str!("../../../shaders/train.wgsl"), std::mem::size_of::<TrainParams>(), TrainParams::FIELDS),
+    ("matmul", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_packed", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("attention", "attention.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_vec4", "attention_vec4.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("layernorm", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
+    ("embeddings", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
+    ("pool", "pool.wgsl", std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),
+    ("gather", "gather.wgsl", std::mem::size_of::<GatherParams>(), GatherParams::FIELDS),
+    ("train", "train.wgsl", std::mem::size_of::<TrainParams>(), TrainParams::FIELDS),
 ];
 
-/// The WGSL source of shader `name`.
-pub fn source(name: &str) -> Option<&'static str> {
-    SHADERS.iter().find(|s| s.0 == name).map(|s| s.1)
+/// The WGSL of shader module `name`, composed.
+pub fn source(name: &str) -> Result<super::wgsl::Composed, String> {
+    let file = SHADERS.iter().find(|s| s.0 == name).map(|s| s.1).ok_or_else(|| format!("no shader named {name}"))?;
+    super::wgsl::compose(file)
 }

@@ -1,0 +1,96 @@
+// lib/attention.wgsl: fused multi-head self-attention, context = softmax(q·kᵀ/√d + maskbias)·v, written once for
+// attention.wgsl (one f32 per step) and attention_vec4.wgsl (a vec4<f32> per step: a quarter of the loop
+// iterations and loads, for head_dim and hidden multiples of 4, i.e. every BERT).
+//
+// Bindings (group 0):
+//   0  p     uniform Params { batch = B, seq = T, heads, head_dim = d, hidden = H = heads·d, scale = 1/√d }
+//   1  qkv   (B*T, 3H) f32 (as V)   [q | k | v], head h at columns h*d..(h+1)*d of each third
+//   2  mask  (B, T)    f32          1.0 real token, 0.0 padding (padded keys get -inf)
+//   3  out   (B*T, H)  f32 (as V)
+//
+// One invocation per query, one workgroup per (block of WG queries, head, sequence): grid (ceil(T/WG), heads, B).
+// Each invocation streams over the keys once with the online softmax (Milakov & Gimelshein 2018, as in
+// FlashAttention): running max m, running sum l, and the output accumulator rescaled by exp(m_old − m_new) when the
+// max grows. No score matrix exists anywhere (not even per block in workgroup memory), any T works, and there are
+// no barriers. All invocations of a workgroup read the same key and value row at the same time, so those loads are
+// broadcasts. Everything is f32. A query whose keys are all padding gets l = 0 and yields zeros.
+// (A variant holding a block of 4 queries' scores in workgroup memory, with tree reductions, was about 3× slower
+// on lavapipe: BENCHMARKS.md.)
+//
+// The kernel that includes this file names the element each step reads:
+//   alias V = f32 or vec4<f32>;  const LANES: u32 = 1u or 4u (values in a V);  fn hsum(v: V) -> f32 (sum of lanes)
+// and calls attend(gid, wid) from its entry point. Results differ between the two only in the order of the four
+// partial sums of each dot product.
+
+struct Params {
+    batch: u32,
+    seq: u32,
+    heads: u32,
+    head_dim: u32,
+    hidden: u32,
+    scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+// Queries per workgroup (the host clamps it to the adapter's invocation limit).
+override WG: u32 = 64u;
+const DMAX: u32 = 128u;    // largest head_dim supported (host checks)
+const NEG: f32 = -1.0e30;  // stands for -inf before the first real key
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> qkv: array<V>;
+@group(0) @binding(2) var<storage, read> mask: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<V>;
+
+fn attend(gid: vec3<u32>, wid: vec3<u32>) {
+    let T = p.seq;
+    let dv = p.head_dim / LANES;  // V per head
+    let Hv = p.hidden / LANES;    // V per row of q, k or v
+    let stride = 3u * Hv;
+    let b = wid.z;
+    let h = wid.y;
+    let t = gid.x;
+    // Lanes past the end compute a copy of the last query (same loads, no divergence) and do not store.
+    let qrow = b * T + min(t, T - 1u);
+    var q: array<V, DMAX / LANES>;    // (d) the query, pre-scaled by 1/√d
+    var acc: array<V, DMAX / LANES>;  // (d) Σ exp(s_j − m)·v_j
+    for (var c = 0u; c < dv; c = c + 1u) {
+        q[c] = qkv[qrow * stride + h * dv + c] * p.scale;
+        acc[c] = V(0.0);
+    }
+    var m = NEG;
+    var l = 0.0;
+    for (var j = 0u; j < T; j = j + 1u) {
+        if mask[b * T + j] < 0.5 {
+            continue;
+        }
+        let kb = (b * T + j) * stride + Hv + h * dv;
+        var sv = V(0.0);
+        for (var c = 0u; c < dv; c = c + 1u) {
+            sv = sv + q[c] * qkv[kb + c];
+        }
+        let s = hsum(sv);
+        if s > m {
+            // exp(NEG − s) underflows to 0 on the first real key: nothing accumulated yet is kept.
+            let a = exp(m - s);
+            l = l * a;
+            for (var c = 0u; c < dv; c = c + 1u) {
+                acc[c] = acc[c] * a;
+            }
+            m = s;
+        }
+        let e = exp(s - m);
+        l = l + e;
+        let vb = kb + Hv;
+        for (var c = 0u; c < dv; c = c + 1u) {
+            acc[c] = acc[c] + e * qkv[vb + c];
+        }
+    }
+    if t < T {
+        let ob = (b * T + t) * Hv + h * dv;
+        for (var c = 0u; c < dv; c = c + 1u) {
+            out[ob + c] = select(V(0.0), acc[c] / l, l > 0.0);
+        }
+    }
+}

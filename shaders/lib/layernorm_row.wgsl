@@ -1,0 +1,46 @@
+// lib/layernorm_row.wgsl: one workgroup normalises one row, y = (v − mean)·rstd·gamma + beta, biased variance (as
+// PyTorch). Two passes over the row (mean, then the mean of squared deviations) rather than E[x²]−E[x]²: no
+// cancellation, and the row stays in cache. Each pass sums over the workgroup with a tree reduction in workgroup
+// memory (1 KiB).
+//
+// The kernel that includes this file declares:
+//   override WG: u32                  invocations per workgroup, a power of two ≤ 256
+//   gamma, beta: array<f32> (n)       storage, read
+//   y: array<f32>                     storage, read_write
+//   alias LnRow = ...;                what identifies a row to ln_value (an offset, a token)
+//   fn ln_value(r: LnRow, i: u32) -> f32   element i of row r, before normalisation (read three times)
+
+var<workgroup> red: array<f32, 256>;
+
+// Sum of `v` over the workgroup (tree reduction; WG is a power of two).
+fn wg_sum(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if lid < s {
+            red[lid] = red[lid] + red[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+// Normalises row `r` (n values) into y[out .. out + n]; every invocation of the workgroup calls it.
+fn layernorm_row(lid: u32, r: LnRow, n: u32, eps: f32, out: u32) {
+    var s = 0.0;
+    for (var i = lid; i < n; i = i + WG) {
+        s = s + ln_value(r, i);
+    }
+    let mean = wg_sum(lid, s) / f32(n);
+    var sq = 0.0;
+    for (var i = lid; i < n; i = i + WG) {
+        let d = ln_value(r, i) - mean;
+        sq = sq + d * d;
+    }
+    let rstd = inverseSqrt(wg_sum(lid, sq) / f32(n) + eps);
+    for (var i = lid; i < n; i = i + WG) {
+        y[out + i] = (ln_value(r, i) - mean) * rstd * gamma[i] + beta[i];
+    }
+}
