@@ -34,7 +34,12 @@ if [ ! -x "$WASM_OPT" ]; then
   exit 1
 fi
 
-rm -rf "$OUT"
+# Built beside the old package and moved into place at the end: a build that fails leaves the last good one.
+FINAL=$OUT
+PARTIAL=$FINAL.partial
+OUT=$PARTIAL
+rm -rf "$PARTIAL"
+trap 'rm -rf "$PARTIAL"' EXIT
 # Two builds of the same crate; the package loads the one the browser can run (js/index.js):
 #   wasm/          SIMD128 (.cargo/config.toml): every browser with WebGPU.
 #   wasm-relaxed/  plus relaxed SIMD (Chrome/Edge 114+) in the Q8_0 kernel: its 16-lane integer dot product
@@ -71,6 +76,9 @@ node -e '
   const j = JSON.parse(fs.readFileSync(p)); j.version = process.argv[2];
   fs.writeFileSync(p, JSON.stringify(j, null, 2) + "\n");' "$OUT/package.json" "$version"
 
+rm -rf "$FINAL"
+mv "$OUT" "$FINAL"
+OUT=$FINAL
 for dir in wasm wasm-relaxed; do
   raw=$(stat -c %s "$OUT/$dir/bertgpu_bg.wasm")
   gz=$(gzip -9 -c "$OUT/$dir/bertgpu_bg.wasm" | wc -c)
