@@ -39,7 +39,7 @@ function showError(target, e) {
 /** Buttons that need a model are disabled while none is loaded or a call runs. */
 function setBusy(on) {
   state.busy = on;
-  const needModel = ["sim-run", "search-run", "tr-run", "tr-try-run", "tr-export", "cl-run", "ner-run", "qa-run"];
+  const needModel = ["sim-run", "search-run", "tr-run", "tr-try-run", "tr-export", "cl-run", "ner-run", "qa-run", "rr-run"];
   for (const id of needModel) $(id).disabled = on || !state.bert;
   $("model-load").disabled = on;
   $("model-files").disabled = on;
@@ -90,7 +90,7 @@ function progressHandler() {
 
 const TASK_NAMES = {
   fillMask: "fill-mask", nextSentence: "next sentence", classify: "classify", tokenClassify: "named entities",
-  answer: "question answering",
+  answer: "question answering", rerank: "reranking",
 };
 
 /**
@@ -152,7 +152,7 @@ function showTasks() {
   const tasks = state.bert?.tasks ?? [];
   const extra = tasks.map((t) => TASK_NAMES[t]);
   $("model-tasks").textContent = `${state.name}: embeddings${extra.length ? `, ${extra.join(", ")}` : ""}.`;
-  for (const [section, task] of [["classify", "classify"], ["ner", "tokenClassify"], ["qa", "answer"]]) {
+  for (const [section, task] of [["classify", "classify"], ["ner", "tokenClassify"], ["qa", "answer"], ["rerank", "rerank"]]) {
     const has = tasks.includes(task);
     $(section).querySelector("[data-missing]").hidden = has;
     $(section).querySelector("form.task").hidden = !has;
@@ -489,6 +489,15 @@ async function answer() {
   marked($("qa-answer"), context, [{ start: a.start, end: a.end, label: "answer", score: a.score }]);
 }
 
+/** The documents (one per line, blank lines skipped) ranked for the query by the cross-encoder, best first. */
+async function rerank() {
+  const docs = $("rr-docs").value.split("\n").map((d) => d.trim()).filter((d) => d);
+  const ranked = await timed($("rr-time"), "ranked", () => state.bert.rerank($("rr-query").value, docs));
+  $("rr-results").replaceChildren(...ranked.map((r) => el("li", {},
+    el("span", { className: "score", textContent: r.score.toFixed(2) }),
+    el("span", { className: "text", textContent: r.document }))));
+}
+
 // ---- wiring ---------------------------------------------------------------------------------------------------------
 
 function on(id, event, fn) {
@@ -586,6 +595,7 @@ on("tr-head-file", "change", async () => {
 submit("cl-form", "cl-time", classify);
 submit("ner-form", "ner-time", ner);
 submit("qa-form", "qa-time", answer);
+submit("rr-form", "rr-time", rerank);
 
 // The page and the package are cached by a service worker so a second visit works offline (the model files are
 // cached by the package itself). Served from /www/ with scope "/" (the server allows it), so the worker scripts

@@ -99,7 +99,7 @@ test("demo page: every section with the default model, task panels, dropped file
       assert.deepEqual(words.slice(0, 3), ["city", "mountains", "france"]);
 
       // The task panels say what the default model lacks.
-      for (const id of ["classify", "ner", "qa"]) {
+      for (const id of ["classify", "ner", "qa", "rerank"]) {
         assert.ok(await page.isVisible(`#${id} [data-missing]`), `${id}: the missing-head note`);
         assert.equal(await page.isVisible(`#${id} form`), false);
       }
@@ -163,6 +163,15 @@ test("demo page: every section with the default model, task panels, dropped file
       await run(page, "#qa-run", "#qa-time");
       assert.equal(await page.textContent("#qa-answer mark", { timeout: 5000 }).then((t) => t.replace(/answer$/, "")),
         qaCase.answer.answer);
+
+      // The rerank panel on the tiny cross-encoder: the golden ranking (tests/golden/rerank.json, PyTorch logits).
+      await loadPreset(page, "/tests/models/tiny-cross-encoder/");
+      const rr = readJson("tests/golden/rerank.json").cross_encoder[0];
+      await page.fill("#rr-query", rr.query);
+      await page.fill("#rr-docs", rr.documents.join("\n"));
+      await run(page, "#rr-run", "#rr-time");
+      const ranked = await page.$$eval("#rr-results li .text", (ls) => ls.map((l) => l.textContent));
+      assert.deepEqual(ranked, rr.ranking.map((i) => rr.documents[i]));
 
       await loadPreset(page, "/tests/models/tiny-classifier/");
       const clsCase = golden.tiny_classifier.find((c) => c.text_pair == null);
