@@ -1,5 +1,5 @@
 //! The kernels that read packed weights (f16, Q8_0, Q4_0) against their CPU twins: the GPU's `matmul_packed` /
-//! `matmul_scalar` and `embeddings` (shaders/matmul.wgsl, shaders/embeddings.wgsl) vs the CPU backend's
+//! `matmul_scalar` and `embeddings` (shaders/matmul_packed.wgsl, shaders/embeddings.wgsl) vs the CPU backend's
 //! `linear_packed` and table lookups, which keep the same blocks in memory and dequantize a panel at a time.
 //! Awkward shapes (M 1, 7, 33, 129; N 1, 7, 33, 384, 513; K 32, 64, 384, and K 33 for f16), bias and every
 //! activation; the errors for rows that are not whole blocks; device memory of a Q8_0 model.

@@ -17,12 +17,12 @@ fn block_bytes(dt: u32) -> u32 {
 
 // Byte offset, from the block's start, of the byte holding value j (0..31) of a Q8_0 or Q4_0 block.
 fn quant_byte(dt: u32, j: u32) -> u32 {
-    return 2u + select(j % 16u, j, dt == 2u);
+    return 2u + select(j & 15u, j, dt == 2u);
 }
 
-// Which nibble of that byte holds value j of a Q4_0 block: shift 0 (j < 16) or 4.
+// Which nibble of that byte holds value j (0..31) of a Q4_0 block: shift 0 (j < 16) or 4 (bit 4 of j set).
 fn nibble_shift(j: u32) -> u32 {
-    return select(0u, 4u, j >= 16u);
+    return (j & 16u) >> 2u;
 }
 
 // The f16 at (even) byte offset `o` of a buffer, given the word holding it.
