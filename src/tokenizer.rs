@@ -111,6 +111,9 @@ pub struct Tokenizer {
     /// transformers' `clean_up_tokenization` after decoding (tokenizer_config.json's `clean_up_tokenization_spaces`),
     /// for the models whose decoder does not do it itself (see [`Tokenizer::decode`]).
     clean_up: bool,
+    /// `inner` without truncation or post-processor, made the first time a pair must be truncated (see
+    /// [`Tokenizer::encode`]) and shared by the clones.
+    untruncated: std::sync::Arc<std::sync::OnceLock<tokenizers::Tokenizer>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -387,7 +390,7 @@ impl Tokenizer {
     fn finish(mut inner: tokenizers::Tokenizer, special: SpecialTokens, max_length: usize) -> Result<Self> {
         // No padding per text: batches are padded to their longest row (see the module doc).
         inner.with_padding(None);
-        let mut tok = Tokenizer { inner, special, max_length: 0, clean_up: false };
+        let mut tok = Tokenizer { inner, special, max_length: 0, clean_up: false, untruncated: Default::default() };
         tok.set_max_length(max_length)?;
         Ok(tok)
     }
@@ -482,11 +485,30 @@ impl Tokenizer {
     pub fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoded> {
         // An empty second text means no second text, as in `transformers` (`if text_pair:`), so that
         // `{"text": "a", "text_pair": ""}` gives `[CLS] a [SEP]`, not `[CLS] a [SEP] [SEP]`.
-        let enc = match pair.filter(|p| !p.is_empty()) {
+        let err = |e: tokenizers::Error| Error::Input(format!("cannot tokenize the input: {e}"));
+        let pair = pair.filter(|p| !p.is_empty());
+        let mut enc = match pair {
             None => self.inner.encode_char_offsets(text, true),
             Some(p) => self.inner.encode_char_offsets((text, p), true),
         }
-        .map_err(|e| Error::Input(format!("cannot tokenize the input: {e}")))?;
+        .map_err(err)?;
+        if let (Some(p), false) = (pair, enc.get_overflowing().is_empty()) {
+            // A truncated pair, again from the whole texts. With truncation set, the `tokenizers` crate (0.23.2)
+            // tokenizes each text only up to about `max_length` tokens (`tokenize_with_limit`) and then compares
+            // those partial lengths to choose which text gives up the odd token of longest_first, so two long texts
+            // can be cut one token off transformers' split (whose library tokenizes them whole).
+            // Each text is tokenized whole, without truncation or post-processing; `post_process` then truncates and
+            // frames the pair once, as `encode` does.
+            let whole = self.untruncated.get_or_init(|| {
+                let mut t = self.inner.clone();
+                let _ = t.with_truncation(None);
+                t.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
+                t
+            });
+            let a = whole.encode_char_offsets(text, false).map_err(err)?;
+            let b = whole.encode_char_offsets(p, false).map_err(err)?;
+            enc = self.inner.post_process(a, Some(b), true).map_err(err)?;
+        }
         Ok(Encoded {
             ids: enc.get_ids().to_vec(),
             type_ids: enc.get_type_ids().to_vec(),
