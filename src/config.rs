@@ -28,6 +28,17 @@ pub enum Family {
     /// `model_type: "xlm-roberta"` (transformers `models/xlm_roberta`, a copy of RoBERTa's code): RoBERTa with a
     /// SentencePiece Unigram tokenizer; the base of multilingual-e5 and bge-m3.
     XlmRoberta,
+    /// `model_type: "electra"` (transformers `models/electra`): BERT's encoder under `electra.`, with embeddings of
+    /// [`BertConfig::embedding_size`] E and, when E differs from the hidden size, `embeddings_project` (E → H) after
+    /// their LayerNorm; no pooler. Its heads: the discriminator (`discriminator_predictions`, one "replaced" logit
+    /// per token), the generator's masked LM (`generator_predictions` H → E + exact GELU + LayerNorm,
+    /// `generator_lm_head`), `classifier.dense` + exact GELU + `classifier.out_proj` on the first token: see
+    /// `weights::electra`.
+    Electra,
+    /// `model_type: "albert"` (transformers `models/albert`): factorised embeddings (E), `embedding_hidden_mapping_in`
+    /// (E → H), and one post-LN layer whose weights every one of the `num_hidden_layers` passes shares; a
+    /// SentencePiece Unigram tokenizer with `[CLS] A [SEP] B [SEP]` and token types. See `weights::albert`.
+    Albert,
 }
 
 impl Family {
@@ -38,6 +49,8 @@ impl Family {
             Family::DistilBert => "distilbert",
             Family::Roberta => "roberta",
             Family::XlmRoberta => "xlm-roberta",
+            Family::Electra => "electra",
+            Family::Albert => "albert",
         }
     }
 
@@ -48,6 +61,8 @@ impl Family {
             Family::DistilBert => "DistilBert",
             Family::Roberta => "Roberta",
             Family::XlmRoberta => "XLMRoberta",
+            Family::Electra => "Electra",
+            Family::Albert => "Albert",
         }
     }
 
@@ -56,7 +71,7 @@ impl Family {
     /// transformers feeds DistilBERT (no table) and RoBERTa (whose tokenizers return no `token_type_ids`, so its
     /// embeddings add row 0 of its table to every token).
     pub fn has_token_types(self) -> bool {
-        self == Family::Bert
+        matches!(self, Family::Bert | Family::Electra | Family::Albert)
     }
 
     /// Whether the checkpoint has a token-type embedding table (`embeddings.token_type_embeddings`).
@@ -70,20 +85,35 @@ impl Family {
         matches!(self, Family::Roberta | Family::XlmRoberta)
     }
 
-    /// The activation of the `[CLS]` projection before a sequence classifier (BERT's pooler: tanh; DistilBERT's
-    /// `pre_classifier`: ReLU).
+    /// The activation of the `[CLS]` projection before a sequence classifier (BERT's and ALBERT's pooler: tanh;
+    /// DistilBERT's `pre_classifier`: ReLU; ELECTRA's `classifier.dense`: the exact GELU, `get_activation("gelu")`
+    /// whatever `hidden_act` says).
     pub fn pooler_activation(self) -> Activation {
         match self {
-            Family::Bert | Family::Roberta | Family::XlmRoberta => Activation::Tanh,
+            Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Albert => Activation::Tanh,
             Family::DistilBert => Activation::Relu,
+            Family::Electra => Activation::Gelu,
         }
     }
 
-    /// The activation of the masked-LM head's transform: `hidden_act` for BERT (`BertPredictionHeadTransform`) and
-    /// DistilBERT (`vocab_transform`), but always the exact (erf) GELU in `RobertaLMHead`, which calls `gelu`
-    /// directly.
+    /// Whether the sequence classifier is `classifier.dense` + activation + `classifier.out_proj` on the first token
+    /// (RoBERTa's and ELECTRA's heads) rather than a pooler and `classifier`.
+    pub fn has_classification_head_module(self) -> bool {
+        matches!(self, Family::Roberta | Family::XlmRoberta | Family::Electra)
+    }
+
+    /// The activation of the masked-LM head's transform: `hidden_act` for BERT (`BertPredictionHeadTransform`),
+    /// DistilBERT (`vocab_transform`) and ALBERT (`AlbertMLMHead`), but always the exact (erf) GELU in
+    /// `RobertaLMHead`, which calls `gelu` directly, and in ELECTRA's `generator_predictions`
+    /// (`get_activation("gelu")`).
     pub fn mlm_activation(self, hidden_act: Activation) -> Activation {
-        if self.is_roberta() { Activation::Gelu } else { hidden_act }
+        if self.is_roberta() || self == Family::Electra { Activation::Gelu } else { hidden_act }
+    }
+
+    /// Whether the embeddings are followed by a projection E → H: always for ALBERT
+    /// (`embedding_hidden_mapping_in`), for ELECTRA when E ≠ H (`embeddings_project`, created only then).
+    pub fn has_embedding_projection(self, embedding_size: usize, hidden_size: usize) -> bool {
+        self == Family::Albert || (self == Family::Electra && embedding_size != hidden_size)
     }
 }
 
@@ -91,9 +121,13 @@ impl Family {
 /// the label maps and metadata the task heads use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
-    /// BERT, DistilBERT, RoBERTa or XLM-RoBERTa.
+    /// BERT, DistilBERT, RoBERTa, XLM-RoBERTa, ELECTRA or ALBERT.
     pub family: Family,
     pub vocab_size: usize,
+    /// E: the width of the embedding tables, their LayerNorm and the masked-LM head's transform. The hidden size
+    /// for BERT, DistilBERT and RoBERTa; config.json's `embedding_size` for ELECTRA and ALBERT (factorised
+    /// embeddings, projected to H: [`Family::has_embedding_projection`]).
+    pub embedding_size: usize,
     /// H.
     pub hidden_size: usize,
     /// L.
@@ -142,6 +176,10 @@ struct RawConfig {
     pad_token_id: Option<u32>,
     position_embedding_type: Option<String>,
     model_type: Option<String>,
+    // ELECTRA's and ALBERT's factorised embeddings; ALBERT's layer sharing.
+    embedding_size: Option<usize>,
+    num_hidden_groups: Option<usize>,
+    inner_group_num: Option<usize>,
     // DistilBERT's names for the sizes (`DistilBertConfig`), and its fixed-vs-learned position switch.
     dim: Option<usize>,
     n_layers: Option<usize>,
@@ -162,14 +200,23 @@ struct RawConfig {
 
 /// What bertgpu runs, for the messages that refuse everything else.
 const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`), DistilBERT (`\"distilbert\"`), RoBERTa \
-    (`\"roberta\"`) and XLM-RoBERTa (`\"xlm-roberta\"`); ALBERT, ELECTRA, XLM-RoBERTa-XL, RoBERTa-PreLayerNorm and the \
-    other BERT-like families compute differently (factorised or shared layers, pre-LN, other position schemes) and \
-    would give wrong results";
+    (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), ELECTRA (`\"electra\"`) and ALBERT (`\"albert\"`); \
+    XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, Megatron-BERT, DeBERTa and the other BERT-like families compute differently \
+    (pre-LN, relative positions, other attention) and would give wrong results";
 
 /// The classes of RoBERTa and XLM-R whose encoder bertgpu runs (after the family's class prefix). The prefix alone
 /// would also take `XLMRobertaXL*` and `RobertaPreLayerNorm*`, pre-LN models under names that start the same.
 const ROBERTA_CLASSES: [&str; 6] =
     ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice"];
+
+/// ELECTRA's classes whose encoder bertgpu runs: the discriminator (`ForPreTraining`), the generator
+/// (`ForMaskedLM`), the task heads, and the bare model. `ElectraForCausalLM` (a decoder) is not among them.
+const ELECTRA_CLASSES: [&str; 7] = ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
+    "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice"];
+
+/// ALBERT's classes (`ForPreTraining` is the masked LM plus the sentence-order head, which bertgpu does not run).
+const ALBERT_CLASSES: [&str; 7] = ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
+    "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice"];
 
 /// Whether `arch` is one of `family`'s classes.
 fn is_class_of(family: Family, arch: &str) -> bool {
@@ -178,22 +225,26 @@ fn is_class_of(family: Family, arch: &str) -> bool {
         // `RobertaModel` must not pass as `XLMRobertaModel` and the reverse: the prefixes differ, so strip_prefix
         // already tells them apart.
         Family::Roberta | Family::XlmRoberta => ROBERTA_CLASSES.contains(&rest),
+        Family::Electra => ELECTRA_CLASSES.contains(&rest),
+        Family::Albert => ALBERT_CLASSES.contains(&rest),
         Family::Bert | Family::DistilBert => true,
     }
 }
 
 /// The family a config describes: its `model_type`, or for old configs without one, its architecture classes
-/// (`Bert*`, `DistilBert*`, `Roberta*`, `XLMRoberta*`). Anything else is refused by name: ALBERT or ELECTRA
-/// checkpoints, like RoBERTa's, share BERT's tensor names, so running one as another family would give wrong
-/// vectors without a word.
+/// (`Bert*`, `DistilBert*`, `Roberta*`, `XLMRoberta*`, `Electra*`, `Albert*`). Anything else is refused by name:
+/// Megatron-BERT or XLM-RoBERTa-XL checkpoints, like RoBERTa's, share BERT's tensor names, so running one as another
+/// family would give wrong vectors without a word.
 fn family_of(model_type: Option<&str>, architectures: &[String]) -> Result<Family> {
     let family = match model_type {
         Some("bert") => Family::Bert,
         Some("distilbert") => Family::DistilBert,
         Some("roberta") => Family::Roberta,
         Some("xlm-roberta") => Family::XlmRoberta,
+        Some("electra") => Family::Electra,
+        Some("albert") => Family::Albert,
         Some(kind) => return Err(Error::Config(format!("model_type `{kind}` is not supported: {SUPPORTED}"))),
-        None => [Family::DistilBert, Family::Roberta, Family::XlmRoberta]
+        None => [Family::DistilBert, Family::Roberta, Family::XlmRoberta, Family::Electra, Family::Albert]
             .into_iter()
             .find(|f| architectures.iter().any(|a| is_class_of(*f, a)))
             .unwrap_or(Family::Bert),
@@ -266,7 +317,20 @@ impl BertConfig {
         }
         let pick = |distil_value: Option<usize>, bert_value: Option<usize>| if distil { distil_value } else { bert_value };
         let act = if distil { raw.activation.as_deref() } else { raw.hidden_act.as_deref() };
-        let hidden_act = Activation::from_hf(act.unwrap_or("gelu"))?;
+        // AlbertConfig's default is gelu_new; every other family's gelu.
+        let default_act = if family == Family::Albert { "gelu_new" } else { "gelu" };
+        let hidden_act = Activation::from_hf(act.unwrap_or(default_act))?;
+        if family == Family::Albert {
+            for (name, v) in [("num_hidden_groups", raw.num_hidden_groups), ("inner_group_num", raw.inner_group_num)] {
+                if v.unwrap_or(1) != 1 {
+                    return Err(Error::Config(format!(
+                        "{name} {} is not supported: bertgpu runs ALBERT checkpoints with one shared layer \
+                         (num_hidden_groups 1 and inner_group_num 1, as every released ALBERT)",
+                        v.unwrap_or(1)
+                    )));
+                }
+            }
+        }
         let mut id2label = BTreeMap::new();
         for (k, v) in raw.id2label.unwrap_or_default() {
             let id: usize = k.trim().parse().map_err(|_| {
@@ -307,10 +371,17 @@ impl BertConfig {
                 family.model_type()
             )));
         }
+        let hidden_size = required(hidden.1, hidden.0)?;
+        // ElectraConfig's and AlbertConfig's default embedding_size is 128; the other families have none (E = H).
+        let embedding_size = match family {
+            Family::Electra | Family::Albert => raw.embedding_size.unwrap_or(128),
+            _ => hidden_size,
+        };
         let cfg = BertConfig {
             family,
             vocab_size: required(raw.vocab_size, "vocab_size")?,
-            hidden_size: required(hidden.1, hidden.0)?,
+            embedding_size,
+            hidden_size,
             num_hidden_layers: required(layers.1, layers.0)?,
             num_attention_heads: required(heads.1, heads.0)?,
             intermediate_size: required(ffn.1, ffn.0)?,
@@ -335,6 +406,7 @@ impl BertConfig {
     pub fn validate(&self) -> Result<()> {
         for (name, v) in [
             ("vocab_size", self.vocab_size),
+            ("embedding_size", self.embedding_size),
             ("hidden_size", self.hidden_size),
             ("num_hidden_layers", self.num_hidden_layers),
             ("num_attention_heads", self.num_attention_heads),
@@ -435,7 +507,7 @@ mod tests {
     /// gives vectors at cosine ~0.95 to PyTorch's. They must be refused by name, never run.
     #[test]
     fn refuses_other_architectures_by_name() {
-        for (kind, arch) in [("albert", "AlbertModel"), ("electra", "ElectraModel"), ("megatron-bert", "MegatronBertModel"),
+        for (kind, arch) in [("deberta", "DebertaModel"), ("megatron-bert", "MegatronBertModel"),
             ("xlm-roberta-xl", "XLMRobertaXLModel"), ("roberta-prelayernorm", "RobertaPreLayerNormForMaskedLM")]
         {
             let with_type = MINI.replace("{\"vocab", &format!("{{\"model_type\": \"{kind}\", \"vocab"));
@@ -491,6 +563,56 @@ mod tests {
         }
         // BERT keeps its positions from 0.
         assert_eq!(BertConfig::from_json_str(MINI).unwrap().position_offset, 0);
+    }
+
+    /// ELECTRA and ALBERT: BERT's field names plus `embedding_size` (transformers' default 128 when absent), token
+    /// types, positions from 0; ALBERT's default activation is gelu_new and its layer sharing must be 1 group of 1.
+    #[test]
+    fn parses_electra_and_albert_configs() {
+        for (kind, arch, family) in [("electra", "ElectraForPreTraining", Family::Electra),
+            ("albert", "AlbertForMaskedLM", Family::Albert)]
+        {
+            let text = MINI
+                .replace("{\"vocab", &format!("{{\"model_type\": \"{kind}\", \"embedding_size\": 8, \"vocab"))
+                .replace("BertForSequenceClassification", arch);
+            let c = BertConfig::from_json_str(&text).unwrap();
+            assert_eq!(c.family, family);
+            assert_eq!((c.embedding_size, c.hidden_size, c.position_offset), (8, 12, 0));
+            assert!(c.family.has_token_types() && c.family.has_token_type_table());
+            assert!(c.family.has_embedding_projection(8, 12));
+            let c2 = BertConfig::from_json_str(&text.replace(&format!("\"model_type\": \"{kind}\", "), "")).unwrap();
+            assert_eq!(c2, c, "the architecture says the family");
+            let c = BertConfig::from_json_str(&text.replace("\"embedding_size\": 8, ", "")).unwrap();
+            assert_eq!(c.embedding_size, 128, "transformers' default");
+            let e = BertConfig::from_json_str(&text.replace(arch, "BertModel")).unwrap_err().to_string();
+            assert!(e.contains(&format!("`BertModel` is not a {kind} class")), "{e}");
+        }
+        let electra = MINI
+            .replace("{\"vocab", "{\"model_type\": \"electra\", \"embedding_size\": 12, \"vocab")
+            .replace("BertForSequenceClassification", "ElectraForSequenceClassification");
+        let c = BertConfig::from_json_str(&electra).unwrap();
+        assert!(!c.family.has_embedding_projection(c.embedding_size, c.hidden_size), "E = H: no embeddings_project");
+        assert_eq!(c.family.pooler_activation(), Activation::Gelu);
+        assert_eq!(c.family.mlm_activation(Activation::GeluTanh), Activation::Gelu);
+        let e = BertConfig::from_json_str(&electra.replace("ElectraForSequenceClassification", "ElectraForCausalLM"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`ElectraForCausalLM` is not a electra class"), "{e}");
+        // ALBERT: the default hidden_act is gelu_new; more than one layer group or inner layer is refused by name.
+        let albert = MINI
+            .replace("{\"vocab", "{\"model_type\": \"albert\", \"vocab")
+            .replace(", \"hidden_act\": \"gelu\"", "")
+            .replace("BertForSequenceClassification", "AlbertForSequenceClassification");
+        let c = BertConfig::from_json_str(&albert).unwrap();
+        assert_eq!((c.hidden_act, c.family.pooler_activation()), (Activation::GeluTanh, Activation::Tanh));
+        assert_eq!(c.family.mlm_activation(Activation::GeluTanh), Activation::GeluTanh);
+        for key in ["num_hidden_groups", "inner_group_num"] {
+            let e = BertConfig::from_json_str(&albert.replace("\"vocab_size\"", &format!("\"{key}\": 2, \"vocab_size\"")))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("{key} 2 is not supported")), "{e}");
+            assert!(BertConfig::from_json_str(&albert.replace("\"vocab_size\"", &format!("\"{key}\": 1, \"vocab_size\""))).is_ok());
+        }
     }
 
     /// DistilBERT's config names its sizes differently and has no token types or configurable ε.

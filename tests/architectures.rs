@@ -1,7 +1,7 @@
-//! Checkpoints of BERT's relatives that bertgpu does not run (ALBERT, ELECTRA, XLM-RoBERTa-XL, ...) carry BERT's config
-//! fields and often BERT's tensor names: run as BERT they would give wrong vectors without a word. Every command
-//! refuses them at load, naming the architecture, with the CLI's model-load exit status 2. (RoBERTa and XLM-R, once
-//! refused here too, run as themselves: tests/roberta.rs.)
+//! Checkpoints of BERT's relatives that bertgpu does not run (Megatron-BERT, XLM-RoBERTa-XL, DeBERTa, ...) carry
+//! BERT's config fields and often BERT's tensor names: run as BERT they would give wrong vectors without a word.
+//! Every command refuses them at load, naming the architecture, with the CLI's model-load exit status 2. (RoBERTa,
+//! XLM-R, ELECTRA and ALBERT, once refused here too, run as themselves: tests/roberta.rs, tests/electra_albert.rs.)
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,7 +30,7 @@ fn relabelled(model_type: &str, arch: &str) -> PathBuf {
 #[test]
 fn the_cli_refuses_other_architectures_by_name() {
     for (kind, arch) in
-        [("albert", "AlbertForMaskedLM"), ("electra", "ElectraForMaskedLM"), ("xlm-roberta-xl", "XLMRobertaXLForMaskedLM")]
+        [("megatron-bert", "MegatronBertForMaskedLM"), ("deberta", "DebertaForMaskedLM"), ("xlm-roberta-xl", "XLMRobertaXLForMaskedLM")]
     {
         let dir = relabelled(kind, arch);
         for (cmd, extra) in [("embed", &["--device", "cpu"][..]), ("fill-mask", &[][..])] {

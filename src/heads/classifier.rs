@@ -1,5 +1,6 @@
 //! Sequence classification (`BertForSequenceClassification`): the pooler, then `classifier` `(num_labels, H)`
-//! (RoBERTa's `RobertaClassificationHead`: `classifier.dense` + tanh on the `<s>` token, then `classifier.out_proj`);
+//! (RoBERTa's `RobertaClassificationHead`: `classifier.dense` + tanh on the `<s>` token, then `classifier.out_proj`;
+//! ELECTRA's `ElectraClassificationHead` the same with the exact GELU; ALBERT's pooler is `albert.pooler` + tanh);
 //! on the host a softmax (single-label) or a sigmoid per label (`problem_type: multi_label_classification`), labels
 //! from `id2label`, sorted best first.
 
@@ -101,12 +102,16 @@ pub struct SequenceClassifier<B: Backend> {
 }
 
 impl<B: Backend> SequenceClassifier<B> {
-    /// `w` at the root of the checkpoint (`bert.pooler.*`, `classifier.*`; RoBERTa: `classifier.dense.*`,
-    /// `classifier.out_proj.*`). RoBERTa's head is read under its own names only: its `classifier.*` without
+    /// `w` at the root of the checkpoint (`bert.pooler.*`, `classifier.*`; RoBERTa and ELECTRA: `classifier.dense.*`,
+    /// `classifier.out_proj.*`). Their head is read under its own names only: their `classifier.*` without
     /// `dense`/`out_proj` is a token classifier's.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let (pooler_at, classifier_at) =
-            if cfg.family.is_roberta() { ("classifier", "classifier.out_proj") } else { ("bert.pooler", "classifier") };
+            if cfg.family.has_classification_head_module() {
+                ("classifier", "classifier.out_proj")
+            } else {
+                ("bert.pooler", "classifier")
+            };
         // Before the labels: a base model (no classifier) is the common case, and its fix is not id2label.
         if !w.contains(&format!("{classifier_at}.weight")) {
             return Err(Error::Weights(format!(

@@ -11,32 +11,35 @@ use crate::weights::Weights;
 use crate::{Error, Result};
 
 /// `BertPredictionHeadTransform`: `LayerNorm(act(x·Wᵀ + b))`, weights under `cls.predictions.transform`.
+/// Its output has the embeddings' width E (ALBERT's `predictions.dense`, ELECTRA's `generator_predictions.dense`
+/// project H → E, the LayerNorm is over E, and the tied decoder is the `(V, E)` word-embedding matrix); E = H for
+/// the other families.
 pub struct BertPredictionHeadTransform<B: Backend> {
-    pub dense: Linear<B>, // (H, H)
+    pub dense: Linear<B>, // (E, H)
     pub act: Activation,
-    pub ln_gamma: B::Tensor, // (H)
-    pub ln_beta: B::Tensor,  // (H)
+    pub ln_gamma: B::Tensor, // (E)
+    pub ln_beta: B::Tensor,  // (E)
     pub eps: f32,
 }
 
 impl<B: Backend> BertPredictionHeadTransform<B> {
     /// `w` at `cls.predictions.transform`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let h = cfg.hidden_size;
+        let (e, h) = (cfg.embedding_size, cfg.hidden_size);
         Ok(BertPredictionHeadTransform {
-            dense: Linear::load(&w.pp("dense"), h, h, backend)?,
-            // BERT applies `config.hidden_act` here too (ACT2FN[config.hidden_act]); RoBERTa's `lm_head` always the
-            // exact GELU.
+            dense: Linear::load(&w.pp("dense"), e, h, backend)?,
+            // BERT and ALBERT apply `config.hidden_act` here too (ACT2FN[config.hidden_act]); RoBERTa's `lm_head`
+            // and ELECTRA's generator always the exact GELU.
             act: cfg.family.mlm_activation(cfg.hidden_act),
-            ln_gamma: backend.upload(w.get("LayerNorm.weight", &[h])?)?,
-            ln_beta: backend.upload(w.get("LayerNorm.bias", &[h])?)?,
+            ln_gamma: backend.upload(w.get("LayerNorm.weight", &[e])?)?,
+            ln_beta: backend.upload(w.get("LayerNorm.bias", &[e])?)?,
             eps: cfg.layer_norm_eps,
         })
     }
 
-    /// x `(M, H)` → `(M, H)`.
+    /// x `(M, H)` → `(M, E)`.
     pub fn forward(&self, backend: &B, x: &B::Tensor) -> Result<B::Tensor> {
-        let y = backend.linear(x, &self.dense.weight, Some(&self.dense.bias), self.act)?; // (M, H)
+        let y = backend.linear(x, &self.dense.weight, Some(&self.dense.bias), self.act)?; // (M, E)
         backend.layernorm(&y, None, &self.ln_gamma, &self.ln_beta, self.eps)
     }
 }
@@ -48,7 +51,7 @@ impl<B: Backend> BertPredictionHeadTransform<B> {
 /// omit it): the model's own embedding tensor is passed to [`Self::forward_rows`] instead of uploading a copy.
 pub struct BertLMPredictionHead<B: Backend> {
     pub transform: BertPredictionHeadTransform<B>,
-    /// `Some((V, H))` only for an untied checkpoint; `None`: tied to the word embeddings.
+    /// `Some((V, E))` only for an untied checkpoint; `None`: tied to the word embeddings.
     pub decoder: Option<B::Tensor>,
     pub bias: B::Tensor, // (V)
     pub vocab_size: usize,
@@ -57,11 +60,17 @@ pub struct BertLMPredictionHead<B: Backend> {
 impl<B: Backend> BertLMPredictionHead<B> {
     /// `w` at `cls.predictions`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let (v, h) = (cfg.vocab_size, cfg.hidden_size);
+        let (v, h) = (cfg.vocab_size, cfg.embedding_size);
         if !w.contains("transform.dense.weight") {
+            let p = cfg.family.class_prefix();
+            let which = match cfg.family {
+                // An ELECTRA discriminator (`ElectraForPreTraining`) has no masked-LM head; its generator has.
+                crate::config::Family::Electra => "ElectraForMaskedLM checkpoint (an ELECTRA generator)".to_string(),
+                _ => format!("{p}ForMaskedLM or {p}ForPreTraining checkpoint"),
+            };
             return Err(Error::Weights(format!(
                 "this checkpoint has no masked-LM head (`{}.transform.dense.weight` is missing): fill-mask needs a \
-                 BertForMaskedLM or BertForPreTraining checkpoint",
+                 {which}",
                 w.prefix()
             )));
         }
@@ -81,12 +90,12 @@ impl<B: Backend> BertLMPredictionHead<B> {
 
     /// Vocabulary logits of the selected rows only: hidden `(B*T, H)`, `rows` (e.g. the `[MASK]` positions
     /// `b*T + t`) → `(rows.len(), V)`. Gathering first keeps the `H×V` projection and the read-back to the rows
-    /// that are asked about. `word_embeddings` `(V, H)` is the tied decoder.
+    /// that are asked about. `word_embeddings` `(V, E)` is the tied decoder.
     pub fn forward_rows(&self, backend: &B, hidden: &B::Tensor, rows: &[u32], word_embeddings: &B::Tensor)
         -> Result<B::Tensor> {
         let x = backend.gather_rows(hidden, rows)?; // (M, H)
-        let x = self.transform.forward(backend, &x)?; // (M, H)
-        let decoder = self.decoder.as_ref().unwrap_or(word_embeddings); // (V, H)
+        let x = self.transform.forward(backend, &x)?; // (M, E)
+        let decoder = self.decoder.as_ref().unwrap_or(word_embeddings); // (V, E)
         backend.linear(&x, decoder, Some(&self.bias), Activation::None) // (M, V)
     }
 }

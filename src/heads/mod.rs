@@ -13,8 +13,14 @@
 //! | [`classifier`] | the `classifier` of `BertForSequenceClassification` | `classifier.*` |
 //! | [`token_classifier`] | the `classifier` of `BertForTokenClassification` | `classifier.*` |
 //! | [`qa`] | `qa_outputs` of `BertForQuestionAnswering` | `qa_outputs.*` |
+//! | [`discriminator`] | `ElectraDiscriminatorPredictions` of `ElectraForPreTraining` | `discriminator_predictions.*` |
+//!
+//! The other families' heads are found under BERT's names (`crate::weights`), except where a head has no BERT
+//! twin: RoBERTa's and ELECTRA's sequence classifiers (`classifier.dense`, `classifier.out_proj`) and ELECTRA's
+//! discriminator. ALBERT's sentence-order head (`sop_classifier`) is not read.
 
 pub mod classifier;
+pub mod discriminator;
 pub mod masked_lm;
 pub mod pooler;
 pub mod qa;
@@ -35,6 +41,7 @@ pub struct Heads<B: Backend> {
     sequence: Result<classifier::SequenceClassifier<B>>,
     token: Result<token_classifier::TokenClassifier<B>>,
     qa: Result<qa::QaHead<B>>,
+    discriminator: Result<discriminator::DiscriminatorHead<B>>,
 }
 
 /// A stored load error, handed out again (crate errors are not `Clone`: io errors are reduced to their text).
@@ -64,6 +71,7 @@ impl<B: Backend> Heads<B> {
             sequence: classifier::SequenceClassifier::load(w, cfg, backend),
             token: token_classifier::TokenClassifier::load(w, cfg, backend),
             qa: qa::QaHead::load(w, cfg, backend),
+            discriminator: discriminator::DiscriminatorHead::load(w, cfg, backend),
         }
     }
 
@@ -81,6 +89,9 @@ impl<B: Backend> Heads<B> {
     }
     pub fn qa(&self) -> Result<&qa::QaHead<B>> {
         self.qa.as_ref().map_err(again)
+    }
+    pub fn discriminator(&self) -> Result<&discriminator::DiscriminatorHead<B>> {
+        self.discriminator.as_ref().map_err(again)
     }
 }
 

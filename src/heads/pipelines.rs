@@ -5,6 +5,7 @@
 //! The `*_logits` methods stop before post-processing; the tests compare them with PyTorch.
 
 use super::classifier::{check_pair_allowed, LabelScore};
+use super::discriminator::{self, ReplacedToken};
 use super::masked_lm::{fill_mask_postprocess, mask_positions, FillMaskPrediction, NextSentence};
 use super::qa::{self, Answer};
 use super::token_classifier::{Aggregation, TokenEntity};
@@ -39,12 +40,12 @@ pub struct RankedDocument {
 }
 
 /// Whether config.json's `architectures` names `arch` (`BertFor…`) or its twin in another family (`DistilBertFor…`,
-/// `RobertaFor…`, `XLMRobertaFor…`): used to refuse running the sequence classifier of a token-classification
+/// `RobertaFor…`, `XLMRobertaFor…`, `ElectraFor…`, `AlbertFor…`): used to refuse running the sequence classifier of a token-classification
 /// checkpoint (both store `classifier.*`) and vice versa.
 fn names_architecture(model_archs: &[String], arch: &str) -> bool {
     let Some(task) = arch.strip_prefix("Bert") else { return model_archs.iter().any(|a| a == arch) };
     model_archs.iter().any(|a| {
-        ["Bert", "DistilBert", "Roberta", "XLMRoberta"].iter().any(|p| a.strip_prefix(p) == Some(task))
+        ["Bert", "DistilBert", "Roberta", "XLMRoberta", "Electra", "Albert"].iter().any(|p| a.strip_prefix(p) == Some(task))
     })
 }
 
@@ -288,6 +289,29 @@ impl<B: Backend> Model<B> {
         Ok(out)
     }
 
+    /// ELECTRA's replaced-token logits, one per token of each encoding (padding dropped): positive where the
+    /// discriminator thinks the token was replaced.
+    pub async fn replaced_token_logits(&self, encoded: &[Encoded]) -> Result<Vec<Vec<f32>>> {
+        let head = self.heads.discriminator()?;
+        let mut out = Vec::with_capacity(encoded.len());
+        for r in self.groups(encoded, &[])? {
+            let group = &encoded[r];
+            let (batch, hidden) = self.encode_forward(group)?;
+            let logits = self.backend.read(&head.forward(&self.backend, &hidden)?).await?; // (B*T, 1)
+            out.extend(group.iter().enumerate().map(|(b, e)| logits[b * batch.t..b * batch.t + e.len()].to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Replaced-token detection with an ELECTRA discriminator: per text (or pair), every token but the special
+    /// ones with the probability that it was replaced.
+    pub async fn replaced_tokens(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<ReplacedToken>>> {
+        self.heads.discriminator()?;
+        let encoded = inputs.iter().map(|(a, b)| self.tokenizer.encode(a, *b)).collect::<Result<Vec<_>>>()?;
+        let logits = self.replaced_token_logits(&encoded).await?;
+        encoded.iter().zip(&logits).map(|(e, l)| discriminator::postprocess(e, l)).collect()
+    }
+
     /// Extractive QA: the best span of `context` answering `question`, all windows of a long context in one batch.
     pub async fn answer(&self, question: &str, context: &str) -> Result<Answer> {
         self.heads.qa()?;
@@ -329,5 +353,9 @@ impl Engine {
     /// See [`Model::answer`].
     pub async fn answer(&self, question: &str, context: &str) -> Result<Answer> {
         with_model!(self, m => m.answer(question, context).await)
+    }
+    /// See [`Model::replaced_tokens`].
+    pub async fn replaced_tokens(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<ReplacedToken>>> {
+        with_model!(self, m => m.replaced_tokens(inputs).await)
     }
 }

@@ -9,7 +9,7 @@ use crate::{Error, Result};
 
 pub struct BertPooler<B: Backend> {
     pub dense: Linear<B>, // (H, H)
-    /// Tanh (BERT) or ReLU (DistilBERT): `Family::pooler_activation`.
+    /// Tanh (BERT, RoBERTa, ALBERT), ReLU (DistilBERT) or the exact GELU (ELECTRA): `Family::pooler_activation`.
     pub activation: Activation,
 }
 

@@ -1,7 +1,8 @@
 //! `BertEncoder` (the stack of layers) and `BertModel` (embeddings + encoder; the pooler is a head, see
 //! `crate::heads`).
 
-use crate::backend::Backend;
+use crate::backend::{Activation, Backend};
+use crate::config::Family;
 use crate::config::BertConfig;
 use crate::tokenizer::Batch;
 use crate::weights::Weights;
@@ -9,24 +10,32 @@ use crate::Result;
 
 use super::{BertEmbeddings, BertLayer};
 
-/// `BertEncoder`: `num_hidden_layers` post-LN layers.
+/// `BertEncoder`: `num_hidden_layers` post-LN layers. ALBERT's layers share one set of weights
+/// (`AlbertTransformer` with one layer group of one layer): it is loaded and uploaded once, as `layers[0]`, and run
+/// `num_hidden_layers` times, so the device holds one layer's weights rather than a copy per pass.
 pub struct BertEncoder<B: Backend> {
+    /// The distinct layers: one per pass, or ALBERT's one shared layer.
     pub layers: Vec<BertLayer<B>>,
+    /// How many layers the input passes through (`num_hidden_layers`).
+    pub passes: usize,
 }
 
 impl<B: Backend> BertEncoder<B> {
     /// `w` at `encoder`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let layers = (0..cfg.num_hidden_layers)
+        let distinct = if cfg.family == Family::Albert { 1 } else { cfg.num_hidden_layers };
+        let layers = (0..distinct)
             .map(|i| BertLayer::load(&w.pp(&format!("layer.{i}")), cfg, backend))
             .collect::<Result<Vec<_>>>()?;
-        Ok(BertEncoder { layers })
+        Ok(BertEncoder { layers, passes: cfg.num_hidden_layers })
     }
 
     /// x `(B*T, H)`, mask `(B, T)` → last hidden state `(B*T, H)`.
     pub fn forward(&self, backend: &B, x: B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let mut x = x;
-        for layer in &self.layers {
+        for i in 0..self.passes {
+            // Pass i runs layer i, or the shared one: `AlbertTransformer`'s group index int(i / (L / groups)).
+            let layer = &self.layers[i * self.layers.len() / self.passes];
             x = layer.forward(backend, &x, mask, batch, seq)?;
         }
         Ok(x)
@@ -37,6 +46,9 @@ impl<B: Backend> BertEncoder<B> {
 pub struct BertModel<B: Backend> {
     pub config: BertConfig,
     pub embeddings: BertEmbeddings<B>,
+    /// ELECTRA's `embeddings_project` or ALBERT's `embedding_hidden_mapping_in`: weight `(H, E)` and bias `(H)`,
+    /// from the embeddings' width E to the hidden size H ([`crate::config::Family::has_embedding_projection`]).
+    pub embeddings_project: Option<(B::Tensor, B::Tensor)>,
     pub encoder: BertEncoder<B>,
 }
 
@@ -51,9 +63,18 @@ impl<B: Backend> BertModel<B> {
                 "this model cannot be split across {shards} workers: its {} attention heads and {} feed-forward units \
                  must both divide by {shards}", cfg.num_attention_heads, cfg.intermediate_size)));
         }
+        let (e, h) = (cfg.embedding_size, cfg.hidden_size);
+        let embeddings_project = if cfg.family.has_embedding_projection(e, h) {
+            // Asked for under ELECTRA's name; ALBERT's `encoder.embedding_hidden_mapping_in` is found for it.
+            let p = w.pp("embeddings_project");
+            Some((backend.upload(p.get("weight", &[h, e])?)?, backend.upload(p.get("bias", &[h])?)?))
+        } else {
+            None
+        };
         Ok(BertModel {
             config: cfg.clone(),
             embeddings: BertEmbeddings::load(&w.pp("embeddings"), cfg, backend)?,
+            embeddings_project,
             encoder: BertEncoder::load(&w.pp("encoder"), cfg, backend)?,
         })
     }
@@ -67,7 +88,11 @@ impl<B: Backend> BertModel<B> {
 
     /// As [`Self::forward`], with the `(B, T)` mask from `backend.mask(batch)` supplied (a pooling head needs it too).
     pub fn forward_with_mask(&self, backend: &B, batch: &Batch, mask: &B::Tensor) -> Result<B::Tensor> {
-        let x = self.embeddings.forward(backend, batch)?; // (B*T, H)
+        let x = self.embeddings.forward(backend, batch)?; // (B*T, E)
+        let x = match &self.embeddings_project {
+            Some((weight, bias)) => backend.linear(&x, weight, Some(bias), Activation::None)?, // (B*T, H)
+            None => x,
+        };
         self.encoder.forward(backend, x, mask, batch.b, batch.t)
     }
 }

@@ -5,6 +5,9 @@
 //! RoBERTa's positions start at `pad_token_id + 1` (`create_position_ids_from_input_ids`): the table is uploaded
 //! from that row on, so that row `j` is the position of token `j` exactly as for BERT. transformers gives padding
 //! tokens position `pad_token_id` instead; no real token attends to them, so that changes nothing that is read.
+//!
+//! ELECTRA's and ALBERT's tables and LayerNorm have `embedding_size` E columns, not H: the projection to H that
+//! follows is [`super::BertModel`]'s.
 
 use crate::backend::{Backend, EmbeddingTables};
 use crate::config::BertConfig;
@@ -15,11 +18,11 @@ use crate::{Error, Result};
 use super::load_layernorm;
 
 pub struct BertEmbeddings<B: Backend> {
-    word: B::Tensor,       // (V, H)
-    position: B::Tensor,   // (P, H)
-    token_type: B::Tensor, // (types, H)
-    ln_gamma: B::Tensor,   // (H)
-    ln_beta: B::Tensor,    // (H)
+    word: B::Tensor,       // (V, E)
+    position: B::Tensor,   // (P, E)
+    token_type: B::Tensor, // (types, E)
+    ln_gamma: B::Tensor,   // (E)
+    ln_beta: B::Tensor,    // (E)
     eps: f32,
     /// False for DistilBERT and RoBERTa: every token type id is read as 0.
     token_types: bool,
@@ -31,7 +34,7 @@ pub struct BertEmbeddings<B: Backend> {
 /// `pad_token_id + 1` on. A RoBERTa table may also come with those rows already dropped (`(max_position_embeddings,
 /// H)`), as `convert` and llama.cpp's converter store it in a GGUF.
 fn positions<'a>(w: &'a Weights, cfg: &BertConfig) -> Result<std::borrow::Cow<'a, HostTensor>> {
-    let (usable, offset, h) = (cfg.max_position_embeddings, cfg.position_offset, cfg.hidden_size);
+    let (usable, offset, h) = (cfg.max_position_embeddings, cfg.position_offset, cfg.embedding_size);
     let name = "position_embeddings.weight";
     if offset == 0 {
         return Ok(std::borrow::Cow::Borrowed(w.get(name, &[usable, h])?));
@@ -46,7 +49,7 @@ fn positions<'a>(w: &'a Weights, cfg: &BertConfig) -> Result<std::borrow::Cow<'a
 impl<B: Backend> BertEmbeddings<B> {
     /// `w` at `embeddings`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let h = cfg.hidden_size;
+        let h = cfg.embedding_size;
         let word = backend.upload(w.get("word_embeddings.weight", &[cfg.vocab_size, h])?)?;
         let position = backend.upload(&*positions(w, cfg)?)?;
         let token_type = if cfg.family.has_token_type_table() {
@@ -67,12 +70,12 @@ impl<B: Backend> BertEmbeddings<B> {
         })
     }
 
-    /// The word-embedding matrix `(V, H)`: the MLM decoder's weight when it is tied.
+    /// The word-embedding matrix `(V, E)`: the MLM decoder's weight when it is tied.
     pub fn word_embeddings(&self) -> &B::Tensor {
         &self.word
     }
 
-    /// → `(B*T, H)`. Position ids are `0..T` in every row (right padding), as HF's default `position_ids` (RoBERTa:
+    /// → `(B*T, E)`. Position ids are `0..T` in every row (right padding), as HF's default `position_ids` (RoBERTa:
     /// rows of its table from `pad_token_id + 1`, see the module doc).
     pub fn forward(&self, backend: &B, batch: &Batch) -> Result<B::Tensor> {
         if let Some(pad) = self.pad_id {

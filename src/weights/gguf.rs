@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::weights::quant::{self, QuantKind, Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK};
 use crate::config::Family;
-use crate::weights::{distilbert, roberta, HostData, HostTensor};
+use crate::weights::{albert, distilbert, electra, roberta, HostData, HostTensor};
 use crate::{Error, Result};
 
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -1374,7 +1374,7 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
         scores.resize(vocab.len(), 0.0);
         w.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
     }
-    // BERT's names, else RoBERTa's (`<s>` is llama.cpp's BOS and CLS, `</s>` its EOS and SEP).
+    // BERT's names, RoBERTa's (`<s>` is llama.cpp's BOS and CLS, `</s>` its EOS and SEP).
     for (key, names) in [
         ("tokenizer.ggml.unknown_token_id", ["[UNK]", "<unk>"]),
         ("tokenizer.ggml.seperator_token_id", ["[SEP]", "</s>"]), // sic: llama.cpp's spelling
@@ -1384,8 +1384,10 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
         ("tokenizer.ggml.eos_token_id", ["[SEP]", "</s>"]),
         ("tokenizer.ggml.mask_token_id", ["[MASK]", "<mask>"]),
     ] {
-        let pick = if model_type == "WordPiece" { names[0] } else { names[1] };
-        if let Some(id) = vocab.iter().position(|v| v == pick) {
+        // The tokenizer's own kind first; ALBERT's Unigram vocabulary has BERT's `[CLS]`, `[SEP]` and `[MASK]` beside
+        // `<unk>` and `<pad>`, so the other kind's name is tried next.
+        let order = if model_type == "WordPiece" { [names[0], names[1]] } else { [names[1], names[0]] };
+        if let Some(id) = order.iter().find_map(|pick| vocab.iter().position(|v| v == pick)) {
             w.set(key, Value::U32(id as u32));
         }
     }
@@ -1401,6 +1403,8 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
         Family::Bert => canonical_hf_name(n),
         Family::DistilBert => canonical_hf_name(&distilbert::to_bert(n)),
         Family::Roberta | Family::XlmRoberta => canonical_hf_name(&roberta::to_bert(n)),
+        Family::Electra => canonical_hf_name(&electra::to_bert(n)),
+        Family::Albert => canonical_hf_name(&albert::to_bert(n)),
     };
     let word = tensors.iter().find(|(n, _)| bert_name(n) == "embeddings.word_embeddings.weight");
     for (name, t) in tensors {

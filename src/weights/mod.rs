@@ -2,7 +2,9 @@
 //! VarBuilder-like [`Weights`] (`pp("encoder")`, `get(name, shape)`) that checks every shape and accepts the name
 //! variants real checkpoints carry.
 
+pub mod albert;
 pub mod distilbert;
+pub mod electra;
 pub mod roberta;
 pub mod safetensors;
 
@@ -316,6 +318,8 @@ impl Weights {
         match self.family {
             Some(Family::DistilBert) => out.extend(distilbert::from_bert(full)),
             Some(Family::Roberta | Family::XlmRoberta) => out.extend(roberta::from_bert(full)),
+            Some(Family::Electra) => out.extend(electra::from_bert(full)),
+            Some(Family::Albert) => out.extend(albert::from_bert(full)),
             Some(Family::Bert) | None => {}
         }
         out

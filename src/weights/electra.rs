@@ -1,0 +1,89 @@
+//! ELECTRA's tensor names (transformers `modeling_electra.py`) ↔ BERT's. The encoder is BERT's under `electra.`
+//! (every checkpoint) or at the root (a bare `ElectraModel` saved alone), with BERT's sub-names; the model code asks
+//! for BERT names and [`super::Weights`] finds these too. Besides BERT's modules:
+//! - `electra.embeddings_project` (E → H after the embeddings' LayerNorm, present when `embedding_size` differs from
+//!   `hidden_size`), asked for as `embeddings_project`;
+//! - the generator's masked-LM head `generator_predictions.{dense, LayerNorm}` and `generator_lm_head` (its weight
+//!   tied to the word embeddings, its bias the MLM bias) are BERT's `cls.predictions.{transform.dense,
+//!   transform.LayerNorm, decoder}` and `cls.predictions.bias`;
+//! - the discriminator head `discriminator_predictions.{dense, dense_prediction}` has no BERT twin and keeps its name.
+//!
+//! Not mapped, on purpose, as for RoBERTa: the sequence classifier `classifier.dense` + `classifier.out_proj` is read
+//! under its own names (`heads::classifier`), so that a token classifier's `classifier.*` is never taken for it.
+
+/// The generator's masked-LM head: BERT's module path ↔ ELECTRA's.
+const LM_HEAD: [(&str, &str); 3] = [
+    ("cls.predictions.transform.dense", "generator_predictions.dense"),
+    ("cls.predictions.transform.LayerNorm", "generator_predictions.LayerNorm"),
+    ("cls.predictions.decoder", "generator_lm_head"),
+];
+
+/// A BERT tensor name (with or without `bert.`) → the names ELECTRA checkpoints may store it under besides the bare
+/// name (which BERT's lookup tries already), most likely first; empty when ELECTRA has no such tensor.
+pub fn from_bert(name: &str) -> Vec<String> {
+    let name = name.strip_prefix("bert.").unwrap_or(name);
+    if ["embeddings.", "encoder.", "embeddings_project."].iter().any(|p| name.starts_with(p)) {
+        return vec![format!("electra.{name}")];
+    }
+    if name == "cls.predictions.bias" || name == "cls.predictions.decoder.bias" {
+        return vec!["generator_lm_head.bias".into()];
+    }
+    let Some((module, param)) = name.rsplit_once('.') else { return Vec::new() };
+    match LM_HEAD.iter().find(|(b, _)| *b == module) {
+        Some((_, e)) => vec![format!("{e}.{param}")],
+        None => Vec::new(),
+    }
+}
+
+/// An ELECTRA tensor name → BERT's (without `bert.`), for storing a checkpoint under BERT's names; the names of
+/// heads without a BERT twin (`discriminator_predictions.*`, `classifier.dense`, `classifier.out_proj`,
+/// `classifier`, `qa_outputs`) and `embeddings_project` pass through without `electra.`.
+pub fn to_bert(name: &str) -> String {
+    let bare = name.strip_prefix("electra.").unwrap_or(name);
+    if bare == "generator_lm_head.bias" {
+        return "cls.predictions.bias".into();
+    }
+    if let Some((module, param)) = bare.rsplit_once('.') {
+        if let Some((b, _)) = LM_HEAD.iter().find(|(_, e)| *e == module) {
+            return format!("{b}.{param}");
+        }
+    }
+    bare.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name of transformers' ElectraForPreTraining / ElectraForMaskedLM state dicts maps to BERT's and back.
+    #[test]
+    fn names_round_trip() {
+        let pairs = [
+            ("electra.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
+            ("electra.embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight"),
+            ("electra.embeddings.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
+            ("electra.embeddings.LayerNorm.bias", "embeddings.LayerNorm.bias"),
+            ("electra.embeddings_project.weight", "embeddings_project.weight"),
+            ("electra.encoder.layer.0.attention.self.query.weight", "encoder.layer.0.attention.self.query.weight"),
+            ("electra.encoder.layer.11.output.LayerNorm.weight", "encoder.layer.11.output.LayerNorm.weight"),
+            ("generator_predictions.dense.weight", "cls.predictions.transform.dense.weight"),
+            ("generator_predictions.LayerNorm.bias", "cls.predictions.transform.LayerNorm.bias"),
+            ("generator_lm_head.weight", "cls.predictions.decoder.weight"),
+            ("generator_lm_head.bias", "cls.predictions.bias"),
+        ];
+        for (e, b) in pairs {
+            assert_eq!(to_bert(e), b, "{e}");
+            assert_eq!(from_bert(b)[0], e, "{b}");
+            assert_eq!(from_bert(&format!("bert.{b}"))[0], e, "bert.{b}");
+        }
+        assert_eq!(from_bert("cls.predictions.decoder.bias"), ["generator_lm_head.bias"]);
+        for n in ["discriminator_predictions.dense.weight", "discriminator_predictions.dense_prediction.bias",
+            "classifier.dense.weight", "classifier.out_proj.bias", "classifier.weight", "qa_outputs.weight"]
+        {
+            assert_eq!(to_bert(n), n);
+        }
+        // ELECTRA has no pooler and no NSP head.
+        assert!(from_bert("pooler.dense.weight").is_empty());
+        assert!(from_bert("cls.seq_relationship.weight").is_empty());
+    }
+}
