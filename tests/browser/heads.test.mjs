@@ -150,3 +150,58 @@ test("DistilBERT embeds and classifies pairs, and a cross-encoder reranks, as Py
   }
   ctx.page.checkErrors();
 });
+
+/**
+ * Every family the package runs, in the page: the mean-pooled embeddings of each family's tiny checkpoint and its
+ * sequence classifier (pairs included) against PyTorch (tests/golden/roberta.json, electra_albert.json), on the CPU
+ * and WebGPU. The same Rust code as the native tests (tests/roberta.rs, tests/electra_albert.rs; measured ≤ 8.9e-6
+ * there), so the same bounds: HIDDEN_ATOL and SCORE_ATOL above.
+ */
+test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify as PyTorch does in the browser (CPU and WebGPU)", async () => {
+  const ro = readJson("tests/golden/roberta.json");
+  const ea = readJson("tests/golden/electra_albert.json");
+  const families = [
+    { name: "roberta", embed: "tiny-roberta-mlm", classify: "tiny-roberta-classifier", golden: ro.roberta },
+    { name: "xlmr", embed: "tiny-xlmr-model", classify: "tiny-xlmr-classifier", golden: ro.xlmr },
+    { name: "electra", embed: "tiny-electra-discriminator", classify: "tiny-electra-classifier", golden: ea.electra },
+    { name: "albert", embed: "tiny-albert-mlm", classify: "tiny-albert-classifier", golden: ea.albert },
+  ];
+  const jobs = families.map((f) => ({
+    name: f.name, embed: f.embed, classify: f.classify,
+    texts: f.golden.embeddings.map((e) => e.text),
+    inputs: f.golden.classifier.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair])),
+  }));
+  const got = await ctx.page.evaluate(async ({ base, jobs }) => {
+    const out = {};
+    for (const device of ["cpu", "webgpu"]) {
+      out[device] = {};
+      for (const j of jobs) {
+        const e = await bertgpu.Bert.load(base + j.embed + "/", { device });
+        const c = await bertgpu.Bert.load(base + j.classify + "/", { device });
+        out[device][j.name] = {
+          embed: (await e.embed(j.texts, { normalize: false })).map((v) => Array.from(v)),
+          classify: await c.classify(j.inputs),
+        };
+        e.dispose();
+        c.dispose();
+      }
+    }
+    return out;
+  }, { base: ctx.env.models.url + "tests/models/", jobs });
+  for (const device of ["cpu", "webgpu"]) {
+    for (const f of families) {
+      const g = got[device][f.name];
+      const want = f.golden.embeddings;
+      assert.equal(g.embed.length, want.length, `${device} ${f.name}: one vector per text`);
+      g.embed.forEach((v, i) => {
+        assert.equal(v.length, want[i].mean.length);
+        v.forEach((x, k) => assert.ok(Math.abs(x - want[i].mean[k]) <= HIDDEN_ATOL,
+          `${device} ${f.name} embed ${i}[${k}]: ${x} vs ${want[i].mean[k]}`));
+      });
+      assert.ok(f.golden.classifier.some((x) => x.text_pair != null), `${f.name}: the golden has pairs`);
+      assert.equal(g.classify.length, f.golden.classifier.length);
+      f.golden.classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} ${f.name} ${x.text}`));
+    }
+  }
+  ctx.page.checkErrors();
+});
