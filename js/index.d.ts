@@ -163,6 +163,15 @@ export interface RankedDocument {
   document: string;
 }
 
+/** One token of ELECTRA's replaced-token detection: `score` is the probability that it was replaced. */
+export interface ReplacedToken {
+  index: number;
+  token: string;
+  start: number;
+  end: number;
+  score: number;
+}
+
 export interface TrainExample {
   text: string;
   label: string;
@@ -218,7 +227,7 @@ export declare class Bert {
   /** Which wasm build runs the model (see LoadOptions.simd). */
   readonly simd: "relaxed" | "simd128";
   /** The tasks this model can run besides tokenize and embed (the heads its checkpoint carries). */
-  readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "rerank" | "tokenClassify" | "answer">;
+  readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "rerank" | "tokenClassify" | "answer" | "replacedTokens">;
   tokenize(text: string, textPair?: string): Promise<Tokenized>;
   tokenize(text: string[], textPair?: string[]): Promise<Tokenized[]>;
   embed(text: string, options?: EmbedOptions): Promise<Float32Array>;
@@ -232,6 +241,9 @@ export declare class Bert {
   tokenClassify(text: string, options?: { aggregation?: "none" | "simple" }): Promise<TokenEntity[]>;
   tokenClassify(texts: string[], options?: { aggregation?: "none" | "simple" }): Promise<TokenEntity[][]>;
   answer(question: string, context: string): Promise<Answer>;
+  /** ELECTRA's replaced-token detection (a discriminator checkpoint). */
+  replacedTokens(text: string): Promise<ReplacedToken[]>;
+  replacedTokens(texts: string[]): Promise<ReplacedToken[][]>;
   /** Reranks documents for a query with a cross-encoder: best first (all, or the `topK` best). */
   rerank(query: string, documents: string[], options?: { topK?: number }): Promise<RankedDocument[]>;
   /** Trains a classification head on the frozen encoder; `classify` then uses it. */

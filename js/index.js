@@ -401,7 +401,7 @@ export class Bert {
 
   /**
    * The tasks this model can run besides `tokenize` and `embed`: "fillMask", "nextSentence", "classify", "rerank",
-   * "tokenClassify", "answer" (the heads its checkpoint carries; "classify" also once a head is trained or loaded).
+   * "tokenClassify", "answer", "replacedTokens" (the heads its checkpoint carries; "classify" also once a head is trained or loaded).
    */
   get tasks() {
     return this._disposed ? [] : this._model.tasks;
@@ -615,6 +615,19 @@ export class Bert {
       }
       const out = list.length ? await m.tokenClassify(list, aggregation) : [];
       out.forEach((ents, i) => ents.forEach((e) => toUtf16Span(list[i], e)));
+      return single ? out[0] : out;
+    });
+  }
+
+  /**
+   * ELECTRA's replaced-token detection (a discriminator checkpoint): [{ index, token, start, end, score }] for every
+   * token but the special ones, `score` the probability that the token was replaced; `start`/`end` index the string.
+   */
+  replacedTokens(input) {
+    return this._enqueue("replacedTokens", async (m) => {
+      const { list, single } = texts(input, "replacedTokens");
+      const out = list.length ? await m.replacedTokens(list) : [];
+      out.forEach((toks, i) => toks.forEach((t) => toUtf16Span(list[i], t)));
       return single ? out[0] : out;
     });
   }

@@ -33,6 +33,7 @@ async function handle(id, method, args) {
     case "tokenClassify":
     case "answer":
     case "rerank":
+    case "replacedTokens":
       return bert[method](...args);
     case "trainHead": {
       const [examples, { progress, ...options }] = args;

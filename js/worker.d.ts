@@ -2,7 +2,7 @@
 import { Bert as MainBert, type LoadOptions, type ModelSource } from "./index.js";
 export type {
   Device, Progress, ModelSource, ModelBytes, WasmSource, LoadOptions, Tokenized, EmbedOptions, RankedDocument,
-  TrainExample, TrainOptions, EpochProgress, TrainReport,
+  ReplacedToken, TrainExample, TrainOptions, EpochProgress, TrainReport,
 } from "./index.js";
 
 export declare class Bert extends MainBert {

@@ -177,6 +177,10 @@ export class Bert {
     return this._run("answer", [question, context]);
   }
 
+  replacedTokens(texts) {
+    return stringList(texts) ? this._fanOut("replacedTokens", [texts], (part) => [part]) : this._run("replacedTokens", [texts]);
+  }
+
   rerank(query, documents, options) {
     return this._run("rerank", [query, documents, options]);
   }

@@ -524,6 +524,17 @@ impl WasmModel {
         }))
     }
 
+    /// ELECTRA's replaced-token detection per text: `[{ index, token, start, end, score }]` for every token but the
+    /// special ones, `score` the probability that it was replaced; offsets are characters.
+    #[wasm_bindgen(js_name = replacedTokens)]
+    pub fn replaced_tokens(&self, texts: Vec<String>) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        run(async move {
+            let inputs: Vec<(&str, Option<&str>)> = texts.iter().map(|t| (t.as_str(), None)).collect();
+            engine.replaced_tokens(&inputs).await
+        })
+    }
+
     /// Extractive QA: `{ answer, score, start, end }`, character offsets into `context`.
     pub fn answer(&self, question: String, context: String) -> js_sys::Promise {
         let engine = self.engine.clone();

@@ -255,6 +255,7 @@ fn discriminator<B: Backend>(m: &Model<B>, atol: f32) {
     let want: Vec<f32> = cases.iter().flat_map(|c| floats(&c["logits"])).collect();
     close("electra discriminator logits", &got.concat(), &want, atol, atol);
     let out = block_on(m.replaced_tokens(&inputs)).unwrap();
+    assert_eq!(out.len(), cases.len(), "one result per input");
     for ((toks, e), c) in out.iter().zip(&encoded).zip(cases) {
         let logits = floats(&c["logits"]);
         assert_eq!(toks.len(), e.special_tokens_mask.iter().filter(|&&s| s == 0).count(), "every token but [CLS], [SEP]");
@@ -309,7 +310,7 @@ fn electra_and_albert_match_pytorch_on_gpu() {
 #[test]
 fn tasks_follow_the_checkpoint() {
     for (name, tasks) in [
-        ("tiny-electra-discriminator", vec![]),
+        ("tiny-electra-discriminator", vec!["replacedTokens"]),
         ("tiny-electra-generator", vec!["fillMask"]),
         ("tiny-electra-classifier", vec!["classify"]),
         ("tiny-electra-ner", vec!["tokenClassify"]),
@@ -445,6 +446,24 @@ fn electra_and_albert_through_the_cli() {
     let got: Vec<f32> = out.iter().flat_map(|o| floats(&o["embedding"])).collect();
     let want: Vec<f32> = cases.iter().flat_map(|c| floats(&c["mean"])).collect();
     close("cli electra embeddings", &got, &want, CPU_ATOL, 0.0);
+
+    // Replaced-token detection: every token but [CLS]/[SEP], its score sigmoid(the golden logit).
+    let cases = g["electra"]["discriminator"].as_array().unwrap();
+    let input: String = cases
+        .iter()
+        .map(|c| format!("{}\n", serde_json::json!({"text": c["text"], "text_pair": c.get("text_pair")})))
+        .collect();
+    let out = run(&["replaced-tokens", "--model", model.to_str().unwrap(), "--device", "cpu"], &input);
+    assert_eq!(out.len(), cases.len(), "one line per input");
+    for (o, c) in out.iter().zip(cases) {
+        let (toks, logits) = (o.as_array().unwrap(), floats(&c["logits"]));
+        assert_eq!(toks.len(), logits.len() - if c.get("text_pair").is_some_and(|p| !p.is_null()) { 3 } else { 2 }, "{o}");
+        for t in toks {
+            let i = t["index"].as_u64().unwrap() as usize;
+            let p = 1.0 / (1.0 + (-(logits[i] as f64)).exp());
+            assert!((t["score"].as_f64().unwrap() - p).abs() <= SCORE_TOL as f64, "{o}");
+        }
+    }
 
     let cases = g["albert"]["classifier"].as_array().unwrap();
     let input: String = cases

@@ -141,6 +141,12 @@ enum Command {
         #[command(flatten)]
         infer: InferArgs,
     },
+    /// ELECTRA replaced-token detection (a discriminator checkpoint): [{"index", "token", "start", "end", "score"}, ...]
+    /// for every token but the special ones (score: the probability that it was replaced)
+    ReplacedTokens {
+        #[command(flatten)]
+        infer: InferArgs,
+    },
     /// Rerank documents for a query with a cross-encoder, on {"query", "documents": [...]}: [{"index", "score",
     /// "document"}, ...] best first (score: the cross-encoder's relevance logit)
     Rerank {
@@ -268,6 +274,7 @@ fn run(command: Command) -> Result<(), Fail> {
         Command::Ner { infer, aggregation } => cmd_ner(&infer, aggregation),
         Command::Qa { infer } => cmd_qa(&infer),
         Command::Rerank { infer, top_k } => cmd_rerank(&infer, top_k),
+        Command::ReplacedTokens { infer } => cmd_replaced_tokens(&infer),
         Command::Convert { model, dtype, out } => {
             use bertgpu::weights::gguf::{convert, ConvertDType};
             let dtype = match dtype {
@@ -606,6 +613,16 @@ fn cmd_qa(args: &InferArgs) -> Result<(), Fail> {
                 Input::Text { .. } | Input::Rerank { .. } => Err("qa needs {\"question\": ..., \"context\": ...}".into()),
             })
             .collect()
+    })
+}
+
+fn cmd_replaced_tokens(args: &InferArgs) -> Result<(), Fail> {
+    let engine = load_head_engine(args, |e| bertgpu::with_model!(e, m => m.heads.discriminator().map(|_| ())))?;
+    run_lines(Shape::Text, HEAD_BATCH, |inputs| {
+        per_line(inputs, || {
+            let texts: Vec<(&str, Option<&str>)> = inputs.iter().map(Input::text_and_pair).collect();
+            pollster::block_on(engine.replaced_tokens(&texts))
+        })
     })
 }
 

@@ -135,7 +135,7 @@ impl<B: Backend> Model<B> {
 
     /// The tasks this model can run besides `embed`, by their JavaScript names: "fillMask", "nextSentence",
     /// "classify" (the checkpoint's classifier or a trained head), "rerank" (a one-output classifier: a cross-encoder),
-    /// "tokenClassify", "answer". Mirrors the checks the
+    /// "tokenClassify", "answer", "replacedTokens" (an ELECTRA discriminator). Mirrors the checks the
     /// tasks make, so a task listed here does not fail for want of its head.
     pub fn available_tasks(&self) -> Vec<&'static str> {
         let archs = &self.config.architectures;
@@ -161,6 +161,9 @@ impl<B: Backend> Model<B> {
         }
         if self.heads.qa().is_ok() {
             out.push("answer");
+        }
+        if self.heads.discriminator().is_ok() {
+            out.push("replacedTokens");
         }
         out
     }

@@ -157,7 +157,7 @@ test("DistilBERT embeds and classifies pairs, and a cross-encoder reranks, as Py
  * and WebGPU. The same Rust code as the native tests (tests/roberta.rs, tests/electra_albert.rs; measured ≤ 8.9e-6
  * there), so the same bounds: HIDDEN_ATOL and SCORE_ATOL above.
  */
-test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify as PyTorch does in the browser (CPU and WebGPU)", async () => {
+test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify, and ELECTRA detects replaced tokens, as PyTorch does in the browser (CPU and WebGPU)", async () => {
   const ro = readJson("tests/golden/roberta.json");
   const ea = readJson("tests/golden/electra_albert.json");
   const families = [
@@ -171,7 +171,10 @@ test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify as PyTorch does in t
     texts: f.golden.embeddings.map((e) => e.text),
     inputs: f.golden.classifier.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair])),
   }));
-  const got = await ctx.page.evaluate(async ({ base, jobs }) => {
+  // ELECTRA's discriminator also detects replaced tokens (single texts of its golden).
+  const disc = ea.electra.discriminator.filter((c) => c.text_pair == null);
+  assert.ok(disc.length > 0);
+  const got = await ctx.page.evaluate(async ({ base, jobs, discTexts }) => {
     const out = {};
     for (const device of ["cpu", "webgpu"]) {
       out[device] = {};
@@ -182,12 +185,16 @@ test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify as PyTorch does in t
           embed: (await e.embed(j.texts, { normalize: false })).map((v) => Array.from(v)),
           classify: await c.classify(j.inputs),
         };
+        if (j.name === "electra") {
+          out[device].tasks = e.tasks;
+          out[device].replaced = await e.replacedTokens(discTexts);
+        }
         e.dispose();
         c.dispose();
       }
     }
     return out;
-  }, { base: ctx.env.models.url + "tests/models/", jobs });
+  }, { base: ctx.env.models.url + "tests/models/", jobs, discTexts: disc.map((c) => c.text) });
   for (const device of ["cpu", "webgpu"]) {
     for (const f of families) {
       const g = got[device][f.name];
@@ -202,6 +209,16 @@ test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify as PyTorch does in t
       assert.equal(g.classify.length, f.golden.classifier.length);
       f.golden.classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} ${f.name} ${x.text}`));
     }
+    assert.deepEqual(got[device].tasks, ["replacedTokens"]);
+    assert.equal(got[device].replaced.length, disc.length);
+    got[device].replaced.forEach((toks, i) => {
+      // Every token but [CLS] and [SEP]; the score is sigmoid(PyTorch's logit).
+      assert.equal(toks.length, disc[i].logits.length - 2, `${device} replaced ${disc[i].text}`);
+      toks.forEach((t) => {
+        const p = 1 / (1 + Math.exp(-disc[i].logits[t.index]));
+        assert.ok(Math.abs(t.score - p) <= SCORE_ATOL, `${device} replaced ${disc[i].text}[${t.index}]: ${t.score} vs ${p}`);
+      });
+    });
   }
   ctx.page.checkErrors();
 });
