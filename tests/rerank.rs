@@ -5,9 +5,7 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
@@ -15,7 +13,7 @@ use bertgpu::config::BertConfig;
 use bertgpu::tasks::Model;
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::weights::Weights;
-use common::{assert_close, floats, gpu};
+use common::{assert_close, cli, floats, gpu};
 use serde_json::Value;
 
 /// Logits: tests/heads.rs's CPU_TOL and GPU_TOL. These logits reach ~28 (the golden script scales the head by 10 to
@@ -113,18 +111,6 @@ fn rerank_refuses_a_model_that_is_not_a_cross_encoder() {
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("rerank needs a cross-encoder, whose classifier has one output; this one has 3 labels"), "{err}");
-}
-
-fn cli(args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
-    child.wait_with_output().unwrap()
 }
 
 #[test]

@@ -6,6 +6,8 @@ use bertgpu::backend::Backend;
 use bertgpu::tokenizer::Batch;
 use bertgpu::weights::{HostData, HostTensor};
 
+pub mod family;
+
 /// Whether a test must fail, rather than skip, on a machine with no GPU adapter: `BERTGPU_REQUIRE_GPU=1` (set by
 /// scripts/test.sh, so CI cannot pass with its driver missing). Unset or `0`: skip. Any other value is a typo that
 /// would quietly change what the suite checks, so it fails every GPU test.
@@ -145,4 +147,20 @@ pub fn batch(lens: &[usize], t: usize, vocab: u32, seed: u64) -> Batch {
         }
     }
     out
+}
+
+/// The bertgpu binary with `args` and `input` on its stdin, run to its end. A child that exits before reading all of
+/// its input is not an error here: its status and output say what happened.
+pub fn cli(args: &[&str], input: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+    child.wait_with_output().unwrap()
 }

@@ -1,0 +1,306 @@
+//! The golden checks that BERT's relatives share (tests/distilbert.rs, tests/roberta.rs, tests/electra_albert.rs):
+//! each takes one family's section of its golden JSON (`g`: the whole of distilbert.json, `roberta.json["xlmr"]`, …)
+//! and the family's name for the messages, so that a family's test file keeps only what is its own.
+//!
+//! Every case's token ids are checked wherever the golden records them (an embedding golden may not; DistilBERT's
+//! does not), before its numbers; counts are checked before every zip.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bertgpu::backend::Backend;
+use bertgpu::config::BertConfig;
+use bertgpu::heads::qa;
+use bertgpu::tasks::{EmbedOptions, Model, Pooling};
+use bertgpu::tokenizer::Tokenizer;
+use bertgpu::weights::gguf::{self, ConvertDType};
+use bertgpu::weights::Weights;
+use serde_json::Value;
+
+use super::{assert_close, floats};
+
+/// Pipeline scores (softmax/sigmoid outputs): the issue-wide 1e-4.
+pub const SCORE_TOL: f32 = 1e-4;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// tests/golden/`file`, parsed.
+pub fn golden(file: &str) -> Value {
+    let text = std::fs::read_to_string(root().join("tests/golden").join(file)).expect(file);
+    serde_json::from_str(&text).unwrap()
+}
+
+/// tests/models/`name`.
+pub fn dir(name: &str) -> PathBuf {
+    root().join("tests/models").join(name)
+}
+
+/// A checkpoint folder (config.json, its tokenizer, model.safetensors) as a model on `backend`.
+pub fn load<B: Backend>(d: &Path, backend: B) -> Model<B> {
+    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let tok = Tokenizer::from_dir(d, cfg.max_position_embeddings).unwrap();
+    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    Model::new(backend, cfg, tok, &w).unwrap()
+}
+
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    pollster::block_on(f)
+}
+
+/// A golden matrix (an array of rows), row after row.
+pub fn rows(v: &Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().flat_map(floats).collect()
+}
+
+/// Golden token ids.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// `assert_close`, printing the measured worst error (`cargo test -- --nocapture` shows it).
+pub fn close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
+    let err = assert_close(what, got, want, atol, rtol);
+    eprintln!("measured {what}: {err:.2e}");
+}
+
+/// The tokenizer on tokens.py's tricky strings (pairs among them): ids, token types (the golden's where it records
+/// them, else one type), character offsets, decodes.
+pub fn tokens(fam: &str, g: &Value, tok: &Tokenizer) {
+    let cases = g["tokens"].as_array().unwrap();
+    assert!(cases.len() > 40, "the tricky strings of tokens.py");
+    assert!(cases.iter().any(|c| c["text_pair"].is_string()), "pairs are covered");
+    let mut tok = tok.clone();
+    for c in cases {
+        let name = c["name"].as_str().unwrap();
+        tok.set_max_length(c["max_length"].as_u64().unwrap() as usize).unwrap();
+        let e = tok.encode(c["text"].as_str().unwrap(), c["text_pair"].as_str()).unwrap();
+        assert_eq!(e.ids, ids(&c["input_ids"]), "{fam} {name}: ids");
+        match c.get("token_type_ids") {
+            Some(types) => assert_eq!(e.type_ids, ids(types), "{fam} {name}: token type ids"),
+            None => assert!(e.type_ids.iter().all(|&t| t == 0), "{fam} {name}: one token type"),
+        }
+        let want: Vec<(usize, usize)> = c["offsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (o[0].as_u64().unwrap() as usize, o[1].as_u64().unwrap() as usize))
+            .collect();
+        assert_eq!(e.offsets, want, "{fam} {name}: character offsets");
+        assert_eq!(tok.decode(&e.ids, false).unwrap(), c["decoded"].as_str().unwrap(), "{fam} {name}: decode");
+        assert_eq!(tok.decode(&e.ids, true).unwrap(), c["decoded_skip"].as_str().unwrap(), "{fam} {name}: decode");
+    }
+}
+
+/// Mean- and CLS-pooled embeddings, unnormalised.
+pub fn embeddings<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
+    let cases = g["embeddings"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    for (t, c) in texts.iter().zip(cases) {
+        if let Some(want) = c.get("input_ids") {
+            assert_eq!(m.tokenizer.encode(t, None).unwrap().ids, ids(want), "{fam} ids of {t}");
+        }
+    }
+    for (pooling, key) in [(Pooling::Mean, "mean"), (Pooling::Cls, "cls")] {
+        let opts = EmbedOptions { pooling, normalize: false, batch_size: 4 };
+        let got = block_on(m.embed(&texts, &opts)).unwrap();
+        assert_eq!(got.len(), cases.len(), "one vector per text");
+        let want: Vec<f32> = cases.iter().flat_map(|c| floats(&c[key])).collect();
+        close(&format!("{fam} {key} embeddings"), &got.concat(), &want, atol, 0.0);
+    }
+}
+
+/// The logits at every mask and the pipeline's top 5 per mask.
+///
+/// `near_ties`: whether the golden may hold neighbours closer than twice SCORE_TOL (random tiny weights give them:
+/// XLM-R's smallest gap is 2.3e-5, ALBERT's 1.1e-4; the scripts print it), which may then come out in either order
+/// and are matched by their token. `false` asserts that it holds none, so that the order must match exactly.
+pub fn fill_mask<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, near_ties: bool) {
+    let cases = g["fill_mask"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let encoded: Vec<_> = texts.iter().map(|t| m.tokenizer.encode(t, None).unwrap()).collect();
+    for (e, c) in encoded.iter().zip(cases) {
+        assert_eq!(e.ids, ids(&c["input_ids"]), "{fam} ids of {}", c["text"]);
+        if !near_ties {
+            let gap = c["min_score_gap"].as_f64().unwrap();
+            assert!(gap >= 2.0 * SCORE_TOL as f64, "{fam} {}: golden neighbours {gap} apart", c["text"]);
+        }
+    }
+    let positions: Vec<Vec<usize>> = cases
+        .iter()
+        .map(|c| c["mask_rows"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as usize).collect())
+        .collect();
+    let got = block_on(m.fill_mask_logits(&encoded, &positions)).unwrap();
+    let want: Vec<f32> = cases.iter().flat_map(|c| rows(&c["mask_logits"])).collect();
+    close(&format!("{fam} fill-mask logits"), &got, &want, atol, atol);
+    let out = block_on(m.fill_mask(&texts, 5)).unwrap();
+    assert_eq!(out.len(), cases.len());
+    for (per_text, c) in out.iter().zip(cases) {
+        let want = c["predictions"].as_array().unwrap();
+        assert_eq!(per_text.len(), want.len(), "{}: one list per mask", c["text"]);
+        for (row, wrow) in per_text.iter().zip(want) {
+            let wrow = wrow.as_array().unwrap();
+            assert_eq!(row.len(), wrow.len());
+            for (i, (p, w)) in row.iter().zip(wrow).enumerate() {
+                let tie = |j: usize| {
+                    (wrow[i]["score"].as_f64().unwrap() - wrow[j]["score"].as_f64().unwrap()).abs() < 2.0 * SCORE_TOL as f64
+                };
+                let w = if p.token as u64 == w["token"].as_u64().unwrap() {
+                    w
+                } else {
+                    let j = (0..wrow.len()).find(|&j| wrow[j]["token"].as_u64() == Some(p.token as u64));
+                    match j {
+                        Some(j) if tie(j) => &wrow[j],
+                        _ => panic!("{fam} {}: prediction {i} is token {}, golden {}", c["text"], p.token, w["token"]),
+                    }
+                };
+                assert_eq!(p.token_str, w["token_str"].as_str().unwrap(), "{fam} {}", c["text"]);
+                assert_eq!(p.sequence, w["sequence"].as_str().unwrap(), "{fam} {}", c["text"]);
+                assert!((p.score - w["score"].as_f64().unwrap() as f32).abs() <= SCORE_TOL, "{fam} {}", c["text"]);
+            }
+        }
+    }
+}
+
+/// Sequence classification, pairs included: token ids (and types where the golden records them), logits, and the
+/// pipeline's labels in order (the goldens' smallest score gap, 2.4e-3, is far above SCORE_TOL) with their scores.
+pub fn classify<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
+    let cases = g["classifier"].as_array().unwrap();
+    let inputs: Vec<(&str, Option<&str>)> =
+        cases.iter().map(|c| (c["text"].as_str().unwrap(), c.get("text_pair").and_then(Value::as_str))).collect();
+    assert!(inputs.iter().any(|(_, p)| p.is_some()), "the goldens include pairs");
+    let encoded: Vec<_> = inputs.iter().map(|(a, b)| m.tokenizer.encode(a, *b).unwrap()).collect();
+    for (e, c) in encoded.iter().zip(cases) {
+        assert_eq!(e.ids, ids(&c["input_ids"]), "token ids of {}", c["text"]);
+        if let Some(types) = c.get("token_type_ids") {
+            assert_eq!(e.type_ids, ids(types), "token type ids of {}", c["text"]);
+        }
+    }
+    let logits = block_on(m.classify_logits(&encoded)).unwrap();
+    assert_eq!(logits.len(), cases.len());
+    let want: Vec<f32> = cases.iter().flat_map(|c| floats(&c["logits"])).collect();
+    close(&format!("{fam} classifier logits"), &logits.concat(), &want, atol, atol);
+    let out = block_on(m.classify(&inputs, None)).unwrap();
+    assert_eq!(out.len(), cases.len());
+    for (got, c) in out.iter().zip(cases) {
+        let want = c["pipeline"].as_array().unwrap();
+        assert_eq!(got.len(), want.len());
+        for (l, w) in got.iter().zip(want) {
+            assert_eq!(l.label, w["label"].as_str().unwrap(), "{}", c["text"]);
+            assert!((l.score - w["score"].as_f64().unwrap() as f32).abs() <= SCORE_TOL, "{}", c["text"]);
+        }
+    }
+}
+
+/// Token classification: ids and the logits of every token.
+pub fn token_logits<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
+    let cases = g["ner"].as_array().unwrap();
+    let encoded: Vec<_> = cases.iter().map(|c| m.tokenizer.encode(c["text"].as_str().unwrap(), None).unwrap()).collect();
+    for (e, c) in encoded.iter().zip(cases) {
+        assert_eq!(e.ids, ids(&c["input_ids"]), "{fam} ids of {}", c["text"]);
+    }
+    let got = block_on(m.token_logits(&encoded)).unwrap();
+    assert_eq!(got.len(), cases.len());
+    let want: Vec<f32> = cases.iter().flat_map(|c| rows(&c["logits"])).collect();
+    close(&format!("{fam} token logits"), &got.concat(), &want, atol, atol);
+}
+
+/// QA windows (a multi-window context among them), their ids and logits; the answer's score, and the answer itself
+/// where the golden's best span wins by more than twice SCORE_TOL. `near_ties`: whether the golden may hold spans
+/// closer than that (random tiny weights give them); `false` asserts it holds none, so that every answer is checked.
+pub fn answer<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, near_ties: bool) {
+    let cases = g["qa"].as_array().unwrap();
+    assert!(cases.iter().any(|c| c["windows"].as_array().unwrap().len() > 1), "a multi-window context is covered");
+    for case in cases {
+        let (q, c) = (case["question"].as_str().unwrap(), case["context"].as_str().unwrap());
+        let (len, stride) = qa::window_params(&m.tokenizer, &m.config);
+        let windows = qa::windows(&m.tokenizer, q, c, len, stride).unwrap();
+        let want_windows = case["windows"].as_array().unwrap();
+        assert_eq!(windows.len(), want_windows.len(), "{fam} {q}: number of windows");
+        for (w, ww) in windows.iter().zip(want_windows) {
+            assert_eq!(w.ids, ids(&ww["input_ids"]), "{fam} {q}: window ids");
+        }
+        let logits = block_on(m.qa_logits(&windows)).unwrap();
+        assert_eq!(logits.len(), want_windows.len(), "{fam} {q}: number of windows");
+        for (l, w) in logits.iter().zip(want_windows) {
+            let want: Vec<f32> =
+                floats(&w["start_logits"]).into_iter().zip(floats(&w["end_logits"])).flat_map(|(a, b)| [a, b]).collect();
+            close(&format!("{fam} qa logits ({q})"), l, &want, atol, atol);
+        }
+        let decisive = want_windows.iter().all(|w| w["runner_up_gap"].as_f64().unwrap() > 2.0 * SCORE_TOL as f64)
+            && case["window_gap"].as_f64().unwrap() > 2.0 * SCORE_TOL as f64;
+        assert!(near_ties || decisive, "{fam} {q}: the golden's best span wins by less than twice SCORE_TOL");
+        let ans = block_on(m.answer(q, c)).unwrap();
+        let wa = &case["answer"];
+        assert!((ans.score - wa["score"].as_f64().unwrap() as f32).abs() <= SCORE_TOL, "{fam} {q}");
+        if decisive {
+            assert_eq!(ans.answer, wa["answer"].as_str().unwrap(), "{fam} {q}");
+            assert_eq!((ans.start as u64, ans.end as u64), (wa["start"].as_u64().unwrap(), wa["end"].as_u64().unwrap()));
+        }
+    }
+}
+
+/// The GGUF that `convert` writes for tests/models/`name`.
+pub fn gguf_bytes(name: &str, dtype: ConvertDType) -> Vec<u8> {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("{name}-{}-{n}.gguf", std::process::id()));
+    gguf::convert(&dir(name), dtype, &out).unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    bytes
+}
+
+/// The bertgpu CLI with `args` and `input` on stdin: it must succeed; its stdout's JSON lines.
+pub fn run(args: &[&str], input: &str) -> Vec<Value> {
+    let out = super::cli(args, input);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).collect()
+}
+
+/// `embed` on the CPU through the CLI: one line per text, the golden mean-pooled vectors.
+pub fn cli_embeddings(fam: &str, g: &Value, model: &Path, atol: f32) {
+    let cases = g["embeddings"].as_array().unwrap();
+    let input: String = cases.iter().map(|c| format!("{}\n", serde_json::json!({"text": c["text"]}))).collect();
+    let out = run(&["embed", "--model", model.to_str().unwrap(), "--device", "cpu"], &input);
+    assert_eq!(out.len(), cases.len(), "one line per text");
+    let got: Vec<f32> = out.iter().flat_map(|o| floats(&o["embedding"])).collect();
+    let want: Vec<f32> = cases.iter().flat_map(|c| floats(&c["mean"])).collect();
+    close(&format!("cli {fam} embeddings"), &got, &want, atol, 0.0);
+}
+
+/// `classify` on the CPU through the CLI, pairs included: the golden pipeline's labels in order and their scores.
+pub fn cli_classify(g: &Value, model: &Path) {
+    let cases = g["classifier"].as_array().unwrap();
+    let input: String = cases
+        .iter()
+        .map(|c| format!("{}\n", serde_json::json!({"text": c["text"], "text_pair": c.get("text_pair")})))
+        .collect();
+    let out = run(&["classify", "--model", model.to_str().unwrap(), "--device", "cpu"], &input);
+    assert_eq!(out.len(), cases.len(), "one line per input");
+    for (o, c) in out.iter().zip(cases) {
+        let (got, want) = (o.as_array().unwrap(), c["pipeline"].as_array().unwrap());
+        assert_eq!(got.len(), want.len(), "{o}");
+        for (l, w) in got.iter().zip(want) {
+            assert_eq!(l["label"], w["label"]);
+            assert!((l["score"].as_f64().unwrap() - w["score"].as_f64().unwrap()).abs() <= SCORE_TOL as f64, "{o}");
+        }
+    }
+}
+
+/// `fill-mask` on the CPU through the CLI, on the goldens with one mask: the golden's best token and sequence.
+pub fn cli_fill_mask(g: &Value, model: &Path) {
+    let cases = g["fill_mask"].as_array().unwrap();
+    let single: Vec<&Value> = cases.iter().filter(|c| c["mask_rows"].as_array().unwrap().len() == 1).collect();
+    assert!(!single.is_empty());
+    let input: String = single.iter().map(|c| format!("{}\n", serde_json::json!({"text": c["text"]}))).collect();
+    let out = run(&["fill-mask", "--model", model.to_str().unwrap(), "--device", "cpu"], &input);
+    assert_eq!(out.len(), single.len(), "one line per text");
+    for (o, c) in out.iter().zip(&single) {
+        let best = &c["predictions"][0][0];
+        let got = if o.is_array() && o[0].is_array() { &o[0][0] } else { &o[0] };
+        assert_eq!(got["token"], best["token"], "{o}");
+        assert_eq!(got["sequence"], best["sequence"], "{o}");
+    }
+}
