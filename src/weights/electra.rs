@@ -11,44 +11,29 @@
 //! Not mapped, on purpose, as for RoBERTa: the sequence classifier `classifier.dense` + `classifier.out_proj` is read
 //! under its own names (`heads::classifier`), so that a token classifier's `classifier.*` is never taken for it.
 
-/// The generator's masked-LM head: BERT's module path ↔ ELECTRA's.
-const LM_HEAD: [(&str, &str); 3] = [
-    ("cls.predictions.transform.dense", "generator_predictions.dense"),
-    ("cls.predictions.transform.LayerNorm", "generator_predictions.LayerNorm"),
-    ("cls.predictions.decoder", "generator_lm_head"),
-];
+/// ELECTRA's names: the encoder and `embeddings_project` under `electra.`; the generator's masked-LM head.
+const NAMES: super::RenamedBert = super::RenamedBert {
+    prefix: "electra.",
+    prefixed: &["embeddings.", "encoder.", "embeddings_project."],
+    lm_head: [
+        ("cls.predictions.transform.dense", "generator_predictions.dense"),
+        ("cls.predictions.transform.LayerNorm", "generator_predictions.LayerNorm"),
+        ("cls.predictions.decoder", "generator_lm_head"),
+    ],
+    mlm_bias: &["generator_lm_head.bias"],
+};
 
 /// A BERT tensor name (with or without `bert.`) → the names ELECTRA checkpoints may store it under besides the bare
 /// name (which BERT's lookup tries already), most likely first; empty when ELECTRA has no such tensor.
 pub fn from_bert(name: &str) -> Vec<String> {
-    let name = name.strip_prefix("bert.").unwrap_or(name);
-    if ["embeddings.", "encoder.", "embeddings_project."].iter().any(|p| name.starts_with(p)) {
-        return vec![format!("electra.{name}")];
-    }
-    if name == "cls.predictions.bias" || name == "cls.predictions.decoder.bias" {
-        return vec!["generator_lm_head.bias".into()];
-    }
-    let Some((module, param)) = name.rsplit_once('.') else { return Vec::new() };
-    match LM_HEAD.iter().find(|(b, _)| *b == module) {
-        Some((_, e)) => vec![format!("{e}.{param}")],
-        None => Vec::new(),
-    }
+    NAMES.from_bert(name)
 }
 
 /// An ELECTRA tensor name → BERT's (without `bert.`), for storing a checkpoint under BERT's names; the names of
 /// heads without a BERT twin (`discriminator_predictions.*`, `classifier.dense`, `classifier.out_proj`,
 /// `classifier`, `qa_outputs`) and `embeddings_project` pass through without `electra.`.
 pub fn to_bert(name: &str) -> String {
-    let bare = name.strip_prefix("electra.").unwrap_or(name);
-    if bare == "generator_lm_head.bias" {
-        return "cls.predictions.bias".into();
-    }
-    if let Some((module, param)) = bare.rsplit_once('.') {
-        if let Some((b, _)) = LM_HEAD.iter().find(|(_, e)| *e == module) {
-            return format!("{b}.{param}");
-        }
-    }
-    bare.to_string()
+    NAMES.to_bert(name)
 }
 
 #[cfg(test)]

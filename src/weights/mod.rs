@@ -17,6 +17,54 @@ use crate::{Error, Result};
 pub mod gguf;
 pub mod quant;
 
+/// The names of a relative of BERT whose encoder is BERT's under a prefix (or at the root) and whose masked-LM head is
+/// BERT's `cls.predictions` under other module names (RoBERTa's `lm_head`, ELECTRA's generator): the mapping both ways.
+struct RenamedBert {
+    /// `roberta.`, `electra.`: where task checkpoints keep the encoder.
+    prefix: &'static str,
+    /// The BERT module paths (with their trailing dot) stored under `prefix`.
+    prefixed: &'static [&'static str],
+    /// The masked-LM head: BERT's module path ↔ the family's.
+    lm_head: [(&'static str, &'static str); 3],
+    /// The names the family may store BERT's MLM bias (`cls.predictions.bias`, tied to its `decoder.bias`) under,
+    /// most likely first.
+    mlm_bias: &'static [&'static str],
+}
+
+impl RenamedBert {
+    /// A BERT tensor name (with or without `bert.`) → the names the family's checkpoints may store it under besides
+    /// the bare name (which BERT's lookup tries already), most likely first; empty when the family has no such tensor.
+    fn from_bert(&self, name: &str) -> Vec<String> {
+        let name = name.strip_prefix("bert.").unwrap_or(name);
+        if self.prefixed.iter().any(|p| name.starts_with(p)) {
+            return vec![format!("{}{name}", self.prefix)];
+        }
+        if name == "cls.predictions.bias" || name == "cls.predictions.decoder.bias" {
+            return self.mlm_bias.iter().map(|&n| n.into()).collect();
+        }
+        let Some((module, param)) = name.rsplit_once('.') else { return Vec::new() };
+        match self.lm_head.iter().find(|(b, _)| *b == module) {
+            Some((_, f)) => vec![format!("{f}.{param}")],
+            None => Vec::new(),
+        }
+    }
+
+    /// A tensor name of the family → BERT's (without `bert.`); a name with no BERT twin passes through without the
+    /// prefix.
+    fn to_bert(&self, name: &str) -> String {
+        let bare = name.strip_prefix(self.prefix).unwrap_or(name);
+        if self.mlm_bias.contains(&bare) {
+            return "cls.predictions.bias".into();
+        }
+        if let Some((module, param)) = bare.rsplit_once('.') {
+            if let Some((b, _)) = self.lm_head.iter().find(|(_, f)| *f == module) {
+                return format!("{b}.{param}");
+            }
+        }
+        bare.to_string()
+    }
+}
+
 /// A tensor on the host in the dtype its file stores. Shapes are PyTorch's (a linear weight is `(out, in)`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {

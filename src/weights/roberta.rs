@@ -9,46 +9,30 @@
 //! Mapping BERT's `classifier.weight` to `classifier.out_proj.weight` would let a token classifier be built from a
 //! sequence classifier's weights, so `heads::classifier` reads RoBERTa's head under its own names instead.
 
-/// The masked-LM head: BERT's module path ↔ RoBERTa's.
-const LM_HEAD: [(&str, &str); 3] = [
-    ("cls.predictions.transform.dense", "lm_head.dense"),
-    ("cls.predictions.transform.LayerNorm", "lm_head.layer_norm"),
-    ("cls.predictions.decoder", "lm_head.decoder"),
-];
+/// RoBERTa's names: the encoder and pooler under `roberta.`; the masked-LM head `lm_head`, whose bias
+/// (`lm_head.bias`, tied to `lm_head.decoder.bias`: files hold either or both) is BERT's `cls.predictions.bias`.
+const NAMES: super::RenamedBert = super::RenamedBert {
+    prefix: "roberta.",
+    prefixed: &["embeddings.", "encoder.", "pooler."],
+    lm_head: [
+        ("cls.predictions.transform.dense", "lm_head.dense"),
+        ("cls.predictions.transform.LayerNorm", "lm_head.layer_norm"),
+        ("cls.predictions.decoder", "lm_head.decoder"),
+    ],
+    mlm_bias: &["lm_head.bias", "lm_head.decoder.bias"],
+};
 
 /// A BERT tensor name (with or without `bert.`) → the names RoBERTa checkpoints may store it under besides the
 /// bare name (which BERT's lookup tries already), most likely first; empty when RoBERTa has no such tensor (the NSP
 /// head, BERT's classifier names).
 pub fn from_bert(name: &str) -> Vec<String> {
-    let name = name.strip_prefix("bert.").unwrap_or(name);
-    if ["embeddings.", "encoder.", "pooler."].iter().any(|p| name.starts_with(p)) {
-        return vec![format!("roberta.{name}")];
-    }
-    // BERT's MLM bias is `cls.predictions.bias`, tied to `decoder.bias`; RoBERTa's is `lm_head.bias`, tied to
-    // `lm_head.decoder.bias`. Files hold either or both.
-    if name == "cls.predictions.bias" || name == "cls.predictions.decoder.bias" {
-        return vec!["lm_head.bias".into(), "lm_head.decoder.bias".into()];
-    }
-    let Some((module, param)) = name.rsplit_once('.') else { return Vec::new() };
-    match LM_HEAD.iter().find(|(b, _)| *b == module) {
-        Some((_, r)) => vec![format!("{r}.{param}")],
-        None => Vec::new(),
-    }
+    NAMES.from_bert(name)
 }
 
 /// A RoBERTa tensor name → BERT's (without `bert.`), for storing a checkpoint under BERT's names; names of the
 /// classification heads (`classifier.dense`, `classifier.out_proj`, `classifier`, `qa_outputs`) pass through.
 pub fn to_bert(name: &str) -> String {
-    let bare = name.strip_prefix("roberta.").unwrap_or(name);
-    if bare == "lm_head.bias" || bare == "lm_head.decoder.bias" {
-        return "cls.predictions.bias".into();
-    }
-    if let Some((module, param)) = bare.rsplit_once('.') {
-        if let Some((b, _)) = LM_HEAD.iter().find(|(_, r)| *r == module) {
-            return format!("{b}.{param}");
-        }
-    }
-    bare.to_string()
+    NAMES.to_bert(name)
 }
 
 #[cfg(test)]
