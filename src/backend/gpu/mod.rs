@@ -283,10 +283,7 @@ impl GpuBackend {
                 source: wgpu::ShaderSource::Wgsl(src.text.as_str().into()),
             });
             // Compiler errors cite lines of the composed text: name the file and line under shaders/ instead.
-            self.gpu.check_errors().map_err(|e| match e {
-                Error::Gpu(msg) => Error::Gpu(src.annotate(&msg, &[shader])),
-                e => e,
-            })?;
+            self.gpu.check_errors().map_err(|e| src.annotate_error(e, shader))?;
             modules.insert(shader, m);
         }
         let module = &modules[shader];

@@ -99,6 +99,14 @@ impl Composed {
         Some((path, file_line + (line - first)))
     }
 
+    /// [`Composed::annotate`] on the message of a GPU error about the module labelled `label`.
+    pub(crate) fn annotate_error(&self, e: crate::Error, label: &str) -> crate::Error {
+        match e {
+            crate::Error::Gpu(msg) => crate::Error::Gpu(self.annotate(&msg, &[label])),
+            e => e,
+        }
+    }
+
     /// A compiler's message about [`Composed::text`] with each `LINE:COL` it cites rewritten as
     /// `shaders/FILE:LINE:COL` of the file that line came from. naga cites `wgsl:L:C` (parsing) or `LABEL:L:C`
     /// (validation, where LABEL is the module's label), Chromium's Tint `:L:C`; `labels` lists the names it may
