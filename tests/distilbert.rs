@@ -43,9 +43,9 @@ const NEAR_TIES: bool = false;
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
     let mlm = load(&dir("tiny-distilbert-mlm"), mk());
-    family::embeddings("distilbert", &g, &mlm, atol);
+    family::embeddings("distilbert", &g, &mlm, atol, false);
     family::fill_mask("distilbert", &g, &mlm, atol, NEAR_TIES);
-    family::classify("distilbert", &g, &load(&dir("tiny-distilbert-classifier"), mk()), atol);
+    family::classify("distilbert", &g, &load(&dir("tiny-distilbert-classifier"), mk()), atol, false);
     family::token_logits("distilbert", &g, &load(&dir("tiny-distilbert-ner"), mk()), atol);
     family::answer("distilbert", &g, &load(&dir("tiny-distilbert-qa"), mk()), atol, NEAR_TIES);
 }
@@ -97,10 +97,10 @@ fn distilbert_through_gguf_matches_pytorch() {
         assert_eq!(m.config.family, Family::DistilBert);
         let model = Model::new(CpuBackend::new(), m.config, m.tokenizer, &m.weights).unwrap();
         if name.ends_with("mlm") {
-            family::embeddings("distilbert", &g, &model, CPU_ATOL);
+            family::embeddings("distilbert", &g, &model, CPU_ATOL, false);
             family::fill_mask("distilbert", &g, &model, CPU_ATOL, NEAR_TIES);
         } else {
-            family::classify("distilbert", &g, &model, CPU_ATOL);
+            family::classify("distilbert", &g, &model, CPU_ATOL, false);
         }
     }
 }

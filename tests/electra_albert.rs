@@ -78,10 +78,10 @@ fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let disc = load(&dir("tiny-electra-discriminator"), mk());
     assert_eq!((disc.config.family, disc.config.embedding_size, disc.config.hidden_size), (Family::Electra, 16, 32));
     assert!(disc.bert.embeddings_project.is_some());
-    family::embeddings("electra", e, &disc, atol);
+    family::embeddings("electra", e, &disc, atol, true);
     discriminator(e, &disc, atol);
     family::fill_mask("electra", e, &load(&dir("tiny-electra-generator"), mk()), atol, NEAR_TIES);
-    family::classify("electra", e, &load(&dir("tiny-electra-classifier"), mk()), atol);
+    family::classify("electra", e, &load(&dir("tiny-electra-classifier"), mk()), atol, true);
     family::token_logits("electra", e, &load(&dir("tiny-electra-ner"), mk()), atol);
     let qa = load(&dir("tiny-electra-qa"), mk());
     assert!(qa.bert.embeddings_project.is_none(), "E = H: no embeddings_project");
@@ -92,10 +92,10 @@ fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     assert_eq!(mlm.config.family, Family::Albert);
     assert_eq!((mlm.bert.encoder.layers.len(), mlm.bert.encoder.passes), (1, 3), "one shared layer, three passes");
     // ALBERT's Unigram tokenizer: segment ids 0 then 1 for a pair.
-    family::tokens("albert", a, &mlm.tokenizer);
-    family::embeddings("albert", a, &mlm, atol);
+    family::tokens("albert", a, &mlm.tokenizer, true);
+    family::embeddings("albert", a, &mlm, atol, true);
     family::fill_mask("albert", a, &mlm, atol, NEAR_TIES);
-    family::classify("albert", a, &load(&dir("tiny-albert-classifier"), mk()), atol);
+    family::classify("albert", a, &load(&dir("tiny-albert-classifier"), mk()), atol, true);
     family::token_logits("albert", a, &load(&dir("tiny-albert-ner"), mk()), atol);
     family::answer("albert", a, &load(&dir("tiny-albert-qa"), mk()), atol, NEAR_TIES);
 }
@@ -206,17 +206,17 @@ fn electra_and_albert_through_gguf_match_pytorch() {
         let gf = &g[fam];
         match name {
             "tiny-electra-discriminator" => {
-                family::embeddings(fam, gf, &model, CPU_ATOL);
+                family::embeddings(fam, gf, &model, CPU_ATOL, true);
                 discriminator(gf, &model, CPU_ATOL);
             }
             "tiny-electra-qa" => family::answer(fam, gf, &model, CPU_ATOL, NEAR_TIES),
             _ if name.ends_with("mlm") || name.ends_with("generator") => {
                 family::fill_mask(fam, gf, &model, CPU_ATOL, NEAR_TIES)
             }
-            _ => family::classify(fam, gf, &model, CPU_ATOL),
+            _ => family::classify(fam, gf, &model, CPU_ATOL, true),
         }
         if name == "tiny-albert-mlm" {
-            family::embeddings(fam, gf, &model, CPU_ATOL);
+            family::embeddings(fam, gf, &model, CPU_ATOL, true);
         }
     }
     // Quantized: the factorised tables (E = 16 columns, not whole blocks of 32) stay f16; it still loads and runs.

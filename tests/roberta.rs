@@ -49,20 +49,20 @@ fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let (r, x) = (&g["roberta"], &g["xlmr"]);
     let mlm = load(&dir("tiny-roberta-mlm"), mk());
     assert_eq!(mlm.config.family, Family::Roberta);
-    family::tokens("roberta", r, &mlm.tokenizer);
-    family::embeddings("roberta", r, &mlm, atol);
+    family::tokens("roberta", r, &mlm.tokenizer, false);
+    family::embeddings("roberta", r, &mlm, atol, true);
     family::fill_mask("roberta", r, &mlm, atol, NEAR_TIES);
-    family::classify("roberta", r, &load(&dir("tiny-roberta-classifier"), mk()), atol);
+    family::classify("roberta", r, &load(&dir("tiny-roberta-classifier"), mk()), atol, false);
     family::token_logits("roberta", r, &load(&dir("tiny-roberta-ner"), mk()), atol);
     // QA windows `<s> question </s></s> context </s>`.
     family::answer("roberta", r, &load(&dir("tiny-roberta-qa"), mk()), atol, NEAR_TIES);
 
     let mlm = load(&dir("tiny-xlmr-mlm"), mk());
     assert_eq!(mlm.config.family, Family::XlmRoberta);
-    family::tokens("xlmr", x, &mlm.tokenizer);
+    family::tokens("xlmr", x, &mlm.tokenizer, false);
     family::fill_mask("xlmr", x, &mlm, atol, NEAR_TIES);
-    family::classify("xlmr", x, &load(&dir("tiny-xlmr-classifier"), mk()), atol);
-    family::embeddings("xlmr", x, &load(&dir("tiny-xlmr-model"), mk()), atol);
+    family::classify("xlmr", x, &load(&dir("tiny-xlmr-classifier"), mk()), atol, false);
+    family::embeddings("xlmr", x, &load(&dir("tiny-xlmr-model"), mk()), atol, true);
 }
 
 #[test]
@@ -151,12 +151,12 @@ fn roberta_through_gguf_matches_pytorch() {
         if name.ends_with("mlm") {
             family::fill_mask(fam, &g[fam], &model, CPU_ATOL, NEAR_TIES);
         } else if name.ends_with("model") {
-            family::embeddings(fam, &g[fam], &model, CPU_ATOL);
+            family::embeddings(fam, &g[fam], &model, CPU_ATOL, true);
         } else {
-            family::classify(fam, &g[fam], &model, CPU_ATOL);
+            family::classify(fam, &g[fam], &model, CPU_ATOL, false);
         }
         if fam == "roberta" && name.ends_with("mlm") {
-            family::embeddings(fam, &g[fam], &model, CPU_ATOL);
+            family::embeddings(fam, &g[fam], &model, CPU_ATOL, true);
         }
     }
 }

@@ -65,9 +65,9 @@ pub fn close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
     eprintln!("measured {what}: {err:.2e}");
 }
 
-/// The tokenizer on tokens.py's tricky strings (pairs among them): ids, token types (the golden's where it records
-/// them, else one type), character offsets, decodes.
-pub fn tokens(fam: &str, g: &Value, tok: &Tokenizer) {
+/// The tokenizer on tokens.py's tricky strings (pairs among them): ids, token types (the golden's when `with_types`,
+/// which it must then record; else every token of type 0), character offsets, decodes.
+pub fn tokens(fam: &str, g: &Value, tok: &Tokenizer, with_types: bool) {
     let cases = g["tokens"].as_array().unwrap();
     assert!(cases.len() > 40, "the tricky strings of tokens.py");
     assert!(cases.iter().any(|c| c["text_pair"].is_string()), "pairs are covered");
@@ -77,9 +77,11 @@ pub fn tokens(fam: &str, g: &Value, tok: &Tokenizer) {
         tok.set_max_length(c["max_length"].as_u64().unwrap() as usize).unwrap();
         let e = tok.encode(c["text"].as_str().unwrap(), c["text_pair"].as_str()).unwrap();
         assert_eq!(e.ids, ids(&c["input_ids"]), "{fam} {name}: ids");
-        match c.get("token_type_ids") {
-            Some(types) => assert_eq!(e.type_ids, ids(types), "{fam} {name}: token type ids"),
-            None => assert!(e.type_ids.iter().all(|&t| t == 0), "{fam} {name}: one token type"),
+        if with_types {
+            let types = c.get("token_type_ids").unwrap_or_else(|| panic!("{fam} {name}: the golden lacks token_type_ids"));
+            assert_eq!(e.type_ids, ids(types), "{fam} {name}: token type ids");
+        } else {
+            assert!(e.type_ids.iter().all(|&t| t == 0), "{fam} {name}: one token type");
         }
         let want: Vec<(usize, usize)> = c["offsets"]
             .as_array()
@@ -93,12 +95,13 @@ pub fn tokens(fam: &str, g: &Value, tok: &Tokenizer) {
     }
 }
 
-/// Mean- and CLS-pooled embeddings, unnormalised.
-pub fn embeddings<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
+/// Mean- and CLS-pooled embeddings, unnormalised; first the token ids when `with_ids` (the golden must record them).
+pub fn embeddings<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, with_ids: bool) {
     let cases = g["embeddings"].as_array().unwrap();
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
     for (t, c) in texts.iter().zip(cases) {
-        if let Some(want) = c.get("input_ids") {
+        if with_ids {
+            let want = c.get("input_ids").unwrap_or_else(|| panic!("{fam}: the golden lacks the ids of {t}"));
             assert_eq!(m.tokenizer.encode(t, None).unwrap().ids, ids(want), "{fam} ids of {t}");
         }
     }
@@ -163,9 +166,9 @@ pub fn fill_mask<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, near
     }
 }
 
-/// Sequence classification, pairs included: token ids (and types where the golden records them), logits, and the
-/// pipeline's labels in order (the goldens' smallest score gap, 2.4e-3, is far above SCORE_TOL) with their scores.
-pub fn classify<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
+/// Sequence classification, pairs included: token ids (and types when `with_types`: the golden must record them),
+/// logits, and the pipeline's labels in order (the goldens' smallest score gap, 2.4e-3, is far above SCORE_TOL) with their scores.
+pub fn classify<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, with_types: bool) {
     let cases = g["classifier"].as_array().unwrap();
     let inputs: Vec<(&str, Option<&str>)> =
         cases.iter().map(|c| (c["text"].as_str().unwrap(), c.get("text_pair").and_then(Value::as_str))).collect();
@@ -173,7 +176,8 @@ pub fn classify<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
     let encoded: Vec<_> = inputs.iter().map(|(a, b)| m.tokenizer.encode(a, *b).unwrap()).collect();
     for (e, c) in encoded.iter().zip(cases) {
         assert_eq!(e.ids, ids(&c["input_ids"]), "token ids of {}", c["text"]);
-        if let Some(types) = c.get("token_type_ids") {
+        if with_types {
+            let types = c.get("token_type_ids").unwrap_or_else(|| panic!("{fam}: the golden lacks token types"));
             assert_eq!(e.type_ids, ids(types), "token type ids of {}", c["text"]);
         }
     }
