@@ -93,6 +93,16 @@ pub fn check_pair_allowed(cfg: &BertConfig, has_pair: bool, task: &str) -> Resul
     Ok(())
 }
 
+/// Labels with their scores, best first (ties keep the labels' order), the best `top_k` or all: the output of every
+/// classifier, the checkpoint's and a trained head.
+pub fn rank_labels(labels: &[String], scores: Vec<f32>, top_k: Option<usize>) -> Vec<LabelScore> {
+    let mut out: Vec<LabelScore> =
+        labels.iter().zip(scores).map(|(l, s)| LabelScore { label: l.clone(), score: s }).collect();
+    out.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
+    out.truncate(top_k.unwrap_or(usize::MAX));
+    out
+}
+
 /// `BertForSequenceClassification` minus the encoder: pooler + `classifier`.
 pub struct SequenceClassifier<B: Backend> {
     pub pooler: BertPooler<B>,
@@ -139,11 +149,6 @@ impl<B: Backend> SequenceClassifier<B> {
 
     /// One row of logits → `{label, score}` best first, the best `top_k` or all.
     pub fn postprocess(&self, logits: &[f32], top_k: Option<usize>) -> Vec<LabelScore> {
-        let scores = self.score.apply(logits);
-        let mut out: Vec<LabelScore> =
-            self.labels.iter().zip(scores).map(|(l, s)| LabelScore { label: l.clone(), score: s }).collect();
-        out.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
-        out.truncate(top_k.unwrap_or(usize::MAX));
-        out
+        rank_labels(&self.labels, self.score.apply(logits), top_k)
     }
 }

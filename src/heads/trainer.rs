@@ -308,19 +308,7 @@ impl<B: Backend> TrainedHead<B> {
 
     /// One row of logits → `{label, score}` (softmax) best first, the best `top_k` or all.
     pub fn postprocess(&self, logits: &[f32], top_k: Option<usize>) -> Vec<LabelScore> {
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exps: Vec<f64> = logits.iter().map(|&z| ((z - max) as f64).exp()).collect();
-        let sum: f64 = exps.iter().sum();
-        let mut out: Vec<LabelScore> = self
-            .spec
-            .labels
-            .iter()
-            .zip(&exps)
-            .map(|(l, &e)| LabelScore { label: l.clone(), score: (e / sum) as f32 })
-            .collect();
-        out.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
-        out.truncate(top_k.unwrap_or(usize::MAX));
-        out
+        super::classifier::rank_labels(&self.spec.labels, super::softmax(logits), top_k)
     }
 
     /// The head as a safetensors file: f32 tensors under Hugging Face names ([`HeadSpec::param_names`]; 1-D
