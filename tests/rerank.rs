@@ -110,7 +110,13 @@ fn rerank_refuses_a_model_that_is_not_a_cross_encoder() {
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("rerank needs a cross-encoder, whose classifier has one output; this one has 3 labels"), "{err}");
+    assert!(
+        err.contains(
+            "rerank needs a cross-encoder, whose classifier has one output (a relevance score); this one has 3 labels \
+             (negative, neutral, positive): use classify"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

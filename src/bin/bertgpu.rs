@@ -627,17 +627,7 @@ fn cmd_replaced_tokens(args: &InferArgs) -> Result<(), Fail> {
 }
 
 fn cmd_rerank(args: &InferArgs, top_k: Option<usize>) -> Result<(), Fail> {
-    let engine = load_head_engine(args, |e| {
-        bertgpu::with_model!(e, m => m.heads.sequence_classifier().map(|h| h.labels.len())).and_then(|n| {
-            if n == 1 {
-                Ok(())
-            } else {
-                Err(bertgpu::Error::Input(format!(
-                    "rerank needs a cross-encoder, whose classifier has one output; this one has {n} labels: use classify"
-                )))
-            }
-        })
-    })?;
+    let engine = load_head_engine(args, |e| bertgpu::with_model!(e, m => m.cross_encoder().map(|_| ())))?;
     // One query per forward pass: its batch is its documents.
     run_lines(Shape::Rerank, 1, |inputs| {
         inputs

@@ -4,7 +4,7 @@
 //!
 //! The `*_logits` methods stop before post-processing; the tests compare them with PyTorch.
 
-use super::classifier::{check_pair_allowed, LabelScore};
+use super::classifier::{check_pair_allowed, LabelScore, SequenceClassifier};
 use super::discriminator::{self, ReplacedToken};
 use super::masked_lm::{fill_mask_postprocess, mask_positions, FillMaskPrediction, NextSentence};
 use super::qa::{self, Answer};
@@ -151,7 +151,7 @@ impl<B: Backend> Model<B> {
         {
             out.push("classify");
         }
-        if self.heads.sequence_classifier().is_ok_and(|h| h.labels.len() == 1)
+        if self.cross_encoder().is_ok()
             && !names_architecture(archs, "BertForTokenClassification")
         {
             out.push("rerank");
@@ -210,11 +210,9 @@ impl<B: Backend> Model<B> {
         Ok(logits.iter().map(|l| head.postprocess(l, top_k)).collect())
     }
 
-    /// Reranks `documents` for `query` with a cross-encoder (a sequence classifier with one output, as
-    /// sentence-transformers' `CrossEncoder` saves them): each `(query, document)` pair is scored by that output's
-    /// logit, best first, the `top_k` best or all. Ties keep the input order.
-    pub async fn rerank(&self, query: &str, documents: &[&str], top_k: Option<usize>) -> Result<Vec<RankedDocument>> {
-        check_top_k(top_k)?;
+    /// The checkpoint's classifier if it is a cross-encoder (one output, a relevance score), else the error saying what
+    /// it is: what `rerank` needs, `available_tasks` lists, and the CLI checks at load.
+    pub fn cross_encoder(&self) -> Result<&SequenceClassifier<B>> {
         let head = self.heads.sequence_classifier().map_err(|e| {
             Error::Input(format!("rerank needs a cross-encoder (a sequence classifier with one output): {e}"))
         })?;
@@ -226,6 +224,15 @@ impl<B: Backend> Model<B> {
                 head.labels.join(", ")
             )));
         }
+        Ok(head)
+    }
+
+    /// Reranks `documents` for `query` with a cross-encoder (a sequence classifier with one output, as
+    /// sentence-transformers' `CrossEncoder` saves them): each `(query, document)` pair is scored by that output's
+    /// logit, best first, the `top_k` best or all. Ties keep the input order.
+    pub async fn rerank(&self, query: &str, documents: &[&str], top_k: Option<usize>) -> Result<Vec<RankedDocument>> {
+        check_top_k(top_k)?;
+        self.cross_encoder()?;
         check_pair_allowed(&self.config, true, "rerank")?;
         if documents.is_empty() {
             return Ok(Vec::new());
