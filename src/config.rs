@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::backend::Activation;
+use crate::activation::Activation;
 use crate::{Error, Result};
 
 /// Which member of the BERT family a checkpoint is. All run the same post-LN encoder; they differ in tensor names,
@@ -260,22 +260,6 @@ fn family_of(model_type: Option<&str>, architectures: &[String]) -> Result<Famil
 
 fn required(v: Option<usize>, name: &str) -> Result<usize> {
     v.ok_or_else(|| Error::Config(format!("config.json has no `{name}`; it is required for a BERT model")))
-}
-
-impl Activation {
-    /// Maps a Hugging Face `hidden_act` string to the activation the backend applies.
-    pub fn from_hf(name: &str) -> Result<Activation> {
-        match name {
-            // `gelu` in transformers is the exact erf form.
-            "gelu" => Ok(Activation::Gelu),
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
-            "relu" => Ok(Activation::Relu),
-            "tanh" => Ok(Activation::Tanh),
-            other => Err(Error::Config(format!(
-                "hidden_act `{other}` is not supported; use one of gelu, gelu_new, gelu_pytorch_tanh, relu"
-            ))),
-        }
-    }
 }
 
 impl BertConfig {

@@ -4,8 +4,10 @@
 //! `model::Bert::forward(backend, &batch)` → hidden states on the device → a task head → read back only
 //! what the task needs → post-processing on the CPU → output structs ([`tasks`]).
 
+pub mod activation;
 pub mod backend;
 pub mod config;
+pub mod dtype;
 pub mod error;
 pub mod heads;
 pub mod model;

@@ -18,7 +18,6 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::{Shard, ShardLink};
 use crate::config::BertConfig;
 use crate::heads::token_classifier::Aggregation;
-use crate::heads::trainer::parse_activation;
 use crate::tasks::{Device, EmbedOptions, Engine, EpochProgress, Pooling, TrainExample, TrainOptions};
 use crate::tokenizer::Tokenizer;
 use crate::weights::Weights;
@@ -301,7 +300,7 @@ impl JsTrainOptions {
             seed: self.seed.unwrap_or(d.seed),
             hidden: self.hidden,
             activation: match self.activation {
-                Some(a) => parse_activation(&a)?,
+                Some(a) => a.parse::<crate::activation::Activation>()?,
                 None => d.activation,
             },
             pooling: match self.pooling {

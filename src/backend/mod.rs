@@ -15,55 +15,11 @@ pub mod gpu;
 #[cfg(target_arch = "wasm32")]
 pub mod gpu;
 
+pub use crate::activation::Activation;
+pub use crate::dtype::Dtype;
 use crate::tokenizer::Batch;
-use crate::weights::{HostData, HostTensor};
+use crate::weights::HostTensor;
 use crate::Result;
-
-/// How a tensor's elements are stored on a backend. Activations are always f32; a weight matrix keeps the dtype of
-/// its file (llama.cpp's block layouts for Q8_0/Q4_0, 32 values per block along the row) and is decoded inside the
-/// op that reads it (`linear`, `embeddings`), so device memory holds the file's bytes, not an f32 copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Dtype {
-    F32,
-    F16,
-    Q8_0,
-    Q4_0,
-}
-
-impl Dtype {
-    /// The dtype of host storage.
-    pub fn of(data: &HostData) -> Dtype {
-        match data {
-            HostData::F32(_) => Dtype::F32,
-            HostData::F16(_) => Dtype::F16,
-            HostData::Q8_0(_) => Dtype::Q8_0,
-            HostData::Q4_0(_) => Dtype::Q4_0,
-        }
-    }
-
-    /// `"f32"`, `"f16"`, `"q8_0"` or `"q4_0"` (the names `convert --dtype` takes).
-    pub fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::F16 => "f16",
-            Dtype::Q8_0 => "q8_0",
-            Dtype::Q4_0 => "q4_0",
-        }
-    }
-}
-
-/// The activation a `linear` applies after its bias (its fused epilogue).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Activation {
-    None,
-    /// Exact GELU: `x · Φ(x) = 0.5·x·(1 + erf(x/√2))` (`hidden_act: "gelu"`).
-    Gelu,
-    /// The tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` (`gelu_new`, `gelu_pytorch_tanh`).
-    GeluTanh,
-    Relu,
-    /// Used by the pooler (`BertPooler`: dense + tanh on `[CLS]`).
-    Tanh,
-}
 
 /// Shape of a multi-head self-attention over a padded batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -319,27 +319,6 @@ impl<B: Backend> TrainedHead<B> {
     }
 }
 
-fn activation_name(a: Activation) -> &'static str {
-    match a {
-        Activation::Relu => "relu",
-        Activation::Gelu => "gelu",
-        Activation::GeluTanh => "gelu_tanh",
-        Activation::Tanh => "tanh",
-        Activation::None => "none",
-    }
-}
-
-/// `relu` or `gelu` (the activations a hidden layer may have).
-pub fn parse_activation(s: &str) -> Result<Activation> {
-    match s {
-        "relu" => Ok(Activation::Relu),
-        "gelu" => Ok(Activation::Gelu),
-        "gelu_tanh" => Ok(Activation::GeluTanh),
-        "tanh" => Ok(Activation::Tanh),
-        other => Err(Error::Input(format!("unknown head activation `{other}`; use relu or gelu"))),
-    }
-}
-
 /// Writes the safetensors layout directly (8-byte little-endian header length, JSON header, raw data) rather than
 /// through `safetensors::serialize`, whose metadata is a `HashMap`: its random iteration order would make the same
 /// head give different bytes from run to run. Here keys are sorted (`BTreeMap`), so a head's file is reproducible.
@@ -358,7 +337,7 @@ pub fn export_safetensors(spec: &HeadSpec, host: &[Vec<f32>]) -> Result<Vec<u8>>
     meta.insert("hidden_size", spec.input_size.to_string());
     if let Some((d, a)) = spec.hidden {
         meta.insert("head_hidden_size", d.to_string());
-        meta.insert("head_activation", activation_name(a).to_string());
+        meta.insert("head_activation", a.name().to_string());
     }
     let mut header: BTreeMap<String, Value> = BTreeMap::new();
     header.insert("__metadata__".into(), json!(meta));
@@ -426,7 +405,7 @@ pub fn import_safetensors(bytes: &[u8], encoder_hidden: usize) -> Result<(HeadSp
             if d == 0 || d > 1 << 16 {
                 return Err(bad(format!("`head_hidden_size` {d} is out of range (1..=65536)")));
             }
-            Some((d, parse_activation(get("head_activation")?)?))
+            Some((d, get("head_activation")?.parse::<Activation>()?))
         }
     };
     let spec = HeadSpec { input_size, hidden, labels, pooling };

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::Family;
+use crate::dtype::Dtype;
 use crate::{Error, Result};
 
 pub mod gguf;
@@ -85,13 +86,13 @@ pub enum HostData {
 }
 
 impl HostData {
-    /// `"f32"`, `"f16"`, `"q8_0"` or `"q4_0"`.
-    pub fn dtype(&self) -> &'static str {
+    /// How the values are stored.
+    pub fn dtype(&self) -> Dtype {
         match self {
-            HostData::F32(_) => "f32",
-            HostData::F16(_) => "f16",
-            HostData::Q8_0(_) => "q8_0",
-            HostData::Q4_0(_) => "q4_0",
+            HostData::F32(_) => Dtype::F32,
+            HostData::F16(_) => Dtype::F16,
+            HostData::Q8_0(_) => Dtype::Q8_0,
+            HostData::Q4_0(_) => Dtype::Q4_0,
         }
     }
 }
@@ -155,9 +156,9 @@ impl HostTensor {
     /// biases `(H)` ×3 → `(3H)`). All parts must share the dtype and every other dimension. Works for block-quantized
     /// data too: blocks run along the last dimension, so rows stay contiguous.
     pub fn concat_rows(parts: &[&HostTensor]) -> Result<HostTensor> {
-        let is = |p: &&HostTensor, d: &str| p.data.dtype() == d;
-        if parts.iter().any(|p| is(p, "q4_0")) && parts.iter().any(|p| is(p, "q8_0"))
-            && parts.iter().all(|p| is(p, "q4_0") || is(p, "q8_0"))
+        let is = |p: &&HostTensor, d: Dtype| p.data.dtype() == d;
+        if parts.iter().any(|p| is(p, Dtype::Q4_0)) && parts.iter().any(|p| is(p, Dtype::Q8_0))
+            && parts.iter().all(|p| p.data.dtype().is_quantized())
         {
             // A mixed-precision GGUF (e.g. attn_v kept at Q8_0 in a Q4_0 file): Q4_0 widens to Q8_0 exactly.
             let widened = parts.iter().map(|p| quant::widen_q4_0_to_q8_0(p)).collect::<Result<Vec<_>>>()?;

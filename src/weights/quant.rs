@@ -23,8 +23,7 @@ use half::f16;
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
-/// Values per block, for both formats.
-pub const QK: usize = 32;
+pub use crate::dtype::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK};
 
 /// One Q8_0 block as llama.cpp lays it out (`block_q8_0` in `ggml-common.h`).
 #[repr(C)]
@@ -45,10 +44,6 @@ pub struct BlockQ4_0 {
     pub qs: [u8; QK / 2],
 }
 
-/// Bytes of one Q8_0 block in a file or buffer.
-pub const Q8_0_BLOCK_BYTES: usize = 34;
-/// Bytes of one Q4_0 block in a file or buffer.
-pub const Q4_0_BLOCK_BYTES: usize = 18;
 
 // The layouts must match ggml's exactly: no padding, the sizes llama.cpp's `static_assert`s state.
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == Q8_0_BLOCK_BYTES);

@@ -77,7 +77,7 @@ impl CpuTensor {
 
     /// How the elements are stored.
     pub fn dtype(&self) -> Dtype {
-        self.packed.as_ref().map_or(Dtype::F32, |t| Dtype::of(&t.data))
+        self.packed.as_ref().map_or(Dtype::F32, |t| t.data.dtype())
     }
 
     /// Bytes the elements occupy in memory (a Q8_0 weight: 34 per 32 values).

@@ -65,16 +65,6 @@ impl std::fmt::Debug for GpuTensor {
     }
 }
 
-/// The dtype code the shaders' `WDT` / `*_DT` override constants take.
-fn dtype_code(d: Dtype) -> f64 {
-    match d {
-        Dtype::F32 => 0.0,
-        Dtype::F16 => 1.0,
-        Dtype::Q8_0 => 2.0,
-        Dtype::Q4_0 => 3.0,
-    }
-}
-
 /// Fails with a clear error unless every tensor is f32 (only `linear` and `embeddings` read packed weights).
 fn expect_f32(op: &str, ts: &[&GpuTensor]) -> Result<()> {
     match ts.iter().find(|t| t.dtype != Dtype::F32) {
@@ -642,9 +632,9 @@ impl Backend for GpuBackend {
         let p = EmbeddingsParams { rows: n as u32, seq: batch.t as u32, hidden: h as u32, eps: tables.eps };
         let consts = [
             ("WG", self.tuning.row_wg as f64),
-            ("WORD_DT", dtype_code(tables.word.dtype)),
-            ("POS_DT", dtype_code(tables.position.dtype)),
-            ("TYPE_DT", dtype_code(tables.token_type.dtype)),
+            ("WORD_DT", tables.word.dtype.shader_code() as f64),
+            ("POS_DT", tables.position.dtype.shader_code() as f64),
+            ("TYPE_DT", tables.token_type.dtype.shader_code() as f64),
         ];
         self.dispatch("embeddings", "embeddings", &consts, bytemuck::bytes_of(&p), &[
             (1, ids.buffer(), false),
@@ -677,13 +667,7 @@ impl Backend for GpuBackend {
             return Err(shape_err("linear", format!("empty matrix: x ({m}, {k}), w ({n}, {k})")));
         }
         let out = self.alloc(m, n)?;
-        let act_id = match act {
-            Activation::None => 0.0,
-            Activation::Gelu => 1.0,
-            Activation::GeluTanh => 2.0,
-            Activation::Relu => 3.0,
-            Activation::Tanh => 4.0,
-        };
+        let act_id = act.shader_code() as f64;
         let (wx, wy) = self.tuning.matmul_wg;
         let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, _pad: 0 };
         let bias_buf = bias.map(|b| b.buffer()).unwrap_or(&self.dummy);
@@ -708,7 +692,7 @@ impl Backend for GpuBackend {
         ];
         if shader == "matmul_packed" {
             // matmul.wgsl reads only f32 weights: it declares no WDT (and a pipeline may not set what is not there).
-            consts.push(("WDT", dtype_code(w.dtype)));
+            consts.push(("WDT", w.dtype.shader_code() as f64));
         }
         let groups = (n.div_ceil(cols * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
         self.dispatch(shader, entry, &consts, bytemuck::bytes_of(&p), &[

@@ -64,13 +64,7 @@ impl GpuBackend {
         if n == 0 {
             return Err(shape_err("activation_grad", "empty tensor".into()));
         }
-        let act_id = match act {
-            Activation::None => 0,
-            Activation::Gelu => 1,
-            Activation::GeluTanh => 2,
-            Activation::Relu => 3,
-            Activation::Tanh => 4,
-        };
+        let act_id = act.shader_code();
         let out = self.alloc(dy.rows, dy.cols)?;
         let p = TrainParams { m: n as u32, flags: act_id, ..Default::default() };
         let wg = self.train_wg();
