@@ -12,7 +12,8 @@ use std::path::Path;
 
 use crate::config::BertConfig;
 use crate::heads::token_classifier::Aggregation;
-use crate::tasks::{Device, EmbedOptions, Engine, Pooling};
+use crate::engine::{Device, Engine};
+use crate::tasks::{EmbedOptions, Pooling};
 use crate::tokenizer::{Encoded, Tokenizer};
 use crate::weights::gguf::{self, Gguf};
 use crate::weights::Weights;
@@ -59,7 +60,7 @@ pub fn safetensors(data: &[u8]) {
             }
         }
     }
-    let _ = crate::heads::trainer::import_safetensors(data, 32);
+    let _ = crate::training::head::import_safetensors(data, 32);
     let _ = gguf::tensors_from_safetensors(data);
 }
 

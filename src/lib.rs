@@ -8,10 +8,12 @@ pub mod activation;
 pub mod backend;
 pub mod config;
 pub mod dtype;
+pub mod engine;
 pub mod error;
 pub mod heads;
 pub mod model;
 pub mod tasks;
+pub mod training;
 pub mod tokenizer;
 pub mod weights;
 

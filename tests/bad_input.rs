@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use bertgpu::heads::trainer::{export_safetensors, HeadSpec};
+use bertgpu::training::head::{export_safetensors, HeadSpec};
 use bertgpu::tasks::Pooling;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
@@ -413,7 +413,8 @@ const EMBED_ATOL: f32 = 1e-4;
 #[test]
 fn ten_thousand_texts_in_one_batch_are_split_to_fit_the_gpu() {
     use bertgpu::backend::Backend;
-    use bertgpu::tasks::{Device, EmbedOptions, Engine};
+    use bertgpu::engine::{Device, Engine};
+    use bertgpu::tasks::EmbedOptions;
     let Some(gpu) = common::gpu() else { return };
     let limit = gpu.max_tensor_bytes();
     drop(gpu);
@@ -456,7 +457,7 @@ fn a_weight_over_the_adapters_binding_limit_is_a_clear_error() {
 #[test]
 fn batches_split_at_the_backend_budget() {
     use bertgpu::backend::CPU_MAX_TENSOR_BYTES;
-    use bertgpu::tasks::{Device, Engine};
+    use bertgpu::engine::{Device, Engine};
     let engine = pollster::block_on(Engine::from_dir(tiny("tiny-classifier"), Device::Cpu)).unwrap();
     let Engine::Cpu(m) = &engine else { unreachable!() };
     let per_pass = CPU_MAX_TENSOR_BYTES / (64 * 384);

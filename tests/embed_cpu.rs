@@ -5,7 +5,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
+use bertgpu::engine::{Device, Engine};
+
+use bertgpu::tasks::{EmbedOptions, Pooling};
 use serde_json::Value;
 
 mod common;

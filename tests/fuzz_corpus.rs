@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use bertgpu::backend::Activation;
 use bertgpu::fuzzing;
-use bertgpu::heads::trainer::{export_safetensors, HeadSpec};
+use bertgpu::training::head::{export_safetensors, HeadSpec};
 use bertgpu::tasks::Pooling;
 use bertgpu::weights::gguf::{self, BertGgufMeta, ConvertDType};
 use bertgpu::weights::HostTensor;

@@ -567,7 +567,8 @@ const MIN_COSINE_Q4_0: f64 = 0.97;
 /// Q4_0 stay within their cosine floors of the PyTorch goldens for every sentence.
 #[test]
 fn minilm_gguf_embeddings_match_goldens() {
-    use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
+    use bertgpu::engine::{Device, Engine};
+    use bertgpu::tasks::{EmbedOptions, Pooling};
     let g: serde_json::Value = serde_json::from_str(&golden("model.json")).unwrap();
     let g = &g["all-MiniLM-L6-v2"];
     let sentences: Vec<&str> = g["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
@@ -609,7 +610,8 @@ fn minilm_gguf_embeddings_match_goldens() {
 /// be on the device in the file's dtype. Skips, saying why, only when there is no GPU adapter.
 #[test]
 fn minilm_gguf_embeddings_on_gpu() {
-    use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
+    use bertgpu::engine::{Device, Engine};
+    use bertgpu::tasks::{EmbedOptions, Pooling};
     let g: serde_json::Value = serde_json::from_str(&golden("model.json")).unwrap();
     let g = &g["all-MiniLM-L6-v2"];
     let sentences: Vec<&str> = g["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
@@ -632,7 +634,7 @@ fn minilm_gguf_embeddings_on_gpu() {
         let Some(e) = common::on_gpu(&what, pollster::block_on(Engine::from_gguf(&bytes, Device::Gpu))) else {
             return;
         };
-        let bertgpu::tasks::Engine::Gpu(m) = &e else { panic!("asked for the GPU") };
+        let bertgpu::engine::Engine::Gpu(m) = &e else { panic!("asked for the GPU") };
         let stored = m.bert.embeddings.word_embeddings();
         let want_dtype = match dtype {
             ConvertDType::F16 => bertgpu::backend::Dtype::F16,
@@ -659,7 +661,8 @@ const LLAMACPP_EMBED_ATOL: f32 = 1e-6;
 /// the same vocabulary and dequantized weights (tests/golden/make_llamacpp_bert_gguf.py).
 #[test]
 fn llama_cpp_file_matches_pytorch() {
-    use bertgpu::tasks::{Device, EmbedOptions, Engine};
+    use bertgpu::engine::{Device, Engine};
+    use bertgpu::tasks::EmbedOptions;
     let bytes = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/llamacpp_tiny_bert.gguf")).unwrap();
     let g: serde_json::Value = serde_json::from_str(&golden("llamacpp_tiny_bert.json")).unwrap();
     let cases = g["embeddings"]["texts"].as_array().unwrap();
@@ -700,7 +703,7 @@ fn convert_folder(name: &str, dtype: ConvertDType) -> Vec<u8> {
 /// the top-1 prediction of every golden mask unchanged, and F32 reproduces the folder's scores exactly.
 #[test]
 fn splade_fill_mask_top1_unchanged_by_q8_0() {
-    use bertgpu::tasks::{Device, Engine};
+    use bertgpu::engine::{Device, Engine};
     let g: serde_json::Value = serde_json::from_str(&golden("heads.json")).unwrap();
     let cases = g["splade_fill_mask"].as_array().unwrap();
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
@@ -725,7 +728,7 @@ fn splade_fill_mask_top1_unchanged_by_q8_0() {
 /// tied decoder is the Q8_0 word table) and keeps the top-1 of every golden mask. Skips only without an adapter.
 #[test]
 fn splade_fill_mask_top1_unchanged_by_q8_0_on_gpu() {
-    use bertgpu::tasks::{Device, Engine};
+    use bertgpu::engine::{Device, Engine};
     let g: serde_json::Value = serde_json::from_str(&golden("heads.json")).unwrap();
     let cases = g["splade_fill_mask"].as_array().unwrap();
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();

@@ -128,7 +128,8 @@ fn cli_embed_on_gpu_matches_goldens() {
 /// compiles nothing: embedding texts of other lengths and batch sizes afterwards adds no pipeline.
 #[test]
 fn load_builds_the_pipelines_of_a_forward() {
-    use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
+    use bertgpu::engine::{Device, Engine};
+    use bertgpu::tasks::{EmbedOptions, Pooling};
     if gpu().is_none() {
         return;
     }

@@ -194,7 +194,7 @@ fn packed_embeddings_match_cpu_twin() {
 /// take — not 1× as when weights were widened at upload.
 #[test]
 fn q8_0_model_device_memory_is_the_file_size() {
-    use bertgpu::tasks::{Device, Engine};
+    use bertgpu::engine::{Device, Engine};
     use bertgpu::weights::gguf::{read_bert, tensors_from_safetensors, write_bert, BertGgufMeta, ConvertDType};
     if gpu().is_none() {
         return;

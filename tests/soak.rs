@@ -10,7 +10,9 @@ mod common;
 
 use std::path::Path;
 
-use bertgpu::tasks::{Device, EmbedOptions, Engine, Pooling};
+use bertgpu::engine::{Device, Engine};
+
+use bertgpu::tasks::{EmbedOptions, Pooling};
 
 /// Calls after the warm-up, unless the environment says otherwise.
 const CPU_CALLS: usize = 2_000;

@@ -1,7 +1,9 @@
 //! Head training end to end on the CPU backend with all-MiniLM-L6-v2: accuracy on held-out real text, determinism,
 //! export/load, and clear errors for bad input. The GPU twin of the training loop is checked in train_gpu.rs.
 
-use bertgpu::tasks::{Device, Engine, TrainExample, TrainOptions};
+use bertgpu::engine::{Device, Engine};
+
+use bertgpu::tasks::{TrainExample, TrainOptions};
 
 fn engine() -> Engine {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/all-MiniLM-L6-v2");
@@ -104,14 +106,14 @@ fn bad_input_is_a_clear_error() {
     // classify before any head; a head for another hidden size; garbage bytes.
     let enc = vec![e.tokenizer().encode("hello", None).unwrap()];
     assert!(pollster::block_on(e.classify_with_head(&enc, None)).unwrap_err().to_string().contains("no classification head"));
-    let spec = bertgpu::heads::trainer::HeadSpec {
+    let spec = bertgpu::training::head::HeadSpec {
         input_size: 128,
         hidden: None,
         labels: vec!["a".into(), "b".into()],
         pooling: bertgpu::tasks::Pooling::Mean,
     };
-    let host = spec.init(&mut bertgpu::heads::trainer::SplitMix64::new(0));
-    let bytes = bertgpu::heads::trainer::export_safetensors(&spec, &host).unwrap();
+    let host = spec.init(&mut bertgpu::training::head::SplitMix64::new(0));
+    let bytes = bertgpu::training::head::export_safetensors(&spec, &host).unwrap();
     let msg = e.load_head(&bytes).unwrap_err().to_string();
     assert!(msg.contains("size 128") && msg.contains("384"), "{msg}");
     assert!(e.load_head(b"garbage").is_err());

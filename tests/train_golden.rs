@@ -4,7 +4,7 @@
 
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::{Activation, Backend};
-use bertgpu::heads::trainer::{self, AdamW, HeadSpec, Trainer};
+use bertgpu::training::head::{self as trainer, AdamW, HeadSpec, Trainer};
 use bertgpu::tasks::Pooling;
 use serde::Deserialize;
 

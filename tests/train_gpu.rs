@@ -2,8 +2,9 @@
 //! (within float tolerance), the same labels and epochs, and the trained head classifies on the GPU. Uses the tiny
 //! seeded classifier checkpoint (hidden 32) so lavapipe stays fast. Skipped (with a message) without an adapter.
 
-use bertgpu::heads::trainer::import_safetensors;
-use bertgpu::tasks::{Device, Engine, TrainExample, TrainOptions};
+use bertgpu::training::head::import_safetensors;
+use bertgpu::engine::{Device, Engine};
+use bertgpu::tasks::{TrainExample, TrainOptions};
 
 mod common;
 

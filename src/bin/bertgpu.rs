@@ -21,7 +21,8 @@ use std::process::ExitCode;
 
 use bertgpu::config::BertConfig;
 use bertgpu::heads::token_classifier::Aggregation as TokenAggregation;
-use bertgpu::tasks::{self, EmbedOptions, Engine};
+use bertgpu::engine::{self, Engine};
+use bertgpu::tasks::{self, EmbedOptions};
 use bertgpu::tokenizer::{Encoded, Tokenizer};
 use bertgpu::weights::Weights;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -723,9 +724,9 @@ fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
         None => Weights::from_safetensors_file(m.dir.join("model.safetensors")).map_err(fail)?,
     };
     let device = match device {
-        Device::Auto => tasks::Device::Auto,
-        Device::Gpu => tasks::Device::Gpu,
-        Device::Cpu => tasks::Device::Cpu,
+        Device::Auto => engine::Device::Auto,
+        Device::Gpu => engine::Device::Gpu,
+        Device::Cpu => engine::Device::Cpu,
     };
     pollster::block_on(Engine::from_parts(config, m.tokenizer.clone(), &weights, device)).map_err(fail)
 }

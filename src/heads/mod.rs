@@ -24,14 +24,33 @@ pub mod discriminator;
 pub mod masked_lm;
 pub mod pooler;
 pub mod qa;
-pub mod pipelines;
 pub mod token_classifier;
-pub mod trainer;
 
 use crate::backend::Backend;
 use crate::config::BertConfig;
 use crate::weights::Weights;
 use crate::{Error, Result};
+
+/// How token vectors become one sentence vector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pooling {
+    /// Mean over the real tokens (padding excluded): sentence-transformers' default.
+    #[default]
+    Mean,
+    /// The `[CLS]` token's hidden state.
+    Cls,
+}
+
+impl std::str::FromStr for Pooling {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Pooling> {
+        match s {
+            "mean" => Ok(Pooling::Mean),
+            "cls" => Ok(Pooling::Cls),
+            other => Err(Error::Input(format!("unknown pooling `{other}`; use `mean` or `cls`"))),
+        }
+    }
+}
 
 /// The task heads a checkpoint carries, loaded with the encoder (so the host weights can be dropped afterwards).
 /// A head the file lacks keeps the error that explains why; the error is returned when its task is asked for.

@@ -1,18 +1,18 @@
-//! The head tasks on a loaded [`Model`] (and, dispatched by backend, on an [`Engine`]): text in, pipeline-style
+//! The head tasks on a loaded [`Model`] (and, dispatched by backend, on `crate::engine::Engine`): text in, pipeline-style
 //! output structs out. Each runs one forward pass over the batch, one head on the device, and one read-back of the
 //! head's small output; the rest is host-side post-processing in the head modules.
 //!
 //! The `*_logits` methods stop before post-processing; the tests compare them with PyTorch.
 
-use super::classifier::{check_pair_allowed, LabelScore, SequenceClassifier};
-use super::discriminator::{self, ReplacedToken};
-use super::masked_lm::{fill_mask_postprocess, mask_positions, FillMaskPrediction, NextSentence};
-use super::qa::{self, Answer};
-use super::token_classifier::{Aggregation, TokenEntity};
+use super::Model;
 use crate::backend::Backend;
-use crate::tasks::{Engine, Model};
+use crate::heads::classifier::{check_pair_allowed, LabelScore, SequenceClassifier};
+use crate::heads::discriminator::{self, ReplacedToken};
+use crate::heads::masked_lm::{fill_mask_postprocess, mask_positions, FillMaskPrediction, NextSentence};
+use crate::heads::qa::{self, Answer};
+use crate::heads::token_classifier::{Aggregation, TokenEntity};
 use crate::tokenizer::{Batch, Encoded};
-use crate::{with_model, Error, Result};
+use crate::{Error, Result};
 
 /// A text pair of a single-text task: an error naming the task.
 fn single_text(task: &str, pair: Option<&str>) -> Result<()> {
@@ -329,43 +329,5 @@ impl<B: Backend> Model<B> {
         let windows = qa::windows(&self.tokenizer, question, context, len, stride)?;
         let logits = self.qa_logits(&windows).await?;
         qa::decode(context, &windows, &logits)
-    }
-}
-
-/// The same tasks on whichever backend the engine holds.
-impl Engine {
-    /// See [`Model::available_tasks`].
-    pub fn available_tasks(&self) -> Vec<&'static str> {
-        crate::with_model!(self, m => m.available_tasks())
-    }
-
-    /// See [`Model::fill_mask`].
-    pub async fn fill_mask(&self, texts: &[&str], top_k: usize) -> Result<Vec<Vec<Vec<FillMaskPrediction>>>> {
-        with_model!(self, m => m.fill_mask(texts, top_k).await)
-    }
-    /// See [`Model::next_sentence`].
-    pub async fn next_sentence(&self, pairs: &[(&str, &str)]) -> Result<Vec<NextSentence>> {
-        with_model!(self, m => m.next_sentence(pairs).await)
-    }
-    /// See [`Model::classify`].
-    pub async fn classify(&self, inputs: &[(&str, Option<&str>)], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
-        with_model!(self, m => m.classify(inputs, top_k).await)
-    }
-    /// See [`Model::rerank`].
-    pub async fn rerank(&self, query: &str, documents: &[&str], top_k: Option<usize>) -> Result<Vec<RankedDocument>> {
-        with_model!(self, m => m.rerank(query, documents, top_k).await)
-    }
-    /// See [`Model::token_classify`].
-    pub async fn token_classify(&self, inputs: &[(&str, Option<&str>)], aggregation: Aggregation)
-        -> Result<Vec<Vec<TokenEntity>>> {
-        with_model!(self, m => m.token_classify(inputs, aggregation).await)
-    }
-    /// See [`Model::answer`].
-    pub async fn answer(&self, question: &str, context: &str) -> Result<Answer> {
-        with_model!(self, m => m.answer(question, context).await)
-    }
-    /// See [`Model::replaced_tokens`].
-    pub async fn replaced_tokens(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<ReplacedToken>>> {
-        with_model!(self, m => m.replaced_tokens(inputs).await)
     }
 }

@@ -45,7 +45,7 @@
 use std::collections::HashMap;
 
 use crate::backend::{Activation, AdamWStep, Backend};
-use crate::tasks::Pooling;
+use crate::heads::Pooling;
 use crate::{Error, Result};
 
 /// SplitMix64 (Steele, Lea & Flood 2014; the seeding generator of `java.util.SplittableRandom` and of xoshiro):
@@ -288,7 +288,7 @@ pub fn argmax(row: &[f32]) -> usize {
 }
 
 /// The trained head answers in the same `{label, score}` as the checkpoint's classifier.
-pub use super::classifier::LabelScore;
+pub use crate::heads::classifier::LabelScore;
 
 impl<B: Backend> TrainedHead<B> {
     /// Puts host parameters on the backend.
@@ -308,7 +308,7 @@ impl<B: Backend> TrainedHead<B> {
 
     /// One row of logits → `{label, score}` (softmax) best first, the best `top_k` or all.
     pub fn postprocess(&self, logits: &[f32], top_k: Option<usize>) -> Vec<LabelScore> {
-        super::classifier::rank_labels(&self.spec.labels, super::softmax(logits), top_k)
+        crate::heads::classifier::rank_labels(&self.spec.labels, crate::heads::softmax(logits), top_k)
     }
 
     /// The head as a safetensors file: f32 tensors under Hugging Face names ([`HeadSpec::param_names`]; 1-D

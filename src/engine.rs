@@ -1,0 +1,231 @@
+//! A loaded model on the device picked at run time: [`Engine`] is an enum over [`Model`] on each backend, and
+//! every task dispatches to the generic [`Model`] method. The CLI (`src/bin/`) and the wasm shim (`src/wasm.rs`)
+//! are thin layers over this module.
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::gpu::{Gpu, GpuBackend};
+use crate::backend::Backend;
+use crate::config::BertConfig;
+use crate::heads::classifier::LabelScore;
+use crate::heads::discriminator::ReplacedToken;
+use crate::heads::masked_lm::{FillMaskPrediction, NextSentence};
+use crate::heads::qa::Answer;
+use crate::heads::token_classifier::{Aggregation, TokenEntity};
+use crate::tasks::pipelines::RankedDocument;
+use crate::tasks::{EmbedOptions, Model};
+use crate::tokenizer::{Encoded, Tokenizer};
+use crate::training::{EpochProgress, TrainExample, TrainOptions, TrainReport};
+use crate::weights::Weights;
+use crate::{Error, Result};
+
+/// Which backend to run on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    /// The GPU when a hardware adapter exists, else the CPU (a software adapter such as lavapipe or SwiftShader
+    /// is slower than the CPU backend on the same cores).
+    #[default]
+    Auto,
+    Gpu,
+    Cpu,
+}
+
+impl std::str::FromStr for Device {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Device> {
+        match s {
+            "auto" => Ok(Device::Auto),
+            "gpu" | "webgpu" => Ok(Device::Gpu),
+            "cpu" => Ok(Device::Cpu),
+            other => Err(Error::Input(format!("unknown device `{other}`; use auto, gpu or cpu"))),
+        }
+    }
+}
+
+/// The bytes of a Hugging Face-style model folder (what the browser fetches).
+pub struct ModelFiles {
+    /// `config.json`.
+    pub config: Vec<u8>,
+    /// `tokenizer.json`.
+    pub tokenizer: Vec<u8>,
+    /// `tokenizer_config.json`, if any.
+    pub tokenizer_config: Option<Vec<u8>>,
+    /// `model.safetensors`.
+    pub weights: Vec<u8>,
+}
+
+/// A loaded model on the backend picked at run time. Every task dispatches to the generic [`Model`] method.
+pub enum Engine {
+    Cpu(Model<CpuBackend>),
+    Gpu(Model<GpuBackend>),
+}
+
+/// Runs `$body` with `$m` bound to the `Model<_>` inside an [`Engine`], whatever its backend.
+#[macro_export]
+macro_rules! with_model {
+    ($engine:expr, $m:ident => $body:expr) => {
+        match $engine {
+            $crate::engine::Engine::Cpu($m) => $body,
+            $crate::engine::Engine::Gpu($m) => $body,
+        }
+    };
+}
+
+impl Engine {
+    /// Loads from the bytes of a model folder.
+    pub async fn from_files(files: &ModelFiles, device: Device) -> Result<Engine> {
+        let text = std::str::from_utf8(&files.config)
+            .map_err(|_| Error::Config("config.json is not UTF-8 text".into()))?;
+        let config = BertConfig::from_json_str(text)?;
+        let tokenizer = Tokenizer::from_json(&files.tokenizer, files.tokenizer_config.as_deref(), config.max_position_embeddings)?;
+        let weights = Weights::from_safetensors(&files.weights)?;
+        Self::from_parts(config, tokenizer, &weights, device).await
+    }
+
+    /// Loads a Hugging Face-style folder: `config.json`, the tokenizer files, `model.safetensors`.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub async fn from_dir(dir: impl AsRef<std::path::Path>, device: Device) -> Result<Engine> {
+        let dir = dir.as_ref();
+        let config = BertConfig::from_file(dir.join("config.json"))?;
+        let tokenizer = Tokenizer::from_dir(dir, config.max_position_embeddings)?;
+        let weights = Weights::from_safetensors_file(dir.join("model.safetensors"))?;
+        Self::from_parts(config, tokenizer, &weights, device).await
+    }
+
+    /// Loads a BERT `.gguf` from its bytes (ours, or llama.cpp's `bert` files): see [`crate::weights::gguf`].
+    pub async fn from_gguf(bytes: &[u8], device: Device) -> Result<Engine> {
+        Self::from_gguf_on(bytes, device, CpuBackend::new()).await
+    }
+
+    /// [`Self::from_gguf`], with the backend to use if the CPU is chosen (e.g. one shard of a tensor-parallel model).
+    pub async fn from_gguf_on(bytes: &[u8], device: Device, cpu: CpuBackend) -> Result<Engine> {
+        let m = crate::weights::gguf::load_gguf(bytes)?;
+        Self::from_parts_on(m.config, m.tokenizer, &m.weights, device, cpu).await
+    }
+
+    /// Puts the encoder on the requested device.
+    pub async fn from_parts(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device) -> Result<Engine> {
+        Self::from_parts_on(config, tokenizer, weights, device, CpuBackend::new()).await
+    }
+
+    /// [`Self::from_parts`], with the backend to use if the CPU is chosen (a GPU model is always whole).
+    pub async fn from_parts_on(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device,
+        cpu: CpuBackend) -> Result<Engine> {
+        match device {
+            Device::Cpu => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
+            Device::Gpu => {
+                let gpu = GpuBackend::new(Gpu::new().await?)?;
+                Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await
+            }
+            // The GPU when there is a hardware adapter (and the backend accepts its limits), else the CPU. A software
+            // adapter (`DeviceType::Cpu`: Mesa lavapipe, SwiftShader) runs the same kernels on the same cores as the
+            // CPU backend, several times slower (BENCHMARKS.md: MiniLM 8 × 128 on lavapipe takes ~7× the CPU
+            // backend's time), so `auto` takes the CPU there, as the browser package does on a fallback adapter.
+            // `Device::Gpu` still insists on any adapter.
+            Device::Auto => match Gpu::new().await {
+                Ok(gpu) if gpu.info.device_type != wgpu::DeviceType::Cpu => match GpuBackend::new(gpu) {
+                    Ok(gpu) => Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await,
+                    Err(_) => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
+                },
+                _ => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
+            },
+        }
+    }
+
+    /// A GPU engine with its pipelines built (see [`Model::warm_up`]).
+    async fn gpu(model: Model<GpuBackend>) -> Result<Engine> {
+        model.warm_up().await?;
+        Ok(Engine::Gpu(model))
+    }
+
+    /// `"cpu"` or `"gpu"`.
+    pub fn device(&self) -> &'static str {
+        with_model!(self, m => m.backend.name())
+    }
+
+    pub fn config(&self) -> &BertConfig {
+        with_model!(self, m => &m.config)
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        with_model!(self, m => &m.tokenizer)
+    }
+
+    /// See [`Model::embed`].
+    pub async fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        with_model!(self, m => m.embed(texts, opts).await)
+    }
+
+    /// See [`Model::train_head`].
+    pub async fn train_head(&self, examples: &[TrainExample], opts: &TrainOptions,
+        on_progress: impl FnMut(&EpochProgress)) -> Result<TrainReport> {
+        with_model!(self, m => m.train_head(examples, opts, on_progress).await)
+    }
+
+    /// See [`Model::export_head`].
+    pub fn export_head(&self) -> Result<Vec<u8>> {
+        with_model!(self, m => m.export_head())
+    }
+
+    /// See [`Model::load_head`].
+    pub fn load_head(&self, bytes: &[u8]) -> Result<()> {
+        with_model!(self, m => m.load_head(bytes))
+    }
+
+    /// See [`Model::head_labels`].
+    pub fn head_labels(&self) -> Option<Vec<String>> {
+        with_model!(self, m => m.head_labels())
+    }
+
+    /// See [`Model::clear_head`].
+    pub fn clear_head(&self) {
+        with_model!(self, m => m.clear_head())
+    }
+
+    /// See [`Model::classify_with_head`].
+    pub async fn classify_with_head(&self, encoded: &[Encoded], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
+        with_model!(self, m => m.classify_with_head(encoded, top_k).await)
+    }
+
+    /// See [`Model::embed_encoded`].
+    pub async fn embed_encoded(&self, encoded: &[Encoded], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        with_model!(self, m => m.embed_encoded(encoded, opts).await)
+    }
+}
+
+/// The same tasks on whichever backend the engine holds.
+impl Engine {
+    /// See [`Model::available_tasks`].
+    pub fn available_tasks(&self) -> Vec<&'static str> {
+        with_model!(self, m => m.available_tasks())
+    }
+
+    /// See [`Model::fill_mask`].
+    pub async fn fill_mask(&self, texts: &[&str], top_k: usize) -> Result<Vec<Vec<Vec<FillMaskPrediction>>>> {
+        with_model!(self, m => m.fill_mask(texts, top_k).await)
+    }
+    /// See [`Model::next_sentence`].
+    pub async fn next_sentence(&self, pairs: &[(&str, &str)]) -> Result<Vec<NextSentence>> {
+        with_model!(self, m => m.next_sentence(pairs).await)
+    }
+    /// See [`Model::classify`].
+    pub async fn classify(&self, inputs: &[(&str, Option<&str>)], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
+        with_model!(self, m => m.classify(inputs, top_k).await)
+    }
+    /// See [`Model::rerank`].
+    pub async fn rerank(&self, query: &str, documents: &[&str], top_k: Option<usize>) -> Result<Vec<RankedDocument>> {
+        with_model!(self, m => m.rerank(query, documents, top_k).await)
+    }
+    /// See [`Model::token_classify`].
+    pub async fn token_classify(&self, inputs: &[(&str, Option<&str>)], aggregation: Aggregation)
+        -> Result<Vec<Vec<TokenEntity>>> {
+        with_model!(self, m => m.token_classify(inputs, aggregation).await)
+    }
+    /// See [`Model::answer`].
+    pub async fn answer(&self, question: &str, context: &str) -> Result<Answer> {
+        with_model!(self, m => m.answer(question, context).await)
+    }
+    /// See [`Model::replaced_tokens`].
+    pub async fn replaced_tokens(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<ReplacedToken>>> {
+        with_model!(self, m => m.replaced_tokens(inputs).await)
+    }
+}

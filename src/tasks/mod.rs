@@ -1,0 +1,266 @@
+//! The platform-neutral API: a loaded model (config + tokenizer + encoder on a backend) and the tasks run on it.
+//!
+//! Every task is written once, generic over [`Backend`], on [`Model`]: embedding and the trained head here, the
+//! checkpoint's heads in [`pipelines`]. `crate::engine::Engine` picks the backend at run time. Tasks are `async`
+//! because reading back from a GPU is asynchronous in the browser; native callers use `pollster::block_on`.
+//! Methods take `&self`.
+
+pub mod pipelines;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::backend::Backend;
+use crate::config::BertConfig;
+use crate::heads::classifier::LabelScore;
+pub use crate::heads::Pooling;
+use crate::training::head::{self, TrainedHead};
+pub use crate::training::{self, EpochProgress, TrainExample, TrainOptions, TrainReport};
+use crate::model::BertModel;
+use crate::tokenizer::{Batch, Encoded, Tokenizer};
+use crate::weights::Weights;
+use crate::{Error, Result};
+
+/// Options of [`Model::embed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbedOptions {
+    pub pooling: Pooling,
+    /// L2-normalise each vector (what cosine-similarity search wants).
+    pub normalize: bool,
+    /// Texts per forward pass. Texts are sorted by length first, so each batch pads little.
+    pub batch_size: usize,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        EmbedOptions { pooling: Pooling::Mean, normalize: false, batch_size: 32 }
+    }
+}
+
+/// A model ready to run on backend `B`.
+pub struct Model<B: Backend> {
+    pub backend: B,
+    pub config: BertConfig,
+    pub tokenizer: Tokenizer,
+    pub bert: BertModel<B>,
+    /// The task heads the checkpoint carries (fill-mask, NSP, classification, NER, QA); tasks in [`pipelines`].
+    pub heads: crate::heads::Heads<B>,
+    /// A classification head trained with [`Model::train_head`] or loaded with [`Model::load_head`]; used by
+    /// [`Model::classify_with_head`]. Behind a `RefCell` because tasks take `&self`; an `Rc` so a task clones it
+    /// and never holds the borrow across an `await` (JS may start another task meanwhile).
+    pub head: RefCell<Option<Rc<TrainedHead<B>>>>,
+}
+
+impl<B: Backend> Model<B> {
+    /// Uploads the encoder from `weights` to `backend`. Heads load from the same `weights` before they are dropped.
+    pub fn new(backend: B, config: BertConfig, tokenizer: Tokenizer, weights: &Weights) -> Result<Model<B>> {
+        let bert = BertModel::load(weights, &config, &backend)?;
+        let heads = crate::heads::Heads::load(weights, &config, &backend);
+        Ok(Model { backend, config, tokenizer, bert, heads, head: RefCell::new(None) })
+    }
+
+    /// Tokenizes single texts (truncated to the tokenizer's max length).
+    pub fn encode_texts(&self, texts: &[&str]) -> Result<Vec<Encoded>> {
+        texts.iter().map(|t| self.tokenizer.encode(t, None)).collect()
+    }
+
+    /// One vector per text, in order.
+    pub async fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        let encoded = self.encode_texts(texts)?;
+        self.embed_encoded(&encoded, opts).await
+    }
+
+    /// As [`Self::embed`], from tokenized texts.
+    pub async fn embed_encoded(&self, encoded: &[Encoded], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        if opts.batch_size == 0 {
+            return Err(Error::Input("batch size must be at least 1".into()));
+        }
+        // Longest first, so the batches pad as little as possible; results go back to input order. Batches hold at
+        // most `batch_size` texts, fewer when their activations would not fit the backend.
+        let mut order: Vec<usize> = (0..encoded.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+        let lens: Vec<usize> = order.iter().map(|&i| encoded[i].len()).collect();
+        let mut out = vec![Vec::new(); encoded.len()];
+        for range in self.fitting_groups(&lens, &[], opts.batch_size)? {
+            let chunk = &order[range];
+            let group: Vec<Encoded> = chunk.iter().map(|&i| encoded[i].clone()).collect();
+            let batch = self.tokenizer.batch(&group);
+            for (&i, v) in chunk.iter().zip(self.embed_batch(&batch, opts).await?) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Pooled (and optionally normalised) vectors of a padded batch: pooling runs on the device and only `(B, H)`
+    /// is read back.
+    pub async fn embed_batch(&self, batch: &Batch, opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        let be = &self.backend;
+        let h = self.config.hidden_size;
+        if batch.b == 0 {
+            return Ok(Vec::new());
+        }
+        if batch.t == 0 {
+            return Err(Error::Input("a batch of empty sequences cannot be embedded".into()));
+        }
+        let pooled = self.pool_batch(batch, opts.pooling)?; // (B, H)
+        let flat = be.read(&pooled).await?;
+        Ok(flat
+            .chunks_exact(h)
+            .map(|v| {
+                let mut v = v.to_vec();
+                if opts.normalize {
+                    l2_normalize(&mut v);
+                }
+                v
+            })
+            .collect())
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// Splits sequences of `lens` tokens (in the order given) into consecutive groups of at most `max_rows` that
+    /// one forward pass can take: the widest activation of the padded group, `(B*T, max(3H, I))` f32, plus
+    /// `extra_bytes[i]` per sequence (e.g. a head's output rows), must fit [`Backend::max_tensor_bytes`]. So any
+    /// number of texts runs in as many passes as the device needs, never as one allocation it cannot make. A single
+    /// sequence that does not fit is an error saying the limit.
+    pub fn fitting_groups(&self, lens: &[usize], extra_bytes: &[usize], max_rows: usize)
+        -> Result<Vec<std::ops::Range<usize>>> {
+        let limit = self.backend.max_tensor_bytes();
+        let widest = 4 * (3 * self.config.hidden_size).max(self.config.intermediate_size); // bytes per token
+        let extra = |i: usize| extra_bytes.get(i).copied().unwrap_or(0);
+        let bytes = |rows: usize, t: usize, extra: usize| rows.saturating_mul(t).saturating_mul(widest).max(extra);
+        let mut groups = Vec::new();
+        let (mut start, mut t_max, mut extra_sum) = (0, 0, 0usize);
+        for (i, &t) in lens.iter().enumerate() {
+            if bytes(1, t, extra(i)) > limit {
+                return Err(Error::Input(format!(
+                    "a sequence of {t} tokens needs {} bytes for one tensor, more than this backend's limit of \
+                     {limit} bytes: truncate the input (--max-length){}",
+                    bytes(1, t, extra(i)),
+                    if self.backend.name() == "gpu" { " or use the CPU backend (--device cpu)" } else { "" },
+                )));
+            }
+            let rows = i - start + 1;
+            let grown = (t_max.max(t), extra_sum.saturating_add(extra(i)));
+            if rows > max_rows.max(1) || bytes(rows, grown.0, grown.1) > limit {
+                groups.push(start..i);
+                (start, t_max, extra_sum) = (i, t, extra(i));
+            } else {
+                (t_max, extra_sum) = grown;
+            }
+        }
+        if start < lens.len() {
+            groups.push(start..lens.len());
+        }
+        Ok(groups)
+    }
+
+    /// Runs one tiny forward with both poolings, so that every pipeline a forward needs is built now, during the
+    /// load (with its progress bar), not inside the user's first call: compiling shaders is the stall users of
+    /// in-browser runtimes complain about most on first use (ANCHORS.md).
+    pub async fn warm_up(&self) -> Result<()> {
+        let e = self.tokenizer.encode("warm up", None)?;
+        let batch = self.tokenizer.batch(std::slice::from_ref(&e));
+        for pooling in [Pooling::Mean, Pooling::Cls] {
+            let pooled = self.pool_batch(&batch, pooling)?;
+            self.backend.read(&pooled).await?;
+        }
+        Ok(())
+    }
+
+    /// Encoder forward and pooling of a padded batch, left on the device: `(B, H)`.
+    pub fn pool_batch(&self, batch: &Batch, pooling: Pooling) -> Result<B::Tensor> {
+        let be = &self.backend;
+        if batch.b == 0 || batch.t == 0 {
+            return Err(Error::Input("an empty batch cannot be pooled".into()));
+        }
+        let mask = be.mask(batch)?; // (B, T)
+        let hidden = self.bert.forward_with_mask(be, batch, &mask)?; // (B*T, H)
+        match pooling {
+            Pooling::Mean => be.mean_pool(&hidden, &mask, batch.b, batch.t), // (B, H)
+            Pooling::Cls => {
+                let rows: Vec<u32> = (0..batch.b).map(|b| (b * batch.t) as u32).collect();
+                be.gather_rows(&hidden, &rows) // (B, H)
+            }
+        }
+    }
+
+    /// Trains a classification head on the frozen encoder's pooled features and makes it the live head of
+    /// [`Self::classify_with_head`]. The features are computed once here; the training loop is
+    /// [`crate::training::fit_head`] (see `training/head.rs` for the math).
+    pub async fn train_head(&self, examples: &[TrainExample], opts: &TrainOptions,
+        on_progress: impl FnMut(&EpochProgress)) -> Result<TrainReport> {
+        let labels = training::check_training_input(examples, opts)?;
+        let texts: Vec<&str> = examples.iter().map(|e| e.text.as_str()).collect();
+        let embed_opts = EmbedOptions { pooling: opts.pooling, normalize: false, batch_size: 32 };
+        let feats = self.embed(&texts, &embed_opts).await?;
+        let (head, report) = training::fit_head(&self.backend, &feats, labels, examples, opts, on_progress).await?;
+        *self.head.borrow_mut() = Some(Rc::new(head));
+        Ok(report)
+    }
+
+    /// The live head as safetensors bytes (see [`TrainedHead::export`]).
+    pub fn export_head(&self) -> Result<Vec<u8>> {
+        match self.head.borrow().as_ref() {
+            Some(h) => h.export(),
+            None => Err(Error::Input("there is no trained head to export: train one first (trainHead in JavaScript, `bertgpu train-head`)".into())),
+        }
+    }
+
+    /// Makes a head file written by [`Self::export_head`] the live head; its hidden size must be the model's.
+    pub fn load_head(&self, bytes: &[u8]) -> Result<()> {
+        let (spec, host) = head::import_safetensors(bytes, self.config.hidden_size)?;
+        let head = TrainedHead::from_host(&self.backend, spec, host)?;
+        *self.head.borrow_mut() = Some(Rc::new(head));
+        Ok(())
+    }
+
+    /// Whether a trained or loaded head is live.
+    pub fn has_head(&self) -> bool {
+        self.head.borrow().is_some()
+    }
+
+    /// The live head's labels in class order, if a head is live.
+    pub fn head_labels(&self) -> Option<Vec<String>> {
+        self.head.borrow().as_ref().map(|h| h.spec.labels.clone())
+    }
+
+    /// Drops the live head: `classify` goes back to the checkpoint's own classifier (if it has one).
+    pub fn clear_head(&self) {
+        *self.head.borrow_mut() = None;
+    }
+
+    /// Classifies tokenized texts with the live trained head: `{label, score}` (softmax) best first per text.
+    pub async fn classify_with_head(&self, encoded: &[Encoded], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
+        pipelines::check_top_k(top_k)?;
+        let head = self.head.borrow().clone();
+        let Some(head) = head else {
+            return Err(Error::Input("no classification head: train one (train-head) or load one (--head FILE)".into()));
+        };
+        let be = &self.backend;
+        let c = head.spec.labels.len();
+        let mut order: Vec<usize> = (0..encoded.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+        let lens: Vec<usize> = order.iter().map(|&i| encoded[i].len()).collect();
+        let mut out = vec![Vec::new(); encoded.len()];
+        for range in self.fitting_groups(&lens, &[], 32)? {
+            let chunk = &order[range];
+            let group: Vec<Encoded> = chunk.iter().map(|&i| encoded[i].clone()).collect();
+            let batch = self.tokenizer.batch(&group);
+            let pooled = self.pool_batch(&batch, head.spec.pooling)?; // (B, H)
+            let logits = be.read(&head.logits(be, &pooled)?).await?; // (B, C)
+            for (&i, row) in chunk.iter().zip(logits.chunks_exact(c)) {
+                out[i] = head.postprocess(row, top_k);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `v / max(‖v‖₂, 1e-12)`, as `torch.nn.functional.normalize`.
+pub fn l2_normalize(v: &mut [f32]) {
+    let n = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt().max(1e-12) as f32;
+    v.iter_mut().for_each(|x| *x /= n);
+}
+
