@@ -2,9 +2,8 @@
 //! - `cargo run --example gpu_bench -- matmul`: GFLOP/s of the matmul (several workgroup shapes, `WGS=8x8,16x16`)
 //!   against the CPU backend, at BERT shapes. The slower kernels it was compared with are deleted; their numbers are
 //!   in BENCHMARKS.md and the revision that measured them is named there.
-//! - `cargo run --example gpu_bench -- forward`: all-MiniLM-L6-v2, batch 8 × 128, GPU vs CPU backend (and PyTorch
-//!   when `PYTHON` names an interpreter with torch + transformers), plus each kernel's share of the GPU forward
-//!   from timestamp queries.
+//! - The whole forward on both backends, with each kernel's share of the GPU's time, is `bertgpu bench --profile`
+//!   (one forward benchmark, in the CLI); PyTorch's time on the same batch: `examples/torch_forward.py`.
 //! - `gpu_bench quant [MODEL ...]`: the linear at BERT shapes (`QSHAPES=1024x384x1536,...`) with the weight in f32,
 //!   f16, Q8_0 and Q4_0, then the forward of each MODEL (a folder or a `.gguf`, e.g. all-MiniLM-L6-v2 and its
 //!   `bertgpu convert` outputs), batch 8 × 128, on both backends; times relative to the f32 weight / first model.
@@ -93,83 +92,6 @@ fn bench_wgs() -> Vec<(u32, u32)> {
         let (a, b) = s.split_once('x')?;
         Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
     }).collect()
-}
-
-/// all-MiniLM-L6-v2 forward + mean pool, batch 8 × 128 tokens (every token real).
-fn forward() {
-    use bertgpu::config::BertConfig;
-    use bertgpu::model::BertModel;
-    use bertgpu::tokenizer::Batch;
-    use bertgpu::weights::Weights;
-    let reps: usize = std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
-    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
-    let w = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
-    let (b, t) = (8usize, 128usize);
-    let ids = rand_vec(b * t, 5);
-    let mut batch = Batch { b, t, ..Default::default() };
-    for (i, v) in ids.iter().enumerate() {
-        let id = match i % t { 0 => 101, j if j == t - 1 => 102, _ => 1000 + ((v + 1.0) * 14000.0) as u32 };
-        batch.input_ids.push(id);
-        batch.token_type_ids.push(0);
-        batch.attention_mask.push(1);
-    }
-    let g = GpuBackend::new(Gpu::new_blocking().unwrap()).unwrap();
-    let gm = BertModel::load(&w, &cfg, &g).unwrap();
-    let cpu = CpuBackend::new();
-    let cm = BertModel::load(&w, &cfg, &cpu).unwrap();
-    fn run<B: Backend>(be: &B, m: &BertModel<B>, batch: &Batch) -> (f64, Vec<f32>) {
-        let t0 = Instant::now();
-        let mask = be.mask(batch).unwrap();
-        let hidden = m.forward_with_mask(be, batch, &mask).unwrap();
-        let pooled = be.mean_pool(&hidden, &mask, batch.b, batch.t).unwrap();
-        let v = pollster::block_on(be.read(&pooled)).unwrap();
-        (t0.elapsed().as_secs_f64() * 1e3, v)
-    }
-    let (mut tg, mut tc) = (Vec::new(), Vec::new());
-    for rep in 0..=reps {
-        let (a, va) = run(&g, &gm, &batch);
-        let (c, vc) = run(&cpu, &cm, &batch);
-        let err = va.iter().zip(&vc).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-        assert!(err < 1e-3, "GPU and CPU forwards disagree by {err}");
-        if rep > 0 {
-            tg.push(a);
-            tc.push(c);
-        }
-    }
-    let (tg, tc) = (median(tg), median(tc));
-    // FLOPs: per layer the four linears 2·M·(3H² + H² + 2·H·I) and attention 2·2·B·heads·T²·d.
-    let (h, inter, l) = (cfg.hidden_size as f64, cfg.intermediate_size as f64, cfg.num_hidden_layers as f64);
-    let m = (b * t) as f64;
-    let flops = l * (2.0 * m * (4.0 * h * h + 2.0 * h * inter) + 4.0 * m * t as f64 * h);
-    println!("all-MiniLM-L6-v2, batch {b} × {t}, forward + mean pool + read-back ({:.1} GFLOP):", flops / 1e9);
-    println!("| backend | ms (median of {reps}) | GFLOP/s | time / GPU time |");
-    println!("|---|---|---|---|");
-    println!("| GPU backend ({}) | {tg:.0} | {:.2} | 1.00 |", g.gpu().info.name, flops / tg / 1e6);
-    println!("| CPU backend | {tc:.0} | {:.2} | {:.3} |", flops / tc / 1e6, tc / tg);
-    if let Ok(py) = std::env::var("PYTHON") {
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/torch_forward.py");
-        let out = std::process::Command::new(py).arg(script).arg(&dir).arg(reps.to_string()).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        if let Ok(tp) = text.trim().parse::<f64>() {
-            println!("| PyTorch (CPU, fp32) | {tp:.0} | {:.2} | {:.3} |", flops / tp / 1e6, tp / tg);
-        } else {
-            eprintln!("PyTorch run failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-    }
-    // Per-kernel GPU time from timestamp queries, one more forward.
-    if g.enable_profiling() {
-        run(&g, &gm, &batch);
-        let prof = g.take_profile();
-        let total: f64 = prof.iter().map(|e| e.1).sum();
-        println!();
-        println!("GPU time per kernel (timestamp queries), one forward: {total:.0} ms in passes");
-        println!("| kernel | passes | ms | share |");
-        println!("|---|---|---|---|");
-        for (name, ms, n) in prof {
-            println!("| {name} | {n} | {ms:.1} | {:.1}% |", 100.0 * ms / total);
-        }
-    }
 }
 
 /// A batch of `b` sequences of `t` real tokens ([CLS] … [SEP], ids drawn from MiniLM's vocabulary).
@@ -375,7 +297,6 @@ fn main() {
     drop(g);
     match what.as_str() {
         "matmul" => matmul(),
-        "forward" => forward(),
         "attention" => attention(),
         "quant" => {
             let models: Vec<String> = std::env::args().skip(2).collect();

@@ -1,4 +1,4 @@
-"""PyTorch reference timing for `cargo run --example gpu_bench -- forward` (run when PYTHON is set):
+"""PyTorch reference timing beside `bertgpu bench` (BENCHMARKS.md): python examples/torch_forward.py MODEL_DIR REPS.
 all-MiniLM-L6-v2 BertModel forward + mean pool, batch 8 x 128, fp32 on the CPU. Prints the median ms."""
 import sys, time, statistics
 import torch

@@ -6,6 +6,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::{Gpu, GpuBackend};
 use crate::backend::Backend;
 use crate::config::BertConfig;
+use crate::loader::{self, LoadOptions, ModelSource};
 use crate::heads::classifier::LabelScore;
 use crate::heads::discriminator::ReplacedToken;
 use crate::heads::masked_lm::{FillMaskPrediction, NextSentence};
@@ -20,12 +21,16 @@ use crate::{Error, Result};
 
 /// Which backend to run on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
 pub enum Device {
     /// The GPU when a hardware adapter exists, else the CPU (a software adapter such as lavapipe or SwiftShader
     /// is slower than the CPU backend on the same cores).
     #[default]
     Auto,
+    /// The GPU (WebGPU in the browser; Vulkan, Metal or DX12 natively), any adapter
+    #[cfg_attr(not(target_arch = "wasm32"), value(alias = "webgpu"))]
     Gpu,
+    /// The CPU backend, on every core
     Cpu,
 }
 
@@ -39,18 +44,6 @@ impl std::str::FromStr for Device {
             other => Err(Error::Input(format!("unknown device `{other}`; use auto, gpu or cpu"))),
         }
     }
-}
-
-/// The bytes of a Hugging Face-style model folder (what the browser fetches).
-pub struct ModelFiles {
-    /// `config.json`.
-    pub config: Vec<u8>,
-    /// `tokenizer.json`.
-    pub tokenizer: Vec<u8>,
-    /// `tokenizer_config.json`, if any.
-    pub tokenizer_config: Option<Vec<u8>>,
-    /// `model.safetensors`.
-    pub weights: Vec<u8>,
 }
 
 /// A loaded model on the backend picked at run time. Every task dispatches to the generic [`Model`] method.
@@ -71,35 +64,28 @@ macro_rules! with_model {
 }
 
 impl Engine {
-    /// Loads from the bytes of a model folder.
-    pub async fn from_files(files: &ModelFiles, device: Device) -> Result<Engine> {
-        let text = std::str::from_utf8(&files.config)
-            .map_err(|_| Error::Config("config.json is not UTF-8 text".into()))?;
-        let config = BertConfig::from_json_str(text)?;
-        let tokenizer = Tokenizer::from_json(&files.tokenizer, files.tokenizer_config.as_deref(), config.max_position_embeddings)?;
-        let weights = Weights::from_safetensors(&files.weights)?;
-        Self::from_parts(config, tokenizer, &weights, device).await
+    /// Loads and checks a model ([`crate::loader`]) and puts it on `device`.
+    pub async fn load(source: ModelSource<'_>, opts: &LoadOptions, device: Device) -> Result<Engine> {
+        Self::load_on(source, opts, device, CpuBackend::new()).await
+    }
+
+    /// [`Self::load`], with the backend to use if the CPU is chosen (e.g. one shard of a tensor-parallel model).
+    pub async fn load_on(source: ModelSource<'_>, opts: &LoadOptions, device: Device, cpu: CpuBackend)
+        -> Result<Engine> {
+        let m = loader::load(source, opts)?;
+        let weights = m.weights()?;
+        Self::from_parts_on(m.config, m.tokenizer, &weights, device, cpu).await
     }
 
     /// Loads a Hugging Face-style folder: `config.json`, the tokenizer files, `model.safetensors`.
     #[cfg(not(target_arch = "wasm32"))]
     pub async fn from_dir(dir: impl AsRef<std::path::Path>, device: Device) -> Result<Engine> {
-        let dir = dir.as_ref();
-        let config = BertConfig::from_file(dir.join("config.json"))?;
-        let tokenizer = Tokenizer::from_dir(dir, config.max_position_embeddings)?;
-        let weights = Weights::from_safetensors_file(dir.join("model.safetensors"))?;
-        Self::from_parts(config, tokenizer, &weights, device).await
+        Self::load(ModelSource::Path(dir.as_ref()), &LoadOptions::default(), device).await
     }
 
     /// Loads a BERT `.gguf` from its bytes (ours, or llama.cpp's `bert` files): see [`crate::weights::gguf`].
     pub async fn from_gguf(bytes: &[u8], device: Device) -> Result<Engine> {
-        Self::from_gguf_on(bytes, device, CpuBackend::new()).await
-    }
-
-    /// [`Self::from_gguf`], with the backend to use if the CPU is chosen (e.g. one shard of a tensor-parallel model).
-    pub async fn from_gguf_on(bytes: &[u8], device: Device, cpu: CpuBackend) -> Result<Engine> {
-        let m = crate::weights::gguf::load_gguf(bytes)?;
-        Self::from_parts_on(m.config, m.tokenizer, &m.weights, device, cpu).await
+        Self::load(ModelSource::Gguf(bytes), &LoadOptions::default(), device).await
     }
 
     /// Puts the encoder on the requested device.

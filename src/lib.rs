@@ -11,6 +11,7 @@ pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod heads;
+pub mod loader;
 pub mod model;
 pub mod tasks;
 pub mod training;

@@ -16,12 +16,10 @@ use wasm_bindgen::prelude::*;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{Shard, ShardLink};
-use crate::config::BertConfig;
 use crate::heads::token_classifier::Aggregation;
 use crate::engine::{Device, Engine};
+use crate::loader::{LoadOptions, ModelFiles, ModelSource};
 use crate::tasks::{EmbedOptions, EpochProgress, Pooling, TrainExample, TrainOptions};
-use crate::tokenizer::Tokenizer;
-use crate::weights::Weights;
 use crate::Error;
 
 /// The system allocator (dlmalloc on wasm32), counting the bytes allocated and not yet freed, so the soak test can
@@ -368,24 +366,10 @@ impl WasmModel {
     ) -> Result<WasmModel, JsError> {
         let device = parse_device(&device)?;
         let cpu = cpu_backend(shard)?;
-        let text = std::str::from_utf8(&config)
-            .map_err(|_| Error::Config("config.json is not UTF-8 text".into()))
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights };
+        let engine = Engine::load_on(ModelSource::Files(files), &LoadOptions::default(), device, cpu)
+            .await
             .map_err(js_err)?;
-        let config = BertConfig::from_json_str(text).map_err(js_err)?;
-        let max_length = config.max_position_embeddings;
-        let tokenizer = match (tokenizer, vocab) {
-            (Some(json), _) => Tokenizer::from_json(&json, tokenizer_config.as_deref(), max_length),
-            (None, Some(vocab)) => match String::from_utf8(vocab) {
-                Ok(vocab) => Tokenizer::from_vocab(&vocab, tokenizer_config.as_deref(), max_length),
-                Err(_) => Err(Error::Tokenizer("vocab.txt is not UTF-8 text".into())),
-            },
-            (None, None) => Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
-        }
-        .map_err(js_err)?;
-        let parsed = Weights::from_safetensors(&weights).map_err(js_err)?;
-        drop(weights); // the file's bytes: wasm memory only grows, so free them before the backend allocates
-        let weights = parsed;
-        let engine = Engine::from_parts_on(config, tokenizer, &weights, device, cpu).await.map_err(js_err)?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 
@@ -394,7 +378,9 @@ impl WasmModel {
     pub async fn load_gguf(bytes: Vec<u8>, device: String, shard: JsValue) -> Result<WasmModel, JsError> {
         let device = parse_device(&device)?;
         let cpu = cpu_backend(shard)?;
-        let engine = Engine::from_gguf_on(&bytes, device, cpu).await.map_err(js_err)?;
+        let engine = Engine::load_on(ModelSource::Gguf(&bytes), &LoadOptions::default(), device, cpu)
+            .await
+            .map_err(js_err)?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 

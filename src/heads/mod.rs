@@ -33,6 +33,7 @@ use crate::{Error, Result};
 
 /// How token vectors become one sentence vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
 pub enum Pooling {
     /// Mean over the real tokens (padding excluded): sentence-transformers' default.
     #[default]

@@ -18,6 +18,7 @@ pub const IGNORE_LABELS: [&str; 1] = ["O"];
 
 /// How per-token predictions become the output list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
 pub enum Aggregation {
     /// One entry per token: `{entity, score, index, word, start, end}`.
     None,

@@ -15,18 +15,24 @@
 //! had errors), 2 when the model cannot be loaded or the command is not available (message on stderr), 1 when
 //! stdin/stdout fail. Never a panic trace: a bug prints one line on stderr.
 
-use std::io::{self, BufRead, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use bertgpu::config::BertConfig;
-use bertgpu::heads::token_classifier::Aggregation as TokenAggregation;
-use bertgpu::engine::{self, Engine};
+use bertgpu::dtype::Dtype;
+use bertgpu::engine::{Device, Engine};
+use bertgpu::heads::token_classifier::Aggregation;
+use bertgpu::heads::Pooling;
+use bertgpu::loader::{self, LoadOptions, ModelSource};
 use bertgpu::tasks::{self, EmbedOptions};
-use bertgpu::tokenizer::{Encoded, Tokenizer};
-use bertgpu::weights::Weights;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use bertgpu::tokenizer::Encoded;
+use clap::{Args, Parser, Subcommand};
+use bench::cmd_bench;
+use lines::{run_lines, shape_hint, Input, Shape};
 use serde_json::{json, Value};
+
+mod bench;
+mod lines;
 
 #[derive(Parser)]
 #[command(name = "bertgpu", version, about = "BERT on the GPU (wgpu) and the CPU: embeddings, fill-mask, classification, NER, QA")]
@@ -52,39 +58,6 @@ struct InferArgs {
     /// Where to run: `auto` uses the GPU when an adapter exists
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Device {
-    Auto,
-    Gpu,
-    Cpu,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Pooling {
-    /// Mean over the real (non-padding) tokens
-    Mean,
-    /// The [CLS] token's hidden state
-    Cls,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Aggregation {
-    /// One entry per token
-    None,
-    /// Adjacent tokens of one entity merged (`entity_group`)
-    Simple,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Dtype {
-    F32,
-    F16,
-    #[value(name = "q8_0")]
-    Q8_0,
-    #[value(name = "q4_0")]
-    Q4_0,
 }
 
 #[derive(Subcommand, Debug)]
@@ -208,6 +181,9 @@ enum Command {
         /// Timed runs per backend (after one warm-up run); the table gives the median
         #[arg(long, default_value_t = 3)]
         reps: usize,
+        /// Also time each GPU kernel of one more run (timestamp queries, where the adapter has them)
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -278,12 +254,7 @@ fn run(command: Command) -> Result<(), Fail> {
         Command::ReplacedTokens { infer } => cmd_replaced_tokens(&infer),
         Command::Convert { model, dtype, out } => {
             use bertgpu::weights::gguf::{convert, ConvertDType};
-            let dtype = match dtype {
-                Dtype::F32 => ConvertDType::F32,
-                Dtype::F16 => ConvertDType::F16,
-                Dtype::Q8_0 => ConvertDType::Q8_0,
-                Dtype::Q4_0 => ConvertDType::Q4_0,
-            };
+            let dtype: ConvertDType = dtype.name().parse().map_err(|e: bertgpu::Error| Fail::Model(e.to_string()))?;
             let r = convert(&model.model, dtype, &out)
                 .map_err(|e| Fail::Model(format!("cannot convert `{}`: {e}", model.model.display())))?;
             eprintln!(
@@ -304,70 +275,33 @@ fn run(command: Command) -> Result<(), Fail> {
                 weight_decay,
                 validation_split,
                 hidden,
-                pooling: match pooling {
-                    Pooling::Mean => tasks::Pooling::Mean,
-                    Pooling::Cls => tasks::Pooling::Cls,
-                },
+                pooling,
                 ..Default::default()
             };
             cmd_train_head(&infer, &data, &out, &opts)
         }
-        Command::Bench { infer, batch, seq, reps } => cmd_bench(&infer, batch, seq, reps),
+        Command::Bench { infer, batch, seq, reps, profile } => cmd_bench(&infer, batch, seq, reps, profile),
     }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Loading a model folder
 
-/// What the commands need of a model. Grows as tasks land (weights, heads, the engine on a device).
+/// A checked model ([`bertgpu::loader`]) and where it came from (for messages). Its weights are read when an engine
+/// is built: `tokenize` needs none.
 struct LoadedModel {
     dir: PathBuf,
-    config: BertConfig,
-    tokenizer: Tokenizer,
-    /// A `.gguf` holds the weights with the config and tokenizer; a folder's are read when an engine is built.
-    weights: Option<Weights>,
+    model: loader::LoadedModel,
 }
 
-/// Loads and checks a model folder's config.json and tokenizer, with truncation at `--max-length` or the model's
-/// `max_position_embeddings`. Any failure here is "the model cannot be loaded": exit 2 with the reason.
+/// Loads and checks a model folder's (or `.gguf`'s) config.json and tokenizer, with truncation at `--max-length` or
+/// the model's `max_position_embeddings`. Any failure here is "the model cannot be loaded": exit 2 with the reason.
 fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
     let path = &args.model;
-    let fail = |why: String| Fail::Model(format!("cannot load model `{}`: {why}", path.display()));
-    let (config, mut tokenizer, weights) = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read it ({e})")))?;
-        let g = bertgpu::weights::gguf::load_gguf(&bytes).map_err(|e| fail(e.to_string()))?;
-        (g.config, g.tokenizer, Some(g.weights))
-    } else {
-        if !path.is_dir() {
-            let why = if path.exists() { "it is not a folder" } else { "no such folder" };
-            return Err(fail(format!(
-                "{why}; pass a Hugging Face-style folder with config.json, model.safetensors and tokenizer.json \
-                 (scripts/fetch-models.sh fetches the test models into models/)"
-            )));
-        }
-        let config = BertConfig::from_file(path.join("config.json")).map_err(|e| fail(e.to_string()))?;
-        // Truncation is set again below; the folder's tokenizer starts at the model's own limit.
-        let tokenizer =
-            Tokenizer::from_dir(path, config.max_position_embeddings).map_err(|e| fail(e.to_string()))?;
-        (config, tokenizer, None)
-    };
-    let max_positions = config.max_position_embeddings;
-    let max_length = args.max_length.unwrap_or(max_positions);
-    if max_length > max_positions {
-        return Err(fail(format!(
-            "--max-length {max_length} exceeds the model's max_position_embeddings ({max_positions})"
-        )));
-    }
-    tokenizer.set_max_length(max_length).map_err(|e| fail(e.to_string()))?;
-    // Every id the tokenizer can produce must have a row in the word embeddings.
-    if tokenizer.vocab_size() > config.vocab_size {
-        return Err(fail(format!(
-            "the tokenizer has {} tokens but the config says vocab_size {}: the tokenizer belongs to another model",
-            tokenizer.vocab_size(),
-            config.vocab_size
-        )));
-    }
-    Ok(LoadedModel { dir: path.clone(), config, tokenizer, weights })
+    let opts = LoadOptions { max_length: args.max_length };
+    let model = loader::load(ModelSource::Path(path), &opts)
+        .map_err(|e| Fail::Model(format!("cannot load model `{}`: {e}", path.display())))?;
+    Ok(LoadedModel { dir: path.clone(), model })
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -380,7 +314,7 @@ fn cmd_tokenize(args: &ModelArgs) -> Result<(), Fail> {
             .iter()
             .map(|input| {
                 let (text, pair) = input.text_and_pair();
-                let e = m.tokenizer.encode(text, pair).map_err(|e| e.to_string())?;
+                let e = m.model.tokenizer.encode(text, pair).map_err(|e| e.to_string())?;
                 Ok(json!({ "input_ids": e.ids, "token_type_ids": e.type_ids, "tokens": e.tokens }))
             })
             .collect()
@@ -391,10 +325,7 @@ fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u3
     let m = load_model(&args.model)?;
     let engine = load_engine(&m, args.device)?;
     let opts = EmbedOptions {
-        pooling: match pooling {
-            Pooling::Mean => tasks::Pooling::Mean,
-            Pooling::Cls => tasks::Pooling::Cls,
-        },
+        pooling,
         normalize,
         batch_size: batch_size as usize,
     };
@@ -420,91 +351,6 @@ fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u3
             })
             .collect()
     })
-}
-
-/// Times `embed` (forward + mean pool + read-back) of `batch` texts of exactly `seq` tokens on each backend the
-/// `--device` allows (`auto`: the CPU and, when an adapter exists, the GPU), runs interleaved round-robin so the
-/// backends see the same machine load, and prints a Markdown table of medians and ratios.
-fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize) -> Result<(), Fail> {
-    if batch == 0 || seq < 2 || reps == 0 {
-        return Err(Fail::Model("bench needs --batch ≥ 1, --seq ≥ 2 ([CLS] and [SEP]) and --reps ≥ 1".into()));
-    }
-    let mut m = load_model(&args.model)?;
-    let max = m.config.max_position_embeddings;
-    if seq > max {
-        return Err(Fail::Model(format!("--seq {seq} exceeds the model's max_position_embeddings ({max})")));
-    }
-    m.tokenizer.set_max_length(seq).map_err(|e| Fail::Model(e.to_string()))?;
-    // Texts longer than `seq` tokens, cut to exactly `seq` by truncation; each starts differently.
-    let words = "the quick brown fox jumps over the lazy dog while seven wizards quietly judge boxing matches";
-    let texts: Vec<String> = (0..batch).map(|i| format!("{i} {}", words.repeat(seq / 8 + 2))).collect();
-    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-
-    let devices: &[Device] = match args.device {
-        Device::Cpu => &[Device::Cpu],
-        Device::Gpu => &[Device::Gpu],
-        Device::Auto => &[Device::Cpu, Device::Gpu],
-    };
-    let mut engines = Vec::new();
-    for &d in devices {
-        match load_engine(&m, d) {
-            Ok(e) => engines.push((d, e)),
-            Err(Fail::Model(why)) if args.device == Device::Auto && d == Device::Gpu => {
-                eprintln!("bertgpu bench: no GPU row ({why})");
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let opts = EmbedOptions { pooling: tasks::Pooling::Mean, normalize: true, batch_size: batch };
-    let run = |e: &Engine| -> Result<f64, Fail> {
-        let start = std::time::Instant::now();
-        pollster::block_on(e.embed(&texts, &opts)).map_err(|e| Fail::Model(format!("bench failed: {e}")))?;
-        Ok(start.elapsed().as_secs_f64() * 1e3)
-    };
-    let mut times = vec![Vec::with_capacity(reps); engines.len()];
-    for (_, e) in &engines {
-        run(e)?; // warm-up: pipelines, buffer pools, caches
-    }
-    for _ in 0..reps {
-        for (i, (_, e)) in engines.iter().enumerate() {
-            times[i].push(run(e)?);
-        }
-    }
-    // Matmul FLOPs of the encoder (2 per multiply-add): per layer, QKV + output projection (4·H²) and the
-    // feed-forward (2·H·I) per token, plus QKᵀ and AV (2·T·H per token).
-    let (h, i, l) = (m.config.hidden_size as f64, m.config.intermediate_size as f64, m.config.num_hidden_layers as f64);
-    let tokens = (batch * seq) as f64;
-    let gflop = l * 2.0 * tokens * (4.0 * h * h + 2.0 * h * i + 2.0 * seq as f64 * h) / 1e9;
-    let medians: Vec<f64> = times
-        .iter_mut()
-        .map(|t| {
-            t.sort_by(f64::total_cmp);
-            t[t.len() / 2]
-        })
-        .collect();
-    println!(
-        "model `{}` ({} layers, hidden {}), batch {batch} × {seq} tokens, {gflop:.2} GFLOP, median of {reps} (min–max)",
-        m.dir.display(),
-        m.config.num_hidden_layers,
-        m.config.hidden_size
-    );
-    println!("| backend | ms | min–max ms | GFLOP/s | time / first row's |");
-    println!("|---|---|---|---|---|");
-    for (k, ((_, e), t)) in engines.iter().zip(&times).enumerate() {
-        let name = match e {
-            Engine::Cpu(_) => "cpu".to_string(),
-            Engine::Gpu(g) => format!("gpu ({})", g.backend.gpu().info.name),
-        };
-        let med = medians[k];
-        println!(
-            "| {name} | {med:.1} | {:.1}–{:.1} | {:.2} | {:.3} |",
-            t[0],
-            t[t.len() - 1],
-            gflop / (med / 1e3),
-            med / medians[0]
-        );
-    }
-    Ok(())
 }
 
 /// Lines per forward pass for the head commands.
@@ -589,10 +435,6 @@ fn cmd_next_sentence(args: &InferArgs) -> Result<(), Fail> {
 
 fn cmd_ner(args: &InferArgs, aggregation: Aggregation) -> Result<(), Fail> {
     let engine = load_head_engine(args, |e| bertgpu::with_model!(e, m => m.heads.token_classifier().map(|_| ())))?;
-    let aggregation = match aggregation {
-        Aggregation::None => TokenAggregation::None,
-        Aggregation::Simple => TokenAggregation::Simple,
-    };
     run_lines(Shape::Text, HEAD_BATCH, |inputs| {
         per_line(inputs, || {
             let texts: Vec<(&str, Option<&str>)> = inputs.iter().map(Input::text_and_pair).collect();
@@ -715,241 +557,10 @@ fn cmd_classify_head(args: &InferArgs, top_k: Option<usize>, head: &Path) -> Res
     })
 }
 
-/// Config, weights and tokenizer of the folder, on the requested device. Failures exit 2.
+/// Config, weights and tokenizer of the model, on the requested device. Failures exit 2.
 fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
-    let config = m.config.clone();
-    let weights = match &m.weights {
-        Some(w) => w.clone(),
-        None => Weights::from_safetensors_file(m.dir.join("model.safetensors")).map_err(fail)?,
-    };
-    let device = match device {
-        Device::Auto => engine::Device::Auto,
-        Device::Gpu => engine::Device::Gpu,
-        Device::Cpu => engine::Device::Cpu,
-    };
-    pollster::block_on(Engine::from_parts(config, m.tokenizer.clone(), &weights, device)).map_err(fail)
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// The JSON-lines loop
-
-/// Which JSON object a command reads.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    /// `{"text", "text_pair"?}` or a plain-text line
-    Text,
-    /// `{"question", "context"}`
-    Qa,
-    /// `{"query", "documents": [...]}`
-    Rerank,
-}
-
-/// One input line, parsed.
-#[derive(Clone, Debug, PartialEq)]
-enum Input {
-    Text { text: String, pair: Option<String> },
-    Qa { question: String, context: String },
-    Rerank { query: String, documents: Vec<String> },
-}
-
-impl Input {
-    /// The text and optional pair of a text input (a qa input reads as question + context).
-    fn text_and_pair(&self) -> (&str, Option<&str>) {
-        match self {
-            Input::Text { text, pair } => (text, pair.as_deref()),
-            Input::Qa { question, context } => (question, Some(context)),
-            Input::Rerank { query, .. } => (query, None),
-        }
-    }
-}
-
-fn parse_line(line: &str, shape: Shape) -> Result<Input, String> {
-    let trimmed = line.trim();
-    if !trimmed.starts_with('{') {
-        if trimmed.is_empty() {
-            return Err("empty line: nothing to process (send {\"text\": \"\"} to process an empty text)".into());
-        }
-        return match shape {
-            Shape::Text => Ok(Input::Text { text: line.to_owned(), pair: None }),
-            Shape::Qa | Shape::Rerank => Err(format!("expected a JSON object {}", shape_hint(shape))),
-        };
-    }
-    let v: Value = serde_json::from_str(trimmed).map_err(|e| {
-        // JavaScript strings may hold lone UTF-16 surrogates, which `JSON.stringify` writes as `\udXXX` escapes.
-        let hint = if e.to_string().contains("escape") && trimmed.to_ascii_lowercase().contains("\\ud") {
-            " (a \\uD800-\\uDFFF escape must be half of a surrogate pair; replace lone surrogates, e.g. with \\uFFFD)"
-        } else {
-            ""
-        };
-        format!("invalid JSON ({e}){hint}; send one JSON object per line, or plain text not starting with '{{'")
-    })?;
-    let Value::Object(obj) = v else {
-        return Err("expected a JSON object".into()); // unreachable for input starting with '{', kept for safety
-    };
-    let string = |key: &str, required: bool| -> Result<Option<String>, String> {
-        match obj.get(key) {
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            None | Some(Value::Null) if !required => Ok(None),
-            None | Some(Value::Null) => Err(format!("missing \"{key}\": expected {}", shape_hint(shape))),
-            Some(other) => Err(format!("\"{key}\" must be a string, found {}", json_kind(other))),
-        }
-    };
-    match shape {
-        Shape::Text => Ok(Input::Text {
-            text: string("text", true)?.unwrap_or_default(),
-            pair: string("text_pair", false)?,
-        }),
-        Shape::Qa => Ok(Input::Qa {
-            question: string("question", true)?.unwrap_or_default(),
-            context: string("context", true)?.unwrap_or_default(),
-        }),
-        Shape::Rerank => {
-            let documents = match obj.get("documents") {
-                Some(Value::Array(items)) => items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| match d {
-                        Value::String(s) => Ok(s.clone()),
-                        other => Err(format!("\"documents\"[{i}] must be a string, found {}", json_kind(other))),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-                None | Some(Value::Null) => return Err(format!("missing \"documents\": expected {}", shape_hint(shape))),
-                Some(other) => return Err(format!("\"documents\" must be an array of strings, found {}", json_kind(other))),
-            };
-            Ok(Input::Rerank { query: string("query", true)?.unwrap_or_default(), documents })
-        }
-    }
-}
-
-fn shape_hint(shape: Shape) -> &'static str {
-    match shape {
-        Shape::Text => "{\"text\": ..., \"text_pair\": ... (optional)}",
-        Shape::Qa => "{\"question\": ..., \"context\": ...}",
-        Shape::Rerank => "{\"query\": ..., \"documents\": [...]}",
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Reads stdin line by line, hands up to `batch_size` parsed inputs at a time to `process` (which returns one
-/// result per input), and writes exactly one JSON line per input line, in order, flushing after each batch.
-/// When `process` fails for a whole batch it is called again on each input alone, so one bad input does not take
-/// its neighbours down with it (tasks may signal that by returning a single error for the batch).
-fn run_lines<F>(shape: Shape, batch_size: usize, mut process: F) -> Result<(), Fail>
-where
-    F: FnMut(&[Input]) -> Vec<Result<Value, String>>,
-{
-    let stdin = io::stdin();
-    let mut reader = stdin.lock();
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::new(stdout.lock());
-    // Each pending line: its parse result; parsed inputs are batched.
-    let mut pending: Vec<Result<Input, String>> = Vec::new();
-    let mut n_ok = 0usize;
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let n = reader.read_until(b'\n', &mut buf)?;
-        if n > 0 {
-            let mut line = &buf[..];
-            if let Some(l) = line.strip_suffix(b"\n") {
-                line = l;
-            }
-            if let Some(l) = line.strip_suffix(b"\r") {
-                line = l;
-            }
-            let parsed = match std::str::from_utf8(line) {
-                Ok(s) => parse_line(s, shape),
-                Err(_) => Err("the line is not valid UTF-8 text".into()),
-            };
-            n_ok += parsed.is_ok() as usize;
-            pending.push(parsed);
-        }
-        if (n == 0 && !pending.is_empty()) || n_ok >= batch_size {
-            flush_batch(&mut pending, &mut process, &mut out)?;
-            n_ok = 0;
-        }
-        if n == 0 {
-            break;
-        }
-    }
-    out.flush()?;
-    Ok(())
-}
-
-fn flush_batch<F, W>(pending: &mut Vec<Result<Input, String>>, process: &mut F, out: &mut W) -> Result<(), Fail>
-where
-    F: FnMut(&[Input]) -> Vec<Result<Value, String>>,
-    W: Write,
-{
-    let inputs: Vec<Input> = pending.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
-    let mut results = if inputs.is_empty() { Vec::new() } else { process(&inputs) };
-    if results.len() != inputs.len() {
-        // A batch-level failure (one error for all): retry one by one to attach errors to the right lines.
-        results = inputs
-            .iter()
-            .map(|i| process(std::slice::from_ref(i)).into_iter().next().unwrap_or_else(|| Err("no result".into())))
-            .collect();
-    }
-    let mut results = results.into_iter();
-    for p in pending.drain(..) {
-        let value = match p {
-            Err(msg) => json!({ "error": msg }),
-            Ok(_) => match results.next() {
-                Some(Ok(v)) => v,
-                Some(Err(msg)) => json!({ "error": msg }),
-                None => json!({ "error": "no result" }),
-            },
-        };
-        serde_json::to_writer(&mut *out, &value).map_err(io::Error::from)?;
-        out.write_all(b"\n")?;
-    }
-    out.flush()?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_and_json_lines() {
-        let t = |s: &str| Input::Text { text: s.into(), pair: None };
-        assert_eq!(parse_line("hello world", Shape::Text), Ok(t("hello world")));
-        assert_eq!(parse_line("  leading space kept", Shape::Text), Ok(t("  leading space kept")));
-        assert_eq!(parse_line("\"a json string\"", Shape::Text), Ok(t("\"a json string\"")));
-        assert_eq!(parse_line("[1, 2]", Shape::Text), Ok(t("[1, 2]")));
-        assert_eq!(
-            parse_line(r#"{"text": "a", "text_pair": "b", "label": 3}"#, Shape::Text),
-            Ok(Input::Text { text: "a".into(), pair: Some("b".into()) })
-        );
-        assert_eq!(parse_line(r#"{"text": "", "text_pair": null}"#, Shape::Text), Ok(t("")));
-        assert_eq!(
-            parse_line(r#"{"question": "q", "context": "c"}"#, Shape::Qa),
-            Ok(Input::Qa { question: "q".into(), context: "c".into() })
-        );
-    }
-
-    #[test]
-    fn bad_lines() {
-        let err = |s: &str, shape| parse_line(s, shape).unwrap_err();
-        assert!(err("", Shape::Text).contains("empty line"));
-        assert!(err(" \t ", Shape::Text).contains("empty line"));
-        assert!(err("{\"text\": ", Shape::Text).contains("invalid JSON"));
-        assert!(err("{\"txt\": \"a\"}", Shape::Text).contains("missing \"text\""));
-        assert!(err("{\"text\": 5}", Shape::Text).contains("must be a string, found a number"));
-        assert!(err("{\"text\": \"a\", \"text_pair\": [1]}", Shape::Text).contains("\"text_pair\" must be a string"));
-        assert!(err("plain", Shape::Qa).contains("question"));
-        assert!(err("{\"question\": \"q\"}", Shape::Qa).contains("missing \"context\""));
-    }
+    let weights = m.model.weights().map_err(fail)?;
+    let (config, tokenizer) = (m.model.config.clone(), m.model.tokenizer.clone());
+    pollster::block_on(Engine::from_parts(config, tokenizer, &weights, device)).map_err(fail)
 }

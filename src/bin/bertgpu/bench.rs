@@ -1,0 +1,119 @@
+//! `bertgpu bench`: the speed of this build's backends on this machine, side by side in one run.
+
+use bertgpu::engine::{Device, Engine};
+use bertgpu::heads::Pooling;
+use bertgpu::tasks::EmbedOptions;
+
+use crate::{load_engine, load_model, Fail, InferArgs};
+
+/// Times `embed` (forward + mean pool + read-back) of `batch` texts of exactly `seq` tokens on each backend the
+/// `--device` allows (`auto`: the CPU and, when an adapter exists, the GPU), runs interleaved round-robin so the
+/// backends see the same machine load, and prints a Markdown table of medians and ratios.
+pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize, profile: bool) -> Result<(), Fail> {
+    if batch == 0 || seq < 2 || reps == 0 {
+        return Err(Fail::Model("bench needs --batch ≥ 1, --seq ≥ 2 ([CLS] and [SEP]) and --reps ≥ 1".into()));
+    }
+    let mut m = load_model(&args.model)?;
+    let max = m.model.config.max_position_embeddings;
+    if seq > max {
+        return Err(Fail::Model(format!("--seq {seq} exceeds the model's max_position_embeddings ({max})")));
+    }
+    m.model.tokenizer.set_max_length(seq).map_err(|e| Fail::Model(e.to_string()))?;
+    // Texts longer than `seq` tokens, cut to exactly `seq` by truncation; each starts differently.
+    let words = "the quick brown fox jumps over the lazy dog while seven wizards quietly judge boxing matches";
+    let texts: Vec<String> = (0..batch).map(|i| format!("{i} {}", words.repeat(seq / 8 + 2))).collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+
+    let devices: &[Device] = match args.device {
+        Device::Cpu => &[Device::Cpu],
+        Device::Gpu => &[Device::Gpu],
+        Device::Auto => &[Device::Cpu, Device::Gpu],
+    };
+    let mut engines = Vec::new();
+    for &d in devices {
+        match load_engine(&m, d) {
+            Ok(e) => engines.push((d, e)),
+            Err(Fail::Model(why)) if args.device == Device::Auto && d == Device::Gpu => {
+                eprintln!("bertgpu bench: no GPU row ({why})");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: batch };
+    let run = |e: &Engine| -> Result<f64, Fail> {
+        let start = std::time::Instant::now();
+        pollster::block_on(e.embed(&texts, &opts)).map_err(|e| Fail::Model(format!("bench failed: {e}")))?;
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    };
+    let mut times = vec![Vec::with_capacity(reps); engines.len()];
+    for (_, e) in &engines {
+        run(e)?; // warm-up: pipelines, buffer pools, caches
+    }
+    for _ in 0..reps {
+        for (i, (_, e)) in engines.iter().enumerate() {
+            times[i].push(run(e)?);
+        }
+    }
+    // Matmul FLOPs of the encoder (2 per multiply-add): per layer, QKV + output projection (4·H²) and the
+    // feed-forward (2·H·I) per token, plus QKᵀ and AV (2·T·H per token).
+    let (h, i, l) = (m.model.config.hidden_size as f64, m.model.config.intermediate_size as f64, m.model.config.num_hidden_layers as f64);
+    let tokens = (batch * seq) as f64;
+    let gflop = l * 2.0 * tokens * (4.0 * h * h + 2.0 * h * i + 2.0 * seq as f64 * h) / 1e9;
+    let medians: Vec<f64> = times
+        .iter_mut()
+        .map(|t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
+        .collect();
+    println!(
+        "model `{}` ({} layers, hidden {}), batch {batch} × {seq} tokens, {gflop:.2} GFLOP, median of {reps} (min–max)",
+        m.dir.display(),
+        m.model.config.num_hidden_layers,
+        m.model.config.hidden_size
+    );
+    println!("| backend | ms | min–max ms | GFLOP/s | time / first row's |");
+    println!("|---|---|---|---|---|");
+    for (k, ((_, e), t)) in engines.iter().zip(&times).enumerate() {
+        let name = match e {
+            Engine::Cpu(_) => "cpu".to_string(),
+            Engine::Gpu(g) => format!("gpu ({})", g.backend.gpu().info.name),
+        };
+        let med = medians[k];
+        println!(
+            "| {name} | {med:.1} | {:.1}–{:.1} | {:.2} | {:.3} |",
+            t[0],
+            t[t.len() - 1],
+            gflop / (med / 1e3),
+            med / medians[0]
+        );
+    }
+    if profile {
+        for (_, e) in &engines {
+            if let Engine::Gpu(g) = e {
+                print_profile(g, || run(e).map(drop))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// GPU time per kernel of one more run, from timestamp queries (where the adapter has them).
+fn print_profile(g: &bertgpu::tasks::Model<bertgpu::backend::gpu::GpuBackend>, run: impl Fn() -> Result<(), Fail>)
+    -> Result<(), Fail> {
+    println!();
+    if !g.backend.enable_profiling() {
+        println!("no GPU profile: the adapter `{}` has no timestamp queries", g.backend.gpu().info.name);
+        return Ok(());
+    }
+    run()?;
+    let prof = g.backend.take_profile();
+    let total: f64 = prof.iter().map(|e| e.1).sum();
+    println!("GPU time per kernel (timestamp queries), one run: {total:.1} ms in passes");
+    println!("| kernel | passes | ms | share |");
+    println!("|---|---|---|---|");
+    for (name, ms, n) in prof {
+        println!("| {name} | {n} | {ms:.1} | {:.1}% |", 100.0 * ms / total);
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! One way to load a model: a [`ModelSource`] (a folder or `.gguf` path, the bytes of a folder's files, the bytes of
+//! a GGUF) → config + tokenizer + weights, with every check a model must pass before it reaches a backend:
+//! config.json's own checks, a tokenizer (tokenizer.json, else vocab.txt, with tokenizer_config.json when present),
+//! a truncation limit within `max_position_embeddings`, and a tokenizer whose ids all have a row in the word
+//! embeddings (`vocab_size`). The engine (`Engine::load`), the CLI and the wasm package all load through here.
+
+#[cfg(not(target_arch = "wasm32"))]
+use std::path::{Path, PathBuf};
+
+use crate::config::BertConfig;
+use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
+use crate::{Error, Result};
+
+/// The bytes of a Hugging Face-style model folder (what the browser fetches).
+pub struct ModelFiles {
+    /// `config.json`.
+    pub config: Vec<u8>,
+    /// `tokenizer.json`; preferred over `vocab`.
+    pub tokenizer: Option<Vec<u8>>,
+    /// `vocab.txt`, for folders without a tokenizer.json.
+    pub vocab: Option<Vec<u8>>,
+    /// `tokenizer_config.json`, if any.
+    pub tokenizer_config: Option<Vec<u8>>,
+    /// `model.safetensors`.
+    pub weights: Vec<u8>,
+}
+
+/// Where a model comes from.
+pub enum ModelSource<'a> {
+    /// A Hugging Face-style folder (`config.json`, the tokenizer files, `model.safetensors`) or a `.gguf` file.
+    #[cfg(not(target_arch = "wasm32"))]
+    Path(&'a Path),
+    /// The bytes of a folder's files. Consumed: the weights' file bytes are freed once parsed (wasm memory only
+    /// grows, so they must go before the backend allocates).
+    Files(ModelFiles),
+    /// A BERT `.gguf` (ours or llama.cpp's `bert` files): config, tokenizer and weights in one file.
+    Gguf(&'a [u8]),
+}
+
+/// How to load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Truncation limit in tokens, special tokens included; the model's `max_position_embeddings` by default.
+    pub max_length: Option<usize>,
+}
+
+/// A checked model, before it is put on a device.
+pub struct LoadedModel {
+    pub config: BertConfig,
+    pub tokenizer: Tokenizer,
+    weights: PendingWeights,
+}
+
+enum PendingWeights {
+    Ready(Weights),
+    /// A folder's `model.safetensors`, read when the weights are asked for (tokenizing needs none).
+    #[cfg(not(target_arch = "wasm32"))]
+    File(PathBuf),
+}
+
+impl LoadedModel {
+    /// The weights: already parsed (GGUF, bytes), or read from the folder's `model.safetensors` now.
+    pub fn weights(&self) -> Result<Weights> {
+        match &self.weights {
+            PendingWeights::Ready(w) => Ok(w.clone()),
+            #[cfg(not(target_arch = "wasm32"))]
+            PendingWeights::File(p) => Weights::from_safetensors_file(p),
+        }
+    }
+}
+
+/// Loads and checks config and tokenizer (and, except for a folder, the weights) of `source`.
+pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> {
+    let (config, mut tokenizer, weights) = match source {
+        #[cfg(not(target_arch = "wasm32"))]
+        ModelSource::Path(path) => {
+            if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+                let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+                gguf(&bytes)?
+            } else {
+                folder(path)?
+            }
+        }
+        ModelSource::Files(files) => {
+            let ModelFiles { config, tokenizer, vocab, tokenizer_config, weights } = files;
+            let text =
+                std::str::from_utf8(&config).map_err(|_| Error::Config("config.json is not UTF-8 text".into()))?;
+            let config = BertConfig::from_json_str(text)?;
+            let max = config.max_position_embeddings;
+            let tokenizer = match (tokenizer, vocab) {
+                (Some(json), _) => Tokenizer::from_json(&json, tokenizer_config.as_deref(), max)?,
+                (None, Some(vocab)) => {
+                    let vocab =
+                        String::from_utf8(vocab).map_err(|_| Error::Tokenizer("vocab.txt is not UTF-8 text".into()))?;
+                    Tokenizer::from_vocab(&vocab, tokenizer_config.as_deref(), max)?
+                }
+                (None, None) => return Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
+            };
+            let parsed = Weights::from_safetensors(&weights)?;
+            drop(weights);
+            (config, tokenizer, PendingWeights::Ready(parsed))
+        }
+        ModelSource::Gguf(bytes) => gguf(bytes)?,
+    };
+    let max_positions = config.max_position_embeddings;
+    let max_length = opts.max_length.unwrap_or(max_positions);
+    if max_length > max_positions {
+        return Err(Error::Input(format!(
+            "max length {max_length} exceeds the model's max_position_embeddings ({max_positions})"
+        )));
+    }
+    tokenizer.set_max_length(max_length)?;
+    // Every id the tokenizer can produce must have a row in the word embeddings.
+    if tokenizer.vocab_size() > config.vocab_size {
+        return Err(Error::Tokenizer(format!(
+            "the tokenizer has {} tokens but the config says vocab_size {}: the tokenizer belongs to another model",
+            tokenizer.vocab_size(),
+            config.vocab_size
+        )));
+    }
+    Ok(LoadedModel { config, tokenizer, weights })
+}
+
+fn gguf(bytes: &[u8]) -> Result<(BertConfig, Tokenizer, PendingWeights)> {
+    let g = crate::weights::gguf::load_gguf(bytes)?;
+    Ok((g.config, g.tokenizer, PendingWeights::Ready(g.weights)))
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn folder(path: &Path) -> Result<(BertConfig, Tokenizer, PendingWeights)> {
+    if !path.is_dir() {
+        let why = if path.exists() { "it is not a folder" } else { "no such folder" };
+        return Err(Error::Input(format!(
+            "{why}; pass a Hugging Face-style folder with config.json, model.safetensors and tokenizer.json \
+             (scripts/fetch-models.sh fetches the test models into models/)"
+        )));
+    }
+    let config = BertConfig::from_file(path.join("config.json"))?;
+    // The folder's tokenizer starts at the model's own limit; `load` sets the requested one.
+    let tokenizer = Tokenizer::from_dir(path, config.max_position_embeddings)?;
+    Ok((config, tokenizer, PendingWeights::File(path.join("model.safetensors"))))
+}
