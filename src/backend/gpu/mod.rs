@@ -3,7 +3,7 @@
 //! Ops are recorded, not run: each op appends one compute pass to a pending command encoder, and
 //! [`Backend::read`] submits everything recorded so far at once and maps one staging buffer. The device comes from
 //! [`Gpu`] (acquired separately, async); pipelines are cached by (shader, entry point, override constants); weights
-//! are uploaded once; activation buffers come from a pool (see `pool.rs`), so a repeated forward allocates nothing.
+//! are uploaded once; activation buffers come from a pool (see `buffers.rs`), so a repeated forward allocates nothing.
 //!
 //! Weight matrices stay on the device in the dtype of their file (f32, f16, Q8_0, Q4_0 as raw bytes in an
 //! `array<u32>` buffer, see `shaders/lib/quant.wgsl`): `linear` dispatches the matmul variant of the weight's
@@ -12,7 +12,7 @@
 
 mod context;
 pub mod params;
-mod pool;
+mod buffers;
 mod train;
 pub mod wgsl;
 
@@ -28,7 +28,7 @@ use wgpu::util::DeviceExt;
 
 pub use context::Gpu;
 use params::*;
-use pool::{Kind, Pool, PoolBuf};
+use buffers::{Kind, Pool, PoolBuf};
 
 use super::{Activation, AdamWStep, AttentionShape, Backend, Dtype, EmbeddingTables};
 use crate::tokenizer::Batch;
@@ -195,7 +195,7 @@ impl GpuBackend {
             tuning: t,
             modules: RefCell::new(HashMap::new()),
             pipelines: RefCell::new(HashMap::new()),
-            pool: Rc::new(RefCell::new(pool::PoolState::default())),
+            pool: Rc::new(RefCell::new(buffers::PoolState::default())),
             pending: RefCell::new(None),
             profiler: RefCell::new(None),
             dummy,
@@ -334,7 +334,7 @@ impl GpuBackend {
         }
         let pipe = self.pipeline(shader, entry, consts, bindings)?;
         let device = &self.gpu.device;
-        let uniform = pool::take(&self.pool, device, Kind::Uniform, params.len() as u64, true);
+        let uniform = buffers::take(&self.pool, device, Kind::Uniform, params.len() as u64, true);
         self.gpu.queue.write_buffer(uniform.buffer(), 0, params);
         let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: uniform.buffer().as_entire_binding() }];
         for &(binding, buf, _) in bindings {
@@ -378,14 +378,14 @@ impl GpuBackend {
     /// A fresh output tensor from the pool.
     fn alloc(&self, rows: usize, cols: usize) -> Result<GpuTensor> {
         let bytes = self.check_size(rows * cols * 4, "activation")?;
-        let buf = pool::take(&self.pool, &self.gpu.device, Kind::Storage, bytes, false);
+        let buf = buffers::take(&self.pool, &self.gpu.device, Kind::Storage, bytes, false);
         Ok(GpuTensor { buf: Rc::new(buf), rows, cols, dtype: Dtype::F32 })
     }
 
     /// A pooled buffer filled from the host (32-bit words).
     fn host_buffer(&self, data: &[u8]) -> Result<PoolBuf> {
         let bytes = self.check_size(data.len(), "input")?;
-        let buf = pool::take(&self.pool, &self.gpu.device, Kind::Storage, bytes, true);
+        let buf = buffers::take(&self.pool, &self.gpu.device, Kind::Storage, bytes, true);
         if !data.is_empty() {
             self.gpu.queue.write_buffer(buf.buffer(), 0, data);
         }
@@ -421,7 +421,7 @@ impl GpuBackend {
         });
         extra(&mut encoder);
         self.gpu.queue.submit(Some(encoder.finish()));
-        pool::after_submit(&self.pool);
+        buffers::after_submit(&self.pool);
     }
 
     /// Waits until `bufs` are mapped for reading: polls natively; in a browser the event loop resolves it.
@@ -457,7 +457,7 @@ impl GpuBackend {
 
     /// Runs everything recorded so far (no read-back), e.g. to time a forward.
     pub async fn flush(&self) -> Result<()> {
-        let staging = pool::take(&self.pool, &self.gpu.device, Kind::Staging, 16, false);
+        let staging = buffers::take(&self.pool, &self.gpu.device, Kind::Staging, 16, false);
         self.submit(|_| {});
         self.map_read(&[(staging.buffer(), 16)]).await?;
         staging.buffer().unmap();
@@ -558,7 +558,7 @@ impl Backend for GpuBackend {
         };
         // The packed kernels read whole words and may read one word past a block that ends mid-word: pad to 16
         // bytes with a spare word.
-        let padded = pool::round_size(bytes.len() as u64 + 4 * (dtype != Dtype::F32) as u64);
+        let padded = buffers::round_size(bytes.len() as u64 + 4 * (dtype != Dtype::F32) as u64);
         self.check_size(padded as usize, &format!("weight of shape {:?}", t.shape))?;
         bytes.resize(padded as usize, 0);
         let buf = self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -846,8 +846,8 @@ impl Backend for GpuBackend {
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {
         expect_f32("read", &[t])?;
         let bytes = (t.len() * 4) as u64;
-        let size = pool::round_size(bytes);
-        let staging = pool::take(&self.pool, &self.gpu.device, Kind::Staging, size, false);
+        let size = buffers::round_size(bytes);
+        let staging = buffers::take(&self.pool, &self.gpu.device, Kind::Staging, size, false);
         // Timestamps of the passes recorded since the last read are resolved in the same submission.
         let mut prof = self.profiler.borrow_mut().take();
         let mut ts: Option<(wgpu::Buffer, wgpu::Buffer, u64, Vec<&'static str>)> = None;
