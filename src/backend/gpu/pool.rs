@@ -1,0 +1,50 @@
+//! Host side of `shaders/pool.wgsl` (mean over each sequence's real tokens) and `shaders/gather.wgsl` (selected
+//! rows, e.g. `[CLS]`).
+
+use super::params::{GatherParams, PoolParams};
+use super::tensor::expect_f32;
+use super::{shape_err, GpuBackend, GpuTensor};
+use crate::Result;
+
+impl GpuBackend {
+    /// [`Backend::mean_pool`](super::Backend::mean_pool).
+    pub(super) fn record_mean_pool(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize) -> Result<GpuTensor> {
+        expect_f32("mean_pool", &[x, mask])?;
+        if x.rows != batch * seq || (mask.rows, mask.cols) != (batch, seq) {
+            return Err(shape_err("mean_pool", format!(
+                "x ({}, {}) and mask ({}, {}) do not fit batch {batch} × seq {seq}", x.rows, x.cols, mask.rows, mask.cols
+            )));
+        }
+        let hdim = x.cols;
+        let out = self.alloc(batch, hdim)?;
+        let p = PoolParams { batch: batch as u32, seq: seq as u32, hidden: hdim as u32, _pad: 0 };
+        let wg = self.tuning.elem_wg;
+        self.dispatch("pool", "mean_pool", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+            (1, x.buffer(), false),
+            (2, mask.buffer(), false),
+            (3, out.buffer(), true),
+        ], self.grid((batch * hdim).div_ceil(wg as usize)))?;
+        Ok(out)
+    }
+
+    /// [`Backend::gather_rows`](super::Backend::gather_rows).
+    pub(super) fn record_gather_rows(&self, x: &GpuTensor, rows: &[u32]) -> Result<GpuTensor> {
+        expect_f32("gather_rows", &[x])?;
+        if rows.is_empty() {
+            return Err(shape_err("gather_rows", "no rows asked for".into()));
+        }
+        if let Some(&r) = rows.iter().find(|&&r| r as usize >= x.rows) {
+            return Err(shape_err("gather_rows", format!("row {r} of a matrix with {} rows", x.rows)));
+        }
+        let idx = self.host_buffer(bytemuck::cast_slice(rows))?;
+        let out = self.alloc(rows.len(), x.cols)?;
+        let p = GatherParams { out_rows: rows.len() as u32, cols: x.cols as u32, _pad0: 0, _pad1: 0 };
+        let wg = self.tuning.elem_wg;
+        self.dispatch("gather", "gather_rows", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+            (1, idx.buffer(), false),
+            (2, x.buffer(), false),
+            (3, out.buffer(), true),
+        ], self.grid((rows.len() * x.cols).div_ceil(wg as usize)))?;
+        Ok(out)
+    }
+}
