@@ -4,21 +4,20 @@
 use super::params::{EmbeddingsParams, LayerNormParams};
 use super::tensor::expect_f32;
 use super::{shape_err, Dtype, EmbeddingTables, GpuBackend, GpuTensor};
+use crate::backend::validate_embeddings_input;
 use crate::tokenizer::Batch;
 use crate::weights::quant::QK;
-use crate::{Error, Result};
+use crate::Result;
 
 impl GpuBackend {
     /// [`Backend::embeddings`](super::Backend::embeddings): three table lookups summed, then LayerNorm.
     pub(super) fn record_embeddings(&self, batch: &Batch, tables: &EmbeddingTables<'_, GpuTensor>) -> Result<GpuTensor> {
         let n = batch.b * batch.t;
-        if n == 0 || batch.input_ids.len() != n || batch.token_type_ids.len() != n {
-            return Err(shape_err("embeddings", format!(
-                "batch of {}×{} needs {n} input ids and token type ids, got {} and {}",
-                batch.b, batch.t, batch.input_ids.len(), batch.token_type_ids.len()
-            )));
-        }
         let (vocab, h) = (tables.word.rows, tables.word.cols);
+        validate_embeddings_input(batch, vocab, tables.position.rows, tables.token_type.rows)?;
+        if n == 0 {
+            return Err(shape_err("embeddings", format!("the batch of {}×{} holds no tokens", batch.b, batch.t)));
+        }
         let check = |name: &str, t: &GpuTensor, rows: Option<usize>| {
             if t.cols != h || rows.is_some_and(|r| t.rows != r) {
                 return Err(shape_err("embeddings", format!("{name} is ({}, {}), hidden size is {h}", t.rows, t.cols)));
@@ -34,20 +33,6 @@ impl GpuBackend {
             if matches!(t.dtype, Dtype::Q8_0 | Dtype::Q4_0) && h % QK != 0 {
                 return Err(shape_err("embeddings", format!("{name} table is {} with rows of {h}, not whole blocks", t.dtype.name())));
             }
-        }
-        if batch.t > tables.position.rows {
-            return Err(Error::Input(format!(
-                "sequence of {} tokens is longer than the model's {} positions; truncate the input",
-                batch.t, tables.position.rows
-            )));
-        }
-        if let Some(&id) = batch.input_ids.iter().find(|&&i| i as usize >= vocab) {
-            return Err(Error::Input(format!("token id {id} is outside the vocabulary of {vocab}: wrong tokenizer?")));
-        }
-        if let Some(&id) = batch.token_type_ids.iter().find(|&&i| i as usize >= tables.token_type.rows) {
-            return Err(Error::Input(format!(
-                "token type id {id} is outside the model's {} token types", tables.token_type.rows
-            )));
         }
         let mut ids = Vec::with_capacity(2 * n); // (2, B*T): token ids, then token type ids
         ids.extend_from_slice(&batch.input_ids);
