@@ -223,3 +223,26 @@ pub fn validate_batch(batch: &Batch) -> Result<()> {
     }
     Ok(())
 }
+
+/// Checks a batch against the embedding tables before any lookup; both backends call this. Besides its shape
+/// ([`validate_batch`]): its length against the `positions` rows of the position table, and every token id and
+/// token type id against the `vocab` rows of the word table and the `types` rows of the token type table (an id
+/// outside them, which a tokenizer that does not fit the model can produce, would read past a table).
+pub fn validate_embeddings_input(batch: &Batch, vocab: usize, positions: usize, types: usize) -> Result<()> {
+    validate_batch(batch)?;
+    if batch.t > positions {
+        return Err(crate::Error::Input(format!(
+            "sequences of {} tokens are longer than the model's {positions} positions; truncate the input",
+            batch.t
+        )));
+    }
+    if let Some(&id) = batch.input_ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(crate::Error::Input(format!(
+            "token id {id} is outside the vocabulary of {vocab}; tokenizer and model do not match"
+        )));
+    }
+    if let Some(&ty) = batch.token_type_ids.iter().find(|&&ty| ty as usize >= types) {
+        return Err(crate::Error::Input(format!("token type id {ty} is outside the model's {types} token types")));
+    }
+    Ok(())
+}

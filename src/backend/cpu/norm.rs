@@ -2,9 +2,9 @@
 //! summed, then LayerNorm).
 
 use super::{expect_dims, par_chunks_mut, CpuTensor};
-use crate::backend::{validate_batch, EmbeddingTables};
+use crate::backend::{validate_embeddings_input, EmbeddingTables};
 use crate::tokenizer::Batch;
-use crate::{Error, Result};
+use crate::Result;
 
 /// Rows per parallel task: enough work to amortise scheduling.
 const ROWS_PER_TASK: usize = 16;
@@ -43,25 +43,13 @@ pub fn layernorm(x: &[f32], residual: Option<&[f32]>, gamma: &[f32], beta: &[f32
 
 /// `LayerNorm(word[id] + position[t] + token_type[type])` for every token → `(B*T, H)`.
 pub fn embeddings(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) -> Result<CpuTensor> {
-    validate_batch(batch)?;
     let h = tables.word.cols();
     let (vocab, max_pos, types) = (tables.word.rows(), tables.position.rows(), tables.token_type.rows());
+    validate_embeddings_input(batch, vocab, max_pos, types)?;
     expect_dims(tables.position, max_pos, h, "position embeddings (P, H)")?;
     expect_dims(tables.token_type, types, h, "token type embeddings (types, H)")?;
     expect_dims(tables.ln_gamma, 1, h, "embeddings LayerNorm gamma (H)")?;
     expect_dims(tables.ln_beta, 1, h, "embeddings LayerNorm beta (H)")?;
-    if batch.t > max_pos {
-        return Err(Error::Input(format!(
-            "sequences of {} tokens are longer than the model's {max_pos} positions; truncate the input",
-            batch.t
-        )));
-    }
-    if let Some(&id) = batch.input_ids.iter().find(|&&id| id as usize >= vocab) {
-        return Err(Error::Input(format!("token id {id} is outside the vocabulary of {vocab}; tokenizer and model do not match")));
-    }
-    if let Some(&ty) = batch.token_type_ids.iter().find(|&&ty| ty as usize >= types) {
-        return Err(Error::Input(format!("token type id {ty} is outside the model's {types} segment types")));
-    }
     tables.ln_gamma.expect_f32("embeddings LayerNorm gamma")?;
     tables.ln_beta.expect_f32("embeddings LayerNorm beta")?;
     let (gamma, beta) = (tables.ln_gamma.data(), tables.ln_beta.data());
@@ -94,6 +82,7 @@ mod tests {
     use super::super::CpuBackend;
     use super::*;
     use crate::backend::Backend;
+    use crate::Error;
 
     /// The reference accumulates in f64; ours in f32 over at most 513 values of magnitude ≈ 1: a few ulps of the
     /// normalised output.

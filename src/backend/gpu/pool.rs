@@ -1,134 +1,50 @@
-//! A buffer pool: a tensor's buffer goes back to the pool when the tensor is dropped, and the next request of the
-//! same size and kind takes it again, so a repeated forward allocates nothing new.
-//!
-//! Ordering rule. Ops are recorded into one command encoder and run at the next submit, while `queue.write_buffer`
-//! (uploads, uniforms) runs *before* that whole submission. So a buffer freed during the current recording may be
-//! handed to another op's output (GPU writes stay in recording order), but never to a host write, which would land
-//! before the earlier reads of that buffer. Such buffers wait in `released` until the submit.
+//! Host side of `shaders/pool.wgsl` (mean over each sequence's real tokens) and `shaders/gather.wgsl` (selected
+//! rows, e.g. `[CLS]`).
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::rc::Rc;
+use super::params::{GatherParams, PoolParams};
+use super::tensor::expect_f32;
+use super::{shape_err, GpuBackend, GpuTensor};
+use crate::Result;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// Activations: storage, copy source (read-back) and destination (uploads).
-    Storage,
-    /// One op's `Params`.
-    Uniform,
-    /// Read-back staging.
-    Staging,
-}
-
-impl Kind {
-    fn usage(self) -> wgpu::BufferUsages {
-        use wgpu::BufferUsages as U;
-        match self {
-            Kind::Storage => U::STORAGE | U::COPY_SRC | U::COPY_DST,
-            Kind::Uniform => U::UNIFORM | U::COPY_DST,
-            Kind::Staging => U::MAP_READ | U::COPY_DST,
+impl GpuBackend {
+    /// [`Backend::mean_pool`](super::Backend::mean_pool).
+    pub(super) fn record_mean_pool(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize) -> Result<GpuTensor> {
+        expect_f32("mean_pool", &[x, mask])?;
+        if x.rows != batch * seq || (mask.rows, mask.cols) != (batch, seq) {
+            return Err(shape_err("mean_pool", format!(
+                "x ({}, {}) and mask ({}, {}) do not fit batch {batch} × seq {seq}", x.rows, x.cols, mask.rows, mask.cols
+            )));
         }
-    }
-}
-
-type Key = (Kind, u64);
-
-#[derive(Default)]
-pub struct PoolState {
-    free: HashMap<Key, Vec<wgpu::Buffer>>,
-    /// Freed since the last submit: reusable by GPU writes only (see the module comment).
-    released: HashMap<Key, Vec<wgpu::Buffer>>,
-    /// Whether ops have been recorded since the last submit (if not, a freed buffer is referenced by no pending
-    /// work and may go straight back to `free`).
-    pub recording: bool,
-    /// Buffers ever created by the pool (a repeated call must not raise it).
-    pub created: usize,
-    pub created_bytes: u64,
-}
-
-pub type Pool = Rc<RefCell<PoolState>>;
-
-/// A pooled buffer; returns itself to the pool on drop. Weights (`pool: None`) are simply freed.
-pub struct PoolBuf {
-    buf: Option<wgpu::Buffer>,
-    key: Key,
-    pool: Option<Pool>,
-    /// For a weight: the backend's count of weight bytes alive, lowered again on drop.
-    counter: Option<Rc<Cell<u64>>>,
-}
-
-impl PoolBuf {
-    /// A weight's buffer, outside the pool, counted in `counter` while it lives.
-    pub fn weight(buf: wgpu::Buffer, counter: Rc<Cell<u64>>) -> PoolBuf {
-        let key = (Kind::Storage, buf.size());
-        counter.set(counter.get() + buf.size());
-        PoolBuf { buf: Some(buf), key, pool: None, counter: Some(counter) }
+        let hdim = x.cols;
+        let out = self.alloc(batch, hdim)?;
+        let p = PoolParams { batch: batch as u32, seq: seq as u32, hidden: hdim as u32, _pad: 0 };
+        let wg = self.tuning.elem_wg;
+        self.dispatch("pool", "mean_pool", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+            (1, x.buffer(), false),
+            (2, mask.buffer(), false),
+            (3, out.buffer(), true),
+        ], self.grid((batch * hdim).div_ceil(wg as usize)))?;
+        Ok(out)
     }
 
-    pub fn buffer(&self) -> &wgpu::Buffer {
-        self.buf.as_ref().expect("a PoolBuf holds its buffer until dropped")
-    }
-}
-
-impl Drop for PoolBuf {
-    fn drop(&mut self) {
-        if let Some(c) = &self.counter {
-            c.set(c.get().saturating_sub(self.key.1));
+    /// [`Backend::gather_rows`](super::Backend::gather_rows).
+    pub(super) fn record_gather_rows(&self, x: &GpuTensor, rows: &[u32]) -> Result<GpuTensor> {
+        expect_f32("gather_rows", &[x])?;
+        if rows.is_empty() {
+            return Err(shape_err("gather_rows", "no rows asked for".into()));
         }
-        if let (Some(pool), Some(buf)) = (&self.pool, self.buf.take()) {
-            if let Ok(mut p) = pool.try_borrow_mut() {
-                // A staging buffer is dropped unmapped after its read completed: no pending work can touch it.
-                // So is any buffer freed while nothing is recorded.
-                let list = if self.key.0 == Kind::Staging || !p.recording { &mut p.free } else { &mut p.released };
-                list.entry(self.key).or_default().push(buf);
-            }
+        if let Some(&r) = rows.iter().find(|&&r| r as usize >= x.rows) {
+            return Err(shape_err("gather_rows", format!("row {r} of a matrix with {} rows", x.rows)));
         }
-    }
-}
-
-/// Sizes are rounded up to 16 bytes (vec4 views) and at least 16 (no zero-sized bindings).
-pub fn round_size(bytes: u64) -> u64 {
-    bytes.max(16).div_ceil(16) * 16
-}
-
-/// A buffer of `bytes` (rounded) of `kind`. `host_write`: the caller will `queue.write_buffer` into it.
-pub fn take(pool: &Pool, device: &wgpu::Device, kind: Kind, bytes: u64, host_write: bool) -> PoolBuf {
-    let size = round_size(bytes);
-    let key = (kind, size);
-    let mut p = pool.borrow_mut();
-    let reused = p.free.get_mut(&key).and_then(Vec::pop).or_else(|| {
-        if host_write || kind == Kind::Staging {
-            None
-        } else {
-            p.released.get_mut(&key).and_then(Vec::pop)
-        }
-    });
-    let buf = match reused {
-        Some(b) => b,
-        None => {
-            p.created += 1;
-            p.created_bytes += size;
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(match kind {
-                    Kind::Storage => "tensor",
-                    Kind::Uniform => "params",
-                    Kind::Staging => "staging",
-                }),
-                size,
-                usage: kind.usage(),
-                mapped_at_creation: false,
-            })
-        }
-    };
-    PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()), counter: None }
-}
-
-/// After a submit every released buffer may serve any request again.
-pub fn after_submit(pool: &Pool) {
-    let mut p = pool.borrow_mut();
-    p.recording = false;
-    let released = std::mem::take(&mut p.released);
-    for (key, bufs) in released {
-        p.free.entry(key).or_default().extend(bufs);
+        let idx = self.host_buffer(bytemuck::cast_slice(rows))?;
+        let out = self.alloc(rows.len(), x.cols)?;
+        let p = GatherParams { out_rows: rows.len() as u32, cols: x.cols as u32, _pad0: 0, _pad1: 0 };
+        let wg = self.tuning.elem_wg;
+        self.dispatch("gather", "gather_rows", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+            (1, idx.buffer(), false),
+            (2, x.buffer(), false),
+            (3, out.buffer(), true),
+        ], self.grid((rows.len() * x.cols).div_ceil(wg as usize)))?;
+        Ok(out)
     }
 }

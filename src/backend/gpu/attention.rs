@@ -1,0 +1,67 @@
+//! Host side of `shaders/attention.wgsl` and `shaders/attention_vec4.wgsl`: multi-head self-attention over a
+//! padded batch, and the mask it reads.
+
+use super::params::AttentionParams;
+use super::tensor::expect_f32;
+use super::{shape_err, AttentionShape, Backend, GpuBackend, GpuTensor};
+use crate::tokenizer::Batch;
+use crate::Result;
+
+/// Largest head_dim the attention kernel holds per invocation (`DMAX` in shaders/lib/attention.wgsl).
+const ATTENTION_MAX_HEAD_DIM: usize = 128;
+
+impl GpuBackend {
+    /// [`Backend::mask`](super::Backend::mask): the `(B, T)` mask of a batch, 1.0 for real tokens.
+    pub(super) fn attention_mask(&self, batch: &Batch) -> Result<GpuTensor> {
+        if batch.attention_mask.len() != batch.b * batch.t {
+            return Err(shape_err("mask", format!(
+                "batch of {}×{} has {} mask values", batch.b, batch.t, batch.attention_mask.len()
+            )));
+        }
+        let m: Vec<f32> = batch.attention_mask.iter().map(|&v| if v != 0 { 1.0 } else { 0.0 }).collect();
+        self.input(&m, batch.b, batch.t)
+    }
+
+    /// [`Backend::attention`](super::Backend::attention): the vec4 kernel where head_dim allows it.
+    pub(super) fn record_attention(&self, qkv: &GpuTensor, mask: &GpuTensor, s: AttentionShape) -> Result<GpuTensor> {
+        let h = s.heads * s.head_dim;
+        expect_f32("attention", &[qkv, mask])?;
+        if (qkv.rows, qkv.cols) != (s.batch * s.seq, 3 * h) {
+            return Err(shape_err("attention", format!(
+                "qkv is ({}, {}), expected ({}, {}) for {s:?}", qkv.rows, qkv.cols, s.batch * s.seq, 3 * h
+            )));
+        }
+        if (mask.rows, mask.cols) != (s.batch, s.seq) {
+            return Err(shape_err("attention", format!("mask is ({}, {}), expected ({}, {})", mask.rows, mask.cols, s.batch, s.seq)));
+        }
+        if s.head_dim == 0 || s.head_dim > ATTENTION_MAX_HEAD_DIM || s.seq == 0 {
+            return Err(shape_err("attention", format!(
+                "head_dim {} (supported: 1..={ATTENTION_MAX_HEAD_DIM}) / seq {} not supported", s.head_dim, s.seq
+            )));
+        }
+        let out = self.alloc(s.batch * s.seq, h)?;
+        let p = AttentionParams {
+            batch: s.batch as u32,
+            seq: s.seq as u32,
+            heads: s.heads as u32,
+            head_dim: s.head_dim as u32,
+            hidden: h as u32,
+            scale: 1.0 / (s.head_dim as f32).sqrt(),
+            _pad0: 0,
+            _pad1: 0,
+        };
+        let groups = (s.seq.div_ceil(self.tuning.attention_wg as usize) as u32, s.heads as u32, s.batch as u32);
+        // The vec4 kernel when head_dim and hidden split into vec4s (every BERT); the scalar one otherwise.
+        let (shader, entry) = if s.head_dim % 4 == 0 && !self.tuning.scalar_attention {
+            ("attention_vec4", "attention_vec4")
+        } else {
+            ("attention", "attention")
+        };
+        self.dispatch(shader, entry, &[("WG", self.tuning.attention_wg as f64)], bytemuck::bytes_of(&p), &[
+            (1, qkv.buffer(), false),
+            (2, mask.buffer(), false),
+            (3, out.buffer(), true),
+        ], groups)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,67 @@
+//! Host side of `shaders/matmul.wgsl` and `shaders/matmul_packed.wgsl`: `linear`, `act(x · wᵀ + bias)` with the
+//! weight in its stored dtype. (`matmul` of the training ops, with transposes, is in `train.rs`.)
+
+use super::params::MatmulParams;
+use super::tensor::expect_f32;
+use super::{shape_err, Activation, Dtype, GpuBackend, GpuTensor};
+use crate::weights::quant::QK;
+use crate::Result;
+
+impl GpuBackend {
+    /// [`Backend::linear`](super::Backend::linear): the matmul kernel of the weight's dtype.
+    pub(super) fn record_linear(&self, x: &GpuTensor, w: &GpuTensor, bias: Option<&GpuTensor>, act: Activation) -> Result<GpuTensor> {
+        let (m, k) = (x.rows, x.cols);
+        let n = w.rows;
+        expect_f32("linear (input, bias)", &[x])?;
+        if let Some(b) = bias {
+            expect_f32("linear bias", &[b])?;
+        }
+        if w.cols != k {
+            return Err(shape_err("linear", format!("x is ({m}, {k}) but the weight is ({n}, {}): inner sizes differ", w.cols)));
+        }
+        if let Some(b) = bias {
+            if b.len() != n {
+                return Err(shape_err("linear", format!("bias has {} values for {n} outputs", b.len())));
+            }
+        }
+        if m == 0 || n == 0 || k == 0 {
+            return Err(shape_err("linear", format!("empty matrix: x ({m}, {k}), w ({n}, {k})")));
+        }
+        let out = self.alloc(m, n)?;
+        let act_id = act.shader_code() as f64;
+        let (wx, wy) = self.tuning.matmul_wg;
+        let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, _pad: 0 };
+        let bias_buf = bias.map(|b| b.buffer()).unwrap_or(&self.dummy);
+        // One entry point per weight layout; outputs per invocation: 4 rows × 8 columns (vec4, packed), 4 × 4
+        // (scalar). vec4 loads of x need K % 4 == 0 (every BERT); otherwise the scalar entry point views x as f32
+        // and the weight as words (f32 or f16). Quantized rows are whole blocks of 32, so K % 32 == 0 there.
+        let (shader, entry, xb, wb, cols) = match w.dtype {
+            Dtype::Q8_0 | Dtype::Q4_0 if k % QK != 0 => {
+                return Err(shape_err("linear", format!(
+                    "a {} weight needs K to be a multiple of {QK}, got {k}", w.dtype.name()
+                )));
+            }
+            Dtype::F32 if k % 4 == 0 => ("matmul", "matmul_vec4", 1, 2, 8),
+            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => ("matmul_packed", "matmul_packed", 1, 6, 8),
+            _ => ("matmul_packed", "matmul_scalar", 5, 6, 4),
+        };
+        let mut consts = vec![
+            ("WG_X", wx as f64),
+            ("WG_Y", wy as f64),
+            ("ACT", act_id),
+            ("HAS_BIAS", if bias.is_some() { 1.0 } else { 0.0 }),
+        ];
+        if shader == "matmul_packed" {
+            // matmul.wgsl reads only f32 weights: it declares no WDT (and a pipeline may not set what is not there).
+            consts.push(("WDT", w.dtype.shader_code() as f64));
+        }
+        let groups = (n.div_ceil(cols * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
+        self.dispatch(shader, entry, &consts, bytemuck::bytes_of(&p), &[
+            (xb, x.buffer(), false),
+            (wb, w.buffer(), false),
+            (3, bias_buf, false),
+            (4, out.buffer(), true),
+        ], groups)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,288 @@
+//! Running kernels: the pipeline cache (shader modules composed and compiled once, bind-group layouts built from
+//! each dispatch's bindings), recording a pass, allocating from the buffer pool, submitting, and the futures that
+//! wait for a read-back.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use super::buffers::{self, Kind, PoolBuf};
+use super::tensor::expect_f32;
+use super::{params, Dtype, GpuBackend, GpuTensor};
+use crate::{Error, Result};
+
+pub(super) struct Pipeline {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+}
+
+/// Pipeline cache key: (shader, entry point, override constants as (name, f64 bits)).
+pub(super) type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u64)>);
+
+/// A storage binding of one dispatch: (binding index, buffer, written by the kernel).
+pub(super) type Binding<'a> = (u32, &'a wgpu::Buffer, bool);
+
+impl GpuBackend {
+    fn pipeline(&self, shader: &'static str, entry: &'static str, consts: &[(&'static str, f64)],
+        bindings: &[Binding<'_>]) -> Result<Rc<Pipeline>> {
+        let key: PipelineKey = (shader, entry, consts.iter().map(|(k, v)| (*k, v.to_bits())).collect());
+        if let Some(p) = self.pipelines.borrow().get(&key) {
+            return Ok(p.clone());
+        }
+        let device = &self.gpu.device;
+        let mut modules = self.modules.borrow_mut();
+        if !modules.contains_key(shader) {
+            let src = params::source(shader).map_err(Error::Gpu)?;
+            let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(shader),
+                source: wgpu::ShaderSource::Wgsl(src.text.as_str().into()),
+            });
+            // Compiler errors cite lines of the composed text: name the file and line under shaders/ instead.
+            self.gpu.check_errors().map_err(|e| src.annotate_error(e, shader))?;
+            modules.insert(shader, m);
+        }
+        let module = &modules[shader];
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        }];
+        for &(binding, _, writable) in bindings {
+            entries.push(wgpu::BindGroupLayoutEntry {
+                binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only: !writable },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            });
+        }
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(entry),
+            entries: &entries,
+        });
+        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(entry),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: Some(&pl),
+            module,
+            entry_point: Some(entry),
+            compilation_options: wgpu::PipelineCompilationOptions { constants: consts, ..Default::default() },
+            cache: None,
+        });
+        self.gpu.check_errors()?;
+        let p = Rc::new(Pipeline { pipeline, layout });
+        self.pipelines.borrow_mut().insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Records one compute pass: `shader::entry` with `params` at binding 0 and `bindings`, over `groups`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn dispatch(&self, shader: &'static str, entry: &'static str, consts: &[(&'static str, f64)], params: &[u8],
+        bindings: &[Binding<'_>], groups: (u32, u32, u32)) -> Result<()> {
+        let max = self.gpu.limits.max_compute_workgroups_per_dimension;
+        if groups.0 > max || groups.1 > max || groups.2 > max {
+            return Err(Error::Gpu(format!(
+                "{entry}: grid {groups:?} exceeds the adapter's {max} workgroups per dimension; use a smaller batch"
+            )));
+        }
+        let pipe = self.pipeline(shader, entry, consts, bindings)?;
+        let device = &self.gpu.device;
+        let uniform = buffers::take(&self.pool, device, Kind::Uniform, params.len() as u64, true);
+        self.gpu.queue.write_buffer(uniform.buffer(), 0, params);
+        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: uniform.buffer().as_entire_binding() }];
+        for &(binding, buf, _) in bindings {
+            entries.push(wgpu::BindGroupEntry { binding, resource: buf.as_entire_binding() });
+        }
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(entry),
+            layout: &pipe.layout,
+            entries: &entries,
+        });
+        self.pool.borrow_mut().recording = true;
+        let mut pending = self.pending.borrow_mut();
+        let encoder = pending.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") })
+        });
+        let mut prof = self.profiler.borrow_mut();
+        let timestamps = prof.as_mut().and_then(|p| p.pass_writes(entry));
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(entry),
+                timestamp_writes: timestamps,
+            });
+            pass.set_pipeline(&pipe.pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        }
+        Ok(())
+    }
+
+    /// A fresh output tensor from the pool.
+    pub(super) fn alloc(&self, rows: usize, cols: usize) -> Result<GpuTensor> {
+        let bytes = self.check_size(rows * cols * 4, "activation")?;
+        let buf = buffers::take(&self.pool, &self.gpu.device, Kind::Storage, bytes, false);
+        Ok(GpuTensor { buf: Rc::new(buf), rows, cols, dtype: Dtype::F32 })
+    }
+
+    /// A pooled buffer filled from the host (32-bit words).
+    pub(super) fn host_buffer(&self, data: &[u8]) -> Result<PoolBuf> {
+        let bytes = self.check_size(data.len(), "input")?;
+        let buf = buffers::take(&self.pool, &self.gpu.device, Kind::Storage, bytes, true);
+        if !data.is_empty() {
+            self.gpu.queue.write_buffer(buf.buffer(), 0, data);
+        }
+        Ok(buf)
+    }
+
+    pub(super) fn check_size(&self, bytes: usize, what: &str) -> Result<u64> {
+        let l = &self.gpu.limits;
+        let max = (l.max_storage_buffer_binding_size as u64).min(l.max_buffer_size);
+        if bytes as u64 > max {
+            return Err(Error::Gpu(format!(
+                "{what} of {bytes} bytes exceeds this adapter's largest storage binding ({max} bytes, adapter `{}`); \
+                 for activations use a smaller batch; for a weight, a quantized file (`bertgpu convert --dtype q8_0`); \
+                 or the CPU backend (`--device cpu`)",
+                self.gpu.info.name
+            )));
+        }
+        Ok(bytes as u64)
+    }
+
+    /// A 2-D grid of at least `n` workgroups (x ≤ the per-dimension limit); shaders linearise `wid.y*nwg.x + wid.x`.
+    pub(super) fn grid(&self, n: usize) -> (u32, u32, u32) {
+        let max = self.gpu.limits.max_compute_workgroups_per_dimension as usize;
+        let x = n.clamp(1, max);
+        (x as u32, n.div_ceil(x).max(1) as u32, 1)
+    }
+
+    /// Submits the pending work (if any) plus `extra` commands; returns after queuing, not after completion.
+    pub(super) fn submit(&self, extra: impl FnOnce(&mut wgpu::CommandEncoder)) {
+        let device = &self.gpu.device;
+        let mut encoder = self.pending.borrow_mut().take().unwrap_or_else(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") })
+        });
+        extra(&mut encoder);
+        self.gpu.queue.submit(Some(encoder.finish()));
+        buffers::after_submit(&self.pool);
+    }
+
+    /// Waits until `bufs` are mapped for reading: polls natively; in a browser the event loop resolves it.
+    async fn map_read(&self, bufs: &[(&wgpu::Buffer, u64)]) -> Result<()> {
+        let futures: Vec<MapFuture> = bufs
+            .iter()
+            .map(|(buf, size)| {
+                let state = Arc::new(Mutex::new(MapState::default()));
+                let s = state.clone();
+                buf.slice(..*size).map_async(wgpu::MapMode::Read, move |r| {
+                    if let Ok(mut st) = s.lock() {
+                        st.result = Some(r.map_err(|e| e.to_string()));
+                        if let Some(w) = st.waker.take() {
+                            w.wake();
+                        }
+                    }
+                });
+                MapFuture(state)
+            })
+            .collect();
+        #[cfg(not(target_arch = "wasm32"))]
+        self.gpu
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("waiting for the GPU failed: {e}")))?;
+        for f in futures {
+            f.await.map_err(|e| {
+                self.gpu.lost_error().unwrap_or_else(|| Error::Gpu(format!("reading back a buffer failed: {e}")))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Runs everything recorded so far (no read-back), e.g. to time a forward.
+    pub async fn flush(&self) -> Result<()> {
+        let staging = buffers::take(&self.pool, &self.gpu.device, Kind::Staging, 16, false);
+        self.submit(|_| {});
+        self.map_read(&[(staging.buffer(), 16)]).await?;
+        staging.buffer().unmap();
+        self.gpu.check_errors()
+    }
+
+    /// [`Backend::read`](super::Backend::read): submits everything recorded and maps `t`'s copy.
+    pub(super) async fn read_back(&self, t: &GpuTensor) -> Result<Vec<f32>> {
+        expect_f32("read", &[t])?;
+        let bytes = (t.len() * 4) as u64;
+        let size = buffers::round_size(bytes);
+        let staging = buffers::take(&self.pool, &self.gpu.device, Kind::Staging, size, false);
+        // Timestamps of the passes recorded since the last read are resolved in the same submission.
+        let mut prof = self.profiler.borrow_mut().take();
+        let ts = prof.as_mut().and_then(|p| p.take_stamps(&self.gpu.device));
+        self.submit(|enc| {
+            enc.copy_buffer_to_buffer(t.buffer(), 0, staging.buffer(), 0, size);
+            if let (Some(p), Some(ts)) = (prof.as_ref(), ts.as_ref()) {
+                p.resolve(enc, ts);
+            }
+        });
+        let mut maps = vec![(staging.buffer(), size)];
+        if let Some(ts) = ts.as_ref() {
+            maps.push(ts.read_buffer());
+        }
+        let mapped = self.map_read(&maps).await;
+        if let (Some(p), Some(ts)) = (prof.as_mut(), ts.as_ref()) {
+            if mapped.is_ok() {
+                p.add(ts, self.gpu.queue.get_timestamp_period() as f64);
+            }
+        }
+        *self.profiler.borrow_mut() = prof;
+        mapped?;
+        self.gpu.check_errors()?;
+        let out = {
+            let view = staging
+                .buffer()
+                .slice(..size)
+                .get_mapped_range()
+                .map_err(|e| Error::Gpu(format!("mapping the read-back buffer failed: {e}")))?;
+            bytemuck::cast_slice::<u8, f32>(&view)[..t.len()].to_vec()
+        };
+        staging.buffer().unmap();
+        Ok(out)
+    }
+}
+
+#[derive(Default)]
+struct MapState {
+    result: Option<std::result::Result<(), String>>,
+    waker: Option<Waker>,
+}
+
+/// Resolves when a `map_async` callback has fired.
+struct MapFuture(Arc<Mutex<MapState>>);
+
+impl Future for MapFuture {
+    type Output = std::result::Result<(), String>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut st = match self.0.lock() {
+            Ok(st) => st,
+            Err(_) => return Poll::Ready(Err("map state poisoned".into())),
+        };
+        match st.result.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                st.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}

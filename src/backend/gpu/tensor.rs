@@ -1,0 +1,126 @@
+//! [`GpuTensor`], and getting host data onto the device: weights packed as their file stores them, f32 inputs.
+
+use std::rc::Rc;
+
+use wgpu::util::DeviceExt;
+
+use super::buffers::{self, PoolBuf};
+use super::{shape_err, Dtype, GpuBackend};
+use crate::weights::quant::{QuantKind, QK};
+use crate::weights::{HostData, HostTensor};
+use crate::{Error, Result};
+
+/// A row-major matrix in a device buffer: f32 (every activation), or a weight in its stored dtype. Cloning shares
+/// the buffer.
+#[derive(Clone)]
+pub struct GpuTensor {
+    pub(super) buf: Rc<PoolBuf>,
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+    pub(super) dtype: Dtype,
+}
+
+impl GpuTensor {
+    pub(super) fn buffer(&self) -> &wgpu::Buffer {
+        self.buf.buffer()
+    }
+    pub(super) fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+    /// How the elements are stored.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+}
+
+impl std::fmt::Debug for GpuTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuTensor({}, {}, {})", self.rows, self.cols, self.dtype.name())
+    }
+}
+
+/// Fails with a clear error unless every tensor is f32 (only `linear` and `embeddings` read packed weights).
+pub(super) fn expect_f32(op: &str, ts: &[&GpuTensor]) -> Result<()> {
+    match ts.iter().find(|t| t.dtype != Dtype::F32) {
+        None => Ok(()),
+        Some(t) => Err(Error::Input(format!(
+            "{op}: got a {} weight; this op reads f32 tensors only (only linear weights and embedding tables may be \
+             stored quantized)",
+            t.dtype.name()
+        ))),
+    }
+}
+
+/// A weight's bytes as the device keeps them: f32 and f16 little-endian, Q8_0/Q4_0 blocks as stored; checked
+/// against `(rows, cols)` (quantized rows must be whole blocks). 1-D tensors are widened to f32 by the caller.
+fn weight_bytes(t: &HostTensor, rows: usize, cols: usize) -> Result<(Dtype, Vec<u8>)> {
+    let n = rows * cols;
+    let bad = |what: &str, got: usize, want: usize| {
+        Error::Weights(format!("{what} tensor of shape {:?} holds {got} bytes, expected {want}", t.shape))
+    };
+    let blocks = |kind: QuantKind, b: &Vec<u8>| -> Result<Vec<u8>> {
+        if cols % QK != 0 {
+            return Err(Error::Weights(format!(
+                "{} weight of shape {:?}: rows of {cols} values are not whole blocks of {QK}; re-convert the model \
+                 keeping this tensor in f16 (`bertgpu convert` does)",
+                kind.name(),
+                t.shape
+            )));
+        }
+        let want = n / QK * kind.block_bytes();
+        if b.len() != want {
+            return Err(bad(kind.name(), b.len(), want));
+        }
+        Ok(b.clone())
+    };
+    Ok(match &t.data {
+        HostData::F32(v) => {
+            if v.len() != n { return Err(bad("f32", v.len() * 4, n * 4)); }
+            (Dtype::F32, bytemuck::cast_slice(v).to_vec())
+        }
+        HostData::F16(v) => {
+            if v.len() != n { return Err(bad("f16", v.len() * 2, n * 2)); }
+            (Dtype::F16, v.iter().flat_map(|h| h.to_le_bytes()).collect())
+        }
+        HostData::Q8_0(b) => (Dtype::Q8_0, blocks(QuantKind::Q8_0, b)?),
+        HostData::Q4_0(b) => (Dtype::Q4_0, blocks(QuantKind::Q4_0, b)?),
+    })
+}
+
+impl GpuBackend {
+    /// [`Backend::upload`](super::Backend::upload): a weight in its own device buffer, outside the pool.
+    pub(super) fn upload_weight(&self, t: &HostTensor) -> Result<GpuTensor> {
+        let (rows, cols) = match t.shape.as_slice() {
+            [] => return Err(Error::Weights("a 0-dimensional tensor cannot be a weight".into())),
+            [n] => (1, *n),
+            [lead @ .., last] => (lead.iter().product(), *last),
+        };
+        // Matrices keep their stored bytes (the kernels decode them); 1-D tensors (biases, LayerNorm γ/β: 0.1% of
+        // the bytes, read by additions in several kernels) are widened to f32.
+        let (dtype, mut bytes) = if t.shape.len() == 1 {
+            (Dtype::F32, bytemuck::cast_slice(&t.to_f32()?).to_vec())
+        } else {
+            weight_bytes(t, rows, cols)?
+        };
+        // The packed kernels read whole words and may read one word past a block that ends mid-word: pad to 16
+        // bytes with a spare word.
+        let padded = buffers::round_size(bytes.len() as u64 + 4 * (dtype != Dtype::F32) as u64);
+        self.check_size(padded as usize, &format!("weight of shape {:?}", t.shape))?;
+        bytes.resize(padded as usize, 0);
+        let buf = self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("weight"),
+            contents: &bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        });
+        Ok(GpuTensor { buf: Rc::new(PoolBuf::weight(buf, self.weight_bytes.clone())), rows, cols, dtype })
+    }
+
+    /// [`Backend::input`](super::Backend::input): an f32 matrix from the host in a pooled buffer.
+    pub(super) fn upload_input(&self, data: &[f32], rows: usize, cols: usize) -> Result<GpuTensor> {
+        if data.len() != rows * cols {
+            return Err(shape_err("input", format!("{} values for a ({rows}, {cols}) matrix", data.len())));
+        }
+        let buf = self.host_buffer(bytemuck::cast_slice(data))?;
+        Ok(GpuTensor { buf: Rc::new(buf), rows, cols, dtype: Dtype::F32 })
+    }
+}
