@@ -4,7 +4,7 @@
 //   const bert = await Bert.load("https://example.com/models/all-MiniLM-L6-v2/");
 //   const [a, b] = await bert.embed(["a sentence", "another one"]);
 //
-// The model lives in a wasm module (Rust: src/wasm.rs over src/tasks.rs). This wrapper resolves and downloads the
+// The model lives in a wasm module (Rust: src/wasm.rs over src/engine.rs). This wrapper resolves and downloads the
 // model files (js/loader.js), picks the device, validates inputs, and queues calls so they never overlap inside the
 // module.
 

@@ -135,7 +135,7 @@ mutate zero-grad-gpu "the GPU's softmax cross-entropy gradient (train.wgsl) is 0
     replace shaders/train.wgsl 'y[base + j] = (exp(a[base + j] - mx) / sum - onehot) * inv_b;' \
     'y[base + j] = 0.0 * (exp(a[base + j] - mx) / sum - onehot) * inv_b;'
 mutate empty-cli "bertgpu classify prints [] for every line" T_HEADS \
-    replace src/bin/bertgpu.rs 'pollster::block_on(engine.classify(&pairs, top_k))' \
+    replace src/bin/bertgpu/main.rs 'pollster::block_on(engine.classify(&pairs, top_k))' \
     'pollster::block_on(engine.classify(&pairs, top_k)).map(|mut rows| { rows.iter_mut().for_each(Vec::clear); rows })'
 
 # Not a change to the tree: the driver hidden, with CI's BERTGPU_REQUIRE_GPU=1.

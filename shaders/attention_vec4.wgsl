@@ -1,6 +1,6 @@
 // attention_vec4.wgsl: lib/attention.wgsl with every head_dim loop on vec4<f32> (q, k, v, the accumulator, the
 // output), for head_dim and hidden multiples of 4 (every BERT: d = 32, 64). The host picks it when the shapes allow
-// (src/backend/gpu/mod.rs, `attention`); attention.wgsl serves the rest.
+// (src/backend/gpu/attention.rs); attention.wgsl serves the rest.
 
 #include "lib/attention.wgsl"
 

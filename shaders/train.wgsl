@@ -1,4 +1,4 @@
-// train.wgsl: the ops of head training (src/heads/trainer.rs states the math): a matmul with optional transposes,
+// train.wgsl: the ops of head training (src/training/head.rs states the math): a matmul with optional transposes,
 // the softmax cross-entropy gradient, activation derivatives and the AdamW update. Heads are small (a few
 // thousand parameters, batches of tens of rows), so these kernels are plain one-invocation-per-output loops.
 //

@@ -130,7 +130,7 @@ fn bad_lines_give_errors_and_the_rest_go_on() {
 
 #[test]
 fn empty_and_whitespace_lines() {
-    // Documented behaviour (src/bin/bertgpu.rs, README): an empty or whitespace-only plain line is an error
+    // Documented behaviour (src/bin/bertgpu/main.rs, README): an empty or whitespace-only plain line is an error
     // (almost always a stray newline); {"text": ""} processes an empty text on purpose: [CLS] [SEP].
     let model = model_dir("splade-tiny");
     let got = tokenize(&model, "\n   \t \n{\"text\": \"\"}\n{\"text\": \"  \"}\n{\"text\": \"x\", \"text_pair\": \"\"}\n");

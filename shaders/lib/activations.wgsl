@@ -1,6 +1,6 @@
 // lib/activations.wgsl: the activations of BERT checkpoints and their derivatives, in f32.
 //
-// Codes (the host maps `Activation` to them in src/backend/gpu/mod.rs and train.rs): 0 none, 1 GELU (erf, the
+// Codes (`Activation::shader_code` in src/activation.rs): 0 none, 1 GELU (erf, the
 // exact one), 2 GELU (tanh approximation), 3 ReLU, 4 tanh. A kernel passes the code as an override constant (matmul's
 // epilogue) or a uniform (train.wgsl's act_grad); with a constant the switch folds away.
 

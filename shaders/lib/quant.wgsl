@@ -1,6 +1,6 @@
 // lib/quant.wgsl: how weights are stored in an `array<u32>` buffer and how to decode them, without `shader-f16`.
 //
-// Dtype codes (`dtype_code` in src/backend/gpu/mod.rs): 0 f32 (one word per value), 1 f16 (two per word, low half
+// Dtype codes (`Dtype::shader_code` in src/dtype.rs): 0 f32 (one word per value), 1 f16 (two per word, low half
 // first), 2 Q8_0, 3 Q4_0. The quantized ones are llama.cpp's blocks of 32 values along a row, back to back, row
 // after row (block b of row r starts at byte (r·K/32 + b)·BYTES for rows of K values):
 //   Q8_0: f16 scale d, then 32 × i8 q; value j is q[j]·d (34 bytes).

@@ -173,7 +173,7 @@ pub trait Backend {
     /// Selects rows (e.g. the `[CLS]` rows `b*T`, or the `[MASK]` rows): x `(M, N)` → `(rows.len(), N)`.
     fn gather_rows(&self, x: &Self::Tensor, rows: &[u32]) -> Result<Self::Tensor>;
 
-    // ---- Training ops (head training, `heads/trainer.rs` states the math they serve) ----
+    // ---- Training ops (head training, `training/head.rs` states the math they serve) ----
 
     /// `op(a) · op(b)` with `op` a transpose when asked: `op(a)` is `(M, K)` (a is `(K, M)` when `trans_a`),
     /// `op(b)` is `(K, N)` (b is `(N, K)` when `trans_b`) → `(M, N)`. Serves the backward pass: `dW = dZᵀ·X`

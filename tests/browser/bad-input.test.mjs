@@ -221,7 +221,7 @@ test("options and arguments of the wrong type: a TypeError naming the option, fo
     ["trainHead([{ text: \"a\", label: \"x\" }], { onProgress: 1 })", /trainHead: onProgress must be a function/],
     ["trainHead([{ text: \"a\", label: \"x\" }], { labels: \"x\" })", /trainHead: labels must be an array of strings/],
     ["loadHead(\"head.safetensors\")", /loadHead: give the head file's bytes/],
-    // src/heads/trainer.rs import_safetensors: 3 bytes cannot hold safetensors' 8-byte header length.
+    // src/training/head.rs import_safetensors: 3 bytes cannot hold safetensors' 8-byte header length.
     ["loadHead(new Uint8Array([1, 2, 3]))",
       /^invalid weights: head file: not a valid safetensors file \(.+\); export it again with train-head \/ exportHead$/],
   ];

@@ -144,7 +144,7 @@ test("DistilBERT embeds and classifies pairs, and a cross-encoder reranks, as Py
       assert.equal(d.document, rerank.documents[d.index]);
     });
     assert.deepEqual(g.top2, g.rerank.slice(0, 2), `${device} topK 2`);
-    // src/heads/pipelines.rs: a three-label classifier is not a cross-encoder.
+    // src/tasks/pipelines.rs: a three-label classifier is not a cross-encoder.
     assert.equal(g.notCrossEncoder, "invalid input: rerank needs a cross-encoder, whose classifier has one output (a "
       + "relevance score); this one has 3 labels (negative, neutral, positive): use classify");
   }

@@ -196,7 +196,7 @@ test("trainHead, exportHead and loadHead reject bad input with clear errors, and
     badType: /^TypeError: trainHead: learningRate must be a finite number/,
     badRate: /learning rate must be a positive number/,
     badActivation: /unknown head activation `swish`/,
-    // src/heads/trainer.rs import_safetensors: 3 bytes cannot hold safetensors' 8-byte header length.
+    // src/training/head.rs import_safetensors: 3 bytes cannot hold safetensors' 8-byte header length.
     badBytes: /^Error: invalid weights: head file: not a valid safetensors file \(.+\); export it again with train-head \/ exportHead$/,
     notBytes: /^TypeError: loadHead: give the head file's bytes/,
     otherSize: /^Error: invalid input: this head was trained on features of size 32, but the model's hidden size is 384: load it with the model it was trained on/,

@@ -1,4 +1,4 @@
-//! The training ops (head training, see `heads/trainer.rs` for the math): a GEMM with optional transposes, the
+//! The training ops (head training, see `training/head.rs` for the math): a GEMM with optional transposes, the
 //! softmax cross-entropy gradient, activation derivatives and the AdamW update.
 
 use super::{expect_dims, matmul::activate, CpuTensor};

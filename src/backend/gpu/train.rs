@@ -1,4 +1,4 @@
-//! Host side of `shaders/train.wgsl`: the head-training ops (see `heads/trainer.rs` for the math).
+//! Host side of `shaders/train.wgsl`: the head-training ops (see `training/head.rs` for the math).
 
 use super::params::TrainParams;
 use super::{shape_err, GpuBackend, GpuTensor};
