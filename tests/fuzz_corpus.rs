@@ -175,7 +175,7 @@ fn write_seeds() {
     // Tokenizers: generated from VOCAB, and a real one from transformers (tiny models), each with its config.
     let vocab: Vec<String> = VOCAB.iter().map(|s| s.to_string()).collect();
     let special: HashSet<usize> = (0..5).collect();
-    let tok_json = gguf::wordpiece_tokenizer_json(&vocab, &special).unwrap();
+    let tok_json = bertgpu::tokenizer::gguf_vocab::wordpiece_tokenizer_json(&vocab, &special).unwrap();
     let tok_cfg = br#"{"do_lower_case": true, "mask_token": "[MASK]", "unk_token": "[UNK]"}"#;
     put("tokenizer_json", "generated", tok_json.as_bytes());
     put("tokenizer_json", "generated-with-config", &[tok_json.as_bytes(), b"\0", tok_cfg].concat());

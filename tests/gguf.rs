@@ -4,9 +4,10 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use bertgpu::tokenizer::gguf_vocab::{self, from_phantom_vocab, to_phantom_vocab};
 use bertgpu::weights::gguf::{
-    self, from_phantom_vocab, gguf_to_hf_name, hf_to_gguf_name, read_bert, tensors_from_safetensors,
-    to_phantom_vocab, write_bert, Array, BertGgufMeta, ConvertDType, Gguf, GgmlType, GgufWriter, Value,
+    self, gguf_to_hf_name, hf_to_gguf_name, read_bert, tensors_from_safetensors, write_bert, Array, BertGgufMeta,
+    ConvertDType, Gguf, GgmlType, GgufWriter, Value,
 };
 use bertgpu::weights::quant::{self, QuantKind};
 use bertgpu::weights::{HostData, HostTensor};
@@ -293,7 +294,7 @@ fn rebuilt_tokenizer_matches_minilm() {
         .iter()
         .map(|s| vocab.iter().position(|v| v == s).unwrap())
         .collect();
-    let rebuilt = tokenizers::Tokenizer::from_bytes(gguf::wordpiece_tokenizer_json(&vocab, &special).unwrap().as_bytes()).unwrap();
+    let rebuilt = tokenizers::Tokenizer::from_bytes(gguf_vocab::wordpiece_tokenizer_json(&vocab, &special).unwrap().as_bytes()).unwrap();
     for (a, b) in [
         ("The quick brown fox jumps over the lazy dog.", None),
         ("Héllo, WORLD!! naïve café — 東京 tokenization [MASK] x", None),

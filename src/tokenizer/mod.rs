@@ -46,6 +46,8 @@ use tokenizers::{AddedToken, PostProcessor, TruncationDirection, TruncationParam
 
 use crate::error::{Error, Result};
 
+pub mod gguf_vocab;
+
 /// A padded batch of token sequences, row-major `(b, t)`, padding on the right.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
