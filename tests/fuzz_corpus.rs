@@ -12,7 +12,8 @@ use bertgpu::backend::Activation;
 use bertgpu::fuzzing;
 use bertgpu::heads::trainer::{export_safetensors, HeadSpec};
 use bertgpu::tasks::Pooling;
-use bertgpu::weights::gguf::{self, BertGgufMeta, ConvertDType};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::gguf::{self, BertGgufMeta};
 use bertgpu::weights::HostTensor;
 
 fn root() -> &'static Path {
@@ -219,7 +220,7 @@ fn write_seeds() {
         pooling: Some("mean"),
     };
     for (name, dtype) in
-        [("f16", ConvertDType::F16), ("q8_0", ConvertDType::Q8_0), ("q4_0", ConvertDType::Q4_0)]
+        [("f16", Dtype::F16), ("q8_0", Dtype::Q8_0), ("q4_0", Dtype::Q4_0)]
     {
         put("gguf", name, &gguf::write_bert(&meta, &tensors, dtype).unwrap());
     }

@@ -276,12 +276,12 @@ fn run(command: Command) -> Result<(), Fail> {
         Command::Rerank { infer, top_k } => cmd_rerank(&infer, top_k),
         Command::ReplacedTokens { infer } => cmd_replaced_tokens(&infer),
         Command::Convert { model, dtype, out } => {
-            use bertgpu::weights::gguf::{convert, ConvertDType};
+            use bertgpu::weights::gguf::convert;
             let dtype = match dtype {
-                Dtype::F32 => ConvertDType::F32,
-                Dtype::F16 => ConvertDType::F16,
-                Dtype::Q8_0 => ConvertDType::Q8_0,
-                Dtype::Q4_0 => ConvertDType::Q4_0,
+                Dtype::F32 => bertgpu::dtype::Dtype::F32,
+                Dtype::F16 => bertgpu::dtype::Dtype::F16,
+                Dtype::Q8_0 => bertgpu::dtype::Dtype::Q8_0,
+                Dtype::Q4_0 => bertgpu::dtype::Dtype::Q4_0,
             };
             let r = convert(&model.model, dtype, &out)
                 .map_err(|e| Fail::Model(format!("cannot convert `{}`: {e}", model.model.display())))?;

@@ -3,10 +3,11 @@
 
 use std::collections::HashSet;
 
-use super::convert::{storage_for, store, ConvertDType};
+use super::convert::{file_type, storage_for, store};
 use super::names::{canonical_hf_name, gguf_to_hf_name, hf_to_gguf_name};
 use super::{gguf_err, Array, Gguf, GgufWriter, Value, KEY_ARCHITECTURE, KEY_TOKENS};
 use crate::config::Family;
+use crate::dtype::Dtype;
 use crate::tokenizer::gguf_vocab::{
     from_phantom_vocab, standard_specials, to_phantom_vocab, tokenizer_model_type, vocab_from_tokenizer_json,
     wordpiece_tokenizer_json, TOKEN_CONTROL, TOKEN_NORMAL,
@@ -164,7 +165,7 @@ pub struct BertGgufMeta<'a> {
 
 /// Writes a complete BERT GGUF: tensors (Hugging Face names in, llama.cpp names out) stored per [`storage_for`],
 /// llama.cpp's `bert.*` and `tokenizer.ggml.*` metadata, and the original config and tokenizer JSON.
-pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: ConvertDType) -> Result<Vec<u8>> {
+pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: Dtype) -> Result<Vec<u8>> {
     // Parsed and checked as a load would (a family the loader refuses is refused here too); DistilBERT's sizes under
     // its own names come out as BERT's.
     let cfg = crate::config::BertConfig::from_json_str(meta.config_json)?;
@@ -188,7 +189,7 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
     let mut w = GgufWriter::new();
     w.set(KEY_ARCHITECTURE, Value::String("bert".into()));
     w.set("general.name", Value::String(meta.name.into()));
-    w.set("general.file_type", Value::U32(dtype.file_type()));
+    w.set("general.file_type", Value::U32(file_type(dtype)));
     w.set("general.quantization_version", Value::U32(2));
     w.set("bert.context_length", Value::U32(num(cfg.max_position_embeddings)?));
     w.set("bert.embedding_length", Value::U32(num(cfg.hidden_size)?));

@@ -2,44 +2,21 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 use super::bert::{write_bert, BertGgufMeta};
-use super::GgmlType;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::tokenizer::gguf_vocab::{standard_specials, wordpiece_tokenizer_json};
-use crate::weights::quant::{self, QuantKind, QK};
+use crate::dtype::{Dtype, QK};
+use crate::weights::quant;
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
-/// The `--dtype` of `bertgpu convert`: the format of the encoder's linear weights (and word embeddings).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConvertDType {
-    F32,
-    F16,
-    Q8_0,
-    Q4_0,
-}
-
-impl std::str::FromStr for ConvertDType {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "f32" => ConvertDType::F32,
-            "f16" => ConvertDType::F16,
-            "q8_0" => ConvertDType::Q8_0,
-            "q4_0" => ConvertDType::Q4_0,
-            _ => return Err(Error::Input(format!("unknown dtype `{s}`: use f32, f16, q8_0 or q4_0"))),
-        })
-    }
-}
-
-impl ConvertDType {
-    /// llama.cpp's `general.file_type` (`LlamaFileType`: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7).
-    pub(super) fn file_type(self) -> u32 {
-        match self {
-            ConvertDType::F32 => 0,
-            ConvertDType::F16 => 1,
-            ConvertDType::Q4_0 => 2,
-            ConvertDType::Q8_0 => 7,
-        }
+/// llama.cpp's `general.file_type` for a `--dtype` (`LlamaFileType`: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2,
+/// MOSTLY_Q8_0 7).
+pub(super) fn file_type(dtype: Dtype) -> u32 {
+    match dtype {
+        Dtype::F32 => 0,
+        Dtype::F16 => 1,
+        Dtype::Q4_0 => 2,
+        Dtype::Q8_0 => 7,
     }
 }
 
@@ -60,47 +37,45 @@ impl ConvertDType {
 ///   for every dtype but f32. They are small, and their errors are not averaged by a long dot product before
 ///   they reach the output (head logits).
 /// - A quantized dtype on a matrix whose rows are not a multiple of 32 falls back to f16.
-pub fn storage_for(gguf_name: &str, shape: &[usize], dtype: ConvertDType, n_layers: usize) -> GgmlType {
+pub fn storage_for(gguf_name: &str, shape: &[usize], dtype: Dtype, n_layers: usize) -> Dtype {
     let quant = match dtype {
-        ConvertDType::F32 => return GgmlType::F32,
-        _ if shape.len() < 2 => return GgmlType::F32,
-        ConvertDType::F16 => return GgmlType::F16,
-        ConvertDType::Q8_0 => GgmlType::Q8_0,
-        ConvertDType::Q4_0 => GgmlType::Q4_0,
+        Dtype::F32 => return Dtype::F32,
+        _ if shape.len() < 2 => return Dtype::F32,
+        Dtype::F16 => return Dtype::F16,
+        Dtype::Q8_0 | Dtype::Q4_0 => dtype,
     };
     let rows_fit = shape.last().is_some_and(|c| c % QK == 0);
     if !rows_fit {
-        return GgmlType::F16;
+        return Dtype::F16;
     }
     if gguf_name == "token_embd.weight" {
         return quant;
     }
-    let Some(rest) = gguf_name.strip_prefix("blk.") else { return GgmlType::F16 };
+    let Some(rest) = gguf_name.strip_prefix("blk.") else { return Dtype::F16 };
     if !gguf_name.ends_with(".weight") {
-        return GgmlType::F16;
+        return Dtype::F16;
     }
-    if quant == GgmlType::Q4_0 {
+    if quant == Dtype::Q4_0 {
         let (layer, module) = rest.split_once('.').unwrap_or((rest, ""));
         let layer: usize = layer.parse().unwrap_or(0);
         if module == "attn_v.weight" || (module == "ffn_up.weight" && 2 * layer >= n_layers) {
-            return GgmlType::Q8_0;
+            return Dtype::Q8_0;
         }
     }
     quant
 }
 
-pub(super) fn store(t: &HostTensor, ty: GgmlType) -> Result<HostTensor> {
+pub(super) fn store(t: &HostTensor, ty: Dtype) -> Result<HostTensor> {
     match ty {
-        GgmlType::F32 => match &t.data {
+        Dtype::F32 => match &t.data {
             HostData::F32(_) => Ok(t.clone()),
             _ => Ok(HostTensor { shape: t.shape.clone(), data: HostData::F32(quant::to_f32(t)?) }),
         },
-        GgmlType::F16 => match &t.data {
+        Dtype::F16 => match &t.data {
             HostData::F16(_) => Ok(t.clone()),
             _ => quant::to_f16(t),
         },
-        GgmlType::Q8_0 => quant::quantize(t, QuantKind::Q8_0),
-        GgmlType::Q4_0 => quant::quantize(t, QuantKind::Q4_0),
+        Dtype::Q8_0 | Dtype::Q4_0 => quant::quantize(t, ty),
     }
 }
 
@@ -141,7 +116,7 @@ pub struct ConvertReport {
 /// `bertgpu convert`: a Hugging Face BERT folder (`config.json`, `model.safetensors`, `tokenizer.json` or
 /// `vocab.txt`, optional sentence-transformers `1_Pooling/config.json`) → one `.gguf` file.
 #[cfg(not(target_arch = "wasm32"))]
-pub fn convert(model_dir: &std::path::Path, dtype: ConvertDType, out: &std::path::Path) -> Result<ConvertReport> {
+pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path) -> Result<ConvertReport> {
     let read = |name: &str| {
         std::fs::read(model_dir.join(name)).map_err(|e| {
             let why = format!(

@@ -45,15 +45,14 @@ pub use bert::{
 };
 #[cfg(not(target_arch = "wasm32"))]
 pub use convert::convert;
-pub use convert::{storage_for, tensors_from_safetensors, ConvertDType, ConvertReport};
+pub use convert::{storage_for, tensors_from_safetensors, ConvertReport};
 pub use names::{canonical_hf_name, gguf_to_hf_name, hf_to_gguf_name};
 pub use read::{Gguf, TensorInfo};
 pub use value::{Array, Value};
 pub use write::GgufWriter;
 
-use crate::weights::quant::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK};
-use crate::weights::HostData;
-use crate::{Error, Result};
+use crate::dtype::Dtype;
+use crate::Error;
 
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
 /// The version we write. Version 2 has the same layout and is read too; version 1 (u32 counts) is not.
@@ -83,82 +82,8 @@ pub(crate) fn gguf_err(msg: impl Into<String>) -> Error {
     Error::Gguf(msg.into())
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// Tensor types
-// ---------------------------------------------------------------------------------------------------------------
-
-/// The ggml tensor types we read and write (`enum ggml_type` values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GgmlType {
-    F32,
-    F16,
-    Q4_0,
-    Q8_0,
-}
-
-impl GgmlType {
-    pub fn id(self) -> u32 {
-        match self {
-            GgmlType::F32 => 0,
-            GgmlType::F16 => 1,
-            GgmlType::Q4_0 => 2,
-            GgmlType::Q8_0 => 8,
-        }
-    }
-
-    pub fn from_id(id: u32, tensor: &str) -> Result<Self> {
-        Ok(match id {
-            0 => GgmlType::F32,
-            1 => GgmlType::F16,
-            2 => GgmlType::Q4_0,
-            8 => GgmlType::Q8_0,
-            other => {
-                return Err(gguf_err(format!(
-                    "tensor `{tensor}` has unsupported tensor type {} (ggml type {other}); bertgpu reads F32, F16, \
-                     Q8_0 and Q4_0: re-convert the model with `bertgpu convert --dtype f16|q8_0|q4_0`",
-                    ggml_type_name(other)
-                )))
-            }
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        ggml_type_name(self.id())
-    }
-
-    /// (values per block, bytes per block).
-    pub fn block(self) -> (u64, u64) {
-        match self {
-            GgmlType::F32 => (1, 4),
-            GgmlType::F16 => (1, 2),
-            GgmlType::Q4_0 => (QK as u64, Q4_0_BLOCK_BYTES as u64),
-            GgmlType::Q8_0 => (QK as u64, Q8_0_BLOCK_BYTES as u64),
-        }
-    }
-
-    pub fn of(data: &HostData) -> Self {
-        match data {
-            HostData::F32(_) => GgmlType::F32,
-            HostData::F16(_) => GgmlType::F16,
-            HostData::Q8_0(_) => GgmlType::Q8_0,
-            HostData::Q4_0(_) => GgmlType::Q4_0,
-        }
-    }
-}
-
-/// Names of ggml types, for error messages.
-fn ggml_type_name(id: u32) -> &'static str {
-    const NAMES: [&str; 42] = [
-        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-        "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16",
-        "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4",
-        "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4", "NVFP4", "?",
-    ];
-    NAMES.get(id as usize).copied().unwrap_or("unknown")
-}
-
 /// Bytes that `n` values of `ty` take; `None` on overflow.
-pub(crate) fn type_bytes(ty: GgmlType, n: u64) -> Option<u64> {
+pub(crate) fn type_bytes(ty: Dtype, n: u64) -> Option<u64> {
     let (per, bytes) = ty.block();
-    (n / per).checked_mul(bytes)
+    (n / per as u64).checked_mul(bytes as u64)
 }

@@ -5,9 +5,10 @@ use std::collections::{HashMap, HashSet};
 
 use super::value::*;
 use super::{
-    gguf_err, type_bytes, GgmlType, DEFAULT_ALIGNMENT, GGUF_MAGIC, KEY_ALIGNMENT, MAX_ALIGNMENT, MAX_ARRAY_LEN,
+    gguf_err, type_bytes, DEFAULT_ALIGNMENT, GGUF_MAGIC, KEY_ALIGNMENT, MAX_ALIGNMENT, MAX_ARRAY_LEN,
     MAX_DIMS, MAX_KV_COUNT, MAX_NAME_BYTES, MAX_STRING_BYTES, MAX_TENSOR_COUNT,
 };
+use crate::dtype::Dtype;
 use crate::weights::{HostData, HostTensor};
 use crate::Result;
 
@@ -181,7 +182,7 @@ pub struct TensorInfo {
     pub name: String,
     /// PyTorch order (the reverse of GGUF's `ne`).
     pub shape: Vec<usize>,
-    pub dtype: GgmlType,
+    pub dtype: Dtype,
     /// Absolute byte range of the data in the file.
     pub start: usize,
     pub len: usize,
@@ -254,7 +255,7 @@ impl Gguf {
         struct Raw {
             name: String,
             shape: Vec<usize>,
-            dtype: GgmlType,
+            dtype: Dtype,
             offset: u64,
             nbytes: u64,
         }
@@ -274,7 +275,7 @@ impl Gguf {
             }
             let ty = c.u32(&|| format!("the type of tensor `{name}`"))?;
             let offset = c.u64(&|| format!("the data offset of tensor `{name}`"))?;
-            let dtype = GgmlType::from_id(ty, &name)?;
+            let dtype = Dtype::from_ggml_id(ty, &name)?;
 
             if let Some(d) = ne.iter().position(|&d| d == 0) {
                 return Err(gguf_err(format!("tensor `{name}` has dimension {d} of size 0 (ne = {ne:?})")));
@@ -283,15 +284,15 @@ impl Gguf {
                 gguf_err(format!("tensor `{name}` has dimensions {ne:?} whose product overflows: the file is corrupt or hostile"))
             })?;
             let (per_block, _) = dtype.block();
-            if ne[0] % per_block != 0 {
+            if ne[0] % per_block as u64 != 0 {
                 return Err(gguf_err(format!(
                     "tensor `{name}` is {} but its rows have {} values, not a multiple of the block size {per_block}",
-                    dtype.name(),
+                    dtype.ggml_name(),
                     ne[0]
                 )));
             }
             let nbytes = type_bytes(dtype, n).ok_or_else(|| {
-                gguf_err(format!("tensor `{name}` ({ne:?}, {}) has a byte size that overflows", dtype.name()))
+                gguf_err(format!("tensor `{name}` ({ne:?}, {}) has a byte size that overflows", dtype.ggml_name()))
             })?;
             if offset % alignment != 0 {
                 return Err(gguf_err(format!(
@@ -330,7 +331,7 @@ impl Gguf {
                          ({} data bytes): the file is truncated or corrupt",
                         r.name,
                         r.shape,
-                        r.dtype.name(),
+                        r.dtype.ggml_name(),
                         r.offset,
                         r.offset as u128 + r.nbytes as u128,
                         file_len.saturating_sub(data_start)
@@ -378,10 +379,10 @@ impl Gguf {
             gguf_err(format!("tensor `{}` lies outside the bytes given: pass the same file that was parsed", info.name))
         })?;
         let data = match info.dtype {
-            GgmlType::F32 => HostData::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-            GgmlType::F16 => HostData::F16(raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
-            GgmlType::Q8_0 => HostData::Q8_0(raw.to_vec()),
-            GgmlType::Q4_0 => HostData::Q4_0(raw.to_vec()),
+            Dtype::F32 => HostData::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+            Dtype::F16 => HostData::F16(raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
+            Dtype::Q8_0 => HostData::Q8_0(raw.to_vec()),
+            Dtype::Q4_0 => HostData::Q4_0(raw.to_vec()),
         };
         Ok(HostTensor { shape: info.shape.clone(), data })
     }

@@ -1,7 +1,7 @@
 //! The GGUF writer: a whole file built in memory.
 
 use super::value::{write_string, write_value, Value, T_U32};
-use super::{gguf_err, type_bytes, GgmlType, DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION, KEY_ALIGNMENT, MAX_DIMS, MAX_NAME_BYTES};
+use super::{gguf_err, type_bytes, DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION, KEY_ALIGNMENT, MAX_DIMS, MAX_NAME_BYTES};
 use crate::weights::{quant, HostData, HostTensor};
 use crate::Result;
 
@@ -38,14 +38,14 @@ impl GgufWriter {
             return Err(gguf_err(format!("tensor `{name}` added twice")));
         }
         let n = quant::numel(&t.shape)?;
-        let dtype = GgmlType::of(&t.data);
+        let dtype = t.data.dtype();
         let (per, _) = dtype.block();
         let last = *t.shape.last().unwrap_or(&0) as u64;
-        if n == 0 || last % per != 0 {
+        if n == 0 || last % per as u64 != 0 {
             return Err(gguf_err(format!(
                 "tensor `{name}` of shape {:?} cannot be stored as {} (rows must be non-empty and a multiple of {per})",
                 t.shape,
-                dtype.name()
+                dtype.ggml_name()
             )));
         }
         let stored = match &t.data {
@@ -57,7 +57,7 @@ impl GgufWriter {
             return Err(gguf_err(format!(
                 "tensor `{name}` of shape {:?} has {stored} bytes of {} data, which does not match its shape",
                 t.shape,
-                dtype.name()
+                dtype.ggml_name()
             )));
         }
         self.tensors.push((name.to_string(), t));
@@ -92,7 +92,7 @@ impl GgufWriter {
             for &d in t.shape.iter().rev() {
                 out.extend_from_slice(&(d as u64).to_le_bytes());
             }
-            out.extend_from_slice(&GgmlType::of(&t.data).id().to_le_bytes());
+            out.extend_from_slice(&t.data.dtype().ggml_id().to_le_bytes());
             out.extend_from_slice(&(offset as u64).to_le_bytes());
             offsets.push(offset);
             offset = (offset + data_bytes(&t.data)).div_ceil(align) * align;
