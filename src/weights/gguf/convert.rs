@@ -6,6 +6,7 @@ use super::bert::{write_bert, BertGgufMeta};
 use crate::tokenizer::gguf_vocab::{standard_specials, wordpiece_tokenizer_json};
 use crate::dtype::{Dtype, QK};
 use crate::weights::quant;
+use crate::weights::safetensors::host_data;
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
@@ -90,15 +91,12 @@ pub fn tensors_from_safetensors(bytes: &[u8]) -> Result<Vec<(String, HostTensor)
     names.sort();
     for name in names {
         let v = st.tensor(&name).map_err(|e| Error::Weights(format!("tensor `{name}`: {e}")))?;
-        let raw = v.data();
-        let data = match v.dtype() {
-            Dtype::F32 => HostData::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-            Dtype::F16 => HostData::F16(raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
-            Dtype::BF16 => HostData::F32(
-                raw.chunks_exact(2).map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect(),
-            ),
-            Dtype::I64 | Dtype::I32 | Dtype::U8 | Dtype::BOOL => continue,
-            other => return Err(Error::Weights(format!("tensor `{name}` has dtype {other:?}; expected f32, f16 or bf16"))),
+        let data = match (v.dtype(), host_data(v.dtype(), v.data())) {
+            (_, Some(data)) => data,
+            (Dtype::I64 | Dtype::I32 | Dtype::U8 | Dtype::BOOL, None) => continue,
+            (other, None) => {
+                return Err(Error::Weights(format!("tensor `{name}` has dtype {other:?}; expected f32, f16 or bf16")))
+            }
         };
         out.push((name, HostTensor { shape: v.shape().to_vec(), data }));
     }
