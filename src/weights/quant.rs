@@ -331,17 +331,9 @@ pub fn to_f16(t: &HostTensor) -> Result<HostTensor> {
 mod tests {
     use super::*;
 
-    /// A deterministic pseudo-random sequence (xorshift), values in [-scale, scale).
+    /// A deterministic pseudo-random sequence (the op tests' xorshift), values in [-scale, scale).
     fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
+        crate::backend::cpu::testutil::rand_vec(n, seed).into_iter().map(|v| v * scale).collect()
     }
 
     fn block_scale(bytes: &[u8], block_bytes: usize, b: usize) -> f32 {

@@ -260,8 +260,8 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
     let bert_name = |n: &str| match cfg.family {
         Family::Bert => canonical_hf_name(n),
         Family::DistilBert => canonical_hf_name(&distilbert::to_bert(n)),
-        Family::Roberta | Family::XlmRoberta => canonical_hf_name(&roberta::to_bert(n)),
-        Family::Electra => canonical_hf_name(&electra::to_bert(n)),
+        Family::Roberta | Family::XlmRoberta => canonical_hf_name(&roberta::NAMES.to_bert(n)),
+        Family::Electra => canonical_hf_name(&electra::NAMES.to_bert(n)),
         Family::Albert => canonical_hf_name(&albert::to_bert(n)),
     };
     let word = tensors.iter().find(|(n, _)| bert_name(n) == "embeddings.word_embeddings.weight");
