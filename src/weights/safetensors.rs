@@ -53,7 +53,7 @@ pub(crate) fn host_data(dtype: Dtype, raw: &[u8]) -> Option<HostData> {
 }
 
 /// A bf16 (raw bits) as f32, exactly: bf16 is the top half of an f32, so every value, NaN payloads included, is kept.
-pub(crate) fn bf16_to_f32(bits: u16) -> f32 {
+fn bf16_to_f32(bits: u16) -> f32 {
     f32::from_bits((bits as u32) << 16)
 }
 

@@ -78,12 +78,12 @@ pub const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
 pub const KEY_ALIGNMENT: &str = "general.alignment";
 pub const KEY_ARCHITECTURE: &str = "general.architecture";
 
-pub(crate) fn gguf_err(msg: impl Into<String>) -> Error {
+fn gguf_err(msg: impl Into<String>) -> Error {
     Error::Gguf(msg.into())
 }
 
 /// Bytes that `n` values of `ty` take; `None` on overflow.
-pub(crate) fn type_bytes(ty: Dtype, n: u64) -> Option<u64> {
+fn type_bytes(ty: Dtype, n: u64) -> Option<u64> {
     let (per, bytes) = ty.block();
     (n / per as u64).checked_mul(bytes as u64)
 }
