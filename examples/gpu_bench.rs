@@ -135,7 +135,7 @@ fn quant(models: &[String]) {
     use bertgpu::backend::Dtype;
     use bertgpu::config::BertConfig;
     use bertgpu::model::BertModel;
-    use bertgpu::weights::quant::{quantize, to_f16, QuantKind};
+    use bertgpu::weights::quant::{quantize, to_f16};
     use bertgpu::weights::Weights;
     let reps: usize = std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let g = GpuBackend::new(Gpu::new_blocking().unwrap()).unwrap();
@@ -158,8 +158,8 @@ fn quant(models: &[String]) {
         let ws: Vec<HostTensor> = dtypes.iter().map(|d| match d {
             Dtype::F32 => w32.clone(),
             Dtype::F16 => to_f16(&w32).unwrap(),
-            Dtype::Q8_0 => quantize(&w32, QuantKind::Q8_0).unwrap(),
-            Dtype::Q4_0 => quantize(&w32, QuantKind::Q4_0).unwrap(),
+            Dtype::Q8_0 => quantize(&w32, Dtype::Q8_0).unwrap(),
+            Dtype::Q4_0 => quantize(&w32, Dtype::Q4_0).unwrap(),
         }).collect();
         let (gx, gb) = (g.input(&xv, m, k).unwrap(), g.upload(&bias).unwrap());
         let (cx, cb) = (cpu.input(&xv, m, k).unwrap(), cpu.upload(&bias).unwrap());

@@ -12,7 +12,8 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::Family;
 use bertgpu::tasks::Model;
-use bertgpu::weights::gguf::{self, ConvertDType};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::gguf;
 use common::family::{self, block_on, dir};
 use common::gpu;
 use serde_json::Value;
@@ -89,7 +90,7 @@ fn distilbert_tasks_follow_the_checkpoint() {
 fn distilbert_through_gguf_matches_pytorch() {
     let g = golden();
     for name in ["tiny-distilbert-mlm", "tiny-distilbert-classifier"] {
-        let bytes = family::gguf_bytes(name, ConvertDType::F32);
+        let bytes = family::gguf_bytes(name, Dtype::F32);
         let header = gguf::read_bert(&bytes).unwrap();
         assert!(header.tensors.iter().all(|(n, _)| !n.contains("q_lin") && !n.contains("distilbert")),
             "tensors are stored under BERT's names");

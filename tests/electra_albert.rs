@@ -16,7 +16,8 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::Family;
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
-use bertgpu::weights::gguf::{self, ConvertDType};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::gguf;
 use common::family::{self, block_on, close, dir, ids, run, SCORE_TOL};
 use common::{floats, gpu};
 use serde_json::Value;
@@ -188,7 +189,7 @@ fn electra_and_albert_through_gguf_match_pytorch() {
     for name in ["tiny-electra-discriminator", "tiny-electra-generator", "tiny-electra-classifier", "tiny-electra-qa",
         "tiny-albert-mlm", "tiny-albert-classifier"]
     {
-        let bytes = family::gguf_bytes(name, ConvertDType::F32);
+        let bytes = family::gguf_bytes(name, Dtype::F32);
         let header = gguf::read_bert(&bytes).unwrap();
         let names: Vec<&str> = header.tensors.iter().map(|(n, _)| n.as_str()).collect();
         assert!(names.iter().all(|n| !n.starts_with("electra.") && !n.starts_with("albert.") && !n.starts_with("generator_")),
@@ -220,7 +221,7 @@ fn electra_and_albert_through_gguf_match_pytorch() {
         }
     }
     // Quantized: the factorised tables (E = 16 columns, not whole blocks of 32) stay f16; it still loads and runs.
-    let bytes = family::gguf_bytes("tiny-albert-mlm", ConvertDType::Q8_0);
+    let bytes = family::gguf_bytes("tiny-albert-mlm", Dtype::Q8_0);
     let m = gguf::load_gguf(&bytes).unwrap();
     let model = Model::new(CpuBackend::new(), m.config, m.tokenizer, &m.weights).unwrap();
     let got = block_on(model.fill_mask(&["the capital of france is [MASK]."], 5)).unwrap();

@@ -12,7 +12,8 @@ use bertgpu::backend::Activation;
 use bertgpu::fuzzing;
 use bertgpu::training::head::{export_safetensors, HeadSpec};
 use bertgpu::tasks::Pooling;
-use bertgpu::weights::gguf::{self, BertGgufMeta, ConvertDType};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::gguf::{self, BertGgufMeta};
 use bertgpu::weights::HostTensor;
 
 fn root() -> &'static Path {
@@ -175,7 +176,7 @@ fn write_seeds() {
     // Tokenizers: generated from VOCAB, and a real one from transformers (tiny models), each with its config.
     let vocab: Vec<String> = VOCAB.iter().map(|s| s.to_string()).collect();
     let special: HashSet<usize> = (0..5).collect();
-    let tok_json = gguf::wordpiece_tokenizer_json(&vocab, &special).unwrap();
+    let tok_json = bertgpu::tokenizer::gguf_vocab::wordpiece_tokenizer_json(&vocab, &special).unwrap();
     let tok_cfg = br#"{"do_lower_case": true, "mask_token": "[MASK]", "unk_token": "[UNK]"}"#;
     put("tokenizer_json", "generated", tok_json.as_bytes());
     put("tokenizer_json", "generated-with-config", &[tok_json.as_bytes(), b"\0", tok_cfg].concat());
@@ -219,7 +220,7 @@ fn write_seeds() {
         pooling: Some("mean"),
     };
     for (name, dtype) in
-        [("f16", ConvertDType::F16), ("q8_0", ConvertDType::Q8_0), ("q4_0", ConvertDType::Q4_0)]
+        [("f16", Dtype::F16), ("q8_0", Dtype::Q8_0), ("q4_0", Dtype::Q4_0)]
     {
         put("gguf", name, &gguf::write_bert(&meta, &tensors, dtype).unwrap());
     }

@@ -4,11 +4,13 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use bertgpu::tokenizer::gguf_vocab::{self, from_phantom_vocab, to_phantom_vocab};
 use bertgpu::weights::gguf::{
-    self, from_phantom_vocab, gguf_to_hf_name, hf_to_gguf_name, read_bert, tensors_from_safetensors,
-    to_phantom_vocab, write_bert, Array, BertGgufMeta, ConvertDType, Gguf, GgmlType, GgufWriter, Value,
+    self, gguf_to_hf_name, hf_to_gguf_name, read_bert, tensors_from_safetensors, write_bert, Array, BertGgufMeta,
+    Gguf, GgufWriter, Value,
 };
-use bertgpu::weights::quant::{self, QuantKind};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::quant;
 use bertgpu::weights::{HostData, HostTensor};
 
 mod common;
@@ -55,8 +57,8 @@ fn write_read_round_trip_every_dtype() {
     let tensors = vec![
         ("a.f32".to_string(), base.clone()),
         ("b.f16".to_string(), quant::to_f16(&base).unwrap()),
-        ("c.q8_0".to_string(), quant::quantize(&base, QuantKind::Q8_0).unwrap()),
-        ("d.q4_0".to_string(), quant::quantize(&base, QuantKind::Q4_0).unwrap()),
+        ("c.q8_0".to_string(), quant::quantize(&base, Dtype::Q8_0).unwrap()),
+        ("d.q4_0".to_string(), quant::quantize(&base, Dtype::Q4_0).unwrap()),
         ("e.1d".to_string(), sample_tensor(&[7], 2)),
         ("f.4d".to_string(), sample_tensor(&[2, 3, 1, 5], 3)),
     ];
@@ -99,7 +101,7 @@ fn write_read_round_trip_every_dtype() {
         assert_eq!(t.start % 32, 0, "{} is not aligned", t.name);
     }
     assert_eq!(g.tensor_info("f.4d").unwrap().shape, vec![2, 3, 1, 5]);
-    assert_eq!(g.tensor_info("c.q8_0").unwrap().dtype, GgmlType::Q8_0);
+    assert_eq!(g.tensor_info("c.q8_0").unwrap().dtype, Dtype::Q8_0);
 }
 
 #[test]
@@ -210,8 +212,8 @@ fn minilm_meta_and_tensors() -> (String, String, Vec<(String, HostTensor)>) {
 fn minilm_f32_gguf_is_bit_identical() {
     let (config, tok, tensors) = minilm_meta_and_tensors();
     let meta = BertGgufMeta { name: "all-MiniLM-L6-v2", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: Some("mean") };
-    let bytes = write_bert(&meta, &tensors, ConvertDType::F32).unwrap();
-    assert_eq!(bytes, write_bert(&meta, &tensors, ConvertDType::F32).unwrap(), "convert is not deterministic");
+    let bytes = write_bert(&meta, &tensors, Dtype::F32).unwrap();
+    assert_eq!(bytes, write_bert(&meta, &tensors, Dtype::F32).unwrap(), "convert is not deterministic");
     let m = read_bert(&bytes).unwrap();
     assert_eq!(m.config_json, config);
     assert_eq!(m.tokenizer_json, tok);
@@ -237,7 +239,7 @@ fn minilm_quantized_conversions() {
     let (config, tok, tensors) = minilm_meta_and_tensors();
     let st_bytes = std::fs::metadata(minilm().unwrap().join("model.safetensors")).unwrap().len() as f64;
     let meta = BertGgufMeta { name: "all-MiniLM-L6-v2", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: Some("mean") };
-    for (dtype, limit) in [(ConvertDType::F16, 0.55), (ConvertDType::Q8_0, 0.30), (ConvertDType::Q4_0, 0.18)] {
+    for (dtype, limit) in [(Dtype::F16, 0.55), (Dtype::Q8_0, 0.30), (Dtype::Q4_0, 0.18)] {
         let bytes = write_bert(&meta, &tensors, dtype).unwrap();
         let ratio = bytes.len() as f64 / st_bytes;
         println!("{dtype:?}: {} bytes = {ratio:.3} × the f32 safetensors ({st_bytes} bytes)", bytes.len());
@@ -247,23 +249,23 @@ fn minilm_quantized_conversions() {
             let (_, got) = m.tensors.iter().find(|(n, _)| n == name).unwrap();
             let gname = hf_to_gguf_name(name);
             let want = match gguf::storage_for(&gname, &t.shape, dtype, 6) {
-                GgmlType::F32 => t.clone(),
-                GgmlType::F16 => quant::to_f16(t).unwrap(),
-                GgmlType::Q8_0 => quant::quantize(t, QuantKind::Q8_0).unwrap(),
-                GgmlType::Q4_0 => quant::quantize(t, QuantKind::Q4_0).unwrap(),
+                Dtype::F32 => t.clone(),
+                Dtype::F16 => quant::to_f16(t).unwrap(),
+                Dtype::Q8_0 => quant::quantize(t, Dtype::Q8_0).unwrap(),
+                Dtype::Q4_0 => quant::quantize(t, Dtype::Q4_0).unwrap(),
             };
             assert_eq!(got, &want, "{name}");
-            let quantized = dtype != ConvertDType::F16 && (gname.starts_with("blk.") && t.shape.len() == 2 || gname == "token_embd.weight");
+            let quantized = dtype != Dtype::F16 && (gname.starts_with("blk.") && t.shape.len() == 2 || gname == "token_embd.weight");
             // Q4_0 keeps attn_v everywhere and ffn_up in the last half of the 6 layers at Q8_0 (see storage_for).
             let q8_in_q4 = gname.ends_with("attn_v.weight") || ["blk.3.ffn_up", "blk.4.ffn_up", "blk.5.ffn_up"].iter().any(|p| gname.starts_with(p));
             let expected = match (quantized, dtype) {
-                (false, _) if t.shape.len() == 1 => GgmlType::F32,
-                (false, _) => GgmlType::F16,
-                (true, ConvertDType::Q4_0) if q8_in_q4 => GgmlType::Q8_0,
-                (true, ConvertDType::Q4_0) => GgmlType::Q4_0,
-                (true, _) => GgmlType::Q8_0,
+                (false, _) if t.shape.len() == 1 => Dtype::F32,
+                (false, _) => Dtype::F16,
+                (true, Dtype::Q4_0) if q8_in_q4 => Dtype::Q8_0,
+                (true, Dtype::Q4_0) => Dtype::Q4_0,
+                (true, _) => Dtype::Q8_0,
             };
-            assert_eq!(GgmlType::of(&got.data), expected, "{name}");
+            assert_eq!(got.data.dtype(), expected, "{name}");
         }
     }
 }
@@ -276,7 +278,7 @@ fn tied_decoder_is_not_stored() {
     tensors.push(("cls.predictions.decoder.weight".into(), word));
     tensors.push(("cls.predictions.bias".into(), sample_tensor(&[30522], 9)));
     let meta = BertGgufMeta { name: "x", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: None };
-    let m = read_bert(&write_bert(&meta, &tensors, ConvertDType::Q8_0).unwrap()).unwrap();
+    let m = read_bert(&write_bert(&meta, &tensors, Dtype::Q8_0).unwrap()).unwrap();
     assert!(m.tensors.iter().all(|(n, _)| n != "cls.predictions.decoder.weight"));
     assert!(m.tensors.iter().any(|(n, _)| n == "cls.predictions.bias"));
 }
@@ -293,7 +295,7 @@ fn rebuilt_tokenizer_matches_minilm() {
         .iter()
         .map(|s| vocab.iter().position(|v| v == s).unwrap())
         .collect();
-    let rebuilt = tokenizers::Tokenizer::from_bytes(gguf::wordpiece_tokenizer_json(&vocab, &special).unwrap().as_bytes()).unwrap();
+    let rebuilt = tokenizers::Tokenizer::from_bytes(gguf_vocab::wordpiece_tokenizer_json(&vocab, &special).unwrap().as_bytes()).unwrap();
     for (a, b) in [
         ("The quick brown fox jumps over the lazy dog.", None),
         ("Héllo, WORLD!! naïve café — 東京 tokenization [MASK] x", None),
@@ -319,7 +321,7 @@ fn small_file() -> Vec<u8> {
     w.set("general.architecture", Value::String("bert".into()));
     w.set("a.list", Value::Array(Array::String(vec!["x".into(), "yz".into()])));
     w.add_tensor("t0", sample_tensor(&[2, 3], 1)).unwrap();
-    w.add_tensor("t1", quant::quantize(&sample_tensor(&[2, 32], 2), QuantKind::Q8_0).unwrap()).unwrap();
+    w.add_tensor("t1", quant::quantize(&sample_tensor(&[2, 32], 2), Dtype::Q8_0).unwrap()).unwrap();
     w.to_bytes().unwrap()
 }
 
@@ -586,15 +588,15 @@ fn minilm_gguf_embeddings_match_goldens() {
     let tc = std::fs::read_to_string(minilm().unwrap().join("tokenizer_config.json")).ok();
     let meta = BertGgufMeta { name: "m", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: tc.as_deref(), pooling: Some("mean") };
     for (dtype, floor) in [
-        (ConvertDType::F32, 1.0),
-        (ConvertDType::F16, MIN_COSINE_F16),
-        (ConvertDType::Q8_0, MIN_COSINE_Q8_0),
-        (ConvertDType::Q4_0, MIN_COSINE_Q4_0),
+        (Dtype::F32, 1.0),
+        (Dtype::F16, MIN_COSINE_F16),
+        (Dtype::Q8_0, MIN_COSINE_Q8_0),
+        (Dtype::Q4_0, MIN_COSINE_Q4_0),
     ] {
         let bytes = write_bert(&meta, &tensors, dtype).unwrap();
         let e = pollster::block_on(Engine::from_gguf(&bytes, Device::Cpu)).unwrap();
         let got = pollster::block_on(e.embed(&sentences, &opts)).unwrap();
-        if dtype == ConvertDType::F32 {
+        if dtype == Dtype::F32 {
             assert_eq!(got, base, "the F32 GGUF must give bit-identical embeddings to the folder");
             continue;
         }
@@ -625,9 +627,9 @@ fn minilm_gguf_embeddings_on_gpu() {
     let (config, tok, tensors) = minilm_meta_and_tensors();
     let meta = BertGgufMeta { name: "m", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: Some("mean") };
     for (dtype, floor) in [
-        (ConvertDType::F16, MIN_COSINE_F16),
-        (ConvertDType::Q8_0, MIN_COSINE_Q8_0),
-        (ConvertDType::Q4_0, MIN_COSINE_Q4_0),
+        (Dtype::F16, MIN_COSINE_F16),
+        (Dtype::Q8_0, MIN_COSINE_Q8_0),
+        (Dtype::Q4_0, MIN_COSINE_Q4_0),
     ] {
         let bytes = write_bert(&meta, &tensors, dtype).unwrap();
         let what = format!("minilm_gguf_embeddings_on_gpu ({dtype:?})");
@@ -637,8 +639,8 @@ fn minilm_gguf_embeddings_on_gpu() {
         let bertgpu::engine::Engine::Gpu(m) = &e else { panic!("asked for the GPU") };
         let stored = m.bert.embeddings.word_embeddings();
         let want_dtype = match dtype {
-            ConvertDType::F16 => bertgpu::backend::Dtype::F16,
-            ConvertDType::Q4_0 => bertgpu::backend::Dtype::Q4_0,
+            Dtype::F16 => bertgpu::backend::Dtype::F16,
+            Dtype::Q4_0 => bertgpu::backend::Dtype::Q4_0,
             _ => bertgpu::backend::Dtype::Q8_0,
         };
         assert_eq!(bertgpu::backend::Backend::dtype(&m.backend, stored), want_dtype, "word table widened on the GPU");
@@ -687,7 +689,7 @@ fn llama_cpp_file_matches_pytorch() {
     println!("llama.cpp file: max |ours − torch| = {worst:e}");
 }
 
-fn convert_folder(name: &str, dtype: ConvertDType) -> Vec<u8> {
+fn convert_folder(name: &str, dtype: Dtype) -> Vec<u8> {
     // Tests run in parallel threads of one process, and two of them convert the same folder: a name per call.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -709,8 +711,8 @@ fn splade_fill_mask_top1_unchanged_by_q8_0() {
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
     let folder = pollster::block_on(Engine::from_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("models/splade-tiny"), Device::Cpu)).unwrap();
     let base = pollster::block_on(folder.fill_mask(&texts, 5)).unwrap();
-    let f32e = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::F32), Device::Cpu)).unwrap();
-    let q8e = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::Q8_0), Device::Cpu)).unwrap();
+    let f32e = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", Dtype::F32), Device::Cpu)).unwrap();
+    let q8e = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", Dtype::Q8_0), Device::Cpu)).unwrap();
     let f32p = pollster::block_on(f32e.fill_mask(&texts, 5)).unwrap();
     let q8p = pollster::block_on(q8e.fill_mask(&texts, 5)).unwrap();
     for (i, c) in cases.iter().enumerate() {
@@ -732,7 +734,7 @@ fn splade_fill_mask_top1_unchanged_by_q8_0_on_gpu() {
     let g: serde_json::Value = serde_json::from_str(&golden("heads.json")).unwrap();
     let cases = g["splade_fill_mask"].as_array().unwrap();
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let q8 = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", ConvertDType::Q8_0), Device::Gpu));
+    let q8 = pollster::block_on(Engine::from_gguf(&convert_folder("splade-tiny", Dtype::Q8_0), Device::Gpu));
     let Some(q8e) = common::on_gpu("splade_fill_mask_top1_unchanged_by_q8_0_on_gpu", q8) else { return };
     let q8p = pollster::block_on(q8e.fill_mask(&texts, 5)).unwrap();
     for (i, c) in cases.iter().enumerate() {

@@ -16,7 +16,8 @@
 use bertgpu::backend::cpu::matmul::linear_packed;
 use bertgpu::backend::cpu::q8;
 use bertgpu::backend::Activation;
-use bertgpu::weights::quant::{self, QuantKind, RowView, Q8_0_BLOCK_BYTES, QK};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::quant::{self, RowView, Q8_0_BLOCK_BYTES, QK};
 use bertgpu::weights::{HostData, HostTensor};
 
 mod common;
@@ -31,7 +32,7 @@ const BOUND_ATOL: f32 = 1e-5;
 const ACT_LIPSCHITZ: f32 = 1.13;
 
 fn q8_weight(n: usize, k: usize, seed: u64) -> HostTensor {
-    quant::quantize(&host(&[n, k], rand_vec(n * k, seed)), QuantKind::Q8_0).unwrap()
+    quant::quantize(&host(&[n, k], rand_vec(n * k, seed)), Dtype::Q8_0).unwrap()
 }
 
 fn bytes(w: &HostTensor) -> &[u8] {

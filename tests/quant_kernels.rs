@@ -11,7 +11,7 @@
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::gpu::{GpuBackend, GpuTensor};
 use bertgpu::backend::{Activation, Backend, Dtype, EmbeddingTables};
-use bertgpu::weights::quant::{self, QuantKind};
+use bertgpu::weights::quant;
 use bertgpu::weights::{HostData, HostTensor};
 
 mod common;
@@ -45,8 +45,8 @@ fn pack(w: &HostTensor, dtype: Dtype) -> HostTensor {
     match dtype {
         Dtype::F32 => w.clone(),
         Dtype::F16 => quant::to_f16(w).unwrap(),
-        Dtype::Q8_0 => quant::quantize(w, QuantKind::Q8_0).unwrap(),
-        Dtype::Q4_0 => quant::quantize(w, QuantKind::Q4_0).unwrap(),
+        Dtype::Q8_0 => quant::quantize(w, Dtype::Q8_0).unwrap(),
+        Dtype::Q4_0 => quant::quantize(w, Dtype::Q4_0).unwrap(),
     }
 }
 
@@ -126,7 +126,7 @@ fn f16_linear_with_odd_k() {
 #[test]
 fn k_not_a_multiple_of_32_is_a_clear_error() {
     let r = CpuBackend::new();
-    for kind in [QuantKind::Q8_0, QuantKind::Q4_0] {
+    for kind in [Dtype::Q8_0, Dtype::Q4_0] {
         let blocks = quant::quantize(&host(&[96], rand_vec(96, 1)), kind).unwrap();
         let t = HostTensor { shape: vec![2, 48], data: blocks.data.clone() };
         let e = r.upload(&t).unwrap_err().to_string();
@@ -195,7 +195,7 @@ fn packed_embeddings_match_cpu_twin() {
 #[test]
 fn q8_0_model_device_memory_is_the_file_size() {
     use bertgpu::engine::{Device, Engine};
-    use bertgpu::weights::gguf::{read_bert, tensors_from_safetensors, write_bert, BertGgufMeta, ConvertDType};
+    use bertgpu::weights::gguf::{read_bert, tensors_from_safetensors, write_bert, BertGgufMeta};
     if gpu().is_none() {
         return;
     }
@@ -210,7 +210,7 @@ fn q8_0_model_device_memory_is_the_file_size() {
         HostData::Q8_0(b) | HostData::Q4_0(b) => b.len(),
     } as f64;
     let mut held = Vec::new();
-    for dtype in [ConvertDType::F32, ConvertDType::Q8_0] {
+    for dtype in [Dtype::F32, Dtype::Q8_0] {
         let bytes = write_bert(&meta, &tensors, dtype).unwrap();
         let file_tensor_bytes: f64 = read_bert(&bytes).unwrap().tensors.iter().map(|(_, t)| stored(t)).sum();
         let e = pollster::block_on(Engine::from_gguf(&bytes, Device::Gpu)).unwrap();

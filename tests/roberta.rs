@@ -14,7 +14,8 @@ use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
-use bertgpu::weights::gguf::{self, ConvertDType};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::gguf;
 use bertgpu::weights::Weights;
 use common::family::{self, block_on, dir};
 use common::gpu;
@@ -138,7 +139,7 @@ fn wrong_positions_are_caught() {
 fn roberta_through_gguf_matches_pytorch() {
     let g = golden();
     for name in ["tiny-roberta-mlm", "tiny-roberta-classifier", "tiny-xlmr-mlm", "tiny-xlmr-model"] {
-        let bytes = family::gguf_bytes(name, ConvertDType::F32);
+        let bytes = family::gguf_bytes(name, Dtype::F32);
         let header = gguf::read_bert(&bytes).unwrap();
         assert!(header.tensors.iter().all(|(n, _)| !n.starts_with("roberta.") && !n.starts_with("lm_head.")),
             "tensors are stored under BERT's names");

@@ -11,7 +11,8 @@ use bertgpu::config::BertConfig;
 use bertgpu::engine::{Device, Engine};
 use bertgpu::tasks::{EmbedOptions, Pooling};
 use bertgpu::tokenizer::Tokenizer;
-use bertgpu::weights::quant::{quantize, QuantKind};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::quant::quantize;
 use bertgpu::weights::Weights;
 
 /// Max |split − whole| on normalized embeddings. The split changes only the order of additions: each projection
@@ -57,7 +58,7 @@ fn parts(name: &str, q8: bool) -> (BertConfig, Tokenizer, Weights) {
     let mut quantized = Weights::new();
     for name in w.names() {
         let t = w.stored(name).unwrap();
-        let t = if name.contains("encoder.") && t.shape.len() == 2 { quantize(t, QuantKind::Q8_0).unwrap() } else { t.clone() };
+        let t = if name.contains("encoder.") && t.shape.len() == 2 { quantize(t, Dtype::Q8_0).unwrap() } else { t.clone() };
         quantized.insert(name, t);
     }
     (cfg, tok, quantized)

@@ -337,7 +337,7 @@ fn golden_normalizer_flags_of_tokenizer_config() {
 #[test]
 fn inconsistent_template_post_processors_are_refused() {
     let vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"].map(String::from).to_vec();
-    let json = bertgpu::weights::gguf::wordpiece_tokenizer_json(&vocab, &(0..5).collect()).unwrap();
+    let json = bertgpu::tokenizer::gguf_vocab::wordpiece_tokenizer_json(&vocab, &(0..5).collect()).unwrap();
     let sound: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(sound["post_processor"]["type"], "TemplateProcessing");
     let tok = Tokenizer::from_json(json.as_bytes(), None, 16).unwrap();

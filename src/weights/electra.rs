@@ -12,7 +12,10 @@
 //! under its own names (`heads::classifier`), so that a token classifier's `classifier.*` is never taken for it.
 
 /// ELECTRA's names: the encoder and `embeddings_project` under `electra.`; the generator's masked-LM head.
-const NAMES: super::RenamedBert = super::RenamedBert {
+/// `NAMES.to_bert` passes the heads without a BERT twin (`discriminator_predictions.*`, `classifier.dense`,
+/// `classifier.out_proj`, `classifier`, `qa_outputs`) and `embeddings_project` through without `electra.`;
+/// `NAMES.from_bert` is empty for BERT tensors ELECTRA lacks (pooler, NSP head).
+pub(super) const NAMES: super::RenamedBert = super::RenamedBert {
     prefix: "electra.",
     prefixed: &["embeddings.", "encoder.", "embeddings_project."],
     lm_head: [
@@ -22,19 +25,6 @@ const NAMES: super::RenamedBert = super::RenamedBert {
     ],
     mlm_bias: &["generator_lm_head.bias"],
 };
-
-/// A BERT tensor name (with or without `bert.`) → the names ELECTRA checkpoints may store it under besides the bare
-/// name (which BERT's lookup tries already), most likely first; empty when ELECTRA has no such tensor.
-pub fn from_bert(name: &str) -> Vec<String> {
-    NAMES.from_bert(name)
-}
-
-/// An ELECTRA tensor name → BERT's (without `bert.`), for storing a checkpoint under BERT's names; the names of
-/// heads without a BERT twin (`discriminator_predictions.*`, `classifier.dense`, `classifier.out_proj`,
-/// `classifier`, `qa_outputs`) and `embeddings_project` pass through without `electra.`.
-pub fn to_bert(name: &str) -> String {
-    NAMES.to_bert(name)
-}
 
 #[cfg(test)]
 mod tests {
@@ -57,18 +47,18 @@ mod tests {
             ("generator_lm_head.bias", "cls.predictions.bias"),
         ];
         for (e, b) in pairs {
-            assert_eq!(to_bert(e), b, "{e}");
-            assert_eq!(from_bert(b)[0], e, "{b}");
-            assert_eq!(from_bert(&format!("bert.{b}"))[0], e, "bert.{b}");
+            assert_eq!(NAMES.to_bert(e), b, "{e}");
+            assert_eq!(NAMES.from_bert(b)[0], e, "{b}");
+            assert_eq!(NAMES.from_bert(&format!("bert.{b}"))[0], e, "bert.{b}");
         }
-        assert_eq!(from_bert("cls.predictions.decoder.bias"), ["generator_lm_head.bias"]);
+        assert_eq!(NAMES.from_bert("cls.predictions.decoder.bias"), ["generator_lm_head.bias"]);
         for n in ["discriminator_predictions.dense.weight", "discriminator_predictions.dense_prediction.bias",
             "classifier.dense.weight", "classifier.out_proj.bias", "classifier.weight", "qa_outputs.weight"]
         {
-            assert_eq!(to_bert(n), n);
+            assert_eq!(NAMES.to_bert(n), n);
         }
         // ELECTRA has no pooler and no NSP head.
-        assert!(from_bert("pooler.dense.weight").is_empty());
-        assert!(from_bert("cls.seq_relationship.weight").is_empty());
+        assert!(NAMES.from_bert("pooler.dense.weight").is_empty());
+        assert!(NAMES.from_bert("cls.seq_relationship.weight").is_empty());
     }
 }

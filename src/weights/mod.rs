@@ -222,7 +222,7 @@ impl HostTensor {
             (0..rows).flat_map(|r| v[r * row_len..][range.clone()].iter().copied()).collect()
         }
         // A quantized row's bytes, and the byte range of the columns.
-        let blocks = |kind: quant::QuantKind| {
+        let blocks = |kind: Dtype| {
             if cols.start % quant::QK != 0 || cols.end % quant::QK != 0 {
                 return Err(Error::Weights(format!(
                     "a {} tensor of shape {:?} can only be cut at whole blocks of {} columns, not at {cols:?}",
@@ -236,11 +236,11 @@ impl HostTensor {
             HostData::F32(v) => HostData::F32(pick(v, rows, n, cols)),
             HostData::F16(v) => HostData::F16(pick(v, rows, n, cols)),
             HostData::Q8_0(v) => {
-                let (row_len, range) = blocks(quant::QuantKind::Q8_0)?;
+                let (row_len, range) = blocks(Dtype::Q8_0)?;
                 HostData::Q8_0(pick(v, rows, row_len, range))
             }
             HostData::Q4_0(v) => {
-                let (row_len, range) = blocks(quant::QuantKind::Q4_0)?;
+                let (row_len, range) = blocks(Dtype::Q4_0)?;
                 HostData::Q4_0(pick(v, rows, row_len, range))
             }
         };
@@ -259,8 +259,8 @@ impl HostTensor {
         let data = match &self.data {
             HostData::F32(v) => HostData::F32(v[cut(n)].to_vec()),
             HostData::F16(v) => HostData::F16(v[cut(n)].to_vec()),
-            HostData::Q8_0(v) => HostData::Q8_0(v[cut(quant::quantized_bytes(quant::QuantKind::Q8_0, n))].to_vec()),
-            HostData::Q4_0(v) => HostData::Q4_0(v[cut(quant::quantized_bytes(quant::QuantKind::Q4_0, n))].to_vec()),
+            HostData::Q8_0(v) => HostData::Q8_0(v[cut(quant::quantized_bytes(Dtype::Q8_0, n))].to_vec()),
+            HostData::Q4_0(v) => HostData::Q4_0(v[cut(quant::quantized_bytes(Dtype::Q4_0, n))].to_vec()),
         };
         Ok(HostTensor { shape: vec![rows.len(), n], data })
     }
@@ -269,14 +269,14 @@ impl HostTensor {
     /// the checks [`quant::RowView::new`] makes of a matrix.
     fn check_storage(&self) -> Result<()> {
         let (rows, n) = self.rows_cols();
-        let quantized = |kind: quant::QuantKind, bytes: usize| {
-            quant::check_len(kind, bytes, rows * n).and_then(|_| quant::check_blocks(&format!("{} row", kind.name()), n))
+        let quantized = |kind: Dtype, bytes: usize| {
+            quant::check_len(kind, bytes, rows * n).and_then(|_| quant::check_blocks(&format!("{} row", kind.ggml_name()), n))
         };
         match &self.data {
             HostData::F32(v) if v.len() == rows * n => Ok(()),
             HostData::F16(v) if v.len() == rows * n => Ok(()),
-            HostData::Q8_0(b) => quantized(quant::QuantKind::Q8_0, b.len()),
-            HostData::Q4_0(b) => quantized(quant::QuantKind::Q4_0, b.len()),
+            HostData::Q8_0(b) => quantized(Dtype::Q8_0, b.len()),
+            HostData::Q4_0(b) => quantized(Dtype::Q4_0, b.len()),
             _ => Err(Error::Weights(format!("storage does not hold shape {:?}", self.shape))),
         }
     }
@@ -366,8 +366,8 @@ impl Weights {
         let mut out = Self::bert_candidates(full);
         match self.family {
             Some(Family::DistilBert) => out.extend(distilbert::from_bert(full)),
-            Some(Family::Roberta | Family::XlmRoberta) => out.extend(roberta::from_bert(full)),
-            Some(Family::Electra) => out.extend(electra::from_bert(full)),
+            Some(Family::Roberta | Family::XlmRoberta) => out.extend(roberta::NAMES.from_bert(full)),
+            Some(Family::Electra) => out.extend(electra::NAMES.from_bert(full)),
             Some(Family::Albert) => out.extend(albert::from_bert(full)),
             Some(Family::Bert) | None => {}
         }
@@ -511,7 +511,7 @@ mod tests {
         assert!(a.slice_rows(1..3).is_err() && a.slice_cols(2..4).is_err());
         // Q8_0 (2, 64): two blocks per row; a column slice takes whole blocks, the same values dequantized.
         let x: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
-        let q = quant::quantize(&HostTensor::f32(vec![2, 64], x).unwrap(), quant::QuantKind::Q8_0).unwrap();
+        let q = quant::quantize(&HostTensor::f32(vec![2, 64], x).unwrap(), Dtype::Q8_0).unwrap();
         let full = q.to_f32().unwrap();
         let right = q.slice_cols(32..64).unwrap();
         assert_eq!(right.to_f32().unwrap(), [&full[32..64], &full[96..128]].concat());

@@ -20,6 +20,7 @@
 
 use half::f16;
 
+use crate::dtype::Dtype;
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
@@ -54,32 +55,10 @@ const _: () = assert!(Q4_0_BLOCK_BYTES == 2 + QK / 2);
 // straddle words. Keep this visible here so nobody assumes 4-byte alignment of blocks.
 const _: () = assert!(Q8_0_BLOCK_BYTES % 4 != 0 && Q4_0_BLOCK_BYTES % 4 != 0);
 
-/// The formats a tensor can be quantized to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum QuantKind {
-    Q8_0,
-    Q4_0,
-}
-
-impl QuantKind {
-    pub fn block_bytes(self) -> usize {
-        match self {
-            QuantKind::Q8_0 => Q8_0_BLOCK_BYTES,
-            QuantKind::Q4_0 => Q4_0_BLOCK_BYTES,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            QuantKind::Q8_0 => "Q8_0",
-            QuantKind::Q4_0 => "Q4_0",
-        }
-    }
-}
-
-/// Bytes that `n` values take in `kind`; `n` must be a multiple of [`QK`].
-pub fn quantized_bytes(kind: QuantKind, n: usize) -> usize {
-    n / QK * kind.block_bytes()
+/// Bytes that `n` values take in `kind`; for Q8_0 and Q4_0 `n` must be a multiple of [`QK`].
+pub fn quantized_bytes(kind: Dtype, n: usize) -> usize {
+    let (per, bytes) = kind.block();
+    n / per * bytes
 }
 
 fn check_finite(x: &[f32]) -> Result<()> {
@@ -106,7 +85,7 @@ pub(crate) fn check_blocks(what: &str, n: usize) -> Result<()> {
 pub fn quantize_q8_0(x: &[f32]) -> Result<Vec<u8>> {
     check_blocks("Q8_0", x.len())?;
     check_finite(x)?;
-    let mut out = Vec::with_capacity(quantized_bytes(QuantKind::Q8_0, x.len()));
+    let mut out = Vec::with_capacity(quantized_bytes(Dtype::Q8_0, x.len()));
     for block in x.chunks_exact(QK) {
         let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
@@ -122,7 +101,7 @@ pub fn quantize_q8_0(x: &[f32]) -> Result<Vec<u8>> {
 pub fn quantize_q4_0(x: &[f32]) -> Result<Vec<u8>> {
     check_blocks("Q4_0", x.len())?;
     check_finite(x)?;
-    let mut out = Vec::with_capacity(quantized_bytes(QuantKind::Q4_0, x.len()));
+    let mut out = Vec::with_capacity(quantized_bytes(Dtype::Q4_0, x.len()));
     for block in x.chunks_exact(QK) {
         // The signed value of largest magnitude; strict `<` keeps the first one on ties, like ggml.
         let (mut amax, mut max) = (0.0f32, 0.0f32);
@@ -145,12 +124,12 @@ pub fn quantize_q4_0(x: &[f32]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-pub(crate) fn check_len(kind: QuantKind, bytes: usize, n: usize) -> Result<()> {
-    check_blocks(kind.name(), n)?;
+pub(crate) fn check_len(kind: Dtype, bytes: usize, n: usize) -> Result<()> {
+    check_blocks(kind.ggml_name(), n)?;
     if bytes != quantized_bytes(kind, n) {
         return Err(Error::Weights(format!(
             "{}: {bytes} bytes do not hold {n} values (expected {} bytes)",
-            kind.name(),
+            kind.ggml_name(),
             quantized_bytes(kind, n)
         )));
     }
@@ -164,7 +143,7 @@ fn scale(block: &[u8]) -> f32 {
 
 /// Decodes Q8_0 bytes into `out` (`out.len()` values), as `dequantize_row_q8_0` does.
 pub fn dequantize_q8_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
-    check_len(QuantKind::Q8_0, bytes.len(), out.len())?;
+    check_len(Dtype::Q8_0, bytes.len(), out.len())?;
     for (block, y) in bytes.chunks_exact(Q8_0_BLOCK_BYTES).zip(out.chunks_exact_mut(QK)) {
         let d = scale(block);
         for (yj, &q) in y.iter_mut().zip(&block[2..]) {
@@ -176,7 +155,7 @@ pub fn dequantize_q8_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
 
 /// Decodes Q4_0 bytes into `out` (`out.len()` values), as `dequantize_row_q4_0` does.
 pub fn dequantize_q4_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
-    check_len(QuantKind::Q4_0, bytes.len(), out.len())?;
+    check_len(Dtype::Q4_0, bytes.len(), out.len())?;
     for (block, y) in bytes.chunks_exact(Q4_0_BLOCK_BYTES).zip(out.chunks_exact_mut(QK)) {
         let d = scale(block);
         let (lo, hi) = y.split_at_mut(QK / 2);
@@ -219,11 +198,11 @@ impl<'a> RowView<'a> {
             HostData::F32(v) if v.len() == n => RowData::F32(v),
             HostData::F16(v) if v.len() == n => RowData::F16(v),
             HostData::Q8_0(b) => {
-                check_len(QuantKind::Q8_0, b.len(), n).and_then(|_| check_blocks("Q8_0 row", cols))?;
+                check_len(Dtype::Q8_0, b.len(), n).and_then(|_| check_blocks("Q8_0 row", cols))?;
                 RowData::Q8_0(b)
             }
             HostData::Q4_0(b) => {
-                check_len(QuantKind::Q4_0, b.len(), n).and_then(|_| check_blocks("Q4_0 row", cols))?;
+                check_len(Dtype::Q4_0, b.len(), n).and_then(|_| check_blocks("Q4_0 row", cols))?;
                 RowData::Q4_0(b)
             }
             _ => return Err(Error::Weights(format!("storage does not hold shape {:?}", t.shape))),
@@ -247,11 +226,11 @@ impl<'a> RowView<'a> {
             }
             // Lengths and whole-block rows were checked in `new`, so these cannot fail.
             RowData::Q8_0(w) => {
-                let rb = quantized_bytes(QuantKind::Q8_0, c);
+                let rb = quantized_bytes(Dtype::Q8_0, c);
                 let _ = dequantize_q8_0(&w[r * rb..(r + n) * rb], out);
             }
             RowData::Q4_0(w) => {
-                let rb = quantized_bytes(QuantKind::Q4_0, c);
+                let rb = quantized_bytes(Dtype::Q4_0, c);
                 let _ = dequantize_q4_0(&w[r * rb..(r + n) * rb], out);
             }
         }
@@ -286,13 +265,13 @@ pub fn to_f32(t: &HostTensor) -> Result<Vec<f32>> {
             Ok(v.iter().map(|h| f16::from_bits(*h).to_f32()).collect())
         }
         HostData::Q8_0(b) => {
-            check_last_dim(QuantKind::Q8_0, &t.shape)?;
+            check_last_dim(Dtype::Q8_0, &t.shape)?;
             let mut out = vec![0.0f32; n];
             dequantize_q8_0(b, &mut out)?;
             Ok(out)
         }
         HostData::Q4_0(b) => {
-            check_last_dim(QuantKind::Q4_0, &t.shape)?;
+            check_last_dim(Dtype::Q4_0, &t.shape)?;
             let mut out = vec![0.0f32; n];
             dequantize_q4_0(b, &mut out)?;
             Ok(out)
@@ -300,23 +279,27 @@ pub fn to_f32(t: &HostTensor) -> Result<Vec<f32>> {
     }
 }
 
-fn check_last_dim(kind: QuantKind, shape: &[usize]) -> Result<()> {
+fn check_last_dim(kind: Dtype, shape: &[usize]) -> Result<()> {
     match shape.last() {
         Some(&c) if c % QK == 0 => Ok(()),
         _ => Err(Error::Weights(format!(
             "{}: shape {shape:?}: blocks of {QK} run along the last dimension, which must be a multiple of {QK}",
-            kind.name()
+            kind.ggml_name()
         ))),
     }
 }
 
-/// Quantizes an f32 tensor to `kind`, blocks along its last dimension (which must be a multiple of [`QK`]).
-pub fn quantize(t: &HostTensor, kind: QuantKind) -> Result<HostTensor> {
+/// Quantizes an f32 tensor to `kind` (Q8_0 or Q4_0), blocks along its last dimension (which must be a multiple of
+/// [`QK`]).
+pub fn quantize(t: &HostTensor, kind: Dtype) -> Result<HostTensor> {
+    if !kind.is_quantized() {
+        return Err(Error::Weights(format!("cannot quantize to {kind}: quantize takes q8_0 or q4_0 (to_f16 makes f16)")));
+    }
     check_last_dim(kind, &t.shape)?;
     let x = to_f32(t)?;
     let data = match kind {
-        QuantKind::Q8_0 => HostData::Q8_0(quantize_q8_0(&x)?),
-        QuantKind::Q4_0 => HostData::Q4_0(quantize_q4_0(&x)?),
+        Dtype::Q4_0 => HostData::Q4_0(quantize_q4_0(&x)?),
+        _ => HostData::Q8_0(quantize_q8_0(&x)?),
     };
     Ok(HostTensor { shape: t.shape.clone(), data })
 }
@@ -326,8 +309,8 @@ pub fn quantize(t: &HostTensor, kind: QuantKind) -> Result<HostTensor> {
 /// that were stored at different precisions without losing anything. Other dtypes are returned unchanged.
 pub fn widen_q4_0_to_q8_0(t: &HostTensor) -> Result<HostTensor> {
     let HostData::Q4_0(b) = &t.data else { return Ok(t.clone()) };
-    check_last_dim(QuantKind::Q4_0, &t.shape)?;
-    check_len(QuantKind::Q4_0, b.len(), numel(&t.shape)?)?;
+    check_last_dim(Dtype::Q4_0, &t.shape)?;
+    check_len(Dtype::Q4_0, b.len(), numel(&t.shape)?)?;
     let mut out = Vec::with_capacity(b.len() / Q4_0_BLOCK_BYTES * Q8_0_BLOCK_BYTES);
     for block in b.chunks_exact(Q4_0_BLOCK_BYTES) {
         out.extend_from_slice(&block[..2]);
@@ -348,17 +331,9 @@ pub fn to_f16(t: &HostTensor) -> Result<HostTensor> {
 mod tests {
     use super::*;
 
-    /// A deterministic pseudo-random sequence (xorshift), values in [-scale, scale).
+    /// A deterministic pseudo-random sequence (the op tests' xorshift), values in [-scale, scale).
     fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
+        crate::backend::cpu::testutil::rand_vec(n, seed).into_iter().map(|v| v * scale).collect()
     }
 
     fn block_scale(bytes: &[u8], block_bytes: usize, b: usize) -> f32 {
@@ -480,16 +455,28 @@ mod tests {
         assert!(e.contains("multiple of the block size 32"), "{e}");
         let t = HostTensor { shape: vec![2, 48], data: HostData::F32(vec![0.0; 96]) };
         // 96 values are 3 blocks, but rows of 48 would split a block across rows.
-        let e = quantize(&t, QuantKind::Q8_0).unwrap_err().to_string();
+        let e = quantize(&t, Dtype::Q8_0).unwrap_err().to_string();
         assert!(e.contains("last dimension"), "{e}");
         let e = dequantize_q8_0(&[0u8; 33], &mut [0.0; 32]).unwrap_err().to_string();
         assert!(e.contains("expected 34 bytes"), "{e}");
     }
 
     #[test]
+    fn quantize_takes_only_quantized_dtypes() {
+        let t = HostTensor { shape: vec![32], data: HostData::F32(vec![1.0; 32]) };
+        for d in [Dtype::F32, Dtype::F16] {
+            let e = quantize(&t, d).unwrap_err().to_string();
+            assert!(e.contains(&format!("cannot quantize to {d}")) && e.contains("q8_0 or q4_0"), "{e}");
+        }
+        assert_eq!(quantized_bytes(Dtype::Q8_0, 64), 68);
+        assert_eq!(quantized_bytes(Dtype::Q4_0, 64), 36);
+        assert_eq!(quantized_bytes(Dtype::F16, 64), 128);
+    }
+
+    #[test]
     fn widening_q4_0_to_q8_0_is_exact() {
         let t = HostTensor { shape: vec![3, 64], data: HostData::F32(values(192, 21, 0.7)) };
-        let q4 = quantize(&t, QuantKind::Q4_0).unwrap();
+        let q4 = quantize(&t, Dtype::Q4_0).unwrap();
         let q8 = widen_q4_0_to_q8_0(&q4).unwrap();
         assert!(matches!(q8.data, HostData::Q8_0(ref b) if b.len() == 6 * 34));
         assert_eq!(to_f32(&q8).unwrap(), to_f32(&q4).unwrap());
@@ -509,8 +496,8 @@ mod tests {
         let (rows, cols) = (7, 96);
         let wt = HostTensor { shape: vec![rows, cols], data: HostData::F32(values(rows * cols, 11, 0.3)) };
         for t in [
-            quantize(&wt, QuantKind::Q8_0).unwrap(),
-            quantize(&wt, QuantKind::Q4_0).unwrap(),
+            quantize(&wt, Dtype::Q8_0).unwrap(),
+            quantize(&wt, Dtype::Q4_0).unwrap(),
             to_f16(&wt).unwrap(),
             wt.clone(),
         ] {
@@ -522,7 +509,7 @@ mod tests {
                 assert_eq!(out, &deq[r * cols..(r + n) * cols], "{} rows {r}..{}", t.data.dtype(), r + n);
             }
         }
-        let bad = HostTensor { shape: vec![2, 48], data: quantize(&HostTensor { shape: vec![96], data: HostData::F32(values(96, 1, 1.0)) }, QuantKind::Q8_0).unwrap().data };
+        let bad = HostTensor { shape: vec![2, 48], data: quantize(&HostTensor { shape: vec![96], data: HostData::F32(values(96, 1, 1.0)) }, Dtype::Q8_0).unwrap().data };
         assert!(RowView::new(&bad).unwrap_err().to_string().contains("multiple of the block size"));
     }
 }

@@ -11,7 +11,9 @@
 
 /// RoBERTa's names: the encoder and pooler under `roberta.`; the masked-LM head `lm_head`, whose bias
 /// (`lm_head.bias`, tied to `lm_head.decoder.bias`: files hold either or both) is BERT's `cls.predictions.bias`.
-const NAMES: super::RenamedBert = super::RenamedBert {
+/// `NAMES.to_bert` passes the classification heads (`classifier.dense`, `classifier.out_proj`, `classifier`,
+/// `qa_outputs`) through; `NAMES.from_bert` is empty for the NSP head and BERT's classifier names.
+pub(super) const NAMES: super::RenamedBert = super::RenamedBert {
     prefix: "roberta.",
     prefixed: &["embeddings.", "encoder.", "pooler."],
     lm_head: [
@@ -21,19 +23,6 @@ const NAMES: super::RenamedBert = super::RenamedBert {
     ],
     mlm_bias: &["lm_head.bias", "lm_head.decoder.bias"],
 };
-
-/// A BERT tensor name (with or without `bert.`) → the names RoBERTa checkpoints may store it under besides the
-/// bare name (which BERT's lookup tries already), most likely first; empty when RoBERTa has no such tensor (the NSP
-/// head, BERT's classifier names).
-pub fn from_bert(name: &str) -> Vec<String> {
-    NAMES.from_bert(name)
-}
-
-/// A RoBERTa tensor name → BERT's (without `bert.`), for storing a checkpoint under BERT's names; names of the
-/// classification heads (`classifier.dense`, `classifier.out_proj`, `classifier`, `qa_outputs`) pass through.
-pub fn to_bert(name: &str) -> String {
-    NAMES.to_bert(name)
-}
 
 #[cfg(test)]
 mod tests {
@@ -56,20 +45,20 @@ mod tests {
             ("lm_head.bias", "cls.predictions.bias"),
         ];
         for (r, b) in pairs {
-            assert_eq!(to_bert(r), b, "{r}");
-            assert_eq!(from_bert(b)[0], r, "{b}");
-            assert_eq!(from_bert(&format!("bert.{b}"))[0], r, "bert.{b}");
+            assert_eq!(NAMES.to_bert(r), b, "{r}");
+            assert_eq!(NAMES.from_bert(b)[0], r, "{b}");
+            assert_eq!(NAMES.from_bert(&format!("bert.{b}"))[0], r, "bert.{b}");
         }
-        assert_eq!(to_bert("lm_head.decoder.bias"), "cls.predictions.bias");
-        assert_eq!(from_bert("cls.predictions.decoder.bias"), ["lm_head.bias", "lm_head.decoder.bias"]);
+        assert_eq!(NAMES.to_bert("lm_head.decoder.bias"), "cls.predictions.bias");
+        assert_eq!(NAMES.from_bert("cls.predictions.decoder.bias"), ["lm_head.bias", "lm_head.decoder.bias"]);
         // The classification heads keep their names both ways: BERT's `classifier.weight` is never RoBERTa's
         // `classifier.out_proj.weight`, nor its pooler `classifier.dense`.
         for n in ["classifier.dense.weight", "classifier.out_proj.bias", "classifier.weight", "qa_outputs.weight"] {
-            assert_eq!(to_bert(n), n);
+            assert_eq!(NAMES.to_bert(n), n);
         }
         for n in ["classifier.weight", "bert.pooler.dense.weight", "qa_outputs.bias"] {
-            assert!(!from_bert(n).iter().any(|c| c.starts_with("classifier.")), "{n}");
+            assert!(!NAMES.from_bert(n).iter().any(|c| c.starts_with("classifier.")), "{n}");
         }
-        assert!(from_bert("cls.seq_relationship.weight").is_empty());
+        assert!(NAMES.from_bert("cls.seq_relationship.weight").is_empty());
     }
 }

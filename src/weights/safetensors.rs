@@ -30,26 +30,31 @@ impl Weights {
         let mut w = Weights::new();
         for (name, view) in st.tensors() {
             let shape = view.shape().to_vec();
-            let raw = view.data();
-            let data = match view.dtype() {
-                Dtype::F32 => HostData::F32(
-                    raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-                ),
-                Dtype::F16 => HostData::F16(raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
-                Dtype::BF16 => HostData::F32(
-                    raw.chunks_exact(2)
-                        .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
-                        .collect(),
-                ),
-                other => {
-                    w.insert_unsupported(name, format!("{other:?}"));
-                    continue;
-                }
+            let Some(data) = host_data(view.dtype(), view.data()) else {
+                w.insert_unsupported(name, format!("{:?}", view.dtype()));
+                continue;
             };
             w.insert(name, HostTensor { shape, data });
         }
         Ok(w)
     }
+}
+
+/// One tensor's little-endian bytes → host storage: f32 as is, f16 kept as f16 bits, bf16 widened to f32; `None` for
+/// any other dtype. The one decoder of safetensors data: [`Weights::from_safetensors`] and the GGUF converter
+/// ([`crate::weights::gguf::tensors_from_safetensors`]) both use it.
+pub(crate) fn host_data(dtype: Dtype, raw: &[u8]) -> Option<HostData> {
+    Some(match dtype {
+        Dtype::F32 => HostData::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+        Dtype::F16 => HostData::F16(raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
+        Dtype::BF16 => HostData::F32(raw.chunks_exact(2).map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect()),
+        _ => return None,
+    })
+}
+
+/// A bf16 (raw bits) as f32, exactly: bf16 is the top half of an f32, so every value, NaN payloads included, is kept.
+fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
 }
 
 #[cfg(test)]
@@ -78,6 +83,20 @@ mod tests {
         let i: Vec<u8> = [3i64].iter().flat_map(|v| v.to_le_bytes()).collect();
         let w = Weights::from_safetensors(&file(Dtype::I64, &i, vec![1])).unwrap();
         assert!(w.get("x", &[1]).unwrap_err().to_string().contains("I64"));
+    }
+
+    #[test]
+    fn bf16_to_f32_is_exact() {
+        assert_eq!(bf16_to_f32(0x3f80), 1.0);
+        assert_eq!(bf16_to_f32(0xc020), -2.5);
+        // The largest finite bf16: exponent 254, mantissa all ones = (2 − 2⁻⁷) · 2¹²⁷.
+        assert_eq!(bf16_to_f32(0x7f7f), (2.0 - 2f32.powi(-7)) * 2f32.powi(127));
+        assert_eq!(bf16_to_f32(0x7f7f), 3.389_531_4e38);
+        // The smallest subnormal: 2⁻¹³³ (an f32 subnormal too).
+        assert_eq!(bf16_to_f32(0x0001), 2f32.powi(-133));
+        assert_eq!(bf16_to_f32(0x0001).to_bits(), 0x0001_0000);
+        assert_eq!(bf16_to_f32(0x8000).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(bf16_to_f32(0x7f80), f32::INFINITY);
     }
 
     #[test]

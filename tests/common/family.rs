@@ -13,7 +13,8 @@ use bertgpu::config::BertConfig;
 use bertgpu::heads::qa;
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
-use bertgpu::weights::gguf::{self, ConvertDType};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::gguf;
 use bertgpu::weights::Weights;
 use serde_json::Value;
 
@@ -246,7 +247,7 @@ pub fn answer<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, near_ti
 }
 
 /// The GGUF that `convert` writes for tests/models/`name`.
-pub fn gguf_bytes(name: &str, dtype: ConvertDType) -> Vec<u8> {
+pub fn gguf_bytes(name: &str, dtype: Dtype) -> Vec<u8> {
     static N: AtomicUsize = AtomicUsize::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
     let out = std::env::temp_dir().join(format!("{name}-{}-{n}.gguf", std::process::id()));

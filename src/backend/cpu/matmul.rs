@@ -458,12 +458,13 @@ mod tests {
     /// rounding error grows with the number of terms (K = 1536 here, where the panel is narrower than N).
     #[test]
     fn linear_packed_matches_reference() {
-        use crate::weights::quant::{quantize, to_f16, QuantKind};
+        use crate::dtype::Dtype;
+        use crate::weights::quant::{quantize, to_f16};
         use crate::weights::HostTensor;
         // N spans one panel, two panels with a ragged last one (K = 384: panels of 512 rows), and a narrow panel.
         for &(m, k, n) in &[(1, 32, 1), (7, 64, 33), (33, 384, 513), (129, 32, 7), (2, 1536, 40)] {
             let wt = HostTensor::f32(vec![n, k], rand_vec(n * k, 5)).unwrap();
-            for packed in [to_f16(&wt).unwrap(), quantize(&wt, QuantKind::Q8_0).unwrap(), quantize(&wt, QuantKind::Q4_0).unwrap()] {
+            for packed in [to_f16(&wt).unwrap(), quantize(&wt, Dtype::Q8_0).unwrap(), quantize(&wt, Dtype::Q4_0).unwrap()] {
                 let deq = packed.to_f32().unwrap();
                 let view = RowView::new(&packed).unwrap();
                 for (ai, act) in [Activation::None, Activation::Gelu, Activation::Tanh].into_iter().enumerate() {

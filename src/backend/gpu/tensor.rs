@@ -6,7 +6,7 @@ use wgpu::util::DeviceExt;
 
 use super::buffers::{self, PoolBuf};
 use super::{shape_err, Dtype, GpuBackend};
-use crate::weights::quant::{QuantKind, QK};
+use crate::weights::quant::QK;
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
@@ -58,18 +58,18 @@ fn weight_bytes(t: &HostTensor, rows: usize, cols: usize) -> Result<(Dtype, Vec<
     let bad = |what: &str, got: usize, want: usize| {
         Error::Weights(format!("{what} tensor of shape {:?} holds {got} bytes, expected {want}", t.shape))
     };
-    let blocks = |kind: QuantKind, b: &Vec<u8>| -> Result<Vec<u8>> {
+    let blocks = |kind: Dtype, b: &Vec<u8>| -> Result<Vec<u8>> {
         if cols % QK != 0 {
             return Err(Error::Weights(format!(
                 "{} weight of shape {:?}: rows of {cols} values are not whole blocks of {QK}; re-convert the model \
                  keeping this tensor in f16 (`bertgpu convert` does)",
-                kind.name(),
+                kind.ggml_name(),
                 t.shape
             )));
         }
-        let want = n / QK * kind.block_bytes();
+        let want = n / QK * kind.block().1;
         if b.len() != want {
-            return Err(bad(kind.name(), b.len(), want));
+            return Err(bad(kind.ggml_name(), b.len(), want));
         }
         Ok(b.clone())
     };
@@ -82,8 +82,8 @@ fn weight_bytes(t: &HostTensor, rows: usize, cols: usize) -> Result<(Dtype, Vec<
             if v.len() != n { return Err(bad("f16", v.len() * 2, n * 2)); }
             (Dtype::F16, v.iter().flat_map(|h| h.to_le_bytes()).collect())
         }
-        HostData::Q8_0(b) => (Dtype::Q8_0, blocks(QuantKind::Q8_0, b)?),
-        HostData::Q4_0(b) => (Dtype::Q4_0, blocks(QuantKind::Q4_0, b)?),
+        HostData::Q8_0(b) => (Dtype::Q8_0, blocks(Dtype::Q8_0, b)?),
+        HostData::Q4_0(b) => (Dtype::Q4_0, blocks(Dtype::Q4_0, b)?),
     })
 }
 

@@ -253,8 +253,7 @@ fn run(command: Command) -> Result<(), Fail> {
         Command::Rerank { infer, top_k } => cmd_rerank(&infer, top_k),
         Command::ReplacedTokens { infer } => cmd_replaced_tokens(&infer),
         Command::Convert { model, dtype, out } => {
-            use bertgpu::weights::gguf::{convert, ConvertDType};
-            let dtype: ConvertDType = dtype.name().parse().map_err(|e: bertgpu::Error| Fail::Model(e.to_string()))?;
+            use bertgpu::weights::gguf::convert;
             let r = convert(&model.model, dtype, &out)
                 .map_err(|e| Fail::Model(format!("cannot convert `{}`: {e}", model.model.display())))?;
             eprintln!(
