@@ -18,6 +18,10 @@ pub mod training;
 pub mod tokenizer;
 pub mod weights;
 
+/// Deterministic data and comparisons shared by the unit tests of every layer.
+#[cfg(test)]
+pub(crate) mod testutil;
+
 /// Entry points shared by the fuzz targets (`fuzz/`) and `tests/fuzz_corpus.rs`.
 #[cfg(not(target_arch = "wasm32"))]
 #[doc(hidden)]

@@ -333,7 +333,7 @@ mod tests {
 
     /// A deterministic pseudo-random sequence (the op tests' xorshift), values in [-scale, scale).
     fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        crate::backend::cpu::testutil::rand_vec(n, seed).into_iter().map(|v| v * scale).collect()
+        crate::testutil::rand_vec(n, seed).into_iter().map(|v| v * scale).collect()
     }
 
     fn block_scale(bytes: &[u8], block_bytes: usize, b: usize) -> f32 {

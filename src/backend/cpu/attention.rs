@@ -198,7 +198,7 @@ fn exp_and_sum(row: &mut [f32], mask: &[f32], max: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{assert_close, rand_vec};
+    use crate::testutil::{assert_close, rand_vec};
     use super::super::CpuBackend;
     use super::*;
     use crate::backend::Backend;

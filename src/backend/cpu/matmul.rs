@@ -408,7 +408,7 @@ pub fn activate(x: f32, act: Activation) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{assert_close, rand_vec};
+    use crate::testutil::{assert_close, rand_vec};
     use super::*;
 
     /// The GEMM sums K products in a different order than the reference loop (blocked, FMA); with |values| < 1 the

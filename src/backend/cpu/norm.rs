@@ -78,7 +78,7 @@ pub fn embeddings(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) -> Res
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{assert_close, rand_vec};
+    use crate::testutil::{assert_close, rand_vec};
     use super::super::CpuBackend;
     use super::*;
     use crate::backend::Backend;

@@ -47,7 +47,7 @@ pub fn gather_rows(x: &CpuTensor, rows: &[u32]) -> Result<CpuTensor> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{assert_close, rand_vec};
+    use crate::testutil::{assert_close, rand_vec};
     use super::super::CpuBackend;
     use crate::backend::Backend;
     use crate::tokenizer::Batch;

@@ -125,7 +125,7 @@ pub fn adamw(p: &CpuTensor, g: &CpuTensor, m: &CpuTensor, v: &CpuTensor, s: &Ada
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{assert_close, rand_vec};
+    use crate::testutil::{assert_close, rand_vec};
     use super::*;
 
     /// Against a plain f64 triple loop; the GEMM reorders sums (see matmul.rs for the bound).
