@@ -63,6 +63,9 @@ pub struct AdamWStep {
     pub bias_correction1: f32,
     /// `√(1 − β2ᵗ)`.
     pub bias_correction2_sqrt: f32,
+    /// The gradient is multiplied by this first (gradient clipping by global norm: `min(1, max_norm / ‖g‖)`, as
+    /// `torch.nn.utils.clip_grad_norm_` scales it); 1 otherwise.
+    pub grad_scale: f32,
 }
 
 impl AdamWStep {
@@ -78,6 +81,7 @@ impl AdamWStep {
             eps,
             bias_correction1: bc1 as f32,
             bias_correction2_sqrt: bc2.sqrt() as f32,
+            grad_scale: 1.0,
         }
     }
 }
@@ -191,6 +195,48 @@ pub trait Backend {
     /// parameter's shape.
     fn adamw(&self, param: &Self::Tensor, grad: &Self::Tensor, m: &Self::Tensor, v: &Self::Tensor, step: &AdamWStep)
         -> Result<(Self::Tensor, Self::Tensor, Self::Tensor)>;
+
+    // ---- Backward ops (fine-tuning the encoder; `training/encoder.rs` states the math they serve) ----
+
+    /// `a + b`, elementwise; both `(M, N)` (residual sums, gradients of a tensor read twice).
+    fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;
+
+    /// `act(x)`, elementwise: an activation apart from its linear, so that its input can be kept for the backward.
+    fn activation(&self, x: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
+
+    /// Column sums: x `(M, N)` → `(1, N)` (a bias's gradient is the column sum of its output's gradient).
+    fn sum_rows(&self, x: &Self::Tensor) -> Result<Self::Tensor>;
+
+    /// `Σ x²` over every element → `(1, 1)` (the squared norm a gradient clipping adds up).
+    fn sum_squares(&self, x: &Self::Tensor) -> Result<Self::Tensor>;
+
+    /// Back through [`Self::gather_rows`]: x `(rows.len(), N)` → `(total, N)`: row `rows[i]` gets x's row `i`
+    /// (summed where a row index repeats), every other row zero.
+    fn scatter_rows(&self, x: &Self::Tensor, rows: &[u32], total: usize) -> Result<Self::Tensor>;
+
+    /// `word[ids] + position[t] + token_type[type_ids]` → `(B*T, H)`: [`Self::embeddings`] without its LayerNorm,
+    /// whose input the backward needs. The LayerNorm fields of `tables` are not read.
+    fn embeddings_sum(&self, batch: &Batch, tables: &EmbeddingTables<'_, Self::Tensor>) -> Result<Self::Tensor>;
+
+    /// Back through [`Self::embeddings_sum`]: `d (B*T, H)` → the gradients of the word `(vocab, H)`, position
+    /// `(positions, H)` and token type `(types, H)` tables. Each table row gets the sum of the rows of `d` whose token
+    /// read it (a scatter-add); rows no token read are zero. Padding tokens count like any other (their ids are real
+    /// rows; PyTorch's `nn.Embedding` without `padding_idx` does the same).
+    fn embeddings_backward(&self, d: &Self::Tensor, batch: &Batch, vocab: usize, positions: usize, types: usize)
+        -> Result<(Self::Tensor, Self::Tensor, Self::Tensor)>;
+
+    /// Back through `y = (x − mean) / √(var + eps) · γ + β` row-wise over N (biased variance, as
+    /// [`Self::layernorm`]): `dy (M, N)`, `x (M, N)` the LayerNorm's input (the residual already added) →
+    /// `(dx (M, N), dγ (1, N), dβ (1, N))`. Mean and variance are recomputed from `x`.
+    fn layernorm_backward(&self, dy: &Self::Tensor, x: &Self::Tensor, gamma: &Self::Tensor, eps: f32)
+        -> Result<(Self::Tensor, Self::Tensor, Self::Tensor)>;
+
+    /// Back through [`Self::attention`]: `dctx (B*T, H)`, the `qkv (B*T, 3H)` and mask it read → `dqkv (B*T, 3H)`
+    /// (`[dq | dk | dv]`). The probabilities are recomputed: with `P = softmax(q·kᵀ/√d + maskbias)` per (sequence,
+    /// head), `dv = Pᵀ·dctx`, `dP = dctx·vᵀ`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))`, `dq = dS·k/√d`, `dk = dSᵀ·q/√d`. A query
+    /// whose keys are all padding had a zero context and gets zero gradients.
+    fn attention_backward(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape)
+        -> Result<Self::Tensor>;
 
     /// Which part of every layer this backend holds ([`Shard`]); the whole model unless it was made as one shard of
     /// a tensor-parallel model.

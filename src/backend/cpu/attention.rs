@@ -71,6 +71,72 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result
     CpuTensor::new(out, batch * seq, h)
 }
 
+/// Back through [`attention`] (the math is in `Backend::attention_backward`'s doc): per (sequence, head) task, the
+/// probabilities of each real query row are recomputed, then `dv`, `dS`, `dq` and `dk` follow. Each task writes its
+/// head's columns of `dq`, `dk` and `dv` for its sequence's rows only.
+pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape)
+    -> Result<CpuTensor> {
+    let AttentionShape { batch, seq, heads, head_dim: d } = s;
+    let h = heads * d;
+    if heads == 0 || d == 0 {
+        return Err(Error::Input(format!("attention_backward needs at least one head of positive size, got {s:?}")));
+    }
+    expect_dims(qkv, batch * seq, 3 * h, "attention_backward qkv (B*T, 3H)")?;
+    expect_dims(dctx, batch * seq, h, "attention_backward dctx (B*T, H)")?;
+    expect_dims(mask, batch, seq, "attention_backward mask (B, T)")?;
+    let mut out = vec![0f32; batch * seq * 3 * h]; // (B*T, 3H)
+    let (qkv, dctx, mask) = (qkv.data(), dctx.data(), mask.data());
+    let scale = 1.0 / (d as f32).sqrt();
+    let optr = OutPtr(out.as_mut_ptr());
+    par_for(batch * heads, |task| {
+        let optr = optr;
+        let (b, hd) = (task / heads, task % heads);
+        let m = &mask[b * seq..(b + 1) * seq];
+        let (ld, qc) = (3 * h, hd * d);
+        let row = |t: usize| &qkv[(b * seq + t) * ld..(b * seq + t + 1) * ld];
+        let q = |t: usize| &row(t)[qc..qc + d];
+        let k = |t: usize| &row(t)[h + qc..h + qc + d];
+        let v = |t: usize| &row(t)[2 * h + qc..2 * h + qc + d];
+        let dc = |t: usize| &dctx[(b * seq + t) * h + qc..(b * seq + t) * h + qc + d];
+        // SAFETY: this task's block, rows b*T..(b+1)*T × the head's columns of dq, dk and dv, is written by this task
+        // alone (the tasks of one sequence differ in head), and lies inside `out`.
+        let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(b * seq * ld), seq * ld) };
+        let keys: Vec<usize> = (0..seq).filter(|&j| m[j] != 0.0).collect();
+        if keys.is_empty() {
+            return;
+        }
+        let (mut p, mut dp) = (vec![0f32; keys.len()], vec![0f32; keys.len()]);
+        for i in 0..seq {
+            // P_i· over the real keys, as the forward: max subtracted, exp, normalised.
+            for (kj, &j) in keys.iter().enumerate() {
+                p[kj] = q(i).iter().zip(k(j)).map(|(a, b)| a * b).sum::<f32>() * scale;
+            }
+            let mx = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for x in p.iter_mut() {
+                *x = (*x - mx).exp();
+                sum += *x;
+            }
+            p.iter_mut().for_each(|x| *x /= sum);
+            // dP_ij = dctx_i · v_j; dS_ij = P_ij (dP_ij − Σ_j' P_ij' dP_ij').
+            let mut dot = 0f64;
+            for (kj, &j) in keys.iter().enumerate() {
+                dp[kj] = dc(i).iter().zip(v(j)).map(|(a, b)| a * b).sum::<f32>();
+                dot += p[kj] as f64 * dp[kj] as f64;
+            }
+            for (kj, &j) in keys.iter().enumerate() {
+                let ds = p[kj] * (dp[kj] - dot as f32) * scale;
+                for c in 0..d {
+                    o[i * ld + qc + c] += ds * k(j)[c]; // dq_i
+                    o[j * ld + h + qc + c] += ds * q(i)[c]; // dk_j
+                    o[j * ld + 2 * h + qc + c] += p[kj] * dc(i)[c]; // dv_j
+                }
+            }
+        }
+    });
+    CpuTensor::new(out, batch * seq, 3 * h)
+}
+
 /// One (sequence, head): `rows (T, ld)` holds q at column `qc`, k at `qc + h`, v at `qc + 2h` (d columns each);
 /// writes columns `qc..qc + d` of `out (T, h)`. Only the first `keys` keys are read (`mask` is theirs; the last is
 /// real).

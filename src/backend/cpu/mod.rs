@@ -380,6 +380,58 @@ impl Backend for CpuBackend {
         train::adamw(param, grad, m, v, step)
     }
 
+    fn add(&self, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+        a.expect_f32("add a")?;
+        b.expect_f32("add b")?;
+        train::add(a, b)
+    }
+
+    fn activation(&self, x: &CpuTensor, act: Activation) -> Result<CpuTensor> {
+        x.expect_f32("activation input")?;
+        train::activation(x, act)
+    }
+
+    fn sum_rows(&self, x: &CpuTensor) -> Result<CpuTensor> {
+        x.expect_f32("sum_rows input")?;
+        train::sum_rows(x)
+    }
+
+    fn sum_squares(&self, x: &CpuTensor) -> Result<CpuTensor> {
+        x.expect_f32("sum_squares input")?;
+        train::sum_squares(x)
+    }
+
+    fn scatter_rows(&self, x: &CpuTensor, rows: &[u32], total: usize) -> Result<CpuTensor> {
+        x.expect_f32("scatter_rows input")?;
+        train::scatter_rows(x, rows, total)
+    }
+
+    fn embeddings_sum(&self, batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) -> Result<CpuTensor> {
+        norm::embeddings_sum(batch, tables)
+    }
+
+    fn embeddings_backward(&self, d: &CpuTensor, batch: &Batch, vocab: usize, positions: usize, types: usize)
+        -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+        d.expect_f32("embeddings_backward d")?;
+        norm::embeddings_backward(d, batch, vocab, positions, types)
+    }
+
+    fn layernorm_backward(&self, dy: &CpuTensor, x: &CpuTensor, gamma: &CpuTensor, eps: f32)
+        -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+        for (t, what) in [(dy, "layernorm_backward dy"), (x, "layernorm_backward x"), (gamma, "layernorm_backward gamma")] {
+            t.expect_f32(what)?;
+        }
+        norm::layernorm_backward(dy, x, gamma, eps)
+    }
+
+    fn attention_backward(&self, dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, shape: AttentionShape)
+        -> Result<CpuTensor> {
+        for (t, what) in [(dctx, "attention_backward dctx"), (qkv, "attention_backward qkv"), (mask, "attention_backward mask")] {
+            t.expect_f32(what)?;
+        }
+        attention::attention_backward(dctx, qkv, mask, shape)
+    }
+
     async fn read(&self, t: &CpuTensor) -> Result<Vec<f32>> {
         Ok(t.to_vec())
     }

@@ -43,15 +43,26 @@ pub fn layernorm(x: &[f32], residual: Option<&[f32]>, gamma: &[f32], beta: &[f32
 
 /// `LayerNorm(word[id] + position[t] + token_type[type])` for every token → `(B*T, H)`.
 pub fn embeddings(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) -> Result<CpuTensor> {
+    embedding_rows(batch, tables, true)
+}
+
+/// `word[id] + position[t] + token_type[type]` for every token → `(B*T, H)`: the LayerNorm's input.
+pub fn embeddings_sum(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) -> Result<CpuTensor> {
+    embedding_rows(batch, tables, false)
+}
+
+fn embedding_rows(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>, normalize: bool) -> Result<CpuTensor> {
     let h = tables.word.cols();
     let (vocab, max_pos, types) = (tables.word.rows(), tables.position.rows(), tables.token_type.rows());
     validate_embeddings_input(batch, vocab, max_pos, types)?;
     expect_dims(tables.position, max_pos, h, "position embeddings (P, H)")?;
     expect_dims(tables.token_type, types, h, "token type embeddings (types, H)")?;
-    expect_dims(tables.ln_gamma, 1, h, "embeddings LayerNorm gamma (H)")?;
-    expect_dims(tables.ln_beta, 1, h, "embeddings LayerNorm beta (H)")?;
-    tables.ln_gamma.expect_f32("embeddings LayerNorm gamma")?;
-    tables.ln_beta.expect_f32("embeddings LayerNorm beta")?;
+    if normalize {
+        expect_dims(tables.ln_gamma, 1, h, "embeddings LayerNorm gamma (H)")?;
+        expect_dims(tables.ln_beta, 1, h, "embeddings LayerNorm beta (H)")?;
+        tables.ln_gamma.expect_f32("embeddings LayerNorm gamma")?;
+        tables.ln_beta.expect_f32("embeddings LayerNorm beta")?;
+    }
     let (gamma, beta) = (tables.ln_gamma.data(), tables.ln_beta.data());
     let rows = batch.b * batch.t;
     let mut out = vec![0f32; rows * h]; // (B*T, H)
@@ -69,11 +80,67 @@ pub fn embeddings(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) -> Res
                 for j in 0..h {
                     row[j] = row[j] + pe[j] + te[j];
                 }
-                layernorm_row(row, gamma, beta, tables.eps);
+                if normalize {
+                    layernorm_row(row, gamma, beta, tables.eps);
+                }
             }
         });
     }
     CpuTensor::new(out, rows, h)
+}
+
+/// Back through [`embeddings_sum`]: a scatter-add of `d`'s rows into the three tables' gradients.
+pub fn embeddings_backward(d: &CpuTensor, batch: &Batch, vocab: usize, positions: usize, types: usize)
+    -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+    validate_embeddings_input(batch, vocab, positions, types)?;
+    let h = d.cols();
+    expect_dims(d, batch.b * batch.t, h, "embeddings_backward d (B*T, H)")?;
+    let (mut dw, mut dp, mut dt) = (vec![0f32; vocab * h], vec![0f32; positions * h], vec![0f32; types * h]);
+    // In token order, so that the sums are added in one fixed order (the GPU kernel adds in the same order).
+    for (r, row) in d.data().chunks_exact(h.max(1)).enumerate().take(batch.b * batch.t) {
+        let (id, ty, p) = (batch.input_ids[r] as usize, batch.token_type_ids[r] as usize, r % batch.t);
+        for (table, i) in [(&mut dw, id), (&mut dp, p), (&mut dt, ty)] {
+            for (o, &g) in table[i * h..(i + 1) * h].iter_mut().zip(row) {
+                *o += g;
+            }
+        }
+    }
+    Ok((CpuTensor::new(dw, vocab, h)?, CpuTensor::new(dp, positions, h)?, CpuTensor::new(dt, types, h)?))
+}
+
+/// Back through a row-wise LayerNorm of `x` (its input): with `x̂ = (x − μ)·r`, `r = 1/√(σ² + eps)` and
+/// `g = dy ⊙ γ`, `dx = r·(g − mean(g) − x̂·mean(g ⊙ x̂))`; `dγ = Σ_rows dy ⊙ x̂`, `dβ = Σ_rows dy`. Row statistics
+/// and the two means are accumulated in f64.
+pub fn layernorm_backward(dy: &CpuTensor, x: &CpuTensor, gamma: &CpuTensor, eps: f32)
+    -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+    let (m, n) = (x.rows(), x.cols());
+    expect_dims(dy, m, n, "layernorm_backward dy (shape of x)")?;
+    expect_dims(gamma, 1, n, "layernorm_backward gamma (N)")?;
+    let g = gamma.data();
+    let mut dx = vec![0f32; m * n];
+    let (mut dgamma, mut dbeta) = (vec![0f64; n], vec![0f64; n]);
+    let mut xhat = vec![0f32; n];
+    for ((xr, dyr), dxr) in x.data().chunks_exact(n.max(1)).zip(dy.data().chunks_exact(n.max(1))).zip(dx.chunks_exact_mut(n.max(1))) {
+        let mean = xr.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+        let var = xr.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+        let rstd = 1.0 / (var + eps as f64).sqrt();
+        let (mut mg, mut mgx) = (0f64, 0f64);
+        for j in 0..n {
+            xhat[j] = ((xr[j] as f64 - mean) * rstd) as f32;
+            let gj = dyr[j] as f64 * g[j] as f64;
+            mg += gj;
+            mgx += gj * xhat[j] as f64;
+            dgamma[j] += dyr[j] as f64 * xhat[j] as f64;
+            dbeta[j] += dyr[j] as f64;
+        }
+        let (mg, mgx) = (mg / n as f64, mgx / n as f64);
+        for j in 0..n {
+            let gj = dyr[j] as f64 * g[j] as f64;
+            dxr[j] = (rstd * (gj - mg - xhat[j] as f64 * mgx)) as f32;
+        }
+    }
+    let to32 = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
+    Ok((CpuTensor::new(dx, m, n)?, CpuTensor::new(to32(dgamma), 1, n)?, CpuTensor::new(to32(dbeta), 1, n)?))
 }
 
 #[cfg(test)]

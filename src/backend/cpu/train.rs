@@ -111,7 +111,7 @@ pub fn adamw(p: &CpuTensor, g: &CpuTensor, m: &CpuTensor, v: &CpuTensor, s: &Ada
     let (mut po, mut mo, mut vo) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     let step_size = s.lr / s.bias_correction1;
     for i in 0..n {
-        let (pi, gi) = (p.data()[i], g.data()[i]);
+        let (pi, gi) = (p.data()[i], g.data()[i] * s.grad_scale);
         let pi = pi * (1.0 - s.lr * s.weight_decay);
         let mi = s.beta1 * m.data()[i] + (1.0 - s.beta1) * gi;
         let vi = s.beta2 * v.data()[i] + (1.0 - s.beta2) * gi * gi;
@@ -121,6 +121,46 @@ pub fn adamw(p: &CpuTensor, g: &CpuTensor, m: &CpuTensor, v: &CpuTensor, s: &Ada
         vo.push(vi);
     }
     Ok((CpuTensor::new(po, r, c)?, CpuTensor::new(mo, r, c)?, CpuTensor::new(vo, r, c)?))
+}
+
+/// `a + b`, elementwise.
+pub fn add(a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
+    expect_dims(b, a.rows(), a.cols(), "add: b (shape of a)")?;
+    CpuTensor::new(a.data().iter().zip(b.data()).map(|(x, y)| x + y).collect(), a.rows(), a.cols())
+}
+
+/// `act(x)`, elementwise.
+pub fn activation(x: &CpuTensor, act: Activation) -> Result<CpuTensor> {
+    CpuTensor::new(x.data().iter().map(|&v| activate(v, act)).collect(), x.rows(), x.cols())
+}
+
+/// Column sums `(1, N)`, accumulated in f64 row by row.
+pub fn sum_rows(x: &CpuTensor) -> Result<CpuTensor> {
+    let n = x.cols();
+    let mut acc = vec![0f64; n];
+    for row in x.data().chunks_exact(n.max(1)) {
+        acc.iter_mut().zip(row).for_each(|(a, &v)| *a += v as f64);
+    }
+    CpuTensor::new(acc.into_iter().map(|v| v as f32).collect(), 1, n)
+}
+
+/// `Σ x²` `(1, 1)`, accumulated in f64.
+pub fn sum_squares(x: &CpuTensor) -> Result<CpuTensor> {
+    CpuTensor::new(vec![x.data().iter().map(|&v| v as f64 * v as f64).sum::<f64>() as f32], 1, 1)
+}
+
+/// Back through `gather_rows`: `x (rows.len(), N)` added into the rows `rows` of a zero `(total, N)`.
+pub fn scatter_rows(x: &CpuTensor, rows: &[u32], total: usize) -> Result<CpuTensor> {
+    let n = x.cols();
+    expect_dims(x, rows.len(), n, "scatter_rows x (one row per index)")?;
+    if let Some(&r) = rows.iter().find(|&&r| r as usize >= total) {
+        return Err(Error::Input(format!("scatter_rows: row {r} is outside the {total} rows of the output")));
+    }
+    let mut out = vec![0f32; total * n];
+    for (&r, src) in rows.iter().zip(x.data().chunks_exact(n.max(1))) {
+        out[r as usize * n..(r as usize + 1) * n].iter_mut().zip(src).for_each(|(o, &v)| *o += v);
+    }
+    CpuTensor::new(out, total, n)
 }
 
 #[cfg(test)]

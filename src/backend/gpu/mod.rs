@@ -229,7 +229,26 @@ impl Backend for GpuBackend {
         self.train_adamw(param, grad, m, v, step)
     }
 
+    // The backward ops' kernels are being written (shaders/backward.wgsl); until then the GPU refuses them by name.
+    fn add(&self, _: &GpuTensor, _: &GpuTensor) -> Result<GpuTensor> { Err(todo_op("add")) }
+    fn activation(&self, _: &GpuTensor, _: Activation) -> Result<GpuTensor> { Err(todo_op("activation")) }
+    fn sum_rows(&self, _: &GpuTensor) -> Result<GpuTensor> { Err(todo_op("sum_rows")) }
+    fn sum_squares(&self, _: &GpuTensor) -> Result<GpuTensor> { Err(todo_op("sum_squares")) }
+    fn scatter_rows(&self, _: &GpuTensor, _: &[u32], _: usize) -> Result<GpuTensor> { Err(todo_op("scatter_rows")) }
+    fn embeddings_sum(&self, _: &Batch, _: &EmbeddingTables<'_, GpuTensor>) -> Result<GpuTensor> { Err(todo_op("embeddings_sum")) }
+    fn embeddings_backward(&self, _: &GpuTensor, _: &Batch, _: usize, _: usize, _: usize)
+        -> Result<(GpuTensor, GpuTensor, GpuTensor)> { Err(todo_op("embeddings_backward")) }
+    fn layernorm_backward(&self, _: &GpuTensor, _: &GpuTensor, _: &GpuTensor, _: f32)
+        -> Result<(GpuTensor, GpuTensor, GpuTensor)> { Err(todo_op("layernorm_backward")) }
+    fn attention_backward(&self, _: &GpuTensor, _: &GpuTensor, _: &GpuTensor, _: AttentionShape) -> Result<GpuTensor> {
+        Err(todo_op("attention_backward"))
+    }
+
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {
         self.read_back(t).await
     }
+}
+
+fn todo_op(op: &str) -> Error {
+    Error::Gpu(format!("{op} is not available on the GPU backend yet; fine-tune on the CPU (device \"cpu\")"))
 }
