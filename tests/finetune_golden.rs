@@ -1,0 +1,160 @@
+//! Fine-tuning the whole encoder against PyTorch autograd: for the `classify` (single texts) and `pair` (text pairs)
+//! cases of tests/golden/finetune.json (tests/golden/finetune.py, float64), the loss, the gradient of every
+//! parameter, and five AdamW steps with weight decay and gradient clipping (losses, gradient norms, parameters
+//! after), on the CPU.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::Backend;
+use bertgpu::config::BertConfig;
+use bertgpu::tokenizer::Batch;
+use bertgpu::training::encoder::{mean_cross_entropy, SequenceClassifierTrainer, StepOptions};
+use bertgpu::weights::Weights;
+use serde_json::Value;
+
+mod common;
+
+/// Gradient error per tensor, `‖ours − golden‖ / ‖golden‖`. The golden is float64; ours f32, through 2 layers of
+/// sums of ≤ 64 terms: float32 PyTorch itself lands at ≤ 2.6e-6 on these cases, so 1e-4 leaves room for another
+/// summation order without letting a wrong formula (errors of order 1) through.
+const CPU_GRAD_RTOL: f64 = 1e-4;
+/// Tensors whose exact gradient is zero (the attention key bias: softmax ignores a shift of a whole score row). The
+/// golden's are float64 noise; ours f32 noise: their norm must stay at noise level relative to the global norm.
+const ZERO_GRAD_ATOL: f64 = 1e-5;
+/// Parameters after 5 AdamW steps at lr 1e-3: Adam divides by √v, so an f32 gradient entry near eps moves its
+/// parameter by up to lr per step in either direction; float32 PyTorch differs from float64 by ≤ 3.2e-5 here.
+const PARAM_ATOL: f64 = 2e-4;
+/// Loss and gradient norm per step: relative.
+const LOSS_RTOL: f64 = 1e-4;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn golden() -> Value {
+    let text = std::fs::read_to_string(root().join("tests/golden/finetune.json")).expect("tests/golden/finetune.json");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn rows_u32(v: &Value) -> (Vec<u32>, usize, usize) {
+    let rows = v.as_array().unwrap();
+    let t = rows[0].as_array().unwrap().len();
+    let flat: Vec<u32> = rows.iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32)).collect();
+    assert_eq!(flat.len(), rows.len() * t, "ragged rows");
+    (flat, rows.len(), t)
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+fn norm(v: impl Iterator<Item = f64>) -> f64 {
+    v.map(|x| x * x).sum::<f64>().sqrt()
+}
+
+struct Case {
+    batch: Batch,
+    labels: Vec<u32>,
+    cfg: BertConfig,
+    weights: Weights,
+    g: Value,
+}
+
+fn case(name: &str) -> Case {
+    let all = golden();
+    let g = all["cases"][name].clone();
+    let dir = root().join("tests/models").join(g["model"].as_str().unwrap());
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let (input_ids, b, t) = rows_u32(&g["input_ids"]);
+    let (token_type_ids, _, _) = rows_u32(&g["token_type_ids"]);
+    let (attention_mask, _, _) = rows_u32(&g["attention_mask"]);
+    let labels: Vec<u32> = g["labels"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    assert_eq!(labels.len(), b);
+    Case { batch: Batch { input_ids, token_type_ids, attention_mask, b, t }, labels, cfg, weights, g }
+}
+
+fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
+    let c = case(name);
+    let mut tr = SequenceClassifierTrainer::new(be, &c.cfg, &c.weights).unwrap();
+    let zero: BTreeSet<String> =
+        c.g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+
+    // Loss and gradients at the checkpoint's weights.
+    let (grads, logits) = tr.gradients(be, &c.batch, &c.labels).unwrap();
+    let loss = mean_cross_entropy(&pollster::block_on(be.read(&logits)).unwrap(), tr.labels(), &c.labels) as f64;
+    let want_loss = c.g["loss"].as_f64().unwrap();
+    assert!((loss - want_loss).abs() <= loss_rtol * want_loss, "{name}: loss {loss} vs PyTorch {want_loss}");
+    let ours: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, Some(&grads))).unwrap().into_iter().collect();
+    let want = c.g["grads"].as_object().unwrap();
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "{name}: the parameters we train are exactly PyTorch's"
+    );
+    let global = norm(want.values().flat_map(|v| floats(v)));
+    let mut worst = (String::new(), 0f64);
+    for (n, w) in want {
+        let (w, o) = (floats(w), &ours[n]);
+        assert_eq!(o.len(), w.len(), "{name}: {n} has {} values, PyTorch's {}", o.len(), w.len());
+        let diff = norm(o.iter().zip(&w).map(|(&a, &b)| a as f64 - b));
+        if zero.contains(n) {
+            assert!(diff <= ZERO_GRAD_ATOL * global, "{name}: {n}'s exact gradient is zero; ours has norm {diff}");
+            continue;
+        }
+        let rel = diff / norm(w.iter().copied());
+        if rel > worst.1 {
+            worst = (n.clone(), rel);
+        }
+        assert!(rel <= grad_rtol, "{name}: gradient of {n}: relative error {rel:e} > {grad_rtol:e}");
+    }
+    eprintln!("{name} on {}: worst gradient relative error {:e} ({})", be.name(), worst.1, worst.0);
+
+    // Five steps on the same batch: AdamW with weight decay (not on biases and LayerNorm weights) and clipping.
+    let no_decay: BTreeSet<&str> = c.g["no_decay"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for p in &tr.params {
+        for n in &p.names {
+            assert_eq!(!p.decay, no_decay.contains(n.as_str()), "{name}: weight decay of {n}");
+        }
+    }
+    let opt = StepOptions {
+        learning_rate: c.g["lr"].as_f64().unwrap() as f32,
+        weight_decay: c.g["weight_decay"].as_f64().unwrap() as f32,
+        max_grad_norm: Some(c.g["max_norm"].as_f64().unwrap() as f32),
+        ..StepOptions::default()
+    };
+    let (losses, norms) = (floats(&c.g["losses"]), floats(&c.g["grad_norms"]));
+    assert_eq!(losses.len(), 5);
+    for (s, (wl, wn)) in losses.iter().zip(&norms).enumerate() {
+        let r = pollster::block_on(tr.step(be, &c.batch, &c.labels, &opt)).unwrap();
+        assert!((r.loss as f64 - wl).abs() <= loss_rtol * wl, "{name}: step {s} loss {} vs PyTorch {wl}", r.loss);
+        assert!((r.grad_norm as f64 - wn).abs() <= loss_rtol * wn, "{name}: step {s} grad norm {} vs {wn}", r.grad_norm);
+    }
+    let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect();
+    let want = c.g["params_after"].as_object().unwrap();
+    assert_eq!(after.len(), want.len());
+    let mut compared = 0;
+    for (n, w) in want {
+        if zero.contains(n) {
+            continue; // AdamW normalises noise-level gradients to full steps in either run (finetune.py says more)
+        }
+        let (w, o) = (floats(w), &after[n]);
+        assert_eq!(o.len(), w.len());
+        let (i, d) = o.iter().zip(&w).map(|(&a, &b)| (a as f64 - b).abs()).enumerate().fold((0, 0f64), |m, (i, d)| if d > m.1 { (i, d) } else { m });
+        assert!(d <= PARAM_ATOL, "{name}: {n}[{i}] after 5 steps: ours {} vs PyTorch {} ", o[i], w[i]);
+        compared += 1;
+    }
+    assert!(compared >= 35, "{name}: only {compared} tensors compared after the steps");
+}
+
+#[test]
+fn classify_matches_pytorch_on_the_cpu() {
+    check(&CpuBackend::new(), "classify", CPU_GRAD_RTOL, LOSS_RTOL);
+}
+
+#[test]
+fn pair_matches_pytorch_on_the_cpu() {
+    check(&CpuBackend::new(), "pair", CPU_GRAD_RTOL, LOSS_RTOL);
+}
