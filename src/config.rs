@@ -159,6 +159,9 @@ pub struct BertConfig {
     pub architectures: Vec<String>,
     /// Whether the MLM decoder shares the word-embedding matrix (HF's default is true).
     pub tie_word_embeddings: bool,
+    /// The standard deviation of a new weight's normal initialiser (`initializer_range`, HF's default 0.02): a head
+    /// that fine-tuning adds starts from it, as `_init_weights` does.
+    pub initializer_range: f32,
 }
 
 /// `config.json` as written, every field optional so that a missing one gets a message naming it.
@@ -196,6 +199,7 @@ struct RawConfig {
     #[serde(default)]
     architectures: Option<Vec<String>>,
     tie_word_embeddings: Option<bool>,
+    initializer_range: Option<f64>,
 }
 
 /// What bertgpu runs, for the messages that refuse everything else.
@@ -381,6 +385,7 @@ impl BertConfig {
             problem_type: raw.problem_type,
             architectures: raw.architectures.unwrap_or_default(),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
+            initializer_range: raw.initializer_range.unwrap_or(0.02) as f32,
         };
         cfg.validate()?;
         Ok(cfg)

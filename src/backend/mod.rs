@@ -204,6 +204,9 @@ pub trait Backend {
     /// `act(x)`, elementwise: an activation apart from its linear, so that its input can be kept for the backward.
     fn activation(&self, x: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
 
+    /// The same `M·N` values, row-major, as `(rows, cols)` (e.g. a column of `B·T` logits as `(B, T)`).
+    fn reshape(&self, x: &Self::Tensor, rows: usize, cols: usize) -> Result<Self::Tensor>;
+
     /// Column sums: x `(M, N)` → `(1, N)` (a bias's gradient is the column sum of its output's gradient).
     fn sum_rows(&self, x: &Self::Tensor) -> Result<Self::Tensor>;
 
@@ -220,9 +223,11 @@ pub trait Backend {
 
     /// Back through [`Self::embeddings_sum`]: `d (B*T, H)` → the gradients of the word `(vocab, H)`, position
     /// `(positions, H)` and token type `(types, H)` tables. Each table row gets the sum of the rows of `d` whose token
-    /// read it (a scatter-add); rows no token read are zero. Padding tokens count like any other (their ids are real
-    /// rows; PyTorch's `nn.Embedding` without `padding_idx` does the same).
-    fn embeddings_backward(&self, d: &Self::Tensor, batch: &Batch, vocab: usize, positions: usize, types: usize)
+    /// read it (a scatter-add); rows no token read are zero. The word row `pad` (the checkpoint's `pad_token_id`)
+    /// gets none: `BertEmbeddings`' word table is an `nn.Embedding` with `padding_idx`, whose row PyTorch never
+    /// updates. Padding tokens still add to their position and token type rows.
+    fn embeddings_backward(&self, d: &Self::Tensor, batch: &Batch, vocab: usize, positions: usize, types: usize,
+        pad: Option<u32>)
         -> Result<(Self::Tensor, Self::Tensor, Self::Tensor)>;
 
     /// Back through `y = (x − mean) / √(var + eps) · γ + β` row-wise over N (biased variance, as

@@ -4,6 +4,7 @@
 //! features and calls it.
 
 pub mod encoder;
+pub mod finetune;
 pub mod head;
 
 use crate::backend::Backend;

@@ -391,6 +391,14 @@ impl Backend for CpuBackend {
         train::activation(x, act)
     }
 
+    fn reshape(&self, x: &CpuTensor, rows: usize, cols: usize) -> Result<CpuTensor> {
+        x.expect_f32("reshape input")?;
+        if rows * cols != x.rows * x.cols {
+            return Err(Error::Input(format!("reshape: ({}, {}) has {} values, not ({rows}, {cols})", x.rows, x.cols, x.rows * x.cols)));
+        }
+        CpuTensor::new(x.to_vec(), rows, cols)
+    }
+
     fn sum_rows(&self, x: &CpuTensor) -> Result<CpuTensor> {
         x.expect_f32("sum_rows input")?;
         train::sum_rows(x)
@@ -410,10 +418,10 @@ impl Backend for CpuBackend {
         norm::embeddings_sum(batch, tables)
     }
 
-    fn embeddings_backward(&self, d: &CpuTensor, batch: &Batch, vocab: usize, positions: usize, types: usize)
-        -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+    fn embeddings_backward(&self, d: &CpuTensor, batch: &Batch, vocab: usize, positions: usize, types: usize,
+        pad: Option<u32>) -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
         d.expect_f32("embeddings_backward d")?;
-        norm::embeddings_backward(d, batch, vocab, positions, types)
+        norm::embeddings_backward(d, batch, vocab, positions, types, pad)
     }
 
     fn layernorm_backward(&self, dy: &CpuTensor, x: &CpuTensor, gamma: &CpuTensor, eps: f32)

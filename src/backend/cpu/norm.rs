@@ -89,9 +89,10 @@ fn embedding_rows(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>, normal
     CpuTensor::new(out, rows, h)
 }
 
-/// Back through [`embeddings_sum`]: a scatter-add of `d`'s rows into the three tables' gradients.
-pub fn embeddings_backward(d: &CpuTensor, batch: &Batch, vocab: usize, positions: usize, types: usize)
-    -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+/// Back through [`embeddings_sum`]: a scatter-add of `d`'s rows into the three tables' gradients (none into the
+/// word row `pad`).
+pub fn embeddings_backward(d: &CpuTensor, batch: &Batch, vocab: usize, positions: usize, types: usize,
+    pad: Option<u32>) -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
     validate_embeddings_input(batch, vocab, positions, types)?;
     let h = d.cols();
     expect_dims(d, batch.b * batch.t, h, "embeddings_backward d (B*T, H)")?;
@@ -99,7 +100,8 @@ pub fn embeddings_backward(d: &CpuTensor, batch: &Batch, vocab: usize, positions
     // In token order, so that the sums are added in one fixed order (the GPU kernel adds in the same order).
     for (r, row) in d.data().chunks_exact(h.max(1)).enumerate().take(batch.b * batch.t) {
         let (id, ty, p) = (batch.input_ids[r] as usize, batch.token_type_ids[r] as usize, r % batch.t);
-        for (table, i) in [(&mut dw, id), (&mut dp, p), (&mut dt, ty)] {
+        let word = (Some(id as u32) != pad).then_some((&mut dw, id));
+        for (table, i) in word.into_iter().chain([(&mut dp, p), (&mut dt, ty)]) {
             for (o, &g) in table[i * h..(i + 1) * h].iter_mut().zip(row) {
                 *o += g;
             }

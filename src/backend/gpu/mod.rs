@@ -208,6 +208,14 @@ impl Backend for GpuBackend {
         self.record_gather_rows(x, rows)
     }
 
+    fn reshape(&self, x: &GpuTensor, rows: usize, cols: usize) -> Result<GpuTensor> {
+        expect_f32("reshape", &[x])?;
+        if rows * cols != x.rows * x.cols {
+            return Err(Error::Input(format!("reshape: ({}, {}) has {} values, not ({rows}, {cols})", x.rows, x.cols, x.rows * x.cols)));
+        }
+        Ok(GpuTensor { buf: x.buf.clone(), rows, cols, dtype: x.dtype })
+    }
+
     fn matmul(&self, a: &GpuTensor, trans_a: bool, b: &GpuTensor, trans_b: bool) -> Result<GpuTensor> {
         expect_f32("matmul", &[a, b])?;
         self.train_matmul(a, trans_a, b, trans_b)
@@ -236,7 +244,7 @@ impl Backend for GpuBackend {
     fn sum_squares(&self, _: &GpuTensor) -> Result<GpuTensor> { Err(todo_op("sum_squares")) }
     fn scatter_rows(&self, _: &GpuTensor, _: &[u32], _: usize) -> Result<GpuTensor> { Err(todo_op("scatter_rows")) }
     fn embeddings_sum(&self, _: &Batch, _: &EmbeddingTables<'_, GpuTensor>) -> Result<GpuTensor> { Err(todo_op("embeddings_sum")) }
-    fn embeddings_backward(&self, _: &GpuTensor, _: &Batch, _: usize, _: usize, _: usize)
+    fn embeddings_backward(&self, _: &GpuTensor, _: &Batch, _: usize, _: usize, _: usize, _: Option<u32>)
         -> Result<(GpuTensor, GpuTensor, GpuTensor)> { Err(todo_op("embeddings_backward")) }
     fn layernorm_backward(&self, _: &GpuTensor, _: &GpuTensor, _: &GpuTensor, _: f32)
         -> Result<(GpuTensor, GpuTensor, GpuTensor)> { Err(todo_op("layernorm_backward")) }

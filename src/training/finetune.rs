@@ -1,0 +1,350 @@
+//! Fine-tuning the whole BERT on one of the paper's four shapes, with the head the inference side already has:
+//! sequence classification on `[CLS]` (single texts or pairs: `BertForSequenceClassification`), token
+//! classification (`BertForTokenClassification`) and extractive QA (`BertForQuestionAnswering`). The loss is the
+//! model's own (transformers'); the optimiser is AdamW as transformers' Trainer sets it up (no weight decay on
+//! biases and LayerNorm weights, gradients clipped by their global norm).
+//!
+//! Heads, after the encoder's last hidden state `x (B*T, H)`:
+//! ```text
+//! sequence   cls* = x[b·T]   z* = cls·Wpᵀ + bp   pooled* = tanh(z)   logits = pooled·Wcᵀ + bc   (B, C)
+//!            L = mean_b CE(logits_b, y_b)
+//! token      logits* = x·Wcᵀ + bc (B*T, C)       L = mean over labelled tokens CE (label −100: ignored)
+//! qa         logits* = x·Wqaᵀ + bqa (B*T, 2)     start, end = columns 0, 1 as (B, T)
+//!            L = (mean_b CE(start_b, s_b) + mean_b CE(end_b, e_b)) / 2   (softmax over all T positions, as
+//!            BertForQuestionAnswering)
+//! ```
+//! A head the checkpoint lacks starts from transformers' initialiser (`_init_weights`: weights ~ N(0,
+//! initializer_range), biases 0), drawn from a seeded [`SplitMix64`].
+//!
+//! Checked against PyTorch's float64 autograd by `tests/finetune_golden.rs` (goldens: `tests/golden/finetune.py`).
+
+use super::encoder::{get, Encoder};
+use super::head::SplitMix64;
+use crate::backend::{Activation, AdamWStep, Backend};
+use crate::config::BertConfig;
+use crate::tokenizer::Batch;
+use crate::weights::{HostTensor, Weights};
+use crate::{Error, Result};
+
+/// The label of a token that no loss is computed for (transformers' `ignore_index`).
+pub const IGNORE: i64 = -100;
+
+/// Which of the fine-tuning shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FineTuneTask {
+    /// `BertForSequenceClassification`: one label per text (or text pair).
+    Sequence,
+    /// `BertForTokenClassification`: one label per token.
+    Token,
+    /// `BertForQuestionAnswering`: the answer's start and end token.
+    QuestionAnswering,
+}
+
+/// What a batch should predict.
+#[derive(Clone, Copy, Debug)]
+pub enum Targets<'a> {
+    /// A class per sequence (B).
+    Sequence(&'a [u32]),
+    /// A class per token (B*T), [`IGNORE`] where no loss is taken (special tokens, later pieces of a word, padding).
+    Token(&'a [i64]),
+    /// Start and end token of each sequence's answer (B each).
+    Spans { start: &'a [u32], end: &'a [u32] },
+}
+
+/// The optimiser's settings for one step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepOptions {
+    pub learning_rate: f32,
+    pub weight_decay: f32,
+    /// Clip the gradients' global L2 norm to this (`torch.nn.utils.clip_grad_norm_`); `None`: no clipping.
+    pub max_grad_norm: Option<f32>,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+}
+
+impl Default for StepOptions {
+    /// transformers' `TrainingArguments` defaults (learning rate 5e-5, no weight decay, clipping at 1.0, AdamW
+    /// betas (0.9, 0.999), eps 1e-8).
+    fn default() -> Self {
+        StepOptions { learning_rate: 5e-5, weight_decay: 0.0, max_grad_norm: Some(1.0), beta1: 0.9, beta2: 0.999, eps: 1e-8 }
+    }
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepReport {
+    /// The batch's loss before the update.
+    pub loss: f32,
+    /// The gradients' global L2 norm before clipping.
+    pub grad_norm: f32,
+}
+
+enum Head {
+    Sequence { pool: [usize; 2], classifier: [usize; 2], labels: usize },
+    Token { classifier: [usize; 2], labels: usize },
+    Qa { qa: [usize; 2] },
+}
+
+/// A BERT checkpoint being fine-tuned on backend `B`: the encoder, the task's head, AdamW's state.
+pub struct FineTuner<B: Backend> {
+    pub encoder: Encoder<B::Tensor>,
+    head: Head,
+    /// AdamW's moments, one pair per parameter, and the number of steps taken.
+    moments: Vec<(B::Tensor, B::Tensor)>,
+    steps: u32,
+}
+
+/// `(out, in)` weight ~ N(0, std) and a zero bias, as transformers' `_init_weights` for a new `nn.Linear`.
+fn init_linear(rng: &mut SplitMix64, out: usize, inp: usize, std: f32) -> Result<(HostTensor, HostTensor)> {
+    let mut w = Vec::with_capacity(out * inp);
+    while w.len() < out * inp {
+        // Box–Muller: two uniforms in (0, 1] → two standard normals.
+        let (u1, u2) = (1.0 - rng.next_f64(), rng.next_f64());
+        let r = (-2.0 * u1.ln()).sqrt();
+        let t = 2.0 * std::f64::consts::PI * u2;
+        w.push((r * t.cos()) as f32 * std);
+        w.push((r * t.sin()) as f32 * std);
+    }
+    w.truncate(out * inp);
+    Ok((HostTensor::f32(vec![out, inp], w)?, HostTensor::f32(vec![out], vec![0.0; out])?))
+}
+
+impl<B: Backend> FineTuner<B> {
+    /// The checkpoint's encoder and, for `task`, its head under transformers' names, or a new one from the seeded
+    /// initialiser when the checkpoint has none (a base model). `labels`: the number of classes of a classification
+    /// head (config.json's `id2label` when `None`).
+    pub fn new(be: &B, cfg: &BertConfig, weights: &Weights, task: FineTuneTask, labels: Option<usize>, seed: u64)
+        -> Result<Self> {
+        let mut enc = Encoder::load(be, cfg, weights)?;
+        let h = cfg.hidden_size;
+        let mut rng = SplitMix64::new(seed);
+        let root = weights.root();
+        // The checkpoint's linear at `prefix` if it has one of this shape, else a new one.
+        let mut linear = |enc: &mut Encoder<B::Tensor>, w: &Weights, prefix: &str, names: [&str; 2], out: usize, inp: usize|
+            -> Result<[usize; 2]> {
+            let p = w.pp(prefix);
+            let (wt, bt) = match (get(&p, "weight", &[out, inp]), get(&p, "bias", &[out])) {
+                (Ok(wt), Ok(bt)) => (wt, bt),
+                _ if !p.contains("weight") => init_linear(&mut rng, out, inp, cfg.initializer_range)?,
+                (Err(e), _) | (_, Err(e)) => return Err(e),
+            };
+            Ok([enc.push(be, vec![names[0].into()], &wt, out, inp, true)?, enc.push(be, vec![names[1].into()], &bt, 1, out, false)?])
+        };
+        let n_labels = |what: &str| -> Result<usize> {
+            let n = labels.unwrap_or(cfg.id2label.len());
+            if n < 2 {
+                return Err(Error::Input(format!("a {what} needs at least 2 labels, got {n}")));
+            }
+            Ok(n)
+        };
+        let head = match task {
+            FineTuneTask::Sequence => {
+                let labels = n_labels("sequence classifier")?;
+                let pool = linear(&mut enc, &weights.for_family(cfg.family), "pooler.dense",
+                    ["bert.pooler.dense.weight", "bert.pooler.dense.bias"], h, h)?;
+                let classifier = linear(&mut enc, &root, "classifier", ["classifier.weight", "classifier.bias"], labels, h)?;
+                Head::Sequence { pool, classifier, labels }
+            }
+            FineTuneTask::Token => {
+                let labels = n_labels("token classifier")?;
+                let classifier = linear(&mut enc, &root, "classifier", ["classifier.weight", "classifier.bias"], labels, h)?;
+                Head::Token { classifier, labels }
+            }
+            FineTuneTask::QuestionAnswering => {
+                Head::Qa { qa: linear(&mut enc, &root, "qa_outputs", ["qa_outputs.weight", "qa_outputs.bias"], 2, h)? }
+            }
+        };
+        let moments = enc
+            .params
+            .iter()
+            .map(|p| {
+                let zeros = vec![0.0; p.rows * p.cols];
+                Ok((be.input(&zeros, p.rows, p.cols)?, be.input(&zeros, p.rows, p.cols)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(FineTuner { encoder: enc, head, moments, steps: 0 })
+    }
+
+    /// Checks targets against the batch and the head; returns the number of classes of the logits' rows.
+    fn check(&self, batch: &Batch, targets: &Targets<'_>) -> Result<()> {
+        let (b, t) = (batch.b, batch.t);
+        match (&self.head, targets) {
+            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => {
+                if y.len() != b {
+                    return Err(Error::Input(format!("{} labels for a batch of {b} texts", y.len())));
+                }
+                if let Some(l) = y.iter().find(|&&l| l as usize >= *labels) {
+                    return Err(Error::Input(format!("label {l} is outside the classifier's {labels} classes")));
+                }
+            }
+            (Head::Token { labels, .. }, Targets::Token(y)) => {
+                if y.len() != b * t {
+                    return Err(Error::Input(format!("{} token labels for a batch of {b} × {t} tokens", y.len())));
+                }
+                if let Some(l) = y.iter().find(|&&l| l != IGNORE && !(0..*labels as i64).contains(&l)) {
+                    return Err(Error::Input(format!("token label {l} is outside the classifier's {labels} classes")));
+                }
+                if y.iter().all(|&l| l == IGNORE) {
+                    return Err(Error::Input("no token of the batch has a label (all are -100)".into()));
+                }
+            }
+            (Head::Qa { .. }, Targets::Spans { start, end }) => {
+                if start.len() != b || end.len() != b {
+                    return Err(Error::Input(format!("{} starts and {} ends for a batch of {b}", start.len(), end.len())));
+                }
+                for (&s, &e) in start.iter().zip(end.iter()) {
+                    if s as usize >= t || e as usize >= t || s > e {
+                        return Err(Error::Input(format!(
+                            "answer span {s}..={e} is not inside the sequence of {t} tokens (start ≤ end < {t})"
+                        )));
+                    }
+                }
+            }
+            _ => return Err(Error::Input("these targets are for another task than the one being trained".into())),
+        }
+        Ok(())
+    }
+
+    /// Every parameter's gradient of the batch's loss, in parameter order, and the head's logits (sequence:
+    /// `(B, C)`; token: `(B*T, C)`; qa: `(B*T, 2)`).
+    pub fn gradients(&self, be: &B, batch: &Batch, targets: &Targets<'_>) -> Result<(Vec<B::Tensor>, B::Tensor)> {
+        self.check(batch, targets)?;
+        let enc = &self.encoder;
+        let (last, saved) = enc.forward(be, batch)?;
+        let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
+        let (b, t) = (batch.b, batch.t);
+        let (logits, dlast) = match (&self.head, targets) {
+            (Head::Sequence { pool, classifier, .. }, Targets::Sequence(y)) => {
+                let rows: Vec<u32> = (0..b).map(|i| (i * t) as u32).collect();
+                let cls = be.gather_rows(&last, &rows)?; // (B, H)
+                let z = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::None)?;
+                let pooled = be.activation(&z, Activation::Tanh)?;
+                let logits = be.linear(&pooled, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)?;
+                let dz = be.softmax_xent_grad(&logits, y)?; // (B, C)
+                let dpooled = enc.linear_backward(be, &dz, &pooled, classifier[0], classifier[1], &mut grads)?;
+                let dz = be.activation_grad(&dpooled, &z, Activation::Tanh)?;
+                let dcls = enc.linear_backward(be, &dz, &cls, pool[0], pool[1], &mut grads)?;
+                (logits, be.scatter_rows(&dcls, &rows, b * t)?)
+            }
+            (Head::Token { classifier, .. }, Targets::Token(y)) => {
+                let logits = be.linear(&last, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)?;
+                // The mean over labelled tokens: the softmax gradient of those rows alone (it divides by their
+                // count), scattered back among the ignored ones' zeros.
+                let rows: Vec<u32> = (0..b * t).filter(|&r| y[r] != IGNORE).map(|r| r as u32).collect();
+                let labels: Vec<u32> = rows.iter().map(|&r| y[r as usize] as u32).collect();
+                let dz = be.softmax_xent_grad(&be.gather_rows(&logits, &rows)?, &labels)?;
+                let dlogits = be.scatter_rows(&dz, &rows, b * t)?;
+                let dlast = enc.linear_backward(be, &dlogits, &last, classifier[0], classifier[1], &mut grads)?;
+                (logits, dlast)
+            }
+            (Head::Qa { qa }, Targets::Spans { start, end }) => {
+                let logits = be.linear(&last, enc.t(qa[0]), Some(enc.t(qa[1])), Activation::None)?; // (B*T, 2)
+                // Column c of the logits as (B, T): logits · e_c, reshaped; back: d_c (B*T, 1) · (½ e_c)ᵀ, the ½
+                // of the two losses' mean.
+                let mut dlogits: Option<B::Tensor> = None;
+                for (c, pos) in [(0usize, start), (1, end)] {
+                    let sel: Vec<f32> = (0..2).map(|k| if k == c { 1.0 } else { 0.0 }).collect();
+                    let col = be.matmul(&logits, false, &be.input(&sel, 2, 1)?, false)?; // (B*T, 1)
+                    let dcol = be.softmax_xent_grad(&be.reshape(&col, b, t)?, pos)?; // (B, T)
+                    let half: Vec<f32> = sel.iter().map(|v| v * 0.5).collect();
+                    let d = be.matmul(&be.reshape(&dcol, b * t, 1)?, false, &be.input(&half, 1, 2)?, false)?;
+                    dlogits = Some(match dlogits {
+                        None => d,
+                        Some(prev) => be.add(&prev, &d)?,
+                    });
+                }
+                let dlogits = dlogits.expect("two columns");
+                let dlast = enc.linear_backward(be, &dlogits, &last, qa[0], qa[1], &mut grads)?;
+                (logits, dlast)
+            }
+            _ => unreachable!("checked above"),
+        };
+        enc.backward(be, batch, saved, dlast, &mut grads)?;
+        let grads = grads
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| g.ok_or_else(|| Error::Input(format!("no gradient for {}", enc.params[i].names[0]))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((grads, logits))
+    }
+
+    /// The loss of a batch from the head's logits (read back), in f64.
+    pub fn loss(&self, logits: &[f32], batch: &Batch, targets: &Targets<'_>) -> f32 {
+        match (&self.head, targets) {
+            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => mean_cross_entropy(logits, *labels, y.iter().map(|&l| Some(l))),
+            (Head::Token { labels, .. }, Targets::Token(y)) => {
+                mean_cross_entropy(logits, *labels, y.iter().map(|&l| (l != IGNORE).then_some(l as u32)))
+            }
+            (Head::Qa { .. }, Targets::Spans { start, end }) => {
+                let col = |c: usize| logits.iter().skip(c).step_by(2).copied().collect::<Vec<f32>>();
+                let ce = |c: usize, pos: &[u32]| mean_cross_entropy(&col(c), batch.t, pos.iter().map(|&p| Some(p)));
+                (ce(0, start) + ce(1, end)) / 2.0
+            }
+            _ => f32::NAN,
+        }
+    }
+
+    /// One optimiser step on a batch: forward, backward, clipping, AdamW. Reads back the logits (for the loss) and
+    /// the gradients' squared norm; everything else stays on the backend. A non-finite loss or gradient is an
+    /// error and leaves the parameters as they were.
+    pub async fn step(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>, opt: &StepOptions) -> Result<StepReport> {
+        let (grads, logits) = self.gradients(be, batch, targets)?;
+        let loss = self.loss(&be.read(&logits).await?, batch, targets);
+        let mut total = be.sum_squares(&grads[0])?;
+        for g in &grads[1..] {
+            total = be.add(&total, &be.sum_squares(g)?)?;
+        }
+        let grad_norm = (be.read(&total).await?[0] as f64).sqrt() as f32;
+        if !loss.is_finite() || !grad_norm.is_finite() {
+            return Err(Error::Input(format!(
+                "the loss ({loss}) or the gradient norm ({grad_norm}) is not finite; the model was left as it was \
+                 before this step: lower the learning rate"
+            )));
+        }
+        // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6), clamped to 1.
+        let grad_scale = match opt.max_grad_norm {
+            Some(max) => ((max as f64 / (grad_norm as f64 + 1e-6)).min(1.0)) as f32,
+            None => 1.0,
+        };
+        self.steps += 1;
+        let params = &mut self.encoder.params;
+        for (i, g) in grads.iter().enumerate() {
+            let wd = if params[i].decay { opt.weight_decay } else { 0.0 };
+            let mut s = AdamWStep::new(opt.learning_rate, wd, opt.beta1, opt.beta2, opt.eps, self.steps);
+            s.grad_scale = grad_scale;
+            let (m, v) = &self.moments[i];
+            let (p, m, v) = be.adamw(&params[i].tensor, g, m, v, &s)?;
+            params[i].tensor = p;
+            self.moments[i] = (m, v);
+        }
+        Ok(StepReport { loss, grad_norm })
+    }
+
+    /// The parameters (or, with `tensors`, other tensors of the parameters' shapes, e.g. gradients) on the host under
+    /// their Hugging Face names, the fused projection split into query, key and value.
+    pub async fn named(&self, be: &B, tensors: Option<&[B::Tensor]>) -> Result<Vec<(String, Vec<f32>)>> {
+        let mut out = Vec::new();
+        for (i, p) in self.encoder.params.iter().enumerate() {
+            let v = be.read(tensors.map_or(&p.tensor, |ts| &ts[i])).await?;
+            let each = v.len() / p.names.len();
+            for (k, name) in p.names.iter().enumerate() {
+                out.push((name.clone(), v[k * each..(k + 1) * each].to_vec()));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Mean softmax cross-entropy over the rows of `logits` (`classes` per row) whose target is `Some`, in f64.
+pub fn mean_cross_entropy(logits: &[f32], classes: usize, targets: impl Iterator<Item = Option<u32>>) -> f32 {
+    let (mut total, mut n) = (0f64, 0usize);
+    for (row, y) in logits.chunks_exact(classes).zip(targets) {
+        let Some(y) = y else { continue };
+        let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let lse = row.iter().map(|&z| (z as f64 - mx).exp()).sum::<f64>().ln() + mx;
+        total += lse - row[y as usize] as f64;
+        n += 1;
+    }
+    (total / n.max(1) as f64) as f32
+}
