@@ -30,6 +30,7 @@ const FILES: &[(&str, &str)] = &[
     ("lib/layernorm_row.wgsl", include_str!("../../../shaders/lib/layernorm_row.wgsl")),
     ("lib/matmul_tile.wgsl", include_str!("../../../shaders/lib/matmul_tile.wgsl")),
     ("lib/quant.wgsl", include_str!("../../../shaders/lib/quant.wgsl")),
+    ("lib/reduce.wgsl", include_str!("../../../shaders/lib/reduce.wgsl")),
 ];
 
 /// A kernel's WGSL with its pieces pasted in, and where each of its lines came from.
