@@ -46,7 +46,7 @@ params!(
     /// reads).
     TrainParams {
         m: u32, n: u32, k: u32, flags: u32,
-        lr: f32, wd: f32, beta1: f32, beta2: f32, eps: f32, bc1: f32, bc2_sqrt: f32, _pad: u32,
+        lr: f32, wd: f32, beta1: f32, beta2: f32, eps: f32, bc1: f32, bc2_sqrt: f32, grad_scale: f32,
     }
 );
 

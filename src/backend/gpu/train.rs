@@ -98,6 +98,7 @@ impl GpuBackend {
             eps: s.eps,
             bc1: s.bias_correction1,
             bc2_sqrt: s.bias_correction2_sqrt,
+            grad_scale: s.grad_scale,
             ..Default::default()
         };
         let wg = self.train_wg();
