@@ -14,7 +14,9 @@
 // the dtype codes and layouts of lib/quant.wgsl (blocks of 32 along H, so H % 32 == 0 for Q8_0 and Q4_0). Each
 // element is decoded where it is read, without `shader-f16`.
 //
-// One workgroup per token, normalised as layernorm.wgsl normalises a row (lib/layernorm_row.wgsl).
+// One workgroup per token, normalised as layernorm.wgsl normalises a row (lib/layernorm_row.wgsl). With NORMALIZE
+// false the kernel writes the sum itself, the LayerNorm's input that the backward needs (`embeddings_sum`; gamma
+// and beta are then not read).
 
 #include "lib/layernorm_row.wgsl"
 #include "lib/quant.wgsl"
@@ -31,6 +33,7 @@ override WG: u32 = 128u;
 override WORD_DT: u32 = 0u;
 override POS_DT: u32 = 0u;
 override TYPE_DT: u32 = 0u;
+override NORMALIZE: bool = true;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
@@ -78,5 +81,12 @@ fn embeddings(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
     if row >= p.rows {
         return;
     }
-    layernorm_row(lid, Token(ids[row], row % p.seq, ids[p.rows + row]), p.hidden, p.eps, row * p.hidden);
+    let tok = Token(ids[row], row % p.seq, ids[p.rows + row]);
+    if NORMALIZE {
+        layernorm_row(lid, tok, p.hidden, p.eps, row * p.hidden);
+    } else {
+        for (var i = lid; i < p.hidden; i = i + WG) {
+            y[row * p.hidden + i] = ln_value(tok, i);
+        }
+    }
 }

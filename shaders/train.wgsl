@@ -11,7 +11,8 @@
 //
 // Params by entry point: matmul_t (m, n, k, flags: bit 0 = transpose a, bit 1 = transpose b); xent_grad
 // (m = rows, n = classes); act_grad (m = len, flags = activation code of lib/activations.wgsl);
-// adamw (m = len, and the step's scalars lr, wd, beta1, beta2, eps, bc1 = 1 − β1ᵗ, bc2_sqrt = √(1 − β2ᵗ)).
+// adamw (m = len, and the step's scalars lr, wd, beta1, beta2, eps, bc1 = 1 − β1ᵗ, bc2_sqrt = √(1 − β2ᵗ), and
+// grad_scale, which multiplies the gradient first: clipping by global norm).
 
 #include "lib/activations.wgsl"
 
@@ -27,7 +28,7 @@ struct Params {
     eps: f32,
     bc1: f32,
     bc2_sqrt: f32,
-    _pad: u32,
+    grad_scale: f32,
 }
 
 override WG: u32 = 64u;
@@ -103,8 +104,8 @@ fn act_grad(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wi
     y[i] = a[i] * activate_grad(p.flags, b[i]);
 }
 
-// torch.optim.AdamW, one element per invocation: decoupled decay on the old p, the moments, then the bias-corrected
-// step with eps added after √v / √bc2.
+// torch.optim.AdamW, one element per invocation, on the gradient times grad_scale: decoupled decay on the old p, the
+// moments, then the bias-corrected step with eps added after √v / √bc2.
 @compute @workgroup_size(WG)
 fn adamw(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -112,7 +113,7 @@ fn adamw(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     if i >= p.m {
         return;
     }
-    let g = b[i];
+    let g = b[i] * p.grad_scale;
     let param = a[i] * (1.0 - p.lr * p.wd);
     let m = p.beta1 * m_in[i] + (1.0 - p.beta1) * g;
     let v = p.beta2 * v_in[i] + (1.0 - p.beta2) * g * g;

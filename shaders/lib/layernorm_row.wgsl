@@ -1,7 +1,6 @@
 // lib/layernorm_row.wgsl: one workgroup normalises one row, y = (v − mean)·rstd·gamma + beta, biased variance (as
 // PyTorch). Two passes over the row (mean, then the mean of squared deviations) rather than E[x²]−E[x]²: no
-// cancellation, and the row stays in cache. Each pass sums over the workgroup with a tree reduction in workgroup
-// memory (1 KiB).
+// cancellation, and the row stays in cache. Each pass sums over the workgroup (lib/reduce.wgsl).
 //
 // The kernel that includes this file declares:
 //   override WG: u32                  invocations per workgroup, a power of two ≤ 256
@@ -10,22 +9,7 @@
 //   alias LnRow = ...;                what identifies a row to ln_value (an offset, a token)
 //   fn ln_value(r: LnRow, i: u32) -> f32   element i of row r, before normalisation (read three times)
 
-var<workgroup> red: array<f32, 256>;
-
-// Sum of `v` over the workgroup (tree reduction; WG is a power of two).
-fn wg_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if lid < s {
-            red[lid] = red[lid] + red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
+#include "lib/reduce.wgsl"
 
 // Normalises row `r` (n values) into y[out .. out + n]; every invocation of the workgroup calls it.
 fn layernorm_row(lid: u32, r: LnRow, n: u32, eps: f32, out: u32) {

@@ -1,5 +1,5 @@
 //! Host side of `shaders/attention.wgsl` and `shaders/attention_vec4.wgsl`: multi-head self-attention over a
-//! padded batch, and the mask it reads.
+//! padded batch, and the mask it reads; and of its backward, `shaders/attention_backward.wgsl`.
 
 use super::params::AttentionParams;
 use super::tensor::expect_f32;
@@ -62,6 +62,55 @@ impl GpuBackend {
             (2, mask.buffer(), false),
             (3, out.buffer(), true),
         ], groups)?;
+        Ok(out)
+    }
+
+    /// [`Backend::attention_backward`](super::Backend::attention_backward): two passes (per query row, then per key
+    /// row) through scratch copies of P and dS, `(B*heads*T, T)` each.
+    pub(super) fn record_attention_backward(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor,
+        s: AttentionShape) -> Result<GpuTensor> {
+        let h = s.heads * s.head_dim;
+        expect_f32("attention_backward", &[dctx, qkv, mask])?;
+        if s.heads == 0 || s.head_dim == 0 || s.head_dim > ATTENTION_MAX_HEAD_DIM {
+            return Err(shape_err("attention_backward", format!(
+                "head_dim {} (supported: 1..={ATTENTION_MAX_HEAD_DIM}) with {} heads not supported", s.head_dim, s.heads
+            )));
+        }
+        let rows = s.batch * s.seq;
+        for (what, t, want) in [("qkv", qkv, (rows, 3 * h)), ("dctx", dctx, (rows, h)), ("mask", mask, (s.batch, s.seq))] {
+            if (t.rows, t.cols) != want {
+                return Err(shape_err("attention_backward", format!(
+                    "{what} is ({}, {}), expected {want:?} for {s:?}", t.rows, t.cols
+                )));
+            }
+        }
+        let out = self.alloc(rows, 3 * h)?;
+        if rows == 0 {
+            return Ok(out);
+        }
+        let (probs, dscores) = (self.alloc(rows * s.heads, s.seq)?, self.alloc(rows * s.heads, s.seq)?);
+        let p = AttentionParams {
+            batch: s.batch as u32,
+            seq: s.seq as u32,
+            heads: s.heads as u32,
+            head_dim: s.head_dim as u32,
+            hidden: h as u32,
+            scale: 1.0 / (s.head_dim as f32).sqrt(),
+            _pad0: 0,
+            _pad1: 0,
+        };
+        let wg = self.tuning.attention_wg;
+        let groups = (s.seq.div_ceil(wg as usize) as u32, s.heads as u32, s.batch as u32);
+        for entry in ["attn_bwd_queries", "attn_bwd_keys"] {
+            self.dispatch("attention_backward", entry, &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+                (1, qkv.buffer(), false),
+                (2, mask.buffer(), false),
+                (3, dctx.buffer(), false),
+                (4, out.buffer(), true),
+                (5, probs.buffer(), true),
+                (6, dscores.buffer(), true),
+            ], groups)?;
+        }
         Ok(out)
     }
 }

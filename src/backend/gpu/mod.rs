@@ -180,7 +180,7 @@ impl Backend for GpuBackend {
     }
 
     fn embeddings(&self, batch: &Batch, tables: &EmbeddingTables<'_, GpuTensor>) -> Result<GpuTensor> {
-        self.record_embeddings(batch, tables)
+        self.record_embeddings(batch, tables, true)
     }
 
     fn linear(&self, x: &GpuTensor, w: &GpuTensor, bias: Option<&GpuTensor>, act: Activation) -> Result<GpuTensor> {
@@ -237,19 +237,48 @@ impl Backend for GpuBackend {
         self.train_adamw(param, grad, m, v, step)
     }
 
-    // The backward ops' kernels are being written (shaders/backward.wgsl); until then the GPU refuses them by name.
-    fn add(&self, _: &GpuTensor, _: &GpuTensor) -> Result<GpuTensor> { Err(todo_op("add")) }
-    fn activation(&self, _: &GpuTensor, _: Activation) -> Result<GpuTensor> { Err(todo_op("activation")) }
-    fn sum_rows(&self, _: &GpuTensor) -> Result<GpuTensor> { Err(todo_op("sum_rows")) }
-    fn sum_squares(&self, _: &GpuTensor) -> Result<GpuTensor> { Err(todo_op("sum_squares")) }
-    fn scatter_rows(&self, _: &GpuTensor, _: &[u32], _: usize) -> Result<GpuTensor> { Err(todo_op("scatter_rows")) }
-    fn embeddings_sum(&self, _: &Batch, _: &EmbeddingTables<'_, GpuTensor>) -> Result<GpuTensor> { Err(todo_op("embeddings_sum")) }
-    fn embeddings_backward(&self, _: &GpuTensor, _: &Batch, _: usize, _: usize, _: usize, _: Option<u32>)
-        -> Result<(GpuTensor, GpuTensor, GpuTensor)> { Err(todo_op("embeddings_backward")) }
-    fn layernorm_backward(&self, _: &GpuTensor, _: &GpuTensor, _: &GpuTensor, _: f32)
-        -> Result<(GpuTensor, GpuTensor, GpuTensor)> { Err(todo_op("layernorm_backward")) }
-    fn attention_backward(&self, _: &GpuTensor, _: &GpuTensor, _: &GpuTensor, _: AttentionShape) -> Result<GpuTensor> {
-        Err(todo_op("attention_backward"))
+    fn add(&self, a: &GpuTensor, b: &GpuTensor) -> Result<GpuTensor> {
+        expect_f32("add", &[a, b])?;
+        self.record_add(a, b)
+    }
+
+    fn activation(&self, x: &GpuTensor, act: Activation) -> Result<GpuTensor> {
+        expect_f32("activation", &[x])?;
+        self.record_activation(x, act)
+    }
+
+    fn sum_rows(&self, x: &GpuTensor) -> Result<GpuTensor> {
+        expect_f32("sum_rows", &[x])?;
+        self.record_sum_rows(x)
+    }
+
+    fn sum_squares(&self, x: &GpuTensor) -> Result<GpuTensor> {
+        expect_f32("sum_squares", &[x])?;
+        self.record_sum_squares(x)
+    }
+
+    fn scatter_rows(&self, x: &GpuTensor, rows: &[u32], total: usize) -> Result<GpuTensor> {
+        expect_f32("scatter_rows", &[x])?;
+        self.record_scatter_rows(x, rows, total)
+    }
+
+    fn embeddings_sum(&self, batch: &Batch, tables: &EmbeddingTables<'_, GpuTensor>) -> Result<GpuTensor> {
+        self.record_embeddings(batch, tables, false)
+    }
+
+    fn embeddings_backward(&self, d: &GpuTensor, batch: &Batch, vocab: usize, positions: usize, types: usize,
+        pad: Option<u32>) -> Result<(GpuTensor, GpuTensor, GpuTensor)> {
+        self.record_embeddings_backward(d, batch, vocab, positions, types, pad)
+    }
+
+    fn layernorm_backward(&self, dy: &GpuTensor, x: &GpuTensor, gamma: &GpuTensor, eps: f32)
+        -> Result<(GpuTensor, GpuTensor, GpuTensor)> {
+        self.record_layernorm_backward(dy, x, gamma, eps)
+    }
+
+    fn attention_backward(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor, shape: AttentionShape)
+        -> Result<GpuTensor> {
+        self.record_attention_backward(dctx, qkv, mask, shape)
     }
 
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {
@@ -257,6 +286,3 @@ impl Backend for GpuBackend {
     }
 }
 
-fn todo_op(op: &str) -> Error {
-    Error::Gpu(format!("{op} is not available on the GPU backend yet; fine-tune on the CPU (device \"cpu\")"))
-}

@@ -21,11 +21,11 @@ params!(
     MatmulParams { m: u32, n: u32, k: u32, _pad: u32 }
 );
 params!(
-    /// `shaders/attention.wgsl`, `shaders/attention_vec4.wgsl`.
+    /// `shaders/attention.wgsl`, `shaders/attention_vec4.wgsl`, `shaders/attention_backward.wgsl`.
     AttentionParams { batch: u32, seq: u32, heads: u32, head_dim: u32, hidden: u32, scale: f32, _pad0: u32, _pad1: u32 }
 );
 params!(
-    /// `shaders/layernorm.wgsl`.
+    /// `shaders/layernorm.wgsl`, `shaders/layernorm_backward.wgsl`.
     LayerNormParams { rows: u32, cols: u32, eps: f32, _pad: u32 }
 );
 params!(
@@ -46,8 +46,13 @@ params!(
     /// reads).
     TrainParams {
         m: u32, n: u32, k: u32, flags: u32,
-        lr: f32, wd: f32, beta1: f32, beta2: f32, eps: f32, bc1: f32, bc2_sqrt: f32, _pad: u32,
+        lr: f32, wd: f32, beta1: f32, beta2: f32, eps: f32, bc1: f32, bc2_sqrt: f32, grad_scale: f32,
     }
+);
+params!(
+    /// `shaders/backward.wgsl` (one struct for its entry points; see the shader's header for which fields each
+    /// reads).
+    BackwardParams { rows: u32, cols: u32, len: u32, code: u32 }
 );
 
 /// Every shader module: (name, its file under `shaders/`, its Params twin's size and fields). The WGSL the GPU
@@ -62,6 +67,9 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("pool", "pool.wgsl", std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),
     ("gather", "gather.wgsl", std::mem::size_of::<GatherParams>(), GatherParams::FIELDS),
     ("train", "train.wgsl", std::mem::size_of::<TrainParams>(), TrainParams::FIELDS),
+    ("backward", "backward.wgsl", std::mem::size_of::<BackwardParams>(), BackwardParams::FIELDS),
+    ("layernorm_backward", "layernorm_backward.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
+    ("attention_backward", "attention_backward.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
 ];
 
 /// The WGSL of shader module `name`, composed.

@@ -1,9 +1,36 @@
-//! Host side of `shaders/train.wgsl`: the head-training ops (see `training/head.rs` for the math).
+//! Host side of `shaders/train.wgsl`: the head-training ops (see `training/head.rs` for the math); and of the
+//! elementwise ops, reductions and scatter-adds of `shaders/backward.wgsl` (fine-tuning the encoder).
 
-use super::params::TrainParams;
+use super::buffers::PoolBuf;
+use super::params::{BackwardParams, TrainParams};
 use super::{shape_err, GpuBackend, GpuTensor};
 use crate::backend::{Activation, AdamWStep};
 use crate::Result;
+
+/// Values each workgroup of `sum_reduce` adds up (per invocation: this over the workgroup size).
+const SUM_CHUNK: usize = 16384;
+
+/// The scatter-add `out[dst[i]] += src row i` as lists to gather: `[offsets (rows + 1) | sources]`, output row `r`
+/// summing the source rows `sources[offsets[r]..offsets[r + 1]]`, in increasing source order (the CPU's order).
+/// Every `dst[i]` is `< rows` (checked by the caller); a source whose `dst[i]` is `None` is added nowhere.
+pub(super) fn csr(rows: usize, dst: impl Iterator<Item = Option<usize>> + Clone) -> Vec<u32> {
+    let mut out = vec![0u32; rows + 1];
+    let mut count = 0usize;
+    for r in dst.clone().flatten() {
+        out[r + 1] += 1;
+        count += 1;
+    }
+    for r in 0..rows {
+        out[r + 1] += out[r];
+    }
+    let mut next: Vec<u32> = out[..rows].to_vec();
+    out.resize(rows + 1 + count, 0);
+    for (i, r) in dst.enumerate().filter_map(|(i, r)| r.map(|r| (i, r))) {
+        out[rows + 1 + next[r] as usize] = i as u32;
+        next[r] += 1;
+    }
+    out
+}
 
 impl GpuBackend {
     fn train_wg(&self) -> u32 {
@@ -98,6 +125,7 @@ impl GpuBackend {
             eps: s.eps,
             bc1: s.bias_correction1,
             bc2_sqrt: s.bias_correction2_sqrt,
+            grad_scale: s.grad_scale,
             ..Default::default()
         };
         let wg = self.train_wg();
@@ -111,5 +139,82 @@ impl GpuBackend {
             (10, vo.buffer(), true),
         ], self.grid(n.div_ceil(wg as usize)))?;
         Ok((po, mo, vo))
+    }
+
+    fn backward_dispatch(&self, entry: &'static str, wg: u32, p: BackwardParams, bindings: &[super::runtime::Binding<'_>],
+        groups: usize) -> Result<()> {
+        self.dispatch("backward", entry, &[("WG", wg as f64)], bytemuck::bytes_of(&p), bindings, self.grid(groups))
+    }
+
+    /// [`Backend::add`](super::Backend::add).
+    pub(super) fn record_add(&self, a: &GpuTensor, b: &GpuTensor) -> Result<GpuTensor> {
+        if (a.rows, a.cols) != (b.rows, b.cols) {
+            return Err(shape_err("add", format!("a is ({}, {}) but b is ({}, {})", a.rows, a.cols, b.rows, b.cols)));
+        }
+        let (n, wg) = (a.len(), self.train_wg());
+        let out = self.alloc(a.rows, a.cols)?;
+        let p = BackwardParams { len: n as u32, ..Default::default() };
+        self.backward_dispatch("add", wg, p, &[(1, a.buffer(), false), (2, b.buffer(), false), (3, out.buffer(), true)],
+            n.div_ceil(wg as usize))?;
+        Ok(out)
+    }
+
+    /// [`Backend::activation`](super::Backend::activation).
+    pub(super) fn record_activation(&self, x: &GpuTensor, act: Activation) -> Result<GpuTensor> {
+        let (n, wg) = (x.len(), self.train_wg());
+        let out = self.alloc(x.rows, x.cols)?;
+        let p = BackwardParams { len: n as u32, code: act.shader_code(), ..Default::default() };
+        self.backward_dispatch("activation", wg, p, &[(1, x.buffer(), false), (3, out.buffer(), true)],
+            n.div_ceil(wg as usize))?;
+        Ok(out)
+    }
+
+    /// [`Backend::sum_rows`](super::Backend::sum_rows): one invocation per column.
+    pub(super) fn record_sum_rows(&self, x: &GpuTensor) -> Result<GpuTensor> {
+        let wg = self.train_wg();
+        let out = self.alloc(1, x.cols)?;
+        let p = BackwardParams { rows: x.rows as u32, cols: x.cols as u32, ..Default::default() };
+        self.backward_dispatch("col_sum", wg, p, &[(1, x.buffer(), false), (3, out.buffer(), true)],
+            x.cols.div_ceil(wg as usize))?;
+        Ok(out)
+    }
+
+    /// [`Backend::sum_squares`](super::Backend::sum_squares): squares summed per chunk of [`SUM_CHUNK`] values, then
+    /// the partial sums in one workgroup (one pass when the tensor is one chunk).
+    pub(super) fn record_sum_squares(&self, x: &GpuTensor) -> Result<GpuTensor> {
+        let (n, wg) = (x.len(), self.tuning.row_wg);
+        let parts = n.div_ceil(SUM_CHUNK).max(1);
+        let out = self.alloc(1, 1)?;
+        let first = if parts == 1 { out.clone() } else { self.alloc(1, parts)? };
+        let p = BackwardParams { len: n as u32, cols: SUM_CHUNK as u32, code: 1, ..Default::default() };
+        self.backward_dispatch("sum_reduce", wg, p, &[(1, x.buffer(), false), (3, first.buffer(), true)], parts)?;
+        if parts > 1 {
+            let p = BackwardParams { len: parts as u32, cols: parts as u32, code: 0, ..Default::default() };
+            self.backward_dispatch("sum_reduce", wg, p, &[(1, first.buffer(), false), (3, out.buffer(), true)], 1)?;
+        }
+        Ok(out)
+    }
+
+    /// [`Backend::scatter_rows`](super::Backend::scatter_rows).
+    pub(super) fn record_scatter_rows(&self, x: &GpuTensor, rows: &[u32], total: usize) -> Result<GpuTensor> {
+        if x.rows != rows.len() {
+            return Err(shape_err("scatter_rows", format!("x has {} rows for {} row indices", x.rows, rows.len())));
+        }
+        if let Some(&r) = rows.iter().find(|&&r| r as usize >= total) {
+            return Err(shape_err("scatter_rows", format!("row {r} is outside the {total} rows of the output")));
+        }
+        let lists = self.host_buffer(bytemuck::cast_slice(&csr(total, rows.iter().map(|&r| Some(r as usize)))))?;
+        self.gather_sum(x, &lists, total)
+    }
+
+    /// `(rows, x.cols)`: output row `r` the sum of x's rows listed for it in `lists` (see [`csr`]).
+    pub(super) fn gather_sum(&self, x: &GpuTensor, lists: &PoolBuf, rows: usize) -> Result<GpuTensor> {
+        let wg = self.train_wg();
+        let out = self.alloc(rows, x.cols)?;
+        let p = BackwardParams { rows: rows as u32, cols: x.cols as u32, ..Default::default() };
+        self.backward_dispatch("gather_sum", wg, p,
+            &[(1, x.buffer(), false), (4, lists.buffer(), false), (3, out.buffer(), true)],
+            (rows * x.cols).div_ceil(wg as usize))?;
+        Ok(out)
     }
 }

@@ -17,10 +17,13 @@
 /// Every WGSL file under `shaders/`: (path relative to `shaders/`, text).
 const FILES: &[(&str, &str)] = &[
     ("attention.wgsl", include_str!("../../../shaders/attention.wgsl")),
+    ("attention_backward.wgsl", include_str!("../../../shaders/attention_backward.wgsl")),
     ("attention_vec4.wgsl", include_str!("../../../shaders/attention_vec4.wgsl")),
+    ("backward.wgsl", include_str!("../../../shaders/backward.wgsl")),
     ("embeddings.wgsl", include_str!("../../../shaders/embeddings.wgsl")),
     ("gather.wgsl", include_str!("../../../shaders/gather.wgsl")),
     ("layernorm.wgsl", include_str!("../../../shaders/layernorm.wgsl")),
+    ("layernorm_backward.wgsl", include_str!("../../../shaders/layernorm_backward.wgsl")),
     ("matmul.wgsl", include_str!("../../../shaders/matmul.wgsl")),
     ("matmul_packed.wgsl", include_str!("../../../shaders/matmul_packed.wgsl")),
     ("pool.wgsl", include_str!("../../../shaders/pool.wgsl")),
@@ -30,6 +33,7 @@ const FILES: &[(&str, &str)] = &[
     ("lib/layernorm_row.wgsl", include_str!("../../../shaders/lib/layernorm_row.wgsl")),
     ("lib/matmul_tile.wgsl", include_str!("../../../shaders/lib/matmul_tile.wgsl")),
     ("lib/quant.wgsl", include_str!("../../../shaders/lib/quant.wgsl")),
+    ("lib/reduce.wgsl", include_str!("../../../shaders/lib/reduce.wgsl")),
 ];
 
 /// A kernel's WGSL with its pieces pasted in, and where each of its lines came from.
