@@ -112,8 +112,9 @@ fn init_linear(rng: &mut SplitMix64, out: usize, inp: usize, std: f32) -> Result
 
 impl<B: Backend> FineTuner<B> {
     /// The checkpoint's encoder and, for `task`, its head under transformers' names, or a new one from the seeded
-    /// initialiser when the checkpoint has none (a base model). `labels`: the number of classes of a classification
-    /// head (config.json's `id2label` when `None`).
+    /// initialiser when the checkpoint has none (a base model). `labels`: `None` keeps the checkpoint's classes
+    /// (config.json's `id2label`) and its classifier; `Some(n)` trains a new classifier of `n` classes (the
+    /// checkpoint's, if any, was made for other labels).
     pub fn new(be: &B, cfg: &BertConfig, weights: &Weights, task: FineTuneTask, labels: Option<usize>, seed: u64)
         -> Result<Self> {
         let mut enc = Encoder::load(be, cfg, weights)?;
@@ -121,12 +122,14 @@ impl<B: Backend> FineTuner<B> {
         let mut rng = SplitMix64::new(seed);
         let root = weights.root();
         // The checkpoint's linear at `prefix` if it has one of this shape, else a new one.
+        let fresh_classifier = labels.is_some();
         let mut linear = |enc: &mut Encoder<B::Tensor>, w: &Weights, prefix: &str, names: [&str; 2], out: usize, inp: usize|
             -> Result<[usize; 2]> {
             let p = w.pp(prefix);
+            let fresh = !p.contains("weight") || (fresh_classifier && prefix == "classifier");
             let (wt, bt) = match (get(&p, "weight", &[out, inp]), get(&p, "bias", &[out])) {
+                _ if fresh => init_linear(&mut rng, out, inp, cfg.initializer_range)?,
                 (Ok(wt), Ok(bt)) => (wt, bt),
-                _ if !p.contains("weight") => init_linear(&mut rng, out, inp, cfg.initializer_range)?,
                 (Err(e), _) | (_, Err(e)) => return Err(e),
             };
             Ok([enc.push(be, vec![names[0].into()], &wt, out, inp, true)?, enc.push(be, vec![names[1].into()], &bt, 1, out, false)?])
@@ -267,6 +270,76 @@ impl<B: Backend> FineTuner<B> {
             .map(|(i, g)| g.ok_or_else(|| Error::Input(format!("no gradient for {}", enc.params[i].names[0]))))
             .collect::<Result<Vec<_>>>()?;
         Ok((grads, logits))
+    }
+
+    /// Which shape is being trained.
+    pub fn task(&self) -> FineTuneTask {
+        match self.head {
+            Head::Sequence { .. } => FineTuneTask::Sequence,
+            Head::Token { .. } => FineTuneTask::Token,
+            Head::Qa { .. } => FineTuneTask::QuestionAnswering,
+        }
+    }
+
+    /// Every Hugging Face tensor's shape (biases and LayerNorm parameters 1-D, as PyTorch stores them).
+    pub fn shapes(&self) -> std::collections::BTreeMap<String, Vec<usize>> {
+        let mut out = std::collections::BTreeMap::new();
+        for p in &self.encoder.params {
+            let rows = p.rows / p.names.len();
+            for n in &p.names {
+                let shape = if p.rows == 1 { vec![p.cols / p.names.len()] } else { vec![rows, p.cols] };
+                out.insert(n.clone(), shape);
+            }
+        }
+        out
+    }
+
+    /// The head's logits for a batch (evaluation: no backward).
+    pub fn logits(&self, be: &B, batch: &Batch) -> Result<B::Tensor> {
+        let enc = &self.encoder;
+        let (last, _) = enc.forward(be, batch)?;
+        match &self.head {
+            Head::Sequence { pool, classifier, .. } => {
+                let rows: Vec<u32> = (0..batch.b).map(|i| (i * batch.t) as u32).collect();
+                let cls = be.gather_rows(&last, &rows)?;
+                let pooled = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::Tanh)?;
+                be.linear(&pooled, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)
+            }
+            Head::Token { classifier, .. } => be.linear(&last, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None),
+            Head::Qa { qa } => be.linear(&last, enc.t(qa[0]), Some(enc.t(qa[1])), Activation::None),
+        }
+    }
+
+    /// (right, counted) predictions of a batch from its logits: sequences whose top class is the label, labelled
+    /// tokens whose top class is the label, or answers whose best start and best end are both the target's.
+    pub fn correct(&self, logits: &[f32], batch: &Batch, targets: &Targets<'_>) -> (usize, usize) {
+        let argmax = |row: &[f32]| row.iter().enumerate().fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
+        match (&self.head, targets) {
+            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => {
+                let right = logits.chunks_exact(*labels).zip(y.iter()).filter(|(r, &l)| argmax(r) == l as usize).count();
+                (right, y.len())
+            }
+            (Head::Token { labels, .. }, Targets::Token(y)) => {
+                let pairs = logits.chunks_exact(*labels).zip(y.iter()).filter(|(_, &l)| l != IGNORE);
+                let (mut right, mut n) = (0, 0);
+                for (r, &l) in pairs {
+                    right += (argmax(r) == l as usize) as usize;
+                    n += 1;
+                }
+                (right, n)
+            }
+            (Head::Qa { .. }, Targets::Spans { start, end }) => {
+                let t = batch.t;
+                let right = (0..batch.b)
+                    .filter(|&b| {
+                        let col = |c: usize| (0..t).map(|i| logits[(b * t + i) * 2 + c]).collect::<Vec<f32>>();
+                        argmax(&col(0)) == start[b] as usize && argmax(&col(1)) == end[b] as usize
+                    })
+                    .count();
+                (right, batch.b)
+            }
+            _ => (0, 0),
+        }
     }
 
     /// The loss of a batch from the head's logits (read back), in f64.

@@ -323,7 +323,7 @@ impl<B: Backend> TrainedHead<B> {
 /// through `safetensors::serialize`, whose metadata is a `HashMap`: its random iteration order would make the same
 /// head give different bytes from run to run. Here keys are sorted (`BTreeMap`), so a head's file is reproducible.
 pub fn export_safetensors(spec: &HeadSpec, host: &[Vec<f32>]) -> Result<Vec<u8>> {
-    use serde_json::{json, Value};
+    use crate::weights::safetensors::{write_f32, F32Tensor};
     use std::collections::BTreeMap;
     let shapes = spec.param_shapes();
     if host.len() != shapes.len() || host.iter().zip(&shapes).any(|(v, &(r, c))| v.len() != r * c) {
@@ -339,33 +339,18 @@ pub fn export_safetensors(spec: &HeadSpec, host: &[Vec<f32>]) -> Result<Vec<u8>>
         meta.insert("head_hidden_size", d.to_string());
         meta.insert("head_activation", a.name().to_string());
     }
-    let mut header: BTreeMap<String, Value> = BTreeMap::new();
-    header.insert("__metadata__".into(), json!(meta));
-    // Tensors are laid out in name order (the order the sorted header lists them).
-    let mut order: Vec<usize> = (0..host.len()).collect();
-    order.sort_by_key(|&i| spec.param_names()[i]);
-    let mut offset = 0usize;
-    let mut data = Vec::new();
-    for &i in &order {
-        let (r, c) = shapes[i];
-        let shape = if r == 1 { vec![c] } else { vec![r, c] }; // biases are 1-D, as in PyTorch
-        let end = offset + host[i].len() * 4;
-        header.insert(
-            spec.param_names()[i].to_string(),
-            json!({"dtype": "F32", "shape": shape, "data_offsets": [offset, end]}),
-        );
-        data.extend(host[i].iter().flat_map(|x| x.to_le_bytes()));
-        offset = end;
-    }
-    let mut head = serde_json::to_vec(&header)?;
-    while head.len() % 8 != 0 {
-        head.push(b' '); // the format pads the header with spaces to an 8-byte boundary
-    }
-    let mut out = Vec::with_capacity(8 + head.len() + data.len());
-    out.extend((head.len() as u64).to_le_bytes());
-    out.extend(head);
-    out.extend(data);
-    Ok(out)
+    let names = spec.param_names();
+    let tensors: Vec<F32Tensor<'_>> = host
+        .iter()
+        .zip(&shapes)
+        .enumerate()
+        .map(|(i, (v, &(r, c)))| F32Tensor {
+            name: names[i].to_string(),
+            shape: if r == 1 { vec![c] } else { vec![r, c] }, // biases are 1-D, as in PyTorch
+            values: v,
+        })
+        .collect();
+    write_f32(&tensors, &meta)
 }
 
 /// Parses a head file made by [`export_safetensors`] for an encoder of hidden size `encoder_hidden`.

@@ -5,6 +5,7 @@
 
 pub mod encoder;
 pub mod finetune;
+pub mod fit;
 pub mod head;
 
 use crate::backend::Backend;

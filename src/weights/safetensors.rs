@@ -57,6 +57,46 @@ fn bf16_to_f32(bits: u16) -> f32 {
     f32::from_bits((bits as u32) << 16)
 }
 
+/// One f32 tensor to write: its name, its shape, its values (row-major).
+pub struct F32Tensor<'a> {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub values: &'a [f32],
+}
+
+/// The bytes of a `.safetensors` file of f32 tensors, laid out in name order with the header's keys sorted, so the
+/// same tensors always give the same bytes (the `safetensors` crate's writer takes its metadata as a `HashMap`,
+/// whose order changes from run to run).
+pub fn write_f32(tensors: &[F32Tensor<'_>], metadata: &std::collections::BTreeMap<&str, String>) -> Result<Vec<u8>> {
+    use serde_json::{json, Value};
+    use std::collections::BTreeMap;
+    let mut header: BTreeMap<String, Value> = BTreeMap::new();
+    header.insert("__metadata__".into(), json!(metadata));
+    let mut order: Vec<&F32Tensor<'_>> = tensors.iter().collect();
+    order.sort_by(|a, b| a.name.cmp(&b.name));
+    let (mut offset, mut data) = (0usize, Vec::new());
+    for t in order {
+        if t.shape.iter().product::<usize>() != t.values.len() {
+            return Err(Error::Input(format!("{}: {} values for shape {:?}", t.name, t.values.len(), t.shape)));
+        }
+        let end = offset + t.values.len() * 4;
+        if header.insert(t.name.clone(), json!({"dtype": "F32", "shape": t.shape, "data_offsets": [offset, end]})).is_some() {
+            return Err(Error::Input(format!("tensor `{}` is given twice", t.name)));
+        }
+        data.extend(t.values.iter().flat_map(|x| x.to_le_bytes()));
+        offset = end;
+    }
+    let mut head = serde_json::to_vec(&header)?;
+    while head.len() % 8 != 0 {
+        head.push(b' '); // the format pads the header with spaces to an 8-byte boundary
+    }
+    let mut out = Vec::with_capacity(8 + head.len() + data.len());
+    out.extend((head.len() as u64).to_le_bytes());
+    out.extend(head);
+    out.extend(data);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

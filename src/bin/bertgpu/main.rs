@@ -32,6 +32,7 @@ use lines::{run_lines, shape_hint, Input, Shape};
 use serde_json::{json, Value};
 
 mod bench;
+mod finetune;
 mod lines;
 
 #[derive(Parser)]
@@ -168,6 +169,36 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Pooling::Mean)]
         pooling: Pooling,
     },
+    /// Fine-tune every parameter on JSON lines and write a Hugging Face folder; progress on stderr
+    FineTune {
+        #[command(flatten)]
+        infer: InferArgs,
+        #[arg(long, value_enum)]
+        task: finetune::Task,
+        #[arg(long, value_name = "FILE.jsonl")]
+        data: PathBuf,
+        /// The folder to write (config.json, model.safetensors, the tokenizer files)
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        #[arg(long, default_value_t = 3)]
+        epochs: usize,
+        #[arg(long, default_value_t = 5e-5)]
+        lr: f32,
+        /// Examples per AdamW step
+        #[arg(long, default_value_t = 16)]
+        batch_size: usize,
+        /// Fraction of the steps with a linearly rising learning rate (then it falls linearly to 0)
+        #[arg(long, default_value_t = 0.1)]
+        warmup: f32,
+        /// AdamW's decoupled weight decay (not on biases and LayerNorm weights)
+        #[arg(long, default_value_t = 0.01)]
+        weight_decay: f32,
+        /// Fraction held out and evaluated after each epoch
+        #[arg(long, default_value_t = 0.1)]
+        validation_split: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Speed of the backends on this machine: embeddings of a synthetic batch, a table on stdout
     Bench {
         #[command(flatten)]
@@ -264,6 +295,19 @@ fn run(command: Command) -> Result<(), Fail> {
                 r.gguf_bytes as f64 / r.safetensors_bytes as f64
             );
             Ok(())
+        }
+        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, warmup, weight_decay, validation_split, seed } => {
+            let fit = bertgpu::training::fit::FitOptions {
+                epochs,
+                learning_rate: lr,
+                batch_size,
+                warmup,
+                weight_decay,
+                validation_split,
+                seed,
+                ..Default::default()
+            };
+            finetune::cmd_fine_tune(&infer, &finetune::FineTuneArgs { task, data, out, fit })
         }
         Command::TrainHead { infer, data, out, epochs, lr, seed, batch_size, weight_decay, validation_split, hidden, pooling } => {
             let opts = tasks::TrainOptions {

@@ -1,0 +1,299 @@
+//! The fine-tuning loop: examples as rows, a seeded validation split, shuffled batches padded to their longest row,
+//! AdamW with transformers' linear schedule (warm-up, then linear decay to 0), a validation pass after each epoch,
+//! and the model as a Hugging Face folder at the end.
+
+use std::collections::BTreeMap;
+
+use super::finetune::{FineTuneTask, FineTuner, StepOptions, Targets, IGNORE};
+use super::head::SplitMix64;
+use crate::backend::Backend;
+use crate::tokenizer::Batch;
+use crate::weights::safetensors::{write_f32, F32Tensor};
+use crate::{Error, Result};
+
+/// What one example should predict.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowTarget {
+    /// A class (sequence classification).
+    Class(u32),
+    /// A class per token, [`IGNORE`] where no loss is taken (token classification).
+    Tokens(Vec<i64>),
+    /// The answer's start and end token (QA).
+    Span(u32, u32),
+}
+
+/// One tokenized example, unpadded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub input_ids: Vec<u32>,
+    pub token_type_ids: Vec<u32>,
+    pub target: RowTarget,
+}
+
+/// The rows of a padded batch (padding dropped by its attention mask) with one target each.
+pub fn rows_from_batch(batch: &Batch, targets: impl IntoIterator<Item = RowTarget>) -> Vec<Row> {
+    targets
+        .into_iter()
+        .enumerate()
+        .take(batch.b)
+        .map(|(r, target)| {
+            let span = r * batch.t..(r + 1) * batch.t;
+            let len = batch.attention_mask[span.clone()].iter().filter(|&&m| m != 0).count();
+            let target = match target {
+                RowTarget::Tokens(mut t) => {
+                    t.truncate(len);
+                    RowTarget::Tokens(t)
+                }
+                other => other,
+            };
+            Row {
+                input_ids: batch.input_ids[span.start..span.start + len].to_vec(),
+                token_type_ids: batch.token_type_ids[span.start..span.start + len].to_vec(),
+                target,
+            }
+        })
+        .collect()
+}
+
+/// The batch of `rows` padded to the longest (pad id `pad`), and its targets.
+pub struct RowBatch {
+    pub batch: Batch,
+    classes: Vec<u32>,
+    tokens: Vec<i64>,
+    start: Vec<u32>,
+    end: Vec<u32>,
+}
+
+impl RowBatch {
+    pub fn new(rows: &[&Row], pad: u32) -> Result<RowBatch> {
+        let t = rows.iter().map(|r| r.input_ids.len()).max().unwrap_or(0);
+        if rows.is_empty() || t == 0 {
+            return Err(Error::Input("an empty batch cannot be trained on".into()));
+        }
+        let mut batch = Batch { b: rows.len(), t, ..Default::default() };
+        let (mut classes, mut tokens, mut start, mut end) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in rows {
+            let n = r.input_ids.len();
+            batch.input_ids.extend(r.input_ids.iter().copied().chain(std::iter::repeat_n(pad, t - n)));
+            batch.token_type_ids.extend(r.token_type_ids.iter().copied().chain(std::iter::repeat_n(0, t - n)));
+            batch.attention_mask.extend(std::iter::repeat_n(1, n).chain(std::iter::repeat_n(0, t - n)));
+            match &r.target {
+                RowTarget::Class(c) => classes.push(*c),
+                RowTarget::Tokens(l) => tokens.extend(l.iter().copied().chain(std::iter::repeat_n(IGNORE, t - l.len()))),
+                RowTarget::Span(s, e) => {
+                    start.push(*s);
+                    end.push(*e);
+                }
+            }
+        }
+        Ok(RowBatch { batch, classes, tokens, start, end })
+    }
+
+    pub fn targets(&self) -> Targets<'_> {
+        if !self.tokens.is_empty() {
+            Targets::Token(&self.tokens)
+        } else if !self.start.is_empty() {
+            Targets::Spans { start: &self.start, end: &self.end }
+        } else {
+            Targets::Sequence(&self.classes)
+        }
+    }
+}
+
+/// How to fine-tune.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FitOptions {
+    pub epochs: usize,
+    pub learning_rate: f32,
+    pub batch_size: usize,
+    /// Fraction of the steps over which the learning rate rises linearly from 0 (the BERT paper's 10%); it then
+    /// falls linearly to 0 at the last step (`get_linear_schedule_with_warmup`).
+    pub warmup: f32,
+    pub weight_decay: f32,
+    pub max_grad_norm: Option<f32>,
+    /// Fraction of the rows held out and evaluated after each epoch, in [0, 1).
+    pub validation_split: f32,
+    pub seed: u64,
+}
+
+impl Default for FitOptions {
+    /// The BERT paper's fine-tuning recipe, within its ranges: 3 epochs, learning rate 5e-5, batch 16, 10% warm-up,
+    /// weight decay 0.01; gradients clipped at 1.0 as transformers does.
+    fn default() -> Self {
+        FitOptions {
+            epochs: 3,
+            learning_rate: 5e-5,
+            batch_size: 16,
+            warmup: 0.1,
+            weight_decay: 0.01,
+            max_grad_norm: Some(1.0),
+            validation_split: 0.1,
+            seed: 0,
+        }
+    }
+}
+
+/// After each optimiser step.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct StepProgress {
+    pub epoch: usize,
+    pub step: usize,
+    pub total_steps: usize,
+    pub loss: f32,
+    pub learning_rate: f32,
+}
+
+/// After each epoch: the mean training loss of its steps, and on the validation rows the loss and the accuracy
+/// (classes of sequences, of labelled tokens, or answers whose start and end both match).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct EpochMetrics {
+    pub epoch: usize,
+    pub train_loss: f32,
+    pub val_loss: Option<f32>,
+    pub val_accuracy: Option<f32>,
+}
+
+/// What [`fit`] did.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct FitReport {
+    pub steps: Vec<StepProgress>,
+    pub epochs: Vec<EpochMetrics>,
+}
+
+/// Either progress event.
+pub enum Progress<'a> {
+    Step(&'a StepProgress),
+    Epoch(&'a EpochMetrics),
+}
+
+fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
+    if o.epochs == 0 || o.batch_size == 0 {
+        return Err(Error::Input("epochs and batch size must be at least 1".into()));
+    }
+    if !(o.learning_rate.is_finite() && o.learning_rate > 0.0) {
+        return Err(Error::Input(format!("learning rate must be a positive number, got {}", o.learning_rate)));
+    }
+    if !(0.0..1.0).contains(&o.warmup) || !(0.0..1.0).contains(&o.validation_split) {
+        return Err(Error::Input(format!(
+            "warm-up ({}) and validation split ({}) are fractions in [0, 1)",
+            o.warmup, o.validation_split
+        )));
+    }
+    if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
+        return Err(Error::Input(format!("weight decay must be ≥ 0, got {}", o.weight_decay)));
+    }
+    let n_val = (o.validation_split as f64 * rows as f64).ceil() as usize;
+    if rows < 2 && o.validation_split > 0.0 || n_val >= rows || rows == 0 {
+        return Err(Error::Input(format!(
+            "{rows} examples leave none to train on after a validation split of {}; add examples or lower the split",
+            o.validation_split
+        )));
+    }
+    Ok(())
+}
+
+/// Fine-tunes `tuner` on `rows`. The rows are split once by a seeded shuffle (the first ⌈split·N⌉ validate), and
+/// the training rows are reshuffled every epoch. A non-finite loss stops with an error and the parameters of the
+/// last good step.
+pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], pad: u32, opts: &FitOptions,
+    mut on_progress: impl FnMut(Progress<'_>)) -> Result<FitReport> {
+    check_options(opts, rows.len())?;
+    let mut rng = SplitMix64::new(opts.seed);
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    rng.shuffle(&mut order);
+    let n_val = (opts.validation_split as f64 * rows.len() as f64).ceil() as usize;
+    let (val, train) = order.split_at(n_val);
+    let mut train = train.to_vec();
+    let per_epoch = train.len().div_ceil(opts.batch_size);
+    let total = per_epoch * opts.epochs;
+    let warm = (opts.warmup as f64 * total as f64).ceil() as usize;
+    let mut report = FitReport { steps: Vec::new(), epochs: Vec::new() };
+    for epoch in 1..=opts.epochs {
+        rng.shuffle(&mut train);
+        let mut losses = Vec::with_capacity(per_epoch);
+        for chunk in train.chunks(opts.batch_size) {
+            let step = report.steps.len();
+            // get_linear_schedule_with_warmup: s/warm while warming up, then (total − s)/(total − warm).
+            let factor = if step < warm {
+                step as f64 / warm.max(1) as f64
+            } else {
+                (total - step) as f64 / (total - warm).max(1) as f64
+            };
+            let lr = (opts.learning_rate as f64 * factor) as f32;
+            let batch = RowBatch::new(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad)?;
+            let step_opts = StepOptions {
+                learning_rate: lr,
+                weight_decay: opts.weight_decay,
+                max_grad_norm: opts.max_grad_norm,
+                ..StepOptions::default()
+            };
+            let r = tuner.step(be, &batch.batch, &batch.targets(), &step_opts).await?;
+            losses.push(r.loss);
+            let p = StepProgress { epoch, step: step + 1, total_steps: total, loss: r.loss, learning_rate: lr };
+            on_progress(Progress::Step(&p));
+            report.steps.push(p);
+        }
+        let (val_loss, val_accuracy) = if val.is_empty() {
+            (None, None)
+        } else {
+            let (l, a) = evaluate(be, tuner, &val.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad, opts.batch_size).await?;
+            (Some(l), Some(a))
+        };
+        let train_loss = losses.iter().sum::<f32>() / losses.len().max(1) as f32;
+        let m = EpochMetrics { epoch, train_loss, val_loss, val_accuracy };
+        on_progress(Progress::Epoch(&m));
+        report.epochs.push(m);
+    }
+    Ok(report)
+}
+
+/// Mean loss (weighted by batch rows) and accuracy of `rows`.
+pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[&Row], pad: u32, batch_size: usize)
+    -> Result<(f32, f32)> {
+    let (mut loss, mut weight, mut right, mut count) = (0f64, 0usize, 0usize, 0usize);
+    for chunk in rows.chunks(batch_size.max(1)) {
+        let b = RowBatch::new(chunk, pad)?;
+        let targets = b.targets();
+        let logits = be.read(&tuner.logits(be, &b.batch)?).await?;
+        let n = match targets {
+            Targets::Token(y) => y.iter().filter(|&&l| l != IGNORE).count(),
+            _ => chunk.len(),
+        };
+        loss += tuner.loss(&logits, &b.batch, &targets) as f64 * n as f64;
+        weight += n;
+        let (r, c) = tuner.correct(&logits, &b.batch, &targets);
+        right += r;
+        count += c;
+    }
+    Ok(((loss / weight.max(1) as f64) as f32, right as f32 / count.max(1) as f32))
+}
+
+/// The fine-tuned model as the files of a Hugging Face folder: `config.json` (the original's, with `architectures`
+/// and, for classifiers, `id2label` / `label2id` set) and `model.safetensors` (f32, transformers' names). The
+/// tokenizer files are the original folder's, unchanged.
+pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_config: &serde_json::Value,
+    labels: Option<&[String]>) -> Result<(String, Vec<u8>)> {
+    let mut cfg = original_config.clone();
+    let obj = cfg.as_object_mut().ok_or_else(|| Error::Config("config.json is not a JSON object".into()))?;
+    let arch = match tuner.task() {
+        FineTuneTask::Sequence => "BertForSequenceClassification",
+        FineTuneTask::Token => "BertForTokenClassification",
+        FineTuneTask::QuestionAnswering => "BertForQuestionAnswering",
+    };
+    obj.insert("architectures".into(), serde_json::json!([arch]));
+    if let Some(labels) = labels {
+        let id2label: BTreeMap<String, &str> = labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.as_str())).collect();
+        let label2id: BTreeMap<&str, usize> = labels.iter().enumerate().map(|(i, l)| (l.as_str(), i)).collect();
+        obj.insert("id2label".into(), serde_json::json!(id2label));
+        obj.insert("label2id".into(), serde_json::json!(label2id));
+    }
+    let named = tuner.named(be, None).await?;
+    let shapes = tuner.shapes();
+    let tensors: Vec<F32Tensor<'_>> = named
+        .iter()
+        .map(|(name, values)| F32Tensor { name: name.clone(), shape: shapes[name].clone(), values })
+        .collect();
+    let mut meta = BTreeMap::new();
+    meta.insert("format", "pt".to_string());
+    Ok((serde_json::to_string_pretty(&cfg)? + "\n", write_f32(&tensors, &meta)?))
+}

@@ -1,0 +1,128 @@
+//! `bertgpu fine-tune` as users run it, on the tiny BERT classifier: the written folder loads back (our loader and
+//! `classify`), the training learned the data, the progress is on stderr, and bad input exits 2 with a reason.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bertgpu");
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+/// Two separable classes: texts about cats and texts about cars (ASCII words the tiny vocabulary covers).
+fn data(dir: &Path) -> PathBuf {
+    let mut lines = Vec::new();
+    for i in 0..12 {
+        lines.push(format!(r#"{{"text": "the cat {i} sat on the mat and slept", "label": "animal"}}"#));
+        lines.push(format!(r#"{{"text": "my car {i} drove down the road fast", "label": "vehicle"}}"#));
+    }
+    let p = dir.join("train.jsonl");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    p
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bertgpu-finetune-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn fine_tune_writes_a_folder_that_classifies_what_it_learned() {
+    let dir = tmp("ok");
+    let train = data(&dir);
+    let out = dir.join("model");
+    let model = root().join("tests/models/tiny-classifier");
+    let o = run(
+        &["fine-tune", "--task", "classify", "--model", model.to_str().unwrap(), "--data", train.to_str().unwrap(),
+          "--out", out.to_str().unwrap(), "--epochs", "4", "--lr", "1e-3", "--batch-size", "8",
+          "--validation-split", "0.25", "--device", "cpu"],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "fine-tune failed: {stderr}");
+    // Progress: one line per step (3 steps of 8 rows × 4 epochs: 18 rows train, 6 validate) and per epoch.
+    let progress: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let steps = progress.iter().filter(|v| v.get("step").is_some()).count();
+    let epochs: Vec<&Value> = progress.iter().filter(|v| v.get("train_loss").is_some()).collect();
+    assert_eq!((steps, epochs.len()), (12, 4), "stderr: {stderr}");
+    let last = epochs[3];
+    assert_eq!(last["val_accuracy"].as_f64(), Some(1.0), "the classes are separable: {last}");
+    // The report names a new classifier's labels in order of first appearance.
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["labels"], serde_json::json!(["animal", "vehicle"]));
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "vocab.txt"] {
+        assert!(out.join(f).exists(), "{f} missing from the folder");
+    }
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["architectures"], serde_json::json!(["BertForSequenceClassification"]));
+    assert_eq!(cfg["id2label"], serde_json::json!({"0": "animal", "1": "vehicle"}));
+    // The folder loads back and classifies unseen texts of each class.
+    let o = run(
+        &["classify", "--model", out.to_str().unwrap(), "--device", "cpu"],
+        "the cat 99 sat on the mat and slept\nmy car 99 drove down the road fast\n",
+    );
+    assert!(o.status.success(), "classify on the fine-tuned folder: {}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0][0]["label"], "animal");
+    assert_eq!(lines[1][0]["label"], "vehicle");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_exits_2_with_a_reason() {
+    let dir = tmp("bad");
+    let model = root().join("tests/models/tiny-classifier");
+    let m = model.to_str().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let one_class = write("one.jsonl", "{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"b\", \"label\": \"x\"}\n");
+    let broken = write("broken.jsonl", "{\"text\": \"a\", \"label\": \"x\"}\nnot json\n");
+    let pair_missing = write("pair.jsonl", "{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"b\", \"label\": \"y\"}\n");
+    let ok = write("ok.jsonl", "{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"b\", \"label\": \"y\"}\n{\"text\": \"c\", \"label\": \"y\"}\n");
+    let out = dir.join("out");
+    let out = out.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--task", "classify", "--data", &one_class], "at least 2 labels"),
+        (vec!["--task", "classify", "--data", &broken], "broken.jsonl:2"),
+        (vec!["--task", "pair", "--data", &pair_missing], "needs a \"text_pair\""),
+        (vec!["--task", "classify", "--data", &ok, "--lr", "0"], "learning rate"),
+        (vec!["--task", "classify", "--data", &ok, "--validation-split", "0.9"], "leave none to train on"),
+        (vec!["--task", "classify", "--data", "/nonexistent.jsonl"], "cannot read training data"),
+    ];
+    assert_eq!(cases.len(), 6);
+    for (extra, want) in cases {
+        let mut args = vec!["fine-tune", "--model", m, "--out", out, "--device", "cpu"];
+        args.extend(extra.iter().copied());
+        let o = run(&args, "");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(want), "{extra:?}: expected {want:?} in {stderr}");
+        assert!(!stderr.contains("panicked"), "{extra:?}: {stderr}");
+    }
+    let gguf = root().join("tests/golden/llamacpp_tiny_bert.gguf");
+    let o = run(&["fine-tune", "--model", gguf.to_str().unwrap(), "--task", "classify", "--data", &ok, "--out", out], "");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a folder"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
