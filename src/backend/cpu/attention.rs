@@ -71,6 +71,20 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result
     CpuTensor::new(out, batch * seq, h)
 }
 
+/// `alpha · A · B` → `(m, n)`, A `(m, k)` and B `(k, n)` read through (row, column) strides.
+#[allow(clippy::too_many_arguments)]
+fn gemm(m: usize, k: usize, n: usize, a: &[f32], sa: (usize, usize), b: &[f32], sb: (usize, usize), alpha: f32) -> Vec<f32> {
+    let mut c = vec![0f32; m * n];
+    assert!(a.len() >= m * k && b.len() >= k * n, "gemm operands smaller than their shapes");
+    // SAFETY: the assert bounds every index the strides reach: A's (m, k) and B's (k, n) elements lie within the
+    // slices given (each is exactly that many values, read in some layout), and C is (m, n) with row stride n.
+    unsafe {
+        matrixmultiply::sgemm(m, k, n, alpha, a.as_ptr(), sa.0 as isize, sa.1 as isize, b.as_ptr(), sb.0 as isize,
+            sb.1 as isize, 0.0, c.as_mut_ptr(), n as isize, 1);
+    }
+    c
+}
+
 /// Back through [`attention`] (the math is in `Backend::attention_backward`'s doc): per (sequence, head) task, the
 /// probabilities of each real query row are recomputed, then `dv`, `dS`, `dq` and `dk` follow. Each task writes its
 /// head's columns of `dq`, `dk` and `dv` for its sequence's rows only.
@@ -92,46 +106,51 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s
         let optr = optr;
         let (b, hd) = (task / heads, task % heads);
         let m = &mask[b * seq..(b + 1) * seq];
-        let (ld, qc) = (3 * h, hd * d);
-        let row = |t: usize| &qkv[(b * seq + t) * ld..(b * seq + t + 1) * ld];
-        let q = |t: usize| &row(t)[qc..qc + d];
-        let k = |t: usize| &row(t)[h + qc..h + qc + d];
-        let v = |t: usize| &row(t)[2 * h + qc..2 * h + qc + d];
-        let dc = |t: usize| &dctx[(b * seq + t) * h + qc..(b * seq + t) * h + qc + d];
-        // SAFETY: this task's block, rows b*T..(b+1)*T × the head's columns of dq, dk and dv, is written by this task
-        // alone (the tasks of one sequence differ in head), and lies inside `out`.
-        let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(b * seq * ld), seq * ld) };
         let keys: Vec<usize> = (0..seq).filter(|&j| m[j] != 0.0).collect();
-        if keys.is_empty() {
+        let (t, kn, ld, qc) = (seq, keys.len(), 3 * h, hd * d);
+        if kn == 0 {
             return;
         }
-        let (mut p, mut dp) = (vec![0f32; keys.len()], vec![0f32; keys.len()]);
-        for i in 0..seq {
-            // P_i· over the real keys, as the forward: max subtracted, exp, normalised.
-            for (kj, &j) in keys.iter().enumerate() {
-                p[kj] = q(i).iter().zip(k(j)).map(|(a, b)| a * b).sum::<f32>() * scale;
-            }
-            let mx = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        // The head's q, dctx (T, d) and its real keys' k, v (K, d), contiguous; then five small GEMMs.
+        let take = |rows: &mut dyn Iterator<Item = usize>, src: &[f32], stride: usize, col: usize| -> Vec<f32> {
+            rows.flat_map(|r| src[(b * seq + r) * stride + col..(b * seq + r) * stride + col + d].iter().copied()).collect()
+        };
+        let q = take(&mut (0..t), qkv, ld, qc);
+        let dc = take(&mut (0..t), dctx, h, qc);
+        let k = take(&mut keys.iter().copied(), qkv, ld, h + qc);
+        let v = take(&mut keys.iter().copied(), qkv, ld, 2 * h + qc);
+        // P = softmax(q·kᵀ·scale) over the real keys (T, K); dP = dctx·vᵀ (T, K).
+        let mut p = gemm(t, d, kn, &q, (d, 1), &k, (1, d), scale);
+        let dp = gemm(t, d, kn, &dc, (d, 1), &v, (1, d), 1.0);
+        for row in p.chunks_exact_mut(kn) {
+            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0f32;
-            for x in p.iter_mut() {
+            for x in row.iter_mut() {
                 *x = (*x - mx).exp();
                 sum += *x;
             }
-            p.iter_mut().for_each(|x| *x /= sum);
-            // dP_ij = dctx_i · v_j; dS_ij = P_ij (dP_ij − Σ_j' P_ij' dP_ij').
-            let mut dot = 0f64;
-            for (kj, &j) in keys.iter().enumerate() {
-                dp[kj] = dc(i).iter().zip(v(j)).map(|(a, b)| a * b).sum::<f32>();
-                dot += p[kj] as f64 * dp[kj] as f64;
+            row.iter_mut().for_each(|x| *x /= sum);
+        }
+        // dS = P ⊙ (dP − rowsum(dP ⊙ P)), with the score scale folded in (T, K).
+        let mut ds = vec![0f32; t * kn];
+        for ((dsr, pr), dpr) in ds.chunks_exact_mut(kn).zip(p.chunks_exact(kn)).zip(dp.chunks_exact(kn)) {
+            let dot: f64 = pr.iter().zip(dpr).map(|(&a, &b)| a as f64 * b as f64).sum();
+            for ((o, &pv), &dv) in dsr.iter_mut().zip(pr).zip(dpr) {
+                *o = pv * (dv - dot as f32) * scale;
             }
-            for (kj, &j) in keys.iter().enumerate() {
-                let ds = p[kj] * (dp[kj] - dot as f32) * scale;
-                for c in 0..d {
-                    o[i * ld + qc + c] += ds * k(j)[c]; // dq_i
-                    o[j * ld + h + qc + c] += ds * q(i)[c]; // dk_j
-                    o[j * ld + 2 * h + qc + c] += p[kj] * dc(i)[c]; // dv_j
-                }
-            }
+        }
+        let dq = gemm(t, kn, d, &ds, (kn, 1), &k, (d, 1), 1.0); // (T, d)
+        let dk = gemm(kn, t, d, &ds, (1, kn), &q, (d, 1), 1.0); // (K, d)
+        let dv = gemm(kn, t, d, &p, (1, kn), &dc, (d, 1), 1.0); // (K, d)
+        // SAFETY: this task's block, rows b*T..(b+1)*T × the head's columns of dq, dk and dv, is written by this task
+        // alone (the tasks of one sequence differ in head), and lies inside `out`.
+        let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(b * seq * ld), seq * ld) };
+        for i in 0..t {
+            o[i * ld + qc..i * ld + qc + d].copy_from_slice(&dq[i * d..(i + 1) * d]);
+        }
+        for (kj, &j) in keys.iter().enumerate() {
+            o[j * ld + h + qc..j * ld + h + qc + d].copy_from_slice(&dk[kj * d..(kj + 1) * d]);
+            o[j * ld + 2 * h + qc..j * ld + 2 * h + qc + d].copy_from_slice(&dv[kj * d..(kj + 1) * d]);
         }
     });
     CpuTensor::new(out, batch * seq, 3 * h)

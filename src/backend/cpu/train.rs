@@ -1,7 +1,10 @@
 //! The training ops (head training, see `training/head.rs` for the math): a GEMM with optional transposes, the
 //! softmax cross-entropy gradient, activation derivatives and the AdamW update.
 
-use super::{expect_dims, matmul::activate, CpuTensor};
+use super::{expect_dims, matmul::activate, par_chunks_mut, threads, CpuTensor};
+
+/// Values per parallel band of the AdamW update.
+const ADAMW_BAND: usize = 1 << 16;
 use crate::backend::{Activation, AdamWStep};
 use crate::{Error, Result};
 
@@ -17,20 +20,26 @@ pub fn matmul(a: &CpuTensor, trans_a: bool, b: &CpuTensor, trans_b: bool) -> Res
     let mut out = vec![0f32; m * n];
     if m > 0 && n > 0 && k > 0 {
         // Element (i, l) of op(a) sits at a[i*rsa + l*csa]; likewise for b. matrixmultiply takes any strides, so
-        // no transposed copy is made.
+        // no transposed copy is made. The output's rows are split into one band per thread (each a GEMM of its own):
+        // the backward's products are large ((B·T, H)·(H, I) and the like), and one sgemm call uses one core.
         let (rsa, csa) = if trans_a { (1, a.cols() as isize) } else { (a.cols() as isize, 1) };
         let (rsb, csb) = if trans_b { (1, b.cols() as isize) } else { (b.cols() as isize, 1) };
-        // SAFETY: the shapes checked above bound every index the strides reach: op(a) is (m, k) over a's m*k values,
-        // op(b) is (k, n) over b's k*n values, and out has m*n values with row stride n.
-        unsafe {
-            matrixmultiply::sgemm(
-                m, k, n, 1.0,
-                a.data().as_ptr(), rsa, csa,
-                b.data().as_ptr(), rsb, csb,
-                0.0,
-                out.as_mut_ptr(), n as isize, 1,
-            );
-        }
+        let band = m.div_ceil(threads()).max(16);
+        let (ap, bp) = (a.data().as_ptr() as usize, b.data().as_ptr() as usize);
+        par_chunks_mut(&mut out, band * n, |ci, chunk| {
+            let (i0, rows) = (ci * band, chunk.len() / n);
+            // SAFETY: the shapes checked above bound every index the strides reach: op(a)'s rows i0..i0+rows of
+            // (m, k) over a's m*k values, op(b) (k, n) over b's k*n values, and this band's rows × n of out.
+            unsafe {
+                matrixmultiply::sgemm(
+                    rows, k, n, 1.0,
+                    (ap as *const f32).offset(i0 as isize * rsa), rsa, csa,
+                    bp as *const f32, rsb, csb,
+                    0.0,
+                    chunk.as_mut_ptr(), n as isize, 1,
+                );
+            }
+        });
     }
     CpuTensor::new(out, m, n)
 }
@@ -108,18 +117,29 @@ pub fn adamw(p: &CpuTensor, g: &CpuTensor, m: &CpuTensor, v: &CpuTensor, s: &Ada
     expect_dims(m, r, c, "adamw first moment (shape of the parameter)")?;
     expect_dims(v, r, c, "adamw second moment (shape of the parameter)")?;
     let n = r * c;
-    let (mut po, mut mo, mut vo) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut po, mut mo, mut vo) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
     let step_size = s.lr / s.bias_correction1;
-    for i in 0..n {
-        let (pi, gi) = (p.data()[i], g.data()[i] * s.grad_scale);
-        let pi = pi * (1.0 - s.lr * s.weight_decay);
-        let mi = s.beta1 * m.data()[i] + (1.0 - s.beta1) * gi;
-        let vi = s.beta2 * v.data()[i] + (1.0 - s.beta2) * gi * gi;
-        let denom = vi.sqrt() / s.bias_correction2_sqrt + s.eps;
-        po.push(pi - step_size * mi / denom);
-        mo.push(mi);
-        vo.push(vi);
-    }
+    let (mp, vp) = (mo.as_mut_ptr() as usize, vo.as_mut_ptr() as usize);
+    // In bands across the threads: a BERT's word table alone is millions of values, updated every step.
+    par_chunks_mut(&mut po, ADAMW_BAND, |ci, band| {
+        let i0 = ci * ADAMW_BAND;
+        // SAFETY: band ci covers indices i0..i0 + band.len() of m and v too, written by this band alone.
+        let (mb, vb) = unsafe {
+            (std::slice::from_raw_parts_mut((mp as *mut f32).add(i0), band.len()),
+             std::slice::from_raw_parts_mut((vp as *mut f32).add(i0), band.len()))
+        };
+        for (j, out) in band.iter_mut().enumerate() {
+            let i = i0 + j;
+            let (pi, gi) = (p.data()[i], g.data()[i] * s.grad_scale);
+            let pi = pi * (1.0 - s.lr * s.weight_decay);
+            let mi = s.beta1 * m.data()[i] + (1.0 - s.beta1) * gi;
+            let vi = s.beta2 * v.data()[i] + (1.0 - s.beta2) * gi * gi;
+            let denom = vi.sqrt() / s.bias_correction2_sqrt + s.eps;
+            *out = pi - step_size * mi / denom;
+            mb[j] = mi;
+            vb[j] = vi;
+        }
+    });
     Ok((CpuTensor::new(po, r, c)?, CpuTensor::new(mo, r, c)?, CpuTensor::new(vo, r, c)?))
 }
 
