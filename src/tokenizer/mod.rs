@@ -413,16 +413,60 @@ impl Tokenizer {
             let b = whole.encode_char_offsets(p, false).map_err(err)?;
             enc = self.inner.post_process(a, Some(b), true).map_err(err)?;
         }
-        Ok(Encoded {
-            ids: enc.get_ids().to_vec(),
-            type_ids: enc.get_type_ids().to_vec(),
-            tokens: enc.get_tokens().to_vec(),
-            offsets: enc.get_offsets().to_vec(),
-            special_tokens_mask: enc.get_special_tokens_mask().to_vec(),
-            sequence_ids: enc.get_sequence_ids(),
-            word_ids: enc.get_word_ids().to_vec(),
-            truncated: !enc.get_overflowing().is_empty(),
-        })
+        Ok(encoded(&enc))
+    }
+
+    /// Tokenizes a text already split into words, as transformers' `tokenizer(words, is_split_into_words=True,
+    /// truncation=True, max_length=...)`: each word is tokenized on its own, [`Encoded::word_ids`] give the index
+    /// of its word in `words`, `[CLS] pieces [SEP]`, truncated to [`Self::max_length`]. Word offsets are relative
+    /// to each word. Byte-level BPE (RoBERTa) marks a word start with `Ġ` only when its pre-tokenizer adds a prefix
+    /// space: see [`Self::for_split_words`].
+    pub fn encode_words<S: AsRef<str>>(&self, words: &[S]) -> Result<Encoded> {
+        let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
+        let enc = self
+            .inner
+            .encode_char_offsets(words.as_slice(), true)
+            .map_err(|e| Error::Input(format!("cannot tokenize the words: {e}")))?;
+        Ok(encoded(&enc))
+    }
+
+    /// This tokenizer as transformers' `run_ner.py` loads it for pre-split words: RoBERTa-family (byte-level)
+    /// tokenizers with `add_prefix_space=True`, so that every word starts with `Ġ` as it does inside a sentence
+    /// (without it a word is tokenized as if glued to the previous one). Other tokenizers are returned unchanged.
+    pub fn for_split_words(&self) -> Tokenizer {
+        use tokenizers::pre_tokenizers::PreTokenizerWrapper as P;
+        use tokenizers::processors::PostProcessorWrapper as Post;
+        fn prefix(p: &mut P) -> bool {
+            match p {
+                P::ByteLevel(b) => !std::mem::replace(&mut b.add_prefix_space, true),
+                P::Sequence(s) => {
+                    let mut any = false;
+                    for p in s.as_mut() {
+                        any |= prefix(p);
+                    }
+                    any
+                }
+                _ => false,
+            }
+        }
+        let mut pre = self.inner.get_pre_tokenizer().cloned();
+        if !pre.as_mut().is_some_and(prefix) {
+            return self.clone();
+        }
+        let mut inner = self.inner.clone();
+        inner.with_pre_tokenizer(pre);
+        if let Some(Post::Roberta(r)) = inner.get_post_processor().cloned() {
+            // Only the offsets' trimming reads this flag.
+            inner.with_post_processor(Some(Post::Roberta(r.add_prefix_space(true))));
+        }
+        // The untruncated twin is built from `inner`, so it must not be shared with `self`.
+        Tokenizer {
+            inner,
+            special: self.special.clone(),
+            max_length: self.max_length,
+            clean_up: self.clean_up,
+            untruncated: Default::default(),
+        }
     }
 
     /// Pads encodings on the right to the longest one, with the pad id, type id 0 and attention mask 0.
@@ -449,6 +493,19 @@ impl Tokenizer {
     /// The underlying `tokenizers` tokenizer (padding disabled, truncation as configured).
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
+    }
+}
+
+fn encoded(enc: &tokenizers::Encoding) -> Encoded {
+    Encoded {
+        ids: enc.get_ids().to_vec(),
+        type_ids: enc.get_type_ids().to_vec(),
+        tokens: enc.get_tokens().to_vec(),
+        offsets: enc.get_offsets().to_vec(),
+        special_tokens_mask: enc.get_special_tokens_mask().to_vec(),
+        sequence_ids: enc.get_sequence_ids(),
+        word_ids: enc.get_word_ids().to_vec(),
+        truncated: !enc.get_overflowing().is_empty(),
     }
 }
 

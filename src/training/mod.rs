@@ -3,6 +3,7 @@
 //! trains one with a seeded validation split and early stopping. `Model::train_head` (in `tasks`) computes the
 //! features and calls it.
 
+pub mod data;
 pub mod encoder;
 pub mod finetune;
 pub mod fit;
