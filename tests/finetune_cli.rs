@@ -1,5 +1,6 @@
-//! `bertgpu fine-tune` as users run it, on the tiny BERT classifier: the written folder loads back (our loader and
-//! `classify`), the training learned the data, the progress is on stderr, and bad input exits 2 with a reason.
+//! `bertgpu fine-tune` as users run it, on the tiny BERT checkpoints: the written folder loads back (our loader and
+//! the task's command), the training learned the data, the progress is on stderr, and bad input exits 2 with a
+//! reason.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -104,7 +105,7 @@ fn bad_input_exits_2_with_a_reason() {
     let out = out.to_str().unwrap();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--task", "classify", "--data", &one_class], "at least 2 labels"),
-        (vec!["--task", "classify", "--data", &broken], "broken.jsonl:2"),
+        (vec!["--task", "classify", "--data", &broken], "line 2"),
         (vec!["--task", "pair", "--data", &pair_missing], "needs a \"text_pair\""),
         (vec!["--task", "classify", "--data", &ok, "--lr", "0"], "learning rate"),
         (vec!["--task", "classify", "--data", &ok, "--validation-split", "0.9"], "leave none to train on"),
@@ -124,5 +125,73 @@ fn bad_input_exits_2_with_a_reason() {
     let o = run(&["fine-tune", "--model", gguf.to_str().unwrap(), "--task", "classify", "--data", &ok, "--out", out], "");
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not a folder"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs fine-tune and returns the epoch lines of its progress.
+fn fine_tune(task: &str, model: &str, data: &Path, out: &Path, extra: &[&str]) -> Vec<Value> {
+    let model = root().join("tests/models").join(model);
+    let mut args = vec!["fine-tune", "--task", task, "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(),
+        "--out", out.to_str().unwrap(), "--device", "cpu", "--seed", "1"];
+    args.extend_from_slice(extra);
+    let o = run(&args, "");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "fine-tune --task {task} failed: {stderr}");
+    stderr.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.get("train_loss").is_some()).collect()
+}
+
+#[test]
+fn ner_fine_tune_learns_the_tags_and_the_folder_runs_ner() {
+    let dir = tmp("ner");
+    // One tag per word; "paris" and "london" are places wherever they stand.
+    let mut lines = Vec::new();
+    for i in 0..16 {
+        let (city, other) = if i % 2 == 0 { ("paris", "london") } else { ("london", "paris") };
+        lines.push(format!(r#"{{"tokens": ["we", "went", "to", "{city}", "and", "{other}"], "tags": ["O", "O", "O", "B-LOC", "O", "B-LOC"]}}"#));
+    }
+    let data = dir.join("ner.jsonl");
+    std::fs::write(&data, lines.join("\n")).unwrap();
+    let out = dir.join("model");
+    let epochs = fine_tune("ner", "tiny-ner", &data, &out, &["--epochs", "6", "--lr", "3e-3", "--batch-size", "4",
+        "--validation-split", "0.25", "--warmup", "0"]);
+    assert_eq!(epochs.len(), 6);
+    assert!(epochs[5]["train_loss"].as_f64().unwrap() < epochs[0]["train_loss"].as_f64().unwrap() / 2.0, "{epochs:?}");
+    assert_eq!(epochs[5]["val_accuracy"].as_f64(), Some(1.0), "{epochs:?}");
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["architectures"], serde_json::json!(["BertForTokenClassification"]));
+    let o = run(&["ner", "--model", out.to_str().unwrap(), "--device", "cpu"], "we went to paris and london\n");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ents: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let words: Vec<&str> = ents.as_array().unwrap().iter().map(|e| e["word"].as_str().unwrap()).collect();
+    assert_eq!(words, ["paris", "london"], "{ents}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn qa_fine_tune_learns_the_answers_and_the_folder_answers() {
+    let dir = tmp("qa");
+    let mut lines = Vec::new();
+    for i in 0..16 {
+        let city = ["paris", "london", "berlin", "rome"][i % 4];
+        let context = format!("the meeting {i} was held in {city} last year");
+        let start = context.find(city).unwrap();
+        lines.push(format!(
+            r#"{{"question": "where was the meeting", "context": "{context}", "answers": {{"text": ["{city}"], "answer_start": [{start}]}}}}"#
+        ));
+    }
+    let data = dir.join("qa.jsonl");
+    std::fs::write(&data, lines.join("\n")).unwrap();
+    let out = dir.join("model");
+    let epochs = fine_tune("qa", "tiny-qa", &data, &out, &["--doc-stride", "16", "--epochs", "20", "--lr", "3e-3", "--batch-size", "4",
+        "--validation-split", "0", "--warmup", "0"]);
+    assert_eq!(epochs.len(), 20);
+    assert!(epochs[19]["train_loss"].as_f64().unwrap() < epochs[0]["train_loss"].as_f64().unwrap() / 2.0, "{epochs:?}");
+    let o = run(&["qa", "--model", out.to_str().unwrap(), "--device", "cpu"],
+        "{\"question\": \"where was the meeting\", \"context\": \"the meeting 3 was held in rome last year\"}\n");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A training example whose answer is four pieces (r ##o ##m ##e): the whole span comes back, mapped to
+    // characters through the written tokenizer files.
+    let answer: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(answer["answer"], "rome", "{answer}");
     let _ = std::fs::remove_dir_all(&dir);
 }

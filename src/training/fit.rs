@@ -65,8 +65,9 @@ pub struct RowBatch {
 }
 
 impl RowBatch {
-    pub fn new(rows: &[&Row], pad: u32) -> Result<RowBatch> {
-        let t = rows.iter().map(|r| r.input_ids.len()).max().unwrap_or(0);
+    /// Padded to the longest row, and to at least `min_t` tokens.
+    pub fn new(rows: &[&Row], pad: u32, min_t: Option<usize>) -> Result<RowBatch> {
+        let t = rows.iter().map(|r| r.input_ids.len()).max().unwrap_or(0).max(min_t.unwrap_or(0));
         if rows.is_empty() || t == 0 {
             return Err(Error::Input("an empty batch cannot be trained on".into()));
         }
@@ -114,6 +115,9 @@ pub struct FitOptions {
     /// Fraction of the rows held out and evaluated after each epoch, in [0, 1).
     pub validation_split: f32,
     pub seed: u64,
+    /// Pad every batch to at least this many tokens. QA's loss takes its softmax over every position, padding
+    /// included, so run_qa's default (windows padded to `max_length`) changes it; `None` pads to the longest row.
+    pub pad_to: Option<usize>,
 }
 
 impl Default for FitOptions {
@@ -129,6 +133,7 @@ impl Default for FitOptions {
             max_grad_norm: Some(1.0),
             validation_split: 0.1,
             seed: 0,
+            pad_to: None,
         }
     }
 }
@@ -220,7 +225,7 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], pad
                 (total - step) as f64 / (total - warm).max(1) as f64
             };
             let lr = (opts.learning_rate as f64 * factor) as f32;
-            let batch = RowBatch::new(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad)?;
+            let batch = RowBatch::new(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad, opts.pad_to)?;
             let step_opts = StepOptions {
                 learning_rate: lr,
                 weight_decay: opts.weight_decay,
@@ -236,7 +241,8 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], pad
         let (val_loss, val_accuracy) = if val.is_empty() {
             (None, None)
         } else {
-            let (l, a) = evaluate(be, tuner, &val.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad, opts.batch_size).await?;
+            let val_rows: Vec<&Row> = val.iter().map(|&i| &rows[i]).collect();
+            let (l, a) = evaluate(be, tuner, &val_rows, pad, opts.batch_size, opts.pad_to).await?;
             (Some(l), Some(a))
         };
         let train_loss = losses.iter().sum::<f32>() / losses.len().max(1) as f32;
@@ -248,11 +254,11 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], pad
 }
 
 /// Mean loss (weighted by batch rows) and accuracy of `rows`.
-pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[&Row], pad: u32, batch_size: usize)
-    -> Result<(f32, f32)> {
+pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[&Row], pad: u32, batch_size: usize,
+    pad_to: Option<usize>) -> Result<(f32, f32)> {
     let (mut loss, mut weight, mut right, mut count) = (0f64, 0usize, 0usize, 0usize);
     for chunk in rows.chunks(batch_size.max(1)) {
-        let b = RowBatch::new(chunk, pad)?;
+        let b = RowBatch::new(chunk, pad, pad_to)?;
         let targets = b.targets();
         let logits = be.read(&tuner.logits(be, &b.batch)?).await?;
         let n = match targets {

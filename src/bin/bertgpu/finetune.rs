@@ -8,6 +8,7 @@ use bertgpu::backend::gpu::GpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::engine::Device;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
+use bertgpu::training::data;
 use bertgpu::training::fit::{self, FitOptions, Progress, Row, RowTarget};
 use serde_json::json;
 
@@ -20,21 +21,17 @@ pub(crate) enum Task {
     Classify,
     /// {"text", "text_pair", "label"}: one label per pair (e.g. NLI)
     Pair,
-}
-
-/// One line of classification data.
-#[derive(serde::Deserialize)]
-struct Labelled {
-    text: String,
-    #[serde(default)]
-    text_pair: Option<String>,
-    label: String,
+    /// {"tokens": [...], "tags": [...]}: one label per word (NER, slot filling)
+    Ner,
+    /// SQuAD's {"question", "context", "answers": {"text": [...], "answer_start": [...]}}
+    Qa,
 }
 
 pub(crate) struct FineTuneArgs {
     pub task: Task,
     pub data: PathBuf,
     pub out: PathBuf,
+    pub doc_stride: usize,
     pub fit: FitOptions,
 }
 
@@ -42,64 +39,82 @@ fn fail(what: impl std::fmt::Display) -> Fail {
     Fail::Model(format!("fine-tune: {what}"))
 }
 
-/// Reads the data file into rows and the label list (the checkpoint's, when it has a classifier whose labels cover
-/// the data; else the labels in order of first appearance, for a new classifier).
-fn classification_rows(m: &crate::LoadedModel, a: &FineTuneArgs) -> Result<(Vec<Row>, Vec<String>, bool), Fail> {
+/// The rows to train on, the label list (for a classifier), and whether the checkpoint's own classifier fits them
+/// (its labels are exactly these, in this order).
+struct Prepared {
+    rows: Vec<Row>,
+    labels: Option<Vec<String>>,
+    keep_head: bool,
+    task: FineTuneTask,
+}
+
+fn prepare(m: &crate::LoadedModel, a: &FineTuneArgs) -> Result<Prepared, Fail> {
     let text = std::fs::read_to_string(&a.data)
         .map_err(|e| fail(format!("cannot read training data `{}`: {e}", a.data.display())))?;
-    let mut examples = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let ex: Labelled = serde_json::from_str(line).map_err(|e| {
-            fail(format!("{}:{}: expected {{\"text\", \"label\"}} (and \"text_pair\" for --task pair) ({e})", a.data.display(), i + 1))
-        })?;
-        if (a.task == Task::Pair) != ex.text_pair.as_deref().is_some_and(|p| !p.is_empty()) {
-            let want = if a.task == Task::Pair { "needs" } else { "must not have" };
-            return Err(fail(format!("{}:{}: --task {:?} {want} a \"text_pair\"", a.data.display(), i + 1, a.task)));
-        }
-        examples.push((i + 1, ex));
-    }
-    let cfg = &m.model.config;
-    let known = cfg.architectures.iter().any(|x| x.ends_with("ForSequenceClassification"))
-        && examples.iter().all(|(_, e)| cfg.label2id.contains_key(&e.label));
-    let labels: Vec<String> = if known {
-        cfg.id2label.values().cloned().collect()
-    } else {
-        let mut out: Vec<String> = Vec::new();
-        for (_, e) in &examples {
-            if !out.contains(&e.label) {
-                out.push(e.label.clone());
-            }
-        }
-        out
+    let at = |e: bertgpu::Error| fail(format!("{}: {e}", a.data.display()));
+    let (cfg, tok) = (&m.model.config, &m.model.tokenizer);
+    let own = |labels: &[String], arch: &str| {
+        cfg.architectures.iter().any(|x| x.ends_with(arch)) && cfg.id2label.values().eq(labels.iter())
     };
-    if labels.len() < 2 {
-        return Err(fail(format!("a classifier needs at least 2 labels; the data has {labels:?}")));
-    }
-    let mut rows = Vec::with_capacity(examples.len());
-    for (line, e) in &examples {
-        let enc = m.model.tokenizer.encode(&e.text, e.text_pair.as_deref())
-            .map_err(|err| fail(format!("{}:{line}: {err}", a.data.display())))?;
-        let class = labels.iter().position(|l| *l == e.label).expect("every label is listed") as u32;
-        rows.push(Row { input_ids: enc.ids, token_type_ids: enc.type_ids, target: RowTarget::Class(class) });
-    }
-    Ok((rows, labels, known))
+    Ok(match a.task {
+        Task::Classify | Task::Pair => {
+            let examples: Vec<data::TextExample> = data::parse_jsonl(&text).map_err(at)?;
+            if let Some(i) = examples.iter().position(|e| (a.task == Task::Pair) != e.text_pair.as_deref().is_some_and(|p| !p.is_empty())) {
+                let want = if a.task == Task::Pair { "needs" } else { "must not have" };
+                return Err(fail(format!("{}: example {i}: --task {:?} {want} a \"text_pair\"", a.data.display(), a.task)));
+            }
+            let labels = data::sequence_label_list(&examples, &cfg.label2id).map_err(at)?;
+            if labels.len() < 2 {
+                return Err(fail(format!("a classifier needs at least 2 labels; the data has {labels:?}")));
+            }
+            let b = data::sequence_batch(tok, &examples, &labels).map_err(at)?;
+            let rows = fit::rows_from_batch(&b.batch, b.labels.iter().map(|&c| RowTarget::Class(c)));
+            let keep_head = own(&labels, "ForSequenceClassification");
+            Prepared { rows, keep_head, labels: Some(labels), task: FineTuneTask::Sequence }
+        }
+        Task::Ner => {
+            let examples: Vec<data::TokenExample> = data::parse_jsonl(&text).map_err(at)?;
+            let labels = data::token_label_list(&examples, &cfg.label2id).map_err(at)?;
+            let b = data::token_batch(tok, &examples, &labels).map_err(at)?;
+            let t = b.batch.t;
+            let rows = fit::rows_from_batch(&b.batch, b.labels.chunks(t.max(1)).map(|l| RowTarget::Tokens(l.to_vec())));
+            let keep_head = own(&labels, "ForTokenClassification");
+            Prepared { rows, keep_head, labels: Some(labels), task: FineTuneTask::Token }
+        }
+        Task::Qa => {
+            let examples: Vec<data::QaExample> = data::parse_jsonl(&text).map_err(at)?;
+            let max_length = tok.max_length().min(data::QA_MAX_LENGTH);
+            let b = data::qa_batch(tok, &examples, max_length, a.doc_stride).map_err(at)?;
+            let rows = fit::rows_from_batch(&b.batch, b.start.iter().zip(&b.end).map(|(&s, &e)| RowTarget::Span(s, e)));
+            Prepared { rows, keep_head: true, labels: None, task: FineTuneTask::QuestionAnswering }
+        }
+    })
 }
 
 async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> Result<serde_json::Value, Fail> {
-    let (rows, labels, known) = classification_rows(m, a)?;
+    let p = prepare(m, a)?;
     let weights = m.model.weights().map_err(fail)?;
     let cfg = &m.model.config;
-    let n = (!known).then_some(labels.len());
-    let mut tuner = FineTuner::new(be, cfg, &weights, FineTuneTask::Sequence, n, a.fit.seed).map_err(fail)?;
+    let fresh = (!p.keep_head).then(|| p.labels.as_ref().map_or(0, Vec::len));
+    let mut tuner = FineTuner::new(be, cfg, &weights, p.task, fresh, a.fit.seed).map_err(fail)?;
     drop(weights);
     eprintln!(
-        "bertgpu: fine-tuning every parameter on {} examples, {} labels ({}), {} backend",
-        rows.len(),
-        labels.len(),
-        if known { "the checkpoint's classifier" } else { "a new classifier" },
+        "bertgpu: fine-tuning every parameter on {} rows ({:?}; {}), {} backend",
+        p.rows.len(),
+        a.task,
+        match (&p.labels, p.keep_head) {
+            (Some(l), true) => format!("{} labels, the checkpoint's head", l.len()),
+            (Some(l), false) => format!("{} labels, a new head", l.len()),
+            (None, _) => "the checkpoint's QA head, or a new one".to_string(),
+        },
         be.name()
     );
-    let report = fit::fit(be, &mut tuner, &rows, cfg.pad_token_id, &a.fit, |p| {
+    let mut opts = a.fit;
+    if p.task == FineTuneTask::QuestionAnswering {
+        // run_qa pads every window to max_length, and the loss's softmax sees the padding: do the same.
+        opts.pad_to = Some(m.model.tokenizer.max_length().min(data::QA_MAX_LENGTH));
+    }
+    let report = fit::fit(be, &mut tuner, &p.rows, cfg.pad_token_id, &opts, |p| {
         let line = match p {
             Progress::Step(s) => serde_json::to_string(s),
             Progress::Epoch(e) => serde_json::to_string(e),
@@ -108,17 +123,17 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
     })
     .await
     .map_err(fail)?;
-    write_folder(be, &tuner, m, &a.out, &labels).await?;
-    Ok(json!({ "labels": labels, "epochs": report.epochs, "out": a.out }))
+    write_folder(be, &tuner, m, &a.out, p.labels.as_deref()).await?;
+    Ok(json!({ "labels": p.labels, "epochs": report.epochs, "out": a.out }))
 }
 
 /// config.json, model.safetensors and the original folder's tokenizer files into `out`.
-async fn write_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, m: &crate::LoadedModel, out: &Path, labels: &[String])
+async fn write_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, m: &crate::LoadedModel, out: &Path, labels: Option<&[String]>)
     -> Result<(), Fail> {
     let read = |name: &str| std::fs::read(m.dir.join(name));
     let original: serde_json::Value = serde_json::from_slice(&read("config.json").map_err(|e| fail(format!("config.json: {e}")))?)
         .map_err(|e| fail(format!("config.json: {e}")))?;
-    let (config, weights) = fit::export_folder(be, tuner, &original, Some(labels)).await.map_err(fail)?;
+    let (config, weights) = fit::export_folder(be, tuner, &original, labels).await.map_err(fail)?;
     std::fs::create_dir_all(out).map_err(|e| fail(format!("cannot create `{}`: {e}", out.display())))?;
     let write = |name: &str, bytes: &[u8]| {
         std::fs::write(out.join(name), bytes).map_err(|e| fail(format!("cannot write `{}`: {e}", out.join(name).display())))

@@ -198,6 +198,9 @@ enum Command {
         validation_split: f32,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// --task qa: tokens shared by consecutive windows of a long context (run_qa's doc_stride)
+        #[arg(long, default_value_t = 128)]
+        doc_stride: usize,
     },
     /// Speed of the backends on this machine: embeddings of a synthetic batch, a table on stdout
     Bench {
@@ -296,7 +299,7 @@ fn run(command: Command) -> Result<(), Fail> {
             );
             Ok(())
         }
-        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, warmup, weight_decay, validation_split, seed } => {
+        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, warmup, weight_decay, validation_split, seed, doc_stride } => {
             let fit = bertgpu::training::fit::FitOptions {
                 epochs,
                 learning_rate: lr,
@@ -307,7 +310,7 @@ fn run(command: Command) -> Result<(), Fail> {
                 seed,
                 ..Default::default()
             };
-            finetune::cmd_fine_tune(&infer, &finetune::FineTuneArgs { task, data, out, fit })
+            finetune::cmd_fine_tune(&infer, &finetune::FineTuneArgs { task, data, out, doc_stride, fit })
         }
         Command::TrainHead { infer, data, out, epochs, lr, seed, batch_size, weight_decay, validation_split, hidden, pooling } => {
             let opts = tasks::TrainOptions {
