@@ -2,7 +2,7 @@
 sequence classifier on tests/data/fortunes/train.jsonl (128 quotations, 4 topics), evaluated on test.jsonl (32), with
 the same recipe on both sides: every parameter, AdamW (weight decay 0.01, none on biases and LayerNorm weights), linear
 warm-up over 10% of the steps then linear decay, gradients clipped at 1.0, batch 16, dropout off (bertgpu does not
-apply dropout yet), a new classifier (and pooler, which this checkpoint lacks) from N(0, 0.02). Each side runs several
+apply dropout yet), a new classifier from N(0, 0.02) (the checkpoint has a pooler, no classifier). Each side runs several
 seeds (shuffle order and new-head initialisation); the table gives the mean test accuracy. bertgpu's `train-head` on
 the same data is the frozen-encoder baseline.
 
