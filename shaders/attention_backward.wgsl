@@ -21,20 +21,10 @@
 //     dv_j = Σ_i P_ij·dctx_i, over the queries i in order (padding queries included, as on the CPU); a padding key
 //     gets zeros.
 
-struct Params {
-    batch: u32,
-    seq: u32,
-    heads: u32,
-    head_dim: u32,
-    hidden: u32,
-    scale: f32,
-    _pad0: u32,
-    _pad1: u32,
-}
+#include "lib/attention_params.wgsl"
 
 // Queries (or keys) per workgroup.
 override WG: u32 = 64u;
-const DMAX: u32 = 128u;  // largest head_dim supported (host checks)
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;

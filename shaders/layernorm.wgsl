@@ -12,12 +12,7 @@
 
 #include "lib/layernorm_row.wgsl"
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    eps: f32,
-    _pad: u32,
-}
+#include "lib/layernorm_params.wgsl"
 
 // Invocations per workgroup: a power of two ≤ 256 (the host clamps it to the adapter's limit).
 override WG: u32 = 128u;

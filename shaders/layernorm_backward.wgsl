@@ -14,12 +14,7 @@
 
 #include "lib/reduce.wgsl"
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    eps: f32,
-    _pad: u32,
-}
+#include "lib/layernorm_params.wgsl"
 
 // Invocations per workgroup: a power of two ≤ 256.
 override WG: u32 = 128u;

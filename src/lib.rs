@@ -18,9 +18,9 @@ pub mod training;
 pub mod tokenizer;
 pub mod weights;
 
-/// Deterministic data and comparisons shared by the unit tests of every layer.
-#[cfg(test)]
-pub(crate) mod testutil;
+/// Deterministic data and comparisons shared by the unit tests of every layer and the integration tests.
+#[doc(hidden)]
+pub mod testutil;
 
 /// Entry points shared by the fuzz targets (`fuzz/`) and `tests/fuzz_corpus.rs`.
 #[cfg(not(target_arch = "wasm32"))]

@@ -2,27 +2,19 @@
 //! the task's command), the training learned the data, the progress is on stderr, and bad input exits 2 with a
 //! reason.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
+
+mod common;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn run(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", "/tmp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start bertgpu");
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
+    common::run_cli(args, stdin)
 }
 
 /// Two separable classes: texts about cats and texts about cars (ASCII words the tiny vocabulary covers).

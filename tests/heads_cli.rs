@@ -2,11 +2,12 @@
 //! against the PyTorch goldens of tests/golden/heads.json: JSON lines in, one JSON value per line out, bad lines
 //! give `{"error"}` and the rest go on, a model without the head exits 2.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::{json, Value};
+
+mod common;
 
 /// Scores printed by the CLI against PyTorch's (the bar; the CPU is ~1e-6 off, see tests/heads.rs).
 const SCORE_TOL: f64 = 1e-4;
@@ -20,16 +21,7 @@ fn golden() -> Value {
 }
 
 fn run(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", "/tmp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start bertgpu");
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
+    common::run_cli(args, stdin)
 }
 
 /// Runs a head command on the CPU and returns its output lines, parsed.

@@ -22,20 +22,10 @@
 // and calls attend(gid, wid) from its entry point. Results differ between the two only in the order of the four
 // partial sums of each dot product.
 
-struct Params {
-    batch: u32,
-    seq: u32,
-    heads: u32,
-    head_dim: u32,
-    hidden: u32,
-    scale: f32,
-    _pad0: u32,
-    _pad1: u32,
-}
+#include "lib/attention_params.wgsl"
 
 // Queries per workgroup (the host clamps it to the adapter's invocation limit).
 override WG: u32 = 64u;
-const DMAX: u32 = 128u;    // largest head_dim supported (host checks)
 const NEG: f32 = -1.0e30;  // stands for -inf before the first real key
 
 @group(0) @binding(0) var<uniform> p: Params;

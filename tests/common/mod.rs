@@ -70,17 +70,23 @@ pub fn gpu() -> Option<GpuBackend> {
     on_gpu(&test_name(), GpuBackend::new_blocking())
 }
 
-/// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
-pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+/// Deterministic values in [-1, 1) (xorshift), so failures reproduce: the unit tests' generator.
+pub use bertgpu::testutil::rand_vec;
+
+/// Runs the `bertgpu` binary with `args`, `stdin` as its input (text in, JSON lines out), off the GPU's runtime dir.
+pub fn run_cli(args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bertgpu");
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    child.wait_with_output().unwrap()
 }
 
 /// Asserts `|got − want| ≤ atol + rtol·|want|` everywhere (NaN fails), naming the worst index; returns the largest

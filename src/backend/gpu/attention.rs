@@ -40,16 +40,7 @@ impl GpuBackend {
             )));
         }
         let out = self.alloc(s.batch * s.seq, h)?;
-        let p = AttentionParams {
-            batch: s.batch as u32,
-            seq: s.seq as u32,
-            heads: s.heads as u32,
-            head_dim: s.head_dim as u32,
-            hidden: h as u32,
-            scale: 1.0 / (s.head_dim as f32).sqrt(),
-            _pad0: 0,
-            _pad1: 0,
-        };
+        let p = attention_params(s);
         let groups = (s.seq.div_ceil(self.tuning.attention_wg as usize) as u32, s.heads as u32, s.batch as u32);
         // The vec4 kernel when head_dim and hidden split into vec4s (every BERT); the scalar one otherwise.
         let (shader, entry) = if s.head_dim % 4 == 0 && !self.tuning.scalar_attention {
@@ -89,16 +80,7 @@ impl GpuBackend {
             return Ok(out);
         }
         let (probs, dscores) = (self.alloc(rows * s.heads, s.seq)?, self.alloc(rows * s.heads, s.seq)?);
-        let p = AttentionParams {
-            batch: s.batch as u32,
-            seq: s.seq as u32,
-            heads: s.heads as u32,
-            head_dim: s.head_dim as u32,
-            hidden: h as u32,
-            scale: 1.0 / (s.head_dim as f32).sqrt(),
-            _pad0: 0,
-            _pad1: 0,
-        };
+        let p = attention_params(s);
         let wg = self.tuning.attention_wg;
         let groups = (s.seq.div_ceil(wg as usize) as u32, s.heads as u32, s.batch as u32);
         for entry in ["attn_bwd_queries", "attn_bwd_keys"] {
@@ -112,5 +94,19 @@ impl GpuBackend {
             ], groups)?;
         }
         Ok(out)
+    }
+}
+
+/// The uniform of both attention kernels (forward and backward) for a shape.
+fn attention_params(s: AttentionShape) -> AttentionParams {
+    AttentionParams {
+        batch: s.batch as u32,
+        seq: s.seq as u32,
+        heads: s.heads as u32,
+        head_dim: s.head_dim as u32,
+        hidden: (s.heads * s.head_dim) as u32,
+        scale: 1.0 / (s.head_dim as f32).sqrt(),
+        _pad0: 0,
+        _pad1: 0,
     }
 }

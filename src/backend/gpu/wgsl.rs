@@ -30,6 +30,8 @@ const FILES: &[(&str, &str)] = &[
     ("train.wgsl", include_str!("../../../shaders/train.wgsl")),
     ("lib/activations.wgsl", include_str!("../../../shaders/lib/activations.wgsl")),
     ("lib/attention.wgsl", include_str!("../../../shaders/lib/attention.wgsl")),
+    ("lib/attention_params.wgsl", include_str!("../../../shaders/lib/attention_params.wgsl")),
+    ("lib/layernorm_params.wgsl", include_str!("../../../shaders/lib/layernorm_params.wgsl")),
     ("lib/layernorm_row.wgsl", include_str!("../../../shaders/lib/layernorm_row.wgsl")),
     ("lib/matmul_tile.wgsl", include_str!("../../../shaders/lib/matmul_tile.wgsl")),
     ("lib/quant.wgsl", include_str!("../../../shaders/lib/quant.wgsl")),
