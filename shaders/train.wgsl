@@ -1,6 +1,7 @@
 // train.wgsl: the ops of head training (src/training/head.rs states the math): a matmul with optional transposes,
-// the softmax cross-entropy gradient, activation derivatives and the AdamW update. Heads are small (a few
-// thousand parameters, batches of tens of rows), so these kernels are plain one-invocation-per-output loops.
+// the softmax cross-entropy gradient, activation derivatives and the AdamW update; fine-tuning the encoder uses the
+// matmul for every GEMM of the backward (dW = dYᵀ·X, dX = dY·W), so it is tiled (4×8 outputs per invocation); the
+// others are plain one-invocation-per-output loops.
 //
 // Bindings (group 0), by entry point:
 //   0  p       uniform Params (all)
@@ -31,7 +32,13 @@ struct Params {
     grad_scale: f32,
 }
 
+// Workgroup size of the elementwise entry points, and the workgroup shape of matmul_t (the host keeps
+// WG_X·WG_Y within the adapter's invocation limit).
 override WG: u32 = 64u;
+override WG_X: u32 = 8u;
+override WG_Y: u32 = 8u;
+// matmul_t's run length along K (see there).
+const KC: u32 = 32u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -47,25 +54,97 @@ fn index(lid: u32, wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
 }
 
-// y (M, N) = op(a) · op(b): element (i, l) of op(a) is a[l*M + i] when transposed, else a[i*K + l].
-@compute @workgroup_size(WG)
-fn matmul_t(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
-            @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = index(lid, wid, nwg);
-    if idx >= p.m * p.n {
+// y (M, N) = op(a) · op(b), a 4×8 block of y per invocation (workgroup WG_X × WG_Y), as an outer product per step
+// along K: element (i, l) of op(a) is a[i·sa_r + l·sa_k] with (sa_r, sa_k) = (1, M) when transposed, else (K, 1);
+// element (l, j) of op(b) is b[l·sb_k + j·sb_c] with (sb_k, sb_c) = (1, K) when transposed, else (N, 1). Per step
+// it loads the 4 values of op(a)'s column l in rows r0..r0+4 and the 8 of op(b)'s row l in columns c0..c0+8 (12
+// loads for 32 fma), one step of K at a time so any K works; each of those 12 streams moves by a fixed stride per
+// step (one element or one row), so every transpose is the same loop with other strides. Rows/columns past the edge
+// are clamped for loading and masked on store. Each output is summed with fma in runs of KC values of l, the runs'
+// sums added in order. (Not lib/matmul_tile.wgsl's tile: that one takes dot products of K-contiguous vec4 rows of
+// both operands, K % 4 == 0, while here K is the strided axis of a transposed a or an untransposed b.)
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn matmul_t(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let c0 = gid.x * 8u;
+    let r0 = gid.y * 4u;
+    if c0 >= p.n || r0 >= p.m {
         return;
     }
-    let i = idx / p.n;
-    let j = idx % p.n;
     let ta = (p.flags & 1u) != 0u;
     let tb = (p.flags & 2u) != 0u;
-    var acc = 0.0;
-    for (var l = 0u; l < p.k; l++) {
-        let av = select(a[i * p.k + l], a[l * p.m + i], ta);
-        let bv = select(b[l * p.n + j], b[j * p.k + l], tb);
-        acc = fma(av, bv, acc);
+    let sa_r = select(p.k, 1u, ta);
+    let sa_k = select(1u, p.m, ta);
+    let sb_c = select(1u, p.k, tb);
+    let sb_k = select(p.n, 1u, tb);
+    let ar = vec4<u32>(min(r0, p.m - 1u), min(r0 + 1u, p.m - 1u), min(r0 + 2u, p.m - 1u), min(r0 + 3u, p.m - 1u)) * sa_r;
+    let c = vec4<u32>(c0, c0 + 1u, c0 + 2u, c0 + 3u);
+    let bc0 = min(c, vec4<u32>(p.n - 1u)) * sb_c;
+    let bc1 = min(c + 4u, vec4<u32>(p.n - 1u)) * sb_c;
+    var acc0 = vec4<f32>(0.0);  // row r0, columns c0..c0+4
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    var bcc0 = vec4<f32>(0.0);  // row r0, columns c0+4..c0+8
+    var bcc1 = vec4<f32>(0.0);
+    var bcc2 = vec4<f32>(0.0);
+    var bcc3 = vec4<f32>(0.0);
+    var ao = 0u;  // l·sa_k
+    var bo = 0u;  // l·sb_k
+    // Runs of KC steps summed apart, then added to the totals: the rounding error grows like KC + K/KC steps, not K.
+    for (var l0 = 0u; l0 < p.k; l0 += KC) {
+        var s0 = vec4<f32>(0.0);
+        var s1 = vec4<f32>(0.0);
+        var s2 = vec4<f32>(0.0);
+        var s3 = vec4<f32>(0.0);
+        var t0 = vec4<f32>(0.0);
+        var t1 = vec4<f32>(0.0);
+        var t2 = vec4<f32>(0.0);
+        var t3 = vec4<f32>(0.0);
+        let l1 = min(l0 + KC, p.k);
+        for (var l = l0; l < l1; l++) {
+            let av = vec4<f32>(a[ao + ar.x], a[ao + ar.y], a[ao + ar.z], a[ao + ar.w]);
+            let b0 = vec4<f32>(b[bo + bc0.x], b[bo + bc0.y], b[bo + bc0.z], b[bo + bc0.w]);
+            let b1 = vec4<f32>(b[bo + bc1.x], b[bo + bc1.y], b[bo + bc1.z], b[bo + bc1.w]);
+            s0 = fma(vec4<f32>(av.x), b0, s0);
+            s1 = fma(vec4<f32>(av.y), b0, s1);
+            s2 = fma(vec4<f32>(av.z), b0, s2);
+            s3 = fma(vec4<f32>(av.w), b0, s3);
+            t0 = fma(vec4<f32>(av.x), b1, t0);
+            t1 = fma(vec4<f32>(av.y), b1, t1);
+            t2 = fma(vec4<f32>(av.z), b1, t2);
+            t3 = fma(vec4<f32>(av.w), b1, t3);
+            ao += sa_k;
+            bo += sb_k;
+        }
+        acc0 += s0;
+        acc1 += s1;
+        acc2 += s2;
+        acc3 += s3;
+        bcc0 += t0;
+        bcc1 += t1;
+        bcc2 += t2;
+        bcc3 += t3;
     }
-    y[idx] = acc;
+    store_row(r0, c0, acc0);
+    store_row(r0 + 1u, c0, acc1);
+    store_row(r0 + 2u, c0, acc2);
+    store_row(r0 + 3u, c0, acc3);
+    store_row(r0, c0 + 4u, bcc0);
+    store_row(r0 + 1u, c0 + 4u, bcc1);
+    store_row(r0 + 2u, c0 + 4u, bcc2);
+    store_row(r0 + 3u, c0 + 4u, bcc3);
+}
+
+// Columns c0..c0+4 of row r of y (matmul_t), those inside (M, N).
+fn store_row(r: u32, c0: u32, v: vec4<f32>) {
+    if r >= p.m {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if c0 + j < p.n {
+            y[r * p.n + c0 + j] = v[j];
+        }
+    }
 }
 
 // One row per invocation: y = (softmax(z) − onehot(label)) / B, the max subtracted before exp.

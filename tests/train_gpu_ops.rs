@@ -59,6 +59,21 @@ fn train_kernels_match_cpu_twins() {
             }
         }
     }
+    // The backward's shapes (dW = dYᵀ·X, dX = dY·W at BERT-base widths over 1000 rows) and small odd ones, none a
+    // multiple of the matmul's 4×8 tile or its workgroup's 32×64 block, in every transpose combination.
+    for &(m, k, n) in &[(384usize, 1000usize, 1536usize), (1000, 1536, 384), (7, 5, 3), (1, 1, 1), (33, 65, 17)] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let (ar, ac) = if ta { (k, m) } else { (m, k) };
+            let (br, bc) = if tb { (n, k) } else { (k, n) };
+            let a = rand_vec(ar * ac, (m * 13 + k) as u64);
+            let b = rand_vec(br * bc, (n * 7 + k) as u64);
+            let want = CpuBackend::new().matmul(&up_cpu(&a, ar, ac), ta, &up_cpu(&b, br, bc), tb).unwrap();
+            let got = g.matmul(&g.input(&a, ar, ac).unwrap(), ta, &g.input(&b, br, bc).unwrap(), tb).unwrap();
+            assert_eq!(g.dims(&got), (m, n));
+            assert_close(&format!("matmul {m}x{k}x{n} ta={ta} tb={tb}"), &read_g(&g, &got), &read_c(&want),
+                MATMUL_ATOL, MATMUL_RTOL);
+        }
+    }
     // softmax cross-entropy gradient, including large logits.
     for &(b, c) in &[(1usize, 2usize), (7, 3), (33, 7), (513, 5)] {
         let mut z = rand_vec(b * c, (b + c) as u64);
@@ -111,3 +126,4 @@ fn bad_shapes_are_errors() {
     let s = AdamWStep::new(1e-3, 0.0, 0.9, 0.999, 1e-8, 1);
     assert!(g.adamw(&a, &b, &a, &a, &s).is_err());
 }
+

@@ -54,12 +54,14 @@ impl GpuBackend {
             flags: trans_a as u32 | (trans_b as u32) << 1,
             ..Default::default()
         };
-        let wg = self.train_wg();
-        self.dispatch("train", "matmul_t", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+        // 4 rows × 8 columns of the output per invocation (shaders/train.wgsl), the linear's workgroup shape.
+        let (wx, wy) = self.tuning.matmul_wg;
+        let groups = (n.div_ceil(8 * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
+        self.dispatch("train", "matmul_t", &[("WG_X", wx as f64), ("WG_Y", wy as f64)], bytemuck::bytes_of(&p), &[
             (1, a.buffer(), false),
             (2, b.buffer(), false),
             (3, out.buffer(), true),
-        ], self.grid((m * n).div_ceil(wg as usize)))?;
+        ], groups)?;
         Ok(out)
     }
 
