@@ -102,8 +102,10 @@ fn bad_input_exits_2_with_a_reason() {
         (vec!["--task", "classify", "--data", &ok, "--lr", "0"], "learning rate"),
         (vec!["--task", "classify", "--data", &ok, "--validation-split", "0.9"], "leave none to train on"),
         (vec!["--task", "classify", "--data", "/nonexistent.jsonl"], "cannot read training data"),
+        (vec!["--task", "classify", "--data", &ok, "--layers", "9"], "top 9 layers of a 2-layer model"),
+        (vec!["--task", "classify", "--data", &ok, "--layers", "most"], "neither `all` nor a number"),
     ];
-    assert_eq!(cases.len(), 6);
+    assert_eq!(cases.len(), 8);
     for (extra, want) in cases {
         let mut args = vec!["fine-tune", "--model", m, "--out", out, "--device", "cpu"];
         args.extend(extra.iter().copied());

@@ -215,3 +215,56 @@ fn every_shape_matches_pytorch_on_the_gpu() {
         check(&g, name, GPU_GRAD_RTOL, GPU_LOSS_RTOL);
     }
 }
+
+/// Training the top k layers: the trained parameters get PyTorch's gradients (the same as with every parameter
+/// trained), the frozen ones none, and after steps the frozen ones are bit for bit what they were.
+#[test]
+fn top_layers_train_and_the_rest_stay_frozen() {
+    let be = CpuBackend::new();
+    let c = case("classify");
+    let want = c.g["grads"].as_object().unwrap();
+    let targets = Targets::Sequence(&c.labels);
+    for (k, trained_prefixes) in [
+        (Some(1), vec!["bert.encoder.layer.1.", "bert.pooler.", "classifier."]),
+        (Some(0), vec!["bert.pooler.", "classifier."]),
+    ] {
+        let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        tr.set_top_layers(k).unwrap();
+        let before: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(&be, None)).unwrap().into_iter().collect();
+        let (grads, _) = tr.trainable_gradients(&be, &c.batch, &targets).unwrap();
+        assert_eq!(grads.len(), tr.encoder.params.len());
+        let mut trained = 0;
+        for (p, g) in tr.encoder.params.iter().zip(&grads) {
+            let is_trained = trained_prefixes.iter().any(|pre| p.names[0].starts_with(pre));
+            assert_eq!(g.is_some(), is_trained, "top {k:?}: {} trained?", p.names[0]);
+            let Some(g) = g else { continue };
+            trained += 1;
+            let v = pollster::block_on(be.read(g)).unwrap();
+            let each = v.len() / p.names.len();
+            for (i, n) in p.names.iter().enumerate() {
+                let w = floats(&want[n]);
+                let diff = norm(v[i * each..(i + 1) * each].iter().zip(&w).map(|(&a, &b)| a as f64 - b));
+                let zero = c.g["zero_grads"].as_array().unwrap().iter().any(|z| z == n);
+                assert!(zero || diff <= CPU_GRAD_RTOL * norm(w.iter().copied()), "top {k:?}: gradient of {n}");
+            }
+        }
+        assert!(trained >= 4, "top {k:?}: only {trained} tensors trained");
+        assert!(tr.gradients(&be, &c.batch, &targets).is_err(), "all gradients cannot be had with frozen layers");
+        let opt = StepOptions { learning_rate: 1e-3, ..StepOptions::default() };
+        for _ in 0..2 {
+            pollster::block_on(tr.step(&be, &c.batch, &targets, &opt)).unwrap();
+        }
+        let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(&be, None)).unwrap().into_iter().collect();
+        let mut moved = 0;
+        for (n, v) in &after {
+            if trained_prefixes.iter().any(|pre| n.starts_with(pre)) {
+                moved += (v != &before[n]) as usize;
+            } else {
+                assert_eq!(v, &before[n], "top {k:?}: frozen {n} changed");
+            }
+        }
+        assert!(moved >= 4, "top {k:?}: only {moved} trained tensors moved");
+    }
+    let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+    assert!(tr.set_top_layers(Some(3)).unwrap_err().to_string().contains("2-layer"));
+}

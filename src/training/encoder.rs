@@ -202,13 +202,21 @@ impl<T> Encoder<T> {
         be.matmul(dy, false, self.t(w), false) // (M, K)
     }
 
-    /// Back from `dlast = ∂L/∂(last hidden state)` `(B*T, H)` to every encoder parameter's gradient in `grads`.
+    /// The number of encoder layers.
+    pub fn layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Back from `dlast = ∂L/∂(last hidden state)` `(B*T, H)` to the encoder parameters' gradients in `grads`:
+    /// every parameter's, or with `top: Some(k)` only the last `k` layers' (the backward stops there, so the
+    /// embeddings and the lower layers get none and stay frozen).
     pub fn backward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch, saved: Saved<T>, dlast: T,
-        grads: &mut [Option<T>]) -> Result<()> {
+        grads: &mut [Option<T>], top: Option<usize>) -> Result<()> {
         let eps = self.config.layer_norm_eps;
         let shape = self.shape(batch);
+        let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());
         let mut dx = dlast;
-        for (li, ls) in self.layers.iter().zip(&saved.layers).rev() {
+        for (li, ls) in self.layers.iter().zip(&saved.layers).rev().take(depth) {
             let (dpre2, dg2, db2) = be.layernorm_backward(&dx, &ls.pre2, self.t(li.ln2_g), eps)?;
             grads[li.ln2_g] = Some(dg2);
             grads[li.ln2_b] = Some(db2);
@@ -223,6 +231,9 @@ impl<T> Encoder<T> {
             let dqkv = be.attention_backward(&dctx, &ls.qkv, &saved.mask, shape)?;
             let dxq = self.linear_backward(be, &dqkv, &ls.x, li.qkv_w, li.qkv_b, grads)?;
             dx = be.add(&dxq, &dpre1)?; // x feeds the projections and the first residual
+        }
+        if top.is_some() {
+            return Ok(());
         }
         let [word, pos, typ, g0, b0] = self.emb;
         let (demb, dg0, db0) = be.layernorm_backward(&dx, &saved.emb_sum, self.t(g0), eps)?;

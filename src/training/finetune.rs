@@ -93,6 +93,8 @@ pub struct FineTuner<B: Backend> {
     /// AdamW's moments, one pair per parameter, and the number of steps taken.
     moments: Vec<(B::Tensor, B::Tensor)>,
     steps: u32,
+    /// Train only the last this many encoder layers (and the head); `None`: every parameter.
+    top_layers: Option<usize>,
 }
 
 /// `(out, in)` weight ~ N(0, std) and a zero bias, as transformers' `_init_weights` for a new `nn.Linear`.
@@ -166,7 +168,20 @@ impl<B: Backend> FineTuner<B> {
                 Ok((be.input(&zeros, p.rows, p.cols)?, be.input(&zeros, p.rows, p.cols)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(FineTuner { encoder: enc, head, moments, steps: 0 })
+        Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None })
+    }
+
+    /// Trains only the last `k` encoder layers and the head (`Some(0)`: the head alone, on a frozen encoder);
+    /// `None`: every parameter. The embeddings and the layers below stay as they are, and the backward stops above
+    /// them.
+    pub fn set_top_layers(&mut self, k: Option<usize>) -> Result<()> {
+        if let Some(k) = k {
+            if k > self.encoder.layers() {
+                return Err(Error::Input(format!("cannot train the top {k} layers of a {}-layer model", self.encoder.layers())));
+            }
+        }
+        self.top_layers = k;
+        Ok(())
     }
 
     /// Checks targets against the batch and the head; returns the number of classes of the logits' rows.
@@ -210,8 +225,21 @@ impl<B: Backend> FineTuner<B> {
     }
 
     /// Every parameter's gradient of the batch's loss, in parameter order, and the head's logits (sequence:
-    /// `(B, C)`; token: `(B*T, C)`; qa: `(B*T, 2)`).
+    /// `(B, C)`; token: `(B*T, C)`; qa: `(B*T, 2)`). An error when some layers are frozen
+    /// ([`Self::set_top_layers`]): see [`Self::trainable_gradients`].
     pub fn gradients(&self, be: &B, batch: &Batch, targets: &Targets<'_>) -> Result<(Vec<B::Tensor>, B::Tensor)> {
+        let (grads, logits) = self.trainable_gradients(be, batch, targets)?;
+        let grads = grads
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| g.ok_or_else(|| Error::Input(format!("{} is frozen: it has no gradient", self.encoder.params[i].names[0]))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((grads, logits))
+    }
+
+    /// The gradients of the parameters being trained (`None` for a frozen one), and the logits.
+    pub fn trainable_gradients(&self, be: &B, batch: &Batch, targets: &Targets<'_>)
+        -> Result<(Vec<Option<B::Tensor>>, B::Tensor)> {
         self.check(batch, targets)?;
         let enc = &self.encoder;
         let (last, saved) = enc.forward(be, batch)?;
@@ -263,12 +291,7 @@ impl<B: Backend> FineTuner<B> {
             }
             _ => unreachable!("checked above"),
         };
-        enc.backward(be, batch, saved, dlast, &mut grads)?;
-        let grads = grads
-            .into_iter()
-            .enumerate()
-            .map(|(i, g)| g.ok_or_else(|| Error::Input(format!("no gradient for {}", enc.params[i].names[0]))))
-            .collect::<Result<Vec<_>>>()?;
+        enc.backward(be, batch, saved, dlast, &mut grads, self.top_layers)?;
         Ok((grads, logits))
     }
 
@@ -362,12 +385,18 @@ impl<B: Backend> FineTuner<B> {
     /// the gradients' squared norm; everything else stays on the backend. A non-finite loss or gradient is an
     /// error and leaves the parameters as they were.
     pub async fn step(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>, opt: &StepOptions) -> Result<StepReport> {
-        let (grads, logits) = self.gradients(be, batch, targets)?;
+        let (grads, logits) = self.trainable_gradients(be, batch, targets)?;
         let loss = self.loss(&be.read(&logits).await?, batch, targets);
-        let mut total = be.sum_squares(&grads[0])?;
-        for g in &grads[1..] {
-            total = be.add(&total, &be.sum_squares(g)?)?;
+        // The squared norm over the trained parameters (clip_grad_norm_ skips those without a gradient).
+        let mut total: Option<B::Tensor> = None;
+        for g in grads.iter().flatten() {
+            let sq = be.sum_squares(g)?;
+            total = Some(match total {
+                None => sq,
+                Some(t) => be.add(&t, &sq)?,
+            });
         }
+        let total = total.ok_or_else(|| Error::Input("no parameter is being trained".into()))?;
         let grad_norm = (be.read(&total).await?[0] as f64).sqrt() as f32;
         if !loss.is_finite() || !grad_norm.is_finite() {
             return Err(Error::Input(format!(
@@ -383,6 +412,7 @@ impl<B: Backend> FineTuner<B> {
         self.steps += 1;
         let params = &mut self.encoder.params;
         for (i, g) in grads.iter().enumerate() {
+            let Some(g) = g else { continue }; // frozen
             let wd = if params[i].decay { opt.weight_decay } else { 0.0 };
             let mut s = AdamWStep::new(opt.learning_rate, wd, opt.beta1, opt.beta2, opt.eps, self.steps);
             s.grad_scale = grad_scale;

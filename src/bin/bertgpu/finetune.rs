@@ -32,7 +32,20 @@ pub(crate) struct FineTuneArgs {
     pub data: PathBuf,
     pub out: PathBuf,
     pub doc_stride: usize,
+    /// Train the top this many layers (and the head); `None`: all.
+    pub layers: Option<usize>,
     pub fit: FitOptions,
+}
+
+/// `--layers`: `all` or a number of top layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layers(pub Option<usize>);
+
+pub(crate) fn parse_layers(s: &str) -> Result<Layers, String> {
+    match s {
+        "all" => Ok(Layers(None)),
+        n => n.parse().map(|k| Layers(Some(k))).map_err(|_| format!("`{n}` is neither `all` nor a number of layers")),
+    }
 }
 
 fn fail(what: impl std::fmt::Display) -> Fail {
@@ -98,8 +111,14 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
     let fresh = (!p.keep_head).then(|| p.labels.as_ref().map_or(0, Vec::len));
     let mut tuner = FineTuner::new(be, cfg, &weights, p.task, fresh, a.fit.seed).map_err(fail)?;
     drop(weights);
+    tuner.set_top_layers(a.layers).map_err(fail)?;
     eprintln!(
-        "bertgpu: fine-tuning every parameter on {} rows ({:?}; {}), {} backend",
+        "bertgpu: fine-tuning {} on {} rows ({:?}; {}), {} backend",
+        match a.layers {
+            None => "every parameter".to_string(),
+            Some(0) => "the head alone".to_string(),
+            Some(k) => format!("the top {k} layers and the head"),
+        },
         p.rows.len(),
         a.task,
         match (&p.labels, p.keep_head) {

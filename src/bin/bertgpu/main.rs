@@ -201,6 +201,9 @@ enum Command {
         /// --task qa: tokens shared by consecutive windows of a long context (run_qa's doc_stride)
         #[arg(long, default_value_t = 128)]
         doc_stride: usize,
+        /// Which layers train: `all`, or the top K encoder layers with the head (0: the head alone)
+        #[arg(long, default_value = "all", value_parser = finetune::parse_layers)]
+        layers: finetune::Layers,
     },
     /// Speed of the backends on this machine: embeddings of a synthetic batch, a table on stdout
     Bench {
@@ -299,7 +302,7 @@ fn run(command: Command) -> Result<(), Fail> {
             );
             Ok(())
         }
-        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, warmup, weight_decay, validation_split, seed, doc_stride } => {
+        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, warmup, weight_decay, validation_split, seed, doc_stride, layers } => {
             let fit = bertgpu::training::fit::FitOptions {
                 epochs,
                 learning_rate: lr,
@@ -310,7 +313,7 @@ fn run(command: Command) -> Result<(), Fail> {
                 seed,
                 ..Default::default()
             };
-            finetune::cmd_fine_tune(&infer, &finetune::FineTuneArgs { task, data, out, doc_stride, fit })
+            finetune::cmd_fine_tune(&infer, &finetune::FineTuneArgs { task, data, out, doc_stride, layers: layers.0, fit })
         }
         Command::TrainHead { infer, data, out, epochs, lr, seed, batch_size, weight_decay, validation_split, hidden, pooling } => {
             let opts = tasks::TrainOptions {
