@@ -184,7 +184,7 @@ impl<B: Backend> FineTuner<B> {
         Ok(())
     }
 
-    /// Checks targets against the batch and the head; returns the number of classes of the logits' rows.
+    /// Checks targets against the batch and the head.
     fn check(&self, batch: &Batch, targets: &Targets<'_>) -> Result<()> {
         let (b, t) = (batch.b, batch.t);
         match (&self.head, targets) {

@@ -1,7 +1,11 @@
-//! Training on the backend. Today: a classification head on the frozen encoder's pooled features ([`head`]: the
-//! head, its forward and backward, AdamW, the seeded PRNG, the head's file), and [`fit_head`], the loop that
-//! trains one with a seeded validation split and early stopping. `Model::train_head` (in `tasks`) computes the
-//! features and calls it.
+//! Training on the backend:
+//! - fine-tuning the whole model on the BERT paper's shapes: [`encoder`] (every encoder parameter trainable, the
+//!   backward through every layer), [`finetune`] (the task heads, their losses, one optimiser step), [`fit`] (the
+//!   loop, the schedule, evaluation, the Hugging Face folder), [`data`] (examples to batches, as transformers'
+//!   example scripts make them);
+//! - a classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
+//!   and backward, AdamW, the seeded PRNG, the head's file) and [`fit_head`], the loop that trains one with a seeded
+//!   validation split and early stopping. `Model::train_head` (in `tasks`) computes the features and calls it.
 
 pub mod data;
 pub mod encoder;
