@@ -103,6 +103,7 @@ fn case(name: &str) -> Case {
             start = ints("start_positions").into_iter().map(|l| l as u32).collect();
             end = ints("end_positions").into_iter().map(|l| l as u32).collect();
         }
+        FineTuneTask::Embedding => unreachable!("the embedding golden has its own test"),
     }
     let n = labels.len() + start.len();
     assert!(n == b || token_labels.len() == b * t, "{name}: one target per sequence (or per token)");
@@ -117,6 +118,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
         FineTuneTask::Sequence => Targets::Sequence(&c.labels),
         FineTuneTask::Token => Targets::Token(&c.token_labels),
         FineTuneTask::QuestionAnswering => Targets::Spans { start: &c.start, end: &c.end },
+        FineTuneTask::Embedding => unreachable!("the embedding golden has its own test"),
     };
     let zero: BTreeSet<String> =
         c.g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
@@ -267,4 +269,66 @@ fn top_layers_train_and_the_rest_stay_frozen() {
     }
     let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
     assert!(tr.set_top_layers(Some(3)).unwrap_err().to_string().contains("2-layer"));
+}
+
+/// Embedding fine-tuning (MultipleNegativesRankingLoss on mean-pooled, normalised vectors, scale 20) against
+/// PyTorch's float64 autograd (tests/golden/finetune_embed.py): the loss and every encoder parameter's gradient,
+/// on the CPU and the GPU; then steps lower the loss.
+fn check_embedding<B: Backend>(be: &B, grad_rtol: f64, loss_rtol: f64) {
+    let text = std::fs::read_to_string(root().join("tests/golden/finetune_embed.json")).unwrap();
+    let g: Value = serde_json::from_str(&text).unwrap();
+    let dir = root().join("tests/models").join(g["model"].as_str().unwrap());
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let side = |k: &str| {
+        let (input_ids, b, t) = rows_u32(&g[k]["input_ids"]);
+        let (token_type_ids, _, _) = rows_u32(&g[k]["token_type_ids"]);
+        let (attention_mask, _, _) = rows_u32(&g[k]["attention_mask"]);
+        Batch { input_ids, token_type_ids, attention_mask, b, t }
+    };
+    let (anchors, positives) = (side("anchors"), side("positives"));
+    assert_eq!((anchors.b, positives.b), (4, 4));
+    let mut tr = FineTuner::new(be, &cfg, &weights, FineTuneTask::Embedding, None, 0).unwrap();
+    let (grads, loss) = pollster::block_on(tr.embedding_gradients(be, &anchors, &positives)).unwrap();
+    let want_loss = g["loss"].as_f64().unwrap();
+    assert!((loss as f64 - want_loss).abs() <= loss_rtol * want_loss, "embedding loss {loss} vs PyTorch {want_loss}");
+    let want = g["grads"].as_object().unwrap();
+    let mut compared = 0;
+    for (p, gr) in tr.encoder.params.iter().zip(&grads) {
+        let v = pollster::block_on(be.read(gr.as_ref().expect("every encoder parameter trains"))).unwrap();
+        let each = v.len() / p.names.len();
+        for (i, n) in p.names.iter().enumerate() {
+            let key = n.strip_prefix("bert.").unwrap();
+            let w = floats(&want[key]);
+            assert_eq!(w.len(), each, "{key}");
+            let diff = norm(v[i * each..(i + 1) * each].iter().zip(&w).map(|(&a, &b)| a as f64 - b));
+            let wn = norm(w.iter().copied());
+            if key.ends_with("attention.self.key.bias") {
+                assert!(diff <= ZERO_GRAD_ATOL * 10.0, "{key}: exact gradient zero, ours {diff}");
+            } else {
+                assert!(diff <= grad_rtol * wn, "embedding: gradient of {key}: relative error {:e}", diff / wn);
+            }
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, want.len(), "every golden tensor compared");
+    let opt = StepOptions { learning_rate: 1e-3, ..StepOptions::default() };
+    let targets = Targets::Pairs { positives: &positives };
+    let first = pollster::block_on(tr.step(be, &anchors, &targets, &opt)).unwrap().loss;
+    let mut last = first;
+    for _ in 0..4 {
+        last = pollster::block_on(tr.step(be, &anchors, &targets, &opt)).unwrap().loss;
+    }
+    assert!(last < first * 0.8, "embedding loss {first} → {last} after 5 steps on one batch");
+}
+
+#[test]
+fn embedding_matches_pytorch_on_the_cpu() {
+    check_embedding(&CpuBackend::new(), CPU_GRAD_RTOL, LOSS_RTOL);
+}
+
+#[test]
+fn embedding_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    check_embedding(&g, GPU_GRAD_RTOL, GPU_LOSS_RTOL);
 }

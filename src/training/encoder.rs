@@ -197,8 +197,8 @@ impl<T> Encoder<T> {
     /// Back through `y = x·Wᵀ + b` (parameters `w`, `b`): their gradients into `grads`; returns `dx`.
     pub fn linear_backward<B: Backend<Tensor = T>>(&self, be: &B, dy: &T, x: &T, w: usize, b: usize,
         grads: &mut [Option<T>]) -> Result<T> {
-        grads[w] = Some(be.matmul(dy, true, x, false)?); // (N, K)
-        grads[b] = Some(be.sum_rows(dy)?); // (1, N)
+        put(be, grads, w, be.matmul(dy, true, x, false)?)?; // (N, K)
+        put(be, grads, b, be.sum_rows(dy)?)?; // (1, N)
         be.matmul(dy, false, self.t(w), false) // (M, K)
     }
 
@@ -218,15 +218,15 @@ impl<T> Encoder<T> {
         let mut dx = dlast;
         for (li, ls) in self.layers.iter().zip(&saved.layers).rev().take(depth) {
             let (dpre2, dg2, db2) = be.layernorm_backward(&dx, &ls.pre2, self.t(li.ln2_g), eps)?;
-            grads[li.ln2_g] = Some(dg2);
-            grads[li.ln2_b] = Some(db2);
+            put(be, grads, li.ln2_g, dg2)?;
+            put(be, grads, li.ln2_b, db2)?;
             let dg = self.linear_backward(be, &dpre2, &ls.g, li.out_w, li.out_b, grads)?;
             let du = be.activation_grad(&dg, &ls.u, self.config.hidden_act)?;
             let dh1 = self.linear_backward(be, &du, &ls.h1, li.i_w, li.i_b, grads)?;
             let dh1 = be.add(&dh1, &dpre2)?; // h1 feeds the FFN and the second residual
             let (dpre1, dg1, db1) = be.layernorm_backward(&dh1, &ls.pre1, self.t(li.ln1_g), eps)?;
-            grads[li.ln1_g] = Some(dg1);
-            grads[li.ln1_b] = Some(db1);
+            put(be, grads, li.ln1_g, dg1)?;
+            put(be, grads, li.ln1_b, db1)?;
             let dctx = self.linear_backward(be, &dpre1, &ls.ctx, li.o_w, li.o_b, grads)?;
             let dqkv = be.attention_backward(&dctx, &ls.qkv, &saved.mask, shape)?;
             let dxq = self.linear_backward(be, &dqkv, &ls.x, li.qkv_w, li.qkv_b, grads)?;
@@ -237,13 +237,23 @@ impl<T> Encoder<T> {
         }
         let [word, pos, typ, g0, b0] = self.emb;
         let (demb, dg0, db0) = be.layernorm_backward(&dx, &saved.emb_sum, self.t(g0), eps)?;
-        grads[g0] = Some(dg0);
-        grads[b0] = Some(db0);
+        put(be, grads, g0, dg0)?;
+        put(be, grads, b0, db0)?;
         let (dw, dp, dt) = be.embeddings_backward(&demb, batch, self.params[word].rows, self.params[pos].rows,
             self.params[typ].rows, Some(self.config.pad_token_id))?;
-        grads[word] = Some(dw);
-        grads[pos] = Some(dp);
-        grads[typ] = Some(dt);
+        put(be, grads, word, dw)?;
+        put(be, grads, pos, dp)?;
+        put(be, grads, typ, dt)?;
         Ok(())
     }
+}
+
+/// Stores a gradient, or adds it to the one already there (a parameter used by two forwards, e.g. the anchors and
+/// the positives of an embedding pair).
+pub fn put<B: Backend>(be: &B, grads: &mut [Option<B::Tensor>], i: usize, g: B::Tensor) -> Result<()> {
+    grads[i] = Some(match grads[i].take() {
+        None => g,
+        Some(prev) => be.add(&prev, &g)?,
+    });
+    Ok(())
 }

@@ -38,7 +38,13 @@ pub enum FineTuneTask {
     Token,
     /// `BertForQuestionAnswering`: the answer's start and end token.
     QuestionAnswering,
+    /// Sentence embeddings (mean pooling, L2-normalised) from (anchor, positive) pairs with the other pairs'
+    /// positives as negatives: sentence-transformers' `MultipleNegativesRankingLoss`, scale [`MNRL_SCALE`].
+    Embedding,
 }
+
+/// `MultipleNegativesRankingLoss`'s default scale: cosine similarities are multiplied by it before the softmax.
+pub const MNRL_SCALE: f32 = 20.0;
 
 /// What a batch should predict.
 #[derive(Clone, Copy, Debug)]
@@ -49,6 +55,8 @@ pub enum Targets<'a> {
     Token(&'a [i64]),
     /// Start and end token of each sequence's answer (B each).
     Spans { start: &'a [u32], end: &'a [u32] },
+    /// Embedding pairs: the batch holds the anchors, this one their positives (row i of each is a pair).
+    Pairs { positives: &'a Batch },
 }
 
 /// The optimiser's settings for one step.
@@ -84,6 +92,7 @@ enum Head {
     Sequence { pool: [usize; 2], classifier: [usize; 2], labels: usize },
     Token { classifier: [usize; 2], labels: usize },
     Qa { qa: [usize; 2] },
+    Embed,
 }
 
 /// A BERT checkpoint being fine-tuned on backend `B`: the encoder, the task's head, AdamW's state.
@@ -159,6 +168,7 @@ impl<B: Backend> FineTuner<B> {
             FineTuneTask::QuestionAnswering => {
                 Head::Qa { qa: linear(&mut enc, &root, "qa_outputs", ["qa_outputs.weight", "qa_outputs.bias"], 2, h)? }
             }
+            FineTuneTask::Embedding => Head::Embed,
         };
         let moments = enc
             .params
@@ -219,7 +229,9 @@ impl<B: Backend> FineTuner<B> {
                     }
                 }
             }
-            _ => return Err(Error::Input("these targets are for another task than the one being trained".into())),
+            _ => return Err(Error::Input(
+                "these targets are for another task than the one being trained (embedding pairs: FineTuner::embedding_gradients)".into(),
+            )),
         }
         Ok(())
     }
@@ -301,6 +313,7 @@ impl<B: Backend> FineTuner<B> {
             Head::Sequence { .. } => FineTuneTask::Sequence,
             Head::Token { .. } => FineTuneTask::Token,
             Head::Qa { .. } => FineTuneTask::QuestionAnswering,
+            Head::Embed => FineTuneTask::Embedding,
         }
     }
 
@@ -330,7 +343,94 @@ impl<B: Backend> FineTuner<B> {
             }
             Head::Token { classifier, .. } => be.linear(&last, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None),
             Head::Qa { qa } => be.linear(&last, enc.t(qa[0]), Some(enc.t(qa[1])), Activation::None),
+            Head::Embed => self.pooled(be, &last, batch),
         }
+    }
+
+    /// Mean over each sequence's real tokens of `last (B*T, H)` → `(B, H)`, as a product with the `(B, B*T)` matrix
+    /// of `1/len` weights (its transpose is the backward), as sentence-transformers' Pooling (mode mean).
+    fn pooled(&self, be: &B, last: &B::Tensor, batch: &Batch) -> Result<B::Tensor> {
+        be.matmul(&self.pool_matrix(be, batch)?, false, last, false)
+    }
+
+    fn pool_matrix(&self, be: &B, batch: &Batch) -> Result<B::Tensor> {
+        let (b, t) = (batch.b, batch.t);
+        let mut m = vec![0f32; b * b * t];
+        for i in 0..b {
+            let mask = &batch.attention_mask[i * t..(i + 1) * t];
+            let n = mask.iter().filter(|&&v| v != 0).count().max(1) as f32;
+            for (j, &v) in mask.iter().enumerate() {
+                if v != 0 {
+                    m[i * b * t + i * t + j] = 1.0 / n;
+                }
+            }
+        }
+        be.input(&m, b, b * t)
+    }
+
+    /// Embedding fine-tuning's gradients for a batch of anchors and one of their positives (row i of each is a
+    /// pair), and the loss. The loss and its gradient with respect to the pooled vectors are computed on the host in
+    /// f64 from the `(B, H)` vectors read back; everything else runs on the backend:
+    /// ```text
+    /// u = a/‖a‖, v = p/‖p‖, S = s·u·vᵀ, L = mean_i CE(S_i, i)
+    /// dS = (softmax(S) − I)/B, du = s·dS·v, dv = s·dSᵀ·u, da = (du − u(u·du))/‖a‖ (likewise dp)
+    /// ```
+    pub async fn embedding_gradients(&self, be: &B, anchors: &Batch, positives: &Batch)
+        -> Result<(Vec<Option<B::Tensor>>, f32)> {
+        if !matches!(self.head, Head::Embed) {
+            return Err(Error::Input("these targets are for another task than the one being trained".into()));
+        }
+        let n = anchors.b;
+        if positives.b != n || n < 2 {
+            return Err(Error::Input(format!(
+                "embedding pairs: {n} anchors and {} positives; give at least 2 pairs (the other pairs are the negatives)",
+                positives.b
+            )));
+        }
+        let enc = &self.encoder;
+        let h = enc.config.hidden_size;
+        let (last_a, saved_a) = enc.forward(be, anchors)?;
+        let (last_p, saved_p) = enc.forward(be, positives)?;
+        let (pa, pp) = (self.pooled(be, &last_a, anchors)?, self.pooled(be, &last_p, positives)?);
+        let (a, p) = (be.read(&pa).await?, be.read(&pp).await?);
+        let unit = |x: &[f32]| -> (Vec<f64>, f64) {
+            let norm = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt().max(1e-12);
+            (x.iter().map(|&v| v as f64 / norm).collect(), norm)
+        };
+        let (ua, na): (Vec<Vec<f64>>, Vec<f64>) = a.chunks_exact(h).map(unit).unzip();
+        let (up, np): (Vec<Vec<f64>>, Vec<f64>) = p.chunks_exact(h).map(unit).unzip();
+        let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
+        let s = MNRL_SCALE as f64;
+        let mut loss = 0f64;
+        let mut ds = vec![vec![0f64; n]; n];
+        for i in 0..n {
+            let row: Vec<f64> = (0..n).map(|j| s * dot(&ua[i], &up[j])).collect();
+            let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = row.iter().map(|&v| (v - mx).exp()).sum();
+            loss += z.ln() + mx - row[i];
+            for j in 0..n {
+                ds[i][j] = ((row[j] - mx).exp() / z - (i == j) as u8 as f64) / n as f64;
+            }
+        }
+        let back = |u: &[Vec<f64>], other: &[Vec<f64>], norms: &[f64], transpose: bool| -> Vec<f32> {
+            let mut out = Vec::with_capacity(n * h);
+            for i in 0..n {
+                let du: Vec<f64> = (0..h)
+                    .map(|c| (0..n).map(|j| s * if transpose { ds[j][i] } else { ds[i][j] } * other[j][c]).sum())
+                    .collect();
+                let proj = dot(&u[i], &du);
+                out.extend((0..h).map(|c| ((du[c] - u[i][c] * proj) / norms[i]) as f32));
+            }
+            out
+        };
+        let (da, dp) = (back(&ua, &up, &na, false), back(&up, &ua, &np, true));
+        let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
+        for (batch, saved, d) in [(anchors, saved_a, da), (positives, saved_p, dp)] {
+            let dpooled = be.input(&d, n, h)?;
+            let dlast = be.matmul(&self.pool_matrix(be, batch)?, true, &dpooled, false)?; // (B*T, H)
+            enc.backward(be, batch, saved, dlast, &mut grads, self.top_layers)?;
+        }
+        Ok((grads, (loss / n as f64) as f32))
     }
 
     /// (right, counted) predictions of a batch from its logits: sequences whose top class is the label, labelled
@@ -385,8 +485,14 @@ impl<B: Backend> FineTuner<B> {
     /// the gradients' squared norm; everything else stays on the backend. A non-finite loss or gradient is an
     /// error and leaves the parameters as they were.
     pub async fn step(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>, opt: &StepOptions) -> Result<StepReport> {
-        let (grads, logits) = self.trainable_gradients(be, batch, targets)?;
-        let loss = self.loss(&be.read(&logits).await?, batch, targets);
+        let (grads, loss) = match targets {
+            Targets::Pairs { positives } => self.embedding_gradients(be, batch, positives).await?,
+            _ => {
+                let (grads, logits) = self.trainable_gradients(be, batch, targets)?;
+                let loss = self.loss(&be.read(&logits).await?, batch, targets);
+                (grads, loss)
+            }
+        };
         // The squared norm over the trained parameters (clip_grad_norm_ skips those without a gradient).
         let mut total: Option<B::Tensor> = None;
         for g in grads.iter().flatten() {

@@ -285,7 +285,10 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
         FineTuneTask::Sequence => "BertForSequenceClassification",
         FineTuneTask::Token => "BertForTokenClassification",
         FineTuneTask::QuestionAnswering => "BertForQuestionAnswering",
+        FineTuneTask::Embedding => "BertModel",
     };
+    // A bare encoder is stored as BertModel names it (no `bert.` prefix), as sentence-transformers' folders are.
+    let bare = tuner.task() == FineTuneTask::Embedding;
     obj.insert("architectures".into(), serde_json::json!([arch]));
     if let Some(labels) = labels {
         let id2label: BTreeMap<String, &str> = labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.as_str())).collect();
@@ -297,7 +300,11 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
     let shapes = tuner.shapes();
     let tensors: Vec<F32Tensor<'_>> = named
         .iter()
-        .map(|(name, values)| F32Tensor { name: name.clone(), shape: shapes[name].clone(), values })
+        .map(|(name, values)| F32Tensor {
+            name: if bare { name.strip_prefix("bert.").unwrap_or(name).to_string() } else { name.clone() },
+            shape: shapes[name].clone(),
+            values,
+        })
         .collect();
     let mut meta = BTreeMap::new();
     meta.insert("format", "pt".to_string());
