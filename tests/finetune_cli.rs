@@ -189,3 +189,37 @@ fn qa_fine_tune_learns_the_answers_and_the_folder_answers() {
     assert_eq!(answer["answer"], "rome", "{answer}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn embedding_fine_tune_pulls_pairs_together_and_the_folder_embeds() {
+    let dir = tmp("embed");
+    let topics = [("cat", "kitten"), ("car", "road"), ("bread", "bake"), ("rain", "cloud")];
+    let mut lines = Vec::new();
+    for i in 0..16 {
+        let (a, b) = topics[i % 4];
+        lines.push(format!(r#"{{"anchor": "a {a} {i}", "positive": "the {b} {i}"}}"#));
+    }
+    let data = dir.join("pairs.jsonl");
+    std::fs::write(&data, lines.join("\n")).unwrap();
+    let out = dir.join("model");
+    let epochs = fine_tune("embed", "tiny-classifier", &data, &out, &["--epochs", "6", "--lr", "2e-3", "--batch-size", "4",
+        "--validation-split", "0.25", "--warmup", "0"]);
+    assert_eq!(epochs.len(), 6);
+    assert!(epochs[5]["train_loss"].as_f64().unwrap() < epochs[0]["train_loss"].as_f64().unwrap(), "{epochs:?}");
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["architectures"], serde_json::json!(["BertModel"]));
+    let o = run(&["embed", "--model", out.to_str().unwrap(), "--device", "cpu", "--normalize"], "a cat 1\nthe kitten 1\nthe road 1\n");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Vec<Vec<f64>> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+        .collect();
+    assert_eq!(v.len(), 3);
+    let cos = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    assert!(cos(&v[0], &v[1]) > cos(&v[0], &v[2]), "a trained anchor is closer to its positive than to another topic's");
+    let o = run(&["fine-tune", "--task", "embed", "--model", root().join("tests/models/tiny-classifier").to_str().unwrap(),
+        "--data", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--batch-size", "1", "--device", "cpu"], "");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--batch-size of at least 2"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

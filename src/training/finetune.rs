@@ -393,44 +393,28 @@ impl<B: Backend> FineTuner<B> {
         let (last_p, saved_p) = enc.forward(be, positives)?;
         let (pa, pp) = (self.pooled(be, &last_a, anchors)?, self.pooled(be, &last_p, positives)?);
         let (a, p) = (be.read(&pa).await?, be.read(&pp).await?);
-        let unit = |x: &[f32]| -> (Vec<f64>, f64) {
-            let norm = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt().max(1e-12);
-            (x.iter().map(|&v| v as f64 / norm).collect(), norm)
-        };
-        let (ua, na): (Vec<Vec<f64>>, Vec<f64>) = a.chunks_exact(h).map(unit).unzip();
-        let (up, np): (Vec<Vec<f64>>, Vec<f64>) = p.chunks_exact(h).map(unit).unzip();
-        let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
-        let s = MNRL_SCALE as f64;
-        let mut loss = 0f64;
-        let mut ds = vec![vec![0f64; n]; n];
-        for i in 0..n {
-            let row: Vec<f64> = (0..n).map(|j| s * dot(&ua[i], &up[j])).collect();
-            let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let z: f64 = row.iter().map(|&v| (v - mx).exp()).sum();
-            loss += z.ln() + mx - row[i];
-            for j in 0..n {
-                ds[i][j] = ((row[j] - mx).exp() / z - (i == j) as u8 as f64) / n as f64;
-            }
-        }
-        let back = |u: &[Vec<f64>], other: &[Vec<f64>], norms: &[f64], transpose: bool| -> Vec<f32> {
-            let mut out = Vec::with_capacity(n * h);
-            for i in 0..n {
-                let du: Vec<f64> = (0..h)
-                    .map(|c| (0..n).map(|j| s * if transpose { ds[j][i] } else { ds[i][j] } * other[j][c]).sum())
-                    .collect();
-                let proj = dot(&u[i], &du);
-                out.extend((0..h).map(|c| ((du[c] - u[i][c] * proj) / norms[i]) as f32));
-            }
-            out
-        };
-        let (da, dp) = (back(&ua, &up, &na, false), back(&up, &ua, &np, true));
+        let m = mnrl(&a, &p, n, h);
+        let (da, dp) = (m.da, m.dp);
+        let loss = m.loss;
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
         for (batch, saved, d) in [(anchors, saved_a, da), (positives, saved_p, dp)] {
             let dpooled = be.input(&d, n, h)?;
             let dlast = be.matmul(&self.pool_matrix(be, batch)?, true, &dpooled, false)?; // (B*T, H)
             enc.backward(be, batch, saved, dlast, &mut grads, self.top_layers)?;
         }
-        Ok((grads, (loss / n as f64) as f32))
+        Ok((grads, loss))
+    }
+
+    /// Embedding pairs without a backward: the loss and how many anchors score their own positive highest among the
+    /// batch's positives (in-batch retrieval accuracy).
+    pub async fn embedding_eval(&self, be: &B, anchors: &Batch, positives: &Batch) -> Result<(f32, usize)> {
+        let enc = &self.encoder;
+        let (last_a, _) = enc.forward(be, anchors)?;
+        let (last_p, _) = enc.forward(be, positives)?;
+        let a = be.read(&self.pooled(be, &last_a, anchors)?).await?;
+        let p = be.read(&self.pooled(be, &last_p, positives)?).await?;
+        let m = mnrl(&a, &p, anchors.b, enc.config.hidden_size);
+        Ok((m.loss, m.right))
     }
 
     /// (right, counted) predictions of a batch from its logits: sequences whose top class is the label, labelled
@@ -556,4 +540,49 @@ pub fn mean_cross_entropy(logits: &[f32], classes: usize, targets: impl Iterator
         n += 1;
     }
     (total / n.max(1) as f64) as f32
+}
+
+/// MultipleNegativesRankingLoss of `n` anchor and positive vectors `(n, h)` (row-major), in f64: the loss, its
+/// gradients with respect to both sets of (unnormalised) vectors, and the anchors whose own positive scores highest.
+struct Mnrl {
+    loss: f32,
+    da: Vec<f32>,
+    dp: Vec<f32>,
+    right: usize,
+}
+
+fn mnrl(a: &[f32], p: &[f32], n: usize, h: usize) -> Mnrl {
+    let unit = |x: &[f32]| -> (Vec<f64>, f64) {
+        let norm = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt().max(1e-12);
+        (x.iter().map(|&v| v as f64 / norm).collect(), norm)
+    };
+    let (ua, na): (Vec<Vec<f64>>, Vec<f64>) = a.chunks_exact(h).map(unit).unzip();
+    let (up, np): (Vec<Vec<f64>>, Vec<f64>) = p.chunks_exact(h).map(unit).unzip();
+    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
+    let s = MNRL_SCALE as f64;
+    let (mut loss, mut right) = (0f64, 0usize);
+    let mut ds = vec![vec![0f64; n]; n];
+    for i in 0..n {
+        let row: Vec<f64> = (0..n).map(|j| s * dot(&ua[i], &up[j])).collect();
+        let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = row.iter().map(|&v| (v - mx).exp()).sum();
+        loss += z.ln() + mx - row[i];
+        right += (0..n).all(|j| j == i || row[j] < row[i]) as usize;
+        for j in 0..n {
+            ds[i][j] = ((row[j] - mx).exp() / z - (i == j) as u8 as f64) / n as f64;
+        }
+    }
+    let back = |u: &[Vec<f64>], other: &[Vec<f64>], norms: &[f64], transpose: bool| -> Vec<f32> {
+        let mut out = Vec::with_capacity(n * h);
+        for i in 0..n {
+            let du: Vec<f64> = (0..h)
+                .map(|c| (0..n).map(|j| s * if transpose { ds[j][i] } else { ds[i][j] } * other[j][c]).sum())
+                .collect();
+            let proj = dot(&u[i], &du);
+            out.extend((0..h).map(|c| ((du[c] - u[i][c] * proj) / norms[i]) as f32));
+        }
+        out
+    };
+    let (da, dp) = (back(&ua, &up, &na, false), back(&up, &ua, &np, true));
+    Mnrl { loss: (loss / n as f64) as f32, da, dp, right }
 }

@@ -20,6 +20,9 @@ pub enum RowTarget {
     Tokens(Vec<i64>),
     /// The answer's start and end token (QA).
     Span(u32, u32),
+    /// The tokens of the positive text paired with this anchor (embedding fine-tuning; the other rows' positives
+    /// in the batch are the negatives).
+    Positive { input_ids: Vec<u32>, token_type_ids: Vec<u32> },
 }
 
 /// One tokenized example, unpadded.
@@ -58,6 +61,8 @@ pub fn rows_from_batch(batch: &Batch, targets: impl IntoIterator<Item = RowTarge
 /// The batch of `rows` padded to the longest (pad id `pad`), and its targets.
 pub struct RowBatch {
     pub batch: Batch,
+    /// The positives of embedding pairs, padded as a batch of their own.
+    positives: Option<Batch>,
     classes: Vec<u32>,
     tokens: Vec<i64>,
     start: Vec<u32>,
@@ -72,6 +77,21 @@ impl RowBatch {
             return Err(Error::Input("an empty batch cannot be trained on".into()));
         }
         let mut batch = Batch { b: rows.len(), t, ..Default::default() };
+        let positives = rows
+            .iter()
+            .map(|r| match &r.target {
+                RowTarget::Positive { input_ids, token_type_ids } => Some(Row {
+                    input_ids: input_ids.clone(),
+                    token_type_ids: token_type_ids.clone(),
+                    target: RowTarget::Class(0),
+                }),
+                _ => None,
+            })
+            .collect::<Option<Vec<Row>>>();
+        let positives = match positives {
+            Some(p) if !p.is_empty() => Some(RowBatch::new(&p.iter().collect::<Vec<_>>(), pad, None)?.batch),
+            _ => None,
+        };
         let (mut classes, mut tokens, mut start, mut end) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for r in rows {
             let n = r.input_ids.len();
@@ -85,13 +105,16 @@ impl RowBatch {
                     start.push(*s);
                     end.push(*e);
                 }
+                RowTarget::Positive { .. } => {}
             }
         }
-        Ok(RowBatch { batch, classes, tokens, start, end })
+        Ok(RowBatch { batch, positives, classes, tokens, start, end })
     }
 
     pub fn targets(&self) -> Targets<'_> {
-        if !self.tokens.is_empty() {
+        if let Some(positives) = &self.positives {
+            Targets::Pairs { positives }
+        } else if !self.tokens.is_empty() {
             Targets::Token(&self.tokens)
         } else if !self.start.is_empty() {
             Targets::Spans { start: &self.start, end: &self.end }
@@ -149,7 +172,8 @@ pub struct StepProgress {
 }
 
 /// After each epoch: the mean training loss of its steps, and on the validation rows the loss and the accuracy
-/// (classes of sequences, of labelled tokens, or answers whose start and end both match).
+/// (classes of sequences, of labelled tokens, answers whose start and end both match, or anchors whose own positive
+/// scores highest among their batch's).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct EpochMetrics {
     pub epoch: usize,
@@ -260,6 +284,14 @@ pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[&Row], p
     for chunk in rows.chunks(batch_size.max(1)) {
         let b = RowBatch::new(chunk, pad, pad_to)?;
         let targets = b.targets();
+        if let Targets::Pairs { positives } = targets {
+            let (l, r) = tuner.embedding_eval(be, &b.batch, positives).await?;
+            loss += l as f64 * chunk.len() as f64;
+            weight += chunk.len();
+            right += r;
+            count += chunk.len();
+            continue;
+        }
         let logits = be.read(&tuner.logits(be, &b.batch)?).await?;
         let n = match targets {
             Targets::Token(y) => y.iter().filter(|&&l| l != IGNORE).count(),

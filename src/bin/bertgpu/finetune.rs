@@ -25,6 +25,15 @@ pub(crate) enum Task {
     Ner,
     /// SQuAD's {"question", "context", "answers": {"text": [...], "answer_start": [...]}}
     Qa,
+    /// {"anchor", "positive"}: sentence embeddings, the batch's other positives as negatives
+    Embed,
+}
+
+/// One line of embedding data.
+#[derive(serde::Deserialize)]
+struct Pair {
+    anchor: String,
+    positive: String,
 }
 
 pub(crate) struct FineTuneArgs {
@@ -94,6 +103,22 @@ fn prepare(m: &crate::LoadedModel, a: &FineTuneArgs) -> Result<Prepared, Fail> {
             let keep_head = own(&labels, "ForTokenClassification");
             Prepared { rows, keep_head, labels: Some(labels), task: FineTuneTask::Token }
         }
+        Task::Embed => {
+            let pairs: Vec<Pair> = data::parse_jsonl(&text).map_err(at)?;
+            if pairs.len() < 2 {
+                return Err(fail("embedding fine-tuning needs at least 2 pairs: the other pairs are the negatives"));
+            }
+            let mut rows = Vec::with_capacity(pairs.len());
+            for (i, pr) in pairs.iter().enumerate() {
+                if pr.anchor.trim().is_empty() || pr.positive.trim().is_empty() {
+                    return Err(fail(format!("{}: pair {i} has an empty text", a.data.display())));
+                }
+                let (x, y) = (tok.encode(&pr.anchor, None).map_err(at)?, tok.encode(&pr.positive, None).map_err(at)?);
+                let target = RowTarget::Positive { input_ids: y.ids, token_type_ids: y.type_ids };
+                rows.push(Row { input_ids: x.ids, token_type_ids: x.type_ids, target });
+            }
+            Prepared { rows, keep_head: true, labels: None, task: FineTuneTask::Embedding }
+        }
         Task::Qa => {
             let examples: Vec<data::QaExample> = data::parse_jsonl(&text).map_err(at)?;
             let max_length = tok.max_length().min(data::QA_MAX_LENGTH);
@@ -124,11 +149,15 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
         match (&p.labels, p.keep_head) {
             (Some(l), true) => format!("{} labels, the checkpoint's head", l.len()),
             (Some(l), false) => format!("{} labels, a new head", l.len()),
+            (None, _) if p.task == FineTuneTask::Embedding => "mean pooling, in-batch negatives".to_string(),
             (None, _) => "the checkpoint's QA head, or a new one".to_string(),
         },
         be.name()
     );
     let mut opts = a.fit;
+    if p.task == FineTuneTask::Embedding && opts.batch_size < 2 {
+        return Err(fail("--task embed needs --batch-size of at least 2: the other pairs of a batch are the negatives"));
+    }
     if p.task == FineTuneTask::QuestionAnswering {
         // run_qa pads every window to max_length, and the loss's softmax sees the padding: do the same.
         opts.pad_to = Some(m.model.tokenizer.max_length().min(data::QA_MAX_LENGTH));
@@ -159,8 +188,13 @@ async fn write_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, m: &crate::Loade
     };
     write("config.json", config.as_bytes())?;
     write("model.safetensors", &weights)?;
-    for name in ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"] {
+    // The tokenizer, and a sentence-transformers model's pipeline files (pooling, normalisation) as they were.
+    for name in ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json", "modules.json",
+        "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling/config.json", "2_Normalize/config.json"] {
         if let Ok(bytes) = read(name) {
+            if let Some(parent) = Path::new(name).parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(out.join(parent)).map_err(|e| fail(format!("cannot create `{}`: {e}", out.display())))?;
+            }
             write(name, &bytes)?;
         }
     }
