@@ -195,6 +195,13 @@ pub enum Progress<'a> {
     Epoch(&'a EpochMetrics),
 }
 
+/// ⌈fraction · n⌉ (held-out examples, warm-up steps), the fraction read as the decimal it was written as (0.3 as an
+/// f32 is 0.300000012: 10 examples
+/// hold out 3, not 4).
+fn ceil_fraction(split: f32, n: usize) -> usize {
+    (split as f64 * n as f64 - 1e-6).ceil().max(0.0) as usize
+}
+
 fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
     if o.epochs == 0 || o.batch_size == 0 {
         return Err(Error::Input("epochs and batch size must be at least 1".into()));
@@ -211,7 +218,7 @@ fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
     if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
         return Err(Error::Input(format!("weight decay must be ≥ 0, got {}", o.weight_decay)));
     }
-    let n_val = (o.validation_split as f64 * rows as f64).ceil() as usize;
+    let n_val = ceil_fraction(o.validation_split, rows);
     if rows < 2 && o.validation_split > 0.0 || n_val >= rows || rows == 0 {
         return Err(Error::Input(format!(
             "{rows} examples leave none to train on after a validation split of {}; add examples or lower the split",
@@ -221,21 +228,18 @@ fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
     Ok(())
 }
 
-/// Fine-tunes `tuner` on `rows`. The rows are split once by a seeded shuffle (the first ⌈split·N⌉ validate), and
-/// the training rows are reshuffled every epoch. A non-finite loss stops with an error and the parameters of the
-/// last good step.
-pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], pad: u32, opts: &FitOptions,
-    mut on_progress: impl FnMut(Progress<'_>)) -> Result<FitReport> {
-    check_options(opts, rows.len())?;
+/// Fine-tunes `tuner` on `rows`. The examples are split once by a seeded shuffle (the first ⌈split·N⌉ validate),
+/// and the training rows are reshuffled every epoch. `groups[i]` names the example row `i` comes from (a long QA
+/// context gives several windows): an example's rows all fall on the same side of the split, so that validation
+/// never sees a window of a context trained on. `None`: one example per row. A non-finite loss stops with an error
+/// and the parameters of the last good step.
+pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], groups: Option<&[usize]>, pad: u32,
+    opts: &FitOptions, mut on_progress: impl FnMut(Progress<'_>)) -> Result<FitReport> {
     let mut rng = SplitMix64::new(opts.seed);
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    rng.shuffle(&mut order);
-    let n_val = (opts.validation_split as f64 * rows.len() as f64).ceil() as usize;
-    let (val, train) = order.split_at(n_val);
-    let mut train = train.to_vec();
+    let (val, mut train) = split(rows.len(), groups, opts, &mut rng)?;
     let per_epoch = train.len().div_ceil(opts.batch_size);
     let total = per_epoch * opts.epochs;
-    let warm = (opts.warmup as f64 * total as f64).ceil() as usize;
+    let warm = ceil_fraction(opts.warmup, total);
     let mut report = FitReport { steps: Vec::new(), epochs: Vec::new() };
     for epoch in 1..=opts.epochs {
         rng.shuffle(&mut train);
@@ -275,6 +279,26 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], pad
         report.epochs.push(m);
     }
     Ok(report)
+}
+
+/// The validation and training row indices: examples (a row's group, or the row itself) shuffled, the first
+/// ⌈split·examples⌉ held out with all their rows; the training rows shuffled.
+fn split(rows: usize, groups: Option<&[usize]>, opts: &FitOptions, rng: &mut SplitMix64)
+    -> Result<(Vec<usize>, Vec<usize>)> {
+    if groups.is_some_and(|g| g.len() != rows) {
+        return Err(Error::Input("one example index per row is needed to keep an example's rows together".into()));
+    }
+    let group = |i: usize| groups.map_or(i, |g| g[i]);
+    let mut examples: Vec<usize> = (0..rows).map(group).collect();
+    examples.sort_unstable();
+    examples.dedup();
+    check_options(opts, examples.len())?;
+    rng.shuffle(&mut examples);
+    let n_val = ceil_fraction(opts.validation_split, examples.len());
+    let held: std::collections::HashSet<usize> = examples[..n_val].iter().copied().collect();
+    let (val, mut train): (Vec<usize>, Vec<usize>) = (0..rows).partition(|&i| held.contains(&group(i)));
+    rng.shuffle(&mut train);
+    Ok((val, train))
 }
 
 /// Mean loss (weighted by batch rows) and accuracy of `rows`.
@@ -341,4 +365,27 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
     let mut meta = BTreeMap::new();
     meta.insert("format", "pt".to_string());
     Ok((serde_json::to_string_pretty(&cfg)? + "\n", write_f32(&tensors, &meta)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_examples_rows_stay_on_one_side_of_the_split() {
+        // 10 examples; example 3 has five rows (a long QA context), the others one each.
+        let groups: Vec<usize> = [0, 1, 2, 3, 3, 3, 3, 3, 4, 5, 6, 7, 8, 9].to_vec();
+        for seed in 0..20 {
+            let opts = FitOptions { validation_split: 0.3, seed, ..FitOptions::default() };
+            let (val, train) = split(groups.len(), Some(&groups), &opts, &mut SplitMix64::new(seed)).unwrap();
+            assert_eq!(val.len() + train.len(), groups.len());
+            let held: std::collections::HashSet<usize> = val.iter().map(|&i| groups[i]).collect();
+            assert_eq!(held.len(), 3, "⌈0.3 · 10⌉ examples validate (seed {seed})");
+            assert!(train.iter().all(|&i| !held.contains(&groups[i])), "seed {seed}: an example on both sides");
+        }
+        let (val, train) = split(4, None, &FitOptions { validation_split: 0.5, ..FitOptions::default() },
+            &mut SplitMix64::new(0)).unwrap();
+        assert_eq!((val.len(), train.len()), (2, 2));
+        assert!(split(3, Some(&[0, 0]), &FitOptions::default(), &mut SplitMix64::new(0)).is_err());
+    }
 }

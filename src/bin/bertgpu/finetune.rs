@@ -65,6 +65,8 @@ fn fail(what: impl std::fmt::Display) -> Fail {
 /// (its labels are exactly these, in this order).
 struct Prepared {
     rows: Vec<Row>,
+    /// The example each row comes from, where an example gives several rows (QA windows).
+    groups: Option<Vec<usize>>,
     labels: Option<Vec<String>>,
     keep_head: bool,
     task: FineTuneTask,
@@ -92,7 +94,7 @@ fn prepare(m: &crate::LoadedModel, a: &FineTuneArgs) -> Result<Prepared, Fail> {
             let b = data::sequence_batch(tok, &examples, &labels).map_err(at)?;
             let rows = fit::rows_from_batch(&b.batch, b.labels.iter().map(|&c| RowTarget::Class(c)));
             let keep_head = own(&labels, "ForSequenceClassification");
-            Prepared { rows, keep_head, labels: Some(labels), task: FineTuneTask::Sequence }
+            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Sequence }
         }
         Task::Ner => {
             let examples: Vec<data::TokenExample> = data::parse_jsonl(&text).map_err(at)?;
@@ -101,7 +103,7 @@ fn prepare(m: &crate::LoadedModel, a: &FineTuneArgs) -> Result<Prepared, Fail> {
             let t = b.batch.t;
             let rows = fit::rows_from_batch(&b.batch, b.labels.chunks(t.max(1)).map(|l| RowTarget::Tokens(l.to_vec())));
             let keep_head = own(&labels, "ForTokenClassification");
-            Prepared { rows, keep_head, labels: Some(labels), task: FineTuneTask::Token }
+            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Token }
         }
         Task::Embed => {
             let pairs: Vec<Pair> = data::parse_jsonl(&text).map_err(at)?;
@@ -117,14 +119,14 @@ fn prepare(m: &crate::LoadedModel, a: &FineTuneArgs) -> Result<Prepared, Fail> {
                 let target = RowTarget::Positive { input_ids: y.ids, token_type_ids: y.type_ids };
                 rows.push(Row { input_ids: x.ids, token_type_ids: x.type_ids, target });
             }
-            Prepared { rows, keep_head: true, labels: None, task: FineTuneTask::Embedding }
+            Prepared { rows, groups: None, keep_head: true, labels: None, task: FineTuneTask::Embedding }
         }
         Task::Qa => {
             let examples: Vec<data::QaExample> = data::parse_jsonl(&text).map_err(at)?;
             let max_length = tok.max_length().min(data::QA_MAX_LENGTH);
             let b = data::qa_batch(tok, &examples, max_length, a.doc_stride).map_err(at)?;
             let rows = fit::rows_from_batch(&b.batch, b.start.iter().zip(&b.end).map(|(&s, &e)| RowTarget::Span(s, e)));
-            Prepared { rows, keep_head: true, labels: None, task: FineTuneTask::QuestionAnswering }
+            Prepared { rows, groups: Some(b.example), keep_head: true, labels: None, task: FineTuneTask::QuestionAnswering }
         }
     })
 }
@@ -162,7 +164,7 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
         // run_qa pads every window to max_length, and the loss's softmax sees the padding: do the same.
         opts.pad_to = Some(m.model.tokenizer.max_length().min(data::QA_MAX_LENGTH));
     }
-    let report = fit::fit(be, &mut tuner, &p.rows, cfg.pad_token_id, &opts, |p| {
+    let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &opts, |p| {
         let line = match p {
             Progress::Step(s) => serde_json::to_string(s),
             Progress::Epoch(e) => serde_json::to_string(e),
