@@ -196,10 +196,9 @@ pub enum Progress<'a> {
 }
 
 /// ⌈fraction · n⌉ (held-out examples, warm-up steps), the fraction read as the decimal it was written as (0.3 as an
-/// f32 is 0.300000012: 10 examples
-/// hold out 3, not 4).
-fn ceil_fraction(split: f32, n: usize) -> usize {
-    (split as f64 * n as f64 - 1e-6).ceil().max(0.0) as usize
+/// f32 is 0.300000012: 10 examples hold out 3, not 4).
+fn ceil_fraction(fraction: f32, n: usize) -> usize {
+    (fraction as f64 * n as f64 - 1e-6).ceil().max(0.0) as usize
 }
 
 fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
