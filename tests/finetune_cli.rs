@@ -104,8 +104,9 @@ fn bad_input_exits_2_with_a_reason() {
         (vec!["--task", "classify", "--data", "/nonexistent.jsonl"], "cannot read training data"),
         (vec!["--task", "classify", "--data", &ok, "--layers", "9"], "top 9 layers of a 2-layer model"),
         (vec!["--task", "classify", "--data", &ok, "--layers", "most"], "neither `all` nor a number"),
+        (vec!["--task", "classify", "--data", &ok, "--accumulate", "0"], "accumulation steps must be at least 1"),
     ];
-    assert_eq!(cases.len(), 8);
+    assert_eq!(cases.len(), 9);
     for (extra, want) in cases {
         let mut args = vec!["fine-tune", "--model", m, "--out", out, "--device", "cpu"];
         args.extend(extra.iter().copied());

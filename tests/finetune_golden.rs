@@ -332,3 +332,48 @@ fn embedding_matches_pytorch_on_the_gpu() {
     let Some(g) = common::gpu() else { return };
     check_embedding(&g, GPU_GRAD_RTOL, GPU_LOSS_RTOL);
 }
+
+/// Gradient accumulation: two micro-batches of 2 rows accumulated and applied make the same step as the 4 rows at
+/// once (each micro-batch's mean loss, averaged: the batch's mean), clipping included.
+#[test]
+fn accumulated_micro_batches_make_the_same_step() {
+    /// Only the summation order differs (and the padding of each micro-batch, which no real token sees).
+    const ACCUMULATE_ATOL: f32 = 2e-6;
+    let be = CpuBackend::new();
+    let c = case("classify");
+    let rows = |r: std::ops::Range<usize>| {
+        let t = c.batch.t;
+        let take = |v: &Vec<u32>| v[r.start * t..r.end * t].to_vec();
+        Batch {
+            input_ids: take(&c.batch.input_ids),
+            token_type_ids: take(&c.batch.token_type_ids),
+            attention_mask: take(&c.batch.attention_mask),
+            b: r.len(),
+            t,
+        }
+    };
+    let opt = StepOptions { learning_rate: 1e-3, weight_decay: 0.01, ..StepOptions::default() };
+    let mut whole = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+    let mut parts = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+    assert!(pollster::block_on(parts.apply(&be, &opt)).is_err(), "nothing accumulated yet");
+    for _ in 0..2 {
+        let w = pollster::block_on(whole.step(&be, &c.batch, &Targets::Sequence(&c.labels), &opt)).unwrap();
+        let l0 = pollster::block_on(parts.accumulate(&be, &rows(0..2), &Targets::Sequence(&c.labels[..2]))).unwrap();
+        let l1 = pollster::block_on(parts.accumulate(&be, &rows(2..4), &Targets::Sequence(&c.labels[2..]))).unwrap();
+        let p = pollster::block_on(parts.apply(&be, &opt)).unwrap();
+        assert!((p.loss - (l0 + l1) / 2.0).abs() < 1e-6 && (p.loss - w.loss).abs() < 1e-5, "{p:?} vs {w:?}");
+        assert!((p.grad_norm - w.grad_norm).abs() <= 1e-5 * w.grad_norm, "{p:?} vs {w:?}");
+    }
+    let a: BTreeMap<String, Vec<f32>> = pollster::block_on(whole.named(&be, None)).unwrap().into_iter().collect();
+    let b: BTreeMap<String, Vec<f32>> = pollster::block_on(parts.named(&be, None)).unwrap().into_iter().collect();
+    assert_eq!(a.len(), b.len());
+    let zero: Vec<&str> = c.g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for (n, v) in &a {
+        assert_eq!(v.len(), b[n].len());
+        if zero.contains(&n.as_str()) {
+            continue; // an exactly-zero gradient's f32 noise, which Adam scales to full steps either way
+        }
+        let worst = v.iter().zip(&b[n]).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(worst <= ACCUMULATE_ATOL, "{n}: accumulated step differs by {worst}");
+    }
+}

@@ -104,6 +104,8 @@ pub struct FineTuner<B: Backend> {
     steps: u32,
     /// Train only the last this many encoder layers (and the head); `None`: every parameter.
     top_layers: Option<usize>,
+    /// Gradients summed over the micro-batches of the step being accumulated, their count and their losses.
+    pending: Option<(Vec<Option<B::Tensor>>, usize, f64)>,
 }
 
 /// `(out, in)` weight ~ N(0, std) and a zero bias, as transformers' `_init_weights` for a new `nn.Linear`.
@@ -178,7 +180,7 @@ impl<B: Backend> FineTuner<B> {
                 Ok((be.input(&zeros, p.rows, p.cols)?, be.input(&zeros, p.rows, p.cols)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None })
+        Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None, pending: None })
     }
 
     /// Trains only the last `k` encoder layers and the head (`Some(0)`: the head alone, on a frozen encoder);
@@ -465,10 +467,18 @@ impl<B: Backend> FineTuner<B> {
         }
     }
 
-    /// One optimiser step on a batch: forward, backward, clipping, AdamW. Reads back the logits (for the loss) and
-    /// the gradients' squared norm; everything else stays on the backend. A non-finite loss or gradient is an
-    /// error and leaves the parameters as they were.
+    /// One optimiser step on a batch: forward, backward, clipping, AdamW ([`Self::accumulate`] then
+    /// [`Self::apply`]). Reads back the logits (for the loss) and the gradients' squared norm; everything else stays on
+    /// the backend. A non-finite loss or gradient is an error and leaves the parameters as they were.
     pub async fn step(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>, opt: &StepOptions) -> Result<StepReport> {
+        self.accumulate(be, batch, targets).await?;
+        self.apply(be, opt).await
+    }
+
+    /// Adds a micro-batch's gradients to the step being accumulated (gradient accumulation: a step over more rows
+    /// than fit at once); returns its loss. [`Self::apply`] updates with their mean, as transformers'
+    /// `gradient_accumulation_steps` (each micro-batch's loss divided by their number) does.
+    pub async fn accumulate(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>) -> Result<f32> {
         let (grads, loss) = match targets {
             Targets::Pairs { positives } => self.embedding_gradients(be, batch, positives).await?,
             _ => {
@@ -477,6 +487,26 @@ impl<B: Backend> FineTuner<B> {
                 (grads, loss)
             }
         };
+        self.pending = Some(match self.pending.take() {
+            None => (grads, 1, loss as f64),
+            Some((mut sum, n, total)) => {
+                for (s, g) in sum.iter_mut().zip(grads) {
+                    if let (Some(prev), Some(g)) = (s.as_ref(), g) {
+                        *s = Some(be.add(prev, &g)?);
+                    }
+                }
+                (sum, n + 1, total + loss as f64)
+            }
+        });
+        Ok(loss)
+    }
+
+    /// Updates the parameters with the mean of the accumulated gradients: clipping by their global norm, then AdamW.
+    /// The report's loss is the micro-batches' mean.
+    pub async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {
+        let (grads, n, total_loss) =
+            self.pending.take().ok_or_else(|| Error::Input("no gradients to apply: accumulate a batch first".into()))?;
+        let loss = (total_loss / n as f64) as f32;
         // The squared norm over the trained parameters (clip_grad_norm_ skips those without a gradient).
         let mut total: Option<B::Tensor> = None;
         for g in grads.iter().flatten() {
@@ -487,18 +517,19 @@ impl<B: Backend> FineTuner<B> {
             });
         }
         let total = total.ok_or_else(|| Error::Input("no parameter is being trained".into()))?;
-        let grad_norm = (be.read(&total).await?[0] as f64).sqrt() as f32;
+        let grad_norm = ((be.read(&total).await?[0] as f64).sqrt() / n as f64) as f32; // of the mean gradient
         if !loss.is_finite() || !grad_norm.is_finite() {
             return Err(Error::Input(format!(
                 "the loss ({loss}) or the gradient norm ({grad_norm}) is not finite; the model was left as it was \
                  before this step: lower the learning rate"
             )));
         }
-        // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6), clamped to 1.
-        let grad_scale = match opt.max_grad_norm {
-            Some(max) => ((max as f64 / (grad_norm as f64 + 1e-6)).min(1.0)) as f32,
+        // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6), clamped to 1; the sum becomes a mean.
+        let clip = match opt.max_grad_norm {
+            Some(max) => (max as f64 / (grad_norm as f64 + 1e-6)).min(1.0),
             None => 1.0,
         };
+        let grad_scale = (clip / n as f64) as f32;
         self.steps += 1;
         let params = &mut self.encoder.params;
         for (i, g) in grads.iter().enumerate() {

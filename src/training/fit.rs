@@ -130,6 +130,9 @@ pub struct FitOptions {
     pub epochs: usize,
     pub learning_rate: f32,
     pub batch_size: usize,
+    /// Micro-batches of `batch_size` rows whose mean gradient makes one optimiser step (transformers'
+    /// `gradient_accumulation_steps`): a larger effective batch in the memory of a small one.
+    pub accumulate: usize,
     /// Fraction of the steps over which the learning rate rises linearly from 0 (the BERT paper's 10%); it then
     /// falls linearly to 0 at the last step (`get_linear_schedule_with_warmup`).
     pub warmup: f32,
@@ -151,6 +154,7 @@ impl Default for FitOptions {
             epochs: 3,
             learning_rate: 5e-5,
             batch_size: 16,
+            accumulate: 1,
             warmup: 0.1,
             weight_decay: 0.01,
             max_grad_norm: Some(1.0),
@@ -202,8 +206,8 @@ fn ceil_fraction(fraction: f32, n: usize) -> usize {
 }
 
 fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
-    if o.epochs == 0 || o.batch_size == 0 {
-        return Err(Error::Input("epochs and batch size must be at least 1".into()));
+    if o.epochs == 0 || o.batch_size == 0 || o.accumulate == 0 {
+        return Err(Error::Input("epochs, batch size and accumulation steps must be at least 1".into()));
     }
     if !(o.learning_rate.is_finite() && o.learning_rate > 0.0) {
         return Err(Error::Input(format!("learning rate must be a positive number, got {}", o.learning_rate)));
@@ -236,14 +240,15 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], gro
     opts: &FitOptions, mut on_progress: impl FnMut(Progress<'_>)) -> Result<FitReport> {
     let mut rng = SplitMix64::new(opts.seed);
     let (val, mut train) = split(rows.len(), groups, opts, &mut rng)?;
-    let per_epoch = train.len().div_ceil(opts.batch_size);
+    // One optimiser step per `accumulate` micro-batches of `batch_size` rows.
+    let per_epoch = train.len().div_ceil(opts.batch_size).div_ceil(opts.accumulate);
     let total = per_epoch * opts.epochs;
     let warm = ceil_fraction(opts.warmup, total);
     let mut report = FitReport { steps: Vec::new(), epochs: Vec::new() };
     for epoch in 1..=opts.epochs {
         rng.shuffle(&mut train);
         let mut losses = Vec::with_capacity(per_epoch);
-        for chunk in train.chunks(opts.batch_size) {
+        for group in train.chunks(opts.batch_size * opts.accumulate) {
             let step = report.steps.len();
             // get_linear_schedule_with_warmup: s/warm while warming up, then (total − s)/(total − warm).
             let factor = if step < warm {
@@ -252,14 +257,17 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], gro
                 (total - step) as f64 / (total - warm).max(1) as f64
             };
             let lr = (opts.learning_rate as f64 * factor) as f32;
-            let batch = RowBatch::new(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad, opts.pad_to)?;
+            for chunk in group.chunks(opts.batch_size) {
+                let batch = RowBatch::new(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad, opts.pad_to)?;
+                tuner.accumulate(be, &batch.batch, &batch.targets()).await?;
+            }
             let step_opts = StepOptions {
                 learning_rate: lr,
                 weight_decay: opts.weight_decay,
                 max_grad_norm: opts.max_grad_norm,
                 ..StepOptions::default()
             };
-            let r = tuner.step(be, &batch.batch, &batch.targets(), &step_opts).await?;
+            let r = tuner.apply(be, &step_opts).await?;
             losses.push(r.loss);
             let p = StepProgress { epoch, step: step + 1, total_steps: total, loss: r.loss, learning_rate: lr };
             on_progress(Progress::Step(&p));

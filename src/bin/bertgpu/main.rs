@@ -184,9 +184,12 @@ enum Command {
         epochs: usize,
         #[arg(long, default_value_t = 5e-5)]
         lr: f32,
-        /// Examples per AdamW step
+        /// Examples per forward pass
         #[arg(long, default_value_t = 16)]
         batch_size: usize,
+        /// Forward passes whose mean gradient makes one AdamW step (a batch of batch-size × N in the memory of one)
+        #[arg(long, default_value_t = 1)]
+        accumulate: usize,
         /// Fraction of the steps with a linearly rising learning rate (then it falls linearly to 0)
         #[arg(long, default_value_t = 0.1)]
         warmup: f32,
@@ -302,11 +305,12 @@ fn run(command: Command) -> Result<(), Fail> {
             );
             Ok(())
         }
-        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, warmup, weight_decay, validation_split, seed, doc_stride, layers } => {
+        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers } => {
             let fit = bertgpu::training::fit::FitOptions {
                 epochs,
                 learning_rate: lr,
                 batch_size,
+                accumulate,
                 warmup,
                 weight_decay,
                 validation_split,
