@@ -377,3 +377,23 @@ fn accumulated_micro_batches_make_the_same_step() {
         assert!(worst <= ACCUMULATE_ATOL, "{n}: accumulated step differs by {worst}");
     }
 }
+
+/// A batch whose step needs a tensor larger than the backend holds is refused before any work, naming the tensor
+/// and what to lower; the model is left as it was.
+#[test]
+fn a_batch_too_big_for_the_backend_is_a_clear_error() {
+    let be = CpuBackend::new();
+    let c = case("classify");
+    let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+    // 20,000 texts of 64 tokens: the (B·T, 64) feed-forward activation alone is 312 MiB, over the CPU's 256 MiB.
+    let (b, t) = (20_000, 64);
+    let batch = Batch { input_ids: vec![2; b * t], token_type_ids: vec![0; b * t], attention_mask: vec![1; b * t], b, t };
+    let labels = vec![0u32; b];
+    let before: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(&be, None)).unwrap().into_iter().collect();
+    let e = pollster::block_on(tr.step(&be, &batch, &Targets::Sequence(&labels), &StepOptions::default())).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("20000 × 64") && msg.contains("lower the batch size"), "{msg}");
+    let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(&be, None)).unwrap().into_iter().collect();
+    assert_eq!(before, after, "a refused step changes nothing");
+    assert!(tr.check_memory(16, 64).is_ok());
+}

@@ -106,6 +106,8 @@ pub struct FineTuner<B: Backend> {
     top_layers: Option<usize>,
     /// Gradients summed over the micro-batches of the step being accumulated, their count and their losses.
     pending: Option<(Vec<Option<B::Tensor>>, usize, f64)>,
+    /// The backend's largest tensor in bytes ([`Backend::max_tensor_bytes`]).
+    max_tensor_bytes: usize,
 }
 
 /// `(out, in)` weight ~ N(0, std) and a zero bias, as transformers' `_init_weights` for a new `nn.Linear`.
@@ -180,7 +182,7 @@ impl<B: Backend> FineTuner<B> {
                 Ok((be.input(&zeros, p.rows, p.cols)?, be.input(&zeros, p.rows, p.cols)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None, pending: None })
+        Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None, pending: None, max_tensor_bytes: be.max_tensor_bytes() })
     }
 
     /// Trains only the last `k` encoder layers and the head (`Some(0)`: the head alone, on a frozen encoder);
@@ -196,9 +198,35 @@ impl<B: Backend> FineTuner<B> {
         Ok(())
     }
 
+    /// Refuses a batch whose largest tensor of the step would not fit the backend (a GPU's largest storage binding,
+    /// the CPU's per-tensor budget), naming it and what to lower, rather than failing inside an op.
+    pub fn check_memory(&self, b: usize, t: usize) -> Result<()> {
+        let c = &self.encoder.config;
+        let rows = b * t;
+        let widest = [
+            (rows * c.intermediate_size, "the feed-forward activation"),
+            (rows * 3 * c.hidden_size, "the query/key/value projection"),
+            (rows * c.num_attention_heads * t, "the attention backward's probabilities"),
+            (b * rows, "the mean-pooling weights"),
+        ];
+        let (values, what) = widest.into_iter().max_by_key(|w| w.0).expect("four candidates");
+        let (bytes, max) = (values as u64 * 4, self.max_tensor_bytes);
+        if bytes > max as u64 {
+            return Err(Error::Input(format!(
+                "a training batch of {b} × {t} tokens needs {what} of {} MB in one tensor, more than the {} MB this \
+                 backend holds in one: lower the batch size (and use gradient accumulation for the same effective batch) \
+                 or the maximum length",
+                bytes >> 20,
+                max >> 20
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks targets against the batch and the head.
     fn check(&self, batch: &Batch, targets: &Targets<'_>) -> Result<()> {
         let (b, t) = (batch.b, batch.t);
+        self.check_memory(b, t)?;
         match (&self.head, targets) {
             (Head::Sequence { labels, .. }, Targets::Sequence(y)) => {
                 if y.len() != b {
@@ -389,6 +417,8 @@ impl<B: Backend> FineTuner<B> {
                 positives.b
             )));
         }
+        self.check_memory(anchors.b, anchors.t)?;
+        self.check_memory(positives.b, positives.t)?;
         let enc = &self.encoder;
         let h = enc.config.hidden_size;
         let (last_a, saved_a) = enc.forward(be, anchors)?;
