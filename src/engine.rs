@@ -96,24 +96,9 @@ impl Engine {
     /// [`Self::from_parts`], with the backend to use if the CPU is chosen (a GPU model is always whole).
     pub async fn from_parts_on(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device,
         cpu: CpuBackend) -> Result<Engine> {
-        match device {
-            Device::Cpu => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
-            Device::Gpu => {
-                let gpu = GpuBackend::new(Gpu::new().await?)?;
-                Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await
-            }
-            // The GPU when there is a hardware adapter (and the backend accepts its limits), else the CPU. A software
-            // adapter (`DeviceType::Cpu`: Mesa lavapipe, SwiftShader) runs the same kernels on the same cores as the
-            // CPU backend, several times slower (BENCHMARKS.md: MiniLM 8 × 128 on lavapipe takes ~7× the CPU
-            // backend's time), so `auto` takes the CPU there, as the browser package does on a fallback adapter.
-            // `Device::Gpu` still insists on any adapter.
-            Device::Auto => match Gpu::new().await {
-                Ok(gpu) if gpu.info.device_type != wgpu::DeviceType::Cpu => match GpuBackend::new(gpu) {
-                    Ok(gpu) => Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await,
-                    Err(_) => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
-                },
-                _ => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
-            },
+        match gpu_for(device).await? {
+            Some(gpu) => Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await,
+            None => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
         }
     }
 
@@ -213,5 +198,21 @@ impl Engine {
     /// See [`Model::replaced_tokens`].
     pub async fn replaced_tokens(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<ReplacedToken>>> {
         with_model!(self, m => m.replaced_tokens(inputs).await)
+    }
+}
+
+/// The GPU backend `device` asks for, or `None` for the CPU. `Gpu` insists on any adapter (its errors are returned).
+/// `Auto` takes the GPU when there is a hardware adapter and the backend accepts its limits, else the CPU: a software
+/// adapter (`DeviceType::Cpu`: Mesa lavapipe, SwiftShader) runs the same kernels on the same cores as the CPU backend,
+/// several times slower (BENCHMARKS.md: MiniLM 8 × 128 on lavapipe takes ~7× the CPU backend's time), as the browser
+/// package does on a fallback adapter. Inference and fine-tuning pick their backend here.
+pub async fn gpu_for(device: Device) -> Result<Option<GpuBackend>> {
+    match device {
+        Device::Cpu => Ok(None),
+        Device::Gpu => Ok(Some(GpuBackend::new(Gpu::new().await?)?)),
+        Device::Auto => Ok(match Gpu::new().await {
+            Ok(gpu) if gpu.info.device_type != wgpu::DeviceType::Cpu => GpuBackend::new(gpu).ok(),
+            _ => None,
+        }),
     }
 }

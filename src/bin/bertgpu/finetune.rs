@@ -4,9 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use bertgpu::backend::cpu::CpuBackend;
-use bertgpu::backend::gpu::GpuBackend;
 use bertgpu::backend::Backend;
-use bertgpu::engine::Device;
+use bertgpu::engine;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::training::data;
 use bertgpu::training::fit::{self, FitOptions, Progress, Row, RowTarget};
@@ -212,16 +211,10 @@ pub(crate) fn cmd_fine_tune(args: &InferArgs, a: &FineTuneArgs) -> Result<(), Fa
         )));
     }
     let m = load_model(&args.model)?;
-    let report = match args.device {
-        Device::Cpu => pollster::block_on(train(&CpuBackend::new(), &m, a))?,
-        Device::Gpu | Device::Auto => match GpuBackend::new_blocking() {
-            // `auto` trains where inference runs: on a software adapter (lavapipe, SwiftShader) the CPU is faster.
-            Ok(g) if args.device == Device::Gpu || g.gpu().info.device_type != wgpu::DeviceType::Cpu => {
-                pollster::block_on(train(&g, &m, a))?
-            }
-            Err(e) if args.device == Device::Gpu => return Err(fail(e)),
-            _ => pollster::block_on(train(&CpuBackend::new(), &m, a))?,
-        },
+    // `auto` trains where inference runs: on a software adapter (lavapipe, SwiftShader) the CPU is faster.
+    let report = match pollster::block_on(engine::gpu_for(args.device)).map_err(fail)? {
+        Some(g) => pollster::block_on(train(&g, &m, a))?,
+        None => pollster::block_on(train(&CpuBackend::new(), &m, a))?,
     };
     println!("{report}");
     Ok(())
