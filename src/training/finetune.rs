@@ -18,7 +18,7 @@
 //!
 //! Checked against PyTorch's float64 autograd by `tests/finetune_golden.rs` (goldens: `tests/golden/finetune.py`).
 
-use super::encoder::{get, Encoder};
+use super::encoder::{get, Encoder, Saved};
 use super::head::SplitMix64;
 use crate::backend::{Activation, AdamWStep, Backend};
 use crate::config::BertConfig;
@@ -407,6 +407,29 @@ impl<B: Backend> FineTuner<B> {
     /// ```
     pub async fn embedding_gradients(&self, be: &B, anchors: &Batch, positives: &Batch)
         -> Result<(Vec<Option<B::Tensor>>, f32)> {
+        let (m, [saved_a, saved_p]) = self.embedding_forward(be, anchors, positives).await?;
+        let (enc, n, h) = (&self.encoder, anchors.b, self.encoder.config.hidden_size);
+        let (da, dp, loss) = (m.da, m.dp, m.loss);
+        let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
+        for (batch, saved, d) in [(anchors, saved_a, da), (positives, saved_p, dp)] {
+            let dpooled = be.input(&d, n, h)?;
+            let dlast = be.matmul(&self.pool_matrix(be, batch)?, true, &dpooled, false)?; // (B*T, H)
+            enc.backward(be, batch, saved, dlast, &mut grads, self.top_layers)?;
+        }
+        Ok((grads, loss))
+    }
+
+    /// Embedding pairs without a backward: the loss and how many anchors score their own positive highest among the
+    /// batch's positives (in-batch retrieval accuracy).
+    pub async fn embedding_eval(&self, be: &B, anchors: &Batch, positives: &Batch) -> Result<(f32, usize)> {
+        let (m, _) = self.embedding_forward(be, anchors, positives).await?;
+        Ok((m.loss, m.right))
+    }
+
+    /// The checks of an embedding batch, both sides' forward and pooling, and the loss on the host: what the
+    /// gradients and the evaluation share.
+    async fn embedding_forward(&self, be: &B, anchors: &Batch, positives: &Batch)
+        -> Result<(Mnrl, [Saved<B::Tensor>; 2])> {
         if !matches!(self.head, Head::Embed) {
             return Err(Error::Input("these targets are for another task than the one being trained".into()));
         }
@@ -420,33 +443,11 @@ impl<B: Backend> FineTuner<B> {
         self.check_memory(anchors.b, anchors.t)?;
         self.check_memory(positives.b, positives.t)?;
         let enc = &self.encoder;
-        let h = enc.config.hidden_size;
         let (last_a, saved_a) = enc.forward(be, anchors)?;
         let (last_p, saved_p) = enc.forward(be, positives)?;
-        let (pa, pp) = (self.pooled(be, &last_a, anchors)?, self.pooled(be, &last_p, positives)?);
-        let (a, p) = (be.read(&pa).await?, be.read(&pp).await?);
-        let m = mnrl(&a, &p, n, h);
-        let (da, dp) = (m.da, m.dp);
-        let loss = m.loss;
-        let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
-        for (batch, saved, d) in [(anchors, saved_a, da), (positives, saved_p, dp)] {
-            let dpooled = be.input(&d, n, h)?;
-            let dlast = be.matmul(&self.pool_matrix(be, batch)?, true, &dpooled, false)?; // (B*T, H)
-            enc.backward(be, batch, saved, dlast, &mut grads, self.top_layers)?;
-        }
-        Ok((grads, loss))
-    }
-
-    /// Embedding pairs without a backward: the loss and how many anchors score their own positive highest among the
-    /// batch's positives (in-batch retrieval accuracy).
-    pub async fn embedding_eval(&self, be: &B, anchors: &Batch, positives: &Batch) -> Result<(f32, usize)> {
-        let enc = &self.encoder;
-        let (last_a, _) = enc.forward(be, anchors)?;
-        let (last_p, _) = enc.forward(be, positives)?;
         let a = be.read(&self.pooled(be, &last_a, anchors)?).await?;
         let p = be.read(&self.pooled(be, &last_p, positives)?).await?;
-        let m = mnrl(&a, &p, anchors.b, enc.config.hidden_size);
-        Ok((m.loss, m.right))
+        Ok((mnrl(&a, &p, n, enc.config.hidden_size), [saved_a, saved_p]))
     }
 
     /// (right, counted) predictions of a batch from its logits: sequences whose top class is the label, labelled
