@@ -199,6 +199,25 @@ pub enum Progress<'a> {
     Epoch(&'a EpochMetrics),
 }
 
+/// What [`fit`] calls as it goes. A closure `FnMut(Progress)` is the simplest one.
+pub trait Hooks {
+    /// After each optimiser step and each epoch. An error stops fitting and is returned (a cancel button).
+    fn progress(&mut self, p: Progress<'_>) -> Result<()>;
+
+    /// Awaited before each step: lets a browser's event loop run between steps (a click on a cancel button, the
+    /// page's drawing), which a CPU step alone never gives it.
+    fn pause(&mut self) -> impl std::future::Future<Output = ()> {
+        std::future::ready(())
+    }
+}
+
+impl<F: FnMut(Progress<'_>)> Hooks for F {
+    fn progress(&mut self, p: Progress<'_>) -> Result<()> {
+        self(p);
+        Ok(())
+    }
+}
+
 /// ⌈fraction · n⌉ (held-out examples, warm-up steps), the fraction read as the decimal it was written as (0.3 as an
 /// f32 is 0.300000012: 10 examples hold out 3, not 4).
 fn ceil_fraction(fraction: f32, n: usize) -> usize {
@@ -235,9 +254,9 @@ fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
 /// and the training rows are reshuffled every epoch. `groups[i]` names the example row `i` comes from (a long QA
 /// context gives several windows): an example's rows all fall on the same side of the split, so that validation
 /// never sees a window of a context trained on. `None`: one example per row. A non-finite loss stops with an error
-/// and the parameters of the last good step.
+/// and the parameters of the last good step; so does an error from `hooks`.
 pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], groups: Option<&[usize]>, pad: u32,
-    opts: &FitOptions, mut on_progress: impl FnMut(Progress<'_>)) -> Result<FitReport> {
+    opts: &FitOptions, hooks: &mut impl Hooks) -> Result<FitReport> {
     let mut rng = SplitMix64::new(opts.seed);
     let (val, mut train) = split(rows.len(), groups, opts, &mut rng)?;
     // One optimiser step per `accumulate` micro-batches of `batch_size` rows.
@@ -257,6 +276,7 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], gro
                 (total - step) as f64 / (total - warm).max(1) as f64
             };
             let lr = (opts.learning_rate as f64 * factor) as f32;
+            hooks.pause().await;
             for chunk in group.chunks(opts.batch_size) {
                 let batch = RowBatch::new(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad, opts.pad_to)?;
                 tuner.accumulate(be, &batch.batch, &batch.targets()).await?;
@@ -270,7 +290,7 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], gro
             let r = tuner.apply(be, &step_opts).await?;
             losses.push(r.loss);
             let p = StepProgress { epoch, step: step + 1, total_steps: total, loss: r.loss, learning_rate: lr };
-            on_progress(Progress::Step(&p));
+            hooks.progress(Progress::Step(&p))?;
             report.steps.push(p);
         }
         let (val_loss, val_accuracy) = if val.is_empty() {
@@ -282,7 +302,7 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], gro
         };
         let train_loss = losses.iter().sum::<f32>() / losses.len().max(1) as f32;
         let m = EpochMetrics { epoch, train_loss, val_loss, val_accuracy };
-        on_progress(Progress::Epoch(&m));
+        hooks.progress(Progress::Epoch(&m))?;
         report.epochs.push(m);
     }
     Ok(report)

@@ -11,6 +11,7 @@ pub mod data;
 pub mod encoder;
 pub mod finetune;
 pub mod fit;
+pub mod job;
 pub mod head;
 
 use crate::backend::Backend;

@@ -174,7 +174,7 @@ enum Command {
         #[command(flatten)]
         infer: InferArgs,
         #[arg(long, value_enum)]
-        task: finetune::Task,
+        task: bertgpu::training::job::JobTask,
         #[arg(long, value_name = "FILE.jsonl")]
         data: PathBuf,
         /// The folder to write (config.json, model.safetensors, the tokenizer files)

@@ -1,0 +1,241 @@
+//! One fine-tuning job, from a user's examples to the files of a Hugging Face folder: what the CLI's `fine-tune`
+//! and the browser's `fineTune` both run, so that they check the same things and train the same way.
+//!
+//! [`Examples`] are the five shapes of data ([`JobTask`]); [`prepare`] tokenizes them into rows as transformers'
+//! example scripts do ([`super::data`]) and picks the head (the checkpoint's own when its labels are exactly the
+//! data's, else a new one); [`run`] fine-tunes a [`FineTuner`] with [`fit`] and exports the folder's
+//! `config.json` and `model.safetensors` ([`fit::export_folder`]). The tokenizer files are the original's,
+//! unchanged ([`FOLDER_FILES`]).
+
+use serde::Deserialize;
+
+use super::data::{self, QaExample, TextExample, TokenExample};
+use super::finetune::{FineTuneTask, FineTuner};
+use super::fit::{self, FitOptions, FitReport, Hooks, Row, RowTarget};
+use crate::backend::Backend;
+use crate::config::BertConfig;
+use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
+use crate::{Error, Result};
+
+/// What to fine-tune for, named by the data it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
+pub enum JobTask {
+    /// {"text", "label"}: one label per text
+    Classify,
+    /// {"text", "text_pair", "label"}: one label per pair (e.g. NLI)
+    Pair,
+    /// {"tokens": [...], "tags": [...]}: one label per word (NER, slot filling)
+    Ner,
+    /// SQuAD's {"question", "context", "answers": {"text": [...], "answer_start": [...]}}
+    Qa,
+    /// {"anchor", "positive"}: sentence embeddings, the batch's other positives as negatives
+    Embed,
+}
+
+impl JobTask {
+    pub fn name(self) -> &'static str {
+        match self {
+            JobTask::Classify => "classify",
+            JobTask::Pair => "pair",
+            JobTask::Ner => "ner",
+            JobTask::Qa => "qa",
+            JobTask::Embed => "embed",
+        }
+    }
+}
+
+impl std::str::FromStr for JobTask {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<JobTask> {
+        [JobTask::Classify, JobTask::Pair, JobTask::Ner, JobTask::Qa, JobTask::Embed]
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| Error::Input(format!("unknown fine-tuning task `{s}`; use classify, pair, ner, qa or embed")))
+    }
+}
+
+/// One example of embedding data.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct PairExample {
+    pub anchor: String,
+    pub positive: String,
+}
+
+/// A task's examples.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Examples {
+    /// `classify` and `pair`.
+    Text(Vec<TextExample>),
+    Token(Vec<TokenExample>),
+    Qa(Vec<QaExample>),
+    Pairs(Vec<PairExample>),
+}
+
+impl Examples {
+    /// `task`'s examples from JSON lines (or one JSON array), errors naming the line.
+    pub fn parse(task: JobTask, text: &str) -> Result<Examples> {
+        Ok(match task {
+            JobTask::Classify | JobTask::Pair => Examples::Text(data::parse_jsonl(text)?),
+            JobTask::Ner => Examples::Token(data::parse_jsonl(text)?),
+            JobTask::Qa => Examples::Qa(data::parse_jsonl(text)?),
+            JobTask::Embed => Examples::Pairs(data::parse_jsonl(text)?),
+        })
+    }
+
+    /// `task`'s examples from any serde source (the browser's array of objects).
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(task: JobTask, d: D) -> Result<Examples>
+    where
+        D::Error: std::fmt::Display,
+    {
+        let bad = |e: D::Error| Error::Input(format!("examples for task \"{}\": {e}", task.name()));
+        Ok(match task {
+            JobTask::Classify | JobTask::Pair => Examples::Text(Vec::deserialize(d).map_err(bad)?),
+            JobTask::Ner => Examples::Token(Vec::deserialize(d).map_err(bad)?),
+            JobTask::Qa => Examples::Qa(Vec::deserialize(d).map_err(bad)?),
+            JobTask::Embed => Examples::Pairs(Vec::deserialize(d).map_err(bad)?),
+        })
+    }
+}
+
+/// How to fine-tune.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct JobOptions {
+    pub task: JobTask,
+    /// Train the top this many encoder layers and the head (0: the head alone); `None`: every parameter.
+    pub layers: Option<usize>,
+    /// QA: context tokens shared by consecutive windows (run_qa's `doc_stride`).
+    pub doc_stride: usize,
+    pub fit: FitOptions,
+}
+
+impl JobOptions {
+    pub fn new(task: JobTask) -> JobOptions {
+        JobOptions { task, layers: None, doc_stride: data::QA_DOC_STRIDE, fit: FitOptions::default() }
+    }
+}
+
+/// The rows to train on, the label list (for a classifier), and whether the checkpoint's own head fits them.
+pub struct Prepared {
+    pub rows: Vec<Row>,
+    /// The example each row comes from, where an example gives several rows (QA windows).
+    pub groups: Option<Vec<usize>>,
+    pub labels: Option<Vec<String>>,
+    pub keep_head: bool,
+    pub task: FineTuneTask,
+}
+
+impl Prepared {
+    /// One line on what will train, for progress output.
+    pub fn describe(&self, layers: Option<usize>) -> String {
+        let what = match layers {
+            None => "every parameter".to_string(),
+            Some(0) => "the head alone".to_string(),
+            Some(k) => format!("the top {k} layers and the head"),
+        };
+        let head = match (&self.labels, self.keep_head) {
+            (Some(l), true) => format!("{} labels, the checkpoint's head", l.len()),
+            (Some(l), false) => format!("{} labels, a new head", l.len()),
+            (None, _) if self.task == FineTuneTask::Embedding => "mean pooling, in-batch negatives".to_string(),
+            (None, _) => "the checkpoint's QA head, or a new one".to_string(),
+        };
+        format!("fine-tuning {what} on {} rows ({head})", self.rows.len())
+    }
+}
+
+/// Tokenizes `examples` for `task` (see [`super::data`]) and checks that they can be trained on.
+pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Examples, doc_stride: usize)
+    -> Result<Prepared> {
+    let own = |labels: &[String], arch: &str| {
+        cfg.architectures.iter().any(|x| x.ends_with(arch)) && cfg.id2label.values().eq(labels.iter())
+    };
+    let mismatch = || Error::Input(format!("the examples are not the data of task \"{}\"", task.name()));
+    Ok(match (task, examples) {
+        (JobTask::Classify | JobTask::Pair, Examples::Text(examples)) => {
+            let pair = task == JobTask::Pair;
+            if let Some(i) = examples.iter().position(|e| pair != e.text_pair.as_deref().is_some_and(|p| !p.is_empty())) {
+                let want = if pair { "needs" } else { "must not have" };
+                return Err(Error::Input(format!("example {i}: task \"{}\" {want} a \"text_pair\"", task.name())));
+            }
+            let labels = data::sequence_label_list(examples, &cfg.label2id)?;
+            if labels.len() < 2 {
+                return Err(Error::Input(format!("a classifier needs at least 2 labels; the examples have {labels:?}")));
+            }
+            let b = data::sequence_batch(tok, examples, &labels)?;
+            let rows = fit::rows_from_batch(&b.batch, b.labels.iter().map(|&c| RowTarget::Class(c)));
+            let keep_head = own(&labels, "ForSequenceClassification");
+            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Sequence }
+        }
+        (JobTask::Ner, Examples::Token(examples)) => {
+            let labels = data::token_label_list(examples, &cfg.label2id)?;
+            let b = data::token_batch(tok, examples, &labels)?;
+            let t = b.batch.t;
+            let rows = fit::rows_from_batch(&b.batch, b.labels.chunks(t.max(1)).map(|l| RowTarget::Tokens(l.to_vec())));
+            let keep_head = own(&labels, "ForTokenClassification");
+            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Token }
+        }
+        (JobTask::Embed, Examples::Pairs(pairs)) => {
+            if pairs.len() < 2 {
+                return Err(Error::Input("embedding fine-tuning needs at least 2 pairs: the other pairs are the negatives".into()));
+            }
+            let mut rows = Vec::with_capacity(pairs.len());
+            for (i, pr) in pairs.iter().enumerate() {
+                if pr.anchor.trim().is_empty() || pr.positive.trim().is_empty() {
+                    return Err(Error::Input(format!("pair {i} has an empty text")));
+                }
+                let (x, y) = (tok.encode(&pr.anchor, None)?, tok.encode(&pr.positive, None)?);
+                let target = RowTarget::Positive { input_ids: y.ids, token_type_ids: y.type_ids };
+                rows.push(Row { input_ids: x.ids, token_type_ids: x.type_ids, target });
+            }
+            Prepared { rows, groups: None, keep_head: true, labels: None, task: FineTuneTask::Embedding }
+        }
+        (JobTask::Qa, Examples::Qa(examples)) => {
+            let max_length = tok.max_length().min(data::QA_MAX_LENGTH);
+            let b = data::qa_batch(tok, examples, max_length, doc_stride)?;
+            let rows = fit::rows_from_batch(&b.batch, b.start.iter().zip(&b.end).map(|(&s, &e)| RowTarget::Span(s, e)));
+            Prepared { rows, groups: Some(b.example), keep_head: true, labels: None, task: FineTuneTask::QuestionAnswering }
+        }
+        _ => return Err(mismatch()),
+    })
+}
+
+/// What a job made: its report, the label list of a classifier, and the folder's `config.json` and
+/// `model.safetensors` (f32).
+pub struct FineTuned {
+    pub report: FitReport,
+    pub labels: Option<Vec<String>>,
+    pub config_json: String,
+    pub safetensors: Vec<u8>,
+}
+
+/// The files of a Hugging Face folder besides config.json and model.safetensors that a fine-tuned folder copies from
+/// the original: the tokenizer, and a sentence-transformers model's pipeline (pooling, normalisation).
+pub const FOLDER_FILES: [&str; 9] = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+    "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling/config.json",
+    "2_Normalize/config.json"];
+
+/// Fine-tunes the checkpoint (`cfg`, `weights`, its `config.json` as `original_config`) on `prepared` rows on `be`.
+/// The checkpoint is not changed: the job trains a copy, and a failure (bad options, a non-finite loss, a stop asked
+/// by `hooks`) returns an error and nothing else.
+pub async fn run<B: Backend>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
+    original_config: &serde_json::Value, opts: &JobOptions, prepared: &Prepared, hooks: &mut impl Hooks)
+    -> Result<FineTuned> {
+    let p = prepared;
+    let mut fit_opts = opts.fit;
+    if p.task == FineTuneTask::Embedding && fit_opts.batch_size < 2 {
+        return Err(Error::Input(
+            "embedding fine-tuning needs a batch size of at least 2: the other pairs of a batch are the negatives".into(),
+        ));
+    }
+    if p.task == FineTuneTask::QuestionAnswering {
+        // run_qa pads every window to max_length, and the loss's softmax sees the padding: do the same.
+        fit_opts.pad_to = Some(tok.max_length().min(data::QA_MAX_LENGTH));
+    }
+    let fresh = (!p.keep_head).then(|| p.labels.as_ref().map_or(0, Vec::len));
+    let mut tuner = FineTuner::new(be, cfg, weights, p.task, fresh, fit_opts.seed)?;
+    tuner.set_top_layers(opts.layers)?;
+    let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, hooks).await?;
+    let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;
+    Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors })
+}
