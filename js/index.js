@@ -313,6 +313,41 @@ function checkTrainOptions(o, onProgress) {
   for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
 }
 
+const FINE_TUNE_OPTIONS = ["task", "epochs", "learningRate", "batchSize", "accumulate", "layers", "warmup",
+  "weightDecay", "validationSplit", "seed", "docStride", "onProgress", "signal"];
+const FINE_TUNE_TASKS = ["classify", "pair", "ner", "qa", "embed"];
+
+/** Types of fineTune's options (their ranges are checked in Rust, with messages that say how to fix them). */
+function checkFineTuneOptions(o, onProgress, signal) {
+  const m = "fineTune";
+  if (onProgress != null && typeof onProgress !== "function") {
+    throw new TypeError(`${m}: onProgress must be a function (progress) => void`);
+  }
+  if (signal != null && (typeof signal !== "object" || typeof signal.aborted !== "boolean")) {
+    throw new TypeError(`${m}: signal must be an AbortSignal`);
+  }
+  if (o.task != null && !FINE_TUNE_TASKS.includes(o.task)) {
+    throw new TypeError(`${m}: task must be one of ${FINE_TUNE_TASKS.map((t) => `"${t}"`).join(", ")} (got ${JSON.stringify(o.task)})`);
+  }
+  for (const k of ["epochs", "batchSize", "accumulate", "docStride"]) {
+    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
+      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
+    }
+  }
+  if (o.layers != null && o.layers !== "all" && !(Number.isInteger(o.layers) && o.layers >= 0)) {
+    throw new TypeError(`${m}: layers must be "all" or a number of top layers, 0 for the head alone (got ${JSON.stringify(o.layers)})`);
+  }
+  if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
+    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
+  }
+  for (const k of ["learningRate", "warmup", "weightDecay", "validationSplit"]) {
+    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
+      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
+    }
+  }
+  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
+}
+
 /**
  * Rust reports character offsets (Unicode scalar values); JavaScript strings index UTF-16 units, where characters
  * outside the Basic Multilingual Plane (most emoji) count twice. Rewrites `obj.start`/`obj.end` in place.
@@ -386,6 +421,8 @@ export class Bert {
     // where the files came from, so the call after the loss can load the model again on a new device. (For a bytes
     // source that keeps the caller's bytes referenced; URLs are fetched again, from the cache when it is on.)
     if (bert._device === "webgpu") bert._reloadFrom = { resolved, fetchOptions };
+    // fineTune and exportModel read the model's files again (from the cache when it is on).
+    bert._source = { resolved, fetchOptions };
     return bert;
   }
 
@@ -412,6 +449,10 @@ export class Bert {
    * device lost rejects saying so; the call after it loads the model again on a new device first.
    */
   _enqueue(method, fn) {
+    if (this._training) {
+      return Promise.reject(new Error(`${method}: this model is fine-tuning; wait for fineTune to finish, or stop it `
+        + "with its signal (an AbortController's)"));
+    }
     const run = async () => {
       if (this._disposed) throw new Error(`${method}: this model was disposed; load it again with Bert.load`);
       if (this._rt.poisoned) {
@@ -457,7 +498,7 @@ export class Bert {
     }
     let model;
     try {
-      const files = await fetchModelFiles(this._reloadFrom.resolved, this._reloadFrom.fetchOptions);
+      const files = this._tuned ?? await fetchModelFiles(this._reloadFrom.resolved, this._reloadFrom.fetchOptions);
       model = await instantiate(this._rt, files, "webgpu");
       if (this._headBytes) model.loadHead(this._headBytes);
     } catch (e) {
@@ -662,6 +703,92 @@ export class Bert {
       this._headLabels = report.labels;
       if (this._reloadFrom) this._keepHead(m.exportHead());
       return report;
+    });
+  }
+
+  /**
+   * Fine-tunes the whole model (or its top `layers` and the head) on `examples`, as the BERT paper does, on this
+   * model's device; then this model *is* the fine-tuned one (`classify`, `tokenClassify`, `answer` and `embed` use
+   * it, and `exportModel` gives its files). `task` and its examples:
+   * - "classify": [{ text, label }]; "pair": [{ text, text_pair, label }];
+   * - "ner": [{ tokens: [...], tags: [...] }] (one tag per word);
+   * - "qa": [{ question, context, answers: { text: [...], answer_start: [...] } }] (SQuAD's; offsets in characters);
+   * - "embed": [{ anchor, positive }] (the batch's other positives are the negatives).
+   * Options (the BERT paper's recipe by default): epochs 3, learningRate 5e-5, batchSize 16, accumulate 1,
+   * layers "all" (or the number of top layers; 0 trains the head alone), warmup 0.1, weightDecay 0.01,
+   * validationSplit 0.1, seed 0, docStride 128 (qa). `onProgress(p)` gets `{ type: "step", epoch, step,
+   * totalSteps, loss, learningRate }` after each step and `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`
+   * after each epoch. `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
+   * reason and the model is left as it was, as after any error. Other calls made while it runs reject.
+   * @returns {Promise<{labels: string[] | null, steps: object[], epochs: object[]}>}
+   */
+  fineTune(examples, options = {}) {
+    return this._enqueue("fineTune", async (m) => {
+      const opts = { ...checkOptions(options, FINE_TUNE_OPTIONS, "fineTune") };
+      const { onProgress, signal } = opts;
+      delete opts.onProgress;
+      delete opts.signal;
+      checkFineTuneOptions(opts, onProgress, signal);
+      if (!Array.isArray(examples)) throw new TypeError("fineTune: examples must be an array of the task's objects");
+      signal?.throwIfAborted();
+      const files = this._tuned ?? await fetchModelFiles(this._source.resolved, this._source.fetchOptions);
+      if (files.gguf) {
+        throw new Error("fineTune: this model was loaded from a .gguf; fine-tuning starts from a Hugging Face folder "
+          + "(config.json, model.safetensors, the tokenizer files), whose config it exports");
+      }
+      signal?.throwIfAborted();
+      const hooks = {
+        onProgress: (p) => {
+          try {
+            onProgress?.(p);
+          } catch (e) {
+            console.warn("fineTune: onProgress threw", e); // the user's callback must not stop training
+          }
+        },
+        shouldStop: () => (signal?.aborted ? "aborted" : this._disposed ? "disposed" : undefined),
+        pause: () => new Promise((resolve) => setTimeout(resolve, 0)),
+      };
+      let out;
+      this._training = true;
+      try {
+        out = await m.fineTune(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
+          examples, opts, hooks);
+      } catch (e) {
+        if (signal?.aborted) throw signal.reason ?? new DOMException("fineTune was aborted", "AbortError");
+        if (this._disposed) throw new Error("fineTune: the model was disposed during fine-tuning");
+        throw e;
+      } finally {
+        this._training = false;
+      }
+      const tuned = { config: out.config, tokenizer: files.tokenizer, vocab: files.vocab,
+        tokenizerConfig: files.tokenizerConfig, weights: out.weights };
+      for (const k of Object.keys(tuned)) if (tuned[k] == null) delete tuned[k];
+      const model = await instantiate(this._rt, tuned, this._device);
+      const old = this._model;
+      this._model = model;
+      this._tuned = tuned;
+      // A head trained by trainHead was trained on the old encoder's features: it does not carry over.
+      this._headLabels = null;
+      this._headBytes = null;
+      old.free();
+      return { labels: out.labels ?? null, steps: out.steps, epochs: out.epochs };
+    });
+  }
+
+  /**
+   * The files of this model as a Hugging Face folder, `{ "config.json": Uint8Array, "model.safetensors": ...,
+   * "tokenizer.json" | "vocab.txt", "tokenizer_config.json"? }`: after `fineTune`, the fine-tuned model (f32, with
+   * `architectures` and `id2label` set), which transformers' `from_pretrained` and `Bert.load` load.
+   */
+  exportModel() {
+    return this._enqueue("exportModel", async () => {
+      const files = this._tuned ?? await fetchModelFiles(this._source.resolved, this._source.fetchOptions);
+      if (files.gguf) throw new Error("exportModel: this model was loaded from a .gguf, not a Hugging Face folder");
+      const names = { config: "config.json", weights: "model.safetensors", tokenizer: "tokenizer.json",
+        vocab: "vocab.txt", tokenizerConfig: "tokenizer_config.json" };
+      const out = {};
+      for (const [k, name] of Object.entries(names)) if (files[k] != null) out[name] = files[k];
+      return out;
     });
   }
 

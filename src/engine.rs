@@ -6,7 +6,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::{Gpu, GpuBackend};
 use crate::backend::Backend;
 use crate::config::BertConfig;
-use crate::loader::{self, LoadOptions, ModelSource};
+use crate::loader::{self, LoadOptions, ModelFiles, ModelSource};
 use crate::heads::classifier::LabelScore;
 use crate::heads::discriminator::ReplacedToken;
 use crate::heads::masked_lm::{FillMaskPrediction, NextSentence};
@@ -15,6 +15,8 @@ use crate::heads::token_classifier::{Aggregation, TokenEntity};
 use crate::tasks::pipelines::RankedDocument;
 use crate::tasks::{EmbedOptions, Model};
 use crate::tokenizer::{Encoded, Tokenizer};
+use crate::training::fit::Hooks;
+use crate::training::job::{self, Examples, FineTuned, JobOptions};
 use crate::training::{EpochProgress, TrainExample, TrainOptions, TrainReport};
 use crate::weights::Weights;
 use crate::{Error, Result};
@@ -130,6 +132,21 @@ impl Engine {
     pub async fn train_head(&self, examples: &[TrainExample], opts: &TrainOptions,
         on_progress: impl FnMut(&EpochProgress)) -> Result<TrainReport> {
         with_model!(self, m => m.train_head(examples, opts, on_progress).await)
+    }
+
+    /// Fine-tunes a copy of this engine's model, given as the `files` it was loaded from, on this engine's backend
+    /// ([`job::run`]). This engine is not changed: load the result ([`FineTuned`]'s config and weights, with the
+    /// same tokenizer files) to use it.
+    pub async fn fine_tune(&self, files: ModelFiles, opts: &JobOptions, examples: &Examples, hooks: &mut impl Hooks)
+        -> Result<FineTuned> {
+        let original: serde_json::Value = serde_json::from_slice(&files.config)?;
+        let m = loader::load(ModelSource::Files(files), &LoadOptions::default())?;
+        if m.config.hidden_size != self.config().hidden_size || m.config.num_hidden_layers != self.config().num_hidden_layers {
+            return Err(Error::Input("the files to fine-tune are not this model's".into()));
+        }
+        let prepared = job::prepare(&m.config, &m.tokenizer, opts.task, examples, opts.doc_stride)?;
+        let weights = m.weights()?;
+        with_model!(self, e => job::run(&e.backend, &m.config, &m.tokenizer, &weights, &original, opts, &prepared, hooks).await)
     }
 
     /// See [`Model::export_head`].

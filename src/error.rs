@@ -30,6 +30,9 @@ pub enum Error {
     /// A GGUF file is malformed or hostile.
     #[error("gguf: {0}")]
     Gguf(String),
+    /// A long call (fine-tuning) was stopped by its caller; nothing was changed.
+    #[error("stopped: {0}")]
+    Stopped(String),
     #[error("{context}: {source}")]
     Io { context: String, #[source] source: std::io::Error },
     #[error("json: {0}")]

@@ -205,9 +205,9 @@ pub trait Hooks {
     fn progress(&mut self, p: Progress<'_>) -> Result<()>;
 
     /// Awaited before each step: lets a browser's event loop run between steps (a click on a cancel button, the
-    /// page's drawing), which a CPU step alone never gives it.
-    fn pause(&mut self) -> impl std::future::Future<Output = ()> {
-        std::future::ready(())
+    /// page's drawing), which a CPU step alone never gives it. An error stops fitting, as in [`Self::progress`].
+    fn pause(&mut self) -> impl std::future::Future<Output = Result<()>> {
+        std::future::ready(Ok(()))
     }
 }
 
@@ -276,7 +276,7 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], gro
                 (total - step) as f64 / (total - warm).max(1) as f64
             };
             let lr = (opts.learning_rate as f64 * factor) as f32;
-            hooks.pause().await;
+            hooks.pause().await?;
             for chunk in group.chunks(opts.batch_size) {
                 let batch = RowBatch::new(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad, opts.pad_to)?;
                 tuner.accumulate(be, &batch.batch, &batch.targets()).await?;

@@ -84,17 +84,29 @@ impl Examples {
         })
     }
 
-    /// `task`'s examples from any serde source (the browser's array of objects).
+    /// `task`'s examples from any serde source giving an array of objects (the browser's), errors naming the
+    /// example.
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(task: JobTask, d: D) -> Result<Examples>
     where
         D::Error: std::fmt::Display,
     {
-        let bad = |e: D::Error| Error::Input(format!("examples for task \"{}\": {e}", task.name()));
+        let values = Vec::<serde_json::Value>::deserialize(d)
+            .map_err(|e| Error::Input(format!("examples must be an array of objects: {e}")))?;
+        fn each<T: serde::de::DeserializeOwned>(task: JobTask, values: Vec<serde_json::Value>) -> Result<Vec<T>> {
+            values
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    serde_json::from_value(v)
+                        .map_err(|e| Error::Input(format!("examples[{i}] is not an example of task \"{}\": {e}", task.name())))
+                })
+                .collect()
+        }
         Ok(match task {
-            JobTask::Classify | JobTask::Pair => Examples::Text(Vec::deserialize(d).map_err(bad)?),
-            JobTask::Ner => Examples::Token(Vec::deserialize(d).map_err(bad)?),
-            JobTask::Qa => Examples::Qa(Vec::deserialize(d).map_err(bad)?),
-            JobTask::Embed => Examples::Pairs(Vec::deserialize(d).map_err(bad)?),
+            JobTask::Classify | JobTask::Pair => Examples::Text(each(task, values)?),
+            JobTask::Ner => Examples::Token(each(task, values)?),
+            JobTask::Qa => Examples::Qa(each(task, values)?),
+            JobTask::Embed => Examples::Pairs(each(task, values)?),
         })
     }
 }

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Once;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use crate::backend::cpu::CpuBackend;
@@ -19,8 +19,10 @@ use crate::backend::{Shard, ShardLink};
 use crate::heads::token_classifier::Aggregation;
 use crate::engine::{Device, Engine};
 use crate::loader::{LoadOptions, ModelFiles, ModelSource};
-use crate::tasks::{EmbedOptions, EpochProgress, Pooling, TrainExample, TrainOptions};
+use crate::tasks::{EmbedOptions, Pooling};
 use crate::Error;
+
+mod train;
 
 /// The system allocator (dlmalloc on wasm32), counting the bytes allocated and not yet freed, so the soak test can
 /// tell a leak from the allocator's own reuse: `WebAssembly.Memory` only ever grows, so its size alone says little.
@@ -205,7 +207,7 @@ pub fn q8_dot_form(force: Option<String>) -> Result<String, JsError> {
 }
 
 /// A `crate::Error` as a JS `Error` with our message (which says how to fix the problem).
-fn js_err(e: Error) -> JsError {
+pub(crate) fn js_err(e: Error) -> JsError {
     JsError::new(&e.to_string())
 }
 
@@ -268,77 +270,8 @@ struct Tokenized {
     truncated: bool,
 }
 
-/// `trainHead`'s options as JS gives them (the wrapper has checked their types; serde checks them again, and an
-/// unknown name is an error rather than silently ignored). Unset fields take [`TrainOptions::default`].
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct JsTrainOptions {
-    labels: Option<Vec<String>>,
-    epochs: Option<usize>,
-    learning_rate: Option<f32>,
-    batch_size: Option<usize>,
-    weight_decay: Option<f32>,
-    validation_split: Option<f32>,
-    seed: Option<u64>,
-    hidden: Option<usize>,
-    activation: Option<String>,
-    pooling: Option<String>,
-    patience: Option<usize>,
-}
-
-impl JsTrainOptions {
-    fn resolve(self) -> Result<TrainOptions, Error> {
-        let d = TrainOptions::default();
-        Ok(TrainOptions {
-            labels: self.labels,
-            epochs: self.epochs.unwrap_or(d.epochs),
-            learning_rate: self.learning_rate.unwrap_or(d.learning_rate),
-            batch_size: self.batch_size.unwrap_or(d.batch_size),
-            weight_decay: self.weight_decay.unwrap_or(d.weight_decay),
-            validation_split: self.validation_split.unwrap_or(d.validation_split),
-            seed: self.seed.unwrap_or(d.seed),
-            hidden: self.hidden,
-            activation: match self.activation {
-                Some(a) => a.parse::<crate::activation::Activation>()?,
-                None => d.activation,
-            },
-            pooling: match self.pooling {
-                Some(p) => p.parse()?,
-                None => d.pooling,
-            },
-            patience: self.patience.unwrap_or(d.patience),
-        })
-    }
-}
-
-/// One epoch of `trainHead`, in JS's naming.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JsEpoch {
-    epoch: usize,
-    loss: f32,
-    accuracy: f32,
-    val_loss: Option<f32>,
-    val_accuracy: Option<f32>,
-}
-
-impl From<&EpochProgress> for JsEpoch {
-    fn from(p: &EpochProgress) -> JsEpoch {
-        JsEpoch { epoch: p.epoch, loss: p.loss, accuracy: p.accuracy, val_loss: p.val_loss, val_accuracy: p.val_accuracy }
-    }
-}
-
-/// What `trainHead` resolves to.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JsTrainReport {
-    labels: Vec<String>,
-    best_epoch: usize,
-    history: Vec<JsEpoch>,
-}
-
 /// Plain objects (not `Map`s) for `Option::None` → `null` and structs → objects.
-fn to_js<T: Serialize>(v: &T) -> Result<JsValue, JsError> {
+pub(crate) fn to_js<T: Serialize>(v: &T) -> Result<JsValue, JsError> {
     v.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).map_err(|e| JsError::new(&e.to_string()))
 }
 
@@ -525,81 +458,6 @@ impl WasmModel {
     pub fn answer(&self, question: String, context: String) -> js_sys::Promise {
         let engine = self.engine.clone();
         run(async move { engine.answer(&question, &context).await })
-    }
-}
-
-#[wasm_bindgen]
-impl WasmModel {
-    /// Trains a classification head on the frozen encoder (see `Model::train_head`); it becomes the head `classify`
-    /// uses. `texts[i]` has label `labels[i]`; `on_progress(epoch)` is called after every epoch. Resolves to
-    /// `{ labels, bestEpoch, history }`.
-    #[wasm_bindgen(js_name = trainHead)]
-    pub fn train_head(&self, texts: Vec<String>, labels: Vec<String>, options: JsValue,
-        on_progress: Option<js_sys::Function>) -> Result<js_sys::Promise, JsError> {
-        if texts.len() != labels.len() {
-            return Err(JsError::new(&format!("{} texts but {} labels", texts.len(), labels.len())));
-        }
-        let opts: JsTrainOptions = if options.is_undefined() || options.is_null() {
-            JsTrainOptions::default()
-        } else {
-            serde_wasm_bindgen::from_value(options)
-                .map_err(|e| JsError::new(&format!("trainHead: bad options: {e}")))?
-        };
-        let opts = opts.resolve().map_err(js_err)?;
-        let examples: Vec<TrainExample> =
-            texts.into_iter().zip(labels).map(|(text, label)| TrainExample { text, label }).collect();
-        let engine = self.engine.clone();
-        Ok(wasm_bindgen_futures::future_to_promise(async move {
-            let report = engine
-                .train_head(&examples, &opts, |p| {
-                    if let (Some(f), Ok(v)) = (on_progress.as_ref(), to_js(&JsEpoch::from(p))) {
-                        // An exception in the user's callback must not abort training: it is reported, not thrown.
-                        if let Err(e) = f.call1(&JsValue::NULL, &v) {
-                            web_sys::console::warn_2(&"trainHead: onProgress threw".into(), &e);
-                        }
-                    }
-                })
-                .await
-                .map_err(|e| JsValue::from(js_err(e)))?;
-            let out = JsTrainReport {
-                labels: report.labels,
-                best_epoch: report.best_epoch,
-                history: report.history.iter().map(JsEpoch::from).collect(),
-            };
-            Ok(to_js(&out).map_err(JsValue::from)?)
-        }))
-    }
-
-    /// The live head as safetensors bytes (`classifier.weight`, `classifier.bias`, labels in the metadata).
-    #[wasm_bindgen(js_name = exportHead)]
-    pub fn export_head(&self) -> Result<Vec<u8>, JsError> {
-        self.engine.export_head().map_err(js_err)
-    }
-
-    /// Makes a head file from `exportHead` (or the CLI's `train-head`) the live head; returns its labels.
-    #[wasm_bindgen(js_name = loadHead)]
-    pub fn load_head(&self, bytes: &[u8]) -> Result<Vec<String>, JsError> {
-        self.engine.load_head(bytes).map_err(js_err)?;
-        Ok(self.engine.head_labels().unwrap_or_default())
-    }
-
-    /// The tasks this model can run besides `embed` and `tokenize` ("fillMask", "nextSentence", "classify",
-    /// "tokenClassify", "answer"): the heads its checkpoint carries, plus "classify" once a head is trained.
-    #[wasm_bindgen(getter)]
-    pub fn tasks(&self) -> Vec<String> {
-        self.engine.available_tasks().into_iter().map(String::from).collect()
-    }
-
-    /// The live head's labels, or `undefined` when no trained head is live.
-    #[wasm_bindgen(getter, js_name = headLabels)]
-    pub fn head_labels(&self) -> Option<Vec<String>> {
-        self.engine.head_labels()
-    }
-
-    /// Drops the live trained head.
-    #[wasm_bindgen(js_name = clearHead)]
-    pub fn clear_head(&self) {
-        self.engine.clear_head()
     }
 }
 

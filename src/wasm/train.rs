@@ -1,0 +1,321 @@
+//! The training half of the browser entry: `trainHead` (a head on the frozen encoder) and `fineTune` (every
+//! parameter, [`crate::training::job`]), with the same boundary rules as the rest of [`super`].
+
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::prelude::*;
+
+use super::{js_err, to_js, WasmModel};
+use crate::loader::ModelFiles;
+use crate::tasks::{EpochProgress, TrainExample, TrainOptions};
+use crate::training::fit::{EpochMetrics, FitOptions, FitReport, Hooks, Progress, StepProgress};
+use crate::training::job::{Examples, JobOptions, JobTask};
+use crate::{Error, Result};
+
+/// `trainHead`'s options as JS gives them (the wrapper has checked their types; serde checks them again, and an
+/// unknown name is an error rather than silently ignored). Unset fields take [`TrainOptions::default`].
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct JsTrainOptions {
+    labels: Option<Vec<String>>,
+    epochs: Option<usize>,
+    learning_rate: Option<f32>,
+    batch_size: Option<usize>,
+    weight_decay: Option<f32>,
+    validation_split: Option<f32>,
+    seed: Option<u64>,
+    hidden: Option<usize>,
+    activation: Option<String>,
+    pooling: Option<String>,
+    patience: Option<usize>,
+}
+
+impl JsTrainOptions {
+    fn resolve(self) -> Result<TrainOptions, Error> {
+        let d = TrainOptions::default();
+        Ok(TrainOptions {
+            labels: self.labels,
+            epochs: self.epochs.unwrap_or(d.epochs),
+            learning_rate: self.learning_rate.unwrap_or(d.learning_rate),
+            batch_size: self.batch_size.unwrap_or(d.batch_size),
+            weight_decay: self.weight_decay.unwrap_or(d.weight_decay),
+            validation_split: self.validation_split.unwrap_or(d.validation_split),
+            seed: self.seed.unwrap_or(d.seed),
+            hidden: self.hidden,
+            activation: match self.activation {
+                Some(a) => a.parse::<crate::activation::Activation>()?,
+                None => d.activation,
+            },
+            pooling: match self.pooling {
+                Some(p) => p.parse()?,
+                None => d.pooling,
+            },
+            patience: self.patience.unwrap_or(d.patience),
+        })
+    }
+}
+
+/// One epoch of `trainHead`, in JS's naming.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsEpoch {
+    epoch: usize,
+    loss: f32,
+    accuracy: f32,
+    val_loss: Option<f32>,
+    val_accuracy: Option<f32>,
+}
+
+impl From<&EpochProgress> for JsEpoch {
+    fn from(p: &EpochProgress) -> JsEpoch {
+        JsEpoch { epoch: p.epoch, loss: p.loss, accuracy: p.accuracy, val_loss: p.val_loss, val_accuracy: p.val_accuracy }
+    }
+}
+
+/// What `trainHead` resolves to.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsTrainReport {
+    labels: Vec<String>,
+    best_epoch: usize,
+    history: Vec<JsEpoch>,
+}
+
+#[wasm_bindgen]
+impl WasmModel {
+    /// Trains a classification head on the frozen encoder (see `Model::train_head`); it becomes the head `classify`
+    /// uses. `texts[i]` has label `labels[i]`; `on_progress(epoch)` is called after every epoch. Resolves to
+    /// `{ labels, bestEpoch, history }`.
+    #[wasm_bindgen(js_name = trainHead)]
+    pub fn train_head(&self, texts: Vec<String>, labels: Vec<String>, options: JsValue,
+        on_progress: Option<js_sys::Function>) -> Result<js_sys::Promise, JsError> {
+        if texts.len() != labels.len() {
+            return Err(JsError::new(&format!("{} texts but {} labels", texts.len(), labels.len())));
+        }
+        let opts: JsTrainOptions = if options.is_undefined() || options.is_null() {
+            JsTrainOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options)
+                .map_err(|e| JsError::new(&format!("trainHead: bad options: {e}")))?
+        };
+        let opts = opts.resolve().map_err(js_err)?;
+        let examples: Vec<TrainExample> =
+            texts.into_iter().zip(labels).map(|(text, label)| TrainExample { text, label }).collect();
+        let engine = self.engine.clone();
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            let report = engine
+                .train_head(&examples, &opts, |p| {
+                    if let (Some(f), Ok(v)) = (on_progress.as_ref(), to_js(&JsEpoch::from(p))) {
+                        // An exception in the user's callback must not abort training: it is reported, not thrown.
+                        if let Err(e) = f.call1(&JsValue::NULL, &v) {
+                            web_sys::console::warn_2(&"trainHead: onProgress threw".into(), &e);
+                        }
+                    }
+                })
+                .await
+                .map_err(|e| JsValue::from(js_err(e)))?;
+            let out = JsTrainReport {
+                labels: report.labels,
+                best_epoch: report.best_epoch,
+                history: report.history.iter().map(JsEpoch::from).collect(),
+            };
+            Ok(to_js(&out).map_err(JsValue::from)?)
+        }))
+    }
+
+    /// The live head as safetensors bytes (`classifier.weight`, `classifier.bias`, labels in the metadata).
+    #[wasm_bindgen(js_name = exportHead)]
+    pub fn export_head(&self) -> Result<Vec<u8>, JsError> {
+        self.engine.export_head().map_err(js_err)
+    }
+
+    /// Makes a head file from `exportHead` (or the CLI's `train-head`) the live head; returns its labels.
+    #[wasm_bindgen(js_name = loadHead)]
+    pub fn load_head(&self, bytes: &[u8]) -> Result<Vec<String>, JsError> {
+        self.engine.load_head(bytes).map_err(js_err)?;
+        Ok(self.engine.head_labels().unwrap_or_default())
+    }
+
+    /// The tasks this model can run besides `embed` and `tokenize` ("fillMask", "nextSentence", "classify",
+    /// "tokenClassify", "answer"): the heads its checkpoint carries, plus "classify" once a head is trained.
+    #[wasm_bindgen(getter)]
+    pub fn tasks(&self) -> Vec<String> {
+        self.engine.available_tasks().into_iter().map(String::from).collect()
+    }
+
+    /// The live head's labels, or `undefined` when no trained head is live.
+    #[wasm_bindgen(getter, js_name = headLabels)]
+    pub fn head_labels(&self) -> Option<Vec<String>> {
+        self.engine.head_labels()
+    }
+
+    /// Drops the live trained head.
+    #[wasm_bindgen(js_name = clearHead)]
+    pub fn clear_head(&self) {
+        self.engine.clear_head()
+    }
+}
+
+
+/// `fineTune`'s options as JS gives them (the wrapper has taken `onProgress` and `signal` and checked the types);
+/// unset fields take [`FitOptions::default`] (the BERT paper's recipe).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct JsFineTuneOptions {
+    task: Option<String>,
+    epochs: Option<usize>,
+    learning_rate: Option<f32>,
+    batch_size: Option<usize>,
+    accumulate: Option<usize>,
+    /// "all", or the number of top layers trained with the head (0: the head alone).
+    layers: Option<serde_json::Value>,
+    warmup: Option<f32>,
+    weight_decay: Option<f32>,
+    validation_split: Option<f32>,
+    seed: Option<u64>,
+    doc_stride: Option<usize>,
+}
+
+impl JsFineTuneOptions {
+    fn resolve(self) -> Result<JobOptions> {
+        let task: JobTask = self.task.as_deref().unwrap_or("classify").parse()?;
+        let d = FitOptions::default();
+        let layers = match self.layers {
+            None => None,
+            Some(serde_json::Value::String(s)) if s == "all" => None,
+            Some(serde_json::Value::Number(n)) if n.as_u64().is_some() => n.as_u64().map(|k| k as usize),
+            Some(other) => {
+                return Err(Error::Input(format!("layers must be \"all\" or a number of top layers (got {other})")))
+            }
+        };
+        let mut opts = JobOptions::new(task);
+        opts.layers = layers;
+        opts.doc_stride = self.doc_stride.unwrap_or(opts.doc_stride);
+        opts.fit = FitOptions {
+            epochs: self.epochs.unwrap_or(d.epochs),
+            learning_rate: self.learning_rate.unwrap_or(d.learning_rate),
+            batch_size: self.batch_size.unwrap_or(d.batch_size),
+            accumulate: self.accumulate.unwrap_or(d.accumulate),
+            warmup: self.warmup.unwrap_or(d.warmup),
+            weight_decay: self.weight_decay.unwrap_or(d.weight_decay),
+            validation_split: self.validation_split.unwrap_or(d.validation_split),
+            seed: self.seed.unwrap_or(d.seed),
+            ..d
+        };
+        Ok(opts)
+    }
+}
+
+/// One step or one epoch of `fineTune`, in JS's naming: `{ type: "step", epoch, step, totalSteps, loss,
+/// learningRate }` or `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+enum JsProgress {
+    #[serde(rename_all = "camelCase")]
+    Step { epoch: usize, step: usize, total_steps: usize, loss: f32, learning_rate: f32 },
+    #[serde(rename_all = "camelCase")]
+    Epoch { epoch: usize, train_loss: f32, val_loss: Option<f32>, val_accuracy: Option<f32> },
+}
+
+impl From<&StepProgress> for JsProgress {
+    fn from(s: &StepProgress) -> JsProgress {
+        JsProgress::Step { epoch: s.epoch, step: s.step, total_steps: s.total_steps, loss: s.loss, learning_rate: s.learning_rate }
+    }
+}
+
+impl From<&EpochMetrics> for JsProgress {
+    fn from(e: &EpochMetrics) -> JsProgress {
+        JsProgress::Epoch { epoch: e.epoch, train_loss: e.train_loss, val_loss: e.val_loss, val_accuracy: e.val_accuracy }
+    }
+}
+
+/// What `fineTune`'s call into the module resolves to: the report, and (set as `Uint8Array`s beside it) the new
+/// folder's `config` (config.json) and `weights` (model.safetensors), which the wrapper loads as the model's new self.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsFineTuned {
+    labels: Option<Vec<String>>,
+    steps: Vec<JsProgress>,
+    epochs: Vec<JsProgress>,
+}
+
+/// The wrapper's `{ onProgress(p), shouldStop() → bool, pause() → Promise }`.
+struct JsHooks {
+    hooks: JsValue,
+}
+
+impl JsHooks {
+    fn call(&self, name: &str, arg: Option<&JsValue>) -> Result<JsValue> {
+        let f: js_sys::Function = js_sys::Reflect::get(&self.hooks, &JsValue::from_str(name))
+            .ok()
+            .and_then(|f| f.dyn_into().ok())
+            .ok_or_else(|| Error::Input(format!("fineTune: hooks.{name} is not a function")))?;
+        let out = match arg {
+            Some(a) => f.call1(&JsValue::NULL, a),
+            None => f.call0(&JsValue::NULL),
+        };
+        out.map_err(|e| Error::Input(format!("fineTune: hooks.{name} threw: {e:?}")))
+    }
+
+    fn check_stop(&self) -> Result<()> {
+        match self.call("shouldStop", None)?.as_string() {
+            Some(why) => Err(Error::Stopped(why)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Hooks for JsHooks {
+    fn progress(&mut self, p: Progress<'_>) -> Result<()> {
+        let v = match p {
+            Progress::Step(s) => to_js(&JsProgress::from(s)),
+            Progress::Epoch(e) => to_js(&JsProgress::from(e)),
+        };
+        if let Ok(v) = v {
+            self.call("onProgress", Some(&v))?;
+        }
+        self.check_stop()
+    }
+
+    async fn pause(&mut self) -> Result<()> {
+        let p: js_sys::Promise = self.call("pause", None)?.dyn_into().map_err(|_| Error::Input("fineTune: hooks.pause must return a promise".into()))?;
+        let _ = wasm_bindgen_futures::JsFuture::from(p).await;
+        self.check_stop()
+    }
+}
+
+fn report(r: &FitReport) -> (Vec<JsProgress>, Vec<JsProgress>) {
+    (r.steps.iter().map(JsProgress::from).collect(), r.epochs.iter().map(JsProgress::from).collect())
+}
+
+#[wasm_bindgen]
+impl WasmModel {
+    /// Fine-tunes a copy of this model, given as the files it was loaded from, on its backend (see
+    /// `training::job`): `examples` an array of the task's objects, `options` [`JsFineTuneOptions`], `hooks`
+    /// [`JsHooks`] (`shouldStop` returns a reason string to stop, or undefined). This model is not changed; resolves
+    /// to `{ labels, steps, epochs, config, weights }`, the new model's config.json and model.safetensors.
+    #[wasm_bindgen(js_name = fineTune)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn fine_tune(&self, config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>,
+        tokenizer_config: Option<Vec<u8>>, weights: Vec<u8>, examples: JsValue, options: JsValue, hooks: JsValue)
+        -> Result<js_sys::Promise, JsError> {
+        let opts: JsFineTuneOptions = if options.is_undefined() || options.is_null() {
+            JsFineTuneOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options).map_err(|e| JsError::new(&format!("fineTune: bad options: {e}")))?
+        };
+        let opts = opts.resolve().map_err(js_err)?;
+        let examples = Examples::deserialize(opts.task, serde_wasm_bindgen::Deserializer::from(examples)).map_err(js_err)?;
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights };
+        let engine = self.engine.clone();
+        let mut hooks = JsHooks { hooks };
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            let done = engine.fine_tune(files, &opts, &examples, &mut hooks).await.map_err(|e| JsValue::from(js_err(e)))?;
+            let (steps, epochs) = report(&done.report);
+            let out = to_js(&JsFineTuned { labels: done.labels, steps, epochs }).map_err(JsValue::from)?;
+            for (key, bytes) in [("config", done.config_json.as_bytes()), ("weights", &done.safetensors[..])] {
+                js_sys::Reflect::set(&out, &JsValue::from_str(key), &js_sys::Uint8Array::from(bytes))?;
+            }
+            Ok(out)
+        }))
+    }
+}
