@@ -220,6 +220,71 @@ export interface TrainReport {
   history: EpochProgress[];
 }
 
+/** fineTune's examples, by task. */
+export type FineTuneExample =
+  | { text: string; label: string; text_pair?: string }
+  | { tokens: string[]; tags: string[] }
+  | { question: string; context: string; answers: { text: string[]; answer_start: number[] } }
+  | { anchor: string; positive: string };
+
+/** After each optimiser step of `fineTune`. */
+export interface FineTuneStep {
+  type: "step";
+  epoch: number;
+  step: number;
+  totalSteps: number;
+  /** The step's mean training loss. */
+  loss: number;
+  learningRate: number;
+}
+
+/** After each epoch of `fineTune`: the mean loss of its steps, and on the validation examples the loss and the
+ * accuracy (of classes, of labelled tokens, of answers whose start and end both match, or of anchors whose own
+ * positive scores highest in their batch). */
+export interface FineTuneEpoch {
+  type: "epoch";
+  epoch: number;
+  trainLoss: number;
+  /** null without a validation split. */
+  valLoss: number | null;
+  valAccuracy: number | null;
+}
+
+export interface FineTuneOptions {
+  /** The examples' shape (default "classify"). */
+  task?: "classify" | "pair" | "ner" | "qa" | "embed";
+  /** Default 3. */
+  epochs?: number;
+  /** AdamW's peak learning rate (default 5e-5). */
+  learningRate?: number;
+  /** Examples per forward pass (default 16). */
+  batchSize?: number;
+  /** Forward passes whose mean gradient makes one step (default 1). */
+  accumulate?: number;
+  /** "all" (default), or how many of the top encoder layers train with the head (0: the head alone). */
+  layers?: "all" | number;
+  /** Fraction of the steps with a rising learning rate, then linear decay to 0 (default 0.1). */
+  warmup?: number;
+  /** AdamW's decoupled weight decay, not on biases and LayerNorm weights (default 0.01). */
+  weightDecay?: number;
+  /** Fraction of the examples held out and evaluated after each epoch, in [0, 1) (default 0.1). */
+  validationSplit?: number;
+  /** The shuffle, split, and new head's seed (default 0). */
+  seed?: number;
+  /** "qa": context tokens shared by consecutive windows of a long context (default 128). */
+  docStride?: number;
+  onProgress?: (progress: FineTuneStep | FineTuneEpoch) => void;
+  /** Stops fine-tuning between two steps; the model is left as it was. */
+  signal?: AbortSignal;
+}
+
+export interface FineTuneReport {
+  /** The classifier's labels in class order ("classify", "pair", "ner"), else null. */
+  labels: string[] | null;
+  steps: FineTuneStep[];
+  epochs: FineTuneEpoch[];
+}
+
 export declare class Bert {
   static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
   /** Where the model runs. */
@@ -248,6 +313,13 @@ export declare class Bert {
   rerank(query: string, documents: string[], options?: { topK?: number }): Promise<RankedDocument[]>;
   /** Trains a classification head on the frozen encoder; `classify` then uses it. */
   trainHead(examples: TrainExample[], options?: TrainOptions): Promise<TrainReport>;
+  /**
+   * Fine-tunes the whole model (or its top layers and the head) on `examples`; the model is then the fine-tuned one.
+   * Other calls made meanwhile reject; an error or `signal` leaves the model as it was.
+   */
+  fineTune(examples: FineTuneExample[], options?: FineTuneOptions): Promise<FineTuneReport>;
+  /** The model's files as a Hugging Face folder (after fineTune: the fine-tuned model, f32). */
+  exportModel(): Promise<Record<string, Uint8Array>>;
   /** The live trained head as safetensors bytes. */
   exportHead(): Promise<Uint8Array>;
   /** Makes a head file from `exportHead` the live head; resolves to its labels. */

@@ -4,7 +4,7 @@
 //   const bert = await Bert.load("https://example.com/models/all-MiniLM-L6-v2/");
 //   const [a, b] = await bert.embed(["a sentence", "another one"]);
 //
-// The model lives in a wasm module (Rust: src/wasm.rs over src/engine.rs). This wrapper resolves and downloads the
+// The model lives in a wasm module (Rust: src/wasm/ over src/engine.rs). This wrapper resolves and downloads the
 // model files (js/loader.js), picks the device, validates inputs, and queues calls so they never overlap inside the
 // module.
 
@@ -853,7 +853,7 @@ function instantiate(rt, files, device, shard = undefined) {
 /**
  * Runs a call into the module so that a Rust panic rejects it: synchronous panics throw (a trap) by themselves,
  * but a panic while an async Rust call is suspended would leave its promise pending forever, so the panic hook
- * (src/wasm.rs) tells us and the call rejects.
+ * (src/wasm/) tells us and the call rejects.
  */
 function guard(rt, fn) {
   return new Promise((resolve, reject) => {

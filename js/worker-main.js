@@ -2,6 +2,10 @@
 import { Bert } from "./index.js";
 
 let bert = null;
+/** The options the model was loaded with, to load its fine-tuned self alike ("adopt"). */
+let loadOptions = null;
+/** fineTune calls in flight, by the page's token: their AbortControllers. */
+const aborts = new Map();
 
 /** Buffers of the typed arrays in a result, to transfer instead of copy. */
 function transferables(result) {
@@ -22,6 +26,8 @@ async function handle(id, method, args) {
       const [source, { progress, ...options }] = args;
       if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
       bert = await Bert.load(source, options);
+      const { onProgress, ...kept } = options;
+      loadOptions = { ...kept, device: bert.device };
       return { device: bert.device, tasks: bert.tasks, simd: bert.simd };
     }
     case "tokenize":
@@ -39,6 +45,32 @@ async function handle(id, method, args) {
       const [examples, { progress, ...options }] = args;
       if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
       return bert.trainHead(examples, options);
+    }
+    case "fineTune": {
+      const [examples, { progress, token, ...options }] = args;
+      if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
+      const controller = new AbortController();
+      aborts.set(token, controller);
+      try {
+        return await bert.fineTune(examples, { ...options, signal: controller.signal });
+      } finally {
+        aborts.delete(token);
+      }
+    }
+    case "abort":
+      aborts.get(args[0])?.abort();
+      return null;
+    case "exportModel":
+      return bert.exportModel();
+    case "adopt": {
+      // Another worker's fine-tuned model (its exportModel files) replaces this one; a shard gets a new exchange.
+      const [f, shard] = args;
+      if (shard) loadOptions._shard = shard;
+      const next = await Bert.load({ config: f["config.json"], tokenizer: f["tokenizer.json"], vocab: f["vocab.txt"],
+        tokenizerConfig: f["tokenizer_config.json"], weights: f["model.safetensors"] }, { ...loadOptions, sha256: undefined });
+      bert.dispose();
+      bert = next;
+      return bert.tasks;
     }
     case "tasks":
       return bert.tasks;

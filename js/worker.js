@@ -111,7 +111,10 @@ export class Bert {
       }
       members.push(...more.map((r) => r.value));
     }
-    return new Bert(members, first.device, first.tasks, members.length > 1 ? parallel : "data");
+    const bert = new Bert(members, first.device, first.tasks, members.length > 1 ? parallel : "data");
+    // A tensor-parallel model fine-tunes in a worker of its own holding the whole model (see fineTune).
+    bert._whole = { src, options: { ...rest, device: "cpu" } };
+    return bert;
   }
 
   /** "data" or "tensor": how the workers share a call (see `load`). */
@@ -200,6 +203,64 @@ export class Bert {
 
   exportHead() {
     return this._call("exportHead", []);
+  }
+
+  /**
+   * See "bertgpu": `onProgress` is called here, in the page, and `signal` is passed on to the worker. The first
+   * worker fine-tunes, then the others load its result; a tensor-parallel model (whose workers hold a part of each
+   * layer) fine-tunes in one more worker holding the whole model, which ends when it is done, and every shard then
+   * loads its part of the result.
+   */
+  async fineTune(examples, options = {}) {
+    const { onProgress, signal, ...rest } = options ?? {};
+    if (onProgress != null && typeof onProgress !== "function") {
+      throw new TypeError("fineTune: onProgress must be a function (progress) => void");
+    }
+    if (signal != null && (typeof signal !== "object" || typeof signal.aborted !== "boolean")) {
+      throw new TypeError("fineTune: signal must be an AbortSignal");
+    }
+    if (!this._members) throw new Error("fineTune: this model was disposed; load it again with Bert.load");
+    signal?.throwIfAborted();
+    const tensor = this._parallel === "tensor";
+    let trainer = this._members[0];
+    if (tensor) {
+      const f = this._tuned;
+      const src = f ? { config: f["config.json"], tokenizer: f["tokenizer.json"], vocab: f["vocab.txt"],
+        tokenizerConfig: f["tokenizer_config.json"], weights: f["model.safetensors"] } : this._whole.src;
+      trainer = await startWorker(src, this._whole.options);
+    }
+    const token = (this._tokens = (this._tokens ?? 0) + 1);
+    const abort = () => trainer.channel.call("abort", [token]).catch(() => {});
+    signal?.addEventListener("abort", abort, { once: true });
+    let report;
+    let files = null;
+    try {
+      report = await trainer.channel.call("fineTune", [examples, { ...rest, token, progress: onProgress != null }], [],
+        onProgress);
+      if (tensor || this.workers > 1) files = await trainer.channel.call("exportModel", []);
+    } catch (e) {
+      if (signal?.aborted) throw signal.reason ?? new DOMException("fineTune was aborted", "AbortError");
+      throw e;
+    } finally {
+      signal?.removeEventListener("abort", abort);
+      if (tensor) trainer.worker.terminate();
+    }
+    if (files) {
+      // Shards start a new exchange (its rounds count from 0 again); copies just load the files.
+      const buffer = tensor ? shardBuffer(this.workers) : null;
+      const shard = (rank) => (tensor ? { rank, count: this.workers, buffer } : null);
+      await Promise.all(this._members.map((m, i) => (tensor || i > 0) && m.channel.call("adopt", [files, shard(i)])));
+      this._tuned = files;
+    }
+    this._headLabels = null;
+    await this._refreshTasks();
+    return report;
+  }
+
+  /** See "bertgpu". (A tensor-parallel model's shards each hold a part: its files are those of the whole.) */
+  exportModel() {
+    if (this._parallel === "tensor" && this._tuned) return Promise.resolve({ ...this._tuned });
+    return this._call("exportModel", []);
   }
 
   async loadHead(bytes) {

@@ -1,5 +1,5 @@
 //! A loaded model on the device picked at run time: [`Engine`] is an enum over [`Model`] on each backend, and
-//! every task dispatches to the generic [`Model`] method. The CLI (`src/bin/`) and the wasm shim (`src/wasm.rs`)
+//! every task dispatches to the generic [`Model`] method. The CLI (`src/bin/`) and the wasm shim (`src/wasm/`)
 //! are thin layers over this module.
 
 use crate::backend::cpu::CpuBackend;

@@ -39,7 +39,7 @@ function showError(target, e) {
 /** Buttons that need a model are disabled while none is loaded or a call runs. */
 function setBusy(on) {
   state.busy = on;
-  const needModel = ["sim-run", "search-run", "tr-run", "tr-try-run", "tr-export", "cl-run", "ner-run", "qa-run", "rr-run"];
+  const needModel = ["sim-run", "search-run", "tr-run", "tr-try-run", "tr-export", "tr-export-model", "cl-run", "ner-run", "qa-run", "rr-run"];
   for (const id of needModel) $(id).disabled = on || !state.bert;
   $("model-load").disabled = on;
   $("model-files").disabled = on;
@@ -370,12 +370,16 @@ function countExamples() {
 
 const SVG = "http://www.w3.org/2000/svg";
 
-/** Loss (solid, left axis scaled to the largest loss) and accuracy (dashed, 0–1) per epoch. */
-function drawChart(history, epochs) {
+/**
+ * Loss (solid, left axis scaled to the largest loss) and accuracy (dashed, 0–1) per epoch. `fromZero`: the x axis
+ * starts at epoch 0, for points within epochs (whole-model training plots every step at its fraction of an epoch).
+ */
+function drawChart(history, epochs, fromZero = false) {
   const svg = $("tr-chart");
   const W = 600, H = 200, L = 36, R = 10, T = 10, B = 24;
-  const maxLoss = Math.max(...history.flatMap((h) => [h.loss, h.valLoss ?? 0]), 1e-6);
-  const x = (e) => L + ((e - 1) / Math.max(1, epochs - 1)) * (W - L - R);
+  const maxLoss = Math.max(...history.flatMap((h) => [h.loss ?? 0, h.valLoss ?? 0]), 1e-6);
+  const x0 = fromZero ? 0 : 1;
+  const x = (e) => L + ((e - x0) / Math.max(1, epochs - x0)) * (W - L - R);
   const yl = (v) => T + (1 - v / maxLoss) * (H - T - B);
   const ya = (v) => T + (1 - v) * (H - T - B);
   const path = (key, y) => history.filter((h) => h[key] != null)
@@ -385,22 +389,78 @@ function drawChart(history, epochs) {
     `<line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" class="axis"/>`,
     `<text x="${L - 4}" y="${T + 8}" text-anchor="end">${maxLoss.toFixed(2)}</text>`,
     `<text x="${L - 4}" y="${H - B}" text-anchor="end">0</text>`,
-    `<text x="${W - R}" y="${H - 6}" text-anchor="end">epoch ${history.at(-1)?.epoch ?? 0} / ${epochs}</text>`,
+    `<text x="${W - R}" y="${H - 6}" text-anchor="end">epoch ${Math.ceil(history.at(-1)?.epoch ?? 0)} / ${epochs}</text>`,
     `<path d="${path("loss", yl)}" class="train"/>`,
     `<path d="${path("valLoss", yl)}" class="val"/>`,
     `<path d="${path("accuracy", ya)}" class="train acc"/>`,
     `<path d="${path("valAccuracy", ya)}" class="val acc"/>`,
   ];
   svg.innerHTML = parts.join("");
-  svg.setAttribute("aria-label", history.length
-    ? `Epoch ${history.at(-1).epoch}: loss ${history.at(-1).loss.toFixed(3)}, accuracy ${(history.at(-1).accuracy * 100).toFixed(0)}%`
+  const last = history.findLast((h) => h.loss != null);
+  svg.setAttribute("aria-label", last
+    ? `Epoch ${Math.ceil(last.epoch)}: loss ${last.loss.toFixed(3)}`
+      + (last.accuracy != null ? `, accuracy ${(last.accuracy * 100).toFixed(0)}%` : "")
     : "No training yet");
   svg.setAttribute("xmlns", SVG);
+}
+
+/** Whole-model training's stop button (an AbortController), while it runs. */
+let stopTraining = null;
+
+/** Fine-tunes every layer (bert.fineTune): the loss of every step, validation after each epoch. */
+async function fineTuneModel(examples, epochs) {
+  const history = [];
+  drawChart(history, epochs, true);
+  const controller = new AbortController();
+  stopTraining = controller;
+  $("tr-stop").hidden = false;
+  $("tr-stop").disabled = false;
+  const t0 = performance.now();
+  try {
+    const report = await state.bert.fineTune(examples, {
+      task: "classify", epochs, learningRate: Number($("tr-lr").value), batchSize: 16, seed: 0,
+      validationSplit: examples.length >= 10 ? 0.1 : 0, signal: controller.signal,
+      onProgress: (p) => {
+        if (p.type === "step") {
+          history.push({ epoch: (p.step / p.totalSteps) * epochs, loss: p.loss });
+          $("tr-time").textContent = `step ${p.step}/${p.totalSteps} · loss ${p.loss.toFixed(3)}`;
+        } else {
+          history.push({ epoch: p.epoch, valLoss: p.valLoss, valAccuracy: p.valAccuracy });
+        }
+        drawChart(history, epochs, true);
+      },
+    });
+    const last = report.epochs.at(-1);
+    $("tr-time").textContent = `fine-tuned in ${fmtMs(performance.now() - t0)} · ${report.steps.length} steps`
+      + (last.valAccuracy != null ? ` · validation accuracy ${(last.valAccuracy * 100).toFixed(0)}%` : "")
+      + ` · labels: ${report.labels.join(", ")}`;
+    return report;
+  } catch (e) {
+    if (e?.name === "AbortError") {
+      $("tr-time").textContent = "stopped: the model is as it was before training";
+      return null;
+    }
+    throw e;
+  } finally {
+    stopTraining = null;
+    $("tr-stop").hidden = true;
+  }
 }
 
 async function train() {
   $("tr-error").hidden = true;
   const examples = parseExamples($("tr-input").value);
+  if ($("tr-mode").value === "model") {
+    const report = await fineTuneModel(examples, Number($("tr-epochs").value));
+    if (!report) return;
+    state.trained = true;
+    $("tr-after").hidden = false;
+    $("tr-export").hidden = true;
+    $("tr-export-model").hidden = false;
+    showTasks();
+    window.demo.lastFineTuning = report;
+    return;
+  }
   const epochs = Number($("tr-epochs").value);
   const hidden = $("tr-hidden").value ? Number($("tr-hidden").value) : undefined;
   const history = [];
@@ -422,6 +482,8 @@ async function train() {
     + ` · labels: ${report.labels.join(", ")}`;
   state.trained = true;
   $("tr-after").hidden = false;
+  $("tr-export").hidden = false;
+  $("tr-export-model").hidden = true;
   showTasks();
   window.demo.lastTraining = report;
 }
@@ -440,6 +502,28 @@ async function exportHead() {
   a.click();
   a.remove();
   setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+}
+
+/** The fine-tuned model's files, each downloaded (config.json, model.safetensors, the tokenizer's). */
+async function exportModel() {
+  const files = await state.bert.exportModel();
+  for (const [name, bytes] of Object.entries(files)) {
+    const a = el("a", { href: URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" })), download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+  }
+}
+
+/** Head-only and whole-model training want different learning rates and epochs (BERT's paper: 2e-5 to 5e-5, 2–4). */
+function trainMode() {
+  const model = $("tr-mode").value === "model";
+  const rates = model ? ["0.00002", "0.00005", "0.0001"] : ["0.001", "0.003", "0.01", "0.03"];
+  const pick = model ? "0.00005" : "0.01";
+  $("tr-lr").replaceChildren(...rates.map((r) => el("option", { textContent: r, value: r, selected: r === pick })));
+  $("tr-epochs").value = model ? 3 : 30;
+  $("tr-hidden-label").style.display = model ? "none" : "";
 }
 
 async function loadHeadFile(file) {
@@ -585,6 +669,12 @@ on("tr-file", "change", async () => {
   $("tr-file").value = "";
 });
 on("tr-run", "click", () => busy($("tr-error"), train));
+on("tr-stop", "click", () => {
+  stopTraining?.abort();
+  $("tr-stop").disabled = true;
+});
+on("tr-mode", "change", trainMode);
+on("tr-export-model", "click", () => busy($("tr-error"), exportModel));
 submit("tr-try-form", "tr-try-time", tryTrained);
 on("tr-export", "click", () => busy($("tr-error"), exportHead));
 on("tr-head-file", "change", async () => {

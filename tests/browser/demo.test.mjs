@@ -1,7 +1,8 @@
 // The demo page (www/, served by www/serve.mjs as scripts/demo.sh serves it) in headless Chromium, every section
 // with the real default model (all-MiniLM-L6-v2, in the page's worker; `auto` takes the wasm CPU path on
 // SwiftShader's fallback adapter): similarity and search ordering, fill-mask against PyTorch, training a classifier
-// on real quotations (Debian's fortunes) with held-out accuracy, export and re-import of the head; the
+// on real quotations (Debian's fortunes) with held-out accuracy, export and re-import of the head, fine-tuning the
+// whole model (its curve, export, and the stop button); the
 // classify/NER/QA panels say the default model lacks their heads, then run on checkpoints that have them (picked
 // from the model menu) against the PyTorch goldens; a model dropped as files; and a second visit with the server
 // stopped. Screenshots go to tests/browser/screenshots/ (git-ignored); any console error fails the test.
@@ -140,6 +141,48 @@ test("demo page: every section with the default model, task panels, dropped file
       await page.waitForFunction(() => /a head for/.test(document.querySelector("#tr-head-status").textContent));
       assert.match(await page.textContent("#tr-head-status"), /\.safetensors: a head for (\w+, ){3}\w+$/);
       fs.rmSync(headFile, { force: true });
+
+      // Fine-tune the whole model on 16 of the quotations (4 per topic; 1 epoch: one step), in the demo's
+      // tensor-parallel worker set-up (a worker of its own holds the whole model while it trains).
+      await page.evaluate(() => {
+        const lines = document.querySelector("#tr-input").value.split("\n");
+        const byLabel = {};
+        for (const l of lines) (byLabel[l.split(":")[0]] ??= []).push(l);
+        document.querySelector("#tr-input").value = Object.values(byLabel).flatMap((l) => l.slice(0, 4)).join("\n");
+      });
+      await page.selectOption("#tr-mode", "model");
+      assert.equal(await page.inputValue("#tr-lr"), "0.00005", "whole-model training offers BERT's learning rates");
+      await page.fill("#tr-epochs", "1");
+      await page.click("#tr-run");
+      await page.waitForFunction(() => window.demo.lastFineTuning || !document.querySelector("#tr-error").hidden, null,
+        { timeout: 300_000 });
+      assert.equal(await page.isVisible("#tr-error"), false, await page.textContent("#tr-error"));
+      const tuned = await page.evaluate(() => window.demo.lastFineTuning);
+      assert.deepEqual([...tuned.labels].sort(), ["computers", "food", "law", "sports"]);
+      assert.equal(tuned.steps.length, 1);
+      assert.match(await page.textContent("#tr-time"), /fine-tuned in .* · 1 steps · validation accuracy \d+% · labels: /);
+      const stepPoints = await page.$eval("#tr-chart path.train:not(.acc)", (p) => (p.getAttribute("d").match(/[ML]/g) ?? []).length);
+      assert.equal(stepPoints, 1, "one point per step on the loss curve");
+      await page.fill("#tr-try", heldOut[0].text);
+      await run(page, "#tr-try-run", "#tr-try-time");
+      assert.equal(await page.$$eval("#tr-results li", (l) => l.length), 4, "classify uses the fine-tuned model");
+      const [configDownload] = await Promise.all([page.waitForEvent("download"), page.click("#tr-export-model")]);
+      assert.equal(configDownload.suggestedFilename(), "config.json");
+      const configFile = path.join(os.tmpdir(), `bertgpu-demo-config-${process.pid}.json`);
+      await configDownload.saveAs(configFile);
+      const config = JSON.parse(fs.readFileSync(configFile, "utf8"));
+      fs.rmSync(configFile, { force: true });
+      assert.deepEqual(config.architectures, ["BertForSequenceClassification"]);
+      assert.deepEqual(Object.values(config.id2label).sort(), ["computers", "food", "law", "sports"]);
+      // Stop a second run after its first step: the model stays the fine-tuned one.
+      await page.fill("#tr-epochs", "3");
+      await page.click("#tr-run");
+      await page.waitForFunction(() => /^step 1\/3/.test(document.querySelector("#tr-time").textContent), null,
+        { timeout: 300_000 });
+      await page.click("#tr-stop");
+      await page.waitForFunction(() => /^stopped/.test(document.querySelector("#tr-time").textContent), null,
+        { timeout: 300_000 });
+      assert.equal(await page.isVisible("#tr-error"), false, await page.textContent("#tr-error"));
       fs.mkdirSync(SHOTS, { recursive: true });
       await page.screenshot({ path: path.join(SHOTS, "demo-desktop.png"), fullPage: true });
 

@@ -248,3 +248,38 @@ test("fineTune stops on its signal and on dispose, refuses calls meanwhile and b
   assert.match(got.ggufError, /fineTune: this model was loaded from a \.gguf/);
   ctx.page.checkErrors();
 });
+
+test("bertgpu/worker: fineTune in a worker (progress and signal across), every worker then runs the tuned model", async () => {
+  const got = await ctx.page.evaluate(async ({ url, examples, options }) => {
+    const texts = examples.map((e) => e.text);
+    const main = await bertgpu.Bert.load(url, { device: "cpu" });
+    await main.fineTune(examples, options);
+    const want = await main.classify(texts);
+    main.dispose();
+    const w = await bertgpuWorker.Bert.load(url, { device: "cpu", workers: 2 });
+    const events = [];
+    const report = await w.fineTune(examples, { ...options, onProgress: (p) => events.push(p) });
+    const both = await w.classify(texts); // split between the two workers
+    const controller = new AbortController();
+    let aborted;
+    try {
+      await w.fineTune(examples, { ...options, epochs: 50, signal: controller.signal,
+        onProgress: (p) => p.type === "step" && controller.abort() });
+      aborted = "resolved";
+    } catch (e) {
+      aborted = e.name;
+    }
+    const afterAbort = await w.classify(texts);
+    const files = await w.exportModel();
+    w.dispose();
+    return { want, both, events: events.length, steps: report.steps.length, aborted, afterAbort,
+      names: Object.keys(files).sort() };
+  }, { url: ctx.env.models.url + TINY, examples: EXAMPLES, options: OPTIONS });
+  assert.equal(got.steps, 6);
+  assert.equal(got.events, 6 + 2, "every step and epoch reaches the page");
+  assert.deepEqual(got.both, got.want, "both workers run the model the first one tuned (the same as the page's)");
+  assert.equal(got.aborted, "AbortError");
+  assert.deepEqual(got.afterAbort, got.want, "an aborted fine-tuning in a worker leaves the model as it was");
+  assert.deepEqual(got.names, ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]);
+  ctx.page.checkErrors();
+});

@@ -2,7 +2,7 @@
 // WebGPU) that all resolve to the sequential results. tests/models/tiny-pretraining, on the wasm CPU backend and on SwiftShader WebGPU.
 //
 // Memory is read through debug exports: the bytes Rust has allocated and not freed (a counting global allocator in
-// src/wasm.rs: exact, so a leak of even one small allocation per call shows), the size of the wasm memory (which
+// src/wasm/: exact, so a leak of even one small allocation per call shows), the size of the wasm memory (which
 // only grows), and on WebGPU the buffers the pool created. Each is read after a warm-up, then after the run.
 //
 // CI runs the counts below; a long run: BERTGPU_SOAK_CPU=100000 BERTGPU_SOAK_GPU=1000 node --test tests/browser/soak.test.mjs

@@ -192,3 +192,38 @@ test("a bare name read as a repo id says how to load the local folder of that na
   `, MODELS);
   assert.match(got, /huggingface\.co.*write "\.\/all-MiniLM-L6-v2"/s);
 });
+
+test("fineTune in Node.js: a token classifier trained from a folder path, its exported folder written and loaded back", async () => {
+  const got = await inConsumer(`
+    import { Bert } from "bertgpu";
+    import fs from "node:fs/promises";
+    import os from "node:os";
+    import path from "node:path";
+    const bert = await Bert.load(process.argv[1]);
+    const examples = [
+      { tokens: ["Alice", "lives", "in", "Paris"], tags: ["B-PER", "O", "O", "B-LOC"] },
+      { tokens: ["Bob", "visited", "Berlin", "today"], tags: ["B-PER", "O", "B-LOC", "O"] },
+      { tokens: ["Paris", "is", "big"], tags: ["B-LOC", "O", "O"] },
+      { tokens: ["Carol", "met", "Bob"], tags: ["B-PER", "O", "B-PER"] },
+    ];
+    const steps = [];
+    const report = await bert.fineTune(examples, { task: "ner", epochs: 3, batchSize: 2, learningRate: 1e-3,
+      validationSplit: 0.25, onProgress: (p) => p.type === "step" && steps.push(p.loss) });
+    const tuned = await bert.tokenClassify("Alice visited Berlin");
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), "bertgpu-tuned-"));
+    for (const [name, bytes] of Object.entries(await bert.exportModel())) await fs.writeFile(path.join(dir, name), bytes);
+    const back = await Bert.load(dir);
+    const reloaded = await back.tokenClassify("Alice visited Berlin");
+    const config = JSON.parse(await fs.readFile(path.join(dir, "config.json"), "utf8"));
+    await fs.rm(dir, { recursive: true });
+    console.log(JSON.stringify({ report, steps, tuned, reloaded, architectures: config.architectures }));
+  `, path.join(ROOT, "tests/models/tiny-ner"));
+  // 3 training examples in batches of 2: 2 steps an epoch, 3 epochs.
+  assert.equal(got.steps.length, 6);
+  assert.ok(got.steps.every(Number.isFinite));
+  assert.deepEqual(got.report.steps.map((s) => s.loss), got.steps);
+  assert.equal(got.report.epochs.length, 3);
+  assert.deepEqual(got.architectures, ["BertForTokenClassification"]);
+  assert.ok(got.tuned.length > 0, "the tuned model tags tokens");
+  assert.deepEqual(got.reloaded, got.tuned, "the exported folder is the fine-tuned model");
+});

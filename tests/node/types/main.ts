@@ -31,6 +31,14 @@ const answer = await bert.answer("who?", "me");
 const report = await bert.trainHead([{ text: "x", label: "y" }], { epochs: 2, onProgress: (e) => e.loss });
 const head: Uint8Array = await bert.exportHead();
 const labels: string[] = await bert.loadHead(head);
+const tuned = await bert.fineTune([{ tokens: ["Paris"], tags: ["B-LOC"] }], {
+  task: "ner", layers: 2, signal: new AbortController().signal,
+  onProgress: (p) => (p.type === "step" ? p.loss : p.valAccuracy),
+});
+const tunedLabels: string[] | null = tuned.labels;
+const folder: Uint8Array = (await bert.exportModel())["config.json"];
+// @ts-expect-error: not a fine-tuning task
+await bert.fineTune([], { task: "summarize" });
 bert.dispose();
 fromBytes.dispose();
 fromGguf.dispose();
