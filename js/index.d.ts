@@ -248,6 +248,10 @@ export interface FineTuneEpoch {
   /** null without a validation split. */
   valLoss: number | null;
   valAccuracy: number | null;
+  /** "ner": entity-level F1 (seqeval's); "qa": SQuAD's F1 over the examples. */
+  valF1?: number;
+  /** "qa": SQuAD's exact match over the examples. */
+  valExactMatch?: number;
 }
 
 export interface FineTuneOptions {

@@ -152,6 +152,9 @@ fn ner_fine_tune_learns_the_tags_and_the_folder_runs_ner() {
     assert_eq!(epochs.len(), 6);
     assert!(epochs[5]["train_loss"].as_f64().unwrap() < epochs[0]["train_loss"].as_f64().unwrap() / 2.0, "{epochs:?}");
     assert_eq!(epochs[5]["val_accuracy"].as_f64(), Some(1.0), "{epochs:?}");
+    // Every entity of the validation sentences found: seqeval's entity-level F1 is 1.
+    assert_eq!(epochs[5]["val_f1"].as_f64(), Some(1.0), "{epochs:?}");
+    assert!(epochs[5].get("val_exact_match").is_none(), "exact match is QA's: {epochs:?}");
     let cfg: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
     assert_eq!(cfg["architectures"], serde_json::json!(["BertForTokenClassification"]));
     let o = run(&["ner", "--model", out.to_str().unwrap(), "--device", "cpu"], "we went to paris and london\n");
@@ -178,8 +181,14 @@ fn qa_fine_tune_learns_the_answers_and_the_folder_answers() {
     std::fs::write(&data, lines.join("\n")).unwrap();
     let out = dir.join("model");
     let epochs = fine_tune("qa", "tiny-qa", &data, &out, &["--doc-stride", "16", "--epochs", "20", "--lr", "3e-3", "--batch-size", "4",
-        "--validation-split", "0", "--warmup", "0"]);
+        "--validation-split", "0.25", "--warmup", "0"]);
     assert_eq!(epochs.len(), 20);
+    // The 4 held-out examples' answers decoded from their windows and scored as SQuAD does.
+    let (em, f1) = (epochs[19]["val_exact_match"].as_f64().unwrap(), epochs[19]["val_f1"].as_f64().unwrap());
+    assert!((0.0..=1.0).contains(&em) && f1 >= em, "{epochs:?}");
+    // Measured: 3 of the 4 (as the windows' start/end accuracy: one window per example here).
+    assert!(em >= 0.75, "the city is the answer of every example: {epochs:?}");
+    assert_eq!(Some(em), epochs[19]["val_accuracy"].as_f64(), "one window each: the answer is the window's span");
     assert!(epochs[19]["train_loss"].as_f64().unwrap() < epochs[0]["train_loss"].as_f64().unwrap() / 2.0, "{epochs:?}");
     let o = run(&["qa", "--model", out.to_str().unwrap(), "--device", "cpu"],
         "{\"question\": \"where was the meeting\", \"context\": \"the meeting 3 was held in rome last year\"}\n");

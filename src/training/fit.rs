@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::finetune::{FineTuneTask, FineTuner, StepOptions, Targets, IGNORE};
 use super::head::SplitMix64;
+use super::metrics::{self, QaReference};
 use crate::backend::Backend;
 use crate::tokenizer::Batch;
 use crate::weights::safetensors::{write_f32, F32Tensor};
@@ -176,14 +177,37 @@ pub struct StepProgress {
 }
 
 /// After each epoch: the mean training loss of its steps, and on the validation rows the loss and the accuracy
-/// (classes of sequences, of labelled tokens, answers whose start and end both match, or anchors whose own positive
-/// scores highest among their batch's).
+/// (classes of sequences, of labelled tokens, windows whose answer start and end both match, or anchors whose own
+/// positive scores highest among their batch's), and the task's own metric where [`Metrics`] allows it:
+/// entity-level F1 for token classification, SQuAD's exact match and F1 (over examples) for QA ([`super::metrics`]).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct EpochMetrics {
     pub epoch: usize,
     pub train_loss: f32,
     pub val_loss: Option<f32>,
     pub val_accuracy: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_f1: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_exact_match: Option<f32>,
+}
+
+/// What the tasks' own metrics need besides the rows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Metrics<'a> {
+    /// Token classification: the class names (IOB tags), for entity-level F1.
+    pub tags: Option<&'a [String]>,
+    /// QA: the windows, contexts and gold answers, for exact match and F1.
+    pub qa: Option<&'a QaReference>,
+}
+
+/// One evaluation: mean loss, accuracy, and the task's metric (see [`EpochMetrics`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Evaluation {
+    pub loss: f32,
+    pub accuracy: f32,
+    pub f1: Option<f32>,
+    pub exact_match: Option<f32>,
 }
 
 /// What [`fit`] did.
@@ -255,8 +279,9 @@ fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
 /// context gives several windows): an example's rows all fall on the same side of the split, so that validation
 /// never sees a window of a context trained on. `None`: one example per row. A non-finite loss stops with an error
 /// and the parameters of the last good step; so does an error from `hooks`.
+#[allow(clippy::too_many_arguments)]
 pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], groups: Option<&[usize]>, pad: u32,
-    opts: &FitOptions, hooks: &mut impl Hooks) -> Result<FitReport> {
+    opts: &FitOptions, metrics: Metrics<'_>, hooks: &mut impl Hooks) -> Result<FitReport> {
     let mut rng = SplitMix64::new(opts.seed);
     let (val, mut train) = split(rows.len(), groups, opts, &mut rng)?;
     // One optimiser step per `accumulate` micro-batches of `batch_size` rows.
@@ -293,15 +318,20 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], gro
             hooks.progress(Progress::Step(&p))?;
             report.steps.push(p);
         }
-        let (val_loss, val_accuracy) = if val.is_empty() {
-            (None, None)
+        let e = if val.is_empty() {
+            None
         } else {
-            let val_rows: Vec<&Row> = val.iter().map(|&i| &rows[i]).collect();
-            let (l, a) = evaluate(be, tuner, &val_rows, pad, opts.batch_size, opts.pad_to).await?;
-            (Some(l), Some(a))
+            Some(evaluate(be, tuner, rows, &val, pad, opts.batch_size, opts.pad_to, metrics).await?)
         };
         let train_loss = losses.iter().sum::<f32>() / losses.len().max(1) as f32;
-        let m = EpochMetrics { epoch, train_loss, val_loss, val_accuracy };
+        let m = EpochMetrics {
+            epoch,
+            train_loss,
+            val_loss: e.map(|e| e.loss),
+            val_accuracy: e.map(|e| e.accuracy),
+            val_f1: e.and_then(|e| e.f1),
+            val_exact_match: e.and_then(|e| e.exact_match),
+        };
         hooks.progress(Progress::Epoch(&m))?;
         report.epochs.push(m);
     }
@@ -328,12 +358,17 @@ fn split(rows: usize, groups: Option<&[usize]>, opts: &FitOptions, rng: &mut Spl
     Ok((val, train))
 }
 
-/// Mean loss (weighted by batch rows) and accuracy of `rows`.
-pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[&Row], pad: u32, batch_size: usize,
-    pad_to: Option<usize>) -> Result<(f32, f32)> {
+/// Mean loss (weighted by batch rows), accuracy and the task's metric over the rows `which` of `rows`.
+#[allow(clippy::too_many_arguments)]
+pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], which: &[usize], pad: u32,
+    batch_size: usize, pad_to: Option<usize>, metrics: Metrics<'_>) -> Result<Evaluation> {
     let (mut loss, mut weight, mut right, mut count) = (0f64, 0usize, 0usize, 0usize);
-    for chunk in rows.chunks(batch_size.max(1)) {
-        let b = RowBatch::new(chunk, pad, pad_to)?;
+    let (mut gold_tags, mut pred_tags) = (Vec::new(), Vec::new());
+    let mut spans: Vec<Vec<f32>> = Vec::new();
+    let argmax = |row: &[f32]| row.iter().enumerate().fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
+    for chunk in which.chunks(batch_size.max(1)) {
+        let chunk_rows: Vec<&Row> = chunk.iter().map(|&i| &rows[i]).collect();
+        let b = RowBatch::new(&chunk_rows, pad, pad_to)?;
         let targets = b.targets();
         if let Targets::Pairs { positives } = targets {
             let (l, r) = tuner.embedding_eval(be, &b.batch, positives).await?;
@@ -353,8 +388,43 @@ pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[&Row], p
         let (r, c) = tuner.correct(&logits, &b.batch, &targets);
         right += r;
         count += c;
+        let t = b.batch.t;
+        match (targets, metrics.tags, metrics.qa) {
+            (Targets::Token(y), Some(tags), _) => {
+                let classes = tags.len();
+                for (row, rl) in chunk_rows.iter().enumerate() {
+                    let (mut g, mut p) = (Vec::new(), Vec::new());
+                    for i in (0..rl.input_ids.len()).filter(|&i| y[row * t + i] != IGNORE) {
+                        let at = (row * t + i) * classes;
+                        g.push(tags[y[row * t + i] as usize].as_str());
+                        p.push(tags[argmax(&logits[at..at + classes])].as_str());
+                    }
+                    gold_tags.push(g);
+                    pred_tags.push(p);
+                }
+            }
+            (Targets::Spans { .. }, _, Some(_)) => {
+                for (row, rl) in chunk_rows.iter().enumerate() {
+                    spans.push(logits[row * t * 2..(row * t + rl.input_ids.len()) * 2].to_vec());
+                }
+            }
+            _ => {}
+        }
     }
-    Ok(((loss / weight.max(1) as f64) as f32, right as f32 / count.max(1) as f32))
+    let f1 = (!gold_tags.is_empty()).then(|| metrics::entity_f1(&gold_tags, &pred_tags));
+    let (exact_match, qa_f1) = match metrics.qa {
+        Some(q) if !spans.is_empty() => {
+            let (em, f1) = q.scores(which, &spans)?;
+            (Some(em), Some(f1))
+        }
+        _ => (None, None),
+    };
+    Ok(Evaluation {
+        loss: (loss / weight.max(1) as f64) as f32,
+        accuracy: right as f32 / count.max(1) as f32,
+        f1: f1.or(qa_f1),
+        exact_match,
+    })
 }
 
 /// The fine-tuned model as the files of a Hugging Face folder: `config.json` (the original's, with `architectures`

@@ -11,7 +11,8 @@ use serde::Deserialize;
 
 use super::data::{self, QaExample, TextExample, TokenExample};
 use super::finetune::{FineTuneTask, FineTuner};
-use super::fit::{self, FitOptions, FitReport, Hooks, Row, RowTarget};
+use super::fit::{self, FitOptions, FitReport, Hooks, Metrics, Row, RowTarget};
+use super::metrics::QaReference;
 use crate::backend::Backend;
 use crate::config::BertConfig;
 use crate::tokenizer::Tokenizer;
@@ -136,6 +137,8 @@ pub struct Prepared {
     pub labels: Option<Vec<String>>,
     pub keep_head: bool,
     pub task: FineTuneTask,
+    /// QA: what exact match and F1 need (the windows, contexts and gold answers).
+    pub qa: Option<QaReference>,
 }
 
 impl Prepared {
@@ -177,7 +180,7 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
             let b = data::sequence_batch(tok, examples, &labels)?;
             let rows = fit::rows_from_batch(&b.batch, b.labels.iter().map(|&c| RowTarget::Class(c)));
             let keep_head = own(&labels, "ForSequenceClassification");
-            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Sequence }
+            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Sequence, qa: None }
         }
         (JobTask::Ner, Examples::Token(examples)) => {
             let labels = data::token_label_list(examples, &cfg.label2id)?;
@@ -185,7 +188,7 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
             let t = b.batch.t;
             let rows = fit::rows_from_batch(&b.batch, b.labels.chunks(t.max(1)).map(|l| RowTarget::Tokens(l.to_vec())));
             let keep_head = own(&labels, "ForTokenClassification");
-            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Token }
+            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Token, qa: None }
         }
         (JobTask::Embed, Examples::Pairs(pairs)) => {
             if pairs.len() < 2 {
@@ -200,13 +203,26 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
                 let target = RowTarget::Positive { input_ids: y.ids, token_type_ids: y.type_ids };
                 rows.push(Row { input_ids: x.ids, token_type_ids: x.type_ids, target });
             }
-            Prepared { rows, groups: None, keep_head: true, labels: None, task: FineTuneTask::Embedding }
+            Prepared { rows, groups: None, keep_head: true, labels: None, task: FineTuneTask::Embedding, qa: None }
         }
         (JobTask::Qa, Examples::Qa(examples)) => {
             let max_length = tok.max_length().min(data::QA_MAX_LENGTH);
             let b = data::qa_batch(tok, examples, max_length, doc_stride)?;
             let rows = fit::rows_from_batch(&b.batch, b.start.iter().zip(&b.end).map(|(&s, &e)| RowTarget::Span(s, e)));
-            Prepared { rows, groups: Some(b.example), keep_head: true, labels: None, task: FineTuneTask::QuestionAnswering }
+            let qa = QaReference {
+                windows: b.windows,
+                example: b.example.clone(),
+                contexts: examples.iter().map(|e| e.context.clone()).collect(),
+                answers: examples.iter().map(|e| e.answers.text.clone()).collect(),
+            };
+            Prepared {
+                rows,
+                groups: Some(b.example),
+                keep_head: true,
+                labels: None,
+                task: FineTuneTask::QuestionAnswering,
+                qa: Some(qa),
+            }
         }
         _ => return Err(mismatch()),
     })
@@ -247,7 +263,11 @@ pub async fn run<B: Backend>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights:
     let fresh = (!p.keep_head).then(|| p.labels.as_ref().map_or(0, Vec::len));
     let mut tuner = FineTuner::new(be, cfg, weights, p.task, fresh, fit_opts.seed)?;
     tuner.set_top_layers(opts.layers)?;
-    let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, hooks).await?;
+    let metrics = Metrics {
+        tags: p.labels.as_deref().filter(|_| p.task == FineTuneTask::Token),
+        qa: p.qa.as_ref(),
+    };
+    let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks).await?;
     let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;
     Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors })
 }

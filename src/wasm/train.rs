@@ -206,14 +206,24 @@ impl JsFineTuneOptions {
 }
 
 /// One step or one epoch of `fineTune`, in JS's naming: `{ type: "step", epoch, step, totalSteps, loss,
-/// learningRate }` or `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`.
+/// learningRate }` or `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`, plus `valF1` ("ner", "qa") and
+/// `valExactMatch` ("qa").
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
 enum JsProgress {
     #[serde(rename_all = "camelCase")]
     Step { epoch: usize, step: usize, total_steps: usize, loss: f32, learning_rate: f32 },
     #[serde(rename_all = "camelCase")]
-    Epoch { epoch: usize, train_loss: f32, val_loss: Option<f32>, val_accuracy: Option<f32> },
+    Epoch {
+        epoch: usize,
+        train_loss: f32,
+        val_loss: Option<f32>,
+        val_accuracy: Option<f32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        val_f1: Option<f32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        val_exact_match: Option<f32>,
+    },
 }
 
 impl From<&StepProgress> for JsProgress {
@@ -224,7 +234,14 @@ impl From<&StepProgress> for JsProgress {
 
 impl From<&EpochMetrics> for JsProgress {
     fn from(e: &EpochMetrics) -> JsProgress {
-        JsProgress::Epoch { epoch: e.epoch, train_loss: e.train_loss, val_loss: e.val_loss, val_accuracy: e.val_accuracy }
+        JsProgress::Epoch {
+            epoch: e.epoch,
+            train_loss: e.train_loss,
+            val_loss: e.val_loss,
+            val_accuracy: e.val_accuracy,
+            val_f1: e.val_f1,
+            val_exact_match: e.val_exact_match,
+        }
     }
 }
 
