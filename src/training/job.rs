@@ -243,6 +243,7 @@ pub const FOLDER_FILES: [&str; 9] = ["tokenizer.json", "tokenizer_config.json", 
     "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling/config.json",
     "2_Normalize/config.json"];
 
+#[allow(clippy::too_many_arguments)]
 /// Fine-tunes the checkpoint (`cfg`, `weights`, its `config.json` as `original_config`) on `prepared` rows on `be`.
 /// The checkpoint is not changed: the job trains a copy, and a failure (bad options, a non-finite loss, a stop asked
 /// by `hooks`) returns an error and nothing else.
