@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::finetune::{FineTuneTask, FineTuner, StepOptions, Targets, IGNORE};
 use super::head::SplitMix64;
+use super::ceil_fraction;
 use super::metrics::{self, QaReference};
 use crate::backend::Backend;
 use crate::tokenizer::Batch;
@@ -242,36 +243,14 @@ impl<F: FnMut(Progress<'_>)> Hooks for F {
     }
 }
 
-/// ⌈fraction · n⌉ (held-out examples, warm-up steps), the fraction read as the decimal it was written as (0.3 as an
-/// f32 is 0.300000012: 10 examples hold out 3, not 4).
-fn ceil_fraction(fraction: f32, n: usize) -> usize {
-    (fraction as f64 * n as f64 - 1e-6).ceil().max(0.0) as usize
-}
-
 fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
-    if o.epochs == 0 || o.batch_size == 0 || o.accumulate == 0 {
-        return Err(Error::Input("epochs, batch size and accumulation steps must be at least 1".into()));
+    if o.accumulate == 0 {
+        return Err(Error::Input("accumulation steps must be at least 1".into()));
     }
-    if !(o.learning_rate.is_finite() && o.learning_rate > 0.0) {
-        return Err(Error::Input(format!("learning rate must be a positive number, got {}", o.learning_rate)));
+    if !(0.0..1.0).contains(&o.warmup) {
+        return Err(Error::Input(format!("warm-up must be a fraction in [0, 1), got {}", o.warmup)));
     }
-    if !(0.0..1.0).contains(&o.warmup) || !(0.0..1.0).contains(&o.validation_split) {
-        return Err(Error::Input(format!(
-            "warm-up ({}) and validation split ({}) are fractions in [0, 1)",
-            o.warmup, o.validation_split
-        )));
-    }
-    if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
-        return Err(Error::Input(format!("weight decay must be ≥ 0, got {}", o.weight_decay)));
-    }
-    let n_val = ceil_fraction(o.validation_split, rows);
-    if rows < 2 && o.validation_split > 0.0 || n_val >= rows || rows == 0 {
-        return Err(Error::Input(format!(
-            "{rows} examples leave none to train on after a validation split of {}; add examples or lower the split",
-            o.validation_split
-        )));
-    }
-    Ok(())
+    super::check_schedule(o.epochs, o.batch_size, o.learning_rate, o.weight_decay, o.validation_split, rows)
 }
 
 /// Fine-tunes `tuner` on `rows`. The examples are split once by a seeded shuffle (the first ⌈split·N⌉ validate),

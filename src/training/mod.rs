@@ -87,23 +87,45 @@ pub struct TrainReport {
     pub history: Vec<EpochProgress>,
 }
 
-/// Validates training input and options; returns the label set in class order.
-pub(crate) fn check_training_input(examples: &[TrainExample], opts: &TrainOptions) -> Result<Vec<String>> {
-    if opts.epochs == 0 {
+/// ⌈fraction · n⌉ (held-out examples, warm-up steps), the fraction read as the decimal it was written as (0.3 as an
+/// f32 is 0.300000012: 10 examples hold out 3, not 4).
+pub(crate) fn ceil_fraction(fraction: f32, n: usize) -> usize {
+    (fraction as f64 * n as f64 - 1e-6).ceil().max(0.0) as usize
+}
+
+/// The checks of every training loop's options (`trainHead`'s and fine-tuning's): at least one epoch and one
+/// example per batch, a positive learning rate, a weight decay ≥ 0, and a validation split in [0, 1) that leaves
+/// some of the `examples` to train on.
+pub(crate) fn check_schedule(epochs: usize, batch_size: usize, learning_rate: f32, weight_decay: f32,
+    validation_split: f32, examples: usize) -> Result<()> {
+    if epochs == 0 {
         return Err(Error::Input("epochs must be at least 1".into()));
     }
-    if opts.batch_size == 0 {
+    if batch_size == 0 {
         return Err(Error::Input("batch size must be at least 1".into()));
     }
-    if !(opts.learning_rate.is_finite() && opts.learning_rate > 0.0) {
-        return Err(Error::Input(format!("learning rate must be a positive number, got {}", opts.learning_rate)));
+    if !(learning_rate.is_finite() && learning_rate > 0.0) {
+        return Err(Error::Input(format!("learning rate must be a positive number, got {learning_rate}")));
     }
-    if !(opts.weight_decay.is_finite() && opts.weight_decay >= 0.0) {
-        return Err(Error::Input(format!("weight decay must be ≥ 0, got {}", opts.weight_decay)));
+    if !(weight_decay.is_finite() && weight_decay >= 0.0) {
+        return Err(Error::Input(format!("weight decay must be ≥ 0, got {weight_decay}")));
     }
-    if !(0.0..1.0).contains(&opts.validation_split) {
-        return Err(Error::Input(format!("validation split must be in [0, 1), got {}", opts.validation_split)));
+    if !(0.0..1.0).contains(&validation_split) {
+        return Err(Error::Input(format!("validation split must be a fraction in [0, 1), got {validation_split}")));
     }
+    if examples < 2 && validation_split > 0.0 || ceil_fraction(validation_split, examples) >= examples {
+        return Err(Error::Input(format!(
+            "{examples} examples leave none to train on after a validation split of {validation_split}; add examples \
+             or lower the split"
+        )));
+    }
+    Ok(())
+}
+
+/// Validates training input and options; returns the label set in class order.
+pub(crate) fn check_training_input(examples: &[TrainExample], opts: &TrainOptions) -> Result<Vec<String>> {
+    check_schedule(opts.epochs, opts.batch_size, opts.learning_rate, opts.weight_decay, opts.validation_split,
+        examples.len())?;
     if opts.hidden == Some(0) {
         return Err(Error::Input("a hidden layer needs at least 1 unit (or leave `hidden` unset)".into()));
     }
@@ -142,14 +164,6 @@ pub(crate) fn check_training_input(examples: &[TrainExample], opts: &TrainOption
             labels.len()
         )));
     }
-    let n_val = (opts.validation_split as f64 * examples.len() as f64).ceil() as usize;
-    if examples.len() < 2 || n_val >= examples.len() {
-        return Err(Error::Input(format!(
-            "{} examples leave none to train on after the validation split of {}; add examples or lower the split",
-            examples.len(),
-            opts.validation_split
-        )));
-    }
     Ok(labels)
 }
 
@@ -180,11 +194,7 @@ pub async fn fit_head<B: Backend>(be: &B, features: &[Vec<f32>], labels: Vec<Str
         let mut rng = SplitMix64::new(opts.seed);
         let mut order: Vec<usize> = (0..examples.len()).collect();
         rng.shuffle(&mut order);
-        let n_val = if opts.validation_split > 0.0 {
-            ((opts.validation_split as f64 * examples.len() as f64).ceil() as usize).min(examples.len() - 1)
-        } else {
-            0
-        };
+        let n_val = ceil_fraction(opts.validation_split, examples.len()).min(examples.len() - 1);
         let (val_idx, train_idx) = order.split_at(n_val);
         let rows = |idx: &[usize]| idx.iter().map(|&i| i as u32).collect::<Vec<u32>>();
         let train_x = be.gather_rows(&all, &rows(train_idx))?; // (N_train, H)
