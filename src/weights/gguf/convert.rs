@@ -2,7 +2,6 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 use super::bert::{write_bert, BertGgufMeta};
-#[cfg(not(target_arch = "wasm32"))]
 use crate::tokenizer::gguf_vocab::{standard_specials, wordpiece_tokenizer_json};
 use crate::dtype::{Dtype, QK};
 use crate::weights::quant;
@@ -103,6 +102,47 @@ pub fn tensors_from_safetensors(bytes: &[u8]) -> Result<Vec<(String, HostTensor)
     Ok(out)
 }
 
+/// The files of a Hugging Face folder, as bytes.
+pub struct FolderFiles<'a> {
+    /// The model's name in the GGUF's metadata.
+    pub name: &'a str,
+    pub config: &'a [u8],
+    /// tokenizer.json, or else vocab.txt.
+    pub tokenizer: Option<&'a [u8]>,
+    pub vocab: Option<&'a [u8]>,
+    pub tokenizer_config: Option<&'a [u8]>,
+    /// A sentence-transformers folder's pooling ("mean" or "cls"), from 1_Pooling/config.json.
+    pub pooling: Option<&'a str>,
+    pub safetensors: &'a [u8],
+}
+
+/// A folder's files → the bytes of one `.gguf` with weights in `dtype` (see [`convert`]), and its tensor count.
+/// The browser's `exportModel({ format: "gguf" })` and the CLI's `convert` both use it.
+pub fn convert_files(f: &FolderFiles<'_>, dtype: Dtype) -> Result<(Vec<u8>, usize)> {
+    let text = |name: &str, bytes: &[u8]| -> Result<String> {
+        String::from_utf8(bytes.to_vec()).map_err(|_| Error::Input(format!("{name} is not UTF-8")))
+    };
+    let config_json = text("config.json", f.config)?;
+    let tokenizer_json = match (f.tokenizer, f.vocab) {
+        (Some(t), _) => text("tokenizer.json", t)?,
+        (None, Some(v)) => {
+            let vocab: Vec<String> = text("vocab.txt", v)?.lines().map(|l| l.to_string()).collect();
+            wordpiece_tokenizer_json(&vocab, &standard_specials(&vocab))?
+        }
+        (None, None) => return Err(Error::Tokenizer("the folder has neither tokenizer.json nor vocab.txt".into())),
+    };
+    let tokenizer_config_json = f.tokenizer_config.map(|b| text("tokenizer_config.json", b)).transpose()?;
+    let tensors = tensors_from_safetensors(f.safetensors)?;
+    let meta = BertGgufMeta {
+        name: f.name,
+        config_json: &config_json,
+        tokenizer_json: &tokenizer_json,
+        tokenizer_config_json: tokenizer_config_json.as_deref(),
+        pooling: f.pooling,
+    };
+    Ok((write_bert(&meta, &tensors, dtype)?, tensors.len()))
+}
+
 /// Sizes reported by [`convert`].
 #[derive(Clone, Debug)]
 pub struct ConvertReport {
@@ -125,19 +165,11 @@ pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path)
             Error::io(why, e)
         })
     };
-    let text = |name: &str| -> Result<String> {
-        String::from_utf8(read(name)?).map_err(|_| Error::Input(format!("{name} is not UTF-8")))
-    };
-    let config_json = text("config.json")?;
-    let tokenizer_json = if model_dir.join("tokenizer.json").exists() {
-        text("tokenizer.json")?
-    } else if model_dir.join("vocab.txt").exists() {
-        let vocab: Vec<String> = text("vocab.txt")?.lines().map(|l| l.to_string()).collect();
-        let special = standard_specials(&vocab);
-        wordpiece_tokenizer_json(&vocab, &special)?
-    } else {
+    let optional = |name: &str| std::fs::read(model_dir.join(name)).ok();
+    let (tokenizer, vocab) = (optional("tokenizer.json"), optional("vocab.txt"));
+    if tokenizer.is_none() && vocab.is_none() {
         return Err(Error::Tokenizer(format!("{} has neither tokenizer.json nor vocab.txt", model_dir.display())));
-    };
+    }
     let pooling = std::fs::read_to_string(model_dir.join("1_Pooling/config.json")).ok().and_then(|s| {
         let v: serde_json::Value = serde_json::from_str(&s).ok()?;
         if v.get("pooling_mode_mean_tokens")?.as_bool()? {
@@ -148,18 +180,17 @@ pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path)
             None
         }
     });
-    let st = read("model.safetensors")?;
-    let tensors = tensors_from_safetensors(&st)?;
-    let name = model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("bert");
-    let tokenizer_config_json = std::fs::read_to_string(model_dir.join("tokenizer_config.json")).ok();
-    let meta = BertGgufMeta {
-        name,
-        config_json: &config_json,
-        tokenizer_json: &tokenizer_json,
-        tokenizer_config_json: tokenizer_config_json.as_deref(),
+    let (st, config, tokenizer_config) = (read("model.safetensors")?, read("config.json")?, optional("tokenizer_config.json"));
+    let files = FolderFiles {
+        name: model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("bert"),
+        config: &config,
+        tokenizer: tokenizer.as_deref(),
+        vocab: vocab.as_deref(),
+        tokenizer_config: tokenizer_config.as_deref(),
         pooling,
+        safetensors: &st,
     };
-    let bytes = write_bert(&meta, &tensors, dtype)?;
+    let (bytes, tensors) = convert_files(&files, dtype)?;
     std::fs::write(out, &bytes).map_err(|e| Error::io(format!("writing {}", out.display()), e))?;
-    Ok(ConvertReport { safetensors_bytes: st.len() as u64, gguf_bytes: bytes.len() as u64, tensors: tensors.len() })
+    Ok(ConvertReport { safetensors_bytes: st.len() as u64, gguf_bytes: bytes.len() as u64, tensors })
 }
