@@ -331,7 +331,7 @@ fn dropout_gradients_match_on_gpu_and_cpu() {
         let gg: Vec<Vec<f32>> = gg.iter().map(|t| read(&g, t.as_ref().unwrap())).collect();
         let err = worst_relative(&gg, &gc);
         let (lc, lg) = (read(&cpu, &lc), read(&g, &lg));
-        let lerr = worst_relative(&[lg], &[lc.clone()]);
+        let lerr = worst_relative(&[lg], std::slice::from_ref(&lc));
         eprintln!("{model}: GPU vs CPU with dropout: worst gradient ‖Δ‖/‖g‖ {err:e}, logits {lerr:e}");
         assert!(err < GPU_GRAD_RTOL && lerr < GPU_GRAD_RTOL, "{model}: gradients {err:e}, logits {lerr:e}");
         // The plan dropped something: the logits are not those without dropout.

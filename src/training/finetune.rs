@@ -79,6 +79,9 @@ impl Default for StepOptions {
     }
 }
 
+/// Every parameter's gradient (`None`: frozen) and the head's logits.
+pub type GradientsAndLogits<T> = (Vec<Option<T>>, T);
+
 /// What one step did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepReport {
@@ -301,7 +304,7 @@ impl<B: Backend> FineTuner<B> {
     /// [`Self::trainable_gradients`] of a training forward with `dropout` (`None`: none); the logits are the
     /// dropped forward's.
     pub fn gradients_with(&self, be: &B, batch: &Batch, targets: &Targets<'_>, dropout: Option<DropoutPlan>)
-        -> Result<(Vec<Option<B::Tensor>>, B::Tensor)> {
+        -> Result<GradientsAndLogits<B::Tensor>> {
         self.check(batch, targets)?;
         let enc = &self.encoder;
         let (last, saved) = enc.forward(be, batch, dropout)?;

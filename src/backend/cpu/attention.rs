@@ -25,6 +25,13 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// The pointer (a method, so that a closure captures the whole `OutPtr`, which is `Sync`, not its field).
+    fn ptr(&self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Queries per tile: 4 rows × 2 vectors of 4 = 8 accumulators in both products, which with their operands fit the
 /// 16 vector registers of SSE and of wasm engines on x86.
 const QT: usize = 4;
@@ -132,7 +139,6 @@ pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape, d
     let scale = 1.0 / (d as f32).sqrt();
     let optr = OutPtr(out.as_mut_ptr());
     par_for(batch * heads, |task| {
-        let optr = optr;
         let (b, hd) = (task / heads, task % heads);
         let keys: Vec<usize> = (0..seq).filter(|&j| mask[b * seq + j] != 0.0).collect();
         let (t, kn, ld, qc) = (seq, keys.len(), 3 * h, hd * d);
@@ -147,7 +153,7 @@ pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape, d
         p.iter_mut().zip(dropout_factors(drop, task, t, &keys)).for_each(|(x, m)| *x *= m);
         let ctx = gemm(t, kn, d, &p, (kn, 1), &v, (d, 1), 1.0); // (T, d)
         // SAFETY: this task's block, rows b*T..(b+1)*T × the head's columns, is written by this task alone.
-        let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(b * seq * h), seq * h) };
+        let o = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(b * seq * h), seq * h) };
         for i in 0..t {
             o[i * h + qc..i * h + qc + d].copy_from_slice(&ctx[i * d..(i + 1) * d]);
         }
