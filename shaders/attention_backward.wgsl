@@ -20,6 +20,10 @@
 //   attn_bwd_keys: one invocation per (key j, head, sequence), same grid: dk_j = Σ_i dS_ij·q_i and
 //     dv_j = Σ_i P_ij·dctx_i, over the queries i in order (padding queries included, as on the CPU); a padding key
 //     gets zeros.
+//
+// With the override DROPOUT = 1 (the forward dropped probabilities with the mask M of lib/dropout.wgsl, factor
+// F = M·drop_scale): dP_ij = (dctx_i·v_j)·F_ij, dS from the undropped P as above, and the scratch P row holds
+// P_ij·F_ij once dS is made, so that attn_bwd_keys's dv_j = Σ_i P_ij·F_ij·dctx_i.
 
 #include "lib/attention_params.wgsl"
 
@@ -96,6 +100,9 @@ fn attn_bwd_queries(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
             for (var c = 0u; c < d; c++) {
                 dp += dctx[cb + c] * qkv[vb + c];
             }
+            if DROPOUT != 0u {
+                dp = select(0.0, dp * p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, sb + j));
+            }
             dot += pj * dp;
         }
         probs[sb + j] = pj;
@@ -108,6 +115,10 @@ fn attn_bwd_queries(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
             let kb = (b * T + j) * stride + H + h * d;
             for (var c = 0u; c < d; c++) {
                 acc[c] += ds * qkv[kb + c];
+            }
+            if DROPOUT != 0u {
+                let f = select(0.0, p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, sb + j));
+                probs[sb + j] = probs[sb + j] * f;
             }
         }
         dsc[sb + j] = ds;

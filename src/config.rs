@@ -162,6 +162,14 @@ pub struct BertConfig {
     /// The standard deviation of a new weight's normal initialiser (`initializer_range`, HF's default 0.02): a head
     /// that fine-tuning adds starts from it, as `_init_weights` does.
     pub initializer_range: f32,
+    /// Dropout after the embeddings and after each layer's two output projections while fine-tuning
+    /// (`hidden_dropout_prob`, transformers' default 0.1); never at inference.
+    pub hidden_dropout_prob: f32,
+    /// Dropout of the attention probabilities while fine-tuning (`attention_probs_dropout_prob`, default 0.1).
+    pub attention_probs_dropout_prob: f32,
+    /// Dropout before a classification head while fine-tuning (`classifier_dropout`); `None`: the hidden dropout,
+    /// as `BertForSequenceClassification` and `BertForTokenClassification` fall back to it.
+    pub classifier_dropout: Option<f32>,
 }
 
 /// `config.json` as written, every field optional so that a missing one gets a message naming it.
@@ -200,6 +208,9 @@ struct RawConfig {
     architectures: Option<Vec<String>>,
     tie_word_embeddings: Option<bool>,
     initializer_range: Option<f64>,
+    hidden_dropout_prob: Option<f64>,
+    attention_probs_dropout_prob: Option<f64>,
+    classifier_dropout: Option<f64>,
 }
 
 /// What bertgpu runs, for the messages that refuse everything else.
@@ -386,6 +397,9 @@ impl BertConfig {
             architectures: raw.architectures.unwrap_or_default(),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
             initializer_range: raw.initializer_range.unwrap_or(0.02) as f32,
+            hidden_dropout_prob: raw.hidden_dropout_prob.unwrap_or(0.1) as f32,
+            attention_probs_dropout_prob: raw.attention_probs_dropout_prob.unwrap_or(0.1) as f32,
+            classifier_dropout: raw.classifier_dropout.map(|p| p as f32),
         };
         cfg.validate()?;
         Ok(cfg)

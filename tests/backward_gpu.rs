@@ -213,9 +213,9 @@ fn attention_backward_matches_cpu() {
             mask[bi * t..bi * t + l].fill(1.0);
         }
         let s = AttentionShape { batch: b, seq: t, heads, head_dim: d };
-        let want = cpu.attention_backward(&cpu_in(&dctx, b * t, h), &cpu_in(&qkv, b * t, 3 * h), &cpu_in(&mask, b, t), s).unwrap();
+        let want = cpu.attention_backward(&cpu_in(&dctx, b * t, h), &cpu_in(&qkv, b * t, 3 * h), &cpu_in(&mask, b, t), s, None).unwrap();
         let gi = |v: &[f32], r, c| g.input(v, r, c).unwrap();
-        let got = g.attention_backward(&gi(&dctx, b * t, h), &gi(&qkv, b * t, 3 * h), &gi(&mask, b, t), s).unwrap();
+        let got = g.attention_backward(&gi(&dctx, b * t, h), &gi(&qkv, b * t, 3 * h), &gi(&mask, b, t), s, None).unwrap();
         check(&g, &format!("attention_backward b{b} t{t} heads{heads} d{d} lens {lens:?}"), &got, &want, ATT_ATOL, ATT_RTOL);
         let got = pollster::block_on(g.read(&got)).unwrap();
         for (bi, &l) in lens.iter().enumerate() {
@@ -284,10 +284,10 @@ fn bad_shapes_are_errors() {
     // Attention: dctx, qkv and mask against the shape.
     let s = AttentionShape { batch: 1, seq: 2, heads: 2, head_dim: 1 };
     let (qkv, dctx, mask) = (g.input(&[0.0; 12], 2, 6).unwrap(), g.input(&[0.0; 4], 2, 2).unwrap(), g.input(&[1.0; 2], 1, 2).unwrap());
-    assert!(g.attention_backward(&dctx, &qkv, &mask, s).is_ok());
-    assert!(g.attention_backward(&a, &qkv, &mask, s).is_err());
-    assert!(g.attention_backward(&dctx, &qkv, &dctx, s).is_err());
-    assert!(g.attention_backward(&dctx, &qkv, &mask, AttentionShape { heads: 1, ..s }).is_err());
+    assert!(g.attention_backward(&dctx, &qkv, &mask, s, None).is_ok());
+    assert!(g.attention_backward(&a, &qkv, &mask, s, None).is_err());
+    assert!(g.attention_backward(&dctx, &qkv, &dctx, s, None).is_err());
+    assert!(g.attention_backward(&dctx, &qkv, &mask, AttentionShape { heads: 1, ..s }, None).is_err());
     // AdamW: a gradient of another shape.
     let st = AdamWStep::new(1e-3, 0.0, 0.9, 0.999, 1e-8, 1);
     assert!(g.adamw(&a, &b, &a, &a, &st).is_err());

@@ -21,6 +21,11 @@
 //   alias V = f32 or vec4<f32>;  const LANES: u32 = 1u or 4u (values in a V);  fn hsum(v: V) -> f32 (sum of lanes)
 // and calls attend(gid, wid) from its entry point. Results differ between the two only in the order of the four
 // partial sums of each dot product.
+//
+// With the override DROPOUT = 1 (training: `Backend::attention_dropout`), each probability P_ij is multiplied by
+// the mask factor of element ((b·heads + h)·T + i)·T + j (0 or drop_scale) before it weighs v_j; the softmax's sum
+// is over every real key as without dropout. DROPOUT = 0 (the default, every inference pipeline) compiles that
+// branch away.
 
 #include "lib/attention_params.wgsl"
 
@@ -72,9 +77,15 @@ fn attend(gid: vec3<u32>, wid: vec3<u32>) {
         }
         let e = exp(s - m);
         l = l + e;
+        // Dropout (DROPOUT = 1 only): the probability e/l is dropped or scaled where it meets v; l keeps every key.
+        var w = e;
+        if DROPOUT != 0u {
+            let i = ((b * p.heads + h) * T + t) * T + j;
+            w = select(0.0, e * p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, i));
+        }
         let vb = kb + Hv;
         for (var c = 0u; c < dv; c = c + 1u) {
-            acc[c] = acc[c] + e * qkv[vb + c];
+            acc[c] = acc[c] + w * qkv[vb + c];
         }
     }
     if t < T {

@@ -43,6 +43,69 @@ pub struct EmbeddingTables<'a, T> {
     pub eps: f32,
 }
 
+/// One dropout site of a training forward (`torch.nn.Dropout` in train mode): element `i` of the tensor it applies
+/// to is kept iff `hash(key, i) ≥ threshold`, and kept values are multiplied by `scale`:
+/// `y = x ⊙ M · scale` with `scale = 1/(1 − p)` rounded to f32 once (torch's `native_dropout`: `x.mul(mask).mul_(scale)`).
+///
+/// The mask is never stored: a counter-based hash of (`seed`, `stream`, element index) gives each bit, so the
+/// forward and the backward recompute the same mask, and the CPU ([`Dropout::keeps`]) and the WGSL kernels
+/// (`shaders/lib/dropout.wgsl`) compute it with the same 32-bit integer operations, bit for bit. The hash is PCG's
+/// output permutation used as a hash (Jarzynski & Olano, "Hash Functions for GPU Rendering", JCGT 2020):
+/// `key = pcg(pcg(seed) ^ stream)`, `bits(i) = pcg(pcg(i + key) ^ key)`; `threshold = round(p · 2³²)`, so an
+/// element is kept with probability `1 − threshold / 2³²` (within 2⁻³³ of `1 − p`). A training forward takes a
+/// new `seed`; each site of it (a layer's hidden dropout, its attention probabilities) a `stream` of its own.
+/// Element indices are `u32` and wrap past 2³² elements.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dropout {
+    /// The probability of dropping an element, in `[0, 1)`; 0 leaves every value as it is (callers skip the op).
+    pub p: f32,
+    pub seed: u32,
+    pub stream: u32,
+}
+
+/// PCG's RXS-M-XS output permutation of a 32-bit LCG step: a bijection of `u32` with good avalanche.
+pub const fn pcg_hash(v: u32) -> u32 {
+    let state = v.wrapping_mul(747_796_405).wrapping_add(2_891_336_453);
+    let word = ((state >> ((state >> 28) + 4)) ^ state).wrapping_mul(277_803_737);
+    (word >> 22) ^ word
+}
+
+impl Dropout {
+    /// Whether any element is dropped (`p > 0`).
+    pub fn is_active(&self) -> bool {
+        self.p > 0.0
+    }
+
+    /// Checks `p` is in `[0, 1)`.
+    pub fn check(&self) -> Result<()> {
+        if !(0.0..1.0).contains(&self.p) {
+            return Err(crate::Error::Input(format!("a dropout probability must be in [0, 1), got {}", self.p)));
+        }
+        Ok(())
+    }
+
+    /// The hash's key for this (seed, stream).
+    pub fn key(&self) -> u32 {
+        pcg_hash(pcg_hash(self.seed) ^ self.stream)
+    }
+
+    /// `round(p · 2³²)`: an element whose hash is below it is dropped.
+    pub fn threshold(&self) -> u32 {
+        (self.p as f64 * 4_294_967_296.0).round().min(u32::MAX as f64) as u32
+    }
+
+    /// `1/(1 − p)` in f32, the factor of the kept values.
+    pub fn scale(&self) -> f32 {
+        (1.0 / (1.0 - self.p as f64)) as f32
+    }
+
+    /// Whether element `i` is kept, given [`Self::key`] and [`Self::threshold`].
+    #[inline]
+    pub fn keeps(key: u32, threshold: u32, i: u32) -> bool {
+        pcg_hash(pcg_hash(i.wrapping_add(key)) ^ key) >= threshold
+    }
+}
+
 /// The scalars of one AdamW step `t` (1-based), bias corrections computed on the host in f64:
 ///
 /// ```text
@@ -239,8 +302,22 @@ pub trait Backend {
     /// Back through [`Self::attention`]: `dctx (B*T, H)`, the `qkv (B*T, 3H)` and mask it read → `dqkv (B*T, 3H)`
     /// (`[dq | dk | dv]`). The probabilities are recomputed: with `P = softmax(q·kᵀ/√d + maskbias)` per (sequence,
     /// head), `dv = Pᵀ·dctx`, `dP = dctx·vᵀ`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))`, `dq = dS·k/√d`, `dk = dSᵀ·q/√d`. A query
-    /// whose keys are all padding had a zero context and gets zero gradients.
-    fn attention_backward(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape)
+    /// whose keys are all padding had a zero context and gets zero gradients. With `dropout` (the forward was
+    /// [`Self::attention_dropout`] with it), the same mask `M` is recomputed: `D = P ⊙ M · scale`, `dv = Dᵀ·dctx`,
+    /// `dP = (dctx·vᵀ) ⊙ M · scale`, and `dS` as above from the undropped `P`. `None` (or `p = 0`): no dropout.
+    fn attention_backward(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape,
+        dropout: Option<Dropout>) -> Result<Self::Tensor>;
+
+    // ---- Dropout (training forwards only; [`Dropout`] states the mask) ----
+
+    /// `x ⊙ M · scale` elementwise, `M` the mask of `d` over x's row-major elements; its own backward (the same call
+    /// on the output's gradient). Not called with `p = 0`.
+    fn dropout(&self, x: &Self::Tensor, d: Dropout) -> Result<Self::Tensor>;
+
+    /// [`Self::attention`] with dropout on the probabilities after the softmax:
+    /// `ctx = (P ⊙ M · scale)·v`, `M` the mask of `d` over the `(B, heads, T, T)` probabilities, element
+    /// `((b·heads + h)·T + i)·T + j` for query `i` and key `j`. Training only; the inference kernels are untouched.
+    fn attention_dropout(&self, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape, d: Dropout)
         -> Result<Self::Tensor>;
 
     /// Which part of every layer this backend holds ([`Shard`]); the whole model unless it was made as one shard of

@@ -16,8 +16,16 @@
 //! `Backend::layernorm_backward` from the LN's input; a residual sum passes its gradient to both addends (and a
 //! tensor read twice sums the two gradients); the attention: `Backend::attention_backward`; the embeddings:
 //! `Backend::embeddings_backward` (scatter-add into the three tables).
+//!
+//! Dropout (a training forward given a [`DropoutPlan`]; evaluation and inference have none), at `BertModel`'s four
+//! places: `x₀ = drop(LN(e))` (`BertEmbeddings`), `a = drop(ctx·Woᵀ + bo)` (`BertSelfOutput`, before the residual),
+//! `o = drop(g·W2ᵀ + b2)` (`BertOutput`, likewise), and the attention probabilities (`BertSelfAttention`,
+//! `Backend::attention_dropout`). Each is `y = x ⊙ M/(1 − p)` with a mask recomputed from (seed, stream) by
+//! `Backend::dropout` ([`crate::backend::Dropout`]), so the backward applies the same op to the gradient: `dx = dy ⊙
+//! M/(1 − p)`; the attention's backward recomputes its mask. The kept tensors (`x*`, `ctx*`, `p1*`, ...) are the
+//! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded).
 
-use crate::backend::{Activation, AttentionShape, Backend, EmbeddingTables};
+use crate::backend::{Activation, AttentionShape, Backend, Dropout, EmbeddingTables};
 use crate::config::{BertConfig, Family};
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
@@ -51,11 +59,86 @@ struct LayerIdx {
     ln2_b: usize,
 }
 
+/// The dropout of one training forward: the probabilities and the seed every site's mask derives from (site `s`
+/// gets stream `s`: the embeddings 0; layer `l`'s attention probabilities `3l + 1`, its attention output `3l + 2`,
+/// its feed-forward output `3l + 3`; a task head [`HEAD_STREAM`]). A new seed for every forward.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DropoutPlan {
+    /// `hidden_dropout_prob`.
+    pub hidden: f32,
+    /// `attention_probs_dropout_prob`.
+    pub attention: f32,
+    /// A task head's (the encoder does not read it).
+    pub classifier: f32,
+    pub seed: u32,
+}
+
+/// Dropout while fine-tuning: the probabilities (transformers' Trainer trains with the checkpoint's:
+/// [`DropoutOptions::of_config`]) and the seed of every training forward's masks. Micro-batch `n` (counted from 0
+/// over the fine-tuning) gets [`Self::plan`]`(n)`: a new mask everywhere for every micro-batch, the same for a seed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DropoutOptions {
+    pub hidden: f32,
+    pub attention: f32,
+    /// Before a classification head (sequence and token classification).
+    pub classifier: f32,
+    pub seed: u64,
+}
+
+impl DropoutOptions {
+    /// The checkpoint's `hidden_dropout_prob`, `attention_probs_dropout_prob` and `classifier_dropout` (the hidden
+    /// one where it has none), with `seed`.
+    pub fn of_config(cfg: &BertConfig, seed: u64) -> DropoutOptions {
+        let hidden = cfg.hidden_dropout_prob;
+        DropoutOptions { hidden, attention: cfg.attention_probs_dropout_prob, classifier: cfg.classifier_dropout.unwrap_or(hidden), seed }
+    }
+
+    /// Checks every probability is in `[0, 1)`.
+    pub fn check(&self) -> Result<()> {
+        [self.hidden, self.attention, self.classifier].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())
+    }
+
+    /// Micro-batch `n`'s plan: its seed is output `n` of a SplitMix64 seeded from `seed` (apart from the shuffles'
+    /// stream of the same seed), its top 32 bits.
+    pub fn plan(&self, n: u64) -> DropoutPlan {
+        const SALT: u64 = 0xD209_0D70_5EED_0001;
+        let state = (self.seed ^ SALT).wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let seed = (super::head::SplitMix64::new(state).next_u64() >> 32) as u32;
+        DropoutPlan { hidden: self.hidden, attention: self.attention, classifier: self.classifier, seed }
+    }
+}
+
+/// The stream of a task head's dropout (the classifier's input), apart from every encoder site's.
+pub const HEAD_STREAM: u32 = u32::MAX;
+
+impl DropoutPlan {
+    /// Site `stream`'s dropout at probability `p`; `None` when `p` is 0 (nothing to do).
+    pub fn site(&self, p: f32, stream: u32) -> Option<Dropout> {
+        (p > 0.0).then_some(Dropout { p, seed: self.seed, stream })
+    }
+}
+
+/// `x` through `d`'s dropout; `x` itself without one.
+pub fn apply_dropout<B: Backend>(be: &B, x: B::Tensor, d: Option<Dropout>) -> Result<B::Tensor> {
+    match d {
+        Some(d) => be.dropout(&x, d),
+        None => Ok(x),
+    }
+}
+
 /// What the encoder's forward keeps for its backward.
 pub struct Saved<T> {
     pub mask: T,
     emb_sum: T,
     layers: Vec<LayerSaved<T>>,
+    dropout: Option<DropoutPlan>,
+}
+
+impl<T> Saved<T> {
+    /// The site `stream`'s dropout of the forward that made this (hidden probability or attention's).
+    fn site(&self, attention: bool, stream: u32) -> Option<Dropout> {
+        self.dropout.and_then(|d| d.site(if attention { d.attention } else { d.hidden }, stream))
+    }
 }
 
 struct LayerSaved<T> {
@@ -160,8 +243,16 @@ impl<T> Encoder<T> {
         AttentionShape { batch: batch.b, seq: batch.t, heads, head_dim: self.config.hidden_size / heads }
     }
 
-    /// The last hidden state `(B*T, H)` of a batch, and what the backward needs.
-    pub fn forward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch) -> Result<(T, Saved<T>)> {
+    /// The last hidden state `(B*T, H)` of a batch, and what the backward needs; with `dropout`, a training
+    /// forward (see the module's doc).
+    pub fn forward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch, dropout: Option<DropoutPlan>)
+        -> Result<(T, Saved<T>)> {
+        if let Some(d) = dropout {
+            [d.hidden, d.attention].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())?;
+        }
+        let site = |attention: bool, stream: u32| {
+            dropout.and_then(|d| d.site(if attention { d.attention } else { d.hidden }, stream))
+        };
         let eps = self.config.layer_norm_eps;
         let [word, pos, typ, g0, b0] = self.emb;
         let tables = EmbeddingTables {
@@ -174,24 +265,31 @@ impl<T> Encoder<T> {
         };
         let mask = be.mask(batch)?;
         let emb_sum = be.embeddings_sum(batch, &tables)?; // (B*T, H)
-        let mut x = be.layernorm(&emb_sum, None, self.t(g0), self.t(b0), eps)?;
+        let x0 = be.layernorm(&emb_sum, None, self.t(g0), self.t(b0), eps)?;
+        let mut x = apply_dropout(be, x0, site(false, 0))?;
         let shape = self.shape(batch);
         let mut layers = Vec::with_capacity(self.layers.len());
-        for li in &self.layers {
+        for (l, li) in self.layers.iter().enumerate() {
+            let s = 3 * l as u32;
             let qkv = be.linear(&x, self.t(li.qkv_w), Some(self.t(li.qkv_b)), Activation::None)?; // (B*T, 3H)
-            let ctx = be.attention(&qkv, &mask, shape)?; // (B*T, H)
+            let ctx = match site(true, s + 1) {
+                Some(d) => be.attention_dropout(&qkv, &mask, shape, d)?,
+                None => be.attention(&qkv, &mask, shape)?, // (B*T, H)
+            };
             let a = be.linear(&ctx, self.t(li.o_w), Some(self.t(li.o_b)), Activation::None)?;
+            let a = apply_dropout(be, a, site(false, s + 2))?;
             let pre1 = be.add(&a, &x)?;
             let h1 = be.layernorm(&pre1, None, self.t(li.ln1_g), self.t(li.ln1_b), eps)?;
             let u = be.linear(&h1, self.t(li.i_w), Some(self.t(li.i_b)), Activation::None)?; // (B*T, I)
             let g = be.activation(&u, self.config.hidden_act)?;
             let o = be.linear(&g, self.t(li.out_w), Some(self.t(li.out_b)), Activation::None)?; // (B*T, H)
+            let o = apply_dropout(be, o, site(false, s + 3))?;
             let pre2 = be.add(&o, &h1)?;
             let next = be.layernorm(&pre2, None, self.t(li.ln2_g), self.t(li.ln2_b), eps)?;
             layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2 });
             x = next;
         }
-        Ok((x, Saved { mask, emb_sum, layers }))
+        Ok((x, Saved { mask, emb_sum, layers, dropout }))
     }
 
     /// Back through `y = x·Wᵀ + b` (parameters `w`, `b`): their gradients into `grads`; returns `dx`.
@@ -216,19 +314,26 @@ impl<T> Encoder<T> {
         let shape = self.shape(batch);
         let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());
         let mut dx = dlast;
-        for (li, ls) in self.layers.iter().zip(&saved.layers).rev().take(depth) {
+        for (l, (li, ls)) in self.layers.iter().zip(&saved.layers).enumerate().rev().take(depth) {
+            let s = 3 * l as u32;
+            // Back through a site's dropout: the same mask on the gradient (`None`: the gradient as it is).
+            let undrop = |d: &T, stream: u32| -> Result<Option<T>> {
+                saved.site(false, stream).map(|m| be.dropout(d, m)).transpose()
+            };
             let (dpre2, dg2, db2) = be.layernorm_backward(&dx, &ls.pre2, self.t(li.ln2_g), eps)?;
             put(be, grads, li.ln2_g, dg2)?;
             put(be, grads, li.ln2_b, db2)?;
-            let dg = self.linear_backward(be, &dpre2, &ls.g, li.out_w, li.out_b, grads)?;
+            let dout = undrop(&dpre2, s + 3)?;
+            let dg = self.linear_backward(be, dout.as_ref().unwrap_or(&dpre2), &ls.g, li.out_w, li.out_b, grads)?;
             let du = be.activation_grad(&dg, &ls.u, self.config.hidden_act)?;
             let dh1 = self.linear_backward(be, &du, &ls.h1, li.i_w, li.i_b, grads)?;
             let dh1 = be.add(&dh1, &dpre2)?; // h1 feeds the FFN and the second residual
             let (dpre1, dg1, db1) = be.layernorm_backward(&dh1, &ls.pre1, self.t(li.ln1_g), eps)?;
             put(be, grads, li.ln1_g, dg1)?;
             put(be, grads, li.ln1_b, db1)?;
-            let dctx = self.linear_backward(be, &dpre1, &ls.ctx, li.o_w, li.o_b, grads)?;
-            let dqkv = be.attention_backward(&dctx, &ls.qkv, &saved.mask, shape)?;
+            let da = undrop(&dpre1, s + 2)?;
+            let dctx = self.linear_backward(be, da.as_ref().unwrap_or(&dpre1), &ls.ctx, li.o_w, li.o_b, grads)?;
+            let dqkv = be.attention_backward(&dctx, &ls.qkv, &saved.mask, shape, saved.site(true, s + 1))?;
             let dxq = self.linear_backward(be, &dqkv, &ls.x, li.qkv_w, li.qkv_b, grads)?;
             dx = be.add(&dxq, &dpre1)?; // x feeds the projections and the first residual
         }
@@ -236,6 +341,7 @@ impl<T> Encoder<T> {
             return Ok(());
         }
         let [word, pos, typ, g0, b0] = self.emb;
+        let dx = apply_dropout(be, dx, saved.site(false, 0))?;
         let (demb, dg0, db0) = be.layernorm_backward(&dx, &saved.emb_sum, self.t(g0), eps)?;
         put(be, grads, g0, dg0)?;
         put(be, grads, b0, db0)?;

@@ -18,7 +18,7 @@
 //!
 //! Checked against PyTorch's float64 autograd by `tests/finetune_golden.rs` (goldens: `tests/golden/finetune.py`).
 
-use super::encoder::{get, Encoder, Saved};
+use super::encoder::{apply_dropout, get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STREAM};
 use super::head::SplitMix64;
 use crate::backend::{Activation, AdamWStep, Backend};
 use crate::config::BertConfig;
@@ -79,6 +79,9 @@ impl Default for StepOptions {
     }
 }
 
+/// Every parameter's gradient (`None`: frozen) and the head's logits.
+pub type GradientsAndLogits<T> = (Vec<Option<T>>, T);
+
 /// What one step did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepReport {
@@ -108,6 +111,9 @@ pub struct FineTuner<B: Backend> {
     pending: Option<(Vec<Option<B::Tensor>>, usize, f64)>,
     /// The backend's largest tensor in bytes ([`Backend::max_tensor_bytes`]).
     max_tensor_bytes: usize,
+    /// Dropout in [`Self::accumulate`]'s forwards (`None`: off, the default), and the micro-batches it has seen.
+    dropout: Option<DropoutOptions>,
+    micro_batches: u64,
 }
 
 /// `(out, in)` weight ~ N(0, std) and a zero bias, as transformers' `_init_weights` for a new `nn.Linear`.
@@ -182,7 +188,8 @@ impl<B: Backend> FineTuner<B> {
                 Ok((be.input(&zeros, p.rows, p.cols)?, be.input(&zeros, p.rows, p.cols)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None, pending: None, max_tensor_bytes: be.max_tensor_bytes() })
+        Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None, pending: None,
+            max_tensor_bytes: be.max_tensor_bytes(), dropout: None, micro_batches: 0 })
     }
 
     /// Trains only the last `k` encoder layers and the head (`Some(0)`: the head alone, on a frozen encoder);
@@ -195,6 +202,15 @@ impl<B: Backend> FineTuner<B> {
             }
         }
         self.top_layers = k;
+        Ok(())
+    }
+
+    /// Dropout in the training steps' forwards ([`Self::accumulate`], [`Self::step`]), e.g.
+    /// `DropoutOptions::of_config` as transformers' Trainer trains; `None` (the default): none. Evaluation
+    /// ([`Self::logits`], [`Self::embedding_eval`]) and [`Self::gradients`] never drop.
+    pub fn set_dropout(&mut self, dropout: Option<DropoutOptions>) -> Result<()> {
+        dropout.as_ref().map_or(Ok(()), DropoutOptions::check)?;
+        self.dropout = dropout;
         Ok(())
     }
 
@@ -282,9 +298,18 @@ impl<B: Backend> FineTuner<B> {
     /// The gradients of the parameters being trained (`None` for a frozen one), and the logits.
     pub fn trainable_gradients(&self, be: &B, batch: &Batch, targets: &Targets<'_>)
         -> Result<(Vec<Option<B::Tensor>>, B::Tensor)> {
+        self.gradients_with(be, batch, targets, None)
+    }
+
+    /// [`Self::trainable_gradients`] of a training forward with `dropout` (`None`: none); the logits are the
+    /// dropped forward's.
+    pub fn gradients_with(&self, be: &B, batch: &Batch, targets: &Targets<'_>, dropout: Option<DropoutPlan>)
+        -> Result<GradientsAndLogits<B::Tensor>> {
         self.check(batch, targets)?;
         let enc = &self.encoder;
-        let (last, saved) = enc.forward(be, batch)?;
+        let (last, saved) = enc.forward(be, batch, dropout)?;
+        let head_drop = dropout.and_then(|d| d.site(d.classifier, HEAD_STREAM)); // the classifier's input
+        let undrop = |d: B::Tensor| apply_dropout(be, d, head_drop);
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
         let (b, t) = (batch.b, batch.t);
         let (logits, dlast) = match (&self.head, targets) {
@@ -292,15 +317,16 @@ impl<B: Backend> FineTuner<B> {
                 let rows: Vec<u32> = (0..b).map(|i| (i * t) as u32).collect();
                 let cls = be.gather_rows(&last, &rows)?; // (B, H)
                 let z = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::None)?;
-                let pooled = be.activation(&z, Activation::Tanh)?;
+                let pooled = apply_dropout(be, be.activation(&z, Activation::Tanh)?, head_drop)?;
                 let logits = be.linear(&pooled, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)?;
                 let dz = be.softmax_xent_grad(&logits, y)?; // (B, C)
-                let dpooled = enc.linear_backward(be, &dz, &pooled, classifier[0], classifier[1], &mut grads)?;
+                let dpooled = undrop(enc.linear_backward(be, &dz, &pooled, classifier[0], classifier[1], &mut grads)?)?;
                 let dz = be.activation_grad(&dpooled, &z, Activation::Tanh)?;
                 let dcls = enc.linear_backward(be, &dz, &cls, pool[0], pool[1], &mut grads)?;
                 (logits, be.scatter_rows(&dcls, &rows, b * t)?)
             }
             (Head::Token { classifier, .. }, Targets::Token(y)) => {
+                let last = apply_dropout(be, last, head_drop)?;
                 let logits = be.linear(&last, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)?;
                 // The mean over labelled tokens: the softmax gradient of those rows alone (it divides by their
                 // count), scattered back among the ignored ones' zeros.
@@ -309,7 +335,7 @@ impl<B: Backend> FineTuner<B> {
                 let dz = be.softmax_xent_grad(&be.gather_rows(&logits, &rows)?, &labels)?;
                 let dlogits = be.scatter_rows(&dz, &rows, b * t)?;
                 let dlast = enc.linear_backward(be, &dlogits, &last, classifier[0], classifier[1], &mut grads)?;
-                (logits, dlast)
+                (logits, undrop(dlast)?)
             }
             (Head::Qa { qa }, Targets::Spans { start, end }) => {
                 let logits = be.linear(&last, enc.t(qa[0]), Some(enc.t(qa[1])), Activation::None)?; // (B*T, 2)
@@ -363,7 +389,7 @@ impl<B: Backend> FineTuner<B> {
     /// The head's logits for a batch (evaluation: no backward).
     pub fn logits(&self, be: &B, batch: &Batch) -> Result<B::Tensor> {
         let enc = &self.encoder;
-        let (last, _) = enc.forward(be, batch)?;
+        let (last, _) = enc.forward(be, batch, None)?;
         match &self.head {
             Head::Sequence { pool, classifier, .. } => {
                 let rows: Vec<u32> = (0..batch.b).map(|i| (i * batch.t) as u32).collect();
@@ -407,7 +433,13 @@ impl<B: Backend> FineTuner<B> {
     /// ```
     pub async fn embedding_gradients(&self, be: &B, anchors: &Batch, positives: &Batch)
         -> Result<(Vec<Option<B::Tensor>>, f32)> {
-        let (m, [saved_a, saved_p]) = self.embedding_forward(be, anchors, positives).await?;
+        self.embedding_gradients_with(be, anchors, positives, None).await
+    }
+
+    /// [`Self::embedding_gradients`] of training forwards with `dropout` (the positives' masks from another seed).
+    pub async fn embedding_gradients_with(&self, be: &B, anchors: &Batch, positives: &Batch,
+        dropout: Option<DropoutPlan>) -> Result<(Vec<Option<B::Tensor>>, f32)> {
+        let (m, [saved_a, saved_p]) = self.embedding_forward(be, anchors, positives, dropout).await?;
         let (enc, n, h) = (&self.encoder, anchors.b, self.encoder.config.hidden_size);
         let (da, dp, loss) = (m.da, m.dp, m.loss);
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
@@ -422,13 +454,13 @@ impl<B: Backend> FineTuner<B> {
     /// Embedding pairs without a backward: the loss and how many anchors score their own positive highest among the
     /// batch's positives (in-batch retrieval accuracy).
     pub async fn embedding_eval(&self, be: &B, anchors: &Batch, positives: &Batch) -> Result<(f32, usize)> {
-        let (m, _) = self.embedding_forward(be, anchors, positives).await?;
+        let (m, _) = self.embedding_forward(be, anchors, positives, None).await?;
         Ok((m.loss, m.right))
     }
 
     /// The checks of an embedding batch, both sides' forward and pooling, and the loss on the host: what the
     /// gradients and the evaluation share.
-    async fn embedding_forward(&self, be: &B, anchors: &Batch, positives: &Batch)
+    async fn embedding_forward(&self, be: &B, anchors: &Batch, positives: &Batch, dropout: Option<DropoutPlan>)
         -> Result<(Mnrl, [Saved<B::Tensor>; 2])> {
         if !matches!(self.head, Head::Embed) {
             return Err(Error::Input("these targets are for another task than the one being trained".into()));
@@ -443,8 +475,9 @@ impl<B: Backend> FineTuner<B> {
         self.check_memory(anchors.b, anchors.t)?;
         self.check_memory(positives.b, positives.t)?;
         let enc = &self.encoder;
-        let (last_a, saved_a) = enc.forward(be, anchors)?;
-        let (last_p, saved_p) = enc.forward(be, positives)?;
+        let (last_a, saved_a) = enc.forward(be, anchors, dropout)?;
+        let other = dropout.map(|d| DropoutPlan { seed: crate::backend::pcg_hash(d.seed ^ 0x8000_0000), ..d });
+        let (last_p, saved_p) = enc.forward(be, positives, other)?;
         let a = be.read(&self.pooled(be, &last_a, anchors)?).await?;
         let p = be.read(&self.pooled(be, &last_p, positives)?).await?;
         Ok((mnrl(&a, &p, n, enc.config.hidden_size), [saved_a, saved_p]))
@@ -509,11 +542,14 @@ impl<B: Backend> FineTuner<B> {
     /// Adds a micro-batch's gradients to the step being accumulated (gradient accumulation: a step over more rows
     /// than fit at once); returns its loss. [`Self::apply`] updates with their mean, as transformers'
     /// `gradient_accumulation_steps` (each micro-batch's loss divided by their number) does.
+    /// With dropout on ([`Self::set_dropout`]), each micro-batch's forward drops with masks of its own.
     pub async fn accumulate(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>) -> Result<f32> {
+        let plan = self.dropout.map(|d| d.plan(self.micro_batches));
+        self.micro_batches += 1;
         let (grads, loss) = match targets {
-            Targets::Pairs { positives } => self.embedding_gradients(be, batch, positives).await?,
+            Targets::Pairs { positives } => self.embedding_gradients_with(be, batch, positives, plan).await?,
             _ => {
-                let (grads, logits) = self.trainable_gradients(be, batch, targets)?;
+                let (grads, logits) = self.gradients_with(be, batch, targets, plan)?;
                 let loss = self.loss(&be.read(&logits).await?, batch, targets);
                 (grads, loss)
             }

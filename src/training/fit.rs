@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::finetune::{FineTuneTask, FineTuner, StepOptions, Targets, IGNORE};
+use super::encoder::DropoutOptions;
 use super::head::SplitMix64;
 use super::ceil_fraction;
 use super::metrics::{self, QaReference};
@@ -146,6 +147,9 @@ pub struct FitOptions {
     /// Pad every batch to at least this many tokens. QA's loss takes its softmax over every position, padding
     /// included, so run_qa's default (windows padded to `max_length`) changes it; `None` pads to the longest row.
     pub pad_to: Option<usize>,
+    /// Dropout with the checkpoint's probabilities in the training steps (as transformers' Trainer), masks seeded
+    /// from `seed`; never in evaluation. `false`: none.
+    pub dropout: bool,
 }
 
 impl Default for FitOptions {
@@ -163,6 +167,7 @@ impl Default for FitOptions {
             validation_split: 0.1,
             seed: 0,
             pad_to: None,
+            dropout: true,
         }
     }
 }
@@ -261,6 +266,7 @@ fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], groups: Option<&[usize]>, pad: u32,
     opts: &FitOptions, metrics: Metrics<'_>, hooks: &mut impl Hooks) -> Result<FitReport> {
+    tuner.set_dropout(opts.dropout.then(|| DropoutOptions::of_config(&tuner.encoder.config, opts.seed)))?;
     let mut rng = SplitMix64::new(opts.seed);
     let (val, mut train) = split(rows.len(), groups, opts, &mut rng)?;
     // One optimiser step per `accumulate` micro-batches of `batch_size` rows.

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 
 use super::matmul::f4::{add, load, max, mul, mul_add, splat, store, to_array, zero, V};
 use super::{expect_dims, par_for, CpuTensor};
-use crate::backend::AttentionShape;
+use crate::backend::{AttentionShape, Dropout};
 use crate::{Error, Result};
 
 /// A pointer the tasks share; each task writes a disjoint block of the output.
@@ -24,6 +24,13 @@ struct OutPtr(*mut f32);
 // SAFETY: tasks write disjoint (rows of sequence b) × (columns of head h) blocks, see `attention`.
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer (a method, so that a closure captures the whole `OutPtr`, which is `Sync`, not its field).
+    fn ptr(&self) -> *mut f32 {
+        self.0
+    }
+}
 
 /// Queries per tile: 4 rows × 2 vectors of 4 = 8 accumulators in both products, which with their operands fit the
 /// 16 vector registers of SSE and of wasm engines on x86.
@@ -85,11 +92,86 @@ fn gemm(m: usize, k: usize, n: usize, a: &[f32], sa: (usize, usize), b: &[f32], 
     c
 }
 
+/// The dropout mask of one (sequence, head)'s probabilities over its real keys, as factors `(T, K)`: `scale` where
+/// kept, 0 where dropped; element `((b·heads + h)·T + i)·T + j` of the mask for query `i` and real key `keys[k]`.
+fn dropout_factors(d: Dropout, task: usize, t: usize, keys: &[usize]) -> Vec<f32> {
+    let (key, threshold, scale) = (d.key(), d.threshold(), d.scale());
+    let mut out = Vec::with_capacity(t * keys.len());
+    for i in 0..t {
+        let row = ((task * t + i) * t) as u32;
+        out.extend(keys.iter().map(|&j| if Dropout::keeps(key, threshold, row.wrapping_add(j as u32)) { scale } else { 0.0 }));
+    }
+    out
+}
+
+/// The head's rows `rows` of `src` (row stride `stride`), `d` columns from `col`, contiguous.
+fn take(src: &[f32], rows: impl Iterator<Item = usize>, base: usize, stride: usize, col: usize, d: usize) -> Vec<f32> {
+    rows.flat_map(|r| src[(base + r) * stride + col..(base + r) * stride + col + d].iter().copied()).collect()
+}
+
+/// `P = softmax(q·kᵀ·scale)` over the real keys, row by row in place `(T, K)`, in f32 as the forward.
+fn softmax_rows(p: &mut [f32], kn: usize) {
+    for row in p.chunks_exact_mut(kn) {
+        let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for x in row.iter_mut() {
+            *x = (*x - mx).exp();
+            sum += *x;
+        }
+        row.iter_mut().for_each(|x| *x /= sum);
+    }
+}
+
+/// [`attention`] with dropout on the probabilities (`Backend::attention_dropout`): per (sequence, head) task, `P`
+/// over the real keys, `P ⊙ M · scale`, then its product with v. Training only, so plain GEMMs (as the backward)
+/// rather than [`attention`]'s fused tiles; a query whose keys are all padding gets zeros.
+pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape, drop: Dropout) -> Result<CpuTensor> {
+    let AttentionShape { batch, seq, heads, head_dim: d } = s;
+    let h = heads * d;
+    drop.check()?;
+    if heads == 0 || d == 0 {
+        return Err(Error::Input(format!("attention needs at least one head of positive size, got {s:?}")));
+    }
+    expect_dims(qkv, batch * seq, 3 * h, "attention qkv (B*T, 3H)")?;
+    expect_dims(mask, batch, seq, "attention mask (B, T)")?;
+    let mut out = vec![0f32; batch * seq * h];
+    let (qkv, mask) = (qkv.data(), mask.data());
+    let scale = 1.0 / (d as f32).sqrt();
+    let optr = OutPtr(out.as_mut_ptr());
+    par_for(batch * heads, |task| {
+        let (b, hd) = (task / heads, task % heads);
+        let keys: Vec<usize> = (0..seq).filter(|&j| mask[b * seq + j] != 0.0).collect();
+        let (t, kn, ld, qc) = (seq, keys.len(), 3 * h, hd * d);
+        if kn == 0 {
+            return;
+        }
+        let q = take(qkv, 0..t, b * seq, ld, qc, d);
+        let k = take(qkv, keys.iter().copied(), b * seq, ld, h + qc, d);
+        let v = take(qkv, keys.iter().copied(), b * seq, ld, 2 * h + qc, d);
+        let mut p = gemm(t, d, kn, &q, (d, 1), &k, (1, d), scale);
+        softmax_rows(&mut p, kn);
+        p.iter_mut().zip(dropout_factors(drop, task, t, &keys)).for_each(|(x, m)| *x *= m);
+        let ctx = gemm(t, kn, d, &p, (kn, 1), &v, (d, 1), 1.0); // (T, d)
+        // SAFETY: this task's block, rows b*T..(b+1)*T × the head's columns, is written by this task alone.
+        let o = unsafe { std::slice::from_raw_parts_mut(optr.ptr().add(b * seq * h), seq * h) };
+        for i in 0..t {
+            o[i * h + qc..i * h + qc + d].copy_from_slice(&ctx[i * d..(i + 1) * d]);
+        }
+    });
+    CpuTensor::new(out, batch * seq, h)
+}
+
 /// Back through [`attention`] (the math is in `Backend::attention_backward`'s doc): per (sequence, head) task, the
 /// probabilities of each real query row are recomputed, then `dv`, `dS`, `dq` and `dk` follow. Each task writes its
 /// head's columns of `dq`, `dk` and `dv` for its sequence's rows only.
-pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape)
-    -> Result<CpuTensor> {
+/// With `dropout` (active), back through [`attention_dropout`] instead: the same mask scales `dP` and the `P` that
+/// gives `dv`.
+pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape,
+    dropout: Option<Dropout>) -> Result<CpuTensor> {
+    let dropout = dropout.filter(Dropout::is_active);
+    if let Some(d) = dropout {
+        d.check()?;
+    }
     let AttentionShape { batch, seq, heads, head_dim: d } = s;
     let h = heads * d;
     if heads == 0 || d == 0 {
@@ -112,25 +194,20 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s
             return;
         }
         // The head's q, dctx (T, d) and its real keys' k, v (K, d), contiguous; then five small GEMMs.
-        let take = |rows: &mut dyn Iterator<Item = usize>, src: &[f32], stride: usize, col: usize| -> Vec<f32> {
-            rows.flat_map(|r| src[(b * seq + r) * stride + col..(b * seq + r) * stride + col + d].iter().copied()).collect()
-        };
-        let q = take(&mut (0..t), qkv, ld, qc);
-        let dc = take(&mut (0..t), dctx, h, qc);
-        let k = take(&mut keys.iter().copied(), qkv, ld, h + qc);
-        let v = take(&mut keys.iter().copied(), qkv, ld, 2 * h + qc);
+        let q = take(qkv, 0..t, b * seq, ld, qc, d);
+        let dc = take(dctx, 0..t, b * seq, h, qc, d);
+        let k = take(qkv, keys.iter().copied(), b * seq, ld, h + qc, d);
+        let v = take(qkv, keys.iter().copied(), b * seq, ld, 2 * h + qc, d);
         // P = softmax(q·kᵀ·scale) over the real keys (T, K); dP = dctx·vᵀ (T, K).
         let mut p = gemm(t, d, kn, &q, (d, 1), &k, (1, d), scale);
-        let dp = gemm(t, d, kn, &dc, (d, 1), &v, (1, d), 1.0);
-        for row in p.chunks_exact_mut(kn) {
-            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0f32;
-            for x in row.iter_mut() {
-                *x = (*x - mx).exp();
-                sum += *x;
-            }
-            row.iter_mut().for_each(|x| *x /= sum);
-        }
+        let mut dp = gemm(t, d, kn, &dc, (d, 1), &v, (1, d), 1.0);
+        softmax_rows(&mut p, kn);
+        // Dropout: dP through the mask (M · scale), and the dropped probabilities D for dv.
+        let dropped = dropout.map(|dr| {
+            let m = dropout_factors(dr, task, t, &keys);
+            dp.iter_mut().zip(&m).for_each(|(x, &f)| *x *= f);
+            p.iter().zip(&m).map(|(&x, &f)| x * f).collect::<Vec<f32>>()
+        });
         // dS = P ⊙ (dP − rowsum(dP ⊙ P)), with the score scale folded in (T, K).
         let mut ds = vec![0f32; t * kn];
         for ((dsr, pr), dpr) in ds.chunks_exact_mut(kn).zip(p.chunks_exact(kn)).zip(dp.chunks_exact(kn)) {
@@ -141,7 +218,7 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s
         }
         let dq = gemm(t, kn, d, &ds, (kn, 1), &k, (d, 1), 1.0); // (T, d)
         let dk = gemm(kn, t, d, &ds, (1, kn), &q, (d, 1), 1.0); // (K, d)
-        let dv = gemm(kn, t, d, &p, (1, kn), &dc, (d, 1), 1.0); // (K, d)
+        let dv = gemm(kn, t, d, dropped.as_ref().unwrap_or(&p), (1, kn), &dc, (d, 1), 1.0); // (K, d)
         // SAFETY: this task's block, rows b*T..(b+1)*T × the head's columns of dq, dk and dv, is written by this task
         // alone (the tasks of one sequence differ in head), and lies inside `out`.
         let o = unsafe { std::slice::from_raw_parts_mut(optr.0.add(b * seq * ld), seq * ld) };

@@ -22,7 +22,7 @@ pub mod train;
 
 use std::sync::{Arc, OnceLock};
 
-use super::{Activation, AdamWStep, AttentionShape, Backend, Dtype, EmbeddingTables, Shard, ShardLink};
+use super::{Activation, AdamWStep, AttentionShape, Backend, Dropout, Dtype, EmbeddingTables, Shard, ShardLink};
 use crate::tokenizer::Batch;
 use crate::weights::quant::RowView;
 use crate::weights::{HostData, HostTensor};
@@ -432,12 +432,24 @@ impl Backend for CpuBackend {
         norm::layernorm_backward(dy, x, gamma, eps)
     }
 
-    fn attention_backward(&self, dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, shape: AttentionShape)
-        -> Result<CpuTensor> {
+    fn attention_backward(&self, dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, shape: AttentionShape,
+        dropout: Option<Dropout>) -> Result<CpuTensor> {
         for (t, what) in [(dctx, "attention_backward dctx"), (qkv, "attention_backward qkv"), (mask, "attention_backward mask")] {
             t.expect_f32(what)?;
         }
-        attention::attention_backward(dctx, qkv, mask, shape)
+        attention::attention_backward(dctx, qkv, mask, shape, dropout)
+    }
+
+    fn dropout(&self, x: &CpuTensor, d: Dropout) -> Result<CpuTensor> {
+        x.expect_f32("dropout input")?;
+        train::dropout(x, d)
+    }
+
+    fn attention_dropout(&self, qkv: &CpuTensor, mask: &CpuTensor, shape: AttentionShape, d: Dropout)
+        -> Result<CpuTensor> {
+        qkv.expect_f32("attention qkv")?;
+        mask.expect_f32("attention mask")?;
+        attention::attention_dropout(qkv, mask, shape, d)
     }
 
     async fn read(&self, t: &CpuTensor) -> Result<Vec<f32>> {

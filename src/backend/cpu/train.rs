@@ -5,7 +5,7 @@ use super::{expect_dims, matmul::activate, par_chunks_mut, threads, CpuTensor};
 
 /// Values per parallel band of the AdamW update.
 const ADAMW_BAND: usize = 1 << 16;
-use crate::backend::{Activation, AdamWStep};
+use crate::backend::{Activation, AdamWStep, Dropout};
 use crate::{Error, Result};
 
 /// `op(a) · op(b)`; see [`crate::backend::Backend::matmul`].
@@ -152,6 +152,19 @@ pub fn add(a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {
 /// `act(x)`, elementwise.
 pub fn activation(x: &CpuTensor, act: Activation) -> Result<CpuTensor> {
     CpuTensor::new(x.data().iter().map(|&v| activate(v, act)).collect(), x.rows(), x.cols())
+}
+
+/// `x ⊙ M · scale` (see [`crate::backend::Dropout`]), elementwise in row-major order.
+pub fn dropout(x: &CpuTensor, d: Dropout) -> Result<CpuTensor> {
+    d.check()?;
+    let (key, threshold, scale) = (d.key(), d.threshold(), d.scale());
+    let out = x
+        .data()
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| if Dropout::keeps(key, threshold, i as u32) { v * scale } else { 0.0 })
+        .collect();
+    CpuTensor::new(out, x.rows(), x.cols())
 }
 
 /// Column sums `(1, N)`, accumulated in f64 row by row.

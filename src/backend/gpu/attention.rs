@@ -4,6 +4,7 @@
 use super::params::AttentionParams;
 use super::tensor::expect_f32;
 use super::{shape_err, AttentionShape, Backend, GpuBackend, GpuTensor};
+use crate::backend::Dropout;
 use crate::tokenizer::Batch;
 use crate::Result;
 
@@ -22,8 +23,14 @@ impl GpuBackend {
         self.input(&m, batch.b, batch.t)
     }
 
-    /// [`Backend::attention`](super::Backend::attention): the vec4 kernel where head_dim allows it.
-    pub(super) fn record_attention(&self, qkv: &GpuTensor, mask: &GpuTensor, s: AttentionShape) -> Result<GpuTensor> {
+    /// [`Backend::attention`](super::Backend::attention): the vec4 kernel where head_dim allows it. With `dropout`
+    /// ([`Backend::attention_dropout`](super::Backend::attention_dropout)), the same kernel compiled with
+    /// `DROPOUT = 1`: a pipeline of its own, so the inference pipelines stay as they were.
+    pub(super) fn record_attention(&self, qkv: &GpuTensor, mask: &GpuTensor, s: AttentionShape,
+        dropout: Option<Dropout>) -> Result<GpuTensor> {
+        if let Some(d) = dropout {
+            d.check()?;
+        }
         let h = s.heads * s.head_dim;
         expect_f32("attention", &[qkv, mask])?;
         if (qkv.rows, qkv.cols) != (s.batch * s.seq, 3 * h) {
@@ -40,7 +47,7 @@ impl GpuBackend {
             )));
         }
         let out = self.alloc(s.batch * s.seq, h)?;
-        let p = attention_params(s);
+        let p = attention_params(s, dropout);
         let groups = (s.seq.div_ceil(self.tuning.attention_wg as usize) as u32, s.heads as u32, s.batch as u32);
         // The vec4 kernel when head_dim and hidden split into vec4s (every BERT); the scalar one otherwise.
         let (shader, entry) = if s.head_dim % 4 == 0 && !self.tuning.scalar_attention {
@@ -48,7 +55,9 @@ impl GpuBackend {
         } else {
             ("attention", "attention")
         };
-        self.dispatch(shader, entry, &[("WG", self.tuning.attention_wg as f64)], bytemuck::bytes_of(&p), &[
+        let wg = ("WG", self.tuning.attention_wg as f64);
+        let consts: &[(&str, f64)] = if dropout.is_some() { &[wg, ("DROPOUT", 1.0)] } else { &[wg] };
+        self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &[
             (1, qkv.buffer(), false),
             (2, mask.buffer(), false),
             (3, out.buffer(), true),
@@ -59,7 +68,11 @@ impl GpuBackend {
     /// [`Backend::attention_backward`](super::Backend::attention_backward): two passes (per query row, then per key
     /// row) through scratch copies of P and dS, `(B*heads*T, T)` each.
     pub(super) fn record_attention_backward(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor,
-        s: AttentionShape) -> Result<GpuTensor> {
+        s: AttentionShape, dropout: Option<Dropout>) -> Result<GpuTensor> {
+        let dropout = dropout.filter(Dropout::is_active);
+        if let Some(d) = dropout {
+            d.check()?;
+        }
         let h = s.heads * s.head_dim;
         expect_f32("attention_backward", &[dctx, qkv, mask])?;
         if s.heads == 0 || s.head_dim == 0 || s.head_dim > ATTENTION_MAX_HEAD_DIM {
@@ -80,11 +93,13 @@ impl GpuBackend {
             return Ok(out);
         }
         let (probs, dscores) = (self.alloc(rows * s.heads, s.seq)?, self.alloc(rows * s.heads, s.seq)?);
-        let p = attention_params(s);
+        let p = attention_params(s, dropout);
         let wg = self.tuning.attention_wg;
         let groups = (s.seq.div_ceil(wg as usize) as u32, s.heads as u32, s.batch as u32);
+        let consts: &[(&str, f64)] =
+            if dropout.is_some() { &[("WG", wg as f64), ("DROPOUT", 1.0)] } else { &[("WG", wg as f64)] };
         for entry in ["attn_bwd_queries", "attn_bwd_keys"] {
-            self.dispatch("attention_backward", entry, &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+            self.dispatch("attention_backward", entry, consts, bytemuck::bytes_of(&p), &[
                 (1, qkv.buffer(), false),
                 (2, mask.buffer(), false),
                 (3, dctx.buffer(), false),
@@ -97,8 +112,9 @@ impl GpuBackend {
     }
 }
 
-/// The uniform of both attention kernels (forward and backward) for a shape.
-fn attention_params(s: AttentionShape) -> AttentionParams {
+/// The uniform of both attention kernels (forward and backward) for a shape, and the dropout of its probabilities.
+fn attention_params(s: AttentionShape, dropout: Option<Dropout>) -> AttentionParams {
+    let (drop_threshold, drop_key, drop_scale) = dropout.map_or((0, 0, 1.0), |d| (d.threshold(), d.key(), d.scale()));
     AttentionParams {
         batch: s.batch as u32,
         seq: s.seq as u32,
@@ -106,7 +122,9 @@ fn attention_params(s: AttentionShape) -> AttentionParams {
         head_dim: s.head_dim as u32,
         hidden: (s.heads * s.head_dim) as u32,
         scale: 1.0 / (s.head_dim as f32).sqrt(),
-        _pad0: 0,
-        _pad1: 0,
+        drop_threshold,
+        drop_key,
+        drop_scale,
+        ..Default::default()
     }
 }

@@ -43,7 +43,7 @@ use profiler::Profiler;
 use runtime::{Pipeline, PipelineKey};
 use tensor::expect_f32;
 
-use super::{Activation, AdamWStep, AttentionShape, Backend, Dtype, EmbeddingTables};
+use super::{Activation, AdamWStep, AttentionShape, Backend, Dropout, Dtype, EmbeddingTables};
 use crate::tokenizer::Batch;
 use crate::weights::HostTensor;
 use crate::{Error, Result};
@@ -197,7 +197,7 @@ impl Backend for GpuBackend {
     }
 
     fn attention(&self, qkv: &GpuTensor, mask: &GpuTensor, s: AttentionShape) -> Result<GpuTensor> {
-        self.record_attention(qkv, mask, s)
+        self.record_attention(qkv, mask, s, None)
     }
 
     fn mean_pool(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize) -> Result<GpuTensor> {
@@ -276,9 +276,19 @@ impl Backend for GpuBackend {
         self.record_layernorm_backward(dy, x, gamma, eps)
     }
 
-    fn attention_backward(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor, shape: AttentionShape)
+    fn attention_backward(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor, shape: AttentionShape,
+        dropout: Option<Dropout>) -> Result<GpuTensor> {
+        self.record_attention_backward(dctx, qkv, mask, shape, dropout)
+    }
+
+    fn dropout(&self, x: &GpuTensor, d: Dropout) -> Result<GpuTensor> {
+        expect_f32("dropout", &[x])?;
+        self.record_dropout(x, d)
+    }
+
+    fn attention_dropout(&self, qkv: &GpuTensor, mask: &GpuTensor, shape: AttentionShape, d: Dropout)
         -> Result<GpuTensor> {
-        self.record_attention_backward(dctx, qkv, mask, shape)
+        self.record_attention(qkv, mask, shape, Some(d))
     }
 
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {

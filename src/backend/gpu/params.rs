@@ -22,7 +22,10 @@ params!(
 );
 params!(
     /// `shaders/attention.wgsl`, `shaders/attention_vec4.wgsl`, `shaders/attention_backward.wgsl`.
-    AttentionParams { batch: u32, seq: u32, heads: u32, head_dim: u32, hidden: u32, scale: f32, _pad0: u32, _pad1: u32 }
+    AttentionParams {
+        batch: u32, seq: u32, heads: u32, head_dim: u32, hidden: u32, scale: f32,
+        drop_threshold: u32, drop_key: u32, drop_scale: f32, _pad0: u32, _pad1: u32, _pad2: u32,
+    }
 );
 params!(
     /// `shaders/layernorm.wgsl`, `shaders/layernorm_backward.wgsl`.
@@ -54,6 +57,10 @@ params!(
     /// reads).
     BackwardParams { rows: u32, cols: u32, len: u32, code: u32 }
 );
+params!(
+    /// `shaders/dropout.wgsl`.
+    DropoutParams { len: u32, threshold: u32, key: u32, scale: f32 }
+);
 
 /// Every shader module: (name, its file under `shaders/`, its Params twin's size and fields). The WGSL the GPU
 /// compiles is the file with its `#include`s resolved ([`super::wgsl::compose`]).
@@ -70,6 +77,7 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("backward", "backward.wgsl", std::mem::size_of::<BackwardParams>(), BackwardParams::FIELDS),
     ("layernorm_backward", "layernorm_backward.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("attention_backward", "attention_backward.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("dropout", "dropout.wgsl", std::mem::size_of::<DropoutParams>(), DropoutParams::FIELDS),
 ];
 
 /// The WGSL of shader module `name`, composed.

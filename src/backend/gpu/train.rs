@@ -2,9 +2,9 @@
 //! elementwise ops, reductions and scatter-adds of `shaders/backward.wgsl` (fine-tuning the encoder).
 
 use super::buffers::PoolBuf;
-use super::params::{BackwardParams, TrainParams};
+use super::params::{BackwardParams, DropoutParams, TrainParams};
 use super::{shape_err, GpuBackend, GpuTensor};
-use crate::backend::{Activation, AdamWStep};
+use crate::backend::{Activation, AdamWStep, Dropout};
 use crate::Result;
 
 /// Values each workgroup of `sum_reduce` adds up (per invocation: this over the workgroup size).
@@ -168,6 +168,20 @@ impl GpuBackend {
         let p = BackwardParams { len: n as u32, code: act.shader_code(), ..Default::default() };
         self.backward_dispatch("activation", wg, p, &[(1, x.buffer(), false), (3, out.buffer(), true)],
             n.div_ceil(wg as usize))?;
+        Ok(out)
+    }
+
+    /// [`Backend::dropout`](super::Backend::dropout): `shaders/dropout.wgsl`, one invocation per element.
+    pub(super) fn record_dropout(&self, x: &GpuTensor, d: Dropout) -> Result<GpuTensor> {
+        d.check()?;
+        let (n, wg) = (x.len(), self.train_wg());
+        let out = self.alloc(x.rows, x.cols)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let p = DropoutParams { len: n as u32, threshold: d.threshold(), key: d.key(), scale: d.scale() };
+        self.dispatch("dropout", "dropout", &[("WG", wg as f64)], bytemuck::bytes_of(&p),
+            &[(1, x.buffer(), false), (3, out.buffer(), true)], self.grid(n.div_ceil(wg as usize)))?;
         Ok(out)
     }
 

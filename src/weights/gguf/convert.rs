@@ -1,6 +1,5 @@
 //! `bertgpu convert`: a Hugging Face folder → one BERT `.gguf`, and how each tensor is stored for a `--dtype`.
 
-#[cfg(not(target_arch = "wasm32"))]
 use super::bert::{write_bert, BertGgufMeta};
 use crate::tokenizer::gguf_vocab::{standard_specials, wordpiece_tokenizer_json};
 use crate::dtype::{Dtype, QK};

@@ -1,0 +1,425 @@
+//! Dropout in fine-tuning (`Backend::dropout`, `Backend::attention_dropout`, `attention_backward`'s mask, the
+//! encoder's and the heads' sites): the GPU kernels against their CPU twins with the *same* masks, the kept fraction
+//! against 1 − p, p = 0 against no dropout bit for bit (and no extra pipeline), a finite-difference check of the
+//! whole model's gradient with a fixed dropout seed, and the fine-tuner's seeding (a new mask per micro-batch, the
+//! same for a seed, none in evaluation). GPU tests skip (with a message) where no adapter exists.
+
+use std::path::Path;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::{AttentionShape, Backend, Dropout};
+use bertgpu::config::BertConfig;
+use bertgpu::tokenizer::Batch;
+use bertgpu::training::encoder::{DropoutOptions, DropoutPlan};
+use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
+use bertgpu::weights::Weights;
+
+mod common;
+use common::{assert_close, gpu, rand_vec};
+
+/// dropout: the same mask (integer hash) and one f32 product `x · scale` per kept element on both sides:
+/// bit-identical.
+const DROPOUT_TOL: f32 = 0.0;
+/// attention_dropout: the GPU's online softmax (running max, rescaled sums, one division at the end) vs the CPU's
+/// normalised probabilities and GEMM, f32 exp on both; outputs are O(1) (|v| < 2, scaled by ≤ 1/(1 − 0.5)): a few
+/// ulps, as tests/gpu_kernels.rs's attention bound.
+const ATT_FWD_ATOL: f32 = 2e-5;
+const ATT_FWD_RTOL: f32 = 1e-5;
+/// attention_backward with dropout: as tests/backward_gpu.rs's bound (f32 exp, Σ P⊙dP in f32 vs f64), the mask
+/// factors ≤ 2 scale the O(1) gradients by at most that.
+const ATT_BWD_ATOL: f32 = 2e-5;
+const ATT_BWD_RTOL: f32 = 2e-4;
+/// Statistical bound on counts of kept elements: |count − n·q| ≤ 5σ, σ = √(n·q·(1 − q)) (binomial): a sound hash
+/// fails it with probability ≈ 6e-7 per check.
+const SIGMAS: f64 = 5.0;
+/// The whole model's gradients, GPU against CPU with the same masks: tests/finetune_golden.rs's GPU bound
+/// (`‖gpu − cpu‖ / ‖cpu‖` per tensor). A mask that differed anywhere would give errors of order 1.
+const GPU_GRAD_RTOL: f64 = 1e-3;
+/// Finite differences: the central difference of the f64 loss of f32 logits along a random unit direction, step
+/// `FD_STEP`, against the analytic directional derivative. Truncation O(h²·L''') and f32 rounding of the logits
+/// (≈ 1e-7 relative, over 2h) bound the relative error near 1e-3 on these tensors; a gradient taken with the wrong
+/// masks (or none) is off by 10–100% (checked below).
+const FD_STEP: f32 = 1e-2;
+const FD_RTOL: f64 = 1e-2;
+
+type CpuT = <CpuBackend as Backend>::Tensor;
+
+fn read<B: Backend>(be: &B, t: &B::Tensor) -> Vec<f32> {
+    pollster::block_on(be.read(t)).unwrap()
+}
+
+/// |count − n·q| in units of the binomial σ.
+fn sigmas(count: usize, n: usize, q: f64) -> f64 {
+    (count as f64 - n as f64 * q).abs() / (n as f64 * q * (1.0 - q)).sqrt()
+}
+
+#[test]
+fn dropout_masks_match_cpu_bit_for_bit() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    for &(r, c) in &[(1usize, 1usize), (7, 33), (33, 384), (257, 65)] {
+        let x = rand_vec(r * c, (r * c) as u64);
+        for &(p, seed, stream) in &[(0.1f32, 0u32, 0u32), (0.5, 7, 3), (0.9, 0xFFFF_FFFF, u32::MAX)] {
+            let d = Dropout { p, seed, stream };
+            let want = cpu.dropout(&cpu.input(&x, r, c).unwrap(), d).unwrap();
+            let got = g.dropout(&g.input(&x, r, c).unwrap(), d).unwrap();
+            assert_eq!(g.dims(&got), (r, c));
+            let (got, want) = (read(&g, &got), want.to_vec());
+            let err = assert_close(&format!("dropout {r}x{c} p {p}"), &got, &want, DROPOUT_TOL, DROPOUT_TOL);
+            eprintln!("max |err| {err:e}  dropout {r}x{c} p {p}");
+            // Kept values are x · scale exactly, dropped ones 0 (x is never 0 here).
+            for (i, (&y, &xv)) in got.iter().zip(&x).enumerate() {
+                let keep = Dropout::keeps(d.key(), d.threshold(), i as u32);
+                assert_eq!(y, if keep { xv * d.scale() } else { 0.0 }, "element {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn kept_fraction_is_one_minus_p() {
+    let cpu = CpuBackend::new();
+    let n = 1usize << 22;
+    let ones = cpu.input(&vec![1.0f32; n], 1024, n / 1024).unwrap();
+    let kept = |d: Dropout| -> Vec<bool> { cpu.dropout(&ones, d).unwrap().to_vec().iter().map(|&v| v != 0.0).collect() };
+    for &p in &[0.1f32, 0.5, 0.9] {
+        let a = kept(Dropout { p, seed: 42, stream: 0 });
+        let q = 1.0 - p as f64;
+        let count = a.iter().filter(|&&k| k).count();
+        let z = sigmas(count, n, q);
+        eprintln!("p {p}: kept {count} of {n} = {:.6} (1 − p = {q}), {z:.2}σ", count as f64 / n as f64);
+        assert!(z < SIGMAS, "p {p}: kept {count} of {n}, {z:.2}σ from n(1 − p)");
+        // Another stream and another seed: independent masks, so both keep an element with probability (1 − p)².
+        for (what, d) in [("stream", Dropout { p, seed: 42, stream: 1 }), ("seed", Dropout { p, seed: 43, stream: 0 })] {
+            let b = kept(d);
+            let both = a.iter().zip(&b).filter(|(x, y)| **x && **y).count();
+            let z = sigmas(both, n, q * q);
+            eprintln!("p {p}: kept by both masks (other {what}) {both}, {z:.2}σ from n(1 − p)²");
+            assert!(z < SIGMAS, "p {p}, another {what}: {both} kept by both, {z:.2}σ from independence");
+        }
+    }
+    // The GPU's kernel on the same large tensor: the same count (its mask is the CPU's).
+    let Some(g) = gpu() else { return };
+    let d = Dropout { p: 0.1, seed: 42, stream: 0 };
+    let got = read(&g, &g.dropout(&g.input(&vec![1.0f32; n], 1024, n / 1024).unwrap(), d).unwrap());
+    let want = cpu.dropout(&ones, d).unwrap().to_vec();
+    assert!(got == want, "GPU and CPU masks differ on {n} elements");
+}
+
+fn padded_mask(b: usize, t: usize, lens: &[usize]) -> Vec<f32> {
+    let mut mask = vec![0f32; b * t];
+    for (bi, &l) in lens.iter().enumerate() {
+        mask[bi * t..bi * t + l].fill(1.0);
+    }
+    mask
+}
+
+/// With q = k = 0 every real key has probability 1/K, and with v_j the unit vector e_j (head_dim ≥ T), context
+/// column j of query i is F_ij/K: the attention mask itself, read back. Both sides must drop the same probabilities.
+#[test]
+fn attention_dropout_masks_are_the_cpus() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let (b, t, heads, d, lens) = (2usize, 7usize, 2usize, 8usize, [7usize, 5]);
+    let h = heads * d;
+    let mut qkv = vec![0f32; b * t * 3 * h];
+    for row in 0..b * t {
+        for hd in 0..heads {
+            qkv[row * 3 * h + 2 * h + hd * d + row % t] = 1.0;
+        }
+    }
+    let mask = padded_mask(b, t, &lens);
+    let s = AttentionShape { batch: b, seq: t, heads, head_dim: d };
+    let drop = Dropout { p: 0.5, seed: 9, stream: 4 };
+    let want = cpu.attention_dropout(&cpu.input(&qkv, b * t, 3 * h).unwrap(), &cpu.input(&mask, b, t).unwrap(), s, drop).unwrap();
+    let got = g.attention_dropout(&g.input(&qkv, b * t, 3 * h).unwrap(), &g.input(&mask, b, t).unwrap(), s, drop).unwrap();
+    let (got, want) = (read(&g, &got), want.to_vec());
+    assert_close("attention_dropout one-hot v", &got, &want, ATT_FWD_ATOL, ATT_FWD_RTOL);
+    let (key, threshold) = (drop.key(), drop.threshold());
+    let mut dropped = 0;
+    for bi in 0..b {
+        for hd in 0..heads {
+            for i in 0..t {
+                for j in 0..t {
+                    let v = got[(bi * t + i) * h + hd * d + j];
+                    let idx = (((bi * heads + hd) * t + i) * t + j) as u32;
+                    let want = if j < lens[bi] && Dropout::keeps(key, threshold, idx) { drop.scale() / lens[bi] as f32 } else { 0.0 };
+                    assert!((v - want).abs() <= 1e-6, "b{bi} h{hd} query {i} key {j}: {v}, the mask says {want}");
+                    dropped += (j < lens[bi] && v == 0.0) as usize;
+                }
+            }
+        }
+    }
+    let real = heads * t * lens.iter().sum::<usize>();
+    eprintln!("attention probabilities dropped: {dropped} of {real} at p 0.5");
+    assert!(dropped > 0 && dropped < real, "some, not all, probabilities dropped");
+}
+
+#[test]
+fn attention_dropout_and_backward_match_cpu() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let cases: &[(usize, usize, usize, usize, &[usize])] =
+        &[(2, 7, 4, 8, &[7, 4]), (2, 5, 2, 4, &[0, 3]), (1, 1, 1, 1, &[1]), (2, 33, 2, 64, &[33, 20]), (1, 9, 3, 5, &[9])];
+    for &(b, t, heads, d, lens) in cases {
+        let h = heads * d;
+        let qkv: Vec<f32> = rand_vec(b * t * 3 * h, (b * t * h) as u64).iter().map(|v| v * 2.0).collect();
+        let dctx = rand_vec(b * t * h, 31);
+        let mask = padded_mask(b, t, lens);
+        let s = AttentionShape { batch: b, seq: t, heads, head_dim: d };
+        let ci = |v: &[f32], r, c| cpu.input(v, r, c).unwrap();
+        let gi = |v: &[f32], r, c| g.input(v, r, c).unwrap();
+        let what = format!("b{b} t{t} heads{heads} d{d} lens {lens:?}");
+        for p in [0.1f32, 0.5] {
+            let drop = Dropout { p, seed: 5, stream: 2 };
+            let want = cpu.attention_dropout(&ci(&qkv, b * t, 3 * h), &ci(&mask, b, t), s, drop).unwrap();
+            let got = g.attention_dropout(&gi(&qkv, b * t, 3 * h), &gi(&mask, b, t), s, drop).unwrap();
+            let err = assert_close(&format!("attention_dropout p {p} {what}"), &read(&g, &got), &want.to_vec(), ATT_FWD_ATOL, ATT_FWD_RTOL);
+            eprintln!("max |err| {err:e}  attention_dropout p {p} {what}");
+            let want = cpu.attention_backward(&ci(&dctx, b * t, h), &ci(&qkv, b * t, 3 * h), &ci(&mask, b, t), s, Some(drop)).unwrap();
+            let got = g.attention_backward(&gi(&dctx, b * t, h), &gi(&qkv, b * t, 3 * h), &gi(&mask, b, t), s, Some(drop)).unwrap();
+            let got = read(&g, &got);
+            let err = assert_close(&format!("attention_backward dropout p {p} {what}"), &got, &want.to_vec(), ATT_BWD_ATOL, ATT_BWD_RTOL);
+            eprintln!("max |err| {err:e}  attention_backward dropout p {p} {what}");
+            // The mask changed the gradient (where there is something to drop).
+            let plain = cpu.attention_backward(&ci(&dctx, b * t, h), &ci(&qkv, b * t, 3 * h), &ci(&mask, b, t), s, None).unwrap();
+            if lens.iter().any(|&l| l > 1) {
+                assert_ne!(plain.to_vec(), want.to_vec(), "{what}: dropout p {p} changed nothing");
+            }
+        }
+    }
+}
+
+/// The numerical gradient of `x ↦ Σ w ⊙ attention_dropout(x)` for the attention op alone, on the CPU twin: with a
+/// fixed mask the op is smooth, so attention_backward (with the same mask) must match central differences.
+#[test]
+fn attention_backward_with_dropout_matches_finite_differences() {
+    let cpu = CpuBackend::new();
+    let (b, t, heads, d) = (2usize, 5usize, 2usize, 3usize);
+    let h = heads * d;
+    let qkv: Vec<f64> = rand_vec(b * t * 3 * h, 3).iter().map(|&v| v as f64).collect();
+    let w = rand_vec(b * t * h, 4);
+    let mask = padded_mask(b, t, &[5, 3]);
+    let s = AttentionShape { batch: b, seq: t, heads, head_dim: d };
+    let drop = Dropout { p: 0.3, seed: 11, stream: 1 };
+    let m = cpu.input(&mask, b, t).unwrap();
+    let loss = |x: &[f64]| -> f64 {
+        let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let y = cpu.attention_dropout(&cpu.input(&x32, b * t, 3 * h).unwrap(), &m, s, drop).unwrap().to_vec();
+        y.iter().zip(&w).map(|(&a, &c)| a as f64 * c as f64).sum()
+    };
+    let q32: Vec<f32> = qkv.iter().map(|&v| v as f32).collect();
+    let grad = cpu.attention_backward(&cpu.input(&w, b * t, h).unwrap(), &cpu.input(&q32, b * t, 3 * h).unwrap(), &m, s, Some(drop))
+        .unwrap()
+        .to_vec();
+    let plain = cpu.attention_backward(&cpu.input(&w, b * t, h).unwrap(), &cpu.input(&q32, b * t, 3 * h).unwrap(), &m, s, None)
+        .unwrap()
+        .to_vec();
+    let step = 1e-2;
+    let (mut worst, mut plain_worst) = (0f64, 0f64);
+    for i in 0..qkv.len() {
+        let (mut up, mut down) = (qkv.clone(), qkv.clone());
+        up[i] += step;
+        down[i] -= step;
+        let fd = (loss(&up) - loss(&down)) / (2.0 * step);
+        worst = worst.max((fd - grad[i] as f64).abs());
+        plain_worst = plain_worst.max((fd - plain[i] as f64).abs());
+    }
+    eprintln!("attention op: max |fd − grad| {worst:e} with the mask, {plain_worst:e} without it");
+    // f32 forward (≈ 1e-7 per output, over 2·step) and O(step²) truncation: 1e-4 absolute on O(1) gradients.
+    assert!(worst < 1e-4, "attention_backward with dropout: max |fd − grad| {worst:e}");
+    assert!(plain_worst > 100.0 * worst, "the check tells the mask from none ({plain_worst:e})");
+}
+
+// ---- The whole model ----
+
+fn tiny(name: &str) -> (BertConfig, Weights) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(name);
+    (BertConfig::from_file(dir.join("config.json")).unwrap(), Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap())
+}
+
+/// Two sequences of 9 tokens, the second padded after 6; ids inside the tiny models' vocabulary of 480.
+fn batch() -> Batch {
+    Batch {
+        input_ids: vec![2, 45, 301, 17, 88, 120, 7, 400, 3, 2, 66, 5, 210, 9, 3, 0, 0, 0],
+        token_type_ids: vec![0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0],
+        attention_mask: vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0],
+        b: 2,
+        t: 9,
+    }
+}
+
+const PLAN: DropoutPlan = DropoutPlan { hidden: 0.2, attention: 0.2, classifier: 0.2, seed: 1234 };
+
+fn tuner<B: Backend>(be: &B, name: &str, task: FineTuneTask) -> FineTuner<B> {
+    let (cfg, w) = tiny(name);
+    FineTuner::new(be, &cfg, &w, task, None, 0).unwrap()
+}
+
+#[test]
+fn p_zero_is_no_dropout_exactly() {
+    let cpu = CpuBackend::new();
+    let zero = DropoutPlan { hidden: 0.0, attention: 0.0, classifier: 0.0, seed: 99 };
+    let bt = batch();
+    let labels = [1u32, 2];
+    let run = |be: &mut dyn FnMut(Option<DropoutPlan>) -> (Vec<Vec<f32>>, Vec<f32>)| {
+        let (g0, l0) = be(None);
+        let (g1, l1) = be(Some(zero));
+        assert!(l0 == l1 && g0 == g1, "p = 0 must give exactly the gradients and logits of no dropout");
+    };
+    let tc = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
+    run(&mut |plan| {
+        let (g, l) = tc.gradients_with(&cpu, &bt, &Targets::Sequence(&labels), plan).unwrap();
+        (g.iter().map(|t| read(&cpu, t.as_ref().unwrap())).collect(), read(&cpu, &l))
+    });
+    // The attention op alone: Some(p = 0) is None.
+    let (b, t, heads, d) = (2, 7, 4, 8);
+    let h = heads * d;
+    let qkv = rand_vec(b * t * 3 * h, 1);
+    let dctx = rand_vec(b * t * h, 2);
+    let s = AttentionShape { batch: b, seq: t, heads, head_dim: d };
+    let mask = padded_mask(b, t, &[7, 4]);
+    let op = |be: &dyn Fn(Option<Dropout>) -> Vec<f32>| {
+        assert_eq!(be(None), be(Some(Dropout { p: 0.0, seed: 3, stream: 3 })), "attention_backward with p = 0");
+    };
+    let ci = |v: &[f32], r, c| -> CpuT { cpu.input(v, r, c).unwrap() };
+    op(&|d| cpu.attention_backward(&ci(&dctx, b * t, h), &ci(&qkv, b * t, 3 * h), &ci(&mask, b, t), s, d).unwrap().to_vec());
+    let Some(g) = gpu() else { return };
+    let gi = |v: &[f32], r, c| g.input(v, r, c).unwrap();
+    op(&|d| read(&g, &g.attention_backward(&gi(&dctx, b * t, h), &gi(&qkv, b * t, 3 * h), &gi(&mask, b, t), s, d).unwrap()));
+    let tg = tuner(&g, "tiny-classifier", FineTuneTask::Sequence);
+    let mut pipelines = None;
+    run(&mut |plan| {
+        let (gr, l) = tg.gradients_with(&g, &bt, &Targets::Sequence(&labels), plan).unwrap();
+        let out = (gr.iter().map(|t| read(&g, t.as_ref().unwrap())).collect(), read(&g, &l));
+        // The p = 0 run (second) compiles no pipeline the run without dropout did not: no dropout kernel runs.
+        let n = g.pipeline_count();
+        assert!(pipelines.replace(n).is_none_or(|before| before == n), "p = 0 made new pipelines");
+        out
+    });
+}
+
+/// Every parameter's gradient, `‖a − b‖ / ‖b‖` per tensor; the largest.
+fn worst_relative(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let diff: f64 = x.iter().zip(y).map(|(&p, &q)| (p as f64 - q as f64).powi(2)).sum::<f64>().sqrt();
+            let norm: f64 = y.iter().map(|&q| (q as f64).powi(2)).sum::<f64>().sqrt();
+            if norm == 0.0 { diff } else { diff / norm }
+        })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn dropout_gradients_match_on_gpu_and_cpu() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let bt = batch();
+    let labels = [1u32, 2];
+    let tags: Vec<i64> = vec![-100, 1, 2, 0, 3, 4, 0, 5, -100, -100, 6, 0, 1, 2, -100, -100, -100, -100];
+    for (model, task) in [("tiny-classifier", FineTuneTask::Sequence), ("tiny-ner", FineTuneTask::Token)] {
+        let targets = match task {
+            FineTuneTask::Sequence => Targets::Sequence(&labels),
+            _ => Targets::Token(&tags),
+        };
+        let tc = tuner(&cpu, model, task);
+        let tg = tuner(&g, model, task);
+        let (gc, lc) = tc.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
+        let (gg, lg) = tg.gradients_with(&g, &bt, &targets, Some(PLAN)).unwrap();
+        let gc: Vec<Vec<f32>> = gc.iter().map(|t| read(&cpu, t.as_ref().unwrap())).collect();
+        let gg: Vec<Vec<f32>> = gg.iter().map(|t| read(&g, t.as_ref().unwrap())).collect();
+        let err = worst_relative(&gg, &gc);
+        let (lc, lg) = (read(&cpu, &lc), read(&g, &lg));
+        let lerr = worst_relative(&[lg], std::slice::from_ref(&lc));
+        eprintln!("{model}: GPU vs CPU with dropout: worst gradient ‖Δ‖/‖g‖ {err:e}, logits {lerr:e}");
+        assert!(err < GPU_GRAD_RTOL && lerr < GPU_GRAD_RTOL, "{model}: gradients {err:e}, logits {lerr:e}");
+        // The plan dropped something: the logits are not those without dropout.
+        let (_, plain) = tc.gradients_with(&cpu, &bt, &targets, None).unwrap();
+        assert_ne!(read(&cpu, &plain), lc, "{model}: dropout changed nothing");
+    }
+}
+
+/// The loss of `tuner`'s forward with `plan`, in f64 from the logits.
+fn loss(tuner: &FineTuner<CpuBackend>, cpu: &CpuBackend, bt: &Batch, targets: &Targets<'_>, plan: Option<DropoutPlan>) -> f64 {
+    let (_, logits) = tuner.gradients_with(cpu, bt, targets, plan).unwrap();
+    tuner.loss(&read(cpu, &logits), bt, targets) as f64
+}
+
+#[test]
+fn dropout_gradients_match_finite_differences() {
+    let cpu = CpuBackend::new();
+    let bt = batch();
+    let labels = [1u32, 2];
+    let targets = Targets::Sequence(&labels);
+    let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
+    let (grads, _) = t.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
+    let grads: Vec<Vec<f32>> = grads.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
+    let (plain, _) = t.gradients_with(&cpu, &bt, &targets, None).unwrap();
+    let plain: Vec<Vec<f32>> = plain.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
+    let names: Vec<String> = t.encoder.params.iter().map(|p| p.names[0].clone()).collect();
+    let pick = |n: &str| names.iter().position(|x| x == n).unwrap_or_else(|| panic!("no parameter {n}"));
+    let checked = [
+        "bert.embeddings.word_embeddings.weight",
+        "bert.embeddings.LayerNorm.weight",
+        "bert.encoder.layer.0.attention.self.query.weight",
+        "bert.encoder.layer.0.attention.output.dense.weight",
+        "bert.encoder.layer.1.intermediate.dense.bias",
+        "bert.encoder.layer.1.output.dense.weight",
+        "bert.pooler.dense.weight",
+        "classifier.weight",
+    ];
+    for (k, name) in checked.iter().enumerate() {
+        let i = pick(name);
+        let (rows, cols) = (t.encoder.params[i].rows, t.encoder.params[i].cols);
+        let orig = read(&cpu, &t.encoder.params[i].tensor);
+        // A random unit direction over the tensor.
+        let mut dir = rand_vec(orig.len(), 100 + k as u64);
+        let n = dir.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt() as f32;
+        dir.iter_mut().for_each(|v| *v /= n);
+        let mut at = |s: f32| {
+            let moved: Vec<f32> = orig.iter().zip(&dir).map(|(&p, &d)| p + s * d).collect();
+            t.encoder.params[i].tensor = cpu.input(&moved, rows, cols).unwrap();
+            loss(&t, &cpu, &bt, &targets, Some(PLAN))
+        };
+        let fd = (at(FD_STEP) - at(-FD_STEP)) / (2.0 * FD_STEP as f64);
+        t.encoder.params[i].tensor = cpu.input(&orig, rows, cols).unwrap();
+        let dot = |g: &[f32]| g.iter().zip(&dir).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>();
+        let (analytic, without) = (dot(&grads[i]), dot(&plain[i]));
+        let rel = (fd - analytic).abs() / fd.abs().max(analytic.abs());
+        let rel_plain = (fd - without).abs() / fd.abs().max(without.abs());
+        eprintln!("{name}: fd {fd:.6e} analytic {analytic:.6e} rel {rel:.2e} (no-dropout gradient: rel {rel_plain:.2e})");
+        assert!(rel < FD_RTOL, "{name}: directional derivative {analytic:e}, finite difference {fd:e} ({rel:.2e})");
+        assert!(rel_plain > FD_RTOL, "{name}: the check cannot tell the masked gradient from the plain one");
+    }
+}
+
+#[test]
+fn each_micro_batch_gets_new_masks_and_evaluation_none() {
+    let cpu = CpuBackend::new();
+    let bt = batch();
+    let labels = [1u32, 2];
+    let targets = Targets::Sequence(&labels);
+    let opts = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, seed: 7 };
+    let losses = |seed: u64| -> Vec<f32> {
+        let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
+        t.set_dropout(Some(DropoutOptions { seed, ..opts })).unwrap();
+        let eval = read(&cpu, &t.logits(&cpu, &bt).unwrap());
+        let out: Vec<f32> = (0..3).map(|_| pollster::block_on(t.accumulate(&cpu, &bt, &targets)).unwrap()).collect();
+        // Evaluation does not drop: the logits are those of a tuner without dropout.
+        let off = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
+        assert_eq!(eval, read(&cpu, &off.logits(&cpu, &bt).unwrap()), "evaluation dropped");
+        out
+    };
+    let (a, b, c) = (losses(7), losses(7), losses(8));
+    eprintln!("losses of 3 micro-batches, seed 7: {a:?}; seed 8: {c:?}");
+    assert_eq!(a, b, "a seed gives the same masks");
+    assert!(a[0] != a[1] && a[1] != a[2], "each micro-batch draws new masks");
+    assert_ne!(a, c, "another seed, other masks");
+    // The checkpoint's probabilities, and bad ones refused.
+    let (cfg, _) = tiny("tiny-classifier");
+    assert_eq!(DropoutOptions::of_config(&cfg, 0).hidden, cfg.hidden_dropout_prob);
+    let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
+    assert!(t.set_dropout(Some(DropoutOptions { hidden: 1.0, ..opts })).is_err());
+    assert!(t.set_dropout(Some(DropoutOptions { attention: -0.1, ..opts })).is_err());
+}
