@@ -277,6 +277,8 @@ export interface FineTuneOptions {
   seed?: number;
   /** "qa": context tokens shared by consecutive windows of a long context (default 128). */
   docStride?: number;
+  /** The checkpoint's dropout probabilities, seeded (default true); false trains without dropout. */
+  dropout?: boolean;
   onProgress?: (progress: FineTuneStep | FineTuneEpoch) => void;
   /** Stops fine-tuning between two steps; the model is left as it was. */
   signal?: AbortSignal;

@@ -314,7 +314,7 @@ function checkTrainOptions(o, onProgress) {
 }
 
 const FINE_TUNE_OPTIONS = ["task", "epochs", "learningRate", "batchSize", "accumulate", "layers", "warmup",
-  "weightDecay", "validationSplit", "seed", "docStride", "onProgress", "signal"];
+  "weightDecay", "validationSplit", "seed", "docStride", "dropout", "onProgress", "signal"];
 const FINE_TUNE_TASKS = ["classify", "pair", "ner", "qa", "embed"];
 
 /** Types of fineTune's options (their ranges are checked in Rust, with messages that say how to fix them). */
@@ -340,6 +340,7 @@ function checkFineTuneOptions(o, onProgress, signal) {
   if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
     throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
   }
+  if (o.dropout != null && typeof o.dropout !== "boolean") throw new TypeError(`${m}: dropout must be true or false`);
   for (const k of ["learningRate", "warmup", "weightDecay", "validationSplit"]) {
     if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
       throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
@@ -716,7 +717,8 @@ export class Bert {
    * - "embed": [{ anchor, positive }] (the batch's other positives are the negatives).
    * Options (the BERT paper's recipe by default): epochs 3, learningRate 5e-5, batchSize 16, accumulate 1,
    * layers "all" (or the number of top layers; 0 trains the head alone), warmup 0.1, weightDecay 0.01,
-   * validationSplit 0.1, seed 0, docStride 128 (qa). `onProgress(p)` gets `{ type: "step", epoch, step,
+   * validationSplit 0.1, seed 0, docStride 128 (qa), dropout true (the checkpoint's probabilities, seeded; false:
+   * none). `onProgress(p)` gets `{ type: "step", epoch, step,
    * totalSteps, loss, learningRate }` after each step and `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`
    * after each epoch. `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
    * reason and the model is left as it was, as after any error. Other calls made while it runs reject.

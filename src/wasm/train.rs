@@ -173,6 +173,8 @@ struct JsFineTuneOptions {
     validation_split: Option<f32>,
     seed: Option<u64>,
     doc_stride: Option<usize>,
+    /// The checkpoint's dropout probabilities (default true), or none.
+    dropout: Option<bool>,
 }
 
 impl JsFineTuneOptions {
@@ -199,6 +201,7 @@ impl JsFineTuneOptions {
             weight_decay: self.weight_decay.unwrap_or(d.weight_decay),
             validation_split: self.validation_split.unwrap_or(d.validation_split),
             seed: self.seed.unwrap_or(d.seed),
+            dropout: self.dropout.unwrap_or(d.dropout),
             ..d
         };
         Ok(opts)

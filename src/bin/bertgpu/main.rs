@@ -207,6 +207,10 @@ enum Command {
         /// Which layers train: `all`, or the top K encoder layers with the head (0: the head alone)
         #[arg(long, default_value = "all", value_parser = finetune::parse_layers)]
         layers: finetune::Layers,
+        /// Train without dropout (by default the checkpoint's hidden_dropout_prob, attention_probs_dropout_prob and
+        /// classifier_dropout apply, seeded, as in transformers' Trainer)
+        #[arg(long)]
+        no_dropout: bool,
     },
     /// Speed of the backends on this machine: embeddings of a synthetic batch, a table on stdout
     Bench {
@@ -305,7 +309,7 @@ fn run(command: Command) -> Result<(), Fail> {
             );
             Ok(())
         }
-        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers } => {
+        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers, no_dropout } => {
             let fit = bertgpu::training::fit::FitOptions {
                 epochs,
                 learning_rate: lr,
@@ -315,6 +319,7 @@ fn run(command: Command) -> Result<(), Fail> {
                 weight_decay,
                 validation_split,
                 seed,
+                dropout: !no_dropout,
                 ..Default::default()
             };
             finetune::cmd_fine_tune(&infer, &finetune::FineTuneArgs { task, data, out, doc_stride, layers: layers.0, fit })
