@@ -324,8 +324,11 @@ export declare class Bert {
    * Other calls made meanwhile reject; an error or `signal` leaves the model as it was.
    */
   fineTune(examples: FineTuneExample[], options?: FineTuneOptions): Promise<FineTuneReport>;
-  /** The model's files as a Hugging Face folder (after fineTune: the fine-tuned model, f32). */
-  exportModel(): Promise<Record<string, Uint8Array>>;
+  /**
+   * The model's files as a Hugging Face folder (after fineTune: the fine-tuned model, f32), or with
+   * `{ format: "gguf", dtype }` one `model.gguf` quantized again (default "q8_0").
+   */
+  exportModel(options?: { format?: "folder" | "gguf"; dtype?: "f32" | "f16" | "q8_0" | "q4_0" }): Promise<Record<string, Uint8Array>>;
   /** The live trained head as safetensors bytes. */
   exportHead(): Promise<Uint8Array>;
   /** Makes a head file from `exportHead` the live head; resolves to its labels. */

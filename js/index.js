@@ -780,12 +780,25 @@ export class Bert {
   /**
    * The files of this model as a Hugging Face folder, `{ "config.json": Uint8Array, "model.safetensors": ...,
    * "tokenizer.json" | "vocab.txt", "tokenizer_config.json"? }`: after `fineTune`, the fine-tuned model (f32, with
-   * `architectures` and `id2label` set), which transformers' `from_pretrained` and `Bert.load` load.
+   * `architectures` and `id2label` set), which transformers' `from_pretrained` and `Bert.load` load. With
+   * `{ format: "gguf", dtype }` ("f32", "f16", "q8_0" (default), "q4_0"): `{ "model.gguf": Uint8Array }`, one file
+   * with the weights quantized again, as `bertgpu convert` writes it.
    */
-  exportModel() {
+  exportModel(options = {}) {
     return this._enqueue("exportModel", async () => {
+      const opts = checkOptions(options, ["format", "dtype"], "exportModel");
+      const format = opts.format ?? "folder";
+      if (format !== "folder" && format !== "gguf") {
+        throw new TypeError(`exportModel: format must be "folder" or "gguf" (got ${JSON.stringify(format)})`);
+      }
+      if (opts.dtype != null && format !== "gguf") throw new TypeError("exportModel: dtype is for format: \"gguf\"");
       const files = this._tuned ?? await fetchModelFiles(this._source.resolved, this._source.fetchOptions);
       if (files.gguf) throw new Error("exportModel: this model was loaded from a .gguf, not a Hugging Face folder");
+      if (format === "gguf") {
+        const gguf = await guard(this._rt, () => this._rt.glue.toGguf(files.config, files.tokenizer, files.vocab,
+          files.tokenizerConfig, files.weights, opts.dtype ?? "q8_0"));
+        return { "model.gguf": gguf };
+      }
       const names = { config: "config.json", weights: "model.safetensors", tokenizer: "tokenizer.json",
         vocab: "vocab.txt", tokenizerConfig: "tokenizer_config.json" };
       const out = {};

@@ -61,7 +61,7 @@ async function handle(id, method, args) {
       aborts.get(args[0])?.abort();
       return null;
     case "exportModel":
-      return bert.exportModel();
+      return bert.exportModel(...args);
     case "adopt": {
       // Another worker's fine-tuned model (its exportModel files) replaces this one; a shard gets a new exchange.
       const [f, shard] = args;

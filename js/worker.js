@@ -258,9 +258,11 @@ export class Bert {
   }
 
   /** See "bertgpu". (A tensor-parallel model's shards each hold a part: its files are those of the whole.) */
-  exportModel() {
-    if (this._parallel === "tensor" && this._tuned) return Promise.resolve({ ...this._tuned });
-    return this._call("exportModel", []);
+  exportModel(options) {
+    if (this._parallel === "tensor" && this._tuned && (options?.format ?? "folder") === "folder") {
+      return Promise.resolve({ ...this._tuned });
+    }
+    return this._call("exportModel", [options]);
   }
 
   async loadHead(bytes) {

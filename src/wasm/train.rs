@@ -339,3 +339,23 @@ impl WasmModel {
         }))
     }
 }
+
+/// A Hugging Face folder's files (as `exportModel` gives them) → the bytes of one `.gguf` with its weights in `dtype`
+/// ("f32", "f16", "q8_0", "q4_0"; see `weights::gguf::convert`): how `exportModel({ format: "gguf" })` exports a
+/// fine-tuned model quantized again.
+#[wasm_bindgen(js_name = toGguf)]
+pub fn to_gguf(config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>, tokenizer_config: Option<Vec<u8>>,
+    weights: Vec<u8>, dtype: &str) -> Result<Vec<u8>, JsError> {
+    use crate::weights::gguf::convert::{convert_files, FolderFiles};
+    let dtype: crate::dtype::Dtype = dtype.parse().map_err(js_err)?;
+    let files = FolderFiles {
+        name: "bert",
+        config: &config,
+        tokenizer: tokenizer.as_deref(),
+        vocab: vocab.as_deref(),
+        tokenizer_config: tokenizer_config.as_deref(),
+        pooling: None,
+        safetensors: &weights,
+    };
+    convert_files(&files, dtype).map(|(bytes, _)| bytes).map_err(js_err)
+}

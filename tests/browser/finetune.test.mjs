@@ -38,6 +38,14 @@ const LOSS_RTOL = 1e-4;
  */
 const PARAM_ATOL = 2e-5;
 
+/**
+ * Scores of the fine-tuned model exported as a Q8_0 GGUF against the f32 model's. Q8_0 rounds each weight to 1/254
+ * of its block's largest; the tiny checkpoint (hidden 32, weights drawn with std 0.3, so blocks with large outliers)
+ * is far more sensitive than a real one: measured 3.5e-2. 6e-2 bounds that while failing a GGUF whose tensors are
+ * mismatched or unscaled (scores off by tenths); the f32 GGUF, compared exactly, checks the export itself.
+ */
+const Q8_SCORE_ATOL = 6e-2;
+
 /** safetensors bytes → { name: Float32Array } (f32 only, as exportModel writes). */
 function readSafetensors(bytes) {
   const buf = Buffer.from(bytes);
@@ -121,9 +129,21 @@ test("fineTune on the wasm CPU trains what the native CLI trains; exportModel lo
       weights: files["model.safetensors"] }, { device: "cpu" });
     const again = await reloaded.classify(texts);
     reloaded.dispose();
+    // As one GGUF: f32 (the same numbers), and quantized again to Q8_0; each loaded back.
+    const viaGguf = async (dtype) => {
+      const gguf = (await bert.exportModel({ format: "gguf", dtype }))["model.gguf"];
+      const m = await bertgpu.Bert.load({ gguf }, { device: "cpu" });
+      const out = await m.classify(texts);
+      m.dispose();
+      return { out, bytes: gguf.length };
+    };
+    const f32Gguf = await viaGguf("f32");
+    const q8 = await viaGguf("q8_0");
+    const quantized = q8.out;
+    const gguf = { length: q8.bytes };
     bert.dispose();
     const plain = (u8) => Array.from(u8);
-    return { before, after, again, report, events, names: Object.keys(files).sort(),
+    return { before, after, again, quantized, f32Gguf: f32Gguf.out, ggufBytes: gguf.length, report, events, names: Object.keys(files).sort(),
       config: new TextDecoder().decode(files["config.json"]), weights: plain(files["model.safetensors"]) };
   }, { url: ctx.env.models.url + TINY, examples: EXAMPLES, options: OPTIONS });
 
@@ -145,6 +165,15 @@ test("fineTune on the wasm CPU trains what the native CLI trains; exportModel lo
   assert.deepEqual(got.before[0].map((s) => s.label).sort(), ["negative", "neutral", "positive"]);
   assert.deepEqual(got.after[0].map((s) => s.label).sort(), [...labels].sort());
   assert.deepEqual(got.again, got.after);
+  assert.deepEqual(got.f32Gguf, got.after, "the f32 GGUF is the fine-tuned model exactly");
+  // The Q8_0 GGUF: the same labels, scores within Q8_0's rounding of the weights.
+  let worstQ8 = 0;
+  got.quantized.forEach((scores, i) => {
+    const want = Object.fromEntries(got.after[i].map((s) => [s.label, s.score]));
+    for (const s of scores) worstQ8 = Math.max(worstQ8, Math.abs(s.score - want[s.label]));
+  });
+  console.log(`Q8_0 GGUF export: scores within ${worstQ8.toExponential(2)} of the f32 model's (${got.ggufBytes} bytes)`);
+  assert.ok(worstQ8 <= Q8_SCORE_ATOL, `Q8_0 scores differ by ${worstQ8}`);
 
   const native = nativeFineTune();
   assert.deepEqual(native.config.id2label, config.id2label);
@@ -209,6 +238,7 @@ test("fineTune stops on its signal and on dispose, refuses calls meanwhile and b
       wrongShape: [[{ tokens: ["a"], tags: ["O"] }], { task: "classify" }],
       layers: [examples, { layers: 9 }],
       layersType: [examples, { layers: "top" }],
+      dropoutType: [examples, { dropout: "no" }],
       unknown: [examples, { epoch: 3 }],
       lr: [examples, { learningRate: -1 }],
       diverges: [examples, { ...options, learningRate: 1e30 }],
@@ -237,6 +267,7 @@ test("fineTune stops on its signal and on dispose, refuses calls meanwhile and b
     wrongShape: /examples\[0\] is not an example of task "classify": missing field `text`/,
     layers: /top 9 layers of a 2-layer model/,
     layersType: /TypeError: fineTune: layers must be "all" or a number of top layers/,
+    dropoutType: /TypeError: fineTune: dropout must be true or false/,
     unknown: /TypeError: fineTune: unknown option "epoch"/,
     lr: /learning rate must be a positive number/,
     diverges: /the loss \(NaN\) or the gradient norm \(NaN\) is not finite.*lower the learning rate/,
