@@ -228,8 +228,8 @@ impl<T> Encoder<T> {
             put(be, grads, b, be.sum_rows(dy)?)?; // (1, N)
         }
         let dx = be.matmul(dy, false, self.t(w), false)?; // (M, K)
-        match &self.lora {
-            Some(l) => l.backward(be, &self.params, dy, x, w, dx, grads),
+        match self.lora.as_ref().map(|l| l.backward(be, &self.params, dy, x, w, grads)).transpose()?.flatten() {
+            Some(d) => be.add(&dx, &d),
             None => Ok(dx),
         }
     }

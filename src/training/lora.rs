@@ -116,9 +116,11 @@ impl<T> Lora<T> {
         Ok(y)
     }
 
-    /// Back through the adapters on weight `w`: their gradients into `grads`; returns `dx` plus theirs.
-    pub fn backward<B: Backend<Tensor = T>>(&self, be: &B, params: &[Param<T>], dy: &T, x: &T, w: usize, mut dx: T,
-        grads: &mut [Option<T>]) -> Result<T> {
+    /// Back through the adapters on weight `w`: their gradients into `grads`; returns their part of `dx` (`None`
+    /// when `w` has none).
+    pub fn backward<B: Backend<Tensor = T>>(&self, be: &B, params: &[Param<T>], dy: &T, x: &T, w: usize,
+        grads: &mut [Option<T>]) -> Result<Option<T>> {
+        let mut dx: Option<T> = None;
         for ad in self.adapters.iter().filter(|a| a.weight == w) {
             let us = be.matmul(&be.matmul(x, false, &params[ad.a].tensor, true)?, false, &self.scale, false)?;
             let placed = self.placed(be, params, ad)?;
@@ -134,7 +136,11 @@ impl<T> Lora<T> {
             let dus = be.matmul(dy, false, placed.as_ref().unwrap_or(&params[ad.b].tensor), false)?; // (N, r)
             let du = be.matmul(&dus, false, &self.scale, false)?; // S is symmetric
             put(be, grads, ad.a, be.matmul(&du, true, x, false)?)?; // (r, in)
-            dx = be.add(&dx, &be.matmul(&du, false, &params[ad.a].tensor, false)?)?;
+            let d = be.matmul(&du, false, &params[ad.a].tensor, false)?;
+            dx = Some(match dx {
+                Some(prev) => be.add(&prev, &d)?,
+                None => d,
+            });
         }
         Ok(dx)
     }
