@@ -233,3 +233,40 @@ fn embedding_fine_tune_pulls_pairs_together_and_the_folder_embeds() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--batch-size of at least 2"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--lora R`: peft's two adapter files (pointing at the base model's folder) instead of a model; with `--merge`, a
+/// plain folder with the adapters folded in, which classifies what it learned.
+#[test]
+fn lora_fine_tune_writes_the_adapter_or_the_merged_folder() {
+    let dir = tmp("lora");
+    let train = data(&dir);
+    let (adapter, merged) = (dir.join("adapter"), dir.join("merged"));
+    let args = ["--epochs", "8", "--lr", "1e-2", "--batch-size", "8", "--validation-split", "0.25", "--lora", "4"];
+    let learned = |epochs: &[Value]| {
+        let loss = |e: &Value| e["train_loss"].as_f64().unwrap();
+        assert!(loss(epochs.last().unwrap()) < loss(&epochs[0]) / 4.0, "the adapters learned: {epochs:?}");
+        assert!(epochs.last().unwrap()["val_accuracy"].as_f64().unwrap() >= 0.8, "{epochs:?}");
+    };
+    learned(&fine_tune("classify", "tiny-classifier", &train, &adapter, &[&args[..], &["--lora-targets", "all"]].concat()));
+    assert!(!adapter.join("model.safetensors").exists(), "an adapter, not a model");
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!((cfg["peft_type"].as_str(), cfg["r"].as_u64(), cfg["lora_alpha"].as_u64()), (Some("LORA"), Some(4), Some(8)));
+    assert_eq!((cfg["task_type"].as_str(), &cfg["target_modules"]), (Some("SEQ_CLS"),
+        &serde_json::json!(["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"])));
+    let base = std::fs::canonicalize(root().join("tests/models/tiny-classifier")).unwrap();
+    assert_eq!(cfg["base_model_name_or_path"].as_str(), base.to_str());
+    let w = bertgpu::weights::Weights::from_safetensors_file(adapter.join("adapter_model.safetensors")).unwrap();
+    assert_eq!(w.names().len(), 2 * 6 * 2 + 2, "A and B of the six linears of 2 layers, and the classifier");
+
+    learned(&fine_tune("classify", "tiny-classifier", &train, &merged, &[&args[..], &["--merge"]].concat()));
+    assert!(merged.join("model.safetensors").exists() && !merged.join("adapter_config.json").exists());
+    let o = run(&["classify", "--model", merged.to_str().unwrap(), "--device", "cpu"],
+        "the cat 99 sat on the mat and slept\nmy car 99 drove down the road fast\n");
+    assert!(o.status.success(), "classify on the merged folder: {}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((lines[0][0]["label"].as_str(), lines[1][0]["label"].as_str()), (Some("animal"), Some("vehicle")));
+    let o = run(&["fine-tune", "--task", "classify", "--model", root().join("tests/models/tiny-classifier").to_str().unwrap(),
+        "--data", train.to_str().unwrap(), "--out", merged.to_str().unwrap(), "--merge"], "");
+    assert!(!o.status.success(), "--merge without --lora is refused");
+    let _ = std::fs::remove_dir_all(&dir);
+}

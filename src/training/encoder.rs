@@ -25,6 +25,7 @@
 //! M/(1 − p)`; the attention's backward recomputes its mask. The kept tensors (`x*`, `ctx*`, `p1*`, ...) are the
 //! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded).
 
+use super::lora::Lora;
 use crate::backend::{Activation, AttentionShape, Backend, Dropout, EmbeddingTables};
 use crate::config::{BertConfig, Family};
 use crate::tokenizer::Batch;
@@ -158,6 +159,8 @@ pub struct Encoder<T> {
     pub params: Vec<Param<T>>,
     emb: [usize; 5], // word, position, token type, LN γ, LN β
     layers: Vec<LayerIdx>,
+    /// LoRA adapters ([`super::lora`]): with them, only the parameters [`Lora::trains`] names get gradients.
+    pub lora: Option<Lora<T>>,
 }
 
 /// A tensor of the checkpoint, copied.
@@ -193,7 +196,7 @@ impl<T> Encoder<T> {
         }
         let (h, inter, types, pos) = (cfg.hidden_size, cfg.intermediate_size, cfg.type_vocab_size, cfg.max_position_embeddings);
         let w = weights.for_family(cfg.family);
-        let mut enc = Encoder { config: cfg.clone(), params: Vec::new(), emb: [0; 5], layers: Vec::new() };
+        let mut enc = Encoder { config: cfg.clone(), params: Vec::new(), emb: [0; 5], layers: Vec::new(), lora: None };
         let e = w.pp("embeddings");
         let en = |n: &str| vec![format!("bert.embeddings.{n}")];
         enc.emb = [
@@ -271,18 +274,18 @@ impl<T> Encoder<T> {
         let mut layers = Vec::with_capacity(self.layers.len());
         for (l, li) in self.layers.iter().enumerate() {
             let s = 3 * l as u32;
-            let qkv = be.linear(&x, self.t(li.qkv_w), Some(self.t(li.qkv_b)), Activation::None)?; // (B*T, 3H)
+            let qkv = self.linear(be, &x, li.qkv_w, li.qkv_b)?; // (B*T, 3H)
             let ctx = match site(true, s + 1) {
                 Some(d) => be.attention_dropout(&qkv, &mask, shape, d)?,
                 None => be.attention(&qkv, &mask, shape)?, // (B*T, H)
             };
-            let a = be.linear(&ctx, self.t(li.o_w), Some(self.t(li.o_b)), Activation::None)?;
+            let a = self.linear(be, &ctx, li.o_w, li.o_b)?;
             let a = apply_dropout(be, a, site(false, s + 2))?;
             let pre1 = be.add(&a, &x)?;
             let h1 = be.layernorm(&pre1, None, self.t(li.ln1_g), self.t(li.ln1_b), eps)?;
-            let u = be.linear(&h1, self.t(li.i_w), Some(self.t(li.i_b)), Activation::None)?; // (B*T, I)
+            let u = self.linear(be, &h1, li.i_w, li.i_b)?; // (B*T, I)
             let g = be.activation(&u, self.config.hidden_act)?;
-            let o = be.linear(&g, self.t(li.out_w), Some(self.t(li.out_b)), Activation::None)?; // (B*T, H)
+            let o = self.linear(be, &g, li.out_w, li.out_b)?; // (B*T, H)
             let o = apply_dropout(be, o, site(false, s + 3))?;
             let pre2 = be.add(&o, &h1)?;
             let next = be.layernorm(&pre2, None, self.t(li.ln2_g), self.t(li.ln2_b), eps)?;
@@ -292,12 +295,41 @@ impl<T> Encoder<T> {
         Ok((x, Saved { mask, emb_sum, layers, dropout }))
     }
 
-    /// Back through `y = x·Wᵀ + b` (parameters `w`, `b`): their gradients into `grads`; returns `dx`.
+    /// `y = x·Wᵀ + b` of an encoder layer, plus its LoRA adapters' updates.
+    fn linear<B: Backend<Tensor = T>>(&self, be: &B, x: &T, w: usize, b: usize) -> Result<T> {
+        let y = be.linear(x, self.t(w), Some(self.t(b)), Activation::None)?;
+        match &self.lora {
+            Some(l) => l.forward(be, &self.params, x, w, y),
+            None => Ok(y),
+        }
+    }
+
+    /// Whether parameter `i` gets a gradient (all do, unless LoRA freezes them).
+    pub fn trains(&self, i: usize) -> bool {
+        self.lora.as_ref().is_none_or(|l| l.trains(i))
+    }
+
+    /// Indices of layer `l`'s weights: the fused query/key/value, attention.output, intermediate, output.
+    pub(crate) fn layer_linears(&self, l: usize) -> [usize; 4] {
+        let li = self.layers[l];
+        [li.qkv_w, li.o_w, li.i_w, li.out_w]
+    }
+
+    /// Back through `y = x·Wᵀ + b` (parameters `w`, `b`, and LoRA adapters on `w`): the gradients of those that
+    /// train into `grads`; returns `dx`.
     pub fn linear_backward<B: Backend<Tensor = T>>(&self, be: &B, dy: &T, x: &T, w: usize, b: usize,
         grads: &mut [Option<T>]) -> Result<T> {
-        put(be, grads, w, be.matmul(dy, true, x, false)?)?; // (N, K)
-        put(be, grads, b, be.sum_rows(dy)?)?; // (1, N)
-        be.matmul(dy, false, self.t(w), false) // (M, K)
+        if self.trains(w) {
+            put(be, grads, w, be.matmul(dy, true, x, false)?)?; // (N, K)
+        }
+        if self.trains(b) {
+            put(be, grads, b, be.sum_rows(dy)?)?; // (1, N)
+        }
+        let dx = be.matmul(dy, false, self.t(w), false)?; // (M, K)
+        match self.lora.as_ref().map(|l| l.backward(be, &self.params, dy, x, w, grads)).transpose()?.flatten() {
+            Some(d) => be.add(&dx, &d),
+            None => Ok(dx),
+        }
     }
 
     /// The number of encoder layers.
@@ -337,7 +369,10 @@ impl<T> Encoder<T> {
             let dxq = self.linear_backward(be, &dqkv, &ls.x, li.qkv_w, li.qkv_b, grads)?;
             dx = be.add(&dxq, &dpre1)?; // x feeds the projections and the first residual
         }
-        if top.is_some() {
+        if let Some(l) = &self.lora {
+            grads.iter_mut().enumerate().filter(|(i, _)| !l.trains(*i)).for_each(|(_, g)| *g = None);
+        }
+        if top.is_some() || self.lora.is_some() {
             return Ok(());
         }
         let [word, pos, typ, g0, b0] = self.emb;

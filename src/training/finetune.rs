@@ -102,8 +102,8 @@ enum Head {
 pub struct FineTuner<B: Backend> {
     pub encoder: Encoder<B::Tensor>,
     head: Head,
-    /// AdamW's moments, one pair per parameter, and the number of steps taken.
-    moments: Vec<(B::Tensor, B::Tensor)>,
+    /// AdamW's moments, one pair per trained parameter, and the number of steps taken.
+    moments: Vec<Option<(B::Tensor, B::Tensor)>>,
     steps: u32,
     /// Train only the last this many encoder layers (and the head); `None`: every parameter.
     top_layers: Option<usize>,
@@ -180,14 +180,7 @@ impl<B: Backend> FineTuner<B> {
             }
             FineTuneTask::Embedding => Head::Embed,
         };
-        let moments = enc
-            .params
-            .iter()
-            .map(|p| {
-                let zeros = vec![0.0; p.rows * p.cols];
-                Ok((be.input(&zeros, p.rows, p.cols)?, be.input(&zeros, p.rows, p.cols)?))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let moments = Vec::new(); // made at a parameter's first update: a frozen one never has any
         Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None, pending: None,
             max_tensor_bytes: be.max_tensor_bytes(), dropout: None, micro_batches: 0 })
     }
@@ -212,6 +205,19 @@ impl<B: Backend> FineTuner<B> {
         dropout.as_ref().map_or(Ok(()), DropoutOptions::check)?;
         self.dropout = dropout;
         Ok(())
+    }
+
+    pub(crate) fn top_layers(&self) -> Option<usize> {
+        self.top_layers
+    }
+
+    /// The head's last linear, which LoRA trains whole (peft's `modules_to_save`): its parameters and module name.
+    pub(crate) fn head_modules(&self) -> (Vec<usize>, Option<&'static str>) {
+        match &self.head {
+            Head::Sequence { classifier, .. } | Head::Token { classifier, .. } => (classifier.to_vec(), Some("classifier")),
+            Head::Qa { qa } => (qa.to_vec(), Some("qa_outputs")),
+            Head::Embed => (Vec::new(), None),
+        }
     }
 
     /// Refuses a batch whose largest tensor of the step would not fit the backend (a GPU's largest storage binding,
@@ -604,10 +610,17 @@ impl<B: Backend> FineTuner<B> {
             let wd = if params[i].decay { opt.weight_decay } else { 0.0 };
             let mut s = AdamWStep::new(opt.learning_rate, wd, opt.beta1, opt.beta2, opt.eps, self.steps);
             s.grad_scale = grad_scale;
-            let (m, v) = &self.moments[i];
-            let (p, m, v) = be.adamw(&params[i].tensor, g, m, v, &s)?;
+            self.moments.resize_with(params.len(), || None);
+            let (m, v) = match self.moments[i].take() {
+                Some(mv) => mv,
+                None => {
+                    let (r, c) = (params[i].rows, params[i].cols);
+                    (be.input(&vec![0.0; r * c], r, c)?, be.input(&vec![0.0; r * c], r, c)?)
+                }
+            };
+            let (p, m, v) = be.adamw(&params[i].tensor, g, &m, &v, &s)?;
             params[i].tensor = p;
-            self.moments[i] = (m, v);
+            self.moments[i] = Some((m, v));
         }
         Ok(StepReport { loss, grad_norm })
     }

@@ -413,7 +413,8 @@ pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], wh
 }
 
 /// The fine-tuned model as the files of a Hugging Face folder: `config.json` (the original's, with `architectures`
-/// and, for classifiers, `id2label` / `label2id` set) and `model.safetensors` (f32, transformers' names). The
+/// and, for classifiers, `id2label` / `label2id` set) and `model.safetensors` (f32, transformers' names; LoRA
+/// adapters merged into their weights). The
 /// tokenizer files are the original folder's, unchanged.
 pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_config: &serde_json::Value,
     labels: Option<&[String]>) -> Result<(String, Vec<u8>)> {
@@ -434,7 +435,7 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
         obj.insert("id2label".into(), serde_json::json!(id2label));
         obj.insert("label2id".into(), serde_json::json!(label2id));
     }
-    let named = tuner.named(be, None).await?;
+    let named = super::lora::merged(be, tuner).await?; // LoRA adapters folded in, if any
     let shapes = tuner.shapes();
     let tensors: Vec<F32Tensor<'_>> = named
         .iter()

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::data::{self, QaExample, TextExample, TokenExample};
 use super::finetune::{FineTuneTask, FineTuner};
 use super::fit::{self, FitOptions, FitReport, Hooks, Metrics, Row, RowTarget};
+use super::lora::{self, LoraOptions};
 use super::metrics::QaReference;
 use crate::backend::Backend;
 use crate::config::BertConfig;
@@ -121,11 +122,14 @@ pub struct JobOptions {
     /// QA: context tokens shared by consecutive windows (run_qa's `doc_stride`).
     pub doc_stride: usize,
     pub fit: FitOptions,
+    /// Train LoRA adapters on a frozen encoder instead ([`super::lora`]); the job then exports the adapter (peft's
+    /// files), or with `merge` the merged folder.
+    pub lora: Option<LoraOptions>,
 }
 
 impl JobOptions {
     pub fn new(task: JobTask) -> JobOptions {
-        JobOptions { task, layers: None, doc_stride: data::QA_DOC_STRIDE, fit: FitOptions::default() }
+        JobOptions { task, layers: None, doc_stride: data::QA_DOC_STRIDE, fit: FitOptions::default(), lora: None }
     }
 }
 
@@ -229,12 +233,14 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
 }
 
 /// What a job made: its report, the label list of a classifier, and the folder's `config.json` and
-/// `model.safetensors` (f32).
+/// `model.safetensors` (f32) — or, when `adapter`, peft's `adapter_config.json` and `adapter_model.safetensors`.
 pub struct FineTuned {
     pub report: FitReport,
     pub labels: Option<Vec<String>>,
     pub config_json: String,
     pub safetensors: Vec<u8>,
+    /// A LoRA adapter (to load beside the base model), not a whole model.
+    pub adapter: bool,
 }
 
 /// The files of a Hugging Face folder besides config.json and model.safetensors that a fine-tuned folder copies from
@@ -264,11 +270,19 @@ pub async fn run<B: Backend>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights:
     let fresh = (!p.keep_head).then(|| p.labels.as_ref().map_or(0, Vec::len));
     let mut tuner = FineTuner::new(be, cfg, weights, p.task, fresh, fit_opts.seed)?;
     tuner.set_top_layers(opts.layers)?;
+    if let Some(l) = opts.lora {
+        tuner.set_lora(be, l, fit_opts.seed)?;
+    }
     let metrics = Metrics {
         tags: p.labels.as_deref().filter(|_| p.task == FineTuneTask::Token),
         qa: p.qa.as_ref(),
     };
     let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks).await?;
-    let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;
-    Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors })
+    let adapter = opts.lora.is_some_and(|l| !l.merge);
+    let (config_json, safetensors) = if adapter {
+        lora::export_adapter(be, &tuner, original_config["_name_or_path"].as_str()).await?
+    } else {
+        fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?
+    };
+    Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors, adapter })
 }

@@ -12,6 +12,7 @@ pub mod encoder;
 pub mod finetune;
 pub mod fit;
 pub mod job;
+pub mod lora;
 pub mod metrics;
 pub mod head;
 

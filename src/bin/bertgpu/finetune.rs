@@ -8,6 +8,7 @@ use bertgpu::backend::Backend;
 use bertgpu::engine;
 use bertgpu::training::fit::{FitOptions, Progress};
 use bertgpu::training::job::{self, Examples, JobOptions, JobTask};
+use bertgpu::training::lora::LoraOptions;
 use serde_json::json;
 
 use crate::{load_model, Fail, InferArgs};
@@ -20,6 +21,8 @@ pub(crate) struct FineTuneArgs {
     /// Train the top this many layers (and the head); `None`: all.
     pub layers: Option<usize>,
     pub fit: FitOptions,
+    /// LoRA adapters instead of the weights themselves.
+    pub lora: Option<LoraOptions>,
 }
 
 /// `--layers`: `all` or a number of top layers.
@@ -48,10 +51,15 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
     let examples = Examples::parse(a.task, &text).map_err(at)?;
     let prepared = job::prepare(cfg, tok, a.task, &examples, a.doc_stride).map_err(at)?;
     drop(examples);
-    eprintln!("bertgpu: {} ({}), {} backend", prepared.describe(a.layers), a.task.name(), be.name());
+    let what = match a.lora {
+        Some(l) => format!("LoRA r {} alpha {} on {:?} of a frozen encoder; {}", l.r, l.alpha, l.target_modules(),
+            prepared.describe(Some(0)).replace("the head alone", "the adapters and the head")),
+        None => prepared.describe(a.layers),
+    };
+    eprintln!("bertgpu: {what} ({}), {} backend", a.task.name(), be.name());
     let original = read_config(m)?;
     let weights = m.model.weights().map_err(fail)?;
-    let opts = JobOptions { task: a.task, layers: a.layers, doc_stride: a.doc_stride, fit: a.fit };
+    let opts = JobOptions { task: a.task, layers: a.layers, doc_stride: a.doc_stride, fit: a.fit, lora: a.lora };
     let mut progress = |p: Progress<'_>| {
         let line = match p {
             Progress::Step(s) => serde_json::to_string(s),
@@ -61,7 +69,16 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
     };
     let done = job::run(be, cfg, tok, &weights, &original, &opts, &prepared, &mut progress).await.map_err(fail)?;
     drop(weights);
-    write_folder(m, &a.out, &done.config_json, &done.safetensors)?;
+    if done.adapter {
+        // peft's files, pointing at the base model's folder.
+        let mut cfg: serde_json::Value = serde_json::from_str(&done.config_json).map_err(fail)?;
+        let base = std::fs::canonicalize(&m.dir).unwrap_or_else(|_| m.dir.clone());
+        cfg["base_model_name_or_path"] = json!(base.display().to_string());
+        let text = serde_json::to_string_pretty(&cfg).map_err(fail)? + "\n";
+        write_folder(m, &a.out, &[("adapter_config.json", text.as_bytes()), ("adapter_model.safetensors", &done.safetensors)])?;
+    } else {
+        write_folder(m, &a.out, &[("config.json", done.config_json.as_bytes()), ("model.safetensors", &done.safetensors)])?;
+    }
     Ok(json!({ "labels": done.labels, "epochs": done.report.epochs, "out": a.out }))
 }
 
@@ -70,15 +87,17 @@ fn read_config(m: &crate::LoadedModel) -> Result<serde_json::Value, Fail> {
     serde_json::from_slice(&bytes).map_err(|e| fail(format!("config.json: {e}")))
 }
 
-/// config.json, model.safetensors and the original folder's other files ([`job::FOLDER_FILES`]) into `out`.
-fn write_folder(m: &crate::LoadedModel, out: &Path, config: &str, weights: &[u8]) -> Result<(), Fail> {
+/// `files` (config.json and model.safetensors, or a LoRA adapter's two) and the original folder's other files
+/// ([`job::FOLDER_FILES`]) into `out`.
+fn write_folder(m: &crate::LoadedModel, out: &Path, files: &[(&str, &[u8])]) -> Result<(), Fail> {
     let read = |name: &str| std::fs::read(m.dir.join(name));
     std::fs::create_dir_all(out).map_err(|e| fail(format!("cannot create `{}`: {e}", out.display())))?;
     let write = |name: &str, bytes: &[u8]| {
         std::fs::write(out.join(name), bytes).map_err(|e| fail(format!("cannot write `{}`: {e}", out.join(name).display())))
     };
-    write("config.json", config.as_bytes())?;
-    write("model.safetensors", &weights)?;
+    for (name, bytes) in files {
+        write(name, bytes)?;
+    }
     // The tokenizer, and a sentence-transformers model's pipeline files (pooling, normalisation) as they were.
     for name in job::FOLDER_FILES {
         if let Ok(bytes) = read(name) {

@@ -211,6 +211,19 @@ enum Command {
         /// classifier_dropout apply, seeded, as in transformers' Trainer)
         #[arg(long)]
         no_dropout: bool,
+        /// Train LoRA adapters of rank R on a frozen encoder (and the head's classifier); --out gets peft's
+        /// adapter_config.json and adapter_model.safetensors. LoRA usually wants a higher --lr (e.g. 5e-4)
+        #[arg(long, value_name = "R")]
+        lora: Option<usize>,
+        /// LoRA's alpha: the update is scaled by alpha / R (peft's default alpha, 8)
+        #[arg(long, default_value_t = bertgpu::training::lora::DEFAULT_ALPHA, requires = "lora")]
+        lora_alpha: f32,
+        /// Which linears get adapters: qv (query and value, peft's default for BERT) or all six of each layer
+        #[arg(long, value_enum, default_value = "qv", requires = "lora")]
+        lora_targets: bertgpu::training::lora::LoraTargets,
+        /// With --lora: write the merged model (W + alpha/R·B·A) as a plain Hugging Face folder instead
+        #[arg(long, requires = "lora")]
+        merge: bool,
     },
     /// Speed of the backends on this machine: embeddings of a synthetic batch, a table on stdout
     Bench {
@@ -309,7 +322,7 @@ fn run(command: Command) -> Result<(), Fail> {
             );
             Ok(())
         }
-        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers, no_dropout } => {
+        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers, no_dropout, lora, lora_alpha, lora_targets, merge } => {
             let fit = bertgpu::training::fit::FitOptions {
                 epochs,
                 learning_rate: lr,
@@ -322,7 +335,8 @@ fn run(command: Command) -> Result<(), Fail> {
                 dropout: !no_dropout,
                 ..Default::default()
             };
-            finetune::cmd_fine_tune(&infer, &finetune::FineTuneArgs { task, data, out, doc_stride, layers: layers.0, fit })
+            let lora = lora.map(|r| bertgpu::training::lora::LoraOptions { r, alpha: lora_alpha, targets: lora_targets, merge });
+            finetune::cmd_fine_tune(&infer, &finetune::FineTuneArgs { task, data, out, doc_stride, layers: layers.0, fit, lora })
         }
         Command::TrainHead { infer, data, out, epochs, lr, seed, batch_size, weight_decay, validation_split, hidden, pooling } => {
             let opts = tasks::TrainOptions {
