@@ -279,6 +279,12 @@ export interface FineTuneOptions {
   docStride?: number;
   /** The checkpoint's dropout probabilities, seeded (default true); false trains without dropout. */
   dropout?: boolean;
+  /**
+   * LoRA adapters of rank `r` on a frozen encoder (scaled by alpha / r; alpha default 8) on the query and value
+   * ("qv", the default) or every linear ("all"), and the head; the model then holds them merged, and
+   * `exportModel({ format: "adapter" })` gives peft's files.
+   */
+  lora?: { r: number; alpha?: number; targets?: "qv" | "all" };
   onProgress?: (progress: FineTuneStep | FineTuneEpoch) => void;
   /** Stops fine-tuning between two steps; the model is left as it was. */
   signal?: AbortSignal;
@@ -328,7 +334,7 @@ export declare class Bert {
    * The model's files as a Hugging Face folder (after fineTune: the fine-tuned model, f32), or with
    * `{ format: "gguf", dtype }` one `model.gguf` quantized again (default "q8_0").
    */
-  exportModel(options?: { format?: "folder" | "gguf"; dtype?: "f32" | "f16" | "q8_0" | "q4_0" }): Promise<Record<string, Uint8Array>>;
+  exportModel(options?: { format?: "folder" | "gguf" | "adapter"; dtype?: "f32" | "f16" | "q8_0" | "q4_0" }): Promise<Record<string, Uint8Array>>;
   /** The live trained head as safetensors bytes. */
   exportHead(): Promise<Uint8Array>;
   /** Makes a head file from `exportHead` the live head; resolves to its labels. */

@@ -314,7 +314,7 @@ function checkTrainOptions(o, onProgress) {
 }
 
 const FINE_TUNE_OPTIONS = ["task", "epochs", "learningRate", "batchSize", "accumulate", "layers", "warmup",
-  "weightDecay", "validationSplit", "seed", "docStride", "dropout", "onProgress", "signal"];
+  "weightDecay", "validationSplit", "seed", "docStride", "dropout", "lora", "onProgress", "signal"];
 const FINE_TUNE_TASKS = ["classify", "pair", "ner", "qa", "embed"];
 
 /** Types of fineTune's options (their ranges are checked in Rust, with messages that say how to fix them). */
@@ -341,6 +341,14 @@ function checkFineTuneOptions(o, onProgress, signal) {
     throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
   }
   if (o.dropout != null && typeof o.dropout !== "boolean") throw new TypeError(`${m}: dropout must be true or false`);
+  if (o.lora != null) {
+    const l = o.lora;
+    if (typeof l !== "object" || !Number.isInteger(l.r) || l.r < 1
+      || (l.alpha != null && (typeof l.alpha !== "number" || !Number.isFinite(l.alpha)))
+      || (l.targets != null && l.targets !== "qv" && l.targets !== "all")) {
+      throw new TypeError(`${m}: lora must be { r: a positive integer, alpha?: number, targets?: "qv" | "all" }`);
+    }
+  }
   for (const k of ["learningRate", "warmup", "weightDecay", "validationSplit"]) {
     if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
       throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
@@ -718,7 +726,8 @@ export class Bert {
    * Options (the BERT paper's recipe by default): epochs 3, learningRate 5e-5, batchSize 16, accumulate 1,
    * layers "all" (or the number of top layers; 0 trains the head alone), warmup 0.1, weightDecay 0.01,
    * validationSplit 0.1, seed 0, docStride 128 (qa), dropout true (the checkpoint's probabilities, seeded; false:
-   * none). `onProgress(p)` gets `{ type: "step", epoch, step,
+   * none), lora (e.g. `{ r: 8, alpha: 16, targets: "qv" | "all" }`: LoRA adapters on a frozen encoder, and the head;
+   * the model becomes the merged one). `onProgress(p)` gets `{ type: "step", epoch, step,
    * totalSteps, loss, learningRate }` after each step and `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`
    * after each epoch. `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
    * reason and the model is left as it was, as after any error. Other calls made while it runs reject.
@@ -769,6 +778,8 @@ export class Bert {
       const old = this._model;
       this._model = model;
       this._tuned = tuned;
+      this._adapter = out.adapterConfig
+        ? { "adapter_config.json": out.adapterConfig, "adapter_model.safetensors": out.adapterWeights } : null;
       // A head trained by trainHead was trained on the old encoder's features: it does not carry over.
       this._headLabels = null;
       this._headBytes = null;
@@ -782,14 +793,19 @@ export class Bert {
    * "tokenizer.json" | "vocab.txt", "tokenizer_config.json"? }`: after `fineTune`, the fine-tuned model (f32, with
    * `architectures` and `id2label` set), which transformers' `from_pretrained` and `Bert.load` load. With
    * `{ format: "gguf", dtype }` ("f32", "f16", "q8_0" (default), "q4_0"): `{ "model.gguf": Uint8Array }`, one file
-   * with the weights quantized again, as `bertgpu convert` writes it.
+   * with the weights quantized again, as `bertgpu convert` writes it. With `{ format: "adapter" }` after a LoRA
+   * fine-tuning: peft's `{ "adapter_config.json", "adapter_model.safetensors" }` (the folder has them merged in).
    */
   exportModel(options = {}) {
     return this._enqueue("exportModel", async () => {
       const opts = checkOptions(options, ["format", "dtype"], "exportModel");
       const format = opts.format ?? "folder";
-      if (format !== "folder" && format !== "gguf") {
-        throw new TypeError(`exportModel: format must be "folder" or "gguf" (got ${JSON.stringify(format)})`);
+      if (!["folder", "gguf", "adapter"].includes(format)) {
+        throw new TypeError(`exportModel: format must be "folder", "gguf" or "adapter" (got ${JSON.stringify(format)})`);
+      }
+      if (format === "adapter") {
+        if (!this._adapter) throw new Error("exportModel: no LoRA adapter: fine-tune with the lora option first");
+        return { ...this._adapter };
       }
       if (opts.dtype != null && format !== "gguf") throw new TypeError("exportModel: dtype is for format: \"gguf\"");
       const files = this._tuned ?? await fetchModelFiles(this._source.resolved, this._source.fetchOptions);

@@ -238,6 +238,7 @@ export class Bert {
       report = await trainer.channel.call("fineTune", [examples, { ...rest, token, progress: onProgress != null }], [],
         onProgress);
       if (tensor || this.workers > 1) files = await trainer.channel.call("exportModel", []);
+      this._adapter = rest.lora ? await trainer.channel.call("exportModel", [{ format: "adapter" }]) : null;
     } catch (e) {
       if (signal?.aborted) throw signal.reason ?? new DOMException("fineTune was aborted", "AbortError");
       throw e;
@@ -262,6 +263,7 @@ export class Bert {
     if (this._parallel === "tensor" && this._tuned && (options?.format ?? "folder") === "folder") {
       return Promise.resolve({ ...this._tuned });
     }
+    if (options?.format === "adapter" && this._adapter) return Promise.resolve({ ...this._adapter });
     return this._call("exportModel", [options]);
   }
 

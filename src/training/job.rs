@@ -233,14 +233,14 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
 }
 
 /// What a job made: its report, the label list of a classifier, and the folder's `config.json` and
-/// `model.safetensors` (f32) — or, when `adapter`, peft's `adapter_config.json` and `adapter_model.safetensors`.
+/// `model.safetensors` (f32; after LoRA, the adapters merged in), and after LoRA also peft's `adapter_config.json`
+/// and `adapter_model.safetensors` (to load beside the base model).
 pub struct FineTuned {
     pub report: FitReport,
     pub labels: Option<Vec<String>>,
     pub config_json: String,
     pub safetensors: Vec<u8>,
-    /// A LoRA adapter (to load beside the base model), not a whole model.
-    pub adapter: bool,
+    pub adapter: Option<(String, Vec<u8>)>,
 }
 
 /// The files of a Hugging Face folder besides config.json and model.safetensors that a fine-tuned folder copies from
@@ -278,11 +278,10 @@ pub async fn run<B: Backend>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights:
         qa: p.qa.as_ref(),
     };
     let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks).await?;
-    let adapter = opts.lora.is_some_and(|l| !l.merge);
-    let (config_json, safetensors) = if adapter {
-        lora::export_adapter(be, &tuner, original_config["_name_or_path"].as_str()).await?
-    } else {
-        fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?
+    let adapter = match opts.lora {
+        Some(_) => Some(lora::export_adapter(be, &tuner, original_config["_name_or_path"].as_str()).await?),
+        None => None,
     };
+    let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;
     Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors, adapter })
 }

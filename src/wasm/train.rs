@@ -9,6 +9,7 @@ use crate::loader::ModelFiles;
 use crate::tasks::{EpochProgress, TrainExample, TrainOptions};
 use crate::training::fit::{EpochMetrics, FitOptions, FitReport, Hooks, Progress, StepProgress};
 use crate::training::job::{Examples, JobOptions, JobTask};
+use crate::training::lora::{LoraOptions, LoraTargets, DEFAULT_ALPHA};
 use crate::{Error, Result};
 
 /// `trainHead`'s options as JS gives them (the wrapper has checked their types; serde checks them again, and an
@@ -175,6 +176,18 @@ struct JsFineTuneOptions {
     doc_stride: Option<usize>,
     /// The checkpoint's dropout probabilities (default true), or none.
     dropout: Option<bool>,
+    /// LoRA adapters on a frozen encoder instead of every parameter.
+    lora: Option<JsLora>,
+}
+
+/// `fineTune`'s `lora: { r, alpha, targets }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsLora {
+    r: usize,
+    alpha: Option<f32>,
+    /// "qv" (query and value, peft's default) or "all" (every linear of each layer).
+    targets: Option<String>,
 }
 
 impl JsFineTuneOptions {
@@ -191,6 +204,20 @@ impl JsFineTuneOptions {
         };
         let mut opts = JobOptions::new(task);
         opts.layers = layers;
+        opts.lora = match self.lora {
+            None => None,
+            Some(l) => Some(LoraOptions {
+                alpha: l.alpha.unwrap_or(DEFAULT_ALPHA),
+                targets: match l.targets.as_deref() {
+                    None | Some("qv") => LoraTargets::Qv,
+                    Some("all") => LoraTargets::All,
+                    Some(other) => {
+                        return Err(Error::Input(format!("lora.targets must be \"qv\" or \"all\" (got \"{other}\")")))
+                    }
+                },
+                ..LoraOptions::new(l.r)
+            }),
+        };
         opts.doc_stride = self.doc_stride.unwrap_or(opts.doc_stride);
         opts.fit = FitOptions {
             epochs: self.epochs.unwrap_or(d.epochs),
@@ -249,7 +276,8 @@ impl From<&EpochMetrics> for JsProgress {
 }
 
 /// What `fineTune`'s call into the module resolves to: the report, and (set as `Uint8Array`s beside it) the new
-/// folder's `config` (config.json) and `weights` (model.safetensors), which the wrapper loads as the model's new self.
+/// folder's `config` (config.json) and `weights` (model.safetensors), which the wrapper loads as the model's new self,
+/// and after LoRA peft's `adapterConfig` and `adapterWeights`.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct JsFineTuned {
@@ -332,7 +360,11 @@ impl WasmModel {
             let done = engine.fine_tune(files, &opts, &examples, &mut hooks).await.map_err(|e| JsValue::from(js_err(e)))?;
             let (steps, epochs) = report(&done.report);
             let out = to_js(&JsFineTuned { labels: done.labels, steps, epochs }).map_err(JsValue::from)?;
-            for (key, bytes) in [("config", done.config_json.as_bytes()), ("weights", &done.safetensors[..])] {
+            let mut files = vec![("config", done.config_json.as_bytes()), ("weights", &done.safetensors[..])];
+            if let Some((config, weights)) = &done.adapter {
+                files.extend([("adapterConfig", config.as_bytes()), ("adapterWeights", &weights[..])]);
+            }
+            for (key, bytes) in files {
                 js_sys::Reflect::set(&out, &JsValue::from_str(key), &js_sys::Uint8Array::from(bytes))?;
             }
             Ok(out)

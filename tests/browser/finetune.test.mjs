@@ -93,21 +93,25 @@ function assertLossesClose(got, want, what) {
   return worst;
 }
 
-/** The native CLI's fine-tune of the tiny checkpoint on EXAMPLES: its step losses and its weights. */
-function nativeFineTune() {
+/**
+ * The native CLI's fine-tune of the tiny checkpoint on EXAMPLES (`flags`: CLI_FLAGS and more): its step losses and
+ * its weights (model.safetensors, or a LoRA adapter's adapter_model.safetensors).
+ */
+function nativeFineTune(flags = CLI_FLAGS) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-finetune-"));
   try {
     const data = path.join(dir, "data.jsonl");
     fs.writeFileSync(data, EXAMPLES.map((e) => JSON.stringify(e)).join("\n") + "\n");
     const out = path.join(dir, "out");
     const r = spawnSync(path.join(ROOT, "target/debug/bertgpu"), ["fine-tune", "--model", path.join(ROOT, TINY),
-      "--data", data, "--out", out, "--device", "cpu", ...CLI_FLAGS], { encoding: "utf8" });
+      "--data", data, "--out", out, "--device", "cpu", ...flags], { encoding: "utf8" });
     assert.equal(r.status, 0, `bertgpu fine-tune failed: ${r.stderr}`);
     // stderr: a JSON line per step ({ step, loss, ... }) and per epoch.
     const losses = r.stderr.split("\n").filter((l) => l.startsWith("{\"epoch\"")).map((l) => JSON.parse(l))
       .filter((x) => x.step != null).map((x) => x.loss);
-    const weights = readSafetensors(fs.readFileSync(path.join(out, "model.safetensors")));
-    const config = JSON.parse(fs.readFileSync(path.join(out, "config.json"), "utf8"));
+    const adapter = fs.existsSync(path.join(out, "adapter_model.safetensors"));
+    const weights = readSafetensors(fs.readFileSync(path.join(out, adapter ? "adapter_model.safetensors" : "model.safetensors")));
+    const config = JSON.parse(fs.readFileSync(path.join(out, adapter ? "adapter_config.json" : "config.json"), "utf8"));
     return { weights, config, losses };
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
@@ -312,5 +316,34 @@ test("bertgpu/worker: fineTune in a worker (progress and signal across), every w
   assert.equal(got.aborted, "AbortError");
   assert.deepEqual(got.afterAbort, got.want, "an aborted fine-tuning in a worker leaves the model as it was");
   assert.deepEqual(got.names, ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]);
+  ctx.page.checkErrors();
+});
+
+test("fineTune with LoRA: the adapters the native CLI trains, peft's files, and the model holds them merged", async () => {
+  const lora = { r: 4, alpha: 8, targets: "qv" };
+  const got = await ctx.page.evaluate(async ({ url, examples, options, lora }) => {
+    const bert = await bertgpu.Bert.load(url, { device: "cpu" });
+    const texts = examples.map((e) => e.text);
+    const report = await bert.fineTune(examples, { ...options, learningRate: 1e-2, lora });
+    const after = await bert.classify(texts);
+    const adapter = await bert.exportModel({ format: "adapter" });
+    const folder = await bert.exportModel();
+    bert.dispose();
+    const plain = (u8) => Array.from(u8);
+    return { losses: report.steps.map((s) => s.loss), after, adapterConfig: new TextDecoder().decode(adapter["adapter_config.json"]),
+      adapterWeights: plain(adapter["adapter_model.safetensors"]), merged: plain(folder["model.safetensors"]) };
+  }, { url: ctx.env.models.url + TINY, examples: EXAMPLES, options: OPTIONS, lora });
+  const flags = [...CLI_FLAGS.map((f) => (f === "1e-3" ? "1e-2" : f)), "--lora", "4", "--lora-alpha", "8"];
+  const adapter = nativeFineTune(flags);
+  const merged = nativeFineTune([...flags, "--merge"]);
+  const config = JSON.parse(got.adapterConfig);
+  assert.equal(config.peft_type, "LORA");
+  assert.equal(config.r, 4);
+  assert.deepEqual([...config.target_modules].sort(), ["query", "value"]);
+  assertLossesClose(got.losses, adapter.losses, "LoRA: browser CPU vs native");
+  const a = maxDiff(readSafetensors(Uint8Array.from(got.adapterWeights)), adapter.weights);
+  const m = maxDiff(readSafetensors(Uint8Array.from(got.merged)), merged.weights);
+  console.log(`LoRA, wasm CPU vs native: adapter ${a.diff.toExponential(2)} (${a.name}), merged ${m.diff.toExponential(2)} (${m.name})`);
+  assert.ok(a.diff <= PARAM_ATOL && m.diff <= PARAM_ATOL, `adapter ${a.diff}, merged ${m.diff}`);
   ctx.page.checkErrors();
 });

@@ -69,13 +69,13 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
     };
     let done = job::run(be, cfg, tok, &weights, &original, &opts, &prepared, &mut progress).await.map_err(fail)?;
     drop(weights);
-    if done.adapter {
+    if let Some((adapter_config, adapter_weights)) = done.adapter.as_ref().filter(|_| a.lora.is_some_and(|l| !l.merge)) {
         // peft's files, pointing at the base model's folder.
-        let mut cfg: serde_json::Value = serde_json::from_str(&done.config_json).map_err(fail)?;
+        let mut cfg: serde_json::Value = serde_json::from_str(adapter_config).map_err(fail)?;
         let base = std::fs::canonicalize(&m.dir).unwrap_or_else(|_| m.dir.clone());
         cfg["base_model_name_or_path"] = json!(base.display().to_string());
         let text = serde_json::to_string_pretty(&cfg).map_err(fail)? + "\n";
-        write_folder(m, &a.out, &[("adapter_config.json", text.as_bytes()), ("adapter_model.safetensors", &done.safetensors)])?;
+        write_folder(m, &a.out, &[("adapter_config.json", text.as_bytes()), ("adapter_model.safetensors", adapter_weights)])?;
     } else {
         write_folder(m, &a.out, &[("config.json", done.config_json.as_bytes()), ("model.safetensors", &done.safetensors)])?;
     }
