@@ -1,5 +1,6 @@
 """Fine-tuning accuracy, bertgpu against PyTorch (BENCHMARKS.md, "Fine-tuning"): all-MiniLM-L6-v2 fine-tuned as a
-sequence classifier on tests/data/fortunes/train.jsonl (128 quotations, 4 topics), evaluated on test.jsonl (32), with
+sequence classifier on DATA/train.jsonl, evaluated on DATA/test.jsonl (default DATA: tests/data/fortunes, 128
+quotations in 4 topics, test set 32; tests/data/fortunes-large: 440 in 8 topics, test set 440), with
 the same recipe on both sides: every parameter, AdamW (weight decay 0.01, none on biases and LayerNorm weights), linear
 warm-up over 10% of the steps then linear decay, gradients clipped at 1.0, batch 16, dropout off (bertgpu does not
 apply dropout yet), a new classifier from N(0, 0.02) (the checkpoint has a pooler, no classifier). Each side runs several
@@ -7,9 +8,10 @@ seeds (shuffle order and new-head initialisation); the table gives the mean test
 the same data is the frozen-encoder baseline.
 
     cargo build --release --bin bertgpu
-    python bench/finetune_accuracy.py [epochs 5] [lr 1e-4] [seeds 3]
+    python bench/finetune_accuracy.py [epochs 5] [lr 1e-4] [seeds 3] [DATA tests/data/fortunes]
 
-Needs torch and transformers. Runs bertgpu's CLI on the CPU."""
+Needs torch and transformers. Runs bertgpu's CLI on the CPU (BERTGPU_BIN: another binary than
+target/release/bertgpu); PyTorch on TORCH_THREADS threads (default 2)."""
 import json, os, statistics, subprocess, sys, tempfile
 
 import torch
@@ -17,8 +19,9 @@ from transformers import AutoTokenizer, BertForSequenceClassification, get_linea
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models/all-MiniLM-L6-v2")
-DATA = os.path.join(ROOT, "tests/data/fortunes")
-BIN = os.path.join(ROOT, "target/release/bertgpu")
+DATA = os.path.join(ROOT, sys.argv[4] if len(sys.argv) > 4 else "tests/data/fortunes")
+BIN = os.environ.get("BERTGPU_BIN", os.path.join(ROOT, "target/release/bertgpu"))
+torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "2")))
 epochs, lr, seeds = (int(sys.argv[1]) if len(sys.argv) > 1 else 5, float(sys.argv[2]) if len(sys.argv) > 2 else 1e-4,
                      int(sys.argv[3]) if len(sys.argv) > 3 else 3)
 train = [json.loads(l) for l in open(os.path.join(DATA, "train.jsonl"))]
@@ -88,7 +91,7 @@ def head(seed):
 
 
 rows = [("PyTorch fine-tune", torch_run), ("bertgpu fine-tune", ours), ("bertgpu train-head (frozen encoder)", head)]
-print(f"all-MiniLM-L6-v2 on fortunes (128 train / 32 test), {epochs} epochs, lr {lr}, batch 16, seeds 0..{seeds - 1}")
+print(f"all-MiniLM-L6-v2 on {os.path.relpath(DATA, ROOT)} ({len(train)} train / {len(test)} test), {epochs} epochs, lr {lr}, batch 16, seeds 0..{seeds - 1}")
 print("| run | test accuracy per seed | mean |")
 print("|---|---|---|")
 for name, fn in rows:

@@ -2,13 +2,13 @@
 """A labelled text-classification dataset from Debian's `fortunes` package (real quotations nobody here wrote):
 one label per fortune file (category), a fixed-seed held-out split.
 
-    python3 scripts/fortunes-dataset.py OUT_DIR [--per-class N] [--seed S] [--categories a,b,c]
+    python3 scripts/fortunes-dataset.py OUT_DIR [--per-class N] [--seed S] [--categories a,b,c] [--test-fraction F]
 
 Reads /usr/share/games/fortunes/<category> (apt-get install fortunes), where quotations are separated by lines
 holding a single `%`. Each quotation's whitespace is collapsed to single spaces; quotations shorter than 20 or longer
 than 400 characters are dropped (one-word entries and long stories); the first N per category after a seeded
-shuffle are kept. Writes OUT_DIR/train.jsonl and OUT_DIR/test.jsonl ({"text", "label"} lines; 80/20 per category,
-so both splits are balanced) and prints their sizes. Standard library only.
+shuffle are kept. Writes OUT_DIR/train.jsonl and OUT_DIR/test.jsonl ({"text", "label"} lines; 80/20 per category
+by default, `--test-fraction` to change it, so both splits are balanced) and prints their sizes. Standard library only.
 """
 import argparse
 import json
@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--per-class", type=int, default=140)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--categories", default=DEFAULT_CATEGORIES)
+    ap.add_argument("--test-fraction", type=float, default=0.2)
     a = ap.parse_args()
     rng = random.Random(a.seed)
     train, test = [], []
@@ -44,7 +45,7 @@ def main():
         qs = sorted(set(quotes(cat)))
         rng.shuffle(qs)
         qs = qs[: a.per_class]
-        cut = int(round(len(qs) * 0.8))
+        cut = int(round(len(qs) * (1 - a.test_fraction)))
         train += [{"text": t, "label": cat} for t in qs[:cut]]
         test += [{"text": t, "label": cat} for t in qs[cut:]]
     rng.shuffle(train)
