@@ -48,6 +48,12 @@ export type CompiledWasm = typeof globalThis extends { WebAssembly: { Module: ab
 export type WasmSource = string | URL | ArrayBuffer | ArrayBufferView | CompiledWasm | Response;
 
 export interface LoadOptions {
+  /**
+   * A LoRA adapter as peft saves it, folded into the weights at load (`W + alpha/r·B·A`, as merge_and_unload):
+   * `{ config, weights }` (adapter_config.json, adapter_model.safetensors) or the URL (Node.js: also the path) of the
+   * folder holding them. Beside a Hugging Face folder only.
+   */
+  adapter?: string | URL | { config: string | ArrayBuffer | Uint8Array; weights: ArrayBuffer | Uint8Array };
   /** "auto" (default): WebGPU on a hardware adapter, else the CPU. */
   device?: "auto" | Device;
   onProgress?: (progress: Progress) => void;

@@ -8,7 +8,8 @@
 // model files (js/loader.js), picks the device, validates inputs, and queues calls so they never overlap inside the
 // module.
 
-import { resolveSource, fetchModelFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin } from "./loader.js";
+import { resolveSource, fetchModelFiles, fetchAdapterFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin }
+  from "./loader.js";
 import { shardGather } from "./shards.js";
 // The wasm-bindgen glue of the two builds (see BUILDS).
 import * as glueSimd128 from "./wasm/bertgpu.js";
@@ -395,7 +396,7 @@ export class Bert {
   static async load(source, options = {}) {
     // (`_shard`: { rank, count, buffer }, set by bertgpu/worker for one shard of a tensor-parallel model.)
     const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
-      "_shard"], "Bert.load");
+      "adapter", "_shard"], "Bert.load");
     const device = opts.device ?? "auto";
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -418,11 +419,14 @@ export class Bert {
     const cache = opts.cache ?? true;
     const { sha256, maxBytes } = checkLoadOptions(resolved, opts);
     const fetchOptions = { cache, cacheDir: opts.cacheDir, sha256, maxBytes };
-    const [files, rt, chosen] = await Promise.all([
+    const [fetched, rt, chosen, adapter] = await Promise.all([
       fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress }),
       getRuntime(build, wasm?.[build]),
       pickDevice(device),
+      opts.adapter == null ? null : fetchAdapterFiles(opts.adapter),
     ]);
+    if (adapter && fetched.gguf) throw new Error("Bert.load: a LoRA adapter loads beside a Hugging Face folder, not a .gguf");
+    const files = { ...fetched, ...adapter };
     const shard = opts._shard && { ...opts._shard, gather: shardGather(opts._shard.buffer, opts._shard.rank, opts._shard.count) };
     const model = await instantiate(rt, files, chosen, shard);
     const bert = new Bert(rt, model, model.device);
@@ -431,7 +435,7 @@ export class Bert {
     // source that keeps the caller's bytes referenced; URLs are fetched again, from the cache when it is on.)
     if (bert._device === "webgpu") bert._reloadFrom = { resolved, fetchOptions };
     // fineTune and exportModel read the model's files again (from the cache when it is on).
-    bert._source = { resolved, fetchOptions };
+    bert._source = { resolved, fetchOptions, adapter };
     return bert;
   }
 
@@ -507,7 +511,7 @@ export class Bert {
     }
     let model;
     try {
-      const files = this._tuned ?? await fetchModelFiles(this._reloadFrom.resolved, this._reloadFrom.fetchOptions);
+      const files = this._tuned ?? await this._files();
       model = await instantiate(this._rt, files, "webgpu");
       if (this._headBytes) model.loadHead(this._headBytes);
     } catch (e) {
@@ -519,6 +523,11 @@ export class Bert {
     this._model = model;
     this._lost = null;
     old.free();
+  }
+
+  /** The files this model was loaded from, fetched again (from the cache when it is on), with its adapter. */
+  async _files() {
+    return { ...(await fetchModelFiles(this._source.resolved, this._source.fetchOptions)), ...this._source.adapter };
   }
 
   /** Keeps the live head's bytes of a GPU model, to restore it after a device loss. */
@@ -742,7 +751,7 @@ export class Bert {
       checkFineTuneOptions(opts, onProgress, signal);
       if (!Array.isArray(examples)) throw new TypeError("fineTune: examples must be an array of the task's objects");
       signal?.throwIfAborted();
-      const files = this._tuned ?? await fetchModelFiles(this._source.resolved, this._source.fetchOptions);
+      const files = this._tuned ?? await this._files();
       if (files.gguf) {
         throw new Error("fineTune: this model was loaded from a .gguf; fine-tuning starts from a Hugging Face folder "
           + "(config.json, model.safetensors, the tokenizer files), whose config it exports");
@@ -763,7 +772,7 @@ export class Bert {
       this._training = true;
       try {
         out = await m.fineTune(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-          examples, opts, hooks);
+          files.adapterConfig, files.adapterWeights, examples, opts, hooks);
       } catch (e) {
         if (signal?.aborted) throw signal.reason ?? new DOMException("fineTune was aborted", "AbortError");
         if (this._disposed) throw new Error("fineTune: the model was disposed during fine-tuning");
@@ -808,7 +817,7 @@ export class Bert {
         return { ...this._adapter };
       }
       if (opts.dtype != null && format !== "gguf") throw new TypeError("exportModel: dtype is for format: \"gguf\"");
-      const files = this._tuned ?? await fetchModelFiles(this._source.resolved, this._source.fetchOptions);
+      const files = this._tuned ?? await this._files();
       if (files.gguf) throw new Error("exportModel: this model was loaded from a .gguf, not a Hugging Face folder");
       if (format === "gguf") {
         const gguf = await guard(this._rt, () => this._rt.glue.toGguf(files.config, files.tokenizer, files.vocab,
@@ -816,7 +825,8 @@ export class Bert {
         return { "model.gguf": gguf };
       }
       const names = { config: "config.json", weights: "model.safetensors", tokenizer: "tokenizer.json",
-        vocab: "vocab.txt", tokenizerConfig: "tokenizer_config.json" };
+        vocab: "vocab.txt", tokenizerConfig: "tokenizer_config.json", adapterConfig: "adapter_config.json",
+        adapterWeights: "adapter_model.safetensors" };
       const out = {};
       for (const [k, name] of Object.entries(names)) if (files[k] != null) out[name] = files[k];
       return out;
@@ -877,8 +887,8 @@ export class Bert {
 function instantiate(rt, files, device, shard = undefined) {
   return guard(rt, () => files.gguf
     ? rt.glue.WasmModel.loadGguf(files.gguf, device, shard)
-    : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, device,
-      shard));
+    : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
+      files.adapterConfig, files.adapterWeights, device, shard));
 }
 
 /**

@@ -373,6 +373,44 @@ export function checkLoadOptions(resolved, { sha256, maxBytes } = {}) {
  * Downloads (or reads from the cache) everything a model needs.
  * Returns { config, tokenizer?, vocab?, tokenizerConfig?, weights } or { gguf } as Uint8Arrays.
  */
+/**
+ * A LoRA adapter as peft saves it, for `Bert.load`'s `adapter` option: `{ config, weights }` (the bytes or text of
+ * adapter_config.json and adapter_model.safetensors), or the URL (in Node.js also the path) of the folder holding
+ * them. Resolves to `{ adapterConfig, adapterWeights }` as Uint8Arrays.
+ */
+export async function fetchAdapterFiles(adapter) {
+  if (adapter && typeof adapter === "object" && !(adapter instanceof URL)) {
+    if (adapter.config == null || adapter.weights == null) {
+      throw new TypeError("Bert.load: adapter must be { config, weights } (adapter_config.json and "
+        + "adapter_model.safetensors) or the URL of the folder holding them");
+    }
+    return { adapterConfig: toBytes(adapter.config, "adapter.config"), adapterWeights: toBytes(adapter.weights, "adapter.weights") };
+  }
+  if (typeof adapter !== "string" && !(adapter instanceof URL)) {
+    throw new TypeError(`Bert.load: adapter must be { config, weights } or a URL (got ${describe(adapter)})`);
+  }
+  const dir = String(adapter).endsWith("/") ? String(adapter) : `${adapter}/`;
+  const read = async (name) => {
+    if (IN_NODE && !/^[a-z]+:\/\//i.test(dir) && !dir.startsWith("file:")) {
+      const buffer = await nodeBuiltin("node:fs/promises").readFile(nodeBuiltin("node:path").join(dir, name));
+      return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+    }
+    const url = new URL(name, new URL(dir, globalThis.location?.href));
+    if (url.protocol === "file:") {
+      const buffer = await nodeBuiltin("node:fs/promises").readFile(nodeBuiltin("node:url").fileURLToPath(url));
+      return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+    }
+    const r = await fetch(url);
+    if (!r.ok) throw new Error(`Bert.load: adapter: ${url.href} answered ${r.status}`);
+    return new Uint8Array(await r.arrayBuffer());
+  };
+  try {
+    return { adapterConfig: await read("adapter_config.json"), adapterWeights: await read("adapter_model.safetensors") };
+  } catch (e) {
+    throw new Error(`Bert.load: cannot read the adapter at ${dir}: ${e.message}`);
+  }
+}
+
 export async function fetchModelFiles(resolved, options = {}) {
   if (resolved.kind === "bytes") return resolved.files;
   try {

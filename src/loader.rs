@@ -24,6 +24,9 @@ pub struct ModelFiles {
     pub tokenizer_config: Option<Vec<u8>>,
     /// `model.safetensors`.
     pub weights: Vec<u8>,
+    /// A LoRA adapter to fold in, as peft saves it: `adapter_config.json` and `adapter_model.safetensors`
+    /// ([`crate::weights::peft`]).
+    pub adapter: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Where a model comes from.
@@ -83,10 +86,10 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
             }
         }
         ModelSource::Files(files) => {
-            let ModelFiles { config, tokenizer, vocab, tokenizer_config, weights } = files;
+            let ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter } = files;
             let text =
                 std::str::from_utf8(&config).map_err(|_| Error::Config("config.json is not UTF-8 text".into()))?;
-            let config = BertConfig::from_json_str(text)?;
+            let mut config = BertConfig::from_json_str(text)?;
             let max = config.max_position_embeddings;
             let tokenizer = match (tokenizer, vocab) {
                 (Some(json), _) => Tokenizer::from_json(&json, tokenizer_config.as_deref(), max)?,
@@ -97,8 +100,11 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
                 }
                 (None, None) => return Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
             };
-            let parsed = Weights::from_safetensors(&weights)?;
+            let mut parsed = Weights::from_safetensors(&weights)?;
             drop(weights);
+            if let Some((adapter_config, adapter)) = adapter {
+                parsed = crate::weights::peft::apply_lora(&parsed, &mut config, &adapter_config, &adapter)?;
+            }
             (config, tokenizer, PendingWeights::Ready(parsed))
         }
         ModelSource::Gguf(bytes) => gguf(bytes)?,

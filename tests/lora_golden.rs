@@ -208,7 +208,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
         {worst_param:e}, worst merged-weight error {worst_merged:e}", be.name());
 
     // The adapter files: the tensors and config peft's save_pretrained writes.
-    let (config, st) = pollster::block_on(lora::export_adapter(be, &tr, Some("base"))).unwrap();
+    let (config, st) = pollster::block_on(lora::export_adapter(be, &tr, Some("base"), None)).unwrap();
     let w = Weights::from_safetensors(&st).unwrap();
     let keys: BTreeSet<&str> = w.names().into_iter().collect();
     let want_keys: BTreeSet<&str> = c.g["saved_keys"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
@@ -227,7 +227,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
     if let (Ok(dir), "qv_classify", "cpu") = (std::env::var("BERTGPU_LORA_EXPORT"), name, be.name()) {
         let dir = Path::new(&dir);
         std::fs::create_dir_all(dir.join("merged")).unwrap();
-        let (config, st) = pollster::block_on(lora::export_adapter(be, &tr, Some("tests/models/tiny-classifier"))).unwrap();
+        let (config, st) = pollster::block_on(lora::export_adapter(be, &tr, Some("tests/models/tiny-classifier"), None)).unwrap();
         std::fs::write(dir.join("adapter_config.json"), config).unwrap();
         std::fs::write(dir.join("adapter_model.safetensors"), st).unwrap();
         let original: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/models/tiny-classifier/config.json")).unwrap()).unwrap();

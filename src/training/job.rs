@@ -279,7 +279,7 @@ pub async fn run<B: Backend>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights:
     };
     let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks).await?;
     let adapter = match opts.lora {
-        Some(_) => Some(lora::export_adapter(be, &tuner, original_config["_name_or_path"].as_str()).await?),
+        Some(_) => Some(lora::export_adapter(be, &tuner, original_config["_name_or_path"].as_str(), p.labels.as_deref()).await?),
         None => None,
     };
     let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;

@@ -218,8 +218,11 @@ fn peft_name(task: FineTuneTask, name: &str) -> String {
 
 /// The adapter as peft's `save_pretrained` writes it: `adapter_config.json` and `adapter_model.safetensors` (the
 /// adapters' A and B, and the trained head under its own name, as peft stores `modules_to_save`). `base`: the base
-/// model's name or path for `base_model_name_or_path`.
-pub async fn export_adapter<B: Backend>(be: &B, tuner: &FineTuner<B>, base: Option<&str>) -> Result<(String, Vec<u8>)> {
+/// model's name or path for `base_model_name_or_path`. A classifier's `labels` go in the safetensors metadata as
+/// `id2label` (peft refuses unknown keys in adapter_config.json and ignores the metadata), where
+/// `weights::peft::apply_lora` finds them.
+pub async fn export_adapter<B: Backend>(be: &B, tuner: &FineTuner<B>, base: Option<&str>, labels: Option<&[String]>)
+    -> Result<(String, Vec<u8>)> {
     let lora = tuner.encoder.lora.as_ref().ok_or_else(|| Error::Input("no LoRA adapters to export".into()))?;
     let task = tuner.task();
     let (_, head_module) = tuner.head_modules();
@@ -232,6 +235,11 @@ pub async fn export_adapter<B: Backend>(be: &B, tuner: &FineTuner<B>, base: Opti
         tensors.iter().map(|(name, shape, values)| F32Tensor { name: name.clone(), shape: shape.clone(), values }).collect();
     let mut meta = std::collections::BTreeMap::new();
     meta.insert("format", "pt".to_string());
+    if let Some(labels) = labels {
+        let id2label: std::collections::BTreeMap<String, &str> =
+            labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.as_str())).collect();
+        meta.insert("id2label", serde_json::to_string(&id2label)?);
+    }
     let o = &lora.opts;
     let config = serde_json::json!({
         "alpha_pattern": {},

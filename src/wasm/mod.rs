@@ -286,7 +286,8 @@ fn parse_device(device: &str) -> Result<Device, JsError> {
 #[wasm_bindgen]
 impl WasmModel {
     /// Loads a model from the bytes of its files: config.json, then tokenizer.json or vocab.txt (with
-    /// tokenizer_config.json when present), and model.safetensors. `device` is "webgpu" or "cpu" (the JS wrapper
+    /// tokenizer_config.json when present), and model.safetensors; and a LoRA adapter to fold in (peft's
+    /// adapter_config.json and adapter_model.safetensors), if given. `device` is "webgpu" or "cpu" (the JS wrapper
     /// resolves "auto").
     pub async fn load(
         config: Vec<u8>,
@@ -294,12 +295,15 @@ impl WasmModel {
         vocab: Option<Vec<u8>>,
         tokenizer_config: Option<Vec<u8>>,
         weights: Vec<u8>,
+        adapter_config: Option<Vec<u8>>,
+        adapter_weights: Option<Vec<u8>>,
         device: String,
         shard: JsValue,
     ) -> Result<WasmModel, JsError> {
         let device = parse_device(&device)?;
         let cpu = cpu_backend(shard)?;
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights };
+        let adapter = adapter_config.zip(adapter_weights);
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
         let engine = Engine::load_on(ModelSource::Files(files), &LoadOptions::default(), device, cpu)
             .await
             .map_err(js_err)?;

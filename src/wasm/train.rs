@@ -344,7 +344,8 @@ impl WasmModel {
     #[wasm_bindgen(js_name = fineTune)]
     #[allow(clippy::too_many_arguments)]
     pub fn fine_tune(&self, config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>,
-        tokenizer_config: Option<Vec<u8>>, weights: Vec<u8>, examples: JsValue, options: JsValue, hooks: JsValue)
+        tokenizer_config: Option<Vec<u8>>, weights: Vec<u8>, adapter_config: Option<Vec<u8>>,
+        adapter_weights: Option<Vec<u8>>, examples: JsValue, options: JsValue, hooks: JsValue)
         -> Result<js_sys::Promise, JsError> {
         let opts: JsFineTuneOptions = if options.is_undefined() || options.is_null() {
             JsFineTuneOptions::default()
@@ -353,7 +354,8 @@ impl WasmModel {
         };
         let opts = opts.resolve().map_err(js_err)?;
         let examples = Examples::deserialize(opts.task, serde_wasm_bindgen::Deserializer::from(examples)).map_err(js_err)?;
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights };
+        let adapter = adapter_config.zip(adapter_weights);
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
         let engine = self.engine.clone();
         let mut hooks = JsHooks { hooks };
         Ok(wasm_bindgen_futures::future_to_promise(async move {

@@ -6,6 +6,7 @@ pub mod albert;
 pub mod distilbert;
 pub mod electra;
 pub mod roberta;
+pub mod peft;
 pub mod safetensors;
 
 use std::collections::HashMap;

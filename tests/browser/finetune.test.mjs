@@ -319,7 +319,7 @@ test("bertgpu/worker: fineTune in a worker (progress and signal across), every w
   ctx.page.checkErrors();
 });
 
-test("fineTune with LoRA: the adapters the native CLI trains, peft's files, and the model holds them merged", async () => {
+test("fineTune with LoRA: the adapters the native CLI trains, peft's files, the model holds them merged, and Bert.load takes the adapter beside its base", async () => {
   const lora = { r: 4, alpha: 8, targets: "qv" };
   const got = await ctx.page.evaluate(async ({ url, examples, options, lora }) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
@@ -329,8 +329,13 @@ test("fineTune with LoRA: the adapters the native CLI trains, peft's files, and 
     const adapter = await bert.exportModel({ format: "adapter" });
     const folder = await bert.exportModel();
     bert.dispose();
+    // The adapter loaded beside its base model: the same classifier (its labels from the adapter's metadata).
+    const beside = await bertgpu.Bert.load(url, { device: "cpu", adapter: { config: adapter["adapter_config.json"],
+      weights: adapter["adapter_model.safetensors"] } });
+    const besideOut = await beside.classify(texts);
+    beside.dispose();
     const plain = (u8) => Array.from(u8);
-    return { losses: report.steps.map((s) => s.loss), after, adapterConfig: new TextDecoder().decode(adapter["adapter_config.json"]),
+    return { losses: report.steps.map((s) => s.loss), after, besideOut, adapterConfig: new TextDecoder().decode(adapter["adapter_config.json"]),
       adapterWeights: plain(adapter["adapter_model.safetensors"]), merged: plain(folder["model.safetensors"]) };
   }, { url: ctx.env.models.url + TINY, examples: EXAMPLES, options: OPTIONS, lora });
   const flags = [...CLI_FLAGS.map((f) => (f === "1e-3" ? "1e-2" : f)), "--lora", "4", "--lora-alpha", "8"];
@@ -345,5 +350,11 @@ test("fineTune with LoRA: the adapters the native CLI trains, peft's files, and 
   const m = maxDiff(readSafetensors(Uint8Array.from(got.merged)), merged.weights);
   console.log(`LoRA, wasm CPU vs native: adapter ${a.diff.toExponential(2)} (${a.name}), merged ${m.diff.toExponential(2)} (${m.name})`);
   assert.ok(a.diff <= PARAM_ATOL && m.diff <= PARAM_ATOL, `adapter ${a.diff}, merged ${m.diff}`);
+  // Bert.load(base, { adapter }) folds W + s·B·A in at load (f32, another summation order than the training's
+  // merge): the scores of the model that trained it, to f32 rounding (1e-5 bounds it; a wrong merge moves tenths).
+  got.besideOut.forEach((scores, i) => {
+    assert.deepEqual(scores.map((x) => x.label), got.after[i].map((x) => x.label), "the same labels, in the same order");
+    scores.forEach((x, j) => assert.ok(Math.abs(x.score - got.after[i][j].score) <= 1e-5, `${x.score} vs ${got.after[i][j].score}`));
+  });
   ctx.page.checkErrors();
 });
