@@ -76,7 +76,9 @@ async function native() {
 const rows = [];
 for (const d of DEVICES) {
   const r = d === "native" ? await native() : await browser(d);
-  rows.push({ side: d === "native" ? `native CLI, CPU (${os.cpus().length} cores)` : `Chromium, ${r.device} (1 thread)`,
+  const side = d === "native" ? `native CLI, CPU (${os.cpus().length} cores)`
+    : r.device === "webgpu" ? "Chromium, WebGPU (this machine: SwiftShader)" : "Chromium, wasm CPU (1 thread)";
+  rows.push({ side,
     step: perStep(r.times), first: r.first, steps: r.times.length });
 }
 const base = rows.find((r) => r.side.startsWith("native"));
