@@ -76,7 +76,8 @@ def ours(seed):
     with tempfile.TemporaryDirectory() as d:
         subprocess.run([BIN, "fine-tune", "--task", "classify", "--model", MODEL, "--data", os.path.join(DATA, "train.jsonl"),
                         "--out", d, "--epochs", str(epochs), "--lr", str(lr), "--batch-size", "16", "--warmup", "0.1",
-                        "--weight-decay", "0.01", "--validation-split", "0", "--seed", str(seed), "--device", "cpu"],
+                        "--weight-decay", "0.01", "--validation-split", "0", "--seed", str(seed), "--device", "cpu",
+                        "--no-dropout"],
                        capture_output=True, check=True, env={**os.environ, "XDG_RUNTIME_DIR": "/tmp"})
         return classify(d)
 

@@ -50,6 +50,7 @@ ap.add_argument("task", choices=["ner", "qa"])
 ap.add_argument("--epochs", type=int, default=3)
 ap.add_argument("--lr", type=float, default=5e-5)
 ap.add_argument("--seeds", type=int, default=3)
+ap.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1")
 ap.add_argument("--data", default="tests/data/fortunes-attributions")
 ap.add_argument("--max-length", type=int, default=128, help="QA: window length (run_qa's max_seq_length)")
 ap.add_argument("--doc-stride", type=int, default=64, help="QA: context tokens shared by consecutive windows")
@@ -176,7 +177,8 @@ def torch_finetune(seed):
 def bertgpu_finetune(seed, out):
     cmd = [BIN, "fine-tune", "--task", args.task, "--model", MODEL, "--data", os.path.join(DATA, "train.jsonl"),
            "--out", out, "--epochs", str(args.epochs), "--lr", str(args.lr), "--batch-size", str(BATCH),
-           "--warmup", "0.1", "--weight-decay", "0.01", "--validation-split", "0", "--seed", str(seed), "--device", "cpu"]
+           "--warmup", "0.1", "--weight-decay", "0.01", "--validation-split", "0", "--seed", str(seed), "--device", "cpu",
+           "--no-dropout"]
     if args.task == "qa":
         cmd += ["--max-length", str(args.max_length), "--doc-stride", str(args.doc_stride)]
     subprocess.run(cmd, capture_output=True, check=True, env={**os.environ, "XDG_RUNTIME_DIR": "/tmp"})
@@ -260,10 +262,10 @@ score = score_ner if args.task == "ner" else score_qa
 metrics = ["f1"] if args.task == "ner" else ["exact", "f1"]
 print(f"all-MiniLM-L6-v2, {args.task} on {os.path.relpath(DATA, ROOT)} ({len(train)} train / {len(test)} test), "
       f"{args.epochs} epochs, lr {args.lr}, batch {BATCH}" +
-      (f", windows {args.max_length}/{args.doc_stride}" if args.task == "qa" else "") + f", seeds 0..{args.seeds - 1}",
+      (f", windows {args.max_length}/{args.doc_stride}" if args.task == "qa" else "") + f", seeds {args.first_seed}..{args.first_seed + args.seeds - 1}",
       flush=True)
 results = {"PyTorch": [], "bertgpu": []}
-for seed in range(args.seeds):
+for seed in range(args.first_seed, args.first_seed + args.seeds):
     results["PyTorch"].append(score(torch_finetune(seed)))
     with tempfile.TemporaryDirectory() as d:
         results["bertgpu"].append(score(bertgpu_finetune(seed, d)))
