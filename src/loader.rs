@@ -63,6 +63,14 @@ enum PendingWeights {
 }
 
 impl LoadedModel {
+    /// The model with a LoRA adapter (peft's `adapter_config.json` and `adapter_model.safetensors`) folded into its
+    /// weights ([`crate::weights::peft`]).
+    pub fn with_adapter(mut self, adapter_config: &[u8], adapter: &[u8]) -> Result<LoadedModel> {
+        let merged = crate::weights::peft::apply_lora(&self.weights()?, &mut self.config, adapter_config, adapter)?;
+        self.weights = PendingWeights::Ready(merged);
+        Ok(self)
+    }
+
     /// The weights: already parsed (GGUF, bytes), or read from the folder's `model.safetensors` now.
     pub fn weights(&self) -> Result<Weights> {
         match &self.weights {

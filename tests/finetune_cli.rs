@@ -257,6 +257,28 @@ fn lora_fine_tune_writes_the_adapter_or_the_merged_folder() {
     assert_eq!(cfg["base_model_name_or_path"].as_str(), base.to_str());
     let w = bertgpu::weights::Weights::from_safetensors_file(adapter.join("adapter_model.safetensors")).unwrap();
     assert_eq!(w.names().len(), 2 * 6 * 2 + 2, "A and B of the six linears of 2 layers, and the classifier");
+    // The adapter beside its base model (--adapter) is the model the same training merges (--merge): the same
+    // labels and scores, to f32 rounding of W + s·B·A summed in another order (measured 2e-7; 1e-5 bounds it, a
+    // wrong merge moves scores by tenths).
+    let merged_all = dir.join("merged-all");
+    fine_tune("classify", "tiny-classifier", &train, &merged_all, &[&args[..], &["--lora-targets", "all", "--merge"]].concat());
+    let texts = "the cat 99 sat on the mat and slept\nmy car 99 drove down the road fast\n";
+    let classify = |extra: &[&str]| -> Vec<Value> {
+        let o = run(&[&["classify", "--device", "cpu"][..], extra].concat(), texts);
+        assert!(o.status.success(), "classify {extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let beside = classify(&["--model", base.to_str().unwrap(), "--adapter", adapter.to_str().unwrap()]);
+    let want = classify(&["--model", merged_all.to_str().unwrap()]);
+    for (b, w) in beside.iter().zip(&want) {
+        for (x, y) in b.as_array().unwrap().iter().zip(w.as_array().unwrap()) {
+            assert_eq!(x["label"], y["label"], "{beside:?} vs {want:?}");
+            assert!((x["score"].as_f64().unwrap() - y["score"].as_f64().unwrap()).abs() < 1e-5, "{beside:?} vs {want:?}");
+        }
+    }
+    assert_eq!(beside.len(), 2);
+    let o = run(&["classify", "--model", base.to_str().unwrap(), "--adapter", dir.to_str().unwrap()], "a\n");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("adapter_config.json"), "a folder without an adapter is named");
 
     learned(&fine_tune("classify", "tiny-classifier", &train, &merged, &[&args[..], &["--merge"]].concat()));
     assert!(merged.join("model.safetensors").exists() && !merged.join("adapter_config.json").exists());

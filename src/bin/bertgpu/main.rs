@@ -50,6 +50,10 @@ struct ModelArgs {
     /// Truncate inputs to N tokens, [CLS]/[SEP] included (default: the model's max_position_embeddings)
     #[arg(long, value_name = "N")]
     max_length: Option<usize>,
+    /// A LoRA adapter folder as peft saves it (adapter_config.json, adapter_model.safetensors; e.g. from
+    /// `fine-tune --lora`), folded into the model's weights at load
+    #[arg(long, value_name = "DIR")]
+    adapter: Option<PathBuf>,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -371,8 +375,16 @@ struct LoadedModel {
 fn load_model(args: &ModelArgs) -> Result<LoadedModel, Fail> {
     let path = &args.model;
     let opts = LoadOptions { max_length: args.max_length };
-    let model = loader::load(ModelSource::Path(path), &opts)
+    let mut model = loader::load(ModelSource::Path(path), &opts)
         .map_err(|e| Fail::Model(format!("cannot load model `{}`: {e}", path.display())))?;
+    if let Some(dir) = &args.adapter {
+        let read = |name: &str| {
+            std::fs::read(dir.join(name)).map_err(|e| Fail::Model(format!("cannot read `{}`: {e}", dir.join(name).display())))
+        };
+        model = model
+            .with_adapter(&read("adapter_config.json")?, &read("adapter_model.safetensors")?)
+            .map_err(|e| Fail::Model(format!("cannot apply the adapter `{}`: {e}", dir.display())))?;
+    }
     Ok(LoadedModel { dir: path.clone(), model })
 }
 
