@@ -315,6 +315,11 @@ fn run(command: Command) -> Result<(), Fail> {
         Command::ReplacedTokens { infer } => cmd_replaced_tokens(&infer),
         Command::Convert { model, dtype, out } => {
             use bertgpu::weights::gguf::convert;
+            if model.adapter.is_some() {
+                return Err(Fail::Model("convert reads the folder's own files and cannot fold in an --adapter: write \
+                    the merged folder first (`fine-tune --lora R --merge`, or load the adapter in the browser and \
+                    exportModel)".into()));
+            }
             let r = convert(&model.model, dtype, &out)
                 .map_err(|e| Fail::Model(format!("cannot convert `{}`: {e}", model.model.display())))?;
             eprintln!(
