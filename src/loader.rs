@@ -83,6 +83,13 @@ impl LoadedModel {
 
 /// Loads and checks config and tokenizer (and, except for a folder, the weights) of `source`.
 pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> {
+    let (source, adapter) = match source {
+        ModelSource::Files(mut files) => {
+            let adapter = files.adapter.take();
+            (ModelSource::Files(files), adapter)
+        }
+        other => (other, None),
+    };
     let (config, mut tokenizer, weights) = match source {
         #[cfg(not(target_arch = "wasm32"))]
         ModelSource::Path(path) => {
@@ -94,10 +101,10 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
             }
         }
         ModelSource::Files(files) => {
-            let ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter } = files;
+            let ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, .. } = files;
             let text =
                 std::str::from_utf8(&config).map_err(|_| Error::Config("config.json is not UTF-8 text".into()))?;
-            let mut config = BertConfig::from_json_str(text)?;
+            let config = BertConfig::from_json_str(text)?;
             let max = config.max_position_embeddings;
             let tokenizer = match (tokenizer, vocab) {
                 (Some(json), _) => Tokenizer::from_json(&json, tokenizer_config.as_deref(), max)?,
@@ -108,11 +115,8 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
                 }
                 (None, None) => return Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
             };
-            let mut parsed = Weights::from_safetensors(&weights)?;
+            let parsed = Weights::from_safetensors(&weights)?;
             drop(weights);
-            if let Some((adapter_config, adapter)) = adapter {
-                parsed = crate::weights::peft::apply_lora(&parsed, &mut config, &adapter_config, &adapter)?;
-            }
             (config, tokenizer, PendingWeights::Ready(parsed))
         }
         ModelSource::Gguf(bytes) => gguf(bytes)?,
@@ -133,7 +137,11 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
             config.vocab_size
         )));
     }
-    Ok(LoadedModel { config, tokenizer, weights })
+    let model = LoadedModel { config, tokenizer, weights };
+    match adapter {
+        Some((adapter_config, adapter)) => model.with_adapter(&adapter_config, &adapter),
+        None => Ok(model),
+    }
 }
 
 fn gguf(bytes: &[u8]) -> Result<(BertConfig, Tokenizer, PendingWeights)> {

@@ -19,7 +19,7 @@
 //! Checked against PyTorch's float64 autograd by `tests/finetune_golden.rs` (goldens: `tests/golden/finetune.py`).
 
 use super::encoder::{apply_dropout, get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STREAM};
-use super::head::SplitMix64;
+use super::head::{argmax, SplitMix64};
 use crate::backend::{Activation, AdamWStep, Backend};
 use crate::config::BertConfig;
 use crate::tokenizer::Batch;
@@ -492,7 +492,6 @@ impl<B: Backend> FineTuner<B> {
     /// (right, counted) predictions of a batch from its logits: sequences whose top class is the label, labelled
     /// tokens whose top class is the label, or answers whose best start and best end are both the target's.
     pub fn correct(&self, logits: &[f32], batch: &Batch, targets: &Targets<'_>) -> (usize, usize) {
-        let argmax = |row: &[f32]| row.iter().enumerate().fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
         match (&self.head, targets) {
             (Head::Sequence { labels, .. }, Targets::Sequence(y)) => {
                 let right = logits.chunks_exact(*labels).zip(y.iter()).filter(|(r, &l)| argmax(r) == l as usize).count();

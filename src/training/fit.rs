@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::finetune::{FineTuneTask, FineTuner, StepOptions, Targets, IGNORE};
 use super::encoder::DropoutOptions;
-use super::head::SplitMix64;
+use super::head::{argmax, SplitMix64};
 use super::ceil_fraction;
 use super::metrics::{self, QaReference};
 use crate::backend::Backend;
@@ -350,7 +350,6 @@ pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], wh
     let (mut loss, mut weight, mut right, mut count) = (0f64, 0usize, 0usize, 0usize);
     let (mut gold_tags, mut pred_tags) = (Vec::new(), Vec::new());
     let mut spans: Vec<Vec<f32>> = Vec::new();
-    let argmax = |row: &[f32]| row.iter().enumerate().fold(0, |best, (i, &v)| if v > row[best] { i } else { best });
     for chunk in which.chunks(batch_size.max(1)) {
         let chunk_rows: Vec<&Row> = chunk.iter().map(|&i| &rows[i]).collect();
         let b = RowBatch::new(&chunk_rows, pad, pad_to)?;

@@ -128,13 +128,9 @@ impl QaReference {
     /// its windows' logits as the `answer` task does ([`qa::decode`]). `logits[i]`: row `rows[i]`'s `(len, 2)`
     /// start/end pairs, padding dropped. Every window of an example must be among `rows`.
     pub fn scores(&self, rows: &[usize], logits: &[Vec<f32>]) -> Result<(f32, f32)> {
-        let mut by_example: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut by_example: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
         for (i, &r) in rows.iter().enumerate() {
-            let ex = self.example[r];
-            match by_example.iter_mut().find(|(e, _)| *e == ex) {
-                Some((_, v)) => v.push(i),
-                None => by_example.push((ex, vec![i])),
-            }
+            by_example.entry(self.example[r]).or_default().push(i);
         }
         let (mut em, mut f1) = (0.0, 0.0);
         for (ex, members) in &by_example {
