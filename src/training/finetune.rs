@@ -20,7 +20,8 @@
 
 use super::encoder::{apply_dropout, get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STREAM};
 use super::head::{argmax, SplitMix64};
-use crate::backend::{Activation, AdamWStep, Backend};
+pub use super::optim::{StepOptions, StepReport};
+use crate::backend::{Activation, Backend};
 use crate::config::BertConfig;
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
@@ -59,37 +60,8 @@ pub enum Targets<'a> {
     Pairs { positives: &'a Batch },
 }
 
-/// The optimiser's settings for one step.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct StepOptions {
-    pub learning_rate: f32,
-    pub weight_decay: f32,
-    /// Clip the gradients' global L2 norm to this (`torch.nn.utils.clip_grad_norm_`); `None`: no clipping.
-    pub max_grad_norm: Option<f32>,
-    pub beta1: f32,
-    pub beta2: f32,
-    pub eps: f32,
-}
-
-impl Default for StepOptions {
-    /// transformers' `TrainingArguments` defaults (learning rate 5e-5, no weight decay, clipping at 1.0, AdamW
-    /// betas (0.9, 0.999), eps 1e-8).
-    fn default() -> Self {
-        StepOptions { learning_rate: 5e-5, weight_decay: 0.0, max_grad_norm: Some(1.0), beta1: 0.9, beta2: 0.999, eps: 1e-8 }
-    }
-}
-
 /// Every parameter's gradient (`None`: frozen) and the head's logits.
 pub type GradientsAndLogits<T> = (Vec<Option<T>>, T);
-
-/// What one step did.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct StepReport {
-    /// The batch's loss before the update.
-    pub loss: f32,
-    /// The gradients' global L2 norm before clipping.
-    pub grad_norm: f32,
-}
 
 enum Head {
     Sequence { pool: [usize; 2], classifier: [usize; 2], labels: usize },
@@ -103,17 +75,17 @@ pub struct FineTuner<B: Backend> {
     pub encoder: Encoder<B::Tensor>,
     head: Head,
     /// AdamW's moments, one pair per trained parameter, and the number of steps taken.
-    moments: Vec<Option<(B::Tensor, B::Tensor)>>,
-    steps: u32,
+    pub(super) moments: Vec<Option<(B::Tensor, B::Tensor)>>,
+    pub(super) steps: u32,
     /// Train only the last this many encoder layers (and the head); `None`: every parameter.
     top_layers: Option<usize>,
     /// Gradients summed over the micro-batches of the step being accumulated, their count and their losses.
-    pending: Option<(Vec<Option<B::Tensor>>, usize, f64)>,
+    pub(super) pending: Option<(Vec<Option<B::Tensor>>, usize, f64)>,
     /// The backend's largest tensor in bytes ([`Backend::max_tensor_bytes`]).
     max_tensor_bytes: usize,
     /// Dropout in [`Self::accumulate`]'s forwards (`None`: off, the default), and the micro-batches it has seen.
-    dropout: Option<DropoutOptions>,
-    micro_batches: u64,
+    pub(super) dropout: Option<DropoutOptions>,
+    pub(super) micro_batches: u64,
 }
 
 /// `(out, in)` weight ~ N(0, std) and a zero bias, as transformers' `_init_weights` for a new `nn.Linear`.
@@ -534,94 +506,6 @@ impl<B: Backend> FineTuner<B> {
             }
             _ => f32::NAN,
         }
-    }
-
-    /// One optimiser step on a batch: forward, backward, clipping, AdamW ([`Self::accumulate`] then
-    /// [`Self::apply`]). Reads back the logits (for the loss) and the gradients' squared norm; everything else stays on
-    /// the backend. A non-finite loss or gradient is an error and leaves the parameters as they were.
-    pub async fn step(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>, opt: &StepOptions) -> Result<StepReport> {
-        self.accumulate(be, batch, targets).await?;
-        self.apply(be, opt).await
-    }
-
-    /// Adds a micro-batch's gradients to the step being accumulated (gradient accumulation: a step over more rows
-    /// than fit at once); returns its loss. [`Self::apply`] updates with their mean, as transformers'
-    /// `gradient_accumulation_steps` (each micro-batch's loss divided by their number) does.
-    /// With dropout on ([`Self::set_dropout`]), each micro-batch's forward drops with masks of its own.
-    pub async fn accumulate(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>) -> Result<f32> {
-        let plan = self.dropout.map(|d| d.plan(self.micro_batches));
-        self.micro_batches += 1;
-        let (grads, loss) = match targets {
-            Targets::Pairs { positives } => self.embedding_gradients_with(be, batch, positives, plan).await?,
-            _ => {
-                let (grads, logits) = self.gradients_with(be, batch, targets, plan)?;
-                let loss = self.loss(&be.read(&logits).await?, batch, targets);
-                (grads, loss)
-            }
-        };
-        self.pending = Some(match self.pending.take() {
-            None => (grads, 1, loss as f64),
-            Some((mut sum, n, total)) => {
-                for (s, g) in sum.iter_mut().zip(grads) {
-                    if let (Some(prev), Some(g)) = (s.as_ref(), g) {
-                        *s = Some(be.add(prev, &g)?);
-                    }
-                }
-                (sum, n + 1, total + loss as f64)
-            }
-        });
-        Ok(loss)
-    }
-
-    /// Updates the parameters with the mean of the accumulated gradients: clipping by their global norm, then AdamW.
-    /// The report's loss is the micro-batches' mean.
-    pub async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {
-        let (grads, n, total_loss) =
-            self.pending.take().ok_or_else(|| Error::Input("no gradients to apply: accumulate a batch first".into()))?;
-        let loss = (total_loss / n as f64) as f32;
-        // The squared norm over the trained parameters (clip_grad_norm_ skips those without a gradient).
-        let mut total: Option<B::Tensor> = None;
-        for g in grads.iter().flatten() {
-            let sq = be.sum_squares(g)?;
-            total = Some(match total {
-                None => sq,
-                Some(t) => be.add(&t, &sq)?,
-            });
-        }
-        let total = total.ok_or_else(|| Error::Input("no parameter is being trained".into()))?;
-        let grad_norm = ((be.read(&total).await?[0] as f64).sqrt() / n as f64) as f32; // of the mean gradient
-        if !loss.is_finite() || !grad_norm.is_finite() {
-            return Err(Error::Input(format!(
-                "the loss ({loss}) or the gradient norm ({grad_norm}) is not finite; the model was left as it was \
-                 before this step: lower the learning rate"
-            )));
-        }
-        // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6), clamped to 1; the sum becomes a mean.
-        let clip = match opt.max_grad_norm {
-            Some(max) => (max as f64 / (grad_norm as f64 + 1e-6)).min(1.0),
-            None => 1.0,
-        };
-        let grad_scale = (clip / n as f64) as f32;
-        self.steps += 1;
-        let params = &mut self.encoder.params;
-        for (i, g) in grads.iter().enumerate() {
-            let Some(g) = g else { continue }; // frozen
-            let wd = if params[i].decay { opt.weight_decay } else { 0.0 };
-            let mut s = AdamWStep::new(opt.learning_rate, wd, opt.beta1, opt.beta2, opt.eps, self.steps);
-            s.grad_scale = grad_scale;
-            self.moments.resize_with(params.len(), || None);
-            let (m, v) = match self.moments[i].take() {
-                Some(mv) => mv,
-                None => {
-                    let (r, c) = (params[i].rows, params[i].cols);
-                    (be.input(&vec![0.0; r * c], r, c)?, be.input(&vec![0.0; r * c], r, c)?)
-                }
-            };
-            let (p, m, v) = be.adamw(&params[i].tensor, g, &m, &v, &s)?;
-            params[i].tensor = p;
-            self.moments[i] = Some((m, v));
-        }
-        Ok(StepReport { loss, grad_norm })
     }
 
     /// The parameters (or, with `tensors`, other tensors of the parameters' shapes, e.g. gradients) on the host under

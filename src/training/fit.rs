@@ -1,10 +1,11 @@
-//! The fine-tuning loop: examples as rows, a seeded validation split, shuffled batches padded to their longest row,
-//! AdamW with transformers' linear schedule (warm-up, then linear decay to 0), a validation pass after each epoch,
-//! and the model as a Hugging Face folder at the end.
+//! The training loop, one for every trainer ([`Trainee`]): a seeded validation split, shuffled batches, gradient
+//! accumulation, transformers' learning-rate schedules (warm-up, then linear decay to 0 or constant), a validation
+//! pass after each epoch, early stopping. Fine-tuning runs it on examples as rows, padded per batch to their longest
+//! ([`fit`]), and ends with the model as a Hugging Face folder; `trainHead` runs it on cached features.
 
 use std::collections::BTreeMap;
 
-use super::finetune::{FineTuneTask, FineTuner, StepOptions, Targets, IGNORE};
+use super::finetune::{FineTuneTask, FineTuner, StepOptions, StepReport, Targets, IGNORE};
 use super::encoder::DropoutOptions;
 use super::head::{argmax, SplitMix64};
 use super::ceil_fraction;
@@ -150,6 +151,24 @@ pub struct FitOptions {
     /// Dropout with the checkpoint's probabilities in the training steps (as transformers' Trainer), masks seeded
     /// from `seed`; never in evaluation. `false`: none.
     pub dropout: bool,
+    /// After the warm-up: fall linearly to 0 at the last step (transformers' "linear", the BERT paper's), or stay
+    /// (`Constant`: "constant_with_warmup").
+    pub schedule: Schedule,
+    /// Early stopping: stop after this many epochs without a lower validation loss, and end with the parameters of
+    /// the epoch that had the lowest (transformers' `EarlyStoppingCallback` with `load_best_model_at_end`). Needs a
+    /// validation split; `None`: every epoch runs and the last one's parameters are kept.
+    pub patience: Option<usize>,
+    /// After each epoch, evaluate every training row as well (its loss and accuracy replace the mean of the steps'
+    /// losses in [`EpochMetrics`]): cheap where the features are cached, as `trainHead`'s are.
+    pub evaluate_train: bool,
+}
+
+/// How the learning rate moves after the warm-up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Schedule {
+    #[default]
+    Linear,
+    Constant,
 }
 
 impl Default for FitOptions {
@@ -168,6 +187,9 @@ impl Default for FitOptions {
             seed: 0,
             pad_to: None,
             dropout: true,
+            schedule: Schedule::Linear,
+            patience: None,
+            evaluate_train: false,
         }
     }
 }
@@ -190,6 +212,8 @@ pub struct StepProgress {
 pub struct EpochMetrics {
     pub epoch: usize,
     pub train_loss: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_accuracy: Option<f32>,
     pub val_loss: Option<f32>,
     pub val_accuracy: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -221,6 +245,8 @@ pub struct Evaluation {
 pub struct FitReport {
     pub steps: Vec<StepProgress>,
     pub epochs: Vec<EpochMetrics>,
+    /// The epoch whose parameters the model ends with: the last, or with early stopping the best.
+    pub best_epoch: usize,
 }
 
 /// Either progress event.
@@ -258,38 +284,97 @@ fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
     super::check_schedule(o.epochs, o.batch_size, o.learning_rate, o.weight_decay, o.validation_split, rows)
 }
 
-/// Fine-tunes `tuner` on `rows`. The examples are split once by a seeded shuffle (the first ⌈split·N⌉ validate),
-/// and the training rows are reshuffled every epoch. `groups[i]` names the example row `i` comes from (a long QA
+/// What [`fit_loop`] trains: a model with its examples, addressed by row index. [`FineTuner`] on tokenized rows
+/// ([`fit`]) and `trainHead`'s head on cached features (`super::fit_head`) are the two.
+pub trait Trainee<B: Backend> {
+    /// Adds the gradients of the rows `which` (one micro-batch) to the step being accumulated; returns their loss.
+    fn accumulate(&mut self, be: &B, which: &[usize]) -> impl std::future::Future<Output = Result<f32>>;
+    /// The optimiser step with the accumulated gradients; its loss is the micro-batches' mean.
+    fn apply(&mut self, be: &B, opt: &StepOptions) -> impl std::future::Future<Output = Result<StepReport>>;
+    /// Loss, accuracy and the task's metric over the rows `which`, without dropout.
+    fn evaluate(&self, be: &B, which: &[usize]) -> impl std::future::Future<Output = Result<Evaluation>>;
+    /// The trained parameters on the host (early stopping keeps the best epoch's), and back.
+    fn save(&self, be: &B) -> impl std::future::Future<Output = Result<Vec<Vec<f32>>>>;
+    fn restore(&mut self, be: &B, saved: &[Vec<f32>]) -> Result<()>;
+}
+
+/// [`FineTuner`] on tokenized rows, batched as [`RowBatch`] pads them.
+struct RowTrainee<'a, B: Backend> {
+    tuner: &'a mut FineTuner<B>,
+    rows: &'a [Row],
+    pad: u32,
+    opts: &'a FitOptions,
+    metrics: Metrics<'a>,
+}
+
+impl<B: Backend> Trainee<B> for RowTrainee<'_, B> {
+    async fn accumulate(&mut self, be: &B, which: &[usize]) -> Result<f32> {
+        let batch = RowBatch::new(&which.iter().map(|&i| &self.rows[i]).collect::<Vec<_>>(), self.pad, self.opts.pad_to)?;
+        self.tuner.accumulate(be, &batch.batch, &batch.targets()).await
+    }
+
+    async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {
+        self.tuner.apply(be, opt).await
+    }
+
+    async fn evaluate(&self, be: &B, which: &[usize]) -> Result<Evaluation> {
+        evaluate(be, self.tuner, self.rows, which, self.pad, self.opts.batch_size, self.opts.pad_to, self.metrics).await
+    }
+
+    async fn save(&self, be: &B) -> Result<Vec<Vec<f32>>> {
+        self.tuner.read_trained(be).await
+    }
+
+    fn restore(&mut self, be: &B, saved: &[Vec<f32>]) -> Result<()> {
+        self.tuner.set_trained(be, saved)
+    }
+}
+
+/// Fine-tunes `tuner` on `rows` ([`fit_loop`]). `groups[i]` names the example row `i` comes from (a long QA
 /// context gives several windows): an example's rows all fall on the same side of the split, so that validation
-/// never sees a window of a context trained on. `None`: one example per row. A non-finite loss stops with an error
-/// and the parameters of the last good step; so does an error from `hooks`.
+/// never sees a window of a context trained on. `None`: one example per row.
 #[allow(clippy::too_many_arguments)]
 pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], groups: Option<&[usize]>, pad: u32,
     opts: &FitOptions, metrics: Metrics<'_>, hooks: &mut impl Hooks) -> Result<FitReport> {
     tuner.set_dropout(opts.dropout.then(|| DropoutOptions::of_config(&tuner.encoder.config, opts.seed)))?;
+    let mut trainee = RowTrainee { tuner, rows, pad, opts, metrics };
+    fit_loop(be, &mut trainee, rows.len(), groups, opts, hooks).await
+}
+
+/// The training loop of every trainer: the rows are split once by a seeded shuffle (the first ⌈split·N⌉ examples
+/// validate, with all their rows), the training rows reshuffled every epoch and taken `batch_size` at a time,
+/// `accumulate` micro-batches to an optimiser step, the learning rate as `opts.schedule` says, an evaluation after
+/// each epoch, and early stopping if asked. A non-finite loss stops with an error and the parameters of the last
+/// good step; so does an error from `hooks`.
+pub async fn fit_loop<B: Backend>(be: &B, trainee: &mut impl Trainee<B>, rows: usize, groups: Option<&[usize]>,
+    opts: &FitOptions, hooks: &mut impl Hooks) -> Result<FitReport> {
     let mut rng = SplitMix64::new(opts.seed);
-    let (val, mut train) = split(rows.len(), groups, opts, &mut rng)?;
+    let (val, mut train) = split(rows, groups, opts, &mut rng)?;
+    if opts.patience.is_some() && val.is_empty() {
+        return Err(Error::Input("early stopping needs a validation split to watch: set one, or no patience".into()));
+    }
     // One optimiser step per `accumulate` micro-batches of `batch_size` rows.
     let per_epoch = train.len().div_ceil(opts.batch_size).div_ceil(opts.accumulate);
     let total = per_epoch * opts.epochs;
     let warm = ceil_fraction(opts.warmup, total);
-    let mut report = FitReport { steps: Vec::new(), epochs: Vec::new() };
+    let mut report = FitReport { steps: Vec::new(), epochs: Vec::new(), best_epoch: 0 };
+    // The lowest validation loss so far, its epoch and (with early stopping) its parameters.
+    let mut best: Option<(f32, usize, Vec<Vec<f32>>)> = None;
     for epoch in 1..=opts.epochs {
         rng.shuffle(&mut train);
         let mut losses = Vec::with_capacity(per_epoch);
         for group in train.chunks(opts.batch_size * opts.accumulate) {
             let step = report.steps.len();
             // get_linear_schedule_with_warmup: s/warm while warming up, then (total − s)/(total − warm).
-            let factor = if step < warm {
-                step as f64 / warm.max(1) as f64
-            } else {
-                (total - step) as f64 / (total - warm).max(1) as f64
+            let factor = match opts.schedule {
+                _ if step < warm => step as f64 / warm.max(1) as f64,
+                Schedule::Linear => (total - step) as f64 / (total - warm).max(1) as f64,
+                Schedule::Constant => 1.0,
             };
             let lr = (opts.learning_rate as f64 * factor) as f32;
             hooks.pause().await?;
             for chunk in group.chunks(opts.batch_size) {
-                let batch = RowBatch::new(&chunk.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), pad, opts.pad_to)?;
-                tuner.accumulate(be, &batch.batch, &batch.targets()).await?;
+                trainee.accumulate(be, chunk).await?;
             }
             let step_opts = StepOptions {
                 learning_rate: lr,
@@ -297,21 +382,23 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], gro
                 max_grad_norm: opts.max_grad_norm,
                 ..StepOptions::default()
             };
-            let r = tuner.apply(be, &step_opts).await?;
+            let r = trainee.apply(be, &step_opts).await?;
             losses.push(r.loss);
             let p = StepProgress { epoch, step: step + 1, total_steps: total, loss: r.loss, learning_rate: lr };
             hooks.progress(Progress::Step(&p))?;
             report.steps.push(p);
         }
-        let e = if val.is_empty() {
-            None
+        let e = if val.is_empty() { None } else { Some(trainee.evaluate(be, &val).await?) };
+        let (train_loss, train_accuracy) = if opts.evaluate_train {
+            let t = trainee.evaluate(be, &train).await?;
+            (t.loss, Some(t.accuracy))
         } else {
-            Some(evaluate(be, tuner, rows, &val, pad, opts.batch_size, opts.pad_to, metrics).await?)
+            (losses.iter().sum::<f32>() / losses.len().max(1) as f32, None)
         };
-        let train_loss = losses.iter().sum::<f32>() / losses.len().max(1) as f32;
         let m = EpochMetrics {
             epoch,
             train_loss,
+            train_accuracy,
             val_loss: e.map(|e| e.loss),
             val_accuracy: e.map(|e| e.accuracy),
             val_f1: e.and_then(|e| e.f1),
@@ -319,6 +406,18 @@ pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], gro
         };
         hooks.progress(Progress::Epoch(&m))?;
         report.epochs.push(m);
+        report.best_epoch = epoch;
+        if let (Some(patience), Some(e)) = (opts.patience, e) {
+            if best.as_ref().is_none_or(|b| e.loss < b.0) {
+                best = Some((e.loss, epoch, trainee.save(be).await?));
+            } else if best.as_ref().is_some_and(|b| epoch - b.1 >= patience) {
+                break;
+            }
+        }
+    }
+    if let Some((_, epoch, saved)) = best.filter(|b| b.1 != report.best_epoch) {
+        trainee.restore(be, &saved)?;
+        report.best_epoch = epoch;
     }
     Ok(report)
 }
@@ -452,6 +551,79 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::CpuBackend;
+    use std::cell::Cell;
+
+    /// A trainee whose one "parameter" is the number of steps taken and whose validation loss after each epoch is
+    /// scripted: what the loop does with them (schedule, batches, early stopping) is what these tests check.
+    struct Scripted {
+        steps: usize,
+        val_losses: Vec<f32>,
+        evaluations: Cell<usize>,
+        lrs: Vec<f32>,
+        batches: Vec<usize>,
+    }
+
+    impl Trainee<CpuBackend> for Scripted {
+        async fn accumulate(&mut self, _: &CpuBackend, which: &[usize]) -> Result<f32> {
+            self.batches.push(which.len());
+            Ok(1.0)
+        }
+        async fn apply(&mut self, _: &CpuBackend, opt: &StepOptions) -> Result<StepReport> {
+            self.steps += 1;
+            self.lrs.push(opt.learning_rate);
+            Ok(StepReport { loss: 1.0, grad_norm: 0.0 })
+        }
+        async fn evaluate(&self, _: &CpuBackend, _: &[usize]) -> Result<Evaluation> {
+            let epoch = self.evaluations.replace(self.evaluations.get() + 1);
+            Ok(Evaluation { loss: self.val_losses[epoch], ..Default::default() })
+        }
+        async fn save(&self, _: &CpuBackend) -> Result<Vec<Vec<f32>>> {
+            Ok(vec![vec![self.steps as f32]])
+        }
+        fn restore(&mut self, _: &CpuBackend, saved: &[Vec<f32>]) -> Result<()> {
+            self.steps = saved[0][0] as usize;
+            Ok(())
+        }
+    }
+
+    fn run(opts: &FitOptions, val_losses: &[f32], rows: usize) -> (Scripted, Result<FitReport>) {
+        let mut t = Scripted { steps: 0, val_losses: val_losses.to_vec(), evaluations: Cell::new(0), lrs: Vec::new(), batches: Vec::new() };
+        let r = pollster::block_on(fit_loop(&CpuBackend::new(), &mut t, rows, None, opts, &mut |_: Progress<'_>| {}));
+        (t, r)
+    }
+
+    #[test]
+    fn schedules_warm_up_then_decay_or_stay() {
+        // 40 rows, 10 validate: 30 train in micro-batches of 4, 2 to a step → 4 steps an epoch (the last of 6 rows).
+        let base = FitOptions { epochs: 2, learning_rate: 1.0, batch_size: 4, accumulate: 2, warmup: 0.25,
+            validation_split: 0.25, ..FitOptions::default() };
+        let (t, r) = run(&base, &[1.0; 2], 40);
+        let r = r.unwrap();
+        assert_eq!(t.batches, [4, 4, 4, 4, 4, 4, 4, 2].repeat(2));
+        // 8 steps, 2 warm: 0, 1/2, then (8 − s)/6 for s = 2..7.
+        let want = [0.0, 0.5, 1.0, 5.0 / 6.0, 4.0 / 6.0, 0.5, 2.0 / 6.0, 1.0 / 6.0];
+        assert!(t.lrs.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{:?}", t.lrs);
+        assert_eq!((r.steps.len(), r.epochs.len(), r.best_epoch), (8, 2, 2));
+        let (t, _) = run(&FitOptions { schedule: Schedule::Constant, ..base }, &[1.0; 2], 40);
+        assert_eq!(t.lrs, [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn early_stopping_ends_with_the_best_epochs_parameters() {
+        let opts = FitOptions { epochs: 10, batch_size: 10, patience: Some(2), ..FitOptions::default() };
+        // 20 rows, 2 validate, 18 train: 2 steps an epoch. Best at epoch 2; epochs 3 and 4 are no better → stop.
+        let (t, r) = run(&opts, &[0.9, 0.5, 0.6, 0.5, 0.1], 20);
+        let r = r.unwrap();
+        assert_eq!((r.epochs.len(), r.best_epoch), (4, 2));
+        assert_eq!(t.steps, 4, "the parameters after epoch 2 (4 steps) are restored");
+        // Without patience every epoch runs and the last is kept.
+        let (t, r) = run(&FitOptions { epochs: 5, patience: None, ..opts }, &[0.9, 0.5, 0.6, 0.5, 0.1], 20);
+        assert_eq!((r.unwrap().best_epoch, t.steps), (5, 10));
+        // Patience with nothing to validate on is refused, not ignored.
+        let e = run(&FitOptions { validation_split: 0.0, ..opts }, &[0.0; 10], 20).1.unwrap_err();
+        assert!(e.to_string().contains("validation split"), "{e}");
+    }
 
     #[test]
     fn an_examples_rows_stay_on_one_side_of_the_split() {

@@ -222,6 +222,8 @@ pub struct Trainer<B: Backend> {
     /// Steps taken so far (AdamW's t is this + 1 on the next step).
     pub steps: u32,
     pub opt: AdamW,
+    /// Gradients summed over the micro-batches of the step being accumulated, and their count.
+    pending: Option<(Vec<B::Tensor>, usize)>,
 }
 
 impl<B: Backend> Trainer<B> {
@@ -239,23 +241,66 @@ impl<B: Backend> Trainer<B> {
             m.push(be.input(&vec![0.0; r * c], r, c)?);
             v.push(be.input(&vec![0.0; r * c], r, c)?);
         }
-        Ok(Trainer { spec, params, m, v, steps: 0, opt })
+        Ok(Trainer { spec, params, m, v, steps: 0, opt, pending: None })
     }
 
     /// One AdamW step on the mean cross-entropy of the batch `x (B, H)`, `labels (B)`. Everything stays on the
     /// backend: nothing is read back.
     pub fn step(&mut self, be: &B, x: &B::Tensor, labels: &[u32]) -> Result<()> {
+        self.accumulate(be, x, labels)?;
+        self.apply(be, self.opt.lr)
+    }
+
+    /// Adds the gradients of the batch's mean cross-entropy to the step being accumulated; returns the batch's
+    /// logits `(B, C)`.
+    pub fn accumulate(&mut self, be: &B, x: &B::Tensor, labels: &[u32]) -> Result<B::Tensor> {
         let acts = forward(be, &self.spec, &self.params, x)?;
         let grads = backward(be, &self.spec, &self.params, x, &acts, labels)?;
+        self.pending = Some(match self.pending.take() {
+            None => (grads, 1),
+            Some((sum, n)) => (sum.iter().zip(&grads).map(|(s, g)| be.add(s, g)).collect::<Result<_>>()?, n + 1),
+        });
+        Ok(acts.logits)
+    }
+
+    /// AdamW at learning rate `lr` with the mean of the accumulated gradients (weight decay on every parameter, as
+    /// `AdamW(head.parameters())`).
+    pub fn apply(&mut self, be: &B, lr: f32) -> Result<()> {
+        let (grads, n) = self.pending.take().ok_or_else(|| Error::Input("no gradients to apply".into()))?;
         self.steps += 1;
         let o = self.opt;
-        let s = AdamWStep::new(o.lr, o.weight_decay, o.beta1, o.beta2, o.eps, self.steps);
+        let mut s = AdamWStep::new(lr, o.weight_decay, o.beta1, o.beta2, o.eps, self.steps);
+        s.grad_scale = 1.0 / n as f32;
         for i in 0..self.params.len() {
             let (p, m, v) = be.adamw(&self.params[i], &grads[i], &self.m[i], &self.v[i], &s)?;
             self.params[i] = p;
             self.m[i] = m;
             self.v[i] = v;
         }
+        Ok(())
+    }
+
+    /// Micro-batches accumulated for the next [`Self::apply`].
+    pub fn pending_batches(&self) -> usize {
+        self.pending.as_ref().map_or(0, |p| p.1)
+    }
+
+    /// The parameters on the host, in order.
+    pub async fn read_params(&self, be: &B) -> Result<Vec<Vec<f32>>> {
+        let mut host = Vec::with_capacity(self.params.len());
+        for p in &self.params {
+            host.push(be.read(p).await?);
+        }
+        Ok(host)
+    }
+
+    /// Replaces the parameters with host values of their shapes (AdamW's state is kept).
+    pub fn set_params(&mut self, be: &B, host: &[Vec<f32>]) -> Result<()> {
+        let shapes = self.spec.param_shapes();
+        if host.len() != shapes.len() || host.iter().zip(&shapes).any(|(v, &(r, c))| v.len() != r * c) {
+            return Err(Error::Input("head parameters do not match the head's shape".into()));
+        }
+        self.params = host.iter().zip(&shapes).map(|(v, &(r, c))| be.input(v, r, c)).collect::<Result<_>>()?;
         Ok(())
     }
 }

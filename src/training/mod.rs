@@ -1,11 +1,11 @@
 //! Training on the backend:
 //! - fine-tuning the whole model on the BERT paper's shapes: [`encoder`] (every encoder parameter trainable, the
-//!   backward through every layer), [`finetune`] (the task heads, their losses, one optimiser step), [`fit`] (the
-//!   loop, the schedule, evaluation, the Hugging Face folder), [`data`] (examples to batches, as transformers'
-//!   example scripts make them);
+//!   backward through every layer), [`finetune`] (the task heads, their losses), [`optim`] (one optimiser step),
+//!   [`fit`] (the loop, the schedule, evaluation, the Hugging Face folder), [`data`] (examples to batches, as
+//!   transformers' example scripts make them);
 //! - a classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
-//!   and backward, AdamW, the seeded PRNG, the head's file) and [`fit_head`], the loop that trains one with a seeded
-//!   validation split and early stopping. `Model::train_head` (in `tasks`) computes the features and calls it.
+//!   and backward, AdamW, the seeded PRNG, the head's file) and [`fit_head`], which trains one by the same loop
+//!   ([`fit::fit_loop`]) on features computed once. `Model::train_head` (in `tasks`) computes them and calls it.
 
 pub mod data;
 pub mod encoder;
@@ -14,6 +14,7 @@ pub mod fit;
 pub mod job;
 pub mod lora;
 pub mod metrics;
+pub mod optim;
 pub mod head;
 
 use crate::backend::Backend;
@@ -21,6 +22,7 @@ use crate::heads::Pooling;
 use crate::activation::Activation;
 use crate::{Error, Result};
 use head::{AdamW, HeadSpec, SplitMix64, Trainer, TrainedHead};
+use optim::{StepOptions, StepReport};
 
 /// One labelled training example.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -168,95 +170,110 @@ pub(crate) fn check_training_input(examples: &[TrainExample], opts: &TrainOption
     Ok(labels)
 }
 
+/// `trainHead`'s head on its cached features `(N, H)`, trained by the loop every trainer shares ([`fit::fit_loop`]).
+struct FeatureTrainee<B: Backend> {
+    trainer: Trainer<B>,
+    x: B::Tensor,
+    y: Vec<u32>,
+    /// The losses of the micro-batches of the step being accumulated.
+    losses: Vec<f32>,
+}
+
+impl<B: Backend> FeatureTrainee<B> {
+    fn rows(&self, be: &B, which: &[usize]) -> Result<(B::Tensor, Vec<u32>)> {
+        let idx: Vec<u32> = which.iter().map(|&i| i as u32).collect();
+        Ok((be.gather_rows(&self.x, &idx)?, which.iter().map(|&i| self.y[i]).collect()))
+    }
+}
+
+impl<B: Backend> fit::Trainee<B> for FeatureTrainee<B> {
+    async fn accumulate(&mut self, be: &B, which: &[usize]) -> Result<f32> {
+        let (x, y) = self.rows(be, which)?;
+        let logits = self.trainer.accumulate(be, &x, &y)?;
+        let (loss, _) = head::loss_and_accuracy(&be.read(&logits).await?, self.trainer.spec.labels.len(), &y);
+        self.losses.push(loss);
+        Ok(loss)
+    }
+
+    async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {
+        let loss = self.losses.drain(..).sum::<f32>() / self.trainer.pending_batches().max(1) as f32;
+        if !loss.is_finite() {
+            return Err(Error::Input(format!("the loss ({loss}) is not finite: lower the learning rate")));
+        }
+        self.trainer.apply(be, opt.learning_rate)?;
+        Ok(StepReport { loss, grad_norm: f32::NAN })
+    }
+
+    async fn evaluate(&self, be: &B, which: &[usize]) -> Result<fit::Evaluation> {
+        let (x, y) = self.rows(be, which)?;
+        let logits = head::forward(be, &self.trainer.spec, &self.trainer.params, &x)?.logits;
+        let (loss, accuracy) = head::loss_and_accuracy(&be.read(&logits).await?, self.trainer.spec.labels.len(), &y);
+        Ok(fit::Evaluation { loss, accuracy, ..Default::default() })
+    }
+
+    async fn save(&self, be: &B) -> Result<Vec<Vec<f32>>> {
+        self.trainer.read_params(be).await
+    }
+
+    fn restore(&mut self, be: &B, saved: &[Vec<f32>]) -> Result<()> {
+        self.trainer.set_params(be, saved)
+    }
+}
+
 /// Trains a classification head on `features` (one pooled vector per example, in order; the labels in class order
-/// from [`check_training_input`]). Features are uploaded once, and every step (forward, backward, AdamW) runs on
-/// the backend; only the per-epoch evaluation logits are read back. Deterministic for a seed. With a validation
-/// split, training stops after `patience` epochs without a lower validation loss and the best epoch's weights are
-/// kept.
+/// from [`check_training_input`]): the features are uploaded once, and the loop is fine-tuning's
+/// ([`fit::fit_loop`]) with `trainHead`'s recipe: a constant learning rate, AdamW on every parameter, no clipping,
+/// the training set's loss and accuracy after each epoch, and with a validation split early stopping after
+/// `patience` epochs without a lower validation loss, ending with the best epoch's weights. Each step reads back
+/// only its batch's logits (for the loss). Deterministic for a seed.
 pub async fn fit_head<B: Backend>(be: &B, features: &[Vec<f32>], labels: Vec<String>, examples: &[TrainExample],
     opts: &TrainOptions, mut on_progress: impl FnMut(&EpochProgress)) -> Result<(TrainedHead<B>, TrainReport)> {
-        let index: std::collections::HashMap<&str, u32> =
-            labels.iter().enumerate().map(|(i, l)| (l.as_str(), i as u32)).collect();
-        let y: Vec<u32> = examples.iter().map(|e| index[e.label.as_str()]).collect();
-
-        // Features once: (N, H) on the device.
-        let h = features.first().map_or(0, Vec::len);
-        if features.len() != examples.len() || h == 0 || features.iter().any(|f| f.len() != h) {
-            return Err(Error::Input(format!(
-                "{} feature vectors for {} examples: every example needs one vector of the same non-zero width",
-                features.len(),
-                examples.len()
-            )));
-        }
-        let flat: Vec<f32> = features.concat();
-        let all = be.input(&flat, examples.len(), h)?; // (N, H)
-
-        // Seeded split: one shuffle of the example order, the first ⌈split·N⌉ go to validation.
-        let mut rng = SplitMix64::new(opts.seed);
-        let mut order: Vec<usize> = (0..examples.len()).collect();
-        rng.shuffle(&mut order);
-        let n_val = ceil_fraction(opts.validation_split, examples.len()).min(examples.len() - 1);
-        let (val_idx, train_idx) = order.split_at(n_val);
-        let rows = |idx: &[usize]| idx.iter().map(|&i| i as u32).collect::<Vec<u32>>();
-        let train_x = be.gather_rows(&all, &rows(train_idx))?; // (N_train, H)
-        let train_y: Vec<u32> = train_idx.iter().map(|&i| y[i]).collect();
-        let val_x = if n_val > 0 { Some(be.gather_rows(&all, &rows(val_idx))?) } else { None }; // (N_val, H)
-        let val_y: Vec<u32> = val_idx.iter().map(|&i| y[i]).collect();
-
-        let spec = HeadSpec {
-            input_size: h,
-            hidden: opts.hidden.map(|d| (d, opts.activation)),
-            labels: labels.clone(),
-            pooling: opts.pooling,
-        };
-        let init = spec.init(&mut rng);
-        let opt = AdamW { lr: opts.learning_rate, weight_decay: opts.weight_decay, ..AdamW::default() };
-        let mut tr = Trainer::new(be, spec.clone(), &init, opt)?;
-        let c = labels.len();
-        let mut history = Vec::new();
-        // The best epoch's parameters, copied to the host (a few KB) so later steps cannot touch them.
-        let mut best: Option<(f32, usize, Vec<Vec<f32>>)> = None;
-        let mut local: Vec<usize> = (0..train_idx.len()).collect();
-        for epoch in 1..=opts.epochs {
-            rng.shuffle(&mut local);
-            for chunk in local.chunks(opts.batch_size) {
-                let xb = be.gather_rows(&train_x, &rows(chunk))?; // (b, H)
-                let yb: Vec<u32> = chunk.iter().map(|&i| train_y[i]).collect();
-                tr.step(be, &xb, &yb)?;
-            }
-            let eval = |x: &B::Tensor| head::forward(be, &spec, &tr.params, x).map(|a| a.logits);
-            let (loss, accuracy) = head::loss_and_accuracy(&be.read(&eval(&train_x)?).await?, c, &train_y);
-            let (val_loss, val_accuracy) = match &val_x {
-                Some(vx) => {
-                    let (l, a) = head::loss_and_accuracy(&be.read(&eval(vx)?).await?, c, &val_y);
-                    (Some(l), Some(a))
-                }
-                None => (None, None),
+    let index: std::collections::HashMap<&str, u32> = labels.iter().enumerate().map(|(i, l)| (l.as_str(), i as u32)).collect();
+    let y: Vec<u32> = examples.iter().map(|e| index[e.label.as_str()]).collect();
+    let h = features.first().map_or(0, Vec::len);
+    if features.len() != examples.len() || h == 0 || features.iter().any(|f| f.len() != h) {
+        return Err(Error::Input(format!(
+            "{} feature vectors for {} examples: every example needs one vector of the same non-zero width",
+            features.len(),
+            examples.len()
+        )));
+    }
+    let x = be.input(&features.concat(), examples.len(), h)?; // (N, H)
+    let spec = HeadSpec { input_size: h, hidden: opts.hidden.map(|d| (d, opts.activation)), labels: labels.clone(), pooling: opts.pooling };
+    let init = spec.init(&mut SplitMix64::new(opts.seed));
+    let opt = AdamW { lr: opts.learning_rate, weight_decay: opts.weight_decay, ..AdamW::default() };
+    let mut trainee = FeatureTrainee { trainer: Trainer::new(be, spec.clone(), &init, opt)?, x, y, losses: Vec::new() };
+    let fit_opts = fit::FitOptions {
+        epochs: opts.epochs,
+        learning_rate: opts.learning_rate,
+        batch_size: opts.batch_size,
+        accumulate: 1,
+        warmup: 0.0,
+        schedule: fit::Schedule::Constant,
+        weight_decay: opts.weight_decay,
+        max_grad_norm: None,
+        validation_split: opts.validation_split,
+        seed: opts.seed,
+        pad_to: None,
+        dropout: false,
+        patience: (opts.validation_split > 0.0).then_some(opts.patience),
+        evaluate_train: true,
+    };
+    let mut history = Vec::new();
+    let mut hooks = |p: fit::Progress<'_>| {
+        if let fit::Progress::Epoch(m) = p {
+            let e = EpochProgress {
+                epoch: m.epoch,
+                loss: m.train_loss,
+                accuracy: m.train_accuracy.unwrap_or(f32::NAN),
+                val_loss: m.val_loss,
+                val_accuracy: m.val_accuracy,
             };
-            let p = EpochProgress { epoch, loss, accuracy, val_loss, val_accuracy };
-            on_progress(&p);
-            history.push(p);
-            if let Some(vl) = val_loss {
-                if best.as_ref().is_none_or(|b| vl < b.0) {
-                    let mut host = Vec::with_capacity(tr.params.len());
-                    for p in &tr.params {
-                        host.push(be.read(p).await?);
-                    }
-                    best = Some((vl, epoch, host));
-                } else if best.as_ref().is_some_and(|b| epoch - b.1 >= opts.patience) {
-                    break;
-                }
-            }
+            on_progress(&e);
+            history.push(e);
         }
-        let (best_epoch, host) = match best {
-            Some((_, e, host)) => (e, host),
-            None => {
-                let mut host = Vec::with_capacity(tr.params.len());
-                for p in &tr.params {
-                    host.push(be.read(p).await?);
-                }
-                (history.len(), host)
-            }
-        };
-        Ok((TrainedHead::from_host(be, spec, host)?, TrainReport { labels, best_epoch, history }))
+    };
+    let report = fit::fit_loop(be, &mut trainee, examples.len(), None, &fit_opts, &mut hooks).await?;
+    let host = trainee.trainer.read_params(be).await?;
+    Ok((TrainedHead::from_host(be, spec, host)?, TrainReport { labels, best_epoch: report.best_epoch, history }))
 }
