@@ -286,6 +286,11 @@ export interface FineTuneOptions {
   /** The checkpoint's dropout probabilities, seeded (default true); false trains without dropout. */
   dropout?: boolean;
   /**
+   * Early stopping: stop after this many epochs without a lower validation loss, and end with the best epoch's
+   * model (needs a validation split). Default: every epoch runs, and the last one's model is kept.
+   */
+  patience?: number;
+  /**
    * LoRA adapters of rank `r` on a frozen encoder (scaled by alpha / r; alpha default 8) on the query and value
    * ("qv", the default) or every linear ("all"), and the head; the model then holds them merged, and
    * `exportModel({ format: "adapter" })` gives peft's files.
@@ -301,6 +306,8 @@ export interface FineTuneReport {
   labels: string[] | null;
   steps: FineTuneStep[];
   epochs: FineTuneEpoch[];
+  /** The epoch whose model this is: the last, or with `patience` the one with the lowest validation loss. */
+  bestEpoch: number;
 }
 
 export declare class Bert {

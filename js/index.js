@@ -315,7 +315,7 @@ function checkTrainOptions(o, onProgress) {
 }
 
 const FINE_TUNE_OPTIONS = ["task", "epochs", "learningRate", "batchSize", "accumulate", "layers", "warmup",
-  "weightDecay", "validationSplit", "seed", "docStride", "dropout", "lora", "onProgress", "signal"];
+  "weightDecay", "validationSplit", "seed", "docStride", "dropout", "patience", "lora", "onProgress", "signal"];
 const FINE_TUNE_TASKS = ["classify", "pair", "ner", "qa", "embed"];
 
 /** Types of fineTune's options (their ranges are checked in Rust, with messages that say how to fix them). */
@@ -330,7 +330,7 @@ function checkFineTuneOptions(o, onProgress, signal) {
   if (o.task != null && !FINE_TUNE_TASKS.includes(o.task)) {
     throw new TypeError(`${m}: task must be one of ${FINE_TUNE_TASKS.map((t) => `"${t}"`).join(", ")} (got ${JSON.stringify(o.task)})`);
   }
-  for (const k of ["epochs", "batchSize", "accumulate", "docStride"]) {
+  for (const k of ["epochs", "batchSize", "accumulate", "docStride", "patience"]) {
     if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
       throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
     }
@@ -735,12 +735,13 @@ export class Bert {
    * Options (the BERT paper's recipe by default): epochs 3, learningRate 5e-5, batchSize 16, accumulate 1,
    * layers "all" (or the number of top layers; 0 trains the head alone), warmup 0.1, weightDecay 0.01,
    * validationSplit 0.1, seed 0, docStride 128 (qa), dropout true (the checkpoint's probabilities, seeded; false:
-   * none), lora (e.g. `{ r: 8, alpha: 16, targets: "qv" | "all" }`: LoRA adapters on a frozen encoder, and the head;
-   * the model becomes the merged one). `onProgress(p)` gets `{ type: "step", epoch, step,
+   * none), patience (early stopping: after this many epochs without a lower validation loss, stop and keep the best
+   * epoch's model; unset: every epoch, the last kept), lora (e.g. `{ r: 8, alpha: 16, targets: "qv" | "all" }`: LoRA
+   * adapters on a frozen encoder, and the head; the model becomes the merged one). `onProgress(p)` gets `{ type: "step", epoch, step,
    * totalSteps, loss, learningRate }` after each step and `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`
    * after each epoch. `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
    * reason and the model is left as it was, as after any error. Other calls made while it runs reject.
-   * @returns {Promise<{labels: string[] | null, steps: object[], epochs: object[]}>}
+   * @returns {Promise<{labels: string[] | null, steps: object[], epochs: object[], bestEpoch: number}>}
    */
   fineTune(examples, options = {}) {
     return this._enqueue("fineTune", async (m) => {
@@ -793,7 +794,7 @@ export class Bert {
       this._headLabels = null;
       this._headBytes = null;
       old.free();
-      return { labels: out.labels ?? null, steps: out.steps, epochs: out.epochs };
+      return { labels: out.labels ?? null, steps: out.steps, epochs: out.epochs, bestEpoch: out.bestEpoch };
     });
   }
 

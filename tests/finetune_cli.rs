@@ -79,6 +79,44 @@ fn fine_tune_writes_a_folder_that_classifies_what_it_learned() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--patience N`: training stops N epochs after the lowest validation loss, and the model written is that epoch's
+/// (the loop's own test, src/training/fit.rs, checks that the parameters are restored; this one the CLI's wiring).
+#[test]
+fn early_stopping_stops_after_patience_and_reports_the_best_epoch() {
+    let dir = tmp("patience");
+    let train = data(&dir);
+    let out = dir.join("model");
+    let model = root().join("tests/models/tiny-classifier");
+    // A learning rate far too high for a tiny model: the validation loss stops improving within a few epochs.
+    let o = run(
+        &["fine-tune", "--task", "classify", "--model", model.to_str().unwrap(), "--data", train.to_str().unwrap(),
+          "--out", out.to_str().unwrap(), "--epochs", "30", "--lr", "0.3", "--batch-size", "8",
+          "--validation-split", "0.25", "--patience", "2", "--no-dropout", "--device", "cpu"],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "fine-tune failed: {stderr}");
+    let epochs: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("train_loss").is_some()).collect();
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let best = report["best_epoch"].as_u64().unwrap() as usize;
+    let losses: Vec<f64> = epochs.iter().map(|e| e["val_loss"].as_f64().unwrap()).collect();
+    let argmin = 1 + (0..losses.len()).fold(0, |b, i| if losses[i] < losses[b] { i } else { b });
+    assert_eq!(best, argmin, "best epoch vs the lowest validation loss: {losses:?}");
+    assert!(epochs.len() < 30, "these settings stop early: {losses:?}");
+    assert_eq!(epochs.len(), best + 2, "stopped 2 epochs after the best: {losses:?}");
+    assert!(out.join("model.safetensors").exists());
+    // Patience without a validation split is refused, not ignored.
+    let o = run(
+        &["fine-tune", "--task", "classify", "--model", model.to_str().unwrap(), "--data", train.to_str().unwrap(),
+          "--out", out.to_str().unwrap(), "--validation-split", "0", "--patience", "2", "--device", "cpu"],
+        "",
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("validation split"), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_input_exits_2_with_a_reason() {
     let dir = tmp("bad");

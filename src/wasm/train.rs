@@ -176,6 +176,8 @@ struct JsFineTuneOptions {
     doc_stride: Option<usize>,
     /// The checkpoint's dropout probabilities (default true), or none.
     dropout: Option<bool>,
+    /// Early stopping: epochs without a lower validation loss before stopping at the best epoch.
+    patience: Option<usize>,
     /// LoRA adapters on a frozen encoder instead of every parameter.
     lora: Option<JsLora>,
 }
@@ -229,6 +231,7 @@ impl JsFineTuneOptions {
             validation_split: self.validation_split.unwrap_or(d.validation_split),
             seed: self.seed.unwrap_or(d.seed),
             dropout: self.dropout.unwrap_or(d.dropout),
+            patience: self.patience,
             ..d
         };
         Ok(opts)
@@ -284,6 +287,7 @@ struct JsFineTuned {
     labels: Option<Vec<String>>,
     steps: Vec<JsProgress>,
     epochs: Vec<JsProgress>,
+    best_epoch: usize,
 }
 
 /// The wrapper's `{ onProgress(p), shouldStop() → bool, pause() → Promise }`.
@@ -361,7 +365,7 @@ impl WasmModel {
         Ok(wasm_bindgen_futures::future_to_promise(async move {
             let done = engine.fine_tune(files, &opts, &examples, &mut hooks).await.map_err(|e| JsValue::from(js_err(e)))?;
             let (steps, epochs) = report(&done.report);
-            let out = to_js(&JsFineTuned { labels: done.labels, steps, epochs }).map_err(JsValue::from)?;
+            let out = to_js(&JsFineTuned { labels: done.labels, steps, epochs, best_epoch: done.report.best_epoch }).map_err(JsValue::from)?;
             let mut files = vec![("config", done.config_json.as_bytes()), ("weights", &done.safetensors[..])];
             if let Some((config, weights)) = &done.adapter {
                 files.extend([("adapterConfig", config.as_bytes()), ("adapterWeights", &weights[..])]);

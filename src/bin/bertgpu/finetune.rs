@@ -79,7 +79,7 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
     } else {
         write_folder(m, &a.out, &[("config.json", done.config_json.as_bytes()), ("model.safetensors", &done.safetensors)])?;
     }
-    Ok(json!({ "labels": done.labels, "epochs": done.report.epochs, "out": a.out }))
+    Ok(json!({ "labels": done.labels, "epochs": done.report.epochs, "best_epoch": done.report.best_epoch, "out": a.out }))
 }
 
 fn read_config(m: &crate::LoadedModel) -> Result<serde_json::Value, Fail> {

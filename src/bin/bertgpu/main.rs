@@ -211,6 +211,9 @@ enum Command {
         /// Which layers train: `all`, or the top K encoder layers with the head (0: the head alone)
         #[arg(long, default_value = "all", value_parser = finetune::parse_layers)]
         layers: finetune::Layers,
+        /// Stop after N epochs without a lower validation loss and keep the best epoch's model (needs a validation split)
+        #[arg(long, value_name = "N")]
+        patience: Option<usize>,
         /// Train without dropout (by default the checkpoint's hidden_dropout_prob, attention_probs_dropout_prob and
         /// classifier_dropout apply, seeded, as in transformers' Trainer)
         #[arg(long)]
@@ -331,7 +334,7 @@ fn run(command: Command) -> Result<(), Fail> {
             );
             Ok(())
         }
-        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers, no_dropout, lora, lora_alpha, lora_targets, merge } => {
+        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers, patience, no_dropout, lora, lora_alpha, lora_targets, merge } => {
             let fit = bertgpu::training::fit::FitOptions {
                 epochs,
                 learning_rate: lr,
@@ -342,6 +345,7 @@ fn run(command: Command) -> Result<(), Fail> {
                 validation_split,
                 seed,
                 dropout: !no_dropout,
+                patience,
                 ..Default::default()
             };
             let lora = lora.map(|r| bertgpu::training::lora::LoraOptions { r, alpha: lora_alpha, targets: lora_targets, merge });
