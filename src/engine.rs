@@ -15,6 +15,7 @@ use crate::heads::token_classifier::{Aggregation, TokenEntity};
 use crate::tasks::pipelines::RankedDocument;
 use crate::tasks::{EmbedOptions, Model};
 use crate::tokenizer::{Encoded, Tokenizer};
+use crate::training::checkpoint::{Checkpoints, Store};
 use crate::training::fit::Hooks;
 use crate::training::job::{self, Examples, FineTuned, JobOptions};
 use crate::training::{EpochProgress, TrainExample, TrainOptions, TrainReport};
@@ -137,8 +138,9 @@ impl Engine {
     /// Fine-tunes a copy of this engine's model, given as the `files` it was loaded from, on this engine's backend
     /// ([`job::run`]). This engine is not changed: load the result ([`FineTuned`]'s config and weights, with the
     /// same tokenizer files) to use it.
-    pub async fn fine_tune(&self, files: ModelFiles, opts: &JobOptions, examples: &Examples, hooks: &mut impl Hooks)
-        -> Result<FineTuned> {
+    /// With `checkpoints`, the run is saved as it goes and can resume ([`crate::training::checkpoint`]).
+    pub async fn fine_tune<S: Store>(&self, files: ModelFiles, opts: &JobOptions, examples: &Examples,
+        hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
         let original: serde_json::Value = serde_json::from_slice(&files.config)?;
         let m = loader::load(ModelSource::Files(files), &LoadOptions::default())?;
         if m.config.hidden_size != self.config().hidden_size || m.config.num_hidden_layers != self.config().num_hidden_layers {
@@ -146,7 +148,8 @@ impl Engine {
         }
         let prepared = job::prepare(&m.config, &m.tokenizer, opts.task, examples, opts.doc_stride)?;
         let weights = m.weights()?;
-        with_model!(self, e => job::run(&e.backend, &m.config, &m.tokenizer, &weights, &original, opts, &prepared, hooks).await)
+        with_model!(self, e => job::run(&e.backend, &m.config, &m.tokenizer, &weights, &original, opts, &prepared, hooks,
+            checkpoints.as_deref_mut()).await)
     }
 
     /// See [`Model::export_head`].

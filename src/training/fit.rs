@@ -1,135 +1,20 @@
 //! The training loop, one for every trainer ([`Trainee`]): a seeded validation split, shuffled batches, gradient
 //! accumulation, transformers' learning-rate schedules (warm-up, then linear decay to 0 or constant), a validation
-//! pass after each epoch, early stopping. Fine-tuning runs it on examples as rows, padded per batch to their longest
-//! ([`fit`]), and ends with the model as a Hugging Face folder; `trainHead` runs it on cached features.
+//! pass after each epoch, early stopping, checkpoints and resume ([`super::checkpoint`]). Fine-tuning runs it on
+//! tokenized rows ([`super::rows`]); `trainHead` on cached features (`super::fit_head`).
 
-use std::collections::BTreeMap;
-
-use super::finetune::{FineTuneTask, FineTuner, StepOptions, StepReport, Targets, IGNORE};
-use super::encoder::DropoutOptions;
-use super::head::{argmax, SplitMix64};
 use super::ceil_fraction;
-use super::metrics::{self, QaReference};
+use super::checkpoint::{self, Checkpoints, LoopState, Store, TraineeState};
+use super::finetune::{StepOptions, StepReport};
+use super::head::SplitMix64;
+use super::metrics::QaReference;
 use crate::backend::Backend;
-use crate::tokenizer::Batch;
-use crate::weights::safetensors::{write_f32, F32Tensor};
 use crate::{Error, Result};
 
-/// What one example should predict.
-#[derive(Clone, Debug, PartialEq)]
-pub enum RowTarget {
-    /// A class (sequence classification).
-    Class(u32),
-    /// A class per token, [`IGNORE`] where no loss is taken (token classification).
-    Tokens(Vec<i64>),
-    /// The answer's start and end token (QA).
-    Span(u32, u32),
-    /// The tokens of the positive text paired with this anchor (embedding fine-tuning; the other rows' positives
-    /// in the batch are the negatives).
-    Positive { input_ids: Vec<u32>, token_type_ids: Vec<u32> },
-}
-
-/// One tokenized example, unpadded.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Row {
-    pub input_ids: Vec<u32>,
-    pub token_type_ids: Vec<u32>,
-    pub target: RowTarget,
-}
-
-/// The rows of a padded batch (padding dropped by its attention mask) with one target each.
-pub fn rows_from_batch(batch: &Batch, targets: impl IntoIterator<Item = RowTarget>) -> Vec<Row> {
-    targets
-        .into_iter()
-        .enumerate()
-        .take(batch.b)
-        .map(|(r, target)| {
-            let span = r * batch.t..(r + 1) * batch.t;
-            let len = batch.attention_mask[span.clone()].iter().filter(|&&m| m != 0).count();
-            let target = match target {
-                RowTarget::Tokens(mut t) => {
-                    t.truncate(len);
-                    RowTarget::Tokens(t)
-                }
-                other => other,
-            };
-            Row {
-                input_ids: batch.input_ids[span.start..span.start + len].to_vec(),
-                token_type_ids: batch.token_type_ids[span.start..span.start + len].to_vec(),
-                target,
-            }
-        })
-        .collect()
-}
-
-/// The batch of `rows` padded to the longest (pad id `pad`), and its targets.
-pub struct RowBatch {
-    pub batch: Batch,
-    /// The positives of embedding pairs, padded as a batch of their own.
-    positives: Option<Batch>,
-    classes: Vec<u32>,
-    tokens: Vec<i64>,
-    start: Vec<u32>,
-    end: Vec<u32>,
-}
-
-impl RowBatch {
-    /// Padded to the longest row, and to at least `min_t` tokens.
-    pub fn new(rows: &[&Row], pad: u32, min_t: Option<usize>) -> Result<RowBatch> {
-        let t = rows.iter().map(|r| r.input_ids.len()).max().unwrap_or(0).max(min_t.unwrap_or(0));
-        if rows.is_empty() || t == 0 {
-            return Err(Error::Input("an empty batch cannot be trained on".into()));
-        }
-        let mut batch = Batch { b: rows.len(), t, ..Default::default() };
-        let positives = rows
-            .iter()
-            .map(|r| match &r.target {
-                RowTarget::Positive { input_ids, token_type_ids } => Some(Row {
-                    input_ids: input_ids.clone(),
-                    token_type_ids: token_type_ids.clone(),
-                    target: RowTarget::Class(0),
-                }),
-                _ => None,
-            })
-            .collect::<Option<Vec<Row>>>();
-        let positives = match positives {
-            Some(p) if !p.is_empty() => Some(RowBatch::new(&p.iter().collect::<Vec<_>>(), pad, None)?.batch),
-            _ => None,
-        };
-        let (mut classes, mut tokens, mut start, mut end) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for r in rows {
-            let n = r.input_ids.len();
-            batch.input_ids.extend(r.input_ids.iter().copied().chain(std::iter::repeat_n(pad, t - n)));
-            batch.token_type_ids.extend(r.token_type_ids.iter().copied().chain(std::iter::repeat_n(0, t - n)));
-            batch.attention_mask.extend(std::iter::repeat_n(1, n).chain(std::iter::repeat_n(0, t - n)));
-            match &r.target {
-                RowTarget::Class(c) => classes.push(*c),
-                RowTarget::Tokens(l) => tokens.extend(l.iter().copied().chain(std::iter::repeat_n(IGNORE, t - l.len()))),
-                RowTarget::Span(s, e) => {
-                    start.push(*s);
-                    end.push(*e);
-                }
-                RowTarget::Positive { .. } => {}
-            }
-        }
-        Ok(RowBatch { batch, positives, classes, tokens, start, end })
-    }
-
-    pub fn targets(&self) -> Targets<'_> {
-        if let Some(positives) = &self.positives {
-            Targets::Pairs { positives }
-        } else if !self.tokens.is_empty() {
-            Targets::Token(&self.tokens)
-        } else if !self.start.is_empty() {
-            Targets::Spans { start: &self.start, end: &self.end }
-        } else {
-            Targets::Sequence(&self.classes)
-        }
-    }
-}
+pub use super::rows::{evaluate, export_folder, fit, rows_from_batch, Row, RowBatch, RowTarget};
 
 /// How to fine-tune.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct FitOptions {
     pub epochs: usize,
     pub learning_rate: f32,
@@ -164,7 +49,7 @@ pub struct FitOptions {
 }
 
 /// How the learning rate moves after the warm-up.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub enum Schedule {
     #[default]
     Linear,
@@ -195,7 +80,7 @@ impl Default for FitOptions {
 }
 
 /// After each optimiser step.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepProgress {
     pub epoch: usize,
     pub step: usize,
@@ -208,7 +93,7 @@ pub struct StepProgress {
 /// (classes of sequences, of labelled tokens, windows whose answer start and end both match, or anchors whose own
 /// positive scores highest among their batch's), and the task's own metric where [`Metrics`] allows it:
 /// entity-level F1 for token classification, SQuAD's exact match and F1 (over examples) for QA ([`super::metrics`]).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EpochMetrics {
     pub epoch: usize,
     pub train_loss: f32,
@@ -241,7 +126,7 @@ pub struct Evaluation {
 }
 
 /// What [`fit`] did.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FitReport {
     pub steps: Vec<StepProgress>,
     pub epochs: Vec<EpochMetrics>,
@@ -253,6 +138,19 @@ pub struct FitReport {
 pub enum Progress<'a> {
     Step(&'a StepProgress),
     Epoch(&'a EpochMetrics),
+    /// A checkpoint was saved, or the run resumed from one (see [`CheckpointEvent`]).
+    Checkpoint(&'a CheckpointEvent),
+}
+
+/// What happened to a checkpoint: `saved` (after `step` optimiser steps), `resumed` from it, or `skipped` as
+/// damaged (`reason`) on the way to an intact one.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CheckpointEvent {
+    pub checkpoint: &'static str,
+    pub name: String,
+    pub step: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// What [`fit`] calls as it goes. A closure `FnMut(Progress)` is the simplest one.
@@ -284,7 +182,7 @@ fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
     super::check_schedule(o.epochs, o.batch_size, o.learning_rate, o.weight_decay, o.validation_split, rows)
 }
 
-/// What [`fit_loop`] trains: a model with its examples, addressed by row index. [`FineTuner`] on tokenized rows
+/// What [`fit_loop`] trains: a model with its examples, addressed by row index. `FineTuner` on tokenized rows
 /// ([`fit`]) and `trainHead`'s head on cached features (`super::fit_head`) are the two.
 pub trait Trainee<B: Backend> {
     /// Adds the gradients of the rows `which` (one micro-batch) to the step being accumulated; returns their loss.
@@ -296,74 +194,72 @@ pub trait Trainee<B: Backend> {
     /// The trained parameters on the host (early stopping keeps the best epoch's), and back.
     fn save(&self, be: &B) -> impl std::future::Future<Output = Result<Vec<Vec<f32>>>>;
     fn restore(&mut self, be: &B, saved: &[Vec<f32>]) -> Result<()>;
-}
-
-/// [`FineTuner`] on tokenized rows, batched as [`RowBatch`] pads them.
-struct RowTrainee<'a, B: Backend> {
-    tuner: &'a mut FineTuner<B>,
-    rows: &'a [Row],
-    pad: u32,
-    opts: &'a FitOptions,
-    metrics: Metrics<'a>,
-}
-
-impl<B: Backend> Trainee<B> for RowTrainee<'_, B> {
-    async fn accumulate(&mut self, be: &B, which: &[usize]) -> Result<f32> {
-        let batch = RowBatch::new(&which.iter().map(|&i| &self.rows[i]).collect::<Vec<_>>(), self.pad, self.opts.pad_to)?;
-        self.tuner.accumulate(be, &batch.batch, &batch.targets()).await
+    /// Everything of the trainer a checkpoint must hold to continue exactly: trained parameters, optimiser state,
+    /// counters. A trainer without checkpoints says so.
+    fn state(&self, _be: &B) -> impl std::future::Future<Output = Result<TraineeState>> {
+        std::future::ready(Err(Error::Input("this trainer does not save checkpoints".into())))
     }
-
-    async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {
-        self.tuner.apply(be, opt).await
+    fn set_state(&mut self, _be: &B, _state: TraineeState) -> Result<()> {
+        Err(Error::Input("this trainer does not resume from checkpoints".into()))
     }
-
-    async fn evaluate(&self, be: &B, which: &[usize]) -> Result<Evaluation> {
-        evaluate(be, self.tuner, self.rows, which, self.pad, self.opts.batch_size, self.opts.pad_to, self.metrics).await
-    }
-
-    async fn save(&self, be: &B) -> Result<Vec<Vec<f32>>> {
-        self.tuner.read_trained(be).await
-    }
-
-    fn restore(&mut self, be: &B, saved: &[Vec<f32>]) -> Result<()> {
-        self.tuner.set_trained(be, saved)
-    }
-}
-
-/// Fine-tunes `tuner` on `rows` ([`fit_loop`]). `groups[i]` names the example row `i` comes from (a long QA
-/// context gives several windows): an example's rows all fall on the same side of the split, so that validation
-/// never sees a window of a context trained on. `None`: one example per row.
-#[allow(clippy::too_many_arguments)]
-pub async fn fit<B: Backend>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], groups: Option<&[usize]>, pad: u32,
-    opts: &FitOptions, metrics: Metrics<'_>, hooks: &mut impl Hooks) -> Result<FitReport> {
-    tuner.set_dropout(opts.dropout.then(|| DropoutOptions::of_config(&tuner.encoder.config, opts.seed)))?;
-    let mut trainee = RowTrainee { tuner, rows, pad, opts, metrics };
-    fit_loop(be, &mut trainee, rows.len(), groups, opts, hooks).await
 }
 
 /// The training loop of every trainer: the rows are split once by a seeded shuffle (the first ⌈split·N⌉ examples
 /// validate, with all their rows), the training rows reshuffled every epoch and taken `batch_size` at a time,
 /// `accumulate` micro-batches to an optimiser step, the learning rate as `opts.schedule` says, an evaluation after
-/// each epoch, and early stopping if asked. A non-finite loss stops with an error and the parameters of the last
-/// good step; so does an error from `hooks`.
-pub async fn fit_loop<B: Backend>(be: &B, trainee: &mut impl Trainee<B>, rows: usize, groups: Option<&[usize]>,
-    opts: &FitOptions, hooks: &mut impl Hooks) -> Result<FitReport> {
+/// each epoch, and early stopping if asked. With `checkpoints`, the whole state is saved every `every` steps and at
+/// each epoch's end, and a resume continues from the newest intact checkpoint ([`checkpoint`]). A non-finite loss
+/// stops with an error and the parameters of the last good step; so does an error from `hooks`.
+pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B>, rows: usize, groups: Option<&[usize]>,
+    opts: &FitOptions, hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FitReport> {
     let mut rng = SplitMix64::new(opts.seed);
     let (val, mut train) = split(rows, groups, opts, &mut rng)?;
     if opts.patience.is_some() && val.is_empty() {
         return Err(Error::Input("early stopping needs a validation split to watch: set one, or no patience".into()));
     }
+    if checkpoints.as_ref().is_some_and(|c| c.every == 0) {
+        return Err(Error::Input("checkpoints need an interval of at least 1 step".into()));
+    }
     // One optimiser step per `accumulate` micro-batches of `batch_size` rows.
-    let per_epoch = train.len().div_ceil(opts.batch_size).div_ceil(opts.accumulate);
+    let rows_per_step = opts.batch_size * opts.accumulate;
+    let per_epoch = train.len().div_ceil(rows_per_step);
     let total = per_epoch * opts.epochs;
     let warm = ceil_fraction(opts.warmup, total);
-    let mut report = FitReport { steps: Vec::new(), epochs: Vec::new(), best_epoch: 0 };
+    let mut report = FitReport::default();
     // The lowest validation loss so far, its epoch and (with early stopping) its parameters.
     let mut best: Option<(f32, usize, Vec<Vec<f32>>)> = None;
-    for epoch in 1..=opts.epochs {
-        rng.shuffle(&mut train);
-        let mut losses = Vec::with_capacity(per_epoch);
-        for group in train.chunks(opts.batch_size * opts.accumulate) {
+    let (mut first_epoch, mut resumed_in_epoch) = (1, None);
+    if let Some(c) = checkpoints.as_deref_mut().filter(|c| c.resume) {
+        if let Some(r) = checkpoint::resume(c).await? {
+            for (name, why) in &r.skipped {
+                let e = CheckpointEvent { checkpoint: "skipped", name: name.clone(), step: 0, reason: Some(why.clone()) };
+                hooks.progress(Progress::Checkpoint(&e))?;
+            }
+            let p = r.position;
+            let mut sorted = p.order.clone();
+            sorted.sort_unstable();
+            let mut expected = train.clone();
+            expected.sort_unstable();
+            if sorted != expected {
+                return Err(Error::Input(format!("checkpoint {}: its training rows are not this run's", r.name)));
+            }
+            trainee.set_state(be, r.trainee)?;
+            (train, rng, report, first_epoch) = (p.order, SplitMix64::new(p.rng), p.report, p.epoch);
+            best = p.best.zip(r.best).map(|((loss, epoch), params)| (loss, epoch, params));
+            resumed_in_epoch = p.shuffled.then_some((p.in_epoch, p.losses));
+            let e = CheckpointEvent { checkpoint: "resumed", name: r.name, step: report.steps.len(), reason: None };
+            hooks.progress(Progress::Checkpoint(&e))?;
+        }
+    }
+    for epoch in first_epoch..=opts.epochs {
+        let (done, mut losses) = match resumed_in_epoch.take() {
+            Some(resumed) => resumed,
+            None => {
+                rng.shuffle(&mut train);
+                (0, Vec::with_capacity(per_epoch))
+            }
+        };
+        for (k, group) in train.chunks(rows_per_step).enumerate().skip(done) {
             let step = report.steps.len();
             // get_linear_schedule_with_warmup: s/warm while warming up, then (total − s)/(total − warm).
             let factor = match opts.schedule {
@@ -387,6 +283,12 @@ pub async fn fit_loop<B: Backend>(be: &B, trainee: &mut impl Trainee<B>, rows: u
             let p = StepProgress { epoch, step: step + 1, total_steps: total, loss: r.loss, learning_rate: lr };
             hooks.progress(Progress::Step(&p))?;
             report.steps.push(p);
+            // Every `every` steps, but not on an epoch's last (its end saves, below).
+            if let Some(c) = checkpoints.as_deref_mut().filter(|c| (step + 1) % c.every == 0 && k + 1 < per_epoch) {
+                let at = LoopState { epoch, in_epoch: k + 1, order: train.clone(), shuffled: true, rng: rng.state(),
+                    losses: losses.clone(), report: report.clone(), best: best.as_ref().map(|b| (b.0, b.1)) };
+                save_checkpoint(be, trainee, c, hooks, &at, best.as_ref().map(|b| &b.2[..])).await?;
+            }
         }
         let e = if val.is_empty() { None } else { Some(trainee.evaluate(be, &val).await?) };
         let (train_loss, train_accuracy) = if opts.evaluate_train {
@@ -414,12 +316,24 @@ pub async fn fit_loop<B: Backend>(be: &B, trainee: &mut impl Trainee<B>, rows: u
                 break;
             }
         }
+        if let Some(c) = checkpoints.as_deref_mut() {
+            let at = LoopState { epoch: epoch + 1, in_epoch: 0, order: train.clone(), shuffled: false, rng: rng.state(),
+                losses: Vec::new(), report: report.clone(), best: best.as_ref().map(|b| (b.0, b.1)) };
+            save_checkpoint(be, trainee, c, hooks, &at, best.as_ref().map(|b| &b.2[..])).await?;
+        }
     }
     if let Some((_, epoch, saved)) = best.filter(|b| b.1 != report.best_epoch) {
         trainee.restore(be, &saved)?;
         report.best_epoch = epoch;
     }
     Ok(report)
+}
+
+async fn save_checkpoint<B: Backend, S: Store>(be: &B, trainee: &impl Trainee<B>, c: &mut Checkpoints<S>,
+    hooks: &mut impl Hooks, at: &LoopState, best: Option<&[Vec<f32>]>) -> Result<()> {
+    let step = at.report.steps.len();
+    let name = checkpoint::save(c, step, at, &trainee.state(be).await?, best).await?;
+    hooks.progress(Progress::Checkpoint(&CheckpointEvent { checkpoint: "saved", name, step, reason: None }))
 }
 
 /// The validation and training row indices: examples (a row's group, or the row itself) shuffled, the first
@@ -442,116 +356,11 @@ fn split(rows: usize, groups: Option<&[usize]>, opts: &FitOptions, rng: &mut Spl
     Ok((val, train))
 }
 
-/// Mean loss (weighted by batch rows), accuracy and the task's metric over the rows `which` of `rows`.
-#[allow(clippy::too_many_arguments)]
-pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], which: &[usize], pad: u32,
-    batch_size: usize, pad_to: Option<usize>, metrics: Metrics<'_>) -> Result<Evaluation> {
-    let (mut loss, mut weight, mut right, mut count) = (0f64, 0usize, 0usize, 0usize);
-    let (mut gold_tags, mut pred_tags) = (Vec::new(), Vec::new());
-    let mut spans: Vec<Vec<f32>> = Vec::new();
-    for chunk in which.chunks(batch_size.max(1)) {
-        let chunk_rows: Vec<&Row> = chunk.iter().map(|&i| &rows[i]).collect();
-        let b = RowBatch::new(&chunk_rows, pad, pad_to)?;
-        let targets = b.targets();
-        if let Targets::Pairs { positives } = targets {
-            let (l, r) = tuner.embedding_eval(be, &b.batch, positives).await?;
-            loss += l as f64 * chunk.len() as f64;
-            weight += chunk.len();
-            right += r;
-            count += chunk.len();
-            continue;
-        }
-        let logits = be.read(&tuner.logits(be, &b.batch)?).await?;
-        let n = match targets {
-            Targets::Token(y) => y.iter().filter(|&&l| l != IGNORE).count(),
-            _ => chunk.len(),
-        };
-        loss += tuner.loss(&logits, &b.batch, &targets) as f64 * n as f64;
-        weight += n;
-        let (r, c) = tuner.correct(&logits, &b.batch, &targets);
-        right += r;
-        count += c;
-        let t = b.batch.t;
-        match (targets, metrics.tags, metrics.qa) {
-            (Targets::Token(y), Some(tags), _) => {
-                let classes = tags.len();
-                for (row, rl) in chunk_rows.iter().enumerate() {
-                    let (mut g, mut p) = (Vec::new(), Vec::new());
-                    for i in (0..rl.input_ids.len()).filter(|&i| y[row * t + i] != IGNORE) {
-                        let at = (row * t + i) * classes;
-                        g.push(tags[y[row * t + i] as usize].as_str());
-                        p.push(tags[argmax(&logits[at..at + classes])].as_str());
-                    }
-                    gold_tags.push(g);
-                    pred_tags.push(p);
-                }
-            }
-            (Targets::Spans { .. }, _, Some(_)) => {
-                for (row, rl) in chunk_rows.iter().enumerate() {
-                    spans.push(logits[row * t * 2..(row * t + rl.input_ids.len()) * 2].to_vec());
-                }
-            }
-            _ => {}
-        }
-    }
-    let f1 = (!gold_tags.is_empty()).then(|| metrics::entity_f1(&gold_tags, &pred_tags));
-    let (exact_match, qa_f1) = match metrics.qa {
-        Some(q) if !spans.is_empty() => {
-            let (em, f1) = q.scores(which, &spans)?;
-            (Some(em), Some(f1))
-        }
-        _ => (None, None),
-    };
-    Ok(Evaluation {
-        loss: (loss / weight.max(1) as f64) as f32,
-        accuracy: right as f32 / count.max(1) as f32,
-        f1: f1.or(qa_f1),
-        exact_match,
-    })
-}
-
-/// The fine-tuned model as the files of a Hugging Face folder: `config.json` (the original's, with `architectures`
-/// and, for classifiers, `id2label` / `label2id` set) and `model.safetensors` (f32, transformers' names; LoRA
-/// adapters merged into their weights). The
-/// tokenizer files are the original folder's, unchanged.
-pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_config: &serde_json::Value,
-    labels: Option<&[String]>) -> Result<(String, Vec<u8>)> {
-    let mut cfg = original_config.clone();
-    let obj = cfg.as_object_mut().ok_or_else(|| Error::Config("config.json is not a JSON object".into()))?;
-    let arch = match tuner.task() {
-        FineTuneTask::Sequence => "BertForSequenceClassification",
-        FineTuneTask::Token => "BertForTokenClassification",
-        FineTuneTask::QuestionAnswering => "BertForQuestionAnswering",
-        FineTuneTask::Embedding => "BertModel",
-    };
-    // A bare encoder is stored as BertModel names it (no `bert.` prefix), as sentence-transformers' folders are.
-    let bare = tuner.task() == FineTuneTask::Embedding;
-    obj.insert("architectures".into(), serde_json::json!([arch]));
-    if let Some(labels) = labels {
-        let id2label: BTreeMap<String, &str> = labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.as_str())).collect();
-        let label2id: BTreeMap<&str, usize> = labels.iter().enumerate().map(|(i, l)| (l.as_str(), i)).collect();
-        obj.insert("id2label".into(), serde_json::json!(id2label));
-        obj.insert("label2id".into(), serde_json::json!(label2id));
-    }
-    let named = super::lora::merged(be, tuner).await?; // LoRA adapters folded in, if any
-    let shapes = tuner.shapes();
-    let tensors: Vec<F32Tensor<'_>> = named
-        .iter()
-        .map(|(name, values)| F32Tensor {
-            name: if bare { name.strip_prefix("bert.").unwrap_or(name).to_string() } else { name.clone() },
-            shape: shapes[name].clone(),
-            values,
-        })
-        .collect();
-    let mut meta = BTreeMap::new();
-    meta.insert("format", "pt".to_string());
-    Ok((serde_json::to_string_pretty(&cfg)? + "\n", write_f32(&tensors, &meta)?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::cpu::CpuBackend;
+    use crate::training::checkpoint::STATE as STATE_FILE;
     use std::cell::Cell;
 
     /// A trainee whose one "parameter" is the number of steps taken and whose validation loss after each epoch is
@@ -562,11 +371,14 @@ mod tests {
         evaluations: Cell<usize>,
         lrs: Vec<f32>,
         batches: Vec<usize>,
+        /// Every row trained on, in order: what a checkpoint must carry exactly for a resume to continue the run.
+        seen: Vec<usize>,
     }
 
     impl Trainee<CpuBackend> for Scripted {
         async fn accumulate(&mut self, _: &CpuBackend, which: &[usize]) -> Result<f32> {
             self.batches.push(which.len());
+            self.seen.extend_from_slice(which);
             Ok(1.0)
         }
         async fn apply(&mut self, _: &CpuBackend, opt: &StepOptions) -> Result<StepReport> {
@@ -585,11 +397,147 @@ mod tests {
             self.steps = saved[0][0] as usize;
             Ok(())
         }
+        async fn state(&self, _: &CpuBackend) -> Result<TraineeState> {
+            let seen = self.seen.iter().map(|&i| i as f32).collect::<Vec<_>>();
+            Ok(TraineeState {
+                tensors: vec![("seen".into(), vec![seen.len()], seen)],
+                counters: [("steps".to_string(), self.steps as u64), ("evaluations".to_string(), self.evaluations.get() as u64)].into(),
+            })
+        }
+        fn set_state(&mut self, _: &CpuBackend, s: TraineeState) -> Result<()> {
+            self.seen = s.tensors[0].2.iter().map(|&v| v as usize).collect();
+            self.steps = s.counters["steps"] as usize;
+            self.evaluations.set(s.counters["evaluations"] as usize);
+            Ok(())
+        }
+    }
+
+    /// Checkpoints in memory.
+    #[derive(Default)]
+    struct MemStore(std::collections::BTreeMap<String, Vec<(String, Vec<u8>)>>);
+
+    impl Store for MemStore {
+        async fn list(&mut self) -> Result<Vec<String>> {
+            Ok(self.0.keys().cloned().collect())
+        }
+        async fn read(&mut self, name: &str, file: &str) -> Result<Vec<u8>> {
+            let files = self.0.get(name).ok_or_else(|| Error::Input(format!("no {name}")))?;
+            files.iter().find(|f| f.0 == file).map(|f| f.1.clone()).ok_or_else(|| Error::Input(format!("no {file}")))
+        }
+        async fn write(&mut self, name: &str, files: &[(&str, &[u8])]) -> Result<()> {
+            self.0.insert(name.into(), files.iter().map(|(n, b)| (n.to_string(), b.to_vec())).collect());
+            Ok(())
+        }
+        async fn remove(&mut self, name: &str) -> Result<()> {
+            self.0.remove(name);
+            Ok(())
+        }
+    }
+
+    fn scripted(val_losses: &[f32]) -> Scripted {
+        Scripted { steps: 0, val_losses: val_losses.to_vec(), evaluations: Cell::new(0), lrs: Vec::new(), batches: Vec::new(),
+            seen: Vec::new() }
+    }
+
+    /// Runs with checkpoints; `stop_after` steps, the hooks fail (a process killed between two steps).
+    fn run_checkpointed(opts: &FitOptions, val_losses: &[f32], c: &mut Checkpoints<MemStore>, stop_after: Option<usize>)
+        -> (Scripted, Result<FitReport>) {
+        let mut t = scripted(val_losses);
+        let mut steps = 0;
+        let mut hooks = |p: Progress<'_>| -> Result<()> {
+            if let Progress::Step(_) = p {
+                steps += 1;
+                if Some(steps) == stop_after {
+                    return Err(Error::Stopped("killed".into()));
+                }
+            }
+            Ok(())
+        };
+        struct H<F>(F);
+        impl<F: FnMut(Progress<'_>) -> Result<()>> Hooks for H<F> {
+            fn progress(&mut self, p: Progress<'_>) -> Result<()> {
+                (self.0)(p)
+            }
+        }
+        let r = pollster::block_on(fit_loop(&CpuBackend::new(), &mut t, 40, None, opts, &mut H(&mut hooks), Some(c)));
+        (t, r)
+    }
+
+    #[test]
+    fn a_resumed_run_continues_exactly_where_it_stopped() {
+        // 40 rows, 4 validate, 36 train in steps of 4: 9 steps an epoch, 27 in all; early stopping on.
+        let opts = FitOptions { epochs: 3, batch_size: 4, patience: Some(5), ..FitOptions::default() };
+        let losses = [0.5, 0.4, 0.6];
+        let mut whole = Checkpoints::new(MemStore::default());
+        whole.every = 4;
+        let (want, r) = run_checkpointed(&opts, &losses, &mut whole, None);
+        let want_report = r.unwrap();
+        // Killed after each possible step (mid-epoch, just after a checkpoint, at an epoch's end), then resumed.
+        for kill in 1..27 {
+            let mut c = Checkpoints::new(MemStore::default());
+            c.every = 4;
+            let (_, r) = run_checkpointed(&opts, &losses, &mut c, Some(kill));
+            assert!(r.is_err(), "kill at {kill}");
+            c.resume = true;
+            let (got, r) = run_checkpointed(&opts, &losses, &mut c, None);
+            let report = r.unwrap();
+            assert_eq!(got.seen, want.seen, "kill at {kill}: the rows trained on");
+            assert_eq!(got.steps, want.steps, "kill at {kill}");
+            assert_eq!(report, want_report, "kill at {kill}");
+            assert_eq!(got.lrs[..], want.lrs[want.lrs.len() - got.lrs.len()..], "kill at {kill}: the schedule");
+            assert!(c.store.0.len() <= 2, "keep 2: {:?}", c.store.0.keys());
+        }
+    }
+
+    #[test]
+    fn a_damaged_checkpoint_is_never_resumed_from() {
+        let opts = FitOptions { epochs: 2, batch_size: 4, ..FitOptions::default() };
+        let mut c = Checkpoints::new(MemStore::default());
+        c.every = 3;
+        c.keep = 3;
+        let _ = run_checkpointed(&opts, &[1.0; 2], &mut c, Some(8)).1.unwrap_err();
+        let names: Vec<String> = c.store.0.keys().cloned().collect();
+        assert_eq!(names, ["checkpoint-3", "checkpoint-6"], "{names:?}");
+        // Alter one byte of the newest's state: resume falls back to checkpoint-3, saying why.
+        let newest = c.store.0.get_mut("checkpoint-6").unwrap();
+        newest[0].1[100] ^= 1;
+        c.resume = true;
+        let mut events = Vec::new();
+        let mut t = scripted(&[1.0; 2]);
+        let r = pollster::block_on(fit_loop(&CpuBackend::new(), &mut t, 40, None, &opts, &mut |p: Progress<'_>| {
+            if let Progress::Checkpoint(e) = p {
+                events.push(e.clone());
+            }
+        }, Some(&mut c)));
+        r.unwrap();
+        assert_eq!(events[0].checkpoint, "skipped");
+        assert!(events[0].reason.as_deref().unwrap().contains("SHA-256"), "{events:?}");
+        assert_eq!((events[1].checkpoint, events[1].step), ("resumed", 3));
+        // Every checkpoint damaged (a missing file): a clear error, no training.
+        let mut c = Checkpoints::new(MemStore::default());
+        c.every = 3;
+        let _ = run_checkpointed(&opts, &[1.0; 2], &mut c, Some(4)).1.unwrap_err();
+        for files in c.store.0.values_mut() {
+            files.retain(|f| f.0 != STATE_FILE);
+        }
+        c.resume = true;
+        let e = run_checkpointed(&opts, &[1.0; 2], &mut c, None).1.unwrap_err().to_string();
+        assert!(e.contains("no intact checkpoint") && e.contains("state.safetensors"), "{e}");
+        // Another run's checkpoint (other options) is refused, naming the difference.
+        let mut c = Checkpoints::new(MemStore::default());
+        c.every = 3;
+        c.run = serde_json::json!({ "learning_rate": 1e-4, "data": "x" });
+        let _ = run_checkpointed(&opts, &[1.0; 2], &mut c, Some(4)).1.unwrap_err();
+        c.run = serde_json::json!({ "learning_rate": 5e-5, "data": "x" });
+        c.resume = true;
+        let e = run_checkpointed(&opts, &[1.0; 2], &mut c, None).1.unwrap_err().to_string();
+        assert!(e.contains("learning_rate: 0.0001 in the checkpoint, 0.00005 now"), "{e}");
     }
 
     fn run(opts: &FitOptions, val_losses: &[f32], rows: usize) -> (Scripted, Result<FitReport>) {
-        let mut t = Scripted { steps: 0, val_losses: val_losses.to_vec(), evaluations: Cell::new(0), lrs: Vec::new(), batches: Vec::new() };
-        let r = pollster::block_on(fit_loop(&CpuBackend::new(), &mut t, rows, None, opts, &mut |_: Progress<'_>| {}));
+        let mut t = scripted(val_losses);
+        let r = pollster::block_on(fit_loop(&CpuBackend::new(), &mut t, rows, None, opts, &mut |_: Progress<'_>| {},
+            None::<&mut Checkpoints<MemStore>>));
         (t, r)
     }
 

@@ -9,6 +9,9 @@
 
 use serde::Deserialize;
 
+use sha2::{Digest, Sha256};
+
+use super::checkpoint::{self, Checkpoints, Store};
 use super::data::{self, QaExample, TextExample, TokenExample};
 use super::finetune::{FineTuneTask, FineTuner};
 use super::fit::{self, FitOptions, FitReport, Hooks, Metrics, Row, RowTarget};
@@ -253,9 +256,11 @@ pub const FOLDER_FILES: [&str; 9] = ["tokenizer.json", "tokenizer_config.json", 
 /// Fine-tunes the checkpoint (`cfg`, `weights`, its `config.json` as `original_config`) on `prepared` rows on `be`.
 /// The checkpoint is not changed: the job trains a copy, and a failure (bad options, a non-finite loss, a stop asked
 /// by `hooks`) returns an error and nothing else.
-pub async fn run<B: Backend>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
-    original_config: &serde_json::Value, opts: &JobOptions, prepared: &Prepared, hooks: &mut impl Hooks)
-    -> Result<FineTuned> {
+/// With `checkpoints`, the run is saved as it goes and can be resumed ([`super::checkpoint`]); its identity is the
+/// options, the prepared rows and the model, so a resume with anything else is refused.
+pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
+    original_config: &serde_json::Value, opts: &JobOptions, prepared: &Prepared, hooks: &mut impl Hooks,
+    mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
     let p = prepared;
     let mut fit_opts = opts.fit;
     if p.task == FineTuneTask::Embedding && fit_opts.batch_size < 2 {
@@ -277,11 +282,37 @@ pub async fn run<B: Backend>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights:
         tags: p.labels.as_deref().filter(|_| p.task == FineTuneTask::Token),
         qa: p.qa.as_ref(),
     };
-    let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks).await?;
+    if let Some(c) = checkpoints.as_deref_mut() {
+        c.run = identity(opts, &fit_opts, p, weights, original_config)?;
+    }
+    let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks,
+        checkpoints).await?;
     let adapter = match opts.lora {
         Some(_) => Some(lora::export_adapter(be, &tuner, original_config["_name_or_path"].as_str(), p.labels.as_deref()).await?),
         None => None,
     };
     let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;
     Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors, adapter })
+}
+
+/// What a resumed run must share with the run that made its checkpoint: every option, the rows (data, tokenizer and
+/// windows, hashed), and the model (its weights and config.json, hashed).
+fn identity(opts: &JobOptions, fit: &FitOptions, p: &Prepared, weights: &Weights, original_config: &serde_json::Value)
+    -> Result<serde_json::Value> {
+    let mut rows = Sha256::new();
+    for r in &p.rows {
+        rows.update(format!("{r:?}\n").as_bytes());
+    }
+    rows.update(format!("{:?}{:?}", p.groups, p.labels).as_bytes());
+    let model = checkpoint::sha256(format!("{}{original_config}", checkpoint::weights_fingerprint(weights)).as_bytes());
+    // Through text, so that an f32 option reads as written (0.01, not the f64 0.009999999776482582).
+    let mut id: serde_json::Value = serde_json::from_str(&serde_json::to_string(fit)?)?;
+    let o = id.as_object_mut().ok_or_else(|| Error::Input("fit options are not an object".into()))?;
+    o.insert("task".into(), opts.task.name().into());
+    o.insert("layers".into(), serde_json::json!(opts.layers));
+    o.insert("doc_stride".into(), opts.doc_stride.into());
+    o.insert("lora".into(), serde_json::json!(opts.lora.map(|l| format!("{l:?}"))));
+    o.insert("data".into(), checkpoint::hex(&rows.finalize()).into());
+    o.insert("model".into(), model.into());
+    Ok(id)
 }

@@ -1,12 +1,15 @@
 //! Training on the backend:
+//! - one loop for every trainer, [`fit`] (split, schedule, evaluation, early stopping), with [`checkpoint`]s and
+//!   resume;
 //! - fine-tuning the whole model on the BERT paper's shapes: [`encoder`] (every encoder parameter trainable, the
 //!   backward through every layer), [`finetune`] (the task heads, their losses), [`optim`] (one optimiser step),
-//!   [`fit`] (the loop, the schedule, evaluation, the Hugging Face folder), [`data`] (examples to batches, as
-//!   transformers' example scripts make them);
+//!   [`rows`] (tokenized examples as the loop's trainee, evaluation, the Hugging Face folder), [`data`] (examples to
+//!   batches, as transformers' example scripts make them), [`job`] (the CLI's and `fineTune`'s whole job);
 //! - a classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
 //!   and backward, AdamW, the seeded PRNG, the head's file) and [`fit_head`], which trains one by the same loop
 //!   ([`fit::fit_loop`]) on features computed once. `Model::train_head` (in `tasks`) computes them and calls it.
 
+pub mod checkpoint;
 pub mod data;
 pub mod encoder;
 pub mod finetune;
@@ -15,6 +18,7 @@ pub mod job;
 pub mod lora;
 pub mod metrics;
 pub mod optim;
+pub mod rows;
 pub mod head;
 
 use crate::backend::Backend;
@@ -22,6 +26,7 @@ use crate::heads::Pooling;
 use crate::activation::Activation;
 use crate::{Error, Result};
 use head::{AdamW, HeadSpec, SplitMix64, Trainer, TrainedHead};
+use checkpoint::{Checkpoints, NoStore};
 use optim::{StepOptions, StepReport};
 
 /// One labelled training example.
@@ -273,7 +278,8 @@ pub async fn fit_head<B: Backend>(be: &B, features: &[Vec<f32>], labels: Vec<Str
             history.push(e);
         }
     };
-    let report = fit::fit_loop(be, &mut trainee, examples.len(), None, &fit_opts, &mut hooks).await?;
+    let report = fit::fit_loop(be, &mut trainee, examples.len(), None, &fit_opts, &mut hooks, None::<&mut Checkpoints<NoStore>>)
+        .await?;
     let host = trainee.trainer.read_params(be).await?;
     Ok((TrainedHead::from_host(be, spec, host)?, TrainReport { labels, best_epoch: report.best_epoch, history }))
 }

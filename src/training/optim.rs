@@ -1,6 +1,7 @@
 //! One optimiser step of a [`FineTuner`]: micro-batches' gradients accumulated, clipped by their global norm, AdamW
 //! (no weight decay where the parameter says so); and the trained state on the host, for early stopping's best epoch.
 
+use super::checkpoint::TraineeState;
 use super::finetune::{FineTuner, Targets};
 use crate::backend::{AdamWStep, Backend};
 use crate::tokenizer::Batch;
@@ -148,6 +149,70 @@ impl<B: Backend> FineTuner<B> {
             let p = &mut self.encoder.params[i];
             p.tensor = be.input(v, p.rows, p.cols)?;
         }
+        Ok(())
+    }
+
+    /// What a checkpoint holds of the fine-tuner ([`super::checkpoint`]): every trained parameter with AdamW's two
+    /// moments, under the parameter's first name, AdamW's step count, and the micro-batches dropout has seen.
+    pub async fn train_state(&self, be: &B) -> Result<TraineeState> {
+        if self.pending.is_some() {
+            return Err(Error::Input("a checkpoint is taken between optimiser steps, not with gradients pending".into()));
+        }
+        let mut s = TraineeState::default();
+        for (i, p) in self.encoder.params.iter().enumerate() {
+            let Some((m, v)) = self.moments.get(i).and_then(Option::as_ref) else { continue };
+            let shape = vec![p.rows, p.cols];
+            for (kind, t) in [("param", &p.tensor), ("exp_avg", m), ("exp_avg_sq", v)] {
+                s.tensors.push((format!("{kind}.{}", p.names[0]), shape.clone(), be.read(t).await?));
+            }
+        }
+        s.counters.insert("adamw_steps".into(), self.steps as u64);
+        s.counters.insert("micro_batches".into(), self.micro_batches);
+        Ok(s)
+    }
+
+    /// Puts back what [`Self::train_state`] saved, into a fine-tuner made as the saved one was (same model, task,
+    /// layers, LoRA and seed). Every trained parameter must be there, of its shape.
+    pub fn set_train_state(&mut self, be: &B, state: TraineeState) -> Result<()> {
+        let mut by_name: std::collections::HashMap<String, (Vec<usize>, Vec<f32>)> =
+            state.tensors.into_iter().map(|(n, shape, v)| (n, (shape, v))).collect();
+        let counter = |k: &str| state.counters.get(k).copied().ok_or_else(|| Error::Input(format!("the checkpoint has no `{k}`")));
+        let steps = counter("adamw_steps")?;
+        let micro_batches = counter("micro_batches")?;
+        let mut moments = Vec::with_capacity(self.encoder.params.len());
+        let mut restored = Vec::new();
+        for p in &self.encoder.params {
+            let mut take = |kind: &str| -> Option<Result<B::Tensor>> {
+                let (shape, v) = by_name.remove(&format!("{kind}.{}", p.names[0]))?;
+                Some(if shape != [p.rows, p.cols] || v.len() != p.rows * p.cols {
+                    Err(Error::Input(format!("the checkpoint's {kind} of {} is {shape:?}, the model's {}×{}", p.names[0], p.rows, p.cols)))
+                } else {
+                    be.input(&v, p.rows, p.cols)
+                })
+            };
+            match (take("param"), take("exp_avg"), take("exp_avg_sq")) {
+                (Some(w), Some(m), Some(v)) => {
+                    restored.push(Some(w?));
+                    moments.push(Some((m?, v?)));
+                }
+                (None, None, None) => {
+                    restored.push(None);
+                    moments.push(None);
+                }
+                _ => return Err(Error::Input(format!("the checkpoint has part of {}'s state", p.names[0]))),
+            }
+        }
+        if let Some(extra) = by_name.keys().next() {
+            return Err(Error::Input(format!("the checkpoint trains {extra}, which this model has not: another model or options")));
+        }
+        for (p, w) in self.encoder.params.iter_mut().zip(restored) {
+            if let Some(w) = w {
+                p.tensor = w;
+            }
+        }
+        self.moments = moments;
+        self.steps = u32::try_from(steps).map_err(|_| Error::Input("the checkpoint's step count is out of range".into()))?;
+        self.micro_batches = micro_batches;
         Ok(())
     }
 }

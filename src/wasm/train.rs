@@ -7,6 +7,7 @@ use wasm_bindgen::prelude::*;
 use super::{js_err, to_js, WasmModel};
 use crate::loader::ModelFiles;
 use crate::tasks::{EpochProgress, TrainExample, TrainOptions};
+use crate::training::checkpoint::{Checkpoints, NoStore};
 use crate::training::fit::{EpochMetrics, FitOptions, FitReport, Hooks, Progress, StepProgress};
 use crate::training::job::{Examples, JobOptions, JobTask};
 use crate::training::lora::{LoraOptions, LoraTargets, DEFAULT_ALPHA};
@@ -257,6 +258,14 @@ enum JsProgress {
         #[serde(skip_serializing_if = "Option::is_none")]
         val_exact_match: Option<f32>,
     },
+    /// `{ type: "checkpoint", checkpoint: "saved" | "resumed" | "skipped", name, step, reason? }`.
+    Checkpoint {
+        checkpoint: &'static str,
+        name: String,
+        step: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 impl From<&StepProgress> for JsProgress {
@@ -321,6 +330,12 @@ impl Hooks for JsHooks {
         let v = match p {
             Progress::Step(s) => to_js(&JsProgress::from(s)),
             Progress::Epoch(e) => to_js(&JsProgress::from(e)),
+            Progress::Checkpoint(c) => to_js(&JsProgress::Checkpoint {
+                checkpoint: c.checkpoint,
+                name: c.name.clone(),
+                step: c.step,
+                reason: c.reason.clone(),
+            }),
         };
         if let Ok(v) = v {
             self.call("onProgress", Some(&v))?;
@@ -363,7 +378,7 @@ impl WasmModel {
         let engine = self.engine.clone();
         let mut hooks = JsHooks { hooks };
         Ok(wasm_bindgen_futures::future_to_promise(async move {
-            let done = engine.fine_tune(files, &opts, &examples, &mut hooks).await.map_err(|e| JsValue::from(js_err(e)))?;
+            let done = engine.fine_tune(files, &opts, &examples, &mut hooks, None::<&mut Checkpoints<NoStore>>).await.map_err(|e| JsValue::from(js_err(e)))?;
             let (steps, epochs) = report(&done.report);
             let out = to_js(&JsFineTuned { labels: done.labels, steps, epochs, best_epoch: done.report.best_epoch }).map_err(JsValue::from)?;
             let mut files = vec![("config", done.config_json.as_bytes()), ("weights", &done.safetensors[..])];

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::engine;
+use bertgpu::training::checkpoint::{Checkpoints, DirStore};
 use bertgpu::training::fit::{FitOptions, Progress};
 use bertgpu::training::job::{self, Examples, JobOptions, JobTask};
 use bertgpu::training::lora::LoraOptions;
@@ -23,6 +24,15 @@ pub(crate) struct FineTuneArgs {
     pub fit: FitOptions,
     /// LoRA adapters instead of the weights themselves.
     pub lora: Option<LoraOptions>,
+    pub checkpoints: Option<CheckpointArgs>,
+}
+
+/// `--checkpoint-dir`, `--checkpoint-every`, `--keep`, `--resume`.
+pub(crate) struct CheckpointArgs {
+    pub dir: PathBuf,
+    pub every: usize,
+    pub keep: usize,
+    pub resume: bool,
 }
 
 /// `--layers`: `all` or a number of top layers.
@@ -64,10 +74,21 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
         let line = match p {
             Progress::Step(s) => serde_json::to_string(s),
             Progress::Epoch(e) => serde_json::to_string(e),
+            Progress::Checkpoint(c) => serde_json::to_string(c),
         };
         eprintln!("{}", line.unwrap_or_default());
     };
-    let done = job::run(be, cfg, tok, &weights, &original, &opts, &prepared, &mut progress).await.map_err(fail)?;
+    let mut checkpoints = match &a.checkpoints {
+        Some(c) => {
+            let mut ck = Checkpoints::new(DirStore::open(&c.dir).map_err(fail)?);
+            (ck.every, ck.keep, ck.resume) = (c.every, c.keep, c.resume);
+            Some(ck)
+        }
+        None => None,
+    };
+    let done = job::run(be, cfg, tok, &weights, &original, &opts, &prepared, &mut progress, checkpoints.as_mut())
+        .await
+        .map_err(fail)?;
     drop(weights);
     if let Some((adapter_config, adapter_weights)) = done.adapter.as_ref().filter(|_| a.lora.is_some_and(|l| !l.merge)) {
         // peft's files, pointing at the base model's folder.

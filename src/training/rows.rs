@@ -1,0 +1,287 @@
+//! Fine-tuning on tokenized examples: rows (an example's tokens and target), batches padded to their longest row,
+//! [`FineTuner`] as the loop's [`Trainee`] ([`fit`]), evaluation with the tasks' metrics, and the fine-tuned model
+//! as a Hugging Face folder.
+
+use std::collections::BTreeMap;
+
+use super::checkpoint::{Checkpoints, Store, TraineeState};
+use super::encoder::DropoutOptions;
+use super::finetune::{FineTuneTask, FineTuner, StepOptions, StepReport, Targets, IGNORE};
+use super::fit::{fit_loop, Evaluation, FitOptions, FitReport, Hooks, Metrics, Trainee};
+use super::head::argmax;
+use super::metrics;
+use crate::backend::Backend;
+use crate::tokenizer::Batch;
+use crate::weights::safetensors::{write_f32, F32Tensor};
+use crate::{Error, Result};
+
+/// What one example should predict.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowTarget {
+    /// A class (sequence classification).
+    Class(u32),
+    /// A class per token, [`IGNORE`] where no loss is taken (token classification).
+    Tokens(Vec<i64>),
+    /// The answer's start and end token (QA).
+    Span(u32, u32),
+    /// The tokens of the positive text paired with this anchor (embedding fine-tuning; the other rows' positives
+    /// in the batch are the negatives).
+    Positive { input_ids: Vec<u32>, token_type_ids: Vec<u32> },
+}
+
+/// One tokenized example, unpadded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub input_ids: Vec<u32>,
+    pub token_type_ids: Vec<u32>,
+    pub target: RowTarget,
+}
+
+/// The rows of a padded batch (padding dropped by its attention mask) with one target each.
+pub fn rows_from_batch(batch: &Batch, targets: impl IntoIterator<Item = RowTarget>) -> Vec<Row> {
+    targets
+        .into_iter()
+        .enumerate()
+        .take(batch.b)
+        .map(|(r, target)| {
+            let span = r * batch.t..(r + 1) * batch.t;
+            let len = batch.attention_mask[span.clone()].iter().filter(|&&m| m != 0).count();
+            let target = match target {
+                RowTarget::Tokens(mut t) => {
+                    t.truncate(len);
+                    RowTarget::Tokens(t)
+                }
+                other => other,
+            };
+            Row {
+                input_ids: batch.input_ids[span.start..span.start + len].to_vec(),
+                token_type_ids: batch.token_type_ids[span.start..span.start + len].to_vec(),
+                target,
+            }
+        })
+        .collect()
+}
+
+/// The batch of `rows` padded to the longest (pad id `pad`), and its targets.
+pub struct RowBatch {
+    pub batch: Batch,
+    /// The positives of embedding pairs, padded as a batch of their own.
+    positives: Option<Batch>,
+    classes: Vec<u32>,
+    tokens: Vec<i64>,
+    start: Vec<u32>,
+    end: Vec<u32>,
+}
+
+impl RowBatch {
+    /// Padded to the longest row, and to at least `min_t` tokens.
+    pub fn new(rows: &[&Row], pad: u32, min_t: Option<usize>) -> Result<RowBatch> {
+        let t = rows.iter().map(|r| r.input_ids.len()).max().unwrap_or(0).max(min_t.unwrap_or(0));
+        if rows.is_empty() || t == 0 {
+            return Err(Error::Input("an empty batch cannot be trained on".into()));
+        }
+        let mut batch = Batch { b: rows.len(), t, ..Default::default() };
+        let positives = rows
+            .iter()
+            .map(|r| match &r.target {
+                RowTarget::Positive { input_ids, token_type_ids } => Some(Row {
+                    input_ids: input_ids.clone(),
+                    token_type_ids: token_type_ids.clone(),
+                    target: RowTarget::Class(0),
+                }),
+                _ => None,
+            })
+            .collect::<Option<Vec<Row>>>();
+        let positives = match positives {
+            Some(p) if !p.is_empty() => Some(RowBatch::new(&p.iter().collect::<Vec<_>>(), pad, None)?.batch),
+            _ => None,
+        };
+        let (mut classes, mut tokens, mut start, mut end) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in rows {
+            let n = r.input_ids.len();
+            batch.input_ids.extend(r.input_ids.iter().copied().chain(std::iter::repeat_n(pad, t - n)));
+            batch.token_type_ids.extend(r.token_type_ids.iter().copied().chain(std::iter::repeat_n(0, t - n)));
+            batch.attention_mask.extend(std::iter::repeat_n(1, n).chain(std::iter::repeat_n(0, t - n)));
+            match &r.target {
+                RowTarget::Class(c) => classes.push(*c),
+                RowTarget::Tokens(l) => tokens.extend(l.iter().copied().chain(std::iter::repeat_n(IGNORE, t - l.len()))),
+                RowTarget::Span(s, e) => {
+                    start.push(*s);
+                    end.push(*e);
+                }
+                RowTarget::Positive { .. } => {}
+            }
+        }
+        Ok(RowBatch { batch, positives, classes, tokens, start, end })
+    }
+
+    pub fn targets(&self) -> Targets<'_> {
+        if let Some(positives) = &self.positives {
+            Targets::Pairs { positives }
+        } else if !self.tokens.is_empty() {
+            Targets::Token(&self.tokens)
+        } else if !self.start.is_empty() {
+            Targets::Spans { start: &self.start, end: &self.end }
+        } else {
+            Targets::Sequence(&self.classes)
+        }
+    }
+}
+
+/// [`FineTuner`] on tokenized rows, batched as [`RowBatch`] pads them.
+struct RowTrainee<'a, B: Backend> {
+    tuner: &'a mut FineTuner<B>,
+    rows: &'a [Row],
+    pad: u32,
+    opts: &'a FitOptions,
+    metrics: Metrics<'a>,
+}
+
+impl<B: Backend> Trainee<B> for RowTrainee<'_, B> {
+    async fn accumulate(&mut self, be: &B, which: &[usize]) -> Result<f32> {
+        let batch = RowBatch::new(&which.iter().map(|&i| &self.rows[i]).collect::<Vec<_>>(), self.pad, self.opts.pad_to)?;
+        self.tuner.accumulate(be, &batch.batch, &batch.targets()).await
+    }
+
+    async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {
+        self.tuner.apply(be, opt).await
+    }
+
+    async fn evaluate(&self, be: &B, which: &[usize]) -> Result<Evaluation> {
+        evaluate(be, self.tuner, self.rows, which, self.pad, self.opts.batch_size, self.opts.pad_to, self.metrics).await
+    }
+
+    async fn save(&self, be: &B) -> Result<Vec<Vec<f32>>> {
+        self.tuner.read_trained(be).await
+    }
+
+    fn restore(&mut self, be: &B, saved: &[Vec<f32>]) -> Result<()> {
+        self.tuner.set_trained(be, saved)
+    }
+
+    async fn state(&self, be: &B) -> Result<TraineeState> {
+        self.tuner.train_state(be).await
+    }
+
+    fn set_state(&mut self, be: &B, state: TraineeState) -> Result<()> {
+        self.tuner.set_train_state(be, state)
+    }
+}
+
+/// Fine-tunes `tuner` on `rows` ([`fit_loop`]). `groups[i]` names the example row `i` comes from (a long QA
+/// context gives several windows): an example's rows all fall on the same side of the split, so that validation
+/// never sees a window of a context trained on. `None`: one example per row.
+#[allow(clippy::too_many_arguments)]
+pub async fn fit<B: Backend, S: Store>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], groups: Option<&[usize]>,
+    pad: u32, opts: &FitOptions, metrics: Metrics<'_>, hooks: &mut impl Hooks, checkpoints: Option<&mut Checkpoints<S>>)
+    -> Result<FitReport> {
+    tuner.set_dropout(opts.dropout.then(|| DropoutOptions::of_config(&tuner.encoder.config, opts.seed)))?;
+    let mut trainee = RowTrainee { tuner, rows, pad, opts, metrics };
+    fit_loop(be, &mut trainee, rows.len(), groups, opts, hooks, checkpoints).await
+}
+
+/// Mean loss (weighted by batch rows), accuracy and the task's metric over the rows `which` of `rows`.
+#[allow(clippy::too_many_arguments)]
+pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], which: &[usize], pad: u32,
+    batch_size: usize, pad_to: Option<usize>, metrics: Metrics<'_>) -> Result<Evaluation> {
+    let (mut loss, mut weight, mut right, mut count) = (0f64, 0usize, 0usize, 0usize);
+    let (mut gold_tags, mut pred_tags) = (Vec::new(), Vec::new());
+    let mut spans: Vec<Vec<f32>> = Vec::new();
+    for chunk in which.chunks(batch_size.max(1)) {
+        let chunk_rows: Vec<&Row> = chunk.iter().map(|&i| &rows[i]).collect();
+        let b = RowBatch::new(&chunk_rows, pad, pad_to)?;
+        let targets = b.targets();
+        if let Targets::Pairs { positives } = targets {
+            let (l, r) = tuner.embedding_eval(be, &b.batch, positives).await?;
+            loss += l as f64 * chunk.len() as f64;
+            weight += chunk.len();
+            right += r;
+            count += chunk.len();
+            continue;
+        }
+        let logits = be.read(&tuner.logits(be, &b.batch)?).await?;
+        let n = match targets {
+            Targets::Token(y) => y.iter().filter(|&&l| l != IGNORE).count(),
+            _ => chunk.len(),
+        };
+        loss += tuner.loss(&logits, &b.batch, &targets) as f64 * n as f64;
+        weight += n;
+        let (r, c) = tuner.correct(&logits, &b.batch, &targets);
+        right += r;
+        count += c;
+        let t = b.batch.t;
+        match (targets, metrics.tags, metrics.qa) {
+            (Targets::Token(y), Some(tags), _) => {
+                let classes = tags.len();
+                for (row, rl) in chunk_rows.iter().enumerate() {
+                    let (mut g, mut p) = (Vec::new(), Vec::new());
+                    for i in (0..rl.input_ids.len()).filter(|&i| y[row * t + i] != IGNORE) {
+                        let at = (row * t + i) * classes;
+                        g.push(tags[y[row * t + i] as usize].as_str());
+                        p.push(tags[argmax(&logits[at..at + classes])].as_str());
+                    }
+                    gold_tags.push(g);
+                    pred_tags.push(p);
+                }
+            }
+            (Targets::Spans { .. }, _, Some(_)) => {
+                for (row, rl) in chunk_rows.iter().enumerate() {
+                    spans.push(logits[row * t * 2..(row * t + rl.input_ids.len()) * 2].to_vec());
+                }
+            }
+            _ => {}
+        }
+    }
+    let f1 = (!gold_tags.is_empty()).then(|| metrics::entity_f1(&gold_tags, &pred_tags));
+    let (exact_match, qa_f1) = match metrics.qa {
+        Some(q) if !spans.is_empty() => {
+            let (em, f1) = q.scores(which, &spans)?;
+            (Some(em), Some(f1))
+        }
+        _ => (None, None),
+    };
+    Ok(Evaluation {
+        loss: (loss / weight.max(1) as f64) as f32,
+        accuracy: right as f32 / count.max(1) as f32,
+        f1: f1.or(qa_f1),
+        exact_match,
+    })
+}
+
+/// The fine-tuned model as the files of a Hugging Face folder: `config.json` (the original's, with `architectures`
+/// and, for classifiers, `id2label` / `label2id` set) and `model.safetensors` (f32, transformers' names; LoRA
+/// adapters merged into their weights). The
+/// tokenizer files are the original folder's, unchanged.
+pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_config: &serde_json::Value,
+    labels: Option<&[String]>) -> Result<(String, Vec<u8>)> {
+    let mut cfg = original_config.clone();
+    let obj = cfg.as_object_mut().ok_or_else(|| Error::Config("config.json is not a JSON object".into()))?;
+    let arch = match tuner.task() {
+        FineTuneTask::Sequence => "BertForSequenceClassification",
+        FineTuneTask::Token => "BertForTokenClassification",
+        FineTuneTask::QuestionAnswering => "BertForQuestionAnswering",
+        FineTuneTask::Embedding => "BertModel",
+    };
+    // A bare encoder is stored as BertModel names it (no `bert.` prefix), as sentence-transformers' folders are.
+    let bare = tuner.task() == FineTuneTask::Embedding;
+    obj.insert("architectures".into(), serde_json::json!([arch]));
+    if let Some(labels) = labels {
+        let id2label: BTreeMap<String, &str> = labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.as_str())).collect();
+        let label2id: BTreeMap<&str, usize> = labels.iter().enumerate().map(|(i, l)| (l.as_str(), i)).collect();
+        obj.insert("id2label".into(), serde_json::json!(id2label));
+        obj.insert("label2id".into(), serde_json::json!(label2id));
+    }
+    let named = super::lora::merged(be, tuner).await?; // LoRA adapters folded in, if any
+    let shapes = tuner.shapes();
+    let tensors: Vec<F32Tensor<'_>> = named
+        .iter()
+        .map(|(name, values)| F32Tensor {
+            name: if bare { name.strip_prefix("bert.").unwrap_or(name).to_string() } else { name.clone() },
+            shape: shapes[name].clone(),
+            values,
+        })
+        .collect();
+    let mut meta = BTreeMap::new();
+    meta.insert("format", "pt".to_string());
+    Ok((serde_json::to_string_pretty(&cfg)? + "\n", write_f32(&tensors, &meta)?))
+}
