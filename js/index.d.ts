@@ -260,6 +260,27 @@ export interface FineTuneEpoch {
   valExactMatch?: number;
 }
 
+/** A checkpoint saved, the run resumed from one, or a damaged one skipped (`reason`) on the way to an intact one. */
+export interface FineTuneCheckpoint {
+  type: "checkpoint";
+  checkpoint: "saved" | "resumed" | "skipped";
+  name: string;
+  /** Optimiser steps done when it was saved. */
+  step: number;
+  reason?: string;
+  /** "saved": its size. */
+  bytes?: number;
+}
+
+export interface CheckpointInfo {
+  name: string;
+  step: number;
+  /** The run's optimiser steps in all (null if unreadable). */
+  totalSteps: number | null;
+  size: number;
+  date: Date;
+}
+
 export interface FineTuneOptions {
   /** The examples' shape (default "classify"). */
   task?: "classify" | "pair" | "ner" | "qa" | "embed";
@@ -291,12 +312,23 @@ export interface FineTuneOptions {
    */
   patience?: number;
   /**
+   * Save the whole training state in this origin's private file system (OPFS) under `name`, every `every` steps
+   * (default 100) and at each epoch's end, keeping the newest `keep` (default 2).
+   */
+  checkpoint?: { name: string; every?: number; keep?: number };
+  /**
+   * Continue run `checkpoint.name` from its newest intact checkpoint (a closed tab, a lost device), with the first
+   * run's examples and options; it ends with the model the uninterrupted run would have made. With none yet, starts
+   * afresh.
+   */
+  resume?: boolean;
+  /**
    * LoRA adapters of rank `r` on a frozen encoder (scaled by alpha / r; alpha default 8) on the query and value
    * ("qv", the default) or every linear ("all"), and the head; the model then holds them merged, and
    * `exportModel({ format: "adapter" })` gives peft's files.
    */
   lora?: { r: number; alpha?: number; targets?: "qv" | "all" };
-  onProgress?: (progress: FineTuneStep | FineTuneEpoch) => void;
+  onProgress?: (progress: FineTuneStep | FineTuneEpoch | FineTuneCheckpoint) => void;
   /** Stops fine-tuning between two steps; the model is left as it was. */
   signal?: AbortSignal;
 }
@@ -312,6 +344,10 @@ export interface FineTuneReport {
 
 export declare class Bert {
   static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
+  /** fineTune's checkpoints kept by this origin: the newest of each run, most recent first. */
+  static checkpoints(): Promise<CheckpointInfo[]>;
+  /** Removes run `name`'s checkpoints; false if it had none. */
+  static deleteCheckpoint(name: string): Promise<boolean>;
   /** Where the model runs. */
   readonly device: Device;
   /** Which wasm build runs the model (see LoadOptions.simd). */

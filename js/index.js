@@ -11,6 +11,7 @@
 import { resolveSource, fetchModelFiles, fetchAdapterFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin }
   from "./loader.js";
 import { shardGather } from "./shards.js";
+import { deleteCheckpoint, listCheckpoints, openCheckpointStore } from "./checkpoints.js";
 // The wasm-bindgen glue of the two builds (see BUILDS).
 import * as glueSimd128 from "./wasm/bertgpu.js";
 import * as glueRelaxed from "./wasm-relaxed/bertgpu.js";
@@ -315,7 +316,8 @@ function checkTrainOptions(o, onProgress) {
 }
 
 const FINE_TUNE_OPTIONS = ["task", "epochs", "learningRate", "batchSize", "accumulate", "layers", "warmup",
-  "weightDecay", "validationSplit", "seed", "docStride", "dropout", "patience", "lora", "onProgress", "signal"];
+  "weightDecay", "validationSplit", "seed", "docStride", "dropout", "patience", "lora", "checkpoint", "resume", "onProgress",
+  "signal"];
 const FINE_TUNE_TASKS = ["classify", "pair", "ner", "qa", "embed"];
 
 /** Types of fineTune's options (their ranges are checked in Rust, with messages that say how to fix them). */
@@ -355,6 +357,18 @@ function checkFineTuneOptions(o, onProgress, signal) {
       throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
     }
   }
+  if (o.checkpoint != null) {
+    const c = o.checkpoint;
+    const count = (v) => v == null || (Number.isInteger(v) && v >= 1);
+    if (typeof c !== "object" || typeof c.name !== "string" || !count(c.every) || !count(c.keep)
+      || Object.keys(c).some((k) => !["name", "every", "keep"].includes(k))) {
+      throw new TypeError(`${m}: checkpoint must be { name: string, every?: steps >= 1, keep?: count >= 1 }`);
+    }
+  }
+  if (o.resume != null && typeof o.resume !== "boolean") throw new TypeError(`${m}: resume must be true or false`);
+  if (o.resume && o.checkpoint == null) {
+    throw new TypeError(`${m}: resume continues from a checkpoint: give checkpoint: { name } as the first run did`);
+  }
   for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
 }
 
@@ -393,6 +407,19 @@ export class Bert {
    * Loads a model. `source`: the base URL of a Hugging Face-style folder (config.json, tokenizer.json or vocab.txt,
    * model.safetensors), a .gguf URL, a Hugging Face repo id ("owner/name"), or { config, tokenizer, weights } bytes.
    */
+  /**
+   * The fine-tuning checkpoints this origin keeps (fineTune's `checkpoint`): [{ name, step, totalSteps, size,
+   * date }], the newest complete checkpoint of each run, the most recent first.
+   */
+  static checkpoints() {
+    return listCheckpoints();
+  }
+
+  /** Removes the checkpoints of run `name` (fineTune's `checkpoint.name`); resolves to false if there were none. */
+  static deleteCheckpoint(name) {
+    return deleteCheckpoint(name);
+  }
+
   static async load(source, options = {}) {
     // (`_shard`: { rank, count, buffer }, set by bertgpu/worker for one shard of a tensor-parallel model.)
     const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
@@ -736,7 +763,10 @@ export class Bert {
    * layers "all" (or the number of top layers; 0 trains the head alone), warmup 0.1, weightDecay 0.01,
    * validationSplit 0.1, seed 0, docStride 128 (qa), dropout true (the checkpoint's probabilities, seeded; false:
    * none), patience (early stopping: after this many epochs without a lower validation loss, stop and keep the best
-   * epoch's model; unset: every epoch, the last kept), lora (e.g. `{ r: 8, alpha: 16, targets: "qv" | "all" }`: LoRA
+   * epoch's model; unset: every epoch, the last kept), checkpoint (`{ name, every = 100, keep = 2 }`: the whole
+   * training state saved in the origin's private file system every `every` steps and at each epoch's end) and
+   * resume (true: continue run `name` from its newest intact checkpoint, with the first run's examples and options;
+   * with none yet, start afresh), lora (e.g. `{ r: 8, alpha: 16, targets: "qv" | "all" }`: LoRA
    * adapters on a frozen encoder, and the head; the model becomes the merged one). `onProgress(p)` gets `{ type: "step", epoch, step,
    * totalSteps, loss, learningRate }` after each step and `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`
    * after each epoch. `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
@@ -746,10 +776,9 @@ export class Bert {
   fineTune(examples, options = {}) {
     return this._enqueue("fineTune", async (m) => {
       const opts = { ...checkOptions(options, FINE_TUNE_OPTIONS, "fineTune") };
-      const { onProgress, signal } = opts;
-      delete opts.onProgress;
-      delete opts.signal;
-      checkFineTuneOptions(opts, onProgress, signal);
+      const { onProgress, signal, checkpoint, resume } = opts;
+      for (const k of ["onProgress", "signal", "checkpoint", "resume"]) delete opts[k];
+      checkFineTuneOptions({ ...opts, checkpoint, resume }, onProgress, signal);
       if (!Array.isArray(examples)) throw new TypeError("fineTune: examples must be an array of the task's objects");
       signal?.throwIfAborted();
       const files = this._tuned ?? await this._files();
@@ -769,11 +798,15 @@ export class Bert {
         shouldStop: () => (signal?.aborted ? "aborted" : this._disposed ? "disposed" : undefined),
         pause: () => new Promise((resolve) => setTimeout(resolve, 0)),
       };
+      const saving = checkpoint == null ? null : {
+        store: await openCheckpointStore(checkpoint.name), every: checkpoint.every, keep: checkpoint.keep,
+        resume: resume === true,
+      };
       let out;
       this._training = true;
       try {
         out = await m.fineTune(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-          files.adapterConfig, files.adapterWeights, examples, opts, hooks);
+          files.adapterConfig, files.adapterWeights, examples, opts, hooks, saving);
       } catch (e) {
         if (signal?.aborted) throw signal.reason ?? new DOMException("fineTune was aborted", "AbortError");
         if (this._disposed) throw new Error("fineTune: the model was disposed during fine-tuning");

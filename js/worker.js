@@ -10,6 +10,7 @@
 
 import { resolveSource } from "./loader.js";
 import { shardBuffer } from "./shards.js";
+import { deleteCheckpoint, listCheckpoints } from "./checkpoints.js";
 
 
 const MAX_WORKERS = 8;
@@ -62,6 +63,16 @@ export class Bert {
    *   for the lowest latency, and the model's memory is split rather than copied. Needs a cross-origin isolated
    *   page (SharedArrayBuffer), and a model whose heads and feed-forward size divide by `workers`.
    */
+  /** fineTune's checkpoints kept by this origin (as `Bert.checkpoints` of "bertgpu"). */
+  static checkpoints() {
+    return listCheckpoints();
+  }
+
+  /** Removes run `name`'s checkpoints (as `Bert.deleteCheckpoint` of "bertgpu"). */
+  static deleteCheckpoint(name) {
+    return deleteCheckpoint(name);
+  }
+
   static async load(source, options = {}) {
     if (options == null || typeof options !== "object") throw new TypeError("Bert.load: options must be an object");
     if (typeof Worker === "undefined") {

@@ -39,7 +39,7 @@ function showError(target, e) {
 /** Buttons that need a model are disabled while none is loaded or a call runs. */
 function setBusy(on) {
   state.busy = on;
-  const needModel = ["sim-run", "search-run", "tr-run", "tr-try-run", "tr-export", "tr-export-model", "cl-run", "ner-run", "qa-run", "rr-run"];
+  const needModel = ["sim-run", "search-run", "tr-run", "tr-resume", "tr-try-run", "tr-export", "tr-export-model", "cl-run", "ner-run", "qa-run", "rr-run"];
   for (const id of needModel) $(id).disabled = on || !state.bert;
   $("model-load").disabled = on;
   $("model-files").disabled = on;
@@ -132,6 +132,7 @@ async function loadModel(source, name) {
       + (bert.workers > 1 ? `; split across ${bert.workers} workers (tensor-parallel)` : "");
     $("badge").className = `badge badge-${bert.device}`;
     $("status-text").textContent = `${name} loaded in ${fmtMs(performance.now() - t0)}`;
+    offerResume().catch(() => {});
     $("progress-wrap").hidden = true;
     showTasks();
     window.demo.ready = true;
@@ -407,20 +408,59 @@ function drawChart(history, epochs, fromZero = false) {
 /** Whole-model training's stop button (an AbortController), while it runs. */
 let stopTraining = null;
 
+/**
+ * Whole-model training is checkpointed (OPFS, run "demo"): a tab closed part way offers to resume on the next visit.
+ * What the run needs to be resumed (its examples, options and model) is kept in localStorage beside it.
+ */
+const RESUME_KEY = "bertgpu-demo-training";
+const CHECKPOINT = { name: "demo", every: 20 };
+
+async function forgetTraining() {
+  localStorage.removeItem(RESUME_KEY);
+  await Bert.deleteCheckpoint(CHECKPOINT.name).catch(() => {});
+  $("tr-resume").hidden = true;
+}
+
+/** After a model loads: offers "Resume training (step k of n)" if a run on this model was cut short. */
+async function offerResume() {
+  $("tr-resume").hidden = true;
+  let saved;
+  try {
+    saved = JSON.parse(localStorage.getItem(RESUME_KEY) ?? "null");
+  } catch {
+    saved = null;
+  }
+  if (!saved || saved.model !== state.name) return;
+  const ckpt = (await Bert.checkpoints().catch(() => [])).find((c) => c.name === CHECKPOINT.name);
+  if (!ckpt) return;
+  $("tr-resume").textContent = `Resume training (step ${ckpt.step} of ${ckpt.totalSteps ?? "?"})`;
+  $("tr-resume").hidden = false;
+}
+
 /** Fine-tunes every layer (bert.fineTune): the loss of every step, validation after each epoch. */
-async function fineTuneModel(examples, epochs) {
+async function fineTuneModel(examples, epochs, resume = false) {
   const history = [];
   drawChart(history, epochs, true);
   const controller = new AbortController();
   stopTraining = controller;
   $("tr-stop").hidden = false;
   $("tr-stop").disabled = false;
+  $("tr-resume").hidden = true;
   const t0 = performance.now();
+  const lr = Number($("tr-lr").value);
+  if (!resume) {
+    await Bert.deleteCheckpoint(CHECKPOINT.name).catch(() => {});
+    localStorage.setItem(RESUME_KEY, JSON.stringify({ model: state.name, input: $("tr-input").value, epochs, lr }));
+  }
   try {
     const report = await state.bert.fineTune(examples, {
-      task: "classify", epochs, learningRate: Number($("tr-lr").value), batchSize: 16, seed: 0,
-      validationSplit: examples.length >= 10 ? 0.1 : 0, signal: controller.signal,
+      task: "classify", epochs, learningRate: lr, batchSize: 16, seed: 0,
+      validationSplit: examples.length >= 10 ? 0.1 : 0, signal: controller.signal, checkpoint: CHECKPOINT, resume,
       onProgress: (p) => {
+        if (p.type === "checkpoint") {
+          if (p.checkpoint === "resumed") $("tr-time").textContent = `resumed at step ${p.step}`;
+          return;
+        }
         if (p.type === "step") {
           history.push({ epoch: (p.step / p.totalSteps) * epochs, loss: p.loss });
           $("tr-time").textContent = `step ${p.step}/${p.totalSteps} · loss ${p.loss.toFixed(3)}`;
@@ -430,6 +470,7 @@ async function fineTuneModel(examples, epochs) {
         drawChart(history, epochs, true);
       },
     });
+    await forgetTraining();
     const last = report.epochs.at(-1);
     $("tr-time").textContent = `fine-tuned in ${fmtMs(performance.now() - t0)} · ${report.steps.length} steps`
       + (last.valAccuracy != null ? ` · validation accuracy ${(last.valAccuracy * 100).toFixed(0)}%` : "")
@@ -437,6 +478,7 @@ async function fineTuneModel(examples, epochs) {
     return report;
   } catch (e) {
     if (e?.name === "AbortError") {
+      await forgetTraining();
       $("tr-time").textContent = "stopped: the model is as it was before training";
       return null;
     }
@@ -447,11 +489,23 @@ async function fineTuneModel(examples, epochs) {
   }
 }
 
-async function train() {
+/** Continues the whole-model run a closed tab cut short, with its examples and options. */
+async function resumeTraining() {
+  const saved = JSON.parse(localStorage.getItem(RESUME_KEY));
+  $("tr-input").value = saved.input;
+  countExamples();
+  $("tr-mode").value = "model";
+  trainMode();
+  $("tr-epochs").value = saved.epochs;
+  $("tr-lr").value = String(saved.lr);
+  await train(true);
+}
+
+async function train(resume = false) {
   $("tr-error").hidden = true;
   const examples = parseExamples($("tr-input").value);
   if ($("tr-mode").value === "model") {
-    const report = await fineTuneModel(examples, Number($("tr-epochs").value));
+    const report = await fineTuneModel(examples, Number($("tr-epochs").value), resume);
     if (!report) return;
     state.trained = true;
     $("tr-after").hidden = false;
@@ -668,7 +722,8 @@ on("tr-file", "change", async () => {
   }
   $("tr-file").value = "";
 });
-on("tr-run", "click", () => busy($("tr-error"), train));
+on("tr-run", "click", () => busy($("tr-error"), () => train()));
+on("tr-resume", "click", () => busy($("tr-error"), resumeTraining));
 on("tr-stop", "click", () => {
   stopTraining?.abort();
   $("tr-stop").disabled = true;

@@ -167,9 +167,10 @@ pub fn weights_fingerprint(w: &Weights) -> String {
     hex(&h.finalize())
 }
 
-/// Saves a checkpoint after `step` optimiser steps, then removes all but the newest `keep`.
+/// Saves a checkpoint after `step` optimiser steps, then removes all but the newest `keep`; returns its name and
+/// size in bytes.
 pub async fn save<S: Store>(c: &mut Checkpoints<S>, step: usize, position: &LoopState, trainee: &TraineeState,
-    best: Option<&[Vec<f32>]>) -> Result<String> {
+    best: Option<&[Vec<f32>]>) -> Result<(String, usize)> {
     let best_names: Vec<String> = (0..best.map_or(0, <[_]>::len)).map(|i| format!("best.{i}")).collect();
     let mut tensors: Vec<F32Tensor<'_>> = trainee
         .tensors
@@ -196,6 +197,7 @@ pub async fn save<S: Store>(c: &mut Checkpoints<S>, step: usize, position: &Loop
         },
     }))?;
     let name = name(step);
+    let bytes = state.len() + trainer.len() + manifest.len();
     c.store.write(&name, &[(STATE, &state), (TRAINER_STATE, &trainer), (MANIFEST, &manifest)]).await?;
     let mut older: Vec<(usize, String)> =
         c.store.list().await?.into_iter().filter_map(|n| step_of(&n).map(|s| (s, n))).filter(|(s, _)| *s < step).collect();
@@ -204,7 +206,7 @@ pub async fn save<S: Store>(c: &mut Checkpoints<S>, step: usize, position: &Loop
     for (_, n) in older.into_iter().take(drop) {
         c.store.remove(&n).await?;
     }
-    Ok(name)
+    Ok((name, bytes))
 }
 
 /// Reads and checks one checkpoint against its manifest: `Err` says which file is missing or damaged.

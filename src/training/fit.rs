@@ -151,6 +151,9 @@ pub struct CheckpointEvent {
     pub step: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `saved`: the bytes written (the three files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<usize>,
 }
 
 /// What [`fit`] calls as it goes. A closure `FnMut(Progress)` is the simplest one.
@@ -232,7 +235,7 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
     if let Some(c) = checkpoints.as_deref_mut().filter(|c| c.resume) {
         if let Some(r) = checkpoint::resume(c).await? {
             for (name, why) in &r.skipped {
-                let e = CheckpointEvent { checkpoint: "skipped", name: name.clone(), step: 0, reason: Some(why.clone()) };
+                let e = CheckpointEvent { checkpoint: "skipped", name: name.clone(), step: 0, reason: Some(why.clone()), bytes: None };
                 hooks.progress(Progress::Checkpoint(&e))?;
             }
             let p = r.position;
@@ -247,7 +250,7 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
             (train, rng, report, first_epoch) = (p.order, SplitMix64::new(p.rng), p.report, p.epoch);
             best = p.best.zip(r.best).map(|((loss, epoch), params)| (loss, epoch, params));
             resumed_in_epoch = p.shuffled.then_some((p.in_epoch, p.losses));
-            let e = CheckpointEvent { checkpoint: "resumed", name: r.name, step: report.steps.len(), reason: None };
+            let e = CheckpointEvent { checkpoint: "resumed", name: r.name, step: report.steps.len(), reason: None, bytes: None };
             hooks.progress(Progress::Checkpoint(&e))?;
         }
     }
@@ -332,8 +335,8 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
 async fn save_checkpoint<B: Backend, S: Store>(be: &B, trainee: &impl Trainee<B>, c: &mut Checkpoints<S>,
     hooks: &mut impl Hooks, at: &LoopState, best: Option<&[Vec<f32>]>) -> Result<()> {
     let step = at.report.steps.len();
-    let name = checkpoint::save(c, step, at, &trainee.state(be).await?, best).await?;
-    hooks.progress(Progress::Checkpoint(&CheckpointEvent { checkpoint: "saved", name, step, reason: None }))
+    let (name, bytes) = checkpoint::save(c, step, at, &trainee.state(be).await?, best).await?;
+    hooks.progress(Progress::Checkpoint(&CheckpointEvent { checkpoint: "saved", name, step, reason: None, bytes: Some(bytes) }))
 }
 
 /// The validation and training row indices: examples (a row's group, or the row itself) shuffled, the first

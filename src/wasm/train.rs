@@ -7,7 +7,7 @@ use wasm_bindgen::prelude::*;
 use super::{js_err, to_js, WasmModel};
 use crate::loader::ModelFiles;
 use crate::tasks::{EpochProgress, TrainExample, TrainOptions};
-use crate::training::checkpoint::{Checkpoints, NoStore};
+use crate::training::checkpoint::{Checkpoints, Store};
 use crate::training::fit::{EpochMetrics, FitOptions, FitReport, Hooks, Progress, StepProgress};
 use crate::training::job::{Examples, JobOptions, JobTask};
 use crate::training::lora::{LoraOptions, LoraTargets, DEFAULT_ALPHA};
@@ -265,6 +265,8 @@ enum JsProgress {
         step: usize,
         #[serde(skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes: Option<usize>,
     },
 }
 
@@ -335,6 +337,7 @@ impl Hooks for JsHooks {
                 name: c.name.clone(),
                 step: c.step,
                 reason: c.reason.clone(),
+                bytes: c.bytes,
             }),
         };
         if let Ok(v) = v {
@@ -350,6 +353,79 @@ impl Hooks for JsHooks {
     }
 }
 
+/// The page's checkpoint store (js/checkpoints.js: a folder of the Origin Private File System): `{ list(), read(name,
+/// file), write(name, files), remove(name) }`, each returning a promise; `write` gets `{ file: Uint8Array }` in the
+/// order to write them (the manifest last) and makes the checkpoint visible to `list` only once it is complete.
+struct JsStore {
+    store: JsValue,
+}
+
+impl JsStore {
+    async fn call(&self, name: &str, args: &[JsValue]) -> Result<JsValue> {
+        let f: js_sys::Function = js_sys::Reflect::get(&self.store, &JsValue::from_str(name))
+            .ok()
+            .and_then(|f| f.dyn_into().ok())
+            .ok_or_else(|| Error::Input(format!("checkpoint store: {name} is not a function")))?;
+        let args: js_sys::Array = args.iter().collect();
+        let promise: js_sys::Promise = f
+            .apply(&self.store, &args)
+            .and_then(|p| p.dyn_into().map_err(|_| JsValue::from_str("did not return a promise")))
+            .map_err(|e| Error::Input(format!("checkpoint store: {name}: {}", describe(&e))))?;
+        wasm_bindgen_futures::JsFuture::from(promise)
+            .await
+            .map_err(|e| Error::Input(format!("checkpoint store: {name}: {}", describe(&e))))
+    }
+}
+
+/// An exception's message (`QuotaExceededError: ...`), or its debug form.
+fn describe(e: &JsValue) -> String {
+    match e.dyn_ref::<js_sys::Error>() {
+        Some(err) => format!("{}: {}", String::from(err.name()), String::from(err.message())),
+        None => format!("{e:?}"),
+    }
+}
+
+impl Store for JsStore {
+    async fn list(&mut self) -> Result<Vec<String>> {
+        let v = self.call("list", &[]).await?;
+        serde_wasm_bindgen::from_value(v).map_err(|e| Error::Input(format!("checkpoint store: list: {e}")))
+    }
+
+    async fn read(&mut self, name: &str, file: &str) -> Result<Vec<u8>> {
+        let v = self.call("read", &[JsValue::from_str(name), JsValue::from_str(file)]).await?;
+        Ok(js_sys::Uint8Array::new(&v).to_vec())
+    }
+
+    async fn write(&mut self, name: &str, files: &[(&str, &[u8])]) -> Result<()> {
+        let list = js_sys::Array::new();
+        for (file, bytes) in files {
+            list.push(&js_sys::Array::of2(&JsValue::from_str(file), &js_sys::Uint8Array::from(*bytes)));
+        }
+        self.call("write", &[JsValue::from_str(name), list.into()]).await.map(|_| ())
+    }
+
+    async fn remove(&mut self, name: &str) -> Result<()> {
+        self.call("remove", &[JsValue::from_str(name)]).await.map(|_| ())
+    }
+}
+
+/// `fineTune`'s checkpointing as the wrapper passes it: the store, and `every`, `keep`, `resume`.
+fn checkpoints(v: JsValue) -> Result<Option<Checkpoints<JsStore>>> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(None);
+    }
+    let get = |k: &str| js_sys::Reflect::get(&v, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
+    let mut c = Checkpoints::new(JsStore { store: get("store") });
+    if let Some(n) = get("every").as_f64() {
+        c.every = n as usize;
+    }
+    if let Some(n) = get("keep").as_f64() {
+        c.keep = n as usize;
+    }
+    c.resume = get("resume").as_bool().unwrap_or(false);
+    Ok(Some(c))
+}
+
 fn report(r: &FitReport) -> (Vec<JsProgress>, Vec<JsProgress>) {
     (r.steps.iter().map(JsProgress::from).collect(), r.epochs.iter().map(JsProgress::from).collect())
 }
@@ -358,13 +434,14 @@ fn report(r: &FitReport) -> (Vec<JsProgress>, Vec<JsProgress>) {
 impl WasmModel {
     /// Fine-tunes a copy of this model, given as the files it was loaded from, on its backend (see
     /// `training::job`): `examples` an array of the task's objects, `options` [`JsFineTuneOptions`], `hooks`
-    /// [`JsHooks`] (`shouldStop` returns a reason string to stop, or undefined). This model is not changed; resolves
+    /// [`JsHooks`] (`shouldStop` returns a reason string to stop, or undefined), `checkpoint` null or `{ store, every,
+    /// keep, resume }` (see [`JsStore`]). This model is not changed; resolves
     /// to `{ labels, steps, epochs, config, weights }`, the new model's config.json and model.safetensors.
     #[wasm_bindgen(js_name = fineTune)]
     #[allow(clippy::too_many_arguments)]
     pub fn fine_tune(&self, config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>,
         tokenizer_config: Option<Vec<u8>>, weights: Vec<u8>, adapter_config: Option<Vec<u8>>,
-        adapter_weights: Option<Vec<u8>>, examples: JsValue, options: JsValue, hooks: JsValue)
+        adapter_weights: Option<Vec<u8>>, examples: JsValue, options: JsValue, hooks: JsValue, checkpoint: JsValue)
         -> Result<js_sys::Promise, JsError> {
         let opts: JsFineTuneOptions = if options.is_undefined() || options.is_null() {
             JsFineTuneOptions::default()
@@ -377,8 +454,12 @@ impl WasmModel {
         let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
         let engine = self.engine.clone();
         let mut hooks = JsHooks { hooks };
+        let mut checkpoints = checkpoints(checkpoint).map_err(js_err)?;
         Ok(wasm_bindgen_futures::future_to_promise(async move {
-            let done = engine.fine_tune(files, &opts, &examples, &mut hooks, None::<&mut Checkpoints<NoStore>>).await.map_err(|e| JsValue::from(js_err(e)))?;
+            let done = engine
+                .fine_tune(files, &opts, &examples, &mut hooks, checkpoints.as_mut())
+                .await
+                .map_err(|e| JsValue::from(js_err(e)))?;
             let (steps, epochs) = report(&done.report);
             let out = to_js(&JsFineTuned { labels: done.labels, steps, epochs, best_epoch: done.report.best_epoch }).map_err(JsValue::from)?;
             let mut files = vec![("config", done.config_json.as_bytes()), ("weights", &done.safetensors[..])];

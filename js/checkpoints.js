@@ -1,0 +1,145 @@
+// fineTune's checkpoints in the browser: the Origin Private File System, one folder per run name under
+// "bertgpu-checkpoints", one sub-folder per checkpoint (`checkpoint-<step>`) holding the files that the Rust side
+// writes (src/training/checkpoint.rs: the state, the trainer's position, and the manifest of their SHA-256 written
+// last). A checkpoint is listed only once its manifest exists, so one cut short by a closed tab is never seen; one
+// damaged later is refused by its manifest on resume.
+
+const ROOT = "bertgpu-checkpoints";
+const PREFIX = "checkpoint-";
+
+function opfs() {
+  if (typeof navigator === "undefined" || typeof navigator.storage?.getDirectory !== "function") {
+    throw new Error("checkpoints need the Origin Private File System (navigator.storage.getDirectory), which this "
+      + "environment lacks: use a current browser, or fine-tune without `checkpoint`");
+  }
+  return navigator.storage.getDirectory();
+}
+
+function checkName(name) {
+  if (typeof name !== "string" || !/^[\w.-]{1,100}$/.test(name) || name.startsWith(".")) {
+    throw new TypeError(`checkpoint name must be 1-100 letters, digits, '_', '-' or '.', not starting with '.' `
+      + `(got ${JSON.stringify(name)})`);
+  }
+}
+
+async function runsFolder(create) {
+  return (await opfs()).getDirectoryHandle(ROOT, { create });
+}
+
+async function exists(dir, file) {
+  try {
+    await dir.getFileHandle(file);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The run's checkpoints that are complete (their manifest written): [{ name, handle }]. */
+async function complete(run) {
+  const out = [];
+  for await (const [name, handle] of run.entries()) {
+    if (handle.kind === "directory" && name.startsWith(PREFIX) && await exists(handle, "manifest.json")) {
+      out.push({ name, handle });
+    }
+  }
+  return out;
+}
+
+/** The store the Rust side saves to and resumes from (see `JsStore` in src/wasm/train.rs). */
+export async function openCheckpointStore(name) {
+  checkName(name);
+  const run = await (await runsFolder(true)).getDirectoryHandle(name, { create: true });
+  // Ask that the origin's storage not be evicted under pressure; the answer does not change what we do.
+  navigator.storage.persist?.().catch(() => {});
+  return {
+    async list() {
+      return (await complete(run)).map((c) => c.name);
+    },
+    async read(checkpoint, file) {
+      const dir = await run.getDirectoryHandle(checkpoint);
+      return new Uint8Array(await (await (await dir.getFileHandle(file)).getFile()).arrayBuffer());
+    },
+    async write(checkpoint, files) {
+      // A half-written one of the same name (a tab closed mid-write) is removed first; the manifest comes last.
+      await run.removeEntry(checkpoint, { recursive: true }).catch(() => {});
+      const dir = await run.getDirectoryHandle(checkpoint, { create: true });
+      try {
+        for (const [file, bytes] of files) {
+          const w = await (await dir.getFileHandle(file, { create: true })).createWritable();
+          try {
+            await w.write(bytes);
+            await w.close();
+          } catch (e) {
+            await w.abort().catch(() => {});
+            throw e;
+          }
+        }
+      } catch (e) {
+        await run.removeEntry(checkpoint, { recursive: true }).catch(() => {});
+        if (e?.name === "QuotaExceededError") {
+          throw new Error(`the checkpoint "${name}/${checkpoint}" does not fit in this origin's storage quota `
+            + "(nothing of it was kept): free space with Bert.deleteCheckpoint, or checkpoint less often");
+        }
+        throw e;
+      }
+    },
+    async remove(checkpoint) {
+      await run.removeEntry(checkpoint, { recursive: true });
+    },
+  };
+}
+
+/**
+ * Every run's checkpoints: [{ name, step, totalSteps, size, date }], the newest complete checkpoint of each run (its
+ * step of the run's total, its size in bytes, when it was written).
+ */
+export async function listCheckpoints() {
+  let runs;
+  try {
+    runs = await runsFolder(false);
+  } catch (e) {
+    if (e?.name === "NotFoundError") return [];
+    throw e;
+  }
+  const out = [];
+  for await (const [name, run] of runs.entries()) {
+    if (run.kind !== "directory") continue;
+    let best = null;
+    for (const c of await complete(run)) {
+      const step = Number(c.name.slice(PREFIX.length));
+      if (!best || step > best.step) best = { step, handle: c.handle };
+    }
+    if (!best) continue;
+    let size = 0;
+    let date = 0;
+    let totalSteps = null;
+    for await (const [fname, f] of best.handle.entries()) {
+      if (f.kind !== "file") continue;
+      const file = await f.getFile();
+      size += file.size;
+      date = Math.max(date, file.lastModified);
+      if (fname === "trainer_state.json") {
+        try {
+          totalSteps = JSON.parse(await file.text()).loop.report.steps.at(-1)?.total_steps ?? null;
+        } catch {
+          // a damaged one: listed all the same; resume will say what is wrong with it
+        }
+      }
+    }
+    out.push({ name, step: best.step, totalSteps, size, date: new Date(date) });
+  }
+  return out.sort((a, b) => b.date - a.date);
+}
+
+/** Removes a run's checkpoints; false if it had none. */
+export async function deleteCheckpoint(name) {
+  checkName(name);
+  try {
+    await (await runsFolder(false)).removeEntry(name, { recursive: true });
+    return true;
+  } catch (e) {
+    if (e?.name === "NotFoundError") return false;
+    throw e;
+  }
+}

@@ -1,0 +1,106 @@
+// fineTune's checkpoints in the browser (the Origin Private File System): a page fine-tunes with `checkpoint`, the
+// page is closed mid-run, a new page resumes from OPFS (`resume: true`) and ends with the model an uninterrupted page
+// run makes, bit for bit, on the wasm CPU backend and on WebGPU (its kernels sum in a fixed order: the same adapter
+// gives the same numbers). Bert.checkpoints() lists the runs and Bert.deleteCheckpoint removes one.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { ROOT, openPage, withPage } from "./harness.mjs";
+
+const TINY = "tests/models/tiny-classifier/";
+// Real text (Debian's fortunes, tests/data/fortunes/): 24 short quotations, 4 topics; a new head from the seed.
+const EXAMPLES = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/train.jsonl"), "utf8").trim().split("\n")
+  .map((l) => JSON.parse(l)).sort((a, b) => a.text.length - b.text.length || (a.text < b.text ? -1 : 1)).slice(0, 24);
+// 18 training rows in batches of 8: 3 steps an epoch; a checkpoint after every step (and each epoch's end).
+const OPTIONS = { task: "classify", batchSize: 8, learningRate: 1e-3, seed: 3, validationSplit: 0.25 };
+
+const ctx = withPage();
+
+/** Starts fine-tuning in `page` without waiting for it; its progress events go to `window.events`. */
+async function start(page, url, device, options) {
+  await page.evaluate(async ({ url, device, examples, options }) => {
+    window.events = [];
+    window.bert = await bertgpu.Bert.load(url, { device });
+    window.run = window.bert.fineTune(examples, { ...options, onProgress: (p) => window.events.push(p) });
+    window.run.catch(() => {});
+  }, { url, device, examples: EXAMPLES, options });
+}
+
+/** Waits for the run in `page` to end; its report, events and the model's weights' SHA-256. */
+function finish(page) {
+  return page.evaluate(async () => {
+    const report = await window.run;
+    const weights = (await window.bert.exportModel())["model.safetensors"];
+    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", weights));
+    window.bert.dispose();
+    return { report, events: window.events, sha256: Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("") };
+  });
+}
+
+async function closedMidRunThenResumed(device, epochs, killAfter) {
+  const url = ctx.env.models.url + TINY;
+  const name = `run-${device}`;
+  const options = { ...OPTIONS, epochs };
+  // The run never interrupted (its own checkpoints, so that it takes the same path).
+  await start(ctx.page, url, device, { ...options, checkpoint: { name: `${name}-whole`, every: 1 } });
+  const whole = await finish(ctx.page);
+  assert.equal(whole.report.steps.length, 3 * epochs);
+
+  // A page closed after `killAfter` progress events (steps and checkpoints), wherever its run then is.
+  const first = await openPage(ctx.env);
+  await start(first, url, device, { ...options, checkpoint: { name, every: 1 } });
+  await first.waitForFunction((n) => window.events.length >= n, killAfter, { timeout: 600_000 });
+  const seen = await first.evaluate(() => window.events.filter((e) => e.type === "checkpoint").length);
+  await first.close();
+  assert.ok(seen >= 1, "a checkpoint was saved before the page closed");
+
+  const listed = await ctx.page.evaluate(() => bertgpu.Bert.checkpoints());
+  const mine = listed.find((c) => c.name === name);
+  assert.ok(mine && mine.step >= 1 && mine.step < 3 * epochs && mine.size > 0, JSON.stringify(listed));
+
+  // A new page resumes and ends where the uninterrupted run did.
+  await start(ctx.page, url, device, { ...options, checkpoint: { name, every: 1 }, resume: true });
+  const resumed = await finish(ctx.page);
+  const from = resumed.events.find((e) => e.type === "checkpoint" && e.checkpoint === "resumed");
+  assert.ok(from && from.step >= 1, JSON.stringify(resumed.events.slice(0, 3)));
+  assert.deepEqual(resumed.report, whole.report, "the report, every step's loss and every epoch's metrics");
+  assert.equal(resumed.sha256, whole.sha256, "the resumed model is the uninterrupted run's, bit for bit");
+  console.log(`${device}: closed after ${killAfter} events, resumed at step ${from.step} of ${3 * epochs}; same model`);
+
+  assert.equal(await ctx.page.evaluate((n) => bertgpu.Bert.deleteCheckpoint(n), name), true);
+  assert.equal(await ctx.page.evaluate((n) => bertgpu.Bert.deleteCheckpoint(n), name), false);
+  const after = await ctx.page.evaluate(() => bertgpu.Bert.checkpoints());
+  assert.ok(!after.some((c) => c.name === name), JSON.stringify(after));
+  ctx.page.checkErrors();
+}
+
+test("a page closed mid-run resumes from OPFS to the uninterrupted model (wasm CPU)", async () => {
+  await closedMidRunThenResumed("cpu", 4, 9);
+});
+
+test("a page closed mid-run resumes from OPFS to the uninterrupted model (WebGPU)", async () => {
+  await closedMidRunThenResumed("webgpu", 2, 4);
+});
+
+test("checkpoint options are checked", async () => {
+  const errors = await ctx.page.evaluate(async ({ url, examples }) => {
+    const bert = await bertgpu.Bert.load(url, { device: "cpu" });
+    const out = [];
+    for (const o of [{ resume: true }, { checkpoint: { name: "../up" } }, { checkpoint: { name: "x", every: 0 } },
+      { checkpoint: "x" }, { checkpoint: { name: "x", other: 1 } }]) {
+      try {
+        await bert.fineTune(examples, o);
+        out.push("no error");
+      } catch (e) {
+        out.push(`${e.name}: ${e.message}`);
+      }
+    }
+    bert.dispose();
+    return out;
+  }, { url: ctx.env.models.url + TINY, examples: EXAMPLES });
+  assert.match(errors[0], /TypeError: fineTune: resume continues from a checkpoint/);
+  assert.match(errors[1], /TypeError: checkpoint name must be/);
+  for (const e of errors.slice(2)) assert.match(e, /TypeError: fineTune: checkpoint must be/);
+  ctx.page.checkErrors();
+});
