@@ -272,6 +272,16 @@ export interface FineTuneCheckpoint {
   bytes?: number;
 }
 
+/**
+ * A checkpointed run's GPU device was lost; the run goes on from its last checkpoint on `device` (a new GPU device,
+ * or "cpu" if none could be had).
+ */
+export interface FineTuneDeviceLost {
+  type: "deviceLost";
+  reason: string;
+  device: Device;
+}
+
 export interface CheckpointInfo {
   name: string;
   step: number;
@@ -328,7 +338,7 @@ export interface FineTuneOptions {
    * `exportModel({ format: "adapter" })` gives peft's files.
    */
   lora?: { r: number; alpha?: number; targets?: "qv" | "all" };
-  onProgress?: (progress: FineTuneStep | FineTuneEpoch | FineTuneCheckpoint) => void;
+  onProgress?: (progress: FineTuneStep | FineTuneEpoch | FineTuneCheckpoint | FineTuneDeviceLost) => void;
   /** Stops fine-tuning between two steps; the model is left as it was. */
   signal?: AbortSignal;
 }

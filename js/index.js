@@ -315,6 +315,9 @@ function checkTrainOptions(o, onProgress) {
   for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
 }
 
+/** How many GPU device losses one checkpointed fineTune goes on after (each from its last checkpoint). */
+const MAX_DEVICE_LOSSES = 3;
+
 const FINE_TUNE_OPTIONS = ["task", "epochs", "learningRate", "batchSize", "accumulate", "layers", "warmup",
   "weightDecay", "validationSplit", "seed", "docStride", "dropout", "patience", "lora", "checkpoint", "resume", "onProgress",
   "signal"];
@@ -550,6 +553,27 @@ export class Bert {
     this._model = model;
     this._lost = null;
     old.free();
+  }
+
+  /**
+   * A new model for a checkpointed fineTune whose GPU device was lost (`why`): on a new GPU device, or on the CPU if
+   * none can be had. It becomes this model's.
+   */
+  async _replaceLostDevice(why) {
+    const files = this._tuned ?? await this._files();
+    let model;
+    try {
+      model = await instantiate(this._rt, files, "webgpu");
+    } catch (e) {
+      console.warn(`fineTune: the GPU device was lost (${why}) and a new one failed (${e.message}): going on on the CPU`);
+      model = await instantiate(this._rt, files, "cpu");
+    }
+    const old = this._model;
+    this._model = model;
+    this._device = model.device;
+    if (this._device !== "webgpu") this._reloadFrom = null;
+    old.free();
+    return model;
   }
 
   /** The files this model was loaded from, fetched again (from the cache when it is on), with its adapter. */
@@ -805,8 +829,22 @@ export class Bert {
       let out;
       this._training = true;
       try {
-        out = await m.fineTune(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-          files.adapterConfig, files.adapterWeights, examples, opts, hooks, saving);
+        // A GPU device lost part way through a checkpointed run: the run goes on from its last checkpoint on a new
+        // device (or the CPU, if none comes), and onProgress says so.
+        for (let losses = 0; ; losses++) {
+          try {
+            out = await m.fineTune(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
+              files.adapterConfig, files.adapterWeights, examples, opts, hooks, saving);
+            break;
+          } catch (e) {
+            const why = saving && losses < MAX_DEVICE_LOSSES && !signal?.aborted && !this._disposed
+              ? await this._lostReason(e) : null;
+            if (!why) throw e;
+            m = await this._replaceLostDevice(why);
+            saving.resume = true;
+            hooks.onProgress({ type: "deviceLost", reason: why, device: this._device });
+          }
+        }
       } catch (e) {
         if (signal?.aborted) throw signal.reason ?? new DOMException("fineTune was aborted", "AbortError");
         if (this._disposed) throw new Error("fineTune: the model was disposed during fine-tuning");

@@ -83,6 +83,30 @@ test("a page closed mid-run resumes from OPFS to the uninterrupted model (WebGPU
   await closedMidRunThenResumed("webgpu", 2, 4);
 });
 
+test("a GPU device lost mid-run: the run goes on from its last checkpoint on a new device, to the same model", async () => {
+  const url = ctx.env.models.url + TINY;
+  const options = { ...OPTIONS, epochs: 2 };
+  await start(ctx.page, url, "webgpu", { ...options, checkpoint: { name: "lost-whole", every: 1 } });
+  const whole = await finish(ctx.page);
+  await start(ctx.page, url, "webgpu", { ...options, checkpoint: { name: "lost", every: 1 } });
+  await ctx.page.waitForFunction(() => window.events.filter((e) => e.type === "checkpoint").length >= 2, null,
+    { timeout: 600_000 });
+  assert.ok(await ctx.page.evaluate(() => window.bert._model.__debugLoseDevice()), "the device was destroyed");
+  const got = await finish(ctx.page);
+  const lost = got.events.filter((e) => e.type === "deviceLost");
+  assert.equal(lost.length, 1, JSON.stringify(got.events));
+  assert.equal(lost[0].device, "webgpu", "a new device of the same adapter");
+  const resumed = got.events.find((e) => e.type === "checkpoint" && e.checkpoint === "resumed");
+  assert.ok(resumed, "went on from a checkpoint");
+  assert.deepEqual(got.report, whole.report);
+  assert.equal(got.sha256, whole.sha256, "the same model as the run whose device was never lost");
+  console.log(`device lost after ${resumed.step} steps: went on from checkpoint ${resumed.name} on a new device`);
+  for (const n of ["lost", "lost-whole", "run-cpu-whole", "run-webgpu-whole"]) {
+    await ctx.page.evaluate((name) => bertgpu.Bert.deleteCheckpoint(name), n);
+  }
+  ctx.page.checkErrors();
+});
+
 test("checkpoint options are checked", async () => {
   const errors = await ctx.page.evaluate(async ({ url, examples }) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });

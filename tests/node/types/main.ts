@@ -33,8 +33,14 @@ const head: Uint8Array = await bert.exportHead();
 const labels: string[] = await bert.loadHead(head);
 const tuned = await bert.fineTune([{ tokens: ["Paris"], tags: ["B-LOC"] }], {
   task: "ner", layers: 2, signal: new AbortController().signal,
-  onProgress: (p) => (p.type === "step" ? p.loss : p.valAccuracy),
+  onProgress: (p) => (p.type === "step" ? p.loss : p.type === "epoch" ? p.valAccuracy
+    : p.type === "checkpoint" ? p.step : p.device),
+  checkpoint: { name: "ner-run", every: 50, keep: 2 }, resume: true, patience: 2,
 });
+const saved: Array<{ name: string; step: number; totalSteps: number | null; size: number; date: Date }> =
+  await Bert.checkpoints();
+const removed: boolean = await Bert.deleteCheckpoint("ner-run");
+const bestTuned: number = tuned.bestEpoch;
 const tunedLabels: string[] | null = tuned.labels;
 const folder: Uint8Array = (await bert.exportModel())["config.json"];
 // @ts-expect-error: not a fine-tuning task
@@ -58,4 +64,5 @@ await Bert.load("x", { cacheDir: true });
 // @ts-expect-error: not an option
 await Bert.load("x", { wasmUrl: "/bertgpu_bg.wasm" });
 
-console.log(device, pairLabel, one, many, tokens, best, label, answer.score, report.bestEpoch, labels, workers, vectors, wrong);
+console.log(device, pairLabel, one, many, tokens, best, label, answer.score, report.bestEpoch, labels, workers, vectors, wrong,
+  saved, removed, bestTuned);
