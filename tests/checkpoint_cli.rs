@@ -23,17 +23,7 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-/// Two separable classes of short texts the tiny vocabulary covers.
-fn data(dir: &Path) -> PathBuf {
-    let mut lines = Vec::new();
-    for i in 0..12 {
-        lines.push(format!(r#"{{"text": "the cat {i} sat on the mat and slept", "label": "animal"}}"#));
-        lines.push(format!(r#"{{"text": "my car {i} drove down the road fast", "label": "vehicle"}}"#));
-    }
-    let p = dir.join("train.jsonl");
-    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
-    p
-}
+use common::cats_and_cars as data;
 
 /// 24 rows, 4 validate, 20 train in batches of 4: 5 steps an epoch, 60 in all; a checkpoint every 2 steps and at
 /// each epoch's end, so that most kills land next to one being written.

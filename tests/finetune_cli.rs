@@ -17,17 +17,7 @@ fn run(args: &[&str], stdin: &str) -> Output {
     common::run_cli(args, stdin)
 }
 
-/// Two separable classes: texts about cats and texts about cars (ASCII words the tiny vocabulary covers).
-fn data(dir: &Path) -> PathBuf {
-    let mut lines = Vec::new();
-    for i in 0..12 {
-        lines.push(format!(r#"{{"text": "the cat {i} sat on the mat and slept", "label": "animal"}}"#));
-        lines.push(format!(r#"{{"text": "my car {i} drove down the road fast", "label": "vehicle"}}"#));
-    }
-    let p = dir.join("train.jsonl");
-    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
-    p
-}
+use common::cats_and_cars as data;
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("bertgpu-finetune-cli-{name}-{}", std::process::id()));

@@ -448,14 +448,20 @@ async function fineTuneModel(examples, epochs, resume = false) {
   $("tr-resume").hidden = true;
   const t0 = performance.now();
   const lr = Number($("tr-lr").value);
+  // A model already fine-tuned in this page is lost with the tab, and a run from it could not be resumed: only a
+  // run from the model as loaded is checkpointed.
+  const resumable = resume || !state.trained;
   if (!resume) {
-    await Bert.deleteCheckpoint(CHECKPOINT.name).catch(() => {});
-    localStorage.setItem(RESUME_KEY, JSON.stringify({ model: state.name, input: $("tr-input").value, epochs, lr }));
+    await forgetTraining();
+    if (resumable) {
+      localStorage.setItem(RESUME_KEY, JSON.stringify({ model: state.name, input: $("tr-input").value, epochs, lr }));
+    }
   }
   try {
     const report = await state.bert.fineTune(examples, {
       task: "classify", epochs, learningRate: lr, batchSize: 16, seed: 0,
-      validationSplit: examples.length >= 10 ? 0.1 : 0, signal: controller.signal, checkpoint: CHECKPOINT, resume,
+      validationSplit: examples.length >= 10 ? 0.1 : 0, signal: controller.signal,
+      ...(resumable ? { checkpoint: CHECKPOINT, resume } : {}),
       onProgress: (p) => {
         if (p.type === "checkpoint") {
           if (p.checkpoint === "resumed") $("tr-time").textContent = `resumed at step ${p.step}`;

@@ -144,12 +144,13 @@ test("demo page: every section with the default model, task panels, dropped file
 
       // Fine-tune the whole model on 16 of the quotations (4 per topic; 1 epoch: one step), in the demo's
       // tensor-parallel worker set-up (a worker of its own holds the whole model while it trains).
-      await page.evaluate(() => {
+      const fourPerTopic = () => page.evaluate(() => {
         const lines = document.querySelector("#tr-input").value.split("\n");
         const byLabel = {};
         for (const l of lines) (byLabel[l.split(":")[0]] ??= []).push(l);
         document.querySelector("#tr-input").value = Object.values(byLabel).flatMap((l) => l.slice(0, 4)).join("\n");
       });
+      await fourPerTopic();
       await page.selectOption("#tr-mode", "model");
       assert.equal(await page.inputValue("#tr-lr"), "0.00005", "whole-model training offers BERT's learning rates");
       await page.fill("#tr-epochs", "1");
@@ -183,6 +184,35 @@ test("demo page: every section with the default model, task panels, dropped file
       await page.waitForFunction(() => /^stopped/.test(document.querySelector("#tr-time").textContent), null,
         { timeout: 300_000 });
       assert.equal(await page.isVisible("#tr-error"), false, await page.textContent("#tr-error"));
+      // A whole-model run cut short by a reload (a closed tab) is offered again, and resumes to its end. (A run of
+      // a model fine-tuned in the page cannot be: the reload loses its starting point; so this one starts afresh.)
+      const demoCheckpoint = () => page.evaluate(async () =>
+        (await (await import("/pkg/worker.js")).Bert.checkpoints()).find((c) => c.name === "demo") ?? null);
+      const reloaded = async () => {
+        await page.reload();
+        await page.waitForFunction(() => window.demo?.ready || window.demo?.error, null, { timeout: 60_000 });
+        assert.equal(await page.evaluate(() => window.demo.error), null);
+      };
+      await reloaded();
+      await page.click("#tr-example");
+      await page.waitForFunction(() => /^128 examples, 4 labels$/.test(document.querySelector("#tr-count").textContent));
+      await fourPerTopic();
+      await page.selectOption("#tr-mode", "model");
+      await page.fill("#tr-epochs", "2");
+      await page.click("#tr-run");
+      for (const t0 = Date.now(); !(await demoCheckpoint()); await new Promise((r) => setTimeout(r, 500))) {
+        assert.ok(Date.now() - t0 < 300_000, "no checkpoint after 300 s of training");
+      }
+      await reloaded();
+      await page.waitForSelector("#tr-resume:not([hidden])", { timeout: 30_000 });
+      assert.match(await page.textContent("#tr-resume"), /^Resume training \(step 1 of 2\)$/);
+      await page.click("#tr-resume");
+      await page.waitForFunction(() => /^fine-tuned/.test(document.querySelector("#tr-time").textContent)
+        || !document.querySelector("#tr-error").hidden, null, { timeout: 300_000 });
+      assert.equal(await page.isVisible("#tr-error"), false, await page.textContent("#tr-error"));
+      assert.match(await page.textContent("#tr-time"), /^fine-tuned in .* · 2 steps/);
+      assert.equal(await demoCheckpoint(), null, "a finished run's checkpoints are removed");
+      assert.equal(await page.isVisible("#tr-resume"), false);
       fs.mkdirSync(SHOTS, { recursive: true });
       await page.screenshot({ path: path.join(SHOTS, "demo-desktop.png"), fullPage: true });
 

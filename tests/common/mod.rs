@@ -170,3 +170,16 @@ pub fn cli(args: &[&str], input: &str) -> std::process::Output {
     let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
     child.wait_with_output().unwrap()
 }
+
+/// `dir/train.jsonl`: 24 `{text, label}` lines of two separable classes, texts about cats and texts about cars
+/// (ASCII words the tiny checkpoints' vocabulary covers), for the fine-tuning CLI tests.
+pub fn cats_and_cars(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut lines = Vec::new();
+    for i in 0..12 {
+        lines.push(format!(r#"{{"text": "the cat {i} sat on the mat and slept", "label": "animal"}}"#));
+        lines.push(format!(r#"{{"text": "my car {i} drove down the road fast", "label": "vehicle"}}"#));
+    }
+    let p = dir.join("train.jsonl");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+    p
+}
