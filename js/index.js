@@ -360,19 +360,23 @@ function checkFineTuneOptions(o, onProgress, signal) {
       throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
     }
   }
-  if (o.checkpoint != null) {
-    const c = o.checkpoint;
+  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
+}
+
+/** Types of fineTune's `checkpoint` and `resume` (the name is checked by js/checkpoints.js). */
+function checkCheckpointOptions(checkpoint, resume) {
+  const m = "fineTune";
+  if (checkpoint != null) {
     const count = (v) => v == null || (Number.isInteger(v) && v >= 1);
-    if (typeof c !== "object" || typeof c.name !== "string" || !count(c.every) || !count(c.keep)
-      || Object.keys(c).some((k) => !["name", "every", "keep"].includes(k))) {
+    if (typeof checkpoint !== "object" || typeof checkpoint.name !== "string" || !count(checkpoint.every)
+      || !count(checkpoint.keep) || Object.keys(checkpoint).some((k) => !["name", "every", "keep"].includes(k))) {
       throw new TypeError(`${m}: checkpoint must be { name: string, every?: steps >= 1, keep?: count >= 1 }`);
     }
   }
-  if (o.resume != null && typeof o.resume !== "boolean") throw new TypeError(`${m}: resume must be true or false`);
-  if (o.resume && o.checkpoint == null) {
+  if (resume != null && typeof resume !== "boolean") throw new TypeError(`${m}: resume must be true or false`);
+  if (resume && checkpoint == null) {
     throw new TypeError(`${m}: resume continues from a checkpoint: give checkpoint: { name } as the first run did`);
   }
-  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
 }
 
 /**
@@ -407,10 +411,6 @@ export class Bert {
   }
 
   /**
-   * Loads a model. `source`: the base URL of a Hugging Face-style folder (config.json, tokenizer.json or vocab.txt,
-   * model.safetensors), a .gguf URL, a Hugging Face repo id ("owner/name"), or { config, tokenizer, weights } bytes.
-   */
-  /**
    * The fine-tuning checkpoints this origin keeps (fineTune's `checkpoint`): [{ name, step, totalSteps, size,
    * date }], the newest complete checkpoint of each run, the most recent first.
    */
@@ -423,6 +423,10 @@ export class Bert {
     return deleteCheckpoint(name);
   }
 
+  /**
+   * Loads a model. `source`: the base URL of a Hugging Face-style folder (config.json, tokenizer.json or vocab.txt,
+   * model.safetensors), a .gguf URL, a Hugging Face repo id ("owner/name"), or { config, tokenizer, weights } bytes.
+   */
   static async load(source, options = {}) {
     // (`_shard`: { rank, count, buffer }, set by bertgpu/worker for one shard of a tensor-parallel model.)
     const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
@@ -790,10 +794,12 @@ export class Bert {
    * epoch's model; unset: every epoch, the last kept), checkpoint (`{ name, every = 100, keep = 2 }`: the whole
    * training state saved in the origin's private file system every `every` steps and at each epoch's end) and
    * resume (true: continue run `name` from its newest intact checkpoint, with the first run's examples and options;
-   * with none yet, start afresh), lora (e.g. `{ r: 8, alpha: 16, targets: "qv" | "all" }`: LoRA
-   * adapters on a frozen encoder, and the head; the model becomes the merged one). `onProgress(p)` gets `{ type: "step", epoch, step,
-   * totalSteps, loss, learningRate }` after each step and `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`
-   * after each epoch. `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
+   * with none yet, start afresh), lora (e.g. `{ r: 8, alpha: 16, targets: "qv" | "all" }`: LoRA adapters on a
+   * frozen encoder, and the head; the model becomes the merged one). `onProgress(p)` gets `{ type: "step", epoch,
+   * step, totalSteps, loss, learningRate }` after each step, `{ type: "epoch", epoch, trainLoss, valLoss,
+   * valAccuracy }` after each epoch, and with `checkpoint` `{ type: "checkpoint", checkpoint: "saved" | "resumed" |
+   * "skipped", name, step }` and `{ type: "deviceLost", reason, device }` (a lost GPU device: the run goes on from
+   * its last checkpoint on a new one, or on the CPU). `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
    * reason and the model is left as it was, as after any error. Other calls made while it runs reject.
    * @returns {Promise<{labels: string[] | null, steps: object[], epochs: object[], bestEpoch: number}>}
    */
@@ -802,7 +808,8 @@ export class Bert {
       const opts = { ...checkOptions(options, FINE_TUNE_OPTIONS, "fineTune") };
       const { onProgress, signal, checkpoint, resume } = opts;
       for (const k of ["onProgress", "signal", "checkpoint", "resume"]) delete opts[k];
-      checkFineTuneOptions({ ...opts, checkpoint, resume }, onProgress, signal);
+      checkFineTuneOptions(opts, onProgress, signal);
+      checkCheckpointOptions(checkpoint, resume);
       if (!Array.isArray(examples)) throw new TypeError("fineTune: examples must be an array of the task's objects");
       signal?.throwIfAborted();
       const files = this._tuned ?? await this._files();
