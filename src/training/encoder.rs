@@ -185,6 +185,11 @@ impl<T> Encoder<T> {
         &self.params[i].tensor
     }
 
+    /// The word embeddings' index (the masked-LM decoder is tied to them).
+    pub(super) fn word_embeddings(&self) -> usize {
+        self.emb[0]
+    }
+
     /// The encoder's parameters from a BERT checkpoint (names with or without the `bert.` prefix), in f32 on `be`.
     pub fn load<B: Backend<Tensor = T>>(be: &B, cfg: &BertConfig, weights: &Weights) -> Result<Encoder<T>> {
         cfg.validate()?;
@@ -296,7 +301,7 @@ impl<T> Encoder<T> {
     }
 
     /// `y = x·Wᵀ + b` of an encoder layer, plus its LoRA adapters' updates.
-    fn linear<B: Backend<Tensor = T>>(&self, be: &B, x: &T, w: usize, b: usize) -> Result<T> {
+    pub(super) fn linear<B: Backend<Tensor = T>>(&self, be: &B, x: &T, w: usize, b: usize) -> Result<T> {
         let y = be.linear(x, self.t(w), Some(self.t(b)), Activation::None)?;
         match &self.lora {
             Some(l) => l.forward(be, &self.params, x, w, y),

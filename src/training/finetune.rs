@@ -20,6 +20,7 @@
 
 use super::encoder::{apply_dropout, get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STREAM};
 use super::head::{argmax, SplitMix64};
+use super::pretrain::PretrainHead;
 pub use super::optim::{StepOptions, StepReport};
 use crate::backend::{Activation, Backend};
 use crate::config::BertConfig;
@@ -42,6 +43,9 @@ pub enum FineTuneTask {
     /// Sentence embeddings (mean pooling, L2-normalised) from (anchor, positive) pairs with the other pairs'
     /// positives as negatives: sentence-transformers' `MultipleNegativesRankingLoss`, scale [`MNRL_SCALE`].
     Embedding,
+    /// `BertForPreTraining` (masked LM + next-sentence prediction), or `BertForMaskedLM` for a checkpoint without
+    /// the NSP head ([`super::pretrain`]).
+    Pretraining,
 }
 
 /// `MultipleNegativesRankingLoss`'s default scale: cosine similarities are multiplied by it before the softmax.
@@ -58,6 +62,9 @@ pub enum Targets<'a> {
     Spans { start: &'a [u32], end: &'a [u32] },
     /// Embedding pairs: the batch holds the anchors, this one their positives (row i of each is a pair).
     Pairs { positives: &'a Batch },
+    /// Pre-training: masked-LM labels (B*T, [`IGNORE`] where no loss is taken) and, with the NSP head, the
+    /// next-sentence labels (B; 0: B follows A, 1: B is random).
+    Pretrain { mlm: &'a [i64], nsp: Option<&'a [u32]> },
 }
 
 /// Every parameter's gradient (`None`: frozen) and the head's logits.
@@ -68,6 +75,7 @@ enum Head {
     Token { classifier: [usize; 2], labels: usize },
     Qa { qa: [usize; 2] },
     Embed,
+    Pretrain(PretrainHead),
 }
 
 /// A BERT checkpoint being fine-tuned on backend `B`: the encoder, the task's head, AdamW's state.
@@ -151,6 +159,7 @@ impl<B: Backend> FineTuner<B> {
                 Head::Qa { qa: linear(&mut enc, &root, "qa_outputs", ["qa_outputs.weight", "qa_outputs.bias"], 2, h)? }
             }
             FineTuneTask::Embedding => Head::Embed,
+            FineTuneTask::Pretraining => Head::Pretrain(PretrainHead::load(be, &mut enc, cfg, weights)?),
         };
         let moments = Vec::new(); // made at a parameter's first update: a frozen one never has any
         Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None, pending: None,
@@ -188,7 +197,15 @@ impl<B: Backend> FineTuner<B> {
         match &self.head {
             Head::Sequence { classifier, .. } | Head::Token { classifier, .. } => (classifier.to_vec(), Some("classifier")),
             Head::Qa { qa } => (qa.to_vec(), Some("qa_outputs")),
-            Head::Embed => (Vec::new(), None),
+            Head::Embed | Head::Pretrain(_) => (Vec::new(), None),
+        }
+    }
+
+    /// The pre-training heads, or an error naming what this fine-tuner trains instead.
+    pub(super) fn pretrain_head(&self) -> Result<PretrainHead> {
+        match &self.head {
+            Head::Pretrain(h) => Ok(*h),
+            _ => Err(Error::Input(format!("this model is being trained for {:?}, not pre-training", self.task()))),
         }
     }
 
@@ -348,6 +365,7 @@ impl<B: Backend> FineTuner<B> {
             Head::Token { .. } => FineTuneTask::Token,
             Head::Qa { .. } => FineTuneTask::QuestionAnswering,
             Head::Embed => FineTuneTask::Embedding,
+            Head::Pretrain(_) => FineTuneTask::Pretraining,
         }
     }
 
@@ -378,6 +396,7 @@ impl<B: Backend> FineTuner<B> {
             Head::Token { classifier, .. } => be.linear(&last, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None),
             Head::Qa { qa } => be.linear(&last, enc.t(qa[0]), Some(enc.t(qa[1])), Activation::None),
             Head::Embed => self.pooled(be, &last, batch),
+            Head::Pretrain(_) => Err(Error::Input("pre-training's logits come from FineTuner::pretrain_eval".into())),
         }
     }
 

@@ -153,6 +153,7 @@ pub fn task_type(task: FineTuneTask) -> &'static str {
         FineTuneTask::Token => "TOKEN_CLS",
         FineTuneTask::QuestionAnswering => "QUESTION_ANS",
         FineTuneTask::Embedding => "FEATURE_EXTRACTION",
+        FineTuneTask::Pretraining => "FEATURE_EXTRACTION", // peft has no pre-training task type; the closest
     }
 }
 

@@ -54,6 +54,10 @@ impl<B: Backend> FineTuner<B> {
         self.micro_batches += 1;
         let (grads, loss) = match targets {
             Targets::Pairs { positives } => self.embedding_gradients_with(be, batch, positives, plan).await?,
+            Targets::Pretrain { mlm, nsp } => {
+                let (grads, eval) = self.pretrain_gradients_with(be, batch, mlm, *nsp, plan).await?;
+                (grads, eval.loss())
+            }
             _ => {
                 let (grads, logits) = self.gradients_with(be, batch, targets, plan)?;
                 let loss = self.loss(&be.read(&logits).await?, batch, targets);

@@ -261,6 +261,8 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
         FineTuneTask::Token => "BertForTokenClassification",
         FineTuneTask::QuestionAnswering => "BertForQuestionAnswering",
         FineTuneTask::Embedding => "BertModel",
+        FineTuneTask::Pretraining if tuner.pretrain_head().is_ok_and(|h| !h.has_nsp()) => "BertForMaskedLM",
+        FineTuneTask::Pretraining => "BertForPreTraining",
     };
     // A bare encoder is stored as BertModel names it (no `bert.` prefix), as sentence-transformers' folders are.
     let bare = tuner.task() == FineTuneTask::Embedding;

@@ -1,0 +1,155 @@
+//! Pre-training (masked LM + next-sentence prediction, `BertForPreTraining`) against PyTorch autograd: one batch of
+//! tests/golden/pretrain.json (tests/golden/pretrain.py, float64) — the loss and its two parts, the gradient of every
+//! parameter (the word embeddings' holding both their uses, as the tied decoder and as the input table), and five
+//! AdamW steps with weight decay and clipping — on the CPU and on the GPU.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::Backend;
+use bertgpu::config::BertConfig;
+use bertgpu::tokenizer::Batch;
+use bertgpu::training::finetune::{FineTuneTask, FineTuner, StepOptions, Targets};
+use bertgpu::weights::Weights;
+use serde_json::Value;
+
+mod common;
+
+/// The tolerances of tests/finetune_golden.rs, for the same reasons: f32 against a float64 reference through two
+/// layers (1e-4 per tensor on the CPU; 1e-3 on the GPU, whose reductions sum in other orders), an absolute bound
+/// for the exactly-zero gradients, and AdamW's parameters after 5 steps at lr 1e-3 within 2e-4. The MLM decoder adds
+/// one more reduction, over the 21 selected rows, well inside these.
+const CPU_GRAD_RTOL: f64 = 1e-4;
+const GPU_GRAD_RTOL: f64 = 1e-3;
+const ZERO_GRAD_ATOL: f64 = 1e-5;
+const PARAM_ATOL: f64 = 2e-4;
+const LOSS_RTOL: f64 = 1e-4;
+const GPU_LOSS_RTOL: f64 = 1e-3;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.as_array().unwrap().iter().flat_map(|r| match r.as_array() {
+        Some(row) => row.iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(),
+        None => vec![r.as_i64().unwrap()],
+    }).collect()
+}
+
+fn norm(v: impl Iterator<Item = f64>) -> f64 {
+    v.map(|x| x * x).sum::<f64>().sqrt()
+}
+
+fn check<B: Backend>(be: &B, grad_rtol: f64, loss_rtol: f64) {
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/golden/pretrain.json")).unwrap()).unwrap();
+    let dir = root().join("tests/models/tiny-pretraining");
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<u32>>();
+    let (b, t) = (g["input_ids"].as_array().unwrap().len(), g["input_ids"][0].as_array().unwrap().len());
+    let batch = Batch { input_ids: u32s("input_ids"), token_type_ids: u32s("token_type_ids"),
+        attention_mask: u32s("attention_mask"), b, t };
+    let mlm = ints(&g["labels"]);
+    let nsp = u32s("next_sentence_label");
+    let mut tr = FineTuner::new(be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
+    let zero: BTreeSet<String> = g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+
+    // The losses and every gradient at the checkpoint's weights.
+    let (grads, eval) = pollster::block_on(tr.pretrain_gradients(be, &batch, &mlm, Some(&nsp))).unwrap();
+    for (what, got, want) in [("loss", eval.loss(), &g["loss"]), ("MLM loss", eval.mlm_loss, &g["mlm_loss"]),
+        ("NSP loss", eval.nsp_loss.unwrap(), &g["nsp_loss"])] {
+        let want = want.as_f64().unwrap();
+        assert!((got as f64 - want).abs() <= loss_rtol * want, "{what} {got} vs PyTorch {want}");
+    }
+    assert_eq!(eval.mlm_count, mlm.iter().filter(|&&l| l != -100).count());
+    let grads: Vec<B::Tensor> = grads.into_iter().map(|g| g.expect("every parameter trains")).collect();
+    let ours: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, Some(&grads))).unwrap().into_iter().collect();
+    let want = g["grads"].as_object().unwrap();
+    assert_eq!(ours.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "the parameters we train are PyTorch's");
+    let global = norm(want.values().flat_map(floats));
+    let mut worst = (String::new(), 0f64);
+    for (n, w) in want {
+        let (w, o) = (floats(w), &ours[n]);
+        assert_eq!(o.len(), w.len(), "{n}");
+        let diff = norm(o.iter().zip(&w).map(|(&a, &b)| a as f64 - b));
+        if zero.contains(n) {
+            assert!(diff <= ZERO_GRAD_ATOL * global, "{n}'s exact gradient is zero; ours has norm {diff}");
+            continue;
+        }
+        let rel = diff / norm(w.iter().copied());
+        if rel > worst.1 {
+            worst = (n.clone(), rel);
+        }
+        assert!(rel <= grad_rtol, "gradient of {n}: relative error {rel:e} > {grad_rtol:e}");
+    }
+    eprintln!("pre-training on {}: worst gradient relative error {:e} ({})", be.name(), worst.1, worst.0);
+
+    // Five AdamW steps on the same batch.
+    let no_decay: BTreeSet<&str> = g["no_decay"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for p in &tr.encoder.params {
+        assert_eq!(!p.decay, no_decay.contains(p.names[0].as_str()), "weight decay of {}", p.names[0]);
+    }
+    let opt = StepOptions {
+        learning_rate: g["lr"].as_f64().unwrap() as f32,
+        weight_decay: g["weight_decay"].as_f64().unwrap() as f32,
+        max_grad_norm: Some(g["max_norm"].as_f64().unwrap() as f32),
+        ..StepOptions::default()
+    };
+    let targets = Targets::Pretrain { mlm: &mlm, nsp: Some(&nsp) };
+    for (s, (wl, wn)) in floats(&g["losses"]).iter().zip(floats(&g["grad_norms"])).enumerate() {
+        let r = pollster::block_on(tr.step(be, &batch, &targets, &opt)).unwrap();
+        assert!((r.loss as f64 - wl).abs() <= loss_rtol * wl, "step {s} loss {} vs PyTorch {wl}", r.loss);
+        assert!((r.grad_norm as f64 - wn).abs() <= loss_rtol * wn, "step {s} grad norm {} vs {wn}", r.grad_norm);
+    }
+    let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect();
+    let mut compared = 0;
+    for (n, w) in g["params_after"].as_object().unwrap() {
+        if zero.contains(n) {
+            continue; // AdamW normalises noise-level gradients to full steps (finetune.py explains)
+        }
+        let (w, o) = (floats(w), &after[n]);
+        let d = o.iter().zip(&w).map(|(&a, &b)| (a as f64 - b).abs()).fold(0f64, f64::max);
+        assert!(d <= PARAM_ATOL, "{n} after 5 steps: off by {d}");
+        compared += 1;
+    }
+    assert!(compared >= 40, "only {compared} tensors compared after the steps");
+}
+
+#[test]
+fn pretraining_matches_pytorch_on_the_cpu() {
+    check(&CpuBackend::new(), CPU_GRAD_RTOL, LOSS_RTOL);
+}
+
+#[test]
+fn pretraining_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    check(&g, GPU_GRAD_RTOL, GPU_LOSS_RTOL);
+}
+
+/// Bad targets are clear errors, not panics: labels outside the vocabulary, none selected, NSP labels missing or
+/// out of range, a fine-tuner of another task.
+#[test]
+fn bad_pretraining_targets_are_clear_errors() {
+    let be = CpuBackend::new();
+    let dir = root().join("tests/models/tiny-pretraining");
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
+    let batch = Batch { input_ids: vec![2, 10, 11, 3], token_type_ids: vec![0; 4], attention_mask: vec![1; 4], b: 1, t: 4 };
+    let run = |mlm: &[i64], nsp: Option<&[u32]>| pollster::block_on(tr.pretrain_gradients(&be, &batch, mlm, nsp)).err().map(|e| e.to_string());
+    assert!(run(&[-100, 10, -100, -100], Some(&[0])).is_none());
+    assert!(run(&[-100, 480, -100, -100], Some(&[0])).unwrap().contains("outside the vocabulary"));
+    assert!(run(&[-100; 4], Some(&[0])).unwrap().contains("no token of the batch is selected"));
+    assert!(run(&[-100, 10, -100, -100], None).unwrap().contains("give next-sentence labels"));
+    assert!(run(&[-100, 10, -100, -100], Some(&[2])).unwrap().contains("0 (B follows A) or 1"));
+    assert!(run(&[-100, 10], Some(&[0])).unwrap().contains("masked-LM labels for a batch"));
+    let other = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Embedding, None, 0).unwrap();
+    let e = pollster::block_on(other.pretrain_gradients(&be, &batch, &[-100, 10, -100, -100], Some(&[0]))).unwrap_err();
+    assert!(e.to_string().contains("not pre-training"), "{e}");
+}
