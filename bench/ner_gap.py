@@ -133,7 +133,7 @@ n_lab = sum(l != -100 for f in feats for l in f["labels"])
 print(f"   {sum(len(f['input_ids']) for f in feats)} tokens, {n_lab} labelled; longest row "
       f"{max(len(f['input_ids']) for f in feats)}")
 
-# ---- 2. PyTorch on bertgpu's batches, from bertgpu's initial classifier --------------------------------------------
+# ---- 2. PyTorch on the example's batches, from its initial classifier ----------------------------------------------
 # bertgpu's class k is rs["labels"][k]: PyTorch uses the same order here so that the head's rows carry over as they are.
 blabels = rs["labels"]
 bfeats = ner_features(train, {l: i for i, l in enumerate(blabels)})
@@ -151,7 +151,7 @@ steps = len(order)
 sched = get_linear_schedule_with_warmup(opt, math.ceil(0.1 * steps - 1e-6), steps)
 model.train()
 run = len(rust_steps) if not args.score else steps
-print(f"2. {run} of {steps} steps on bertgpu's order and initial head "
+print(f"2. {run} of {steps} steps on order.json's batches from head.json's classifier, both sides "
       f"(warm-up {math.ceil(0.1 * steps - 1e-6)} steps)")
 print("   step  lr(torch)   lr(bertgpu)  loss(torch)  loss(bertgpu)  rel.diff   gnorm(torch) gnorm(bertgpu)")
 worst = 0.0
@@ -212,7 +212,7 @@ def train_loss(m):
 if args.score:
     print("3. test entity F1 and mean training token loss")
     f1, rep = score(model)
-    print(f"   PyTorch on bertgpu's order/head: F1 {f1:.2f}, train loss {train_loss(model):.4f}\n{rep}")
+    print(f"   PyTorch on order.json/head.json: F1 {f1:.2f}, train loss {train_loss(model):.4f}\n{rep}")
     if os.path.exists(os.path.join(args.dir, "model.safetensors")):
         bm = BertForTokenClassification.from_pretrained(args.dir)
         f1, rep = score(bm)
