@@ -153,3 +153,36 @@ fn bad_pretraining_targets_are_clear_errors() {
     let e = pollster::block_on(other.pretrain_gradients(&be, &batch, &[-100, 10, -100, -100], Some(&[0]))).unwrap_err();
     assert!(e.to_string().contains("not pre-training"), "{e}");
 }
+
+/// Pre-training rows go through the loop every trainer shares: padded batches of `RowTarget::Pretrain`, the
+/// evaluation giving the golden's loss (MLM + NSP) and the two accuracies, and a few epochs lowering the loss.
+#[test]
+fn pretraining_rows_evaluate_and_train_through_the_loop() {
+    use bertgpu::training::checkpoint::{Checkpoints, NoStore};
+    use bertgpu::training::fit::{self, FitOptions, Metrics, Progress, RowTarget};
+    let be = CpuBackend::new();
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/golden/pretrain.json")).unwrap()).unwrap();
+    let dir = root().join("tests/models/tiny-pretraining");
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<u32>>();
+    let (b, t) = (g["input_ids"].as_array().unwrap().len(), g["input_ids"][0].as_array().unwrap().len());
+    let batch = Batch { input_ids: u32s("input_ids"), token_type_ids: u32s("token_type_ids"),
+        attention_mask: u32s("attention_mask"), b, t };
+    let (mlm, nsp) = (ints(&g["labels"]), u32s("next_sentence_label"));
+    let targets = (0..b).map(|i| RowTarget::Pretrain { mlm: mlm[i * t..(i + 1) * t].to_vec(), nsp: Some(nsp[i]) });
+    let rows = fit::rows_from_batch(&batch, targets);
+    let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
+    let e = pollster::block_on(fit::evaluate(&be, &tr, &rows, &[0, 1, 2], cfg.pad_token_id, 3, None, Metrics::default())).unwrap();
+    let want = g["loss"].as_f64().unwrap();
+    assert!((e.loss as f64 - want).abs() <= LOSS_RTOL * want, "evaluated loss {} vs PyTorch {want}", e.loss);
+    assert!(e.nsp_accuracy.is_some() && (0.0..=1.0).contains(&e.accuracy));
+    // Six copies of the batch, 12 epochs of 2 steps (batches of 3, in shuffled order): the loss falls.
+    let many: Vec<_> = (0..6).flat_map(|_| rows.iter().cloned()).collect();
+    let opts = FitOptions { epochs: 12, learning_rate: 2e-3, batch_size: 3, validation_split: 0.3, dropout: false, ..FitOptions::default() };
+    let report = pollster::block_on(fit::fit(&be, &mut tr, &many, None, cfg.pad_token_id, &opts, Metrics::default(),
+        &mut |_: Progress<'_>| {}, None::<&mut Checkpoints<NoStore>>)).unwrap();
+    let (first, last) = (report.epochs[0].val_loss.unwrap(), report.epochs.last().unwrap().val_loss.unwrap());
+    assert!(last < 0.5 * first, "validation loss {first} → {last}");
+    assert!(report.epochs.iter().all(|e| e.val_nsp_accuracy.is_some()));
+}

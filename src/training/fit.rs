@@ -105,6 +105,8 @@ pub struct EpochMetrics {
     pub val_f1: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_exact_match: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_nsp_accuracy: Option<f32>,
 }
 
 /// What the tasks' own metrics need besides the rows.
@@ -123,6 +125,8 @@ pub struct Evaluation {
     pub accuracy: f32,
     pub f1: Option<f32>,
     pub exact_match: Option<f32>,
+    /// Pre-training with the NSP head: the next-sentence predictions' accuracy (`accuracy` is the masked LM's).
+    pub nsp_accuracy: Option<f32>,
 }
 
 /// What [`fit`] did.
@@ -308,6 +312,7 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
             val_accuracy: e.map(|e| e.accuracy),
             val_f1: e.and_then(|e| e.f1),
             val_exact_match: e.and_then(|e| e.exact_match),
+            val_nsp_accuracy: e.and_then(|e| e.nsp_accuracy),
         };
         hooks.progress(Progress::Epoch(&m))?;
         report.epochs.push(m);

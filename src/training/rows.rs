@@ -27,6 +27,9 @@ pub enum RowTarget {
     /// The tokens of the positive text paired with this anchor (embedding fine-tuning; the other rows' positives
     /// in the batch are the negatives).
     Positive { input_ids: Vec<u32>, token_type_ids: Vec<u32> },
+    /// Pre-training: the masked-LM label of each token ([`IGNORE`] where no loss is taken) and, with the NSP head,
+    /// whether B is random (1) or follows A (0).
+    Pretrain { mlm: Vec<i64>, nsp: Option<u32> },
 }
 
 /// One tokenized example, unpadded.
@@ -51,6 +54,10 @@ pub fn rows_from_batch(batch: &Batch, targets: impl IntoIterator<Item = RowTarge
                     t.truncate(len);
                     RowTarget::Tokens(t)
                 }
+                RowTarget::Pretrain { mut mlm, nsp } => {
+                    mlm.truncate(len);
+                    RowTarget::Pretrain { mlm, nsp }
+                }
                 other => other,
             };
             Row {
@@ -71,6 +78,8 @@ pub struct RowBatch {
     tokens: Vec<i64>,
     start: Vec<u32>,
     end: Vec<u32>,
+    /// Pre-training: `tokens` holds the masked-LM labels, and these the next-sentence labels (if any).
+    pretrain: Option<Vec<u32>>,
 }
 
 impl RowBatch {
@@ -97,6 +106,7 @@ impl RowBatch {
             _ => None,
         };
         let (mut classes, mut tokens, mut start, mut end) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut pretrain: Option<Vec<u32>> = None;
         for r in rows {
             let n = r.input_ids.len();
             batch.input_ids.extend(r.input_ids.iter().copied().chain(std::iter::repeat_n(pad, t - n)));
@@ -110,14 +120,24 @@ impl RowBatch {
                     end.push(*e);
                 }
                 RowTarget::Positive { .. } => {}
+                RowTarget::Pretrain { mlm, nsp } => {
+                    tokens.extend(mlm.iter().copied().chain(std::iter::repeat_n(IGNORE, t - mlm.len())));
+                    let labels = pretrain.get_or_insert_with(Vec::new);
+                    labels.extend(nsp);
+                }
             }
         }
-        Ok(RowBatch { batch, positives, classes, tokens, start, end })
+        if pretrain.as_ref().is_some_and(|l| !l.is_empty() && l.len() != rows.len()) {
+            return Err(Error::Input("a pre-training batch mixes rows with and without next-sentence labels".into()));
+        }
+        Ok(RowBatch { batch, positives, classes, tokens, start, end, pretrain })
     }
 
     pub fn targets(&self) -> Targets<'_> {
         if let Some(positives) = &self.positives {
             Targets::Pairs { positives }
+        } else if let Some(nsp) = &self.pretrain {
+            Targets::Pretrain { mlm: &self.tokens, nsp: (!nsp.is_empty()).then_some(&nsp[..]) }
         } else if !self.tokens.is_empty() {
             Targets::Token(&self.tokens)
         } else if !self.start.is_empty() {
@@ -185,12 +205,26 @@ pub async fn fit<B: Backend, S: Store>(be: &B, tuner: &mut FineTuner<B>, rows: &
 pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], which: &[usize], pad: u32,
     batch_size: usize, pad_to: Option<usize>, metrics: Metrics<'_>) -> Result<Evaluation> {
     let (mut loss, mut weight, mut right, mut count) = (0f64, 0usize, 0usize, 0usize);
+    let (mut nsp_right, mut nsp_count) = (0usize, 0usize);
     let (mut gold_tags, mut pred_tags) = (Vec::new(), Vec::new());
     let mut spans: Vec<Vec<f32>> = Vec::new();
     for chunk in which.chunks(batch_size.max(1)) {
         let chunk_rows: Vec<&Row> = chunk.iter().map(|&i| &rows[i]).collect();
         let b = RowBatch::new(&chunk_rows, pad, pad_to)?;
         let targets = b.targets();
+        if let Targets::Pretrain { mlm, nsp } = targets {
+            // Accuracy: of the masked-LM predictions; the NSP head's, over the sequences, apart.
+            let e = tuner.pretrain_eval(be, &b.batch, mlm, nsp).await?;
+            loss += e.loss() as f64 * chunk.len() as f64;
+            weight += chunk.len();
+            right += e.mlm_correct;
+            count += e.mlm_count;
+            if nsp.is_some() {
+                nsp_right += e.nsp_correct;
+                nsp_count += chunk.len();
+            }
+            continue;
+        }
         if let Targets::Pairs { positives } = targets {
             let (l, r) = tuner.embedding_eval(be, &b.batch, positives).await?;
             loss += l as f64 * chunk.len() as f64;
@@ -245,6 +279,7 @@ pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], wh
         accuracy: right as f32 / count.max(1) as f32,
         f1: f1.or(qa_f1),
         exact_match,
+        nsp_accuracy: (nsp_count > 0).then(|| nsp_right as f32 / nsp_count as f32),
     })
 }
 
