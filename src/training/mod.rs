@@ -18,6 +18,7 @@ pub mod job;
 pub mod lora;
 pub mod metrics;
 pub mod optim;
+pub mod pretrain_data;
 pub mod rows;
 pub mod head;
 
