@@ -19,6 +19,7 @@ pub mod lora;
 pub mod metrics;
 pub mod optim;
 pub mod pretrain;
+pub mod pretrain_data;
 pub mod rows;
 pub mod head;
 
