@@ -43,6 +43,9 @@ pub struct FitOptions {
     /// the epoch that had the lowest (transformers' `EarlyStoppingCallback` with `load_best_model_at_end`). Needs a
     /// validation split; `None`: every epoch runs and the last one's parameters are kept.
     pub patience: Option<usize>,
+    /// Stop after this many optimiser steps (the schedule ends there), running as many epochs as that takes
+    /// (transformers' `max_steps`); `None`: `epochs` whole epochs.
+    pub max_steps: Option<usize>,
     /// After each epoch, evaluate every training row as well (its loss and accuracy replace the mean of the steps'
     /// losses in [`EpochMetrics`]): cheap where the features are cached, as `trainHead`'s are.
     pub evaluate_train: bool,
@@ -74,6 +77,7 @@ impl Default for FitOptions {
             dropout: true,
             schedule: Schedule::Linear,
             patience: None,
+            max_steps: None,
             evaluate_train: false,
         }
     }
@@ -230,7 +234,11 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
     // One optimiser step per `accumulate` micro-batches of `batch_size` rows.
     let rows_per_step = opts.batch_size * opts.accumulate;
     let per_epoch = train.len().div_ceil(rows_per_step);
-    let total = per_epoch * opts.epochs;
+    let (epochs, total) = match opts.max_steps {
+        Some(0) => return Err(Error::Input("max steps must be at least 1".into())),
+        Some(m) => (m.div_ceil(per_epoch), m),
+        None => (opts.epochs, per_epoch * opts.epochs),
+    };
     let warm = ceil_fraction(opts.warmup, total);
     let mut report = FitReport::default();
     // The lowest validation loss so far, its epoch and (with early stopping) its parameters.
@@ -258,7 +266,7 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
             hooks.progress(Progress::Checkpoint(&e))?;
         }
     }
-    for epoch in first_epoch..=opts.epochs {
+    for epoch in first_epoch..=epochs {
         let (done, mut losses) = match resumed_in_epoch.take() {
             Some(resumed) => resumed,
             None => {
@@ -268,6 +276,9 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
         };
         for (k, group) in train.chunks(rows_per_step).enumerate().skip(done) {
             let step = report.steps.len();
+            if step == total {
+                break; // max_steps reached part way through the epoch
+            }
             // get_linear_schedule_with_warmup: s/warm while warming up, then (total − s)/(total − warm).
             let factor = match opts.schedule {
                 _ if step < warm => step as f64 / warm.max(1) as f64,
@@ -563,6 +574,12 @@ mod tests {
         assert_eq!((r.steps.len(), r.epochs.len(), r.best_epoch), (8, 2, 2));
         let (t, _) = run(&FitOptions { schedule: Schedule::Constant, ..base }, &[1.0; 2], 40);
         assert_eq!(t.lrs, [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+        // max_steps 6: epochs as needed (2, the second cut short after 2 steps), the schedule ending at step 6 (warm-up
+        // ⌈0.25·6⌉ = 2 steps).
+        let (t, r) = run(&FitOptions { max_steps: Some(6), epochs: 1, ..base }, &[1.0; 2], 40);
+        let want = [0.0, 0.5, 1.0, 0.75, 0.5, 0.25];
+        assert!(t.lrs.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6) && t.lrs.len() == 6, "{:?}", t.lrs);
+        assert_eq!(r.unwrap().epochs.len(), 2);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::data::{self, QaExample, TextExample, TokenExample};
 use super::finetune::{FineTuneTask, FineTuner};
 use super::fit::{self, FitOptions, FitReport, Hooks, Metrics, Row, RowTarget};
 use super::lora::{self, LoraOptions};
+use super::pretrain_data::{pretrain_rows, PretrainOptions, TokenizedCorpus};
 use super::metrics::QaReference;
 use crate::backend::Backend;
 use crate::config::BertConfig;
@@ -293,6 +294,51 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
     };
     let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;
     Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors, adapter })
+}
+
+/// Pre-trains the checkpoint (`cfg`, `weights`, its `config.json` as `original_config`) on `corpus` (documents of
+/// sentences, [`super::pretrain_data::parse_corpus`]): masked LM, with next-sentence prediction when `data.nsp` (the
+/// checkpoint must then have the NSP head; `data.nsp` false trains the masked LM alone, as `BertForMaskedLM`). The
+/// rows are made once from `data.seed` (static masking, as the BERT paper's data); the loop is fine-tuning's.
+#[allow(clippy::too_many_arguments)]
+pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
+    original_config: &serde_json::Value, corpus: &[Vec<String>], data: &PretrainOptions, fit_opts: &FitOptions,
+    hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
+    let mut tuner = FineTuner::new(be, cfg, weights, FineTuneTask::Pretraining, None, fit_opts.seed)?;
+    let has_nsp = tuner.pretrain_head()?.has_nsp();
+    if data.nsp && !has_nsp {
+        return Err(Error::Input(
+            "this checkpoint has no next-sentence head (cls.seq_relationship): pre-train it with the masked LM alone \
+             (--no-nsp, nsp: false)"
+                .into(),
+        ));
+    }
+    let rows: Vec<Row> = pretrain_rows(&TokenizedCorpus::new(tok, corpus)?, data)?
+        .into_iter()
+        .map(|r| Row {
+            input_ids: r.input_ids,
+            token_type_ids: r.token_type_ids,
+            target: RowTarget::Pretrain { mlm: r.mlm_labels, nsp: r.nsp_label.filter(|_| has_nsp) },
+        })
+        .collect();
+    if let Some(c) = checkpoints.as_deref_mut() {
+        let mut id: serde_json::Value = serde_json::from_str(&serde_json::to_string(fit_opts)?)?;
+        let mut h = Sha256::new();
+        for r in &rows {
+            h.update(format!("{r:?}\n").as_bytes());
+        }
+        let model = checkpoint::sha256(format!("{}{original_config}", checkpoint::weights_fingerprint(weights)).as_bytes());
+        if let Some(o) = id.as_object_mut() {
+            o.insert("task".into(), "pretrain".into());
+            o.insert("data".into(), checkpoint::hex(&h.finalize()).into());
+            o.insert("model".into(), model.into());
+        }
+        c.run = id;
+    }
+    let report = fit::fit(be, &mut tuner, &rows, None, cfg.pad_token_id, fit_opts, Metrics::default(), hooks, checkpoints)
+        .await?;
+    let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, None).await?;
+    Ok(FineTuned { report, labels: None, config_json, safetensors, adapter: None })
 }
 
 /// What a resumed run must share with the run that made its checkpoint: every option, the rows (data, tokenizer and

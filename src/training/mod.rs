@@ -266,6 +266,7 @@ pub async fn fit_head<B: Backend>(be: &B, features: &[Vec<f32>], labels: Vec<Str
         pad_to: None,
         dropout: false,
         patience: (opts.validation_split > 0.0).then_some(opts.patience),
+        max_steps: None,
         evaluate_train: true,
     };
     let mut history = Vec::new();

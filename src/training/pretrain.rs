@@ -139,7 +139,8 @@ fn selected(mlm: &[i64], vocab: usize) -> Result<(Vec<u32>, Vec<u32>)> {
 
 impl<B: Backend> FineTuner<B> {
     /// Pre-training's gradients of a batch (masked-LM labels `mlm` (B*T), −100 where no loss is taken, and with the
-    /// NSP head the next-sentence labels `nsp` (B): 0 = B follows A, 1 = random), and what the forward gave. The
+    /// NSP head the next-sentence labels `nsp` (B): 0 = B follows A, 1 = random; without them the masked LM alone
+    /// trains and the NSP head gets no gradient), and what the forward gave. The
     /// logits are read back for the losses (the selected rows' (M, V), and (B, 2)); everything else stays on the
     /// backend.
     pub async fn pretrain_gradients(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>)
@@ -174,7 +175,6 @@ impl<B: Backend> FineTuner<B> {
             (true, Some(y)) if y.iter().any(|&l| l > 1) => {
                 return Err(Error::Input("next-sentence labels are 0 (B follows A) or 1 (B is random)".into()))
             }
-            (true, None) => return Err(Error::Input("this checkpoint has an NSP head: give next-sentence labels".into())),
             (false, Some(_)) => {
                 return Err(Error::Input(
                     "next-sentence labels given, but this checkpoint has no NSP head (cls.seq_relationship)".into(),

@@ -103,14 +103,14 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
     Ok(json!({ "labels": done.labels, "epochs": done.report.epochs, "best_epoch": done.report.best_epoch, "out": a.out }))
 }
 
-fn read_config(m: &crate::LoadedModel) -> Result<serde_json::Value, Fail> {
+pub(crate) fn read_config(m: &crate::LoadedModel) -> Result<serde_json::Value, Fail> {
     let bytes = std::fs::read(m.dir.join("config.json")).map_err(|e| fail(format!("config.json: {e}")))?;
     serde_json::from_slice(&bytes).map_err(|e| fail(format!("config.json: {e}")))
 }
 
 /// `files` (config.json and model.safetensors, or a LoRA adapter's two) and the original folder's other files
 /// ([`job::FOLDER_FILES`]) into `out`.
-fn write_folder(m: &crate::LoadedModel, out: &Path, files: &[(&str, &[u8])]) -> Result<(), Fail> {
+pub(crate) fn write_folder(m: &crate::LoadedModel, out: &Path, files: &[(&str, &[u8])]) -> Result<(), Fail> {
     let read = |name: &str| std::fs::read(m.dir.join(name));
     std::fs::create_dir_all(out).map_err(|e| fail(format!("cannot create `{}`: {e}", out.display())))?;
     let write = |name: &str, bytes: &[u8]| {

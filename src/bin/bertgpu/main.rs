@@ -34,6 +34,7 @@ use serde_json::{json, Value};
 mod bench;
 mod finetune;
 mod lines;
+mod pretrain;
 
 #[derive(Parser)]
 #[command(name = "bertgpu", version, about = "BERT on the GPU (wgpu) and the CPU: embeddings, fill-mask, classification, NER, QA")]
@@ -173,6 +174,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Pooling::Mean)]
         pooling: Pooling,
     },
+    /// Continue pre-training (masked LM + next-sentence prediction) on a corpus; a Hugging Face folder out
+    Pretrain(pretrain::PretrainArgs),
     /// Fine-tune every parameter on JSON lines and write a Hugging Face folder; progress on stderr
     FineTune {
         #[command(flatten)]
@@ -348,6 +351,7 @@ fn run(command: Command) -> Result<(), Fail> {
             );
             Ok(())
         }
+        Command::Pretrain(a) => pretrain::cmd_pretrain(&a),
         Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers, checkpoint_dir, checkpoint_every, keep, resume, patience, no_dropout, lora, lora_alpha, lora_targets, merge } => {
             let fit = bertgpu::training::fit::FitOptions {
                 epochs,

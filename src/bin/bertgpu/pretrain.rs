@@ -1,0 +1,145 @@
+//! `bertgpu pretrain`: continued pre-training of a checkpoint (masked LM, and next-sentence prediction when the
+//! checkpoint has its head) on a corpus, written as a Hugging Face folder.
+
+use std::path::PathBuf;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::Backend;
+use bertgpu::engine;
+use bertgpu::training::checkpoint::{Checkpoints, DirStore};
+use bertgpu::training::fit::{FitOptions, Progress};
+use bertgpu::training::job;
+use bertgpu::training::pretrain_data::{parse_corpus, CorpusFormat, PretrainOptions};
+use clap::Args;
+use serde_json::json;
+
+use crate::finetune::{read_config, write_folder};
+use crate::{load_model, Fail, InferArgs};
+
+#[derive(Args, Debug)]
+pub(crate) struct PretrainArgs {
+    #[command(flatten)]
+    infer: InferArgs,
+    /// The corpus: plain text (a blank line between documents, one sentence or line per line) or .jsonl
+    /// ({"text": ...} per document)
+    #[arg(long, value_name = "CORPUS")]
+    data: PathBuf,
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Optimiser steps (the schedule ends there; the rows are reshuffled each time they have all been seen)
+    #[arg(long, default_value_t = 1000)]
+    steps: usize,
+    #[arg(long, default_value_t = 16)]
+    batch_size: usize,
+    #[arg(long, default_value_t = 1e-4)]
+    lr: f32,
+    /// Fraction of the steps with a linearly rising learning rate (then it falls linearly to 0)
+    #[arg(long, default_value_t = 0.1)]
+    warmup: f32,
+    #[arg(long, default_value_t = 0.01)]
+    weight_decay: f32,
+    /// Fraction of the tokens selected for the masked-LM loss (of those 80% [MASK], 10% random, 10% unchanged)
+    #[arg(long, default_value_t = 0.15)]
+    mlm_probability: f64,
+    /// Select whole words (every piece of a word together)
+    #[arg(long)]
+    whole_word_mask: bool,
+    /// The masked LM alone: segments of one document instead of sentence pairs, no next-sentence loss
+    #[arg(long)]
+    no_nsp: bool,
+    /// Fraction of the rows held out and evaluated after each pass over the data
+    #[arg(long, default_value_t = 0.05)]
+    validation_split: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Train without dropout (by default the checkpoint's, as transformers' Trainer)
+    #[arg(long)]
+    no_dropout: bool,
+    /// Save the training state into DIR as it goes (see fine-tune --checkpoint-dir)
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    #[arg(long, value_name = "STEPS", default_value_t = bertgpu::training::checkpoint::DEFAULT_EVERY, requires = "checkpoint_dir")]
+    checkpoint_every: usize,
+    #[arg(long, value_name = "N", default_value_t = bertgpu::training::checkpoint::DEFAULT_KEEP, requires = "checkpoint_dir")]
+    keep: usize,
+    /// Continue from the newest intact checkpoint in --checkpoint-dir
+    #[arg(long, requires = "checkpoint_dir")]
+    resume: bool,
+}
+
+fn fail(what: impl std::fmt::Display) -> Fail {
+    Fail::Model(format!("pretrain: {what}"))
+}
+
+async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &PretrainArgs) -> Result<serde_json::Value, Fail> {
+    let text = std::fs::read_to_string(&a.data).map_err(|e| fail(format!("cannot read the corpus `{}`: {e}", a.data.display())))?;
+    let at = |e: bertgpu::Error| fail(format!("{}: {e}", a.data.display()));
+    let format = CorpusFormat::from_file_name(&a.data.to_string_lossy());
+    let corpus = parse_corpus(&text, format).map_err(at)?;
+    // --max-length: the rows' length, [CLS] and [SEP]s included (default 128, or the model's limit if lower).
+    let limit = m.model.config.max_position_embeddings;
+    let max_length = a.infer.model.max_length.unwrap_or(128.min(limit));
+    if max_length > limit {
+        return Err(fail(format!("--max-length {max_length} is beyond the model's {limit} positions")));
+    }
+    let data = PretrainOptions {
+        max_length,
+        mlm_probability: a.mlm_probability,
+        whole_word_mask: a.whole_word_mask,
+        nsp: !a.no_nsp,
+        seed: a.seed,
+    };
+    let fit = FitOptions {
+        learning_rate: a.lr,
+        batch_size: a.batch_size,
+        warmup: a.warmup,
+        weight_decay: a.weight_decay,
+        validation_split: a.validation_split,
+        seed: a.seed,
+        dropout: !a.no_dropout,
+        max_steps: Some(a.steps),
+        ..FitOptions::default()
+    };
+    eprintln!("bertgpu: pre-training on {} documents, {} backend", corpus.len(), be.name());
+    let (cfg, tok) = (&m.model.config, &m.model.tokenizer);
+    let original = read_config(m)?;
+    let weights = m.model.weights().map_err(fail)?;
+    let mut progress = |p: Progress<'_>| {
+        let line = match p {
+            Progress::Step(s) => serde_json::to_string(s),
+            Progress::Epoch(e) => serde_json::to_string(e),
+            Progress::Checkpoint(c) => serde_json::to_string(c),
+        };
+        eprintln!("{}", line.unwrap_or_default());
+    };
+    let mut checkpoints = match &a.checkpoint_dir {
+        Some(dir) => {
+            let mut c = Checkpoints::new(DirStore::open(dir).map_err(fail)?);
+            (c.every, c.keep, c.resume) = (a.checkpoint_every, a.keep, a.resume);
+            Some(c)
+        }
+        None => None,
+    };
+    let done = job::pretrain(be, cfg, tok, &weights, &original, &corpus, &data, &fit, &mut progress, checkpoints.as_mut())
+        .await
+        .map_err(at)?;
+    drop(weights);
+    write_folder(m, &a.out, &[("config.json", done.config_json.as_bytes()), ("model.safetensors", &done.safetensors)])?;
+    Ok(json!({ "steps": done.report.steps.len(), "epochs": done.report.epochs, "out": a.out }))
+}
+
+pub(crate) fn cmd_pretrain(a: &PretrainArgs) -> Result<(), Fail> {
+    if !a.infer.model.model.is_dir() {
+        return Err(fail(format!(
+            "`{}` is not a folder: pre-training reads and writes Hugging Face folders",
+            a.infer.model.model.display()
+        )));
+    }
+    let m = load_model(&a.infer.model)?;
+    let report = match pollster::block_on(engine::gpu_for(a.infer.device)).map_err(fail)? {
+        Some(g) => pollster::block_on(train(&g, &m, a))?,
+        None => pollster::block_on(train(&CpuBackend::new(), &m, a))?,
+    };
+    println!("{report}");
+    Ok(())
+}
