@@ -284,7 +284,9 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
         qa: p.qa.as_ref(),
     };
     if let Some(c) = checkpoints.as_deref_mut() {
-        c.run = identity(opts, &fit_opts, p, weights, original_config)?;
+        let extra = [("task", opts.task.name().into()), ("layers", serde_json::json!(opts.layers)),
+            ("doc_stride", opts.doc_stride.into()), ("lora", serde_json::json!(opts.lora.map(|l| format!("{l:?}"))))];
+        c.run = identity(&fit_opts, &extra, &p.rows, &format!("{:?}{:?}", p.groups, p.labels), weights, original_config)?;
     }
     let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks,
         checkpoints).await?;
@@ -322,18 +324,7 @@ pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Toke
         })
         .collect();
     if let Some(c) = checkpoints.as_deref_mut() {
-        let mut id: serde_json::Value = serde_json::from_str(&serde_json::to_string(fit_opts)?)?;
-        let mut h = Sha256::new();
-        for r in &rows {
-            h.update(format!("{r:?}\n").as_bytes());
-        }
-        let model = checkpoint::sha256(format!("{}{original_config}", checkpoint::weights_fingerprint(weights)).as_bytes());
-        if let Some(o) = id.as_object_mut() {
-            o.insert("task".into(), "pretrain".into());
-            o.insert("data".into(), checkpoint::hex(&h.finalize()).into());
-            o.insert("model".into(), model.into());
-        }
-        c.run = id;
+        c.run = identity(fit_opts, &[("task", "pretrain".into())], &rows, "", weights, original_config)?;
     }
     let report = fit::fit(be, &mut tuner, &rows, None, cfg.pad_token_id, fit_opts, Metrics::default(), hooks, checkpoints)
         .await?;
@@ -341,24 +332,24 @@ pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Toke
     Ok(FineTuned { report, labels: None, config_json, safetensors, adapter: None })
 }
 
-/// What a resumed run must share with the run that made its checkpoint: every option, the rows (data, tokenizer and
-/// windows, hashed), and the model (its weights and config.json, hashed).
-fn identity(opts: &JobOptions, fit: &FitOptions, p: &Prepared, weights: &Weights, original_config: &serde_json::Value)
-    -> Result<serde_json::Value> {
-    let mut rows = Sha256::new();
-    for r in &p.rows {
-        rows.update(format!("{r:?}\n").as_bytes());
+/// What a resumed run must share with the run that made its checkpoint: every option (`fit`'s and `extra`), the rows
+/// (data, tokenizer, windows, masking: hashed, with `groups_and_labels`), and the model (its weights and config.json,
+/// hashed).
+fn identity(fit: &FitOptions, extra: &[(&str, serde_json::Value)], rows: &[Row], groups_and_labels: &str,
+    weights: &Weights, original_config: &serde_json::Value) -> Result<serde_json::Value> {
+    let mut h = Sha256::new();
+    for r in rows {
+        h.update(format!("{r:?}\n").as_bytes());
     }
-    rows.update(format!("{:?}{:?}", p.groups, p.labels).as_bytes());
+    h.update(groups_and_labels.as_bytes());
     let model = checkpoint::sha256(format!("{}{original_config}", checkpoint::weights_fingerprint(weights)).as_bytes());
     // Through text, so that an f32 option reads as written (0.01, not the f64 0.009999999776482582).
     let mut id: serde_json::Value = serde_json::from_str(&serde_json::to_string(fit)?)?;
     let o = id.as_object_mut().ok_or_else(|| Error::Input("fit options are not an object".into()))?;
-    o.insert("task".into(), opts.task.name().into());
-    o.insert("layers".into(), serde_json::json!(opts.layers));
-    o.insert("doc_stride".into(), opts.doc_stride.into());
-    o.insert("lora".into(), serde_json::json!(opts.lora.map(|l| format!("{l:?}"))));
-    o.insert("data".into(), checkpoint::hex(&rows.finalize()).into());
+    for (k, v) in extra {
+        o.insert(k.to_string(), v.clone());
+    }
+    o.insert("data".into(), checkpoint::hex(&h.finalize()).into());
     o.insert("model".into(), model.into());
     Ok(id)
 }
