@@ -128,7 +128,7 @@ fn bad_options_and_corpora_are_errors() {
     let texts = corpus(&golden());
     let small = WordPieceOptions { vocab_size: 50, ..Default::default() };
     let e = train_wordpiece(&texts, &small).unwrap_err();
-    assert!(matches!(&e, Error::Input(m) if m.contains("vocab_size 50 is too small") && m.contains("98 tokens")), "{e}");
+    assert!(matches!(&e, Error::Input(m) if m.contains("vocab_size 50 is too small") && m.contains("are 98 tokens; ask for at least 98")), "{e}");
     for size in [0, 5] {
         let e = train_wordpiece(&texts, &WordPieceOptions { vocab_size: size, ..Default::default() }).unwrap_err();
         assert!(matches!(&e, Error::Input(m) if m.contains("too small")), "{e}");

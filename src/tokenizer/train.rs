@@ -184,10 +184,10 @@ pub fn train_wordpiece<S: AsRef<str> + Sync>(texts: &[S], opts: &WordPieceOption
         // The trainer keeps the whole alphabet and its `##` forms whatever the target size.
         return Err(Error::Input(format!(
             "vocab_size {} is too small for this corpus: its {} special tokens, alphabet and `##` forms of the \
-             alphabet alone are {} tokens; ask for more (or fewer characters with limit_alphabet)",
+             alphabet alone are {n} tokens; ask for at least {n}",
             opts.vocab_size,
             SPECIAL_TOKENS.len(),
-            vocab.len()
+            n = vocab.len()
         )));
     }
     let id = |t: &str| tok.token_to_id(t).ok_or_else(|| Error::Tokenizer(format!("the trained vocabulary lacks `{t}`")));
