@@ -412,3 +412,23 @@ export declare class Bert {
 
 /** Deletes every model file bertgpu cached. Resolves to whether there was a cache. */
 export declare function clearCache(): Promise<boolean>;
+
+export interface TrainTokenizerOptions {
+  /** Tokens in the vocabulary, the 5 special tokens included (default 30000). */
+  vocabSize?: number;
+  /** How often a pair of pieces must occur to become a token (default 2). */
+  minFrequency?: number;
+  /** Lower-case and strip accents, as an uncased BERT (default true). */
+  lowercase?: boolean;
+}
+
+/** The files of a trained WordPiece tokenizer (a Hugging Face folder's tokenizer files). */
+export interface TokenizerFiles {
+  "tokenizer.json": Uint8Array;
+  "vocab.txt": Uint8Array;
+  "tokenizer_config.json": Uint8Array;
+  "special_tokens_map.json": Uint8Array;
+}
+
+/** Trains a BERT WordPiece vocabulary on `texts`, as Python's BertWordPieceTokenizer does; needs no model. */
+export declare function trainTokenizer(texts: string[], options?: TrainTokenizerOptions): Promise<TokenizerFiles>;

@@ -37,7 +37,7 @@
 //! # Layout
 //! This file builds and runs the pipeline; `files` reads what the tokenizer files say besides it
 //! (`tokenizer_config.json`, `vocab.txt`, special-token names, post-processor checks); [`gguf_vocab`] converts the
-//! vocabulary forms a GGUF carries.
+//! vocabulary forms a GGUF carries; [`train`] trains a WordPiece vocabulary from a corpus.
 
 use serde_json::Value;
 use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
@@ -51,6 +51,7 @@ use crate::error::{Error, Result};
 
 mod files;
 pub mod gguf_vocab;
+pub mod train;
 
 use files::{check_post_processor, parse_config, parse_vocab, resolve_special, special_names_from_json, SPECIAL_KEYS};
 

@@ -22,6 +22,7 @@ use crate::loader::{LoadOptions, ModelFiles, ModelSource};
 use crate::tasks::{EmbedOptions, Pooling};
 use crate::Error;
 
+mod tokenizer;
 mod train;
 
 /// The system allocator (dlmalloc on wasm32), counting the bytes allocated and not yet freed, so the soak test can

@@ -35,6 +35,7 @@ mod bench;
 mod finetune;
 mod lines;
 mod pretrain;
+mod train_tokenizer;
 
 #[derive(Parser)]
 #[command(name = "bertgpu", version, about = "BERT on the GPU (wgpu) and the CPU: embeddings, fill-mask, classification, NER, QA")]
@@ -249,6 +250,23 @@ enum Command {
         #[arg(long, requires = "lora")]
         merge: bool,
     },
+    /// Train a BERT WordPiece vocabulary on a corpus (.jsonl: each line's "text"; else one text per line) and write
+    /// tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json into --out
+    TrainTokenizer {
+        #[arg(long, value_name = "CORPUS")]
+        data: PathBuf,
+        /// Tokens in the vocabulary, the 5 special tokens included
+        #[arg(long, value_name = "N")]
+        vocab_size: usize,
+        /// How often a pair of pieces must occur to become a token
+        #[arg(long, value_name = "N", default_value_t = 2)]
+        min_frequency: u64,
+        /// Lower-case (and strip accents from) the text, as an uncased BERT
+        #[arg(long, value_name = "true|false", default_value_t = true, action = clap::ArgAction::Set)]
+        lowercase: bool,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
     /// Speed of the backends on this machine: embeddings of a synthetic batch, a table on stdout
     Bench {
         #[command(flatten)]
@@ -383,6 +401,10 @@ fn run(command: Command) -> Result<(), Fail> {
                 ..Default::default()
             };
             cmd_train_head(&infer, &data, &out, &opts)
+        }
+        Command::TrainTokenizer { data, vocab_size, min_frequency, lowercase, out } => {
+            let opts = bertgpu::tokenizer::train::WordPieceOptions { vocab_size, min_frequency, lowercase, ..Default::default() };
+            train_tokenizer::cmd_train_tokenizer(&data, &out, &opts)
         }
         Command::Bench { infer, batch, seq, reps, profile } => cmd_bench(&infer, batch, seq, reps, profile),
     }
