@@ -1,18 +1,103 @@
-// fineTune's checkpoints in the browser: the Origin Private File System, one folder per run name under
-// "bertgpu-checkpoints", one sub-folder per checkpoint (`checkpoint-<step>`) holding the files that the Rust side
-// writes (src/training/checkpoint.rs: the state, the trainer's position, and the manifest of their SHA-256 written
-// last). A checkpoint is listed only once its manifest exists, so one cut short by a closed tab is never seen; one
-// damaged later is refused by its manifest on resume.
+// fineTune's checkpoints in the browser. Where the Origin Private File System can write files (createWritable): one
+// folder per run name under "bertgpu-checkpoints", one sub-folder per checkpoint (`checkpoint-<step>`) holding the
+// files that the Rust side writes (src/training/checkpoint.rs: the state, the trainer's position, and the manifest of
+// their SHA-256 written last); a checkpoint is listed only once its manifest exists, so one cut short by a closed tab
+// is never seen. Elsewhere IndexedDB: database "bertgpu-checkpoints", each checkpoint's files and its record written
+// in one transaction, so it is there whole or not at all. Either way, one damaged later is refused by its manifest
+// on resume.
 
 const ROOT = "bertgpu-checkpoints";
 const PREFIX = "checkpoint-";
 
 function opfs() {
-  if (typeof navigator === "undefined" || typeof navigator.storage?.getDirectory !== "function") {
-    throw new Error("checkpoints need the Origin Private File System (navigator.storage.getDirectory), which this "
-      + "environment lacks: use a current browser, or fine-tune without `checkpoint`");
-  }
   return navigator.storage.getDirectory();
+}
+
+/** "opfs", "indexeddb", or an error naming what is missing. */
+function backend() {
+  const hasOpfs = typeof navigator !== "undefined" && typeof navigator.storage?.getDirectory === "function"
+    && typeof globalThis.FileSystemFileHandle?.prototype?.createWritable === "function";
+  if (hasOpfs) return "opfs";
+  if (typeof indexedDB !== "undefined") return "indexeddb";
+  throw new Error("checkpoints need the Origin Private File System (navigator.storage.getDirectory) or IndexedDB, "
+    + "which this environment lacks: use a current browser, or fine-tune without `checkpoint`");
+}
+
+// ---- IndexedDB: store "files" keyed [run, checkpoint, file], store "checkpoints" keyed [run, checkpoint].
+
+let dbPromise = null;
+function db() {
+  dbPromise ??= new Promise((resolve, reject) => {
+    const req = indexedDB.open(ROOT, 1);
+    req.onupgradeneeded = () => {
+      req.result.createObjectStore("files");
+      req.result.createObjectStore("checkpoints");
+    };
+    req.onsuccess = () => resolve(req.result);
+    req.onerror = () => reject(req.error);
+  });
+  return dbPromise;
+}
+
+/** Runs `fn(stores)` in one transaction over both stores; resolves when it has committed. */
+async function tx(mode, fn) {
+  const d = await db();
+  return new Promise((resolve, reject) => {
+    const t = d.transaction(["files", "checkpoints"], mode);
+    let out;
+    t.oncomplete = () => resolve(out);
+    t.onerror = () => reject(t.error);
+    t.onabort = () => reject(t.error ?? new Error("the IndexedDB transaction was aborted"));
+    out = fn({ files: t.objectStore("files"), checkpoints: t.objectStore("checkpoints") });
+  });
+}
+
+const request = (r) => new Promise((resolve, reject) => {
+  r.onsuccess = () => resolve(r.result);
+  r.onerror = () => reject(r.error);
+});
+
+/** The key range of everything under `prefix` (an array key's leading parts). */
+const under = (...prefix) => IDBKeyRange.bound(prefix, [...prefix, []]);
+
+function idbStore(name) {
+  return {
+    async list() {
+      const keys = await tx("readonly", (s) => request(s.checkpoints.getAllKeys(under(name))));
+      return (await keys).map((k) => k[1]);
+    },
+    async read(checkpoint, file) {
+      const v = await tx("readonly", (s) => request(s.files.get([name, checkpoint, file])));
+      const bytes = await v;
+      if (bytes == null) throw new Error(`checkpoint "${name}/${checkpoint}" has no ${file}`);
+      return bytes;
+    },
+    async write(checkpoint, files) {
+      try {
+        await tx("readwrite", (s) => {
+          s.files.delete(under(name, checkpoint));
+          let size = 0;
+          for (const [file, bytes] of files) {
+            s.files.put(bytes, [name, checkpoint, file]);
+            size += bytes.length;
+          }
+          s.checkpoints.put({ size, date: Date.now() }, [name, checkpoint]);
+        });
+      } catch (e) {
+        if (e?.name === "QuotaExceededError") {
+          throw new Error(`the checkpoint "${name}/${checkpoint}" does not fit in this origin's storage quota `
+            + "(nothing of it was kept): free space with Bert.deleteCheckpoint, or checkpoint less often");
+        }
+        throw e;
+      }
+    },
+    async remove(checkpoint) {
+      await tx("readwrite", (s) => {
+        s.files.delete(under(name, checkpoint));
+        s.checkpoints.delete([name, checkpoint]);
+      });
+    },
+  };
 }
 
 function checkName(name) {
@@ -49,6 +134,10 @@ async function complete(run) {
 /** The store the Rust side saves to and resumes from (see `JsStore` in src/wasm/train.rs). */
 export async function openCheckpointStore(name) {
   checkName(name);
+  if (backend() === "indexeddb") {
+    navigator.storage?.persist?.().catch(() => {});
+    return idbStore(name);
+  }
   const run = await (await runsFolder(true)).getDirectoryHandle(name, { create: true });
   // Ask that the origin's storage not be evicted under pressure; the answer does not change what we do.
   navigator.storage.persist?.().catch(() => {});
@@ -95,6 +184,7 @@ export async function openCheckpointStore(name) {
  * step of the run's total, its size in bytes, when it was written).
  */
 export async function listCheckpoints() {
+  if (backend() === "indexeddb") return listIdb();
   let runs;
   try {
     runs = await runsFolder(false);
@@ -135,6 +225,14 @@ export async function listCheckpoints() {
 /** Removes a run's checkpoints; false if it had none. */
 export async function deleteCheckpoint(name) {
   checkName(name);
+  if (backend() === "indexeddb") {
+    const had = (await idbStore(name).list()).length > 0;
+    await tx("readwrite", (s) => {
+      s.files.delete(under(name));
+      s.checkpoints.delete(under(name));
+    });
+    return had;
+  }
   try {
     await (await runsFolder(false)).removeEntry(name, { recursive: true });
     return true;
@@ -142,4 +240,27 @@ export async function deleteCheckpoint(name) {
     if (e?.name === "NotFoundError") return false;
     throw e;
   }
+}
+
+/** listCheckpoints over IndexedDB. */
+async function listIdb() {
+  const [keys, values] = await tx("readonly", (s) => Promise.all([
+    request(s.checkpoints.getAllKeys()), request(s.checkpoints.getAll())]));
+  const newest = new Map();
+  (await keys).forEach(([run, checkpoint], i) => {
+    const step = Number(checkpoint.slice(PREFIX.length));
+    if (!newest.has(run) || step > newest.get(run).step) newest.set(run, { step, checkpoint, ...values[i] });
+  });
+  const out = [];
+  for (const [name, c] of newest) {
+    let totalSteps = null;
+    try {
+      const state = await idbStore(name).read(c.checkpoint, "trainer_state.json");
+      totalSteps = JSON.parse(new TextDecoder().decode(state)).loop.report.steps.at(-1)?.total_steps ?? null;
+    } catch {
+      // listed all the same; resume will say what is wrong with it
+    }
+    out.push({ name, step: c.step, totalSteps, size: c.size, date: new Date(c.date) });
+  }
+  return out.sort((a, b) => b.date - a.date);
 }

@@ -322,7 +322,8 @@ export interface FineTuneOptions {
    */
   patience?: number;
   /**
-   * Save the whole training state in this origin's private file system (OPFS) under `name`, every `every` steps
+   * Save the whole training state in this origin's private file system (OPFS; IndexedDB where OPFS cannot write
+   * files) under `name`, every `every` steps
    * (default 100) and at each epoch's end, keeping the newest `keep` (default 2).
    */
   checkpoint?: { name: string; every?: number; keep?: number };

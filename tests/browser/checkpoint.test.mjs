@@ -107,6 +107,42 @@ test("a GPU device lost mid-run: the run goes on from its last checkpoint on a n
   ctx.page.checkErrors();
 });
 
+test("where OPFS cannot write files, IndexedDB keeps the checkpoints: closed mid-run, resumed, the same model", async () => {
+  const url = ctx.env.models.url + TINY;
+  const options = { ...OPTIONS, epochs: 2 };
+  // The pages below lose OPFS's writable files (as Safari's main thread before 18 lacks createWritable).
+  const withoutOpfs = async (page) => {
+    await page.evaluate(() => { delete FileSystemFileHandle.prototype.createWritable; });
+    assert.equal(await page.evaluate(() => typeof FileSystemFileHandle.prototype.createWritable), "undefined");
+  };
+  const page = await openPage(ctx.env);
+  await withoutOpfs(page);
+  await start(page, url, "cpu", { ...options, checkpoint: { name: "idb-whole", every: 1 } });
+  const whole = await finish(page);
+  await start(page, url, "cpu", { ...options, checkpoint: { name: "idb", every: 1 } });
+  await page.waitForFunction(() => window.events.filter((e) => e.type === "checkpoint").length >= 2, null,
+    { timeout: 600_000 });
+  await page.close();
+  const again = await openPage(ctx.env);
+  await withoutOpfs(again);
+  const listed = await again.evaluate(() => bertgpu.Bert.checkpoints());
+  assert.ok(listed.some((c) => c.name === "idb" && c.step >= 2 && c.totalSteps === 6 && c.size > 0), JSON.stringify(listed));
+  // Nothing of these runs went to OPFS.
+  const inOpfs = await ctx.page.evaluate(() => bertgpu.Bert.checkpoints());
+  assert.ok(!inOpfs.some((c) => c.name.startsWith("idb")), JSON.stringify(inOpfs));
+  await start(again, url, "cpu", { ...options, checkpoint: { name: "idb", every: 1 }, resume: true });
+  const resumed = await finish(again);
+  assert.ok(resumed.events.some((e) => e.type === "checkpoint" && e.checkpoint === "resumed"));
+  assert.deepEqual(resumed.report, whole.report);
+  assert.equal(resumed.sha256, whole.sha256, "the same model bit for bit");
+  assert.equal(await again.evaluate(() => bertgpu.Bert.deleteCheckpoint("idb")), true);
+  assert.equal(await again.evaluate(() => bertgpu.Bert.deleteCheckpoint("idb")), false);
+  await again.evaluate(() => bertgpu.Bert.deleteCheckpoint("idb-whole"));
+  assert.deepEqual((await again.evaluate(() => bertgpu.Bert.checkpoints())).map((c) => c.name), []);
+  again.checkErrors();
+  await again.close();
+});
+
 test("checkpoint options are checked", async () => {
   const errors = await ctx.page.evaluate(async ({ url, examples }) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });
