@@ -799,7 +799,8 @@ export class Bert {
    * step, totalSteps, loss, learningRate }` after each step, `{ type: "epoch", epoch, trainLoss, valLoss,
    * valAccuracy }` after each epoch, and with `checkpoint` `{ type: "checkpoint", checkpoint: "saved" | "resumed" |
    * "skipped", name, step }` and `{ type: "deviceLost", reason, device }` (a lost GPU device: the run goes on from
-   * its last checkpoint on a new one, or on the CPU). `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
+   * its last checkpoint on a new one, or on the CPU). With `checkpoint`, a stop by `signal` saves one where it
+   * stops, and `resume` goes on from there. `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
    * reason and the model is left as it was, as after any error. Other calls made while it runs reject.
    * @returns {Promise<{labels: string[] | null, steps: object[], epochs: object[], bestEpoch: number}>}
    */

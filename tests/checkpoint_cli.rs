@@ -31,13 +31,12 @@ fn args(data: &Path, out: &Path, ckpt: &Path, extra: &[&str]) -> Vec<String> {
     let model = root().join("tests/models/tiny-classifier");
     let mut a: Vec<String> = ["fine-tune", "--task", "classify", "--model", model.to_str().unwrap(), "--data",
         data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--lr", "2e-3", "--batch-size", "4",
-        "--validation-split", "0.2", "--seed", "7", "--checkpoint-dir", ckpt.to_str().unwrap(),
-        "--checkpoint-every", "2"]
+        "--validation-split", "0.2", "--seed", "7", "--checkpoint-dir", ckpt.to_str().unwrap()]
         .iter()
         .map(|s| s.to_string())
         .collect();
     a.extend(extra.iter().map(|s| s.to_string()));
-    for (flag, default) in [("--epochs", "12"), ("--device", "cpu")] {
+    for (flag, default) in [("--epochs", "12"), ("--device", "cpu"), ("--checkpoint-every", "2")] {
         if !extra.contains(&flag) {
             a.extend([flag.to_string(), default.to_string()]);
         }
@@ -181,5 +180,50 @@ fn killed_runs_resume_on_the_gpu() {
     assert!(stderr.contains(r#""checkpoint":"resumed""#), "{stderr}");
     assert_eq!(report(&stdout2), report(&stdout));
     assert!(std::fs::read(out.join("model.safetensors")).unwrap() == want_model, "the GPU's resumed model differs");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ctrl-C (SIGINT) is a stop asked for: the run stops after the step in progress and saves a checkpoint there,
+/// whatever the interval, and --resume goes on from it to the uninterrupted run's model.
+#[test]
+fn ctrl_c_saves_a_checkpoint_where_it_stops() {
+    let dir = tmp("sigint");
+    let data = data(&dir);
+    let (out, ckpt) = (dir.join("whole"), dir.join("whole-ckpt"));
+    // An interval longer than the run: the only checkpoints are the epochs' ends and the one Ctrl-C asks for.
+    let (code, stdout, stderr) = run(&args(&data, &out, &ckpt, &["--checkpoint-every", "1000"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    let want_model = std::fs::read(out.join("model.safetensors")).unwrap();
+    let (out, ckpt) = (dir.join("stopped"), dir.join("stopped-ckpt"));
+    let a = args(&data, &out, &ckpt, &["--checkpoint-every", "1000"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
+        .args(&a)
+        .env("XDG_RUNTIME_DIR", "/tmp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = String::new();
+    let mut steps = 0;
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line.contains(r#""step":"#) && !line.contains("checkpoint") {
+            steps += 1;
+            if steps == 7 {
+                let ok = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+                assert!(ok.success());
+            }
+        }
+        err.push_str(&line);
+        err.push('\n');
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("interrupted (Ctrl-C); saved as checkpoint-"), "{err}");
+    assert!(!out.exists(), "a stopped run writes no model");
+    let (code, stdout2, stderr) = run(&args(&data, &out, &ckpt, &["--checkpoint-every", "1000", "--resume"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(report(&stdout2), report(&stdout));
+    assert!(std::fs::read(out.join("model.safetensors")).unwrap() == want_model, "resumed after Ctrl-C: another model");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -286,7 +286,12 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
                 Schedule::Constant => 1.0,
             };
             let lr = (opts.learning_rate as f64 * factor) as f32;
-            hooks.pause().await?;
+            if let Err(e) = hooks.pause().await {
+                // Asked to stop, between two steps: with checkpoints, the run can go on from here (`resume`).
+                let at = LoopState { epoch, in_epoch: k, order: train.clone(), shuffled: true, rng: rng.state(),
+                    losses: losses.clone(), report: report.clone(), best: best.as_ref().map(|b| (b.0, b.1)) };
+                return Err(checkpoint_on_stop(be, trainee, checkpoints, e, &at, best.as_ref().map(|b| &b.2[..])).await);
+            }
             for chunk in group.chunks(opts.batch_size) {
                 trainee.accumulate(be, chunk).await?;
             }
@@ -299,8 +304,12 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
             let r = trainee.apply(be, &step_opts).await?;
             losses.push(r.loss);
             let p = StepProgress { epoch, step: step + 1, total_steps: total, loss: r.loss, learning_rate: lr };
-            hooks.progress(Progress::Step(&p))?;
-            report.steps.push(p);
+            report.steps.push(p.clone());
+            if let Err(e) = hooks.progress(Progress::Step(&p)) {
+                let at = LoopState { epoch, in_epoch: k + 1, order: train.clone(), shuffled: true, rng: rng.state(),
+                    losses: losses.clone(), report: report.clone(), best: best.as_ref().map(|b| (b.0, b.1)) };
+                return Err(checkpoint_on_stop(be, trainee, checkpoints, e, &at, best.as_ref().map(|b| &b.2[..])).await);
+            }
             // Every `every` steps, but not on an epoch's last (its end saves, below).
             if let Some(c) = checkpoints.as_deref_mut().filter(|c| (step + 1) % c.every == 0 && k + 1 < per_epoch) {
                 let at = LoopState { epoch, in_epoch: k + 1, order: train.clone(), shuffled: true, rng: rng.state(),
@@ -346,6 +355,23 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
         report.best_epoch = epoch;
     }
     Ok(report)
+}
+
+/// A stop asked by the caller (`Error::Stopped`) of a checkpointed run: a checkpoint at `at`, so that `resume`
+/// continues from there ("when asked"); the stop is returned, saying where the run can resume. Any other error as
+/// it is.
+async fn checkpoint_on_stop<B: Backend, S: Store>(be: &B, trainee: &impl Trainee<B>,
+    checkpoints: Option<&mut Checkpoints<S>>, e: Error, at: &LoopState, best: Option<&[Vec<f32>]>) -> Error {
+    let (Error::Stopped(why), Some(c)) = (&e, checkpoints) else { return e };
+    let step = at.report.steps.len();
+    let saved = match trainee.state(be).await {
+        Ok(state) => checkpoint::save(c, step, at, &state, best).await,
+        Err(err) => Err(err),
+    };
+    match saved {
+        Ok((name, _)) => Error::Stopped(format!("{why}; saved as {name} after step {step}: resume to go on from there")),
+        Err(err) => Error::Stopped(format!("{why}; the checkpoint at step {step} could not be saved: {err}")),
+    }
 }
 
 async fn save_checkpoint<B: Backend, S: Store>(be: &B, trainee: &impl Trainee<B>, c: &mut Checkpoints<S>,
@@ -458,16 +484,22 @@ mod tests {
             seen: Vec::new() }
     }
 
-    /// Runs with checkpoints; `stop_after` steps, the hooks fail (a process killed between two steps).
+    /// Runs with checkpoints; `stop_after` steps, the hooks fail (a process killed between two steps: an error that
+    /// is not a stop, so no checkpoint is taken for it).
     fn run_checkpointed(opts: &FitOptions, val_losses: &[f32], c: &mut Checkpoints<MemStore>, stop_after: Option<usize>)
         -> (Scripted, Result<FitReport>) {
+        run_until(opts, val_losses, c, stop_after, || Error::Input("killed".into()))
+    }
+
+    fn run_until(opts: &FitOptions, val_losses: &[f32], c: &mut Checkpoints<MemStore>, stop_after: Option<usize>,
+        error: impl Fn() -> Error) -> (Scripted, Result<FitReport>) {
         let mut t = scripted(val_losses);
         let mut steps = 0;
         let mut hooks = |p: Progress<'_>| -> Result<()> {
             if let Progress::Step(_) = p {
                 steps += 1;
                 if Some(steps) == stop_after {
-                    return Err(Error::Stopped("killed".into()));
+                    return Err(error());
                 }
             }
             Ok(())
@@ -505,6 +537,27 @@ mod tests {
             assert_eq!(report, want_report, "kill at {kill}");
             assert_eq!(got.lrs[..], want.lrs[want.lrs.len() - got.lrs.len()..], "kill at {kill}: the schedule");
             assert!(c.store.0.len() <= 2, "keep 2: {:?}", c.store.0.keys());
+        }
+    }
+
+    #[test]
+    fn a_stop_asked_for_saves_a_checkpoint_there() {
+        let opts = FitOptions { epochs: 3, batch_size: 4, ..FitOptions::default() };
+        let mut whole = Checkpoints::new(MemStore::default());
+        whole.every = 100;
+        let (want, r) = run_checkpointed(&opts, &[1.0; 3], &mut whole, None);
+        let want_report = r.unwrap();
+        for stop in [1, 5, 9, 13] {
+            let mut c = Checkpoints::new(MemStore::default());
+            c.every = 100; // only epoch ends, and the stop
+            let e = run_until(&opts, &[1.0; 3], &mut c, Some(stop), || Error::Stopped("asked".into())).1.unwrap_err();
+            let name = format!("checkpoint-{stop}");
+            assert!(e.to_string().contains(&format!("saved as {name} after step {stop}")), "{e}");
+            assert!(c.store.0.contains_key(&name), "{:?}", c.store.0.keys());
+            c.resume = true;
+            let (got, r) = run_checkpointed(&opts, &[1.0; 3], &mut c, None);
+            assert_eq!(r.unwrap(), want_report, "stopped at {stop}");
+            assert_eq!(got.seen, want.seen, "stopped at {stop}");
         }
     }
 

@@ -143,6 +143,33 @@ test("where OPFS cannot write files, IndexedDB keeps the checkpoints: closed mid
   await again.close();
 });
 
+test("a stop asked with the signal saves a checkpoint where it stops; resume goes on from it to the same model", async () => {
+  const url = ctx.env.models.url + TINY;
+  // An interval longer than the run: the checkpoints are the epochs' ends and the one the stop asks for.
+  const options = { ...OPTIONS, epochs: 2, checkpoint: { name: "asked", every: 1000 } };
+  await start(ctx.page, url, "cpu", { ...options, checkpoint: { name: "asked-whole", every: 1000 } });
+  const whole = await finish(ctx.page);
+  const stopped = await ctx.page.evaluate(async ({ url, examples, options }) => {
+    const bert = await bertgpu.Bert.load(url, { device: "cpu" });
+    const controller = new AbortController();
+    let steps = 0;
+    const error = await bert.fineTune(examples, { ...options, signal: controller.signal, onProgress: (p) => {
+      if (p.type === "step" && ++steps === 2) controller.abort();
+    } }).then(() => null, (e) => e.name);
+    bert.dispose();
+    return { error, listed: await bertgpu.Bert.checkpoints() };
+  }, { url, examples: EXAMPLES, options });
+  assert.equal(stopped.error, "AbortError");
+  const mine = stopped.listed.find((c) => c.name === "asked");
+  assert.equal(mine?.step, 2, JSON.stringify(stopped.listed));
+  await start(ctx.page, url, "cpu", { ...options, resume: true });
+  const resumed = await finish(ctx.page);
+  assert.deepEqual(resumed.report, whole.report);
+  assert.equal(resumed.sha256, whole.sha256);
+  for (const n of ["asked", "asked-whole"]) await ctx.page.evaluate((name) => bertgpu.Bert.deleteCheckpoint(name), n);
+  ctx.page.checkErrors();
+});
+
 test("checkpoint options are checked", async () => {
   const errors = await ctx.page.evaluate(async ({ url, examples }) => {
     const bert = await bertgpu.Bert.load(url, { device: "cpu" });

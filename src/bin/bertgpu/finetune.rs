@@ -2,12 +2,13 @@
 //! `Bert.load` and transformers' `from_pretrained` load.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::engine;
 use bertgpu::training::checkpoint::{Checkpoints, DirStore};
-use bertgpu::training::fit::{FitOptions, Progress};
+use bertgpu::training::fit::{FitOptions, Hooks, Progress};
 use bertgpu::training::job::{self, Examples, JobOptions, JobTask};
 use bertgpu::training::lora::LoraOptions;
 use serde_json::json;
@@ -70,14 +71,7 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
     let original = read_config(m)?;
     let weights = m.model.weights().map_err(fail)?;
     let opts = JobOptions { task: a.task, layers: a.layers, doc_stride: a.doc_stride, fit: a.fit, lora: a.lora };
-    let mut progress = |p: Progress<'_>| {
-        let line = match p {
-            Progress::Step(s) => serde_json::to_string(s),
-            Progress::Epoch(e) => serde_json::to_string(e),
-            Progress::Checkpoint(c) => serde_json::to_string(c),
-        };
-        eprintln!("{}", line.unwrap_or_default());
-    };
+    let mut progress = CliHooks::new();
     let mut checkpoints = match &a.checkpoints {
         Some(c) => {
             let mut ck = Checkpoints::new(DirStore::open(&c.dir).map_err(fail)?);
@@ -101,6 +95,54 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
         write_folder(m, &a.out, &[("config.json", done.config_json.as_bytes()), ("model.safetensors", &done.safetensors)])?;
     }
     Ok(json!({ "labels": done.labels, "epochs": done.report.epochs, "best_epoch": done.report.best_epoch, "out": a.out }))
+}
+
+/// Set by Ctrl-C (SIGINT): training stops after the step in progress.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The training commands' hooks: each progress event a JSON line on stderr; after Ctrl-C, a stop between two steps
+/// (with `--checkpoint-dir`, the loop saves a checkpoint there that `--resume` continues from).
+pub(crate) struct CliHooks;
+
+impl CliHooks {
+    pub(crate) fn new() -> CliHooks {
+        // Once per process; a second Ctrl-C while stopping is then the default (the process ends).
+        static HANDLER: std::sync::Once = std::sync::Once::new();
+        HANDLER.call_once(|| {
+            let _ = ctrlc::set_handler(|| {
+                if INTERRUPTED.swap(true, Ordering::SeqCst) {
+                    std::process::exit(130);
+                }
+                eprintln!("bertgpu: stopping after this step (Ctrl-C again to quit at once)");
+            });
+        });
+        CliHooks
+    }
+}
+
+impl Hooks for CliHooks {
+    fn progress(&mut self, p: Progress<'_>) -> bertgpu::Result<()> {
+        let line = match p {
+            Progress::Step(s) => serde_json::to_string(s),
+            Progress::Epoch(e) => serde_json::to_string(e),
+            Progress::Checkpoint(c) => serde_json::to_string(c),
+        };
+        eprintln!("{}", line.unwrap_or_default());
+        self.check()
+    }
+
+    async fn pause(&mut self) -> bertgpu::Result<()> {
+        self.check()
+    }
+}
+
+impl CliHooks {
+    fn check(&self) -> bertgpu::Result<()> {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Err(bertgpu::Error::Stopped("interrupted (Ctrl-C)".into()));
+        }
+        Ok(())
+    }
 }
 
 pub(crate) fn read_config(m: &crate::LoadedModel) -> Result<serde_json::Value, Fail> {

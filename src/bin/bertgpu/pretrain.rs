@@ -7,13 +7,13 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::engine;
 use bertgpu::training::checkpoint::{Checkpoints, DirStore};
-use bertgpu::training::fit::{FitOptions, Progress};
+use bertgpu::training::fit::FitOptions;
 use bertgpu::training::job;
 use bertgpu::training::pretrain_data::{parse_corpus, CorpusFormat, PretrainOptions};
 use clap::Args;
 use serde_json::json;
 
-use crate::finetune::{read_config, write_folder};
+use crate::finetune::{read_config, write_folder, CliHooks};
 use crate::{load_model, Fail, InferArgs};
 
 #[derive(Args, Debug)]
@@ -104,14 +104,7 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &PretrainArgs) -> 
     let (cfg, tok) = (&m.model.config, &m.model.tokenizer);
     let original = read_config(m)?;
     let weights = m.model.weights().map_err(fail)?;
-    let mut progress = |p: Progress<'_>| {
-        let line = match p {
-            Progress::Step(s) => serde_json::to_string(s),
-            Progress::Epoch(e) => serde_json::to_string(e),
-            Progress::Checkpoint(c) => serde_json::to_string(c),
-        };
-        eprintln!("{}", line.unwrap_or_default());
-    };
+    let mut progress = CliHooks::new();
     let mut checkpoints = match &a.checkpoint_dir {
         Some(dir) => {
             let mut c = Checkpoints::new(DirStore::open(dir).map_err(fail)?);
