@@ -46,7 +46,17 @@ fn norm(v: impl Iterator<Item = f64>) -> f64 {
     v.map(|x| x * x).sum::<f64>().sqrt()
 }
 
-fn check<B: Backend>(be: &B, grad_rtol: f64, loss_rtol: f64) {
+/// The golden, the tiny checkpoint, and the golden's batch with its masked-LM and NSP labels.
+struct Golden {
+    g: Value,
+    cfg: BertConfig,
+    weights: Weights,
+    batch: Batch,
+    mlm: Vec<i64>,
+    nsp: Vec<u32>,
+}
+
+fn golden() -> Golden {
     let g: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/golden/pretrain.json")).unwrap()).unwrap();
     let dir = root().join("tests/models/tiny-pretraining");
     let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
@@ -55,8 +65,12 @@ fn check<B: Backend>(be: &B, grad_rtol: f64, loss_rtol: f64) {
     let (b, t) = (g["input_ids"].as_array().unwrap().len(), g["input_ids"][0].as_array().unwrap().len());
     let batch = Batch { input_ids: u32s("input_ids"), token_type_ids: u32s("token_type_ids"),
         attention_mask: u32s("attention_mask"), b, t };
-    let mlm = ints(&g["labels"]);
-    let nsp = u32s("next_sentence_label");
+    let (mlm, nsp) = (ints(&g["labels"]), u32s("next_sentence_label"));
+    Golden { g, cfg, weights, batch, mlm, nsp }
+}
+
+fn check<B: Backend>(be: &B, grad_rtol: f64, loss_rtol: f64) {
+    let Golden { g, cfg, weights, batch, mlm, nsp } = golden();
     let mut tr = FineTuner::new(be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
     let zero: BTreeSet<String> = g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
 
@@ -137,9 +151,7 @@ fn pretraining_matches_pytorch_on_the_gpu() {
 #[test]
 fn bad_pretraining_targets_are_clear_errors() {
     let be = CpuBackend::new();
-    let dir = root().join("tests/models/tiny-pretraining");
-    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
-    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let Golden { cfg, weights, .. } = golden();
     let tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
     let batch = Batch { input_ids: vec![2, 10, 11, 3], token_type_ids: vec![0; 4], attention_mask: vec![1; 4], b: 1, t: 4 };
     let run = |mlm: &[i64], nsp: Option<&[u32]>| pollster::block_on(tr.pretrain_gradients(&be, &batch, mlm, nsp)).err().map(|e| e.to_string());
@@ -161,15 +173,8 @@ fn pretraining_rows_evaluate_and_train_through_the_loop() {
     use bertgpu::training::checkpoint::{Checkpoints, NoStore};
     use bertgpu::training::fit::{self, FitOptions, Metrics, Progress, RowTarget};
     let be = CpuBackend::new();
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/golden/pretrain.json")).unwrap()).unwrap();
-    let dir = root().join("tests/models/tiny-pretraining");
-    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
-    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
-    let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<u32>>();
-    let (b, t) = (g["input_ids"].as_array().unwrap().len(), g["input_ids"][0].as_array().unwrap().len());
-    let batch = Batch { input_ids: u32s("input_ids"), token_type_ids: u32s("token_type_ids"),
-        attention_mask: u32s("attention_mask"), b, t };
-    let (mlm, nsp) = (ints(&g["labels"]), u32s("next_sentence_label"));
+    let Golden { g, cfg, weights, batch, mlm, nsp } = golden();
+    let (b, t) = (batch.b, batch.t);
     let targets = (0..b).map(|i| RowTarget::Pretrain { mlm: mlm[i * t..(i + 1) * t].to_vec(), nsp: Some(nsp[i]) });
     let rows = fit::rows_from_batch(&batch, targets);
     let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();

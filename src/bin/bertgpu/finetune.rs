@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::engine;
-use bertgpu::training::checkpoint::{Checkpoints, DirStore};
+use bertgpu::training::checkpoint::{self, Checkpoints, DirStore};
 use bertgpu::training::fit::{FitOptions, Hooks, Progress};
 use bertgpu::training::job::{self, Examples, JobOptions, JobTask};
 use bertgpu::training::lora::LoraOptions;
@@ -25,15 +25,36 @@ pub(crate) struct FineTuneArgs {
     pub fit: FitOptions,
     /// LoRA adapters instead of the weights themselves.
     pub lora: Option<LoraOptions>,
-    pub checkpoints: Option<CheckpointArgs>,
+    pub checkpoints: CheckpointArgs,
 }
 
-/// `--checkpoint-dir`, `--checkpoint-every`, `--keep`, `--resume`.
+/// `--checkpoint-dir`, `--checkpoint-every`, `--keep`, `--resume` of the training commands.
+#[derive(clap::Args, Debug)]
 pub(crate) struct CheckpointArgs {
-    pub dir: PathBuf,
-    pub every: usize,
-    pub keep: usize,
-    pub resume: bool,
+    /// Save the whole training state into DIR as it goes (every --checkpoint-every steps, at each epoch's end, and
+    /// at Ctrl-C), so that --resume can continue an interrupted run
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Optimiser steps between two checkpoints
+    #[arg(long, value_name = "STEPS", default_value_t = checkpoint::DEFAULT_EVERY, requires = "checkpoint_dir")]
+    checkpoint_every: usize,
+    /// How many of the newest checkpoints to keep
+    #[arg(long, value_name = "N", default_value_t = checkpoint::DEFAULT_KEEP, requires = "checkpoint_dir")]
+    keep: usize,
+    /// Continue from the newest intact checkpoint in --checkpoint-dir (the other options as in the first run); with
+    /// none there yet, start from the beginning
+    #[arg(long, requires = "checkpoint_dir")]
+    resume: bool,
+}
+
+impl CheckpointArgs {
+    /// The folder's store with these settings, or `None` without `--checkpoint-dir`.
+    pub(crate) fn open(&self) -> Result<Option<Checkpoints<DirStore>>, Fail> {
+        let Some(dir) = &self.checkpoint_dir else { return Ok(None) };
+        let mut c = Checkpoints::new(DirStore::open(dir).map_err(fail)?);
+        (c.every, c.keep, c.resume) = (self.checkpoint_every, self.keep, self.resume);
+        Ok(Some(c))
+    }
 }
 
 /// `--layers`: `all` or a number of top layers.
@@ -72,14 +93,7 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &FineTuneArgs) -> 
     let weights = m.model.weights().map_err(fail)?;
     let opts = JobOptions { task: a.task, layers: a.layers, doc_stride: a.doc_stride, fit: a.fit, lora: a.lora };
     let mut progress = CliHooks::new();
-    let mut checkpoints = match &a.checkpoints {
-        Some(c) => {
-            let mut ck = Checkpoints::new(DirStore::open(&c.dir).map_err(fail)?);
-            (ck.every, ck.keep, ck.resume) = (c.every, c.keep, c.resume);
-            Some(ck)
-        }
-        None => None,
-    };
+    let mut checkpoints = a.checkpoints.open()?;
     let done = job::run(be, cfg, tok, &weights, &original, &opts, &prepared, &mut progress, checkpoints.as_mut())
         .await
         .map_err(fail)?;

@@ -215,20 +215,8 @@ enum Command {
         /// Which layers train: `all`, or the top K encoder layers with the head (0: the head alone)
         #[arg(long, default_value = "all", value_parser = finetune::parse_layers)]
         layers: finetune::Layers,
-        /// Save the whole training state into DIR as it goes (every --checkpoint-every steps and at each epoch's end),
-        /// so that --resume can continue an interrupted run
-        #[arg(long, value_name = "DIR")]
-        checkpoint_dir: Option<PathBuf>,
-        /// Optimiser steps between two checkpoints
-        #[arg(long, value_name = "STEPS", default_value_t = bertgpu::training::checkpoint::DEFAULT_EVERY, requires = "checkpoint_dir")]
-        checkpoint_every: usize,
-        /// How many of the newest checkpoints to keep
-        #[arg(long, value_name = "N", default_value_t = bertgpu::training::checkpoint::DEFAULT_KEEP, requires = "checkpoint_dir")]
-        keep: usize,
-        /// Continue from the newest intact checkpoint in --checkpoint-dir (the other options as in the first run); with
-        /// none there yet, start from the beginning
-        #[arg(long, requires = "checkpoint_dir")]
-        resume: bool,
+        #[command(flatten)]
+        checkpoints: finetune::CheckpointArgs,
         /// Stop after N epochs without a lower validation loss and keep the best epoch's model (needs a validation split)
         #[arg(long, value_name = "N")]
         patience: Option<usize>,
@@ -370,7 +358,7 @@ fn run(command: Command) -> Result<(), Fail> {
             Ok(())
         }
         Command::Pretrain(a) => pretrain::cmd_pretrain(&a),
-        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers, checkpoint_dir, checkpoint_every, keep, resume, patience, no_dropout, lora, lora_alpha, lora_targets, merge } => {
+        Command::FineTune { infer, task, data, out, epochs, lr, batch_size, accumulate, warmup, weight_decay, validation_split, seed, doc_stride, layers, checkpoints, patience, no_dropout, lora, lora_alpha, lora_targets, merge } => {
             let fit = bertgpu::training::fit::FitOptions {
                 epochs,
                 learning_rate: lr,
@@ -385,7 +373,6 @@ fn run(command: Command) -> Result<(), Fail> {
                 ..Default::default()
             };
             let lora = lora.map(|r| bertgpu::training::lora::LoraOptions { r, alpha: lora_alpha, targets: lora_targets, merge });
-            let checkpoints = checkpoint_dir.map(|dir| finetune::CheckpointArgs { dir, every: checkpoint_every, keep, resume });
             finetune::cmd_fine_tune(&infer, &finetune::FineTuneArgs { task, data, out, doc_stride, layers: layers.0, fit, lora, checkpoints })
         }
         Command::TrainHead { infer, data, out, epochs, lr, seed, batch_size, weight_decay, validation_split, hidden, pooling } => {

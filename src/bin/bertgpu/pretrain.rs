@@ -6,14 +6,13 @@ use std::path::PathBuf;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::engine;
-use bertgpu::training::checkpoint::{Checkpoints, DirStore};
 use bertgpu::training::fit::FitOptions;
 use bertgpu::training::job;
 use bertgpu::training::pretrain_data::{parse_corpus, CorpusFormat, PretrainOptions};
 use clap::Args;
 use serde_json::json;
 
-use crate::finetune::{read_config, write_folder, CliHooks};
+use crate::finetune::{read_config, write_folder, CheckpointArgs, CliHooks};
 use crate::{load_model, Fail, InferArgs};
 
 #[derive(Args, Debug)]
@@ -55,16 +54,8 @@ pub(crate) struct PretrainArgs {
     /// Train without dropout (by default the checkpoint's, as transformers' Trainer)
     #[arg(long)]
     no_dropout: bool,
-    /// Save the training state into DIR as it goes (see fine-tune --checkpoint-dir)
-    #[arg(long, value_name = "DIR")]
-    checkpoint_dir: Option<PathBuf>,
-    #[arg(long, value_name = "STEPS", default_value_t = bertgpu::training::checkpoint::DEFAULT_EVERY, requires = "checkpoint_dir")]
-    checkpoint_every: usize,
-    #[arg(long, value_name = "N", default_value_t = bertgpu::training::checkpoint::DEFAULT_KEEP, requires = "checkpoint_dir")]
-    keep: usize,
-    /// Continue from the newest intact checkpoint in --checkpoint-dir
-    #[arg(long, requires = "checkpoint_dir")]
-    resume: bool,
+    #[command(flatten)]
+    checkpoints: CheckpointArgs,
 }
 
 fn fail(what: impl std::fmt::Display) -> Fail {
@@ -105,14 +96,7 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &PretrainArgs) -> 
     let original = read_config(m)?;
     let weights = m.model.weights().map_err(fail)?;
     let mut progress = CliHooks::new();
-    let mut checkpoints = match &a.checkpoint_dir {
-        Some(dir) => {
-            let mut c = Checkpoints::new(DirStore::open(dir).map_err(fail)?);
-            (c.every, c.keep, c.resume) = (a.checkpoint_every, a.keep, a.resume);
-            Some(c)
-        }
-        None => None,
-    };
+    let mut checkpoints = a.checkpoints.open()?;
     let done = job::pretrain(be, cfg, tok, &weights, &original, &corpus, &data, &fit, &mut progress, checkpoints.as_mut())
         .await
         .map_err(at)?;
