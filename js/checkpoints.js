@@ -84,11 +84,7 @@ function idbStore(name) {
           s.checkpoints.put({ size, date: Date.now() }, [name, checkpoint]);
         });
       } catch (e) {
-        if (e?.name === "QuotaExceededError") {
-          throw new Error(`the checkpoint "${name}/${checkpoint}" does not fit in this origin's storage quota `
-            + "(nothing of it was kept): free space with Bert.deleteCheckpoint, or checkpoint less often");
-        }
-        throw e;
+        throw quotaSaid(e, name, checkpoint);
       }
     },
     async remove(checkpoint) {
@@ -131,6 +127,13 @@ async function complete(run) {
   return out;
 }
 
+/** A quota error as what to do about it (nothing of the checkpoint was kept); any other error as it is. */
+function quotaSaid(e, name, checkpoint) {
+  if (e?.name !== "QuotaExceededError") return e;
+  return new Error(`the checkpoint "${name}/${checkpoint}" does not fit in this origin's storage quota `
+    + "(nothing of it was kept): free space with Bert.deleteCheckpoint, or checkpoint less often");
+}
+
 /** The store the Rust side saves to and resumes from (see `JsStore` in src/wasm/train.rs). */
 export async function openCheckpointStore(name) {
   checkName(name);
@@ -166,11 +169,7 @@ export async function openCheckpointStore(name) {
         }
       } catch (e) {
         await run.removeEntry(checkpoint, { recursive: true }).catch(() => {});
-        if (e?.name === "QuotaExceededError") {
-          throw new Error(`the checkpoint "${name}/${checkpoint}" does not fit in this origin's storage quota `
-            + "(nothing of it was kept): free space with Bert.deleteCheckpoint, or checkpoint less often");
-        }
-        throw e;
+        throw quotaSaid(e, name, checkpoint);
       }
     },
     async remove(checkpoint) {

@@ -288,8 +288,7 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
             let lr = (opts.learning_rate as f64 * factor) as f32;
             if let Err(e) = hooks.pause().await {
                 // Asked to stop, between two steps: with checkpoints, the run can go on from here (`resume`).
-                let at = LoopState { epoch, in_epoch: k, order: train.clone(), shuffled: true, rng: rng.state(),
-                    losses: losses.clone(), report: report.clone(), best: best.as_ref().map(|b| (b.0, b.1)) };
+                let at = position(epoch, k, true, &train, &rng, &losses, &report, &best);
                 return Err(checkpoint_on_stop(be, trainee, checkpoints, e, &at, best.as_ref().map(|b| &b.2[..])).await);
             }
             for chunk in group.chunks(opts.batch_size) {
@@ -306,14 +305,12 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
             let p = StepProgress { epoch, step: step + 1, total_steps: total, loss: r.loss, learning_rate: lr };
             report.steps.push(p.clone());
             if let Err(e) = hooks.progress(Progress::Step(&p)) {
-                let at = LoopState { epoch, in_epoch: k + 1, order: train.clone(), shuffled: true, rng: rng.state(),
-                    losses: losses.clone(), report: report.clone(), best: best.as_ref().map(|b| (b.0, b.1)) };
+                let at = position(epoch, k + 1, true, &train, &rng, &losses, &report, &best);
                 return Err(checkpoint_on_stop(be, trainee, checkpoints, e, &at, best.as_ref().map(|b| &b.2[..])).await);
             }
             // Every `every` steps, but not on an epoch's last (its end saves, below).
             if let Some(c) = checkpoints.as_deref_mut().filter(|c| (step + 1) % c.every == 0 && k + 1 < per_epoch) {
-                let at = LoopState { epoch, in_epoch: k + 1, order: train.clone(), shuffled: true, rng: rng.state(),
-                    losses: losses.clone(), report: report.clone(), best: best.as_ref().map(|b| (b.0, b.1)) };
+                let at = position(epoch, k + 1, true, &train, &rng, &losses, &report, &best);
                 save_checkpoint(be, trainee, c, hooks, &at, best.as_ref().map(|b| &b.2[..])).await?;
             }
         }
@@ -345,8 +342,7 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
             }
         }
         if let Some(c) = checkpoints.as_deref_mut() {
-            let at = LoopState { epoch: epoch + 1, in_epoch: 0, order: train.clone(), shuffled: false, rng: rng.state(),
-                losses: Vec::new(), report: report.clone(), best: best.as_ref().map(|b| (b.0, b.1)) };
+            let at = position(epoch + 1, 0, false, &train, &rng, &[], &report, &best);
             save_checkpoint(be, trainee, c, hooks, &at, best.as_ref().map(|b| &b.2[..])).await?;
         }
     }
@@ -372,6 +368,15 @@ async fn checkpoint_on_stop<B: Backend, S: Store>(be: &B, trainee: &impl Trainee
         Ok((name, _)) => Error::Stopped(format!("{why}; saved as {name} after step {step}: resume to go on from there")),
         Err(err) => Error::Stopped(format!("{why}; the checkpoint at step {step} could not be saved: {err}")),
     }
+}
+
+/// Where the loop stands, as a checkpoint records it: `in_epoch` steps of `epoch` done, over the rows in `train`'s
+/// order (`shuffled`: already this epoch's).
+#[allow(clippy::too_many_arguments)]
+fn position(epoch: usize, in_epoch: usize, shuffled: bool, train: &[usize], rng: &SplitMix64, losses: &[f32],
+    report: &FitReport, best: &Option<(f32, usize, Vec<Vec<f32>>)>) -> LoopState {
+    LoopState { epoch, in_epoch, order: train.to_vec(), shuffled, rng: rng.state(), losses: losses.to_vec(),
+        report: report.clone(), best: best.as_ref().map(|b| (b.0, b.1)) }
 }
 
 async fn save_checkpoint<B: Backend, S: Store>(be: &B, trainee: &impl Trainee<B>, c: &mut Checkpoints<S>,
