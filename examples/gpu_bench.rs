@@ -1,6 +1,6 @@
 //! GPU benchmarks (BENCHMARKS.md), on whatever adapter wgpu finds (lavapipe here):
-//! - `cargo run --example gpu_bench -- matmul`: GFLOP/s of the matmul (several workgroup shapes, `WGS=8x8,16x16`)
-//!   against the CPU backend, at BERT shapes. The slower kernels it was compared with are deleted; their numbers are
+//! - `cargo run --example gpu_bench -- matmul`: GFLOP/s of the matmul (several workgroup shapes, `WGS=8x8,16x16`;
+//!   `t16x16`: the tiled kernel, staged through workgroup memory) against the CPU backend, at BERT shapes. The slower kernels it was compared with are deleted; their numbers are
 //!   in BENCHMARKS.md and the revision that measured them is named there.
 //! - The whole forward on both backends, with each kernel's share of the GPU's time, is `bertgpu bench --profile`
 //!   (one forward benchmark, in the CLI); PyTorch's time on the same batch: `examples/torch_forward.py`.
@@ -43,7 +43,8 @@ fn matmul() {
     let reps: usize = std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let wgs = bench_wgs();
     let backends: Vec<GpuBackend> = wgs.iter()
-        .map(|&wg| GpuBackend::with_tuning(Gpu::new_blocking().unwrap(), Tuning { matmul_wg: wg, ..Default::default() }).unwrap())
+        .map(|&(wg, tiled)| GpuBackend::with_tuning(Gpu::new_blocking().unwrap(),
+            Tuning { matmul_wg: wg, matmul_tiled: tiled, ..Default::default() }).unwrap())
         .collect();
     let cpu = CpuBackend::new();
     let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
@@ -68,7 +69,8 @@ fn matmul() {
                 for (t, v) in times.iter_mut().zip(col) { t.push(v); }
             }
         }
-        let names: Vec<String> = wgs.iter().map(|wg| format!("4×8/thread vec4, workgroup {}×{}", wg.0, wg.1))
+        let names: Vec<String> = wgs.iter()
+            .map(|(wg, tiled)| format!("4×8/thread vec4{}, workgroup {}×{}", if *tiled { " tiled" } else { "" }, wg.0, wg.1))
             .chain(["CPU backend (rayon, 2 threads)".to_string()]).collect();
         for (i, (name, t)) in names.into_iter().zip(times).enumerate() {
             let ms = median(t);
@@ -85,12 +87,14 @@ fn matmul() {
     }
 }
 
-/// Workgroup shapes to compare: `WGS="16x4,32x4"` or the default list.
-fn bench_wgs() -> Vec<(u32, u32)> {
-    let spec = std::env::var("WGS").unwrap_or_else(|_| "8x8,16x16,16x4,32x4,64x4,32x8".into());
+/// Workgroup shapes to compare: `WGS="16x4,t16x16"` (`t`: the tiled kernel) or the default list.
+fn bench_wgs() -> Vec<((u32, u32), bool)> {
+    let spec = std::env::var("WGS").unwrap_or_else(|_| "8x8,16x16,16x4,32x4,64x4,32x8,t8x8,t16x8,t16x16".into());
     spec.split(',').filter_map(|s| {
+        let s = s.trim();
+        let (tiled, s) = match s.strip_prefix('t') { Some(rest) => (true, rest), None => (false, s) };
         let (a, b) = s.split_once('x')?;
-        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+        Some(((a.trim().parse().ok()?, b.trim().parse().ok()?), tiled))
     }).collect()
 }
 

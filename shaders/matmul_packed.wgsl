@@ -3,6 +3,7 @@
 // Bindings, tiling and epilogue: lib/matmul_tile.wgsl.
 //   matmul_packed  f16, Q8_0, Q4_0 (WDT 1, 2, 3): the 4×8 tile of matmul_vec4 with each w vec4 decoded from one or
 //                  two words instead of loaded. The host guarantees K % 4 == 0 (f16) or K % 32 == 0 (Q8_0, Q4_0).
+//   matmul_packed_tiled  the same, staged through workgroup memory (lib/matmul_tile.wgsl's tile_shared).
 //   matmul_scalar  f32 or f16 (WDT 0, 1), any K: 4×4 blocking with scalar loads.
 
 #include "lib/matmul_tile.wgsl"
@@ -54,6 +55,12 @@ fn w_scale(row: u32, kk: u32) -> f32 {
 @compute @workgroup_size(WG_X, WG_Y, 1)
 fn matmul_packed(@builtin(global_invocation_id) gid: vec3<u32>) {
     tile_4x8(gid);
+}
+
+// The same product staged through workgroup memory (tile_shared): for real GPUs.
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn matmul_packed_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    tile_shared(wid, lid);
 }
 
 // Element `i` of an f32 (WDT 0) or f16 (WDT 1) weight, for matmul_scalar.

@@ -42,9 +42,18 @@ const POOL_RTOL: f32 = 1e-6;
 
 const SIZES: [usize; 6] = [1, 7, 33, 64, 127, 513];
 
+/// Every matmul variant the calibration may choose on this adapter (tune.rs), on every awkward shape.
 #[test]
 fn linear_matches_cpu_over_awkward_shapes() {
     let Some(g) = gpu() else { return };
+    for t in bertgpu::backend::gpu::matmul_candidates(g.gpu()) {
+        let t = g.set_tuning(t);
+        let worst = linear_cases(&g);
+        eprintln!("linear {t}: worst |err| {worst:e}");
+    }
+}
+
+fn linear_cases(g: &GpuBackend) -> f32 {
     let r = CpuBackend::new();
     let mut worst = 0.0f32;
     for (i, &m) in SIZES.iter().enumerate() {
@@ -62,15 +71,15 @@ fn linear_matches_cpu_over_awkward_shapes() {
                 let gy = g.linear(&gx, &gw, with_bias.then_some(&gb), Activation::None).unwrap();
                 let ry = r.linear(&rx, &rw, with_bias.then_some(&rb), Activation::None).unwrap();
                 assert_eq!(g.dims(&gy), (m, n));
-                let got = read(&g, &gy);
+                let got = read(g, &gy);
                 let want = pollster::block_on(r.read(&ry)).unwrap();
-                let e = assert_close(&format!("linear M={m} N={n} K={k} bias={with_bias}"), &got, &want,
+                let e = assert_close(&format!("linear {} M={m} N={n} K={k} bias={with_bias}", g.tuning()), &got, &want,
                     MATMUL_ATOL + MATMUL_ATOL_PER_K * k as f32, MATMUL_RTOL);
                 worst = worst.max(e);
             }
         }
     }
-    eprintln!("linear: worst |err| {worst:e}");
+    worst
 }
 
 #[test]

@@ -12,11 +12,17 @@
 //                                   layouts of lib/quant.wgsl; the host pads the buffer with a spare word for the
 //                                   reads that straddle the last one.
 //
-// `tile_4x8` computes a 4×8 block of y per invocation with eight vec4 accumulators: per step along K it loads 4
-// vec4 of x and 8 vec4 of w (12 loads) and does 32 dot products (4×4 blocks: 8 loads for 16). No workgroup
-// memory: on a CPU "GPU" (lavapipe, SwiftShader) global loads are cached CPU loads and barriers are expensive, and
-// the measured shared-memory tiled variant was slower (BENCHMARKS.md). Rows/columns past the edge are clamped for
-// loading and masked on store, so any M, N work. Accumulation is f32 throughout.
+// Two tilings, the same 4 rows × 8 columns of y per invocation, the same grid (WG_X · 8 columns by WG_Y · 4 rows per
+// workgroup), so the host switches between them by entry point alone:
+// - `tile_4x8` (direct): eight vec4 accumulators; per step along K it loads 4 vec4 of x and 8 vec4 of w (12 loads)
+//   straight from storage and does 32 dot products. No workgroup memory: on a CPU "GPU" (lavapipe, SwiftShader)
+//   global loads are cached CPU loads and barriers are expensive, so this is the fastest there (BENCHMARKS.md).
+// - `tile_shared` (tiled): the workgroup stages its (4·WG_Y) × 16 slice of x and (8·WG_X) × 16 slice of w in
+//   workgroup memory, K-major, then each invocation reads one vec4 of x and two of w per k (3 loads for 32 FMAs).
+//   Each value leaves storage once per workgroup instead of once per invocation: what a real GPU needs. WG_X and
+//   WG_Y ≤ 16 (the staging arrays' size).
+// Rows/columns past the edge are clamped (direct) or zero-filled (tiled) for loading and masked on store, so any M,
+// N work. Accumulation is f32 throughout. The adapter's calibration picks the tiling (src/backend/gpu/tune.rs).
 //
 // The kernel that includes this file reads its weight through:
 //   fn w_row(c: u32) -> u32                             where weight row c starts, in the units w_vec takes
@@ -40,6 +46,9 @@ override WG_Y: u32 = 8u;
 // Epilogue: the activation code of lib/activations.wgsl, and whether a bias is added first.
 override ACT: u32 = 0u;
 override HAS_BIAS: bool = false;
+// A deliberately wrong result (every output + 0.01): only for the tests of the load-time canary, which must catch a
+// kernel that a driver miscompiles (GpuBackend::inject_fault).
+override FAULT: bool = false;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
@@ -50,6 +59,9 @@ fn epilogue(v: f32, col: u32) -> f32 {
     var z = v;
     if HAS_BIAS {
         z = z + bias[col];
+    }
+    if FAULT {
+        z = z + 0.01;
     }
     return activate(ACT, z);
 }
@@ -144,4 +156,91 @@ fn tile_4x8(gid: vec3<u32>) {
     store_row(r0 + 1u, c0 + 4u, bcc1);
     store_row(r0 + 2u, c0 + 4u, bcc2);
     store_row(r0 + 3u, c0 + 4u, bcc3);
+}
+
+// K values per step of `tile_shared` (4 vec4), and its staging arrays: x_tile[kk · 16 + g] holds rows 4g..4g+3 of
+// the workgroup's x slice at k = kk; w_tile[kk · 32 + g] columns 4g..4g+3 of its w slice. Columns g = lx and
+// g = WG_X + lx of an invocation are consecutive across the warp, so the reads below do not conflict.
+const TILE_K: u32 = 16u;
+var<workgroup> x_tile: array<vec4<f32>, 256>;
+var<workgroup> w_tile: array<vec4<f32>, 512>;
+
+// Rows 4·ly.. and columns 4·lx.., 4·(WG_X + lx).. of the workgroup's (4·WG_Y) × (8·WG_X) block of y.
+fn tile_shared(wid: vec3<u32>, lid: vec3<u32>) {
+    let row0 = wid.y * 4u * WG_Y;
+    let col0 = wid.x * 8u * WG_X;
+    let t = lid.y * WG_X + lid.x;
+    let threads = WG_X * WG_Y;
+    let k4 = p.k / 4u;
+    var acc0 = vec4<f32>(0.0);  // row 4·ly, columns 4·lx..
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    var bcc0 = vec4<f32>(0.0);  // row 4·ly, columns 4·(WG_X + lx)..
+    var bcc1 = vec4<f32>(0.0);
+    var bcc2 = vec4<f32>(0.0);
+    var bcc3 = vec4<f32>(0.0);
+    for (var s = 0u; s < k4; s = s + TILE_K / 4u) {
+        // Stage x: 4·WG_Y rows × 4 vec4, transposed to K-major.
+        for (var i = t; i < 16u * WG_Y; i = i + threads) {
+            let r = i >> 2u;
+            let kq = s + (i & 3u);
+            var v = vec4<f32>(0.0);
+            if row0 + r < p.m && kq < k4 {
+                v = x4[(row0 + r) * k4 + kq];
+            }
+            let g = (i & 3u) * 64u + (r >> 2u);
+            let c = r & 3u;
+            x_tile[g][c] = v.x;
+            x_tile[g + 16u][c] = v.y;
+            x_tile[g + 32u][c] = v.z;
+            x_tile[g + 48u][c] = v.w;
+        }
+        // Stage w: 8·WG_X weight rows (output columns) × 4 vec4, decoded, transposed to K-major.
+        for (var i = t; i < 32u * WG_X; i = i + threads) {
+            let n = i >> 2u;
+            let kq = s + (i & 3u);
+            var v = vec4<f32>(0.0);
+            if col0 + n < p.n && kq < k4 {
+                let row = w_row(col0 + n);
+                var d = 1.0;
+                if W_BLOCKED {
+                    d = w_scale(row, kq);
+                }
+                v = w_vec(row, kq, d);
+            }
+            let g = (i & 3u) * 128u + (n >> 2u);
+            let c = n & 3u;
+            w_tile[g][c] = v.x;
+            w_tile[g + 32u][c] = v.y;
+            w_tile[g + 64u][c] = v.z;
+            w_tile[g + 96u][c] = v.w;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < TILE_K; kk = kk + 1u) {
+            let a = x_tile[kk * 16u + lid.y];
+            let b0 = w_tile[kk * 32u + lid.x];
+            let b1 = w_tile[kk * 32u + WG_X + lid.x];
+            acc0 = acc0 + a.x * b0;
+            acc1 = acc1 + a.y * b0;
+            acc2 = acc2 + a.z * b0;
+            acc3 = acc3 + a.w * b0;
+            bcc0 = bcc0 + a.x * b1;
+            bcc1 = bcc1 + a.y * b1;
+            bcc2 = bcc2 + a.z * b1;
+            bcc3 = bcc3 + a.w * b1;
+        }
+        workgroupBarrier();
+    }
+    let r = row0 + 4u * lid.y;
+    let c = col0 + 4u * lid.x;
+    let c1 = c + 4u * WG_X;
+    store_row(r, c, acc0);
+    store_row(r + 1u, c, acc1);
+    store_row(r + 2u, c, acc2);
+    store_row(r + 3u, c, acc3);
+    store_row(r, c1, bcc0);
+    store_row(r + 1u, c1, bcc1);
+    store_row(r + 2u, c1, bcc2);
+    store_row(r + 3u, c1, bcc3);
 }

@@ -48,14 +48,14 @@ impl GpuBackend {
         }
         let out = self.alloc(s.batch * s.seq, h)?;
         let p = attention_params(s, dropout);
-        let groups = (s.seq.div_ceil(self.tuning.attention_wg as usize) as u32, s.heads as u32, s.batch as u32);
+        let groups = (s.seq.div_ceil(self.tuning.get().attention_wg as usize) as u32, s.heads as u32, s.batch as u32);
         // The vec4 kernel when head_dim and hidden split into vec4s (every BERT); the scalar one otherwise.
-        let (shader, entry) = if s.head_dim % 4 == 0 && !self.tuning.scalar_attention {
+        let (shader, entry) = if s.head_dim % 4 == 0 && !self.tuning.get().scalar_attention {
             ("attention_vec4", "attention_vec4")
         } else {
             ("attention", "attention")
         };
-        let wg = ("WG", self.tuning.attention_wg as f64);
+        let wg = ("WG", self.tuning.get().attention_wg as f64);
         let consts: &[(&str, f64)] = if dropout.is_some() { &[wg, ("DROPOUT", 1.0)] } else { &[wg] };
         self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &[
             (1, qkv.buffer(), false),
@@ -94,7 +94,7 @@ impl GpuBackend {
         }
         let (probs, dscores) = (self.alloc(rows * s.heads, s.seq)?, self.alloc(rows * s.heads, s.seq)?);
         let p = attention_params(s, dropout);
-        let wg = self.tuning.attention_wg;
+        let wg = self.tuning.get().attention_wg;
         let groups = (s.seq.div_ceil(wg as usize) as u32, s.heads as u32, s.batch as u32);
         let consts: &[(&str, f64)] =
             if dropout.is_some() { &[("WG", wg as f64), ("DROPOUT", 1.0)] } else { &[("WG", wg as f64)] };

@@ -29,11 +29,12 @@ impl GpuBackend {
         }
         let out = self.alloc(m, n)?;
         let act_id = act.shader_code() as f64;
-        let (wx, wy) = self.tuning.matmul_wg;
+        let (wx, wy) = self.tuning.get().matmul_wg;
+        let tiled = self.tuning.get().matmul_tiled;
         let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, _pad: 0 };
         let bias_buf = bias.map(|b| b.buffer()).unwrap_or(&self.dummy);
-        // One entry point per weight layout; outputs per invocation: 4 rows × 8 columns (vec4, packed), 4 × 4
-        // (scalar). vec4 loads of x need K % 4 == 0 (every BERT); otherwise the scalar entry point views x as f32
+        // One entry point per weight layout and tiling; outputs per invocation: 4 rows × 8 columns (vec4, packed,
+        // direct or tiled: the same grid), 4 × 4 (scalar). vec4 loads of x need K % 4 == 0 (every BERT); otherwise the scalar entry point views x as f32
         // and the weight as words (f32 or f16). Quantized rows are whole blocks of 32, so K % 32 == 0 there.
         let (shader, entry, xb, wb, cols) = match w.dtype {
             Dtype::Q8_0 | Dtype::Q4_0 if k % QK != 0 => {
@@ -41,8 +42,10 @@ impl GpuBackend {
                     "a {} weight needs K to be a multiple of {QK}, got {k}", w.dtype.name()
                 )));
             }
-            Dtype::F32 if k % 4 == 0 => ("matmul", "matmul_vec4", 1, 2, 8),
-            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => ("matmul_packed", "matmul_packed", 1, 6, 8),
+            Dtype::F32 if k % 4 == 0 => ("matmul", if tiled { "matmul_vec4_tiled" } else { "matmul_vec4" }, 1, 2, 8),
+            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => {
+                ("matmul_packed", if tiled { "matmul_packed_tiled" } else { "matmul_packed" }, 1, 6, 8)
+            }
             _ => ("matmul_packed", "matmul_scalar", 5, 6, 4),
         };
         let mut consts = vec![
@@ -51,6 +54,9 @@ impl GpuBackend {
             ("ACT", act_id),
             ("HAS_BIAS", if bias.is_some() { 1.0 } else { 0.0 }),
         ];
+        if self.fault.get() {
+            consts.push(("FAULT", 1.0));
+        }
         if shader == "matmul_packed" {
             // matmul.wgsl reads only f32 weights: it declares no WDT (and a pipeline may not set what is not there).
             consts.push(("WDT", w.dtype.shader_code() as f64));

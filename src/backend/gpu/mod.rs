@@ -27,6 +27,7 @@ mod profiler;
 mod runtime;
 mod tensor;
 mod train;
+mod tune;
 mod tuning;
 pub mod wgsl;
 
@@ -36,6 +37,7 @@ use std::rc::Rc;
 
 pub use context::Gpu;
 pub use tensor::GpuTensor;
+pub use tune::matmul_candidates;
 pub use tuning::Tuning;
 
 use buffers::Pool;
@@ -51,7 +53,10 @@ use crate::{Error, Result};
 /// The GPU backend on one device: see the module documentation.
 pub struct GpuBackend {
     gpu: Gpu,
-    tuning: Tuning,
+    /// Set at construction and by [`GpuBackend::set_tuning`] (the adapter's calibration, tune.rs).
+    tuning: std::cell::Cell<Tuning>,
+    /// [`GpuBackend::inject_fault`]: the linear kernels return wrong values (tests of the load-time canary).
+    fault: std::cell::Cell<bool>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<PipelineKey, Rc<Pipeline>>>,
     pool: Pool,
@@ -103,7 +108,8 @@ impl GpuBackend {
         });
         Ok(GpuBackend {
             gpu,
-            tuning: t,
+            tuning: std::cell::Cell::new(t),
+            fault: std::cell::Cell::new(false),
             modules: RefCell::new(HashMap::new()),
             pipelines: RefCell::new(HashMap::new()),
             pool: Rc::new(RefCell::new(buffers::PoolState::default())),
@@ -131,7 +137,22 @@ impl GpuBackend {
 
     /// The tuning in effect (after clamping to the adapter's limits).
     pub fn tuning(&self) -> Tuning {
-        self.tuning
+        self.tuning.get()
+    }
+
+    /// Makes every linear recorded from now on add 0.01 to its outputs (`on`), as a miscompiled kernel would
+    /// return wrong values: for the tests of the canary that compares the GPU with the CPU at load. Not for use.
+    #[doc(hidden)]
+    pub fn inject_fault(&self, on: bool) {
+        self.fault.set(on);
+    }
+
+    /// Switches the kernels to `tuning` (clamped to the adapter's limits) for every dispatch recorded from now on;
+    /// pipelines already built for other knobs stay cached. Returns the tuning in effect.
+    pub fn set_tuning(&self, tuning: Tuning) -> Tuning {
+        let t = tuning.clamped(&self.gpu.limits);
+        self.tuning.set(t);
+        t
     }
 
     /// Device bytes held by the weights uploaded and still alive: a weight takes its stored size (a Q8_0 matrix 34

@@ -49,7 +49,7 @@ impl GpuBackend {
         let out = self.alloc(n, h)?;
         let p = EmbeddingsParams { rows: n as u32, seq: batch.t as u32, hidden: h as u32, eps: tables.eps };
         let mut consts = vec![
-            ("WG", self.tuning.row_wg as f64),
+            ("WG", self.tuning.get().row_wg as f64),
             ("WORD_DT", tables.word.dtype.shader_code() as f64),
             ("POS_DT", tables.position.dtype.shader_code() as f64),
             ("TYPE_DT", tables.token_type.dtype.shader_code() as f64),
@@ -118,7 +118,7 @@ impl GpuBackend {
         let (dx, stats) = (self.alloc(m, n)?, self.alloc(m, 2)?);
         let (dgamma, dbeta) = (self.alloc(1, n)?, self.alloc(1, n)?);
         let p = LayerNormParams { rows: m as u32, cols: n as u32, eps, _pad: 0 };
-        let wg = self.tuning.row_wg;
+        let wg = self.tuning.get().row_wg;
         self.dispatch("layernorm_backward", "ln_backward_dx", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, dy.buffer(), false),
             (2, x.buffer(), false),
@@ -126,7 +126,7 @@ impl GpuBackend {
             (4, dx.buffer(), true),
             (5, stats.buffer(), true),
         ], self.grid(m))?;
-        let wg = self.tuning.elem_wg;
+        let wg = self.tuning.get().elem_wg;
         self.dispatch("layernorm_backward", "ln_param_grads", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, dy.buffer(), false),
             (2, x.buffer(), false),
@@ -153,7 +153,7 @@ impl GpuBackend {
         }
         let out = self.alloc(m, n)?;
         let p = LayerNormParams { rows: m as u32, cols: n as u32, eps, _pad: 0 };
-        let consts = [("WG", self.tuning.row_wg as f64), ("HAS_RES", if residual.is_some() { 1.0 } else { 0.0 })];
+        let consts = [("WG", self.tuning.get().row_wg as f64), ("HAS_RES", if residual.is_some() { 1.0 } else { 0.0 })];
         let res = residual.map(|r| r.buffer()).unwrap_or(&self.dummy);
         self.dispatch("layernorm", "layernorm", &consts, bytemuck::bytes_of(&p), &[
             (1, x.buffer(), false),

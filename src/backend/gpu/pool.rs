@@ -18,7 +18,7 @@ impl GpuBackend {
         let hdim = x.cols;
         let out = self.alloc(batch, hdim)?;
         let p = PoolParams { batch: batch as u32, seq: seq as u32, hidden: hdim as u32, _pad: 0 };
-        let wg = self.tuning.elem_wg;
+        let wg = self.tuning.get().elem_wg;
         self.dispatch("pool", "mean_pool", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, x.buffer(), false),
             (2, mask.buffer(), false),
@@ -39,7 +39,7 @@ impl GpuBackend {
         let idx = self.host_buffer(bytemuck::cast_slice(rows))?;
         let out = self.alloc(rows.len(), x.cols)?;
         let p = GatherParams { out_rows: rows.len() as u32, cols: x.cols as u32, _pad0: 0, _pad1: 0 };
-        let wg = self.tuning.elem_wg;
+        let wg = self.tuning.get().elem_wg;
         self.dispatch("gather", "gather_rows", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, idx.buffer(), false),
             (2, x.buffer(), false),

@@ -34,7 +34,7 @@ pub(super) fn csr(rows: usize, dst: impl Iterator<Item = Option<usize>> + Clone)
 
 impl GpuBackend {
     fn train_wg(&self) -> u32 {
-        self.tuning.elem_wg
+        self.tuning.get().elem_wg
     }
 
     pub(super) fn train_matmul(&self, a: &GpuTensor, trans_a: bool, b: &GpuTensor, trans_b: bool) -> Result<GpuTensor> {
@@ -55,7 +55,7 @@ impl GpuBackend {
             ..Default::default()
         };
         // 4 rows × 8 columns of the output per invocation (shaders/train.wgsl), the linear's workgroup shape.
-        let (wx, wy) = self.tuning.matmul_wg;
+        let (wx, wy) = self.tuning.get().matmul_wg;
         let groups = (n.div_ceil(8 * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
         self.dispatch("train", "matmul_t", &[("WG_X", wx as f64), ("WG_Y", wy as f64)], bytemuck::bytes_of(&p), &[
             (1, a.buffer(), false),
@@ -198,7 +198,7 @@ impl GpuBackend {
     /// [`Backend::sum_squares`](super::Backend::sum_squares): squares summed per chunk of [`SUM_CHUNK`] values, then
     /// the partial sums in one workgroup (one pass when the tensor is one chunk).
     pub(super) fn record_sum_squares(&self, x: &GpuTensor) -> Result<GpuTensor> {
-        let (n, wg) = (x.len(), self.tuning.row_wg);
+        let (n, wg) = (x.len(), self.tuning.get().row_wg);
         let parts = n.div_ceil(SUM_CHUNK).max(1);
         let out = self.alloc(1, 1)?;
         let first = if parts == 1 { out.clone() } else { self.alloc(1, parts)? };

@@ -7,6 +7,10 @@
 pub struct Tuning {
     /// matmul workgroup (x over output columns, y over rows); each invocation computes 4×8 outputs.
     pub matmul_wg: (u32, u32),
+    /// The matmul staged through workgroup memory (`tile_shared` in shaders/lib/matmul_tile.wgsl) instead of
+    /// loading straight from storage (`tile_4x8`): faster on real GPUs, slower on CPU adapters. Needs
+    /// `matmul_wg` ≤ 16 × 16 (clamped so).
+    pub matmul_tiled: bool,
     /// attention: queries (invocations) per workgroup.
     pub attention_wg: u32,
     /// layernorm / embeddings invocations per row (power of two ≤ 256).
@@ -20,13 +24,13 @@ pub struct Tuning {
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { matmul_wg: (8, 8), attention_wg: 64, row_wg: 128, elem_wg: 64, scalar_attention: false }
+        Tuning { matmul_wg: (8, 8), matmul_tiled: false, attention_wg: 64, row_wg: 128, elem_wg: 64, scalar_attention: false }
     }
 }
 
 impl Tuning {
     /// These knobs clamped to what an adapter with limits `l` allows.
-    pub(super) fn clamped(self, l: &wgpu::Limits) -> Tuning {
+    pub(crate) fn clamped(self, l: &wgpu::Limits) -> Tuning {
         let max_inv = l.max_compute_invocations_per_workgroup;
         let cap = |v: u32| prev_pow2(v.min(256).min(max_inv).min(l.max_compute_workgroup_size_x)).max(1);
         let mut t = self;
@@ -34,8 +38,12 @@ impl Tuning {
         t.elem_wg = cap(t.elem_wg);
         t.attention_wg = cap(t.attention_wg);
         let (mut wx, mut wy) = t.matmul_wg;
-        wx = wx.clamp(1, l.max_compute_workgroup_size_x);
-        wy = wy.clamp(1, l.max_compute_workgroup_size_y);
+        if l.max_compute_workgroup_storage_size < TILED_WORKGROUP_BYTES {
+            t.matmul_tiled = false;
+        }
+        let tile_cap = if t.matmul_tiled { MAX_TILED_WG } else { u32::MAX };
+        wx = wx.clamp(1, l.max_compute_workgroup_size_x.min(tile_cap));
+        wy = wy.clamp(1, l.max_compute_workgroup_size_y.min(tile_cap));
         while wx * wy > max_inv {
             if wy >= wx { wy = (wy / 2).max(1) } else { wx = (wx / 2).max(1) }
         }
@@ -44,6 +52,81 @@ impl Tuning {
     }
 }
 
+/// Workgroup memory of the tiled matmul: x_tile (256 vec4) and w_tile (512 vec4).
+const TILED_WORKGROUP_BYTES: u32 = (256 + 512) * 16;
+
+/// The largest matmul workgroup side the tiled kernel's staging arrays hold (x_tile, w_tile in
+/// shaders/lib/matmul_tile.wgsl).
+pub const MAX_TILED_WG: u32 = 16;
+
 fn prev_pow2(v: u32) -> u32 {
     if v == 0 { 0 } else { 1 << (31 - v.leading_zeros()) }
+}
+
+/// `matmul=tiled:16x16,attention=vec4:64,row=128,elem=64`: how `bench`, the calibration's cache and `BERTGPU_TUNING`
+/// write a tuning ([`Tuning::parse`] reads it back).
+impl std::fmt::Display for Tuning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (wx, wy) = self.matmul_wg;
+        write!(
+            f,
+            "matmul={}:{wx}x{wy},attention={}:{},row={},elem={}",
+            if self.matmul_tiled { "tiled" } else { "direct" },
+            if self.scalar_attention { "scalar" } else { "vec4" },
+            self.attention_wg,
+            self.row_wg,
+            self.elem_wg
+        )
+    }
+}
+
+impl Tuning {
+    /// Reads what [`Display`](std::fmt::Display) writes; a knob left out keeps its default. An unknown key or a
+    /// malformed value is an error naming it.
+    pub fn parse(spec: &str) -> Result<Tuning, String> {
+        let mut t = Tuning::default();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part.split_once('=').ok_or_else(|| format!("tuning `{part}`: write key=value"))?;
+            let num = |v: &str| v.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| format!("tuning `{part}`: `{v}` is not a positive number"));
+            let kind_size = |v: &'static [&'static str]| -> Result<(bool, &str), String> {
+                let (kind, size) = value.split_once(':').ok_or_else(|| format!("tuning `{part}`: write {key}={}:SIZE", v.join("|")))?;
+                let first = v.iter().position(|k| *k == kind).ok_or_else(|| format!("tuning `{part}`: `{kind}` is not one of {}", v.join(", ")))?;
+                Ok((first == 0, size))
+            };
+            match key {
+                "matmul" => {
+                    let (tiled, size) = kind_size(&["tiled", "direct"])?;
+                    let (x, y) = size.split_once('x').ok_or_else(|| format!("tuning `{part}`: write the workgroup as XxY"))?;
+                    t.matmul_tiled = tiled;
+                    t.matmul_wg = (num(x)?, num(y)?);
+                }
+                "attention" => {
+                    let (scalar, size) = kind_size(&["scalar", "vec4"])?;
+                    t.scalar_attention = scalar;
+                    t.attention_wg = num(size)?;
+                }
+                "row" => t.row_wg = num(value)?,
+                "elem" => t.elem_wg = num(value)?,
+                other => return Err(format!("tuning `{part}`: unknown knob `{other}` (matmul, attention, row, elem)")),
+            }
+        }
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tuning;
+
+    #[test]
+    fn a_tuning_reads_back_what_it_writes() {
+        let t = Tuning { matmul_wg: (16, 8), matmul_tiled: true, attention_wg: 32, row_wg: 256, elem_wg: 64, scalar_attention: true };
+        assert_eq!(t.to_string(), "matmul=tiled:16x8,attention=scalar:32,row=256,elem=64");
+        assert_eq!(Tuning::parse(&t.to_string()), Ok(t));
+        assert_eq!(Tuning::parse(""), Ok(Tuning::default()));
+        assert_eq!(Tuning::parse("row=64").unwrap(), Tuning { row_wg: 64, ..Tuning::default() });
+        for bad in ["matmul=tiled", "matmul=fast:8x8", "matmul=tiled:8", "row=0", "row=x", "speed=1", "row"] {
+            assert!(Tuning::parse(bad).is_err(), "{bad} should be refused");
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! `bertgpu bench`: the speed of this build's backends on this machine, side by side in one run.
 
+use bertgpu::backend::gpu::Tuning;
 use bertgpu::engine::{Device, Engine};
 use bertgpu::heads::Pooling;
 use bertgpu::tasks::EmbedOptions;
@@ -8,8 +9,10 @@ use crate::{load_engine, load_model, Fail, InferArgs};
 
 /// Times `embed` (forward + mean pool + read-back) of `batch` texts of exactly `seq` tokens on each backend the
 /// `--device` allows (`auto`: the CPU and, when an adapter exists, the GPU), runs interleaved round-robin so the
-/// backends see the same machine load, and prints a Markdown table of medians and ratios.
-pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize, profile: bool) -> Result<(), Fail> {
+/// backends see the same machine load, and prints a Markdown table of medians and ratios. Each of `tunings` is one
+/// more GPU row: the GPU engine switched to those knobs before each of its runs.
+pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize, profile: bool, tunings: &[Tuning])
+    -> Result<(), Fail> {
     if batch == 0 || seq < 2 || reps == 0 {
         return Err(Fail::Model("bench needs --batch ≥ 1, --seq ≥ 2 ([CLS] and [SEP]) and --reps ≥ 1".into()));
     }
@@ -39,19 +42,32 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
             Err(e) => return Err(e),
         }
     }
+    // Rows: (engine, tuning to switch its GPU backend to first). The GPU's first row keeps its own tuning.
+    let mut rows: Vec<(usize, Option<Tuning>)> = (0..engines.len()).map(|i| (i, None)).collect();
+    if let Some(gi) = engines.iter().position(|(_, e)| matches!(e, Engine::Gpu(_))) {
+        rows.extend(tunings.iter().map(|&t| (gi, Some(t))));
+    }
     let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: batch };
     let run = |e: &Engine| -> Result<f64, Fail> {
         let start = std::time::Instant::now();
         pollster::block_on(e.embed(&texts, &opts)).map_err(|e| Fail::Model(format!("bench failed: {e}")))?;
         Ok(start.elapsed().as_secs_f64() * 1e3)
     };
-    let mut times = vec![Vec::with_capacity(reps); engines.len()];
-    for (_, e) in &engines {
-        run(e)?; // warm-up: pipelines, buffer pools, caches
+    let default_tuning = engines.iter().find_map(|(_, e)| match e { Engine::Gpu(g) => Some(g.backend.tuning()), _ => None });
+    let row_engine = |&(i, t): &(usize, Option<Tuning>)| -> &Engine {
+        let e = &engines[i].1;
+        if let (Engine::Gpu(g), Some(d)) = (e, default_tuning) {
+            g.backend.set_tuning(t.unwrap_or(d));
+        }
+        e
+    };
+    let mut times = vec![Vec::with_capacity(reps); rows.len()];
+    for row in &rows {
+        run(row_engine(row))?; // warm-up: pipelines, buffer pools, caches
     }
     for _ in 0..reps {
-        for (i, (_, e)) in engines.iter().enumerate() {
-            times[i].push(run(e)?);
+        for (k, row) in rows.iter().enumerate() {
+            times[k].push(run(row_engine(row))?);
         }
     }
     // Matmul FLOPs of the encoder (2 per multiply-add): per layer, QKV + output projection (4·H²) and the
@@ -74,14 +90,15 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
     );
     println!("| backend | ms | min–max ms | GFLOP/s | time / first row's |");
     println!("|---|---|---|---|---|");
-    for (k, ((_, e), t)) in engines.iter().zip(&times).enumerate() {
-        let name = match e {
-            Engine::Cpu(_) => "cpu".to_string(),
-            Engine::Gpu(g) => format!("gpu ({})", g.backend.gpu().info.name),
+    for (k, (row, t)) in rows.iter().zip(&times).enumerate() {
+        let name = match (&engines[row.0].1, row.1) {
+            (Engine::Cpu(_), _) => "cpu".to_string(),
+            (Engine::Gpu(g), None) => format!("gpu ({}) {}", g.backend.gpu().info.name, default_tuning.unwrap_or_default()),
+            (Engine::Gpu(_), Some(t)) => format!("gpu {t}"),
         };
         let med = medians[k];
         println!(
-            "| {name} | {med:.1} | {:.1}–{:.1} | {:.2} | {:.3} |",
+            "| {name} | {med:.2} | {:.2}–{:.2} | {:.1} | {:.3} |",
             t[0],
             t[t.len() - 1],
             gflop / (med / 1e3),
@@ -89,9 +106,9 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
         );
     }
     if profile {
-        for (_, e) in &engines {
-            if let Engine::Gpu(g) = e {
-                print_profile(g, || run(e).map(drop))?;
+        for row in &rows {
+            if let Engine::Gpu(g) = row_engine(row) {
+                print_profile(g, || run(row_engine(row)).map(drop))?;
             }
         }
     }
@@ -109,7 +126,7 @@ fn print_profile(g: &bertgpu::tasks::Model<bertgpu::backend::gpu::GpuBackend>, r
     run()?;
     let prof = g.backend.take_profile();
     let total: f64 = prof.iter().map(|e| e.1).sum();
-    println!("GPU time per kernel (timestamp queries), one run: {total:.1} ms in passes");
+    println!("GPU time per kernel (timestamp queries, {}), one run: {total:.1} ms in passes", g.backend.tuning());
     println!("| kernel | passes | ms | share |");
     println!("|---|---|---|---|");
     for (name, ms, n) in prof {

@@ -271,7 +271,15 @@ enum Command {
         /// Also time each GPU kernel of one more run (timestamp queries, where the adapter has them)
         #[arg(long)]
         profile: bool,
+        /// A GPU row with these kernel knobs, e.g. `matmul=tiled:16x16,attention=vec4:64,row=128` (repeatable;
+        /// knobs left out keep their defaults). The rows share one copy of the weights and run round-robin
+        #[arg(long, value_name = "SPEC", value_parser = parse_tuning)]
+        tuning: Vec<bertgpu::backend::gpu::Tuning>,
     },
+}
+
+fn parse_tuning(s: &str) -> Result<bertgpu::backend::gpu::Tuning, String> {
+    bertgpu::backend::gpu::Tuning::parse(s)
 }
 
 /// A count option that must be positive (`--top-k 0` would ask for nothing).
@@ -393,7 +401,7 @@ fn run(command: Command) -> Result<(), Fail> {
             let opts = bertgpu::tokenizer::train::WordPieceOptions { vocab_size, min_frequency, lowercase, ..Default::default() };
             train_tokenizer::cmd_train_tokenizer(&data, &out, &opts)
         }
-        Command::Bench { infer, batch, seq, reps, profile } => cmd_bench(&infer, batch, seq, reps, profile),
+        Command::Bench { infer, batch, seq, reps, profile, tuning } => cmd_bench(&infer, batch, seq, reps, profile, &tuning),
     }
 }
 
