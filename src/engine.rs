@@ -3,7 +3,7 @@
 //! are thin layers over this module.
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::gpu::{Gpu, GpuBackend};
+use crate::backend::gpu::{tune, Calibration, Gpu, GpuBackend, Tuning, Workload};
 use crate::backend::Backend;
 use crate::config::BertConfig;
 use crate::loader::{self, LoadOptions, ModelFiles, ModelSource};
@@ -109,6 +109,57 @@ impl Engine {
     async fn gpu(model: Model<GpuBackend>) -> Result<Engine> {
         model.warm_up().await?;
         Ok(Engine::Gpu(model))
+    }
+
+    /// What the GPU kernels' calibration times for this model: one encoder layer in its own shapes and weight
+    /// dtype ([`Workload::of_config`]); `None` on the CPU.
+    pub fn tuning_workload(&self) -> Option<Workload> {
+        match self {
+            Engine::Gpu(m) => {
+                let dtype = m.bert.encoder.layers.first().map_or(crate::backend::Dtype::F32, |l| l.matmul_dtype(&m.backend));
+                Some(Workload::of_config(&m.config, dtype))
+            }
+            Engine::Cpu(_) => None,
+        }
+    }
+
+    /// Where the tuning chosen for this model on this adapter is cached ([`tune::cache_key`]); `None` on the CPU.
+    pub fn tuning_key(&self) -> Option<String> {
+        match (self, self.tuning_workload()) {
+            (Engine::Gpu(m), Some(w)) => Some(tune::cache_key(m.backend.gpu(), &w)),
+            _ => None,
+        }
+    }
+
+    /// Whether a load should calibrate the GPU kernels ([`tune::worth_calibrating`]): false on the CPU and on CPU
+    /// adapters.
+    pub fn worth_calibrating(&self) -> bool {
+        matches!(self, Engine::Gpu(m) if tune::worth_calibrating(m.backend.gpu()))
+    }
+
+    /// The GPU kernels' tuning in effect; `None` on the CPU.
+    pub fn tuning(&self) -> Option<Tuning> {
+        match self {
+            Engine::Gpu(m) => Some(m.backend.tuning()),
+            Engine::Cpu(_) => None,
+        }
+    }
+
+    /// Switches the GPU kernels to `t` (clamped to the adapter) and returns the tuning in effect; `None` on the CPU.
+    pub fn set_tuning(&self, t: Tuning) -> Option<Tuning> {
+        match self {
+            Engine::Gpu(m) => Some(m.backend.set_tuning(t)),
+            Engine::Cpu(_) => None,
+        }
+    }
+
+    /// Times the GPU kernels' variants on this model's shapes within about `budget_ms` and switches to the fastest
+    /// ([`GpuBackend::calibrate`]); `None` on the CPU.
+    pub async fn calibrate(&self, budget_ms: f64) -> Result<Option<Calibration>> {
+        let (Engine::Gpu(m), Some(work)) = (self, self.tuning_workload()) else { return Ok(None) };
+        let c = m.backend.calibrate(&work, budget_ms).await?;
+        m.backend.set_tuning(c.tuning);
+        Ok(Some(c))
     }
 
     /// `"cpu"` or `"gpu"`.

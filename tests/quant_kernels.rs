@@ -74,11 +74,20 @@ fn check_linear(g: &GpuBackend, r: &CpuBackend, dtype: Dtype, m: usize, n: usize
 }
 
 /// Every packed matmul variant over every (M, N, K) of the awkward sets, with and without bias; the activation
-/// cycles with the shape so each one meets every dtype on several shapes.
+/// cycles with the shape so each one meets every dtype on several shapes. Both tilings the calibration may choose
+/// (direct and staged through workgroup memory, tune.rs), each at its default workgroup.
 #[test]
 fn packed_linear_matches_cpu_twin() {
     let Some(g) = gpu() else { return };
     let r = CpuBackend::new();
+    for tiled in [false, true] {
+        let t = g.set_tuning(bertgpu::backend::gpu::Tuning { matmul_tiled: tiled, ..Default::default() });
+        eprintln!("{t}");
+        packed_cases(&g, &r);
+    }
+}
+
+fn packed_cases(g: &GpuBackend, r: &CpuBackend) {
     for dtype in [Dtype::F16, Dtype::Q8_0, Dtype::Q4_0] {
         let mut worst = 0.0f32;
         let mut i = 0;
@@ -86,7 +95,7 @@ fn packed_linear_matches_cpu_twin() {
             for &n in &NS {
                 for &k in &KS {
                     let act = ACTS[i % ACTS.len()];
-                    worst = worst.max(check_linear(&g, &r, dtype, m, n, k, i % 3 != 2, act, i as u64));
+                    worst = worst.max(check_linear(g, r, dtype, m, n, k, i % 3 != 2, act, i as u64));
                     i += 1;
                 }
             }

@@ -182,6 +182,11 @@ impl<B: Backend> BertLayer<B> {
         })
     }
 
+    /// How the layer's matmul weights are stored (the feed-forward expansion's: every matrix of a model shares it).
+    pub fn matmul_dtype(&self, backend: &B) -> crate::backend::Dtype {
+        backend.dtype(&self.intermediate.dense_weight)
+    }
+
     /// x `(B*T, H)`, mask `(B, T)` → `(B*T, H)`.
     pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let a = self.attention.forward(backend, x, mask, batch, seq)?; // (B*T, H)

@@ -27,7 +27,7 @@ mod profiler;
 mod runtime;
 mod tensor;
 mod train;
-mod tune;
+pub mod tune;
 mod tuning;
 pub mod wgsl;
 
@@ -37,7 +37,7 @@ use std::rc::Rc;
 
 pub use context::Gpu;
 pub use tensor::GpuTensor;
-pub use tune::matmul_candidates;
+pub use tune::{matmul_candidates, Calibration, Workload};
 pub use tuning::Tuning;
 
 use buffers::Pool;

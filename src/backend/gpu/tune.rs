@@ -2,7 +2,11 @@
 //! (lavapipe, SwiftShader); a real GPU wants other tilings. The variants worth timing are listed here, and the
 //! calibration times them on the model's own shapes and keeps the fastest.
 
-use super::{Gpu, Tuning};
+use super::{Activation, AttentionShape, Backend, Dtype, Gpu, GpuBackend, GpuTensor, Tuning};
+use crate::config::BertConfig;
+use crate::weights::quant::{quantize, to_f16};
+use crate::weights::{HostData, HostTensor};
+use crate::{Error, Result};
 
 /// Matmul workgroup shapes of the direct kernel worth timing (the default first).
 const DIRECT_WG: [(u32, u32); 4] = [(8, 8), (16, 16), (16, 4), (32, 4)];
@@ -22,4 +26,281 @@ pub fn matmul_candidates(gpu: &Gpu) -> Vec<Tuning> {
         }
     }
     out
+}
+
+/// What the calibration times: one encoder layer's matmuls, attention and LayerNorms at `batch` sequences of `seq`
+/// tokens, with the weights in `dtype` (the model's own shapes, so the choice fits the model).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Workload {
+    pub hidden: usize,
+    pub intermediate: usize,
+    pub heads: usize,
+    pub batch: usize,
+    pub seq: usize,
+    pub dtype: Dtype,
+}
+
+impl Workload {
+    /// A layer of `cfg` at 4 sequences of 128 tokens (fewer where the model is shorter): the middle of the shapes
+    /// users run, large enough that launch overheads do not decide.
+    pub fn of_config(cfg: &BertConfig, dtype: Dtype) -> Workload {
+        Workload {
+            hidden: cfg.hidden_size,
+            intermediate: cfg.intermediate_size,
+            heads: cfg.num_attention_heads,
+            batch: 4,
+            seq: cfg.max_position_embeddings.clamp(2, 128),
+            dtype,
+        }
+    }
+
+    /// The text that keys a cached choice: the model's shapes, not its name, so models of one shape share it.
+    fn key(&self) -> String {
+        format!("hidden {} intermediate {} heads {} {}", self.hidden, self.intermediate, self.heads, self.dtype.name())
+    }
+}
+
+/// The result of [`GpuBackend::calibrate`]: the tuning chosen and what each variant took.
+#[derive(Clone, Debug)]
+pub struct Calibration {
+    /// The fastest variant of each stage, taken in turn (matmul, then attention, then row kernels).
+    pub tuning: Tuning,
+    /// (variant, best ms of its stage's work) for every variant timed, stage by stage.
+    pub timed: Vec<(Tuning, f64)>,
+    /// The workload (one layer's kernels, each stage's work) with the default tuning and with the chosen one, in ms.
+    pub default_ms: f64,
+    pub chosen_ms: f64,
+    /// Wall-clock ms the calibration took (pipeline compilation included).
+    pub spent_ms: f64,
+    /// Whether every variant was timed within the budget (otherwise the rest kept their defaults).
+    pub complete: bool,
+}
+
+impl std::fmt::Display for Calibration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({:.3} ms per layer against {:.3} with the defaults; calibrated in {:.0} ms{})",
+            self.tuning,
+            self.chosen_ms,
+            self.default_ms,
+            self.spent_ms,
+            if self.complete { "" } else { ", budget reached" }
+        )
+    }
+}
+
+/// Where the choice for `gpu` and `work` is cached: the adapter (vendor, device, driver, backend), this crate's
+/// version (kernels change between versions) and the workload's shapes.
+pub fn cache_key(gpu: &Gpu, work: &Workload) -> String {
+    let i = &gpu.info;
+    format!(
+        "{} {:04x}:{:04x} {} {} ({:?}) | bertgpu {} | {}",
+        i.name,
+        i.vendor,
+        i.device,
+        i.driver,
+        i.driver_info,
+        i.backend,
+        env!("CARGO_PKG_VERSION"),
+        work.key()
+    )
+}
+
+/// Whether to calibrate on `gpu` without being asked: not on a CPU adapter (lavapipe, SwiftShader), where the
+/// defaults are the fastest measured (BENCHMARKS.md) and one layer of a large model takes a second or more, so the
+/// calibration would cost more than it could save; `auto` runs on the CPU there anyway.
+pub fn worth_calibrating(gpu: &Gpu) -> bool {
+    gpu.info.device_type != wgpu::DeviceType::Cpu
+}
+
+/// Rounds each variant is timed (the best counts: noise only ever adds time).
+const ROUNDS: usize = 3;
+/// Each timing repeats the stage's work until the default variant takes about this long, so the submission's own
+/// cost (tens of µs) does not decide between kernels that take a few µs.
+const TARGET_MS: f64 = 2.0;
+const MAX_REPEATS: usize = 64;
+
+/// The knobs one stage of the calibration chooses.
+#[derive(Clone, Copy)]
+enum Knob {
+    Matmul,
+    Attention,
+    Row,
+}
+
+impl Knob {
+    /// `best` with this stage's knobs taken from `v`.
+    fn take(self, best: Tuning, v: Tuning) -> Tuning {
+        let mut t = best;
+        match self {
+            Knob::Matmul => (t.matmul_wg, t.matmul_tiled) = (v.matmul_wg, v.matmul_tiled),
+            Knob::Attention => (t.attention_wg, t.scalar_attention) = (v.attention_wg, v.scalar_attention),
+            Knob::Row => t.row_wg = v.row_wg,
+        }
+        t
+    }
+}
+
+/// One stage of the calibration: its knob, the variants of it, and the work that exercises it.
+type Stage<'a> = (Knob, Vec<Tuning>, Box<dyn Fn() -> Result<()> + 'a>);
+
+impl GpuBackend {
+    /// Times the kernel variants this adapter can run on `work` and switches to the fastest (also returned).
+    /// Three stages, each starting from the best of the one before: the matmul variants ([`matmul_candidates`])
+    /// on the layer's four linears, the attention variants on its attention, the row-kernel widths on its
+    /// LayerNorm. The default is always timed and kept unless another variant is faster, so the choice is never
+    /// slower than the default on what was timed. Once `budget_ms` is spent it stops (pipeline compilation counts):
+    /// the knobs not timed keep their defaults and [`Calibration::complete`] is false.
+    pub async fn calibrate(&self, work: &Workload, budget_ms: f64) -> Result<Calibration> {
+        let start = now_ms();
+        let initial = self.tuning();
+        let (h, i, m) = (work.hidden, work.intermediate, work.batch * work.seq);
+        if h == 0 || i == 0 || m == 0 || work.heads == 0 || h % work.heads != 0 {
+            return Err(Error::Input(format!("calibration workload {work:?}: sizes must be positive, hidden a multiple of heads")));
+        }
+        let weight = |rows: usize, cols: usize, seed: u64| -> Result<GpuTensor> {
+            let t = HostTensor { shape: vec![rows, cols], data: HostData::F32(noise(rows * cols, seed)) };
+            let t = match work.dtype {
+                Dtype::F32 => t,
+                Dtype::F16 => to_f16(&t)?,
+                q => quantize(&t, q)?,
+            };
+            self.upload(&t)
+        };
+        let (w_qkv, w_o, w_i, w_o2) = (weight(3 * h, h, 1)?, weight(h, h, 2)?, weight(i, h, 3)?, weight(h, i, 4)?);
+        let bias = |n: usize, seed: u64| self.input(&noise(n, seed), 1, n);
+        let (b_qkv, b_h, b_i) = (bias(3 * h, 5)?, bias(h, 6)?, bias(i, 7)?);
+        let x = self.input(&noise(m * h, 8), m, h)?;
+        let x_i = self.input(&noise(m * i, 9), m, i)?;
+        let qkv = self.input(&noise(m * 3 * h, 10), m, 3 * h)?;
+        let mask = self.input(&vec![1.0; m], work.batch, work.seq)?;
+        let shape = AttentionShape { batch: work.batch, seq: work.seq, heads: work.heads, head_dim: h / work.heads };
+
+        let matmuls = || -> Result<()> {
+            self.linear(&x, &w_qkv, Some(&b_qkv), Activation::None)?;
+            self.linear(&x, &w_o, Some(&b_h), Activation::None)?;
+            self.linear(&x, &w_i, Some(&b_i), Activation::Gelu)?;
+            self.linear(&x_i, &w_o2, Some(&b_h), Activation::None)?;
+            Ok(())
+        };
+        let attention = || -> Result<()> { self.attention(&qkv, &mask, shape).map(drop) };
+        let norms = || -> Result<()> { self.layernorm(&x, Some(&x), &b_h, &b_h, 1e-12).map(drop) };
+        let stages: Vec<Stage> = vec![
+            (Knob::Matmul, matmul_candidates(&self.gpu), Box::new(matmuls)),
+            (Knob::Attention, attention_candidates(&self.gpu, shape.head_dim), Box::new(attention)),
+            (Knob::Row, row_candidates(&self.gpu), Box::new(norms)),
+        ];
+
+        let mut best = Tuning::default().clamped(&self.gpu.limits);
+        let (mut timed, mut default_ms, mut chosen_ms, mut complete) = (Vec::new(), 0.0, 0.0, true);
+        for (knob, variants, run) in &stages {
+            let merged: Vec<Tuning> = variants.iter().map(|v| knob.take(best, *v)).collect();
+            let repeats = {
+                self.set_tuning(merged[0]);
+                run()?; // compiles the default's pipelines
+                let t0 = now_ms();
+                run()?;
+                self.flush().await?;
+                ((TARGET_MS / (now_ms() - t0).max(1e-3)).ceil() as usize).clamp(1, MAX_REPEATS)
+            };
+            let mut ms = vec![f64::INFINITY; merged.len()];
+            'rounds: for round in 0..ROUNDS {
+                for (k, t) in merged.iter().enumerate() {
+                    // Past the budget, stop: what was not timed keeps the defaults (the default itself is always
+                    // timed once, so a stage always has a time to compare with).
+                    if (round, k) != (0, 0) && now_ms() - start > budget_ms {
+                        complete = false;
+                        break 'rounds;
+                    }
+                    self.set_tuning(*t);
+                    if round == 0 {
+                        run()?; // compiles this variant's pipelines, untimed
+                        self.flush().await?;
+                    }
+                    let t0 = now_ms();
+                    for _ in 0..repeats {
+                        run()?;
+                    }
+                    self.flush().await?;
+                    ms[k] = ms[k].min((now_ms() - t0) / repeats as f64);
+                }
+            }
+            let k = (0..merged.len()).min_by(|&a, &b| ms[a].total_cmp(&ms[b])).unwrap_or(0);
+            best = merged[k];
+            default_ms += ms[0];
+            chosen_ms += ms[k];
+            timed.extend(merged.iter().copied().zip(ms.iter().copied()).filter(|(_, ms)| ms.is_finite()));
+            if !complete {
+                break;
+            }
+        }
+        self.set_tuning(initial);
+        self.gpu.check_errors()?;
+        Ok(Calibration { tuning: best, timed, default_ms, chosen_ms, spent_ms: now_ms() - start, complete })
+    }
+}
+
+/// Attention variants: queries per workgroup, and the vec4 kernel against the scalar one where head_dim allows
+/// vec4 (the default first).
+fn attention_candidates(gpu: &Gpu, head_dim: usize) -> Vec<Tuning> {
+    let d = Tuning::default();
+    let mut out = vec![d];
+    for scalar in [false, true] {
+        if scalar && head_dim % 4 != 0 {
+            continue; // the scalar kernel is the only one there
+        }
+        for wg in [32, 64, 128, 256] {
+            let t = Tuning { attention_wg: wg, scalar_attention: scalar, ..d };
+            if t.clamped(&gpu.limits) == t && !out.contains(&t) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
+/// LayerNorm widths (invocations per row; the default first).
+fn row_candidates(gpu: &Gpu) -> Vec<Tuning> {
+    let d = Tuning::default();
+    let mut out = vec![d];
+    for wg in [32, 64, 256] {
+        let t = Tuning { row_wg: wg, ..d };
+        if t.clamped(&gpu.limits) == t {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// Deterministic values in [-1, 1): what the kernels compute on does not change their speed.
+fn noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Milliseconds on a monotonic clock.
+#[cfg(not(target_arch = "wasm32"))]
+fn now_ms() -> f64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
+}
+
+/// Milliseconds from `performance.now()` (window or worker), or `Date.now()` where there is none.
+#[cfg(target_arch = "wasm32")]
+fn now_ms() -> f64 {
+    use wasm_bindgen::JsCast;
+    let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok();
+    perf.and_then(|p| {
+        let now = js_sys::Reflect::get(&p, &"now".into()).ok()?.dyn_into::<js_sys::Function>().ok()?;
+        now.call0(&p).ok()?.as_f64()
+    })
+    .unwrap_or_else(js_sys::Date::now)
 }

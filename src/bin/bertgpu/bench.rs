@@ -106,11 +106,34 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
         );
     }
     if profile {
+        if let Some(gi) = engines.iter().position(|(_, e)| matches!(e, Engine::Gpu(_))) {
+            print_calibration(&engines[gi].1)?;
+        }
         for row in &rows {
             if let Engine::Gpu(g) = row_engine(row) {
                 print_profile(g, || run(row_engine(row)).map(drop))?;
             }
         }
+    }
+    Ok(())
+}
+
+/// A fresh calibration of the GPU kernels on this model (what a first load on this adapter runs): every variant's
+/// time and the choice. The engine keeps its tuning.
+fn print_calibration(e: &Engine) -> Result<(), Fail> {
+    let before = e.tuning();
+    let Some(c) = pollster::block_on(e.calibrate(f64::INFINITY)).map_err(|e| Fail::Model(format!("calibration failed: {e}")))? else {
+        return Ok(());
+    };
+    if let Some(t) = before {
+        e.set_tuning(t);
+    }
+    println!();
+    println!("Calibration ({:?}): {c}", e.tuning_workload());
+    println!("| variant | ms per layer's stage |");
+    println!("|---|---|");
+    for (t, ms) in &c.timed {
+        println!("| {t}{} | {ms:.4} |", if *t == c.tuning { " (chosen)" } else { "" });
     }
     Ok(())
 }

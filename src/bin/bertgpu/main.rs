@@ -36,6 +36,7 @@ mod finetune;
 mod lines;
 mod pretrain;
 mod train_tokenizer;
+mod tune;
 
 #[derive(Parser)]
 #[command(name = "bertgpu", version, about = "BERT on the GPU (wgpu) and the CPU: embeddings, fill-mask, classification, NER, QA")]
@@ -691,5 +692,9 @@ fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
     let weights = m.model.weights().map_err(fail)?;
     let (config, tokenizer) = (m.model.config.clone(), m.model.tokenizer.clone());
-    pollster::block_on(Engine::from_parts(config, tokenizer, &weights, device)).map_err(fail)
+    let engine = pollster::block_on(Engine::from_parts(config, tokenizer, &weights, device)).map_err(fail)?;
+    if let Some((line, true)) = tune::apply(&engine)? {
+        eprintln!("bertgpu: GPU kernels calibrated for this adapter: {line}");
+    }
+    Ok(engine)
 }

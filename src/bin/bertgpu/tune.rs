@@ -1,0 +1,82 @@
+//! The GPU kernels' tuning for the CLI: the adapter's calibration, cached in a file so it runs once per adapter,
+//! model shape and bertgpu version.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use bertgpu::backend::gpu::Tuning;
+use bertgpu::engine::Engine;
+
+use crate::Fail;
+
+/// How long the calibration may take at the first load of a model shape on an adapter (it runs once; later loads
+/// read the cache).
+const CALIBRATION_BUDGET_MS: f64 = 1000.0;
+
+/// Sets `engine`'s GPU kernels: `BERTGPU_TUNING=default` keeps the defaults, `BERTGPU_TUNING=SPEC` sets those knobs
+/// (e.g. `matmul=tiled:16x16`); on a CPU adapter the defaults stay; otherwise the choice cached for this adapter and
+/// model shape is used, or made by calibrating and cached. Returns a line saying which and why, and whether a calibration ran now (nothing on the
+/// CPU).
+pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
+    let Some(key) = engine.tuning_key() else { return Ok(None) };
+    match std::env::var("BERTGPU_TUNING").ok().as_deref() {
+        Some("default") => return Ok(Some((format!("{} (the defaults: BERTGPU_TUNING=default)", Tuning::default()), false))),
+        Some(spec) => {
+            let t = Tuning::parse(spec).map_err(|e| Fail::Model(format!("BERTGPU_TUNING: {e}")))?;
+            let t = engine.set_tuning(t).unwrap_or(t);
+            return Ok(Some((format!("{t} (BERTGPU_TUNING)"), false)));
+        }
+        None => {}
+    }
+    if !engine.worth_calibrating() {
+        let t = engine.tuning().unwrap_or_default();
+        return Ok(Some((format!("{t} (the defaults: a CPU adapter, where they measure fastest)"), false)));
+    }
+    let file = cache_file();
+    let mut cache = file.as_ref().map(read_cache).unwrap_or_default();
+    if let Some(t) = cache.get(&key).and_then(|spec| Tuning::parse(spec).ok()) {
+        let t = engine.set_tuning(t).unwrap_or(t);
+        return Ok(Some((format!("{t} (calibrated earlier on this adapter; cache {})", shown(&file)), false)));
+    }
+    let c = pollster::block_on(engine.calibrate(CALIBRATION_BUDGET_MS))
+        .map_err(|e| Fail::Model(format!("GPU calibration failed: {e}")))?;
+    let Some(c) = c else { return Ok(None) };
+    if c.complete {
+        // A calibration cut short by its budget is used but not kept: the next load tries again.
+        cache.insert(key, c.tuning.to_string());
+        if let Some(f) = &file {
+            if let Err(e) = write_cache(f, &cache) {
+                eprintln!("bertgpu: could not save the GPU calibration to {}: {e}", f.display());
+            }
+        }
+    }
+    Ok(Some((format!("{c}; cache {}", shown(&file)), true)))
+}
+
+fn shown(file: &Option<PathBuf>) -> String {
+    file.as_ref().map_or("none (no home or cache directory)".into(), |f| f.display().to_string())
+}
+
+/// `$BERTGPU_CACHE_DIR/tuning.json`, else under `$XDG_CACHE_HOME/bertgpu` or `~/.cache/bertgpu`.
+fn cache_file() -> Option<PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let dir = env("BERTGPU_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("bertgpu")))
+        .or_else(|| env("HOME").map(|d| d.join(".cache/bertgpu")))?;
+    Some(dir.join("tuning.json"))
+}
+
+/// The cache: {key: tuning}. A missing, unreadable or damaged file is an empty cache (it is only a cache).
+fn read_cache(file: &PathBuf) -> BTreeMap<String, String> {
+    std::fs::read(file).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
+/// Written to a temporary file and renamed, so a reader never sees half of it.
+fn write_cache(file: &PathBuf, cache: &BTreeMap<String, String>) -> std::io::Result<()> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = file.with_extension(format!("json.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(cache).map_err(std::io::Error::other)?)?;
+    std::fs::rename(&tmp, file)
+}
