@@ -353,6 +353,24 @@ export interface FineTuneReport {
   bestEpoch: number;
 }
 
+/** The GPU kernels chosen for a model on this adapter (`bert.tuning`). */
+export interface KernelTuning {
+  /** The knobs as text, e.g. "matmul=tiled:16x16,attention=vec4:64,row=128,elem=64". */
+  tuning: string;
+  source: "cached" | "calibrated" | "default";
+  /** Why the defaults run (source "default"). */
+  why?: string;
+  /** A calibration's: one layer's stages with the defaults and with the choice, ms. */
+  defaultMs?: number;
+  chosenMs?: number;
+  /** How long the calibration took, ms. */
+  spentMs?: number;
+  /** False when the budget ran out before every variant was timed (the rest kept their defaults). */
+  complete?: boolean;
+  /** Every variant timed: [tuning, ms of its stage]. */
+  timed?: Array<[string, number]>;
+}
+
 export declare class Bert {
   static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
   /** fineTune's checkpoints kept by this origin: the newest of each run, most recent first. */
@@ -363,6 +381,13 @@ export declare class Bert {
   readonly device: Device;
   /** Which wasm build runs the model (see LoadOptions.simd). */
   readonly simd: "relaxed" | "simd128";
+  /**
+   * The GPU kernels this model runs: null on the CPU and while the first calibration after load is under way.
+   * "cached": chosen on an earlier load on this adapter; "calibrated": chosen now; "default": a CPU adapter.
+   */
+  readonly tuning: KernelTuning | null;
+  /** Times the GPU kernels' variants on this model again and switches to the fastest; null on the CPU. */
+  calibrate(options?: { budgetMs?: number }): Promise<KernelTuning | null>;
   /** The tasks this model can run besides tokenize and embed (the heads its checkpoint carries). */
   readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "rerank" | "tokenClassify" | "answer" | "replacedTokens">;
   tokenize(text: string, textPair?: string): Promise<Tokenized>;

@@ -12,6 +12,7 @@ import { resolveSource, fetchModelFiles, fetchAdapterFiles, checkLoadOptions, cl
   from "./loader.js";
 import { shardGather } from "./shards.js";
 import { deleteCheckpoint, listCheckpoints, openCheckpointStore } from "./checkpoints.js";
+import { calibrate, tune } from "./tuning.js";
 // The wasm-bindgen glue of the two builds (see BUILDS).
 import * as glueSimd128 from "./wasm/bertgpu.js";
 import * as glueRelaxed from "./wasm-relaxed/bertgpu.js";
@@ -470,7 +471,41 @@ export class Bert {
     if (bert._device === "webgpu") bert._reloadFrom = { resolved, fetchOptions };
     // fineTune and exportModel read the model's files again (from the cache when it is on).
     bert._source = { resolved, fetchOptions, adapter };
+    if (bert._device === "webgpu") {
+      // The kernels for this adapter: the choice cached for it and this model's shape, or a calibration (about a
+      // second, once). The model is usable at once; the first call waits for it in the queue.
+      bert._kernelTuning = null;
+      bert._enqueue("Bert.load (GPU calibration)", async (m) => {
+        bert._kernelTuning = await tune(m).catch((e) => ({ tuning: m.tuning, source: "default",
+          why: `the calibration failed (${e.message}); the default kernels run` }));
+      }).catch(() => {});
+    }
     return bert;
+  }
+
+  /**
+   * The GPU kernels this model runs (null on the CPU, and while the first calibration is under way): `{ tuning,
+   * source }` where `source` is "cached" (calibrated on an earlier load on this adapter), "calibrated" (now, with
+   * `defaultMs`, `chosenMs`, `spentMs` and every variant's time in `timed`) or "default" (a CPU adapter, with `why`).
+   */
+  get tuning() {
+    return this._kernelTuning ?? null;
+  }
+
+  /**
+   * Times the GPU kernels' variants on this model's shapes again (for benchmarks and bug reports; `budgetMs`,
+   * default 1000, bounds it) and switches to the fastest: resolves to the calibration (`tuning`'s form), or null on
+   * the CPU. Not cached: loads keep using the choice made at the first load.
+   */
+  calibrate({ budgetMs = 1000 } = {}) {
+    if (typeof budgetMs !== "number" || !(budgetMs > 0)) {
+      return Promise.reject(new TypeError("calibrate: budgetMs must be a positive number of milliseconds"));
+    }
+    return this._enqueue("calibrate", async (m) => {
+      const c = await calibrate(m, budgetMs);
+      if (c) this._kernelTuning = c;
+      return c;
+    });
   }
 
   /** "webgpu" or "cpu": where this model runs. */
@@ -548,6 +583,7 @@ export class Bert {
       const files = this._tuned ?? await this._files();
       model = await instantiate(this._rt, files, "webgpu");
       if (this._headBytes) model.loadHead(this._headBytes);
+      if (this._kernelTuning?.tuning) model.setTuning(this._kernelTuning.tuning);
     } catch (e) {
       model?.free();
       throw new Error(`${method}: the GPU device was lost (${this._lost}) and loading the model again on a new `

@@ -1,0 +1,62 @@
+// The GPU kernels' tuning in the browser: after `Bert.load` on WebGPU, the choice cached for this adapter and model
+// shape is applied, or the kernels are calibrated (about a second, once) and the choice cached. IndexedDB database
+// "bertgpu-tuning", store "choices": { key (adapter, driver, bertgpu version, model shape) → tuning text }. Where
+// there is no IndexedDB (Node.js has no WebGPU anyway) nothing is cached and each load calibrates.
+
+/** How long the calibration may take at the first load of a model shape on an adapter. */
+export const CALIBRATION_BUDGET_MS = 1000;
+
+let dbPromise = null;
+function db() {
+  if (typeof indexedDB === "undefined") return Promise.resolve(null);
+  dbPromise ??= new Promise((resolve) => {
+    const req = indexedDB.open("bertgpu-tuning", 1);
+    req.onupgradeneeded = () => req.result.createObjectStore("choices");
+    req.onsuccess = () => resolve(req.result);
+    req.onerror = () => resolve(null); // only a cache: without it every load calibrates
+  });
+  return dbPromise;
+}
+
+function request(store, mode, fn) {
+  return db().then((d) => d && new Promise((resolve) => {
+    const t = d.transaction("choices", mode);
+    const r = fn(t.objectStore("choices"));
+    t.oncomplete = () => resolve(r.result);
+    t.onerror = () => resolve(undefined);
+    t.onabort = () => resolve(undefined);
+  }));
+}
+
+const cached = (key) => request("choices", "readonly", (s) => s.get(key));
+const remember = (key, tuning) => request("choices", "readwrite", (s) => s.put(tuning, key));
+
+/**
+ * Sets the kernels of a freshly loaded WebGPU model (the wasm `WasmModel`): resolves to what `bert.tuning` reports,
+ * `{ tuning, source: "cached" | "calibrated" | "default", ...the calibration's times when it ran }`.
+ */
+export async function tune(model) {
+  const key = model.tuningKey;
+  if (key == null) return null;
+  if (!model.worthCalibrating) {
+    return { tuning: model.tuning, source: "default", why: "a CPU adapter, where the default kernels are the fastest" };
+  }
+  const spec = await cached(key);
+  if (typeof spec === "string") {
+    try {
+      return { tuning: model.setTuning(spec), source: "cached" };
+    } catch {
+      // a choice this version cannot read: calibrate again below
+    }
+  }
+  const c = await model.calibrate(CALIBRATION_BUDGET_MS);
+  // One cut short by its budget is used but not kept: the next load tries again.
+  if (c.complete) await remember(key, c.tuning);
+  return { ...c, source: "calibrated" };
+}
+
+/** `bert.calibrate()`: a fresh calibration (not cached), for benchmarks and bug reports. */
+export async function calibrate(model, budgetMs) {
+  const c = await model.calibrate(budgetMs);
+  return c && { ...c, source: "calibrated" };
+}

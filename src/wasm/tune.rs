@@ -1,0 +1,71 @@
+//! The GPU kernels' calibration, from JS: js/index.js calibrates after `Bert.load` on WebGPU (or takes the choice it
+//! cached in IndexedDB for this adapter and model shape) and says what it chose in `bert.tuning`.
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use super::{js_err, to_js, WasmModel};
+use crate::backend::gpu::Tuning;
+
+/// [`crate::backend::gpu::Calibration`] for JS: every variant timed and the choice, tunings as text.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CalibrationJs {
+    tuning: String,
+    default_ms: f64,
+    chosen_ms: f64,
+    spent_ms: f64,
+    complete: bool,
+    timed: Vec<(String, f64)>,
+}
+
+#[wasm_bindgen]
+impl WasmModel {
+    /// The key under which this model's tuning is cached for this adapter (adapter, driver, bertgpu version, model
+    /// shape); `undefined` on the CPU.
+    #[wasm_bindgen(getter, js_name = tuningKey)]
+    pub fn tuning_key(&self) -> Option<String> {
+        self.engine.tuning_key()
+    }
+
+    /// The GPU kernels' tuning in effect, as text (`matmul=tiled:16x16,...`); `undefined` on the CPU.
+    #[wasm_bindgen(getter)]
+    pub fn tuning(&self) -> Option<String> {
+        self.engine.tuning().map(|t| t.to_string())
+    }
+
+    /// Whether a load should calibrate: false on the CPU and on CPU adapters (SwiftShader), where the defaults are
+    /// the fastest.
+    #[wasm_bindgen(getter, js_name = worthCalibrating)]
+    pub fn worth_calibrating(&self) -> bool {
+        self.engine.worth_calibrating()
+    }
+
+    /// Switches the GPU kernels to the tuning `spec` (text as `tuning` gives it); returns the tuning in effect
+    /// (`undefined` on the CPU). A malformed spec is an error naming it.
+    #[wasm_bindgen(js_name = setTuning)]
+    pub fn set_tuning(&self, spec: &str) -> Result<Option<String>, JsError> {
+        let t = Tuning::parse(spec).map_err(|e| JsError::new(&e))?;
+        Ok(self.engine.set_tuning(t).map(|t| t.to_string()))
+    }
+
+    /// Calibrates within about `budget_ms` and switches to the choice: resolves to `{ tuning, defaultMs, chosenMs,
+    /// spentMs, complete, timed: [[tuning, ms], ...] }`, or `null` on the CPU.
+    pub fn calibrate(&self, budget_ms: f64) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let Some(c) = engine.calibrate(budget_ms).await.map_err(|e| JsValue::from(js_err(e)))? else {
+                return Ok(JsValue::NULL);
+            };
+            let out = CalibrationJs {
+                tuning: c.tuning.to_string(),
+                default_ms: c.default_ms,
+                chosen_ms: c.chosen_ms,
+                spent_ms: c.spent_ms,
+                complete: c.complete,
+                timed: c.timed.iter().map(|(t, ms)| (t.to_string(), *ms)).collect(),
+            };
+            Ok(to_js(&out)?)
+        })
+    }
+}
