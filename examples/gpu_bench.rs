@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use bertgpu::backend::cpu::CpuBackend;
-use bertgpu::backend::gpu::{Gpu, GpuBackend, GpuTensor, Tuning};
+use bertgpu::backend::gpu::{AttentionKernel, Gpu, GpuBackend, GpuTensor, Tuning};
 use bertgpu::backend::{Activation, Backend};
 use bertgpu::weights::{HostData, HostTensor};
 
@@ -268,7 +268,7 @@ fn attention() {
     let shape = AttentionShape { batch: b, seq: t, heads, head_dim: d };
     let kernels = [("vec4", false), ("scalar", true)];
     let backends: Vec<GpuBackend> = kernels.iter()
-        .map(|&(_, scalar)| GpuBackend::with_tuning(Gpu::new_blocking().unwrap(), Tuning { scalar_attention: scalar, ..Default::default() }).unwrap())
+        .map(|&(_, scalar)| GpuBackend::with_tuning(Gpu::new_blocking().unwrap(), Tuning { attention: if scalar { AttentionKernel::Scalar } else { AttentionKernel::Vec4 }, ..Default::default() }).unwrap())
         .collect();
     let mut times = vec![Vec::new(); kernels.len()];
     for rep in 0..=reps {

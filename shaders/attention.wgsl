@@ -1,5 +1,6 @@
 // attention.wgsl: fused multi-head self-attention, one f32 per step (any head_dim ≤ 128). The kernel, its
-// bindings and its algorithm: lib/attention.wgsl. The host takes attention_vec4.wgsl where head_dim allows.
+// bindings and its algorithm: lib/attention.wgsl. The host takes attention_vec4.wgsl (or attention_d32/d64.wgsl)
+// where head_dim allows.
 
 #include "lib/attention.wgsl"
 
@@ -8,6 +9,12 @@ const LANES: u32 = 1u;
 
 fn hsum(v: f32) -> f32 {
     return v;
+}
+
+const VMAX: u32 = DMAX;
+
+fn head_v() -> u32 {
+    return p.head_dim;
 }
 
 @compute @workgroup_size(WG)

@@ -3,12 +3,12 @@
 // (src/backend/gpu/attention.rs); attention.wgsl serves the rest.
 
 #include "lib/attention.wgsl"
+#include "lib/attention_lanes4.wgsl"
 
-alias V = vec4<f32>;
-const LANES: u32 = 4u;
+const VMAX: u32 = DMAX / 4u;
 
-fn hsum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
+fn head_v() -> u32 {
+    return p.head_dim / 4u;
 }
 
 @compute @workgroup_size(WG)

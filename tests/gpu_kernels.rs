@@ -5,7 +5,7 @@
 
 #![cfg(not(target_arch = "wasm32"))]
 
-use bertgpu::backend::gpu::{Gpu, GpuBackend, GpuTensor, Tuning};
+use bertgpu::backend::gpu::{AttentionKernel, GpuBackend, GpuTensor, Tuning};
 use bertgpu::backend::{Activation, AttentionShape, Backend, EmbeddingTables};
 use bertgpu::weights::{HostData, HostTensor};
 use bertgpu::backend::cpu::CpuBackend;
@@ -134,14 +134,14 @@ fn layernorm_matches_cpu() {
 }
 
 
+/// Every attention kernel: vec4 (the default), the ones with head_dim fixed at 32 and 64 (the cases with those
+/// heads), and the scalar one, on every case.
 #[test]
 fn attention_matches_cpu() {
-    let Some(vec4) = gpu() else { return };
-    // Both kernels: the vec4 one (head_dim a multiple of 4, the default) and the scalar one on every case.
-    let scalar = GpuBackend::with_tuning(Gpu::new_blocking().unwrap(), Tuning { scalar_attention: true, ..Default::default() })
-        .unwrap();
-    for (kernel, g) in [("vec4", &vec4), ("scalar", &scalar)] {
-        attention_cases(kernel, g);
+    let Some(g) = gpu() else { return };
+    for kernel in [AttentionKernel::Vec4, AttentionKernel::Fixed, AttentionKernel::Scalar] {
+        g.set_tuning(Tuning { attention: kernel, ..Default::default() });
+        attention_cases(&format!("{kernel:?}"), &g);
     }
 }
 
@@ -300,4 +300,33 @@ fn params_layouts_agree_with_wgsl() {
             assert_eq!(wgsl_ty, fty, "{name}.wgsl: type of {fname}");
         }
     }
+}
+
+/// The calibration on a small layer: every variant timed once the budget allows, the default first; the choice is
+/// one of them and no slower than the default; the backend's own tuning is left as it was. With no budget only the
+/// default is timed and chosen.
+#[test]
+fn calibration_chooses_among_what_it_timed() {
+    use bertgpu::backend::gpu::{matmul_candidates, Workload};
+    use bertgpu::backend::Dtype;
+    let Some(g) = gpu() else { return };
+    let work = Workload { hidden: 32, intermediate: 64, heads: 4, batch: 2, seq: 8, dtype: Dtype::F32 };
+    let before = g.tuning();
+    let c = pollster::block_on(g.calibrate(&work, f64::INFINITY)).unwrap();
+    assert!(c.complete);
+    assert_eq!(g.tuning(), before, "calibrate leaves the backend's tuning to its caller");
+    assert_eq!(c.timed[0].0, Tuning::default(), "the default is timed first");
+    let matmuls = matmul_candidates(g.gpu());
+    assert!(matmuls.len() >= 2 && matmuls.iter().all(|t| c.timed.iter().any(|(v, _)| v.matmul_wg == t.matmul_wg
+        && v.matmul_tiled == t.matmul_tiled)), "every matmul variant is timed");
+    assert!(c.timed.iter().any(|(t, _)| *t == c.tuning), "the choice {} is one of the variants timed", c.tuning);
+    assert!(c.chosen_ms <= c.default_ms, "{c}");
+    eprintln!("calibration: {c}");
+
+    let none = pollster::block_on(g.calibrate(&work, 0.0)).unwrap();
+    assert!(!none.complete);
+    assert_eq!(none.timed.len(), 1, "only the default is timed without a budget");
+    assert_eq!(none.tuning, Tuning::default());
+    let bad = Workload { heads: 5, ..work };
+    assert!(pollster::block_on(g.calibrate(&bad, 1.0)).is_err(), "hidden 32 is not a multiple of 5 heads");
 }

@@ -17,10 +17,13 @@
 // (A variant holding a block of 4 queries' scores in workgroup memory, with tree reductions, was about 3× slower
 // on lavapipe: BENCHMARKS.md.)
 //
-// The kernel that includes this file names the element each step reads:
+// The kernel that includes this file names the element each step reads and the head's length in them:
 //   alias V = f32 or vec4<f32>;  const LANES: u32 = 1u or 4u (values in a V);  fn hsum(v: V) -> f32 (sum of lanes)
-// and calls attend(gid, wid) from its entry point. Results differ between the two only in the order of the four
-// partial sums of each dot product.
+//   const VMAX: u32 (V in the largest head it serves);  fn head_v() -> u32 (V in this head)
+// and calls attend(gid, wid) from its entry point. Results differ between the kernels only in the order of the
+// four partial sums of each dot product. With head_v() a constant (attention_d32.wgsl, attention_d64.wgsl) the
+// loops over the head have a fixed trip count: compilers unroll them and keep q and the accumulator in registers,
+// where a run-time head_dim leaves those arrays in (slower) memory on GPUs such as NVIDIA's.
 //
 // With the override DROPOUT = 1 (training: `Backend::attention_dropout`), each probability P_ij is multiplied by
 // the mask factor of element ((b·heads + h)·T + i)·T + j (0 or drop_scale) before it weighs v_j; the softmax's sum
@@ -40,7 +43,7 @@ const NEG: f32 = -1.0e30;  // stands for -inf before the first real key
 
 fn attend(gid: vec3<u32>, wid: vec3<u32>) {
     let T = p.seq;
-    let dv = p.head_dim / LANES;  // V per head
+    let dv = head_v();            // V per head
     let Hv = p.hidden / LANES;    // V per row of q, k or v
     let stride = 3u * Hv;
     let b = wid.z;
@@ -48,8 +51,8 @@ fn attend(gid: vec3<u32>, wid: vec3<u32>) {
     let t = gid.x;
     // Lanes past the end compute a copy of the last query (same loads, no divergence) and do not store.
     let qrow = b * T + min(t, T - 1u);
-    var q: array<V, DMAX / LANES>;    // (d) the query, pre-scaled by 1/√d
-    var acc: array<V, DMAX / LANES>;  // (d) Σ exp(s_j − m)·v_j
+    var q: array<V, VMAX>;    // (d) the query, pre-scaled by 1/√d
+    var acc: array<V, VMAX>;  // (d) Σ exp(s_j − m)·v_j
     for (var c = 0u; c < dv; c = c + 1u) {
         q[c] = qkv[qrow * stride + h * dv + c] * p.scale;
         acc[c] = V(0.0);

@@ -49,12 +49,10 @@ impl GpuBackend {
         let out = self.alloc(s.batch * s.seq, h)?;
         let p = attention_params(s, dropout);
         let groups = (s.seq.div_ceil(self.tuning.get().attention_wg as usize) as u32, s.heads as u32, s.batch as u32);
-        // The vec4 kernel when head_dim and hidden split into vec4s (every BERT); the scalar one otherwise.
-        let (shader, entry) = if s.head_dim % 4 == 0 && !self.tuning.get().scalar_attention {
-            ("attention_vec4", "attention_vec4")
-        } else {
-            ("attention", "attention")
-        };
+        // A vec4 kernel when head_dim and hidden split into vec4s (every BERT; with head_dim 32 or 64 fixed in the
+        // kernel where the tuning says so); the scalar one otherwise. Each file's entry point has its name.
+        let shader = self.tuning.get().attention.shader(s.head_dim);
+        let entry = shader;
         let wg = ("WG", self.tuning.get().attention_wg as f64);
         let consts: &[(&str, f64)] = if dropout.is_some() { &[wg, ("DROPOUT", 1.0)] } else { &[wg] };
         self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &[

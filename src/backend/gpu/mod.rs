@@ -38,7 +38,7 @@ use std::rc::Rc;
 pub use context::Gpu;
 pub use tensor::GpuTensor;
 pub use tune::{matmul_candidates, Calibration, Workload};
-pub use tuning::Tuning;
+pub use tuning::{AttentionKernel, Tuning};
 
 use buffers::Pool;
 use profiler::Profiler;

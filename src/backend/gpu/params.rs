@@ -69,6 +69,8 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("matmul_packed", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
     ("attention", "attention.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("attention_vec4", "attention_vec4.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_d32", "attention_d32.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_d64", "attention_d64.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("layernorm", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("embeddings", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
     ("pool", "pool.wgsl", std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),

@@ -2,14 +2,15 @@
 //! (lavapipe, SwiftShader); a real GPU wants other tilings. The variants worth timing are listed here, and the
 //! calibration times them on the model's own shapes and keeps the fastest.
 
-use super::{Activation, AttentionShape, Backend, Dtype, Gpu, GpuBackend, GpuTensor, Tuning};
+use super::{Activation, AttentionKernel, AttentionShape, Backend, Dtype, Gpu, GpuBackend, GpuTensor, Tuning};
 use crate::config::BertConfig;
 use crate::weights::quant::{quantize, to_f16};
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
-/// Matmul workgroup shapes of the direct kernel worth timing (the default first).
-const DIRECT_WG: [(u32, u32); 4] = [(8, 8), (16, 16), (16, 4), (32, 4)];
+/// Matmul workgroup shapes of the direct kernel worth timing (the default first; 16 × 16 was the slowest on
+/// lavapipe and on an H100, BENCHMARKS.md).
+const DIRECT_WG: [(u32, u32); 3] = [(8, 8), (16, 4), (32, 4)];
 /// Workgroup shapes of the tiled kernel (≤ 16 × 16: its staging arrays).
 const TILED_WG: [(u32, u32); 4] = [(8, 8), (16, 8), (8, 16), (16, 16)];
 
@@ -135,7 +136,7 @@ impl Knob {
         let mut t = best;
         match self {
             Knob::Matmul => (t.matmul_wg, t.matmul_tiled) = (v.matmul_wg, v.matmul_tiled),
-            Knob::Attention => (t.attention_wg, t.scalar_attention) = (v.attention_wg, v.scalar_attention),
+            Knob::Attention => (t.attention_wg, t.attention) = (v.attention_wg, v.attention),
             Knob::Row => t.row_wg = v.row_wg,
         }
         t
@@ -241,17 +242,19 @@ impl GpuBackend {
     }
 }
 
-/// Attention variants: queries per workgroup, and the vec4 kernel against the scalar one where head_dim allows
-/// vec4 (the default first).
+/// Attention variants: queries per workgroup, and the kernel with the head's length fixed against the one that
+/// reads it (the default first). The scalar kernel is not timed where a vec4 one applies: it was 2× slower on every
+/// adapter measured (BENCHMARKS.md), and it is the only kernel where none applies.
 fn attention_candidates(gpu: &Gpu, head_dim: usize) -> Vec<Tuning> {
     let d = Tuning::default();
     let mut out = vec![d];
-    for scalar in [false, true] {
-        if scalar && head_dim % 4 != 0 {
-            continue; // the scalar kernel is the only one there
-        }
+    let mut kernels = vec![AttentionKernel::Vec4];
+    if AttentionKernel::Fixed.shader(head_dim) != AttentionKernel::Vec4.shader(head_dim) {
+        kernels.push(AttentionKernel::Fixed);
+    }
+    for attention in kernels {
         for wg in [32, 64, 128, 256] {
-            let t = Tuning { attention_wg: wg, scalar_attention: scalar, ..d };
+            let t = Tuning { attention_wg: wg, attention, ..d };
             if t.clamped(&gpu.limits) == t && !out.contains(&t) {
                 out.push(t);
             }

@@ -13,18 +13,57 @@ pub struct Tuning {
     pub matmul_tiled: bool,
     /// attention: queries (invocations) per workgroup.
     pub attention_wg: u32,
+    /// Which attention kernel, where the head allows it (the scalar one serves every other head_dim).
+    pub attention: AttentionKernel,
     /// layernorm / embeddings invocations per row (power of two ≤ 256).
     pub row_wg: u32,
     /// mean_pool / gather_rows invocations per workgroup.
     pub elem_wg: u32,
-    /// Always the scalar attention kernel (attention.wgsl), even where head_dim allows attention_vec4.wgsl: for
-    /// tests and benchmarks of the two.
-    pub scalar_attention: bool,
+}
+
+/// The attention kernels (shaders/lib/attention.wgsl composed three ways).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// attention_vec4.wgsl: vec4 steps, any head_dim that is a multiple of 4.
+    #[default]
+    Vec4,
+    /// attention_d32.wgsl / attention_d64.wgsl: vec4 steps with the head's length fixed, for head_dim 32 and 64
+    /// (elsewhere Vec4); their loops unroll.
+    Fixed,
+    /// attention.wgsl, one f32 per step, even where vec4 would do: for tests and benchmarks.
+    Scalar,
+}
+
+impl AttentionKernel {
+    const NAMES: [(&'static str, AttentionKernel); 3] =
+        [("vec4", AttentionKernel::Vec4), ("fixed", AttentionKernel::Fixed), ("scalar", AttentionKernel::Scalar)];
+
+    fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(_, k)| *k == self).map_or("vec4", |(n, _)| n)
+    }
+
+    /// (shader and entry point) for a head of `head_dim`.
+    pub(crate) fn shader(self, head_dim: usize) -> &'static str {
+        match (self, head_dim) {
+            (AttentionKernel::Scalar, _) => "attention",
+            (_, d) if d % 4 != 0 => "attention",
+            (AttentionKernel::Fixed, 32) => "attention_d32",
+            (AttentionKernel::Fixed, 64) => "attention_d64",
+            _ => "attention_vec4",
+        }
+    }
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { matmul_wg: (8, 8), matmul_tiled: false, attention_wg: 64, row_wg: 128, elem_wg: 64, scalar_attention: false }
+        Tuning {
+            matmul_wg: (8, 8),
+            matmul_tiled: false,
+            attention_wg: 64,
+            attention: AttentionKernel::Vec4,
+            row_wg: 128,
+            elem_wg: 64,
+        }
     }
 }
 
@@ -63,7 +102,7 @@ fn prev_pow2(v: u32) -> u32 {
     if v == 0 { 0 } else { 1 << (31 - v.leading_zeros()) }
 }
 
-/// `matmul=tiled:16x16,attention=vec4:64,row=128,elem=64`: how `bench`, the calibration's cache and `BERTGPU_TUNING`
+/// `matmul=tiled:16x16,attention=fixed:64,row=128,elem=64`: how `bench`, the calibration's cache and `BERTGPU_TUNING`
 /// write a tuning ([`Tuning::parse`] reads it back).
 impl std::fmt::Display for Tuning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,7 +111,7 @@ impl std::fmt::Display for Tuning {
             f,
             "matmul={}:{wx}x{wy},attention={}:{},row={},elem={}",
             if self.matmul_tiled { "tiled" } else { "direct" },
-            if self.scalar_attention { "scalar" } else { "vec4" },
+            self.attention.name(),
             self.attention_wg,
             self.row_wg,
             self.elem_wg
@@ -88,21 +127,22 @@ impl Tuning {
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part.split_once('=').ok_or_else(|| format!("tuning `{part}`: write key=value"))?;
             let num = |v: &str| v.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| format!("tuning `{part}`: `{v}` is not a positive number"));
-            let kind_size = |v: &'static [&'static str]| -> Result<(bool, &str), String> {
-                let (kind, size) = value.split_once(':').ok_or_else(|| format!("tuning `{part}`: write {key}={}:SIZE", v.join("|")))?;
-                let first = v.iter().position(|k| *k == kind).ok_or_else(|| format!("tuning `{part}`: `{kind}` is not one of {}", v.join(", ")))?;
-                Ok((first == 0, size))
+            let kind_size = |kinds: &[&str]| -> Result<(usize, &str), String> {
+                let (kind, size) = value.split_once(':').ok_or_else(|| format!("tuning `{part}`: write {key}={}:SIZE", kinds.join("|")))?;
+                let i = kinds.iter().position(|k| *k == kind).ok_or_else(|| format!("tuning `{part}`: `{kind}` is not one of {}", kinds.join(", ")))?;
+                Ok((i, size))
             };
             match key {
                 "matmul" => {
-                    let (tiled, size) = kind_size(&["tiled", "direct"])?;
+                    let (i, size) = kind_size(&["direct", "tiled"])?;
                     let (x, y) = size.split_once('x').ok_or_else(|| format!("tuning `{part}`: write the workgroup as XxY"))?;
-                    t.matmul_tiled = tiled;
+                    t.matmul_tiled = i == 1;
                     t.matmul_wg = (num(x)?, num(y)?);
                 }
                 "attention" => {
-                    let (scalar, size) = kind_size(&["scalar", "vec4"])?;
-                    t.scalar_attention = scalar;
+                    let names = AttentionKernel::NAMES.map(|(n, _)| n);
+                    let (i, size) = kind_size(&names)?;
+                    t.attention = AttentionKernel::NAMES[i].1;
                     t.attention_wg = num(size)?;
                 }
                 "row" => t.row_wg = num(value)?,
@@ -116,12 +156,12 @@ impl Tuning {
 
 #[cfg(test)]
 mod tests {
-    use super::Tuning;
+    use super::{AttentionKernel, Tuning};
 
     #[test]
     fn a_tuning_reads_back_what_it_writes() {
-        let t = Tuning { matmul_wg: (16, 8), matmul_tiled: true, attention_wg: 32, row_wg: 256, elem_wg: 64, scalar_attention: true };
-        assert_eq!(t.to_string(), "matmul=tiled:16x8,attention=scalar:32,row=256,elem=64");
+        let t = Tuning { matmul_wg: (16, 8), matmul_tiled: true, attention_wg: 32, attention: AttentionKernel::Fixed, row_wg: 256, elem_wg: 64 };
+        assert_eq!(t.to_string(), "matmul=tiled:16x8,attention=fixed:32,row=256,elem=64");
         assert_eq!(Tuning::parse(&t.to_string()), Ok(t));
         assert_eq!(Tuning::parse(""), Ok(Tuning::default()));
         assert_eq!(Tuning::parse("row=64").unwrap(), Tuning { row_wg: 64, ..Tuning::default() });

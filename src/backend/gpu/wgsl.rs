@@ -18,6 +18,8 @@
 const FILES: &[(&str, &str)] = &[
     ("attention.wgsl", include_str!("../../../shaders/attention.wgsl")),
     ("attention_backward.wgsl", include_str!("../../../shaders/attention_backward.wgsl")),
+    ("attention_d32.wgsl", include_str!("../../../shaders/attention_d32.wgsl")),
+    ("attention_d64.wgsl", include_str!("../../../shaders/attention_d64.wgsl")),
     ("attention_vec4.wgsl", include_str!("../../../shaders/attention_vec4.wgsl")),
     ("backward.wgsl", include_str!("../../../shaders/backward.wgsl")),
     ("dropout.wgsl", include_str!("../../../shaders/dropout.wgsl")),
@@ -31,6 +33,7 @@ const FILES: &[(&str, &str)] = &[
     ("train.wgsl", include_str!("../../../shaders/train.wgsl")),
     ("lib/activations.wgsl", include_str!("../../../shaders/lib/activations.wgsl")),
     ("lib/attention.wgsl", include_str!("../../../shaders/lib/attention.wgsl")),
+    ("lib/attention_lanes4.wgsl", include_str!("../../../shaders/lib/attention_lanes4.wgsl")),
     ("lib/attention_params.wgsl", include_str!("../../../shaders/lib/attention_params.wgsl")),
     ("lib/dropout.wgsl", include_str!("../../../shaders/lib/dropout.wgsl")),
     ("lib/layernorm_params.wgsl", include_str!("../../../shaders/lib/layernorm_params.wgsl")),
