@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use bertgpu::backend::cpu::CpuBackend;
-use bertgpu::backend::gpu::{AttentionKernel, Gpu, GpuBackend, GpuTensor, Tuning};
+use bertgpu::backend::gpu::{AttentionKernel, Gpu, GpuBackend, GpuTensor, MatmulKernel, MatmulVariant, Tuning};
 use bertgpu::backend::{Activation, Backend};
 use bertgpu::weights::{HostData, HostTensor};
 
@@ -44,7 +44,8 @@ fn matmul() {
     let wgs = bench_wgs();
     let backends: Vec<GpuBackend> = wgs.iter()
         .map(|&(wg, tiled)| GpuBackend::with_tuning(Gpu::new_blocking().unwrap(),
-            Tuning { matmul_wg: wg, matmul_tiled: tiled, ..Default::default() }).unwrap())
+            Tuning { matmul: MatmulVariant { kernel: if tiled { MatmulKernel::Tiled } else { MatmulKernel::Direct }, wg },
+                ..Default::default() }).unwrap())
         .collect();
     let cpu = CpuBackend::new();
     let mut rows: Vec<(String, Vec<f64>)> = Vec::new();

@@ -3,7 +3,8 @@
 // Bindings, tiling and epilogue: lib/matmul_tile.wgsl.
 //   matmul_packed  f16, Q8_0, Q4_0 (WDT 1, 2, 3): the 4×8 tile of matmul_vec4 with each w vec4 decoded from one or
 //                  two words instead of loaded. The host guarantees K % 4 == 0 (f16) or K % 32 == 0 (Q8_0, Q4_0).
-//   matmul_packed_tiled  the same, staged through workgroup memory (lib/matmul_tile.wgsl's tile_shared).
+//   matmul_packed_tiled, matmul_packed_reduce  the same, staged through workgroup memory, or for a few rows
+//                  (lib/matmul_tile.wgsl's tile_shared, tile_reduce).
 //   matmul_scalar  f32 or f16 (WDT 0, 1), any K: 4×4 blocking with scalar loads.
 
 #include "lib/matmul_tile.wgsl"
@@ -61,6 +62,12 @@ fn matmul_packed(@builtin(global_invocation_id) gid: vec3<u32>) {
 @compute @workgroup_size(WG_X, WG_Y, 1)
 fn matmul_packed_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     tile_shared(wid, lid);
+}
+
+// The same product for a few rows, each block's steps along K shared by a workgroup (tile_reduce).
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn matmul_packed_reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    tile_reduce(wid, lid);
 }
 
 // Element `i` of an f32 (WDT 0) or f16 (WDT 1) weight, for matmul_scalar.

@@ -295,7 +295,7 @@ fn check_bench_table(text: &str, cfg: &Value, batch: usize, seq: usize) -> Vec<B
     let rows = bench_rows(text);
     assert!(!rows.is_empty(), "no rows in\n{text}");
     for r in &rows {
-        let (ms_lo, ms_hi) = printed(r.ms, 1);
+        let (ms_lo, ms_hi) = printed(r.ms, 2);
         assert!(ms_lo > 0.0, "{}: median {} ms", r.name, r.ms);
         assert!(r.min <= r.ms && r.ms <= r.max, "{}: median {} outside {}–{}", r.name, r.ms, r.min, r.max);
         let (g_lo, g_hi) = printed(r.gflops, 2);
@@ -306,7 +306,7 @@ fn check_bench_table(text: &str, cfg: &Value, batch: usize, seq: usize) -> Vec<B
             r.gflops,
             r.ms
         );
-        let (first_lo, first_hi) = printed(rows[0].ms, 1);
+        let (first_lo, first_hi) = printed(rows[0].ms, 2);
         let (q_lo, q_hi) = printed(r.ratio, 3);
         assert!(
             q_lo <= ms_hi / first_lo && ms_lo / first_hi <= q_hi,
@@ -325,7 +325,7 @@ fn bench_prints_a_table_and_rejects_bad_sizes() {
     let model = model_dir("splade-tiny");
     let m = model.to_str().unwrap();
     let cfg: Value = serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap()).unwrap();
-    // Big enough that the medians (printed to 0.1 ms) carry two significant digits or more.
+    // Big enough that the medians (printed to 0.01 ms) carry two significant digits or more.
     let (batch, seq) = (4, 32);
     let size = ["--batch", "4", "--seq", "32", "--reps", "3"];
     let out = run(&[&["bench", "--model", m, "--device", "cpu"][..], &size[..]].concat(), b"");

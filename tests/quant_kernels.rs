@@ -9,7 +9,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use bertgpu::backend::cpu::CpuBackend;
-use bertgpu::backend::gpu::{GpuBackend, GpuTensor};
+use bertgpu::backend::gpu::{GpuBackend, GpuTensor, MatmulKernel, MatmulVariant, Tuning};
 use bertgpu::backend::{Activation, Backend, Dtype, EmbeddingTables};
 use bertgpu::weights::quant;
 use bertgpu::weights::{HostData, HostTensor};
@@ -75,13 +75,14 @@ fn check_linear(g: &GpuBackend, r: &CpuBackend, dtype: Dtype, m: usize, n: usize
 
 /// Every packed matmul variant over every (M, N, K) of the awkward sets, with and without bias; the activation
 /// cycles with the shape so each one meets every dtype on several shapes. Both tilings the calibration may choose
-/// (direct and staged through workgroup memory, tune.rs), each at its default workgroup.
+/// (direct, staged through workgroup memory, K split in a workgroup: tune.rs), each for every product.
 #[test]
 fn packed_linear_matches_cpu_twin() {
     let Some(g) = gpu() else { return };
     let r = CpuBackend::new();
-    for tiled in [false, true] {
-        let t = g.set_tuning(bertgpu::backend::gpu::Tuning { matmul_tiled: tiled, ..Default::default() });
+    for kernel in [MatmulKernel::Direct, MatmulKernel::Tiled, MatmulKernel::Reduce] {
+        let v = MatmulVariant { kernel, wg: (8, 8) };
+        let t = g.set_tuning(Tuning { matmul: v, small_matmul: v, ..Default::default() });
         eprintln!("{t}");
         packed_cases(&g, &r);
     }

@@ -21,15 +21,21 @@
 //   workgroup memory, K-major, then each invocation reads one vec4 of x and two of w per k (3 loads for 32 FMAs).
 //   Each value leaves storage once per workgroup instead of once per invocation: what a real GPU needs. WG_X and
 //   WG_Y ≤ 16 (the staging arrays' size).
-// Rows/columns past the edge are clamped (direct) or zero-filled (tiled) for loading and masked on store, so any M,
-// N work. Accumulation is f32 throughout. The adapter's calibration picks the tiling (src/backend/gpu/tune.rs).
+// - `tile_reduce` (reduce): for a few rows (one short sentence: M ≈ 12), where the grids above have too few
+//   invocations to fill a GPU and each walks all of K alone. One workgroup per 4×8 block of y, its WG_X·WG_Y (a
+//   power of two ≤ 64) invocations taking every (WG_X·WG_Y)-th step along K and summing their partial blocks in a
+//   tree in workgroup memory. Grid: one workgroup per block.
+// Rows/columns past the edge are clamped (direct, reduce) or zero-filled (tiled) for loading and masked on store,
+// so any M, N work. Accumulation is f32 throughout. The adapter's calibration picks the tiling, one for many rows
+// and one for few (src/backend/gpu/tune.rs).
 //
 // The kernel that includes this file reads its weight through:
 //   fn w_row(c: u32) -> u32                             where weight row c starts, in the units w_vec takes
 //   fn w_vec(row: u32, kk: u32, d: f32) -> vec4<f32>    weights k = 4·kk .. 4·kk + 3 of that row, decoded
 //   fn w_scale(row: u32, kk: u32) -> f32                the scale of the block holding k = 4·kk
 //   W_BLOCKED: bool (const or override)                 whether w_scale is needed: then it is called once per
-//                                                       block of 32 (kk % 8 == 0) and its value passed to w_vec
+//                                                       block of 32 (kk % 8 == 0) where one invocation walks all
+//                                                       of K, each step otherwise, and its value passed to w_vec
 
 #include "lib/activations.wgsl"
 
@@ -78,13 +84,15 @@ fn store_row(r: u32, c0: u32, acc: vec4<f32>) {
     }
 }
 
-// 4 rows × 8 columns of y for invocation `gid`: per step along K, 4 + 8 vec4 loads feed 32 dot products.
-fn tile_4x8(gid: vec3<u32>) {
-    let c0 = gid.x * 8u;
-    let r0 = gid.y * 4u;
-    if c0 >= p.n || r0 >= p.m {
-        return;
-    }
+// A 4×8 block of y: rows r0.., columns c0.. (acc: columns c0..c0+4 of each row, bcc: c0+4..c0+8).
+struct Block {
+    acc: array<vec4<f32>, 4>,
+    bcc: array<vec4<f32>, 4>,
+}
+
+// Block (r0, c0) summed over the steps kk = first, first + step, … < K/4: per step, 4 + 8 vec4 loads feed 32 dot
+// products.
+fn partial_4x8(r0: u32, c0: u32, first: u32, step: u32) -> Block {
     let k4 = p.k / 4u;
     // Clamped row/column indices: out-of-range lanes load valid memory and are dropped at the store.
     let xr0 = min(r0, p.m - 1u) * k4;
@@ -107,7 +115,7 @@ fn tile_4x8(gid: vec3<u32>) {
     var bcc1 = vec4<f32>(0.0);
     var bcc2 = vec4<f32>(0.0);
     var bcc3 = vec4<f32>(0.0);
-    var d0 = 1.0;  // block scales of columns c0..c0+8 (W_BLOCKED)
+    var d0 = 1.0;  // block scales of columns c0..c0+8 (W_BLOCKED: Q8_0, Q4_0) at k = 4·kk
     var d1 = 1.0;
     var d2 = 1.0;
     var d3 = 1.0;
@@ -115,9 +123,9 @@ fn tile_4x8(gid: vec3<u32>) {
     var d5 = 1.0;
     var d6 = 1.0;
     var d7 = 1.0;
-    for (var kk = 0u; kk < k4; kk = kk + 1u) {
-        // A uniform branch, once per block of 32 values (every 8 steps of 4).
-        if W_BLOCKED && (kk & 7u) == 0u {
+    for (var kk = first; kk < k4; kk = kk + step) {
+        // Reloaded at each block of 32 (every 8 steps of 4) when this invocation walks all of K, else every step.
+        if W_BLOCKED && (step != 1u || (kk & 7u) == 0u) {
             d0 = w_scale(wc0, kk);
             d1 = w_scale(wc1, kk);
             d2 = w_scale(wc2, kk);
@@ -148,14 +156,51 @@ fn tile_4x8(gid: vec3<u32>) {
         bcc2 = bcc2 + vec4<f32>(dot(a2, b4), dot(a2, b5), dot(a2, b6), dot(a2, b7));
         bcc3 = bcc3 + vec4<f32>(dot(a3, b4), dot(a3, b5), dot(a3, b6), dot(a3, b7));
     }
-    store_row(r0, c0, acc0);
-    store_row(r0 + 1u, c0, acc1);
-    store_row(r0 + 2u, c0, acc2);
-    store_row(r0 + 3u, c0, acc3);
-    store_row(r0, c0 + 4u, bcc0);
-    store_row(r0 + 1u, c0 + 4u, bcc1);
-    store_row(r0 + 2u, c0 + 4u, bcc2);
-    store_row(r0 + 3u, c0 + 4u, bcc3);
+    return Block(array(acc0, acc1, acc2, acc3), array(bcc0, bcc1, bcc2, bcc3));
+}
+
+fn store_block(r0: u32, c0: u32, blk: Block) {
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        store_row(r0 + i, c0, blk.acc[i]);
+        store_row(r0 + i, c0 + 4u, blk.bcc[i]);
+    }
+}
+
+// 4 rows × 8 columns of y for invocation `gid`, over all of K.
+fn tile_4x8(gid: vec3<u32>) {
+    let c0 = gid.x * 8u;
+    let r0 = gid.y * 4u;
+    if c0 >= p.n || r0 >= p.m {
+        return;
+    }
+    store_block(r0, c0, partial_4x8(r0, c0, 0u, 1u));
+}
+
+// The 4×8 block `wid` of y, its steps along K shared by the workgroup's invocations (WG_X·WG_Y, a power of two
+// ≤ 64: the host clamps it), their partial blocks added in a tree in w_tile (8 vec4 each), then stored by the
+// first 8 invocations (one vec4 of the block each).
+fn tile_reduce(wid: vec3<u32>, lid: vec3<u32>) {
+    let threads = WG_X * WG_Y;
+    let t = lid.y * WG_X + lid.x;
+    let r0 = wid.y * 4u;
+    let c0 = wid.x * 8u;
+    let blk = partial_4x8(r0, c0, t, threads);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        w_tile[t * 8u + i] = blk.acc[i];
+        w_tile[t * 8u + 4u + i] = blk.bcc[i];
+    }
+    workgroupBarrier();
+    for (var half = threads / 2u; half > 0u; half = half / 2u) {
+        if t < half {
+            for (var j = 0u; j < 8u; j = j + 1u) {
+                w_tile[t * 8u + j] = w_tile[t * 8u + j] + w_tile[(t + half) * 8u + j];
+            }
+        }
+        workgroupBarrier();
+    }
+    if t < 8u {
+        store_row(r0 + (t & 3u), c0 + 4u * (t >> 2u), w_tile[t]);
+    }
 }
 
 // K values per step of `tile_shared` (4 vec4), and its staging arrays: x_tile[kk · 16 + g] holds rows 4g..4g+3 of

@@ -3,6 +3,7 @@
 
 use super::params::MatmulParams;
 use super::tensor::expect_f32;
+use super::tuning::SMALL_ROWS;
 use super::{shape_err, Activation, Dtype, GpuBackend, GpuTensor};
 use crate::weights::quant::QK;
 use crate::Result;
@@ -29,24 +30,24 @@ impl GpuBackend {
         }
         let out = self.alloc(m, n)?;
         let act_id = act.shader_code() as f64;
-        let (wx, wy) = self.tuning.get().matmul_wg;
-        let tiled = self.tuning.get().matmul_tiled;
+        let t = self.tuning.get();
+        let variant = if m <= SMALL_ROWS { t.small_matmul } else { t.matmul };
+        let (wx, wy) = variant.wg;
+        let suffix = variant.kernel.suffix();
         let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, _pad: 0 };
         let bias_buf = bias.map(|b| b.buffer()).unwrap_or(&self.dummy);
-        // One entry point per weight layout and tiling; outputs per invocation: 4 rows × 8 columns (vec4, packed,
-        // direct or tiled: the same grid), 4 × 4 (scalar). vec4 loads of x need K % 4 == 0 (every BERT); otherwise the scalar entry point views x as f32
+        // One entry point per weight layout and tiling (the small-M one for at most SMALL_ROWS rows); outputs per
+        // block: 4 rows × 8 columns (vec4, packed), 4 × 4 per invocation (scalar, direct only). vec4 loads of x need K % 4 == 0 (every BERT); otherwise the scalar entry point views x as f32
         // and the weight as words (f32 or f16). Quantized rows are whole blocks of 32, so K % 32 == 0 there.
-        let (shader, entry, xb, wb, cols) = match w.dtype {
+        let (shader, entry, xb, wb) = match w.dtype {
             Dtype::Q8_0 | Dtype::Q4_0 if k % QK != 0 => {
                 return Err(shape_err("linear", format!(
                     "a {} weight needs K to be a multiple of {QK}, got {k}", w.dtype.name()
                 )));
             }
-            Dtype::F32 if k % 4 == 0 => ("matmul", if tiled { "matmul_vec4_tiled" } else { "matmul_vec4" }, 1, 2, 8),
-            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => {
-                ("matmul_packed", if tiled { "matmul_packed_tiled" } else { "matmul_packed" }, 1, 6, 8)
-            }
-            _ => ("matmul_packed", "matmul_scalar", 5, 6, 4),
+            Dtype::F32 if k % 4 == 0 => ("matmul", entry_name("matmul_vec4", suffix), 1, 2),
+            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => ("matmul_packed", entry_name("matmul_packed", suffix), 1, 6),
+            _ => ("matmul_packed", "matmul_scalar", 5, 6),
         };
         let mut consts = vec![
             ("WG_X", wx as f64),
@@ -61,7 +62,11 @@ impl GpuBackend {
             // matmul.wgsl reads only f32 weights: it declares no WDT (and a pipeline may not set what is not there).
             consts.push(("WDT", w.dtype.shader_code() as f64));
         }
-        let groups = (n.div_ceil(cols * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
+        let groups = if entry == "matmul_scalar" {
+            (n.div_ceil(4 * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1)
+        } else {
+            variant.groups(m, n)
+        };
         self.dispatch(shader, entry, &consts, bytemuck::bytes_of(&p), &[
             (xb, x.buffer(), false),
             (wb, w.buffer(), false),
@@ -69,5 +74,16 @@ impl GpuBackend {
             (4, out.buffer(), true),
         ], groups)?;
         Ok(out)
+    }
+}
+
+/// `base` with a tiling's suffix (`_tiled`, `_reduce`, or none), as a static entry point name.
+fn entry_name(base: &'static str, suffix: &str) -> &'static str {
+    match (base, suffix) {
+        ("matmul_vec4", "_tiled") => "matmul_vec4_tiled",
+        ("matmul_vec4", "_reduce") => "matmul_vec4_reduce",
+        ("matmul_packed", "_tiled") => "matmul_packed_tiled",
+        ("matmul_packed", "_reduce") => "matmul_packed_reduce",
+        _ => base,
     }
 }

@@ -38,7 +38,7 @@ use std::rc::Rc;
 pub use context::Gpu;
 pub use tensor::GpuTensor;
 pub use tune::{matmul_candidates, Calibration, Workload};
-pub use tuning::{AttentionKernel, Tuning};
+pub use tuning::{AttentionKernel, MatmulKernel, MatmulVariant, Tuning, SMALL_ROWS};
 
 use buffers::Pool;
 use profiler::Profiler;

@@ -55,7 +55,7 @@ impl GpuBackend {
             ..Default::default()
         };
         // 4 rows × 8 columns of the output per invocation (shaders/train.wgsl), the linear's workgroup shape.
-        let (wx, wy) = self.tuning.get().matmul_wg;
+        let (wx, wy) = self.tuning.get().matmul.wg;
         let groups = (n.div_ceil(8 * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
         self.dispatch("train", "matmul_t", &[("WG_X", wx as f64), ("WG_Y", wy as f64)], bytemuck::bytes_of(&p), &[
             (1, a.buffer(), false),

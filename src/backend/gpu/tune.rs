@@ -2,6 +2,7 @@
 //! (lavapipe, SwiftShader); a real GPU wants other tilings. The variants worth timing are listed here, and the
 //! calibration times them on the model's own shapes and keeps the fastest.
 
+use super::tuning::{MatmulKernel, MatmulVariant};
 use super::{Activation, AttentionKernel, AttentionShape, Backend, Dtype, Gpu, GpuBackend, GpuTensor, Tuning};
 use crate::config::BertConfig;
 use crate::weights::quant::{quantize, to_f16};
@@ -13,21 +14,36 @@ use crate::{Error, Result};
 const DIRECT_WG: [(u32, u32); 3] = [(8, 8), (16, 4), (32, 4)];
 /// Workgroup shapes of the tiled kernel (≤ 16 × 16: its staging arrays).
 const TILED_WG: [(u32, u32); 4] = [(8, 8), (16, 8), (8, 16), (16, 16)];
+/// Workgroups of the reduce kernel (invocations sharing one block's K: a power of two ≤ 64).
+const REDUCE_WG: [(u32, u32); 3] = [(8, 8), (8, 4), (4, 4)];
 
-/// Every matmul variant the calibration may choose on `gpu` (the default first), each as a full [`Tuning`] with
-/// the other knobs at their defaults; variants the adapter cannot run (workgroup too large, too little workgroup
-/// memory for the tiled kernel) are left out.
-pub fn matmul_candidates(gpu: &Gpu) -> Vec<Tuning> {
-    let mut out: Vec<Tuning> = Vec::new();
-    let wanted = DIRECT_WG.iter().map(|&wg| (wg, false)).chain(TILED_WG.iter().map(|&wg| (wg, true)));
-    for (matmul_wg, matmul_tiled) in wanted {
-        let t = Tuning { matmul_wg, matmul_tiled, ..Tuning::default() };
-        if t.clamped(&gpu.limits) == t && !out.contains(&t) {
-            out.push(t);
+/// Every matmul variant the adapter can run (the default first): variants it cannot run (workgroup too large, too
+/// little workgroup memory) are left out.
+fn matmul_variants(gpu: &Gpu) -> Vec<MatmulVariant> {
+    let mut out: Vec<MatmulVariant> = Vec::new();
+    let kinds = [(MatmulKernel::Direct, &DIRECT_WG[..]), (MatmulKernel::Tiled, &TILED_WG[..]), (MatmulKernel::Reduce, &REDUCE_WG[..])];
+    for (kernel, wgs) in kinds {
+        for &wg in wgs {
+            let t = Tuning { matmul: MatmulVariant { kernel, wg }, ..Tuning::default() };
+            if t.clamped(&gpu.limits) == t && !out.contains(&t.matmul) {
+                out.push(t.matmul);
+            }
         }
     }
     out
 }
+
+/// Every matmul variant the calibration may choose on `gpu`, each as a [`Tuning`] that runs it for every product
+/// (large and small), the other knobs at their defaults: what the tests run on every shape.
+pub fn matmul_candidates(gpu: &Gpu) -> Vec<Tuning> {
+    matmul_variants(gpu)
+        .into_iter()
+        .map(|v| Tuning { matmul: v, small_matmul: v, ..Tuning::default() })
+        .collect()
+}
+
+/// Rows of the small products the calibration times: a sentence of 16 tokens.
+const SMALL_CALIBRATION_ROWS: usize = 16;
 
 /// What the calibration times: one encoder layer's matmuls, attention and LayerNorms at `batch` sequences of `seq`
 /// tokens, with the weights in `dtype` (the model's own shapes, so the choice fits the model).
@@ -126,6 +142,7 @@ const MAX_REPEATS: usize = 64;
 #[derive(Clone, Copy)]
 enum Knob {
     Matmul,
+    SmallMatmul,
     Attention,
     Row,
 }
@@ -135,7 +152,8 @@ impl Knob {
     fn take(self, best: Tuning, v: Tuning) -> Tuning {
         let mut t = best;
         match self {
-            Knob::Matmul => (t.matmul_wg, t.matmul_tiled) = (v.matmul_wg, v.matmul_tiled),
+            Knob::Matmul => t.matmul = v.matmul,
+            Knob::SmallMatmul => t.small_matmul = v.small_matmul,
             Knob::Attention => (t.attention_wg, t.attention) = (v.attention_wg, v.attention),
             Knob::Row => t.row_wg = v.row_wg,
         }
@@ -147,10 +165,10 @@ impl Knob {
 type Stage<'a> = (Knob, Vec<Tuning>, Box<dyn Fn() -> Result<()> + 'a>);
 
 impl GpuBackend {
-    /// Times the kernel variants this adapter can run on `work` and switches to the fastest (also returned).
-    /// Three stages, each starting from the best of the one before: the matmul variants ([`matmul_candidates`])
-    /// on the layer's four linears, the attention variants on its attention, the row-kernel widths on its
-    /// LayerNorm. The default is always timed and kept unless another variant is faster, so the choice is never
+    /// Times the kernel variants this adapter can run on `work` and returns the fastest. Four stages, each
+    /// starting from the best of the one before: the matmul variants on the layer's four linears, again on the
+    /// same linears for one sentence of 16 tokens (the choice for products of at most [`super::SMALL_ROWS`] rows), the
+    /// attention variants on its attention, the row-kernel widths on its LayerNorm. The default is always timed and kept unless another variant is faster, so the choice is never
     /// slower than the default on what was timed. Once `budget_ms` is spent it stops (pipeline compilation counts):
     /// the knobs not timed keep their defaults and [`Calibration::complete`] is false.
     pub async fn calibrate(&self, work: &Workload, budget_ms: f64) -> Result<Calibration> {
@@ -178,17 +196,26 @@ impl GpuBackend {
         let mask = self.input(&vec![1.0; m], work.batch, work.seq)?;
         let shape = AttentionShape { batch: work.batch, seq: work.seq, heads: work.heads, head_dim: h / work.heads };
 
-        let matmuls = || -> Result<()> {
-            self.linear(&x, &w_qkv, Some(&b_qkv), Activation::None)?;
-            self.linear(&x, &w_o, Some(&b_h), Activation::None)?;
-            self.linear(&x, &w_i, Some(&b_i), Activation::Gelu)?;
-            self.linear(&x_i, &w_o2, Some(&b_h), Activation::None)?;
+        let small = SMALL_CALIBRATION_ROWS.min(m);
+        let (xs, xs_i) = (self.input(&noise(small * h, 11), small, h)?, self.input(&noise(small * i, 12), small, i)?);
+        let layer_linears = |x: &GpuTensor, x_i: &GpuTensor| -> Result<()> {
+            self.linear(x, &w_qkv, Some(&b_qkv), Activation::None)?;
+            self.linear(x, &w_o, Some(&b_h), Activation::None)?;
+            self.linear(x, &w_i, Some(&b_i), Activation::Gelu)?;
+            self.linear(x_i, &w_o2, Some(&b_h), Activation::None)?;
             Ok(())
         };
+        let matmuls = || layer_linears(&x, &x_i);
+        let small_matmuls = || layer_linears(&xs, &xs_i);
+        let variants = matmul_variants(&self.gpu);
+        let as_tuning = |v: &MatmulVariant| Tuning { matmul: *v, small_matmul: *v, ..Tuning::default() };
+        let large: Vec<Tuning> = variants.iter().filter(|v| v.kernel != MatmulKernel::Reduce).map(as_tuning).collect();
+        let all: Vec<Tuning> = variants.iter().map(as_tuning).collect();
         let attention = || -> Result<()> { self.attention(&qkv, &mask, shape).map(drop) };
         let norms = || -> Result<()> { self.layernorm(&x, Some(&x), &b_h, &b_h, 1e-12).map(drop) };
         let stages: Vec<Stage> = vec![
-            (Knob::Matmul, matmul_candidates(&self.gpu), Box::new(matmuls)),
+            (Knob::Matmul, large, Box::new(matmuls)),
+            (Knob::SmallMatmul, all, Box::new(small_matmuls)),
             (Knob::Attention, attention_candidates(&self.gpu, shape.head_dim), Box::new(attention)),
             (Knob::Row, row_candidates(&self.gpu), Box::new(norms)),
         ];

@@ -5,12 +5,10 @@
 /// adapter's limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tuning {
-    /// matmul workgroup (x over output columns, y over rows); each invocation computes 4×8 outputs.
-    pub matmul_wg: (u32, u32),
-    /// The matmul staged through workgroup memory (`tile_shared` in shaders/lib/matmul_tile.wgsl) instead of
-    /// loading straight from storage (`tile_4x8`): faster on real GPUs, slower on CPU adapters. Needs
-    /// `matmul_wg` ≤ 16 × 16 (clamped so).
-    pub matmul_tiled: bool,
+    /// The matmul for products of more than [`SMALL_ROWS`] rows.
+    pub matmul: MatmulVariant,
+    /// The matmul for products of at most [`SMALL_ROWS`] rows (one short sentence), where a GPU wants K split.
+    pub small_matmul: MatmulVariant,
     /// attention: queries (invocations) per workgroup.
     pub attention_wg: u32,
     /// Which attention kernel, where the head allows it (the scalar one serves every other head_dim).
@@ -19,6 +17,101 @@ pub struct Tuning {
     pub row_wg: u32,
     /// mean_pool / gather_rows invocations per workgroup.
     pub elem_wg: u32,
+}
+
+/// Products of at most this many rows run [`Tuning::small_matmul`]: a sentence of up to 64 tokens alone.
+pub const SMALL_ROWS: usize = 64;
+
+/// One matmul kernel and its workgroup (x over output columns, y over rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulVariant {
+    pub kernel: MatmulKernel,
+    pub wg: (u32, u32),
+}
+
+/// The tilings of shaders/lib/matmul_tile.wgsl; each computes 4 × 8 outputs per block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// `tile_4x8`: one invocation per block, straight from storage; the fastest on CPU adapters.
+    #[default]
+    Direct,
+    /// `tile_shared`: blocks of a workgroup staged through workgroup memory (workgroup ≤ 16 × 16).
+    Tiled,
+    /// `tile_reduce`: one workgroup per block, K split among its invocations (a power of two ≤ 64).
+    Reduce,
+}
+
+impl MatmulKernel {
+    const NAMES: [(&'static str, MatmulKernel); 3] =
+        [("direct", MatmulKernel::Direct), ("tiled", MatmulKernel::Tiled), ("reduce", MatmulKernel::Reduce)];
+
+    fn name(self) -> &'static str {
+        Self::NAMES.iter().find(|(_, k)| *k == self).map_or("direct", |(n, _)| n)
+    }
+
+    /// The entry point's suffix on matmul_vec4 / matmul_packed.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            MatmulKernel::Direct => "",
+            MatmulKernel::Tiled => "_tiled",
+            MatmulKernel::Reduce => "_reduce",
+        }
+    }
+}
+
+impl Default for MatmulVariant {
+    fn default() -> Self {
+        MatmulVariant { kernel: MatmulKernel::Direct, wg: (8, 8) }
+    }
+}
+
+impl MatmulVariant {
+    /// Clamped to the adapter: the workgroup within its limits and the kernel's own (tiled ≤ 16 × 16, reduce a
+    /// power of two ≤ 64 invocations); a tiled kernel without the workgroup memory it stages through is direct.
+    fn clamped(self, l: &wgpu::Limits) -> MatmulVariant {
+        let mut v = self;
+        let needs = match v.kernel {
+            MatmulKernel::Direct => 0,
+            MatmulKernel::Tiled => TILED_WORKGROUP_BYTES,
+            MatmulKernel::Reduce => REDUCE_WORKGROUP_BYTES,
+        };
+        if l.max_compute_workgroup_storage_size < needs {
+            v.kernel = MatmulKernel::Direct;
+        }
+        // (largest side, most invocations) of the kernel's own.
+        let (cap, inv_cap) = match v.kernel {
+            MatmulKernel::Direct => (u32::MAX, u32::MAX),
+            MatmulKernel::Tiled => (MAX_TILED_WG, MAX_TILED_WG * MAX_TILED_WG),
+            MatmulKernel::Reduce => (MAX_REDUCE_INVOCATIONS, MAX_REDUCE_INVOCATIONS),
+        };
+        let (mut wx, mut wy) = v.wg;
+        wx = wx.clamp(1, l.max_compute_workgroup_size_x.min(cap));
+        wy = wy.clamp(1, l.max_compute_workgroup_size_y.min(cap));
+        if v.kernel == MatmulKernel::Reduce {
+            (wx, wy) = (prev_pow2(wx), prev_pow2(wy));
+        }
+        let max_inv = l.max_compute_invocations_per_workgroup.min(inv_cap);
+        while wx * wy > max_inv {
+            if wy >= wx { wy = (wy / 2).max(1) } else { wx = (wx / 2).max(1) }
+        }
+        v.wg = (wx, wy);
+        v
+    }
+
+    /// The grid of a product (M rows, N columns): one workgroup per WG_X·8 × WG_Y·4 outputs, or per 8 × 4 (reduce).
+    pub(crate) fn groups(self, m: usize, n: usize) -> (u32, u32, u32) {
+        let (wx, wy) = match self.kernel {
+            MatmulKernel::Reduce => (1, 1),
+            _ => (self.wg.0 as usize, self.wg.1 as usize),
+        };
+        (n.div_ceil(8 * wx) as u32, m.div_ceil(4 * wy) as u32, 1)
+    }
+}
+
+impl std::fmt::Display for MatmulVariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}x{}", self.kernel.name(), self.wg.0, self.wg.1)
+    }
 }
 
 /// The attention kernels (shaders/lib/attention.wgsl composed three ways).
@@ -57,8 +150,8 @@ impl AttentionKernel {
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
-            matmul_wg: (8, 8),
-            matmul_tiled: false,
+            matmul: MatmulVariant::default(),
+            small_matmul: MatmulVariant::default(),
             attention_wg: 64,
             attention: AttentionKernel::Vec4,
             row_wg: 128,
@@ -76,41 +169,36 @@ impl Tuning {
         t.row_wg = cap(t.row_wg);
         t.elem_wg = cap(t.elem_wg);
         t.attention_wg = cap(t.attention_wg);
-        let (mut wx, mut wy) = t.matmul_wg;
-        if l.max_compute_workgroup_storage_size < TILED_WORKGROUP_BYTES {
-            t.matmul_tiled = false;
-        }
-        let tile_cap = if t.matmul_tiled { MAX_TILED_WG } else { u32::MAX };
-        wx = wx.clamp(1, l.max_compute_workgroup_size_x.min(tile_cap));
-        wy = wy.clamp(1, l.max_compute_workgroup_size_y.min(tile_cap));
-        while wx * wy > max_inv {
-            if wy >= wx { wy = (wy / 2).max(1) } else { wx = (wx / 2).max(1) }
-        }
-        t.matmul_wg = (wx, wy);
+        t.matmul = t.matmul.clamped(l);
+        t.small_matmul = t.small_matmul.clamped(l);
         t
     }
 }
 
 /// Workgroup memory of the tiled matmul: x_tile (256 vec4) and w_tile (512 vec4).
 const TILED_WORKGROUP_BYTES: u32 = (256 + 512) * 16;
+/// ... and of the reduce kernel: w_tile.
+const REDUCE_WORKGROUP_BYTES: u32 = 512 * 16;
 
 /// The largest matmul workgroup side the tiled kernel's staging arrays hold (x_tile, w_tile in
 /// shaders/lib/matmul_tile.wgsl).
 pub const MAX_TILED_WG: u32 = 16;
+/// The reduce kernel's largest workgroup: its partial blocks (8 vec4 each) fill w_tile (512 vec4).
+pub const MAX_REDUCE_INVOCATIONS: u32 = 64;
 
 fn prev_pow2(v: u32) -> u32 {
     if v == 0 { 0 } else { 1 << (31 - v.leading_zeros()) }
 }
 
-/// `matmul=tiled:16x16,attention=fixed:64,row=128,elem=64`: how `bench`, the calibration's cache and `BERTGPU_TUNING`
+/// `matmul=tiled:16x16,small=reduce:8x8,attention=fixed:64,row=128,elem=64`: how `bench`, the calibration's cache and `BERTGPU_TUNING`
 /// write a tuning ([`Tuning::parse`] reads it back).
 impl std::fmt::Display for Tuning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (wx, wy) = self.matmul_wg;
         write!(
             f,
-            "matmul={}:{wx}x{wy},attention={}:{},row={},elem={}",
-            if self.matmul_tiled { "tiled" } else { "direct" },
+            "matmul={},small={},attention={}:{},row={},elem={}",
+            self.matmul,
+            self.small_matmul,
             self.attention.name(),
             self.attention_wg,
             self.row_wg,
@@ -133,11 +221,12 @@ impl Tuning {
                 Ok((i, size))
             };
             match key {
-                "matmul" => {
-                    let (i, size) = kind_size(&["direct", "tiled"])?;
+                "matmul" | "small" => {
+                    let names = MatmulKernel::NAMES.map(|(n, _)| n);
+                    let (i, size) = kind_size(&names)?;
                     let (x, y) = size.split_once('x').ok_or_else(|| format!("tuning `{part}`: write the workgroup as XxY"))?;
-                    t.matmul_tiled = i == 1;
-                    t.matmul_wg = (num(x)?, num(y)?);
+                    let v = MatmulVariant { kernel: MatmulKernel::NAMES[i].1, wg: (num(x)?, num(y)?) };
+                    if key == "matmul" { t.matmul = v } else { t.small_matmul = v }
                 }
                 "attention" => {
                     let names = AttentionKernel::NAMES.map(|(n, _)| n);
@@ -147,7 +236,7 @@ impl Tuning {
                 }
                 "row" => t.row_wg = num(value)?,
                 "elem" => t.elem_wg = num(value)?,
-                other => return Err(format!("tuning `{part}`: unknown knob `{other}` (matmul, attention, row, elem)")),
+                other => return Err(format!("tuning `{part}`: unknown knob `{other}` (matmul, small, attention, row, elem)")),
             }
         }
         Ok(t)
@@ -156,12 +245,19 @@ impl Tuning {
 
 #[cfg(test)]
 mod tests {
-    use super::{AttentionKernel, Tuning};
+    use super::{AttentionKernel, MatmulKernel, MatmulVariant, Tuning};
 
     #[test]
     fn a_tuning_reads_back_what_it_writes() {
-        let t = Tuning { matmul_wg: (16, 8), matmul_tiled: true, attention_wg: 32, attention: AttentionKernel::Fixed, row_wg: 256, elem_wg: 64 };
-        assert_eq!(t.to_string(), "matmul=tiled:16x8,attention=fixed:32,row=256,elem=64");
+        let t = Tuning {
+            matmul: MatmulVariant { kernel: MatmulKernel::Tiled, wg: (16, 8) },
+            small_matmul: MatmulVariant { kernel: MatmulKernel::Reduce, wg: (8, 4) },
+            attention_wg: 32,
+            attention: AttentionKernel::Fixed,
+            row_wg: 256,
+            elem_wg: 64,
+        };
+        assert_eq!(t.to_string(), "matmul=tiled:16x8,small=reduce:8x4,attention=fixed:32,row=256,elem=64");
         assert_eq!(Tuning::parse(&t.to_string()), Ok(t));
         assert_eq!(Tuning::parse(""), Ok(Tuning::default()));
         assert_eq!(Tuning::parse("row=64").unwrap(), Tuning { row_wg: 64, ..Tuning::default() });

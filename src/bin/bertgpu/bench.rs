@@ -98,7 +98,7 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
         };
         let med = medians[k];
         println!(
-            "| {name} | {med:.2} | {:.2}–{:.2} | {:.1} | {:.3} |",
+            "| {name} | {med:.2} | {:.2}–{:.2} | {:.2} | {:.3} |",
             t[0],
             t[t.len() - 1],
             gflop / (med / 1e3),
