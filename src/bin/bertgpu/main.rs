@@ -686,10 +686,14 @@ fn cmd_classify_head(args: &InferArgs, top_k: Option<usize>, head: &Path) -> Res
     })
 }
 
-/// Config, weights and tokenizer of the model, on the requested device. Failures exit 2.
+/// Config, weights and tokenizer of the model on the requested device (stderr says why `auto` took the CPU); failures exit 2.
 fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
     let weights = m.model.weights().map_err(fail)?;
     let (config, tokenizer) = (m.model.config.clone(), m.model.tokenizer.clone());
-    pollster::block_on(Engine::from_parts(config, tokenizer, &weights, device)).map_err(fail)
+    let engine = pollster::block_on(Engine::from_parts(config, tokenizer, &weights, device)).map_err(fail)?;
+    if let Some(why) = engine.device_reason() {
+        eprintln!("bertgpu: on the CPU: {why}");
+    }
+    Ok(engine)
 }
