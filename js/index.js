@@ -239,7 +239,8 @@ async function pickDevice(device) {
       : "this browser gives no WebGPU adapter (navigator.gpu is missing or requestAdapter() returned null)" };
   }
   if (isFallback(adapter)) {
-    const name = adapter.info?.description || adapter.info?.vendor || "";
+    const info = adapter.info ?? {};
+    const name = info.description || [info.vendor, info.architecture].filter(Boolean).join(" ");
     return { device: "cpu", reason: `the WebGPU adapter${name ? ` "${name}"` : ""} is a software fallback adapter `
       + "running on the CPU, slower than the CPU backend" };
   }

@@ -80,15 +80,17 @@ impl std::fmt::Display for Canary {
     }
 }
 
-/// `adapter "name" (backend, driver …)`, for messages.
+/// `` `name` (backend, driver …) ``, for messages. Browsers may withhold the name (WebGPU's `description`; Chromium
+/// gives none): then it says so.
 pub fn adapter_name(gpu: &GpuBackend) -> String {
     let i = &gpu.gpu().info;
+    let name = if i.name.is_empty() { "(unnamed by the browser)".to_string() } else { format!("`{}`", i.name) };
     let driver = [i.driver.as_str(), i.driver_info.as_str()].iter().filter(|s| !s.is_empty()).copied()
         .collect::<Vec<_>>().join(" ");
     if driver.is_empty() {
-        format!("`{}` ({:?})", i.name, i.backend)
+        format!("{name} ({:?})", i.backend)
     } else {
-        format!("`{}` ({:?}, driver {driver})", i.name, i.backend)
+        format!("{name} ({:?}, driver {driver})", i.backend)
     }
 }
 
