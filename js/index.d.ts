@@ -54,7 +54,11 @@ export interface LoadOptions {
    * folder holding them. Beside a Hugging Face folder only.
    */
   adapter?: string | URL | { config: string | ArrayBuffer | Uint8Array; weights: ArrayBuffer | Uint8Array };
-  /** "auto" (default): WebGPU on a hardware adapter, else the CPU. */
+  /**
+   * "auto" (default): WebGPU on a hardware adapter whose output passes the load-time check (the encoder on a fixed
+   * input against the CPU backend's), else the CPU, saying why in `bert.deviceReason`. "webgpu": any adapter; a load
+   * whose check fails rejects, naming the adapter and the error. "cpu": the wasm CPU backend.
+   */
   device?: "auto" | Device;
   onProgress?: (progress: Progress) => void;
   /**
@@ -379,6 +383,12 @@ export declare class Bert {
   static deleteCheckpoint(name: string): Promise<boolean>;
   /** Where the model runs. */
   readonly device: Device;
+  /**
+   * Why the model runs on the CPU although `device: "auto"` considered WebGPU: no WebGPU, a software fallback
+   * adapter, or an adapter that failed the load-time check (which adapter, its error against the tolerance, where);
+   * or a GPU device lost during fineTune with no new one. null on WebGPU, and when "cpu" was asked for.
+   */
+  readonly deviceReason: string | null;
   /** Which wasm build runs the model (see LoadOptions.simd). */
   readonly simd: "relaxed" | "simd128";
   /**

@@ -217,11 +217,14 @@ function isFallback(adapter) {
 }
 
 /**
+ * The device string for the wasm module, and why "auto" did not even try the GPU: `{ device, reason }`.
  * "auto": WebGPU when there is a hardware adapter; on a software fallback adapter (e.g. SwiftShader) the wasm CPU
  * backend is tens of times faster, so "auto" takes the CPU there. "webgpu" insists (any adapter), "cpu" never asks.
+ * With a hardware adapter "auto" stays "auto" for the module: it takes the GPU if the GPU passes the load-time check
+ * (its output on a fixed input against the CPU backend's), else the CPU, saying why (`bert.deviceReason`).
  */
 async function pickDevice(device) {
-  if (device === "cpu") return "cpu";
+  if (device === "cpu") return { device: "cpu", reason: null };
   const adapter = await webgpuAdapter();
   if (device === "webgpu") {
     if (!adapter) {
@@ -230,9 +233,19 @@ async function pickDevice(device) {
         : "Bert.load: device \"webgpu\" was asked for but this browser gives no WebGPU adapter "
           + "(navigator.gpu is missing or requestAdapter() returned null); use device: \"cpu\" or \"auto\"");
     }
-    return "webgpu";
+    return { device: "webgpu", reason: null };
   }
-  return adapter && !isFallback(adapter) ? "webgpu" : "cpu";
+  if (!adapter) {
+    return { device: "cpu", reason: IN_NODE ? "Node.js has no WebGPU"
+      : "this browser gives no WebGPU adapter (navigator.gpu is missing or requestAdapter() returned null)" };
+  }
+  if (isFallback(adapter)) {
+    const info = adapter.info ?? {};
+    const name = info.description || [info.vendor, info.architecture].filter(Boolean).join(" ");
+    return { device: "cpu", reason: `the WebGPU adapter${name ? ` "${name}"` : ""} is a software fallback adapter `
+      + "running on the CPU, slower than the CPU backend" };
+  }
+  return { device: "auto", reason: null };
 }
 
 function checkOptions(options, allowed, method) {
@@ -430,8 +443,10 @@ export class Bert {
    */
   static async load(source, options = {}) {
     // (`_shard`: { rank, count, buffer }, set by bertgpu/worker for one shard of a tensor-parallel model.)
+    // (`_injectFault`: tests only. The GPU's linears return wrong values, as a miscompiled kernel would, so that
+    // the load-time check fails: "auto" must then give the CPU with a `deviceReason`, "webgpu" must reject.)
     const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
-      "adapter", "_shard"], "Bert.load");
+      "adapter", "_shard", "_injectFault"], "Bert.load");
     const device = opts.device ?? "auto";
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -463,8 +478,9 @@ export class Bert {
     if (adapter && fetched.gguf) throw new Error("Bert.load: a LoRA adapter loads beside a Hugging Face folder, not a .gguf");
     const files = { ...fetched, ...adapter };
     const shard = opts._shard && { ...opts._shard, gather: shardGather(opts._shard.buffer, opts._shard.rank, opts._shard.count) };
-    const model = await instantiate(rt, files, chosen, shard);
+    const model = await instantiate(rt, files, chosen.device, shard, opts._injectFault === true);
     const bert = new Bert(rt, model, model.device);
+    bert._deviceReason = model.deviceReason ?? chosen.reason;
     // A GPU device can be lost (driver reset, GPU process crash, `destroy()`), and its buffers with it: remember
     // where the files came from, so the call after the loss can load the model again on a new device. (For a bytes
     // source that keeps the caller's bytes referenced; URLs are fetched again, from the cache when it is on.)
@@ -511,6 +527,15 @@ export class Bert {
   /** "webgpu" or "cpu": where this model runs. */
   get device() {
     return this._device;
+  }
+
+  /**
+   * Why this model runs on the CPU although `device: "auto"` considered WebGPU: no WebGPU, a software fallback
+   * adapter, or an adapter whose output failed the load-time check against the CPU backend's (which adapter, by how
+   * much, where), or a GPU device lost during fineTune with no new one. null when WebGPU runs it or "cpu" was asked for.
+   */
+  get deviceReason() {
+    return this._deviceReason ?? null;
   }
 
   /** "relaxed" or "simd128": which wasm build runs this model (see the `simd` option of `Bert.load`). */
@@ -607,6 +632,7 @@ export class Bert {
     } catch (e) {
       console.warn(`fineTune: the GPU device was lost (${why}) and a new one failed (${e.message}): going on on the CPU`);
       model = await instantiate(this._rt, files, "cpu");
+      this._deviceReason = `the GPU device was lost (${why}) and a new one failed (${e.message})`;
     }
     const old = this._model;
     this._model = model;
@@ -1028,12 +1054,15 @@ export async function trainTokenizer(corpus, options = {}) {
   return guard(rt, () => rt.glue.trainTokenizer(list, rustOptions));
 }
 
-/** A WasmModel from downloaded files on `device` ("webgpu" or "cpu"), whole or (CPU) one shard of it. */
-function instantiate(rt, files, device, shard = undefined) {
+/**
+ * A WasmModel from downloaded files on `device` ("webgpu", "auto" after pickDevice saw a hardware adapter, or
+ * "cpu"), whole or (CPU) one shard of it. `injectFault`: Bert.load's test-only `_injectFault`.
+ */
+function instantiate(rt, files, device, shard = undefined, injectFault = false) {
   return guard(rt, () => files.gguf
-    ? rt.glue.WasmModel.loadGguf(files.gguf, device, shard)
+    ? rt.glue.WasmModel.loadGguf(files.gguf, device, shard, injectFault)
     : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-      files.adapterConfig, files.adapterWeights, device, shard));
+      files.adapterConfig, files.adapterWeights, device, shard, injectFault));
 }
 
 /**

@@ -16,14 +16,14 @@ import { deleteCheckpoint, listCheckpoints } from "./checkpoints.js";
 const MAX_WORKERS = 8;
 const PARALLEL = ["data", "tensor"];
 
-/** Starts one worker and loads the model in it; resolves to { worker, channel, device, tasks }. */
+/** Starts one worker and loads the model in it; resolves to { worker, channel, device, deviceReason, tasks }. */
 async function startWorker(src, options, onProgress) {
   const worker = new Worker(new URL("./worker-main.js", import.meta.url), { type: "module", name: "bertgpu" });
   const channel = new Channel(worker);
   try {
-    const { device, tasks, simd } = await channel.call("load", [src, { ...options, progress: onProgress != null }], [],
-      onProgress);
-    return { worker, channel, device, tasks, simd };
+    const { device, deviceReason, tasks, simd } = await channel.call("load",
+      [src, { ...options, progress: onProgress != null }], [], onProgress);
+    return { worker, channel, device, deviceReason, tasks, simd };
   } catch (e) {
     worker.terminate();
     throw e;
@@ -123,6 +123,7 @@ export class Bert {
       members.push(...more.map((r) => r.value));
     }
     const bert = new Bert(members, first.device, first.tasks, members.length > 1 ? parallel : "data");
+    bert._deviceReason = first.deviceReason ?? null;
     // A tensor-parallel model fine-tunes in a worker of its own holding the whole model (see fineTune).
     bert._whole = { src, options: { ...rest, device: "cpu" } };
     return bert;
@@ -136,6 +137,11 @@ export class Bert {
   /** "webgpu" or "cpu". */
   get device() {
     return this._device;
+  }
+
+  /** As "bertgpu"'s `deviceReason`: why "auto" runs this model on the CPU, or null. */
+  get deviceReason() {
+    return this._deviceReason ?? null;
   }
 
   /** "relaxed" or "simd128": which wasm build runs the model. */

@@ -23,19 +23,29 @@ pub struct BertEncoder<B: Backend> {
 impl<B: Backend> BertEncoder<B> {
     /// `w` at `encoder`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let distinct = if cfg.family == Family::Albert { 1 } else { cfg.num_hidden_layers };
-        let layers = (0..distinct)
+        let layers = (0..Self::distinct_layers(cfg))
             .map(|i| BertLayer::load(&w.pp(&format!("layer.{i}")), cfg, backend))
             .collect::<Result<Vec<_>>>()?;
         Ok(BertEncoder { layers, passes: cfg.num_hidden_layers })
+    }
+
+    /// How many distinct layers the checkpoint holds: one per pass, or ALBERT's one shared layer.
+    fn distinct_layers(cfg: &BertConfig) -> usize {
+        if cfg.family == Family::Albert { 1 } else { cfg.num_hidden_layers }
+    }
+
+    /// The layer pass `i` of `passes` runs, among `distinct`: `AlbertTransformer`'s group index
+    /// int(i / (L / groups)), which is `i` itself when every pass has its own layer.
+    fn layer_of_pass(i: usize, distinct: usize, passes: usize) -> usize {
+        i * distinct / passes
     }
 
     /// x `(B*T, H)`, mask `(B, T)` → last hidden state `(B*T, H)`.
     pub fn forward(&self, backend: &B, x: B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let mut x = x;
         for i in 0..self.passes {
-            // Pass i runs layer i, or the shared one: `AlbertTransformer`'s group index int(i / (L / groups)).
-            let layer = &self.layers[i * self.layers.len() / self.passes];
+            // Pass i runs layer i, or the shared one.
+            let layer = &self.layers[Self::layer_of_pass(i, self.layers.len(), self.passes)];
             x = layer.forward(backend, &x, mask, batch, seq)?;
         }
         Ok(x)
@@ -55,28 +65,65 @@ pub struct BertModel<B: Backend> {
 impl<B: Backend> BertModel<B> {
     /// `w` at the checkpoint root: names with or without the `bert.` prefix both resolve (see [`Weights`]).
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
+        let w = &Self::checked(w, cfg, backend)?;
+        Ok(BertModel {
+            config: cfg.clone(),
+            embeddings: BertEmbeddings::load(&w.pp("embeddings"), cfg, backend)?,
+            embeddings_project: Self::load_projection(w, cfg, backend)?,
+            encoder: BertEncoder::load(&w.pp("encoder"), cfg, backend)?,
+        })
+    }
+
+    /// The checks of [`Self::load`] before any upload; `w` seen under the family's names.
+    fn checked(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Weights> {
         cfg.validate()?;
-        let w = &w.for_family(cfg.family);
         let shards = backend.shard().count;
         if shards > 1 && (cfg.num_attention_heads % shards != 0 || cfg.intermediate_size % shards != 0) {
             return Err(crate::Error::Config(format!(
                 "this model cannot be split across {shards} workers: its {} attention heads and {} feed-forward units \
                  must both divide by {shards}", cfg.num_attention_heads, cfg.intermediate_size)));
         }
+        Ok(w.for_family(cfg.family))
+    }
+
+    /// ELECTRA's / ALBERT's projection from E to H, when the family has one (`w` at the root).
+    fn load_projection(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Option<(B::Tensor, B::Tensor)>> {
         let (e, h) = (cfg.embedding_size, cfg.hidden_size);
-        let embeddings_project = if cfg.family.has_embedding_projection(e, h) {
-            // Asked for under ELECTRA's name; ALBERT's `encoder.embedding_hidden_mapping_in` is found for it.
-            let p = w.pp("embeddings_project");
-            Some((backend.upload(p.get("weight", &[h, e])?)?, backend.upload(p.get("bias", &[h])?)?))
-        } else {
-            None
+        if !cfg.family.has_embedding_projection(e, h) {
+            return Ok(None);
+        }
+        // Asked for under ELECTRA's name; ALBERT's `encoder.embedding_hidden_mapping_in` is found for it.
+        let p = w.pp("embeddings_project");
+        Ok(Some((backend.upload(p.get("weight", &[h, e])?)?, backend.upload(p.get("bias", &[h])?)?)))
+    }
+
+    /// [`Self::forward`] of the model in `w` without loading it whole: each module is uploaded just before it runs
+    /// and dropped after, so `backend` holds at most the embeddings' or one layer's weights at a time (on the CPU
+    /// backend a weight's upload is a copy). For a one-off forward beside a model already loaded elsewhere: the
+    /// GPU's load-time check computes its CPU reference this way (`crate::engine::canary`). Reads back nothing;
+    /// returns the last hidden state `(B*T, H)`.
+    pub fn forward_streamed(w: &Weights, cfg: &BertConfig, backend: &B, batch: &Batch) -> Result<B::Tensor> {
+        let w = &Self::checked(w, cfg, backend)?;
+        let mask = backend.mask(batch)?; // (B, T)
+        let x = BertEmbeddings::load(&w.pp("embeddings"), cfg, backend)?.forward(backend, batch)?; // (B*T, E)
+        let mut x = match Self::load_projection(w, cfg, backend)? {
+            Some((weight, bias)) => backend.linear(&x, &weight, Some(&bias), Activation::None)?, // (B*T, H)
+            None => x,
         };
-        Ok(BertModel {
-            config: cfg.clone(),
-            embeddings: BertEmbeddings::load(&w.pp("embeddings"), cfg, backend)?,
-            embeddings_project,
-            encoder: BertEncoder::load(&w.pp("encoder"), cfg, backend)?,
-        })
+        let enc = w.pp("encoder");
+        let (distinct, passes) = (BertEncoder::<B>::distinct_layers(cfg), cfg.num_hidden_layers);
+        let mut held: Option<(usize, BertLayer<B>)> = None; // ALBERT's shared layer stays for every pass
+        for i in 0..passes {
+            let l = BertEncoder::<B>::layer_of_pass(i, distinct, passes);
+            if !matches!(held, Some((j, _)) if j == l) {
+                drop(held.take()); // the previous layer's weights go before the next one's come
+                held = Some((l, BertLayer::load(&enc.pp(&format!("layer.{l}")), cfg, backend)?));
+            }
+            if let Some((_, layer)) = &held {
+                x = layer.forward(backend, &x, &mask, batch.b, batch.t)?; // (B*T, H)
+            }
+        }
+        Ok(x)
     }
 
     /// The last hidden state `(B*T, H)` of a padded batch. Padding rows hold values too (as in PyTorch), but no real

@@ -49,6 +49,9 @@ pub struct Model<B: Backend> {
     /// [`Model::classify_with_head`]. Behind a `RefCell` because tasks take `&self`; an `Rc` so a task clones it
     /// and never holds the borrow across an `await` (JS may start another task meanwhile).
     pub head: RefCell<Option<Rc<TrainedHead<B>>>>,
+    /// Why this model is not on the GPU although the GPU was considered (`Device::Auto` found no adapter, a software
+    /// one, or one that failed the load-time check): set by `crate::engine`, `None` otherwise.
+    pub device_reason: Option<String>,
 }
 
 impl<B: Backend> Model<B> {
@@ -56,7 +59,7 @@ impl<B: Backend> Model<B> {
     pub fn new(backend: B, config: BertConfig, tokenizer: Tokenizer, weights: &Weights) -> Result<Model<B>> {
         let bert = BertModel::load(weights, &config, &backend)?;
         let heads = crate::heads::Heads::load(weights, &config, &backend);
-        Ok(Model { backend, config, tokenizer, bert, heads, head: RefCell::new(None) })
+        Ok(Model { backend, config, tokenizer, bert, heads, head: RefCell::new(None), device_reason: None })
     }
 
     /// Tokenizes single texts (truncated to the tokenizer's max length).

@@ -17,7 +17,7 @@ use wasm_bindgen::prelude::*;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{Shard, ShardLink};
 use crate::heads::token_classifier::Aggregation;
-use crate::engine::{Device, Engine};
+use crate::engine::{Device, Engine, Placement};
 use crate::loader::{LoadOptions, ModelFiles, ModelSource};
 use crate::tasks::{EmbedOptions, Pooling};
 use crate::Error;
@@ -281,16 +281,34 @@ fn parse_device(device: &str) -> Result<Device, JsError> {
     match device {
         "cpu" => Ok(Device::Cpu),
         "webgpu" => Ok(Device::Gpu),
-        other => Err(JsError::new(&format!("device must be \"webgpu\" or \"cpu\" (got \"{other}\")"))),
+        "auto" => Ok(Device::Auto),
+        other => Err(JsError::new(&format!("device must be \"webgpu\", \"auto\" or \"cpu\" (got \"{other}\")"))),
     }
+}
+
+/// Loads `source` on `device` ([`Engine::place`]: on the GPU only if it passes the load-time check). The files are
+/// checked before a device is asked for. `inject_fault` (`Bert.load`'s test-only `_injectFault`) makes the GPU's
+/// linears return wrong values ([`crate::backend::gpu::GpuBackend::inject_fault`]), for the tests of that check.
+async fn load_engine(source: ModelSource<'_>, device: &str, cpu: CpuBackend, inject_fault: Option<bool>)
+    -> Result<Engine, JsError> {
+    let device = parse_device(device)?;
+    let m = crate::loader::load(source, &LoadOptions::default()).map_err(js_err)?;
+    let weights = m.weights().map_err(js_err)?;
+    let placement = Placement::pick(device).await.map_err(js_err)?;
+    if let (Some(true), Some(gpu)) = (inject_fault, &placement.gpu) {
+        gpu.inject_fault(true);
+    }
+    Engine::place(m.config, m.tokenizer, &weights, placement, cpu).await.map_err(js_err)
 }
 
 #[wasm_bindgen]
 impl WasmModel {
     /// Loads a model from the bytes of its files: config.json, then tokenizer.json or vocab.txt (with
     /// tokenizer_config.json when present), and model.safetensors; and a LoRA adapter to fold in (peft's
-    /// adapter_config.json and adapter_model.safetensors), if given. `device` is "webgpu" or "cpu" (the JS wrapper
-    /// resolves "auto").
+    /// adapter_config.json and adapter_model.safetensors), if given. `device` is "webgpu", "cpu", or "auto" (the JS
+    /// wrapper passes "auto" once it has seen a hardware adapter: the GPU, or the CPU if the GPU fails the load-time
+    /// check). `inject_fault`: for tests only (see [`load_engine`]).
+    #[allow(clippy::too_many_arguments)]
     pub async fn load(
         config: Vec<u8>,
         tokenizer: Option<Vec<u8>>,
@@ -301,25 +319,21 @@ impl WasmModel {
         adapter_weights: Option<Vec<u8>>,
         device: String,
         shard: JsValue,
+        inject_fault: Option<bool>,
     ) -> Result<WasmModel, JsError> {
-        let device = parse_device(&device)?;
         let cpu = cpu_backend(shard)?;
         let adapter = adapter_config.zip(adapter_weights);
         let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
-        let engine = Engine::load_on(ModelSource::Files(files), &LoadOptions::default(), device, cpu)
-            .await
-            .map_err(js_err)?;
+        let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 
     /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file.
     #[wasm_bindgen(js_name = loadGguf)]
-    pub async fn load_gguf(bytes: Vec<u8>, device: String, shard: JsValue) -> Result<WasmModel, JsError> {
-        let device = parse_device(&device)?;
+    pub async fn load_gguf(bytes: Vec<u8>, device: String, shard: JsValue, inject_fault: Option<bool>)
+        -> Result<WasmModel, JsError> {
         let cpu = cpu_backend(shard)?;
-        let engine = Engine::load_on(ModelSource::Gguf(&bytes), &LoadOptions::default(), device, cpu)
-            .await
-            .map_err(js_err)?;
+        let engine = load_engine(ModelSource::Gguf(&bytes), &device, cpu, inject_fault).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 
@@ -330,6 +344,13 @@ impl WasmModel {
             "gpu" => "webgpu".into(),
             other => other.into(),
         }
+    }
+
+    /// Why the model is on the CPU although "auto" considered the GPU: the adapter failed the load-time check
+    /// ([`Engine::device_reason`]). `undefined` otherwise (the JS wrapper adds its own reasons for not trying).
+    #[wasm_bindgen(getter, js_name = deviceReason)]
+    pub fn device_reason(&self) -> Option<String> {
+        self.engine.device_reason().map(str::to_string)
     }
 
     /// Why the GPU device under this model was lost (`undefined` while it works, and on the CPU). A lost device

@@ -62,7 +62,8 @@ const embedScript = (source, options = "{}") => `
   const bert = await Bert.load(${source}, ${options});
   const normalized = (await bert.embed(sentences)).map((v) => Array.from(v));
   const mean = (await bert.embed(sentences, { normalize: false })).map((v) => Array.from(v));
-  console.log(JSON.stringify({ device: bert.device, simd: bert.simd, normalized, mean, events }));
+  console.log(JSON.stringify({ device: bert.device, deviceReason: bert.deviceReason, simd: bert.simd, normalized, mean,
+    events }));
   bert.dispose();
 `;
 
@@ -82,7 +83,12 @@ function assertGolden(got, what) {
 const SENTENCES = JSON.stringify(golden.sentences);
 
 test("a folder path (absolute) gives PyTorch's vectors, on the CPU backend", async () => {
-  assertGolden(await inConsumer(embedScript("arg"), MINILM, SENTENCES), "absolute path");
+  const got = await inConsumer(embedScript("arg"), MINILM, SENTENCES);
+  assertGolden(got, "absolute path");
+  // device "auto" (the default) says why it took the CPU; "cpu" asked for has nothing to explain.
+  assert.equal(got.deviceReason, "Node.js has no WebGPU");
+  const cpu = await inConsumer(embedScript("arg", '{ device: "cpu" }'), MINILM, SENTENCES);
+  assert.equal(cpu.deviceReason, null);
 });
 
 test("a relative path (./ or ../), against the working directory", async () => {

@@ -175,6 +175,8 @@ const INT8_Q8_0: bool = cfg!(target_arch = "wasm32");
 #[derive(Clone, Default)]
 pub struct CpuBackend {
     link: Option<Arc<dyn ShardLink>>,
+    /// [`CpuBackend::reference`]: never the integer Q8_0 kernel.
+    reference: bool,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -188,13 +190,21 @@ impl CpuBackend {
         CpuBackend::default()
     }
 
+    /// The twin of the GPU kernels op for op, for comparing the two: as [`CpuBackend::new`], except that Q8_0
+    /// weights always go through the f32-activation GEMM (what the GPU's `matmul_packed` computes), never the
+    /// integer kernel with 7-bit activations that the wasm build otherwise runs (`INT8_Q8_0`; q8.rs gives its extra
+    /// error, far above the two f32 paths' difference).
+    pub fn reference() -> CpuBackend {
+        CpuBackend { reference: true, ..CpuBackend::default() }
+    }
+
     /// A backend for one shard of a tensor-parallel model, exchanging partial sums through `link`.
     pub fn sharded(link: Arc<dyn ShardLink>) -> Result<CpuBackend> {
         let Shard { rank, count } = link.shard();
         if count == 0 || rank >= count {
             return Err(Error::Shards(format!("shard {rank} of {count}: the rank must be below the count")));
         }
-        Ok(CpuBackend { link: Some(link) })
+        Ok(CpuBackend { link: Some(link), reference: false })
     }
 }
 
@@ -302,7 +312,7 @@ impl Backend for CpuBackend {
             expect_dims(b, 1, n, "linear bias (N)")?;
         }
         let mut out = vec![0f32; m * n];
-        if INT8_Q8_0 {
+        if INT8_Q8_0 && !self.reference {
             if let Some(q) = w.q8()? {
                 // Q8_0: the integer kernel, x quantized per block of 32 (q8.rs says why and how far from the twin).
                 q8::linear_q8(x.data(), m, k, q, bias.map(|b| b.data()), act, &mut out);

@@ -28,12 +28,14 @@ use bertgpu::tasks::{self, EmbedOptions};
 use bertgpu::tokenizer::Encoded;
 use clap::{Args, Parser, Subcommand};
 use bench::cmd_bench;
+use load::load_engine;
 use lines::{run_lines, shape_hint, Input, Shape};
 use serde_json::{json, Value};
 
 mod bench;
 mod finetune;
 mod lines;
+mod load;
 mod pretrain;
 mod train_tokenizer;
 mod tune;
@@ -685,16 +687,4 @@ fn cmd_classify_head(args: &InferArgs, top_k: Option<usize>, head: &Path) -> Res
             .map(|e| e.and_then(|_| results.next().map(|r| json!(r)).ok_or_else(|| "no result".to_string())))
             .collect()
     })
-}
-
-/// Config, weights and tokenizer of the model, on the requested device. Failures exit 2.
-fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
-    let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
-    let weights = m.model.weights().map_err(fail)?;
-    let (config, tokenizer) = (m.model.config.clone(), m.model.tokenizer.clone());
-    let engine = pollster::block_on(Engine::from_parts(config, tokenizer, &weights, device)).map_err(fail)?;
-    if let Some((line, true)) = tune::apply(&engine)? {
-        eprintln!("bertgpu: GPU kernels calibrated for this adapter: {line}");
-    }
-    Ok(engine)
 }

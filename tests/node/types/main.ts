@@ -18,6 +18,7 @@ const fromBytes = await Bert.load({ config: { hidden_size: 384 }, tokenizer: "{}
 const fromGguf = await Bert.load({ gguf: new ArrayBuffer(8) }, { wasm: new Uint8Array(8), simd: "simd128" });
 const inNode = await Bert.load("/models/all-MiniLM-L6-v2.gguf", { cacheDir: "/tmp/bertgpu-cache" });
 const device: "webgpu" | "cpu" = bert.device;
+const why: string | null = bert.deviceReason;
 const one: Float32Array = await bert.embed("a sentence", { pooling: "mean", normalize: true, batchSize: 8 });
 const many: Float32Array[] = await bert.embed(["one", "two"]);
 const tokens: Tokenized = await bert.tokenize("Hello", "world");
@@ -64,5 +65,5 @@ await Bert.load("x", { cacheDir: true });
 // @ts-expect-error: not an option
 await Bert.load("x", { wasmUrl: "/bertgpu_bg.wasm" });
 
-console.log(device, pairLabel, one, many, tokens, best, label, answer.score, report.bestEpoch, labels, workers, vectors, wrong,
+console.log(device, why, pairLabel, one, many, tokens, best, label, answer.score, report.bestEpoch, labels, workers, vectors, wrong,
   saved, removed, bestTuned);

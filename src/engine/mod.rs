@@ -1,6 +1,10 @@
 //! A loaded model on the device picked at run time: [`Engine`] is an enum over [`Model`] on each backend, and
 //! every task dispatches to the generic [`Model`] method. The CLI (`src/bin/`) and the wasm shim (`src/wasm/`)
-//! are thin layers over this module.
+//! are thin layers over this module. Where a model goes is decided in two steps, kept apart so tests can pass their
+//! own GPU: [`Placement::pick`] acquires the GPU a [`Device`] asks for, [`Engine::place`] puts the model on it,
+//! after the load-time check of [`canary`].
+
+pub mod canary;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::{tune, Calibration, Gpu, GpuBackend, Tuning, Workload};
@@ -99,16 +103,43 @@ impl Engine {
     /// [`Self::from_parts`], with the backend to use if the CPU is chosen (a GPU model is always whole).
     pub async fn from_parts_on(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, device: Device,
         cpu: CpuBackend) -> Result<Engine> {
-        match gpu_for(device).await? {
-            Some(gpu) => Engine::gpu(Model::new(gpu, config, tokenizer, weights)?).await,
-            None => Ok(Engine::Cpu(Model::new(cpu, config, tokenizer, weights)?)),
-        }
+        Self::place(config, tokenizer, weights, Placement::pick(device).await?, cpu).await
     }
 
-    /// A GPU engine with its pipelines built (see [`Model::warm_up`]).
-    async fn gpu(model: Model<GpuBackend>) -> Result<Engine> {
+    /// Puts the model on `placement`'s GPU when it has one, else on `cpu`. On the GPU the pipelines are built
+    /// ([`Model::warm_up`]) and the load-time check runs ([`canary::check`]: the encoder's output on a fixed input
+    /// against the CPU backend's from the same weights). A GPU that disagrees beyond the tolerance is not used:
+    /// - asked for `Device::Auto`: the model goes on the CPU, and [`Self::device_reason`] says which adapter
+    ///   disagreed, by how much and where. The caller asked for whatever works; the CPU gives right answers.
+    /// - asked for `Device::Gpu`: the load fails with that reason. Whoever insists on the GPU (a benchmark, a test
+    ///   of the GPU, an app sized for its speed) must not get the CPU unnoticed, nor wrong numbers: as with no
+    ///   adapter at all, the error says so and how to go on (`auto` or `cpu`). Never silently wrong, never
+    ///   silently elsewhere.
+    pub async fn place(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, placement: Placement,
+        cpu: CpuBackend) -> Result<Engine> {
+        let Placement { device, gpu, reason } = placement;
+        let Some(gpu) = gpu else {
+            let mut model = Model::new(cpu, config, tokenizer, weights)?;
+            model.device_reason = reason;
+            return Ok(Engine::Cpu(model));
+        };
+        let model = Model::new(gpu, config, tokenizer, weights)?;
         model.warm_up().await?;
-        Ok(Engine::Gpu(model))
+        let canary = canary::check(&model, weights).await?;
+        if canary.passed() {
+            return Ok(Engine::Gpu(model));
+        }
+        if device == Device::Gpu {
+            return Err(Error::Gpu(format!(
+                "{canary}: this GPU computes wrong values for this model (a driver or compiler fault); update the \
+                 graphics driver, or use device auto (falls back to the CPU by itself) or cpu"
+            )));
+        }
+        // The GPU's buffers go before the CPU copy of the weights is made.
+        let Model { config, tokenizer, .. } = model;
+        let mut model = Model::new(cpu, config, tokenizer, weights)?;
+        model.device_reason = Some(format!("{canary}; running on the CPU instead"));
+        Ok(Engine::Cpu(model))
     }
 
     /// What the GPU kernels' calibration times for this model: one encoder layer in its own shapes and weight
@@ -165,6 +196,13 @@ impl Engine {
     /// `"cpu"` or `"gpu"`.
     pub fn device(&self) -> &'static str {
         with_model!(self, m => m.backend.name())
+    }
+
+    /// Why the model is on the CPU although the GPU was considered (`Device::Auto`): no adapter, a software adapter,
+    /// or an adapter that failed the load-time check ([`Self::place`]). `None` on the GPU, and when the CPU was
+    /// asked for.
+    pub fn device_reason(&self) -> Option<&str> {
+        with_model!(self, m => m.device_reason.as_deref())
     }
 
     pub fn config(&self) -> &BertConfig {
@@ -278,12 +316,42 @@ impl Engine {
 /// several times slower (BENCHMARKS.md: MiniLM 8 × 128 on lavapipe takes ~7× the CPU backend's time), as the browser
 /// package does on a fallback adapter. Inference and fine-tuning pick their backend here.
 pub async fn gpu_for(device: Device) -> Result<Option<GpuBackend>> {
-    match device {
-        Device::Cpu => Ok(None),
-        Device::Gpu => Ok(Some(GpuBackend::new(Gpu::new().await?)?)),
-        Device::Auto => Ok(match Gpu::new().await {
-            Ok(gpu) if gpu.info.device_type != wgpu::DeviceType::Cpu => GpuBackend::new(gpu).ok(),
-            _ => None,
-        }),
+    Ok(Placement::pick(device).await?.gpu)
+}
+
+/// Where [`Engine::place`] puts a model: the device asked for, the GPU acquired for it, and why there is none when
+/// `Auto` considered one.
+pub struct Placement {
+    pub device: Device,
+    pub gpu: Option<GpuBackend>,
+    /// Why `Auto` took the CPU (becomes [`Engine::device_reason`]); `None` when it found a GPU or the CPU was asked for.
+    pub reason: Option<String>,
+}
+
+impl Placement {
+    /// Acquires the GPU `device` asks for, as [`gpu_for`] describes.
+    pub async fn pick(device: Device) -> Result<Placement> {
+        let (gpu, reason) = match device {
+            Device::Cpu => (None, None),
+            Device::Gpu => (Some(GpuBackend::new(Gpu::new().await?)?), None),
+            Device::Auto => match Gpu::new().await {
+                Ok(gpu) if gpu.info.device_type == wgpu::DeviceType::Cpu => (None, Some(format!(
+                    "the GPU adapter `{}` is a software renderer running on the CPU, slower than the CPU backend",
+                    gpu.info.name
+                ))),
+                Ok(gpu) => match GpuBackend::new(gpu) {
+                    Ok(g) => (Some(g), None),
+                    Err(e) => (None, Some(format!("the GPU cannot run the kernels ({e})"))),
+                },
+                Err(e) => (None, Some(format!("no usable GPU ({e})"))),
+            },
+        };
+        Ok(Placement { device, gpu, reason })
+    }
+
+    /// `device` on `gpu` (one the caller made, e.g. a test's): [`Engine::place`] checks it and, for `Auto`, may
+    /// still choose the CPU.
+    pub fn on(device: Device, gpu: GpuBackend) -> Placement {
+        Placement { device, gpu: Some(gpu), reason: None }
     }
 }

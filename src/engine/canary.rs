@@ -1,0 +1,138 @@
+//! The canary at load: before a model is used on a GPU, its encoder runs one fixed short input there and on the CPU
+//! backend, from the same weights, and the two last hidden states must agree within [`CANARY_ATOL`] +
+//! [`CANARY_RTOL`]·|cpu|. WebGPU runtimes do return wrong vectors silently on some drivers (transformers.js#1728,
+//! onnxruntime#26367); the unit tests of every kernel pass on the adapters we test on, not on the user's. A model
+//! that disagrees is not run on that GPU: `Device::Auto` falls back to the CPU and says why
+//! ([`super::Engine::device_reason`]), `Device::Gpu` refuses to load (see [`super::Engine::place`]).
+//!
+//! What it compares, like with like: the CPU side is [`CpuBackend::reference`] (Q8_0 weights through the
+//! f32-activation GEMM, as the GPU computes them; f16 and Q4_0 are decoded to f32 in both), so the only differences
+//! left are the order of f32 sums and the transcendental functions' last bits.
+//!
+//! What it costs, at every GPU load (it is not cached: the cost is a small part of a load, and a cache keyed by
+//! adapter and model would have to hash the weights and would miss a driver update): one GPU forward of the input
+//! (2 sequences, 25 tokens in all with MiniLM's vocabulary), and one CPU forward of it that uploads each layer's
+//! weights just before it runs and drops them after ([`BertModel::forward_streamed`]), so no second copy of the
+//! model is held, during the check or after it. tests/canary.rs prints the time: all-MiniLM-L6-v2 on lavapipe
+//! ~0.3 s, nearly all of it the GPU forward on a software adapter (which `auto` never takes); the CPU side is the
+//! CPU backend's forward of 25 tokens.
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::gpu::GpuBackend;
+use crate::backend::Backend;
+use crate::model::BertModel;
+use crate::tasks::Model;
+use crate::weights::Weights;
+use crate::Result;
+
+/// The fixed input: a pair (both token types) and a shorter single text, padded to one batch, so the check passes
+/// through segment embeddings, the attention mask and padding as real calls do. Any vocabulary tokenizes it (a
+/// word it lacks becomes `[UNK]`, which is still a fixed id).
+const INPUT: [(&str, Option<&str>); 2] =
+    [("The quick brown fox jumps over the lazy dog.", Some("A canary sings.")), ("Check the GPU first.", None)];
+
+/// Absolute part of the tolerance on the last hidden state, |gpu − cpu| ≤ ATOL + RTOL·|cpu|. A healthy adapter
+/// differs from the CPU by the order of its f32 sums and its exp/erf/tanh last bits: at most 4.9e-6 on lavapipe over
+/// tests/canary.rs's models (every family; MiniLM in f32, f16, Q8_0, Q4_0), and the model tests bound the same error
+/// by 1e-4 to 2e-4 against PyTorch. A wrong kernel moves values by far more: linears whose outputs are 0.01 off,
+/// the mildest fault we test, move the hidden state by 3.0e-2 to 9.6e-2 on those models. 2e-3 leaves 400× for
+/// deeper models and looser hardware arithmetic (24 layers; fast-math exp), and still catches that fault 14× over.
+pub const CANARY_ATOL: f32 = 2e-3;
+/// Relative part of the tolerance: BERT's hidden states carry a few outlier dimensions of magnitude 10–20, where
+/// f32 rounding is proportionally larger; 1e-3 of them adds at most 0.02 there.
+pub const CANARY_RTOL: f32 = 1e-3;
+
+/// The outcome of the check: the value where the GPU was furthest from the CPU, relative to the tolerance there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Canary {
+    /// The adapter's name, backend and driver, as wgpu reports them.
+    pub adapter: String,
+    /// |gpu − cpu| at the worst value (infinite when the GPU returned NaN or an infinity).
+    pub err: f32,
+    /// The tolerance there, [`CANARY_ATOL`] + [`CANARY_RTOL`]·|cpu|.
+    pub tol: f32,
+    /// Where: the sequence of [`INPUT`], the token in it, the hidden unit.
+    pub sequence: usize,
+    pub token: usize,
+    pub unit: usize,
+    pub gpu: f32,
+    pub cpu: f32,
+    /// Values compared (the real tokens' hidden states).
+    pub compared: usize,
+}
+
+impl Canary {
+    /// Whether the GPU agrees with the CPU everywhere within the tolerance.
+    pub fn passed(&self) -> bool {
+        self.err <= self.tol
+    }
+}
+
+impl std::fmt::Display for Canary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verb = if self.passed() { "agrees with" } else { "disagrees with" };
+        write!(
+            f,
+            "the GPU adapter {} {verb} the CPU backend on the load-time check: |gpu − cpu| = {:.3e} (tolerance \
+             {:.3e}) at sequence {}, token {}, hidden unit {} (gpu {}, cpu {})",
+            self.adapter, self.err, self.tol, self.sequence, self.token, self.unit, self.gpu, self.cpu
+        )
+    }
+}
+
+/// `` `name` (backend, driver …) ``, for messages. Browsers may withhold the name (WebGPU's `description`; Chromium
+/// gives none): then it says so.
+pub fn adapter_name(gpu: &GpuBackend) -> String {
+    let i = &gpu.gpu().info;
+    let name = if i.name.is_empty() { "(unnamed by the browser)".to_string() } else { format!("`{}`", i.name) };
+    let driver = [i.driver.as_str(), i.driver_info.as_str()].iter().filter(|s| !s.is_empty()).copied()
+        .collect::<Vec<_>>().join(" ");
+    if driver.is_empty() {
+        format!("{name} ({:?})", i.backend)
+    } else {
+        format!("{name} ({:?}, driver {driver})", i.backend)
+    }
+}
+
+/// Runs the check on `model` (on the GPU, warmed up), whose weights were `weights`. Errors are the GPU's (a lost
+/// device) or the tokenizer's, not a disagreement: that is the returned [`Canary`]'s [`Canary::passed`].
+pub async fn check(model: &Model<GpuBackend>, weights: &Weights) -> Result<Canary> {
+    let encoded = INPUT.iter().map(|(a, b)| model.tokenizer.encode(a, *b)).collect::<Result<Vec<_>>>()?;
+    let batch = model.tokenizer.batch(&encoded);
+    let gpu = &model.backend;
+    let hidden = model.bert.forward(gpu, &batch)?; // (B*T, H)
+    let got = gpu.read(&hidden).await?;
+    let cpu = CpuBackend::reference();
+    let reference = BertModel::forward_streamed(weights, &model.config, &cpu, &batch)?; // (B*T, H)
+    let want = cpu.read(&reference).await?;
+    let h = model.config.hidden_size;
+    let mut worst = Canary {
+        adapter: adapter_name(gpu),
+        err: 0.0,
+        tol: CANARY_ATOL,
+        sequence: 0,
+        token: 0,
+        unit: 0,
+        gpu: 0.0,
+        cpu: 0.0,
+        compared: 0,
+    };
+    let mut worst_ratio = -1.0f32;
+    for (row, (g, c)) in got.chunks_exact(h).zip(want.chunks_exact(h)).enumerate() {
+        if batch.attention_mask[row] == 0 {
+            continue; // padding: no real token attends to it
+        }
+        for (unit, (&g, &c)) in g.iter().zip(c).enumerate() {
+            let tol = CANARY_ATOL + CANARY_RTOL * c.abs();
+            let err = if g.is_finite() { (g - c).abs() } else { f32::INFINITY };
+            let ratio = err / tol;
+            if ratio > worst_ratio {
+                worst_ratio = ratio;
+                let (sequence, token) = (row / batch.t, row % batch.t);
+                worst = Canary { err, tol, sequence, token, unit, gpu: g, cpu: c, ..worst };
+            }
+            worst.compared += 1;
+        }
+    }
+    Ok(worst)
+}
