@@ -608,7 +608,7 @@ export class Bert {
       const files = this._tuned ?? await this._files();
       model = await instantiate(this._rt, files, "webgpu");
       if (this._headBytes) model.loadHead(this._headBytes);
-      if (this._kernelTuning?.tuning) model.setTuning(this._kernelTuning.tuning);
+      if (this._kernelTuning?.tuning) await model.setTuning(this._kernelTuning.tuning).catch(() => { this._kernelTuning = null; });
     } catch (e) {
       model?.free();
       throw new Error(`${method}: the GPU device was lost (${this._lost}) and loading the model again on a new `

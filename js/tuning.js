@@ -44,9 +44,9 @@ export async function tune(model) {
   const spec = await cached(key);
   if (typeof spec === "string") {
     try {
-      return { tuning: model.setTuning(spec), source: "cached" };
+      return { tuning: await model.setTuning(spec), source: "cached" };
     } catch {
-      // a choice this version cannot read: calibrate again below
+      // a choice this version cannot read, or one that fails the load-time check now (a new driver): calibrate again
     }
   }
   const c = await model.calibrate(CALIBRATION_BUDGET_MS);

@@ -147,6 +147,26 @@ fn auto_keeps_a_healthy_gpu() {
     assert_eq!(e.device_reason(), None);
 }
 
+/// New kernels (a calibration's choice, a cached one) are checked before they are used: every variant passes on a
+/// healthy GPU, and a wrong one is refused with the kernels left as they were.
+#[test]
+fn changed_kernels_pass_the_check_again_or_are_refused() {
+    use bertgpu::backend::gpu::{matmul_candidates, AttentionKernel, Tuning};
+    let Some(g) = gpu() else { return };
+    let variants = matmul_candidates(g.gpu());
+    let e = place(&tiny("tiny-classifier"), Placement::on(Device::Gpu, g)).unwrap();
+    let Engine::Gpu(m) = &e else { panic!("on the GPU") };
+    for t in variants.into_iter().chain([Tuning { attention: AttentionKernel::Fixed, ..Tuning::default() }]) {
+        assert_eq!(pollster::block_on(e.set_tuning(t)).unwrap(), Some(t), "{t} passes on a healthy GPU");
+    }
+    let before = e.tuning().unwrap();
+    m.backend.inject_fault(true);
+    let err = pollster::block_on(e.set_tuning(Tuning::default())).unwrap_err().to_string();
+    m.backend.inject_fault(false);
+    assert!(err.contains("fail the load-time check") && err.contains("disagrees"), "{err}");
+    assert_eq!(e.tuning(), Some(before), "the kernels stay as they were");
+}
+
 #[test]
 fn an_explicit_gpu_that_disagrees_refuses_to_load() {
     let Some(g) = gpu() else { return };

@@ -94,17 +94,38 @@ pub fn adapter_name(gpu: &GpuBackend) -> String {
     }
 }
 
+/// The CPU's side of the check, kept with a GPU model so the check can run again after its kernels change (a
+/// calibration's choice): the fixed input and the CPU backend's last hidden state for it.
+#[derive(Clone, Debug)]
+pub struct Reference {
+    batch: crate::tokenizer::Batch,
+    want: Vec<f32>,
+}
+
+impl Reference {
+    /// The CPU backend's output on the fixed input, from `weights` (streamed: see the module documentation).
+    pub async fn new(model: &Model<GpuBackend>, weights: &Weights) -> Result<Reference> {
+        let encoded = INPUT.iter().map(|(a, b)| model.tokenizer.encode(a, *b)).collect::<Result<Vec<_>>>()?;
+        let batch = model.tokenizer.batch(&encoded);
+        let cpu = CpuBackend::reference();
+        let reference = BertModel::forward_streamed(weights, &model.config, &cpu, &batch)?; // (B*T, H)
+        let want = cpu.read(&reference).await?;
+        Ok(Reference { batch, want })
+    }
+}
+
 /// Runs the check on `model` (on the GPU, warmed up), whose weights were `weights`. Errors are the GPU's (a lost
 /// device) or the tokenizer's, not a disagreement: that is the returned [`Canary`]'s [`Canary::passed`].
 pub async fn check(model: &Model<GpuBackend>, weights: &Weights) -> Result<Canary> {
-    let encoded = INPUT.iter().map(|(a, b)| model.tokenizer.encode(a, *b)).collect::<Result<Vec<_>>>()?;
-    let batch = model.tokenizer.batch(&encoded);
+    compare(model, &Reference::new(model, weights).await?).await
+}
+
+/// The GPU's output on the fixed input against `reference`, with the kernels `model`'s backend has now.
+pub async fn compare(model: &Model<GpuBackend>, reference: &Reference) -> Result<Canary> {
+    let Reference { batch, want } = reference;
     let gpu = &model.backend;
-    let hidden = model.bert.forward(gpu, &batch)?; // (B*T, H)
+    let hidden = model.bert.forward(gpu, batch)?; // (B*T, H)
     let got = gpu.read(&hidden).await?;
-    let cpu = CpuBackend::reference();
-    let reference = BertModel::forward_streamed(weights, &model.config, &cpu, &batch)?; // (B*T, H)
-    let want = cpu.read(&reference).await?;
     let h = model.config.hidden_size;
     let mut worst = Canary {
         adapter: adapter_name(gpu),

@@ -123,10 +123,12 @@ impl Engine {
             model.device_reason = reason;
             return Ok(Engine::Cpu(model));
         };
-        let model = Model::new(gpu, config, tokenizer, weights)?;
+        let mut model = Model::new(gpu, config, tokenizer, weights)?;
         model.warm_up().await?;
-        let canary = canary::check(&model, weights).await?;
+        let reference = canary::Reference::new(&model, weights).await?;
+        let canary = canary::compare(&model, &reference).await?;
         if canary.passed() {
+            model.canary = Some(reference);
             return Ok(Engine::Gpu(model));
         }
         if device == Device::Gpu {
@@ -176,20 +178,37 @@ impl Engine {
         }
     }
 
-    /// Switches the GPU kernels to `t` (clamped to the adapter) and returns the tuning in effect; `None` on the CPU.
-    pub fn set_tuning(&self, t: Tuning) -> Option<Tuning> {
-        match self {
-            Engine::Gpu(m) => Some(m.backend.set_tuning(t)),
-            Engine::Cpu(_) => None,
+    /// Switches the GPU kernels to `t` (clamped to the adapter) and checks them with the load-time check
+    /// ([`canary`]) twice, so that both matmul variants run: as they are (a sentence-sized input takes the
+    /// small-product kernel) and with the small-product kernel replaced by the large one. If either disagrees with
+    /// the CPU, the kernels go back to what they were and the error names the disagreement. Returns the tuning in
+    /// effect; `None` on the CPU.
+    pub async fn set_tuning(&self, t: Tuning) -> Result<Option<Tuning>> {
+        let Engine::Gpu(m) = self else { return Ok(None) };
+        let before = m.backend.tuning();
+        let t = m.backend.set_tuning(t);
+        if let Some(reference) = &m.canary {
+            for check in [t, Tuning { small_matmul: t.matmul, ..t }] {
+                m.backend.set_tuning(check);
+                let c = canary::compare(m, reference).await;
+                if !matches!(&c, Ok(c) if c.passed()) {
+                    m.backend.set_tuning(before);
+                    let why = c.map_or_else(|e| e.to_string(), |c| c.to_string());
+                    return Err(Error::Gpu(format!("the GPU kernels {check} fail the load-time check ({why}); kept {before}")));
+                }
+            }
+            m.backend.set_tuning(t);
         }
+        Ok(Some(t))
     }
 
     /// Times the GPU kernels' variants on this model's shapes within about `budget_ms` and switches to the fastest
-    /// ([`GpuBackend::calibrate`]); `None` on the CPU.
+    /// ([`GpuBackend::calibrate`]) once it passes the load-time check ([`Self::set_tuning`]; one that fails is an
+    /// error and the kernels stay as they were); `None` on the CPU.
     pub async fn calibrate(&self, budget_ms: f64) -> Result<Option<Calibration>> {
         let (Engine::Gpu(m), Some(work)) = (self, self.tuning_workload()) else { return Ok(None) };
         let c = m.backend.calibrate(&work, budget_ms).await?;
-        m.backend.set_tuning(c.tuning);
+        self.set_tuning(c.tuning).await?;
         Ok(Some(c))
     }
 

@@ -52,6 +52,9 @@ pub struct Model<B: Backend> {
     /// Why this model is not on the GPU although the GPU was considered (`Device::Auto` found no adapter, a software
     /// one, or one that failed the load-time check): set by `crate::engine`, `None` otherwise.
     pub device_reason: Option<String>,
+    /// On a GPU: the CPU's side of the load-time check (crate::engine::canary), kept to check the GPU again
+    /// whenever its kernels change.
+    pub canary: Option<crate::engine::canary::Reference>,
 }
 
 impl<B: Backend> Model<B> {
@@ -59,7 +62,7 @@ impl<B: Backend> Model<B> {
     pub fn new(backend: B, config: BertConfig, tokenizer: Tokenizer, weights: &Weights) -> Result<Model<B>> {
         let bert = BertModel::load(weights, &config, &backend)?;
         let heads = crate::heads::Heads::load(weights, &config, &backend);
-        Ok(Model { backend, config, tokenizer, bert, heads, head: RefCell::new(None), device_reason: None })
+        Ok(Model { backend, config, tokenizer, bert, heads, head: RefCell::new(None), device_reason: None, canary: None })
     }
 
     /// Tokenizes single texts (truncated to the tokenizer's max length).

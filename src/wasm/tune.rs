@@ -41,15 +41,20 @@ impl WasmModel {
         self.engine.worth_calibrating()
     }
 
-    /// Switches the GPU kernels to the tuning `spec` (text as `tuning` gives it); returns the tuning in effect
-    /// (`undefined` on the CPU). A malformed spec is an error naming it.
+    /// Switches the GPU kernels to the tuning `spec` (text as `tuning` gives it) once they pass the load-time
+    /// check; resolves to the tuning in effect (`null` on the CPU). A malformed spec, or kernels that fail the
+    /// check (then the kernels stay as they were), reject naming why.
     #[wasm_bindgen(js_name = setTuning)]
-    pub fn set_tuning(&self, spec: &str) -> Result<Option<String>, JsError> {
-        let t = Tuning::parse(spec).map_err(|e| JsError::new(&e))?;
-        Ok(self.engine.set_tuning(t).map(|t| t.to_string()))
+    pub fn set_tuning(&self, spec: String) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let t = Tuning::parse(&spec).map_err(|e| JsValue::from(JsError::new(&e)))?;
+            let t = engine.set_tuning(t).await.map_err(|e| JsValue::from(js_err(e)))?;
+            Ok(t.map_or(JsValue::NULL, |t| t.to_string().into()))
+        })
     }
 
-    /// Calibrates within about `budget_ms` and switches to the choice: resolves to `{ tuning, defaultMs, chosenMs,
+    /// Calibrates within about `budget_ms` and switches to the choice once it passes the load-time check: resolves to `{ tuning, defaultMs, chosenMs,
     /// spentMs, complete, timed: [[tuning, ms], ...] }`, or `null` on the CPU.
     pub fn calibrate(&self, budget_ms: f64) -> js_sys::Promise {
         let engine = self.engine.clone();

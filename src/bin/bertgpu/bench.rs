@@ -126,7 +126,7 @@ fn print_calibration(e: &Engine) -> Result<(), Fail> {
         return Ok(());
     };
     if let Some(t) = before {
-        e.set_tuning(t);
+        pollster::block_on(e.set_tuning(t)).map_err(|e| Fail::Model(e.to_string()))?;
     }
     println!();
     println!("Calibration ({:?}): {c}", e.tuning_workload());

@@ -23,8 +23,8 @@ pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
         Some("default") => return Ok(Some((format!("{} (the defaults: BERTGPU_TUNING=default)", Tuning::default()), false))),
         Some(spec) => {
             let t = Tuning::parse(spec).map_err(|e| Fail::Model(format!("BERTGPU_TUNING: {e}")))?;
-            let t = engine.set_tuning(t).unwrap_or(t);
-            return Ok(Some((format!("{t} (BERTGPU_TUNING)"), false)));
+            let t = pollster::block_on(engine.set_tuning(t)).map_err(|e| Fail::Model(format!("BERTGPU_TUNING: {e}")))?;
+            return Ok(Some((format!("{} (BERTGPU_TUNING)", t.unwrap_or_default()), false)));
         }
         None => {}
     }
@@ -35,11 +35,24 @@ pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
     let file = cache_file();
     let mut cache = file.as_ref().map(read_cache).unwrap_or_default();
     if let Some(t) = cache.get(&key).and_then(|spec| Tuning::parse(spec).ok()) {
-        let t = engine.set_tuning(t).unwrap_or(t);
-        return Ok(Some((format!("{t} (calibrated earlier on this adapter; cache {})", shown(&file)), false)));
+        match pollster::block_on(engine.set_tuning(t)) {
+            Ok(t) => {
+                let t = t.unwrap_or_default();
+                return Ok(Some((format!("{t} (calibrated earlier on this adapter; cache {})", shown(&file)), false)));
+            }
+            // A cached choice that fails the load-time check now (a new driver): calibrate again.
+            Err(e) => eprintln!("bertgpu: {e}"),
+        }
     }
-    let c = pollster::block_on(engine.calibrate(CALIBRATION_BUDGET_MS))
-        .map_err(|e| Fail::Model(format!("GPU calibration failed: {e}")))?;
+    // A calibration that fails (its choice failing the load-time check included) leaves the default kernels,
+    // which passed that check at load: the command goes on with them.
+    let c = match pollster::block_on(engine.calibrate(CALIBRATION_BUDGET_MS)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("bertgpu: GPU calibration failed, the default kernels run: {e}");
+            return Ok(None);
+        }
+    };
     let Some(c) = c else { return Ok(None) };
     if c.complete {
         // A calibration cut short by its budget is used but not kept: the next load tries again.
