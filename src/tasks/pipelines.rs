@@ -95,7 +95,7 @@ impl<B: Backend> Model<B> {
             return Err(Error::Input("top-k must be at least 1".into()));
         }
         self.heads.masked_lm()?;
-        let encoded = texts.iter().map(|t| self.tokenizer.encode(t, None)).collect::<Result<Vec<_>>>()?;
+        let encoded = self.encode_texts(texts)?;
         let positions = encoded
             .iter()
             .zip(texts)

@@ -1,0 +1,63 @@
+// The GPU kernels' calibration in the browser (src/backend/gpu/tune.rs, js/tuning.js). After Bert.load on WebGPU
+// the wrapper applies the choice cached for the adapter and model shape, or calibrates; SwiftShader is a CPU
+// adapter, where the defaults are the fastest, so `bert.tuning` says "default" and why. `bert.calibrate()` times
+// every variant anyway and switches to the fastest once it passes the load-time check; the embeddings then still
+// equal the CPU's. tests/models/tiny-pretraining on SwiftShader WebGPU.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { start, openPage } from "./harness.mjs";
+
+const TINY = "tests/models/tiny-pretraining/";
+/// The GPU kernels' f32 sums in another order than the CPU's, on a 2-layer model: the tolerance of the other
+/// browser tests of embed on this model.
+const EMBED_ATOL = 1e-4;
+
+let env;
+let page;
+
+before(async () => {
+  env = await start();
+  page = await openPage(env);
+});
+
+after(async () => {
+  await env?.stop();
+});
+
+test("bert.tuning says which kernels run; bert.calibrate() times the variants and keeps the results right", async () => {
+  const got = await page.evaluate(async (url) => {
+    const texts = ["the calibration must not change the answers", "short one"];
+    const gpu = await bertgpu.Bert.load(url, { device: "webgpu", cache: false });
+    const before = await gpu.embed(texts); // queued after the load's own tuning step
+    const atLoad = gpu.tuning;
+    const c = await gpu.calibrate({ budgetMs: 60000 });
+    const after = await gpu.embed(texts);
+    const out = { atLoad, c, now: gpu.tuning, before: before.map((v) => Array.from(v)), after: after.map((v) => Array.from(v)) };
+    out.bad = await gpu.calibrate({ budgetMs: -1 }).then(() => null, (e) => e.message);
+    gpu.dispose();
+    const cpu = await bertgpu.Bert.load(url, { device: "cpu", cache: false });
+    out.cpuTuning = cpu.tuning;
+    out.cpu = (await cpu.embed(texts)).map((v) => Array.from(v));
+    cpu.dispose();
+    return out;
+  }, env.models.url + TINY);
+  assert.equal(got.atLoad.source, "default");
+  assert.match(got.atLoad.why, /CPU adapter/);
+  assert.match(got.atLoad.tuning, /^matmul=direct:8x8,small=direct:8x8,attention=vec4:64,/);
+  assert.equal(got.c.source, "calibrated");
+  assert.equal(got.c.complete, true);
+  assert.ok(got.c.timed.length >= 10, `every variant is timed: ${got.c.timed.length}`);
+  assert.equal(got.c.timed[0][0], got.atLoad.tuning, "the default is timed first");
+  assert.ok(got.c.timed.some(([t]) => t === got.c.tuning), "the choice is one of the variants timed");
+  assert.ok(got.c.chosenMs <= got.c.defaultMs, `${got.c.chosenMs} > ${got.c.defaultMs}`);
+  assert.deepEqual(got.now, got.c);
+  assert.equal(got.cpuTuning, null);
+  assert.match(got.bad, /budgetMs must be a positive number/);
+  for (const run of [got.before, got.after]) {
+    for (const [i, v] of run.entries()) {
+      const worst = Math.max(...v.map((x, j) => Math.abs(x - got.cpu[i][j])));
+      assert.ok(worst <= EMBED_ATOL, `text ${i}: |webgpu − cpu| = ${worst}`);
+    }
+  }
+  console.log(`# calibrated on SwiftShader: ${got.c.tuning} (${got.c.chosenMs.toFixed(2)} ms vs ${got.c.defaultMs.toFixed(2)}, ${got.c.spentMs.toFixed(0)} ms)`);
+});
