@@ -21,7 +21,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::GpuBackend;
 use crate::backend::Backend;
 use crate::model::BertModel;
-use crate::tasks::Model;
+use crate::tasks::{Model, ReferenceOutput};
 use crate::weights::Weights;
 use crate::Result;
 
@@ -94,35 +94,26 @@ pub fn adapter_name(gpu: &GpuBackend) -> String {
     }
 }
 
-/// The CPU's side of the check, kept with a GPU model so the check can run again after its kernels change (a
-/// calibration's choice): the fixed input and the CPU backend's last hidden state for it.
-#[derive(Clone, Debug)]
-pub struct Reference {
-    batch: crate::tokenizer::Batch,
-    want: Vec<f32>,
-}
-
-impl Reference {
-    /// The CPU backend's output on the fixed input, from `weights` (streamed: see the module documentation).
-    pub async fn new(model: &Model<GpuBackend>, weights: &Weights) -> Result<Reference> {
-        let encoded = INPUT.iter().map(|(a, b)| model.tokenizer.encode(a, *b)).collect::<Result<Vec<_>>>()?;
-        let batch = model.tokenizer.batch(&encoded);
-        let cpu = CpuBackend::reference();
-        let reference = BertModel::forward_streamed(weights, &model.config, &cpu, &batch)?; // (B*T, H)
-        let want = cpu.read(&reference).await?;
-        Ok(Reference { batch, want })
-    }
+/// The CPU's side of the check: the fixed input and the CPU backend's last hidden state for it, from `weights`
+/// (streamed: see the module documentation). A GPU model keeps it to check its kernels again when they change.
+pub async fn reference(model: &Model<GpuBackend>, weights: &Weights) -> Result<ReferenceOutput> {
+    let encoded = INPUT.iter().map(|(a, b)| model.tokenizer.encode(a, *b)).collect::<Result<Vec<_>>>()?;
+    let batch = model.tokenizer.batch(&encoded);
+    let cpu = CpuBackend::reference();
+    let out = BertModel::forward_streamed(weights, &model.config, &cpu, &batch)?; // (B*T, H)
+    let hidden = cpu.read(&out).await?;
+    Ok(ReferenceOutput { batch, hidden })
 }
 
 /// Runs the check on `model` (on the GPU, warmed up), whose weights were `weights`. Errors are the GPU's (a lost
 /// device) or the tokenizer's, not a disagreement: that is the returned [`Canary`]'s [`Canary::passed`].
 pub async fn check(model: &Model<GpuBackend>, weights: &Weights) -> Result<Canary> {
-    compare(model, &Reference::new(model, weights).await?).await
+    compare(model, &reference(model, weights).await?).await
 }
 
 /// The GPU's output on the fixed input against `reference`, with the kernels `model`'s backend has now.
-pub async fn compare(model: &Model<GpuBackend>, reference: &Reference) -> Result<Canary> {
-    let Reference { batch, want } = reference;
+pub async fn compare(model: &Model<GpuBackend>, reference: &ReferenceOutput) -> Result<Canary> {
+    let ReferenceOutput { batch, hidden: want } = reference;
     let gpu = &model.backend;
     let hidden = model.bert.forward(gpu, batch)?; // (B*T, H)
     let got = gpu.read(&hidden).await?;

@@ -125,7 +125,7 @@ impl Engine {
         };
         let mut model = Model::new(gpu, config, tokenizer, weights)?;
         model.warm_up().await?;
-        let reference = canary::Reference::new(&model, weights).await?;
+        let reference = canary::reference(&model, weights).await?;
         let canary = canary::compare(&model, &reference).await?;
         if canary.passed() {
             model.canary = Some(reference);

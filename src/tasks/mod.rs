@@ -54,7 +54,16 @@ pub struct Model<B: Backend> {
     pub device_reason: Option<String>,
     /// On a GPU: the CPU's side of the load-time check (crate::engine::canary), kept to check the GPU again
     /// whenever its kernels change.
-    pub canary: Option<crate::engine::canary::Reference>,
+    pub canary: Option<ReferenceOutput>,
+}
+
+/// A fixed input and the last hidden state the CPU backend computed for it: the load-time check's reference (made
+/// by `engine::canary`), kept with a GPU model to check it again whenever its kernels change.
+#[derive(Clone, Debug)]
+pub struct ReferenceOutput {
+    pub batch: Batch,
+    /// `(B*T, H)`, row-major.
+    pub hidden: Vec<f32>,
 }
 
 impl<B: Backend> Model<B> {
