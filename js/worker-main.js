@@ -74,6 +74,8 @@ async function handle(id, method, args) {
     }
     case "tasks":
       return bert.tasks;
+    case "calibrate":
+      return bert.calibrate(...args);
     case "exportHead":
     case "loadHead":
     case "clearHead":

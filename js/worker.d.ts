@@ -3,7 +3,7 @@ import { Bert as MainBert, type LoadOptions, type ModelSource } from "./index.js
 export type {
   Device, Progress, ModelSource, ModelBytes, WasmSource, LoadOptions, Tokenized, EmbedOptions, RankedDocument,
   ReplacedToken, TrainExample, TrainOptions, EpochProgress, TrainReport, FineTuneExample, FineTuneStep, FineTuneEpoch,
-  FineTuneOptions, FineTuneReport, FineTuneCheckpoint, FineTuneDeviceLost, CheckpointInfo,
+  FineTuneOptions, FineTuneReport, FineTuneCheckpoint, FineTuneDeviceLost, CheckpointInfo, KernelTuning,
 } from "./index.js";
 
 export declare class Bert extends MainBert {

@@ -144,6 +144,21 @@ export class Bert {
     return this._deviceReason ?? null;
   }
 
+  /**
+   * As "bertgpu"'s `calibrate`: times the GPU kernels' variants again in every worker holding the model, each on its
+   * own device; resolves to the first worker's calibration (null on the CPU).
+   */
+  async calibrate(options) {
+    const all = await Promise.all((this._members ?? []).map((_, i) => this._call("calibrate", [options], undefined, i)));
+    this._tuning = all[0] ?? null;
+    return this._tuning;
+  }
+
+  /** The GPU kernels the workers run, as the most recent `calibrate()` reported them (null before one, and on the CPU). */
+  get tuning() {
+    return this._tuning ?? null;
+  }
+
   /** "relaxed" or "simd128": which wasm build runs the model. */
   get simd() {
     return this._members[0].simd;

@@ -2,7 +2,7 @@
 // the wrapper applies the choice cached for the adapter and model shape, or calibrates; SwiftShader is a CPU
 // adapter, where the defaults are the fastest, so `bert.tuning` says "default" and why. `bert.calibrate()` times
 // every variant anyway and switches to the fastest once it passes the load-time check; the embeddings then still
-// equal the CPU's. tests/models/tiny-pretraining on SwiftShader WebGPU.
+// equal the CPU's; the worker build proxies calibrate(). tests/models/tiny-pretraining on SwiftShader WebGPU.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { start, openPage } from "./harness.mjs";
@@ -35,6 +35,11 @@ test("bert.tuning says which kernels run; bert.calibrate() times the variants an
     const out = { atLoad, c, now: gpu.tuning, before: before.map((v) => Array.from(v)), after: after.map((v) => Array.from(v)) };
     out.bad = await gpu.calibrate({ budgetMs: -1 }).then(() => null, (e) => e.message);
     gpu.dispose();
+    const w = await bertgpuWorker.Bert.load(url, { device: "webgpu", cache: false });
+    out.workerBefore = w.tuning;
+    out.worker = await w.calibrate({ budgetMs: 60000 });
+    out.workerAfter = w.tuning;
+    w.dispose();
     const cpu = await bertgpu.Bert.load(url, { device: "cpu", cache: false });
     out.cpuTuning = cpu.tuning;
     out.cpu = (await cpu.embed(texts)).map((v) => Array.from(v));
@@ -52,6 +57,9 @@ test("bert.tuning says which kernels run; bert.calibrate() times the variants an
   assert.ok(got.c.chosenMs <= got.c.defaultMs, `${got.c.chosenMs} > ${got.c.defaultMs}`);
   assert.deepEqual(got.now, got.c);
   assert.equal(got.cpuTuning, null);
+  assert.equal(got.workerBefore, null, "a worker knows its kernels once calibrate() reports them");
+  assert.equal(got.worker.source, "calibrated");
+  assert.deepEqual(got.workerAfter, got.worker);
   assert.match(got.bad, /budgetMs must be a positive number/);
   for (const run of [got.before, got.after]) {
     for (const [i, v] of run.entries()) {
