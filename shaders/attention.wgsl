@@ -1,5 +1,5 @@
 // attention.wgsl: fused multi-head self-attention, one f32 per step (any head_dim ≤ 128). The kernel, its
-// bindings and its algorithm: lib/attention.wgsl. The host takes attention_vec4.wgsl (or attention_d32/d64.wgsl)
+// bindings and its algorithm: lib/attention.wgsl. The host takes attention_vec4.wgsl (or attention_fixed.wgsl)
 // where head_dim allows.
 
 #include "lib/attention.wgsl"

@@ -21,7 +21,7 @@
 //   alias V = f32 or vec4<f32>;  const LANES: u32 = 1u or 4u (values in a V);  fn hsum(v: V) -> f32 (sum of lanes)
 //   const VMAX: u32 (V in the largest head it serves);  fn head_v() -> u32 (V in this head)
 // and calls attend(gid, wid) from its entry point. Results differ between the kernels only in the order of the
-// four partial sums of each dot product. With head_v() a constant (attention_d32.wgsl, attention_d64.wgsl) the
+// four partial sums of each dot product. With head_v() a constant (attention_fixed.wgsl) the
 // loops over the head have a fixed trip count: compilers unroll them and keep q and the accumulator in registers,
 // where a run-time head_dim leaves those arrays in (slower) memory on GPUs such as NVIDIA's.
 //

@@ -1,5 +1,5 @@
 // lib/attention_lanes4.wgsl: the vec4 element of lib/attention.wgsl (head_dim and hidden multiples of 4), for
-// attention_vec4.wgsl, attention_d32.wgsl and attention_d64.wgsl.
+// attention_vec4.wgsl and attention_fixed.wgsl.
 
 alias V = vec4<f32>;
 const LANES: u32 = 4u;

@@ -69,8 +69,8 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("matmul_packed", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
     ("attention", "attention.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("attention_vec4", "attention_vec4.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
-    ("attention_d32", "attention_d32.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
-    ("attention_d64", "attention_d64.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_d32", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_d64", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("layernorm", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("embeddings", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
     ("pool", "pool.wgsl", std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),
@@ -82,8 +82,18 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("dropout", "dropout.wgsl", std::mem::size_of::<DropoutParams>(), DropoutParams::FIELDS),
 ];
 
+/// Modules made from one file with constants written before it: (name, the constants). Their file (SHADERS)
+/// names what it leaves to them.
+pub const VARIANTS: &[(&str, &str)] = &[
+    ("attention_d32", "const HEAD_V: u32 = 8u;  // head_dim 32, in vec4"),
+    ("attention_d64", "const HEAD_V: u32 = 16u;  // head_dim 64, in vec4"),
+];
+
 /// The WGSL of shader module `name`, composed.
 pub fn source(name: &str) -> Result<super::wgsl::Composed, String> {
     let file = SHADERS.iter().find(|s| s.0 == name).map(|s| s.1).ok_or_else(|| format!("no shader named {name}"))?;
-    super::wgsl::compose(file)
+    match VARIANTS.iter().find(|v| v.0 == name) {
+        Some(&(_, prelude)) => super::wgsl::compose_variant(file, "../src/backend/gpu/params.rs (VARIANTS)", prelude),
+        None => super::wgsl::compose(file),
+    }
 }

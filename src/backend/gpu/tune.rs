@@ -5,6 +5,8 @@
 use super::tuning::{MatmulKernel, MatmulVariant};
 use super::{Activation, AttentionKernel, AttentionShape, Backend, Dtype, Gpu, GpuBackend, GpuTensor, Tuning};
 use crate::config::BertConfig;
+// Deterministic values in [-1, 1): what the kernels compute on does not change their speed.
+use crate::testutil::rand_vec;
 use crate::weights::quant::{quantize, to_f16};
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
@@ -179,7 +181,7 @@ impl GpuBackend {
             return Err(Error::Input(format!("calibration workload {work:?}: sizes must be positive, hidden a multiple of heads")));
         }
         let weight = |rows: usize, cols: usize, seed: u64| -> Result<GpuTensor> {
-            let t = HostTensor { shape: vec![rows, cols], data: HostData::F32(noise(rows * cols, seed)) };
+            let t = HostTensor { shape: vec![rows, cols], data: HostData::F32(rand_vec(rows * cols, seed)) };
             let t = match work.dtype {
                 Dtype::F32 => t,
                 Dtype::F16 => to_f16(&t)?,
@@ -188,16 +190,16 @@ impl GpuBackend {
             self.upload(&t)
         };
         let (w_qkv, w_o, w_i, w_o2) = (weight(3 * h, h, 1)?, weight(h, h, 2)?, weight(i, h, 3)?, weight(h, i, 4)?);
-        let bias = |n: usize, seed: u64| self.input(&noise(n, seed), 1, n);
+        let bias = |n: usize, seed: u64| self.input(&rand_vec(n, seed), 1, n);
         let (b_qkv, b_h, b_i) = (bias(3 * h, 5)?, bias(h, 6)?, bias(i, 7)?);
-        let x = self.input(&noise(m * h, 8), m, h)?;
-        let x_i = self.input(&noise(m * i, 9), m, i)?;
-        let qkv = self.input(&noise(m * 3 * h, 10), m, 3 * h)?;
+        let x = self.input(&rand_vec(m * h, 8), m, h)?;
+        let x_i = self.input(&rand_vec(m * i, 9), m, i)?;
+        let qkv = self.input(&rand_vec(m * 3 * h, 10), m, 3 * h)?;
         let mask = self.input(&vec![1.0; m], work.batch, work.seq)?;
         let shape = AttentionShape { batch: work.batch, seq: work.seq, heads: work.heads, head_dim: h / work.heads };
 
         let small = SMALL_CALIBRATION_ROWS.min(m);
-        let (xs, xs_i) = (self.input(&noise(small * h, 11), small, h)?, self.input(&noise(small * i, 12), small, i)?);
+        let (xs, xs_i) = (self.input(&rand_vec(small * h, 11), small, h)?, self.input(&rand_vec(small * i, 12), small, i)?);
         let layer_linears = |x: &GpuTensor, x_i: &GpuTensor| -> Result<()> {
             self.linear(x, &w_qkv, Some(&b_qkv), Activation::None)?;
             self.linear(x, &w_o, Some(&b_h), Activation::None)?;
@@ -301,19 +303,6 @@ fn row_candidates(gpu: &Gpu) -> Vec<Tuning> {
         }
     }
     out
-}
-
-/// Deterministic values in [-1, 1): what the kernels compute on does not change their speed.
-fn noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
 }
 
 /// Milliseconds on a monotonic clock.

@@ -120,8 +120,8 @@ pub enum AttentionKernel {
     /// attention_vec4.wgsl: vec4 steps, any head_dim that is a multiple of 4.
     #[default]
     Vec4,
-    /// attention_d32.wgsl / attention_d64.wgsl: vec4 steps with the head's length fixed, for head_dim 32 and 64
-    /// (elsewhere Vec4); their loops unroll.
+    /// attention_fixed.wgsl: vec4 steps with the head's length fixed, for head_dim 32 and 64 (elsewhere Vec4);
+    /// its loops unroll.
     Fixed,
     /// attention.wgsl, one f32 per step, even where vec4 would do: for tests and benchmarks.
     Scalar,
@@ -135,7 +135,7 @@ impl AttentionKernel {
         Self::NAMES.iter().find(|(_, k)| *k == self).map_or("vec4", |(n, _)| n)
     }
 
-    /// (shader and entry point) for a head of `head_dim`.
+    /// The shader module for a head of `head_dim` (its entry point: [`Self::entry`]).
     pub(crate) fn shader(self, head_dim: usize) -> &'static str {
         match (self, head_dim) {
             (AttentionKernel::Scalar, _) => "attention",
@@ -143,6 +143,14 @@ impl AttentionKernel {
             (AttentionKernel::Fixed, 32) => "attention_d32",
             (AttentionKernel::Fixed, 64) => "attention_d64",
             _ => "attention_vec4",
+        }
+    }
+
+    /// The entry point of `shader` (the fixed-length modules share attention_fixed.wgsl's).
+    pub(crate) fn entry(shader: &'static str) -> &'static str {
+        match shader {
+            "attention_d32" | "attention_d64" => "attention_fixed",
+            other => other,
         }
     }
 }

@@ -18,8 +18,7 @@
 const FILES: &[(&str, &str)] = &[
     ("attention.wgsl", include_str!("../../../shaders/attention.wgsl")),
     ("attention_backward.wgsl", include_str!("../../../shaders/attention_backward.wgsl")),
-    ("attention_d32.wgsl", include_str!("../../../shaders/attention_d32.wgsl")),
-    ("attention_d64.wgsl", include_str!("../../../shaders/attention_d64.wgsl")),
+    ("attention_fixed.wgsl", include_str!("../../../shaders/attention_fixed.wgsl")),
     ("attention_vec4.wgsl", include_str!("../../../shaders/attention_vec4.wgsl")),
     ("backward.wgsl", include_str!("../../../shaders/backward.wgsl")),
     ("dropout.wgsl", include_str!("../../../shaders/dropout.wgsl")),
@@ -56,6 +55,17 @@ pub struct Composed {
 /// `shaders/<root>` with its `#include`s resolved (from the files this crate embeds).
 pub fn compose(root: &str) -> Result<Composed, String> {
     compose_from(root, FILES)
+}
+
+/// [`compose`] with `prelude` (constants the file leaves to its variants, e.g. `const HEAD_V: u32 = 8u;`) before
+/// the file's text; compiler errors in it name `label`.
+pub fn compose_variant(root: &str, label: &'static str, prelude: &'static str) -> Result<Composed, String> {
+    let &(path, src) = FILES.iter().find(|f| f.0 == root).ok_or_else(|| format!("no shader file shaders/{root}"))?;
+    let mut out = Composed { text: String::new(), runs: Vec::new(), lines: 0 };
+    let lines: Vec<&str> = prelude.lines().collect();
+    out.copy(label, &lines, 0, lines.len());
+    paste(path, src, FILES, &mut Vec::new(), &mut out)?;
+    Ok(out)
 }
 
 /// [`compose`] over another set of (path, text) files: tests use it with files of their own.
@@ -187,6 +197,15 @@ mod tests {
         }
         assert_eq!(c.locate(0), None);
         assert_eq!(c.locate(want.len() + 1), None);
+    }
+
+    #[test]
+    fn a_variant_writes_its_constants_first_and_they_locate_to_their_table() {
+        let c = compose_variant("attention_fixed.wgsl", "params.rs VARIANTS", "const HEAD_V: u32 = 8u;").unwrap();
+        assert!(c.text.starts_with("const HEAD_V: u32 = 8u;\n// attention_fixed.wgsl"), "{}", &c.text[..80]);
+        assert_eq!(c.locate(1), Some(("params.rs VARIANTS", 1)));
+        assert_eq!(c.locate(2), Some(("attention_fixed.wgsl", 1)));
+        assert_eq!(compose("attention_fixed.wgsl").unwrap().text, c.text["const HEAD_V: u32 = 8u;\n".len()..]);
     }
 
     #[test]
