@@ -357,3 +357,45 @@ fn bench_prints_a_table_and_rejects_bad_sizes() {
         assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
     }
 }
+
+/// The GPU kernels' knobs from the command line: `bench --tuning` adds a row with them, `BERTGPU_TUNING` sets the
+/// model's own (on lavapipe, a CPU adapter, nothing is calibrated without being asked), and a malformed spec is a
+/// clear error, not a panic.
+#[test]
+fn gpu_kernel_tunings_are_set_by_flag_or_environment_and_bad_ones_refused() {
+    let Some(g) = common::gpu() else { return };
+    drop(g);
+    let model = model_dir("splade-tiny");
+    let m = model.to_str().unwrap();
+    let size = ["--batch", "2", "--seq", "16", "--reps", "1"];
+    let tiled = "matmul=tiled:8x8,small=reduce:8x4,attention=fixed:64,row=128,elem=64";
+    let bench = |env: &[(&str, &str)], extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bertgpu"));
+        cmd.args([&["bench", "--model", m, "--device", "gpu"][..], &size[..], extra].concat());
+        cmd.env("BERTGPU_CACHE_DIR", std::env::temp_dir().join(format!("bertgpu-cli-tuning-{}", std::process::id())));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let out = bench(&[], &["--tuning", tiled]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names: Vec<String> = bench_rows(&String::from_utf8_lossy(&out.stdout)).into_iter().map(|r| r.name).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names[0].ends_with("matmul=direct:8x8,small=direct:8x8,attention=vec4:64,row=128,elem=64"), "{names:?}");
+    assert_eq!(names[1], format!("gpu {tiled}"));
+
+    let out = bench(&[("BERTGPU_TUNING", tiled)], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names: Vec<String> = bench_rows(&String::from_utf8_lossy(&out.stdout)).into_iter().map(|r| r.name).collect();
+    assert!(names[0].ends_with(tiled), "{names:?}");
+
+    for (bad, says) in [("matmul=fast:8x8", "`fast` is not one of direct, tiled, reduce"), ("speed=3", "unknown knob `speed`")] {
+        let out = bench(&[("BERTGPU_TUNING", bad)], &[]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says) && !stderr(&out).contains("panicked"), "{bad}: {}", stderr(&out));
+        let out = bench(&[], &["--tuning", bad]);
+        assert_eq!(out.status.code(), Some(2), "--tuning {bad}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "--tuning {bad}: {}", stderr(&out));
+    }
+}
