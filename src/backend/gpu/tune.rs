@@ -82,11 +82,12 @@ impl Workload {
 /// The result of [`GpuBackend::calibrate`]: the tuning chosen and what each variant took.
 #[derive(Clone, Debug)]
 pub struct Calibration {
-    /// The fastest variant of each stage, taken in turn (matmul, then attention, then row kernels).
+    /// The fastest variant of each stage, taken in turn (large matmuls, small matmuls, attention, row kernels).
     pub tuning: Tuning,
     /// (variant, best ms of its stage's work) for every variant timed, stage by stage.
     pub timed: Vec<(Tuning, f64)>,
-    /// The workload (one layer's kernels, each stage's work) with the default tuning and with the chosen one, in ms.
+    /// The stages' work (one layer's kernels, and its matmuls again for one short sentence) with the default tuning
+    /// and with the chosen one, in ms.
     pub default_ms: f64,
     pub chosen_ms: f64,
     /// Wall-clock ms the calibration took (pipeline compilation included).
@@ -99,7 +100,7 @@ impl std::fmt::Display for Calibration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} ({:.3} ms per layer against {:.3} with the defaults; calibrated in {:.0} ms{})",
+            "{} ({:.3} ms for a layer's stages against {:.3} with the defaults; calibrated in {:.0} ms{})",
             self.tuning,
             self.chosen_ms,
             self.default_ms,
@@ -167,15 +168,23 @@ impl Knob {
 type Stage<'a> = (Knob, Vec<Tuning>, Box<dyn Fn() -> Result<()> + 'a>);
 
 impl GpuBackend {
-    /// Times the kernel variants this adapter can run on `work` and returns the fastest. Four stages, each
-    /// starting from the best of the one before: the matmul variants on the layer's four linears, again on the
-    /// same linears for one sentence of 16 tokens (the choice for products of at most [`super::SMALL_ROWS`] rows), the
-    /// attention variants on its attention, the row-kernel widths on its LayerNorm. The default is always timed and kept unless another variant is faster, so the choice is never
-    /// slower than the default on what was timed. Once `budget_ms` is spent it stops (pipeline compilation counts):
-    /// the knobs not timed keep their defaults and [`Calibration::complete`] is false.
+    /// Times the kernel variants this adapter can run on `work` and returns the fastest; the backend's own tuning
+    /// is left as it was (switching is the caller's: `Engine::set_tuning` checks the choice first). Four stages,
+    /// each starting from the best of the one before: the matmul variants on the layer's four linears, again on
+    /// the same linears for one sentence of 16 tokens (the choice for products of at most [`super::SMALL_ROWS`]
+    /// rows), the attention variants on its attention, the row-kernel widths on its LayerNorm. The default is
+    /// always timed and kept unless another variant is faster, so the choice is never slower than the default on
+    /// what was timed. Once `budget_ms` is spent it stops (pipeline compilation counts): the knobs not timed keep
+    /// their defaults and [`Calibration::complete`] is false.
     pub async fn calibrate(&self, work: &Workload, budget_ms: f64) -> Result<Calibration> {
-        let start = now_ms();
         let initial = self.tuning();
+        let result = self.time_variants(work, budget_ms).await;
+        self.set_tuning(initial);
+        result
+    }
+
+    async fn time_variants(&self, work: &Workload, budget_ms: f64) -> Result<Calibration> {
+        let start = now_ms();
         let (h, i, m) = (work.hidden, work.intermediate, work.batch * work.seq);
         if h == 0 || i == 0 || m == 0 || work.heads == 0 || h % work.heads != 0 {
             return Err(Error::Input(format!("calibration workload {work:?}: sizes must be positive, hidden a multiple of heads")));
@@ -265,7 +274,6 @@ impl GpuBackend {
                 break;
             }
         }
-        self.set_tuning(initial);
         self.gpu.check_errors()?;
         Ok(Calibration { tuning: best, timed, default_ms, chosen_ms, spent_ms: now_ms() - start, complete })
     }
