@@ -385,3 +385,32 @@ fn bad_corpora_and_options_are_clear_errors() {
     let ok = rows(two, PretrainOptions { max_length: 3, nsp: false, mlm_probability: 1.0, ..nsp }).unwrap();
     assert!(ok.iter().all(|r| r.input_ids.len() == 3 && r.mlm_labels[1] != IGNORE));
 }
+
+/// Google's `short_seq_prob`: that fraction of the NSP chunks gets a target length drawn uniformly in
+/// `2 ..= max_length − 3`. With it at 0 no row is short but by the document's end; at 1 the rows' mean length falls
+/// well below the full one; outside [0, 1] it is refused.
+#[test]
+fn shorter_rows_at_short_seq_prob() {
+    let tok = tiny();
+    let corpus = TokenizedCorpus::new(&tok, &fortunes()).unwrap();
+    let max_length = 64;
+    let mean_len = |p: f64| {
+        let o = PretrainOptions { max_length, short_seq_prob: p, seed: 3, ..Default::default() };
+        let rows = pretrain_rows(&corpus, &o).unwrap();
+        let mut st = Stats::default();
+        for row in &rows {
+            check_row(row, &tok, &corpus, &o, &mut st);
+        }
+        rows.iter().map(|r| r.input_ids.len() as f64).sum::<f64>() / rows.len() as f64
+    };
+    let (full, default, short) = (mean_len(0.0), mean_len(0.1), mean_len(1.0));
+    eprintln!("mean row length: {full:.1} (short_seq_prob 0), {default:.1} (0.1), {short:.1} (1)");
+    // Uniform targets in 2..=61 average ~32 tokens, plus the chunk's last sentence and the 3 special tokens.
+    assert!(short < 0.75 * full, "short_seq_prob 1 should shorten the rows: {short:.1} against {full:.1}");
+    assert!(default < full && default > short, "0.1 lies between: {default:.1}");
+    for bad in [-0.1, 1.5, f64::NAN] {
+        let o = PretrainOptions { short_seq_prob: bad, ..Default::default() };
+        let err = pretrain_rows(&corpus, &o).unwrap_err().to_string();
+        assert!(err.contains("short_seq_prob"), "{bad}: {err}");
+    }
+}

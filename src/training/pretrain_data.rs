@@ -27,8 +27,14 @@
 //! A: the labels are exactly Bernoulli(½). The price: a document's last sentence is never part of an A (it is the
 //! end of an IsNext B, or of other rows' random Bs), and a one-sentence document is seen only as a random B (`nsp:
 //! false` uses every sentence).
-//! Google's `short_seq_prob` (10% of chunks with a random shorter target) is not done: rows are as long as the
-//! document allows.
+//!
+//! Shorter rows (Google's `short_seq_prob`): with probability [`PretrainOptions::short_seq_prob`] (0.1, as Google)
+//! a chunk's target length is drawn uniformly in `2 ..= max_num_tokens` instead of `max_num_tokens`; step 1 stops
+//! at that target and a NotNext B fills up to it, so the model also sees the short sequences it will be given
+//! later. Google truncates to `max_num_tokens` still, and its short chunks are short because they may hold one
+//! sentence; here a chunk always holds two (the difference above), so step 4 truncates a short chunk to its target
+//! instead, which gives rows as short as Google's. Single segments are packed full (as transformers' `run_mlm`
+//! groups texts), with no shorter rows.
 //!
 //! # Single segments (`nsp: false`, MLM only)
 //! `[CLS] S [SEP]`, all token types 0; S packs consecutive sentences of one document while they fit in
@@ -100,13 +106,16 @@ pub struct PretrainOptions {
     pub whole_word_mask: bool,
     /// Sentence pairs with NSP labels; `false`: single segments, no NSP label (checkpoints without an NSP head).
     pub nsp: bool,
+    /// The fraction of NSP chunks given a shorter random target length (module doc), in [0, 1].
+    pub short_seq_prob: f64,
     pub seed: u64,
 }
 
 impl Default for PretrainOptions {
-    /// Google's `create_pretraining_data.py` defaults: 128 tokens, 15%, pairs, no whole-word masking.
+    /// Google's `create_pretraining_data.py` defaults: 128 tokens, 15%, pairs, no whole-word masking, 10% of
+    /// chunks shorter.
     fn default() -> Self {
-        PretrainOptions { max_length: 128, mlm_probability: 0.15, whole_word_mask: false, nsp: true, seed: 0 }
+        PretrainOptions { max_length: 128, mlm_probability: 0.15, whole_word_mask: false, nsp: true, short_seq_prob: 0.1, seed: 0 }
     }
 }
 
@@ -350,6 +359,12 @@ pub fn pretrain_rows(corpus: &TokenizedCorpus, options: &PretrainOptions) -> Res
             o.mlm_probability
         )));
     }
+    if !(0.0..=1.0).contains(&o.short_seq_prob) {
+        return Err(Error::Input(format!(
+            "short_seq_prob {} is not in [0, 1]; Google's BERT uses 0.1",
+            o.short_seq_prob
+        )));
+    }
     if corpus.docs.is_empty() {
         return Err(Error::Input("the corpus has no token: every sentence tokenized to nothing".into()));
     }
@@ -389,8 +404,11 @@ fn pairs(c: &TokenizedCorpus, d: usize, o: &PretrainOptions, rng: &mut SplitMix6
     let mut i = 0;
     // A needs a next sentence in its document.
     while i + 1 < doc.len() {
+        // Google draws the target for every chunk (`rng.random() < short_seq_prob`), and `randint(2, max)` only
+        // for the short ones.
+        let target = if rng.next_f64() < o.short_seq_prob { 2 + rng.below(max_num_tokens - 1) } else { max_num_tokens };
         let (mut end, mut len) = (i + 1, doc[i].len());
-        while end < doc.len() && (end - i < 2 || len < max_num_tokens) {
+        while end < doc.len() && (end - i < 2 || len < target) {
             len += doc[end].len();
             end += 1;
         }
@@ -403,7 +421,7 @@ fn pairs(c: &TokenizedCorpus, d: usize, o: &PretrainOptions, rng: &mut SplitMix6
         } else {
             i = a_end;
             let a_len: usize = doc[a.sentences.clone()].iter().map(Vec::len).sum();
-            let target_b = max_num_tokens.saturating_sub(a_len);
+            let target_b = target.saturating_sub(a_len);
             let other = match rng.below(c.docs.len() - 1) {
                 k if k >= d => k + 1,
                 k => k,
@@ -418,7 +436,7 @@ fn pairs(c: &TokenizedCorpus, d: usize, o: &PretrainOptions, rng: &mut SplitMix6
             Span { document: other, sentences: start..stop }
         };
         let (mut ta, mut tb) = (c.pieces(&a), c.pieces(&b));
-        let (ra, rb) = truncate_pair(ta.len(), tb.len(), max_num_tokens, rng);
+        let (ra, rb) = truncate_pair(ta.len(), tb.len(), target, rng);
         let (ta, tb) = (&mut ta[ra], &mut tb[rb]);
         // A word cut by the truncation is a word of its own.
         ta[0].1 = true;

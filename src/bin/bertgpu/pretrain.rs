@@ -46,6 +46,9 @@ pub(crate) struct PretrainArgs {
     /// The masked LM alone: segments of one document instead of sentence pairs, no next-sentence loss
     #[arg(long)]
     no_nsp: bool,
+    /// Fraction of the sentence pairs given a shorter random length (Google's BERT: 0.1), in [0, 1]
+    #[arg(long, default_value_t = 0.1)]
+    short_seq_prob: f64,
     /// Fraction of the rows held out and evaluated after each pass over the data
     #[arg(long, default_value_t = 0.05)]
     validation_split: f32,
@@ -78,6 +81,7 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &PretrainArgs) -> 
         mlm_probability: a.mlm_probability,
         whole_word_mask: a.whole_word_mask,
         nsp: !a.no_nsp,
+        short_seq_prob: a.short_seq_prob,
         seed: a.seed,
     };
     let fit = FitOptions {
