@@ -18,7 +18,7 @@ function db() {
   return dbPromise;
 }
 
-function request(store, mode, fn) {
+function request(mode, fn) {
   return db().then((d) => d && new Promise((resolve) => {
     const t = d.transaction("choices", mode);
     const r = fn(t.objectStore("choices"));
@@ -28,8 +28,8 @@ function request(store, mode, fn) {
   }));
 }
 
-const cached = (key) => request("choices", "readonly", (s) => s.get(key));
-const remember = (key, tuning) => request("choices", "readwrite", (s) => s.put(tuning, key));
+const cached = (key) => request("readonly", (s) => s.get(key));
+const remember = (key, tuning) => request("readwrite", (s) => s.put(tuning, key));
 
 /**
  * Sets the kernels of a freshly loaded WebGPU model (the wasm `WasmModel`): resolves to what `bert.tuning` reports,

@@ -3,7 +3,7 @@
 
 use super::params::AttentionParams;
 use super::tensor::expect_f32;
-use super::{shape_err, AttentionKernel, AttentionShape, Backend, GpuBackend, GpuTensor};
+use super::{shape_err, AttentionShape, Backend, GpuBackend, GpuTensor};
 use crate::backend::Dropout;
 use crate::tokenizer::Batch;
 use crate::Result;
@@ -51,8 +51,7 @@ impl GpuBackend {
         let groups = (s.seq.div_ceil(self.tuning.get().attention_wg as usize) as u32, s.heads as u32, s.batch as u32);
         // A vec4 kernel when head_dim and hidden split into vec4s (every BERT; with head_dim 32 or 64 fixed in the
         // kernel where the tuning says so); the scalar one otherwise.
-        let shader = self.tuning.get().attention.shader(s.head_dim);
-        let entry = AttentionKernel::entry(shader);
+        let (shader, entry) = self.tuning.get().attention.kernel(s.head_dim);
         let wg = ("WG", self.tuning.get().attention_wg as f64);
         let consts: &[(&str, f64)] = if dropout.is_some() { &[wg, ("DROPOUT", 1.0)] } else { &[wg] };
         self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &[

@@ -33,20 +33,20 @@ impl GpuBackend {
         let t = self.tuning.get();
         let variant = if m <= SMALL_ROWS { t.small_matmul } else { t.matmul };
         let (wx, wy) = variant.wg;
-        let suffix = variant.kernel.suffix();
         let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, _pad: 0 };
         let bias_buf = bias.map(|b| b.buffer()).unwrap_or(&self.dummy);
-        // One entry point per weight layout and tiling (the small-M one for at most SMALL_ROWS rows); outputs per
-        // block: 4 rows × 8 columns (vec4, packed), 4 × 4 per invocation (scalar, direct only). vec4 loads of x need K % 4 == 0 (every BERT); otherwise the scalar entry point views x as f32
-        // and the weight as words (f32 or f16). Quantized rows are whole blocks of 32, so K % 32 == 0 there.
+        // One entry point per weight layout and tiling (the small-product one for at most SMALL_ROWS rows); outputs
+        // per block: 4 rows × 8 columns (vec4, packed), 4 × 4 per invocation (scalar, direct only). vec4 loads of x
+        // need K % 4 == 0 (every BERT); otherwise the scalar entry point views x as f32 and the weight as words
+        // (f32 or f16). Quantized rows are whole blocks of 32, so K % 32 == 0 there.
         let (shader, entry, xb, wb) = match w.dtype {
             Dtype::Q8_0 | Dtype::Q4_0 if k % QK != 0 => {
                 return Err(shape_err("linear", format!(
                     "a {} weight needs K to be a multiple of {QK}, got {k}", w.dtype.name()
                 )));
             }
-            Dtype::F32 if k % 4 == 0 => ("matmul", entry_name("matmul_vec4", suffix), 1, 2),
-            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => ("matmul_packed", entry_name("matmul_packed", suffix), 1, 6),
+            Dtype::F32 if k % 4 == 0 => ("matmul", variant.kernel.entry(false), 1, 2),
+            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => ("matmul_packed", variant.kernel.entry(true), 1, 6),
             _ => ("matmul_packed", "matmul_scalar", 5, 6),
         };
         let mut consts = vec![
@@ -74,16 +74,5 @@ impl GpuBackend {
             (4, out.buffer(), true),
         ], groups)?;
         Ok(out)
-    }
-}
-
-/// `base` with a tiling's suffix (`_tiled`, `_reduce`, or none), as a static entry point name.
-fn entry_name(base: &'static str, suffix: &str) -> &'static str {
-    match (base, suffix) {
-        ("matmul_vec4", "_tiled") => "matmul_vec4_tiled",
-        ("matmul_vec4", "_reduce") => "matmul_vec4_reduce",
-        ("matmul_packed", "_tiled") => "matmul_packed_tiled",
-        ("matmul_packed", "_reduce") => "matmul_packed_reduce",
-        _ => base,
     }
 }

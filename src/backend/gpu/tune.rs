@@ -19,29 +19,23 @@ const TILED_WG: [(u32, u32); 4] = [(8, 8), (16, 8), (8, 16), (16, 16)];
 /// Workgroups of the reduce kernel (invocations sharing one block's K: a power of two ≤ 64).
 const REDUCE_WG: [(u32, u32); 3] = [(8, 8), (8, 4), (4, 4)];
 
-/// Every matmul variant the adapter can run (the default first): variants it cannot run (workgroup too large, too
+/// Every matmul variant the calibration may choose on `gpu` (the default first), each as a [`Tuning`] that runs it
+/// for every product (large and small), the other knobs at their defaults: what the calibration's matmul stages
+/// start from, and what the tests run on every shape. Variants the adapter cannot run (workgroup too large, too
 /// little workgroup memory) are left out.
-fn matmul_variants(gpu: &Gpu) -> Vec<MatmulVariant> {
-    let mut out: Vec<MatmulVariant> = Vec::new();
+pub fn matmul_candidates(gpu: &Gpu) -> Vec<Tuning> {
+    let mut out: Vec<Tuning> = Vec::new();
     let kinds = [(MatmulKernel::Direct, &DIRECT_WG[..]), (MatmulKernel::Tiled, &TILED_WG[..]), (MatmulKernel::Reduce, &REDUCE_WG[..])];
     for (kernel, wgs) in kinds {
         for &wg in wgs {
-            let t = Tuning { matmul: MatmulVariant { kernel, wg }, ..Tuning::default() };
-            if t.clamped(&gpu.limits) == t && !out.contains(&t.matmul) {
-                out.push(t.matmul);
+            let v = MatmulVariant { kernel, wg };
+            let t = Tuning { matmul: v, small_matmul: v, ..Tuning::default() };
+            if t.clamped(&gpu.limits) == t && !out.contains(&t) {
+                out.push(t);
             }
         }
     }
     out
-}
-
-/// Every matmul variant the calibration may choose on `gpu`, each as a [`Tuning`] that runs it for every product
-/// (large and small), the other knobs at their defaults: what the tests run on every shape.
-pub fn matmul_candidates(gpu: &Gpu) -> Vec<Tuning> {
-    matmul_variants(gpu)
-        .into_iter()
-        .map(|v| Tuning { matmul: v, small_matmul: v, ..Tuning::default() })
-        .collect()
 }
 
 /// Rows of the small products the calibration times: a sentence of 16 tokens.
@@ -218,10 +212,8 @@ impl GpuBackend {
         };
         let matmuls = || layer_linears(&x, &x_i);
         let small_matmuls = || layer_linears(&xs, &xs_i);
-        let variants = matmul_variants(&self.gpu);
-        let as_tuning = |v: &MatmulVariant| Tuning { matmul: *v, small_matmul: *v, ..Tuning::default() };
-        let large: Vec<Tuning> = variants.iter().filter(|v| v.kernel != MatmulKernel::Reduce).map(as_tuning).collect();
-        let all: Vec<Tuning> = variants.iter().map(as_tuning).collect();
+        let all = matmul_candidates(&self.gpu);
+        let large: Vec<Tuning> = all.iter().copied().filter(|t| t.matmul.kernel != MatmulKernel::Reduce).collect();
         let attention = || -> Result<()> { self.attention(&qkv, &mask, shape).map(drop) };
         let norms = || -> Result<()> { self.layernorm(&x, Some(&x), &b_h, &b_h, 1e-12).map(drop) };
         let stages: Vec<Stage> = vec![
@@ -286,7 +278,7 @@ fn attention_candidates(gpu: &Gpu, head_dim: usize) -> Vec<Tuning> {
     let d = Tuning::default();
     let mut out = vec![d];
     let mut kernels = vec![AttentionKernel::Vec4];
-    if AttentionKernel::Fixed.shader(head_dim) != AttentionKernel::Vec4.shader(head_dim) {
+    if AttentionKernel::Fixed.kernel(head_dim) != AttentionKernel::Vec4.kernel(head_dim) {
         kernels.push(AttentionKernel::Fixed);
     }
     for attention in kernels {

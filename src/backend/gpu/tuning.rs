@@ -1,4 +1,4 @@
-//! The tuning knobs of the kernels: workgroup sizes, and which attention kernel.
+//! The tuning knobs of the kernels: workgroup sizes, and which matmul and attention kernels.
 
 /// Tuning knobs, passed to the shaders as `override` constants (and so part of the pipeline key). The defaults are
 /// the fastest measured on lavapipe (BENCHMARKS.md); [`GpuBackend::new`](super::GpuBackend::new) clamps them to the
@@ -49,12 +49,15 @@ impl MatmulKernel {
         Self::NAMES.iter().find(|(_, k)| *k == self).map_or("direct", |(n, _)| n)
     }
 
-    /// The entry point's suffix on matmul_vec4 / matmul_packed.
-    pub(crate) fn suffix(self) -> &'static str {
-        match self {
-            MatmulKernel::Direct => "",
-            MatmulKernel::Tiled => "_tiled",
-            MatmulKernel::Reduce => "_reduce",
+    /// Its entry point in matmul.wgsl (f32 weights) or, `packed`, in matmul_packed.wgsl.
+    pub(crate) fn entry(self, packed: bool) -> &'static str {
+        match (self, packed) {
+            (MatmulKernel::Direct, false) => "matmul_vec4",
+            (MatmulKernel::Tiled, false) => "matmul_vec4_tiled",
+            (MatmulKernel::Reduce, false) => "matmul_vec4_reduce",
+            (MatmulKernel::Direct, true) => "matmul_packed",
+            (MatmulKernel::Tiled, true) => "matmul_packed_tiled",
+            (MatmulKernel::Reduce, true) => "matmul_packed_reduce",
         }
     }
 }
@@ -135,22 +138,15 @@ impl AttentionKernel {
         Self::NAMES.iter().find(|(_, k)| *k == self).map_or("vec4", |(n, _)| n)
     }
 
-    /// The shader module for a head of `head_dim` (its entry point: [`Self::entry`]).
-    pub(crate) fn shader(self, head_dim: usize) -> &'static str {
+    /// (shader module, entry point) for a head of `head_dim`; the fixed-length modules share attention_fixed.wgsl
+    /// and its entry point.
+    pub(crate) fn kernel(self, head_dim: usize) -> (&'static str, &'static str) {
         match (self, head_dim) {
-            (AttentionKernel::Scalar, _) => "attention",
-            (_, d) if d % 4 != 0 => "attention",
-            (AttentionKernel::Fixed, 32) => "attention_d32",
-            (AttentionKernel::Fixed, 64) => "attention_d64",
-            _ => "attention_vec4",
-        }
-    }
-
-    /// The entry point of `shader` (the fixed-length modules share attention_fixed.wgsl's).
-    pub(crate) fn entry(shader: &'static str) -> &'static str {
-        match shader {
-            "attention_d32" | "attention_d64" => "attention_fixed",
-            other => other,
+            (AttentionKernel::Scalar, _) => ("attention", "attention"),
+            (_, d) if d % 4 != 0 => ("attention", "attention"),
+            (AttentionKernel::Fixed, 32) => ("attention_d32", "attention_fixed"),
+            (AttentionKernel::Fixed, 64) => ("attention_d64", "attention_fixed"),
+            _ => ("attention_vec4", "attention_vec4"),
         }
     }
 }
@@ -198,8 +194,8 @@ fn prev_pow2(v: u32) -> u32 {
     if v == 0 { 0 } else { 1 << (31 - v.leading_zeros()) }
 }
 
-/// `matmul=tiled:16x16,small=reduce:8x8,attention=fixed:64,row=128,elem=64`: how `bench`, the calibration's cache and `BERTGPU_TUNING`
-/// write a tuning ([`Tuning::parse`] reads it back).
+/// `matmul=tiled:16x16,small=reduce:8x8,attention=fixed:64,row=128,elem=64`: how `bench`, the calibration's cache
+/// and `BERTGPU_TUNING` write a tuning ([`Tuning::parse`] reads it back).
 impl std::fmt::Display for Tuning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

@@ -44,7 +44,8 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
     }
     // Rows: (engine, tuning to switch its GPU backend to first). The GPU's first row keeps its own tuning.
     let mut rows: Vec<(usize, Option<Tuning>)> = (0..engines.len()).map(|i| (i, None)).collect();
-    if let Some(gi) = engines.iter().position(|(_, e)| matches!(e, Engine::Gpu(_))) {
+    let gpu_engine = engines.iter().position(|(_, e)| matches!(e, Engine::Gpu(_)));
+    if let Some(gi) = gpu_engine {
         rows.extend(tunings.iter().map(|&t| (gi, Some(t))));
     }
     let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: batch };
@@ -106,7 +107,7 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
         );
     }
     if profile {
-        if let Some(gi) = engines.iter().position(|(_, e)| matches!(e, Engine::Gpu(_))) {
+        if let Some(gi) = gpu_engine {
             print_calibration(&engines[gi].1)?;
         }
         for row in &rows {
@@ -119,17 +120,13 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
 }
 
 /// A fresh calibration of the GPU kernels on this model (what a first load on this adapter runs): every variant's
-/// time and the choice. The engine keeps its tuning.
+/// time and the choice. The backend's calibration leaves the engine's tuning as it is.
 fn print_calibration(e: &Engine) -> Result<(), Fail> {
-    let before = e.tuning();
-    let Some(c) = pollster::block_on(e.calibrate(f64::INFINITY)).map_err(|e| Fail::Model(format!("calibration failed: {e}")))? else {
-        return Ok(());
-    };
-    if let Some(t) = before {
-        pollster::block_on(e.set_tuning(t)).map_err(|e| Fail::Model(e.to_string()))?;
-    }
+    let (Engine::Gpu(m), Some(work)) = (e, e.tuning_workload()) else { return Ok(()) };
+    let c = pollster::block_on(m.backend.calibrate(&work, f64::INFINITY))
+        .map_err(|e| Fail::Model(format!("calibration failed: {e}")))?;
     println!();
-    println!("Calibration ({:?}): {c}", e.tuning_workload());
+    println!("Calibration ({work:?}): {c}");
     println!("| variant | ms per layer's stage |");
     println!("|---|---|");
     for (t, ms) in &c.timed {

@@ -15,8 +15,8 @@ const CALIBRATION_BUDGET_MS: f64 = 1000.0;
 
 /// Sets `engine`'s GPU kernels: `BERTGPU_TUNING=default` keeps the defaults, `BERTGPU_TUNING=SPEC` sets those knobs
 /// (e.g. `matmul=tiled:16x16`); on a CPU adapter the defaults stay; otherwise the choice cached for this adapter and
-/// model shape is used, or made by calibrating and cached. Returns a line saying which and why, and whether a calibration ran now (nothing on the
-/// CPU).
+/// model shape is used, or made by calibrating and cached. Returns a line saying which and why, and whether a
+/// calibration ran now (nothing on the CPU).
 pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
     let Some(key) = engine.tuning_key() else { return Ok(None) };
     match std::env::var("BERTGPU_TUNING").ok().as_deref() {
