@@ -8,12 +8,15 @@
 //   matmul_t:   1 a (K, M) or (M, K) f32, 2 b (N, K) or (K, N) f32, 3 y (M, N) f32
 //   xent_grad:  1 a logits (B, C) f32, 4 labels (B) u32 (validated < C on the host), 3 y (B, C) f32
 //   act_grad:   1 a dy (len) f32, 2 b pre-activation (len) f32, 3 y (len) f32
-//   adamw:      1 a param, 2 b grad, 6 m, 7 v (len each) f32; 3 y new param, 9 m_out, 10 v_out (len each) f32
+//   adamw:      1 a param, 2 b grad, 6 m, 7 v (len each) f32, 5 norm_sq (1) f32; 3 y new param, 9 m_out, 10 v_out
+//               (len each) f32
 //
 // Params by entry point: matmul_t (m, n, k, flags: bit 0 = transpose a, bit 1 = transpose b); xent_grad
 // (m = rows, n = classes); act_grad (m = len, flags = activation code of lib/activations.wgsl);
-// adamw (m = len, and the step's scalars lr, wd, beta1, beta2, eps, bc1 = 1 − β1ᵗ, bc2_sqrt = √(1 − β2ᵗ), and
-// grad_scale, which multiplies the gradient first: clipping by global norm).
+// adamw (m = len, and the step's scalars lr, wd, beta1, beta2, eps, bc1 = 1 − β1ᵗ, bc2_sqrt = √(1 − β2ᵗ),
+// grad_scale, which multiplies the gradient first, and max_norm; flags: bit 1 = norm_sq holds the squared global norm
+// of the unscaled gradients (no update where it is not finite), bit 0 = clip by it to max_norm, as
+// torch.nn.utils.clip_grad_norm_ does).
 
 #include "lib/activations.wgsl"
 
@@ -30,6 +33,10 @@ struct Params {
     bc1: f32,
     bc2_sqrt: f32,
     grad_scale: f32,
+    max_norm: f32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 // Workgroup size of the elementwise entry points, and the workgroup shape of matmul_t (the host keeps
@@ -45,6 +52,7 @@ const KC: u32 = 32u;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> labels: array<u32>;
+@group(0) @binding(5) var<storage, read> norm_sq: array<f32>;
 @group(0) @binding(6) var<storage, read> m_in: array<f32>;
 @group(0) @binding(7) var<storage, read> v_in: array<f32>;
 @group(0) @binding(9) var<storage, read_write> m_out: array<f32>;
@@ -183,6 +191,12 @@ fn act_grad(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wi
     y[i] = a[i] * activate_grad(p.flags, b[i]);
 }
 
+// Whether v is infinite or NaN, from its bits: WGSL lets a compiler assume floats are finite, so `v != v` may be
+// folded away.
+fn non_finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u;
+}
+
 // torch.optim.AdamW, one element per invocation, on the gradient times grad_scale: decoupled decay on the old p, the
 // moments, then the bias-corrected step with eps added after √v / √bc2.
 @compute @workgroup_size(WG)
@@ -192,7 +206,21 @@ fn adamw(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: 
     if i >= p.m {
         return;
     }
-    let g = b[i] * p.grad_scale;
+    var scale = p.grad_scale;
+    if (p.flags & 2u) != 0u {
+        let norm = sqrt(norm_sq[0]) * p.grad_scale;
+        if non_finite(norm) {
+            // A NaN or infinite loss: this step changes nothing.
+            y[i] = a[i];
+            m_out[i] = m_in[i];
+            v_out[i] = v_in[i];
+            return;
+        }
+        if (p.flags & 1u) != 0u {
+            scale = p.grad_scale * min(1.0, p.max_norm / (norm + 1e-6));
+        }
+    }
+    let g = b[i] * scale;
     let param = a[i] * (1.0 - p.lr * p.wd);
     let m = p.beta1 * m_in[i] + (1.0 - p.beta1) * g;
     let v = p.beta2 * v_in[i] + (1.0 - p.beta2) * g * g;

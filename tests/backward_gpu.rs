@@ -1,6 +1,6 @@
 //! The GPU kernels of the encoder's backward ops (shaders/backward.wgsl, layernorm_backward.wgsl,
-//! attention_backward.wgsl, embeddings.wgsl without its LayerNorm) and AdamW's gradient scale, against their CPU
-//! twins, over small BERT-like shapes that hit the edges: padding, a sequence of padding only, repeated rows in the
+//! attention_backward.wgsl, embeddings.wgsl without its LayerNorm) and AdamW's gradient scale, clipping and
+//! non-finite guard, against their CPU twins, over small BERT-like shapes that hit the edges: padding, a sequence of padding only, repeated rows in the
 //! scatter-adds, lengths that are multiples of nothing. Skipped (with a message) where no adapter exists; every
 //! comparison first checks the shape, so a kernel that writes nothing cannot pass.
 
@@ -234,7 +234,7 @@ fn attention_backward_matches_cpu() {
 }
 
 #[test]
-fn adamw_scales_the_gradient_like_cpu() {
+fn adamw_scales_clips_and_skips_like_cpu() {
     let Some(g) = gpu() else { return };
     let cpu = CpuBackend::new();
     let (r, c) = (7usize, 33usize);
@@ -242,17 +242,56 @@ fn adamw_scales_the_gradient_like_cpu() {
     let gr: Vec<f32> = rand_vec(r * c, 2).iter().map(|v| v * 0.01).collect();
     let m: Vec<f32> = rand_vec(r * c, 3).iter().map(|v| v * 0.001).collect();
     let v: Vec<f32> = rand_vec(r * c, 4).iter().map(|v| v * v * 1e-5).collect();
-    let mut s = AdamWStep::new(1e-2, 0.01, 0.9, 0.999, 1e-8, 3);
+    let base = AdamWStep::new(1e-2, 0.01, 0.9, 0.999, 1e-8, 3);
     let up = |d: &[f32]| g.input(d, r, c).unwrap();
-    let unscaled = g.adamw(&up(&p), &up(&gr), &up(&m), &up(&v), &s).unwrap().1;
-    s.grad_scale = 0.37;
-    let (wp, wm, wv) = cpu.adamw(&cpu_in(&p, r, c), &cpu_in(&gr, r, c), &cpu_in(&m, r, c), &cpu_in(&v, r, c), &s).unwrap();
-    let (gp, gm, gv) = g.adamw(&up(&p), &up(&gr), &up(&m), &up(&v), &s).unwrap();
-    check(&g, "adamw grad_scale 0.37 param", &gp, &wp, ADAMW_ATOL, ADAMW_RTOL);
-    check(&g, "adamw grad_scale 0.37 m", &gm, &wm, ADAMW_ATOL, ADAMW_RTOL);
-    check(&g, "adamw grad_scale 0.37 v", &gv, &wv, ADAMW_ATOL, ADAMW_RTOL);
-    let (a, b) = (pollster::block_on(g.read(&unscaled)).unwrap(), pollster::block_on(g.read(&gm)).unwrap());
-    assert!(a.iter().zip(&b).any(|(x, y)| x != y), "the scale changed the first moment");
+    let run_cpu = |s: &AdamWStep, q: Option<f32>| {
+        let q = q.map(|q| cpu_in(&[q], 1, 1));
+        cpu.adamw(&cpu_in(&p, r, c), &cpu_in(&gr, r, c), &cpu_in(&m, r, c), &cpu_in(&v, r, c), s, q.as_ref()).unwrap()
+    };
+    let run_gpu = |s: &AdamWStep, q: Option<f32>| {
+        let q = q.map(|q| g.input(&[q], 1, 1).unwrap());
+        g.adamw(&up(&p), &up(&gr), &up(&m), &up(&v), s, q.as_ref()).unwrap()
+    };
+    let read = |t: &GpuT| pollster::block_on(g.read(t)).unwrap();
+    // (grad_scale, max_grad_norm, squared norm of the raw gradient): ‖g‖ = 0.5·√400 = 10 in the clipped cases.
+    let cases = [
+        ("grad_scale 0.37", 0.37, None, None),
+        ("clipped to 1 of 10", 0.5, Some(1.0), Some(400.0)),
+        ("10 under a max of 100", 0.5, Some(100.0), Some(400.0)),
+        ("a norm, no clipping", 1.0, None, Some(4.0)),
+    ];
+    for (what, scale, max, q) in cases {
+        let s = AdamWStep { grad_scale: scale, max_grad_norm: max, ..base };
+        let (wp, wm, wv) = run_cpu(&s, q);
+        let (gp, gm, gv) = run_gpu(&s, q);
+        check(&g, &format!("adamw {what} param"), &gp, &wp, ADAMW_ATOL, ADAMW_RTOL);
+        check(&g, &format!("adamw {what} m"), &gm, &wm, ADAMW_ATOL, ADAMW_RTOL);
+        check(&g, &format!("adamw {what} v"), &gv, &wv, ADAMW_ATOL, ADAMW_RTOL);
+    }
+    // Clipping is torch's clip_grad_norm_ (max / (‖g‖ + 1e-6), in f64 here): the same step as the gradient scaled by
+    // hand, and not the unclipped one.
+    let by_hand = AdamWStep { grad_scale: (0.5 * (1.0 / (10.0 + 1e-6f64)).min(1.0)) as f32, ..base };
+    let clipped = AdamWStep { grad_scale: 0.5, max_grad_norm: Some(1.0), ..base };
+    let (want, got) = (run_cpu(&by_hand, None).1, run_cpu(&clipped, Some(400.0)).1);
+    assert_close("clipped m against torch's scale", &got.to_vec(), &want.to_vec(), ADAMW_ATOL, ADAMW_RTOL);
+    let unclipped = run_cpu(&AdamWStep { grad_scale: 0.5, ..base }, None).1;
+    assert!(got.to_vec().iter().zip(unclipped.to_vec()).any(|(x, y)| *x != y), "clipping changed the first moment");
+    // A NaN or infinite norm (a diverged loss): nothing changes, bit for bit, on either side; with or without clipping.
+    for q in [f32::NAN, f32::INFINITY] {
+        for max in [Some(1.0), None] {
+            let s = AdamWStep { grad_scale: 0.5, max_grad_norm: max, ..base };
+            let (cp, cm, cv) = run_cpu(&s, Some(q));
+            let (gp, gm, gv) = run_gpu(&s, Some(q));
+            for (name, want, c, gt) in [("param", &p, &cp, &gp), ("m", &m, &cm, &gm), ("v", &v, &cv, &gv)] {
+                assert_eq!(&c.to_vec(), want, "cpu {name} after a norm² of {q}, clipping {max:?}");
+                assert_eq!(&read(gt), want, "gpu {name} after a norm² of {q}, clipping {max:?}");
+            }
+        }
+    }
+    // Clipping needs the norm.
+    let s = AdamWStep { max_grad_norm: Some(1.0), ..base };
+    assert!(g.adamw(&up(&p), &up(&gr), &up(&m), &up(&v), &s, None).is_err());
+    assert!(cpu.adamw(&cpu_in(&p, r, c), &cpu_in(&gr, r, c), &cpu_in(&m, r, c), &cpu_in(&v, r, c), &s, None).is_err());
 }
 
 #[test]
@@ -290,5 +329,6 @@ fn bad_shapes_are_errors() {
     assert!(g.attention_backward(&dctx, &qkv, &mask, AttentionShape { heads: 1, ..s }, None).is_err());
     // AdamW: a gradient of another shape.
     let st = AdamWStep::new(1e-3, 0.0, 0.9, 0.999, 1e-8, 1);
-    assert!(g.adamw(&a, &b, &a, &a, &st).is_err());
+    assert!(g.adamw(&a, &b, &a, &a, &st, None).is_err());
+    assert!(g.adamw(&a, &a, &a, &a, &st, Some(&a)).is_err(), "a squared norm of 6 values");
 }

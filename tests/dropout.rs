@@ -343,7 +343,7 @@ fn dropout_gradients_match_on_gpu_and_cpu() {
 /// The loss of `tuner`'s forward with `plan`, in f64 from the logits.
 fn loss(tuner: &FineTuner<CpuBackend>, cpu: &CpuBackend, bt: &Batch, targets: &Targets<'_>, plan: Option<DropoutPlan>) -> f64 {
     let (_, logits) = tuner.gradients_with(cpu, bt, targets, plan).unwrap();
-    tuner.loss(&read(cpu, &logits), bt, targets) as f64
+    tuner.loss(&read(cpu, &logits), bt.t, targets) as f64
 }
 
 #[test]
@@ -401,19 +401,27 @@ fn each_micro_batch_gets_new_masks_and_evaluation_none() {
     let labels = [1u32, 2];
     let targets = Targets::Sequence(&labels);
     let opts = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, seed: 7 };
-    let losses = |seed: u64| -> Vec<f32> {
+    // Each micro-batch's loss with micro-batch k's plan; and what a step over three micro-batches reports.
+    let losses = |seed: u64| -> (Vec<f64>, f32) {
         let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
-        t.set_dropout(Some(DropoutOptions { seed, ..opts })).unwrap();
+        let d = DropoutOptions { seed, ..opts };
+        t.set_dropout(Some(d)).unwrap();
         let eval = read(&cpu, &t.logits(&cpu, &bt).unwrap());
-        let out: Vec<f32> = (0..3).map(|_| pollster::block_on(t.accumulate(&cpu, &bt, &targets)).unwrap()).collect();
+        let each: Vec<f64> = (0..3).map(|k| loss(&t, &cpu, &bt, &targets, Some(d.plan(k)))).collect();
+        for _ in 0..3 {
+            pollster::block_on(t.accumulate(&cpu, &bt, &targets)).unwrap();
+        }
+        let step = pollster::block_on(t.apply(&cpu, &Default::default())).unwrap();
         // Evaluation does not drop: the logits are those of a tuner without dropout.
         let off = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
         assert_eq!(eval, read(&cpu, &off.logits(&cpu, &bt).unwrap()), "evaluation dropped");
-        out
+        (each, step.loss)
     };
-    let (a, b, c) = (losses(7), losses(7), losses(8));
-    eprintln!("losses of 3 micro-batches, seed 7: {a:?}; seed 8: {c:?}");
-    assert_eq!(a, b, "a seed gives the same masks");
+    let ((a, sa), (b, sb), (c, _)) = (losses(7), losses(7), losses(8));
+    eprintln!("losses of 3 micro-batches, seed 7: {a:?} (step {sa}); seed 8: {c:?}");
+    let mean = a.iter().sum::<f64>() / 3.0;
+    assert!((sa as f64 - mean).abs() <= 1e-6 * mean.abs(), "the step's loss {sa} is the mean {mean} of micro-batches 0, 1, 2");
+    assert_eq!((a.clone(), sa), (b, sb), "a seed gives the same masks");
     assert!(a[0] != a[1] && a[1] != a[2], "each micro-batch draws new masks");
     assert_ne!(a, c, "another seed, other masks");
     // The checkpoint's probabilities, and bad ones refused.

@@ -111,21 +111,25 @@ fn case(name: &str) -> Case {
     Case { batch, task, labels, token_labels, start, end, cfg, weights, g }
 }
 
-fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
-    let c = case(name);
-    let mut tr = FineTuner::new(be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
-    let targets = match c.task {
+fn targets(c: &Case) -> Targets<'_> {
+    match c.task {
         FineTuneTask::Sequence => Targets::Sequence(&c.labels),
         FineTuneTask::Token => Targets::Token(&c.token_labels),
         FineTuneTask::QuestionAnswering => Targets::Spans { start: &c.start, end: &c.end },
         FineTuneTask::Embedding | FineTuneTask::Pretraining => unreachable!("these goldens have tests of their own"),
-    };
+    }
+}
+
+fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
+    let c = case(name);
+    let mut tr = FineTuner::new(be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+    let targets = targets(&c);
     let zero: BTreeSet<String> =
         c.g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
 
     // Loss and gradients at the checkpoint's weights.
     let (grads, logits) = tr.gradients(be, &c.batch, &targets).unwrap();
-    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), &c.batch, &targets) as f64;
+    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), c.batch.t, &targets) as f64;
     let want_loss = c.g["loss"].as_f64().unwrap();
     assert!((loss - want_loss).abs() <= loss_rtol * want_loss, "{name}: loss {loss} vs PyTorch {want_loss}");
     let ours: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, Some(&grads))).unwrap().into_iter().collect();
@@ -215,6 +219,28 @@ fn every_shape_matches_pytorch_on_the_gpu() {
     let Some(g) = common::gpu() else { return };
     for name in ["classify", "pair", "ner", "qa"] {
         check(&g, name, GPU_GRAD_RTOL, GPU_LOSS_RTOL);
+    }
+}
+
+/// A training step stays on the GPU from the batch to the updated weights: the host waits once, at the end, to
+/// read the logits (the loss) and the gradient norm; with two micro-batches accumulated, still once.
+#[test]
+fn a_gpu_step_waits_for_the_gpu_once() {
+    let Some(g) = common::gpu() else { return };
+    let opt = StepOptions { learning_rate: 1e-3, weight_decay: 0.01, ..StepOptions::default() };
+    for name in ["classify", "ner", "qa"] {
+        let c = case(name);
+        let mut tr = FineTuner::new(&g, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        pollster::block_on(tr.step(&g, &c.batch, &targets(&c), &opt)).unwrap();
+        let before = g.read_backs();
+        pollster::block_on(tr.step(&g, &c.batch, &targets(&c), &opt)).unwrap();
+        assert_eq!(g.read_backs() - before, 1, "{name}: waits in one step");
+        let before = g.read_backs();
+        pollster::block_on(tr.accumulate(&g, &c.batch, &targets(&c))).unwrap();
+        pollster::block_on(tr.accumulate(&g, &c.batch, &targets(&c))).unwrap();
+        let r = pollster::block_on(tr.apply(&g, &opt)).unwrap();
+        assert_eq!(g.read_backs() - before, 1, "{name}: waits in a step of two micro-batches");
+        assert!(r.loss.is_finite() && r.grad_norm > 0.0, "{name}: {r:?}");
     }
 }
 
@@ -358,8 +384,14 @@ fn accumulated_micro_batches_make_the_same_step() {
     assert!(pollster::block_on(parts.apply(&be, &opt)).is_err(), "nothing accumulated yet");
     for _ in 0..2 {
         let w = pollster::block_on(whole.step(&be, &c.batch, &Targets::Sequence(&c.labels), &opt)).unwrap();
-        let l0 = pollster::block_on(parts.accumulate(&be, &rows(0..2), &Targets::Sequence(&c.labels[..2]))).unwrap();
-        let l1 = pollster::block_on(parts.accumulate(&be, &rows(2..4), &Targets::Sequence(&c.labels[2..]))).unwrap();
+        // Each half's loss from its logits (accumulating changes no parameter), then both accumulated.
+        let half_loss = |r: std::ops::Range<usize>| {
+            let logits = pollster::block_on(be.read(&parts.logits(&be, &rows(r.clone())).unwrap())).unwrap();
+            parts.loss(&logits, c.batch.t, &Targets::Sequence(&c.labels[r]))
+        };
+        let (l0, l1) = (half_loss(0..2), half_loss(2..4));
+        pollster::block_on(parts.accumulate(&be, &rows(0..2), &Targets::Sequence(&c.labels[..2]))).unwrap();
+        pollster::block_on(parts.accumulate(&be, &rows(2..4), &Targets::Sequence(&c.labels[2..]))).unwrap();
         let p = pollster::block_on(parts.apply(&be, &opt)).unwrap();
         assert!((p.loss - (l0 + l1) / 2.0).abs() < 1e-6 && (p.loss - w.loss).abs() < 1e-5, "{p:?} vs {w:?}");
         assert!((p.grad_norm - w.grad_norm).abs() <= 1e-5 * w.grad_norm, "{p:?} vs {w:?}");
@@ -396,4 +428,36 @@ fn a_batch_too_big_for_the_backend_is_a_clear_error() {
     let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(&be, None)).unwrap().into_iter().collect();
     assert_eq!(before, after, "a refused step changes nothing");
     assert!(tr.check_memory(16, 64).is_ok());
+}
+
+/// A step whose loss is not finite (learning rate 1e30: the first step blows the weights up, the second's logits
+/// overflow) is an error that leaves every parameter and AdamW's state as they were: the check happens in AdamW's
+/// kernel, with nothing read back before the update. A sane step after it is the one a fresh copy of the model
+/// would take from the same state.
+fn a_diverged_step_changes_nothing<B: Backend>(be: &B) {
+    let c = case("classify");
+    let targets = Targets::Sequence(&c.labels);
+    let huge = StepOptions { learning_rate: 1e30, max_grad_norm: None, ..StepOptions::default() };
+    let mut tr = FineTuner::new(be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+    pollster::block_on(tr.step(be, &c.batch, &targets, &huge)).unwrap();
+    let before = pollster::block_on(tr.named(be, None)).unwrap();
+    let state = pollster::block_on(tr.train_state(be)).unwrap();
+    let err = pollster::block_on(tr.step(be, &c.batch, &targets, &huge)).unwrap_err().to_string();
+    assert!(err.contains("is not finite") && err.contains("left as it was"), "{err}");
+    assert_eq!(pollster::block_on(tr.named(be, None)).unwrap(), before, "parameters after the failed step");
+    let after = pollster::block_on(tr.train_state(be)).unwrap();
+    assert_eq!(after.counters, state.counters.clone().into_iter().map(|(k, v)| (k.clone(), if k == "micro_batches" { v + 1 } else { v })).collect(),
+        "AdamW's step count is kept; dropout's micro-batch counter moves on");
+    assert!(after.tensors == state.tensors, "parameters and AdamW's moments after the failed step");
+}
+
+#[test]
+fn a_diverged_step_changes_nothing_on_the_cpu() {
+    a_diverged_step_changes_nothing(&CpuBackend::new());
+}
+
+#[test]
+fn a_diverged_step_changes_nothing_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    a_diverged_step_changes_nothing(&g);
 }

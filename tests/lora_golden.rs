@@ -133,7 +133,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
         tr.encoder.params.iter().zip(&grads).filter(|(_, g)| g.is_some()).map(|(p, _)| p.names[0].as_str()).collect();
     let want_trained: BTreeSet<&str> = c.g["trainable"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(trained, want_trained, "{name}: the parameters that train are exactly peft's");
-    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), &c.batch, &targets) as f64;
+    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), c.batch.t, &targets) as f64;
     let want_loss = c.g["loss"].as_f64().unwrap();
     assert!((loss - want_loss).abs() <= loss_rtol * want_loss, "{name}: loss {loss} vs peft {want_loss}");
     let mut worst = (String::new(), 0f64);

@@ -102,10 +102,10 @@ fn train_kernels_match_cpu_twins() {
         for t in [1, 7] {
             let s = AdamWStep::new(1e-2, 0.01, 0.9, 0.999, 1e-8, t);
             let (wp, wm, wv) = CpuBackend::new()
-                .adamw(&up_cpu(&p, r, c), &up_cpu(&gr, r, c), &up_cpu(&m, r, c), &up_cpu(&v, r, c), &s)
+                .adamw(&up_cpu(&p, r, c), &up_cpu(&gr, r, c), &up_cpu(&m, r, c), &up_cpu(&v, r, c), &s, None)
                 .unwrap();
             let up = |d: &[f32]| g.input(d, r, c).unwrap();
-            let (gp, gm, gv) = g.adamw(&up(&p), &up(&gr), &up(&m), &up(&v), &s).unwrap();
+            let (gp, gm, gv) = g.adamw(&up(&p), &up(&gr), &up(&m), &up(&v), &s, None).unwrap();
             let what = format!("adamw {r}x{c} t={t}");
             assert_close(&format!("{what} param"), &read_g(&g, &gp), &read_c(&wp), ADAMW_ATOL, ADAMW_RTOL);
             assert_close(&format!("{what} m"), &read_g(&g, &gm), &read_c(&wm), ADAMW_ATOL, ADAMW_RTOL);
@@ -124,6 +124,6 @@ fn bad_shapes_are_errors() {
     let b = g.input(&[0.0; 4], 2, 2).unwrap();
     assert!(g.activation_grad(&a, &b, Activation::Relu).is_err());
     let s = AdamWStep::new(1e-3, 0.0, 0.9, 0.999, 1e-8, 1);
-    assert!(g.adamw(&a, &b, &a, &a, &s).is_err());
+    assert!(g.adamw(&a, &b, &a, &a, &s, None).is_err());
 }
 

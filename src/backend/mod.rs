@@ -126,9 +126,13 @@ pub struct AdamWStep {
     pub bias_correction1: f32,
     /// `√(1 − β2ᵗ)`.
     pub bias_correction2_sqrt: f32,
-    /// The gradient is multiplied by this first (gradient clipping by global norm: `min(1, max_norm / ‖g‖)`, as
-    /// `torch.nn.utils.clip_grad_norm_` scales it); 1 otherwise.
+    /// The gradient is multiplied by this first (e.g. `1/n`: the mean of `n` micro-batches' summed gradients); 1
+    /// otherwise.
     pub grad_scale: f32,
+    /// Clipping by global norm, as `torch.nn.utils.clip_grad_norm_` does: with `‖g‖ = grad_scale · √norm_sq` (the
+    /// norm of the scaled gradients), the gradient is further multiplied by `min(1, max / (‖g‖ + 1e-6))`. Needs
+    /// [`Backend::adamw`]'s `norm_sq`.
+    pub max_grad_norm: Option<f32>,
 }
 
 impl AdamWStep {
@@ -145,7 +149,22 @@ impl AdamWStep {
             bias_correction1: bc1 as f32,
             bias_correction2_sqrt: bc2.sqrt() as f32,
             grad_scale: 1.0,
+            max_grad_norm: None,
         }
+    }
+
+    /// The multiplier of the raw gradient given its squared global norm (see [`Self::max_grad_norm`]), in f32 as the
+    /// kernels compute it; `None` where the norm is not finite (the step must leave everything as it was).
+    pub fn effective_scale(&self, norm_sq: Option<f32>) -> Option<f32> {
+        let Some(q) = norm_sq else { return Some(self.grad_scale) };
+        let norm = q.sqrt() * self.grad_scale;
+        if !norm.is_finite() {
+            return None;
+        }
+        Some(match self.max_grad_norm {
+            Some(max) => self.grad_scale * (max / (norm + 1e-6)).min(1.0),
+            None => self.grad_scale,
+        })
     }
 }
 
@@ -255,9 +274,13 @@ pub trait Backend {
     fn activation_grad(&self, dy: &Self::Tensor, pre: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
 
     /// One AdamW step on one parameter tensor, as `torch.optim.AdamW`: returns the new `(param, m, v)`, all of the
-    /// parameter's shape.
-    fn adamw(&self, param: &Self::Tensor, grad: &Self::Tensor, m: &Self::Tensor, v: &Self::Tensor, step: &AdamWStep)
-        -> Result<(Self::Tensor, Self::Tensor, Self::Tensor)>;
+    /// parameter's shape. `norm_sq` `(1, 1)`, when given, is the squared global norm of the step's gradients as
+    /// passed (before `grad_scale`), summed over every trained parameter: the step clips by it
+    /// ([`AdamWStep::max_grad_norm`]), and where the norm is not finite (a NaN or infinite loss) nothing is updated:
+    /// the outputs equal the inputs. The check and the clipping happen where the gradients are, so a step needs no
+    /// read-back before its update. Clipping without `norm_sq` is an error.
+    fn adamw(&self, param: &Self::Tensor, grad: &Self::Tensor, m: &Self::Tensor, v: &Self::Tensor, step: &AdamWStep,
+        norm_sq: Option<&Self::Tensor>) -> Result<(Self::Tensor, Self::Tensor, Self::Tensor)>;
 
     // ---- Backward ops (fine-tuning the encoder; `training/encoder.rs` states the math they serve) ----
 
@@ -334,6 +357,15 @@ pub trait Backend {
 
     /// Runs everything recorded so far and copies one f32 tensor back to the host, row-major.
     async fn read(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
+
+    /// [`Self::read`] of several tensors after one wait (a training step's loss inputs and gradient norm).
+    async fn read_many(&self, ts: &[&Self::Tensor]) -> Result<Vec<Vec<f32>>> {
+        let mut out = Vec::with_capacity(ts.len());
+        for t in ts {
+            out.push(self.read(t).await?);
+        }
+        Ok(out)
+    }
 }
 
 /// Checks that a batch's three `(b, t)` arrays have `b*t` entries each; every backend calls this before reading one.

@@ -87,8 +87,8 @@ pub struct FineTuner<B: Backend> {
     pub(super) steps: u32,
     /// Train only the last this many encoder layers (and the head); `None`: every parameter.
     top_layers: Option<usize>,
-    /// Gradients summed over the micro-batches of the step being accumulated, their count and their losses.
-    pub(super) pending: Option<(Vec<Option<B::Tensor>>, usize, f64)>,
+    /// Gradients summed over the micro-batches of the step being accumulated, and each one's loss.
+    pub(super) pending: Option<(Vec<Option<B::Tensor>>, Vec<super::optim::PendingLoss<B::Tensor>>)>,
     /// The backend's largest tensor in bytes ([`Backend::max_tensor_bytes`]).
     max_tensor_bytes: usize,
     /// Dropout in [`Self::accumulate`]'s forwards (`None`: off, the default), and the micro-batches it has seen.
@@ -512,7 +512,7 @@ impl<B: Backend> FineTuner<B> {
     }
 
     /// The loss of a batch from the head's logits (read back), in f64.
-    pub fn loss(&self, logits: &[f32], batch: &Batch, targets: &Targets<'_>) -> f32 {
+    pub fn loss(&self, logits: &[f32], t: usize, targets: &Targets<'_>) -> f32 {
         match (&self.head, targets) {
             (Head::Sequence { labels, .. }, Targets::Sequence(y)) => mean_cross_entropy(logits, *labels, y.iter().map(|&l| Some(l))),
             (Head::Token { labels, .. }, Targets::Token(y)) => {
@@ -520,7 +520,7 @@ impl<B: Backend> FineTuner<B> {
             }
             (Head::Qa { .. }, Targets::Spans { start, end }) => {
                 let col = |c: usize| logits.iter().skip(c).step_by(2).copied().collect::<Vec<f32>>();
-                let ce = |c: usize, pos: &[u32]| mean_cross_entropy(&col(c), batch.t, pos.iter().map(|&p| Some(p)));
+                let ce = |c: usize, pos: &[u32]| mean_cross_entropy(&col(c), t, pos.iter().map(|&p| Some(p)));
                 (ce(0, start) + ce(1, end)) / 2.0
             }
             _ => f32::NAN,

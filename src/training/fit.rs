@@ -196,8 +196,8 @@ fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
 /// What [`fit_loop`] trains: a model with its examples, addressed by row index. `FineTuner` on tokenized rows
 /// ([`fit`]) and `trainHead`'s head on cached features (`super::fit_head`) are the two.
 pub trait Trainee<B: Backend> {
-    /// Adds the gradients of the rows `which` (one micro-batch) to the step being accumulated; returns their loss.
-    fn accumulate(&mut self, be: &B, which: &[usize]) -> impl std::future::Future<Output = Result<f32>>;
+    /// Adds the gradients of the rows `which` (one micro-batch) to the step being accumulated.
+    fn accumulate(&mut self, be: &B, which: &[usize]) -> impl std::future::Future<Output = Result<()>>;
     /// The optimiser step with the accumulated gradients; its loss is the micro-batches' mean.
     fn apply(&mut self, be: &B, opt: &StepOptions) -> impl std::future::Future<Output = Result<StepReport>>;
     /// Loss, accuracy and the task's metric over the rows `which`, without dropout.
@@ -426,10 +426,10 @@ mod tests {
     }
 
     impl Trainee<CpuBackend> for Scripted {
-        async fn accumulate(&mut self, _: &CpuBackend, which: &[usize]) -> Result<f32> {
+        async fn accumulate(&mut self, _: &CpuBackend, which: &[usize]) -> Result<()> {
             self.batches.push(which.len());
             self.seen.extend_from_slice(which);
-            Ok(1.0)
+            Ok(())
         }
         async fn apply(&mut self, _: &CpuBackend, opt: &StepOptions) -> Result<StepReport> {
             self.steps += 1;

@@ -277,7 +277,7 @@ impl<B: Backend> Trainer<B> {
         let mut s = AdamWStep::new(lr, o.weight_decay, o.beta1, o.beta2, o.eps, self.steps);
         s.grad_scale = 1.0 / n as f32;
         for i in 0..self.params.len() {
-            let (p, m, v) = be.adamw(&self.params[i], &grads[i], &self.m[i], &self.v[i], &s)?;
+            let (p, m, v) = be.adamw(&self.params[i], &grads[i], &self.m[i], &self.v[i], &s, None)?;
             self.params[i] = p;
             self.m[i] = m;
             self.v[i] = v;

@@ -196,12 +196,12 @@ impl<B: Backend> FeatureTrainee<B> {
 }
 
 impl<B: Backend> fit::Trainee<B> for FeatureTrainee<B> {
-    async fn accumulate(&mut self, be: &B, which: &[usize]) -> Result<f32> {
+    async fn accumulate(&mut self, be: &B, which: &[usize]) -> Result<()> {
         let (x, y) = self.rows(be, which)?;
         let logits = self.trainer.accumulate(be, &x, &y)?;
         let (loss, _) = head::loss_and_accuracy(&be.read(&logits).await?, self.trainer.spec.labels.len(), &y);
         self.losses.push(loss);
-        Ok(loss)
+        Ok(())
     }
 
     async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {

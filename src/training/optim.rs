@@ -36,54 +36,96 @@ pub struct StepReport {
     pub grad_norm: f32,
 }
 
+/// A micro-batch's loss while its step is accumulated: known already (the paths that read back on the way), or its
+/// logits, still on the backend, read with the step's gradient norm once the update is queued.
+pub(super) enum PendingLoss<T> {
+    Known(f32),
+    Logits { logits: T, t: usize, targets: OwnedTargets },
+}
+
+/// The [`Targets`] whose loss is taken from logits, owned until the step's read-back.
+pub(super) enum OwnedTargets {
+    Sequence(Vec<u32>),
+    Token(Vec<i64>),
+    Spans { start: Vec<u32>, end: Vec<u32> },
+}
+
+impl OwnedTargets {
+    fn new(t: &Targets<'_>) -> Option<OwnedTargets> {
+        Some(match t {
+            Targets::Sequence(y) => OwnedTargets::Sequence(y.to_vec()),
+            Targets::Token(y) => OwnedTargets::Token(y.to_vec()),
+            Targets::Spans { start, end } => OwnedTargets::Spans { start: start.to_vec(), end: end.to_vec() },
+            Targets::Pairs { .. } | Targets::Pretrain { .. } => return None,
+        })
+    }
+
+    fn targets(&self) -> Targets<'_> {
+        match self {
+            OwnedTargets::Sequence(y) => Targets::Sequence(y),
+            OwnedTargets::Token(y) => Targets::Token(y),
+            OwnedTargets::Spans { start, end } => Targets::Spans { start, end },
+        }
+    }
+}
+
 impl<B: Backend> FineTuner<B> {
     /// One optimiser step on a batch: forward, backward, clipping, AdamW ([`Self::accumulate`] then
-    /// [`Self::apply`]). Reads back the logits (for the loss) and the gradients' squared norm; everything else stays on
-    /// the backend. A non-finite loss or gradient is an error and leaves the parameters as they were.
+    /// [`Self::apply`]). See [`Self::apply`] for what is read back.
     pub async fn step(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>, opt: &StepOptions) -> Result<StepReport> {
         self.accumulate(be, batch, targets).await?;
         self.apply(be, opt).await
     }
 
     /// Adds a micro-batch's gradients to the step being accumulated (gradient accumulation: a step over more rows
-    /// than fit at once); returns its loss. [`Self::apply`] updates with their mean, as transformers'
-    /// `gradient_accumulation_steps` (each micro-batch's loss divided by their number) does.
+    /// than fit at once). [`Self::apply`] updates with their mean, as transformers' `gradient_accumulation_steps`
+    /// (each micro-batch's loss divided by their number) does, and reports their mean loss.
     /// With dropout on ([`Self::set_dropout`]), each micro-batch's forward drops with masks of its own.
-    pub async fn accumulate(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>) -> Result<f32> {
+    pub async fn accumulate(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>) -> Result<()> {
         let plan = self.dropout.map(|d| d.plan(self.micro_batches));
         self.micro_batches += 1;
         let (grads, loss) = match targets {
-            Targets::Pairs { positives } => self.embedding_gradients_with(be, batch, positives, plan).await?,
+            Targets::Pairs { positives } => {
+                let (grads, loss) = self.embedding_gradients_with(be, batch, positives, plan).await?;
+                (grads, PendingLoss::Known(loss))
+            }
             Targets::Pretrain { mlm, nsp } => {
                 let (grads, eval) = self.pretrain_gradients_with(be, batch, mlm, *nsp, plan).await?;
-                (grads, eval.loss())
+                (grads, PendingLoss::Known(eval.loss()))
             }
             _ => {
                 let (grads, logits) = self.gradients_with(be, batch, targets, plan)?;
-                let loss = self.loss(&be.read(&logits).await?, batch, targets);
-                (grads, loss)
+                let targets = OwnedTargets::new(targets).ok_or_else(|| Error::Input("no loss for these targets".into()))?;
+                (grads, PendingLoss::Logits { logits, t: batch.t, targets })
             }
         };
         self.pending = Some(match self.pending.take() {
-            None => (grads, 1, loss as f64),
-            Some((mut sum, n, total)) => {
+            None => (grads, vec![loss]),
+            Some((mut sum, mut losses)) => {
                 for (s, g) in sum.iter_mut().zip(grads) {
                     if let (Some(prev), Some(g)) = (s.as_ref(), g) {
                         *s = Some(be.add(prev, &g)?);
                     }
                 }
-                (sum, n + 1, total + loss as f64)
+                losses.push(loss);
+                (sum, losses)
             }
         });
-        Ok(loss)
+        Ok(())
     }
 
     /// Updates the parameters with the mean of the accumulated gradients: clipping by their global norm, then AdamW.
     /// The report's loss is the micro-batches' mean.
+    ///
+    /// The norm, the clipping and the check that the step is finite all happen on the backend, in AdamW's kernel,
+    /// so the whole step (forward, backward, update) is queued before anything is read: then one wait reads the
+    /// norm and the logits the loss is computed from. A non-finite loss or gradient is an error, and leaves the
+    /// parameters and AdamW's state as they were (the kernel updates nothing where the norm is not finite; a
+    /// non-finite logit makes the gradients non-finite through the softmax).
     pub async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {
-        let (grads, n, total_loss) =
+        let (grads, losses) =
             self.pending.take().ok_or_else(|| Error::Input("no gradients to apply: accumulate a batch first".into()))?;
-        let loss = (total_loss / n as f64) as f32;
+        let n = losses.len();
         // The squared norm over the trained parameters (clip_grad_norm_ skips those without a gradient).
         let mut total: Option<B::Tensor> = None;
         for g in grads.iter().flatten() {
@@ -94,26 +136,14 @@ impl<B: Backend> FineTuner<B> {
             });
         }
         let total = total.ok_or_else(|| Error::Input("no parameter is being trained".into()))?;
-        let grad_norm = ((be.read(&total).await?[0] as f64).sqrt() / n as f64) as f32; // of the mean gradient
-        if !loss.is_finite() || !grad_norm.is_finite() {
-            return Err(Error::Input(format!(
-                "the loss ({loss}) or the gradient norm ({grad_norm}) is not finite; the model was left as it was \
-                 before this step: lower the learning rate"
-            )));
-        }
-        // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6), clamped to 1; the sum becomes a mean.
-        let clip = match opt.max_grad_norm {
-            Some(max) => (max as f64 / (grad_norm as f64 + 1e-6)).min(1.0),
-            None => 1.0,
-        };
-        let grad_scale = (clip / n as f64) as f32;
         self.steps += 1;
         let params = &mut self.encoder.params;
         for (i, g) in grads.iter().enumerate() {
             let Some(g) = g else { continue }; // frozen
             let wd = if params[i].decay { opt.weight_decay } else { 0.0 };
             let mut s = AdamWStep::new(opt.learning_rate, wd, opt.beta1, opt.beta2, opt.eps, self.steps);
-            s.grad_scale = grad_scale;
+            s.grad_scale = 1.0 / n as f32; // the sum becomes a mean
+            s.max_grad_norm = opt.max_grad_norm;
             self.moments.resize_with(params.len(), || None);
             let (m, v) = match self.moments[i].take() {
                 Some(mv) => mv,
@@ -122,9 +152,35 @@ impl<B: Backend> FineTuner<B> {
                     (be.input(&vec![0.0; r * c], r, c)?, be.input(&vec![0.0; r * c], r, c)?)
                 }
             };
-            let (p, m, v) = be.adamw(&params[i].tensor, g, &m, &v, &s)?;
+            let (p, m, v) = be.adamw(&params[i].tensor, g, &m, &v, &s, Some(&total))?;
             params[i].tensor = p;
             self.moments[i] = Some((m, v));
+        }
+        let mut reads = vec![&total];
+        reads.extend(losses.iter().filter_map(|l| match l {
+            PendingLoss::Logits { logits, .. } => Some(logits),
+            PendingLoss::Known(_) => None,
+        }));
+        let values = be.read_many(&reads).await?;
+        let mut logits = values[1..].iter();
+        let mut sum = 0f64;
+        for l in &losses {
+            sum += match l {
+                PendingLoss::Known(x) => *x as f64,
+                PendingLoss::Logits { t, targets, .. } => {
+                    let z = logits.next().ok_or_else(|| Error::Input("a micro-batch's logits were not read".into()))?;
+                    self.loss(z, *t, &targets.targets()) as f64
+                }
+            };
+        }
+        let loss = (sum / n as f64) as f32;
+        let grad_norm = ((values[0][0] as f64).sqrt() / n as f64) as f32; // of the mean gradient
+        if !loss.is_finite() || !grad_norm.is_finite() {
+            self.steps -= 1; // nothing was updated
+            return Err(Error::Input(format!(
+                "the loss ({loss}) or the gradient norm ({grad_norm}) is not finite; the model was left as it was \
+                 before this step: lower the learning rate"
+            )));
         }
         Ok(StepReport { loss, grad_norm })
     }

@@ -158,7 +158,7 @@ struct RowTrainee<'a, B: Backend> {
 }
 
 impl<B: Backend> Trainee<B> for RowTrainee<'_, B> {
-    async fn accumulate(&mut self, be: &B, which: &[usize]) -> Result<f32> {
+    async fn accumulate(&mut self, be: &B, which: &[usize]) -> Result<()> {
         let batch = RowBatch::new(&which.iter().map(|&i| &self.rows[i]).collect::<Vec<_>>(), self.pad, self.opts.pad_to)?;
         self.tuner.accumulate(be, &batch.batch, &batch.targets()).await
     }
@@ -238,7 +238,7 @@ pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], wh
             Targets::Token(y) => y.iter().filter(|&&l| l != IGNORE).count(),
             _ => chunk.len(),
         };
-        loss += tuner.loss(&logits, &b.batch, &targets) as f64 * n as f64;
+        loss += tuner.loss(&logits, b.batch.t, &targets) as f64 * n as f64;
         weight += n;
         let (r, c) = tuner.correct(&logits, &b.batch, &targets);
         right += r;

@@ -382,12 +382,19 @@ impl Backend for CpuBackend {
         train::activation_grad(dy, pre, act)
     }
 
-    fn adamw(&self, param: &CpuTensor, grad: &CpuTensor, m: &CpuTensor, v: &CpuTensor, step: &AdamWStep)
-        -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
+    fn adamw(&self, param: &CpuTensor, grad: &CpuTensor, m: &CpuTensor, v: &CpuTensor, step: &AdamWStep,
+        norm_sq: Option<&CpuTensor>) -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
         for (t, what) in [(param, "adamw param"), (grad, "adamw grad"), (m, "adamw m"), (v, "adamw v")] {
             t.expect_f32(what)?;
         }
-        train::adamw(param, grad, m, v, step)
+        let norm_sq = match norm_sq {
+            Some(q) => {
+                q.expect_f32("adamw norm_sq")?;
+                Some(*q.data().first().ok_or_else(|| Error::Input("adamw: the squared norm is empty".into()))?)
+            }
+            None => None,
+        };
+        train::adamw(param, grad, m, v, step, norm_sq)
     }
 
     fn add(&self, a: &CpuTensor, b: &CpuTensor) -> Result<CpuTensor> {

@@ -109,13 +109,20 @@ pub fn activation_grad(dy: &CpuTensor, pre: &CpuTensor, act: Activation) -> Resu
     CpuTensor::new(out, dy.rows(), dy.cols())
 }
 
-/// One AdamW step; see [`AdamWStep`] for the update, in torch's order.
-pub fn adamw(p: &CpuTensor, g: &CpuTensor, m: &CpuTensor, v: &CpuTensor, s: &AdamWStep)
+/// One AdamW step; see [`AdamWStep`] for the update, in torch's order, and [`crate::backend::Backend::adamw`] for
+/// `norm_sq` (the squared global norm: clipping, and no update where it is not finite).
+pub fn adamw(p: &CpuTensor, g: &CpuTensor, m: &CpuTensor, v: &CpuTensor, s: &AdamWStep, norm_sq: Option<f32>)
     -> Result<(CpuTensor, CpuTensor, CpuTensor)> {
     let (r, c) = (p.rows(), p.cols());
     expect_dims(g, r, c, "adamw gradient (shape of the parameter)")?;
     expect_dims(m, r, c, "adamw first moment (shape of the parameter)")?;
     expect_dims(v, r, c, "adamw second moment (shape of the parameter)")?;
+    if s.max_grad_norm.is_some() && norm_sq.is_none() {
+        return Err(Error::Input("adamw: clipping by global norm needs the gradients' squared norm".into()));
+    }
+    let Some(scale) = s.effective_scale(norm_sq) else {
+        return Ok((p.clone(), m.clone(), v.clone())); // a non-finite norm: nothing changes
+    };
     let n = r * c;
     let (mut po, mut mo, mut vo) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
     let step_size = s.lr / s.bias_correction1;
@@ -130,7 +137,7 @@ pub fn adamw(p: &CpuTensor, g: &CpuTensor, m: &CpuTensor, v: &CpuTensor, s: &Ada
         };
         for (j, out) in band.iter_mut().enumerate() {
             let i = i0 + j;
-            let (pi, gi) = (p.data()[i], g.data()[i] * s.grad_scale);
+            let (pi, gi) = (p.data()[i], g.data()[i] * scale);
             let pi = pi * (1.0 - s.lr * s.weight_decay);
             let mi = s.beta1 * m.data()[i] + (1.0 - s.beta1) * gi;
             let vi = s.beta2 * v.data()[i] + (1.0 - s.beta2) * gi * gi;

@@ -66,6 +66,8 @@ pub struct GpuBackend {
     dummy: wgpu::Buffer,
     /// Bytes of the weight buffers alive now (uploads minus dropped), see [`GpuBackend::weight_bytes`].
     weight_bytes: Rc<std::cell::Cell<u64>>,
+    /// Times the host has waited for the GPU to read results back, see [`GpuBackend::read_backs`].
+    read_backs: std::cell::Cell<u64>,
 }
 
 impl GpuBackend {
@@ -117,6 +119,7 @@ impl GpuBackend {
             profiler: RefCell::new(None),
             dummy,
             weight_bytes: Rc::new(std::cell::Cell::new(0)),
+            read_backs: std::cell::Cell::new(0),
         })
     }
 
@@ -159,6 +162,12 @@ impl GpuBackend {
     /// bytes per 32 values), padded to 16 bytes plus the spare word the packed kernels may read past the end.
     pub fn weight_bytes(&self) -> u64 {
         self.weight_bytes.get()
+    }
+
+    /// How many times the host has waited for the GPU to copy results back ([`Backend::read`] and
+    /// [`Backend::read_many`] are one wait each): what a training step's "no read-back but the loss" is checked by.
+    pub fn read_backs(&self) -> u64 {
+        self.read_backs.get()
     }
 
     /// Buffers the pool has created so far, and their total bytes (a repeated forward must not raise them).
@@ -252,10 +261,13 @@ impl Backend for GpuBackend {
         self.train_act_grad(dy, pre, act)
     }
 
-    fn adamw(&self, param: &GpuTensor, grad: &GpuTensor, m: &GpuTensor, v: &GpuTensor, step: &AdamWStep)
-        -> Result<(GpuTensor, GpuTensor, GpuTensor)> {
+    fn adamw(&self, param: &GpuTensor, grad: &GpuTensor, m: &GpuTensor, v: &GpuTensor, step: &AdamWStep,
+        norm_sq: Option<&GpuTensor>) -> Result<(GpuTensor, GpuTensor, GpuTensor)> {
         expect_f32("adamw", &[param, grad, m, v])?;
-        self.train_adamw(param, grad, m, v, step)
+        if let Some(q) = norm_sq {
+            expect_f32("adamw", &[q])?;
+        }
+        self.train_adamw(param, grad, m, v, step, norm_sq)
     }
 
     fn add(&self, a: &GpuTensor, b: &GpuTensor) -> Result<GpuTensor> {
@@ -313,7 +325,11 @@ impl Backend for GpuBackend {
     }
 
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {
-        self.read_back(t).await
+        Ok(self.read_back(&[t]).await?.remove(0))
+    }
+
+    async fn read_many(&self, ts: &[&GpuTensor]) -> Result<Vec<Vec<f32>>> {
+        self.read_back(ts).await
     }
 }
 

@@ -50,6 +50,7 @@ params!(
     TrainParams {
         m: u32, n: u32, k: u32, flags: u32,
         lr: f32, wd: f32, beta1: f32, beta2: f32, eps: f32, bc1: f32, bc2_sqrt: f32, grad_scale: f32,
+        max_norm: f32, _pad0: u32, _pad1: u32, _pad2: u32,
     }
 );
 params!(

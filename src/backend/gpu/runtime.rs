@@ -220,44 +220,49 @@ impl GpuBackend {
         self.gpu.check_errors()
     }
 
-    /// [`Backend::read`](super::Backend::read): submits everything recorded and maps `t`'s copy.
-    pub(super) async fn read_back(&self, t: &GpuTensor) -> Result<Vec<f32>> {
-        expect_f32("read", &[t])?;
-        let bytes = (t.len() * 4) as u64;
-        let size = buffers::round_size(bytes);
-        let staging = buffers::take(&self.pool, &self.gpu.device, Kind::Staging, size, false);
+    /// [`Backend::read_many`](super::Backend::read_many): submits everything recorded, with a copy of each tensor,
+    /// and maps the copies after one wait.
+    pub(super) async fn read_back(&self, ts: &[&GpuTensor]) -> Result<Vec<Vec<f32>>> {
+        expect_f32("read", ts)?;
+        self.read_backs.set(self.read_backs.get() + 1);
+        let sizes: Vec<u64> = ts.iter().map(|t| buffers::round_size((t.len() * 4) as u64)).collect();
+        let staging: Vec<_> =
+            sizes.iter().map(|&size| buffers::take(&self.pool, &self.gpu.device, Kind::Staging, size, false)).collect();
         // Timestamps of the passes recorded since the last read are resolved in the same submission.
         let mut prof = self.profiler.borrow_mut().take();
-        let ts = prof.as_mut().and_then(|p| p.take_stamps(&self.gpu.device));
+        let ts_stamps = prof.as_mut().and_then(|p| p.take_stamps(&self.gpu.device));
         self.submit(|enc| {
-            enc.copy_buffer_to_buffer(t.buffer(), 0, staging.buffer(), 0, size);
-            if let (Some(p), Some(ts)) = (prof.as_ref(), ts.as_ref()) {
-                p.resolve(enc, ts);
+            for ((t, s), &size) in ts.iter().zip(&staging).zip(&sizes) {
+                enc.copy_buffer_to_buffer(t.buffer(), 0, s.buffer(), 0, size);
+            }
+            if let (Some(p), Some(stamps)) = (prof.as_ref(), ts_stamps.as_ref()) {
+                p.resolve(enc, stamps);
             }
         });
-        let mut maps = vec![(staging.buffer(), size)];
-        if let Some(ts) = ts.as_ref() {
-            maps.push(ts.read_buffer());
+        let mut maps: Vec<_> = staging.iter().zip(&sizes).map(|(s, &size)| (s.buffer(), size)).collect();
+        if let Some(stamps) = ts_stamps.as_ref() {
+            maps.push(stamps.read_buffer());
         }
         let mapped = self.map_read(&maps).await;
-        if let (Some(p), Some(ts)) = (prof.as_mut(), ts.as_ref()) {
+        if let (Some(p), Some(stamps)) = (prof.as_mut(), ts_stamps.as_ref()) {
             if mapped.is_ok() {
-                p.add(ts, self.gpu.queue.get_timestamp_period() as f64);
+                p.add(stamps, self.gpu.queue.get_timestamp_period() as f64);
             }
         }
         *self.profiler.borrow_mut() = prof;
         mapped?;
         self.gpu.check_errors()?;
-        let out = {
-            let view = staging
-                .buffer()
-                .slice(..size)
-                .get_mapped_range()
-                .map_err(|e| Error::Gpu(format!("mapping the read-back buffer failed: {e}")))?;
-            bytemuck::cast_slice::<u8, f32>(&view)[..t.len()].to_vec()
-        };
-        staging.buffer().unmap();
-        Ok(out)
+        // Every copy is unmapped before its buffer goes back to the pool, even after an error.
+        let mut out = Vec::with_capacity(ts.len());
+        let mut failed = None;
+        for ((t, s), &size) in ts.iter().zip(&staging).zip(&sizes) {
+            match s.buffer().slice(..size).get_mapped_range() {
+                Ok(view) => out.push(bytemuck::cast_slice::<u8, f32>(&view)[..t.len()].to_vec()),
+                Err(e) => failed = failed.or(Some(Error::Gpu(format!("mapping the read-back buffer failed: {e}")))),
+            }
+            s.buffer().unmap();
+        }
+        failed.map_or(Ok(out), Err)
     }
 }
 

@@ -7,6 +7,11 @@ use super::{shape_err, GpuBackend, GpuTensor};
 use crate::backend::{Activation, AdamWStep, Dropout};
 use crate::Result;
 
+/// `adamw`'s flags (`shaders/train.wgsl`): the squared global norm is bound (skip the update where it is not
+/// finite), and clipping by it.
+const ADAMW_NORM: u32 = 2;
+const ADAMW_CLIP: u32 = 1;
+
 /// Values each workgroup of `sum_reduce` adds up (per invocation: this over the workgroup size).
 const SUM_CHUNK: usize = 16384;
 
@@ -105,8 +110,8 @@ impl GpuBackend {
         Ok(out)
     }
 
-    pub(super) fn train_adamw(&self, param: &GpuTensor, grad: &GpuTensor, m: &GpuTensor, v: &GpuTensor, s: &AdamWStep)
-        -> Result<(GpuTensor, GpuTensor, GpuTensor)> {
+    pub(super) fn train_adamw(&self, param: &GpuTensor, grad: &GpuTensor, m: &GpuTensor, v: &GpuTensor, s: &AdamWStep,
+        norm_sq: Option<&GpuTensor>) -> Result<(GpuTensor, GpuTensor, GpuTensor)> {
         let (r, c) = (param.rows, param.cols);
         for (what, t) in [("gradient", grad), ("first moment", m), ("second moment", v)] {
             if (t.rows, t.cols) != (r, c) {
@@ -116,6 +121,12 @@ impl GpuBackend {
         let n = r * c;
         if n == 0 {
             return Err(shape_err("adamw", "empty parameter".into()));
+        }
+        if s.max_grad_norm.is_some() && norm_sq.is_none() {
+            return Err(shape_err("adamw", "clipping by global norm needs the gradients' squared norm".into()));
+        }
+        if norm_sq.is_some_and(|q| q.len() != 1) {
+            return Err(shape_err("adamw", "the squared norm must be one value".into()));
         }
         let (po, mo, vo) = (self.alloc(r, c)?, self.alloc(r, c)?, self.alloc(r, c)?);
         let p = TrainParams {
@@ -128,12 +139,15 @@ impl GpuBackend {
             bc1: s.bias_correction1,
             bc2_sqrt: s.bias_correction2_sqrt,
             grad_scale: s.grad_scale,
+            max_norm: s.max_grad_norm.unwrap_or(0.0),
+            flags: if norm_sq.is_some() { ADAMW_NORM } else { 0 } | if s.max_grad_norm.is_some() { ADAMW_CLIP } else { 0 },
             ..Default::default()
         };
         let wg = self.train_wg();
         self.dispatch("train", "adamw", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, param.buffer(), false),
             (2, grad.buffer(), false),
+            (5, norm_sq.map_or(&self.dummy, |q| q.buffer()), false), // not read without ADAMW_NORM
             (6, m.buffer(), false),
             (7, v.buffer(), false),
             (3, po.buffer(), true),
