@@ -98,16 +98,7 @@ pub struct FineTuner<B: Backend> {
 
 /// `(out, in)` weight ~ N(0, std) and a zero bias, as transformers' `_init_weights` for a new `nn.Linear`.
 fn init_linear(rng: &mut SplitMix64, out: usize, inp: usize, std: f32) -> Result<(HostTensor, HostTensor)> {
-    let mut w = Vec::with_capacity(out * inp);
-    while w.len() < out * inp {
-        // Box–Muller: two uniforms in (0, 1] → two standard normals.
-        let (u1, u2) = (1.0 - rng.next_f64(), rng.next_f64());
-        let r = (-2.0 * u1.ln()).sqrt();
-        let t = 2.0 * std::f64::consts::PI * u2;
-        w.push((r * t.cos()) as f32 * std);
-        w.push((r * t.sin()) as f32 * std);
-    }
-    w.truncate(out * inp);
+    let w = super::init::normal(rng, out * inp, std);
     Ok((HostTensor::f32(vec![out, inp], w)?, HostTensor::f32(vec![out], vec![0.0; out])?))
 }
 

@@ -5,8 +5,9 @@
 //!   backward through every layer), [`finetune`] (the task heads, their losses), [`optim`] (one optimiser step),
 //!   [`rows`] (tokenized examples as the loop's trainee, evaluation, the Hugging Face folder), [`data`] (examples to
 //!   batches, as transformers' example scripts make them), [`job`] (the CLI's and `fineTune`'s whole job);
-//! - pre-training (masked LM + next-sentence prediction): [`pretrain`] (the heads on the whole encoder) and
-//!   [`pretrain_data`] (a corpus to NSP pairs or segments, masked as the BERT paper does);
+//! - pre-training (masked LM + next-sentence prediction): [`pretrain`] (the heads on the whole encoder),
+//!   [`pretrain_data`] (a corpus to NSP pairs or segments, masked as the BERT paper does) and [`init`] (a BERT from
+//!   scratch, initialised as transformers does);
 //! - a classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
 //!   and backward, AdamW, the seeded PRNG, the head's file) and [`fit_head`], which trains one by the same loop
 //!   ([`fit::fit_loop`]) on features computed once. `Model::train_head` (in `tasks`) computes them and calls it.
@@ -16,6 +17,7 @@ pub mod data;
 pub mod encoder;
 pub mod finetune;
 pub mod fit;
+pub mod init;
 pub mod job;
 pub mod lora;
 pub mod metrics;

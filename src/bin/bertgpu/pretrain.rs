@@ -1,11 +1,14 @@
-//! `bertgpu pretrain`: continued pre-training of a checkpoint (masked LM, and next-sentence prediction when the
-//! checkpoint has its head) on a corpus, written as a Hugging Face folder.
+//! `bertgpu pretrain`: pre-training (masked LM, and next-sentence prediction when the model has its head) on a
+//! corpus, written as a Hugging Face folder: continued from a checkpoint (`--model`), or from scratch (`--config` and
+//! `--tokenizer`: weights initialised as transformers does, `training::init`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
-use bertgpu::engine;
+use bertgpu::engine::{self, Device};
+use bertgpu::loader::{self, LoadOptions, ModelFiles, ModelSource};
+use bertgpu::training::init::initial_model;
 use bertgpu::training::fit::FitOptions;
 use bertgpu::training::job;
 use bertgpu::training::pretrain_data::{parse_corpus, CorpusFormat, PretrainOptions};
@@ -13,12 +16,31 @@ use clap::Args;
 use serde_json::json;
 
 use crate::finetune::{read_config, write_folder, CheckpointArgs, CliHooks};
-use crate::{load_model, Fail, InferArgs};
+use crate::{load_model, Fail, LoadedModel, ModelArgs};
 
 #[derive(Args, Debug)]
 pub(crate) struct PretrainArgs {
-    #[command(flatten)]
-    infer: InferArgs,
+    /// The checkpoint to continue: a Hugging Face folder with a masked-LM head (BertForPreTraining, BertForMaskedLM)
+    #[arg(long, short = 'm', value_name = "M", required_unless_present = "config", conflicts_with = "config")]
+    model: Option<PathBuf>,
+    /// Pre-train from scratch: a BERT config.json (`architectures` ["BertForMaskedLM"] for the masked LM alone),
+    /// every weight drawn as transformers initialises them, from --seed
+    #[arg(long, value_name = "FILE", requires = "tokenizer")]
+    config: Option<PathBuf>,
+    /// With --config: the tokenizer's folder (tokenizer.json or vocab.txt, and tokenizer_config.json), e.g. from
+    /// `bertgpu train-tokenizer`
+    #[arg(long, value_name = "DIR", requires = "config")]
+    tokenizer: Option<PathBuf>,
+    /// Truncate inputs to N tokens, [CLS]/[SEP] included (default: 128, or the model's max_position_embeddings if
+    /// lower)
+    #[arg(long, value_name = "N")]
+    max_length: Option<usize>,
+    /// With --model: a LoRA adapter folder as peft saves it, folded into the model's weights at load
+    #[arg(long, value_name = "DIR", requires = "model")]
+    adapter: Option<PathBuf>,
+    /// Where to run: `auto` uses the GPU when an adapter exists
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    device: Device,
     /// The corpus: plain text (a blank line between documents, one sentence or line per line) or .jsonl
     /// ({"text": ...} per document)
     #[arg(long, value_name = "CORPUS")]
@@ -65,14 +87,15 @@ fn fail(what: impl std::fmt::Display) -> Fail {
     Fail::Model(format!("pretrain: {what}"))
 }
 
-async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &PretrainArgs) -> Result<serde_json::Value, Fail> {
+async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value, a: &PretrainArgs)
+    -> Result<serde_json::Value, Fail> {
     let text = std::fs::read_to_string(&a.data).map_err(|e| fail(format!("cannot read the corpus `{}`: {e}", a.data.display())))?;
     let at = |e: bertgpu::Error| fail(format!("{}: {e}", a.data.display()));
     let format = CorpusFormat::from_file_name(&a.data.to_string_lossy());
     let corpus = parse_corpus(&text, format).map_err(at)?;
     // --max-length: the rows' length, [CLS] and [SEP]s included (default 128, or the model's limit if lower).
     let limit = m.model.config.max_position_embeddings;
-    let max_length = a.infer.model.max_length.unwrap_or(128.min(limit));
+    let max_length = a.max_length.unwrap_or(128.min(limit));
     if max_length > limit {
         return Err(fail(format!("--max-length {max_length} is beyond the model's {limit} positions")));
     }
@@ -97,11 +120,10 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &PretrainArgs) -> 
     };
     eprintln!("bertgpu: pre-training on {} documents, {} backend", corpus.len(), be.name());
     let (cfg, tok) = (&m.model.config, &m.model.tokenizer);
-    let original = read_config(m)?;
     let weights = m.model.weights().map_err(fail)?;
     let mut progress = CliHooks::new();
     let mut checkpoints = a.checkpoints.open()?;
-    let done = job::pretrain(be, cfg, tok, &weights, &original, &corpus, &data, &fit, &mut progress, checkpoints.as_mut())
+    let done = job::pretrain(be, cfg, tok, &weights, original, &corpus, &data, &fit, &mut progress, checkpoints.as_mut())
         .await
         .map_err(at)?;
     drop(weights);
@@ -109,17 +131,49 @@ async fn train<B: Backend>(be: &B, m: &crate::LoadedModel, a: &PretrainArgs) -> 
     Ok(json!({ "steps": done.report.steps.len(), "epochs": done.report.epochs, "out": a.out }))
 }
 
-pub(crate) fn cmd_pretrain(a: &PretrainArgs) -> Result<(), Fail> {
-    if !a.infer.model.model.is_dir() {
-        return Err(fail(format!(
-            "`{}` is not a folder: pre-training reads and writes Hugging Face folders",
-            a.infer.model.model.display()
-        )));
+/// A model from scratch: `config`'s BERT with weights drawn from `seed`, and the tokenizer of the folder `tokenizer`
+/// (whose files the output folder copies).
+fn from_scratch(config: &Path, tokenizer: &Path, max_length: Option<usize>, seed: u64)
+    -> Result<(LoadedModel, serde_json::Value), Fail> {
+    let text = std::fs::read_to_string(config).map_err(|e| fail(format!("cannot read `{}`: {e}", config.display())))?;
+    let (config_json, weights) = initial_model(&text, seed).map_err(|e| fail(format!("{}: {e}", config.display())))?;
+    if !tokenizer.is_dir() {
+        return Err(fail(format!("--tokenizer `{}` is not a folder", tokenizer.display())));
     }
-    let m = load_model(&a.infer.model)?;
-    let report = match pollster::block_on(engine::gpu_for(a.infer.device)).map_err(fail)? {
-        Some(g) => pollster::block_on(train(&g, &m, a))?,
-        None => pollster::block_on(train(&CpuBackend::new(), &m, a))?,
+    let read = |name: &str| std::fs::read(tokenizer.join(name)).ok();
+    let files = ModelFiles {
+        config: config_json.clone().into_bytes(),
+        tokenizer: read("tokenizer.json"),
+        vocab: read("vocab.txt"),
+        tokenizer_config: read("tokenizer_config.json"),
+        weights,
+        adapter: None,
+    };
+    let model = loader::load(ModelSource::Files(files), &LoadOptions { max_length })
+        .map_err(|e| fail(format!("{} with the tokenizer in `{}`: {e}", config.display(), tokenizer.display())))?;
+    let original = serde_json::from_str(&config_json).map_err(|e| fail(format!("config.json: {e}")))?;
+    Ok((LoadedModel { dir: tokenizer.to_path_buf(), model }, original))
+}
+
+pub(crate) fn cmd_pretrain(a: &PretrainArgs) -> Result<(), Fail> {
+    let (m, original) = match (&a.model, &a.config, &a.tokenizer) {
+        (Some(model), _, _) => {
+            if !model.is_dir() {
+                return Err(fail(format!(
+                    "`{}` is not a folder: pre-training reads and writes Hugging Face folders",
+                    model.display()
+                )));
+            }
+            let m = load_model(&ModelArgs { model: model.clone(), max_length: a.max_length, adapter: a.adapter.clone() })?;
+            let original = read_config(&m)?;
+            (m, original)
+        }
+        (None, Some(config), Some(tokenizer)) => from_scratch(config, tokenizer, a.max_length, a.seed)?,
+        _ => return Err(fail("give --model, or --config and --tokenizer")),
+    };
+    let report = match pollster::block_on(engine::gpu_for(a.device)).map_err(fail)? {
+        Some(g) => pollster::block_on(train(&g, &m, &original, a))?,
+        None => pollster::block_on(train(&CpuBackend::new(), &m, &original, a))?,
     };
     println!("{report}");
     Ok(())
