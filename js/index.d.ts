@@ -375,8 +375,22 @@ export interface KernelTuning {
   timed?: Array<[string, number]>;
 }
 
+/** Bert.create's options: the seed of the initial weights, and where the model runs (as Bert.load). */
+export interface CreateOptions {
+  seed?: number;
+  device?: LoadOptions["device"];
+  simd?: LoadOptions["simd"];
+  wasm?: LoadOptions["wasm"];
+}
+
 export declare class Bert {
   static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
+  /**
+   * A BERT from scratch (BertForPreTraining, or BertForMaskedLM as config.architectures says), weights drawn as
+   * transformers initialises them from `seed`, with a tokenizer's files (trainTokenizer's result): to pre-train.
+   */
+  static create(config: Record<string, unknown> | string, tokenizer: Partial<TokenizerFiles>,
+    options?: CreateOptions): Promise<Bert>;
   /** fineTune's checkpoints kept by this origin: the newest of each run, most recent first. */
   static checkpoints(): Promise<CheckpointInfo[]>;
   /** Removes run `name`'s checkpoints; false if it had none. */

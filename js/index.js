@@ -438,6 +438,42 @@ export class Bert {
   }
 
   /**
+   * A BERT from scratch, to pre-train (`pretrain`): `config` is config.json's fields (an object or its JSON text:
+   * BertForPreTraining, or BertForMaskedLM when its `architectures` says so), `tokenizer` the files of a tokenizer
+   * (what `trainTokenizer` resolves to: { "tokenizer.json", "vocab.txt", "tokenizer_config.json", ... }). Every
+   * weight is drawn as transformers initialises them (N(0, initializer_range), zero biases, LayerNorms at 1 and 0,
+   * the decoder tied to the word embeddings), from `options.seed` (0). The other options are `Bert.load`'s
+   * `device`, `simd` and `wasm`. `exportModel()` gives its Hugging Face folder.
+   */
+  static async create(config, tokenizer, options = {}) {
+    const method = "Bert.create";
+    const opts = checkOptions(options, ["seed", "device", "simd", "wasm"], method);
+    if (opts.seed != null && (!Number.isSafeInteger(opts.seed) || opts.seed < 0)) {
+      throw new TypeError(`${method}: seed must be a non-negative integer (got ${JSON.stringify(opts.seed)})`);
+    }
+    let json = config;
+    if (config != null && typeof config === "object" && !Array.isArray(config)) json = JSON.stringify(config);
+    if (typeof json !== "string") {
+      throw new TypeError(`${method}: config must be config.json's fields, an object or its JSON text`);
+    }
+    const file = (name) => tokenizer?.[name] ?? undefined;
+    if (tokenizer == null || typeof tokenizer !== "object" || (file("tokenizer.json") == null && file("vocab.txt") == null)) {
+      throw new TypeError(`${method}: tokenizer must be a tokenizer's files, { "tokenizer.json" or "vocab.txt", `
+        + "\"tokenizer_config.json\" } (what trainTokenizer resolves to)");
+    }
+    const { device, simd, wasm } = opts;
+    // The runtime Bert.load then uses for these options: the weights are drawn there and loaded from its memory.
+    const wasmFiles = checkWasmOption(wasm, simd);
+    const build = pickBuild(simd ?? "auto", wasmFiles);
+    const rt = await getRuntime(build, wasmFiles?.[build]);
+    const made = await guard(rt, () => rt.glue.initialModel(json, opts.seed == null ? {} : { seed: opts.seed }));
+    const source = { config: made.config, weights: made.weights, tokenizer: file("tokenizer.json"), vocab: file("vocab.txt"),
+      tokenizerConfig: file("tokenizer_config.json") };
+    const loadOptions = Object.fromEntries(Object.entries({ device, simd, wasm }).filter(([, v]) => v != null));
+    return Bert.load(source, loadOptions);
+  }
+
+  /**
    * Loads a model. `source`: the base URL of a Hugging Face-style folder (config.json, tokenizer.json or vocab.txt,
    * model.safetensors), a .gguf URL, a Hugging Face repo id ("owner/name"), or { config, tokenizer, weights } bytes.
    */

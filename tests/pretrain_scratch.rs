@@ -102,3 +102,21 @@ fn a_bert_from_scratch_learns_and_loads_back() {
     bad(&["pretrain", "--model", "m", "--config", c, "--tokenizer", t, "--data", data, "--out", o_], "cannot be used with");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The tensors from scratch are those transformers' BertForPreTraining saves, name for name and shape for shape:
+/// tests/models/tiny-pretraining was saved by transformers (tests/golden/heads.py) from the same config.
+#[test]
+fn from_scratch_has_the_tensors_transformers_saves() {
+    let dir = root().join("tests/models/tiny-pretraining");
+    let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let (_, bytes) = bertgpu::training::init::initial_model(&config, 0).unwrap();
+    let ours = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let theirs_bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let theirs = safetensors::SafeTensors::deserialize(&theirs_bytes).unwrap();
+    let shapes = |st: &safetensors::SafeTensors<'_>| -> Vec<(String, Vec<usize>)> {
+        let mut v: Vec<_> = st.tensors().into_iter().map(|(n, t)| (n, t.shape().to_vec())).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(shapes(&ours), shapes(&theirs));
+}

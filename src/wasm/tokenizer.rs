@@ -1,11 +1,14 @@
-//! `trainTokenizer`: a BERT WordPiece vocabulary trained on the page's texts ([`crate::tokenizer::train`]), no model
-//! needed. The JS wrapper (`trainTokenizer` in js/index.js) checks the options' types first.
+//! What a model from nothing starts with, no model needed: `trainTokenizer`, a BERT WordPiece vocabulary trained on
+//! the page's texts ([`crate::tokenizer::train`]); and `initialModel`, a BERT's weights drawn for a config.json
+//! ([`crate::training::init`]), which `Bert.create` loads with that tokenizer. The JS wrapper (js/index.js) checks
+//! the options' types first.
 
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
 use super::js_err;
 use crate::tokenizer::train::{train_wordpiece, WordPieceOptions};
+use crate::training::init::initial_model;
 
 /// The wrapper's options, as it passes them on (absent ones are left out: the Rust defaults apply).
 #[derive(Deserialize, Default)]
@@ -37,6 +40,31 @@ pub fn train_tokenizer(texts: Vec<String>, options: JsValue) -> Result<js_sys::O
     for (name, contents) in trained.files() {
         js_sys::Reflect::set(&out, &JsValue::from_str(name), &js_sys::Uint8Array::from(contents.as_bytes()))
             .map_err(|e| JsError::new(&format!("trainTokenizer: cannot set {name}: {e:?}")))?;
+    }
+    Ok(out)
+}
+
+/// `initialModel`'s options.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct JsInitOptions {
+    seed: Option<u64>,
+}
+
+/// A BERT from scratch for `config` (config.json's text) with `{ seed }`: `{ config: Uint8Array, weights:
+/// Uint8Array }`, its config.json (architectures set) and model.safetensors.
+#[wasm_bindgen(js_name = initialModel)]
+pub fn initial_model_files(config: &str, options: JsValue) -> Result<js_sys::Object, JsError> {
+    let o: JsInitOptions = if options.is_undefined() || options.is_null() {
+        JsInitOptions::default()
+    } else {
+        serde_wasm_bindgen::from_value(options).map_err(|e| JsError::new(&format!("Bert.create: bad options: {e}")))?
+    };
+    let (config, weights) = initial_model(config, o.seed.unwrap_or(0)).map_err(js_err)?;
+    let out = js_sys::Object::new();
+    for (name, bytes) in [("config", config.as_bytes()), ("weights", &weights[..])] {
+        js_sys::Reflect::set(&out, &JsValue::from_str(name), &js_sys::Uint8Array::from(bytes))
+            .map_err(|e| JsError::new(&format!("Bert.create: cannot set {name}: {e:?}")))?;
     }
     Ok(out)
 }

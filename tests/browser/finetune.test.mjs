@@ -8,7 +8,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { ROOT, withPage } from "./harness.mjs";
+import { ROOT, readSafetensors, withPage } from "./harness.mjs";
 
 const TINY = "tests/models/tiny-classifier/";
 
@@ -45,22 +45,6 @@ const PARAM_ATOL = 2e-5;
  * mismatched or unscaled (scores off by tenths); the f32 GGUF, compared exactly, checks the export itself.
  */
 const Q8_SCORE_ATOL = 6e-2;
-
-/** safetensors bytes → { name: Float32Array } (f32 only, as exportModel writes). */
-function readSafetensors(bytes) {
-  const buf = Buffer.from(bytes);
-  const n = Number(buf.readBigUInt64LE(0));
-  const header = JSON.parse(buf.subarray(8, 8 + n).toString("utf8"));
-  const out = {};
-  for (const [name, t] of Object.entries(header)) {
-    if (name === "__metadata__") continue;
-    assert.equal(t.dtype, "F32", name);
-    const [a, b] = t.data_offsets;
-    const data = buf.subarray(8 + n + a, 8 + n + b);
-    out[name] = new Float32Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength));
-  }
-  return out;
-}
 
 /**
  * The key projection's bias has a gradient of exactly 0 (it adds q·b_k to every score of a row, which the softmax

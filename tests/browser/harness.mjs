@@ -130,6 +130,22 @@ export function assertAllClose(got, want, atol, what) {
   return worst.diff;
 }
 
+/** safetensors bytes → { name: Float32Array } (f32 only, as exportModel writes). */
+export function readSafetensors(bytes) {
+  const buf = Buffer.from(bytes);
+  const n = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + n).toString("utf8"));
+  const out = {};
+  for (const [name, t] of Object.entries(header)) {
+    if (name === "__metadata__") continue;
+    assert.equal(t.dtype, "F32", name);
+    const [a, b] = t.data_offsets;
+    const data = buf.subarray(8 + n + a, 8 + n + b);
+    out[name] = new Float32Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength));
+  }
+  return out;
+}
+
 export function readJson(rel) {
   return JSON.parse(fs.readFileSync(path.join(ROOT, rel), "utf8"));
 }
