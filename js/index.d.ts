@@ -357,6 +357,80 @@ export interface FineTuneReport {
   bestEpoch: number;
 }
 
+/** After each optimiser step of `pretrain`: the loss, and each head's loss and accuracy over the step's rows. */
+export interface PretrainStep {
+  type: "step";
+  epoch: number;
+  step: number;
+  totalSteps: number;
+  /** `mlmLoss + nspLoss` (the masked LM's alone without NSP). */
+  loss: number;
+  /** The masked LM's mean cross-entropy over the selected tokens. */
+  mlmLoss: number;
+  /** The masked tokens predicted right, over all the step's masked tokens, in [0, 1]. */
+  mlmAccuracy: number;
+  /** Next-sentence prediction's loss and accuracy over the step's rows; null with `nsp: false`. */
+  nspLoss: number | null;
+  nspAccuracy: number | null;
+  learningRate: number;
+}
+
+/** After each pass over the rows of `pretrain`: the mean loss of its steps, and on the held-out rows the loss
+ * (MLM + NSP), the masked LM's accuracy and the next-sentence accuracy. */
+export interface PretrainEpoch {
+  type: "epoch";
+  epoch: number;
+  trainLoss: number;
+  /** null without a validation split. */
+  valLoss: number | null;
+  /** The masked LM's accuracy. */
+  valAccuracy: number | null;
+  /** With NSP and a validation split. */
+  valNspAccuracy?: number;
+}
+
+export interface PretrainOptions {
+  /** Optimiser steps (default 1000); the rows are reshuffled each time they have all been seen. */
+  steps?: number;
+  /** Rows per step (default 16). */
+  batchSize?: number;
+  /** Tokens per row, special tokens included (default 128, or the model's positions if fewer). */
+  maxLength?: number;
+  /** Fraction of the tokens selected for the masked LM, in (0, 1] (default 0.15): 80% [MASK], 10% random, 10% kept. */
+  mlmProbability?: number;
+  /** Select whole words, every piece of a word together (default false). */
+  wholeWordMask?: boolean;
+  /** Sentence pairs and the next-sentence loss (default true; needs the checkpoint's NSP head); false: the masked LM
+   * alone, on segments of one document. */
+  nsp?: boolean;
+  /** Fraction of the sentence pairs given a shorter random length, in [0, 1] (default 0.1). */
+  shortSeqProb?: number;
+  /** AdamW's peak learning rate (default 1e-4). */
+  learningRate?: number;
+  /** Fraction of the steps with a rising learning rate, then linear decay to 0 (default 0.1). */
+  warmup?: number;
+  /** AdamW's decoupled weight decay (default 0.01). */
+  weightDecay?: number;
+  /** Fraction of the rows held out and evaluated after each pass, in [0, 1) (default 0.05). */
+  validationSplit?: number;
+  /** The masking, pairs, shuffle and split's seed (default 0). */
+  seed?: number;
+  /** The checkpoint's dropout probabilities, seeded (default true); false trains without dropout. */
+  dropout?: boolean;
+  /** As FineTuneOptions.checkpoint. */
+  checkpoint?: { name: string; every?: number; keep?: number };
+  /** As FineTuneOptions.resume: the first run's corpus and options. */
+  resume?: boolean;
+  onProgress?: (progress: PretrainStep | PretrainEpoch | FineTuneCheckpoint | FineTuneDeviceLost) => void;
+  /** Stops pre-training between two steps; the model is left as it was. */
+  signal?: AbortSignal;
+}
+
+export interface PretrainReport {
+  steps: PretrainStep[];
+  epochs: PretrainEpoch[];
+}
+
 /** The GPU kernels chosen for a model on this adapter (`bert.tuning`). */
 export interface KernelTuning {
   /** The knobs as text, e.g. "matmul=tiled:16x16,attention=vec4:64,row=128,elem=64". */
@@ -391,7 +465,7 @@ export declare class Bert {
    */
   static create(config: Record<string, unknown> | string, tokenizer: Partial<TokenizerFiles>,
     options?: CreateOptions): Promise<Bert>;
-  /** fineTune's checkpoints kept by this origin: the newest of each run, most recent first. */
+  /** fineTune's and pretrain's checkpoints kept by this origin: the newest of each run, most recent first. */
   static checkpoints(): Promise<CheckpointInfo[]>;
   /** Removes run `name`'s checkpoints; false if it had none. */
   static deleteCheckpoint(name: string): Promise<boolean>;
@@ -440,7 +514,14 @@ export declare class Bert {
    */
   fineTune(examples: FineTuneExample[], options?: FineTuneOptions): Promise<FineTuneReport>;
   /**
-   * The model's files as a Hugging Face folder (after fineTune: the fine-tuned model, f32), or with
+   * Pre-trains the model further (masked LM, and next-sentence prediction unless `nsp: false`) on `corpus`: a string
+   * (one sentence or line per line, a blank line between documents) or an array of documents (each a string whose
+   * lines are its sentences). The model is then the pre-trained one. Other calls made meanwhile reject; an error or
+   * `signal` leaves the model as it was.
+   */
+  pretrain(corpus: string | string[], options?: PretrainOptions): Promise<PretrainReport>;
+  /**
+   * The model's files as a Hugging Face folder (after fineTune or pretrain: the trained model, f32), or with
    * `{ format: "gguf", dtype }` one `model.gguf` quantized again (default "q8_0").
    */
   exportModel(options?: { format?: "folder" | "gguf" | "adapter"; dtype?: "f32" | "f16" | "q8_0" | "q4_0" }): Promise<Record<string, Uint8Array>>;

@@ -337,15 +337,20 @@ const FINE_TUNE_OPTIONS = ["task", "epochs", "learningRate", "batchSize", "accum
   "signal"];
 const FINE_TUNE_TASKS = ["classify", "pair", "ner", "qa", "embed"];
 
-/** Types of fineTune's options (their ranges are checked in Rust, with messages that say how to fix them). */
-function checkFineTuneOptions(o, onProgress, signal) {
-  const m = "fineTune";
+/** Types of a training call's `onProgress` and `signal` (`m`: the method). */
+function checkHooks(m, onProgress, signal) {
   if (onProgress != null && typeof onProgress !== "function") {
     throw new TypeError(`${m}: onProgress must be a function (progress) => void`);
   }
   if (signal != null && (typeof signal !== "object" || typeof signal.aborted !== "boolean")) {
     throw new TypeError(`${m}: signal must be an AbortSignal`);
   }
+}
+
+/** Types of fineTune's options (their ranges are checked in Rust, with messages that say how to fix them). */
+function checkFineTuneOptions(o, onProgress, signal) {
+  const m = "fineTune";
+  checkHooks(m, onProgress, signal);
   if (o.task != null && !FINE_TUNE_TASKS.includes(o.task)) {
     throw new TypeError(`${m}: task must be one of ${FINE_TUNE_TASKS.map((t) => `"${t}"`).join(", ")} (got ${JSON.stringify(o.task)})`);
   }
@@ -377,9 +382,39 @@ function checkFineTuneOptions(o, onProgress, signal) {
   for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
 }
 
-/** Types of fineTune's `checkpoint` and `resume` (the name is checked by js/checkpoints.js). */
-function checkCheckpointOptions(checkpoint, resume) {
-  const m = "fineTune";
+const PRETRAIN_OPTIONS = ["steps", "batchSize", "maxLength", "mlmProbability", "wholeWordMask", "nsp", "shortSeqProb",
+  "learningRate", "warmup", "weightDecay", "validationSplit", "seed", "dropout", "checkpoint", "resume", "onProgress",
+  "signal"];
+
+/** Types of pretrain's corpus and options (their ranges are checked in Rust, with messages that say how to fix them). */
+function checkPretrainOptions(corpus, o, onProgress, signal) {
+  const m = "pretrain";
+  if (typeof corpus !== "string" && !(Array.isArray(corpus) && corpus.every((d) => typeof d === "string"))) {
+    throw new TypeError(`${m}: corpus must be a string (one sentence or line per line, a blank line between `
+      + "documents) or an array of document strings (each document's lines its sentences)");
+  }
+  checkHooks(m, onProgress, signal);
+  for (const k of ["steps", "batchSize", "maxLength"]) {
+    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
+      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
+    }
+  }
+  if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
+    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
+  }
+  for (const k of ["wholeWordMask", "nsp", "dropout"]) {
+    if (o[k] != null && typeof o[k] !== "boolean") throw new TypeError(`${m}: ${k} must be true or false`);
+  }
+  for (const k of ["mlmProbability", "shortSeqProb", "learningRate", "warmup", "weightDecay", "validationSplit"]) {
+    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
+      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
+    }
+  }
+  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
+}
+
+/** Types of a training call's `checkpoint` and `resume` (the name is checked by js/checkpoints.js). */
+function checkCheckpointOptions(checkpoint, resume, m = "fineTune") {
   if (checkpoint != null) {
     const count = (v) => v == null || (Number.isInteger(v) && v >= 1);
     if (typeof checkpoint !== "object" || typeof checkpoint.name !== "string" || !count(checkpoint.every)
@@ -593,8 +628,9 @@ export class Bert {
    */
   _enqueue(method, fn) {
     if (this._training) {
-      return Promise.reject(new Error(`${method}: this model is fine-tuning; wait for fineTune to finish, or stop it `
-        + "with its signal (an AbortController's)"));
+      const what = this._training === "pretrain" ? "pre-training" : "fine-tuning";
+      return Promise.reject(new Error(`${method}: this model is ${what}; wait for ${this._training} to finish, or stop `
+        + "it with its signal (an AbortController's)"));
     }
     const run = async () => {
       if (this._disposed) throw new Error(`${method}: this model was disposed; load it again with Bert.load`);
@@ -905,74 +941,121 @@ export class Bert {
   fineTune(examples, options = {}) {
     return this._enqueue("fineTune", async (m) => {
       const opts = { ...checkOptions(options, FINE_TUNE_OPTIONS, "fineTune") };
-      const { onProgress, signal, checkpoint, resume } = opts;
+      const run = { onProgress: opts.onProgress, signal: opts.signal, checkpoint: opts.checkpoint, resume: opts.resume };
       for (const k of ["onProgress", "signal", "checkpoint", "resume"]) delete opts[k];
-      checkFineTuneOptions(opts, onProgress, signal);
-      checkCheckpointOptions(checkpoint, resume);
+      checkFineTuneOptions(opts, run.onProgress, run.signal);
+      checkCheckpointOptions(run.checkpoint, run.resume);
       if (!Array.isArray(examples)) throw new TypeError("fineTune: examples must be an array of the task's objects");
-      signal?.throwIfAborted();
-      const files = this._tuned ?? await this._files();
-      if (files.gguf) {
-        throw new Error("fineTune: this model was loaded from a .gguf; fine-tuning starts from a Hugging Face folder "
-          + "(config.json, model.safetensors, the tokenizer files), whose config it exports");
-      }
-      signal?.throwIfAborted();
-      const hooks = {
-        onProgress: (p) => {
-          try {
-            onProgress?.(p);
-          } catch (e) {
-            console.warn("fineTune: onProgress threw", e); // the user's callback must not stop training
-          }
-        },
-        shouldStop: () => (signal?.aborted ? "aborted" : this._disposed ? "disposed" : undefined),
-        pause: () => new Promise((resolve) => setTimeout(resolve, 0)),
-      };
-      const saving = checkpoint == null ? null : {
-        store: await openCheckpointStore(checkpoint.name), every: checkpoint.every, keep: checkpoint.keep,
-        resume: resume === true,
-      };
-      let out;
-      this._training = true;
-      try {
-        // A GPU device lost part way through a checkpointed run: the run goes on from its last checkpoint on a new
-        // device (or the CPU, if none comes), and onProgress says so.
-        for (let losses = 0; ; losses++) {
-          try {
-            out = await m.fineTune(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-              files.adapterConfig, files.adapterWeights, examples, opts, hooks, saving);
-            break;
-          } catch (e) {
-            const why = saving && losses < MAX_DEVICE_LOSSES && !signal?.aborted && !this._disposed
-              ? await this._lostReason(e) : null;
-            if (!why) throw e;
-            m = await this._replaceLostDevice(why);
-            saving.resume = true;
-            hooks.onProgress({ type: "deviceLost", reason: why, device: this._device });
-          }
-        }
-      } catch (e) {
-        if (signal?.aborted) throw signal.reason ?? new DOMException("fineTune was aborted", "AbortError");
-        if (this._disposed) throw new Error("fineTune: the model was disposed during fine-tuning");
-        throw e;
-      } finally {
-        this._training = false;
-      }
-      const tuned = { config: out.config, tokenizer: files.tokenizer, vocab: files.vocab,
-        tokenizerConfig: files.tokenizerConfig, weights: out.weights };
-      for (const k of Object.keys(tuned)) if (tuned[k] == null) delete tuned[k];
-      const model = await instantiate(this._rt, tuned, this._device);
-      const old = this._model;
-      this._model = model;
-      this._tuned = tuned;
+      const out = await this._train("fineTune", m, run, (model, files, hooks, saving) => model.fineTune(files.config,
+        files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, files.adapterConfig, files.adapterWeights,
+        examples, opts, hooks, saving));
       this._adapter = out.adapterConfig
         ? { "adapter_config.json": out.adapterConfig, "adapter_model.safetensors": out.adapterWeights } : null;
-      // A head trained by trainHead was trained on the old encoder's features: it does not carry over.
-      this._headLabels = null;
-      this._headBytes = null;
-      old.free();
       return { labels: out.labels ?? null, steps: out.steps, epochs: out.epochs, bestEpoch: out.bestEpoch };
     });
+  }
+
+  /**
+   * Pre-trains the whole model further (masked LM, and next-sentence prediction unless `nsp: false`), as
+   * `bertgpu pretrain` does, on this model's device; then this model *is* the pre-trained one (`fillMask` and
+   * `nextSentence` use it, `exportModel` gives its folder). The checkpoint needs the masked-LM head
+   * (`cls.predictions`), and for NSP its head (`cls.seq_relationship`). `corpus`: a string, read as the CLI reads a
+   * plain-text corpus (one sentence or line per line, a blank line between documents), or an array of documents,
+   * each a string whose lines are its sentences. Options (the CLI's defaults): steps 1000, batchSize 16, maxLength
+   * 128 (or the model's positions, if fewer), mlmProbability 0.15, wholeWordMask false, nsp true, shortSeqProb 0.1,
+   * learningRate 1e-4, warmup 0.1, weightDecay 0.01, validationSplit 0.05, seed 0, dropout true; checkpoint, resume,
+   * onProgress and signal as fineTune's. `onProgress(p)` gets `{ type: "step", epoch, step, totalSteps, loss,
+   * mlmLoss, mlmAccuracy, nspLoss, nspAccuracy, learningRate }` after each step (`loss = mlmLoss + nspLoss`; the
+   * NSP pair null without NSP; accuracies over the step's masked tokens and rows), `{ type: "epoch", epoch,
+   * trainLoss, valLoss, valAccuracy, valNspAccuracy? }` after each pass over the rows (`valAccuracy`: the masked
+   * LM's), and fineTune's checkpoint and deviceLost events. Errors, the signal and dispose() leave the model as it
+   * was; other calls made while it runs reject.
+   * @returns {Promise<{steps: object[], epochs: object[]}>}
+   */
+  pretrain(corpus, options = {}) {
+    return this._enqueue("pretrain", async (m) => {
+      const opts = { ...checkOptions(options, PRETRAIN_OPTIONS, "pretrain") };
+      const run = { onProgress: opts.onProgress, signal: opts.signal, checkpoint: opts.checkpoint, resume: opts.resume };
+      for (const k of ["onProgress", "signal", "checkpoint", "resume"]) delete opts[k];
+      checkPretrainOptions(corpus, opts, run.onProgress, run.signal);
+      checkCheckpointOptions(run.checkpoint, run.resume, "pretrain");
+      // A LoRA adapter loaded with the model is folded into the weights that train; the result holds it merged.
+      const out = await this._train("pretrain", m, run, (model, files, hooks, saving) => model.pretrain(files.config,
+        files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, files.adapterConfig, files.adapterWeights,
+        corpus, opts, hooks, saving));
+      this._adapter = null;
+      return { steps: out.steps, epochs: out.epochs };
+    });
+  }
+
+  /**
+   * fineTune's and pretrain's common part: the model's files, the hooks (progress, stop, pause), the checkpoint
+   * store, the run (`train(model, files, hooks, saving)`: the module's call, which trains a copy) going on from its
+   * last checkpoint on a new device after a GPU device loss, and on success its result (`config`, `weights`) loaded
+   * as this model's new self. Until then nothing changes: an error, the signal or dispose() leave the model as it
+   * was, and other calls made meanwhile reject. Resolves to the module's result.
+   */
+  async _train(method, m, { onProgress, signal, checkpoint, resume }, train) {
+    const what = method === "pretrain" ? "pre-training" : "fine-tuning";
+    signal?.throwIfAborted();
+    const files = this._tuned ?? await this._files();
+    if (files.gguf) {
+      throw new Error(`${method}: this model was loaded from a .gguf; ${what} starts from a Hugging Face folder `
+        + "(config.json, model.safetensors, the tokenizer files), whose config it exports");
+    }
+    signal?.throwIfAborted();
+    const hooks = {
+      onProgress: (p) => {
+        try {
+          onProgress?.(p);
+        } catch (e) {
+          console.warn(`${method}: onProgress threw`, e); // the user's callback must not stop training
+        }
+      },
+      shouldStop: () => (signal?.aborted ? "aborted" : this._disposed ? "disposed" : undefined),
+      pause: () => new Promise((resolve) => setTimeout(resolve, 0)),
+    };
+    const saving = checkpoint == null ? null : {
+      store: await openCheckpointStore(checkpoint.name), every: checkpoint.every, keep: checkpoint.keep,
+      resume: resume === true,
+    };
+    let out;
+    this._training = method;
+    try {
+      // A GPU device lost part way through a checkpointed run: the run goes on from its last checkpoint on a new
+      // device (or the CPU, if none comes), and onProgress says so.
+      for (let losses = 0; ; losses++) {
+        try {
+          out = await train(m, files, hooks, saving);
+          break;
+        } catch (e) {
+          const why = saving && losses < MAX_DEVICE_LOSSES && !signal?.aborted && !this._disposed
+            ? await this._lostReason(e) : null;
+          if (!why) throw e;
+          m = await this._replaceLostDevice(why);
+          saving.resume = true;
+          hooks.onProgress({ type: "deviceLost", reason: why, device: this._device });
+        }
+      }
+    } catch (e) {
+      if (signal?.aborted) throw signal.reason ?? new DOMException(`${method} was aborted`, "AbortError");
+      if (this._disposed) throw new Error(`${method}: the model was disposed during ${what}`);
+      throw e;
+    } finally {
+      this._training = false;
+    }
+    const tuned = { config: out.config, tokenizer: files.tokenizer, vocab: files.vocab,
+      tokenizerConfig: files.tokenizerConfig, weights: out.weights };
+    for (const k of Object.keys(tuned)) if (tuned[k] == null) delete tuned[k];
+    const model = await instantiate(this._rt, tuned, this._device);
+    const old = this._model;
+    this._model = model;
+    this._tuned = tuned;
+    // A head trained by trainHead was trained on the old encoder's features: it does not carry over.
+    this._headLabels = null;
+    this._headBytes = null;
+    old.free();
+    return out;
   }
 
   /**

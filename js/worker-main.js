@@ -4,7 +4,7 @@ import { Bert } from "./index.js";
 let bert = null;
 /** The options the model was loaded with, to load its fine-tuned self alike ("adopt"). */
 let loadOptions = null;
-/** fineTune calls in flight, by the page's token: their AbortControllers. */
+/** fineTune and pretrain calls in flight, by the page's token: their AbortControllers. */
 const aborts = new Map();
 
 /** Buffers of the typed arrays in a result, to transfer instead of copy. */
@@ -46,13 +46,14 @@ async function handle(id, method, args) {
       if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
       return bert.trainHead(examples, options);
     }
-    case "fineTune": {
-      const [examples, { progress, token, ...options }] = args;
+    case "fineTune":
+    case "pretrain": {
+      const [data, { progress, token, ...options }] = args;
       if (progress) options.onProgress = (p) => self.postMessage({ id, progress: p });
       const controller = new AbortController();
       aborts.set(token, controller);
       try {
-        return await bert.fineTune(examples, { ...options, signal: controller.signal });
+        return await bert[method](data, { ...options, signal: controller.signal });
       } finally {
         aborts.delete(token);
       }

@@ -3,7 +3,8 @@ import { Bert as MainBert, type LoadOptions, type ModelSource } from "./index.js
 export type {
   Device, Progress, ModelSource, ModelBytes, WasmSource, LoadOptions, Tokenized, EmbedOptions, RankedDocument,
   ReplacedToken, TrainExample, TrainOptions, EpochProgress, TrainReport, FineTuneExample, FineTuneStep, FineTuneEpoch,
-  FineTuneOptions, FineTuneReport, FineTuneCheckpoint, FineTuneDeviceLost, CheckpointInfo, KernelTuning,
+  FineTuneOptions, FineTuneReport, FineTuneCheckpoint, FineTuneDeviceLost, CheckpointInfo, KernelTuning, PretrainStep,
+  PretrainEpoch, PretrainOptions, PretrainReport,
 } from "./index.js";
 
 export declare class Bert extends MainBert {

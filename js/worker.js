@@ -243,15 +243,25 @@ export class Bert {
    * layer) fine-tunes in one more worker holding the whole model, which ends when it is done, and every shard then
    * loads its part of the result.
    */
-  async fineTune(examples, options = {}) {
+  fineTune(examples, options = {}) {
+    return this._train("fineTune", examples, options);
+  }
+
+  /** See "bertgpu": as fineTune, in the first worker (or one of its own for a tensor-parallel model). */
+  pretrain(corpus, options = {}) {
+    return this._train("pretrain", corpus, options);
+  }
+
+  /** fineTune and pretrain (`method`) on `data`: see fineTune. */
+  async _train(method, data, options) {
     const { onProgress, signal, ...rest } = options ?? {};
     if (onProgress != null && typeof onProgress !== "function") {
-      throw new TypeError("fineTune: onProgress must be a function (progress) => void");
+      throw new TypeError(`${method}: onProgress must be a function (progress) => void`);
     }
     if (signal != null && (typeof signal !== "object" || typeof signal.aborted !== "boolean")) {
-      throw new TypeError("fineTune: signal must be an AbortSignal");
+      throw new TypeError(`${method}: signal must be an AbortSignal`);
     }
-    if (!this._members) throw new Error("fineTune: this model was disposed; load it again with Bert.load");
+    if (!this._members) throw new Error(`${method}: this model was disposed; load it again with Bert.load`);
     signal?.throwIfAborted();
     const tensor = this._parallel === "tensor";
     let trainer = this._members[0];
@@ -267,12 +277,12 @@ export class Bert {
     let report;
     let files = null;
     try {
-      report = await trainer.channel.call("fineTune", [examples, { ...rest, token, progress: onProgress != null }], [],
+      report = await trainer.channel.call(method, [data, { ...rest, token, progress: onProgress != null }], [],
         onProgress);
       if (tensor || this.workers > 1) files = await trainer.channel.call("exportModel", []);
       this._adapter = rest.lora ? await trainer.channel.call("exportModel", [{ format: "adapter" }]) : null;
     } catch (e) {
-      if (signal?.aborted) throw signal.reason ?? new DOMException("fineTune was aborted", "AbortError");
+      if (signal?.aborted) throw signal.reason ?? new DOMException(`${method} was aborted`, "AbortError");
       throw e;
     } finally {
       signal?.removeEventListener("abort", abort);

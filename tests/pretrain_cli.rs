@@ -8,6 +8,10 @@ use serde_json::Value;
 
 mod common;
 
+/// A step's loss is the f32 sum of its two heads' f32 losses, printed each to the shortest decimal that reads back
+/// as the f32: one rounding apart (6e-8 relative), which 1e-6 bounds; a missing or wrong part is off by tenths.
+const LOSS_SUM_RTOL: f64 = 1e-6;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -45,8 +49,17 @@ fn pretraining_lowers_the_held_out_loss_and_writes_a_loadable_folder() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "pretrain failed: {stderr}");
     let lines: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let steps = lines.iter().filter(|v| v.get("step").is_some()).count();
-    assert_eq!(steps, 60, "--steps 60: {stderr}");
+    let steps: Vec<&Value> = lines.iter().filter(|v| v.get("step").is_some()).collect();
+    assert_eq!(steps.len(), 60, "--steps 60: {stderr}");
+    // Each step line has the two heads' losses and accuracies; their losses add up to the step's (f32 rounding).
+    for s in &steps {
+        let f = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("no {k} in {s}"));
+        assert!((0.0..=1.0).contains(&f("mlm_accuracy")) && (0.0..=1.0).contains(&f("nsp_accuracy")), "{s}");
+        assert!((f("loss") - f("mlm_loss") - f("nsp_loss")).abs() <= LOSS_SUM_RTOL * f("loss"), "{s}");
+    }
+    let mean_mlm = |s: &[&Value]| s.iter().map(|v| v["mlm_accuracy"].as_f64().unwrap()).sum::<f64>() / s.len() as f64;
+    let (early, late) = (mean_mlm(&steps[..10]), mean_mlm(&steps[50..]));
+    assert!(late > early, "MLM accuracy over the first 10 steps {early}, over the last 10 {late}");
     let epochs: Vec<&Value> = lines.iter().filter(|v| v.get("val_loss").is_some()).collect();
     assert!(epochs.len() >= 2, "{stderr}");
     let (first, last) = (epochs[0]["val_loss"].as_f64().unwrap(), epochs.last().unwrap()["val_loss"].as_f64().unwrap());
@@ -60,11 +73,17 @@ fn pretraining_lowers_the_held_out_loss_and_writes_a_loadable_folder() {
     assert!(!o.stdout.is_empty());
 
     // The masked LM alone (--no-nsp) runs too; a corpus of one document cannot make NSP pairs: a clear error.
-    // The masked LM alone (--no-nsp) runs too; a corpus of one document cannot make NSP pairs: a clear error.
     let mlm_only = ["pretrain", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",
         out.to_str().unwrap(), "--steps", "4", "--batch-size", "8", "--max-length", "32", "--no-nsp", "--device", "cpu"];
     let o = common::run_cli(&mlm_only, "");
-    assert!(o.status.success(), "--no-nsp: {}", String::from_utf8_lossy(&o.stderr));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "--no-nsp: {stderr}");
+    let steps: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.get("step").is_some()).collect();
+    assert_eq!(steps.len(), 4, "{stderr}");
+    for s in &steps {
+        assert!(s.get("nsp_accuracy").is_none() && s.get("nsp_loss").is_none(), "no NSP: {s}");
+        assert_eq!(s["loss"], s["mlm_loss"], "the masked LM's loss is the loss: {s}");
+    }
     let one = dir.join("one.txt");
     std::fs::write(&one, "just one document.\nwith two lines.\n").unwrap();
     let o = common::run_cli(&["pretrain", "--model", model.to_str().unwrap(), "--data", one.to_str().unwrap(), "--out",

@@ -191,3 +191,59 @@ fn pretraining_rows_evaluate_and_train_through_the_loop() {
     assert!(last < 0.5 * first, "validation loss {first} → {last}");
     assert!(report.epochs.iter().all(|e| e.val_nsp_accuracy.is_some()));
 }
+
+/// A step's pre-training metrics are those of the rows it trained on, as `pretrain_eval` gives them before the
+/// update: with two micro-batches (of 7 and of 14 selected tokens), each head's loss their mean (as the step's loss
+/// is), each accuracy right over all predictions, and `loss = mlm_loss + nsp_loss`. On the CPU the training forward
+/// and the evaluation's are the same operations (no dropout here), so the losses agree to f32 rounding of the mean
+/// (`STEP_LOSS_ULPS`); the counts, exactly.
+#[test]
+fn a_steps_metrics_are_those_of_its_micro_batches() {
+    /// The mean of two f32 losses summed in f64 and rounded once, against the same done another way: ≤ 2 ulps.
+    const STEP_LOSS_ULPS: f32 = 2.0 * f32::EPSILON;
+    const STEPS: usize = 12;
+    let be = CpuBackend::new();
+    let Golden { cfg, weights, batch, mlm, nsp, .. } = golden();
+    let t = batch.t;
+    let part = |r: std::ops::Range<usize>| {
+        let take = |v: &[u32]| v[r.start * t..r.end * t].to_vec();
+        let b = Batch { input_ids: take(&batch.input_ids), token_type_ids: take(&batch.token_type_ids),
+            attention_mask: take(&batch.attention_mask), b: r.len(), t };
+        (b, mlm[r.start * t..r.end * t].to_vec(), nsp[r].to_vec())
+    };
+    let parts = [part(0..1), part(1..batch.b)];
+    let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
+    // A high learning rate, so that the predictions become right on the way (at the checkpoint's weights none is) and
+    // the micro-batches' accuracies differ: a mean of their ratios, or one micro-batch's, would then be caught.
+    let opt = StepOptions { learning_rate: 2e-2, ..StepOptions::default() };
+    let close = |a: f32, b: f32| (a - b).abs() <= STEP_LOSS_ULPS * b.abs();
+    let mut telling = 0;
+    for step in 1..=STEPS {
+        let evals: Vec<_> = parts.iter().map(|(b, m, n)| pollster::block_on(tr.pretrain_eval(&be, b, m, Some(n))).unwrap()).collect();
+        for (b, m, n) in &parts {
+            pollster::block_on(tr.accumulate(&be, b, &Targets::Pretrain { mlm: m, nsp: Some(n) })).unwrap();
+        }
+        let r = pollster::block_on(tr.apply(&be, &opt)).unwrap();
+        let p = r.pretrain.expect("a pre-training step reports its metrics");
+        let mean = |f: fn(&bertgpu::training::pretrain::PretrainEval) -> f32| (f(&evals[0]) + f(&evals[1])) / 2.0;
+        assert!(close(p.mlm_loss, mean(|e| e.mlm_loss)), "step {step}: {p:?} vs {evals:?}");
+        assert!(close(p.nsp_loss.unwrap(), mean(|e| e.nsp_loss.unwrap())), "step {step}: {p:?} vs {evals:?}");
+        let right = (evals[0].mlm_correct + evals[1].mlm_correct) as f32;
+        assert_eq!((evals[0].mlm_count, evals[1].mlm_count), (7, 14));
+        assert_eq!(p.mlm_accuracy, right / 21.0, "step {step}");
+        assert_eq!(p.nsp_accuracy, Some((evals[0].nsp_correct + evals[1].nsp_correct) as f32 / 3.0), "step {step}");
+        assert!(close(r.loss, p.mlm_loss + p.nsp_loss.unwrap()), "step {step}: {r:?}");
+        let ratio = |e: &bertgpu::training::pretrain::PretrainEval| e.mlm_correct as f32 / e.mlm_count as f32;
+        telling += usize::from(ratio(&evals[0]) != ratio(&evals[1]));
+    }
+    assert!(telling >= 3, "only {telling} steps whose micro-batches' MLM accuracies differ");
+    // The masked LM alone (no NSP labels): no NSP part.
+    let (b, m, _) = &parts[1];
+    let r = pollster::block_on(tr.step(&be, b, &Targets::Pretrain { mlm: m, nsp: None }, &opt)).unwrap();
+    let p = r.pretrain.unwrap();
+    assert_eq!((p.nsp_loss, p.nsp_accuracy, r.loss), (None, None, p.mlm_loss));
+    // Fine-tuning's steps have none.
+    let mut c = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Sequence, Some(2), 0).unwrap();
+    let r = pollster::block_on(c.step(&be, b, &Targets::Sequence(&[0, 1]), &opt)).unwrap();
+    assert_eq!(r.pretrain, None);
+}

@@ -8,6 +8,7 @@ use super::checkpoint::{self, Checkpoints, LoopState, Store, TraineeState};
 use super::finetune::{StepOptions, StepReport};
 use super::head::SplitMix64;
 use super::metrics::QaReference;
+use super::pretrain::PretrainStep;
 use crate::backend::Backend;
 use crate::{Error, Result};
 
@@ -83,7 +84,8 @@ impl Default for FitOptions {
     }
 }
 
-/// After each optimiser step.
+/// After each optimiser step; pre-training's also with each head's loss and accuracy (flat: `mlm_loss`, ...;
+/// absent in other tasks' and in checkpoints written before they were reported).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepProgress {
     pub epoch: usize,
@@ -91,6 +93,8 @@ pub struct StepProgress {
     pub total_steps: usize,
     pub loss: f32,
     pub learning_rate: f32,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub pretrain: Option<PretrainStep>,
 }
 
 /// After each epoch: the mean training loss of its steps, and on the validation rows the loss and the accuracy
@@ -302,7 +306,8 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
             };
             let r = trainee.apply(be, &step_opts).await?;
             losses.push(r.loss);
-            let p = StepProgress { epoch, step: step + 1, total_steps: total, loss: r.loss, learning_rate: lr };
+            let p = StepProgress { epoch, step: step + 1, total_steps: total, loss: r.loss, learning_rate: lr,
+                pretrain: r.pretrain };
             report.steps.push(p.clone());
             if let Err(e) = hooks.progress(Progress::Step(&p)) {
                 let at = position(epoch, k + 1, true, &train, &rng, &losses, &report, &best);
@@ -434,7 +439,10 @@ mod tests {
         async fn apply(&mut self, _: &CpuBackend, opt: &StepOptions) -> Result<StepReport> {
             self.steps += 1;
             self.lrs.push(opt.learning_rate);
-            Ok(StepReport { loss: 1.0, grad_norm: 0.0 })
+            // Pre-training's metrics on odd steps (NSP on every other one), to be carried through checkpoints too.
+            let pretrain = (self.steps % 2 == 1).then(|| PretrainStep { mlm_loss: 2.0, mlm_accuracy: 1.0 / self.steps as f32,
+                nsp_loss: (self.steps % 4 == 1).then_some(0.7), nsp_accuracy: (self.steps % 4 == 1).then_some(0.1) });
+            Ok(StepReport { loss: 1.0, grad_norm: 0.0, pretrain })
         }
         async fn evaluate(&self, _: &CpuBackend, _: &[usize]) -> Result<Evaluation> {
             let epoch = self.evaluations.replace(self.evaluations.get() + 1);

@@ -212,7 +212,7 @@ impl<B: Backend> fit::Trainee<B> for FeatureTrainee<B> {
             return Err(Error::Input(format!("the loss ({loss}) is not finite: lower the learning rate")));
         }
         self.trainer.apply(be, opt.learning_rate)?;
-        Ok(StepReport { loss, grad_norm: f32::NAN })
+        Ok(StepReport { loss, grad_norm: f32::NAN, pretrain: None })
     }
 
     async fn evaluate(&self, be: &B, which: &[usize]) -> Result<fit::Evaluation> {

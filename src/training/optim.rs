@@ -3,6 +3,7 @@
 
 use super::checkpoint::TraineeState;
 use super::finetune::{FineTuner, Targets};
+use super::pretrain::{PretrainEval, PretrainStep};
 use crate::backend::{AdamWStep, Backend};
 use crate::tokenizer::Batch;
 use crate::{Error, Result};
@@ -28,18 +29,22 @@ impl Default for StepOptions {
 }
 
 /// What one step did.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct StepReport {
     /// The batch's loss before the update.
     pub loss: f32,
     /// The gradients' global L2 norm before clipping.
     pub grad_norm: f32,
+    /// Pre-training: each head's loss and accuracy on the step's micro-batches; `None` for other tasks.
+    pub pretrain: Option<PretrainStep>,
 }
 
-/// A micro-batch's loss while its step is accumulated: known already (the paths that read back on the way), or its
-/// logits, still on the backend, read with the step's gradient norm once the update is queued.
+/// A micro-batch's loss while its step is accumulated: known already (the paths that read back on the way; with
+/// pre-training's metrics), or its logits, still on the backend, read with the step's gradient norm once the update
+/// is queued.
 pub(super) enum PendingLoss<T> {
     Known(f32),
+    Pretrain(PretrainEval),
     Logits { logits: T, t: usize, targets: OwnedTargets },
 }
 
@@ -91,7 +96,7 @@ impl<B: Backend> FineTuner<B> {
             }
             Targets::Pretrain { mlm, nsp } => {
                 let (grads, eval) = self.pretrain_gradients_with(be, batch, mlm, *nsp, plan).await?;
-                (grads, PendingLoss::Known(eval.loss()))
+                (grads, PendingLoss::Pretrain(eval))
             }
             _ => {
                 let (grads, logits) = self.gradients_with(be, batch, targets, plan)?;
@@ -115,7 +120,7 @@ impl<B: Backend> FineTuner<B> {
     }
 
     /// Updates the parameters with the mean of the accumulated gradients: clipping by their global norm, then AdamW.
-    /// The report's loss is the micro-batches' mean.
+    /// The report's loss is the micro-batches' mean (and pre-training's metrics are over them all: [`PretrainStep`]).
     ///
     /// The norm, the clipping and the check that the step is finite all happen on the backend, in AdamW's kernel,
     /// so the whole step (forward, backward, update) is queued before anything is read: then one wait reads the
@@ -159,7 +164,7 @@ impl<B: Backend> FineTuner<B> {
         let mut reads = vec![&total];
         reads.extend(losses.iter().filter_map(|l| match l {
             PendingLoss::Logits { logits, .. } => Some(logits),
-            PendingLoss::Known(_) => None,
+            PendingLoss::Known(_) | PendingLoss::Pretrain(_) => None,
         }));
         let values = be.read_many(&reads).await?;
         let mut logits = values[1..].iter();
@@ -167,6 +172,7 @@ impl<B: Backend> FineTuner<B> {
         for l in &losses {
             sum += match l {
                 PendingLoss::Known(x) => *x as f64,
+                PendingLoss::Pretrain(e) => e.loss() as f64,
                 PendingLoss::Logits { t, targets, .. } => {
                     let z = logits.next().ok_or_else(|| Error::Input("a micro-batch's logits were not read".into()))?;
                     self.loss(z, *t, &targets.targets()) as f64
@@ -182,7 +188,9 @@ impl<B: Backend> FineTuner<B> {
                  before this step: lower the learning rate"
             )));
         }
-        Ok(StepReport { loss, grad_norm })
+        let evals: Vec<PretrainEval> =
+            losses.iter().filter_map(|l| if let PendingLoss::Pretrain(e) = l { Some(*e) } else { None }).collect();
+        Ok(StepReport { loss, grad_norm, pretrain: PretrainStep::of(&evals) })
     }
 
     /// The parameters being trained (those with AdamW moments: every parameter updated so far) on the host, in

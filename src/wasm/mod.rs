@@ -22,6 +22,7 @@ use crate::loader::{LoadOptions, ModelFiles, ModelSource};
 use crate::tasks::{EmbedOptions, Pooling};
 use crate::Error;
 
+mod pretrain;
 mod tokenizer;
 mod train;
 mod tune;

@@ -239,14 +239,30 @@ impl JsFineTuneOptions {
     }
 }
 
-/// One step or one epoch of `fineTune`, in JS's naming: `{ type: "step", epoch, step, totalSteps, loss,
-/// learningRate }` or `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`, plus `valF1` ("ner", "qa") and
-/// `valExactMatch` ("qa").
+/// One step or one epoch of `fineTune` or `pretrain`, in JS's naming: `{ type: "step", epoch, step, totalSteps,
+/// loss, learningRate }` or `{ type: "epoch", epoch, trainLoss, valLoss, valAccuracy }`, plus `valF1` ("ner", "qa")
+/// and `valExactMatch` ("qa"); `pretrain`'s steps also `mlmLoss, mlmAccuracy, nspLoss, nspAccuracy` (the NSP pair
+/// null without NSP), its epochs `valNspAccuracy` (with NSP; `valAccuracy` is the masked LM's).
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
-enum JsProgress {
+pub(super) enum JsProgress {
     #[serde(rename_all = "camelCase")]
-    Step { epoch: usize, step: usize, total_steps: usize, loss: f32, learning_rate: f32 },
+    Step {
+        epoch: usize,
+        step: usize,
+        total_steps: usize,
+        loss: f32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mlm_loss: Option<f32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mlm_accuracy: Option<f32>,
+        /// `Some(None)`: pre-training without NSP, `null` in JS; `None`: not pre-training, absent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        nsp_loss: Option<Option<f32>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        nsp_accuracy: Option<Option<f32>>,
+        learning_rate: f32,
+    },
     #[serde(rename_all = "camelCase")]
     Epoch {
         epoch: usize,
@@ -257,6 +273,8 @@ enum JsProgress {
         val_f1: Option<f32>,
         #[serde(skip_serializing_if = "Option::is_none")]
         val_exact_match: Option<f32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        val_nsp_accuracy: Option<f32>,
     },
     /// `{ type: "checkpoint", checkpoint: "saved" | "resumed" | "skipped", name, step, reason? }`.
     Checkpoint {
@@ -272,7 +290,18 @@ enum JsProgress {
 
 impl From<&StepProgress> for JsProgress {
     fn from(s: &StepProgress) -> JsProgress {
-        JsProgress::Step { epoch: s.epoch, step: s.step, total_steps: s.total_steps, loss: s.loss, learning_rate: s.learning_rate }
+        let p = s.pretrain;
+        JsProgress::Step {
+            epoch: s.epoch,
+            step: s.step,
+            total_steps: s.total_steps,
+            loss: s.loss,
+            mlm_loss: p.map(|p| p.mlm_loss),
+            mlm_accuracy: p.map(|p| p.mlm_accuracy),
+            nsp_loss: p.map(|p| p.nsp_loss),
+            nsp_accuracy: p.map(|p| p.nsp_accuracy),
+            learning_rate: s.learning_rate,
+        }
     }
 }
 
@@ -285,6 +314,7 @@ impl From<&EpochMetrics> for JsProgress {
             val_accuracy: e.val_accuracy,
             val_f1: e.val_f1,
             val_exact_match: e.val_exact_match,
+            val_nsp_accuracy: e.val_nsp_accuracy,
         }
     }
 }
@@ -301,9 +331,11 @@ struct JsFineTuned {
     best_epoch: usize,
 }
 
-/// The wrapper's `{ onProgress(p), shouldStop() → bool, pause() → Promise }`.
-struct JsHooks {
-    hooks: JsValue,
+/// The wrapper's `{ onProgress(p), shouldStop() → bool, pause() → Promise }`, for the call `method` ("fineTune",
+/// "pretrain").
+pub(super) struct JsHooks {
+    pub(super) hooks: JsValue,
+    pub(super) method: &'static str,
 }
 
 impl JsHooks {
@@ -311,12 +343,12 @@ impl JsHooks {
         let f: js_sys::Function = js_sys::Reflect::get(&self.hooks, &JsValue::from_str(name))
             .ok()
             .and_then(|f| f.dyn_into().ok())
-            .ok_or_else(|| Error::Input(format!("fineTune: hooks.{name} is not a function")))?;
+            .ok_or_else(|| Error::Input(format!("{}: hooks.{name} is not a function", self.method)))?;
         let out = match arg {
             Some(a) => f.call1(&JsValue::NULL, a),
             None => f.call0(&JsValue::NULL),
         };
-        out.map_err(|e| Error::Input(format!("fineTune: hooks.{name} threw: {e:?}")))
+        out.map_err(|e| Error::Input(format!("{}: hooks.{name} threw: {e:?}", self.method)))
     }
 
     fn check_stop(&self) -> Result<()> {
@@ -347,7 +379,10 @@ impl Hooks for JsHooks {
     }
 
     async fn pause(&mut self) -> Result<()> {
-        let p: js_sys::Promise = self.call("pause", None)?.dyn_into().map_err(|_| Error::Input("fineTune: hooks.pause must return a promise".into()))?;
+        let p: js_sys::Promise = self
+            .call("pause", None)?
+            .dyn_into()
+            .map_err(|_| Error::Input(format!("{}: hooks.pause must return a promise", self.method)))?;
         let _ = wasm_bindgen_futures::JsFuture::from(p).await;
         self.check_stop()
     }
@@ -356,7 +391,7 @@ impl Hooks for JsHooks {
 /// The page's checkpoint store (js/checkpoints.js: a folder of the Origin Private File System): `{ list(), read(name,
 /// file), write(name, files), remove(name) }`, each returning a promise; `write` gets `{ file: Uint8Array }` in the
 /// order to write them (the manifest last) and makes the checkpoint visible to `list` only once it is complete.
-struct JsStore {
+pub(super) struct JsStore {
     store: JsValue,
 }
 
@@ -409,8 +444,8 @@ impl Store for JsStore {
     }
 }
 
-/// `fineTune`'s checkpointing as the wrapper passes it: the store, and `every`, `keep`, `resume`.
-fn checkpoints(v: JsValue) -> Result<Option<Checkpoints<JsStore>>> {
+/// `fineTune`'s (and `pretrain`'s) checkpointing as the wrapper passes it: the store, and `every`, `keep`, `resume`.
+pub(super) fn checkpoints(v: JsValue) -> Result<Option<Checkpoints<JsStore>>> {
     if v.is_undefined() || v.is_null() {
         return Ok(None);
     }
@@ -426,7 +461,7 @@ fn checkpoints(v: JsValue) -> Result<Option<Checkpoints<JsStore>>> {
     Ok(Some(c))
 }
 
-fn report(r: &FitReport) -> (Vec<JsProgress>, Vec<JsProgress>) {
+pub(super) fn report(r: &FitReport) -> (Vec<JsProgress>, Vec<JsProgress>) {
     (r.steps.iter().map(JsProgress::from).collect(), r.epochs.iter().map(JsProgress::from).collect())
 }
 
@@ -453,7 +488,7 @@ impl WasmModel {
         let adapter = adapter_config.zip(adapter_weights);
         let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
         let engine = self.engine.clone();
-        let mut hooks = JsHooks { hooks };
+        let mut hooks = JsHooks { hooks, method: "fineTune" };
         let mut checkpoints = checkpoints(checkpoint).map_err(js_err)?;
         Ok(wasm_bindgen_futures::future_to_promise(async move {
             let done = engine

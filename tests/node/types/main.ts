@@ -44,6 +44,17 @@ const removed: boolean = await Bert.deleteCheckpoint("ner-run");
 const bestTuned: number = tuned.bestEpoch;
 const tunedLabels: string[] | null = tuned.labels;
 const folder: Uint8Array = (await bert.exportModel())["config.json"];
+const pre = await bert.pretrain(["A first sentence.\nIts next one.", "Another document.\nWith two lines."], {
+  steps: 4, maxLength: 32, nsp: true, wholeWordMask: false, checkpoint: { name: "mlm-run" },
+  onProgress: (p) => (p.type === "step" ? p.mlmAccuracy + (p.nspAccuracy ?? 0) : p.type === "epoch" ? p.valNspAccuracy
+    : p.type === "checkpoint" ? p.step : p.device),
+});
+const nspLoss: number | null = pre.steps[0].nspLoss;
+await bert.pretrain("one sentence\n\nanother document", { mlmProbability: 0.2 });
+// @ts-expect-error: fineTune's option, not pretrain's
+await bert.pretrain("text", { epochs: 2 });
+// @ts-expect-error: a corpus is text, not examples
+await bert.pretrain([{ text: "x" }]);
 // @ts-expect-error: not a fine-tuning task
 await bert.fineTune([], { task: "summarize" });
 bert.dispose();
@@ -66,4 +77,4 @@ await Bert.load("x", { cacheDir: true });
 await Bert.load("x", { wasmUrl: "/bertgpu_bg.wasm" });
 
 console.log(device, why, pairLabel, one, many, tokens, best, label, answer.score, report.bestEpoch, labels, workers, vectors, wrong,
-  saved, removed, bestTuned);
+  saved, removed, bestTuned, nspLoss);
