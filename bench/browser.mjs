@@ -15,7 +15,7 @@ import path from "node:path";
 import { chromium } from "playwright-core";
 import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
 import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
-import { median, multiCore, timeEmbed, warmUp } from "./harness.mjs";
+import { makeTexts, median, multiCore, timeEmbed, warmUp } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => {
@@ -38,27 +38,6 @@ const MIN_AGREEMENT = 0.999;
 
 const OURS_F32 = "/models/all-MiniLM-L6-v2/";
 const OURS_Q8 = "/bench/models/all-MiniLM-L6-v2.q8_0.gguf";
-
-// Real text (Debian's fortunes, tests/data/fortunes/), cut to the workloads' token counts in the page.
-const corpus = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/train.jsonl"), "utf8").trim().split("\n")
-  .map((l) => JSON.parse(l).text);
-
-/** Texts of `tokens` tokens each (with [CLS]/[SEP]; at most, as close as whole words allow), cut from the corpus. */
-async function makeTexts(page, n, tokens) {
-  const words = corpus.join(" ").split(/\s+/);
-  const count = async (a, len) => (await page.evaluate((t) => window.tokenCounts([t]), words.slice(a, a + len).join(" ")))[0];
-  const out = [];
-  let at = 0;
-  for (let i = 0; i < n; i++) {
-    // The longest run of whole words from `at` that fits: grow while it fits, then shrink until it does.
-    let len = Math.max(1, Math.floor(tokens / 2));
-    while ((await count(at, len + 1)) <= tokens) len += 1;
-    while (len > 1 && (await count(at, len)) > tokens) len -= 1;
-    out.push({ text: words.slice(at, at + len).join(" "), count: await count(at, len) });
-    at = (at + len) % Math.max(1, words.length - 4 * tokens);
-  }
-  return out;
-}
 
 const fileBytes = (p) => {
   try {

@@ -1,5 +1,7 @@
 // What the benchmark scripts share: the benchmark page (bench/page.html) served from the repository root in a
 // headless Chromium, and the median.
+import fs from "node:fs";
+import path from "node:path";
 import { chromium } from "playwright-core";
 import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
 import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
@@ -19,6 +21,30 @@ export async function withBenchPage({ isolated = false } = {}, f) {
     await browser.close();
     await site.close();
   }
+}
+
+// Real text (Debian's fortunes, tests/data/fortunes/), cut to the workloads' token counts in the page.
+const corpus = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/train.jsonl"), "utf8").trim().split("\n")
+  .map((l) => JSON.parse(l).text);
+
+/**
+ * `n` texts of `tokens` tokens each (with [CLS]/[SEP]; at most, as close as whole words allow), cut from the corpus:
+ * `[{ text, count }]`. Counts with bench/page.js's `tokenCounts`, so our model must be loaded in `page`.
+ */
+export async function makeTexts(page, n, tokens) {
+  const words = corpus.join(" ").split(/\s+/);
+  const count = async (a, len) => (await page.evaluate((t) => window.tokenCounts([t]), words.slice(a, a + len).join(" ")))[0];
+  const out = [];
+  let at = 0;
+  for (let i = 0; i < n; i++) {
+    // The longest run of whole words from `at` that fits: grow while it fits, then shrink until it does.
+    let len = Math.max(1, Math.floor(tokens / 2));
+    while ((await count(at, len + 1)) <= tokens) len += 1;
+    while (len > 1 && (await count(at, len)) > tokens) len -= 1;
+    out.push({ text: words.slice(at, at + len).join(" "), count: await count(at, len) });
+    at = (at + len) % Math.max(1, words.length - 4 * tokens);
+  }
+  return out;
 }
 
 /** bench/page.js's `timeEmbed(which, texts)` in `page`: `{ ms, vectors }` of one call of library `which`. */

@@ -9,12 +9,12 @@ async function importOurs(workers) {
   return import(workers > 1 ? "/pkg/worker.js" : "/pkg/index.js");
 }
 
-async function importTheirs({ threads }) {
+async function importTheirs({ threads, cache }) {
   const t = await import("/bench/node_modules/@huggingface/transformers/dist/transformers.web.js");
   t.env.allowRemoteModels = false; // nothing from a hub
   t.env.allowLocalModels = true;
   t.env.localModelPath = "/bench/models/";
-  t.env.useBrowserCache = false;
+  t.env.useBrowserCache = cache ?? false; // its default is true; the timing benchmarks keep nothing between pages
   t.env.backends.onnx.wasm.wasmPaths = ORT_DIST; // the npm package's own files, not a CDN
   t.env.backends.onnx.wasm.numThreads = threads;
   return t;
@@ -28,9 +28,13 @@ window.coldStart = async (which, opts) => {
   return { ms: performance.now() - t0, dims: v[0].length };
 };
 
+/** `{ what, t }` (t: Date.now()) for each file a load finished fetching, and for marks of bench/memory.mjs. */
+window.marks = [];
+
 /**
- * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers, parallel }; theirs: { dtype: "fp32" | "q8",
- * device: "wasm" | "webgpu", threads }.
+ * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers, parallel, cache };
+ * theirs: { dtype: "fp32" | "q8", device: "wasm" | "webgpu", threads, cache }. `cache`: keep the downloads in the
+ * Cache API (each library's default is true; without it, ours caches only with several workers, theirs never).
  */
 window.load = async (which, opts) => {
   if (which === "ours") {
@@ -39,11 +43,14 @@ window.load = async (which, opts) => {
     const extra = opts.workers > 1 ? { workers: opts.workers, parallel: opts.parallel ?? "data" } : {};
     if (opts.simd) extra.simd = opts.simd; // which wasm build (default "auto": relaxed SIMD where the engine has it)
     // With several workers the files are fetched once per worker: the cache makes the later fetches local.
-    sessions.ours = await Bert.load(opts.source, { device: opts.device, cache: opts.workers > 1, ...extra });
+    const onProgress = (p) => { if (p.loaded === p.total) window.marks.push({ what: `fetched ${p.file}`, t: Date.now() }); };
+    sessions.ours = await Bert.load(opts.source, { device: opts.device, cache: opts.cache ?? opts.workers > 1, onProgress, ...extra });
     return `${sessions.ours.device} (${sessions.ours.simd})`;
   }
   const t = await importTheirs(opts);
-  sessions.theirs = await t.pipeline("feature-extraction", "all-MiniLM-L6-v2", { device: opts.device, dtype: opts.dtype });
+  const progress_callback = (p) => { if (p.status === "done") window.marks.push({ what: `fetched ${p.file}`, t: Date.now() }); };
+  sessions.theirs = await t.pipeline("feature-extraction", "all-MiniLM-L6-v2", { device: opts.device, dtype: opts.dtype,
+    progress_callback });
   return opts.device;
 };
 
@@ -66,6 +73,27 @@ window.q8DotForm = async () => {
   } catch {
     return null; // the module is not initialised here
   }
+};
+
+/**
+ * What bench/memory.mjs reads inside the page, in bytes: our wasm module's linear memory (`memoryBytes`: its size,
+ * which never shrinks, so its high-water mark; `liveBytes`: what Rust holds now) and our model's GPU buffers
+ * (`gpu`: the pool's buffers and the weights'), through the package's debugging exports (null where ours is not
+ * loaded or on the CPU); the JS heap (Chromium's `performance.memory`); what this origin keeps in storage (Cache
+ * API); the wasm modules the page fetched (encoded bytes).
+ */
+window.memoryInfo = async () => {
+  const out = { wasm: null, gpu: null, jsHeap: performance.memory?.usedJSHeapSize ?? null, storage: null, modules: [] };
+  if (sessions.ours && !sessions.ours.workers) {
+    const glue = await import(sessions.ours.simd === "relaxed" ? "/pkg/wasm-relaxed/bertgpu.js" : "/pkg/wasm/bertgpu.js");
+    out.wasm = glue.__debugHeap();
+    const g = sessions.ours._model?.__debugGpuBuffers?.();
+    if (g) out.gpu = { poolBuffers: g[0], poolBytes: g[1], weightBytes: g[2] };
+  }
+  out.storage = (await navigator.storage?.estimate?.())?.usage ?? null;
+  out.modules = performance.getEntriesByType("resource").filter((e) => /\.wasm$/.test(e.name))
+    .map((e) => ({ name: new URL(e.name).pathname, bytes: e.decodedBodySize }));
+  return out;
 };
 
 /** Runs `embed` and returns its time in ms and the vectors (kept for the agreement check). */
