@@ -1,5 +1,7 @@
 // The demo page: UI only. The models run in Web Workers ("bertgpu/worker"), so the page stays responsive.
 import { Bert } from "/pkg/worker.js";
+import { drawChart as chart } from "./chart.js";
+import { setupPretraining } from "./pretrain.js";
 
 const $ = (id) => document.getElementById(id);
 const FILL_MASK_MODEL = "/models/splade-tiny/";
@@ -42,6 +44,7 @@ function setBusy(on) {
   const needModel = ["sim-run", "search-run", "tr-run", "tr-resume", "tr-try-run", "tr-export", "tr-export-model", "cl-run", "ner-run", "qa-run", "rr-run"];
   for (const id of needModel) $(id).disabled = on || !state.bert;
   $("model-load").disabled = on;
+  $("pt-run").disabled = on; // trains the fill-mask model when the page's has no masked-LM head
   $("model-files").disabled = on;
 }
 
@@ -159,6 +162,7 @@ function showTasks() {
     $(section).querySelector("form.task").hidden = !has;
   }
   $("fm-model").textContent = tasks.includes("fillMask") ? state.name : "splade-tiny";
+  $("pt-model").textContent = $("fm-model").textContent;
 }
 
 function loadFromForm() {
@@ -273,28 +277,39 @@ async function search() {
 
 // ---- fill-mask ------------------------------------------------------------------------------------------------------
 
+/** The masked-language model: the page's model when it has the head, else splade-tiny, loaded once. */
+async function mlmModel() {
+  if (state.bert?.tasks.includes("fillMask")) return state.bert;
+  if (!state.mlm) {
+    state.mlmLoading ??= loadBert(FILL_MASK_MODEL, { device: $("model-device").value });
+    try {
+      state.mlm = await state.mlmLoading;
+    } finally {
+      state.mlmLoading = null;
+    }
+  }
+  return state.mlm;
+}
+
 async function fillMask() {
   const text = $("fm-input").value;
   if (!text.includes("[MASK]")) {
     $("fm-time").textContent = "Put [MASK] somewhere in the sentence.";
     return;
   }
-  let model = state.bert?.tasks.includes("fillMask") ? state.bert : null;
-  if (!model) {
-    if (!state.mlm) {
-      $("fm-time").textContent = "Loading the fill-mask model…";
-      state.mlmLoading ??= loadBert(FILL_MASK_MODEL, { device: $("model-device").value });
-      try {
-        state.mlm = await state.mlmLoading;
-      } finally {
-        state.mlmLoading = null;
-      }
-    }
-    model = state.mlm;
-  }
+  if (!state.bert?.tasks.includes("fillMask") && !state.mlm) $("fm-time").textContent = "Loading the fill-mask model…";
+  const model = await mlmModel();
   const out = await timed($("fm-time"), "filled", () => model.fillMask(text, { topK: 5 }));
   const top = Array.isArray(out[0]) ? out[0] : out; // several masks: the first one's candidates
   bars($("fm-results"), top.map((r) => ({ label: r.token_str, score: r.score, title: r.sequence })));
+}
+
+/** The pre-training panel's example: the quotations, each a document of its sentences (one a line). */
+async function exampleCorpus() {
+  const res = await fetch(EXAMPLE_DATA);
+  if (!res.ok) throw new Error(`${EXAMPLE_DATA}: HTTP ${res.status}`);
+  return (await res.text()).split("\n").filter((l) => l.trim())
+    .map((l) => JSON.parse(l).text.split(/(?<=[.!?])\s+/).join("\n")).join("\n\n");
 }
 
 // ---- training -------------------------------------------------------------------------------------------------------
@@ -369,41 +384,8 @@ function countExamples() {
   }
 }
 
-const SVG = "http://www.w3.org/2000/svg";
-
-/**
- * Loss (solid, left axis scaled to the largest loss) and accuracy (dashed, 0–1) per epoch. `fromZero`: the x axis
- * starts at epoch 0, for points within epochs (whole-model training plots every step at its fraction of an epoch).
- */
-function drawChart(history, epochs, fromZero = false) {
-  const svg = $("tr-chart");
-  const W = 600, H = 200, L = 36, R = 10, T = 10, B = 24;
-  const maxLoss = Math.max(...history.flatMap((h) => [h.loss ?? 0, h.valLoss ?? 0]), 1e-6);
-  const x0 = fromZero ? 0 : 1;
-  const x = (e) => L + ((e - x0) / Math.max(1, epochs - x0)) * (W - L - R);
-  const yl = (v) => T + (1 - v / maxLoss) * (H - T - B);
-  const ya = (v) => T + (1 - v) * (H - T - B);
-  const path = (key, y) => history.filter((h) => h[key] != null)
-    .map((h, i) => `${i ? "L" : "M"}${x(h.epoch).toFixed(1)},${y(h[key]).toFixed(1)}`).join("");
-  const parts = [
-    `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" class="axis"/>`,
-    `<line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" class="axis"/>`,
-    `<text x="${L - 4}" y="${T + 8}" text-anchor="end">${maxLoss.toFixed(2)}</text>`,
-    `<text x="${L - 4}" y="${H - B}" text-anchor="end">0</text>`,
-    `<text x="${W - R}" y="${H - 6}" text-anchor="end">epoch ${Math.ceil(history.at(-1)?.epoch ?? 0)} / ${epochs}</text>`,
-    `<path d="${path("loss", yl)}" class="train"/>`,
-    `<path d="${path("valLoss", yl)}" class="val"/>`,
-    `<path d="${path("accuracy", ya)}" class="train acc"/>`,
-    `<path d="${path("valAccuracy", ya)}" class="val acc"/>`,
-  ];
-  svg.innerHTML = parts.join("");
-  const last = history.findLast((h) => h.loss != null);
-  svg.setAttribute("aria-label", last
-    ? `Epoch ${Math.ceil(last.epoch)}: loss ${last.loss.toFixed(3)}`
-      + (last.accuracy != null ? `, accuracy ${(last.accuracy * 100).toFixed(0)}%` : "")
-    : "No training yet");
-  svg.setAttribute("xmlns", SVG);
-}
+/** The training panel's chart. */
+const drawChart = (history, epochs, fromZero = false) => chart($("tr-chart"), history, epochs, { fromZero });
 
 /** Whole-model training's stop button (an AbortController), while it runs. */
 let stopTraining = null;
@@ -757,6 +739,7 @@ if ("serviceWorker" in navigator) {
   });
 }
 
+setupPretraining({ $, mlm: mlmModel, busy, bars, fmtMs, example: exampleCorpus });
 countExamples();
 drawChart([], Number($("tr-epochs").value));
 loadFromForm();

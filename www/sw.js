@@ -7,7 +7,7 @@ const KEEP = [/^\/www\//, /^\/pkg\//, /^\/tests\/data\//];
 // Fetched at install, so the first visit is enough to make the next one work offline (the page's own requests of
 // the first visit happen before this worker controls it).
 const SHELL = [
-  "/www/", "/www/app.js", "/www/style.css", "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/loader.js",
+  "/www/", "/www/app.js", "/www/chart.js", "/www/pretrain.js", "/www/style.css", "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/loader.js",
   "/pkg/shards.js",
   // pkg/index.js imports both builds' glue statically (bundlers and extension service workers need that); only the
   // .wasm of the build in use is fetched.

@@ -99,6 +99,25 @@ test("demo page: every section with the default model, task panels, dropped file
       assert.equal(words.length, 5);
       assert.deepEqual(words.slice(0, 3), ["city", "mountains", "france"]);
 
+      // Adapt splade-tiny (the fill-mask model) to the example text: a few steps of pre-training, the curve, and
+      // fill-mask on a sentence of the text before and after.
+      await page.click("#pt-example");
+      await page.waitForFunction(() => /^\d+ documents, \d+ lines$/.test(document.querySelector("#pt-count").textContent));
+      assert.match(await page.inputValue("#pt-try"), /\[MASK\]/, "a sentence of the text with a word masked");
+      await page.fill("#pt-steps", "3");
+      await page.click("#pt-run");
+      await page.waitForFunction(() => window.demo.lastPretraining || !document.querySelector("#pt-error").hidden, null,
+        { timeout: 300_000 });
+      assert.equal(await page.isVisible("#pt-error"), false, await page.textContent("#pt-error"));
+      const adapted = await page.evaluate(() => window.demo.lastPretraining);
+      assert.equal(adapted.steps, 3);
+      assert.equal(adapted.before.length, 5);
+      assert.equal(adapted.after.length, 5);
+      assert.match(await page.textContent("#pt-time"), /^pre-trained in .* · 3 steps$/);
+      const ptPoints = await page.$eval("#pt-chart path.train:not(.acc)", (p) => (p.getAttribute("d").match(/[ML]/g) ?? []).length);
+      assert.equal(ptPoints, 3, "one point per step on the loss curve");
+      assert.equal(await page.$$eval("#pt-after li", (l) => l.length), 5);
+
       // The task panels say what the default model lacks.
       for (const id of ["classify", "ner", "qa", "rerank"]) {
         assert.ok(await page.isVisible(`#${id} [data-missing]`), `${id}: the missing-head note`);
