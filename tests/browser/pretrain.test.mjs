@@ -9,7 +9,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { ROOT, withPage } from "./harness.mjs";
+import { ROOT, readSafetensors, withPage } from "./harness.mjs";
 
 const TINY = "tests/models/tiny-pretraining/";
 /** A BertForMaskedLM without the NSP head (splade-tiny, scripts/fetch-models.sh). */
@@ -51,22 +51,6 @@ const PARAM_ATOL = 2e-4;
  * relative; 1e-6 bounds it while a missing or wrong part is off by tenths.
  */
 const LOSS_SUM_RTOL = 1e-6;
-
-/** safetensors bytes → { name: Float32Array } (f32 only, as exportModel writes). */
-function readSafetensors(bytes) {
-  const buf = Buffer.from(bytes);
-  const n = Number(buf.readBigUInt64LE(0));
-  const header = JSON.parse(buf.subarray(8, 8 + n).toString("utf8"));
-  const out = {};
-  for (const [name, t] of Object.entries(header)) {
-    if (name === "__metadata__") continue;
-    assert.equal(t.dtype, "F32", name);
-    const [a, b] = t.data_offsets;
-    const data = buf.subarray(8 + n + a, 8 + n + b);
-    out[name] = new Float32Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength));
-  }
-  return out;
-}
 
 /**
  * The key projection's bias has a gradient of exactly 0 (it adds q·b_k to every score of a row, which the softmax
