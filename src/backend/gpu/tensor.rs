@@ -1,8 +1,7 @@
 //! [`GpuTensor`], and getting host data onto the device: weights packed as their file stores them, f32 inputs.
 
+use std::borrow::Cow;
 use std::rc::Rc;
-
-use wgpu::util::DeviceExt;
 
 use super::buffers::{self, PoolBuf};
 use super::{shape_err, Dtype, GpuBackend};
@@ -53,12 +52,14 @@ pub(super) fn expect_f32(op: &str, ts: &[&GpuTensor]) -> Result<()> {
 
 /// A weight's bytes as the device keeps them: f32 and f16 little-endian, Q8_0/Q4_0 blocks as stored; checked
 /// against `(rows, cols)` (quantized rows must be whole blocks). 1-D tensors are widened to f32 by the caller.
-fn weight_bytes(t: &HostTensor, rows: usize, cols: usize) -> Result<(Dtype, Vec<u8>)> {
+/// Borrowed where the stored form is the device's (every dtype on a little-endian host): the upload copies the
+/// bytes once, into the queue, with no copy of the whole tensor in host memory beside the weights.
+fn weight_bytes(t: &HostTensor, rows: usize, cols: usize) -> Result<(Dtype, Cow<'_, [u8]>)> {
     let n = rows * cols;
     let bad = |what: &str, got: usize, want: usize| {
         Error::Weights(format!("{what} tensor of shape {:?} holds {got} bytes, expected {want}", t.shape))
     };
-    let blocks = |kind: Dtype, b: &Vec<u8>| -> Result<Vec<u8>> {
+    let blocks = |kind: Dtype, b: &[u8]| -> Result<()> {
         if cols % QK != 0 {
             return Err(Error::Weights(format!(
                 "{} weight of shape {:?}: rows of {cols} values are not whole blocks of {QK}; re-convert the model \
@@ -71,19 +72,30 @@ fn weight_bytes(t: &HostTensor, rows: usize, cols: usize) -> Result<(Dtype, Vec<
         if b.len() != want {
             return Err(bad(kind.ggml_name(), b.len(), want));
         }
-        Ok(b.clone())
+        Ok(())
     };
     Ok(match &t.data {
         HostData::F32(v) => {
             if v.len() != n { return Err(bad("f32", v.len() * 4, n * 4)); }
-            (Dtype::F32, bytemuck::cast_slice(v).to_vec())
+            (Dtype::F32, Cow::Borrowed(bytemuck::cast_slice(v)))
         }
         HostData::F16(v) => {
             if v.len() != n { return Err(bad("f16", v.len() * 2, n * 2)); }
-            (Dtype::F16, v.iter().flat_map(|h| h.to_le_bytes()).collect())
+            let bytes = if cfg!(target_endian = "little") {
+                Cow::Borrowed(bytemuck::cast_slice(v))
+            } else {
+                Cow::Owned(v.iter().flat_map(|h| h.to_le_bytes()).collect())
+            };
+            (Dtype::F16, bytes)
         }
-        HostData::Q8_0(b) => (Dtype::Q8_0, blocks(Dtype::Q8_0, b)?),
-        HostData::Q4_0(b) => (Dtype::Q4_0, blocks(Dtype::Q4_0, b)?),
+        HostData::Q8_0(b) => {
+            blocks(Dtype::Q8_0, b)?;
+            (Dtype::Q8_0, Cow::Borrowed(&b[..]))
+        }
+        HostData::Q4_0(b) => {
+            blocks(Dtype::Q4_0, b)?;
+            (Dtype::Q4_0, Cow::Borrowed(&b[..]))
+        }
     })
 }
 
@@ -97,8 +109,10 @@ impl GpuBackend {
         };
         // Matrices keep their stored bytes (the kernels decode them); 1-D tensors (biases, LayerNorm γ/β: 0.1% of
         // the bytes, read by additions in several kernels) are widened to f32.
-        let (dtype, mut bytes) = if t.shape.len() == 1 {
-            (Dtype::F32, bytemuck::cast_slice(&t.to_f32()?).to_vec())
+        let widened;
+        let (dtype, bytes) = if t.shape.len() == 1 {
+            widened = t.to_f32()?;
+            (Dtype::F32, Cow::Borrowed(bytemuck::cast_slice::<f32, u8>(&widened)))
         } else {
             weight_bytes(t, rows, cols)?
         };
@@ -106,12 +120,24 @@ impl GpuBackend {
         // bytes with a spare word.
         let padded = buffers::round_size(bytes.len() as u64 + 4 * (dtype != Dtype::F32) as u64);
         self.check_size(padded as usize, &format!("weight of shape {:?}", t.shape))?;
-        bytes.resize(padded as usize, 0);
-        let buf = self.gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        let buf = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("weight"),
-            contents: &bytes,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            size: padded,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
         });
+        // Written from the bytes as they are, not from a padded copy mapped at creation (which, in the browser,
+        // held the tensor twice more in wasm memory): whole words at once, then the last partial word; the padding
+        // is zero, as every new buffer is.
+        let whole = bytes.len() / 4 * 4;
+        if whole > 0 {
+            self.gpu.queue.write_buffer(&buf, 0, &bytes[..whole]);
+        }
+        if whole < bytes.len() {
+            let mut tail = [0u8; 4];
+            tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+            self.gpu.queue.write_buffer(&buf, whole as u64, &tail);
+        }
         Ok(GpuTensor { buf: Rc::new(PoolBuf::weight(buf, self.weight_bytes.clone())), rows, cols, dtype })
     }
 
