@@ -130,6 +130,19 @@ fn f16_linear_with_odd_k() {
     }
 }
 
+/// Weights whose bytes are not whole 32-bit words (an odd number of 34-byte Q8_0 or 18-byte Q4_0 blocks; f16's
+/// odd counts are f16_linear_with_odd_k's): the upload writes the last partial word on its own.
+#[test]
+fn packed_weights_of_odd_block_counts() {
+    let Some(g) = gpu() else { return };
+    let r = CpuBackend::new();
+    for dtype in [Dtype::Q8_0, Dtype::Q4_0] {
+        for &(m, n, k) in &[(3, 7, 32), (1, 1, 32), (5, 3, 96)] {
+            check_linear(&g, &r, dtype, m, n, k, true, Activation::None, 11);
+        }
+    }
+}
+
 /// A Q8_0/Q4_0 matrix whose rows are not whole blocks of 32 (K = 48: three blocks in two rows) is refused at
 /// upload with a message that says how to fix it, on both backends; a linear whose x does not match the weight's K
 /// is a shape error; ops that read f32 only refuse a packed tensor.
