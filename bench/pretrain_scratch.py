@@ -51,7 +51,6 @@ CONFIG = dict(architectures=["BertForPreTraining"], model_type="bert", vocab_siz
               num_hidden_layers=2, num_attention_heads=2, intermediate_size=512, hidden_act="gelu",
               hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, max_position_embeddings=128,
               type_vocab_size=2, initializer_range=0.02, layer_norm_eps=1e-12, pad_token_id=0)
-os.makedirs(WORK, exist_ok=True)
 log = lambda *a: print(*a, flush=True)
 
 # ---------------------------------------------------------------- 1. corpus
@@ -146,44 +145,64 @@ def make_rows(docs_ids, special, vocab, seed, max_length=MAX_LEN, short_p=SHORT_
                 del side[0 if rng.random() < 0.5 else -1]
             ids = [cls] + a + [sep] + b + [sep]
             types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
-            labels = [-100] * len(ids)
-            for k, t in enumerate(ids):
-                if t in specials or rng.random() >= mlm_p:
-                    continue
-                labels[k] = t
-                r = rng.random()
-                if r < 0.8:
-                    ids[k] = mask
-                elif r < 0.9:
-                    ids[k] = rng.randrange(vocab)
+            labels = mask_row(ids, specials, mask, vocab, rng, mlm_p)
             rows.append(dict(input_ids=ids, token_type_ids=types, labels=labels, nsp=label))
     return rows
 
 
+def mask_row(ids, specials, mask, vocab, rng, mlm_p=MLM_P):
+    """Masks a framed row in place (pretrain_data.rs's `masked`, whole-word masking off): each non-special token
+    selected with probability mlm_p, then 80/10/10 [MASK]/random id in 0..vocab/unchanged. Returns the labels."""
+    labels = [-100] * len(ids)
+    for k, t in enumerate(ids):
+        if t in specials or rng.random() >= mlm_p:
+            continue
+        labels[k] = t
+        r = rng.random()
+        if r < 0.8:
+            ids[k] = mask
+        elif r < 0.9:
+            ids[k] = rng.randrange(vocab)
+    return labels
+
+
 def collate(rows):
+    """A padded batch; next_sentence_label only for rows with an "nsp" key (MLM-only rows have none)."""
     t = max(len(r["input_ids"]) for r in rows)
     pad = lambda key, v: torch.tensor([r[key] + [v] * (t - len(r[key])) for r in rows])
-    return dict(input_ids=pad("input_ids", 0), token_type_ids=pad("token_type_ids", 0),
-                attention_mask=torch.tensor([[1] * len(r["input_ids"]) + [0] * (t - len(r["input_ids"])) for r in rows]),
-                labels=pad("labels", -100), next_sentence_label=torch.tensor([r["nsp"] for r in rows]))
+    b = dict(input_ids=pad("input_ids", 0), token_type_ids=pad("token_type_ids", 0),
+             attention_mask=torch.tensor([[1] * len(r["input_ids"]) + [0] * (t - len(r["input_ids"])) for r in rows]),
+             labels=pad("labels", -100))
+    if "nsp" in rows[0]:
+        b["next_sentence_label"] = torch.tensor([r["nsp"] for r in rows])
+    return b
 
 
 # ---------------------------------------------------------------- 6. evaluation (same for every model)
 @torch.no_grad()
 def evaluate(model, rows):
+    """MLM accuracy and loss over the masked positions; NSP accuracy for models with an NSP head (BertForPreTraining)
+    on rows with NSP labels."""
     model.eval()
     correct = total = nsp_ok = 0
+    nsp = False
     nll = 0.0
     for k in range(0, len(rows), 64):
         b = collate(rows[k:k + 64])
         out = model(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"], attention_mask=b["attention_mask"])
         sel = b["labels"] != -100
-        logits, gold = out.prediction_logits[sel], b["labels"][sel]
+        scores = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
+        logits, gold = scores[sel], b["labels"][sel]
         nll += torch.nn.functional.cross_entropy(logits, gold, reduction="sum").item()
         correct += (logits.argmax(-1) == gold).sum().item()
         total += gold.numel()
-        nsp_ok += (out.seq_relationship_logits.argmax(-1) == b["next_sentence_label"]).sum().item()
-    return dict(mlm_accuracy=correct / total, mlm_loss=nll / total, nsp_accuracy=nsp_ok / len(rows), masked=total)
+        if "next_sentence_label" in b and getattr(out, "seq_relationship_logits", None) is not None:
+            nsp = True
+            nsp_ok += (out.seq_relationship_logits.argmax(-1) == b["next_sentence_label"]).sum().item()
+    res = dict(mlm_accuracy=correct / total, mlm_loss=nll / total, masked=total)
+    if nsp:
+        res["nsp_accuracy"] = nsp_ok / len(rows)
+    return res
 
 
 def frequency_baseline(train_ids, rows, specials):
@@ -207,6 +226,12 @@ def run_bertgpu(train_txt, tok_dir, cfg_path, out, steps, lr=LR):
            "--device", "cpu", "--steps", str(steps), "--batch-size", str(BATCH), "--max-length", str(MAX_LEN),
            "--lr", str(lr), "--warmup", str(WARMUP), "--weight-decay", str(WD), "--mlm-probability", str(MLM_P),
            "--short-seq-prob", str(SHORT_P), "--validation-split", "0", "--seed", "0"]
+    return run_logged(cmd)
+
+
+def run_logged(cmd):
+    """Runs a bertgpu command; returns its per-step losses, the times they were printed, the process's wall time
+    and its other stderr lines."""
     log("$", " ".join(cmd))
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -265,6 +290,7 @@ def loop_seconds(times, steps):
 
 
 def main():
+    os.makedirs(WORK, exist_ok=True)
     train, held = corpus()
     train_txt, held_txt = os.path.join(WORK, "train.txt"), os.path.join(WORK, "heldout.txt")
     write_corpus(train, train_txt)
