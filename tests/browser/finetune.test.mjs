@@ -8,7 +8,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { ROOT, readSafetensors, withPage } from "./harness.mjs";
+import { ROOT, maxWeightDiff, readSafetensors, withPage } from "./harness.mjs";
 
 const TINY = "tests/models/tiny-classifier/";
 
@@ -33,7 +33,7 @@ const CLI_FLAGS = ["--task", "classify", "--epochs", "2", "--batch-size", "8", "
  */
 const LOSS_RTOL = 1e-4;
 /**
- * Parameters after the 6 steps, browser against native (but see NO_GRADIENT): measured 1.8e-6 on the wasm CPU and
+ * Parameters after the 6 steps, browser against native (but see harness.mjs NO_GRADIENT): measured 1.8e-6 on the wasm CPU and
  * on SwiftShader's WebGPU; 2e-5 leaves 10× for other rounding while a wrong update moves an element by ~lr = 1e-3.
  */
 const PARAM_ATOL = 2e-5;
@@ -46,25 +46,6 @@ const PARAM_ATOL = 2e-5;
  */
 const Q8_SCORE_ATOL = 6e-2;
 
-/**
- * The key projection's bias has a gradient of exactly 0 (it adds q·b_k to every score of a row, which the softmax
- * ignores), so what it gets is rounding noise of either sign, which AdamW's m/√v turns into steps of ±lr: it differs
- * between any two implementations (PyTorch's included) and is not compared.
- */
-const NO_GRADIENT = /attention\.self\.key\.bias$/;
-
-function maxDiff(a, b) {
-  assert.deepEqual(Object.keys(a).sort(), Object.keys(b).sort(), "the same tensors");
-  let worst = { diff: 0, name: "" };
-  for (const name of Object.keys(a).filter((n) => !NO_GRADIENT.test(n))) {
-    assert.equal(a[name].length, b[name].length, name);
-    for (let i = 0; i < a[name].length; i++) {
-      const d = Math.abs(a[name][i] - b[name][i]);
-      if (!(d <= worst.diff)) worst = { diff: d, name };
-    }
-  }
-  return worst;
-}
 
 function assertLossesClose(got, want, what) {
   assert.equal(got.length, want.length, `${what}: steps`);
@@ -166,7 +147,7 @@ test("fineTune on the wasm CPU trains what the native CLI trains; exportModel lo
   const native = nativeFineTune();
   assert.deepEqual(native.config.id2label, config.id2label);
   const worstLoss = assertLossesClose(got.report.steps.map((s) => s.loss), native.losses, "browser CPU vs native");
-  const worst = maxDiff(readSafetensors(Uint8Array.from(got.weights)), native.weights);
+  const worst = maxWeightDiff(readSafetensors(Uint8Array.from(got.weights)), native.weights);
   console.log(`wasm CPU vs native fine-tune: step losses relative ${worstLoss.toExponential(2)}, parameters `
     + `${worst.diff.toExponential(2)} (${worst.name})`);
   assert.ok(worst.diff <= PARAM_ATOL, `parameter ${worst.name} differs by ${worst.diff}`);
@@ -187,7 +168,7 @@ test("fineTune on WebGPU trains what the wasm CPU trains", async () => {
   }, { url: ctx.env.models.url + TINY, examples: EXAMPLES, options: OPTIONS });
   assert.equal(got.webgpu.device, "webgpu");
   const worstLoss = assertLossesClose(got.webgpu.losses, got.cpu.losses, "WebGPU vs wasm CPU");
-  const worst = maxDiff(readSafetensors(Uint8Array.from(got.webgpu.weights)), readSafetensors(Uint8Array.from(got.cpu.weights)));
+  const worst = maxWeightDiff(readSafetensors(Uint8Array.from(got.webgpu.weights)), readSafetensors(Uint8Array.from(got.cpu.weights)));
   console.log(`WebGPU vs wasm CPU fine-tune: step losses relative ${worstLoss.toExponential(2)}, parameters `
     + `${worst.diff.toExponential(2)} (${worst.name})`);
   assert.ok(worst.diff <= PARAM_ATOL, `parameter ${worst.name} differs by ${worst.diff}`);
@@ -330,8 +311,8 @@ test("fineTune with LoRA: the adapters the native CLI trains, peft's files, the 
   assert.equal(config.r, 4);
   assert.deepEqual([...config.target_modules].sort(), ["query", "value"]);
   assertLossesClose(got.losses, adapter.losses, "LoRA: browser CPU vs native");
-  const a = maxDiff(readSafetensors(Uint8Array.from(got.adapterWeights)), adapter.weights);
-  const m = maxDiff(readSafetensors(Uint8Array.from(got.merged)), merged.weights);
+  const a = maxWeightDiff(readSafetensors(Uint8Array.from(got.adapterWeights)), adapter.weights);
+  const m = maxWeightDiff(readSafetensors(Uint8Array.from(got.merged)), merged.weights);
   console.log(`LoRA, wasm CPU vs native: adapter ${a.diff.toExponential(2)} (${a.name}), merged ${m.diff.toExponential(2)} (${m.name})`);
   assert.ok(a.diff <= PARAM_ATOL && m.diff <= PARAM_ATOL, `adapter ${a.diff}, merged ${m.diff}`);
   // Bert.load(base, { adapter }) folds W + s·B·A in at load (f32, another summation order than the training's

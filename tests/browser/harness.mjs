@@ -146,6 +146,27 @@ export function readSafetensors(bytes) {
   return out;
 }
 
+/**
+ * The key projection's bias has a gradient of exactly 0 (it adds q·b_k to every score of a row, which the softmax
+ * ignores), so what it gets is rounding noise of either sign, which AdamW's m/√v turns into steps of ±lr: it differs
+ * between any two implementations (PyTorch's included) and is not compared.
+ */
+export const NO_GRADIENT = /attention\.self\.key\.bias$/;
+
+/** The largest |a − b| over the tensors of two weight sets (`readSafetensors`'s), but NO_GRADIENT's; and where. */
+export function maxWeightDiff(a, b) {
+  assert.deepEqual(Object.keys(a).sort(), Object.keys(b).sort(), "the same tensors");
+  let worst = { diff: 0, name: "" };
+  for (const name of Object.keys(a).filter((n) => !NO_GRADIENT.test(n))) {
+    assert.equal(a[name].length, b[name].length, name);
+    for (let i = 0; i < a[name].length; i++) {
+      const d = Math.abs(a[name][i] - b[name][i]);
+      if (!(d <= worst.diff)) worst = { diff: d, name };
+    }
+  }
+  return worst;
+}
+
 export function readJson(rel) {
   return JSON.parse(fs.readFileSync(path.join(ROOT, rel), "utf8"));
 }

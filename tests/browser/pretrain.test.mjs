@@ -9,7 +9,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { ROOT, readSafetensors, withPage } from "./harness.mjs";
+import { ROOT, maxWeightDiff, readSafetensors, withPage } from "./harness.mjs";
 
 const TINY = "tests/models/tiny-pretraining/";
 /** A BertForMaskedLM without the NSP head (splade-tiny, scripts/fetch-models.sh). */
@@ -52,25 +52,6 @@ const PARAM_ATOL = 2e-4;
  */
 const LOSS_SUM_RTOL = 1e-6;
 
-/**
- * The key projection's bias has a gradient of exactly 0 (it adds q·b_k to every score of a row, which the softmax
- * ignores), so what it gets is rounding noise of either sign, which AdamW's m/√v turns into steps of ±lr: it differs
- * between any two implementations (PyTorch's included) and is not compared (as in finetune.test.mjs).
- */
-const NO_GRADIENT = /attention\.self\.key\.bias$/;
-
-function maxDiff(a, b) {
-  assert.deepEqual(Object.keys(a).sort(), Object.keys(b).sort(), "the same tensors");
-  let worst = { diff: 0, name: "" };
-  for (const name of Object.keys(a).filter((n) => !NO_GRADIENT.test(n))) {
-    assert.equal(a[name].length, b[name].length, name);
-    for (let i = 0; i < a[name].length; i++) {
-      const d = Math.abs(a[name][i] - b[name][i]);
-      if (!(d <= worst.diff)) worst = { diff: d, name };
-    }
-  }
-  return worst;
-}
 
 /**
  * The native CLI's pretrain of the tiny checkpoint on CORPUS (`flags`: CLI_FLAGS and more): its step lines
@@ -179,7 +160,7 @@ test("pretrain on the wasm CPU trains what the native CLI's pretrain trains; the
 
   const native = nativePretrain();
   const worstLoss = compareSteps(steps, native.steps, "browser CPU vs native");
-  const worst = maxDiff(readSafetensors(Uint8Array.from(got.weights)), native.weights);
+  const worst = maxWeightDiff(readSafetensors(Uint8Array.from(got.weights)), native.weights);
   console.log(`wasm CPU vs native pretrain: step losses relative ${worstLoss.toExponential(2)}, parameters `
     + `${worst.diff.toExponential(2)} (${worst.name}); MLM accuracy by step ${steps.map((s) => s.mlmAccuracy.toFixed(3))}`);
   assert.ok(worst.diff <= PARAM_ATOL, `parameter ${worst.name} differs by ${worst.diff}`);
