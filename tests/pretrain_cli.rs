@@ -2,6 +2,7 @@
 //! (Debian's quotations, tests/data/fortunes-large, each quotation a document of its sentences), the held-out loss
 //! falling, the folder written as BertForPreTraining that `fill-mask` loads back, and bad input a clear error.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -91,5 +92,61 @@ fn pretraining_lowers_the_held_out_loss_and_writes_a_loadable_folder() {
     assert_eq!(o.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("document"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--save-batches` writes each step's batch as transformers takes it (replayed through PyTorch by
+/// bench/pretrain_continued.py, whose step losses then match bertgpu's): one line per step, the rows masked, the same
+/// file again from the same seed.
+#[test]
+fn saved_batches_are_the_masked_rows_of_each_step() {
+    let dir = std::env::temp_dir().join(format!("bertgpu-pretrain-batches-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = corpus(&dir);
+    let model = root().join("tests/models/tiny-pretraining");
+    let vocab: Vec<String> = std::fs::read_to_string(model.join("vocab.txt")).unwrap().lines().map(String::from).collect();
+    let id = |t: &str| vocab.iter().position(|v| v == t).unwrap() as i64;
+    let (cls, sep) = (id("[CLS]"), id("[SEP]"));
+    let run = |seed: &str, name: &str| {
+        let (file, out) = (dir.join(name), dir.join("out"));
+        let args = ["pretrain", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",
+            out.to_str().unwrap(), "--steps", "3", "--batch-size", "4", "--max-length", "32", "--seed", seed,
+            "--device", "cpu", "--save-batches", file.to_str().unwrap()];
+        let o = common::run_cli(&args, "");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(file).unwrap()
+    };
+    let text = run("7", "a.jsonl");
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let (mut labelled, mut tokens, mut seen) = (0usize, 0usize, BTreeSet::new());
+    for (k, b) in lines.iter().enumerate() {
+        assert_eq!(b["step"], k + 1);
+        let rows = |f: &str| -> Vec<Vec<i64>> {
+            b[f].as_array().unwrap().iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect())
+                .collect()
+        };
+        let (ids, types, labels) = (rows("input_ids"), rows("token_type_ids"), rows("labels"));
+        let nsp: Vec<i64> = b["next_sentence_label"].as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect();
+        assert_eq!((ids.len(), types.len(), labels.len(), nsp.len()), (4, 4, 4, 4), "{b}");
+        for r in 0..4 {
+            let (i, t, l) = (&ids[r], &types[r], &labels[r]);
+            assert!(i.len() <= 32 && i.len() == t.len() && i.len() == l.len(), "{b}");
+            assert_eq!((i[0], i[i.len() - 1], i.iter().filter(|&&x| x == sep).count()), (cls, sep, 2), "[CLS] A [SEP] B [SEP]");
+            assert!(t.windows(2).all(|w| w[0] <= w[1]) && t[0] == 0 && t[t.len() - 1] == 1, "segments: {t:?}");
+            assert!((0..=1).contains(&nsp[r]));
+            for (p, &lab) in l.iter().enumerate() {
+                assert!(lab == -100 || (i[p] != cls && i[p] != sep && lab != cls && lab != sep), "specials unselected");
+                labelled += (lab != -100) as usize;
+            }
+            tokens += i.len() - 3;
+            assert!(seen.insert(i.clone()), "a row trained on twice in 3 steps");
+        }
+    }
+    // 15% of the tokens selected (the per-row rounding and 12 short rows leave a wide margin).
+    assert!(labelled > 0 && (labelled as f64) < 0.3 * tokens as f64, "{labelled} of {tokens}");
+    assert_eq!(run("7", "b.jsonl"), text, "the same seed, the same batches");
+    assert_ne!(run("8", "c.jsonl"), text, "another seed, other batches");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,9 +9,9 @@ use bertgpu::backend::Backend;
 use bertgpu::engine::{self, Device};
 use bertgpu::loader::{self, LoadOptions, ModelFiles, ModelSource};
 use bertgpu::training::init::initial_model;
-use bertgpu::training::fit::FitOptions;
+use bertgpu::training::fit::{FitOptions, Hooks, Progress};
 use bertgpu::training::job;
-use bertgpu::training::pretrain_data::{parse_corpus, CorpusFormat, PretrainOptions};
+use bertgpu::training::pretrain_data::{parse_corpus, pretrain_rows, CorpusFormat, PretrainOptions, PretrainRow, TokenizedCorpus};
 use clap::Args;
 use serde_json::json;
 
@@ -79,6 +79,11 @@ pub(crate) struct PretrainArgs {
     /// Train without dropout (by default the checkpoint's, as transformers' Trainer)
     #[arg(long)]
     no_dropout: bool,
+    /// Write every batch trained on to FILE, one JSON line per step (`step`, and the rows' `input_ids`,
+    /// `token_type_ids`, masked-LM `labels` with -100 where no loss is taken, `next_sentence_label`: the names
+    /// transformers' BertForPreTraining takes), to replay the same batches elsewhere
+    #[arg(long, value_name = "FILE")]
+    save_batches: Option<PathBuf>,
     #[command(flatten)]
     checkpoints: CheckpointArgs,
 }
@@ -121,14 +126,59 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
     eprintln!("bertgpu: pre-training on {} documents, {} backend", corpus.len(), be.name());
     let (cfg, tok) = (&m.model.config, &m.model.tokenizer);
     let weights = m.model.weights().map_err(fail)?;
-    let mut progress = CliHooks::new();
+    let mut progress = SavingHooks { inner: CliHooks::new(), save: None, step: 1 };
+    if let Some(path) = &a.save_batches {
+        // The rows job::pretrain trains on, made again the same way (seeded): the hooks see them as indices.
+        let rows = pretrain_rows(&TokenizedCorpus::new(tok, &corpus).map_err(at)?, &data).map_err(at)?;
+        let file = std::fs::File::create(path).map_err(|e| fail(format!("cannot write `{}`: {e}", path.display())))?;
+        progress.save = Some((rows, std::io::BufWriter::new(file)));
+    }
     let mut checkpoints = a.checkpoints.open()?;
     let done = job::pretrain(be, cfg, tok, &weights, original, &corpus, &data, &fit, &mut progress, checkpoints.as_mut())
         .await
         .map_err(at)?;
+    if let Some((_, mut out)) = progress.save.take() {
+        use std::io::Write;
+        out.flush().map_err(|e| fail(format!("--save-batches: {e}")))?;
+    }
     drop(weights);
     write_folder(m, &a.out, &[("config.json", done.config_json.as_bytes()), ("model.safetensors", &done.safetensors)])?;
     Ok(json!({ "steps": done.report.steps.len(), "epochs": done.report.epochs, "out": a.out }))
+}
+
+/// The CLI's progress, and with `--save-batches` each batch's rows written as a JSON line.
+struct SavingHooks {
+    inner: CliHooks,
+    save: Option<(Vec<PretrainRow>, std::io::BufWriter<std::fs::File>)>,
+    /// The optimiser step the next batch belongs to.
+    step: usize,
+}
+
+impl Hooks for SavingHooks {
+    fn progress(&mut self, p: Progress<'_>) -> bertgpu::Result<()> {
+        if let Progress::Step(s) = &p {
+            self.step = s.step + 1;
+        }
+        self.inner.progress(p)
+    }
+
+    async fn pause(&mut self) -> bertgpu::Result<()> {
+        self.inner.pause().await
+    }
+
+    fn batch(&mut self, which: &[usize]) -> bertgpu::Result<()> {
+        let Some((rows, out)) = &mut self.save else { return Ok(()) };
+        let rows: Vec<&PretrainRow> = which.iter().map(|&i| &rows[i]).collect();
+        let line = json!({
+            "step": self.step,
+            "input_ids": rows.iter().map(|r| &r.input_ids).collect::<Vec<_>>(),
+            "token_type_ids": rows.iter().map(|r| &r.token_type_ids).collect::<Vec<_>>(),
+            "labels": rows.iter().map(|r| &r.mlm_labels).collect::<Vec<_>>(),
+            "next_sentence_label": rows.iter().map(|r| r.nsp_label).collect::<Option<Vec<_>>>(),
+        });
+        use std::io::Write;
+        writeln!(out, "{line}").map_err(|e| bertgpu::Error::Input(format!("--save-batches: {e}")))
+    }
 }
 
 /// A model from scratch: `config`'s BERT with weights drawn from `seed`, and the tokenizer of the folder `tokenizer`
