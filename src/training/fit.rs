@@ -84,6 +84,14 @@ impl Default for FitOptions {
     }
 }
 
+impl FitOptions {
+    /// Pre-training's defaults, `bertgpu pretrain`'s and `bert.pretrain`'s: 1000 steps of 16 rows, learning rate 1e-4
+    /// with 10% warm-up, weight decay 0.01, 5% of the rows held out, the checkpoint's dropout.
+    pub fn pretraining() -> FitOptions {
+        FitOptions { learning_rate: 1e-4, validation_split: 0.05, max_steps: Some(1000), ..FitOptions::default() }
+    }
+}
+
 /// After each optimiser step; pre-training's also with each head's loss and accuracy (flat: `mlm_loss`, ...;
 /// absent in other tasks' and in checkpoints written before they were reported).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -36,11 +36,10 @@ struct JsPretrainOptions {
 }
 
 impl JsPretrainOptions {
-    /// The rows' options and the loop's, for a model of `positions` positions. The defaults are the CLI's
-    /// (`bertgpu pretrain --help`): 1000 steps, batches of 16, learning rate 1e-4 with 10% warm-up, weight decay
-    /// 0.01, 5% held out, the checkpoint's dropout; masking and pairs as [`PretrainOptions::default`] (Google's).
+    /// The rows' options and the loop's, for a model of `positions` positions. The defaults are the CLI's:
+    /// [`FitOptions::pretraining`], and masking and pairs as [`PretrainOptions::default`] (Google's).
     fn resolve(self, positions: usize) -> Result<(PretrainOptions, FitOptions)> {
-        let d = PretrainOptions::default();
+        let (d, f) = (PretrainOptions::default(), FitOptions::pretraining());
         let max_length = self.max_length.unwrap_or(d.max_length.min(positions));
         if max_length > positions {
             return Err(Error::Input(format!(
@@ -57,15 +56,15 @@ impl JsPretrainOptions {
             seed,
         };
         let fit = FitOptions {
-            learning_rate: self.learning_rate.unwrap_or(1e-4),
-            batch_size: self.batch_size.unwrap_or(16),
-            warmup: self.warmup.unwrap_or(0.1),
-            weight_decay: self.weight_decay.unwrap_or(0.01),
-            validation_split: self.validation_split.unwrap_or(0.05),
+            learning_rate: self.learning_rate.unwrap_or(f.learning_rate),
+            batch_size: self.batch_size.unwrap_or(f.batch_size),
+            warmup: self.warmup.unwrap_or(f.warmup),
+            weight_decay: self.weight_decay.unwrap_or(f.weight_decay),
+            validation_split: self.validation_split.unwrap_or(f.validation_split),
             seed,
-            dropout: self.dropout.unwrap_or(true),
-            max_steps: Some(self.steps.unwrap_or(1000)),
-            ..FitOptions::default()
+            dropout: self.dropout.unwrap_or(f.dropout),
+            max_steps: self.steps.or(f.max_steps),
+            ..f
         };
         Ok((data, fit))
     }

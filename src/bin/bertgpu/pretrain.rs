@@ -48,19 +48,19 @@ pub(crate) struct PretrainArgs {
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// Optimiser steps (the schedule ends there; the rows are reshuffled each time they have all been seen)
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = FitOptions::pretraining().max_steps.unwrap_or_default())]
     steps: usize,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = FitOptions::pretraining().batch_size)]
     batch_size: usize,
-    #[arg(long, default_value_t = 1e-4)]
+    #[arg(long, default_value_t = FitOptions::pretraining().learning_rate)]
     lr: f32,
     /// Fraction of the steps with a linearly rising learning rate (then it falls linearly to 0)
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = FitOptions::pretraining().warmup)]
     warmup: f32,
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = FitOptions::pretraining().weight_decay)]
     weight_decay: f32,
     /// Fraction of the tokens selected for the masked-LM loss (of those 80% [MASK], 10% random, 10% unchanged)
-    #[arg(long, default_value_t = 0.15)]
+    #[arg(long, default_value_t = PretrainOptions::default().mlm_probability)]
     mlm_probability: f64,
     /// Select whole words (every piece of a word together)
     #[arg(long)]
@@ -69,10 +69,10 @@ pub(crate) struct PretrainArgs {
     #[arg(long)]
     no_nsp: bool,
     /// Fraction of the sentence pairs given a shorter random length (Google's BERT: 0.1), in [0, 1]
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = PretrainOptions::default().short_seq_prob)]
     short_seq_prob: f64,
     /// Fraction of the rows held out and evaluated after each pass over the data
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = FitOptions::pretraining().validation_split)]
     validation_split: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -100,7 +100,7 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
     let corpus = parse_corpus(&text, format).map_err(at)?;
     // --max-length: the rows' length, [CLS] and [SEP]s included (default 128, or the model's limit if lower).
     let limit = m.model.config.max_position_embeddings;
-    let max_length = a.max_length.unwrap_or(128.min(limit));
+    let max_length = a.max_length.unwrap_or(PretrainOptions::default().max_length.min(limit));
     if max_length > limit {
         return Err(fail(format!("--max-length {max_length} is beyond the model's {limit} positions")));
     }
@@ -121,7 +121,7 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
         seed: a.seed,
         dropout: !a.no_dropout,
         max_steps: Some(a.steps),
-        ..FitOptions::default()
+        ..FitOptions::pretraining()
     };
     eprintln!("bertgpu: pre-training on {} documents, {} backend", corpus.len(), be.name());
     let (cfg, tok) = (&m.model.config, &m.model.tokenizer);
