@@ -19,20 +19,36 @@ from transformers import AutoTokenizer, BertForSequenceClassification, get_linea
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models/all-MiniLM-L6-v2")
-DATA = os.path.join(ROOT, sys.argv[4] if len(sys.argv) > 4 else "tests/data/fortunes")
 BIN = os.environ.get("BERTGPU_BIN", os.path.join(ROOT, "target/release/bertgpu"))
+ENV = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
 torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "2")))
-epochs, lr, seeds = (int(sys.argv[1]) if len(sys.argv) > 1 else 5, float(sys.argv[2]) if len(sys.argv) > 2 else 1e-4,
-                     int(sys.argv[3]) if len(sys.argv) > 3 else 3)
-train = [json.loads(l) for l in open(os.path.join(DATA, "train.jsonl"))]
-test = [json.loads(l) for l in open(os.path.join(DATA, "test.jsonl"))]
-labels = []
-for e in train:
-    if e["label"] not in labels:
-        labels.append(e["label"])
 
 
-def torch_run(seed):
+def read(path):
+    return [json.loads(l) for l in open(path) if l.strip()]
+
+
+def labels_of(rows):
+    """The labels in order of first appearance (the class index PyTorch's head is trained on)."""
+    out = []
+    for e in rows:
+        if e["label"] not in out:
+            out.append(e["label"])
+    return out
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, env=ENV, **kw)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr.decode()[-4000:])
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}")
+    return p
+
+
+def torch_run(train_path, test_path, epochs, lr, seed):
+    """PyTorch's fine-tune with the recipe above; the test accuracy."""
+    train, test = read(train_path), read(test_path)
+    labels = labels_of(train)
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(MODEL)
     model = BertForSequenceClassification.from_pretrained(MODEL, num_labels=len(labels), hidden_dropout_prob=0.0,
@@ -64,37 +80,52 @@ def torch_run(seed):
     return sum(labels[p] == e["label"] for p, e in zip(pred, test)) / len(test)
 
 
-def classify(model_dir, extra=()):
+def classify(test_path, model_dir, extra=()):
+    """`bertgpu classify`'s accuracy on test_path."""
+    test = read(test_path)
     inp = "".join(json.dumps({"text": e["text"]}) + "\n" for e in test)
-    out = subprocess.run([BIN, "classify", "--model", model_dir, "--device", "cpu", *extra], input=inp.encode(),
-                         capture_output=True, check=True, env={**os.environ, "XDG_RUNTIME_DIR": "/tmp"})
+    out = run([BIN, "classify", "--model", model_dir, "--device", "cpu", *extra], input=inp.encode())
     preds = [json.loads(l)[0]["label"] for l in out.stdout.decode().splitlines()]
+    assert len(preds) == len(test)
     return sum(p == e["label"] for p, e in zip(preds, test)) / len(test)
 
 
-def ours(seed):
+def ours(train_path, test_path, epochs, lr, seed):
+    """bertgpu's `fine-tune` with the recipe above; the test accuracy."""
     with tempfile.TemporaryDirectory() as d:
-        subprocess.run([BIN, "fine-tune", "--task", "classify", "--model", MODEL, "--data", os.path.join(DATA, "train.jsonl"),
-                        "--out", d, "--epochs", str(epochs), "--lr", str(lr), "--batch-size", "16", "--warmup", "0.1",
-                        "--weight-decay", "0.01", "--validation-split", "0", "--seed", str(seed), "--device", "cpu",
-                        "--no-dropout"],
-                       capture_output=True, check=True, env={**os.environ, "XDG_RUNTIME_DIR": "/tmp"})
-        return classify(d)
+        run([BIN, "fine-tune", "--task", "classify", "--model", MODEL, "--data", train_path, "--out", d,
+             "--epochs", str(epochs), "--lr", str(lr), "--batch-size", "16", "--warmup", "0.1", "--weight-decay", "0.01",
+             "--validation-split", "0", "--seed", str(seed), "--device", "cpu", "--no-dropout"])
+        return classify(test_path, d)
 
 
-def head(seed):
+def head(train_path, test_path, epochs, lr, seed):
+    """bertgpu's `train-head` (frozen encoder); epochs and lr None: its defaults."""
     with tempfile.TemporaryDirectory() as d:
         f = os.path.join(d, "head.safetensors")
-        subprocess.run([BIN, "train-head", "--model", MODEL, "--data", os.path.join(DATA, "train.jsonl"), "--out", f,
-                        "--seed", str(seed), "--device", "cpu"], capture_output=True, check=True,
-                       env={**os.environ, "XDG_RUNTIME_DIR": "/tmp"})
-        return classify(MODEL, ["--head", f])
+        opts = (["--epochs", str(epochs)] if epochs else []) + (["--lr", str(lr)] if lr else [])
+        run([BIN, "train-head", "--model", MODEL, "--data", train_path, "--out", f, "--seed", str(seed),
+             "--device", "cpu", *opts])
+        return classify(test_path, MODEL, ["--head", f])
 
 
-rows = [("PyTorch fine-tune", torch_run), ("bertgpu fine-tune", ours), ("bertgpu train-head (frozen encoder)", head)]
-print(f"all-MiniLM-L6-v2 on {os.path.relpath(DATA, ROOT)} ({len(train)} train / {len(test)} test), {epochs} epochs, lr {lr}, batch 16, seeds 0..{seeds - 1}")
-print("| run | test accuracy per seed | mean |")
-print("|---|---|---|")
-for name, fn in rows:
-    accs = [fn(s) for s in range(seeds)]
-    print(f"| {name} | {', '.join(f'{a:.3f}' for a in accs)} | {statistics.mean(accs):.3f} |", flush=True)
+def main():
+    epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    lr = float(sys.argv[2]) if len(sys.argv) > 2 else 1e-4
+    seeds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    data = os.path.join(ROOT, sys.argv[4] if len(sys.argv) > 4 else "tests/data/fortunes")
+    train, test = os.path.join(data, "train.jsonl"), os.path.join(data, "test.jsonl")
+    rows = [("PyTorch fine-tune", lambda s: torch_run(train, test, epochs, lr, s)),
+            ("bertgpu fine-tune", lambda s: ours(train, test, epochs, lr, s)),
+            ("bertgpu train-head (frozen encoder)", lambda s: head(train, test, None, None, s))]
+    print(f"all-MiniLM-L6-v2 on {os.path.relpath(data, ROOT)} ({len(read(train))} train / {len(read(test))} test), "
+          f"{epochs} epochs, lr {lr}, batch 16, seeds 0..{seeds - 1}")
+    print("| run | test accuracy per seed | mean |")
+    print("|---|---|---|")
+    for name, fn in rows:
+        accs = [fn(s) for s in range(seeds)]
+        print(f"| {name} | {', '.join(f'{a:.3f}' for a in accs)} | {statistics.mean(accs):.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -26,15 +26,13 @@ stopped (delete WORK to start over).
 
 Needs torch and transformers. Runs bertgpu's CLI on the CPU (BERTGPU_BIN: another binary than
 target/release/bertgpu); PyTorch on TORCH_THREADS threads (default 2)."""
-import argparse, json, os, random, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, random, statistics, sys, tempfile, time
 
-import torch
-from transformers import AutoTokenizer, BertForSequenceClassification, get_linear_schedule_with_warmup
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The three runs, the same code as bench/finetune_accuracy.py's (which also sets torch's threads).
+from finetune_accuracy import BIN, ROOT, head, labels_of, ours, read, torch_run  # noqa: E402
+import torch  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODEL = os.path.join(ROOT, "models/all-MiniLM-L6-v2")
-BIN = os.environ.get("BERTGPU_BIN", os.path.join(ROOT, "target/release/bertgpu"))
-ENV = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
 FT_LRS, FT_EPOCHS = [3e-5, 5e-5, 1e-4, 2e-4], [3, 6, 10]
 HEAD_LRS, HEAD_EPOCHS = [1e-3, 3e-3, 1e-2], [20, 50]
 
@@ -48,27 +46,14 @@ ap.add_argument("--ft-skip", nargs="*", default=[], metavar="LR/EPOCHS",
                 help="fine-tune grid cells not to run (e.g. 5e-5/10), to shrink the grid when the machine is slow")
 args = ap.parse_args()
 DATA = os.path.join(ROOT, args.data)
-torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "2")))
 os.makedirs(args.work, exist_ok=True)
 RESULTS = os.path.join(args.work, "results.json")
 results = json.load(open(RESULTS)) if os.path.exists(RESULTS) else {}
 
 
-def read(path):
-    return [json.loads(l) for l in open(path) if l.strip()]
-
-
 def write(path, rows):
     with open(path, "w") as f:
         f.writelines(json.dumps(e) + "\n" for e in rows)
-
-
-def labels_of(rows):
-    out = []
-    for e in rows:
-        if e["label"] not in out:
-            out.append(e["label"])
-    return out
 
 
 def split(rows, frac=0.2, seed=0):
@@ -81,74 +66,6 @@ def split(rows, frac=0.2, seed=0):
         rng.shuffle(idx)
         val_idx.update(idx[:round(frac * len(idx))])
     return [e for i, e in enumerate(rows) if i not in val_idx], [e for i, e in enumerate(rows) if i in val_idx]
-
-
-def run(cmd, **kw):
-    p = subprocess.run(cmd, capture_output=True, env=ENV, **kw)
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr.decode()[-4000:])
-        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}")
-    return p
-
-
-def torch_run(train_path, test_path, epochs, lr, seed):
-    """finetune_accuracy.py's torch_run, with the data, epochs and lr as arguments."""
-    train, test = read(train_path), read(test_path)
-    labels = labels_of(train)
-    torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(MODEL)
-    model = BertForSequenceClassification.from_pretrained(MODEL, num_labels=len(labels), hidden_dropout_prob=0.0,
-                                                          attention_probs_dropout_prob=0.0)
-    no_decay = lambda n: n.endswith("bias") or "LayerNorm.weight" in n
-    groups = [{"params": [p for n, p in model.named_parameters() if not no_decay(n)], "weight_decay": 0.01},
-              {"params": [p for n, p in model.named_parameters() if no_decay(n)], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=lr)
-    steps = epochs * ((len(train) + 15) // 16)
-    sched = get_linear_schedule_with_warmup(opt, int(0.1 * steps + 0.999), steps)
-    g = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(train), generator=g).tolist()
-        for i in range(0, len(order), 16):
-            chunk = [train[j] for j in order[i:i + 16]]
-            enc = tok([e["text"] for e in chunk], truncation=True, padding=True, return_tensors="pt")
-            y = torch.tensor([labels.index(e["label"]) for e in chunk])
-            loss = model(**enc, labels=y).loss
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-    model.eval()
-    with torch.no_grad():
-        enc = tok([e["text"] for e in test], truncation=True, padding=True, return_tensors="pt")
-        pred = model(**enc).logits.argmax(-1).tolist()
-    return sum(labels[p] == e["label"] for p, e in zip(pred, test)) / len(test)
-
-
-def classify(test_path, model_dir, extra=()):
-    test = read(test_path)
-    inp = "".join(json.dumps({"text": e["text"]}) + "\n" for e in test)
-    out = run([BIN, "classify", "--model", model_dir, "--device", "cpu", *extra], input=inp.encode())
-    preds = [json.loads(l)[0]["label"] for l in out.stdout.decode().splitlines()]
-    assert len(preds) == len(test)
-    return sum(p == e["label"] for p, e in zip(preds, test)) / len(test)
-
-
-def ours(train_path, test_path, epochs, lr, seed):
-    with tempfile.TemporaryDirectory() as d:
-        run([BIN, "fine-tune", "--task", "classify", "--model", MODEL, "--data", train_path, "--out", d,
-             "--epochs", str(epochs), "--lr", str(lr), "--batch-size", "16", "--warmup", "0.1", "--weight-decay", "0.01",
-             "--validation-split", "0", "--seed", str(seed), "--device", "cpu", "--no-dropout"])
-        return classify(test_path, d)
-
-
-def head(train_path, test_path, epochs, lr, seed):
-    with tempfile.TemporaryDirectory() as d:
-        f = os.path.join(d, "head.safetensors")
-        run([BIN, "train-head", "--model", MODEL, "--data", train_path, "--out", f, "--epochs", str(epochs),
-             "--lr", str(lr), "--seed", str(seed), "--device", "cpu"])
-        return classify(test_path, MODEL, ["--head", f])
 
 
 def cached(key, fn, *a):
