@@ -7,12 +7,11 @@
 // and target/release/bertgpu (cargo build --release). From the root:
 //
 //   node bench/finetune_step.mjs [--steps 4] [--devices cpu,webgpu,native]
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { ROOT, openPage, start } from "../tests/browser/harness.mjs";
-import { median } from "./harness.mjs";
+import { ROOT } from "../tests/browser/harness.mjs";
+import { browserSteps, nativeSteps, perStep } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => (argv.includes(`--${name}`) ? argv[argv.indexOf(`--${name}`) + 1] : dflt);
@@ -25,27 +24,6 @@ const examples = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/train.json
   .map((l) => JSON.parse(l)).slice(0, STEPS * BATCH).map((e) => ({ text: e.text.slice(0, 200), label: e.label }));
 const options = { task: "classify", epochs: 1, batchSize: BATCH, validationSplit: 0, learningRate: 5e-5, seed: 0 };
 
-/** Median gap between consecutive step times (ms), after the first step. */
-const perStep = (times) => median(times.slice(1).map((t, i) => t - times[i]));
-
-async function browser(device) {
-  const env = await start();
-  try {
-    const page = await openPage(env);
-    return await page.evaluate(async ({ url, device, examples, options }) => {
-      const bert = await bertgpu.Bert.load(url, { device });
-      const t0 = performance.now();
-      const times = [];
-      await bert.fineTune(examples, { ...options, onProgress: (p) => p.type === "step" && times.push(performance.now()) });
-      const out = { device: bert.device, first: times[0] - t0, times };
-      bert.dispose();
-      return out;
-    }, { url: env.models.url + MINILM, device, examples, options });
-  } finally {
-    await env.stop();
-  }
-}
-
 async function native() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-step-"));
   const data = path.join(dir, "data.jsonl");
@@ -53,29 +31,14 @@ async function native() {
   const args = ["fine-tune", "--task", "classify", "--model", path.join(ROOT, MINILM), "--data", data,
     "--out", path.join(dir, "out"), "--device", "cpu", "--epochs", "1", "--batch-size", String(BATCH),
     "--validation-split", "0", "--lr", "5e-5"];
-  const times = [];
-  const t0 = performance.now();
-  await new Promise((resolve, reject) => {
-    const p = spawn(path.join(ROOT, "target/release/bertgpu"), args, { stdio: ["ignore", "ignore", "pipe"] });
-    let buf = "";
-    p.stderr.on("data", (d) => {
-      buf += d;
-      let i;
-      while ((i = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        if (line.startsWith("{\"epoch\"") && line.includes("\"step\"")) times.push(performance.now());
-      }
-    });
-    p.on("close", (code) => (code === 0 ? resolve() : reject(new Error(`bertgpu fine-tune exited with ${code}`))));
-  });
+  const r = await nativeSteps(path.join(ROOT, "target/release/bertgpu"), args);
   fs.rmSync(dir, { recursive: true, force: true });
-  return { device: "native cpu", first: times[0] - t0, times };
+  return r;
 }
 
 const rows = [];
 for (const d of DEVICES) {
-  const r = d === "native" ? await native() : await browser(d);
+  const r = d === "native" ? await native() : await browserSteps(MINILM, d, "fineTune", examples, options);
   const side = d === "native" ? `native CLI, CPU (${os.cpus().length} cores)`
     : r.device === "webgpu" ? "Chromium, WebGPU (this machine: SwiftShader)" : "Chromium, wasm CPU (1 thread)";
   rows.push({ side,

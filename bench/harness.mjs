@@ -85,3 +85,52 @@ export function median(xs) {
   const m = s.length >> 1;
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 }
+
+/**
+ * A training run's step times in headless Chromium: `bert[method](input, options)` (fineTune, pretrain) of the model
+ * at `model` (a path under the test server's models root) on `device`, timing its "step" progress events.
+ * `{ device, first, times }`: where it ran, the first step's time from the call (start included), each step's time.
+ */
+export async function browserSteps(model, device, method, input, options) {
+  const { openPage, start } = await import("../tests/browser/harness.mjs");
+  const env = await start();
+  try {
+    const page = await openPage(env);
+    return await page.evaluate(async ({ url, device, method, input, options }) => {
+      const bert = await bertgpu.Bert.load(url, { device });
+      const t0 = performance.now();
+      const times = [];
+      await bert[method](input, { ...options, onProgress: (p) => p.type === "step" && times.push(performance.now()) });
+      const out = { device: bert.device, first: times[0] - t0, times };
+      bert.dispose();
+      return out;
+    }, { url: env.models.url + model, device, method, input, options });
+  } finally {
+    await env.stop();
+  }
+}
+
+/** The native CLI's step times, as [`browserSteps`]: `bin args` run to the end, its stderr's step lines timed. */
+export async function nativeSteps(bin, args) {
+  const { spawn } = await import("node:child_process");
+  const times = [];
+  const t0 = performance.now();
+  await new Promise((resolve, reject) => {
+    const p = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
+    let buf = "";
+    p.stderr.on("data", (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        if (line.startsWith("{\"epoch\"") && line.includes("\"step\"")) times.push(performance.now());
+      }
+    });
+    p.on("close", (code) => (code === 0 ? resolve() : reject(new Error(`bertgpu ${args[0]} exited with ${code}`))));
+  });
+  return { device: "native cpu", first: times[0] - t0, times };
+}
+
+/** Median gap between consecutive step times (ms), after the first step (which includes the start). */
+export const perStep = (times) => median(times.slice(1).map((t, i) => t - times[i]));

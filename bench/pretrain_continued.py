@@ -26,9 +26,20 @@ What it does, deterministically (fixed seeds throughout):
    difference of the two drops in % of PyTorch's drop.
 
 Writes WORK/results.json and prints a summary (per-step training losses side by side every STEPS/20 steps).
+
+    BERTGPU_BIN=... python bench/pretrain_continued.py STEPS WORK --same-batches
+
+The same comparison on the very same batches, dropout off on both sides: bertgpu trains with `--no-dropout
+--save-batches WORK/batches.jsonl` (every step's masked rows, as it drew them), and PyTorch replays that file, one
+line a step, in eval mode (no dropout) with the optimiser, schedule and clipping above. The two loss curves then
+differ only by arithmetic: the summary gives their largest and mean per-step relative difference, besides the
+held-out drop.
 """
 import json, math, os, random, sys, time
 
+SAME = "--same-batches" in sys.argv
+if SAME:
+    sys.argv.remove("--same-batches")
 # pretrain_scratch reads argv[1] (steps) and argv[2] (work dir) at import; the defaults here differ, so set them first.
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 200
 WORK = sys.argv[2] if len(sys.argv) > 2 else "/tmp/pretrain_continued"
@@ -78,15 +89,38 @@ def make_segment_rows(docs_ids, special, vocab, seed, max_length=MAX_LEN, mlm_p=
     return rows
 
 
-def run_bertgpu(train_txt, out, steps):
+def run_bertgpu(train_txt, out, steps, batches=None):
+    extra = ["--no-dropout", "--save-batches", batches] if batches else []
     cmd = [ps.BIN, "pretrain", "--model", CKPT, "--no-nsp", "--data", train_txt, "--out", out, "--device", "cpu",
            "--steps", str(steps), "--batch-size", str(BATCH), "--max-length", str(MAX_LEN), "--lr", str(LR),
            "--warmup", str(WARMUP), "--weight-decay", str(WD), "--mlm-probability", str(MLM_P),
-           "--validation-split", "0", "--seed", "0"]
+           "--validation-split", "0", "--seed", "0"] + extra
     return ps.run_logged(cmd)
 
 
-def run_torch(rows, steps):
+def torch_batches(rows, steps):
+    """PyTorch's own batches of `rows`: reshuffled each pass, BATCH rows each."""
+    g = torch.Generator().manual_seed(0)
+    step = 0
+    while step < steps:
+        order = torch.randperm(len(rows), generator=g).tolist()
+        for k in range(0, len(order), BATCH):
+            if step == steps:
+                return
+            yield [rows[j] for j in order[k:k + BATCH]]
+            step += 1
+
+
+def saved_batches(path):
+    """The batches bertgpu trained on (`--save-batches`), one line a step."""
+    for step, line in enumerate(open(path), 1):
+        b = json.loads(line)
+        assert b["step"] == step, (b["step"], step)
+        yield [dict(input_ids=i, token_type_ids=t, labels=l)
+               for i, t, l in zip(b["input_ids"], b["token_type_ids"], b["labels"])]
+
+
+def run_torch(batches, steps, dropout=True):
     torch.manual_seed(0)
     model = BertForMaskedLM.from_pretrained(CKPT)
     no_decay = lambda n: n.endswith("bias") or "LayerNorm.weight" in n
@@ -94,23 +128,18 @@ def run_torch(rows, steps):
     opt = torch.optim.AdamW([{"params": [p for n, p in params if not no_decay(n)], "weight_decay": WD},
                              {"params": [p for n, p in params if no_decay(n)], "weight_decay": 0.0}], lr=LR)
     sched = get_linear_schedule_with_warmup(opt, math.ceil(WARMUP * steps), steps)
-    g = torch.Generator().manual_seed(0)
-    model.train()
-    losses, times, step = [], [], 0
-    while step < steps:
-        order = torch.randperm(len(rows), generator=g).tolist()
-        for k in range(0, len(order), BATCH):
-            if step == steps:
-                break
-            loss = model(**ps.collate([rows[j] for j in order[k:k + BATCH]])).loss
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            step += 1
-            losses.append(loss.item())
-            times.append(time.monotonic())
+    model.train(dropout)  # eval mode: the same graph without dropout
+    losses, times = [], []
+    for batch in batches:
+        loss = model(**ps.collate(batch)).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        times.append(time.monotonic())
+    assert len(losses) == steps, (len(losses), steps)
     return model, losses, times
 
 
@@ -141,7 +170,8 @@ def main():
                 corpus=dict(source=f"docstrings of the Python {sys.version.split()[0]} standard library ({ps.STDLIB})",
                             train=stats(train, train_ids), heldout=stats(held, held_ids)),
                 recipe=dict(steps=STEPS, batch=BATCH, max_length=MAX_LEN, lr=LR, warmup=WARMUP, weight_decay=WD,
-                            mlm_probability=MLM_P, nsp=False, torch_threads=ps.THREADS))
+                            mlm_probability=MLM_P, nsp=False, torch_threads=ps.THREADS,
+                            same_batches_no_dropout=SAME))
     log(json.dumps(info["corpus"]))
     eval_rows = [r for s in (101, 102, 103, 104, 105) for r in make_segment_rows(held_ids, special, vocab, s)]
     train_rows = make_segment_rows(train_ids, special, vocab, 0)
@@ -156,7 +186,8 @@ def main():
     log("before:", res["checkpoint (before)"])
 
     out = os.path.join(WORK, "bertgpu")
-    b_losses, b_times, b_total, b_other = run_bertgpu(train_txt, out, STEPS)
+    batches = os.path.join(WORK, "batches.jsonl") if SAME else None
+    b_losses, b_times, b_total, b_other = run_bertgpu(train_txt, out, STEPS, batches)
     b_loop = ps.loop_seconds(b_times, STEPS)
     log(f"bertgpu: {b_loop:.1f} s loop, {b_total:.1f} s process")
     bmodel, b_load = load(out)
@@ -164,7 +195,10 @@ def main():
     log("bertgpu:", res["bertgpu"])
 
     t0 = time.monotonic()
-    model, t_losses, t_times = run_torch(train_rows, STEPS)
+    if SAME:
+        model, t_losses, t_times = run_torch(saved_batches(batches), STEPS, dropout=False)
+    else:
+        model, t_losses, t_times = run_torch(torch_batches(train_rows, STEPS), STEPS)
     t_total = time.monotonic() - t0
     t_loop = ps.loop_seconds(t_times, STEPS)
     log(f"torch: {t_loop:.1f} s loop")
@@ -182,6 +216,10 @@ def main():
                      "PyTorch": dict(loop_seconds=t_loop, process_seconds=t_total, tokens_per_s=nominal / t_loop)}
     info["bertgpu_output_loading_info"] = b_load
     info["losses"] = {"bertgpu": b_losses, "PyTorch": t_losses}
+    if SAME:
+        rel = [abs(b - t) / t for b, t in zip(b_losses, t_losses)]
+        info["same_batches"] = dict(max_step_rel_diff=max(rel), mean_step_rel_diff=sum(rel) / len(rel),
+                                    first_step=(b_losses[0], t_losses[0]), last_step=(b_losses[-1], t_losses[-1]))
     info["bertgpu_stderr_other"] = b_other[-10:]
     json.dump(info, open(os.path.join(WORK, "results.json"), "w"), indent=1)
 
@@ -197,6 +235,10 @@ def main():
     log(f"drop bertgpu {drop['bertgpu']:.4f} vs PyTorch {drop['PyTorch']:.4f}: "
         f"{info['drop_difference_pct_of_torch']:+.1f}% of PyTorch's drop; MLM accuracy "
         f"{info['mlm_accuracy_difference_points']:+.2f} points ({res['PyTorch']['masked']} masked positions)")
+    if SAME:
+        sb = info["same_batches"]
+        log(f"same batches, dropout off: per-step loss relative difference max {100 * sb['max_step_rel_diff']:.3f}%, "
+            f"mean {100 * sb['mean_step_rel_diff']:.3f}%; step 1 {sb['first_step']}, step {STEPS} {sb['last_step']}")
     log(f"speed: bertgpu {b_loop:.1f} s loop ({b_total:.1f} s process), PyTorch {t_loop:.1f} s loop")
 
 
