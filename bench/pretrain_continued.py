@@ -223,11 +223,7 @@ def main():
     info["bertgpu_stderr_other"] = b_other[-10:]
     json.dump(info, open(os.path.join(WORK, "results.json"), "w"), indent=1)
 
-    every = max(1, STEPS // 20)
-    log("step  bertgpu-loss  torch-loss (training batches; mean of the last", every, "steps)")
-    for s in range(every, STEPS + 1, every):
-        m = lambda l: sum(l[s - every:s]) / every
-        log(f"{s:5d}  {m(b_losses):10.3f}  {m(t_losses):10.3f}")
+    ps.log_curves(b_losses, t_losses, "training batches; ")
     log("| model | held-out MLM loss | drop | held-out MLM accuracy |")
     for k in ["checkpoint (before)", "bertgpu", "PyTorch"]:
         r = res[k]

@@ -229,6 +229,15 @@ def run_bertgpu(train_txt, tok_dir, cfg_path, out, steps, lr=LR):
     return run_logged(cmd)
 
 
+def log_curves(b_losses, t_losses, what=""):
+    """The two training-loss curves side by side, 20 rows: each the mean of its steps."""
+    every = max(1, len(b_losses) // 20)
+    log(f"step  bertgpu-loss  torch-loss ({what}mean of the last", every, "steps)")
+    for s in range(every, len(b_losses) + 1, every):
+        m = lambda l: sum(l[s - every:s]) / every
+        log(f"{s:5d}  {m(b_losses):10.3f}  {m(t_losses):10.3f}")
+
+
 def run_logged(cmd):
     """Runs a bertgpu command; returns its per-step losses, the times they were printed, the process's wall time
     and its other stderr lines."""
@@ -347,11 +356,7 @@ def main():
     info["bertgpu_stderr_other"] = b_other[-10:]
     json.dump(info, open(os.path.join(WORK, "results.json"), "w"), indent=1)
 
-    every = max(1, STEPS // 20)
-    log("step  bertgpu-loss  torch-loss (mean of the last", every, "steps)")
-    for s in range(every, STEPS + 1, every):
-        m = lambda l: sum(l[s - every:s]) / every
-        log(f"{s:5d}  {m(b_losses):10.3f}  {m(t_losses):10.3f}")
+    log_curves(b_losses, t_losses)
     log("| model | MLM accuracy | MLM loss | NSP accuracy |")
     for k in ["frequency baseline", "bertgpu init (step 0)", "PyTorch init (step 0)", "PyTorch", "bertgpu"]:
         r = res[k]
