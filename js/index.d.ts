@@ -264,6 +264,27 @@ export interface FineTuneEpoch {
   valExactMatch?: number;
 }
 
+/**
+ * Before the first step of fineTune and pretrain: what training holds besides the model, in bytes, for the run's
+ * batch size and longest example. `total` = parameters + gradients + optimizer + the larger of activations and update
+ * (the update comes after the backward has freed the activations) + 1 MiB of small buffers. On the wasm CPU backend a
+ * run whose total exceeds the 4 GiB address space is refused before it starts.
+ */
+export interface TrainingMemory {
+  type: "memory";
+  /** The trained copy of every parameter (f32). */
+  parameters: number;
+  /** One gradient per trained parameter. */
+  gradients: number;
+  /** AdamW's two moments per trained parameter. */
+  optimizer: number;
+  /** A batch's activations kept for the backward, and the backward's largest temporaries. */
+  activations: number;
+  /** The update's temporaries: the largest trained parameter's new value and moments. */
+  update: number;
+  total: number;
+}
+
 /** A checkpoint saved, the run resumed from one, or a damaged one skipped (`reason`) on the way to an intact one. */
 export interface FineTuneCheckpoint {
   type: "checkpoint";
@@ -343,7 +364,7 @@ export interface FineTuneOptions {
    * `exportModel({ format: "adapter" })` gives peft's files.
    */
   lora?: { r: number; alpha?: number; targets?: "qv" | "all" };
-  onProgress?: (progress: FineTuneStep | FineTuneEpoch | FineTuneCheckpoint | FineTuneDeviceLost) => void;
+  onProgress?: (progress: FineTuneStep | FineTuneEpoch | FineTuneCheckpoint | FineTuneDeviceLost | TrainingMemory) => void;
   /** Stops fine-tuning between two steps; the model is left as it was. */
   signal?: AbortSignal;
 }
@@ -421,7 +442,7 @@ export interface PretrainOptions {
   checkpoint?: { name: string; every?: number; keep?: number };
   /** As FineTuneOptions.resume: the first run's corpus and options. */
   resume?: boolean;
-  onProgress?: (progress: PretrainStep | PretrainEpoch | FineTuneCheckpoint | FineTuneDeviceLost) => void;
+  onProgress?: (progress: PretrainStep | PretrainEpoch | FineTuneCheckpoint | FineTuneDeviceLost | TrainingMemory) => void;
   /** Stops pre-training between two steps; the model is left as it was. */
   signal?: AbortSignal;
 }

@@ -52,6 +52,9 @@ fn pretraining_lowers_the_held_out_loss_and_writes_a_loadable_folder() {
     let lines: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let steps: Vec<&Value> = lines.iter().filter(|v| v.get("step").is_some()).collect();
     assert_eq!(steps.len(), 60, "--steps 60: {stderr}");
+    // Before the first step, what training holds besides the model (tests/training_memory.rs checks the numbers).
+    assert!(stderr.lines().next().is_some_and(|l| l.starts_with("bertgpu: pre-training"))
+        && stderr.lines().nth(1).is_some_and(|l| l.starts_with("bertgpu: training holds ")), "{stderr}");
     // Each step line has the two heads' losses and accuracies; their losses add up to the step's (f32 rounding).
     for s in &steps {
         let f = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("no {k} in {s}"));

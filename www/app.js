@@ -449,10 +449,14 @@ async function fineTuneModel(examples, epochs, resume = false) {
           if (p.checkpoint === "resumed") $("tr-time").textContent = `resumed at step ${p.step}`;
           return;
         }
+        if (p.type === "memory") {
+          $("tr-time").textContent = `training holds ${(p.total / 2 ** 20).toFixed(0)} MiB besides the model`;
+          return;
+        }
         if (p.type === "step") {
           history.push({ epoch: (p.step / p.totalSteps) * epochs, loss: p.loss });
           $("tr-time").textContent = `step ${p.step}/${p.totalSteps} · loss ${p.loss.toFixed(3)}`;
-        } else {
+        } else if (p.type === "epoch") {
           history.push({ epoch: p.epoch, valLoss: p.valLoss, valAccuracy: p.valAccuracy });
         }
         drawChart(history, epochs, true);

@@ -233,6 +233,13 @@ pub trait Backend {
         CPU_MAX_TENSOR_BYTES
     }
 
+    /// The most memory all of the backend's tensors can take, where it has a hard limit: wasm32's 4 GiB address
+    /// space for the CPU backend in the browser. Training refuses a run that could not fit
+    /// ([`crate::training::memory::TrainingMemory::check_fits`]) instead of failing in the middle.
+    fn memory_limit(&self) -> Option<u64> {
+        None
+    }
+
     /// `LayerNorm(word[ids] + position[t] + token_type[type_ids])` for every token of the batch → `(B*T, H)`.
     /// Position ids are `0..T` in every row (right padding).
     fn embeddings(&self, batch: &Batch, tables: &EmbeddingTables<'_, Self::Tensor>) -> Result<Self::Tensor>;

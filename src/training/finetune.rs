@@ -18,6 +18,7 @@
 //!
 //! Checked against PyTorch's float64 autograd by `tests/finetune_golden.rs` (goldens: `tests/golden/finetune.py`).
 
+use super::memory::TrainingMemory;
 use super::encoder::{apply_dropout, get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STREAM};
 use super::head::{argmax, SplitMix64};
 use super::pretrain::PretrainHead;
@@ -198,6 +199,25 @@ impl<B: Backend> FineTuner<B> {
             Head::Pretrain(h) => Ok(*h),
             _ => Err(Error::Input(format!("this model is being trained for {:?}, not pre-training", self.task()))),
         }
+    }
+
+    /// What a step on micro-batches of `b` × `t` tokens holds besides the model as loaded ([`TrainingMemory`]): the
+    /// parameters trained (all, the top layers', or LoRA's) get gradients and moments. Pre-training's masked LM is
+    /// counted at 15% of the tokens selected, and one more per sequence (its default, rounded up).
+    pub fn memory(&self, b: usize, t: usize) -> TrainingMemory {
+        let enc = &self.encoder;
+        // The embeddings' 5 parameters, then 12 per layer in order, then the head's (always trained).
+        let first_trained = self.top_layers.map_or(0, |k| 5 + 12 * (enc.layers() - k.min(enc.layers())));
+        let params = enc.params.iter().enumerate().map(|(i, p)| (p.rows * p.cols, i >= first_trained && enc.trains(i)));
+        let c = &enc.config;
+        let (forwards, head_rows, head_width) = match &self.head {
+            Head::Sequence { labels, .. } => (1, b, *labels),
+            Head::Token { labels, .. } => (1, b * t, *labels),
+            Head::Qa { .. } => (1, b * t, 2),
+            Head::Embed => (2, b, b),
+            Head::Pretrain(_) => (1, (b * t).div_ceil(20) * 3 + b, c.vocab_size),
+        };
+        TrainingMemory::of(c, params, b, t, forwards, head_rows, head_width)
     }
 
     /// Refuses a batch whose largest tensor of the step would not fit the backend (a GPU's largest storage binding,

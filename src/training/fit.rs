@@ -7,6 +7,7 @@ use super::ceil_fraction;
 use super::checkpoint::{self, Checkpoints, LoopState, Store, TraineeState};
 use super::finetune::{StepOptions, StepReport};
 use super::head::SplitMix64;
+use super::memory::TrainingMemory;
 use super::metrics::QaReference;
 use super::pretrain::PretrainStep;
 use crate::backend::Backend;
@@ -160,6 +161,8 @@ pub enum Progress<'a> {
     Epoch(&'a EpochMetrics),
     /// A checkpoint was saved, or the run resumed from one (see [`CheckpointEvent`]).
     Checkpoint(&'a CheckpointEvent),
+    /// Before the first step: what training will hold besides the model ([`Trainee::memory`]).
+    Memory(&'a TrainingMemory),
 }
 
 /// What happened to a checkpoint: `saved` (after `step` optimiser steps), `resumed` from it, or `skipped` as
@@ -231,6 +234,10 @@ pub trait Trainee<B: Backend> {
     fn set_state(&mut self, _be: &B, _state: TraineeState) -> Result<()> {
         Err(Error::Input("this trainer does not resume from checkpoints".into()))
     }
+    /// What a step holds besides the model, for the run's batch size and longest row; `None`: not stated.
+    fn memory(&self) -> Option<TrainingMemory> {
+        None
+    }
 }
 
 /// The training loop of every trainer: the rows are split once by a seeded shuffle (the first ⌈split·N⌉ examples
@@ -248,6 +255,10 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
     }
     if checkpoints.as_ref().is_some_and(|c| c.every == 0) {
         return Err(Error::Input("checkpoints need an interval of at least 1 step".into()));
+    }
+    if let Some(m) = trainee.memory() {
+        m.check_fits(be.memory_limit())?;
+        hooks.progress(Progress::Memory(&m))?;
     }
     // One optimiser step per `accumulate` micro-batches of `batch_size` rows.
     let rows_per_step = opts.batch_size * opts.accumulate;

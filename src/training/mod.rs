@@ -20,6 +20,7 @@ pub mod fit;
 pub mod init;
 pub mod job;
 pub mod lora;
+pub mod memory;
 pub mod metrics;
 pub mod optim;
 pub mod pretrain;

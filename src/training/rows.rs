@@ -9,6 +9,7 @@ use super::encoder::DropoutOptions;
 use super::finetune::{FineTuneTask, FineTuner, StepOptions, StepReport, Targets, IGNORE};
 use super::fit::{fit_loop, Evaluation, FitOptions, FitReport, Hooks, Metrics, Trainee};
 use super::head::argmax;
+use super::memory::TrainingMemory;
 use super::metrics;
 use crate::backend::Backend;
 use crate::tokenizer::Batch;
@@ -165,6 +166,11 @@ impl<B: Backend> Trainee<B> for RowTrainee<'_, B> {
 
     async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {
         self.tuner.apply(be, opt).await
+    }
+
+    fn memory(&self) -> Option<TrainingMemory> {
+        let longest = self.rows.iter().map(|r| r.input_ids.len()).max().unwrap_or(0).max(self.opts.pad_to.unwrap_or(0));
+        Some(self.tuner.memory(self.opts.batch_size, longest))
     }
 
     async fn evaluate(&self, be: &B, which: &[usize]) -> Result<Evaluation> {

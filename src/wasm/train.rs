@@ -11,6 +11,7 @@ use crate::training::checkpoint::{Checkpoints, Store};
 use crate::training::fit::{EpochMetrics, FitOptions, FitReport, Hooks, Progress, StepProgress};
 use crate::training::job::{Examples, JobOptions, JobTask};
 use crate::training::lora::{LoraOptions, LoraTargets, DEFAULT_ALPHA};
+use crate::training::memory::TrainingMemory;
 use crate::{Error, Result};
 
 /// `trainHead`'s options as JS gives them (the wrapper has checked their types; serde checks them again, and an
@@ -276,6 +277,14 @@ pub(super) enum JsProgress {
         #[serde(skip_serializing_if = "Option::is_none")]
         val_nsp_accuracy: Option<f32>,
     },
+    /// `{ type: "memory", parameters, gradients, optimizer, activations, update, total }`: bytes (see
+    /// `training::memory::TrainingMemory`), before the first step.
+    #[serde(rename_all = "camelCase")]
+    Memory {
+        #[serde(flatten)]
+        parts: TrainingMemory,
+        total: u64,
+    },
     /// `{ type: "checkpoint", checkpoint: "saved" | "resumed" | "skipped", name, step, reason? }`.
     Checkpoint {
         checkpoint: &'static str,
@@ -371,6 +380,7 @@ impl Hooks for JsHooks {
                 reason: c.reason.clone(),
                 bytes: c.bytes,
             }),
+            Progress::Memory(m) => to_js(&JsProgress::Memory { parts: *m, total: m.total() }),
         };
         if let Ok(v) = v {
             self.call("onProgress", Some(&v))?;

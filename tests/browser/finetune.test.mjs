@@ -124,6 +124,14 @@ test("fineTune on the wasm CPU trains what the native CLI trains; exportModel lo
   assert.deepEqual(Object.values(config.id2label), labels);
   // 18 training rows in batches of 8: 3 steps an epoch, 2 epochs; one epoch event each, with validation.
   assert.deepEqual(got.events.filter((e) => e.type === "step").map((e) => e.step), [1, 2, 3, 4, 5, 6]);
+  // First, what the run holds besides the model (tests/training_memory.rs measures the statement natively): the
+  // trained copy of the parameters, as much again for the gradients (every parameter trains), twice for AdamW.
+  const [memory] = got.events;
+  assert.equal(memory.type, "memory", JSON.stringify(got.events.slice(0, 2)));
+  assert.ok(memory.parameters > 0 && memory.gradients === memory.parameters && memory.optimizer === 2 * memory.parameters
+    && memory.activations > 0, JSON.stringify(memory));
+  assert.equal(memory.total, memory.parameters + memory.gradients + memory.optimizer
+    + Math.max(memory.activations, memory.update) + 2 ** 20);
   assert.deepEqual(got.events.filter((e) => e.type === "step"), got.report.steps);
   assert.deepEqual(got.events.filter((e) => e.type === "epoch"), got.report.epochs);
   for (const e of got.report.epochs) {

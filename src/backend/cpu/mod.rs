@@ -254,6 +254,11 @@ pub(crate) fn threads() -> usize {
 }
 
 impl Backend for CpuBackend {
+    /// In the browser, wasm32's 4 GiB address space holds every tensor.
+    fn memory_limit(&self) -> Option<u64> {
+        cfg!(target_arch = "wasm32").then_some(1 << 32)
+    }
+
     type Tensor = CpuTensor;
 
     fn name(&self) -> &'static str {

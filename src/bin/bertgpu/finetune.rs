@@ -140,6 +140,7 @@ impl Hooks for CliHooks {
             Progress::Step(s) => serde_json::to_string(s),
             Progress::Epoch(e) => serde_json::to_string(e),
             Progress::Checkpoint(c) => serde_json::to_string(c),
+            Progress::Memory(m) => Ok(format!("bertgpu: training holds {m} besides the model")),
         };
         eprintln!("{}", line.unwrap_or_default());
         self.check()
