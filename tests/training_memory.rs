@@ -14,6 +14,8 @@ use bertgpu::training::finetune::{FineTuneTask, FineTuner, StepOptions, Targets}
 use bertgpu::training::memory::TrainingMemory;
 use bertgpu::weights::Weights;
 
+mod common;
+
 struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -105,4 +107,36 @@ fn a_steps_memory_is_what_the_fine_tuner_states() {
         assert!(u_stated + MIB >= update as f64 && u_stated <= update as f64 * (1.0 + STATED_OVER_AT_MOST),
             "{b}×{t} update: stated {u_stated}, measured {update}");
     }
+}
+
+/// On the GPU the tensors live in the backend's buffer pool, which keeps freed buffers for the next tensor of their
+/// size, within a bound (src/backend/gpu/buffers.rs): what it holds is the device memory training takes. Batches
+/// padded to their longest row (as fit pads them) come in many lengths; without the bound each length left its own
+/// buffers behind (830 MiB after the 7 lengths here, growing with each new one).
+#[test]
+fn the_gpu_pool_stays_within_the_statement() {
+    let Some(g) = common::gpu() else { return };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/all-MiniLM-L6-v2");
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let mut tr = FineTuner::new(&g, &cfg, &weights, FineTuneTask::Sequence, Some(2), 0).unwrap();
+    let b = 8;
+    let mut most = 0;
+    for t in [16usize, 24, 32, 40, 48, 56, 64, 16, 64] {
+        let batch = Batch { input_ids: (0..b * t).map(|i| 1000 + (i as u32 * 7919) % 20000).collect(),
+            token_type_ids: vec![0; b * t], attention_mask: vec![1; b * t], b, t };
+        let labels: Vec<u32> = (0..b as u32).map(|i| i % 2).collect();
+        pollster::block_on(tr.step(&g, &batch, &Targets::Sequence(&labels), &StepOptions::default())).unwrap();
+        let (held, peak, evicted) = g.pool_memory();
+        most = most.max(held);
+        eprintln!("after {b}×{t}: the pool holds {:.1} MiB (most in use at once {:.1}, {evicted} buffers dropped)",
+            held as f64 / MIB, peak as f64 / MIB);
+    }
+    // The tensors in use at once are the statement's (the parameters are pool buffers here); the pool may hold half
+    // as much again in free buffers.
+    let stated = tr.memory(b, 64).total();
+    let (_, peak, _) = g.pool_memory();
+    eprintln!("stated at {b}×64: {}; the pool held at most {:.1} MiB", tr.memory(b, 64), most as f64 / MIB);
+    assert!(peak <= stated, "most in use at once {peak} > stated {stated}");
+    assert!(most as f64 <= 1.5 * stated as f64 + 16.0 * MIB, "the pool held {most}, stated {stated}");
 }

@@ -5,6 +5,11 @@
 //! (uploads, uniforms) runs *before* that whole submission. So a buffer freed during the current recording may be
 //! handed to another op's output (GPU writes stay in recording order), but never to a host write, which would land
 //! before the earlier reads of that buffer. Such buffers wait in `released` until the submit.
+//!
+//! Bound. A buffer fits only a request of its exact size, so calls of ever new shapes (training batches padded to
+//! their longest row, texts of every length) would each leave a set of buffers behind, and the pool would grow until
+//! every shape had been seen. So the pool holds at most [`pool_slack`] more than the most its tensors have ever
+//! used at once: creating a buffer beyond that drops the free buffers that have waited longest.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -33,9 +38,18 @@ impl Kind {
 
 type Key = (Kind, u64);
 
+/// How much more than the most ever in use at once the pool may hold in free buffers: half of it, and at least
+/// 16 MiB, so that calls alternating between two shapes of similar size (a benchmark's round robin, inference
+/// between training steps) keep both sets of buffers instead of creating them again each time.
+pub fn pool_slack(peak_in_use: u64) -> u64 {
+    (peak_in_use / 2).max(16 << 20)
+}
+
+
 #[derive(Default)]
 pub struct PoolState {
-    free: HashMap<Key, Vec<wgpu::Buffer>>,
+    /// Each free buffer with the time it was freed (`clock`), for dropping the longest-waiting first.
+    free: HashMap<Key, Vec<(u64, wgpu::Buffer)>>,
     /// Freed since the last submit: reusable by GPU writes only (see the module comment).
     released: HashMap<Key, Vec<wgpu::Buffer>>,
     /// Whether ops have been recorded since the last submit (if not, a freed buffer is referenced by no pending
@@ -44,6 +58,33 @@ pub struct PoolState {
     /// Buffers ever created by the pool (a repeated call must not raise it).
     pub created: usize,
     pub created_bytes: u64,
+    /// Bytes of the buffers alive (in use, released and free), of those in use, and the most ever in use at once.
+    pub held: u64,
+    pub in_use: u64,
+    pub peak_in_use: u64,
+    /// Buffers dropped to keep the bound.
+    pub evicted: usize,
+    clock: u64,
+}
+
+impl PoolState {
+    /// Drops the longest-waiting free buffers until what the pool holds is within the bound (see the module doc).
+    fn trim(&mut self) {
+        let bound = self.peak_in_use + pool_slack(self.peak_in_use);
+        while self.held > bound {
+            let Some((&key, _)) = self.free.iter().filter(|(_, v)| !v.is_empty()).min_by_key(|(_, v)| v[0].0) else {
+                return; // the rest is in use or waits for the submit
+            };
+            if let Some(list) = self.free.get_mut(&key) {
+                list.remove(0);
+                if list.is_empty() {
+                    self.free.remove(&key);
+                }
+            }
+            self.held -= key.1;
+            self.evicted += 1;
+        }
+    }
 }
 
 pub type Pool = Rc<RefCell<PoolState>>;
@@ -79,8 +120,14 @@ impl Drop for PoolBuf {
             if let Ok(mut p) = pool.try_borrow_mut() {
                 // A staging buffer is dropped unmapped after its read completed: no pending work can touch it.
                 // So is any buffer freed while nothing is recorded.
-                let list = if self.key.0 == Kind::Staging || !p.recording { &mut p.free } else { &mut p.released };
-                list.entry(self.key).or_default().push(buf);
+                p.in_use -= self.key.1;
+                if self.key.0 == Kind::Staging || !p.recording {
+                    p.clock += 1;
+                    let at = p.clock;
+                    p.free.entry(self.key).or_default().push((at, buf));
+                } else {
+                    p.released.entry(self.key).or_default().push(buf);
+                }
             }
         }
     }
@@ -96,7 +143,7 @@ pub fn take(pool: &Pool, device: &wgpu::Device, kind: Kind, bytes: u64, host_wri
     let size = round_size(bytes);
     let key = (kind, size);
     let mut p = pool.borrow_mut();
-    let reused = p.free.get_mut(&key).and_then(Vec::pop).or_else(|| {
+    let reused = p.free.get_mut(&key).and_then(Vec::pop).map(|(_, b)| b).or_else(|| {
         if host_write || kind == Kind::Staging {
             None
         } else {
@@ -108,6 +155,9 @@ pub fn take(pool: &Pool, device: &wgpu::Device, kind: Kind, bytes: u64, host_wri
         None => {
             p.created += 1;
             p.created_bytes += size;
+            p.held += size;
+            p.peak_in_use = p.peak_in_use.max(p.in_use + size);
+            p.trim();
             device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(match kind {
                     Kind::Storage => "tensor",
@@ -120,6 +170,7 @@ pub fn take(pool: &Pool, device: &wgpu::Device, kind: Kind, bytes: u64, host_wri
             })
         }
     };
+    p.in_use += size;
     PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()), counter: None }
 }
 
@@ -129,6 +180,9 @@ pub fn after_submit(pool: &Pool) {
     p.recording = false;
     let released = std::mem::take(&mut p.released);
     for (key, bufs) in released {
-        p.free.entry(key).or_default().extend(bufs);
+        p.clock += 1;
+        let at = p.clock;
+        p.free.entry(key).or_default().extend(bufs.into_iter().map(|b| (at, b)));
     }
+    p.trim();
 }

@@ -175,6 +175,13 @@ impl GpuBackend {
         let p = self.pool.borrow();
         (p.created, p.created_bytes)
     }
+
+    /// The pool's bytes held now (in use and free), the most its tensors have used at once, and the buffers it has
+    /// dropped to stay within [`buffers::pool_slack`] of that.
+    pub fn pool_memory(&self) -> (u64, u64, usize) {
+        let p = self.pool.borrow();
+        (p.held, p.peak_in_use, p.evicted)
+    }
 }
 
 fn shape_err(op: &str, msg: String) -> Error {
