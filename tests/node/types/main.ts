@@ -35,7 +35,7 @@ const labels: string[] = await bert.loadHead(head);
 const tuned = await bert.fineTune([{ tokens: ["Paris"], tags: ["B-LOC"] }], {
   task: "ner", layers: 2, signal: new AbortController().signal,
   onProgress: (p) => (p.type === "step" ? p.loss : p.type === "epoch" ? p.valAccuracy
-    : p.type === "checkpoint" ? p.step : p.device),
+    : p.type === "checkpoint" ? p.step : p.type === "memory" ? p.total : p.device),
   checkpoint: { name: "ner-run", every: 50, keep: 2 }, resume: true, patience: 2,
 });
 const saved: Array<{ name: string; step: number; totalSteps: number | null; size: number; date: Date }> =
@@ -47,7 +47,7 @@ const folder: Uint8Array = (await bert.exportModel())["config.json"];
 const pre = await bert.pretrain(["A first sentence.\nIts next one.", "Another document.\nWith two lines."], {
   steps: 4, maxLength: 32, nsp: true, wholeWordMask: false, checkpoint: { name: "mlm-run" },
   onProgress: (p) => (p.type === "step" ? p.mlmAccuracy + (p.nspAccuracy ?? 0) : p.type === "epoch" ? p.valNspAccuracy
-    : p.type === "checkpoint" ? p.step : p.device),
+    : p.type === "checkpoint" ? p.step : p.type === "memory" ? p.total : p.device),
 });
 const nspLoss: number | null = pre.steps[0].nspLoss;
 await bert.pretrain("one sentence\n\nanother document", { mlmProbability: 0.2 });
