@@ -89,14 +89,20 @@ const BUILDS = {
  * SIMD by name, and, when the caller gives the wasm, gives it; else `build` on one thread, with `threadsReason`
  * saying why where threads were asked for.
  */
-function pickThreads(opts, build, wasm, method) {
+function pickThreads(opts, wasm, method) {
   const threads = threadsOption(opts.threads, method);
-  if (threads === 1) return { build, threads: 1, threadsReason: null };
+  // The single-threaded build, checked only where it runs (a wasm option may give the threaded build alone).
+  const single = () => pickBuild(opts.simd ?? "auto", wasm);
+  if (threads === 1) return { build: single(), threads: 1, threadsReason: null };
   let why = null;
   if (opts.simd === "relaxed") why = "simd: \"relaxed\" was asked for and the threaded build is SIMD128";
   else if (wasm && !wasm.threads) why = "the wasm option gives no threaded build ({ threads: ... })";
   else why = threadsUnavailable();
-  return why ? { build, threads: 1, threadsReason: why } : { build: "threads", threads, threadsReason: null };
+  if (!why) {
+    if (opts.simd != null && !SIMDS.includes(opts.simd)) pickBuild(opts.simd, wasm); // the same TypeError
+    return { build: "threads", threads, threadsReason: null };
+  }
+  return { build: single(), threads: 1, threadsReason: why };
 }
 
 /**
@@ -589,7 +595,7 @@ export class Bert {
     // A shard of a tensor-parallel model (bertgpu/worker) runs on one thread: its workers are the parallelism.
     const { build, threads, threadsReason } = opts._shard ? { build: pickBuild(opts.simd ?? "auto", wasm), threads: 1,
       threadsReason: "a shard of a tensor-parallel model runs on one thread" }
-      : pickThreads(opts, pickBuild(opts.simd ?? "auto", wasm), wasm, "Bert.load");
+      : pickThreads(opts, wasm, "Bert.load");
     const resolved = resolveSource(source);
     const cache = opts.cache ?? true;
     const { sha256, maxBytes } = checkLoadOptions(resolved, opts);
