@@ -111,7 +111,7 @@ function pickThreads(opts, wasm, method) {
  * dispose() ends the pool. Pool changes run one at a time (`rt.poolOps`).
  */
 function usePool(rt, threads) {
-  rt.poolOps = rt.poolOps.then(async () => {
+  const done = rt.poolOps.then(async () => {
     if (rt.pool?.threads !== threads) {
       if (rt.pool) endPool(rt.glue, rt.pool);
       rt.pool = null;
@@ -119,7 +119,9 @@ function usePool(rt, threads) {
     }
     rt.users++;
   });
-  return rt.poolOps;
+  // A pool that failed to start rejects this load only: the next one tries again.
+  rt.poolOps = done.catch(() => {});
+  return done;
 }
 
 function releasePool(rt) {
