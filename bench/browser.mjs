@@ -7,8 +7,9 @@
 //                          [--only cpu|webgpu] [--cores n] [--json out.json]
 //
 // --latency-reps: repetitions of workload (a) on the CPU (one sentence takes milliseconds, and its run-to-run spread
-// is wide: a median of few runs moves by 2×). --cores: our workers and their threads in the multi-core rows (default:
-// navigator.hardwareConcurrency, at least 2, at most 4).
+// is wide: a median of few runs moves by 2×). --cores: our workers, our threaded build's threads and their threads in
+// the multi-core rows (default: navigator.hardwareConcurrency, at least 2, at most 4). The other rows run ours on one
+// thread.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -63,7 +64,7 @@ async function main() {
     "bench/models/all-MiniLM-L6-v2/onnx/model.onnx", OURS_Q8.slice(1), "models/all-MiniLM-L6-v2/model.safetensors"]) {
     if (!fs.existsSync(path.join(ROOT, need))) throw new Error(`${need} is missing: run bench/browser.sh`);
   }
-  // Cross-origin isolated, so transformers.js may use wasm threads (bertgpu's wasm is single-threaded).
+  // Cross-origin isolated, so both libraries may use wasm threads.
   const site = await serve(ROOT, { headers: ISOLATION_HEADERS });
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-bench-"));
   const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
@@ -98,16 +99,18 @@ async function main() {
       console.error(`${w.name}: tokens ${Math.min(...w.tokens)}–${Math.max(...w.tokens)}`);
     }
 
-    // The multi-core rows use every core the browser reports, up to 4 (--cores): our workers, their wasm threads.
+    // The multi-core rows use every core the browser reports, up to 4 (--cores): our workers or threads, theirs.
     const n = multiCore(CORES, results.env.cores);
     const f32 = { source: OURS_F32, device: "cpu" }, q8 = { source: OURS_Q8, device: "cpu" };
     const configs = [
       { device: "cpu", dtype: "f32", ours: f32, theirs: { dtype: "fp32", device: "wasm", threads: 1 }, label: "CPU (ours) vs WASM 1 thread (theirs)" },
       { device: "cpu", dtype: "f32", ours: f32, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU (ours) vs WASM ${n} threads (theirs)` },
+      { device: "cpu", dtype: "f32", ours: { ...f32, threads: n }, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU ${n} threads, threaded build (ours) vs WASM ${n} threads (theirs)` },
       { device: "cpu", dtype: "f32", ours: { ...f32, workers: n }, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU ${n} workers (ours) vs WASM ${n} threads (theirs)` },
       { device: "cpu", dtype: "f32", ours: { ...f32, workers: n, parallel: "tensor" }, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU ${n} tensor-parallel workers (ours) vs WASM ${n} threads (theirs)` },
       { device: "cpu", dtype: "8-bit", ours: q8, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, relaxed-SIMD build (ours) vs WASM q8 1 thread (theirs)" },
       { device: "cpu", dtype: "8-bit", ours: { ...q8, simd: "simd128" }, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, SIMD128 build (ours) vs WASM q8 1 thread (theirs)" },
+      { device: "cpu", dtype: "8-bit", ours: { ...q8, threads: n }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} threads, threaded build (ours) vs WASM q8 ${n} threads (theirs)` },
       { device: "cpu", dtype: "8-bit", ours: { ...q8, workers: n }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} workers, relaxed-SIMD build (ours) vs WASM q8 ${n} threads (theirs)` },
       { device: "cpu", dtype: "8-bit", ours: { ...q8, workers: n, parallel: "tensor" }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} tensor-parallel workers, relaxed-SIMD build (ours) vs WASM q8 ${n} threads (theirs)` },
       { device: "webgpu", dtype: "f32", ours: { source: OURS_F32, device: "webgpu" }, theirs: { dtype: "fp32", device: "webgpu" }, label: "WebGPU (both)" },
@@ -152,6 +155,7 @@ async function main() {
       const colds = [
         { which: "ours", label: "bertgpu f32 (CPU)", opts: { source: OURS_F32, device: "cpu" } },
         { which: "theirs", label: "transformers.js fp32 (WASM)", opts: { dtype: "fp32", device: "wasm", threads: 2 } },
+        { which: "ours", label: `bertgpu f32 (CPU, threaded build, ${n} threads)`, opts: { source: OURS_F32, device: "cpu", threads: n } },
         { which: "ours", label: "bertgpu q8_0 (CPU)", opts: { source: OURS_Q8, device: "cpu" } },
         { which: "theirs", label: "transformers.js q8 (WASM)", opts: { dtype: "q8", device: "wasm", threads: 2 } },
       ];

@@ -32,7 +32,7 @@ window.coldStart = async (which, opts) => {
 window.marks = [];
 
 /**
- * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers, parallel, cache };
+ * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers, parallel, threads, simd, cache };
  * theirs: { dtype: "fp32" | "q8", device: "wasm" | "webgpu", threads, cache }. `cache`: keep the downloads in the
  * Cache API (each library's default is true; without it, ours caches only with several workers, theirs never).
  */
@@ -42,10 +42,12 @@ window.load = async (which, opts) => {
     sessions.ours?.dispose();
     const extra = opts.workers > 1 ? { workers: opts.workers, parallel: opts.parallel ?? "data" } : {};
     if (opts.simd) extra.simd = opts.simd; // which wasm build (default "auto": relaxed SIMD where the engine has it)
+    // The threaded build's threads (bertgpu's default is the cores; the rows without `threads` measure one thread).
+    extra.threads = opts.threads ?? 1;
     // With several workers the files are fetched once per worker: the cache makes the later fetches local.
     const onProgress = (p) => { if (p.loaded === p.total) window.marks.push({ what: `fetched ${p.file}`, t: Date.now() }); };
     sessions.ours = await Bert.load(opts.source, { device: opts.device, cache: opts.cache ?? opts.workers > 1, onProgress, ...extra });
-    return `${sessions.ours.device} (${sessions.ours.simd})`;
+    return `${sessions.ours.device} (${sessions.ours.simd}, ${sessions.ours.threads} threads)`;
   }
   const t = await importTheirs(opts);
   const progress_callback = (p) => { if (p.status === "done") window.marks.push({ what: `fetched ${p.file}`, t: Date.now() }); };

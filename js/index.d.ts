@@ -99,7 +99,18 @@ export interface LoadOptions {
    * gives either or both, and "auto" picks among them. Used when a page (or worker) first loads that build; later
    * loads share the running instance.
    */
-  wasm?: WasmSource | { relaxed?: WasmSource; simd128?: WasmSource };
+  wasm?: WasmSource | { relaxed?: WasmSource; simd128?: WasmSource; threads?: WasmSource };
+  /**
+   * The threads the CPU backend runs on, the calling thread included (1 to 64). Default: the cores the browser
+   * reports (navigator.hardwareConcurrency), at most 8. More than 1 loads the threaded build (wasm-threads/: SIMD128,
+   * a pool of Web Workers over one shared memory, one copy of the model) where the page is cross-origin isolated
+   * (`crossOriginIsolated` and SharedArrayBuffer: the headers Cross-Origin-Opener-Policy: same-origin and
+   * Cross-Origin-Embedder-Policy: require-corp); elsewhere, with 1, with `simd: "relaxed"`, in Node.js, or when the
+   * `wasm` object gives no `threads` build, the single-threaded builds run, with no error (see Bert.threads and
+   * Bert.threadsReason). One pool serves every model of the page (or worker): a load asking for another count
+   * restarts it, and the last model's dispose() ends it.
+   */
+  threads?: number;
   /**
    * "bertgpu/worker" only: on the CPU backend, the number of workers (each a copy of the model on its own core)
    * that share calls over many texts; "auto" takes the cores the browser reports, at most 4. Default 1.
@@ -476,6 +487,7 @@ export interface CreateOptions {
   device?: LoadOptions["device"];
   simd?: LoadOptions["simd"];
   wasm?: LoadOptions["wasm"];
+  threads?: LoadOptions["threads"];
 }
 
 export declare class Bert {
@@ -500,6 +512,10 @@ export declare class Bert {
   readonly deviceReason: string | null;
   /** Which wasm build runs the model (see LoadOptions.simd). */
   readonly simd: "relaxed" | "simd128";
+  /** The threads the model's CPU work runs on, the calling thread included: 1 unless the threaded build runs. */
+  readonly threads: number;
+  /** Why the model runs on one thread although more were asked for (or by default), or null. */
+  readonly threadsReason: string | null;
   /**
    * The GPU kernels this model runs: null on the CPU and while the first calibration after load is under way.
    * "cached": chosen on an earlier load on this adapter; "calibrated": chosen now; "default": a CPU adapter.

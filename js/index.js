@@ -13,9 +13,11 @@ import { resolveSource, fetchModelFiles, fetchAdapterFiles, checkLoadOptions, cl
 import { shardGather } from "./shards.js";
 import { deleteCheckpoint, listCheckpoints, openCheckpointStore } from "./checkpoints.js";
 import { calibrate, tune } from "./tuning.js";
-// The wasm-bindgen glue of the two builds (see BUILDS).
+import { endPool, startPool, threadsOption, threadsUnavailable } from "./threads.js";
+// The wasm-bindgen glue of the three builds (see BUILDS).
 import * as glueSimd128 from "./wasm/bertgpu.js";
 import * as glueRelaxed from "./wasm-relaxed/bertgpu.js";
+import * as glueThreads from "./wasm-threads/bertgpu.js";
 
 export { clearCache };
 
@@ -73,10 +75,64 @@ function pickBuild(simd, given) {
 // each; a page downloads only the .wasm of the build it uses): a service worker may not use import(), and a static
 // import leaves a bundler no chunk to place. Every specifier is a literal, which bundlers follow (Vite, webpack and
 // Rollup copy the .wasm files and rewrite the URLs) and browsers resolve as they are, next to this file.
+// The third, wasm-threads/ (SIMD128 with threads: js/threads.js), runs where the page is cross-origin isolated; it
+// leaves out relaxed SIMD, since one threaded build serves every engine that has threads.
 const BUILDS = {
   simd128: { glue: glueSimd128, url: () => new URL("./wasm/bertgpu_bg.wasm", import.meta.url) },
   relaxed: { glue: glueRelaxed, url: () => new URL("./wasm-relaxed/bertgpu_bg.wasm", import.meta.url) },
+  threads: { glue: glueThreads, url: () => new URL("./wasm-threads/bertgpu_bg.wasm", import.meta.url) },
 };
+
+/**
+ * The build and thread count for Bert.load's options: the threaded build when more than one thread is asked for (or
+ * by default, where the browser reports several cores), the page can run it, the caller did not ask for relaxed
+ * SIMD by name, and, when the caller gives the wasm, gives it; else `build` on one thread, with `threadsReason`
+ * saying why where threads were asked for.
+ */
+function pickThreads(opts, wasm, method) {
+  const threads = threadsOption(opts.threads, method);
+  // The single-threaded build, checked only where it runs (a wasm option may give the threaded build alone).
+  const single = () => pickBuild(opts.simd ?? "auto", wasm);
+  if (threads === 1) return { build: single(), threads: 1, threadsReason: null };
+  let why = null;
+  if (opts.simd === "relaxed") why = "simd: \"relaxed\" was asked for and the threaded build is SIMD128";
+  else if (wasm && !wasm.threads) why = "the wasm option gives no threaded build ({ threads: ... })";
+  else why = threadsUnavailable();
+  if (!why) {
+    if (opts.simd != null && !SIMDS.includes(opts.simd)) pickBuild(opts.simd, wasm); // the same TypeError
+    return { build: "threads", threads, threadsReason: null };
+  }
+  return { build: single(), threads: 1, threadsReason: why };
+}
+
+/**
+ * Gives the threaded runtime a pool of `threads` threads (one per runtime: a model that asks for another count
+ * restarts it, and every model of the runtime then runs on the new one), and counts `rt.users`: the last model's
+ * dispose() ends the pool. Pool changes run one at a time (`rt.poolOps`).
+ */
+function usePool(rt, threads) {
+  const done = rt.poolOps.then(async () => {
+    if (rt.pool?.threads !== threads) {
+      if (rt.pool) endPool(rt.glue, rt.pool);
+      rt.pool = null;
+      rt.pool = await startPool(rt.glue, threads);
+    }
+    rt.users++;
+  });
+  // A pool that failed to start rejects this load only: the next one tries again.
+  rt.poolOps = done.catch(() => {});
+  return done;
+}
+
+function releasePool(rt) {
+  rt.poolOps = rt.poolOps.then(() => {
+    rt.users--;
+    if (rt.users === 0 && rt.pool) {
+      endPool(rt.glue, rt.pool);
+      rt.pool = null;
+    }
+  }).catch(() => {});
+}
 
 // One wasm instance per build serves every model until a Rust panic (a trap) leaves it in an unknown state; then
 // the next `Bert.load` starts a fresh instance of the same compiled module (the glue's `__wbg_reset_state`, from
@@ -121,6 +177,9 @@ async function startRuntime(build, wasm) {
 }
 
 async function restartRuntime(old) {
+  // The old instance's workers run over the old memory: end them (the new instance starts its own pool).
+  if (old.pool) endPool(old.glue, old.pool);
+  old.pool = null;
   try {
     if (typeof old.glue.__wbg_reset_state !== "function") throw new Error("this build cannot start a fresh instance");
     old.glue.__wbg_reset_state();
@@ -134,7 +193,7 @@ async function restartRuntime(old) {
 }
 
 function attachRuntime(glue, build) {
-  const rt = { glue, build, poisoned: false, listeners: new Set() };
+  const rt = { glue, build, poisoned: false, listeners: new Set(), pool: null, users: 0, poolOps: Promise.resolve() };
   glue.setPanicListener((message) => {
     rt.poisoned = message;
     for (const fn of rt.listeners) fn(message);
@@ -192,7 +251,7 @@ function checkWasmOption(wasm, simd) {
     const keys = Object.keys(wasm);
     const bad = keys.find((k) => !(k in BUILDS));
     if (bad || keys.length === 0) {
-      throw new TypeError(`Bert.load: wasm as an object names the builds, { relaxed, simd128 }${bad ? ` (got "${bad}")` : ""}`);
+      throw new TypeError(`Bert.load: wasm as an object names the builds, { relaxed, simd128, threads }${bad ? ` (got "${bad}")` : ""}`);
     }
     const out = {};
     for (const k of keys) if (wasm[k] != null) out[k] = wasmValue(wasm[k], `wasm.${k}`);
@@ -478,11 +537,11 @@ export class Bert {
    * (what `trainTokenizer` resolves to: { "tokenizer.json", "vocab.txt", "tokenizer_config.json", ... }). Every
    * weight is drawn as transformers initialises them (N(0, initializer_range), zero biases, LayerNorms at 1 and 0,
    * the decoder tied to the word embeddings), from `options.seed` (0). The other options are `Bert.load`'s
-   * `device`, `simd` and `wasm`. `exportModel()` gives its Hugging Face folder.
+   * `device`, `simd`, `wasm` and `threads`. `exportModel()` gives its Hugging Face folder.
    */
   static async create(config, tokenizer, options = {}) {
     const method = "Bert.create";
-    const opts = checkOptions(options, ["seed", "device", "simd", "wasm"], method);
+    const opts = checkOptions(options, ["seed", "device", "simd", "wasm", "threads"], method);
     if (opts.seed != null && (!Number.isSafeInteger(opts.seed) || opts.seed < 0)) {
       throw new TypeError(`${method}: seed must be a non-negative integer (got ${JSON.stringify(opts.seed)})`);
     }
@@ -496,7 +555,7 @@ export class Bert {
       throw new TypeError(`${method}: tokenizer must be a tokenizer's files, { "tokenizer.json" or "vocab.txt", `
         + "\"tokenizer_config.json\" } (what trainTokenizer resolves to)");
     }
-    const { device, simd, wasm } = opts;
+    const { device, simd, wasm, threads } = opts;
     // The runtime Bert.load then uses for these options: the weights are drawn there and loaded from its memory.
     const wasmFiles = checkWasmOption(wasm, simd);
     const build = pickBuild(simd ?? "auto", wasmFiles);
@@ -504,7 +563,7 @@ export class Bert {
     const made = await guard(rt, () => rt.glue.initialModel(json, opts.seed == null ? {} : { seed: opts.seed }));
     const source = { config: made.config, weights: made.weights, tokenizer: file("tokenizer.json"), vocab: file("vocab.txt"),
       tokenizerConfig: file("tokenizer_config.json") };
-    const loadOptions = Object.fromEntries(Object.entries({ device, simd, wasm }).filter(([, v]) => v != null));
+    const loadOptions = Object.fromEntries(Object.entries({ device, simd, wasm, threads }).filter(([, v]) => v != null));
     return Bert.load(source, loadOptions);
   }
 
@@ -517,7 +576,7 @@ export class Bert {
     // (`_injectFault`: tests only. The GPU's linears return wrong values, as a miscompiled kernel would, so that
     // the load-time check fails: "auto" must then give the CPU with a `deviceReason`, "webgpu" must reject.)
     const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
-      "adapter", "_shard", "_injectFault"], "Bert.load");
+      "adapter", "threads", "_shard", "_injectFault"], "Bert.load");
     const device = opts.device ?? "auto";
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -535,7 +594,10 @@ export class Bert {
       throw new TypeError("Bert.load: cacheDir must be the path of a folder (a non-empty string)");
     }
     const wasm = checkWasmOption(opts.wasm, opts.simd);
-    const build = pickBuild(opts.simd ?? "auto", wasm);
+    // A shard of a tensor-parallel model (bertgpu/worker) runs on one thread: its workers are the parallelism.
+    const { build, threads, threadsReason } = opts._shard ? { build: pickBuild(opts.simd ?? "auto", wasm), threads: 1,
+      threadsReason: "a shard of a tensor-parallel model runs on one thread" }
+      : pickThreads(opts, wasm, "Bert.load");
     const resolved = resolveSource(source);
     const cache = opts.cache ?? true;
     const { sha256, maxBytes } = checkLoadOptions(resolved, opts);
@@ -549,8 +611,16 @@ export class Bert {
     if (adapter && fetched.gguf) throw new Error("Bert.load: a LoRA adapter loads beside a Hugging Face folder, not a .gguf");
     const files = { ...fetched, ...adapter };
     const shard = opts._shard && { ...opts._shard, gather: shardGather(opts._shard.buffer, opts._shard.rank, opts._shard.count) };
-    const model = await instantiate(rt, files, chosen.device, shard, opts._injectFault === true);
+    if (build === "threads") await usePool(rt, threads);
+    let model;
+    try {
+      model = await instantiate(rt, files, chosen.device, shard, opts._injectFault === true);
+    } catch (e) {
+      if (build === "threads") releasePool(rt);
+      throw e;
+    }
     const bert = new Bert(rt, model, model.device);
+    bert._threadsReason = threadsReason;
     bert._deviceReason = model.deviceReason ?? chosen.reason;
     // A GPU device can be lost (driver reset, GPU process crash, `destroy()`), and its buffers with it: remember
     // where the files came from, so the call after the loss can load the model again on a new device. (For a bytes
@@ -611,7 +681,20 @@ export class Bert {
 
   /** "relaxed" or "simd128": which wasm build runs this model (see the `simd` option of `Bert.load`). */
   get simd() {
-    return this._rt.build;
+    return this._rt.build === "threads" ? "simd128" : this._rt.build;
+  }
+
+  /**
+   * The threads this model's CPU work runs on (the calling thread included): the `threads` option where the
+   * threaded build runs (a cross-origin isolated page), else 1. On WebGPU the GPU does the work.
+   */
+  get threads() {
+    return this._rt.build === "threads" && !this._disposed ? (this._rt.pool?.threads ?? 1) : 1;
+  }
+
+  /** Why this model runs on one thread although more were asked for (or by default), or null. */
+  get threadsReason() {
+    return this._threadsReason ?? null;
   }
 
   /**
@@ -1140,6 +1223,7 @@ export class Bert {
       const model = this._model;
       this._model = null;
       if (model && !this._rt.poisoned) model.free();
+      if (this._rt.build === "threads") releasePool(this._rt);
     });
   }
 }

@@ -21,9 +21,9 @@ async function startWorker(src, options, onProgress) {
   const worker = new Worker(new URL("./worker-main.js", import.meta.url), { type: "module", name: "bertgpu" });
   const channel = new Channel(worker);
   try {
-    const { device, deviceReason, tasks, simd } = await channel.call("load",
+    const { device, deviceReason, tasks, simd, threads, threadsReason } = await channel.call("load",
       [src, { ...options, progress: onProgress != null }], [], onProgress);
-    return { worker, channel, device, deviceReason, tasks, simd };
+    return { worker, channel, device, deviceReason, tasks, simd, threads, threadsReason };
   } catch (e) {
     worker.terminate();
     throw e;
@@ -108,6 +108,9 @@ export class Bert {
       rest.wasm = Object.fromEntries(Object.entries(rest.wasm).map(([k, v]) =>
         [k, typeof v === "string" || v instanceof URL ? pageUrl(v) : v]));
     }
+    // Several workers are the parallelism already: each runs on one thread unless `threads` says otherwise (on a
+    // cross-origin isolated page one worker with the threaded build's `threads` holds one copy of the model).
+    if (n > 1 && rest.threads == null) rest.threads = 1;
     const first = await startWorker(src, { ...rest, ...shard(0) }, onProgress);
     const members = [first];
     if (first.device === "cpu" && n > 1) {
@@ -162,6 +165,16 @@ export class Bert {
   /** "relaxed" or "simd128": which wasm build runs the model. */
   get simd() {
     return this._members[0].simd;
+  }
+
+  /** As "bertgpu"'s `threads`: the threads each worker's model runs on (the worker's own included). */
+  get threads() {
+    return this._members?.[0]?.threads ?? 1;
+  }
+
+  /** As "bertgpu"'s `threadsReason`. */
+  get threadsReason() {
+    return this._members?.[0]?.threadsReason ?? null;
   }
 
   /** How many workers hold the model. */

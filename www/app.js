@@ -97,18 +97,11 @@ const TASK_NAMES = {
 };
 
 /**
- * `Bert.load`, split across workers where that helps: on the CPU, on a cross-origin isolated page (this server
- * sends the headers) with several cores, each worker holds a shard of every layer, so one sentence runs on all the
- * cores. A model whose heads do not divide among them loads whole, in one worker.
+ * `Bert.load` in a worker. On the CPU, on a cross-origin isolated page (this server sends the headers) the package
+ * runs its threaded build there: one copy of the model, one sentence on every core (the `threads` default), for
+ * any model (tensor-parallel workers needed heads that divide among them).
  */
-async function loadBert(source, options) {
-  if (globalThis.crossOriginIsolated && (navigator.hardwareConcurrency ?? 1) > 1) {
-    try {
-      return await Bert.load(source, { ...options, workers: "auto", parallel: "tensor" });
-    } catch (e) {
-      if (!/cannot be split|whole blocks/.test(e?.message)) throw e;
-    }
-  }
+function loadBert(source, options) {
   return Bert.load(source, options);
 }
 
@@ -132,7 +125,7 @@ async function loadModel(source, name) {
     $("badge").textContent = dev;
     // Which wasm build runs the CPU path (relaxed SIMD: the faster 8-bit kernel).
     $("badge").title = `wasm build: ${bert.simd === "relaxed" ? "SIMD128 + relaxed SIMD" : "SIMD128"}`
-      + (bert.workers > 1 ? `; split across ${bert.workers} workers (tensor-parallel)` : "");
+      + (bert.device === "cpu" ? `; ${bert.threads} thread${bert.threads === 1 ? "" : "s"}` : "");
     $("badge").className = `badge badge-${bert.device}`;
     $("status-text").textContent = `${name} loaded in ${fmtMs(performance.now() - t0)}`;
     offerResume().catch(() => {});

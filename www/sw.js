@@ -8,10 +8,10 @@ const KEEP = [/^\/www\//, /^\/pkg\//, /^\/tests\/data\//];
 // the first visit happen before this worker controls it).
 const SHELL = [
   "/www/", "/www/app.js", "/www/chart.js", "/www/pretrain.js", "/www/style.css", "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/loader.js",
-  "/pkg/shards.js",
-  // pkg/index.js imports both builds' glue statically (bundlers and extension service workers need that); only the
-  // .wasm of the build in use is fetched.
-  "/pkg/wasm/bertgpu.js", "/pkg/wasm-relaxed/bertgpu.js",
+  "/pkg/shards.js", "/pkg/threads.js", "/pkg/threads-worker.js",
+  // pkg/index.js imports the three builds' glue statically (bundlers and extension service workers need that); only
+  // the .wasm of the build in use is fetched.
+  "/pkg/wasm/bertgpu.js", "/pkg/wasm-relaxed/bertgpu.js", "/pkg/wasm-threads/bertgpu.js",
   "/tests/data/fortunes/train.jsonl",
 ];
 
@@ -30,10 +30,11 @@ function relaxedSimd() {
 self.addEventListener("install", (e) => {
   e.waitUntil((async () => {
     const cache = await caches.open(CACHE);
-    // Of the package's two wasm modules, the one the page will load: pkg/index.js picks it with the same probe
-    // (repeated here: a classic service worker cannot import modules).
+    // Of the package's single-threaded wasm modules, the one the page would load: pkg/index.js picks it with the
+    // same probe (repeated here: a classic service worker cannot import modules). And the threaded one, which the
+    // page (served cross-origin isolated) runs on the CPU with several cores.
     const build = relaxedSimd() ? "/pkg/wasm-relaxed/" : "/pkg/wasm/";
-    await cache.addAll([...SHELL, `${build}bertgpu_bg.wasm`]);
+    await cache.addAll([...SHELL, `${build}bertgpu_bg.wasm`, "/pkg/wasm-threads/bertgpu_bg.wasm"]);
     await self.skipWaiting();
   })());
 });

@@ -116,6 +116,57 @@ pub fn set_panic_listener(f: js_sys::Function) {
     PANIC_LISTENER.with(|l| *l.borrow_mut() = Some(f));
 }
 
+/// The threaded build's pool (src/backend/cpu/threads.rs), driven by js/threads.js: opens a pool generation of
+/// `threads` threads (the caller included) and returns its number, for the workers to run.
+#[cfg(feature = "threads")]
+#[wasm_bindgen(js_name = __threadsBegin)]
+pub fn threads_begin(threads: usize) -> u32 {
+    crate::backend::cpu::threads::begin(threads)
+}
+
+/// A worker's whole life in the pool (js/threads-worker.js): returns when `generation` ends.
+#[cfg(feature = "threads")]
+#[wasm_bindgen(js_name = __threadsRun)]
+pub fn threads_run(generation: u32) {
+    crate::backend::cpu::threads::worker(generation)
+}
+
+/// Ends the pool's current generation: the loops run on the caller alone until the next `__threadsBegin`.
+#[cfg(feature = "threads")]
+#[wasm_bindgen(js_name = __threadsEnd)]
+pub fn threads_end() {
+    crate::backend::cpu::threads::end()
+}
+
+/// A worker trapped: a loop waiting for its item panics instead of waiting forever.
+#[cfg(feature = "threads")]
+#[wasm_bindgen(js_name = __threadsLost)]
+pub fn threads_lost() {
+    crate::backend::cpu::threads::lost()
+}
+
+/// This module and its shared memory, for the pool's workers to instantiate the same module over.
+#[cfg(feature = "threads")]
+#[wasm_bindgen(js_name = __threadsModule)]
+pub fn threads_module() -> JsValue {
+    wasm_bindgen::module()
+}
+
+/// See `__threadsModule`.
+#[cfg(feature = "threads")]
+#[wasm_bindgen(js_name = __threadsMemory)]
+pub fn threads_memory() -> JsValue {
+    wasm_bindgen::memory()
+}
+
+/// `[threads planned for, workers running, items the workers have run]`, for tests.
+#[cfg(feature = "threads")]
+#[wasm_bindgen(js_name = __threadsState)]
+pub fn threads_state() -> Vec<u32> {
+    use crate::backend::cpu::threads;
+    vec![threads::threads() as u32, threads::running() as u32, threads::worker_items() as u32]
+}
+
 /// The crate version, for bug reports.
 #[wasm_bindgen]
 pub fn version() -> String {

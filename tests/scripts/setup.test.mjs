@@ -36,11 +36,14 @@ test("without root, missing Debian packages stop the set-up with the one command
   try {
     const r = run(["scripts/setup.sh", "test"], { PATH: `${bin}:${process.env.PATH}` });
     assert.equal(r.status, 1, r.stderr);
-    assert.match(r.stderr,
-      /\n {2}sudo apt-get update && sudo apt-get install -y --no-install-recommends mesa-vulkan-drivers chromium\n/);
-    // The demo needs neither package, so it does not stop there.
+    // The threaded wasm build's toolchain at its pinned version, then the tests' browser and Vulkan driver.
+    const toolchain = "rustc-web=(\\S+) cargo-web=\\1 rust-web-src=\\1 lld";
+    assert.match(r.stderr, new RegExp("\\n {2}sudo apt-get update && sudo apt-get install -y --no-install-recommends "
+      + `${toolchain} mesa-vulkan-drivers chromium\\n`));
+    // The demo builds the package too, so it needs the toolchain, but neither of the others.
     const demo = run(["scripts/setup.sh", "demo"], { PATH: `${bin}:${process.env.PATH}` });
-    assert.equal(demo.status, 0, demo.stderr);
+    assert.equal(demo.status, 1, demo.stderr);
+    assert.match(demo.stderr, new RegExp(`--no-install-recommends ${toolchain}\\n`));
   } finally {
     fs.rmSync(bin, { recursive: true, force: true });
   }

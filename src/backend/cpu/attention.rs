@@ -44,6 +44,14 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Frees this thread's scratch: a pool worker of the threaded wasm build calls it before its thread ends, since
+/// wasm threads run no thread-local destructors (the worker's stack and thread-local block are freed, not what they
+/// point to).
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+pub(crate) fn release_scratch() {
+    SCRATCH.with(|s| *s.borrow_mut() = Vec::new());
+}
+
 /// `qkv (B*T, 3H)`, `mask (B, T)` (non-zero = real token) → context `(B*T, H)`.
 pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result<CpuTensor> {
     let AttentionShape { batch, seq, heads, head_dim } = s;

@@ -7,7 +7,8 @@
 //! the f32 bytes in memory. 1-D weights (biases, LayerNorm γ/β) are widened to f32 at upload:
 //! they are 0.1% of the bytes and feed additions directly. Tensors are immutable row-major matrices behind an
 //! `Arc`, so ops never copy their inputs. Natively the heavy ops (GEMM row blocks, attention
-//! per (sequence, head)) run on rayon's thread pool; in wasm32 they run on the calling thread.
+//! per (sequence, head)) run on rayon's thread pool; in wasm32 on the calling thread, or, in the threaded build
+//! (`threads` feature), on [`threads`]' pool of Web Workers.
 //!
 //! One file per op family: [`matmul`] (linear + activation epilogue), [`norm`] (embeddings, LayerNorm),
 //! [`attention`], [`pool`] (mask, mean pooling, row gather), [`train`] (the head-training ops).
@@ -18,6 +19,8 @@ pub mod matmul;
 pub mod norm;
 pub mod pool;
 pub mod q8;
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+pub mod threads;
 pub mod train;
 
 use std::sync::{Arc, OnceLock};
@@ -227,8 +230,29 @@ where
         use rayon::prelude::*;
         data.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
     }
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
     data.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
+    #[cfg(all(target_arch = "wasm32", feature = "threads"))]
+    {
+        /// The slice's start, shared by the items, each of which cuts out its own disjoint chunk.
+        struct Base(*mut f32);
+        // SAFETY: each item touches only its own chunk.
+        unsafe impl Sync for Base {}
+        impl Base {
+            // A method, not the field: a closure would capture the bare (non-Sync) pointer field.
+            fn at(&self, i: usize) -> *mut f32 {
+                self.0.wrapping_add(i)
+            }
+        }
+        let (len, base) = (data.len(), Base(data.as_mut_ptr()));
+        let base = &base;
+        threads::par_for(len.div_ceil(chunk), &|i| {
+            let start = i * chunk;
+            // SAFETY: chunks [start, start + chunk) ∩ [0, len) are disjoint and within `data`, which outlives the loop.
+            let c = unsafe { std::slice::from_raw_parts_mut(base.at(start), chunk.min(len - start)) };
+            f(i, c)
+        });
+    }
 }
 
 /// Runs `f(i)` for `i in 0..n`, in parallel natively.
@@ -241,16 +265,20 @@ where
         use rayon::prelude::*;
         (0..n).into_par_iter().for_each(f);
     }
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
     (0..n).for_each(f);
+    #[cfg(all(target_arch = "wasm32", feature = "threads"))]
+    threads::par_for(n, &f);
 }
 
 /// Worker threads available to the parallel loops.
 pub(crate) fn threads() -> usize {
     #[cfg(not(target_arch = "wasm32"))]
     return rayon::current_num_threads().max(1);
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
     return 1;
+    #[cfg(all(target_arch = "wasm32", feature = "threads"))]
+    return threads::threads();
 }
 
 impl Backend for CpuBackend {

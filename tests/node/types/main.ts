@@ -10,7 +10,8 @@ const options: LoadOptions = {
   maxBytes: 1 << 30,
   sha256: { "model.safetensors": "0".repeat(64) },
   onProgress: ({ file, loaded, total }) => console.log(file, loaded, total ?? "?"),
-  wasm: { relaxed: "/wasm-relaxed/bertgpu_bg.wasm", simd128: wasm },
+  wasm: { relaxed: "/wasm-relaxed/bertgpu_bg.wasm", simd128: wasm, threads: "/wasm-threads/bertgpu_bg.wasm" },
+  threads: 4,
 };
 
 const bert: Bert = await Bert.load("./models/all-MiniLM-L6-v2", options);
@@ -19,6 +20,10 @@ const fromGguf = await Bert.load({ gguf: new ArrayBuffer(8) }, { wasm: new Uint8
 const inNode = await Bert.load("/models/all-MiniLM-L6-v2.gguf", { cacheDir: "/tmp/bertgpu-cache" });
 const device: "webgpu" | "cpu" = bert.device;
 const why: string | null = bert.deviceReason;
+const threads: number = bert.threads;
+const oneThreadWhy: string | null = bert.threadsReason;
+// @ts-expect-error threads is a number
+await Bert.load("./m", { threads: "auto" });
 const one: Float32Array = await bert.embed("a sentence", { pooling: "mean", normalize: true, batchSize: 8 });
 const many: Float32Array[] = await bert.embed(["one", "two"]);
 const tokens: Tokenized = await bert.tokenize("Hello", "world");
@@ -76,5 +81,5 @@ await Bert.load("x", { cacheDir: true });
 // @ts-expect-error: not an option
 await Bert.load("x", { wasmUrl: "/bertgpu_bg.wasm" });
 
-console.log(device, why, pairLabel, one, many, tokens, best, label, answer.score, report.bestEpoch, labels, workers, vectors, wrong,
+console.log(device, why, threads, oneThreadWhy, pairLabel, one, many, tokens, best, label, answer.score, report.bestEpoch, labels, workers, vectors, wrong,
   saved, removed, bestTuned, nspLoss);

@@ -1,0 +1,165 @@
+// The threaded build (pkg/wasm-threads/: a pool of Web Workers over one shared memory, src/backend/cpu/threads.rs):
+// on a cross-origin isolated page Bert.load picks it, its results equal the single-threaded build's, calls overlap
+// safely, the worker entry runs it, and the last dispose() ends the pool; elsewhere the load falls back, no error.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { convertGguf, withPage } from "./harness.mjs";
+
+// Exact equality, not a tolerance: the pool splits a loop's independent items (GEMM row blocks, attention per
+// (sequence, head), LayerNorm rows, the Q8_0 kernel's row blocks) between threads, and each output element is still
+// reduced by one thread in the same order as on one thread, with the same SIMD128 kernels. The single-threaded reference is forced to the
+// SIMD128 build (`simd: "simd128"`); relaxed SIMD is documented bit-identical too, but that is another build.
+const TEXTS = ["a short sentence", "the cat sat on the mat and looked at the dog", "x"];
+const MASKED = ["paris is the [MASK] of france.", "the [MASK] sat on the mat."];
+
+const isolated = withPage({ isolated: true });
+
+test("threads: an isolated page runs the threaded build, equal to one thread, overlapping calls, worker entry, dispose ends the pool", async () => {
+  const gguf = convertGguf("all-MiniLM-L6-v2", "q8_0", "minilm-q8_0.gguf");
+  const got = await isolated.page.evaluate(async ({ splade, minilm, q8, texts, masked }) => {
+    const glue = await import("/pkg/wasm-threads/bertgpu.js");
+    const out = { isolated: globalThis.crossOriginIsolated };
+    const one = await bertgpu.Bert.load(minilm, { device: "cpu", threads: 1, simd: "simd128" });
+    const two = await bertgpu.Bert.load(minilm, { device: "cpu", threads: 2 });
+    out.threads = [one.threads, two.threads, one.threadsReason, two.threadsReason, two.simd];
+    // [threads planned for, workers running, items the workers have run]
+    out.pool = Array.from(glue.__threadsState());
+    out.e1 = (await one.embed(texts)).map((v) => Array.from(v));
+    out.e2 = (await two.embed(texts)).map((v) => Array.from(v));
+    out.workerItems = glue.__threadsState()[2] - out.pool[2];
+    const m1 = await bertgpu.Bert.load(splade, { device: "cpu", threads: 1, simd: "simd128" });
+    const m2 = await bertgpu.Bert.load(splade, { device: "cpu", threads: 2 });
+    out.f1 = await m1.fillMask(masked);
+    out.f2 = await m2.fillMask(masked);
+    const q1 = await bertgpu.Bert.load(q8, { device: "cpu", threads: 1, simd: "simd128" });
+    const q2 = await bertgpu.Bert.load(q8, { device: "cpu", threads: 2 });
+    out.q1 = (await q1.embed(texts)).map((v) => Array.from(v));
+    out.q2 = (await q2.embed(texts)).map((v) => Array.from(v));
+    q1.dispose();
+    q2.dispose();
+    // Overlapping calls on two models sharing the pool: each queue runs its own calls in order, and the module
+    // runs one call at a time; every result must still equal its sequential reference.
+    const calls = [];
+    for (let i = 0; i < 6; i++) {
+      calls.push(two.embed(texts[i % texts.length]).then((v) => Array.from(v)));
+      calls.push(m2.fillMask(masked[i % masked.length]));
+    }
+    out.overlap = await Promise.all(calls);
+    // The worker entry: the model in a worker, whose own pool is nested workers.
+    const w = await bertgpuWorker.Bert.load(minilm, { device: "cpu", threads: 2 });
+    out.workerThreads = w.threads;
+    out.ew = (await Promise.all(texts.map((t) => w.embed(t)))).map((v) => Array.from(v));
+    w.dispose();
+    // The wasm option: giving the threaded build alone is enough; giving only a single-threaded one falls back.
+    const onlyThreads = await bertgpu.Bert.load(splade, { device: "cpu", threads: 2, wasm: { threads: "/pkg/wasm-threads/bertgpu_bg.wasm" } });
+    const noThreads = await bertgpu.Bert.load(splade, { device: "cpu", threads: 2, wasm: "/pkg/wasm/bertgpu_bg.wasm" });
+    out.given = [onlyThreads.threads, noThreads.threads, noThreads.threadsReason];
+    onlyThreads.dispose();
+    noThreads.dispose();
+    out.bad = await bertgpu.Bert.load(splade, { device: "cpu", threads: 0 }).then(() => "no error", (e) => `${e.name}: ${e.message}`);
+    for (const m of [one, two, m1, m2]) m.dispose();
+    // dispose() runs after the queued calls: wait for the workers to leave the pool.
+    const t0 = performance.now();
+    while (glue.__threadsState()[1] !== 0 && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+    out.after = Array.from(glue.__threadsState());
+    out.disposedThreads = two.threads;
+    return out;
+  }, { splade: isolated.env.models.url + "models/splade-tiny/", minilm: isolated.env.models.url + "models/all-MiniLM-L6-v2/",
+    q8: isolated.env.models.url + gguf, texts: TEXTS, masked: MASKED });
+
+  assert.equal(got.isolated, true);
+  assert.deepEqual(got.threads, [1, 2, null, null, "simd128"]);
+  assert.deepEqual(got.pool.slice(0, 2), [2, 1], "a pool of 2 threads: the caller and one worker, running");
+  assert.ok(got.workerItems > 0, "the worker ran items of embed's loops");
+  assert.equal(got.e1.length, TEXTS.length);
+  assert.ok(got.e1.every((v) => v.length === 384));
+  assert.deepEqual(got.e2, got.e1, "embed on 2 threads");
+  assert.equal(got.f1.length, MASKED.length);
+  assert.deepEqual(got.f2, got.f1, "fillMask on 2 threads");
+  assert.ok(got.q1.length === TEXTS.length && got.q1.every((v) => v.length === 384));
+  assert.deepEqual(got.q2, got.q1, "Q8_0 embed on 2 threads");
+  for (let i = 0; i < 6; i++) {
+    assert.deepEqual(got.overlap[2 * i], got.e1[i % TEXTS.length], `overlapping embed ${i}`);
+    assert.deepEqual(got.overlap[2 * i + 1], got.f1[i % MASKED.length], `overlapping fillMask ${i}`);
+  }
+  assert.equal(got.workerThreads, 2);
+  assert.deepEqual(got.ew, got.e1, "embed from the worker entry on 2 threads");
+  assert.deepEqual(got.given.slice(0, 2), [2, 1]);
+  assert.match(got.given[2], /the wasm option gives no threaded build/);
+  assert.match(got.bad, /^TypeError: Bert\.load: threads must be an integer from 1 to 64/);
+  assert.deepEqual(got.after.slice(0, 2), [1, 0], "the last dispose() ends the pool");
+  assert.equal(got.disposedThreads, 1);
+  isolated.page.checkErrors();
+});
+
+const plain = withPage();
+
+test("threads: a page that is not cross-origin isolated falls back to one thread, with no error", async () => {
+  const got = await plain.page.evaluate(async ({ splade, texts }) => {
+    const bert = await bertgpu.Bert.load(splade, { device: "cpu", threads: 4 });
+    const ref = await bertgpu.Bert.load(splade, { device: "cpu", threads: 1 });
+    const out = { isolated: globalThis.crossOriginIsolated, threads: bert.threads, reason: bert.threadsReason,
+      refReason: ref.threadsReason, simd: bert.simd };
+    out.e = (await bert.embed(texts)).map((v) => Array.from(v));
+    out.ref = (await ref.embed(texts)).map((v) => Array.from(v));
+    bert.dispose();
+    ref.dispose();
+    return out;
+  }, { splade: plain.env.models.url + "models/splade-tiny/", texts: TEXTS });
+
+  assert.equal(got.isolated, false);
+  assert.equal(got.threads, 1);
+  assert.match(got.reason, /not cross-origin isolated/);
+  assert.equal(got.refReason, null, "threads: 1 asks for no threads: no reason to give");
+  assert.notEqual(got.simd, undefined);
+  assert.deepEqual(got.e, got.ref);
+  plain.page.checkErrors();
+});
+
+// Flat memory on the threaded build, as soak.test.mjs checks the others: the live Rust heap bytes (a counting
+// allocator, exact) and the wasm memory after a warm-up, then after the run, must be equal; and ending and starting
+// the pool again (each worker's stack, thread-locals and scratch) must leave the count where it was.
+const SOAK_CALLS = 2_000;
+const SOAK_WARMUP = 50;
+const POOL_CYCLES = 4;
+
+test("threads: memory stays flat over a soak of calls and over pool restarts", async () => {
+  const got = await isolated.page.evaluate(async ({ url, calls, WARMUP, CYCLES }) => {
+    const glue = await import("/pkg/wasm-threads/bertgpu.js");
+    const text = (i) => `call ${i % 10}: ${"the quick brown fox ".repeat(1 + (i % 7))}`;
+    const cycle = async () => {
+      const bert = await bertgpu.Bert.load(url, { device: "cpu", cache: false, threads: 2 });
+      for (let i = 0; i < 7; i++) await bert.embed(text(i));
+      bert.dispose(); // ends the pool once the queued calls are done: wait for its workers to leave
+      const t0 = performance.now();
+      while (glue.__threadsState()[1] !== 0 && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+      return glue.__debugHeap();
+    };
+    const cycles = [];
+    for (let c = 0; c < CYCLES; c++) cycles.push(await cycle());
+    const bert = await bertgpu.Bert.load(url, { device: "cpu", cache: false, threads: 2 });
+    for (let i = 0; i < WARMUP; i++) await bert.embed(text(i));
+    const before = glue.__debugHeap();
+    const t0 = performance.now();
+    for (let i = 0; i < calls; i++) await bert.embed(text(i));
+    const ms = performance.now() - t0;
+    const after = glue.__debugHeap();
+    const threads = bert.threads;
+    bert.dispose();
+    return { cycles, before, after, ms, threads };
+  }, { url: isolated.env.models.url + "tests/models/tiny-pretraining/", calls: SOAK_CALLS, WARMUP: SOAK_WARMUP,
+    CYCLES: POOL_CYCLES });
+
+  const kb = (b) => (b / 1024).toFixed(1);
+  console.log(`# threads soak: ${SOAK_CALLS} calls on ${got.threads} threads in ${(got.ms / 1000).toFixed(1)} s; live heap `
+    + `${kb(got.before.liveBytes)} → ${kb(got.after.liveBytes)} KiB; after each pool cycle `
+    + `${got.cycles.map((c) => kb(c.liveBytes)).join(", ")} KiB`);
+  assert.equal(got.threads, 2);
+  assert.equal(got.after.liveBytes, got.before.liveBytes, "live Rust heap bytes after the run");
+  assert.equal(got.after.memoryBytes, got.before.memoryBytes, "wasm memory grew");
+  // The first cycle may leave what lives as long as the module (caches filled once); from the second on, flat.
+  for (let c = 2; c < POOL_CYCLES; c++) {
+    assert.equal(got.cycles[c].liveBytes, got.cycles[1].liveBytes, `live heap bytes after pool cycle ${c + 1}`);
+  }
+  isolated.page.checkErrors();
+});
