@@ -39,8 +39,9 @@ pub enum ModelSource<'a> {
     /// The bytes of a folder's files. Consumed: the weights' file bytes are released once parsed (wasm memory only
     /// grows, so they must go before the backend allocates).
     Files(ModelFiles),
-    /// A BERT `.gguf` (ours or llama.cpp's `bert` files): config, tokenizer and weights in one file.
-    Gguf(&'a [u8]),
+    /// A BERT `.gguf` (ours or llama.cpp's `bert` files): config, tokenizer and weights in one file, read in
+    /// place or (in the browser, from the JS bytes) a header and a tensor at a time.
+    Gguf(&'a dyn ByteSource),
 }
 
 /// How to load.
@@ -146,7 +147,7 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
     }
 }
 
-fn gguf(bytes: &[u8]) -> Result<(BertConfig, Tokenizer, PendingWeights)> {
+fn gguf(bytes: &(impl ByteSource + ?Sized)) -> Result<(BertConfig, Tokenizer, PendingWeights)> {
     let g = crate::weights::gguf::load_gguf(bytes)?;
     Ok((g.config, g.tokenizer, PendingWeights::Ready(g.weights)))
 }

@@ -352,13 +352,14 @@ impl WasmModel {
 
     /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file.
     #[wasm_bindgen(js_name = loadGguf)]
-    pub async fn load_gguf(bytes: Vec<u8>, device: String, shard: JsValue, inject_fault: Option<bool>)
+    pub async fn load_gguf(bytes: js_sys::Uint8Array, device: String, shard: JsValue, inject_fault: Option<bool>)
         -> Result<WasmModel, JsError> {
         let cpu = cpu_backend(shard)?;
         parse_device(&device)?;
-        let m = crate::loader::load(ModelSource::Gguf(&bytes), &LoadOptions::default()).map_err(js_err)?;
-        // The tensors are copied out of the file: it goes before the model is placed (the space is then reused).
-        drop(bytes);
+        // The file stays in JS memory: its header, then each tensor, is copied straight to where it goes.
+        let file = JsBytes(bytes);
+        let m = crate::loader::load(ModelSource::Gguf(&file), &LoadOptions::default()).map_err(js_err)?;
+        drop(file);
         let engine = place(m, &device, cpu, inject_fault).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }

@@ -84,6 +84,10 @@ pub trait ByteSource {
     fn byte_len(&self) -> usize;
     /// Fills `out` with the bytes at `at..at + out.len()`, which lie within [`ByteSource::byte_len`].
     fn read(&self, at: usize, out: &mut [u8]);
+    /// The whole file, when it is in this memory already (a parser then reads it in place).
+    fn as_slice(&self) -> Option<&[u8]> {
+        None
+    }
 }
 
 impl ByteSource for [u8] {
@@ -92,6 +96,21 @@ impl ByteSource for [u8] {
     }
     fn read(&self, at: usize, out: &mut [u8]) {
         out.copy_from_slice(&self[at..at + out.len()]);
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
+    }
+}
+
+impl ByteSource for &[u8] {
+    fn byte_len(&self) -> usize {
+        self.len()
+    }
+    fn read(&self, at: usize, out: &mut [u8]) {
+        (**self).read(at, out);
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
     }
 }
 
@@ -102,6 +121,22 @@ impl ByteSource for Vec<u8> {
     fn read(&self, at: usize, out: &mut [u8]) {
         self.as_slice().read(at, out);
     }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
+    }
+}
+
+/// The `bytes` bytes at `at` in `src` as little-endian values of `T`, read straight into the returned storage
+/// (wasm's and x86's order already; a big-endian host swaps them after).
+pub(crate) fn read_le<T: bytemuck::Pod + Default>(src: &(impl ByteSource + ?Sized), at: usize, bytes: usize) -> Vec<T> {
+    let size = std::mem::size_of::<T>();
+    let mut v = vec![T::default(); bytes / size];
+    let raw: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+    src.read(at, raw);
+    if cfg!(target_endian = "big") {
+        raw.chunks_exact_mut(size).for_each(<[u8]>::reverse);
+    }
+    v
 }
 
 /// One tensor's little-endian bytes → host storage: f32 as is, f16 kept as f16 bits, bf16 widened to f32; `None` for
@@ -111,30 +146,12 @@ pub(crate) fn host_data(dtype: Dtype, raw: &[u8]) -> Option<HostData> {
     read_host_data(dtype, raw, 0, raw.len())
 }
 
-/// [`host_data`] of the `bytes` bytes at `at` in `src`, read straight into the tensor's storage (f32 and f16 are
-/// stored as the file has them, little-endian, which is wasm's and x86's order; a big-endian host swaps them after).
+/// [`host_data`] of the `bytes` bytes at `at` in `src`, read straight into the tensor's storage ([`read_le`]).
 fn read_host_data(dtype: Dtype, src: &(impl ByteSource + ?Sized), at: usize, bytes: usize) -> Option<HostData> {
-    fn words<T: bytemuck::Pod + Default>(src: &(impl ByteSource + ?Sized), at: usize, bytes: usize) -> Vec<T> {
-        let mut v = vec![T::default(); bytes / std::mem::size_of::<T>()];
-        src.read(at, bytemuck::cast_slice_mut(&mut v));
-        v
-    }
     Some(match dtype {
-        Dtype::F32 => {
-            let mut v: Vec<f32> = words(src, at, bytes);
-            if cfg!(target_endian = "big") {
-                v.iter_mut().for_each(|x| *x = f32::from_bits(u32::from_le(x.to_bits())));
-            }
-            HostData::F32(v)
-        }
-        Dtype::F16 => {
-            let mut v: Vec<u16> = words(src, at, bytes);
-            if cfg!(target_endian = "big") {
-                v.iter_mut().for_each(|b| *b = u16::from_le(*b));
-            }
-            HostData::F16(v)
-        }
-        Dtype::BF16 => HostData::F32(words::<u16>(src, at, bytes).iter().map(|&b| bf16_to_f32(u16::from_le(b))).collect()),
+        Dtype::F32 => HostData::F32(read_le(src, at, bytes)),
+        Dtype::F16 => HostData::F16(read_le(src, at, bytes)),
+        Dtype::BF16 => HostData::F32(read_le::<u16>(src, at, bytes).into_iter().map(bf16_to_f32).collect()),
         _ => return None,
     })
 }
