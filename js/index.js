@@ -609,12 +609,15 @@ export class Bert {
       opts.adapter == null ? null : fetchAdapterFiles(opts.adapter),
     ]);
     if (adapter && fetched.gguf) throw new Error("Bert.load: a LoRA adapter loads beside a Hugging Face folder, not a .gguf");
-    const files = { ...fetched, ...adapter };
     const shard = opts._shard && { ...opts._shard, gather: shardGather(opts._shard.buffer, opts._shard.rank, opts._shard.count) };
+    // `files` is the only reference this function keeps to the downloaded bytes, and `instantiate` empties it once
+    // the module has read them: the JS copy of the weights is garbage while the model is built, not after.
+    const files = { ...fetched, ...adapter };
+    if (resolved.kind !== "bytes") for (const k of Object.keys(fetched)) delete fetched[k]; // (a bytes source is the caller's)
     if (build === "threads") await usePool(rt, threads);
     let model;
     try {
-      model = await instantiate(rt, files, chosen.device, shard, opts._injectFault === true);
+      model = await instantiate(rt, files, chosen.device, shard, opts._injectFault === true, { consume: true });
     } catch (e) {
       if (build === "threads") releasePool(rt);
       throw e;
@@ -1261,11 +1264,17 @@ export async function trainTokenizer(corpus, options = {}) {
  * A WasmModel from downloaded files on `device` ("webgpu", "auto" after pickDevice saw a hardware adapter, or
  * "cpu"), whole or (CPU) one shard of it. `injectFault`: Bert.load's test-only `_injectFault`.
  */
-function instantiate(rt, files, device, shard = undefined, injectFault = false) {
-  return guard(rt, () => files.gguf
-    ? rt.glue.WasmModel.loadGguf(files.gguf, device, shard, injectFault)
-    : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-      files.adapterConfig, files.adapterWeights, device, shard, injectFault));
+function instantiate(rt, files, device, shard = undefined, injectFault = false, { consume = false } = {}) {
+  return guard(rt, () => {
+    const loading = files.gguf
+      ? rt.glue.WasmModel.loadGguf(files.gguf, device, shard, injectFault)
+      : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
+        files.adapterConfig, files.adapterWeights, device, shard, injectFault);
+    // The glue copied the small files into wasm memory, and the module holds its own reference to the weights
+    // (read a tensor at a time, then released): ours can go.
+    if (consume) for (const k of Object.keys(files)) delete files[k];
+    return loading;
+  });
 }
 
 /**

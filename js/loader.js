@@ -206,9 +206,12 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     const miss = await cache.match(url + "#absent");
     if (miss && optional) return null;
   }
+  // Aborted when the load gives up on this download (too big, cut short), so that the cache's branch of the body
+  // stops too instead of fetching the rest of the file.
+  const abort = new AbortController();
   let response;
   try {
-    response = await fetch(url, fetchOptions);
+    response = await fetch(url, { ...fetchOptions, signal: abort.signal });
   } catch (e) {
     throw new Error(`Bert.load: could not download ${url} (${e.message}); check the URL and your connection `
       + "(files already downloaded once are served from the cache)");
@@ -226,54 +229,91 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
   // A compressed body's length differs from the content-length header: then the total is unknown.
   const total = header && !encoded ? Number(header) : null;
   if (total != null && total > maxBytes) {
-    response.body?.cancel().catch(() => {});
+    abort.abort();
     throw tooBig(name, total, maxBytes, true);
   }
+  // The cache stores the response itself, a branch of its body's stream written to storage as the bytes arrive:
+  // putting a `new Response(bytes)` afterwards would hold a second copy of the whole file in the page. A failed put
+  // (quota, a 206, `Vary: *`) must not fail the load: the model is in memory already.
+  const cached = cache && response.body ? cache.put(url, response.clone()).then(() => true, () => false) : null;
+  // Drops what the cache's branch wrote (before an error is thrown: no half or unpinned file stays behind).
+  const forget = async () => {
+    abort.abort();
+    if (cached && await cached) await cache.delete(url).catch(() => {});
+  };
   let bytes;
-  if (response.body && typeof response.body.getReader === "function") {
-    const reader = response.body.getReader();
-    const chunks = [];
-    let loaded = 0;
-    onProgress?.({ file: name, loaded: 0, total });
-    for (;;) {
-      let step;
-      try {
-        step = await reader.read();
-      } catch (e) {
-        throw new Error(`Bert.load: the download of ${name} was cut short after ${loaded} bytes`
-          + `${total != null ? ` of ${total}` : ""} (${e.message}); check your connection and load again`);
-      }
-      const { done, value } = step;
-      if (done) break;
-      chunks.push(value);
-      loaded += value.byteLength;
-      if (loaded > maxBytes) {
-        reader.cancel().catch(() => {});
-        throw tooBig(name, loaded, maxBytes, false);
-      }
-      onProgress?.({ file: name, loaded, total });
-    }
-    if (total != null && loaded !== total) {
-      throw new Error(`Bert.load: the download of ${name} was cut short: ${loaded} of ${total} bytes arrived; `
-        + "check your connection and load again");
-    }
-    bytes = new Uint8Array(loaded);
-    let at = 0;
-    for (const c of chunks) {
-      bytes.set(c, at);
-      at += c.byteLength;
-    }
-  } else {
-    bytes = new Uint8Array(await response.arrayBuffer());
-    if (bytes.byteLength > maxBytes) throw tooBig(name, bytes.byteLength, maxBytes, true);
-    onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength });
+  try {
+    bytes = await readBody(response, name, { total, maxBytes, onProgress, abort });
+    await checkPinned(bytes, url, name, sha256);
+  } catch (e) {
+    await forget();
+    throw e;
   }
-  await checkPinned(bytes, url, name, sha256);
-  if (cache) {
+  if (cached) {
+    await cached;
+  } else if (cache) {
+    // No stream to branch (a runtime whose Response has no body stream): the bytes themselves.
     const headers = { "content-type": response.headers.get("content-type") ?? "application/octet-stream",
       "content-length": String(bytes.byteLength) };
-    // A full cache (quota) must not fail the load: the model is in memory already.
     await cache.put(url, new Response(bytes, { headers })).catch(() => {});
+  }
+  return bytes;
+}
+
+/**
+ * A response's body as one Uint8Array, streamed with progress and the size checks. With a known length the chunks
+ * are written into the one array as they arrive (the chunks and their concatenation are never held at once).
+ */
+async function readBody(response, name, { total, maxBytes, onProgress, abort }) {
+  if (!response.body || typeof response.body.getReader !== "function") {
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    if (bytes.byteLength > maxBytes) throw tooBig(name, bytes.byteLength, maxBytes, true);
+    onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength });
+    return bytes;
+  }
+  const reader = response.body.getReader();
+  const cutShort = (loaded) => new Error(`Bert.load: the download of ${name} was cut short: ${loaded} of ${total} `
+    + "bytes arrived; check your connection and load again");
+  const whole = total != null ? new Uint8Array(total) : null;
+  const chunks = [];
+  let loaded = 0;
+  onProgress?.({ file: name, loaded: 0, total });
+  for (;;) {
+    let step;
+    try {
+      step = await reader.read();
+    } catch (e) {
+      throw new Error(`Bert.load: the download of ${name} was cut short after ${loaded} bytes`
+        + `${total != null ? ` of ${total}` : ""} (${e.message}); check your connection and load again`);
+    }
+    const { done, value } = step;
+    if (done) break;
+    if (loaded + value.byteLength > maxBytes) {
+      abort.abort();
+      throw tooBig(name, loaded + value.byteLength, maxBytes, false);
+    }
+    if (whole) {
+      if (loaded + value.byteLength > total) {
+        abort.abort();
+        throw new Error(`Bert.load: ${name} sent more than the ${total} bytes its content-length announced; `
+          + "load again (a proxy may have changed the file)");
+      }
+      whole.set(value, loaded);
+    } else {
+      chunks.push(value);
+    }
+    loaded += value.byteLength;
+    onProgress?.({ file: name, loaded, total });
+  }
+  if (whole) {
+    if (loaded !== total) throw cutShort(loaded);
+    return whole;
+  }
+  const bytes = new Uint8Array(loaded);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.byteLength;
   }
   return bytes;
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::BertConfig;
 use crate::tokenizer::Tokenizer;
+use crate::weights::safetensors::ByteSource;
 use crate::weights::Weights;
 use crate::{Error, Result};
 
@@ -22,8 +23,9 @@ pub struct ModelFiles {
     pub vocab: Option<Vec<u8>>,
     /// `tokenizer_config.json`, if any.
     pub tokenizer_config: Option<Vec<u8>>,
-    /// `model.safetensors`.
-    pub weights: Vec<u8>,
+    /// `model.safetensors`: its bytes (a `Vec<u8>`), or wherever they are (in the browser, the JS bytes it was
+    /// downloaded into, read a tensor at a time: [`crate::weights::safetensors::ByteSource`]).
+    pub weights: Box<dyn ByteSource>,
     /// A LoRA adapter to fold in, as peft saves it: `adapter_config.json` and `adapter_model.safetensors`
     /// ([`crate::weights::peft`]).
     pub adapter: Option<(Vec<u8>, Vec<u8>)>,
@@ -34,11 +36,12 @@ pub enum ModelSource<'a> {
     /// A Hugging Face-style folder (`config.json`, the tokenizer files, `model.safetensors`) or a `.gguf` file.
     #[cfg(not(target_arch = "wasm32"))]
     Path(&'a Path),
-    /// The bytes of a folder's files. Consumed: the weights' file bytes are freed once parsed (wasm memory only
+    /// The bytes of a folder's files. Consumed: the weights' file bytes are released once parsed (wasm memory only
     /// grows, so they must go before the backend allocates).
     Files(ModelFiles),
-    /// A BERT `.gguf` (ours or llama.cpp's `bert` files): config, tokenizer and weights in one file.
-    Gguf(&'a [u8]),
+    /// A BERT `.gguf` (ours or llama.cpp's `bert` files): config, tokenizer and weights in one file, read in
+    /// place or (in the browser, from the JS bytes) a header and a tensor at a time.
+    Gguf(&'a dyn ByteSource),
 }
 
 /// How to load.
@@ -115,7 +118,7 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
                 }
                 (None, None) => return Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
             };
-            let parsed = Weights::from_safetensors(&weights)?;
+            let parsed = Weights::from_safetensors_source(&*weights)?;
             drop(weights);
             (config, tokenizer, PendingWeights::Ready(parsed))
         }
@@ -144,7 +147,7 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
     }
 }
 
-fn gguf(bytes: &[u8]) -> Result<(BertConfig, Tokenizer, PendingWeights)> {
+fn gguf(bytes: &(impl ByteSource + ?Sized)) -> Result<(BertConfig, Tokenizer, PendingWeights)> {
     let g = crate::weights::gguf::load_gguf(bytes)?;
     Ok((g.config, g.tokenizer, PendingWeights::Ready(g.weights)))
 }

@@ -11,6 +11,7 @@ use bertgpu::weights::gguf::{
 };
 use bertgpu::dtype::Dtype;
 use bertgpu::weights::quant;
+use bertgpu::weights::safetensors::ByteSource;
 use bertgpu::weights::{HostData, HostTensor};
 
 mod common;
@@ -781,4 +782,37 @@ fn cli_convert_and_embed_from_gguf() {
     assert_eq!(t.status.code(), Some(2));
     let err = String::from_utf8_lossy(&t.stderr);
     assert!(err.contains("truncated") || err.contains("past the end"), "{err}");
+}
+
+/// A file outside this memory (no `as_slice`, as the browser's JS bytes): read only through `read`.
+struct Elsewhere<'a>(&'a [u8]);
+
+impl ByteSource for Elsewhere<'_> {
+    fn byte_len(&self) -> usize {
+        self.0.len()
+    }
+    fn read(&self, at: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self.0[at..at + out.len()]);
+    }
+}
+
+#[test]
+fn reads_a_file_outside_memory_a_piece_at_a_time() {
+    // A header longer than the first read (2 MiB): a 3 MiB metadata string, so that the prefix has to grow.
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("bert".into()));
+    w.set("big", Value::String("x".repeat(3 << 20)));
+    w.add_tensor("t0", sample_tensor(&[2, 3], 1)).unwrap();
+    w.add_tensor("t1", quant::quantize(&sample_tensor(&[64, 32], 2), Dtype::Q8_0).unwrap()).unwrap();
+    let bytes = w.to_bytes().unwrap();
+    let (there, here) = (Gguf::parse(&Elsewhere(&bytes)).unwrap(), Gguf::parse(&bytes).unwrap());
+    assert_eq!(there.get("big"), here.get("big"));
+    assert_eq!(there.load_all(&Elsewhere(&bytes)).unwrap(), here.load_all(&bytes).unwrap());
+    // Cut anywhere (in the first read, in the string past it, in the tensors): the error a file in memory gets.
+    for cut in [100, (2 << 20) + 5, 3 << 20, bytes.len() - 1] {
+        let there = Gguf::parse(&Elsewhere(&bytes[..cut])).err().map(|e| e.to_string());
+        let here = Gguf::parse(&bytes[..cut]).err().map(|e| e.to_string());
+        assert!(here.is_some(), "cut at {cut} was accepted");
+        assert_eq!(there, here, "cut at {cut}");
+    }
 }

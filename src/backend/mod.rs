@@ -218,6 +218,15 @@ pub trait Backend {
     /// refuses them with an error.
     fn upload(&self, t: &HostTensor) -> Result<Self::Tensor>;
 
+    /// [`Backend::upload`] of a weight held by the loaded [`crate::weights::Weights`] ([`Weights::get_shared`]): a
+    /// backend whose tensors live in host memory keeps the `Arc` instead of a copy, so the model holds one copy of
+    /// its weights, not the file's decoded tensors and the backend's. A GPU copies it to the device, as `upload`.
+    ///
+    /// [`Weights::get_shared`]: crate::weights::Weights::get_shared
+    fn upload_shared(&self, t: &std::sync::Arc<HostTensor>) -> Result<Self::Tensor> {
+        self.upload(t)
+    }
+
     /// Uploads an f32 activation matrix from the host (used by tests, heads and training).
     fn input(&self, data: &[f32], rows: usize, cols: usize) -> Result<Self::Tensor>;
 

@@ -92,7 +92,7 @@ impl Engine {
 
     /// Loads a BERT `.gguf` from its bytes (ours, or llama.cpp's `bert` files): see [`crate::weights::gguf`].
     pub async fn from_gguf(bytes: &[u8], device: Device) -> Result<Engine> {
-        Self::load(ModelSource::Gguf(bytes), &LoadOptions::default(), device).await
+        Self::load(ModelSource::Gguf(&bytes), &LoadOptions::default(), device).await
     }
 
     /// Puts the encoder on the requested device.

@@ -78,7 +78,7 @@ impl<B: Backend> BertLMPredictionHead<B> {
         let decoder = if cfg.tie_word_embeddings {
             None
         } else {
-            Some(backend.upload(w.get("decoder.weight", &[v, h]).map_err(|e| {
+            Some(backend.upload_shared(&w.get_shared("decoder.weight", &[v, h]).map_err(|e| {
                 Error::Weights(format!("{e} (config.json says tie_word_embeddings: false, so the untied decoder \
                     must be in the file)"))
             })?)?)

@@ -126,7 +126,7 @@ impl<B: Backend> Linear<B> {
     /// `w` is positioned at the layer (e.g. `w.pp("classifier")`).
     pub fn load(w: &Weights, out_features: usize, in_features: usize, backend: &B) -> Result<Self> {
         Ok(Linear {
-            weight: backend.upload(w.get("weight", &[out_features, in_features])?)?,
+            weight: backend.upload_shared(&w.get_shared("weight", &[out_features, in_features])?)?,
             bias: backend.upload(w.get("bias", &[out_features])?)?,
             out_features,
         })

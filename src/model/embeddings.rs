@@ -50,10 +50,11 @@ impl<B: Backend> BertEmbeddings<B> {
     /// `w` at `embeddings`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.embedding_size;
-        let word = backend.upload(w.get("word_embeddings.weight", &[cfg.vocab_size, h])?)?;
+        // The tables are shared with the loaded weights where the backend allows (the CPU's): not copied.
+        let word = backend.upload_shared(&w.get_shared("word_embeddings.weight", &[cfg.vocab_size, h])?)?;
         let position = backend.upload(&*positions(w, cfg)?)?;
         let token_type = if cfg.family.has_token_type_table() {
-            backend.upload(w.get("token_type_embeddings.weight", &[cfg.type_vocab_size, h])?)?
+            backend.upload_shared(&w.get_shared("token_type_embeddings.weight", &[cfg.type_vocab_size, h])?)?
         } else {
             backend.upload(&HostTensor::f32(vec![1, h], vec![0.0; h])?)?
         };

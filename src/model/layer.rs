@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::backend::{Activation, AttentionShape, Backend};
 use crate::config::BertConfig;
@@ -21,11 +22,22 @@ fn part_cols(t: &HostTensor, part: Range<usize>) -> Result<Cow<'_, HostTensor>> 
     Ok(if part == (0..t.rows_cols().1) { Cow::Borrowed(t) } else { Cow::Owned(t.slice_cols(part)?) })
 }
 
+/// Uploads `t` (`get_shared`'s), or only its rows `part` when a shard takes a part: the whole tensor is kept
+/// shared with the loaded weights where the backend allows ([`Backend::upload_shared`]).
+fn upload_rows<B: Backend>(backend: &B, t: &Arc<HostTensor>, part: Range<usize>) -> Result<B::Tensor> {
+    if part == (0..t.rows_cols().0) { backend.upload_shared(t) } else { backend.upload(&t.slice_rows(part)?) }
+}
+
+/// [`upload_rows`] for columns `part`.
+fn upload_cols<B: Backend>(backend: &B, t: &Arc<HostTensor>, part: Range<usize>) -> Result<B::Tensor> {
+    if part == (0..t.rows_cols().1) { backend.upload_shared(t) } else { backend.upload(&t.slice_cols(part)?) }
+}
+
 /// A projection back to the hidden size, weight `(out, inp)`: a shard keeps the input columns of its part
 /// ([`crate::backend::Shard`]) and the bias only on shard 0, so that the shards' products add up to the whole one.
 fn load_contraction<B: Backend>(w: &Weights, out: usize, inp: usize, backend: &B) -> Result<(B::Tensor, Option<B::Tensor>)> {
     let shard = backend.shard();
-    let weight = backend.upload(&*part_cols(w.get("weight", &[out, inp])?, shard.part(inp))?)?;
+    let weight = upload_cols(backend, &w.get_shared("weight", &[out, inp])?, shard.part(inp))?;
     let bias = if shard.rank == 0 { Some(backend.upload(w.get("bias", &[out])?)?) } else { None };
     Ok((weight, bias))
 }
@@ -127,7 +139,7 @@ impl<B: Backend> BertIntermediate<B> {
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let (i, h, part) = (cfg.intermediate_size, cfg.hidden_size, backend.shard().part(cfg.intermediate_size));
         let w = w.pp("dense");
-        let dense_weight = backend.upload(&*part_rows(w.get("weight", &[i, h])?, part.clone())?)?;
+        let dense_weight = upload_rows(backend, &w.get_shared("weight", &[i, h])?, part.clone())?;
         let dense_bias = backend.upload(&*part_cols(w.get("bias", &[i])?, part)?)?;
         Ok(BertIntermediate { dense_weight, dense_bias, act: cfg.hidden_act })
     }

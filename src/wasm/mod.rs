@@ -307,6 +307,19 @@ impl ShardLink for JsShardLink {
     }
 }
 
+/// A file in JS memory (a `Uint8Array`), read in pieces: each piece is copied straight to where it goes in wasm
+/// memory ([`crate::weights::safetensors::ByteSource`]).
+struct JsBytes(js_sys::Uint8Array);
+
+impl crate::weights::safetensors::ByteSource for JsBytes {
+    fn byte_len(&self) -> usize {
+        self.0.length() as usize
+    }
+    fn read(&self, at: usize, out: &mut [u8]) {
+        self.0.subarray(at as u32, (at + out.len()) as u32).copy_to(out);
+    }
+}
+
 /// A loaded model. JS owns it through the `Bert` wrapper (js/index.js), which frees it on `dispose()`.
 /// The engine sits in an `Rc`: async methods clone it into their futures, which outlive the `&self` borrow.
 #[wasm_bindgen]
@@ -343,8 +356,15 @@ fn parse_device(device: &str) -> Result<Device, JsError> {
 /// linears return wrong values ([`crate::backend::gpu::GpuBackend::inject_fault`]), for the tests of that check.
 async fn load_engine(source: ModelSource<'_>, device: &str, cpu: CpuBackend, inject_fault: Option<bool>)
     -> Result<Engine, JsError> {
-    let device = parse_device(device)?;
+    parse_device(device)?;
     let m = crate::loader::load(source, &LoadOptions::default()).map_err(js_err)?;
+    place(m, device, cpu, inject_fault).await
+}
+
+/// [`load_engine`]'s second half: the checked model on `device`.
+async fn place(m: crate::loader::LoadedModel, device: &str, cpu: CpuBackend, inject_fault: Option<bool>)
+    -> Result<Engine, JsError> {
+    let device = parse_device(device)?;
     let weights = m.weights().map_err(js_err)?;
     let placement = Placement::pick(device).await.map_err(js_err)?;
     if let (Some(true), Some(gpu)) = (inject_fault, &placement.gpu) {
@@ -356,8 +376,8 @@ async fn load_engine(source: ModelSource<'_>, device: &str, cpu: CpuBackend, inj
 #[wasm_bindgen]
 impl WasmModel {
     /// Loads a model from the bytes of its files: config.json, then tokenizer.json or vocab.txt (with
-    /// tokenizer_config.json when present), and model.safetensors; and a LoRA adapter to fold in (peft's
-    /// adapter_config.json and adapter_model.safetensors), if given. `device` is "webgpu", "cpu", or "auto" (the JS
+    /// tokenizer_config.json when present), and model.safetensors (left in JS memory and read a tensor at a time);
+    /// and a LoRA adapter to fold in (peft's adapter_config.json and adapter_model.safetensors), if given. `device` is "webgpu", "cpu", or "auto" (the JS
     /// wrapper passes "auto" once it has seen a hardware adapter: the GPU, or the CPU if the GPU fails the load-time
     /// check). `inject_fault`: for tests only (see [`load_engine`]).
     #[allow(clippy::too_many_arguments)]
@@ -366,7 +386,7 @@ impl WasmModel {
         tokenizer: Option<Vec<u8>>,
         vocab: Option<Vec<u8>>,
         tokenizer_config: Option<Vec<u8>>,
-        weights: Vec<u8>,
+        weights: js_sys::Uint8Array,
         adapter_config: Option<Vec<u8>>,
         adapter_weights: Option<Vec<u8>>,
         device: String,
@@ -375,17 +395,23 @@ impl WasmModel {
     ) -> Result<WasmModel, JsError> {
         let cpu = cpu_backend(shard)?;
         let adapter = adapter_config.zip(adapter_weights);
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
+        // The weights stay in JS memory and are read a tensor at a time: never the whole file in wasm memory.
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: Box::new(JsBytes(weights)), adapter };
         let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 
     /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file.
     #[wasm_bindgen(js_name = loadGguf)]
-    pub async fn load_gguf(bytes: Vec<u8>, device: String, shard: JsValue, inject_fault: Option<bool>)
+    pub async fn load_gguf(bytes: js_sys::Uint8Array, device: String, shard: JsValue, inject_fault: Option<bool>)
         -> Result<WasmModel, JsError> {
         let cpu = cpu_backend(shard)?;
-        let engine = load_engine(ModelSource::Gguf(&bytes), &device, cpu, inject_fault).await?;
+        parse_device(&device)?;
+        // The file stays in JS memory: its header, then each tensor, is copied straight to where it goes.
+        let file = JsBytes(bytes);
+        let m = crate::loader::load(ModelSource::Gguf(&file), &LoadOptions::default()).map_err(js_err)?;
+        drop(file);
+        let engine = place(m, &device, cpu, inject_fault).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 

@@ -496,7 +496,7 @@ impl WasmModel {
         let opts = opts.resolve().map_err(js_err)?;
         let examples = Examples::deserialize(opts.task, serde_wasm_bindgen::Deserializer::from(examples)).map_err(js_err)?;
         let adapter = adapter_config.zip(adapter_weights);
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: Box::new(weights), adapter };
         let engine = self.engine.clone();
         let mut hooks = JsHooks { hooks, method: "fineTune" };
         let mut checkpoints = checkpoints(checkpoint).map_err(js_err)?;

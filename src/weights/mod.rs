@@ -293,7 +293,8 @@ impl HostTensor {
 ///   else the word embeddings, from [`Weights::root`]).
 #[derive(Clone, Debug, Default)]
 pub struct Weights {
-    tensors: Arc<HashMap<String, HostTensor>>,
+    /// Each tensor behind its own `Arc`, so that a backend may keep it without a copy ([`Weights::get_shared`]).
+    tensors: Arc<HashMap<String, Arc<HostTensor>>>,
     /// Tensors the file holds in a dtype we do not read (e.g. the i64 `position_ids` buffer): name → dtype. Asking
     /// for one is an error that names the dtype; not asking costs nothing.
     unsupported: Arc<HashMap<String, String>>,
@@ -312,7 +313,7 @@ impl Weights {
     /// Adds a tensor under its full Hugging Face name (ignores the current prefix). Cheap before the set is shared
     /// (cloned); afterwards it copies the map once.
     pub fn insert(&mut self, name: impl Into<String>, t: HostTensor) {
-        Arc::make_mut(&mut self.tensors).insert(name.into(), t);
+        Arc::make_mut(&mut self.tensors).insert(name.into(), Arc::new(t));
     }
 
     /// Records a tensor the file has but whose dtype cannot be read.
@@ -355,7 +356,7 @@ impl Weights {
     /// The tensor stored under exactly `name` (one of [`Self::names`]), without the prefix, fallbacks or checks of
     /// [`Self::get`].
     pub fn stored(&self, name: &str) -> Option<&HostTensor> {
-        self.tensors.get(name)
+        self.tensors.get(name).map(|t| &**t)
     }
 
     fn full(&self, name: &str) -> String {
@@ -392,7 +393,7 @@ impl Weights {
         out
     }
 
-    fn lookup(&self, name: &str) -> Result<Option<(String, &HostTensor)>> {
+    fn lookup(&self, name: &str) -> Result<Option<(String, &Arc<HostTensor>)>> {
         let full = self.full(name);
         for c in self.candidates(&full) {
             if let Some(t) = self.tensors.get(&c) {
@@ -414,6 +415,16 @@ impl Weights {
 
     /// The tensor `name` (under the prefix), checked to have exactly `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<&HostTensor> {
+        self.checked(name, shape).map(|t| &**t)
+    }
+
+    /// [`Self::get`], as the stored tensor's `Arc`: a backend that keeps weights in host memory (the CPU's) shares
+    /// it instead of copying it ([`crate::backend::Backend::upload_shared`]).
+    pub fn get_shared(&self, name: &str, shape: &[usize]) -> Result<Arc<HostTensor>> {
+        self.checked(name, shape).cloned()
+    }
+
+    fn checked(&self, name: &str, shape: &[usize]) -> Result<&Arc<HostTensor>> {
         match self.lookup(name)? {
             Some((found, t)) => {
                 if t.shape != shape {

@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use safetensors::{Dtype, SafeTensors};
+use safetensors::tensor::Metadata;
+use safetensors::{Dtype, SafeTensorError};
 
 use super::{HostData, HostTensor, Weights};
 use crate::{Error, Result};
@@ -21,33 +22,136 @@ impl Weights {
         })
     }
 
-    /// Parses the bytes of a `.safetensors` file (the header's offsets are checked against the length by the
-    /// `safetensors` crate, so a truncated file is an error, not a panic).
+    /// Parses the bytes of a `.safetensors` file (the header's offsets are checked against the length, so a
+    /// truncated file is an error, not a panic).
     pub fn from_safetensors(bytes: &[u8]) -> Result<Weights> {
-        let st = SafeTensors::deserialize(bytes).map_err(|e| {
+        Self::from_safetensors_source(bytes)
+    }
+
+    /// Parses a `.safetensors` file read in pieces from `src`: the header, then each tensor's bytes copied once,
+    /// straight into its own storage. A file that lives outside this memory (the browser's JS bytes) is thus never
+    /// held whole beside the tensors decoded from it.
+    pub fn from_safetensors_source(src: &(impl ByteSource + ?Sized)) -> Result<Weights> {
+        let invalid = |e: SafeTensorError| {
             Error::Weights(format!("not a valid safetensors file ({e}); the file may be truncated: download it again"))
-        })?;
+        };
+        let len = src.byte_len();
+        if len < 8 {
+            return Err(invalid(SafeTensorError::HeaderTooSmall));
+        }
+        let mut n = [0u8; 8];
+        src.read(0, &mut n);
+        // The `safetensors` crate's own limits: a header of at most 100 MB, within the file.
+        let n = u64::from_le_bytes(n);
+        if n > MAX_HEADER_BYTES {
+            return Err(invalid(SafeTensorError::HeaderTooLarge));
+        }
+        let n = n as usize;
+        if n > len - 8 {
+            return Err(invalid(SafeTensorError::InvalidHeaderLength));
+        }
+        let mut header = vec![0u8; n];
+        src.read(8, &mut header);
+        let text = std::str::from_utf8(&header).map_err(|e| invalid(SafeTensorError::InvalidHeader(e)))?;
+        // Deserializing checks that the offsets follow one another and match each shape and dtype.
+        let meta: Metadata =
+            serde_json::from_str(text).map_err(|e| invalid(SafeTensorError::InvalidHeaderDeserialization(e)))?;
+        let base = 8 + n;
+        if base.checked_add(meta.data_len()) != Some(len) {
+            return Err(invalid(SafeTensorError::MetadataIncompleteBuffer));
+        }
+        drop(header);
         let mut w = Weights::new();
-        for (name, view) in st.tensors() {
-            let shape = view.shape().to_vec();
-            let Some(data) = host_data(view.dtype(), view.data()) else {
-                w.insert_unsupported(name, format!("{:?}", view.dtype()));
+        for (name, info) in meta.tensors() {
+            let (start, end) = info.data_offsets;
+            let Some(data) = read_host_data(info.dtype, src, base + start, end - start) else {
+                w.insert_unsupported(name, format!("{:?}", info.dtype));
                 continue;
             };
-            w.insert(name, HostTensor { shape, data });
+            w.insert(name, HostTensor { shape: info.shape.clone(), data });
         }
         Ok(w)
     }
+}
+
+/// The `safetensors` crate's cap on the header's length.
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// The bytes of a file, read in pieces ([`Weights::from_safetensors_source`]): a slice, or (in the browser) the
+/// JS `Uint8Array` the file was downloaded into.
+pub trait ByteSource {
+    /// The file's length in bytes.
+    fn byte_len(&self) -> usize;
+    /// Fills `out` with the bytes at `at..at + out.len()`, which lie within [`ByteSource::byte_len`].
+    fn read(&self, at: usize, out: &mut [u8]);
+    /// The whole file, when it is in this memory already (a parser then reads it in place).
+    fn as_slice(&self) -> Option<&[u8]> {
+        None
+    }
+}
+
+impl ByteSource for [u8] {
+    fn byte_len(&self) -> usize {
+        self.len()
+    }
+    fn read(&self, at: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self[at..at + out.len()]);
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
+    }
+}
+
+impl ByteSource for &[u8] {
+    fn byte_len(&self) -> usize {
+        self.len()
+    }
+    fn read(&self, at: usize, out: &mut [u8]) {
+        (**self).read(at, out);
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
+    }
+}
+
+impl ByteSource for Vec<u8> {
+    fn byte_len(&self) -> usize {
+        self.len()
+    }
+    fn read(&self, at: usize, out: &mut [u8]) {
+        self.as_slice().read(at, out);
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self)
+    }
+}
+
+/// The `bytes` bytes at `at` in `src` as little-endian values of `T`, read straight into the returned storage
+/// (wasm's and x86's order already; a big-endian host swaps them after).
+pub(crate) fn read_le<T: bytemuck::Pod + Default>(src: &(impl ByteSource + ?Sized), at: usize, bytes: usize) -> Vec<T> {
+    let size = std::mem::size_of::<T>();
+    let mut v = vec![T::default(); bytes / size];
+    let raw: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+    src.read(at, raw);
+    if cfg!(target_endian = "big") {
+        raw.chunks_exact_mut(size).for_each(<[u8]>::reverse);
+    }
+    v
 }
 
 /// One tensor's little-endian bytes → host storage: f32 as is, f16 kept as f16 bits, bf16 widened to f32; `None` for
 /// any other dtype. The one decoder of safetensors data: [`Weights::from_safetensors`] and the GGUF converter
 /// ([`crate::weights::gguf::tensors_from_safetensors`]) both use it.
 pub(crate) fn host_data(dtype: Dtype, raw: &[u8]) -> Option<HostData> {
+    read_host_data(dtype, raw, 0, raw.len())
+}
+
+/// [`host_data`] of the `bytes` bytes at `at` in `src`, read straight into the tensor's storage ([`read_le`]).
+fn read_host_data(dtype: Dtype, src: &(impl ByteSource + ?Sized), at: usize, bytes: usize) -> Option<HostData> {
     Some(match dtype {
-        Dtype::F32 => HostData::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-        Dtype::F16 => HostData::F16(raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
-        Dtype::BF16 => HostData::F32(raw.chunks_exact(2).map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect()),
+        Dtype::F32 => HostData::F32(read_le(src, at, bytes)),
+        Dtype::F16 => HostData::F16(read_le(src, at, bytes)),
+        Dtype::BF16 => HostData::F32(read_le::<u16>(src, at, bytes).into_iter().map(bf16_to_f32).collect()),
         _ => return None,
     })
 }
@@ -139,13 +243,57 @@ mod tests {
         assert_eq!(bf16_to_f32(0x7f80), f32::INFINITY);
     }
 
+    /// A file read in pieces, recording the largest piece asked for.
+    struct Pieces<'a>(&'a [u8], std::cell::Cell<usize>);
+
+    impl ByteSource for Pieces<'_> {
+        fn byte_len(&self) -> usize {
+            self.0.len()
+        }
+        fn read(&self, at: usize, out: &mut [u8]) {
+            self.1.set(self.1.get().max(out.len()));
+            self.0.read(at, out);
+        }
+    }
+
+    #[test]
+    fn reads_tensor_by_tensor() {
+        let a: Vec<u8> = (0..64).flat_map(|i| (i as f32 * 0.5 - 3.0).to_le_bytes()).collect();
+        let b: Vec<u8> = [0x3e00u16, 0xc000, 0x0001].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let c: Vec<u8> = [0x3fc0u16, 0x7f80].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let views = [
+            ("a", TensorView::new(Dtype::F32, vec![8, 8], &a).unwrap()),
+            ("b", TensorView::new(Dtype::F16, vec![3], &b).unwrap()),
+            ("c", TensorView::new(Dtype::BF16, vec![2], &c).unwrap()),
+        ];
+        let bytes = safetensors::serialize(views, None).unwrap();
+        let src = Pieces(&bytes, std::cell::Cell::new(0));
+        let (whole, pieces) = (Weights::from_safetensors(&bytes).unwrap(), Weights::from_safetensors_source(&src).unwrap());
+        for (name, shape) in [("a", &[8, 8][..]), ("b", &[3]), ("c", &[2])] {
+            assert_eq!(pieces.stored(name), whole.stored(name), "{name}");
+            assert_eq!(pieces.stored(name).unwrap().shape, shape);
+        }
+        assert_eq!(pieces.stored("c").unwrap().data, HostData::F32(vec![1.5, f32::INFINITY]));
+        // Never the whole file at once: the largest piece is the header or the largest tensor.
+        let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        assert_eq!(src.1.get(), header.max(a.len()));
+        assert!(src.1.get() < bytes.len() - 8);
+    }
+
     #[test]
     fn truncated_is_an_error() {
         let f: Vec<u8> = [1.5f32; 16].iter().flat_map(|v| v.to_le_bytes()).collect();
         let bytes = file(Dtype::F32, &f, vec![16]);
-        for cut in [0, 4, 8, bytes.len() / 2, bytes.len() - 1] {
+        for cut in [0, 4, 8, 12, bytes.len() / 2, bytes.len() - 1] {
             let e = Weights::from_safetensors(&bytes[..cut]).unwrap_err().to_string();
             assert!(e.contains("truncated"), "{e}");
         }
+        // Bytes after the last tensor, and a header length past the end.
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Weights::from_safetensors(&longer).unwrap_err().to_string().contains("truncated"));
+        let mut huge = bytes.clone();
+        huge[..8].copy_from_slice(&(u64::MAX).to_le_bytes());
+        assert!(Weights::from_safetensors(&huge).unwrap_err().to_string().contains("not a valid safetensors"));
     }
 }

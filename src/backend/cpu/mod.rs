@@ -37,12 +37,45 @@ pub struct CpuTensor {
     rows: usize,
     cols: usize,
     /// The values when the tensor is f32 (every activation); empty for a packed weight.
-    data: Arc<Vec<f32>>,
+    data: Values,
     /// A weight stored as f16, Q8_0 or Q4_0 (shape `[rows, cols]`, blocks along `cols`); `None` for f32.
     packed: Option<Arc<HostTensor>>,
     /// A Q8_0 weight repacked for the integer kernel, made at its first `linear` (an embedding table that is only
     /// looked up never is), shared by the tensor's clones.
     q8: Q8Cache,
+}
+
+/// The f32 values of a tensor: its own (every activation), or an f32 weight's, shared with the loaded weights
+/// ([`CpuTensor::shared`]).
+#[derive(Clone, Debug)]
+enum Values {
+    Own(Arc<Vec<f32>>),
+    /// An f32 [`HostTensor`] of the loaded weights.
+    Weight(Arc<HostTensor>),
+}
+
+impl Default for Values {
+    fn default() -> Values {
+        Values::Own(Arc::new(Vec::new()))
+    }
+}
+
+impl Values {
+    fn as_slice(&self) -> &[f32] {
+        match self {
+            Values::Own(v) => v,
+            Values::Weight(t) => match &t.data {
+                HostData::F32(v) => v,
+                _ => &[], // `CpuTensor::shared` puts only f32 tensors here
+            },
+        }
+    }
+}
+
+impl PartialEq for Values {
+    fn eq(&self, other: &Values) -> bool {
+        self.as_slice() == other.as_slice()
+    }
 }
 
 /// The lazily repacked form of a Q8_0 weight (`None` for every other tensor, so activations cost no extra
@@ -63,7 +96,24 @@ impl CpuTensor {
         if data.len() != rows * cols {
             return Err(Error::Input(format!("a ({rows}, {cols}) tensor needs {} values, got {}", rows * cols, data.len())));
         }
-        Ok(CpuTensor { rows, cols, data: Arc::new(data), packed: None, q8: Q8Cache::default() })
+        Ok(CpuTensor { rows, cols, data: Values::Own(Arc::new(data)), packed: None, q8: Q8Cache::default() })
+    }
+
+    /// A 2-D weight `(rows, cols)` that keeps `t`, shared with the loaded weights, instead of a copy: f32 values as
+    /// the tensor's own, other dtypes as [`CpuTensor::packed`] keeps them. A tensor of another shape is copied.
+    pub fn shared(t: &Arc<HostTensor>, rows: usize, cols: usize) -> Result<CpuTensor> {
+        if t.shape != [rows, cols] {
+            return CpuTensor::packed(t, rows, cols);
+        }
+        if let HostData::F32(v) = &t.data {
+            if v.len() != rows * cols {
+                return Err(Error::Input(format!("a ({rows}, {cols}) tensor needs {} values, got {}", rows * cols, v.len())));
+            }
+            return Ok(CpuTensor { rows, cols, data: Values::Weight(t.clone()), packed: None, q8: Q8Cache::default() });
+        }
+        RowView::new(t)?; // validates the storage length and the block alignment of rows
+        let q8 = Q8Cache((INT8_Q8_0 && matches!(t.data, HostData::Q8_0(_))).then(|| Arc::new(OnceLock::new())));
+        Ok(CpuTensor { rows, cols, data: Values::default(), packed: Some(t.clone()), q8 })
     }
 
     /// Keeps a 2-D f16 / Q8_0 / Q4_0 weight as stored (checked to hold `(rows, cols)`; quantized rows must be whole
@@ -75,7 +125,7 @@ impl CpuTensor {
         let t = HostTensor { shape: vec![rows, cols], data: t.data.clone() };
         RowView::new(&t)?; // validates the storage length and the block alignment of rows
         let q8 = Q8Cache((INT8_Q8_0 && matches!(t.data, HostData::Q8_0(_))).then(|| Arc::new(OnceLock::new())));
-        Ok(CpuTensor { rows, cols, data: Arc::new(Vec::new()), packed: Some(Arc::new(t)), q8 })
+        Ok(CpuTensor { rows, cols, data: Values::default(), packed: Some(Arc::new(t)), q8 })
     }
 
     /// How the elements are stored.
@@ -86,7 +136,7 @@ impl CpuTensor {
     /// Bytes the elements occupy in memory (a Q8_0 weight: 34 per 32 values).
     pub fn bytes(&self) -> usize {
         match &self.packed {
-            None => self.data.len() * 4,
+            None => self.data().len() * 4,
             Some(t) => match &t.data {
                 HostData::F32(v) => v.len() * 4,
                 HostData::F16(v) => v.len() * 2,
@@ -128,7 +178,7 @@ impl CpuTensor {
     /// Row `r` as f32 into `out` (`cols` values), decoding a packed weight's row.
     pub(crate) fn row_into(&self, r: usize, out: &mut [f32]) {
         match self.row_view() {
-            None => out.copy_from_slice(&self.data[r * self.cols..(r + 1) * self.cols]),
+            None => out.copy_from_slice(&self.data()[r * self.cols..(r + 1) * self.cols]),
             Some(v) => v.rows_into(r, out),
         }
     }
@@ -143,14 +193,14 @@ impl CpuTensor {
 
     /// The values, row-major, of an f32 tensor (empty for a packed weight: ops check [`CpuTensor::dtype`] first).
     pub fn data(&self) -> &[f32] {
-        &self.data
+        self.data.as_slice()
     }
 
     /// A copy of the values, row-major, as f32 (a packed weight is dequantized): the synchronous twin of
     /// [`Backend::read`].
     pub fn to_vec(&self) -> Vec<f32> {
         match self.row_view() {
-            None => self.data.as_ref().clone(),
+            None => self.data().to_vec(),
             Some(v) => {
                 let mut out = vec![0f32; self.rows * self.cols];
                 if self.cols > 0 {
@@ -317,6 +367,14 @@ impl Backend for CpuBackend {
             return CpuTensor::new(t.to_f32()?, rows, cols);
         }
         CpuTensor::packed(t, rows, cols)
+    }
+
+    fn upload_shared(&self, t: &Arc<HostTensor>) -> Result<CpuTensor> {
+        let (rows, cols) = t.rows_cols();
+        if t.shape.len() < 2 {
+            return self.upload(t);
+        }
+        CpuTensor::shared(t, rows, cols)
     }
 
     fn input(&self, data: &[f32], rows: usize, cols: usize) -> Result<CpuTensor> {
@@ -507,3 +565,34 @@ impl Backend for CpuBackend {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::{quant, Weights};
+
+    /// `upload_shared` keeps the loaded weights' storage (no copy) and computes what `upload`'s copy does.
+    #[test]
+    fn shared_weights_are_not_copied() {
+        let values: Vec<f32> = (0..4 * 64).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
+        let f32w = HostTensor::f32(vec![4, 64], values).unwrap();
+        let q8w = quant::quantize(&f32w, Dtype::Q8_0).unwrap();
+        let mut w = Weights::new();
+        w.insert("f", f32w);
+        w.insert("q", q8w);
+        let cpu = CpuBackend::new();
+        let x = cpu.input(&(0..3 * 64).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<_>>(), 3, 64).unwrap();
+        for name in ["f", "q"] {
+            let stored = w.get_shared(name, &[4, 64]).unwrap();
+            let shared = cpu.upload_shared(&stored).unwrap();
+            assert_eq!(Arc::strong_count(&stored), 3, "{name}: the map, `stored` and the tensor hold one copy");
+            if let HostData::F32(v) = &stored.data {
+                assert_eq!(shared.data().as_ptr(), v.as_ptr());
+            }
+            let copied = cpu.upload(&stored).unwrap();
+            assert_eq!(shared, copied);
+            let y = |t: &CpuTensor| cpu.linear(&x, t, None, Activation::None).unwrap().to_vec();
+            assert_eq!(y(&shared), y(&copied), "{name}");
+        }
+    }
+}

@@ -196,7 +196,7 @@ fn from_scratch(config: &Path, tokenizer: &Path, max_length: Option<usize>, seed
         tokenizer: read("tokenizer.json"),
         vocab: read("vocab.txt"),
         tokenizer_config: read("tokenizer_config.json"),
-        weights,
+        weights: Box::new(weights),
         adapter: None,
     };
     let model = loader::load(ModelSource::Files(files), &LoadOptions { max_length })

@@ -12,6 +12,7 @@ use crate::tokenizer::gguf_vocab::{
     from_phantom_vocab, standard_specials, to_phantom_vocab, tokenizer_model_type, vocab_from_tokenizer_json,
     wordpiece_tokenizer_json, TOKEN_CONTROL, TOKEN_NORMAL,
 };
+use crate::weights::safetensors::ByteSource;
 use crate::weights::{albert, distilbert, electra, roberta, HostTensor};
 use crate::{Error, Result};
 
@@ -48,7 +49,7 @@ fn meta_u64(g: &Gguf, key: &str) -> Result<u64> {
 }
 
 /// Reads a BERT GGUF (ours or llama.cpp's) from memory.
-pub fn read_bert(bytes: &[u8]) -> Result<BertGguf> {
+pub fn read_bert(bytes: &(impl ByteSource + ?Sized)) -> Result<BertGguf> {
     let g = Gguf::parse(bytes)?;
     match g.get(KEY_ARCHITECTURE).and_then(|v| v.as_str()) {
         Some("bert") => {}
@@ -137,7 +138,7 @@ pub struct GgufModel {
 }
 
 /// Loads a BERT `.gguf` (ours or llama.cpp's) from its bytes.
-pub fn load_gguf(bytes: &[u8]) -> Result<GgufModel> {
+pub fn load_gguf(bytes: &(impl ByteSource + ?Sized)) -> Result<GgufModel> {
     let m = read_bert(bytes)?;
     let config = crate::config::BertConfig::from_json_str(&m.config_json)?;
     let tokenizer = crate::tokenizer::Tokenizer::from_json(

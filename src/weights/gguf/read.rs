@@ -9,13 +9,17 @@ use super::{
     MAX_DIMS, MAX_KV_COUNT, MAX_NAME_BYTES, MAX_STRING_BYTES, MAX_TENSOR_COUNT,
 };
 use crate::dtype::Dtype;
+use crate::weights::safetensors::{read_le, ByteSource};
 use crate::weights::{HostData, HostTensor};
 use crate::Result;
 
-/// A bounds-checked little-endian cursor over the file. Every read says what it was reading when it runs out.
+/// A bounds-checked little-endian cursor over the file, or over its first bytes (`buf` shorter than `file_len`):
+/// every read says what it was reading when it runs out, and `short` records that it ran out of the prefix only.
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    file_len: usize,
+    short: bool,
 }
 
 impl<'a> Cursor<'a> {
@@ -25,6 +29,7 @@ impl<'a> Cursor<'a> {
 
     fn take(&mut self, n: u64, what: &dyn Fn() -> String) -> Result<&'a [u8]> {
         if n > self.remaining() {
+            self.short = self.buf.len() < self.file_len;
             return Err(gguf_err(format!(
                 "file is truncated: {} at byte {} needs {n} bytes but only {} remain (incomplete download?)",
                 what(),
@@ -198,10 +203,31 @@ pub struct Gguf {
     index: HashMap<String, usize>,
 }
 
+/// The first read of a header outside this memory: a BERT GGUF's header (its vocabulary included) is under 1 MiB.
+const HEADER_GUESS: usize = 2 << 20;
+
 impl Gguf {
-    /// Parses and validates the header of a GGUF file held in memory. Tensor data is not copied.
-    pub fn parse(bytes: &[u8]) -> Result<Gguf> {
-        let mut c = Cursor { buf: bytes, pos: 0 };
+    /// Parses and validates the header of a GGUF file. Tensor data is not read. A file outside this memory (the
+    /// browser's JS bytes) is read from its start in growing prefixes until the header fits, never whole unless the
+    /// header is the file.
+    pub fn parse(src: &(impl ByteSource + ?Sized)) -> Result<Gguf> {
+        let file_len = src.byte_len();
+        if let Some(bytes) = src.as_slice() {
+            return Self::parse_cursor(&mut Cursor { buf: bytes, pos: 0, file_len, short: false });
+        }
+        let mut want = file_len.min(HEADER_GUESS);
+        loop {
+            let mut prefix = vec![0u8; want];
+            src.read(0, &mut prefix);
+            let mut c = Cursor { buf: &prefix, pos: 0, file_len, short: false };
+            match Self::parse_cursor(&mut c) {
+                Err(_) if c.short => want = want.saturating_mul(4).min(file_len),
+                parsed => return parsed,
+            }
+        }
+    }
+
+    fn parse_cursor(c: &mut Cursor<'_>) -> Result<Gguf> {
         let magic = c.array::<4>(&|| "the magic number".into())?;
         if magic != GGUF_MAGIC {
             return Err(gguf_err(format!(
@@ -314,7 +340,7 @@ impl Gguf {
         // The data section starts at the next multiple of the alignment after the header.
         let header_end = c.pos as u64;
         let data_start = header_end.div_ceil(alignment) * alignment;
-        let file_len = bytes.len() as u64;
+        let file_len = c.file_len as u64;
         if !raws.is_empty() && data_start > file_len {
             return Err(gguf_err(format!(
                 "file is truncated: the tensor data should start at byte {data_start} but the file has {file_len} bytes"
@@ -373,22 +399,26 @@ impl Gguf {
         self.index.get(name).map(|&i| &self.tensors[i])
     }
 
-    /// Copies one tensor's data out of `bytes` (the same bytes given to [`Gguf::parse`]).
-    pub fn load(&self, bytes: &[u8], info: &TensorInfo) -> Result<HostTensor> {
-        let raw = bytes.get(info.start..info.start + info.len).ok_or_else(|| {
-            gguf_err(format!("tensor `{}` lies outside the bytes given: pass the same file that was parsed", info.name))
-        })?;
+    /// Copies one tensor's data out of `src` (the same file given to [`Gguf::parse`]), straight into its storage.
+    pub fn load(&self, src: &(impl ByteSource + ?Sized), info: &TensorInfo) -> Result<HostTensor> {
+        if info.start.checked_add(info.len).is_none_or(|end| end > src.byte_len()) {
+            return Err(gguf_err(format!(
+                "tensor `{}` lies outside the bytes given: pass the same file that was parsed",
+                info.name
+            )));
+        }
+        let (at, n) = (info.start, info.len);
         let data = match info.dtype {
-            Dtype::F32 => HostData::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-            Dtype::F16 => HostData::F16(raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
-            Dtype::Q8_0 => HostData::Q8_0(raw.to_vec()),
-            Dtype::Q4_0 => HostData::Q4_0(raw.to_vec()),
+            Dtype::F32 => HostData::F32(read_le(src, at, n)),
+            Dtype::F16 => HostData::F16(read_le(src, at, n)),
+            Dtype::Q8_0 => HostData::Q8_0(read_le(src, at, n)),
+            Dtype::Q4_0 => HostData::Q4_0(read_le(src, at, n)),
         };
         Ok(HostTensor { shape: info.shape.clone(), data })
     }
 
     /// Every tensor, in file order.
-    pub fn load_all(&self, bytes: &[u8]) -> Result<Vec<(String, HostTensor)>> {
+    pub fn load_all(&self, bytes: &(impl ByteSource + ?Sized)) -> Result<Vec<(String, HostTensor)>> {
         self.tensors.iter().map(|t| Ok((t.name.clone(), self.load(bytes, t)?))).collect()
     }
 }
