@@ -232,25 +232,25 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     abort.abort();
     throw tooBig(name, total, maxBytes, true);
   }
-  // The cache stores the response itself, a branch of its body's stream written to storage as the bytes arrive:
-  // putting a `new Response(bytes)` afterwards would hold a second copy of the whole file in the page. A failed put
-  // (quota, a 206, `Vary: *`) must not fail the load: the model is in memory already.
-  const cached = cache && response.body ? cache.put(url, response.clone()).then(() => true, () => false) : null;
-  // Drops what the cache's branch wrote (before an error is thrown: no half or unpinned file stays behind).
-  const forget = async () => {
+  // The cache is fed the chunks as they arrive: putting a `new Response(bytes)` afterwards would hold a second copy
+  // of the whole file in the page. A failed put (quota) must not fail the load: the model is in memory already.
+  const feed = cache && response.body ? cacheFeed(cache, url, response, total) : null;
+  // Drops what the cache was fed (before an error is thrown: no half or unpinned file stays behind).
+  const forget = async (e) => {
     abort.abort();
-    if (cached && await cached) await cache.delete(url).catch(() => {});
+    feed?.fail(e);
+    if (feed && await feed.done) await cache.delete(url).catch(() => {});
   };
   let bytes;
   try {
-    bytes = await readBody(response, name, { total, maxBytes, onProgress, abort });
+    bytes = await readBody(response, name, { total, maxBytes, onProgress, abort, feed });
     await checkPinned(bytes, url, name, sha256);
   } catch (e) {
-    await forget();
+    await forget(e);
     throw e;
   }
-  if (cached) {
-    await cached;
+  if (feed) {
+    await feed.done;
   } else if (cache) {
     // No stream to branch (a runtime whose Response has no body stream): the bytes themselves.
     const headers = { "content-type": response.headers.get("content-type") ?? "application/octet-stream",
@@ -260,11 +260,66 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
   return bytes;
 }
 
+/** How far the download may run ahead of the cache's writes (bytes queued for it in the page). */
+const CACHE_AHEAD_BYTES = 4 << 20;
+
+/**
+ * The cache's copy of a download: a stream that `cache.put` reads while the download pushes its chunks. `push`
+ * waits while CACHE_AHEAD_BYTES are queued (a branch of the response's own stream, `response.clone()`, queues
+ * without bound when the network outruns the cache's writes: up to a second copy of the file). Resolves `done` to
+ * whether the file was stored; a cache that gives up (quota) stops being fed and the download goes on.
+ */
+function cacheFeed(cache, url, response, total) {
+  let ctl = null;
+  let wake = null;
+  const release = () => {
+    wake?.();
+    wake = null;
+  };
+  const body = new ReadableStream({
+    start(c) {
+      ctl = c;
+    },
+    pull: release,
+    cancel() {
+      ctl = null;
+      release();
+    },
+  }, new ByteLengthQueuingStrategy({ highWaterMark: CACHE_AHEAD_BYTES }));
+  const headers = { "content-type": response.headers.get("content-type") ?? "application/octet-stream" };
+  if (total != null) headers["content-length"] = String(total);
+  const done = cache.put(url, new Response(body, { headers })).then(() => true, () => false);
+  done.then(() => {
+    ctl = null;
+    release();
+  });
+  return {
+    done,
+    async push(chunk) {
+      if (!ctl) return;
+      ctl.enqueue(chunk);
+      while (ctl && ctl.desiredSize <= 0) await new Promise((resolve) => { wake = resolve; });
+    },
+    close() {
+      ctl?.close();
+    },
+    fail(e) {
+      try {
+        ctl?.error(e ?? new Error("the download failed"));
+      } catch {
+        // already closed or errored
+      }
+      ctl = null;
+      release();
+    },
+  };
+}
+
 /**
  * A response's body as one Uint8Array, streamed with progress and the size checks. With a known length the chunks
  * are written into the one array as they arrive (the chunks and their concatenation are never held at once).
  */
-async function readBody(response, name, { total, maxBytes, onProgress, abort }) {
+async function readBody(response, name, { total, maxBytes, onProgress, abort, feed }) {
   if (!response.body || typeof response.body.getReader !== "function") {
     const bytes = new Uint8Array(await response.arrayBuffer());
     if (bytes.byteLength > maxBytes) throw tooBig(name, bytes.byteLength, maxBytes, true);
@@ -304,11 +359,11 @@ async function readBody(response, name, { total, maxBytes, onProgress, abort }) 
     }
     loaded += value.byteLength;
     onProgress?.({ file: name, loaded, total });
+    await feed?.push(value);
   }
-  if (whole) {
-    if (loaded !== total) throw cutShort(loaded);
-    return whole;
-  }
+  if (whole && loaded !== total) throw cutShort(loaded);
+  feed?.close();
+  if (whole) return whole;
   const bytes = new Uint8Array(loaded);
   let at = 0;
   for (const c of chunks) {
