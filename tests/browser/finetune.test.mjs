@@ -284,7 +284,7 @@ test("bertgpu/worker: fineTune in a worker (progress and signal across), every w
       names: Object.keys(files).sort() };
   }, { url: ctx.env.models.url + TINY, examples: EXAMPLES, options: OPTIONS });
   assert.equal(got.steps, 6);
-  assert.equal(got.events, 6 + 2, "every step and epoch reaches the page");
+  assert.equal(got.events, 1 + 6 + 2, "the memory statement, every step and epoch reach the page");
   assert.deepEqual(got.both, got.want, "both workers run the model the first one tuned (the same as the page's)");
   assert.equal(got.aborted, "AbortError");
   assert.deepEqual(got.afterAbort, got.want, "an aborted fine-tuning in a worker leaves the model as it was");
