@@ -194,31 +194,46 @@ export async function listCheckpoints() {
   const out = [];
   for await (const [name, run] of runs.entries()) {
     if (run.kind !== "directory") continue;
-    let best = null;
-    for (const c of await complete(run)) {
-      const step = Number(c.name.slice(PREFIX.length));
-      if (!best || step > best.step) best = { step, handle: c.handle };
-    }
-    if (!best) continue;
-    let size = 0;
-    let date = 0;
-    let totalSteps = null;
-    for await (const [fname, f] of best.handle.entries()) {
-      if (f.kind !== "file") continue;
-      const file = await f.getFile();
-      size += file.size;
-      date = Math.max(date, file.lastModified);
-      if (fname === "trainer_state.json") {
-        try {
-          totalSteps = JSON.parse(await file.text()).loop.report.steps.at(-1)?.total_steps ?? null;
-        } catch {
-          // a damaged one: listed all the same; resume will say what is wrong with it
-        }
+    // A run still training writes a newer checkpoint and removes the oldest meanwhile: one read between the two
+    // finds a file gone (NotFoundError), and the newest is looked for again; a run removed meanwhile is left out.
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      try {
+        const summary = await newestOf(run);
+        if (summary) out.push({ name, ...summary });
+        break;
+      } catch (e) {
+        if (e?.name !== "NotFoundError") throw e;
       }
     }
-    out.push({ name, step: best.step, totalSteps, size, date: new Date(date) });
   }
   return out.sort((a, b) => b.date - a.date);
+}
+
+/** A run's newest complete checkpoint: { step, totalSteps, size, date }, or null if it has none. */
+async function newestOf(run) {
+  let best = null;
+  for (const c of await complete(run)) {
+    const step = Number(c.name.slice(PREFIX.length));
+    if (!best || step > best.step) best = { step, handle: c.handle };
+  }
+  if (!best) return null;
+  let size = 0;
+  let date = 0;
+  let totalSteps = null;
+  for await (const [fname, f] of best.handle.entries()) {
+    if (f.kind !== "file") continue;
+    const file = await f.getFile();
+    size += file.size;
+    date = Math.max(date, file.lastModified);
+    if (fname === "trainer_state.json") {
+      try {
+        totalSteps = JSON.parse(await file.text()).loop.report.steps.at(-1)?.total_steps ?? null;
+      } catch {
+        // a damaged one: listed all the same; resume will say what is wrong with it
+      }
+    }
+  }
+  return { step: best.step, totalSteps, size, date: new Date(date) };
 }
 
 /** Removes a run's checkpoints; false if it had none. */
