@@ -342,6 +342,15 @@ impl<T> Encoder<T> {
         self.layers.len()
     }
 
+    /// The first parameter the backward reaches when only the top `k` layers train (`None`: all of them): the
+    /// parameters are pushed in order, the embeddings', each layer's (its query/key/value weight first), the head's.
+    pub(crate) fn first_trained(&self, top: Option<usize>) -> usize {
+        match top.map(|k| self.layers.len().saturating_sub(k)) {
+            None => 0,
+            Some(l) => self.layers.get(l).map_or_else(|| self.layers.last().map_or(0, |li| li.ln2_b + 1), |li| li.qkv_w),
+        }
+    }
+
     /// Back from `dlast = ∂L/∂(last hidden state)` `(B*T, H)` to the encoder parameters' gradients in `grads`:
     /// every parameter's, or with `top: Some(k)` only the last `k` layers' (the backward stops there, so the
     /// embeddings and the lower layers get none and stay frozen).

@@ -206,8 +206,7 @@ impl<B: Backend> FineTuner<B> {
     /// counted at 15% of the tokens selected, and one more per sequence (its default, rounded up).
     pub fn memory(&self, b: usize, t: usize) -> TrainingMemory {
         let enc = &self.encoder;
-        // The embeddings' 5 parameters, then 12 per layer in order, then the head's (always trained).
-        let first_trained = self.top_layers.map_or(0, |k| 5 + 12 * (enc.layers() - k.min(enc.layers())));
+        let first_trained = enc.first_trained(self.top_layers);
         let params = enc.params.iter().enumerate().map(|(i, p)| (p.rows * p.cols, i >= first_trained && enc.trains(i)));
         let c = &enc.config;
         let (forwards, head_rows, head_width) = match &self.head {
