@@ -175,9 +175,7 @@ def main():
     log(json.dumps(info["corpus"]))
     eval_rows = [r for s in (101, 102, 103, 104, 105) for r in make_segment_rows(held_ids, special, vocab, s)]
     train_rows = make_segment_rows(train_ids, special, vocab, 0)
-    info["rows"] = dict(train=len(train_rows), heldout=len(eval_rows),
-                        train_epochs=STEPS * BATCH / len(train_rows),
-                        train_mean_length=sum(len(r["input_ids"]) for r in train_rows) / len(train_rows))
+    info["rows"] = ps.rows_info(train_rows, eval_rows, STEPS, BATCH)
     log(json.dumps(info["rows"]))
 
     res = {}

@@ -229,6 +229,13 @@ def run_bertgpu(train_txt, tok_dir, cfg_path, out, steps, lr=LR):
     return run_logged(cmd)
 
 
+def rows_info(train_rows, eval_rows, steps=None, batch=None):
+    """How many rows each side has, the passes STEPS × BATCH makes over the training rows, their mean length."""
+    return dict(train=len(train_rows), heldout=len(eval_rows),
+                train_epochs=(steps or STEPS) * (batch or BATCH) / len(train_rows),
+                train_mean_length=sum(len(r["input_ids"]) for r in train_rows) / len(train_rows))
+
+
 def log_curves(b_losses, t_losses, what=""):
     """The two training-loss curves side by side, 20 rows: each the mean of its steps."""
     every = max(1, len(b_losses) // 20)
@@ -323,9 +330,7 @@ def main():
     log(json.dumps(info["corpus"]))
     eval_rows = [r for s in (101, 102, 103, 104, 105) for r in make_rows(held_ids, special, VOCAB, s)]
     train_rows = make_rows(train_ids, special, VOCAB, 0)
-    info["rows"] = dict(train=len(train_rows), heldout=len(eval_rows),
-                        train_epochs=STEPS * BATCH / len(train_rows),
-                        train_mean_length=sum(len(r["input_ids"]) for r in train_rows) / len(train_rows))
+    info["rows"] = rows_info(train_rows, eval_rows)
     log(json.dumps(info["rows"]))
     cfg_path = os.path.join(WORK, "config.json")
     json.dump(CONFIG, open(cfg_path, "w"), indent=1)
