@@ -18,30 +18,39 @@ M=$OUT/models
 mkdir -p "$M"
 export PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1
 py() { python3 bench/real_gpu.py "$@" 2> >(grep -v "Loading weights\|Writing model\|LOAD REPORT\|MISSING\|^Key\|^---\|^Notes\|newly init\|^$" >&2); }
-step() { echo; echo "### $*"; }
+step() { echo; echo "### $* ($(date -u +%T))"; }
 
 step adapter
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
 py models "$M" "$BIN/tokenizer"
+export BERTGPU_CACHE_DIR=$OUT/cache
 
-for model in minilm base; do
-  for shape in "1 12" "8 128" "32 32"; do
-    set -- $shape
-    step "bench $model $1 × $2"
-    # The calibrated kernels (the first row) against the defaults (the second), round-robin.
-    "$BIN/bertgpu" bench --model "$M/$model" --device gpu --batch "$1" --seq "$2" --reps 30 \
-      --tuning matmul=direct:8x8 $([ "$1" != 32 ] && echo --profile)
-    py forward "$M/$model" "$1" "$2" 30
-  done
+# Steps in the order of what matters most, so a run cut short by its time limit keeps the most: the batches
+# (b) and (c) against PyTorch, the GPU tests on this adapter (every kernel variant against the CPU), our embeddings
+# against PyTorch's, then (a), the matmul's GFLOP/s by workgroup and a fine-tuning step.
+for model in base minilm; do
+  # The first load calibrates (the driver compiles every variant's pipelines the first time, which can run past
+  # the calibration's budget: a calibration cut short is not cached); the second, with the driver's shader cache
+  # warm, finishes and caches the choice that the benches below load.
+  for i in 1 2; do echo "Hello world." | "$BIN/bertgpu" embed --model "$M/$model" --device gpu > /dev/null; done
 done
+bench() {  # MODEL B T [--profile]
+  step "bench $1 $2 × $3"
+  # The calibrated kernels (the first row) against the defaults (the second), round-robin.
+  "$BIN/bertgpu" bench --model "$M/$1" --device gpu --batch "$2" --seq "$3" --reps 30 --tuning matmul=direct:8x8 ${4:-}
+  py forward "$M/$1" "$2" "$3" 30
+}
+bench base 8 128 --profile
+bench minilm 8 128 --profile
+bench base 32 32
+bench minilm 32 32
 
-step "matmul GFLOP/s by workgroup shape (BERT shapes)"
-REPS=20 WGS=8x8,16x4,32x4,t8x8,t16x8,t8x16,t16x16 "$BIN/gpu_bench" matmul
-
-step "fine-tuning step, batch 16 × 64"
-for model in minilm base; do
-  GPU=1 "$BIN/train_bench" "$M/$model" 16 64 5 | grep gpu
-  py train "$M/$model" 16 64 5
+step "GPU tests on this adapter"
+# The test binaries find tests/models through the path they were built in.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+for t in "$BIN"/tests/*; do
+  echo "-- $(basename "$t")"
+  BERTGPU_REQUIRE_GPU=1 timeout 120 "$t" --test-threads 4 2>&1 | grep -E "^test result|FAILED|panicked|SKIPPED" | head -8
 done
 
 step "our GPU embeddings against PyTorch (float64 reference)"
@@ -53,10 +62,15 @@ for model in minilm base; do
   "$BIN/bertgpu" embed --model "$M/$model" --device gpu < "$OUT/texts.txt" > "$OUT/ours_$model.jsonl" && py compare "$M/$model" "$OUT/texts.txt" "$OUT/ours_$model.jsonl"
 done
 
-step "GPU tests on this adapter"
-# The test binaries find tests/models through the path they were built in.
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
-for t in "$BIN"/tests/*; do
-  echo "-- $(basename "$t")"
-  BERTGPU_REQUIRE_GPU=1 "$t" --test-threads 4 2>&1 | grep -E "^test result|FAILED|panicked|SKIPPED" | head -8
+bench base 1 12 --profile
+bench minilm 1 12
+
+step "matmul GFLOP/s by workgroup shape (BERT shapes)"
+REPS=20 WGS=8x8,t8x16,t16x16,w8x8,w16x8,w8x16,w16x16 "$BIN/gpu_bench" matmul
+
+step "fine-tuning step, batch 16 × 64"
+for model in minilm base; do
+  GPU=1 "$BIN/train_bench" "$M/$model" 16 64 5 | grep gpu
+  py train "$M/$model" 16 64 5
 done
+step done

@@ -1,7 +1,8 @@
 //! GPU benchmarks (BENCHMARKS.md), on whatever adapter wgpu finds (lavapipe here):
 //! - `cargo run --example gpu_bench -- matmul`: GFLOP/s of the matmul (several workgroup shapes, `WGS=8x8,16x16`;
-//!   `t16x16`: the tiled kernel, staged through workgroup memory) against the CPU backend, at BERT shapes. The slower kernels it was compared with are deleted; their numbers are
-//!   in BENCHMARKS.md and the revision that measured them is named there.
+//!   `t16x16`: the tiled kernel, staged through workgroup memory; `w16x16`: the wide one, 8 × 8 per invocation)
+//!   against the CPU backend, at BERT shapes. The slower kernels it was compared with are deleted; their numbers
+//!   are in BENCHMARKS.md and the revision that measured them is named there.
 //! - The whole forward on both backends, with each kernel's share of the GPU's time, is `bertgpu bench --profile`
 //!   (one forward benchmark, in the CLI); PyTorch's time on the same batch: `examples/torch_forward.py`.
 //! - `gpu_bench quant [MODEL ...]`: the linear at BERT shapes (`QSHAPES=1024x384x1536,...`) with the weight in f32,
@@ -43,8 +44,8 @@ fn matmul() {
     let reps: usize = std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let wgs = bench_wgs();
     let backends: Vec<GpuBackend> = wgs.iter()
-        .map(|&(wg, tiled)| GpuBackend::with_tuning(Gpu::new_blocking().unwrap(),
-            Tuning { matmul: MatmulVariant { kernel: if tiled { MatmulKernel::Tiled } else { MatmulKernel::Direct }, wg },
+        .map(|&(wg, kernel)| GpuBackend::with_tuning(Gpu::new_blocking().unwrap(),
+            Tuning { matmul: MatmulVariant { kernel, wg },
                 ..Default::default() }).unwrap())
         .collect();
     let cpu = CpuBackend::new();
@@ -71,7 +72,11 @@ fn matmul() {
             }
         }
         let names: Vec<String> = wgs.iter()
-            .map(|(wg, tiled)| format!("4×8/thread vec4{}, workgroup {}×{}", if *tiled { " tiled" } else { "" }, wg.0, wg.1))
+            .map(|(wg, kernel)| match kernel {
+                MatmulKernel::Wide => format!("8×8/thread vec4 wide, workgroup {}×{}", wg.0, wg.1),
+                MatmulKernel::Tiled => format!("4×8/thread vec4 tiled, workgroup {}×{}", wg.0, wg.1),
+                _ => format!("4×8/thread vec4, workgroup {}×{}", wg.0, wg.1),
+            })
             .chain(["CPU backend (rayon, 2 threads)".to_string()]).collect();
         for (i, (name, t)) in names.into_iter().zip(times).enumerate() {
             let ms = median(t);
@@ -88,14 +93,19 @@ fn matmul() {
     }
 }
 
-/// Workgroup shapes to compare: `WGS="16x4,t16x16"` (`t`: the tiled kernel) or the default list.
-fn bench_wgs() -> Vec<((u32, u32), bool)> {
-    let spec = std::env::var("WGS").unwrap_or_else(|_| "8x8,16x16,16x4,32x4,64x4,32x8,t8x8,t16x8,t16x16".into());
+/// Workgroup shapes to compare: `WGS="16x4,t16x16,w8x8"` (`t`: the tiled kernel, `w`: the wide one) or the default
+/// list.
+fn bench_wgs() -> Vec<((u32, u32), MatmulKernel)> {
+    let spec = std::env::var("WGS").unwrap_or_else(|_| "8x8,16x16,16x4,32x4,64x4,32x8,t8x8,t16x8,t16x16,w8x8,w16x16".into());
     spec.split(',').filter_map(|s| {
         let s = s.trim();
-        let (tiled, s) = match s.strip_prefix('t') { Some(rest) => (true, rest), None => (false, s) };
+        let (kernel, s) = match s.split_at(1) {
+            ("t", rest) => (MatmulKernel::Tiled, rest),
+            ("w", rest) => (MatmulKernel::Wide, rest),
+            _ => (MatmulKernel::Direct, s),
+        };
         let (a, b) = s.split_once('x')?;
-        Some(((a.trim().parse().ok()?, b.trim().parse().ok()?), tiled))
+        Some(((a.trim().parse().ok()?, b.trim().parse().ok()?), kernel))
     }).collect()
 }
 

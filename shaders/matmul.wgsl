@@ -1,5 +1,5 @@
 // matmul.wgsl: y = act(x · wᵀ + bias) with an f32 weight read as vec4 (entries matmul_vec4,
-// matmul_vec4_tiled and matmul_vec4_reduce; K % 4 == 0, every BERT).
+// matmul_vec4_tiled, matmul_vec4_reduce and matmul_vec4_wide; K % 4 == 0, every BERT).
 // Bindings, tiling and epilogue: lib/matmul_tile.wgsl. Weights in other dtypes, or K not a multiple of 4:
 // matmul_packed.wgsl.
 
@@ -36,4 +36,10 @@ fn matmul_vec4_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoc
 @compute @workgroup_size(WG_X, WG_Y, 1)
 fn matmul_vec4_reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     tile_reduce(wid, lid);
+}
+
+// The same product, 8 × 8 outputs per invocation, K double-buffered through workgroup memory (tile_wide).
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn matmul_vec4_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    tile_wide(wid, lid);
 }

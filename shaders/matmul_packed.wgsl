@@ -70,6 +70,12 @@ fn matmul_packed_reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_in
     tile_reduce(wid, lid);
 }
 
+// The same product, 8 × 8 outputs per invocation, K double-buffered through workgroup memory (tile_wide).
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn matmul_packed_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    tile_wide(wid, lid);
+}
+
 // Element `i` of an f32 (WDT 0) or f16 (WDT 1) weight, for matmul_scalar.
 fn w_at(i: u32) -> f32 {
     if WDT == 1u {

@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::gpu::{AttentionKernel, GpuBackend, Tuning};
 use bertgpu::backend::{AttentionShape, Backend, Dropout};
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
@@ -115,10 +116,19 @@ fn padded_mask(b: usize, t: usize, lens: &[usize]) -> Vec<f32> {
 }
 
 /// With q = k = 0 every real key has probability 1/K, and with v_j the unit vector e_j (head_dim ≥ T), context
-/// column j of query i is F_ij/K: the attention mask itself, read back. Both sides must drop the same probabilities.
+/// column j of query i is F_ij/K: the attention mask itself, read back. Both sides must drop the same probabilities,
+/// with the default kernel and with the split one (each query over head_dim/4 invocations).
 #[test]
 fn attention_dropout_masks_are_the_cpus() {
     let Some(g) = gpu() else { return };
+    for kernel in [AttentionKernel::Vec4, AttentionKernel::Split] {
+        g.set_tuning(Tuning { attention: kernel, ..Tuning::default() });
+        eprintln!("{kernel:?}");
+        attention_dropout_masks(&g);
+    }
+}
+
+fn attention_dropout_masks(g: &GpuBackend) {
     let cpu = CpuBackend::new();
     let (b, t, heads, d, lens) = (2usize, 7usize, 2usize, 8usize, [7usize, 5]);
     let h = heads * d;
@@ -133,7 +143,7 @@ fn attention_dropout_masks_are_the_cpus() {
     let drop = Dropout { p: 0.5, seed: 9, stream: 4 };
     let want = cpu.attention_dropout(&cpu.input(&qkv, b * t, 3 * h).unwrap(), &cpu.input(&mask, b, t).unwrap(), s, drop).unwrap();
     let got = g.attention_dropout(&g.input(&qkv, b * t, 3 * h).unwrap(), &g.input(&mask, b, t).unwrap(), s, drop).unwrap();
-    let (got, want) = (read(&g, &got), want.to_vec());
+    let (got, want) = (read(g, &got), want.to_vec());
     assert_close("attention_dropout one-hot v", &got, &want, ATT_FWD_ATOL, ATT_FWD_RTOL);
     let (key, threshold) = (drop.key(), drop.threshold());
     let mut dropped = 0;

@@ -41,6 +41,9 @@ const POOL_ATOL: f32 = 1e-6;
 const POOL_RTOL: f32 = 1e-6;
 
 const SIZES: [usize; 6] = [1, 7, 33, 64, 127, 513];
+/// Inner sizes the vec4 kernels take (K % 4 == 0; SIZES has only 64 of them): 4, 36 and 100 leave the wide
+/// kernel a half slab of K at the end (an odd number of vec4), 136 leaves none.
+const VEC4_KS: [usize; 4] = [4, 36, 100, 136];
 
 /// Every matmul variant the calibration may choose on this adapter (tune.rs), on every awkward shape.
 #[test]
@@ -48,17 +51,18 @@ fn linear_matches_cpu_over_awkward_shapes() {
     let Some(g) = gpu() else { return };
     for t in bertgpu::backend::gpu::matmul_candidates(g.gpu()) {
         let t = g.set_tuning(t);
-        let worst = linear_cases(&g);
+        let worst = linear_cases(&g, &SIZES).max(linear_cases(&g, &VEC4_KS));
         eprintln!("linear {t}: worst |err| {worst:e}");
     }
 }
 
-fn linear_cases(g: &GpuBackend) -> f32 {
+/// Every (M, N) of SIZES with every K of `ks`.
+fn linear_cases(g: &GpuBackend, ks: &[usize]) -> f32 {
     let r = CpuBackend::new();
     let mut worst = 0.0f32;
     for (i, &m) in SIZES.iter().enumerate() {
         for (j, &n) in SIZES.iter().enumerate() {
-            for (l, &k) in SIZES.iter().enumerate() {
+            for (l, &k) in ks.iter().enumerate() {
                 let seed = (i * 36 + j * 6 + l) as u64;
                 let x = rand_vec(m * k, seed);
                 let w = rand_vec(n * k, seed + 1000);
@@ -135,13 +139,16 @@ fn layernorm_matches_cpu() {
 
 
 /// Every attention kernel: vec4 (the default), the ones with head_dim fixed at 32 and 64 (the cases with those
-/// heads), and the scalar one, on every case.
+/// heads), the scalar one, and the split one (heads up to 64) at each width the calibration times (32 with
+/// head_dim 64: two queries a workgroup, so T = 7 and 33 end partway through one), on every case.
 #[test]
 fn attention_matches_cpu() {
     let Some(g) = gpu() else { return };
-    for kernel in [AttentionKernel::Vec4, AttentionKernel::Fixed, AttentionKernel::Scalar] {
-        g.set_tuning(Tuning { attention: kernel, ..Default::default() });
-        attention_cases(&format!("{kernel:?}"), &g);
+    let kernels = [(AttentionKernel::Vec4, 64), (AttentionKernel::Fixed, 64), (AttentionKernel::Scalar, 64),
+        (AttentionKernel::Split, 32), (AttentionKernel::Split, 64), (AttentionKernel::Split, 256)];
+    for (kernel, wg) in kernels {
+        g.set_tuning(Tuning { attention: kernel, attention_wg: wg, ..Default::default() });
+        attention_cases(&format!("{kernel:?} {wg}"), &g);
     }
 }
 

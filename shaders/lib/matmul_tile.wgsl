@@ -25,7 +25,11 @@
 //   invocations to fill a GPU and each walks all of K alone. One workgroup per 4×8 block of y, its WG_X·WG_Y (a
 //   power of two ≤ 64) invocations taking every (WG_X·WG_Y)-th step along K and summing their partial blocks in a
 //   tree in workgroup memory. Grid: one workgroup per block.
-// Rows/columns past the edge are clamped (direct, reduce) or zero-filled (tiled) for loading and masked on store,
+// - `tile_wide` (wide): 8 rows × 8 columns per invocation (a block of (8·WG_Y) × (8·WG_X), WG_X and WG_Y 8 or 16),
+//   K in slabs of 8 double-buffered in workgroup memory: per k, 4 vec4 reads feed 64 FMAs (tiled: 3 for 32), and
+//   each slab's global loads are issued before the slab in hand is multiplied and stored after it, so their
+//   latency hides behind the arithmetic; one barrier per slab. Grid: one workgroup per block.
+// Rows/columns past the edge are clamped (direct, reduce) or zero-filled (tiled, wide) for loading and masked on store,
 // so any M, N work. Accumulation is f32 throughout. The adapter's calibration picks the tiling, one for many rows
 // and one for few (src/backend/gpu/tune.rs).
 //
@@ -288,4 +292,144 @@ fn tile_shared(wid: vec3<u32>, lid: vec3<u32>) {
     store_row(r + 1u, c1, bcc1);
     store_row(r + 2u, c1, bcc2);
     store_row(r + 3u, c1, bcc3);
+}
+
+// Slab depth of `tile_wide` (K values, 2 vec4), and its two staging buffers: xs[b · 256 + k · 32 + g] holds rows
+// 4g..4g+3 of the block's x at k of the slab in buffer b; ws likewise columns 4g..4g+3 of its w. 16 KiB together:
+// WebGPU's default limit.
+const WIDE_K: u32 = 8u;
+var<workgroup> xs: array<vec4<f32>, 512>;
+var<workgroup> ws: array<vec4<f32>, 512>;
+
+// The i-th vec4 of slab `s` of x: row i / 2 of the block, vec4 2s + i % 2 along K (zero past the edges).
+fn wide_x(row0: u32, s: u32, i: u32) -> vec4<f32> {
+    let r = row0 + (i >> 1u);
+    let kq = 2u * s + (i & 1u);
+    let k4 = p.k / 4u;
+    if r < p.m && kq < k4 {
+        return x4[r * k4 + kq];
+    }
+    return vec4<f32>(0.0);
+}
+
+// ... and of w, decoded: output column i / 2 of the block.
+fn wide_w(col0: u32, s: u32, i: u32) -> vec4<f32> {
+    let n = col0 + (i >> 1u);
+    let kq = 2u * s + (i & 1u);
+    if n < p.n && kq < p.k / 4u {
+        let row = w_row(n);
+        var d = 1.0;
+        if W_BLOCKED {
+            d = w_scale(row, kq);
+        }
+        return w_vec(row, kq, d);
+    }
+    return vec4<f32>(0.0);
+}
+
+// Writes the i-th vec4 of a slab (as wide_x / wide_w load it) into buffer `b` of a staging array, K-major.
+fn wide_put_x(b: u32, i: u32, v: vec4<f32>) {
+    let g = b * 256u + (i & 1u) * 128u + (i >> 3u);
+    let c = (i >> 1u) & 3u;
+    xs[g][c] = v.x;
+    xs[g + 32u][c] = v.y;
+    xs[g + 64u][c] = v.z;
+    xs[g + 96u][c] = v.w;
+}
+
+fn wide_put_w(b: u32, i: u32, v: vec4<f32>) {
+    let g = b * 256u + (i & 1u) * 128u + (i >> 3u);
+    let c = (i >> 1u) & 3u;
+    ws[g][c] = v.x;
+    ws[g + 32u][c] = v.y;
+    ws[g + 64u][c] = v.z;
+    ws[g + 96u][c] = v.w;
+}
+
+fn wide_store(r: u32, c: u32, c1: u32, a: vec4<f32>, b: vec4<f32>) {
+    store_row(r, c, a);
+    store_row(r, c1, b);
+}
+
+// Rows 4·ly.. and 4·(WG_Y + ly).., columns 4·lx.. and 4·(WG_X + lx).. of the workgroup's (8·WG_Y) × (8·WG_X)
+// block of y. A slab holds 16·WG_Y vec4 of x and 16·WG_X of w: 16 / WG_X and 16 / WG_Y (1 or 2) per invocation.
+fn tile_wide(wid: vec3<u32>, lid: vec3<u32>) {
+    let row0 = wid.y * 8u * WG_Y;
+    let col0 = wid.x * 8u * WG_X;
+    let t = lid.y * WG_X + lid.x;
+    let threads = WG_X * WG_Y;
+    let nx = 16u * WG_Y;  // vec4 of x in a slab
+    let nw = 16u * WG_X;
+    let slabs = (p.k / 4u + 1u) / 2u;
+    // The first slab, into buffer 0.
+    for (var i = t; i < nx; i = i + threads) {
+        wide_put_x(0u, i, wide_x(row0, 0u, i));
+    }
+    for (var i = t; i < nw; i = i + threads) {
+        wide_put_w(0u, i, wide_w(col0, 0u, i));
+    }
+    workgroupBarrier();
+    // Accumulators: a{i}{j}: row 4·ly + i (j = 0: columns 4·lx.., j = 1: columns 4·(WG_X + lx)..); c{i}{j}: row
+    // 4·(WG_Y + ly) + i.
+    var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0); var a10 = vec4<f32>(0.0); var a11 = vec4<f32>(0.0);
+    var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0); var a30 = vec4<f32>(0.0); var a31 = vec4<f32>(0.0);
+    var c00 = vec4<f32>(0.0); var c01 = vec4<f32>(0.0); var c10 = vec4<f32>(0.0); var c11 = vec4<f32>(0.0);
+    var c20 = vec4<f32>(0.0); var c21 = vec4<f32>(0.0); var c30 = vec4<f32>(0.0); var c31 = vec4<f32>(0.0);
+    let i1 = t + threads;  // an invocation's second vec4 of a slab, where the slab has two per invocation
+    for (var s = 0u; s < slabs; s = s + 1u) {
+        let cur = (s & 1u) * 256u;
+        // The next slab's loads, issued now and written to the other buffer after this slab's products.
+        let more = s + 1u < slabs;
+        var px0 = vec4<f32>(0.0); var px1 = vec4<f32>(0.0); var pw0 = vec4<f32>(0.0); var pw1 = vec4<f32>(0.0);
+        if more {
+            px0 = wide_x(row0, s + 1u, t);
+            pw0 = wide_w(col0, s + 1u, t);
+            if i1 < nx {
+                px1 = wide_x(row0, s + 1u, i1);
+            }
+            if i1 < nw {
+                pw1 = wide_w(col0, s + 1u, i1);
+            }
+        }
+        for (var kk = 0u; kk < WIDE_K; kk = kk + 1u) {
+            let x0 = xs[cur + kk * 32u + lid.y];
+            let x1 = xs[cur + kk * 32u + WG_Y + lid.y];
+            let w0 = ws[cur + kk * 32u + lid.x];
+            let w1 = ws[cur + kk * 32u + WG_X + lid.x];
+            a00 = a00 + x0.x * w0; a01 = a01 + x0.x * w1;
+            a10 = a10 + x0.y * w0; a11 = a11 + x0.y * w1;
+            a20 = a20 + x0.z * w0; a21 = a21 + x0.z * w1;
+            a30 = a30 + x0.w * w0; a31 = a31 + x0.w * w1;
+            c00 = c00 + x1.x * w0; c01 = c01 + x1.x * w1;
+            c10 = c10 + x1.y * w0; c11 = c11 + x1.y * w1;
+            c20 = c20 + x1.z * w0; c21 = c21 + x1.z * w1;
+            c30 = c30 + x1.w * w0; c31 = c31 + x1.w * w1;
+        }
+        if more {
+            let nxt = 1u - (s & 1u);
+            wide_put_x(nxt, t, px0);
+            wide_put_w(nxt, t, pw0);
+            if i1 < nx {
+                wide_put_x(nxt, i1, px1);
+            }
+            if i1 < nw {
+                wide_put_w(nxt, i1, pw1);
+            }
+        }
+        // One barrier a slab: the next slab's buffer is complete, and this one's reads are done before the slab
+        // after rewrites it.
+        workgroupBarrier();
+    }
+    let r = row0 + 4u * lid.y;
+    let r1 = row0 + 4u * (WG_Y + lid.y);
+    let c = col0 + 4u * lid.x;
+    let c1 = col0 + 4u * (WG_X + lid.x);
+    wide_store(r, c, c1, a00, a01);
+    wide_store(r + 1u, c, c1, a10, a11);
+    wide_store(r + 2u, c, c1, a20, a21);
+    wide_store(r + 3u, c, c1, a30, a31);
+    wide_store(r1, c, c1, c00, c01);
+    wide_store(r1 + 1u, c, c1, c10, c11);
+    wide_store(r1 + 2u, c, c1, c20, c21);
+    wide_store(r1 + 3u, c, c1, c30, c31);
 }

@@ -1,9 +1,9 @@
-//! Host side of `shaders/attention.wgsl` and `shaders/attention_vec4.wgsl`: multi-head self-attention over a
-//! padded batch, and the mask it reads; and of its backward, `shaders/attention_backward.wgsl`.
+//! Host side of `shaders/attention.wgsl`, `attention_vec4.wgsl` and `attention_split.wgsl`: multi-head
+//! self-attention over a padded batch, and the mask it reads; and of its backward, `shaders/attention_backward.wgsl`.
 
 use super::params::AttentionParams;
 use super::tensor::expect_f32;
-use super::{shape_err, AttentionShape, Backend, GpuBackend, GpuTensor};
+use super::{shape_err, AttentionKernel, AttentionShape, Backend, GpuBackend, GpuTensor};
 use crate::backend::Dropout;
 use crate::tokenizer::Batch;
 use crate::Result;
@@ -48,11 +48,24 @@ impl GpuBackend {
         }
         let out = self.alloc(s.batch * s.seq, h)?;
         let p = attention_params(s, dropout);
-        let groups = (s.seq.div_ceil(self.tuning.get().attention_wg as usize) as u32, s.heads as u32, s.batch as u32);
         // A vec4 kernel when head_dim and hidden split into vec4s (every BERT; with head_dim 32 or 64 fixed in the
-        // kernel where the tuning says so); the scalar one otherwise.
-        let (shader, entry) = self.tuning.get().attention.kernel(s.head_dim);
-        let wg = ("WG", self.tuning.get().attention_wg as f64);
+        // kernel, or each query split over head_dim/4 invocations, where the tuning says so); the scalar one
+        // otherwise. The split kernel runs WG / (head_dim/4) queries a workgroup (and needs WG ≥ head_dim/4).
+        let t = self.tuning.get();
+        let (mut shader, mut entry) = t.attention.kernel(s.head_dim);
+        let wg_queries = if entry == "attention_split" {
+            let lanes = s.head_dim / 4;
+            if (t.attention_wg as usize) < lanes {
+                (shader, entry) = AttentionKernel::Vec4.kernel(s.head_dim);
+                t.attention_wg as usize
+            } else {
+                t.attention_wg as usize / lanes
+            }
+        } else {
+            t.attention_wg as usize
+        };
+        let groups = (s.seq.div_ceil(wg_queries) as u32, s.heads as u32, s.batch as u32);
+        let wg = ("WG", t.attention_wg as f64);
         let consts: &[(&str, f64)] = if dropout.is_some() { &[wg, ("DROPOUT", 1.0)] } else { &[wg] };
         self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &[
             (1, qkv.buffer(), false),

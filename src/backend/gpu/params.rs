@@ -21,7 +21,8 @@ params!(
     MatmulParams { m: u32, n: u32, k: u32, _pad: u32 }
 );
 params!(
-    /// `shaders/attention.wgsl`, `shaders/attention_vec4.wgsl`, `shaders/attention_backward.wgsl`.
+    /// `shaders/attention.wgsl`, `shaders/attention_vec4.wgsl`, `shaders/attention_split.wgsl`,
+    /// `shaders/attention_backward.wgsl`.
     AttentionParams {
         batch: u32, seq: u32, heads: u32, head_dim: u32, hidden: u32, scale: f32,
         drop_threshold: u32, drop_key: u32, drop_scale: f32, _pad0: u32, _pad1: u32, _pad2: u32,
@@ -72,6 +73,7 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("attention_vec4", "attention_vec4.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("attention_d32", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("attention_d64", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_split", "attention_split.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("layernorm", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("embeddings", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
     ("pool", "pool.wgsl", std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),

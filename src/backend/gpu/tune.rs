@@ -18,6 +18,8 @@ const DIRECT_WG: [(u32, u32); 3] = [(8, 8), (16, 4), (32, 4)];
 const TILED_WG: [(u32, u32); 4] = [(8, 8), (16, 8), (8, 16), (16, 16)];
 /// Workgroups of the reduce kernel (invocations sharing one block's K: a power of two ≤ 64).
 const REDUCE_WG: [(u32, u32); 3] = [(8, 8), (8, 4), (4, 4)];
+/// Workgroups of the wide kernel (sides 8 or 16: how it loads a slab).
+const WIDE_WG_SHAPES: [(u32, u32); 4] = [(8, 8), (16, 8), (8, 16), (16, 16)];
 
 /// Every matmul variant the calibration may choose on `gpu` (the default first), each as a [`Tuning`] that runs it
 /// for every product (large and small), the other knobs at their defaults: what the calibration's matmul stages
@@ -25,7 +27,12 @@ const REDUCE_WG: [(u32, u32); 3] = [(8, 8), (8, 4), (4, 4)];
 /// little workgroup memory) are left out.
 pub fn matmul_candidates(gpu: &Gpu) -> Vec<Tuning> {
     let mut out: Vec<Tuning> = Vec::new();
-    let kinds = [(MatmulKernel::Direct, &DIRECT_WG[..]), (MatmulKernel::Tiled, &TILED_WG[..]), (MatmulKernel::Reduce, &REDUCE_WG[..])];
+    let kinds = [
+        (MatmulKernel::Direct, &DIRECT_WG[..]),
+        (MatmulKernel::Tiled, &TILED_WG[..]),
+        (MatmulKernel::Reduce, &REDUCE_WG[..]),
+        (MatmulKernel::Wide, &WIDE_WG_SHAPES[..]),
+    ];
     for (kernel, wgs) in kinds {
         for &wg in wgs {
             let v = MatmulVariant { kernel, wg };
@@ -278,8 +285,10 @@ fn attention_candidates(gpu: &Gpu, head_dim: usize) -> Vec<Tuning> {
     let d = Tuning::default();
     let mut out = vec![d];
     let mut kernels = vec![AttentionKernel::Vec4];
-    if AttentionKernel::Fixed.kernel(head_dim) != AttentionKernel::Vec4.kernel(head_dim) {
-        kernels.push(AttentionKernel::Fixed);
+    for k in [AttentionKernel::Fixed, AttentionKernel::Split] {
+        if k.kernel(head_dim) != AttentionKernel::Vec4.kernel(head_dim) {
+            kernels.push(k);
+        }
     }
     for attention in kernels {
         for wg in [32, 64, 128, 256] {

@@ -39,11 +39,18 @@ pub enum MatmulKernel {
     Tiled,
     /// `tile_reduce`: one workgroup per block, K split among its invocations (a power of two ≤ 64).
     Reduce,
+    /// `tile_wide`: 8 × 8 outputs per invocation, K double-buffered through workgroup memory (workgroup sides 8
+    /// or 16).
+    Wide,
 }
 
 impl MatmulKernel {
-    const NAMES: [(&'static str, MatmulKernel); 3] =
-        [("direct", MatmulKernel::Direct), ("tiled", MatmulKernel::Tiled), ("reduce", MatmulKernel::Reduce)];
+    const NAMES: [(&'static str, MatmulKernel); 4] = [
+        ("direct", MatmulKernel::Direct),
+        ("tiled", MatmulKernel::Tiled),
+        ("reduce", MatmulKernel::Reduce),
+        ("wide", MatmulKernel::Wide),
+    ];
 
     fn name(self) -> &'static str {
         Self::NAMES.iter().find(|(_, k)| *k == self).map_or("direct", |(n, _)| n)
@@ -58,6 +65,8 @@ impl MatmulKernel {
             (MatmulKernel::Direct, true) => "matmul_packed",
             (MatmulKernel::Tiled, true) => "matmul_packed_tiled",
             (MatmulKernel::Reduce, true) => "matmul_packed_reduce",
+            (MatmulKernel::Wide, false) => "matmul_vec4_wide",
+            (MatmulKernel::Wide, true) => "matmul_packed_wide",
         }
     }
 }
@@ -77,6 +86,7 @@ impl MatmulVariant {
             MatmulKernel::Direct => 0,
             MatmulKernel::Tiled => TILED_WORKGROUP_BYTES,
             MatmulKernel::Reduce => REDUCE_WORKGROUP_BYTES,
+            MatmulKernel::Wide => WIDE_WORKGROUP_BYTES,
         };
         if l.max_compute_workgroup_storage_size < needs {
             v.kernel = MatmulKernel::Direct;
@@ -86,28 +96,35 @@ impl MatmulVariant {
             MatmulKernel::Direct => (u32::MAX, u32::MAX),
             MatmulKernel::Tiled => (MAX_TILED_WG, MAX_TILED_WG * MAX_TILED_WG),
             MatmulKernel::Reduce => (MAX_REDUCE_INVOCATIONS, MAX_REDUCE_INVOCATIONS),
+            MatmulKernel::Wide => (WIDE_WG.1, WIDE_WG.1 * WIDE_WG.1),
         };
         let (mut wx, mut wy) = v.wg;
         wx = wx.clamp(1, l.max_compute_workgroup_size_x.min(cap));
         wy = wy.clamp(1, l.max_compute_workgroup_size_y.min(cap));
-        if v.kernel == MatmulKernel::Reduce {
+        if matches!(v.kernel, MatmulKernel::Reduce | MatmulKernel::Wide) {
             (wx, wy) = (prev_pow2(wx), prev_pow2(wy));
         }
         let max_inv = l.max_compute_invocations_per_workgroup.min(inv_cap);
         while wx * wy > max_inv {
             if wy >= wx { wy = (wy / 2).max(1) } else { wx = (wx / 2).max(1) }
         }
+        // The wide kernel loads a slab in one or two vec4 per invocation: sides of 8 or 16, nothing smaller.
+        if v.kernel == MatmulKernel::Wide && (wx < WIDE_WG.0 || wy < WIDE_WG.0) {
+            return MatmulVariant::default().clamped(l);
+        }
         v.wg = (wx, wy);
         v
     }
 
-    /// The grid of a product (M rows, N columns): one workgroup per WG_X·8 × WG_Y·4 outputs, or per 8 × 4 (reduce).
+    /// The grid of a product (M rows, N columns): one workgroup per WG_X·8 × WG_Y·4 outputs, per 8 × 4 (reduce),
+    /// or per WG_X·8 × WG_Y·8 (wide).
     pub(crate) fn groups(self, m: usize, n: usize) -> (u32, u32, u32) {
-        let (wx, wy) = match self.kernel {
-            MatmulKernel::Reduce => (1, 1),
-            _ => (self.wg.0 as usize, self.wg.1 as usize),
-        };
-        (n.div_ceil(8 * wx) as u32, m.div_ceil(4 * wy) as u32, 1)
+        let (wx, wy) = (self.wg.0 as usize, self.wg.1 as usize);
+        match self.kernel {
+            MatmulKernel::Reduce => (n.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
+            MatmulKernel::Wide => (n.div_ceil(8 * wx) as u32, m.div_ceil(8 * wy) as u32, 1),
+            _ => (n.div_ceil(8 * wx) as u32, m.div_ceil(4 * wy) as u32, 1),
+        }
     }
 }
 
@@ -128,11 +145,21 @@ pub enum AttentionKernel {
     Fixed,
     /// attention.wgsl, one f32 per step, even where vec4 would do: for tests and benchmarks.
     Scalar,
+    /// attention_split.wgsl: each query split over head_dim/4 invocations, keys and values staged a tile at a
+    /// time in workgroup memory; head_dim a multiple of 4 up to [`SPLIT_MAX_HEAD_DIM`] (elsewhere Vec4).
+    Split,
 }
 
+/// The largest head the split attention kernel serves (`4·LMAX` in shaders/attention_split.wgsl).
+pub const SPLIT_MAX_HEAD_DIM: usize = 64;
+
 impl AttentionKernel {
-    const NAMES: [(&'static str, AttentionKernel); 3] =
-        [("vec4", AttentionKernel::Vec4), ("fixed", AttentionKernel::Fixed), ("scalar", AttentionKernel::Scalar)];
+    const NAMES: [(&'static str, AttentionKernel); 4] = [
+        ("vec4", AttentionKernel::Vec4),
+        ("fixed", AttentionKernel::Fixed),
+        ("scalar", AttentionKernel::Scalar),
+        ("split", AttentionKernel::Split),
+    ];
 
     fn name(self) -> &'static str {
         Self::NAMES.iter().find(|(_, k)| *k == self).map_or("vec4", |(n, _)| n)
@@ -146,6 +173,7 @@ impl AttentionKernel {
             (_, d) if d % 4 != 0 => ("attention", "attention"),
             (AttentionKernel::Fixed, 32) => ("attention_d32", "attention_fixed"),
             (AttentionKernel::Fixed, 64) => ("attention_d64", "attention_fixed"),
+            (AttentionKernel::Split, d) if d <= SPLIT_MAX_HEAD_DIM => ("attention_split", "attention_split"),
             _ => ("attention_vec4", "attention_vec4"),
         }
     }
@@ -183,6 +211,10 @@ impl Tuning {
 const TILED_WORKGROUP_BYTES: u32 = (256 + 512) * 16;
 /// ... and of the reduce kernel: w_tile.
 const REDUCE_WORKGROUP_BYTES: u32 = 512 * 16;
+/// ... and of the wide kernel: xs and ws, two slabs each.
+const WIDE_WORKGROUP_BYTES: u32 = (512 + 512) * 16;
+/// The wide kernel's workgroup sides: (smallest, largest).
+pub const WIDE_WG: (u32, u32) = (8, 16);
 
 /// The largest matmul workgroup side the tiled kernel's staging arrays hold (x_tile, w_tile in
 /// shaders/lib/matmul_tile.wgsl).

@@ -19,6 +19,7 @@ const FILES: &[(&str, &str)] = &[
     ("attention.wgsl", include_str!("../../../shaders/attention.wgsl")),
     ("attention_backward.wgsl", include_str!("../../../shaders/attention_backward.wgsl")),
     ("attention_fixed.wgsl", include_str!("../../../shaders/attention_fixed.wgsl")),
+    ("attention_split.wgsl", include_str!("../../../shaders/attention_split.wgsl")),
     ("attention_vec4.wgsl", include_str!("../../../shaders/attention_vec4.wgsl")),
     ("backward.wgsl", include_str!("../../../shaders/backward.wgsl")),
     ("dropout.wgsl", include_str!("../../../shaders/dropout.wgsl")),

@@ -1,0 +1,116 @@
+// attention_split.wgsl: the fused attention of lib/attention.wgsl (same bindings, uniform and result, the same
+// online softmax, dropout included) with each query split over head_dim/4 invocations, for real GPUs. There, one
+// invocation per query leaves a layer's attention B·heads·T invocations, each walking every key in a serial chain:
+// too few to hide the latency of its loads (an H100 ran BERT-base's attention at a third of the encoder's time,
+// BENCHMARKS.md). Here a query's dv = head_dim/4 invocations ("lanes") each own one vec4 of the head, and the
+// workgroup walks the keys a tile of dv keys at a time through workgroup memory:
+//   1. the tile's keys and values are staged, each read from storage once per workgroup, not once per query;
+//   2. lane c scores key c of the tile against its query (all of q, from workgroup memory);
+//   3. every lane reads its query's dv scores, updates the running max and sum once per tile, and adds the tile's
+//      weighted values to its own vec4 of the output.
+// Three barriers a tile; no arrays per invocation (a query's state is m, l and one vec4), so nothing spills.
+// head_dim a multiple of 4 and at most 4·LMAX (the host checks; other heads run attention_vec4.wgsl); WG ≥ dv.
+// Invocations past the workgroup's last whole query (WG not a multiple of dv) only help stage.
+//
+// Grid: (ceil(T / (WG / dv)), heads, B); `WG` invocations per workgroup (the tuning's attention width).
+
+#include "lib/attention_params.wgsl"
+
+override WG: u32 = 256u;
+const NEG: f32 = -1.0e30;  // stands for -inf before the first real key
+const LMAX: u32 = 16u;     // largest head in vec4 (head_dim 64)
+const WG_MAX: u32 = 256u;  // largest workgroup (the host clamps the width to it)
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> qkv: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> mask: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
+
+var<workgroup> qs: array<vec4<f32>, WG_MAX>;               // queries, pre-scaled: qs[qi · dv + c]
+var<workgroup> ks: array<vec4<f32>, LMAX * (LMAX + 1u)>;   // keys of the tile: ks[j · (dv + 1) + c] (padded rows:
+                                                           // lanes scoring different keys hit different banks)
+var<workgroup> vs: array<vec4<f32>, LMAX * LMAX>;          // values of the tile: vs[j · dv + c]
+var<workgroup> ss: array<f32, WG_MAX>;                     // scores: ss[qi · dv + j]
+var<workgroup> km: array<f32, LMAX>;                       // the tile's keys: 1.0 real, 0.0 padding or past T
+
+@compute @workgroup_size(WG)
+fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let T = p.seq;
+    let dv = p.head_dim / 4u;
+    let Hv = p.hidden / 4u;
+    let stride = 3u * Hv;
+    let b = wid.z;
+    let h = wid.y;
+    let qw = WG / dv;       // queries per workgroup
+    let qi = t / dv;        // this invocation's query in the workgroup
+    let c = t % dv;         // its lane: vec4 c of the head, key c of each tile
+    let owns = qi < qw;
+    let i = wid.x * qw + qi;
+    if owns {
+        // Queries past T compute a copy of the last one and do not store.
+        let qrow = b * T + min(i, T - 1u);
+        qs[qi * dv + c] = qkv[qrow * stride + h * dv + c] * p.scale;
+    }
+    var m = NEG;
+    var l = 0.0;
+    var acc = vec4<f32>(0.0);
+    let tiles = (T + dv - 1u) / dv;
+    for (var tile = 0u; tile < tiles; tile = tile + 1u) {
+        let j0 = tile * dv;
+        // The last tile's reads are done (and, before the first, the queries are written).
+        workgroupBarrier();
+        for (var e = t; e < dv * dv; e = e + WG) {
+            let j = e / dv;
+            let cc = e % dv;
+            let kb = (b * T + min(j0 + j, T - 1u)) * stride + Hv + h * dv + cc;
+            ks[j * (dv + 1u) + cc] = qkv[kb];
+            vs[j * dv + cc] = qkv[kb + Hv];
+        }
+        if t < dv {
+            km[t] = select(0.0, mask[b * T + min(j0 + t, T - 1u)], j0 + t < T);
+        }
+        workgroupBarrier();
+        if owns {
+            var sv = vec4<f32>(0.0);
+            for (var cc = 0u; cc < dv; cc = cc + 1u) {
+                sv = sv + qs[qi * dv + cc] * ks[c * (dv + 1u) + cc];
+            }
+            ss[qi * dv + c] = (sv.x + sv.y) + (sv.z + sv.w);
+        }
+        workgroupBarrier();
+        if owns {
+            var tm = NEG;
+            for (var j = 0u; j < dv; j = j + 1u) {
+                if km[j] >= 0.5 {
+                    tm = max(tm, ss[qi * dv + j]);
+                }
+            }
+            // A tile of padding alone changes nothing.
+            if tm > NEG {
+                if tm > m {
+                    // exp(NEG − tm) underflows to 0 on the first real key: nothing accumulated yet is kept.
+                    let a = exp(m - tm);
+                    l = l * a;
+                    acc = acc * a;
+                    m = tm;
+                }
+                for (var j = 0u; j < dv; j = j + 1u) {
+                    if km[j] >= 0.5 {
+                        let e = exp(ss[qi * dv + j] - m);
+                        l = l + e;
+                        // Dropout (DROPOUT = 1 only): as lib/attention.wgsl, l keeps every key.
+                        var w = e;
+                        if DROPOUT != 0u {
+                            let d = ((b * p.heads + h) * T + i) * T + j0 + j;
+                            w = select(0.0, e * p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, d));
+                        }
+                        acc = acc + w * vs[j * dv + c];
+                    }
+                }
+            }
+        }
+    }
+    if owns && i < T {
+        out[(b * T + i) * Hv + h * dv + c] = select(vec4<f32>(0.0), acc / l, l > 0.0);
+    }
+}
