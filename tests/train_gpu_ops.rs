@@ -2,7 +2,7 @@
 //! message) where no adapter exists.
 
 use bertgpu::backend::cpu::CpuBackend;
-use bertgpu::backend::gpu::GpuBackend;
+use bertgpu::backend::gpu::{GpuBackend, MatmulKernel, MatmulVariant, Tuning};
 use bertgpu::backend::{Activation, AdamWStep, Backend};
 
 mod common;
@@ -112,6 +112,35 @@ fn train_kernels_match_cpu_twins() {
             assert_close(&format!("{what} v"), &read_g(&g, &gv), &read_c(&wv), ADAMW_ATOL, ADAMW_RTOL);
         }
     }
+}
+
+/// The staged matmul (matmul_t_wide, which the GPU runs where the calibration chose the wide tiling) sums in the
+/// same order as the plain one, so it gives the same bits, at each of its workgroup shapes, in every transpose, on
+/// shapes that are not multiples of its blocks, with K across runs of 32 and not a multiple of its slab of 8.
+#[test]
+fn the_staged_matmul_gives_the_plain_ones_bits() {
+    let Some(g) = gpu() else { return };
+    let plain = g.tuning();
+    let shapes = [(70usize, 100usize, 150usize), (129, 37, 65), (7, 5, 3), (1, 1, 1), (33, 64, 17), (16, 96, 200)];
+    for wg in [(8, 8), (16, 8), (8, 16), (16, 16)] {
+        let v = MatmulVariant { kernel: MatmulKernel::Wide, wg };
+        let wide = Tuning { matmul: v, small_matmul: v, ..plain };
+        for &(m, k, n) in &shapes {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let (ar, ac) = if ta { (k, m) } else { (m, k) };
+                let (br, bc) = if tb { (n, k) } else { (k, n) };
+                let (a, b) = (rand_vec(ar * ac, (m * 5 + k) as u64), rand_vec(br * bc, (n * 3 + k) as u64));
+                let (ga, gb) = (g.input(&a, ar, ac).unwrap(), g.input(&b, br, bc).unwrap());
+                g.set_tuning(plain);
+                let want = read_g(&g, &g.matmul(&ga, ta, &gb, tb).unwrap());
+                assert_eq!(g.set_tuning(wide), wide, "the adapter runs the wide tiling");
+                let got = read_g(&g, &g.matmul(&ga, ta, &gb, tb).unwrap());
+                let differ = got.iter().zip(&want).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                assert_eq!(differ, 0, "matmul {m}x{k}x{n} ta={ta} tb={tb} workgroup {wg:?}: {differ} outputs differ");
+            }
+        }
+    }
+    g.set_tuning(plain);
 }
 
 #[test]

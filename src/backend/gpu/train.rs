@@ -3,7 +3,7 @@
 
 use super::buffers::PoolBuf;
 use super::params::{BackwardParams, DropoutParams, TrainParams};
-use super::{shape_err, GpuBackend, GpuTensor};
+use super::{shape_err, GpuBackend, GpuTensor, MatmulKernel};
 use crate::backend::{Activation, AdamWStep, Dropout};
 use crate::Result;
 
@@ -59,10 +59,14 @@ impl GpuBackend {
             flags: trans_a as u32 | (trans_b as u32) << 1,
             ..Default::default()
         };
-        // 4 rows × 8 columns of the output per invocation (shaders/train.wgsl), the linear's workgroup shape.
-        let (wx, wy) = self.tuning.get().matmul.wg;
-        let groups = (n.div_ceil(8 * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
-        self.dispatch("train", "matmul_t", &[("WG_X", wx as f64), ("WG_Y", wy as f64)], bytemuck::bytes_of(&p), &[
+        // The linear's workgroup shape, and its tiling where that is the wide one (a real GPU's calibration chose
+        // it): 8 × 8 outputs per invocation staged through workgroup memory (matmul_t_wide); else 4 × 8 straight
+        // from storage (matmul_t). Both sum in the same order, so they give the same bits.
+        let v = self.tuning.get().matmul;
+        let (wx, wy) = v.wg;
+        let (entry, rows) = if v.kernel == MatmulKernel::Wide { ("matmul_t_wide", 8) } else { ("matmul_t", 4) };
+        let groups = (n.div_ceil(8 * wx as usize) as u32, m.div_ceil(rows * wy as usize) as u32, 1);
+        self.dispatch("train", entry, &[("WG_X", wx as f64), ("WG_Y", wy as f64)], bytemuck::bytes_of(&p), &[
             (1, a.buffer(), false),
             (2, b.buffer(), false),
             (3, out.buffer(), true),
