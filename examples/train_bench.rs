@@ -1,7 +1,7 @@
 //! Fine-tuning step time (a benchmark, not a test; BENCHMARKS.md, "Fine-tuning"): one AdamW step of
 //! `BertForSequenceClassification` over every parameter (forward, backward, clipping, update) on a batch of `batch`
-//! texts of exactly `seq` tokens, on the CPU backend and, with `GPU=1`, on the GPU. PyTorch's time for the same
-//! step: `examples/torch_train_step.py`.
+//! texts of exactly `seq` tokens, on the CPU backend and, with `GPU=1`, on the GPU (its default kernels, then the
+//! calibration's choice for the model's shapes). PyTorch's time for the same step: `examples/torch_train_step.py`.
 //!
 //! `cargo run --release --example train_bench -- models/all-MiniLM-L6-v2 [batch] [seq] [steps]` → one JSON line per
 //! backend with the median ms per step (the first step, which warms caches and pipelines, is not counted).
@@ -9,8 +9,8 @@
 use std::time::Instant;
 
 use bertgpu::backend::cpu::CpuBackend;
-use bertgpu::backend::gpu::GpuBackend;
-use bertgpu::backend::Backend;
+use bertgpu::backend::gpu::{GpuBackend, Workload};
+use bertgpu::backend::{Backend, Dtype};
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::{Batch, Tokenizer};
 use bertgpu::training::finetune::{FineTuneTask, FineTuner, StepOptions, Targets};
@@ -52,9 +52,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ms = time(&CpuBackend::new(), &cfg, &w, &batch, &labels, steps)?;
     println!(r#"{{"backend": "cpu", "batch": {b}, "seq": {seq}, "steps": {steps}, "ms_per_step": {ms:.1}}}"#);
     if std::env::var("GPU").is_ok_and(|v| v == "1") {
+        // The default kernels, then the ones the calibration picks on this adapter for the model's shapes (what
+        // `bertgpu finetune` runs: the CLI calibrates at load).
         let g = GpuBackend::new_blocking()?;
         let ms = time(&g, &cfg, &w, &batch, &labels, steps)?;
-        println!(r#"{{"backend": "gpu ({})", "batch": {b}, "seq": {seq}, "steps": {steps}, "ms_per_step": {ms:.1}}}"#, g.gpu().info.name);
+        println!(r#"{{"backend": "gpu ({}), default kernels", "batch": {b}, "seq": {seq}, "steps": {steps}, "ms_per_step": {ms:.1}}}"#, g.gpu().info.name);
+        let c = pollster::block_on(g.calibrate(&Workload::of_config(&cfg, Dtype::F32), 10_000.0))?;
+        g.set_tuning(c.tuning);
+        let ms = time(&g, &cfg, &w, &batch, &labels, steps)?;
+        println!(r#"{{"backend": "gpu ({}), calibrated {}", "batch": {b}, "seq": {seq}, "steps": {steps}, "ms_per_step": {ms:.1}}}"#, g.gpu().info.name, c.tuning);
     }
     Ok(())
 }
