@@ -163,42 +163,40 @@ fn store_row(r: u32, c0: u32, v: vec4<f32>) {
 // reads memory contiguously. The same sums as matmul_t: runs of KC values of l (KC / TK slabs) with fma, added to
 // the totals in order.
 const TK: u32 = 8u;
-// Staging: ta_s[buf · 256 + l · 32 + g] holds op(a)'s rows 4g..4g+3 of the block at step l of the slab in buffer
-// buf; tb_s likewise op(b)'s columns 4g..4g+3. 16 KiB together.
-var<workgroup> ta_s: array<vec4<f32>, 512>;
-var<workgroup> tb_s: array<vec4<f32>, 512>;
+// Staging: ts[buf · 256 + l · 32 + g] holds op(a)'s rows 4g..4g+3 of the block at step l of the slab in buffer
+// buf; ts[TB + …] likewise op(b)'s columns 4g..4g+3. 16 KiB.
+const TB: u32 = 512u;
+var<workgroup> ts: array<vec4<f32>, 1024>;
 
 // Stages slab `sl` of op(a) (rows row0.., 8·WG_Y of them) and of op(b) (columns col0.., 8·WG_X) into buffer `buf`,
-// zero past the edges.
+// zero past the edges: op(a)'s values first, then op(b)'s. Consecutive invocations take consecutive steps along K
+// where the operand is K-contiguous (op(a) untransposed, op(b) transposed), else consecutive rows or columns.
 fn stage_t(buf: u32, sl: u32, row0: u32, col0: u32, t: u32) {
-    let threads = WG_X * WG_Y;
     let ta = (p.flags & 1u) != 0u;
     let tb = (p.flags & 2u) != 0u;
-    let bm = 8u * WG_Y;
-    let bn = 8u * WG_X;
-    for (var e = t; e < bm * TK; e += threads) {
-        // op(a) transposed is a (K, M): consecutive invocations take consecutive rows; else consecutive steps.
-        let r = select(e / TK, e % bm, ta);
-        let kk = select(e % TK, e / bm, ta);
-        let i = row0 + r;
+    let na = 8u * WG_Y * TK;
+    let nb = 8u * WG_X * TK;
+    for (var e = t; e < na + nb; e += WG_X * WG_Y) {
+        let is_a = e < na;
+        let f = select(e - na, e, is_a);
+        let width = select(8u * WG_X, 8u * WG_Y, is_a);
+        let k_fast = select(tb, !ta, is_a);
+        let r = select(f % width, f / TK, k_fast);  // row of op(a) or column of op(b) in the block
+        let kk = select(f / width, f % TK, k_fast);
         let l = sl * TK + kk;
         var v = 0.0;
-        if i < p.m && l < p.k {
-            v = a[select(i * p.k + l, l * p.m + i, ta)];
+        if is_a {
+            let i = row0 + r;
+            if i < p.m && l < p.k {
+                v = a[select(i * p.k + l, l * p.m + i, ta)];
+            }
+        } else {
+            let j = col0 + r;
+            if j < p.n && l < p.k {
+                v = b[select(l * p.n + j, j * p.k + l, tb)];
+            }
         }
-        ta_s[buf * 256u + kk * 32u + (r >> 2u)][r & 3u] = v;
-    }
-    for (var e = t; e < bn * TK; e += threads) {
-        // op(b) transposed is b (N, K): consecutive invocations take consecutive steps; else consecutive columns.
-        let c = select(e % bn, e / TK, tb);
-        let kk = select(e / bn, e % TK, tb);
-        let j = col0 + c;
-        let l = sl * TK + kk;
-        var v = 0.0;
-        if j < p.n && l < p.k {
-            v = b[select(l * p.n + j, j * p.k + l, tb)];
-        }
-        tb_s[buf * 256u + kk * 32u + (c >> 2u)][c & 3u] = v;
+        ts[select(TB, 0u, is_a) + buf * 256u + kk * 32u + (r >> 2u)][r & 3u] = v;
     }
 }
 
@@ -226,10 +224,10 @@ fn matmul_t_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
             stage_t(1u - (sl & 1u), sl + 1u, row0, col0, t);
         }
         for (var kk = 0u; kk < TK; kk++) {
-            let x0 = ta_s[cur + kk * 32u + lid.y];
-            let x1 = ta_s[cur + kk * 32u + WG_Y + lid.y];
-            let w0 = tb_s[cur + kk * 32u + lid.x];
-            let w1 = tb_s[cur + kk * 32u + WG_X + lid.x];
+            let x0 = ts[cur + kk * 32u + lid.y];
+            let x1 = ts[cur + kk * 32u + WG_Y + lid.y];
+            let w0 = ts[TB + cur + kk * 32u + lid.x];
+            let w1 = ts[TB + cur + kk * 32u + WG_X + lid.x];
             ua00 = fma(vec4<f32>(x0.x), w0, ua00); ua01 = fma(vec4<f32>(x0.x), w1, ua01);
             ua10 = fma(vec4<f32>(x0.y), w0, ua10); ua11 = fma(vec4<f32>(x0.y), w1, ua11);
             ua20 = fma(vec4<f32>(x0.z), w0, ua20); ua21 = fma(vec4<f32>(x0.z), w1, ua21);

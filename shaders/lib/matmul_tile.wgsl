@@ -294,12 +294,13 @@ fn tile_shared(wid: vec3<u32>, lid: vec3<u32>) {
     store_row(r + 3u, c1, bcc3);
 }
 
-// Slab depth of `tile_wide` (K values, 2 vec4), and its two staging buffers: xs[b · 256 + k · 32 + g] holds rows
-// 4g..4g+3 of the block's x at k of the slab in buffer b; ws likewise columns 4g..4g+3 of its w. 16 KiB together:
-// WebGPU's default limit.
+// Slab depth of `tile_wide` (K values, 2 vec4), and its staging: x's two buffers, then w's. wst[WIDE_X + b · 256 +
+// k · 32 + g] holds rows 4g..4g+3 of the block's x at k of the slab in buffer b; wst[WIDE_W + …] likewise columns
+// 4g..4g+3 of its w. 16 KiB: WebGPU's default limit.
 const WIDE_K: u32 = 8u;
-var<workgroup> xs: array<vec4<f32>, 512>;
-var<workgroup> ws: array<vec4<f32>, 512>;
+const WIDE_X: u32 = 0u;
+const WIDE_W: u32 = 512u;
+var<workgroup> wst: array<vec4<f32>, 1024>;
 
 // The i-th vec4 of slab `s` of x: row i / 2 of the block, vec4 2s + i % 2 along K (zero past the edges).
 fn wide_x(row0: u32, s: u32, i: u32) -> vec4<f32> {
@@ -327,23 +328,15 @@ fn wide_w(col0: u32, s: u32, i: u32) -> vec4<f32> {
     return vec4<f32>(0.0);
 }
 
-// Writes the i-th vec4 of a slab (as wide_x / wide_w load it) into buffer `b` of a staging array, K-major.
-fn wide_put_x(b: u32, i: u32, v: vec4<f32>) {
-    let g = b * 256u + (i & 1u) * 128u + (i >> 3u);
+// Writes the i-th vec4 of a slab (as wide_x / wide_w load it) into buffer `b` of x's staging (at = WIDE_X) or w's
+// (WIDE_W), K-major.
+fn wide_put(at: u32, b: u32, i: u32, v: vec4<f32>) {
+    let g = at + b * 256u + (i & 1u) * 128u + (i >> 3u);
     let c = (i >> 1u) & 3u;
-    xs[g][c] = v.x;
-    xs[g + 32u][c] = v.y;
-    xs[g + 64u][c] = v.z;
-    xs[g + 96u][c] = v.w;
-}
-
-fn wide_put_w(b: u32, i: u32, v: vec4<f32>) {
-    let g = b * 256u + (i & 1u) * 128u + (i >> 3u);
-    let c = (i >> 1u) & 3u;
-    ws[g][c] = v.x;
-    ws[g + 32u][c] = v.y;
-    ws[g + 64u][c] = v.z;
-    ws[g + 96u][c] = v.w;
+    wst[g][c] = v.x;
+    wst[g + 32u][c] = v.y;
+    wst[g + 64u][c] = v.z;
+    wst[g + 96u][c] = v.w;
 }
 
 fn wide_store(r: u32, c: u32, c1: u32, a: vec4<f32>, b: vec4<f32>) {
@@ -363,10 +356,10 @@ fn tile_wide(wid: vec3<u32>, lid: vec3<u32>) {
     let slabs = (p.k / 4u + 1u) / 2u;
     // The first slab, into buffer 0.
     for (var i = t; i < nx; i = i + threads) {
-        wide_put_x(0u, i, wide_x(row0, 0u, i));
+        wide_put(WIDE_X, 0u, i, wide_x(row0, 0u, i));
     }
     for (var i = t; i < nw; i = i + threads) {
-        wide_put_w(0u, i, wide_w(col0, 0u, i));
+        wide_put(WIDE_W, 0u, i, wide_w(col0, 0u, i));
     }
     workgroupBarrier();
     // Accumulators: a{i}{j}: row 4·ly + i (j = 0: columns 4·lx.., j = 1: columns 4·(WG_X + lx)..); c{i}{j}: row
@@ -392,10 +385,10 @@ fn tile_wide(wid: vec3<u32>, lid: vec3<u32>) {
             }
         }
         for (var kk = 0u; kk < WIDE_K; kk = kk + 1u) {
-            let x0 = xs[cur + kk * 32u + lid.y];
-            let x1 = xs[cur + kk * 32u + WG_Y + lid.y];
-            let w0 = ws[cur + kk * 32u + lid.x];
-            let w1 = ws[cur + kk * 32u + WG_X + lid.x];
+            let x0 = wst[WIDE_X + cur + kk * 32u + lid.y];
+            let x1 = wst[WIDE_X + cur + kk * 32u + WG_Y + lid.y];
+            let w0 = wst[WIDE_W + cur + kk * 32u + lid.x];
+            let w1 = wst[WIDE_W + cur + kk * 32u + WG_X + lid.x];
             a00 = a00 + x0.x * w0; a01 = a01 + x0.x * w1;
             a10 = a10 + x0.y * w0; a11 = a11 + x0.y * w1;
             a20 = a20 + x0.z * w0; a21 = a21 + x0.z * w1;
@@ -407,13 +400,13 @@ fn tile_wide(wid: vec3<u32>, lid: vec3<u32>) {
         }
         if more {
             let nxt = 1u - (s & 1u);
-            wide_put_x(nxt, t, px0);
-            wide_put_w(nxt, t, pw0);
+            wide_put(WIDE_X, nxt, t, px0);
+            wide_put(WIDE_W, nxt, t, pw0);
             if i1 < nx {
-                wide_put_x(nxt, i1, px1);
+                wide_put(WIDE_X, nxt, i1, px1);
             }
             if i1 < nw {
-                wide_put_w(nxt, i1, pw1);
+                wide_put(WIDE_W, nxt, i1, pw1);
             }
         }
         // One barrier a slab: the next slab's buffer is complete, and this one's reads are done before the slab
