@@ -6,6 +6,9 @@
 #   cargo test --locked --no-run --test gpu_kernels ...     # GPU test binaries, copied (stripped) into BIN/tests/
 #   bench/real_gpu.sh BIN [OUT]      BIN: bertgpu, gpu_bench, train_bench, tests/*, tokenizer/ (MiniLM's files)
 #
+# QUICK=1: only bert-base at (b) against PyTorch, the GPU tests and the embeddings against PyTorch's (a check that
+# a change kept the speed and the results, in a couple of minutes).
+#
 # It prints, for all-MiniLM-L6-v2's shape and bert-base's (seeded random weights: speed depends on shapes alone):
 # `bertgpu bench` at (a) 1 × 12, (b) 8 × 128, (c) 32 × 32, the calibrated kernels against the defaults, with each
 # kernel's GPU time and the calibration's every variant (a, b), PyTorch CUDA f32 on the same
@@ -28,7 +31,10 @@ export BERTGPU_CACHE_DIR=$OUT/cache
 # Steps in the order of what matters most, so a run cut short by its time limit keeps the most: the batches
 # (b) and (c) against PyTorch, a fine-tuning step, the GPU tests on this adapter (every kernel variant against the
 # CPU), our embeddings against PyTorch's, then (a) and the matmul's GFLOP/s by workgroup.
-for model in base minilm; do
+QUICK=${QUICK:-0}
+MODELS="base minilm"
+[ "$QUICK" = 1 ] && MODELS=base
+for model in $MODELS; do
   # The first load calibrates (the driver compiles every variant's pipelines the first time, which can run past
   # the calibration's budget: a calibration cut short is not cached); the second, with the driver's shader cache
   # warm, finishes and caches the choice that the benches below load.
@@ -40,16 +46,19 @@ bench() {  # MODEL B T [--profile]
   "$BIN/bertgpu" bench --model "$M/$1" --device gpu --batch "$2" --seq "$3" --reps 30 --tuning matmul=direct:8x8 ${4:-}
   py forward "$M/$1" "$2" "$3" 30
 }
-bench base 8 128 --profile
-bench minilm 8 128 --profile
-bench base 32 32
-bench minilm 32 32
-
-step "fine-tuning step, batch 16 × 64"
-for model in minilm base; do
-  GPU=1 "$BIN/train_bench" "$M/$model" 16 64 5 | grep gpu
-  py train "$M/$model" 16 64 5
-done
+if [ "$QUICK" = 1 ]; then
+  bench base 8 128
+else
+  bench base 8 128 --profile
+  bench minilm 8 128 --profile
+  bench base 32 32
+  bench minilm 32 32
+  step "fine-tuning step, batch 16 × 64"
+  for model in minilm base; do
+    GPU=1 "$BIN/train_bench" "$M/$model" 16 64 5 | grep gpu
+    py train "$M/$model" 16 64 5
+  done
+fi
 
 step "GPU tests on this adapter"
 # The test binaries find tests/models through the path they were built in.
@@ -64,10 +73,11 @@ printf '%s\n' "Hello world." "The cat sat on the mat while the dog slept by the 
   "A GPU runs thousands of threads at once, and BERT's matrix products keep them busy." \
   "Where is the nearest train station?" "$(printf 'a long line of repeated words %.0s' $(seq 1 40))" \
   "Naïve café owners in Zürich serve crème brûlée." > "$OUT/texts.txt"
-for model in minilm base; do
+for model in $MODELS; do
   "$BIN/bertgpu" embed --model "$M/$model" --device gpu < "$OUT/texts.txt" > "$OUT/ours_$model.jsonl" && py compare "$M/$model" "$OUT/texts.txt" "$OUT/ours_$model.jsonl"
 done
 
+[ "$QUICK" = 1 ] && { step done; exit 0; }
 bench base 1 12 --profile
 bench minilm 1 12
 
