@@ -477,6 +477,9 @@ export interface KernelTuning {
   spentMs?: number;
   /** False when the budget ran out before every variant was timed (the rest kept their defaults). */
   complete?: boolean;
+  /** How far the calibration got, as text: the tuning alone when complete, else "TUNING;stages=N" (N of 4 stages
+   * done), what the next load on this adapter resumes from. */
+  progress?: string;
   /** Every variant timed: [tuning, ms of its stage]. */
   timed?: Array<[string, number]>;
 }

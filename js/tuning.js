@@ -1,5 +1,6 @@
 // The GPU kernels' tuning in the browser: after `Bert.load` on WebGPU, the choice cached for this adapter and model
-// shape is applied, or the kernels are calibrated (about a second, once) and the choice cached. IndexedDB database
+// shape is applied, or the kernels are calibrated (about a second a load, until it has finished once: a load whose
+// budget ran out caches how far it got and the next resumes there) and the choice cached. IndexedDB database
 // "bertgpu-tuning", store "choices": { key (adapter, driver, bertgpu version, model shape) → tuning text }. Where
 // there is no IndexedDB (Node.js has no WebGPU anyway) nothing is cached and each load calibrates.
 
@@ -41,17 +42,22 @@ export async function tune(model) {
   if (!model.worthCalibrating) {
     return { tuning: model.tuning, source: "default", why: "a CPU adapter, where the default kernels are the fastest" };
   }
-  const spec = await cached(key);
-  if (typeof spec === "string") {
+  // The cached choice, or how far a calibration cut short by its budget got ("TUNING;stages=N"): it resumes there.
+  const text = await cached(key);
+  let resume;
+  if (typeof text === "string") {
+    const [spec, stages] = text.split(";stages=");
     try {
-      return { tuning: await model.setTuning(spec), source: "cached" };
+      const tuning = await model.setTuning(spec);
+      if (stages === undefined) return { tuning, source: "cached" };
+      resume = text;
     } catch {
       // a choice this version cannot read, or one that fails the load-time check now (a new driver): calibrate again
     }
   }
-  const c = await model.calibrate(CALIBRATION_BUDGET_MS);
-  // One cut short by its budget is used but not kept: the next load tries again.
-  if (c.complete) await remember(key, c.tuning);
+  const c = await model.calibrate(CALIBRATION_BUDGET_MS, resume);
+  // Kept even when cut short by its budget: the next load resumes from it.
+  await remember(key, c.progress);
   return { ...c, source: "calibrated" };
 }
 

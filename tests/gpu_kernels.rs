@@ -310,11 +310,11 @@ fn params_layouts_agree_with_wgsl() {
 }
 
 /// The calibration on a small layer: every variant timed once the budget allows, the default first; the choice is
-/// one of them and no slower than the default; the backend's own tuning is left as it was. With no budget only the
-/// default is timed and chosen.
+/// one of them and no slower than the default; the backend's own tuning is left as it was. A call cut short by its
+/// budget says how far it got, and the next resumes there.
 #[test]
 fn calibration_chooses_among_what_it_timed() {
-    use bertgpu::backend::gpu::{matmul_candidates, Workload};
+    use bertgpu::backend::gpu::{matmul_candidates, MatmulKernel, Progress, Workload};
     use bertgpu::backend::Dtype;
     let Some(g) = gpu() else { return };
     let work = Workload { hidden: 32, intermediate: 64, heads: 4, batch: 2, seq: 8, dtype: Dtype::F32 };
@@ -330,10 +330,23 @@ fn calibration_chooses_among_what_it_timed() {
     assert!(c.chosen_ms <= c.default_ms, "{c}");
     eprintln!("calibration: {c}");
 
-    let none = pollster::block_on(g.calibrate(&work, 0.0)).unwrap();
-    assert!(!none.complete);
-    assert_eq!(none.timed.len(), 1, "only the default is timed without a budget");
-    assert_eq!(none.tuning, Tuning::default());
+    // Without a budget the first stage (the large matmuls) still finishes, then it stops; a second call resumes
+    // from there, timing only the stages left, and finishes. Progress reads back from its text.
+    let first = pollster::block_on(g.calibrate(&work, 0.0)).unwrap();
+    assert!(!first.complete);
+    assert_eq!(first.progress.stages_done, 1, "{first}");
+    let large = matmul_candidates(g.gpu()).into_iter().filter(|t| t.matmul.kernel != MatmulKernel::Reduce).count();
+    assert!(first.timed.len() > large, "every large-matmul variant, then the next stage's default");
+    assert!(first.timed.iter().all(|(t, _)| t.small_matmul == Tuning::default().small_matmul), "no other small matmul");
+    assert_eq!(Progress::parse(&first.progress.to_string()), Ok(first.progress));
+    assert!(first.progress.to_string().ends_with(";stages=1"), "{}", first.progress);
+    let rest = pollster::block_on(g.calibrate_from(&work, f64::INFINITY, Some(first.progress))).unwrap();
+    assert!(rest.complete && rest.progress.is_complete(), "{rest}");
+    assert!(rest.timed.iter().all(|(t, _)| t.matmul == first.tuning.matmul), "the large matmuls are not timed again");
+    assert_eq!(rest.tuning.matmul, first.tuning.matmul);
+    assert_eq!(Progress::parse(&rest.progress.to_string()), Ok(rest.progress));
+    assert_eq!(rest.progress.to_string(), rest.tuning.to_string(), "a finished calibration's text is its tuning");
+    assert!(Progress::parse("row=64;stages=9").is_err());
     let bad = Workload { heads: 5, ..work };
     assert!(pollster::block_on(g.calibrate(&bad, 1.0)).is_err(), "hidden 32 is not a multiple of 5 heads");
 }

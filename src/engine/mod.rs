@@ -7,7 +7,7 @@
 pub mod canary;
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::gpu::{tune, Calibration, Gpu, GpuBackend, Tuning, Workload};
+use crate::backend::gpu::{tune, Calibration, Gpu, GpuBackend, Progress, Tuning, Workload};
 use crate::backend::Backend;
 use crate::config::BertConfig;
 use crate::loader::{self, LoadOptions, ModelFiles, ModelSource};
@@ -206,8 +206,14 @@ impl Engine {
     /// ([`GpuBackend::calibrate`]) once it passes the load-time check ([`Self::set_tuning`]; one that fails is an
     /// error and the kernels stay as they were); `None` on the CPU.
     pub async fn calibrate(&self, budget_ms: f64) -> Result<Option<Calibration>> {
+        self.calibrate_from(budget_ms, None).await
+    }
+
+    /// [`Self::calibrate`] resuming where an earlier one cut short by its budget stopped
+    /// ([`Calibration::progress`], as the caller cached it).
+    pub async fn calibrate_from(&self, budget_ms: f64, from: Option<Progress>) -> Result<Option<Calibration>> {
         let (Engine::Gpu(m), Some(work)) = (self, self.tuning_workload()) else { return Ok(None) };
-        let c = m.backend.calibrate(&work, budget_ms).await?;
+        let c = m.backend.calibrate_from(&work, budget_ms, from).await?;
         self.set_tuning(c.tuning).await?;
         Ok(Some(c))
     }

@@ -5,7 +5,7 @@ use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use super::{js_err, to_js, WasmModel};
-use crate::backend::gpu::Tuning;
+use crate::backend::gpu::{Progress, Tuning};
 
 /// [`crate::backend::gpu::Calibration`] for JS: every variant timed and the choice, tunings as text.
 #[derive(Serialize)]
@@ -16,6 +16,9 @@ struct CalibrationJs {
     chosen_ms: f64,
     spent_ms: f64,
     complete: bool,
+    /// Where a calibration cut short stopped, as text: what the next load resumes from (the tuning alone when
+    /// complete).
+    progress: String,
     timed: Vec<(String, f64)>,
 }
 
@@ -54,12 +57,14 @@ impl WasmModel {
         })
     }
 
-    /// Calibrates within about `budget_ms` and switches to the choice once it passes the load-time check: resolves to `{ tuning, defaultMs, chosenMs,
-    /// spentMs, complete, timed: [[tuning, ms], ...] }`, or `null` on the CPU.
-    pub fn calibrate(&self, budget_ms: f64) -> js_sys::Promise {
+    /// Calibrates within about `budget_ms`, resuming from `resume` (an earlier result's `progress`) when given, and
+    /// switches to the choice once it passes the load-time check: resolves to `{ tuning, defaultMs, chosenMs,
+    /// spentMs, complete, progress, timed: [[tuning, ms], ...] }`, or `null` on the CPU.
+    pub fn calibrate(&self, budget_ms: f64, resume: Option<String>) -> js_sys::Promise {
         let engine = self.engine.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let Some(c) = engine.calibrate(budget_ms).await.map_err(|e| JsValue::from(js_err(e)))? else {
+            let from = resume.map(|r| Progress::parse(&r)).transpose().map_err(|e| JsValue::from(JsError::new(&e)))?;
+            let Some(c) = engine.calibrate_from(budget_ms, from).await.map_err(|e| JsValue::from(js_err(e)))? else {
                 return Ok(JsValue::NULL);
             };
             let out = CalibrationJs {
@@ -68,6 +73,7 @@ impl WasmModel {
                 chosen_ms: c.chosen_ms,
                 spent_ms: c.spent_ms,
                 complete: c.complete,
+                progress: c.progress.to_string(),
                 timed: c.timed.iter().map(|(t, ms)| (t.to_string(), *ms)).collect(),
             };
             Ok(to_js(&out)?)

@@ -37,7 +37,7 @@ use std::rc::Rc;
 
 pub use context::Gpu;
 pub use tensor::GpuTensor;
-pub use tune::{matmul_candidates, Calibration, Workload};
+pub use tune::{matmul_candidates, Calibration, Progress, Workload, CALIBRATION_STAGES};
 pub use tuning::{AttentionKernel, MatmulKernel, MatmulVariant, Tuning, SMALL_ROWS};
 
 use buffers::Pool;

@@ -95,6 +95,49 @@ pub struct Calibration {
     pub spent_ms: f64,
     /// Whether every variant was timed within the budget (otherwise the rest kept their defaults).
     pub complete: bool,
+    /// How far it got: the stages done, this call's and those it resumed from ([`Progress`]).
+    pub progress: Progress,
+}
+
+/// The calibration's stages: large matmuls, small matmuls, attention, row kernels.
+pub const CALIBRATION_STAGES: usize = 4;
+
+/// Where a calibration cut short by its budget stopped: the tuning it reached and how many of the
+/// [`CALIBRATION_STAGES`] it finished, so the next one resumes there instead of starting over (on a new adapter the
+/// driver's first compilation of every variant can outrun the budget load after load). As text (what the CLI and
+/// the browser cache): the tuning alone when every stage is done, else `TUNING;stages=N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub tuning: Tuning,
+    pub stages_done: usize,
+}
+
+impl Progress {
+    pub fn is_complete(&self) -> bool {
+        self.stages_done >= CALIBRATION_STAGES
+    }
+
+    /// Reads what [`Display`](std::fmt::Display) writes (a plain tuning is a finished calibration).
+    pub fn parse(text: &str) -> std::result::Result<Progress, String> {
+        match text.split_once(";stages=") {
+            None => Ok(Progress { tuning: Tuning::parse(text)?, stages_done: CALIBRATION_STAGES }),
+            Some((spec, n)) => {
+                let stages_done = n.parse::<usize>().ok().filter(|&n| n <= CALIBRATION_STAGES)
+                    .ok_or_else(|| format!("calibration progress `{text}`: stages must be 0..={CALIBRATION_STAGES}"))?;
+                Ok(Progress { tuning: Tuning::parse(spec)?, stages_done })
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_complete() {
+            write!(f, "{}", self.tuning)
+        } else {
+            write!(f, "{};stages={}", self.tuning, self.stages_done)
+        }
+    }
 }
 
 impl std::fmt::Display for Calibration {
@@ -106,7 +149,9 @@ impl std::fmt::Display for Calibration {
             self.chosen_ms,
             self.default_ms,
             self.spent_ms,
-            if self.complete { "" } else { ", budget reached" }
+            if self.complete { String::new() } else {
+                format!(", budget reached after {} of {CALIBRATION_STAGES} stages", self.progress.stages_done)
+            }
         )
     }
 }
@@ -175,16 +220,23 @@ impl GpuBackend {
     /// the same linears for one sentence of 16 tokens (the choice for products of at most [`super::SMALL_ROWS`]
     /// rows), the attention variants on its attention, the row-kernel widths on its LayerNorm. The default is
     /// always timed and kept unless another variant is faster, so the choice is never slower than the default on
-    /// what was timed. Once `budget_ms` is spent it stops (pipeline compilation counts): the knobs not timed keep
-    /// their defaults and [`Calibration::complete`] is false.
+    /// what was timed. Once `budget_ms` is spent it stops at the next variant (pipeline compilation counts), except
+    /// that the first stage it runs always finishes, so every call makes progress: the knobs not timed keep their
+    /// defaults, [`Calibration::complete`] is false, and [`Calibration::progress`] is where a later call resumes.
     pub async fn calibrate(&self, work: &Workload, budget_ms: f64) -> Result<Calibration> {
+        self.calibrate_from(work, budget_ms, None).await
+    }
+
+    /// [`Self::calibrate`] resuming from `from` (an earlier call's [`Calibration::progress`]): its stages are not
+    /// timed again and the rest start from its tuning.
+    pub async fn calibrate_from(&self, work: &Workload, budget_ms: f64, from: Option<Progress>) -> Result<Calibration> {
         let initial = self.tuning();
-        let result = self.time_variants(work, budget_ms).await;
+        let result = self.time_variants(work, budget_ms, from).await;
         self.set_tuning(initial);
         result
     }
 
-    async fn time_variants(&self, work: &Workload, budget_ms: f64) -> Result<Calibration> {
+    async fn time_variants(&self, work: &Workload, budget_ms: f64, from: Option<Progress>) -> Result<Calibration> {
         let start = now_ms();
         let (h, i, m) = (work.hidden, work.intermediate, work.batch * work.seq);
         if h == 0 || i == 0 || m == 0 || work.heads == 0 || h % work.heads != 0 {
@@ -230,9 +282,12 @@ impl GpuBackend {
             (Knob::Row, row_candidates(&self.gpu), Box::new(norms)),
         ];
 
-        let mut best = Tuning::default().clamped(&self.gpu.limits);
+        let mut best = from.map_or(Tuning::default(), |p| p.tuning).clamped(&self.gpu.limits);
+        let mut stages_done = from.map_or(0, |p| p.stages_done.min(stages.len()));
         let (mut timed, mut default_ms, mut chosen_ms, mut complete) = (Vec::new(), 0.0, 0.0, true);
-        for (knob, variants, run) in &stages {
+        for (knob, variants, run) in stages.iter().skip(stages_done) {
+            // The first stage of this call finishes whatever the budget: each call makes progress.
+            let first = timed.is_empty();
             let merged: Vec<Tuning> = variants.iter().map(|v| knob.take(best, *v)).collect();
             let repeats = {
                 self.set_tuning(merged[0]);
@@ -247,7 +302,7 @@ impl GpuBackend {
                 for (k, t) in merged.iter().enumerate() {
                     // Past the budget, stop: what was not timed keeps the defaults (the default itself is always
                     // timed once, so a stage always has a time to compare with).
-                    if (round, k) != (0, 0) && now_ms() - start > budget_ms {
+                    if !first && (round, k) != (0, 0) && now_ms() - start > budget_ms {
                         complete = false;
                         break 'rounds;
                     }
@@ -272,9 +327,12 @@ impl GpuBackend {
             if !complete {
                 break;
             }
+            stages_done += 1;
         }
         self.gpu.check_errors()?;
-        Ok(Calibration { tuning: best, timed, default_ms, chosen_ms, spent_ms: now_ms() - start, complete })
+        let progress = Progress { tuning: best, stages_done };
+        let complete = progress.is_complete();
+        Ok(Calibration { tuning: best, timed, default_ms, chosen_ms, spent_ms: now_ms() - start, complete, progress })
     }
 }
 

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use bertgpu::backend::gpu::Tuning;
+use bertgpu::backend::gpu::{Progress, Tuning};
 use bertgpu::engine::Engine;
 
 use crate::Fail;
 
-/// How long the calibration may take at the first load of a model shape on an adapter (it runs once; later loads
-/// read the cache).
+/// How long the calibration may take at a load of a model shape on an adapter (it runs until it has finished
+/// once, each load resuming where the last stopped; later loads read the cache).
 const CALIBRATION_BUDGET_MS: f64 = 1000.0;
 
 /// Sets `engine`'s GPU kernels: `BERTGPU_TUNING=default` keeps the defaults, `BERTGPU_TUNING=SPEC` sets those knobs
@@ -34,33 +34,34 @@ pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
     }
     let file = cache_file();
     let mut cache = file.as_ref().map(read_cache).unwrap_or_default();
-    if let Some(t) = cache.get(&key).and_then(|spec| Tuning::parse(spec).ok()) {
-        match pollster::block_on(engine.set_tuning(t)) {
-            Ok(t) => {
+    // The cached choice, or how far an earlier calibration cut short by its budget got (it resumes there).
+    let mut resume = None;
+    if let Some(p) = cache.get(&key).and_then(|text| Progress::parse(text).ok()) {
+        match pollster::block_on(engine.set_tuning(p.tuning)) {
+            Ok(t) if p.is_complete() => {
                 let t = t.unwrap_or_default();
                 return Ok(Some((format!("{t} (calibrated earlier on this adapter; cache {})", shown(&file)), false)));
             }
+            Ok(_) => resume = Some(p),
             // A cached choice that fails the load-time check now (a new driver): calibrate again.
             Err(e) => eprintln!("bertgpu: {e}"),
         }
     }
-    // A calibration that fails (its choice failing the load-time check included) leaves the default kernels,
-    // which passed that check at load: the command goes on with them.
-    let c = match pollster::block_on(engine.calibrate(CALIBRATION_BUDGET_MS)) {
+    // A calibration that fails (its choice failing the load-time check included) leaves the kernels that passed
+    // that check at load: the command goes on with them.
+    let c = match pollster::block_on(engine.calibrate_from(CALIBRATION_BUDGET_MS, resume)) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("bertgpu: GPU calibration failed, the default kernels run: {e}");
+            eprintln!("bertgpu: GPU calibration failed, the kernels in place run: {e}");
             return Ok(None);
         }
     };
     let Some(c) = c else { return Ok(None) };
-    if c.complete {
-        // A calibration cut short by its budget is used but not kept: the next load tries again.
-        cache.insert(key, c.tuning.to_string());
-        if let Some(f) = &file {
-            if let Err(e) = write_cache(f, &cache) {
-                eprintln!("bertgpu: could not save the GPU calibration to {}: {e}", f.display());
-            }
+    // Kept even when cut short by its budget: the next load resumes from it.
+    cache.insert(key, c.progress.to_string());
+    if let Some(f) = &file {
+        if let Err(e) = write_cache(f, &cache) {
+            eprintln!("bertgpu: could not save the GPU calibration to {}: {e}", f.display());
         }
     }
     Ok(Some((format!("{c}; cache {}", shown(&file)), true)))
