@@ -157,8 +157,8 @@ fn store_row(r: u32, c0: u32, v: vec4<f32>) {
 
 // matmul_t staged through workgroup memory, for real GPUs (the host runs it where the forward's calibrated matmul is
 // lib/matmul_tile.wgsl's wide tiling): 8 rows × 8 columns of y per invocation, a block of (8·WG_Y) × (8·WG_X) per
-// workgroup (WG_X, WG_Y 8 or 16), K in slabs of TK staged K-major in two buffers (one barrier a slab; the next slab
-// is staged while this one is multiplied). Each operand element leaves storage once per workgroup, read in the order
+// workgroup (WG_X, WG_Y 8 or 16), K in slabs of TK staged K-major in two buffers (the next slab goes into the
+// other buffer before this one is multiplied, so one barrier a slab suffices). Each operand element leaves storage once per workgroup, read in the order
 // its buffer holds it (along K where op(a) or op(b) is K-contiguous, else across rows or columns), so any transpose
 // reads memory contiguously. The same sums as matmul_t: runs of KC values of l (KC / TK slabs) with fma, added to
 // the totals in order.
