@@ -69,9 +69,7 @@ impl TrainingMemory {
             update: 3 * largest * F32,
         }
     }
-}
 
-impl TrainingMemory {
     /// Refuses a run whose step could not fit under `limit` ([`crate::backend::Backend::memory_limit`]), naming
     /// what it needs and what to lower.
     pub fn check_fits(&self, limit: Option<u64>) -> crate::Result<()> {

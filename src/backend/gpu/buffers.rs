@@ -8,8 +8,8 @@
 //!
 //! Bound. A buffer fits only a request of its exact size, so calls of ever new shapes (training batches padded to
 //! their longest row, texts of every length) would each leave a set of buffers behind, and the pool would grow until
-//! every shape had been seen. So the pool holds at most [`pool_slack`] more than the most its tensors have ever
-//! used at once: creating a buffer beyond that drops the free buffers that have waited longest.
+//! every shape had been seen. So the pool holds at most [`pool_slack`] more than the most its tensors used at once
+//! when a buffer was created: creating a buffer beyond that drops the free buffers that have waited longest.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -38,13 +38,12 @@ impl Kind {
 
 type Key = (Kind, u64);
 
-/// How much more than the most ever in use at once the pool may hold in free buffers: half of it, and at least
-/// 16 MiB, so that calls alternating between two shapes of similar size (a benchmark's round robin, inference
-/// between training steps) keep both sets of buffers instead of creating them again each time.
+/// How much more than the peak in use (`PoolState::peak_in_use`) the pool may hold in free buffers: half of it,
+/// and at least 16 MiB, so that calls alternating between two shapes of similar size (a benchmark's round robin,
+/// inference between training steps) keep both sets of buffers instead of creating them again each time.
 pub fn pool_slack(peak_in_use: u64) -> u64 {
     (peak_in_use / 2).max(16 << 20)
 }
-
 
 #[derive(Default)]
 pub struct PoolState {
@@ -58,7 +57,8 @@ pub struct PoolState {
     /// Buffers ever created by the pool (a repeated call must not raise it).
     pub created: usize,
     pub created_bytes: u64,
-    /// Bytes of the buffers alive (in use, released and free), of those in use, and the most ever in use at once.
+    /// Bytes of the buffers alive (in use, released and free), of those in use, and the most in use when a buffer
+    /// was created (what the bound is measured from: a reused buffer does not raise it).
     pub held: u64,
     pub in_use: u64,
     pub peak_in_use: u64,
