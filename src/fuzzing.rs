@@ -16,6 +16,7 @@ use crate::engine::{Device, Engine};
 use crate::tasks::{EmbedOptions, Pooling};
 use crate::tokenizer::{Encoded, Tokenizer};
 use crate::weights::gguf::{self, Gguf};
+use crate::weights::stream::{Format, Streamed, WeightStream};
 use crate::weights::Weights;
 use pollster::block_on as block;
 
@@ -62,6 +63,44 @@ pub fn safetensors(data: &[u8]) {
     }
     let _ = crate::training::head::import_safetensors(data, 32);
     let _ = gguf::tensors_from_safetensors(data);
+    let whole = Weights::from_safetensors(data);
+    for streamed in streamed(Format::Safetensors, data) {
+        match (&whole, streamed) {
+            (Ok(w), Ok(Streamed::Safetensors(s))) => {
+                let tensors = |w: &Weights| w.names().into_iter().map(|n| (n.to_string(), bits(w.stored(n)))).collect::<Vec<_>>();
+                assert!(tensors(w) == tensors(&s), "streamed, the tensors differ");
+            }
+            (Err(_), Err(_)) => {}
+            (w, s) => panic!("whole: {:?}; streamed: {:?}", w.as_ref().err(), s.err()),
+        }
+    }
+}
+
+/// A tensor's shape, dtype and stored bits (NaN is a value like any other here: the same bits must come out).
+fn bits(t: Option<&crate::weights::HostTensor>) -> Option<(Vec<usize>, crate::dtype::Dtype, Vec<u8>)> {
+    use crate::weights::HostData;
+    let t = t?;
+    let raw: Vec<u8> = match &t.data {
+        HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        HostData::Q8_0(v) | HostData::Q4_0(v) => v.clone(),
+    };
+    Some((t.shape.clone(), t.data.dtype(), raw))
+}
+
+/// The same bytes as a download gives them ([`WeightStream`]): in pieces of 1, 7 and 4093 bytes and whole, its
+/// length announced or not. The answer must be the whole-file reader's, whatever the cut.
+fn streamed(format: Format, data: &[u8]) -> Vec<crate::Result<Streamed>> {
+    [(1, false), (7, true), (4093, false), (data.len().max(1), true)]
+        .into_iter()
+        .map(|(piece, announced)| {
+            let mut s = WeightStream::new(format, announced.then_some(data.len()), 2 * data.len() + 1, false);
+            for p in data.chunks(piece) {
+                s.push(p)?;
+            }
+            s.finish().map(|(out, _)| out)
+        })
+        .collect()
 }
 
 /// GGUF bytes: the bounded reader ([`Gguf::parse`], every tensor loaded), then the whole BERT loader
@@ -78,6 +117,21 @@ pub fn gguf(data: &[u8]) {
     }
     if let Ok(m) = gguf::load_gguf(data) {
         probe_tokenizer(&m.tokenizer);
+    }
+    let whole = gguf::read_bert(data);
+    for streamed in streamed(Format::Gguf, data) {
+        match (&whole, streamed) {
+            (Ok(w), Ok(Streamed::Gguf(s))) => {
+                let tensors = |m: &gguf::BertGguf| m.tensors.iter().map(|(n, t)| (n.clone(), bits(Some(t)))).collect::<Vec<_>>();
+                assert!(tensors(w) == tensors(&s), "streamed, the tensors differ");
+                assert_eq!(
+                    (&w.config_json, &w.tokenizer_json, &w.tokenizer_config_json, &w.vocab, w.pooling),
+                    (&s.config_json, &s.tokenizer_json, &s.tokenizer_config_json, &s.vocab, s.pooling)
+                );
+            }
+            (Err(_), Err(_)) => {}
+            (w, s) => panic!("whole: {:?}; streamed: {:?}", w.as_ref().err(), s.err()),
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::config::BertConfig;
 use crate::tokenizer::Tokenizer;
 use crate::weights::safetensors::ByteSource;
+use crate::weights::gguf::BertGguf;
 use crate::weights::Weights;
 use crate::{Error, Result};
 
@@ -23,12 +24,20 @@ pub struct ModelFiles {
     pub vocab: Option<Vec<u8>>,
     /// `tokenizer_config.json`, if any.
     pub tokenizer_config: Option<Vec<u8>>,
-    /// `model.safetensors`: its bytes (a `Vec<u8>`), or wherever they are (in the browser, the JS bytes it was
-    /// downloaded into, read a tensor at a time: [`crate::weights::safetensors::ByteSource`]).
-    pub weights: Box<dyn ByteSource>,
+    /// `model.safetensors`.
+    pub weights: WeightsFile,
     /// A LoRA adapter to fold in, as peft saves it: `adapter_config.json` and `adapter_model.safetensors`
     /// ([`crate::weights::peft`]).
     pub adapter: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// A folder's `model.safetensors`.
+pub enum WeightsFile {
+    /// Its bytes (a `Vec<u8>`), or wherever they are (in the browser, the JS bytes it was downloaded into), read a
+    /// tensor at a time ([`crate::weights::safetensors::ByteSource`]).
+    Bytes(Box<dyn ByteSource>),
+    /// Read already, as it downloaded ([`crate::weights::stream`]).
+    Read(Weights),
 }
 
 /// Where a model comes from.
@@ -42,6 +51,8 @@ pub enum ModelSource<'a> {
     /// A BERT `.gguf` (ours or llama.cpp's `bert` files): config, tokenizer and weights in one file, read in
     /// place or (in the browser, from the JS bytes) a header and a tensor at a time.
     Gguf(&'a dyn ByteSource),
+    /// A BERT `.gguf` read already, as it downloaded ([`crate::weights::stream`]).
+    ReadGguf(Box<BertGguf>),
 }
 
 /// How to load.
@@ -98,7 +109,7 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
         ModelSource::Path(path) => {
             if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
                 let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-                gguf(&bytes)?
+                gguf(crate::weights::gguf::read_bert(&bytes)?)?
             } else {
                 folder(path)?
             }
@@ -118,11 +129,14 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
                 }
                 (None, None) => return Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
             };
-            let parsed = Weights::from_safetensors_source(&*weights)?;
-            drop(weights);
+            let parsed = match weights {
+                WeightsFile::Bytes(bytes) => Weights::from_safetensors_source(&*bytes)?,
+                WeightsFile::Read(w) => w,
+            };
             (config, tokenizer, PendingWeights::Ready(parsed))
         }
-        ModelSource::Gguf(bytes) => gguf(bytes)?,
+        ModelSource::Gguf(bytes) => gguf(crate::weights::gguf::read_bert(bytes)?)?,
+        ModelSource::ReadGguf(read) => gguf(*read)?,
     };
     let max_positions = config.max_position_embeddings;
     let max_length = opts.max_length.unwrap_or(max_positions);
@@ -147,8 +161,8 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
     }
 }
 
-fn gguf(bytes: &(impl ByteSource + ?Sized)) -> Result<(BertConfig, Tokenizer, PendingWeights)> {
-    let g = crate::weights::gguf::load_gguf(bytes)?;
+fn gguf(read: BertGguf) -> Result<(BertConfig, Tokenizer, PendingWeights)> {
+    let g = crate::weights::gguf::gguf_model(read)?;
     Ok((g.config, g.tokenizer, PendingWeights::Ready(g.weights)))
 }
 

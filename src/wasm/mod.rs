@@ -18,11 +18,13 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::{Shard, ShardLink};
 use crate::heads::token_classifier::Aggregation;
 use crate::engine::{Device, Engine, Placement};
-use crate::loader::{LoadOptions, ModelFiles, ModelSource};
+use crate::loader::{LoadOptions, ModelFiles, ModelSource, WeightsFile};
 use crate::tasks::{EmbedOptions, Pooling};
+use crate::weights::stream::Streamed;
 use crate::Error;
 
 mod pretrain;
+mod stream;
 mod tokenizer;
 mod train;
 mod tune;
@@ -376,7 +378,8 @@ async fn place(m: crate::loader::LoadedModel, device: &str, cpu: CpuBackend, inj
 #[wasm_bindgen]
 impl WasmModel {
     /// Loads a model from the bytes of its files: config.json, then tokenizer.json or vocab.txt (with
-    /// tokenizer_config.json when present), and model.safetensors (left in JS memory and read a tensor at a time);
+    /// tokenizer_config.json when present), and model.safetensors (a `Uint8Array`, left in JS memory and read a
+    /// tensor at a time, or a finished `WeightStream` that read it as it downloaded);
     /// and a LoRA adapter to fold in (peft's adapter_config.json and adapter_model.safetensors), if given. `device` is "webgpu", "cpu", or "auto" (the JS
     /// wrapper passes "auto" once it has seen a hardware adapter: the GPU, or the CPU if the GPU fails the load-time
     /// check). `inject_fault`: for tests only (see [`load_engine`]).
@@ -386,7 +389,7 @@ impl WasmModel {
         tokenizer: Option<Vec<u8>>,
         vocab: Option<Vec<u8>>,
         tokenizer_config: Option<Vec<u8>>,
-        weights: js_sys::Uint8Array,
+        weights: JsValue,
         adapter_config: Option<Vec<u8>>,
         adapter_weights: Option<Vec<u8>>,
         device: String,
@@ -395,22 +398,35 @@ impl WasmModel {
     ) -> Result<WasmModel, JsError> {
         let cpu = cpu_backend(shard)?;
         let adapter = adapter_config.zip(adapter_weights);
-        // The weights stay in JS memory and are read a tensor at a time: never the whole file in wasm memory.
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: Box::new(JsBytes(weights)), adapter };
+        let weights = match weights.dyn_into::<js_sys::Uint8Array>() {
+            // The weights stay in JS memory and are read a tensor at a time: never the whole file in wasm memory.
+            Ok(bytes) => WeightsFile::Bytes(Box::new(JsBytes(bytes))),
+            Err(other) => match stream::WeightStream::take(other)? {
+                Streamed::Safetensors(w) => WeightsFile::Read(w),
+                Streamed::Gguf(_) => return Err(JsError::new("load: the weights stream holds a .gguf: use loadGguf")),
+            },
+        };
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
         let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 
-    /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file.
+    /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file (a
+    /// `Uint8Array`, or a finished `WeightStream` that read it as it downloaded).
     #[wasm_bindgen(js_name = loadGguf)]
-    pub async fn load_gguf(bytes: js_sys::Uint8Array, device: String, shard: JsValue, inject_fault: Option<bool>)
+    pub async fn load_gguf(bytes: JsValue, device: String, shard: JsValue, inject_fault: Option<bool>)
         -> Result<WasmModel, JsError> {
         let cpu = cpu_backend(shard)?;
         parse_device(&device)?;
-        // The file stays in JS memory: its header, then each tensor, is copied straight to where it goes.
-        let file = JsBytes(bytes);
-        let m = crate::loader::load(ModelSource::Gguf(&file), &LoadOptions::default()).map_err(js_err)?;
-        drop(file);
+        let m = match bytes.dyn_into::<js_sys::Uint8Array>() {
+            // The file stays in JS memory: its header, then each tensor, is copied straight to where it goes.
+            Ok(bytes) => crate::loader::load(ModelSource::Gguf(&JsBytes(bytes)), &LoadOptions::default()),
+            Err(other) => match stream::WeightStream::take(other)? {
+                Streamed::Gguf(read) => crate::loader::load(ModelSource::ReadGguf(read), &LoadOptions::default()),
+                Streamed::Safetensors(_) => return Err(JsError::new("loadGguf: the weights stream holds a safetensors file")),
+            },
+        }
+        .map_err(js_err)?;
         let engine = place(m, &device, cpu, inject_fault).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }

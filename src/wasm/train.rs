@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use super::{js_err, to_js, WasmModel};
-use crate::loader::ModelFiles;
+use crate::loader::{ModelFiles, WeightsFile};
 use crate::tasks::{EpochProgress, TrainExample, TrainOptions};
 use crate::training::checkpoint::{Checkpoints, Store};
 use crate::training::fit::{EpochMetrics, FitOptions, FitReport, Hooks, Progress, StepProgress};
@@ -496,7 +496,7 @@ impl WasmModel {
         let opts = opts.resolve().map_err(js_err)?;
         let examples = Examples::deserialize(opts.task, serde_wasm_bindgen::Deserializer::from(examples)).map_err(js_err)?;
         let adapter = adapter_config.zip(adapter_weights);
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: Box::new(weights), adapter };
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: WeightsFile::Bytes(Box::new(weights)), adapter };
         let engine = self.engine.clone();
         let mut hooks = JsHooks { hooks, method: "fineTune" };
         let mut checkpoints = checkpoints(checkpoint).map_err(js_err)?;

@@ -8,6 +8,7 @@ pub mod electra;
 pub mod roberta;
 pub mod peft;
 pub mod safetensors;
+pub mod stream;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -291,7 +292,7 @@ impl HostTensor {
 /// - `LayerNorm.gamma` / `LayerNorm.beta` (TF-era files) for `LayerNorm.weight` / `LayerNorm.bias`;
 /// - tied weights absent from the file: [`Weights::get_first`] takes the name and its fallbacks (e.g. the MLM decoder,
 ///   else the word embeddings, from [`Weights::root`]).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Weights {
     /// Each tensor behind its own `Arc`, so that a backend may keep it without a copy ([`Weights::get_shared`]).
     tensors: Arc<HashMap<String, Arc<HostTensor>>>,

@@ -32,35 +32,19 @@ impl Weights {
     /// straight into its own storage. A file that lives outside this memory (the browser's JS bytes) is thus never
     /// held whole beside the tensors decoded from it.
     pub fn from_safetensors_source(src: &(impl ByteSource + ?Sized)) -> Result<Weights> {
-        let invalid = |e: SafeTensorError| {
-            Error::Weights(format!("not a valid safetensors file ({e}); the file may be truncated: download it again"))
-        };
         let len = src.byte_len();
-        if len < 8 {
-            return Err(invalid(SafeTensorError::HeaderTooSmall));
-        }
-        let mut n = [0u8; 8];
-        src.read(0, &mut n);
-        // The `safetensors` crate's own limits: a header of at most 100 MB, within the file.
-        let n = u64::from_le_bytes(n);
-        if n > MAX_HEADER_BYTES {
-            return Err(invalid(SafeTensorError::HeaderTooLarge));
-        }
-        let n = n as usize;
-        if n > len - 8 {
-            return Err(invalid(SafeTensorError::InvalidHeaderLength));
-        }
-        let mut header = vec![0u8; n];
-        src.read(8, &mut header);
-        let text = std::str::from_utf8(&header).map_err(|e| invalid(SafeTensorError::InvalidHeader(e)))?;
-        // Deserializing checks that the offsets follow one another and match each shape and dtype.
-        let meta: Metadata =
-            serde_json::from_str(text).map_err(|e| invalid(SafeTensorError::InvalidHeaderDeserialization(e)))?;
-        let base = 8 + n;
-        if base.checked_add(meta.data_len()) != Some(len) {
-            return Err(invalid(SafeTensorError::MetadataIncompleteBuffer));
-        }
-        drop(header);
+        let mut head = vec![0u8; len.min(8)];
+        src.read(0, &mut head);
+        let (meta, base) = match header(&head, Some(len))? {
+            Some(parsed) => parsed,
+            None => {
+                // The length is there and fits the file (`header` checked): now the whole header.
+                head.resize(8 + header_len(&head), 0);
+                src.read(8, &mut head[8..]);
+                header(&head, Some(len))?.ok_or_else(|| invalid(SafeTensorError::InvalidHeaderLength))?
+            }
+        };
+        drop(head);
         let mut w = Weights::new();
         for (name, info) in meta.tensors() {
             let (start, end) = info.data_offsets;
@@ -72,6 +56,47 @@ impl Weights {
         }
         Ok(w)
     }
+}
+
+/// A safetensors error as ours, with the advice a truncated or damaged download needs.
+pub(crate) fn invalid(e: SafeTensorError) -> Error {
+    Error::Weights(format!("not a valid safetensors file ({e}); the file may be truncated: download it again"))
+}
+
+/// The header's length, from the file's first 8 bytes (at least 8 given).
+fn header_len(head: &[u8]) -> usize {
+    u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize
+}
+
+/// The header of a safetensors file from its first bytes `head` (the file's length `len`, where known): the tensors'
+/// metadata and where their data starts, or `None` while `head` is too short to hold the header. Everything the
+/// header says is checked as far as `head` and `len` allow (the `safetensors` crate's checks: offsets that follow
+/// one another and match each shape and dtype; a data section that ends where the file does).
+pub(crate) fn header(head: &[u8], len: Option<usize>) -> Result<Option<(Metadata, usize)>> {
+    if head.len() < 8 {
+        return match len {
+            Some(len) if len < 8 => Err(invalid(SafeTensorError::HeaderTooSmall)),
+            _ => Ok(None),
+        };
+    }
+    // The `safetensors` crate's own limits: a header of at most 100 MB, within the file.
+    let n = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+    if n > MAX_HEADER_BYTES {
+        return Err(invalid(SafeTensorError::HeaderTooLarge));
+    }
+    let n = n as usize;
+    if len.is_some_and(|len| n > len - 8) {
+        return Err(invalid(SafeTensorError::InvalidHeaderLength));
+    }
+    let Some(text) = head.get(8..8 + n) else { return Ok(None) };
+    let text = std::str::from_utf8(text).map_err(|e| invalid(SafeTensorError::InvalidHeader(e)))?;
+    let meta: Metadata =
+        serde_json::from_str(text).map_err(|e| invalid(SafeTensorError::InvalidHeaderDeserialization(e)))?;
+    let base = 8 + n;
+    if len.is_some_and(|len| base.checked_add(meta.data_len()) != Some(len)) {
+        return Err(invalid(SafeTensorError::MetadataIncompleteBuffer));
+    }
+    Ok(Some((meta, base)))
 }
 
 /// The `safetensors` crate's cap on the header's length.
@@ -157,7 +182,7 @@ fn read_host_data(dtype: Dtype, src: &(impl ByteSource + ?Sized), at: usize, byt
 }
 
 /// A bf16 (raw bits) as f32, exactly: bf16 is the top half of an f32, so every value, NaN payloads included, is kept.
-fn bf16_to_f32(bits: u16) -> f32 {
+pub(crate) fn bf16_to_f32(bits: u16) -> f32 {
     f32::from_bits((bits as u32) << 16)
 }
 

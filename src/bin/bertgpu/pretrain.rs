@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::engine::{self, Device};
-use bertgpu::loader::{self, LoadOptions, ModelFiles, ModelSource};
+use bertgpu::loader::{self, LoadOptions, ModelFiles, ModelSource, WeightsFile};
 use bertgpu::training::init::initial_model;
 use bertgpu::training::fit::{FitOptions, Hooks, Progress};
 use bertgpu::training::job;
@@ -196,7 +196,7 @@ fn from_scratch(config: &Path, tokenizer: &Path, max_length: Option<usize>, seed
         tokenizer: read("tokenizer.json"),
         vocab: read("vocab.txt"),
         tokenizer_config: read("tokenizer_config.json"),
-        weights: Box::new(weights),
+        weights: WeightsFile::Bytes(Box::new(weights)),
         adapter: None,
     };
     let model = loader::load(ModelSource::Files(files), &LoadOptions { max_length })

@@ -51,6 +51,16 @@ fn meta_u64(g: &Gguf, key: &str) -> Result<u64> {
 /// Reads a BERT GGUF (ours or llama.cpp's) from memory.
 pub fn read_bert(bytes: &(impl ByteSource + ?Sized)) -> Result<BertGguf> {
     let g = Gguf::parse(bytes)?;
+    check_bert(&g)?;
+    let mut tensors = Vec::with_capacity(g.tensors.len());
+    for t in &g.tensors {
+        tensors.push((gguf_to_hf_name(&t.name), g.load(bytes, t)?));
+    }
+    bert_from(g, tensors)
+}
+
+/// Refuses a GGUF whose header does not describe a BERT model (`general.architecture`).
+pub(crate) fn check_bert(g: &Gguf) -> Result<()> {
     match g.get(KEY_ARCHITECTURE).and_then(|v| v.as_str()) {
         Some("bert") => {}
         Some(other) => {
@@ -60,11 +70,12 @@ pub fn read_bert(bytes: &(impl ByteSource + ?Sized)) -> Result<BertGguf> {
         }
         None => return Err(gguf_err(format!("`{KEY_ARCHITECTURE}` is missing; is this a model file?"))),
     }
-    let mut tensors = Vec::with_capacity(g.tensors.len());
-    for t in &g.tensors {
-        tensors.push((gguf_to_hf_name(&t.name), g.load(bytes, t)?));
-    }
+    Ok(())
+}
 
+/// A BERT GGUF from its checked header ([`check_bert`]) and its tensors (in the header's order, under Hugging Face
+/// names): the config and tokenizer as a folder would give them.
+pub(crate) fn bert_from(g: Gguf, tensors: Vec<(String, HostTensor)>) -> Result<BertGguf> {
     let types: Option<Vec<i32>> = match g.get("tokenizer.ggml.token_type") {
         Some(Value::Array(Array::I32(v))) => Some(v.clone()),
         _ => None,
@@ -139,7 +150,11 @@ pub struct GgufModel {
 
 /// Loads a BERT `.gguf` (ours or llama.cpp's) from its bytes.
 pub fn load_gguf(bytes: &(impl ByteSource + ?Sized)) -> Result<GgufModel> {
-    let m = read_bert(bytes)?;
+    gguf_model(read_bert(bytes)?)
+}
+
+/// [`load_gguf`]'s second half: a read BERT GGUF as a model's config, tokenizer and weights.
+pub fn gguf_model(m: BertGguf) -> Result<GgufModel> {
     let config = crate::config::BertConfig::from_json_str(&m.config_json)?;
     let tokenizer = crate::tokenizer::Tokenizer::from_json(
         m.tokenizer_json.as_bytes(),

@@ -40,7 +40,7 @@ pub mod value;
 pub mod write;
 
 pub use bert::{
-    load_gguf, read_bert, write_bert, BertGguf, BertGgufMeta, GgufModel, KEY_CONFIG_JSON, KEY_TOKENIZER_CONFIG_JSON,
+    gguf_model, load_gguf, read_bert, write_bert, BertGguf, BertGgufMeta, GgufModel, KEY_CONFIG_JSON, KEY_TOKENIZER_CONFIG_JSON,
     KEY_TOKENIZER_JSON,
 };
 #[cfg(not(target_arch = "wasm32"))]
@@ -78,7 +78,7 @@ pub const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
 pub const KEY_ALIGNMENT: &str = "general.alignment";
 pub const KEY_ARCHITECTURE: &str = "general.architecture";
 
-fn gguf_err(msg: impl Into<String>) -> Error {
+pub(crate) fn gguf_err(msg: impl Into<String>) -> Error {
     Error::Gguf(msg.into())
 }
 

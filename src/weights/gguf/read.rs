@@ -204,7 +204,7 @@ pub struct Gguf {
 }
 
 /// The first read of a header outside this memory: a BERT GGUF's header (its vocabulary included) is under 1 MiB.
-const HEADER_GUESS: usize = 2 << 20;
+pub(crate) const HEADER_GUESS: usize = 2 << 20;
 
 impl Gguf {
     /// Parses and validates the header of a GGUF file. Tensor data is not read. A file outside this memory (the
@@ -224,6 +224,17 @@ impl Gguf {
                 Err(_) if c.short => want = want.saturating_mul(4).min(file_len),
                 parsed => return parsed,
             }
+        }
+    }
+
+    /// Parses the header from the file's first bytes `head` (the file's length `file_len`, where known): `None`
+    /// while `head` ends inside the header. With the length unknown, the tensors' places are checked against
+    /// `limit` instead (the most the file may hold), and a tensor past the file's end shows when the file ends.
+    pub(crate) fn parse_prefix(head: &[u8], file_len: Option<usize>, limit: usize) -> Result<Option<Gguf>> {
+        let mut c = Cursor { buf: head, pos: 0, file_len: file_len.unwrap_or(limit), short: false };
+        match Self::parse_cursor(&mut c) {
+            Err(_) if c.short => Ok(None),
+            parsed => parsed.map(Some),
         }
     }
 
