@@ -602,19 +602,31 @@ export class Bert {
     const cache = opts.cache ?? true;
     const { sha256, maxBytes } = checkLoadOptions(resolved, opts);
     const fetchOptions = { cache, cacheDir: opts.cacheDir, sha256, maxBytes };
-    const [fetched, rt, chosen, adapter] = await Promise.all([
-      fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress }),
-      getRuntime(build, wasm?.[build]),
-      pickDevice(device),
-      opts.adapter == null ? null : fetchAdapterFiles(opts.adapter),
-    ]);
-    if (adapter && fetched.gguf) throw new Error("Bert.load: a LoRA adapter loads beside a Hugging Face folder, not a .gguf");
+    const runtime = getRuntime(build, wasm?.[build]);
+    // The weights file goes into the module piece by piece as it downloads (src/wasm/stream.rs): never whole in JS.
+    const stream = async ({ gguf, total, limit, hash }) => new (await runtime).glue.WeightStream(gguf, total, limit, hash);
+    const fetching = fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress, stream });
+    let fetched, rt, chosen, adapter;
+    try {
+      [fetched, rt, chosen, adapter] = await Promise.all([fetching, runtime, pickDevice(device),
+        opts.adapter == null ? null : fetchAdapterFiles(opts.adapter)]);
+      if (adapter && fetched.gguf) throw new Error("Bert.load: a LoRA adapter loads beside a Hugging Face folder, not a .gguf");
+    } catch (e) {
+      // A stream that was read holds the model's tensors in wasm memory until freed.
+      fetching.then((f) => (f.gguf ?? f.weights)?.free?.(), () => {});
+      throw e;
+    }
     const shard = opts._shard && { ...opts._shard, gather: shardGather(opts._shard.buffer, opts._shard.rank, opts._shard.count) };
     // `files` is the only reference this function keeps to the downloaded bytes, and `instantiate` empties it once
     // the module has read them: the JS copy of the weights is garbage while the model is built, not after.
     const files = { ...fetched, ...adapter };
     if (resolved.kind !== "bytes") for (const k of Object.keys(fetched)) delete fetched[k]; // (a bytes source is the caller's)
-    if (build === "threads") await usePool(rt, threads);
+    if (build === "threads") {
+      await usePool(rt, threads).catch((e) => {
+        (files.gguf ?? files.weights)?.free?.();
+        throw e;
+      });
+    }
     let model;
     try {
       model = await instantiate(rt, files, chosen.device, shard, opts._injectFault === true, { consume: true });

@@ -180,26 +180,28 @@ async function sha256Hex(bytes, name) {
  * Returns Uint8Array, or null when `optional` and the server says 404. `maxBytes` caps the size (checked against
  * content-length before downloading, and as bytes arrive); `sha256`, when given, must match the bytes, which are
  * checked before they are used or cached (a cached copy that does not match is dropped and downloaded again).
+ * `stream` (the weights file): `async ({ total, limit, hash }) => WeightStream` (src/wasm/stream.rs), which each
+ * piece is pushed to as it arrives instead of being assembled in JS memory; the result is then the finished stream,
+ * its SHA-256 computed as it went.
  */
 async function fetchFile(url, name, { cache, onProgress, optional = false, fetchOptions, maxBytes = DEFAULT_MAX_BYTES,
-  sha256 = null }) {
+  sha256 = null, stream = null }) {
   // A pinned file must be there: falling back to another file (vocab.txt for tokenizer.json) would skip the check.
   optional = optional && sha256 == null;
-  if (url.startsWith("file:") && IN_NODE) return readLocalFile(url, name, { onProgress, optional, maxBytes, sha256 });
-  const verify = async (bytes) => {
-    if (sha256 == null) return true;
-    return (await sha256Hex(bytes, name)) === sha256;
-  };
+  const sink = stream && ((total) => stream({ total, limit: maxBytes, hash: sha256 != null }));
+  if (url.startsWith("file:") && IN_NODE) return readLocalFile(url, name, { onProgress, optional, maxBytes, sha256, sink });
   if (cache) {
     const hit = await cache.match(url);
     if (hit) {
-      const bytes = new Uint8Array(await hit.arrayBuffer());
-      if (bytes.byteLength > maxBytes) throw tooBig(name, bytes.byteLength, maxBytes, true);
-      if (await verify(bytes)) {
-        onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength, cached: true });
-        return bytes;
+      const length = Number(hit.headers.get("content-length") ?? NaN);
+      if (length > maxBytes) throw tooBig(name, length, maxBytes, true);
+      const got = await readCached(hit, name, { maxBytes, sink: sink && await sink(Number.isSafeInteger(length) ? length : null) });
+      if (sha256 == null || await digestOf(got, name) === sha256) {
+        onProgress?.({ file: name, loaded: got.loaded, total: got.loaded, cached: true });
+        return got.result;
       }
       // Not the pinned file (stale or damaged cache): forget it and download.
+      got.result.free?.();
       await cache.delete(url).catch(() => {});
     }
     // Remembered absence of an optional file, so an offline reload tries the same files.
@@ -241,23 +243,74 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     feed?.fail(e);
     if (feed && await feed.done) await cache.delete(url).catch(() => {});
   };
-  let bytes;
+  let got;
   try {
-    bytes = await readBody(response, name, { total, maxBytes, onProgress, abort, feed });
-    await checkPinned(bytes, url, name, sha256);
+    got = await readBody(response, name, { total, maxBytes, onProgress, abort, feed, sink: sink && await sink(total) });
+    await checkPinned(got, url, name, sha256);
   } catch (e) {
+    got?.result.free?.();
     await forget(e);
     throw e;
   }
+  const bytes = got.result;
   if (feed) {
     await feed.done;
-  } else if (cache) {
+  } else if (cache && got.bytes) {
     // No stream to branch (a runtime whose Response has no body stream): the bytes themselves.
     const headers = { "content-type": response.headers.get("content-type") ?? "application/octet-stream",
-      "content-length": String(bytes.byteLength) };
-    await cache.put(url, new Response(bytes, { headers })).catch(() => {});
+      "content-length": String(got.bytes.byteLength) };
+    await cache.put(url, new Response(got.bytes, { headers })).catch(() => {});
   }
   return bytes;
+}
+
+/** How much of a local file (Node.js) is read at once into a weights stream. */
+const PIECE_BYTES = 4 << 20;
+
+/**
+ * A cached response's body: the bytes (`{ result: bytes, bytes, loaded }`), or pushed piece by piece into `sink`
+ * (`{ result: sink, digest, loaded }`).
+ */
+async function readCached(hit, name, { maxBytes, sink }) {
+  if (!sink || !hit.body || typeof hit.body.getReader !== "function") {
+    const bytes = new Uint8Array(await hit.arrayBuffer());
+    if (bytes.byteLength > maxBytes) {
+      sink?.free();
+      throw tooBig(name, bytes.byteLength, maxBytes, true);
+    }
+    if (!sink) return { result: bytes, bytes, loaded: bytes.byteLength };
+    return finishSink(sink, name, bytes.byteLength, () => sink.push(bytes));
+  }
+  let loaded = 0;
+  return finishSink(sink, name, null, async () => {
+    const reader = hit.body.getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      loaded += value.byteLength;
+      if (loaded > maxBytes) throw tooBig(name, loaded, maxBytes, false);
+      sink.push(value);
+    }
+  }).then((got) => ({ ...got, loaded }));
+}
+
+/**
+ * Runs `feed` (which pushes the file's pieces into `sink`), then finishes the stream: `{ result: sink, digest,
+ * loaded }`. The stream is freed if either fails.
+ */
+async function finishSink(sink, name, loaded, feed) {
+  try {
+    await feed();
+    return { result: sink, digest: sink.finish(), loaded };
+  } catch (e) {
+    sink.free();
+    throw e instanceof Error && !e.message.startsWith("Bert.load") ? new Error(`Bert.load: ${name}: ${e.message}`) : e;
+  }
+}
+
+/** The SHA-256 of what was read: computed as it streamed, or of the bytes. */
+async function digestOf(got, name) {
+  return got.digest ?? sha256Hex(got.bytes, name);
 }
 
 /** How far the download may run ahead of the cache's writes (bytes queued for it in the page). */
@@ -316,21 +369,47 @@ function cacheFeed(cache, url, response, total) {
 }
 
 /**
- * A response's body as one Uint8Array, streamed with progress and the size checks. With a known length the chunks
- * are written into the one array as they arrive (the chunks and their concatenation are never held at once).
+ * A response's body, streamed with progress and the size checks: as one Uint8Array (`{ result: bytes, bytes }`), or
+ * each chunk pushed into `sink` as it arrives and dropped (`{ result: sink, digest }`). With a known length the
+ * chunks are written into the one array as they arrive (the chunks and their concatenation are never held at once).
  */
-async function readBody(response, name, { total, maxBytes, onProgress, abort, feed }) {
+async function readBody(response, name, { total, maxBytes, onProgress, abort, feed, sink }) {
   if (!response.body || typeof response.body.getReader !== "function") {
     const bytes = new Uint8Array(await response.arrayBuffer());
-    if (bytes.byteLength > maxBytes) throw tooBig(name, bytes.byteLength, maxBytes, true);
+    if (bytes.byteLength > maxBytes) {
+      sink?.free();
+      throw tooBig(name, bytes.byteLength, maxBytes, true);
+    }
     onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength });
-    return bytes;
+    if (!sink) return { result: bytes, bytes };
+    return finishSink(sink, name, bytes.byteLength, () => sink.push(bytes));
   }
+  if (sink) {
+    return finishSink(sink, name, null, () => readChunks(response, name,
+      { total, maxBytes, onProgress, abort, feed, take: (value) => sink.push(value) }));
+  }
+  const whole = total != null ? new Uint8Array(total) : null;
+  const chunks = [];
+  const loaded = await readChunks(response, name, { total, maxBytes, onProgress, abort, feed,
+    take: (value, at) => (whole ? whole.set(value, at) : chunks.push(value)) });
+  if (whole) return { result: whole, bytes: whole };
+  const bytes = new Uint8Array(loaded);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.byteLength;
+  }
+  return { result: bytes, bytes };
+}
+
+/**
+ * Reads a response's body chunk by chunk, with progress and the size checks, handing each chunk to `take(chunk,
+ * offset)` and to the cache's `feed`; resolves to the number of bytes.
+ */
+async function readChunks(response, name, { total, maxBytes, onProgress, abort, feed, take }) {
   const reader = response.body.getReader();
   const cutShort = (loaded) => new Error(`Bert.load: the download of ${name} was cut short: ${loaded} of ${total} `
     + "bytes arrived; check your connection and load again");
-  const whole = total != null ? new Uint8Array(total) : null;
-  const chunks = [];
   let loaded = 0;
   onProgress?.({ file: name, loaded: 0, total });
   for (;;) {
@@ -347,44 +426,36 @@ async function readBody(response, name, { total, maxBytes, onProgress, abort, fe
       abort.abort();
       throw tooBig(name, loaded + value.byteLength, maxBytes, false);
     }
-    if (whole) {
-      if (loaded + value.byteLength > total) {
-        abort.abort();
-        throw new Error(`Bert.load: ${name} sent more than the ${total} bytes its content-length announced; `
-          + "load again (a proxy may have changed the file)");
-      }
-      whole.set(value, loaded);
-    } else {
-      chunks.push(value);
+    if (total != null && loaded + value.byteLength > total) {
+      abort.abort();
+      throw new Error(`Bert.load: ${name} sent more than the ${total} bytes its content-length announced; `
+        + "load again (a proxy may have changed the file)");
     }
+    take(value, loaded);
     loaded += value.byteLength;
     onProgress?.({ file: name, loaded, total });
     await feed?.push(value);
   }
-  if (whole && loaded !== total) throw cutShort(loaded);
+  if (total != null && loaded !== total) throw cutShort(loaded);
   feed?.close();
-  if (whole) return whole;
-  const bytes = new Uint8Array(loaded);
-  let at = 0;
-  for (const c of chunks) {
-    bytes.set(c, at);
-    at += c.byteLength;
-  }
-  return bytes;
+  return loaded;
 }
 
-/** Rejects unless `bytes` have the pinned SHA-256 (when one is pinned). */
-async function checkPinned(bytes, url, name, sha256) {
+/** Rejects unless what was read (`{ bytes }` or `{ digest }`) has the pinned SHA-256 (when one is pinned). */
+async function checkPinned(read, url, name, sha256) {
   if (sha256 == null) return;
-  const got = await sha256Hex(bytes, name);
+  const got = await digestOf(read, name);
   if (got !== sha256) {
     throw new Error(`Bert.load: ${name} from ${url} has SHA-256 ${got}, but ${sha256} was pinned for it; the file `
       + "changed or was damaged on the way: it was not used (check the URL, or pin the new hash if you trust it)");
   }
 }
 
-/** Node.js: a file: URL read from the disk, with fetchFile's checks (size, pin) and progress (null: optional, absent). */
-async function readLocalFile(url, name, { onProgress, optional, maxBytes, sha256 }) {
+/**
+ * Node.js: a file: URL read from the disk, with fetchFile's checks (size, pin) and progress (null: optional, absent);
+ * with `sink`, read a piece at a time into the stream.
+ */
+async function readLocalFile(url, name, { onProgress, optional, maxBytes, sha256, sink }) {
   const fs = nodeBuiltin("node:fs/promises");
   const file = nodeBuiltin("node:url").fileURLToPath(url);
   let stat;
@@ -400,6 +471,32 @@ async function readLocalFile(url, name, { onProgress, optional, maxBytes, sha256
   if (!stat.isFile()) throw new Error(`Bert.load: ${file} is not a file`);
   if (stat.size > maxBytes) throw tooBig(name, stat.size, maxBytes, true);
   onProgress?.({ file: name, loaded: 0, total: stat.size });
+  if (sink) {
+    const stream = await sink(stat.size);
+    const got = await finishSink(stream, name, stat.size, async () => {
+      const fh = await fs.open(file);
+      try {
+        // One piece reused: the stream copies each into the tensors it belongs to.
+        const piece = new Uint8Array(Math.min(PIECE_BYTES, Math.max(stat.size, 1)));
+        for (let at = 0; ;) {
+          const { bytesRead } = await fh.read(piece, 0, piece.byteLength, at);
+          if (bytesRead === 0) break;
+          stream.push(piece.subarray(0, bytesRead));
+          at += bytesRead;
+        }
+      } finally {
+        await fh.close();
+      }
+    });
+    onProgress?.({ file: name, loaded: stat.size, total: stat.size });
+    try {
+      await checkPinned(got, url, name, sha256);
+    } catch (e) {
+      stream.free();
+      throw e;
+    }
+    return stream;
+  }
   let buffer;
   try {
     buffer = await fs.readFile(file);
@@ -408,7 +505,7 @@ async function readLocalFile(url, name, { onProgress, optional, maxBytes, sha256
   }
   const bytes = new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
   onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength });
-  await checkPinned(bytes, url, name, sha256);
+  await checkPinned({ bytes }, url, name, sha256);
   return bytes;
 }
 
@@ -465,10 +562,6 @@ export function checkLoadOptions(resolved, { sha256, maxBytes } = {}) {
 }
 
 /**
- * Downloads (or reads from the cache) everything a model needs.
- * Returns { config, tokenizer?, vocab?, tokenizerConfig?, weights } or { gguf } as Uint8Arrays.
- */
-/**
  * A LoRA adapter as peft saves it, for `Bert.load`'s `adapter` option: `{ config, weights }` (the bytes or text of
  * adapter_config.json and adapter_model.safetensors), or the URL (in Node.js also the path) of the folder holding
  * them. Resolves to `{ adapterConfig, adapterWeights }` as Uint8Arrays.
@@ -506,6 +599,12 @@ export async function fetchAdapterFiles(adapter) {
   }
 }
 
+/**
+ * Downloads (or reads from the cache) everything a model needs.
+ * Returns { config, tokenizer?, vocab?, tokenizerConfig?, weights } or { gguf } as Uint8Arrays; with
+ * `options.stream` (`async ({ gguf, total, limit, hash }) => WeightStream`), the weights (or the .gguf) are read
+ * into a stream as they arrive and come back as the finished stream, never whole in JS memory.
+ */
 export async function fetchModelFiles(resolved, options = {}) {
   if (resolved.kind === "bytes") return resolved.files;
   try {
@@ -520,7 +619,7 @@ export async function fetchModelFiles(resolved, options = {}) {
   }
 }
 
-async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, onProgress, sha256, maxBytes }) {
+async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, onProgress, sha256, maxBytes, stream }) {
   if (onProgress != null && typeof onProgress !== "function") {
     throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
   }
@@ -530,7 +629,7 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
   const pinned = (name) => ({ ...opts, sha256: limits.sha256?.[name] ?? null });
   if (resolved.kind === "gguf") {
     const name = ggufName(resolved.url);
-    return { gguf: await fetchFile(resolved.url, name, pinned(name)) };
+    return { gguf: await fetchFile(resolved.url, name, { ...pinned(name), stream: stream && ((o) => stream({ ...o, gguf: true })) }) };
   }
   if (resolved.base.startsWith("file:") && IN_NODE) await checkLocalFolder(resolved.base);
   const at = (f) => new URL(f, resolved.base).href;
@@ -552,7 +651,8 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
     }
     files.vocab = vocab;
   }
-  files.weights = await fetchFile(at("model.safetensors"), "model.safetensors", pinned("model.safetensors"));
+  files.weights = await fetchFile(at("model.safetensors"), "model.safetensors",
+    { ...pinned("model.safetensors"), stream: stream && ((o) => stream({ ...o, gguf: false })) });
   return files;
 }
 
