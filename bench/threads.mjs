@@ -1,12 +1,15 @@
 // Scaling of the threaded build: the same model on 1 thread (the single-threaded SIMD128 build) and on n threads
-// (the threaded build), both loaded in one cross-origin isolated page, their calls alternating so that the machine's
-// drift hits both alike; medians. Workloads as bench/browser.mjs's: (a) 1 × 12 tokens, (b) 8 × 128, (c) 32 × 32.
-// From the repository root, after bench/browser.sh has prepared pkg/ and the GGUF:
+// (the threaded build), and optionally on 1 thread of the relaxed-SIMD build (`--with relaxed`) and on n workers of
+// the other two ways to use the cores (`bertgpu/worker`: n data-parallel copies, or n tensor-parallel shards, each
+// on the single-threaded build the browser prefers: relaxed SIMD in Chromium), all
+// loaded in one cross-origin isolated page, their calls taken in turn (the order rotating each round) so that the
+// machine's drift hits all alike; medians. Workloads as bench/browser.mjs's: (a) 1 × 12 tokens, (b) 8 × 128,
+// (c) 32 × 32. From the repository root, after bench/browser.sh has prepared pkg/ and the GGUF:
 //
-//   node bench/threads.mjs [--cores n] [--reps 9] [--model f32|q8]
+//   node bench/threads.mjs [--cores n] [--reps 9] [--model f32|q8] [--with relaxed,workers,tensor]
 //
-// Prints, per workload, the two medians, the speed-up and the scaling efficiency (speed-up / n; the issue's target
-// is ≥ 0.8).
+// Prints, per workload, each configuration's median, the speed-up over 1 thread and the scaling efficiency
+// (speed-up / n; the issue's target is ≥ 0.8).
 import { makeTexts, median, multiCore, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
@@ -21,6 +24,11 @@ if (!["f32", "q8"].includes(MODEL)) {
   process.exit(2);
 }
 const SOURCE = MODEL === "f32" ? "/models/all-MiniLM-L6-v2/" : "/bench/models/all-MiniLM-L6-v2.q8_0.gguf";
+const WITH = arg("with", "").split(",").filter(Boolean);
+if (WITH.some((w) => !["relaxed", "workers", "tensor"].includes(w))) {
+  console.error("--with: relaxed, workers and/or tensor");
+  process.exit(2);
+}
 
 await withBenchPage({ isolated: true }, async (page) => {
   const cores = await page.evaluate(() => navigator.hardwareConcurrency);
@@ -29,11 +37,23 @@ await withBenchPage({ isolated: true }, async (page) => {
   const workloads = [["(a) 1 × short", 1, 12], ["(b) 8 × 128", 8, 128], ["(c) 32 × 32", 32, 32]];
   const texts = [];
   for (const [, count, tokens] of workloads) texts.push((await makeTexts(page, count, tokens)).map((t) => t.text));
-  const out = await page.evaluate(async ({ source, n, texts, reps }) => {
+  const out = await page.evaluate(async ({ source, n, texts, reps, extra }) => {
     const { Bert } = await import("/pkg/index.js");
-    const one = await Bert.load(source, { device: "cpu", threads: 1, simd: "simd128", cache: false });
+    const configs = [["1 thread", await Bert.load(source, { device: "cpu", threads: 1, simd: "simd128", cache: false })]];
     const many = await Bert.load(source, { device: "cpu", threads: n, cache: false });
     if (many.threads !== n) throw new Error(`the threaded build did not start: ${many.threadsReason}`);
+    configs.push([`${n} threads`, many]);
+    if (extra.includes("relaxed")) {
+      configs.push(["1 thread, relaxed SIMD", await Bert.load(source, { device: "cpu", threads: 1, simd: "relaxed", cache: false })]);
+    }
+    if (extra.some((e) => e !== "relaxed")) {
+      const { Bert: Workers } = await import("/pkg/worker.js");
+      for (const parallel of extra.filter((e) => e !== "relaxed")) {
+        const name = parallel === "workers" ? `${n} workers` : `${n} tensor-parallel workers`;
+        const opts = { device: "cpu", workers: n, parallel: parallel === "workers" ? "data" : "tensor", cache: true };
+        configs.push([name, await Workers.load(source, opts)]);
+      }
+    }
     const time = async (bert, t) => {
       const t0 = performance.now();
       await bert.embed(t, { batchSize: t.length });
@@ -41,32 +61,34 @@ await withBenchPage({ isolated: true }, async (page) => {
     };
     // Warm-up: V8 tiers the hot wasm up over the first seconds of calls.
     for (const t0 = performance.now(); performance.now() - t0 < 3000;) {
-      await time(one, texts[0]);
-      await time(many, texts[0]);
+      for (const [, bert] of configs) await time(bert, texts[0]);
     }
     const rows = [];
     for (const t of texts) {
-      const ms = { one: [], many: [] };
+      const ms = configs.map(() => []);
       const r = t.length === 1 ? reps * 3 : reps;
       for (let i = 0; i <= r; i++) {
-        for (const which of i % 2 ? ["many", "one"] : ["one", "many"]) {
-          const dt = await time(which === "one" ? one : many, t);
-          if (i > 0) ms[which].push(dt);
+        for (let j = 0; j < configs.length; j++) {
+          const k = (i + j) % configs.length;
+          const dt = await time(configs[k][1], t);
+          if (i > 0) ms[k].push(dt);
         }
       }
       rows.push(ms);
     }
-    return { rows, userAgent: navigator.userAgent };
-  }, { source: SOURCE, n, texts, reps: REPS });
+    return { names: configs.map(([name]) => name), rows, userAgent: navigator.userAgent };
+  }, { source: SOURCE, n, texts, reps: REPS, extra: WITH });
   console.log(`Chromium ${out.userAgent.match(/Chrome\/[\d.]+/)?.[0]}, ${cores} cores, model ${MODEL}, ${n} threads`);
   console.log("");
-  console.log(`| workload | 1 thread ms (min–max) | ${n} threads ms (min–max) | speed-up | efficiency (speed-up / ${n}) |`);
-  console.log("|---|---|---|---|---|");
+  const others = out.names.slice(1);
+  console.log(`| workload | 1 thread ms (min–max) | ${others.map((o) => `${o} ms (min–max) | speed-up | efficiency`).join(" | ")} |`);
+  console.log(`|---|---|${others.map(() => "---|---|---|").join("")}`);
+  const f = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+  const cell = (v) => `${f(median(v))} (${f(Math.min(...v))}–${f(Math.max(...v))})`;
   for (const [i, [name]] of workloads.entries()) {
-    const { one, many } = out.rows[i];
-    const [a, b] = [median(one), median(many)];
-    const f = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
-    console.log(`| ${name} | ${f(a)} (${f(Math.min(...one))}–${f(Math.max(...one))}) | ${f(b)} `
-      + `(${f(Math.min(...many))}–${f(Math.max(...many))}) | ${(a / b).toFixed(2)}× | ${(a / b / n).toFixed(2)} |`);
+    const [one, ...rest] = out.rows[i];
+    const a = median(one);
+    const cols = rest.map((v) => `${cell(v)} | ${(a / median(v)).toFixed(2)}× | ${(a / median(v) / n).toFixed(2)}`);
+    console.log(`| ${name} | ${cell(one)} | ${cols.join(" | ")} |`);
   }
 });
