@@ -99,16 +99,16 @@ export interface LoadOptions {
    * gives either or both, and "auto" picks among them. Used when a page (or worker) first loads that build; later
    * loads share the running instance.
    */
-  wasm?: WasmSource | { relaxed?: WasmSource; simd128?: WasmSource; threads?: WasmSource };
+  wasm?: WasmSource | { relaxed?: WasmSource; simd128?: WasmSource; threads?: WasmSource; threadsRelaxed?: WasmSource };
   /**
    * The threads the CPU backend runs on, the calling thread included (1 to 64). Default: the cores the browser
-   * reports (navigator.hardwareConcurrency), at most 8. More than 1 loads the threaded build (wasm-threads/: SIMD128,
-   * a pool of Web Workers over one shared memory, one copy of the model) where the page is cross-origin isolated
-   * (`crossOriginIsolated` and SharedArrayBuffer: the headers Cross-Origin-Opener-Policy: same-origin and
-   * Cross-Origin-Embedder-Policy: require-corp); elsewhere, with 1, with `simd: "relaxed"`, in Node.js, or when the
-   * `wasm` object gives no `threads` build, the single-threaded builds run, with no error (see Bert.threads and
-   * Bert.threadsReason). One pool serves every model of the page (or worker): a load asking for another count
-   * restarts it, and the last model's dispose() ends it.
+   * reports (navigator.hardwareConcurrency), at most 8. More than 1 loads a threaded build (a pool of Web Workers
+   * over one shared memory, one copy of the model: wasm-threads-relaxed/ where relaxed SIMD would be chosen, else
+   * wasm-threads/) where the page is cross-origin isolated (`crossOriginIsolated` and SharedArrayBuffer: the
+   * headers Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp); elsewhere,
+   * with 1, in Node.js, or when the `wasm` object gives no such build (`threadsRelaxed`, `threads`), the
+   * single-threaded builds run, with no error (see Bert.threads and Bert.threadsReason). One pool serves every model
+   * of the page (or worker): a load asking for another count restarts it, and the last model's dispose() ends it.
    */
   threads?: number;
   /**

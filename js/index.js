@@ -14,10 +14,11 @@ import { shardGather } from "./shards.js";
 import { deleteCheckpoint, listCheckpoints, openCheckpointStore } from "./checkpoints.js";
 import { calibrate, tune } from "./tuning.js";
 import { endPool, startPool, threadsOption, threadsUnavailable } from "./threads.js";
-// The wasm-bindgen glue of the three builds (see BUILDS).
+// The wasm-bindgen glue of the four builds (see BUILDS).
 import * as glueSimd128 from "./wasm/bertgpu.js";
 import * as glueRelaxed from "./wasm-relaxed/bertgpu.js";
 import * as glueThreads from "./wasm-threads/bertgpu.js";
+import * as glueThreadsRelaxed from "./wasm-threads-relaxed/bertgpu.js";
 
 export { clearCache };
 
@@ -75,33 +76,38 @@ function pickBuild(simd, given) {
 // each; a page downloads only the .wasm of the build it uses): a service worker may not use import(), and a static
 // import leaves a bundler no chunk to place. Every specifier is a literal, which bundlers follow (Vite, webpack and
 // Rollup copy the .wasm files and rewrite the URLs) and browsers resolve as they are, next to this file.
-// The third, wasm-threads/ (SIMD128 with threads: js/threads.js), runs where the page is cross-origin isolated; it
-// leaves out relaxed SIMD, since one threaded build serves every engine that has threads.
+// The other two, wasm-threads/ and wasm-threads-relaxed/ (the same two with threads: js/threads.js), run where the
+// page is cross-origin isolated.
 const BUILDS = {
   simd128: { glue: glueSimd128, url: () => new URL("./wasm/bertgpu_bg.wasm", import.meta.url) },
   relaxed: { glue: glueRelaxed, url: () => new URL("./wasm-relaxed/bertgpu_bg.wasm", import.meta.url) },
   threads: { glue: glueThreads, url: () => new URL("./wasm-threads/bertgpu_bg.wasm", import.meta.url) },
+  threadsRelaxed: { glue: glueThreadsRelaxed, url: () => new URL("./wasm-threads-relaxed/bertgpu_bg.wasm", import.meta.url) },
 };
+/** The threaded builds, and the SIMD each has (the `simd` a model reports). */
+const THREADED = { threads: "simd128", threadsRelaxed: "relaxed" };
 
 /**
- * The build and thread count for Bert.load's options: the threaded build when more than one thread is asked for (or
- * by default, where the browser reports several cores), the page can run it, the caller did not ask for relaxed
- * SIMD by name, and, when the caller gives the wasm, gives it; else `build` on one thread, with `threadsReason`
- * saying why where threads were asked for.
+ * The build and thread count for Bert.load's options: a threaded build when more than one thread is asked for (or
+ * by default, where the browser reports several cores), the page can run it and, when the caller gives the wasm,
+ * gives it; the relaxed-SIMD one where the single-threaded choice would be relaxed SIMD (`simd` "relaxed", or
+ * "auto" on an engine that has it). Else the single-threaded build on one thread, with `threadsReason` saying why
+ * where threads were asked for.
  */
 function pickThreads(opts, wasm, method) {
   const threads = threadsOption(opts.threads, method);
-  // The single-threaded build, checked only where it runs (a wasm option may give the threaded build alone).
-  const single = () => pickBuild(opts.simd ?? "auto", wasm);
+  const simd = opts.simd ?? "auto";
+  // The single-threaded build, checked only where it runs (a wasm option may give a threaded build alone).
+  const single = () => pickBuild(simd, wasm);
   if (threads === 1) return { build: single(), threads: 1, threadsReason: null };
-  let why = null;
-  if (opts.simd === "relaxed") why = "simd: \"relaxed\" was asked for and the threaded build is SIMD128";
-  else if (wasm && !wasm.threads) why = "the wasm option gives no threaded build ({ threads: ... })";
-  else why = threadsUnavailable();
-  if (!why) {
-    if (opts.simd != null && !SIMDS.includes(opts.simd)) pickBuild(opts.simd, wasm); // the same TypeError
-    return { build: "threads", threads, threadsReason: null };
+  if (!SIMDS.includes(simd) || (simd === "relaxed" && !hasRelaxedSimd())) pickBuild(simd, null); // the same errors
+  const relaxed = simd === "relaxed" || (simd === "auto" && hasRelaxedSimd() && (!wasm || wasm.threadsRelaxed != null));
+  const build = relaxed ? "threadsRelaxed" : "threads";
+  let why = threadsUnavailable();
+  if (!why && wasm && !wasm[build]) {
+    why = `the wasm option gives no threaded${relaxed ? " relaxed-SIMD" : ""} build ({ ${build}: ... })`;
   }
+  if (!why) return { build, threads, threadsReason: null };
   return { build: single(), threads: 1, threadsReason: why };
 }
 
@@ -115,7 +121,7 @@ function usePool(rt, threads) {
     if (rt.pool?.threads !== threads) {
       if (rt.pool) endPool(rt.glue, rt.pool);
       rt.pool = null;
-      rt.pool = await startPool(rt.glue, threads);
+      rt.pool = await startPool(rt.glue, threads, rt.build);
     }
     rt.users++;
   });
@@ -251,7 +257,7 @@ function checkWasmOption(wasm, simd) {
     const keys = Object.keys(wasm);
     const bad = keys.find((k) => !(k in BUILDS));
     if (bad || keys.length === 0) {
-      throw new TypeError(`Bert.load: wasm as an object names the builds, { relaxed, simd128, threads }${bad ? ` (got "${bad}")` : ""}`);
+      throw new TypeError(`Bert.load: wasm as an object names the builds, { relaxed, simd128, threads, threadsRelaxed }${bad ? ` (got "${bad}")` : ""}`);
     }
     const out = {};
     for (const k of keys) if (wasm[k] != null) out[k] = wasmValue(wasm[k], `wasm.${k}`);
@@ -621,7 +627,7 @@ export class Bert {
     // the module has read them: the JS copy of the weights is garbage while the model is built, not after.
     const files = { ...fetched, ...adapter };
     if (resolved.kind !== "bytes") for (const k of Object.keys(fetched)) delete fetched[k]; // (a bytes source is the caller's)
-    if (build === "threads") {
+    if (build in THREADED) {
       await usePool(rt, threads).catch((e) => {
         (files.gguf ?? files.weights)?.free?.();
         throw e;
@@ -631,7 +637,7 @@ export class Bert {
     try {
       model = await instantiate(rt, files, chosen.device, shard, opts._injectFault === true, { consume: true });
     } catch (e) {
-      if (build === "threads") releasePool(rt);
+      if (build in THREADED) releasePool(rt);
       throw e;
     }
     const bert = new Bert(rt, model, model.device);
@@ -696,7 +702,7 @@ export class Bert {
 
   /** "relaxed" or "simd128": which wasm build runs this model (see the `simd` option of `Bert.load`). */
   get simd() {
-    return this._rt.build === "threads" ? "simd128" : this._rt.build;
+    return THREADED[this._rt.build] ?? this._rt.build;
   }
 
   /**
@@ -704,7 +710,7 @@ export class Bert {
    * threaded build runs (a cross-origin isolated page), else 1. On WebGPU the GPU does the work.
    */
   get threads() {
-    return this._rt.build === "threads" && !this._disposed ? (this._rt.pool?.threads ?? 1) : 1;
+    return this._rt.build in THREADED && !this._disposed ? (this._rt.pool?.threads ?? 1) : 1;
   }
 
   /** Why this model runs on one thread although more were asked for (or by default), or null. */
@@ -1238,7 +1244,7 @@ export class Bert {
       const model = this._model;
       this._model = null;
       if (model && !this._rt.poisoned) model.free();
-      if (this._rt.build === "threads") releasePool(this._rt);
+      if (this._rt.build in THREADED) releasePool(this._rt);
     });
   }
 }

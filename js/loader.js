@@ -195,7 +195,14 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     if (hit) {
       const length = Number(hit.headers.get("content-length") ?? NaN);
       if (length > maxBytes) throw tooBig(name, length, maxBytes, true);
-      const got = await readCached(hit, name, { maxBytes, sink: sink && await sink(Number.isSafeInteger(length) ? length : null) });
+      let got;
+      try {
+        got = await readCached(hit, name, { maxBytes, sink: sink && await sink(Number.isSafeInteger(length) ? length : null) });
+      } catch (e) {
+        // A cached copy the module refuses (damaged storage) is dropped: the next load downloads the file again.
+        if (sink && !/over the maxBytes limit/.test(e.message)) await cache.delete(url).catch(() => {});
+        throw e;
+      }
       if (sha256 == null || await digestOf(got, name) === sha256) {
         onProgress?.({ file: name, loaded: got.loaded, total: got.loaded, cached: true });
         return got.result;

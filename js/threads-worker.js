@@ -1,9 +1,12 @@
-// One thread of the threaded build's pool (js/threads.js): instantiates the page's compiled module over its shared
-// memory, then runs src/backend/cpu/threads.rs's worker loop until the pool ends.
-import { initSync, __threadsRun, __threadsLost } from "./wasm-threads/bertgpu.js";
+// One thread of a threaded build's pool (js/threads.js): instantiates the page's compiled module over its shared
+// memory, then runs src/backend/cpu/threads.rs's worker loop until the pool ends. Both threaded builds' glue is
+// imported statically (a bundler follows only literal imports; a page fetches only the .wasm it runs).
+import * as glueThreads from "./wasm-threads/bertgpu.js";
+import * as glueThreadsRelaxed from "./wasm-threads-relaxed/bertgpu.js";
 
 self.addEventListener("message", ({ data }) => {
   if (data?.type !== "bertgpu-threads-start") return;
+  const { initSync, __threadsRun, __threadsLost } = data.build === "threadsRelaxed" ? glueThreadsRelaxed : glueThreads;
   let exports;
   try {
     exports = initSync({ module: data.module, memory: data.memory });

@@ -1,4 +1,4 @@
-// The threaded build's pool (pkg/wasm-threads/, src/backend/cpu/threads.rs): `threads - 1` Web Workers, each
+// A threaded build's pool (pkg/wasm-threads/ or wasm-threads-relaxed/, src/backend/cpu/threads.rs): `threads - 1` Web Workers, each
 // running the same compiled module over the page's one shared memory; the thread that calls into the model is the
 // last of the `threads`. One model in memory, every thread on every call, a single sentence included.
 
@@ -65,9 +65,9 @@ function workerMessage(worker, type) {
 
 /**
  * Starts a pool of `threads` threads (the caller and `threads - 1` workers) on the threaded runtime's module and
- * memory; resolves to { threads, workers } once every worker waits for work. A failure ends what was started.
+ * memory (`build`: "threads" or "threadsRelaxed", whose glue the workers start); resolves to { threads, workers } once every worker waits for work. A failure ends what was started.
  */
-export async function startPool(glue, threads) {
+export async function startPool(glue, threads, build) {
   const generation = glue.__threadsBegin(threads);
   const module = glue.__threadsModule();
   const memory = glue.__threadsMemory();
@@ -77,7 +77,7 @@ export async function startPool(glue, threads) {
       const worker = new Worker(new URL("./threads-worker.js", import.meta.url), { type: "module", name: "bertgpu-thread" });
       workers.push(worker);
       const ready = workerMessage(worker, "bertgpu-threads-ready");
-      worker.postMessage({ type: "bertgpu-threads-start", module, memory, generation });
+      worker.postMessage({ type: "bertgpu-threads-start", build, module, memory, generation });
       return ready;
     }));
   } catch (e) {

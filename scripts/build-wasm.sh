@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the npm package `bertgpu` into pkg/ (ready for `npm pack pkg/`):
 #   cargo (wasm32, release, SIMD128 from .cargo/config.toml; again with the relaxed-simd feature; again with threads,
-#   through Debian's toolchain) → wasm-bindgen --target web → wasm-opt -Oz (npm binaryen; Debian's wasm-opt 108 makes modules that fail at start-up in
+#   through Debian's toolchain, with and without relaxed SIMD) → wasm-bindgen --target web → wasm-opt -Oz (npm binaryen; Debian's wasm-opt 108 makes modules that fail at start-up in
 #   Chromium) → the hand-written wrapper from js/.
 # Needs: rustup target wasm32-unknown-unknown, wasm-bindgen-cli of the same version as the wasm-bindgen crate in
 # Cargo.lock, `npm ci` (binaryen), and for the threaded build Debian's rustc-web, cargo-web, rust-web-src and lld
@@ -50,10 +50,11 @@ PARTIAL=$FINAL.partial
 OUT=$PARTIAL
 rm -rf "$PARTIAL"
 trap 'rm -rf "$PARTIAL"' EXIT
-# Two builds of the same crate; the package loads the one the browser can run (js/index.js):
+# Four builds of the same crate; the package loads the one the browser can run (js/index.js):
 #   wasm/          SIMD128 (.cargo/config.toml): every browser with WebGPU.
 #   wasm-relaxed/  plus relaxed SIMD (Chrome/Edge 114+) in the Q8_0 kernel: its 16-lane integer dot product
-#                  (src/backend/cpu/q8.rs). Its own target dir, so the two builds do not invalidate each other.
+#                  (src/backend/cpu/q8.rs). Its own target dir, so the builds do not invalidate each other.
+#   wasm-threads/, wasm-threads-relaxed/  the same two with threads, for cross-origin isolated pages.
 build() { # <out dir> <cargo target dir> <cargo features> [extra wasm-opt flags]
   local dir=$1 target=$2 features=$3 opt=${4:-}
   if [[ ",$features," == *,threads,* ]]; then
@@ -93,6 +94,8 @@ build wasm "$TARGET" "$EXTRA"
 build wasm-relaxed "$TARGET/relaxed" "relaxed-simd${EXTRA:+,$EXTRA}" --enable-relaxed-simd
 # SIMD128 with threads (src/backend/cpu/threads.rs, js/threads.js): the build cross-origin isolated pages load.
 build wasm-threads "$TARGET/threads" "threads${EXTRA:+,$EXTRA}" --enable-threads
+# Threads and relaxed SIMD: what those pages load where the engine has relaxed SIMD (as wasm-relaxed/ is to wasm/).
+build wasm-threads-relaxed "$TARGET/threads-relaxed" "threads,relaxed-simd${EXTRA:+,$EXTRA}" "--enable-threads --enable-relaxed-simd"
 
 cp js/*.js js/*.d.ts "$OUT/"
 cp js/package.json "$OUT/package.json"
@@ -106,7 +109,7 @@ node -e '
 rm -rf "$FINAL"
 mv "$OUT" "$FINAL"
 OUT=$FINAL
-for dir in wasm wasm-relaxed wasm-threads; do
+for dir in wasm wasm-relaxed wasm-threads wasm-threads-relaxed; do
   raw=$(stat -c %s "$OUT/$dir/bertgpu_bg.wasm")
   gz=$(gzip -9 -c "$OUT/$dir/bertgpu_bg.wasm" | wc -c)
   echo "build-wasm: $OUT/$dir/bertgpu_bg.wasm $raw bytes ($((raw / 1024)) KiB), gzip -9 $gz bytes ($((gz / 1024)) KiB)"

@@ -9,9 +9,10 @@ const KEEP = [/^\/www\//, /^\/pkg\//, /^\/tests\/data\//];
 const SHELL = [
   "/www/", "/www/app.js", "/www/chart.js", "/www/pretrain.js", "/www/style.css", "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/loader.js",
   "/pkg/shards.js", "/pkg/threads.js", "/pkg/threads-worker.js",
-  // pkg/index.js imports the three builds' glue statically (bundlers and extension service workers need that); only
+  // pkg/index.js imports the four builds' glue statically (bundlers and extension service workers need that); only
   // the .wasm of the build in use is fetched.
   "/pkg/wasm/bertgpu.js", "/pkg/wasm-relaxed/bertgpu.js", "/pkg/wasm-threads/bertgpu.js",
+  "/pkg/wasm-threads-relaxed/bertgpu.js",
   "/tests/data/fortunes/train.jsonl",
 ];
 
@@ -30,11 +31,12 @@ function relaxedSimd() {
 self.addEventListener("install", (e) => {
   e.waitUntil((async () => {
     const cache = await caches.open(CACHE);
-    // Of the package's single-threaded wasm modules, the one the page would load: pkg/index.js picks it with the
-    // same probe (repeated here: a classic service worker cannot import modules). And the threaded one, which the
-    // page (served cross-origin isolated) runs on the CPU with several cores.
-    const build = relaxedSimd() ? "/pkg/wasm-relaxed/" : "/pkg/wasm/";
-    await cache.addAll([...SHELL, `${build}bertgpu_bg.wasm`, "/pkg/wasm-threads/bertgpu_bg.wasm"]);
+    // Of the package's wasm modules, the two the page would load: pkg/index.js picks them with the same probe
+    // (repeated here: a classic service worker cannot import modules), single-threaded and threaded (the page,
+    // served cross-origin isolated, runs the CPU on several cores).
+    const relaxed = relaxedSimd();
+    const builds = relaxed ? ["/pkg/wasm-relaxed/", "/pkg/wasm-threads-relaxed/"] : ["/pkg/wasm/", "/pkg/wasm-threads/"];
+    await cache.addAll([...SHELL, ...builds.map((b) => `${b}bertgpu_bg.wasm`)]);
     await self.skipWaiting();
   })());
 });

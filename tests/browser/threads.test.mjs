@@ -1,26 +1,28 @@
-// The threaded build (pkg/wasm-threads/: a pool of Web Workers over one shared memory, src/backend/cpu/threads.rs):
-// on a cross-origin isolated page Bert.load picks it, its results equal the single-threaded build's, calls overlap
-// safely, the worker entry runs it, and the last dispose() ends the pool; elsewhere the load falls back, no error.
+// The threaded builds (pkg/wasm-threads/ and wasm-threads-relaxed/: a pool of Web Workers over one shared memory,
+// src/backend/cpu/threads.rs): on a cross-origin isolated page Bert.load picks one (relaxed SIMD where the
+// single-threaded choice is relaxed SIMD, as in this Chromium), its results equal the single-threaded build's, calls
+// overlap safely, the worker entry runs it, and the last dispose() ends the pool; elsewhere the load falls back, no
+// error.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { convertGguf, withPage } from "./harness.mjs";
 
 // Exact equality, not a tolerance: the pool splits a loop's independent items (GEMM row blocks, attention per
 // (sequence, head), LayerNorm rows, the Q8_0 kernel's row blocks) between threads, and each output element is still
-// reduced by one thread in the same order as on one thread, with the same SIMD128 kernels. The single-threaded reference is forced to the
-// SIMD128 build (`simd: "simd128"`); relaxed SIMD is documented bit-identical too, but that is another build.
+// reduced by one thread in the same order as on one thread, with the same kernels: the SIMD128 builds are compared
+// with each other (`simd: "simd128"`), and the relaxed-SIMD ones with each other.
 const TEXTS = ["a short sentence", "the cat sat on the mat and looked at the dog", "x"];
 const MASKED = ["paris is the [MASK] of france.", "the [MASK] sat on the mat."];
 
 const isolated = withPage({ isolated: true });
 
-test("threads: an isolated page runs the threaded build, equal to one thread, overlapping calls, worker entry, dispose ends the pool", async () => {
+test("threads: an isolated page runs the SIMD128 threaded build, equal to one thread, overlapping calls, worker entry, dispose ends the pool", async () => {
   const gguf = convertGguf("all-MiniLM-L6-v2", "q8_0", "minilm-q8_0.gguf");
   const got = await isolated.page.evaluate(async ({ splade, minilm, q8, texts, masked }) => {
     const glue = await import("/pkg/wasm-threads/bertgpu.js");
     const out = { isolated: globalThis.crossOriginIsolated };
     const one = await bertgpu.Bert.load(minilm, { device: "cpu", threads: 1, simd: "simd128" });
-    const two = await bertgpu.Bert.load(minilm, { device: "cpu", threads: 2 });
+    const two = await bertgpu.Bert.load(minilm, { device: "cpu", threads: 2, simd: "simd128" });
     out.threads = [one.threads, two.threads, one.threadsReason, two.threadsReason, two.simd];
     // [threads planned for, workers running, items the workers have run]
     out.pool = Array.from(glue.__threadsState());
@@ -28,11 +30,11 @@ test("threads: an isolated page runs the threaded build, equal to one thread, ov
     out.e2 = (await two.embed(texts)).map((v) => Array.from(v));
     out.workerItems = glue.__threadsState()[2] - out.pool[2];
     const m1 = await bertgpu.Bert.load(splade, { device: "cpu", threads: 1, simd: "simd128" });
-    const m2 = await bertgpu.Bert.load(splade, { device: "cpu", threads: 2 });
+    const m2 = await bertgpu.Bert.load(splade, { device: "cpu", threads: 2, simd: "simd128" });
     out.f1 = await m1.fillMask(masked);
     out.f2 = await m2.fillMask(masked);
     const q1 = await bertgpu.Bert.load(q8, { device: "cpu", threads: 1, simd: "simd128" });
-    const q2 = await bertgpu.Bert.load(q8, { device: "cpu", threads: 2 });
+    const q2 = await bertgpu.Bert.load(q8, { device: "cpu", threads: 2, simd: "simd128" });
     out.q1 = (await q1.embed(texts)).map((v) => Array.from(v));
     out.q2 = (await q2.embed(texts)).map((v) => Array.from(v));
     q1.dispose();
@@ -46,21 +48,24 @@ test("threads: an isolated page runs the threaded build, equal to one thread, ov
     }
     out.overlap = await Promise.all(calls);
     // The worker entry: the model in a worker, whose own pool is nested workers.
-    const w = await bertgpuWorker.Bert.load(minilm, { device: "cpu", threads: 2 });
+    const w = await bertgpuWorker.Bert.load(minilm, { device: "cpu", threads: 2, simd: "simd128" });
     out.workerThreads = w.threads;
     out.ew = (await Promise.all(texts.map((t) => w.embed(t)))).map((v) => Array.from(v));
     w.dispose();
-    // The wasm option: giving the threaded build alone is enough; giving only a single-threaded one falls back.
+    // The wasm option: giving the threaded build alone is enough (the SIMD128 one is then run, relaxed SIMD or not);
+    // giving only a single-threaded one falls back.
     const onlyThreads = await bertgpu.Bert.load(splade, { device: "cpu", threads: 2, wasm: { threads: "/pkg/wasm-threads/bertgpu_bg.wasm" } });
     const noThreads = await bertgpu.Bert.load(splade, { device: "cpu", threads: 2, wasm: "/pkg/wasm/bertgpu_bg.wasm" });
-    out.given = [onlyThreads.threads, noThreads.threads, noThreads.threadsReason];
+    out.given = [onlyThreads.threads, noThreads.threads, noThreads.threadsReason, onlyThreads.simd];
     onlyThreads.dispose();
     noThreads.dispose();
     out.bad = await bertgpu.Bert.load(splade, { device: "cpu", threads: 0 }).then(() => "no error", (e) => `${e.name}: ${e.message}`);
     for (const m of [one, two, m1, m2]) m.dispose();
-    // dispose() runs after the queued calls: wait for the workers to leave the pool.
+    // dispose() runs after the queued calls (frees the model, then ends the pool): wait for the pool to end (1
+    // thread planned) and its workers to leave. (Workers running alone is not enough: a worker may not have entered
+    // its loop yet when a short call ends, and the count is then 0 before the model is freed.)
     const t0 = performance.now();
-    while (glue.__threadsState()[1] !== 0 && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+    while ((glue.__threadsState()[0] !== 1 || glue.__threadsState()[1] !== 0) && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
     out.after = Array.from(glue.__threadsState());
     out.disposedThreads = two.threads;
     return out;
@@ -86,9 +91,47 @@ test("threads: an isolated page runs the threaded build, equal to one thread, ov
   assert.deepEqual(got.ew, got.e1, "embed from the worker entry on 2 threads");
   assert.deepEqual(got.given.slice(0, 2), [2, 1]);
   assert.match(got.given[2], /the wasm option gives no threaded build/);
+  assert.equal(got.given[3], "simd128");
   assert.match(got.bad, /^TypeError: Bert\.load: threads must be an integer from 1 to 64/);
   assert.deepEqual(got.after.slice(0, 2), [1, 0], "the last dispose() ends the pool");
   assert.equal(got.disposedThreads, 1);
+  isolated.page.checkErrors();
+});
+
+test("threads: where relaxed SIMD is chosen, the relaxed-SIMD threaded build runs, equal to its one-thread build", async () => {
+  const gguf = convertGguf("all-MiniLM-L6-v2", "q8_0", "minilm-q8_0.gguf");
+  const got = await isolated.page.evaluate(async ({ minilm, q8, texts }) => {
+    const glue = await import("/pkg/wasm-threads-relaxed/bertgpu.js");
+    const out = {};
+    const one = await bertgpu.Bert.load(minilm, { device: "cpu", threads: 1, simd: "relaxed" });
+    const two = await bertgpu.Bert.load(minilm, { device: "cpu", threads: 2 });
+    out.picked = [one.simd, two.simd, two.threads, two.threadsReason];
+    const before = glue.__threadsState()[2];
+    out.e1 = (await one.embed(texts)).map((v) => Array.from(v));
+    out.e2 = (await two.embed(texts)).map((v) => Array.from(v));
+    const q1 = await bertgpu.Bert.load(q8, { device: "cpu", threads: 1, simd: "relaxed" });
+    const q2 = await bertgpu.Bert.load(q8, { device: "cpu", threads: 2, simd: "relaxed" });
+    out.q1 = (await q1.embed(texts)).map((v) => Array.from(v));
+    out.q2 = (await q2.embed(texts)).map((v) => Array.from(v));
+    out.workerItems = glue.__threadsState()[2] - before;
+    // The relaxed threaded build given alone is enough.
+    const given = await bertgpu.Bert.load(minilm, { device: "cpu", threads: 2,
+      wasm: { threadsRelaxed: "/pkg/wasm-threads-relaxed/bertgpu_bg.wasm" } });
+    out.given = [given.threads, given.simd];
+    for (const m of [one, two, q1, q2, given]) m.dispose();
+    const t0 = performance.now();
+    while ((glue.__threadsState()[0] !== 1 || glue.__threadsState()[1] !== 0) && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+    out.after = Array.from(glue.__threadsState());
+    return out;
+  }, { minilm: isolated.env.models.url + "models/all-MiniLM-L6-v2/", q8: isolated.env.models.url + gguf, texts: TEXTS });
+
+  assert.deepEqual(got.picked, ["relaxed", "relaxed", 2, null]);
+  assert.ok(got.workerItems > 0, "the worker ran items of embed's loops");
+  assert.deepEqual(got.e2, got.e1, "embed on 2 threads, relaxed SIMD");
+  assert.ok(got.q1.length === TEXTS.length && got.q1.every((v) => v.length === 384));
+  assert.deepEqual(got.q2, got.q1, "Q8_0 embed on 2 threads, relaxed SIMD (its integer kernel)");
+  assert.deepEqual(got.given, [2, "relaxed"]);
+  assert.deepEqual(got.after.slice(0, 2), [1, 0], "the last dispose() ends the pool");
   isolated.page.checkErrors();
 });
 
@@ -125,14 +168,14 @@ const POOL_CYCLES = 4;
 
 test("threads: memory stays flat over a soak of calls and over pool restarts", async () => {
   const got = await isolated.page.evaluate(async ({ url, calls, WARMUP, CYCLES }) => {
-    const glue = await import("/pkg/wasm-threads/bertgpu.js");
+    const glue = await import("/pkg/wasm-threads-relaxed/bertgpu.js"); // the threaded build this Chromium picks
     const text = (i) => `call ${i % 10}: ${"the quick brown fox ".repeat(1 + (i % 7))}`;
     const cycle = async () => {
       const bert = await bertgpu.Bert.load(url, { device: "cpu", cache: false, threads: 2 });
       for (let i = 0; i < 7; i++) await bert.embed(text(i));
       bert.dispose(); // ends the pool once the queued calls are done: wait for its workers to leave
       const t0 = performance.now();
-      while (glue.__threadsState()[1] !== 0 && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+      while ((glue.__threadsState()[0] !== 1 || glue.__threadsState()[1] !== 0) && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
       return glue.__debugHeap();
     };
     const cycles = [];
