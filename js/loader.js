@@ -311,6 +311,9 @@ async function finishSink(sink, name, loaded, feed) {
     return { result: sink, digest: sink.finish(), loaded };
   } catch (e) {
     sink.free();
+    // The file's header says it is bigger than the stream's limit (maxBytes): said as a download's length would be.
+    const over = /describes a file of (\d+) bytes, more than the (\d+) bytes allowed/.exec(e?.message);
+    if (over) throw tooBig(name, Number(over[1]), Number(over[2]), true);
     throw e instanceof Error && !e.message.startsWith("Bert.load") ? new Error(`Bert.load: ${name}: ${e.message}`) : e;
   }
 }

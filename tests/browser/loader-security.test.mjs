@@ -138,6 +138,12 @@ test("sha256: pinned files are checked before use, cached copies too; bad pins a
     out.pinnedFromTamperedCache = await attempt(() => embedWith(url, { cache: true, sha256: pins }));
     out.cacheRepaired = (new Uint8Array(await (await cache.match(weightsUrl)).arrayBuffer()))
       .every((b, i) => b === good[i]);
+    // A cached copy that is not a valid file at all (cut short on disk) is refused as it streams into the module,
+    // dropped from the cache, and the next load downloads it again.
+    await cache.put(weightsUrl, new Response(good.subarray(0, good.length >> 1)));
+    out.damagedCache = await attempt(() => embedWith(url, { cache: true }));
+    out.damagedDropped = (await cache.match(weightsUrl)) == null;
+    out.afterDamaged = await attempt(() => embedWith(url, { cache: true }));
     // Pins that cannot be checked are TypeErrors before anything is fetched.
     const bad1 = await attempt(() => embedWith(url, { sha256: "abc" }));
     const bad2 = await attempt(() => embedWith(url, { sha256: { "pytorch_model.bin": wrong } }));
@@ -162,6 +168,9 @@ test("sha256: pinned files are checked before use, cached copies too; bad pins a
   assert.notDeepEqual(out.unpinnedFromTamperedCache.value, out.plain, "(the tampered weight changes the vector)");
   assert.deepEqual(out.pinnedFromTamperedCache.value, out.plain, "the pinned load ignored the tampered copy");
   assert.ok(out.cacheRepaired, "and replaced it in the cache");
+  assert.match(out.damagedCache.error?.message ?? "accepted", /^Bert\.load: model\.safetensors: .*not a valid safetensors file .*truncated/);
+  assert.ok(out.damagedDropped, "the damaged cached copy is dropped");
+  assert.deepEqual(out.afterDamaged.value, out.plain, "the next load downloads it again");
   const res = [
     /^Bert\.load: sha256 must be an object \{ fileName: hex digest \}/,
     /^Bert\.load: sha256 names "pytorch_model\.bin", which this source does not fetch \(it fetches config\.json, tokenizer_config\.json, tokenizer\.json, vocab\.txt, model\.safetensors\)/,
@@ -195,7 +204,10 @@ test("maxBytes caps each file: from content-length, while streaming without one,
     + `of ${limit} bytes; pass a larger maxBytes`);
   assert.match(got.declared.error?.message ?? "", over("is"));
   assert.match(got.declared.error.message, new RegExp(`is ${WEIGHTS_BYTES} bytes`), "the size from content-length");
-  assert.match(got.streamed.error?.message ?? "", over("grew past"));
+  // Without a content-length: the bytes counted as they stream, or, when a first piece holds the file's header and
+  // is under the cap, that header, which tells the file's size before the bytes past the cap arrive.
+  assert.match(got.streamed.error?.message ?? "", new RegExp(`^Bert\\.load: model\\.safetensors (grew past \\d+|is `
+    + `${WEIGHTS_BYTES}) bytes, over the maxBytes limit of ${limit} bytes; pass a larger maxBytes`));
   assert.ok(got.fits.value, `under the cap: ${got.fits.error?.message}`);
   assert.match(got.cached.error?.message ?? "", over("is"));
   assert.equal(got.badOption.error?.name, "TypeError");
