@@ -515,7 +515,10 @@ export declare class Bert {
   readonly deviceReason: string | null;
   /** Which wasm build runs the model (see LoadOptions.simd). */
   readonly simd: "relaxed" | "simd128";
-  /** The threads the model's CPU work runs on, the calling thread included: 1 unless the threaded build runs. */
+  /**
+   * The threads the model's CPU work runs on, the calling thread included: 1 unless a threaded build runs the model on
+   * the CPU (a model on WebGPU starts no thread pool).
+   */
   readonly threads: number;
   /** Why the model runs on one thread although more were asked for (or by default), or null. */
   readonly threadsReason: string | null;

@@ -627,7 +627,11 @@ export class Bert {
     // the module has read them: the JS copy of the weights is garbage while the model is built, not after.
     const files = { ...fetched, ...adapter };
     if (resolved.kind !== "bytes") for (const k of Object.keys(fetched)) delete fetched[k]; // (a bytes source is the caller's)
-    if (build in THREADED) {
+    // The pool serves the CPU backend: a model the GPU runs starts none (its idle workers would each hold an instance
+    // of the module and a stack for nothing). With "auto" on a hardware adapter the device is known once the model is
+    // built: the pool starts then if the model fell back to the CPU.
+    const poolFirst = build in THREADED && chosen.device === "cpu";
+    if (poolFirst) {
       await usePool(rt, threads).catch((e) => {
         (files.gguf ?? files.weights)?.free?.();
         throw e;
@@ -636,11 +640,19 @@ export class Bert {
     let model;
     try {
       model = await instantiate(rt, files, chosen.device, shard, opts._injectFault === true, { consume: true });
+      if (build in THREADED && !poolFirst && model.device === "cpu") {
+        await usePool(rt, threads).catch((e) => {
+          model.free();
+          throw e;
+        });
+      }
     } catch (e) {
-      if (build in THREADED) releasePool(rt);
+      if (poolFirst) releasePool(rt);
       throw e;
     }
     const bert = new Bert(rt, model, model.device);
+    bert._usesPool = build in THREADED && model.device === "cpu";
+    bert._poolThreads = threads;
     bert._threadsReason = threadsReason;
     bert._deviceReason = model.deviceReason ?? chosen.reason;
     // A GPU device can be lost (driver reset, GPU process crash, `destroy()`), and its buffers with it: remember
@@ -710,7 +722,7 @@ export class Bert {
    * threaded build runs (a cross-origin isolated page), else 1. On WebGPU the GPU does the work.
    */
   get threads() {
-    return this._rt.build in THREADED && !this._disposed ? (this._rt.pool?.threads ?? 1) : 1;
+    return this._usesPool && !this._disposed ? (this._rt.pool?.threads ?? 1) : 1;
   }
 
   /** Why this model runs on one thread although more were asked for (or by default), or null. */
@@ -815,6 +827,11 @@ export class Bert {
     this._device = model.device;
     if (this._device !== "webgpu") this._reloadFrom = null;
     old.free();
+    if (this._rt.build in THREADED && !this._usesPool && this._device === "cpu") {
+      // Now on the CPU: the threads it was loaded for (a pool that does not start leaves it on one).
+      await usePool(this._rt, this._poolThreads).then(() => { this._usesPool = true; },
+        (e) => { this._threadsReason = `the thread pool did not start: ${e.message}`; });
+    }
     return model;
   }
 
@@ -1244,7 +1261,7 @@ export class Bert {
       const model = this._model;
       this._model = null;
       if (model && !this._rt.poisoned) model.free();
-      if (this._rt.build in THREADED) releasePool(this._rt);
+      if (this._usesPool) releasePool(this._rt);
     });
   }
 }

@@ -62,6 +62,10 @@ export class Bert {
    *   them run every call together, exchanging partial sums twice per layer: one sentence runs on all the cores,
    *   for the lowest latency, and the model's memory is split rather than copied. Needs a cross-origin isolated
    *   page (SharedArrayBuffer), and a model whose heads and feed-forward size divide by `workers`.
+   * Where "tensor" can run, so can the threaded builds (`threads`: one model in one shared memory, no exchange
+   * between workers), measured level with it or faster (BENCHMARKS.md, issue 20's reruns): "tensor" is to be
+   * retired. "data" stays: it is the way to more cores on pages that are not cross-origin isolated, where threads
+   * cannot run.
    */
   /** fineTune's checkpoints kept by this origin (as `Bert.checkpoints` of "bertgpu"). */
   static checkpoints() {

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use crate::config::BertConfig;
 use crate::tokenizer::Tokenizer;
-use crate::weights::safetensors::ByteSource;
 use crate::weights::gguf::BertGguf;
+use crate::weights::safetensors::ByteSource;
 use crate::weights::Weights;
 use crate::{Error, Result};
 

@@ -135,6 +135,62 @@ test("threads: where relaxed SIMD is chosen, the relaxed-SIMD threaded build run
   isolated.page.checkErrors();
 });
 
+test("threads: a model WebGPU runs starts no pool; a CPU model on the same runtime does, and so does auto falling back", async () => {
+  const got = await isolated.page.evaluate(async ({ splade }) => {
+    const glue = await import("/pkg/wasm-threads-relaxed/bertgpu.js");
+    // [threads planned, workers running] once a started worker has entered its loop (it says it is ready just before).
+    const settled = async () => {
+      const t0 = performance.now();
+      while (glue.__threadsState()[1] < glue.__threadsState()[0] - 1 && performance.now() - t0 < 10_000) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return Array.from(glue.__threadsState()).slice(0, 2);
+    };
+    const gpu = await bertgpu.Bert.load(splade, { device: "webgpu", threads: 2 });
+    const out = { gpu: [gpu.device, gpu.threads, gpu.simd], withGpu: Array.from(glue.__threadsState()).slice(0, 2) };
+    out.gpuVector = Array.from(await gpu.embed("a short sentence"));
+    const cpu = await bertgpu.Bert.load(splade, { device: "cpu", threads: 2 });
+    out.cpu = [cpu.device, cpu.threads];
+    out.withCpu = await settled();
+    gpu.dispose();
+    await cpu.embed("a short sentence"); // the GPU model's dispose must not end the CPU model's pool
+    out.afterGpuDisposed = [cpu.threads, ...await settled()];
+    cpu.dispose();
+    const t0 = performance.now();
+    while ((glue.__threadsState()[0] !== 1 || glue.__threadsState()[1] !== 0) && performance.now() - t0 < 10_000) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    out.after = Array.from(glue.__threadsState()).slice(0, 2);
+    // "auto" on a hardware adapter knows its device only once the model is built: SwiftShader passed off as hardware,
+    // and a GPU that fails the load-time check (`_injectFault`), so the model falls back to the CPU after the load,
+    // and the pool starts then.
+    const requestAdapter = navigator.gpu.requestAdapter.bind(navigator.gpu);
+    navigator.gpu.requestAdapter = async (o) => {
+      const a = await requestAdapter(o);
+      if (a) Object.defineProperty(a, "info", { value: { ...a.info, isFallbackAdapter: false, description: a.info?.description } });
+      return a;
+    };
+    try {
+      const auto = await bertgpu.Bert.load(splade, { threads: 2, cache: false, _injectFault: true });
+      out.auto = [auto.device, auto.threads, await settled()];
+      auto.dispose();
+    } finally {
+      navigator.gpu.requestAdapter = requestAdapter;
+    }
+    return out;
+  }, { splade: isolated.env.models.url + "models/splade-tiny/" });
+
+  assert.deepEqual(got.gpu, ["webgpu", 1, "relaxed"]);
+  assert.deepEqual(got.withGpu, [1, 0], "no pool for a GPU model");
+  assert.equal(got.gpuVector.length, 128);
+  assert.deepEqual(got.cpu, ["cpu", 2]);
+  assert.deepEqual(got.withCpu, [2, 1], "a CPU model starts the pool");
+  assert.deepEqual(got.afterGpuDisposed, [2, 2, 1], "the GPU model's dispose leaves the pool to the CPU model");
+  assert.deepEqual(got.after, [1, 0], "the CPU model's dispose ends it");
+  assert.deepEqual(got.auto, ["cpu", 2, [2, 1]], "auto fell back to the CPU after the load, and started the pool then");
+  isolated.page.checkErrors();
+});
+
 const plain = withPage();
 
 test("threads: a page that is not cross-origin isolated falls back to one thread, with no error", async () => {
