@@ -12,14 +12,17 @@
 //   5  probs (B*heads*T, T) f32  scratch: P, row (b, h, i) at ((b·heads + h)·T + i)·T
 //   6  dsc   (B*heads*T, T) f32  scratch: dS (scale included), laid out as probs
 //
-// Two passes, no atomics: every output element is owned by one invocation.
-//   attn_bwd_queries: one invocation per (query i, head, sequence), grid (ceil(T/WG), heads, B). Recomputes row i
-//     of P as the forward does (max subtracted, exp, normalised; padding keys 0), then dP_i, the row's Σ P⊙dP, dS_i
-//     and dq_i = Σ_j dS_ij·k_j in key order; writes P_i and dS_i to the scratch rows. A query whose keys are all
-//     padding gets zeros everywhere.
-//   attn_bwd_keys: one invocation per (key j, head, sequence), same grid: dk_j = Σ_i dS_ij·q_i and
-//     dv_j = Σ_i P_ij·dctx_i, over the queries i in order (padding queries included, as on the CPU); a padding key
-//     gets zeros.
+// Four passes, no atomics, every output element owned by one invocation, each pass's invocations independent (so a
+// GPU runs B·heads·T·T or B·heads·T·d of them at once, not one per query walking every key in turn). Grids are
+// (ceil(n/WG), heads, B) for n invocations per (sequence, head).
+//   attn_bwd_scores: one invocation per (query i, key j): the score q_i·k_j·scale into probs, and dP_ij = dctx_i·v_j
+//     into dsc, for a real key (a padding key's are left unread).
+//   attn_bwd_softmax: one invocation per query row i: P_i as the forward makes it (max subtracted, exp, normalised;
+//     padding keys 0), Σ_j P_ij·dP_ij, then dS_i into dsc and P_i into probs. A query whose keys are all padding gets
+//     zeros.
+//   attn_bwd_queries: one invocation per (query i, column c of the head): dq_ic = Σ_j dS_ij·k_jc, keys in order.
+//   attn_bwd_keys: one invocation per (key j, column c): dk_jc = Σ_i dS_ij·q_ic and dv_jc = Σ_i P_ij·dctx_ic, over
+//     the queries i in order (padding queries included, as on the CPU); a padding key gets zeros.
 //
 // With the override DROPOUT = 1 (the forward dropped probabilities with the mask M of lib/dropout.wgsl, factor
 // F = M·drop_scale): dP_ij = (dctx_i·v_j)·F_ij, dS from the undropped P as above, and the scratch P row holds
@@ -27,7 +30,7 @@
 
 #include "lib/attention_params.wgsl"
 
-// Queries (or keys) per workgroup.
+// Invocations per workgroup.
 override WG: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -38,48 +41,66 @@ override WG: u32 = 64u;
 @group(0) @binding(5) var<storage, read_write> probs: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dsc: array<f32>;
 
+// Start of scratch row (b, h, i).
+fn row_of(b: u32, h: u32, i: u32) -> u32 {
+    return ((b * p.heads + h) * p.seq + i) * p.seq;
+}
+
+// Start of head h of token t's q (part 0), k (1) or v (2) in qkv.
+fn head_at(b: u32, t: u32, part: u32, h: u32) -> u32 {
+    return (b * p.seq + t) * 3u * p.hidden + part * p.hidden + h * p.head_dim;
+}
+
 @compute @workgroup_size(WG)
-fn attn_bwd_queries(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn attn_bwd_scores(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let T = p.seq;
-    let d = p.head_dim;
-    let H = p.hidden;
+    let b = wid.z;
+    let h = wid.y;
+    if gid.x >= T * T {
+        return;
+    }
+    let i = gid.x / T;
+    let j = gid.x % T;
+    if mask[b * T + j] == 0.0 {
+        return;
+    }
+    let qb = head_at(b, i, 0u, h);
+    let kb = head_at(b, j, 1u, h);
+    let vb = head_at(b, j, 2u, h);
+    let cb = (b * T + i) * p.hidden + h * p.head_dim;
+    var s = 0.0;
+    var dp = 0.0;
+    for (var c = 0u; c < p.head_dim; c++) {
+        s += qkv[qb + c] * qkv[kb + c];
+        dp += dctx[cb + c] * qkv[vb + c];
+    }
+    probs[row_of(b, h, i) + j] = s * p.scale;
+    dsc[row_of(b, h, i) + j] = dp;
+}
+
+@compute @workgroup_size(WG)
+fn attn_bwd_softmax(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let T = p.seq;
     let b = wid.z;
     let h = wid.y;
     let i = gid.x;
     if i >= T {
         return;
     }
-    let stride = 3u * H;
-    let qb = (b * T + i) * stride + h * d;   // q_i
-    let cb = (b * T + i) * H + h * d;        // dctx_i
-    let sb = ((b * p.heads + h) * T + i) * T; // scratch row (b, h, i)
-    // Scores into the P row, and their max over the real keys.
+    let sb = row_of(b, h, i);
+    // The max over the real keys.
     var mx = 0.0;
     var any = false;
     for (var j = 0u; j < T; j++) {
-        var s = 0.0;
         if mask[b * T + j] != 0.0 {
-            let kb = (b * T + j) * stride + H + h * d;
-            for (var c = 0u; c < d; c++) {
-                s += qkv[qb + c] * qkv[kb + c];
-            }
-            s *= p.scale;
-            mx = select(s, max(mx, s), any);
+            mx = select(probs[sb + j], max(mx, probs[sb + j]), any);
             any = true;
         }
-        probs[sb + j] = s;
-    }
-    var acc: array<f32, DMAX>;  // (d) dq_i
-    for (var c = 0u; c < d; c++) {
-        acc[c] = 0.0;
     }
     if !any {
         for (var j = 0u; j < T; j++) {
             probs[sb + j] = 0.0;
             dsc[sb + j] = 0.0;
-        }
-        for (var c = 0u; c < d; c++) {
-            dqkv[qb + c] = 0.0;
         }
         return;
     }
@@ -89,17 +110,14 @@ fn attn_bwd_queries(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
         probs[sb + j] = e;
         sum += e;
     }
-    // P_ij, dP_ij = dctx_i·v_j (kept in the dS row for now) and Σ_j P_ij·dP_ij.
+    // P_ij, dP_ij (dropped where the forward dropped) and Σ_j P_ij·dP_ij.
     var dot = 0.0;
     for (var j = 0u; j < T; j++) {
         var pj = 0.0;
         var dp = 0.0;
         if mask[b * T + j] != 0.0 {
             pj = probs[sb + j] / sum;
-            let vb = (b * T + j) * stride + 2u * H + h * d;
-            for (var c = 0u; c < d; c++) {
-                dp += dctx[cb + c] * qkv[vb + c];
-            }
+            dp = dsc[sb + j];
             if DROPOUT != 0u {
                 dp = select(0.0, dp * p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, sb + j));
             }
@@ -112,10 +130,6 @@ fn attn_bwd_queries(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
         var ds = 0.0;
         if mask[b * T + j] != 0.0 {
             ds = probs[sb + j] * (dsc[sb + j] - dot) * p.scale;
-            let kb = (b * T + j) * stride + H + h * d;
-            for (var c = 0u; c < d; c++) {
-                acc[c] += ds * qkv[kb + c];
-            }
             if DROPOUT != 0u {
                 let f = select(0.0, p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, sb + j));
                 probs[sb + j] = probs[sb + j] * f;
@@ -123,45 +137,48 @@ fn attn_bwd_queries(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
         }
         dsc[sb + j] = ds;
     }
-    for (var c = 0u; c < d; c++) {
-        dqkv[qb + c] = acc[c];
+}
+
+@compute @workgroup_size(WG)
+fn attn_bwd_queries(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let T = p.seq;
+    let d = p.head_dim;
+    let b = wid.z;
+    let h = wid.y;
+    if gid.x >= T * d {
+        return;
     }
+    let i = gid.x / d;
+    let c = gid.x % d;
+    let sb = row_of(b, h, i);
+    var acc = 0.0;
+    for (var j = 0u; j < T; j++) {
+        acc += dsc[sb + j] * qkv[head_at(b, j, 1u, h) + c];
+    }
+    dqkv[head_at(b, i, 0u, h) + c] = acc;
 }
 
 @compute @workgroup_size(WG)
 fn attn_bwd_keys(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let T = p.seq;
     let d = p.head_dim;
-    let H = p.hidden;
     let b = wid.z;
     let h = wid.y;
-    let j = gid.x;
-    if j >= T {
+    if gid.x >= T * d {
         return;
     }
-    let stride = 3u * H;
-    let kb = (b * T + j) * stride + H + h * d;  // dk_j; dv_j is H further
-    var dk: array<f32, DMAX>;
-    var dv: array<f32, DMAX>;
-    for (var c = 0u; c < d; c++) {
-        dk[c] = 0.0;
-        dv[c] = 0.0;
-    }
+    let j = gid.x / d;
+    let c = gid.x % d;
+    var dk = 0.0;
+    var dv = 0.0;
     if mask[b * T + j] != 0.0 {
         for (var i = 0u; i < T; i++) {
-            let s = ((b * p.heads + h) * T + i) * T + j;
-            let ds = dsc[s];
-            let pij = probs[s];
-            let qb = (b * T + i) * stride + h * d;
-            let cb = (b * T + i) * H + h * d;
-            for (var c = 0u; c < d; c++) {
-                dk[c] += ds * qkv[qb + c];
-                dv[c] += pij * dctx[cb + c];
-            }
+            let s = row_of(b, h, i) + j;
+            dk += dsc[s] * qkv[head_at(b, i, 0u, h) + c];
+            dv += probs[s] * dctx[(b * T + i) * p.hidden + h * d + c];
         }
     }
-    for (var c = 0u; c < d; c++) {
-        dqkv[kb + c] = dk[c];
-        dqkv[kb + H + c] = dv[c];
-    }
+    let kb = head_at(b, j, 1u, h);
+    dqkv[kb + c] = dk;
+    dqkv[kb + p.hidden + c] = dv;
 }

@@ -6,11 +6,12 @@
 // Bindings (group 0), by entry point:
 //   0  p       uniform Params { rows, cols, eps }
 //   ln_backward_dx:   1 dy (rows, cols), 2 x (rows, cols), 3 gamma (cols); 4 dx (rows, cols), 5 stats (rows, 2)
-//   ln_param_grads:   1 dy, 2 x, 5 stats (read); 6 dgamma (cols), 7 dbeta (cols)
+//   ln_param_grads:   1 dy, 2 x, 5 stats (read); 6 dgamma (parts, cols), 7 dbeta (parts, cols)
 //
 // ln_backward_dx: one workgroup per row (a 2-D grid, linearised), four workgroup sums (lib/reduce.wgsl): the mean,
 // the variance (two passes, as lib/layernorm_row.wgsl), mean(g) and mean(g ⊙ x̂); it leaves each row's (mean,
-// rstd) in stats. ln_param_grads: one invocation per column, down the rows in order, x̂ recomputed from stats.
+// rstd) in stats. ln_param_grads: one invocation per column of each part of part_rows rows, down its rows in order,
+// x̂ recomputed from stats; the host sums the parts (backward.wgsl col_sum) where there are several.
 
 #include "lib/reduce.wgsl"
 
@@ -70,17 +71,22 @@ fn ln_backward_dx(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_
 @compute @workgroup_size(WG)
 fn ln_param_grads(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
-    let j = (wid.y * nwg.x + wid.x) * WG + lid;
-    if j >= p.cols {
+    let i = (wid.y * nwg.x + wid.x) * WG + lid;
+    let q = i / p.cols;
+    let j = i % p.cols;
+    let r0 = q * p.part_rows;
+    // Part 0 always writes (zeros where there are no rows); the grid's rounding past the last part writes nothing.
+    if q > 0u && r0 >= p.rows {
         return;
     }
+    let r1 = min(r0 + p.part_rows, p.rows);
     var dg = 0.0;
     var db = 0.0;
-    for (var r = 0u; r < p.rows; r++) {
+    for (var r = r0; r < r1; r++) {
         let d = dy[r * p.cols + j];
         dg += d * ((x[r * p.cols + j] - stats[2u * r]) * stats[2u * r + 1u]);
         db += d;
     }
-    dgamma[j] = dg;
-    dbeta[j] = db;
+    dgamma[i] = dg;
+    dbeta[i] = db;
 }

@@ -1,11 +1,12 @@
 // train.wgsl: the ops of head training (src/training/head.rs states the math): a matmul with optional transposes,
 // the softmax cross-entropy gradient, activation derivatives and the AdamW update; fine-tuning the encoder uses the
-// matmul for every GEMM of the backward (dW = dYᵀ·X, dX = dY·W), so it is tiled (4×8 outputs per invocation;
-// matmul_t_wide: 8×8, staged through workgroup memory); the others are plain one-invocation-per-output loops.
+// matmul for every GEMM of the backward (dW = dYᵀ·X, dX = dY·W), so it is tiled (4×8 outputs per invocation; where
+// a real GPU's calibration chose the forward's wide tiling, the host runs that kernel instead, on operands made
+// K-contiguous by backward.wgsl's transpose_pad); the others are plain one-invocation-per-output loops.
 //
 // Bindings (group 0), by entry point:
 //   0  p       uniform Params (all)
-//   matmul_t, matmul_t_wide: 1 a (K, M) or (M, K) f32, 2 b (N, K) or (K, N) f32, 3 y (M, N) f32
+//   matmul_t:   1 a (K, M) or (M, K) f32, 2 b (N, K) or (K, N) f32, 3 y (M, N) f32
 //   xent_grad:  1 a logits (B, C) f32, 4 labels (B) u32 (validated < C on the host), 3 y (B, C) f32
 //   act_grad:   1 a dy (len) f32, 2 b pre-activation (len) f32, 3 y (len) f32
 //   adamw:      1 a param, 2 b grad, 6 m, 7 v (len each) f32, 5 norm_sq (1) f32; 3 y new param, 9 m_out, 10 v_out
@@ -153,123 +154,6 @@ fn store_row(r: u32, c0: u32, v: vec4<f32>) {
             y[r * p.n + c0 + j] = v[j];
         }
     }
-}
-
-// matmul_t staged through workgroup memory, for real GPUs (the host runs it where the forward's calibrated matmul is
-// lib/matmul_tile.wgsl's wide tiling): 8 rows × 8 columns of y per invocation, a block of (8·WG_Y) × (8·WG_X) per
-// workgroup (WG_X, WG_Y 8 or 16), K in slabs of TK staged K-major in two buffers (the next slab goes into the
-// other buffer before this one is multiplied, so one barrier a slab suffices). Each operand element leaves storage once per workgroup, read in the order
-// its buffer holds it (along K where op(a) or op(b) is K-contiguous, else across rows or columns), so any transpose
-// reads memory contiguously. The same sums as matmul_t: runs of KC values of l (KC / TK slabs) with fma, added to
-// the totals in order.
-const TK: u32 = 8u;
-// Staging: ts[buf · 256 + l · 32 + g] holds op(a)'s rows 4g..4g+3 of the block at step l of the slab in buffer
-// buf; ts[TB + …] likewise op(b)'s columns 4g..4g+3. 16 KiB.
-const TB: u32 = 512u;
-var<workgroup> ts: array<vec4<f32>, 1024>;
-
-// Stages slab `sl` of op(a) (rows row0.., 8·WG_Y of them) and of op(b) (columns col0.., 8·WG_X) into buffer `buf`,
-// zero past the edges: op(a)'s values first, then op(b)'s. Consecutive invocations take consecutive steps along K
-// where the operand is K-contiguous (op(a) untransposed, op(b) transposed), else consecutive rows or columns.
-fn stage_t(buf: u32, sl: u32, row0: u32, col0: u32, t: u32) {
-    let ta = (p.flags & 1u) != 0u;
-    let tb = (p.flags & 2u) != 0u;
-    let na = 8u * WG_Y * TK;
-    let nb = 8u * WG_X * TK;
-    for (var e = t; e < na + nb; e += WG_X * WG_Y) {
-        let is_a = e < na;
-        let f = select(e - na, e, is_a);
-        let width = select(8u * WG_X, 8u * WG_Y, is_a);
-        let k_fast = select(tb, !ta, is_a);
-        let r = select(f % width, f / TK, k_fast);  // row of op(a) or column of op(b) in the block
-        let kk = select(f / width, f % TK, k_fast);
-        let l = sl * TK + kk;
-        var v = 0.0;
-        if is_a {
-            let i = row0 + r;
-            if i < p.m && l < p.k {
-                v = a[select(i * p.k + l, l * p.m + i, ta)];
-            }
-        } else {
-            let j = col0 + r;
-            if j < p.n && l < p.k {
-                v = b[select(l * p.n + j, j * p.k + l, tb)];
-            }
-        }
-        ts[select(TB, 0u, is_a) + buf * 256u + kk * 32u + (r >> 2u)][r & 3u] = v;
-    }
-}
-
-@compute @workgroup_size(WG_X, WG_Y, 1)
-fn matmul_t_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let row0 = wid.y * 8u * WG_Y;
-    let col0 = wid.x * 8u * WG_X;
-    let t = lid.y * WG_X + lid.x;
-    let slabs = (p.k + TK - 1u) / TK;
-    stage_t(0u, 0u, row0, col0, t);
-    workgroupBarrier();
-    // Totals t.. and the run's sums u..: a{i}{j} row 4·ly + i, c{i}{j} row 4·(WG_Y + ly) + i; j = 0 columns
-    // 4·lx.., j = 1 columns 4·(WG_X + lx)...
-    var ta00 = vec4<f32>(0.0); var ta01 = vec4<f32>(0.0); var ta10 = vec4<f32>(0.0); var ta11 = vec4<f32>(0.0);
-    var ta20 = vec4<f32>(0.0); var ta21 = vec4<f32>(0.0); var ta30 = vec4<f32>(0.0); var ta31 = vec4<f32>(0.0);
-    var tc00 = vec4<f32>(0.0); var tc01 = vec4<f32>(0.0); var tc10 = vec4<f32>(0.0); var tc11 = vec4<f32>(0.0);
-    var tc20 = vec4<f32>(0.0); var tc21 = vec4<f32>(0.0); var tc30 = vec4<f32>(0.0); var tc31 = vec4<f32>(0.0);
-    var ua00 = vec4<f32>(0.0); var ua01 = vec4<f32>(0.0); var ua10 = vec4<f32>(0.0); var ua11 = vec4<f32>(0.0);
-    var ua20 = vec4<f32>(0.0); var ua21 = vec4<f32>(0.0); var ua30 = vec4<f32>(0.0); var ua31 = vec4<f32>(0.0);
-    var uc00 = vec4<f32>(0.0); var uc01 = vec4<f32>(0.0); var uc10 = vec4<f32>(0.0); var uc11 = vec4<f32>(0.0);
-    var uc20 = vec4<f32>(0.0); var uc21 = vec4<f32>(0.0); var uc30 = vec4<f32>(0.0); var uc31 = vec4<f32>(0.0);
-    for (var sl = 0u; sl < slabs; sl++) {
-        let cur = (sl & 1u) * 256u;
-        if sl + 1u < slabs {
-            stage_t(1u - (sl & 1u), sl + 1u, row0, col0, t);
-        }
-        for (var kk = 0u; kk < TK; kk++) {
-            let x0 = ts[cur + kk * 32u + lid.y];
-            let x1 = ts[cur + kk * 32u + WG_Y + lid.y];
-            let w0 = ts[TB + cur + kk * 32u + lid.x];
-            let w1 = ts[TB + cur + kk * 32u + WG_X + lid.x];
-            ua00 = fma(vec4<f32>(x0.x), w0, ua00); ua01 = fma(vec4<f32>(x0.x), w1, ua01);
-            ua10 = fma(vec4<f32>(x0.y), w0, ua10); ua11 = fma(vec4<f32>(x0.y), w1, ua11);
-            ua20 = fma(vec4<f32>(x0.z), w0, ua20); ua21 = fma(vec4<f32>(x0.z), w1, ua21);
-            ua30 = fma(vec4<f32>(x0.w), w0, ua30); ua31 = fma(vec4<f32>(x0.w), w1, ua31);
-            uc00 = fma(vec4<f32>(x1.x), w0, uc00); uc01 = fma(vec4<f32>(x1.x), w1, uc01);
-            uc10 = fma(vec4<f32>(x1.y), w0, uc10); uc11 = fma(vec4<f32>(x1.y), w1, uc11);
-            uc20 = fma(vec4<f32>(x1.z), w0, uc20); uc21 = fma(vec4<f32>(x1.z), w1, uc21);
-            uc30 = fma(vec4<f32>(x1.w), w0, uc30); uc31 = fma(vec4<f32>(x1.w), w1, uc31);
-        }
-        // A run of KC values of l ends (or K does): its sums join the totals.
-        if ((sl + 1u) * TK) % KC == 0u || sl + 1u == slabs {
-            ta00 += ua00; ua00 = vec4<f32>(0.0); ta01 += ua01; ua01 = vec4<f32>(0.0);
-            ta10 += ua10; ua10 = vec4<f32>(0.0); ta11 += ua11; ua11 = vec4<f32>(0.0);
-            ta20 += ua20; ua20 = vec4<f32>(0.0); ta21 += ua21; ua21 = vec4<f32>(0.0);
-            ta30 += ua30; ua30 = vec4<f32>(0.0); ta31 += ua31; ua31 = vec4<f32>(0.0);
-            tc00 += uc00; uc00 = vec4<f32>(0.0); tc01 += uc01; uc01 = vec4<f32>(0.0);
-            tc10 += uc10; uc10 = vec4<f32>(0.0); tc11 += uc11; uc11 = vec4<f32>(0.0);
-            tc20 += uc20; uc20 = vec4<f32>(0.0); tc21 += uc21; uc21 = vec4<f32>(0.0);
-            tc30 += uc30; uc30 = vec4<f32>(0.0); tc31 += uc31; uc31 = vec4<f32>(0.0);
-        }
-        workgroupBarrier();
-    }
-    let r = row0 + 4u * lid.y;
-    let r1 = row0 + 4u * (WG_Y + lid.y);
-    let c = col0 + 4u * lid.x;
-    let c1 = col0 + 4u * (WG_X + lid.x);
-    store_row(r + 0u, c, ta00);
-    store_row(r + 0u, c1, ta01);
-    store_row(r + 1u, c, ta10);
-    store_row(r + 1u, c1, ta11);
-    store_row(r + 2u, c, ta20);
-    store_row(r + 2u, c1, ta21);
-    store_row(r + 3u, c, ta30);
-    store_row(r + 3u, c1, ta31);
-    store_row(r1 + 0u, c, tc00);
-    store_row(r1 + 0u, c1, tc01);
-    store_row(r1 + 1u, c, tc10);
-    store_row(r1 + 1u, c1, tc11);
-    store_row(r1 + 2u, c, tc20);
-    store_row(r1 + 2u, c1, tc21);
-    store_row(r1 + 3u, c, tc30);
-    store_row(r1 + 3u, c1, tc31);
 }
 
 // One row per invocation: y = (softmax(z) − onehot(label)) / B, the max subtracted before exp.

@@ -5,5 +5,6 @@ struct Params {
     rows: u32,
     cols: u32,
     eps: f32,
-    _pad: u32,
+    // ln_param_grads: rows per part (layernorm_backward.wgsl); unused elsewhere.
+    part_rows: u32,
 }

@@ -105,10 +105,12 @@ impl GpuBackend {
         let (probs, dscores) = (self.alloc(rows * s.heads, s.seq)?, self.alloc(rows * s.heads, s.seq)?);
         let p = attention_params(s, dropout);
         let wg = self.tuning.get().attention_wg;
-        let groups = (s.seq.div_ceil(wg as usize) as u32, s.heads as u32, s.batch as u32);
         let consts: &[(&str, f64)] =
             if dropout.is_some() { &[("WG", wg as f64), ("DROPOUT", 1.0)] } else { &[("WG", wg as f64)] };
-        for entry in ["attn_bwd_queries", "attn_bwd_keys"] {
+        // Invocations per (sequence, head): one per (query, key), per query, per (query, column), per (key, column).
+        let (t, d) = (s.seq, s.head_dim);
+        for (entry, n) in [("attn_bwd_scores", t * t), ("attn_bwd_softmax", t), ("attn_bwd_queries", t * d), ("attn_bwd_keys", t * d)] {
+            let groups = (n.div_ceil(wg as usize) as u32, s.heads as u32, s.batch as u32);
             self.dispatch("attention_backward", entry, consts, bytemuck::bytes_of(&p), &[
                 (1, qkv.buffer(), false),
                 (2, mask.buffer(), false),

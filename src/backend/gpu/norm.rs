@@ -4,7 +4,7 @@
 //! `shaders/backward.wgsl`, see `train.rs`).
 
 use super::params::{EmbeddingsParams, LayerNormParams};
-use super::train::csr;
+use super::train::{csr, COL_PART_ROWS};
 use super::tensor::expect_f32;
 use super::{shape_err, Dtype, EmbeddingTables, GpuBackend, GpuTensor};
 use crate::backend::validate_embeddings_input;
@@ -102,7 +102,8 @@ impl GpuBackend {
     }
 
     /// [`Backend::layernorm_backward`](super::Backend::layernorm_backward): dx and each row's (mean, rstd) one
-    /// workgroup per row, then dγ and dβ one invocation per column.
+    /// workgroup per row, then dγ and dβ one invocation per column of each part of [`COL_PART_ROWS`] rows, the parts
+    /// then summed.
     pub(super) fn record_layernorm_backward(&self, dy: &GpuTensor, x: &GpuTensor, gamma: &GpuTensor, eps: f32)
         -> Result<(GpuTensor, GpuTensor, GpuTensor)> {
         let (m, n) = (x.rows, x.cols);
@@ -116,8 +117,9 @@ impl GpuBackend {
             )));
         }
         let (dx, stats) = (self.alloc(m, n)?, self.alloc(m, 2)?);
-        let (dgamma, dbeta) = (self.alloc(1, n)?, self.alloc(1, n)?);
-        let p = LayerNormParams { rows: m as u32, cols: n as u32, eps, _pad: 0 };
+        let parts = m.div_ceil(COL_PART_ROWS).max(1);
+        let (dgamma, dbeta) = (self.alloc(parts, n)?, self.alloc(parts, n)?);
+        let p = LayerNormParams { rows: m as u32, cols: n as u32, eps, part_rows: COL_PART_ROWS as u32 };
         let wg = self.tuning.get().row_wg;
         self.dispatch("layernorm_backward", "ln_backward_dx", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, dy.buffer(), false),
@@ -133,8 +135,11 @@ impl GpuBackend {
             (5, stats.buffer(), true),
             (6, dgamma.buffer(), true),
             (7, dbeta.buffer(), true),
-        ], self.grid(n.div_ceil(wg as usize)))?;
-        Ok((dx, dgamma, dbeta))
+        ], self.grid((parts * n).div_ceil(wg as usize)))?;
+        if parts == 1 {
+            return Ok((dx, dgamma, dbeta));
+        }
+        Ok((dx, self.record_sum_rows(&dgamma)?, self.record_sum_rows(&dbeta)?))
     }
 
     /// [`Backend::layernorm`](super::Backend::layernorm), with the residual add fused.
@@ -152,7 +157,7 @@ impl GpuBackend {
             return Err(shape_err("layernorm", format!("gamma/beta have {}/{} values for rows of {n}", gamma.len(), beta.len())));
         }
         let out = self.alloc(m, n)?;
-        let p = LayerNormParams { rows: m as u32, cols: n as u32, eps, _pad: 0 };
+        let p = LayerNormParams { rows: m as u32, cols: n as u32, eps, part_rows: 0 };
         let consts = [("WG", self.tuning.get().row_wg as f64), ("HAS_RES", if residual.is_some() { 1.0 } else { 0.0 })];
         let res = residual.map(|r| r.buffer()).unwrap_or(&self.dummy);
         self.dispatch("layernorm", "layernorm", &consts, bytemuck::bytes_of(&p), &[

@@ -30,7 +30,7 @@ params!(
 );
 params!(
     /// `shaders/layernorm.wgsl`, `shaders/layernorm_backward.wgsl`.
-    LayerNormParams { rows: u32, cols: u32, eps: f32, _pad: u32 }
+    LayerNormParams { rows: u32, cols: u32, eps: f32, part_rows: u32 }
 );
 params!(
     /// `shaders/embeddings.wgsl`.

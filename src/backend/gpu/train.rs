@@ -12,6 +12,10 @@ use crate::Result;
 const ADAMW_NORM: u32 = 2;
 const ADAMW_CLIP: u32 = 1;
 
+/// Rows that one invocation of `col_sum` (and `ln_param_grads`) adds up, in order, before the parts' sums are added:
+/// a batch's thousand tokens summed by one invocation per column would leave most of a GPU idle.
+pub(super) const COL_PART_ROWS: usize = 64;
+
 /// Values each workgroup of `sum_reduce` adds up (per invocation: this over the workgroup size).
 const SUM_CHUNK: usize = 16384;
 
@@ -51,6 +55,16 @@ impl GpuBackend {
         if m == 0 || n == 0 || k == 0 {
             return Err(shape_err("matmul", format!("empty matrix: op(a) ({m}, {k}), op(b) ({k}, {n})")));
         }
+        // Where a real GPU's calibration chose a tiling staged through workgroup memory (wide or tiled), the forward's
+        // matmul kernel runs the product: on an H100 it ran a bert-base step's GEMMs in a fraction of matmul_t's time.
+        // It takes both operands K-contiguous, K a multiple of 4, so a transposed or strided operand is first
+        // copied that way (a transpose costs a read and a write of it, the product K times that).
+        if matches!(self.tuning.get().matmul.kernel, MatmulKernel::Wide | MatmulKernel::Tiled) {
+            let kp = k.div_ceil(4) * 4;
+            let a2 = if !trans_a && k == kp { a.clone() } else { self.transpose_pad(a, trans_a, kp)? };
+            let b2 = if trans_b && k == kp { b.clone() } else { self.transpose_pad(b, !trans_b, kp)? };
+            return self.record_linear(&a2, &b2, None, crate::backend::Activation::None);
+        }
         let out = self.alloc(m, n)?;
         let p = TrainParams {
             m: m as u32,
@@ -59,18 +73,24 @@ impl GpuBackend {
             flags: trans_a as u32 | (trans_b as u32) << 1,
             ..Default::default()
         };
-        // The linear's workgroup shape, and its tiling where that is the wide one (a real GPU's calibration chose
-        // it): 8 × 8 outputs per invocation staged through workgroup memory (matmul_t_wide); else 4 × 8 straight
-        // from storage (matmul_t). Both sum in the same order, so they give the same bits.
-        let v = self.tuning.get().matmul;
-        let (wx, wy) = v.wg;
-        let (entry, rows) = if v.kernel == MatmulKernel::Wide { ("matmul_t_wide", 8) } else { ("matmul_t", 4) };
-        let groups = (n.div_ceil(8 * wx as usize) as u32, m.div_ceil(rows * wy as usize) as u32, 1);
-        self.dispatch("train", entry, &[("WG_X", wx as f64), ("WG_Y", wy as f64)], bytemuck::bytes_of(&p), &[
+        let (wx, wy) = self.tuning.get().matmul.wg;
+        let groups = (n.div_ceil(8 * wx as usize) as u32, m.div_ceil(4 * wy as usize) as u32, 1);
+        self.dispatch("train", "matmul_t", &[("WG_X", wx as f64), ("WG_Y", wy as f64)], bytemuck::bytes_of(&p), &[
             (1, a.buffer(), false),
             (2, b.buffer(), false),
             (3, out.buffer(), true),
         ], groups)?;
+        Ok(out)
+    }
+
+    /// `x` (rows, cols), transposed or not, as rows of `width` (≥ the rows' own length) padded with zeros.
+    fn transpose_pad(&self, x: &GpuTensor, transpose: bool, width: usize) -> Result<GpuTensor> {
+        let rows = if transpose { x.cols } else { x.rows };
+        let out = self.alloc(rows, width)?;
+        let p = BackwardParams { rows: x.rows as u32, cols: x.cols as u32, len: width as u32, code: transpose as u32 };
+        let groups = (width.div_ceil(16) as u32, rows.div_ceil(16) as u32, 1);
+        self.dispatch("backward", "transpose_pad", &[], bytemuck::bytes_of(&p),
+            &[(1, x.buffer(), false), (3, out.buffer(), true)], groups)?;
         Ok(out)
     }
 
@@ -203,14 +223,20 @@ impl GpuBackend {
         Ok(out)
     }
 
-    /// [`Backend::sum_rows`](super::Backend::sum_rows): one invocation per column.
+    /// [`Backend::sum_rows`](super::Backend::sum_rows): one invocation per column of each part of
+    /// [`COL_PART_ROWS`] rows, then the parts' sums the same way (one pass where the rows are one part).
     pub(super) fn record_sum_rows(&self, x: &GpuTensor) -> Result<GpuTensor> {
+        let (rows, cols) = (x.rows, x.cols);
+        let parts = rows.div_ceil(COL_PART_ROWS).max(1);
+        let out = self.alloc(parts, cols)?;
+        if cols == 0 {
+            return Ok(GpuTensor { rows: 1, ..out });
+        }
         let wg = self.train_wg();
-        let out = self.alloc(1, x.cols)?;
-        let p = BackwardParams { rows: x.rows as u32, cols: x.cols as u32, ..Default::default() };
+        let p = BackwardParams { rows: rows as u32, cols: cols as u32, len: COL_PART_ROWS.min(rows.max(1)) as u32, ..Default::default() };
         self.backward_dispatch("col_sum", wg, p, &[(1, x.buffer(), false), (3, out.buffer(), true)],
-            x.cols.div_ceil(wg as usize))?;
-        Ok(out)
+            (parts * cols).div_ceil(wg as usize))?;
+        if parts == 1 { Ok(out) } else { self.record_sum_rows(&out) }
     }
 
     /// [`Backend::sum_squares`](super::Backend::sum_squares): squares summed per chunk of [`SUM_CHUNK`] values, then
