@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::gpu::{MatmulKernel, MatmulVariant, Tuning};
 use bertgpu::backend::Backend;
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
@@ -219,6 +220,44 @@ fn every_shape_matches_pytorch_on_the_gpu() {
     let Some(g) = common::gpu() else { return };
     for name in ["classify", "pair", "ner", "qa"] {
         check(&g, name, GPU_GRAD_RTOL, GPU_LOSS_RTOL);
+    }
+}
+
+/// With a real GPU's calibrated choice, the wide tiling (every training GEMM then runs the forward's wide matmul on
+/// operands transposed to K-contiguous rows), and with the recorded work submitted every few passes, a step still
+/// matches PyTorch.
+#[test]
+fn every_shape_matches_pytorch_on_the_gpu_with_the_wide_kernels() {
+    let Some(g) = common::gpu() else { return };
+    let v = MatmulVariant { kernel: MatmulKernel::Wide, wg: (8, 8) };
+    let wide = Tuning { matmul: v, small_matmul: v, ..g.tuning() };
+    assert_eq!(g.set_tuning(wide), wide, "the adapter runs the wide tiling");
+    g.set_submit_every(5);
+    for name in ["classify", "pair", "ner", "qa"] {
+        check(&g, name, GPU_GRAD_RTOL, GPU_LOSS_RTOL);
+    }
+}
+
+/// Submitting the recorded work in pieces changes when the GPU starts, not what it computes: two steps give the
+/// same losses and gradient norms, bit for bit, at every submission length.
+#[test]
+fn submitting_in_pieces_gives_the_same_bits() {
+    let Some(g) = common::gpu() else { return };
+    let opt = StepOptions { learning_rate: 1e-3, weight_decay: 0.01, ..StepOptions::default() };
+    let c = case("qa");
+    let mut runs = Vec::new();
+    for every in [0, 1, 3, 64] {
+        g.set_submit_every(every);
+        let mut tr = FineTuner::new(&g, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        let mut bits = Vec::new();
+        for _ in 0..2 {
+            let r = pollster::block_on(tr.step(&g, &c.batch, &targets(&c), &opt)).unwrap();
+            bits.extend([r.loss.to_bits(), r.grad_norm.to_bits()]);
+        }
+        runs.push((every, bits));
+    }
+    for (every, bits) in &runs[1..] {
+        assert_eq!(bits, &runs[0].1, "submitting every {every} passes against once a step");
     }
 }
 

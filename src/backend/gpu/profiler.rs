@@ -3,10 +3,17 @@
 
 use super::GpuBackend;
 
+/// Timestamps per query set: WebGPU's (and wgpu's) most.
+const SET_QUERIES: u32 = wgpu::QUERY_SET_MAX_QUERIES;
+
+/// Query sets for at most this many passes between two reads (a training step of bert-large records about 3,000);
+/// passes beyond it are not timed.
+const MAX_PASSES: usize = 32 * SET_QUERIES as usize / 2;
+
 /// Per-pass GPU time from timestamp queries, accumulated by label (kernel name) until taken.
 pub(super) struct Profiler {
-    set: wgpu::QuerySet,
-    capacity: u32,
+    /// Made as the passes need them: pass i writes set i / (SET_QUERIES / 2).
+    sets: Vec<wgpu::QuerySet>,
     labels: Vec<&'static str>,
     totals: Vec<(&'static str, f64, usize)>,
 }
@@ -28,25 +35,29 @@ impl Stamps {
 }
 
 impl Profiler {
-    fn new(device: &wgpu::Device) -> Profiler {
-        let capacity = 4096;
-        let set = device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("pass timestamps"),
-            ty: wgpu::QueryType::Timestamp,
-            count: capacity,
-        });
-        Profiler { set, capacity, labels: Vec::new(), totals: Vec::new() }
+    fn new() -> Profiler {
+        Profiler { sets: Vec::new(), labels: Vec::new(), totals: Vec::new() }
     }
 
-    /// The timestamp writes of one more pass, labelled `entry`, while the query set has room for them.
-    pub(super) fn pass_writes(&mut self, entry: &'static str) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
-        if (self.labels.len() as u32 + 1) * 2 > self.capacity {
+    /// The timestamp writes of one more pass, labelled `entry`, while there is room for them.
+    pub(super) fn pass_writes(&mut self, device: &wgpu::Device, entry: &'static str)
+        -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+        let pass = self.labels.len();
+        if pass >= MAX_PASSES {
             return None;
         }
-        let i = self.labels.len() as u32 * 2;
+        let per_set = SET_QUERIES as usize / 2;
+        if pass / per_set == self.sets.len() {
+            self.sets.push(device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("pass timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: SET_QUERIES,
+            }));
+        }
         self.labels.push(entry);
+        let i = (pass % per_set) as u32 * 2;
         Some(wgpu::ComputePassTimestampWrites {
-            query_set: &self.set,
+            query_set: &self.sets[pass / per_set],
             beginning_of_pass_write_index: Some(i),
             end_of_pass_write_index: Some(i + 1),
         })
@@ -68,7 +79,16 @@ impl Profiler {
     /// Records the resolve of `stamps` and its copy to the buffer that will be mapped.
     pub(super) fn resolve(&self, enc: &mut wgpu::CommandEncoder, stamps: &Stamps) {
         let Stamps { resolve, read, n, .. } = stamps;
-        enc.resolve_query_set(&self.set, 0..*n as u32, resolve, 0);
+        let mut left = *n;
+        for (k, set) in self.sets.iter().enumerate() {
+            let count = left.min(SET_QUERIES as u64);
+            if count == 0 {
+                break;
+            }
+            // Offsets in the destination must be multiples of 256 bytes: 4096 stamps are 32 KiB.
+            enc.resolve_query_set(set, 0..count as u32, resolve, k as u64 * SET_QUERIES as u64 * 8);
+            left -= count;
+        }
         enc.copy_buffer_to_buffer(resolve, 0, read, 0, n * 8);
     }
 
@@ -95,7 +115,7 @@ impl GpuBackend {
         if !self.gpu.has_timestamps() {
             return false;
         }
-        *self.profiler.borrow_mut() = Some(Profiler::new(&self.gpu.device));
+        *self.profiler.borrow_mut() = Some(Profiler::new());
         true
     }
 

@@ -24,6 +24,18 @@ pub(super) type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u6
 /// A storage binding of one dispatch: (binding index, buffer, written by the kernel).
 pub(super) type Binding<'a> = (u32, &'a wgpu::Buffer, bool);
 
+/// The params of the passes recorded since the last submit, each at an aligned offset of a shared uniform buffer,
+/// written with one `write_buffer` per buffer when they are submitted: a `write_buffer` per pass made a staging buffer
+/// per pass (a training step records over a thousand).
+#[derive(Default)]
+pub(super) struct Uniforms {
+    /// Each buffer and the bytes it will hold.
+    arenas: Vec<(PoolBuf, Vec<u8>)>,
+}
+
+/// Bytes per uniform buffer of [`Uniforms`]: 64 passes at a 256-byte alignment.
+const UNIFORM_ARENA_BYTES: usize = 16 << 10;
+
 impl GpuBackend {
     fn pipeline(&self, shader: &'static str, entry: &'static str, consts: &[(&'static str, f64)],
         bindings: &[Binding<'_>]) -> Result<Rc<Pipeline>> {
@@ -101,9 +113,9 @@ impl GpuBackend {
         }
         let pipe = self.pipeline(shader, entry, consts, bindings)?;
         let device = &self.gpu.device;
-        let uniform = buffers::take(&self.pool, device, Kind::Uniform, params.len() as u64, true);
-        self.gpu.queue.write_buffer(uniform.buffer(), 0, params);
-        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: uniform.buffer().as_entire_binding() }];
+        let (uniform, offset) = self.uniform_slot(params);
+        let uniform = wgpu::BufferBinding { buffer: &uniform, offset, size: std::num::NonZeroU64::new(params.len() as u64) };
+        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(uniform) }];
         for &(binding, buf, _) in bindings {
             entries.push(wgpu::BindGroupEntry { binding, resource: buf.as_entire_binding() });
         }
@@ -118,7 +130,7 @@ impl GpuBackend {
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") })
         });
         let mut prof = self.profiler.borrow_mut();
-        let timestamps = prof.as_mut().and_then(|p| p.pass_writes(entry));
+        let timestamps = prof.as_mut().and_then(|p| p.pass_writes(device, entry));
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(entry),
@@ -128,7 +140,30 @@ impl GpuBackend {
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(groups.0, groups.1, groups.2);
         }
+        drop((prof, pending));
+        self.recorded.set(self.recorded.get() + 1);
+        let every = self.submit_every.get();
+        if every > 0 && self.recorded.get() >= every {
+            self.submit(|_| {});
+        }
         Ok(())
+    }
+
+    /// A place for one pass's `params` in this submission's uniform buffers: (buffer, offset).
+    fn uniform_slot(&self, params: &[u8]) -> (wgpu::Buffer, u64) {
+        let align = self.gpu.limits.min_uniform_buffer_offset_alignment.max(4) as usize;
+        let mut u = self.uniforms.borrow_mut();
+        let fits = u.arenas.last().is_some_and(|(_, b)| b.len().next_multiple_of(align) + params.len() <= UNIFORM_ARENA_BYTES);
+        if !fits {
+            let size = UNIFORM_ARENA_BYTES.max(params.len());
+            let buf = buffers::take(&self.pool, &self.gpu.device, Kind::Uniform, size as u64, true);
+            u.arenas.push((buf, Vec::with_capacity(size)));
+        }
+        let (buf, bytes) = u.arenas.last_mut().expect("an arena was just made");
+        let offset = bytes.len().next_multiple_of(align);
+        bytes.resize(offset, 0);
+        bytes.extend_from_slice(params);
+        (buf.buffer().clone(), offset as u64)
     }
 
     /// A fresh output tensor from the pool.
@@ -176,8 +211,15 @@ impl GpuBackend {
             device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") })
         });
         extra(&mut encoder);
+        self.recorded.set(0);
+        // The passes' params, one write per uniform buffer, land before the submission's commands run.
+        let arenas = std::mem::take(&mut self.uniforms.borrow_mut().arenas);
+        for (buf, bytes) in &arenas {
+            self.gpu.queue.write_buffer(buf.buffer(), 0, bytes);
+        }
         self.gpu.queue.submit(Some(encoder.finish()));
         buffers::after_submit(&self.pool);
+        drop(arenas); // back to the pool, free for the next submission's host writes
     }
 
     /// Waits until `bufs` are mapped for reading: polls natively; in a browser the event loop resolves it.

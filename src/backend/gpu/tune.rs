@@ -61,14 +61,16 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// A layer of `cfg` at 4 sequences of 128 tokens (fewer where the model is shorter): the middle of the shapes
-    /// users run, large enough that launch overheads do not decide.
+    /// A layer of `cfg` at 8 sequences of 128 tokens (fewer where the model is shorter): the batch (b) of the
+    /// benchmarks, large enough that launch overheads do not decide. (At 4 sequences an H100's wide and tiled
+    /// matmuls came out level and the choice flipped from one load to the next, while at 8 the wide one runs the
+    /// forward 1.4× faster; BENCHMARKS.md, "A real GPU".)
     pub fn of_config(cfg: &BertConfig, dtype: Dtype) -> Workload {
         Workload {
             hidden: cfg.hidden_size,
             intermediate: cfg.intermediate_size,
             heads: cfg.num_attention_heads,
-            batch: 4,
+            batch: 8,
             seq: cfg.max_position_embeddings.clamp(2, 128),
             dtype,
         }

@@ -11,8 +11,8 @@ use crate::{load_engine, load_model, Fail, InferArgs};
 /// `--device` allows (`auto`: the CPU and, when an adapter exists, the GPU), runs interleaved round-robin so the
 /// backends see the same machine load, and prints a Markdown table of medians and ratios. Each of `tunings` is one
 /// more GPU row: the GPU engine switched to those knobs before each of its runs.
-pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize, profile: bool, tunings: &[Tuning])
-    -> Result<(), Fail> {
+pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize, profile: bool, tunings: &[Tuning],
+    submit_every: Option<usize>) -> Result<(), Fail> {
     if batch == 0 || seq < 2 || reps == 0 {
         return Err(Fail::Model("bench needs --batch ≥ 1, --seq ≥ 2 ([CLS] and [SEP]) and --reps ≥ 1".into()));
     }
@@ -45,6 +45,9 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
     // Rows: (engine, tuning to switch its GPU backend to first). The GPU's first row keeps its own tuning.
     let mut rows: Vec<(usize, Option<Tuning>)> = (0..engines.len()).map(|i| (i, None)).collect();
     let gpu_engine = engines.iter().position(|(_, e)| matches!(e, Engine::Gpu(_)));
+    if let (Some(n), Some((_, Engine::Gpu(g)))) = (submit_every, gpu_engine.map(|i| &engines[i])) {
+        g.backend.set_submit_every(n);
+    }
     if let Some(gi) = gpu_engine {
         rows.extend(tunings.iter().map(|&t| (gi, Some(t))));
     }

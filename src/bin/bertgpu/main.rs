@@ -278,6 +278,10 @@ enum Command {
         /// knobs left out keep their defaults). The rows share one copy of the weights and run round-robin
         #[arg(long, value_name = "SPEC", value_parser = parse_tuning)]
         tuning: Vec<bertgpu::backend::gpu::Tuning>,
+        /// The GPU submits its recorded work every N passes (default 32; 0: once per forward), so that it starts
+        /// on the first layers while the host records the rest
+        #[arg(long, value_name = "N")]
+        submit_every: Option<usize>,
     },
 }
 
@@ -404,7 +408,9 @@ fn run(command: Command) -> Result<(), Fail> {
             let opts = bertgpu::tokenizer::train::WordPieceOptions { vocab_size, min_frequency, lowercase, ..Default::default() };
             train_tokenizer::cmd_train_tokenizer(&data, &out, &opts)
         }
-        Command::Bench { infer, batch, seq, reps, profile, tuning } => cmd_bench(&infer, batch, seq, reps, profile, &tuning),
+        Command::Bench { infer, batch, seq, reps, profile, tuning, submit_every } => {
+            cmd_bench(&infer, batch, seq, reps, profile, &tuning, submit_every)
+        }
     }
 }
 
