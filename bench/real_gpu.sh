@@ -55,7 +55,7 @@ else
   bench minilm 32 32
   step "fine-tuning step, batch 16 × 64"
   for model in minilm base; do
-    GPU=1 "$BIN/train_bench" "$M/$model" 16 64 5 | grep gpu
+    CPU=0 GPU=1 PROFILE=1 "$BIN/train_bench" "$M/$model" 16 64 5
     py train "$M/$model" 16 64 5
   done
 fi

@@ -1,7 +1,8 @@
 //! The GPU backend: `wgpu` + the WGSL kernels in `shaders/`.
 //!
-//! Ops are recorded, not run: each op appends one compute pass to a pending command encoder, and
-//! [`Backend::read`] submits everything recorded so far at once and maps one staging buffer. The device comes from
+//! Ops are recorded, not run: each op appends one compute pass to a pending command encoder, submitted every
+//! [`DEFAULT_SUBMIT_EVERY`] passes (so the GPU starts while the host records the rest) and by [`Backend::read`],
+//! which then maps one staging buffer. The passes' params share uniform buffers written once at each submit. The device comes from
 //! [`Gpu`] (acquired separately, async); pipelines are cached by (shader, entry point, override constants); weights
 //! are uploaded once; activation buffers come from a pool (see `buffers.rs`), so a repeated forward allocates nothing.
 //!
