@@ -7,11 +7,12 @@
 //   activation:  1 a (len) f32, 3 y (len) f32                                    y = act(a), act = p.code
 //   col_sum:     1 a (rows, cols) f32, 3 y (parts, cols) f32                     y_qj = Σ a_rj over part q's rows
 //   transpose_pad: 1 a (rows, cols) f32, 3 y (cols or rows, len) f32             y = aᵀ or a, zero-padded
-//   sum_reduce:  1 a (len) f32, 3 y (one per workgroup) f32                      y_g = Σ a (or a²) over chunk g
+//   sum_reduce:  1 a (len) f32, 3 y (rows + one per workgroup) f32               y_(rows+g) = Σ a (or a²), chunk g
 //   gather_sum:  1 a (src rows, cols) f32, 4 csr (rows + 1 + count) u32, 3 y (rows, cols) f32
 //
 // Params by entry point: add, activation (len; code = activation code of lib/activations.wgsl); col_sum (rows,
-// cols, len = rows per part); transpose_pad (rows, cols of a; len = y's row length; code = 1 to transpose); sum_reduce (len, cols = values per workgroup, code = 1 to square each value first); gather_sum (rows =
+// cols, len = rows per part); transpose_pad (rows, cols of a; len = y's row length; code = 1 to transpose); sum_reduce (len, cols = values per workgroup, code = 1 to square each value first, rows = where in y its
+// sums start); gather_sum (rows =
 // output rows, cols).
 //
 // No f32 atomics exist in WGSL, so every output element is owned by one invocation: the scatter-adds (the
@@ -112,8 +113,8 @@ fn transpose_pad(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
     }
 }
 
-// Workgroup g sums (the squares of) a[g·cols .. min((g+1)·cols, len)]: each invocation a strided part, then the
-// workgroup's tree. The host runs it twice for a long tensor (squares into one partial per workgroup, then the
+// Workgroup g sums (the squares of) a[g·cols .. min((g+1)·cols, len)] into y[rows + g]: each invocation a strided
+// part, then the workgroup's tree. The host runs it twice for a long tensor (squares into one partial per workgroup, then the
 // partials in one workgroup), once for a short one.
 @compute @workgroup_size(WG)
 fn sum_reduce(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
@@ -130,7 +131,7 @@ fn sum_reduce(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
     // nothing; workgroup 0 always writes (0 for an empty tensor).
     let total = wg_sum(lid, acc);
     if lid == 0u && (g == 0u || start < p.len) {
-        y[g] = total;
+        y[p.rows + g] = total;
     }
 }
 

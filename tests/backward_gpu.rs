@@ -94,6 +94,15 @@ fn column_sums_and_squared_norm_match_cpu() {
         let got = g.sum_squares(&g.input(&x, r, c).unwrap()).unwrap();
         check(&g, &format!("sum_squares {r}x{c}"), &got, &want, 0.0, SUMSQ_RTOL);
     }
+    // Many tensors at once (a step's gradients): against the CPU's sum of each, added in order.
+    let shapes = [(1usize, 1usize), (7, 33), (16385, 1), (3, 16389), (513, 384), (1, 1)];
+    let xs: Vec<Vec<f32>> = shapes.iter().map(|&(r, c)| rand_vec(r * c, (r * 3 + c) as u64)).collect();
+    let cpu_xs: Vec<_> = xs.iter().zip(&shapes).map(|(x, &(r, c))| cpu_in(x, r, c)).collect();
+    let gpu_xs: Vec<_> = xs.iter().zip(&shapes).map(|(x, &(r, c))| g.input(x, r, c).unwrap()).collect();
+    let want = cpu.sum_squares_all(&cpu_xs.iter().collect::<Vec<_>>()).unwrap();
+    let got = g.sum_squares_all(&gpu_xs.iter().collect::<Vec<_>>()).unwrap();
+    check(&g, "sum_squares_all of 6 tensors", &got, &want, 0.0, SUMSQ_RTOL);
+    assert!(g.sum_squares_all(&[]).is_err() && cpu.sum_squares_all(&[]).is_err());
 }
 
 #[test]

@@ -315,6 +315,21 @@ pub trait Backend {
     /// `Σ x²` over every element → `(1, 1)` (the squared norm a gradient clipping adds up).
     fn sum_squares(&self, x: &Self::Tensor) -> Result<Self::Tensor>;
 
+    /// `Σ x²` over every element of every tensor of `xs` → `(1, 1)`: the squared global norm of a step's gradients.
+    /// By default [`Self::sum_squares`] of each, added in order; the GPU sums every tensor's chunks into one buffer
+    /// and reduces that once (two hundred tensors in one pass each, not three).
+    fn sum_squares_all(&self, xs: &[&Self::Tensor]) -> Result<Self::Tensor> {
+        let mut total: Option<Self::Tensor> = None;
+        for x in xs {
+            let sq = self.sum_squares(x)?;
+            total = Some(match total {
+                None => sq,
+                Some(t) => self.add(&t, &sq)?,
+            });
+        }
+        total.ok_or_else(|| crate::Error::Input("sum_squares_all: no tensors".into()))
+    }
+
     /// Back through [`Self::gather_rows`]: x `(rows.len(), N)` → `(total, N)`: row `rows[i]` gets x's row `i`
     /// (summed where a row index repeats), every other row zero.
     fn scatter_rows(&self, x: &Self::Tensor, rows: &[u32], total: usize) -> Result<Self::Tensor>;

@@ -132,15 +132,11 @@ impl<B: Backend> FineTuner<B> {
             self.pending.take().ok_or_else(|| Error::Input("no gradients to apply: accumulate a batch first".into()))?;
         let n = losses.len();
         // The squared norm over the trained parameters (clip_grad_norm_ skips those without a gradient).
-        let mut total: Option<B::Tensor> = None;
-        for g in grads.iter().flatten() {
-            let sq = be.sum_squares(g)?;
-            total = Some(match total {
-                None => sq,
-                Some(t) => be.add(&t, &sq)?,
-            });
+        let trained: Vec<&B::Tensor> = grads.iter().flatten().collect();
+        if trained.is_empty() {
+            return Err(Error::Input("no parameter is being trained".into()));
         }
-        let total = total.ok_or_else(|| Error::Input("no parameter is being trained".into()))?;
+        let total = be.sum_squares_all(&trained)?;
         self.steps += 1;
         let params = &mut self.encoder.params;
         for (i, g) in grads.iter().enumerate() {

@@ -318,6 +318,11 @@ impl Backend for GpuBackend {
         self.record_sum_squares(x)
     }
 
+    fn sum_squares_all(&self, xs: &[&GpuTensor]) -> Result<GpuTensor> {
+        expect_f32("sum_squares_all", xs)?;
+        self.record_sum_squares_all(xs)
+    }
+
     fn scatter_rows(&self, x: &GpuTensor, rows: &[u32], total: usize) -> Result<GpuTensor> {
         expect_f32("scatter_rows", &[x])?;
         self.record_scatter_rows(x, rows, total)

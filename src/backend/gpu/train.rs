@@ -255,6 +255,29 @@ impl GpuBackend {
         Ok(out)
     }
 
+    /// [`Backend::sum_squares_all`](super::Backend::sum_squares_all): each tensor's squares summed per chunk of
+    /// [`SUM_CHUNK`] values into its own part of one buffer of partial sums, then that buffer in one workgroup.
+    pub(super) fn record_sum_squares_all(&self, xs: &[&GpuTensor]) -> Result<GpuTensor> {
+        if xs.is_empty() {
+            return Err(shape_err("sum_squares_all", "no tensors".into()));
+        }
+        let wg = self.tuning.get().row_wg;
+        let parts: Vec<usize> = xs.iter().map(|x| x.len().div_ceil(SUM_CHUNK).max(1)).collect();
+        let total: usize = parts.iter().sum();
+        let partials = self.alloc(1, total)?;
+        let mut offset = 0;
+        for (x, &n) in xs.iter().zip(&parts) {
+            // rows: where this tensor's partial sums start in the buffer.
+            let p = BackwardParams { rows: offset as u32, len: x.len() as u32, cols: SUM_CHUNK as u32, code: 1 };
+            self.backward_dispatch("sum_reduce", wg, p, &[(1, x.buffer(), false), (3, partials.buffer(), true)], n)?;
+            offset += n;
+        }
+        let out = self.alloc(1, 1)?;
+        let p = BackwardParams { len: total as u32, cols: total as u32, code: 0, ..Default::default() };
+        self.backward_dispatch("sum_reduce", wg, p, &[(1, partials.buffer(), false), (3, out.buffer(), true)], 1)?;
+        Ok(out)
+    }
+
     /// [`Backend::scatter_rows`](super::Backend::scatter_rows).
     pub(super) fn record_scatter_rows(&self, x: &GpuTensor, rows: &[u32], total: usize) -> Result<GpuTensor> {
         if x.rows != rows.len() {
