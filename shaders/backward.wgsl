@@ -11,9 +11,9 @@
 //   gather_sum:  1 a (src rows, cols) f32, 4 csr (rows + 1 + count) u32, 3 y (rows, cols) f32
 //
 // Params by entry point: add, activation (len; code = activation code of lib/activations.wgsl); col_sum (rows,
-// cols, len = rows per part); transpose_pad (rows, cols of a; len = y's row length; code = 1 to transpose); sum_reduce (len, cols = values per workgroup, code = 1 to square each value first, rows = where in y its
-// sums start); gather_sum (rows =
-// output rows, cols).
+// cols, len = rows per part); transpose_pad (rows, cols of a; len = y's row length; code = 1 to transpose);
+// sum_reduce (len, cols = values per workgroup, code = 1 to square each value first, rows = where in y its sums
+// start); gather_sum (rows = output rows, cols).
 //
 // No f32 atomics exist in WGSL, so every output element is owned by one invocation: the scatter-adds (the
 // embedding tables' gradients, back through gather_rows) are gathers over a CSR list the host builds, output row
@@ -114,8 +114,9 @@ fn transpose_pad(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
 }
 
 // Workgroup g sums (the squares of) a[g·cols .. min((g+1)·cols, len)] into y[rows + g]: each invocation a strided
-// part, then the workgroup's tree. The host runs it twice for a long tensor (squares into one partial per workgroup, then the
-// partials in one workgroup), once for a short one.
+// part, then the workgroup's tree. The host runs it twice for a long tensor (squares into one partial per
+// workgroup, then the partials in one workgroup), once for a short one; for many tensors, once per tensor into its
+// own part of one buffer of partials, then once over that buffer.
 @compute @workgroup_size(WG)
 fn sum_reduce(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
