@@ -119,9 +119,10 @@ fn train_kernels_match_cpu_twins() {
 }
 
 /// Where the calibration chose the wide or the tiled tiling (a real GPU), the training matmul runs the forward's
-/// kernel on operands transposed and padded to K-contiguous rows of a multiple of 4 (backward.wgsl `transpose_pad`): against
-/// the CPU at each of its workgroup shapes, in every transpose, on shapes that are not multiples of its blocks, with
-/// K odd, below 4 and across many blocks, and with more than SMALL_ROWS rows (the forward's other matmul variant).
+/// kernel on operands transposed and padded to K-contiguous rows of a multiple of 4 (backward.wgsl
+/// `transpose_pad`): against the CPU at each of its workgroup shapes, in every transpose, on shapes that are not
+/// multiples of its blocks, with K odd, below 4 and across many blocks; products of at most SMALL_ROWS rows run the
+/// small-product variant, the same kernel or the K-split one a GPU's calibration picks for them.
 #[test]
 fn the_staged_tunings_matmul_matches_cpu() {
     let Some(g) = gpu() else { return };
@@ -129,10 +130,15 @@ fn the_staged_tunings_matmul_matches_cpu() {
     let shapes = [(70usize, 100usize, 150usize), (129, 37, 65), (7, 5, 3), (1, 1, 1), (33, 64, 17), (16, 96, 200), (65, 1000, 40)];
     let variants = [(MatmulKernel::Wide, (8, 8)), (MatmulKernel::Wide, (16, 8)), (MatmulKernel::Wide, (8, 16)),
         (MatmulKernel::Wide, (16, 16)), (MatmulKernel::Tiled, (8, 16)), (MatmulKernel::Tiled, (16, 16))];
-    for (kernel, wg) in variants {
+    let split = MatmulVariant { kernel: MatmulKernel::Reduce, wg: (8, 4) };
+    let tunings = variants.iter().map(|&(kernel, wg)| {
         let v = MatmulVariant { kernel, wg };
-        let t = Tuning { matmul: v, small_matmul: v, ..plain };
-        assert_eq!(g.set_tuning(t), t, "the adapter runs {v}");
+        Tuning { matmul: v, small_matmul: v, ..plain }
+    });
+    let wide = MatmulVariant { kernel: MatmulKernel::Wide, wg: (8, 16) };
+    let with_split = Tuning { matmul: wide, small_matmul: split, ..plain };
+    for t in tunings.chain([with_split]) {
+        assert_eq!(g.set_tuning(t), t, "the adapter runs {t}");
         for &(m, k, n) in &shapes {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 let (ar, ac) = if ta { (k, m) } else { (m, k) };
@@ -141,7 +147,7 @@ fn the_staged_tunings_matmul_matches_cpu() {
                 let want = CpuBackend::new().matmul(&up_cpu(&a, ar, ac), ta, &up_cpu(&b, br, bc), tb).unwrap();
                 let got = g.matmul(&g.input(&a, ar, ac).unwrap(), ta, &g.input(&b, br, bc).unwrap(), tb).unwrap();
                 assert_eq!(g.dims(&got), (m, n));
-                assert_close(&format!("{v} matmul {m}x{k}x{n} ta={ta} tb={tb}"), &read_g(&g, &got),
+                assert_close(&format!("{t} matmul {m}x{k}x{n} ta={ta} tb={tb}"), &read_g(&g, &got),
                     &read_c(&want), WIDE_MATMUL_ATOL + WIDE_MATMUL_ATOL_PER_K * k as f32, MATMUL_RTOL);
             }
         }
