@@ -5,8 +5,10 @@
 //!
 //! `cargo run --release --example train_bench -- models/all-MiniLM-L6-v2 [batch] [seq] [steps]` → one JSON line per
 //! backend with the median ms per step (the first step, which warms caches and pipelines, is not counted).
-//! `CPU=0`: no CPU row. `TUNING=SPEC`: that tuning (`bertgpu bench --tuning`'s form) instead of calibrating. `SUBMIT_EVERY=N`: the GPU submits every N passes (`GpuBackend::set_submit_every`). `PROFILE=1`: then one more
-//! step with the calibrated kernels, timed per kernel with timestamp queries (where the adapter has them).
+//! `CPU=0`: no CPU row. `TUNING=SPEC`: that tuning (`bertgpu bench --tuning`'s form) instead of calibrating.
+//! `SUBMIT_EVERY=N`: the GPU submits every N passes (`GpuBackend::set_submit_every`). `PROFILE=1`: then one more
+//! step with the calibrated (or `TUNING`) kernels, timed per kernel with timestamp queries (where the adapter has
+//! them).
 
 use std::time::Instant;
 

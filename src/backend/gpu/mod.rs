@@ -2,9 +2,10 @@
 //!
 //! Ops are recorded, not run: each op appends one compute pass to a pending command encoder, submitted every
 //! [`DEFAULT_SUBMIT_EVERY`] passes (so the GPU starts while the host records the rest) and by [`Backend::read`],
-//! which then maps one staging buffer. The passes' params share uniform buffers written once at each submit. The device comes from
-//! [`Gpu`] (acquired separately, async); pipelines are cached by (shader, entry point, override constants); weights
-//! are uploaded once; activation buffers come from a pool (see `buffers.rs`), so a repeated forward allocates nothing.
+//! which then maps one staging buffer. The passes' params share uniform buffers written once at each submit. The
+//! device comes from [`Gpu`] (acquired separately, async); pipelines are cached by (shader, entry point, override
+//! constants); weights are uploaded once; activation buffers come from a pool (see `buffers.rs`), so a repeated
+//! forward allocates nothing.
 //!
 //! Weight matrices stay on the device in the dtype of their file (f32, f16, Q8_0, Q4_0 as raw bytes in an
 //! `array<u32>` buffer, see `shaders/lib/quant.wgsl`): `linear` dispatches the matmul variant of the weight's

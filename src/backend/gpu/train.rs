@@ -239,24 +239,14 @@ impl GpuBackend {
         if parts == 1 { Ok(out) } else { self.record_sum_rows(&out) }
     }
 
-    /// [`Backend::sum_squares`](super::Backend::sum_squares): squares summed per chunk of [`SUM_CHUNK`] values, then
-    /// the partial sums in one workgroup (one pass when the tensor is one chunk).
+    /// [`Backend::sum_squares`](super::Backend::sum_squares): [`Self::record_sum_squares_all`] of one tensor.
     pub(super) fn record_sum_squares(&self, x: &GpuTensor) -> Result<GpuTensor> {
-        let (n, wg) = (x.len(), self.tuning.get().row_wg);
-        let parts = n.div_ceil(SUM_CHUNK).max(1);
-        let out = self.alloc(1, 1)?;
-        let first = if parts == 1 { out.clone() } else { self.alloc(1, parts)? };
-        let p = BackwardParams { len: n as u32, cols: SUM_CHUNK as u32, code: 1, ..Default::default() };
-        self.backward_dispatch("sum_reduce", wg, p, &[(1, x.buffer(), false), (3, first.buffer(), true)], parts)?;
-        if parts > 1 {
-            let p = BackwardParams { len: parts as u32, cols: parts as u32, code: 0, ..Default::default() };
-            self.backward_dispatch("sum_reduce", wg, p, &[(1, first.buffer(), false), (3, out.buffer(), true)], 1)?;
-        }
-        Ok(out)
+        self.record_sum_squares_all(&[x])
     }
 
     /// [`Backend::sum_squares_all`](super::Backend::sum_squares_all): each tensor's squares summed per chunk of
-    /// [`SUM_CHUNK`] values into its own part of one buffer of partial sums, then that buffer in one workgroup.
+    /// [`SUM_CHUNK`] values into its own part of one buffer of partial sums, then that buffer in one workgroup (one
+    /// pass in all for a single tensor of one chunk).
     pub(super) fn record_sum_squares_all(&self, xs: &[&GpuTensor]) -> Result<GpuTensor> {
         if xs.is_empty() {
             return Err(shape_err("sum_squares_all", "no tensors".into()));
@@ -264,7 +254,8 @@ impl GpuBackend {
         let wg = self.tuning.get().row_wg;
         let parts: Vec<usize> = xs.iter().map(|x| x.len().div_ceil(SUM_CHUNK).max(1)).collect();
         let total: usize = parts.iter().sum();
-        let partials = self.alloc(1, total)?;
+        let out = self.alloc(1, 1)?;
+        let partials = if total == 1 { out.clone() } else { self.alloc(1, total)? };
         let mut offset = 0;
         for (x, &n) in xs.iter().zip(&parts) {
             // rows: where this tensor's partial sums start in the buffer.
@@ -272,9 +263,10 @@ impl GpuBackend {
             self.backward_dispatch("sum_reduce", wg, p, &[(1, x.buffer(), false), (3, partials.buffer(), true)], n)?;
             offset += n;
         }
-        let out = self.alloc(1, 1)?;
-        let p = BackwardParams { len: total as u32, cols: total as u32, code: 0, ..Default::default() };
-        self.backward_dispatch("sum_reduce", wg, p, &[(1, partials.buffer(), false), (3, out.buffer(), true)], 1)?;
+        if total > 1 {
+            let p = BackwardParams { len: total as u32, cols: total as u32, code: 0, ..Default::default() };
+            self.backward_dispatch("sum_reduce", wg, p, &[(1, partials.buffer(), false), (3, out.buffer(), true)], 1)?;
+        }
         Ok(out)
     }
 
