@@ -76,15 +76,23 @@ fn add_and_activation_match_cpu() {
     }
 }
 
+/// The sums of squares with every row-kernel variant (their workgroup sum is the row kernels').
 #[test]
 fn column_sums_and_squared_norm_match_cpu() {
     let Some(g) = gpu() else { return };
+    for t in bertgpu::backend::gpu::row_candidates(g.gpu()) {
+        g.set_tuning(t);
+        column_sums_and_squared_norm(&g);
+    }
+}
+
+fn column_sums_and_squared_norm(g: &GpuBackend) {
     let cpu = CpuBackend::new();
     for &(r, c) in &[(1usize, 1usize), (7, 33), (257, 384), (3, 1000)] {
         let x = rand_vec(r * c, (r * 7 + c) as u64);
         let want = cpu.sum_rows(&cpu_in(&x, r, c)).unwrap();
         let got = g.sum_rows(&g.input(&x, r, c).unwrap()).unwrap();
-        check(&g, &format!("sum_rows {r}x{c}"), &got, &want, SUM_ROWS_ATOL, SUM_ROWS_RTOL);
+        check(g, &format!("sum_rows {r}x{c}"), &got, &want, SUM_ROWS_ATOL, SUM_ROWS_RTOL);
     }
     // One workgroup's chunk (16384 values), one value past it, several chunks, and a gradient-sized tensor.
     for &(r, c) in &[(1usize, 1usize), (7, 33), (128, 128), (16385, 1), (3, 16389), (513, 384)] {
@@ -92,7 +100,7 @@ fn column_sums_and_squared_norm_match_cpu() {
         let want = cpu.sum_squares(&cpu_in(&x, r, c)).unwrap();
         assert!(want.to_vec()[0] > 0.0);
         let got = g.sum_squares(&g.input(&x, r, c).unwrap()).unwrap();
-        check(&g, &format!("sum_squares {r}x{c}"), &got, &want, 0.0, SUMSQ_RTOL);
+        check(g, &format!("sum_squares {r}x{c} ({})", g.tuning()), &got, &want, 0.0, SUMSQ_RTOL);
     }
     // Many tensors at once (a step's gradients): against the CPU's sum of each, added in order.
     let shapes = [(1usize, 1usize), (7, 33), (16385, 1), (3, 16389), (513, 384), (1, 1)];
@@ -101,7 +109,7 @@ fn column_sums_and_squared_norm_match_cpu() {
     let gpu_xs: Vec<_> = xs.iter().zip(&shapes).map(|(x, &(r, c))| g.input(x, r, c).unwrap()).collect();
     let want = cpu.sum_squares_all(&cpu_xs.iter().collect::<Vec<_>>()).unwrap();
     let got = g.sum_squares_all(&gpu_xs.iter().collect::<Vec<_>>()).unwrap();
-    check(&g, "sum_squares_all of 6 tensors", &got, &want, 0.0, SUMSQ_RTOL);
+    check(g, "sum_squares_all of 6 tensors", &got, &want, 0.0, SUMSQ_RTOL);
     assert!(g.sum_squares_all(&[]).is_err() && cpu.sum_squares_all(&[]).is_err());
 }
 
@@ -183,9 +191,17 @@ fn embeddings_sum_and_backward_match_cpu() {
     }
 }
 
+/// With every row-kernel variant (tree or subgroup sums).
 #[test]
 fn layernorm_backward_matches_cpu() {
     let Some(g) = gpu() else { return };
+    for t in bertgpu::backend::gpu::row_candidates(g.gpu()) {
+        g.set_tuning(t);
+        layernorm_backward(&g);
+    }
+}
+
+fn layernorm_backward(g: &GpuBackend) {
     let cpu = CpuBackend::new();
     for &(m, n, eps) in &[(5usize, 32usize, 1e-12f32), (3, 384, 1e-5), (6, 7, 1e-12), (2, 1, 1e-5)] {
         let x: Vec<f32> = rand_vec(m * n, (m * n) as u64).iter().map(|v| v * 3.0 + 0.5).collect();
@@ -194,10 +210,10 @@ fn layernorm_backward_matches_cpu() {
         let (wx, wg, wb) = cpu.layernorm_backward(&cpu_in(&dy, m, n), &cpu_in(&x, m, n), &cpu_in(&gamma, 1, n), eps).unwrap();
         let gi = |d: &[f32], r, c| g.input(d, r, c).unwrap();
         let (gx, gg, gb) = g.layernorm_backward(&gi(&dy, m, n), &gi(&x, m, n), &gi(&gamma, 1, n), eps).unwrap();
-        let what = format!("layernorm_backward {m}x{n}");
-        check(&g, &format!("{what} dx"), &gx, &wx, LN_ATOL, LN_RTOL);
-        check(&g, &format!("{what} dgamma"), &gg, &wg, LN_ATOL, LN_RTOL);
-        check(&g, &format!("{what} dbeta"), &gb, &wb, LN_ATOL, LN_RTOL);
+        let what = format!("layernorm_backward {m}x{n} ({})", g.tuning());
+        check(g, &format!("{what} dx"), &gx, &wx, LN_ATOL, LN_RTOL);
+        check(g, &format!("{what} dgamma"), &gg, &wg, LN_ATOL, LN_RTOL);
+        check(g, &format!("{what} dbeta"), &gb, &wb, LN_ATOL, LN_RTOL);
     }
 }
 

@@ -224,14 +224,17 @@ fn every_shape_matches_pytorch_on_the_gpu() {
 }
 
 /// With a real GPU's calibrated choice, the wide tiling (every training GEMM then runs the forward's wide matmul on
-/// operands transposed to K-contiguous rows), and with the recorded work submitted every few passes, a step still
-/// matches PyTorch.
+/// operands transposed to K-contiguous rows) and, where the adapter has subgroups (lavapipe does), the row kernels'
+/// sums in subgroups (LayerNorm forward and backward, the gradients' norm), and with the recorded work submitted
+/// every few passes, a step still matches PyTorch.
 #[test]
 fn every_shape_matches_pytorch_on_the_gpu_with_the_wide_kernels() {
     let Some(g) = common::gpu() else { return };
     let v = MatmulVariant { kernel: MatmulKernel::Wide, wg: (8, 8) };
-    let wide = Tuning { matmul: v, small_matmul: v, ..g.tuning() };
+    let row_subgroups = g.gpu().features.contains(wgpu::Features::SUBGROUP);
+    let wide = Tuning { matmul: v, small_matmul: v, row_subgroups, row_wg: 32, ..g.tuning() };
     assert_eq!(g.set_tuning(wide), wide, "the adapter runs the wide tiling");
+    eprintln!("tuning: {wide}");
     g.set_submit_every(5);
     for name in ["classify", "pair", "ner", "qa"] {
         check(&g, name, GPU_GRAD_RTOL, GPU_LOSS_RTOL);

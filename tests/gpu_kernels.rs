@@ -109,9 +109,18 @@ fn linear_epilogues_match_cpu() {
     }
 }
 
+/// Every row-kernel variant the calibration may choose on this adapter (widths; tree or subgroup sums).
 #[test]
 fn layernorm_matches_cpu() {
     let Some(g) = gpu() else { return };
+    for t in bertgpu::backend::gpu::row_candidates(g.gpu()) {
+        g.set_tuning(t);
+        eprintln!("row kernels: {t}");
+        layernorm_cases(&g);
+    }
+}
+
+fn layernorm_cases(g: &GpuBackend) {
     let r = CpuBackend::new();
     for &rows in &[1usize, 7, 33, 513] {
         for &cols in &[1usize, 7, 33, 64, 127, 384, 513] {
@@ -130,7 +139,7 @@ fn layernorm_matches_cpu() {
                 let ry = r.layernorm(&r.input(&x, rows, cols).unwrap(),
                     residual.then(|| r.input(&res, rows, cols).unwrap()).as_ref(),
                     &r.upload(&host(&[cols], gamma)).unwrap(), &r.upload(&host(&[cols], beta)).unwrap(), 1e-12).unwrap();
-                assert_close(&format!("layernorm {rows}×{cols} residual={residual}"), &read(&g, &gy),
+                assert_close(&format!("layernorm {rows}×{cols} residual={residual} ({})", g.tuning()), &read(g, &gy),
                     &pollster::block_on(r.read(&ry)).unwrap(), LAYERNORM_ATOL, LAYERNORM_RTOL);
             }
         }
@@ -189,6 +198,13 @@ fn attention_cases(kernel: &str, g: &GpuBackend) {
 #[test]
 fn embeddings_match_cpu() {
     let Some(g) = gpu() else { return };
+    for t in bertgpu::backend::gpu::row_candidates(g.gpu()) {
+        g.set_tuning(t);
+        embeddings_cases(&g);
+    }
+}
+
+fn embeddings_cases(g: &GpuBackend) {
     let r = CpuBackend::new();
     for &(lens, t, h) in &[(&[7usize, 3, 0][..], 7usize, 33usize), (&[1][..], 1, 1), (&[16, 9][..], 16, 384)] {
         let (vocab, maxpos, types) = (50, 16, 2);
@@ -208,7 +224,7 @@ fn embeddings_match_cpu() {
             ln_gamma: &gt[3], ln_beta: &gt[4], eps: 1e-12 }).unwrap();
         let ry = r.embeddings(&bt, &EmbeddingTables { word: &rt[0], position: &rt[1], token_type: &rt[2],
             ln_gamma: &rt[3], ln_beta: &rt[4], eps: 1e-12 }).unwrap();
-        assert_close(&format!("embeddings {lens:?} T={t} H={h}"), &read(&g, &gy),
+        assert_close(&format!("embeddings {lens:?} T={t} H={h} ({})", g.tuning()), &read(g, &gy),
             &pollster::block_on(r.read(&ry)).unwrap(), LAYERNORM_ATOL, LAYERNORM_RTOL);
         // A token id outside the vocabulary is an error, not a read out of bounds.
         let mut bad = bt.clone();
@@ -276,7 +292,9 @@ fn repeated_calls_allocate_nothing_new() {
 
 /// Each shader's `Params` declaration (parsed with naga) has the fields, order, offsets, types and size of its
 /// Rust twin, and the shader validates with no capability beyond `unpack2x16float` (`SHADER_FLOAT16_IN_FLOAT32`:
-/// core WGSL, which `GpuBackend::new` checks the adapter for): no `shader-f16`, no subgroups. Needs no adapter.
+/// core WGSL, which `GpuBackend::new` checks the adapter for) and the optional features its variant names
+/// (`params::features`: subgroups for the `_sg` modules); the modules the default tuning runs need none. Needs no
+/// adapter.
 #[test]
 fn params_layouts_agree_with_wgsl() {
     use wgpu::naga;
@@ -286,7 +304,15 @@ fn params_layouts_agree_with_wgsl() {
         let src = composed.text.as_str();
         let module = naga::front::wgsl::parse_str(src)
             .unwrap_or_else(|e| panic!("{name}: {}", composed.annotate(&e.emit_to_string(src), &[])));
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32)
+        let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        let needs = bertgpu::backend::gpu::params::features(name);
+        if needs.contains(wgpu::Features::SUBGROUP) {
+            caps |= naga::valid::Capabilities::SUBGROUP;
+            assert!(name.ends_with("_sg"), "{name}: only the _sg variants use subgroups");
+        } else {
+            assert!(needs.is_empty(), "{name} needs {needs:?}");
+        }
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
             .validate(&module)
             .unwrap_or_else(|e| panic!("{name} does not validate: {}", composed.annotate(&e.emit_to_string(src), &[])));
         let uniforms: Vec<_> =
@@ -326,6 +352,11 @@ fn calibration_chooses_among_what_it_timed() {
     let matmuls = matmul_candidates(g.gpu());
     assert!(matmuls.len() >= 3 && matmuls.iter().all(|t| c.timed.iter().any(|(v, _)| v.small_matmul == t.small_matmul)),
         "every matmul variant is timed on the small products");
+    let rows = bertgpu::backend::gpu::row_candidates(g.gpu());
+    assert!(rows.iter().all(|t| c.timed.iter().any(|(v, _)| (v.row_wg, v.row_subgroups) == (t.row_wg, t.row_subgroups))),
+        "every row-kernel variant is timed");
+    assert_eq!(rows.iter().any(|t| t.row_subgroups), g.gpu().features.contains(wgpu::Features::SUBGROUP),
+        "subgroup sums are timed where the adapter has subgroups");
     assert!(c.timed.iter().any(|(t, _)| *t == c.tuning), "the choice {} is one of the variants timed", c.tuning);
     assert!(c.chosen_ms <= c.default_ms, "{c}");
     eprintln!("calibration: {c}");

@@ -24,10 +24,13 @@ pub struct Gpu {
     lost: Arc<Mutex<Option<String>>>,
 }
 
+/// What a device is asked for where its adapter has it: `TIMESTAMP_QUERY` (per-kernel timing) and `SUBGROUP`
+/// (the row kernels' subgroup sums, a variant the calibration times: [`super::Tuning::row_subgroups`]).
+pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::SUBGROUP);
+
 impl Gpu {
     /// The first adapter wgpu finds (high-performance preference), with its full limits. Optional features are
-    /// requested only when the adapter has them: `TIMESTAMP_QUERY` (per-kernel timing). Nothing requires
-    /// `shader-f16` or subgroups.
+    /// requested only when the adapter has them ([`OPTIONAL_FEATURES`]); nothing requires them.
     pub async fn new() -> Result<Gpu> {
         let instance = wgpu::Instance::default();
         let adapter = instance
@@ -51,7 +54,7 @@ impl Gpu {
         let info = adapter.get_info();
         let limits = adapter.limits();
         let downlevel = adapter.get_downlevel_capabilities().flags;
-        let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
+        let features = adapter.features() & OPTIONAL_FEATURES;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("bertgpu"),

@@ -39,7 +39,7 @@ use std::rc::Rc;
 
 pub use context::Gpu;
 pub use tensor::GpuTensor;
-pub use tune::{matmul_candidates, Calibration, Progress, Workload, CALIBRATION_STAGES};
+pub use tune::{matmul_candidates, row_candidates, Calibration, Progress, Workload, CALIBRATION_STAGES};
 pub use tuning::{AttentionKernel, MatmulKernel, MatmulVariant, Tuning, SMALL_ROWS};
 
 use buffers::Pool;
@@ -91,7 +91,7 @@ impl GpuBackend {
     /// A backend with explicit tuning knobs (benchmarks), clamped to what the adapter allows.
     pub fn with_tuning(gpu: Gpu, tuning: Tuning) -> Result<GpuBackend> {
         let l = &gpu.limits;
-        let t = tuning.clamped(l);
+        let t = tuning.clamped(l, gpu.features);
         // The embeddings kernel binds the most storage buffers: 7 (ids, 3 tables, gamma, beta, output).
         if l.max_storage_buffers_per_shader_stage < 7 {
             return Err(Error::Gpu(format!(
@@ -165,6 +165,11 @@ impl GpuBackend {
         self.tuning.get()
     }
 
+    /// The module of row kernel `name` the tuning runs ([`params::row_module`]).
+    pub(super) fn row_shader(&self, name: &'static str) -> &'static str {
+        params::row_module(name, self.tuning.get().row_subgroups)
+    }
+
     /// Makes every linear recorded from now on add 0.01 to its outputs (`on`), as a miscompiled kernel would
     /// return wrong values: for the tests of the canary that compares the GPU with the CPU at load. Not for use.
     #[doc(hidden)]
@@ -175,7 +180,7 @@ impl GpuBackend {
     /// Switches the kernels to `tuning` (clamped to the adapter's limits) for every dispatch recorded from now on;
     /// pipelines already built for other knobs stay cached. Returns the tuning in effect.
     pub fn set_tuning(&self, tuning: Tuning) -> Tuning {
-        let t = tuning.clamped(&self.gpu.limits);
+        let t = tuning.clamped(&self.gpu.limits, self.gpu.features);
         self.tuning.set(t);
         t
     }

@@ -63,7 +63,7 @@ impl GpuBackend {
         } else {
             (&self.dummy, &self.dummy)
         };
-        self.dispatch("embeddings", "embeddings", &consts, bytemuck::bytes_of(&p), &[
+        self.dispatch(self.row_shader("embeddings"), "embeddings", &consts, bytemuck::bytes_of(&p), &[
             (1, ids.buffer(), false),
             (2, tables.word.buffer(), false),
             (3, tables.position.buffer(), false),
@@ -121,7 +121,7 @@ impl GpuBackend {
         let (dgamma, dbeta) = (self.alloc(parts, n)?, self.alloc(parts, n)?);
         let p = LayerNormParams { rows: m as u32, cols: n as u32, eps, part_rows: COL_PART_ROWS as u32 };
         let wg = self.tuning.get().row_wg;
-        self.dispatch("layernorm_backward", "ln_backward_dx", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+        self.dispatch(self.row_shader("layernorm_backward"), "ln_backward_dx", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, dy.buffer(), false),
             (2, x.buffer(), false),
             (3, gamma.buffer(), false),
@@ -160,7 +160,7 @@ impl GpuBackend {
         let p = LayerNormParams { rows: m as u32, cols: n as u32, eps, part_rows: 0 };
         let consts = [("WG", self.tuning.get().row_wg as f64), ("HAS_RES", if residual.is_some() { 1.0 } else { 0.0 })];
         let res = residual.map(|r| r.buffer()).unwrap_or(&self.dummy);
-        self.dispatch("layernorm", "layernorm", &consts, bytemuck::bytes_of(&p), &[
+        self.dispatch(self.row_shader("layernorm"), "layernorm", &consts, bytemuck::bytes_of(&p), &[
             (1, x.buffer(), false),
             (2, res, false),
             (3, gamma.buffer(), false),

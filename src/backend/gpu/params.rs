@@ -75,28 +75,62 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("attention_d64", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("attention_split", "attention_split.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("layernorm", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
+    ("layernorm_sg", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("embeddings", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
+    ("embeddings_sg", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
     ("pool", "pool.wgsl", std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),
     ("gather", "gather.wgsl", std::mem::size_of::<GatherParams>(), GatherParams::FIELDS),
     ("train", "train.wgsl", std::mem::size_of::<TrainParams>(), TrainParams::FIELDS),
     ("backward", "backward.wgsl", std::mem::size_of::<BackwardParams>(), BackwardParams::FIELDS),
+    ("backward_sg", "backward.wgsl", std::mem::size_of::<BackwardParams>(), BackwardParams::FIELDS),
     ("layernorm_backward", "layernorm_backward.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
+    ("layernorm_backward_sg", "layernorm_backward.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("attention_backward", "attention_backward.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("dropout", "dropout.wgsl", std::mem::size_of::<DropoutParams>(), DropoutParams::FIELDS),
 ];
 
-/// Modules made from one file with constants written before it: (name, the constants). Their file (SHADERS)
-/// names what it leaves to them.
-pub const VARIANTS: &[(&str, &str)] = &[
-    ("attention_d32", "const HEAD_V: u32 = 8u;  // head_dim 32, in vec4"),
-    ("attention_d64", "const HEAD_V: u32 = 16u;  // head_dim 64, in vec4"),
+/// Modules made from one file with constants written before it, or with some of its pieces swapped for others:
+/// (name, the constants, (piece, instead) swaps, the features the adapter needs). Their file (SHADERS) names what
+/// it leaves to them.
+pub const VARIANTS: &[(&str, &str, &[(&str, &str)], wgpu::Features)] = &[
+    ("attention_d32", "const HEAD_V: u32 = 8u;  // head_dim 32, in vec4", &[], wgpu::Features::empty()),
+    ("attention_d64", "const HEAD_V: u32 = 16u;  // head_dim 64, in vec4", &[], wgpu::Features::empty()),
+    ("layernorm_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
+    ("embeddings_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
+    ("backward_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
+    ("layernorm_backward_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
 ];
+
+/// The row kernels' workgroup sums made with subgroup operations ([`super::Tuning::row_subgroups`]).
+const SUBGROUP_SUMS: &[(&str, &str)] = &[("lib/reduce.wgsl", "lib/reduce_subgroup.wgsl")];
+
+/// The module of shader `name` that the tuning picks: `name` itself, or its `_sg` variant where the row kernels'
+/// sums use subgroups (every module that includes lib/reduce.wgsl has one).
+pub fn row_module(name: &'static str, subgroups: bool) -> &'static str {
+    if !subgroups {
+        return name;
+    }
+    match name {
+        "layernorm" => "layernorm_sg",
+        "embeddings" => "embeddings_sg",
+        "backward" => "backward_sg",
+        "layernorm_backward" => "layernorm_backward_sg",
+        other => other,
+    }
+}
+
+/// The optional features module `name` needs of the adapter (none for every module the default tuning runs).
+pub fn features(name: &str) -> wgpu::Features {
+    VARIANTS.iter().find(|v| v.0 == name).map_or(wgpu::Features::empty(), |v| v.3)
+}
 
 /// The WGSL of shader module `name`, composed.
 pub fn source(name: &str) -> Result<super::wgsl::Composed, String> {
     let file = SHADERS.iter().find(|s| s.0 == name).map(|s| s.1).ok_or_else(|| format!("no shader named {name}"))?;
     match VARIANTS.iter().find(|v| v.0 == name) {
-        Some(&(_, prelude)) => super::wgsl::compose_variant(file, "../src/backend/gpu/params.rs (VARIANTS)", prelude),
+        Some(&(_, prelude, swaps, _)) => {
+            super::wgsl::compose_swapped(file, "../src/backend/gpu/params.rs (VARIANTS)", prelude, swaps)
+        }
         None => super::wgsl::compose(file),
     }
 }

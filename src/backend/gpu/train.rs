@@ -183,7 +183,9 @@ impl GpuBackend {
 
     fn backward_dispatch(&self, entry: &'static str, wg: u32, p: BackwardParams, bindings: &[super::runtime::Binding<'_>],
         groups: usize) -> Result<()> {
-        self.dispatch("backward", entry, &[("WG", wg as f64)], bytemuck::bytes_of(&p), bindings, self.grid(groups))
+        // sum_reduce is a row kernel: its workgroup sum follows the tuning's.
+        let shader = if entry == "sum_reduce" { self.row_shader("backward") } else { "backward" };
+        self.dispatch(shader, entry, &[("WG", wg as f64)], bytemuck::bytes_of(&p), bindings, self.grid(groups))
     }
 
     /// [`Backend::add`](super::Backend::add).

@@ -37,7 +37,7 @@ pub fn matmul_candidates(gpu: &Gpu) -> Vec<Tuning> {
         for &wg in wgs {
             let v = MatmulVariant { kernel, wg };
             let t = Tuning { matmul: v, small_matmul: v, ..Tuning::default() };
-            if t.clamped(&gpu.limits) == t && !out.contains(&t) {
+            if t.clamped(&gpu.limits, gpu.features) == t && !out.contains(&t) {
                 out.push(t);
             }
         }
@@ -206,7 +206,7 @@ impl Knob {
             Knob::Matmul => t.matmul = v.matmul,
             Knob::SmallMatmul => t.small_matmul = v.small_matmul,
             Knob::Attention => (t.attention_wg, t.attention) = (v.attention_wg, v.attention),
-            Knob::Row => t.row_wg = v.row_wg,
+            Knob::Row => (t.row_wg, t.row_subgroups) = (v.row_wg, v.row_subgroups),
         }
         t
     }
@@ -284,7 +284,7 @@ impl GpuBackend {
             (Knob::Row, row_candidates(&self.gpu), Box::new(norms)),
         ];
 
-        let mut best = from.map_or(Tuning::default(), |p| p.tuning).clamped(&self.gpu.limits);
+        let mut best = from.map_or(Tuning::default(), |p| p.tuning).clamped(&self.gpu.limits, self.gpu.features);
         let mut stages_done = from.map_or(0, |p| p.stages_done.min(stages.len()));
         let (mut timed, mut default_ms, mut chosen_ms, mut complete) = (Vec::new(), 0.0, 0.0, true);
         for (knob, variants, run) in stages.iter().skip(stages_done) {
@@ -353,7 +353,7 @@ fn attention_candidates(gpu: &Gpu, head_dim: usize) -> Vec<Tuning> {
     for attention in kernels {
         for wg in [32, 64, 128, 256] {
             let t = Tuning { attention_wg: wg, attention, ..d };
-            if t.clamped(&gpu.limits) == t && !out.contains(&t) {
+            if t.clamped(&gpu.limits, gpu.features) == t && !out.contains(&t) {
                 out.push(t);
             }
         }
@@ -361,14 +361,18 @@ fn attention_candidates(gpu: &Gpu, head_dim: usize) -> Vec<Tuning> {
     out
 }
 
-/// LayerNorm widths (invocations per row; the default first).
-fn row_candidates(gpu: &Gpu) -> Vec<Tuning> {
+/// Every row-kernel variant the calibration may choose on `gpu` (the default first): LayerNorm widths (invocations
+/// per row), each with its sums in a tree and, where the adapter has subgroups, with subgroup sums. What the tests
+/// run the row kernels with.
+pub fn row_candidates(gpu: &Gpu) -> Vec<Tuning> {
     let d = Tuning::default();
     let mut out = vec![d];
-    for wg in [32, 64, 256] {
-        let t = Tuning { row_wg: wg, ..d };
-        if t.clamped(&gpu.limits) == t {
-            out.push(t);
+    for row_subgroups in [false, true] {
+        for wg in [32, 64, 128, 256] {
+            let t = Tuning { row_wg: wg, row_subgroups, ..d };
+            if t.clamped(&gpu.limits, gpu.features) == t && !out.contains(&t) {
+                out.push(t);
+            }
         }
     }
     out

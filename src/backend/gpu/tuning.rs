@@ -15,6 +15,10 @@ pub struct Tuning {
     pub attention: AttentionKernel,
     /// layernorm / embeddings invocations per row (power of two ≤ 256).
     pub row_wg: u32,
+    /// The row kernels' workgroup sums (LayerNorm forward and backward, embeddings, the sum of squares) with
+    /// subgroup operations (shaders/lib/reduce_subgroup.wgsl) rather than a tree in workgroup memory; only where the
+    /// adapter has `subgroups` (natively).
+    pub row_subgroups: bool,
     /// mean_pool / gather_rows invocations per workgroup.
     pub elem_wg: u32,
 }
@@ -187,18 +191,20 @@ impl Default for Tuning {
             attention_wg: 64,
             attention: AttentionKernel::Vec4,
             row_wg: 128,
+            row_subgroups: false,
             elem_wg: 64,
         }
     }
 }
 
 impl Tuning {
-    /// These knobs clamped to what an adapter with limits `l` allows.
-    pub(crate) fn clamped(self, l: &wgpu::Limits) -> Tuning {
+    /// These knobs clamped to what an adapter with limits `l` and optional features `f` allows.
+    pub(crate) fn clamped(self, l: &wgpu::Limits, f: wgpu::Features) -> Tuning {
         let max_inv = l.max_compute_invocations_per_workgroup;
         let cap = |v: u32| prev_pow2(v.min(256).min(max_inv).min(l.max_compute_workgroup_size_x)).max(1);
         let mut t = self;
         t.row_wg = cap(t.row_wg);
+        t.row_subgroups &= f.contains(wgpu::Features::SUBGROUP);
         t.elem_wg = cap(t.elem_wg);
         t.attention_wg = cap(t.attention_wg);
         t.matmul = t.matmul.clamped(l);
@@ -226,17 +232,18 @@ fn prev_pow2(v: u32) -> u32 {
     if v == 0 { 0 } else { 1 << (31 - v.leading_zeros()) }
 }
 
-/// `matmul=tiled:16x16,small=reduce:8x8,attention=fixed:64,row=128,elem=64`: how `bench`, the calibration's cache
+/// `matmul=tiled:16x16,small=reduce:8x8,attention=fixed:64,row=128,elem=64` (`row=sg:128`: with subgroup sums): how `bench`, the calibration's cache
 /// and `BERTGPU_TUNING` write a tuning ([`Tuning::parse`] reads it back).
 impl std::fmt::Display for Tuning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "matmul={},small={},attention={}:{},row={},elem={}",
+            "matmul={},small={},attention={}:{},row={}{},elem={}",
             self.matmul,
             self.small_matmul,
             self.attention.name(),
             self.attention_wg,
+            if self.row_subgroups { "sg:" } else { "" },
             self.row_wg,
             self.elem_wg
         )
@@ -270,7 +277,10 @@ impl Tuning {
                     t.attention = AttentionKernel::NAMES[i].1;
                     t.attention_wg = num(size)?;
                 }
-                "row" => t.row_wg = num(value)?,
+                "row" => match value.strip_prefix("sg:") {
+                    Some(n) => (t.row_subgroups, t.row_wg) = (true, num(n)?),
+                    None => (t.row_subgroups, t.row_wg) = (false, num(value)?),
+                },
                 "elem" => t.elem_wg = num(value)?,
                 other => return Err(format!("tuning `{part}`: unknown knob `{other}` (matmul, small, attention, row, elem)")),
             }
@@ -291,13 +301,17 @@ mod tests {
             attention_wg: 32,
             attention: AttentionKernel::Fixed,
             row_wg: 256,
+            row_subgroups: false,
             elem_wg: 64,
         };
         assert_eq!(t.to_string(), "matmul=tiled:16x8,small=reduce:8x4,attention=fixed:32,row=256,elem=64");
         assert_eq!(Tuning::parse(&t.to_string()), Ok(t));
+        let sg = Tuning { row_subgroups: true, ..t };
+        assert!(sg.to_string().contains(",row=sg:256,"), "{sg}");
+        assert_eq!(Tuning::parse(&sg.to_string()), Ok(sg));
         assert_eq!(Tuning::parse(""), Ok(Tuning::default()));
         assert_eq!(Tuning::parse("row=64").unwrap(), Tuning { row_wg: 64, ..Tuning::default() });
-        for bad in ["matmul=tiled", "matmul=fast:8x8", "matmul=tiled:8", "row=0", "row=x", "speed=1", "row"] {
+        for bad in ["matmul=tiled", "matmul=fast:8x8", "matmul=tiled:8", "row=0", "row=x", "speed=1", "row", "row=sg:", "row=sg:0"] {
             assert!(Tuning::parse(bad).is_err(), "{bad} should be refused");
         }
     }

@@ -41,6 +41,7 @@ const FILES: &[(&str, &str)] = &[
     ("lib/matmul_tile.wgsl", include_str!("../../../shaders/lib/matmul_tile.wgsl")),
     ("lib/quant.wgsl", include_str!("../../../shaders/lib/quant.wgsl")),
     ("lib/reduce.wgsl", include_str!("../../../shaders/lib/reduce.wgsl")),
+    ("lib/reduce_subgroup.wgsl", include_str!("../../../shaders/lib/reduce_subgroup.wgsl")),
 ];
 
 /// A kernel's WGSL with its pieces pasted in, and where each of its lines came from.
@@ -61,24 +62,33 @@ pub fn compose(root: &str) -> Result<Composed, String> {
 /// [`compose`] with `prelude` (constants the file leaves to its variants, e.g. `const HEAD_V: u32 = 8u;`) before
 /// the file's text; compiler errors in it name `label`.
 pub fn compose_variant(root: &str, label: &'static str, prelude: &'static str) -> Result<Composed, String> {
-    let &(path, src) = FILES.iter().find(|f| f.0 == root).ok_or_else(|| format!("no shader file shaders/{root}"))?;
+    compose_swapped(root, label, prelude, &[])
+}
+
+/// [`compose_variant`] with pieces swapped: for each `(piece, instead)`, an `#include` of `piece` pastes `instead`
+/// (e.g. lib/reduce_subgroup.wgsl for lib/reduce.wgsl: the same functions, made otherwise).
+pub fn compose_swapped(root: &str, label: &'static str, prelude: &'static str, swaps: &[(&str, &str)])
+    -> Result<Composed, String> {
+    compose_in(root, FILES, label, prelude, swaps)
+}
+
+fn compose_in(root: &str, files: &[(&'static str, &'static str)], label: &'static str, prelude: &'static str,
+    swaps: &[(&str, &str)]) -> Result<Composed, String> {
+    let &(path, src) = files.iter().find(|f| f.0 == root).ok_or_else(|| format!("no shader file shaders/{root}"))?;
     let mut out = Composed { text: String::new(), runs: Vec::new(), lines: 0 };
     let lines: Vec<&str> = prelude.lines().collect();
     out.copy(label, &lines, 0, lines.len());
-    paste(path, src, FILES, &mut Vec::new(), &mut out)?;
+    paste(path, src, files, swaps, &mut Vec::new(), &mut out)?;
     Ok(out)
 }
 
 /// [`compose`] over another set of (path, text) files: tests use it with files of their own.
 pub fn compose_from(root: &str, files: &[(&'static str, &'static str)]) -> Result<Composed, String> {
-    let &(path, src) = files.iter().find(|f| f.0 == root).ok_or_else(|| format!("no shader file shaders/{root}"))?;
-    let mut out = Composed { text: String::new(), runs: Vec::new(), lines: 0 };
-    paste(path, src, files, &mut Vec::new(), &mut out)?;
-    Ok(out)
+    compose_in(root, files, "", "", &[])
 }
 
-fn paste(path: &'static str, src: &'static str, files: &[(&'static str, &'static str)], seen: &mut Vec<&'static str>,
-    out: &mut Composed) -> Result<(), String> {
+fn paste(path: &'static str, src: &'static str, files: &[(&'static str, &'static str)], swaps: &[(&str, &str)],
+    seen: &mut Vec<&'static str>, out: &mut Composed) -> Result<(), String> {
     seen.push(path);
     let lines: Vec<&str> = src.lines().collect();
     let mut from = 0; // first line (0-based) of `src` not yet copied
@@ -89,13 +99,14 @@ fn paste(path: &'static str, src: &'static str, files: &[(&'static str, &'static
         })?;
         out.copy(path, &lines, from, i);
         from = i + 1;
+        let name = swaps.iter().find(|s| s.0 == name).map_or(name, |s| s.1);
         if seen.contains(&name) {
             continue;
         }
         let &(inc, text) = files.iter().find(|f| f.0 == name).ok_or_else(|| {
             format!("shaders/{path}:{}: #include \"{name}\": there is no such file under shaders/", i + 1)
         })?;
-        paste(inc, text, files, seen, out)?;
+        paste(inc, text, files, swaps, seen, out)?;
     }
     out.copy(path, &lines, from, lines.len());
     Ok(())
@@ -182,6 +193,7 @@ mod tests {
         ("k.wgsl", "// kernel\n#include \"lib/a.wgsl\"\nfn k() {}\n#include \"lib/b.wgsl\"\n// end"),
         ("lib/a.wgsl", "#include \"lib/b.wgsl\"\nfn a() {}"),
         ("lib/b.wgsl", "fn b() -> u32 {\n    return 1.0;\n}"),
+        ("lib/c.wgsl", "fn b() -> u32 { return 2u; }"),
         ("bad.wgsl", "fn k() {}\n#include \"lib/none.wgsl\""),
         ("unquoted.wgsl", "#include lib/a.wgsl"),
     ];
@@ -198,6 +210,17 @@ mod tests {
         }
         assert_eq!(c.locate(0), None);
         assert_eq!(c.locate(want.len() + 1), None);
+    }
+
+    /// A swapped piece is pasted wherever the one it replaces is included, once, and its lines locate to it.
+    #[test]
+    fn a_swapped_piece_replaces_every_include_of_the_other() {
+        let c = compose_in("k.wgsl", FAKE, "", "", &[("lib/b.wgsl", "lib/c.wgsl")]).unwrap();
+        assert_eq!(c.text, "// kernel\nfn b() -> u32 { return 2u; }\nfn a() {}\nfn k() {}\n// end\n");
+        assert_eq!(c.locate(2), Some(("lib/c.wgsl", 1)));
+        assert_eq!(c.locate(3), Some(("lib/a.wgsl", 2)));
+        let sg = compose_swapped("layernorm.wgsl", "v", "", &[("lib/reduce.wgsl", "lib/reduce_subgroup.wgsl")]).unwrap();
+        assert!(sg.text.contains("subgroupAdd") && !compose("layernorm.wgsl").unwrap().text.contains("subgroupAdd"));
     }
 
     #[test]
