@@ -1,7 +1,7 @@
 //! The GPU backend: `wgpu` + the WGSL kernels in `shaders/`.
 //!
-//! Ops are recorded, not run: each op appends one compute pass to a pending command encoder, submitted every
-//! [`DEFAULT_SUBMIT_EVERY`] passes (so the GPU starts while the host records the rest) and by [`Backend::read`],
+//! Ops are recorded, not run: each op appends its dispatches to a compute pass of a pending command encoder,
+//! submitted every [`DEFAULT_SUBMIT_EVERY`] dispatches (so the GPU starts while the host records the rest) and by [`Backend::read`],
 //! which then maps one staging buffer. The passes' params share uniform buffers written once at each submit. The
 //! device comes from [`Gpu`] (acquired separately, async); pipelines are cached by (shader, entry point, override
 //! constants); weights are uploaded once; activation buffers come from a pool (see `buffers.rs`), so a repeated
@@ -67,7 +67,7 @@ pub struct GpuBackend {
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<PipelineKey, Rc<Pipeline>>>,
     pool: Pool,
-    pending: RefCell<Option<wgpu::CommandEncoder>>,
+    pending: RefCell<Option<runtime::Recording>>,
     /// Passes recorded into `pending`, and how many make a submission of their own ([`GpuBackend::set_submit_every`]).
     recorded: std::cell::Cell<usize>,
     submit_every: std::cell::Cell<usize>,

@@ -21,6 +21,16 @@ pub(super) struct Pipeline {
 /// Pipeline cache key: (shader, entry point, override constants as (name, f64 bits)).
 pub(super) type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u64)>);
 
+/// The commands recorded since the last submit. Dispatches share one compute pass (wgpu orders them, with the
+/// barriers their buffers need, as it would separate passes), open until the encoder is wanted for something else
+/// (the submit, a copy, a profiled pass): a pass per dispatch cost the host a pass's bookkeeping each time, and in a
+/// browser a call to the GPU process (BENCHMARKS.md, "The host's cost of a pass").
+pub(super) struct Recording {
+    // Declared first so that it drops (ends) before the encoder.
+    pass: Option<wgpu::ComputePass<'static>>,
+    encoder: wgpu::CommandEncoder,
+}
+
 /// A storage binding of one dispatch: (binding index, buffer, written by the kernel).
 pub(super) type Binding<'a> = (u32, &'a wgpu::Buffer, bool);
 
@@ -126,15 +136,26 @@ impl GpuBackend {
         });
         self.pool.borrow_mut().recording = true;
         let mut pending = self.pending.borrow_mut();
-        let encoder = pending.get_or_insert_with(|| {
-            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") })
+        let rec = pending.get_or_insert_with(|| Recording {
+            pass: None,
+            encoder: device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") }),
         });
         let mut prof = self.profiler.borrow_mut();
         let timestamps = prof.as_mut().and_then(|p| p.pass_writes(device, entry));
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        if timestamps.is_some() {
+            // Profiled: a pass of its own, timed.
+            rec.pass = None;
+            let mut pass = rec.encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(entry),
                 timestamp_writes: timestamps,
+            });
+            pass.set_pipeline(&pipe.pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        } else {
+            let pass = rec.pass.get_or_insert_with(|| {
+                let desc = wgpu::ComputePassDescriptor { label: Some("kernels"), timestamp_writes: None };
+                rec.encoder.begin_compute_pass(&desc).forget_lifetime()
             });
             pass.set_pipeline(&pipe.pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
@@ -207,9 +228,13 @@ impl GpuBackend {
     /// Submits the pending work (if any) plus `extra` commands; returns after queuing, not after completion.
     pub(super) fn submit(&self, extra: impl FnOnce(&mut wgpu::CommandEncoder)) {
         let device = &self.gpu.device;
-        let mut encoder = self.pending.borrow_mut().take().unwrap_or_else(|| {
-            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") })
-        });
+        let mut encoder = match self.pending.borrow_mut().take() {
+            Some(Recording { pass, encoder }) => {
+                drop(pass); // ends the open pass: the encoder takes commands again
+                encoder
+            }
+            None => device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") }),
+        };
         extra(&mut encoder);
         self.recorded.set(0);
         // The passes' params, one write per uniform buffer, land before the submission's commands run.
