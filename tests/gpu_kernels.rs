@@ -340,7 +340,7 @@ fn params_layouts_agree_with_wgsl() {
 /// budget says how far it got, and the next resumes there.
 #[test]
 fn calibration_chooses_among_what_it_timed() {
-    use bertgpu::backend::gpu::{matmul_candidates, MatmulKernel, Progress, Workload};
+    use bertgpu::backend::gpu::{matmul_candidates, Progress, Workload};
     use bertgpu::backend::Dtype;
     let Some(g) = gpu() else { return };
     let work = Workload { hidden: 32, intermediate: 64, heads: 4, batch: 2, seq: 8, dtype: Dtype::F32 };
@@ -366,7 +366,7 @@ fn calibration_chooses_among_what_it_timed() {
     let first = pollster::block_on(g.calibrate(&work, 0.0)).unwrap();
     assert!(!first.complete);
     assert_eq!(first.progress.stages_done, 1, "{first}");
-    let large = matmul_candidates(g.gpu()).into_iter().filter(|t| t.matmul.kernel != MatmulKernel::Reduce).count();
+    let large = matmul_candidates(g.gpu()).into_iter().filter(|t| !t.matmul.kernel.splits_k()).count();
     assert!(first.timed.len() > large, "every large-matmul variant, then the next stage's default");
     assert!(first.timed.iter().all(|(t, _)| t.small_matmul == Tuning::default().small_matmul), "no other small matmul");
     assert_eq!(Progress::parse(&first.progress.to_string()), Ok(first.progress));

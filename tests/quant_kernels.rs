@@ -75,13 +75,14 @@ fn check_linear(g: &GpuBackend, r: &CpuBackend, dtype: Dtype, m: usize, n: usize
 
 /// Every packed matmul variant over every (M, N, K) of the awkward sets, with and without bias; the activation
 /// cycles with the shape so each one meets every dtype on several shapes. Both tilings the calibration may choose
-/// (direct, staged through workgroup memory, K split in a workgroup, 8 × 8 double-buffered: tune.rs), each for
-/// every product.
+/// (direct, staged through workgroup memory, K split in a workgroup with its sum in a tree or, where the adapter has
+/// subgroups, with subgroup operations, 8 × 8 double-buffered: tune.rs), each for every product.
 #[test]
 fn packed_linear_matches_cpu_twin() {
     let Some(g) = gpu() else { return };
     let r = CpuBackend::new();
-    for kernel in [MatmulKernel::Direct, MatmulKernel::Tiled, MatmulKernel::Reduce, MatmulKernel::Wide] {
+    for kernel in [MatmulKernel::Direct, MatmulKernel::Tiled, MatmulKernel::Reduce, MatmulKernel::Wide,
+        MatmulKernel::ReduceSubgroup] {
         let v = MatmulVariant { kernel, wg: (8, 8) };
         let t = g.set_tuning(Tuning { matmul: v, small_matmul: v, ..Default::default() });
         eprintln!("{t}");

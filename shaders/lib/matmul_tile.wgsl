@@ -42,6 +42,7 @@
 //                                                       of K, each step otherwise, and its value passed to w_vec
 
 #include "lib/activations.wgsl"
+#include "lib/block_sum.wgsl"
 
 struct Params {
     m: u32,
@@ -181,29 +182,16 @@ fn tile_4x8(gid: vec3<u32>) {
 }
 
 // The 4×8 block `wid` of y, its steps along K shared by the workgroup's invocations (WG_X·WG_Y, a power of two
-// ≤ 64: the host clamps it), their partial blocks added in a tree in w_tile (8 vec4 each), then stored by the
-// first 8 invocations (one vec4 of the block each).
+// ≤ 64: the host clamps it), their partial blocks added (lib/block_sum.wgsl: in a tree in w_tile, or with subgroup
+// operations), then stored by the first 8 invocations (one vec4 of the block each).
 fn tile_reduce(wid: vec3<u32>, lid: vec3<u32>) {
     let threads = WG_X * WG_Y;
     let t = lid.y * WG_X + lid.x;
     let r0 = wid.y * 4u;
     let c0 = wid.x * 8u;
-    let blk = partial_4x8(r0, c0, t, threads);
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        w_tile[t * 8u + i] = blk.acc[i];
-        w_tile[t * 8u + 4u + i] = blk.bcc[i];
-    }
-    workgroupBarrier();
-    for (var half = threads / 2u; half > 0u; half = half / 2u) {
-        if t < half {
-            for (var j = 0u; j < 8u; j = j + 1u) {
-                w_tile[t * 8u + j] = w_tile[t * 8u + j] + w_tile[(t + half) * 8u + j];
-            }
-        }
-        workgroupBarrier();
-    }
+    let v = block_sum(t, threads, partial_4x8(r0, c0, t, threads));
     if t < 8u {
-        store_row(r0 + (t & 3u), c0 + 4u * (t >> 2u), w_tile[t]);
+        store_row(r0 + (t & 3u), c0 + 4u * (t >> 2u), v);
     }
 }
 

@@ -45,8 +45,10 @@ impl GpuBackend {
                     "a {} weight needs K to be a multiple of {QK}, got {k}", w.dtype.name()
                 )));
             }
-            Dtype::F32 if k % 4 == 0 => ("matmul", variant.kernel.entry(false), 1, 2),
-            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => ("matmul_packed", variant.kernel.entry(true), 1, 6),
+            Dtype::F32 if k % 4 == 0 => (variant.kernel.module(false), variant.kernel.entry(false), 1, 2),
+            Dtype::F16 | Dtype::Q8_0 | Dtype::Q4_0 if k % 4 == 0 => {
+                (variant.kernel.module(true), variant.kernel.entry(true), 1, 6)
+            }
             _ => ("matmul_packed", "matmul_scalar", 5, 6),
         };
         let mut consts = vec![
@@ -58,7 +60,7 @@ impl GpuBackend {
         if self.fault.get() {
             consts.push(("FAULT", 1.0));
         }
-        if shader == "matmul_packed" {
+        if shader.starts_with("matmul_packed") {
             // matmul.wgsl reads only f32 weights: it declares no WDT (and a pipeline may not set what is not there).
             consts.push(("WDT", w.dtype.shader_code() as f64));
         }

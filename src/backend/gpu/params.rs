@@ -69,6 +69,8 @@ params!(
 pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("matmul", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
     ("matmul_packed", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_sg", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_packed_sg", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
     ("attention", "attention.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("attention_vec4", "attention_vec4.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("attention_d32", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
@@ -95,6 +97,8 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
 pub const VARIANTS: &[(&str, &str, &[(&str, &str)], wgpu::Features)] = &[
     ("attention_d32", "const HEAD_V: u32 = 8u;  // head_dim 32, in vec4", &[], wgpu::Features::empty()),
     ("attention_d64", "const HEAD_V: u32 = 16u;  // head_dim 64, in vec4", &[], wgpu::Features::empty()),
+    ("matmul_sg", "", SUBGROUP_BLOCKS, wgpu::Features::SUBGROUP),
+    ("matmul_packed_sg", "", SUBGROUP_BLOCKS, wgpu::Features::SUBGROUP),
     ("layernorm_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
     ("embeddings_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
     ("backward_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
@@ -103,6 +107,8 @@ pub const VARIANTS: &[(&str, &str, &[(&str, &str)], wgpu::Features)] = &[
 
 /// The row kernels' workgroup sums made with subgroup operations ([`super::Tuning::row_subgroups`]).
 const SUBGROUP_SUMS: &[(&str, &str)] = &[("lib/reduce.wgsl", "lib/reduce_subgroup.wgsl")];
+/// The K-split matmul's sum of partial blocks made with subgroup operations ([`super::MatmulKernel::ReduceSubgroup`]).
+const SUBGROUP_BLOCKS: &[(&str, &str)] = &[("lib/block_sum.wgsl", "lib/block_sum_subgroup.wgsl")];
 
 /// The module of shader `name` that the tuning picks: `name` itself, or its `_sg` variant where the row kernels'
 /// sums use subgroups (every module that includes lib/reduce.wgsl has one).

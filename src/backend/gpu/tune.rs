@@ -31,6 +31,7 @@ pub fn matmul_candidates(gpu: &Gpu) -> Vec<Tuning> {
         (MatmulKernel::Direct, &DIRECT_WG[..]),
         (MatmulKernel::Tiled, &TILED_WG[..]),
         (MatmulKernel::Reduce, &REDUCE_WG[..]),
+        (MatmulKernel::ReduceSubgroup, &REDUCE_WG[..]),
         (MatmulKernel::Wide, &WIDE_WG_SHAPES[..]),
     ];
     for (kernel, wgs) in kinds {
@@ -274,7 +275,7 @@ impl GpuBackend {
         let matmuls = || layer_linears(&x, &x_i);
         let small_matmuls = || layer_linears(&xs, &xs_i);
         let all = matmul_candidates(&self.gpu);
-        let large: Vec<Tuning> = all.iter().copied().filter(|t| t.matmul.kernel != MatmulKernel::Reduce).collect();
+        let large: Vec<Tuning> = all.iter().copied().filter(|t| !t.matmul.kernel.splits_k()).collect();
         let attention = || -> Result<()> { self.attention(&qkv, &mask, shape).map(drop) };
         let norms = || -> Result<()> { self.layernorm(&x, Some(&x), &b_h, &b_h, 1e-12).map(drop) };
         let stages: Vec<Stage> = vec![

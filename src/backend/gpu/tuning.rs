@@ -46,18 +46,37 @@ pub enum MatmulKernel {
     /// `tile_wide`: 8 × 8 outputs per invocation, K double-buffered through workgroup memory (workgroup sides 8
     /// or 16).
     Wide,
+    /// `tile_reduce` with its partial blocks added with subgroup operations (shaders/lib/block_sum_subgroup.wgsl),
+    /// where the adapter has `subgroups` (natively); elsewhere [`MatmulKernel::Reduce`].
+    ReduceSubgroup,
 }
 
 impl MatmulKernel {
-    const NAMES: [(&'static str, MatmulKernel); 4] = [
+    const NAMES: [(&'static str, MatmulKernel); 5] = [
         ("direct", MatmulKernel::Direct),
         ("tiled", MatmulKernel::Tiled),
         ("reduce", MatmulKernel::Reduce),
         ("wide", MatmulKernel::Wide),
+        ("reduce_sg", MatmulKernel::ReduceSubgroup),
     ];
 
     fn name(self) -> &'static str {
         Self::NAMES.iter().find(|(_, k)| *k == self).map_or("direct", |(n, _)| n)
+    }
+
+    /// Whether it splits K among a workgroup (for a few rows; the calibration times it on small products only).
+    pub fn splits_k(self) -> bool {
+        matches!(self, MatmulKernel::Reduce | MatmulKernel::ReduceSubgroup)
+    }
+
+    /// Its shader module: matmul.wgsl (f32 weights) or, `packed`, matmul_packed.wgsl, as composed for it.
+    pub(crate) fn module(self, packed: bool) -> &'static str {
+        match (self, packed) {
+            (MatmulKernel::ReduceSubgroup, false) => "matmul_sg",
+            (MatmulKernel::ReduceSubgroup, true) => "matmul_packed_sg",
+            (_, false) => "matmul",
+            (_, true) => "matmul_packed",
+        }
     }
 
     /// Its entry point in matmul.wgsl (f32 weights) or, `packed`, in matmul_packed.wgsl.
@@ -65,10 +84,10 @@ impl MatmulKernel {
         match (self, packed) {
             (MatmulKernel::Direct, false) => "matmul_vec4",
             (MatmulKernel::Tiled, false) => "matmul_vec4_tiled",
-            (MatmulKernel::Reduce, false) => "matmul_vec4_reduce",
+            (MatmulKernel::Reduce | MatmulKernel::ReduceSubgroup, false) => "matmul_vec4_reduce",
             (MatmulKernel::Direct, true) => "matmul_packed",
             (MatmulKernel::Tiled, true) => "matmul_packed_tiled",
-            (MatmulKernel::Reduce, true) => "matmul_packed_reduce",
+            (MatmulKernel::Reduce | MatmulKernel::ReduceSubgroup, true) => "matmul_packed_reduce",
             (MatmulKernel::Wide, false) => "matmul_vec4_wide",
             (MatmulKernel::Wide, true) => "matmul_packed_wide",
         }
@@ -89,7 +108,7 @@ impl MatmulVariant {
         let needs = match v.kernel {
             MatmulKernel::Direct => 0,
             MatmulKernel::Tiled => TILED_WORKGROUP_BYTES,
-            MatmulKernel::Reduce => REDUCE_WORKGROUP_BYTES,
+            MatmulKernel::Reduce | MatmulKernel::ReduceSubgroup => REDUCE_WORKGROUP_BYTES,
             MatmulKernel::Wide => WIDE_WORKGROUP_BYTES,
         };
         if l.max_compute_workgroup_storage_size < needs {
@@ -99,13 +118,13 @@ impl MatmulVariant {
         let (cap, inv_cap) = match v.kernel {
             MatmulKernel::Direct => (u32::MAX, u32::MAX),
             MatmulKernel::Tiled => (MAX_TILED_WG, MAX_TILED_WG * MAX_TILED_WG),
-            MatmulKernel::Reduce => (MAX_REDUCE_INVOCATIONS, MAX_REDUCE_INVOCATIONS),
+            MatmulKernel::Reduce | MatmulKernel::ReduceSubgroup => (MAX_REDUCE_INVOCATIONS, MAX_REDUCE_INVOCATIONS),
             MatmulKernel::Wide => (WIDE_WG.1, WIDE_WG.1 * WIDE_WG.1),
         };
         let (mut wx, mut wy) = v.wg;
         wx = wx.clamp(1, l.max_compute_workgroup_size_x.min(cap));
         wy = wy.clamp(1, l.max_compute_workgroup_size_y.min(cap));
-        if matches!(v.kernel, MatmulKernel::Reduce | MatmulKernel::Wide) {
+        if matches!(v.kernel, MatmulKernel::Reduce | MatmulKernel::ReduceSubgroup | MatmulKernel::Wide) {
             (wx, wy) = (prev_pow2(wx), prev_pow2(wy));
         }
         let max_inv = l.max_compute_invocations_per_workgroup.min(inv_cap);
@@ -125,7 +144,7 @@ impl MatmulVariant {
     pub(crate) fn groups(self, m: usize, n: usize) -> (u32, u32, u32) {
         let (wx, wy) = (self.wg.0 as usize, self.wg.1 as usize);
         match self.kernel {
-            MatmulKernel::Reduce => (n.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
+            MatmulKernel::Reduce | MatmulKernel::ReduceSubgroup => (n.div_ceil(8) as u32, m.div_ceil(4) as u32, 1),
             MatmulKernel::Wide => (n.div_ceil(8 * wx) as u32, m.div_ceil(8 * wy) as u32, 1),
             _ => (n.div_ceil(8 * wx) as u32, m.div_ceil(4 * wy) as u32, 1),
         }
@@ -209,6 +228,11 @@ impl Tuning {
         t.attention_wg = cap(t.attention_wg);
         t.matmul = t.matmul.clamped(l);
         t.small_matmul = t.small_matmul.clamped(l);
+        for v in [&mut t.matmul, &mut t.small_matmul] {
+            if v.kernel == MatmulKernel::ReduceSubgroup && !f.contains(wgpu::Features::SUBGROUP) {
+                v.kernel = MatmulKernel::Reduce;
+            }
+        }
         t
     }
 }

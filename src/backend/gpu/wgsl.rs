@@ -32,6 +32,8 @@ const FILES: &[(&str, &str)] = &[
     ("pool.wgsl", include_str!("../../../shaders/pool.wgsl")),
     ("train.wgsl", include_str!("../../../shaders/train.wgsl")),
     ("lib/activations.wgsl", include_str!("../../../shaders/lib/activations.wgsl")),
+    ("lib/block_sum.wgsl", include_str!("../../../shaders/lib/block_sum.wgsl")),
+    ("lib/block_sum_subgroup.wgsl", include_str!("../../../shaders/lib/block_sum_subgroup.wgsl")),
     ("lib/attention.wgsl", include_str!("../../../shaders/lib/attention.wgsl")),
     ("lib/attention_lanes4.wgsl", include_str!("../../../shaders/lib/attention_lanes4.wgsl")),
     ("lib/attention_params.wgsl", include_str!("../../../shaders/lib/attention_params.wgsl")),
