@@ -107,12 +107,10 @@ async function main() {
       { device: "cpu", dtype: "f32", ours: f32, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU (ours) vs WASM ${n} threads (theirs)` },
       { device: "cpu", dtype: "f32", ours: { ...f32, threads: n }, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU ${n} threads, threaded build (ours) vs WASM ${n} threads (theirs)` },
       { device: "cpu", dtype: "f32", ours: { ...f32, workers: n }, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU ${n} workers (ours) vs WASM ${n} threads (theirs)` },
-      { device: "cpu", dtype: "f32", ours: { ...f32, workers: n, parallel: "tensor" }, theirs: { dtype: "fp32", device: "wasm", threads: n }, label: `CPU ${n} tensor-parallel workers (ours) vs WASM ${n} threads (theirs)` },
       { device: "cpu", dtype: "8-bit", ours: q8, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, relaxed-SIMD build (ours) vs WASM q8 1 thread (theirs)" },
       { device: "cpu", dtype: "8-bit", ours: { ...q8, simd: "simd128" }, theirs: { dtype: "q8", device: "wasm", threads: 1 }, label: "CPU q8_0, SIMD128 build (ours) vs WASM q8 1 thread (theirs)" },
       { device: "cpu", dtype: "8-bit", ours: { ...q8, threads: n }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} threads, threaded build (ours) vs WASM q8 ${n} threads (theirs)` },
       { device: "cpu", dtype: "8-bit", ours: { ...q8, workers: n }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} workers, relaxed-SIMD build (ours) vs WASM q8 ${n} threads (theirs)` },
-      { device: "cpu", dtype: "8-bit", ours: { ...q8, workers: n, parallel: "tensor" }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} tensor-parallel workers, relaxed-SIMD build (ours) vs WASM q8 ${n} threads (theirs)` },
       { device: "webgpu", dtype: "f32", ours: { source: OURS_F32, device: "webgpu" }, theirs: { dtype: "fp32", device: "webgpu" }, label: "WebGPU (both)" },
     ].filter((c) => !ONLY || c.device === ONLY);
 

@@ -5,15 +5,14 @@
 // bench/browser.sh prepares. From the root:
 //
 //   node bench/latency.mjs [--runs 120] [--ours q8|f32] [--simd auto|relaxed|simd128] [--workers 1|2]
-//                          [--parallel data|tensor] [--theirs q8|fp32] [--threads 1|2] [--warmup-ms 5000]
+//                          [--theirs q8|fp32] [--threads 1|2] [--warmup-ms 5000]
 //   node bench/latency.mjs --alone 4 [--runs 120] [--ours q8|f32] [--theirs q8|fp32] [--cores n] [--warmup-ms 5000]
 //
-// --parallel tensor: our workers each hold a shard of every layer and run the sentence together.
-// --alone N: instead, N rounds over the configurations (ours in one instance and on 2 tensor-parallel workers,
-// theirs on 1 and 2 threads; with more cores, also on --cores of each, by default the cores the browser reports, up
-// to 4), each in a fresh page with that library only (untimed calls for 5 s, then runs / 2N timed), so that no
-// library's threads or workers share the cores with another's; then each library's fastest configuration.
-// (--workers, --parallel and --threads do not apply.)
+// --alone N: instead, N rounds over the configurations (ours and theirs on 1 and 2 threads, ours on the threaded
+// build; with more cores, also on --cores of each, by default the cores the browser reports, up to 4), each in a
+// fresh page with that library only (untimed calls for 5 s, then runs / 2N timed), so that no library's threads or
+// workers share the cores with another's; then each library's fastest configuration. (--workers and --threads do
+// not apply.)
 import { median, multiCore, timeEmbed, warmUp, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
@@ -21,7 +20,7 @@ const arg = (name, dflt) => (argv.includes(`--${name}`) ? argv[argv.indexOf(`--$
 const RUNS = Number(arg("runs", 120));
 const OURS = arg("ours", "q8");
 const ours = { source: OURS === "q8" ? "/bench/models/all-MiniLM-L6-v2.q8_0.gguf" : "/models/all-MiniLM-L6-v2/",
-  device: "cpu", simd: arg("simd", "auto"), workers: Number(arg("workers", 1)), parallel: arg("parallel", "data") };
+  device: "cpu", simd: arg("simd", "auto"), workers: Number(arg("workers", 1)) };
 const theirs = { dtype: arg("theirs", "q8"), device: "wasm", threads: Number(arg("threads", 1)) };
 // A real sentence (Debian's fortunes), 15 tokens with [CLS]/[SEP].
 const TEXTS = ["Anyone who has never made a mistake has never tried anything new."];
@@ -57,22 +56,21 @@ await withBenchPage({ isolated: true }, async (page) => {
   const line = (w) => `${median(all(w)).toFixed(1)} ms (min ${Math.min(...all(w)).toFixed(1)}; after ours `
     + `${median(times[w].ours).toFixed(1)}, after theirs ${median(times[w].theirs).toFixed(1)}; ${all(w).length} runs)`;
   console.log(`one sentence, ${tokens} tokens`);
-  console.log(`bertgpu ${OURS} CPU ${build}${ours.workers > 1 ? `, ${ours.workers} workers (${ours.parallel})` : ""}: ${line("ours")}`);
+  console.log(`bertgpu ${OURS} CPU ${build}${ours.workers > 1 ? `, ${ours.workers} workers` : ""}: ${line("ours")}`);
   console.log(`transformers.js ${theirs.dtype} WASM ${theirs.threads} thread(s): ${line("theirs")}`);
   console.log(`ratio of medians: ${(median(all("ours")) / median(all("theirs"))).toFixed(2)}×`);
 });
 
 /**
  * The --alone protocol: each configuration in its own fresh page with one library only, rounds rotating which goes
- * first: ours in one instance and split across 2 (and --cores) tensor-parallel workers, theirs with 1 and 2 (and
- * --cores) wasm threads. Ends with each library's fastest configuration (the issue's latency target compares those).
+ * first: ours and theirs with 1 and 2 (and --cores) threads (ours: the threaded build). Ends with each library's fastest configuration (the issue's latency target compares those).
  */
 async function alone(first) {
   const cores = multiCore(CORES, await first.evaluate(() => navigator.hardwareConcurrency));
   const counts = [...new Set([2, cores])];
   const configs = [
-    { which: "ours", name: "1 instance", o: { ...ours, workers: 1 } },
-    ...counts.map((n) => ({ which: "ours", name: `${n} tensor-parallel workers`, o: { ...ours, workers: n, parallel: "tensor" } })),
+    { which: "ours", name: "1 thread", o: { ...ours, workers: 1 } },
+    ...counts.map((n) => ({ which: "ours", name: `${n} threads`, o: { ...ours, workers: 1, threads: n } })),
     { which: "theirs", name: "1 thread", o: { ...theirs, threads: 1 } },
     ...counts.map((n) => ({ which: "theirs", name: `${n} threads`, o: { ...theirs, threads: n } })),
   ].map((c) => ({ ...c, times: [] }));

@@ -32,7 +32,7 @@ window.coldStart = async (which, opts) => {
 window.marks = [];
 
 /**
- * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers, parallel, threads, simd, cache };
+ * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers, threads, simd, cache };
  * theirs: { dtype: "fp32" | "q8", device: "wasm" | "webgpu", threads, cache }. `cache`: keep the downloads in the
  * Cache API (each library's default is true; without it, ours caches only with several workers, theirs never).
  */
@@ -40,7 +40,7 @@ window.load = async (which, opts) => {
   if (which === "ours") {
     const { Bert } = await importOurs(opts.workers ?? 1);
     sessions.ours?.dispose();
-    const extra = opts.workers > 1 ? { workers: opts.workers, parallel: opts.parallel ?? "data" } : {};
+    const extra = opts.workers > 1 ? { workers: opts.workers } : {};
     if (opts.simd) extra.simd = opts.simd; // which wasm build (default "auto": relaxed SIMD where the engine has it)
     // The threaded build's threads (bertgpu's default is the cores; the rows without `threads` measure one thread).
     extra.threads = opts.threads ?? 1;

@@ -1,12 +1,12 @@
 // Scaling of the threaded build: the same model on 1 thread (the single-threaded SIMD128 build) and on n threads
-// (the threaded build), and optionally on 1 thread of the relaxed-SIMD build (`--with relaxed`) and on n workers of
-// the other two ways to use the cores (`bertgpu/worker`: n data-parallel copies, or n tensor-parallel shards, each
-// on the single-threaded build the browser prefers: relaxed SIMD in Chromium), all
+// (the threaded build), and optionally on 1 thread of the relaxed-SIMD build (`--with relaxed`) and on n
+// data-parallel workers (`--with workers`: `bertgpu/worker`'s n copies, each on the single-threaded build the
+// browser prefers: relaxed SIMD in Chromium), all
 // loaded in one cross-origin isolated page, their calls taken in turn (the order rotating each round) so that the
 // machine's drift hits all alike; medians. Workloads as bench/browser.mjs's: (a) 1 × 12 tokens, (b) 8 × 128,
 // (c) 32 × 32. From the repository root, after bench/browser.sh has prepared pkg/ and the GGUF:
 //
-//   node bench/threads.mjs [--cores n] [--reps 9] [--model f32|q8] [--with relaxed,workers,tensor]
+//   node bench/threads.mjs [--cores n] [--reps 9] [--model f32|q8] [--with relaxed,workers]
 //
 // Prints, per workload, each configuration's median, the speed-up over 1 thread and the scaling efficiency
 // (speed-up / n; the issue's target is ≥ 0.8).
@@ -25,8 +25,8 @@ if (!["f32", "q8"].includes(MODEL)) {
 }
 const SOURCE = MODEL === "f32" ? "/models/all-MiniLM-L6-v2/" : "/bench/models/all-MiniLM-L6-v2.q8_0.gguf";
 const WITH = arg("with", "").split(",").filter(Boolean);
-if (WITH.some((w) => !["relaxed", "workers", "tensor"].includes(w))) {
-  console.error("--with: relaxed, workers and/or tensor");
+if (WITH.some((w) => !["relaxed", "workers"].includes(w))) {
+  console.error("--with: relaxed and/or workers");
   process.exit(2);
 }
 
@@ -46,13 +46,9 @@ await withBenchPage({ isolated: true }, async (page) => {
     if (extra.includes("relaxed")) {
       configs.push(["1 thread, relaxed SIMD", await Bert.load(source, { device: "cpu", threads: 1, simd: "relaxed", cache: false })]);
     }
-    if (extra.some((e) => e !== "relaxed")) {
+    if (extra.includes("workers")) {
       const { Bert: Workers } = await import("/pkg/worker.js");
-      for (const parallel of extra.filter((e) => e !== "relaxed")) {
-        const name = parallel === "workers" ? `${n} workers` : `${n} tensor-parallel workers`;
-        const opts = { device: "cpu", workers: n, parallel: parallel === "workers" ? "data" : "tensor", cache: true };
-        configs.push([name, await Workers.load(source, opts)]);
-      }
+      configs.push([`${n} workers`, await Workers.load(source, { device: "cpu", workers: n, cache: true })]);
     }
     const time = async (bert, t) => {
       const t0 = performance.now();

@@ -1,10 +1,10 @@
 // The cost of the worker entry on one short sentence. Two experiments in one headless Chromium page each:
-//   default: bertgpu's main-thread entry and its worker entry with 1 and 2 workers (each a copy of the model) and
-//            2 tensor-parallel workers (one sentence on both cores), loaded side by side, each timed on the same
-//            sentence in turn (5 warm-up rounds, then `reps`); and 2 workers on two sentences at once (one each),
-//            against one sentence, to see how much the two cores slow each other;
-//   --batches: 2 workers holding copies against 2 tensor-parallel workers on batches (8 × ~128 and 32 × ~32
-//            tokens, as bench/browser.mjs's (b) and (c)), alternating, 7 runs each after 2 warm-up;
+//   default: bertgpu's main-thread entry and its worker entry with 1 and 2 workers (each a copy of the model),
+//            loaded side by side, each timed on the same sentence in turn (5 warm-up rounds, then `reps`); and 2
+//            workers on two sentences at once (one each), against one sentence, to see how much the two cores slow
+//            each other;
+//   --batches: 2 workers holding copies against 2 threads of the threaded build on batches (8 × ~128 and
+//            32 × ~32 tokens, as bench/browser.mjs's (b) and (c)), alternating, 7 runs each after 2 warm-up;
 //   --beside-theirs: the worker entry (2 workers) next to transformers.js with 2 wasm threads (bench/page.js, as in
 //            bench/browser.mjs): ours timed right after one of their calls and again after a 300 ms pause, in case
 //            their idle threads take the cores.
@@ -18,7 +18,7 @@ const args = process.argv.slice(2);
 const beside = args.includes("--beside-theirs");
 const batches = args.includes("--batches");
 const [source = "/models/all-MiniLM-L6-v2", reps = "35"] = args.filter((a) => !a.startsWith("--"));
-// Cross-origin isolated, or transformers.js cannot start its 2 threads and our workers cannot share a tensor.
+// Cross-origin isolated, or neither transformers.js nor our threaded build can start their 2 threads.
 await withBenchPage({ isolated: true }, async (page) => {
   const r = await page.evaluate(async ({ source, reps, beside, batches }) => {
     const text = ["The quick brown fox jumps over the lazy dog again."];
@@ -34,7 +34,8 @@ await withBenchPage({ isolated: true }, async (page) => {
       const worker = (await import("/pkg/worker.js")).Bert;
       const models = {
         "2 workers (copies)": await worker.load(source, { device: "cpu", cache: true, workers: 2 }),
-        "2 workers (tensor-parallel)": await worker.load(source, { device: "cpu", cache: true, workers: 2, parallel: "tensor" }),
+        "2 threads (threaded build)": await (await import("/pkg/index.js")).Bert.load(source,
+          { device: "cpu", cache: true, threads: 2 }),
       };
       for (const [n, words] of [[8, 128], [32, 32]]) {
         const texts = window.repeatedTexts(n, words);
@@ -66,8 +67,6 @@ await withBenchPage({ isolated: true }, async (page) => {
         "main thread": await main.load(source, { device: "cpu", cache: true }),
         "worker entry, 1 worker": await worker.load(source, { device: "cpu", cache: true, workers: 1 }),
         "worker entry, 2 workers": await worker.load(source, { device: "cpu", cache: true, workers: 2 }),
-        "worker entry, 2 workers, tensor-parallel": await worker.load(source,
-          { device: "cpu", cache: true, workers: 2, parallel: "tensor" }),
       };
       for (let i = 0; i < 5 + reps; i++) {
         for (const [name, m] of Object.entries(models)) {

@@ -117,13 +117,11 @@ export interface LoadOptions {
    */
   workers?: number | "auto";
   /**
-   * "bertgpu/worker" only, with `workers` > 1: how the workers share a call. "data" (default): each holds a copy of
-   * the model and takes a part of the texts. "tensor": each holds 1/workers of every layer and all run every call
-   * together (two exchanges per layer through a SharedArrayBuffer): one sentence uses every core, and the model's
-   * memory is split, not copied. Needs a cross-origin isolated page, and a model whose attention heads and
-   * feed-forward size divide by `workers`.
+   * "bertgpu/worker" only, with `workers` > 1: how the workers share a call. "data" (the default and the only
+   * value): each holds a copy of the model and takes a part of the texts. ("tensor", a part of every layer in each
+   * worker, was retired: on a cross-origin isolated page `threads` runs one model on every core, as fast or faster.)
    */
-  parallel?: "data" | "tensor";
+  parallel?: "data";
 }
 
 export interface Tokenized {

@@ -10,7 +10,6 @@
 
 import { resolveSource, fetchModelFiles, fetchAdapterFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin }
   from "./loader.js";
-import { shardGather } from "./shards.js";
 import { deleteCheckpoint, listCheckpoints, openCheckpointStore } from "./checkpoints.js";
 import { calibrate, tune } from "./tuning.js";
 import { endPool, startPool, threadsOption, threadsUnavailable } from "./threads.js";
@@ -578,11 +577,10 @@ export class Bert {
    * model.safetensors), a .gguf URL, a Hugging Face repo id ("owner/name"), or { config, tokenizer, weights } bytes.
    */
   static async load(source, options = {}) {
-    // (`_shard`: { rank, count, buffer }, set by bertgpu/worker for one shard of a tensor-parallel model.)
     // (`_injectFault`: tests only. The GPU's linears return wrong values, as a miscompiled kernel would, so that
     // the load-time check fails: "auto" must then give the CPU with a `deviceReason`, "webgpu" must reject.)
     const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
-      "adapter", "threads", "_shard", "_injectFault"], "Bert.load");
+      "adapter", "threads", "_injectFault"], "Bert.load");
     const device = opts.device ?? "auto";
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -600,10 +598,7 @@ export class Bert {
       throw new TypeError("Bert.load: cacheDir must be the path of a folder (a non-empty string)");
     }
     const wasm = checkWasmOption(opts.wasm, opts.simd);
-    // A shard of a tensor-parallel model (bertgpu/worker) runs on one thread: its workers are the parallelism.
-    const { build, threads, threadsReason } = opts._shard ? { build: pickBuild(opts.simd ?? "auto", wasm), threads: 1,
-      threadsReason: "a shard of a tensor-parallel model runs on one thread" }
-      : pickThreads(opts, wasm, "Bert.load");
+    const { build, threads, threadsReason } = pickThreads(opts, wasm, "Bert.load");
     const resolved = resolveSource(source);
     const cache = opts.cache ?? true;
     const { sha256, maxBytes } = checkLoadOptions(resolved, opts);
@@ -622,7 +617,6 @@ export class Bert {
       fetching.then((f) => (f.gguf ?? f.weights)?.free?.(), () => {});
       throw e;
     }
-    const shard = opts._shard && { ...opts._shard, gather: shardGather(opts._shard.buffer, opts._shard.rank, opts._shard.count) };
     // `files` is the only reference this function keeps to the downloaded bytes, and `instantiate` empties it once
     // the module has read them: the JS copy of the weights is garbage while the model is built, not after.
     const files = { ...fetched, ...adapter };
@@ -639,7 +633,7 @@ export class Bert {
     }
     let model;
     try {
-      model = await instantiate(rt, files, chosen.device, shard, opts._injectFault === true, { consume: true });
+      model = await instantiate(rt, files, chosen.device, opts._injectFault === true, { consume: true });
       if (build in THREADED && !poolFirst && model.device === "cpu") {
         await usePool(rt, threads).catch((e) => {
           model.free();
@@ -1297,14 +1291,14 @@ export async function trainTokenizer(corpus, options = {}) {
 
 /**
  * A WasmModel from downloaded files on `device` ("webgpu", "auto" after pickDevice saw a hardware adapter, or
- * "cpu"), whole or (CPU) one shard of it. `injectFault`: Bert.load's test-only `_injectFault`.
+ * "cpu"). `injectFault`: Bert.load's test-only `_injectFault`.
  */
-function instantiate(rt, files, device, shard = undefined, injectFault = false, { consume = false } = {}) {
+function instantiate(rt, files, device, injectFault = false, { consume = false } = {}) {
   return guard(rt, () => {
     const loading = files.gguf
-      ? rt.glue.WasmModel.loadGguf(files.gguf, device, shard, injectFault)
+      ? rt.glue.WasmModel.loadGguf(files.gguf, device, injectFault)
       : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-        files.adapterConfig, files.adapterWeights, device, shard, injectFault);
+        files.adapterConfig, files.adapterWeights, device, injectFault);
     // The glue copied the small files into wasm memory, and the module holds its own reference to the weights
     // (read a tensor at a time, then released): ours can go.
     if (consume) for (const k of Object.keys(files)) delete files[k];

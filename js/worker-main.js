@@ -65,9 +65,8 @@ async function handle(id, method, args) {
     case "exportModel":
       return bert.exportModel(...args);
     case "adopt": {
-      // Another worker's fine-tuned model (its exportModel files) replaces this one; a shard gets a new exchange.
-      const [f, shard] = args;
-      if (shard) loadOptions._shard = shard;
+      // Another worker's fine-tuned model (its exportModel files) replaces this one.
+      const [f] = args;
       const next = await Bert.load({ config: f["config.json"], tokenizer: f["tokenizer.json"], vocab: f["vocab.txt"],
         tokenizerConfig: f["tokenizer_config.json"], weights: f["model.safetensors"] }, { ...loadOptions, sha256: undefined });
       bert.dispose();

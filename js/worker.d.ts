@@ -12,6 +12,6 @@ export declare class Bert extends MainBert {
   static load(source: ModelSource, options?: LoadOptions): Promise<Bert>;
   /** How many workers hold the model (1 on WebGPU, whatever was asked). */
   readonly workers: number;
-  /** How the workers share a call: "data" (copies, or one worker) or "tensor" (shards of every layer). */
-  readonly parallel: "data" | "tensor";
+  /** How the workers share a call: "data" (copies that take a part of its texts each, or one worker). */
+  readonly parallel: "data";
 }

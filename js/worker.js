@@ -9,12 +9,10 @@
 // embeddings come back as transferred buffers (no copy). Load progress arrives as { id, progress }.
 
 import { resolveSource } from "./loader.js";
-import { shardBuffer } from "./shards.js";
 import { deleteCheckpoint, listCheckpoints } from "./checkpoints.js";
 
 
 const MAX_WORKERS = 8;
-const PARALLEL = ["data", "tensor"];
 
 /** Starts one worker and loads the model in it; resolves to { worker, channel, device, deviceReason, tasks }. */
 async function startWorker(src, options, onProgress) {
@@ -45,27 +43,20 @@ const isPair = (v) => Array.isArray(v) && v.length === 2 && v.every((x) => typeo
 
 export class Bert {
   /** @internal use Bert.load */
-  constructor(members, device, tasks, parallel) {
+  constructor(members, device, tasks) {
     this._members = members; // [{ worker, channel }], the first one holds the trained head's training state
     this._device = device;
     this._tasks = tasks;
-    this._parallel = parallel;
   }
 
   /**
    * As "bertgpu"'s `Bert.load`, plus `workers`: on the CPU backend, how many workers (each on its own core) share
    * the work of a call. A number, or "auto" (the cores the browser reports, at most 4). Default 1. Ignored on
-   * WebGPU, where one device does the work. And `parallel`, how they share it:
-   * - "data" (default): each worker holds a copy of the model and takes a part of a call's texts; one text runs on
-   *   one core.
-   * - "tensor": each worker holds 1/workers of every layer (its attention heads and feed-forward units) and all of
-   *   them run every call together, exchanging partial sums twice per layer: one sentence runs on all the cores,
-   *   for the lowest latency, and the model's memory is split rather than copied. Needs a cross-origin isolated
-   *   page (SharedArrayBuffer), and a model whose heads and feed-forward size divide by `workers`.
-   * Where "tensor" can run, so can the threaded builds (`threads`: one model in one shared memory, no exchange
-   * between workers), measured level with it or faster (BENCHMARKS.md, issue 20's reruns): "tensor" is to be
-   * retired. "data" stays: it is the way to more cores on pages that are not cross-origin isolated, where threads
-   * cannot run.
+   * WebGPU, where one device does the work. Each worker holds a copy of the model and takes a part of a call's
+   * texts (`parallel: "data"`, the only way there is); one text runs on one core. That is the way to more cores on a
+   * page that is not cross-origin isolated; on one that is, the threaded build (`threads`) runs one model on every
+   * core, one sentence included. (`parallel: "tensor"`, workers holding a part of every layer each, was retired:
+   * the threads ran level with it or faster with one model and no exchange between workers, BENCHMARKS.md.)
    */
   /** fineTune's checkpoints kept by this origin (as `Bert.checkpoints` of "bertgpu"). */
   static checkpoints() {
@@ -92,18 +83,14 @@ export class Bert {
     if (!Number.isInteger(n) || n < 1 || n > MAX_WORKERS) {
       throw new TypeError(`Bert.load: workers must be "auto" or an integer from 1 to ${MAX_WORKERS} (got ${JSON.stringify(workers)})`);
     }
-    if (!PARALLEL.includes(parallel)) {
-      throw new TypeError(`Bert.load: parallel must be ${PARALLEL.map((p) => `"${p}"`).join(" or ")} (got ${JSON.stringify(parallel)})`);
+    if (parallel === "tensor") {
+      throw new TypeError("Bert.load: parallel: \"tensor\" was retired. On a cross-origin isolated page the threaded "
+        + "build runs one model on every core (the `threads` option; the default takes the cores the browser reports); "
+        + "elsewhere `workers` with parallel: \"data\" (the default) take a part of each call's texts each");
     }
-    const tensor = parallel === "tensor" && n > 1;
-    if (tensor && !globalThis.crossOriginIsolated) {
-      throw new TypeError("Bert.load: parallel: \"tensor\" needs a cross-origin isolated page (SharedArrayBuffer): serve "
-        + "it with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp, or use "
-        + "parallel: \"data\"");
+    if (parallel !== "data") {
+      throw new TypeError(`Bert.load: parallel must be "data" (got ${JSON.stringify(parallel)})`);
     }
-    // One shard per worker, exchanging through one buffer; a GPU model ignores it (and stays alone).
-    const buffer = tensor ? shardBuffer(n) : null;
-    const shard = (rank) => (tensor ? { _shard: { rank, count: n, buffer } } : {});
     // URLs are resolved here, against the page: inside the worker a relative URL would mean something else.
     const resolved = resolveSource(source);
     const src = resolved.kind === "folder" ? resolved.base : resolved.kind === "gguf" ? resolved.url : source;
@@ -115,12 +102,12 @@ export class Bert {
     // Several workers are the parallelism already: each runs on one thread unless `threads` says otherwise (on a
     // cross-origin isolated page one worker with the threaded build's `threads` holds one copy of the model).
     if (n > 1 && rest.threads == null) rest.threads = 1;
-    const first = await startWorker(src, { ...rest, ...shard(0) }, onProgress);
+    const first = await startWorker(src, rest, onProgress);
     const members = [first];
     if (first.device === "cpu" && n > 1) {
       // The others load after the first, so a URL's files come from the cache the first one filled.
       const more = await Promise.allSettled(Array.from({ length: n - 1 },
-        (_, i) => startWorker(src, { ...rest, device: "cpu", ...shard(i + 1) })));
+        () => startWorker(src, { ...rest, device: "cpu" })));
       const failed = more.find((r) => r.status === "rejected");
       if (failed) {
         // End every worker that did start, not only the first.
@@ -129,16 +116,14 @@ export class Bert {
       }
       members.push(...more.map((r) => r.value));
     }
-    const bert = new Bert(members, first.device, first.tasks, members.length > 1 ? parallel : "data");
+    const bert = new Bert(members, first.device, first.tasks);
     bert._deviceReason = first.deviceReason ?? null;
-    // A tensor-parallel model fine-tunes in a worker of its own holding the whole model (see fineTune).
-    bert._whole = { src, options: { ...rest, device: "cpu" } };
     return bert;
   }
 
-  /** "data" or "tensor": how the workers share a call (see `load`). */
+  /** "data": how the workers share a call (see `load`). */
   get parallel() {
-    return this._parallel;
+    return "data";
   }
 
   /** "webgpu" or "cpu". */
@@ -256,15 +241,13 @@ export class Bert {
 
   /**
    * See "bertgpu": `onProgress` is called here, in the page, and `signal` is passed on to the worker. The first
-   * worker fine-tunes, then the others load its result; a tensor-parallel model (whose workers hold a part of each
-   * layer) fine-tunes in one more worker holding the whole model, which ends when it is done, and every shard then
-   * loads its part of the result.
+   * worker fine-tunes, then the others load its result.
    */
   fineTune(examples, options = {}) {
     return this._train("fineTune", examples, options);
   }
 
-  /** See "bertgpu": as fineTune, in the first worker (or one of its own for a tensor-parallel model). */
+  /** See "bertgpu": as fineTune, in the first worker. */
   pretrain(corpus, options = {}) {
     return this._train("pretrain", corpus, options);
   }
@@ -280,14 +263,7 @@ export class Bert {
     }
     if (!this._members) throw new Error(`${method}: this model was disposed; load it again with Bert.load`);
     signal?.throwIfAborted();
-    const tensor = this._parallel === "tensor";
-    let trainer = this._members[0];
-    if (tensor) {
-      const f = this._tuned;
-      const src = f ? { config: f["config.json"], tokenizer: f["tokenizer.json"], vocab: f["vocab.txt"],
-        tokenizerConfig: f["tokenizer_config.json"], weights: f["model.safetensors"] } : this._whole.src;
-      trainer = await startWorker(src, this._whole.options);
-    }
+    const trainer = this._members[0];
     const token = (this._tokens = (this._tokens ?? 0) + 1);
     const abort = () => trainer.channel.call("abort", [token]).catch(() => {});
     signal?.addEventListener("abort", abort, { once: true });
@@ -296,32 +272,25 @@ export class Bert {
     try {
       report = await trainer.channel.call(method, [data, { ...rest, token, progress: onProgress != null }], [],
         onProgress);
-      if (tensor || this.workers > 1) files = await trainer.channel.call("exportModel", []);
+      if (this.workers > 1) files = await trainer.channel.call("exportModel", []);
       this._adapter = rest.lora ? await trainer.channel.call("exportModel", [{ format: "adapter" }]) : null;
     } catch (e) {
       if (signal?.aborted) throw signal.reason ?? new DOMException(`${method} was aborted`, "AbortError");
       throw e;
     } finally {
       signal?.removeEventListener("abort", abort);
-      if (tensor) trainer.worker.terminate();
     }
     if (files) {
-      // Shards start a new exchange (its rounds count from 0 again); copies just load the files.
-      const buffer = tensor ? shardBuffer(this.workers) : null;
-      const shard = (rank) => (tensor ? { rank, count: this.workers, buffer } : null);
-      await Promise.all(this._members.map((m, i) => (tensor || i > 0) && m.channel.call("adopt", [files, shard(i)])));
-      this._tuned = files;
+      // The other copies load the trained model's files.
+      await Promise.all(this._members.slice(1).map((m) => m.channel.call("adopt", [files])));
     }
     this._headLabels = null;
     await this._refreshTasks();
     return report;
   }
 
-  /** See "bertgpu". (A tensor-parallel model's shards each hold a part: its files are those of the whole.) */
+  /** See "bertgpu". */
   exportModel(options) {
-    if (this._parallel === "tensor" && this._tuned && (options?.format ?? "folder") === "folder") {
-      return Promise.resolve({ ...this._tuned });
-    }
     if (options?.format === "adapter" && this._adapter) return Promise.resolve({ ...this._adapter });
     return this._call("exportModel", [options]);
   }
@@ -362,29 +331,9 @@ export class Bert {
     return this._members[member].channel.call(method, args, [], onProgress);
   }
 
-  /** A call that runs the model: on the first worker, or (tensor-parallel) on all of them together. */
+  /** A call that runs the model, on the first worker. */
   _run(method, args, onProgress) {
-    return this._parallel === "tensor" ? this._together(method, args, onProgress) : this._call(method, args, onProgress);
-  }
-
-  /**
-   * `method` on every shard of a tensor-parallel model at once (each worker runs its calls in order, so the shards
-   * meet at the same exchanges); the first shard's result. Every shard fails alike on bad input, before any
-   * exchange. A failure of some shards only, or at an exchange, leaves them out of step: later calls then reject.
-   */
-  async _together(method, args, onProgress) {
-    if (!this._members) throw new Error(`${method}: this model was disposed; load it again with Bert.load`);
-    if (this._broken) throw this._broken;
-    const settled = await Promise.allSettled(this._members.map((m, i) =>
-      m.channel.call(method, args, [], i === 0 ? onProgress : undefined)));
-    const failed = settled.filter((s) => s.status === "rejected").map((s) => s.reason);
-    if (failed.length === 0) return settled[0].value;
-    if (failed.length < settled.length || failed.some((e) => /tensor parallelism/.test(e?.message))) {
-      this._broken = new Error(`${method}: the workers of this model fell out of step (${failed[0]?.message}); `
-        + "load it again with Bert.load");
-      throw this._broken;
-    }
-    throw settled[0].reason;
+    return this._call(method, args, onProgress);
   }
 
   /**
@@ -392,7 +341,6 @@ export class Bert {
    * (`args(...parts)` builds its arguments) and concatenates the results in order.
    */
   async _fanOut(method, lists, args) {
-    if (this._parallel === "tensor") return this._together(method, args(...lists));
     const n = Math.min(this.workers, lists[0].length);
     if (n <= 1) return this._call(method, args(...lists));
     const size = Math.ceil(lists[0].length / n);

@@ -24,9 +24,6 @@ pub enum Error {
     /// No GPU adapter, device lost, a limit exceeded, or a shader failed.
     #[error("gpu: {0}")]
     Gpu(String),
-    /// The shards of a tensor-parallel model could not exchange their partial sums (a worker failed or stopped).
-    #[error("tensor parallelism: {0}")]
-    Shards(String),
     /// A GGUF file is malformed or hostile.
     #[error("gguf: {0}")]
     Gguf(String),

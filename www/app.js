@@ -98,8 +98,7 @@ const TASK_NAMES = {
 
 /**
  * `Bert.load` in a worker. On the CPU, on a cross-origin isolated page (this server sends the headers) the package
- * runs its threaded build there: one copy of the model, one sentence on every core (the `threads` default), for
- * any model (tensor-parallel workers needed heads that divide among them).
+ * runs its threaded build there: one copy of the model, one sentence on every core (the `threads` default).
  */
 function loadBert(source, options) {
   return Bert.load(source, options);

@@ -13,8 +13,8 @@ const TYPES = {
 };
 
 /**
- * The headers that make a page cross-origin isolated: SharedArrayBuffer, which the tensor-parallel workers of
- * "bertgpu/worker" exchange through (and transformers.js's wasm threads need, in the benchmarks).
+ * The headers that make a page cross-origin isolated: SharedArrayBuffer, which the threaded build's one shared
+ * memory needs (and transformers.js's wasm threads, in the benchmarks).
  */
 export const ISOLATION_HEADERS = {
   "Cross-Origin-Opener-Policy": "same-origin",

@@ -8,7 +8,7 @@ const KEEP = [/^\/www\//, /^\/pkg\//, /^\/tests\/data\//];
 // the first visit happen before this worker controls it).
 const SHELL = [
   "/www/", "/www/app.js", "/www/chart.js", "/www/pretrain.js", "/www/style.css", "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/loader.js",
-  "/pkg/shards.js", "/pkg/threads.js", "/pkg/threads-worker.js",
+  "/pkg/threads.js", "/pkg/threads-worker.js",
   // pkg/index.js imports the four builds' glue statically (bundlers and extension service workers need that); only
   // the .wasm of the build in use is fetched.
   "/pkg/wasm/bertgpu.js", "/pkg/wasm-relaxed/bertgpu.js", "/pkg/wasm-threads/bertgpu.js",

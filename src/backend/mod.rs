@@ -168,37 +168,6 @@ impl AdamWStep {
     }
 }
 
-/// Which part of the model a backend holds under tensor parallelism (Megatron-LM's split of a transformer layer):
-/// shard `rank` of `count` holds `heads / count` attention heads (their rows of the q/k/v projection, their columns
-/// of the output projection) and `intermediate / count` feed-forward units (their rows of the expansion, their
-/// columns of the contraction). The two projections back to the hidden size then give partial sums, added across
-/// the shards ([`Backend::sum_shards`]) twice per layer; everything else (embeddings, LayerNorms, heads) every
-/// shard computes whole, on the same values. `Shard::WHOLE` is the unsplit model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shard {
-    pub rank: usize,
-    pub count: usize,
-}
-
-impl Shard {
-    pub const WHOLE: Shard = Shard { rank: 0, count: 1 };
-
-    /// This shard's part `[rank · n / count, (rank + 1) · n / count)` of `n` units.
-    pub fn part(&self, n: usize) -> std::ops::Range<usize> {
-        let each = n / self.count;
-        self.rank * each..(self.rank + 1) * each
-    }
-}
-
-/// The link between the shards of a tensor-parallel model: its one collective.
-pub trait ShardLink: Send + Sync {
-    fn shard(&self) -> Shard;
-
-    /// Fills `all` (`count · mine.len()` values) with every shard's `mine`, in rank order (this shard's own
-    /// included). Every shard calls it at the same points with the same length.
-    fn gather(&self, mine: &[f32], all: &mut [f32]) -> Result<()>;
-}
-
 /// The CPU backend's budget for one activation tensor: 256 MiB keeps a forward of any batch within a few times
 /// that (a handful of activations live at once), e.g. 85 sequences of 512 tokens of MiniLM's `(B*T, 4H)` FFN.
 pub const CPU_MAX_TENSOR_BYTES: usize = 256 << 20;
@@ -373,18 +342,6 @@ pub trait Backend {
     /// `((b·heads + h)·T + i)·T + j` for query `i` and key `j`. Training only; the inference kernels are untouched.
     fn attention_dropout(&self, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape, d: Dropout)
         -> Result<Self::Tensor>;
-
-    /// Which part of every layer this backend holds ([`Shard`]); the whole model unless it was made as one shard of
-    /// a tensor-parallel model.
-    fn shard(&self) -> Shard {
-        Shard::WHOLE
-    }
-
-    /// The sum over all shards of each one's partial result `x` (the same on every shard: added in rank order);
-    /// `x` itself for the whole model.
-    fn sum_shards(&self, x: Self::Tensor) -> Result<Self::Tensor> {
-        Ok(x)
-    }
 
     /// Runs everything recorded so far and copies one f32 tensor back to the host, row-major.
     async fn read(&self, t: &Self::Tensor) -> Result<Vec<f32>>;

@@ -76,7 +76,7 @@ impl Engine {
         Self::load_on(source, opts, device, CpuBackend::new()).await
     }
 
-    /// [`Self::load`], with the backend to use if the CPU is chosen (e.g. one shard of a tensor-parallel model).
+    /// [`Self::load`], with the backend to use if the CPU is chosen (e.g. the reference twin of the GPU kernels).
     pub async fn load_on(source: ModelSource<'_>, opts: &LoadOptions, device: Device, cpu: CpuBackend)
         -> Result<Engine> {
         let m = loader::load(source, opts)?;

@@ -65,7 +65,7 @@ pub struct BertModel<B: Backend> {
 impl<B: Backend> BertModel<B> {
     /// `w` at the checkpoint root: names with or without the `bert.` prefix both resolve (see [`Weights`]).
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let w = &Self::checked(w, cfg, backend)?;
+        let w = &Self::checked(w, cfg)?;
         Ok(BertModel {
             config: cfg.clone(),
             embeddings: BertEmbeddings::load(&w.pp("embeddings"), cfg, backend)?,
@@ -75,14 +75,8 @@ impl<B: Backend> BertModel<B> {
     }
 
     /// The checks of [`Self::load`] before any upload; `w` seen under the family's names.
-    fn checked(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Weights> {
+    fn checked(w: &Weights, cfg: &BertConfig) -> Result<Weights> {
         cfg.validate()?;
-        let shards = backend.shard().count;
-        if shards > 1 && (cfg.num_attention_heads % shards != 0 || cfg.intermediate_size % shards != 0) {
-            return Err(crate::Error::Config(format!(
-                "this model cannot be split across {shards} workers: its {} attention heads and {} feed-forward units \
-                 must both divide by {shards}", cfg.num_attention_heads, cfg.intermediate_size)));
-        }
         Ok(w.for_family(cfg.family))
     }
 
@@ -103,7 +97,7 @@ impl<B: Backend> BertModel<B> {
     /// GPU's load-time check computes its CPU reference this way (`crate::engine::canary`). Reads back nothing;
     /// returns the last hidden state `(B*T, H)`.
     pub fn forward_streamed(w: &Weights, cfg: &BertConfig, backend: &B, batch: &Batch) -> Result<B::Tensor> {
-        let w = &Self::checked(w, cfg, backend)?;
+        let w = &Self::checked(w, cfg)?;
         let mask = backend.mask(batch)?; // (B, T)
         let x = BertEmbeddings::load(&w.pp("embeddings"), cfg, backend)?.forward(backend, batch)?; // (B*T, E)
         let mut x = match Self::load_projection(w, cfg, backend)? {

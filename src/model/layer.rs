@@ -1,10 +1,6 @@
 //! One post-LN encoder layer and its sub-modules:
 //! `x = LN(x + Wo·Attn(x))`, then `x = LN(x + W2·act(W1·x))`.
 
-use std::borrow::Cow;
-use std::ops::Range;
-use std::sync::Arc;
-
 use crate::backend::{Activation, AttentionShape, Backend};
 use crate::config::BertConfig;
 use crate::weights::{HostTensor, Weights};
@@ -12,33 +8,11 @@ use crate::Result;
 
 use super::load_layernorm;
 
-/// Rows `part` of `t` (all of them: `t` itself, not a copy).
-fn part_rows(t: &HostTensor, part: Range<usize>) -> Result<Cow<'_, HostTensor>> {
-    Ok(if part == (0..t.rows_cols().0) { Cow::Borrowed(t) } else { Cow::Owned(t.slice_rows(part)?) })
-}
-
-/// Columns `part` of `t` (all of them: `t` itself).
-fn part_cols(t: &HostTensor, part: Range<usize>) -> Result<Cow<'_, HostTensor>> {
-    Ok(if part == (0..t.rows_cols().1) { Cow::Borrowed(t) } else { Cow::Owned(t.slice_cols(part)?) })
-}
-
-/// Uploads `t` (`get_shared`'s), or only its rows `part` when a shard takes a part: the whole tensor is kept
-/// shared with the loaded weights where the backend allows ([`Backend::upload_shared`]).
-fn upload_rows<B: Backend>(backend: &B, t: &Arc<HostTensor>, part: Range<usize>) -> Result<B::Tensor> {
-    if part == (0..t.rows_cols().0) { backend.upload_shared(t) } else { backend.upload(&t.slice_rows(part)?) }
-}
-
-/// [`upload_rows`] for columns `part`.
-fn upload_cols<B: Backend>(backend: &B, t: &Arc<HostTensor>, part: Range<usize>) -> Result<B::Tensor> {
-    if part == (0..t.rows_cols().1) { backend.upload_shared(t) } else { backend.upload(&t.slice_cols(part)?) }
-}
-
-/// A projection back to the hidden size, weight `(out, inp)`: a shard keeps the input columns of its part
-/// ([`crate::backend::Shard`]) and the bias only on shard 0, so that the shards' products add up to the whole one.
-fn load_contraction<B: Backend>(w: &Weights, out: usize, inp: usize, backend: &B) -> Result<(B::Tensor, Option<B::Tensor>)> {
-    let shard = backend.shard();
-    let weight = upload_cols(backend, &w.get_shared("weight", &[out, inp])?, shard.part(inp))?;
-    let bias = if shard.rank == 0 { Some(backend.upload(w.get("bias", &[out])?)?) } else { None };
+/// A dense layer's `(out, inp)` weight, kept shared with the loaded weights where the backend allows
+/// ([`Backend::upload_shared`]), and its bias.
+fn load_dense<B: Backend>(w: &Weights, out: usize, inp: usize, backend: &B) -> Result<(B::Tensor, B::Tensor)> {
+    let weight = backend.upload_shared(&w.get_shared("weight", &[out, inp])?)?;
+    let bias = backend.upload(w.get("bias", &[out])?)?;
     Ok((weight, bias))
 }
 
@@ -54,18 +28,15 @@ impl<B: Backend> BertSelfAttention<B> {
     /// `w` at `encoder.layer.{i}.attention.self`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
-        let shard = backend.shard();
-        // A shard's heads: their rows of each projection (head i at rows i·d..(i+1)·d).
-        let rows = shard.part(h);
         let (q, k, v) = (w.pp("query"), w.pp("key"), w.pp("value"));
-        let [wq, wk, wv] = [&q, &k, &v].map(|p| p.get("weight", &[h, h]).and_then(|t| part_rows(t, rows.clone())));
-        let [bq, bk, bv] = [&q, &k, &v].map(|p| p.get("bias", &[h]).and_then(|t| part_cols(t, rows.clone())));
-        let weight = HostTensor::concat_rows(&[&*wq?, &*wk?, &*wv?])?;
-        let bias = HostTensor::concat_rows(&[&*bq?, &*bk?, &*bv?])?;
+        let [wq, wk, wv] = [&q, &k, &v].map(|p| p.get("weight", &[h, h]));
+        let [bq, bk, bv] = [&q, &k, &v].map(|p| p.get("bias", &[h]));
+        let weight = HostTensor::concat_rows(&[wq?, wk?, wv?])?;
+        let bias = HostTensor::concat_rows(&[bq?, bk?, bv?])?;
         Ok(BertSelfAttention {
             qkv_weight: backend.upload(&weight)?,
             qkv_bias: backend.upload(&bias)?,
-            heads: cfg.num_attention_heads / shard.count,
+            heads: cfg.num_attention_heads,
             head_dim: cfg.head_dim(),
         })
     }
@@ -80,10 +51,10 @@ impl<B: Backend> BertSelfAttention<B> {
 
 /// `BertSelfOutput`: output projection, residual, LayerNorm.
 pub struct BertSelfOutput<B: Backend> {
-    dense_weight: B::Tensor,       // (H, H); a shard's: (H, H / shards)
-    dense_bias: Option<B::Tensor>, // (H); shard 0's only
-    ln_gamma: B::Tensor,           // (H)
-    ln_beta: B::Tensor,            // (H)
+    dense_weight: B::Tensor, // (H, H)
+    dense_bias: B::Tensor,   // (H)
+    ln_gamma: B::Tensor,     // (H)
+    ln_beta: B::Tensor,      // (H)
     eps: f32,
 }
 
@@ -91,16 +62,14 @@ impl<B: Backend> BertSelfOutput<B> {
     /// `w` at `encoder.layer.{i}.attention.output`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
-        let (dense_weight, dense_bias) = load_contraction(&w.pp("dense"), h, h, backend)?;
+        let (dense_weight, dense_bias) = load_dense(&w.pp("dense"), h, h, backend)?;
         let (ln_gamma, ln_beta) = load_layernorm(&w.pp("LayerNorm"), h, backend)?;
         Ok(BertSelfOutput { dense_weight, dense_bias, ln_gamma, ln_beta, eps: cfg.layer_norm_eps })
     }
 
-    /// context `(B*T, H)`, input `(B*T, H)` → `LN(input + context·Woᵀ + bo)` `(B*T, H)`. (A shard's context holds
-    /// its heads only: its products are summed across the shards.)
+    /// context `(B*T, H)`, input `(B*T, H)` → `LN(input + context·Woᵀ + bo)` `(B*T, H)`.
     pub fn forward(&self, backend: &B, context: &B::Tensor, input: &B::Tensor) -> Result<B::Tensor> {
-        let y = backend.linear(context, &self.dense_weight, self.dense_bias.as_ref(), Activation::None)?; // (B*T, H)
-        let y = backend.sum_shards(y)?;
+        let y = backend.linear(context, &self.dense_weight, Some(&self.dense_bias), Activation::None)?; // (B*T, H)
         backend.layernorm(&y, Some(input), &self.ln_gamma, &self.ln_beta, self.eps)
     }
 }
@@ -129,18 +98,15 @@ impl<B: Backend> BertAttention<B> {
 
 /// `BertIntermediate`: the feed-forward expansion with its activation fused into the GEMM.
 pub struct BertIntermediate<B: Backend> {
-    dense_weight: B::Tensor, // (I, H); a shard's: (I / shards, H)
-    dense_bias: B::Tensor,   // (I); a shard's: (I / shards)
+    dense_weight: B::Tensor, // (I, H)
+    dense_bias: B::Tensor,   // (I)
     act: Activation,
 }
 
 impl<B: Backend> BertIntermediate<B> {
     /// `w` at `encoder.layer.{i}.intermediate`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let (i, h, part) = (cfg.intermediate_size, cfg.hidden_size, backend.shard().part(cfg.intermediate_size));
-        let w = w.pp("dense");
-        let dense_weight = upload_rows(backend, &w.get_shared("weight", &[i, h])?, part.clone())?;
-        let dense_bias = backend.upload(&*part_cols(w.get("bias", &[i])?, part)?)?;
+        let (dense_weight, dense_bias) = load_dense(&w.pp("dense"), cfg.intermediate_size, cfg.hidden_size, backend)?;
         Ok(BertIntermediate { dense_weight, dense_bias, act: cfg.hidden_act })
     }
 
@@ -152,10 +118,10 @@ impl<B: Backend> BertIntermediate<B> {
 
 /// `BertOutput`: the feed-forward contraction, residual, LayerNorm.
 pub struct BertOutput<B: Backend> {
-    dense_weight: B::Tensor,       // (H, I); a shard's: (H, I / shards)
-    dense_bias: Option<B::Tensor>, // (H); shard 0's only
-    ln_gamma: B::Tensor,           // (H)
-    ln_beta: B::Tensor,            // (H)
+    dense_weight: B::Tensor, // (H, I)
+    dense_bias: B::Tensor,   // (H)
+    ln_gamma: B::Tensor,     // (H)
+    ln_beta: B::Tensor,      // (H)
     eps: f32,
 }
 
@@ -163,16 +129,14 @@ impl<B: Backend> BertOutput<B> {
     /// `w` at `encoder.layer.{i}.output`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
-        let (dense_weight, dense_bias) = load_contraction(&w.pp("dense"), h, cfg.intermediate_size, backend)?;
+        let (dense_weight, dense_bias) = load_dense(&w.pp("dense"), h, cfg.intermediate_size, backend)?;
         let (ln_gamma, ln_beta) = load_layernorm(&w.pp("LayerNorm"), h, backend)?;
         Ok(BertOutput { dense_weight, dense_bias, ln_gamma, ln_beta, eps: cfg.layer_norm_eps })
     }
 
-    /// inter `(B*T, I)`, input `(B*T, H)` → `LN(input + inter·W2ᵀ + b2)` `(B*T, H)`. (A shard's inter holds its
-    /// units only: its products are summed across the shards.)
+    /// inter `(B*T, I)`, input `(B*T, H)` → `LN(input + inter·W2ᵀ + b2)` `(B*T, H)`.
     pub fn forward(&self, backend: &B, inter: &B::Tensor, input: &B::Tensor) -> Result<B::Tensor> {
-        let y = backend.linear(inter, &self.dense_weight, self.dense_bias.as_ref(), Activation::None)?; // (B*T, H)
-        let y = backend.sum_shards(y)?;
+        let y = backend.linear(inter, &self.dense_weight, Some(&self.dense_bias), Activation::None)?; // (B*T, H)
         backend.layernorm(&y, Some(input), &self.ln_gamma, &self.ln_beta, self.eps)
     }
 }

@@ -15,7 +15,6 @@ use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::{Shard, ShardLink};
 use crate::heads::token_classifier::Aggregation;
 use crate::engine::{Device, Engine, Placement};
 use crate::loader::{LoadOptions, ModelFiles, ModelSource, WeightsFile};
@@ -267,47 +266,6 @@ pub(crate) fn js_err(e: Error) -> JsError {
     JsError::new(&e.to_string())
 }
 
-/// The backend a CPU model gets: whole when `shard` is undefined, else one shard of a tensor-parallel model,
-/// `{ rank, count, gather }` (js/shards.js: `gather(mine, all)` fills `all` with every shard's `mine`, in rank
-/// order, blocking on the other workers). A GPU model ignores it (and is whole).
-fn cpu_backend(shard: JsValue) -> Result<CpuBackend, JsError> {
-    if shard.is_undefined() || shard.is_null() {
-        return Ok(CpuBackend::new());
-    }
-    let get = |k: &str| js_sys::Reflect::get(&shard, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
-    let small_int = |v: JsValue| v.as_f64().filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x < 1024.0).map(|x| x as usize);
-    let (Some(rank), Some(count), Ok(gather)) = (small_int(get("rank")), small_int(get("count")), get("gather").dyn_into())
-    else {
-        return Err(JsError::new("shard must be { rank, count, gather }"));
-    };
-    CpuBackend::sharded(std::sync::Arc::new(JsShardLink { shard: Shard { rank, count }, gather })).map_err(js_err)
-}
-
-/// [`ShardLink`] through a JS function (js/shards.js) over a SharedArrayBuffer the workers share.
-struct JsShardLink {
-    shard: Shard,
-    gather: js_sys::Function,
-}
-
-// SAFETY: wasm32 without the atomics feature has one thread: nothing is ever sent or shared across threads.
-unsafe impl Send for JsShardLink {}
-unsafe impl Sync for JsShardLink {}
-
-impl ShardLink for JsShardLink {
-    fn shard(&self) -> Shard {
-        self.shard
-    }
-
-    fn gather(&self, mine: &[f32], all: &mut [f32]) -> crate::Result<()> {
-        // SAFETY: the views live only during the call, which allocates nothing in wasm memory (so it cannot grow
-        // and detach them); `gather` writes `all` through its view only.
-        let (mine, all) = unsafe { (js_sys::Float32Array::view(mine), js_sys::Float32Array::view_mut_raw(all.as_mut_ptr(), all.len())) };
-        self.gather.call2(&JsValue::NULL, &mine, &all).map(|_| ()).map_err(|e| {
-            let message = e.dyn_ref::<js_sys::Error>().map_or_else(|| format!("{e:?}"), |e| String::from(e.message()));
-            Error::Shards(message)
-        })
-    }
-}
 
 /// A file in JS memory (a `Uint8Array`), read in pieces: each piece is copied straight to where it goes in wasm
 /// memory ([`crate::weights::safetensors::ByteSource`]).
@@ -393,10 +351,9 @@ impl WasmModel {
         adapter_config: Option<Vec<u8>>,
         adapter_weights: Option<Vec<u8>>,
         device: String,
-        shard: JsValue,
         inject_fault: Option<bool>,
     ) -> Result<WasmModel, JsError> {
-        let cpu = cpu_backend(shard)?;
+        let cpu = CpuBackend::new();
         let adapter = adapter_config.zip(adapter_weights);
         let weights = match weights.dyn_into::<js_sys::Uint8Array>() {
             // The weights stay in JS memory and are read a tensor at a time: never the whole file in wasm memory.
@@ -414,9 +371,8 @@ impl WasmModel {
     /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file (a
     /// `Uint8Array`, or a finished `WeightStream` that read it as it downloaded).
     #[wasm_bindgen(js_name = loadGguf)]
-    pub async fn load_gguf(bytes: JsValue, device: String, shard: JsValue, inject_fault: Option<bool>)
-        -> Result<WasmModel, JsError> {
-        let cpu = cpu_backend(shard)?;
+    pub async fn load_gguf(bytes: JsValue, device: String, inject_fault: Option<bool>) -> Result<WasmModel, JsError> {
+        let cpu = CpuBackend::new();
         parse_device(&device)?;
         let m = match bytes.dyn_into::<js_sys::Uint8Array>() {
             // The file stays in JS memory: its header, then each tensor, is copied straight to where it goes.

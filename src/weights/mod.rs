@@ -209,48 +209,7 @@ impl HostTensor {
         Ok(HostTensor { shape, data })
     }
 
-    /// Elements `cols` of every row of the last dimension (a 1-D tensor is one row): the slice of a bias, or the
-    /// input columns of a linear weight `(out, in)` that one shard of a tensor-parallel model multiplies. Quantized
-    /// data can only be cut at whole blocks of 32.
-    pub fn slice_cols(&self, cols: std::ops::Range<usize>) -> Result<HostTensor> {
-        self.check_storage()?;
-        let (rows, n) = self.rows_cols();
-        if cols.start > cols.end || cols.end > n || self.shape.is_empty() {
-            return Err(Error::Weights(format!("columns {cols:?} of a tensor of shape {:?}", self.shape)));
-        }
-        let mut shape = self.shape.clone();
-        *shape.last_mut().expect("not a scalar") = cols.len();
-        fn pick<T: Copy>(v: &[T], rows: usize, row_len: usize, range: std::ops::Range<usize>) -> Vec<T> {
-            (0..rows).flat_map(|r| v[r * row_len..][range.clone()].iter().copied()).collect()
-        }
-        // A quantized row's bytes, and the byte range of the columns.
-        let blocks = |kind: Dtype| {
-            if cols.start % quant::QK != 0 || cols.end % quant::QK != 0 {
-                return Err(Error::Weights(format!(
-                    "a {} tensor of shape {:?} can only be cut at whole blocks of {} columns, not at {cols:?}",
-                    self.data.dtype(), self.shape, quant::QK
-                )));
-            }
-            let bytes = |n| quant::quantized_bytes(kind, n);
-            Ok((bytes(n), bytes(cols.start)..bytes(cols.end)))
-        };
-        let data = match &self.data {
-            HostData::F32(v) => HostData::F32(pick(v, rows, n, cols)),
-            HostData::F16(v) => HostData::F16(pick(v, rows, n, cols)),
-            HostData::Q8_0(v) => {
-                let (row_len, range) = blocks(Dtype::Q8_0)?;
-                HostData::Q8_0(pick(v, rows, row_len, range))
-            }
-            HostData::Q4_0(v) => {
-                let (row_len, range) = blocks(Dtype::Q4_0)?;
-                HostData::Q4_0(pick(v, rows, row_len, range))
-            }
-        };
-        Ok(HostTensor { shape, data })
-    }
-
-    /// Rows `rows` of the first dimension (of a 2-D tensor `(rows, cols)`): the output rows of a linear weight
-    /// that one shard of a tensor-parallel model computes.
+    /// Rows `rows` of the first dimension (of a 2-D tensor `(rows, cols)`), e.g. the positions a table keeps.
     pub fn slice_rows(&self, rows: std::ops::Range<usize>) -> Result<HostTensor> {
         self.check_storage()?;
         let (m, n) = self.rows_cols();
@@ -518,22 +477,15 @@ mod tests {
     fn slices_keep_the_stored_values() {
         let a = t(&[2, 3]); // 0 1 2 / 3 4 5
         assert_eq!(a.slice_rows(1..2).unwrap().to_f32().unwrap(), vec![3., 4., 5.]);
-        let c = a.slice_cols(1..3).unwrap();
-        assert_eq!((c.shape.clone(), c.to_f32().unwrap()), (vec![2, 2], vec![1., 2., 4., 5.]));
-        assert_eq!(t(&[4]).slice_cols(2..4).unwrap().to_f32().unwrap(), vec![2., 3.]);
-        assert!(a.slice_rows(1..3).is_err() && a.slice_cols(2..4).is_err());
-        // Q8_0 (2, 64): two blocks per row; a column slice takes whole blocks, the same values dequantized.
+        assert!(a.slice_rows(1..3).is_err());
+        // Q8_0 (2, 64): two blocks per row; a row keeps its blocks, the same values dequantized.
         let x: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
         let q = quant::quantize(&HostTensor::f32(vec![2, 64], x).unwrap(), Dtype::Q8_0).unwrap();
         let full = q.to_f32().unwrap();
-        let right = q.slice_cols(32..64).unwrap();
-        assert_eq!(right.to_f32().unwrap(), [&full[32..64], &full[96..128]].concat());
         assert_eq!(q.slice_rows(1..2).unwrap().to_f32().unwrap(), full[64..].to_vec());
-        let e = q.slice_cols(16..64).unwrap_err().to_string();
-        assert!(e.contains("whole blocks of 32"), "{e}");
         // Storage that does not match the shape is refused, not indexed past its end.
         let short = HostTensor { shape: vec![2, 64], data: HostData::Q8_0(vec![0; 100]) };
-        assert!(short.slice_cols(0..32).is_err() && short.slice_rows(0..1).is_err());
+        assert!(short.slice_rows(0..1).is_err());
     }
 
     #[test]

@@ -43,7 +43,9 @@ test("workers: 3 share embed, fillMask and a trained head's classify, and agree 
     out.gpuWorkers = gpu.workers;
     gpu.dispose();
     out.bad = await bertgpuWorker.Bert.load(splade, { workers: 0 }).then(() => "no error", (e) => `${e.name}: ${e.message}`);
-    out.notIsolated = await bertgpuWorker.Bert.load(splade, { workers: 2, parallel: "tensor" })
+    out.retired = await bertgpuWorker.Bert.load(splade, { workers: 2, parallel: "tensor" })
+      .then(() => "no error", (e) => `${e.name}: ${e.message}`);
+    out.unknown = await bertgpuWorker.Bert.load(splade, { workers: 2, parallel: "model" })
       .then(() => "no error", (e) => `${e.name}: ${e.message}`);
     return out;
   }, { minilm: ctx.env.models.url + "models/all-MiniLM-L6-v2/", splade: ctx.env.models.url + "models/splade-tiny/",
@@ -67,7 +69,8 @@ test("workers: 3 share embed, fillMask and a trained head's classify, and agree 
   assert.ok(got.auto >= 1 && got.auto <= 4);
   assert.equal(got.gpuWorkers, 1, "WebGPU: one worker, whatever was asked");
   assert.match(got.bad, /^TypeError: Bert.load: workers must be "auto" or an integer from 1 to 8/);
-  // This page is not cross-origin isolated: no SharedArrayBuffer for the shards (tensor-parallel.test.mjs is).
-  assert.match(got.notIsolated, /^TypeError: Bert.load: parallel: "tensor" needs a cross-origin isolated page/);
+  // The retired tensor-parallel workers are refused with what to use instead; an unknown value is refused too.
+  assert.match(got.retired, /^TypeError: Bert.load: parallel: "tensor" was retired\. .*threads/);
+  assert.match(got.unknown, /^TypeError: Bert.load: parallel must be "data" \(got "model"\)/);
   ctx.page.checkErrors();
 });

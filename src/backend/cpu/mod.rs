@@ -25,7 +25,7 @@ pub mod train;
 
 use std::sync::{Arc, OnceLock};
 
-use super::{Activation, AdamWStep, AttentionShape, Backend, Dropout, Dtype, EmbeddingTables, Shard, ShardLink};
+use super::{Activation, AdamWStep, AttentionShape, Backend, Dropout, Dtype, EmbeddingTables};
 use crate::tokenizer::Batch;
 use crate::weights::quant::RowView;
 use crate::weights::{HostData, HostTensor};
@@ -222,20 +222,12 @@ impl CpuTensor {
 /// matches within ~10%), and it keeps x in f32.
 const INT8_Q8_0: bool = cfg!(target_arch = "wasm32");
 
-/// The CPU backend. Threads come from rayon's global pool (native only). Its one state: the link to the other
-/// shards when it holds one shard of a tensor-parallel model (in the browser, one per worker: see
-/// [`ShardLink`]).
-#[derive(Clone, Default)]
+/// The CPU backend. Threads come from rayon's global pool (natively; in the threaded wasm build, a pool of Web
+/// Workers over one shared memory).
+#[derive(Clone, Debug, Default)]
 pub struct CpuBackend {
-    link: Option<Arc<dyn ShardLink>>,
     /// [`CpuBackend::reference`]: never the integer Q8_0 kernel.
     reference: bool,
-}
-
-impl std::fmt::Debug for CpuBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CpuBackend").field("shard", &self.shard()).finish()
-    }
 }
 
 impl CpuBackend {
@@ -248,16 +240,7 @@ impl CpuBackend {
     /// integer kernel with 7-bit activations that the wasm build otherwise runs (`INT8_Q8_0`; q8.rs gives its extra
     /// error, far above the two f32 paths' difference).
     pub fn reference() -> CpuBackend {
-        CpuBackend { reference: true, ..CpuBackend::default() }
-    }
-
-    /// A backend for one shard of a tensor-parallel model, exchanging partial sums through `link`.
-    pub fn sharded(link: Arc<dyn ShardLink>) -> Result<CpuBackend> {
-        let Shard { rank, count } = link.shard();
-        if count == 0 || rank >= count {
-            return Err(Error::Shards(format!("shard {rank} of {count}: the rank must be below the count")));
-        }
-        Ok(CpuBackend { link: Some(link), reference: false })
+        CpuBackend { reference: true }
     }
 }
 
@@ -341,23 +324,6 @@ impl Backend for CpuBackend {
 
     fn name(&self) -> &'static str {
         "cpu"
-    }
-
-    fn shard(&self) -> Shard {
-        self.link.as_ref().map_or(Shard::WHOLE, |l| l.shard())
-    }
-
-    fn sum_shards(&self, x: CpuTensor) -> Result<CpuTensor> {
-        let Some(link) = &self.link else { return Ok(x) };
-        x.expect_f32("sum_shards input")?;
-        let (n, count) = (x.data().len(), link.shard().count);
-        let mut all = vec![0f32; n * count];
-        link.gather(x.data(), &mut all)?;
-        let mut sum = all[..n].to_vec();
-        for part in all[n..].chunks_exact(n.max(1)) {
-            sum.iter_mut().zip(part).for_each(|(s, p)| *s += p);
-        }
-        CpuTensor::new(sum, x.rows, x.cols)
     }
 
     fn upload(&self, t: &HostTensor) -> Result<CpuTensor> {
