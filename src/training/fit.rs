@@ -396,9 +396,14 @@ async fn checkpoint_on_stop<B: Backend, S: Store>(be: &B, trainee: &impl Trainee
         Err(err) => Err(err),
     };
     match saved {
-        Ok((name, _)) => Error::Stopped(format!("{why}; saved as {name} after step {step}: resume to go on from there")),
+        Ok((name, _)) => saved_stop(why, &name, step),
         Err(err) => Error::Stopped(format!("{why}; the checkpoint at step {step} could not be saved: {err}")),
     }
+}
+
+/// The stop `why` of a run whose checkpoint `name` holds it after `step`.
+fn saved_stop(why: &str, name: &str, step: usize) -> Error {
+    Error::Stopped(format!("{why}; saved as {name} after step {step}: resume to go on from there"))
 }
 
 /// Where the loop stands, as a checkpoint records it: `in_epoch` steps of `epoch` done, over the rows in `train`'s
@@ -414,7 +419,13 @@ async fn save_checkpoint<B: Backend, S: Store>(be: &B, trainee: &impl Trainee<B>
     hooks: &mut impl Hooks, at: &LoopState, best: Option<&[Vec<f32>]>) -> Result<()> {
     let step = at.report.steps.len();
     let (name, bytes) = checkpoint::save(c, step, at, &trainee.state(be).await?, best).await?;
-    hooks.progress(Progress::Checkpoint(&CheckpointEvent { checkpoint: "saved", name, step, reason: None, bytes: Some(bytes) }))
+    let event = CheckpointEvent { checkpoint: "saved", name: name.clone(), step, reason: None, bytes: Some(bytes) };
+    // A stop asked while the hook heard of this checkpoint (Ctrl-C during an epoch's last step) is where it stops:
+    // it says so, as a stop between steps does.
+    hooks.progress(Progress::Checkpoint(&event)).map_err(|e| match e {
+        Error::Stopped(why) => saved_stop(&why, &name, step),
+        e => e,
+    })
 }
 
 /// The validation and training row indices: examples (a row's group, or the row itself) shuffled, the first

@@ -161,6 +161,36 @@ fn a_stop_asked_for_saves_a_checkpoint_there() {
     }
 }
 
+/// A stop asked while the hooks hear of an epoch's checkpoint (Ctrl-C during the epoch's last step, noticed when
+/// the checkpoint is reported) says where the run stopped, as a stop between steps does, and resumes from there.
+#[test]
+fn a_stop_heard_with_an_epochs_checkpoint_names_it() {
+    let opts = FitOptions { epochs: 3, batch_size: 4, ..FitOptions::default() };
+    let mut whole = Checkpoints::new(MemStore::default());
+    whole.every = 100;
+    let (want, r) = run_checkpointed(&opts, &[1.0; 3], &mut whole, None);
+    let want_report = r.unwrap();
+    let mut c = Checkpoints::new(MemStore::default());
+    c.every = 100; // epoch ends only: 9 steps an epoch
+    let mut t = scripted(&[1.0; 3]);
+    struct StopAtCheckpoint;
+    impl Hooks for StopAtCheckpoint {
+        fn progress(&mut self, p: Progress<'_>) -> Result<()> {
+            match p {
+                Progress::Checkpoint(_) => Err(Error::Stopped("asked".into())),
+                _ => Ok(()),
+            }
+        }
+    }
+    let r = pollster::block_on(fit_loop(&CpuBackend::new(), &mut t, 40, None, &opts, &mut StopAtCheckpoint, Some(&mut c)));
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("asked; saved as checkpoint-9 after step 9: resume"), "{e}");
+    c.resume = true;
+    let (got, r) = run_checkpointed(&opts, &[1.0; 3], &mut c, None);
+    assert_eq!(r.unwrap(), want_report);
+    assert_eq!(got.seen, want.seen);
+}
+
 #[test]
 fn a_damaged_checkpoint_is_never_resumed_from() {
     let opts = FitOptions { epochs: 2, batch_size: 4, ..FitOptions::default() };
