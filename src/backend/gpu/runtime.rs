@@ -24,7 +24,7 @@ pub(super) type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u6
 /// The commands recorded since the last submit. Dispatches share one compute pass (wgpu orders them, with the
 /// barriers their buffers need, as it would separate passes), open until the encoder is wanted for something else
 /// (the submit, a copy, a profiled pass): a pass per dispatch cost the host a pass's bookkeeping each time, and in a
-/// browser a call to the GPU process (BENCHMARKS.md, "The host's cost of a pass").
+/// browser a call to the GPU process (BENCHMARKS.md, "Subgroup sums and one compute pass for many dispatches").
 pub(super) struct Recording {
     // Declared first so that it drops (ends) before the encoder.
     pass: Option<wgpu::ComputePass<'static>>,
