@@ -12,8 +12,9 @@
 # It prints, for all-MiniLM-L6-v2's shape and bert-base's (seeded random weights: speed depends on shapes alone):
 # `bertgpu bench` at (a) 1 × 12, (b) 8 × 128, (c) 32 × 32, the calibrated kernels against the defaults, with each
 # kernel's GPU time and the calibration's every variant (a, b), PyTorch CUDA f32 on the same
-# batches, the matmul's GFLOP/s per workgroup shape, a fine-tuning step against PyTorch's, our GPU embeddings'
-# cosine with PyTorch's, and the GPU tests on this adapter.
+# batches, the matmul's GFLOP/s per workgroup shape, a fine-tuning step against PyTorch's, the host's cost of a pass
+# (a fine-tuning step records about a thousand), our GPU embeddings' cosine with PyTorch's, and the GPU tests on this
+# adapter.
 set -u
 BIN=$(realpath "${1:?usage: bench/real_gpu.sh BIN [OUT]}")
 OUT=${2:-/tmp/real_gpu}
@@ -58,6 +59,8 @@ else
     CPU=0 GPU=1 PROFILE=1 "$BIN/train_bench" "$M/$model" 16 64 5
     py train "$M/$model" 16 64 5
   done
+  step "the host's cost of a pass"
+  "$BIN/gpu_bench" passes
 fi
 
 step "GPU tests on this adapter"
