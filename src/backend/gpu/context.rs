@@ -24,8 +24,9 @@ pub struct Gpu {
     lost: Arc<Mutex<Option<String>>>,
 }
 
-/// What a device is asked for where its adapter has it: `TIMESTAMP_QUERY` (per-kernel timing) and `SUBGROUP`
-/// (the row kernels' subgroup sums, a variant the calibration times: [`super::Tuning::row_subgroups`]).
+/// What a device is asked for where its adapter has it: `TIMESTAMP_QUERY` (per-kernel timing) and `SUBGROUP` (the
+/// variants with subgroup sums that the calibration times: [`super::Tuning::row_subgroups`],
+/// [`super::MatmulKernel::ReduceSubgroup`]).
 pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.union(wgpu::Features::SUBGROUP);
 
 impl Gpu {
