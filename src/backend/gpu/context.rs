@@ -31,7 +31,7 @@ pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::TIMESTAMP_QUERY.un
 
 impl Gpu {
     /// The first adapter wgpu finds (high-performance preference), with its full limits. Optional features are
-    /// requested only when the adapter has them ([`OPTIONAL_FEATURES`]); nothing requires them.
+    /// requested only when the adapter has them (`OPTIONAL_FEATURES`); nothing requires them.
     pub async fn new() -> Result<Gpu> {
         let instance = wgpu::Instance::default();
         let adapter = instance
