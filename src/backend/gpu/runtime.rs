@@ -142,24 +142,22 @@ impl GpuBackend {
         });
         let mut prof = self.profiler.borrow_mut();
         let timestamps = prof.as_mut().and_then(|p| p.pass_writes(device, entry));
-        if timestamps.is_some() {
-            // Profiled: a pass of its own, timed.
+        // A profiled dispatch gets a timed pass of its own (ending the shared one), closed right after it.
+        let timed = timestamps.is_some();
+        if timed {
             rec.pass = None;
-            let mut pass = rec.encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(entry),
-                timestamp_writes: timestamps,
-            });
-            pass.set_pipeline(&pipe.pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
-        } else {
-            let pass = rec.pass.get_or_insert_with(|| {
-                let desc = wgpu::ComputePassDescriptor { label: Some("kernels"), timestamp_writes: None };
-                rec.encoder.begin_compute_pass(&desc).forget_lifetime()
-            });
-            pass.set_pipeline(&pipe.pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+            let desc = wgpu::ComputePassDescriptor { label: Some(entry), timestamp_writes: timestamps };
+            rec.pass = Some(rec.encoder.begin_compute_pass(&desc).forget_lifetime());
+        }
+        let pass = rec.pass.get_or_insert_with(|| {
+            let desc = wgpu::ComputePassDescriptor { label: Some("kernels"), timestamp_writes: None };
+            rec.encoder.begin_compute_pass(&desc).forget_lifetime()
+        });
+        pass.set_pipeline(&pipe.pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        if timed {
+            rec.pass = None;
         }
         drop((prof, pending));
         self.recorded.set(self.recorded.get() + 1);

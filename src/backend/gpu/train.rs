@@ -183,9 +183,7 @@ impl GpuBackend {
 
     fn backward_dispatch(&self, entry: &'static str, wg: u32, p: BackwardParams, bindings: &[super::runtime::Binding<'_>],
         groups: usize) -> Result<()> {
-        // sum_reduce is a row kernel: its workgroup sum follows the tuning's.
-        let shader = if entry == "sum_reduce" { self.row_shader("backward") } else { "backward" };
-        self.dispatch(shader, entry, &[("WG", wg as f64)], bytemuck::bytes_of(&p), bindings, self.grid(groups))
+        self.dispatch("backward", entry, &[("WG", wg as f64)], bytemuck::bytes_of(&p), bindings, self.grid(groups))
     }
 
     /// [`Backend::add`](super::Backend::add).
@@ -253,7 +251,12 @@ impl GpuBackend {
         if xs.is_empty() {
             return Err(shape_err("sum_squares_all", "no tensors".into()));
         }
+        // sum_reduce is a row kernel: its width and its workgroup sum are the tuning's for rows.
         let wg = self.tuning.get().row_wg;
+        let sum_reduce = |p: BackwardParams, bindings: &[super::runtime::Binding<'_>], groups: usize| {
+            let shader = self.row_shader("backward");
+            self.dispatch(shader, "sum_reduce", &[("WG", wg as f64)], bytemuck::bytes_of(&p), bindings, self.grid(groups))
+        };
         let parts: Vec<usize> = xs.iter().map(|x| x.len().div_ceil(SUM_CHUNK).max(1)).collect();
         let total: usize = parts.iter().sum();
         let out = self.alloc(1, 1)?;
@@ -262,12 +265,12 @@ impl GpuBackend {
         for (x, &n) in xs.iter().zip(&parts) {
             // rows: where this tensor's partial sums start in the buffer.
             let p = BackwardParams { rows: offset as u32, len: x.len() as u32, cols: SUM_CHUNK as u32, code: 1 };
-            self.backward_dispatch("sum_reduce", wg, p, &[(1, x.buffer(), false), (3, partials.buffer(), true)], n)?;
+            sum_reduce(p, &[(1, x.buffer(), false), (3, partials.buffer(), true)], n)?;
             offset += n;
         }
         if total > 1 {
             let p = BackwardParams { len: total as u32, cols: total as u32, code: 0, ..Default::default() };
-            self.backward_dispatch("sum_reduce", wg, p, &[(1, partials.buffer(), false), (3, out.buffer(), true)], 1)?;
+            sum_reduce(p, &[(1, partials.buffer(), false), (3, out.buffer(), true)], 1)?;
         }
         Ok(out)
     }
