@@ -5,7 +5,16 @@
 #include "lib/attention.wgsl"
 
 alias V = f32;
+alias VS = f32;
 const LANES: u32 = 1u;
+
+fn v_in(s: f32) -> f32 {
+    return s;
+}
+
+fn v_out(v: f32) -> f32 {
+    return v;
+}
 
 fn hsum(v: f32) -> f32 {
     return v;

@@ -14,6 +14,7 @@
 //
 // Grid: (ceil(T / (WG / dv)), heads, B); `WG` invocations per workgroup (the tuning's attention width).
 
+#include "lib/act.wgsl"
 #include "lib/attention_params.wgsl"
 
 override WG: u32 = 256u;
@@ -22,9 +23,10 @@ const LMAX: u32 = 16u;     // largest head in vec4 (head_dim 64)
 const WG_MAX: u32 = 256u;  // largest workgroup (the host clamps the width to it)
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> qkv: array<vec4<f32>>;
+// qkv and out as lib/act.wgsl stores them: f32, or f16 pairs in this module's f16 variant.
+@group(0) @binding(1) var<storage, read> qkv: array<Act4>;
 @group(0) @binding(2) var<storage, read> mask: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> out: array<Act4>;
 
 var<workgroup> qs: array<vec4<f32>, WG_MAX>;               // queries, pre-scaled: qs[qi · dv + c]
 var<workgroup> ks: array<vec4<f32>, LMAX * (LMAX + 1u)>;   // keys of the tile: ks[j · (dv + 1) + c] (padded rows:
@@ -49,7 +51,7 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
     if owns {
         // Queries past T compute a copy of the last one and do not store.
         let qrow = b * T + min(i, T - 1u);
-        qs[qi * dv + c] = qkv[qrow * stride + h * dv + c] * p.scale;
+        qs[qi * dv + c] = act4(qkv[qrow * stride + h * dv + c]) * p.scale;
     }
     var m = NEG;
     var l = 0.0;
@@ -63,8 +65,8 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
             let j = e / dv;
             let cc = e % dv;
             let kb = (b * T + min(j0 + j, T - 1u)) * stride + Hv + h * dv + cc;
-            ks[j * (dv + 1u) + cc] = qkv[kb];
-            vs[j * dv + cc] = qkv[kb + Hv];
+            ks[j * (dv + 1u) + cc] = act4(qkv[kb]);
+            vs[j * dv + cc] = act4(qkv[kb + Hv]);
         }
         if t < dv {
             km[t] = select(0.0, mask[b * T + min(j0 + t, T - 1u)], j0 + t < T);
@@ -111,6 +113,6 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
         }
     }
     if owns && i < T {
-        out[(b * T + i) * Hv + h * dv + c] = select(vec4<f32>(0.0), acc / l, l > 0.0);
+        out[(b * T + i) * Hv + h * dv + c] = pack4(select(vec4<f32>(0.0), acc / l, l > 0.0));
     }
 }

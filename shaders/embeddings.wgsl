@@ -8,7 +8,7 @@
 //   4  ttype  (type_vocab_size, H)            u32 words, dtype TYPE_DT
 //   5  gamma  (H) f32
 //   6  beta   (H) f32
-//   7  y      (B*T, H) f32
+//   7  y      (B*T, H) Act   f32, or f16 pairs in the module's f16 variant (lib/act.wgsl)
 //
 // The tables keep the dtype of the model file (all-MiniLM-L6-v2 in Q8_0: word Q8_0, position and token type f16):
 // the dtype codes and layouts of lib/quant.wgsl (blocks of 32 along H, so H % 32 == 0 for Q8_0 and Q4_0). Each
@@ -42,7 +42,7 @@ override NORMALIZE: bool = true;
 @group(0) @binding(4) var<storage, read> ttype: array<u32>;
 @group(0) @binding(5) var<storage, read> gamma: array<f32>;
 @group(0) @binding(6) var<storage, read> beta: array<f32>;
-@group(0) @binding(7) var<storage, read_write> y: array<f32>;
+@group(0) @binding(7) var<storage, read_write> y: array<Act>;
 
 // Element `i` of row `row` of each table (lib/quant.wgsl names the two words to load; storage arrays cannot be
 // passed to functions, so each table has its reader).
@@ -85,8 +85,6 @@ fn embeddings(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
     if NORMALIZE {
         layernorm_row(lid, tok, p.hidden, p.eps, row * p.hidden);
     } else {
-        for (var i = lid; i < p.hidden; i = i + WG) {
-            y[row * p.hidden + i] = ln_value(tok, i);
-        }
+        ln_store(lid, tok, p.hidden, row * p.hidden, 0.0, 1.0, false);
     }
 }

@@ -29,6 +29,10 @@ const FAULT_MARGIN: f32 = 10.0;
 /// A healthy GPU must pass with this much to spare: the tolerance is set for deeper models and looser hardware
 /// arithmetic than lavapipe's, so lavapipe on these models must be far inside it.
 const HEALTHY_MARGIN: f32 = 10.0;
+/// The same in the f16-activation mode, whose own rounding is the larger part of its tolerance (measured on
+/// llvmpipe: up to 7.6e-3 against a tolerance of 1.6e-2, on the random tiny DistilBERT; 2.3e-3 on the real
+/// checkpoints).
+const F16_HEALTHY_MARGIN: f32 = 1.5;
 
 fn tiny(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(name)
@@ -213,4 +217,39 @@ fn the_streamed_reference_equals_the_loaded_model() {
         let (a, b) = (pollster::block_on(cpu.read(&whole)).unwrap(), pollster::block_on(cpu.read(&streamed)).unwrap());
         assert_eq!(a, b, "{}", dir.display());
     }
+}
+
+/// The f16-activation mode is checked when it is turned on, to its own tolerance: it passes on every family with
+/// room to spare, the fault is still caught, and a failing check leaves f32 on. Training
+/// refuses the mode, naming it.
+#[test]
+fn f16_activations_pass_the_check_or_are_refused_and_training_refuses_them() {
+    for dir in folders() {
+        let Some(g) = gpu() else { return };
+        g.set_f16_activations(true);
+        let m = load_dir(&dir);
+        let healthy = check(&m, g, false);
+        assert!(healthy.passed() && healthy.err * F16_HEALTHY_MARGIN <= healthy.tol, "{}: f16 {healthy}", dir.display());
+        let Some(g) = gpu() else { return };
+        g.set_f16_activations(true);
+        let faulty = check(&m, g, true);
+        assert!(!faulty.passed(), "{}: a faulty GPU passed the f16 canary: {faulty}", dir.display());
+    }
+    let Some(g) = gpu() else { return };
+    let e = place(&real("all-MiniLM-L6-v2"), Placement::on(Device::Gpu, g)).unwrap();
+    let f32_vectors = embed(&e);
+    assert!(pollster::block_on(e.set_f16_activations(true)).unwrap());
+    assert!(e.f16_activations());
+    for (a, b) in embed(&e).iter().zip(&f32_vectors) {
+        assert!(common::cosine(a, b) > 0.99999, "f16 against f32 embeddings");
+    }
+    let err = pollster::block_on(e.train_head(&[], &Default::default(), |_| {})).unwrap_err().to_string();
+    assert!(err.contains("f16 activations") && err.contains("inference only"), "{err}");
+    let Engine::Gpu(m) = &e else { panic!("on the GPU") };
+    m.backend.inject_fault(true);
+    assert!(pollster::block_on(e.set_f16_activations(false)).is_err(), "a faulty kernel fails the check either way");
+    m.backend.inject_fault(false);
+    assert!(e.f16_activations(), "a failed check leaves the mode as it was");
+    let cpu = pollster::block_on(Engine::from_dir(real("all-MiniLM-L6-v2"), Device::Cpu)).unwrap();
+    assert!(!pollster::block_on(cpu.set_f16_activations(true)).unwrap(), "the CPU computes in f32");
 }

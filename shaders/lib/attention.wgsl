@@ -4,9 +4,11 @@
 //
 // Bindings (group 0):
 //   0  p     uniform Params { batch = B, seq = T, heads, head_dim = d, hidden = H = heads·d, scale = 1/√d }
-//   1  qkv   (B*T, 3H) f32 (as V)   [q | k | v], head h at columns h*d..(h+1)*d of each third
+//   1  qkv   (B*T, 3H) f32 (as VS)  [q | k | v], head h at columns h*d..(h+1)*d of each third
 //   2  mask  (B, T)    f32          1.0 real token, 0.0 padding (padded keys get -inf)
-//   3  out   (B*T, H)  f32 (as V)
+//   3  out   (B*T, H)  f32 (as VS)
+// (qkv and out are f16 pairs in the vec4 kernels' f16 variants: lib/attention_lanes4.wgsl reads them through
+// lib/act.wgsl.)
 //
 // One invocation per query, one workgroup per (block of WG queries, head, sequence): grid (ceil(T/WG), heads, B).
 // Each invocation streams over the keys once with the online softmax (Milakov & Gimelshein 2018, as in
@@ -19,6 +21,7 @@
 //
 // The kernel that includes this file names the element each step reads and the head's length in them:
 //   alias V = f32 or vec4<f32>;  const LANES: u32 = 1u or 4u (values in a V);  fn hsum(v: V) -> f32 (sum of lanes)
+//   alias VS: how a V is stored;  fn v_in(s: VS) -> V;  fn v_out(v: V) -> VS
 //   const VMAX: u32 (V in the largest head it serves);  fn head_v() -> u32 (V in this head)
 // and calls attend(gid, wid) from its entry point. Results differ between the kernels only in the order of the
 // four partial sums of each dot product. With head_v() a constant (attention_fixed.wgsl) the
@@ -37,9 +40,9 @@ override WG: u32 = 64u;
 const NEG: f32 = -1.0e30;  // stands for -inf before the first real key
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> qkv: array<V>;
+@group(0) @binding(1) var<storage, read> qkv: array<VS>;
 @group(0) @binding(2) var<storage, read> mask: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<V>;
+@group(0) @binding(3) var<storage, read_write> out: array<VS>;
 
 fn attend(gid: vec3<u32>, wid: vec3<u32>) {
     let T = p.seq;
@@ -54,7 +57,7 @@ fn attend(gid: vec3<u32>, wid: vec3<u32>) {
     var q: array<V, VMAX>;    // (d) the query, pre-scaled by 1/√d
     var acc: array<V, VMAX>;  // (d) Σ exp(s_j − m)·v_j
     for (var c = 0u; c < dv; c = c + 1u) {
-        q[c] = qkv[qrow * stride + h * dv + c] * p.scale;
+        q[c] = v_in(qkv[qrow * stride + h * dv + c]) * p.scale;
         acc[c] = V(0.0);
     }
     var m = NEG;
@@ -66,7 +69,7 @@ fn attend(gid: vec3<u32>, wid: vec3<u32>) {
         let kb = (b * T + j) * stride + Hv + h * dv;
         var sv = V(0.0);
         for (var c = 0u; c < dv; c = c + 1u) {
-            sv = sv + q[c] * qkv[kb + c];
+            sv = sv + q[c] * v_in(qkv[kb + c]);
         }
         let s = hsum(sv);
         if s > m {
@@ -88,13 +91,13 @@ fn attend(gid: vec3<u32>, wid: vec3<u32>) {
         }
         let vb = kb + Hv;
         for (var c = 0u; c < dv; c = c + 1u) {
-            acc[c] = acc[c] + w * qkv[vb + c];
+            acc[c] = acc[c] + w * v_in(qkv[vb + c]);
         }
     }
     if t < T {
         let ob = (b * T + t) * Hv + h * dv;
         for (var c = 0u; c < dv; c = c + 1u) {
-            out[ob + c] = select(V(0.0), acc[c] / l, l > 0.0);
+            out[ob + c] = v_out(select(V(0.0), acc[c] / l, l > 0.0));
         }
     }
 }

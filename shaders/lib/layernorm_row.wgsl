@@ -5,11 +5,12 @@
 // The kernel that includes this file declares:
 //   override WG: u32                  invocations per workgroup, a power of two ≤ 256
 //   gamma, beta: array<f32> (n)       storage, read
-//   y: array<f32>                     storage, read_write
+//   y: array<Act>                     storage, read_write (lib/act.wgsl: f32, or f16 pairs where swapped)
 //   alias LnRow = ...;                what identifies a row to ln_value (an offset, a token)
 //   fn ln_value(r: LnRow, i: u32) -> f32   element i of row r, before normalisation (read three times)
 
 #include "lib/reduce.wgsl"
+#include "lib/layernorm_store.wgsl"
 
 // Normalises row `r` (n values) into y[out .. out + n]; every invocation of the workgroup calls it.
 fn layernorm_row(lid: u32, r: LnRow, n: u32, eps: f32, out: u32) {
@@ -24,7 +25,5 @@ fn layernorm_row(lid: u32, r: LnRow, n: u32, eps: f32, out: u32) {
         sq = sq + d * d;
     }
     let rstd = inverseSqrt(wg_sum(lid, sq) / f32(n) + eps);
-    for (var i = lid; i < n; i = i + WG) {
-        y[out + i] = (ln_value(r, i) - mean) * rstd * gamma[i] + beta[i];
-    }
+    ln_store(lid, r, n, out, mean, rstd, true);
 }

@@ -3,10 +3,11 @@
 //
 // Bindings (group 0) of the matmul kernels:
 //   0  p     uniform Params { m, n, k }
-//   1  x4    (M, K/4)  vec4<f32>  activations, row-major        (matmul_vec4, matmul_packed; K % 4 == 0)
+//   1  x4    (M, K/4)  Act4       activations, row-major        (matmul_vec4, matmul_packed; K % 4 == 0): f32,
+//                                   or f16 pairs in the modules' f16 variants (lib/act.wgsl, lib/act_f16.wgsl)
 //   2  w4    (N, K/4)  vec4<f32>  f32 weight as Hugging Face stores it: (out, in), K-contiguous (matmul_vec4)
 //   3  bias  (N)       f32        read only when HAS_BIAS
-//   4  y     (M, N)    f32        output, row-major
+//   4  y     (M, N)    f32        output, row-major (lib/matmul_store.wgsl; f16 pairs where that is swapped)
 //   5  x     (M, K)    f32        scalar view of x                (matmul_scalar, any K)
 //   6  wq    u32 words            the weight's raw bytes, (N, K) in dtype WDT (matmul_packed, matmul_scalar): the
 //                                   layouts of lib/quant.wgsl; the host pads the buffer with a spare word for the
@@ -41,8 +42,10 @@
 //                                                       block of 32 (kk % 8 == 0) where one invocation walks all
 //                                                       of K, each step otherwise, and its value passed to w_vec
 
+#include "lib/act.wgsl"
 #include "lib/activations.wgsl"
 #include "lib/block_sum.wgsl"
+#include "lib/matmul_store.wgsl"
 
 struct Params {
     m: u32,
@@ -62,9 +65,8 @@ override HAS_BIAS: bool = false;
 override FAULT: bool = false;
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> x4: array<Act4>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
 fn epilogue(v: f32, col: u32) -> f32 {
     var z = v;
@@ -81,12 +83,11 @@ fn store_row(r: u32, c0: u32, acc: vec4<f32>) {
     if r >= p.m {
         return;
     }
+    var v = acc;
     for (var j = 0u; j < 4u; j = j + 1u) {
-        let c = c0 + j;
-        if c < p.n {
-            y[r * p.n + c] = epilogue(acc[j], c);
-        }
+        v[j] = epilogue(acc[j], min(c0 + j, p.n - 1u));
     }
+    y_store4(r, c0, v);
 }
 
 // A 4×8 block of y: rows r0.., columns c0.. (acc: columns c0..c0+4 of each row, bcc: c0+4..c0+8).
@@ -140,10 +141,10 @@ fn partial_4x8(r0: u32, c0: u32, first: u32, step: u32) -> Block {
             d6 = w_scale(wc6, kk);
             d7 = w_scale(wc7, kk);
         }
-        let a0 = x4[xr0 + kk];
-        let a1 = x4[xr1 + kk];
-        let a2 = x4[xr2 + kk];
-        let a3 = x4[xr3 + kk];
+        let a0 = act4(x4[xr0 + kk]);
+        let a1 = act4(x4[xr1 + kk]);
+        let a2 = act4(x4[xr2 + kk]);
+        let a3 = act4(x4[xr3 + kk]);
         let b0 = w_vec(wc0, kk, d0);
         let b1 = w_vec(wc1, kk, d1);
         let b2 = w_vec(wc2, kk, d2);
@@ -224,7 +225,7 @@ fn tile_shared(wid: vec3<u32>, lid: vec3<u32>) {
             let kq = s + (i & 3u);
             var v = vec4<f32>(0.0);
             if row0 + r < p.m && kq < k4 {
-                v = x4[(row0 + r) * k4 + kq];
+                v = act4(x4[(row0 + r) * k4 + kq]);
             }
             let g = (i & 3u) * 64u + (r >> 2u);
             let c = r & 3u;
@@ -296,7 +297,7 @@ fn wide_x(row0: u32, s: u32, i: u32) -> vec4<f32> {
     let kq = 2u * s + (i & 1u);
     let k4 = p.k / 4u;
     if r < p.m && kq < k4 {
-        return x4[r * k4 + kq];
+        return act4(x4[r * k4 + kq]);
     }
     return vec4<f32>(0.0);
 }

@@ -202,6 +202,38 @@ impl Engine {
         Ok(Some(t))
     }
 
+    /// Turns the GPU's f16-activation mode on or off ([`GpuBackend::set_f16_activations`]: activations stored as
+    /// f16 between kernels, arithmetic in f32; inference only) and checks it with the load-time check ([`canary`],
+    /// to the mode's own tolerance); if the check fails, the mode stays as it was and the error says why. Returns
+    /// whether the mode is on: always false on the CPU, which computes in f32.
+    pub async fn set_f16_activations(&self, on: bool) -> Result<bool> {
+        let Engine::Gpu(m) = self else { return Ok(false) };
+        let before = m.backend.f16_activations();
+        m.backend.set_f16_activations(on);
+        if let Some(reference) = &m.canary {
+            let c = canary::compare(m, reference).await;
+            if !matches!(&c, Ok(c) if c.passed()) {
+                m.backend.set_f16_activations(before);
+                let why = c.map_or_else(|e| e.to_string(), |c| c.to_string());
+                return Err(Error::Gpu(format!("f16 activations fail the load-time check ({why}); kept f32")));
+            }
+        }
+        Ok(on)
+    }
+
+    /// Whether the GPU runs with f16 activations ([`Self::set_f16_activations`]).
+    pub fn f16_activations(&self) -> bool {
+        matches!(self, Engine::Gpu(m) if m.backend.f16_activations())
+    }
+
+    /// Fails, naming `what`, where the GPU runs with f16 activations: training is checked against PyTorch in f32.
+    fn expect_f32_activations(&self, what: &str) -> Result<()> {
+        match self {
+            Engine::Gpu(m) => m.backend.expect_f32_activations(what),
+            Engine::Cpu(_) => Ok(()),
+        }
+    }
+
     /// Times the GPU kernels' variants on this model's shapes within about `budget_ms` and switches to the fastest
     /// ([`GpuBackend::calibrate`]) once it passes the load-time check ([`Self::set_tuning`]; one that fails is an
     /// error and the kernels stay as they were); `None` on the CPU.
@@ -246,6 +278,7 @@ impl Engine {
     /// See [`Model::train_head`].
     pub async fn train_head(&self, examples: &[TrainExample], opts: &TrainOptions,
         on_progress: impl FnMut(&EpochProgress)) -> Result<TrainReport> {
+        self.expect_f32_activations("training a head")?;
         with_model!(self, m => m.train_head(examples, opts, on_progress).await)
     }
 
@@ -255,6 +288,7 @@ impl Engine {
     /// With `checkpoints`, the run is saved as it goes and can resume ([`crate::training::checkpoint`]).
     pub async fn fine_tune<S: Store>(&self, files: ModelFiles, opts: &JobOptions, examples: &Examples,
         hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
+        self.expect_f32_activations("fine-tuning")?;
         let original: serde_json::Value = serde_json::from_slice(&files.config)?;
         let m = loader::load(ModelSource::Files(files), &LoadOptions::default())?;
         if m.config.hidden_size != self.config().hidden_size || m.config.num_hidden_layers != self.config().num_hidden_layers {

@@ -32,7 +32,10 @@ impl GpuBackend {
             d.check()?;
         }
         let h = s.heads * s.head_dim;
-        expect_f32("attention", &[qkv, mask])?;
+        expect_f32("attention", &[mask])?;
+        if qkv.dtype != super::Dtype::F16 {
+            expect_f32("attention", &[qkv])?;
+        }
         if (qkv.rows, qkv.cols) != (s.batch * s.seq, 3 * h) {
             return Err(shape_err("attention", format!(
                 "qkv is ({}, {}), expected ({}, {}) for {s:?}", qkv.rows, qkv.cols, s.batch * s.seq, 3 * h
@@ -46,7 +49,6 @@ impl GpuBackend {
                 "head_dim {} (supported: 1..={ATTENTION_MAX_HEAD_DIM}) / seq {} not supported", s.head_dim, s.seq
             )));
         }
-        let out = self.alloc(s.batch * s.seq, h)?;
         let p = attention_params(s, dropout);
         // A vec4 kernel when head_dim and hidden split into vec4s (every BERT; with head_dim 32 or 64 fixed in the
         // kernel, or each query split over head_dim/4 invocations, where the tuning says so); the scalar one
@@ -65,6 +67,22 @@ impl GpuBackend {
             t.attention_wg as usize
         };
         let groups = (s.seq.div_ceil(wg_queries) as u32, s.heads as u32, s.batch as u32);
+        // f16 activations (the f16 mode): the vec4 kernels read and write them as pairs; the scalar kernel (head_dim
+        // not a multiple of 4) reads them widened. Dropout is training's, which the mode refuses.
+        let half = match (qkv.dtype == super::Dtype::F16, super::params::half_module(shader, true)) {
+            (true, Some(h)) if dropout.is_none() => Some(h),
+            _ => None,
+        };
+        let widened;
+        let qkv = match half {
+            None if qkv.dtype == super::Dtype::F16 => {
+                widened = self.f32_of("attention", qkv)?;
+                &widened
+            }
+            _ => qkv,
+        };
+        let shader = half.unwrap_or(shader);
+        let out = self.alloc_as(s.batch * s.seq, h, half.is_some())?;
         let wg = ("WG", t.attention_wg as f64);
         let consts: &[(&str, f64)] = if dropout.is_some() { &[wg, ("DROPOUT", 1.0)] } else { &[wg] };
         self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &[

@@ -1,7 +1,7 @@
 //! Host side of `shaders/matmul.wgsl` and `shaders/matmul_packed.wgsl`: `linear`, `act(x · wᵀ + bias)` with the
 //! weight in its stored dtype. (`matmul` of the training ops, with transposes, is in `train.rs`.)
 
-use super::params::MatmulParams;
+use super::params::{self, MatmulParams};
 use super::tensor::expect_f32;
 use super::tuning::SMALL_ROWS;
 use super::{shape_err, Activation, Dtype, GpuBackend, GpuTensor};
@@ -13,7 +13,18 @@ impl GpuBackend {
     pub(super) fn record_linear(&self, x: &GpuTensor, w: &GpuTensor, bias: Option<&GpuTensor>, act: Activation) -> Result<GpuTensor> {
         let (m, k) = (x.rows, x.cols);
         let n = w.rows;
-        expect_f32("linear (input, bias)", &[x])?;
+        // f16 activations (the f16 mode) are read as pairs by the vec4 kernels (K % 4 == 0); the scalar one widens
+        // them first.
+        let widened;
+        let x = if x.dtype == Dtype::F16 && k % 4 != 0 {
+            widened = self.f32_of("linear", x)?;
+            &widened
+        } else {
+            if x.dtype != Dtype::F16 {
+                expect_f32("linear (input, bias)", &[x])?;
+            }
+            x
+        };
         if let Some(b) = bias {
             expect_f32("linear bias", &[b])?;
         }
@@ -28,7 +39,8 @@ impl GpuBackend {
         if m == 0 || n == 0 || k == 0 {
             return Err(shape_err("linear", format!("empty matrix: x ({m}, {k}), w ({n}, {k})")));
         }
-        let out = self.alloc(m, n)?;
+        let out_f16 = Self::writes_f16(x, n);
+        let out = self.alloc_as(m, n, out_f16)?;
         let act_id = act.shader_code() as f64;
         let t = self.tuning.get();
         let variant = if m <= SMALL_ROWS { t.small_matmul } else { t.matmul };
@@ -50,6 +62,11 @@ impl GpuBackend {
                 (variant.kernel.module(true), variant.kernel.entry(true), 1, 6)
             }
             _ => ("matmul_packed", "matmul_scalar", 5, 6),
+        };
+        let shader = if x.dtype == Dtype::F16 {
+            params::half_module(shader, out_f16).expect("every matmul module has f16 variants")
+        } else {
+            shader
         };
         let mut consts = vec![
             ("WG_X", wx as f64),

@@ -64,6 +64,8 @@ pub struct GpuBackend {
     tuning: std::cell::Cell<Tuning>,
     /// [`GpuBackend::inject_fault`]: the linear kernels return wrong values (tests of the load-time canary).
     fault: std::cell::Cell<bool>,
+    /// [`GpuBackend::set_f16_activations`].
+    f16_activations: std::cell::Cell<bool>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<PipelineKey, Rc<Pipeline>>>,
     pool: Pool,
@@ -124,6 +126,7 @@ impl GpuBackend {
             gpu,
             tuning: std::cell::Cell::new(t),
             fault: std::cell::Cell::new(false),
+            f16_activations: std::cell::Cell::new(false),
             modules: RefCell::new(HashMap::new()),
             pipelines: RefCell::new(HashMap::new()),
             pool: Rc::new(RefCell::new(buffers::PoolState::default())),
@@ -175,6 +178,32 @@ impl GpuBackend {
     #[doc(hidden)]
     pub fn inject_fault(&self, on: bool) {
         self.fault.set(on);
+    }
+
+    /// The f16-activation mode, for every forward recorded from now on: the embeddings, the linear layers, attention
+    /// and LayerNorm write their outputs as f16 (two values a word; an output with an odd number of columns stays
+    /// f32) and read them so, with f32 arithmetic inside every kernel and the weights as they are. That halves the
+    /// activations' memory and the bytes the kernels move for them; the accuracy it costs, against PyTorch, is in
+    /// BENCHMARKS.md ("f16 activations"). Ops with no f16 kernel widen their input first; results are read back as
+    /// f32. Inference only: training refuses a backend in this mode ([`GpuBackend::expect_f32_activations`]).
+    pub fn set_f16_activations(&self, on: bool) {
+        self.f16_activations.set(on);
+    }
+
+    /// Whether [`GpuBackend::set_f16_activations`] is on.
+    pub fn f16_activations(&self) -> bool {
+        self.f16_activations.get()
+    }
+
+    /// Fails, naming `what`, in the f16-activation mode: training's gradients are checked against PyTorch in f32.
+    pub fn expect_f32_activations(&self, what: &str) -> Result<()> {
+        if self.f16_activations.get() {
+            return Err(Error::Input(format!(
+                "{what} needs f32 activations: this model was loaded with f16 activations (`activations: \"f16\"`), \
+                 which is for inference only; load it again without that option to train"
+            )));
+        }
+        Ok(())
     }
 
     /// Switches the kernels to `tuning` (clamped to the adapter's limits) for every dispatch recorded from now on;
@@ -273,7 +302,9 @@ impl Backend for GpuBackend {
     }
 
     fn reshape(&self, x: &GpuTensor, rows: usize, cols: usize) -> Result<GpuTensor> {
-        expect_f32("reshape", &[x])?;
+        if x.dtype != Dtype::F16 {
+            expect_f32("reshape", &[x])?;
+        }
         if rows * cols != x.rows * x.cols {
             return Err(Error::Input(format!("reshape: ({}, {}) has {} values, not ({rows}, {cols})", x.rows, x.cols, x.rows * x.cols)));
         }
@@ -281,18 +312,17 @@ impl Backend for GpuBackend {
     }
 
     fn matmul(&self, a: &GpuTensor, trans_a: bool, b: &GpuTensor, trans_b: bool) -> Result<GpuTensor> {
-        expect_f32("matmul", &[a, b])?;
-        self.train_matmul(a, trans_a, b, trans_b)
+        let (a, b) = (self.f32_of("matmul", a)?, self.f32_of("matmul", b)?);
+        self.train_matmul(&a, trans_a, &b, trans_b)
     }
 
     fn softmax_xent_grad(&self, logits: &GpuTensor, labels: &[u32]) -> Result<GpuTensor> {
-        expect_f32("softmax_xent_grad", &[logits])?;
-        self.train_xent_grad(logits, labels)
+        self.train_xent_grad(&self.f32_of("softmax_xent_grad", logits)?, labels)
     }
 
     fn activation_grad(&self, dy: &GpuTensor, pre: &GpuTensor, act: Activation) -> Result<GpuTensor> {
-        expect_f32("activation_grad", &[dy, pre])?;
-        self.train_act_grad(dy, pre, act)
+        let (dy, pre) = (self.f32_of("activation_grad", dy)?, self.f32_of("activation_grad", pre)?);
+        self.train_act_grad(&dy, &pre, act)
     }
 
     fn adamw(&self, param: &GpuTensor, grad: &GpuTensor, m: &GpuTensor, v: &GpuTensor, step: &AdamWStep,
@@ -305,23 +335,20 @@ impl Backend for GpuBackend {
     }
 
     fn add(&self, a: &GpuTensor, b: &GpuTensor) -> Result<GpuTensor> {
-        expect_f32("add", &[a, b])?;
-        self.record_add(a, b)
+        let (a, b) = (self.f32_of("add", a)?, self.f32_of("add", b)?);
+        self.record_add(&a, &b)
     }
 
     fn activation(&self, x: &GpuTensor, act: Activation) -> Result<GpuTensor> {
-        expect_f32("activation", &[x])?;
-        self.record_activation(x, act)
+        self.record_activation(&self.f32_of("activation", x)?, act)
     }
 
     fn sum_rows(&self, x: &GpuTensor) -> Result<GpuTensor> {
-        expect_f32("sum_rows", &[x])?;
-        self.record_sum_rows(x)
+        self.record_sum_rows(&self.f32_of("sum_rows", x)?)
     }
 
     fn sum_squares(&self, x: &GpuTensor) -> Result<GpuTensor> {
-        expect_f32("sum_squares", &[x])?;
-        self.record_sum_squares(x)
+        self.record_sum_squares(&self.f32_of("sum_squares", x)?)
     }
 
     fn sum_squares_all(&self, xs: &[&GpuTensor]) -> Result<GpuTensor> {
@@ -330,8 +357,7 @@ impl Backend for GpuBackend {
     }
 
     fn scatter_rows(&self, x: &GpuTensor, rows: &[u32], total: usize) -> Result<GpuTensor> {
-        expect_f32("scatter_rows", &[x])?;
-        self.record_scatter_rows(x, rows, total)
+        self.record_scatter_rows(&self.f32_of("scatter_rows", x)?, rows, total)
     }
 
     fn embeddings_sum(&self, batch: &Batch, tables: &EmbeddingTables<'_, GpuTensor>) -> Result<GpuTensor> {
@@ -354,8 +380,7 @@ impl Backend for GpuBackend {
     }
 
     fn dropout(&self, x: &GpuTensor, d: Dropout) -> Result<GpuTensor> {
-        expect_f32("dropout", &[x])?;
-        self.record_dropout(x, d)
+        self.record_dropout(&self.f32_of("dropout", x)?, d)
     }
 
     fn attention_dropout(&self, qkv: &GpuTensor, mask: &GpuTensor, shape: AttentionShape, d: Dropout)

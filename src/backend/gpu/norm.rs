@@ -3,7 +3,7 @@
 //! backward: `shaders/layernorm_backward.wgsl`, and the embedding tables' scatter-add (a gather over lists,
 //! `shaders/backward.wgsl`, see `train.rs`).
 
-use super::params::{EmbeddingsParams, LayerNormParams};
+use super::params::{self, EmbeddingsParams, LayerNormParams};
 use super::train::{csr, COL_PART_ROWS};
 use super::tensor::expect_f32;
 use super::{shape_err, Dtype, EmbeddingTables, GpuBackend, GpuTensor};
@@ -46,7 +46,9 @@ impl GpuBackend {
         ids.extend_from_slice(&batch.input_ids);
         ids.extend_from_slice(&batch.token_type_ids);
         let ids = self.host_buffer(bytemuck::cast_slice(&ids))?;
-        let out = self.alloc(n, h)?;
+        // The f16 mode writes the forward's embeddings as f16 (rows of whole words); the sum alone (training) stays f32.
+        let half = normalize && self.f16_activations.get() && h % 2 == 0;
+        let out = self.alloc_as(n, h, half)?;
         let p = EmbeddingsParams { rows: n as u32, seq: batch.t as u32, hidden: h as u32, eps: tables.eps };
         let mut consts = vec![
             ("WG", self.tuning.get().row_wg as f64),
@@ -63,7 +65,9 @@ impl GpuBackend {
         } else {
             (&self.dummy, &self.dummy)
         };
-        self.dispatch(self.row_shader("embeddings"), "embeddings", &consts, bytemuck::bytes_of(&p), &[
+        let shader = self.row_shader("embeddings");
+        let shader = if half { params::half_module(shader, true).expect("embeddings has an f16 variant") } else { shader };
+        self.dispatch(shader, "embeddings", &consts, bytemuck::bytes_of(&p), &[
             (1, ids.buffer(), false),
             (2, tables.word.buffer(), false),
             (3, tables.position.buffer(), false),
@@ -146,21 +150,30 @@ impl GpuBackend {
     pub(super) fn record_layernorm(&self, x: &GpuTensor, residual: Option<&GpuTensor>, gamma: &GpuTensor, beta: &GpuTensor, eps: f32)
         -> Result<GpuTensor> {
         let (m, n) = (x.rows, x.cols);
-        expect_f32("layernorm", &[x, gamma, beta])?;
+        expect_f32("layernorm", &[gamma, beta])?;
         if let Some(r) = residual {
-            expect_f32("layernorm residual", &[r])?;
             if (r.rows, r.cols) != (m, n) {
                 return Err(shape_err("layernorm", format!("residual is ({}, {}), x is ({m}, {n})", r.rows, r.cols)));
             }
         }
+        // The f16 kernel where x (and the residual) are f16 activations and rows are whole words; f32 otherwise,
+        // an f16 input widened.
+        let half = x.dtype == Dtype::F16 && residual.is_none_or(|r| r.dtype == Dtype::F16) && n % 2 == 0;
+        let (x, residual) = if half {
+            (x.clone(), residual.cloned())
+        } else {
+            (self.f32_of("layernorm", x)?, residual.map(|r| self.f32_of("layernorm residual", r)).transpose()?)
+        };
         if gamma.len() != n || beta.len() != n {
             return Err(shape_err("layernorm", format!("gamma/beta have {}/{} values for rows of {n}", gamma.len(), beta.len())));
         }
-        let out = self.alloc(m, n)?;
+        let out = self.alloc_as(m, n, half)?;
         let p = LayerNormParams { rows: m as u32, cols: n as u32, eps, part_rows: 0 };
         let consts = [("WG", self.tuning.get().row_wg as f64), ("HAS_RES", if residual.is_some() { 1.0 } else { 0.0 })];
-        let res = residual.map(|r| r.buffer()).unwrap_or(&self.dummy);
-        self.dispatch(self.row_shader("layernorm"), "layernorm", &consts, bytemuck::bytes_of(&p), &[
+        let res = residual.as_ref().map(|r| r.buffer()).unwrap_or(&self.dummy);
+        let shader = self.row_shader("layernorm");
+        let shader = if half { params::half_module(shader, true).expect("layernorm has an f16 variant") } else { shader };
+        self.dispatch(shader, "layernorm", &consts, bytemuck::bytes_of(&p), &[
             (1, x.buffer(), false),
             (2, res, false),
             (3, gamma.buffer(), false),

@@ -89,6 +89,24 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("layernorm_backward_sg", "layernorm_backward.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("attention_backward", "attention_backward.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("dropout", "dropout.wgsl", std::mem::size_of::<DropoutParams>(), DropoutParams::FIELDS),
+    // The f16-activation variants (HALF_MODULES).
+    ("matmul_h", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_hx", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_packed_h", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_packed_hx", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_sg_h", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_sg_hx", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_packed_sg_h", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("matmul_packed_sg_hx", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
+    ("attention_vec4_h", "attention_vec4.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_d32_h", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_d64_h", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_split_h", "attention_split.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("layernorm_h", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
+    ("layernorm_sg_h", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
+    ("embeddings_h", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
+    ("embeddings_sg_h", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
+    ("pool_hx", "pool.wgsl", std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),
 ];
 
 /// Modules made from one file with constants written before it, or with some of its pieces swapped for others:
@@ -103,7 +121,72 @@ pub const VARIANTS: &[(&str, &str, &[(&str, &str)], wgpu::Features)] = &[
     ("embeddings_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
     ("backward_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
     ("layernorm_backward_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
+    ("matmul_h", "", HALF, wgpu::Features::empty()),
+    ("matmul_hx", "", HALF_IN, wgpu::Features::empty()),
+    ("matmul_packed_h", "", HALF, wgpu::Features::empty()),
+    ("matmul_packed_hx", "", HALF_IN, wgpu::Features::empty()),
+    ("matmul_sg_h", "", SUBGROUP_BLOCKS_HALF, wgpu::Features::SUBGROUP),
+    ("matmul_sg_hx", "", SUBGROUP_BLOCKS_HALF_IN, wgpu::Features::SUBGROUP),
+    ("matmul_packed_sg_h", "", SUBGROUP_BLOCKS_HALF, wgpu::Features::SUBGROUP),
+    ("matmul_packed_sg_hx", "", SUBGROUP_BLOCKS_HALF_IN, wgpu::Features::SUBGROUP),
+    ("attention_vec4_h", "", HALF, wgpu::Features::empty()),
+    ("attention_d32_h", "const HEAD_V: u32 = 8u;  // head_dim 32, in vec4", HALF, wgpu::Features::empty()),
+    ("attention_d64_h", "const HEAD_V: u32 = 16u;  // head_dim 64, in vec4", HALF, wgpu::Features::empty()),
+    ("attention_split_h", "", HALF, wgpu::Features::empty()),
+    ("layernorm_h", "", HALF, wgpu::Features::empty()),
+    ("layernorm_sg_h", "", SUBGROUP_SUMS_HALF, wgpu::Features::SUBGROUP),
+    ("embeddings_h", "", HALF, wgpu::Features::empty()),
+    ("embeddings_sg_h", "", SUBGROUP_SUMS_HALF, wgpu::Features::SUBGROUP),
+    ("pool_hx", "", HALF_IN, wgpu::Features::empty()),
 ];
+
+/// The f16-activation mode ([`super::GpuBackend::set_f16_activations`]): each module that reads activations, its
+/// variant reading and writing them as f16 pairs (`_h`), and its variant reading f16 and writing f32 (`_hx`: a
+/// matmul whose N is odd, the pooled mean); "" where there is none. A module not listed here reads f32 alone: the
+/// host widens an f16 input for it first.
+pub const HALF_MODULES: &[(&str, &str, &str)] = &[
+    ("matmul", "matmul_h", "matmul_hx"),
+    ("matmul_packed", "matmul_packed_h", "matmul_packed_hx"),
+    ("matmul_sg", "matmul_sg_h", "matmul_sg_hx"),
+    ("matmul_packed_sg", "matmul_packed_sg_h", "matmul_packed_sg_hx"),
+    ("attention_vec4", "attention_vec4_h", ""),
+    ("attention_d32", "attention_d32_h", ""),
+    ("attention_d64", "attention_d64_h", ""),
+    ("attention_split", "attention_split_h", ""),
+    ("layernorm", "layernorm_h", ""),
+    ("layernorm_sg", "layernorm_sg_h", ""),
+    ("embeddings", "embeddings_h", ""),
+    ("embeddings_sg", "embeddings_sg_h", ""),
+    ("pool", "", "pool_hx"),
+];
+
+/// Module `name`'s f16-activation variant: reading f16 and writing f16 (`out_f16`) or f32; `None` where it has none.
+pub fn half_module(name: &str, out_f16: bool) -> Option<&'static str> {
+    let &(_, h, hx) = HALF_MODULES.iter().find(|m| m.0 == name)?;
+    let v = if out_f16 { h } else { hx };
+    (!v.is_empty()).then_some(v)
+}
+
+/// Activations read as f16 pairs (lib/act_f16.wgsl), written as f32.
+const HALF_IN: &[(&str, &str)] = &[("lib/act.wgsl", "lib/act_f16.wgsl")];
+/// Activations read and written as f16 pairs.
+const HALF: &[(&str, &str)] = &[
+    ("lib/act.wgsl", "lib/act_f16.wgsl"),
+    ("lib/matmul_store.wgsl", "lib/matmul_store_f16.wgsl"),
+    ("lib/layernorm_store.wgsl", "lib/layernorm_store_f16.wgsl"),
+];
+const SUBGROUP_SUMS_HALF: &[(&str, &str)] = &[
+    ("lib/reduce.wgsl", "lib/reduce_subgroup.wgsl"),
+    ("lib/act.wgsl", "lib/act_f16.wgsl"),
+    ("lib/layernorm_store.wgsl", "lib/layernorm_store_f16.wgsl"),
+];
+const SUBGROUP_BLOCKS_HALF: &[(&str, &str)] = &[
+    ("lib/block_sum.wgsl", "lib/block_sum_subgroup.wgsl"),
+    ("lib/act.wgsl", "lib/act_f16.wgsl"),
+    ("lib/matmul_store.wgsl", "lib/matmul_store_f16.wgsl"),
+];
+const SUBGROUP_BLOCKS_HALF_IN: &[(&str, &str)] =
+    &[("lib/block_sum.wgsl", "lib/block_sum_subgroup.wgsl"), ("lib/act.wgsl", "lib/act_f16.wgsl")];
 
 /// The row kernels' workgroup sums made with subgroup operations ([`super::Tuning::row_subgroups`]).
 const SUBGROUP_SUMS: &[(&str, &str)] = &[("lib/reduce.wgsl", "lib/reduce_subgroup.wgsl")];

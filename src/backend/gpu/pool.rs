@@ -3,13 +3,16 @@
 
 use super::params::{GatherParams, PoolParams};
 use super::tensor::expect_f32;
-use super::{shape_err, GpuBackend, GpuTensor};
+use super::{shape_err, Dtype, GpuBackend, GpuTensor};
 use crate::Result;
 
 impl GpuBackend {
     /// [`Backend::mean_pool`](super::Backend::mean_pool).
     pub(super) fn record_mean_pool(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize) -> Result<GpuTensor> {
-        expect_f32("mean_pool", &[x, mask])?;
+        expect_f32("mean_pool", &[mask])?;
+        if x.dtype != Dtype::F16 {
+            expect_f32("mean_pool", &[x])?;
+        }
         if x.rows != batch * seq || (mask.rows, mask.cols) != (batch, seq) {
             return Err(shape_err("mean_pool", format!(
                 "x ({}, {}) and mask ({}, {}) do not fit batch {batch} × seq {seq}", x.rows, x.cols, mask.rows, mask.cols
@@ -19,7 +22,9 @@ impl GpuBackend {
         let out = self.alloc(batch, hdim)?;
         let p = PoolParams { batch: batch as u32, seq: seq as u32, hidden: hdim as u32, _pad: 0 };
         let wg = self.tuning.get().elem_wg;
-        self.dispatch("pool", "mean_pool", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+        // An f16 input (the f16 mode) is read as pairs; the pooled mean is f32.
+        let shader = if x.dtype == Dtype::F16 { "pool_hx" } else { "pool" };
+        self.dispatch(shader, "mean_pool", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, x.buffer(), false),
             (2, mask.buffer(), false),
             (3, out.buffer(), true),
@@ -29,7 +34,17 @@ impl GpuBackend {
 
     /// [`Backend::gather_rows`](super::Backend::gather_rows).
     pub(super) fn record_gather_rows(&self, x: &GpuTensor, rows: &[u32]) -> Result<GpuTensor> {
-        expect_f32("gather_rows", &[x])?;
+        // Rows are copied word by word: f32 values, or f16 pairs where rows are whole words.
+        let widened;
+        let x = if x.dtype == Dtype::F16 && x.cols % 2 != 0 {
+            widened = self.f32_of("gather_rows", x)?;
+            &widened
+        } else {
+            if x.dtype != Dtype::F16 {
+                expect_f32("gather_rows", &[x])?;
+            }
+            x
+        };
         if rows.is_empty() {
             return Err(shape_err("gather_rows", "no rows asked for".into()));
         }
@@ -37,14 +52,16 @@ impl GpuBackend {
             return Err(shape_err("gather_rows", format!("row {r} of a matrix with {} rows", x.rows)));
         }
         let idx = self.host_buffer(bytemuck::cast_slice(rows))?;
-        let out = self.alloc(rows.len(), x.cols)?;
-        let p = GatherParams { out_rows: rows.len() as u32, cols: x.cols as u32, _pad0: 0, _pad1: 0 };
+        let half = x.dtype == Dtype::F16;
+        let out = self.alloc_as(rows.len(), x.cols, half)?;
+        let words = if half { x.cols / 2 } else { x.cols };
+        let p = GatherParams { out_rows: rows.len() as u32, cols: words as u32, _pad0: 0, _pad1: 0 };
         let wg = self.tuning.get().elem_wg;
         self.dispatch("gather", "gather_rows", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, idx.buffer(), false),
             (2, x.buffer(), false),
             (3, out.buffer(), true),
-        ], self.grid((rows.len() * x.cols).div_ceil(wg as usize)))?;
+        ], self.grid((rows.len() * words).div_ceil(wg as usize)))?;
         Ok(out)
     }
 }

@@ -185,11 +185,16 @@ impl GpuBackend {
         (buf.buffer().clone(), offset as u64)
     }
 
-    /// A fresh output tensor from the pool.
+    /// A fresh f32 output tensor from the pool.
     pub(super) fn alloc(&self, rows: usize, cols: usize) -> Result<GpuTensor> {
-        let bytes = self.check_size(rows * cols * 4, "activation")?;
+        self.alloc_as(rows, cols, false)
+    }
+
+    /// A fresh output tensor from the pool, f16 (`f16`: pairs of values a word, 2 bytes a value) or f32.
+    pub(super) fn alloc_as(&self, rows: usize, cols: usize, f16: bool) -> Result<GpuTensor> {
+        let bytes = self.check_size(rows * cols * if f16 { 2 } else { 4 }, "activation")?;
         let buf = buffers::take(&self.pool, &self.gpu.device, Kind::Storage, bytes, false);
-        Ok(GpuTensor { buf: Rc::new(buf), rows, cols, dtype: Dtype::F32 })
+        Ok(GpuTensor { buf: Rc::new(buf), rows, cols, dtype: if f16 { Dtype::F16 } else { Dtype::F32 } })
     }
 
     /// A pooled buffer filled from the host (32-bit words).
@@ -288,9 +293,13 @@ impl GpuBackend {
     /// [`Backend::read_many`](super::Backend::read_many): submits everything recorded, with a copy of each tensor,
     /// and maps the copies after one wait.
     pub(super) async fn read_back(&self, ts: &[&GpuTensor]) -> Result<Vec<Vec<f32>>> {
-        expect_f32("read", ts)?;
+        for t in ts {
+            if t.dtype != Dtype::F16 {
+                expect_f32("read", &[t])?;
+            }
+        }
         self.read_backs.set(self.read_backs.get() + 1);
-        let sizes: Vec<u64> = ts.iter().map(|t| buffers::round_size((t.len() * 4) as u64)).collect();
+        let sizes: Vec<u64> = ts.iter().map(|t| buffers::round_size((t.len() * t.value_bytes()) as u64)).collect();
         let staging: Vec<_> =
             sizes.iter().map(|&size| buffers::take(&self.pool, &self.gpu.device, Kind::Staging, size, false)).collect();
         // Timestamps of the passes recorded since the last read are resolved in the same submission.
@@ -322,6 +331,10 @@ impl GpuBackend {
         let mut failed = None;
         for ((t, s), &size) in ts.iter().zip(&staging).zip(&sizes) {
             match s.buffer().slice(..size).get_mapped_range() {
+                // An f16 tensor (an activation of the f16 mode) is widened here, on the host.
+                Ok(view) if t.dtype == Dtype::F16 => out.push(
+                    bytemuck::cast_slice::<u8, half::f16>(&view)[..t.len()].iter().map(|h| h.to_f32()).collect(),
+                ),
                 Ok(view) => out.push(bytemuck::cast_slice::<u8, f32>(&view)[..t.len()].to_vec()),
                 Err(e) => failed = failed.or(Some(Error::Gpu(format!("mapping the read-back buffer failed: {e}")))),
             }

@@ -4,13 +4,15 @@ use std::borrow::Cow;
 use std::rc::Rc;
 
 use super::buffers::{self, PoolBuf};
+use super::params::GatherParams;
 use super::{shape_err, Dtype, GpuBackend};
 use crate::weights::quant::QK;
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
-/// A row-major matrix in a device buffer: f32 (every activation), or a weight in its stored dtype. Cloning shares
-/// the buffer.
+/// A row-major matrix in a device buffer: an activation in f32, or in f16 (pairs of values a word, value 2j in the
+/// low half of word j) in the f16-activation mode ([`GpuBackend::set_f16_activations`]); or a weight in its stored
+/// dtype. Cloning shares the buffer.
 #[derive(Clone)]
 pub struct GpuTensor {
     pub(super) buf: Rc<PoolBuf>,
@@ -25,6 +27,10 @@ impl GpuTensor {
     }
     pub(super) fn len(&self) -> usize {
         self.rows * self.cols
+    }
+    /// Bytes a value of an activation takes: 2 in f16, else 4.
+    pub(super) fn value_bytes(&self) -> usize {
+        if self.dtype == Dtype::F16 { 2 } else { 4 }
     }
     /// How the elements are stored.
     pub fn dtype(&self) -> Dtype {
@@ -100,6 +106,31 @@ fn weight_bytes(t: &HostTensor, rows: usize, cols: usize) -> Result<(Dtype, Cow<
 }
 
 impl GpuBackend {
+    /// `t` as f32: itself, or, for an f16 tensor (an activation of the f16 mode), a widened copy; fails with
+    /// [`expect_f32`]'s error for a quantized one. How an op with no f16 kernel reads the f16 mode's activations.
+    pub(super) fn f32_of(&self, op: &str, t: &GpuTensor) -> Result<GpuTensor> {
+        if t.dtype != Dtype::F16 {
+            expect_f32(op, &[t])?;
+            return Ok(t.clone());
+        }
+        let out = self.alloc(t.rows, t.cols)?;
+        let n = t.len();
+        let p = GatherParams { out_rows: n as u32, cols: 1, _pad0: 0, _pad1: 0 };
+        let wg = self.tuning.get().elem_wg;
+        self.dispatch("gather", "widen", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+            (1, &self.dummy, false),
+            (2, t.buffer(), false),
+            (3, out.buffer(), true),
+        ], self.grid(n.div_ceil(wg as usize)))?;
+        Ok(out)
+    }
+
+    /// Whether an op that can write f16 writes its (rows × `cols`) output in f16, reading `input` (its activation
+    /// input): where the input is f16 and rows are whole words (an even `cols`), so each word has one writer.
+    pub(super) fn writes_f16(input: &GpuTensor, cols: usize) -> bool {
+        input.dtype == Dtype::F16 && cols % 2 == 0
+    }
+
     /// [`Backend::upload`](super::Backend::upload): a weight in its own device buffer, outside the pool.
     pub(super) fn upload_weight(&self, t: &HostTensor) -> Result<GpuTensor> {
         let (rows, cols) = match t.shape.as_slice() {
@@ -139,6 +170,17 @@ impl GpuBackend {
             self.gpu.queue.write_buffer(&buf, whole as u64, &tail);
         }
         Ok(GpuTensor { buf: Rc::new(PoolBuf::weight(buf, self.weight_bytes.clone())), rows, cols, dtype })
+    }
+
+    /// An activation as the f16 mode stores it ([`GpuBackend::set_f16_activations`]), from f32 values rounded to
+    /// the nearest f16: for tests and benchmarks of the f16 kernels. `cols` must be even (rows of whole words).
+    pub fn input_f16(&self, data: &[f32], rows: usize, cols: usize) -> Result<GpuTensor> {
+        if data.len() != rows * cols || cols % 2 != 0 {
+            return Err(shape_err("input_f16", format!("{} values for a ({rows}, {cols}) matrix of f16 pairs", data.len())));
+        }
+        let halves: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
+        let buf = self.host_buffer(bytemuck::cast_slice(&halves))?;
+        Ok(GpuTensor { buf: Rc::new(buf), rows, cols, dtype: Dtype::F16 })
     }
 
     /// [`Backend::input`](super::Backend::input): an f32 matrix from the host in a pooled buffer.

@@ -34,7 +34,8 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
     };
     let mut engines = Vec::new();
     for &d in devices {
-        match load_engine(&m, d) {
+        // f16 activations are a row of their own (below), beside f32 on the same engine.
+        match load_engine(&m, d, false) {
             Ok(e) => engines.push((d, e)),
             Err(Fail::Model(why)) if args.device == Device::Auto && d == Device::Gpu => {
                 eprintln!("bertgpu bench: no GPU row ({why})");
@@ -42,14 +43,22 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
             Err(e) => return Err(e),
         }
     }
-    // Rows: (engine, tuning to switch its GPU backend to first). The GPU's first row keeps its own tuning.
-    let mut rows: Vec<(usize, Option<Tuning>)> = (0..engines.len()).map(|i| (i, None)).collect();
+    // Rows: (engine, tuning to switch its GPU backend to first, f16 activations). The GPU's first row keeps its own
+    // tuning.
+    let mut rows: Vec<(usize, Option<Tuning>, bool)> = (0..engines.len()).map(|i| (i, None, false)).collect();
     let gpu_engine = engines.iter().position(|(_, e)| matches!(e, Engine::Gpu(_)));
     if let (Some(n), Some((_, Engine::Gpu(g)))) = (submit_every, gpu_engine.map(|i| &engines[i])) {
         g.backend.set_submit_every(n);
     }
     if let Some(gi) = gpu_engine {
-        rows.extend(tunings.iter().map(|&t| (gi, Some(t))));
+        rows.extend(tunings.iter().map(|&t| (gi, Some(t), false)));
+        if args.activations == crate::Activations::F16 {
+            let Engine::Gpu(g) = &engines[gi].1 else { unreachable!("gpu_engine is a GPU engine") };
+            // Checked once, as a load with --activations f16 would; the rows then switch the mode themselves.
+            pollster::block_on(engines[gi].1.set_f16_activations(true)).map_err(|e| Fail::Model(e.to_string()))?;
+            g.backend.set_f16_activations(false);
+            rows.push((gi, None, true));
+        }
     }
     let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: batch };
     let run = |e: &Engine| -> Result<f64, Fail> {
@@ -58,10 +67,11 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
         Ok(start.elapsed().as_secs_f64() * 1e3)
     };
     let default_tuning = engines.iter().find_map(|(_, e)| match e { Engine::Gpu(g) => Some(g.backend.tuning()), _ => None });
-    let row_engine = |&(i, t): &(usize, Option<Tuning>)| -> &Engine {
+    let row_engine = |&(i, t, f16): &(usize, Option<Tuning>, bool)| -> &Engine {
         let e = &engines[i].1;
         if let (Engine::Gpu(g), Some(d)) = (e, default_tuning) {
             g.backend.set_tuning(t.unwrap_or(d));
+            g.backend.set_f16_activations(f16);
         }
         e
     };
@@ -97,6 +107,7 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
     for (k, (row, t)) in rows.iter().zip(&times).enumerate() {
         let name = match (&engines[row.0].1, row.1) {
             (Engine::Cpu(_), _) => "cpu".to_string(),
+            (Engine::Gpu(_), None) if row.2 => format!("gpu {}, f16 activations", default_tuning.unwrap_or_default()),
             (Engine::Gpu(g), None) => format!("gpu ({}) {}", g.backend.gpu().info.name, default_tuning.unwrap_or_default()),
             (Engine::Gpu(_), Some(t)) => format!("gpu {t}"),
         };

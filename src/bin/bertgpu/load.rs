@@ -5,8 +5,9 @@ use bertgpu::engine::{Device, Engine};
 
 use crate::{tune, Fail, LoadedModel};
 
-/// Config, weights and tokenizer of the model on the requested device (stderr says why `auto` took the CPU); failures exit 2.
-pub(crate) fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fail> {
+/// Config, weights and tokenizer of the model on the requested device (stderr says why `auto` took the CPU), with
+/// f16 activations on the GPU where `f16` asks (checked at load like the kernels); failures exit 2.
+pub(crate) fn load_engine(m: &LoadedModel, device: Device, f16: bool) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
     let weights = m.model.weights().map_err(fail)?;
     let (config, tokenizer) = (m.model.config.clone(), m.model.tokenizer.clone());
@@ -16,6 +17,9 @@ pub(crate) fn load_engine(m: &LoadedModel, device: Device) -> Result<Engine, Fai
     }
     if let Some((line, true)) = tune::apply(&engine)? {
         eprintln!("bertgpu: GPU kernels calibrated for this adapter: {line}");
+    }
+    if f16 && !pollster::block_on(engine.set_f16_activations(true)).map_err(fail)? {
+        eprintln!("bertgpu: on the CPU, which computes in f32: --activations f16 does not apply");
     }
     Ok(engine)
 }

@@ -68,6 +68,17 @@ struct InferArgs {
     /// Where to run: `auto` uses the GPU when an adapter exists
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
+    /// How the GPU stores activations between kernels: `f16` halves their memory and traffic, within about 2e-3 of
+    /// PyTorch's hidden states (BENCHMARKS.md, "f16 activations"); arithmetic stays f32. Inference only; the CPU
+    /// computes in f32 either way. `bench` runs it as a row beside f32.
+    #[arg(long, value_enum, default_value_t = Activations::F32)]
+    activations: Activations,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Activations {
+    F32,
+    F16,
 }
 
 #[derive(Subcommand, Debug)]
@@ -461,7 +472,7 @@ fn cmd_tokenize(args: &ModelArgs) -> Result<(), Fail> {
 
 fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u32) -> Result<(), Fail> {
     let m = load_model(&args.model)?;
-    let engine = load_engine(&m, args.device)?;
+    let engine = load_engine(&m, args.device, args.activations == Activations::F16)?;
     let opts = EmbedOptions {
         pooling,
         normalize,
@@ -501,7 +512,7 @@ where
     H: Fn(&Engine) -> bertgpu::Result<()>,
 {
     let m = load_model(&args.model)?;
-    let engine = load_engine(&m, args.device)?;
+    let engine = load_engine(&m, args.device, args.activations == Activations::F16)?;
     check(&engine).map_err(|e| Fail::Model(format!("cannot use model `{}`: {e}", m.dir.display())))?;
     Ok(engine)
 }
@@ -649,7 +660,7 @@ fn cmd_train_head(args: &InferArgs, data: &Path, out: &Path, opts: &tasks::Train
         examples.push(ex);
     }
     let m = load_model(&args.model)?;
-    let engine = load_engine(&m, args.device)?;
+    let engine = load_engine(&m, args.device, args.activations == Activations::F16)?;
     eprintln!("bertgpu: training a head on {} examples ({} backend)", examples.len(), engine.device());
     let report = pollster::block_on(engine.train_head(&examples, opts, |p| {
         eprintln!("{}", serde_json::to_string(p).unwrap_or_default());
@@ -670,7 +681,7 @@ fn cmd_train_head(args: &InferArgs, data: &Path, out: &Path, opts: &tasks::Train
 /// `classify --head FILE`: the trained head on the model's pooled features.
 fn cmd_classify_head(args: &InferArgs, top_k: Option<usize>, head: &Path) -> Result<(), Fail> {
     let m = load_model(&args.model)?;
-    let engine = load_engine(&m, args.device)?;
+    let engine = load_engine(&m, args.device, args.activations == Activations::F16)?;
     let bytes =
         std::fs::read(head).map_err(|e| Fail::Model(format!("cannot read head file `{}`: {e}", head.display())))?;
     engine.load_head(&bytes).map_err(|e| Fail::Model(format!("cannot load head `{}`: {e}", head.display())))?;
