@@ -112,6 +112,14 @@ export interface LoadOptions {
    */
   threads?: number;
   /**
+   * How the GPU stores activations between kernels. "f16" halves their memory and the bytes the kernels move for
+   * them (arithmetic stays f32), within about 2e-3 of PyTorch's hidden states (cosine ≥ 0.99999 per sentence:
+   * BENCHMARKS.md, "f16 activations"); checked at load against the CPU like every kernel, and refused for training
+   * (fineTune, trainHead, pretrain). WebGPU only: the CPU computes in f32 (Bert.activations says which runs).
+   * Default "f32".
+   */
+  activations?: "f32" | "f16";
+  /**
    * "bertgpu/worker" only: on the CPU backend, the number of workers (each a copy of the model on its own core)
    * that share calls over many texts; "auto" takes the cores the browser reports, at most 4. Default 1.
    */
@@ -511,6 +519,8 @@ export declare class Bert {
    * or a GPU device lost during fineTune with no new one. null on WebGPU, and when "cpu" was asked for.
    */
   readonly deviceReason: string | null;
+  /** "f16" where LoadOptions.activations asked for it and WebGPU runs the model, else "f32". */
+  readonly activations: "f32" | "f16";
   /** Which wasm build runs the model (see LoadOptions.simd). */
   readonly simd: "relaxed" | "simd128";
   /**

@@ -580,8 +580,12 @@ export class Bert {
     // (`_injectFault`: tests only. The GPU's linears return wrong values, as a miscompiled kernel would, so that
     // the load-time check fails: "auto" must then give the CPU with a `deviceReason`, "webgpu" must reject.)
     const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
-      "adapter", "threads", "_injectFault"], "Bert.load");
+      "adapter", "threads", "activations", "_injectFault"], "Bert.load");
     const device = opts.device ?? "auto";
+    const activations = opts.activations ?? "f32";
+    if (activations !== "f32" && activations !== "f16") {
+      throw new TypeError(`Bert.load: activations must be "f32" or "f16" (got ${JSON.stringify(opts.activations)})`);
+    }
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
     }
@@ -634,6 +638,11 @@ export class Bert {
     let model;
     try {
       model = await instantiate(rt, files, chosen.device, opts._injectFault === true, { consume: true });
+      // f16 activations (WebGPU only; the CPU computes in f32), checked like the kernels before the model is used.
+      if (activations === "f16" && model.device === "webgpu") await model.setF16Activations(true).catch((e) => {
+        model.free();
+        throw new Error(`Bert.load: activations "f16": ${e.message ?? e}`);
+      });
       if (build in THREADED && !poolFirst && model.device === "cpu") {
         await usePool(rt, threads).catch((e) => {
           model.free();
@@ -645,6 +654,7 @@ export class Bert {
       throw e;
     }
     const bert = new Bert(rt, model, model.device);
+    bert._f16 = model.f16Activations;
     bert._usesPool = build in THREADED && model.device === "cpu";
     bert._poolThreads = threads;
     bert._threadsReason = threadsReason;
@@ -695,6 +705,14 @@ export class Bert {
   /** "webgpu" or "cpu": where this model runs. */
   get device() {
     return this._device;
+  }
+
+  /**
+   * How the GPU stores activations between kernels: "f16" where `Bert.load` asked for it and WebGPU runs the model
+   * (arithmetic stays f32; BENCHMARKS.md, "f16 activations", has its accuracy against PyTorch), else "f32".
+   */
+  get activations() {
+    return this._f16 ? "f16" : "f32";
   }
 
   /**
@@ -790,6 +808,7 @@ export class Bert {
       const files = this._tuned ?? await this._files();
       model = await instantiate(this._rt, files, "webgpu");
       if (this._headBytes) model.loadHead(this._headBytes);
+      if (this._f16) await model.setF16Activations(true);
       if (this._kernelTuning?.tuning) await model.setTuning(this._kernelTuning.tuning).catch(() => { this._kernelTuning = null; });
     } catch (e) {
       model?.free();

@@ -28,7 +28,7 @@ async function handle(id, method, args) {
       bert = await Bert.load(source, options);
       const { onProgress, ...kept } = options;
       loadOptions = { ...kept, device: bert.device };
-      return { device: bert.device, deviceReason: bert.deviceReason, tasks: bert.tasks, simd: bert.simd,
+      return { device: bert.device, deviceReason: bert.deviceReason, activations: bert.activations, tasks: bert.tasks, simd: bert.simd,
         threads: bert.threads, threadsReason: bert.threadsReason };
     }
     case "tokenize":

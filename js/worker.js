@@ -19,9 +19,9 @@ async function startWorker(src, options, onProgress) {
   const worker = new Worker(new URL("./worker-main.js", import.meta.url), { type: "module", name: "bertgpu" });
   const channel = new Channel(worker);
   try {
-    const { device, deviceReason, tasks, simd, threads, threadsReason } = await channel.call("load",
+    const { device, deviceReason, tasks, simd, threads, threadsReason, activations } = await channel.call("load",
       [src, { ...options, progress: onProgress != null }], [], onProgress);
-    return { worker, channel, device, deviceReason, tasks, simd, threads, threadsReason };
+    return { worker, channel, device, deviceReason, tasks, simd, threads, threadsReason, activations };
   } catch (e) {
     worker.terminate();
     throw e;
@@ -118,6 +118,7 @@ export class Bert {
     }
     const bert = new Bert(members, first.device, first.tasks);
     bert._deviceReason = first.deviceReason ?? null;
+    bert._activations = first.activations ?? "f32";
     return bert;
   }
 
@@ -129,6 +130,11 @@ export class Bert {
   /** "webgpu" or "cpu". */
   get device() {
     return this._device;
+  }
+
+  /** As "bertgpu"'s `activations`: "f16" where the GPU stores them so, else "f32". */
+  get activations() {
+    return this._activations;
   }
 
   /** As "bertgpu"'s `deviceReason`: why "auto" runs this model on the CPU, or null. */

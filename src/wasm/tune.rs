@@ -57,6 +57,24 @@ impl WasmModel {
         })
     }
 
+    /// Turns the GPU's f16-activation mode on or off once it passes the load-time check
+    /// ([`crate::engine::Engine::set_f16_activations`]); resolves to whether it is on (false on the CPU). A check
+    /// that fails rejects naming why, and the mode stays as it was.
+    #[wasm_bindgen(js_name = setF16Activations)]
+    pub fn set_f16_activations(&self, on: bool) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let on = engine.set_f16_activations(on).await.map_err(|e| JsValue::from(js_err(e)))?;
+            Ok(on.into())
+        })
+    }
+
+    /// Whether the GPU stores activations as f16 ([`Self::set_f16_activations`]).
+    #[wasm_bindgen(getter, js_name = f16Activations)]
+    pub fn f16_activations(&self) -> bool {
+        self.engine.f16_activations()
+    }
+
     /// Calibrates within about `budget_ms`, resuming from `resume` (an earlier result's `progress`) when given, and
     /// switches to the choice once it passes the load-time check: resolves to `{ tuning, defaultMs, chosenMs,
     /// spentMs, complete, progress, timed: [[tuning, ms], ...] }`, or `null` on the CPU.

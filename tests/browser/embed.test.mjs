@@ -3,7 +3,7 @@
 // short inputs only). Run: scripts/build-wasm.sh && node --test tests/browser/
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
-import { assertAllClose, convertGguf, readJson, withPage } from "./harness.mjs";
+import { assertAllClose, convertGguf, cosine, readJson, withPage } from "./harness.mjs";
 
 /*
  * Max |ours − PyTorch| per value. The goldens are PyTorch f32 outputs written to 7 significant digits (rounding
@@ -22,6 +22,13 @@ const CPU_HIDDEN_ATOL = 5e-6;
  * moves them by orders of magnitude more (one golden value moved by 0.0125 fails).
  */
 const WEBGPU_HIDDEN_ATOL = 1e-5;
+/**
+ * WebGPU with `activations: "f16"`: every activation rounded to f16 between kernels. Natively the hidden states of
+ * splade-tiny move by up to 2.3e-3 against PyTorch (tests/model_gpu.rs), the mean-pooled vectors less; 6e-3 is the
+ * native test's bound. Cosine per sentence ≥ 0.99999 (measured natively ≥ 0.9999999).
+ */
+const WEBGPU_F16_ATOL = 6e-3;
+const WEBGPU_F16_MIN_COSINE = 0.99999;
 
 const golden = readJson("tests/golden/model.json");
 const ctx = withPage();
@@ -134,6 +141,41 @@ test("embed on WebGPU equals PyTorch: splade-tiny, short texts; auto takes WebGP
   });
   close(got.single, g.mean[idx[0]], WEBGPU_HIDDEN_ATOL, "webgpu splade mean", "webgpu single");
   assert.equal(got.tokens[0], "[CLS]");
+  ctx.page.checkErrors();
+});
+
+test("activations \"f16\" on WebGPU: within f16's rounding of PyTorch, from the main thread and a worker; refused for training; the CPU stays f32", async () => {
+  const g = golden["splade-tiny"];
+  const idx = g.sentences.map((s, i) => [s, i]).filter(([s]) => s.length < 50).map(([, i]) => i);
+  const got = await ctx.page.evaluate(async ({ url, sentences }) => {
+    const toArrays = (vs) => vs.map((v) => Array.from(v));
+    const bert = await bertgpu.Bert.load(url, { device: "webgpu", activations: "f16" });
+    const out = { device: bert.device, activations: bert.activations, mean: toArrays(await bert.embed(sentences, { normalize: false })) };
+    out.train = await bert.trainHead([{ text: "a", label: "x" }, { text: "b", label: "y" }], { epochs: 1 })
+      .then(() => "trained", (e) => e.message);
+    bert.dispose();
+    const inWorker = await bertgpuWorker.Bert.load(url, { device: "webgpu", activations: "f16" });
+    out.worker = { activations: inWorker.activations, mean: toArrays(await inWorker.embed(sentences, { normalize: false })) };
+    inWorker.dispose();
+    const cpu = await bertgpu.Bert.load(url, { device: "cpu", activations: "f16" });
+    out.cpu = cpu.activations;
+    cpu.dispose();
+    out.bad = await bertgpu.Bert.load(url, { activations: "f8" }).then(() => "loaded", (e) => `${e.name}: ${e.message}`);
+    return out;
+  }, { url: ctx.env.models.url + "models/splade-tiny/", sentences: idx.map((i) => g.sentences[i]) });
+  assert.equal(got.device, "webgpu");
+  assert.equal(got.activations, "f16");
+  assert.equal(got.worker.activations, "f16");
+  for (const [who, mean] of [["main thread", got.mean], ["worker", got.worker.mean]]) {
+    idx.forEach((i, k) => {
+      close(mean[k], g.mean[i], WEBGPU_F16_ATOL, "webgpu f16 splade mean", `${who} f16 mean[${i}]`);
+      const c = cosine(mean[k], g.mean[i]);
+      assert.ok(c >= WEBGPU_F16_MIN_COSINE, `${who} sentence ${i}: cosine ${c} to PyTorch < ${WEBGPU_F16_MIN_COSINE}`);
+    });
+  }
+  assert.match(got.train, /f16 activations.*inference only/);
+  assert.equal(got.cpu, "f32", "the CPU computes in f32");
+  assert.match(got.bad, /TypeError: Bert.load: activations must be "f32" or "f16"/);
   ctx.page.checkErrors();
 });
 
