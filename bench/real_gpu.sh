@@ -10,7 +10,8 @@
 # a change kept the speed and the results, in a couple of minutes).
 #
 # It prints, for all-MiniLM-L6-v2's shape and bert-base's (seeded random weights: speed depends on shapes alone):
-# `bertgpu bench` at (a) 1 × 12, (b) 8 × 128, (c) 32 × 32, the calibrated kernels against the defaults, with each
+# `bertgpu bench` at (a) 1 × 12, (b) 8 × 128, (c) 32 × 32, the calibrated kernels against the defaults and with f16
+# activations, with each
 # kernel's GPU time and the calibration's every variant (a, b), PyTorch CUDA f32 on the same
 # batches, the matmul's GFLOP/s per workgroup shape, a fine-tuning step against PyTorch's, the host's cost of a pass
 # (a fine-tuning step records about a thousand), our GPU embeddings' cosine with PyTorch's, and the GPU tests on this
@@ -43,8 +44,10 @@ for model in $MODELS; do
 done
 bench() {  # MODEL B T [--profile]
   step "bench $1 $2 × $3"
-  # The calibrated kernels (the first row) against the defaults (the second), round-robin.
-  "$BIN/bertgpu" bench --model "$M/$1" --device gpu --batch "$2" --seq "$3" --reps 30 --tuning matmul=direct:8x8 ${4:-}
+  # The calibrated kernels (the first row) against the defaults (the second) and the calibrated ones with f16
+  # activations (the third), round-robin.
+  "$BIN/bertgpu" bench --model "$M/$1" --device gpu --batch "$2" --seq "$3" --reps 30 --tuning matmul=direct:8x8 \
+    --activations f16 ${4:-}
   py forward "$M/$1" "$2" "$3" 30
 }
 if [ "$QUICK" = 1 ]; then
