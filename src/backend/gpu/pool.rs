@@ -23,7 +23,11 @@ impl GpuBackend {
         let p = PoolParams { batch: batch as u32, seq: seq as u32, hidden: hdim as u32, _pad: 0 };
         let wg = self.tuning.get().elem_wg;
         // An f16 input (the f16 mode) is read as pairs; the pooled mean is f32.
-        let shader = if x.dtype == Dtype::F16 { "pool_hx" } else { "pool" };
+        let shader = if x.dtype == Dtype::F16 {
+            super::params::half_module("pool", false).expect("pool has an f16-input variant")
+        } else {
+            "pool"
+        };
         self.dispatch(shader, "mean_pool", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, x.buffer(), false),
             (2, mask.buffer(), false),
