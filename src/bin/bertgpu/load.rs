@@ -5,6 +5,15 @@ use bertgpu::engine::{Device, Engine};
 
 use crate::{tune, Fail, LoadedModel};
 
+/// `--activations`: how the GPU stores activations between kernels. `f16` halves their memory and traffic, within
+/// about 2e-3 of PyTorch's hidden states (BENCHMARKS.md, "f16 activations"); arithmetic stays f32. Inference only;
+/// the CPU computes in f32 either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Activations {
+    F32,
+    F16,
+}
+
 /// Config, weights and tokenizer of the model on the requested device (stderr says why `auto` took the CPU), with
 /// f16 activations on the GPU where `f16` asks (checked at load like the kernels); failures exit 2.
 pub(crate) fn load_engine(m: &LoadedModel, device: Device, f16: bool) -> Result<Engine, Fail> {

@@ -28,7 +28,7 @@ use bertgpu::tasks::{self, EmbedOptions};
 use bertgpu::tokenizer::Encoded;
 use clap::{Args, Parser, Subcommand};
 use bench::cmd_bench;
-use load::load_engine;
+use load::{load_engine, Activations};
 use lines::{run_lines, shape_hint, Input, Shape};
 use serde_json::{json, Value};
 
@@ -68,17 +68,9 @@ struct InferArgs {
     /// Where to run: `auto` uses the GPU when an adapter exists
     #[arg(long, value_enum, default_value_t = Device::Auto)]
     device: Device,
-    /// How the GPU stores activations between kernels: `f16` halves their memory and traffic, within about 2e-3 of
-    /// PyTorch's hidden states (BENCHMARKS.md, "f16 activations"); arithmetic stays f32. Inference only; the CPU
-    /// computes in f32 either way. `bench` runs it as a row beside f32.
+    /// How the GPU stores activations: f16 halves their memory, f32 math (inference only; bench: a row beside f32)
     #[arg(long, value_enum, default_value_t = Activations::F32)]
     activations: Activations,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Activations {
-    F32,
-    F16,
 }
 
 #[derive(Subcommand, Debug)]
