@@ -227,7 +227,7 @@ impl Engine {
     }
 
     /// Fails, naming `what`, where the GPU runs with f16 activations: training is checked against PyTorch in f32.
-    fn expect_f32_activations(&self, what: &str) -> Result<()> {
+    pub fn expect_f32_activations(&self, what: &str) -> Result<()> {
         match self {
             Engine::Gpu(m) => m.backend.expect_f32_activations(what),
             Engine::Cpu(_) => Ok(()),

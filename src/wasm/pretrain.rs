@@ -122,6 +122,7 @@ impl WasmModel {
         tokenizer_config: Option<Vec<u8>>, weights: Vec<u8>, adapter_config: Option<Vec<u8>>,
         adapter_weights: Option<Vec<u8>>, corpus: JsValue, options: JsValue, hooks: JsValue, checkpoint: JsValue)
         -> Result<js_sys::Promise, JsError> {
+        self.engine.expect_f32_activations("pre-training").map_err(js_err)?;
         let opts: JsPretrainOptions = if options.is_undefined() || options.is_null() {
             JsPretrainOptions::default()
         } else {
