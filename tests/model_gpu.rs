@@ -118,20 +118,16 @@ fn legacy_mlm_checkpoint_with_f16_activations_matches_pytorch() {
     check("splade-tiny", 0, true);
 }
 
-/// `bertgpu embed --device gpu` from the command line, batches of 2 (so batches pad differently), against the
-/// normalised sentence-transformers embeddings.
-#[test]
-fn cli_embed_on_gpu_matches_goldens() {
+/// `bertgpu embed --device gpu` (and `extra` arguments) from the command line, batches of 2 (so batches pad
+/// differently): the golden sentences' normalised embeddings.
+fn cli_embed(extra: &[&str]) -> Vec<Vec<f32>> {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    if gpu().is_none() {
-        return;
-    }
-    let gold = &goldens()["all-MiniLM-L6-v2"];
-    let sentences = gold["sentences"].as_array().unwrap();
+    let sentences = goldens()["all-MiniLM-L6-v2"]["sentences"].as_array().unwrap();
     let input: String = sentences.iter().map(|s| serde_json::json!({ "text": s }).to_string() + "\n").collect();
     let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
         .args(["embed", "--model", "models/all-MiniLM-L6-v2", "--device", "gpu", "--normalize", "--batch-size", "2"])
+        .args(extra)
         .current_dir(root())
         .env("XDG_RUNTIME_DIR", std::env::temp_dir())
         .stdin(Stdio::piped())
@@ -145,9 +141,26 @@ fn cli_embed_on_gpu_matches_goldens() {
     let lines: Vec<Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), sentences.len());
-    for (i, line) in lines.iter().enumerate() {
-        let c = cosine(&floats(&line["embedding"]), &floats(&gold["mean_normalized"][i]));
+    lines.iter().map(|l| floats(&l["embedding"])).collect()
+}
+
+/// The command line's embeddings on the GPU against the normalised sentence-transformers embeddings; with
+/// `--activations f16`, to that mode's bound, and not the f32 values (the flag took effect).
+#[test]
+fn cli_embed_on_gpu_matches_goldens() {
+    if gpu().is_none() {
+        return;
+    }
+    let gold = &goldens()["all-MiniLM-L6-v2"];
+    let f32_vectors = cli_embed(&[]);
+    let f16_vectors = cli_embed(&["--activations", "f16"]);
+    for (i, (a, b)) in f32_vectors.iter().zip(&f16_vectors).enumerate() {
+        let want = floats(&gold["mean_normalized"][i]);
+        let c = cosine(a, &want);
         assert!(c >= MIN_COSINE, "cli --device gpu, sentence {i}: cosine {c} < {MIN_COSINE}");
+        let c = cosine(b, &want);
+        assert!(c >= F16_MIN_COSINE, "cli --activations f16, sentence {i}: cosine {c} < {F16_MIN_COSINE}");
+        assert_ne!(a, b, "sentence {i}: --activations f16 gave the f32 values");
     }
 }
 
