@@ -187,18 +187,14 @@ impl Engine {
         let Engine::Gpu(m) = self else { return Ok(None) };
         let before = m.backend.tuning();
         let t = m.backend.set_tuning(t);
-        if let Some(reference) = &m.canary {
-            for check in [t, Tuning { small_matmul: t.matmul, ..t }] {
-                m.backend.set_tuning(check);
-                let c = canary::compare(m, reference).await;
-                if !matches!(&c, Ok(c) if c.passed()) {
-                    m.backend.set_tuning(before);
-                    let why = c.map_or_else(|e| e.to_string(), |c| c.to_string());
-                    return Err(Error::Gpu(format!("the GPU kernels {check} fail the load-time check ({why}); kept {before}")));
-                }
+        for check in [t, Tuning { small_matmul: t.matmul, ..t }] {
+            m.backend.set_tuning(check);
+            if let Some(why) = recheck(m).await {
+                m.backend.set_tuning(before);
+                return Err(Error::Gpu(format!("the GPU kernels {check} fail the load-time check ({why}); kept {before}")));
             }
-            m.backend.set_tuning(t);
         }
+        m.backend.set_tuning(t);
         Ok(Some(t))
     }
 
@@ -210,13 +206,9 @@ impl Engine {
         let Engine::Gpu(m) = self else { return Ok(false) };
         let before = m.backend.f16_activations();
         m.backend.set_f16_activations(on);
-        if let Some(reference) = &m.canary {
-            let c = canary::compare(m, reference).await;
-            if !matches!(&c, Ok(c) if c.passed()) {
-                m.backend.set_f16_activations(before);
-                let why = c.map_or_else(|e| e.to_string(), |c| c.to_string());
-                return Err(Error::Gpu(format!("f16 activations fail the load-time check ({why}); kept f32")));
-            }
+        if let Some(why) = recheck(m).await {
+            m.backend.set_f16_activations(before);
+            return Err(Error::Gpu(format!("f16 activations fail the load-time check ({why}); kept f32")));
         }
         Ok(on)
     }
@@ -366,6 +358,17 @@ impl Engine {
     /// See [`Model::replaced_tokens`].
     pub async fn replaced_tokens(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<ReplacedToken>>> {
         with_model!(self, m => m.replaced_tokens(inputs).await)
+    }
+}
+
+/// The load-time check ([`canary::compare`]) on the kernels `m`'s backend runs now: `None` where they pass (or the
+/// model has no reference to check against), else why not. Changed kernels and modes are checked here before use.
+async fn recheck(m: &Model<GpuBackend>) -> Option<String> {
+    let reference = m.canary.as_ref()?;
+    match canary::compare(m, reference).await {
+        Ok(c) if c.passed() => None,
+        Ok(c) => Some(c.to_string()),
+        Err(e) => Some(e.to_string()),
     }
 }
 

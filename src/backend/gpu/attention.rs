@@ -2,7 +2,7 @@
 //! self-attention over a padded batch, and the mask it reads; and of its backward, `shaders/attention_backward.wgsl`.
 
 use super::params::AttentionParams;
-use super::tensor::expect_f32;
+use super::tensor::{expect_activation, expect_f32};
 use super::{shape_err, AttentionKernel, AttentionShape, Backend, GpuBackend, GpuTensor};
 use crate::backend::Dropout;
 use crate::tokenizer::Batch;
@@ -33,9 +33,7 @@ impl GpuBackend {
         }
         let h = s.heads * s.head_dim;
         expect_f32("attention", &[mask])?;
-        if qkv.dtype != super::Dtype::F16 {
-            expect_f32("attention", &[qkv])?;
-        }
+        expect_activation("attention", &[qkv])?;
         if (qkv.rows, qkv.cols) != (s.batch * s.seq, 3 * h) {
             return Err(shape_err("attention", format!(
                 "qkv is ({}, {}), expected ({}, {}) for {s:?}", qkv.rows, qkv.cols, s.batch * s.seq, 3 * h

@@ -2,7 +2,7 @@
 //! weight in its stored dtype. (`matmul` of the training ops, with transposes, is in `train.rs`.)
 
 use super::params::{self, MatmulParams};
-use super::tensor::expect_f32;
+use super::tensor::{expect_activation, expect_f32};
 use super::tuning::SMALL_ROWS;
 use super::{shape_err, Activation, Dtype, GpuBackend, GpuTensor};
 use crate::weights::quant::QK;
@@ -20,9 +20,7 @@ impl GpuBackend {
             widened = self.f32_of("linear", x)?;
             &widened
         } else {
-            if x.dtype != Dtype::F16 {
-                expect_f32("linear (input, bias)", &[x])?;
-            }
+            expect_activation("linear (input, bias)", &[x])?;
             x
         };
         if let Some(b) = bias {

@@ -302,9 +302,7 @@ impl Backend for GpuBackend {
     }
 
     fn reshape(&self, x: &GpuTensor, rows: usize, cols: usize) -> Result<GpuTensor> {
-        if x.dtype != Dtype::F16 {
-            expect_f32("reshape", &[x])?;
-        }
+        tensor::expect_activation("reshape", &[x])?;
         if rows * cols != x.rows * x.cols {
             return Err(Error::Input(format!("reshape: ({}, {}) has {} values, not ({rows}, {cols})", x.rows, x.cols, x.rows * x.cols)));
         }

@@ -2,7 +2,7 @@
 //! rows, e.g. `[CLS]`).
 
 use super::params::{GatherParams, PoolParams};
-use super::tensor::expect_f32;
+use super::tensor::{expect_activation, expect_f32};
 use super::{shape_err, Dtype, GpuBackend, GpuTensor};
 use crate::Result;
 
@@ -10,9 +10,7 @@ impl GpuBackend {
     /// [`Backend::mean_pool`](super::Backend::mean_pool).
     pub(super) fn record_mean_pool(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize) -> Result<GpuTensor> {
         expect_f32("mean_pool", &[mask])?;
-        if x.dtype != Dtype::F16 {
-            expect_f32("mean_pool", &[x])?;
-        }
+        expect_activation("mean_pool", &[x])?;
         if x.rows != batch * seq || (mask.rows, mask.cols) != (batch, seq) {
             return Err(shape_err("mean_pool", format!(
                 "x ({}, {}) and mask ({}, {}) do not fit batch {batch} × seq {seq}", x.rows, x.cols, mask.rows, mask.cols
@@ -44,9 +42,7 @@ impl GpuBackend {
             widened = self.f32_of("gather_rows", x)?;
             &widened
         } else {
-            if x.dtype != Dtype::F16 {
-                expect_f32("gather_rows", &[x])?;
-            }
+            expect_activation("gather_rows", &[x])?;
             x
         };
         if rows.is_empty() {

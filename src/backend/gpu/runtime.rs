@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use super::buffers::{self, Kind, PoolBuf};
-use super::tensor::expect_f32;
+use super::tensor::expect_activation;
 use super::{params, Dtype, GpuBackend, GpuTensor};
 use crate::{Error, Result};
 
@@ -293,11 +293,7 @@ impl GpuBackend {
     /// [`Backend::read_many`](super::Backend::read_many): submits everything recorded, with a copy of each tensor,
     /// and maps the copies after one wait.
     pub(super) async fn read_back(&self, ts: &[&GpuTensor]) -> Result<Vec<Vec<f32>>> {
-        for t in ts {
-            if t.dtype != Dtype::F16 {
-                expect_f32("read", &[t])?;
-            }
-        }
+        expect_activation("read", ts)?;
         self.read_backs.set(self.read_backs.get() + 1);
         let sizes: Vec<u64> = ts.iter().map(|t| buffers::round_size((t.len() * t.value_bytes()) as u64)).collect();
         let staging: Vec<_> =

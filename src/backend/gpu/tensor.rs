@@ -46,7 +46,16 @@ impl std::fmt::Debug for GpuTensor {
 
 /// Fails with a clear error unless every tensor is f32 (only `linear` and `embeddings` read packed weights).
 pub(super) fn expect_f32(op: &str, ts: &[&GpuTensor]) -> Result<()> {
-    match ts.iter().find(|t| t.dtype != Dtype::F32) {
+    expect_stored(op, ts, &[Dtype::F32])
+}
+
+/// [`expect_f32`] for the ops that read the f16 mode's activations as they are: f32 or f16.
+pub(super) fn expect_activation(op: &str, ts: &[&GpuTensor]) -> Result<()> {
+    expect_stored(op, ts, &[Dtype::F32, Dtype::F16])
+}
+
+fn expect_stored(op: &str, ts: &[&GpuTensor], dtypes: &[Dtype]) -> Result<()> {
+    match ts.iter().find(|t| !dtypes.contains(&t.dtype)) {
         None => Ok(()),
         Some(t) => Err(Error::Input(format!(
             "{op}: got a {} weight; this op reads f32 tensors only (only linear weights and embedding tables may be \
