@@ -298,7 +298,7 @@ fn repeated_calls_allocate_nothing_new() {
 #[test]
 fn params_layouts_agree_with_wgsl() {
     use wgpu::naga;
-    for &(name, _, size, fields) in bertgpu::backend::gpu::params::SHADERS {
+    for (name, _, size, fields) in bertgpu::backend::gpu::params::modules() {
         // The text the GPU compiles (includes resolved); errors name the file under shaders/ and its line.
         let composed = bertgpu::backend::gpu::params::source(name).unwrap_or_else(|e| panic!("{name}: {e}"));
         let src = composed.text.as_str();

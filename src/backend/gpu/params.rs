@@ -64,7 +64,8 @@ params!(
     DropoutParams { len: u32, threshold: u32, key: u32, scale: f32 }
 );
 
-/// Every shader module: (name, its file under `shaders/`, its Params twin's size and fields). The WGSL the GPU
+/// Every shader module but the f16-activation variants ([`modules`] adds them): (name, its file under `shaders/`,
+/// its Params twin's size and fields). The WGSL the GPU
 /// compiles is the file with its `#include`s resolved ([`super::wgsl::compose`]).
 pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("matmul", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
@@ -89,29 +90,12 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("layernorm_backward_sg", "layernorm_backward.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("attention_backward", "attention_backward.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("dropout", "dropout.wgsl", std::mem::size_of::<DropoutParams>(), DropoutParams::FIELDS),
-    // The f16-activation variants (HALF_MODULES).
-    ("matmul_h", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
-    ("matmul_hx", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
-    ("matmul_packed_h", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
-    ("matmul_packed_hx", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
-    ("matmul_sg_h", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
-    ("matmul_sg_hx", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
-    ("matmul_packed_sg_h", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
-    ("matmul_packed_sg_hx", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
-    ("attention_vec4_h", "attention_vec4.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
-    ("attention_d32_h", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
-    ("attention_d64_h", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
-    ("attention_split_h", "attention_split.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
-    ("layernorm_h", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
-    ("layernorm_sg_h", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
-    ("embeddings_h", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
-    ("embeddings_sg_h", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
-    ("pool_hx", "pool.wgsl", std::mem::size_of::<PoolParams>(), PoolParams::FIELDS),
 ];
 
 /// Modules made from one file with constants written before it, or with some of its pieces swapped for others:
 /// (name, the constants, (piece, instead) swaps, the features the adapter needs). Their file (SHADERS) names what
-/// it leaves to them.
+/// it leaves to them. The f16-activation variants are not listed: [`source`] makes each from its base module here
+/// and the `HALF` / `HALF_IN` pieces.
 pub const VARIANTS: &[(&str, &str, &[(&str, &str)], wgpu::Features)] = &[
     ("attention_d32", "const HEAD_V: u32 = 8u;  // head_dim 32, in vec4", &[], wgpu::Features::empty()),
     ("attention_d64", "const HEAD_V: u32 = 16u;  // head_dim 64, in vec4", &[], wgpu::Features::empty()),
@@ -121,23 +105,6 @@ pub const VARIANTS: &[(&str, &str, &[(&str, &str)], wgpu::Features)] = &[
     ("embeddings_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
     ("backward_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
     ("layernorm_backward_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
-    ("matmul_h", "", HALF, wgpu::Features::empty()),
-    ("matmul_hx", "", HALF_IN, wgpu::Features::empty()),
-    ("matmul_packed_h", "", HALF, wgpu::Features::empty()),
-    ("matmul_packed_hx", "", HALF_IN, wgpu::Features::empty()),
-    ("matmul_sg_h", "", SUBGROUP_BLOCKS_HALF, wgpu::Features::SUBGROUP),
-    ("matmul_sg_hx", "", SUBGROUP_BLOCKS_HALF_IN, wgpu::Features::SUBGROUP),
-    ("matmul_packed_sg_h", "", SUBGROUP_BLOCKS_HALF, wgpu::Features::SUBGROUP),
-    ("matmul_packed_sg_hx", "", SUBGROUP_BLOCKS_HALF_IN, wgpu::Features::SUBGROUP),
-    ("attention_vec4_h", "", HALF, wgpu::Features::empty()),
-    ("attention_d32_h", "const HEAD_V: u32 = 8u;  // head_dim 32, in vec4", HALF, wgpu::Features::empty()),
-    ("attention_d64_h", "const HEAD_V: u32 = 16u;  // head_dim 64, in vec4", HALF, wgpu::Features::empty()),
-    ("attention_split_h", "", HALF, wgpu::Features::empty()),
-    ("layernorm_h", "", HALF, wgpu::Features::empty()),
-    ("layernorm_sg_h", "", SUBGROUP_SUMS_HALF, wgpu::Features::SUBGROUP),
-    ("embeddings_h", "", HALF, wgpu::Features::empty()),
-    ("embeddings_sg_h", "", SUBGROUP_SUMS_HALF, wgpu::Features::SUBGROUP),
-    ("pool_hx", "", HALF_IN, wgpu::Features::empty()),
 ];
 
 /// The f16-activation mode ([`super::GpuBackend::set_f16_activations`]): each module that reads activations, its
@@ -175,19 +142,6 @@ const HALF: &[(&str, &str)] = &[
     ("lib/matmul_store.wgsl", "lib/matmul_store_f16.wgsl"),
     ("lib/layernorm_store.wgsl", "lib/layernorm_store_f16.wgsl"),
 ];
-const SUBGROUP_SUMS_HALF: &[(&str, &str)] = &[
-    ("lib/reduce.wgsl", "lib/reduce_subgroup.wgsl"),
-    ("lib/act.wgsl", "lib/act_f16.wgsl"),
-    ("lib/layernorm_store.wgsl", "lib/layernorm_store_f16.wgsl"),
-];
-const SUBGROUP_BLOCKS_HALF: &[(&str, &str)] = &[
-    ("lib/block_sum.wgsl", "lib/block_sum_subgroup.wgsl"),
-    ("lib/act.wgsl", "lib/act_f16.wgsl"),
-    ("lib/matmul_store.wgsl", "lib/matmul_store_f16.wgsl"),
-];
-const SUBGROUP_BLOCKS_HALF_IN: &[(&str, &str)] =
-    &[("lib/block_sum.wgsl", "lib/block_sum_subgroup.wgsl"), ("lib/act.wgsl", "lib/act_f16.wgsl")];
-
 /// The row kernels' workgroup sums made with subgroup operations ([`super::Tuning::row_subgroups`]).
 const SUBGROUP_SUMS: &[(&str, &str)] = &[("lib/reduce.wgsl", "lib/reduce_subgroup.wgsl")];
 /// The K-split matmul's sum of partial blocks made with subgroup operations ([`super::MatmulKernel::ReduceSubgroup`]).
@@ -208,18 +162,71 @@ pub fn row_module(name: &'static str, subgroups: bool) -> &'static str {
     }
 }
 
-/// The optional features module `name` needs of the adapter (none for every module the default tuning runs).
-pub fn features(name: &str) -> wgpu::Features {
-    VARIANTS.iter().find(|v| v.0 == name).map_or(wgpu::Features::empty(), |v| v.3)
+/// The module `name` is made from: itself, or for an f16-activation variant (`HALF_MODULES`) its base module and
+/// the pieces that read (and write) f16.
+fn made_from(name: &str) -> (&str, &'static [(&'static str, &'static str)]) {
+    match HALF_MODULES.iter().find(|m| m.1 == name || m.2 == name) {
+        Some(m) => (m.0, if m.1 == name { HALF } else { HALF_IN }),
+        None => (name, &[]),
+    }
 }
 
-/// The WGSL of shader module `name`, composed.
+/// Every shader module: [`SHADERS`]' rows, then each f16-activation variant with its base module's file and Params.
+pub fn modules() -> impl Iterator<Item = (&'static str, &'static str, usize, &'static [(&'static str, usize, &'static str)])> {
+    let halves = HALF_MODULES.iter().flat_map(|&(base, h, hx)| {
+        let &(_, file, size, fields) = SHADERS.iter().find(|s| s.0 == base).expect("HALF_MODULES names SHADERS' modules");
+        [h, hx].into_iter().filter(|v| !v.is_empty()).map(move |v| (v, file, size, fields))
+    });
+    SHADERS.iter().copied().chain(halves)
+}
+
+/// The optional features module `name` needs of the adapter (none for every module the default tuning runs).
+pub fn features(name: &str) -> wgpu::Features {
+    let (base, _) = made_from(name);
+    VARIANTS.iter().find(|v| v.0 == base).map_or(wgpu::Features::empty(), |v| v.3)
+}
+
+/// The WGSL of shader module `name`, composed: its file, with its variant's constants and swaps (`VARIANTS`), and
+/// for an f16-activation variant the f16 pieces as well.
 pub fn source(name: &str) -> Result<super::wgsl::Composed, String> {
-    let file = SHADERS.iter().find(|s| s.0 == name).map(|s| s.1).ok_or_else(|| format!("no shader named {name}"))?;
-    match VARIANTS.iter().find(|v| v.0 == name) {
-        Some(&(_, prelude, swaps, _)) => {
-            super::wgsl::compose_swapped(file, "../src/backend/gpu/params.rs (VARIANTS)", prelude, swaps)
+    let (base, half) = made_from(name);
+    let file = SHADERS.iter().find(|s| s.0 == base).map(|s| s.1).ok_or_else(|| format!("no shader named {name}"))?;
+    let (prelude, swaps) = VARIANTS.iter().find(|v| v.0 == base).map_or(("", &[][..]), |v| (v.1, v.2));
+    let swaps: Vec<(&str, &str)> = swaps.iter().chain(half).copied().collect();
+    if prelude.is_empty() && swaps.is_empty() {
+        return super::wgsl::compose(file);
+    }
+    super::wgsl::compose_swapped(file, "../src/backend/gpu/params.rs (VARIANTS)", prelude, &swaps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each f16-activation variant is its base module (constants and swaps included) with the f16 pieces: `_h`
+    /// reads and writes f16 pairs, `_hx` reads them and writes f32 (checked on the matmuls' store), and both keep
+    /// the base's subgroup pieces, constants and features.
+    #[test]
+    fn half_variants_are_their_base_with_f16_pieces() {
+        for &(base, h, hx) in HALF_MODULES {
+            let b = source(base).unwrap().text;
+            assert!(b.contains("alias Act = f32;"), "{base} reads f32");
+            for (v, writes_f16) in [(h, true), (hx, false)] {
+                if v.is_empty() {
+                    continue;
+                }
+                let t = source(v).unwrap().text;
+                assert!(t.contains("alias Act = u32;"), "{v} reads f16 pairs");
+                let store = if base.starts_with("matmul") { "y[w] = pack2x16float" } else { "" };
+                if !store.is_empty() {
+                    assert_eq!(t.contains(store), writes_f16, "{v} writes f16 pairs: {writes_f16}");
+                }
+                assert_eq!(t.contains("subgroupAdd"), b.contains("subgroupAdd"), "{v} keeps {base}'s sums");
+                assert_eq!(t.contains("const HEAD_V"), b.contains("const HEAD_V"), "{v} keeps {base}'s constants");
+                assert_eq!(features(v), features(base), "{v}");
+                assert!(modules().any(|m| m.0 == v), "{v} is listed");
+            }
         }
-        None => super::wgsl::compose(file),
+        assert_eq!(modules().count(), SHADERS.len() + 17);
     }
 }
