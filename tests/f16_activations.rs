@@ -201,3 +201,26 @@ fn the_mode_halves_the_activations_memory() {
     // Everything the pool holds here is an activation but the uniforms' 16 KiB arena.
     assert!(f16_peak as f64 <= 0.51 * f32_peak as f64, "f16 {f16_peak} vs f32 {f32_peak} bytes");
 }
+
+/// The calibration in the f16-activation mode times the kernels that mode runs: its workload's activations are f16
+/// pairs, so every matmul, attention and LayerNorm it times is an `_h` module, never the f32 one; the choice is no
+/// slower than the default on what was timed, and it is cached under a key of its own (the f32 mode keeps its
+/// key and choice).
+#[test]
+fn calibration_times_the_f16_kernels() {
+    use bertgpu::backend::gpu::{tune, Workload};
+    let Some(g) = gpu() else { return };
+    let f32_work = Workload { hidden: 32, intermediate: 64, heads: 4, batch: 2, seq: 8, dtype: Dtype::F32, f16_activations: false };
+    let work = Workload { f16_activations: true, ..f32_work };
+    let c = pollster::block_on(g.calibrate(&work, f64::INFINITY)).unwrap();
+    assert!(c.complete && c.chosen_ms <= c.default_ms, "{c}");
+    let compiled = g.compiled_modules();
+    eprintln!("f16 calibration: {c}; modules {compiled:?}");
+    for m in ["matmul_h", "layernorm_h", "attention_vec4_h"] {
+        assert!(compiled.contains(&m), "{m} was timed: {compiled:?}");
+    }
+    let f32_kernels = ["matmul", "matmul_packed", "layernorm", "attention_vec4", "attention_d32", "attention_split"];
+    assert!(compiled.iter().all(|m| !f32_kernels.contains(m)), "no f32 activation kernel was timed: {compiled:?}");
+    assert_ne!(tune::cache_key(g.gpu(), &work), tune::cache_key(g.gpu(), &f32_work), "each mode has its own choice");
+    assert!(tune::cache_key(g.gpu(), &work).ends_with(", f16 activations"));
+}

@@ -343,7 +343,7 @@ fn calibration_chooses_among_what_it_timed() {
     use bertgpu::backend::gpu::{matmul_candidates, Progress, Workload};
     use bertgpu::backend::Dtype;
     let Some(g) = gpu() else { return };
-    let work = Workload { hidden: 32, intermediate: 64, heads: 4, batch: 2, seq: 8, dtype: Dtype::F32 };
+    let work = Workload { hidden: 32, intermediate: 64, heads: 4, batch: 2, seq: 8, dtype: Dtype::F32, f16_activations: false };
     let before = g.tuning();
     let c = pollster::block_on(g.calibrate(&work, f64::INFINITY)).unwrap();
     assert!(c.complete);

@@ -145,12 +145,13 @@ impl Engine {
     }
 
     /// What the GPU kernels' calibration times for this model: one encoder layer in its own shapes and weight
-    /// dtype ([`Workload::of_config`]); `None` on the CPU.
+    /// dtype ([`Workload::of_config`]), on activations stored as the model now stores them (f32 or f16: each mode
+    /// has its own choice and cache key); `None` on the CPU.
     pub fn tuning_workload(&self) -> Option<Workload> {
         match self {
             Engine::Gpu(m) => {
                 let dtype = m.bert.encoder.layers.first().map_or(crate::backend::Dtype::F32, |l| l.matmul_dtype(&m.backend));
-                Some(Workload::of_config(&m.config, dtype))
+                Some(Workload { f16_activations: m.backend.f16_activations(), ..Workload::of_config(&m.config, dtype) })
             }
             Engine::Cpu(_) => None,
         }

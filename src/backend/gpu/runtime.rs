@@ -47,6 +47,14 @@ pub(super) struct Uniforms {
 const UNIFORM_ARENA_BYTES: usize = 16 << 10;
 
 impl GpuBackend {
+    /// The shader modules compiled so far ([`params::modules`]' names), sorted: which kernels a run used, for tests
+    /// and bug reports.
+    pub fn compiled_modules(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = self.modules.borrow().keys().copied().collect();
+        names.sort_unstable();
+        names
+    }
+
     fn pipeline(&self, shader: &'static str, entry: &'static str, consts: &[(&'static str, f64)],
         bindings: &[Binding<'_>]) -> Result<Rc<Pipeline>> {
         let key: PipelineKey = (shader, entry, consts.iter().map(|(k, v)| (*k, v.to_bits())).collect());

@@ -50,7 +50,9 @@ pub fn matmul_candidates(gpu: &Gpu) -> Vec<Tuning> {
 const SMALL_CALIBRATION_ROWS: usize = 16;
 
 /// What the calibration times: one encoder layer's matmuls, attention and LayerNorms at `batch` sequences of `seq`
-/// tokens, with the weights in `dtype` (the model's own shapes, so the choice fits the model).
+/// tokens, with the weights in `dtype` (the model's own shapes, so the choice fits the model), on activations stored
+/// as the model stores them: f32, or f16 pairs in the f16-activation mode, where the `_h` kernels run and may want
+/// another tiling (they move half the bytes for the same arithmetic).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Workload {
     pub hidden: usize,
@@ -59,6 +61,7 @@ pub struct Workload {
     pub batch: usize,
     pub seq: usize,
     pub dtype: Dtype,
+    pub f16_activations: bool,
 }
 
 impl Workload {
@@ -74,12 +77,15 @@ impl Workload {
             batch: 8,
             seq: cfg.max_position_embeddings.clamp(2, 128),
             dtype,
+            f16_activations: false,
         }
     }
 
     /// The text that keys a cached choice: the model's shapes, not its name, so models of one shape share it.
+    /// The f16-activation mode has choices of its own (a key that says so; the f32 key is as before).
     fn key(&self) -> String {
-        format!("hidden {} intermediate {} heads {} {}", self.hidden, self.intermediate, self.heads, self.dtype.name())
+        let act = if self.f16_activations { ", f16 activations" } else { "" };
+        format!("hidden {} intermediate {} heads {} {}{act}", self.hidden, self.intermediate, self.heads, self.dtype.name())
     }
 }
 
@@ -257,14 +263,19 @@ impl GpuBackend {
         let (w_qkv, w_o, w_i, w_o2) = (weight(3 * h, h, 1)?, weight(h, h, 2)?, weight(i, h, 3)?, weight(h, i, 4)?);
         let bias = |n: usize, seed: u64| self.input(&rand_vec(n, seed), 1, n);
         let (b_qkv, b_h, b_i) = (bias(3 * h, 5)?, bias(h, 6)?, bias(i, 7)?);
-        let x = self.input(&rand_vec(m * h, 8), m, h)?;
-        let x_i = self.input(&rand_vec(m * i, 9), m, i)?;
-        let qkv = self.input(&rand_vec(m * 3 * h, 10), m, 3 * h)?;
+        // Activations as the model stores them (an odd width stays f32 in the f16 mode, as the model's do).
+        let act = |rows: usize, cols: usize, seed: u64| -> Result<GpuTensor> {
+            let data = rand_vec(rows * cols, seed);
+            if work.f16_activations && cols % 2 == 0 { self.input_f16(&data, rows, cols) } else { self.input(&data, rows, cols) }
+        };
+        let x = act(m, h, 8)?;
+        let x_i = act(m, i, 9)?;
+        let qkv = act(m, 3 * h, 10)?;
         let mask = self.input(&vec![1.0; m], work.batch, work.seq)?;
         let shape = AttentionShape { batch: work.batch, seq: work.seq, heads: work.heads, head_dim: h / work.heads };
 
         let small = SMALL_CALIBRATION_ROWS.min(m);
-        let (xs, xs_i) = (self.input(&rand_vec(small * h, 11), small, h)?, self.input(&rand_vec(small * i, 12), small, i)?);
+        let (xs, xs_i) = (act(small, h, 11)?, act(small, i, 12)?);
         let layer_linears = |x: &GpuTensor, x_i: &GpuTensor| -> Result<()> {
             self.linear(x, &w_qkv, Some(&b_qkv), Activation::None)?;
             self.linear(x, &w_o, Some(&b_h), Activation::None)?;

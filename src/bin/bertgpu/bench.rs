@@ -54,10 +54,16 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
         rows.extend(tunings.iter().map(|&t| (gi, Some(t), false)));
         if args.activations == crate::Activations::F16 {
             let Engine::Gpu(g) = &engines[gi].1 else { unreachable!("gpu_engine is a GPU engine") };
-            // Checked once, as a load with --activations f16 would; the rows then switch the mode themselves.
+            // Checked and tuned once, as a load with --activations f16 would (the mode has its own calibration);
+            // the rows then switch the mode and the tuning themselves.
+            let f32_tuning = g.backend.tuning();
             pollster::block_on(engines[gi].1.set_f16_activations(true)).map_err(|e| Fail::Model(e.to_string()))?;
+            if let Some((line, _)) = crate::tune::apply(&engines[gi].1)? {
+                eprintln!("bertgpu bench: GPU kernels for f16 activations: {line}");
+            }
+            rows.push((gi, Some(g.backend.tuning()), true));
             g.backend.set_f16_activations(false);
-            rows.push((gi, None, true));
+            g.backend.set_tuning(f32_tuning);
         }
     }
     let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: batch };
@@ -107,7 +113,7 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
     for (k, (row, t)) in rows.iter().zip(&times).enumerate() {
         let name = match (&engines[row.0].1, row.1) {
             (Engine::Cpu(_), _) => "cpu".to_string(),
-            (Engine::Gpu(_), None) if row.2 => format!("gpu {}, f16 activations", default_tuning.unwrap_or_default()),
+            (Engine::Gpu(_), Some(t)) if row.2 => format!("gpu {t}, f16 activations"),
             (Engine::Gpu(g), None) => format!("gpu ({}) {}", g.backend.gpu().info.name, default_tuning.unwrap_or_default()),
             (Engine::Gpu(_), Some(t)) => format!("gpu {t}"),
         };
@@ -122,7 +128,11 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
     }
     if profile {
         if let Some(gi) = gpu_engine {
-            print_calibration(&engines[gi].1)?;
+            // A calibration for each mode the rows run in.
+            for f16 in [false, true].into_iter().filter(|&f16| rows.iter().any(|r| r.2 == f16)) {
+                let e = row_engine(&(gi, None, f16));
+                print_calibration(e)?;
+            }
         }
         for row in &rows {
             if let Engine::Gpu(g) = row_engine(row) {

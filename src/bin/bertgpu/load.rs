@@ -15,7 +15,8 @@ pub(crate) enum Activations {
 }
 
 /// Config, weights and tokenizer of the model on the requested device (stderr says why `auto` took the CPU), with
-/// f16 activations on the GPU where `f16` asks (checked at load like the kernels); failures exit 2.
+/// f16 activations on the GPU where `f16` asks (checked at load like the kernels), and the kernels tuned for the
+/// mode ([`tune::apply`]); failures exit 2.
 pub(crate) fn load_engine(m: &LoadedModel, device: Device, f16: bool) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
     let weights = m.model.weights().map_err(fail)?;
@@ -24,11 +25,12 @@ pub(crate) fn load_engine(m: &LoadedModel, device: Device, f16: bool) -> Result<
     if let Some(why) = engine.device_reason() {
         eprintln!("bertgpu: on the CPU: {why}");
     }
-    if let Some((line, true)) = tune::apply(&engine)? {
-        eprintln!("bertgpu: GPU kernels calibrated for this adapter: {line}");
-    }
+    // The mode first: the kernels are then calibrated (and cached) for the activations the model stores.
     if f16 && !pollster::block_on(engine.set_f16_activations(true)).map_err(fail)? {
         eprintln!("bertgpu: on the CPU, which computes in f32: --activations f16 does not apply");
+    }
+    if let Some((line, true)) = tune::apply(&engine)? {
+        eprintln!("bertgpu: GPU kernels calibrated for this adapter: {line}");
     }
     Ok(engine)
 }
