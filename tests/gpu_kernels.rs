@@ -290,6 +290,29 @@ fn repeated_calls_allocate_nothing_new() {
     }
 }
 
+/// A weight's buffer is destroyed when its tensor is dropped (in the browser a dropped buffer's memory waits for the
+/// garbage collector), but not before the commands recorded with it are submitted: the submit would fail. The
+/// result of those commands is still right.
+#[test]
+fn dropped_weights_are_destroyed_after_their_last_submit() {
+    let Some(g) = gpu() else { return };
+    let r = CpuBackend::new();
+    let (xv, wv) = (rand_vec(5 * 32, 1), rand_vec(16 * 32, 2));
+    let ry = r.linear(&r.input(&xv, 5, 32).unwrap(), &r.upload(&host(&[16, 32], wv.clone())).unwrap(), None,
+        Activation::None).unwrap();
+    let want = pollster::block_on(r.read(&ry)).unwrap();
+    let x = g.input(&xv, 5, 32).unwrap();
+    let w = g.upload(&host(&[16, 32], wv)).unwrap();
+    let y = g.linear(&x, &w, None, Activation::None).unwrap(); // recorded, not submitted
+    let before = g.buffers_destroyed();
+    drop(w);
+    assert_eq!(g.buffers_destroyed(), before, "the recorded linear still reads the weight");
+    assert_close("linear whose weight was dropped before the submit", &read(&g, &y), &want, 1e-5, 1e-5);
+    assert_eq!(g.buffers_destroyed(), before + 1, "destroyed once submitted");
+    drop(g.upload(&host(&[16, 32], rand_vec(16 * 32, 3))).unwrap());
+    assert_eq!(g.buffers_destroyed(), before + 2, "nothing recorded: destroyed at once");
+}
+
 /// Each shader's `Params` declaration (parsed with naga) has the fields, order, offsets, types and size of its
 /// Rust twin, and the shader validates with no capability beyond `unpack2x16float` (`SHADER_FLOAT16_IN_FLOAT32`:
 /// core WGSL, which `GpuBackend::new` checks the adapter for) and the optional features its variant names

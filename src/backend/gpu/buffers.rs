@@ -6,6 +6,13 @@
 //! handed to another op's output (GPU writes stay in recording order), but never to a host write, which would land
 //! before the earlier reads of that buffer. Such buffers wait in `released` until the submit.
 //!
+//! Freeing. A buffer the pool lets go of (an evicted free buffer, a weight whose tensor is dropped, every buffer when
+//! the backend goes) is destroyed then, not merely dropped: in the browser wgpu's drop of a buffer does nothing, and
+//! the GPU memory stays until the page's garbage collector happens to collect the JS object, so a bound kept by
+//! dropping would bound nothing there. A buffer that the commands recorded since the last submit may still use
+//! waits for that submit (`doomed`); a destroyed buffer in a submission is an error, while work already submitted
+//! finishes (WebGPU and wgpu-core both keep the memory until then).
+//!
 //! Bound. A buffer fits only a request of its exact size, so calls of ever new shapes (training batches padded to
 //! their longest row, texts of every length) would each leave a set of buffers behind, and the pool would grow until
 //! every shape had been seen. So the pool holds at most [`pool_slack`] more than the most its tensors used at once
@@ -51,6 +58,8 @@ pub struct PoolState {
     free: HashMap<Key, Vec<(u64, wgpu::Buffer)>>,
     /// Freed since the last submit: reusable by GPU writes only (see the module comment).
     released: HashMap<Key, Vec<wgpu::Buffer>>,
+    /// Weights dropped since the last submit, destroyed after it (the recorded commands may read them).
+    doomed: Vec<wgpu::Buffer>,
     /// Whether ops have been recorded since the last submit (if not, a freed buffer is referenced by no pending
     /// work and may go straight back to `free`).
     pub recording: bool,
@@ -64,6 +73,8 @@ pub struct PoolState {
     pub peak_in_use: u64,
     /// Buffers dropped to keep the bound.
     pub evicted: usize,
+    /// Buffers destroyed: evicted, or weights let go of (see the module comment).
+    pub destroyed: usize,
     clock: u64,
 }
 
@@ -76,7 +87,9 @@ impl PoolState {
                 return; // the rest is in use or waits for the submit
             };
             if let Some(list) = self.free.get_mut(&key) {
-                list.remove(0);
+                // A free buffer is in no pending command (see `PoolBuf::drop`).
+                list.remove(0).1.destroy();
+                self.destroyed += 1;
                 if list.is_empty() {
                     self.free.remove(&key);
                 }
@@ -87,9 +100,20 @@ impl PoolState {
     }
 }
 
+impl Drop for PoolState {
+    /// The backend is gone, and its pending commands with it: every buffer the pool holds goes now.
+    fn drop(&mut self) {
+        let free = self.free.drain().flat_map(|(_, v)| v.into_iter().map(|(_, b)| b));
+        let released = self.released.drain().flat_map(|(_, v)| v);
+        for b in free.chain(released).chain(self.doomed.drain(..)) {
+            b.destroy();
+        }
+    }
+}
+
 pub type Pool = Rc<RefCell<PoolState>>;
 
-/// A pooled buffer; returns itself to the pool on drop. Weights (`pool: None`) are simply freed.
+/// A pooled buffer; returns itself to the pool on drop. A weight (`counter`: not pooled) is destroyed instead.
 pub struct PoolBuf {
     buf: Option<wgpu::Buffer>,
     key: Key,
@@ -99,11 +123,12 @@ pub struct PoolBuf {
 }
 
 impl PoolBuf {
-    /// A weight's buffer, outside the pool, counted in `counter` while it lives.
-    pub fn weight(buf: wgpu::Buffer, counter: Rc<Cell<u64>>) -> PoolBuf {
+    /// A weight's buffer, outside the free lists, counted in `counter` while it lives; `pool` only says when it may
+    /// be destroyed.
+    pub fn weight(buf: wgpu::Buffer, counter: Rc<Cell<u64>>, pool: &Pool) -> PoolBuf {
         let key = (Kind::Storage, buf.size());
         counter.set(counter.get() + buf.size());
-        PoolBuf { buf: Some(buf), key, pool: None, counter: Some(counter) }
+        PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()), counter: Some(counter) }
     }
 
     pub fn buffer(&self) -> &wgpu::Buffer {
@@ -115,6 +140,17 @@ impl Drop for PoolBuf {
     fn drop(&mut self) {
         if let Some(c) = &self.counter {
             c.set(c.get().saturating_sub(self.key.1));
+            let Some(buf) = self.buf.take() else { return };
+            match self.pool.as_ref().map(|pool| pool.try_borrow_mut()) {
+                Some(Ok(mut p)) if p.recording => p.doomed.push(buf),
+                Some(Ok(mut p)) => {
+                    buf.destroy();
+                    p.destroyed += 1;
+                }
+                // (The pool is borrowed only inside its own functions, which drop no weight: left to wgpu's drop.)
+                _ => {}
+            }
+            return;
         }
         if let (Some(pool), Some(buf)) = (&self.pool, self.buf.take()) {
             if let Ok(mut p) = pool.try_borrow_mut() {
@@ -174,10 +210,15 @@ pub fn take(pool: &Pool, device: &wgpu::Device, kind: Kind, bytes: u64, host_wri
     PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()), counter: None }
 }
 
-/// After a submit every released buffer may serve any request again.
+/// After a submit every released buffer may serve any request again, and the weights dropped before it go.
 pub fn after_submit(pool: &Pool) {
     let mut p = pool.borrow_mut();
     p.recording = false;
+    let doomed = std::mem::take(&mut p.doomed);
+    p.destroyed += doomed.len();
+    for b in doomed {
+        b.destroy();
+    }
     let released = std::mem::take(&mut p.released);
     for (key, bufs) in released {
         p.clock += 1;

@@ -232,6 +232,12 @@ impl GpuBackend {
         (p.created, p.created_bytes)
     }
 
+    /// GPU buffers destroyed so far: evicted from the pool, or weights dropped (after the submit of any commands
+    /// recorded with them).
+    pub fn buffers_destroyed(&self) -> usize {
+        self.pool.borrow().destroyed
+    }
+
     /// The pool's bytes held now (in use and free), the most its tensors have used at once, and the buffers it has
     /// dropped to stay within [`buffers::pool_slack`] of that.
     pub fn pool_memory(&self) -> (u64, u64, usize) {

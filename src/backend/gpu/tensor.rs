@@ -178,7 +178,7 @@ impl GpuBackend {
             tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
             self.gpu.queue.write_buffer(&buf, whole as u64, &tail);
         }
-        Ok(GpuTensor { buf: Rc::new(PoolBuf::weight(buf, self.weight_bytes.clone())), rows, cols, dtype })
+        Ok(GpuTensor { buf: Rc::new(PoolBuf::weight(buf, self.weight_bytes.clone(), &self.pool)), rows, cols, dtype })
     }
 
     /// An activation as the f16 mode stores it ([`GpuBackend::set_f16_activations`]), from f32 values rounded to
