@@ -115,7 +115,16 @@ function kindOf(pid) {
 }
 
 /**
- * Pss of every Chromium process now (KiB → bytes), by kind, and their total; `anon`: the total without file-backed
+ * Chromium's own services that no page asks for, started by its own timers: listed by kind but left out of the
+ * totals. `utility:on_device_model` (its on-device model service) started a few minutes into a run of 2000 calls on
+ * WebGPU (2026-11-27) and added 56.5 MiB to the total, while the processes the page uses (browser, renderer,
+ * gpu-process, network, storage, zygote) moved by +0.2 MiB together: it was the whole of the "growth" measured there.
+ */
+const NOT_THE_PAGE = new Set(["utility:on_device_model"]);
+
+/**
+ * Pss of every Chromium process now (KiB → bytes), by kind, and their total (without `NOT_THE_PAGE`); `anon`: the
+ * total without file-backed
  * pages (Pss_Anon + Pss_Shmem), which another Chromium starting or stopping on the machine does not move (the pages
  * of the chromium binary and its libraries are shared with it, so their share of Pss changes).
  */
@@ -123,18 +132,20 @@ function sample() {
   const byKind = {};
   let total = 0, anon = 0;
   for (const pid of descendants(process.pid)) {
-    let pss;
+    let pss, pssAnon;
     try {
       const text = fs.readFileSync(`/proc/${pid}/smaps_rollup`, "utf8");
       const kb = (field) => Number(text.match(new RegExp(`^${field}:\\s+(\\d+) kB`, "m"))?.[1] ?? NaN) * 1024;
       pss = kb("Pss");
       if (Number.isNaN(pss)) continue;
-      anon += kb("Pss_Anon") + kb("Pss_Shmem");
+      pssAnon = kb("Pss_Anon") + kb("Pss_Shmem");
     } catch {
       continue; // exited between the listing and the read
     }
     const k = kindOf(pid);
     byKind[k] = (byKind[k] ?? 0) + pss;
+    if (NOT_THE_PAGE.has(k)) continue;
+    anon += pssAnon;
     total += pss;
   }
   return { t: Date.now(), total, anon, byKind };
@@ -197,21 +208,24 @@ async function run(site, row, which, workloads) {
 
     let growth = null;
     if (GROWTH > 0 && GROWTH_ROWS.includes(row)) {
+      // What the page reads of itself (JS heap, wasm memory, GPU buffers) at call 100 and at the end, to tell a
+      // growth in the page from one in the GPU process.
       const marks = await page.evaluate(async ({ which, texts, n }) => {
         const out = [];
         for (let i = 1; i <= n; i++) {
           await window.embed(which, texts);
-          if (i === 100 || i === n - 100 || i === n) out.push({ i, t: Date.now() });
+          if (i === 100 || i === n - 100 || i === n) out.push({ i, t: Date.now(), info: await window.memoryInfo() });
         }
         return out;
       }, { which, texts: workloads[0].texts, n: GROWTH });
       await sleep(500);
       const t100 = marks.find((m) => m.i === 100).t, tLast100 = marks.find((m) => m.i === GROWTH - 100)?.t ?? t100;
       const tEnd = marks.at(-1).t;
-      const win = (a, b) => s.samples.filter((x) => x.t > a && x.t <= b).map((x) => x.total);
-      const first = Math.max(...win(peakRun.t1, t100)), last = Math.max(...win(tLast100, tEnd + 500));
-      growth = { calls: GROWTH, first100: first - baseline, last100: last - baseline,
-        ratio: (last - baseline) / (first - baseline), endInfo: await page.evaluate(() => window.memoryInfo()) };
+      const win = (a, b) => s.samples.filter((x) => x.t > a && x.t <= b);
+      const first = peakOf(win(peakRun.t1, t100)), last = peakOf(win(tLast100, tEnd + 500));
+      growth = { calls: GROWTH, first100: first.total - baseline, last100: last.total - baseline,
+        ratio: (last.total - baseline) / (first.total - baseline), firstByKind: first.byKind, lastByKind: last.byKind,
+        info100: marks.find((m) => m.i === 100).info, endInfo: marks.at(-1).info };
     }
     s.stop();
 
@@ -311,13 +325,31 @@ function report(results, env) {
       lines.push(`| ${ROW_DEFS[r.row].label}, ${r.which} | ${mib(g.first100)} MiB | ${mib(g.last100)} MiB | `
         + `${g.ratio.toFixed(3)} | ${g.ratio <= 1.02 ? "yes" : "**no**"} |`);
     }
+    lines.push("", "Where it grew: each kind of process at the two windows' peaks (MiB), and what the page reads of "
+      + "itself at call 100 and at the end (JS heap; wasm memory's size; GPU pool and weight buffers):", "");
+    for (const r of grown) {
+      const g = r.growth;
+      const byKind = Object.keys({ ...g.firstByKind, ...g.lastByKind }).sort()
+        .map((k) => `${k} ${mib(g.firstByKind[k] ?? 0)} → ${mib(g.lastByKind[k] ?? 0)}`).join(", ");
+      const info = (i) => `JS heap ${mib(i.jsHeap ?? 0)}, wasm ${mib(i.wasm?.memoryBytes ?? 0)} (live ${mib(i.wasm?.liveBytes ?? 0)})`
+        + (i.gpu ? `, GPU pool ${i.gpu.poolBuffers} buffers ${mib(i.gpu.poolBytes)}` : "");
+      lines.push(`- ${ROW_DEFS[r.row].label}, ${r.which}: ${byKind}; page at call 100: ${info(g.info100)}; `
+        + `at the end: ${info(g.endInfo)}`);
+    }
   }
   return lines.join("\n");
 }
 
 async function main() {
-  for (const need of ["pkg/wasm/bertgpu_bg.wasm", "bench/node_modules/@huggingface/transformers/package.json",
-    FILES.f32.theirs, FILES["8bit"].theirs, FILES["8bit"].ours, FILES.f32.ours]) {
+  // What the rows and libraries asked for need (ours alone needs no transformers.js nor ONNX export).
+  const needs = new Set(["pkg/wasm/bertgpu_bg.wasm"]);
+  for (const row of ROWS) {
+    for (const which of LIBS) {
+      needs.add(FILES[ROW_DEFS[row].weights][which]);
+      if (which === "theirs") needs.add("bench/node_modules/@huggingface/transformers/package.json");
+    }
+  }
+  for (const need of needs) {
     if (!fs.existsSync(path.join(ROOT, need))) throw new Error(`${need} is missing: run bench/browser.sh once`);
   }
   // Cross-origin isolated, as bench/browser.mjs (their wasm could use threads; here it runs 1).
