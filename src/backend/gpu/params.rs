@@ -65,8 +65,8 @@ params!(
 );
 
 /// Every shader module but the f16-activation variants ([`modules`] adds them): (name, its file under `shaders/`,
-/// its Params twin's size and fields). The WGSL the GPU
-/// compiles is the file with its `#include`s resolved ([`super::wgsl::compose`]).
+/// its Params twin's size and fields). The WGSL the GPU compiles is the file with its `#include`s resolved
+/// ([`super::wgsl::compose`]).
 pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("matmul", "matmul.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
     ("matmul_packed", "matmul_packed.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),

@@ -2,9 +2,9 @@
 //! each dispatch's bindings), recording a pass, allocating from the buffer pool, submitting, and the futures that
 //! wait for a read-back.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
