@@ -269,8 +269,7 @@ fn bad_shapes_are_errors() {
     assert!(g.upload(&bad).is_err());
 }
 
-/// The second identical forward takes every buffer from the pool and every bind group from those kept: nothing new
-/// is allocated or made (in the browser each would be a call to the GPU process and an object to collect).
+/// The second identical forward takes every buffer from the pool: nothing new is allocated.
 #[test]
 fn repeated_calls_allocate_nothing_new() {
     let Some(g) = gpu() else { return };
@@ -284,13 +283,10 @@ fn repeated_calls_allocate_nothing_new() {
         read(&g, &z)
     };
     let first = run();
-    run(); // (the first call's buffers come back to the pool in another order than a warm call's)
-    let (stats, made) = (g.pool_stats(), g.bind_groups_made());
-    assert!(made >= 2, "{made} bind groups for two ops");
+    let stats = g.pool_stats();
     for _ in 0..3 {
         assert_eq!(run(), first);
         assert_eq!(g.pool_stats(), stats, "a repeated call allocated new buffers");
-        assert_eq!(g.bind_groups_made(), made, "a repeated call made new bind groups");
     }
 }
 

@@ -69,10 +69,6 @@ pub struct GpuBackend {
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<PipelineKey, Rc<Pipeline>>>,
     pool: Pool,
-    /// Bind groups made so far (`runtime::GpuBackend::bind_group`), valid while the pool's count of destroyed
-    /// buffers is the number kept with them.
-    bind_groups: RefCell<(usize, HashMap<runtime::BindGroupKey, wgpu::BindGroup>)>,
-    bind_groups_made: std::cell::Cell<usize>,
     pending: RefCell<Option<runtime::Recording>>,
     /// Passes recorded into `pending`, and how many make a submission of their own ([`GpuBackend::set_submit_every`]).
     recorded: std::cell::Cell<usize>,
@@ -134,8 +130,6 @@ impl GpuBackend {
             modules: RefCell::new(HashMap::new()),
             pipelines: RefCell::new(HashMap::new()),
             pool: Rc::new(RefCell::new(buffers::PoolState::default())),
-            bind_groups: RefCell::new((0, HashMap::new())),
-            bind_groups_made: std::cell::Cell::new(0),
             pending: RefCell::new(None),
             recorded: std::cell::Cell::new(0),
             submit_every: std::cell::Cell::new(DEFAULT_SUBMIT_EVERY),
@@ -236,11 +230,6 @@ impl GpuBackend {
     pub fn pool_stats(&self) -> (usize, u64) {
         let p = self.pool.borrow();
         (p.created, p.created_bytes)
-    }
-
-    /// Bind groups made so far: a repeated call makes none (they are kept, `runtime::GpuBackend::bind_group`).
-    pub fn bind_groups_made(&self) -> usize {
-        self.bind_groups_made.get()
     }
 
     /// GPU buffers destroyed so far: evicted from the pool, or weights dropped (after the submit of any commands

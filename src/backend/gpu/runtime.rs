@@ -2,7 +2,6 @@
 //! each dispatch's bindings), recording a pass, allocating from the buffer pool, submitting, and the futures that
 //! wait for a read-back.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -34,14 +33,6 @@ pub(super) struct Recording {
 
 /// A storage binding of one dispatch: (binding index, buffer, written by the kernel).
 pub(super) type Binding<'a> = (u32, &'a wgpu::Buffer, bool);
-
-/// What a kept bind group binds: its pipeline (by address: pipelines live as long as the backend), the uniform
-/// buffer of its params, and each binding's buffer.
-pub(super) type BindGroupKey = (usize, wgpu::Buffer, Vec<(u32, wgpu::Buffer)>);
-
-/// Bind groups kept at most: a model's forward at a few shapes needs some hundreds; past this (calls of ever new
-/// shapes) the cache starts again rather than grow.
-const BIND_GROUPS_KEPT: usize = 4096;
 
 /// The params of the passes recorded since the last submit, each at an aligned offset of a shared uniform buffer,
 /// written with one `write_buffer` per buffer when they are submitted: a `write_buffer` per pass made a staging buffer
@@ -88,9 +79,7 @@ impl GpuBackend {
             visibility: wgpu::ShaderStages::COMPUTE,
             ty: wgpu::BindingType::Buffer {
                 ty: wgpu::BufferBindingType::Uniform,
-                // The params' place in the submission's uniform buffer is given at each dispatch, so one bind
-                // group serves every dispatch of this pipeline on the same buffers (`bind_group`).
-                has_dynamic_offset: true,
+                has_dynamic_offset: false,
                 min_binding_size: None,
             },
             count: None,
@@ -143,7 +132,16 @@ impl GpuBackend {
         let pipe = self.pipeline(shader, entry, consts, bindings)?;
         let device = &self.gpu.device;
         let (uniform, offset) = self.uniform_slot(params);
-        let bind_group = self.bind_group(&pipe, entry, &uniform, params.len() as u64, bindings);
+        let uniform = wgpu::BufferBinding { buffer: &uniform, offset, size: std::num::NonZeroU64::new(params.len() as u64) };
+        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(uniform) }];
+        for &(binding, buf, _) in bindings {
+            entries.push(wgpu::BindGroupEntry { binding, resource: buf.as_entire_binding() });
+        }
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(entry),
+            layout: &pipe.layout,
+            entries: &entries,
+        });
         self.pool.borrow_mut().recording = true;
         let mut pending = self.pending.borrow_mut();
         let rec = pending.get_or_insert_with(|| Recording {
@@ -164,7 +162,7 @@ impl GpuBackend {
             rec.encoder.begin_compute_pass(&desc).forget_lifetime()
         });
         pass.set_pipeline(&pipe.pipeline);
-        pass.set_bind_group(0, &bind_group, &[offset as u32]);
+        pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
         if timed {
             rec.pass = None;
@@ -176,42 +174,6 @@ impl GpuBackend {
             self.submit(|_| {});
         }
         Ok(())
-    }
-
-    /// The bind group of a dispatch of `pipe` on `bindings`, its params (`params_len` bytes) in `uniform` at the
-    /// offset the dispatch gives: made once and kept, since a repeated call runs the same pipelines on the same pooled
-    /// buffers (in the browser each new bind group is a call to the GPU process and an object for the garbage
-    /// collector). Kept while no buffer has been destroyed since ([`buffers`]: a destroyed buffer's bind groups are
-    /// invalid), and at most [`BIND_GROUPS_KEPT`].
-    fn bind_group(&self, pipe: &Rc<Pipeline>, entry: &'static str, uniform: &wgpu::Buffer, params_len: u64,
-        bindings: &[Binding<'_>]) -> wgpu::BindGroup {
-        let key: BindGroupKey = (
-            Rc::as_ptr(pipe) as usize,
-            uniform.clone(),
-            bindings.iter().map(|&(binding, buf, _)| (binding, buf.clone())).collect(),
-        );
-        let destroyed = self.pool.borrow().destroyed;
-        let mut cache = self.bind_groups.borrow_mut();
-        if cache.0 != destroyed || cache.1.len() >= BIND_GROUPS_KEPT {
-            *cache = (destroyed, HashMap::new());
-        }
-        if let Some(bg) = cache.1.get(&key) {
-            return bg.clone();
-        }
-        let size = std::num::NonZeroU64::new(params_len);
-        let uniform = wgpu::BufferBinding { buffer: uniform, offset: 0, size };
-        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(uniform) }];
-        for &(binding, buf, _) in bindings {
-            entries.push(wgpu::BindGroupEntry { binding, resource: buf.as_entire_binding() });
-        }
-        let bg = self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(entry),
-            layout: &pipe.layout,
-            entries: &entries,
-        });
-        cache.1.insert(key, bg.clone());
-        self.bind_groups_made.set(self.bind_groups_made.get() + 1);
-        bg
     }
 
     /// A place for one pass's `params` in this submission's uniform buffers: (buffer, offset).
