@@ -124,9 +124,9 @@ const NOT_THE_PAGE = new Set(["utility:on_device_model"]);
 
 /**
  * Pss of every Chromium process now (KiB → bytes), by kind, and their total (without `NOT_THE_PAGE`); `anon`: the
- * total without file-backed
- * pages (Pss_Anon + Pss_Shmem), which another Chromium starting or stopping on the machine does not move (the pages
- * of the chromium binary and its libraries are shared with it, so their share of Pss changes).
+ * total without file-backed pages (Pss_Anon + Pss_Shmem), which another Chromium starting or stopping on the machine
+ * does not move (the pages of the chromium binary and its libraries are shared with it, so their share of Pss
+ * changes).
  */
 function sample() {
   const byKind = {};
@@ -331,7 +331,8 @@ function report(results, env) {
       const g = r.growth;
       const byKind = Object.keys({ ...g.firstByKind, ...g.lastByKind }).sort()
         .map((k) => `${k} ${mib(g.firstByKind[k] ?? 0)} → ${mib(g.lastByKind[k] ?? 0)}`).join(", ");
-      const info = (i) => `JS heap ${mib(i.jsHeap ?? 0)}, wasm ${mib(i.wasm?.memoryBytes ?? 0)} (live ${mib(i.wasm?.liveBytes ?? 0)})`
+      const info = (i) => `JS heap ${mib(i.jsHeap ?? 0)}, wasm ${mib(i.wasm?.memoryBytes ?? 0)} `
+        + `(live ${mib(i.wasm?.liveBytes ?? 0)})`
         + (i.gpu ? `, GPU pool ${i.gpu.poolBuffers} buffers ${mib(i.gpu.poolBytes)}` : "");
       lines.push(`- ${ROW_DEFS[r.row].label}, ${r.which}: ${byKind}; page at call 100: ${info(g.info100)}; `
         + `at the end: ${info(g.endInfo)}`);
