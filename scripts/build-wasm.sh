@@ -52,8 +52,9 @@ rm -rf "$PARTIAL"
 trap 'rm -rf "$PARTIAL"' EXIT
 # Four builds of the same crate; the package loads the one the browser can run (js/index.js):
 #   wasm/          SIMD128 (.cargo/config.toml): every browser with WebGPU.
-#   wasm-relaxed/  plus relaxed SIMD (Chrome/Edge 114+) in the Q8_0 kernel: its 16-lane integer dot product
-#                  (src/backend/cpu/q8.rs). Its own target dir, so the builds do not invalidate each other.
+#   wasm-relaxed/  plus relaxed SIMD (Chrome/Edge 114+) in the Q8_0 kernel (its 16-lane integer dot product:
+#                  src/backend/cpu/q8.rs) and the f32 GEMM (f32x4.relaxed_madd: src/backend/cpu/matmul.rs). Its
+#                  own target dir, so the builds do not invalidate each other.
 #   wasm-threads/, wasm-threads-relaxed/  the same two with threads, for cross-origin isolated pages.
 build() { # <out dir> <cargo target dir> <cargo features> [extra wasm-opt flags]
   local dir=$1 target=$2 features=$3 opt=${4:-}
@@ -89,8 +90,9 @@ build() { # <out dir> <cargo target dir> <cargo features> [extra wasm-opt flags]
   rm -f "$OUT/$dir/package.json" "$OUT/$dir/.gitignore"
 }
 build wasm "$TARGET" "$EXTRA"
-# The feature enables relaxed SIMD for the Q8_0 kernel's functions only (#[target_feature]): everything else,
-# dependencies included, compiles exactly as in the SIMD128 build, so the two give the same results bit for bit.
+# The feature enables relaxed SIMD for two kernels' functions only (#[target_feature]): the Q8_0 kernel (the same
+# integers, so the same results bit for bit) and the f32 GEMM (fused multiply-adds: within f32 rounding of the
+# SIMD128 build's). Everything else, dependencies included, compiles exactly as in the SIMD128 build.
 build wasm-relaxed "$TARGET/relaxed" "relaxed-simd${EXTRA:+,$EXTRA}" --enable-relaxed-simd
 # SIMD128 with threads (src/backend/cpu/threads.rs, js/threads.js): the build cross-origin isolated pages load.
 build wasm-threads "$TARGET/threads" "threads${EXTRA:+,$EXTRA}" --enable-threads

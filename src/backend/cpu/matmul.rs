@@ -4,17 +4,25 @@
 //! run time) above [`SMALL_M`] rows. It takes arbitrary strides, so `wᵀ` is read in place (row stride 1, column
 //! stride K) without a transposed copy. In wasm32, and natively for a few rows, [`gemm_nt_dot`] takes its place:
 //! dot products along K of x's and W's rows as stored, in SIMD128 register tiles (matrixmultiply's SIMD128 kernel
-//! keeps more accumulators than V8 has registers). Natively the M rows are split into one block per thread; each
-//! block is an independent GEMM writing its own rows of the output. Bias and activation are applied per row right
+//! keeps more accumulators than V8 has registers); in the relaxed-SIMD build its multiply-adds are fused
+//! (`f32x4.relaxed_madd`: 1.25× the SIMD128 build's GMAC/s on MiniLM's shapes in Chromium, `bench/kernel.mjs`).
+//! On several threads (natively, and the threaded wasm build) the M rows are split into one block per thread; each
+//! block is an independent GEMM writing its own rows of the output. A few rows (up to [`XB`]: a sentence) are split
+//! by columns instead, so that each thread reads only its share of W. Bias and activation are applied per row right
 //! after the block's GEMM, while it is still in cache.
 
-use super::{par_chunks_mut, threads};
+use super::{par_chunks_mut, par_column_blocks, threads};
 use crate::backend::Activation;
 use crate::weights::quant::RowView;
 
 /// Below this many multiply-adds a GEMM is not worth splitting across threads.
 const PARALLEL_MIN_MACS: usize = 1 << 18;
 
+/// Column blocks per thread when a few rows are split by columns ([`linear`]): a worker that starts late takes
+/// fewer of them, where one block per thread would make the caller wait for it. MiniLM, one sentence on 2 threads
+/// of the browser build, 0.84× the time of the split by rows (where each thread read all of W); with one block per
+/// thread the split by columns gained nothing (`bench/ab.mjs`, BENCHMARKS.md).
+const CHUNKS_PER_THREAD: usize = 4;
 /// f32 values of one dequantized weight panel (`P × K`): 3 MiB, reused for every panel. Wide enough that the GEMM
 /// packing of x, repeated per panel, costs ~1/P of the panel's multiply-adds (MiniLM: P = 512 at K = 384 and 1536;
 /// at 1 MiB, K = 1536 took 3 panels and 1.5× the f32 GEMM's CPU time).
@@ -32,7 +40,22 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
     if m == 0 || n == 0 {
         return;
     }
-    let blocks = if m * n * k >= PARALLEL_MIN_MACS { threads().min(m) } else { 1 };
+    let threads = if m * n * k >= PARALLEL_MIN_MACS { threads() } else { 1 };
+    if threads > 1 && m <= XB && n >= 4 * CHUNKS_PER_THREAD * threads {
+        // Few rows (a sentence): the threads split W's rows (the output's columns), so each reads only its share
+        // of W, in whole tiles of 4.
+        let step = n.div_ceil(CHUNKS_PER_THREAD * threads).next_multiple_of(4);
+        return par_column_blocks(out, n, step, |mut c| {
+            let (c0, c1) = (c.c0, c.c1);
+            // SAFETY: W's rows c0..c1 and x are in bounds (asserted above); `c` owns columns c0..c1 of all m rows
+            // (row stride n).
+            unsafe { gemm_nt_raw(x, m, k, &w[c0 * k..c1 * k], c1 - c0, c.ptr(), n) };
+            for i in 0..m {
+                epilogue(c.row(i), c1 - c0, bias.map(|b| &b[c0..c1]), act);
+            }
+        });
+    }
+    let blocks = threads.min(m);
     let rows_per_block = m.div_ceil(blocks);
     par_chunks_mut(out, rows_per_block * n, |bi, c| {
         let r0 = bi * rows_per_block;
@@ -100,28 +123,39 @@ const DOT_KERNEL_ALL_M: bool = cfg!(target_arch = "wasm32");
 
 /// `c[i·ldc + j] = Σ_l a[i·K + l]·b[j·K + l]` for i < M, j < N (a `(M, K)`, b `(N, K)` row-major; `ldc ≥ N`).
 pub fn gemm_nt_ld(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32], ldc: usize) {
-    assert!(a.len() >= m * k && b.len() >= n * k && ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n));
+    assert!(ldc >= n && (m == 0 || c.len() >= (m - 1) * ldc + n));
+    // SAFETY: the assert bounds every c[i·ldc + j] for i < m, j < n inside `c`, which is borrowed exclusively.
+    unsafe { gemm_nt_raw(a, m, k, b, n, c.as_mut_ptr(), ldc) }
+}
+
+/// [`gemm_nt_ld`] through a pointer to `c`: a task's block of columns of a shared output.
+///
+/// SAFETY: `c.add(i·ldc + j)` for i < m, j < n are valid for writes that nothing else reads or writes meanwhile.
+unsafe fn gemm_nt_raw(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: *mut f32, ldc: usize) {
+    assert!(a.len() >= m * k && b.len() >= n * k && ldc >= n);
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         for i in 0..m {
-            c[i * ldc..i * ldc + n].fill(0.0);
+            // SAFETY: the caller's guarantee, for row i's n columns.
+            unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), n).fill(0.0) };
         }
         return;
     }
     if DOT_KERNEL_ALL_M || m <= SMALL_M {
-        return gemm_nt_dot(a, m, k, b, n, c, ldc);
+        // SAFETY: the caller's guarantee.
+        return unsafe { gemm_nt_dot(a, m, k, b, n, c, ldc) };
     }
-    // SAFETY: the assert above bounds every index the strides reach: a[i*k + l], b[j*k + l], c[i*ldc + j] for
-    // i < m, j < n, l < k.
+    // SAFETY: the assert above bounds every index the strides reach in a and b (a[i*k + l], b[j*k + l] for i < m,
+    // j < n, l < k); the caller's guarantee covers c[i*ldc + j].
     unsafe {
         matrixmultiply::sgemm(
             m, k, n, 1.0,
             a.as_ptr(), k as isize, 1,
             b.as_ptr(), 1, k as isize,
             0.0,
-            c.as_mut_ptr(), ldc as isize, 1,
+            c, ldc as isize, 1,
         );
     }
 }
@@ -228,6 +262,14 @@ pub(super) mod f4 {
         pub unsafe fn store(p: *mut f32, v: V) {
             unsafe { v128_store(p as *mut v128, v) }
         }
+        /// `acc + a·b` with relaxed SIMD's `f32x4.relaxed_madd`: one fused multiply-add where the engine has
+        /// one (V8 on x86 with FMA3, ARM), else the multiply and the add (then equal to [`mul_add`]).
+        #[cfg(feature = "relaxed-simd")]
+        #[target_feature(enable = "relaxed-simd")]
+        #[inline]
+        pub fn fma(acc: V, a: V, b: V) -> V {
+            f32x4_relaxed_madd(a, b, acc)
+        }
         /// `[Σ a0, Σ a1, Σ a2, Σ a3]`, each sum `(x0 + x2) + (x1 + x3)`.
         #[inline(always)]
         pub fn hsum4(a0: V, a1: V, a2: V, a3: V) -> V {
@@ -298,7 +340,14 @@ const XB: usize = 64;
 /// product over every fourth element of K, fed by 6 loads per 8 multiply-adds (the 4 rows of W, 4·K floats, stay
 /// in L1 while the block of x passes); at the end [`f4::hsum4`] folds each row's four accumulators into the 4
 /// outputs in a fixed order, and the K mod 4 tail is added in scalar.
-fn gemm_nt_dot(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32], ldc: usize) {
+///
+/// SAFETY: as [`gemm_nt_raw`]'s, and `a`, `b` hold `m · k`, `n · k` floats.
+#[cfg_attr(all(target_arch = "wasm32", feature = "relaxed-simd"), target_feature(enable = "relaxed-simd"))]
+unsafe fn gemm_nt_dot(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: *mut f32, ldc: usize) {
+    // SAFETY (every write below): row i < m, columns j..j + 4 ≤ n or j < n, as the caller guarantees.
+    let put = |i: usize, j: usize, v: &[f32]| unsafe {
+        std::ptr::copy_nonoverlapping(v.as_ptr(), c.add(i * ldc + j), v.len())
+    };
     let k4 = k / 4 * 4;
     for i0 in (0..m).step_by(XB) {
         let i1 = (i0 + XB).min(m);
@@ -309,13 +358,13 @@ fn gemm_nt_dot(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32]
             while i + 2 <= i1 {
                 let out = dot_tile::<2>(&a[i * k..(i + 2) * k], k, k4, w);
                 for (r, o) in out.iter().enumerate() {
-                    c[(i + r) * ldc + j..(i + r) * ldc + j + 4].copy_from_slice(o);
+                    put(i + r, j, o);
                 }
                 i += 2;
             }
             if i < i1 {
                 let [o] = dot_tile::<1>(&a[i * k..(i + 1) * k], k, k4, w);
-                c[i * ldc + j..i * ldc + j + 4].copy_from_slice(&o);
+                put(i, j, &o);
             }
             j += 4;
         }
@@ -334,16 +383,21 @@ fn gemm_nt_dot(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32]
                 for l in k4..k {
                     v += x[l] * w[l];
                 }
-                c[i * ldc + j] = v;
+                put(i, j, &[v]);
             }
         }
     }
 }
 
 /// `R` rows of x (`x`: R·K floats) times the 4 rows of `w` (4·K floats): `out[r][c] = x_r · w_c`.
-#[inline(always)]
+#[cfg_attr(all(target_arch = "wasm32", feature = "relaxed-simd"), target_feature(enable = "relaxed-simd"), inline)]
+#[cfg_attr(not(all(target_arch = "wasm32", feature = "relaxed-simd")), inline(always))]
 fn dot_tile<const R: usize>(x: &[f32], k: usize, k4: usize, w: &[f32]) -> [[f32; 4]; R] {
-    use f4::{hsum4, load, mul_add, to_array, zero};
+    use f4::{hsum4, load, to_array, zero};
+    #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
+    use f4::fma as mul_add;
+    #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
+    use f4::mul_add;
     assert!(x.len() == R * k && w.len() == 4 * k && k4 <= k);
     let mut acc = [[zero(); 4]; R];
     let (xp, wp) = (x.as_ptr(), w.as_ptr());
@@ -489,7 +543,12 @@ mod tests {
         let shapes = [(1, 1, 1), (1, 384, 1536), (3, 7, 5), (16, 33, 9), (17, 384, 130), (5, 1536, 7), (2, 8, 4),
             (65, 36, 11), (130, 384, 20), (7, 3, 6)];
         type Gemm = fn(&[f32], usize, usize, &[f32], usize, &mut [f32], usize);
-        for (name, gemm) in [("gemm_nt_dot", gemm_nt_dot as Gemm), ("gemm_nt_ld", gemm_nt_ld)] {
+        fn dot(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32], ldc: usize) {
+            assert!(a.len() >= m * k && b.len() >= n * k && ldc >= n && c.len() >= (m - 1) * ldc + n);
+            // SAFETY: asserted above.
+            unsafe { gemm_nt_dot(a, m, k, b, n, c.as_mut_ptr(), ldc) }
+        }
+        for (name, gemm) in [("gemm_nt_dot", dot as Gemm), ("gemm_nt_ld", gemm_nt_ld)] {
             for &(m, k, n) in &shapes {
                 let x = rand_vec(m * k, 11);
                 let w = rand_vec(n * k, 12);
@@ -501,6 +560,31 @@ mod tests {
                 let atol = GEMM_ATOL * (k as f32 / 64.0).max(1.0);
                 assert_close(&got, &want, atol, GEMM_RTOL, &format!("{name} {m}x{k}x{n}"));
                 assert!(c.chunks(ldc).all(|r| r[n..].iter().all(|v| v.is_nan())), "{name} writes only its N columns");
+            }
+        }
+    }
+
+    /// Few rows on several threads: the output's columns split between them (`par_column_blocks`), with ragged
+    /// last blocks and N off a multiple of 4. Against the reference, and against one thread bit for bit where both
+    /// take the dot-product kernel (each output is the same dot product either way).
+    #[test]
+    fn few_rows_split_by_columns_equal_one_thread() {
+        for &(m, k, n) in &[(1, 384, 1536), (12, 384, 387), (16, 1536, 384), (40, 64, 130)] {
+            let (x, w, b) = (rand_vec(m * k, 21), rand_vec(n * k, 22), rand_vec(n, 23));
+            let run = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| {
+                    let mut out = vec![f32::NAN; m * n];
+                    linear(&x, m, k, &w, n, Some(&b), Activation::Gelu, &mut out);
+                    out
+                })
+            };
+            let (one, three) = (run(1), run(3));
+            let want = reference(&x, m, k, &w, n, Some(&b), Activation::Gelu);
+            let atol = GEMM_ATOL * (k as f32 / 64.0).max(1.0);
+            assert_close(&three, &want, atol, GEMM_RTOL, &format!("linear {m}x{k}x{n} on 3 threads"));
+            if m <= SMALL_M {
+                assert!(one.iter().zip(&three).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}x{k}x{n}: 3 threads ≠ 1");
             }
         }
     }

@@ -288,6 +288,59 @@ where
     }
 }
 
+/// Columns `c0..c1` of every row of a row-major `(rows, n)` output: one task's share in [`par_column_blocks`], whose
+/// other tasks own the other columns of the same rows.
+pub(crate) struct Columns {
+    base: *mut f32,
+    pub rows: usize,
+    pub n: usize,
+    pub c0: usize,
+    pub c1: usize,
+}
+
+impl Columns {
+    /// Row `i`'s columns `c0..c1`.
+    pub fn row(&mut self, i: usize) -> &mut [f32] {
+        assert!(i < self.rows);
+        // SAFETY: inside the output (i < rows, c1 ≤ n), and no other task's block overlaps these columns.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(i * self.n + self.c0), self.c1 - self.c0) }
+    }
+
+    /// Element `(0, c0)`; row `i` of the block starts `i · n` floats later. Writes through it must stay inside the
+    /// block's columns.
+    pub fn ptr(&mut self) -> *mut f32 {
+        // SAFETY: c0 ≤ n, inside the output (or one past its end when it is empty).
+        unsafe { self.base.add(self.c0) }
+    }
+}
+
+/// Runs `f` on the column blocks `[i·step, (i+1)·step) ∩ [0, n)` of `out (rows, n)`, in parallel natively: for a
+/// product with few rows, where splitting the rows leaves some threads idle and makes each read all of W, while
+/// split by columns each thread reads only its share of W.
+pub(crate) fn par_column_blocks<F>(out: &mut [f32], n: usize, step: usize, f: F)
+where
+    F: Fn(Columns) + Sync + Send,
+{
+    /// The output's start, shared by the tasks.
+    struct Base(*mut f32);
+    // SAFETY: each task writes only its own columns (see `Columns`).
+    unsafe impl Sync for Base {}
+    unsafe impl Send for Base {}
+    impl Base {
+        // A method, not the field: a closure would capture the bare (non-Sync) pointer field.
+        fn get(&self) -> *mut f32 {
+            self.0
+        }
+    }
+    assert!(n > 0 && step > 0 && out.len() % n == 0);
+    let (rows, base) = (out.len() / n, Base(out.as_mut_ptr()));
+    let base = &base;
+    par_for(n.div_ceil(step), |i| {
+        let c0 = i * step;
+        f(Columns { base: base.get(), rows, n, c0, c1: (c0 + step).min(n) })
+    });
+}
+
 /// Runs `f(i)` for `i in 0..n`, in parallel natively.
 pub(crate) fn par_for<F>(n: usize, f: F)
 where

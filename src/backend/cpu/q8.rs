@@ -530,8 +530,7 @@ pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32
 /// last odd group alone). Two groups took 0.84–0.93× the time of one in the SIMD128 build, 0.90× in the relaxed one
 /// (MiniLM 8 × 128, `bench/ab.mjs`).
 /// Its own function so that the relaxed-SIMD build can enable the feature for the kernel alone (the rest of the
-/// crate and its dependencies compile as in the SIMD128 build, so the two builds compute everything else
-/// identically).
+/// crate and its dependencies compile as in the SIMD128 build; the f32 GEMM is the one other kernel with it).
 ///
 /// SAFETY: `xq.len() == rows · k`, `xd.len() == rows · k / 32`, `c.len() == rows · w.n`, `w.k == k`.
 unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32]) {
