@@ -8,22 +8,25 @@
 // The directories are package folders under the repository root (pkg/ layout); the source is a URL path the
 // repository server serves (a model folder or a .gguf); simd is "relaxed" / "simd128" (default "auto"). "cold" reads
 // 64 MiB of other memory before each run, so that the weights come from DRAM, not from the cache (as after a pause,
-// or after another program ran).
+// or after another program ran). THREADS=n in the environment: a cross-origin isolated page, and both load with
+// `threads: n` (the threaded builds).
 import { withBenchPage } from "./harness.mjs";
+
+const THREADS = process.env.THREADS ? Number(process.env.THREADS) : undefined;
 
 const [dirA, dirB, source, texts, tokens, reps = "7", simdA = "auto", simdB = "auto", cold = ""] = process.argv.slice(2);
 if (!dirA || !dirB || !source || !texts || !tokens) {
   console.error("usage: node bench/ab.mjs <dir A> <dir B> <model source> <texts> <tokens> [reps] [simd A] [simd B]");
   process.exit(2);
 }
-await withBenchPage({}, async (page) => {
-  const r = await page.evaluate(async ({ dirs, source, n, tokens, reps, simds, cold }) => {
+await withBenchPage({ isolated: THREADS !== undefined }, async (page) => {
+  const r = await page.evaluate(async ({ dirs, source, n, tokens, reps, simds, cold, threads }) => {
     const flush = new Float64Array(8 << 20).fill(1);
     let sink = 0;
     const berts = [];
     for (const [i, dir] of dirs.entries()) {
       const { Bert } = await import(`/${dir}/index.js`);
-      berts.push(await Bert.load(source, { device: "cpu", cache: false, simd: simds[i] }));
+      berts.push(await Bert.load(source, { device: "cpu", cache: false, simd: simds[i], threads }));
     }
     const texts = window.repeatedTexts(n, tokens);
     const times = [[], []];
@@ -39,6 +42,6 @@ await withBenchPage({}, async (page) => {
     if (sink < 0) throw new Error("unreachable"); // keeps the flush loop
     return times.map(median);
   }, { dirs: [dirA, dirB], source, n: Number(texts), tokens: Number(tokens), reps: Number(reps), simds: [simdA, simdB],
-    cold: cold === "cold" });
-  console.log(`${cold === "cold" ? "cold cache: " : ""}${dirA} (${simdA}): ${r[0].toFixed(1)} ms, ${dirB} (${simdB}): ${r[1].toFixed(1)} ms, B/A ${(r[1] / r[0]).toFixed(3)}`);
+    cold: cold === "cold", threads: THREADS });
+  console.log(`${THREADS ? `${THREADS} threads: ` : ""}${cold === "cold" ? "cold cache: " : ""}${dirA} (${simdA}): ${r[0].toFixed(1)} ms, ${dirB} (${simdB}): ${r[1].toFixed(1)} ms, B/A ${(r[1] / r[0]).toFixed(3)}`);
 });

@@ -8,18 +8,23 @@
 //   node bench/profile.mjs pkg-prof /bench/models/all-MiniLM-L6-v2.q8_0.gguf 8 128 relaxed [calls 3]
 //
 // (For the SIMD128 build: target/ without the feature, into pkg-prof/wasm, and simd "simd128".)
+// THREADS=n in the environment: a cross-origin isolated page and `threads: n` (the threaded build; put its
+// unoptimized module into pkg-prof/wasm-threads-relaxed the same way, from target/threads-relaxed). The profile is
+// the main thread's, which runs its share of every parallel loop and waits for the workers' (`par_for`).
 import { withBenchPage } from "./harness.mjs";
+
+const THREADS = process.env.THREADS ? Number(process.env.THREADS) : undefined;
 
 const [dir, source, texts, tokens, simd = "auto", calls = "3"] = process.argv.slice(2);
 if (!dir || !source || !texts || !tokens) {
   console.error("usage: node bench/profile.mjs <package dir> <model source> <texts> <tokens> [simd] [calls]");
   process.exit(2);
 }
-await withBenchPage({}, async (page) => {
-  const setup = { dir, source, simd, n: Number(texts), tokens: Number(tokens) };
-  await page.evaluate(async ({ dir, source, simd, n, tokens }) => {
+await withBenchPage({ isolated: THREADS !== undefined }, async (page) => {
+  const setup = { dir, source, simd, n: Number(texts), tokens: Number(tokens), threads: THREADS };
+  await page.evaluate(async ({ dir, source, simd, n, tokens, threads }) => {
     const { Bert } = await import(`/${dir}/index.js`);
-    window.profiled = await Bert.load(source, { device: "cpu", cache: false, simd });
+    window.profiled = await Bert.load(source, { device: "cpu", cache: false, simd, threads });
     window.profiledTexts = window.repeatedTexts(n, tokens);
     for (let i = 0; i < 2; i++) await window.profiled.embed(window.profiledTexts); // warm-up
   }, setup);
