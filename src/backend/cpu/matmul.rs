@@ -46,7 +46,7 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
         // of W, in whole tiles of 4.
         let step = n.div_ceil(CHUNKS_PER_THREAD * threads).next_multiple_of(4);
         return par_column_blocks(out, n, step, |mut c| {
-            let (c0, c1) = (c.c0, c.c1);
+            let (c0, c1) = c.range();
             // SAFETY: W's rows c0..c1 and x are in bounds (asserted above); `c` owns columns c0..c1 of all m rows
             // (row stride n).
             unsafe { gemm_nt_raw(x, m, k, &w[c0 * k..c1 * k], c1 - c0, c.ptr(), n) };

@@ -292,13 +292,18 @@ where
 /// other tasks own the other columns of the same rows.
 pub(crate) struct Columns {
     base: *mut f32,
-    pub rows: usize,
-    pub n: usize,
-    pub c0: usize,
-    pub c1: usize,
+    rows: usize,
+    n: usize,
+    c0: usize,
+    c1: usize,
 }
 
 impl Columns {
+    /// The block's columns, `c0..c1`.
+    pub fn range(&self) -> (usize, usize) {
+        (self.c0, self.c1)
+    }
+
     /// Row `i`'s columns `c0..c1`.
     pub fn row(&mut self, i: usize) -> &mut [f32] {
         assert!(i < self.rows);
