@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { prepareApp, startBrowser, checkApp, assertGolden, GOLDEN } from "./harness.mjs";
+import { prepareApp, startBrowser, checkApp, assertGolden, assertBuildsAgree, GOLDEN } from "./harness.mjs";
 
 /** The unpacked extension: its files, the installed package as bertgpu/, and the .wasm files moved to wasm/. */
 function buildExtension(app) {
@@ -35,7 +35,8 @@ test("a Manifest V3 extension: the service worker and an extension page (main th
     assertGolden(got.vectors, "service worker");
     const simd128 = await embed("simd128");
     assert.equal(simd128.simd, "simd128");
-    assert.deepEqual(simd128.vectors, got.vectors, "service worker: the two builds agree");
+    assertGolden(simd128.vectors, "service worker, SIMD128 build");
+    assertBuildsAgree(simd128.vectors, got.vectors, "service worker: the two builds");
     await checkApp(env, `chrome-extension://${id}/page.html`);
   } finally {
     await env.stop();
