@@ -14,23 +14,12 @@
 use std::cell::RefCell;
 
 use super::matmul::f4::{add, load, max, mul, mul_add, splat, store, to_array, zero, V};
-use super::{expect_dims, par_for, CpuTensor};
+use super::{expect_dims, par_for, CpuTensor, SharedOut};
 use crate::backend::{AttentionShape, Dropout};
 use crate::{Error, Result};
 
-/// A pointer the tasks share; each task writes a disjoint block of the output.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: tasks write disjoint (rows of sequence b) × (columns of head h) blocks, see `attention`.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The pointer (a method, so that a closure captures the whole `OutPtr`, which is `Sync`, not its field).
-    fn ptr(&self) -> *mut f32 {
-        self.0
-    }
-}
+// The output is shared by the tasks (`SharedOut`): they write disjoint (rows of sequence b) × (columns of head h)
+// blocks, see `attention`.
 
 /// Queries per tile: 4 rows × 2 vectors of 4 = 8 accumulators in both products, which with their operands fit the
 /// 16 vector registers of SSE and of wasm engines on x86.
@@ -68,7 +57,7 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result
     let qkv = qkv.data();
     let mask = mask.data();
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let optr = OutPtr(out.as_mut_ptr());
+    let optr = SharedOut(out.as_mut_ptr());
     par_for(batch * heads, |task| {
         let optr = optr;
         let (b, hd) = (task / heads, task % heads);
@@ -145,7 +134,7 @@ pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape, d
     let mut out = vec![0f32; batch * seq * h];
     let (qkv, mask) = (qkv.data(), mask.data());
     let scale = 1.0 / (d as f32).sqrt();
-    let optr = OutPtr(out.as_mut_ptr());
+    let optr = SharedOut(out.as_mut_ptr());
     par_for(batch * heads, |task| {
         let (b, hd) = (task / heads, task % heads);
         let keys: Vec<usize> = (0..seq).filter(|&j| mask[b * seq + j] != 0.0).collect();
@@ -191,7 +180,7 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s
     let mut out = vec![0f32; batch * seq * 3 * h]; // (B*T, 3H)
     let (qkv, dctx, mask) = (qkv.data(), dctx.data(), mask.data());
     let scale = 1.0 / (d as f32).sqrt();
-    let optr = OutPtr(out.as_mut_ptr());
+    let optr = SharedOut(out.as_mut_ptr());
     par_for(batch * heads, |task| {
         let optr = optr;
         let (b, hd) = (task / heads, task % heads);

@@ -252,6 +252,21 @@ pub(crate) fn expect_dims(t: &CpuTensor, rows: usize, cols: usize, what: &str) -
     Ok(())
 }
 
+/// A pointer into an output that the tasks of a parallel loop share, each writing only its own disjoint part (the
+/// user's contract): a raw pointer is neither `Send` nor `Sync`.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedOut(pub(crate) *mut f32);
+// SAFETY: every user writes disjoint parts from its tasks (par_chunks_mut, par_column_blocks, attention).
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// The pointer (a method, so that a closure captures the whole `SharedOut`, which is `Sync`, not its field).
+    pub(crate) fn ptr(&self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Runs `f(chunk_index, chunk)` over `data.chunks_mut(chunk)`, in parallel natively.
 pub(crate) fn par_chunks_mut<F>(data: &mut [f32], chunk: usize, f: F)
 where
@@ -267,22 +282,12 @@ where
     data.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c));
     #[cfg(all(target_arch = "wasm32", feature = "threads"))]
     {
-        /// The slice's start, shared by the items, each of which cuts out its own disjoint chunk.
-        struct Base(*mut f32);
-        // SAFETY: each item touches only its own chunk.
-        unsafe impl Sync for Base {}
-        impl Base {
-            // A method, not the field: a closure would capture the bare (non-Sync) pointer field.
-            fn at(&self, i: usize) -> *mut f32 {
-                self.0.wrapping_add(i)
-            }
-        }
-        let (len, base) = (data.len(), Base(data.as_mut_ptr()));
-        let base = &base;
+        // The slice's start, shared by the items, each of which cuts out its own disjoint chunk.
+        let (len, base) = (data.len(), SharedOut(data.as_mut_ptr()));
         threads::par_for(len.div_ceil(chunk), &|i| {
             let start = i * chunk;
             // SAFETY: chunks [start, start + chunk) ∩ [0, len) are disjoint and within `data`, which outlives the loop.
-            let c = unsafe { std::slice::from_raw_parts_mut(base.at(start), chunk.min(len - start)) };
+            let c = unsafe { std::slice::from_raw_parts_mut(base.ptr().wrapping_add(start), chunk.min(len - start)) };
             f(i, c)
         });
     }
@@ -326,23 +331,12 @@ pub(crate) fn par_column_blocks<F>(out: &mut [f32], n: usize, step: usize, f: F)
 where
     F: Fn(Columns) + Sync + Send,
 {
-    /// The output's start, shared by the tasks.
-    struct Base(*mut f32);
-    // SAFETY: each task writes only its own columns (see `Columns`).
-    unsafe impl Sync for Base {}
-    unsafe impl Send for Base {}
-    impl Base {
-        // A method, not the field: a closure would capture the bare (non-Sync) pointer field.
-        fn get(&self) -> *mut f32 {
-            self.0
-        }
-    }
     assert!(n > 0 && step > 0 && out.len() % n == 0);
-    let (rows, base) = (out.len() / n, Base(out.as_mut_ptr()));
-    let base = &base;
+    // The output's start, shared by the tasks; each writes only its own columns (see `Columns`).
+    let (rows, base) = (out.len() / n, SharedOut(out.as_mut_ptr()));
     par_for(n.div_ceil(step), |i| {
         let c0 = i * step;
-        f(Columns { base: base.get(), rows, n, c0, c1: (c0 + step).min(n) })
+        f(Columns { base: base.ptr(), rows, n, c0, c1: (c0 + step).min(n) })
     });
 }
 
