@@ -18,9 +18,6 @@ use super::{expect_dims, par_for, CpuTensor, SharedOut};
 use crate::backend::{AttentionShape, Dropout};
 use crate::{Error, Result};
 
-// The output is shared by the tasks (`SharedOut`): they write disjoint (rows of sequence b) × (columns of head h)
-// blocks, see `attention`.
-
 /// Queries per tile: 4 rows × 2 vectors of 4 = 8 accumulators in both products, which with their operands fit the
 /// 16 vector registers of SSE and of wasm engines on x86.
 const QT: usize = 4;
@@ -57,6 +54,8 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result
     let qkv = qkv.data();
     let mask = mask.data();
     let scale = 1.0 / (head_dim as f32).sqrt();
+    // Shared by the tasks (here and in the two functions below): each writes a disjoint (rows of sequence b) ×
+    // (columns of head h) block.
     let optr = SharedOut(out.as_mut_ptr());
     par_for(batch * heads, |task| {
         let optr = optr;
