@@ -196,6 +196,12 @@ pub trait Backend {
         self.upload(t)
     }
 
+    /// [`Backend::upload_shared`] of an embedding table, which `embeddings` reads rows of (and the MLM head, tied,
+    /// multiplies by): a backend that keeps linear weights in a form for its GEMM keeps a table as loaded.
+    fn upload_table(&self, t: &std::sync::Arc<HostTensor>) -> Result<Self::Tensor> {
+        self.upload_shared(t)
+    }
+
     /// Uploads an f32 activation matrix from the host (used by tests, heads and training).
     fn input(&self, data: &[f32], rows: usize, cols: usize) -> Result<Self::Tensor>;
 

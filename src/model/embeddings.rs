@@ -9,6 +9,8 @@
 //! ELECTRA's and ALBERT's tables and LayerNorm have `embedding_size` E columns, not H: the projection to H that
 //! follows is [`super::BertModel`]'s.
 
+use std::sync::Arc;
+
 use crate::backend::{Backend, EmbeddingTables};
 use crate::config::BertConfig;
 use crate::tokenizer::Batch;
@@ -51,10 +53,10 @@ impl<B: Backend> BertEmbeddings<B> {
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.embedding_size;
         // The tables are shared with the loaded weights where the backend allows (the CPU's): not copied.
-        let word = backend.upload_shared(&w.get_shared("word_embeddings.weight", &[cfg.vocab_size, h])?)?;
-        let position = backend.upload(&*positions(w, cfg)?)?;
+        let word = backend.upload_table(&w.get_shared("word_embeddings.weight", &[cfg.vocab_size, h])?)?;
+        let position = backend.upload_table(&Arc::new(positions(w, cfg)?.into_owned()))?;
         let token_type = if cfg.family.has_token_type_table() {
-            backend.upload_shared(&w.get_shared("token_type_embeddings.weight", &[cfg.type_vocab_size, h])?)?
+            backend.upload_table(&w.get_shared("token_type_embeddings.weight", &[cfg.type_vocab_size, h])?)?
         } else {
             backend.upload(&HostTensor::f32(vec![1, h], vec![0.0; h])?)?
         };

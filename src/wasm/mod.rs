@@ -196,8 +196,8 @@ pub fn debug_linear_q8(x: &[f32], w: &[u8], m: usize, n: usize, k: usize) -> Res
 /// One CPU matmul alone, for bench/kernel.mjs: the backend's `linear` (`x (M, K) · Wᵀ`) `reps` times with W `(N, K)`
 /// in `dtype` ("q8_0": the integer kernel; "f32": the f32 GEMM), cycling through `copies` distinct weights
 /// (pseudo-random, so that `copies` sets how much memory they span: a whole model's layers do not stay in the cache,
-/// one matrix does). Returns the milliseconds per call, after one untimed pass over the weights (the first use of a
-/// Q8_0 matrix repacks it). Only with the `bench-exports` feature; not part of the public API.
+/// one matrix does). Returns the milliseconds per call, after one untimed pass over the weights (the caches, and
+/// the engine's code, warm). Only with the `bench-exports` feature; not part of the public API.
 #[cfg(feature = "bench-exports")]
 #[wasm_bindgen(js_name = __debugBenchLinear)]
 pub fn debug_bench_linear(dtype: &str, m: usize, n: usize, k: usize, copies: usize, reps: usize) -> Result<f64, JsError> {

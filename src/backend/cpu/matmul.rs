@@ -76,8 +76,15 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
 #[allow(clippy::too_many_arguments)]
 pub fn linear_packed(x: &[f32], m: usize, k: usize, w: &RowView<'_>, bias: Option<&[f32]>, act: Activation,
     out: &mut [f32]) {
-    let n = w.rows;
-    assert!(x.len() == m * k && w.cols == k && out.len() == m * n && bias.is_none_or(|b| b.len() == n));
+    assert!(w.cols == k);
+    linear_rows(x, m, k, w.rows, &|r, c| w.rows_into(r, c), bias, act, out)
+}
+
+/// [`linear_packed`] for an `(n, k)` W whose rows `decode(r, out)` writes as f32 (`out`: whole rows from `r`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn linear_rows(x: &[f32], m: usize, k: usize, n: usize, decode: &(dyn Fn(usize, &mut [f32]) + Sync),
+    bias: Option<&[f32]>, act: Activation, out: &mut [f32]) {
+    assert!(x.len() == m * k && out.len() == m * n && bias.is_none_or(|b| b.len() == n));
     if m == 0 || n == 0 {
         return;
     }
@@ -93,7 +100,7 @@ pub fn linear_packed(x: &[f32], m: usize, k: usize, w: &RowView<'_>, bias: Optio
         let panel = &mut panel[..rows * k];
         // Decode the panel, a few rows per task.
         let rows_per_task = (PANEL_MIN / 4).max(1);
-        par_chunks_mut(panel, rows_per_task * k, |ci, c| w.rows_into(n0 + ci * rows_per_task, c));
+        par_chunks_mut(panel, rows_per_task * k, |ci, c| decode(n0 + ci * rows_per_task, c));
         let panel = &*panel;
         par_chunks_mut(out, rows_per_block * n, |bi, c| {
             let (r0, mr) = (bi * rows_per_block, c.len() / n);

@@ -3,8 +3,8 @@
 //! Activations are f32. Weight matrices stay in the dtype their file stores (f32, f16, Q8_0, Q4_0): `linear`
 //! dequantizes one panel of weight rows at a time into a scratch buffer and runs the f32 GEMM on it
 //! ([`matmul::linear_packed`]) — except Q8_0 in wasm, which runs an integer kernel on x quantized to 7 bits
-//! ([`q8`]) — and the embedding lookup decodes only the rows it gathers, so a Q8_0 model holds about a quarter of
-//! the f32 bytes in memory. 1-D weights (biases, LayerNorm γ/β) are widened to f32 at upload:
+//! ([`q8`]) and keeps linear weights in that kernel's layout only ([`CpuTensor::repacked`]) — and the embedding
+//! lookup decodes only the rows it gathers, so a Q8_0 model holds about a quarter of the f32 bytes in memory. 1-D weights (biases, LayerNorm γ/β) are widened to f32 at upload:
 //! they are 0.1% of the bytes and feed additions directly. Tensors are immutable row-major matrices behind an
 //! `Arc`, so ops never copy their inputs. Natively the heavy ops (GEMM row blocks, attention
 //! per (sequence, head)) run on rayon's thread pool; in wasm32 on the calling thread, or, in the threaded build
@@ -21,198 +21,17 @@ pub mod pool;
 pub mod q8;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub mod threads;
+mod tensor;
 pub mod train;
 
-use std::sync::{Arc, OnceLock};
+pub use tensor::CpuTensor;
+
+use std::sync::Arc;
 
 use super::{Activation, AdamWStep, AttentionShape, Backend, Dropout, Dtype, EmbeddingTables};
 use crate::tokenizer::Batch;
-use crate::weights::quant::RowView;
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
-
-/// A row-major matrix `(rows, cols)`: f32 values, or a weight matrix kept in its stored dtype.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CpuTensor {
-    rows: usize,
-    cols: usize,
-    /// The values when the tensor is f32 (every activation); empty for a packed weight.
-    data: Values,
-    /// A weight stored as f16, Q8_0 or Q4_0 (shape `[rows, cols]`, blocks along `cols`); `None` for f32.
-    packed: Option<Arc<HostTensor>>,
-    /// A Q8_0 weight repacked for the integer kernel, made at its first `linear` (an embedding table that is only
-    /// looked up never is), shared by the tensor's clones.
-    q8: Q8Cache,
-}
-
-/// The f32 values of a tensor: its own (every activation), or an f32 weight's, shared with the loaded weights
-/// ([`CpuTensor::shared`]).
-#[derive(Clone, Debug)]
-enum Values {
-    Own(Arc<Vec<f32>>),
-    /// An f32 [`HostTensor`] of the loaded weights.
-    Weight(Arc<HostTensor>),
-}
-
-impl Default for Values {
-    fn default() -> Values {
-        Values::Own(Arc::new(Vec::new()))
-    }
-}
-
-impl Values {
-    fn as_slice(&self) -> &[f32] {
-        match self {
-            Values::Own(v) => v,
-            Values::Weight(t) => match &t.data {
-                HostData::F32(v) => v,
-                _ => &[], // `CpuTensor::shared` puts only f32 tensors here
-            },
-        }
-    }
-}
-
-impl PartialEq for Values {
-    fn eq(&self, other: &Values) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-/// The lazily repacked form of a Q8_0 weight (`None` for every other tensor, so activations cost no extra
-/// allocation, and everywhere the integer kernel is not used: `INT8_Q8_0`); equal for all tensors (it is derived
-/// from `packed`).
-#[derive(Clone, Debug, Default)]
-struct Q8Cache(Option<Arc<OnceLock<q8::Q8Matrix>>>);
-
-impl PartialEq for Q8Cache {
-    fn eq(&self, _: &Q8Cache) -> bool {
-        true
-    }
-}
-
-impl CpuTensor {
-    /// Wraps `data` as a `(rows, cols)` matrix.
-    pub fn new(data: Vec<f32>, rows: usize, cols: usize) -> Result<CpuTensor> {
-        if data.len() != rows * cols {
-            return Err(Error::Input(format!("a ({rows}, {cols}) tensor needs {} values, got {}", rows * cols, data.len())));
-        }
-        Ok(CpuTensor { rows, cols, data: Values::Own(Arc::new(data)), packed: None, q8: Q8Cache::default() })
-    }
-
-    /// A 2-D weight `(rows, cols)` that keeps `t`, shared with the loaded weights, instead of a copy: f32 values as
-    /// the tensor's own, other dtypes as [`CpuTensor::packed`] keeps them. A tensor of another shape is copied.
-    pub fn shared(t: &Arc<HostTensor>, rows: usize, cols: usize) -> Result<CpuTensor> {
-        if t.shape != [rows, cols] {
-            return CpuTensor::packed(t, rows, cols);
-        }
-        if let HostData::F32(v) = &t.data {
-            if v.len() != rows * cols {
-                return Err(Error::Input(format!("a ({rows}, {cols}) tensor needs {} values, got {}", rows * cols, v.len())));
-            }
-            return Ok(CpuTensor { rows, cols, data: Values::Weight(t.clone()), packed: None, q8: Q8Cache::default() });
-        }
-        RowView::new(t)?; // validates the storage length and the block alignment of rows
-        let q8 = Q8Cache((INT8_Q8_0 && matches!(t.data, HostData::Q8_0(_))).then(|| Arc::new(OnceLock::new())));
-        Ok(CpuTensor { rows, cols, data: Values::default(), packed: Some(t.clone()), q8 })
-    }
-
-    /// Keeps a 2-D f16 / Q8_0 / Q4_0 weight as stored (checked to hold `(rows, cols)`; quantized rows must be whole
-    /// blocks of 32). An f32 host tensor becomes a plain f32 tensor.
-    pub fn packed(t: &HostTensor, rows: usize, cols: usize) -> Result<CpuTensor> {
-        if let HostData::F32(v) = &t.data {
-            return CpuTensor::new(v.clone(), rows, cols);
-        }
-        let t = HostTensor { shape: vec![rows, cols], data: t.data.clone() };
-        RowView::new(&t)?; // validates the storage length and the block alignment of rows
-        let q8 = Q8Cache((INT8_Q8_0 && matches!(t.data, HostData::Q8_0(_))).then(|| Arc::new(OnceLock::new())));
-        Ok(CpuTensor { rows, cols, data: Values::default(), packed: Some(Arc::new(t)), q8 })
-    }
-
-    /// How the elements are stored.
-    pub fn dtype(&self) -> Dtype {
-        self.packed.as_ref().map_or(Dtype::F32, |t| t.data.dtype())
-    }
-
-    /// Bytes the elements occupy in memory (a Q8_0 weight: 34 per 32 values).
-    pub fn bytes(&self) -> usize {
-        match &self.packed {
-            None => self.data().len() * 4,
-            Some(t) => match &t.data {
-                HostData::F32(v) => v.len() * 4,
-                HostData::F16(v) => v.len() * 2,
-                HostData::Q8_0(b) | HostData::Q4_0(b) => b.len(),
-            },
-        }
-    }
-
-    /// The row view of a packed weight (`None` for f32).
-    pub(crate) fn row_view(&self) -> Option<RowView<'_>> {
-        // `packed` was validated by `RowView::new` when it was made, so this cannot fail.
-        self.packed.as_ref().and_then(|t| RowView::new(t).ok())
-    }
-
-    /// The integer kernel's form of a Q8_0 weight (`None` for other dtypes), repacked at the first call.
-    pub(crate) fn q8(&self) -> Result<Option<&q8::Q8Matrix>> {
-        let (Some(HostData::Q8_0(bytes)), Some(cache)) = (self.packed.as_ref().map(|t| &t.data), &self.q8.0) else {
-            return Ok(None);
-        };
-        if let Some(m) = cache.get() {
-            return Ok(Some(m));
-        }
-        let m = q8::Q8Matrix::from_q8_0(bytes, self.rows, self.cols)?;
-        Ok(Some(cache.get_or_init(|| m)))
-    }
-
-    /// Fails with a clear error unless the tensor is f32 (ops other than `linear` and `embeddings` take f32 only).
-    pub(crate) fn expect_f32(&self, what: &str) -> Result<()> {
-        match self.dtype() {
-            Dtype::F32 => Ok(()),
-            d => Err(Error::Input(format!(
-                "{what} is a {} weight; this op reads f32 tensors only (only linear weights and embedding tables may be \
-                 stored quantized)",
-                d.name()
-            ))),
-        }
-    }
-
-    /// Row `r` as f32 into `out` (`cols` values), decoding a packed weight's row.
-    pub(crate) fn row_into(&self, r: usize, out: &mut [f32]) {
-        match self.row_view() {
-            None => out.copy_from_slice(&self.data()[r * self.cols..(r + 1) * self.cols]),
-            Some(v) => v.rows_into(r, out),
-        }
-    }
-
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// The values, row-major, of an f32 tensor (empty for a packed weight: ops check [`CpuTensor::dtype`] first).
-    pub fn data(&self) -> &[f32] {
-        self.data.as_slice()
-    }
-
-    /// A copy of the values, row-major, as f32 (a packed weight is dequantized): the synchronous twin of
-    /// [`Backend::read`].
-    pub fn to_vec(&self) -> Vec<f32> {
-        match self.row_view() {
-            None => self.data().to_vec(),
-            Some(v) => {
-                let mut out = vec![0f32; self.rows * self.cols];
-                if self.cols > 0 {
-                    for (r, row) in out.chunks_exact_mut(self.cols).enumerate() {
-                        v.rows_into(r, row);
-                    }
-                }
-                out
-            }
-        }
-    }
-}
 
 /// Whether `linear` runs Q8_0 weights through the integer kernel ([`q8`]): in wasm, where it is the fastest path
 /// (one core, 128-bit SIMD: MiniLM 8 × 128 in 336–419 ms with relaxed SIMD against 750 ms dequantizing,
@@ -220,7 +39,7 @@ impl CpuTensor {
 /// path (MiniLM 8 × 128, one thread, `RAYON_NUM_THREADS=1 cpu_bench` at f0544ea, when the native backend still ran
 /// the kernel: the kernel 498 ms with `WEIGHTS=` a q8_0 GGUF, the f32 model 202 ms, which the dequantizing path
 /// matches within ~10%), and it keeps x in f32.
-const INT8_Q8_0: bool = cfg!(target_arch = "wasm32");
+pub(crate) const INT8_Q8_0: bool = cfg!(target_arch = "wasm32");
 
 /// The CPU backend. Threads come from rayon's global pool (natively; in the threaded wasm build, a pool of Web
 /// Workers over one shared memory).
@@ -241,6 +60,11 @@ impl CpuBackend {
     /// error, far above the two f32 paths' difference).
     pub fn reference() -> CpuBackend {
         CpuBackend { reference: true }
+    }
+
+    /// Whether `linear` runs Q8_0 weights through the integer kernel (`INT8_Q8_0`, and not the reference).
+    fn int8_q8_0(&self) -> bool {
+        INT8_Q8_0 && !self.reference
     }
 }
 
@@ -378,16 +202,34 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    /// A Q8_0 matrix where the integer kernel runs is a linear weight, kept in that kernel's form only from its
+    /// first `linear` on ([`CpuTensor::repacked`]). (Tables come through `upload_table`.)
     fn upload(&self, t: &HostTensor) -> Result<CpuTensor> {
         let (rows, cols) = t.rows_cols();
         if t.shape.len() < 2 {
             // Biases and LayerNorm γ/β: widened (0.1% of the bytes; they feed additions, not GEMMs).
             return CpuTensor::new(t.to_f32()?, rows, cols);
         }
+        if self.int8_q8_0() && matches!(t.data, HostData::Q8_0(_)) {
+            let t = HostTensor { shape: vec![rows, cols], data: t.data.clone() };
+            return CpuTensor::repacked(&Arc::new(t), rows, cols);
+        }
         CpuTensor::packed(t, rows, cols)
     }
 
     fn upload_shared(&self, t: &Arc<HostTensor>) -> Result<CpuTensor> {
+        let (rows, cols) = t.rows_cols();
+        if t.shape.len() < 2 {
+            return self.upload(t);
+        }
+        if self.int8_q8_0() {
+            return CpuTensor::repacked(t, rows, cols);
+        }
+        CpuTensor::shared(t, rows, cols)
+    }
+
+    /// Kept as loaded (shared): a lookup decodes a few rows of the blocks.
+    fn upload_table(&self, t: &Arc<HostTensor>) -> Result<CpuTensor> {
         let (rows, cols) = t.rows_cols();
         if t.shape.len() < 2 {
             return self.upload(t);
@@ -421,16 +263,17 @@ impl Backend for CpuBackend {
             expect_dims(b, 1, n, "linear bias (N)")?;
         }
         let mut out = vec![0f32; m * n];
-        if INT8_Q8_0 && !self.reference {
+        if self.int8_q8_0() {
             if let Some(q) = w.q8()? {
                 // Q8_0: the integer kernel, x quantized per block of 32 (q8.rs says why and how far from the twin).
                 q8::linear_q8(x.data(), m, k, q, bias.map(|b| b.data()), act, &mut out);
                 return CpuTensor::new(out, m, n);
             }
         }
+        let bias = bias.map(|b| b.data());
         match w.row_view() {
-            None => matmul::linear(x.data(), m, k, w.data(), n, bias.map(|b| b.data()), act, &mut out),
-            Some(view) => matmul::linear_packed(x.data(), m, k, &view, bias.map(|b| b.data()), act, &mut out),
+            None => matmul::linear(x.data(), m, k, w.data(), n, bias, act, &mut out),
+            Some(rows) => matmul::linear_rows(x.data(), m, k, n, &|r, c| rows.rows_into(r, c), bias, act, &mut out),
         }
         CpuTensor::new(out, m, n)
     }
@@ -613,4 +456,5 @@ mod tests {
             assert_eq!(y(&shared), y(&copied), "{name}");
         }
     }
+
 }

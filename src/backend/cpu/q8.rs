@@ -14,9 +14,10 @@
 //! Why: the wasm CPU path has one core, and integer dot products do 8 (`i32x4.dot_i16x8_s`, SSE2's `pmaddwd`) or 16
 //! (relaxed) multiply-adds per instruction where f32 does 4, reading a quarter of the weight bytes.
 //!
-//! Layout: at first use a Q8_0 matrix `(N, K)` is repacked ([`Q8Matrix`]) into groups of 4 output columns; per
-//! group and block of 32 `k`, 128 bytes hold the 4 columns' values interleaved so that each 16-byte load feeds one
-//! dot product per row of x whose 4 lanes are the 4 columns (no horizontal sums):
+//! Layout: at load (a table that the tied MLM head multiplies by: at its first use) a Q8_0 matrix `(N, K)` is
+//! repacked ([`Q8Matrix`]) into groups of 4 output columns; per group and block of 32 `k`, 128 bytes hold the 4
+//! columns' values interleaved so that each 16-byte load feeds one dot product per row of x whose 4 lanes are the 4
+//! columns (no horizontal sums):
 //! - SIMD128 / SSE2 / scalar: `[c0 k0 k1, c1 k0 k1, c2 k0 k1, c3 k0 k1 | c0 k2 k3, …]` per 4 `k`s, widened to two
 //!   `i16x8` and multiplied with splats of x's `(k, k+1)` pairs (x kept as i16).
 //! - relaxed SIMD: `[c0 k0..k3, c1 k0..k3, c2 k0..k3, c3 k0..k3]`, multiplied with a splat of x's 4 values stored as
@@ -78,8 +79,10 @@ fn lane_byte(j: usize, c: usize) -> usize {
     (j / 4) * 16 + c * 4 + j % 4
 }
 
-/// A Q8_0 weight `(N, K)` repacked for [`linear_q8`]: same integers and scales, column-interleaved.
-#[derive(Debug)]
+/// A Q8_0 weight `(N, K)` repacked for [`linear_q8`]: same integers and scales, column-interleaved. It holds the
+/// blocks' every value (the f16 scales are exact in f32), so the blocks need not be kept beside it
+/// ([`Q8Matrix::rows_into`] decodes rows as they would).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Q8Matrix {
     n: usize,
     k: usize,
@@ -130,6 +133,28 @@ impl Q8Matrix {
         Ok(Q8Matrix { n, k, qs, scales, offsets })
     }
 
+    /// Rows `r, r+1, …` of W decoded to f32 into `out` (`out.len()` a multiple of K): the values the Q8_0 blocks
+    /// decode to (`q · d`, as `dequantize_q8_0`). Panics if the rows run past N (a programming error).
+    pub fn rows_into(&self, r: usize, out: &mut [f32]) {
+        let (k, blocks) = (self.k, self.k / QK);
+        let n = if k == 0 { 0 } else { out.len() / k };
+        assert!(out.len() == n * k && r + n <= self.n, "Q8Matrix::rows_into: rows {r}..{} of {}", r + n, self.n);
+        for (row, y) in (r..r + n).zip(out.chunks_exact_mut(k.max(1))) {
+            let (g, c) = (row / NR, row % NR);
+            for (b, y) in y.chunks_exact_mut(QK).enumerate() {
+                let d = self.scales[(g * blocks + b) * NR + c];
+                let block = &self.qs[(g * blocks + b) * GROUP_BLOCK..][..GROUP_BLOCK];
+                for (j, yj) in y.iter_mut().enumerate() {
+                    *yj = block[lane_byte(j, c)] as f32 * d;
+                }
+            }
+        }
+    }
+
+    /// Bytes it holds: 32 + 4 (scale) + 4 (offset, relaxed SIMD only) per 32 values (a Q8_0 block: 34).
+    pub fn bytes(&self) -> usize {
+        self.qs.len() + 4 * (self.scales.len() + self.offsets.len())
+    }
 }
 
 /// `x` rows quantized per block of 32 (`xq (M, K)`, `xd (M, K/32)` the scales): `d = amax / 63`, `q = round(x /
