@@ -9,7 +9,8 @@ use bertgpu::backend::Backend;
 use bertgpu::config::BertConfig;
 use bertgpu::model::BertModel;
 use bertgpu::tokenizer::Batch;
-use bertgpu::weights::Weights;
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::{quant, Weights};
 use serde_json::Value;
 
 mod common;
@@ -119,6 +120,45 @@ fn check(name: &str, sentences: &[usize], t: usize, extra_padding: usize) {
         assert!(c >= MIN_COSINE, "{name} sentence {s}: cosine {c}");
         let (i, err) = max_abs_err(&got, &want);
         assert!(err <= HIDDEN_ATOL, "{name} sentence {s}: normalized max abs err {err} at {i}");
+    }
+}
+
+/// All-MiniLM-L6-v2 with every matrix in Q8_0 against PyTorch f32, per sentence: the floor tests/gguf.rs and
+/// tests/browser/q8-kernel.test.mjs hold the integer kernel to (measured 0.9982–0.9994 in the browser).
+const MIN_COSINE_Q8_0: f64 = 0.995;
+
+/// The wasm build's CPU path for Q8_0, natively (`CpuBackend::with_q8_kernel`): x rounded to 7 bits per block, each
+/// linear weight repacked at its first use and then kept in that form only. Within Q8_0's floor of PyTorch, and the
+/// second forward (on the repacked weights alone) equal to the first (on the blocks, repacking them) bit for bit.
+#[test]
+fn minilm_q8_0_through_the_integer_kernel() {
+    let name = "all-MiniLM-L6-v2";
+    let dir = root().join("models").join(name);
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let f32w = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let mut w = Weights::new();
+    for n in f32w.names() {
+        let t = f32w.stored(n).unwrap();
+        let matrix = t.shape.len() == 2 && t.shape[1] % 32 == 0;
+        w.insert(n, if matrix { quant::quantize(t, Dtype::Q8_0).unwrap() } else { t.clone() });
+    }
+    let be = CpuBackend::with_q8_kernel();
+    let m = BertModel::load(&w, &cfg, &be).unwrap();
+    drop(w);
+    let g = &goldens()[name];
+    let seqs = ids(g);
+    let t = seqs.iter().map(Vec::len).max().unwrap();
+    let (b, h) = (batch(&seqs, t), cfg.hidden_size);
+    let mask = be.mask(&b).unwrap();
+    let pooled = || read(&be.mean_pool(&m.forward_with_mask(&be, &b, &mask).unwrap(), &mask, b.b, t).unwrap());
+    let (first, second) = (pooled(), pooled());
+    assert_eq!(first, second, "the forward on the repacked weights alone differs from the first");
+    for s in 0..seqs.len() {
+        let mut got = first[s * h..(s + 1) * h].to_vec();
+        normalize(&mut got);
+        let c = cosine(&got, &floats(&g["mean_normalized"][s]));
+        assert!(c >= MIN_COSINE_Q8_0, "sentence {s}: cosine {c} to PyTorch, below Q8_0's floor {MIN_COSINE_Q8_0}");
+        eprintln!("sentence {s}: cosine {c:.5}");
     }
 }
 

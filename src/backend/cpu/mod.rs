@@ -3,9 +3,10 @@
 //! Activations are f32. Weight matrices stay in the dtype their file stores (f32, f16, Q8_0, Q4_0): `linear`
 //! dequantizes one panel of weight rows at a time into a scratch buffer and runs the f32 GEMM on it
 //! ([`matmul::linear_packed`]) — except Q8_0 in wasm, which runs an integer kernel on x quantized to 7 bits
-//! ([`q8`]) and keeps linear weights in that kernel's layout only ([`CpuTensor::repacked`]) — and the embedding
-//! lookup decodes only the rows it gathers, so a Q8_0 model holds about a quarter of the f32 bytes in memory. 1-D weights (biases, LayerNorm γ/β) are widened to f32 at upload:
-//! they are 0.1% of the bytes and feed additions directly. Tensors are immutable row-major matrices behind an
+//! ([`q8`]) and keeps linear weights in that kernel's layout only from their first use ([`CpuTensor::repacked`]) —
+//! and the embedding lookup decodes only the rows it gathers, so a Q8_0 model holds about a quarter of the f32 bytes
+//! in memory. 1-D weights (biases, LayerNorm γ/β) are widened to f32 at upload: they are 0.1% of the bytes and feed
+//! additions directly. Tensors are immutable row-major matrices behind an
 //! `Arc`, so ops never copy their inputs. Natively the heavy ops (GEMM row blocks, attention
 //! per (sequence, head)) run on rayon's thread pool; in wasm32 on the calling thread, or, in the threaded build
 //! (`threads` feature), on [`threads`]' pool of Web Workers.
@@ -39,14 +40,21 @@ use crate::{Error, Result};
 /// path (MiniLM 8 × 128, one thread, `RAYON_NUM_THREADS=1 cpu_bench` at f0544ea, when the native backend still ran
 /// the kernel: the kernel 498 ms with `WEIGHTS=` a q8_0 GGUF, the f32 model 202 ms, which the dequantizing path
 /// matches within ~10%), and it keeps x in f32.
-pub(crate) const INT8_Q8_0: bool = cfg!(target_arch = "wasm32");
+const INT8_Q8_0: bool = cfg!(target_arch = "wasm32");
 
 /// The CPU backend. Threads come from rayon's global pool (natively; in the threaded wasm build, a pool of Web
 /// Workers over one shared memory).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CpuBackend {
-    /// [`CpuBackend::reference`]: never the integer Q8_0 kernel.
-    reference: bool,
+    /// Whether `linear` runs Q8_0 weights through the integer kernel, which keeps them in its own form
+    /// ([`CpuTensor::repacked`]): `INT8_Q8_0` by default, never in [`CpuBackend::reference`].
+    q8_kernel: bool,
+}
+
+impl Default for CpuBackend {
+    fn default() -> CpuBackend {
+        CpuBackend { q8_kernel: INT8_Q8_0 }
+    }
 }
 
 impl CpuBackend {
@@ -54,17 +62,18 @@ impl CpuBackend {
         CpuBackend::default()
     }
 
+    /// The wasm build's CPU path on any target: Q8_0 weights through the integer kernel (natively slower than the
+    /// default's dequantizing GEMM; for tests of what the browser runs).
+    pub fn with_q8_kernel() -> CpuBackend {
+        CpuBackend { q8_kernel: true }
+    }
+
     /// The twin of the GPU kernels op for op, for comparing the two: as [`CpuBackend::new`], except that Q8_0
     /// weights always go through the f32-activation GEMM (what the GPU's `matmul_packed` computes), never the
     /// integer kernel with 7-bit activations that the wasm build otherwise runs (`INT8_Q8_0`; q8.rs gives its extra
     /// error, far above the two f32 paths' difference).
     pub fn reference() -> CpuBackend {
-        CpuBackend { reference: true }
-    }
-
-    /// Whether `linear` runs Q8_0 weights through the integer kernel (`INT8_Q8_0`, and not the reference).
-    fn int8_q8_0(&self) -> bool {
-        INT8_Q8_0 && !self.reference
+        CpuBackend { q8_kernel: false }
     }
 }
 
@@ -210,7 +219,7 @@ impl Backend for CpuBackend {
             // Biases and LayerNorm γ/β: widened (0.1% of the bytes; they feed additions, not GEMMs).
             return CpuTensor::new(t.to_f32()?, rows, cols);
         }
-        if self.int8_q8_0() && matches!(t.data, HostData::Q8_0(_)) {
+        if self.q8_kernel && matches!(t.data, HostData::Q8_0(_)) {
             let t = HostTensor { shape: vec![rows, cols], data: t.data.clone() };
             return CpuTensor::repacked(&Arc::new(t), rows, cols);
         }
@@ -222,7 +231,7 @@ impl Backend for CpuBackend {
         if t.shape.len() < 2 {
             return self.upload(t);
         }
-        if self.int8_q8_0() {
+        if self.q8_kernel {
             return CpuTensor::repacked(t, rows, cols);
         }
         CpuTensor::shared(t, rows, cols)
@@ -263,7 +272,7 @@ impl Backend for CpuBackend {
             expect_dims(b, 1, n, "linear bias (N)")?;
         }
         let mut out = vec![0f32; m * n];
-        if self.int8_q8_0() {
+        if self.q8_kernel {
             if let Some(q) = w.q8()? {
                 // Q8_0: the integer kernel, x quantized per block of 32 (q8.rs says why and how far from the twin).
                 q8::linear_q8(x.data(), m, k, q, bias.map(|b| b.data()), act, &mut out);

@@ -14,8 +14,8 @@
 //! Why: the wasm CPU path has one core, and integer dot products do 8 (`i32x4.dot_i16x8_s`, SSE2's `pmaddwd`) or 16
 //! (relaxed) multiply-adds per instruction where f32 does 4, reading a quarter of the weight bytes.
 //!
-//! Layout: at load (a table that the tied MLM head multiplies by: at its first use) a Q8_0 matrix `(N, K)` is
-//! repacked ([`Q8Matrix`]) into groups of 4 output columns; per group and block of 32 `k`, 128 bytes hold the 4
+//! Layout: at its first use a Q8_0 matrix `(N, K)` is repacked ([`Q8Matrix`]; a linear weight then keeps that form
+//! only, a table both) into groups of 4 output columns; per group and block of 32 `k`, 128 bytes hold the 4
 //! columns' values interleaved so that each 16-byte load feeds one dot product per row of x whose 4 lanes are the 4
 //! columns (no horizontal sums):
 //! - SIMD128 / SSE2 / scalar: `[c0 k0 k1, c1 k0 k1, c2 k0 k1, c3 k0 k1 | c0 k2 k3, …]` per 4 `k`s, widened to two

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use super::{q8, INT8_Q8_0};
+use super::q8;
 use crate::dtype::Dtype;
 use crate::weights::quant::RowView;
 use crate::weights::{HostData, HostTensor};
@@ -128,8 +128,8 @@ impl PartialEq for Values {
     }
 }
 
-/// The lazily repacked form of a Q8_0 table (`None` for every other tensor, and everywhere the integer kernel is not
-/// used: `INT8_Q8_0`); equal for all tensors (it is derived from the blocks).
+/// The lazily repacked form of a Q8_0 table, made if a backend that runs the integer kernel multiplies by it (`None`
+/// for every other tensor); equal for all tensors (it is derived from the blocks).
 #[derive(Clone, Debug, Default)]
 struct Q8Cache(Option<Arc<OnceLock<q8::Q8Matrix>>>);
 
@@ -175,7 +175,7 @@ impl CpuTensor {
     }
 
     fn host(t: Arc<HostTensor>, rows: usize, cols: usize) -> CpuTensor {
-        let q8 = Q8Cache((INT8_Q8_0 && matches!(t.data, HostData::Q8_0(_))).then(|| Arc::new(OnceLock::new())));
+        let q8 = Q8Cache(matches!(t.data, HostData::Q8_0(_)).then(|| Arc::new(OnceLock::new())));
         CpuTensor { rows, cols, data: Values::default(), packed: Some(Packed::Host(t, q8)) }
     }
 
@@ -233,8 +233,8 @@ impl CpuTensor {
         }
     }
 
-    /// The integer kernel's form of a Q8_0 weight where that kernel runs (`None` elsewhere and for other dtypes):
-    /// the tensor's own, or a table's, repacked at its first call.
+    /// The integer kernel's form of a Q8_0 weight (`None` for other dtypes), repacked at the first call; only a
+    /// backend that runs that kernel asks.
     pub(crate) fn q8(&self) -> Result<Option<&q8::Q8Matrix>> {
         let (bytes, cache) = match &self.packed {
             Some(Packed::Q8(l)) => return l.repacked().map(Some),
