@@ -465,5 +465,4 @@ mod tests {
             assert_eq!(y(&shared), y(&copied), "{name}");
         }
     }
-
 }
