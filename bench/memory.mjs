@@ -6,11 +6,13 @@
 // marks (files fetched, load done, calls done), and what our page reports of itself (wasm memory, GPU buffers).
 // Run it through bench/browser.sh's preparation (the ONNX export, the GGUF, bench/node_modules), then:
 //
-//   node bench/memory.mjs [--rows wasm-f32,wasm-8bit,webgpu-f32,webgpu-8bit] [--libs ours,theirs] [--cache on|off]
-//                         [--growth N] [--growth-rows wasm-f32,...] [--gpu-calls 3] [--interval-ms 100] [--json out.json]
+//   node bench/memory.mjs [--rows wasm-f32,wasm-8bit,webgpu-f32,webgpu-8bit] [--libs ours,theirs]
+//                         [--cache on|off|warm] [--growth N] [--growth-rows wasm-f32,...] [--gpu-calls 3]
+//                         [--interval-ms 100] [--json out.json]
 //
 // --cache: each library's default is on (the downloads go to the Cache API: what a new user gets); off measures
-// without that copy. --growth N: after the peak run, N more calls of 1 × 12 tokens in the same page; reports the
+// without that copy; warm measures a returning user's load, from the Cache API (a page of the same browser loaded
+// the model once and was closed before the measured page opened). --growth N: after the peak run, N more calls of 1 × 12 tokens in the same page; reports the
 // peak over calls 1–100 against the peak over the last 100 (the issue's "no growth": 10,000 calls within 2%). Only
 // on --growth-rows (default: the wasm rows; the WebGPU rows are slow on SwiftShader, theirs 2 s a sentence).
 import fs from "node:fs";
@@ -35,9 +37,9 @@ const INTERVAL_MS = Number(arg("interval-ms", 100));
 /** Calls of each workload: 3; on the WebGPU rows --gpu-calls (SwiftShader: transformers.js takes about a minute a call). */
 const GPU_CALLS = Number(arg("gpu-calls", 3));
 const JSON_OUT = arg("json", null);
-if (!["on", "off"].includes(CACHE) || !(GROWTH >= 0) || !(INTERVAL_MS > 0) || !(GPU_CALLS >= 1)) {
+if (!["on", "off", "warm"].includes(CACHE) || !(GROWTH >= 0) || !(INTERVAL_MS > 0) || !(GPU_CALLS >= 1)) {
   console.error("usage: node bench/memory.mjs [--rows ...] [--libs ours,theirs] [--cache on|off] [--growth N] "
-    + "[--growth-rows ...] [--gpu-calls 3] [--interval-ms 100] [--json out.json]");
+    + "[--growth-rows ...] [--gpu-calls 3] [--interval-ms 100] [--json out.json] (--cache on|off|warm)");
   process.exit(2);
 }
 
@@ -51,7 +53,7 @@ const FILES = {
 const size = (p) => fs.statSync(path.join(ROOT, p)).size;
 
 /** The rows: what each library loads. Their wasm runs 1 thread, as the first rows of bench/browser.mjs. */
-const cache = CACHE === "on";
+const cache = CACHE !== "off";
 const ROW_DEFS = {
   "wasm-f32": { label: "wasm, f32", weights: "f32", ours: { source: OURS_F32, device: "cpu", cache },
     theirs: { dtype: "fp32", device: "wasm", threads: 1, cache } },
@@ -174,6 +176,14 @@ async function run(site, row, which, workloads) {
   kinds.clear();
   const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
   try {
+    if (CACHE === "warm") {
+      // A returning user: this browser's Cache API already holds the files (each library's own cache).
+      const first = await context.newPage();
+      await first.goto(`${site.url}bench/page.html`);
+      await first.waitForFunction(() => window.ready === true, null, { timeout: 30_000 });
+      await first.evaluate(({ which, opts }) => window.load(which, opts), { which, opts: ROW_DEFS[row][which] });
+      await first.close();
+    }
     const page = await context.newPage();
     page.on("console", (m) => { if (m.type() === "error") console.error(`page: ${m.text()}`); });
     page.on("pageerror", (e) => console.error(`page: uncaught ${e.message}`));
