@@ -12,9 +12,10 @@
 //
 // --cache: each library's default is on (the downloads go to the Cache API: what a new user gets); off measures
 // without that copy; warm measures a returning user's load, from the Cache API (a page of the same browser loaded
-// the model once and was closed before the measured page opened). --growth N: after the peak run, N more calls of 1 × 12 tokens in the same page; reports the
-// peak over calls 1–100 against the peak over the last 100 (the "no growth": 10,000 calls within 2%). Only
-// on --growth-rows (default: the wasm rows; the WebGPU rows are slow on SwiftShader, theirs 2 s a sentence).
+// the model once and was closed before the measured page opened). --growth N: after the peak run, N more calls of
+// 1 × 12 tokens in the same page; reports the peak over calls 1–100 against the peak over the last 100 (the issue's
+// "no growth": 10,000 calls within 2%). Only on --growth-rows (default: the wasm rows; the WebGPU rows are slow on
+// SwiftShader, theirs 2 s a sentence).
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -38,8 +39,8 @@ const INTERVAL_MS = Number(arg("interval-ms", 100));
 const GPU_CALLS = Number(arg("gpu-calls", 3));
 const JSON_OUT = arg("json", null);
 if (!["on", "off", "warm"].includes(CACHE) || !(GROWTH >= 0) || !(INTERVAL_MS > 0) || !(GPU_CALLS >= 1)) {
-  console.error("usage: node bench/memory.mjs [--rows ...] [--libs ours,theirs] [--cache on|off] [--growth N] "
-    + "[--growth-rows ...] [--gpu-calls 3] [--interval-ms 100] [--json out.json] (--cache on|off|warm)");
+  console.error("usage: node bench/memory.mjs [--rows ...] [--libs ours,theirs] [--cache on|off|warm] [--growth N] "
+    + "[--growth-rows ...] [--gpu-calls 3] [--interval-ms 100] [--json out.json]");
   process.exit(2);
 }
 

@@ -279,8 +279,8 @@ const BYOB_BYTES = 256 << 10;
 
 /**
  * Reads `body` (a stream of bytes) chunk by chunk: `next()` as a reader's `read()`. Where the stream is a byte
- * stream (fetch and Cache API bodies: Chromium 115+, Firefox), a BYOB reader reads every chunk into one buffer
- * that the next read reuses (`reused`). A file then streams through without leaving a chunk behind per piece for
+ * stream (fetch and Cache API bodies: Chromium 115+, Firefox, Node.js 20), a BYOB reader reads every chunk into one
+ * buffer that the next read reuses. A file then streams through without leaving a chunk behind per piece for
  * the collector: with the default reader those were about the file's size at the end of a load, at the load's
  * peak (BENCHMARKS.md, issue 29). So a chunk is valid only until the next `next()`, and what is kept must be
  * copied (`keep`). Elsewhere the default reader, whose chunks may be kept as they are.
