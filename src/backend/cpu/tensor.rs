@@ -52,10 +52,7 @@ impl LazyQ8 {
         }
         // Another call may have repacked it and released the blocks since `get`: then the form is there.
         let Some(t) = self.blocks() else { return Ok(self.q8.get().expect("the blocks go only once repacked")) };
-        let (HostData::Q8_0(bytes), &[n, k]) = (&t.data, &t.shape[..]) else {
-            return Err(Error::Weights("an integer-kernel weight must be a Q8_0 matrix".into()));
-        };
-        let m = q8::Q8Matrix::from_q8_0(bytes, n, k)?;
+        let m = repack(&t)?;
         let m = self.q8.get_or_init(|| m);
         *self.blocks.lock().unwrap_or_else(PoisonError::into_inner) = None;
         Ok(m)
@@ -66,12 +63,20 @@ impl PartialEq for LazyQ8 {
     /// The same values: compared in the repacked form, made for the comparison where it is not yet (tests only).
     fn eq(&self, other: &LazyQ8) -> bool {
         let form = |l: &LazyQ8| {
-            l.q8.get().map(|m| Ok(m.clone())).unwrap_or_else(|| match l.blocks().as_deref() {
-                Some(HostTensor { data: HostData::Q8_0(b), shape }) => q8::Q8Matrix::from_q8_0(b, shape[0], shape[1]),
-                _ => Err(Error::Weights("no form".into())),
-            })
+            l.q8.get().map(|m| Ok(m.clone())).unwrap_or_else(|| l.blocks().as_deref().map_or_else(
+                || Err(Error::Weights("no form".into())),
+                repack,
+            ))
         };
         matches!((form(self), form(other)), (Ok(a), Ok(b)) if a == b)
+    }
+}
+
+/// The integer kernel's form of a Q8_0 matrix `t`.
+fn repack(t: &HostTensor) -> Result<q8::Q8Matrix> {
+    match (&t.data, &t.shape[..]) {
+        (HostData::Q8_0(bytes), &[n, k]) => q8::Q8Matrix::from_q8_0(bytes, n, k),
+        _ => Err(Error::Weights("an integer-kernel weight must be a Q8_0 matrix".into())),
     }
 }
 
@@ -236,18 +241,16 @@ impl CpuTensor {
     /// The integer kernel's form of a Q8_0 weight (`None` for other dtypes), repacked at the first call; only a
     /// backend that runs that kernel asks.
     pub(crate) fn q8(&self) -> Result<Option<&q8::Q8Matrix>> {
-        let (bytes, cache) = match &self.packed {
+        let (t, cache) = match &self.packed {
             Some(Packed::Q8(l)) => return l.repacked().map(Some),
-            Some(Packed::Host(t, Q8Cache(Some(cache)))) => match &t.data {
-                HostData::Q8_0(bytes) => (bytes, cache),
-                _ => return Ok(None),
-            },
+            // (`host` gives a cache to Q8_0 tensors only, of shape (rows, cols).)
+            Some(Packed::Host(t, Q8Cache(Some(cache)))) => (t, cache),
             _ => return Ok(None),
         };
         if let Some(m) = cache.get() {
             return Ok(Some(m));
         }
-        let m = q8::Q8Matrix::from_q8_0(bytes, self.rows, self.cols)?;
+        let m = repack(t)?;
         Ok(Some(cache.get_or_init(|| m)))
     }
 
