@@ -275,6 +275,57 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
 const PIECE_BYTES = 4 << 20;
 
 /**
+ * The streams a BYOB read is pending on. Without a reference from here, reading a Cache API body in the demo's
+ * worker after a reload never finished in Chromium 156 (tests/browser/demo.test.mjs, every run), nor, in some runs,
+ * the second load of a model folder in threads.test.mjs's isolated page. Nothing else held the stream while
+ * its read was pending (the reading async function waits on the read, and is held only by it), and the read was
+ * never answered, as if the stream had been collected. Holding it here while a read is pending, with no other
+ * change, made the same tests pass.
+ */
+const READING = new Set();
+
+/** The bytes one read of a byte stream asks for: the size of the one buffer a download is read through. */
+const BYOB_BYTES = 256 << 10;
+
+/**
+ * Reads `body` (a stream of bytes) chunk by chunk: `next()` as a reader's `read()`. Where the stream is a byte
+ * stream (fetch and Cache API bodies: Chromium 115+, Firefox, Node.js 20), a BYOB reader reads every chunk into one
+ * buffer that the next read reuses. A file then streams through without leaving a chunk behind per piece for
+ * the collector: with the default reader those were about the file's size at the end of a load, at the load's
+ * peak (BENCHMARKS.md, issue 29). So a chunk is valid only until the next `next()`, and what is kept must be
+ * copied (`keep`). Elsewhere the default reader, whose chunks may be kept as they are.
+ */
+function chunkReader(body) {
+  let byob = null;
+  try {
+    byob = body.getReader({ mode: "byob" });
+  } catch {
+    // Not a byte stream: the default reader below.
+  }
+  if (!byob) {
+    const reader = body.getReader();
+    return { next: () => reader.read(), keep: (chunk) => chunk };
+  }
+  let buffer = new ArrayBuffer(BYOB_BYTES);
+  return {
+    async next() {
+      // Held from a module-level set while a read is pending (see READING).
+      READING.add(body);
+      let step;
+      try {
+        step = await byob.read(new Uint8Array(buffer));
+      } finally {
+        READING.delete(body);
+      }
+      // The read transferred the buffer into the chunk it returns: the next read takes it back.
+      if (step.value) buffer = step.value.buffer;
+      return step;
+    },
+    keep: (chunk) => chunk.slice(),
+  };
+}
+
+/**
  * A cached response's body: the bytes (`{ result: bytes, bytes, loaded }`), or pushed piece by piece into `sink`
  * (`{ result: sink, digest, loaded }`).
  */
@@ -290,13 +341,13 @@ async function readCached(hit, name, { maxBytes, sink }) {
   }
   let loaded = 0;
   return finishSink(sink, name, null, async () => {
-    const reader = hit.body.getReader();
+    const reader = chunkReader(hit.body);
     for (;;) {
-      const { done, value } = await reader.read();
+      const { done, value } = await reader.next();
       if (done) break;
       loaded += value.byteLength;
       if (loaded > maxBytes) throw tooBig(name, loaded, maxBytes, false);
-      sink.push(value);
+      sink.push(value); // copied into the module's memory
     }
   }).then((got) => ({ ...got, loaded }));
 }
@@ -396,12 +447,12 @@ async function readBody(response, name, { total, maxBytes, onProgress, abort, fe
   }
   if (sink) {
     return finishSink(sink, name, null, () => readChunks(response, name,
-      { total, maxBytes, onProgress, abort, feed, take: (value) => sink.push(value) }));
+      { total, maxBytes, onProgress, abort, feed, take: (value) => sink.push(value) })); // copied into the module
   }
   const whole = total != null ? new Uint8Array(total) : null;
   const chunks = [];
   const loaded = await readChunks(response, name, { total, maxBytes, onProgress, abort, feed,
-    take: (value, at) => (whole ? whole.set(value, at) : chunks.push(value)) });
+    take: (value, at, keep) => (whole ? whole.set(value, at) : chunks.push(keep(value))) });
   if (whole) return { result: whole, bytes: whole };
   const bytes = new Uint8Array(loaded);
   let at = 0;
@@ -414,10 +465,11 @@ async function readBody(response, name, { total, maxBytes, onProgress, abort, fe
 
 /**
  * Reads a response's body chunk by chunk, with progress and the size checks, handing each chunk to `take(chunk,
- * offset)` and to the cache's `feed`; resolves to the number of bytes.
+ * offset, keep)` and to the cache's `feed`; resolves to the number of bytes. A chunk is valid until `take` returns
+ * (`chunkReader`): `keep(chunk)` gives what may be held longer.
  */
 async function readChunks(response, name, { total, maxBytes, onProgress, abort, feed, take }) {
-  const reader = response.body.getReader();
+  const reader = chunkReader(response.body);
   const cutShort = (loaded) => new Error(`Bert.load: the download of ${name} was cut short: ${loaded} of ${total} `
     + "bytes arrived; check your connection and load again");
   let loaded = 0;
@@ -425,7 +477,7 @@ async function readChunks(response, name, { total, maxBytes, onProgress, abort, 
   for (;;) {
     let step;
     try {
-      step = await reader.read();
+      step = await reader.next();
     } catch (e) {
       throw new Error(`Bert.load: the download of ${name} was cut short after ${loaded} bytes`
         + `${total != null ? ` of ${total}` : ""} (${e.message}); check your connection and load again`);
@@ -441,10 +493,11 @@ async function readChunks(response, name, { total, maxBytes, onProgress, abort, 
       throw new Error(`Bert.load: ${name} sent more than the ${total} bytes its content-length announced; `
         + "load again (a proxy may have changed the file)");
     }
-    take(value, loaded);
+    take(value, loaded, reader.keep);
     loaded += value.byteLength;
     onProgress?.({ file: name, loaded, total });
-    await feed?.push(value);
+    // The cache's stream holds its chunks until it has written them.
+    if (feed) await feed.push(reader.keep(value));
   }
   if (total != null && loaded !== total) throw cutShort(loaded);
   feed?.close();
