@@ -293,12 +293,12 @@ const BYOB_BYTES = 256 << 10;
  * buffer that the next read reuses. A file then streams through without leaving a chunk behind per piece for
  * the collector: with the default reader those were about the file's size at the end of a load, at the load's
  * peak (BENCHMARKS.md, issue 29). So a chunk is valid only until the next `next()`, and what is kept must be
- * copied (`keep`). Elsewhere the default reader, whose chunks may be kept as they are.
+ * copied (`keep`). Elsewhere, or with `reuse` false, the default reader, whose chunks may be kept as they are.
  */
-function chunkReader(body) {
+function chunkReader(body, { reuse = true } = {}) {
   let byob = null;
   try {
-    byob = body.getReader({ mode: "byob" });
+    if (reuse) byob = body.getReader({ mode: "byob" });
   } catch {
     // Not a byte stream: the default reader below.
   }
@@ -469,7 +469,9 @@ async function readBody(response, name, { total, maxBytes, onProgress, abort, fe
  * (`chunkReader`): `keep(chunk)` gives what may be held longer.
  */
 async function readChunks(response, name, { total, maxBytes, onProgress, abort, feed, take }) {
-  const reader = chunkReader(response.body);
+  // A download that feeds the cache reads new chunks: the cache's stream would keep a copy of each piece of the
+  // reused buffer, and those copies weighed more than the chunks they replaced (BENCHMARKS.md, issue 29).
+  const reader = chunkReader(response.body, { reuse: !feed });
   const cutShort = (loaded) => new Error(`Bert.load: the download of ${name} was cut short: ${loaded} of ${total} `
     + "bytes arrived; check your connection and load again");
   let loaded = 0;
