@@ -1,0 +1,69 @@
+//! Do this machine's cores slow each other down? (A measurement for BENCHMARKS.md, issue 20, not a test.)
+//!
+//! `cargo run --release --example cores`
+//!
+//! Times one thread alone, then two at once, on the same work: arithmetic in registers, sums over a buffer that fits
+//! in one core's L2 (512 KiB), in the shared L3 (12 MiB), and over one that does not (64 MiB, from memory). Prints
+//! each thread's time and the ratio of the two threads' mean to the one's: 1.00 where the cores do not share what
+//! the work needs (SMT siblings would share the arithmetic units), above 1 where they do.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+fn arithmetic() -> f32 {
+    let mut a = [1.0f32, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7];
+    for _ in 0..200_000_000u64 {
+        for x in a.iter_mut() {
+            *x = *x * 0.999_999 + 0.000_001;
+        }
+    }
+    a.iter().sum()
+}
+
+fn sums(bytes: usize, passes: usize) -> f32 {
+    let buf = vec![1.0f32; bytes / 4];
+    // Eight independent sums (one SIMD register's lanes), so that a core reads as fast as its caches deliver.
+    let mut s = [0.0f32; 8];
+    for _ in 0..passes {
+        for c in black_box(&buf).chunks_exact(8) {
+            for (a, &v) in s.iter_mut().zip(c) {
+                *a += v;
+            }
+        }
+    }
+    s.iter().sum()
+}
+
+fn work(kind: &str) -> f32 {
+    match kind {
+        "arithmetic" => arithmetic(),
+        "L2 (512 KiB)" => sums(512 << 10, 12000),
+        "L3 (12 MiB)" => sums(12 << 20, 400),
+        _ => sums(64 << 20, 40),
+    }
+}
+
+/// Seconds each of `n` threads took, all started at once.
+fn run(n: usize, kind: &'static str) -> Vec<f64> {
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                black_box(work(kind));
+                t.elapsed().as_secs_f64()
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().expect("a timing thread panicked")).collect()
+}
+
+fn main() {
+    for kind in ["arithmetic", "L2 (512 KiB)", "L3 (12 MiB)", "memory (64 MiB)"] {
+        for _ in 0..2 {
+            let one = run(1, kind)[0];
+            let two = run(2, kind);
+            let ratio = (two[0] + two[1]) / 2.0 / one;
+            println!("{kind}: 1 thread {one:.3} s; 2 threads {:.3} and {:.3} s; ratio {ratio:.2}", two[0], two[1]);
+        }
+    }
+}
