@@ -1,11 +1,13 @@
-//! Do this machine's cores slow each other down? (A measurement for BENCHMARKS.md, issue 20, not a test.)
+//! Do this machine's cores slow each other down, or data pass slowly between them? (A measurement for
+//! BENCHMARKS.md, issue 20, not a test.)
 //!
 //! `cargo run --release --example cores`
 //!
 //! Times one thread alone, then two at once, on the same work: arithmetic in registers, sums over a buffer that fits
 //! in one core's L2 (512 KiB), in the shared L3 (12 MiB), and over one that does not (64 MiB, from memory). Prints
 //! each thread's time and the ratio of the two threads' mean to the one's: 1.00 where the cores do not share what
-//! the work needs (SMT siblings would share the arithmetic units), above 1 where they do.
+//! the work needs (SMT siblings would share the arithmetic units), above 1 where they do. Then times one thread
+//! reading a buffer that it has just written, and one that the other thread has just written ([`handover`]).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -57,7 +59,67 @@ fn run(n: usize, kind: &'static str) -> Vec<f64> {
     threads.into_iter().map(|t| t.join().expect("a timing thread panicked")).collect()
 }
 
+/// Nanoseconds thread 0 takes to sum `bytes` just written by itself, and just written by the other thread (the
+/// lines then move from that core's cache), as a parallel loop reads the output of the loop before: medians of
+/// `ROUNDS` rounds.
+fn handover(bytes: usize) -> (u128, u128) {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::{Arc, Barrier};
+    const ROUNDS: usize = 4000;
+    struct Shared(std::cell::UnsafeCell<Vec<f32>>);
+    // The two threads take turns (a barrier between writing and reading), never touching the buffer at once.
+    unsafe impl Sync for Shared {}
+    let buf = Arc::new(Shared(std::cell::UnsafeCell::new(vec![0.0f32; bytes / 4])));
+    let barrier = Arc::new(Barrier::new(2));
+    let round = Arc::new(AtomicUsize::new(0));
+    let other = {
+        let (buf, barrier, round) = (buf.clone(), barrier.clone(), round.clone());
+        std::thread::spawn(move || {
+            for r in 0..ROUNDS {
+                if r % 2 == 1 {
+                    unsafe { (*buf.0.get()).iter_mut().for_each(|x| *x = r as f32) };
+                }
+                barrier.wait(); // written
+                barrier.wait(); // read
+                round.fetch_add(1, SeqCst);
+            }
+        })
+    };
+    let (mut same, mut moved) = (Vec::new(), Vec::new());
+    for r in 0..ROUNDS {
+        if r % 2 == 0 {
+            unsafe { (*buf.0.get()).iter_mut().for_each(|x| *x = r as f32) };
+        }
+        barrier.wait();
+        let t = Instant::now();
+        let v = unsafe { &*buf.0.get() };
+        let mut s = [0.0f32; 8];
+        for c in black_box(v).chunks_exact(8) {
+            for (a, &x) in s.iter_mut().zip(c) {
+                *a += x;
+            }
+        }
+        black_box(s);
+        let ns = t.elapsed().as_nanos();
+        if r % 2 == 0 { same.push(ns) } else { moved.push(ns) }
+        barrier.wait();
+    }
+    other.join().expect("the writing thread panicked");
+    let median = |v: &mut Vec<u128>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    (median(&mut same), median(&mut moved))
+}
+
 fn main() {
+    for kb in [18, 72] {
+        let (same, moved) = handover(kb << 10);
+        println!(
+            "reading {kb} KiB just written: by this core {same} ns, by the other core {moved} ns ({:.1}x)",
+            moved as f64 / same as f64
+        );
+    }
     for kind in ["arithmetic", "L2 (512 KiB)", "L3 (12 MiB)", "memory (64 MiB)"] {
         for _ in 0..2 {
             let one = run(1, kind)[0];
