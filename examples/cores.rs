@@ -22,18 +22,21 @@ fn arithmetic() -> f32 {
     a.iter().sum()
 }
 
-fn sums(bytes: usize, passes: usize) -> f32 {
-    let buf = vec![1.0f32; bytes / 4];
-    // Eight independent sums (one SIMD register's lanes), so that a core reads as fast as its caches deliver.
+/// `v`'s sum as eight independent sums (one SIMD register's lanes), so that a core reads as fast as its caches
+/// deliver.
+fn sum8(v: &[f32]) -> f32 {
     let mut s = [0.0f32; 8];
-    for _ in 0..passes {
-        for c in black_box(&buf).chunks_exact(8) {
-            for (a, &v) in s.iter_mut().zip(c) {
-                *a += v;
-            }
+    for c in black_box(v).chunks_exact(8) {
+        for (a, &x) in s.iter_mut().zip(c) {
+            *a += x;
         }
     }
     s.iter().sum()
+}
+
+fn sums(bytes: usize, passes: usize) -> f32 {
+    let buf = vec![1.0f32; bytes / 4];
+    (0..passes).map(|_| sum8(&buf)).sum()
 }
 
 fn work(kind: &str) -> f32 {
@@ -63,7 +66,6 @@ fn run(n: usize, kind: &'static str) -> Vec<f64> {
 /// lines then move from that core's cache), as a parallel loop reads the output of the loop before: medians of
 /// `ROUNDS` rounds.
 fn handover(bytes: usize) -> (u128, u128) {
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::{Arc, Barrier};
     const ROUNDS: usize = 4000;
     struct Shared(std::cell::UnsafeCell<Vec<f32>>);
@@ -71,9 +73,8 @@ fn handover(bytes: usize) -> (u128, u128) {
     unsafe impl Sync for Shared {}
     let buf = Arc::new(Shared(std::cell::UnsafeCell::new(vec![0.0f32; bytes / 4])));
     let barrier = Arc::new(Barrier::new(2));
-    let round = Arc::new(AtomicUsize::new(0));
     let other = {
-        let (buf, barrier, round) = (buf.clone(), barrier.clone(), round.clone());
+        let (buf, barrier) = (buf.clone(), barrier.clone());
         std::thread::spawn(move || {
             for r in 0..ROUNDS {
                 if r % 2 == 1 {
@@ -81,7 +82,6 @@ fn handover(bytes: usize) -> (u128, u128) {
                 }
                 barrier.wait(); // written
                 barrier.wait(); // read
-                round.fetch_add(1, SeqCst);
             }
         })
     };
@@ -92,14 +92,7 @@ fn handover(bytes: usize) -> (u128, u128) {
         }
         barrier.wait();
         let t = Instant::now();
-        let v = unsafe { &*buf.0.get() };
-        let mut s = [0.0f32; 8];
-        for c in black_box(v).chunks_exact(8) {
-            for (a, &x) in s.iter_mut().zip(c) {
-                *a += x;
-            }
-        }
-        black_box(s);
+        black_box(sum8(unsafe { &*buf.0.get() }));
         let ns = t.elapsed().as_nanos();
         if r % 2 == 0 { same.push(ns) } else { moved.push(ns) }
         barrier.wait();
