@@ -7,15 +7,17 @@
 // Run it through bench/browser.sh's preparation (the ONNX export, the GGUF, bench/node_modules), then:
 //
 //   node bench/memory.mjs [--rows wasm-f32,wasm-8bit,webgpu-f32,webgpu-8bit] [--libs ours,theirs]
-//                         [--cache on|off|warm] [--growth N] [--growth-rows wasm-f32,...] [--gpu-calls 3]
-//                         [--interval-ms 100] [--json out.json]
+//                         [--cache on|off|warm] [--progress on|off] [--growth N] [--growth-rows wasm-f32,...]
+//                         [--gpu-calls 3] [--interval-ms 100] [--json out.json]
 //
 // --cache: each library's default is on (the downloads go to the Cache API: what a new user gets); off measures
 // without that copy; warm measures a returning user's load, from the Cache API (a page of the same browser loaded
 // the model once and was closed before the measured page opened). --growth N: after the peak run, N more calls of
 // 1 × 12 tokens in the same page; reports the peak over calls 1–100 against the peak over the last 100 (the issue's
 // "no growth": 10,000 calls within 2%). Only on --growth-rows (default: the wasm rows; the WebGPU rows are slow on
-// SwiftShader, theirs 2 s a sentence).
+// SwiftShader, theirs 2 s a sentence). --progress off: our page calls `Bert.load` without an onProgress (the plain
+// call, as a page that shows no progress bar makes it; a first load then lets the browser write the weights into the
+// cache itself); on (the default) passes one, which also marks when each file is fetched.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -32,15 +34,18 @@ const arg = (name, dflt) => {
 const ROWS = arg("rows", "wasm-f32,wasm-8bit,webgpu-f32,webgpu-8bit").split(",");
 const LIBS = arg("libs", "ours,theirs").split(",");
 const CACHE = arg("cache", "on");
+/** Whether our page passes `onProgress` to `Bert.load` (off: the plain call, which caches the weights without a copy). */
+const PROGRESS = arg("progress", "on");
 const GROWTH = Number(arg("growth", 0));
 const GROWTH_ROWS = arg("growth-rows", "wasm-f32,wasm-8bit").split(",");
 const INTERVAL_MS = Number(arg("interval-ms", 100));
 /** Calls of each workload: 3; on the WebGPU rows --gpu-calls (SwiftShader: transformers.js takes about a minute a call). */
 const GPU_CALLS = Number(arg("gpu-calls", 3));
 const JSON_OUT = arg("json", null);
-if (!["on", "off", "warm"].includes(CACHE) || !(GROWTH >= 0) || !(INTERVAL_MS > 0) || !(GPU_CALLS >= 1)) {
-  console.error("usage: node bench/memory.mjs [--rows ...] [--libs ours,theirs] [--cache on|off|warm] [--growth N] "
-    + "[--growth-rows ...] [--gpu-calls 3] [--interval-ms 100] [--json out.json]");
+if (!["on", "off", "warm"].includes(CACHE) || !["on", "off"].includes(PROGRESS) || !(GROWTH >= 0)
+  || !(INTERVAL_MS > 0) || !(GPU_CALLS >= 1)) {
+  console.error("usage: node bench/memory.mjs [--rows ...] [--libs ours,theirs] [--cache on|off|warm] "
+    + "[--progress on|off] [--growth N] [--growth-rows ...] [--gpu-calls 3] [--interval-ms 100] [--json out.json]");
   process.exit(2);
 }
 
@@ -55,14 +60,17 @@ const size = (p) => fs.statSync(path.join(ROOT, p)).size;
 
 /** The rows: what each library loads. Their wasm runs 1 thread, as the first rows of bench/browser.mjs. */
 const cache = CACHE !== "off";
+const progress = PROGRESS === "on";
 const ROW_DEFS = {
-  "wasm-f32": { label: "wasm, f32", weights: "f32", ours: { source: OURS_F32, device: "cpu", cache },
+  "wasm-f32": { label: "wasm, f32", weights: "f32", ours: { source: OURS_F32, device: "cpu", cache, progress },
     theirs: { dtype: "fp32", device: "wasm", threads: 1, cache } },
-  "wasm-8bit": { label: "wasm, 8-bit", weights: "8bit", ours: { source: OURS_Q8, device: "cpu", cache },
+  "wasm-8bit": { label: "wasm, 8-bit", weights: "8bit", ours: { source: OURS_Q8, device: "cpu", cache, progress },
     theirs: { dtype: "q8", device: "wasm", threads: 1, cache } },
-  "webgpu-f32": { label: "WebGPU (SwiftShader), f32", weights: "f32", ours: { source: OURS_F32, device: "webgpu", cache },
+  "webgpu-f32": { label: "WebGPU (SwiftShader), f32", weights: "f32",
+    ours: { source: OURS_F32, device: "webgpu", cache, progress },
     theirs: { dtype: "fp32", device: "webgpu", cache } },
-  "webgpu-8bit": { label: "WebGPU (SwiftShader), 8-bit", weights: "8bit", ours: { source: OURS_Q8, device: "webgpu", cache },
+  "webgpu-8bit": { label: "WebGPU (SwiftShader), 8-bit", weights: "8bit",
+    ours: { source: OURS_Q8, device: "webgpu", cache, progress },
     theirs: { dtype: "q8", device: "webgpu", cache } },
 };
 for (const r of ROWS) if (!ROW_DEFS[r]) throw new Error(`--rows: unknown row ${r} (${Object.keys(ROW_DEFS).join(", ")})`);
@@ -384,7 +392,7 @@ async function main() {
     await site.close();
   }
   const env = `${started.toISOString().slice(0, 16)} UTC, ${os.cpus().length} cores (${os.cpus()[0]?.model}), `
-    + `${os.loadavg()[0].toFixed(1)} load average at the end, Chromium ${CHROMIUM}, cache ${CACHE}`;
+    + `${os.loadavg()[0].toFixed(1)} load average at the end, Chromium ${CHROMIUM}, cache ${CACHE}, progress ${PROGRESS}`;
   if (JSON_OUT) fs.writeFileSync(JSON_OUT, JSON.stringify({ env, results }, null, 1));
   console.log(report(results, env));
 }

@@ -45,7 +45,9 @@ window.load = async (which, opts) => {
     // The threaded build's threads (bertgpu's default is the cores; the rows without `threads` measure one thread).
     extra.threads = opts.threads ?? 1;
     // With several workers the files are fetched once per worker: the cache makes the later fetches local.
-    const onProgress = (p) => { if (p.loaded === p.total) window.marks.push({ what: `fetched ${p.file}`, t: Date.now() }); };
+    // `progress: false`: the plain call, with no onProgress (then no "fetched" marks).
+    const onProgress = opts.progress === false ? undefined
+      : (p) => { if (p.loaded === p.total) window.marks.push({ what: `fetched ${p.file}`, t: Date.now() }); };
     sessions.ours = await Bert.load(opts.source, { device: opts.device, cache: opts.cache ?? opts.workers > 1, onProgress, ...extra });
     return `${sessions.ours.device} (${sessions.ours.simd}, ${sessions.ours.threads} threads)`;
   }

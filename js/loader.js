@@ -197,18 +197,20 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
       if (length > maxBytes) throw tooBig(name, length, maxBytes, true);
       let got;
       try {
-        got = await readCached(hit, name, { maxBytes, sink: sink && await sink(Number.isSafeInteger(length) ? length : null) });
+        got = await readCached(hit, name, { maxBytes, length: Number.isSafeInteger(length) ? length : null,
+          sink: sink && await sink(Number.isSafeInteger(length) ? length : null) });
       } catch (e) {
-        // A cached copy the module refuses (damaged storage) is dropped: the next load downloads the file again.
+        // A cached copy the module refuses (damaged storage) is dropped: the next load downloads the file again;
+        // one of another length than it was stored with is downloaded again now.
         if (sink && !/over the maxBytes limit/.test(e.message)) await cache.delete(url).catch(() => {});
-        throw e;
+        if (!(e instanceof ShortCopy)) throw e;
       }
-      if (sha256 == null || await digestOf(got, name) === sha256) {
+      if (got && (sha256 == null || await digestOf(got, name) === sha256)) {
         onProgress?.({ file: name, loaded: got.loaded, total: got.loaded, cached: true });
         return got.result;
       }
       // Not the pinned file (stale or damaged cache): forget it and download.
-      got.result.free?.();
+      got?.result.free?.();
       await cache.delete(url).catch(() => {});
     }
     // Remembered absence of an optional file, so an offline reload tries the same files.
@@ -241,6 +243,14 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     abort.abort();
     throw tooBig(name, total, maxBytes, true);
   }
+  // The weights, with nobody to tell of the progress: the browser writes the response into the cache itself, and
+  // the module reads them from there (`throughCache`).
+  if (sink && !onProgress && total != null && typeof Cache === "function" && cache instanceof Cache) {
+    const got = await throughCache(cache, url, name, response, { total, maxBytes, sha256, sink });
+    if (got) return got;
+    // Not stored (quota, or the download failed): downloaded again, past the cache.
+    return fetchFile(url, name, { onProgress, optional, fetchOptions, maxBytes, sha256, stream });
+  }
   // The cache is fed the chunks as they arrive: putting a `new Response(bytes)` afterwards would hold a second copy
   // of the whole file in the page. A failed put (quota) must not fail the load: the model is in memory already.
   const feed = cache && response.body ? cacheFeed(cache, url, response, total) : null;
@@ -269,6 +279,34 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     await cache.put(url, new Response(got.bytes, { headers })).catch(() => {});
   }
   return bytes;
+}
+
+/**
+ * A download put into the Cache API as the response it is, then read from there into `sink`: resolves to the sink,
+ * or null where the cache did not store it whole. Chromium writes a response's own body into the cache without a
+ * copy in the page, where a stream of ours (`cacheFeed`, which reports progress) was held whole in the page until
+ * the cache had it: the 8-bit row's first load peaked at 98-104 MiB that way, 86 this way (BENCHMARKS.md, issue 29).
+ * A file that fails its pin or that the module refuses is deleted from the cache again.
+ */
+async function throughCache(cache, url, name, response, { total, maxBytes, sha256, sink }) {
+  try {
+    await cache.put(url, response);
+  } catch {
+    return null;
+  }
+  const hit = await cache.match(url).catch(() => undefined);
+  if (!hit) return null;
+  let got;
+  try {
+    got = await readCached(hit, name, { maxBytes, length: total, sink: await sink(total) });
+    await checkPinned(got, url, name, sha256);
+  } catch (e) {
+    got?.result.free?.();
+    await cache.delete(url).catch(() => {});
+    if (e instanceof ShortCopy) return null;
+    throw e;
+  }
+  return got.result;
 }
 
 /** How much of a local file (Node.js) is read at once into a weights stream. */
@@ -325,16 +363,25 @@ function chunkReader(body, { reuse = true } = {}) {
   };
 }
 
+/** A cached file that reads shorter or longer than the length it was stored with (damaged storage). */
+class ShortCopy extends Error {}
+
 /**
  * A cached response's body: the bytes (`{ result: bytes, bytes, loaded }`), or pushed piece by piece into `sink`
- * (`{ result: sink, digest, loaded }`).
+ * (`{ result: sink, digest, loaded }`). Throws ShortCopy where `length` (the stored content-length) is known and
+ * the body is not that long.
  */
-async function readCached(hit, name, { maxBytes, sink }) {
+async function readCached(hit, name, { maxBytes, length, sink }) {
+  const short = (loaded) => new ShortCopy(`Bert.load: the cached ${name} holds ${loaded} bytes, not ${length}`);
   if (!sink || !hit.body || typeof hit.body.getReader !== "function") {
     const bytes = new Uint8Array(await hit.arrayBuffer());
     if (bytes.byteLength > maxBytes) {
       sink?.free();
       throw tooBig(name, bytes.byteLength, maxBytes, true);
+    }
+    if (length != null && bytes.byteLength !== length) {
+      sink?.free();
+      throw short(bytes.byteLength);
     }
     if (!sink) return { result: bytes, bytes, loaded: bytes.byteLength };
     return finishSink(sink, name, bytes.byteLength, () => sink.push(bytes));
@@ -349,6 +396,7 @@ async function readCached(hit, name, { maxBytes, sink }) {
       if (loaded > maxBytes) throw tooBig(name, loaded, maxBytes, false);
       sink.push(value); // copied into the module's memory
     }
+    if (length != null && loaded !== length) throw short(loaded);
   }).then((got) => ({ ...got, loaded }));
 }
 

@@ -276,6 +276,14 @@ test("bad model files: truncated downloads, a wrong dtype, NaN/Inf weights, a he
     out.truncated = await load(base + "truncated/");
     out.truncatedGguf = await load(base + "truncated.gguf");
     out.cutShort = await load(cutShort);
+    // Cached, the same download cut short says the same, with no onProgress (the browser writes the response into
+    // the cache itself, then the loader downloads it again past the cache) and with one (the loader feeds the
+    // cache); nothing of it stays in the cache.
+    out.cutShortCached = [];
+    for (const onProgress of [undefined, () => {}]) {
+      out.cutShortCached.push(await attempt(() => bertgpu.Bert.load(cutShort, { device: "cpu", onProgress })));
+    }
+    out.cutShortLeft = (await (await caches.open("bertgpu-models-v1")).match(cutShort + "model.safetensors")) != null;
     out.wrongDtype = await load(base + "wrong-dtype/");
     out.nan = await load(base + "nan/");
     out.inf = await load(base + "inf/");
@@ -297,6 +305,9 @@ test("bad model files: truncated downloads, a wrong dtype, NaN/Inf weights, a he
   assertError("truncated .gguf", got.truncatedGguf, /past the end of the file .*: the file is truncated or corrupt/);
   assertError("download cut short", got.cutShort,
     /the download of model\.safetensors was cut short after \d+ bytes of 154256 .*load again/);
+  got.cutShortCached.forEach((r, i) => assertError(`download cut short, cached (${["no onProgress", "onProgress"][i]})`,
+    r, /the download of model\.safetensors was cut short after \d+ bytes of 154256 .*load again/));
+  assert.equal(got.cutShortLeft, false, "a download cut short is not cached");
   assertError("wrong dtype", got.wrongDtype,
     /`bert\.encoder\.layer\.0\.attention\.self\.query\.weight` is stored as I32; only f32, f16 and bf16/);
   // Without the check a NaN in a query weight still gives finite (wrong) vectors, and an infinity gives NaN.

@@ -144,6 +144,11 @@ test("sha256: pinned files are checked before use, cached copies too; bad pins a
     out.damagedCache = await attempt(() => embedWith(url, { cache: true }));
     out.damagedDropped = (await cache.match(weightsUrl)) == null;
     out.afterDamaged = await attempt(() => embedWith(url, { cache: true }));
+    // A cached copy that holds fewer bytes than it was stored with is downloaded again in the same load.
+    await cache.put(weightsUrl, new Response(good.subarray(0, good.length >> 1),
+      { headers: { "content-length": String(good.length) } }));
+    out.shortCopy = await attempt(() => embedWith(url, { cache: true }));
+    out.shortCopyRepaired = (await (await cache.match(weightsUrl))?.arrayBuffer())?.byteLength === good.length;
     // Pins that cannot be checked are TypeErrors before anything is fetched.
     const bad1 = await attempt(() => embedWith(url, { sha256: "abc" }));
     const bad2 = await attempt(() => embedWith(url, { sha256: { "pytorch_model.bin": wrong } }));
@@ -171,6 +176,8 @@ test("sha256: pinned files are checked before use, cached copies too; bad pins a
   assert.match(out.damagedCache.error?.message ?? "accepted", /^Bert\.load: model\.safetensors: .*not a valid safetensors file .*truncated/);
   assert.ok(out.damagedDropped, "the damaged cached copy is dropped");
   assert.deepEqual(out.afterDamaged.value, out.plain, "the next load downloads it again");
+  assert.deepEqual(out.shortCopy.value, out.plain, `a short cached copy is downloaded again: ${out.shortCopy.error?.message}`);
+  assert.ok(out.shortCopyRepaired, "and replaced in the cache");
   const res = [
     /^Bert\.load: sha256 must be an object \{ fileName: hex digest \}/,
     /^Bert\.load: sha256 names "pytorch_model\.bin", which this source does not fetch \(it fetches config\.json, tokenizer_config\.json, tokenizer\.json, vocab\.txt, model\.safetensors\)/,
