@@ -610,10 +610,13 @@ export class Bert {
     const runtime = getRuntime(build, wasm?.[build]);
     // The weights file goes into the module piece by piece as it downloads (src/wasm/stream.rs): never whole in JS.
     const stream = async ({ gguf, total, limit, hash }) => new (await runtime).glue.WeightStream(gguf, total, limit, hash);
-    const fetching = fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress, stream });
+    const choosing = pickDevice(device);
+    // The weights may go into the cache before they are read where the CPU backend takes them (js/loader.js).
+    const cacheFirst = choosing.then((c) => c.device === "cpu", () => false);
+    const fetching = fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress, stream, cacheFirst });
     let fetched, rt, chosen, adapter;
     try {
-      [fetched, rt, chosen, adapter] = await Promise.all([fetching, runtime, pickDevice(device),
+      [fetched, rt, chosen, adapter] = await Promise.all([fetching, runtime, choosing,
         opts.adapter == null ? null : fetchAdapterFiles(opts.adapter)]);
       if (adapter && fetched.gguf) throw new Error("Bert.load: a LoRA adapter loads beside a Hugging Face folder, not a .gguf");
     } catch (e) {

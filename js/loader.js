@@ -182,10 +182,10 @@ async function sha256Hex(bytes, name) {
  * checked before they are used or cached (a cached copy that does not match is dropped and downloaded again).
  * `stream` (the weights file): `async ({ total, limit, hash }) => WeightStream` (src/wasm/stream.rs), which each
  * piece is pushed to as it arrives instead of being assembled in JS memory; the result is then the finished stream,
- * its SHA-256 computed as it went.
+ * its SHA-256 computed as it went. `cacheFirst`: see `fetchModelFiles`.
  */
 async function fetchFile(url, name, { cache, onProgress, optional = false, fetchOptions, maxBytes = DEFAULT_MAX_BYTES,
-  sha256 = null, stream = null }) {
+  sha256 = null, stream = null, cacheFirst = false }) {
   // A pinned file must be there: falling back to another file (vocab.txt for tokenizer.json) would skip the check.
   optional = optional && sha256 == null;
   const sink = stream && ((total) => stream({ total, limit: maxBytes, hash: sha256 != null }));
@@ -244,8 +244,10 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     throw tooBig(name, total, maxBytes, true);
   }
   // The weights, with nobody to tell of the progress: the browser writes the response into the cache itself, and
-  // the module reads them from there (`throughCache`).
-  if (sink && !onProgress && total != null && typeof Cache === "function" && cache instanceof Cache) {
+  // the module reads them from there (`throughCache`). Only where they go to the CPU backend: on WebGPU
+  // (SwiftShader) this made the load's peak higher, not lower (BENCHMARKS.md, issue 29).
+  if (sink && !onProgress && total != null && typeof Cache === "function" && cache instanceof Cache
+    && await cacheFirst) {
     const got = await throughCache(cache, url, name, response, { total, maxBytes, sha256, sink });
     if (got) return got;
     // Not stored (quota, or the download failed): downloaded again, past the cache.
@@ -716,7 +718,9 @@ export async function fetchAdapterFiles(adapter) {
  * Downloads (or reads from the cache) everything a model needs.
  * Returns { config, tokenizer?, vocab?, tokenizerConfig?, weights } or { gguf } as Uint8Arrays; with
  * `options.stream` (`async ({ gguf, total, limit, hash }) => WeightStream`), the weights (or the .gguf) are read
- * into a stream as they arrive and come back as the finished stream, never whole in JS memory.
+ * into a stream as they arrive and come back as the finished stream, never whole in JS memory. `cacheFirst` (a
+ * boolean or a promise of one): a first download of the weights with no `onProgress` may go into the cache as it is
+ * before it is read (`throughCache`).
  */
 export async function fetchModelFiles(resolved, options = {}) {
   if (resolved.kind === "bytes") return resolved.files;
@@ -732,7 +736,8 @@ export async function fetchModelFiles(resolved, options = {}) {
   }
 }
 
-async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, onProgress, sha256, maxBytes, stream }) {
+async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, onProgress, sha256, maxBytes, stream,
+  cacheFirst = false }) {
   if (onProgress != null && typeof onProgress !== "function") {
     throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
   }
@@ -742,7 +747,8 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
   const pinned = (name) => ({ ...opts, sha256: limits.sha256?.[name] ?? null });
   if (resolved.kind === "gguf") {
     const name = ggufName(resolved.url);
-    return { gguf: await fetchFile(resolved.url, name, { ...pinned(name), stream: stream && ((o) => stream({ ...o, gguf: true })) }) };
+    return { gguf: await fetchFile(resolved.url, name, { ...pinned(name), cacheFirst,
+      stream: stream && ((o) => stream({ ...o, gguf: true })) }) };
   }
   if (resolved.base.startsWith("file:") && IN_NODE) await checkLocalFolder(resolved.base);
   const at = (f) => new URL(f, resolved.base).href;
@@ -765,7 +771,7 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
     files.vocab = vocab;
   }
   files.weights = await fetchFile(at("model.safetensors"), "model.safetensors",
-    { ...pinned("model.safetensors"), stream: stream && ((o) => stream({ ...o, gguf: false })) });
+    { ...pinned("model.safetensors"), cacheFirst, stream: stream && ((o) => stream({ ...o, gguf: false })) });
   return files;
 }
 
