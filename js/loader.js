@@ -179,7 +179,8 @@ async function sha256Hex(bytes, name) {
  * Fetches one file, from the cache when there, else from the network (streamed, reporting progress) into the cache.
  * Returns Uint8Array, or null when `optional` and the server says 404. `maxBytes` caps the size (checked against
  * content-length before downloading, and as bytes arrive); `sha256`, when given, must match the bytes, which are
- * checked before they are used or cached (a cached copy that does not match is dropped and downloaded again).
+ * checked before they are used (a cached copy that does not match is dropped and downloaded again; a download
+ * that does not match is not left in the cache).
  * `stream` (the weights file): `async ({ total, limit, hash }) => WeightStream` (src/wasm/stream.rs), which each
  * piece is pushed to as it arrives instead of being assembled in JS memory; the result is then the finished stream,
  * its SHA-256 computed as it went. `cacheFirst`: see `fetchModelFiles`.
