@@ -1,12 +1,14 @@
 // Scaling of the threaded build: the same model on 1 thread (the single-threaded SIMD128 build) and on n threads
 // (the threaded build), and optionally on 1 thread of the relaxed-SIMD build (`--with relaxed`) and on n
 // data-parallel workers (`--with workers`: `bertgpu/worker`'s n copies, each on the single-threaded build the
-// browser prefers: relaxed SIMD in Chromium), all
+// browser prefers: relaxed SIMD in Chromium), and on n threads of the threaded build inside one worker
+// (`--with worker-threads`: `bertgpu/worker`, workers: 1, threads: n; a worker, not the page's main thread, calls
+// the pool), all
 // loaded in one cross-origin isolated page, their calls taken in turn (the order rotating each round) so that the
 // machine's drift hits all alike; medians. Workloads as bench/browser.mjs's: (a) 1 × 12 tokens, (b) 8 × 128,
 // (c) 32 × 32. From the repository root, after bench/browser.sh has prepared pkg/ and the GGUF:
 //
-//   node bench/threads.mjs [--cores n] [--reps 9] [--model f32|q8] [--with relaxed,workers]
+//   node bench/threads.mjs [--cores n] [--reps 9] [--model f32|q8] [--with relaxed,workers,worker-threads]
 //
 // Prints, per workload, each configuration's median, the speed-up over 1 thread and the scaling efficiency
 // (speed-up / n; the issue's target is ≥ 0.8).
@@ -25,8 +27,8 @@ if (!["f32", "q8"].includes(MODEL)) {
 }
 const SOURCE = MODEL === "f32" ? "/models/all-MiniLM-L6-v2/" : "/bench/models/all-MiniLM-L6-v2.q8_0.gguf";
 const WITH = arg("with", "").split(",").filter(Boolean);
-if (WITH.some((w) => !["relaxed", "workers"].includes(w))) {
-  console.error("--with: relaxed and/or workers");
+if (WITH.some((w) => !["relaxed", "workers", "worker-threads"].includes(w))) {
+  console.error("--with: relaxed, workers and/or worker-threads");
   process.exit(2);
 }
 
@@ -49,6 +51,12 @@ await withBenchPage({ isolated: true }, async (page) => {
     if (extra.includes("workers")) {
       const { Bert: Workers } = await import("/pkg/worker.js");
       configs.push([`${n} workers`, await Workers.load(source, { device: "cpu", workers: n, cache: true })]);
+    }
+    if (extra.includes("worker-threads")) {
+      const { Bert: Workers } = await import("/pkg/worker.js");
+      const inWorker = await Workers.load(source, { device: "cpu", threads: n, cache: false });
+      if (inWorker.threads !== n) throw new Error(`the worker's threaded build did not start: ${inWorker.threadsReason}`);
+      configs.push([`${n} threads in a worker`, inWorker]);
     }
     const time = async (bert, t) => {
       const t0 = performance.now();
