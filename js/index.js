@@ -173,7 +173,8 @@ async function startRuntime(build, wasm) {
   const glue = BUILDS[build].glue;
   const input = await wasmInput(from);
   try {
-    await glue.default({ module_or_path: input });
+    const module = input instanceof URL && typeof fetch === "function" ? await compileFrom(input) : input;
+    await glue.default({ module_or_path: module });
   } catch (e) {
     const where = from instanceof URL ? ` from ${from.href}` : "";
     throw new Error(`Bert.load: could not start the wasm module (${build} build)${where}: ${e?.message ?? e}`);
@@ -224,6 +225,26 @@ async function wasmInput(from) {
     return from;
   }
   return from; // bytes, a WebAssembly.Module or a Response (checked by checkWasmOption)
+}
+
+/**
+ * The module at `url`, compiled from its bytes, not as it streams in. Compiled from bytes, V8 compiles each function
+ * at its first call; a page calls a fraction of the module (one device, one build's kernels, no training). Chromium
+ * 156 kept 18.9 MiB in the renderer after `WebAssembly.compile(bytes)` against 40.5 after `compileStreaming`, both
+ * measured after a full collection (BENCHMARKS.md, issue 29). The bytes are freed as soon as the module has its own
+ * copy.
+ */
+async function compileFrom(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`HTTP ${response.status} ${response.statusText}`);
+  const bytes = await response.arrayBuffer();
+  const compiling = WebAssembly.compile(bytes);
+  try {
+    return await compiling;
+  } finally {
+    // `compile` copies the bytes before it returns (the specification's "get a copy of the buffer source").
+    if (typeof bytes.transfer === "function") bytes.transfer(0);
+  }
 }
 
 /** One value of the `wasm` option → a URL, bytes, a WebAssembly.Module or a Response; TypeError if it is none. */
