@@ -6,6 +6,7 @@
 // from the repository root:
 //
 //   node bench/gc_probe.mjs [device webgpu|cpu] [cache off|on|warm] [onProgress on|off] [source]
+//   node bench/gc_probe.mjs compile streaming|bytes     # only the module compiled, as it streams or from its bytes
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -43,15 +44,26 @@ const usage = async (what) => {
   console.log(`${what}: renderer Pss ${mib(rendererPss())} MiB; JS heap used ${mib(u.usedSize)}, backing stores `
     + `${mib(u.backingStorageSize)}, embedder heap ${mib(u.embedderHeapUsedSize)}`);
 };
+await cdp.send("HeapProfiler.collectGarbage");
 await usage("before load");
 const cache = cacheArg !== "off";
-if (cacheArg === "warm") {
+if (device === "compile") {
+  // Only the relaxed build's module compiled, as a stream or from its bytes (no model): `compile streaming|bytes`.
+  await page.evaluate(async (how) => {
+    const url = "/pkg/wasm-relaxed/bertgpu_bg.wasm";
+    window.kept = how === "streaming" ? await WebAssembly.compileStreaming(fetch(url))
+      : await WebAssembly.compile(await (await fetch(url)).arrayBuffer());
+  }, cacheArg);
+} else if (cacheArg === "warm") {
   // A returning user: one load fills the cache, and the page is loaded again.
   await page.evaluate(async (o) => { await window.load("ours", o); }, { source: src, device, cache: true, progress: true });
   await page.evaluate(() => location.reload());
   await page.waitForFunction(() => window.ready === true, null, { timeout: 30_000 });
 }
-await page.evaluate(async (o) => { await window.load("ours", o); }, { source: src, device, cache, progress: progress === "on" });
+if (device !== "compile") {
+  await page.evaluate(async (o) => { await window.load("ours", o); }, { source: src, device, cache, progress: progress === "on" });
+}
+await new Promise((r) => setTimeout(r, 1000));
 await usage("loaded");
 await cdp.send("HeapProfiler.collectGarbage");
 await new Promise((r) => setTimeout(r, 500));

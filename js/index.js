@@ -228,11 +228,11 @@ async function wasmInput(from) {
 }
 
 /**
- * The module at `url`, compiled from its bytes, not as it streams in. Compiled from bytes, V8 compiles each function
- * at its first call; a page calls a fraction of the module (one device, one build's kernels, no training). Chromium
- * 156 kept 18.9 MiB in the renderer after `WebAssembly.compile(bytes)` against 40.5 after `compileStreaming`, both
- * measured after a full collection (BENCHMARKS.md, issue 29). The bytes are freed as soon as the module has its own
- * copy.
+ * The module at `url`, compiled from its bytes, not as it streams in. A streamed compilation
+ * (`instantiateStreaming`, what the glue runs given a URL) left ~10 MiB in Chromium 156's renderer that only a
+ * collection frees, and a load makes few collections of its own: WebGPU 8-bit peaked at 180.7-183.0 MiB that way,
+ * 174.5-174.6 this way (BENCHMARKS.md, issue 29). What a compiled module keeps is the same either way. The bytes are
+ * freed as soon as `compile` has its own copy.
  */
 async function compileFrom(url) {
   const response = await fetch(url);
