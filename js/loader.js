@@ -194,12 +194,12 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
   if (cache) {
     const hit = await cache.match(url);
     if (hit) {
-      const length = Number(hit.headers.get("content-length") ?? NaN);
-      if (length > maxBytes) throw tooBig(name, length, maxBytes, true);
+      const header = Number(hit.headers.get("content-length") ?? NaN);
+      if (header > maxBytes) throw tooBig(name, header, maxBytes, true);
+      const length = Number.isSafeInteger(header) ? header : null;
       let got;
       try {
-        got = await readCached(hit, name, { maxBytes, length: Number.isSafeInteger(length) ? length : null,
-          sink: sink && await sink(Number.isSafeInteger(length) ? length : null) });
+        got = await readCached(hit, name, { maxBytes, length, sink: sink && await sink(length) });
       } catch (e) {
         // A cached copy the module refuses (damaged storage) is dropped: the next load downloads the file again;
         // one of another length than it was stored with is downloaded again now.
