@@ -108,8 +108,13 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
         #[cfg(not(target_arch = "wasm32"))]
         ModelSource::Path(path) => {
             if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-                let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-                gguf(crate::weights::gguf::read_bert(&bytes)?)?
+                // Read a piece at a time: the tensors are the only copy held.
+                match crate::weights::stream::read_file(path, crate::weights::stream::Format::Gguf)? {
+                    crate::weights::stream::Streamed::Gguf(read) => gguf(*read)?,
+                    crate::weights::stream::Streamed::Safetensors(_) => {
+                        return Err(Error::Weights("a GGUF read returned a safetensors file".into()))
+                    }
+                }
             } else {
                 folder(path)?
             }

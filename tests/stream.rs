@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use bertgpu::dtype::Dtype;
 use bertgpu::weights::gguf::{read_bert, tensors_from_safetensors, write_bert, BertGguf, BertGgufMeta};
-use bertgpu::weights::stream::{Format, Streamed, WeightStream};
+use bertgpu::weights::stream::{read_file, Format, Streamed, WeightStream};
 use bertgpu::weights::Weights;
 
 fn root() -> &'static Path {
@@ -126,6 +126,35 @@ fn ggufs_streamed_are_the_files_read_whole() {
             }
         }
     }
+}
+
+/// Natively, a model folder's `model.safetensors` and a `.gguf` path are read from disk through the same stream, a
+/// piece at a time (`stream::read_file`): the same tensors as the whole file parsed at once, and a file cut short
+/// is the whole-file reader's error.
+#[test]
+fn files_on_disk_read_in_pieces_are_the_files_read_whole() {
+    let dir = std::env::temp_dir().join(format!("bertgpu-stream-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for path in checkpoints().iter().take(3) {
+        let whole = Weights::from_safetensors(&std::fs::read(path).unwrap()).unwrap();
+        assert!(Weights::from_safetensors_file(path).unwrap() == whole, "{}", path.display());
+    }
+    let data = tiny_gguf(Dtype::Q8_0, 0);
+    let file = dir.join("tiny.gguf");
+    std::fs::write(&file, &data).unwrap();
+    let Streamed::Gguf(got) = read_file(&file, Format::Gguf).unwrap() else { panic!("a GGUF read gave safetensors") };
+    assert!(got.tensors == read_bert(&data).unwrap().tensors);
+    std::fs::write(&file, &data[..data.len() - 100]).unwrap();
+    let (Err(piecewise), Err(whole)) = (read_file(&file, Format::Gguf), read_bert(&data[..data.len() - 100])) else {
+        panic!("a GGUF cut short was read")
+    };
+    assert_eq!(piecewise.to_string(), whole.to_string());
+    let st = std::fs::read(&checkpoints()[0]).unwrap();
+    let cut = dir.join("model.safetensors");
+    std::fs::write(&cut, &st[..st.len() / 2]).unwrap();
+    let err = Weights::from_safetensors_file(&cut).unwrap_err().to_string();
+    assert!(err.contains("model.safetensors") && err.contains("truncated"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The digest a pinned file is checked with is computed as the pieces pass: it must be the file's SHA-256 as

@@ -14,12 +14,12 @@ impl Weights {
     /// Reads a `.safetensors` file.
     pub fn from_safetensors_file(path: impl AsRef<Path>) -> Result<Weights> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::io(format!("cannot read weights file {}", path.display()), e))?;
-        Self::from_safetensors(&bytes).map_err(|e| match e {
-            Error::Weights(m) => Error::Weights(format!("{}: {m}", path.display())),
-            other => other,
-        })
+        match super::stream::read_file(path, super::stream::Format::Safetensors) {
+            Ok(super::stream::Streamed::Safetensors(w)) => Ok(w),
+            Ok(super::stream::Streamed::Gguf(_)) => Err(Error::Weights("a safetensors read returned a GGUF".into())),
+            Err(Error::Weights(m)) => Err(Error::Weights(format!("{}: {m}", path.display()))),
+            Err(other) => Err(other),
+        }
     }
 
     /// Parses the bytes of a `.safetensors` file (the header's offsets are checked against the length, so a

@@ -84,6 +84,32 @@ enum Filling {
     Blocks(Vec<u8>, Dtype),
 }
 
+/// Reads the file at `path` through a [`WeightStream`], a piece at a time: the tensors are the only copy of the
+/// weights the host ever holds (reading the whole file first held it twice at the peak). Natively, the model folder's
+/// `model.safetensors` and a `.gguf` path load this way.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_file(path: &std::path::Path, format: Format) -> Result<Streamed> {
+    use std::io::Read;
+    /// The piece size: large enough that reading costs no more than a whole-file read, small beside any model.
+    const PIECE: usize = 1 << 20;
+    let cannot = |e| Error::io(format!("cannot read weights file {}", path.display()), e);
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    let len = file.metadata().map_err(cannot)?.len();
+    let len = usize::try_from(len).map_err(|_| Error::Weights(format!("{} is too large", path.display())))?;
+    let mut stream = WeightStream::new(format, Some(len), len, false);
+    let mut piece = vec![0u8; PIECE.min(len.max(1))];
+    loop {
+        let n = match file.read(&mut piece) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(cannot(e)),
+        };
+        stream.push(&piece[..n])?;
+    }
+    Ok(stream.finish()?.0)
+}
+
 impl WeightStream {
     /// A file of `format`, `len` bytes long if known; none may be longer than `limit` (the caller's `maxBytes`).
     /// `hash`: keep the SHA-256 of the bytes, for a pinned file ([`WeightStream::finish`] returns it).
