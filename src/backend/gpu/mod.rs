@@ -82,6 +82,8 @@ pub struct GpuBackend {
     weight_bytes: Rc<std::cell::Cell<u64>>,
     /// Times the host has waited for the GPU to read results back, see [`GpuBackend::read_backs`].
     read_backs: std::cell::Cell<u64>,
+    /// Bytes of weights written since the queue last submitted ([`tensor::UPLOAD_FLUSH`]).
+    unsubmitted: std::cell::Cell<u64>,
 }
 
 impl GpuBackend {
@@ -138,6 +140,7 @@ impl GpuBackend {
             dummy,
             weight_bytes: Rc::new(std::cell::Cell::new(0)),
             read_backs: std::cell::Cell::new(0),
+            unsubmitted: std::cell::Cell::new(0),
         })
     }
 

@@ -10,6 +10,10 @@ use crate::weights::quant::QK;
 use crate::weights::{HostData, HostTensor};
 use crate::{Error, Result};
 
+/// Weight bytes written between two submissions of the queue at a load ([`GpuBackend::flush_uploads`]): small beside
+/// a model (all-MiniLM-L6-v2 is 87 MiB in f32), large beside a submission's cost.
+pub(super) const UPLOAD_FLUSH: u64 = 16 << 20;
+
 /// A row-major matrix in a device buffer: an activation in f32, or in f16 (pairs of values a word, value 2j in the
 /// low half of word j) in the f16-activation mode ([`GpuBackend::set_f16_activations`]); or a weight in its stored
 /// dtype. Cloning shares the buffer.
@@ -178,7 +182,26 @@ impl GpuBackend {
             tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
             self.gpu.queue.write_buffer(&buf, whole as u64, &tail);
         }
+        self.flush_uploads(bytes.len() as u64);
         Ok(GpuTensor { buf: Rc::new(PoolBuf::weight(buf, self.weight_bytes.clone(), &self.pool)), rows, cols, dtype })
+    }
+
+    /// Natively, wgpu keeps each `write_buffer`'s staging copy until the queue's next submission, and a load submits
+    /// nothing before its first forward: every weight would be staged at once beside its buffer. An empty submission
+    /// after each [`UPLOAD_FLUSH`] bytes frees them as the load goes (never while passes wait in a recording: they
+    /// go with their own submission). In the browser the GPU process stages the writes itself, and the same
+    /// submissions measured no gain there (BENCHMARKS.md, issue 29's item 4), so it does not submit.
+    fn flush_uploads(&self, written: u64) {
+        if cfg!(target_arch = "wasm32") {
+            return;
+        }
+        let total = self.unsubmitted.get() + written;
+        if total < UPLOAD_FLUSH || self.pending.borrow().is_some() {
+            self.unsubmitted.set(total);
+            return;
+        }
+        self.gpu.queue.submit(None);
+        self.unsubmitted.set(0);
     }
 
     /// An activation as the f16 mode stores it ([`GpuBackend::set_f16_activations`]), from f32 values rounded to
