@@ -84,6 +84,7 @@ fn bits(t: Option<&crate::weights::HostTensor>) -> Option<(Vec<usize>, crate::dt
         HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         HostData::Q8_0(v) | HostData::Q4_0(v) => v.clone(),
+        HostData::Placed(p) => p.hash.to_le_bytes().to_vec(),
     };
     Some((t.shape.clone(), t.data.dtype(), raw))
 }

@@ -93,6 +93,26 @@ impl LoadedModel {
             PendingWeights::File(p) => Weights::from_safetensors_file(p),
         }
     }
+
+    /// [`LoadedModel::weights`] for a model that will run on `sink`'s device: a folder's matrices are read from the
+    /// file straight into device memory ([`crate::weights::stream::WeightStream::place_on_device`]), never held on
+    /// the host; weights parsed already stay as they are.
+    #[cfg_attr(target_arch = "wasm32", allow(unused_variables))]
+    pub fn weights_to(&self, sink: &dyn crate::weights::stream::DeviceSink) -> Result<Weights> {
+        match &self.weights {
+            PendingWeights::Ready(w) => Ok(w.clone()),
+            #[cfg(not(target_arch = "wasm32"))]
+            PendingWeights::File(p) => {
+                use crate::weights::stream::{read_file_to, Format, Streamed};
+                match read_file_to(p, Format::Safetensors, Some(sink)) {
+                    Ok(Streamed::Safetensors(w)) => Ok(w),
+                    Ok(Streamed::Gguf(_)) => Err(Error::Weights("a safetensors read returned a GGUF".into())),
+                    Err(Error::Weights(m)) => Err(Error::Weights(format!("{}: {m}", p.display()))),
+                    Err(other) => Err(other),
+                }
+            }
+        }
+    }
 }
 
 /// Loads and checks config and tokenizer (and, except for a folder, the weights) of `source`.

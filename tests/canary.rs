@@ -18,7 +18,7 @@ use bertgpu::engine::{Device, Engine, Placement};
 use bertgpu::loader::{self, LoadOptions, LoadedModel, ModelSource};
 use bertgpu::model::BertModel;
 use bertgpu::tasks::{EmbedOptions, Model};
-use bertgpu::weights::gguf;
+use bertgpu::weights::{gguf, Weights};
 
 mod common;
 use common::{gpu, test_name};
@@ -213,7 +213,8 @@ fn the_streamed_reference_equals_the_loaded_model() {
         let e = m.tokenizer.encode("streamed layer by layer", Some("the same")).unwrap();
         let batch = m.tokenizer.batch(&[e]);
         let whole = BertModel::load(&w, &m.config, &cpu).unwrap().forward(&cpu, &batch).unwrap();
-        let streamed = BertModel::forward_streamed(&w, &m.config, &cpu, &batch).unwrap();
+        let as_is = async |w: &Weights, _: &str| Ok(w.clone());
+        let streamed = pollster::block_on(BertModel::forward_streamed(&w, &m.config, &cpu, &batch, as_is)).unwrap();
         let (a, b) = (pollster::block_on(cpu.read(&whole)).unwrap(), pollster::block_on(cpu.read(&streamed)).unwrap());
         assert_eq!(a, b, "{}", dir.display());
     }

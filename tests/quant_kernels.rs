@@ -233,6 +233,7 @@ fn q8_0_model_device_memory_is_the_file_size() {
         HostData::F32(v) => v.len() * 4,
         HostData::F16(v) => v.len() * 2,
         HostData::Q8_0(b) | HostData::Q4_0(b) => b.len(),
+        HostData::Placed(p) => p.bytes,
     } as f64;
     let mut held = Vec::new();
     for dtype in [Dtype::F32, Dtype::Q8_0] {

@@ -187,6 +187,12 @@ pub trait Backend {
     /// refuses them with an error.
     fn upload(&self, t: &HostTensor) -> Result<Self::Tensor>;
 
+    /// [`Backend::upload`] of `parts` stacked along their first dimension (the q, k, v weights as one matrix). A GPU
+    /// joins weights already in its memory there ([`crate::weights::Placed`]).
+    fn upload_rows(&self, parts: &[&HostTensor]) -> Result<Self::Tensor> {
+        self.upload(&HostTensor::concat_rows(parts)?)
+    }
+
     /// [`Backend::upload`] of a weight held by the loaded [`crate::weights::Weights`] ([`Weights::get_shared`]): a
     /// backend whose tensors live in host memory keeps the `Arc` instead of a copy, so the model holds one copy of
     /// its weights, not the file's decoded tensors and the backend's. A GPU copies it to the device, as `upload`.

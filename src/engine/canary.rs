@@ -22,7 +22,8 @@ use crate::backend::gpu::GpuBackend;
 use crate::backend::Backend;
 use crate::model::BertModel;
 use crate::tasks::{Model, ReferenceOutput};
-use crate::weights::Weights;
+use crate::tokenizer::Batch;
+use crate::weights::{HostData, Weights};
 use crate::Result;
 
 /// The fixed input: a pair (both token types) and a shorter single text, padded to one batch, so the check passes
@@ -105,13 +106,54 @@ pub fn adapter_name(gpu: &GpuBackend) -> String {
 
 /// The CPU's side of the check: the fixed input and the CPU backend's last hidden state for it, from `weights`
 /// (streamed: see the module documentation). A GPU model keeps it to check its kernels again when they change.
+///
+/// Weights that went straight to GPU memory ([`crate::weights::Placed`]) are read back a module at a time, and
+/// each is checked to be the bytes the file had ([`GpuBackend::host_copy`]); `weights` must then be the logging
+/// set the GPU model was loaded from ([`Weights::logging`]), which says which tensors each module took.
 pub async fn reference(model: &Model<GpuBackend>, weights: &Weights) -> Result<ReferenceOutput> {
     let encoded = INPUT.iter().map(|(a, b)| model.tokenizer.encode(a, *b)).collect::<Result<Vec<_>>>()?;
     let batch = model.tokenizer.batch(&encoded);
     let cpu = CpuBackend::reference();
-    let out = BertModel::forward_streamed(weights, &model.config, &cpu, &batch)?; // (B*T, H)
+    let gpu = &model.backend;
+    // The input's own rows of the word embeddings are all the CPU needs of them: the table it is given holds those
+    // rows, in the order of `ids`, and the input asks for row i of it where it had token ids[i]. (The padding id is
+    // only compared with the input's ids: it becomes its row, or a row none has.)
+    let mut ids: Vec<u32> = batch.input_ids.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    let row = |id: u32| ids.binary_search(&id).unwrap_or(ids.len()) as u32;
+    let small = Batch { input_ids: batch.input_ids.iter().map(|&id| row(id)).collect(), ..batch.clone() };
+    let mut config = model.config.clone();
+    config.vocab_size = ids.len();
+    config.pad_token_id = row(model.config.pad_token_id as u32) as _;
+    let rows: Vec<usize> = ids.iter().map(|&id| id as usize).collect();
+    let host = async |w: &Weights, module: &str| {
+        let mut names = w.found_under(module);
+        let mut w = w.clone();
+        if module == "embeddings" {
+            let table = w.stored_name("embeddings.word_embeddings.weight")?.ok_or_else(|| {
+                crate::Error::Weights("tensor `embeddings.word_embeddings.weight` is missing from the weights".into())
+            })?;
+            let t = w.stored(&table).cloned().ok_or_else(|| crate::Error::Weights(format!("no tensor `{table}`")))?;
+            w = w.replaced(&table, gpu.host_rows(&t, &rows).await?);
+            names.retain(|n| *n != table);
+        }
+        read_back(gpu, &w, &names).await
+    };
+    let out = BertModel::forward_streamed(weights, &config, &cpu, &small, host).await?; // (B*T, H)
     let hidden = cpu.read(&out).await?;
     Ok(ReferenceOutput { batch, hidden })
+}
+
+/// `w` with the tensors stored under `names` that are in `gpu`'s memory read back to the host.
+pub async fn read_back(gpu: &GpuBackend, w: &Weights, names: &[String]) -> Result<Weights> {
+    let mut out = w.clone();
+    for name in names {
+        if let Some(t) = w.stored(name).filter(|t| matches!(t.data, HostData::Placed(_))) {
+            out = out.replaced(name, gpu.host_copy(t).await?);
+        }
+    }
+    Ok(out)
 }
 
 /// Runs the check on `model` (on the GPU, warmed up), whose weights were `weights`. Errors are the GPU's (a lost

@@ -80,8 +80,13 @@ impl Engine {
     pub async fn load_on(source: ModelSource<'_>, opts: &LoadOptions, device: Device, cpu: CpuBackend)
         -> Result<Engine> {
         let m = loader::load(source, opts)?;
-        let weights = m.weights()?;
-        Self::from_parts_on(m.config, m.tokenizer, &weights, device, cpu).await
+        let placement = Placement::pick(device).await?;
+        // For the GPU, a folder's weights go from the file to its memory without a host copy.
+        let weights = match &placement.gpu {
+            Some(gpu) => m.weights_to(gpu)?,
+            None => m.weights()?,
+        };
+        Self::place(m.config, m.tokenizer, &weights, placement, cpu).await
     }
 
     /// Loads a Hugging Face-style folder: `config.json`, the tokenizer files, `model.safetensors`.
@@ -123,6 +128,8 @@ impl Engine {
             model.device_reason = reason;
             return Ok(Engine::Cpu(model));
         };
+        // (Logged: the check reads back what each module took, where the weights went straight to the GPU.)
+        let weights = &weights.logging();
         let mut model = Model::new(gpu, config, tokenizer, weights)?;
         model.warm_up().await?;
         let reference = canary::reference(&model, weights).await?;
@@ -137,9 +144,12 @@ impl Engine {
                  graphics driver, or use device auto (falls back to the CPU by itself) or cpu"
             )));
         }
-        // The GPU's buffers go before the CPU copy of the weights is made.
+        // Weights in GPU memory come back to the host (checked against what the file had); then the GPU's buffers
+        // go before the CPU copy of the weights is made.
+        let names: Vec<String> = weights.names().into_iter().map(String::from).collect();
+        let host = if weights.any_placed() { canary::read_back(&model.backend, weights, &names).await? } else { weights.clone() };
         let Model { config, tokenizer, .. } = model;
-        let mut model = Model::new(cpu, config, tokenizer, weights)?;
+        let mut model = Model::new(cpu, config, tokenizer, &host)?;
         model.device_reason = Some(format!("{canary}; running on the CPU instead"));
         Ok(Engine::Cpu(model))
     }

@@ -96,22 +96,27 @@ impl<B: Backend> BertModel<B> {
     /// backend a weight's upload is a copy). For a one-off forward beside a model already loaded elsewhere: the
     /// GPU's load-time check computes its CPU reference this way (`crate::engine::canary`). Reads back nothing;
     /// returns the last hidden state `(B*T, H)`.
-    pub fn forward_streamed(w: &Weights, cfg: &BertConfig, backend: &B, batch: &Batch) -> Result<B::Tensor> {
+    ///
+    /// `host(w, module)` gives the weights each module (`embeddings`, `embeddings_project`, `encoder.layer.{i}`) is
+    /// loaded from: `w` itself, or `w` with that module's weights in device memory read back
+    /// ([`crate::weights::Placed`]), so that only one module's are on the host at a time.
+    pub async fn forward_streamed(w: &Weights, cfg: &BertConfig, backend: &B, batch: &Batch,
+        host: impl AsyncFn(&Weights, &str) -> Result<Weights>) -> Result<B::Tensor> {
         let w = &Self::checked(w, cfg)?;
         let mask = backend.mask(batch)?; // (B, T)
-        let x = BertEmbeddings::load(&w.pp("embeddings"), cfg, backend)?.forward(backend, batch)?; // (B*T, E)
-        let mut x = match Self::load_projection(w, cfg, backend)? {
+        let x = BertEmbeddings::load(&host(w, "embeddings").await?.pp("embeddings"), cfg, backend)?.forward(backend, batch)?; // (B*T, E)
+        let mut x = match Self::load_projection(&host(w, "embeddings_project").await?, cfg, backend)? {
             Some((weight, bias)) => backend.linear(&x, &weight, Some(&bias), Activation::None)?, // (B*T, H)
             None => x,
         };
-        let enc = w.pp("encoder");
         let (distinct, passes) = (BertEncoder::<B>::distinct_layers(cfg), cfg.num_hidden_layers);
         let mut held: Option<(usize, BertLayer<B>)> = None; // ALBERT's shared layer stays for every pass
         for i in 0..passes {
             let l = BertEncoder::<B>::layer_of_pass(i, distinct, passes);
             if !matches!(held, Some((j, _)) if j == l) {
                 drop(held.take()); // the previous layer's weights go before the next one's come
-                held = Some((l, BertLayer::load(&enc.pp(&format!("layer.{l}")), cfg, backend)?));
+                let module = host(w, &format!("encoder.layer.{l}")).await?;
+                held = Some((l, BertLayer::load(&module.pp("encoder").pp(&format!("layer.{l}")), cfg, backend)?));
             }
             if let Some((_, layer)) = &held {
                 x = layer.forward(backend, &x, &mask, batch.b, batch.t)?; // (B*T, H)

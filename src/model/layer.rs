@@ -3,7 +3,7 @@
 
 use crate::backend::{Activation, AttentionShape, Backend};
 use crate::config::BertConfig;
-use crate::weights::{HostTensor, Weights};
+use crate::weights::Weights;
 use crate::Result;
 
 use super::load_layernorm;
@@ -31,11 +31,11 @@ impl<B: Backend> BertSelfAttention<B> {
         let (q, k, v) = (w.pp("query"), w.pp("key"), w.pp("value"));
         let [wq, wk, wv] = [&q, &k, &v].map(|p| p.get("weight", &[h, h]));
         let [bq, bk, bv] = [&q, &k, &v].map(|p| p.get("bias", &[h]));
-        let weight = HostTensor::concat_rows(&[wq?, wk?, wv?])?;
-        let bias = HostTensor::concat_rows(&[bq?, bk?, bv?])?;
+        let weight = backend.upload_rows(&[wq?, wk?, wv?])?;
+        let bias = backend.upload_rows(&[bq?, bk?, bv?])?;
         Ok(BertSelfAttention {
-            qkv_weight: backend.upload(&weight)?,
-            qkv_bias: backend.upload(&bias)?,
+            qkv_weight: weight,
+            qkv_bias: bias,
             heads: cfg.num_attention_heads,
             head_dim: cfg.head_dim(),
         })

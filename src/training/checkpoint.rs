@@ -162,6 +162,7 @@ pub fn weights_fingerprint(w: &Weights) -> String {
             crate::weights::HostData::F32(v) => h.update(bytemuck::cast_slice::<f32, u8>(v)),
             crate::weights::HostData::F16(v) => h.update(bytemuck::cast_slice::<u16, u8>(v)),
             crate::weights::HostData::Q8_0(v) | crate::weights::HostData::Q4_0(v) => h.update(v),
+            crate::weights::HostData::Placed(p) => h.update(p.hash.to_le_bytes()),
         }
     }
     hex(&h.finalize())

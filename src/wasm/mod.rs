@@ -314,19 +314,23 @@ fn parse_device(device: &str) -> Result<Device, JsError> {
 /// Loads `source` on `device` ([`Engine::place`]: on the GPU only if it passes the load-time check). The files are
 /// checked before a device is asked for. `inject_fault` (`Bert.load`'s test-only `_injectFault`) makes the GPU's
 /// linears return wrong values ([`crate::backend::gpu::GpuBackend::inject_fault`]), for the tests of that check.
-async fn load_engine(source: ModelSource<'_>, device: &str, cpu: CpuBackend, inject_fault: Option<bool>)
-    -> Result<Engine, JsError> {
+async fn load_engine(source: ModelSource<'_>, device: &str, cpu: CpuBackend, inject_fault: Option<bool>,
+    placement: Option<Placement>) -> Result<Engine, JsError> {
     parse_device(device)?;
     let m = crate::loader::load(source, &LoadOptions::default()).map_err(js_err)?;
-    place(m, device, cpu, inject_fault).await
+    place(m, device, cpu, inject_fault, placement).await
 }
 
-/// [`load_engine`]'s second half: the checked model on `device`.
-async fn place(m: crate::loader::LoadedModel, device: &str, cpu: CpuBackend, inject_fault: Option<bool>)
-    -> Result<Engine, JsError> {
+/// [`load_engine`]'s second half: the checked model on `device`, or on the `placement` its weights streamed to.
+async fn place(m: crate::loader::LoadedModel, device: &str, cpu: CpuBackend, inject_fault: Option<bool>,
+    placement: Option<Placement>) -> Result<Engine, JsError> {
     let device = parse_device(device)?;
     let weights = m.weights().map_err(js_err)?;
-    let placement = Placement::pick(device).await.map_err(js_err)?;
+    let placement = match placement {
+        Some(p) if p.device == device => p,
+        Some(_) => return Err(JsError::new("the weights were streamed for another device than the load asks for")),
+        None => Placement::pick(device).await.map_err(js_err)?,
+    };
     if let (Some(true), Some(gpu)) = (inject_fault, &placement.gpu) {
         gpu.inject_fault(true);
     }
@@ -355,16 +359,16 @@ impl WasmModel {
     ) -> Result<WasmModel, JsError> {
         let cpu = CpuBackend::new();
         let adapter = adapter_config.zip(adapter_weights);
-        let weights = match weights.dyn_into::<js_sys::Uint8Array>() {
+        let (weights, placement) = match weights.dyn_into::<js_sys::Uint8Array>() {
             // The weights stay in JS memory and are read a tensor at a time: never the whole file in wasm memory.
-            Ok(bytes) => WeightsFile::Bytes(Box::new(JsBytes(bytes))),
+            Ok(bytes) => (WeightsFile::Bytes(Box::new(JsBytes(bytes))), None),
             Err(other) => match stream::WeightStream::take(other)? {
-                Streamed::Safetensors(w) => WeightsFile::Read(w),
-                Streamed::Gguf(_) => return Err(JsError::new("load: the weights stream holds a .gguf: use loadGguf")),
+                (Streamed::Safetensors(w), placement) => (WeightsFile::Read(w), placement),
+                (Streamed::Gguf(_), _) => return Err(JsError::new("load: the weights stream holds a .gguf: use loadGguf")),
             },
         };
         let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
-        let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault).await?;
+        let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault, placement).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 
@@ -374,16 +378,19 @@ impl WasmModel {
     pub async fn load_gguf(bytes: JsValue, device: String, inject_fault: Option<bool>) -> Result<WasmModel, JsError> {
         let cpu = CpuBackend::new();
         parse_device(&device)?;
-        let m = match bytes.dyn_into::<js_sys::Uint8Array>() {
+        let (m, placement) = match bytes.dyn_into::<js_sys::Uint8Array>() {
             // The file stays in JS memory: its header, then each tensor, is copied straight to where it goes.
-            Ok(bytes) => crate::loader::load(ModelSource::Gguf(&JsBytes(bytes)), &LoadOptions::default()),
+            Ok(bytes) => (crate::loader::load(ModelSource::Gguf(&JsBytes(bytes)), &LoadOptions::default()), None),
             Err(other) => match stream::WeightStream::take(other)? {
-                Streamed::Gguf(read) => crate::loader::load(ModelSource::ReadGguf(read), &LoadOptions::default()),
-                Streamed::Safetensors(_) => return Err(JsError::new("loadGguf: the weights stream holds a safetensors file")),
+                (Streamed::Gguf(read), placement) => {
+                    (crate::loader::load(ModelSource::ReadGguf(read), &LoadOptions::default()), placement)
+                }
+                (Streamed::Safetensors(_), _) => {
+                    return Err(JsError::new("loadGguf: the weights stream holds a safetensors file"))
+                }
             },
-        }
-        .map_err(js_err)?;
-        let engine = place(m, &device, cpu, inject_fault).await?;
+        };
+        let engine = place(m.map_err(js_err)?, &device, cpu, inject_fault, placement).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 

@@ -4,13 +4,16 @@
 
 use wasm_bindgen::prelude::*;
 
-use super::js_err;
-use crate::weights::stream::{self, Format, Streamed};
+use super::{js_err, parse_device};
+use crate::engine::Placement;
+use crate::weights::stream::{self, DeviceSink, Format, Streamed};
 
 /// A weights file being received (`model.safetensors` or a `.gguf`).
 #[wasm_bindgen]
 pub struct WeightStream {
     state: State,
+    /// [`WeightStream::on_device`]: the GPU its matrices go to as they arrive, which the model is then loaded on.
+    placement: Option<Placement>,
 }
 
 enum State {
@@ -29,13 +32,35 @@ impl WeightStream {
         let format = if gguf { Format::Gguf } else { Format::Safetensors };
         // (JS numbers of byte counts are whole and below 2⁵³; `as` saturates at this memory's size.)
         let inner = stream::WeightStream::new(format, length.map(|l| l as usize), limit as usize, hash);
-        WeightStream { state: State::Receiving(inner) }
+        WeightStream { state: State::Receiving(inner), placement: None }
+    }
+
+    /// [`WeightStream::new`] for a model bound for `device` ("webgpu" or "auto"): the GPU is acquired now, as a load
+    /// would acquire it, and where there is one the file's matrices are written into its memory as they arrive,
+    /// never into this module's memory ([`stream::WeightStream::place_on_device`]). The load then uses that GPU.
+    #[wasm_bindgen(js_name = onDevice)]
+    pub async fn on_device(gguf: bool, length: Option<f64>, limit: f64, hash: bool, device: String)
+        -> Result<WeightStream, JsError> {
+        let placement = Placement::pick(parse_device(&device)?).await.map_err(js_err)?;
+        let mut s = WeightStream::new(gguf, length, limit, hash);
+        if let (Some(_), State::Receiving(inner)) = (&placement.gpu, &mut s.state) {
+            inner.place_on_device();
+        }
+        s.placement = Some(placement);
+        Ok(s)
+    }
+
+    /// Whether the matrices go to a GPU as they arrive.
+    #[wasm_bindgen(getter)]
+    pub fn placed(&self) -> bool {
+        self.placement.as_ref().is_some_and(|p| p.gpu.is_some())
     }
 
     /// The next piece of the file. An error ends the stream.
     pub fn push(&mut self, piece: &[u8]) -> Result<(), JsError> {
         let State::Receiving(s) = &mut self.state else { return Err(JsError::new("the weights stream has ended")) };
-        s.push(piece).map_err(|e| {
+        let sink = self.placement.as_ref().and_then(|p| p.gpu.as_ref()).map(|g| g as &dyn DeviceSink);
+        s.push_to(piece, sink).map_err(|e| {
             self.state = State::Gone;
             js_err(e)
         })
@@ -46,19 +71,21 @@ impl WeightStream {
         let State::Receiving(s) = std::mem::replace(&mut self.state, State::Gone) else {
             return Err(JsError::new("the weights stream has ended"));
         };
-        let (read, digest) = s.finish().map_err(js_err)?;
+        let sink = self.placement.as_ref().and_then(|p| p.gpu.as_ref()).map(|g| g as &dyn DeviceSink);
+        let (read, digest) = s.finish_to(sink).map_err(js_err)?;
         self.state = State::Done(read);
         Ok(digest)
     }
 }
 
 impl WeightStream {
-    /// What a finished stream read, taken out of the JS object `value` (a `WeightStream` that `finish` accepted).
-    pub(crate) fn take(value: JsValue) -> Result<Streamed, JsError> {
+    /// What a finished stream read, taken out of the JS object `value` (a `WeightStream` that `finish` accepted), and
+    /// the device it was made for ([`WeightStream::on_device`]).
+    pub(crate) fn take(value: JsValue) -> Result<(Streamed, Option<Placement>), JsError> {
         let bad = || JsError::new("the weights must be a Uint8Array or a finished WeightStream");
         let mut s = <WeightStream as wasm_bindgen::convert::TryFromJsValue>::try_from_js_value(value).map_err(|_| bad())?;
         match std::mem::replace(&mut s.state, State::Gone) {
-            State::Done(read) => Ok(read),
+            State::Done(read) => Ok((read, s.placement.take())),
             _ => Err(bad()),
         }
     }

@@ -85,6 +85,83 @@ pub enum HostData {
     Q8_0(Vec<u8>),
     /// Blocks of 32: an f16 scale then 16 bytes of 4-bit values offset by 8 (18 bytes).
     Q4_0(Vec<u8>),
+    /// Already in a device's memory: the bytes went there as the file arrived ([`stream::DeviceSink`]), and only a
+    /// backend on that device reads them (others read them back first: [`Placed`]).
+    Placed(Placed),
+}
+
+/// A weight whose bytes are in device memory, not here: what the host keeps to use, check and read it back.
+#[derive(Clone)]
+pub struct Placed {
+    /// How the bytes are stored (as the file stores them).
+    pub dtype: Dtype,
+    /// The tensor's bytes; the device buffer holds them from its start, zero-padded to whole words and more.
+    pub bytes: usize,
+    /// [`word_hash`] of the bytes as they arrived (zero-padded to a whole word): a read-back must give it again.
+    pub hash: u64,
+    /// The first non-finite value (or Q8_0/Q4_0 block scale) among the bytes, as [`HostTensor::first_non_finite`].
+    pub non_finite: Option<(usize, &'static str)>,
+    /// The device's buffer, whatever type the sink made it.
+    pub handle: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Placed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Placed({}, {} bytes)", self.dtype, self.bytes)
+    }
+}
+
+impl PartialEq for Placed {
+    /// The same device memory.
+    fn eq(&self, other: &Placed) -> bool {
+        Arc::ptr_eq(&self.handle, &other.handle)
+    }
+}
+
+/// A 64-bit FNV-1a over little-endian 32-bit words, continued from `h` (start from [`WORD_HASH_SEED`]): fast enough
+/// to run over every weight as it arrives (a word a multiply), and what a read-back of device memory is checked
+/// with. Not a defence against anyone: a check that the device holds what was written. `bytes` is whole words.
+pub fn word_hash(mut h: u64, bytes: &[u8]) -> u64 {
+    for w in bytes.chunks_exact(4) {
+        h = (h ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Where [`word_hash`] starts: FNV-1a's offset basis.
+pub const WORD_HASH_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn kind_f32(x: f32) -> &'static str {
+    if x.is_nan() { "NaN" } else { "an infinity" }
+}
+
+/// An f16 with all exponent bits set is an infinity (mantissa 0) or a NaN.
+fn half_kind(b: u16) -> Option<&'static str> {
+    (b & 0x7c00 == 0x7c00).then(|| if b & 0x03ff == 0 { "an infinity" } else { "NaN" })
+}
+
+/// [`HostTensor::first_non_finite`] of `dtype` data as its little-endian bytes (whole values or blocks).
+pub(crate) fn non_finite_in(dtype: Dtype, bytes: &[u8]) -> Option<(usize, &'static str)> {
+    let scales = |block: usize| {
+        bytes.chunks(block).enumerate().find_map(|(i, c)| half_kind(u16::from_le_bytes([c[0], *c.get(1)?])).map(|k| (i, k)))
+    };
+    match dtype {
+        Dtype::F32 => bytes.chunks_exact(4).enumerate().find_map(|(i, c)| {
+            let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            (!x.is_finite()).then(|| (i, kind_f32(x)))
+        }),
+        Dtype::F16 => bytes.chunks_exact(2).enumerate().find_map(|(i, c)| half_kind(u16::from_le_bytes([c[0], c[1]])).map(|k| (i, k))),
+        Dtype::Q8_0 => scales(quant::Q8_0_BLOCK_BYTES),
+        Dtype::Q4_0 => scales(quant::Q4_0_BLOCK_BYTES),
+    }
+}
+
+/// The error of a host operation on a [`HostData::Placed`] tensor.
+pub(crate) fn placed_error(what: &str) -> Error {
+    Error::Weights(format!(
+        "{what}: the weight is in GPU memory (it went there as the file arrived), not on the host; load the model \
+         with device \"cpu\" to run this on the host"
+    ))
 }
 
 impl HostData {
@@ -95,6 +172,7 @@ impl HostData {
             HostData::F16(_) => Dtype::F16,
             HostData::Q8_0(_) => Dtype::Q8_0,
             HostData::Q4_0(_) => Dtype::Q4_0,
+            HostData::Placed(p) => p.dtype,
         }
     }
 }
@@ -132,25 +210,19 @@ impl HostTensor {
             HostData::F16(v) => Ok(v.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect()),
             // Block dequantization, bit-exact with ggml's `dequantize_row_q8_0/q4_0`.
             HostData::Q8_0(_) | HostData::Q4_0(_) => quant::to_f32(self),
+            HostData::Placed(_) => Err(placed_error("reading its values")),
         }
     }
 
     /// The index (in elements, or blocks for Q8_0/Q4_0) and kind of the first NaN or infinite value, if any. For
     /// quantized data the f16 block scales are what can be non-finite.
     pub fn first_non_finite(&self) -> Option<(usize, &'static str)> {
-        fn kind_f32(x: f32) -> &'static str {
-            if x.is_nan() { "NaN" } else { "an infinity" }
-        }
-        // An f16 with all exponent bits set is an infinity (mantissa 0) or a NaN.
-        let half = |b: u16| (b & 0x7c00 == 0x7c00).then(|| if b & 0x03ff == 0 { "an infinity" } else { "NaN" });
-        let scales = |v: &[u8], block: usize| {
-            v.chunks(block).enumerate().find_map(|(i, c)| half(u16::from_le_bytes([c[0], *c.get(1)?])).map(|k| (i, k)))
-        };
         match &self.data {
             HostData::F32(v) => v.iter().position(|x| !x.is_finite()).map(|i| (i, kind_f32(v[i]))),
-            HostData::F16(v) => v.iter().enumerate().find_map(|(i, &b)| half(b).map(|k| (i, k))),
-            HostData::Q8_0(v) => scales(v, quant::Q8_0_BLOCK_BYTES),
-            HostData::Q4_0(v) => scales(v, quant::Q4_0_BLOCK_BYTES),
+            HostData::F16(v) => v.iter().enumerate().find_map(|(i, &b)| half_kind(b).map(|k| (i, k))),
+            HostData::Q8_0(v) => non_finite_in(Dtype::Q8_0, v),
+            HostData::Q4_0(v) => non_finite_in(Dtype::Q4_0, v),
+            HostData::Placed(p) => p.non_finite,
         }
     }
 
@@ -158,6 +230,9 @@ impl HostTensor {
     /// biases `(H)` ×3 → `(3H)`). All parts must share the dtype and every other dimension. Works for block-quantized
     /// data too: blocks run along the last dimension, so rows stay contiguous.
     pub fn concat_rows(parts: &[&HostTensor]) -> Result<HostTensor> {
+        if parts.iter().any(|p| matches!(p.data, HostData::Placed(_))) {
+            return Err(placed_error("joining rows of weights on the host"));
+        }
         let is = |p: &&HostTensor, d: Dtype| p.data.dtype() == d;
         if parts.iter().any(|p| is(p, Dtype::Q4_0)) && parts.iter().any(|p| is(p, Dtype::Q8_0))
             && parts.iter().all(|p| p.data.dtype().is_quantized())
@@ -205,6 +280,7 @@ impl HostTensor {
             HostData::F16(_) => cat!(F16),
             HostData::Q8_0(_) => cat!(Q8_0),
             HostData::Q4_0(_) => cat!(Q4_0),
+            HostData::Placed(_) => return Err(placed_error("joining rows of weights on the host")),
         };
         Ok(HostTensor { shape, data })
     }
@@ -222,8 +298,21 @@ impl HostTensor {
             HostData::F16(v) => HostData::F16(v[cut(n)].to_vec()),
             HostData::Q8_0(v) => HostData::Q8_0(v[cut(quant::quantized_bytes(Dtype::Q8_0, n))].to_vec()),
             HostData::Q4_0(v) => HostData::Q4_0(v[cut(quant::quantized_bytes(Dtype::Q4_0, n))].to_vec()),
+            HostData::Placed(_) => return Err(placed_error("taking rows of a weight on the host")),
         };
         Ok(HostTensor { shape: vec![rows.len(), n], data })
+    }
+
+    /// Rows `rows` of a 2-D tensor, in that order (repeats allowed).
+    pub fn gather_rows(&self, rows: &[usize]) -> Result<HostTensor> {
+        let mut parts = Vec::with_capacity(rows.len());
+        for &r in rows {
+            parts.push(self.slice_rows(r..r + 1)?);
+        }
+        if parts.is_empty() {
+            return self.slice_rows(0..0);
+        }
+        HostTensor::concat_rows(&parts.iter().collect::<Vec<_>>())
     }
 
     /// Fails unless the storage holds exactly the shape's elements (quantized: rows of whole blocks of 32), with
@@ -262,6 +351,20 @@ pub struct Weights {
     /// Whose names the file uses: the model asks for BERT's, and a DistilBERT or RoBERTa file is searched under its
     /// own too.
     family: Option<Family>,
+    /// [`Weights::logging`].
+    log: Lookups,
+}
+
+/// The tensors found so far: (the name asked for, with its prefix; the name stored), shared by every view of a
+/// logging set ([`Weights::logging`]).
+#[derive(Clone, Debug, Default)]
+struct Lookups(Option<Arc<std::sync::Mutex<Vec<(String, String)>>>>);
+
+impl PartialEq for Lookups {
+    /// (What was looked up is not part of the weights.)
+    fn eq(&self, _: &Lookups) -> bool {
+        true
+    }
 }
 
 impl Weights {
@@ -279,6 +382,39 @@ impl Weights {
     /// Records a tensor the file has but whose dtype cannot be read.
     pub(crate) fn insert_unsupported(&mut self, name: impl Into<String>, dtype: impl Into<String>) {
         Arc::make_mut(&mut self.unsupported).insert(name.into(), dtype.into());
+    }
+
+    /// The same tensors, recording each one found from now on, by the name it was asked for: what a module loaded
+    /// from them needs is then known ([`Weights::found_under`]).
+    pub fn logging(&self) -> Weights {
+        Weights { log: Lookups(Some(Default::default())), ..self.clone() }
+    }
+
+    /// The stored names of the tensors found through this set (since [`Weights::logging`]) when asked for under
+    /// `prefix` (a full name: `encoder.layer.3`), without repeats.
+    pub fn found_under(&self, prefix: &str) -> Vec<String> {
+        let Some(log) = &self.log.0 else { return Vec::new() };
+        let log = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out: Vec<String> = log
+            .iter()
+            .filter(|(asked, _)| asked.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('.')))
+            .map(|(_, stored)| stored.clone())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Whether any tensor is in device memory ([`HostData::Placed`]).
+    pub fn any_placed(&self) -> bool {
+        self.tensors.values().any(|t| matches!(t.data, HostData::Placed(_)))
+    }
+
+    /// The same set with the tensor stored under `name` replaced by `t` (the views made from this one keep the old).
+    pub fn replaced(&self, name: &str, t: HostTensor) -> Weights {
+        let mut w = self.clone();
+        Arc::make_mut(&mut w.tensors).insert(name.to_string(), Arc::new(t));
+        w
     }
 
     /// The same tensors, with `prefix.` appended to the current prefix.
@@ -368,6 +504,11 @@ impl Weights {
         Ok(None)
     }
 
+    /// The name `name` (under the prefix, with the accepted variants) is stored under, if it exists.
+    pub fn stored_name(&self, name: &str) -> Result<Option<String>> {
+        Ok(self.lookup(name)?.map(|(found, _)| found))
+    }
+
     /// Whether `name` (under the prefix, with the accepted variants) exists.
     pub fn contains(&self, name: &str) -> bool {
         matches!(self.lookup(name), Ok(Some(_)))
@@ -393,11 +534,14 @@ impl Weights {
                 // A NaN or infinity in a weight turns every output it reaches into NaN: refuse the file at load
                 // rather than answer with NaN scores later.
                 if let Some((i, kind)) = t.first_non_finite() {
-                    let unit = if matches!(t.data, HostData::Q8_0(_) | HostData::Q4_0(_)) { "block scale" } else { "value" };
+                    let unit = if t.data.dtype().is_quantized() { "block scale" } else { "value" };
                     return Err(Error::Weights(format!(
                         "tensor `{found}` holds {kind} ({unit} {i}): the file is damaged or was saved from a diverged \
                          training run; re-download or re-export it"
                     )));
+                }
+                if let Some(log) = &self.log.0 {
+                    log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((self.full(name), found));
                 }
                 Ok(t)
             }

@@ -276,6 +276,7 @@ pub fn to_f32(t: &HostTensor) -> Result<Vec<f32>> {
             dequantize_q4_0(b, &mut out)?;
             Ok(out)
         }
+        HostData::Placed(_) => Err(crate::weights::placed_error("reading its values")),
     }
 }
 

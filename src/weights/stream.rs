@@ -6,12 +6,15 @@
 //! The checks are the whole-file readers' ([`Weights::from_safetensors_source`], [`gguf::read_bert`]), with the same
 //! errors; the fuzz targets (`crate::fuzzing`) feed every input both ways and require the same answer.
 
+use std::any::Any;
+use std::sync::Arc;
+
 use safetensors::SafeTensorError;
 use sha2::{Digest, Sha256};
 
 use super::gguf::{self, BertGguf, Gguf};
 use super::safetensors::{bf16_to_f32, header, invalid};
-use super::{HostData, HostTensor, Weights};
+use super::{non_finite_in, word_hash, HostData, HostTensor, Placed, Weights, WORD_HASH_SEED};
 use crate::dtype::Dtype;
 use crate::{Error, Result};
 
@@ -22,6 +25,15 @@ pub enum Format {
     Safetensors,
     /// A BERT `.gguf`: config, tokenizer and tensors.
     Gguf,
+}
+
+/// Device memory a stream writes weights into as their bytes arrive, instead of host memory (a GPU backend): the
+/// matrices of the file go there ([`WeightStream::place_on_device`]), and the host keeps a [`Placed`] of each.
+pub trait DeviceSink {
+    /// Zeroed device memory for a weight of `bytes` bytes stored as `dtype`, with room for its last partial word.
+    fn create(&self, dtype: Dtype, shape: &[usize], bytes: usize) -> Result<Arc<dyn Any + Send + Sync>>;
+    /// Writes `data` (whole 4-byte words) at `offset` (a multiple of 4) of the memory `handle` made.
+    fn write(&self, handle: &(dyn Any + Send + Sync), offset: usize, data: &[u8]) -> Result<()>;
 }
 
 /// What a finished file holds.
@@ -43,6 +55,8 @@ pub struct WeightStream {
     /// GGUF: parse the header again once `head` holds this many bytes (its length is not written up front).
     next_try: usize,
     body: Option<Body>,
+    /// [`WeightStream::place_on_device`].
+    place: bool,
 }
 
 /// The tensors of a parsed header, filled in file order.
@@ -65,6 +79,8 @@ struct Slot {
     /// `Err(dtype)`: a dtype we do not read, skipped and recorded (safetensors' i64 `position_ids`).
     dtype: std::result::Result<Stored, String>,
     data: Option<Filling>,
+    /// Its bytes go to the device ([`WeightStream::place_on_device`]).
+    device: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -82,13 +98,31 @@ enum Filling {
     /// f16 bits, or bf16 bits widened to f32 once complete.
     U16(Vec<u16>, bool),
     Blocks(Vec<u8>, Dtype),
+    Device(DeviceFill),
+}
+
+/// A weight's bytes on their way to device memory: written in whole words (and whole blocks, so that each block's
+/// scale is checked as it passes), the last partial unit kept until the next piece.
+struct DeviceFill {
+    handle: Arc<dyn Any + Send + Sync>,
+    dtype: Dtype,
+    bytes: usize,
+    written: usize,
+    pending: Vec<u8>,
+    hash: u64,
+    non_finite: Option<(usize, &'static str)>,
 }
 
 /// Reads the file at `path` through a [`WeightStream`], a piece at a time: the tensors are the only copy of the
 /// weights the host ever holds (reading the whole file first held it twice at the peak). Natively, the model folder's
 /// `model.safetensors` and a `.gguf` path load this way.
-#[cfg(not(target_arch = "wasm32"))]
 pub fn read_file(path: &std::path::Path, format: Format) -> Result<Streamed> {
+    read_file_to(path, format, None)
+}
+
+/// [`read_file`], the file's matrices written to `sink`'s device memory as they are read
+/// ([`WeightStream::place_on_device`]), when a sink is given.
+pub fn read_file_to(path: &std::path::Path, format: Format, sink: Option<&dyn DeviceSink>) -> Result<Streamed> {
     use std::io::Read;
     /// The piece size: large enough that reading costs no more than a whole-file read, small beside any model.
     const PIECE: usize = 1 << 20;
@@ -97,6 +131,9 @@ pub fn read_file(path: &std::path::Path, format: Format) -> Result<Streamed> {
     let len = file.metadata().map_err(cannot)?.len();
     let len = usize::try_from(len).map_err(|_| Error::Weights(format!("{} is too large", path.display())))?;
     let mut stream = WeightStream::new(format, Some(len), len, false);
+    if sink.is_some() {
+        stream.place_on_device();
+    }
     let mut piece = vec![0u8; PIECE.min(len.max(1))];
     loop {
         let n = match file.read(&mut piece) {
@@ -105,9 +142,9 @@ pub fn read_file(path: &std::path::Path, format: Format) -> Result<Streamed> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(cannot(e)),
         };
-        stream.push(&piece[..n])?;
+        stream.push_to(&piece[..n], sink)?;
     }
-    Ok(stream.finish()?.0)
+    Ok(stream.finish_to(sink)?.0)
 }
 
 impl WeightStream {
@@ -123,11 +160,25 @@ impl WeightStream {
             head: Vec::new(),
             next_try: 0,
             body: None,
+            place: false,
         }
+    }
+
+    /// The file's matrices go to the device the pushes name ([`WeightStream::push_to`]) as their bytes arrive, never
+    /// into host memory; vectors (biases, LayerNorm), position tables (RoBERTa's are cut at load) and bf16 stay on the
+    /// host. A GGUF that mixes Q8_0 and Q4_0 matrices, or whose blocks do not end on whole words, stays on the host
+    /// whole: its q, k and v weights are joined on the host. Call before the first push.
+    pub fn place_on_device(&mut self) {
+        self.place = true;
     }
 
     /// The bytes that follow those already pushed.
     pub fn push(&mut self, piece: &[u8]) -> Result<()> {
+        self.push_to(piece, None)
+    }
+
+    /// [`WeightStream::push`], the placed weights' bytes written to `sink`'s memory (always the same sink).
+    pub fn push_to(&mut self, piece: &[u8], sink: Option<&dyn DeviceSink>) -> Result<()> {
         if piece.len() > self.limit - self.received {
             return Err(Error::Weights(format!(
                 "the file is longer than the {} bytes {}",
@@ -141,21 +192,26 @@ impl WeightStream {
         let at = self.received;
         self.received += piece.len();
         match &mut self.body {
-            Some(body) => body.fill(at, piece),
+            Some(body) => body.fill(at, piece, sink),
             None => {
                 self.head.extend_from_slice(piece);
-                self.take_header(false).map(drop)
+                self.take_header(false, sink).map(drop)
             }
         }
     }
 
     /// The file is complete: its contents, and the SHA-256 of its bytes (lower-case hex) if asked for.
-    pub fn finish(mut self) -> Result<(Streamed, Option<String>)> {
+    pub fn finish(self) -> Result<(Streamed, Option<String>)> {
+        self.finish_to(None)
+    }
+
+    /// [`WeightStream::finish`] of a stream pushed with [`WeightStream::push_to`] `sink`.
+    pub fn finish_to(mut self, sink: Option<&dyn DeviceSink>) -> Result<(Streamed, Option<String>)> {
         if self.len.is_some_and(|len| self.received < len) {
             return Err(self.truncated());
         }
         self.len = Some(self.received);
-        if self.body.is_none() && !self.take_header(true)? {
+        if self.body.is_none() && !self.take_header(true, sink)? {
             return Err(self.truncated());
         }
         let body = self.body.take().expect("parsed");
@@ -176,7 +232,7 @@ impl WeightStream {
             return Err(invalid(SafeTensorError::MetadataIncompleteBuffer));
         }
         let digest = self.hasher.take().map(|h| h.finalize().iter().map(|b| format!("{b:02x}")).collect());
-        Ok((body.finish()?, digest))
+        Ok((body.finish(sink)?, digest))
     }
 
     fn truncated(&self) -> Error {
@@ -192,12 +248,16 @@ impl WeightStream {
 
     /// Parses the header once `head` can hold it all (`last`: no more bytes will come), then hands the bytes after
     /// it to the tensors; true once parsed.
-    fn take_header(&mut self, last: bool) -> Result<bool> {
+    fn take_header(&mut self, last: bool, sink: Option<&dyn DeviceSink>) -> Result<bool> {
         if !self.parse_header(last)? {
             return Ok(false);
         }
         let head = std::mem::take(&mut self.head);
-        self.body.as_mut().expect("parsed").fill(0, &head)?;
+        let body = self.body.as_mut().expect("parsed");
+        if self.place {
+            body.choose_placed();
+        }
+        body.fill(0, &head, sink)?;
         Ok(true)
     }
 
@@ -230,6 +290,7 @@ impl WeightStream {
                             other => Err(format!("{other:?}")),
                         },
                         data: None,
+                        device: false,
                     })
                     .collect();
                 // (A tensor of no bytes first among those that start where it does.)
@@ -263,6 +324,7 @@ impl WeightStream {
                             Dtype::Q4_0 => Stored::Q4_0,
                         }),
                         data: None,
+                        device: false,
                     })
                     .collect();
                 slots.sort_by_key(|s| s.start);
@@ -274,8 +336,29 @@ impl WeightStream {
 }
 
 impl Body {
+    /// Marks the weights [`WeightStream::place_on_device`] places: the matrices but the position table, in the
+    /// dtypes the device reads as stored (not bf16). The q, k and v weights are joined into one matrix at load,
+    /// which the device does by copying whole words of one dtype: where they are of several dtypes (a GGUF that keeps
+    /// attention at Q8_0 in a Q4_0 file) or not of whole words, they stay on the host and are joined there.
+    fn choose_placed(&mut self) {
+        let matrix = |s: &Slot| {
+            s.shape.len() >= 2
+                && s.len > 0
+                && !s.name.contains("position_embeddings")
+                && s.dtype.as_ref().is_ok_and(|t| !matches!(t, Stored::Bf16))
+        };
+        let qkv = |s: &Slot| s.name.contains("attention.self.");
+        let mut kinds = self.slots.iter().filter(|s| matrix(s) && qkv(s)).filter_map(|s| s.dtype.as_ref().ok());
+        let first = kinds.next().map(std::mem::discriminant);
+        let joinable = kinds.all(|t| Some(std::mem::discriminant(t)) == first)
+            && self.slots.iter().filter(|s| matrix(s) && qkv(s)).all(|s| s.len % 4 == 0);
+        for s in &mut self.slots {
+            s.device = matrix(s) && (joinable || !qkv(s));
+        }
+    }
+
     /// The file's bytes from `at` on.
-    fn fill(&mut self, mut at: usize, mut bytes: &[u8]) -> Result<()> {
+    fn fill(&mut self, mut at: usize, mut bytes: &[u8], sink: Option<&dyn DeviceSink>) -> Result<()> {
         while !bytes.is_empty() {
             let Some(slot) = self.slots.get_mut(self.at) else {
                 if self.end.is_some() {
@@ -293,9 +376,15 @@ impl Body {
             let n = (slot.len - off).min(bytes.len());
             if let Ok(stored) = slot.dtype {
                 if slot.data.is_none() {
-                    slot.data = Some(Filling::new(stored, slot.len, &slot.name)?);
+                    slot.data = Some(match sink.filter(|_| slot.device) {
+                        Some(sink) => Filling::Device(DeviceFill::new(sink, stored, &slot.shape, slot.len)?),
+                        None => Filling::new(stored, slot.len, &slot.name)?,
+                    });
                 }
-                slot.data.as_mut().expect("made").bytes_mut()[off..off + n].copy_from_slice(&bytes[..n]);
+                match slot.data.as_mut().expect("made") {
+                    Filling::Device(d) => d.push(sink, &bytes[..n])?,
+                    host => host.bytes_mut()[off..off + n].copy_from_slice(&bytes[..n]),
+                }
             }
             (at, bytes) = (at + n, &bytes[n..]);
             if off + n == slot.len {
@@ -305,7 +394,7 @@ impl Body {
         Ok(())
     }
 
-    fn finish(self) -> Result<Streamed> {
+    fn finish(self, sink: Option<&dyn DeviceSink>) -> Result<Streamed> {
         let mut slots = self.slots;
         slots.sort_by_key(|s| s.order);
         let mut tensors = Vec::with_capacity(slots.len());
@@ -316,6 +405,7 @@ impl Body {
                     unsupported.push((s.name, dtype));
                     continue;
                 }
+                (Ok(_), Some(Filling::Device(d))) => d.done(sink)?,
                 (Ok(_), Some(f)) => f.done(),
                 // A tensor of no bytes got none: its (empty) storage is made here.
                 (Ok(stored), None) => Filling::new(stored, 0, &s.name)?.done(),
@@ -367,6 +457,7 @@ impl Filling {
             Filling::F32(v) => bytemuck::cast_slice_mut(v),
             Filling::U16(v, _) => bytemuck::cast_slice_mut(v),
             Filling::Blocks(v, _) => v,
+            Filling::Device(_) => &mut [],
         }
     }
 
@@ -391,6 +482,97 @@ impl Filling {
             }
             Filling::Blocks(v, Dtype::Q4_0) => HostData::Q4_0(v),
             Filling::Blocks(v, _) => HostData::Q8_0(v),
+            // (`Body::finish` finishes a device's weights itself.)
+            Filling::Device(d) => HostData::Placed(Placed {
+                dtype: d.dtype,
+                bytes: d.bytes,
+                hash: d.hash,
+                non_finite: d.non_finite,
+                handle: d.handle,
+            }),
         }
+    }
+}
+
+impl DeviceFill {
+    fn new(sink: &dyn DeviceSink, stored: Stored, shape: &[usize], bytes: usize) -> Result<DeviceFill> {
+        let dtype = match stored {
+            Stored::F32 => Dtype::F32,
+            Stored::F16 => Dtype::F16,
+            Stored::Q8_0 => Dtype::Q8_0,
+            Stored::Q4_0 => Dtype::Q4_0,
+            Stored::Bf16 => return Err(Error::Weights("bf16 weights are widened on the host".into())),
+        };
+        let handle = sink.create(dtype, shape, bytes)?;
+        Ok(DeviceFill { handle, dtype, bytes, written: 0, pending: Vec::new(), hash: WORD_HASH_SEED, non_finite: None })
+    }
+
+    /// What is written at once: whole words of whole values (blocks).
+    fn unit(&self) -> usize {
+        match self.dtype {
+            Dtype::F32 | Dtype::F16 => 4,
+            Dtype::Q8_0 => 4 * super::quant::Q8_0_BLOCK_BYTES / 2, // 68: two blocks
+            Dtype::Q4_0 => 2 * super::quant::Q4_0_BLOCK_BYTES,     // 36: two blocks
+        }
+    }
+
+    /// Bytes a value (or block) takes, to count them for [`DeviceFill::non_finite`].
+    fn value_bytes(&self) -> usize {
+        match self.dtype {
+            Dtype::F32 => 4,
+            Dtype::F16 => 2,
+            Dtype::Q8_0 => super::quant::Q8_0_BLOCK_BYTES,
+            Dtype::Q4_0 => super::quant::Q4_0_BLOCK_BYTES,
+        }
+    }
+
+    fn push(&mut self, sink: Option<&dyn DeviceSink>, mut data: &[u8]) -> Result<()> {
+        let sink = sink.ok_or_else(|| Error::Weights("a placed weight's bytes arrived without their device".into()))?;
+        let unit = self.unit();
+        if !self.pending.is_empty() {
+            let take = (unit - self.pending.len()).min(data.len());
+            self.pending.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.pending.len() < unit {
+                return Ok(());
+            }
+            let whole = std::mem::take(&mut self.pending);
+            self.emit(sink, &whole, unit)?;
+        }
+        let whole = data.len() / unit * unit;
+        if whole > 0 {
+            self.emit(sink, &data[..whole], whole)?;
+        }
+        self.pending.extend_from_slice(&data[whole..]);
+        Ok(())
+    }
+
+    /// Writes `data` (whole units, or the zero-padded last one, of which the first `real` bytes are the tensor's)
+    /// after what is written.
+    fn emit(&mut self, sink: &dyn DeviceSink, data: &[u8], real: usize) -> Result<()> {
+        self.scan(&data[..real]);
+        self.hash = word_hash(self.hash, data);
+        sink.write(&*self.handle, self.written, data)?;
+        self.written += data.len();
+        Ok(())
+    }
+
+    /// Checks the values in `real` (the next bytes, before any padding) for a non-finite one.
+    fn scan(&mut self, real: &[u8]) {
+        if self.non_finite.is_none() {
+            let before = self.written / self.value_bytes();
+            self.non_finite = non_finite_in(self.dtype, real).map(|(i, kind)| (before + i, kind));
+        }
+    }
+
+    fn done(mut self, sink: Option<&dyn DeviceSink>) -> Result<HostData> {
+        if !self.pending.is_empty() {
+            let sink = sink.ok_or_else(|| Error::Weights("a placed weight finished without its device".into()))?;
+            let mut last = std::mem::take(&mut self.pending);
+            let real = last.len();
+            last.resize(real.div_ceil(4) * 4, 0);
+            self.emit(sink, &last, real)?;
+        }
+        Ok(Filling::Device(self).done())
     }
 }

@@ -150,6 +150,7 @@ impl Packed {
             HostData::F32(v) => v.len() * 4,
             HostData::F16(v) => v.len() * 2,
             HostData::Q8_0(b) | HostData::Q4_0(b) => b.len(),
+            HostData::Placed(p) => p.bytes,
         }
     }
 }

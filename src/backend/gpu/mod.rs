@@ -24,6 +24,7 @@ mod context;
 mod matmul;
 mod norm;
 pub mod params;
+mod placed;
 mod pool;
 mod profiler;
 mod runtime;
@@ -84,6 +85,8 @@ pub struct GpuBackend {
     read_backs: std::cell::Cell<u64>,
     /// Bytes of weights written since the queue last submitted ([`tensor::UPLOAD_FLUSH`]).
     unsubmitted: std::cell::Cell<u64>,
+    /// Placed weights in use as tensors ([`GpuBackend::adopt`]).
+    adopted: placed::Adopted,
 }
 
 impl GpuBackend {
@@ -141,6 +144,7 @@ impl GpuBackend {
             weight_bytes: Rc::new(std::cell::Cell::new(0)),
             read_backs: std::cell::Cell::new(0),
             unsubmitted: std::cell::Cell::new(0),
+            adopted: Default::default(),
         })
     }
 
@@ -267,6 +271,13 @@ impl Backend for GpuBackend {
 
     fn upload(&self, t: &HostTensor) -> Result<GpuTensor> {
         self.upload_weight(t)
+    }
+
+    fn upload_rows(&self, parts: &[&HostTensor]) -> Result<GpuTensor> {
+        match self.upload_rows_placed(parts)? {
+            Some(t) => Ok(t),
+            None => self.upload_weight(&HostTensor::concat_rows(parts)?),
+        }
     }
 
     fn input(&self, data: &[f32], rows: usize, cols: usize) -> Result<GpuTensor> {

@@ -259,7 +259,7 @@ impl GpuBackend {
     }
 
     /// Waits until `bufs` are mapped for reading: polls natively; in a browser the event loop resolves it.
-    async fn map_read(&self, bufs: &[(&wgpu::Buffer, u64)]) -> Result<()> {
+    pub(super) async fn map_read(&self, bufs: &[(&wgpu::Buffer, u64)]) -> Result<()> {
         let futures: Vec<MapFuture> = bufs
             .iter()
             .map(|(buf, size)| {

@@ -115,6 +115,7 @@ fn weight_bytes(t: &HostTensor, rows: usize, cols: usize) -> Result<(Dtype, Cow<
             blocks(Dtype::Q4_0, b)?;
             (Dtype::Q4_0, Cow::Borrowed(&b[..]))
         }
+        HostData::Placed(_) => return Err(crate::weights::placed_error("copying a weight to the GPU")),
     })
 }
 
@@ -151,6 +152,9 @@ impl GpuBackend {
             [n] => (1, *n),
             [lead @ .., last] => (lead.iter().product(), *last),
         };
+        if let HostData::Placed(p) = &t.data {
+            return self.adopt(p, rows, cols);
+        }
         // Matrices keep their stored bytes (the kernels decode them); 1-D tensors (biases, LayerNorm γ/β: 0.1% of
         // the bytes, read by additions in several kernels) are widened to f32.
         let widened;
@@ -191,7 +195,7 @@ impl GpuBackend {
     /// after each [`UPLOAD_FLUSH`] bytes frees them as the load goes (never while passes wait in a recording: they
     /// go with their own submission). In the browser the GPU process stages the writes itself, and the same
     /// submissions measured no gain there (BENCHMARKS.md, issue 29's item 4), so it does not submit.
-    fn flush_uploads(&self, written: u64) {
+    pub(super) fn flush_uploads(&self, written: u64) {
         if cfg!(target_arch = "wasm32") {
             return;
         }

@@ -52,6 +52,7 @@ impl GgufWriter {
             HostData::F32(v) => v.len() as u64 * 4,
             HostData::F16(v) => v.len() as u64 * 2,
             HostData::Q8_0(b) | HostData::Q4_0(b) => b.len() as u64,
+            HostData::Placed(_) => return Err(crate::weights::placed_error(&format!("writing `{name}` into a GGUF"))),
         };
         if Some(stored) != type_bytes(dtype, n as u64) {
             return Err(gguf_err(format!(
@@ -105,6 +106,7 @@ impl GgufWriter {
                 HostData::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
                 HostData::F16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
                 HostData::Q8_0(b) | HostData::Q4_0(b) => out.extend_from_slice(b),
+                HostData::Placed(_) => return Err(crate::weights::placed_error("writing a GGUF")),
             }
         }
         Ok(out)
@@ -116,5 +118,6 @@ fn data_bytes(d: &HostData) -> usize {
         HostData::F32(v) => v.len() * 4,
         HostData::F16(v) => v.len() * 2,
         HostData::Q8_0(b) | HostData::Q4_0(b) => b.len(),
+        HostData::Placed(p) => p.bytes,
     }
 }
