@@ -134,8 +134,9 @@ pub async fn reference(model: &Model<GpuBackend>, weights: &Weights) -> Result<R
             let table = w.stored_name("embeddings.word_embeddings.weight")?.ok_or_else(|| {
                 crate::Error::Weights("tensor `embeddings.word_embeddings.weight` is missing from the weights".into())
             })?;
-            let t = w.stored(&table).cloned().ok_or_else(|| crate::Error::Weights(format!("no tensor `{table}`")))?;
-            w = w.replaced(&table, gpu.host_rows(&t, &rows).await?);
+            let t = w.stored(&table).ok_or_else(|| crate::Error::Weights(format!("no tensor `{table}`")))?;
+            let gathered = gpu.host_rows(t, &rows).await?;
+            w = w.replaced(&table, gathered);
             names.retain(|n| *n != table);
         }
         read_back(gpu, &w, &names).await

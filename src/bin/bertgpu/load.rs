@@ -1,7 +1,8 @@
 //! Putting a model on its device for a command: the load-time check's reason when `auto` took the CPU, and the GPU
 //! kernels' tuning (tune.rs).
 
-use bertgpu::engine::{Device, Engine};
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::engine::{Device, Engine, Placement};
 
 use crate::{tune, Fail, LoadedModel};
 
@@ -19,9 +20,15 @@ pub(crate) enum Activations {
 /// mode ([`tune::apply`]); failures exit 2.
 pub(crate) fn load_engine(m: &LoadedModel, device: Device, f16: bool) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
-    let weights = m.model.weights().map_err(fail)?;
+    // The device first: for a GPU, a folder's weights go from the file into its memory, not through the host's.
+    let placement = pollster::block_on(Placement::pick(device)).map_err(fail)?;
+    let weights = match &placement.gpu {
+        Some(gpu) => m.model.weights_to(gpu),
+        None => m.model.weights(),
+    }
+    .map_err(fail)?;
     let (config, tokenizer) = (m.model.config.clone(), m.model.tokenizer.clone());
-    let engine = pollster::block_on(Engine::from_parts(config, tokenizer, &weights, device)).map_err(fail)?;
+    let engine = pollster::block_on(Engine::place(config, tokenizer, &weights, placement, CpuBackend::new())).map_err(fail)?;
     if let Some(why) = engine.device_reason() {
         eprintln!("bertgpu: on the CPU: {why}");
     }
