@@ -17,6 +17,7 @@ use bertgpu::engine::{Device, Engine, Placement};
 use bertgpu::loader::{self, LoadOptions, ModelSource};
 use bertgpu::tasks::EmbedOptions;
 use bertgpu::weights::stream::{read_file_to, DeviceSink, Format, Streamed, WeightStream};
+use bertgpu::weights::safetensors::{write_f32, F32Tensor};
 use bertgpu::weights::{gguf, HostData, Weights};
 
 mod common;
@@ -136,4 +137,35 @@ fn auto_on_a_faulty_gpu_runs_the_placed_weights_on_the_cpu() {
     assert!(e.device_reason().is_some_and(|r| r.contains("running on the CPU instead")), "{:?}", e.device_reason());
     let cpu = pollster::block_on(Engine::load(ModelSource::Path(&dir), &LoadOptions::default(), Device::Cpu)).unwrap();
     assert_eq!(embed(&e), embed(&cpu), "the weights read back are not the file's");
+}
+
+#[test]
+fn a_nan_in_a_placed_weight_is_refused_at_load_as_on_the_host() {
+    let Some(g) = gpu() else { return };
+    let dir = root().join("tests/models/tiny-classifier");
+    let m = loader::load(ModelSource::Path(&dir), &LoadOptions::default()).unwrap();
+    let w = m.weights().unwrap();
+    let names = w.names();
+    let target = names.iter().find(|n| n.ends_with("layer.0.intermediate.dense.weight")).unwrap().to_string();
+    let values: Vec<(String, Vec<usize>, Vec<f32>)> = names
+        .iter()
+        .map(|n| {
+            let t = w.stored(n).unwrap();
+            let mut v = t.to_f32().unwrap();
+            if *n == target {
+                v[7] = f32::NAN;
+            }
+            (n.to_string(), t.shape.clone(), v)
+        })
+        .collect();
+    let tensors: Vec<F32Tensor<'_>> =
+        values.iter().map(|(name, shape, v)| F32Tensor { name: name.clone(), shape: shape.clone(), values: v }).collect();
+    let file = std::env::temp_dir().join(format!("bertgpu-placed-nan-{}.safetensors", std::process::id()));
+    std::fs::write(&file, write_f32(&tensors, &Default::default()).unwrap()).unwrap();
+    let placed = placed_safetensors(&file, &g);
+    std::fs::remove_file(&file).unwrap();
+    assert!(matches!(placed.stored(&target).unwrap().data, HostData::Placed(_)));
+    let err = pollster::block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), &placed,
+        Placement::on(Device::Gpu, g), CpuBackend::new())).err().expect("a NaN weight loaded").to_string();
+    assert!(err.contains(&target) && err.contains("NaN") && err.contains("value 7"), "{err}");
 }

@@ -165,9 +165,8 @@ impl WeightStream {
     }
 
     /// The file's matrices go to the device the pushes name ([`WeightStream::push_to`]) as their bytes arrive, never
-    /// into host memory; vectors (biases, LayerNorm), position tables (RoBERTa's are cut at load) and bf16 stay on the
-    /// host. A GGUF that mixes Q8_0 and Q4_0 matrices, or whose blocks do not end on whole words, stays on the host
-    /// whole: its q, k and v weights are joined on the host. Call before the first push.
+    /// into host memory; vectors (biases, LayerNorm), position tables (RoBERTa's are cut at load), bf16, and q, k, v
+    /// weights the device cannot join stay on the host (`Body::choose_placed`). Call before the first push.
     pub fn place_on_device(&mut self) {
         self.place = true;
     }
@@ -347,7 +346,12 @@ impl Body {
                 && !s.name.contains("position_embeddings")
                 && s.dtype.as_ref().is_ok_and(|t| !matches!(t, Stored::Bf16))
         };
-        let qkv = |s: &Slot| s.name.contains("attention.self.");
+        // BERT's names (every GGUF's, once read), ALBERT's and DistilBERT's.
+        let qkv = |s: &Slot| {
+            ["attention.self.", "attention.query.", "attention.key.", "attention.value.", "q_lin.", "k_lin.", "v_lin."]
+                .iter()
+                .any(|p| s.name.contains(p))
+        };
         let mut kinds = self.slots.iter().filter(|s| matrix(s) && qkv(s)).filter_map(|s| s.dtype.as_ref().ok());
         let first = kinds.next().map(std::mem::discriminant);
         let joinable = kinds.all(|t| Some(std::mem::discriminant(t)) == first)
