@@ -630,8 +630,16 @@ export class Bert {
     const fetchOptions = { cache, cacheDir: opts.cacheDir, sha256, maxBytes };
     const runtime = getRuntime(build, wasm?.[build]);
     // The weights file goes into the module piece by piece as it downloads (src/wasm/stream.rs): never whole in JS.
-    const stream = async ({ gguf, total, limit, hash }) => new (await runtime).glue.WeightStream(gguf, total, limit, hash);
+    // For the GPU, its matrices go on into GPU memory as they arrive, never into wasm memory, which would keep their
+    // size for the life of the tab (a LoRA adapter is folded into the weights on the host: then they stay there).
     const choosing = pickDevice(device);
+    const stream = async ({ gguf, total, limit, hash }) => {
+      const { glue } = await runtime;
+      const chosen = await choosing.catch(() => null);
+      return chosen && chosen.device !== "cpu" && opts.adapter == null
+        ? glue.WeightStream.onDevice(gguf, total, limit, hash, chosen.device)
+        : new glue.WeightStream(gguf, total, limit, hash);
+    };
     // The weights may go into the cache before they are read where the CPU backend takes them (js/loader.js).
     const cacheFirst = choosing.then((c) => c.device === "cpu", () => false);
     const fetching = fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress, stream, cacheFirst });

@@ -3,7 +3,7 @@
 // short inputs only). Run: scripts/build-wasm.sh && node --test tests/browser/
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
-import { assertAllClose, convertGguf, cosine, readJson, withPage } from "./harness.mjs";
+import { assertAllClose, convertGguf, cosine, openPage, readJson, withPage } from "./harness.mjs";
 
 /*
  * Max |ours − PyTorch| per value. The goldens are PyTorch f32 outputs written to 7 significant digits (rounding
@@ -142,6 +142,33 @@ test("embed on WebGPU equals PyTorch: splade-tiny, short texts; auto takes WebGP
   close(got.single, g.mean[idx[0]], WEBGPU_HIDDEN_ATOL, "webgpu splade mean", "webgpu single");
   assert.equal(got.tokens[0], "[CLS]");
   ctx.page.checkErrors();
+});
+
+test("a WebGPU load writes the weights into GPU memory as they download: wasm memory never holds them", async () => {
+  // A fresh page: its module's memory has held nothing yet, and never shrinks, so its size after the load is the
+  // most the load ever put there. all-MiniLM-L6-v2's f32 weights are 86.7 MiB.
+  const page = await openPage(ctx.env);
+  try {
+    const got = await page.evaluate(async ({ url }) => {
+      if (!await navigator.gpu?.requestAdapter()) return null;
+      const bert = await bertgpu.Bert.load(url, { device: "webgpu", cache: false });
+      const heap = bert._rt.glue.__debugHeap();
+      const v = Array.from(await bert.embed("placed on the GPU as it arrived"));
+      const cpu = await bertgpu.Bert.load(url, { device: "cpu", cache: false });
+      const w = Array.from(await cpu.embed("placed on the GPU as it arrived"));
+      bert.dispose();
+      cpu.dispose();
+      return { heap, v, w };
+    }, { url: ctx.env.models.url + "models/all-MiniLM-L6-v2/" });
+    assert.ok(got, "no WebGPU adapter: Chromium needs --enable-unsafe-webgpu (tests/browser/harness.mjs)");
+    const file = 90_868_376; // bytes of all-MiniLM-L6-v2's model.safetensors
+    assert.ok(got.heap.memoryBytes < file / 2,
+      `wasm memory grew to ${(got.heap.memoryBytes / 2 ** 20).toFixed(1)} MiB in a WebGPU load of an 86.7 MiB file`);
+    assert.ok(cosine(got.v, got.w) > 0.9999, `WebGPU and the CPU disagree: cosine ${cosine(got.v, got.w)}`);
+    page.checkErrors();
+  } finally {
+    await page.close();
+  }
 });
 
 test("activations \"f16\" on WebGPU: within f16's rounding of PyTorch, from the main thread and a worker; refused for training; the CPU stays f32", async () => {
