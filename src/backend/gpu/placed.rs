@@ -30,22 +30,9 @@ unsafe impl Send for DeviceBuffer {}
 #[cfg(target_arch = "wasm32")]
 unsafe impl Sync for DeviceBuffer {}
 
-/// The buffer's size for a weight of `bytes` bytes: as [`GpuBackend::upload_weight`] pads it (the packed kernels read
-/// whole words, and may read one word past a block that ends mid-word).
-fn padded(dtype: Dtype, bytes: usize) -> u64 {
-    buffers::round_size(bytes as u64 + 4 * (dtype != Dtype::F32) as u64)
-}
-
 impl DeviceSink for GpuBackend {
     fn create(&self, dtype: Dtype, shape: &[usize], bytes: usize) -> Result<Arc<dyn Any + Send + Sync>> {
-        let size = padded(dtype, bytes);
-        self.check_size(size as usize, &format!("weight of shape {shape:?}"))?;
-        let buf = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("weight"),
-            size,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let buf = self.weight_buffer(dtype, bytes, &format!("weight of shape {shape:?}"))?;
         Ok(Arc::new(DeviceBuffer { buf, device: self.gpu.device.clone() }))
     }
 
@@ -113,14 +100,7 @@ impl GpuBackend {
         }
         let dtype = parts[0].data.dtype();
         let total: u64 = placed.iter().map(|(_, n)| n).sum();
-        let size = padded(dtype, total as usize);
-        self.check_size(size as usize, &format!("weight of {rows} × {cols}"))?;
-        let buf = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("weight"),
-            size,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let buf = self.weight_buffer(dtype, total as usize, &format!("weight of {rows} × {cols}"))?;
         self.submit(|enc| {
             let mut at = 0;
             for (d, n) in &placed {

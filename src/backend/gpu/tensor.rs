@@ -164,16 +164,7 @@ impl GpuBackend {
         } else {
             weight_bytes(t, rows, cols)?
         };
-        // The packed kernels read whole words and may read one word past a block that ends mid-word: pad to 16
-        // bytes with a spare word.
-        let padded = buffers::round_size(bytes.len() as u64 + 4 * (dtype != Dtype::F32) as u64);
-        self.check_size(padded as usize, &format!("weight of shape {:?}", t.shape))?;
-        let buf = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("weight"),
-            size: padded,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let buf = self.weight_buffer(dtype, bytes.len(), &format!("weight of shape {:?}", t.shape))?;
         // Written from the bytes as they are, not from a padded copy mapped at creation (which, in the browser,
         // held the tensor twice more in wasm memory): whole words at once, then the last partial word; the padding
         // is zero, as every new buffer is.
@@ -188,6 +179,20 @@ impl GpuBackend {
         }
         self.flush_uploads(bytes.len() as u64);
         Ok(GpuTensor { buf: Rc::new(PoolBuf::weight(buf, self.weight_bytes.clone(), &self.pool)), rows, cols, dtype })
+    }
+
+    /// A zeroed device buffer for a weight of `bytes` bytes stored as `dtype` (`what`, for the error if the device
+    /// cannot hold it). The packed kernels read whole words and may read one word past a block that ends mid-word:
+    /// it is padded to 16 bytes with a spare word.
+    pub(super) fn weight_buffer(&self, dtype: Dtype, bytes: usize, what: &str) -> Result<wgpu::Buffer> {
+        let size = buffers::round_size(bytes as u64 + 4 * (dtype != Dtype::F32) as u64);
+        self.check_size(size as usize, what)?;
+        Ok(self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("weight"),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }))
     }
 
     /// Natively, wgpu keeps each `write_buffer`'s staging copy until the queue's next submission, and a load submits
