@@ -409,10 +409,9 @@ impl Body {
                     unsupported.push((s.name, dtype));
                     continue;
                 }
-                (Ok(_), Some(Filling::Device(d))) => d.done(sink)?,
-                (Ok(_), Some(f)) => f.done(),
+                (Ok(_), Some(f)) => f.done(sink)?,
                 // A tensor of no bytes got none: its (empty) storage is made here.
-                (Ok(stored), None) => Filling::new(stored, 0, &s.name)?.done(),
+                (Ok(stored), None) => Filling::new(stored, 0, &s.name)?.done(None)?,
             };
             tensors.push((s.name, HostTensor { shape: s.shape, data }));
         }
@@ -465,9 +464,10 @@ impl Filling {
         }
     }
 
-    /// The complete tensor's values (little-endian in the file: a big-endian host swaps them).
-    fn done(self) -> HostData {
-        match self {
+    /// The complete tensor's values (little-endian in the file: a big-endian host swaps them); a placed one's last
+    /// bytes go to `sink`.
+    fn done(self, sink: Option<&dyn DeviceSink>) -> Result<HostData> {
+        Ok(match self {
             Filling::F32(mut v) => {
                 if cfg!(target_endian = "big") {
                     v.iter_mut().for_each(|x| *x = f32::from_bits(x.to_bits().swap_bytes()));
@@ -486,15 +486,8 @@ impl Filling {
             }
             Filling::Blocks(v, Dtype::Q4_0) => HostData::Q4_0(v),
             Filling::Blocks(v, _) => HostData::Q8_0(v),
-            // (`Body::finish` finishes a device's weights itself.)
-            Filling::Device(d) => HostData::Placed(Placed {
-                dtype: d.dtype,
-                bytes: d.bytes,
-                hash: d.hash,
-                non_finite: d.non_finite,
-                handle: d.handle,
-            }),
-        }
+            Filling::Device(d) => d.done(sink)?,
+        })
     }
 }
 
@@ -577,6 +570,7 @@ impl DeviceFill {
             last.resize(real.div_ceil(4) * 4, 0);
             self.emit(sink, &last, real)?;
         }
-        Ok(Filling::Device(self).done())
+        let DeviceFill { handle, dtype, bytes, hash, non_finite, .. } = self;
+        Ok(HostData::Placed(Placed { dtype, bytes, hash, non_finite, handle }))
     }
 }
