@@ -102,15 +102,7 @@ impl LoadedModel {
         match &self.weights {
             PendingWeights::Ready(w) => Ok(w.clone()),
             #[cfg(not(target_arch = "wasm32"))]
-            PendingWeights::File(p) => {
-                use crate::weights::stream::{read_file_to, Format, Streamed};
-                match read_file_to(p, Format::Safetensors, Some(sink)) {
-                    Ok(Streamed::Safetensors(w)) => Ok(w),
-                    Ok(Streamed::Gguf(_)) => Err(Error::Weights("a safetensors read returned a GGUF".into())),
-                    Err(Error::Weights(m)) => Err(Error::Weights(format!("{}: {m}", p.display()))),
-                    Err(other) => Err(other),
-                }
-            }
+            PendingWeights::File(p) => Weights::from_safetensors_file_to(p, Some(sink)),
         }
     }
 }

@@ -146,8 +146,12 @@ impl Engine {
         }
         // Weights in GPU memory come back to the host (checked against what the file had); then the GPU's buffers
         // go before the CPU copy of the weights is made.
-        let names: Vec<String> = weights.names().into_iter().map(String::from).collect();
-        let host = if weights.any_placed() { canary::read_back(&model.backend, weights, &names).await? } else { weights.clone() };
+        let host = if weights.any_placed() {
+            let names: Vec<String> = weights.names().into_iter().map(String::from).collect();
+            canary::read_back(&model.backend, weights, &names).await?
+        } else {
+            weights.clone()
+        };
         let Model { config, tokenizer, .. } = model;
         let mut model = Model::new(cpu, config, tokenizer, &host)?;
         model.device_reason = Some(format!("{canary}; running on the CPU instead"));

@@ -50,16 +50,10 @@ impl WeightStream {
         Ok(s)
     }
 
-    /// Whether the matrices go to a GPU as they arrive.
-    #[wasm_bindgen(getter)]
-    pub fn placed(&self) -> bool {
-        self.placement.as_ref().is_some_and(|p| p.gpu.is_some())
-    }
-
     /// The next piece of the file. An error ends the stream.
     pub fn push(&mut self, piece: &[u8]) -> Result<(), JsError> {
         let State::Receiving(s) = &mut self.state else { return Err(JsError::new("the weights stream has ended")) };
-        let sink = self.placement.as_ref().and_then(|p| p.gpu.as_ref()).map(|g| g as &dyn DeviceSink);
+        let sink = sink_of(&self.placement);
         s.push_to(piece, sink).map_err(|e| {
             self.state = State::Gone;
             js_err(e)
@@ -71,7 +65,7 @@ impl WeightStream {
         let State::Receiving(s) = std::mem::replace(&mut self.state, State::Gone) else {
             return Err(JsError::new("the weights stream has ended"));
         };
-        let sink = self.placement.as_ref().and_then(|p| p.gpu.as_ref()).map(|g| g as &dyn DeviceSink);
+        let sink = sink_of(&self.placement);
         let (read, digest) = s.finish_to(sink).map_err(js_err)?;
         self.state = State::Done(read);
         Ok(digest)
@@ -89,4 +83,9 @@ impl WeightStream {
             _ => Err(bad()),
         }
     }
+}
+
+/// The GPU a stream made with [`WeightStream::on_device`] writes its matrices to, if it found one.
+fn sink_of(placement: &Option<Placement>) -> Option<&dyn DeviceSink> {
+    placement.as_ref().and_then(|p| p.gpu.as_ref()).map(|g| g as &dyn DeviceSink)
 }

@@ -13,8 +13,13 @@ use crate::{Error, Result};
 impl Weights {
     /// Reads a `.safetensors` file.
     pub fn from_safetensors_file(path: impl AsRef<Path>) -> Result<Weights> {
-        let path = path.as_ref();
-        match super::stream::read_file(path, super::stream::Format::Safetensors) {
+        Self::from_safetensors_file_to(path.as_ref(), None)
+    }
+
+    /// [`Weights::from_safetensors_file`], its matrices written into `sink`'s device memory as they are read, when a
+    /// sink is given ([`super::stream::WeightStream::place_on_device`]).
+    pub fn from_safetensors_file_to(path: &Path, sink: Option<&dyn super::stream::DeviceSink>) -> Result<Weights> {
+        match super::stream::read_file_to(path, super::stream::Format::Safetensors, sink) {
             Ok(super::stream::Streamed::Safetensors(w)) => Ok(w),
             Ok(super::stream::Streamed::Gguf(_)) => Err(Error::Weights("a safetensors read returned a GGUF".into())),
             Err(Error::Weights(m)) => Err(Error::Weights(format!("{}: {m}", path.display()))),
