@@ -74,6 +74,10 @@ enum PendingWeights {
     /// A folder's `model.safetensors`, read when the weights are asked for (tokenizing needs none).
     #[cfg(not(target_arch = "wasm32"))]
     File(PathBuf),
+    /// A `.gguf` path whose header (config, tokenizer, the tensors' places) is read: its tensors are read when the
+    /// weights are asked for, a piece at a time. `seen`: the config and the tensors' entries the header gave.
+    #[cfg(not(target_arch = "wasm32"))]
+    GgufFile { path: PathBuf, seen: (String, Vec<crate::weights::gguf::TensorInfo>) },
 }
 
 impl LoadedModel {
@@ -91,6 +95,8 @@ impl LoadedModel {
             PendingWeights::Ready(w) => Ok(w.clone()),
             #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::File(p) => Weights::from_safetensors_file(p),
+            #[cfg(not(target_arch = "wasm32"))]
+            PendingWeights::GgufFile { path, seen } => gguf_weights(path, seen, None),
         }
     }
 
@@ -103,8 +109,33 @@ impl LoadedModel {
             PendingWeights::Ready(w) => Ok(w.clone()),
             #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::File(p) => Weights::from_safetensors_file_to(p, Some(sink)),
+            #[cfg(not(target_arch = "wasm32"))]
+            PendingWeights::GgufFile { path, seen } => gguf_weights(path, seen, Some(sink)),
         }
     }
+}
+
+/// The tensors of the `.gguf` at `path` (on `sink`'s device where one is given), read through the stream; refused if
+/// the file's header is no longer the one `seen` at load (another config, other tensors or dtypes).
+#[cfg(not(target_arch = "wasm32"))]
+fn gguf_weights(path: &Path, seen: &(String, Vec<crate::weights::gguf::TensorInfo>),
+    sink: Option<&dyn crate::weights::stream::DeviceSink>) -> Result<Weights> {
+    use crate::weights::stream::{read_file_to, Format, Streamed};
+    let read = match read_file_to(path, Format::Gguf, sink)? {
+        Streamed::Gguf(read) => read,
+        Streamed::Safetensors(_) => return Err(Error::Weights("a GGUF read returned a safetensors file".into())),
+    };
+    if (&read.config_json, &read.header.tensors) != (&seen.0, &seen.1) {
+        return Err(Error::Weights(format!(
+            "{} changed while the model was loading (its header is not the one read first); load it again",
+            path.display()
+        )));
+    }
+    let mut weights = Weights::new();
+    for (name, t) in read.tensors {
+        weights.insert(name, t);
+    }
+    Ok(weights)
 }
 
 /// Loads and checks config and tokenizer (and, except for a folder, the weights) of `source`.
@@ -120,13 +151,11 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
         #[cfg(not(target_arch = "wasm32"))]
         ModelSource::Path(path) => {
             if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-                // Read a piece at a time: the tensors are the only copy held.
-                match crate::weights::stream::read_file(path, crate::weights::stream::Format::Gguf)? {
-                    crate::weights::stream::Streamed::Gguf(read) => gguf(*read)?,
-                    crate::weights::stream::Streamed::Safetensors(_) => {
-                        return Err(Error::Weights("a GGUF read returned a safetensors file".into()))
-                    }
-                }
+                // The header now (config and tokenizer); the tensors once the device is known, as a folder's are.
+                let header = crate::weights::gguf::read_bert_header(path)?;
+                let seen = (header.config_json.clone(), header.header.tensors.clone());
+                let (config, tokenizer, _) = gguf(header)?;
+                (config, tokenizer, PendingWeights::GgufFile { path: path.to_path_buf(), seen })
             } else {
                 folder(path)?
             }

@@ -83,6 +83,12 @@ fn quantized_ggufs_streamed_onto_the_gpu_are_the_same_model() {
         let out = std::env::temp_dir().join(format!("bertgpu-placed-{dtype:?}-{}.gguf", std::process::id()));
         gguf::convert(&minilm(), dtype, &out).unwrap();
         let bytes = std::fs::read(&out).unwrap();
+        // A `.gguf` path: the header read at load, the tensors once the device is known, placed as they are read.
+        let by_path = loader::load(ModelSource::Path(&out), &LoadOptions::default()).unwrap();
+        let on_gpu = by_path.weights_to(&gpu().unwrap()).unwrap();
+        let (path_placed, _) = count_placed(&on_gpu);
+        let e = pollster::block_on(Engine::load(ModelSource::Path(&out), &LoadOptions::default(), Device::Gpu)).unwrap();
+        let path_embeddings = embed(&e);
         std::fs::remove_file(&out).unwrap();
         let g = gpu().unwrap();
         let mut s = WeightStream::new(Format::Gguf, Some(bytes.len()), bytes.len(), false);
@@ -97,12 +103,26 @@ fn quantized_ggufs_streamed_onto_the_gpu_are_the_same_model() {
         // Q4_0 keeps some attention weights at Q8_0: the q, k, v weights then stay on the host, to be joined there.
         let want = if dtype == Dtype::Q4_0 { 6 * 3 + 2 } else { 6 * 6 + 2 };
         assert!(n_placed >= want, "{dtype:?}: {n_placed} of {n} placed");
+        assert_eq!(path_placed, n_placed, "{dtype:?}: a .gguf path places as its download does");
         let placed = pollster::block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), &w,
             Placement::on(Device::Gpu, g), CpuBackend::new())).unwrap();
         let host = pollster::block_on(Engine::load(ModelSource::Gguf(&bytes.as_slice()), &LoadOptions::default(),
             Device::Gpu)).unwrap();
         assert_eq!(embed(&placed), embed(&host), "{dtype:?}");
+        assert_eq!(path_embeddings, embed(&host), "{dtype:?}: the .gguf path's engine");
     }
+}
+
+#[test]
+fn a_gguf_path_changed_between_its_header_and_its_tensors_is_refused() {
+    let out = std::env::temp_dir().join(format!("bertgpu-placed-changed-{}.gguf", std::process::id()));
+    gguf::convert(&minilm(), Dtype::Q8_0, &out).unwrap();
+    let m = loader::load(ModelSource::Path(&out), &LoadOptions::default()).unwrap();
+    // The same model in another dtype: the same config, other tensor entries.
+    gguf::convert(&minilm(), Dtype::F16, &out).unwrap();
+    let err = m.weights().err().expect("a changed file was read").to_string();
+    std::fs::remove_file(&out).unwrap();
+    assert!(err.contains("changed while the model was loading"), "{err}");
 }
 
 #[test]

@@ -59,6 +59,32 @@ pub fn read_bert(bytes: &(impl ByteSource + ?Sized)) -> Result<BertGguf> {
     bert_from(g, tensors)
 }
 
+/// A BERT GGUF file's header only, read from its start in growing prefixes: its config and tokenizer, no tensors
+/// (`tensors` is empty). A loader reads the tensors later, once it knows the device they go to.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_bert_header(path: &std::path::Path) -> Result<BertGguf> {
+    use std::io::Read;
+    let cannot = |e| Error::io(format!("cannot read {}", path.display()), e);
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    let len = file.metadata().map_err(cannot)?.len();
+    let len = usize::try_from(len).map_err(|_| gguf_err(format!("{} is too large", path.display())))?;
+    let mut head = Vec::new();
+    let mut want = len.min(super::read::HEADER_GUESS);
+    loop {
+        let have = head.len();
+        head.resize(want, 0);
+        file.read_exact(&mut head[have..]).map_err(cannot)?;
+        if let Some(g) = Gguf::parse_prefix(&head, Some(len), len)? {
+            check_bert(&g)?;
+            return bert_from(g, Vec::new());
+        }
+        if want == len {
+            return Err(gguf_err(format!("{}: the header runs past the end of the file", path.display())));
+        }
+        want = want.saturating_mul(4).min(len);
+    }
+}
+
 /// Refuses a GGUF whose header does not describe a BERT model (`general.architecture`).
 pub(crate) fn check_bert(g: &Gguf) -> Result<()> {
     match g.get(KEY_ARCHITECTURE).and_then(|v| v.as_str()) {
@@ -108,8 +134,11 @@ pub(crate) fn bert_from(g: Gguf, tensors: Vec<(String, HostTensor)>) -> Result<B
     let config_json = match g.get(KEY_CONFIG_JSON) {
         Some(v) => v.as_str().ok_or_else(|| gguf_err(format!("`{KEY_CONFIG_JSON}` is not a string")))?.to_string(),
         None => {
-            // llama.cpp's keys; the type-vocabulary size and vocabulary size come from the tensors themselves.
-            let rows = |hf: &str| tensors.iter().find(|(n, _)| n == hf).and_then(|(_, t)| t.shape.first().copied());
+            // llama.cpp's keys; the type-vocabulary size and vocabulary size come from the tensors' shapes, read from
+            // the header: the tensors may not be read yet ([`read_bert_header`]).
+            let rows = |hf: &str| {
+                g.tensors.iter().find(|t| gguf_to_hf_name(&t.name) == hf).and_then(|t| t.shape.first().copied())
+            };
             let eps = g.get("bert.attention.layer_norm_epsilon").and_then(|v| v.as_f64()).unwrap_or(1e-12);
             let pad = g.get("tokenizer.ggml.padding_token_id").and_then(|v| v.as_u64()).unwrap_or(0);
             serde_json::json!({

@@ -44,6 +44,8 @@ pub use bert::{
     KEY_TOKENIZER_JSON,
 };
 #[cfg(not(target_arch = "wasm32"))]
+pub use bert::read_bert_header;
+#[cfg(not(target_arch = "wasm32"))]
 pub use convert::convert;
 pub use convert::{storage_for, tensors_from_safetensors, ConvertReport};
 pub use names::{canonical_hf_name, gguf_to_hf_name, hf_to_gguf_name};
