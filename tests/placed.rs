@@ -63,6 +63,16 @@ fn a_folder_loaded_on_the_gpu_never_holds_its_matrices_on_the_host_and_is_the_sa
     let (n_placed, n) = count_placed(&placed);
     // Every matrix but the position table: 6 layers × 6, the word and token-type tables, the pooler.
     assert_eq!(n_placed, 6 * 6 + 3, "{n_placed} of {n} tensors placed");
+    // Each layer's q, k and v arrive into one buffer, stacked as the model joins them: it takes that buffer as it is.
+    for layer in 0..6 {
+        let part = |n: &str| match &placed.stored(&format!("encoder.layer.{layer}.attention.self.{n}.weight")).unwrap().data {
+            HostData::Placed(p) => p.clone(),
+            other => panic!("{n} not placed: {other:?}"),
+        };
+        let (q, k, v) = (part("query"), part("key"), part("value"));
+        assert!(std::sync::Arc::ptr_eq(&q.handle, &k.handle) && std::sync::Arc::ptr_eq(&q.handle, &v.handle));
+        assert_eq!((q.offset, k.offset, v.offset), (0, q.bytes, q.bytes + k.bytes));
+    }
     let on = |w: &Weights, g: GpuBackend| {
         pollster::block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), w, Placement::on(Device::Gpu, g), CpuBackend::new()))
             .unwrap()
@@ -137,6 +147,13 @@ fn a_device_that_gives_back_other_bytes_is_caught() {
     assert!(pollster::block_on(g.host_copy(&t)).unwrap() == *file.stored(name).unwrap());
     let rows = pollster::block_on(g.host_rows(&t, &[5, 0, 5])).unwrap();
     assert!(rows == file.stored(name).unwrap().gather_rows(&[5, 0, 5]).unwrap());
+    // A weight that shares its buffer from an offset: the value weight, after the query's and the key's rows.
+    let value = "encoder.layer.1.attention.self.value.weight";
+    let vt = w.stored(value).unwrap();
+    assert!(matches!(&vt.data, HostData::Placed(p) if p.offset > 0));
+    assert!(pollster::block_on(g.host_copy(vt)).unwrap() == *file.stored(value).unwrap());
+    let rows = pollster::block_on(g.host_rows(vt, &[383, 1])).unwrap();
+    assert!(rows == file.stored(value).unwrap().gather_rows(&[383, 1]).unwrap());
     // One word changed behind the stream's back.
     g.write(&*p.handle, 1024, &[1, 2, 3, 4]).unwrap();
     for e in [pollster::block_on(g.host_copy(&t)).unwrap_err(), pollster::block_on(g.host_rows(&t, &[0])).unwrap_err()] {

@@ -95,8 +95,11 @@ pub enum HostData {
 pub struct Placed {
     /// How the bytes are stored (as the file stores them).
     pub dtype: Dtype,
-    /// The tensor's bytes; the device buffer holds them from its start, zero-padded to whole words and more.
+    /// The tensor's bytes; the device buffer holds them from `offset`, zero-padded to whole words and more.
     pub bytes: usize,
+    /// Where in the device buffer they start: 0, but for the q, k and v weights of a layer, which arrive into one
+    /// buffer, in that order, as the model joins them (the key's rows after the query's).
+    pub offset: usize,
     /// [`word_hash`] of the bytes as they arrived (zero-padded to a whole word): a read-back must give it again.
     pub hash: u64,
     /// The first non-finite value (or Q8_0/Q4_0 block scale) among the bytes, as [`HostTensor::first_non_finite`].
@@ -114,7 +117,7 @@ impl std::fmt::Debug for Placed {
 impl PartialEq for Placed {
     /// The same device memory.
     fn eq(&self, other: &Placed) -> bool {
-        Arc::ptr_eq(&self.handle, &other.handle)
+        Arc::ptr_eq(&self.handle, &other.handle) && self.offset == other.offset
     }
 }
 

@@ -67,6 +67,16 @@ struct Body {
     /// safetensors: where the data ends (the file must end there too). GGUF: bytes after the last tensor are allowed.
     end: Option<usize>,
     gguf: Option<Gguf>,
+    /// Each layer's q, k and v weights placed into one device buffer ([`Body::choose_placed`]).
+    joints: Vec<Joint>,
+}
+
+/// One device buffer for a layer's q, k and v weights, rows stacked in that order, as the model joins them: made when
+/// the first of them arrives, so that none is ever held apart and then copied.
+struct Joint {
+    shape: Vec<usize>,
+    bytes: usize,
+    handle: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 struct Slot {
@@ -81,6 +91,8 @@ struct Slot {
     data: Option<Filling>,
     /// Its bytes go to the device ([`WeightStream::place_on_device`]).
     device: bool,
+    /// Into [`Body::joints`]`[.0]`, from byte `.1`.
+    joint: Option<(usize, usize)>,
 }
 
 #[derive(Clone, Copy)]
@@ -107,6 +119,8 @@ struct DeviceFill {
     handle: Arc<dyn Any + Send + Sync>,
     dtype: Dtype,
     bytes: usize,
+    /// Where in the memory its bytes start ([`Placed::offset`]).
+    base: usize,
     written: usize,
     pending: Vec<u8>,
     hash: u64,
@@ -290,11 +304,12 @@ impl WeightStream {
                         },
                         data: None,
                         device: false,
+                        joint: None,
                     })
                     .collect();
                 // (A tensor of no bytes first among those that start where it does.)
                 slots.sort_by_key(|s| (s.start, s.len));
-                self.body = Some(Body { slots, at: 0, end: Some(base + meta.data_len()), gguf: None });
+                self.body = Some(Body { slots, at: 0, end: Some(base + meta.data_len()), gguf: None, joints: Vec::new() });
             }
             Format::Gguf => {
                 // The header's length is known only once parsed: try again at 2 MiB, then every time the bytes
@@ -324,10 +339,11 @@ impl WeightStream {
                         }),
                         data: None,
                         device: false,
+                        joint: None,
                     })
                     .collect();
                 slots.sort_by_key(|s| s.start);
-                self.body = Some(Body { slots, at: 0, end: None, gguf: Some(g) });
+                self.body = Some(Body { slots, at: 0, end: None, gguf: Some(g), joints: Vec::new() });
             }
         }
         Ok(true)
@@ -359,6 +375,44 @@ impl Body {
         for s in &mut self.slots {
             s.device = matrix(s) && (joinable || !qkv(s));
         }
+        if joinable {
+            self.choose_joints();
+        }
+    }
+
+    /// Groups each layer's placed q, k and v weights ([`Joint`]): the three of one name but for the part (`query`,
+    /// `key`, `value`, or DistilBERT's `q_lin`, `k_lin`, `v_lin`), of one row length. Others stay apart.
+    fn choose_joints(&mut self) {
+        const PARTS: [[&str; 3]; 2] = [["query", "key", "value"], ["q_lin", "k_lin", "v_lin"]];
+        let part = |name: &str| {
+            let pieces: Vec<&str> = name.split('.').collect();
+            pieces.iter().enumerate().find_map(|(i, p)| {
+                let k = PARTS.iter().find_map(|names| names.iter().position(|n| n == p))?;
+                let mut key = pieces.clone();
+                key[i] = "*";
+                Some((key.join("."), k))
+            })
+        };
+        let mut groups: std::collections::BTreeMap<String, [Option<usize>; 3]> = Default::default();
+        for (i, s) in self.slots.iter().enumerate() {
+            if let Some((key, k)) = s.device.then(|| part(&s.name)).flatten() {
+                groups.entry(key).or_default()[k] = Some(i);
+            }
+        }
+        for group in groups.into_values() {
+            let [Some(q), Some(k), Some(v)] = group else { continue };
+            let [sq, sk, sv] = [&self.slots[q], &self.slots[k], &self.slots[v]];
+            if sq.shape.len() != 2 || [sk, sv].iter().any(|s| s.shape.len() != 2 || s.shape[1] != sq.shape[1]) {
+                continue;
+            }
+            let j = self.joints.len();
+            let shape = vec![sq.shape[0] + sk.shape[0] + sv.shape[0], sq.shape[1]];
+            let (lq, lk, lv) = (sq.len, sk.len, sv.len);
+            self.joints.push(Joint { shape, bytes: lq + lk + lv, handle: None });
+            self.slots[q].joint = Some((j, 0));
+            self.slots[k].joint = Some((j, lq));
+            self.slots[v].joint = Some((j, lq + lk));
+        }
     }
 
     /// The file's bytes from `at` on.
@@ -381,7 +435,21 @@ impl Body {
             if let Ok(stored) = slot.dtype {
                 if slot.data.is_none() {
                     slot.data = Some(match sink.filter(|_| slot.device) {
-                        Some(sink) => Filling::Device(DeviceFill::new(sink, stored, &slot.shape, slot.len)?),
+                        Some(sink) => {
+                            let dtype = DeviceFill::dtype(stored)?;
+                            let (handle, base) = match slot.joint {
+                                Some((j, base)) => {
+                                    let joint = &mut self.joints[j];
+                                    let handle = match &joint.handle {
+                                        Some(h) => h.clone(),
+                                        None => joint.handle.insert(sink.create(dtype, &joint.shape, joint.bytes)?).clone(),
+                                    };
+                                    (handle, base)
+                                }
+                                None => (sink.create(dtype, &slot.shape, slot.len)?, 0),
+                            };
+                            Filling::Device(DeviceFill::new(handle, dtype, slot.len, base))
+                        }
                         None => Filling::new(stored, slot.len, &slot.name)?,
                     });
                 }
@@ -492,16 +560,20 @@ impl Filling {
 }
 
 impl DeviceFill {
-    fn new(sink: &dyn DeviceSink, stored: Stored, shape: &[usize], bytes: usize) -> Result<DeviceFill> {
-        let dtype = match stored {
+    /// How the device stores a weight stored so in the file: as it is (bf16 is widened on the host).
+    fn dtype(stored: Stored) -> Result<Dtype> {
+        Ok(match stored {
             Stored::F32 => Dtype::F32,
             Stored::F16 => Dtype::F16,
             Stored::Q8_0 => Dtype::Q8_0,
             Stored::Q4_0 => Dtype::Q4_0,
             Stored::Bf16 => return Err(Error::Weights("bf16 weights are widened on the host".into())),
-        };
-        let handle = sink.create(dtype, shape, bytes)?;
-        Ok(DeviceFill { handle, dtype, bytes, written: 0, pending: Vec::new(), hash: WORD_HASH_SEED, non_finite: None })
+        })
+    }
+
+    /// A weight of `bytes` bytes written into `handle`'s memory from byte `base` on.
+    fn new(handle: Arc<dyn Any + Send + Sync>, dtype: Dtype, bytes: usize, base: usize) -> DeviceFill {
+        DeviceFill { handle, dtype, bytes, base, written: 0, pending: Vec::new(), hash: WORD_HASH_SEED, non_finite: None }
     }
 
     /// What is written at once: whole words of whole values (blocks).
@@ -549,7 +621,7 @@ impl DeviceFill {
     fn emit(&mut self, sink: &dyn DeviceSink, data: &[u8], real: usize) -> Result<()> {
         self.scan(&data[..real]);
         self.hash = word_hash(self.hash, data);
-        sink.write(&*self.handle, self.written, data)?;
+        sink.write(&*self.handle, self.base + self.written, data)?;
         self.written += data.len();
         Ok(())
     }
@@ -570,7 +642,7 @@ impl DeviceFill {
             last.resize(real.div_ceil(4) * 4, 0);
             self.emit(sink, &last, real)?;
         }
-        let DeviceFill { handle, dtype, bytes, hash, non_finite, .. } = self;
-        Ok(HostData::Placed(Placed { dtype, bytes, hash, non_finite, handle }))
+        let DeviceFill { handle, dtype, bytes, base, hash, non_finite, .. } = self;
+        Ok(HostData::Placed(Placed { dtype, bytes, offset: base, hash, non_finite, handle }))
     }
 }

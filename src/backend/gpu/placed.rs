@@ -1,7 +1,7 @@
 //! Weights written into GPU memory as their file arrives ([`crate::weights::stream::DeviceSink`]): the host never
 //! holds them. What the host keeps of each is a [`Placed`] (its buffer, dtype, length and a hash of its bytes); the
-//! model takes the buffer as is ([`GpuBackend::adopt`]), the fused q/k/v weight is joined on the device
-//! ([`GpuBackend::upload_rows_placed`]), and whatever must run on the CPU (the load-time check's reference, a
+//! model takes the buffer as is ([`GpuBackend::adopt`]), and so the fused q/k/v weight, whose three parts arrive into
+//! one buffer ([`GpuBackend::upload_rows_placed`]), and whatever must run on the CPU (the load-time check's reference, a
 //! fallback to the CPU) reads the bytes back and checks them against the hash ([`GpuBackend::host_copy`]).
 
 use std::any::Any;
@@ -55,7 +55,11 @@ impl GpuBackend {
 
     /// [`Backend::upload`](crate::backend::Backend::upload) of a placed weight: its buffer as it is, shared by every
     /// tensor made of it (the MLM decoder tied to the word embeddings), so that it is counted, and freed, once.
+    /// A weight that shares its buffer from another offset (the key or value of a joined q/k/v) is copied out.
     pub(super) fn adopt(&self, p: &Placed, rows: usize, cols: usize) -> Result<GpuTensor> {
+        if p.offset != 0 {
+            return self.copied(&[(p, rows)], cols);
+        }
         let d = self.own(&*p.handle)?;
         let mut adopted = self.adopted.borrow_mut();
         adopted.retain(|(h, b)| h.strong_count() > 0 && b.strong_count() > 0);
@@ -73,19 +77,19 @@ impl GpuBackend {
     }
 
     /// The rows of `parts` stacked into one weight on the device, when any of them is placed (they must all be, in
-    /// one dtype and of whole words; the stream places no file's weights otherwise).
+    /// one dtype and of whole words; the stream places no file's weights otherwise). Parts that arrived into one
+    /// buffer in this order (a layer's q, k and v: [`Placed::offset`]) are that buffer, as it is; others are copied.
     pub(super) fn upload_rows_placed(&self, parts: &[&HostTensor]) -> Result<Option<GpuTensor>> {
         if !parts.iter().any(|p| matches!(p.data, HostData::Placed(_))) {
             return Ok(None);
         }
         let mut placed = Vec::with_capacity(parts.len());
-        let (mut rows, cols) = (0, parts[0].rows_cols().1);
+        let cols = parts[0].rows_cols().1;
         for t in parts {
             let (r, c) = t.rows_cols();
             match &t.data {
                 HostData::Placed(p) if c == cols && p.bytes % 4 == 0 && p.dtype == parts[0].data.dtype() => {
-                    placed.push((self.own(&*p.handle)?, p.bytes as u64));
-                    rows += r;
+                    placed.push((p, r));
                 }
                 _ => {
                     return Err(Error::Weights(format!(
@@ -98,18 +102,38 @@ impl GpuBackend {
                 }
             }
         }
-        let dtype = parts[0].data.dtype();
-        let total: u64 = placed.iter().map(|(_, n)| n).sum();
-        let buf = self.weight_buffer(dtype, total as usize, &format!("weight of {rows} × {cols}"))?;
+        let first = placed[0].0;
+        let mut at = 0;
+        let together = placed.iter().all(|(p, _)| {
+            let next = Arc::ptr_eq(&p.handle, &first.handle) && p.offset == at;
+            at += p.bytes;
+            next
+        });
+        let rows = placed.iter().map(|(_, r)| r).sum();
+        if together {
+            return self.adopt(first, rows, cols).map(Some);
+        }
+        self.copied(&placed, cols).map(Some)
+    }
+
+    /// The rows of placed weights (each with its row count), stacked into a new buffer of their own by copies on the
+    /// device.
+    fn copied(&self, parts: &[(&Placed, usize)], cols: usize) -> Result<GpuTensor> {
+        let dtype = parts[0].0.dtype;
+        let rows = parts.iter().map(|(_, r)| r).sum();
+        let total: usize = parts.iter().map(|(p, _)| p.bytes.div_ceil(4) * 4).sum();
+        let from = parts.iter().map(|(p, _)| Ok((self.own(&*p.handle)?, p))).collect::<Result<Vec<_>>>()?;
+        let buf = self.weight_buffer(dtype, total, &format!("weight of {rows} × {cols}"))?;
         self.submit(|enc| {
             let mut at = 0;
-            for (d, n) in &placed {
-                enc.copy_buffer_to_buffer(&d.buf, 0, &buf, at, *n);
+            for (d, p) in &from {
+                let n = p.bytes.div_ceil(4) as u64 * 4;
+                enc.copy_buffer_to_buffer(&d.buf, p.offset as u64, &buf, at, n);
                 at += n;
             }
         });
         let buf = Rc::new(PoolBuf::weight(buf, self.weight_bytes.clone(), &self.pool));
-        Ok(Some(GpuTensor { buf, rows, cols, dtype }))
+        Ok(GpuTensor { buf, rows, cols, dtype })
     }
 
     /// `t` on the host: itself, or, when it is placed, its bytes read back from the device, checked against the hash
@@ -160,7 +184,8 @@ impl GpuBackend {
         let mut at = 0;
         while at < words {
             let n = chunk.min(words - at);
-            self.submit(|enc| enc.copy_buffer_to_buffer(&d.buf, at as u64, staging.buffer(), 0, n as u64));
+            let from = (p.offset + at) as u64;
+            self.submit(|enc| enc.copy_buffer_to_buffer(&d.buf, from, staging.buffer(), 0, n as u64));
             self.map_read(&[(staging.buffer(), n as u64)]).await?;
             let read = staging.buffer().slice(..n as u64).get_mapped_range().map(|view| {
                 hash = word_hash(hash, &view);
