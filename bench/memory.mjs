@@ -8,7 +8,7 @@
 //
 //   node bench/memory.mjs [--rows wasm-f32,wasm-8bit,webgpu-f32,webgpu-8bit] [--libs ours,theirs]
 //                         [--cache on|off|warm] [--progress on|off] [--growth N] [--growth-rows wasm-f32,...]
-//                         [--gpu-calls 3] [--interval-ms 100] [--json out.json]
+//                         [--gpu-calls 3] [--interval-ms 100] [--threads 1] [--workers 1] [--json out.json]
 //
 // --cache: each library's default is on (the downloads go to the Cache API: what a new user gets); off measures
 // without that copy; warm measures a returning user's load, from the Cache API (a page of the same browser loaded
@@ -17,7 +17,9 @@
 // "no growth": 10,000 calls within 2%). Only on --growth-rows (default: the wasm rows; the WebGPU rows are slow on
 // SwiftShader, theirs 2 s a sentence). --progress off: our page calls `Bert.load` without an onProgress (the plain
 // call, as a page that shows no progress bar makes it; a first load then lets the browser write the weights into the
-// cache itself); on (the default) passes one, which also marks when each file is fetched.
+// cache itself); on (the default) passes one, which also marks when each file is fetched. --threads N: our CPU rows
+// load the threaded build with N threads (the page is cross-origin isolated; 1, the default, loads a
+// single-threaded build); --workers N: N copies of our model, one in each of N workers (their wasm stays at 1 thread).
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -42,10 +44,14 @@ const INTERVAL_MS = Number(arg("interval-ms", 100));
 /** Calls of each workload: 3; on the WebGPU rows --gpu-calls (SwiftShader: transformers.js takes about a minute a call). */
 const GPU_CALLS = Number(arg("gpu-calls", 3));
 const JSON_OUT = arg("json", null);
+/** Our CPU rows' threads (the threaded build) and workers (copies of the model). */
+const THREADS = Number(arg("threads", 1));
+const WORKERS = Number(arg("workers", 1));
 if (!["on", "off", "warm"].includes(CACHE) || !["on", "off"].includes(PROGRESS) || !(GROWTH >= 0)
-  || !(INTERVAL_MS > 0) || !(GPU_CALLS >= 1)) {
+  || !(INTERVAL_MS > 0) || !(GPU_CALLS >= 1) || !(THREADS >= 1) || !(WORKERS >= 1)) {
   console.error("usage: node bench/memory.mjs [--rows ...] [--libs ours,theirs] [--cache on|off|warm] "
-    + "[--progress on|off] [--growth N] [--growth-rows ...] [--gpu-calls 3] [--interval-ms 100] [--json out.json]");
+    + "[--progress on|off] [--growth N] [--growth-rows ...] [--gpu-calls 3] [--interval-ms 100] [--threads 1] "
+    + "[--workers 1] [--json out.json]");
   process.exit(2);
 }
 
@@ -62,9 +68,11 @@ const size = (p) => fs.statSync(path.join(ROOT, p)).size;
 const cache = CACHE !== "off";
 const progress = PROGRESS === "on";
 const ROW_DEFS = {
-  "wasm-f32": { label: "wasm, f32", weights: "f32", ours: { source: OURS_F32, device: "cpu", cache, progress },
+  "wasm-f32": { label: "wasm, f32", weights: "f32",
+    ours: { source: OURS_F32, device: "cpu", cache, progress, threads: THREADS, workers: WORKERS },
     theirs: { dtype: "fp32", device: "wasm", threads: 1, cache } },
-  "wasm-8bit": { label: "wasm, 8-bit", weights: "8bit", ours: { source: OURS_Q8, device: "cpu", cache, progress },
+  "wasm-8bit": { label: "wasm, 8-bit", weights: "8bit",
+    ours: { source: OURS_Q8, device: "cpu", cache, progress, threads: THREADS, workers: WORKERS },
     theirs: { dtype: "q8", device: "wasm", threads: 1, cache } },
   "webgpu-f32": { label: "WebGPU (SwiftShader), f32", weights: "f32",
     ours: { source: OURS_F32, device: "webgpu", cache, progress },

@@ -89,7 +89,9 @@ window.q8DotForm = async () => {
 window.memoryInfo = async () => {
   const out = { wasm: null, gpu: null, jsHeap: performance.memory?.usedJSHeapSize ?? null, storage: null, modules: [] };
   if (sessions.ours && !sessions.ours.workers) {
-    const glue = await import(sessions.ours.simd === "relaxed" ? "/pkg/wasm-relaxed/bertgpu.js" : "/pkg/wasm/bertgpu.js");
+    // The module the package instantiated: the threaded builds are modules of their own.
+    const dir = (sessions.ours.threads > 1 ? "wasm-threads" : "wasm") + (sessions.ours.simd === "relaxed" ? "-relaxed" : "");
+    const glue = await import(`/pkg/${dir}/bertgpu.js`);
     out.wasm = glue.__debugHeap();
     const g = sessions.ours._model?.__debugGpuBuffers?.();
     if (g) out.gpu = { poolBuffers: g[0], poolBytes: g[1], weightBytes: g[2] };
