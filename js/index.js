@@ -640,9 +640,8 @@ export class Bert {
         ? glue.WeightStream.onDevice(gguf, total, limit, hash, chosen.device)
         : new glue.WeightStream(gguf, total, limit, hash);
     };
-    // The weights may go into the cache before they are read where the CPU backend takes them (js/loader.js).
-    const cacheFirst = choosing.then((c) => c.device === "cpu", () => false);
-    const fetching = fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress, stream, cacheFirst });
+    // A first download with no onProgress goes into the cache as it is, then is read from there (js/loader.js).
+    const fetching = fetchModelFiles(resolved, { ...fetchOptions, onProgress: opts.onProgress, stream, cacheFirst: true });
     let fetched, rt, chosen, adapter;
     try {
       [fetched, rt, chosen, adapter] = await Promise.all([fetching, runtime, choosing,

@@ -245,10 +245,10 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     throw tooBig(name, total, maxBytes, true);
   }
   // The weights, with nobody to tell of the progress: the browser writes the response into the cache itself, and
-  // the module reads them from there (`throughCache`). Only where they go to the CPU backend: on WebGPU
-  // (SwiftShader) this made the load's peak higher, not lower (BENCHMARKS.md, issue 29).
+  // the module reads them from there through one reused buffer (`throughCache`), so that the download leaves no
+  // chunks for the collector (BENCHMARKS.md, issue 29).
   if (sink && !onProgress && total != null && typeof Cache === "function" && cache instanceof Cache
-    && await cacheFirst) {
+    && cacheFirst) {
     const got = await throughCache(cache, url, name, response, { total, maxBytes, sha256, sink });
     if (got) return got;
     // Not stored (quota, or the download failed): downloaded again, past the cache.
@@ -719,9 +719,9 @@ export async function fetchAdapterFiles(adapter) {
  * Downloads (or reads from the cache) everything a model needs.
  * Returns { config, tokenizer?, vocab?, tokenizerConfig?, weights } or { gguf } as Uint8Arrays; with
  * `options.stream` (`async ({ gguf, total, limit, hash }) => WeightStream`), the weights (or the .gguf) are read
- * into a stream as they arrive and come back as the finished stream, never whole in JS memory. `cacheFirst` (a
- * boolean or a promise of one): a first download of the weights with no `onProgress` may go into the cache as it is
- * before it is read (`throughCache`).
+ * into a stream as they arrive and come back as the finished stream, never whole in JS memory. `cacheFirst`: a
+ * first download of the weights with no `onProgress` may go into the cache as it is before it is read
+ * (`throughCache`).
  */
 export async function fetchModelFiles(resolved, options = {}) {
   if (resolved.kind === "bytes") return resolved.files;
