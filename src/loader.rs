@@ -131,11 +131,7 @@ fn gguf_weights(path: &Path, seen: &(String, Vec<crate::weights::gguf::TensorInf
             path.display()
         )));
     }
-    let mut weights = Weights::new();
-    for (name, t) in read.tensors {
-        weights.insert(name, t);
-    }
-    Ok(weights)
+    Ok(read.tensors.into_iter().collect())
 }
 
 /// Loads and checks config and tokenizer (and, except for a folder, the weights) of `source`.

@@ -370,6 +370,17 @@ impl PartialEq for Lookups {
     }
 }
 
+impl FromIterator<(String, HostTensor)> for Weights {
+    /// The tensors under their names, as [`Weights::insert`] puts them.
+    fn from_iter<I: IntoIterator<Item = (String, HostTensor)>>(tensors: I) -> Weights {
+        let mut w = Weights::new();
+        for (name, t) in tensors {
+            w.insert(name, t);
+        }
+        w
+    }
+}
+
 impl Weights {
     /// An empty set, to be filled with [`Weights::insert`] (the GGUF loader builds its `Weights` this way).
     pub fn new() -> Weights {

@@ -68,21 +68,9 @@ pub fn read_bert_header(path: &std::path::Path) -> Result<BertGguf> {
     let mut file = std::fs::File::open(path).map_err(cannot)?;
     let len = file.metadata().map_err(cannot)?.len();
     let len = usize::try_from(len).map_err(|_| gguf_err(format!("{} is too large", path.display())))?;
-    let mut head = Vec::new();
-    let mut want = len.min(super::read::HEADER_GUESS);
-    loop {
-        let have = head.len();
-        head.resize(want, 0);
-        file.read_exact(&mut head[have..]).map_err(cannot)?;
-        if let Some(g) = Gguf::parse_prefix(&head, Some(len), len)? {
-            check_bert(&g)?;
-            return bert_from(g, Vec::new());
-        }
-        if want == len {
-            return Err(gguf_err(format!("{}: the header runs past the end of the file", path.display())));
-        }
-        want = want.saturating_mul(4).min(len);
-    }
+    let g = Gguf::parse_growing(len, |_, into| file.read_exact(into).map_err(cannot))?;
+    check_bert(&g)?;
+    bert_from(g, Vec::new())
 }
 
 /// Refuses a GGUF whose header does not describe a BERT model (`general.architecture`).
@@ -190,10 +178,7 @@ pub fn gguf_model(m: BertGguf) -> Result<GgufModel> {
         m.tokenizer_config_json.as_deref().map(str::as_bytes),
         config.max_position_embeddings,
     )?;
-    let mut weights = crate::weights::Weights::new();
-    for (name, t) in m.tensors {
-        weights.insert(name, t);
-    }
+    let weights = m.tensors.into_iter().collect();
     Ok(GgufModel { config, tokenizer, weights, pooling: m.pooling })
 }
 

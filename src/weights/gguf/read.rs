@@ -215,10 +215,21 @@ impl Gguf {
         if let Some(bytes) = src.as_slice() {
             return Self::parse_cursor(&mut Cursor { buf: bytes, pos: 0, file_len, short: false });
         }
+        Self::parse_growing(file_len, |at, into| {
+            src.read(at, into);
+            Ok(())
+        })
+    }
+
+    /// Parses the header of a file of `file_len` bytes from its start, read in growing prefixes until the header
+    /// fits: `read(at, into)` fills `into` with the file's bytes from `at` on.
+    pub(crate) fn parse_growing(file_len: usize, mut read: impl FnMut(usize, &mut [u8]) -> Result<()>) -> Result<Gguf> {
+        let mut prefix = Vec::new();
         let mut want = file_len.min(HEADER_GUESS);
         loop {
-            let mut prefix = vec![0u8; want];
-            src.read(0, &mut prefix);
+            let have = prefix.len();
+            prefix.resize(want, 0);
+            read(have, &mut prefix[have..])?;
             let mut c = Cursor { buf: &prefix, pos: 0, file_len, short: false };
             match Self::parse_cursor(&mut c) {
                 Err(_) if c.short => want = want.saturating_mul(4).min(file_len),
