@@ -11,6 +11,10 @@
 //! - `gpu_bench passes`: the host's cost of a pass: chains of 2,000 elementwise adds of 4 values (work the GPU
 //!   finishes at once), recorded and waited for, in µs per pass (medians of 7, min–max), the recording alone and in
 //!   all; what a training step's thousand passes pay on top of their kernels.
+//! - `gpu_bench pipelines [MODEL]`: building the pipelines of a model's first call (the load-time check's forward
+//!   and the poolings, `canary::pipelines`) one at a time, as dispatches used to build them, against all at once
+//!   (`GpuBackend::build_pipelines`: on every core natively); each on a fresh device, so nothing is in the
+//!   backend's cache (set the driver's own cache off for a first load's time: `MESA_SHADER_CACHE_DISABLE=true`).
 //! Wall-clock medians after a warm-up run; the variants run round-robin so a busy machine slows all alike.
 
 use std::time::Instant;
@@ -337,6 +341,56 @@ fn passes() {
         range(times.iter().map(|t| t.1).collect()));
 }
 
+/// ms to build a model's first-call pipelines one at a time and all at once, each on a fresh device (medians of 5);
+/// then the same for the pipelines of that forward under every matmul and row-kernel variant the calibration may
+/// time (`matmul_candidates`, `row_candidates`): about what a first calibration builds.
+fn pipelines(model: &str) {
+    use bertgpu::backend::gpu::{matmul_candidates, row_candidates};
+    use bertgpu::engine::canary;
+    use bertgpu::loader::{self, LoadOptions, ModelSource};
+    use bertgpu::tasks::Model;
+    let m = loader::load(ModelSource::Path(std::path::Path::new(model)), &LoadOptions::default()).unwrap();
+    let w = m.weights().unwrap();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("| {model} | pipelines | one at a time (ms) | all at once, {threads} threads (ms) | ratio |");
+    println!("|---|---|---|---|---|");
+    for variants in [false, true] {
+        let mut times = [Vec::new(), Vec::new()];
+        let mut count = 0;
+        for _ in 0..5 {
+            for (at_once, t) in times.iter_mut().enumerate() {
+                let g = GpuBackend::new_blocking().unwrap();
+                let tunings = if variants {
+                    let mut v = matmul_candidates(g.gpu());
+                    v.extend(row_candidates(g.gpu()));
+                    v
+                } else {
+                    vec![g.tuning()]
+                };
+                let model = Model::new(g, m.config.clone(), m.tokenizer.clone(), &w).unwrap();
+                let mut specs = Vec::new();
+                for tuning in tunings {
+                    model.backend.set_tuning(tuning);
+                    specs.extend(canary::pipelines(&model).unwrap());
+                }
+                let t0 = Instant::now();
+                if at_once == 1 {
+                    model.backend.build_pipelines(&specs).unwrap();
+                } else {
+                    for s in &specs {
+                        model.backend.build_pipelines(std::slice::from_ref(s)).unwrap();
+                    }
+                }
+                t.push(t0.elapsed().as_secs_f64() * 1e3);
+                count = model.backend.pipeline_count();
+            }
+        }
+        let [one, all] = times.map(median);
+        let what = if variants { "every matmul and row variant" } else { "a first call" };
+        println!("| {what} | {count} | {one:.1} | {all:.1} | {:.2}× |", one / all);
+    }
+}
+
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_else(|| "matmul".into());
     let g = Gpu::new_blocking().unwrap();
@@ -350,6 +404,7 @@ fn main() {
             let models: Vec<String> = std::env::args().skip(2).collect();
             quant(&models)
         }
-        other => eprintln!("unknown benchmark {other}: matmul | attention | passes | quant [MODEL ...]"),
+        "pipelines" => pipelines(&std::env::args().nth(2).unwrap_or_else(|| "models/all-MiniLM-L6-v2".into())),
+        other => eprintln!("unknown benchmark {other}: matmul | attention | passes | quant [MODEL ...] | pipelines [MODEL]"),
     }
 }

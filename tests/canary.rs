@@ -74,7 +74,6 @@ fn check(m: &LoadedModel, g: GpuBackend, fault: bool) -> canary::Canary {
     g.inject_fault(fault);
     let w = m.weights().unwrap();
     let model = Model::new(g, m.config.clone(), m.tokenizer.clone(), &w).unwrap();
-    pollster::block_on(model.warm_up()).unwrap();
     let start = std::time::Instant::now();
     let c = pollster::block_on(canary::check(&model, &w)).unwrap();
     eprintln!("{:?} (fault {fault}): {c} [{} values, {:.1} ms]", m.config.family, c.compared,

@@ -290,6 +290,47 @@ fn repeated_calls_allocate_nothing_new() {
     }
 }
 
+/// The pipelines a recording needs are noted without running it (`pipelines_of`: nothing built, nothing computed),
+/// then built at once (`build_pipelines`, on several threads natively), after which the recording builds none and
+/// computes what it computed before. Work recorded before the noting is submitted, not lost: what a GPU load does
+/// before its check (`canary::prebuild`).
+#[test]
+fn pipelines_are_noted_then_built_at_once() {
+    let Some(g) = gpu() else { return };
+    let w = g.upload(&host(&[64, 33], rand_vec(64 * 33, 1))).unwrap();
+    let w4 = g.upload(&host(&[16, 64], rand_vec(16 * 64, 2))).unwrap();
+    let gamma = g.upload(&host(&[16], vec![1.0; 16])).unwrap();
+    let beta = g.upload(&host(&[16], vec![0.0; 16])).unwrap();
+    let x = g.input(&rand_vec(7 * 33, 3), 7, 33).unwrap();
+    let record = || {
+        let y = g.linear(&x, &w, None, Activation::Gelu)?; // K = 33: the scalar kernel
+        let z = g.linear(&y, &w4, None, Activation::None)?; // K = 64: a vec4 kernel
+        g.layernorm(&z, Some(&z), &gamma, &beta, 1e-12)
+    };
+    let first = g.linear(&x, &w, None, Activation::None).unwrap(); // recorded before the noting
+    let built = g.pipeline_count();
+    let specs = g.pipelines_of(|| record().map(drop)).unwrap();
+    assert_eq!(g.pipeline_count(), built, "noting built pipelines");
+    assert_eq!(specs.len(), 3, "two matmul kernels and a layernorm: {specs:?}");
+    let first = read(&g, &first);
+    g.build_pipelines(&specs).unwrap();
+    assert_eq!(g.pipeline_count(), built + 3);
+    assert!(g.pipelines_of(|| record().map(drop)).unwrap().is_empty(), "built pipelines are noted again");
+    let out = read(&g, &record().unwrap());
+    assert_eq!(g.pipeline_count(), built + 3, "the recording built a pipeline of its own");
+    let fresh = gpu().unwrap();
+    let (fw, fw4) = (fresh.upload(&host(&[64, 33], rand_vec(64 * 33, 1))).unwrap(),
+        fresh.upload(&host(&[16, 64], rand_vec(16 * 64, 2))).unwrap());
+    let (fg, fb) = (fresh.upload(&host(&[16], vec![1.0; 16])).unwrap(), fresh.upload(&host(&[16], vec![0.0; 16])).unwrap());
+    let fx = fresh.input(&rand_vec(7 * 33, 3), 7, 33).unwrap();
+    let fy = fresh.linear(&fx, &fw, None, Activation::Gelu).unwrap();
+    let fz = fresh.linear(&fy, &fw4, None, Activation::None).unwrap();
+    assert_eq!(out, read(&fresh, &fresh.layernorm(&fz, Some(&fz), &fg, &fb, 1e-12).unwrap()),
+        "prebuilt pipelines compute what pipelines built on first use do");
+    assert_eq!(first, read(&fresh, &fresh.linear(&fx, &fw, None, Activation::None).unwrap()),
+        "work recorded before the noting was lost");
+}
+
 /// A weight's buffer is destroyed when its tensor is dropped (in the browser a dropped buffer's memory waits for the
 /// garbage collector), but not before the commands recorded with it are submitted: the submit would fail. The
 /// result of those commands is still right.

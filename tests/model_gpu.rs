@@ -164,8 +164,9 @@ fn cli_embed_on_gpu_matches_goldens() {
     }
 }
 
-/// Loading on the GPU builds every pipeline a forward needs (a warm-up forward at load), so the first real call
-/// compiles nothing: embedding texts of other lengths and batch sizes afterwards adds no pipeline.
+/// Loading on the GPU builds every pipeline a forward needs (the load-time check's forward, then the pooling kernels
+/// on a row of zeros), so the first real call compiles nothing: embedding texts of other lengths and batch sizes
+/// afterwards adds no pipeline.
 #[test]
 fn load_builds_the_pipelines_of_a_forward() {
     use bertgpu::engine::{Device, Engine};
@@ -177,7 +178,7 @@ fn load_builds_the_pipelines_of_a_forward() {
     let Engine::Gpu(model) = &engine else { panic!("Device::Gpu gave a {} engine", engine.device()) };
     let built = model.backend.pipeline_count();
     assert!(built >= 5, "only {built} pipelines after load");
-    let texts = ["a", "a longer sentence with more words in it than the warm-up had", "three"];
+    let texts = ["a", "a sentence of another length than the load-time check's inputs", "three"];
     for pooling in [Pooling::Mean, Pooling::Cls] {
         let opts = EmbedOptions { pooling, normalize: true, batch_size: 2 };
         pollster::block_on(engine.embed(&texts, &opts)).unwrap();

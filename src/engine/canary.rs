@@ -18,7 +18,7 @@
 //! CPU backend's forward of 25 tokens.
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::gpu::GpuBackend;
+use crate::backend::gpu::{GpuBackend, PipelineSpec};
 use crate::backend::Backend;
 use crate::model::BertModel;
 use crate::tasks::{Model, ReferenceOutput};
@@ -157,7 +157,29 @@ pub async fn read_back(gpu: &GpuBackend, w: &Weights, names: &[String]) -> Resul
     Ok(out)
 }
 
-/// Runs the check on `model` (on the GPU, warmed up), whose weights were `weights`. Errors are the GPU's (a lost
+/// The pipelines that the check's forward on `model`, and a pooling of its output either way (mean, `[CLS]`),
+/// need with the kernels its backend has now and has not built yet ([`GpuBackend::pipelines_of`]): those of a
+/// first call of a short input.
+pub fn pipelines(model: &Model<GpuBackend>) -> Result<Vec<PipelineSpec>> {
+    let encoded = INPUT.iter().map(|(a, b)| model.tokenizer.encode(a, *b)).collect::<Result<Vec<_>>>()?;
+    let batch = model.tokenizer.batch(&encoded);
+    let be = &model.backend;
+    be.pipelines_of(|| {
+        let mask = be.mask(&batch)?;
+        let hidden = model.bert.forward_with_mask(be, &batch, &mask)?;
+        be.mean_pool(&hidden, &mask, batch.b, batch.t)?;
+        be.gather_rows(&hidden, &[0])?;
+        Ok(())
+    })
+}
+
+/// Builds [`pipelines`] at once ([`GpuBackend::build_pipelines`]: natively on several threads), before the check
+/// runs them one after another.
+pub fn prebuild(model: &Model<GpuBackend>) -> Result<()> {
+    model.backend.build_pipelines(&pipelines(model)?)
+}
+
+/// Runs the check on `model` (on the GPU), whose weights were `weights`. Errors are the GPU's (a lost
 /// device) or the tokenizer's, not a disagreement: that is the returned [`Canary`]'s [`Canary::passed`].
 pub async fn check(model: &Model<GpuBackend>, weights: &Weights) -> Result<Canary> {
     compare(model, &reference(model, weights).await?).await

@@ -111,9 +111,10 @@ impl Engine {
         Self::place(config, tokenizer, weights, Placement::pick(device).await?, cpu).await
     }
 
-    /// Puts the model on `placement`'s GPU when it has one, else on `cpu`. On the GPU the pipelines are built
-    /// ([`Model::warm_up`]) and the load-time check runs ([`canary::check`]: the encoder's output on a fixed input
-    /// against the CPU backend's from the same weights). A GPU that disagrees beyond the tolerance is not used:
+    /// Puts the model on `placement`'s GPU when it has one, else on `cpu`. On the GPU the pipelines of a first call
+    /// are built at once ([`canary::prebuild`]: natively on several threads), then the load-time check runs
+    /// ([`canary::check`]: the encoder's output on a fixed input against the CPU backend's from the same weights).
+    /// A GPU that disagrees beyond the tolerance is not used:
     /// - asked for `Device::Auto`: the model goes on the CPU, and [`Self::device_reason`] says which adapter
     ///   disagreed, by how much and where. The caller asked for whatever works; the CPU gives right answers.
     /// - asked for `Device::Gpu`: the load fails with that reason. Whoever insists on the GPU (a benchmark, a test
@@ -131,7 +132,7 @@ impl Engine {
         // (Logged: the check reads back what each module took, where the weights went straight to the GPU.)
         let weights = &weights.logging();
         let mut model = Model::new(gpu, config, tokenizer, weights)?;
-        model.warm_up().await?;
+        canary::prebuild(&model)?;
         let reference = canary::reference(&model, weights).await?;
         let canary = canary::compare(&model, &reference).await?;
         if canary.passed() {
@@ -202,7 +203,24 @@ impl Engine {
         let Engine::Gpu(m) = self else { return Ok(None) };
         let before = m.backend.tuning();
         let t = m.backend.set_tuning(t);
-        for check in [t, Tuning { small_matmul: t.matmul, ..t }] {
+        let checks = [t, Tuning { small_matmul: t.matmul, ..t }];
+        // Both checks' pipelines, built at once (natively on several threads).
+        let mut specs = Vec::new();
+        for check in checks {
+            m.backend.set_tuning(check);
+            match canary::pipelines(m) {
+                Ok(s) => specs.extend(s),
+                Err(e) => {
+                    m.backend.set_tuning(before);
+                    return Err(e);
+                }
+            }
+        }
+        if let Err(e) = m.backend.build_pipelines(&specs) {
+            m.backend.set_tuning(before);
+            return Err(Error::Gpu(format!("the GPU kernels {t} fail the load-time check ({e}); kept {before}")));
+        }
+        for check in checks {
             m.backend.set_tuning(check);
             if let Some(why) = recheck(m).await {
                 m.backend.set_tuning(before);

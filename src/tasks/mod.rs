@@ -179,19 +179,6 @@ impl<B: Backend> Model<B> {
         Ok(groups)
     }
 
-    /// Runs one tiny forward with both poolings, so that every pipeline a forward needs is built now, during the
-    /// load (with its progress bar), not inside the user's first call: compiling shaders is the stall users of
-    /// in-browser runtimes complain about most on first use (ANCHORS.md).
-    pub async fn warm_up(&self) -> Result<()> {
-        let e = self.tokenizer.encode("warm up", None)?;
-        let batch = self.tokenizer.batch(std::slice::from_ref(&e));
-        for pooling in [Pooling::Mean, Pooling::Cls] {
-            let pooled = self.pool_batch(&batch, pooling)?;
-            self.backend.read(&pooled).await?;
-        }
-        Ok(())
-    }
-
     /// Encoder forward and pooling of a padded batch, left on the device: `(B, H)`.
     pub fn pool_batch(&self, batch: &Batch, pooling: Pooling) -> Result<B::Tensor> {
         let be = &self.backend;

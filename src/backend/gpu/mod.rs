@@ -26,6 +26,7 @@ mod norm;
 pub mod params;
 mod placed;
 mod pool;
+mod prebuild;
 mod profiler;
 mod runtime;
 mod tensor;
@@ -39,6 +40,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 pub use context::Gpu;
+pub use prebuild::PipelineSpec;
 pub use tensor::GpuTensor;
 pub use tune::{matmul_candidates, row_candidates, Calibration, Progress, Workload, CALIBRATION_STAGES};
 pub use tuning::{AttentionKernel, MatmulKernel, MatmulVariant, Tuning, SMALL_ROWS};
@@ -69,6 +71,8 @@ pub struct GpuBackend {
     f16_activations: std::cell::Cell<bool>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<PipelineKey, Rc<Pipeline>>>,
+    /// The pipelines noted while [`GpuBackend::pipelines_of`] runs (prebuild.rs); `None` otherwise.
+    noting: RefCell<Option<Vec<PipelineSpec>>>,
     pool: Pool,
     pending: RefCell<Option<runtime::Recording>>,
     /// Passes recorded into `pending`, and how many make a submission of their own ([`GpuBackend::set_submit_every`]).
@@ -134,6 +138,7 @@ impl GpuBackend {
             f16_activations: std::cell::Cell::new(false),
             modules: RefCell::new(HashMap::new()),
             pipelines: RefCell::new(HashMap::new()),
+            noting: RefCell::new(None),
             pool: Rc::new(RefCell::new(buffers::PoolState::default())),
             pending: RefCell::new(None),
             recorded: std::cell::Cell::new(0),

@@ -61,62 +61,29 @@ impl GpuBackend {
         if let Some(p) = self.pipelines.borrow().get(&key) {
             return Ok(p.clone());
         }
-        let device = &self.gpu.device;
-        let mut modules = self.modules.borrow_mut();
-        if !modules.contains_key(shader) {
-            let src = params::source(shader).map_err(Error::Gpu)?;
-            let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(shader),
-                source: wgpu::ShaderSource::Wgsl(src.text.as_str().into()),
-            });
-            // Compiler errors cite lines of the composed text: name the file and line under shaders/ instead.
-            self.gpu.check_errors().map_err(|e| src.annotate_error(e, shader))?;
-            modules.insert(shader, m);
-        }
-        let module = &modules[shader];
-        let mut entries = vec![wgpu::BindGroupLayoutEntry {
-            binding: 0,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Uniform,
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        }];
-        for &(binding, _, writable) in bindings {
-            entries.push(wgpu::BindGroupLayoutEntry {
-                binding,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Storage { read_only: !writable },
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            });
-        }
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some(entry),
-            entries: &entries,
-        });
-        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some(entry),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(entry),
-            layout: Some(&pl),
-            module,
-            entry_point: Some(entry),
-            compilation_options: wgpu::PipelineCompilationOptions { constants: consts, ..Default::default() },
-            cache: None,
-        });
+        self.module(shader)?;
+        let writable: Vec<(u32, bool)> = bindings.iter().map(|&(b, _, w)| (b, w)).collect();
+        let p = build_pipeline(&self.gpu.device, &self.modules.borrow()[shader], entry, consts, &writable);
         self.gpu.check_errors()?;
-        let p = Rc::new(Pipeline { pipeline, layout });
+        let p = Rc::new(p);
         self.pipelines.borrow_mut().insert(key, p.clone());
         Ok(p)
+    }
+
+    /// Compiles `shader`'s module unless it is compiled already.
+    pub(super) fn module(&self, shader: &'static str) -> Result<()> {
+        if self.modules.borrow().contains_key(shader) {
+            return Ok(());
+        }
+        let src = params::source(shader).map_err(Error::Gpu)?;
+        let m = self.gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(shader),
+            source: wgpu::ShaderSource::Wgsl(src.text.as_str().into()),
+        });
+        // Compiler errors cite lines of the composed text: name the file and line under shaders/ instead.
+        self.gpu.check_errors().map_err(|e| src.annotate_error(e, shader))?;
+        self.modules.borrow_mut().insert(shader, m);
+        Ok(())
     }
 
     /// Records one compute pass: `shader::entry` with `params` at binding 0 and `bindings`, over `groups`.
@@ -128,6 +95,9 @@ impl GpuBackend {
             return Err(Error::Gpu(format!(
                 "{entry}: grid {groups:?} exceeds the adapter's {max} workgroups per dimension; use a smaller batch"
             )));
+        }
+        if self.note_pipeline(shader, entry, consts, bindings) {
+            return Ok(()); // only noting which pipelines a recording needs (prebuild.rs)
         }
         let pipe = self.pipeline(shader, entry, consts, bindings)?;
         let device = &self.gpu.device;
@@ -346,6 +316,54 @@ impl GpuBackend {
         }
         failed.map_or(Ok(out), Err)
     }
+}
+
+/// A compute pipeline of `module`'s `entry` with `consts`, its bind group's layout made from the dispatch's bindings:
+/// a uniform at 0, then each `(binding, written)` storage buffer. Errors go to the device's log
+/// ([`super::Gpu::check_errors`]). A free function, so that several threads may build pipelines at once
+/// ([`GpuBackend::build_pipelines`]).
+pub(super) fn build_pipeline(device: &wgpu::Device, module: &wgpu::ShaderModule, entry: &'static str,
+    consts: &[(&'static str, f64)], bindings: &[(u32, bool)]) -> Pipeline {
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }];
+    for &(binding, writable) in bindings {
+        entries.push(wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: !writable },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        });
+    }
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(entry),
+        entries: &entries,
+    });
+    let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(entry),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(entry),
+        layout: Some(&pl),
+        module,
+        entry_point: Some(entry),
+        compilation_options: wgpu::PipelineCompilationOptions { constants: consts, ..Default::default() },
+        cache: None,
+    });
+    Pipeline { pipeline, layout }
 }
 
 #[derive(Default)]

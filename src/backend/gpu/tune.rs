@@ -303,6 +303,17 @@ impl GpuBackend {
             // The first stage of this call finishes whatever the budget: each call makes progress.
             let first = timed.is_empty();
             let merged: Vec<Tuning> = variants.iter().map(|v| knob.take(best, *v)).collect();
+            // Natively the stage's pipelines are built at once, on several threads (prebuild.rs): built one at a time
+            // as each variant first ran, they took the first calibrations on a fresh machine past their budget.
+            #[cfg(not(target_arch = "wasm32"))]
+            if first || now_ms() - start <= budget_ms {
+                let mut specs = Vec::new();
+                for t in &merged {
+                    self.set_tuning(*t);
+                    specs.extend(self.pipelines_of(run.as_ref())?);
+                }
+                self.build_pipelines(&specs)?;
+            }
             let repeats = {
                 self.set_tuning(merged[0]);
                 run()?; // compiles the default's pipelines
