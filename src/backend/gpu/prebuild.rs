@@ -1,12 +1,14 @@
 //! Pipelines built before they are needed, natively on several threads at once.
 //!
 //! A pipeline is built the first time a dispatch needs it ([`GpuBackend::dispatch`]), one after another on the
-//! recording thread. Building is the driver compiling a kernel, and a model's first forward needs a few dozen
-//! pipelines: on lavapipe, with no shader cache, that was most of a GPU load. So a load first runs the recording of
-//! its first forward with the dispatches only noted ([`GpuBackend::pipelines_of`]: no GPU work), then builds what
-//! they need at once ([`GpuBackend::build_pipelines`]): natively on up to as many threads as the machine has cores
-//! (a `wgpu::Device` is shared between threads, and drivers build pipelines concurrently); in a browser on the one
-//! thread there is, which is the same work as building them one at a time.
+//! recording thread. Most drivers compile the kernel then, on the thread that asks (Vulkan on NVIDIA, AMD and
+//! Intel; Metal; D3D12; SwiftShader), and a calibration builds about fifty: on a fresh machine that took the first
+//! calibrations on an H100 past their budget (BENCHMARKS.md). So the recording of a model's first call, or of a
+//! calibration stage, first runs with its dispatches only noted ([`GpuBackend::pipelines_of`]: no GPU work), then
+//! what they need is built at once ([`GpuBackend::build_pipelines`]): natively on up to as many threads as the
+//! machine has cores (a `wgpu::Device` is shared between threads); in a browser on the one thread there is, which
+//! is the same work as building them one at a time. (lavapipe compiles at a kernel's first dispatch instead, on
+//! its own thread: building early does not move that work.)
 
 use super::runtime::{build_pipeline, Binding, Pipeline, PipelineKey};
 use super::GpuBackend;
@@ -54,9 +56,8 @@ impl GpuBackend {
     }
 
     /// Builds the pipelines of `specs` (from [`Self::pipelines_of`]; repeats are built once) that are not built yet:
-    /// each module on this
-    /// thread (its compiler errors name the file and line), then the pipelines, natively on up to as many threads
-    /// as there are cores.
+    /// each module on this thread (its compiler errors name the file and line), then the pipelines, natively on up
+    /// to as many threads as there are cores.
     pub fn build_pipelines(&self, specs: &[PipelineSpec]) -> Result<()> {
         let mut todo: Vec<&PipelineSpec> = Vec::new();
         for s in specs {
