@@ -10,7 +10,7 @@
 //! is the same work as building them one at a time. (lavapipe compiles at a kernel's first dispatch instead, on
 //! its own thread: building early does not move that work.)
 
-use super::runtime::{build_pipeline, Binding, Pipeline, PipelineKey};
+use super::runtime::{build_pipeline, pipeline_key, Binding, Pipeline, PipelineKey};
 use super::GpuBackend;
 use crate::Result;
 
@@ -32,7 +32,7 @@ impl GpuBackend {
         bindings: &[Binding<'_>]) -> bool {
         let mut noting = self.noting.borrow_mut();
         let Some(noted) = noting.as_mut() else { return false };
-        let key: PipelineKey = (shader, entry, consts.iter().map(|(k, v)| (*k, v.to_bits())).collect());
+        let key = pipeline_key(shader, entry, consts);
         if !self.pipelines.borrow().contains_key(&key) && !noted.iter().any(|s| s.key == key) {
             let bindings = bindings.iter().map(|&(b, _, w)| (b, w)).collect();
             noted.push(PipelineSpec { key, shader, entry, consts: consts.to_vec(), bindings });

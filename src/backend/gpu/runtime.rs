@@ -21,6 +21,11 @@ pub(super) struct Pipeline {
 /// Pipeline cache key: (shader, entry point, override constants as (name, f64 bits)).
 pub(super) type PipelineKey = (&'static str, &'static str, Vec<(&'static str, u64)>);
 
+/// The cache key of `shader::entry` with `consts`.
+pub(super) fn pipeline_key(shader: &'static str, entry: &'static str, consts: &[(&'static str, f64)]) -> PipelineKey {
+    (shader, entry, consts.iter().map(|(k, v)| (*k, v.to_bits())).collect())
+}
+
 /// The commands recorded since the last submit. Dispatches share one compute pass (wgpu orders them, with the
 /// barriers their buffers need, as it would separate passes), open until the encoder is wanted for something else
 /// (the submit, a copy, a profiled pass): a pass per dispatch cost the host a pass's bookkeeping each time, and in a
@@ -57,7 +62,7 @@ impl GpuBackend {
 
     fn pipeline(&self, shader: &'static str, entry: &'static str, consts: &[(&'static str, f64)],
         bindings: &[Binding<'_>]) -> Result<Rc<Pipeline>> {
-        let key: PipelineKey = (shader, entry, consts.iter().map(|(k, v)| (*k, v.to_bits())).collect());
+        let key = pipeline_key(shader, entry, consts);
         if let Some(p) = self.pipelines.borrow().get(&key) {
             return Ok(p.clone());
         }

@@ -316,7 +316,7 @@ impl GpuBackend {
             }
             let repeats = {
                 self.set_tuning(merged[0]);
-                run()?; // compiles the default's pipelines
+                run()?; // builds the default's pipelines where they are not built (in a browser), untimed
                 let t0 = now_ms();
                 run()?;
                 self.flush().await?;
@@ -333,7 +333,7 @@ impl GpuBackend {
                     }
                     self.set_tuning(*t);
                     if round == 0 {
-                        run()?; // compiles this variant's pipelines, untimed
+                        run()?; // builds this variant's pipelines where they are not built (in a browser), untimed
                         self.flush().await?;
                     }
                     let t0 = now_ms();
