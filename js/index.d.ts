@@ -120,6 +120,15 @@ export interface LoadOptions {
    */
   activations?: "f32" | "f16";
   /**
+   * WebGPU only: also keep a CPU copy of the model for the short calls the CPU finishes sooner than the GPU (whose
+   * calls cost a roughly fixed time to submit and read back). After the load, the CPU and the GPU are timed on this
+   * model at growing lengths (about a second; the first calls wait for it), and calls of at most the longest length
+   * the CPU won run on the copy (Bert.crossover, Bert.lastCallDevice). The copy is a second set of the weights in
+   * wasm memory, kept only where the CPU wins at some length. Results are the CPU backend's or the GPU's, each checked
+   * against PyTorch. Default false.
+   */
+  crossover?: boolean;
+  /**
    * "bertgpu/worker" only: on the CPU backend, the number of workers (each a copy of the model on its own core)
    * that share calls over many texts; "auto" takes the cores the browser reports, at most 4. Default 1.
    */
@@ -535,6 +544,14 @@ export declare class Bert {
    * "cached": chosen on an earlier load on this adapter; "calibrated": chosen now; "default": a CPU adapter.
    */
   readonly tuning: KernelTuning | null;
+  /**
+   * With LoadOptions.crossover on WebGPU: calls of at most `maxTokens` tokens (all texts of the call, special tokens
+   * included) run on the CPU copy, longer ones on the GPU (0: all on the GPU, no copy kept); `points` holds what was
+   * timed, `[tokens, cpuMs, gpuMs]`; `text` says it in words. null before it is measured and without the option.
+   */
+  readonly crossover: { maxTokens: number; points: Array<[number, number, number]>; text: string } | null;
+  /** Where the last call ran: "webgpu" or "cpu". It differs from `device` only with LoadOptions.crossover. */
+  readonly lastCallDevice: Device;
   /** Times the GPU kernels' variants on this model again and switches to the fastest; null on the CPU. */
   calibrate(options?: { budgetMs?: number }): Promise<KernelTuning | null>;
   /** The tasks this model can run besides tokenize and embed (the heads its checkpoint carries). */

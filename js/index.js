@@ -25,6 +25,8 @@ const DEVICES = ["auto", "webgpu", "cpu"];
 const POOLINGS = ["mean", "cls"];
 /** Texts per forward pass in `embed`: bounds the activation memory of one call whatever the number of texts. */
 const DEFAULT_BATCH_SIZE = 32;
+/** How long `crossover: true` may time the CPU against the GPU at load (src/engine/crossover.rs `measure`). */
+const CROSSOVER_BUDGET_MS = 1000;
 
 const SIMDS = ["auto", "relaxed", "simd128"];
 
@@ -601,11 +603,14 @@ export class Bert {
     // (`_injectFault`: tests only. The GPU's linears return wrong values, as a miscompiled kernel would, so that
     // the load-time check fails: "auto" must then give the CPU with a `deviceReason`, "webgpu" must reject.)
     const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
-      "adapter", "threads", "activations", "_injectFault"], "Bert.load");
+      "adapter", "threads", "activations", "crossover", "_injectFault"], "Bert.load");
     const device = opts.device ?? "auto";
     const activations = opts.activations ?? "f32";
     if (activations !== "f32" && activations !== "f16") {
       throw new TypeError(`Bert.load: activations must be "f32" or "f16" (got ${JSON.stringify(opts.activations)})`);
+    }
+    if (opts.crossover != null && typeof opts.crossover !== "boolean") {
+      throw new TypeError("Bert.load: crossover must be true or false");
     }
     if (!DEVICES.includes(device)) {
       throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
@@ -704,8 +709,42 @@ export class Bert {
         bert._kernelTuning = await tune(m).catch((e) => ({ tuning: m.tuning, source: "default",
           why: `the calibration failed (${e.message}); the default kernels run` }));
       }).catch(() => {});
+      if (opts.crossover === true) bert._measureCrossover();
     }
     return bert;
+  }
+
+  /**
+   * `crossover: true` on WebGPU: a CPU copy of the model for the short calls the CPU finishes sooner, made from the
+   * model's files again (from the cache when it is on), with the crossover measured on this adapter (src/engine/
+   * crossover.rs). Queued after the calibration, so the first calls wait for it; the copy is kept only where the CPU
+   * wins at some length.
+   */
+  _measureCrossover() {
+    this._crossover = null;
+    this._enqueue("Bert.load (crossover)", async (m) => {
+      const f = await this._files();
+      this._crossover = f.gguf
+        ? await m.addCpuTwinGguf(f.gguf, CROSSOVER_BUDGET_MS)
+        : await m.addCpuTwin(f.config, f.tokenizer, f.vocab, f.tokenizerConfig, f.weights, f.adapterConfig,
+          f.adapterWeights, CROSSOVER_BUDGET_MS);
+    }).catch((e) => {
+      this._crossover = { maxTokens: 0, points: [], text: `not measured (${e.message}): every call on the GPU` };
+    });
+  }
+
+  /**
+   * With `Bert.load`'s `crossover: true` on WebGPU: `{ maxTokens, points, text }`: calls of at most `maxTokens`
+   * tokens run on a CPU copy of the model, longer ones on the GPU (0: every call on the GPU, and no copy is kept);
+   * `points` holds what was timed (`[tokens, cpuMs, gpuMs]`). null before it is measured, and without the option.
+   */
+  get crossover() {
+    return this._crossover ?? null;
+  }
+
+  /** Where the last call ran: "webgpu" or "cpu". It differs from `device` only with `crossover: true`. */
+  get lastCallDevice() {
+    return this._model.lastCallDevice;
   }
 
   /**

@@ -5,6 +5,9 @@
 //! after the load-time check of [`canary`].
 
 pub mod canary;
+pub mod crossover;
+
+use crossover::{most_tokens, routed};
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::gpu::{tune, Calibration, Gpu, GpuBackend, Progress, Tuning, Workload};
@@ -296,7 +299,12 @@ impl Engine {
     }
 
     /// See [`Model::embed`].
+    /// Where a CPU copy takes short calls ([`crossover`]), the texts are tokenized first to count the call's tokens.
     pub async fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        if self.has_twin() {
+            let encoded = with_model!(self, m => m.encode_texts(texts))?;
+            return self.embed_encoded(&encoded, opts).await;
+        }
         with_model!(self, m => m.embed(texts, opts).await)
     }
 
@@ -352,11 +360,12 @@ impl Engine {
 
     /// See [`Model::embed_encoded`].
     pub async fn embed_encoded(&self, encoded: &[Encoded], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
-        with_model!(self, m => m.embed_encoded(encoded, opts).await)
+        routed!(self, encoded.iter().map(Encoded::len).sum(), m => m.embed_encoded(encoded, opts).await)
     }
 }
 
-/// The same tasks on whichever backend the engine holds.
+/// The same tasks on whichever backend the engine holds; where a CPU copy takes short calls ([`crossover`]), on it
+/// when the call's texts are short enough ([`crossover::most_tokens`] bounds their tokens).
 impl Engine {
     /// See [`Model::available_tasks`].
     pub fn available_tasks(&self) -> Vec<&'static str> {
@@ -365,32 +374,33 @@ impl Engine {
 
     /// See [`Model::fill_mask`].
     pub async fn fill_mask(&self, texts: &[&str], top_k: usize) -> Result<Vec<Vec<Vec<FillMaskPrediction>>>> {
-        with_model!(self, m => m.fill_mask(texts, top_k).await)
+        routed!(self, most_tokens(texts.iter().map(|t| (*t, None))), m => m.fill_mask(texts, top_k).await)
     }
     /// See [`Model::next_sentence`].
     pub async fn next_sentence(&self, pairs: &[(&str, &str)]) -> Result<Vec<NextSentence>> {
-        with_model!(self, m => m.next_sentence(pairs).await)
+        routed!(self, most_tokens(pairs.iter().map(|(a, b)| (*a, Some(*b)))), m => m.next_sentence(pairs).await)
     }
     /// See [`Model::classify`].
     pub async fn classify(&self, inputs: &[(&str, Option<&str>)], top_k: Option<usize>) -> Result<Vec<Vec<LabelScore>>> {
-        with_model!(self, m => m.classify(inputs, top_k).await)
+        routed!(self, most_tokens(inputs.iter().copied()), m => m.classify(inputs, top_k).await)
     }
     /// See [`Model::rerank`].
     pub async fn rerank(&self, query: &str, documents: &[&str], top_k: Option<usize>) -> Result<Vec<RankedDocument>> {
-        with_model!(self, m => m.rerank(query, documents, top_k).await)
+        let tokens = most_tokens(documents.iter().map(|d| (query, Some(*d))));
+        routed!(self, tokens, m => m.rerank(query, documents, top_k).await)
     }
     /// See [`Model::token_classify`].
     pub async fn token_classify(&self, inputs: &[(&str, Option<&str>)], aggregation: Aggregation)
         -> Result<Vec<Vec<TokenEntity>>> {
-        with_model!(self, m => m.token_classify(inputs, aggregation).await)
+        routed!(self, most_tokens(inputs.iter().copied()), m => m.token_classify(inputs, aggregation).await)
     }
     /// See [`Model::answer`].
     pub async fn answer(&self, question: &str, context: &str) -> Result<Answer> {
-        with_model!(self, m => m.answer(question, context).await)
+        routed!(self, most_tokens([(question, Some(context))]), m => m.answer(question, context).await)
     }
     /// See [`Model::replaced_tokens`].
     pub async fn replaced_tokens(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<ReplacedToken>>> {
-        with_model!(self, m => m.replaced_tokens(inputs).await)
+        routed!(self, most_tokens(inputs.iter().copied()), m => m.replaced_tokens(inputs).await)
     }
 }
 

@@ -6,6 +6,7 @@
 //! Methods take `&self`.
 
 pub mod pipelines;
+pub mod twin;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -55,6 +56,9 @@ pub struct Model<B: Backend> {
     /// On a GPU: the CPU's side of the load-time check (crate::engine::canary), kept to check the GPU again
     /// whenever its kernels change.
     pub canary: Option<ReferenceOutput>,
+    /// On a GPU: a CPU copy of this model for the short calls it finishes sooner ([`twin`]); set where asked for
+    /// (`crate::engine::crossover`), `None` otherwise. Behind a `RefCell` and an `Rc` as `head` is.
+    pub cpu_twin: RefCell<Option<Rc<twin::CpuTwin>>>,
 }
 
 /// A fixed input and the last hidden state the CPU backend computed for it: the load-time check's reference (made
@@ -71,7 +75,8 @@ impl<B: Backend> Model<B> {
     pub fn new(backend: B, config: BertConfig, tokenizer: Tokenizer, weights: &Weights) -> Result<Model<B>> {
         let bert = BertModel::load(weights, &config, &backend)?;
         let heads = crate::heads::Heads::load(weights, &config, &backend);
-        Ok(Model { backend, config, tokenizer, bert, heads, head: RefCell::new(None), device_reason: None, canary: None })
+        Ok(Model { backend, config, tokenizer, bert, heads, head: RefCell::new(None), device_reason: None, canary: None,
+            cpu_twin: RefCell::new(None) })
     }
 
     /// Tokenizes single texts (truncated to the tokenizer's max length), in order; natively on rayon's threads (a

@@ -321,6 +321,19 @@ async fn load_engine(source: ModelSource<'_>, device: &str, cpu: CpuBackend, inj
     place(m, device, cpu, inject_fault, placement).await
 }
 
+/// `WasmModel.load`'s `weights` (a `Uint8Array` or a finished safetensors `WeightStream`) as the loader reads them,
+/// and the device a stream placed them on.
+fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), JsError> {
+    Ok(match weights.dyn_into::<js_sys::Uint8Array>() {
+        // The weights stay in JS memory and are read a tensor at a time: never the whole file in wasm memory.
+        Ok(bytes) => (WeightsFile::Bytes(Box::new(JsBytes(bytes))), None),
+        Err(other) => match stream::WeightStream::take(other)? {
+            (Streamed::Safetensors(w), placement) => (WeightsFile::Read(w), placement),
+            (Streamed::Gguf(_), _) => return Err(JsError::new("load: the weights stream holds a .gguf: use loadGguf")),
+        },
+    })
+}
+
 /// [`load_engine`]'s second half: the checked model on `device`, or on the `placement` its weights streamed to.
 async fn place(m: crate::loader::LoadedModel, device: &str, cpu: CpuBackend, inject_fault: Option<bool>,
     placement: Option<Placement>) -> Result<Engine, JsError> {
@@ -359,14 +372,7 @@ impl WasmModel {
     ) -> Result<WasmModel, JsError> {
         let cpu = CpuBackend::new();
         let adapter = adapter_config.zip(adapter_weights);
-        let (weights, placement) = match weights.dyn_into::<js_sys::Uint8Array>() {
-            // The weights stay in JS memory and are read a tensor at a time: never the whole file in wasm memory.
-            Ok(bytes) => (WeightsFile::Bytes(Box::new(JsBytes(bytes))), None),
-            Err(other) => match stream::WeightStream::take(other)? {
-                (Streamed::Safetensors(w), placement) => (WeightsFile::Read(w), placement),
-                (Streamed::Gguf(_), _) => return Err(JsError::new("load: the weights stream holds a .gguf: use loadGguf")),
-            },
-        };
+        let (weights, placement) = weights_file(weights)?;
         let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
         let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault, placement).await?;
         Ok(WasmModel { engine: Rc::new(engine) })

@@ -4,8 +4,9 @@
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use super::{js_err, to_js, WasmModel};
+use super::{js_err, to_js, weights_file, JsBytes, WasmModel};
 use crate::backend::gpu::{Progress, Tuning};
+use crate::loader::{LoadOptions, ModelFiles, ModelSource};
 
 /// [`crate::backend::gpu::Calibration`] for JS: every variant timed and the choice, tunings as text.
 #[derive(Serialize)]
@@ -20,6 +21,16 @@ struct CalibrationJs {
     /// complete).
     progress: String,
     timed: Vec<(String, f64)>,
+}
+
+/// [`crate::engine::crossover::Crossover`] for JS, with its text.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CrossoverJs {
+    max_tokens: usize,
+    /// `[tokens, CPU ms, GPU ms]`, medians.
+    points: Vec<(usize, f64, f64)>,
+    text: String,
 }
 
 #[wasm_bindgen]
@@ -95,6 +106,54 @@ impl WasmModel {
                 timed: c.timed.iter().map(|(t, ms)| (t.to_string(), *ms)).collect(),
             };
             Ok(to_js(&out)?)
+        })
+    }
+
+    /// A CPU copy of this GPU model for the short calls the CPU finishes sooner ([`crate::engine::crossover`]), made
+    /// from the model's files again (as `load` takes them, the weights from a `WeightStream` made without a device),
+    /// with the crossover measured within `budget_ms`. Resolves to `{ maxTokens, points: [[tokens, cpuMs, gpuMs],
+    /// ...], text }`, or `null` on the CPU; the copy is kept only where the CPU wins at some length (`maxTokens` > 0).
+    #[wasm_bindgen(js_name = addCpuTwin)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_cpu_twin(&self, config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>,
+        tokenizer_config: Option<Vec<u8>>, weights: JsValue, adapter_config: Option<Vec<u8>>,
+        adapter_weights: Option<Vec<u8>>, budget_ms: f64) -> Result<js_sys::Promise, JsError> {
+        let (weights, placement) = weights_file(weights)?;
+        if placement.is_some_and(|p| p.gpu.is_some()) {
+            return Err(JsError::new("addCpuTwin: the weights were streamed to a GPU; the CPU copy reads them itself"));
+        }
+        let adapter = adapter_config.zip(adapter_weights);
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
+        Ok(self.twin_from(crate::loader::load(ModelSource::Files(files), &LoadOptions::default()), budget_ms))
+    }
+
+    /// [`Self::add_cpu_twin`] for a model loaded from a `.gguf` (its bytes, as `loadGguf` takes them).
+    #[wasm_bindgen(js_name = addCpuTwinGguf)]
+    pub fn add_cpu_twin_gguf(&self, bytes: js_sys::Uint8Array, budget_ms: f64) -> js_sys::Promise {
+        self.twin_from(crate::loader::load(ModelSource::Gguf(&JsBytes(bytes)), &LoadOptions::default()), budget_ms)
+    }
+
+    /// Where the last call ran: "webgpu" or "cpu" (differs from `device` only where a CPU copy takes short calls).
+    #[wasm_bindgen(getter, js_name = lastCallDevice)]
+    pub fn last_call_device(&self) -> String {
+        match self.engine.last_call_device() {
+            "gpu" => "webgpu".into(),
+            other => other.into(),
+        }
+    }
+}
+
+impl WasmModel {
+    /// The CPU copy from the loaded files `m`, and the crossover measured with it ([`Self::add_cpu_twin`]).
+    fn twin_from(&self, m: crate::Result<crate::loader::LoadedModel>, budget_ms: f64) -> js_sys::Promise {
+        let engine = self.engine.clone();
+        let weights = m.and_then(|m| m.weights());
+        wasm_bindgen_futures::future_to_promise(async move {
+            let weights = weights.map_err(|e| JsValue::from(js_err(e)))?;
+            let Some(c) = engine.add_cpu_twin(&weights, budget_ms).await.map_err(|e| JsValue::from(js_err(e)))? else {
+                return Ok(JsValue::NULL);
+            };
+            Ok(to_js(&CrossoverJs { max_tokens: c.max_tokens, text: c.to_string(), points: c.points })?)
         })
     }
 }

@@ -403,14 +403,14 @@ pub fn row_candidates(gpu: &Gpu) -> Vec<Tuning> {
 
 /// Milliseconds on a monotonic clock.
 #[cfg(not(target_arch = "wasm32"))]
-fn now_ms() -> f64 {
+pub(crate) fn now_ms() -> f64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1e3
 }
 
 /// Milliseconds from `performance.now()` (window or worker), or `Date.now()` where there is none.
 #[cfg(target_arch = "wasm32")]
-fn now_ms() -> f64 {
+pub(crate) fn now_ms() -> f64 {
     use wasm_bindgen::JsCast;
     let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok();
     perf.and_then(|p| {

@@ -52,7 +52,7 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
     }
     if let Some(gi) = gpu_engine {
         rows.extend(tunings.iter().map(|&t| (gi, Some(t), false)));
-        if args.activations == crate::Activations::F16 {
+        if args.activations == crate::load::Activations::F16 {
             let Engine::Gpu(g) = &engines[gi].1 else { unreachable!("gpu_engine is a GPU engine") };
             // Checked and tuned once, as a load with --activations f16 would (the mode has its own calibration);
             // the rows then switch the mode and the tuning themselves.

@@ -189,7 +189,7 @@ pub(crate) fn write_folder(m: &crate::LoadedModel, out: &Path, files: &[(&str, &
 }
 
 pub(crate) fn cmd_fine_tune(args: &InferArgs, a: &FineTuneArgs) -> Result<(), Fail> {
-    if args.activations == crate::Activations::F16 {
+    if args.activations == crate::load::Activations::F16 {
         return Err(fail("fine-tuning needs f32 activations: --activations f16 is for inference only"));
     }
     if !args.model.model.is_dir() {

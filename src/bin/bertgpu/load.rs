@@ -4,7 +4,38 @@
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::engine::{Device, Engine, Placement};
 
-use crate::{tune, Fail, LoadedModel};
+use crate::{tune, Fail, LoadedModel, ModelArgs};
+
+/// Where and how an inference command runs its model.
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct InferArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Where to run: `auto` uses the GPU when an adapter exists
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+    /// How the GPU stores activations: f16 halves their memory, f32 math (inference only; bench: a row beside f32)
+    #[arg(long, value_enum, default_value_t = Activations::F32)]
+    pub activations: Activations,
+    /// On a GPU, also keep a CPU copy of the weights for the short calls the CPU finishes sooner: the crossover is
+    /// measured at load (stderr says it); costs host memory for a second copy of the weights
+    #[arg(long)]
+    pub crossover: bool,
+}
+
+/// [`load_engine`] for an inference command, with the CPU copy for short calls where `--crossover` asks for one
+/// ([`tune::crossover`]).
+pub(crate) fn load_infer(m: &LoadedModel, args: &InferArgs) -> Result<Engine, Fail> {
+    let engine = load_engine(m, args.device, args.activations == Activations::F16)?;
+    if args.crossover && engine.device() == "gpu" {
+        let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
+        let weights = m.model.weights().map_err(fail)?;
+        if let Some(line) = tune::crossover(&engine, &weights)? {
+            eprintln!("bertgpu: crossover: {line}");
+        }
+    }
+    Ok(engine)
+}
 
 /// `--activations`: how the GPU stores activations between kernels. `f16` halves their memory and traffic, within
 /// about 2e-3 of PyTorch's hidden states (BENCHMARKS.md, "f16 activations"); arithmetic stays f32. Inference only;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bertgpu::dtype::Dtype;
-use bertgpu::engine::{Device, Engine};
+use bertgpu::engine::Engine;
 use bertgpu::heads::token_classifier::Aggregation;
 use bertgpu::heads::Pooling;
 use bertgpu::loader::{self, LoadOptions, ModelSource};
@@ -28,7 +28,7 @@ use bertgpu::tasks::{self, EmbedOptions};
 use bertgpu::tokenizer::Encoded;
 use clap::{Args, Parser, Subcommand};
 use bench::cmd_bench;
-use load::{load_engine, Activations};
+use load::{load_engine, load_infer, InferArgs};
 use lines::{run_lines, shape_hint, Input, Shape};
 use serde_json::{json, Value};
 
@@ -59,18 +59,6 @@ struct ModelArgs {
     /// `fine-tune --lora`), folded into the model's weights at load
     #[arg(long, value_name = "DIR")]
     adapter: Option<PathBuf>,
-}
-
-#[derive(Args, Clone, Debug)]
-struct InferArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    /// Where to run: `auto` uses the GPU when an adapter exists
-    #[arg(long, value_enum, default_value_t = Device::Auto)]
-    device: Device,
-    /// How the GPU stores activations: f16 halves their memory, f32 math (inference only; bench: a row beside f32)
-    #[arg(long, value_enum, default_value_t = Activations::F32)]
-    activations: Activations,
 }
 
 #[derive(Subcommand, Debug)]
@@ -464,7 +452,7 @@ fn cmd_tokenize(args: &ModelArgs) -> Result<(), Fail> {
 
 fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u32) -> Result<(), Fail> {
     let m = load_model(&args.model)?;
-    let engine = load_engine(&m, args.device, args.activations == Activations::F16)?;
+    let engine = load_infer(&m, args)?;
     let opts = EmbedOptions {
         pooling,
         normalize,
@@ -504,7 +492,7 @@ where
     H: Fn(&Engine) -> bertgpu::Result<()>,
 {
     let m = load_model(&args.model)?;
-    let engine = load_engine(&m, args.device, args.activations == Activations::F16)?;
+    let engine = load_infer(&m, args)?;
     check(&engine).map_err(|e| Fail::Model(format!("cannot use model `{}`: {e}", m.dir.display())))?;
     Ok(engine)
 }
@@ -652,7 +640,7 @@ fn cmd_train_head(args: &InferArgs, data: &Path, out: &Path, opts: &tasks::Train
         examples.push(ex);
     }
     let m = load_model(&args.model)?;
-    let engine = load_engine(&m, args.device, args.activations == Activations::F16)?;
+    let engine = load_infer(&m, args)?;
     eprintln!("bertgpu: training a head on {} examples ({} backend)", examples.len(), engine.device());
     let report = pollster::block_on(engine.train_head(&examples, opts, |p| {
         eprintln!("{}", serde_json::to_string(p).unwrap_or_default());
@@ -673,7 +661,7 @@ fn cmd_train_head(args: &InferArgs, data: &Path, out: &Path, opts: &tasks::Train
 /// `classify --head FILE`: the trained head on the model's pooled features.
 fn cmd_classify_head(args: &InferArgs, top_k: Option<usize>, head: &Path) -> Result<(), Fail> {
     let m = load_model(&args.model)?;
-    let engine = load_engine(&m, args.device, args.activations == Activations::F16)?;
+    let engine = load_infer(&m, args)?;
     let bytes =
         std::fs::read(head).map_err(|e| Fail::Model(format!("cannot read head file `{}`: {e}", head.display())))?;
     engine.load_head(&bytes).map_err(|e| Fail::Model(format!("cannot load head `{}`: {e}", head.display())))?;

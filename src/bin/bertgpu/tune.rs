@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use bertgpu::backend::gpu::{Progress, Tuning};
+use bertgpu::engine::crossover::Crossover;
 use bertgpu::engine::Engine;
+use bertgpu::weights::Weights;
 
 use crate::Fail;
 
@@ -65,6 +67,36 @@ pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
         }
     }
     Ok(Some((format!("{c}; cache {}", shown(&file)), true)))
+}
+
+/// How long the crossover's measurement may take at load ([`bertgpu::engine::crossover::measure`]).
+const CROSSOVER_BUDGET_MS: f64 = 1000.0;
+
+/// `--crossover` on a GPU: the CPU copy for short calls ([`Engine::add_cpu_twin`]), with the crossover cached for
+/// this adapter, model shape and number of CPU threads beside the kernels' tuning, or measured and cached. Returns
+/// the line saying it (nothing on the CPU).
+pub(crate) fn crossover(engine: &Engine, weights: &Weights) -> Result<Option<String>, Fail> {
+    let Some(key) = engine.tuning_key() else { return Ok(None) };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let key = format!("{key};crossover;cpu-threads={threads}");
+    let fail = |e: bertgpu::Error| Fail::Model(format!("--crossover: {e}"));
+    let file = cache_file();
+    let mut cache = file.as_ref().map(read_cache).unwrap_or_default();
+    if let Some(max_tokens) = cache.get(&key).and_then(|t| t.parse().ok()) {
+        let c = Crossover { max_tokens, points: vec![] };
+        engine.set_cpu_twin(weights, c.clone()).map_err(fail)?;
+        return Ok(Some(format!("{c} (measured earlier on this adapter; cache {})", shown(&file))));
+    }
+    let Some(c) = pollster::block_on(engine.add_cpu_twin(weights, CROSSOVER_BUDGET_MS)).map_err(fail)? else {
+        return Ok(None);
+    };
+    cache.insert(key, c.max_tokens.to_string());
+    if let Some(f) = &file {
+        if let Err(e) = write_cache(f, &cache) {
+            eprintln!("bertgpu: could not save the crossover to {}: {e}", f.display());
+        }
+    }
+    Ok(Some(format!("{c}; cache {}", shown(&file))))
 }
 
 fn shown(file: &Option<PathBuf>) -> String {
