@@ -2,6 +2,7 @@
 # The real-GPU run (BENCHMARKS.md, "A real GPU"): on a machine with a GPU, a Vulkan driver and PyTorch with CUDA, but
 # no Rust toolchain and no network. The binaries are built elsewhere and brought along in BIN:
 #
+#   bench/real_gpu_pack.sh does all of this (and writes the command for the device tool); by hand:
 #   cargo build --release --locked --bin bertgpu --example gpu_bench --example train_bench
 #   cargo test --locked --no-run --test gpu_kernels ...     # GPU test binaries, copied (stripped) into BIN/tests/
 #   bench/real_gpu.sh BIN [OUT]      BIN: bertgpu, gpu_bench, train_bench, tests/*, tokenizer/ (MiniLM's files)
