@@ -744,7 +744,7 @@ export class Bert {
 
   /** Where the last call ran: "webgpu" or "cpu". It differs from `device` only with `crossover: true`. */
   get lastCallDevice() {
-    return this._model.lastCallDevice;
+    return this._model?.lastCallDevice ?? this._device;
   }
 
   /**
@@ -889,6 +889,8 @@ export class Bert {
     this._model = model;
     this._lost = null;
     old.free();
+    // The CPU copy went with the old model: made again for the new one, after this call.
+    if (this._crossover) this._measureCrossover();
   }
 
   /**

@@ -2,7 +2,7 @@
 // times the CPU against the GPU on the model at growing lengths and keeps a CPU copy for the calls the CPU wins.
 // SwiftShader is a CPU adapter, so the CPU backend wins the short calls here: a short call runs on the copy and gives
 // the CPU model's vector bit for bit (same module, same single-threaded backend), a call over the crossover runs on
-// the GPU. tests/models/tiny-pretraining (64 positions) on SwiftShader WebGPU.
+// the GPU; after a lost GPU device the model loads again and the copy is made again. tests/models/tiny-pretraining (64 positions) on SwiftShader WebGPU.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { start, openPage } from "./harness.mjs";
@@ -41,6 +41,12 @@ test("crossover: short calls run on a CPU copy with the CPU's results, long ones
     out.maskOn = gpu.lastCallDevice;
     out.many = (await gpu.embed(many)).length;
     out.manyOn = gpu.lastCallDevice;
+    // A lost GPU device: the call after it loads the model again on a new device, and the CPU copy is made again.
+    gpu._model.__debugLoseDevice();
+    out.lost = await gpu.embed(many).then(() => "resolved", (e) => e.message);
+    out.recovered = (await gpu.embed(many)).length;
+    out.againShort = Array.from(await gpu.embed(short));
+    out.againOn = gpu.lastCallDevice;
     gpu.dispose();
     out.bad = await bertgpu.Bert.load(url, { device: "webgpu", cache: false, crossover: "yes" }).then(() => null,
       (e) => e.message);
@@ -64,6 +70,10 @@ test("crossover: short calls run on a CPU copy with the CPU's results, long ones
   assert.deepEqual(got.mask, got.wantMask);
   assert.equal(got.many, 8);
   assert.equal(got.manyOn, "webgpu", "8 texts are over the crossover (at most the model's 64 positions)");
+  assert.match(got.lost, /GPU device was lost/);
+  assert.equal(got.recovered, 8);
+  assert.equal(got.againOn, "cpu", "the copy is made again for the model on the new device");
+  assert.deepEqual(got.againShort, got.want);
   assert.match(got.bad, /crossover must be true or false/);
   assert.equal(got.cpuCrossover, null, "nothing to choose on the CPU");
   assert.equal(got.cpuOn, "cpu");
