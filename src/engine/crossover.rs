@@ -96,10 +96,7 @@ impl Engine {
         m.cpu_twin.replace(None);
         let cpu = Model::new(CpuBackend::new(), m.config.clone(), m.tokenizer.clone(), weights)?;
         let crossover = measure(m, &cpu, budget_ms).await?;
-        if crossover.max_tokens > 0 {
-            let twin = CpuTwin::new(cpu, crossover.clone());
-            m.cpu_twin.replace(Some(Rc::new(twin)));
-        }
+        keep_twin(m, cpu, crossover.clone());
         Ok(Some(crossover))
     }
 
@@ -109,8 +106,7 @@ impl Engine {
         let Engine::Gpu(m) = self else { return Ok(()) };
         m.cpu_twin.replace(None);
         if crossover.max_tokens > 0 {
-            let model = Model::new(CpuBackend::new(), m.config.clone(), m.tokenizer.clone(), weights)?;
-            m.cpu_twin.replace(Some(Rc::new(CpuTwin::new(model, crossover))));
+            keep_twin(m, Model::new(CpuBackend::new(), m.config.clone(), m.tokenizer.clone(), weights)?, crossover);
         }
         Ok(())
     }
@@ -146,9 +142,12 @@ impl Engine {
         on_cpu.then_some(twin)
     }
 
-    /// Whether a CPU copy takes short calls.
-    pub(crate) fn has_twin(&self) -> bool {
-        self.twin().is_some()
+}
+
+/// Keeps `cpu` as `m`'s copy for short calls, where `crossover` gives it any.
+fn keep_twin(m: &Model<GpuBackend>, cpu: Model<CpuBackend>, crossover: Crossover) {
+    if crossover.max_tokens > 0 {
+        m.cpu_twin.replace(Some(Rc::new(CpuTwin::new(cpu, crossover))));
     }
 }
 

@@ -298,14 +298,11 @@ impl Engine {
         with_model!(self, m => &m.tokenizer)
     }
 
-    /// See [`Model::embed`].
-    /// Where a CPU copy takes short calls ([`crossover`]), the texts are tokenized first to count the call's tokens.
+    /// See [`Model::embed`]: the texts tokenized, then [`Self::embed_encoded`], which counts the call's tokens where a
+    /// CPU copy takes short calls ([`crossover`]).
     pub async fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
-        if self.has_twin() {
-            let encoded = with_model!(self, m => m.encode_texts(texts))?;
-            return self.embed_encoded(&encoded, opts).await;
-        }
-        with_model!(self, m => m.embed(texts, opts).await)
+        let encoded = with_model!(self, m => m.encode_texts(texts))?;
+        self.embed_encoded(&encoded, opts).await
     }
 
     /// See [`Model::train_head`].
