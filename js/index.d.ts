@@ -604,9 +604,10 @@ export declare class Bert {
   /**
    * Frees the model; calls made before still finish, later calls reject. (If the GPU device is lost, e.g. after a
    * driver reset, the call that finds out rejects saying so and the next call loads the model again on a new
-   * device, with its trained head.)
+   * device, with its trained head.) Resolves once the model is freed and, where it was the last model on a thread
+   * pool, the pool's workers have ended; nothing needs to wait for it.
    */
-  dispose(): void;
+  dispose(): Promise<void>;
 }
 
 /** Deletes every model file bertgpu cached. Resolves to whether there was a cache. */

@@ -115,13 +115,15 @@ function pickThreads(opts, wasm, method) {
 /**
  * Gives the threaded runtime a pool of `threads` threads (one per runtime: a model that asks for another count
  * restarts it, and every model of the runtime then runs on the new one), and counts `rt.users`: the last model's
- * dispose() ends the pool. Pool changes run one at a time (`rt.poolOps`).
+ * dispose() ends the pool. Pool changes run one at a time (`rt.poolOps`), and a pool's workers have left before
+ * the next one starts.
  */
 function usePool(rt, threads) {
   const done = rt.poolOps.then(async () => {
     if (rt.pool?.threads !== threads) {
-      if (rt.pool) endPool(rt.glue, rt.pool);
+      const old = rt.pool;
       rt.pool = null;
+      if (old) await endPool(rt.glue, old);
       rt.pool = await startPool(rt.glue, threads, rt.build);
     }
     rt.users++;
@@ -131,14 +133,17 @@ function usePool(rt, threads) {
   return done;
 }
 
+/** One model less on the pool; the last one ends it. Resolves once the pool's workers have left, if it ended. */
 function releasePool(rt) {
-  rt.poolOps = rt.poolOps.then(() => {
+  rt.poolOps = rt.poolOps.then(async () => {
     rt.users--;
     if (rt.users === 0 && rt.pool) {
-      endPool(rt.glue, rt.pool);
+      const old = rt.pool;
       rt.pool = null;
+      await endPool(rt.glue, old);
     }
   }).catch(() => {});
+  return rt.poolOps;
 }
 
 // One wasm instance per build serves every model until a Rust panic (a trap) leaves it in an unknown state; then
@@ -1338,16 +1343,17 @@ export class Bert {
 
   /** Frees the model (GPU buffers and wasm memory). Calls queued before it still run; later calls reject. */
   dispose() {
-    if (this._disposed) return;
+    if (this._disposed) return this._disposing;
     this._disposed = true;
     // After the queued calls: the model must outlive every call already accepted (and one of them may have loaded
     // it again after a GPU device loss).
-    this._tail.then(() => {
+    this._disposing = this._tail.then(async () => {
       const model = this._model;
       this._model = null;
       if (model && !this._rt.poisoned) model.free();
-      if (this._usesPool) releasePool(this._rt);
+      if (this._usesPool) await releasePool(this._rt);
     });
+    return this._disposing;
   }
 }
 

@@ -81,7 +81,7 @@ export async function startPool(glue, threads, build) {
       return ready;
     }));
   } catch (e) {
-    endPool(glue, { threads, workers });
+    await endPool(glue, { threads, workers });
     throw new Error(`Bert.load: could not start the thread pool (${threads} threads): ${e.message}`);
   }
   return { threads, workers };
@@ -90,6 +90,8 @@ export async function startPool(glue, threads, build) {
 /**
  * Ends a pool: its generation ends (idle workers return at once; the loops run on the caller alone), then each
  * worker frees its thread's stack and closes itself; any still running after a grace period is terminated.
+ * Resolves once every worker has left. A worker is never terminated while it may be inside the module (holding
+ * its allocator's lock, say), except one that has not left after that grace period.
  */
 export function endPool(glue, pool) {
   try {
@@ -97,14 +99,18 @@ export function endPool(glue, pool) {
   } catch {
     // a poisoned instance: the workers are terminated below all the same
   }
-  for (const worker of pool.workers) {
-    const timer = setTimeout(() => worker.terminate(), WORKER_START_MS);
+  const left = pool.workers.map((worker) => new Promise((resolve) => {
+    const gone = () => {
+      clearTimeout(timer);
+      worker.terminate();
+      resolve();
+    };
+    const timer = setTimeout(gone, WORKER_START_MS);
     worker.addEventListener("message", ({ data }) => {
-      if (data?.type === "bertgpu-threads-exit") {
-        clearTimeout(timer);
-        worker.terminate();
-      }
+      if (data?.type === "bertgpu-threads-exit" || data?.type === "bertgpu-threads-error") gone();
     });
-  }
+    worker.addEventListener("error", gone);
+  }));
   pool.workers = [];
+  return Promise.all(left).then(() => {});
 }

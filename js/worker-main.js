@@ -81,10 +81,14 @@ async function handle(id, method, args) {
     case "loadHead":
     case "clearHead":
       return bert[method](...args);
-    case "dispose":
-      bert?.dispose();
+    case "dispose": {
+      // Answered once the model is freed and its thread pool's workers have left: the page terminates this worker
+      // then, and none of its threads is cut off inside the module.
+      const last = bert;
       bert = null;
+      await last?.dispose();
       return null;
+    }
     default:
       throw new Error(`bertgpu worker: unknown method ${method}`);
   }

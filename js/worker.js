@@ -355,12 +355,17 @@ export class Bert {
     return parts.flat(1);
   }
 
-  /** Frees the model and ends its workers. Calls already made still finish first. */
+  /**
+   * Frees the model and ends its workers. Calls already made still finish first. Resolves once the workers are
+   * ended (each after its model is freed and its own thread pool has left).
+   */
   dispose() {
     const members = this._members;
-    if (!members) return;
+    if (!members) return this._disposing ?? Promise.resolve();
     this._members = null;
-    for (const m of members) m.channel.call("dispose", []).finally(() => m.worker.terminate());
+    this._disposing = Promise.all(members.map((m) => m.channel.call("dispose", []).catch(() => {})
+      .finally(() => m.worker.terminate()))).then(() => {});
+    return this._disposing;
   }
 }
 

@@ -18,7 +18,9 @@ cargo test --locked
 phase "npm package (scripts/build-wasm.sh)"
 scripts/build-wasm.sh
 phase "browser tests"
-node --test tests/browser/
+# A test that runs past 10 minutes (the slowest takes about 2) is stopped and fails, with what its page was doing
+# (harness.mjs), instead of holding up the rest.
+node --test --test-timeout=600000 tests/browser/
 # The packed package as users install it: Node.js (tests/node/) and apps built by Vite, webpack, esbuild and a
 # Manifest V3 extension (tests/bundlers/; each app's `npm ci` from its lock file on the first run).
 phase "Node.js and bundler tests"

@@ -66,6 +66,7 @@ export async function openPage(env) {
   const loadError = await page.evaluate(() => window.loadError);
   if (loadError) throw new Error(`test page failed to start: ${loadError}`);
   page.errors = errors;
+  watchStalls(page);
   // Checks (and forgets) the errors since the last check: each test calls it at its end.
   page.checkErrors = (allowed) => {
     const bad = errors.filter((e) => !(allowed && allowed.test(e)));
@@ -73,6 +74,51 @@ export async function openPage(env) {
     if (bad.length) throw new Error(`console errors in the page:\n${bad.join("\n")}`);
   };
   return page;
+}
+
+/**
+ * How long one `page.evaluate` may run (the slowest, a calibration, takes about 100 s on a 2-core machine) before
+ * the harness reports what the page and its workers are doing and ends the browser.
+ */
+const STALL_MS = 300_000;
+
+/**
+ * Ends an evaluate that runs past STALL_MS: prints whether the page's main thread and each worker still answer,
+ * the threaded builds' pool states and the CPU use of the machine's busiest processes, then closes the browser, so
+ * that the stalled test fails with that report and the file's later tests fail at once instead of waiting too.
+ */
+function watchStalls(page) {
+  const evaluate = page.evaluate.bind(page);
+  const answer = (target, fn) => Promise.race([target.evaluate(fn).catch((e) => `error: ${e.message}`),
+    new Promise((r) => setTimeout(() => r("no answer within 5 s"), 5_000).unref())]);
+  page.evaluate = (fn, arg) => {
+    const timer = setTimeout(async () => {
+      const lines = [`# page.evaluate has run for ${STALL_MS / 1000} s; what the page is doing:`];
+      lines.push(`#   main thread: ${JSON.stringify(await answer(page, async () => {
+        const state = async (p) => {
+          try {
+            return Array.from((await import(p)).__threadsState()); // [threads planned, workers running, items]
+          } catch {
+            return "not started";
+          }
+        };
+        return { pools: { threads: await state("/pkg/wasm-threads/bertgpu.js"),
+          threadsRelaxed: await state("/pkg/wasm-threads-relaxed/bertgpu.js") } };
+      }))}`);
+      for (const w of page.workers()) lines.push(`#   worker ${w.url()}: ${JSON.stringify(await answer(w, () => "answers"))}`);
+      try {
+        lines.push(execFileSync("ps", ["-eo", "pid,pcpu,stat,time,args", "--sort=-pcpu"]).toString()
+          .split("\n").slice(0, 12).map((l) => `#   ${l.slice(0, 160)}`).join("\n"));
+      } catch {
+        // no ps: the rest is still worth printing
+      }
+      lines.push("#   closing the browser");
+      console.log(lines.join("\n"));
+      await page.context().close().catch(() => {});
+    }, STALL_MS);
+    timer.unref();
+    return evaluate(fn, arg).finally(() => clearTimeout(timer));
+  };
 }
 
 /**

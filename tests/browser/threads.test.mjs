@@ -51,7 +51,7 @@ test("threads: an isolated page runs the SIMD128 threaded build, equal to one th
     const w = await bertgpuWorker.Bert.load(minilm, { device: "cpu", threads: 2, simd: "simd128" });
     out.workerThreads = w.threads;
     out.ew = (await Promise.all(texts.map((t) => w.embed(t)))).map((v) => Array.from(v));
-    w.dispose();
+    await w.dispose(); // resolves once the worker, and the pool it started, have ended
     // The wasm option: giving the threaded build alone is enough (the SIMD128 one is then run, relaxed SIMD or not);
     // giving only a single-threaded one falls back.
     const onlyThreads = await bertgpu.Bert.load(splade, { device: "cpu", threads: 2, wasm: { threads: "/pkg/wasm-threads/bertgpu_bg.wasm" } });
@@ -60,12 +60,9 @@ test("threads: an isolated page runs the SIMD128 threaded build, equal to one th
     onlyThreads.dispose();
     noThreads.dispose();
     out.bad = await bertgpu.Bert.load(splade, { device: "cpu", threads: 0 }).then(() => "no error", (e) => `${e.name}: ${e.message}`);
-    for (const m of [one, two, m1, m2]) m.dispose();
-    // dispose() runs after the queued calls (frees the model, then ends the pool): wait for the pool to end (1
-    // thread planned) and its workers to leave. (Workers running alone is not enough: a worker may not have entered
-    // its loop yet when a short call ends, and the count is then 0 before the model is freed.)
-    const t0 = performance.now();
-    while ((glue.__threadsState()[0] !== 1 || glue.__threadsState()[1] !== 0) && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+    // dispose() runs after the queued calls (frees the model, then ends the pool), and resolves once the pool's
+    // workers have left: then 1 thread is planned and none runs.
+    await Promise.all([one, two, m1, m2].map((m) => m.dispose()));
     out.after = Array.from(glue.__threadsState());
     out.disposedThreads = two.threads;
     return out;
@@ -118,9 +115,7 @@ test("threads: where relaxed SIMD is chosen, the relaxed-SIMD threaded build run
     const given = await bertgpu.Bert.load(minilm, { device: "cpu", threads: 2,
       wasm: { threadsRelaxed: "/pkg/wasm-threads-relaxed/bertgpu_bg.wasm" } });
     out.given = [given.threads, given.simd];
-    for (const m of [one, two, q1, q2, given]) m.dispose();
-    const t0 = performance.now();
-    while ((glue.__threadsState()[0] !== 1 || glue.__threadsState()[1] !== 0) && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+    await Promise.all([one, two, q1, q2, given].map((m) => m.dispose()));
     out.after = Array.from(glue.__threadsState());
     return out;
   }, { minilm: isolated.env.models.url + "models/all-MiniLM-L6-v2/", q8: isolated.env.models.url + gguf, texts: TEXTS });
@@ -155,11 +150,7 @@ test("threads: a model WebGPU runs starts no pool; a CPU model on the same runti
     gpu.dispose();
     await cpu.embed("a short sentence"); // the GPU model's dispose must not end the CPU model's pool
     out.afterGpuDisposed = [cpu.threads, ...await settled()];
-    cpu.dispose();
-    const t0 = performance.now();
-    while ((glue.__threadsState()[0] !== 1 || glue.__threadsState()[1] !== 0) && performance.now() - t0 < 10_000) {
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await cpu.dispose();
     out.after = Array.from(glue.__threadsState()).slice(0, 2);
     // "auto" on a hardware adapter knows its device only once the model is built: SwiftShader passed off as hardware,
     // and a GPU that fails the load-time check (`_injectFault`), so the model falls back to the CPU after the load,
@@ -229,9 +220,7 @@ test("threads: memory stays flat over a soak of calls and over pool restarts", a
     const cycle = async () => {
       const bert = await bertgpu.Bert.load(url, { device: "cpu", cache: false, threads: 2 });
       for (let i = 0; i < 7; i++) await bert.embed(text(i));
-      bert.dispose(); // ends the pool once the queued calls are done: wait for its workers to leave
-      const t0 = performance.now();
-      while ((glue.__threadsState()[0] !== 1 || glue.__threadsState()[1] !== 0) && performance.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+      await bert.dispose(); // ends the pool once the queued calls are done, and its workers have left
       return glue.__debugHeap();
     };
     const cycles = [];
