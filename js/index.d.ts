@@ -122,8 +122,9 @@ export interface LoadOptions {
   /**
    * WebGPU only: also keep a CPU copy of the model for the short calls the CPU finishes sooner than the GPU (whose
    * calls cost a roughly fixed time to submit and read back). After the load, the CPU and the GPU are timed on this
-   * model at growing lengths (about a second; the first calls wait for it), and calls of at most the longest length
-   * the CPU won run on the copy (Bert.crossover, Bert.lastCallDevice). The copy is a second set of the weights in
+   * model at growing lengths (about a second at the first such load on an adapter, whose result is cached for the
+   * adapter, driver and model shape; the first calls wait for it), and calls of at most the longest length the CPU
+   * won run on the copy (Bert.crossover, Bert.lastCallDevice). The copy is a second set of the weights in
    * wasm memory, kept only where the CPU wins at some length. Results are the CPU backend's or the GPU's, each checked
    * against PyTorch. Default false.
    */
@@ -534,7 +535,7 @@ export declare class Bert {
   readonly simd: "relaxed" | "simd128";
   /**
    * The threads the model's CPU work runs on, the calling thread included: 1 unless a threaded build runs the model on
-   * the CPU (a model on WebGPU starts no thread pool).
+   * the CPU (a model on WebGPU starts no thread pool, but for the CPU copy LoadOptions.crossover keeps).
    */
   readonly threads: number;
   /** Why the model runs on one thread although more were asked for (or by default), or null. */
@@ -547,9 +548,12 @@ export declare class Bert {
   /**
    * With LoadOptions.crossover on WebGPU: calls of at most `maxTokens` tokens (all texts of the call, special tokens
    * included) run on the CPU copy, longer ones on the GPU (0: all on the GPU, no copy kept); `points` holds what was
-   * timed, `[tokens, cpuMs, gpuMs]`; `text` says it in words. null before it is measured and without the option.
+   * timed, `[tokens, cpuMs, gpuMs]`; `text` says it in words; `source` says whether it was measured now, read from
+   * the cache (measured at an earlier load on this adapter: no points), or failed (every call on the GPU). null
+   * before it is measured and without the option.
    */
-  readonly crossover: { maxTokens: number; points: Array<[number, number, number]>; text: string } | null;
+  readonly crossover: { maxTokens: number; points: Array<[number, number, number]>; text: string;
+    source: "measured" | "cached" | "failed" } | null;
   /** Where the last call ran: "webgpu" or "cpu". It differs from `device` only with LoadOptions.crossover. */
   readonly lastCallDevice: Device;
   /** Times the GPU kernels' variants on this model again and switches to the fastest; null on the CPU. */

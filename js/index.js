@@ -11,7 +11,7 @@
 import { resolveSource, fetchModelFiles, fetchAdapterFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin }
   from "./loader.js";
 import { deleteCheckpoint, listCheckpoints, openCheckpointStore } from "./checkpoints.js";
-import { calibrate, tune } from "./tuning.js";
+import { cachedCrossover, calibrate, rememberCrossover, tune } from "./tuning.js";
 import { endPool, startPool, threadsOption, threadsUnavailable } from "./threads.js";
 // The wasm-bindgen glue of the four builds (see BUILDS).
 import * as glueSimd128 from "./wasm/bertgpu.js";
@@ -728,20 +728,45 @@ export class Bert {
   _measureCrossover() {
     this._crossover = null;
     this._enqueue("Bert.load (crossover)", async (m) => {
+      // Measured once per adapter, driver and model shape (the kernels' tuning key), then read from the cache.
+      const key = m.tuningKey;
+      const known = key == null ? undefined : await cachedCrossover(key);
+      if (known === 0) {
+        this._crossover = { maxTokens: 0, points: [], text: "every call on the GPU", source: "cached" };
+        return;
+      }
       const f = await this._files();
-      this._crossover = f.gguf
-        ? await m.addCpuTwinGguf(f.gguf, CROSSOVER_BUDGET_MS)
-        : await m.addCpuTwin(f.config, f.tokenizer, f.vocab, f.tokenizerConfig, f.weights, f.adapterConfig,
-          f.adapterWeights, CROSSOVER_BUDGET_MS);
+      // In a threaded build the copy runs on the thread pool a CPU model would (and is timed so): started for it,
+      // and ended again if no copy is kept (a pool that does not start leaves the copy on one thread).
+      const pooled = this._rt.build in THREADED && this._poolThreads > 1 && !this._usesPool
+        && await usePool(this._rt, this._poolThreads).then(() => true,
+          (e) => { this._threadsReason = `the thread pool did not start: ${e.message}`; return false; });
+      if (pooled) this._usesPool = true;
+      let c = null;
+      try {
+        c = f.gguf
+          ? await m.addCpuTwinGguf(f.gguf, CROSSOVER_BUDGET_MS, known)
+          : await m.addCpuTwin(f.config, f.tokenizer, f.vocab, f.tokenizerConfig, f.weights, f.adapterConfig,
+            f.adapterWeights, CROSSOVER_BUDGET_MS, known);
+      } finally {
+        if (this._usesPool && this._device === "webgpu" && !(c?.maxTokens > 0)) {
+          this._usesPool = false;
+          await releasePool(this._rt);
+        }
+      }
+      if (c && known === undefined && key != null) await rememberCrossover(key, c.maxTokens);
+      this._crossover = c && { ...c, source: known === undefined ? "measured" : "cached" };
     }).catch((e) => {
-      this._crossover = { maxTokens: 0, points: [], text: `not measured (${e.message}): every call on the GPU` };
+      this._crossover = { maxTokens: 0, points: [], text: `not measured (${e.message}): every call on the GPU`,
+        source: "failed" };
     });
   }
 
   /**
-   * With `Bert.load`'s `crossover: true` on WebGPU: `{ maxTokens, points, text }`: calls of at most `maxTokens`
-   * tokens run on a CPU copy of the model, longer ones on the GPU (0: every call on the GPU, and no copy is kept);
-   * `points` holds what was timed (`[tokens, cpuMs, gpuMs]`). null before it is measured, and without the option.
+   * With `Bert.load`'s `crossover: true` on WebGPU: `{ maxTokens, points, text, source }`: calls of at most
+   * `maxTokens` tokens run on a CPU copy of the model, longer ones on the GPU (0: every call on the GPU, and no copy
+   * is kept); `points` holds what was timed (`[tokens, cpuMs, gpuMs]`; none where `source` is "cached": measured at
+   * an earlier load on this adapter). null before it is measured, and without the option.
    */
   get crossover() {
     return this._crossover ?? null;

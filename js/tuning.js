@@ -61,6 +61,20 @@ export async function tune(model) {
   return { ...c, source: "calibrated" };
 }
 
+/**
+ * `crossover: true`'s measurement as an earlier load on this adapter cached it: the `maxTokens` of the model shape's
+ * tuning key `key` (a whole number), or undefined. Beside the kernels' choices, under `${key};crossover`.
+ */
+export async function cachedCrossover(key) {
+  const n = await cached(`${key};crossover`);
+  return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
+}
+
+/** Caches a measured crossover's `maxTokens` for `cachedCrossover`. */
+export function rememberCrossover(key, maxTokens) {
+  return remember(`${key};crossover`, maxTokens);
+}
+
 /** `bert.calibrate()`: a fresh calibration (not cached), for benchmarks and bug reports. */
 export async function calibrate(model, budgetMs) {
   const c = await model.calibrate(budgetMs);

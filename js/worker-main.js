@@ -99,7 +99,9 @@ self.onmessage = async (e) => {
   try {
     if (method !== "load" && method !== "dispose" && !bert) throw new Error(`${method}: no model is loaded`);
     const result = await handle(id, method, args);
-    self.postMessage({ id, result }, transferables(result));
+    // What the page's getters read between calls: where this call ran, and the crossover once measured.
+    const state = bert ? { lastCallDevice: bert.lastCallDevice, crossover: bert.crossover } : null;
+    self.postMessage({ id, result, state }, transferables(result));
   } catch (err) {
     self.postMessage({ id, error: { name: err?.name ?? "Error", message: err?.message ?? String(err) } });
   }

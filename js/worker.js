@@ -157,6 +157,19 @@ export class Bert {
     return this._tuning ?? null;
   }
 
+  /**
+   * As "bertgpu"'s `crossover` (WebGPU, with `crossover: true`): as the worker reported it with the last answer,
+   * so null until a call after the load has finished.
+   */
+  get crossover() {
+    return this._members?.[0]?.channel.state?.crossover ?? null;
+  }
+
+  /** As "bertgpu"'s `lastCallDevice`: where the worker ran the last call that has answered. */
+  get lastCallDevice() {
+    return this._lastChannel?.state?.lastCallDevice ?? this._device;
+  }
+
   /** "relaxed" or "simd128": which wasm build runs the model. */
   get simd() {
     return this._members[0].simd;
@@ -334,7 +347,9 @@ export class Bert {
 
   _call(method, args, onProgress, member = 0) {
     if (!this._members) return Promise.reject(new Error(`${method}: this model was disposed; load it again with Bert.load`));
-    return this._members[member].channel.call(method, args, [], onProgress);
+    const { channel } = this._members[member];
+    this._lastChannel = channel;
+    return channel.call(method, args, [], onProgress);
   }
 
   /** A call that runs the model, on the first worker. */
@@ -409,6 +424,7 @@ class Channel {
       const Ctor = msg.error.name === "TypeError" ? TypeError : Error;
       p.reject(new Ctor(msg.error.message));
     } else {
+      if (msg.state) this.state = msg.state;
       p.resolve(msg.result);
     }
   }

@@ -6,6 +6,7 @@ use wasm_bindgen::prelude::*;
 
 use super::{js_err, to_js, weights_file, JsBytes, WasmModel};
 use crate::backend::gpu::{Progress, Tuning};
+use crate::engine::crossover::Crossover;
 use crate::loader::{LoadOptions, ModelFiles, ModelSource};
 
 /// [`crate::backend::gpu::Calibration`] for JS: every variant timed and the choice, tunings as text.
@@ -111,26 +112,28 @@ impl WasmModel {
 
     /// A CPU copy of this GPU model for the short calls the CPU finishes sooner ([`crate::engine::crossover`]), made
     /// from the model's files again (as `load` takes them, the weights from a `WeightStream` made without a device),
-    /// with the crossover measured within `budget_ms`. Resolves to `{ maxTokens, points: [[tokens, cpuMs, gpuMs],
-    /// ...], text }`, or `null` on the CPU; the copy is kept only where the CPU wins at some length (`maxTokens` > 0).
+    /// with the crossover measured within `budget_ms`, or given (`known`: a `maxTokens` measured on an earlier load
+    /// on this adapter). Resolves to `{ maxTokens, points: [[tokens, cpuMs, gpuMs], ...], text }` (no points where
+    /// it was given), or `null` on the CPU; the copy is kept only where the CPU wins at some length (`maxTokens` > 0).
     #[wasm_bindgen(js_name = addCpuTwin)]
     #[allow(clippy::too_many_arguments)]
     pub fn add_cpu_twin(&self, config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>,
         tokenizer_config: Option<Vec<u8>>, weights: JsValue, adapter_config: Option<Vec<u8>>,
-        adapter_weights: Option<Vec<u8>>, budget_ms: f64) -> Result<js_sys::Promise, JsError> {
+        adapter_weights: Option<Vec<u8>>, budget_ms: f64, known: Option<f64>) -> Result<js_sys::Promise, JsError> {
         let (weights, placement) = weights_file(weights)?;
         if placement.is_some_and(|p| p.gpu.is_some()) {
             return Err(JsError::new("addCpuTwin: the weights were streamed to a GPU; the CPU copy reads them itself"));
         }
         let adapter = adapter_config.zip(adapter_weights);
         let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
-        Ok(self.twin_from(crate::loader::load(ModelSource::Files(files), &LoadOptions::default()), budget_ms))
+        Ok(self.twin_from(crate::loader::load(ModelSource::Files(files), &LoadOptions::default()), budget_ms, known))
     }
 
     /// [`Self::add_cpu_twin`] for a model loaded from a `.gguf` (its bytes, as `loadGguf` takes them).
     #[wasm_bindgen(js_name = addCpuTwinGguf)]
-    pub fn add_cpu_twin_gguf(&self, bytes: js_sys::Uint8Array, budget_ms: f64) -> js_sys::Promise {
-        self.twin_from(crate::loader::load(ModelSource::Gguf(&JsBytes(bytes)), &LoadOptions::default()), budget_ms)
+    pub fn add_cpu_twin_gguf(&self, bytes: js_sys::Uint8Array, budget_ms: f64, known: Option<f64>) -> js_sys::Promise {
+        let m = crate::loader::load(ModelSource::Gguf(&JsBytes(bytes)), &LoadOptions::default());
+        self.twin_from(m, budget_ms, known)
     }
 
     /// Where the last call ran: "webgpu" or "cpu" (differs from `device` only where a CPU copy takes short calls).
@@ -144,15 +147,26 @@ impl WasmModel {
 }
 
 impl WasmModel {
-    /// The CPU copy from the loaded files `m`, and the crossover measured with it ([`Self::add_cpu_twin`]).
-    fn twin_from(&self, m: crate::Result<crate::loader::LoadedModel>, budget_ms: f64) -> js_sys::Promise {
+    /// The CPU copy from the loaded files `m`, and the crossover measured with it or `known` ([`Self::add_cpu_twin`]).
+    fn twin_from(&self, m: crate::Result<crate::loader::LoadedModel>, budget_ms: f64, known: Option<f64>)
+        -> js_sys::Promise {
         let engine = self.engine.clone();
         let weights = m.and_then(|m| m.weights());
         wasm_bindgen_futures::future_to_promise(async move {
             let weights = weights.map_err(|e| JsValue::from(js_err(e)))?;
-            let Some(c) = engine.add_cpu_twin(&weights, budget_ms).await.map_err(|e| JsValue::from(js_err(e)))? else {
-                return Ok(JsValue::NULL);
+            let fail = |e| JsValue::from(js_err(e));
+            let c = match known {
+                // Nothing to choose on the CPU.
+                _ if engine.tuning_key().is_none() => None,
+                // (A JS number; `as` saturates: a negative or NaN count is 0, every call on the GPU.)
+                Some(n) => {
+                    let c = Crossover { max_tokens: n as usize, points: vec![] };
+                    engine.set_cpu_twin(&weights, c.clone()).map_err(fail)?;
+                    Some(c)
+                }
+                None => engine.add_cpu_twin(&weights, budget_ms).await.map_err(fail)?,
             };
+            let Some(c) = c else { return Ok(JsValue::NULL) };
             Ok(to_js(&CrossoverJs { max_tokens: c.max_tokens, text: c.to_string(), points: c.points })?)
         })
     }

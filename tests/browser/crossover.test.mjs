@@ -2,7 +2,8 @@
 // times the CPU against the GPU on the model at growing lengths and keeps a CPU copy for the calls the CPU wins.
 // SwiftShader is a CPU adapter, so the CPU backend wins the short calls here: a short call runs on the copy and gives
 // the CPU model's vector bit for bit (same module, same single-threaded backend), a call over the crossover runs on
-// the GPU; after a lost GPU device the model loads again and the copy is made again. tests/models/tiny-pretraining (64 positions) on SwiftShader WebGPU.
+// the GPU; after a lost GPU device the model loads again and the copy is made again; a later load (and the worker
+// entry) reads the crossover from the cache. tests/models/tiny-pretraining (64 positions) on SwiftShader WebGPU.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { start, openPage } from "./harness.mjs";
@@ -48,6 +49,18 @@ test("crossover: short calls run on a CPU copy with the CPU's results, long ones
     out.againShort = Array.from(await gpu.embed(short));
     out.againOn = gpu.lastCallDevice;
     gpu.dispose();
+    // A second load on this adapter reads the crossover from IndexedDB instead of timing again; so does the worker
+    // entry (same origin), whose getters report what the worker said with its last answer.
+    const again = await bertgpu.Bert.load(url, { device: "webgpu", cache: false, crossover: true });
+    out.cachedShort = Array.from(await again.embed(short));
+    out.cached = [again.crossover, again.lastCallDevice];
+    again.dispose();
+    const w = await bertgpuWorker.Bert.load(url, { device: "webgpu", cache: false, crossover: true });
+    out.workerShort = Array.from(await w.embed(short));
+    out.worker = [w.crossover, w.lastCallDevice];
+    await w.embed(many);
+    out.worker.push(w.lastCallDevice);
+    await w.dispose();
     out.bad = await bertgpu.Bert.load(url, { device: "webgpu", cache: false, crossover: "yes" }).then(() => null,
       (e) => e.message);
     const off = await bertgpu.Bert.load(url, { device: "cpu", cache: false, crossover: true });
@@ -62,6 +75,7 @@ test("crossover: short calls run on a CPU copy with the CPU's results, long ones
   const c = got.crossover;
   assert.ok(c.maxTokens >= 4, `the CPU wins short calls on SwiftShader: ${c.text}`);
   assert.ok(c.points.length >= 1 && c.points[0][0] === 4, c.text);
+  assert.equal(c.source, "measured");
   assert.match(c.text, /on the CPU/);
   assert.equal(got.shortOn, "cpu");
   assert.deepEqual(got.short, got.want, "the CPU copy gives the CPU model's vector");
@@ -74,6 +88,12 @@ test("crossover: short calls run on a CPU copy with the CPU's results, long ones
   assert.equal(got.recovered, 8);
   assert.equal(got.againOn, "cpu", "the copy is made again for the model on the new device");
   assert.deepEqual(got.againShort, got.want);
+  assert.deepEqual(got.cached, [{ maxTokens: c.maxTokens, points: [], text: got.cached[0].text, source: "cached" },
+    "cpu"], "the second load's crossover comes from the cache");
+  assert.match(got.cached[0].text, new RegExp(`at most ${c.maxTokens} tokens on the CPU`));
+  assert.deepEqual(got.cachedShort, got.want);
+  assert.deepEqual(got.worker, [got.cached[0], "cpu", "webgpu"], "the worker entry's getters");
+  assert.deepEqual(got.workerShort, got.want);
   assert.match(got.bad, /crossover must be true or false/);
   assert.equal(got.cpuCrossover, null, "nothing to choose on the CPU");
   assert.equal(got.cpuOn, "cpu");

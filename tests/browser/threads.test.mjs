@@ -130,7 +130,7 @@ test("threads: where relaxed SIMD is chosen, the relaxed-SIMD threaded build run
   isolated.page.checkErrors();
 });
 
-test("threads: a model WebGPU runs starts no pool; a CPU model on the same runtime does, and so does auto falling back", async () => {
+test("threads: a model WebGPU runs starts no pool; a CPU model on the same runtime does, so does auto falling back, and so does the crossover's CPU copy", async () => {
   const got = await isolated.page.evaluate(async ({ splade }) => {
     const glue = await import("/pkg/wasm-threads-relaxed/bertgpu.js");
     // [threads planned, workers running] once a started worker has entered its loop (it says it is ready just before).
@@ -164,10 +164,19 @@ test("threads: a model WebGPU runs starts no pool; a CPU model on the same runti
     try {
       const auto = await bertgpu.Bert.load(splade, { threads: 2, cache: false, _injectFault: true });
       out.auto = [auto.device, auto.threads, await settled()];
-      auto.dispose();
+      await auto.dispose();
     } finally {
       navigator.gpu.requestAdapter = requestAdapter;
     }
+    // `crossover: true`: the GPU model's CPU copy is timed and run on the pool (SwiftShader: the CPU wins short
+    // calls), which its dispose ends.
+    const items = glue.__threadsState()[2];
+    const twin = await bertgpu.Bert.load(splade, { device: "webgpu", threads: 2, cache: false, crossover: true });
+    await twin.embed("a short sentence");
+    out.twin = [twin.device, twin.threads, twin.lastCallDevice, twin.crossover.maxTokens > 0,
+      glue.__threadsState()[0], glue.__threadsState()[2] > items];
+    await twin.dispose();
+    out.twinAfter = Array.from(glue.__threadsState()).slice(0, 2);
     return out;
   }, { splade: isolated.env.models.url + "models/splade-tiny/" });
 
@@ -179,6 +188,8 @@ test("threads: a model WebGPU runs starts no pool; a CPU model on the same runti
   assert.deepEqual(got.afterGpuDisposed, [2, 2, 1], "the GPU model's dispose leaves the pool to the CPU model");
   assert.deepEqual(got.after, [1, 0], "the CPU model's dispose ends it");
   assert.deepEqual(got.auto, ["cpu", 2, [2, 1]], "auto fell back to the CPU after the load, and started the pool then");
+  assert.deepEqual(got.twin, ["webgpu", 2, "cpu", true, 2, true], "the crossover's CPU copy runs on the pool");
+  assert.deepEqual(got.twinAfter, [1, 0], "and its dispose ends the pool");
   isolated.page.checkErrors();
 });
 
