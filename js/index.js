@@ -1366,7 +1366,10 @@ export class Bert {
     return this._headLabels ?? null;
   }
 
-  /** Frees the model (GPU buffers and wasm memory). Calls queued before it still run; later calls reject. */
+  /**
+   * Frees the model (GPU buffers and wasm memory). Calls queued before it still run; later calls reject. Resolves
+   * once the model is freed and, for the last model on a thread pool, the pool's workers have left.
+   */
   dispose() {
     if (this._disposed) return this._disposing;
     this._disposed = true;
