@@ -81,7 +81,8 @@ export async function startPool(glue, threads, build) {
       return ready;
     }));
   } catch (e) {
-    await endPool(glue, { threads, workers });
+    // Not waited for: a worker that never started would hold the error back for the whole grace period.
+    endPool(glue, { threads, workers });
     throw new Error(`Bert.load: could not start the thread pool (${threads} threads): ${e.message}`);
   }
   return { threads, workers };
