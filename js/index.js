@@ -738,10 +738,7 @@ export class Bert {
       const f = await this._files();
       // In a threaded build the copy runs on the thread pool a CPU model would (and is timed so): started for it,
       // and ended again if no copy is kept (a pool that does not start leaves the copy on one thread).
-      const pooled = this._rt.build in THREADED && this._poolThreads > 1 && !this._usesPool
-        && await usePool(this._rt, this._poolThreads).then(() => true,
-          (e) => { this._threadsReason = `the thread pool did not start: ${e.message}`; return false; });
-      if (pooled) this._usesPool = true;
+      if (this._rt.build in THREADED && this._poolThreads > 1 && !this._usesPool) await this._joinPool();
       let c = null;
       try {
         c = f.gguf
@@ -943,11 +940,18 @@ export class Bert {
     if (this._device !== "webgpu") this._reloadFrom = null;
     old.free();
     if (this._rt.build in THREADED && !this._usesPool && this._device === "cpu") {
-      // Now on the CPU: the threads it was loaded for (a pool that does not start leaves it on one).
-      await usePool(this._rt, this._poolThreads).then(() => { this._usesPool = true; },
-        (e) => { this._threadsReason = `the thread pool did not start: ${e.message}`; });
+      await this._joinPool(); // now on the CPU: the threads it was loaded for
     }
     return model;
+  }
+
+  /**
+   * Runs this model's CPU work on the runtime's pool of the threads it was loaded for; a pool that does not start
+   * leaves it on one thread, and `threadsReason` says why.
+   */
+  async _joinPool() {
+    await usePool(this._rt, this._poolThreads).then(() => { this._usesPool = true; },
+      (e) => { this._threadsReason = `the thread pool did not start: ${e.message}`; });
   }
 
   /** The files this model was loaded from, fetched again (from the cache when it is on), with its adapter. */
