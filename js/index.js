@@ -11,7 +11,7 @@
 import { resolveSource, fetchModelFiles, fetchAdapterFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin }
   from "./loader.js";
 import { deleteCheckpoint, listCheckpoints, openCheckpointStore } from "./checkpoints.js";
-import { cachedCrossover, calibrate, rememberCrossover, tune } from "./tuning.js";
+import { cachedCrossover, cachedTunings, calibrate, rememberCrossover, tune } from "./tuning.js";
 import { endPool, startPool, threadsOption, threadsUnavailable } from "./threads.js";
 // The wasm-bindgen glue of the four builds (see BUILDS).
 import * as glueSimd128 from "./wasm/bertgpu.js";
@@ -906,7 +906,8 @@ export class Bert {
       model = await instantiate(this._rt, files, "webgpu");
       if (this._headBytes) model.loadHead(this._headBytes);
       if (this._f16) await model.setF16Activations(true);
-      if (this._kernelTuning?.tuning) await model.setTuning(this._kernelTuning.tuning).catch(() => { this._kernelTuning = null; });
+      const t = this._kernelTuning?.tuning;
+      if (t && !model.runsTuning(t)) await model.setTuning(t).catch(() => { this._kernelTuning = null; });
     } catch (e) {
       model?.free();
       throw new Error(`${method}: the GPU device was lost (${this._lost}) and loading the model again on a new `
@@ -1423,11 +1424,14 @@ export async function trainTokenizer(corpus, options = {}) {
  * "cpu"). `injectFault`: Bert.load's test-only `_injectFault`.
  */
 function instantiate(rt, files, device, injectFault = false, { consume = false } = {}) {
-  return guard(rt, () => {
+  return guard(rt, async () => {
+    // On a GPU, the kernels an earlier load chose for this adapter and model shape are checked and run from the
+    // start (js/tuning.js), not the defaults first.
+    const tunings = device === "cpu" ? undefined : await cachedTunings().catch(() => undefined);
     const loading = files.gguf
-      ? rt.glue.WasmModel.loadGguf(files.gguf, device, injectFault)
+      ? rt.glue.WasmModel.loadGguf(files.gguf, device, injectFault, tunings)
       : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-        files.adapterConfig, files.adapterWeights, device, injectFault);
+        files.adapterConfig, files.adapterWeights, device, injectFault, tunings);
     // The glue copied the small files into wasm memory, and the module holds its own reference to the weights
     // (read a tensor at a time, then released): ours can go.
     if (consume) for (const k of Object.keys(files)) delete files[k];

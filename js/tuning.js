@@ -30,7 +30,26 @@ function request(mode, fn) {
 }
 
 const cached = (key) => request("readonly", (s) => s.get(key));
+// Every entry, as [key, value] pairs: both requests are done when their transaction completes, which is when
+// `request` reads `result`.
+const all = () => request("readonly", (s) => {
+  const keys = s.getAllKeys();
+  const values = s.getAll();
+  return { get result() { return keys.result.map((k, i) => [k, values.result[i]]); } };
+});
 const remember = (key, tuning) => request("readwrite", (s) => s.put(tuning, key));
+
+/**
+ * The kernels' choices cached here, `{ key: text }` (the crossovers beside them left out), for `WasmModel.load`,
+ * which checks and runs the one for its adapter and model shape from the start: a returning load then builds and
+ * checks only the kernels it runs, not the defaults first. `undefined` where nothing is cached.
+ */
+export async function cachedTunings() {
+  const entries = await all();
+  if (!entries) return undefined;
+  const tunings = Object.fromEntries(entries.filter(([k, v]) => typeof k === "string" && typeof v === "string"));
+  return Object.keys(tunings).length ? tunings : undefined;
+}
 
 /**
  * Sets the kernels of a freshly loaded WebGPU model (the wasm `WasmModel`): resolves to what `bert.tuning` reports,
@@ -39,16 +58,19 @@ const remember = (key, tuning) => request("readwrite", (s) => s.put(tuning, key)
 export async function tune(model) {
   const key = model.tuningKey;
   if (key == null) return null;
-  if (!model.worthCalibrating) {
-    return { tuning: model.tuning, source: "default", why: "a CPU adapter, where the default kernels are the fastest" };
-  }
   // The cached choice, or how far a calibration cut short by its budget got ("TUNING;stages=N"): it resumes there.
   const text = await cached(key);
+  const [spec, stages] = typeof text === "string" ? text.split(";stages=") : [];
+  if (!model.worthCalibrating) {
+    // Nothing is calibrated or cached here unasked; a choice cached all the same ran from the load, checked.
+    if (spec !== undefined && model.runsTuning(spec)) return { tuning: model.tuning, source: "cached" };
+    return { tuning: model.tuning, source: "default", why: "a CPU adapter, where the default kernels are the fastest" };
+  }
   let resume;
-  if (typeof text === "string") {
-    const [spec, stages] = text.split(";stages=");
+  if (spec !== undefined) {
     try {
-      const tuning = await model.setTuning(spec);
+      // The load found it cached and checked it already (`cachedTunings`), unless it failed the check there.
+      const tuning = model.runsTuning(spec) ? model.tuning : await model.setTuning(spec);
       if (stages === undefined) return { tuning, source: "cached" };
       resume = text;
     } catch {

@@ -171,6 +171,60 @@ fn changed_kernels_pass_the_check_again_or_are_refused() {
     assert_eq!(e.tuning(), Some(before), "the kernels stay as they were");
 }
 
+/// A load given the kernels' choice an earlier one cached for this adapter and model shape (the CLI's tuning.json,
+/// the browser's IndexedDB) checks it and runs it from the start, building none of the defaults' pipelines; a
+/// cached choice that fails the check (a kernel the driver miscompiles) is dropped for the defaults, checked in
+/// turn, and the model stays on the GPU; an entry that does not parse, or is cached under another key, is ignored.
+#[test]
+fn a_load_checks_and_runs_the_cached_kernels_or_drops_them_when_they_fail() {
+    use bertgpu::backend::gpu::{MatmulKernel, MatmulVariant, Tuning};
+    use std::collections::BTreeMap;
+    let dir = real("all-MiniLM-L6-v2");
+    let Some(g) = gpu() else { return };
+    let key = place(&dir, Placement::on(Device::Gpu, g)).unwrap().tuning_key().expect("a GPU model has a key");
+    // Two matmuls that differ from the defaults and from each other, so the load checks both.
+    let cached = Tuning {
+        matmul: MatmulVariant { kernel: MatmulKernel::Tiled, wg: (8, 8) },
+        small_matmul: MatmulVariant { kernel: MatmulKernel::Wide, wg: (8, 8) },
+        ..Tuning::default()
+    };
+    let with = |text: &str| BTreeMap::from([(key.clone(), text.to_string())]);
+    let cpu = pollster::block_on(Engine::from_dir(&dir, Device::Cpu)).unwrap();
+    let want = embed(&cpu);
+
+    let Some(g) = gpu() else { return };
+    let defaults = g.tuning();
+    let e = place(&dir, Placement::on(Device::Gpu, g).with_tunings(with(&format!("{cached};stages=2")))).unwrap();
+    assert!(e.runs_tuning(cached), "the cached choice runs: {:?}", e.tuning());
+    let Engine::Gpu(m) = &e else { panic!("on the GPU") };
+    let built = canary::pipelines(m).unwrap();
+    assert!(built.is_empty(), "the cached kernels' first-call pipelines were built at load: {built:?} were not");
+    m.backend.set_tuning(defaults);
+    assert!(!canary::pipelines(m).unwrap().is_empty(), "the defaults' pipelines were built too");
+    m.backend.set_tuning(cached);
+    for (a, b) in embed(&e).iter().zip(&want) {
+        assert!(common::cosine(a, b) > 0.99999, "the cached kernels' embeddings against the CPU's");
+    }
+
+    // The small-product kernel miscompiled: the cached choice fails its first check, the defaults pass theirs.
+    let Some(g) = gpu() else { return };
+    g.inject_fault_in(MatmulKernel::Wide);
+    let e = place(&dir, Placement::on(Device::Gpu, g).with_tunings(with(&cached.to_string()))).unwrap();
+    assert_eq!((e.device(), e.tuning()), ("gpu", Some(defaults)), "a failing cached choice gives the defaults");
+    assert!(!e.runs_tuning(cached));
+    // The large-product one: the cached choice fails its second check.
+    let Some(g) = gpu() else { return };
+    g.inject_fault_in(MatmulKernel::Tiled);
+    let e = place(&dir, Placement::on(Device::Gpu, g).with_tunings(with(&cached.to_string()))).unwrap();
+    assert_eq!((e.device(), e.tuning()), ("gpu", Some(defaults)));
+
+    for tunings in [with("matmul=bogus:1x1"), BTreeMap::from([(format!("{key} (another shape)"), cached.to_string())])] {
+        let Some(g) = gpu() else { return };
+        let e = place(&dir, Placement::on(Device::Gpu, g).with_tunings(tunings)).unwrap();
+        assert_eq!(e.tuning(), Some(defaults), "ignored: the defaults run");
+    }
+}
+
 #[test]
 fn an_explicit_gpu_that_disagrees_refuses_to_load() {
     let Some(g) = gpu() else { return };

@@ -43,7 +43,7 @@ fn long() -> String {
 fn short_calls_run_on_the_cpu_copy_and_give_its_results() {
     let Some(g) = gpu() else { return };
     let m = load("tiny-pretraining");
-    let cpu = engine(&m, Placement { device: Device::Cpu, gpu: None, reason: None });
+    let cpu = engine(&m, Placement { device: Device::Cpu, gpu: None, reason: None, tunings: Default::default() });
     let e = engine(&m, Placement::on(Device::Gpu, g));
     let opts = EmbedOptions::default();
     let long = long();
@@ -119,7 +119,7 @@ fn the_measured_crossover_keeps_the_copy_only_where_the_cpu_wins() {
 #[test]
 fn a_cpu_engine_has_nothing_to_choose() {
     let m = load("tiny-classifier");
-    let e = engine(&m, Placement { device: Device::Cpu, gpu: None, reason: None });
+    let e = engine(&m, Placement { device: Device::Cpu, gpu: None, reason: None, tunings: Default::default() });
     assert_eq!(pollster::block_on(e.add_cpu_twin(&m.weights().unwrap(), BUDGET_MS)).unwrap(), None);
     assert!(e.crossover().is_none());
     assert_eq!(e.last_call_device(), "cpu");

@@ -18,7 +18,7 @@
 //! CPU backend's forward of 25 tokens.
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::gpu::{GpuBackend, PipelineSpec};
+use crate::backend::gpu::{GpuBackend, PipelineSpec, Tuning};
 use crate::backend::Backend;
 use crate::model::BertModel;
 use crate::tasks::{Model, ReferenceOutput};
@@ -173,16 +173,65 @@ pub fn pipelines(model: &Model<GpuBackend>) -> Result<Vec<PipelineSpec>> {
     })
 }
 
-/// Builds [`pipelines`] at once ([`GpuBackend::build_pipelines`]: natively on several threads), before the check
-/// runs them one after another.
-pub fn prebuild(model: &Model<GpuBackend>) -> Result<()> {
-    model.backend.build_pipelines(&pipelines(model)?)
+/// The kernels the check runs to cover the tuning `t` (as the backend clamps it): `t` as it is, where the check's
+/// sentence-sized input takes the small-product matmul, and, where the large-product matmul differs, `t` with the
+/// small one replaced by it, so that both matmuls run.
+pub fn covering(t: Tuning) -> Vec<Tuning> {
+    let large = Tuning { small_matmul: t.matmul, ..t };
+    if large == t { vec![t] } else { vec![t, large] }
+}
+
+/// Builds at once the [`pipelines`] of the check under each of `checks` ([`GpuBackend::build_pipelines`]: natively
+/// on several threads), before the check runs them one after another. The backend's tuning is left as it was.
+pub fn prebuild(model: &Model<GpuBackend>, checks: &[Tuning]) -> Result<()> {
+    let be = &model.backend;
+    let now = be.tuning();
+    let mut specs = Vec::new();
+    let mut noted = Ok(());
+    for &t in checks {
+        be.set_tuning(t);
+        match pipelines(model) {
+            Ok(s) => specs.extend(s),
+            Err(e) => {
+                noted = Err(e);
+                break;
+            }
+        }
+    }
+    be.set_tuning(now);
+    noted?;
+    be.build_pipelines(&specs)
 }
 
 /// Runs the check on `model` (on the GPU), whose weights were `weights`. Errors are the GPU's (a lost
 /// device) or the tokenizer's, not a disagreement: that is the returned [`Canary`]'s [`Canary::passed`].
 pub async fn check(model: &Model<GpuBackend>, weights: &Weights) -> Result<Canary> {
     compare(model, &reference(model, weights).await?).await
+}
+
+/// [`compare`] under each of `checks` in turn: the first that disagrees with the CPU, and its tuning; `None` when
+/// all agree. The backend's tuning is left as it was.
+pub async fn compare_each(model: &Model<GpuBackend>, reference: &ReferenceOutput, checks: &[Tuning])
+    -> Result<Option<(Tuning, Canary)>> {
+    let be = &model.backend;
+    let now = be.tuning();
+    let mut outcome = Ok(None);
+    for &t in checks {
+        be.set_tuning(t);
+        match compare(model, reference).await {
+            Ok(c) if c.passed() => {}
+            Ok(c) => {
+                outcome = Ok(Some((t, c)));
+                break;
+            }
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
+    be.set_tuning(now);
+    outcome
 }
 
 /// The GPU's output on the fixed input against `reference`, with the kernels `model`'s backend has now.

@@ -7,6 +7,8 @@
 pub mod canary;
 pub mod crossover;
 
+use std::collections::BTreeMap;
+
 use crossover::{most_tokens, routed};
 
 use crate::backend::cpu::CpuBackend;
@@ -114,10 +116,13 @@ impl Engine {
         Self::place(config, tokenizer, weights, Placement::pick(device).await?, cpu).await
     }
 
-    /// Puts the model on `placement`'s GPU when it has one, else on `cpu`. On the GPU the pipelines of a first call
-    /// are built at once ([`canary::prebuild`]: natively on several threads), then the load-time check runs
-    /// ([`canary::check`]: the encoder's output on a fixed input against the CPU backend's from the same weights).
-    /// A GPU that disagrees beyond the tolerance is not used:
+    /// Puts the model on `placement`'s GPU when it has one, else on `cpu`. On the GPU the kernels are those an
+    /// earlier load chose for this adapter and model shape ([`Placement::tunings`], the calibration's cache), else
+    /// the defaults; the pipelines of a first call are built at once ([`canary::prebuild`]: natively on several
+    /// threads), then the load-time check runs ([`canary::compare_each`]: the encoder's output on a fixed input
+    /// against the CPU backend's from the same weights, under each matmul the kernels use). A cached choice that
+    /// fails the check is dropped for the defaults, checked in turn. A GPU that disagrees beyond the tolerance is
+    /// not used:
     /// - asked for `Device::Auto`: the model goes on the CPU, and [`Self::device_reason`] says which adapter
     ///   disagreed, by how much and where. The caller asked for whatever works; the CPU gives right answers.
     /// - asked for `Device::Gpu`: the load fails with that reason. Whoever insists on the GPU (a benchmark, a test
@@ -126,7 +131,7 @@ impl Engine {
     ///   silently elsewhere.
     pub async fn place(config: BertConfig, tokenizer: Tokenizer, weights: &Weights, placement: Placement,
         cpu: CpuBackend) -> Result<Engine> {
-        let Placement { device, gpu, reason } = placement;
+        let Placement { device, gpu, reason, tunings } = placement;
         let Some(gpu) = gpu else {
             let mut model = Model::new(cpu, config, tokenizer, weights)?;
             model.device_reason = reason;
@@ -135,13 +140,32 @@ impl Engine {
         // (Logged: the check reads back what each module took, where the weights went straight to the GPU.)
         let weights = &weights.logging();
         let mut model = Model::new(gpu, config, tokenizer, weights)?;
-        canary::prebuild(&model)?;
+        // Set before the check, not after it by `set_tuning`: a returning load builds and checks only the kernels
+        // it will run (BENCHMARKS.md, "A returning load checks only the kernels it runs").
+        let defaults = model.backend.tuning();
+        let key = tune::cache_key(model.backend.gpu(), &workload_of(&model));
+        let cached = tunings.get(&key).and_then(|text| Progress::parse(text).ok()).map(|p| p.tuning);
+        let kernels = model.backend.set_tuning(cached.unwrap_or(defaults));
+        let checks = canary::covering(kernels);
+        let built = canary::prebuild(&model, &checks);
         let reference = canary::reference(&model, weights).await?;
-        let canary = canary::compare(&model, &reference).await?;
-        if canary.passed() {
+        let mut failed = match built {
+            Ok(()) => canary::compare_each(&model, &reference, &checks).await,
+            Err(e) => Err(e),
+        };
+        if kernels != defaults && !matches!(failed, Ok(None)) {
+            // A cached choice that fails the check, or that this device cannot even build or run: the cache key
+            // names the driver, so this is rare. The defaults run, checked as at any load, and the caller's
+            // calibration (which finds its choice not in effect) chooses again.
+            model.backend.set_tuning(defaults);
+            let checks = canary::covering(defaults);
+            canary::prebuild(&model, &checks)?;
+            failed = canary::compare_each(&model, &reference, &checks).await;
+        }
+        let Some((_, canary)) = failed? else {
             model.canary = Some(reference);
             return Ok(Engine::Gpu(model));
-        }
+        };
         if device == Device::Gpu {
             return Err(Error::Gpu(format!(
                 "{canary}: this GPU computes wrong values for this model (a driver or compiler fault); update the \
@@ -167,10 +191,7 @@ impl Engine {
     /// has its own choice and cache key); `None` on the CPU.
     pub fn tuning_workload(&self) -> Option<Workload> {
         match self {
-            Engine::Gpu(m) => {
-                let dtype = m.bert.encoder.layers.first().map_or(crate::backend::Dtype::F32, |l| l.matmul_dtype(&m.backend));
-                Some(Workload { f16_activations: m.backend.f16_activations(), ..Workload::of_config(&m.config, dtype) })
-            }
+            Engine::Gpu(m) => Some(workload_of(m)),
             Engine::Cpu(_) => None,
         }
     }
@@ -189,6 +210,13 @@ impl Engine {
         matches!(self, Engine::Gpu(m) if tune::worth_calibrating(m.backend.gpu()))
     }
 
+    /// Whether the GPU kernels in effect are `t` (as the adapter clamps it): where a load found `t` cached for this
+    /// adapter and model shape ([`Placement::tunings`]), it checked them and runs them, and nobody need set them
+    /// again. False on the CPU.
+    pub fn runs_tuning(&self, t: Tuning) -> bool {
+        matches!(self, Engine::Gpu(m) if m.backend.tuning() == m.backend.clamp(t))
+    }
+
     /// The GPU kernels' tuning in effect; `None` on the CPU.
     pub fn tuning(&self) -> Option<Tuning> {
         match self {
@@ -198,40 +226,30 @@ impl Engine {
     }
 
     /// Switches the GPU kernels to `t` (clamped to the adapter) and checks them with the load-time check
-    /// ([`canary`]) twice, so that both matmul variants run: as they are (a sentence-sized input takes the
-    /// small-product kernel) and with the small-product kernel replaced by the large one. If either disagrees with
+    /// ([`canary::compare_each`] under [`canary::covering`]: each matmul variant they use). If any disagrees with
     /// the CPU, the kernels go back to what they were and the error names the disagreement. Returns the tuning in
     /// effect; `None` on the CPU.
     pub async fn set_tuning(&self, t: Tuning) -> Result<Option<Tuning>> {
         let Engine::Gpu(m) = self else { return Ok(None) };
         let before = m.backend.tuning();
         let t = m.backend.set_tuning(t);
-        let checks = [t, Tuning { small_matmul: t.matmul, ..t }];
-        // Both checks' pipelines, built at once (natively on several threads).
-        let mut specs = Vec::new();
-        for check in checks {
-            m.backend.set_tuning(check);
-            match canary::pipelines(m) {
-                Ok(s) => specs.extend(s),
-                Err(e) => {
-                    m.backend.set_tuning(before);
-                    return Err(e);
-                }
-            }
-        }
-        if let Err(e) = m.backend.build_pipelines(&specs) {
-            m.backend.set_tuning(before);
-            return Err(Error::Gpu(format!("the GPU kernels {t} fail the load-time check ({e}); kept {before}")));
-        }
-        for check in checks {
-            m.backend.set_tuning(check);
-            if let Some(why) = recheck(m).await {
+        let checks = canary::covering(t);
+        let outcome = match (canary::prebuild(m, &checks), &m.canary) {
+            (Ok(()), Some(reference)) => canary::compare_each(m, reference, &checks).await,
+            (Ok(()), None) => Ok(None),
+            (Err(e), _) => Err(e),
+        };
+        match outcome {
+            Ok(None) => Ok(Some(t)),
+            Ok(Some((check, why))) => {
                 m.backend.set_tuning(before);
-                return Err(Error::Gpu(format!("the GPU kernels {check} fail the load-time check ({why}); kept {before}")));
+                Err(Error::Gpu(format!("the GPU kernels {check} fail the load-time check ({why}); kept {before}")))
+            }
+            Err(e) => {
+                m.backend.set_tuning(before);
+                Err(Error::Gpu(format!("the GPU kernels {t} fail the load-time check ({e}); kept {before}")))
             }
         }
-        m.backend.set_tuning(t);
-        Ok(Some(t))
     }
 
     /// Turns the GPU's f16-activation mode on or off ([`GpuBackend::set_f16_activations`]: activations stored as
@@ -401,6 +419,13 @@ impl Engine {
     }
 }
 
+/// What the GPU kernels' calibration times for `m`: one encoder layer in its own shapes and weight dtype, on
+/// activations stored as the model now stores them ([`Engine::tuning_workload`]).
+fn workload_of(m: &Model<GpuBackend>) -> Workload {
+    let dtype = m.bert.encoder.layers.first().map_or(crate::backend::Dtype::F32, |l| l.matmul_dtype(&m.backend));
+    Workload { f16_activations: m.backend.f16_activations(), ..Workload::of_config(&m.config, dtype) }
+}
+
 /// The load-time check ([`canary::compare`]) on the kernels `m`'s backend runs now: `None` where they pass (or the
 /// model has no reference to check against), else why not. Changed kernels and modes are checked here before use.
 async fn recheck(m: &Model<GpuBackend>) -> Option<String> {
@@ -428,6 +453,10 @@ pub struct Placement {
     pub gpu: Option<GpuBackend>,
     /// Why `Auto` took the CPU (becomes [`Engine::device_reason`]); `None` when it found a GPU or the CPU was asked for.
     pub reason: Option<String>,
+    /// The kernels' choices that earlier loads cached ([`Engine::tuning_key`] → [`Progress`] text, as the CLI's
+    /// tuning.json and the browser's IndexedDB keep them): the one for this adapter and model shape, if any, is what
+    /// [`Engine::place`] checks and runs. Empty: the defaults.
+    pub tunings: BTreeMap<String, String>,
 }
 
 impl Placement {
@@ -448,12 +477,17 @@ impl Placement {
                 Err(e) => (None, Some(format!("no usable GPU ({e})"))),
             },
         };
-        Ok(Placement { device, gpu, reason })
+        Ok(Placement { device, gpu, reason, tunings: BTreeMap::new() })
     }
 
     /// `device` on `gpu` (one the caller made, e.g. a test's): [`Engine::place`] checks it and, for `Auto`, may
     /// still choose the CPU.
     pub fn on(device: Device, gpu: GpuBackend) -> Placement {
-        Placement { device, gpu: Some(gpu), reason: None }
+        Placement { device, gpu: Some(gpu), reason: None, tunings: BTreeMap::new() }
+    }
+
+    /// This placement with the kernels' cached choices `tunings` ([`Placement::tunings`]).
+    pub fn with_tunings(self, tunings: BTreeMap<String, String>) -> Placement {
+        Placement { tunings, ..self }
     }
 }

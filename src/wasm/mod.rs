@@ -8,6 +8,7 @@
 //! otherwise leave its promise pending forever) and makes the wrapper instantiate a fresh module for the next load.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Once;
 
@@ -315,10 +316,20 @@ fn parse_device(device: &str) -> Result<Device, JsError> {
 /// checked before a device is asked for. `inject_fault` (`Bert.load`'s test-only `_injectFault`) makes the GPU's
 /// linears return wrong values ([`crate::backend::gpu::GpuBackend::inject_fault`]), for the tests of that check.
 async fn load_engine(source: ModelSource<'_>, device: &str, cpu: CpuBackend, inject_fault: Option<bool>,
-    placement: Option<Placement>) -> Result<Engine, JsError> {
+    placement: Option<Placement>, tunings: JsValue) -> Result<Engine, JsError> {
     parse_device(device)?;
     let m = crate::loader::load(source, &LoadOptions::default()).map_err(js_err)?;
-    place(m, device, cpu, inject_fault, placement).await
+    place(m, device, cpu, inject_fault, placement, tunings).await
+}
+
+/// `load`'s `tunings`: the kernels' choices js/tuning.js cached in IndexedDB (`{ key: text }`, or `undefined`),
+/// for [`Placement::tunings`].
+fn tunings_of(tunings: JsValue) -> Result<BTreeMap<String, String>, JsError> {
+    if tunings.is_undefined() || tunings.is_null() {
+        return Ok(BTreeMap::new());
+    }
+    serde_wasm_bindgen::from_value(tunings)
+        .map_err(|e| JsError::new(&format!("load: tunings must map cache keys to tuning texts ({e})")))
 }
 
 /// `WasmModel.load`'s `weights` (a `Uint8Array` or a finished safetensors `WeightStream`) as the loader reads them,
@@ -336,14 +347,16 @@ fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), Js
 
 /// [`load_engine`]'s second half: the checked model on `device`, or on the `placement` its weights streamed to.
 async fn place(m: crate::loader::LoadedModel, device: &str, cpu: CpuBackend, inject_fault: Option<bool>,
-    placement: Option<Placement>) -> Result<Engine, JsError> {
+    placement: Option<Placement>, tunings: JsValue) -> Result<Engine, JsError> {
     let device = parse_device(device)?;
+    let tunings = tunings_of(tunings)?;
     let weights = m.weights().map_err(js_err)?;
     let placement = match placement {
         Some(p) if p.device == device => p,
         Some(_) => return Err(JsError::new("the weights were streamed for another device than the load asks for")),
         None => Placement::pick(device).await.map_err(js_err)?,
-    };
+    }
+    .with_tunings(tunings);
     if let (Some(true), Some(gpu)) = (inject_fault, &placement.gpu) {
         gpu.inject_fault(true);
     }
@@ -357,7 +370,9 @@ impl WasmModel {
     /// tensor at a time, or a finished `WeightStream` that read it as it downloaded);
     /// and a LoRA adapter to fold in (peft's adapter_config.json and adapter_model.safetensors), if given. `device` is "webgpu", "cpu", or "auto" (the JS
     /// wrapper passes "auto" once it has seen a hardware adapter: the GPU, or the CPU if the GPU fails the load-time
-    /// check). `inject_fault`: for tests only (see [`load_engine`]).
+    /// check). `inject_fault`: for tests only (see [`load_engine`]). `tunings`: the GPU kernels' choices cached by
+    /// earlier loads, `{ key: text }` (js/tuning.js), of which the one for this adapter and model shape is checked
+    /// and run from the start ([`Placement::tunings`]); `undefined`: the defaults.
     #[allow(clippy::too_many_arguments)]
     pub async fn load(
         config: Vec<u8>,
@@ -369,19 +384,21 @@ impl WasmModel {
         adapter_weights: Option<Vec<u8>>,
         device: String,
         inject_fault: Option<bool>,
+        tunings: JsValue,
     ) -> Result<WasmModel, JsError> {
         let cpu = CpuBackend::new();
         let adapter = adapter_config.zip(adapter_weights);
         let (weights, placement) = weights_file(weights)?;
         let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
-        let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault, placement).await?;
+        let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault, placement, tunings).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 
     /// Loads a BERT `.gguf` (ours or llama.cpp's): config, tokenizer and weights all come from the one file (a
-    /// `Uint8Array`, or a finished `WeightStream` that read it as it downloaded).
+    /// `Uint8Array`, or a finished `WeightStream` that read it as it downloaded). `tunings`: as [`Self::load`]'s.
     #[wasm_bindgen(js_name = loadGguf)]
-    pub async fn load_gguf(bytes: JsValue, device: String, inject_fault: Option<bool>) -> Result<WasmModel, JsError> {
+    pub async fn load_gguf(bytes: JsValue, device: String, inject_fault: Option<bool>, tunings: JsValue)
+        -> Result<WasmModel, JsError> {
         let cpu = CpuBackend::new();
         parse_device(&device)?;
         let (m, placement) = match bytes.dyn_into::<js_sys::Uint8Array>() {
@@ -396,7 +413,7 @@ impl WasmModel {
                 }
             },
         };
-        let engine = place(m.map_err(js_err)?, &device, cpu, inject_fault, placement).await?;
+        let engine = place(m.map_err(js_err)?, &device, cpu, inject_fault, placement, tunings).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
 

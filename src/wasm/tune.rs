@@ -56,6 +56,14 @@ impl WasmModel {
         self.engine.worth_calibrating()
     }
 
+    /// Whether the GPU kernels in effect are the tuning `spec` (text as `tuning` gives it): a load given the choice
+    /// cached for this adapter and model shape checked it and runs it ([`crate::engine::Engine::runs_tuning`]). False on the CPU and
+    /// for a malformed spec.
+    #[wasm_bindgen(js_name = runsTuning)]
+    pub fn runs_tuning(&self, spec: String) -> bool {
+        Tuning::parse(&spec).is_ok_and(|t| self.engine.runs_tuning(t))
+    }
+
     /// Switches the GPU kernels to the tuning `spec` (text as `tuning` gives it) once they pass the load-time
     /// check; resolves to the tuning in effect (`null` on the CPU). A malformed spec, or kernels that fail the
     /// check (then the kernels stay as they were), reject naming why.

@@ -69,3 +69,58 @@ test("bert.tuning says which kernels run; bert.calibrate() times the variants an
   }
   console.log(`# calibrated on SwiftShader: ${got.c.tuning} (${got.c.chosenMs.toFixed(2)} ms vs ${got.c.defaultMs.toFixed(2)}, ${got.c.spentMs.toFixed(0)} ms)`);
 });
+
+test("a load runs the kernels an earlier load cached for the adapter and model shape, checked from the start", async () => {
+  const got = await page.evaluate(async (url) => {
+    const texts = ["the cached kernels give the same answers", "short one"];
+    // Two matmuls unlike the defaults and each other, so that the load's check runs both (SwiftShader caches
+    // nothing by itself: a CPU adapter is never calibrated unasked).
+    const spec = "matmul=direct:16x8,small=direct:8x16,attention=vec4:128,row=64,elem=128";
+    const first = await bertgpu.Bert.load(url, { device: "webgpu", cache: false });
+    const key = first._model.tuningKey;
+    await first.dispose();
+    const db = await new Promise((resolve, reject) => {
+      const r = indexedDB.open("bertgpu-tuning", 1);
+      r.onupgradeneeded = () => r.result.createObjectStore("choices");
+      r.onsuccess = () => resolve(r.result);
+      r.onerror = () => reject(r.error);
+    });
+    const put = (value) => new Promise((resolve, reject) => {
+      const t = db.transaction("choices", "readwrite");
+      if (value === undefined) t.objectStore("choices").delete(key);
+      else t.objectStore("choices").put(value, key);
+      t.oncomplete = resolve;
+      t.onerror = () => reject(t.error);
+    });
+    const out = { spec };
+    try {
+      await put(spec);
+      const gpu = await bertgpu.Bert.load(url, { device: "webgpu", cache: false });
+      out.vectors = (await gpu.embed(texts)).map((v) => Array.from(v));
+      out.cached = gpu.tuning;
+      out.runs = gpu._model.runsTuning(spec);
+      await gpu.dispose();
+      // An entry this version cannot read is passed over: the defaults run.
+      await put("matmul=bogus:1x1");
+      const bad = await bertgpu.Bert.load(url, { device: "webgpu", cache: false });
+      await bad.embed(texts);
+      out.bad = bad.tuning;
+      await bad.dispose();
+    } finally {
+      await put(undefined);
+      db.close();
+    }
+    const cpu = await bertgpu.Bert.load(url, { device: "cpu", cache: false });
+    out.cpu = (await cpu.embed(texts)).map((v) => Array.from(v));
+    await cpu.dispose();
+    return out;
+  }, env.models.url + TINY);
+  assert.deepEqual(got.cached, { tuning: got.spec, source: "cached" });
+  assert.equal(got.runs, true);
+  assert.equal(got.bad.source, "default");
+  assert.match(got.bad.tuning, /^matmul=direct:8x8,small=direct:8x8,attention=vec4:64,/);
+  for (const [i, v] of got.vectors.entries()) {
+    const worst = Math.max(...v.map((x, j) => Math.abs(x - got.cpu[i][j])));
+    assert.ok(worst <= EMBED_ATOL, `text ${i}: |webgpu − cpu| = ${worst}`);
+  }
+});

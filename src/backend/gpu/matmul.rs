@@ -72,7 +72,7 @@ impl GpuBackend {
             ("ACT", act_id),
             ("HAS_BIAS", if bias.is_some() { 1.0 } else { 0.0 }),
         ];
-        if self.fault.get() {
+        if self.faulty(variant.kernel) {
             consts.push(("FAULT", 1.0));
         }
         if shader.starts_with("matmul_packed") {

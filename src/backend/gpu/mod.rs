@@ -65,8 +65,9 @@ pub struct GpuBackend {
     gpu: Gpu,
     /// Set at construction and by [`GpuBackend::set_tuning`] (the adapter's calibration, tune.rs).
     tuning: std::cell::Cell<Tuning>,
-    /// [`GpuBackend::inject_fault`]: the linear kernels return wrong values (tests of the load-time canary).
-    fault: std::cell::Cell<bool>,
+    /// [`GpuBackend::inject_fault`]: the linear kernels return wrong values (tests of the load-time canary): every
+    /// matmul kernel (`Some(None)`), or one ([`GpuBackend::inject_fault_in`]).
+    fault: std::cell::Cell<Option<Option<MatmulKernel>>>,
     /// [`GpuBackend::set_f16_activations`].
     f16_activations: std::cell::Cell<bool>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
@@ -134,7 +135,7 @@ impl GpuBackend {
         Ok(GpuBackend {
             gpu,
             tuning: std::cell::Cell::new(t),
-            fault: std::cell::Cell::new(false),
+            fault: std::cell::Cell::new(None),
             f16_activations: std::cell::Cell::new(false),
             modules: RefCell::new(HashMap::new()),
             pipelines: RefCell::new(HashMap::new()),
@@ -189,7 +190,19 @@ impl GpuBackend {
     /// return wrong values: for the tests of the canary that compares the GPU with the CPU at load. Not for use.
     #[doc(hidden)]
     pub fn inject_fault(&self, on: bool) {
-        self.fault.set(on);
+        self.fault.set(on.then_some(None));
+    }
+
+    /// [`Self::inject_fault`] in the linears that run matmul kernel `kernel` only, as a driver that miscompiles one
+    /// kernel would: for the tests of a tuning that fails the check. Not for use.
+    #[doc(hidden)]
+    pub fn inject_fault_in(&self, kernel: MatmulKernel) {
+        self.fault.set(Some(Some(kernel)));
+    }
+
+    /// Whether a linear that runs `kernel` is to return wrong values ([`Self::inject_fault`]).
+    pub(super) fn faulty(&self, kernel: MatmulKernel) -> bool {
+        self.fault.get().is_some_and(|k| k.is_none_or(|k| k == kernel))
     }
 
     /// The f16-activation mode, for every forward recorded from now on: the embeddings, the linear layers, attention
@@ -221,9 +234,14 @@ impl GpuBackend {
     /// Switches the kernels to `tuning` (clamped to the adapter's limits) for every dispatch recorded from now on;
     /// pipelines already built for other knobs stay cached. Returns the tuning in effect.
     pub fn set_tuning(&self, tuning: Tuning) -> Tuning {
-        let t = tuning.clamped(&self.gpu.limits, self.gpu.features);
+        let t = self.clamp(tuning);
         self.tuning.set(t);
         t
+    }
+
+    /// `tuning` as [`Self::set_tuning`] clamps it to this adapter.
+    pub fn clamp(&self, tuning: Tuning) -> Tuning {
+        tuning.clamped(&self.gpu.limits, self.gpu.features)
     }
 
     /// Device bytes held by the weights uploaded and still alive: a weight takes its stored size (a Q8_0 matrix 34

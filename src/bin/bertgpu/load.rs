@@ -52,7 +52,7 @@ pub(crate) enum Activations {
 pub(crate) fn load_engine(m: &LoadedModel, device: Device, f16: bool) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
     // The device first: for a GPU, a folder's weights go from the file into its memory, not through the host's.
-    let placement = pollster::block_on(Placement::pick(device)).map_err(fail)?;
+    let placement = pollster::block_on(Placement::pick(device)).map_err(fail)?.with_tunings(tune::cached());
     let weights = match &placement.gpu {
         Some(gpu) => m.model.weights_to(gpu),
         None => m.model.weights(),

@@ -16,9 +16,10 @@ use crate::Fail;
 const CALIBRATION_BUDGET_MS: f64 = 1000.0;
 
 /// Sets `engine`'s GPU kernels: `BERTGPU_TUNING=default` keeps the defaults, `BERTGPU_TUNING=SPEC` sets those knobs
-/// (e.g. `matmul=tiled:16x16`); on a CPU adapter the defaults stay; otherwise the choice cached for this adapter and
-/// model shape is used, or made by calibrating and cached. Returns a line saying which and why, and whether a
-/// calibration ran now (nothing on the CPU).
+/// (e.g. `matmul=tiled:16x16`); otherwise the choice cached for this adapter and model shape is used (the load
+/// checked it and runs it already: [`cached`]), or, except on a CPU adapter (where the defaults stay), made by
+/// calibrating and cached. Returns a line saying which and why, and whether a calibration ran now (nothing on the
+/// CPU).
 pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
     let Some(key) = engine.tuning_key() else { return Ok(None) };
     match std::env::var("BERTGPU_TUNING").ok().as_deref() {
@@ -30,16 +31,26 @@ pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
         }
         None => {}
     }
-    if !engine.worth_calibrating() {
-        let t = engine.tuning().unwrap_or_default();
-        return Ok(Some((format!("{t} (the defaults: a CPU adapter, where they measure fastest)"), false)));
-    }
     let file = cache_file();
     let mut cache = file.as_ref().map(read_cache).unwrap_or_default();
     // The cached choice, or how far an earlier calibration cut short by its budget got (it resumes there).
+    let cached = cache.get(&key).and_then(|text| Progress::parse(text).ok());
+    if !engine.worth_calibrating() {
+        let t = engine.tuning().unwrap_or_default();
+        // Nothing is calibrated or cached here unasked; a choice cached all the same ran from the load, checked.
+        if cached.is_some_and(|p| engine.runs_tuning(p.tuning)) {
+            return Ok(Some((format!("{t} (cached for this adapter; cache {})", shown(&file)), false)));
+        }
+        return Ok(Some((format!("{t} (the defaults: a CPU adapter, where they measure fastest)"), false)));
+    }
     let mut resume = None;
-    if let Some(p) = cache.get(&key).and_then(|text| Progress::parse(text).ok()) {
-        match pollster::block_on(engine.set_tuning(p.tuning)) {
+    if let Some(p) = cached {
+        // The load set and checked it already ([`cached`]), unless it failed the check there.
+        let set = match engine.runs_tuning(p.tuning) {
+            true => Ok(engine.tuning()),
+            false => pollster::block_on(engine.set_tuning(p.tuning)),
+        };
+        match set {
             Ok(t) if p.is_complete() => {
                 let t = t.unwrap_or_default();
                 return Ok(Some((format!("{t} (calibrated earlier on this adapter; cache {})", shown(&file)), false)));
@@ -67,6 +78,15 @@ pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
         }
     }
     Ok(Some((format!("{c}; cache {}", shown(&file)), true)))
+}
+
+/// The kernels' choices cached by earlier runs, for the load to check and run from the start
+/// ([`bertgpu::engine::Placement::tunings`]); none where `BERTGPU_TUNING` decides the kernels ([`apply`]).
+pub(crate) fn cached() -> BTreeMap<String, String> {
+    if std::env::var_os("BERTGPU_TUNING").is_some() {
+        return BTreeMap::new();
+    }
+    cache_file().as_ref().map(read_cache).unwrap_or_default()
 }
 
 /// How long the crossover's measurement may take at load ([`bertgpu::engine::crossover::measure`]).
