@@ -6,9 +6,10 @@
 // workgroup walks the keys a tile of dv keys at a time through workgroup memory:
 //   1. the tile's keys and values are staged, each read from storage once per workgroup, not once per query;
 //   2. lane c scores key c of the tile against its query (all of q, from workgroup memory);
-//   3. every lane reads its query's dv scores, updates the running max and sum once per tile, and adds the tile's
-//      weighted values to its own vec4 of the output.
-// Three barriers a tile; no arrays per invocation (a query's state is m, l and one vec4), so nothing spills.
+//   3. every lane gets its query's dv scores, updates the running max and sum once per tile, and adds the tile's
+//      weighted values to its own vec4 of the output (lib/split_tile.wgsl: the scores through workgroup memory,
+//      three barriers a tile; lib/split_tile_subgroup.wgsl: through subgroup shuffles, two).
+// No arrays per invocation (a query's state is m, l and one vec4), so nothing spills.
 // head_dim a multiple of 4 and at most 4·LMAX (the host checks; other heads run attention_vec4.wgsl); WG ≥ dv.
 // Invocations past the workgroup's last whole query (WG not a multiple of dv) only help stage.
 //
@@ -32,8 +33,17 @@ var<workgroup> qs: array<vec4<f32>, WG_MAX>;               // queries, pre-scale
 var<workgroup> ks: array<vec4<f32>, LMAX * (LMAX + 1u)>;   // keys of the tile: ks[j · (dv + 1) + c] (padded rows:
                                                            // lanes scoring different keys hit different banks)
 var<workgroup> vs: array<vec4<f32>, LMAX * LMAX>;          // values of the tile: vs[j · dv + c]
-var<workgroup> ss: array<f32, WG_MAX>;                     // scores: ss[qi · dv + j]
 var<workgroup> km: array<f32, LMAX>;                       // the tile's keys: 1.0 real, 0.0 padding or past T
+
+// The running softmax of this invocation's query, which each of its lanes keeps: the largest score so far (m), the
+// sum of exp(score − m) over its keys (l), and the lane's vec4 of the weighted sum of values (acc).
+var<private> m: f32;
+var<private> l: f32;
+var<private> acc: vec4<f32>;
+
+// `split_tile`: lane c scores key c of the tile, and the query's lanes fold the tile into (m, l, acc). Through
+// workgroup memory here; the `_sg` module swaps in lib/split_tile_subgroup.wgsl (src/backend/gpu/params.rs).
+#include "lib/split_tile.wgsl"
 
 @compute @workgroup_size(WG)
 fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -53,9 +63,10 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
         let qrow = b * T + min(i, T - 1u);
         qs[qi * dv + c] = act4(qkv[qrow * stride + h * dv + c]) * p.scale;
     }
-    var m = NEG;
-    var l = 0.0;
-    var acc = vec4<f32>(0.0);
+    m = NEG;
+    l = 0.0;
+    acc = vec4<f32>(0.0);
+    let drop_row = ((b * p.heads + h) * T + i) * T;  // the dropout index of (query i, key 0)
     let tiles = (T + dv - 1u) / dv;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let j0 = tile * dv;
@@ -72,45 +83,7 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
             km[t] = select(0.0, mask[b * T + min(j0 + t, T - 1u)], j0 + t < T);
         }
         workgroupBarrier();
-        if owns {
-            var sv = vec4<f32>(0.0);
-            for (var cc = 0u; cc < dv; cc = cc + 1u) {
-                sv = sv + qs[qi * dv + cc] * ks[c * (dv + 1u) + cc];
-            }
-            ss[qi * dv + c] = (sv.x + sv.y) + (sv.z + sv.w);
-        }
-        workgroupBarrier();
-        if owns {
-            var tm = NEG;
-            for (var j = 0u; j < dv; j = j + 1u) {
-                if km[j] >= 0.5 {
-                    tm = max(tm, ss[qi * dv + j]);
-                }
-            }
-            // A tile of padding alone changes nothing.
-            if tm > NEG {
-                if tm > m {
-                    // exp(NEG − tm) underflows to 0 on the first real key: nothing accumulated yet is kept.
-                    let a = exp(m - tm);
-                    l = l * a;
-                    acc = acc * a;
-                    m = tm;
-                }
-                for (var j = 0u; j < dv; j = j + 1u) {
-                    if km[j] >= 0.5 {
-                        let e = exp(ss[qi * dv + j] - m);
-                        l = l + e;
-                        // Dropout (DROPOUT = 1 only): as lib/attention.wgsl, l keeps every key.
-                        var w = e;
-                        if DROPOUT != 0u {
-                            let d = ((b * p.heads + h) * T + i) * T + j0 + j;
-                            w = select(0.0, e * p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, d));
-                        }
-                        acc = acc + w * vs[j * dv + c];
-                    }
-                }
-            }
-        }
+        split_tile(qi, c, dv, owns, j0, drop_row);
     }
     if owns && i < T {
         out[(b * T + i) * Hv + h * dv + c] = pack4(select(vec4<f32>(0.0), acc / l, l > 0.0));

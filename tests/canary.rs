@@ -159,7 +159,8 @@ fn changed_kernels_pass_the_check_again_or_are_refused() {
     let variants = matmul_candidates(g.gpu());
     let e = place(&tiny("tiny-classifier"), Placement::on(Device::Gpu, g)).unwrap();
     let Engine::Gpu(m) = &e else { panic!("on the GPU") };
-    let attention = [AttentionKernel::Fixed, AttentionKernel::Split].map(|attention| Tuning { attention, ..Tuning::default() });
+    let attention = [AttentionKernel::Fixed, AttentionKernel::Split, AttentionKernel::SplitSubgroup]
+        .map(|attention| Tuning { attention, ..Tuning::default() });
     for t in variants.into_iter().chain(attention) {
         assert_eq!(pollster::block_on(e.set_tuning(t)).unwrap(), Some(t), "{t} passes on a healthy GPU");
     }

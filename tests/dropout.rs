@@ -121,7 +121,7 @@ fn padded_mask(b: usize, t: usize, lens: &[usize]) -> Vec<f32> {
 #[test]
 fn attention_dropout_masks_are_the_cpus() {
     let Some(g) = gpu() else { return };
-    for kernel in [AttentionKernel::Vec4, AttentionKernel::Split] {
+    for kernel in [AttentionKernel::Vec4, AttentionKernel::Split, AttentionKernel::SplitSubgroup] {
         g.set_tuning(Tuning { attention: kernel, ..Tuning::default() });
         eprintln!("{kernel:?}");
         attention_dropout_masks(&g);

@@ -111,7 +111,8 @@ fn attention_reads_and_writes_f16() {
     let Some(g) = gpu() else { return };
     let r = CpuBackend::new();
     let kernels = [(AttentionKernel::Vec4, 64), (AttentionKernel::Fixed, 64), (AttentionKernel::Scalar, 64),
-        (AttentionKernel::Split, 32), (AttentionKernel::Split, 256)];
+        (AttentionKernel::Split, 32), (AttentionKernel::Split, 256), (AttentionKernel::SplitSubgroup, 32),
+        (AttentionKernel::SplitSubgroup, 256)];
     let cases: &[(&[usize], usize, usize, usize)] =
         &[(&[7, 3, 0], 7, 3, 32), (&[33, 20], 33, 2, 64), (&[5], 5, 2, 16), (&[9, 4], 9, 2, 6)];
     for (kernel, wg) in kernels {

@@ -149,16 +149,25 @@ fn layernorm_cases(g: &GpuBackend) {
 
 /// Every attention kernel: vec4 (the default), the ones with head_dim fixed at 32 and 64 (the cases with those
 /// heads), the scalar one, and the split one (heads up to 64) at each width the calibration times (32 with
-/// head_dim 64: two queries a workgroup, so T = 7 and 33 end partway through one), on every case.
+/// head_dim 64: two queries a workgroup, so T = 7 and 33 end partway through one), with its scores through
+/// workgroup memory and, where the adapter has subgroups, through subgroup shuffles (the heads whose lanes fit one
+/// subgroup: on lavapipe, subgroups of 8, head_dim 16 and 32), on every case.
 #[test]
 fn attention_matches_cpu() {
     let Some(g) = gpu() else { return };
     let kernels = [(AttentionKernel::Vec4, 64), (AttentionKernel::Fixed, 64), (AttentionKernel::Scalar, 64),
-        (AttentionKernel::Split, 32), (AttentionKernel::Split, 64), (AttentionKernel::Split, 256)];
+        (AttentionKernel::Split, 32), (AttentionKernel::Split, 64), (AttentionKernel::Split, 256),
+        (AttentionKernel::SplitSubgroup, 32), (AttentionKernel::SplitSubgroup, 64),
+        (AttentionKernel::SplitSubgroup, 256)];
     for (kernel, wg) in kernels {
         g.set_tuning(Tuning { attention: kernel, attention_wg: wg, ..Default::default() });
-        attention_cases(&format!("{kernel:?} {wg}"), &g);
+        attention_cases(&format!("{kernel:?} {wg} ({})", g.tuning()), &g);
     }
+    let subgroups = g.gpu().features.contains(wgpu::Features::SUBGROUP);
+    let fits = bertgpu::backend::gpu::split_subgroup_fits(&g.gpu().info, 16);
+    eprintln!("subgroups {subgroups}, smallest subgroup {}", g.gpu().info.subgroup_min_size);
+    assert_eq!(g.compiled_modules().contains(&"attention_split_sg"), subgroups && fits,
+        "the subgroup kernel ran where the adapter has subgroups that fit a head: {:?}", g.compiled_modules());
 }
 
 fn attention_cases(kernel: &str, g: &GpuBackend) {

@@ -3,6 +3,7 @@
 
 use super::params::AttentionParams;
 use super::tensor::{expect_activation, expect_f32};
+use super::tuning::split_subgroup_fits;
 use super::{shape_err, AttentionKernel, AttentionShape, Backend, GpuBackend, GpuTensor};
 use crate::backend::Dropout;
 use crate::tokenizer::Batch;
@@ -53,6 +54,9 @@ impl GpuBackend {
         // otherwise. The split kernel runs WG / (head_dim/4) queries a workgroup (and needs WG ≥ head_dim/4).
         let t = self.tuning.get();
         let (mut shader, mut entry) = t.attention.kernel(s.head_dim);
+        if shader == "attention_split_sg" && !split_subgroup_fits(&self.gpu.info, s.head_dim) {
+            shader = "attention_split";
+        }
         let wg_queries = if entry == "attention_split" {
             let lanes = s.head_dim / 4;
             if (t.attention_wg as usize) < lanes {

@@ -43,7 +43,7 @@ pub use context::Gpu;
 pub use prebuild::PipelineSpec;
 pub use tensor::GpuTensor;
 pub use tune::{matmul_candidates, row_candidates, Calibration, Progress, Workload, CALIBRATION_STAGES};
-pub use tuning::{AttentionKernel, MatmulKernel, MatmulVariant, Tuning, SMALL_ROWS};
+pub use tuning::{split_subgroup_fits, AttentionKernel, MatmulKernel, MatmulVariant, Tuning, SMALL_ROWS};
 
 use buffers::Pool;
 use profiler::Profiler;

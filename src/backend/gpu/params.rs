@@ -77,6 +77,7 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("attention_d32", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("attention_d64", "attention_fixed.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("attention_split", "attention_split.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
+    ("attention_split_sg", "attention_split.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("layernorm", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("layernorm_sg", "layernorm.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("embeddings", "embeddings.wgsl", std::mem::size_of::<EmbeddingsParams>(), EmbeddingsParams::FIELDS),
@@ -105,6 +106,7 @@ pub const VARIANTS: &[(&str, &str, &[(&str, &str)], wgpu::Features)] = &[
     ("embeddings_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
     ("backward_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
     ("layernorm_backward_sg", "", SUBGROUP_SUMS, wgpu::Features::SUBGROUP),
+    ("attention_split_sg", "", SUBGROUP_SCORES, wgpu::Features::SUBGROUP),
 ];
 
 /// The f16-activation mode ([`super::GpuBackend::set_f16_activations`]): each module that reads activations, its
@@ -120,6 +122,7 @@ pub const HALF_MODULES: &[(&str, &str, &str)] = &[
     ("attention_d32", "attention_d32_h", ""),
     ("attention_d64", "attention_d64_h", ""),
     ("attention_split", "attention_split_h", ""),
+    ("attention_split_sg", "attention_split_sg_h", ""),
     ("layernorm", "layernorm_h", ""),
     ("layernorm_sg", "layernorm_sg_h", ""),
     ("embeddings", "embeddings_h", ""),
@@ -146,6 +149,9 @@ const HALF: &[(&str, &str)] = &[
 const SUBGROUP_SUMS: &[(&str, &str)] = &[("lib/reduce.wgsl", "lib/reduce_subgroup.wgsl")];
 /// The K-split matmul's sum of partial blocks made with subgroup operations ([`super::MatmulKernel::ReduceSubgroup`]).
 const SUBGROUP_BLOCKS: &[(&str, &str)] = &[("lib/block_sum.wgsl", "lib/block_sum_subgroup.wgsl")];
+
+/// The split attention's scores exchanged with subgroup shuffles ([`super::AttentionKernel::SplitSubgroup`]).
+const SUBGROUP_SCORES: &[(&str, &str)] = &[("lib/split_tile.wgsl", "lib/split_tile_subgroup.wgsl")];
 
 /// The module of shader `name` that the tuning picks: `name` itself, or its `_sg` variant where the row kernels'
 /// sums use subgroups (every module that includes lib/reduce.wgsl has one).

@@ -2,7 +2,7 @@
 //! (lavapipe, SwiftShader); a real GPU wants other tilings. The variants worth timing are listed here, and the
 //! calibration times them on the model's own shapes and keeps the fastest.
 
-use super::tuning::{MatmulKernel, MatmulVariant};
+use super::tuning::{split_subgroup_fits, MatmulKernel, MatmulVariant};
 use super::{Activation, AttentionKernel, AttentionShape, Backend, Dtype, Gpu, GpuBackend, GpuTensor, Tuning};
 use crate::config::BertConfig;
 // Deterministic values in [-1, 1): what the kernels compute on does not change their speed.
@@ -372,6 +372,10 @@ fn attention_candidates(gpu: &Gpu, head_dim: usize) -> Vec<Tuning> {
         if k.kernel(head_dim) != AttentionKernel::Vec4.kernel(head_dim) {
             kernels.push(k);
         }
+    }
+    // (Clamped to Split where the adapter has no subgroups, and so left out below.)
+    if kernels.contains(&AttentionKernel::Split) && split_subgroup_fits(&gpu.info, head_dim) {
+        kernels.push(AttentionKernel::SplitSubgroup);
     }
     for attention in kernels {
         for wg in [32, 64, 128, 256] {

@@ -171,17 +171,21 @@ pub enum AttentionKernel {
     /// attention_split.wgsl: each query split over head_dim/4 invocations, keys and values staged a tile at a
     /// time in workgroup memory; head_dim a multiple of 4 up to [`SPLIT_MAX_HEAD_DIM`] (elsewhere Vec4).
     Split,
+    /// The split kernel with its scores exchanged by subgroup shuffles (shaders/lib/split_tile_subgroup.wgsl),
+    /// where the adapter has `subgroups` (natively) and [`split_subgroup_fits`] the head; elsewhere Split.
+    SplitSubgroup,
 }
 
 /// The largest head the split attention kernel serves (`4·LMAX` in shaders/attention_split.wgsl).
 pub const SPLIT_MAX_HEAD_DIM: usize = 64;
 
 impl AttentionKernel {
-    const NAMES: [(&'static str, AttentionKernel); 4] = [
+    const NAMES: [(&'static str, AttentionKernel); 5] = [
         ("vec4", AttentionKernel::Vec4),
         ("fixed", AttentionKernel::Fixed),
         ("scalar", AttentionKernel::Scalar),
         ("split", AttentionKernel::Split),
+        ("split_sg", AttentionKernel::SplitSubgroup),
     ];
 
     fn name(self) -> &'static str {
@@ -197,9 +201,18 @@ impl AttentionKernel {
             (AttentionKernel::Fixed, 32) => ("attention_d32", "attention_fixed"),
             (AttentionKernel::Fixed, 64) => ("attention_d64", "attention_fixed"),
             (AttentionKernel::Split, d) if d <= SPLIT_MAX_HEAD_DIM => ("attention_split", "attention_split"),
+            (AttentionKernel::SplitSubgroup, d) if d <= SPLIT_MAX_HEAD_DIM => ("attention_split_sg", "attention_split"),
             _ => ("attention_vec4", "attention_vec4"),
         }
     }
+}
+
+/// Whether [`AttentionKernel::SplitSubgroup`] serves a head of `head_dim` on the adapter `info` describes: its
+/// head_dim/4 lanes a power of two no larger than the adapter's smallest subgroup, so that a query's lanes share one
+/// (shaders/lib/split_tile_subgroup.wgsl). Otherwise the split kernel runs with workgroup memory.
+pub fn split_subgroup_fits(info: &wgpu::AdapterInfo, head_dim: usize) -> bool {
+    let lanes = head_dim / 4;
+    head_dim % 4 == 0 && lanes.is_power_of_two() && lanes <= info.subgroup_min_size as usize
 }
 
 impl Default for Tuning {
@@ -228,6 +241,9 @@ impl Tuning {
         t.attention_wg = cap(t.attention_wg);
         t.matmul = t.matmul.clamped(l);
         t.small_matmul = t.small_matmul.clamped(l);
+        if t.attention == AttentionKernel::SplitSubgroup && !f.contains(wgpu::Features::SUBGROUP) {
+            t.attention = AttentionKernel::Split;
+        }
         for v in [&mut t.matmul, &mut t.small_matmul] {
             if v.kernel == MatmulKernel::ReduceSubgroup && !f.contains(wgpu::Features::SUBGROUP) {
                 v.kernel = MatmulKernel::Reduce;

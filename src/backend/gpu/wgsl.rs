@@ -50,6 +50,8 @@ const FILES: &[(&str, &str)] = &[
     ("lib/quant.wgsl", include_str!("../../../shaders/lib/quant.wgsl")),
     ("lib/reduce.wgsl", include_str!("../../../shaders/lib/reduce.wgsl")),
     ("lib/reduce_subgroup.wgsl", include_str!("../../../shaders/lib/reduce_subgroup.wgsl")),
+    ("lib/split_tile.wgsl", include_str!("../../../shaders/lib/split_tile.wgsl")),
+    ("lib/split_tile_subgroup.wgsl", include_str!("../../../shaders/lib/split_tile_subgroup.wgsl")),
 ];
 
 /// A kernel's WGSL with its pieces pasted in, and where each of its lines came from.
