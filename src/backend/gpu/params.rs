@@ -233,6 +233,6 @@ mod tests {
                 assert!(modules().any(|m| m.0 == v), "{v} is listed");
             }
         }
-        assert_eq!(modules().count(), SHADERS.len() + 17);
+        assert_eq!(modules().count(), SHADERS.len() + 18);
     }
 }
