@@ -57,8 +57,8 @@ impl WasmModel {
     }
 
     /// Whether the GPU kernels in effect are the tuning `spec` (text as `tuning` gives it): a load given the choice
-    /// cached for this adapter and model shape checked it and runs it ([`crate::engine::Engine::runs_tuning`]). False on the CPU and
-    /// for a malformed spec.
+    /// cached for this adapter and model shape checked it and runs it ([`crate::engine::Engine::runs_tuning`]).
+    /// False on the CPU and for a malformed spec.
     #[wasm_bindgen(js_name = runsTuning)]
     pub fn runs_tuning(&self, spec: String) -> bool {
         Tuning::parse(&spec).is_ok_and(|t| self.engine.runs_tuning(t))
