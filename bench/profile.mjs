@@ -2,9 +2,9 @@
 // time per function. Function names need a module that kept its name section, i.e. one not passed through
 // wasm-opt. From the repository root, after scripts/build-wasm.sh:
 //
-//   cargo build --lib --release --target wasm32-unknown-unknown --target-dir target/relaxed --features relaxed-simd
+//   cargo build --lib --profile wasm --target wasm32-unknown-unknown --target-dir target/relaxed --features relaxed-simd
 //   rm -rf pkg-prof && cp -a pkg pkg-prof && wasm-bindgen --target web --out-dir pkg-prof/wasm-relaxed \
-//     --out-name bertgpu target/relaxed/wasm32-unknown-unknown/release/bertgpu.wasm
+//     --out-name bertgpu target/relaxed/wasm32-unknown-unknown/wasm/bertgpu.wasm
 //   node bench/profile.mjs pkg-prof /bench/models/all-MiniLM-L6-v2.q8_0.gguf 8 128 relaxed [calls 3]
 //
 // (For the SIMD128 build: target/ without the feature, into pkg-prof/wasm, and simd "simd128".)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the npm package `bertgpu` into pkg/ (ready for `npm pack pkg/`):
-#   cargo (wasm32, release, SIMD128 from .cargo/config.toml; again with the relaxed-simd feature; again with threads,
-#   through Debian's toolchain, with and without relaxed SIMD) → wasm-bindgen --target web → wasm-opt -Oz (npm binaryen; Debian's wasm-opt 108 makes modules that fail at start-up in
-#   Chromium) → the hand-written wrapper from js/.
+#   cargo (wasm32, Cargo.toml's `wasm` profile: release, sized for download; SIMD128 from .cargo/config.toml; again
+#   with the relaxed-simd feature; again with threads, through Debian's toolchain, with and without relaxed SIMD)
+#   → wasm-bindgen --target web → wasm-opt -Oz (npm binaryen; Debian's wasm-opt 108 makes modules that fail at
+#   start-up in Chromium) → the hand-written wrapper from js/.
 # Needs: rustup target wasm32-unknown-unknown, wasm-bindgen-cli of the same version as the wasm-bindgen crate in
 # Cargo.lock, `npm ci` (binaryen), and for the threaded build Debian's rustc-web, cargo-web, rust-web-src and lld
 # (scripts/setup.sh installs them). Prints the wasm size, raw and gzipped.
@@ -69,16 +70,16 @@ build() { # <out dir> <cargo target dir> <cargo features> [extra wasm-opt flags]
 -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
 -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
 -C link-arg=--export=__tls_base" \
-      "$THREADS_CARGO" build --lib --release --target wasm32-unknown-unknown --target-dir "$target" \
+      "$THREADS_CARGO" build --lib --profile wasm --target wasm32-unknown-unknown --target-dir "$target" \
       --features "$features" -Z build-std=std,panic_abort
   else
-    cargo build --lib --release --target wasm32-unknown-unknown --target-dir "$target" --features "$features"
+    cargo build --lib --profile wasm --target wasm32-unknown-unknown --target-dir "$target" --features "$features"
   fi
   mkdir -p "$OUT/$dir"
   # --experimental-reset-state-function: after a Rust panic the package restarts the module in place
   # (__wbg_reset_state); a bundler cannot follow a re-import of the glue under another URL.
   "$WASM_BINDGEN" --target web --experimental-reset-state-function --out-dir "$OUT/$dir" --out-name bertgpu \
-    "$target/wasm32-unknown-unknown/release/bertgpu.wasm"
+    "$target/wasm32-unknown-unknown/wasm/bertgpu.wasm"
   # The features enabled are the ones rustc emits for wasm32 by default plus SIMD128 (and relaxed SIMD for that
   # build); never --all-features: that lets wasm-opt introduce instructions browsers may not have.
   # shellcheck disable=SC2086
