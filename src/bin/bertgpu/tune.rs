@@ -46,9 +46,10 @@ pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
     let mut resume = None;
     if let Some(p) = cached {
         // The load set and checked it already ([`cached`]), unless it failed the check there.
-        let set = match engine.runs_tuning(p.tuning) {
-            true => Ok(engine.tuning()),
-            false => pollster::block_on(engine.set_tuning(p.tuning)),
+        let set = if engine.runs_tuning(p.tuning) {
+            Ok(engine.tuning())
+        } else {
+            pollster::block_on(engine.set_tuning(p.tuning))
         };
         match set {
             Ok(t) if p.is_complete() => {
