@@ -16,7 +16,7 @@ import path from "node:path";
 import { chromium } from "playwright-core";
 import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
 import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
-import { makeTexts, median, multiCore, timeEmbed, warmUp } from "./harness.mjs";
+import { downloaded, makeTexts, median, multiCore, timeEmbed, warmUp } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => {
@@ -39,25 +39,6 @@ const MIN_AGREEMENT = 0.999;
 
 const OURS_F32 = "/models/all-MiniLM-L6-v2/";
 const OURS_Q8 = "/bench/models/all-MiniLM-L6-v2.q8_0.gguf";
-
-const fileBytes = (p) => {
-  try {
-    return fs.statSync(path.join(ROOT, p)).size;
-  } catch {
-    return 0;
-  }
-};
-
-/** Splits what a page fetched into code (JS, wasm) and weights (everything else: model files). */
-function downloaded(paths) {
-  let code = 0, weights = 0;
-  for (const p of new Set(paths)) {
-    const n = fileBytes(p);
-    if (/\.(m?js|wasm)$/.test(p)) code += n;
-    else if (!/\.html$/.test(p)) weights += n;
-  }
-  return { code, weights };
-}
 
 async function main() {
   for (const need of ["pkg/wasm/bertgpu_bg.wasm", "bench/node_modules/@huggingface/transformers/package.json",

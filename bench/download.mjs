@@ -1,7 +1,8 @@
 // What a page downloads to start bertgpu, without the competitor's set-up (bench/browser.mjs measures both, after
 // bench/browser.sh): each configuration cold in a fresh page of one headless Chromium (cross-origin isolated, so the
 // threaded build can run; nothing cached: `cache: false`, the server says no-store), import + load + first result,
-// the bytes of every file the page fetched from the server's log: code (.js, .wasm) and the rest (the model).
+// the bytes of every file the page fetched from the server's log, split as bench/browser.mjs splits them
+// (`downloaded`: code is every .js and .wasm, the bench page's own script included, as in the competitor's figure).
 // From the repository root, after scripts/build-wasm.sh (and bench/browser.sh's GGUF for the 8-bit row):
 //
 //   node bench/download.mjs [--cold 3] [--theirs-code 28255360]
@@ -14,7 +15,7 @@ import path from "node:path";
 import { chromium } from "playwright-core";
 import { ARGS, CHROMIUM, ROOT } from "../tests/browser/harness.mjs";
 import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
-import { median } from "./harness.mjs";
+import { downloaded, fileBytes, median } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => {
@@ -24,7 +25,6 @@ const arg = (name, dflt) => {
 const COLD = Number(arg("cold", 3));
 const THEIRS_CODE = Number(arg("theirs-code", 28_255_360));
 
-const size = (p) => fs.statSync(path.join(ROOT, p)).size;
 const CONFIGS = [
   { label: "f32, 1 thread", opts: { source: "/models/all-MiniLM-L6-v2/", device: "cpu" } },
   { label: "f32, threaded build, 2 threads", opts: { source: "/models/all-MiniLM-L6-v2/", device: "cpu", threads: 2 } },
@@ -38,7 +38,7 @@ try {
   const rows = [];
   for (const c of CONFIGS) {
     const times = [];
-    let files = null;
+    let fetched = [];
     for (let r = 0; r < COLD; r++) {
       site.requests.length = 0;
       const page = await context.newPage();
@@ -46,13 +46,13 @@ try {
       await page.waitForFunction(() => window.ready === true, null, { timeout: 30_000 });
       const { ms } = await page.evaluate((opts) => window.coldStart("ours", opts), c.opts);
       times.push(ms);
-      files = [...new Set(site.requests)].filter((p) => !/\.html$/.test(p) && !p.endsWith("/bench/page.js"));
+      fetched = [...site.requests];
       await page.close();
     }
-    const code = files.filter((p) => /\.(m?js|wasm)$/.test(p));
-    const codeBytes = code.reduce((s, p) => s + size(p), 0);
-    const wasm = code.filter((p) => p.endsWith(".wasm"));
-    rows.push({ label: c.label, ms: median(times), codeBytes, wasm, jsBytes: codeBytes - wasm.reduce((s, p) => s + size(p), 0) });
+    const codeBytes = downloaded(fetched).code;
+    const wasm = [...new Set(fetched)].filter((p) => p.endsWith(".wasm"));
+    rows.push({ label: c.label, ms: median(times), codeBytes, wasm,
+      jsBytes: codeBytes - wasm.reduce((s, p) => s + fileBytes(p), 0) });
   }
   console.log("| cold start, nothing cached | ms (median) | code bytes (of it JS) | ÷ transformers.js's code | the .wasm |");
   console.log("|---|---|---|---|---|");

@@ -79,6 +79,29 @@ export function multiCore(value, reported) {
   return n;
 }
 
+/** The size of a file the repository server served (`p`: its URL path), 0 where there is none. */
+export const fileBytes = (p) => {
+  try {
+    return fs.statSync(path.join(ROOT, p)).size;
+  } catch {
+    return 0;
+  }
+};
+
+/**
+ * Splits what a page fetched (URL paths, repeats counted once) into code (JS, wasm: the bench page's own script
+ * too, for either library) and weights (everything else but the HTML: model files).
+ */
+export function downloaded(paths) {
+  let code = 0, weights = 0;
+  for (const p of new Set(paths)) {
+    const n = fileBytes(p);
+    if (/\.(m?js|wasm)$/.test(p)) code += n;
+    else if (!/\.html$/.test(p)) weights += n;
+  }
+  return { code, weights };
+}
+
 /** The median (of an even count, the mean of the middle two). */
 export function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
