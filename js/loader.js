@@ -133,7 +133,8 @@ async function openCache(enabled, cacheDir) {
 
 /**
  * Node.js: the Cache API's part for `fetchFile` (match, put, delete), kept in a folder: one file per URL, named by
- * the SHA-256 of the URL; written to a temporary name and renamed, so that a reader never sees half a file.
+ * the SHA-256 of the URL; written to a temporary name and renamed, so that a reader never sees half a file. The
+ * headers this package reads back (a file cached in parts: `cacheParts`) are kept beside it, in `<name>.headers`.
  */
 function diskCache(dir) {
   const fs = nodeBuiltin("node:fs/promises");
@@ -141,20 +142,30 @@ function diskCache(dir) {
   const { createHash } = nodeBuiltin("node:crypto");
   const file = (url) => join(dir, createHash("sha256").update(url).digest("hex"));
   let written = 0;
+  const write = async (to, bytes) => {
+    const tmp = `${to}.${globalThis.process.pid}-${(written += 1)}.part`;
+    await fs.writeFile(tmp, bytes);
+    await fs.rename(tmp, to);
+  };
   return {
     async match(url) {
       const bytes = await fs.readFile(file(url)).catch(() => null);
-      return bytes ? new Response(bytes) : undefined;
+      if (!bytes) return undefined;
+      const headers = await fs.readFile(`${file(url)}.headers`, "utf8").then(JSON.parse, () => ({}));
+      return new Response(bytes, { headers });
     },
     async put(url, response) {
       const bytes = new Uint8Array(await response.arrayBuffer());
+      const kept = Object.fromEntries([PARTS_HEADER, LENGTH_HEADER].filter((h) => response.headers.has(h))
+        .map((h) => [h, response.headers.get(h)]));
       await fs.mkdir(dir, { recursive: true });
-      const tmp = `${file(url)}.${globalThis.process.pid}-${(written += 1)}.part`;
-      await fs.writeFile(tmp, bytes);
-      await fs.rename(tmp, file(url));
+      if (Object.keys(kept).length) await write(`${file(url)}.headers`, JSON.stringify(kept));
+      else await fs.rm(`${file(url)}.headers`, { force: true });
+      await write(file(url), bytes);
     },
     async delete(url) {
-      await fs.rm(file(url), { force: true });
+      await fs.rm(`${file(url)}.headers`, { force: true });
+      return fs.unlink(file(url)).then(() => true, () => false);
     },
   };
 }
@@ -194,28 +205,35 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
   if (cache) {
     const hit = await cache.match(url);
     if (hit) {
-      const header = Number(hit.headers.get("content-length") ?? NaN);
+      // Stored whole (a response as it came), or in parts (`cacheParts`): then `hit` says how many and how long.
+      const parts = Number(hit.headers.get(PARTS_HEADER) ?? NaN);
+      const inParts = Number.isSafeInteger(parts) && parts >= 0;
+      const header = Number(hit.headers.get(inParts ? LENGTH_HEADER : "content-length") ?? NaN);
       if (header > maxBytes) throw tooBig(name, header, maxBytes, true);
       const length = Number.isSafeInteger(header) ? header : null;
       let got;
       try {
-        got = await readCached(hit, name, { maxBytes, length, sink: sink && await sink(length) });
+        got = await readCached(inParts ? cachedParts(cache, url, parts) : [hit], name,
+          { maxBytes, length, sink: sink && await sink(length) });
       } catch (e) {
         // A cached copy the module refuses (damaged storage) is dropped: the next load downloads the file again;
-        // one of another length than it was stored with is downloaded again now.
-        if (sink && !/over the maxBytes limit/.test(e.message)) await cache.delete(url).catch(() => {});
+        // one of another length than it was stored with, or with a part missing, is downloaded again now.
+        if (sink && !/over the maxBytes limit/.test(e.message)) await forgetCached(cache, url);
         if (!(e instanceof ShortCopy)) throw e;
       }
+      // An older version of this package noted an optional file's absence under the file's own URL (the Cache API
+      // ignores the fragment it added): an empty copy of an optional file is such a note.
+      if (got && optional && !sink && got.loaded === 0) return null;
       if (got && (sha256 == null || await digestOf(got, name) === sha256)) {
         onProgress?.({ file: name, loaded: got.loaded, total: got.loaded, cached: true });
         return got.result;
       }
       // Not the pinned file (stale or damaged cache): forget it and download.
       got?.result.free?.();
-      await cache.delete(url).catch(() => {});
+      await forgetCached(cache, url);
     }
     // Remembered absence of an optional file, so an offline reload tries the same files.
-    const miss = await cache.match(url + "#absent");
+    const miss = await cache.match(cacheKey(url, "absent"));
     if (miss && optional) return null;
   }
   // Aborted when the load gives up on this download (too big, cut short), so that the cache's branch of the body
@@ -230,7 +248,7 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
   }
   if (!response.ok) {
     if (optional && (response.status === 404 || response.status === 403 || response.status === 401)) {
-      if (cache) await cache.put(url + "#absent", new Response("", { status: 200 })).catch(() => {});
+      if (cache) await cache.put(cacheKey(url, "absent"), new Response("", { status: 200 })).catch(() => {});
       return null;
     }
     throw new Error(`Bert.load: ${url} answered HTTP ${response.status} ${response.statusText}; `
@@ -254,27 +272,24 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     // Not stored (quota, or the download failed): downloaded again, past the cache.
     return fetchFile(url, name, { onProgress, optional, fetchOptions, maxBytes, sha256, stream });
   }
-  // The cache is fed the chunks as they arrive: putting a `new Response(bytes)` afterwards would hold a second copy
-  // of the whole file in the page. A failed put (quota) must not fail the load: the model is in memory already.
-  const feed = cache && response.body ? cacheFeed(cache, url, response, total) : null;
-  // Drops what the cache was fed (before an error is thrown: no half or unpinned file stays behind).
-  const forget = async (e) => {
-    abort.abort();
-    feed?.fail(e);
-    if (feed && await feed.done) await cache.delete(url).catch(() => {});
-  };
+  // The cache is fed the download as it arrives, in parts: putting a `new Response(bytes)` afterwards would hold a
+  // second copy of the whole file in the page. A failed put (quota) must not fail the load: the model is in memory
+  // already.
+  const feed = cache && response.body ? cacheParts(cache, url, response) : null;
   let got;
   try {
     got = await readBody(response, name, { total, maxBytes, onProgress, abort, feed, sink: sink && await sink(total) });
     await checkPinned(got, url, name, sha256);
   } catch (e) {
     got?.result.free?.();
-    await forget(e);
+    // Drops what the cache was fed before the error is thrown: no half or unpinned file stays behind.
+    abort.abort();
+    await feed?.abandon();
     throw e;
   }
   const bytes = got.result;
   if (feed) {
-    await feed.done;
+    await feed.finish();
   } else if (cache && got.bytes) {
     // No stream to branch (a runtime whose Response has no body stream): the bytes themselves.
     const headers = { "content-type": response.headers.get("content-type") ?? "application/octet-stream",
@@ -287,8 +302,8 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
 /**
  * A download put into the Cache API as the response it is, then read from there into `sink`: resolves to the sink,
  * or null where the cache did not store it whole. Chromium writes a response's own body into the cache without a
- * copy in the page, where a stream of ours (`cacheFeed`, which reports progress) was held whole in the page until
- * the cache had it: the 8-bit row's first load peaked at 98-104 MiB that way, 86 this way (BENCHMARKS.md, issue 29).
+ * copy in the page, where a stream of ours, which reported progress, was held whole in the page until the cache had
+ * it: the 8-bit row's first load peaked at 98-104 MiB that way, 86 this way (BENCHMARKS.md, issue 29).
  * A file that fails its pin or that the module refuses is deleted from the cache again.
  */
 async function throughCache(cache, url, name, response, { total, maxBytes, sha256, sink }) {
@@ -301,7 +316,7 @@ async function throughCache(cache, url, name, response, { total, maxBytes, sha25
   if (!hit) return null;
   let got;
   try {
-    got = await readCached(hit, name, { maxBytes, length: total, sink: await sink(total) });
+    got = await readCached([hit], name, { maxBytes, length: total, sink: await sink(total) });
     await checkPinned(got, url, name, sha256);
   } catch (e) {
     got?.result.free?.();
@@ -334,12 +349,12 @@ const BYOB_BYTES = 256 << 10;
  * buffer that the next read reuses. A file then streams through without leaving a chunk behind per piece for
  * the collector: with the default reader those were about the file's size at the end of a load, at the load's
  * peak (BENCHMARKS.md, issue 29). So a chunk is valid only until the next `next()`, and what is kept must be
- * copied (`keep`). Elsewhere, or with `reuse` false, the default reader, whose chunks may be kept as they are.
+ * copied (`keep`). Elsewhere, the default reader, whose chunks may be kept as they are.
  */
-function chunkReader(body, { reuse = true } = {}) {
+function chunkReader(body) {
   let byob = null;
   try {
-    if (reuse) byob = body.getReader({ mode: "byob" });
+    byob = body.getReader({ mode: "byob" });
   } catch {
     // Not a byte stream: the default reader below.
   }
@@ -366,41 +381,52 @@ function chunkReader(body, { reuse = true } = {}) {
   };
 }
 
-/** A cached file that reads shorter or longer than the length it was stored with (damaged storage). */
+/** A cached file that reads shorter or longer than the length it was stored with, or lacks a part (damaged storage). */
 class ShortCopy extends Error {}
 
 /**
- * A cached response's body: the bytes (`{ result: bytes, bytes, loaded }`), or pushed piece by piece into `sink`
- * (`{ result: sink, digest, loaded }`). Throws ShortCopy where `length` (the stored content-length) is known and
- * the body is not that long.
+ * A cached file, from its responses (`hits`: one, or its parts in order, `cachedParts`): the bytes (`{ result:
+ * bytes, bytes, loaded }`), or pushed piece by piece into `sink` (`{ result: sink, digest, loaded }`). Throws
+ * ShortCopy where a part is missing, or where `length` (the stored length) is known and the bytes are not that many.
  */
-async function readCached(hit, name, { maxBytes, length, sink }) {
+async function readCached(hits, name, { maxBytes, length, sink }) {
   const short = (loaded) => new ShortCopy(`Bert.load: the cached ${name} holds ${loaded} bytes, not ${length}`);
-  if (!sink || !hit.body || typeof hit.body.getReader !== "function") {
-    const bytes = new Uint8Array(await hit.arrayBuffer());
-    if (bytes.byteLength > maxBytes) {
-      sink?.free();
-      throw tooBig(name, bytes.byteLength, maxBytes, true);
-    }
-    if (length != null && bytes.byteLength !== length) {
-      sink?.free();
-      throw short(bytes.byteLength);
-    }
-    if (!sink) return { result: bytes, bytes, loaded: bytes.byteLength };
-    return finishSink(sink, name, bytes.byteLength, () => sink.push(bytes));
-  }
   let loaded = 0;
-  return finishSink(sink, name, null, async () => {
-    const reader = chunkReader(hit.body);
-    for (;;) {
-      const { done, value } = await reader.next();
-      if (done) break;
-      loaded += value.byteLength;
-      if (loaded > maxBytes) throw tooBig(name, loaded, maxBytes, false);
-      sink.push(value); // copied into the module's memory
+  const pieces = []; // without a sink: the bytes, joined at the end
+  const take = (value, keep, whole) => {
+    loaded += value.byteLength;
+    if (loaded > maxBytes) throw tooBig(name, loaded, maxBytes, whole);
+    if (sink) sink.push(value); // copied into the module's memory
+    else pieces.push(keep(value));
+  };
+  const read = async () => {
+    for await (const hit of hits) {
+      if (!hit) throw new ShortCopy(`Bert.load: the cached ${name} lacks a part`);
+      if (!sink || !hit.body || typeof hit.body.getReader !== "function") {
+        take(new Uint8Array(await hit.arrayBuffer()), (bytes) => bytes, true);
+        continue;
+      }
+      const reader = chunkReader(hit.body);
+      for (;;) {
+        const { done, value } = await reader.next();
+        if (done) break;
+        take(value, reader.keep, false);
+      }
     }
     if (length != null && loaded !== length) throw short(loaded);
-  }).then((got) => ({ ...got, loaded }));
+  };
+  if (sink) return finishSink(sink, name, null, read).then((got) => ({ ...got, loaded }));
+  await read();
+  let bytes = pieces[0] ?? new Uint8Array(0);
+  if (pieces.length > 1) {
+    bytes = new Uint8Array(loaded);
+    let at = 0;
+    for (const p of pieces) {
+      bytes.set(p, at);
+      at += p.byteLength;
+    }
+  }
+  return { result: bytes, bytes, loaded };
 }
 
 /**
@@ -425,57 +451,91 @@ async function digestOf(got, name) {
   return got.digest ?? sha256Hex(got.bytes, name);
 }
 
-/** How far the download may run ahead of the cache's writes (bytes queued for it in the page). */
-const CACHE_AHEAD_BYTES = 4 << 20;
+/** The size of the parts a download is put into the Cache API in (`cacheParts`). */
+const PART_BYTES = 4 << 20;
+/** Headers of a file cached in parts: on the entry at its own URL, how many parts and how many bytes in all. */
+const PARTS_HEADER = "x-bertgpu-parts";
+const LENGTH_HEADER = "x-bertgpu-length";
 
 /**
- * The cache's copy of a download: a stream that `cache.put` reads while the download pushes its chunks. `push`
- * waits while CACHE_AHEAD_BYTES are queued (a branch of the response's own stream, `response.clone()`, queues
- * without bound when the network outruns the cache's writes: up to a second copy of the file). Resolves `done` to
- * whether the file was stored; a cache that gives up (quota) stops being fed and the download goes on.
+ * The key an entry that belongs to `url` is cached under (its parts, the note of its absence). The Cache API
+ * ignores a URL's fragment when it matches (`url#absent` is `url`'s own entry), so `tag` goes into the query.
  */
-function cacheFeed(cache, url, response, total) {
-  let ctl = null;
-  let wake = null;
-  const release = () => {
-    wake?.();
-    wake = null;
+function cacheKey(url, tag) {
+  const u = new URL(url);
+  u.searchParams.append("bertgpu-cache", tag);
+  return u.href;
+}
+
+/** The responses of a file cached in `n` parts, in order (undefined for a part that is missing). */
+async function* cachedParts(cache, url, n) {
+  for (let k = 0; k < n; k++) yield await cache.match(cacheKey(url, `part-${k}`));
+}
+
+/** Deletes a cached file: its entry, and its parts if it was stored in parts. Never throws. */
+async function forgetCached(cache, url) {
+  await cache.delete(url).catch(() => {});
+  await forgetParts(cache, url, 0);
+}
+
+/** Deletes the cached parts of `url` from part `from` on (up to the first that is not there). Never throws. */
+async function forgetParts(cache, url, from) {
+  for (let k = from; await cache.delete(cacheKey(url, `part-${k}`)).catch(() => false); k++);
+}
+
+/**
+ * The cache's copy of a download, written as it arrives: `push` copies each piece into one PART_BYTES buffer, and
+ * each full buffer is put as an entry of its own (a `Response` made from bytes holds its own copy, so the buffer is
+ * reused at once) while the next one fills; `push` waits while a put is in flight. `finish` puts the last part,
+ * then the entry at the file's own URL that says how many parts there are: a file is found in the cache only once
+ * it is whole, after its pin was checked. A cache that gives up (quota) stops being fed and the download goes on.
+ *
+ * Why parts: a stream of ours given to `cache.put` is held whole in the page until the cache has it, and a branch
+ * of the response (`response.clone()`) queues without bound when the network outruns the cache's writes. Put in
+ * parts, a first load with `onProgress` peaked 13-15 MiB lower on the 8-bit model (BENCHMARKS.md, issue 29).
+ */
+function cacheParts(cache, url, response) {
+  const type = response.headers.get("content-type") ?? "application/octet-stream";
+  const part = new Uint8Array(PART_BYTES);
+  let fill = 0, count = 0, length = 0, failed = false;
+  let inflight = Promise.resolve(true);
+  const put = async (key, body, headers) => {
+    if (!await inflight) failed = true;
+    if (failed) return;
+    inflight = cache.put(key, new Response(body, { headers })).then(() => true, () => false);
   };
-  const body = new ReadableStream({
-    start(c) {
-      ctl = c;
-    },
-    pull: release,
-    cancel() {
-      ctl = null;
-      release();
-    },
-  }, new ByteLengthQueuingStrategy({ highWaterMark: CACHE_AHEAD_BYTES }));
-  const headers = { "content-type": response.headers.get("content-type") ?? "application/octet-stream" };
-  if (total != null) headers["content-length"] = String(total);
-  const done = cache.put(url, new Response(body, { headers })).then(() => true, () => false);
-  done.then(() => {
-    ctl = null;
-    release();
-  });
+  const flush = () => {
+    const n = fill;
+    fill = 0;
+    return put(cacheKey(url, `part-${count++}`), part.subarray(0, n), { "content-type": type });
+  };
   return {
-    done,
     async push(chunk) {
-      if (!ctl) return;
-      ctl.enqueue(chunk);
-      while (ctl && ctl.desiredSize <= 0) await new Promise((resolve) => { wake = resolve; });
-    },
-    close() {
-      ctl?.close();
-    },
-    fail(e) {
-      try {
-        ctl?.error(e ?? new Error("the download failed"));
-      } catch {
-        // already closed or errored
+      for (let at = 0; at < chunk.byteLength && !failed;) {
+        const n = Math.min(chunk.byteLength - at, PART_BYTES - fill);
+        part.set(chunk.subarray(at, at + n), fill);
+        fill += n;
+        at += n;
+        length += n;
+        if (fill === PART_BYTES) await flush();
       }
-      ctl = null;
-      release();
+    },
+    /** Stores the rest and the file's entry. Resolves to whether the whole file was stored. */
+    async finish() {
+      if (fill > 0) await flush();
+      await put(url, null, { "content-type": type, [PARTS_HEADER]: String(count), [LENGTH_HEADER]: String(length) });
+      if (!failed && await inflight) {
+        await forgetParts(cache, url, count); // those of a longer file stored before, if any
+        return true;
+      }
+      await forgetCached(cache, url);
+      return false;
+    },
+    /** The download failed: drops what was stored. */
+    async abandon() {
+      failed = true;
+      await inflight;
+      await forgetCached(cache, url);
     },
   };
 }
@@ -520,9 +580,7 @@ async function readBody(response, name, { total, maxBytes, onProgress, abort, fe
  * (`chunkReader`): `keep(chunk)` gives what may be held longer.
  */
 async function readChunks(response, name, { total, maxBytes, onProgress, abort, feed, take }) {
-  // A download that feeds the cache reads new chunks: the cache's stream would keep a copy of each piece of the
-  // reused buffer, and those copies weighed more than the chunks they replaced (BENCHMARKS.md, issue 29).
-  const reader = chunkReader(response.body, { reuse: !feed });
+  const reader = chunkReader(response.body);
   const cutShort = (loaded) => new Error(`Bert.load: the download of ${name} was cut short: ${loaded} of ${total} `
     + "bytes arrived; check your connection and load again");
   let loaded = 0;
@@ -549,11 +607,9 @@ async function readChunks(response, name, { total, maxBytes, onProgress, abort, 
     take(value, loaded, reader.keep);
     loaded += value.byteLength;
     onProgress?.({ file: name, loaded, total });
-    // The cache's stream holds its chunks until it has written them.
-    if (feed) await feed.push(reader.keep(value));
+    if (feed) await feed.push(value);
   }
   if (total != null && loaded !== total) throw cutShort(loaded);
-  feed?.close();
   return loaded;
 }
 

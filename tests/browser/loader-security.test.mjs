@@ -103,6 +103,21 @@ test("only the files of the given source are fetched: a folder (tokenizer.json o
   page.checkErrors(/404/); // the absent tokenizer.json of the vocab-only folder
 });
 
+test("a file the server does not have is remembered as absent, not taken for the file: a vocab-only folder reloads", async () => {
+  // The Cache API ignores a URL's fragment when it matches, so the note of an absent tokenizer.json must not be
+  // kept under tokenizer.json's own URL: a reload would read the empty note as the file.
+  const url = env.models.url + FIXTURES + "vocab-only/";
+  await page.evaluate(() => bertgpu.clearCache());
+  const first = await requestsOf(() => page.evaluate((url) => embedWith(url, { cache: true }), url));
+  const second = await requestsOf(() => page.evaluate((url) => attempt(() => embedWith(url, { cache: true })), url));
+  await page.evaluate(() => bertgpu.clearCache());
+  assert.deepEqual(first.requests, ["config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt",
+    "model.safetensors"].map((f) => `/${FIXTURES}vocab-only/${f}`));
+  assert.deepEqual(second.out, { value: first.out }, "the reload embeds as the first load did");
+  assert.deepEqual(second.requests, [], "the reload comes from the cache, the absence included");
+  page.checkErrors(/404/);
+});
+
 test("sha256: pinned files are checked before use, cached copies too; bad pins are TypeErrors", async () => {
   const pins = Object.fromEntries(["config.json", "tokenizer_config.json", "tokenizer.json", "model.safetensors"]
     .map((f) => [f, sha(TINY + f)]));
@@ -190,6 +205,77 @@ test("sha256: pinned files are checked before use, cached copies too; bad pins a
     assert.equal(b.error.name, "TypeError");
     assert.match(b.error.message, res[i]);
   });
+  page.checkErrors();
+});
+
+test("a download with onProgress is cached in parts; a part missing, cut short or altered is downloaded again", async () => {
+  const url = env.models.url + "models/splade-tiny/";
+  const weights = fs.readFileSync(path.join(ROOT, "models/splade-tiny/model.safetensors"));
+  const pin = createHash("sha256").update(weights).digest("hex");
+  const weightRequests = (r) => r.requests.filter((p) => p.endsWith("/model.safetensors")).length;
+  await page.evaluate(() => {
+    window.partsOf = async (url) => {
+      const cache = await caches.open("bertgpu-models-v1");
+      const entry = await cache.match(url + "model.safetensors");
+      const n = Number(entry?.headers.get("x-bertgpu-parts"));
+      const parts = [];
+      for (let k = 0; k < n; k++) {
+        const hit = await cache.match(`${url}model.safetensors?bertgpu-cache=part-${k}`);
+        parts.push(hit ? new Uint8Array(await hit.arrayBuffer()) : null);
+      }
+      const joined = new Uint8Array(parts.reduce((a, p) => a + (p?.length ?? 0), 0));
+      parts.reduce((at, p) => (p ? (joined.set(p, at), at + p.length) : at), 0);
+      const sha = Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", joined)),
+        (b) => b.toString(16).padStart(2, "0")).join("");
+      return { n, length: entry?.headers.get("x-bertgpu-length"), sizes: parts.map((p) => p?.length ?? null), sha };
+    };
+    window.damagePart = async (url, k, how, at) => {
+      const cache = await caches.open("bertgpu-models-v1");
+      const key = `${url}model.safetensors?bertgpu-cache=part-${k}`;
+      const bytes = new Uint8Array(await (await cache.match(key)).arrayBuffer());
+      if (how === "missing") await cache.delete(key);
+      if (how === "short") await cache.put(key, new Response(bytes.subarray(0, 1000)));
+      if (how === "altered") {
+        bytes[at] ^= 0x80; // a weight's sign: still a valid file, another model
+        await cache.put(key, new Response(bytes));
+      }
+    };
+  });
+  await page.evaluate(() => bertgpu.clearCache());
+  const load = (options) => requestsOf(() => page.evaluate(({ url, options }) =>
+    attempt(() => embedWith(url, { cache: true, onProgress: () => {}, ...options })), { url, options }));
+  const first = await load({});
+  assert.ok(first.out.value, JSON.stringify(first.out.error));
+  const stored = await page.evaluate((url) => partsOf(url), url);
+  const PART = 4 << 20;
+  assert.equal(stored.n, Math.ceil(weights.length / PART), `parts of ${PART} bytes`);
+  assert.equal(stored.length, String(weights.length));
+  assert.deepEqual(stored.sizes, Array.from({ length: stored.n }, (_, k) => Math.min(PART, weights.length - k * PART)));
+  assert.equal(stored.sha, pin, "the parts hold the file's bytes");
+  const again = await load({});
+  assert.deepEqual(again.out.value, first.out.value);
+  assert.equal(weightRequests(again), 0, "a reload reads the parts from the cache");
+  for (const how of ["missing", "short"]) {
+    await page.evaluate(({ url, how }) => damagePart(url, 2, how), { url, how });
+    const got = await load({});
+    assert.deepEqual(got.out.value, first.out.value, `a part ${how}: ${got.out.error?.message}`);
+    assert.equal(weightRequests(got), 1, `a part ${how}: downloaded again in the same load`);
+    assert.equal((await page.evaluate((url) => partsOf(url), url)).sha, pin, `a part ${how}: stored whole again`);
+  }
+  // The sign of a value of the first query weight, which every embedding goes through.
+  const headerLen = Number(weights.readBigUInt64LE(0));
+  const header = JSON.parse(weights.subarray(8, 8 + headerLen).toString());
+  const [from, to] = header["bert.encoder.layer.0.attention.self.query.weight"].data_offsets;
+  const at = 8 + headerLen + ((from + to) >> 1) + 3; // (little-endian f32: the byte with the sign)
+  await page.evaluate(({ url, k, at }) => damagePart(url, k, "altered", at), { url, k: Math.floor(at / PART), at: at % PART });
+  const unpinned = await load({});
+  assert.ok(unpinned.out.value && weightRequests(unpinned) === 0, "without a pin the cache is trusted");
+  assert.notDeepEqual(unpinned.out.value, first.out.value, "(the altered byte changes the vector)");
+  const pinned = await load({ sha256: { "model.safetensors": pin } });
+  assert.deepEqual(pinned.out.value, first.out.value, "a pinned load ignores the altered part");
+  assert.equal(weightRequests(pinned), 1);
+  assert.equal((await page.evaluate((url) => partsOf(url), url)).sha, pin, "and stores the file again");
+  await page.evaluate(() => bertgpu.clearCache());
   page.checkErrors();
 });
 
