@@ -58,7 +58,8 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
             // the rows then switch the mode and the tuning themselves.
             let f32_tuning = g.backend.tuning();
             pollster::block_on(engines[gi].1.set_f16_activations(true)).map_err(|e| Fail::Model(e.to_string()))?;
-            if let Some((line, _)) = crate::tune::apply(&engines[gi].1)? {
+            // (read again: the load may have cached a calibration meanwhile)
+            if let Some((line, _)) = crate::tune::apply(&engines[gi].1, crate::tune::cached())? {
                 eprintln!("bertgpu bench: GPU kernels for f16 activations: {line}");
             }
             rows.push((gi, Some(g.backend.tuning()), true));

@@ -52,7 +52,8 @@ pub(crate) enum Activations {
 pub(crate) fn load_engine(m: &LoadedModel, device: Device, f16: bool) -> Result<Engine, Fail> {
     let fail = |e: bertgpu::Error| Fail::Model(format!("cannot load model `{}`: {e}", m.dir.display()));
     // The device first: for a GPU, a folder's weights go from the file into its memory, not through the host's.
-    let placement = pollster::block_on(Placement::pick(device)).map_err(fail)?.with_tunings(tune::cached());
+    let tunings = tune::cached();
+    let placement = pollster::block_on(Placement::pick(device)).map_err(fail)?.with_tunings(tunings.clone());
     let weights = match &placement.gpu {
         Some(gpu) => m.model.weights_to(gpu),
         None => m.model.weights(),
@@ -67,7 +68,7 @@ pub(crate) fn load_engine(m: &LoadedModel, device: Device, f16: bool) -> Result<
     if f16 && !pollster::block_on(engine.set_f16_activations(true)).map_err(fail)? {
         eprintln!("bertgpu: on the CPU, which computes in f32: --activations f16 does not apply");
     }
-    if let Some((line, true)) = tune::apply(&engine)? {
+    if let Some((line, true)) = tune::apply(&engine, tunings)? {
         eprintln!("bertgpu: GPU kernels calibrated for this adapter: {line}");
     }
     Ok(engine)

@@ -17,10 +17,10 @@ const CALIBRATION_BUDGET_MS: f64 = 1000.0;
 
 /// Sets `engine`'s GPU kernels: `BERTGPU_TUNING=default` keeps the defaults, `BERTGPU_TUNING=SPEC` sets those knobs
 /// (e.g. `matmul=tiled:16x16`); otherwise the choice cached for this adapter and model shape is used (the load
-/// checked it and runs it already: [`cached`]), or, except on a CPU adapter (where the defaults stay), made by
-/// calibrating and cached. Returns a line saying which and why, and whether a calibration ran now (nothing on the
-/// CPU).
-pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
+/// checked it and runs it already: [`cached`], which read `cache` for it), or, except on a CPU adapter (where the
+/// defaults stay), made by calibrating and cached. Returns a line saying which and why, and whether a calibration
+/// ran now (nothing on the CPU).
+pub(crate) fn apply(engine: &Engine, mut cache: BTreeMap<String, String>) -> Result<Option<(String, bool)>, Fail> {
     let Some(key) = engine.tuning_key() else { return Ok(None) };
     match std::env::var("BERTGPU_TUNING").ok().as_deref() {
         Some("default") => return Ok(Some((format!("{} (the defaults: BERTGPU_TUNING=default)", Tuning::default()), false))),
@@ -32,7 +32,6 @@ pub(crate) fn apply(engine: &Engine) -> Result<Option<(String, bool)>, Fail> {
         None => {}
     }
     let file = cache_file();
-    let mut cache = file.as_ref().map(read_cache).unwrap_or_default();
     // The cached choice, or how far an earlier calibration cut short by its budget got (it resumes there).
     let cached = cache.get(&key).and_then(|text| Progress::parse(text).ok());
     if !engine.worth_calibrating() {
