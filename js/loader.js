@@ -151,7 +151,9 @@ function diskCache(dir) {
     async match(url) {
       const bytes = await fs.readFile(file(url)).catch(() => null);
       if (!bytes) return undefined;
-      const headers = await fs.readFile(`${file(url)}.headers`, "utf8").then(JSON.parse, () => ({}));
+      // (unreadable: none; the entry of a file stored in parts then reads as an empty file, which a load refuses)
+      const headers = await fs.readFile(`${file(url)}.headers`, "utf8").then((t) => new Headers(JSON.parse(t)))
+        .catch(() => new Headers());
       return new Response(bytes, { headers });
     },
     async put(url, response) {
@@ -236,8 +238,8 @@ async function fetchFile(url, name, { cache, onProgress, optional = false, fetch
     const miss = await cache.match(cacheKey(url, "absent"));
     if (miss && optional) return null;
   }
-  // Aborted when the load gives up on this download (too big, cut short), so that the cache's branch of the body
-  // stops too instead of fetching the rest of the file.
+  // Aborted when the load gives up on this download (too big, cut short), so that the rest of the file is not
+  // fetched.
   const abort = new AbortController();
   let response;
   try {
@@ -492,7 +494,8 @@ async function forgetParts(cache, url, from) {
  *
  * Why parts: a stream of ours given to `cache.put` is held whole in the page until the cache has it, and a branch
  * of the response (`response.clone()`) queues without bound when the network outruns the cache's writes. Put in
- * parts, a first load with `onProgress` peaked 13-15 MiB lower on the 8-bit model (BENCHMARKS.md, issue 29).
+ * parts, a first load with `onProgress` peaked lower by ~7 MiB on the 8-bit model's CPU load (median 84.0 against
+ * 90.7 MiB) and by 25-35 MiB on its WebGPU load (BENCHMARKS.md, issue 29).
  */
 function cacheParts(cache, url, response) {
   const type = response.headers.get("content-type") ?? "application/octet-stream";
