@@ -354,9 +354,10 @@ fn classify_cases<B: Backend>(m: &Model<B>, key: &str, tol: Tol) {
     assert_eq!(top1[0][0].label, cases[0]["pipeline"][0]["label"].as_str().unwrap());
 }
 
-fn ner_cases<B: Backend>(m: &Model<B>, tol: Tol) {
-    let g = golden();
-    let cases = g["tiny_ner"].as_array().unwrap();
+/// `cases`: heads.json's `tiny_ner` or head_widths.json's `tiny_ner_8` (the same fields).
+fn ner_cases<B: Backend>(m: &Model<B>, cases: &Value, tol: Tol) {
+    let cases = cases.as_array().unwrap();
+    assert!(!cases.is_empty(), "token classification: no cases in the golden");
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
     let encoded: Vec<_> = texts.iter().map(|t| m.tokenizer.encode(t, None).unwrap()).collect();
     let logits: Vec<f32> = block_on(m.token_logits(&encoded)).unwrap().concat();
@@ -405,30 +406,157 @@ fn qa_cases<B: Backend>(m: &Model<B>, tol: Tol) {
     }
 }
 
-/// Every head of every tiny checkpoint, and fill-mask on the real splade-tiny, on one backend.
-fn all_heads<B: Backend>(mk: impl Fn() -> B, tol: Tol) {
+/// Every head of every tiny checkpoint, and fill-mask on the real splade-tiny, each checkpoint loaded by `load`.
+/// Head widths (the narrowest products a model runs; the GPU's kernels read 4 columns at a time where a width
+/// allows): fill-mask 480 and splade's 30522, next-sentence and QA 2, classification 3 and 4, token classification 7
+/// and 8.
+fn all_heads<B: Backend>(load: impl Fn(&Path) -> Model<B>, tol: Tol) {
     let g = golden();
-    fill_mask_cases(&load_model(&tiny("tiny-pretraining"), mk()), &g["tiny_fill_mask"], tol, true);
-    fill_mask_cases(&load_model(&splade_dir(), mk()), &g["splade_fill_mask"], tol, false);
-    next_sentence_cases(&load_model(&tiny("tiny-pretraining"), mk()), tol);
-    classify_cases(&load_model(&tiny("tiny-classifier"), mk()), "tiny_classifier", tol);
-    classify_cases(&load_model(&tiny("tiny-multilabel"), mk()), "tiny_multilabel", tol);
-    ner_cases(&load_model(&tiny("tiny-ner"), mk()), tol);
-    qa_cases(&load_model(&tiny("tiny-qa"), mk()), tol);
+    let widths: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/golden/head_widths.json"))
+        .expect("tests/golden/head_widths.json")).unwrap();
+    let pretraining = load(&tiny("tiny-pretraining"));
+    fill_mask_cases(&pretraining, &g["tiny_fill_mask"], tol, true);
+    next_sentence_cases(&pretraining, tol);
+    fill_mask_cases(&load(&splade_dir()), &g["splade_fill_mask"], tol, false);
+    classify_cases(&load(&tiny("tiny-classifier")), "tiny_classifier", tol);
+    classify_cases(&load(&tiny("tiny-multilabel")), "tiny_multilabel", tol);
+    ner_cases(&load(&tiny("tiny-ner")), &g["tiny_ner"], tol);
+    ner_cases(&load(&tiny("tiny-ner-8")), &widths["tiny_ner_8"], tol);
+    qa_cases(&load(&tiny("tiny-qa")), tol);
 }
 
 #[test]
 fn heads_match_pytorch_on_cpu() {
-    all_heads(|| CpuBackend::new(), CPU_TOL);
+    all_heads(|dir| load_model(dir, CpuBackend::new()), CPU_TOL);
 }
 
+/// The ways a model reaches the GPU natively: weights handed over from the host (`Model::new`), a folder's file
+/// streamed into device memory as it is read, a `.gguf` file streamed the same way, and a `.gguf`'s bytes held on
+/// the host (the browser streams as the folder and GGUF files do: tests/browser/heads.test.mjs).
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Clone, Copy, Debug)]
+enum GpuLoad {
+    Host,
+    Folder,
+    GgufFile,
+    GgufBytes,
+}
+
+/// `dir` converted to an f32 `.gguf` (the values exactly as in the folder) in the temporary folder.
+#[cfg(not(target_arch = "wasm32"))]
+fn gguf_of(dir: &Path) -> PathBuf {
+    let name = dir.file_name().unwrap().to_string_lossy();
+    let out = std::env::temp_dir().join(format!("bertgpu-heads-{}-{name}.gguf", std::process::id()));
+    bertgpu::weights::gguf::convert(dir, bertgpu::dtype::Dtype::F32, &out).expect("convert to GGUF");
+    out
+}
+
+/// `dir` on the GPU by way of `how`.
+#[cfg(not(target_arch = "wasm32"))]
+fn load_gpu(dir: &Path, how: GpuLoad) -> Model<bertgpu::backend::gpu::GpuBackend> {
+    use bertgpu::engine::{Device, Engine};
+    use bertgpu::loader::{LoadOptions, ModelSource};
+    let engine = |source: ModelSource<'_>| {
+        match block_on(Engine::load(source, &LoadOptions::default(), Device::Gpu)).expect("loads on the GPU") {
+            Engine::Gpu(m) => m,
+            Engine::Cpu(_) => panic!("{}: Device::Gpu put the model on the CPU", dir.display()),
+        }
+    };
+    match how {
+        GpuLoad::Host => load_model(dir, gpu().expect("adapter")),
+        GpuLoad::Folder => engine(ModelSource::Path(dir)),
+        GpuLoad::GgufFile => {
+            let file = gguf_of(dir);
+            let m = engine(ModelSource::Path(&file));
+            std::fs::remove_file(&file).unwrap();
+            m
+        }
+        GpuLoad::GgufBytes => {
+            let file = gguf_of(dir);
+            let bytes = std::fs::read(&file).unwrap();
+            std::fs::remove_file(&file).unwrap();
+            engine(ModelSource::Gguf(&bytes))
+        }
+    }
+}
+
+/// Every head on the GPU, on each way a load takes. A head whose load failed after taking a weight that arrived
+/// straight into device memory used to destroy that buffer while another head still used it (token classification
+/// on a folder: "Buffer with 'weight' label has been destroyed").
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn heads_match_pytorch_on_gpu() {
     if gpu().is_none() {
         return;
     }
-    all_heads(|| gpu().expect("adapter"), GPU_TOL);
+    for how in [GpuLoad::Host, GpuLoad::Folder, GpuLoad::GgufFile, GpuLoad::GgufBytes] {
+        eprintln!("--- heads on the GPU, loaded from {how:?}");
+        all_heads(|dir| load_gpu(dir, how), GPU_TOL);
+    }
+}
+
+/// A command the GPU refuses (a real validation error from wgpu, injected) fails that call with one line that says
+/// what failed and what to do, and the model answers the next call as before. (Once, a failed submission left its
+/// read-back buffers mapped in the pool, and every later call failed to map them.)
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn after_a_refused_command_the_next_call_answers() {
+    if gpu().is_none() {
+        return;
+    }
+    let g = golden();
+    let m = load_gpu(&tiny("tiny-ner"), GpuLoad::Folder);
+    let text = g["tiny_ner"][0]["text"].as_str().unwrap();
+    let before = block_on(m.token_classify(&[(text, None)], Aggregation::None)).unwrap();
+    for _ in 0..2 {
+        m.backend.inject_refused_submission();
+        let e = block_on(m.token_classify(&[(text, None)], Aggregation::None)).expect_err("a refused command fails");
+        let msg = e.to_string();
+        assert!(!msg.contains('\n'), "one line: {msg}");
+        assert!(msg.starts_with("gpu: the GPU refused a command ("), "{msg}");
+        assert!(msg.contains("this is a bug in bertgpu: please report it"), "{msg}");
+        let after = block_on(m.token_classify(&[(text, None)], Aggregation::None)).expect("the next call answers");
+        assert_eq!(after, before, "the call after the error");
+    }
+    ner_cases(&m, &g["tiny_ner"], GPU_TOL);
+}
+
+/// A cross-encoder's ranking of `documents` for a fixed query: (index, score) best first.
+#[cfg(not(target_arch = "wasm32"))]
+fn ranked<B: Backend>(m: &Model<B>, documents: &[&str]) -> Vec<(usize, f32)> {
+    let r = block_on(m.rerank("where is paris?", documents, None)).unwrap();
+    assert_eq!(r.len(), documents.len(), "rerank: one result per document");
+    r.iter().map(|d| (d.index, d.score)).collect()
+}
+
+/// The heads that tests/electra_albert.rs and tests/rerank.rs hold to PyTorch with weights from the host (ELECTRA's
+/// replaced-token detection, a cross-encoder's rerank: one output each), on the GPU loaded by each other way,
+/// against the CPU backend (a mismatch of `GPU_TOL`'s logit bound fails).
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn one_output_heads_on_gpu_loads_match_the_cpu() {
+    if gpu().is_none() {
+        return;
+    }
+    let texts = ["the cat sat on the mat.", "John Smith visited Paris and Berlin last year."];
+    let disc = tiny("tiny-electra-discriminator");
+    let cpu = load_model(&disc, CpuBackend::new());
+    let encoded: Vec<_> = texts.iter().map(|t| cpu.tokenizer.encode(t, None).unwrap()).collect();
+    let want = block_on(cpu.replaced_token_logits(&encoded)).unwrap().concat();
+    let cross = tiny("tiny-cross-encoder");
+    let cpu = load_model(&cross, CpuBackend::new());
+    let want_rank = ranked(&cpu, &texts);
+    for how in [GpuLoad::Folder, GpuLoad::GgufFile, GpuLoad::GgufBytes] {
+        let m = load_gpu(&disc, how);
+        let got = block_on(m.replaced_token_logits(&encoded)).unwrap().concat();
+        assert_close(&format!("replaced-token logits ({how:?})"), &got, &want, GPU_TOL.logit_atol, GPU_TOL.logit_rtol);
+        let got = ranked(&load_gpu(&cross, how), &texts);
+        let order = |r: &[(usize, f32)]| r.iter().map(|d| d.0).collect::<Vec<_>>();
+        assert_eq!(order(&got), order(&want_rank), "rerank order ({how:?})");
+        for (g, w) in got.iter().zip(&want_rank) {
+            close(g.1, w.1, GPU_TOL.score, &format!("rerank score ({how:?})"));
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -161,3 +161,37 @@ fn a_model_without_the_head_exits_2() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// The reproduction: `ner --device gpu` on a token-classification folder (its weights stream into GPU memory)
+/// answers every line as `--device cpu` does. It failed with "Buffer with 'weight' label has been destroyed" on the
+/// first lines and a failed map on the rest: the sequence classifier, loaded first from the same `classifier.*`,
+/// failed on the missing pooler and destroyed the buffer the token classifier then used.
+#[test]
+fn ner_on_the_gpu_answers_as_on_the_cpu() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let g = golden();
+    let mut texts: Vec<&str> = g["tiny_ner"].as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap()).collect();
+    texts.push("Ada Lovelace worked with Charles Babbage in London.");
+    let stdin = jsonl(texts.iter().map(|t| json!({ "text": t })));
+    for model in ["tiny-ner", "tiny-ner-8"] {
+        let dir = root().join("tests/models").join(model);
+        let cpu = head("ner", &dir, &[], &stdin);
+        let out = run(&["ner", "--model", dir.to_str().unwrap(), "--device", "gpu"], &stdin);
+        assert!(out.status.success(), "ner --device gpu failed: {}", String::from_utf8_lossy(&out.stderr));
+        let gpu: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(gpu.len(), texts.len(), "{model}: one line per input");
+        assert_eq!(cpu.len(), texts.len(), "{model}: one line per input on the CPU");
+        for ((g, c), text) in gpu.iter().zip(&cpu).zip(&texts) {
+            let (g, c) = (g.as_array().unwrap_or_else(|| panic!("{model} {text}: {g}")), c.as_array().unwrap());
+            assert_eq!(g.len(), c.len(), "{model} {text}: entities");
+            for (ge, ce) in g.iter().zip(c) {
+                for field in ["entity", "index", "word", "start", "end"] {
+                    assert_eq!(ge[field], ce[field], "{model} {text}: {field}");
+                }
+                assert_score(&ge["score"], &ce["score"], &format!("{model} {text}"));
+            }
+        }
+    }
+}

@@ -7,7 +7,8 @@
 //! before the earlier reads of that buffer. Such buffers wait in `released` until the submit.
 //!
 //! Freeing. A buffer the pool lets go of (an evicted free buffer, a weight whose tensor is dropped, every buffer when
-//! the backend goes) is destroyed then, not merely dropped: in the browser wgpu's drop of a buffer does nothing, and
+//! the backend goes) is destroyed then, not merely dropped (a weight that arrived straight into device memory only
+//! once nothing can adopt it again: see [`PoolBuf::adopted`]): in the browser wgpu's drop of a buffer does nothing, and
 //! the GPU memory stays until the page's garbage collector happens to collect the JS object, so a bound kept by
 //! dropping would bound nothing there. A buffer that the commands recorded since the last submit may still use
 //! waits for that submit (`doomed`); a destroyed buffer in a submission is an error, while work already submitted
@@ -19,8 +20,10 @@
 //! when a buffer was created: creating a buffer beyond that drops the free buffers that have waited longest.
 
 use std::cell::{Cell, RefCell};
+use std::any::Any;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -120,6 +123,9 @@ pub struct PoolBuf {
     pool: Option<Pool>,
     /// For a weight: the backend's count of weight bytes alive, lowered again on drop.
     counter: Option<Rc<Cell<u64>>>,
+    /// For a weight that arrived straight into device memory: the handle its `Placed` copies share
+    /// ([`PoolBuf::adopted`]).
+    owner: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl PoolBuf {
@@ -128,7 +134,34 @@ impl PoolBuf {
     pub fn weight(buf: wgpu::Buffer, counter: Rc<Cell<u64>>, pool: &Pool) -> PoolBuf {
         let key = (Kind::Storage, buf.size());
         counter.set(counter.get() + buf.size());
-        PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()), counter: Some(counter) }
+        PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()), counter: Some(counter), owner: None }
+    }
+
+    /// [`PoolBuf::weight`] for the buffer of a placed weight (`owner`: the handle that its `Placed` copies in the
+    /// host's `Weights` share). Dropped while another holder of `owner` remains (the weights being loaded: a head
+    /// whose load fails after taking it, or one loaded only to see whether the checkpoint has it), the buffer is
+    /// not destroyed, since the next tensor made of that `Placed` adopts the same buffer; dropped as the last
+    /// holder, it is destroyed as any weight is. (Destroying it in the first case is what broke token
+    /// classification on streamed weights: the sequence classifier, loaded first from the same `classifier.*`,
+    /// failed on the missing pooler and took the buffer with it.)
+    pub fn adopted(buf: wgpu::Buffer, owner: Arc<dyn Any + Send + Sync>, counter: Rc<Cell<u64>>, pool: &Pool)
+        -> PoolBuf {
+        let mut b = PoolBuf::weight(buf, counter, pool);
+        b.owner = Some(owner);
+        b
+    }
+
+    /// Destroys the buffer instead of giving it back to the pool: for a read-back's staging copy after a failed
+    /// submission or map, which may be left mapped or with its map pending, so that the next read-back taking it
+    /// from the pool would fail in turn (one error would break every later call).
+    pub fn discard(mut self) {
+        let Some(buf) = self.buf.take() else { return };
+        if let Some(Ok(mut p)) = self.pool.as_ref().map(|pool| pool.try_borrow_mut()) {
+            p.in_use -= self.key.1;
+            p.held -= self.key.1;
+            p.destroyed += 1;
+        }
+        buf.destroy();
     }
 
     pub fn buffer(&self) -> &wgpu::Buffer {
@@ -141,6 +174,9 @@ impl Drop for PoolBuf {
         if let Some(c) = &self.counter {
             c.set(c.get().saturating_sub(self.key.1));
             let Some(buf) = self.buf.take() else { return };
+            if self.owner.take().is_some_and(|o| Arc::strong_count(&o) > 1) {
+                return; // still placed in weights that may adopt it again (see `PoolBuf::adopted`)
+            }
             match self.pool.as_ref().map(|pool| pool.try_borrow_mut()) {
                 Some(Ok(mut p)) if p.recording => p.doomed.push(buf),
                 Some(Ok(mut p)) => {
@@ -207,7 +243,7 @@ pub fn take(pool: &Pool, device: &wgpu::Device, kind: Kind, bytes: u64, host_wri
         }
     };
     p.in_use += size;
-    PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()), counter: None }
+    PoolBuf { buf: Some(buf), key, pool: Some(pool.clone()), counter: None, owner: None }
 }
 
 /// After a submit every released buffer may serve any request again, and the weights dropped before it go.

@@ -69,7 +69,7 @@ impl Gpu {
         let sink = errors.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             if let Ok(mut v) = sink.lock() {
-                v.push(e.to_string());
+                v.push(one_line(&e));
             }
         }));
         let lost = Arc::new(Mutex::new(None));
@@ -118,8 +118,67 @@ impl Gpu {
         if v.is_empty() {
             return Ok(());
         }
-        let msg = v.join("; ");
+        // The first is the cause; what follows in the same call is its consequence (an invalid bind group makes its
+        // pass, its encoder and its submission invalid in turn).
+        let msg = match v.len() {
+            1 => v[0].clone(),
+            n => format!("{} (and {} more error{} after it)", v[0], n - 1, if n == 2 { "" } else { "s" }),
+        };
         v.clear();
         Err(Error::Gpu(msg))
+    }
+}
+
+/// The most of wgpu's description that one error's line keeps.
+const DETAIL_CHARS: usize = 600;
+
+/// wgpu's error as one line that says what failed and what to do. wgpu's own text is a report over several lines
+/// ("Validation Error", "Caused by:", then each cause indented on a line of its own): its lines are joined by ": ",
+/// the headings dropped, and cut at [`DETAIL_CHARS`].
+pub(crate) fn one_line(e: &wgpu::Error) -> String {
+    match e {
+        wgpu::Error::OutOfMemory { .. } => "the GPU ran out of memory: send fewer or shorter texts at once (a smaller             batch), use a quantized model (`bertgpu convert --dtype q8_0`), or the CPU backend (device cpu)"
+            .into(),
+        wgpu::Error::Validation { description, .. } => format!(
+            "the GPU refused a command ({}); this is a bug in bertgpu: please report it with the model's config.json              (the CPU backend, device cpu, runs the model meanwhile)",
+            detail(description)
+        ),
+        wgpu::Error::Internal { description, .. } => format!(
+            "the GPU driver failed a command ({}); update the graphics driver, or use the CPU backend (device cpu)",
+            detail(description)
+        ),
+    }
+}
+
+/// A multi-line description as one line (see [`one_line`]).
+fn detail(description: &str) -> String {
+    let lines = description.lines().map(str::trim).filter(|l| {
+        !l.is_empty() && !matches!(*l, "Caused by:" | "Validation Error" | "Internal Error" | "Out of Memory")
+    });
+    let joined = lines.collect::<Vec<_>>().join(": ");
+    match joined.char_indices().nth(DETAIL_CHARS) {
+        Some((at, _)) => format!("{}…", &joined[..at]),
+        None => joined,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_validation_report_becomes_one_line() {
+        let description = "Validation Error\n\nCaused by:\n  In Device::create_bind_group, label = 'matmul_vec4'\n    \
+                           Buffer with 'weight' label has been destroyed\n";
+        let e = wgpu::Error::Validation { source: description.into(), description: description.into() };
+        let line = one_line(&e);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with("the GPU refused a command (In Device::create_bind_group, label = 'matmul_vec4': Buffer \
+                              with 'weight' label has been destroyed); this is a bug in bertgpu"),
+            "{line}"
+        );
+        let long = "x".repeat(5 * DETAIL_CHARS);
+        assert_eq!(detail(&long).chars().count(), DETAIL_CHARS + 1);
     }
 }

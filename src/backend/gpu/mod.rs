@@ -68,6 +68,8 @@ pub struct GpuBackend {
     /// [`GpuBackend::inject_fault`]: the linear kernels return wrong values (tests of the load-time canary): every
     /// matmul kernel (`Some(None)`), or one ([`GpuBackend::inject_fault_in`]).
     fault: std::cell::Cell<Option<Option<MatmulKernel>>>,
+    /// [`GpuBackend::inject_refused_submission`]: the next submission carries a command the device refuses.
+    refuse_next: std::cell::Cell<bool>,
     /// [`GpuBackend::set_f16_activations`].
     f16_activations: std::cell::Cell<bool>,
     modules: RefCell<HashMap<&'static str, wgpu::ShaderModule>>,
@@ -136,6 +138,7 @@ impl GpuBackend {
             gpu,
             tuning: std::cell::Cell::new(t),
             fault: std::cell::Cell::new(None),
+            refuse_next: std::cell::Cell::new(false),
             f16_activations: std::cell::Cell::new(false),
             modules: RefCell::new(HashMap::new()),
             pipelines: RefCell::new(HashMap::new()),
@@ -198,6 +201,14 @@ impl GpuBackend {
     #[doc(hidden)]
     pub fn inject_fault_in(&self, kernel: MatmulKernel) {
         self.fault.set(Some(Some(kernel)));
+    }
+
+    /// Makes the next submission carry a command the device refuses (a copy of a buffer onto itself), so that the
+    /// call fails with a real validation error from wgpu: for the tests that such an error reaches the caller as one
+    /// line and that the model answers the next call. Not for use.
+    #[doc(hidden)]
+    pub fn inject_refused_submission(&self) {
+        self.refuse_next.set(true);
     }
 
     /// Whether a linear that runs `kernel` is to return wrong values ([`Self::inject_fault`]).

@@ -68,7 +68,7 @@ impl GpuBackend {
         let buf = match found {
             Some(b) => b,
             None => {
-                let b = Rc::new(PoolBuf::weight(d.buf.clone(), self.weight_bytes.clone(), &self.pool));
+                let b = Rc::new(PoolBuf::adopted(d.buf.clone(), p.handle.clone(), self.weight_bytes.clone(), &self.pool));
                 adopted.push((key, Rc::downgrade(&b)));
                 b
             }
@@ -186,7 +186,9 @@ impl GpuBackend {
             let n = chunk.min(words - at);
             let from = (p.offset + at) as u64;
             self.submit(|enc| enc.copy_buffer_to_buffer(&d.buf, from, staging.buffer(), 0, n as u64));
-            self.map_read(&[(staging.buffer(), n as u64)]).await?;
+            if let Err(e) = self.map_read(&[(staging.buffer(), n as u64)]).await {
+                return Err(self.read_failed(vec![staging], e));
+            }
             let read = staging.buffer().slice(..n as u64).get_mapped_range().map(|view| {
                 hash = word_hash(hash, &view);
                 keep(at, &view[..n.min(p.bytes - at)]);

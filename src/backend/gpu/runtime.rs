@@ -222,6 +222,9 @@ impl GpuBackend {
             None => device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") }),
         };
         extra(&mut encoder);
+        if self.refuse_next.take() {
+            encoder.copy_buffer_to_buffer(&self.dummy, 0, &self.dummy, 0, 4);
+        }
         self.recorded.set(0);
         // The passes' params, one write per uniform buffer, land before the submission's commands run.
         let arenas = std::mem::take(&mut self.uniforms.borrow_mut().arenas);
@@ -268,9 +271,21 @@ impl GpuBackend {
     pub async fn flush(&self) -> Result<()> {
         let staging = buffers::take(&self.pool, &self.gpu.device, Kind::Staging, 16, false);
         self.submit(|_| {});
-        self.map_read(&[(staging.buffer(), 16)]).await?;
+        if let Err(e) = self.map_read(&[(staging.buffer(), 16)]).await.and_then(|()| self.gpu.check_errors()) {
+            return Err(self.read_failed(vec![staging], e));
+        }
         staging.buffer().unmap();
-        self.gpu.check_errors()
+        Ok(())
+    }
+
+    /// After a failed submission or map: the error wgpu reported (the cause) rather than the failed map (its
+    /// consequence), and the staging copies destroyed rather than pooled ([`PoolBuf::discard`]), so that the next
+    /// call starts clean: the model stays usable after a GPU error.
+    pub(super) fn read_failed(&self, staging: Vec<PoolBuf>, e: Error) -> Error {
+        for s in staging {
+            s.discard();
+        }
+        self.gpu.check_errors().err().unwrap_or(e)
     }
 
     /// [`Backend::read_many`](super::Backend::read_many): submits everything recorded, with a copy of each tensor,
@@ -303,8 +318,9 @@ impl GpuBackend {
             }
         }
         *self.profiler.borrow_mut() = prof;
-        mapped?;
-        self.gpu.check_errors()?;
+        if let Err(e) = mapped.and_then(|()| self.gpu.check_errors()) {
+            return Err(self.read_failed(staging, e));
+        }
         // Every copy is unmapped before its buffer goes back to the pool, even after an error.
         let mut out = Vec::with_capacity(ts.len());
         let mut failed = None;
