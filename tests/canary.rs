@@ -21,7 +21,7 @@ use bertgpu::tasks::{EmbedOptions, Model};
 use bertgpu::weights::{gguf, Weights};
 
 mod common;
-use common::{gpu, test_name};
+use common::gpu;
 
 /// The injected fault must fail the check by this factor at least: a check that a wrong kernel only just trips
 /// would miss a milder one. (Measured on lavapipe: see the fault test's output.)
@@ -203,7 +203,9 @@ fn a_load_checks_and_runs_the_cached_kernels_or_drops_them_when_they_fail() {
     m.backend.set_tuning(defaults);
     assert!(!canary::pipelines(m).unwrap().is_empty(), "the defaults' pipelines were built too");
     m.backend.set_tuning(cached);
-    for (a, b) in embed(&e).iter().zip(&want) {
+    let got = embed(&e);
+    assert_eq!(got.len(), want.len(), "one vector per text");
+    for (a, b) in got.iter().zip(&want) {
         assert!(common::cosine(a, b) > 0.99999, "the cached kernels' embeddings against the CPU's");
     }
 
@@ -240,7 +242,8 @@ fn an_explicit_gpu_that_disagrees_refuses_to_load() {
     }
 }
 
-/// `Device::Auto` through the public entry: on a software adapter (lavapipe here) or none, the CPU, saying why.
+/// `Device::Auto` through the public entry: on a software adapter (lavapipe here) or none, the CPU, saying why; on a
+/// hardware adapter, the GPU with no reason (nothing is skipped on either).
 #[test]
 fn auto_on_a_software_adapter_or_none_says_why() {
     let e = pollster::block_on(Engine::from_dir(tiny("tiny-classifier"), Device::Auto)).unwrap();
@@ -249,7 +252,8 @@ fn auto_on_a_software_adapter_or_none_says_why() {
         Err(_) => true,
     };
     if !software {
-        eprintln!("SKIPPED {} in part: a hardware adapter exists", test_name());
+        assert_eq!(e.device(), "gpu", "auto on a hardware adapter: {:?}", e.device_reason());
+        assert_eq!(e.device_reason(), None);
         return;
     }
     assert_eq!(e.device(), "cpu");
@@ -295,7 +299,9 @@ fn f16_activations_pass_the_check_or_are_refused_and_training_refuses_them() {
     let f32_vectors = embed(&e);
     assert!(pollster::block_on(e.set_f16_activations(true)).unwrap());
     assert!(e.f16_activations());
-    for (a, b) in embed(&e).iter().zip(&f32_vectors) {
+    let f16_vectors = embed(&e);
+    assert_eq!(f16_vectors.len(), f32_vectors.len(), "one vector per text");
+    for (a, b) in f16_vectors.iter().zip(&f32_vectors) {
         assert!(common::cosine(a, b) > 0.99999, "f16 against f32 embeddings");
     }
     let err = pollster::block_on(e.train_head(&[], &Default::default(), |_| {})).unwrap_err().to_string();

@@ -298,7 +298,10 @@ fn lora_fine_tune_writes_the_adapter_or_the_merged_folder() {
     };
     let beside = classify(&["--model", base.to_str().unwrap(), "--adapter", adapter.to_str().unwrap()]);
     let want = classify(&["--model", merged_all.to_str().unwrap()]);
+    assert!(!want.is_empty(), "classify gave no lines");
+    assert_eq!(beside.len(), want.len(), "one line per text: {beside:?} vs {want:?}");
     for (b, w) in beside.iter().zip(&want) {
+        assert_eq!(b.as_array().unwrap().len(), w.as_array().unwrap().len(), "{beside:?} vs {want:?}");
         for (x, y) in b.as_array().unwrap().iter().zip(w.as_array().unwrap()) {
             assert_eq!(x["label"], y["label"], "{beside:?} vs {want:?}");
             assert!((x["score"].as_f64().unwrap() - y["score"].as_f64().unwrap()).abs() < 1e-5, "{beside:?} vs {want:?}");

@@ -22,17 +22,18 @@ mod common;
 /// summation order without letting a wrong formula (errors of order 1) through.
 const CPU_GRAD_RTOL: f64 = 1e-4;
 /// The GPU sums in other orders (workgroup reductions) and its erf/exp differ from the CPU's by ulps
-/// (shaders/lib/activations.wgsl): 1e-3, the bound.
-const GPU_GRAD_RTOL: f64 = 1e-3;
+/// (shaders/lib/activations.wgsl). Measured worst on lavapipe: 3.7e-6 (ner, the wide kernels); 2e-5 is 5.4× that.
+const GPU_GRAD_RTOL: f64 = 2e-5;
 /// Tensors whose exact gradient is zero (the attention key bias: softmax ignores a shift of a whole score row). The
 /// golden's are float64 noise; ours f32 noise: their norm must stay at noise level relative to the global norm.
 const ZERO_GRAD_ATOL: f64 = 1e-5;
 /// Parameters after 5 AdamW steps at lr 1e-3: Adam divides by √v, so an f32 gradient entry near eps moves its
 /// parameter by up to lr per step in either direction; float32 PyTorch differs from float64 by ≤ 3.2e-5 here.
 const PARAM_ATOL: f64 = 2e-4;
-/// Loss and gradient norm per step: relative.
+/// Loss and gradient norm per step: relative. CPU: the gradients' room (CPU_GRAD_RTOL); measured worst 2.8e-6.
 const LOSS_RTOL: f64 = 1e-4;
-const GPU_LOSS_RTOL: f64 = 1e-3;
+/// Measured worst on lavapipe: 4.8e-6 (ner); 2e-5 is 4.2× that.
+const GPU_LOSS_RTOL: f64 = 2e-5;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -172,12 +173,16 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
         ..StepOptions::default()
     };
     let (losses, norms) = (floats(&c.g["losses"]), floats(&c.g["grad_norms"]));
-    assert_eq!(losses.len(), 5);
+    assert_eq!(losses.len(), 5, "{name}: the golden's step losses");
+    assert_eq!(norms.len(), 5, "{name}: the golden's step gradient norms");
+    let mut worst_step = (loss - want_loss).abs() / want_loss;
     for (s, (wl, wn)) in losses.iter().zip(&norms).enumerate() {
         let r = pollster::block_on(tr.step(be, &c.batch, &targets, &opt)).unwrap();
         assert!((r.loss as f64 - wl).abs() <= loss_rtol * wl, "{name}: step {s} loss {} vs PyTorch {wl}", r.loss);
         assert!((r.grad_norm as f64 - wn).abs() <= loss_rtol * wn, "{name}: step {s} grad norm {} vs {wn}", r.grad_norm);
+        worst_step = worst_step.max((r.loss as f64 - wl).abs() / wl).max((r.grad_norm as f64 - wn).abs() / wn);
     }
+    eprintln!("{name} on {}: worst relative loss/grad-norm error {worst_step:e}", be.name());
     let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect();
     let want = c.g["params_after"].as_object().unwrap();
     assert_eq!(after.len(), want.len());

@@ -92,6 +92,50 @@ test("classify, nextSentence, tokenClassify and answer equal the PyTorch referen
   ctx.page.checkErrors();
 });
 
+test("tokenClassify, classify, nextSentence and answer on WebGPU equal the PyTorch references (weights streamed into GPU memory)", async () => {
+  // One input each (SwiftShader is slow); head widths 7 and 8 (token classification), 3 (classify), 2 (NSP, QA).
+  // A token classifier's load once destroyed its own weight on WebGPU: the sequence classifier, loaded first from
+  // the same `classifier.*`, failed on the missing pooler and took the streamed buffer with it.
+  const widths = readJson("tests/golden/head_widths.json");
+  const [ner, ner8, cls, nsp, qa] =
+    [golden.tiny_ner[1], widths.tiny_ner_8[1], golden.tiny_classifier[0], golden.tiny_next_sentence[0], golden.tiny_qa[0]];
+  assert.equal(qa.windows.length, 1, "a one-window QA case");
+  const got = await ctx.page.evaluate(async ({ base, ner, ner8, cls, nsp, qa }) => {
+    const load = (name) => bertgpu.Bert.load(base + name + "/", { device: "webgpu" });
+    const out = { devices: [] };
+    const n = await load("tiny-ner");
+    out.devices.push(n.device);
+    out.none = await n.tokenClassify(ner.text);
+    out.simple = await n.tokenClassify(ner.text, { aggregation: "simple" });
+    n.dispose();
+    const n8 = await load("tiny-ner-8");
+    out.devices.push(n8.device);
+    out.none8 = await n8.tokenClassify(ner8.text);
+    n8.dispose();
+    const c = await load("tiny-classifier");
+    out.devices.push(c.device);
+    out.classify = await c.classify(cls.text_pair == null ? cls.text : [cls.text, cls.text_pair]);
+    c.dispose();
+    const p = await load("tiny-pretraining");
+    out.devices.push(p.device);
+    out.nextSentence = await p.nextSentence(nsp.text, nsp.text_pair);
+    p.dispose();
+    const q = await load("tiny-qa");
+    out.devices.push(q.device);
+    out.answer = await q.answer(qa.question, qa.context);
+    q.dispose();
+    return out;
+  }, { base: ctx.env.models.url + "tests/models/", ner, ner8, cls, nsp, qa: { question: qa.question, context: qa.context } });
+  assert.deepEqual(got.devices, ["webgpu", "webgpu", "webgpu", "webgpu", "webgpu"]);
+  assertScores(got.none, ner.none, `webgpu ner none ${ner.text}`);
+  assertScores(got.simple, ner.simple, `webgpu ner simple ${ner.text}`);
+  assertScores(got.none8, ner8.none, `webgpu ner (8 labels) ${ner8.text}`);
+  assertScores(got.classify, cls.pipeline, `webgpu classify ${cls.text}`);
+  assert.ok(Math.abs(got.nextSentence.is_next - nsp.is_next) <= SCORE_ATOL, `webgpu is_next ${got.nextSentence.is_next} vs ${nsp.is_next}`);
+  assertScores([got.answer], [qa.answer], `webgpu qa ${qa.question}`);
+  ctx.page.checkErrors();
+});
+
 /**
  * DistilBERT (no token types, its own names, ReLU pre_classifier) and a cross-encoder's rerank in the page, on the
  * CPU and WebGPU, against tests/golden/distilbert.json and rerank.json (PyTorch). Logits and hidden states: the native
