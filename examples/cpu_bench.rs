@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let encoded = texts.iter().map(|t| model.tokenizer.encode(t, None)).collect::<Result<Vec<_>, _>>()?;
     let b = model.tokenizer.batch(&encoded);
     assert_eq!((b.b, b.t), (batch, seq), "every text must fill the {seq} tokens");
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: batch };
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(true), batch_size: batch, ..EmbedOptions::default() };
 
     for _ in 0..2 {
         pollster::block_on(model.embed_batch(&b, &opts))?; // warm-up: page in weights, spin up threads

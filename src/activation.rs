@@ -5,8 +5,10 @@
 
 use crate::{Error, Result};
 
-/// The activation a `linear` applies after its bias.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// The activation a `linear` applies after its bias. Serialized by [`Activation::name`] (a GGUF's copy of a
+/// sentence-transformers Dense module records it so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Activation {
     None,
     /// Exact GELU: `x · Φ(x) = 0.5·x·(1 + erf(x/√2))` (`hidden_act: "gelu"`).

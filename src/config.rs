@@ -170,6 +170,9 @@ pub struct BertConfig {
     /// Dropout before a classification head while fine-tuning (`classifier_dropout`); `None`: the hidden dropout,
     /// as `BertForSequenceClassification` and `BertForTokenClassification` fall back to it.
     pub classifier_dropout: Option<f32>,
+    /// sentence-transformers' description of the model (modules.json and the files beside it), where the model
+    /// has one: set by the loader, never read from config.json ([`crate::sentence`]).
+    pub sentence: Option<crate::sentence::SentenceConfig>,
 }
 
 /// `config.json` as written, every field optional so that a missing one gets a message naming it.
@@ -400,6 +403,7 @@ impl BertConfig {
             hidden_dropout_prob: raw.hidden_dropout_prob.unwrap_or(0.1) as f32,
             attention_probs_dropout_prob: raw.attention_probs_dropout_prob.unwrap_or(0.1) as f32,
             classifier_dropout: raw.classifier_dropout.map(|p| p as f32),
+            sentence: None,
         };
         cfg.validate()?;
         Ok(cfg)

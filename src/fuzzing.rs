@@ -243,9 +243,10 @@ pub fn inference(models: &InferenceModels, data: &[u8]) {
     // embed: the texts alone and as a batch of two (padding), each pooling; one vector of H finite values each.
     let h = m.config().hidden_size;
     let opts = EmbedOptions {
-        pooling: if flags & 1 == 0 { Pooling::Mean } else { Pooling::Cls },
-        normalize: flags & 2 != 0,
+        pooling: Some(Pooling::ALL[((flags as usize & 1) | (flags as usize >> 6) << 1) % Pooling::ALL.len()]),
+        normalize: Some(flags & 2 != 0),
         batch_size: 1 + (flags >> 4) as usize % 4,
+        ..EmbedOptions::default()
     };
     let texts: Vec<&str> = std::iter::once(a).chain(b).collect();
     if let Ok(vs) = block(m.embed(&texts, &opts)) {

@@ -17,6 +17,7 @@ pub mod error;
 pub mod heads;
 pub mod loader;
 pub mod model;
+pub mod sentence;
 pub mod tasks;
 pub mod training;
 pub mod tokenizer;

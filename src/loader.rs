@@ -29,6 +29,9 @@ pub struct ModelFiles {
     /// A LoRA adapter to fold in, as peft saves it: `adapter_config.json` and `adapter_model.safetensors`
     /// ([`crate::weights::peft`]).
     pub adapter: Option<(Vec<u8>, Vec<u8>)>,
+    /// sentence-transformers' files by their path in the folder (`modules.json`, `1_Pooling/config.json`,
+    /// `2_Dense/model.safetensors`, ...): those the folder has ([`crate::sentence`]). Empty: none.
+    pub sentence: Vec<(String, Vec<u8>)>,
 }
 
 /// A folder's `model.safetensors`.
@@ -67,6 +70,8 @@ pub struct LoadedModel {
     pub config: BertConfig,
     pub tokenizer: Tokenizer,
     weights: PendingWeights,
+    /// Tensors from beside the weights file (a sentence-transformers Dense module's), added to the weights.
+    extra: Vec<(String, crate::weights::HostTensor)>,
 }
 
 enum PendingWeights {
@@ -91,13 +96,21 @@ impl LoadedModel {
 
     /// The weights: already parsed (GGUF, bytes), or read from the folder's `model.safetensors` now.
     pub fn weights(&self) -> Result<Weights> {
-        match &self.weights {
-            PendingWeights::Ready(w) => Ok(w.clone()),
+        let w = match &self.weights {
+            PendingWeights::Ready(w) => w.clone(),
             #[cfg(not(target_arch = "wasm32"))]
-            PendingWeights::File(p) => Weights::from_safetensors_file(p),
+            PendingWeights::File(p) => Weights::from_safetensors_file(p)?,
             #[cfg(not(target_arch = "wasm32"))]
-            PendingWeights::GgufFile { path, seen } => gguf_weights(path, seen, None),
+            PendingWeights::GgufFile { path, seen } => gguf_weights(path, seen, None)?,
+        };
+        Ok(self.with_extra(w))
+    }
+
+    fn with_extra(&self, mut w: Weights) -> Weights {
+        for (name, t) in &self.extra {
+            w.insert(name.clone(), t.clone());
         }
+        w
     }
 
     /// [`LoadedModel::weights`] for a model that will run on `sink`'s device: a folder's matrices are read from the
@@ -105,13 +118,14 @@ impl LoadedModel {
     /// the host; weights parsed already stay as they are.
     #[cfg_attr(target_arch = "wasm32", allow(unused_variables))]
     pub fn weights_to(&self, sink: &dyn crate::weights::stream::DeviceSink) -> Result<Weights> {
-        match &self.weights {
-            PendingWeights::Ready(w) => Ok(w.clone()),
+        let w = match &self.weights {
+            PendingWeights::Ready(w) => w.clone(),
             #[cfg(not(target_arch = "wasm32"))]
-            PendingWeights::File(p) => Weights::from_safetensors_file_to(p, Some(sink)),
+            PendingWeights::File(p) => Weights::from_safetensors_file_to(p, Some(sink))?,
             #[cfg(not(target_arch = "wasm32"))]
-            PendingWeights::GgufFile { path, seen } => gguf_weights(path, seen, Some(sink)),
-        }
+            PendingWeights::GgufFile { path, seen } => gguf_weights(path, seen, Some(sink))?,
+        };
+        Ok(self.with_extra(w))
     }
 }
 
@@ -143,6 +157,7 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
         }
         other => (other, None),
     };
+    let mut extra = Vec::new();
     let (config, mut tokenizer, weights) = match source {
         #[cfg(not(target_arch = "wasm32"))]
         ModelSource::Path(path) => {
@@ -153,11 +168,21 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
                 let (config, tokenizer, _) = gguf(header)?;
                 (config, tokenizer, PendingWeights::GgufFile { path: path.to_path_buf(), seen })
             } else {
-                folder(path)?
+                let (mut config, tokenizer, weights) = folder(path)?;
+                let mut read = |name: &str| -> Result<Option<Vec<u8>>> {
+                    let p = path.join(name);
+                    match std::fs::read(&p) {
+                        Ok(bytes) => Ok(Some(bytes)),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                        Err(e) => Err(Error::io(format!("reading {}", p.display()), e)),
+                    }
+                };
+                (config.sentence, extra) = crate::weights::sentence::read_sentence(config.hidden_size, &mut read)?;
+                (config, tokenizer, weights)
             }
         }
         ModelSource::Files(files) => {
-            let ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, .. } = files;
+            let ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, sentence, .. } = files;
             let text =
                 std::str::from_utf8(&config).map_err(|_| Error::Config("config.json is not UTF-8 text".into()))?;
             let config = BertConfig::from_json_str(text)?;
@@ -175,6 +200,11 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
                 WeightsFile::Bytes(bytes) => Weights::from_safetensors_source(&*bytes)?,
                 WeightsFile::Read(w) => w,
             };
+            let mut config = config;
+            let mut read = |name: &str| -> Result<Option<Vec<u8>>> {
+                Ok(sentence.iter().find(|(n, _)| n == name).map(|(_, b)| b.clone()))
+            };
+            (config.sentence, extra) = crate::weights::sentence::read_sentence(config.hidden_size, &mut read)?;
             (config, tokenizer, PendingWeights::Ready(parsed))
         }
         ModelSource::Gguf(bytes) => gguf(crate::weights::gguf::read_bert(bytes)?)?,
@@ -196,7 +226,7 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
             config.vocab_size
         )));
     }
-    let model = LoadedModel { config, tokenizer, weights };
+    let model = LoadedModel { config, tokenizer, weights, extra };
     match adapter {
         Some((adapter_config, adapter)) => model.with_adapter(&adapter_config, &adapter),
         None => Ok(model),

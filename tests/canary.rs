@@ -114,7 +114,7 @@ fn the_canary_compares_like_with_like_on_quantized_weights() {
 
 fn embed(e: &Engine) -> Vec<Vec<f32>> {
     let texts = ["a faulty GPU", "falls back to the CPU", "with the same answers"];
-    pollster::block_on(e.embed(&texts, &EmbedOptions { normalize: true, ..EmbedOptions::default() })).unwrap()
+    pollster::block_on(e.embed(&texts, &EmbedOptions { normalize: Some(true), ..EmbedOptions::default() })).unwrap()
 }
 
 fn place(dir: &Path, placement: Placement) -> bertgpu::Result<Engine> {

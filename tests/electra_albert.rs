@@ -169,7 +169,7 @@ fn albert_pairs_need_their_token_types() {
 fn albert_runs_the_shared_layer_every_pass() {
     let d = dir("tiny-albert-mlm");
     let mut m = load(&d, CpuBackend::new());
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: false, batch_size: 4 };
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 4, ..EmbedOptions::default() };
     let text = ["the capital of france is paris."];
     let three = block_on(m.embed(&text, &opts)).unwrap();
     m.bert.encoder.passes = 2;

@@ -58,15 +58,15 @@ fn embed_matches_sentence_transformers_for_any_batch_size() {
         assert_eq!(got, want, "{s}");
     }
     for batch_size in [1, 2, 5, 64] {
-        let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size };
+        let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(true), batch_size, ..EmbedOptions::default() };
         let got = pollster::block_on(e.embed(&sentences, &opts)).unwrap();
         check(&got, &want, &format!("batch size {batch_size}"));
     }
     // Unnormalised mean pooling and CLS pooling agree with the raw goldens.
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: false, batch_size: 3 };
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 3, ..EmbedOptions::default() };
     let got = pollster::block_on(e.embed(&sentences, &opts)).unwrap();
     check(&got, &g["mean"].as_array().unwrap().iter().map(floats).collect::<Vec<_>>(), "mean");
-    let opts = EmbedOptions { pooling: Pooling::Cls, normalize: false, batch_size: 3 };
+    let opts = EmbedOptions { pooling: Some(Pooling::Cls), normalize: Some(false), batch_size: 3, ..EmbedOptions::default() };
     let got = pollster::block_on(e.embed(&sentences, &opts)).unwrap();
     let cls: Vec<Vec<f32>> = (0..sentences.len())
         .map(|i| {
@@ -82,7 +82,7 @@ fn embed_matches_sentence_transformers_for_any_batch_size() {
 #[test]
 fn edge_inputs_have_documented_results() {
     let e = engine();
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: 8 };
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(true), batch_size: 8, ..EmbedOptions::default() };
     // Empty and whitespace-only texts are `[CLS] [SEP]`: a defined embedding, the same for both.
     let long = "word ".repeat(2000);
     let got = pollster::block_on(e.embed(&["", "   ", &long, "word"], &opts)).unwrap();
@@ -95,7 +95,7 @@ fn edge_inputs_have_documented_results() {
     }
     // A text over 512 tokens is truncated to the model's 512 positions, not rejected.
     assert_eq!(e.tokenizer().encode(&long, None).unwrap().ids.len(), 512);
-    let bad = EmbedOptions { batch_size: 0, ..opts };
+    let bad = EmbedOptions { batch_size: 0, ..opts.clone() };
     assert!(pollster::block_on(e.embed(&["a"], &bad)).unwrap_err().to_string().contains("batch size"));
     assert!(pollster::block_on(e.embed(&[], &opts)).unwrap().is_empty());
 }

@@ -581,7 +581,7 @@ fn minilm_gguf_embeddings_match_goldens() {
         .iter()
         .map(|v| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
         .collect();
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: 8 };
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(true), batch_size: 8, ..EmbedOptions::default() };
     let folder = pollster::block_on(Engine::from_dir(minilm().unwrap(), Device::Cpu)).unwrap();
     let base = pollster::block_on(folder.embed(&sentences, &opts)).unwrap();
 
@@ -624,7 +624,7 @@ fn minilm_gguf_embeddings_on_gpu() {
         .iter()
         .map(|v| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
         .collect();
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: 8 };
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(true), batch_size: 8, ..EmbedOptions::default() };
     let (config, tok, tensors) = minilm_meta_and_tensors();
     let meta = BertGgufMeta { name: "m", config_json: &config, tokenizer_json: &tok, tokenizer_config_json: None, pooling: Some("mean") };
     for (dtype, floor) in [

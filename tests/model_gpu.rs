@@ -180,7 +180,7 @@ fn load_builds_the_pipelines_of_a_forward() {
     assert!(built >= 5, "only {built} pipelines after load");
     let texts = ["a", "a sentence of another length than the load-time check's inputs", "three"];
     for pooling in [Pooling::Mean, Pooling::Cls] {
-        let opts = EmbedOptions { pooling, normalize: true, batch_size: 2 };
+        let opts = EmbedOptions { pooling: Some(pooling), normalize: Some(true), batch_size: 2, ..EmbedOptions::default() };
         pollster::block_on(engine.embed(&texts, &opts)).unwrap();
     }
     assert_eq!(model.backend.pipeline_count(), built, "the first calls built pipelines the load did not");

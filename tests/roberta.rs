@@ -102,7 +102,7 @@ fn roberta_tasks_follow_the_checkpoint() {
 #[test]
 fn roberta_refuses_what_it_cannot_match() {
     let m = load(&dir("tiny-roberta-mlm"), CpuBackend::new());
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: false, batch_size: 4 };
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 4, ..EmbedOptions::default() };
     let e = block_on(m.embed(&["a <pad> b"], &opts)).unwrap_err().to_string();
     assert!(e.contains("padding token") && e.contains("<pad>"), "{e}");
     let json = std::fs::read_to_string(dir("tiny-roberta-mlm").join("tokenizer.json")).unwrap();
@@ -126,7 +126,7 @@ fn wrong_positions_are_caught() {
     cfg.position_offset = 0;
     cfg.max_position_embeddings = 66;
     let wrong = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: false, batch_size: 4 };
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 4, ..EmbedOptions::default() };
     let a = block_on(right.embed(&["the capital of france is paris."], &opts)).unwrap();
     let b = block_on(wrong.embed(&["the capital of france is paris."], &opts)).unwrap();
     let diff = a[0].iter().zip(&b[0]).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);

@@ -56,7 +56,7 @@ fn texts() -> Vec<String> {
 /// Runs `n` calls after the warm-up; returns (calls, RSS before, RSS after, seconds).
 fn soak(engine: &Engine, n: usize, mut each: impl FnMut(usize)) -> (u64, u64, f64) {
     let texts = texts();
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: 4 };
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(true), batch_size: 4, ..EmbedOptions::default() };
     let call = |i: usize| {
         let k = i % texts.len();
         let batch: Vec<&str> = texts.iter().cycle().skip(k).take(1 + i % 4).map(String::as_str).collect();

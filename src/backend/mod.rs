@@ -18,6 +18,20 @@ pub mod gpu;
 pub use crate::activation::Activation;
 pub use crate::dtype::Dtype;
 use crate::tokenizer::Batch;
+
+/// How [`Backend::pool_tokens`] reduces a sequence's kept tokens (the kept count `n = Σ mask`, clamped to 1e-9 as
+/// sentence-transformers clamps it). The code is the kernel's `Params.mode` (shaders/pool.wgsl).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenPool {
+    /// `Σ mask·x / n`.
+    Mean = 0,
+    /// The largest `x` among the kept tokens; `-inf` where none is kept (`masked_fill(-inf).max()`).
+    Max = 1,
+    /// `Σ mask·x / √n`.
+    MeanSqrtLen = 2,
+    /// `Σ mask·(t+1)·x / Σ mask·(t+1)`: token `t` (from 0) weighs `t + 1`.
+    WeightedMean = 3,
+}
 use crate::weights::HostTensor;
 use crate::Result;
 
@@ -251,7 +265,14 @@ pub trait Backend {
     fn attention(&self, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape) -> Result<Self::Tensor>;
 
     /// Mean over the real tokens of each sequence: x `(B*T, H)`, mask `(B, T)` → `(B, H)`.
-    fn mean_pool(&self, x: &Self::Tensor, mask: &Self::Tensor, batch: usize, seq: usize) -> Result<Self::Tensor>;
+    fn mean_pool(&self, x: &Self::Tensor, mask: &Self::Tensor, batch: usize, seq: usize) -> Result<Self::Tensor> {
+        self.pool_tokens(x, mask, batch, seq, TokenPool::Mean)
+    }
+
+    /// A reduction over the tokens the mask keeps (1.0; 0.0 for padding, or a prompt token left out), by `mode`:
+    /// x `(B*T, H)`, mask `(B, T)` → `(B, H)`, as sentence-transformers' Pooling computes it.
+    fn pool_tokens(&self, x: &Self::Tensor, mask: &Self::Tensor, batch: usize, seq: usize, mode: TokenPool)
+        -> Result<Self::Tensor>;
 
     /// Selects rows (e.g. the `[CLS]` rows `b*T`, or the `[MASK]` rows): x `(M, N)` → `(rows.len(), N)`.
     fn gather_rows(&self, x: &Self::Tensor, rows: &[u32]) -> Result<Self::Tensor>;

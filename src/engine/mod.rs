@@ -319,8 +319,28 @@ impl Engine {
     /// See [`Model::embed`]: the texts tokenized, then [`Self::embed_encoded`], which counts the call's tokens where a
     /// CPU copy takes short calls ([`crossover`]).
     pub async fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
-        let encoded = with_model!(self, m => m.encode_texts(texts))?;
+        let encoded = with_model!(self, m => m.encode_for_embedding(texts, opts))?;
         self.embed_encoded(&encoded, opts).await
+    }
+
+    /// See [`Model::check_embed_options`].
+    pub fn check_embed_options(&self, opts: &EmbedOptions) -> Result<()> {
+        with_model!(self, m => m.check_embed_options(opts))
+    }
+
+    /// See [`Model::prompt_text`].
+    pub fn prompt_text(&self, opts: &EmbedOptions) -> Result<Option<String>> {
+        with_model!(self, m => m.prompt_text(opts))
+    }
+
+    /// See [`Model::embedding_tokenizer`].
+    pub fn embedding_tokenizer(&self) -> &Tokenizer {
+        with_model!(self, m => m.embedding_tokenizer())
+    }
+
+    /// See [`Model::prompts`].
+    pub fn prompts(&self) -> std::collections::BTreeMap<String, String> {
+        with_model!(self, m => m.prompts())
     }
 
     /// See [`Model::train_head`].

@@ -24,6 +24,7 @@ pub mod discriminator;
 pub mod masked_lm;
 pub mod pooler;
 pub mod qa;
+pub mod sentence;
 pub mod token_classifier;
 
 use crate::backend::Backend;
@@ -31,26 +32,13 @@ use crate::config::BertConfig;
 use crate::weights::Weights;
 use crate::{Error, Result};
 
-/// How token vectors become one sentence vector.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
-pub enum Pooling {
-    /// Mean over the real tokens (padding excluded): sentence-transformers' default.
-    #[default]
-    Mean,
-    /// The `[CLS]` token's hidden state.
-    Cls,
-}
+/// How token vectors become one sentence vector: sentence-transformers' pooling modes ([`crate::sentence`]).
+pub use crate::sentence::Pooling;
 
-impl std::str::FromStr for Pooling {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Pooling> {
-        match s {
-            "mean" => Ok(Pooling::Mean),
-            "cls" => Ok(Pooling::Cls),
-            other => Err(Error::Input(format!("unknown pooling `{other}`; use `mean` or `cls`"))),
-        }
-    }
+/// `v / max(‖v‖₂, 1e-12)`, as `torch.nn.functional.normalize`.
+pub fn l2_normalize(v: &mut [f32]) {
+    let n = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt().max(1e-12) as f32;
+    v.iter_mut().for_each(|x| *x /= n);
 }
 
 /// The task heads a checkpoint carries, loaded with the encoder (so the host weights can be dropped afterwards).

@@ -14,6 +14,7 @@ use std::rc::Rc;
 use crate::backend::Backend;
 use crate::config::BertConfig;
 use crate::heads::classifier::LabelScore;
+use crate::heads::sentence::SentenceHead;
 pub use crate::heads::Pooling;
 use crate::training::head::{self, TrainedHead};
 pub use crate::training::{self, EpochProgress, TrainExample, TrainOptions, TrainReport};
@@ -22,20 +23,37 @@ use crate::tokenizer::{Batch, Encoded, Tokenizer};
 use crate::weights::Weights;
 use crate::{Error, Result};
 
-/// Options of [`Model::embed`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Options of [`Model::embed`]. Each one left `None` is what the model's own files say (sentence-transformers'
+/// modules, [`crate::sentence`]): its pooling, its Normalize, its default prompt; a model without those files pools by
+/// mean and does not normalise. An option given overrides the files.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EmbedOptions {
-    pub pooling: Pooling,
+    pub pooling: Option<Pooling>,
     /// L2-normalise each vector (what cosine-similarity search wants).
-    pub normalize: bool,
+    pub normalize: Option<bool>,
+    /// One of the model's prompts, by name (`config_sentence_transformers.json`), prepended to every text.
+    pub prompt: Option<String>,
+    /// Matryoshka truncation: the first `dimensions` values of each vector (normalised again where the vectors
+    /// are normalised).
+    pub dimensions: Option<usize>,
     /// Texts per forward pass. Texts are sorted by length first, so each batch pads little.
     pub batch_size: usize,
 }
 
 impl Default for EmbedOptions {
     fn default() -> Self {
-        EmbedOptions { pooling: Pooling::Mean, normalize: false, batch_size: 32 }
+        EmbedOptions { pooling: None, normalize: None, prompt: None, dimensions: None, batch_size: 32 }
     }
+}
+
+/// [`EmbedOptions`] with the model's own choices filled in.
+#[derive(Clone, Copy, Debug)]
+struct Resolved {
+    pooling: Pooling,
+    normalize: bool,
+    dimensions: Option<usize>,
+    /// The prompt's tokens at the start of every text that the pooling leaves out (`include_prompt: false`).
+    excluded: usize,
 }
 
 /// A model ready to run on backend `B`.
@@ -46,6 +64,11 @@ pub struct Model<B: Backend> {
     pub bert: BertModel<B>,
     /// The task heads the checkpoint carries (fill-mask, NSP, classification, NER, QA); tasks in [`pipelines`].
     pub heads: crate::heads::Heads<B>,
+    /// sentence-transformers' modules after the encoder, where the model's files list them ([`crate::sentence`]).
+    pub sentence: Option<SentenceHead<B>>,
+    /// The tokenizer embedding truncates with where sentence-transformers' `max_seq_length` is below the
+    /// tokenizer's limit (the other tasks keep the tokenizer's, as transformers' pipelines do).
+    pub embed_tokenizer: Option<Tokenizer>,
     /// A classification head trained with [`Model::train_head`] or loaded with [`Model::load_head`]; used by
     /// [`Model::classify_with_head`]. Behind a `RefCell` because tasks take `&self`; an `Rc` so a task clones it
     /// and never holds the borrow across an `await` (JS may start another task meanwhile).
@@ -75,8 +98,93 @@ impl<B: Backend> Model<B> {
     pub fn new(backend: B, config: BertConfig, tokenizer: Tokenizer, weights: &Weights) -> Result<Model<B>> {
         let bert = BertModel::load(weights, &config, &backend)?;
         let heads = crate::heads::Heads::load(weights, &config, &backend);
-        Ok(Model { backend, config, tokenizer, bert, heads, head: RefCell::new(None), device_reason: None, canary: None,
-            cpu_twin: RefCell::new(None) })
+        let sentence =
+            config.sentence.as_ref().map(|s| SentenceHead::load(s, weights, config.hidden_size, &backend)).transpose()?;
+        let embed_tokenizer = match config.sentence.as_ref().and_then(|s| s.max_seq_length) {
+            Some(m) if m < tokenizer.max_length() => {
+                let mut t = tokenizer.clone();
+                t.set_max_length(m.max(t.min_max_length()))?;
+                Some(t)
+            }
+            _ => None,
+        };
+        Ok(Model { backend, config, tokenizer, bert, heads, sentence, embed_tokenizer, head: RefCell::new(None),
+            device_reason: None, canary: None, cpu_twin: RefCell::new(None) })
+    }
+
+    /// The tokenizer of [`Self::embed`]: truncating at sentence-transformers' `max_seq_length` where the model's
+    /// files set one below the tokenizer's limit.
+    pub fn embedding_tokenizer(&self) -> &Tokenizer {
+        self.embed_tokenizer.as_ref().unwrap_or(&self.tokenizer)
+    }
+
+    /// The model's prompts by name (`config_sentence_transformers.json`; empty where it has none).
+    pub fn prompts(&self) -> std::collections::BTreeMap<String, String> {
+        self.config.sentence.as_ref().map(|s| s.prompts.clone()).unwrap_or_default()
+    }
+
+    /// Checks `opts` against the model (its prompts, its vectors' width) without embedding anything.
+    pub fn check_embed_options(&self, opts: &EmbedOptions) -> Result<()> {
+        self.resolve(opts).map(|_| ())
+    }
+
+    /// The prompt text `opts` asks for (or the model's default prompt), checked against the model's prompts: what
+    /// [`Self::encode_for_embedding`] puts before every text.
+    pub fn prompt_text(&self, opts: &EmbedOptions) -> Result<Option<String>> {
+        match &self.config.sentence {
+            Some(s) => Ok(s.prompt(opts.prompt.as_deref())?.map(str::to_string)),
+            None => match &opts.prompt {
+                Some(name) => Err(Error::Input(format!(
+                    "prompt `{name}`: this model has no prompts (it has no config_sentence_transformers.json)"
+                ))),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// `opts` with the model's own choices filled in, checked (the dimensions against the vectors' width).
+    fn resolve(&self, opts: &EmbedOptions) -> Result<Resolved> {
+        let st = self.config.sentence.as_ref();
+        let (own_pooling, include_prompt) = st.and_then(|s| s.pooling()).unwrap_or((Pooling::Mean, true));
+        let width = st.map_or(self.config.hidden_size, |s| s.output_width(self.config.hidden_size));
+        if let Some(d) = opts.dimensions {
+            if d == 0 || d > width {
+                return Err(Error::Input(format!(
+                    "dimensions {d}: this model's vectors have {width} values; ask for 1 to {width}"
+                )));
+            }
+        }
+        let excluded = match (include_prompt, self.prompt_text(opts)?) {
+            (false, Some(p)) if !p.is_empty() => {
+                // As sentence-transformers counts it: the prompt's tokens alone, less a closing special token.
+                let e = self.tokenizer.encode(&p, None)?;
+                e.len() - e.special_tokens_mask.last().is_some_and(|&s| s == 1) as usize
+            }
+            _ => 0,
+        };
+        Ok(Resolved {
+            pooling: opts.pooling.unwrap_or(own_pooling),
+            normalize: opts.normalize.unwrap_or_else(|| st.is_some_and(|s| s.normalizes())),
+            dimensions: opts.dimensions,
+            excluded,
+        })
+    }
+
+    /// The texts as [`Self::embed`] sees them, tokenized: behind the prompt `opts` asks for, truncated by
+    /// [`Self::embedding_tokenizer`].
+    pub fn encode_for_embedding(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Encoded>> {
+        let tokenizer = self.embedding_tokenizer();
+        let prompted: Vec<String> = match self.prompt_text(opts)? {
+            Some(p) if !p.is_empty() => texts.iter().map(|t| format!("{p}{t}")).collect(),
+            _ => texts.iter().map(|t| t.to_string()).collect(),
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use rayon::prelude::*;
+            prompted.par_iter().map(|t| tokenizer.encode(t, None)).collect()
+        }
+        #[cfg(target_arch = "wasm32")]
+        prompted.iter().map(|t| tokenizer.encode(t, None)).collect()
     }
 
     /// Tokenizes single texts (truncated to the tokenizer's max length), in order; natively on rayon's threads (a
@@ -94,15 +202,16 @@ impl<B: Backend> Model<B> {
 
     /// One vector per text, in order.
     pub async fn embed(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
-        let encoded = self.encode_texts(texts)?;
+        let encoded = self.encode_for_embedding(texts, opts)?;
         self.embed_encoded(&encoded, opts).await
     }
 
-    /// As [`Self::embed`], from tokenized texts.
+    /// As [`Self::embed`], from texts tokenized by [`Self::encode_for_embedding`] with the same `opts`.
     pub async fn embed_encoded(&self, encoded: &[Encoded], opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
         if opts.batch_size == 0 {
             return Err(Error::Input("batch size must be at least 1".into()));
         }
+        self.resolve(opts)?;
         // Longest first, so the batches pad as little as possible; results go back to input order. Batches hold at
         // most `batch_size` texts, fewer when their activations would not fit the backend.
         let mut order: Vec<usize> = (0..encoded.len()).collect();
@@ -120,29 +229,25 @@ impl<B: Backend> Model<B> {
         Ok(out)
     }
 
-    /// Pooled (and optionally normalised) vectors of a padded batch: pooling runs on the device and only `(B, H)`
-    /// is read back.
+    /// The vectors of a padded batch: pooling and the model's Dense layers run on the device and only the final
+    /// `(B, width)` is read back; then the truncation to `dimensions` and the normalisation.
     pub async fn embed_batch(&self, batch: &Batch, opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
         let be = &self.backend;
-        let h = self.config.hidden_size;
         if batch.b == 0 {
             return Ok(Vec::new());
         }
         if batch.t == 0 {
             return Err(Error::Input("a batch of empty sequences cannot be embedded".into()));
         }
-        let pooled = self.pool_batch(batch, opts.pooling)?; // (B, H)
-        let flat = be.read(&pooled).await?;
-        Ok(flat
-            .chunks_exact(h)
-            .map(|v| {
-                let mut v = v.to_vec();
-                if opts.normalize {
-                    l2_normalize(&mut v);
-                }
-                v
-            })
-            .collect())
+        let r = self.resolve(opts)?;
+        let pooled = self.pool_batch_excluding(batch, r.pooling, r.excluded)?; // (B, H)
+        let out = match &self.sentence {
+            Some(s) => s.dense(be, pooled)?,
+            None => pooled,
+        };
+        let width = be.dims(&out).1;
+        let flat = be.read(&out).await?;
+        Ok(flat.chunks_exact(width).map(|v| crate::heads::sentence::finish(v.to_vec(), r.dimensions, r.normalize)).collect())
     }
 }
 
@@ -186,19 +291,23 @@ impl<B: Backend> Model<B> {
 
     /// Encoder forward and pooling of a padded batch, left on the device: `(B, H)`.
     pub fn pool_batch(&self, batch: &Batch, pooling: Pooling) -> Result<B::Tensor> {
+        self.pool_batch_excluding(batch, pooling, 0)
+    }
+
+    /// [`Self::pool_batch`] with the first `excluded` tokens of every row (a prompt's) left out of the pooling.
+    fn pool_batch_excluding(&self, batch: &Batch, pooling: Pooling, excluded: usize) -> Result<B::Tensor> {
         let be = &self.backend;
         if batch.b == 0 || batch.t == 0 {
             return Err(Error::Input("an empty batch cannot be pooled".into()));
         }
         let mask = be.mask(batch)?; // (B, T)
         let hidden = self.bert.forward_with_mask(be, batch, &mask)?; // (B*T, H)
-        match pooling {
-            Pooling::Mean => be.mean_pool(&hidden, &mask, batch.b, batch.t), // (B, H)
-            Pooling::Cls => {
-                let rows: Vec<u32> = (0..batch.b).map(|b| (b * batch.t) as u32).collect();
-                be.gather_rows(&hidden, &rows) // (B, H)
-            }
+        let mut rows: Vec<f32> = batch.attention_mask.iter().map(|&m| (m != 0) as u32 as f32).collect();
+        if excluded > 0 {
+            rows.chunks_exact_mut(batch.t).for_each(|r| r[..excluded.min(batch.t)].fill(0.0));
         }
+        let pool_mask = if excluded > 0 { be.input(&rows, batch.b, batch.t)? } else { mask };
+        crate::heads::sentence::pool(be, &hidden, &pool_mask, &rows, batch.b, batch.t, pooling)
     }
 
     /// Trains a classification head on the frozen encoder's pooled features and makes it the live head of
@@ -208,7 +317,7 @@ impl<B: Backend> Model<B> {
         on_progress: impl FnMut(&EpochProgress)) -> Result<TrainReport> {
         let labels = training::check_training_input(examples, opts)?;
         let texts: Vec<&str> = examples.iter().map(|e| e.text.as_str()).collect();
-        let embed_opts = EmbedOptions { pooling: opts.pooling, normalize: false, batch_size: 32 };
+        let embed_opts = EmbedOptions { pooling: Some(opts.pooling), normalize: Some(false), ..EmbedOptions::default() };
         let feats = self.embed(&texts, &embed_opts).await?;
         let (head, report) = training::fit_head(&self.backend, &feats, labels, examples, opts, on_progress).await?;
         *self.head.borrow_mut() = Some(Rc::new(head));
@@ -273,9 +382,5 @@ impl<B: Backend> Model<B> {
     }
 }
 
-/// `v / max(‖v‖₂, 1e-12)`, as `torch.nn.functional.normalize`.
-pub fn l2_normalize(v: &mut [f32]) {
-    let n = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt().max(1e-12) as f32;
-    v.iter_mut().for_each(|x| *x /= n);
-}
+pub use crate::heads::l2_normalize;
 

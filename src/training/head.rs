@@ -381,7 +381,7 @@ pub fn export_safetensors(spec: &HeadSpec, host: &[Vec<f32>]) -> Result<Vec<u8>>
     }
     let mut meta = BTreeMap::new();
     meta.insert("format", "pt".to_string());
-    meta.insert("pooling", match spec.pooling { Pooling::Mean => "mean", Pooling::Cls => "cls" }.to_string());
+    meta.insert("pooling", spec.pooling.name().to_string());
     let id2label: BTreeMap<usize, &str> = spec.labels.iter().enumerate().map(|(i, l)| (i, l.as_str())).collect();
     meta.insert("id2label", serde_json::to_string(&id2label)?);
     meta.insert("hidden_size", spec.input_size.to_string());

@@ -389,7 +389,7 @@ impl WasmModel {
         let cpu = CpuBackend::new();
         let adapter = adapter_config.zip(adapter_weights);
         let (weights, placement) = weights_file(weights)?;
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter, sentence: Vec::new() };
         let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault, placement, tunings).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
@@ -482,11 +482,22 @@ impl WasmModel {
         serde_wasm_bindgen::to_value(&out).map_err(|e| JsError::new(&e.to_string()))
     }
 
-    /// Embeds `texts` in one call (the wrapper chunks long lists): resolves to a `Float32Array` of `(n, H)`,
-    /// row-major. `pooling` is "mean" or "cls".
-    pub fn embed(&self, texts: Vec<String>, pooling: &str, normalize: bool) -> Result<js_sys::Promise, JsError> {
-        let pooling: Pooling = pooling.parse().map_err(js_err)?;
-        let opts = EmbedOptions { pooling, normalize, batch_size: texts.len().max(1) };
+    /// Embeds `texts` in one call (the wrapper chunks long lists): resolves to a `Float32Array` of `(n, width)`,
+    /// row-major. `pooling` is one of [`Pooling`]'s names; each option left `undefined` is the model's own
+    /// (sentence-transformers' files), and for a model without those files mean pooling and, as JavaScript's
+    /// `embed` always did, normalised vectors.
+    pub fn embed(&self, texts: Vec<String>, pooling: Option<String>, normalize: Option<bool>, prompt: Option<String>,
+        dimensions: Option<u32>) -> Result<js_sys::Promise, JsError> {
+        let pooling: Option<Pooling> = pooling.map(|p| p.parse()).transpose().map_err(js_err)?;
+        let normalize = normalize.or_else(|| self.engine.config().sentence.is_none().then_some(true));
+        let opts = EmbedOptions {
+            pooling,
+            normalize,
+            prompt,
+            dimensions: dimensions.map(|d| d as usize),
+            batch_size: texts.len().max(1),
+        };
+        self.engine.check_embed_options(&opts).map_err(js_err)?;
         let engine = self.engine.clone();
         Ok(wasm_bindgen_futures::future_to_promise(async move {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();

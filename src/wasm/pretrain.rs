@@ -131,7 +131,7 @@ impl WasmModel {
         let original: serde_json::Value = serde_json::from_slice(&config).map_err(|e| js_err(e.into()))?;
         // A LoRA adapter loaded with the model is folded in at load: what trains is the model as it runs.
         let adapter = adapter_config.zip(adapter_weights);
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: WeightsFile::Bytes(Box::new(weights)), adapter };
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: WeightsFile::Bytes(Box::new(weights)), adapter, sentence: Vec::new() };
         let m = loader::load(ModelSource::Files(files), &LoadOptions::default()).map_err(js_err)?;
         let own = self.engine.config();
         if m.config.hidden_size != own.hidden_size || m.config.num_hidden_layers != own.num_hidden_layers {

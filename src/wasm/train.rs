@@ -496,7 +496,7 @@ impl WasmModel {
         let opts = opts.resolve().map_err(js_err)?;
         let examples = Examples::deserialize(opts.task, serde_wasm_bindgen::Deserializer::from(examples)).map_err(js_err)?;
         let adapter = adapter_config.zip(adapter_weights);
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: WeightsFile::Bytes(Box::new(weights)), adapter };
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: WeightsFile::Bytes(Box::new(weights)), adapter, sentence: Vec::new() };
         let engine = self.engine.clone();
         let mut hooks = JsHooks { hooks, method: "fineTune" };
         let mut checkpoints = checkpoints(checkpoint).map_err(js_err)?;
@@ -533,7 +533,7 @@ pub fn to_gguf(config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8
         tokenizer: tokenizer.as_deref(),
         vocab: vocab.as_deref(),
         tokenizer_config: tokenizer_config.as_deref(),
-        pooling: None,
+        sentence: &[],
         safetensors: &weights,
     };
     convert_files(&files, dtype).map(|(bytes, _)| bytes).map_err(js_err)

@@ -133,7 +133,7 @@ impl WasmModel {
             return Err(JsError::new("addCpuTwin: the weights were streamed to a GPU; the CPU copy reads them itself"));
         }
         let adapter = adapter_config.zip(adapter_weights);
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter };
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter, sentence: Vec::new() };
         Ok(self.twin_from(crate::loader::load(ModelSource::Files(files), &LoadOptions::default()), budget_ms, known))
     }
 

@@ -8,6 +8,7 @@ pub mod electra;
 pub mod roberta;
 pub mod peft;
 pub mod safetensors;
+pub mod sentence;
 pub mod stream;
 
 use std::collections::HashMap;

@@ -107,7 +107,7 @@ pub fn embeddings<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, wit
         }
     }
     for (pooling, key) in [(Pooling::Mean, "mean"), (Pooling::Cls, "cls")] {
-        let opts = EmbedOptions { pooling, normalize: false, batch_size: 4 };
+        let opts = EmbedOptions { pooling: Some(pooling), normalize: Some(false), batch_size: 4, ..EmbedOptions::default() };
         let got = block_on(m.embed(&texts, &opts)).unwrap();
         assert_eq!(got.len(), cases.len(), "one vector per text");
         let want: Vec<f32> = cases.iter().flat_map(|c| floats(&c[key])).collect();

@@ -183,3 +183,37 @@ pub fn cats_and_cars(dir: &std::path::Path) -> std::path::PathBuf {
     std::fs::write(&p, lines.join("\n") + "\n").unwrap();
     p
 }
+
+/// The sentence-transformers stack in `stack` (tests/models/st-stacks/<name>: modules.json, each module's folder,
+/// sentence_bert_config.json, config_sentence_transformers.json) laid over the real all-MiniLM-L6-v2: a fresh folder
+/// of this process holding links to the checkpoint's files and copies of the stack's, as tests/golden/sentence.py
+/// lays them for sentence-transformers.
+pub fn sentence_stack(stack: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let minilm = root.join("models/all-MiniLM-L6-v2");
+    assert!(minilm.join("model.safetensors").exists(), "{} missing: run scripts/fetch-models.sh", minilm.display());
+    let n = STACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("bertgpu-st-{}-{n}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
+        "special_tokens_map.json"] {
+        std::os::unix::fs::symlink(minilm.join(f), dir.join(f)).unwrap();
+    }
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        for entry in std::fs::read_dir(from).unwrap() {
+            let p = entry.unwrap().path();
+            let dest = to.join(p.file_name().unwrap());
+            if p.is_dir() {
+                std::fs::create_dir_all(&dest).unwrap();
+                copy(&p, &dest);
+            } else {
+                std::fs::copy(&p, &dest).unwrap();
+            }
+        }
+    }
+    copy(stack, &dir);
+    dir
+}
+
+static STACKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

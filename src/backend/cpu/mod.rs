@@ -315,10 +315,11 @@ impl Backend for CpuBackend {
         attention::attention(qkv, mask, shape)
     }
 
-    fn mean_pool(&self, x: &CpuTensor, mask: &CpuTensor, batch: usize, seq: usize) -> Result<CpuTensor> {
-        x.expect_f32("mean_pool input")?;
-        mask.expect_f32("mean_pool mask")?;
-        pool::mean_pool(x, mask, batch, seq)
+    fn pool_tokens(&self, x: &CpuTensor, mask: &CpuTensor, batch: usize, seq: usize, mode: super::TokenPool)
+        -> Result<CpuTensor> {
+        x.expect_f32("pool_tokens input")?;
+        mask.expect_f32("pool_tokens mask")?;
+        pool::pool_tokens(x, mask, batch, seq, mode)
     }
 
     fn gather_rows(&self, x: &CpuTensor, rows: &[u32]) -> Result<CpuTensor> {

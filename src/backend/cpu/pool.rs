@@ -1,16 +1,19 @@
-//! Reductions over tokens: masked mean pooling and row gathering (the `[CLS]` or `[MASK]` rows).
+//! Reductions over tokens: masked pooling (sentence-transformers' modes) and row gathering (the `[CLS]` or
+//! `[MASK]` rows).
 
 use super::{expect_dims, CpuTensor};
+use crate::backend::TokenPool;
 use crate::{Error, Result};
 
-/// Mean over the real tokens of each sequence: x `(B*T, H)`, mask `(B, T)` → `(B, H)`. A sequence with no real
-/// token pools to zeros (sentence-transformers clamps the count to 1e-9, which gives the same zeros).
-pub fn mean_pool(x: &CpuTensor, mask: &CpuTensor, batch: usize, seq: usize) -> Result<CpuTensor> {
+/// [`crate::backend::Backend::pool_tokens`]: x `(B*T, H)`, mask `(B, T)` → `(B, H)`, the twin of shaders/pool.wgsl
+/// (the same sums in the same order).
+pub fn pool_tokens(x: &CpuTensor, mask: &CpuTensor, batch: usize, seq: usize, mode: TokenPool) -> Result<CpuTensor> {
     let h = x.cols();
-    expect_dims(x, batch * seq, h, "mean_pool input (B*T, H)")?;
-    expect_dims(mask, batch, seq, "mean_pool mask (B, T)")?;
+    expect_dims(x, batch * seq, h, "pool_tokens input (B*T, H)")?;
+    expect_dims(mask, batch, seq, "pool_tokens mask (B, T)")?;
     let (xd, md) = (x.data(), mask.data());
-    let mut out = vec![0f32; batch * h]; // (B, H)
+    let init = if mode == TokenPool::Max { f32::NEG_INFINITY } else { 0.0 };
+    let mut out = vec![init; batch * h]; // (B, H)
     for b in 0..batch {
         let acc = &mut out[b * h..(b + 1) * h];
         let mut count = 0f32;
@@ -19,13 +22,22 @@ pub fn mean_pool(x: &CpuTensor, mask: &CpuTensor, batch: usize, seq: usize) -> R
             if m == 0.0 {
                 continue;
             }
-            count += m;
-            for (a, &v) in acc.iter_mut().zip(&xd[(b * seq + t) * h..][..h]) {
-                *a += m * v;
+            let row = &xd[(b * seq + t) * h..][..h];
+            let w = if mode == TokenPool::WeightedMean { m * (t + 1) as f32 } else { m };
+            count += w;
+            if mode == TokenPool::Max {
+                acc.iter_mut().zip(row).for_each(|(a, &v)| *a = a.max(v));
+            } else {
+                acc.iter_mut().zip(row).for_each(|(a, &v)| *a += w * v);
             }
         }
-        if count > 0.0 {
-            acc.iter_mut().for_each(|a| *a /= count);
+        let div = match mode {
+            TokenPool::Max => 1.0,
+            TokenPool::Mean | TokenPool::WeightedMean => count.max(1e-9),
+            TokenPool::MeanSqrtLen => count.max(1e-9).sqrt(),
+        };
+        if mode != TokenPool::Max {
+            acc.iter_mut().for_each(|a| *a /= div);
         }
     }
     CpuTensor::new(out, batch, h)

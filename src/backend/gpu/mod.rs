@@ -347,8 +347,9 @@ impl Backend for GpuBackend {
         self.record_attention(qkv, mask, s, None)
     }
 
-    fn mean_pool(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize) -> Result<GpuTensor> {
-        self.record_mean_pool(x, mask, batch, seq)
+    fn pool_tokens(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize, mode: super::TokenPool)
+        -> Result<GpuTensor> {
+        self.record_pool(x, mask, batch, seq, mode)
     }
 
     fn gather_rows(&self, x: &GpuTensor, rows: &[u32]) -> Result<GpuTensor> {

@@ -38,7 +38,7 @@ params!(
 );
 params!(
     /// `shaders/pool.wgsl`.
-    PoolParams { batch: u32, seq: u32, hidden: u32, _pad: u32 }
+    PoolParams { batch: u32, seq: u32, hidden: u32, mode: u32 }
 );
 params!(
     /// `shaders/gather.wgsl`.

@@ -1,5 +1,5 @@
-//! Host side of `shaders/pool.wgsl` (mean over each sequence's real tokens) and `shaders/gather.wgsl` (selected
-//! rows, e.g. `[CLS]`).
+//! Host side of `shaders/pool.wgsl` (a reduction over each sequence's kept tokens, by sentence-transformers' modes)
+//! and `shaders/gather.wgsl` (selected rows, e.g. `[CLS]`).
 
 use super::params::{GatherParams, PoolParams};
 use super::tensor::{expect_activation, expect_f32};
@@ -7,18 +7,19 @@ use super::{shape_err, Dtype, GpuBackend, GpuTensor};
 use crate::Result;
 
 impl GpuBackend {
-    /// [`Backend::mean_pool`](super::Backend::mean_pool).
-    pub(super) fn record_mean_pool(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize) -> Result<GpuTensor> {
-        expect_f32("mean_pool", &[mask])?;
-        expect_activation("mean_pool", &[x])?;
+    /// [`Backend::pool_tokens`](super::Backend::pool_tokens).
+    pub(super) fn record_pool(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize,
+        mode: crate::backend::TokenPool) -> Result<GpuTensor> {
+        expect_f32("pool_tokens", &[mask])?;
+        expect_activation("pool_tokens", &[x])?;
         if x.rows != batch * seq || (mask.rows, mask.cols) != (batch, seq) {
-            return Err(shape_err("mean_pool", format!(
+            return Err(shape_err("pool_tokens", format!(
                 "x ({}, {}) and mask ({}, {}) do not fit batch {batch} × seq {seq}", x.rows, x.cols, mask.rows, mask.cols
             )));
         }
         let hdim = x.cols;
         let out = self.alloc(batch, hdim)?;
-        let p = PoolParams { batch: batch as u32, seq: seq as u32, hidden: hdim as u32, _pad: 0 };
+        let p = PoolParams { batch: batch as u32, seq: seq as u32, hidden: hdim as u32, mode: mode as u32 };
         let wg = self.tuning.get().elem_wg;
         // An f16 input (the f16 mode) is read as pairs; the pooled mean is f32.
         let shader = if x.dtype == Dtype::F16 {
@@ -26,7 +27,7 @@ impl GpuBackend {
         } else {
             "pool"
         };
-        self.dispatch(shader, "mean_pool", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+        self.dispatch(shader, "pool_tokens", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
             (1, x.buffer(), false),
             (2, mask.buffer(), false),
             (3, out.buffer(), true),

@@ -67,7 +67,12 @@ pub(crate) fn cmd_bench(args: &InferArgs, batch: usize, seq: usize, reps: usize,
             g.backend.set_tuning(f32_tuning);
         }
     }
-    let opts = EmbedOptions { pooling: Pooling::Mean, normalize: true, batch_size: batch };
+    let opts = EmbedOptions {
+        pooling: Some(Pooling::Mean),
+        normalize: Some(true),
+        batch_size: batch,
+        ..EmbedOptions::default()
+    };
     let run = |e: &Engine| -> Result<f64, Fail> {
         let start = std::time::Instant::now();
         pollster::block_on(e.embed(&texts, &opts)).map_err(|e| Fail::Model(format!("bench failed: {e}")))?;

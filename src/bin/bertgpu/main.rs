@@ -33,6 +33,7 @@ use lines::{run_lines, shape_hint, Input, Shape};
 use serde_json::{json, Value};
 
 mod bench;
+mod embed;
 mod finetune;
 mod lines;
 mod load;
@@ -68,15 +69,26 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
     },
-    /// One sentence embedding per line: {"embedding": [...]}
+    /// One sentence embedding per line: {"embedding": [...]}. With no options, as the model's own
+    /// sentence-transformers files say (its pooling, Dense layers, Normalize, default prompt); else mean pooling
     Embed {
         #[command(flatten)]
         infer: InferArgs,
-        #[arg(long, value_enum, default_value_t = Pooling::Mean)]
-        pooling: Pooling,
-        /// L2-normalize each embedding
-        #[arg(long)]
+        /// Overrides the model's pooling
+        #[arg(long, value_enum)]
+        pooling: Option<Pooling>,
+        /// L2-normalize each embedding (the default where the model ends in Normalize)
+        #[arg(long, conflicts_with = "no_normalize")]
         normalize: bool,
+        /// Do not L2-normalize, even where the model ends in Normalize
+        #[arg(long)]
+        no_normalize: bool,
+        /// One of the model's prompts by name (config_sentence_transformers.json), put before every text
+        #[arg(long)]
+        prompt: Option<String>,
+        /// Keep the first N values of each embedding (Matryoshka), normalized again where normalizing
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        dimensions: Option<u32>,
         /// Lines run through the model together
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
         batch_size: u32,
@@ -334,7 +346,16 @@ fn install_panic_hook() {
 fn run(command: Command) -> Result<(), Fail> {
     match command {
         Command::Tokenize { model } => cmd_tokenize(&model),
-        Command::Embed { infer, pooling, normalize, batch_size } => cmd_embed(&infer, pooling, normalize, batch_size),
+        Command::Embed { infer, pooling, normalize, no_normalize, prompt, dimensions, batch_size } => {
+            let opts = EmbedOptions {
+                pooling,
+                normalize: if normalize { Some(true) } else if no_normalize { Some(false) } else { None },
+                prompt,
+                dimensions: dimensions.map(|d| d as usize),
+                batch_size: batch_size as usize,
+            };
+            embed::cmd_embed(&infer, opts)
+        }
         Command::FillMask { infer, top_k } => cmd_fill_mask(&infer, top_k),
         Command::Classify { infer, top_k, head: Some(head) } => cmd_classify_head(&infer, top_k, &head),
         Command::Classify { infer, top_k, head: None } => {
@@ -445,38 +466,6 @@ fn cmd_tokenize(args: &ModelArgs) -> Result<(), Fail> {
                 let (text, pair) = input.text_and_pair();
                 let e = m.model.tokenizer.encode(text, pair).map_err(|e| e.to_string())?;
                 Ok(json!({ "input_ids": e.ids, "token_type_ids": e.type_ids, "tokens": e.tokens }))
-            })
-            .collect()
-    })
-}
-
-fn cmd_embed(args: &InferArgs, pooling: Pooling, normalize: bool, batch_size: u32) -> Result<(), Fail> {
-    let m = load_model(&args.model)?;
-    let engine = load_infer(&m, args)?;
-    let opts = EmbedOptions {
-        pooling,
-        normalize,
-        batch_size: batch_size as usize,
-    };
-    run_lines(Shape::Text, opts.batch_size, |inputs| {
-        // Tokenize each line on its own (a line that fails gets its own error), embed the rest together.
-        let encoded: Vec<Result<Encoded, String>> = inputs
-            .iter()
-            .map(|i| {
-                let (text, pair) = i.text_and_pair();
-                engine.tokenizer().encode(text, pair).map_err(|e| e.to_string())
-            })
-            .collect();
-        let ok: Vec<Encoded> = encoded.iter().filter_map(|e| e.as_ref().ok().cloned()).collect();
-        let vectors = match pollster::block_on(engine.embed_encoded(&ok, &opts)) {
-            Ok(v) => v,
-            Err(e) => return vec![Err(e.to_string())], // a batch-level failure: the loop retries line by line
-        };
-        let mut vectors = vectors.into_iter();
-        encoded
-            .into_iter()
-            .map(|e| {
-                e.and_then(|_| vectors.next().map(|v| json!({ "embedding": v })).ok_or_else(|| "no result".to_string()))
             })
             .collect()
     })

@@ -198,6 +198,7 @@ fn from_scratch(config: &Path, tokenizer: &Path, max_length: Option<usize>, seed
         tokenizer_config: read("tokenizer_config.json"),
         weights: WeightsFile::Bytes(Box::new(weights)),
         adapter: None,
+        sentence: Vec::new(),
     };
     let model = loader::load(ModelSource::Files(files), &LoadOptions { max_length })
         .map_err(|e| fail(format!("{} with the tokenizer in `{}`: {e}", config.display(), tokenizer.display())))?;

@@ -36,11 +36,18 @@ pub struct BertGguf {
     pub tokenizer_config_json: Option<String>,
     /// The WordPiece vocabulary by id (`##` continuation form).
     pub vocab: Vec<String>,
-    /// Sentence-embedding pooling from `bert.pooling_type` (llama.cpp: 0 none, 1 mean, 2 cls), if present.
+    /// Sentence-embedding pooling from `bert.pooling_type` (llama.cpp: 0 none, 1 mean, 2 cls, 3 last), if present.
     pub pooling: Option<&'static str>,
+    /// sentence-transformers' description of the model ([`crate::sentence::SentenceConfig`] as JSON,
+    /// [`KEY_SENTENCE_JSON`]), where the file carries one.
+    pub sentence_json: Option<String>,
     /// The parsed header (all metadata).
     pub header: Gguf,
 }
+
+/// Our key for sentence-transformers' description of the model (its modules, max_seq_length, prompts), as JSON;
+/// a Dense module's tensors are stored under [`crate::sentence::DENSE_PREFIX`] names.
+pub const KEY_SENTENCE_JSON: &str = "bertgpu.sentence_transformers";
 
 fn meta_u64(g: &Gguf, key: &str) -> Result<u64> {
     g.get(key).and_then(|v| v.as_u64()).ok_or_else(|| {
@@ -150,10 +157,12 @@ pub(crate) fn bert_from(g: Gguf, tensors: Vec<(String, HostTensor)>) -> Result<B
     let pooling = match g.get("bert.pooling_type").and_then(|v| v.as_u64()) {
         Some(1) => Some("mean"),
         Some(2) => Some("cls"),
+        Some(3) => Some("lasttoken"),
         _ => None,
     };
     let tokenizer_config_json = g.get(KEY_TOKENIZER_CONFIG_JSON).and_then(|v| v.as_str()).map(String::from);
-    Ok(BertGguf { tensors, config_json, tokenizer_json, tokenizer_config_json, vocab, pooling, header: g })
+    let sentence_json = g.get(KEY_SENTENCE_JSON).and_then(|v| v.as_str()).map(String::from);
+    Ok(BertGguf { tensors, config_json, tokenizer_json, tokenizer_config_json, vocab, pooling, sentence_json, header: g })
 }
 
 /// A BERT `.gguf` loaded like a model folder: config, tokenizer and weights (in their stored dtypes).
@@ -172,7 +181,22 @@ pub fn load_gguf(bytes: &(impl ByteSource + ?Sized)) -> Result<GgufModel> {
 
 /// [`load_gguf`]'s second half: a read BERT GGUF as a model's config, tokenizer and weights.
 pub fn gguf_model(m: BertGguf) -> Result<GgufModel> {
-    let config = crate::config::BertConfig::from_json_str(&m.config_json)?;
+    let mut config = crate::config::BertConfig::from_json_str(&m.config_json)?;
+    // The model's sentence-transformers description as the file carries it; a llama.cpp file records only its
+    // pooling, which is then the model's own too.
+    config.sentence = match (&m.sentence_json, m.pooling) {
+        (Some(json), _) => {
+            let st: crate::sentence::SentenceConfig = serde_json::from_str(json)
+                .map_err(|e| Error::Gguf(format!("{KEY_SENTENCE_JSON} is not a sentence-transformers description: {e}")))?;
+            st.check(config.hidden_size).map_err(|e| Error::Gguf(format!("{KEY_SENTENCE_JSON}: {e}")))?;
+            Some(st)
+        }
+        (None, Some(p)) => Some(crate::sentence::SentenceConfig {
+            modules: vec![crate::sentence::Module::Pooling { mode: p.parse()?, include_prompt: true }],
+            ..Default::default()
+        }),
+        (None, None) => None,
+    };
     let tokenizer = crate::tokenizer::Tokenizer::from_json(
         m.tokenizer_json.as_bytes(),
         m.tokenizer_config_json.as_deref().map(str::as_bytes),
@@ -196,6 +220,13 @@ pub struct BertGgufMeta<'a> {
 /// Writes a complete BERT GGUF: tensors (Hugging Face names in, llama.cpp names out) stored per [`storage_for`],
 /// llama.cpp's `bert.*` and `tokenizer.ggml.*` metadata, and the original config and tokenizer JSON.
 pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: Dtype) -> Result<Vec<u8>> {
+    write_bert_with(meta, None, tensors, dtype)
+}
+
+/// [`write_bert`] carrying a sentence-transformers description too ([`KEY_SENTENCE_JSON`]; its Dense modules'
+/// tensors are among `tensors`), and its pooling as llama.cpp's `bert.pooling_type` where llama.cpp has the mode.
+pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::SentenceConfig>,
+    tensors: &[(String, HostTensor)], dtype: Dtype) -> Result<Vec<u8>> {
     // Parsed and checked as a load would (a family the loader refuses is refused here too); DistilBERT's sizes under
     // its own names come out as BERT's.
     let cfg = crate::config::BertConfig::from_json_str(meta.config_json)?;
@@ -228,10 +259,19 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
     w.set("bert.block_count", Value::U32(num(cfg.num_hidden_layers)?));
     w.set("bert.attention.layer_norm_epsilon", Value::F32(cfg.layer_norm_eps));
     w.set("bert.attention.causal", Value::Bool(false));
-    match meta.pooling {
+    let pooling = match sentence.and_then(|s| s.pooling()) {
+        Some((p, _)) => Some(p.name()),
+        None => meta.pooling,
+    };
+    match pooling {
         Some("mean") => w.set("bert.pooling_type", Value::U32(1)),
         Some("cls") => w.set("bert.pooling_type", Value::U32(2)),
+        Some("lasttoken") => w.set("bert.pooling_type", Value::U32(3)),
         _ => {}
+    }
+    if let Some(s) = sentence {
+        let json = serde_json::to_string(s).map_err(|e| Error::Gguf(format!("{KEY_SENTENCE_JSON}: {e}")))?;
+        w.set(KEY_SENTENCE_JSON, Value::String(json));
     }
     let ggml_model = match model_type.as_str() {
         "BPE" => "gpt2",

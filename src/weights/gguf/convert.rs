@@ -1,6 +1,6 @@
 //! `bertgpu convert`: a Hugging Face folder → one BERT `.gguf`, and how each tensor is stored for a `--dtype`.
 
-use super::bert::{write_bert, BertGgufMeta};
+use super::bert::BertGgufMeta;
 use crate::tokenizer::gguf_vocab::{standard_specials, wordpiece_tokenizer_json};
 use crate::dtype::{Dtype, QK};
 use crate::weights::quant;
@@ -110,8 +110,9 @@ pub struct FolderFiles<'a> {
     pub tokenizer: Option<&'a [u8]>,
     pub vocab: Option<&'a [u8]>,
     pub tokenizer_config: Option<&'a [u8]>,
-    /// A sentence-transformers folder's pooling ("mean" or "cls"), from 1_Pooling/config.json.
-    pub pooling: Option<&'a str>,
+    /// A sentence-transformers folder's own files by their path in the folder (modules.json, each module's
+    /// folder, sentence_bert_config.json, config_sentence_transformers.json): carried into the GGUF.
+    pub sentence: &'a [(String, Vec<u8>)],
     pub safetensors: &'a [u8],
 }
 
@@ -131,15 +132,19 @@ pub fn convert_files(f: &FolderFiles<'_>, dtype: Dtype) -> Result<(Vec<u8>, usiz
         (None, None) => return Err(Error::Tokenizer("the folder has neither tokenizer.json nor vocab.txt".into())),
     };
     let tokenizer_config_json = f.tokenizer_config.map(|b| text("tokenizer_config.json", b)).transpose()?;
-    let tensors = tensors_from_safetensors(f.safetensors)?;
+    let mut tensors = tensors_from_safetensors(f.safetensors)?;
+    let hidden = crate::config::BertConfig::from_json_str(&config_json)?.hidden_size;
+    let mut read = |name: &str| Ok(f.sentence.iter().find(|(n, _)| n == name).map(|(_, b)| b.clone()));
+    let (sentence, dense) = crate::weights::sentence::read_sentence(hidden, &mut read)?;
+    tensors.extend(dense);
     let meta = BertGgufMeta {
         name: f.name,
         config_json: &config_json,
         tokenizer_json: &tokenizer_json,
         tokenizer_config_json: tokenizer_config_json.as_deref(),
-        pooling: f.pooling,
+        pooling: None,
     };
-    Ok((write_bert(&meta, &tensors, dtype)?, tensors.len()))
+    Ok((super::bert::write_bert_with(&meta, sentence.as_ref(), &tensors, dtype)?, tensors.len()))
 }
 
 /// Sizes reported by [`convert`].
@@ -169,16 +174,20 @@ pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path)
     if tokenizer.is_none() && vocab.is_none() {
         return Err(Error::Tokenizer(format!("{} has neither tokenizer.json nor vocab.txt", model_dir.display())));
     }
-    let pooling = std::fs::read_to_string(model_dir.join("1_Pooling/config.json")).ok().and_then(|s| {
-        let v: serde_json::Value = serde_json::from_str(&s).ok()?;
-        if v.get("pooling_mode_mean_tokens")?.as_bool()? {
-            Some("mean")
-        } else if v.get("pooling_mode_cls_token")?.as_bool()? {
-            Some("cls")
-        } else {
-            None
-        }
-    });
+    // sentence-transformers' files: the fixed ones, then each module's folder that modules.json names.
+    // (Read here only to learn which files there are; convert_files reads them, checked against the config.)
+    let mut sentence: Vec<(String, Vec<u8>)> = Vec::new();
+    let config_text = String::from_utf8(optional("config.json").unwrap_or_default()).unwrap_or_default();
+    if let Ok(cfg) = crate::config::BertConfig::from_json_str(&config_text) {
+        let mut read = |name: &str| -> Result<Option<Vec<u8>>> {
+            let bytes = optional(name);
+            if let Some(b) = &bytes {
+                sentence.push((name.to_string(), b.clone()));
+            }
+            Ok(bytes)
+        };
+        crate::weights::sentence::read_sentence(cfg.hidden_size, &mut read)?;
+    }
     let (st, config, tokenizer_config) = (read("model.safetensors")?, read("config.json")?, optional("tokenizer_config.json"));
     let files = FolderFiles {
         name: model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("bert"),
@@ -186,7 +195,7 @@ pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path)
         tokenizer: tokenizer.as_deref(),
         vocab: vocab.as_deref(),
         tokenizer_config: tokenizer_config.as_deref(),
-        pooling,
+        sentence: &sentence,
         safetensors: &st,
     };
     let (bytes, tensors) = convert_files(&files, dtype)?;
