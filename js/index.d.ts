@@ -24,6 +24,8 @@ export type ModelBytes =
       vocab?: Bytes;
       /** tokenizer_config.json (special tokens, lower-casing) when the tokenizer comes from vocab.txt. */
       tokenizerConfig?: Bytes;
+      /** sentence-transformers' files by their path in the folder ("modules.json", "1_Pooling/config.json", ...). */
+      sentence?: Record<string, Bytes>;
       /** model.safetensors */
       weights: Bytes;
     }
@@ -153,13 +155,39 @@ export interface Tokenized {
   truncated: boolean;
 }
 
+/** sentence-transformers' pooling modes. */
+export type Pooling = "mean" | "cls" | "max" | "mean_sqrt_len" | "weightedmean" | "lasttoken";
+
+/**
+ * Each option left out is what the model's sentence-transformers files say (`Bert.sentenceTransformers`); a model
+ * without them pools by "mean" and normalises.
+ */
 export interface EmbedOptions {
-  /** "mean" over the real tokens (default) or the "cls" token's hidden state. */
-  pooling?: "mean" | "cls";
-  /** Scale every vector to unit length (default true). */
+  /** How token vectors become one: overrides the model's Pooling module. */
+  pooling?: Pooling;
+  /** Scale every vector to unit length: overrides the model's Normalize module. */
   normalize?: boolean;
+  /** One of the model's prompts (`Bert.prompts`), by name, put before every text; default its default prompt. */
+  prompt?: string;
+  /** Keep the first n values of each vector (Matryoshka), normalised again where normalising. */
+  dimensions?: number;
   /** Texts per forward pass (default 32). */
   batchSize?: number;
+}
+
+/** One module after the encoder, as the model's files list it. */
+export type SentenceModule =
+  | { type: "pooling"; mode: Pooling; include_prompt: boolean }
+  | { type: "dense"; path: string; in_features: number; out_features: number; bias: boolean;
+      activation: "none" | "gelu" | "gelu_tanh" | "relu" | "tanh" }
+  | { type: "normalize" };
+
+/** sentence-transformers' description of a model (modules.json and the files beside it). */
+export interface SentenceTransformersConfig {
+  modules: SentenceModule[];
+  max_seq_length: number | null;
+  prompts: Record<string, string>;
+  default_prompt_name: string | null;
 }
 
 /** One candidate for a mask (a text with several masks gives one list per mask). */
@@ -558,6 +586,10 @@ export declare class Bert {
   readonly lastCallDevice: Device;
   /** Times the GPU kernels' variants on this model again and switches to the fastest; null on the CPU. */
   calibrate(options?: { budgetMs?: number }): Promise<KernelTuning | null>;
+  /** The model's prompts by name (config_sentence_transformers.json); empty where it has none. */
+  readonly prompts: Record<string, string>;
+  /** sentence-transformers' description of the model as its files give it, or null: what `embed` does by default. */
+  readonly sentenceTransformers: SentenceTransformersConfig | null;
   /** The tasks this model can run besides tokenize and embed (the heads its checkpoint carries). */
   readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "rerank" | "tokenClassify" | "answer" | "replacedTokens">;
   tokenize(text: string, textPair?: string): Promise<Tokenized>;

@@ -22,7 +22,8 @@ import * as glueThreadsRelaxed from "./wasm-threads-relaxed/bertgpu.js";
 export { clearCache };
 
 const DEVICES = ["auto", "webgpu", "cpu"];
-const POOLINGS = ["mean", "cls"];
+/** sentence-transformers' pooling modes, by our names (src/sentence.rs `Pooling`). */
+const POOLINGS = ["mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken"];
 /** Texts per forward pass in `embed`: bounds the activation memory of one call whatever the number of texts. */
 const DEFAULT_BATCH_SIZE = 32;
 /** How long `crossover: true` may time the CPU against the GPU at load (src/engine/crossover.rs `measure`). */
@@ -839,6 +840,20 @@ export class Bert {
     return this._threadsReason ?? null;
   }
 
+  /** The model's prompts by name (`config_sentence_transformers.json`): `{ name: text }`, empty where it has none. */
+  get prompts() {
+    return this._disposed ? {} : this._model.prompts;
+  }
+
+  /**
+   * sentence-transformers' description of the model as its files give it: `{ modules, max_seq_length, prompts,
+   * default_prompt_name }` (modules: `{ type: "pooling", mode, include_prompt }`, `{ type: "dense", ... }`,
+   * `{ type: "normalize" }`), or null where the model has none. What `embed` does with no options.
+   */
+  get sentenceTransformers() {
+    return this._disposed ? null : this._model.sentenceTransformers ?? null;
+  }
+
   /**
    * The tasks this model can run besides `tokenize` and `embed`: "fillMask", "nextSentence", "classify", "rerank",
    * "tokenClassify", "answer", "replacedTokens" (the heads its checkpoint carries; "classify" also once a head is trained or loaded).
@@ -985,19 +1000,27 @@ export class Bert {
   }
 
   /**
-   * Sentence embeddings: one Float32Array per text (a single Float32Array for a single text).
-   * `pooling`: "mean" (over real tokens, the sentence-transformers default) or "cls"; `normalize`: unit length.
+   * Sentence embeddings: one Float32Array per text (a single Float32Array for a single text). With no options, as
+   * the model's sentence-transformers files say (its pooling, Dense layers, Normalize, default prompt; see
+   * `sentenceTransformers`); a model without them pools by mean and normalises. Options override the files:
+   * `pooling` ("mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken"), `normalize` (unit length),
+   * `prompt` (one of `prompts`, by name, put before every text), `dimensions` (the first n values, normalised again
+   * where normalising: Matryoshka).
    */
   embed(input, options = {}) {
     return this._enqueue("embed", async (m) => {
       const { list, single } = texts(input, "embed");
-      const opts = checkOptions(options, ["pooling", "normalize", "batchSize"], "embed");
-      const pooling = opts.pooling ?? "mean";
-      if (!POOLINGS.includes(pooling)) {
-        throw new TypeError(`embed: pooling must be "mean" or "cls" (got ${JSON.stringify(pooling)})`);
+      const opts = checkOptions(options, ["pooling", "normalize", "batchSize", "prompt", "dimensions"], "embed");
+      const { pooling, normalize, prompt, dimensions } = opts;
+      if (pooling != null && !POOLINGS.includes(pooling)) {
+        throw new TypeError(`embed: pooling must be one of ${POOLINGS.map((p) => `"${p}"`).join(", ")} `
+          + `(got ${JSON.stringify(pooling)})`);
       }
-      const normalize = opts.normalize ?? true;
-      if (typeof normalize !== "boolean") throw new TypeError("embed: normalize must be true or false");
+      if (normalize != null && typeof normalize !== "boolean") throw new TypeError("embed: normalize must be true or false");
+      if (prompt != null && typeof prompt !== "string") throw new TypeError("embed: prompt must be a prompt's name");
+      if (dimensions != null && (!Number.isInteger(dimensions) || dimensions < 1)) {
+        throw new TypeError("embed: dimensions must be a positive integer");
+      }
       const batchSize = opts.batchSize ?? DEFAULT_BATCH_SIZE;
       if (!Number.isInteger(batchSize) || batchSize < 1) {
         throw new TypeError("embed: batchSize must be a positive integer");
@@ -1005,7 +1028,8 @@ export class Bert {
       const out = [];
       for (let i = 0; i < list.length; i += batchSize) {
         const chunk = list.slice(i, i + batchSize);
-        const flat = await m.embed(chunk, pooling, normalize); // (n, H)
+        const flat = await m.embed(chunk, pooling ?? undefined, normalize ?? undefined, prompt ?? undefined,
+          dimensions ?? undefined); // (n, width)
         const h = flat.length / chunk.length;
         for (let j = 0; j < chunk.length; j++) out.push(flat.slice(j * h, (j + 1) * h));
       }
@@ -1431,7 +1455,7 @@ function instantiate(rt, files, device, injectFault = false, { consume = false }
     const loading = files.gguf
       ? rt.glue.WasmModel.loadGguf(files.gguf, device, injectFault, tunings)
       : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-        files.adapterConfig, files.adapterWeights, device, injectFault, tunings);
+        files.adapterConfig, files.adapterWeights, files.sentence, device, injectFault, tunings);
     // The glue copied the small files into wasm memory, and the module holds its own reference to the weights
     // (read a tensor at a time, then released): ours can go.
     if (consume) for (const k of Object.keys(files)) delete files[k];

@@ -117,6 +117,13 @@ function bytesSource(src) {
   if (src.tokenizer != null) files.tokenizer = toBytes(src.tokenizer, "tokenizer");
   if (src.vocab != null) files.vocab = toBytes(src.vocab, "vocab");
   if (src.tokenizerConfig != null) files.tokenizerConfig = toBytes(src.tokenizerConfig, "tokenizerConfig");
+  if (src.sentence != null) {
+    if (typeof src.sentence !== "object" || Array.isArray(src.sentence)) {
+      throw new TypeError("Bert.load: sentence must be an object of sentence-transformers' files by path, e.g. "
+        + "{ \"modules.json\": bytes, \"1_Pooling/config.json\": bytes }");
+    }
+    files.sentence = Object.entries(src.sentence).map(([name, bytes]) => [name, toBytes(bytes, `sentence["${name}"]`)]);
+  }
   return files;
 }
 
@@ -830,9 +837,54 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
     }
     files.vocab = vocab;
   }
+  const sentence = await fetchSentenceFiles(at, opts);
+  if (sentence.length) files.sentence = sentence;
   files.weights = await fetchFile(at("model.safetensors"), "model.safetensors",
     { ...pinned("model.safetensors"), cacheFirst, stream: stream && ((o) => stream({ ...o, gguf: false })) });
   return files;
+}
+
+/**
+ * sentence-transformers' own files beside a model (src/sentence.rs reads them): how its authors pool, project and
+ * normalise, its max_seq_length and prompts. Each is optional: a folder without them keeps the defaults.
+ */
+export const SENTENCE_FILES = ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"];
+
+/** Modules whose folder holds files the model needs (their config.json; a Dense's weights too). */
+const MODULE_FILES = { Pooling: ["config.json"], Dense: ["config.json", "model.safetensors"] };
+
+/** At most this many modules are read from a modules.json (the module refuses more, by name). */
+const MAX_MODULES = 16;
+
+/**
+ * The sentence-transformers files of the folder at `at(name)`: [[path, bytes], ...], those it has. A module's path
+ * that is not one plain folder name is not fetched (the module refuses the model, naming the path).
+ */
+async function fetchSentenceFiles(at, opts) {
+  const out = [];
+  for (const name of SENTENCE_FILES) {
+    const bytes = await fetchFile(at(name), name, { ...opts, optional: true });
+    if (bytes) out.push([name, bytes]);
+  }
+  const modules = out.find(([name]) => name === "modules.json");
+  let list = null;
+  try {
+    list = modules && JSON.parse(new TextDecoder().decode(modules[1]));
+  } catch {
+    // The module reports the malformed file with its own message.
+  }
+  if (!Array.isArray(list)) return out;
+  for (const m of list.slice(0, MAX_MODULES)) {
+    const kind = typeof m?.type === "string" ? m.type.split(".").pop() : null;
+    const wanted = MODULE_FILES[kind];
+    if (!wanted || typeof m.path !== "string" || !/^[A-Za-z0-9_.-]+$/.test(m.path) || m.path.startsWith(".")) continue;
+    for (const f of wanted) {
+      const path = `${m.path}/${f}`;
+      const bytes = await fetchFile(at(path), path, { ...opts, optional: true });
+      if (bytes) out.push([path, bytes]);
+    }
+  }
+  return out;
 }
 
 /** Deletes every model file bertgpu cached (all models). Resolves to whether a cache existed. */

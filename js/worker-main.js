@@ -29,6 +29,7 @@ async function handle(id, method, args) {
       const { onProgress, ...kept } = options;
       loadOptions = { ...kept, device: bert.device };
       return { device: bert.device, deviceReason: bert.deviceReason, activations: bert.activations, tasks: bert.tasks, simd: bert.simd,
+        prompts: bert.prompts, sentenceTransformers: bert.sentenceTransformers,
         threads: bert.threads, threadsReason: bert.threadsReason };
     }
     case "tokenize":

@@ -19,9 +19,10 @@ async function startWorker(src, options, onProgress) {
   const worker = new Worker(new URL("./worker-main.js", import.meta.url), { type: "module", name: "bertgpu" });
   const channel = new Channel(worker);
   try {
-    const { device, deviceReason, tasks, simd, threads, threadsReason, activations } = await channel.call("load",
-      [src, { ...options, progress: onProgress != null }], [], onProgress);
-    return { worker, channel, device, deviceReason, tasks, simd, threads, threadsReason, activations };
+    const { device, deviceReason, tasks, simd, threads, threadsReason, activations, prompts, sentenceTransformers } =
+      await channel.call("load", [src, { ...options, progress: onProgress != null }], [], onProgress);
+    return { worker, channel, device, deviceReason, tasks, simd, threads, threadsReason, activations, prompts,
+      sentenceTransformers };
   } catch (e) {
     worker.terminate();
     throw e;
@@ -119,6 +120,8 @@ export class Bert {
     const bert = new Bert(members, first.device, first.tasks);
     bert._deviceReason = first.deviceReason ?? null;
     bert._activations = first.activations ?? "f32";
+    bert._prompts = first.prompts ?? {};
+    bert._sentenceTransformers = first.sentenceTransformers ?? null;
     return bert;
   }
 
@@ -188,6 +191,16 @@ export class Bert {
   /** How many workers hold the model. */
   get workers() {
     return this._members?.length ?? 0;
+  }
+
+  /** See "bertgpu": the model's prompts by name. */
+  get prompts() {
+    return this._members ? this._prompts : {};
+  }
+
+  /** See "bertgpu": sentence-transformers' description of the model, or null. */
+  get sentenceTransformers() {
+    return this._members ? this._sentenceTransformers : null;
   }
 
   /** See "bertgpu": the tasks this model can run besides tokenize and embed (kept current after head changes). */

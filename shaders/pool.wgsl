@@ -41,7 +41,9 @@ fn pool_tokens(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
     let c = i % p.hidden;
     var s = 0.0;
     if p.mode == 1u {
-        s = bitcast<f32>(0xff800000u); // -inf
+        // -inf, as `masked_fill(-inf)` leaves a sequence with no kept token. Made from a uniform so that it is not
+        // a constant expression: WGSL refuses an infinite constant (Tint: "value -inf cannot be represented").
+        s = bitcast<f32>(0xff800000u | (p.mode & 0u));
     }
     var cnt = 0.0;
     for (var t = 0u; t < p.seq; t = t + 1u) {

@@ -34,9 +34,11 @@ pub enum Pooling {
     MeanSqrtLen,
     /// The mean weighted by position: token `t` (from 0) weighs `t + 1`.
     #[cfg_attr(not(target_arch = "wasm32"), value(name = "weightedmean"))]
+    #[serde(rename = "weightedmean")]
     WeightedMean,
     /// The last real token's hidden state.
     #[cfg_attr(not(target_arch = "wasm32"), value(name = "lasttoken"))]
+    #[serde(rename = "lasttoken")]
     LastToken,
 }
 

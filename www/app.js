@@ -143,11 +143,26 @@ async function loadModel(source, name) {
   }
 }
 
+/**
+ * How the model embeds, as its sentence-transformers files say (its pooling, a Dense layer, Normalize, its
+ * prompts), in words: "" where it has no such files (mean pooling, normalised).
+ */
+function embeddingHow(st) {
+  if (!st) return "";
+  const pooling = st.modules.find((m) => m.type === "pooling");
+  const parts = [pooling ? `${pooling.mode} pooling` : "no pooling"];
+  if (st.modules.some((m) => m.type === "dense")) parts.push("a Dense layer");
+  if (st.modules.some((m) => m.type === "normalize")) parts.push("normalised");
+  const prompts = Object.keys(st.prompts ?? {});
+  return ` (${parts.join(", ")}${prompts.length ? `; prompts: ${prompts.join(", ")}` : ""})`;
+}
+
 /** Shows the panels of the tasks the loaded model has, and what it has in words. */
 function showTasks() {
   const tasks = state.bert?.tasks ?? [];
   const extra = tasks.map((t) => TASK_NAMES[t]);
-  $("model-tasks").textContent = `${state.name}: embeddings${extra.length ? `, ${extra.join(", ")}` : ""}.`;
+  $("model-tasks").textContent = `${state.name}: embeddings${embeddingHow(state.bert?.sentenceTransformers)}`
+    + `${extra.length ? `, ${extra.join(", ")}` : ""}.`;
   for (const [section, task] of [["classify", "classify"], ["ner", "tokenClassify"], ["qa", "answer"], ["rerank", "rerank"]]) {
     const has = tasks.includes(task);
     $(section).querySelector("[data-missing]").hidden = has;
@@ -257,7 +272,9 @@ async function search() {
   const q = $("search-query").value.trim();
   if (!q) return;
   if (!state.vectors) await similarity();
-  const qv = await timed($("search-time"), "query embedded", () => state.bert.embed(q, { normalize: true }));
+  // A model with a query prompt (bge's, e5's) embeds the query behind it, as its authors meant.
+  const prompt = state.bert.prompts?.query != null ? { prompt: "query" } : {};
+  const qv = await timed($("search-time"), "query embedded", () => state.bert.embed(q, { normalize: true, ...prompt }));
   const ranked = state.sentences.map((s, i) => ({ s, score: cosine(qv, state.vectors[i]) }))
     .sort((a, b) => b.score - a.score);
   $("search-results").replaceChildren(...ranked.map(({ s, score }) => {

@@ -334,6 +334,23 @@ fn tunings_of(tunings: JsValue) -> Result<BTreeMap<String, String>, JsError> {
 
 /// `WasmModel.load`'s `weights` (a `Uint8Array` or a finished safetensors `WeightStream`) as the loader reads them,
 /// and the device a stream placed them on.
+/// sentence-transformers' files as the loader fetched them: `[[path, Uint8Array], ...]`, or `undefined` for none.
+fn sentence_files(files: JsValue) -> Result<Vec<(String, Vec<u8>)>, JsError> {
+    if files.is_undefined() || files.is_null() {
+        return Ok(Vec::new());
+    }
+    let list: js_sys::Array = files.dyn_into().map_err(|_| JsError::new("sentence files must be [[path, bytes], ...]"))?;
+    list.iter()
+        .map(|entry| {
+            let pair: js_sys::Array = entry.dyn_into().map_err(|_| JsError::new("a sentence file must be [path, bytes]"))?;
+            let name = pair.get(0).as_string().ok_or_else(|| JsError::new("a sentence file's path must be a string"))?;
+            let bytes: js_sys::Uint8Array =
+                pair.get(1).dyn_into().map_err(|_| JsError::new(&format!("{name}: its bytes must be a Uint8Array")))?;
+            Ok((name, bytes.to_vec()))
+        })
+        .collect()
+}
+
 fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), JsError> {
     Ok(match weights.dyn_into::<js_sys::Uint8Array>() {
         // The weights stay in JS memory and are read a tensor at a time: never the whole file in wasm memory.
@@ -382,6 +399,7 @@ impl WasmModel {
         weights: JsValue,
         adapter_config: Option<Vec<u8>>,
         adapter_weights: Option<Vec<u8>>,
+        sentence: JsValue,
         device: String,
         inject_fault: Option<bool>,
         tunings: JsValue,
@@ -389,7 +407,8 @@ impl WasmModel {
         let cpu = CpuBackend::new();
         let adapter = adapter_config.zip(adapter_weights);
         let (weights, placement) = weights_file(weights)?;
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter, sentence: Vec::new() };
+        let sentence = sentence_files(sentence)?;
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights, adapter, sentence };
         let engine = load_engine(ModelSource::Files(files), &device, cpu, inject_fault, placement, tunings).await?;
         Ok(WasmModel { engine: Rc::new(engine) })
     }
@@ -467,6 +486,25 @@ impl WasmModel {
             }
             Engine::Cpu(_) => None,
         }
+    }
+
+    /// The model's prompts by name (`config_sentence_transformers.json`): `{ name: text }`, empty where it has none.
+    #[wasm_bindgen(getter)]
+    pub fn prompts(&self) -> Result<JsValue, JsError> {
+        let map: js_sys::Object = js_sys::Object::new();
+        for (name, text) in self.engine.prompts() {
+            js_sys::Reflect::set(&map, &name.into(), &text.into()).map_err(|_| JsError::new("prompts"))?;
+        }
+        Ok(map.into())
+    }
+
+    /// sentence-transformers' description of the model as its files give it (`{ modules, max_seq_length, prompts,
+    /// default_prompt_name }`), or `null` where it has none: what `embed` does with no options.
+    #[wasm_bindgen(getter, js_name = sentenceTransformers)]
+    pub fn sentence_transformers(&self) -> Result<JsValue, JsError> {
+        let ser = serde_wasm_bindgen::Serializer::json_compatible();
+        use serde::Serialize;
+        self.engine.config().sentence.serialize(&ser).map_err(|e| JsError::new(&e.to_string()))
     }
 
     /// Width of one embedding.

@@ -61,7 +61,8 @@ test("demo page: every section with the default model, task panels, dropped file
       await page.waitForFunction(() => window.demo?.ready || window.demo?.error, null, { timeout: 60_000 });
       assert.equal(await page.evaluate(() => window.demo.error), null);
       assert.match(await page.textContent("#badge"), /^(WebGPU|CPU)$/);
-      assert.equal(await page.textContent("#model-tasks"), "all-MiniLM-L6-v2: embeddings.");
+      // What the model's sentence-transformers files say it does (modules.json: mean pooling, Normalize).
+      assert.equal(await page.textContent("#model-tasks"), "all-MiniLM-L6-v2: embeddings (mean pooling, normalised).");
       // The page is cross-origin isolated, so on the CPU with several cores the threaded build runs, on all of them
       // (at most 8: the `threads` default).
       if (await page.textContent("#badge") === "CPU") {

@@ -85,19 +85,21 @@ test("only the files of the given source are fetched: a folder (tokenizer.json o
   env.context.on("request", record);
   const folder = await requestsOf(() => page.evaluate((url) => embedWith(url, { cache: false }),
     env.models.url + TINY));
-  assert.deepEqual(folder.requests, ["config.json", "tokenizer_config.json", "tokenizer.json", "model.safetensors"]
+  // sentence-transformers' files are asked for too (absent here: the defaults apply).
+  const st = ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"];
+  assert.deepEqual(folder.requests, ["config.json", "tokenizer_config.json", "tokenizer.json", ...st, "model.safetensors"]
     .map((f) => `/${TINY}${f}`));
   const vocab = await requestsOf(() => page.evaluate((url) => embedWith(url, { cache: false }),
     env.models.url + FIXTURES + "vocab-only/"));
   assert.deepEqual(vocab.requests,
-    ["config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt", "model.safetensors"]
+    ["config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt", ...st, "model.safetensors"]
       .map((f) => `/${FIXTURES}vocab-only/${f}`));
   const gguf = await requestsOf(() => page.evaluate((url) => embedWith(url, { cache: false }),
     env.models.url + FIXTURES + "tiny.gguf"));
   assert.deepEqual(gguf.requests, [`/${FIXTURES}tiny.gguf`]);
   env.context.off("request", record);
-  // (the listener works: it saw the model server's 10 requests)
-  assert.equal(seen.filter((u) => u.startsWith(env.models.url)).length, 10, JSON.stringify(seen));
+  // (the listener works: it saw the model server's 16 requests)
+  assert.equal(seen.filter((u) => u.startsWith(env.models.url)).length, 16, JSON.stringify(seen));
   const elsewhere = seen.filter((u) => !u.startsWith(env.site.url) && !u.startsWith(env.models.url));
   assert.deepEqual(elsewhere, [], "requests to other hosts");
   page.checkErrors(/404/); // the absent tokenizer.json of the vocab-only folder
@@ -112,7 +114,8 @@ test("a file the server does not have is remembered as absent, not taken for the
   const second = await requestsOf(() => page.evaluate((url) => attempt(() => embedWith(url, { cache: true })), url));
   await page.evaluate(() => bertgpu.clearCache());
   assert.deepEqual(first.requests, ["config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt",
-    "model.safetensors"].map((f) => `/${FIXTURES}vocab-only/${f}`));
+    "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "model.safetensors"]
+    .map((f) => `/${FIXTURES}vocab-only/${f}`));
   assert.deepEqual(second.out, { value: first.out }, "the reload embeds as the first load did");
   assert.deepEqual(second.requests, [], "the reload comes from the cache, the absence included");
   page.checkErrors(/404/);

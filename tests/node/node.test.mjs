@@ -136,7 +136,9 @@ test("cacheDir keeps downloads on disk: the second load works with the server st
     const second = await inConsumer(embedScript("arg", options), url, SENTENCES, cacheDir);
     assertGolden(second, "from cacheDir");
     const files = new Set(second.events.map((e) => e.file));
-    assert.deepEqual([...files].sort(), ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]);
+    // sentence-transformers' files of the folder too (its Pooling module's config; its Normalize has none).
+    assert.deepEqual([...files].sort(), ["1_Pooling/config.json", "config.json", "config_sentence_transformers.json",
+      "model.safetensors", "modules.json", "sentence_bert_config.json", "tokenizer.json", "tokenizer_config.json"]);
     assert.ok(second.events.every((e) => e.cached), "every file came from cacheDir");
     // Without cacheDir Node keeps nothing: the same load now fails.
     await assert.rejects(inConsumer(embedScript("arg"), url, SENTENCES), /could not download/);

@@ -137,10 +137,12 @@ const DETAIL_CHARS: usize = 600;
 /// the headings dropped, and cut at [`DETAIL_CHARS`].
 pub(crate) fn one_line(e: &wgpu::Error) -> String {
     match e {
-        wgpu::Error::OutOfMemory { .. } => "the GPU ran out of memory: send fewer or shorter texts at once (a smaller             batch), use a quantized model (`bertgpu convert --dtype q8_0`), or the CPU backend (device cpu)"
+        wgpu::Error::OutOfMemory { .. } => "the GPU ran out of memory: send fewer or shorter texts at once (a smaller \
+            batch), use a quantized model (`bertgpu convert --dtype q8_0`), or the CPU backend (device cpu)"
             .into(),
         wgpu::Error::Validation { description, .. } => format!(
-            "the GPU refused a command ({}); this is a bug in bertgpu: please report it with the model's config.json              (the CPU backend, device cpu, runs the model meanwhile)",
+            "the GPU refused a command ({}); this is a bug in bertgpu: please report it with the model's config.json \
+             (the CPU backend, device cpu, runs the model meanwhile)",
             detail(description)
         ),
         wgpu::Error::Internal { description, .. } => format!(

@@ -26,6 +26,12 @@ const oneThreadWhy: string | null = bert.threadsReason;
 await Bert.load("./m", { threads: "auto" });
 const one: Float32Array = await bert.embed("a sentence", { pooling: "mean", normalize: true, batchSize: 8 });
 const many: Float32Array[] = await bert.embed(["one", "two"]);
+const asMeant: Float32Array = await bert.embed("a query", { prompt: "query", dimensions: 256, pooling: "weightedmean" });
+const prompts: Record<string, string> = bert.prompts;
+const st = bert.sentenceTransformers;
+const firstModule: string | undefined = st?.modules[0]?.type;
+// @ts-expect-error: not a pooling mode
+await bert.embed("x", { pooling: "median" });
 const tokens: Tokenized = await bert.tokenize("Hello", "world");
 const masks = await bert.fillMask("Paris is the [MASK] of France.", { topK: 3 });
 const best: string = masks[0].token_str;
