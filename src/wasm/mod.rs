@@ -269,10 +269,10 @@ pub(crate) fn js_err(e: Error) -> JsError {
 
 
 /// A file in JS memory (a `Uint8Array`), read in pieces: each piece is copied straight to where it goes in wasm
-/// memory ([`crate::weights::safetensors::ByteSource`]).
+/// memory ([`crate::weights::bytes::ByteSource`]).
 struct JsBytes(js_sys::Uint8Array);
 
-impl crate::weights::safetensors::ByteSource for JsBytes {
+impl crate::weights::bytes::ByteSource for JsBytes {
     fn byte_len(&self) -> usize {
         self.0.length() as usize
     }
