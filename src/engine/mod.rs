@@ -24,7 +24,7 @@ use crate::heads::token_classifier::{Aggregation, TokenEntity};
 use crate::tasks::pipelines::RankedDocument;
 use crate::tasks::{EmbedOptions, Model};
 use crate::tokenizer::{Encoded, Tokenizer};
-use crate::training::checkpoint::{Checkpoints, Store};
+use crate::training::fit::checkpoint::{Checkpoints, Store};
 use crate::training::fit::Hooks;
 use crate::training::job::{self, Examples, FineTuned, JobOptions};
 use crate::training::{EpochProgress, TrainExample, TrainOptions, TrainReport};
@@ -333,7 +333,7 @@ impl Engine {
     /// Fine-tunes a copy of this engine's model, given as the `files` it was loaded from, on this engine's backend
     /// ([`job::run`]). This engine is not changed: load the result ([`FineTuned`]'s config and weights, with the
     /// same tokenizer files) to use it.
-    /// With `checkpoints`, the run is saved as it goes and can resume ([`crate::training::checkpoint`]).
+    /// With `checkpoints`, the run is saved as it goes and can resume ([`crate::training::fit::checkpoint`]).
     pub async fn fine_tune<S: Store>(&self, files: ModelFiles, opts: &JobOptions, examples: &Examples,
         hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
         self.expect_f32_activations("fine-tuning")?;

@@ -104,7 +104,7 @@ impl DropoutOptions {
     pub fn plan(&self, n: u64) -> DropoutPlan {
         const SALT: u64 = 0xD209_0D70_5EED_0001;
         let state = (self.seed ^ SALT).wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let seed = (super::head::SplitMix64::new(state).next_u64() >> 32) as u32;
+        let seed = (super::rng::SplitMix64::new(state).next_u64() >> 32) as u32;
         DropoutPlan { hidden: self.hidden, attention: self.attention, classifier: self.classifier, seed }
     }
 }

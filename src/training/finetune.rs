@@ -18,19 +18,17 @@
 //!
 //! Checked against PyTorch's float64 autograd by `tests/finetune_golden.rs` (goldens: `tests/golden/finetune.py`).
 
-use super::memory::TrainingMemory;
+use super::fit::memory::TrainingMemory;
 use super::encoder::{apply_dropout, get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STREAM};
-use super::head::{argmax, SplitMix64};
+use super::loss::{argmax, mean_cross_entropy, IGNORE};
+use super::rng::SplitMix64;
 use super::pretrain::PretrainHead;
-pub use super::optim::{StepOptions, StepReport};
+use super::optim::AdamW;
 use crate::backend::{Activation, Backend};
 use crate::config::BertConfig;
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
 use crate::{Error, Result};
-
-/// The label of a token that no loss is computed for (transformers' `ignore_index`).
-pub const IGNORE: i64 = -100;
 
 /// Which of the fine-tuning shapes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,12 +82,11 @@ pub struct FineTuner<B: Backend> {
     pub encoder: Encoder<B::Tensor>,
     head: Head,
     /// AdamW's moments, one pair per trained parameter, and the number of steps taken.
-    pub(super) moments: Vec<Option<(B::Tensor, B::Tensor)>>,
-    pub(super) steps: u32,
+    pub(super) adamw: AdamW<B::Tensor>,
     /// Train only the last this many encoder layers (and the head); `None`: every parameter.
     top_layers: Option<usize>,
     /// Gradients summed over the micro-batches of the step being accumulated, and each one's loss.
-    pub(super) pending: Option<(Vec<Option<B::Tensor>>, Vec<super::optim::PendingLoss<B::Tensor>>)>,
+    pub(super) pending: Option<(Vec<Option<B::Tensor>>, Vec<super::step::PendingLoss<B::Tensor>>)>,
     /// The backend's largest tensor in bytes ([`Backend::max_tensor_bytes`]).
     max_tensor_bytes: usize,
     /// Dropout in [`Self::accumulate`]'s forwards (`None`: off, the default), and the micro-batches it has seen.
@@ -153,8 +150,8 @@ impl<B: Backend> FineTuner<B> {
             FineTuneTask::Embedding => Head::Embed,
             FineTuneTask::Pretraining => Head::Pretrain(PretrainHead::load(be, &mut enc, cfg, weights)?),
         };
-        let moments = Vec::new(); // made at a parameter's first update: a frozen one never has any
-        Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None, pending: None,
+        // Moments are made at a parameter's first update: a frozen one never has any.
+        Ok(FineTuner { encoder: enc, head, adamw: AdamW::new(), top_layers: None, pending: None,
             max_tensor_bytes: be.max_tensor_bytes(), dropout: None, micro_batches: 0 })
     }
 
@@ -550,19 +547,6 @@ impl<B: Backend> FineTuner<B> {
         }
         Ok(out)
     }
-}
-
-/// Mean softmax cross-entropy over the rows of `logits` (`classes` per row) whose target is `Some`, in f64.
-pub fn mean_cross_entropy(logits: &[f32], classes: usize, targets: impl Iterator<Item = Option<u32>>) -> f32 {
-    let (mut total, mut n) = (0f64, 0usize);
-    for (row, y) in logits.chunks_exact(classes).zip(targets) {
-        let Some(y) = y else { continue };
-        let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-        let lse = row.iter().map(|&z| (z as f64 - mx).exp()).sum::<f64>().ln() + mx;
-        total += lse - row[y as usize] as f64;
-        n += 1;
-    }
-    (total / n.max(1) as f64) as f32
 }
 
 /// MultipleNegativesRankingLoss of `n` anchor and positive vectors `(n, h)` (row-major), in f64: the loss, its

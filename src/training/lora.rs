@@ -25,7 +25,7 @@
 
 use super::encoder::{put, Param};
 use super::finetune::{FineTuneTask, FineTuner};
-use super::head::SplitMix64;
+use super::rng::SplitMix64;
 use crate::backend::Backend;
 use crate::weights::safetensors::{write_f32, F32Tensor};
 use crate::weights::HostTensor;

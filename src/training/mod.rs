@@ -1,18 +1,23 @@
-//! Training on the backend:
-//! - one loop for every trainer, [`fit`] (split, schedule, evaluation, early stopping), with [`checkpoint`]s and
-//!   resume;
-//! - fine-tuning the whole model on the BERT paper's shapes: [`encoder`] (every encoder parameter trainable, the
-//!   backward through every layer), [`finetune`] (the task heads, their losses), [`optim`] (one optimiser step),
-//!   [`rows`] (tokenized examples as the loop's trainee, evaluation, the Hugging Face folder), [`data`] (examples to
-//!   batches, as transformers' example scripts make them), [`job`] (the CLI's and `fineTune`'s whole job);
-//! - pre-training (masked LM + next-sentence prediction): [`pretrain`] (the heads on the whole encoder),
-//!   [`pretrain_data`] (a corpus to NSP pairs or segments, masked as the BERT paper does) and [`init`] (a BERT from
-//!   scratch, initialised as transformers does);
-//! - a classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
-//!   and backward, AdamW, the seeded PRNG, the head's file) and [`fit_head`], which trains one by the same loop
-//!   ([`fit::fit_loop`]) on features computed once. `Model::train_head` (in `tasks`) computes them and calls it.
+//! Training on the backend. The files, lowest first: each uses only files listed before it (tests/layout.rs checks
+//! that no folder has a circle of imports; the fine-tuner's five files below still form one, named there).
+//! - Small shared pieces: [`rng`] (the seeded PRNG of every draw), [`loss`] (cross-entropy over the rows with a
+//!   target, the ignored label, argmax), [`optim`] (AdamW, owning its moments and step count, and the step's
+//!   options: it knows no model), [`metrics`] (the tasks' own metrics: entity F1, SQuAD's, pre-training's heads').
+//! - [`fit`], the one loop of every trainer: its options and schedule, its report and hooks, checkpoints and resume,
+//!   the memory a step holds; it trains any [`fit::Trainee`].
+//! - The whole encoder fine-tuned on the BERT paper's shapes: [`encoder`] (every encoder parameter trainable, the
+//!   backward through every layer), [`lora`] (LoRA adapters on the frozen encoder, peft's files, the merge),
+//!   [`finetune`] (`FineTuner`: the task heads and their losses), [`pretrain`] (the masked-LM and NSP heads on the
+//!   whole encoder), [`step`] (one optimiser step: micro-batches accumulated, clipping, [`optim::AdamW`]; the
+//!   trained state).
+//! - Their data and their runs: [`init`] (a BERT from scratch, initialised as transformers does), [`data`]
+//!   (examples to batches, as transformers' example scripts make them), [`pretrain_data`] (a corpus to NSP pairs or
+//!   segments, masked as the BERT paper does), [`rows`] (tokenized examples as the loop's trainee, evaluation, the
+//!   Hugging Face folder), [`job`] (the CLI's and `fineTune`'s whole job).
+//! - A classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
+//!   and backward, its file) and here [`fit_head`], which trains one by the same loop ([`fit::fit_loop`]) on features
+//!   computed once. `Model::train_head` (in `tasks`) computes them and calls it.
 
-pub mod checkpoint;
 pub mod data;
 pub mod encoder;
 pub mod finetune;
@@ -20,21 +25,26 @@ pub mod fit;
 pub mod init;
 pub mod job;
 pub mod lora;
-pub mod memory;
+pub mod loss;
 pub mod metrics;
 pub mod optim;
 pub mod pretrain;
 pub mod pretrain_data;
+pub mod rng;
 pub mod rows;
+pub mod step;
 pub mod head;
 
 use crate::backend::Backend;
 use crate::heads::Pooling;
 use crate::activation::Activation;
 use crate::{Error, Result};
-use head::{AdamW, HeadSpec, SplitMix64, Trainer, TrainedHead};
-use checkpoint::{Checkpoints, NoStore};
-use optim::{StepOptions, StepReport};
+use head::{HeadSpec, Trainer, TrainedHead};
+use optim::AdamWOptions;
+use rng::SplitMix64;
+use fit::checkpoint::{Checkpoints, NoStore};
+use fit::StepReport;
+use optim::StepOptions;
 
 /// One labelled training example.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -253,7 +263,7 @@ pub async fn fit_head<B: Backend>(be: &B, features: &[Vec<f32>], labels: Vec<Str
     let x = be.input(&features.concat(), examples.len(), h)?; // (N, H)
     let spec = HeadSpec { input_size: h, hidden: opts.hidden.map(|d| (d, opts.activation)), labels: labels.clone(), pooling: opts.pooling };
     let init = spec.init(&mut SplitMix64::new(opts.seed));
-    let opt = AdamW { lr: opts.learning_rate, weight_decay: opts.weight_decay, ..AdamW::default() };
+    let opt = AdamWOptions { lr: opts.learning_rate, weight_decay: opts.weight_decay, ..AdamWOptions::default() };
     let mut trainee = FeatureTrainee { trainer: Trainer::new(be, spec.clone(), &init, opt)?, x, y, losses: Vec::new() };
     let fit_opts = fit::FitOptions {
         epochs: opts.epochs,

@@ -16,8 +16,9 @@
 //! Checked against PyTorch's autograd by `tests/pretrain_golden.rs` (golden: `tests/golden/pretrain.py`).
 
 use super::encoder::{get, put, DropoutPlan, Encoder};
-use super::finetune::{mean_cross_entropy, FineTuner, IGNORE};
-use super::head::argmax;
+use super::finetune::FineTuner;
+use super::loss::{argmax, mean_cross_entropy, IGNORE};
+use super::metrics::PretrainEval;
 use crate::activation::Activation;
 use crate::backend::Backend;
 use crate::config::BertConfig;
@@ -37,61 +38,6 @@ pub(super) struct PretrainHead {
     act: Activation,
     /// The pooler and `cls.seq_relationship`, when the checkpoint has the NSP head.
     nsp: Option<([usize; 2], [usize; 2])>,
-}
-
-/// What one batch's pre-training forward gives: the loss of each head and how many predictions were right.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PretrainEval {
-    pub mlm_loss: f32,
-    pub mlm_correct: usize,
-    pub mlm_count: usize,
-    pub nsp_loss: Option<f32>,
-    pub nsp_correct: usize,
-    /// The rows with a next-sentence label (0 without NSP).
-    pub nsp_count: usize,
-}
-
-impl PretrainEval {
-    /// `L_mlm + L_nsp`.
-    pub fn loss(&self) -> f32 {
-        self.mlm_loss + self.nsp_loss.unwrap_or(0.0)
-    }
-}
-
-/// Pre-training's part of an optimiser step's report, over its micro-batches: each head's loss as the step's loss
-/// is taken (the micro-batches' mean, so that `loss = mlm_loss + nsp_loss` up to rounding), each head's accuracy as
-/// its right predictions over all of the step's (the selected tokens for the masked LM, the rows for NSP).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PretrainStep {
-    pub mlm_loss: f32,
-    pub mlm_accuracy: f32,
-    /// `None` without next-sentence prediction.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nsp_loss: Option<f32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nsp_accuracy: Option<f32>,
-}
-
-impl PretrainStep {
-    /// The step's metrics from its micro-batches' evaluations; `None` for none.
-    pub fn of(evals: &[PretrainEval]) -> Option<PretrainStep> {
-        if evals.is_empty() {
-            return None;
-        }
-        let mean = |x: &mut dyn Iterator<Item = f32>| {
-            let (sum, n) = x.fold((0f64, 0usize), |(s, n), v| (s + v as f64, n + 1));
-            (n > 0).then(|| (sum / n as f64) as f32)
-        };
-        let ratio = |right: usize, count: usize| right as f32 / count.max(1) as f32;
-        let sum = |f: fn(&PretrainEval) -> usize| evals.iter().map(f).sum::<usize>();
-        let nsp_count = sum(|e| e.nsp_count);
-        Some(PretrainStep {
-            mlm_loss: mean(&mut evals.iter().map(|e| e.mlm_loss))?,
-            mlm_accuracy: ratio(sum(|e| e.mlm_correct), sum(|e| e.mlm_count)),
-            nsp_loss: mean(&mut evals.iter().filter_map(|e| e.nsp_loss)),
-            nsp_accuracy: (nsp_count > 0).then(|| ratio(sum(|e| e.nsp_correct), nsp_count)),
-        })
-    }
 }
 
 impl PretrainHead {
@@ -279,45 +225,5 @@ impl<B: Backend> FineTuner<B> {
         }
         enc.backward(be, batch, saved, dlast.expect("the MLM part ran"), &mut grads, None)?;
         Ok((Some(grads), eval))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::training::fit::StepProgress;
-
-    fn eval(mlm_loss: f32, mlm: (usize, usize), nsp: Option<(f32, usize, usize)>) -> PretrainEval {
-        PretrainEval { mlm_loss, mlm_correct: mlm.0, mlm_count: mlm.1, nsp_loss: nsp.map(|n| n.0),
-            nsp_correct: nsp.map_or(0, |n| n.1), nsp_count: nsp.map_or(0, |n| n.2) }
-    }
-
-    #[test]
-    fn a_steps_metrics_sum_its_micro_batches() {
-        // Losses: the micro-batches' mean, as the step's loss; accuracies: right over all predictions, so a
-        // micro-batch of 1 selected token does not weigh as much as one of 9.
-        let s = PretrainStep::of(&[eval(2.0, (1, 1), Some((0.5, 3, 4))), eval(4.0, (0, 9), Some((0.7, 1, 2)))]).unwrap();
-        assert_eq!(s, PretrainStep { mlm_loss: 3.0, mlm_accuracy: 0.1, nsp_loss: Some(0.6), nsp_accuracy: Some(4.0 / 6.0) });
-        let s = PretrainStep::of(&[eval(2.0, (3, 4), None)]).unwrap();
-        assert_eq!((s.mlm_accuracy, s.nsp_loss, s.nsp_accuracy), (0.75, None, None));
-        assert_eq!(PretrainStep::of(&[]), None);
-    }
-
-    #[test]
-    fn step_lines_carry_the_metrics_only_where_there_are_some() {
-        let base = StepProgress { epoch: 1, step: 2, total_steps: 3, loss: 0.1, learning_rate: 1e-4, pretrain: None };
-        // Fine-tuning's line, and a checkpoint's step written before the metrics were reported: as they were.
-        let old = r#"{"epoch":1,"step":2,"total_steps":3,"loss":0.1,"learning_rate":0.0001}"#;
-        assert_eq!(serde_json::to_string(&base).unwrap(), old);
-        assert_eq!(serde_json::from_str::<StepProgress>(old).unwrap(), base);
-        // Pre-training's, with and without NSP: flat keys, and back exactly (a resumed run's report).
-        for nsp in [Some((0.69, 0.5)), None] {
-            let p = StepProgress { pretrain: Some(PretrainStep { mlm_loss: 6.1, mlm_accuracy: 1.0 / 3.0,
-                nsp_loss: nsp.map(|n| n.0), nsp_accuracy: nsp.map(|n| n.1) }), ..base.clone() };
-            let line = serde_json::to_string(&p).unwrap();
-            assert!(line.contains(r#""mlm_loss":6.1,"mlm_accuracy":0.33333334"#), "{line}");
-            assert_eq!(line.contains("nsp_accuracy"), nsp.is_some(), "{line}");
-            assert_eq!(serde_json::from_str::<StepProgress>(&line).unwrap(), p);
-        }
     }
 }

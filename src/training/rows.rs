@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use super::checkpoint::{Checkpoints, Store, TraineeState};
+use super::fit::checkpoint::{Checkpoints, Store, TraineeState};
 use super::encoder::DropoutOptions;
-use super::finetune::{FineTuneTask, FineTuner, StepOptions, StepReport, Targets, IGNORE};
-use super::fit::{fit_loop, Evaluation, FitOptions, FitReport, Hooks, Metrics, Trainee};
-use super::head::argmax;
-use super::memory::TrainingMemory;
+use super::finetune::{FineTuneTask, FineTuner, Targets};
+use super::loss::{argmax, IGNORE};
+use super::optim::StepOptions;
+use super::fit::{fit_loop, Evaluation, FitOptions, FitReport, Hooks, Metrics, StepReport, Trainee};
+use super::fit::memory::TrainingMemory;
 use super::metrics;
 use crate::backend::Backend;
 use crate::tokenizer::Batch;
