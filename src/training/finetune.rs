@@ -22,6 +22,7 @@ use super::fit::memory::TrainingMemory;
 use super::encoder::{apply_dropout, get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STREAM};
 use super::loss::{argmax, mean_cross_entropy, IGNORE};
 use super::rng::SplitMix64;
+use super::metrics::PretrainEval;
 use super::pretrain::PretrainHead;
 use super::optim::AdamW;
 use crate::backend::{Activation, Backend};
@@ -77,6 +78,41 @@ enum Head {
     Pretrain(PretrainHead),
 }
 
+/// A micro-batch's loss while its step is accumulated: known already (the paths that read back on the way; with
+/// pre-training's metrics), or its logits, still on the backend, read with the step's gradient norm once the update
+/// is queued.
+pub(super) enum PendingLoss<T> {
+    Known(f32),
+    Pretrain(PretrainEval),
+    Logits { logits: T, t: usize, targets: OwnedTargets },
+}
+
+/// The [`Targets`] whose loss is taken from logits, owned until the step's read-back.
+pub(super) enum OwnedTargets {
+    Sequence(Vec<u32>),
+    Token(Vec<i64>),
+    Spans { start: Vec<u32>, end: Vec<u32> },
+}
+
+impl OwnedTargets {
+    pub(super) fn new(t: &Targets<'_>) -> Option<OwnedTargets> {
+        Some(match t {
+            Targets::Sequence(y) => OwnedTargets::Sequence(y.to_vec()),
+            Targets::Token(y) => OwnedTargets::Token(y.to_vec()),
+            Targets::Spans { start, end } => OwnedTargets::Spans { start: start.to_vec(), end: end.to_vec() },
+            Targets::Pairs { .. } | Targets::Pretrain { .. } => return None,
+        })
+    }
+
+    pub(super) fn targets(&self) -> Targets<'_> {
+        match self {
+            OwnedTargets::Sequence(y) => Targets::Sequence(y),
+            OwnedTargets::Token(y) => Targets::Token(y),
+            OwnedTargets::Spans { start, end } => Targets::Spans { start, end },
+        }
+    }
+}
+
 /// A BERT checkpoint being fine-tuned on backend `B`: the encoder, the task's head, AdamW's state.
 pub struct FineTuner<B: Backend> {
     pub encoder: Encoder<B::Tensor>,
@@ -86,7 +122,7 @@ pub struct FineTuner<B: Backend> {
     /// Train only the last this many encoder layers (and the head); `None`: every parameter.
     top_layers: Option<usize>,
     /// Gradients summed over the micro-batches of the step being accumulated, and each one's loss.
-    pub(super) pending: Option<(Vec<Option<B::Tensor>>, Vec<super::step::PendingLoss<B::Tensor>>)>,
+    pub(super) pending: Option<(Vec<Option<B::Tensor>>, Vec<PendingLoss<B::Tensor>>)>,
     /// The backend's largest tensor in bytes ([`Backend::max_tensor_bytes`]).
     max_tensor_bytes: usize,
     /// Dropout in [`Self::accumulate`]'s forwards (`None`: off, the default), and the micro-batches it has seen.
@@ -546,6 +582,37 @@ impl<B: Backend> FineTuner<B> {
             }
         }
         Ok(out)
+    }
+
+    /// Pre-training's gradients of a batch (masked-LM labels `mlm` (B*T), −100 where no loss is taken, and with the
+    /// NSP head the next-sentence labels `nsp` (B): 0 = B follows A, 1 = random; without them the masked LM alone
+    /// trains and the NSP head gets no gradient), and what the forward gave. The
+    /// logits are read back for the losses (the selected rows' (M, V), and (B, 2)); everything else stays on the
+    /// backend.
+    pub async fn pretrain_gradients(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>)
+        -> Result<(Vec<Option<B::Tensor>>, PretrainEval)> {
+        self.pretrain_gradients_with(be, batch, mlm, nsp, None).await
+    }
+
+    /// [`Self::pretrain_gradients`] of a training forward with `dropout` (`None`: none).
+    pub async fn pretrain_gradients_with(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>,
+        dropout: Option<DropoutPlan>) -> Result<(Vec<Option<B::Tensor>>, PretrainEval)> {
+        let (grads, eval) = self.pretrain_pass(be, batch, mlm, nsp, Some(dropout)).await?;
+        Ok((grads.expect("a backward pass was asked for"), eval))
+    }
+
+    /// The losses and accuracies of a batch, without gradients or dropout (evaluation).
+    pub async fn pretrain_eval(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>) -> Result<PretrainEval> {
+        self.pretrain_pass(be, batch, mlm, nsp, None).await.map(|(_, e)| e)
+    }
+
+    /// The pre-training heads' pass (checks first, then [`PretrainHead::pass`]).
+    async fn pretrain_pass(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>,
+        backward: Option<Option<DropoutPlan>>) -> Result<(Option<Vec<Option<B::Tensor>>>, PretrainEval)> {
+        let head = self.pretrain_head()?;
+        head.check_targets(batch.b, batch.t, mlm, nsp)?;
+        self.check_memory(batch.b, batch.t)?;
+        head.pass(be, &self.encoder, batch, mlm, nsp, backward).await
     }
 }
 

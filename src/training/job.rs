@@ -16,7 +16,8 @@ use super::data::{self, QaExample, TextExample, TokenExample};
 use super::finetune::{FineTuneTask, FineTuner};
 use super::fit::{FitOptions, FitReport, Hooks, Metrics};
 use super::rows::{self, Row, RowTarget};
-use super::lora::{self, LoraOptions};
+use super::lora::LoraOptions;
+use super::lora_peft;
 use super::pretrain_data::{pretrain_rows, PretrainOptions, TokenizedCorpus};
 use super::metrics::QaReference;
 use crate::backend::Backend;
@@ -292,7 +293,7 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
     let report = rows::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks,
         checkpoints).await?;
     let adapter = match opts.lora {
-        Some(_) => Some(lora::export_adapter(be, &tuner, original_config["_name_or_path"].as_str(), p.labels.as_deref()).await?),
+        Some(_) => Some(lora_peft::export_adapter(be, &tuner, original_config["_name_or_path"].as_str(), p.labels.as_deref()).await?),
         None => None,
     };
     let (config_json, safetensors) = rows::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;

@@ -1,19 +1,21 @@
 //! Training on the backend. The files, lowest first: each uses only files listed before it (tests/layout.rs checks
-//! that no folder has a circle of imports; the fine-tuner's five files below still form one, named there).
+//! that no folder has a circle of imports).
 //! - Small shared pieces: [`rng`] (the seeded PRNG of every draw), [`loss`] (cross-entropy over the rows with a
 //!   target, the ignored label, argmax), [`optim`] (AdamW, owning its moments and step count, and the step's
-//!   options: it knows no model), [`metrics`] (the tasks' own metrics: entity F1, SQuAD's, pre-training's heads').
+//!   options: it knows no model), [`params`] (a trainable tensor and the gradient list), [`metrics`] (the tasks' own
+//!   metrics: entity F1, SQuAD's, pre-training's heads'), [`init`] (a BERT from scratch, initialised as
+//!   transformers does).
 //! - [`fit`], the one loop of every trainer: its options and schedule, its report and hooks, checkpoints and resume,
 //!   the memory a step holds; it trains any [`fit::Trainee`].
-//! - The whole encoder fine-tuned on the BERT paper's shapes: [`encoder`] (every encoder parameter trainable, the
-//!   backward through every layer), [`lora`] (LoRA adapters on the frozen encoder, peft's files, the merge),
-//!   [`finetune`] (`FineTuner`: the task heads and their losses), [`pretrain`] (the masked-LM and NSP heads on the
-//!   whole encoder), [`step`] (one optimiser step: micro-batches accumulated, clipping, [`optim::AdamW`]; the
-//!   trained state).
-//! - Their data and their runs: [`init`] (a BERT from scratch, initialised as transformers does), [`data`]
-//!   (examples to batches, as transformers' example scripts make them), [`pretrain_data`] (a corpus to NSP pairs or
-//!   segments, masked as the BERT paper does), [`rows`] (tokenized examples as the loop's trainee, evaluation, the
-//!   Hugging Face folder), [`job`] (the CLI's and `fineTune`'s whole job).
+//! - The whole encoder fine-tuned on the BERT paper's shapes: [`lora`] (LoRA adapters: their forward and
+//!   backward), [`encoder`] (every encoder parameter trainable, the backward through every layer), [`pretrain`] (the
+//!   masked-LM and NSP heads on the encoder's output), [`finetune`] (`FineTuner`: the task heads and their losses),
+//!   [`step`] (one optimiser step: micro-batches accumulated, clipping, [`optim::AdamW`]; the trained state),
+//!   [`lora_peft`] (LoRA on a `FineTuner` as peft does it: the adapters set, exported, merged).
+//! - Their data and their runs: [`data`] (examples to batches, as transformers' example scripts make them),
+//!   [`pretrain_data`] (a corpus to NSP pairs or segments, masked as the BERT paper does), [`rows`] (tokenized
+//!   examples as the loop's trainee, evaluation, the Hugging Face folder), [`job`] (the CLI's and `fineTune`'s
+//!   whole job).
 //! - A classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
 //!   and backward, its file) and here [`fit_head`], which trains one by the same loop ([`fit::fit_loop`]) on features
 //!   computed once. `Model::train_head` (in `tasks`) computes them and calls it.
@@ -25,9 +27,11 @@ pub mod fit;
 pub mod init;
 pub mod job;
 pub mod lora;
+pub mod lora_peft;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
+pub mod params;
 pub mod pretrain;
 pub mod pretrain_data;
 pub mod rng;

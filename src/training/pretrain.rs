@@ -15,8 +15,8 @@
 //! dx's rows S; NSP as the sequence classifier (dn → Wn, bn → tanh → Wp, bp → dcls into the rows b·T).
 //! Checked against PyTorch's autograd by `tests/pretrain_golden.rs` (golden: `tests/golden/pretrain.py`).
 
-use super::encoder::{get, put, DropoutPlan, Encoder};
-use super::finetune::FineTuner;
+use super::encoder::{get, DropoutPlan, Encoder};
+use super::params::put;
 use super::loss::{argmax, mean_cross_entropy, IGNORE};
 use super::metrics::PretrainEval;
 use crate::activation::Activation;
@@ -121,38 +121,14 @@ fn selected(mlm: &[i64], vocab: usize) -> Result<(Vec<u32>, Vec<u32>)> {
     Ok((rows, labels))
 }
 
-impl<B: Backend> FineTuner<B> {
-    /// Pre-training's gradients of a batch (masked-LM labels `mlm` (B*T), −100 where no loss is taken, and with the
-    /// NSP head the next-sentence labels `nsp` (B): 0 = B follows A, 1 = random; without them the masked LM alone
-    /// trains and the NSP head gets no gradient), and what the forward gave. The
-    /// logits are read back for the losses (the selected rows' (M, V), and (B, 2)); everything else stays on the
-    /// backend.
-    pub async fn pretrain_gradients(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>)
-        -> Result<(Vec<Option<B::Tensor>>, PretrainEval)> {
-        self.pretrain_gradients_with(be, batch, mlm, nsp, None).await
-    }
-
-    /// [`Self::pretrain_gradients`] of a training forward with `dropout` (`None`: none).
-    pub async fn pretrain_gradients_with(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>,
-        dropout: Option<DropoutPlan>) -> Result<(Vec<Option<B::Tensor>>, PretrainEval)> {
-        let (grads, eval) = self.pretrain_pass(be, batch, mlm, nsp, Some(dropout)).await?;
-        Ok((grads.expect("a backward pass was asked for"), eval))
-    }
-
-    /// The losses and accuracies of a batch, without gradients or dropout (evaluation).
-    pub async fn pretrain_eval(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>) -> Result<PretrainEval> {
-        self.pretrain_pass(be, batch, mlm, nsp, None).await.map(|(_, e)| e)
-    }
-
-    /// The forward, and with `backward: Some(dropout)` the backward.
-    async fn pretrain_pass(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>,
-        backward: Option<Option<DropoutPlan>>) -> Result<(Option<Vec<Option<B::Tensor>>>, PretrainEval)> {
-        let head = self.pretrain_head()?;
-        let (b, t) = (batch.b, batch.t);
+impl PretrainHead {
+    /// Refuses labels that do not fit a batch of `b` × `t` tokens or this head: masked-LM labels `mlm` (B*T), and
+    /// next-sentence labels `nsp` (B) only with the NSP head.
+    pub(super) fn check_targets(&self, b: usize, t: usize, mlm: &[i64], nsp: Option<&[u32]>) -> Result<()> {
         if mlm.len() != b * t {
             return Err(Error::Input(format!("{} masked-LM labels for a batch of {b} × {t} tokens", mlm.len())));
         }
-        match (head.nsp.is_some(), nsp) {
+        match (self.nsp.is_some(), nsp) {
             (true, Some(y)) if y.len() != b => {
                 return Err(Error::Input(format!("{} next-sentence labels for a batch of {b}", y.len())))
             }
@@ -166,9 +142,17 @@ impl<B: Backend> FineTuner<B> {
             }
             _ => {}
         }
-        self.check_memory(b, t)?;
-        let enc = &self.encoder;
-        let vocab = enc.params[head.word].rows;
+        Ok(())
+    }
+
+    /// The heads' forward on the encoder `enc`'s output for `batch` (its targets checked: [`Self::check_targets`]),
+    /// the logits read back for the losses (the selected rows' (M, V), and (B, 2)), and with `backward: Some(dropout)`
+    /// the backward through the heads and the encoder; everything else stays on the backend.
+    pub(super) async fn pass<B: Backend>(&self, be: &B, enc: &Encoder<B::Tensor>, batch: &Batch, mlm: &[i64],
+        nsp: Option<&[u32]>, backward: Option<Option<DropoutPlan>>)
+        -> Result<(Option<Vec<Option<B::Tensor>>>, PretrainEval)> {
+        let (b, t) = (batch.b, batch.t);
+        let vocab = enc.params[self.word].rows;
         let (rows, labels) = selected(mlm, vocab)?;
         let (last, saved) = enc.forward(be, batch, backward.flatten())?;
         let backward = backward.is_some();
@@ -177,10 +161,10 @@ impl<B: Backend> FineTuner<B> {
 
         // Masked LM on the selected rows.
         let xs = be.gather_rows(&last, &rows)?; // (M, H)
-        let a = enc.linear(be, &xs, head.transform[0], head.transform[1])?; // (M, H)
-        let u = be.activation(&a, head.act)?;
-        let hn = be.layernorm(&u, None, enc.t(head.ln[0]), enc.t(head.ln[1]), eps)?;
-        let z = be.linear(&hn, enc.t(head.word), Some(enc.t(head.bias)), Activation::None)?; // (M, V)
+        let a = enc.linear(be, &xs, self.transform[0], self.transform[1])?; // (M, H)
+        let u = be.activation(&a, self.act)?;
+        let hn = be.layernorm(&u, None, enc.t(self.ln[0]), enc.t(self.ln[1]), eps)?;
+        let z = be.linear(&hn, enc.t(self.word), Some(enc.t(self.bias)), Activation::None)?; // (M, V)
         let zh = be.read(&z).await?;
         let mut eval = PretrainEval {
             mlm_loss: mean_cross_entropy(&zh, vocab, labels.iter().map(|&l| Some(l))),
@@ -191,17 +175,17 @@ impl<B: Backend> FineTuner<B> {
         let mut dlast = None;
         if backward {
             let dz = be.softmax_xent_grad(&z, &labels)?; // (M, V), already / M
-            let dh = enc.linear_backward(be, &dz, &hn, head.word, head.bias, &mut grads)?; // dE += dzᵀ·h
-            let (du, dg, dbeta) = be.layernorm_backward(&dh, &u, enc.t(head.ln[0]), eps)?;
-            put(be, &mut grads, head.ln[0], dg)?;
-            put(be, &mut grads, head.ln[1], dbeta)?;
-            let da = be.activation_grad(&du, &a, head.act)?;
-            let dxs = enc.linear_backward(be, &da, &xs, head.transform[0], head.transform[1], &mut grads)?;
+            let dh = enc.linear_backward(be, &dz, &hn, self.word, self.bias, &mut grads)?; // dE += dzᵀ·h
+            let (du, dg, dbeta) = be.layernorm_backward(&dh, &u, enc.t(self.ln[0]), eps)?;
+            put(be, &mut grads, self.ln[0], dg)?;
+            put(be, &mut grads, self.ln[1], dbeta)?;
+            let da = be.activation_grad(&du, &a, self.act)?;
+            let dxs = enc.linear_backward(be, &da, &xs, self.transform[0], self.transform[1], &mut grads)?;
             dlast = Some(be.scatter_rows(&dxs, &rows, b * t)?);
         }
 
         // Next-sentence prediction on the pooled [CLS].
-        if let (Some((pool, sr)), Some(y)) = (head.nsp, nsp) {
+        if let (Some((pool, sr)), Some(y)) = (self.nsp, nsp) {
             let cls_rows: Vec<u32> = (0..b).map(|i| (i * t) as u32).collect();
             let cls = be.gather_rows(&last, &cls_rows)?; // (B, H)
             let zp = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::None)?;

@@ -315,7 +315,7 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
         obj.insert("id2label".into(), serde_json::json!(id2label));
         obj.insert("label2id".into(), serde_json::json!(label2id));
     }
-    let named = super::lora::merged(be, tuner).await?; // LoRA adapters folded in, if any
+    let named = super::lora_peft::merged(be, tuner).await?; // LoRA adapters folded in, if any
     let shapes = tuner.shapes();
     let tensors: Vec<F32Tensor<'_>> = named
         .iter()

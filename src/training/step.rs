@@ -4,47 +4,12 @@
 
 use super::fit::checkpoint::TraineeState;
 use super::fit::StepReport;
-use super::finetune::{FineTuner, Targets};
+use super::finetune::{FineTuner, OwnedTargets, PendingLoss, Targets};
 use super::optim::{AdamW, StepOptions};
 use super::metrics::{PretrainEval, PretrainStep};
 use crate::backend::{AdamWStep, Backend};
 use crate::tokenizer::Batch;
 use crate::{Error, Result};
-
-/// A micro-batch's loss while its step is accumulated: known already (the paths that read back on the way; with
-/// pre-training's metrics), or its logits, still on the backend, read with the step's gradient norm once the update
-/// is queued.
-pub(super) enum PendingLoss<T> {
-    Known(f32),
-    Pretrain(PretrainEval),
-    Logits { logits: T, t: usize, targets: OwnedTargets },
-}
-
-/// The [`Targets`] whose loss is taken from logits, owned until the step's read-back.
-pub(super) enum OwnedTargets {
-    Sequence(Vec<u32>),
-    Token(Vec<i64>),
-    Spans { start: Vec<u32>, end: Vec<u32> },
-}
-
-impl OwnedTargets {
-    fn new(t: &Targets<'_>) -> Option<OwnedTargets> {
-        Some(match t {
-            Targets::Sequence(y) => OwnedTargets::Sequence(y.to_vec()),
-            Targets::Token(y) => OwnedTargets::Token(y.to_vec()),
-            Targets::Spans { start, end } => OwnedTargets::Spans { start: start.to_vec(), end: end.to_vec() },
-            Targets::Pairs { .. } | Targets::Pretrain { .. } => return None,
-        })
-    }
-
-    fn targets(&self) -> Targets<'_> {
-        match self {
-            OwnedTargets::Sequence(y) => Targets::Sequence(y),
-            OwnedTargets::Token(y) => Targets::Token(y),
-            OwnedTargets::Spans { start, end } => Targets::Spans { start, end },
-        }
-    }
-}
 
 impl<B: Backend> FineTuner<B> {
     /// One optimiser step on a batch: forward, backward, clipping, AdamW ([`Self::accumulate`] then
