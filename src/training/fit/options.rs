@@ -89,5 +89,40 @@ pub(super) fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
     if !(0.0..1.0).contains(&o.warmup) {
         return Err(Error::Input(format!("warm-up must be a fraction in [0, 1), got {}", o.warmup)));
     }
-    super::super::check_schedule(o.epochs, o.batch_size, o.learning_rate, o.weight_decay, o.validation_split, rows)
+    check_schedule(o.epochs, o.batch_size, o.learning_rate, o.weight_decay, o.validation_split, rows)
+}
+
+/// ⌈fraction · n⌉ (held-out examples, warm-up steps), the fraction read as the decimal it was written as (0.3 as an
+/// f32 is 0.300000012: 10 examples hold out 3, not 4).
+pub(crate) fn ceil_fraction(fraction: f32, n: usize) -> usize {
+    (fraction as f64 * n as f64 - 1e-6).ceil().max(0.0) as usize
+}
+
+/// The checks of every training loop's options (`trainHead`'s and fine-tuning's): at least one epoch and one
+/// example per batch, a positive learning rate, a weight decay ≥ 0, and a validation split in [0, 1) that leaves
+/// some of the `examples` to train on.
+pub(crate) fn check_schedule(epochs: usize, batch_size: usize, learning_rate: f32, weight_decay: f32,
+    validation_split: f32, examples: usize) -> Result<()> {
+    if epochs == 0 {
+        return Err(Error::Input("epochs must be at least 1".into()));
+    }
+    if batch_size == 0 {
+        return Err(Error::Input("batch size must be at least 1".into()));
+    }
+    if !(learning_rate.is_finite() && learning_rate > 0.0) {
+        return Err(Error::Input(format!("learning rate must be a positive number, got {learning_rate}")));
+    }
+    if !(weight_decay.is_finite() && weight_decay >= 0.0) {
+        return Err(Error::Input(format!("weight decay must be ≥ 0, got {weight_decay}")));
+    }
+    if !(0.0..1.0).contains(&validation_split) {
+        return Err(Error::Input(format!("validation split must be a fraction in [0, 1), got {validation_split}")));
+    }
+    if examples < 2 && validation_split > 0.0 || ceil_fraction(validation_split, examples) >= examples {
+        return Err(Error::Input(format!(
+            "{examples} examples leave none to train on after a validation split of {validation_split}; add examples \
+             or lower the split"
+        )));
+    }
+    Ok(())
 }

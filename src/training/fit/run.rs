@@ -3,10 +3,9 @@
 
 use super::checkpoint::{self, Checkpoints, LoopState, Store, TraineeState};
 use super::memory::TrainingMemory;
-use super::options::{check_options, FitOptions, Schedule};
+use super::options::{ceil_fraction, check_options, FitOptions, Schedule};
 use super::report::{CheckpointEvent, EpochMetrics, Evaluation, FitReport, Hooks, Progress, StepProgress, StepReport};
 use crate::backend::Backend;
-use crate::training::ceil_fraction;
 use crate::training::optim::StepOptions;
 use crate::training::rng::SplitMix64;
 use crate::{Error, Result};
