@@ -47,13 +47,13 @@ pub enum FineTuneTask {
 pub enum Targets<'a> {
     /// A class per sequence (B).
     Sequence(&'a [u32]),
-    /// A class per token (B*T), [`IGNORE`] where no loss is taken (special tokens, later pieces of a word, padding).
+    /// A class per token (B*T), [`super::loss::IGNORE`] where no loss is taken (special tokens, later pieces of a word, padding).
     Token(&'a [i64]),
     /// Start and end token of each sequence's answer (B each).
     Spans { start: &'a [u32], end: &'a [u32] },
     /// Embedding pairs: the batch holds the anchors, this one their positives (row i of each is a pair).
     Pairs { positives: &'a Batch },
-    /// Pre-training: masked-LM labels (B*T, [`IGNORE`] where no loss is taken) and, with the NSP head, the
+    /// Pre-training: masked-LM labels (B*T, [`super::loss::IGNORE`] where no loss is taken) and, with the NSP head, the
     /// next-sentence labels (B; 0: B follows A, 1: B is random).
     Pretrain { mlm: &'a [i64], nsp: Option<&'a [u32]> },
 }

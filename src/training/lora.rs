@@ -15,7 +15,7 @@
 //! so the zero blocks are never parameters and never train.
 //!
 //! A starts as peft's `init_lora_weights=True`: `kaiming_uniform_(a=√5)`, i.e. U(−1/√in, 1/√in), here from the
-//! seeded [`SplitMix64`]; B starts at zero, so the model starts as the checkpoint. Trained: the adapters and the
+//! seeded [`super::rng::SplitMix64`]; B starts at zero, so the model starts as the checkpoint. Trained: the adapters and the
 //! head's last linear (the classifier, or `qa_outputs`); frozen, without gradients or AdamW moments: everything else,
 //! the pooler included (peft's `modules_to_save` for SEQ_CLS is the classifier alone).
 //!

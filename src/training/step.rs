@@ -144,7 +144,7 @@ impl<B: Backend> FineTuner<B> {
         Ok(())
     }
 
-    /// What a checkpoint holds of the fine-tuner ([`super::checkpoint`]): every trained parameter with AdamW's two
+    /// What a checkpoint holds of the fine-tuner ([`super::fit::checkpoint`]): every trained parameter with AdamW's two
     /// moments, under the parameter's first name, AdamW's step count, and the micro-batches dropout has seen.
     pub async fn train_state(&self, be: &B) -> Result<TraineeState> {
         if self.pending.is_some() {

@@ -6,6 +6,10 @@
 //! `Error` with our message. A panic is logged by `console_error_panic_hook` and reported to the listener JS
 //! registered ([`set_panic_listener`]), which rejects the call in flight (a trap inside a suspended future would
 //! otherwise leave its promise pending forever) and makes the wrapper instantiate a fresh module for the next load.
+//!
+//! Here `load` and the tasks; beside them `train.rs` (`trainHead`, `fineTune`), `pretrain.rs` (`pretrain`),
+//! `tokenizer.rs` (`trainTokenizer`, `initialModel`), `stream.rs` (the weights file as it downloads) and `tune.rs`
+//! (the GPU kernels' calibration).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -13,8 +13,8 @@
 //!
 //! One file per op family: [`matmul`] (linear + activation epilogue), [`norm`] (embeddings, LayerNorm),
 //! [`attention`], [`pool`] (mask, mean pooling, row gather), [`train`] (the head-training ops).
-//! Below them, shared by the kernels and importing none: [`simd`] (the four-lane vector type), [`scratch`] (per-thread
-//! scratch that a kernel borrows and the pool frees), and [`fastmath`].
+//! Below them, shared by the kernels and importing none: `simd.rs` (the four-lane vector type), `scratch.rs`
+//! (per-thread scratch that a kernel borrows and the pool frees), and [`fastmath`].
 
 pub mod attention;
 pub mod fastmath;

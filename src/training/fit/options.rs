@@ -37,7 +37,7 @@ pub struct FitOptions {
     /// (transformers' `max_steps`); `None`: `epochs` whole epochs.
     pub max_steps: Option<usize>,
     /// After each epoch, evaluate every training row as well (its loss and accuracy replace the mean of the steps'
-    /// losses in [`EpochMetrics`]): cheap where the features are cached, as `trainHead`'s are.
+    /// losses in [`super::EpochMetrics`]): cheap where the features are cached, as `trainHead`'s are.
     pub evaluate_train: bool,
 }
 

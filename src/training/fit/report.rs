@@ -33,7 +33,7 @@ pub struct StepProgress {
 /// After each epoch: the mean training loss of its steps, and on the validation rows the loss and the accuracy
 /// (classes of sequences, of labelled tokens, windows whose answer start and end both match, or anchors whose own
 /// positive scores highest among their batch's), and the task's own metric where [`Metrics`] allows it:
-/// entity-level F1 for token classification, SQuAD's exact match and F1 (over examples) for QA ([`super::metrics`]).
+/// entity-level F1 for token classification, SQuAD's exact match and F1 (over examples) for QA ([`crate::training::metrics`]).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EpochMetrics {
     pub epoch: usize,
@@ -70,7 +70,7 @@ pub struct Evaluation {
     pub nsp_accuracy: Option<f32>,
 }
 
-/// What [`fit`] did.
+/// What [`super::fit_loop`] did.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FitReport {
     pub steps: Vec<StepProgress>,
@@ -85,7 +85,7 @@ pub enum Progress<'a> {
     Epoch(&'a EpochMetrics),
     /// A checkpoint was saved, or the run resumed from one (see [`CheckpointEvent`]).
     Checkpoint(&'a CheckpointEvent),
-    /// Before the first step: what training will hold besides the model ([`Trainee::memory`]).
+    /// Before the first step: what training will hold besides the model ([`super::Trainee::memory`]).
     Memory(&'a TrainingMemory),
 }
 
@@ -103,7 +103,7 @@ pub struct CheckpointEvent {
     pub bytes: Option<usize>,
 }
 
-/// What [`fit`] calls as it goes. A closure `FnMut(Progress)` is the simplest one.
+/// What [`super::fit_loop`] calls as it goes. A closure `FnMut(Progress)` is the simplest one.
 pub trait Hooks {
     /// After each optimiser step and each epoch. An error stops fitting and is returned (a cancel button).
     fn progress(&mut self, p: Progress<'_>) -> Result<()>;

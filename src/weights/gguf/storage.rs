@@ -1,5 +1,5 @@
 //! How each tensor of a BERT GGUF is stored for a `--dtype`: the rule the writer ([`super::bert::write_bert`]) applies
-//! and the converter ([`super::convert`]) reports, apart from both so that neither imports the other for it.
+//! and the converter (`convert.rs`) reports, apart from both so that neither imports the other for it.
 
 use crate::dtype::{Dtype, QK};
 use crate::weights::{quant, HostData, HostTensor};
