@@ -2,7 +2,7 @@
 stderr progress line timestamped as it arrives. A step's time is the gap between two step lines with no checkpoint
 between them; a checkpoint's is the gap between the step line before it and its `saved` line (reading the state
 back, the safetensors and SHA-256, writing and syncing the files, the rename). The overhead at the default interval
-(src/training/checkpoint.rs DEFAULT_EVERY) is one checkpoint's time over that many steps' time.
+(src/training/fit/checkpoint.rs DEFAULT_EVERY) is one checkpoint's time over that many steps' time.
 
     cargo build --release --locked --bin bertgpu
     python3 bench/checkpoint_cost.py [MODEL_DIR ...] [--data FILE.jsonl] [--batch-size 16] [--steps 24] [--every 2]
@@ -21,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("BERTGPU_BIN", os.path.join(ROOT, "target/release/bertgpu"))
 DEFAULT_EVERY = int(re.search(r"pub const DEFAULT_EVERY: usize = (\d+);",
-                              open(os.path.join(ROOT, "src/training/checkpoint.rs")).read()).group(1))
+                              open(os.path.join(ROOT, "src/training/fit/checkpoint.rs")).read()).group(1))
 
 ap = argparse.ArgumentParser()
 ap.add_argument("models", nargs="*", default=["models/all-MiniLM-L6-v2", "tests/models/tiny-classifier"])

@@ -138,7 +138,7 @@ def collate(features, pad_id):
     return batch
 
 
-# ---- PyTorch fine-tuning: the recipe bertgpu implements (src/training/fit.rs) -------------------------------------
+# ---- PyTorch fine-tuning: the recipe bertgpu implements (src/training/fit/) -------------------------------------
 
 def torch_finetune(seed):
     torch.manual_seed(seed)

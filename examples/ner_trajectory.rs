@@ -21,9 +21,10 @@ use std::path::PathBuf;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::loader::{self, LoadOptions, ModelSource};
-use bertgpu::training::finetune::{FineTuneTask, FineTuner, StepOptions};
-use bertgpu::training::fit::{self, RowBatch, RowTarget};
-use bertgpu::training::head::SplitMix64;
+use bertgpu::training::finetune::{FineTuneTask, FineTuner};
+use bertgpu::training::optim::StepOptions;
+use bertgpu::training::rows::{self, RowBatch, RowTarget};
+use bertgpu::training::rng::SplitMix64;
 use bertgpu::training::job::{self, Examples, JobTask};
 use serde_json::json;
 
@@ -117,7 +118,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(out.join("steps.json"), serde_json::to_string(&log)?)?;
     if args.iter().any(|a| a == "--export") {
         let original: serde_json::Value = serde_json::from_slice(&std::fs::read(model.join("config.json"))?)?;
-        let (config_json, st) = pollster::block_on(fit::export_folder(&be, &tuner, &original, Some(&labels)))?;
+        let (config_json, st) = pollster::block_on(rows::export_folder(&be, &tuner, &original, Some(&labels)))?;
         std::fs::write(out.join("config.json"), config_json)?;
         std::fs::write(out.join("model.safetensors"), st)?;
     }

@@ -17,7 +17,8 @@ use bertgpu::backend::gpu::{GpuBackend, Tuning, Workload};
 use bertgpu::backend::{Backend, Dtype};
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::{Batch, Tokenizer};
-use bertgpu::training::finetune::{FineTuneTask, FineTuner, StepOptions, Targets};
+use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
+use bertgpu::training::optim::StepOptions;
 use bertgpu::weights::Weights;
 
 const TEXT: &str = "The quick brown fox jumps over the lazy dog while the five boxing wizards jump quickly, and a \

@@ -139,46 +139,51 @@ fn attn_bwd_softmax(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
     }
 }
 
+// The element of a head's (T, d) block that an invocation of attn_bwd_queries or attn_bwd_keys owns: row `row`
+// (query i or key j), column c of head h = wid.y of sequence b = wid.z; `inside` is false past the block's end.
+struct Cell {
+    b: u32,
+    h: u32,
+    row: u32,
+    c: u32,
+    inside: bool,
+}
+
+fn cell_of(gid: vec3<u32>, wid: vec3<u32>) -> Cell {
+    let d = p.head_dim;
+    return Cell(wid.z, wid.y, gid.x / d, gid.x % d, gid.x < p.seq * d);
+}
+
 @compute @workgroup_size(WG)
 fn attn_bwd_queries(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let T = p.seq;
-    let d = p.head_dim;
-    let b = wid.z;
-    let h = wid.y;
-    if gid.x >= T * d {
+    let q = cell_of(gid, wid);
+    if !q.inside {
         return;
     }
-    let i = gid.x / d;
-    let c = gid.x % d;
-    let sb = row_of(b, h, i);
+    let sb = row_of(q.b, q.h, q.row);
     var acc = 0.0;
-    for (var j = 0u; j < T; j++) {
-        acc += dsc[sb + j] * qkv[head_at(b, j, 1u, h) + c];
+    for (var j = 0u; j < p.seq; j++) {
+        acc += dsc[sb + j] * qkv[head_at(q.b, j, 1u, q.h) + q.c];
     }
-    dqkv[head_at(b, i, 0u, h) + c] = acc;
+    dqkv[head_at(q.b, q.row, 0u, q.h) + q.c] = acc;
 }
 
 @compute @workgroup_size(WG)
 fn attn_bwd_keys(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let T = p.seq;
-    let d = p.head_dim;
-    let b = wid.z;
-    let h = wid.y;
-    if gid.x >= T * d {
+    let k = cell_of(gid, wid);
+    if !k.inside {
         return;
     }
-    let j = gid.x / d;
-    let c = gid.x % d;
     var dk = 0.0;
     var dv = 0.0;
-    if mask[b * T + j] != 0.0 {
-        for (var i = 0u; i < T; i++) {
-            let s = row_of(b, h, i) + j;
-            dk += dsc[s] * qkv[head_at(b, i, 0u, h) + c];
-            dv += probs[s] * dctx[(b * T + i) * p.hidden + h * d + c];
+    if mask[k.b * p.seq + k.row] != 0.0 {
+        for (var i = 0u; i < p.seq; i++) {
+            let s = row_of(k.b, k.h, i) + k.row;
+            dk += dsc[s] * qkv[head_at(k.b, i, 0u, k.h) + k.c];
+            dv += probs[s] * dctx[(k.b * p.seq + i) * p.hidden + k.h * p.head_dim + k.c];
         }
     }
-    let kb = head_at(b, j, 1u, h);
-    dqkv[kb + c] = dk;
-    dqkv[kb + p.hidden + c] = dv;
+    let kb = head_at(k.b, k.row, 1u, k.h);
+    dqkv[kb + k.c] = dk;
+    dqkv[kb + p.hidden + k.c] = dv;
 }

@@ -20,6 +20,7 @@
 // torch.nn.utils.clip_grad_norm_ does).
 
 #include "lib/activations.wgsl"
+#include "lib/workgroup_2d.wgsl"
 
 struct Params {
     m: u32,
@@ -40,11 +41,8 @@ struct Params {
     _pad2: u32,
 }
 
-// Workgroup size of the elementwise entry points, and the workgroup shape of matmul_t (the host keeps
-// WG_X·WG_Y within the adapter's invocation limit).
+// Workgroup size of the elementwise entry points (matmul_t's shape is lib/workgroup_2d.wgsl's).
 override WG: u32 = 64u;
-override WG_X: u32 = 8u;
-override WG_Y: u32 = 8u;
 // matmul_t's run length along K (see there).
 const KC: u32 = 32u;
 
@@ -89,13 +87,14 @@ fn matmul_t(@builtin(global_invocation_id) gid: vec3<u32>) {
     let c = vec4<u32>(c0, c0 + 1u, c0 + 2u, c0 + 3u);
     let bc0 = min(c, vec4<u32>(p.n - 1u)) * sb_c;
     let bc1 = min(c + 4u, vec4<u32>(p.n - 1u)) * sb_c;
-    var acc0 = vec4<f32>(0.0);  // row r0, columns c0..c0+4
+    // Row r0 + i's outputs: accI for columns c0..c0+4, bccI for columns c0+4..c0+8.
+    var acc0 = vec4<f32>(0.0);
+    var bcc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
-    var bcc0 = vec4<f32>(0.0);  // row r0, columns c0+4..c0+8
     var bcc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
     var bcc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
     var bcc3 = vec4<f32>(0.0);
     var ao = 0u;  // l·sa_k
     var bo = 0u;  // l·sb_k

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::config::BertConfig;
 use crate::tokenizer::Tokenizer;
 use crate::weights::gguf::BertGguf;
-use crate::weights::safetensors::ByteSource;
+use crate::weights::bytes::ByteSource;
 use crate::weights::Weights;
 use crate::{Error, Result};
 
@@ -37,7 +37,7 @@ pub struct ModelFiles {
 /// A folder's `model.safetensors`.
 pub enum WeightsFile {
     /// Its bytes (a `Vec<u8>`), or wherever they are (in the browser, the JS bytes it was downloaded into), read a
-    /// tensor at a time ([`crate::weights::safetensors::ByteSource`]).
+    /// tensor at a time ([`crate::weights::bytes::ByteSource`]).
     Bytes(Box<dyn ByteSource>),
     /// Read already, as it downloaded ([`crate::weights::stream`]).
     Read(Weights),

@@ -209,7 +209,7 @@ fn the_mode_halves_the_activations_memory() {
 /// key and choice).
 #[test]
 fn calibration_times_the_f16_kernels() {
-    use bertgpu::backend::gpu::{tune, Workload};
+    use bertgpu::backend::gpu::{calibration as tune, Workload};
     let Some(g) = gpu() else { return };
     let f32_work = Workload { hidden: 32, intermediate: 64, heads: 4, batch: 2, seq: 8, dtype: Dtype::F32, f16_activations: false };
     let work = Workload { f16_activations: true, ..f32_work };

@@ -70,7 +70,7 @@ fn fine_tune_writes_a_folder_that_classifies_what_it_learned() {
 }
 
 /// `--patience N`: training stops N epochs after the lowest validation loss, and the model written is that epoch's
-/// (the loop's own test, src/training/fit.rs, checks that the parameters are restored; this one the CLI's wiring).
+/// (the loop's own test, src/training/fit/tests.rs, checks that the parameters are restored; this one the CLI's wiring).
 #[test]
 fn early_stopping_stops_after_patience_and_reports_the_best_epoch() {
     let dir = tmp("patience");

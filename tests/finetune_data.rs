@@ -11,7 +11,7 @@ use bertgpu::training::data::{
     parse_jsonl, qa_batch, sequence_batch, sequence_label_list, token_batch, token_label_list, QaAnswers, QaExample,
     TextExample, TokenExample, QA_DOC_STRIDE, QA_MAX_LENGTH,
 };
-use bertgpu::training::finetune::IGNORE;
+use bertgpu::training::loss::IGNORE;
 use bertgpu::Error;
 use serde_json::Value;
 

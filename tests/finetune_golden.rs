@@ -11,7 +11,8 @@ use bertgpu::backend::gpu::{MatmulKernel, MatmulVariant, Tuning};
 use bertgpu::backend::Backend;
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
-use bertgpu::training::finetune::{FineTuneTask, FineTuner, StepOptions, Targets};
+use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
+use bertgpu::training::optim::StepOptions;
 use bertgpu::weights::Weights;
 use serde_json::Value;
 

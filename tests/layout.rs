@@ -4,6 +4,8 @@
 //!    `error, dtype, activation` (and the unit tests' `testutil`) ← `sentence` ← `config, tokenizer` ← `weights` ← `backend, loader` ← `model` ← `heads` ←
 //!    `training` ← `tasks` ← `engine` ← `wasm, fuzzing` (and `src/bin/`, which sees only the public API).
 //! 2. No file in src/ is over [`MAX_LINES`] lines.
+//! 3. Inside each folder too, the files (and sub-folders) form layers: no circle of imports among them (a folder's
+//!    mod.rs, which declares its files and holds what they share, is its door, not one of them).
 //!
 //! A new top-level module must be given a layer here (and a line in docs/ARCHITECTURE.md), or this test fails.
 
@@ -165,4 +167,255 @@ fn no_source_file_is_over_the_line_limit() {
         })
         .collect();
     assert!(long.is_empty(), "files over {MAX_LINES} lines (split them by job):\n{}", long.join("\n"));
+}
+
+/// A module's path from the crate root: `src/training/fit/tests.rs` → `training::fit::tests`, `src/weights/gguf/mod.rs`
+/// → `weights::gguf`.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_str().unwrap().to_string()).collect();
+    let last = parts.pop().unwrap();
+    if last != "mod.rs" {
+        parts.push(last.trim_end_matches(".rs").to_string());
+    }
+    parts
+}
+
+/// Every path a file's code names from `crate::`, `super::` or `self::`, resolved to a path from the crate root, with
+/// `{a, b::c}` groups expanded (over several lines too). Comments are skipped. `super::` inside a file's inline
+/// `mod tests` resolves as if it were in the file itself: the tests' `use super::*` then names the file's own parent,
+/// which names no sibling and adds no edge.
+fn resolved_paths(source: &str, module: &[String]) -> Vec<Vec<String>> {
+    let code: String = source
+        .lines()
+        .map(|line| match line.find("//") {
+            Some(i) => &line[..i],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let bytes = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < code.len() {
+        let rest = &code[i..];
+        let start = ["crate::", "super::", "self::"].iter().find(|p| rest.starts_with(**p));
+        let boundary = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':');
+        let Some(start) = start.filter(|_| boundary) else {
+            i += rest.chars().next().unwrap().len_utf8();
+            continue;
+        };
+        // The path's text: identifiers, `::`, and brace groups (balanced), up to the first other character.
+        let mut end = i;
+        let mut depth = 0;
+        for (j, c) in code[i..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => break,
+                '}' => depth -= 1,
+                c if depth > 0 || c.is_alphanumeric() || c == '_' || c == ':' || c == '$' => {}
+                _ => {
+                    end = i + j;
+                    break;
+                }
+            }
+            end = i + j + c.len_utf8();
+        }
+        for path in expand(&code[i..end]) {
+            let mut segs: Vec<&str> = path.split("::").map(str::trim).filter(|s| !s.is_empty()).collect();
+            let mut base: Vec<String> = match *start {
+                "crate::" => {
+                    segs.remove(0);
+                    Vec::new()
+                }
+                _ => module.to_vec(),
+            };
+            while let Some(&s) = segs.first() {
+                match s {
+                    "super" => {
+                        base.pop();
+                    }
+                    "self" => {}
+                    _ => break,
+                }
+                segs.remove(0);
+            }
+            base.extend(segs.iter().map(|s| s.to_string()));
+            out.push(base);
+        }
+        i = end.max(i + start.len());
+    }
+    out
+}
+
+/// `a::{b, c::{d, e}}` → `a::b`, `a::c::d`, `a::c::e`.
+fn expand(path: &str) -> Vec<String> {
+    let Some(open) = path.find('{') else { return vec![path.to_string()] };
+    let prefix = &path[..open];
+    let inner = path[open + 1..].trim_end();
+    let inner = inner.strip_suffix('}').unwrap_or(inner);
+    let (mut items, mut depth, mut cur) = (Vec::new(), 0, String::new());
+    for c in inner.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    items.push(cur);
+    items
+        .into_iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .flat_map(|s| expand(&format!("{prefix}{s}")))
+        .collect()
+}
+
+/// The import graph inside each folder of src/: for folder `a/b`, an edge `x → y` where code in `a/b/x.rs` (or under
+/// `a/b/x/`) names `crate::a::b::y` (or the same through `super::`), `y` being a file or folder of `a/b`. The folder's
+/// own mod.rs is its door, not a node: it declares the files and holds what they share.
+fn folder_graphs(src: &Path) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, BTreeSet<String>>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut graphs: std::collections::BTreeMap<String, std::collections::BTreeMap<String, BTreeSet<String>>> =
+        Default::default();
+    // The nodes of each folder: its files (but mod.rs) and sub-folders.
+    let mut nodes: std::collections::BTreeMap<Vec<String>, BTreeSet<String>> = Default::default();
+    for f in &files {
+        let rel = f.strip_prefix(src).unwrap();
+        let m = module_path(rel);
+        if m.first().is_some_and(|s| s == "bin") {
+            continue;
+        }
+        for depth in 1..m.len() {
+            nodes.entry(m[..depth].to_vec()).or_default().insert(m[depth].clone());
+        }
+    }
+    for f in &files {
+        let rel = f.strip_prefix(src).unwrap();
+        let m = module_path(rel);
+        if m.is_empty() || m[0] == "bin" || m[0] == "lib" {
+            continue;
+        }
+        for target in resolved_paths(&std::fs::read_to_string(f).unwrap(), &m) {
+            // The deepest folder both lie in, below the crate root (the top level is the layers' test).
+            let common = m.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common == 0 || common >= m.len() || common >= target.len() {
+                continue;
+            }
+            let folder = m[..common].to_vec();
+            let (from, to) = (&m[common], &target[common]);
+            if nodes.get(&folder).is_some_and(|n| n.contains(to)) {
+                graphs.entry(folder.join("/")).or_default().entry(from.clone()).or_default().insert(to.clone());
+            }
+        }
+    }
+    graphs
+}
+
+/// The circles of a graph: its strongly connected components of more than one node (Tarjan's algorithm), each
+/// sorted.
+fn circles(graph: &std::collections::BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    let names: BTreeSet<&String> = graph.keys().chain(graph.values().flatten()).collect();
+    let names: Vec<&String> = names.into_iter().collect();
+    let at = |n: &String| names.iter().position(|m| *m == n).unwrap();
+    let edges: Vec<Vec<usize>> =
+        names.iter().map(|n| graph.get(*n).map(|t| t.iter().map(at).collect()).unwrap_or_default()).collect();
+    struct State {
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        out: Vec<Vec<usize>>,
+    }
+    fn visit(v: usize, e: &[Vec<usize>], s: &mut State) {
+        s.index[v] = Some(s.next);
+        s.low[v] = s.next;
+        s.next += 1;
+        s.stack.push(v);
+        s.on[v] = true;
+        for &w in &e[v] {
+            match s.index[w] {
+                None => {
+                    visit(w, e, s);
+                    s.low[v] = s.low[v].min(s.low[w]);
+                }
+                Some(i) if s.on[w] => s.low[v] = s.low[v].min(i),
+                _ => {}
+            }
+        }
+        if Some(s.low[v]) == s.index[v] {
+            let mut c = Vec::new();
+            loop {
+                let w = s.stack.pop().unwrap();
+                s.on[w] = false;
+                c.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            if c.len() > 1 {
+                s.out.push(c);
+            }
+        }
+    }
+    let n = names.len();
+    let mut s = State { index: vec![None; n], low: vec![0; n], on: vec![false; n], stack: Vec::new(), next: 0, out: Vec::new() };
+    for v in 0..n {
+        if s.index[v].is_none() {
+            visit(v, &edges, &mut s);
+        }
+    }
+    let mut out: Vec<Vec<String>> =
+        s.out.into_iter().map(|c| {
+            let mut c: Vec<String> = c.into_iter().map(|i| names[i].clone()).collect();
+            c.sort();
+            c
+        }).collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_folder_parser_resolves_relative_paths() {
+    let m: Vec<String> = ["training", "fit", "run"].iter().map(|s| s.to_string()).collect();
+    let src = "use super::{checkpoint::Store, report::{self, Report}};\n\
+               use super::super::optim::AdamW; // super::ignored\n\
+               let x = crate::training::rng::SplitMix64::new(1);\n\
+               use crate::{backend::Backend,\n    training::loss};\n";
+    let found: Vec<String> = resolved_paths(src, &m).into_iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        found,
+        [
+            "training::fit::checkpoint::Store",
+            "training::fit::report::self",
+            "training::fit::report::Report",
+            "training::optim::AdamW",
+            "training::rng::SplitMix64::new",
+            "backend::Backend",
+            "training::loss",
+        ]
+    );
+}
+
+#[test]
+fn no_folder_has_an_import_circle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graphs = folder_graphs(&src);
+    assert!(graphs.len() >= 5, "only {} folders have imports between their files: is the parser right?", graphs.len());
+    let found: Vec<String> = graphs
+        .iter()
+        .flat_map(|(folder, g)| circles(g).into_iter().map(move |c| format!("{folder}: {}", c.join(", "))))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "import circles inside a folder (docs/ARCHITECTURE.md: a folder's files form layers too; move what both \
+         ends need into a lower file):\n{}",
+        found.join("\n")
+    );
 }

@@ -15,9 +15,11 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
-use bertgpu::training::finetune::{FineTuneTask, FineTuner, StepOptions, Targets};
-use bertgpu::training::fit::export_folder;
-use bertgpu::training::lora::{self, LoraOptions, LoraTargets};
+use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
+use bertgpu::training::optim::StepOptions;
+use bertgpu::training::rows::export_folder;
+use bertgpu::training::lora::{LoraOptions, LoraTargets};
+use bertgpu::training::lora_peft;
 use bertgpu::weights::Weights;
 use serde_json::Value;
 
@@ -189,7 +191,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
     }
 
     // The merge: peft's merge_and_unload, and exactly W + s·B·A of our own parameters.
-    let merged: BTreeMap<String, Vec<f32>> = pollster::block_on(lora::merged(be, &tr)).unwrap().into_iter().collect();
+    let merged: BTreeMap<String, Vec<f32>> = pollster::block_on(lora_peft::merged(be, &tr)).unwrap().into_iter().collect();
     assert!(merged.keys().all(|k| !k.contains("lora_")), "{name}: adapters left in the merged model");
     assert_eq!(merged.len(), before.len() - tr.encoder.lora.as_ref().unwrap().adapters.len() * 2);
     for (n, w) in c.g["merged"].as_object().unwrap() {
@@ -217,7 +219,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
         {worst_param:e}, worst merged-weight error {worst_merged:e}", be.name());
 
     // The adapter files: the tensors and config peft's save_pretrained writes.
-    let (config, st) = pollster::block_on(lora::export_adapter(be, &tr, Some("base"), None)).unwrap();
+    let (config, st) = pollster::block_on(lora_peft::export_adapter(be, &tr, Some("base"), None)).unwrap();
     let w = Weights::from_safetensors(&st).unwrap();
     let keys: BTreeSet<&str> = w.names().into_iter().collect();
     let want_keys: BTreeSet<&str> = c.g["saved_keys"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
@@ -236,7 +238,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
     if let (Ok(dir), "qv_classify", "cpu") = (std::env::var("BERTGPU_LORA_EXPORT"), name, be.name()) {
         let dir = Path::new(&dir);
         std::fs::create_dir_all(dir.join("merged")).unwrap();
-        let (config, st) = pollster::block_on(lora::export_adapter(be, &tr, Some("tests/models/tiny-classifier"), None)).unwrap();
+        let (config, st) = pollster::block_on(lora_peft::export_adapter(be, &tr, Some("tests/models/tiny-classifier"), None)).unwrap();
         std::fs::write(dir.join("adapter_config.json"), config).unwrap();
         std::fs::write(dir.join("adapter_model.safetensors"), st).unwrap();
         let original: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/models/tiny-classifier/config.json")).unwrap()).unwrap();

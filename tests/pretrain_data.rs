@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bertgpu::tokenizer::Tokenizer;
-use bertgpu::training::finetune::IGNORE;
+use bertgpu::training::loss::IGNORE;
 use bertgpu::training::pretrain_data::{
     parse_corpus, pretrain_rows, CorpusFormat, PretrainBatch, PretrainOptions, PretrainRow, Span,
     TokenizedCorpus, MAX_LINE_CHARS,

@@ -10,7 +10,8 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
-use bertgpu::training::finetune::{FineTuneTask, FineTuner, StepOptions, Targets};
+use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
+use bertgpu::training::optim::StepOptions;
 use bertgpu::weights::Weights;
 use serde_json::Value;
 
@@ -179,22 +180,23 @@ fn bad_pretraining_targets_are_clear_errors() {
 /// evaluation giving the golden's loss (MLM + NSP) and the two accuracies, and a few epochs lowering the loss.
 #[test]
 fn pretraining_rows_evaluate_and_train_through_the_loop() {
-    use bertgpu::training::checkpoint::{Checkpoints, NoStore};
-    use bertgpu::training::fit::{self, FitOptions, Metrics, Progress, RowTarget};
+    use bertgpu::training::fit::checkpoint::{Checkpoints, NoStore};
+    use bertgpu::training::fit::{FitOptions, Metrics, Progress};
+    use bertgpu::training::rows::{self, RowTarget};
     let be = CpuBackend::new();
     let Golden { g, cfg, weights, batch, mlm, nsp } = golden();
     let (b, t) = (batch.b, batch.t);
     let targets = (0..b).map(|i| RowTarget::Pretrain { mlm: mlm[i * t..(i + 1) * t].to_vec(), nsp: Some(nsp[i]) });
-    let rows = fit::rows_from_batch(&batch, targets);
+    let rows = rows::rows_from_batch(&batch, targets);
     let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
-    let e = pollster::block_on(fit::evaluate(&be, &tr, &rows, &[0, 1, 2], cfg.pad_token_id, 3, None, Metrics::default())).unwrap();
+    let e = pollster::block_on(rows::evaluate(&be, &tr, &rows, &[0, 1, 2], cfg.pad_token_id, 3, None, Metrics::default())).unwrap();
     let want = g["loss"].as_f64().unwrap();
     assert!((e.loss as f64 - want).abs() <= LOSS_RTOL * want, "evaluated loss {} vs PyTorch {want}", e.loss);
     assert!(e.nsp_accuracy.is_some() && (0.0..=1.0).contains(&e.accuracy));
     // Six copies of the batch, 12 epochs of 2 steps (batches of 3, in shuffled order): the loss falls.
     let many: Vec<_> = (0..6).flat_map(|_| rows.iter().cloned()).collect();
     let opts = FitOptions { epochs: 12, learning_rate: 2e-3, batch_size: 3, validation_split: 0.3, dropout: false, ..FitOptions::default() };
-    let report = pollster::block_on(fit::fit(&be, &mut tr, &many, None, cfg.pad_token_id, &opts, Metrics::default(),
+    let report = pollster::block_on(rows::fit(&be, &mut tr, &many, None, cfg.pad_token_id, &opts, Metrics::default(),
         &mut |_: Progress<'_>| {}, None::<&mut Checkpoints<NoStore>>)).unwrap();
     let (first, last) = (report.epochs[0].val_loss.unwrap(), report.epochs.last().unwrap().val_loss.unwrap());
     assert!(last < 0.5 * first, "validation loss {first} → {last}");
@@ -234,7 +236,7 @@ fn a_steps_metrics_are_those_of_its_micro_batches() {
         }
         let r = pollster::block_on(tr.apply(&be, &opt)).unwrap();
         let p = r.pretrain.expect("a pre-training step reports its metrics");
-        let mean = |f: fn(&bertgpu::training::pretrain::PretrainEval) -> f32| (f(&evals[0]) + f(&evals[1])) / 2.0;
+        let mean = |f: fn(&bertgpu::training::metrics::PretrainEval) -> f32| (f(&evals[0]) + f(&evals[1])) / 2.0;
         assert!(close(p.mlm_loss, mean(|e| e.mlm_loss)), "step {step}: {p:?} vs {evals:?}");
         assert!(close(p.nsp_loss.unwrap(), mean(|e| e.nsp_loss.unwrap())), "step {step}: {p:?} vs {evals:?}");
         let right = (evals[0].mlm_correct + evals[1].mlm_correct) as f32;
@@ -242,7 +244,7 @@ fn a_steps_metrics_are_those_of_its_micro_batches() {
         assert_eq!(p.mlm_accuracy, right / 21.0, "step {step}");
         assert_eq!(p.nsp_accuracy, Some((evals[0].nsp_correct + evals[1].nsp_correct) as f32 / 3.0), "step {step}");
         assert!(close(r.loss, p.mlm_loss + p.nsp_loss.unwrap()), "step {step}: {r:?}");
-        let ratio = |e: &bertgpu::training::pretrain::PretrainEval| e.mlm_correct as f32 / e.mlm_count as f32;
+        let ratio = |e: &bertgpu::training::metrics::PretrainEval| e.mlm_correct as f32 / e.mlm_count as f32;
         telling += usize::from(ratio(&evals[0]) != ratio(&evals[1]));
     }
     assert!(telling >= 3, "only {telling} steps whose micro-batches' MLM accuracies differ");

@@ -112,7 +112,7 @@ fn bad_input_is_a_clear_error() {
         labels: vec!["a".into(), "b".into()],
         pooling: bertgpu::tasks::Pooling::Mean,
     };
-    let host = spec.init(&mut bertgpu::training::head::SplitMix64::new(0));
+    let host = spec.init(&mut bertgpu::training::rng::SplitMix64::new(0));
     let bytes = bertgpu::training::head::export_safetensors(&spec, &host).unwrap();
     let msg = e.load_head(&bytes).unwrap_err().to_string();
     assert!(msg.contains("size 128") && msg.contains("384"), "{msg}");

@@ -4,7 +4,8 @@
 
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::{Activation, Backend};
-use bertgpu::training::head::{self as trainer, AdamW, HeadSpec, Trainer};
+use bertgpu::training::head::{self as trainer, HeadSpec, Trainer};
+use bertgpu::training::optim::AdamWOptions as AdamW;
 use bertgpu::tasks::Pooling;
 use serde::Deserialize;
 

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
-use bertgpu::training::finetune::{FineTuneTask, FineTuner, StepOptions, Targets};
-use bertgpu::training::memory::TrainingMemory;
+use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
+use bertgpu::training::optim::StepOptions;
+use bertgpu::training::fit::memory::TrainingMemory;
 use bertgpu::weights::Weights;
 
 mod common;

@@ -32,7 +32,7 @@
 //   latency hides behind the arithmetic; one barrier per slab. Grid: one workgroup per block.
 // Rows/columns past the edge are clamped (direct, reduce) or zero-filled (tiled, wide) for loading and masked on store,
 // so any M, N work. Accumulation is f32 throughout. The adapter's calibration picks the tiling, one for many rows
-// and one for few (src/backend/gpu/tune.rs).
+// and one for few (src/backend/gpu/calibration.rs).
 //
 // The kernel that includes this file reads its weight through:
 //   fn w_row(c: u32) -> u32                             where weight row c starts, in the units w_vec takes
@@ -46,6 +46,7 @@
 #include "lib/activations.wgsl"
 #include "lib/block_sum.wgsl"
 #include "lib/matmul_store.wgsl"
+#include "lib/workgroup_2d.wgsl"
 
 struct Params {
     m: u32,
@@ -54,9 +55,6 @@ struct Params {
     _pad: u32,
 }
 
-// Workgroup shape (tuning knobs; the host clamps WG_X·WG_Y to the adapter's invocation limit).
-override WG_X: u32 = 8u;
-override WG_Y: u32 = 8u;
 // Epilogue: the activation code of lib/activations.wgsl, and whether a bias is added first.
 override ACT: u32 = 0u;
 override HAS_BIAS: bool = false;

@@ -239,7 +239,7 @@ pub trait Backend {
 
     /// The most memory all of the backend's tensors can take, where it has a hard limit: wasm32's 4 GiB address
     /// space for the CPU backend in the browser. Training refuses a run that could not fit
-    /// ([`crate::training::memory::TrainingMemory::check_fits`]) instead of failing in the middle.
+    /// ([`crate::training::fit::memory::TrainingMemory::check_fits`]) instead of failing in the middle.
     fn memory_limit(&self) -> Option<u64> {
         None
     }

@@ -11,7 +11,7 @@
 use std::rc::Rc;
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::gpu::{tune::now_ms, GpuBackend};
+use crate::backend::gpu::{calibration::now_ms, GpuBackend};
 pub use crate::tasks::twin::{CpuTwin, Crossover};
 use crate::tasks::{EmbedOptions, Model};
 use crate::tokenizer::Encoded;

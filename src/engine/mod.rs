@@ -2,7 +2,7 @@
 //! every task dispatches to the generic [`Model`] method. The CLI (`src/bin/`) and the wasm shim (`src/wasm/`)
 //! are thin layers over this module. Where a model goes is decided in two steps, kept apart so tests can pass their
 //! own GPU: [`Placement::pick`] acquires the GPU a [`Device`] asks for, [`Engine::place`] puts the model on it,
-//! after the load-time check of [`canary`].
+//! after the load-time check of [`canary`]. [`crossover`] measures, per model, which calls the CPU finishes sooner.
 
 pub mod canary;
 pub mod crossover;
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use crossover::{most_tokens, routed};
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::gpu::{tune, Calibration, Gpu, GpuBackend, Progress, Tuning, Workload};
+use crate::backend::gpu::{calibration, Calibration, Gpu, GpuBackend, Progress, Tuning, Workload};
 use crate::backend::Backend;
 use crate::config::BertConfig;
 use crate::loader::{self, LoadOptions, ModelFiles, ModelSource};
@@ -24,7 +24,7 @@ use crate::heads::token_classifier::{Aggregation, TokenEntity};
 use crate::tasks::pipelines::RankedDocument;
 use crate::tasks::{EmbedOptions, Model};
 use crate::tokenizer::{Encoded, Tokenizer};
-use crate::training::checkpoint::{Checkpoints, Store};
+use crate::training::fit::checkpoint::{Checkpoints, Store};
 use crate::training::fit::Hooks;
 use crate::training::job::{self, Examples, FineTuned, JobOptions};
 use crate::training::{EpochProgress, TrainExample, TrainOptions, TrainReport};
@@ -143,7 +143,7 @@ impl Engine {
         // Set before the check, not after it by `set_tuning`: a returning load builds and checks only the kernels
         // it will run (BENCHMARKS.md, "A returning load checks only the kernels it runs").
         let defaults = model.backend.tuning();
-        let key = tune::cache_key(model.backend.gpu(), &workload_of(&model));
+        let key = calibration::cache_key(model.backend.gpu(), &workload_of(&model));
         let cached = tunings.get(&key).and_then(|text| Progress::parse(text).ok()).map(|p| p.tuning);
         let kernels = model.backend.set_tuning(cached.unwrap_or(defaults));
         let checks = canary::covering(kernels);
@@ -196,18 +196,18 @@ impl Engine {
         }
     }
 
-    /// Where the tuning chosen for this model on this adapter is cached ([`tune::cache_key`]); `None` on the CPU.
+    /// Where the tuning chosen for this model on this adapter is cached ([`calibration::cache_key`]); `None` on the CPU.
     pub fn tuning_key(&self) -> Option<String> {
         match (self, self.tuning_workload()) {
-            (Engine::Gpu(m), Some(w)) => Some(tune::cache_key(m.backend.gpu(), &w)),
+            (Engine::Gpu(m), Some(w)) => Some(calibration::cache_key(m.backend.gpu(), &w)),
             _ => None,
         }
     }
 
-    /// Whether a load should calibrate the GPU kernels ([`tune::worth_calibrating`]): false on the CPU and on CPU
+    /// Whether a load should calibrate the GPU kernels ([`calibration::worth_calibrating`]): false on the CPU and on CPU
     /// adapters.
     pub fn worth_calibrating(&self) -> bool {
-        matches!(self, Engine::Gpu(m) if tune::worth_calibrating(m.backend.gpu()))
+        matches!(self, Engine::Gpu(m) if calibration::worth_calibrating(m.backend.gpu()))
     }
 
     /// Whether the GPU kernels in effect are `t` (as the adapter clamps it): where a load found `t` cached for this
@@ -353,7 +353,7 @@ impl Engine {
     /// Fine-tunes a copy of this engine's model, given as the `files` it was loaded from, on this engine's backend
     /// ([`job::run`]). This engine is not changed: load the result ([`FineTuned`]'s config and weights, with the
     /// same tokenizer files) to use it.
-    /// With `checkpoints`, the run is saved as it goes and can resume ([`crate::training::checkpoint`]).
+    /// With `checkpoints`, the run is saved as it goes and can resume ([`crate::training::fit::checkpoint`]).
     pub async fn fine_tune<S: Store>(&self, files: ModelFiles, opts: &JobOptions, examples: &Examples,
         hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
         self.expect_f32_activations("fine-tuning")?;

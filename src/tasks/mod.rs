@@ -3,7 +3,7 @@
 //! Every task is written once, generic over [`Backend`], on [`Model`]: embedding and the trained head here, the
 //! checkpoint's heads in [`pipelines`]. `crate::engine::Engine` picks the backend at run time. Tasks are `async`
 //! because reading back from a GPU is asynchronous in the browser; native callers use `pollster::block_on`.
-//! Methods take `&self`.
+//! Methods take `&self`. [`twin`] keeps a CPU copy of a GPU model for the calls the CPU finishes sooner.
 
 pub mod pipelines;
 pub mod twin;

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use super::finetune::IGNORE;
+use super::loss::IGNORE;
 use crate::heads::qa;
 use crate::tokenizer::{Batch, Encoded, Tokenizer};
 use crate::{Error, Result};
@@ -199,7 +199,7 @@ fn class_of(labels: &[String]) -> HashMap<&str, usize> {
 /// Token-classification batch of `examples` (run_ner's `tokenize_and_align_labels`, `label_all_tokens=False`),
 /// truncated at `tok`'s max length; `labels` is the label set in class order ([`token_label_list`]). A
 /// RoBERTa-family tokenizer is copied once per call ([`Tokenizer::for_split_words`]): prepare the whole data set in
-/// one call and cut it into training batches afterwards (`fit::rows_from_batch`).
+/// one call and cut it into training batches afterwards (`rows::rows_from_batch`).
 pub fn token_batch(tok: &Tokenizer, examples: &[TokenExample], labels: &[String]) -> Result<TokenBatch> {
     let task = "token classification";
     if examples.is_empty() {

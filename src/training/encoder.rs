@@ -26,22 +26,12 @@
 //! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded).
 
 use super::lora::Lora;
+use super::params::{put, Param};
 use crate::backend::{Activation, AttentionShape, Backend, Dropout, EmbeddingTables};
 use crate::config::{BertConfig, Family};
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
 use crate::{Error, Result};
-
-/// One trainable tensor: `(rows, cols)` on the backend (a vector is `(1, n)`), under the Hugging Face names it
-/// stands for. The fused query/key/value projection stands for three: rows `[query; key; value]`.
-pub struct Param<T> {
-    pub names: Vec<String>,
-    pub tensor: T,
-    pub rows: usize,
-    pub cols: usize,
-    /// Whether AdamW's weight decay applies: not to biases and LayerNorm weights (transformers' Trainer).
-    pub decay: bool,
-}
 
 /// Indices of one layer's parameters.
 #[derive(Clone, Copy)]
@@ -104,7 +94,7 @@ impl DropoutOptions {
     pub fn plan(&self, n: u64) -> DropoutPlan {
         const SALT: u64 = 0xD209_0D70_5EED_0001;
         let state = (self.seed ^ SALT).wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let seed = (super::head::SplitMix64::new(state).next_u64() >> 32) as u32;
+        let seed = (super::rng::SplitMix64::new(state).next_u64() >> 32) as u32;
         DropoutPlan { hidden: self.hidden, attention: self.attention, classifier: self.classifier, seed }
     }
 }
@@ -401,14 +391,4 @@ impl<T> Encoder<T> {
         put(be, grads, typ, dt)?;
         Ok(())
     }
-}
-
-/// Stores a gradient, or adds it to the one already there (a parameter used by two forwards, e.g. the anchors and
-/// the positives of an embedding pair).
-pub fn put<B: Backend>(be: &B, grads: &mut [Option<B::Tensor>], i: usize, g: B::Tensor) -> Result<()> {
-    grads[i] = Some(match grads[i].take() {
-        None => g,
-        Some(prev) => be.add(&prev, &g)?,
-    });
-    Ok(())
 }

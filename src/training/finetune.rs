@@ -1,36 +1,29 @@
-//! Fine-tuning the whole BERT on one of the paper's four shapes, with the head the inference side already has:
-//! sequence classification on `[CLS]` (single texts or pairs: `BertForSequenceClassification`), token
-//! classification (`BertForTokenClassification`) and extractive QA (`BertForQuestionAnswering`). The loss is the
-//! model's own (transformers'); the optimiser is AdamW as transformers' Trainer sets it up (no weight decay on
-//! biases and LayerNorm weights, gradients clipped by their global norm).
+//! `FineTuner`: the whole BERT fine-tuned on one of the paper's shapes, with the head the inference side already
+//! has, or pre-trained. It holds the trainable encoder, the task's head (indices of its parameters) and AdamW's
+//! state, checks each batch's targets, and runs the encoder's forward and backward around the objective's head:
+//! one file per objective holds its head's forward and backward, its loss and its accuracy ([`super::sequence`],
+//! [`super::token`], [`super::qa`], [`super::embedding`], [`super::pretrain`]). The loss is the model's own
+//! (transformers'); the optimiser step is [`super::step`]'s, AdamW as transformers' Trainer sets it up (no weight
+//! decay on biases and LayerNorm weights, gradients clipped by their global norm).
 //!
-//! Heads, after the encoder's last hidden state `x (B*T, H)`:
-//! ```text
-//! sequence   cls* = x[b·T]   z* = cls·Wpᵀ + bp   pooled* = tanh(z)   logits = pooled·Wcᵀ + bc   (B, C)
-//!            L = mean_b CE(logits_b, y_b)
-//! token      logits* = x·Wcᵀ + bc (B*T, C)       L = mean over labelled tokens CE (label −100: ignored)
-//! qa         logits* = x·Wqaᵀ + bqa (B*T, 2)     start, end = columns 0, 1 as (B, T)
-//!            L = (mean_b CE(start_b, s_b) + mean_b CE(end_b, e_b)) / 2   (softmax over all T positions, as
-//!            BertForQuestionAnswering)
-//! ```
 //! A head the checkpoint lacks starts from transformers' initialiser (`_init_weights`: weights ~ N(0,
 //! initializer_range), biases 0), drawn from a seeded [`SplitMix64`].
 //!
 //! Checked against PyTorch's float64 autograd by `tests/finetune_golden.rs` (goldens: `tests/golden/finetune.py`).
 
-use super::memory::TrainingMemory;
-use super::encoder::{apply_dropout, get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STREAM};
-use super::head::{argmax, SplitMix64};
+use super::fit::memory::TrainingMemory;
+use super::embedding;
+use super::encoder::{get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STREAM};
+use super::rng::SplitMix64;
+use super::metrics::PretrainEval;
 use super::pretrain::PretrainHead;
-pub use super::optim::{StepOptions, StepReport};
-use crate::backend::{Activation, Backend};
+use super::{qa, sequence, token};
+use super::optim::AdamW;
+use crate::backend::Backend;
 use crate::config::BertConfig;
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
 use crate::{Error, Result};
-
-/// The label of a token that no loss is computed for (transformers' `ignore_index`).
-pub const IGNORE: i64 = -100;
 
 /// Which of the fine-tuning shapes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,28 +35,25 @@ pub enum FineTuneTask {
     /// `BertForQuestionAnswering`: the answer's start and end token.
     QuestionAnswering,
     /// Sentence embeddings (mean pooling, L2-normalised) from (anchor, positive) pairs with the other pairs'
-    /// positives as negatives: sentence-transformers' `MultipleNegativesRankingLoss`, scale [`MNRL_SCALE`].
+    /// positives as negatives: sentence-transformers' `MultipleNegativesRankingLoss`, scale [`super::embedding::MNRL_SCALE`].
     Embedding,
     /// `BertForPreTraining` (masked LM + next-sentence prediction), or `BertForMaskedLM` for a checkpoint without
     /// the NSP head ([`super::pretrain`]).
     Pretraining,
 }
 
-/// `MultipleNegativesRankingLoss`'s default scale: cosine similarities are multiplied by it before the softmax.
-pub const MNRL_SCALE: f32 = 20.0;
-
 /// What a batch should predict.
 #[derive(Clone, Copy, Debug)]
 pub enum Targets<'a> {
     /// A class per sequence (B).
     Sequence(&'a [u32]),
-    /// A class per token (B*T), [`IGNORE`] where no loss is taken (special tokens, later pieces of a word, padding).
+    /// A class per token (B*T), [`super::loss::IGNORE`] where no loss is taken (special tokens, later pieces of a word, padding).
     Token(&'a [i64]),
     /// Start and end token of each sequence's answer (B each).
     Spans { start: &'a [u32], end: &'a [u32] },
     /// Embedding pairs: the batch holds the anchors, this one their positives (row i of each is a pair).
     Pairs { positives: &'a Batch },
-    /// Pre-training: masked-LM labels (B*T, [`IGNORE`] where no loss is taken) and, with the NSP head, the
+    /// Pre-training: masked-LM labels (B*T, [`super::loss::IGNORE`] where no loss is taken) and, with the NSP head, the
     /// next-sentence labels (B; 0: B follows A, 1: B is random).
     Pretrain { mlm: &'a [i64], nsp: Option<&'a [u32]> },
 }
@@ -79,17 +69,51 @@ enum Head {
     Pretrain(PretrainHead),
 }
 
+/// A micro-batch's loss while its step is accumulated: known already (the paths that read back on the way; with
+/// pre-training's metrics), or its logits, still on the backend, read with the step's gradient norm once the update
+/// is queued.
+pub(super) enum PendingLoss<T> {
+    Known(f32),
+    Pretrain(PretrainEval),
+    Logits { logits: T, t: usize, targets: OwnedTargets },
+}
+
+/// The [`Targets`] whose loss is taken from logits, owned until the step's read-back.
+pub(super) enum OwnedTargets {
+    Sequence(Vec<u32>),
+    Token(Vec<i64>),
+    Spans { start: Vec<u32>, end: Vec<u32> },
+}
+
+impl OwnedTargets {
+    pub(super) fn new(t: &Targets<'_>) -> Option<OwnedTargets> {
+        Some(match t {
+            Targets::Sequence(y) => OwnedTargets::Sequence(y.to_vec()),
+            Targets::Token(y) => OwnedTargets::Token(y.to_vec()),
+            Targets::Spans { start, end } => OwnedTargets::Spans { start: start.to_vec(), end: end.to_vec() },
+            Targets::Pairs { .. } | Targets::Pretrain { .. } => return None,
+        })
+    }
+
+    pub(super) fn targets(&self) -> Targets<'_> {
+        match self {
+            OwnedTargets::Sequence(y) => Targets::Sequence(y),
+            OwnedTargets::Token(y) => Targets::Token(y),
+            OwnedTargets::Spans { start, end } => Targets::Spans { start, end },
+        }
+    }
+}
+
 /// A BERT checkpoint being fine-tuned on backend `B`: the encoder, the task's head, AdamW's state.
 pub struct FineTuner<B: Backend> {
     pub encoder: Encoder<B::Tensor>,
     head: Head,
     /// AdamW's moments, one pair per trained parameter, and the number of steps taken.
-    pub(super) moments: Vec<Option<(B::Tensor, B::Tensor)>>,
-    pub(super) steps: u32,
+    pub(super) adamw: AdamW<B::Tensor>,
     /// Train only the last this many encoder layers (and the head); `None`: every parameter.
     top_layers: Option<usize>,
     /// Gradients summed over the micro-batches of the step being accumulated, and each one's loss.
-    pub(super) pending: Option<(Vec<Option<B::Tensor>>, Vec<super::optim::PendingLoss<B::Tensor>>)>,
+    pub(super) pending: Option<(Vec<Option<B::Tensor>>, Vec<PendingLoss<B::Tensor>>)>,
     /// The backend's largest tensor in bytes ([`Backend::max_tensor_bytes`]).
     max_tensor_bytes: usize,
     /// Dropout in [`Self::accumulate`]'s forwards (`None`: off, the default), and the micro-batches it has seen.
@@ -153,8 +177,8 @@ impl<B: Backend> FineTuner<B> {
             FineTuneTask::Embedding => Head::Embed,
             FineTuneTask::Pretraining => Head::Pretrain(PretrainHead::load(be, &mut enc, cfg, weights)?),
         };
-        let moments = Vec::new(); // made at a parameter's first update: a frozen one never has any
-        Ok(FineTuner { encoder: enc, head, moments, steps: 0, top_layers: None, pending: None,
+        // Moments are made at a parameter's first update: a frozen one never has any.
+        Ok(FineTuner { encoder: enc, head, adamw: AdamW::new(), top_layers: None, pending: None,
             max_tensor_bytes: be.max_tensor_bytes(), dropout: None, micro_batches: 0 })
     }
 
@@ -249,37 +273,9 @@ impl<B: Backend> FineTuner<B> {
         let (b, t) = (batch.b, batch.t);
         self.check_memory(b, t)?;
         match (&self.head, targets) {
-            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => {
-                if y.len() != b {
-                    return Err(Error::Input(format!("{} labels for a batch of {b} texts", y.len())));
-                }
-                if let Some(l) = y.iter().find(|&&l| l as usize >= *labels) {
-                    return Err(Error::Input(format!("label {l} is outside the classifier's {labels} classes")));
-                }
-            }
-            (Head::Token { labels, .. }, Targets::Token(y)) => {
-                if y.len() != b * t {
-                    return Err(Error::Input(format!("{} token labels for a batch of {b} × {t} tokens", y.len())));
-                }
-                if let Some(l) = y.iter().find(|&&l| l != IGNORE && !(0..*labels as i64).contains(&l)) {
-                    return Err(Error::Input(format!("token label {l} is outside the classifier's {labels} classes")));
-                }
-                if y.iter().all(|&l| l == IGNORE) {
-                    return Err(Error::Input("no token of the batch has a label (all are -100)".into()));
-                }
-            }
-            (Head::Qa { .. }, Targets::Spans { start, end }) => {
-                if start.len() != b || end.len() != b {
-                    return Err(Error::Input(format!("{} starts and {} ends for a batch of {b}", start.len(), end.len())));
-                }
-                for (&s, &e) in start.iter().zip(end.iter()) {
-                    if s as usize >= t || e as usize >= t || s > e {
-                        return Err(Error::Input(format!(
-                            "answer span {s}..={e} is not inside the sequence of {t} tokens (start ≤ end < {t})"
-                        )));
-                    }
-                }
-            }
+            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => sequence::check(*labels, b, y)?,
+            (Head::Token { labels, .. }, Targets::Token(y)) => token::check(*labels, (b, t), y)?,
+            (Head::Qa { .. }, Targets::Spans { start, end }) => qa::check((b, t), start, end)?,
             _ => return Err(Error::Input(
                 "these targets are for another task than the one being trained (embedding pairs: FineTuner::embedding_gradients)".into(),
             )),
@@ -314,53 +310,17 @@ impl<B: Backend> FineTuner<B> {
         let enc = &self.encoder;
         let (last, saved) = enc.forward(be, batch, dropout)?;
         let head_drop = dropout.and_then(|d| d.site(d.classifier, HEAD_STREAM)); // the classifier's input
-        let undrop = |d: B::Tensor| apply_dropout(be, d, head_drop);
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
-        let (b, t) = (batch.b, batch.t);
+        let bt = (batch.b, batch.t);
         let (logits, dlast) = match (&self.head, targets) {
             (Head::Sequence { pool, classifier, .. }, Targets::Sequence(y)) => {
-                let rows: Vec<u32> = (0..b).map(|i| (i * t) as u32).collect();
-                let cls = be.gather_rows(&last, &rows)?; // (B, H)
-                let z = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::None)?;
-                let pooled = apply_dropout(be, be.activation(&z, Activation::Tanh)?, head_drop)?;
-                let logits = be.linear(&pooled, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)?;
-                let dz = be.softmax_xent_grad(&logits, y)?; // (B, C)
-                let dpooled = undrop(enc.linear_backward(be, &dz, &pooled, classifier[0], classifier[1], &mut grads)?)?;
-                let dz = be.activation_grad(&dpooled, &z, Activation::Tanh)?;
-                let dcls = enc.linear_backward(be, &dz, &cls, pool[0], pool[1], &mut grads)?;
-                (logits, be.scatter_rows(&dcls, &rows, b * t)?)
+                sequence::gradients(be, enc, last, bt, *pool, *classifier, y, head_drop, &mut grads)?
             }
             (Head::Token { classifier, .. }, Targets::Token(y)) => {
-                let last = apply_dropout(be, last, head_drop)?;
-                let logits = be.linear(&last, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)?;
-                // The mean over labelled tokens: the softmax gradient of those rows alone (it divides by their
-                // count), scattered back among the ignored ones' zeros.
-                let rows: Vec<u32> = (0..b * t).filter(|&r| y[r] != IGNORE).map(|r| r as u32).collect();
-                let labels: Vec<u32> = rows.iter().map(|&r| y[r as usize] as u32).collect();
-                let dz = be.softmax_xent_grad(&be.gather_rows(&logits, &rows)?, &labels)?;
-                let dlogits = be.scatter_rows(&dz, &rows, b * t)?;
-                let dlast = enc.linear_backward(be, &dlogits, &last, classifier[0], classifier[1], &mut grads)?;
-                (logits, undrop(dlast)?)
+                token::gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
             }
             (Head::Qa { qa }, Targets::Spans { start, end }) => {
-                let logits = be.linear(&last, enc.t(qa[0]), Some(enc.t(qa[1])), Activation::None)?; // (B*T, 2)
-                // Column c of the logits as (B, T): logits · e_c, reshaped; back: d_c (B*T, 1) · (½ e_c)ᵀ, the ½
-                // of the two losses' mean.
-                let mut dlogits: Option<B::Tensor> = None;
-                for (c, pos) in [(0usize, start), (1, end)] {
-                    let sel: Vec<f32> = (0..2).map(|k| if k == c { 1.0 } else { 0.0 }).collect();
-                    let col = be.matmul(&logits, false, &be.input(&sel, 2, 1)?, false)?; // (B*T, 1)
-                    let dcol = be.softmax_xent_grad(&be.reshape(&col, b, t)?, pos)?; // (B, T)
-                    let half: Vec<f32> = sel.iter().map(|v| v * 0.5).collect();
-                    let d = be.matmul(&be.reshape(&dcol, b * t, 1)?, false, &be.input(&half, 1, 2)?, false)?;
-                    dlogits = Some(match dlogits {
-                        None => d,
-                        Some(prev) => be.add(&prev, &d)?,
-                    });
-                }
-                let dlogits = dlogits.expect("two columns");
-                let dlast = enc.linear_backward(be, &dlogits, &last, qa[0], qa[1], &mut grads)?;
-                (logits, dlast)
+                qa::gradients(be, enc, last, bt, *qa, start, end, &mut grads)?
             }
             _ => unreachable!("checked above"),
         };
@@ -397,38 +357,12 @@ impl<B: Backend> FineTuner<B> {
         let enc = &self.encoder;
         let (last, _) = enc.forward(be, batch, None)?;
         match &self.head {
-            Head::Sequence { pool, classifier, .. } => {
-                let rows: Vec<u32> = (0..batch.b).map(|i| (i * batch.t) as u32).collect();
-                let cls = be.gather_rows(&last, &rows)?;
-                let pooled = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::Tanh)?;
-                be.linear(&pooled, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)
-            }
-            Head::Token { classifier, .. } => be.linear(&last, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None),
-            Head::Qa { qa } => be.linear(&last, enc.t(qa[0]), Some(enc.t(qa[1])), Activation::None),
-            Head::Embed => self.pooled(be, &last, batch),
+            Head::Sequence { pool, classifier, .. } => sequence::logits(be, enc, &last, (batch.b, batch.t), *pool, *classifier),
+            Head::Token { classifier, .. } => token::logits(be, enc, &last, *classifier),
+            Head::Qa { qa } => qa::logits(be, enc, &last, *qa),
+            Head::Embed => embedding::pooled(be, &last, batch),
             Head::Pretrain(_) => Err(Error::Input("pre-training's logits come from FineTuner::pretrain_eval".into())),
         }
-    }
-
-    /// Mean over each sequence's real tokens of `last (B*T, H)` → `(B, H)`, as a product with the `(B, B*T)` matrix
-    /// of `1/len` weights (its transpose is the backward), as sentence-transformers' Pooling (mode mean).
-    fn pooled(&self, be: &B, last: &B::Tensor, batch: &Batch) -> Result<B::Tensor> {
-        be.matmul(&self.pool_matrix(be, batch)?, false, last, false)
-    }
-
-    fn pool_matrix(&self, be: &B, batch: &Batch) -> Result<B::Tensor> {
-        let (b, t) = (batch.b, batch.t);
-        let mut m = vec![0f32; b * b * t];
-        for i in 0..b {
-            let mask = &batch.attention_mask[i * t..(i + 1) * t];
-            let n = mask.iter().filter(|&&v| v != 0).count().max(1) as f32;
-            for (j, &v) in mask.iter().enumerate() {
-                if v != 0 {
-                    m[i * b * t + i * t + j] = 1.0 / n;
-                }
-            }
-        }
-        be.input(&m, b, b * t)
     }
 
     /// Embedding fine-tuning's gradients for a batch of anchors and one of their positives (row i of each is a
@@ -452,7 +386,7 @@ impl<B: Backend> FineTuner<B> {
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
         for (batch, saved, d) in [(anchors, saved_a, da), (positives, saved_p, dp)] {
             let dpooled = be.input(&d, n, h)?;
-            let dlast = be.matmul(&self.pool_matrix(be, batch)?, true, &dpooled, false)?; // (B*T, H)
+            let dlast = be.matmul(&embedding::pool_matrix(be, batch)?, true, &dpooled, false)?; // (B*T, H)
             enc.backward(be, batch, saved, dlast, &mut grads, self.top_layers)?;
         }
         Ok((grads, loss))
@@ -468,7 +402,7 @@ impl<B: Backend> FineTuner<B> {
     /// The checks of an embedding batch, both sides' forward and pooling, and the loss on the host: what the
     /// gradients and the evaluation share.
     async fn embedding_forward(&self, be: &B, anchors: &Batch, positives: &Batch, dropout: Option<DropoutPlan>)
-        -> Result<(Mnrl, [Saved<B::Tensor>; 2])> {
+        -> Result<(embedding::Mnrl, [Saved<B::Tensor>; 2])> {
         if !matches!(self.head, Head::Embed) {
             return Err(Error::Input("these targets are for another task than the one being trained".into()));
         }
@@ -485,38 +419,18 @@ impl<B: Backend> FineTuner<B> {
         let (last_a, saved_a) = enc.forward(be, anchors, dropout)?;
         let other = dropout.map(|d| DropoutPlan { seed: crate::backend::pcg_hash(d.seed ^ 0x8000_0000), ..d });
         let (last_p, saved_p) = enc.forward(be, positives, other)?;
-        let a = be.read(&self.pooled(be, &last_a, anchors)?).await?;
-        let p = be.read(&self.pooled(be, &last_p, positives)?).await?;
-        Ok((mnrl(&a, &p, n, enc.config.hidden_size), [saved_a, saved_p]))
+        let a = be.read(&embedding::pooled(be, &last_a, anchors)?).await?;
+        let p = be.read(&embedding::pooled(be, &last_p, positives)?).await?;
+        Ok((embedding::mnrl(&a, &p, n, enc.config.hidden_size), [saved_a, saved_p]))
     }
 
     /// (right, counted) predictions of a batch from its logits: sequences whose top class is the label, labelled
     /// tokens whose top class is the label, or answers whose best start and best end are both the target's.
     pub fn correct(&self, logits: &[f32], batch: &Batch, targets: &Targets<'_>) -> (usize, usize) {
         match (&self.head, targets) {
-            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => {
-                let right = logits.chunks_exact(*labels).zip(y.iter()).filter(|(r, &l)| argmax(r) == l as usize).count();
-                (right, y.len())
-            }
-            (Head::Token { labels, .. }, Targets::Token(y)) => {
-                let pairs = logits.chunks_exact(*labels).zip(y.iter()).filter(|(_, &l)| l != IGNORE);
-                let (mut right, mut n) = (0, 0);
-                for (r, &l) in pairs {
-                    right += (argmax(r) == l as usize) as usize;
-                    n += 1;
-                }
-                (right, n)
-            }
-            (Head::Qa { .. }, Targets::Spans { start, end }) => {
-                let t = batch.t;
-                let right = (0..batch.b)
-                    .filter(|&b| {
-                        let col = |c: usize| (0..t).map(|i| logits[(b * t + i) * 2 + c]).collect::<Vec<f32>>();
-                        argmax(&col(0)) == start[b] as usize && argmax(&col(1)) == end[b] as usize
-                    })
-                    .count();
-                (right, batch.b)
-            }
+            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => sequence::correct(logits, *labels, y),
+            (Head::Token { labels, .. }, Targets::Token(y)) => token::correct(logits, *labels, y),
+            (Head::Qa { .. }, Targets::Spans { start, end }) => qa::correct(logits, (batch.b, batch.t), start, end),
             _ => (0, 0),
         }
     }
@@ -524,15 +438,9 @@ impl<B: Backend> FineTuner<B> {
     /// The loss of a batch from the head's logits (read back), in f64.
     pub fn loss(&self, logits: &[f32], t: usize, targets: &Targets<'_>) -> f32 {
         match (&self.head, targets) {
-            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => mean_cross_entropy(logits, *labels, y.iter().map(|&l| Some(l))),
-            (Head::Token { labels, .. }, Targets::Token(y)) => {
-                mean_cross_entropy(logits, *labels, y.iter().map(|&l| (l != IGNORE).then_some(l as u32)))
-            }
-            (Head::Qa { .. }, Targets::Spans { start, end }) => {
-                let col = |c: usize| logits.iter().skip(c).step_by(2).copied().collect::<Vec<f32>>();
-                let ce = |c: usize, pos: &[u32]| mean_cross_entropy(&col(c), t, pos.iter().map(|&p| Some(p)));
-                (ce(0, start) + ce(1, end)) / 2.0
-            }
+            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => sequence::loss(logits, *labels, y),
+            (Head::Token { labels, .. }, Targets::Token(y)) => token::loss(logits, *labels, y),
+            (Head::Qa { .. }, Targets::Spans { start, end }) => qa::loss(logits, t, start, end),
             _ => f32::NAN,
         }
     }
@@ -550,62 +458,35 @@ impl<B: Backend> FineTuner<B> {
         }
         Ok(out)
     }
-}
 
-/// Mean softmax cross-entropy over the rows of `logits` (`classes` per row) whose target is `Some`, in f64.
-pub fn mean_cross_entropy(logits: &[f32], classes: usize, targets: impl Iterator<Item = Option<u32>>) -> f32 {
-    let (mut total, mut n) = (0f64, 0usize);
-    for (row, y) in logits.chunks_exact(classes).zip(targets) {
-        let Some(y) = y else { continue };
-        let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-        let lse = row.iter().map(|&z| (z as f64 - mx).exp()).sum::<f64>().ln() + mx;
-        total += lse - row[y as usize] as f64;
-        n += 1;
+    /// Pre-training's gradients of a batch (masked-LM labels `mlm` (B*T), −100 where no loss is taken, and with the
+    /// NSP head the next-sentence labels `nsp` (B): 0 = B follows A, 1 = random; without them the masked LM alone
+    /// trains and the NSP head gets no gradient), and what the forward gave. The
+    /// logits are read back for the losses (the selected rows' (M, V), and (B, 2)); everything else stays on the
+    /// backend.
+    pub async fn pretrain_gradients(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>)
+        -> Result<(Vec<Option<B::Tensor>>, PretrainEval)> {
+        self.pretrain_gradients_with(be, batch, mlm, nsp, None).await
     }
-    (total / n.max(1) as f64) as f32
-}
 
-/// MultipleNegativesRankingLoss of `n` anchor and positive vectors `(n, h)` (row-major), in f64: the loss, its
-/// gradients with respect to both sets of (unnormalised) vectors, and the anchors whose own positive scores highest.
-struct Mnrl {
-    loss: f32,
-    da: Vec<f32>,
-    dp: Vec<f32>,
-    right: usize,
-}
-
-fn mnrl(a: &[f32], p: &[f32], n: usize, h: usize) -> Mnrl {
-    let unit = |x: &[f32]| -> (Vec<f64>, f64) {
-        let norm = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt().max(1e-12);
-        (x.iter().map(|&v| v as f64 / norm).collect(), norm)
-    };
-    let (ua, na): (Vec<Vec<f64>>, Vec<f64>) = a.chunks_exact(h).map(unit).unzip();
-    let (up, np): (Vec<Vec<f64>>, Vec<f64>) = p.chunks_exact(h).map(unit).unzip();
-    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f64>();
-    let s = MNRL_SCALE as f64;
-    let (mut loss, mut right) = (0f64, 0usize);
-    let mut ds = vec![vec![0f64; n]; n];
-    for i in 0..n {
-        let row: Vec<f64> = (0..n).map(|j| s * dot(&ua[i], &up[j])).collect();
-        let mx = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let z: f64 = row.iter().map(|&v| (v - mx).exp()).sum();
-        loss += z.ln() + mx - row[i];
-        right += (0..n).all(|j| j == i || row[j] < row[i]) as usize;
-        for j in 0..n {
-            ds[i][j] = ((row[j] - mx).exp() / z - (i == j) as u8 as f64) / n as f64;
-        }
+    /// [`Self::pretrain_gradients`] of a training forward with `dropout` (`None`: none).
+    pub async fn pretrain_gradients_with(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>,
+        dropout: Option<DropoutPlan>) -> Result<(Vec<Option<B::Tensor>>, PretrainEval)> {
+        let (grads, eval) = self.pretrain_pass(be, batch, mlm, nsp, Some(dropout)).await?;
+        Ok((grads.expect("a backward pass was asked for"), eval))
     }
-    let back = |u: &[Vec<f64>], other: &[Vec<f64>], norms: &[f64], transpose: bool| -> Vec<f32> {
-        let mut out = Vec::with_capacity(n * h);
-        for i in 0..n {
-            let du: Vec<f64> = (0..h)
-                .map(|c| (0..n).map(|j| s * if transpose { ds[j][i] } else { ds[i][j] } * other[j][c]).sum())
-                .collect();
-            let proj = dot(&u[i], &du);
-            out.extend((0..h).map(|c| ((du[c] - u[i][c] * proj) / norms[i]) as f32));
-        }
-        out
-    };
-    let (da, dp) = (back(&ua, &up, &na, false), back(&up, &ua, &np, true));
-    Mnrl { loss: (loss / n as f64) as f32, da, dp, right }
+
+    /// The losses and accuracies of a batch, without gradients or dropout (evaluation).
+    pub async fn pretrain_eval(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>) -> Result<PretrainEval> {
+        self.pretrain_pass(be, batch, mlm, nsp, None).await.map(|(_, e)| e)
+    }
+
+    /// The pre-training heads' pass (checks first, then [`PretrainHead::pass`]).
+    async fn pretrain_pass(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>,
+        backward: Option<Option<DropoutPlan>>) -> Result<(Option<Vec<Option<B::Tensor>>>, PretrainEval)> {
+        let head = self.pretrain_head()?;
+        head.check_targets(batch.b, batch.t, mlm, nsp)?;
+        self.check_memory(batch.b, batch.t)?;
+        head.pass(be, &self.encoder, batch, mlm, nsp, backward).await
+    }
 }

@@ -1,5 +1,5 @@
 //! Training a classification head on frozen encoder features: the head, its forward and backward pass on the
-//! backend, AdamW, the seeded PRNG, and the head's safetensors file.
+//! backend, its training steps (through [`super::optim::AdamW`]), and the head's safetensors file.
 //!
 //! # The math
 //!
@@ -44,59 +44,12 @@
 
 use std::collections::HashMap;
 
+use super::loss::argmax;
+use super::rng::SplitMix64;
+use super::optim::{AdamW, AdamWOptions};
 use crate::backend::{Activation, AdamWStep, Backend};
 use crate::heads::Pooling;
 use crate::{Error, Result};
-
-/// SplitMix64 (Steele, Lea & Flood 2014; the seeding generator of `java.util.SplittableRandom` and of xoshiro):
-/// `state += 0x9E3779B97F4A7C15`, then two xor-shift-multiply rounds. Small, fast, every seed (0 included) is a
-/// good stream, and identical natively and in wasm32. Used for the initial weights and the shuffles.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
-    }
-
-    /// The state, from which [`Self::new`] continues the same stream.
-    pub fn state(&self) -> u64 {
-        self.0
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1) with 53 random bits.
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `0..n` (n ≥ 1), by rejection so there is no modulo bias.
-    pub fn below(&mut self, n: usize) -> usize {
-        let n = n as u64;
-        let zone = u64::MAX - u64::MAX % n;
-        loop {
-            let r = self.next_u64();
-            if r < zone {
-                return (r % n) as usize;
-            }
-        }
-    }
-
-    /// Fisher–Yates shuffle.
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
-}
 
 /// The shape of a head: its input size, optional hidden layer, labels and the pooling its features come from.
 #[derive(Clone, Debug, PartialEq)]
@@ -202,51 +155,27 @@ pub fn backward<B: Backend>(be: &B, spec: &HeadSpec, params: &[B::Tensor], x: &B
     }
 }
 
-/// AdamW hyper-parameters (`torch.optim.AdamW` defaults but the learning rate).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamW {
-    pub lr: f32,
-    pub weight_decay: f32,
-    pub beta1: f32,
-    pub beta2: f32,
-    pub eps: f32,
-}
-
-impl Default for AdamW {
-    fn default() -> Self {
-        AdamW { lr: 1e-3, weight_decay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8 }
-    }
-}
-
 /// The parameters being trained and AdamW's state, all on the backend.
 pub struct Trainer<B: Backend> {
     pub spec: HeadSpec,
     pub params: Vec<B::Tensor>,
-    m: Vec<B::Tensor>,
-    v: Vec<B::Tensor>,
-    /// Steps taken so far (AdamW's t is this + 1 on the next step).
-    pub steps: u32,
-    pub opt: AdamW,
+    /// AdamW's moments and step count.
+    adamw: AdamW<B::Tensor>,
+    pub opt: AdamWOptions,
     /// Gradients summed over the micro-batches of the step being accumulated, and their count.
     pending: Option<(Vec<B::Tensor>, usize)>,
 }
 
 impl<B: Backend> Trainer<B> {
     /// Starts from `init` (host values in parameter order) with zero moments.
-    pub fn new(be: &B, spec: HeadSpec, init: &[Vec<f32>], opt: AdamW) -> Result<Trainer<B>> {
+    pub fn new(be: &B, spec: HeadSpec, init: &[Vec<f32>], opt: AdamWOptions) -> Result<Trainer<B>> {
         let shapes = spec.param_shapes();
         if init.len() != shapes.len() || init.iter().zip(&shapes).any(|(v, &(r, c))| v.len() != r * c) {
             return Err(Error::Input("initial head parameters do not match the head's shape".into()));
         }
-        let mut params = Vec::new();
-        let mut m = Vec::new();
-        let mut v = Vec::new();
-        for (vals, &(r, c)) in init.iter().zip(&shapes) {
-            params.push(be.input(vals, r, c)?);
-            m.push(be.input(&vec![0.0; r * c], r, c)?);
-            v.push(be.input(&vec![0.0; r * c], r, c)?);
-        }
-        Ok(Trainer { spec, params, m, v, steps: 0, opt, pending: None })
+        let params = init.iter().zip(&shapes).map(|(vals, &(r, c))| be.input(vals, r, c)).collect::<Result<_>>()?;
+        let adamw = AdamW::zeroed(be, &shapes)?;
+        Ok(Trainer { spec, params, adamw, opt, pending: None })
     }
 
     /// One AdamW step on the mean cross-entropy of the batch `x (B, H)`, `labels (B)`. Everything stays on the
@@ -272,15 +201,13 @@ impl<B: Backend> Trainer<B> {
     /// `AdamW(head.parameters())`).
     pub fn apply(&mut self, be: &B, lr: f32) -> Result<()> {
         let (grads, n) = self.pending.take().ok_or_else(|| Error::Input("no gradients to apply".into()))?;
-        self.steps += 1;
+        let t = self.adamw.begin_step();
         let o = self.opt;
-        let mut s = AdamWStep::new(lr, o.weight_decay, o.beta1, o.beta2, o.eps, self.steps);
+        let mut s = AdamWStep::new(lr, o.weight_decay, o.beta1, o.beta2, o.eps, t);
         s.grad_scale = 1.0 / n as f32;
+        let shapes = self.spec.param_shapes();
         for i in 0..self.params.len() {
-            let (p, m, v) = be.adamw(&self.params[i], &grads[i], &self.m[i], &self.v[i], &s, None)?;
-            self.params[i] = p;
-            self.m[i] = m;
-            self.v[i] = v;
+            self.params[i] = self.adamw.update(be, i, shapes.len(), &self.params[i], shapes[i], &grads[i], &s, None)?;
         }
         Ok(())
     }
@@ -324,17 +251,6 @@ pub fn loss_and_accuracy(logits: &[f32], classes: usize, labels: &[u32]) -> (f32
         correct += (argmax(row) == y as usize) as usize;
     }
     ((loss / labels.len() as f64) as f32, correct as f32 / labels.len() as f32)
-}
-
-/// Index of the largest value (the first on ties).
-pub fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 /// The trained head answers in the same `{label, score}` as the checkpoint's classifier.
@@ -463,27 +379,6 @@ pub fn import_safetensors(bytes: &[u8], encoder_hidden: usize) -> Result<(HeadSp
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn splitmix64_reference_values() {
-        // First outputs for seed 1234567 from the reference C code (prng.di.unimi.it/splitmix64.c).
-        let mut r = SplitMix64::new(1234567);
-        assert_eq!(r.next_u64(), 6457827717110365317);
-        assert_eq!(r.next_u64(), 3203168211198807973);
-        assert_eq!(r.next_u64(), 9817491932198370423);
-    }
-
-    #[test]
-    fn shuffle_is_a_seeded_permutation() {
-        let mut a: Vec<usize> = (0..50).collect();
-        SplitMix64::new(7).shuffle(&mut a);
-        let mut b: Vec<usize> = (0..50).collect();
-        SplitMix64::new(7).shuffle(&mut b);
-        assert_eq!(a, b);
-        assert_ne!(a, (0..50).collect::<Vec<_>>());
-        a.sort();
-        assert_eq!(a, (0..50).collect::<Vec<_>>());
-    }
 
     #[test]
     fn head_file_round_trip_and_errors() {

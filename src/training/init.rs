@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use super::head::SplitMix64;
+use super::rng::SplitMix64;
 use crate::config::{BertConfig, Family};
 use crate::weights::safetensors::{write_f32, F32Tensor};
 use crate::{Error, Result};

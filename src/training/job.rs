@@ -4,18 +4,20 @@
 //! [`Examples`] are the five shapes of data ([`JobTask`]); [`prepare`] tokenizes them into rows as transformers'
 //! example scripts do ([`super::data`]) and picks the head (the checkpoint's own when its labels are exactly the
 //! data's, else a new one); [`run`] fine-tunes a [`FineTuner`] with [`fit`] and exports the folder's
-//! `config.json` and `model.safetensors` ([`fit::export_folder`]). The tokenizer files are the original's,
+//! `config.json` and `model.safetensors` ([`rows::export_folder`]). The tokenizer files are the original's,
 //! unchanged ([`FOLDER_FILES`]).
 
 use serde::Deserialize;
 
 use sha2::{Digest, Sha256};
 
-use super::checkpoint::{self, Checkpoints, Store};
+use super::fit::checkpoint::{self, Checkpoints, Store};
 use super::data::{self, QaExample, TextExample, TokenExample};
 use super::finetune::{FineTuneTask, FineTuner};
-use super::fit::{self, FitOptions, FitReport, Hooks, Metrics, Row, RowTarget};
-use super::lora::{self, LoraOptions};
+use super::fit::{FitOptions, FitReport, Hooks, Metrics};
+use super::rows::{self, Row, RowTarget};
+use super::lora::LoraOptions;
+use super::lora_peft;
 use super::pretrain_data::{pretrain_rows, PretrainOptions, TokenizedCorpus};
 use super::metrics::QaReference;
 use crate::backend::Backend;
@@ -186,7 +188,7 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
                 return Err(Error::Input(format!("a classifier needs at least 2 labels; the examples have {labels:?}")));
             }
             let b = data::sequence_batch(tok, examples, &labels)?;
-            let rows = fit::rows_from_batch(&b.batch, b.labels.iter().map(|&c| RowTarget::Class(c)));
+            let rows = rows::rows_from_batch(&b.batch, b.labels.iter().map(|&c| RowTarget::Class(c)));
             let keep_head = own(&labels, "ForSequenceClassification");
             Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Sequence, qa: None }
         }
@@ -194,7 +196,7 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
             let labels = data::token_label_list(examples, &cfg.label2id)?;
             let b = data::token_batch(tok, examples, &labels)?;
             let t = b.batch.t;
-            let rows = fit::rows_from_batch(&b.batch, b.labels.chunks(t.max(1)).map(|l| RowTarget::Tokens(l.to_vec())));
+            let rows = rows::rows_from_batch(&b.batch, b.labels.chunks(t.max(1)).map(|l| RowTarget::Tokens(l.to_vec())));
             let keep_head = own(&labels, "ForTokenClassification");
             Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Token, qa: None }
         }
@@ -216,7 +218,7 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
         (JobTask::Qa, Examples::Qa(examples)) => {
             let max_length = tok.max_length().min(data::QA_MAX_LENGTH);
             let b = data::qa_batch(tok, examples, max_length, doc_stride)?;
-            let rows = fit::rows_from_batch(&b.batch, b.start.iter().zip(&b.end).map(|(&s, &e)| RowTarget::Span(s, e)));
+            let rows = rows::rows_from_batch(&b.batch, b.start.iter().zip(&b.end).map(|(&s, &e)| RowTarget::Span(s, e)));
             let qa = QaReference {
                 windows: b.windows,
                 example: b.example.clone(),
@@ -288,13 +290,13 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
             ("doc_stride", opts.doc_stride.into()), ("lora", serde_json::json!(opts.lora.map(|l| format!("{l:?}"))))];
         c.run = identity(&fit_opts, &extra, &p.rows, &format!("{:?}{:?}", p.groups, p.labels), weights, original_config)?;
     }
-    let report = fit::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks,
+    let report = rows::fit(be, &mut tuner, &p.rows, p.groups.as_deref(), cfg.pad_token_id, &fit_opts, metrics, hooks,
         checkpoints).await?;
     let adapter = match opts.lora {
-        Some(_) => Some(lora::export_adapter(be, &tuner, original_config["_name_or_path"].as_str(), p.labels.as_deref()).await?),
+        Some(_) => Some(lora_peft::export_adapter(be, &tuner, original_config["_name_or_path"].as_str(), p.labels.as_deref()).await?),
         None => None,
     };
-    let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;
+    let (config_json, safetensors) = rows::export_folder(be, &tuner, original_config, p.labels.as_deref()).await?;
     Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors, adapter })
 }
 
@@ -326,9 +328,9 @@ pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Toke
     if let Some(c) = checkpoints.as_deref_mut() {
         c.run = identity(fit_opts, &[("task", "pretrain".into())], &rows, "", weights, original_config)?;
     }
-    let report = fit::fit(be, &mut tuner, &rows, None, cfg.pad_token_id, fit_opts, Metrics::default(), hooks, checkpoints)
+    let report = rows::fit(be, &mut tuner, &rows, None, cfg.pad_token_id, fit_opts, Metrics::default(), hooks, checkpoints)
         .await?;
-    let (config_json, safetensors) = fit::export_folder(be, &tuner, original_config, None).await?;
+    let (config_json, safetensors) = rows::export_folder(be, &tuner, original_config, None).await?;
     Ok(FineTuned { report, labels: None, config_json, safetensors, adapter: None })
 }
 

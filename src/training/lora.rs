@@ -15,21 +15,15 @@
 //! so the zero blocks are never parameters and never train.
 //!
 //! A starts as peft's `init_lora_weights=True`: `kaiming_uniform_(a=√5)`, i.e. U(−1/√in, 1/√in), here from the
-//! seeded [`SplitMix64`]; B starts at zero, so the model starts as the checkpoint. Trained: the adapters and the
+//! seeded [`super::rng::SplitMix64`]; B starts at zero, so the model starts as the checkpoint. Trained: the adapters and the
 //! head's last linear (the classifier, or `qa_outputs`); frozen, without gradients or AdamW moments: everything else,
 //! the pooler included (peft's `modules_to_save` for SEQ_CLS is the classifier alone).
 //!
-//! Export: [`export_adapter`] writes peft's `adapter_config.json` and `adapter_model.safetensors`
-//! (`PeftModel.from_pretrained` loads them); [`merged`] gives the weights with `W + s·B·A` folded in, as
-//! `merge_and_unload`, for a plain Hugging Face folder. Checked against peft by `tests/lora_golden.rs`.
+//! The adapters on a [`super::finetune::FineTuner`], and peft's files, are [`super::lora_peft`]'s.
 
-use super::encoder::{put, Param};
-use super::finetune::{FineTuneTask, FineTuner};
-use super::head::SplitMix64;
+use super::params::{put, Param};
 use crate::backend::Backend;
-use crate::weights::safetensors::{write_f32, F32Tensor};
-use crate::weights::HostTensor;
-use crate::{Error, Result};
+use crate::Result;
 
 /// peft's `LoraConfig.lora_alpha` default, ours when none is given (the scale is `alpha / r`).
 pub const DEFAULT_ALPHA: f32 = 8.0;
@@ -81,15 +75,17 @@ pub struct Adapter {
     pub a: usize,
     pub b: usize,
     pub weight: usize,
-    rows: Option<(usize, usize)>,
+    pub(super) rows: Option<(usize, usize)>,
 }
 
 /// The adapters of an encoder and which parameters train.
 pub struct Lora<T> {
     pub opts: LoraOptions,
     pub adapters: Vec<Adapter>,
-    trains: Vec<bool>,
-    scale: T,
+    /// Per parameter, whether it trains.
+    pub(super) trains: Vec<bool>,
+    /// `S = s·I (r, r)`.
+    pub(super) scale: T,
 }
 
 impl<T> Lora<T> {
@@ -144,154 +140,4 @@ impl<T> Lora<T> {
         }
         Ok(dx)
     }
-}
-
-/// peft's `task_type` for a task.
-pub fn task_type(task: FineTuneTask) -> &'static str {
-    match task {
-        FineTuneTask::Sequence => "SEQ_CLS",
-        FineTuneTask::Token => "TOKEN_CLS",
-        FineTuneTask::QuestionAnswering => "QUESTION_ANS",
-        FineTuneTask::Embedding => "FEATURE_EXTRACTION",
-        FineTuneTask::Pretraining => "FEATURE_EXTRACTION", // peft has no pre-training task type; the closest
-    }
-}
-
-impl<B: Backend> FineTuner<B> {
-    /// Freezes the encoder and adds LoRA adapters (A from the seeded initialiser, B zero): from here on only the
-    /// adapters and the head's last linear train.
-    pub fn set_lora(&mut self, be: &B, opts: LoraOptions, seed: u64) -> Result<()> {
-        if opts.r == 0 || !(opts.alpha.is_finite() && opts.alpha > 0.0) {
-            return Err(Error::Input(format!("LoRA needs a rank ≥ 1 and alpha > 0; got r {} and alpha {}", opts.r, opts.alpha)));
-        }
-        if self.top_layers().is_some() || self.encoder.lora.is_some() {
-            return Err(Error::Input("LoRA trains adapters on every layer: it cannot be combined with --layers".into()));
-        }
-        let (head, _) = self.head_modules();
-        let enc = &mut self.encoder;
-        let mut trains = vec![false; enc.params.len()];
-        for i in head {
-            trains[i] = true;
-        }
-        let (h, inter, r) = (enc.config.hidden_size, enc.config.intermediate_size, opts.r);
-        // A stream of its own, apart from the head's initialiser and the data shuffle of the same seed.
-        let mut rng = SplitMix64::new(seed ^ 0x4c6f_5241);
-        let mut adapters = Vec::new();
-        for l in 0..enc.layers() {
-            let [qkv, o, i, out] = enc.layer_linears(l);
-            let all = opts.targets == LoraTargets::All;
-            let mut targets = vec![("attention.self.query", qkv, Some(0), h, h)];
-            if all {
-                targets.push(("attention.self.key", qkv, Some(h), h, h));
-            }
-            targets.push(("attention.self.value", qkv, Some(2 * h), h, h));
-            if all {
-                targets.extend([("attention.output.dense", o, None, h, h), ("intermediate.dense", i, None, inter, h),
-                    ("output.dense", out, None, h, inter)]);
-            }
-            for (name, weight, first, n_out, n_in) in targets {
-                let module = format!("bert.encoder.layer.{l}.{name}");
-                let bound = 1.0 / (n_in as f64).sqrt();
-                let av: Vec<f32> = (0..r * n_in).map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32).collect();
-                let a = enc.push(be, vec![format!("{module}.lora_A.weight")], &HostTensor::f32(vec![r, n_in], av)?, r, n_in, true)?;
-                let zeros = HostTensor::f32(vec![n_out, r], vec![0.0; n_out * r])?;
-                let b = enc.push(be, vec![format!("{module}.lora_B.weight")], &zeros, n_out, r, true)?;
-                trains.extend([true, true]);
-                adapters.push(Adapter { module, a, b, weight, rows: first.map(|f| (f, 3 * h)) });
-            }
-        }
-        let mut s = vec![0f32; r * r];
-        for k in 0..r {
-            s[k * r + k] = opts.scale();
-        }
-        let scale = be.input(&s, r, r)?;
-        enc.lora = Some(Lora { opts, adapters, trains, scale });
-        Ok(())
-    }
-}
-
-/// The name a parameter has in a peft state dict: `base_model.model.` before transformers' name (a bare encoder's
-/// without `bert.`, as `BertModel` names them).
-fn peft_name(task: FineTuneTask, name: &str) -> String {
-    let name = if task == FineTuneTask::Embedding { name.strip_prefix("bert.").unwrap_or(name) } else { name };
-    format!("base_model.model.{name}")
-}
-
-/// The adapter as peft's `save_pretrained` writes it: `adapter_config.json` and `adapter_model.safetensors` (the
-/// adapters' A and B, and the trained head under its own name, as peft stores `modules_to_save`). `base`: the base
-/// model's name or path for `base_model_name_or_path`. A classifier's `labels` go in the safetensors metadata as
-/// `id2label` (peft refuses unknown keys in adapter_config.json and ignores the metadata), where
-/// `weights::peft::apply_lora` finds them.
-pub async fn export_adapter<B: Backend>(be: &B, tuner: &FineTuner<B>, base: Option<&str>, labels: Option<&[String]>)
-    -> Result<(String, Vec<u8>)> {
-    let lora = tuner.encoder.lora.as_ref().ok_or_else(|| Error::Input("no LoRA adapters to export".into()))?;
-    let task = tuner.task();
-    let (_, head_module) = tuner.head_modules();
-    let shapes = tuner.shapes();
-    let mut tensors = Vec::new();
-    for (_, p) in tuner.encoder.params.iter().enumerate().filter(|(i, _)| lora.trains(*i)) {
-        tensors.push((peft_name(task, &p.names[0]), shapes[&p.names[0]].clone(), be.read(&p.tensor).await?));
-    }
-    let views: Vec<F32Tensor<'_>> =
-        tensors.iter().map(|(name, shape, values)| F32Tensor { name: name.clone(), shape: shape.clone(), values }).collect();
-    let mut meta = std::collections::BTreeMap::new();
-    meta.insert("format", "pt".to_string());
-    if let Some(labels) = labels {
-        let id2label: std::collections::BTreeMap<String, &str> =
-            labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.as_str())).collect();
-        meta.insert("id2label", serde_json::to_string(&id2label)?);
-    }
-    let o = &lora.opts;
-    let config = serde_json::json!({
-        "alpha_pattern": {},
-        "auto_mapping": null,
-        "base_model_name_or_path": base,
-        "bias": "none",
-        "fan_in_fan_out": false,
-        "inference_mode": true,
-        "init_lora_weights": true,
-        "layer_replication": null,
-        "layers_pattern": null,
-        "layers_to_transform": null,
-        "loftq_config": {},
-        "lora_alpha": if o.alpha.fract() == 0.0 { serde_json::json!(o.alpha as i64) } else { serde_json::json!(o.alpha) },
-        "lora_dropout": 0.0,
-        "megatron_config": null,
-        "megatron_core": "megatron.core",
-        // peft adds "score" (another architecture's classifier name) for SEQ_CLS and TOKEN_CLS; written as it does.
-        "modules_to_save": head_module.map(|m| if m == "classifier" { vec![m, "score"] } else { vec![m] }),
-        "peft_type": "LORA",
-        "r": o.r,
-        "rank_pattern": {},
-        "revision": null,
-        "target_modules": o.target_modules(),
-        "task_type": task_type(task),
-        "use_dora": false,
-        "use_rslora": false,
-    });
-    Ok((serde_json::to_string_pretty(&config)? + "\n", write_f32(&views, &meta)?))
-}
-
-/// [`FineTuner::named`]'s parameters with every adapter folded into its weight (`W + s·B·A`, as peft's
-/// `merge_and_unload`) and the adapters themselves left out; without LoRA, the parameters as they are.
-pub async fn merged<B: Backend>(be: &B, tuner: &FineTuner<B>) -> Result<Vec<(String, Vec<f32>)>> {
-    let mut named = tuner.named(be, None).await?;
-    let Some(lora) = tuner.encoder.lora.as_ref() else { return Ok(named) };
-    let (params, s, r) = (&tuner.encoder.params, lora.opts.scale() as f64, lora.opts.r);
-    for ad in &lora.adapters {
-        let (a, b) = (be.read(&params[ad.a].tensor).await?, be.read(&params[ad.b].tensor).await?);
-        let (n_out, n_in) = (params[ad.b].rows, params[ad.a].cols);
-        let key = format!("{}.weight", ad.module);
-        let w = &mut named.iter_mut().find(|(n, _)| *n == key).ok_or_else(|| Error::Weights(format!("no {key}")))?.1;
-        for o in 0..n_out {
-            for i in 0..n_in {
-                let d: f64 = (0..r).map(|k| b[o * r + k] as f64 * a[k * n_in + i] as f64).sum();
-                w[o * n_in + i] = (w[o * n_in + i] as f64 + s * d) as f32;
-            }
-        }
-    }
-    let adapter_names: std::collections::HashSet<&str> =
-        lora.adapters.iter().flat_map(|ad| [ad.a, ad.b]).map(|i| params[i].names[0].as_str()).collect();
-    named.retain(|(n, _)| !adapter_names.contains(n.as_str()));
-    Ok(named)
 }

@@ -1,7 +1,8 @@
 //! The tasks' own validation metrics, computed as their reference implementations compute them: entity-level F1
 //! for token classification (seqeval's default: conlleval's chunking of IOB tags, micro-averaged over entities), and
 //! SQuAD's exact match and F1 for extractive QA (the official v2.0 evaluation script's normalisation, the best
-//! over the gold answers, averaged over examples).
+//! over the gold answers, averaged over examples); and pre-training's heads' losses and accuracies, per micro-batch
+//! ([`PretrainEval`]) and per optimiser step ([`PretrainStep`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -146,9 +147,80 @@ impl QaReference {
     }
 }
 
+/// What one batch's pre-training forward gives: the loss of each head and how many predictions were right.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PretrainEval {
+    pub mlm_loss: f32,
+    pub mlm_correct: usize,
+    pub mlm_count: usize,
+    pub nsp_loss: Option<f32>,
+    pub nsp_correct: usize,
+    /// The rows with a next-sentence label (0 without NSP).
+    pub nsp_count: usize,
+}
+
+impl PretrainEval {
+    /// `L_mlm + L_nsp`.
+    pub fn loss(&self) -> f32 {
+        self.mlm_loss + self.nsp_loss.unwrap_or(0.0)
+    }
+}
+
+/// Pre-training's part of an optimiser step's report, over its micro-batches: each head's loss as the step's loss
+/// is taken (the micro-batches' mean, so that `loss = mlm_loss + nsp_loss` up to rounding), each head's accuracy as
+/// its right predictions over all of the step's (the selected tokens for the masked LM, the rows for NSP).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PretrainStep {
+    pub mlm_loss: f32,
+    pub mlm_accuracy: f32,
+    /// `None` without next-sentence prediction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsp_loss: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsp_accuracy: Option<f32>,
+}
+
+impl PretrainStep {
+    /// The step's metrics from its micro-batches' evaluations; `None` for none.
+    pub fn of(evals: &[PretrainEval]) -> Option<PretrainStep> {
+        if evals.is_empty() {
+            return None;
+        }
+        let mean = |x: &mut dyn Iterator<Item = f32>| {
+            let (sum, n) = x.fold((0f64, 0usize), |(s, n), v| (s + v as f64, n + 1));
+            (n > 0).then(|| (sum / n as f64) as f32)
+        };
+        let ratio = |right: usize, count: usize| right as f32 / count.max(1) as f32;
+        let sum = |f: fn(&PretrainEval) -> usize| evals.iter().map(f).sum::<usize>();
+        let nsp_count = sum(|e| e.nsp_count);
+        Some(PretrainStep {
+            mlm_loss: mean(&mut evals.iter().map(|e| e.mlm_loss))?,
+            mlm_accuracy: ratio(sum(|e| e.mlm_correct), sum(|e| e.mlm_count)),
+            nsp_loss: mean(&mut evals.iter().filter_map(|e| e.nsp_loss)),
+            nsp_accuracy: (nsp_count > 0).then(|| ratio(sum(|e| e.nsp_correct), nsp_count)),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn eval(mlm_loss: f32, mlm: (usize, usize), nsp: Option<(f32, usize, usize)>) -> PretrainEval {
+        PretrainEval { mlm_loss, mlm_correct: mlm.0, mlm_count: mlm.1, nsp_loss: nsp.map(|n| n.0),
+            nsp_correct: nsp.map_or(0, |n| n.1), nsp_count: nsp.map_or(0, |n| n.2) }
+    }
+
+    #[test]
+    fn a_steps_metrics_sum_its_micro_batches() {
+        // Losses: the micro-batches' mean, as the step's loss; accuracies: right over all predictions, so a
+        // micro-batch of 1 selected token does not weigh as much as one of 9.
+        let s = PretrainStep::of(&[eval(2.0, (1, 1), Some((0.5, 3, 4))), eval(4.0, (0, 9), Some((0.7, 1, 2)))]).unwrap();
+        assert_eq!(s, PretrainStep { mlm_loss: 3.0, mlm_accuracy: 0.1, nsp_loss: Some(0.6), nsp_accuracy: Some(4.0 / 6.0) });
+        let s = PretrainStep::of(&[eval(2.0, (3, 4), None)]).unwrap();
+        assert_eq!((s.mlm_accuracy, s.nsp_loss, s.nsp_accuracy), (0.75, None, None));
+        assert_eq!(PretrainStep::of(&[]), None);
+    }
 
     #[test]
     fn entities_are_chunked_as_seqeval_chunks_them() {

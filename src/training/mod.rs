@@ -1,40 +1,61 @@
-//! Training on the backend:
-//! - one loop for every trainer, [`fit`] (split, schedule, evaluation, early stopping), with [`checkpoint`]s and
-//!   resume;
-//! - fine-tuning the whole model on the BERT paper's shapes: [`encoder`] (every encoder parameter trainable, the
-//!   backward through every layer), [`finetune`] (the task heads, their losses), [`optim`] (one optimiser step),
-//!   [`rows`] (tokenized examples as the loop's trainee, evaluation, the Hugging Face folder), [`data`] (examples to
-//!   batches, as transformers' example scripts make them), [`job`] (the CLI's and `fineTune`'s whole job);
-//! - pre-training (masked LM + next-sentence prediction): [`pretrain`] (the heads on the whole encoder),
-//!   [`pretrain_data`] (a corpus to NSP pairs or segments, masked as the BERT paper does) and [`init`] (a BERT from
-//!   scratch, initialised as transformers does);
-//! - a classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
-//!   and backward, AdamW, the seeded PRNG, the head's file) and [`fit_head`], which trains one by the same loop
-//!   ([`fit::fit_loop`]) on features computed once. `Model::train_head` (in `tasks`) computes them and calls it.
+//! Training on the backend. The files, lowest first: each uses only files listed before it (tests/layout.rs checks
+//! that no folder has a circle of imports).
+//! - Small shared pieces: [`rng`] (the seeded PRNG of every draw), [`loss`] (cross-entropy over the rows with a
+//!   target, the ignored label, argmax), [`optim`] (AdamW, owning its moments and step count, and the step's
+//!   options: it knows no model), [`params`] (a trainable tensor and the gradient list), [`metrics`] (the tasks' own
+//!   metrics: entity F1, SQuAD's, pre-training's heads'), [`init`] (a BERT from scratch, initialised as
+//!   transformers does).
+//! - [`fit`], the one loop of every trainer: its options and schedule, its report and hooks, checkpoints and resume,
+//!   the memory a step holds; it trains any [`fit::Trainee`].
+//! - The whole encoder fine-tuned on the BERT paper's shapes: [`lora`] (LoRA adapters: their forward and
+//!   backward), [`encoder`] (every encoder parameter trainable, the backward through every layer); one file per
+//!   objective, each its head's forward and backward, its loss and its accuracy: [`sequence`] (classification of
+//!   texts and pairs), [`token`] (token classification), [`qa`] (extractive QA), [`embedding`] (sentence
+//!   embeddings, MultipleNegativesRankingLoss), [`pretrain`] (masked LM and next-sentence prediction); then
+//!   [`finetune`] (`FineTuner`: encoder, head and AdamW's state, the batch's checks, the objective's pass), [`step`]
+//!   (one optimiser step: micro-batches accumulated, clipping, [`optim::AdamW`]; the trained state), [`lora_peft`]
+//!   (LoRA on a `FineTuner` as peft does it: the adapters set, exported, merged).
+//! - Their data and their runs: [`data`] (examples to batches, as transformers' example scripts make them),
+//!   [`pretrain_data`] (a corpus to NSP pairs or segments, masked as the BERT paper does), [`rows`] (tokenized
+//!   examples as the loop's trainee, evaluation, the Hugging Face folder), [`job`] (the CLI's and `fineTune`'s
+//!   whole job).
+//! - A classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
+//!   and backward, its file) and here [`fit_head`], which trains one by the same loop ([`fit::fit_loop`]) on features
+//!   computed once. `Model::train_head` (in `tasks`) computes them and calls it.
 
-pub mod checkpoint;
 pub mod data;
+pub mod embedding;
 pub mod encoder;
 pub mod finetune;
 pub mod fit;
 pub mod init;
 pub mod job;
 pub mod lora;
-pub mod memory;
+pub mod lora_peft;
+pub mod loss;
 pub mod metrics;
 pub mod optim;
+pub mod params;
 pub mod pretrain;
 pub mod pretrain_data;
+pub mod qa;
+pub mod rng;
 pub mod rows;
+pub mod sequence;
+pub mod step;
+pub mod token;
 pub mod head;
 
 use crate::backend::Backend;
 use crate::heads::Pooling;
 use crate::activation::Activation;
 use crate::{Error, Result};
-use head::{AdamW, HeadSpec, SplitMix64, Trainer, TrainedHead};
-use checkpoint::{Checkpoints, NoStore};
-use optim::{StepOptions, StepReport};
+use head::{HeadSpec, Trainer, TrainedHead};
+use optim::AdamWOptions;
+use rng::SplitMix64;
+use fit::checkpoint::{Checkpoints, NoStore};
+use fit::StepReport;
+use optim::StepOptions;
 
 /// One labelled training example.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
@@ -102,44 +123,9 @@ pub struct TrainReport {
     pub history: Vec<EpochProgress>,
 }
 
-/// ⌈fraction · n⌉ (held-out examples, warm-up steps), the fraction read as the decimal it was written as (0.3 as an
-/// f32 is 0.300000012: 10 examples hold out 3, not 4).
-pub(crate) fn ceil_fraction(fraction: f32, n: usize) -> usize {
-    (fraction as f64 * n as f64 - 1e-6).ceil().max(0.0) as usize
-}
-
-/// The checks of every training loop's options (`trainHead`'s and fine-tuning's): at least one epoch and one
-/// example per batch, a positive learning rate, a weight decay ≥ 0, and a validation split in [0, 1) that leaves
-/// some of the `examples` to train on.
-pub(crate) fn check_schedule(epochs: usize, batch_size: usize, learning_rate: f32, weight_decay: f32,
-    validation_split: f32, examples: usize) -> Result<()> {
-    if epochs == 0 {
-        return Err(Error::Input("epochs must be at least 1".into()));
-    }
-    if batch_size == 0 {
-        return Err(Error::Input("batch size must be at least 1".into()));
-    }
-    if !(learning_rate.is_finite() && learning_rate > 0.0) {
-        return Err(Error::Input(format!("learning rate must be a positive number, got {learning_rate}")));
-    }
-    if !(weight_decay.is_finite() && weight_decay >= 0.0) {
-        return Err(Error::Input(format!("weight decay must be ≥ 0, got {weight_decay}")));
-    }
-    if !(0.0..1.0).contains(&validation_split) {
-        return Err(Error::Input(format!("validation split must be a fraction in [0, 1), got {validation_split}")));
-    }
-    if examples < 2 && validation_split > 0.0 || ceil_fraction(validation_split, examples) >= examples {
-        return Err(Error::Input(format!(
-            "{examples} examples leave none to train on after a validation split of {validation_split}; add examples \
-             or lower the split"
-        )));
-    }
-    Ok(())
-}
-
 /// Validates training input and options; returns the label set in class order.
 pub(crate) fn check_training_input(examples: &[TrainExample], opts: &TrainOptions) -> Result<Vec<String>> {
-    check_schedule(opts.epochs, opts.batch_size, opts.learning_rate, opts.weight_decay, opts.validation_split,
+    fit::options::check_schedule(opts.epochs, opts.batch_size, opts.learning_rate, opts.weight_decay, opts.validation_split,
         examples.len())?;
     if opts.hidden == Some(0) {
         return Err(Error::Input("a hidden layer needs at least 1 unit (or leave `hidden` unset)".into()));
@@ -253,7 +239,7 @@ pub async fn fit_head<B: Backend>(be: &B, features: &[Vec<f32>], labels: Vec<Str
     let x = be.input(&features.concat(), examples.len(), h)?; // (N, H)
     let spec = HeadSpec { input_size: h, hidden: opts.hidden.map(|d| (d, opts.activation)), labels: labels.clone(), pooling: opts.pooling };
     let init = spec.init(&mut SplitMix64::new(opts.seed));
-    let opt = AdamW { lr: opts.learning_rate, weight_decay: opts.weight_decay, ..AdamW::default() };
+    let opt = AdamWOptions { lr: opts.learning_rate, weight_decay: opts.weight_decay, ..AdamWOptions::default() };
     let mut trainee = FeatureTrainee { trainer: Trainer::new(be, spec.clone(), &init, opt)?, x, y, losses: Vec::new() };
     let fit_opts = fit::FitOptions {
         epochs: opts.epochs,

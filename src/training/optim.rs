@@ -1,14 +1,31 @@
-//! One optimiser step of a [`FineTuner`]: micro-batches' gradients accumulated, clipped by their global norm, AdamW
-//! (no weight decay where the parameter says so); and the trained state on the host, for early stopping's best epoch.
+//! The optimiser: AdamW as `torch.optim.AdamW`, with its state, and nothing of any model. It owns, per parameter,
+//! the two moments (made at the parameter's first update, so a frozen one never has any) and the count of steps
+//! taken; the parameters and their gradients are lent to it one update at a time (as candle-nn's `AdamW` and
+//! burn's optimizer records keep them apart from the module). The encoder's fine-tuner
+//! ([`super::finetune::FineTuner`]) and trainHead's [`super::head::Trainer`] both step through it. The arithmetic is
+//! the backend's kernel ([`AdamWStep`], `Backend::adamw`), which also clips by the global norm and refuses a
+//! non-finite step.
 
-use super::checkpoint::TraineeState;
-use super::finetune::{FineTuner, Targets};
-use super::pretrain::{PretrainEval, PretrainStep};
 use crate::backend::{AdamWStep, Backend};
-use crate::tokenizer::Batch;
-use crate::{Error, Result};
+use crate::Result;
 
-/// The optimiser's settings for one step.
+/// AdamW's hyper-parameters (`torch.optim.AdamW` defaults but the learning rate): trainHead's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWOptions {
+    pub lr: f32,
+    pub weight_decay: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+}
+
+impl Default for AdamWOptions {
+    fn default() -> Self {
+        AdamWOptions { lr: 1e-3, weight_decay: 0.01, beta1: 0.9, beta2: 0.999, eps: 1e-8 }
+    }
+}
+
+/// The optimiser's settings for one step of the encoder's fine-tuner.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepOptions {
     pub learning_rate: f32,
@@ -28,255 +45,79 @@ impl Default for StepOptions {
     }
 }
 
-/// What one step did.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct StepReport {
-    /// The batch's loss before the update.
-    pub loss: f32,
-    /// The gradients' global L2 norm before clipping.
-    pub grad_norm: f32,
-    /// Pre-training: each head's loss and accuracy on the step's micro-batches; `None` for other tasks.
-    pub pretrain: Option<PretrainStep>,
+/// AdamW's state over a list of parameters (tensors `T` of a backend), indexed as the owner lists its parameters.
+pub struct AdamW<T> {
+    /// `(m, v)` per parameter; `None` before its first update.
+    moments: Vec<Option<(T, T)>>,
+    /// Steps taken so far (AdamW's t is this + 1 on the next step).
+    steps: u32,
 }
 
-/// A micro-batch's loss while its step is accumulated: known already (the paths that read back on the way; with
-/// pre-training's metrics), or its logits, still on the backend, read with the step's gradient norm once the update
-/// is queued.
-pub(super) enum PendingLoss<T> {
-    Known(f32),
-    Pretrain(PretrainEval),
-    Logits { logits: T, t: usize, targets: OwnedTargets },
+impl<T> Default for AdamW<T> {
+    fn default() -> Self {
+        AdamW { moments: Vec::new(), steps: 0 }
+    }
 }
 
-/// The [`Targets`] whose loss is taken from logits, owned until the step's read-back.
-pub(super) enum OwnedTargets {
-    Sequence(Vec<u32>),
-    Token(Vec<i64>),
-    Spans { start: Vec<u32>, end: Vec<u32> },
-}
-
-impl OwnedTargets {
-    fn new(t: &Targets<'_>) -> Option<OwnedTargets> {
-        Some(match t {
-            Targets::Sequence(y) => OwnedTargets::Sequence(y.to_vec()),
-            Targets::Token(y) => OwnedTargets::Token(y.to_vec()),
-            Targets::Spans { start, end } => OwnedTargets::Spans { start: start.to_vec(), end: end.to_vec() },
-            Targets::Pairs { .. } | Targets::Pretrain { .. } => return None,
-        })
+impl<T> AdamW<T> {
+    /// No steps taken, no moments: each parameter gets zero moments at its first update.
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    fn targets(&self) -> Targets<'_> {
-        match self {
-            OwnedTargets::Sequence(y) => Targets::Sequence(y),
-            OwnedTargets::Token(y) => Targets::Token(y),
-            OwnedTargets::Spans { start, end } => Targets::Spans { start, end },
+    /// State restored from a checkpoint: the moments per parameter and the steps taken.
+    pub fn from_state(moments: Vec<Option<(T, T)>>, steps: u32) -> Self {
+        AdamW { moments, steps }
+    }
+
+    /// Zero moments for every parameter of these `(rows, cols)` shapes at once (trainHead, whose parameters are all
+    /// trained from the first step).
+    pub fn zeroed<B: Backend<Tensor = T>>(be: &B, shapes: &[(usize, usize)]) -> Result<Self> {
+        let mut moments = Vec::with_capacity(shapes.len());
+        for &(r, c) in shapes {
+            moments.push(Some((be.input(&vec![0.0; r * c], r, c)?, be.input(&vec![0.0; r * c], r, c)?)));
         }
-    }
-}
-
-impl<B: Backend> FineTuner<B> {
-    /// One optimiser step on a batch: forward, backward, clipping, AdamW ([`Self::accumulate`] then
-    /// [`Self::apply`]). See [`Self::apply`] for what is read back.
-    pub async fn step(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>, opt: &StepOptions) -> Result<StepReport> {
-        self.accumulate(be, batch, targets).await?;
-        self.apply(be, opt).await
+        Ok(AdamW { moments, steps: 0 })
     }
 
-    /// Adds a micro-batch's gradients to the step being accumulated (gradient accumulation: a step over more rows
-    /// than fit at once). [`Self::apply`] updates with their mean, as transformers' `gradient_accumulation_steps`
-    /// (each micro-batch's loss divided by their number) does, and reports their mean loss.
-    /// With dropout on ([`Self::set_dropout`]), each micro-batch's forward drops with masks of its own.
-    pub async fn accumulate(&mut self, be: &B, batch: &Batch, targets: &Targets<'_>) -> Result<()> {
-        let plan = self.dropout.map(|d| d.plan(self.micro_batches));
-        self.micro_batches += 1;
-        let (grads, loss) = match targets {
-            Targets::Pairs { positives } => {
-                let (grads, loss) = self.embedding_gradients_with(be, batch, positives, plan).await?;
-                (grads, PendingLoss::Known(loss))
-            }
-            Targets::Pretrain { mlm, nsp } => {
-                let (grads, eval) = self.pretrain_gradients_with(be, batch, mlm, *nsp, plan).await?;
-                (grads, PendingLoss::Pretrain(eval))
-            }
-            _ => {
-                let (grads, logits) = self.gradients_with(be, batch, targets, plan)?;
-                let targets = OwnedTargets::new(targets).ok_or_else(|| Error::Input("no loss for these targets".into()))?;
-                (grads, PendingLoss::Logits { logits, t: batch.t, targets })
+    /// Steps taken so far.
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    /// Parameter `i`'s moments `(m, v)`, once it has been updated.
+    pub fn moments(&self, i: usize) -> Option<&(T, T)> {
+        self.moments.get(i).and_then(Option::as_ref)
+    }
+
+    /// Starts a step: the count goes up, and the updates that follow are this step's. Returns AdamW's `t`.
+    pub fn begin_step(&mut self) -> u32 {
+        self.steps += 1;
+        self.steps
+    }
+
+    /// Takes back the step begun last, which updated nothing (the backend's kernel leaves every parameter and moment
+    /// as it was where the gradients are not finite).
+    pub fn undo_step(&mut self) {
+        self.steps -= 1;
+    }
+
+    /// Updates parameter `i` of shape `(rows, cols)` (out of `count`) by its gradient with the step's settings `s`
+    /// (made with [`Self::begin_step`]'s t), and returns the new parameter. `norm_sq`: the squared global norm of all
+    /// gradients, for clipping and the finiteness check, where the step has one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn update<B: Backend<Tensor = T>>(&mut self, be: &B, i: usize, count: usize, param: &T, shape: (usize, usize),
+        grad: &T, s: &AdamWStep, norm_sq: Option<&T>) -> Result<T> {
+        self.moments.resize_with(count.max(self.moments.len()), || None);
+        let (m, v) = match self.moments[i].take() {
+            Some(mv) => mv,
+            None => {
+                let (r, c) = shape;
+                (be.input(&vec![0.0; r * c], r, c)?, be.input(&vec![0.0; r * c], r, c)?)
             }
         };
-        self.pending = Some(match self.pending.take() {
-            None => (grads, vec![loss]),
-            Some((mut sum, mut losses)) => {
-                for (s, g) in sum.iter_mut().zip(grads) {
-                    if let (Some(prev), Some(g)) = (s.as_ref(), g) {
-                        *s = Some(be.add(prev, &g)?);
-                    }
-                }
-                losses.push(loss);
-                (sum, losses)
-            }
-        });
-        Ok(())
-    }
-
-    /// Updates the parameters with the mean of the accumulated gradients: clipping by their global norm, then AdamW.
-    /// The report's loss is the micro-batches' mean (and pre-training's metrics are over them all: [`PretrainStep`]).
-    ///
-    /// The norm, the clipping and the check that the step is finite all happen on the backend, in AdamW's kernel,
-    /// so the whole step (forward, backward, update) is queued before anything is read: then one wait reads the
-    /// norm and the logits the loss is computed from. A non-finite loss or gradient is an error, and leaves the
-    /// parameters and AdamW's state as they were (the kernel updates nothing where the norm is not finite; a
-    /// non-finite logit makes the gradients non-finite through the softmax).
-    pub async fn apply(&mut self, be: &B, opt: &StepOptions) -> Result<StepReport> {
-        let (grads, losses) =
-            self.pending.take().ok_or_else(|| Error::Input("no gradients to apply: accumulate a batch first".into()))?;
-        let n = losses.len();
-        // The squared norm over the trained parameters (clip_grad_norm_ skips those without a gradient).
-        let trained: Vec<&B::Tensor> = grads.iter().flatten().collect();
-        if trained.is_empty() {
-            return Err(Error::Input("no parameter is being trained".into()));
-        }
-        let total = be.sum_squares_all(&trained)?;
-        self.steps += 1;
-        let params = &mut self.encoder.params;
-        for (i, g) in grads.iter().enumerate() {
-            let Some(g) = g else { continue }; // frozen
-            let wd = if params[i].decay { opt.weight_decay } else { 0.0 };
-            let mut s = AdamWStep::new(opt.learning_rate, wd, opt.beta1, opt.beta2, opt.eps, self.steps);
-            s.grad_scale = 1.0 / n as f32; // the sum becomes a mean
-            s.max_grad_norm = opt.max_grad_norm;
-            self.moments.resize_with(params.len(), || None);
-            let (m, v) = match self.moments[i].take() {
-                Some(mv) => mv,
-                None => {
-                    let (r, c) = (params[i].rows, params[i].cols);
-                    (be.input(&vec![0.0; r * c], r, c)?, be.input(&vec![0.0; r * c], r, c)?)
-                }
-            };
-            let (p, m, v) = be.adamw(&params[i].tensor, g, &m, &v, &s, Some(&total))?;
-            params[i].tensor = p;
-            self.moments[i] = Some((m, v));
-        }
-        let mut reads = vec![&total];
-        reads.extend(losses.iter().filter_map(|l| match l {
-            PendingLoss::Logits { logits, .. } => Some(logits),
-            PendingLoss::Known(_) | PendingLoss::Pretrain(_) => None,
-        }));
-        let values = be.read_many(&reads).await?;
-        let mut logits = values[1..].iter();
-        let mut sum = 0f64;
-        for l in &losses {
-            sum += match l {
-                PendingLoss::Known(x) => *x as f64,
-                PendingLoss::Pretrain(e) => e.loss() as f64,
-                PendingLoss::Logits { t, targets, .. } => {
-                    let z = logits.next().ok_or_else(|| Error::Input("a micro-batch's logits were not read".into()))?;
-                    self.loss(z, *t, &targets.targets()) as f64
-                }
-            };
-        }
-        let loss = (sum / n as f64) as f32;
-        let grad_norm = ((values[0][0] as f64).sqrt() / n as f64) as f32; // of the mean gradient
-        if !loss.is_finite() || !grad_norm.is_finite() {
-            self.steps -= 1; // nothing was updated
-            return Err(Error::Input(format!(
-                "the loss ({loss}) or the gradient norm ({grad_norm}) is not finite; the model was left as it was \
-                 before this step: lower the learning rate"
-            )));
-        }
-        let evals: Vec<PretrainEval> =
-            losses.iter().filter_map(|l| if let PendingLoss::Pretrain(e) = l { Some(*e) } else { None }).collect();
-        Ok(StepReport { loss, grad_norm, pretrain: PretrainStep::of(&evals) })
-    }
-
-    /// The parameters being trained (those with AdamW moments: every parameter updated so far) on the host, in
-    /// parameter order.
-    pub async fn read_trained(&self, be: &B) -> Result<Vec<Vec<f32>>> {
-        let mut out = Vec::new();
-        for (i, p) in self.encoder.params.iter().enumerate() {
-            if self.moments.get(i).is_some_and(Option::is_some) {
-                out.push(be.read(&p.tensor).await?);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Puts back what [`Self::read_trained`] read (AdamW's state is kept).
-    pub fn set_trained(&mut self, be: &B, saved: &[Vec<f32>]) -> Result<()> {
-        let trained: Vec<usize> = (0..self.encoder.params.len()).filter(|&i| self.moments.get(i).is_some_and(Option::is_some)).collect();
-        if trained.len() != saved.len()
-            || trained.iter().zip(saved).any(|(&i, v)| v.len() != self.encoder.params[i].rows * self.encoder.params[i].cols)
-        {
-            return Err(Error::Input("saved parameters do not match the parameters being trained".into()));
-        }
-        for (&i, v) in trained.iter().zip(saved) {
-            let p = &mut self.encoder.params[i];
-            p.tensor = be.input(v, p.rows, p.cols)?;
-        }
-        Ok(())
-    }
-
-    /// What a checkpoint holds of the fine-tuner ([`super::checkpoint`]): every trained parameter with AdamW's two
-    /// moments, under the parameter's first name, AdamW's step count, and the micro-batches dropout has seen.
-    pub async fn train_state(&self, be: &B) -> Result<TraineeState> {
-        if self.pending.is_some() {
-            return Err(Error::Input("a checkpoint is taken between optimiser steps, not with gradients pending".into()));
-        }
-        let mut s = TraineeState::default();
-        for (i, p) in self.encoder.params.iter().enumerate() {
-            let Some((m, v)) = self.moments.get(i).and_then(Option::as_ref) else { continue };
-            let shape = vec![p.rows, p.cols];
-            for (kind, t) in [("param", &p.tensor), ("exp_avg", m), ("exp_avg_sq", v)] {
-                s.tensors.push((format!("{kind}.{}", p.names[0]), shape.clone(), be.read(t).await?));
-            }
-        }
-        s.counters.insert("adamw_steps".into(), self.steps as u64);
-        s.counters.insert("micro_batches".into(), self.micro_batches);
-        Ok(s)
-    }
-
-    /// Puts back what [`Self::train_state`] saved, into a fine-tuner made as the saved one was (same model, task,
-    /// layers, LoRA and seed). Every trained parameter must be there, of its shape.
-    pub fn set_train_state(&mut self, be: &B, state: TraineeState) -> Result<()> {
-        let mut by_name: std::collections::HashMap<String, (Vec<usize>, Vec<f32>)> =
-            state.tensors.into_iter().map(|(n, shape, v)| (n, (shape, v))).collect();
-        let counter = |k: &str| state.counters.get(k).copied().ok_or_else(|| Error::Input(format!("the checkpoint has no `{k}`")));
-        let steps = counter("adamw_steps")?;
-        let micro_batches = counter("micro_batches")?;
-        let mut moments = Vec::with_capacity(self.encoder.params.len());
-        let mut restored = Vec::new();
-        for p in &self.encoder.params {
-            let mut take = |kind: &str| -> Option<Result<B::Tensor>> {
-                let (shape, v) = by_name.remove(&format!("{kind}.{}", p.names[0]))?;
-                Some(if shape != [p.rows, p.cols] || v.len() != p.rows * p.cols {
-                    Err(Error::Input(format!("the checkpoint's {kind} of {} is {shape:?}, the model's {}×{}", p.names[0], p.rows, p.cols)))
-                } else {
-                    be.input(&v, p.rows, p.cols)
-                })
-            };
-            match (take("param"), take("exp_avg"), take("exp_avg_sq")) {
-                (Some(w), Some(m), Some(v)) => {
-                    restored.push(Some(w?));
-                    moments.push(Some((m?, v?)));
-                }
-                (None, None, None) => {
-                    restored.push(None);
-                    moments.push(None);
-                }
-                _ => return Err(Error::Input(format!("the checkpoint has part of {}'s state", p.names[0]))),
-            }
-        }
-        if let Some(extra) = by_name.keys().next() {
-            return Err(Error::Input(format!("the checkpoint trains {extra}, which this model has not: another model or options")));
-        }
-        for (p, w) in self.encoder.params.iter_mut().zip(restored) {
-            if let Some(w) = w {
-                p.tensor = w;
-            }
-        }
-        self.moments = moments;
-        self.steps = u32::try_from(steps).map_err(|_| Error::Input("the checkpoint's step count is out of range".into()))?;
-        self.micro_batches = micro_batches;
-        Ok(())
+        let (p, m, v) = be.adamw(param, grad, &m, &v, s, norm_sq)?;
+        self.moments[i] = Some((m, v));
+        Ok(p)
     }
 }

@@ -15,9 +15,10 @@
 //! dx's rows S; NSP as the sequence classifier (dn → Wn, bn → tanh → Wp, bp → dcls into the rows b·T).
 //! Checked against PyTorch's autograd by `tests/pretrain_golden.rs` (golden: `tests/golden/pretrain.py`).
 
-use super::encoder::{get, put, DropoutPlan, Encoder};
-use super::finetune::{mean_cross_entropy, FineTuner, IGNORE};
-use super::head::argmax;
+use super::encoder::{get, DropoutPlan, Encoder};
+use super::params::put;
+use super::loss::{argmax, mean_cross_entropy, IGNORE};
+use super::metrics::PretrainEval;
 use crate::activation::Activation;
 use crate::backend::Backend;
 use crate::config::BertConfig;
@@ -37,61 +38,6 @@ pub(super) struct PretrainHead {
     act: Activation,
     /// The pooler and `cls.seq_relationship`, when the checkpoint has the NSP head.
     nsp: Option<([usize; 2], [usize; 2])>,
-}
-
-/// What one batch's pre-training forward gives: the loss of each head and how many predictions were right.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PretrainEval {
-    pub mlm_loss: f32,
-    pub mlm_correct: usize,
-    pub mlm_count: usize,
-    pub nsp_loss: Option<f32>,
-    pub nsp_correct: usize,
-    /// The rows with a next-sentence label (0 without NSP).
-    pub nsp_count: usize,
-}
-
-impl PretrainEval {
-    /// `L_mlm + L_nsp`.
-    pub fn loss(&self) -> f32 {
-        self.mlm_loss + self.nsp_loss.unwrap_or(0.0)
-    }
-}
-
-/// Pre-training's part of an optimiser step's report, over its micro-batches: each head's loss as the step's loss
-/// is taken (the micro-batches' mean, so that `loss = mlm_loss + nsp_loss` up to rounding), each head's accuracy as
-/// its right predictions over all of the step's (the selected tokens for the masked LM, the rows for NSP).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PretrainStep {
-    pub mlm_loss: f32,
-    pub mlm_accuracy: f32,
-    /// `None` without next-sentence prediction.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nsp_loss: Option<f32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nsp_accuracy: Option<f32>,
-}
-
-impl PretrainStep {
-    /// The step's metrics from its micro-batches' evaluations; `None` for none.
-    pub fn of(evals: &[PretrainEval]) -> Option<PretrainStep> {
-        if evals.is_empty() {
-            return None;
-        }
-        let mean = |x: &mut dyn Iterator<Item = f32>| {
-            let (sum, n) = x.fold((0f64, 0usize), |(s, n), v| (s + v as f64, n + 1));
-            (n > 0).then(|| (sum / n as f64) as f32)
-        };
-        let ratio = |right: usize, count: usize| right as f32 / count.max(1) as f32;
-        let sum = |f: fn(&PretrainEval) -> usize| evals.iter().map(f).sum::<usize>();
-        let nsp_count = sum(|e| e.nsp_count);
-        Some(PretrainStep {
-            mlm_loss: mean(&mut evals.iter().map(|e| e.mlm_loss))?,
-            mlm_accuracy: ratio(sum(|e| e.mlm_correct), sum(|e| e.mlm_count)),
-            nsp_loss: mean(&mut evals.iter().filter_map(|e| e.nsp_loss)),
-            nsp_accuracy: (nsp_count > 0).then(|| ratio(sum(|e| e.nsp_correct), nsp_count)),
-        })
-    }
 }
 
 impl PretrainHead {
@@ -175,38 +121,14 @@ fn selected(mlm: &[i64], vocab: usize) -> Result<(Vec<u32>, Vec<u32>)> {
     Ok((rows, labels))
 }
 
-impl<B: Backend> FineTuner<B> {
-    /// Pre-training's gradients of a batch (masked-LM labels `mlm` (B*T), −100 where no loss is taken, and with the
-    /// NSP head the next-sentence labels `nsp` (B): 0 = B follows A, 1 = random; without them the masked LM alone
-    /// trains and the NSP head gets no gradient), and what the forward gave. The
-    /// logits are read back for the losses (the selected rows' (M, V), and (B, 2)); everything else stays on the
-    /// backend.
-    pub async fn pretrain_gradients(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>)
-        -> Result<(Vec<Option<B::Tensor>>, PretrainEval)> {
-        self.pretrain_gradients_with(be, batch, mlm, nsp, None).await
-    }
-
-    /// [`Self::pretrain_gradients`] of a training forward with `dropout` (`None`: none).
-    pub async fn pretrain_gradients_with(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>,
-        dropout: Option<DropoutPlan>) -> Result<(Vec<Option<B::Tensor>>, PretrainEval)> {
-        let (grads, eval) = self.pretrain_pass(be, batch, mlm, nsp, Some(dropout)).await?;
-        Ok((grads.expect("a backward pass was asked for"), eval))
-    }
-
-    /// The losses and accuracies of a batch, without gradients or dropout (evaluation).
-    pub async fn pretrain_eval(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>) -> Result<PretrainEval> {
-        self.pretrain_pass(be, batch, mlm, nsp, None).await.map(|(_, e)| e)
-    }
-
-    /// The forward, and with `backward: Some(dropout)` the backward.
-    async fn pretrain_pass(&self, be: &B, batch: &Batch, mlm: &[i64], nsp: Option<&[u32]>,
-        backward: Option<Option<DropoutPlan>>) -> Result<(Option<Vec<Option<B::Tensor>>>, PretrainEval)> {
-        let head = self.pretrain_head()?;
-        let (b, t) = (batch.b, batch.t);
+impl PretrainHead {
+    /// Refuses labels that do not fit a batch of `b` × `t` tokens or this head: masked-LM labels `mlm` (B*T), and
+    /// next-sentence labels `nsp` (B) only with the NSP head.
+    pub(super) fn check_targets(&self, b: usize, t: usize, mlm: &[i64], nsp: Option<&[u32]>) -> Result<()> {
         if mlm.len() != b * t {
             return Err(Error::Input(format!("{} masked-LM labels for a batch of {b} × {t} tokens", mlm.len())));
         }
-        match (head.nsp.is_some(), nsp) {
+        match (self.nsp.is_some(), nsp) {
             (true, Some(y)) if y.len() != b => {
                 return Err(Error::Input(format!("{} next-sentence labels for a batch of {b}", y.len())))
             }
@@ -220,9 +142,17 @@ impl<B: Backend> FineTuner<B> {
             }
             _ => {}
         }
-        self.check_memory(b, t)?;
-        let enc = &self.encoder;
-        let vocab = enc.params[head.word].rows;
+        Ok(())
+    }
+
+    /// The heads' forward on the encoder `enc`'s output for `batch` (its targets checked: [`Self::check_targets`]),
+    /// the logits read back for the losses (the selected rows' (M, V), and (B, 2)), and with `backward: Some(dropout)`
+    /// the backward through the heads and the encoder; everything else stays on the backend.
+    pub(super) async fn pass<B: Backend>(&self, be: &B, enc: &Encoder<B::Tensor>, batch: &Batch, mlm: &[i64],
+        nsp: Option<&[u32]>, backward: Option<Option<DropoutPlan>>)
+        -> Result<(Option<Vec<Option<B::Tensor>>>, PretrainEval)> {
+        let (b, t) = (batch.b, batch.t);
+        let vocab = enc.params[self.word].rows;
         let (rows, labels) = selected(mlm, vocab)?;
         let (last, saved) = enc.forward(be, batch, backward.flatten())?;
         let backward = backward.is_some();
@@ -231,10 +161,10 @@ impl<B: Backend> FineTuner<B> {
 
         // Masked LM on the selected rows.
         let xs = be.gather_rows(&last, &rows)?; // (M, H)
-        let a = enc.linear(be, &xs, head.transform[0], head.transform[1])?; // (M, H)
-        let u = be.activation(&a, head.act)?;
-        let hn = be.layernorm(&u, None, enc.t(head.ln[0]), enc.t(head.ln[1]), eps)?;
-        let z = be.linear(&hn, enc.t(head.word), Some(enc.t(head.bias)), Activation::None)?; // (M, V)
+        let a = enc.linear(be, &xs, self.transform[0], self.transform[1])?; // (M, H)
+        let u = be.activation(&a, self.act)?;
+        let hn = be.layernorm(&u, None, enc.t(self.ln[0]), enc.t(self.ln[1]), eps)?;
+        let z = be.linear(&hn, enc.t(self.word), Some(enc.t(self.bias)), Activation::None)?; // (M, V)
         let zh = be.read(&z).await?;
         let mut eval = PretrainEval {
             mlm_loss: mean_cross_entropy(&zh, vocab, labels.iter().map(|&l| Some(l))),
@@ -245,17 +175,17 @@ impl<B: Backend> FineTuner<B> {
         let mut dlast = None;
         if backward {
             let dz = be.softmax_xent_grad(&z, &labels)?; // (M, V), already / M
-            let dh = enc.linear_backward(be, &dz, &hn, head.word, head.bias, &mut grads)?; // dE += dzᵀ·h
-            let (du, dg, dbeta) = be.layernorm_backward(&dh, &u, enc.t(head.ln[0]), eps)?;
-            put(be, &mut grads, head.ln[0], dg)?;
-            put(be, &mut grads, head.ln[1], dbeta)?;
-            let da = be.activation_grad(&du, &a, head.act)?;
-            let dxs = enc.linear_backward(be, &da, &xs, head.transform[0], head.transform[1], &mut grads)?;
+            let dh = enc.linear_backward(be, &dz, &hn, self.word, self.bias, &mut grads)?; // dE += dzᵀ·h
+            let (du, dg, dbeta) = be.layernorm_backward(&dh, &u, enc.t(self.ln[0]), eps)?;
+            put(be, &mut grads, self.ln[0], dg)?;
+            put(be, &mut grads, self.ln[1], dbeta)?;
+            let da = be.activation_grad(&du, &a, self.act)?;
+            let dxs = enc.linear_backward(be, &da, &xs, self.transform[0], self.transform[1], &mut grads)?;
             dlast = Some(be.scatter_rows(&dxs, &rows, b * t)?);
         }
 
         // Next-sentence prediction on the pooled [CLS].
-        if let (Some((pool, sr)), Some(y)) = (head.nsp, nsp) {
+        if let (Some((pool, sr)), Some(y)) = (self.nsp, nsp) {
             let cls_rows: Vec<u32> = (0..b).map(|i| (i * t) as u32).collect();
             let cls = be.gather_rows(&last, &cls_rows)?; // (B, H)
             let zp = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::None)?;
@@ -279,45 +209,5 @@ impl<B: Backend> FineTuner<B> {
         }
         enc.backward(be, batch, saved, dlast.expect("the MLM part ran"), &mut grads, None)?;
         Ok((Some(grads), eval))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::training::fit::StepProgress;
-
-    fn eval(mlm_loss: f32, mlm: (usize, usize), nsp: Option<(f32, usize, usize)>) -> PretrainEval {
-        PretrainEval { mlm_loss, mlm_correct: mlm.0, mlm_count: mlm.1, nsp_loss: nsp.map(|n| n.0),
-            nsp_correct: nsp.map_or(0, |n| n.1), nsp_count: nsp.map_or(0, |n| n.2) }
-    }
-
-    #[test]
-    fn a_steps_metrics_sum_its_micro_batches() {
-        // Losses: the micro-batches' mean, as the step's loss; accuracies: right over all predictions, so a
-        // micro-batch of 1 selected token does not weigh as much as one of 9.
-        let s = PretrainStep::of(&[eval(2.0, (1, 1), Some((0.5, 3, 4))), eval(4.0, (0, 9), Some((0.7, 1, 2)))]).unwrap();
-        assert_eq!(s, PretrainStep { mlm_loss: 3.0, mlm_accuracy: 0.1, nsp_loss: Some(0.6), nsp_accuracy: Some(4.0 / 6.0) });
-        let s = PretrainStep::of(&[eval(2.0, (3, 4), None)]).unwrap();
-        assert_eq!((s.mlm_accuracy, s.nsp_loss, s.nsp_accuracy), (0.75, None, None));
-        assert_eq!(PretrainStep::of(&[]), None);
-    }
-
-    #[test]
-    fn step_lines_carry_the_metrics_only_where_there_are_some() {
-        let base = StepProgress { epoch: 1, step: 2, total_steps: 3, loss: 0.1, learning_rate: 1e-4, pretrain: None };
-        // Fine-tuning's line, and a checkpoint's step written before the metrics were reported: as they were.
-        let old = r#"{"epoch":1,"step":2,"total_steps":3,"loss":0.1,"learning_rate":0.0001}"#;
-        assert_eq!(serde_json::to_string(&base).unwrap(), old);
-        assert_eq!(serde_json::from_str::<StepProgress>(old).unwrap(), base);
-        // Pre-training's, with and without NSP: flat keys, and back exactly (a resumed run's report).
-        for nsp in [Some((0.69, 0.5)), None] {
-            let p = StepProgress { pretrain: Some(PretrainStep { mlm_loss: 6.1, mlm_accuracy: 1.0 / 3.0,
-                nsp_loss: nsp.map(|n| n.0), nsp_accuracy: nsp.map(|n| n.1) }), ..base.clone() };
-            let line = serde_json::to_string(&p).unwrap();
-            assert!(line.contains(r#""mlm_loss":6.1,"mlm_accuracy":0.33333334"#), "{line}");
-            assert_eq!(line.contains("nsp_accuracy"), nsp.is_some(), "{line}");
-            assert_eq!(serde_json::from_str::<StepProgress>(&line).unwrap(), p);
-        }
     }
 }

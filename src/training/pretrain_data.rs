@@ -62,8 +62,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::finetune::IGNORE;
-use super::head::SplitMix64;
+use super::loss::IGNORE;
+use super::rng::SplitMix64;
 use crate::tokenizer::{Batch, Tokenizer};
 use crate::{Error, Result};
 

@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use super::checkpoint::{Checkpoints, Store, TraineeState};
+use super::fit::checkpoint::{Checkpoints, Store, TraineeState};
 use super::encoder::DropoutOptions;
-use super::finetune::{FineTuneTask, FineTuner, StepOptions, StepReport, Targets, IGNORE};
-use super::fit::{fit_loop, Evaluation, FitOptions, FitReport, Hooks, Metrics, Trainee};
-use super::head::argmax;
-use super::memory::TrainingMemory;
+use super::finetune::{FineTuneTask, FineTuner, Targets};
+use super::loss::{argmax, IGNORE};
+use super::optim::StepOptions;
+use super::fit::{fit_loop, Evaluation, FitOptions, FitReport, Hooks, Metrics, StepReport, Trainee};
+use super::fit::memory::TrainingMemory;
 use super::metrics;
 use crate::backend::Backend;
 use crate::tokenizer::Batch;
@@ -314,7 +315,7 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
         obj.insert("id2label".into(), serde_json::json!(id2label));
         obj.insert("label2id".into(), serde_json::json!(label2id));
     }
-    let named = super::lora::merged(be, tuner).await?; // LoRA adapters folded in, if any
+    let named = super::lora_peft::merged(be, tuner).await?; // LoRA adapters folded in, if any
     let shapes = tuner.shapes();
     let tensors: Vec<F32Tensor<'_>> = named
         .iter()

@@ -6,6 +6,10 @@
 //! `Error` with our message. A panic is logged by `console_error_panic_hook` and reported to the listener JS
 //! registered ([`set_panic_listener`]), which rejects the call in flight (a trap inside a suspended future would
 //! otherwise leave its promise pending forever) and makes the wrapper instantiate a fresh module for the next load.
+//!
+//! Here `load` and the tasks; beside them `train.rs` (`trainHead`, `fineTune`), `pretrain.rs` (`pretrain`),
+//! `tokenizer.rs` (`trainTokenizer`, `initialModel`), `stream.rs` (the weights file as it downloads) and `tune.rs`
+//! (the GPU kernels' calibration).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -269,10 +273,10 @@ pub(crate) fn js_err(e: Error) -> JsError {
 
 
 /// A file in JS memory (a `Uint8Array`), read in pieces: each piece is copied straight to where it goes in wasm
-/// memory ([`crate::weights::safetensors::ByteSource`]).
+/// memory ([`crate::weights::bytes::ByteSource`]).
 struct JsBytes(js_sys::Uint8Array);
 
-impl crate::weights::safetensors::ByteSource for JsBytes {
+impl crate::weights::bytes::ByteSource for JsBytes {
     fn byte_len(&self) -> usize {
         self.0.length() as usize
     }

@@ -7,11 +7,11 @@ use wasm_bindgen::prelude::*;
 use super::{js_err, to_js, WasmModel};
 use crate::loader::{ModelFiles, WeightsFile};
 use crate::tasks::{EpochProgress, TrainExample, TrainOptions};
-use crate::training::checkpoint::{Checkpoints, Store};
+use crate::training::fit::checkpoint::{Checkpoints, Store};
 use crate::training::fit::{EpochMetrics, FitOptions, FitReport, Hooks, Progress, StepProgress};
 use crate::training::job::{Examples, JobOptions, JobTask};
 use crate::training::lora::{LoraOptions, LoraTargets, DEFAULT_ALPHA};
-use crate::training::memory::TrainingMemory;
+use crate::training::fit::memory::TrainingMemory;
 use crate::{Error, Result};
 
 /// `trainHead`'s options as JS gives them (the wrapper has checked their types; serde checks them again, and an
@@ -278,7 +278,7 @@ pub(super) enum JsProgress {
         val_nsp_accuracy: Option<f32>,
     },
     /// `{ type: "memory", parameters, gradients, optimizer, activations, update, total }`: bytes (see
-    /// `training::memory::TrainingMemory`), before the first step.
+    /// `training::fit::memory::TrainingMemory`), before the first step.
     #[serde(rename_all = "camelCase")]
     Memory {
         #[serde(flatten)]

@@ -1,12 +1,18 @@
 //! Weights on the host: safetensors and GGUF files read into [`HostTensor`]s under Hugging Face names, behind a
 //! VarBuilder-like [`Weights`] (`pp("encoder")`, `get(name, shape)`) that checks every shape and accepts the name
 //! variants real checkpoints carry.
+//!
+//! Lowest first: [`bytes`] (where a file's bytes come from: [`bytes::ByteSource`]), [`quant`] (Q8_0 / Q4_0 blocks),
+//! [`safetensors`] (bytes at hand → [`Weights`], and the f32 writer), [`gguf`] (GGUF v3 and BERT in it), [`stream`]
+//! (a file that arrives in pieces, either format; the file readers), the relatives' names ([`albert`],
+//! [`distilbert`], [`electra`], [`roberta`]) and [`peft`] (LoRA adapters); here, [`Weights`] itself.
 
 pub mod albert;
 pub mod distilbert;
 pub mod electra;
 pub mod roberta;
 pub mod peft;
+pub mod bytes;
 pub mod safetensors;
 pub mod sentence;
 pub mod stream;

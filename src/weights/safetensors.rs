@@ -1,32 +1,19 @@
 //! `model.safetensors` → [`Weights`]: f32 as is, f16 kept as f16 (backends decide how to hold it), bf16 widened to
 //! f32 (exact: bf16 is the top half of an f32). Tensors of other dtypes (e.g. the i64 `position_ids` buffer some
 //! files carry) are recorded and only an error if a model asks for them.
-
-use std::path::Path;
+//!
+//! This file reads bytes already at hand ([`ByteSource`]); a file on disk is read as it streams in, by
+//! [`super::stream`] ([`Weights::from_safetensors_file`] is there).
 
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensorError};
 
+pub use super::bytes::ByteSource;
+use super::bytes::read_le;
 use super::{HostData, HostTensor, Weights};
 use crate::{Error, Result};
 
 impl Weights {
-    /// Reads a `.safetensors` file.
-    pub fn from_safetensors_file(path: impl AsRef<Path>) -> Result<Weights> {
-        Self::from_safetensors_file_to(path.as_ref(), None)
-    }
-
-    /// [`Weights::from_safetensors_file`], its matrices written into `sink`'s device memory as they are read, when a
-    /// sink is given ([`super::stream::WeightStream::place_on_device`]).
-    pub fn from_safetensors_file_to(path: &Path, sink: Option<&dyn super::stream::DeviceSink>) -> Result<Weights> {
-        match super::stream::read_file_to(path, super::stream::Format::Safetensors, sink) {
-            Ok(super::stream::Streamed::Safetensors(w)) => Ok(w),
-            Ok(super::stream::Streamed::Gguf(_)) => Err(Error::Weights("a safetensors read returned a GGUF".into())),
-            Err(Error::Weights(m)) => Err(Error::Weights(format!("{}: {m}", path.display()))),
-            Err(other) => Err(other),
-        }
-    }
-
     /// Parses the bytes of a `.safetensors` file (the header's offsets are checked against the length, so a
     /// truncated file is an error, not a panic).
     pub fn from_safetensors(bytes: &[u8]) -> Result<Weights> {
@@ -106,68 +93,6 @@ pub(crate) fn header(head: &[u8], len: Option<usize>) -> Result<Option<(Metadata
 
 /// The `safetensors` crate's cap on the header's length.
 const MAX_HEADER_BYTES: u64 = 100_000_000;
-
-/// The bytes of a file, read in pieces ([`Weights::from_safetensors_source`]): a slice, or (in the browser) the
-/// JS `Uint8Array` the file was downloaded into.
-pub trait ByteSource {
-    /// The file's length in bytes.
-    fn byte_len(&self) -> usize;
-    /// Fills `out` with the bytes at `at..at + out.len()`, which lie within [`ByteSource::byte_len`].
-    fn read(&self, at: usize, out: &mut [u8]);
-    /// The whole file, when it is in this memory already (a parser then reads it in place).
-    fn as_slice(&self) -> Option<&[u8]> {
-        None
-    }
-}
-
-impl ByteSource for [u8] {
-    fn byte_len(&self) -> usize {
-        self.len()
-    }
-    fn read(&self, at: usize, out: &mut [u8]) {
-        out.copy_from_slice(&self[at..at + out.len()]);
-    }
-    fn as_slice(&self) -> Option<&[u8]> {
-        Some(self)
-    }
-}
-
-impl ByteSource for &[u8] {
-    fn byte_len(&self) -> usize {
-        self.len()
-    }
-    fn read(&self, at: usize, out: &mut [u8]) {
-        (**self).read(at, out);
-    }
-    fn as_slice(&self) -> Option<&[u8]> {
-        Some(self)
-    }
-}
-
-impl ByteSource for Vec<u8> {
-    fn byte_len(&self) -> usize {
-        self.len()
-    }
-    fn read(&self, at: usize, out: &mut [u8]) {
-        self.as_slice().read(at, out);
-    }
-    fn as_slice(&self) -> Option<&[u8]> {
-        Some(self)
-    }
-}
-
-/// The `bytes` bytes at `at` in `src` as little-endian values of `T`, read straight into the returned storage
-/// (wasm's and x86's order already; a big-endian host swaps them after).
-pub(crate) fn read_le<T: bytemuck::Pod + Default>(src: &(impl ByteSource + ?Sized), at: usize, bytes: usize) -> Vec<T> {
-    let size = std::mem::size_of::<T>();
-    let mut v = vec![T::default(); bytes / size];
-    let raw: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
-    src.read(at, raw);
-    if cfg!(target_endian = "big") {
-        raw.chunks_exact_mut(size).for_each(<[u8]>::reverse);
-    }
-    v
-}
 
 /// One tensor's little-endian bytes → host storage: f32 as is, f16 kept as f16 bits, bf16 widened to f32; `None` for
 /// any other dtype. The one decoder of safetensors data: [`Weights::from_safetensors`] and the GGUF converter

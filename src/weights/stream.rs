@@ -7,6 +7,7 @@
 //! errors; the fuzz targets (`crate::fuzzing`) feed every input both ways and require the same answer.
 
 use std::any::Any;
+use std::path::Path;
 use std::sync::Arc;
 
 use safetensors::SafeTensorError;
@@ -17,6 +18,25 @@ use super::safetensors::{bf16_to_f32, header, invalid};
 use super::{non_finite_in, word_hash, HostData, HostTensor, Placed, Weights, WORD_HASH_SEED};
 use crate::dtype::Dtype;
 use crate::{Error, Result};
+
+/// The safetensors file readers: a file on disk is streamed, so the one reader of its pieces serves both.
+impl Weights {
+    /// Reads a `.safetensors` file.
+    pub fn from_safetensors_file(path: impl AsRef<Path>) -> Result<Weights> {
+        Self::from_safetensors_file_to(path.as_ref(), None)
+    }
+
+    /// [`Weights::from_safetensors_file`], its matrices written into `sink`'s device memory as they are read, when a
+    /// sink is given ([`WeightStream::place_on_device`]).
+    pub fn from_safetensors_file_to(path: &Path, sink: Option<&dyn DeviceSink>) -> Result<Weights> {
+        match read_file_to(path, Format::Safetensors, sink) {
+            Ok(Streamed::Safetensors(w)) => Ok(w),
+            Ok(Streamed::Gguf(_)) => Err(Error::Weights("a safetensors read returned a GGUF".into())),
+            Err(Error::Weights(m)) => Err(Error::Weights(format!("{}: {m}", path.display()))),
+            Err(other) => Err(other),
+        }
+    }
+}
 
 /// Which kind of file arrives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

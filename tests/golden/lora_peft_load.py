@@ -5,8 +5,8 @@
     .venv/bin/python tests/golden/lora_peft_load.py /tmp/lora-export
 
 tests/lora_golden.rs (qv_classify on the CPU, after its 5 AdamW steps) writes into the folder: adapter_config.json and
-adapter_model.safetensors (lora::export_adapter), merged/ (config.json and model.safetensors, lora::merged through
-fit::export_folder) and logits.json (our LoRA model's logits on the golden batch). This script checks, in float64:
+adapter_model.safetensors (lora_peft::export_adapter), merged/ (config.json and model.safetensors, lora_peft::merged through
+rows::export_folder) and logits.json (our LoRA model's logits on the golden batch). This script checks, in float64:
 
   1. PeftModel.from_pretrained(tiny-classifier, DIR) loads every tensor of our adapter file into the model (each
      peft parameter it names holds exactly our values), and its logits equal ours (max abs difference below TOL);

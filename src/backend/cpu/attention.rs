@@ -11,10 +11,8 @@
 //! probability exactly 0 (the `-inf` bias of the op's contract); a query whose keys are all padding gets a zero
 //! context row rather than NaN.
 
-use std::cell::RefCell;
-
-use super::matmul::f4::{add, load, max, mul, mul_add, splat, store, to_array, zero, V};
-use super::{expect_dims, par_for, CpuTensor, SharedOut};
+use super::simd::{add, load, max, mul, mul_add, splat, store, to_array, zero, V};
+use super::{expect_dims, par_for, scratch, CpuTensor, SharedOut};
 use crate::backend::{AttentionShape, Dropout};
 use crate::{Error, Result};
 
@@ -23,20 +21,6 @@ use crate::{Error, Result};
 const QT: usize = 4;
 /// Keys per score tile and output columns per weighted-sum tile: two 4-lane vectors.
 const CT: usize = 8;
-
-thread_local! {
-    /// Per-thread scratch: kᵀ `(d, K)`, the tile's scores `(QT, K)`, and per key its mask as a bias; grown as
-    /// needed, reused across calls.
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Frees this thread's scratch: a pool worker of the threaded wasm build calls it before its thread ends, since
-/// wasm threads run no thread-local destructors (the worker's stack and thread-local block are freed, not what they
-/// point to).
-#[cfg(all(target_arch = "wasm32", feature = "threads"))]
-pub(crate) fn release_scratch() {
-    SCRATCH.with(|s| *s.borrow_mut() = Vec::new());
-}
 
 /// `qkv (B*T, 3H)`, `mask (B, T)` (non-zero = real token) → context `(B*T, H)`.
 pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result<CpuTensor> {
@@ -67,7 +51,8 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result
         // by this task alone, and lies inside `out`.
         let out = unsafe { std::slice::from_raw_parts_mut(optr.0.add(b * seq * h), seq * h) };
         let rows = &qkv[b * seq * 3 * h..(b + 1) * seq * 3 * h]; // (T, 3H) of sequence b
-        SCRATCH.with_borrow_mut(|scratch| {
+        // The thread's scratch: kᵀ `(d, K)`, the tile's scores `(QT, K)`, and per key its mask as a bias.
+        scratch::with(|scratch| {
             head(rows, 3 * h, hd * head_dim, h, head_dim, seq, keys, &m[..keys], scale, out, scratch);
         });
     });

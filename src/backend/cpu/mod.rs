@@ -13,6 +13,8 @@
 //!
 //! One file per op family: [`matmul`] (linear + activation epilogue), [`norm`] (embeddings, LayerNorm),
 //! [`attention`], [`pool`] (mask, mean pooling, row gather), [`train`] (the head-training ops).
+//! Below them, shared by the kernels and importing none: `simd.rs` (the four-lane vector type), `scratch.rs`
+//! (per-thread scratch that a kernel borrows and the pool frees), and [`fastmath`].
 
 pub mod attention;
 pub mod fastmath;
@@ -20,6 +22,8 @@ pub mod matmul;
 pub mod norm;
 pub mod pool;
 pub mod q8;
+mod scratch;
+mod simd;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub mod threads;
 mod tensor;

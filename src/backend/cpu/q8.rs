@@ -432,8 +432,8 @@ mod v {
         }
     }
     pub use imp::*;
-    // The float lanes are matmul.rs's (the same vector type per target).
-    pub use super::super::matmul::f4::{load as load_f, to_array, zero as fzero};
+    // The float lanes are simd.rs's (the same vector type per target).
+    pub use super::super::simd::{load as load_f, to_array, zero as fzero};
 
     /// The block's `(d, 1 / d)` from its largest magnitude. SAFETY: `x` points at 32 floats.
     #[inline(always)]

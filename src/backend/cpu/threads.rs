@@ -125,7 +125,7 @@ pub fn worker(generation: u32) {
         // SAFETY: EPOCH is a live static; the wait is valid in a worker.
         unsafe { memory_atomic_wait32(EPOCH.as_ptr(), epoch, -1) };
     }
-    super::attention::release_scratch();
+    super::scratch::release();
     RUNNING.fetch_sub(1, SeqCst);
 }
 

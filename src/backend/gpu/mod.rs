@@ -15,8 +15,10 @@
 //! The files, as in `cpu/`: this one holds [`GpuBackend`] and the [`Backend`] impl, which hands each op to the file
 //! of its family (`matmul.rs`, `attention.rs`, `norm.rs`, `pool.rs`, `train.rs`; a backward kernel's host side goes
 //! beside its forward). Under them: `runtime.rs` (pipelines, dispatch, allocation, submit and read-back),
-//! `tensor.rs` ([`GpuTensor`], uploads), `buffers.rs` (the pool), `profiler.rs`, `tuning.rs`, `context.rs`
-//! (getting a device), `params.rs` and `wgsl.rs` (the shaders' uniforms and sources).
+//! `tensor.rs` ([`GpuTensor`], uploads), `buffers.rs` (the pool), `placed.rs` (weights the stream wrote to the
+//! device), `profiler.rs`, `tuning.rs` (the kernels' knobs), `context.rs` (getting a device), `params.rs` and
+//! `wgsl.rs` (the shaders' uniforms and sources), `prebuild.rs` (pipelines compiled ahead of the first forward).
+//! Above them all, [`calibration`] times the knobs' variants on the adapter at hand and keeps the fastest.
 
 mod attention;
 mod buffers;
@@ -31,7 +33,7 @@ mod profiler;
 mod runtime;
 mod tensor;
 mod train;
-pub mod tune;
+pub mod calibration;
 mod tuning;
 pub mod wgsl;
 
@@ -42,7 +44,7 @@ use std::rc::Rc;
 pub use context::Gpu;
 pub use prebuild::PipelineSpec;
 pub use tensor::GpuTensor;
-pub use tune::{matmul_candidates, row_candidates, Calibration, Progress, Workload, CALIBRATION_STAGES};
+pub use calibration::{matmul_candidates, row_candidates, Calibration, Progress, Workload, CALIBRATION_STAGES};
 pub use tuning::{split_subgroup_fits, AttentionKernel, MatmulKernel, MatmulVariant, Tuning, SMALL_ROWS};
 
 use buffers::Pool;
@@ -63,7 +65,7 @@ pub const DEFAULT_SUBMIT_EVERY: usize = 32;
 /// The GPU backend on one device: see the module documentation.
 pub struct GpuBackend {
     gpu: Gpu,
-    /// Set at construction and by [`GpuBackend::set_tuning`] (the adapter's calibration, tune.rs).
+    /// Set at construction and by [`GpuBackend::set_tuning`] (the adapter's calibration, calibration.rs).
     tuning: std::cell::Cell<Tuning>,
     /// [`GpuBackend::inject_fault`]: the linear kernels return wrong values (tests of the load-time canary): every
     /// matmul kernel (`Some(None)`), or one ([`GpuBackend::inject_fault_in`]).

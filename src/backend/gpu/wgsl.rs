@@ -48,6 +48,7 @@ const FILES: &[(&str, &str)] = &[
     ("lib/matmul_store_f16.wgsl", include_str!("../../../shaders/lib/matmul_store_f16.wgsl")),
     ("lib/matmul_tile.wgsl", include_str!("../../../shaders/lib/matmul_tile.wgsl")),
     ("lib/quant.wgsl", include_str!("../../../shaders/lib/quant.wgsl")),
+    ("lib/workgroup_2d.wgsl", include_str!("../../../shaders/lib/workgroup_2d.wgsl")),
     ("lib/reduce.wgsl", include_str!("../../../shaders/lib/reduce.wgsl")),
     ("lib/reduce_subgroup.wgsl", include_str!("../../../shaders/lib/reduce_subgroup.wgsl")),
     ("lib/split_tile.wgsl", include_str!("../../../shaders/lib/split_tile.wgsl")),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::engine;
-use bertgpu::training::checkpoint::{self, Checkpoints, DirStore};
+use bertgpu::training::fit::checkpoint::{self, Checkpoints, DirStore};
 use bertgpu::training::fit::{FitOptions, Hooks, Progress};
 use bertgpu::training::job::{self, Examples, JobOptions, JobTask};
 use bertgpu::training::lora::LoraOptions;

@@ -2,7 +2,12 @@
 
 use super::*;
 use crate::backend::cpu::CpuBackend;
-use crate::training::checkpoint::STATE as STATE_FILE;
+use super::checkpoint::{Checkpoints, Store, TraineeState, STATE as STATE_FILE};
+use super::run::split;
+use crate::training::metrics::PretrainStep;
+use crate::training::optim::StepOptions;
+use crate::training::rng::SplitMix64;
+use crate::{Error, Result};
 use std::cell::Cell;
 
 /// A trainee whose one "parameter" is the number of steps taken and whose validation loss after each epoch is

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::convert::{file_type, storage_for, store};
+use super::storage::{file_type, storage_for, store};
 use super::names::{canonical_hf_name, gguf_to_hf_name, hf_to_gguf_name};
 use super::{gguf_err, Array, Gguf, GgufWriter, Value, KEY_ARCHITECTURE, KEY_TOKENS};
 use crate::config::Family;
@@ -12,7 +12,7 @@ use crate::tokenizer::gguf_vocab::{
     from_phantom_vocab, standard_specials, to_phantom_vocab, tokenizer_model_type, vocab_from_tokenizer_json,
     wordpiece_tokenizer_json, TOKEN_CONTROL, TOKEN_NORMAL,
 };
-use crate::weights::safetensors::ByteSource;
+use crate::weights::bytes::ByteSource;
 use crate::weights::{albert, distilbert, electra, roberta, HostTensor};
 use crate::{Error, Result};
 

@@ -21,7 +21,8 @@
 //! - [`names`]: BERT's tensor names, Hugging Face ↔ llama.cpp;
 //! - [`bert`]: a BERT model in GGUF, both ways ([`read_bert`], [`load_gguf`], [`write_bert`]); the vocabulary
 //!   forms it stores are the tokenizer's ([`crate::tokenizer::gguf_vocab`]);
-//! - [`convert`]: `bertgpu convert`, a Hugging Face folder → one `.gguf`, and the storage policy per tensor.
+//! - [`storage`]: how each tensor is stored for a `--dtype` ([`storage_for`]), which the writer applies;
+//! - [`convert`]: `bertgpu convert`, a Hugging Face folder → one `.gguf`.
 //!
 //! # BERT in GGUF
 //! Encoder tensors use llama.cpp's names (`gguf-py/gguf/constants.py`, `tensor_mapping.py`, `convert_hf_to_gguf.py`
@@ -36,6 +37,7 @@ pub mod bert;
 pub mod convert;
 pub mod names;
 pub mod read;
+pub mod storage;
 pub mod value;
 pub mod write;
 
@@ -47,7 +49,8 @@ pub use bert::{
 pub use bert::read_bert_header;
 #[cfg(not(target_arch = "wasm32"))]
 pub use convert::convert;
-pub use convert::{storage_for, tensors_from_safetensors, ConvertReport};
+pub use convert::{tensors_from_safetensors, ConvertReport};
+pub use storage::storage_for;
 pub use names::{canonical_hf_name, gguf_to_hf_name, hf_to_gguf_name};
 pub use read::{Gguf, TensorInfo};
 pub use value::{Array, Value};

@@ -9,7 +9,7 @@ use super::{
     MAX_DIMS, MAX_KV_COUNT, MAX_NAME_BYTES, MAX_STRING_BYTES, MAX_TENSOR_COUNT,
 };
 use crate::dtype::Dtype;
-use crate::weights::safetensors::{read_le, ByteSource};
+use crate::weights::bytes::{read_le, ByteSource};
 use crate::weights::{HostData, HostTensor};
 use crate::Result;
 

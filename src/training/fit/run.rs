@@ -1,221 +1,17 @@
-//! The training loop, one for every trainer ([`Trainee`]): a seeded validation split, shuffled batches, gradient
-//! accumulation, transformers' learning-rate schedules (warm-up, then linear decay to 0 or constant), a validation
-//! pass after each epoch, early stopping, checkpoints and resume ([`super::checkpoint`]). Fine-tuning runs it on
-//! tokenized rows ([`super::rows`]); `trainHead` on cached features (`super::fit_head`).
+//! The loop itself, [`fit_loop`], and what it trains, a [`Trainee`]: the split, the epochs and their batches,
+//! the learning rate at each step, evaluation, early stopping, and checkpoints saved and resumed.
 
-use super::ceil_fraction;
 use super::checkpoint::{self, Checkpoints, LoopState, Store, TraineeState};
-use super::finetune::{StepOptions, StepReport};
-use super::head::SplitMix64;
 use super::memory::TrainingMemory;
-use super::metrics::QaReference;
-use super::pretrain::PretrainStep;
+use super::options::{ceil_fraction, check_options, FitOptions, Schedule};
+use super::report::{CheckpointEvent, EpochMetrics, Evaluation, FitReport, Hooks, Progress, StepProgress, StepReport};
 use crate::backend::Backend;
+use crate::training::optim::StepOptions;
+use crate::training::rng::SplitMix64;
 use crate::{Error, Result};
 
-pub use super::rows::{evaluate, export_folder, fit, rows_from_batch, Row, RowBatch, RowTarget};
-
-/// How to fine-tune.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct FitOptions {
-    pub epochs: usize,
-    pub learning_rate: f32,
-    pub batch_size: usize,
-    /// Micro-batches of `batch_size` rows whose mean gradient makes one optimiser step (transformers'
-    /// `gradient_accumulation_steps`): a larger effective batch in the memory of a small one.
-    pub accumulate: usize,
-    /// Fraction of the steps over which the learning rate rises linearly from 0 (the BERT paper's 10%); it then
-    /// falls linearly to 0 at the last step (`get_linear_schedule_with_warmup`).
-    pub warmup: f32,
-    pub weight_decay: f32,
-    pub max_grad_norm: Option<f32>,
-    /// Fraction of the rows held out and evaluated after each epoch, in [0, 1).
-    pub validation_split: f32,
-    pub seed: u64,
-    /// Pad every batch to at least this many tokens. QA's loss takes its softmax over every position, padding
-    /// included, so run_qa's default (windows padded to `max_length`) changes it; `None` pads to the longest row.
-    pub pad_to: Option<usize>,
-    /// Dropout with the checkpoint's probabilities in the training steps (as transformers' Trainer), masks seeded
-    /// from `seed`; never in evaluation. `false`: none.
-    pub dropout: bool,
-    /// After the warm-up: fall linearly to 0 at the last step (transformers' "linear", the BERT paper's), or stay
-    /// (`Constant`: "constant_with_warmup").
-    pub schedule: Schedule,
-    /// Early stopping: stop after this many epochs without a lower validation loss, and end with the parameters of
-    /// the epoch that had the lowest (transformers' `EarlyStoppingCallback` with `load_best_model_at_end`). Needs a
-    /// validation split; `None`: every epoch runs and the last one's parameters are kept.
-    pub patience: Option<usize>,
-    /// Stop after this many optimiser steps (the schedule ends there), running as many epochs as that takes
-    /// (transformers' `max_steps`); `None`: `epochs` whole epochs.
-    pub max_steps: Option<usize>,
-    /// After each epoch, evaluate every training row as well (its loss and accuracy replace the mean of the steps'
-    /// losses in [`EpochMetrics`]): cheap where the features are cached, as `trainHead`'s are.
-    pub evaluate_train: bool,
-}
-
-/// How the learning rate moves after the warm-up.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub enum Schedule {
-    #[default]
-    Linear,
-    Constant,
-}
-
-impl Default for FitOptions {
-    /// The BERT paper's fine-tuning recipe, within its ranges: 3 epochs, learning rate 5e-5, batch 16, 10% warm-up,
-    /// weight decay 0.01; gradients clipped at 1.0 as transformers does.
-    fn default() -> Self {
-        FitOptions {
-            epochs: 3,
-            learning_rate: 5e-5,
-            batch_size: 16,
-            accumulate: 1,
-            warmup: 0.1,
-            weight_decay: 0.01,
-            max_grad_norm: Some(1.0),
-            validation_split: 0.1,
-            seed: 0,
-            pad_to: None,
-            dropout: true,
-            schedule: Schedule::Linear,
-            patience: None,
-            max_steps: None,
-            evaluate_train: false,
-        }
-    }
-}
-
-impl FitOptions {
-    /// Pre-training's defaults, `bertgpu pretrain`'s and `bert.pretrain`'s: 1000 steps of 16 rows, learning rate 1e-4
-    /// with 10% warm-up, weight decay 0.01, 5% of the rows held out, the checkpoint's dropout.
-    pub fn pretraining() -> FitOptions {
-        FitOptions { learning_rate: 1e-4, validation_split: 0.05, max_steps: Some(1000), ..FitOptions::default() }
-    }
-}
-
-/// After each optimiser step; pre-training's also with each head's loss and accuracy (flat: `mlm_loss`, ...;
-/// absent in other tasks' and in checkpoints written before they were reported).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct StepProgress {
-    pub epoch: usize,
-    pub step: usize,
-    pub total_steps: usize,
-    pub loss: f32,
-    pub learning_rate: f32,
-    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub pretrain: Option<PretrainStep>,
-}
-
-/// After each epoch: the mean training loss of its steps, and on the validation rows the loss and the accuracy
-/// (classes of sequences, of labelled tokens, windows whose answer start and end both match, or anchors whose own
-/// positive scores highest among their batch's), and the task's own metric where [`Metrics`] allows it:
-/// entity-level F1 for token classification, SQuAD's exact match and F1 (over examples) for QA ([`super::metrics`]).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct EpochMetrics {
-    pub epoch: usize,
-    pub train_loss: f32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub train_accuracy: Option<f32>,
-    pub val_loss: Option<f32>,
-    pub val_accuracy: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub val_f1: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub val_exact_match: Option<f32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub val_nsp_accuracy: Option<f32>,
-}
-
-/// What the tasks' own metrics need besides the rows.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Metrics<'a> {
-    /// Token classification: the class names (IOB tags), for entity-level F1.
-    pub tags: Option<&'a [String]>,
-    /// QA: the windows, contexts and gold answers, for exact match and F1.
-    pub qa: Option<&'a QaReference>,
-}
-
-/// One evaluation: mean loss, accuracy, and the task's metric (see [`EpochMetrics`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Evaluation {
-    pub loss: f32,
-    pub accuracy: f32,
-    pub f1: Option<f32>,
-    pub exact_match: Option<f32>,
-    /// Pre-training with the NSP head: the next-sentence predictions' accuracy (`accuracy` is the masked LM's).
-    pub nsp_accuracy: Option<f32>,
-}
-
-/// What [`fit`] did.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct FitReport {
-    pub steps: Vec<StepProgress>,
-    pub epochs: Vec<EpochMetrics>,
-    /// The epoch whose parameters the model ends with: the last, or with early stopping the best.
-    pub best_epoch: usize,
-}
-
-/// Either progress event.
-pub enum Progress<'a> {
-    Step(&'a StepProgress),
-    Epoch(&'a EpochMetrics),
-    /// A checkpoint was saved, or the run resumed from one (see [`CheckpointEvent`]).
-    Checkpoint(&'a CheckpointEvent),
-    /// Before the first step: what training will hold besides the model ([`Trainee::memory`]).
-    Memory(&'a TrainingMemory),
-}
-
-/// What happened to a checkpoint: `saved` (after `step` optimiser steps), `resumed` from it, or `skipped` as
-/// damaged (`reason`) on the way to an intact one.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct CheckpointEvent {
-    pub checkpoint: &'static str,
-    pub name: String,
-    pub step: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// `saved`: the bytes written (the three files).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bytes: Option<usize>,
-}
-
-/// What [`fit`] calls as it goes. A closure `FnMut(Progress)` is the simplest one.
-pub trait Hooks {
-    /// After each optimiser step and each epoch. An error stops fitting and is returned (a cancel button).
-    fn progress(&mut self, p: Progress<'_>) -> Result<()>;
-
-    /// Awaited before each step: lets a browser's event loop run between steps (a click on a cancel button, the
-    /// page's drawing), which a CPU step alone never gives it. An error stops fitting, as in [`Self::progress`].
-    fn pause(&mut self) -> impl std::future::Future<Output = Result<()>> {
-        std::future::ready(Ok(()))
-    }
-
-    /// Before each micro-batch is trained on: its rows, as indices into the rows being fitted, in the batch's order
-    /// (`bertgpu pretrain --save-batches` writes them out, so that another framework can replay the same batches).
-    fn batch(&mut self, _rows: &[usize]) -> Result<()> {
-        Ok(())
-    }
-}
-
-impl<F: FnMut(Progress<'_>)> Hooks for F {
-    fn progress(&mut self, p: Progress<'_>) -> Result<()> {
-        self(p);
-        Ok(())
-    }
-}
-
-fn check_options(o: &FitOptions, rows: usize) -> Result<()> {
-    if o.accumulate == 0 {
-        return Err(Error::Input("accumulation steps must be at least 1".into()));
-    }
-    if !(0.0..1.0).contains(&o.warmup) {
-        return Err(Error::Input(format!("warm-up must be a fraction in [0, 1), got {}", o.warmup)));
-    }
-    super::check_schedule(o.epochs, o.batch_size, o.learning_rate, o.weight_decay, o.validation_split, rows)
-}
-
 /// What [`fit_loop`] trains: a model with its examples, addressed by row index. `FineTuner` on tokenized rows
-/// ([`fit`]) and `trainHead`'s head on cached features (`super::fit_head`) are the two.
+/// ([`crate::training::rows::fit`]) and `trainHead`'s head on cached features (`super::fit_head`) are the two.
 pub trait Trainee<B: Backend> {
     /// Adds the gradients of the rows `which` (one micro-batch) to the step being accumulated.
     fn accumulate(&mut self, be: &B, which: &[usize]) -> impl std::future::Future<Output = Result<()>>;
@@ -430,7 +226,7 @@ async fn save_checkpoint<B: Backend, S: Store>(be: &B, trainee: &impl Trainee<B>
 
 /// The validation and training row indices: examples (a row's group, or the row itself) shuffled, the first
 /// ⌈split·examples⌉ held out with all their rows; the training rows shuffled.
-fn split(rows: usize, groups: Option<&[usize]>, opts: &FitOptions, rng: &mut SplitMix64)
+pub(super) fn split(rows: usize, groups: Option<&[usize]>, opts: &FitOptions, rng: &mut SplitMix64)
     -> Result<(Vec<usize>, Vec<usize>)> {
     if groups.is_some_and(|g| g.len() != rows) {
         return Err(Error::Input("one example index per row is needed to keep an example's rows together".into()));
@@ -447,6 +243,3 @@ fn split(rows: usize, groups: Option<&[usize]>, opts: &FitOptions, rng: &mut Spl
     rng.shuffle(&mut train);
     Ok((val, train))
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,4 +1,4 @@
-//! Checkpoints of a training run, and resuming from the newest intact one ([`super::fit::fit_loop`] takes and makes
+//! Checkpoints of a training run, and resuming from the newest intact one ([`super::fit_loop`] takes and makes
 //! them).
 //!
 //! A checkpoint is a set of three files named `checkpoint-<step>` in a [`Store`] (a folder natively, [`DirStore`]):
@@ -21,7 +21,7 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::fit::FitReport;
+use super::report::FitReport;
 use crate::weights::safetensors::{write_f32, F32Tensor};
 use crate::weights::Weights;
 use crate::{Error, Result};

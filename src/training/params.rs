@@ -1,0 +1,26 @@
+//! The trainable tensors every trainer of the encoder shares: a [`Param`] (a tensor with its names and whether it
+//! decays) and the gradient list they fill ([`put`]). Below the encoder and its adapters, so that both name them.
+
+use crate::backend::Backend;
+use crate::Result;
+
+/// One trainable tensor: `(rows, cols)` on the backend (a vector is `(1, n)`), under the Hugging Face names it
+/// stands for. The fused query/key/value projection stands for three: rows `[query; key; value]`.
+pub struct Param<T> {
+    pub names: Vec<String>,
+    pub tensor: T,
+    pub rows: usize,
+    pub cols: usize,
+    /// Whether AdamW's weight decay applies: not to biases and LayerNorm weights (transformers' Trainer).
+    pub decay: bool,
+}
+
+/// Stores a gradient, or adds it to the one already there (a parameter used by two forwards, e.g. the anchors and
+/// the positives of an embedding pair).
+pub fn put<B: Backend>(be: &B, grads: &mut [Option<B::Tensor>], i: usize, g: B::Tensor) -> Result<()> {
+    grads[i] = Some(match grads[i].take() {
+        None => g,
+        Some(prev) => be.add(&prev, &g)?,
+    });
+    Ok(())
+}
