@@ -14,6 +14,7 @@
 //! | [`token_classifier`] | the `classifier` of `BertForTokenClassification` | `classifier.*` |
 //! | [`qa`] | `qa_outputs` of `BertForQuestionAnswering` | `qa_outputs.*` |
 //! | [`discriminator`] | `ElectraDiscriminatorPredictions` of `ElectraForPreTraining` | `discriminator_predictions.*` |
+//! | [`sentence`] | sentence-transformers' `Pooling`, `Dense`, `Normalize` | `{path}/model.safetensors`'s `linear.*` |
 //!
 //! The other families' heads are found under BERT's names (`crate::weights`), except where a head has no BERT
 //! twin: RoBERTa's and ELECTRA's sequence classifiers (`classifier.dense`, `classifier.out_proj`) and ELECTRA's

@@ -5,7 +5,8 @@
 //! Lowest first: [`bytes`] (where a file's bytes come from: [`bytes::ByteSource`]), [`quant`] (Q8_0 / Q4_0 blocks),
 //! [`safetensors`] (bytes at hand → [`Weights`], and the f32 writer), [`gguf`] (GGUF v3 and BERT in it), [`stream`]
 //! (a file that arrives in pieces, either format; the file readers), the relatives' names ([`albert`],
-//! [`distilbert`], [`electra`], [`roberta`]) and [`peft`] (LoRA adapters); here, [`Weights`] itself.
+//! [`distilbert`], [`electra`], [`roberta`]), [`peft`] (LoRA adapters) and [`sentence`] (sentence-transformers'
+//! files and a Dense module's tensors beside the weights); here, [`Weights`] itself.
 
 pub mod albert;
 pub mod distilbert;
