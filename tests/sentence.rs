@@ -200,3 +200,22 @@ fn a_gguf_carries_the_modules() {
         check(&embed(&e, &texts, &EmbedOptions::default()), &vectors(&want["default"]), CPU_ATOL, &format!("{name} gguf bytes"));
     }
 }
+
+/// A trained head's features are the pooled encoder output, in training and in classification alike: the model's
+/// Dense layer, prompts and max_seq_length belong to `embed` only (a head trained on the Dense's 64 values could not
+/// classify the 384 its classification pools).
+#[test]
+fn a_trained_head_ignores_the_embedding_modules() {
+    let e = load(&laid_over("mean-dense-normalize"), Device::Cpu);
+    let examples: Vec<bertgpu::tasks::TrainExample> =
+        [("a cat on a mat", "pets"), ("a dog in the park", "pets"), ("stocks fell today", "money"), ("the bank rate", "money")]
+            .iter()
+            .map(|(t, l)| bertgpu::tasks::TrainExample { text: t.to_string(), label: l.to_string() })
+            .collect();
+    let opts = bertgpu::tasks::TrainOptions { epochs: 3, validation_split: 0.0, ..Default::default() };
+    pollster::block_on(e.train_head(&examples, &opts, |_| {})).expect("trains");
+    let encoded: Vec<_> = examples.iter().map(|x| e.tokenizer().encode(&x.text, None).unwrap()).collect();
+    let out = pollster::block_on(e.classify_with_head(&encoded, None)).expect("classifies with the trained head");
+    assert_eq!(out.len(), examples.len());
+    assert!(out.iter().all(|r| r.len() == 2), "two labels each: {out:?}");
+}

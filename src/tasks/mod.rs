@@ -317,8 +317,9 @@ impl<B: Backend> Model<B> {
         on_progress: impl FnMut(&EpochProgress)) -> Result<TrainReport> {
         let labels = training::check_training_input(examples, opts)?;
         let texts: Vec<&str> = examples.iter().map(|e| e.text.as_str()).collect();
-        let embed_opts = EmbedOptions { pooling: Some(opts.pooling), normalize: Some(false), ..EmbedOptions::default() };
-        let feats = self.embed(&texts, &embed_opts).await?;
+        // The features `classify_with_head` computes: the pooled encoder output, without the model's
+        // sentence-transformers modules (Dense, prompts, max_seq_length), which only `embed` applies.
+        let feats = self.pooled_features(&self.encode_texts(&texts)?, opts.pooling).await?;
         let (head, report) = training::fit_head(&self.backend, &feats, labels, examples, opts, on_progress).await?;
         *self.head.borrow_mut() = Some(Rc::new(head));
         Ok(report)
@@ -353,6 +354,24 @@ impl<B: Backend> Model<B> {
     /// Drops the live head: `classify` goes back to the checkpoint's own classifier (if it has one).
     pub fn clear_head(&self) {
         *self.head.borrow_mut() = None;
+    }
+
+    /// The pooled encoder output `(H)` of each tokenized text, in order: a trained head's features.
+    async fn pooled_features(&self, encoded: &[Encoded], pooling: Pooling) -> Result<Vec<Vec<f32>>> {
+        let h = self.config.hidden_size;
+        let mut order: Vec<usize> = (0..encoded.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+        let lens: Vec<usize> = order.iter().map(|&i| encoded[i].len()).collect();
+        let mut out = vec![Vec::new(); encoded.len()];
+        for range in self.fitting_groups(&lens, &[], 32)? {
+            let chunk = &order[range];
+            let group: Vec<Encoded> = chunk.iter().map(|&i| encoded[i].clone()).collect();
+            let pooled = self.backend.read(&self.pool_batch(&self.tokenizer.batch(&group), pooling)?).await?;
+            for (&i, v) in chunk.iter().zip(pooled.chunks_exact(h)) {
+                out[i] = v.to_vec();
+            }
+        }
+        Ok(out)
     }
 
     /// Classifies tokenized texts with the live trained head: `{label, score}` (softmax) best first per text.
