@@ -211,27 +211,44 @@ impl<B: Backend> Model<B> {
         if opts.batch_size == 0 {
             return Err(Error::Input("batch size must be at least 1".into()));
         }
-        self.resolve(opts)?;
-        // Longest first, so the batches pad as little as possible; results go back to input order. Batches hold at
-        // most `batch_size` texts, fewer when their activations would not fit the backend.
-        let mut order: Vec<usize> = (0..encoded.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
-        let lens: Vec<usize> = order.iter().map(|&i| encoded[i].len()).collect();
+        let r = self.resolve(opts)?;
         let mut out = vec![Vec::new(); encoded.len()];
-        for range in self.fitting_groups(&lens, &[], opts.batch_size)? {
-            let chunk = &order[range];
-            let group: Vec<Encoded> = chunk.iter().map(|&i| encoded[i].clone()).collect();
-            let batch = self.tokenizer.batch(&group);
-            for (&i, v) in chunk.iter().zip(self.embed_batch(&batch, opts).await?) {
+        for (rows, batch) in self.batches_by_length(encoded, opts.batch_size)? {
+            for (&i, v) in rows.iter().zip(self.embed_resolved(&batch, &r).await?) {
                 out[i] = v;
             }
         }
         Ok(out)
     }
 
+    /// `encoded`'s texts in padded batches, longest first so that they pad as little as possible, each with the
+    /// indices of its texts in `encoded` (for putting results back in input order). A batch holds at most
+    /// `max_rows` texts, fewer where its activations would not fit the backend ([`Self::fitting_groups`]).
+    fn batches_by_length(&self, encoded: &[Encoded], max_rows: usize) -> Result<Vec<(Vec<usize>, Batch)>> {
+        let mut order: Vec<usize> = (0..encoded.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
+        let lens: Vec<usize> = order.iter().map(|&i| encoded[i].len()).collect();
+        Ok(self
+            .fitting_groups(&lens, &[], max_rows)?
+            .into_iter()
+            .map(|range| {
+                let rows = order[range].to_vec();
+                let group: Vec<Encoded> = rows.iter().map(|&i| encoded[i].clone()).collect();
+                let batch = self.tokenizer.batch(&group);
+                (rows, batch)
+            })
+            .collect())
+    }
+
     /// The vectors of a padded batch: pooling and the model's Dense layers run on the device and only the final
     /// `(B, width)` is read back; then the truncation to `dimensions` and the normalisation.
     pub async fn embed_batch(&self, batch: &Batch, opts: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        let r = self.resolve(opts)?;
+        self.embed_resolved(batch, &r).await
+    }
+
+    /// [`Self::embed_batch`] with the options resolved once for all of a call's batches.
+    async fn embed_resolved(&self, batch: &Batch, r: &Resolved) -> Result<Vec<Vec<f32>>> {
         let be = &self.backend;
         if batch.b == 0 {
             return Ok(Vec::new());
@@ -239,7 +256,6 @@ impl<B: Backend> Model<B> {
         if batch.t == 0 {
             return Err(Error::Input("a batch of empty sequences cannot be embedded".into()));
         }
-        let r = self.resolve(opts)?;
         let pooled = self.pool_batch_excluding(batch, r.pooling, r.excluded)?; // (B, H)
         let out = match &self.sentence {
             Some(s) => s.dense(be, pooled)?,
@@ -359,15 +375,10 @@ impl<B: Backend> Model<B> {
     /// The pooled encoder output `(H)` of each tokenized text, in order: a trained head's features.
     async fn pooled_features(&self, encoded: &[Encoded], pooling: Pooling) -> Result<Vec<Vec<f32>>> {
         let h = self.config.hidden_size;
-        let mut order: Vec<usize> = (0..encoded.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
-        let lens: Vec<usize> = order.iter().map(|&i| encoded[i].len()).collect();
         let mut out = vec![Vec::new(); encoded.len()];
-        for range in self.fitting_groups(&lens, &[], 32)? {
-            let chunk = &order[range];
-            let group: Vec<Encoded> = chunk.iter().map(|&i| encoded[i].clone()).collect();
-            let pooled = self.backend.read(&self.pool_batch(&self.tokenizer.batch(&group), pooling)?).await?;
-            for (&i, v) in chunk.iter().zip(pooled.chunks_exact(h)) {
+        for (rows, batch) in self.batches_by_length(encoded, 32)? {
+            let pooled = self.backend.read(&self.pool_batch(&batch, pooling)?).await?;
+            for (&i, v) in rows.iter().zip(pooled.chunks_exact(h)) {
                 out[i] = v.to_vec();
             }
         }
@@ -383,17 +394,11 @@ impl<B: Backend> Model<B> {
         };
         let be = &self.backend;
         let c = head.spec.labels.len();
-        let mut order: Vec<usize> = (0..encoded.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].len()));
-        let lens: Vec<usize> = order.iter().map(|&i| encoded[i].len()).collect();
         let mut out = vec![Vec::new(); encoded.len()];
-        for range in self.fitting_groups(&lens, &[], 32)? {
-            let chunk = &order[range];
-            let group: Vec<Encoded> = chunk.iter().map(|&i| encoded[i].clone()).collect();
-            let batch = self.tokenizer.batch(&group);
+        for (rows, batch) in self.batches_by_length(encoded, 32)? {
             let pooled = self.pool_batch(&batch, head.spec.pooling)?; // (B, H)
             let logits = be.read(&head.logits(be, &pooled)?).await?; // (B, C)
-            for (&i, row) in chunk.iter().zip(logits.chunks_exact(c)) {
+            for (&i, row) in rows.iter().zip(logits.chunks_exact(c)) {
                 out[i] = head.postprocess(row, top_k);
             }
         }

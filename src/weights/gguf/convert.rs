@@ -103,21 +103,30 @@ pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path)
     if tokenizer.is_none() && vocab.is_none() {
         return Err(Error::Tokenizer(format!("{} has neither tokenizer.json nor vocab.txt", model_dir.display())));
     }
-    // sentence-transformers' files: the fixed ones, then each module's folder that modules.json names.
-    // (Read here only to learn which files there are; convert_files reads them, checked against the config.)
+    let config = read("config.json")?;
+    // sentence-transformers' files, as bytes for convert_files (which reads and checks them): those its description
+    // reads, then each Dense module's weights (or the pytorch_model.bin convert_files refuses by name).
     let mut sentence: Vec<(String, Vec<u8>)> = Vec::new();
-    let config_text = String::from_utf8(optional("config.json").unwrap_or_default()).unwrap_or_default();
+    let config_text = String::from_utf8_lossy(&config);
     if let Ok(cfg) = crate::config::BertConfig::from_json_str(&config_text) {
-        let mut read = |name: &str| -> Result<Option<Vec<u8>>> {
+        let mut keep = |name: &str| -> Result<Option<Vec<u8>>> {
             let bytes = optional(name);
             if let Some(b) = &bytes {
                 sentence.push((name.to_string(), b.clone()));
             }
             Ok(bytes)
         };
-        crate::weights::sentence::read_sentence(cfg.hidden_size, &mut read)?;
+        if let Some(st) = crate::sentence::SentenceConfig::read(cfg.hidden_size, &mut keep)? {
+            for m in st.dense() {
+                if let crate::sentence::Module::Dense { path, .. } = m {
+                    if keep(&format!("{path}/model.safetensors"))?.is_none() {
+                        keep(&format!("{path}/pytorch_model.bin"))?;
+                    }
+                }
+            }
+        }
     }
-    let (st, config, tokenizer_config) = (read("model.safetensors")?, read("config.json")?, optional("tokenizer_config.json"));
+    let (st, tokenizer_config) = (read("model.safetensors")?, optional("tokenizer_config.json"));
     let files = FolderFiles {
         name: model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("bert"),
         config: &config,
