@@ -6,9 +6,11 @@
 //!
 //! What sentence-transformers computes (`sentence_transformers/sentence_transformer/modules/pooling.py`,
 //! `base/modules/dense.py`, `base/modules/normalize.py`): Pooling reduces the token vectors to one, by the mode its
-//! config names; Dense is `activation(x·Wᵀ + b)`; Normalize divides by the L2 norm. A module this crate does not
-//! run (LayerNorm, WeightedLayerPooling, a CNN, a Router, ...) is an error that names it, never skipped: a vector
-//! computed without it would be silently wrong.
+//! config names; Dense is `activation(x·Wᵀ + b)`; Normalize divides by the L2 norm. A sparse encoder's
+//! (`sparse_encoder/modules/splade_pooling.py`) SpladePooling takes the masked-LM logits of every token to
+//! `log(1 + ReLU(x))` (applied twice for `log1p_relu`) and keeps each vocabulary entry's largest over the tokens. A
+//! module this crate does not run (LayerNorm, WeightedLayerPooling, a CNN, a Router, SpladePooling by sum, ...) is an
+//! error that names it, never skipped: a vector computed without it would be silently wrong.
 
 use std::collections::BTreeMap;
 
@@ -91,6 +93,9 @@ pub enum Module {
     /// `activation(x·Wᵀ + b)`, W `(out_features, in_features)` in `{path}/model.safetensors` as `linear.weight`.
     Dense { path: String, in_features: usize, out_features: usize, bias: bool, activation: Activation },
     Normalize,
+    /// SPLADE: the vocabulary logits of every token, `log1p(relu(x))` (twice where `log1p_relu`), the largest per
+    /// entry over the tokens: one sparse vector as wide as the vocabulary.
+    Splade { log1p_relu: bool },
 }
 
 /// sentence-transformers' description of a model (see the module documentation).
@@ -159,6 +164,33 @@ fn dense_activation(name: Option<&str>, file: &str) -> Result<Activation> {
     }
 }
 
+/// A SpladePooling module's config: the `max` strategy (SPLADE v2 and later); `sum` is refused by name.
+fn splade_module(v: &serde_json::Value, file: &str) -> Result<Module> {
+    let name = |key: &str, default: &'static str| -> Result<String> {
+        match v.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(default.to_string()),
+            Some(serde_json::Value::String(s)) => Ok(s.clone()),
+            Some(other) => Err(Error::Config(format!("{file}: {key} {other} is not a name"))),
+        }
+    };
+    let strategy = name("pooling_strategy", "max")?;
+    if strategy != "max" {
+        return Err(Error::Config(format!(
+            "{file}: pooling_strategy `{strategy}` is not supported; SpladePooling by `max` is"
+        )));
+    }
+    let log1p_relu = match name("activation_function", "relu")?.as_str() {
+        "relu" => false,
+        "log1p_relu" => true,
+        other => {
+            return Err(Error::Config(format!(
+                "{file}: activation_function `{other}` is not one of SpladePooling's (relu, log1p_relu)"
+            )))
+        }
+    };
+    Ok(Module::Splade { log1p_relu })
+}
+
 /// A Pooling module's config: the new form (`pooling_mode`, a name or a list) or the legacy booleans.
 fn pooling_module(v: &serde_json::Value, file: &str) -> Result<Module> {
     let obj = v.as_object().ok_or_else(|| Error::Config(format!("{file}: not a JSON object")))?;
@@ -214,7 +246,8 @@ impl SentenceConfig {
             }
             let kind = |e: &ModuleEntry| e.kind.rsplit('.').next().unwrap_or(&e.kind).to_string();
             match entries.first().map(kind).as_deref() {
-                Some("Transformer") => {}
+                // A sparse encoder's first module (sentence-transformers 5's name for a masked-LM Transformer).
+                Some("Transformer" | "MLMTransformer") => {}
                 Some(other) => {
                     return Err(Error::Config(format!(
                         "modules.json: the first module is `{other}`; a model whose first module is the Transformer is \
@@ -247,10 +280,17 @@ impl SentenceConfig {
                         }
                     }
                     "Normalize" => Module::Normalize,
+                    "SpladePooling" => {
+                        let file = format!("{}/config.json", e.path);
+                        match read(&file)? {
+                            Some(bytes) => splade_module(&json(&bytes, &file)?, &file)?,
+                            None => Module::Splade { log1p_relu: false }, // its defaults
+                        }
+                    }
                     other => {
                         return Err(Error::Config(format!(
                             "modules.json: the module `{other}` ({}) is not supported: bertgpu runs Pooling, Dense and \
-                             Normalize after the Transformer, and refuses a model it would run without one of its modules",
+                             Normalize (SpladePooling for sparse vectors) after the Transformer, and refuses a model it would run without one of its modules",
                             e.kind
                         )))
                     }
@@ -303,14 +343,22 @@ impl SentenceConfig {
     pub fn check(&self, hidden: usize) -> Result<()> {
         let mut width = hidden;
         let mut pooled = false;
-        let mut normalized = false;
+        // The module that must come last, once it has come: nothing may follow Normalize or SpladePooling.
+        let mut last: Option<&str> = None;
         for m in &self.modules {
-            if normalized {
-                return Err(Error::Config(
-                    "modules.json: a module after Normalize is not supported; Normalize must come last".into(),
-                ));
+            if let Some(last) = last {
+                return Err(Error::Config(format!(
+                    "modules.json: a module after {last} is not supported; {last} must come last"
+                )));
             }
             match m {
+                Module::Splade { .. } if pooled => {
+                    return Err(Error::Config("modules.json: SpladePooling after a Pooling is not supported".into()))
+                }
+                Module::Splade { .. } => {
+                    pooled = true;
+                    last = Some("SpladePooling");
+                }
                 Module::Pooling { .. } if pooled => {
                     return Err(Error::Config("modules.json: two Pooling modules are not supported".into()))
                 }
@@ -336,7 +384,7 @@ impl SentenceConfig {
                     }
                     width = *out_features;
                 }
-                Module::Normalize => normalized = true,
+                Module::Normalize => last = Some("Normalize"),
             }
         }
         if !pooled && !self.modules.is_empty() {
@@ -349,6 +397,14 @@ impl SentenceConfig {
     pub fn pooling(&self) -> Option<(Pooling, bool)> {
         self.modules.iter().find_map(|m| match m {
             Module::Pooling { mode, include_prompt } => Some((*mode, *include_prompt)),
+            _ => None,
+        })
+    }
+
+    /// Whether this is a sparse encoder (SpladePooling), and its activation: `Some(log1p_relu)`.
+    pub fn splade(&self) -> Option<bool> {
+        self.modules.iter().find_map(|m| match m {
+            Module::Splade { log1p_relu } => Some(*log1p_relu),
             _ => None,
         })
     }
@@ -452,5 +508,26 @@ mod tests {
         let st = r#"{"prompts": {"query": "q: "}, "default_prompt_name": "passage"}"#;
         assert!(err(&[("config_sentence_transformers.json", st)]).contains("default_prompt_name `passage`"));
         assert!("median".parse::<Pooling>().unwrap_err().to_string().contains("cls, max, mean"));
+    }
+
+    #[test]
+    fn reads_a_sparse_encoder_and_refuses_what_splade_does_not_run() {
+        let modules = r#"[{"path":"","type":"sentence_transformers.sparse_encoder.models.MLMTransformer"},
+            {"path":"1_SpladePooling","type":"sentence_transformers.sparse_encoder.models.SpladePooling"}]"#;
+        let read = |cfg: &str| {
+            SentenceConfig::read(8, &mut files(&[("modules.json", modules), ("1_SpladePooling/config.json", cfg)]))
+        };
+        let c = read(r#"{"pooling_strategy": "max", "activation_function": "log1p_relu"}"#).unwrap().unwrap();
+        assert_eq!(c.splade(), Some(true));
+        assert_eq!(c.pooling(), None);
+        assert_eq!(read(r#"{"word_embedding_dimension": 30522}"#).unwrap().unwrap().splade(), Some(false));
+        let e = read(r#"{"pooling_strategy": "sum"}"#).unwrap_err().to_string();
+        assert!(e.contains("pooling_strategy `sum` is not supported"), "{e}");
+        let e = read(r#"{"activation_function": "gelu"}"#).unwrap_err().to_string();
+        assert!(e.contains("activation_function `gelu`"), "{e}");
+        let after = r#"[{"path":"","type":"x.MLMTransformer"},{"path":"1","type":"x.SpladePooling"},
+            {"path":"2","type":"x.Normalize"}]"#;
+        let e = SentenceConfig::read(8, &mut files(&[("modules.json", after)])).unwrap_err().to_string();
+        assert!(e.contains("a module after SpladePooling is not supported"), "{e}");
     }
 }

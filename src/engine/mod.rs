@@ -22,6 +22,7 @@ use crate::heads::masked_lm::{FillMaskPrediction, NextSentence};
 use crate::heads::qa::Answer;
 use crate::heads::token_classifier::{Aggregation, TokenEntity};
 use crate::tasks::pipelines::RankedDocument;
+use crate::tasks::vectors::{SparseOptions, SparseVector, TokenOptions, TokenVectors};
 use crate::tasks::{EmbedOptions, Model};
 use crate::tokenizer::{Encoded, Tokenizer};
 use crate::training::fit::checkpoint::{Checkpoints, Store};
@@ -341,6 +342,16 @@ impl Engine {
     /// See [`Model::prompts`].
     pub fn prompts(&self) -> std::collections::BTreeMap<String, String> {
         with_model!(self, m => m.prompts())
+    }
+
+    /// See [`Model::embed_sparse`].
+    pub async fn embed_sparse(&self, texts: &[&str], opts: &SparseOptions) -> Result<Vec<SparseVector>> {
+        with_model!(self, m => m.embed_sparse(texts, opts).await)
+    }
+
+    /// See [`Model::embed_tokens`].
+    pub async fn embed_tokens(&self, texts: &[&str], opts: &TokenOptions) -> Result<Vec<TokenVectors>> {
+        with_model!(self, m => m.embed_tokens(texts, opts).await)
     }
 
     /// See [`Model::train_head`].

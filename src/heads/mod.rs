@@ -16,6 +16,8 @@
 //! | [`discriminator`] | `ElectraDiscriminatorPredictions` of `ElectraForPreTraining` | `discriminator_predictions.*` |
 //! | [`sentence`] | sentence-transformers' `Pooling`, `Dense`, `Normalize` | `{path}/model.safetensors`'s `linear.*` |
 //!
+//! [`quantize`] encodes embeddings in fewer bits as sentence-transformers' `quantize_embeddings` does.
+//!
 //! The other families' heads are found under BERT's names (`crate::weights`), except where a head has no BERT
 //! twin: RoBERTa's and ELECTRA's sequence classifiers (`classifier.dense`, `classifier.out_proj`) and ELECTRA's
 //! discriminator. ALBERT's sentence-order head (`sop_classifier`) is not read.
@@ -25,6 +27,7 @@ pub mod discriminator;
 pub mod masked_lm;
 pub mod pooler;
 pub mod qa;
+pub mod quantize;
 pub mod sentence;
 pub mod token_classifier;
 

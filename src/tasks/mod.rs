@@ -7,6 +7,7 @@
 
 pub mod pipelines;
 pub mod twin;
+pub mod vectors;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -144,6 +145,7 @@ impl<B: Backend> Model<B> {
 
     /// `opts` with the model's own choices filled in, checked (the dimensions against the vectors' width).
     fn resolve(&self, opts: &EmbedOptions) -> Result<Resolved> {
+        self.check_dense()?;
         let st = self.config.sentence.as_ref();
         let (own_pooling, include_prompt) = st.and_then(|s| s.pooling()).unwrap_or((Pooling::Mean, true));
         let width = st.map_or(self.config.hidden_size, |s| s.output_width(self.config.hidden_size));

@@ -189,16 +189,25 @@ pub fn cats_and_cars(dir: &std::path::Path) -> std::path::PathBuf {
 /// of this process holding links to the checkpoint's files and copies of the stack's, as tests/golden/sentence.py
 /// lays them for sentence-transformers.
 pub fn sentence_stack(stack: &std::path::Path, name: &str) -> std::path::PathBuf {
+    sentence_stack_over(stack, name, "models/all-MiniLM-L6-v2")
+}
+
+/// [`sentence_stack`] laid over another checkpoint of models/ (`base`, from the repository root): links to each of
+/// its files but sentence-transformers' own.
+pub fn sentence_stack_over(stack: &std::path::Path, name: &str, base: &str) -> std::path::PathBuf {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let minilm = root.join("models/all-MiniLM-L6-v2");
-    assert!(minilm.join("model.safetensors").exists(), "{} missing: run scripts/fetch-models.sh", minilm.display());
+    let base = root.join(base);
+    assert!(base.join("model.safetensors").exists(), "{} missing: run scripts/fetch-models.sh", base.display());
     let n = STACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("bertgpu-st-{}-{n}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
-        "special_tokens_map.json"] {
-        std::os::unix::fs::symlink(minilm.join(f), dir.join(f)).unwrap();
+    for entry in std::fs::read_dir(&base).unwrap() {
+        let p = entry.unwrap().path();
+        let file = p.file_name().unwrap().to_str().unwrap().to_string();
+        if p.is_file() && !bertgpu::sentence::FILES.contains(&file.as_str()) {
+            std::os::unix::fs::symlink(&p, dir.join(&file)).unwrap();
+        }
     }
     fn copy(from: &std::path::Path, to: &std::path::Path) {
         for entry in std::fs::read_dir(from).unwrap() {
