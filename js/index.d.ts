@@ -173,6 +173,51 @@ export interface EmbedOptions {
   dimensions?: number;
   /** Texts per forward pass (default 32). */
   batchSize?: number;
+  /**
+   * The vectors' encoding, as sentence-transformers' `quantize_embeddings`: "int8" / "uint8" give one code per value
+   * (Int8Array / Uint8Array) by `ranges`, "binary" / "ubinary" one bit per value packed eight to a byte.
+   */
+  precision?: Precision;
+  /** int8/uint8: each dimension's [min, max] over a representative set of vectors; default the call's own vectors. */
+  ranges?: [ArrayLike<number>, ArrayLike<number>];
+}
+
+/** `embed`'s encodings. */
+export type Precision = "float32" | "int8" | "uint8" | "binary" | "ubinary";
+
+/** `embedSparse`'s options. */
+export interface SparseOptions {
+  /** One of the model's prompts, by name. */
+  prompt?: string;
+  /** Keep only the n largest weights of each vector. */
+  maxActiveDims?: number;
+  /** Texts per forward pass (default 32). */
+  batchSize?: number;
+}
+
+/** A SPLADE vector: the vocabulary entries with a weight above 0, indices ascending. */
+export interface SparseVector {
+  indices: Uint32Array;
+  values: Float32Array;
+}
+
+/** `embedTokens`'s options. */
+export interface TokenVectorOptions {
+  /** One of the model's prompts, by name (its tokens are among the vectors). */
+  prompt?: string;
+  /** Scale each token's vector to unit length. */
+  normalize?: boolean;
+  /** Texts per forward pass (default 32). */
+  batchSize?: number;
+}
+
+/** One text's per-token vectors, special tokens included. */
+export interface TokenVectors {
+  tokens: string[];
+  ids: Uint32Array;
+  /** [start, end) in UTF-16 code units of the text given; [0, 0] for special tokens and the prompt's. */
+  offsets: Array<[number, number]>;
+  vectors: Float32Array[];
 }
 
 /** One module after the encoder, as the model's files list it. */
@@ -180,7 +225,8 @@ export type SentenceModule =
   | { type: "pooling"; mode: Pooling; include_prompt: boolean }
   | { type: "dense"; path: string; in_features: number; out_features: number; bias: boolean;
       activation: "none" | "gelu" | "gelu_tanh" | "relu" | "tanh" }
-  | { type: "normalize" };
+  | { type: "normalize" }
+  | { type: "splade"; log1p_relu: boolean };
 
 /** sentence-transformers' description of a model (modules.json and the files beside it). */
 export interface SentenceTransformersConfig {
@@ -594,8 +640,16 @@ export declare class Bert {
   readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "rerank" | "tokenClassify" | "answer" | "replacedTokens">;
   tokenize(text: string, textPair?: string): Promise<Tokenized>;
   tokenize(text: string[], textPair?: string[]): Promise<Tokenized[]>;
-  embed(text: string, options?: EmbedOptions): Promise<Float32Array>;
-  embed(texts: string[], options?: EmbedOptions): Promise<Float32Array[]>;
+  embed(text: string, options?: EmbedOptions & { precision?: "float32" }): Promise<Float32Array>;
+  embed(texts: string[], options?: EmbedOptions & { precision?: "float32" }): Promise<Float32Array[]>;
+  embed(text: string, options: EmbedOptions & { precision: "int8" | "binary" }): Promise<Int8Array>;
+  embed(texts: string[], options: EmbedOptions & { precision: "int8" | "binary" }): Promise<Int8Array[]>;
+  embed(text: string, options: EmbedOptions & { precision: "uint8" | "ubinary" }): Promise<Uint8Array>;
+  embed(texts: string[], options: EmbedOptions & { precision: "uint8" | "ubinary" }): Promise<Uint8Array[]>;
+  embedSparse(text: string, options?: SparseOptions): Promise<SparseVector>;
+  embedSparse(texts: string[], options?: SparseOptions): Promise<SparseVector[]>;
+  embedTokens(text: string, options?: TokenVectorOptions): Promise<TokenVectors>;
+  embedTokens(texts: string[], options?: TokenVectorOptions): Promise<TokenVectors[]>;
   fillMask(text: string, options?: { topK?: number }): Promise<FillMaskResult[]>;
   fillMask(texts: string[], options?: { topK?: number }): Promise<FillMaskResult[][]>;
   classify(input: string | [string, string], options?: { topK?: number }): Promise<LabelScore[]>;

@@ -24,6 +24,8 @@ export { clearCache };
 const DEVICES = ["auto", "webgpu", "cpu"];
 /** sentence-transformers' pooling modes, by our names (src/sentence.rs `Pooling`). */
 const POOLINGS = ["mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken"];
+/** `embed`'s encodings (sentence-transformers' `quantize_embeddings` precisions). */
+const PRECISIONS = ["float32", "int8", "uint8", "binary", "ubinary"];
 /** Texts per forward pass in `embed`: bounds the activation memory of one call whatever the number of texts. */
 const DEFAULT_BATCH_SIZE = 32;
 /** How long `crossover: true` may time the CPU against the GPU at load (src/engine/crossover.rs `measure`). */
@@ -1005,13 +1007,30 @@ export class Bert {
    * `sentenceTransformers`); a model without them pools by mean and normalises. Options override the files:
    * `pooling` ("mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken"), `normalize` (unit length),
    * `prompt` (one of `prompts`, by name, put before every text), `dimensions` (the first n values, normalised again
-   * where normalising: Matryoshka).
+   * where normalising: Matryoshka). `precision` encodes the vectors as sentence-transformers' `quantize_embeddings`:
+   * "int8" / "uint8" (Int8Array / Uint8Array, one code per value, by each dimension's `ranges: [min[], max[]]`, or
+   * where none are given the call's own vectors: two texts at least) or "binary" / "ubinary" (bits packed eight to
+   * a byte).
    */
   embed(input, options = {}) {
     return this._enqueue("embed", async (m) => {
       const { list, single } = texts(input, "embed");
-      const opts = checkOptions(options, ["pooling", "normalize", "batchSize", "prompt", "dimensions"], "embed");
-      const { pooling, normalize, prompt, dimensions } = opts;
+      const opts = checkOptions(options, ["pooling", "normalize", "batchSize", "prompt", "dimensions", "precision",
+        "ranges"], "embed");
+      const { pooling, normalize, prompt, dimensions, precision, ranges } = opts;
+      if (precision != null && !PRECISIONS.includes(precision)) {
+        throw new TypeError(`embed: precision must be one of ${PRECISIONS.map((p) => `"${p}"`).join(", ")} `
+          + `(got ${JSON.stringify(precision)})`);
+      }
+      if (ranges != null) {
+        if (precision !== "int8" && precision !== "uint8") {
+          throw new TypeError('embed: ranges apply to precision "int8" and "uint8"');
+        }
+        const row = (r) => Array.isArray(r) || r instanceof Float32Array || r instanceof Float64Array;
+        if (!Array.isArray(ranges) || ranges.length !== 2 || !row(ranges[0]) || !row(ranges[1])) {
+          throw new TypeError("embed: ranges must be [min, max], each an array of numbers (one per dimension)");
+        }
+      }
       if (pooling != null && !POOLINGS.includes(pooling)) {
         throw new TypeError(`embed: pooling must be one of ${POOLINGS.map((p) => `"${p}"`).join(", ")} `
           + `(got ${JSON.stringify(pooling)})`);
@@ -1032,6 +1051,69 @@ export class Bert {
           dimensions ?? undefined); // (n, width)
         const h = flat.length / chunk.length;
         for (let j = 0; j < chunk.length; j++) out.push(flat.slice(j * h, (j + 1) * h));
+      }
+      if (precision != null && precision !== "float32" && out.length) {
+        // The whole call's vectors at once: int8/uint8 without ranges take theirs from all of them.
+        const w = out[0].length;
+        const flat = new Float32Array(out.length * w);
+        out.forEach((v, i) => flat.set(v, i * w));
+        const codes = m.quantize(flat, out.length, precision, ranges ? Float32Array.from(ranges[0]) : undefined,
+          ranges ? Float32Array.from(ranges[1]) : undefined);
+        const cw = codes.length / out.length;
+        const coded = out.map((_, i) => codes.slice(i * cw, (i + 1) * cw));
+        return single ? coded[0] : coded;
+      }
+      return single ? out[0] : out;
+    });
+  }
+
+  /**
+   * SPLADE sparse vectors, as sentence-transformers' `SparseEncoder`: per text `{ indices: Uint32Array, values:
+   * Float32Array }`, the vocabulary entries with a weight above 0, indices ascending (a single text gives one). A
+   * sparse encoder's files (SpladePooling) say how; a masked-LM checkpoint without them takes SPLADE's defaults.
+   * Options: `prompt` (one of `prompts`), `maxActiveDims` (keep the n largest weights), `batchSize`.
+   */
+  embedSparse(input, options = {}) {
+    return this._enqueue("embedSparse", async (m) => {
+      const { list, single } = texts(input, "embedSparse");
+      const opts = checkOptions(options, ["prompt", "maxActiveDims", "batchSize"], "embedSparse");
+      if (opts.prompt != null && typeof opts.prompt !== "string") {
+        throw new TypeError("embedSparse: prompt must be a prompt's name");
+      }
+      const maxActive = opts.maxActiveDims == null ? undefined : positiveInt(opts.maxActiveDims, "embedSparse", "maxActiveDims");
+      const batchSize = positiveInt(opts.batchSize ?? DEFAULT_BATCH_SIZE, "embedSparse", "batchSize");
+      const out = [];
+      for (let i = 0; i < list.length; i += batchSize) {
+        out.push(...await m.embedSparse(list.slice(i, i + batchSize), opts.prompt ?? undefined, maxActive));
+      }
+      return single ? out[0] : out;
+    });
+  }
+
+  /**
+   * One vector per token, the encoder's last hidden state as sentence-transformers' `token_embeddings` (for
+   * late-interaction search): per text `{ tokens, ids: Uint32Array, offsets: [[start, end], ...] (into the text
+   * given, UTF-16; [0, 0] for special tokens and the prompt's), vectors: [Float32Array per token] }`. Options:
+   * `prompt` (one of `prompts`; its tokens are among the vectors), `normalize` (each token's vector to unit length),
+   * `batchSize`.
+   */
+  embedTokens(input, options = {}) {
+    return this._enqueue("embedTokens", async (m) => {
+      const { list, single } = texts(input, "embedTokens");
+      const opts = checkOptions(options, ["prompt", "normalize", "batchSize"], "embedTokens");
+      if (opts.prompt != null && typeof opts.prompt !== "string") {
+        throw new TypeError("embedTokens: prompt must be a prompt's name");
+      }
+      if (opts.normalize != null && typeof opts.normalize !== "boolean") {
+        throw new TypeError("embedTokens: normalize must be true or false");
+      }
+      const batchSize = positiveInt(opts.batchSize ?? DEFAULT_BATCH_SIZE, "embedTokens", "batchSize");
+      const out = [];
+      for (let i = 0; i < list.length; i += batchSize) {
+        for (const t of await m.embedTokens(list.slice(i, i + batchSize), opts.prompt ?? undefined, opts.normalize === true)) {
+          const vectors = t.ids.length ? Array.from(t.ids, (_, k) => t.vectors.subarray(k * t.dims, (k + 1) * t.dims)) : [];
+          out.push({ tokens: t.tokens, ids: t.ids, offsets: t.offsets, vectors });
+        }
       }
       return single ? out[0] : out;
     });

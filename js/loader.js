@@ -851,7 +851,11 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
 export const SENTENCE_FILES = ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"];
 
 /** Modules whose folder holds files the model needs (their config.json; a Dense's weights too). */
-const MODULE_FILES = { Pooling: ["config.json"], Dense: ["config.json", "model.safetensors"] };
+const MODULE_FILES = {
+  Pooling: ["config.json"],
+  Dense: ["config.json", "model.safetensors"],
+  SpladePooling: ["config.json"],
+};
 
 /** At most this many modules are read from a modules.json (the module refuses more, by name). */
 const MAX_MODULES = 16;

@@ -35,6 +35,8 @@ async function handle(id, method, args) {
     case "tokenize":
       return bert.tokenize(...args);
     case "embed":
+    case "embedSparse":
+    case "embedTokens":
     case "fillMask":
     case "classify":
     case "nextSentence":

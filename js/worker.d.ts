@@ -1,7 +1,8 @@
 // "bertgpu/worker": the same API as "bertgpu", the model running in dedicated Web Workers.
 import { Bert as MainBert, type LoadOptions, type ModelSource } from "./index.js";
 export type {
-  Device, Progress, ModelSource, ModelBytes, WasmSource, LoadOptions, Tokenized, EmbedOptions, RankedDocument,
+  Device, Progress, ModelSource, ModelBytes, WasmSource, LoadOptions, Tokenized, EmbedOptions, Precision, SparseOptions,
+  SparseVector, TokenVectorOptions, TokenVectors, RankedDocument,
   ReplacedToken, TrainExample, TrainOptions, EpochProgress, TrainReport, FineTuneExample, FineTuneStep, FineTuneEpoch,
   FineTuneOptions, FineTuneReport, FineTuneCheckpoint, FineTuneDeviceLost, CheckpointInfo, KernelTuning, PretrainStep,
   PretrainEpoch, PretrainOptions, PretrainReport,

@@ -217,7 +217,19 @@ export class Bert {
   }
 
   embed(texts, options) {
-    return stringList(texts) ? this._fanOut("embed", [texts], (part) => [part, options]) : this._run("embed", [texts, options]);
+    // int8/uint8 without ranges take them from all of the call's vectors: one worker sees them all.
+    const calibrates = (options?.precision === "int8" || options?.precision === "uint8") && options?.ranges == null;
+    return stringList(texts) && !calibrates
+      ? this._fanOut("embed", [texts], (part) => [part, options])
+      : this._run("embed", [texts, options]);
+  }
+
+  embedSparse(texts, options) {
+    return stringList(texts) ? this._fanOut("embedSparse", [texts], (part) => [part, options]) : this._run("embedSparse", [texts, options]);
+  }
+
+  embedTokens(texts, options) {
+    return stringList(texts) ? this._fanOut("embedTokens", [texts], (part) => [part, options]) : this._run("embedTokens", [texts, options]);
   }
 
   fillMask(texts, options) {

@@ -32,6 +32,7 @@ mod stream;
 mod tokenizer;
 mod train;
 mod tune;
+mod vectors;
 
 /// The system allocator (dlmalloc on wasm32), counting the bytes allocated and not yet freed, so the soak test can
 /// tell a leak from the allocator's own reuse: `WebAssembly.Memory` only ever grows, so its size alone says little.

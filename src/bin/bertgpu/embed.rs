@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
+use std::path::PathBuf;
+
 use bertgpu::heads::quantize::{quantize, Precision, Quantized, Ranges};
+use bertgpu::heads::Pooling;
 use bertgpu::tasks::vectors::{SparseOptions, TokenOptions};
 use bertgpu::tasks::EmbedOptions;
 use bertgpu::tokenizer::Encoded;
@@ -14,6 +17,68 @@ use serde_json::{json, Value};
 use crate::lines::{run_lines, Shape};
 use crate::load::{load_infer, InferArgs};
 use crate::{load_model, Fail};
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct EmbedArgs {
+    #[command(flatten)]
+    infer: InferArgs,
+    /// Overrides the model's pooling
+    #[arg(long, value_enum)]
+    pooling: Option<Pooling>,
+    /// L2-normalize each embedding (the default where the model ends in Normalize)
+    #[arg(long, conflicts_with = "no_normalize")]
+    normalize: bool,
+    /// Do not L2-normalize, even where the model ends in Normalize
+    #[arg(long)]
+    no_normalize: bool,
+    /// One of the model's prompts by name (config_sentence_transformers.json), put before every text
+    #[arg(long)]
+    prompt: Option<String>,
+    /// Keep the first N values of each embedding (Matryoshka), normalized again where normalizing
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    dimensions: Option<u32>,
+    /// Lines run through the model together
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    batch_size: u32,
+    /// The vectors' encoding, as sentence-transformers' quantize_embeddings: int8 and uint8 need --ranges;
+    /// binary and ubinary are bits packed eight to a byte
+    #[arg(long, value_enum, default_value_t = Precision::Float32)]
+    precision: Precision,
+    /// int8/uint8: each dimension's range, a JSON file [[min, ...], [max, ...]] over a representative set of
+    /// vectors
+    #[arg(long, value_name = "FILE")]
+    ranges: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct SparseArgs {
+    #[command(flatten)]
+    infer: InferArgs,
+    /// One of the model's prompts by name, put before every text
+    #[arg(long)]
+    prompt: Option<String>,
+    /// Keep the N largest weights of each vector
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_active_dims: Option<u32>,
+    /// Lines run through the model together
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    batch_size: u32,
+}
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct TokenArgs {
+    #[command(flatten)]
+    infer: InferArgs,
+    /// One of the model's prompts by name, put before every text (its tokens are among the vectors)
+    #[arg(long)]
+    prompt: Option<String>,
+    /// L2-normalize each token's vector
+    #[arg(long)]
+    normalize: bool,
+    /// Lines run through the model together
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    batch_size: u32,
+}
 
 /// `--ranges FILE`: sentence-transformers' `(2, dim)` ranges as JSON, `[[min, ...], [max, ...]]`.
 fn read_ranges(path: &Path) -> Result<Ranges, Fail> {
@@ -24,9 +89,16 @@ fn read_ranges(path: &Path) -> Result<Ranges, Fail> {
     Ok(Ranges { min, max })
 }
 
-pub fn cmd_embed(args: &InferArgs, opts: EmbedOptions, precision: Precision, ranges: Option<&Path>)
-    -> Result<(), Fail> {
-    let ranges = match (precision.needs_ranges(), ranges) {
+pub(crate) fn cmd_embed(a: EmbedArgs) -> Result<(), Fail> {
+    let opts = EmbedOptions {
+        pooling: a.pooling,
+        normalize: if a.normalize { Some(true) } else if a.no_normalize { Some(false) } else { None },
+        prompt: a.prompt,
+        dimensions: a.dimensions.map(|d| d as usize),
+        batch_size: a.batch_size as usize,
+    };
+    let (args, precision) = (&a.infer, a.precision);
+    let ranges = match (precision.needs_ranges(), a.ranges.as_deref()) {
         (true, Some(p)) => Some(read_ranges(p)?),
         (true, None) => {
             return Err(Fail::Model(format!(
@@ -102,7 +174,14 @@ fn per_text<T>(texts: Vec<Result<&str, String>>, f: impl FnOnce(&[&str]) -> Resu
 }
 
 /// `embed-sparse`: one SPLADE vector per line, `{"indices", "values", "tokens"}` (the vocabulary entries' tokens).
-pub fn cmd_embed_sparse(args: &InferArgs, opts: SparseOptions) -> Result<(), Fail> {
+pub(crate) fn cmd_embed_sparse(a: SparseArgs) -> Result<(), Fail> {
+    let opts = SparseOptions {
+        prompt: a.prompt,
+        max_active_dims: a.max_active_dims.map(|n| n as usize),
+        batch_size: a.batch_size as usize,
+        ..SparseOptions::default()
+    };
+    let args = &a.infer;
     let m = load_model(&args.model)?;
     let engine = load_infer(&m, args)?;
     // The model (a sparse encoder, or a masked-LM checkpoint) and the prompt: refused before any line.
@@ -124,7 +203,9 @@ pub fn cmd_embed_sparse(args: &InferArgs, opts: SparseOptions) -> Result<(), Fai
 }
 
 /// `embed-tokens`: one line per input, `{"tokens", "ids", "offsets", "vectors": [[...], ...]}`.
-pub fn cmd_embed_tokens(args: &InferArgs, opts: TokenOptions) -> Result<(), Fail> {
+pub(crate) fn cmd_embed_tokens(a: TokenArgs) -> Result<(), Fail> {
+    let opts = TokenOptions { prompt: a.prompt, normalize: a.normalize, batch_size: a.batch_size as usize };
+    let args = &a.infer;
     let m = load_model(&args.model)?;
     let engine = load_infer(&m, args)?;
     engine.prompt_text(&EmbedOptions { prompt: opts.prompt.clone(), ..EmbedOptions::default() })

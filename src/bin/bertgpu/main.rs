@@ -24,9 +24,7 @@ use bertgpu::engine::Engine;
 use bertgpu::heads::token_classifier::Aggregation;
 use bertgpu::heads::Pooling;
 use bertgpu::loader::{self, LoadOptions, ModelSource};
-use bertgpu::heads::quantize::Precision;
-use bertgpu::tasks::vectors::{SparseOptions, TokenOptions};
-use bertgpu::tasks::{self, EmbedOptions};
+use bertgpu::tasks;
 use bertgpu::tokenizer::Encoded;
 use clap::{Args, Parser, Subcommand};
 use bench::cmd_bench;
@@ -73,66 +71,13 @@ enum Command {
     },
     /// One sentence embedding per line: {"embedding": [...]}. With no options, as the model's own
     /// sentence-transformers files say (its pooling, Dense layers, Normalize, default prompt); else mean pooling
-    Embed {
-        #[command(flatten)]
-        infer: InferArgs,
-        /// Overrides the model's pooling
-        #[arg(long, value_enum)]
-        pooling: Option<Pooling>,
-        /// L2-normalize each embedding (the default where the model ends in Normalize)
-        #[arg(long, conflicts_with = "no_normalize")]
-        normalize: bool,
-        /// Do not L2-normalize, even where the model ends in Normalize
-        #[arg(long)]
-        no_normalize: bool,
-        /// One of the model's prompts by name (config_sentence_transformers.json), put before every text
-        #[arg(long)]
-        prompt: Option<String>,
-        /// Keep the first N values of each embedding (Matryoshka), normalized again where normalizing
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        dimensions: Option<u32>,
-        /// Lines run through the model together
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
-        batch_size: u32,
-        /// The vectors' encoding, as sentence-transformers' quantize_embeddings: int8 and uint8 need --ranges;
-        /// binary and ubinary are bits packed eight to a byte
-        #[arg(long, value_enum, default_value_t = Precision::Float32)]
-        precision: Precision,
-        /// int8/uint8: each dimension's range, a JSON file [[min, ...], [max, ...]] over a representative set of
-        /// vectors
-        #[arg(long, value_name = "FILE")]
-        ranges: Option<PathBuf>,
-    },
+    Embed(embed::EmbedArgs),
     /// One SPLADE sparse vector per line, {"indices", "values", "tokens"}: a sparse encoder's (SpladePooling in
     /// its modules.json), or a masked-LM checkpoint's by SPLADE's defaults (max over tokens of log(1 + ReLU))
-    EmbedSparse {
-        #[command(flatten)]
-        infer: InferArgs,
-        /// One of the model's prompts by name, put before every text
-        #[arg(long)]
-        prompt: Option<String>,
-        /// Keep the N largest weights of each vector
-        #[arg(long, value_parser = at_least_one())]
-        max_active_dims: Option<usize>,
-        /// Lines run through the model together
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
-        batch_size: u32,
-    },
+    EmbedSparse(embed::SparseArgs),
     /// One vector per token of each line (the encoder's last hidden state, special tokens included):
     /// {"tokens", "ids", "offsets", "vectors": [[...], ...]}
-    EmbedTokens {
-        #[command(flatten)]
-        infer: InferArgs,
-        /// One of the model's prompts by name, put before every text (its tokens are among the vectors)
-        #[arg(long)]
-        prompt: Option<String>,
-        /// L2-normalize each token's vector
-        #[arg(long)]
-        normalize: bool,
-        /// Lines run through the model together
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
-        batch_size: u32,
-    },
+    EmbedTokens(embed::TokenArgs),
     /// Predictions for the [MASK] token: [{"score", "token", "token_str", "sequence"}, ...]
     FillMask {
         #[command(flatten)]
@@ -386,23 +331,9 @@ fn install_panic_hook() {
 fn run(command: Command) -> Result<(), Fail> {
     match command {
         Command::Tokenize { model } => cmd_tokenize(&model),
-        Command::Embed { infer, pooling, normalize, no_normalize, prompt, dimensions, batch_size, precision, ranges } => {
-            let opts = EmbedOptions {
-                pooling,
-                normalize: if normalize { Some(true) } else if no_normalize { Some(false) } else { None },
-                prompt,
-                dimensions: dimensions.map(|d| d as usize),
-                batch_size: batch_size as usize,
-            };
-            embed::cmd_embed(&infer, opts, precision, ranges.as_deref())
-        }
-        Command::EmbedSparse { infer, prompt, max_active_dims, batch_size } => {
-            let opts = SparseOptions { prompt, max_active_dims, batch_size: batch_size as usize, ..SparseOptions::default() };
-            embed::cmd_embed_sparse(&infer, opts)
-        }
-        Command::EmbedTokens { infer, prompt, normalize, batch_size } => {
-            embed::cmd_embed_tokens(&infer, TokenOptions { prompt, normalize, batch_size: batch_size as usize })
-        }
+        Command::Embed(args) => embed::cmd_embed(args),
+        Command::EmbedSparse(args) => embed::cmd_embed_sparse(args),
+        Command::EmbedTokens(args) => embed::cmd_embed_tokens(args),
         Command::FillMask { infer, top_k } => cmd_fill_mask(&infer, top_k),
         Command::Classify { infer, top_k, head: Some(head) } => cmd_classify_head(&infer, top_k, &head),
         Command::Classify { infer, top_k, head: None } => {
