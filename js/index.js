@@ -5,11 +5,13 @@
 //   const [a, b] = await bert.embed(["a sentence", "another one"]);
 //
 // The model lives in a wasm module (Rust: src/wasm/ over src/engine.rs). This wrapper resolves and downloads the
-// model files (js/loader.js), picks the device, validates inputs, and queues calls so they never overlap inside the
+// model files (js/loader.js and the files it imports), picks the device, validates inputs, and queues calls so they never overlap inside the
 // module.
 
-import { resolveSource, fetchModelFiles, fetchAdapterFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin }
-  from "./loader.js";
+import { clearCache } from "./cache.js";
+import { IN_NODE, nodeBuiltin } from "./env.js";
+import { checkLoadOptions, fetchAdapterFiles, fetchModelFiles } from "./loader.js";
+import { resolveSource } from "./sources.js";
 import { deleteCheckpoint, listCheckpoints, openCheckpointStore } from "./checkpoints.js";
 import { cachedCrossover, cachedTunings, calibrate, rememberCrossover, tune } from "./tuning.js";
 import { endPool, startPool, threadsOption, threadsUnavailable } from "./threads.js";
