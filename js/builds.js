@@ -1,5 +1,4 @@
-// Which wasm build runs, on how many threads: the four builds (scripts/build-wasm.sh), the engine's relaxed SIMD,
-// the page's isolation (js/threads.js) and the `simd`, `threads` and `wasm` options.
+// Which wasm build runs, on how many threads (the `simd`, `threads` and `wasm` options).
 
 import { IN_NODE, nodeBuiltin } from "./env.js";
 import { threadsOption, threadsUnavailable } from "./threads.js";

@@ -1,5 +1,4 @@
-// Where downloads are kept so that a second load works offline: the Cache API (a browser), or a folder (Node.js's
-// cacheDir); a large file in parts.
+// Downloads kept for offline loads: the Cache API, or Node.js's cacheDir; a large file in parts.
 
 import { nodeBuiltin } from "./env.js";
 

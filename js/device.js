@@ -1,5 +1,4 @@
-// Where a model runs: the WebGPU adapter, what `device` ("auto", "webgpu", "cpu") makes of it, and with `crossover`
-// the CPU copy for the calls the CPU finishes sooner.
+// Where a model runs: the WebGPU adapter, what `device` makes of it, and `crossover`'s CPU copy.
 
 import { THREADED } from "./builds.js";
 import { IN_NODE } from "./env.js";

@@ -1,8 +1,7 @@
-// One file fetched: from the cache, the network (streamed, with progress, into the cache) or, in Node.js, the disk;
-// its size capped (maxBytes) and its SHA-256 checked against a pin; the weights pushed into the module as they come.
+// One file fetched (cache, network or disk), capped (maxBytes), pinned (sha256), streamed into the module.
 
 import { cachedParts, cacheKey, cacheParts, forgetCached, LENGTH_HEADER, PARTS_HEADER } from "./cache.js";
-import { IN_NODE, nodeBuiltin } from "./env.js";
+import { IN_NODE, nodeBuiltin, readBytes } from "./env.js";
 
 /** Default of `maxBytes`: no file of a BERT checkpoint comes near it (BERT-large f32 is 1.3 GB), and a wasm32 module
  * cannot hold much more next to the model it builds from the file. */
@@ -418,13 +417,12 @@ async function readLocalFile(url, name, { onProgress, optional, maxBytes, sha256
     }
     return stream;
   }
-  let buffer;
+  let bytes;
   try {
-    buffer = await fs.readFile(file);
+    bytes = await readBytes(file);
   } catch (e) {
     throw new Error(`Bert.load: cannot read ${file} (${e.message})`);
   }
-  const bytes = new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
   onProgress?.({ file: name, loaded: bytes.byteLength, total: bytes.byteLength });
   await checkPinned({ bytes }, url, name, sha256);
   return bytes;

@@ -1,4 +1,4 @@
-// Where bertgpu runs: a browser (page or worker) or Node.js, whose built-in modules read local files.
+// A browser (page or worker), or Node.js.
 
 /**
  * Node.js (or a runtime that copies its API), not a browser: files come from the disk. Checked by the absence of
@@ -18,4 +18,10 @@ export function nodeBuiltin(name) {
       + `Node ${globalThis.process?.versions?.node}`);
   }
   return get(name);
+}
+
+/** Node.js: a file's bytes, as a Uint8Array over the Buffer fs gives. */
+export async function readBytes(file) {
+  const b = await nodeBuiltin("node:fs/promises").readFile(file);
+  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 }

@@ -5,16 +5,14 @@
 //   const [a, b] = await bert.embed(["a sentence", "another one"]);
 //
 // The model lives in a wasm module (Rust: src/wasm/ over src/engine.rs). `Bert` loads it, queues calls so they never
-// overlap inside the module, and loads it again after a lost GPU device. Beside it, one file per job: builds.js and
-// runtime.js (the wasm build, its instances, the thread pool), device.js, options.js, training.js (fineTune's and
-// pretrain's run), and the loader (loader.js: a model's files; sources.js, download.js, cache.js, env.js).
+// overlap inside the module, and loads it again after a lost GPU device; the other jobs have a file each.
 
 import { checkWasmOption, pickBuild, pickThreads, THREADED } from "./builds.js";
 import { clearCache } from "./cache.js";
 import { deleteCheckpoint, listCheckpoints } from "./checkpoints.js";
 import { measureCrossover, pickDevice } from "./device.js";
 import { checkLoadOptions, fetchAdapterFiles, fetchModelFiles } from "./loader.js";
-import { checkCheckpointOptions, checkCreateArgs, checkEmbedOptions, checkFineTuneOptions, checkLoadOpts, checkOptions,
+import { checkCheckpointOptions, checkCreateArgs, checkEmbedOptions, checkFineTuneOptions, checkLoad, checkOptions,
   checkPretrainOptions, checkTrainOptions, classifyInputs, FINE_TUNE_OPTIONS, positiveInt, PRETRAIN_OPTIONS,
   TRAIN_OPTIONS, trainingExamples } from "./options.js";
 import { getRuntime, guard, instantiate, releasePool, usePool } from "./runtime.js";
@@ -79,7 +77,7 @@ export class Bert {
   static async load(source, options = {}) {
     // (`_injectFault`: tests only. The GPU's linears return wrong values, as a miscompiled kernel would, so that
     // the load-time check fails: "auto" must then give the CPU with a `deviceReason`, "webgpu" must reject.)
-    const { opts, device, activations } = checkLoadOpts(options);
+    const { opts, device, activations } = checkLoad(options);
     const wasm = checkWasmOption(opts.wasm, opts.simd);
     const { build, threads, threadsReason } = pickThreads(opts, wasm, "Bert.load");
     const resolved = resolveSource(source);
@@ -536,21 +534,10 @@ export class Bert {
    * - "ner": [{ tokens: [...], tags: [...] }] (one tag per word);
    * - "qa": [{ question, context, answers: { text: [...], answer_start: [...] } }] (SQuAD's; offsets in characters);
    * - "embed": [{ anchor, positive }] (the batch's other positives are the negatives).
-   * Options (the BERT paper's recipe by default): epochs 3, learningRate 5e-5, batchSize 16, accumulate 1,
-   * layers "all" (or the number of top layers; 0 trains the head alone), warmup 0.1, weightDecay 0.01,
-   * validationSplit 0.1, seed 0, docStride 128 (qa), dropout true (the checkpoint's probabilities, seeded; false:
-   * none), patience (early stopping: after this many epochs without a lower validation loss, stop and keep the best
-   * epoch's model; unset: every epoch, the last kept), checkpoint (`{ name, every = 100, keep = 2 }`: the whole
-   * training state saved in the origin's private file system every `every` steps and at each epoch's end) and
-   * resume (true: continue run `name` from its newest intact checkpoint, with the first run's examples and options;
-   * with none yet, start afresh), lora (e.g. `{ r: 8, alpha: 16, targets: "qv" | "all" }`: LoRA adapters on a
-   * frozen encoder, and the head; the model becomes the merged one). `onProgress(p)` gets `{ type: "step", epoch,
-   * step, totalSteps, loss, learningRate }` after each step, `{ type: "epoch", epoch, trainLoss, valLoss,
-   * valAccuracy }` after each epoch, and with `checkpoint` `{ type: "checkpoint", checkpoint: "saved" | "resumed" |
-   * "skipped", name, step }` and `{ type: "deviceLost", reason, device }` (a lost GPU device: the run goes on from
-   * its last checkpoint on a new one, or on the CPU). With `checkpoint`, a stop by `signal` saves one where it
-   * stops, and `resume` goes on from there. `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
-   * reason and the model is left as it was, as after any error. Other calls made while it runs reject.
+   * Its options (the BERT paper's recipe by default) and progress events: FineTuneOptions in index.d.ts. With
+   * `checkpoint`, a stop by `signal` saves one where it stops, and `resume` goes on from there. `signal` (an
+   * AbortSignal) stops it between two steps: the promise rejects with the signal's reason and the model is left as
+   * it was, as after any error. Other calls made while it runs reject.
    * @returns {Promise<{labels: string[] | null, steps: object[], epochs: object[], bestEpoch: number}>}
    */
   fineTune(examples, options = {}) {
@@ -576,15 +563,9 @@ export class Bert {
    * `nextSentence` use it, `exportModel` gives its folder). The checkpoint needs the masked-LM head
    * (`cls.predictions`), and for NSP its head (`cls.seq_relationship`). `corpus`: a string, read as the CLI reads a
    * plain-text corpus (one sentence or line per line, a blank line between documents), or an array of documents,
-   * each a string whose lines are its sentences. Options (the CLI's defaults): steps 1000, batchSize 16, maxLength
-   * 128 (or the model's positions, if fewer), mlmProbability 0.15, wholeWordMask false, nsp true, shortSeqProb 0.1,
-   * learningRate 1e-4, warmup 0.1, weightDecay 0.01, validationSplit 0.05, seed 0, dropout true; checkpoint, resume,
-   * onProgress and signal as fineTune's. `onProgress(p)` gets `{ type: "step", epoch, step, totalSteps, loss,
-   * mlmLoss, mlmAccuracy, nspLoss, nspAccuracy, learningRate }` after each step (`loss = mlmLoss + nspLoss`; the
-   * NSP pair null without NSP; accuracies over the step's masked tokens and rows), `{ type: "epoch", epoch,
-   * trainLoss, valLoss, valAccuracy, valNspAccuracy? }` after each pass over the rows (`valAccuracy`: the masked
-   * LM's), and fineTune's checkpoint and deviceLost events. Errors, the signal and dispose() leave the model as it
-   * was; other calls made while it runs reject.
+   * each a string whose lines are its sentences. Its options (the CLI's defaults) and progress events:
+   * PretrainOptions in index.d.ts. Errors, the signal and dispose() leave the model as it was; other calls made
+   * while it runs reject.
    * @returns {Promise<{steps: object[], epochs: object[]}>}
    */
   pretrain(corpus, options = {}) {

@@ -1,10 +1,8 @@
-// A model's files: which ones a source fetches (a folder's, a .gguf, sentence-transformers' modules, a LoRA adapter),
-// in which order, and with which pins (sha256) and limits (maxBytes). In Node.js, local paths and file: URLs are
-// read from the disk (Node's fetch cannot read file: URLs, and it has no Cache API).
+// A model's files: which ones a source fetches, in what order, with which pins and limits.
 
 import { openCache } from "./cache.js";
 import { DEFAULT_MAX_BYTES, fetchFile } from "./download.js";
-import { IN_NODE, nodeBuiltin } from "./env.js";
+import { IN_NODE, nodeBuiltin, readBytes } from "./env.js";
 import { describe, toBytes } from "./sources.js";
 
 /** Node.js: a local folder source must be a folder (a clear error for a file path or a typo, before its files). */
@@ -78,13 +76,11 @@ export async function fetchAdapterFiles(adapter) {
   const dir = String(adapter).endsWith("/") ? String(adapter) : `${adapter}/`;
   const read = async (name) => {
     if (IN_NODE && !/^[a-z]+:\/\//i.test(dir) && !dir.startsWith("file:")) {
-      const buffer = await nodeBuiltin("node:fs/promises").readFile(nodeBuiltin("node:path").join(dir, name));
-      return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+      return readBytes(nodeBuiltin("node:path").join(dir, name));
     }
     const url = new URL(name, new URL(dir, globalThis.location?.href));
     if (url.protocol === "file:") {
-      const buffer = await nodeBuiltin("node:fs/promises").readFile(nodeBuiltin("node:url").fileURLToPath(url));
-      return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+      return readBytes(nodeBuiltin("node:url").fileURLToPath(url));
     }
     const r = await fetch(url);
     if (!r.ok) throw new Error(`Bert.load: adapter: ${url.href} answered ${r.status}`);

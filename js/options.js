@@ -1,4 +1,4 @@
-// The checks of what callers pass (types; ranges are checked in Rust, with messages that say how to fix them).
+// The checks of what callers pass: types (Rust checks the ranges, saying how to fix them).
 
 import { IN_NODE } from "./env.js";
 
@@ -19,6 +19,39 @@ export function checkOptions(options, allowed, method) {
     }
   }
   return options;
+}
+
+/** `o`'s `keys` that are set must be non-negative integers (`m`: the method, for the message). */
+function counts(m, o, keys) {
+  for (const k of keys) {
+    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
+      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
+    }
+  }
+}
+
+function seed(m, v) {
+  if (v != null && (!Number.isSafeInteger(v) || v < 0)) {
+    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(v)})`);
+  }
+}
+
+function finite(m, o, keys) {
+  for (const k of keys) {
+    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
+      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
+    }
+  }
+}
+
+/** `o`'s `keys` that are set must be true or false. */
+export function flags(m, o, keys) {
+  for (const k of keys) if (o[k] != null && typeof o[k] !== "boolean") throw new TypeError(`${m}: ${k} must be true or false`);
+}
+
+/** Drops the options set to null or undefined (the module takes an absent one for its default). */
+function dropNulls(o) {
+  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
 }
 
 export function positiveInt(v, method, name) {
@@ -46,32 +79,22 @@ export function trainingExamples(examples) {
   return { texts, labels };
 }
 
-/** Types of trainHead's options (their ranges are checked in Rust, with messages that say how to fix them). */
+/** Types of trainHead's options. */
 export function checkTrainOptions(o, onProgress) {
   const m = "trainHead";
   if (onProgress != null && typeof onProgress !== "function") {
     throw new TypeError(`${m}: onProgress must be a function ({ epoch, loss, accuracy, valLoss, valAccuracy }) => void`);
   }
-  for (const k of ["epochs", "batchSize", "hidden", "patience"]) {
-    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
-      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
-    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
-  }
-  for (const k of ["learningRate", "weightDecay", "validationSplit"]) {
-    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
-      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
-    }
-  }
+  counts(m, o, ["epochs", "batchSize", "hidden", "patience"]);
+  seed(m, o.seed);
+  finite(m, o, ["learningRate", "weightDecay", "validationSplit"]);
   for (const k of ["activation", "pooling"]) {
     if (o[k] != null && typeof o[k] !== "string") throw new TypeError(`${m}: ${k} must be a string`);
   }
   if (o.labels != null && (!Array.isArray(o.labels) || o.labels.some((l) => typeof l !== "string"))) {
     throw new TypeError(`${m}: labels must be an array of strings`);
   }
-  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
+  dropNulls(o);
 }
 export const FINE_TUNE_OPTIONS = ["task", "epochs", "learningRate", "batchSize", "accumulate", "layers", "warmup",
   "weightDecay", "validationSplit", "seed", "docStride", "dropout", "patience", "lora", "checkpoint", "resume", "onProgress",
@@ -88,25 +111,19 @@ function checkHooks(m, onProgress, signal) {
   }
 }
 
-/** Types of fineTune's options (their ranges are checked in Rust, with messages that say how to fix them). */
+/** Types of fineTune's options. */
 export function checkFineTuneOptions(o, onProgress, signal) {
   const m = "fineTune";
   checkHooks(m, onProgress, signal);
   if (o.task != null && !FINE_TUNE_TASKS.includes(o.task)) {
     throw new TypeError(`${m}: task must be one of ${FINE_TUNE_TASKS.map((t) => `"${t}"`).join(", ")} (got ${JSON.stringify(o.task)})`);
   }
-  for (const k of ["epochs", "batchSize", "accumulate", "docStride", "patience"]) {
-    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
-      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
-    }
-  }
+  counts(m, o, ["epochs", "batchSize", "accumulate", "docStride", "patience"]);
   if (o.layers != null && o.layers !== "all" && !(Number.isInteger(o.layers) && o.layers >= 0)) {
     throw new TypeError(`${m}: layers must be "all" or a number of top layers, 0 for the head alone (got ${JSON.stringify(o.layers)})`);
   }
-  if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
-    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
-  }
-  if (o.dropout != null && typeof o.dropout !== "boolean") throw new TypeError(`${m}: dropout must be true or false`);
+  seed(m, o.seed);
+  flags(m, o, ["dropout"]);
   if (o.lora != null) {
     const l = o.lora;
     if (typeof l !== "object" || !Number.isInteger(l.r) || l.r < 1
@@ -115,19 +132,15 @@ export function checkFineTuneOptions(o, onProgress, signal) {
       throw new TypeError(`${m}: lora must be { r: a positive integer, alpha?: number, targets?: "qv" | "all" }`);
     }
   }
-  for (const k of ["learningRate", "warmup", "weightDecay", "validationSplit"]) {
-    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
-      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
+  finite(m, o, ["learningRate", "warmup", "weightDecay", "validationSplit"]);
+  dropNulls(o);
 }
 
 export const PRETRAIN_OPTIONS = ["steps", "batchSize", "maxLength", "mlmProbability", "wholeWordMask", "nsp", "shortSeqProb",
   "learningRate", "warmup", "weightDecay", "validationSplit", "seed", "dropout", "checkpoint", "resume", "onProgress",
   "signal"];
 
-/** Types of pretrain's corpus and options (their ranges are checked in Rust, with messages that say how to fix them). */
+/** Types of pretrain's corpus and options. */
 export function checkPretrainOptions(corpus, o, onProgress, signal) {
   const m = "pretrain";
   if (typeof corpus !== "string" && !(Array.isArray(corpus) && corpus.every((d) => typeof d === "string"))) {
@@ -135,23 +148,11 @@ export function checkPretrainOptions(corpus, o, onProgress, signal) {
       + "documents) or an array of document strings (each document's lines its sentences)");
   }
   checkHooks(m, onProgress, signal);
-  for (const k of ["steps", "batchSize", "maxLength"]) {
-    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
-      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
-    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
-  }
-  for (const k of ["wholeWordMask", "nsp", "dropout"]) {
-    if (o[k] != null && typeof o[k] !== "boolean") throw new TypeError(`${m}: ${k} must be true or false`);
-  }
-  for (const k of ["mlmProbability", "shortSeqProb", "learningRate", "warmup", "weightDecay", "validationSplit"]) {
-    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
-      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
+  counts(m, o, ["steps", "batchSize", "maxLength"]);
+  seed(m, o.seed);
+  flags(m, o, ["wholeWordMask", "nsp", "dropout"]);
+  finite(m, o, ["mlmProbability", "shortSeqProb", "learningRate", "warmup", "weightDecay", "validationSplit"]);
+  dropNulls(o);
 }
 
 /** Types of a training call's `checkpoint` and `resume` (the name is checked by js/checkpoints.js). */
@@ -163,14 +164,14 @@ export function checkCheckpointOptions(checkpoint, resume, m = "fineTune") {
       throw new TypeError(`${m}: checkpoint must be { name: string, every?: steps >= 1, keep?: count >= 1 }`);
     }
   }
-  if (resume != null && typeof resume !== "boolean") throw new TypeError(`${m}: resume must be true or false`);
+  flags(m, { resume }, ["resume"]);
   if (resume && checkpoint == null) {
     throw new TypeError(`${m}: resume continues from a checkpoint: give checkpoint: { name } as the first run did`);
   }
 }
 
-/** Bert.load's options, their types checked (the loader's `sha256` and `maxBytes`: js/loader.js checkLoadOptions). */
-export function checkLoadOpts(options) {
+/** Bert.load's options, their types checked (`sha256` and `maxBytes`: js/loader.js checkLoadOptions). */
+export function checkLoad(options) {
   const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
     "adapter", "threads", "activations", "crossover", "_injectFault"], "Bert.load");
   const device = opts.device ?? "auto";
@@ -178,15 +179,11 @@ export function checkLoadOpts(options) {
   if (activations !== "f32" && activations !== "f16") {
     throw new TypeError(`Bert.load: activations must be "f32" or "f16" (got ${JSON.stringify(opts.activations)})`);
   }
-  if (opts.crossover != null && typeof opts.crossover !== "boolean") {
-    throw new TypeError("Bert.load: crossover must be true or false");
-  }
+  flags("Bert.load", opts, ["crossover"]);
   if (!DEVICES.includes(device)) {
     throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
   }
-  if (opts.cache != null && typeof opts.cache !== "boolean") {
-    throw new TypeError("Bert.load: cache must be true or false");
-  }
+  flags("Bert.load", opts, ["cache"]);
   if (opts.onProgress != null && typeof opts.onProgress !== "function") {
     throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
   }
@@ -203,9 +200,7 @@ export function checkLoadOpts(options) {
 export function checkCreateArgs(config, tokenizer, options) {
   const method = "Bert.create";
   const opts = checkOptions(options, ["seed", "device", "simd", "wasm", "threads"], method);
-  if (opts.seed != null && (!Number.isSafeInteger(opts.seed) || opts.seed < 0)) {
-    throw new TypeError(`${method}: seed must be a non-negative integer (got ${JSON.stringify(opts.seed)})`);
-  }
+  seed(method, opts.seed);
   let json = config;
   if (config != null && typeof config === "object" && !Array.isArray(config)) json = JSON.stringify(config);
   if (typeof json !== "string") {
@@ -227,7 +222,7 @@ export function checkEmbedOptions(options) {
     throw new TypeError(`embed: pooling must be one of ${POOLINGS.map((p) => `"${p}"`).join(", ")} `
       + `(got ${JSON.stringify(pooling)})`);
   }
-  if (normalize != null && typeof normalize !== "boolean") throw new TypeError("embed: normalize must be true or false");
+  flags("embed", opts, ["normalize"]);
   if (prompt != null && typeof prompt !== "string") throw new TypeError("embed: prompt must be a prompt's name");
   if (dimensions != null && (!Number.isInteger(dimensions) || dimensions < 1)) {
     throw new TypeError("embed: dimensions must be a positive integer");

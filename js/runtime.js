@@ -1,8 +1,7 @@
-// The wasm instances: one per build, started from its compiled module, restarted after a Rust panic; the threaded
-// builds' shared pool; every call into the module through `guard`.
+// The wasm instances (one per build, restarted after a panic), the threaded builds' pool, calls through `guard`.
 
 import { BUILDS } from "./builds.js";
-import { IN_NODE, nodeBuiltin } from "./env.js";
+import { IN_NODE, nodeBuiltin, readBytes } from "./env.js";
 import { endPool, startPool } from "./threads.js";
 import { cachedTunings } from "./tuning.js";
 
@@ -117,8 +116,7 @@ async function wasmInput(from) {
     if (from.protocol === "file:" && IN_NODE) {
       const file = nodeBuiltin("node:url").fileURLToPath(from);
       try {
-        const buffer = await nodeBuiltin("node:fs/promises").readFile(file);
-        return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+        return await readBytes(file);
       } catch (e) {
         throw new Error(`Bert.load: cannot read the wasm module ${file} (${e.message})`);
       }

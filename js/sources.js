@@ -1,5 +1,4 @@
-// What a model source names (js/index.d.ts ModelSource): a folder URL or path, a .gguf, a Hugging Face repo id, or
-// the caller's bytes.
+// What a model source names: a folder, a .gguf, a Hugging Face repo id, or bytes.
 
 import { IN_NODE, nodeBuiltin } from "./env.js";
 

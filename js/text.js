@@ -1,4 +1,4 @@
-// Callers' texts: one string or an array of strings, and the offsets results give into them, as JavaScript counts.
+// Callers' texts, and offsets into them as JavaScript counts them.
 
 /** One string or an array of strings → { list, single }. */
 export function texts(value, method, what = "text") {

@@ -1,7 +1,7 @@
-// trainTokenizer: a WordPiece vocabulary trained on a corpus, in the module; no model, no device.
+// trainTokenizer: a WordPiece vocabulary from a corpus; no model.
 
 import { pickBuild } from "./builds.js";
-import { checkOptions, positiveInt } from "./options.js";
+import { checkOptions, flags, positiveInt } from "./options.js";
 import { getRuntime, guard } from "./runtime.js";
 import { texts } from "./text.js";
 
@@ -26,7 +26,7 @@ export async function trainTokenizer(corpus, options = {}) {
     rustOptions.minFrequency = opts.minFrequency;
   }
   if (opts.lowercase != null) {
-    if (typeof opts.lowercase !== "boolean") throw new TypeError(`${method}: lowercase must be true or false`);
+    flags(method, opts, ["lowercase"]);
     rustOptions.lowercase = opts.lowercase;
   }
   // The same runtime Bert.load starts (or has started) for this engine's build; no model, no device.

@@ -1,5 +1,4 @@
-// fineTune's and pretrain's run: its hooks (progress, stop, pause), its checkpoint store, its retry from the last
-// checkpoint after a lost GPU device, and the trained model loaded as the Bert's new self.
+// fineTune's and pretrain's run: hooks, checkpoints, the retry after a lost GPU device, the result loaded.
 
 import { THREADED } from "./builds.js";
 import { openCheckpointStore } from "./checkpoints.js";
