@@ -4,545 +4,27 @@
 //   const bert = await Bert.load("https://example.com/models/all-MiniLM-L6-v2/");
 //   const [a, b] = await bert.embed(["a sentence", "another one"]);
 //
-// The model lives in a wasm module (Rust: src/wasm/ over src/engine.rs). This wrapper resolves and downloads the
-// model files (js/loader.js), picks the device, validates inputs, and queues calls so they never overlap inside the
-// module.
+// The model lives in a wasm module (Rust: src/wasm/ over src/engine.rs). `Bert` loads it, queues calls so they never
+// overlap inside the module, and loads it again after a lost GPU device; the other jobs have a file each.
 
-import { resolveSource, fetchModelFiles, fetchAdapterFiles, checkLoadOptions, clearCache, IN_NODE, nodeBuiltin }
-  from "./loader.js";
-import { deleteCheckpoint, listCheckpoints, openCheckpointStore } from "./checkpoints.js";
-import { cachedCrossover, cachedTunings, calibrate, rememberCrossover, tune } from "./tuning.js";
-import { endPool, startPool, threadsOption, threadsUnavailable } from "./threads.js";
-// The wasm-bindgen glue of the four builds (see BUILDS).
-import * as glueSimd128 from "./wasm/bertgpu.js";
-import * as glueRelaxed from "./wasm-relaxed/bertgpu.js";
-import * as glueThreads from "./wasm-threads/bertgpu.js";
-import * as glueThreadsRelaxed from "./wasm-threads-relaxed/bertgpu.js";
+import { checkWasmOption, pickBuild, pickThreads, THREADED } from "./builds.js";
+import { clearCache } from "./cache.js";
+import { deleteCheckpoint, listCheckpoints } from "./checkpoints.js";
+import { measureCrossover, pickDevice } from "./device.js";
+import { checkLoadOptions, fetchAdapterFiles, fetchModelFiles } from "./loader.js";
+import { checkCheckpointOptions, checkCreateArgs, checkFineTuneOptions, checkLoad, checkOptions,
+  checkPretrainOptions, checkTrainOptions, classifyInputs, FINE_TUNE_OPTIONS, positiveInt, PRETRAIN_OPTIONS,
+  TRAIN_OPTIONS, trainingExamples } from "./options.js";
+import { getRuntime, guard, instantiate, releasePool, usePool } from "./runtime.js";
+import { resolveSource } from "./sources.js";
+import { texts, toUtf16Span } from "./text.js";
+import { calibrate, tune } from "./tuning.js";
+import { trainModel } from "./training.js";
+import { embed, embedSparse, embedTokens } from "./vectors.js";
 
 export { clearCache };
-
-const DEVICES = ["auto", "webgpu", "cpu"];
-/** sentence-transformers' pooling modes, by our names (src/sentence.rs `Pooling`). */
-const POOLINGS = ["mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken"];
-/** `embed`'s encodings (sentence-transformers' `quantize_embeddings` precisions). */
-const PRECISIONS = ["float32", "int8", "uint8", "binary", "ubinary"];
-/** Texts per forward pass in `embed`: bounds the activation memory of one call whatever the number of texts. */
-const DEFAULT_BATCH_SIZE = 32;
-/** How long `crossover: true` may time the CPU against the GPU at load (src/engine/crossover.rs `measure`). */
-const CROSSOVER_BUDGET_MS = 1000;
-
-const SIMDS = ["auto", "relaxed", "simd128"];
-
-// The smallest module using a relaxed SIMD instruction (`() -> v128`: three `v128.const 0` into
-// `i32x4.relaxed_dot_i8x16_i7x16_add_s`): it validates exactly where relaxed SIMD is implemented.
-const RELAXED_PROBE = (() => {
-  const b = [0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 5, 1, 0x60, 0, 1, 0x7b, 3, 2, 1, 0, 10, 0x3d, 1, 0x3b, 0];
-  for (let i = 0; i < 3; i++) b.push(0xfd, 0x0c, ...new Array(16).fill(0));
-  b.push(0xfd, 0x93, 0x02, 0x0b);
-  return new Uint8Array(b);
-})();
-
-/** Whether this engine runs relaxed SIMD (Chrome/Edge 114+), which the faster of the two builds needs. */
-export function hasRelaxedSimd() {
-  try {
-    return WebAssembly.validate(RELAXED_PROBE);
-  } catch {
-    return false;
-  }
-}
-
-/**
- * The build `simd` ("auto" | "relaxed" | "simd128") asks for, checked against what the engine can run and, when the
- * caller gives the wasm (`given`: { relaxed?, simd128? }), against the builds given.
- */
-function pickBuild(simd, given) {
-  if (!SIMDS.includes(simd)) {
-    throw new TypeError(`Bert.load: simd must be one of ${SIMDS.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(simd)})`);
-  }
-  const relaxed = hasRelaxedSimd();
-  if (simd === "relaxed" && !relaxed) {
-    throw new Error("Bert.load: simd: \"relaxed\" was asked for, but this engine does not implement WebAssembly "
-      + "relaxed SIMD; use \"auto\" or \"simd128\"");
-  }
-  if (given) {
-    const pick = simd === "auto" ? (relaxed && given.relaxed ? "relaxed" : "simd128") : simd;
-    if (!given[pick]) {
-      const file = pick === "relaxed" ? "wasm-relaxed/bertgpu_bg.wasm" : "wasm/bertgpu_bg.wasm";
-      throw new TypeError(`Bert.load: the wasm option gives no ${pick} build (${file}); give it as { ${pick}: ... }`);
-    }
-    return pick;
-  }
-  return simd === "auto" ? (relaxed ? "relaxed" : "simd128") : simd;
-}
-
-// The two builds (scripts/build-wasm.sh): wasm/ (SIMD128) and wasm-relaxed/ (plus relaxed SIMD: a faster Q8_0
-// kernel, the same results bit for bit). Both glue modules are imported statically, at the top (about 10 kB gzipped
-// each; a page downloads only the .wasm of the build it uses): a service worker may not use import(), and a static
-// import leaves a bundler no chunk to place. Every specifier is a literal, which bundlers follow (Vite, webpack and
-// Rollup copy the .wasm files and rewrite the URLs) and browsers resolve as they are, next to this file.
-// The other two, wasm-threads/ and wasm-threads-relaxed/ (the same two with threads: js/threads.js), run where the
-// page is cross-origin isolated.
-const BUILDS = {
-  simd128: { glue: glueSimd128, url: () => new URL("./wasm/bertgpu_bg.wasm", import.meta.url) },
-  relaxed: { glue: glueRelaxed, url: () => new URL("./wasm-relaxed/bertgpu_bg.wasm", import.meta.url) },
-  threads: { glue: glueThreads, url: () => new URL("./wasm-threads/bertgpu_bg.wasm", import.meta.url) },
-  threadsRelaxed: { glue: glueThreadsRelaxed, url: () => new URL("./wasm-threads-relaxed/bertgpu_bg.wasm", import.meta.url) },
-};
-/** The threaded builds, and the SIMD each has (the `simd` a model reports). */
-const THREADED = { threads: "simd128", threadsRelaxed: "relaxed" };
-
-/**
- * The build and thread count for Bert.load's options: a threaded build when more than one thread is asked for (or
- * by default, where the browser reports several cores), the page can run it and, when the caller gives the wasm,
- * gives it; the relaxed-SIMD one where the single-threaded choice would be relaxed SIMD (`simd` "relaxed", or
- * "auto" on an engine that has it). Else the single-threaded build on one thread, with `threadsReason` saying why
- * where threads were asked for.
- */
-function pickThreads(opts, wasm, method) {
-  const threads = threadsOption(opts.threads, method);
-  const simd = opts.simd ?? "auto";
-  // The single-threaded build, checked only where it runs (a wasm option may give a threaded build alone).
-  const single = () => pickBuild(simd, wasm);
-  if (threads === 1) return { build: single(), threads: 1, threadsReason: null };
-  if (!SIMDS.includes(simd) || (simd === "relaxed" && !hasRelaxedSimd())) pickBuild(simd, null); // the same errors
-  const relaxed = simd === "relaxed" || (simd === "auto" && hasRelaxedSimd() && (!wasm || wasm.threadsRelaxed != null));
-  const build = relaxed ? "threadsRelaxed" : "threads";
-  let why = threadsUnavailable();
-  if (!why && wasm && !wasm[build]) {
-    why = `the wasm option gives no threaded${relaxed ? " relaxed-SIMD" : ""} build ({ ${build}: ... })`;
-  }
-  if (!why) return { build, threads, threadsReason: null };
-  return { build: single(), threads: 1, threadsReason: why };
-}
-
-/**
- * Gives the threaded runtime a pool of `threads` threads (one per runtime: a model that asks for another count
- * restarts it, and every model of the runtime then runs on the new one), and counts `rt.users`: the last model's
- * dispose() ends the pool. Pool changes run one at a time (`rt.poolOps`), and a pool's workers have left before
- * the next one starts.
- */
-function usePool(rt, threads) {
-  const done = rt.poolOps.then(async () => {
-    if (rt.pool?.threads !== threads) {
-      const old = rt.pool;
-      rt.pool = null;
-      if (old) await endPool(rt.glue, old);
-      rt.pool = await startPool(rt.glue, threads, rt.build);
-    }
-    rt.users++;
-  });
-  // A pool that failed to start rejects this load only: the next one tries again.
-  rt.poolOps = done.catch(() => {});
-  return done;
-}
-
-/** One model less on the pool; the last one ends it. Resolves once the pool's workers have left, if it ended. */
-function releasePool(rt) {
-  rt.poolOps = rt.poolOps.then(async () => {
-    rt.users--;
-    if (rt.users === 0 && rt.pool) {
-      const old = rt.pool;
-      rt.pool = null;
-      await endPool(rt.glue, old);
-    }
-  }).catch(() => {});
-  return rt.poolOps;
-}
-
-// One wasm instance per build serves every model until a Rust panic (a trap) leaves it in an unknown state; then
-// the next `Bert.load` starts a fresh instance of the same compiled module (the glue's `__wbg_reset_state`, from
-// wasm-bindgen's --experimental-reset-state-function: new memory, new state, and the models of the old instance
-// refuse further calls).
-const runtimes = new Map(); // build → Promise<{ glue, build, poisoned: false | the panic message, listeners }>
-
-async function getRuntime(build, wasm) {
-  for (;;) {
-    const pending = runtimes.get(build);
-    if (!pending) break;
-    let rt = null;
-    try {
-      rt = await pending;
-    } catch (e) {
-      // A failed start (say, a bad `wasm` URL) is not kept: this load tries again. A failed restart is final: the
-      // glue still holds the instance that panicked.
-      if (e.final) throw e;
-    }
-    if (rt && !rt.poisoned) return rt;
-    if (runtimes.get(build) === pending) {
-      if (rt) runtimes.set(build, restartRuntime(rt));
-      else runtimes.delete(build);
-    }
-  }
-  const started = startRuntime(build, wasm);
-  runtimes.set(build, started);
-  return started;
-}
-
-async function startRuntime(build, wasm) {
-  const from = wasm ?? BUILDS[build].url();
-  const glue = BUILDS[build].glue;
-  const input = await wasmInput(from);
-  try {
-    const module = input instanceof URL && typeof fetch === "function" ? await compileFrom(input) : input;
-    await glue.default({ module_or_path: module });
-  } catch (e) {
-    const where = from instanceof URL ? ` from ${from.href}` : "";
-    throw new Error(`Bert.load: could not start the wasm module (${build} build)${where}: ${e?.message ?? e}`);
-  }
-  return attachRuntime(glue, build);
-}
-
-async function restartRuntime(old) {
-  // The old instance's workers run over the old memory: end them (the new instance starts its own pool).
-  if (old.pool) endPool(old.glue, old.pool);
-  old.pool = null;
-  try {
-    if (typeof old.glue.__wbg_reset_state !== "function") throw new Error("this build cannot start a fresh instance");
-    old.glue.__wbg_reset_state();
-    return attachRuntime(old.glue, old.build);
-  } catch (e) {
-    const error = new Error(`Bert.load: the wasm module stopped after an internal error (${old.poisoned}) and could `
-      + `not start again (${e.message}); reload the page`);
-    error.final = true;
-    throw error;
-  }
-}
-
-function attachRuntime(glue, build) {
-  const rt = { glue, build, poisoned: false, listeners: new Set(), pool: null, users: 0, poolOps: Promise.resolve() };
-  glue.setPanicListener((message) => {
-    rt.poisoned = message;
-    for (const fn of rt.listeners) fn(message);
-  });
-  return rt;
-}
-
-/**
- * What the glue's init takes, from the wasm module's URL, bytes or compiled module. In Node.js a file: URL is read
- * from the disk (Node's fetch cannot read files).
- */
-async function wasmInput(from) {
-  if (from instanceof URL) {
-    if (from.protocol === "file:" && IN_NODE) {
-      const file = nodeBuiltin("node:url").fileURLToPath(from);
-      try {
-        const buffer = await nodeBuiltin("node:fs/promises").readFile(file);
-        return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
-      } catch (e) {
-        throw new Error(`Bert.load: cannot read the wasm module ${file} (${e.message})`);
-      }
-    }
-    return from;
-  }
-  return from; // bytes, a WebAssembly.Module or a Response (checked by checkWasmOption)
-}
-
-/**
- * The module at `url`, compiled from its bytes, not as it streams in. A streamed compilation
- * (`instantiateStreaming`, what the glue runs given a URL) left ~10 MiB in Chromium 156's renderer that only a
- * collection frees, and a load makes few collections of its own: WebGPU 8-bit peaked at 180.7-183.0 MiB that way,
- * 174.5-174.6 this way (BENCHMARKS.md, issue 29). What a compiled module keeps is the same either way. The bytes are
- * freed as soon as `compile` has its own copy.
- */
-async function compileFrom(url) {
-  const response = await fetch(url);
-  if (!response.ok) throw new Error(`HTTP ${response.status} ${response.statusText}`);
-  const bytes = await response.arrayBuffer();
-  const compiling = WebAssembly.compile(bytes);
-  try {
-    return await compiling;
-  } finally {
-    // `compile` copies the bytes before it returns (the specification's "get a copy of the buffer source").
-    if (typeof bytes.transfer === "function") bytes.transfer(0);
-  }
-}
-
-/** One value of the `wasm` option → a URL, bytes, a WebAssembly.Module or a Response; TypeError if it is none. */
-function wasmValue(value, what) {
-  if (value instanceof URL) return value;
-  if (typeof value === "string") {
-    const base = IN_NODE ? nodeBuiltin("node:url").pathToFileURL(`${globalThis.process.cwd()}/`).href
-      : globalThis.location?.href;
-    try {
-      return new URL(value, base);
-    } catch {
-      throw new TypeError(`Bert.load: ${what} "${value}" is not a URL`);
-    }
-  }
-  if (value instanceof ArrayBuffer) return new Uint8Array(value);
-  if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
-  if (value instanceof WebAssembly.Module) return value;
-  if (typeof Response === "function" && value instanceof Response) return value;
-  throw new TypeError(`Bert.load: ${what} must be a URL (string or URL), the module's bytes (ArrayBuffer or `
-    + "Uint8Array), a WebAssembly.Module or a Response");
-}
-
-/**
- * The `wasm` option → { relaxed?, simd128? }: one value is the SIMD128 build (wasm/bertgpu_bg.wasm), or the relaxed
- * one when `simd` is "relaxed"; an object names either or both.
- */
-function checkWasmOption(wasm, simd) {
-  if (wasm == null) return null;
-  if (Object.getPrototypeOf(wasm) === Object.prototype) {
-    const keys = Object.keys(wasm);
-    const bad = keys.find((k) => !(k in BUILDS));
-    if (bad || keys.length === 0) {
-      throw new TypeError(`Bert.load: wasm as an object names the builds, { relaxed, simd128, threads, threadsRelaxed }${bad ? ` (got "${bad}")` : ""}`);
-    }
-    const out = {};
-    for (const k of keys) if (wasm[k] != null) out[k] = wasmValue(wasm[k], `wasm.${k}`);
-    return out;
-  }
-  return { [simd === "relaxed" ? "relaxed" : "simd128"]: wasmValue(wasm, "wasm") };
-}
-
-/** The WebGPU adapter, or null (no WebGPU, or no adapter). */
-async function webgpuAdapter() {
-  const gpu = globalThis.navigator?.gpu;
-  if (!gpu) return null;
-  try {
-    return await gpu.requestAdapter({ powerPreference: "high-performance" });
-  } catch {
-    return null;
-  }
-}
-
-function isFallback(adapter) {
-  return Boolean(adapter.info?.isFallbackAdapter ?? adapter.isFallbackAdapter);
-}
-
-/**
- * The device string for the wasm module, and why "auto" did not even try the GPU: `{ device, reason }`.
- * "auto": WebGPU when there is a hardware adapter; on a software fallback adapter (e.g. SwiftShader) the wasm CPU
- * backend is tens of times faster, so "auto" takes the CPU there. "webgpu" insists (any adapter), "cpu" never asks.
- * With a hardware adapter "auto" stays "auto" for the module: it takes the GPU if the GPU passes the load-time check
- * (its output on a fixed input against the CPU backend's), else the CPU, saying why (`bert.deviceReason`).
- */
-async function pickDevice(device) {
-  if (device === "cpu") return { device: "cpu", reason: null };
-  const adapter = await webgpuAdapter();
-  if (device === "webgpu") {
-    if (!adapter) {
-      throw new Error(IN_NODE
-        ? "Bert.load: device \"webgpu\" was asked for but Node.js has no WebGPU; use device: \"cpu\" or \"auto\""
-        : "Bert.load: device \"webgpu\" was asked for but this browser gives no WebGPU adapter "
-          + "(navigator.gpu is missing or requestAdapter() returned null); use device: \"cpu\" or \"auto\"");
-    }
-    return { device: "webgpu", reason: null };
-  }
-  if (!adapter) {
-    return { device: "cpu", reason: IN_NODE ? "Node.js has no WebGPU"
-      : "this browser gives no WebGPU adapter (navigator.gpu is missing or requestAdapter() returned null)" };
-  }
-  if (isFallback(adapter)) {
-    const info = adapter.info ?? {};
-    const name = info.description || [info.vendor, info.architecture].filter(Boolean).join(" ");
-    return { device: "cpu", reason: `the WebGPU adapter${name ? ` "${name}"` : ""} is a software fallback adapter `
-      + "running on the CPU, slower than the CPU backend" };
-  }
-  return { device: "auto", reason: null };
-}
-
-function checkOptions(options, allowed, method) {
-  if (options == null) return {};
-  if (typeof options !== "object" || Array.isArray(options)) {
-    throw new TypeError(`${method}: options must be an object`);
-  }
-  for (const k of Object.keys(options)) {
-    if (!allowed.includes(k)) {
-      throw new TypeError(`${method}: unknown option "${k}" (known: ${allowed.join(", ")})`);
-    }
-  }
-  return options;
-}
-
-/** One string or an array of strings → { list, single }. */
-function texts(value, method, what = "text") {
-  if (typeof value === "string") return { list: [value], single: true };
-  if (Array.isArray(value)) {
-    value.forEach((v, i) => {
-      if (typeof v !== "string") {
-        throw new TypeError(`${method}: ${what}[${i}] must be a string (got ${v === null ? "null" : typeof v})`);
-      }
-    });
-    return { list: value, single: false };
-  }
-  throw new TypeError(`${method}: ${what} must be a string or an array of strings `
-    + `(got ${value === null ? "null" : typeof value})`);
-}
-
-function positiveInt(v, method, name) {
-  if (!Number.isInteger(v) || v < 1) throw new TypeError(`${method}: ${name} must be a positive integer`);
-  return v;
-}
-
-const TRAIN_OPTIONS = ["labels", "epochs", "learningRate", "batchSize", "weightDecay", "validationSplit", "seed",
-  "hidden", "activation", "pooling", "patience", "onProgress"];
-
-/** [{ text, label }] → parallel arrays, with a TypeError naming the first bad example. */
-function trainingExamples(examples) {
-  if (!Array.isArray(examples)) {
-    throw new TypeError("trainHead: examples must be an array of { text, label } objects");
-  }
-  const texts = [];
-  const labels = [];
-  examples.forEach((e, i) => {
-    if (e == null || typeof e !== "object" || typeof e.text !== "string" || typeof e.label !== "string") {
-      throw new TypeError(`trainHead: examples[${i}] must be { text: string, label: string }`);
-    }
-    texts.push(e.text);
-    labels.push(e.label);
-  });
-  return { texts, labels };
-}
-
-/** Types of trainHead's options (their ranges are checked in Rust, with messages that say how to fix them). */
-function checkTrainOptions(o, onProgress) {
-  const m = "trainHead";
-  if (onProgress != null && typeof onProgress !== "function") {
-    throw new TypeError(`${m}: onProgress must be a function ({ epoch, loss, accuracy, valLoss, valAccuracy }) => void`);
-  }
-  for (const k of ["epochs", "batchSize", "hidden", "patience"]) {
-    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
-      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
-    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
-  }
-  for (const k of ["learningRate", "weightDecay", "validationSplit"]) {
-    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
-      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  for (const k of ["activation", "pooling"]) {
-    if (o[k] != null && typeof o[k] !== "string") throw new TypeError(`${m}: ${k} must be a string`);
-  }
-  if (o.labels != null && (!Array.isArray(o.labels) || o.labels.some((l) => typeof l !== "string"))) {
-    throw new TypeError(`${m}: labels must be an array of strings`);
-  }
-  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
-}
-
-/** How many GPU device losses one checkpointed fineTune goes on after (each from its last checkpoint). */
-const MAX_DEVICE_LOSSES = 3;
-
-const FINE_TUNE_OPTIONS = ["task", "epochs", "learningRate", "batchSize", "accumulate", "layers", "warmup",
-  "weightDecay", "validationSplit", "seed", "docStride", "dropout", "patience", "lora", "checkpoint", "resume", "onProgress",
-  "signal"];
-const FINE_TUNE_TASKS = ["classify", "pair", "ner", "qa", "embed"];
-
-/** Types of a training call's `onProgress` and `signal` (`m`: the method). */
-function checkHooks(m, onProgress, signal) {
-  if (onProgress != null && typeof onProgress !== "function") {
-    throw new TypeError(`${m}: onProgress must be a function (progress) => void`);
-  }
-  if (signal != null && (typeof signal !== "object" || typeof signal.aborted !== "boolean")) {
-    throw new TypeError(`${m}: signal must be an AbortSignal`);
-  }
-}
-
-/** Types of fineTune's options (their ranges are checked in Rust, with messages that say how to fix them). */
-function checkFineTuneOptions(o, onProgress, signal) {
-  const m = "fineTune";
-  checkHooks(m, onProgress, signal);
-  if (o.task != null && !FINE_TUNE_TASKS.includes(o.task)) {
-    throw new TypeError(`${m}: task must be one of ${FINE_TUNE_TASKS.map((t) => `"${t}"`).join(", ")} (got ${JSON.stringify(o.task)})`);
-  }
-  for (const k of ["epochs", "batchSize", "accumulate", "docStride", "patience"]) {
-    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
-      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  if (o.layers != null && o.layers !== "all" && !(Number.isInteger(o.layers) && o.layers >= 0)) {
-    throw new TypeError(`${m}: layers must be "all" or a number of top layers, 0 for the head alone (got ${JSON.stringify(o.layers)})`);
-  }
-  if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
-    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
-  }
-  if (o.dropout != null && typeof o.dropout !== "boolean") throw new TypeError(`${m}: dropout must be true or false`);
-  if (o.lora != null) {
-    const l = o.lora;
-    if (typeof l !== "object" || !Number.isInteger(l.r) || l.r < 1
-      || (l.alpha != null && (typeof l.alpha !== "number" || !Number.isFinite(l.alpha)))
-      || (l.targets != null && l.targets !== "qv" && l.targets !== "all")) {
-      throw new TypeError(`${m}: lora must be { r: a positive integer, alpha?: number, targets?: "qv" | "all" }`);
-    }
-  }
-  for (const k of ["learningRate", "warmup", "weightDecay", "validationSplit"]) {
-    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
-      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
-}
-
-const PRETRAIN_OPTIONS = ["steps", "batchSize", "maxLength", "mlmProbability", "wholeWordMask", "nsp", "shortSeqProb",
-  "learningRate", "warmup", "weightDecay", "validationSplit", "seed", "dropout", "checkpoint", "resume", "onProgress",
-  "signal"];
-
-/** Types of pretrain's corpus and options (their ranges are checked in Rust, with messages that say how to fix them). */
-function checkPretrainOptions(corpus, o, onProgress, signal) {
-  const m = "pretrain";
-  if (typeof corpus !== "string" && !(Array.isArray(corpus) && corpus.every((d) => typeof d === "string"))) {
-    throw new TypeError(`${m}: corpus must be a string (one sentence or line per line, a blank line between `
-      + "documents) or an array of document strings (each document's lines its sentences)");
-  }
-  checkHooks(m, onProgress, signal);
-  for (const k of ["steps", "batchSize", "maxLength"]) {
-    if (o[k] != null && (!Number.isInteger(o[k]) || o[k] < 0)) {
-      throw new TypeError(`${m}: ${k} must be a non-negative integer (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  if (o.seed != null && (!Number.isSafeInteger(o.seed) || o.seed < 0)) {
-    throw new TypeError(`${m}: seed must be a non-negative integer (got ${JSON.stringify(o.seed)})`);
-  }
-  for (const k of ["wholeWordMask", "nsp", "dropout"]) {
-    if (o[k] != null && typeof o[k] !== "boolean") throw new TypeError(`${m}: ${k} must be true or false`);
-  }
-  for (const k of ["mlmProbability", "shortSeqProb", "learningRate", "warmup", "weightDecay", "validationSplit"]) {
-    if (o[k] != null && (typeof o[k] !== "number" || !Number.isFinite(o[k]))) {
-      throw new TypeError(`${m}: ${k} must be a finite number (got ${JSON.stringify(o[k])})`);
-    }
-  }
-  for (const k of Object.keys(o)) if (o[k] == null) delete o[k];
-}
-
-/** Types of a training call's `checkpoint` and `resume` (the name is checked by js/checkpoints.js). */
-function checkCheckpointOptions(checkpoint, resume, m = "fineTune") {
-  if (checkpoint != null) {
-    const count = (v) => v == null || (Number.isInteger(v) && v >= 1);
-    if (typeof checkpoint !== "object" || typeof checkpoint.name !== "string" || !count(checkpoint.every)
-      || !count(checkpoint.keep) || Object.keys(checkpoint).some((k) => !["name", "every", "keep"].includes(k))) {
-      throw new TypeError(`${m}: checkpoint must be { name: string, every?: steps >= 1, keep?: count >= 1 }`);
-    }
-  }
-  if (resume != null && typeof resume !== "boolean") throw new TypeError(`${m}: resume must be true or false`);
-  if (resume && checkpoint == null) {
-    throw new TypeError(`${m}: resume continues from a checkpoint: give checkpoint: { name } as the first run did`);
-  }
-}
-
-/**
- * Rust reports character offsets (Unicode scalar values); JavaScript strings index UTF-16 units, where characters
- * outside the Basic Multilingual Plane (most emoji) count twice. Rewrites `obj.start`/`obj.end` in place.
- */
-function toUtf16Span(text, obj) {
-  if (!/[\uD800-\uDBFF]/.test(text)) return obj; // no surrogate pairs: the two agree
-  const at = (chars) => {
-    let units = 0;
-    let n = 0;
-    for (const ch of text) {
-      if (n === chars) break;
-      units += ch.length;
-      n += 1;
-    }
-    return units;
-  };
-  obj.start = at(obj.start);
-  obj.end = at(obj.end);
-  return obj;
-}
+export { hasRelaxedSimd } from "./builds.js";
+export { trainTokenizer } from "./tokenizer.js";
 
 export class Bert {
   /** @internal use Bert.load */
@@ -576,21 +58,7 @@ export class Bert {
    * `device`, `simd`, `wasm` and `threads`. `exportModel()` gives its Hugging Face folder.
    */
   static async create(config, tokenizer, options = {}) {
-    const method = "Bert.create";
-    const opts = checkOptions(options, ["seed", "device", "simd", "wasm", "threads"], method);
-    if (opts.seed != null && (!Number.isSafeInteger(opts.seed) || opts.seed < 0)) {
-      throw new TypeError(`${method}: seed must be a non-negative integer (got ${JSON.stringify(opts.seed)})`);
-    }
-    let json = config;
-    if (config != null && typeof config === "object" && !Array.isArray(config)) json = JSON.stringify(config);
-    if (typeof json !== "string") {
-      throw new TypeError(`${method}: config must be config.json's fields, an object or its JSON text`);
-    }
-    const file = (name) => tokenizer?.[name] ?? undefined;
-    if (tokenizer == null || typeof tokenizer !== "object" || (file("tokenizer.json") == null && file("vocab.txt") == null)) {
-      throw new TypeError(`${method}: tokenizer must be a tokenizer's files, { "tokenizer.json" or "vocab.txt", `
-        + "\"tokenizer_config.json\" } (what trainTokenizer resolves to)");
-    }
+    const { opts, json, file } = checkCreateArgs(config, tokenizer, options);
     const { device, simd, wasm, threads } = opts;
     // The runtime Bert.load then uses for these options: the weights are drawn there and loaded from its memory.
     const wasmFiles = checkWasmOption(wasm, simd);
@@ -610,31 +78,7 @@ export class Bert {
   static async load(source, options = {}) {
     // (`_injectFault`: tests only. The GPU's linears return wrong values, as a miscompiled kernel would, so that
     // the load-time check fails: "auto" must then give the CPU with a `deviceReason`, "webgpu" must reject.)
-    const opts = checkOptions(options, ["device", "onProgress", "cache", "cacheDir", "sha256", "maxBytes", "simd", "wasm",
-      "adapter", "threads", "activations", "crossover", "_injectFault"], "Bert.load");
-    const device = opts.device ?? "auto";
-    const activations = opts.activations ?? "f32";
-    if (activations !== "f32" && activations !== "f16") {
-      throw new TypeError(`Bert.load: activations must be "f32" or "f16" (got ${JSON.stringify(opts.activations)})`);
-    }
-    if (opts.crossover != null && typeof opts.crossover !== "boolean") {
-      throw new TypeError("Bert.load: crossover must be true or false");
-    }
-    if (!DEVICES.includes(device)) {
-      throw new TypeError(`Bert.load: device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")} (got ${JSON.stringify(device)})`);
-    }
-    if (opts.cache != null && typeof opts.cache !== "boolean") {
-      throw new TypeError("Bert.load: cache must be true or false");
-    }
-    if (opts.onProgress != null && typeof opts.onProgress !== "function") {
-      throw new TypeError("Bert.load: onProgress must be a function ({ file, loaded, total }) => void");
-    }
-    if (opts.cacheDir != null && !IN_NODE) {
-      throw new TypeError("Bert.load: cacheDir is for Node.js; a browser keeps downloads in the Cache API (cache: true)");
-    }
-    if (opts.cacheDir != null && (typeof opts.cacheDir !== "string" || opts.cacheDir === "")) {
-      throw new TypeError("Bert.load: cacheDir must be the path of a folder (a non-empty string)");
-    }
+    const { opts, device, activations } = checkLoad(options);
     const wasm = checkWasmOption(opts.wasm, opts.simd);
     const { build, threads, threadsReason } = pickThreads(opts, wasm, "Bert.load");
     const resolved = resolveSource(source);
@@ -717,49 +161,9 @@ export class Bert {
         bert._kernelTuning = await tune(m).catch((e) => ({ tuning: m.tuning, source: "default",
           why: `the calibration failed (${e.message}); the default kernels run` }));
       }).catch(() => {});
-      if (opts.crossover === true) bert._measureCrossover();
+      if (opts.crossover === true) measureCrossover(bert);
     }
     return bert;
-  }
-
-  /**
-   * `crossover: true` on WebGPU: a CPU copy of the model for the short calls the CPU finishes sooner, made from the
-   * model's files again (from the cache when it is on), with the crossover measured on this adapter (src/engine/
-   * crossover.rs). Queued after the calibration, so the first calls wait for it; the copy is kept only where the CPU
-   * wins at some length.
-   */
-  _measureCrossover() {
-    this._crossover = null;
-    this._enqueue("Bert.load (crossover)", async (m) => {
-      // Measured once per adapter, driver and model shape (the kernels' tuning key), then read from the cache.
-      const key = m.tuningKey;
-      const known = key == null ? undefined : await cachedCrossover(key);
-      if (known === 0) {
-        this._crossover = { maxTokens: 0, points: [], text: "every call on the GPU", source: "cached" };
-        return;
-      }
-      const f = await this._files();
-      // In a threaded build the copy runs on the thread pool a CPU model would (and is timed so): started for it,
-      // and ended again if no copy is kept (a pool that does not start leaves the copy on one thread).
-      if (this._rt.build in THREADED && this._poolThreads > 1 && !this._usesPool) await this._joinPool();
-      let c = null;
-      try {
-        c = f.gguf
-          ? await m.addCpuTwinGguf(f.gguf, CROSSOVER_BUDGET_MS, known)
-          : await m.addCpuTwin(f.config, f.tokenizer, f.vocab, f.tokenizerConfig, f.weights, f.adapterConfig,
-            f.adapterWeights, CROSSOVER_BUDGET_MS, known);
-      } finally {
-        if (this._usesPool && this._device === "webgpu" && !(c?.maxTokens > 0)) {
-          this._usesPool = false;
-          await releasePool(this._rt);
-        }
-      }
-      if (c && known === undefined && key != null) await rememberCrossover(key, c.maxTokens);
-      this._crossover = c && { ...c, source: known === undefined ? "measured" : "cached" };
-    }).catch((e) => {
-      this._crossover = { maxTokens: 0, points: [], text: `not measured (${e.message}): every call on the GPU`,
-        source: "failed" };
-    });
   }
 
   /**
@@ -935,32 +339,7 @@ export class Bert {
     this._lost = null;
     old.free();
     // The CPU copy went with the old model: made again for the new one, after this call.
-    if (this._crossover) this._measureCrossover();
-  }
-
-  /**
-   * A new model for a checkpointed fineTune whose GPU device was lost (`why`): on a new GPU device, or on the CPU if
-   * none can be had. It becomes this model's.
-   */
-  async _replaceLostDevice(why) {
-    const files = this._tuned ?? await this._files();
-    let model;
-    try {
-      model = await instantiate(this._rt, files, "webgpu");
-    } catch (e) {
-      console.warn(`fineTune: the GPU device was lost (${why}) and a new one failed (${e.message}): going on on the CPU`);
-      model = await instantiate(this._rt, files, "cpu");
-      this._deviceReason = `the GPU device was lost (${why}) and a new one failed (${e.message})`;
-    }
-    const old = this._model;
-    this._model = model;
-    this._device = model.device;
-    if (this._device !== "webgpu") this._reloadFrom = null;
-    old.free();
-    if (this._rt.build in THREADED && !this._usesPool && this._device === "cpu") {
-      await this._joinPool(); // now on the CPU: the threads it was loaded for
-    }
-    return model;
+    if (this._crossover) measureCrossover(this);
   }
 
   /**
@@ -1005,118 +384,21 @@ export class Bert {
    * Sentence embeddings: one Float32Array per text (a single Float32Array for a single text). With no options, as
    * the model's sentence-transformers files say (its pooling, Dense layers, Normalize, default prompt; see
    * `sentenceTransformers`); a model without them pools by mean and normalises. Options override the files:
-   * `pooling` ("mean", "cls", "max", "mean_sqrt_len", "weightedmean", "lasttoken"), `normalize` (unit length),
-   * `prompt` (one of `prompts`, by name, put before every text), `dimensions` (the first n values, normalised again
-   * where normalising: Matryoshka). `precision` encodes the vectors as sentence-transformers' `quantize_embeddings`:
-   * "int8" / "uint8" (Int8Array / Uint8Array, one code per value, by each dimension's `ranges: [min[], max[]]`, or
-   * where none are given the call's own vectors: two texts at least) or "binary" / "ubinary" (bits packed eight to
-   * a byte).
+   * `pooling`, `normalize`, `prompt` (one of `prompts`), `dimensions` (Matryoshka); `precision` "int8" / "uint8" /
+   * "binary" / "ubinary" gives codes as sentence-transformers' `quantize_embeddings` (index.d.ts `EmbedOptions`).
    */
   embed(input, options = {}) {
-    return this._enqueue("embed", async (m) => {
-      const { list, single } = texts(input, "embed");
-      const opts = checkOptions(options, ["pooling", "normalize", "batchSize", "prompt", "dimensions", "precision",
-        "ranges"], "embed");
-      const { pooling, normalize, prompt, dimensions, precision, ranges } = opts;
-      if (precision != null && !PRECISIONS.includes(precision)) {
-        throw new TypeError(`embed: precision must be one of ${PRECISIONS.map((p) => `"${p}"`).join(", ")} `
-          + `(got ${JSON.stringify(precision)})`);
-      }
-      if (ranges != null) {
-        if (precision !== "int8" && precision !== "uint8") {
-          throw new TypeError('embed: ranges apply to precision "int8" and "uint8"');
-        }
-        const row = (r) => Array.isArray(r) || r instanceof Float32Array || r instanceof Float64Array;
-        if (!Array.isArray(ranges) || ranges.length !== 2 || !row(ranges[0]) || !row(ranges[1])) {
-          throw new TypeError("embed: ranges must be [min, max], each an array of numbers (one per dimension)");
-        }
-      }
-      if (pooling != null && !POOLINGS.includes(pooling)) {
-        throw new TypeError(`embed: pooling must be one of ${POOLINGS.map((p) => `"${p}"`).join(", ")} `
-          + `(got ${JSON.stringify(pooling)})`);
-      }
-      if (normalize != null && typeof normalize !== "boolean") throw new TypeError("embed: normalize must be true or false");
-      if (prompt != null && typeof prompt !== "string") throw new TypeError("embed: prompt must be a prompt's name");
-      if (dimensions != null && (!Number.isInteger(dimensions) || dimensions < 1)) {
-        throw new TypeError("embed: dimensions must be a positive integer");
-      }
-      const batchSize = opts.batchSize ?? DEFAULT_BATCH_SIZE;
-      if (!Number.isInteger(batchSize) || batchSize < 1) {
-        throw new TypeError("embed: batchSize must be a positive integer");
-      }
-      const out = [];
-      for (let i = 0; i < list.length; i += batchSize) {
-        const chunk = list.slice(i, i + batchSize);
-        const flat = await m.embed(chunk, pooling ?? undefined, normalize ?? undefined, prompt ?? undefined,
-          dimensions ?? undefined); // (n, width)
-        const h = flat.length / chunk.length;
-        for (let j = 0; j < chunk.length; j++) out.push(flat.slice(j * h, (j + 1) * h));
-      }
-      if (precision != null && precision !== "float32" && out.length) {
-        // The whole call's vectors at once: int8/uint8 without ranges take theirs from all of them.
-        const w = out[0].length;
-        const flat = new Float32Array(out.length * w);
-        out.forEach((v, i) => flat.set(v, i * w));
-        const codes = m.quantize(flat, out.length, precision, ranges ? Float32Array.from(ranges[0]) : undefined,
-          ranges ? Float32Array.from(ranges[1]) : undefined);
-        const cw = codes.length / out.length;
-        const coded = out.map((_, i) => codes.slice(i * cw, (i + 1) * cw));
-        return single ? coded[0] : coded;
-      }
-      return single ? out[0] : out;
-    });
+    return this._enqueue("embed", (m) => embed(m, input, options));
   }
 
-  /**
-   * SPLADE sparse vectors, as sentence-transformers' `SparseEncoder`: per text `{ indices: Uint32Array, values:
-   * Float32Array }`, the vocabulary entries with a weight above 0, indices ascending (a single text gives one). A
-   * sparse encoder's files (SpladePooling) say how; a masked-LM checkpoint without them takes SPLADE's defaults.
-   * Options: `prompt` (one of `prompts`), `maxActiveDims` (keep the n largest weights), `batchSize`.
-   */
+  /** SPLADE sparse vectors, `{ indices, values }` per text (index.d.ts `SparseOptions`). */
   embedSparse(input, options = {}) {
-    return this._enqueue("embedSparse", async (m) => {
-      const { list, single } = texts(input, "embedSparse");
-      const opts = checkOptions(options, ["prompt", "maxActiveDims", "batchSize"], "embedSparse");
-      if (opts.prompt != null && typeof opts.prompt !== "string") {
-        throw new TypeError("embedSparse: prompt must be a prompt's name");
-      }
-      const maxActive = opts.maxActiveDims == null ? undefined : positiveInt(opts.maxActiveDims, "embedSparse", "maxActiveDims");
-      const batchSize = positiveInt(opts.batchSize ?? DEFAULT_BATCH_SIZE, "embedSparse", "batchSize");
-      const out = [];
-      for (let i = 0; i < list.length; i += batchSize) {
-        out.push(...await m.embedSparse(list.slice(i, i + batchSize), opts.prompt ?? undefined, maxActive));
-      }
-      return single ? out[0] : out;
-    });
+    return this._enqueue("embedSparse", (m) => embedSparse(m, input, options));
   }
 
-  /**
-   * One vector per token, the encoder's last hidden state as sentence-transformers' `token_embeddings` (for
-   * late-interaction search): per text `{ tokens, ids: Uint32Array, offsets: [[start, end], ...] (into the text
-   * given, UTF-16; [0, 0] for special tokens and the prompt's), vectors: [Float32Array per token] }`. Options:
-   * `prompt` (one of `prompts`; its tokens are among the vectors), `normalize` (each token's vector to unit length),
-   * `batchSize`.
-   */
+  /** One vector per token, `{ tokens, ids, offsets, vectors }` per text (index.d.ts `TokenVectorOptions`). */
   embedTokens(input, options = {}) {
-    return this._enqueue("embedTokens", async (m) => {
-      const { list, single } = texts(input, "embedTokens");
-      const opts = checkOptions(options, ["prompt", "normalize", "batchSize"], "embedTokens");
-      if (opts.prompt != null && typeof opts.prompt !== "string") {
-        throw new TypeError("embedTokens: prompt must be a prompt's name");
-      }
-      if (opts.normalize != null && typeof opts.normalize !== "boolean") {
-        throw new TypeError("embedTokens: normalize must be true or false");
-      }
-      const batchSize = positiveInt(opts.batchSize ?? DEFAULT_BATCH_SIZE, "embedTokens", "batchSize");
-      const out = [];
-      for (let i = 0; i < list.length; i += batchSize) {
-        for (const t of await m.embedTokens(list.slice(i, i + batchSize), opts.prompt ?? undefined, opts.normalize === true)) {
-          const vectors = t.ids.length ? Array.from(t.ids, (_, k) => t.vectors.subarray(k * t.dims, (k + 1) * t.dims)) : [];
-          out.push({ tokens: t.tokens, ids: t.ids, offsets: t.offsets, vectors });
-        }
-      }
-      return single ? out[0] : out;
-    });
+    return this._enqueue("embedTokens", (m) => embedTokens(m, input, options));
   }
 
   /**
@@ -1142,25 +424,7 @@ export class Bert {
     return this._enqueue("classify", async (m) => {
       const opts = checkOptions(options, ["topK"], "classify");
       const topK = opts.topK == null ? 0 : positiveInt(opts.topK, "classify", "topK");
-      const isPair = (v) => Array.isArray(v) && v.length === 2 && v.every((x) => typeof x === "string");
-      const single = typeof input === "string" || isPair(input);
-      const items = single ? [input] : input;
-      if (!Array.isArray(items)) {
-        throw new TypeError("classify: give a text, a pair [a, b], or an array of texts or pairs");
-      }
-      const a = [];
-      const b = [];
-      items.forEach((it, i) => {
-        if (typeof it === "string") {
-          a.push(it);
-          b.push(undefined);
-        } else if (isPair(it)) {
-          a.push(it[0]);
-          b.push(it[1]);
-        } else {
-          throw new TypeError(`classify: input[${i}] must be a string or a pair [a, b] of strings`);
-        }
-      });
+      const { single, a, b } = classifyInputs(input);
       const out = a.length ? await m.classify(a, b, topK) : [];
       return single ? out[0] : out;
     });
@@ -1268,21 +532,10 @@ export class Bert {
    * - "ner": [{ tokens: [...], tags: [...] }] (one tag per word);
    * - "qa": [{ question, context, answers: { text: [...], answer_start: [...] } }] (SQuAD's; offsets in characters);
    * - "embed": [{ anchor, positive }] (the batch's other positives are the negatives).
-   * Options (the BERT paper's recipe by default): epochs 3, learningRate 5e-5, batchSize 16, accumulate 1,
-   * layers "all" (or the number of top layers; 0 trains the head alone), warmup 0.1, weightDecay 0.01,
-   * validationSplit 0.1, seed 0, docStride 128 (qa), dropout true (the checkpoint's probabilities, seeded; false:
-   * none), patience (early stopping: after this many epochs without a lower validation loss, stop and keep the best
-   * epoch's model; unset: every epoch, the last kept), checkpoint (`{ name, every = 100, keep = 2 }`: the whole
-   * training state saved in the origin's private file system every `every` steps and at each epoch's end) and
-   * resume (true: continue run `name` from its newest intact checkpoint, with the first run's examples and options;
-   * with none yet, start afresh), lora (e.g. `{ r: 8, alpha: 16, targets: "qv" | "all" }`: LoRA adapters on a
-   * frozen encoder, and the head; the model becomes the merged one). `onProgress(p)` gets `{ type: "step", epoch,
-   * step, totalSteps, loss, learningRate }` after each step, `{ type: "epoch", epoch, trainLoss, valLoss,
-   * valAccuracy }` after each epoch, and with `checkpoint` `{ type: "checkpoint", checkpoint: "saved" | "resumed" |
-   * "skipped", name, step }` and `{ type: "deviceLost", reason, device }` (a lost GPU device: the run goes on from
-   * its last checkpoint on a new one, or on the CPU). With `checkpoint`, a stop by `signal` saves one where it
-   * stops, and `resume` goes on from there. `signal` (an AbortSignal) stops it between two steps: the promise rejects with the signal's
-   * reason and the model is left as it was, as after any error. Other calls made while it runs reject.
+   * Its options (the BERT paper's recipe by default) and progress events: FineTuneOptions in index.d.ts. With
+   * `checkpoint`, a stop by `signal` saves one where it stops, and `resume` goes on from there. `signal` (an
+   * AbortSignal) stops it between two steps: the promise rejects with the signal's reason and the model is left as
+   * it was, as after any error. Other calls made while it runs reject.
    * @returns {Promise<{labels: string[] | null, steps: object[], epochs: object[], bestEpoch: number}>}
    */
   fineTune(examples, options = {}) {
@@ -1293,7 +546,7 @@ export class Bert {
       checkFineTuneOptions(opts, run.onProgress, run.signal);
       checkCheckpointOptions(run.checkpoint, run.resume);
       if (!Array.isArray(examples)) throw new TypeError("fineTune: examples must be an array of the task's objects");
-      const out = await this._train("fineTune", m, run, (model, files, hooks, saving) => model.fineTune(files.config,
+      const out = await trainModel(this, "fineTune", m, run, (model, files, hooks, saving) => model.fineTune(files.config,
         files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, files.adapterConfig, files.adapterWeights,
         examples, opts, hooks, saving));
       this._adapter = out.adapterConfig
@@ -1308,15 +561,9 @@ export class Bert {
    * `nextSentence` use it, `exportModel` gives its folder). The checkpoint needs the masked-LM head
    * (`cls.predictions`), and for NSP its head (`cls.seq_relationship`). `corpus`: a string, read as the CLI reads a
    * plain-text corpus (one sentence or line per line, a blank line between documents), or an array of documents,
-   * each a string whose lines are its sentences. Options (the CLI's defaults): steps 1000, batchSize 16, maxLength
-   * 128 (or the model's positions, if fewer), mlmProbability 0.15, wholeWordMask false, nsp true, shortSeqProb 0.1,
-   * learningRate 1e-4, warmup 0.1, weightDecay 0.01, validationSplit 0.05, seed 0, dropout true; checkpoint, resume,
-   * onProgress and signal as fineTune's. `onProgress(p)` gets `{ type: "step", epoch, step, totalSteps, loss,
-   * mlmLoss, mlmAccuracy, nspLoss, nspAccuracy, learningRate }` after each step (`loss = mlmLoss + nspLoss`; the
-   * NSP pair null without NSP; accuracies over the step's masked tokens and rows), `{ type: "epoch", epoch,
-   * trainLoss, valLoss, valAccuracy, valNspAccuracy? }` after each pass over the rows (`valAccuracy`: the masked
-   * LM's), and fineTune's checkpoint and deviceLost events. Errors, the signal and dispose() leave the model as it
-   * was; other calls made while it runs reject.
+   * each a string whose lines are its sentences. Its options (the CLI's defaults) and progress events:
+   * PretrainOptions in index.d.ts. Errors, the signal and dispose() leave the model as it was; other calls made
+   * while it runs reject.
    * @returns {Promise<{steps: object[], epochs: object[]}>}
    */
   pretrain(corpus, options = {}) {
@@ -1327,82 +574,12 @@ export class Bert {
       checkPretrainOptions(corpus, opts, run.onProgress, run.signal);
       checkCheckpointOptions(run.checkpoint, run.resume, "pretrain");
       // A LoRA adapter loaded with the model is folded into the weights that train; the result holds it merged.
-      const out = await this._train("pretrain", m, run, (model, files, hooks, saving) => model.pretrain(files.config,
+      const out = await trainModel(this, "pretrain", m, run, (model, files, hooks, saving) => model.pretrain(files.config,
         files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, files.adapterConfig, files.adapterWeights,
         corpus, opts, hooks, saving));
       this._adapter = null;
       return { steps: out.steps, epochs: out.epochs };
     });
-  }
-
-  /**
-   * fineTune's and pretrain's common part: the model's files, the hooks (progress, stop, pause), the checkpoint
-   * store, the run (`train(model, files, hooks, saving)`: the module's call, which trains a copy) going on from its
-   * last checkpoint on a new device after a GPU device loss, and on success its result (`config`, `weights`) loaded
-   * as this model's new self. Until then nothing changes: an error, the signal or dispose() leave the model as it
-   * was, and other calls made meanwhile reject. Resolves to the module's result.
-   */
-  async _train(method, m, { onProgress, signal, checkpoint, resume }, train) {
-    const what = method === "pretrain" ? "pre-training" : "fine-tuning";
-    signal?.throwIfAborted();
-    const files = this._tuned ?? await this._files();
-    if (files.gguf) {
-      throw new Error(`${method}: this model was loaded from a .gguf; ${what} starts from a Hugging Face folder `
-        + "(config.json, model.safetensors, the tokenizer files), whose config it exports");
-    }
-    signal?.throwIfAborted();
-    const hooks = {
-      onProgress: (p) => {
-        try {
-          onProgress?.(p);
-        } catch (e) {
-          console.warn(`${method}: onProgress threw`, e); // the user's callback must not stop training
-        }
-      },
-      shouldStop: () => (signal?.aborted ? "aborted" : this._disposed ? "disposed" : undefined),
-      pause: () => new Promise((resolve) => setTimeout(resolve, 0)),
-    };
-    const saving = checkpoint == null ? null : {
-      store: await openCheckpointStore(checkpoint.name), every: checkpoint.every, keep: checkpoint.keep,
-      resume: resume === true,
-    };
-    let out;
-    this._training = method;
-    try {
-      // A GPU device lost part way through a checkpointed run: the run goes on from its last checkpoint on a new
-      // device (or the CPU, if none comes), and onProgress says so.
-      for (let losses = 0; ; losses++) {
-        try {
-          out = await train(m, files, hooks, saving);
-          break;
-        } catch (e) {
-          const why = saving && losses < MAX_DEVICE_LOSSES && !signal?.aborted && !this._disposed
-            ? await this._lostReason(e) : null;
-          if (!why) throw e;
-          m = await this._replaceLostDevice(why);
-          saving.resume = true;
-          hooks.onProgress({ type: "deviceLost", reason: why, device: this._device });
-        }
-      }
-    } catch (e) {
-      if (signal?.aborted) throw signal.reason ?? new DOMException(`${method} was aborted`, "AbortError");
-      if (this._disposed) throw new Error(`${method}: the model was disposed during ${what}`);
-      throw e;
-    } finally {
-      this._training = false;
-    }
-    const tuned = { config: out.config, tokenizer: files.tokenizer, vocab: files.vocab,
-      tokenizerConfig: files.tokenizerConfig, weights: out.weights };
-    for (const k of Object.keys(tuned)) if (tuned[k] == null) delete tuned[k];
-    const model = await instantiate(this._rt, tuned, this._device);
-    const old = this._model;
-    this._model = model;
-    this._tuned = tuned;
-    // A head trained by trainHead was trained on the old encoder's features: it does not carry over.
-    this._headLabels = null;
-    this._headBytes = null;
-    old.free();
-    return out;
   }
 
   /**
@@ -1494,75 +671,4 @@ export class Bert {
     });
     return this._disposing;
   }
-}
-
-const TOKENIZER_OPTIONS = ["vocabSize", "minFrequency", "lowercase"];
-
-/**
- * Trains a BERT WordPiece vocabulary on `texts` (strings) as Python's `BertWordPieceTokenizer.train_from_iterator`
- * does; no model needed. Options: `vocabSize` (30000), `minFrequency` (2), `lowercase` (true). Resolves to the
- * tokenizer files of a Hugging Face folder, `{ "tokenizer.json", "vocab.txt", "tokenizer_config.json",
- * "special_tokens_map.json" }` as Uint8Arrays, which transformers' `from_pretrained` loads.
- */
-export async function trainTokenizer(corpus, options = {}) {
-  const method = "trainTokenizer";
-  const { list } = texts(corpus, method, "texts");
-  const opts = checkOptions(options, TOKENIZER_OPTIONS, method);
-  const rustOptions = {};
-  if (opts.vocabSize != null) rustOptions.vocabSize = positiveInt(opts.vocabSize, method, "vocabSize");
-  if (opts.minFrequency != null) {
-    if (!Number.isInteger(opts.minFrequency) || opts.minFrequency < 0) {
-      throw new TypeError(`${method}: minFrequency must be a non-negative integer`);
-    }
-    rustOptions.minFrequency = opts.minFrequency;
-  }
-  if (opts.lowercase != null) {
-    if (typeof opts.lowercase !== "boolean") throw new TypeError(`${method}: lowercase must be true or false`);
-    rustOptions.lowercase = opts.lowercase;
-  }
-  // The same runtime Bert.load starts (or has started) for this engine's build; no model, no device.
-  const rt = await getRuntime(pickBuild("auto"), undefined);
-  return guard(rt, () => rt.glue.trainTokenizer(list, rustOptions));
-}
-
-/**
- * A WasmModel from downloaded files on `device` ("webgpu", "auto" after pickDevice saw a hardware adapter, or
- * "cpu"). `injectFault`: Bert.load's test-only `_injectFault`.
- */
-function instantiate(rt, files, device, injectFault = false, { consume = false } = {}) {
-  return guard(rt, async () => {
-    // On a GPU, the kernels an earlier load chose for this adapter and model shape are checked and run from the
-    // start (js/tuning.js), not the defaults first.
-    const tunings = device === "cpu" ? undefined : await cachedTunings().catch(() => undefined);
-    const loading = files.gguf
-      ? rt.glue.WasmModel.loadGguf(files.gguf, device, injectFault, tunings)
-      : rt.glue.WasmModel.load(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
-        files.adapterConfig, files.adapterWeights, files.sentence, device, injectFault, tunings);
-    // The glue copied the small files into wasm memory, and the module holds its own reference to the weights
-    // (read a tensor at a time, then released): ours can go.
-    if (consume) for (const k of Object.keys(files)) delete files[k];
-    return loading;
-  });
-}
-
-/**
- * Runs a call into the module so that a Rust panic rejects it: synchronous panics throw (a trap) by themselves,
- * but a panic while an async Rust call is suspended would leave its promise pending forever, so the panic hook
- * (src/wasm/) tells us and the call rejects.
- */
-function guard(rt, fn) {
-  return new Promise((resolve, reject) => {
-    const onPanic = (message) => reject(new Error(`bertgpu: internal error (a Rust panic): ${message}`));
-    rt.listeners.add(onPanic);
-    Promise.resolve()
-      .then(fn)
-      .then(resolve, (e) => reject(toError(e)))
-      .finally(() => rt.listeners.delete(onPanic));
-  });
-}
-
-/** Errors from Rust arrive as JS Error objects (JsError) or strings; traps as WebAssembly.RuntimeError. */
-function toError(e) {
-  if (e instanceof Error) return e;
-  return new Error(typeof e === "string" ? e : String(e));
 }

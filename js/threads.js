@@ -2,7 +2,7 @@
 // running the same compiled module over the page's one shared memory; the thread that calls into the model is the
 // last of the `threads`. One model in memory, every thread on every call, a single sentence included.
 
-import { IN_NODE } from "./loader.js";
+import { IN_NODE } from "./env.js";
 
 /**
  * The default `threads`: the cores the browser reports, at most this many. A BERT layer's loops split into as many

@@ -8,7 +8,7 @@
 // Every call is a message { id, method, args } to the worker, answered by { id, result } or { id, error };
 // embeddings come back as transferred buffers (no copy). Load progress arrives as { id, progress }.
 
-import { resolveSource } from "./loader.js";
+import { resolveSource } from "./sources.js";
 import { deleteCheckpoint, listCheckpoints } from "./checkpoints.js";
 
 

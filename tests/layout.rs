@@ -6,6 +6,8 @@
 //! 2. No file in src/ is over [`MAX_LINES`] lines.
 //! 3. Inside each folder too, the files (and sub-folders) form layers: no circle of imports among them (a folder's
 //!    mod.rs, which declares its files and holds what they share, is its door, not one of them).
+//! 4. The JavaScript too: no file in js/ or www/ is over [`MAX_LINES`] lines, and no circle of imports among the
+//!    modules of js/ or of www/.
 //!
 //! A new top-level module must be given a layer here (and a line in docs/ARCHITECTURE.md), or this test fails.
 
@@ -418,4 +420,96 @@ fn no_folder_has_an_import_circle() {
          ends need into a lower file):\n{}",
         found.join("\n")
     );
+}
+
+/// The JavaScript package (js/) and the demo page (www/): the same line limit as src/, every file (code, types,
+/// HTML, CSS, notes).
+#[test]
+fn no_js_or_www_file_is_over_the_line_limit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    let mut long = Vec::new();
+    for dir in ["js", "www"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = entry.unwrap().path();
+            if !p.is_file() {
+                continue;
+            }
+            checked += 1;
+            let n = std::fs::read_to_string(&p).unwrap().lines().count();
+            if n > MAX_LINES {
+                long.push(format!("{} has {n} lines", p.display()));
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} files in js/ and www/: is this where they are?");
+    assert!(long.is_empty(), "files over {MAX_LINES} lines (split them by job):\n{}", long.join("\n"));
+}
+
+/// The sibling modules a JavaScript file imports or re-exports (`from "./name.js"`, `import "./name.js"`), by
+/// name; comments skipped (`//` lines and `/* */` blocks), and paths into sub-folders (the wasm glue) left out.
+fn js_imports(source: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut in_block = false;
+    for line in source.lines() {
+        let t = line.trim_start();
+        if in_block || t.starts_with("/*") {
+            in_block = !t.contains("*/");
+            continue;
+        }
+        if t.starts_with("//") || t.starts_with('*') {
+            continue;
+        }
+        for key in ["from \"./", "import \"./"] {
+            let mut rest = line;
+            while let Some(i) = rest.find(key) {
+                rest = &rest[i + key.len()..];
+                if let Some(end) = rest.find('"') {
+                    let name = &rest[..end];
+                    if let Some(stem) = name.strip_suffix(".js").filter(|s| !s.contains('/')) {
+                        out.insert(stem.to_string());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_js_parser_sees_what_a_module_imports() {
+    let src = "// import { x } from \"./commented.js\";\n\
+               import { a, b } from \"./builds.js\";\n\
+               import {\n  c,\n} from \"./options.js\";\n\
+               export { d } from \"./text.js\";\n\
+               import * as glue from \"./wasm/bertgpu.js\";\n\
+               /** see import \"./doc.js\" */\n\
+               const u = new URL(\"./worker-main.js\", import.meta.url);\n";
+    let found: Vec<String> = js_imports(src).into_iter().collect();
+    assert_eq!(found, ["builds", "options", "text"]);
+}
+
+/// js/ and www/: no circle of imports among a folder's modules (a circle's modules run in an order that depends on
+/// which one a page imports first).
+#[test]
+fn no_js_import_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (dir, least) in [("js", 10), ("www", 5)] {
+        let mut graph = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "js") {
+                let name = p.file_stem().unwrap().to_str().unwrap().to_string();
+                graph.insert(name, js_imports(&std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+        let edges: usize = graph.values().map(|t| t.len()).sum();
+        assert!(edges >= least, "only {edges} imports between the files of {dir}/: is the parser right?");
+        let found = circles(&graph);
+        assert!(
+            found.is_empty(),
+            "import circles in {dir}/ (move what both ends need into a file of their own):\n{}",
+            found.iter().map(|c| c.join(", ")).collect::<Vec<_>>().join("\n")
+        );
+    }
 }

@@ -7,8 +7,13 @@ const KEEP = [/^\/www\//, /^\/pkg\//, /^\/tests\/data\//];
 // Fetched at install, so the first visit is enough to make the next one work offline (the page's own requests of
 // the first visit happen before this worker controls it).
 const SHELL = [
-  "/www/", "/www/app.js", "/www/chart.js", "/www/pretrain.js", "/www/style.css", "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/loader.js",
-  "/pkg/threads.js", "/pkg/threads-worker.js",
+  "/www/", "/www/style.css", "/www/app.js", "/www/ui.js", "/www/examples.js", "/www/model.js", "/www/similarity.js",
+  "/www/fillmask.js", "/www/training.js", "/www/pretrain.js", "/www/chart.js", "/www/heads.js",
+  // The package's modules (js/package.json's "files"; tests/node/demo.test.mjs checks the list is whole).
+  "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/builds.js", "/pkg/runtime.js", "/pkg/device.js",
+  "/pkg/options.js", "/pkg/text.js", "/pkg/training.js", "/pkg/tokenizer.js", "/pkg/loader.js", "/pkg/env.js",
+  "/pkg/sources.js", "/pkg/cache.js", "/pkg/download.js", "/pkg/checkpoints.js", "/pkg/tuning.js", "/pkg/threads.js",
+  "/pkg/threads-worker.js", "/pkg/vectors.js",
   // pkg/index.js imports the four builds' glue statically (bundlers and extension service workers need that); only
   // the .wasm of the build in use is fetched.
   "/pkg/wasm/bertgpu.js", "/pkg/wasm-relaxed/bertgpu.js", "/pkg/wasm-threads/bertgpu.js",

@@ -1,0 +1,78 @@
+// The demo page's pure helpers (www/examples.js: the training examples' formats, the example corpus) on real
+// inputs, and its service worker's list of files to keep offline against the files there are. No browser, no
+// package build: run with node --test tests/node/
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { corpusOf, examplesToText, parseExamples } from "../../www/examples.js";
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+const FORTUNES = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/train.jsonl"), "utf8");
+
+test("the example data (JSON lines) reads as its examples, and back through the page's label: text form", () => {
+  const lines = FORTUNES.split("\n").filter((l) => l.trim());
+  const ex = parseExamples(FORTUNES);
+  assert.equal(ex.length, lines.length);
+  assert.ok(ex.length > 50, `only ${ex.length} examples`);
+  for (const [i, line] of lines.entries()) {
+    const o = JSON.parse(line);
+    assert.deepEqual(ex[i], { text: o.text, label: o.label }, `line ${i + 1}`);
+  }
+  assert.ok(new Set(ex.map((e) => e.label)).size >= 3, "several labels");
+  // What the text box shows reads back as the same examples (whitespace runs become one space).
+  const back = parseExamples(examplesToText(ex));
+  assert.equal(back.length, ex.length);
+  back.forEach((e, i) => assert.deepEqual(e, { label: ex[i].label, text: ex[i].text.replace(/\s+/g, " ").trim() }));
+});
+
+test("CSV and TSV with a header, RFC 4180 quoting; label: text lines; numbers as labels", () => {
+  const csv = "id,Text,label\n1,\"Hello, \"\"world\"\"\",greeting\r\n2,\"two\nlines\", farewell \n\n";
+  assert.deepEqual(parseExamples(csv, "data.csv"), [
+    { text: "Hello, \"world\"", label: "greeting" },
+    { text: "two\nlines", label: "farewell" },
+  ]);
+  assert.deepEqual(parseExamples("label\ttext\npos\tgreat, really\n", "x.tsv"), [{ text: "great, really", label: "pos" }]);
+  assert.deepEqual(parseExamples("pos: a fine film\n\nneg : dull: and long\n"), [
+    { label: "pos", text: "a fine film" },
+    { label: "neg", text: "dull: and long" },
+  ]);
+  assert.deepEqual(parseExamples("{\"text\": \"a\", \"label\": 3}"), [{ text: "a", label: "3" }]);
+  assert.deepEqual(parseExamples("  \n "), []);
+});
+
+test("what the page cannot read is named by its line or row", () => {
+  assert.throws(() => parseExamples("{\"text\": \"a\", \"label\": \"x\"}\n{oops"), /^Error: line 2 is not JSON$/);
+  assert.throws(() => parseExamples("{\"text\": \"a\"}"), /line 1 needs "text" and "label"/);
+  assert.throws(() => parseExamples("sentence,class\na,b\n", "d.csv"), /must name the columns "text" and "label" \(got sentence, class\)/);
+  assert.throws(() => parseExamples("text,label\na,b\nonly\n", "d.csv"), /row 3 has fewer columns than the header/);
+  assert.throws(() => parseExamples("pos: fine\nno colon here"), /line 2 should read "label: text"/);
+});
+
+test("the pre-training example corpus: one document per quotation, one sentence a line", () => {
+  const docs = corpusOf(FORTUNES).split("\n\n");
+  const lines = FORTUNES.split("\n").filter((l) => l.trim());
+  assert.equal(docs.length, lines.length);
+  const first = JSON.parse(lines[0]).text;
+  assert.equal(docs[0], first.split(/(?<=[.!?])\s+/).join("\n"));
+  assert.ok(docs[0].split("\n").length >= 2, "the first quotation has two sentences");
+  assert.ok(!docs.some((d) => d.trim() === ""), "no empty document");
+});
+
+test("the service worker keeps every file of the page and of the package offline", () => {
+  const sw = fs.readFileSync(path.join(ROOT, "www/sw.js"), "utf8");
+  const shell = sw.slice(sw.indexOf("const SHELL = ["), sw.indexOf("];", sw.indexOf("const SHELL = [")));
+  const listed = new Set([...shell.matchAll(/"(\/[^"]*)"/g)].map((m) => m[1]));
+  assert.ok(listed.size > 20, `only ${listed.size} files in SHELL: is the parser right?`);
+  const page = fs.readdirSync(path.join(ROOT, "www")).filter((f) => /\.(js|css)$/.test(f) && f !== "sw.js");
+  const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, "js/package.json"), "utf8")).files
+    .filter((f) => f.endsWith(".js"));
+  const want = [...page.map((f) => `/www/${f}`), ...pkg.map((f) => `/pkg/${f}`)];
+  assert.ok(want.length > 25, `only ${want.length} files to look for`);
+  const missing = want.filter((f) => !listed.has(f));
+  assert.deepEqual(missing, [], "www/sw.js's SHELL lacks these");
+  // Every JS file the package ships is in its "files".
+  const shipped = fs.readdirSync(path.join(ROOT, "js")).filter((f) => f.endsWith(".js"));
+  assert.deepEqual(shipped.filter((f) => !pkg.includes(f)), [], "js/package.json's files lacks these");
+});
