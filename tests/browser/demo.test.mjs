@@ -291,6 +291,20 @@ test("demo page: every section with the default model, task panels, dropped file
       assert.equal(await page.textContent("#fm-model"), "dropped model");
       assert.deepEqual((await fmWords()).slice(0, 3), ["city", "mountains", "france"]);
 
+      // A model folder picked whole brings its sentence-transformers module folders: a Dense stack over MiniLM.
+      const folder = path.join(ROOT, "target/browser-test/demo-dense-stack");
+      fs.rmSync(folder, { recursive: true, force: true });
+      fs.cpSync(path.join(ROOT, "tests/models/st-stacks/mean-dense-normalize"), folder, { recursive: true });
+      for (const f of ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]) {
+        fs.copyFileSync(path.join(ROOT, "models/all-MiniLM-L6-v2", f), path.join(folder, f));
+      }
+      const beforeFolder = await page.evaluate(() => window.demo.loads);
+      await page.setInputFiles("#model-folder", folder);
+      await page.waitForFunction((n) => window.demo.loads > n || !document.querySelector("#model-error").hidden,
+        beforeFolder, { timeout: 120_000 });
+      assert.equal(await page.isVisible("#model-error"), false, await page.textContent("#model-error"));
+      assert.match(await page.textContent("#model-tasks"), /^dropped model: embeddings \(mean pooling, a Dense layer, normalised\)/);
+
       await page.setViewportSize({ width: 390, height: 844 });
       await page.screenshot({ path: path.join(SHOTS, "demo-phone.png"), fullPage: true });
 
