@@ -96,17 +96,17 @@ fn case(name: &str) -> Case {
     let task = match name {
         "classify" | "pair" => FineTuneTask::Sequence,
         "ner" => FineTuneTask::Token,
-        _ => FineTuneTask::QuestionAnswering,
+        _ => FineTuneTask::Qa,
     };
     let (mut labels, mut token_labels, mut start, mut end) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     match task {
         FineTuneTask::Sequence => labels = ints("labels").into_iter().map(|l| l as u32).collect(),
         FineTuneTask::Token => token_labels = ints("labels"),
-        FineTuneTask::QuestionAnswering => {
+        FineTuneTask::Qa => {
             start = ints("start_positions").into_iter().map(|l| l as u32).collect();
             end = ints("end_positions").into_iter().map(|l| l as u32).collect();
         }
-        FineTuneTask::Embedding | FineTuneTask::Pretraining => unreachable!("these goldens have tests of their own"),
+        FineTuneTask::Embedding | FineTuneTask::Pretrain => unreachable!("these goldens have tests of their own"),
     }
     let n = labels.len() + start.len();
     assert!(n == b || token_labels.len() == b * t, "{name}: one target per sequence (or per token)");
@@ -118,8 +118,8 @@ fn targets(c: &Case) -> Targets<'_> {
     match c.task {
         FineTuneTask::Sequence => Targets::Sequence(&c.labels),
         FineTuneTask::Token => Targets::Token(&c.token_labels),
-        FineTuneTask::QuestionAnswering => Targets::Spans { start: &c.start, end: &c.end },
-        FineTuneTask::Embedding | FineTuneTask::Pretraining => unreachable!("these goldens have tests of their own"),
+        FineTuneTask::Qa => Targets::Qa { start: &c.start, end: &c.end },
+        FineTuneTask::Embedding | FineTuneTask::Pretrain => unreachable!("these goldens have tests of their own"),
     }
 }
 
@@ -387,7 +387,7 @@ fn check_embedding<B: Backend>(be: &B, grad_rtol: f64, loss_rtol: f64) {
     }
     assert_eq!(compared, want.len(), "every golden tensor compared");
     let opt = StepOptions { learning_rate: 1e-3, ..StepOptions::default() };
-    let targets = Targets::Pairs { positives: &positives };
+    let targets = Targets::Embedding { positives: &positives };
     let first = pollster::block_on(tr.step(be, &anchors, &targets, &opt)).unwrap().loss;
     let mut last = first;
     for _ in 0..4 {

@@ -74,7 +74,7 @@ fn golden() -> Golden {
 
 fn check<B: Backend>(be: &B, grad_rtol: f64, loss_rtol: f64) {
     let Golden { g, cfg, weights, batch, mlm, nsp } = golden();
-    let mut tr = FineTuner::new(be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
+    let mut tr = FineTuner::new(be, &cfg, &weights, FineTuneTask::Pretrain, None, 0).unwrap();
     let zero: BTreeSet<String> = g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
 
     // The losses and every gradient at the checkpoint's weights.
@@ -162,7 +162,7 @@ fn pretraining_matches_pytorch_on_the_gpu() {
 fn bad_pretraining_targets_are_clear_errors() {
     let be = CpuBackend::new();
     let Golden { cfg, weights, .. } = golden();
-    let tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
+    let tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretrain, None, 0).unwrap();
     let batch = Batch { input_ids: vec![2, 10, 11, 3], token_type_ids: vec![0; 4], attention_mask: vec![1; 4], b: 1, t: 4 };
     let run = |mlm: &[i64], nsp: Option<&[u32]>| pollster::block_on(tr.pretrain_gradients(&be, &batch, mlm, nsp)).err().map(|e| e.to_string());
     assert!(run(&[-100, 10, -100, -100], Some(&[0])).is_none());
@@ -188,7 +188,7 @@ fn pretraining_rows_evaluate_and_train_through_the_loop() {
     let (b, t) = (batch.b, batch.t);
     let targets = (0..b).map(|i| RowTarget::Pretrain { mlm: mlm[i * t..(i + 1) * t].to_vec(), nsp: Some(nsp[i]) });
     let rows = rows::rows_from_batch(&batch, targets);
-    let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
+    let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretrain, None, 0).unwrap();
     let e = pollster::block_on(rows::evaluate(&be, &tr, &rows, &[0, 1, 2], cfg.pad_token_id, 3, None, Metrics::default())).unwrap();
     let want = g["loss"].as_f64().unwrap();
     assert!((e.loss as f64 - want).abs() <= LOSS_RTOL * want, "evaluated loss {} vs PyTorch {want}", e.loss);
@@ -223,7 +223,7 @@ fn a_steps_metrics_are_those_of_its_micro_batches() {
         (b, mlm[r.start * t..r.end * t].to_vec(), nsp[r].to_vec())
     };
     let parts = [part(0..1), part(1..batch.b)];
-    let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretraining, None, 0).unwrap();
+    let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Pretrain, None, 0).unwrap();
     // A high learning rate, so that the predictions become right on the way (at the checkpoint's weights none is) and
     // the micro-batches' accuracies differ: a mean of their ratios, or one micro-batch's, would then be caught.
     let opt = StepOptions { learning_rate: 2e-2, ..StepOptions::default() };
