@@ -33,6 +33,15 @@ const CPU_ATOL: f32 = 1e-4;
 /// Measured worst on lavapipe here: 8.0e-6 (ALBERT token logits).
 const GPU_ATOL: f32 = 2e-4;
 
+/// tiny-albert-mlm through a Q8_0 GGUF (its factorised tables f16) against the f32 golden, on the CPU. Measured worst
+/// |q8 − torch| 0.105 (mask logits, of RMS 1.27; embeddings 0.070, of RMS 1.03): 8-bit blocks move every weight of
+/// the one shared layer, which runs three times. 0.3 is about 3× that, and below what a mistake moves (1.6 and 2.9
+/// for the two in CPU_ATOL's note).
+const Q8_0_ATOL: f32 = 0.3;
+/// The same per mask, as a whole row of vocabulary logits: measured lowest cosine 0.999760 (1 − cos = 2.4e-4, as
+/// MiniLM's Q8_0 in tests/gguf.rs); 0.999 allows about 4× the measured 1 − cos.
+const Q8_0_MIN_COSINE: f64 = 0.999;
+
 /// Random tiny weights give near-ties: ALBERT's smallest fill-mask gap is 1.1e-4 (the script prints it).
 const NEAR_TIES: bool = true;
 
@@ -220,10 +229,32 @@ fn electra_and_albert_through_gguf_match_pytorch() {
             family::embeddings(fam, gf, &model, CPU_ATOL, true);
         }
     }
-    // Quantized: the factorised tables (E = 16 columns, not whole blocks of 32) stay f16; it still loads and runs.
+    // Quantized: the factorised tables (E = 16 columns, not whole blocks of 32) stay f16, the rest Q8_0; the
+    // golden's mask logits and embeddings within what 8-bit blocks move them.
     let bytes = family::gguf_bytes("tiny-albert-mlm", Dtype::Q8_0);
     let m = gguf::load_gguf(&bytes).unwrap();
     let model = Model::new(CpuBackend::new(), m.config, m.tokenizer, &m.weights).unwrap();
+    let gf = &g["albert"];
+    let cases = gf["fill_mask"].as_array().unwrap();
+    let encoded: Vec<_> = cases.iter().map(|c| model.tokenizer.encode(c["text"].as_str().unwrap(), None).unwrap()).collect();
+    for (e, c) in encoded.iter().zip(cases) {
+        assert_eq!(e.ids, ids(&c["input_ids"]), "albert Q8_0 ids of {}", c["text"]);
+    }
+    let positions: Vec<Vec<usize>> = cases
+        .iter()
+        .map(|c| c["mask_rows"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as usize).collect())
+        .collect();
+    let got = block_on(model.fill_mask_logits(&encoded, &positions)).unwrap();
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&c["mask_logits"])).collect();
+    close("albert Q8_0 fill-mask logits", &got, &want, Q8_0_ATOL, 0.0);
+    // Each mask's row of logits over the vocabulary, as a whole: the error spread over every value.
+    let vocab = model.config.vocab_size;
+    assert_eq!(got.len() % vocab, 0);
+    let cos: Vec<f64> = got.chunks(vocab).zip(want.chunks(vocab)).map(|(a, b)| common::cosine(a, b)).collect();
+    let min = cos.iter().copied().fold(f64::INFINITY, f64::min);
+    eprintln!("measured albert Q8_0 fill-mask logits: cosines to PyTorch {cos:.6?}");
+    assert!(min >= Q8_0_MIN_COSINE, "albert Q8_0 fill-mask logits: cosine {min} < {Q8_0_MIN_COSINE}");
+    family::embeddings("albert Q8_0", gf, &model, Q8_0_ATOL, true);
     let got = block_on(model.fill_mask(&["the capital of france is [MASK]."], 5)).unwrap();
     assert_eq!(got[0][0].len(), 5);
 }
