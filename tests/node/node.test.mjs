@@ -264,3 +264,31 @@ test("fineTune in Node.js: a token classifier trained from a folder path, its ex
   assert.ok(got.tuned.length > 0, "the tuned model tags tokens");
   assert.deepEqual(got.reloaded, got.tuned, "the exported folder is the fine-tuned model");
 });
+
+test("fineTune and pretrain refuse a checkpoint that is not a BERT, naming its model_type", async () => {
+  const got = await inConsumer(`
+    import { Bert } from "bertgpu";
+    const out = [];
+    const examples = [{ text: "a", label: "x" }, { text: "b", label: "y" }];
+    for (const [dir, call] of [["tiny-distilbert-classifier", (b) => b.fineTune(examples, { task: "classify", epochs: 1 })],
+      ["tiny-roberta-classifier", (b) => b.fineTune(examples, { task: "classify", epochs: 1, lora: { r: 2 } })],
+      ["tiny-roberta-mlm", (b) => b.pretrain("one sentence.\\nanother one.\\n\\na second document.\\nwith two lines.", { steps: 1 })]]) {
+      const bert = await Bert.load(process.argv[1] + "/" + dir);
+      const weights = async () => Buffer.from((await bert.exportModel())["model.safetensors"]);
+      const before = await weights();
+      try {
+        await call(bert);
+        out.push({ dir, error: null });
+      } catch (e) {
+        out.push({ dir, error: String(e.message ?? e), same: (await weights()).equals(before) });
+      }
+      bert.dispose();
+    }
+    console.log(JSON.stringify(out));
+  `, path.join(ROOT, "tests/models"));
+  assert.equal(got.length, 3);
+  for (const [r, type] of got.map((r, i) => [r, ["distilbert", "roberta", "roberta"][i]])) {
+    assert.ok(r.error && r.error.includes(`this one is \`${type}\``), `${r.dir}: ${r.error}`);
+    assert.equal(r.same, true, `${r.dir}: the model is left as it was`);
+  }
+});
