@@ -334,3 +334,27 @@ test("fineTune with LoRA: the adapters the native CLI trains, peft's files, the 
   });
   ctx.page.checkErrors();
 });
+
+test("fineTune with LoRA on WebGPU trains the adapters the wasm CPU trains", async () => {
+  const lora = { r: 4, alpha: 8, targets: "qv" };
+  const got = await ctx.page.evaluate(async ({ url, examples, options, lora }) => {
+    const out = {};
+    for (const device of ["webgpu", "cpu"]) {
+      const bert = await bertgpu.Bert.load(url, { device });
+      const report = await bert.fineTune(examples, { ...options, learningRate: 1e-2, lora });
+      const adapter = await bert.exportModel({ format: "adapter" });
+      out[device] = { device: bert.device, losses: report.steps.map((s) => s.loss),
+        weights: Array.from(adapter["adapter_model.safetensors"]) };
+      bert.dispose();
+    }
+    return out;
+  }, { url: ctx.env.models.url + TINY, examples: EXAMPLES, options: OPTIONS, lora });
+  assert.equal(got.webgpu.device, "webgpu");
+  assert.equal(got.cpu.losses.length, 6, "18 rows in batches of 8, 2 epochs");
+  const worstLoss = assertLossesClose(got.webgpu.losses, got.cpu.losses, "LoRA: WebGPU vs wasm CPU");
+  const worst = maxWeightDiff(readSafetensors(Uint8Array.from(got.webgpu.weights)), readSafetensors(Uint8Array.from(got.cpu.weights)));
+  console.log(`LoRA, WebGPU vs wasm CPU: step losses relative ${worstLoss.toExponential(2)}, adapter `
+    + `${worst.diff.toExponential(2)} (${worst.name})`);
+  assert.ok(worst.diff <= PARAM_ATOL, `adapter ${worst.name} differs by ${worst.diff}`);
+  ctx.page.checkErrors();
+});
