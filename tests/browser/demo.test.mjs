@@ -15,8 +15,13 @@ import { start, ROOT, readJson } from "./harness.mjs";
 import { serveDemo } from "../../www/serve.mjs";
 
 const SHOTS = path.join(ROOT, "tests/browser/screenshots");
-/** Scores on the page are the package's f32 outputs; the goldens are PyTorch's (see heads.test.mjs). */
-const SCORE_ATOL = 1e-4;
+/**
+ * Scores on the page are the package's f32 outputs against PyTorch's goldens: heads.test.mjs measures 1.2e-6 for the
+ * same calls and bounds them by 1e-5. The page shows a percentage to one decimal, which rounds the probability by up
+ * to PERCENT_ROUNDING more.
+ */
+const SCORE_ATOL = 1e-5;
+const PERCENT_ROUNDING = 0.0005;
 /** Held-out accuracy of the page's head: see MIN_ACCURACY in train.test.mjs (same data, same bar). */
 const MIN_ACCURACY = 0.65;
 
@@ -323,7 +328,7 @@ test("demo page: every section with the default model, task panels, dropped file
       const cls = await page.$$eval("#cl-results li", (ls) => ls.map((l) => ({
         label: l.children[0].textContent, pct: Number(l.children[2].textContent.replace("%", "")) })));
       assert.deepEqual(cls.map((c) => c.label), clsCase.pipeline.map((p) => p.label));
-      cls.forEach((c, i) => assert.ok(Math.abs(c.pct / 100 - clsCase.pipeline[i].score) <= 0.0005 + SCORE_ATOL,
+      cls.forEach((c, i) => assert.ok(Math.abs(c.pct / 100 - clsCase.pipeline[i].score) <= PERCENT_ROUNDING + SCORE_ATOL,
         `${c.label} ${c.pct}% vs ${clsCase.pipeline[i].score}`));
 
       // A model dropped as files (the file picker behind the drop zone): splade-tiny's folder. Fill-mask then runs on
