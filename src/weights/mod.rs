@@ -16,6 +16,7 @@ pub mod peft;
 pub mod bytes;
 pub mod safetensors;
 pub mod sentence;
+pub mod sharded;
 pub mod stream;
 
 use std::collections::HashMap;
