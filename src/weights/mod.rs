@@ -487,7 +487,7 @@ impl Weights {
         let mut out = Self::bert_candidates(full);
         match self.family {
             Some(Family::DistilBert) => out.extend(distilbert::from_bert(full)),
-            Some(Family::Roberta | Family::XlmRoberta) => out.extend(roberta::NAMES.from_bert(full)),
+            Some(Family::Roberta | Family::XlmRoberta | Family::Camembert) => out.extend(roberta::NAMES.from_bert(full)),
             Some(Family::Electra) => out.extend(electra::NAMES.from_bert(full)),
             Some(Family::Albert) => out.extend(albert::from_bert(full)),
             Some(Family::Bert) | None => {}
