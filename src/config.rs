@@ -28,6 +28,10 @@ pub enum Family {
     /// `model_type: "xlm-roberta"` (transformers `models/xlm_roberta`, a copy of RoBERTa's code): RoBERTa with a
     /// SentencePiece Unigram tokenizer; the base of multilingual-e5 and bge-m3.
     XlmRoberta,
+    /// `model_type: "camembert"` (transformers `models/camembert`, generated from RoBERTa's code with
+    /// `base_model_prefix = "roberta"`, so its tensors are RoBERTa's names): RoBERTa with a SentencePiece Unigram
+    /// tokenizer whose `<s>` and `</s>` are not ids 0 and 2 (camembert-base: 5 and 6).
+    Camembert,
     /// `model_type: "electra"` (transformers `models/electra`): BERT's encoder under `electra.`, with embeddings of
     /// [`BertConfig::embedding_size`] E and, when E differs from the hidden size, `embeddings_project` (E → H) after
     /// their LayerNorm; no pooler. Its heads: the discriminator (`discriminator_predictions`, one "replaced" logit
@@ -55,6 +59,7 @@ impl Family {
             Family::DistilBert => "distilbert",
             Family::Roberta => "roberta",
             Family::XlmRoberta => "xlm-roberta",
+            Family::Camembert => "camembert",
             Family::Electra => "electra",
             Family::Albert => "albert",
             Family::MPNet => "mpnet",
@@ -68,6 +73,7 @@ impl Family {
             Family::DistilBert => "DistilBert",
             Family::Roberta => "Roberta",
             Family::XlmRoberta => "XLMRoberta",
+            Family::Camembert => "Camembert",
             Family::Electra => "Electra",
             Family::Albert => "Albert",
             Family::MPNet => "MPNet",
@@ -87,10 +93,10 @@ impl Family {
         !matches!(self, Family::DistilBert | Family::MPNet)
     }
 
-    /// RoBERTa and XLM-R (`modeling_roberta.py`): position ids from `padding_idx + 1`, `RobertaLMHead`,
-    /// `RobertaClassificationHead`.
+    /// RoBERTa, XLM-R and CamemBERT (`modeling_roberta.py` and its copies): position ids from `padding_idx + 1`,
+    /// `RobertaLMHead`, `RobertaClassificationHead`.
     pub fn is_roberta(self) -> bool {
-        matches!(self, Family::Roberta | Family::XlmRoberta)
+        matches!(self, Family::Roberta | Family::XlmRoberta | Family::Camembert)
     }
 
     /// The activation of the `[CLS]` projection before a sequence classifier (BERT's and ALBERT's pooler: tanh;
@@ -98,7 +104,9 @@ impl Family {
     /// whatever `hidden_act` says).
     pub fn pooler_activation(self) -> Activation {
         match self {
-            Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Albert | Family::MPNet => Activation::Tanh,
+            Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::Albert | Family::MPNet => {
+                Activation::Tanh
+            }
             Family::DistilBert => Activation::Relu,
             Family::Electra => Activation::Gelu,
         }
@@ -107,7 +115,7 @@ impl Family {
     /// Whether the sequence classifier is `classifier.dense` + activation + `classifier.out_proj` on the first token
     /// (RoBERTa's and ELECTRA's heads) rather than a pooler and `classifier`.
     pub fn has_classification_head_module(self) -> bool {
-        matches!(self, Family::Roberta | Family::XlmRoberta | Family::Electra | Family::MPNet)
+        matches!(self, Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::Electra | Family::MPNet)
     }
 
     /// The activation of the masked-LM head's transform: `hidden_act` for BERT (`BertPredictionHeadTransform`),
@@ -129,7 +137,7 @@ impl Family {
 /// the label maps and metadata the task heads use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
-    /// BERT, DistilBERT, RoBERTa, XLM-RoBERTa, ELECTRA or ALBERT.
+    /// BERT, DistilBERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA or ALBERT.
     pub family: Family,
     pub vocab_size: usize,
     /// E: the width of the embedding tables, their LayerNorm and the masked-LM head's transform. The hidden size
@@ -230,13 +238,13 @@ struct RawConfig {
 
 /// What bertgpu runs, for the messages that refuse everything else.
 const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`), DistilBERT (`\"distilbert\"`), RoBERTa \
-    (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), ELECTRA (`\"electra\"`), ALBERT (`\"albert\"`) and MPNet \
-    (`\"mpnet\"`); \
+    (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), CamemBERT (`\"camembert\"`), ELECTRA (`\"electra\"`), ALBERT \
+    (`\"albert\"`) and MPNet (`\"mpnet\"`); \
     XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, Megatron-BERT, DeBERTa and the other BERT-like families compute differently \
     (pre-LN, relative positions, other attention) and would give wrong results";
 
-/// The classes of RoBERTa and XLM-R whose encoder bertgpu runs (after the family's class prefix). The prefix alone
-/// would also take `XLMRobertaXL*` and `RobertaPreLayerNorm*`, pre-LN models under names that start the same.
+/// The classes of RoBERTa, XLM-R and CamemBERT whose encoder bertgpu runs (after the family's class prefix). The
+/// prefix alone would also take `XLMRobertaXL*` and `RobertaPreLayerNorm*`, pre-LN models under names that start the same.
 const ROBERTA_CLASSES: [&str; 6] =
     ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice"];
 
@@ -255,7 +263,7 @@ fn is_class_of(family: Family, arch: &str) -> bool {
     match family {
         // `RobertaModel` must not pass as `XLMRobertaModel` and the reverse: the prefixes differ, so strip_prefix
         // already tells them apart.
-        Family::Roberta | Family::XlmRoberta => ROBERTA_CLASSES.contains(&rest),
+        Family::Roberta | Family::XlmRoberta | Family::Camembert => ROBERTA_CLASSES.contains(&rest),
         Family::Electra => ELECTRA_CLASSES.contains(&rest),
         Family::Albert => ALBERT_CLASSES.contains(&rest),
         // MPNet's are RoBERTa's six (`MPNetForMaskedLM`, ...).
@@ -265,7 +273,7 @@ fn is_class_of(family: Family, arch: &str) -> bool {
 }
 
 /// The family a config describes: its `model_type`, or for old configs without one, its architecture classes
-/// (`Bert*`, `DistilBert*`, `Roberta*`, `XLMRoberta*`, `Electra*`, `Albert*`). Anything else is refused by name:
+/// (`Bert*`, `DistilBert*`, `Roberta*`, `XLMRoberta*`, `Camembert*`, `Electra*`, `Albert*`). Anything else is refused by name:
 /// Megatron-BERT or XLM-RoBERTa-XL checkpoints, like RoBERTa's, share BERT's tensor names, so running one as another
 /// family would give wrong vectors without a word.
 fn family_of(model_type: Option<&str>, architectures: &[String]) -> Result<Family> {
@@ -274,11 +282,20 @@ fn family_of(model_type: Option<&str>, architectures: &[String]) -> Result<Famil
         Some("distilbert") => Family::DistilBert,
         Some("roberta") => Family::Roberta,
         Some("xlm-roberta") => Family::XlmRoberta,
+        Some("camembert") => Family::Camembert,
         Some("electra") => Family::Electra,
         Some("albert") => Family::Albert,
         Some("mpnet") => Family::MPNet,
         Some(kind) => return Err(Error::Config(format!("model_type `{kind}` is not supported: {SUPPORTED}"))),
-        None => [Family::DistilBert, Family::Roberta, Family::XlmRoberta, Family::Electra, Family::Albert, Family::MPNet]
+        None => [
+            Family::DistilBert,
+            Family::Roberta,
+            Family::XlmRoberta,
+            Family::Camembert,
+            Family::Electra,
+            Family::Albert,
+            Family::MPNet,
+        ]
             .into_iter()
             .find(|f| architectures.iter().any(|a| is_class_of(*f, a)))
             .unwrap_or(Family::Bert),
@@ -563,7 +580,7 @@ mod tests {
     #[test]
     fn parses_roberta_configs() {
         for (kind, arch, family) in [("roberta", "RobertaForMaskedLM", Family::Roberta),
-            ("xlm-roberta", "XLMRobertaModel", Family::XlmRoberta)]
+            ("xlm-roberta", "XLMRobertaModel", Family::XlmRoberta), ("camembert", "CamembertForMaskedLM", Family::Camembert)]
         {
             let text = MINI
                 .replace("{\"vocab", &format!("{{\"model_type\": \"{kind}\", \"vocab"))
@@ -589,6 +606,12 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("relative_key_query"), "{e}");
+        }
+        // CamemBERT's decoder class is not among those that run; nor is RoBERTa's class under CamemBERT's model_type.
+        let camembert = MINI.replace("{\"vocab", "{\"model_type\": \"camembert\", \"vocab");
+        for arch in ["CamembertForCausalLM", "RobertaForMaskedLM"] {
+            let e = BertConfig::from_json_str(&camembert.replace("BertForSequenceClassification", arch)).unwrap_err();
+            assert!(e.to_string().contains(&format!("`{arch}` is not a camembert class")), "{e}");
         }
         // Pre-LN relatives whose class names start like RoBERTa's are not taken for it.
         for arch in ["XLMRobertaXLModel", "RobertaPreLayerNormModel"] {

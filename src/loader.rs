@@ -79,6 +79,10 @@ enum PendingWeights {
     /// A folder's `model.safetensors`, read when the weights are asked for (tokenizing needs none).
     #[cfg(not(target_arch = "wasm32"))]
     File(PathBuf),
+    /// A folder's shards, `model.safetensors.index.json` read and checked: its shards are read when the weights are
+    /// asked for, one at a time, each as `model.safetensors` is ([`crate::weights::sharded`]).
+    #[cfg(not(target_arch = "wasm32"))]
+    Shards(PathBuf, crate::weights::sharded::ShardIndex),
     /// A `.gguf` path whose header (config, tokenizer, the tensors' places) is read: its tensors are read when the
     /// weights are asked for, a piece at a time. `seen`: the config and the tensors' entries the header gave.
     #[cfg(not(target_arch = "wasm32"))]
@@ -101,6 +105,8 @@ impl LoadedModel {
             #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::File(p) => Weights::from_safetensors_file(p)?,
             #[cfg(not(target_arch = "wasm32"))]
+            PendingWeights::Shards(dir, index) => shard_weights(dir, index, None)?,
+            #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::GgufFile { path, seen } => gguf_weights(path, seen, None)?,
         };
         Ok(self.with_extra(w))
@@ -122,6 +128,8 @@ impl LoadedModel {
             PendingWeights::Ready(w) => w.clone(),
             #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::File(p) => Weights::from_safetensors_file_to(p, Some(sink))?,
+            #[cfg(not(target_arch = "wasm32"))]
+            PendingWeights::Shards(dir, index) => shard_weights(dir, index, Some(sink))?,
             #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::GgufFile { path, seen } => gguf_weights(path, seen, Some(sink))?,
         };
@@ -146,6 +154,61 @@ fn gguf_weights(path: &Path, seen: &(String, Vec<crate::weights::gguf::TensorInf
         )));
     }
     Ok(read.tensors.into_iter().collect())
+}
+
+/// The shards of the folder `dir` that `index` names (on `sink`'s device where one is given), each read as a
+/// `model.safetensors` is, then joined after the index's checks.
+#[cfg(not(target_arch = "wasm32"))]
+fn shard_weights(dir: &Path, index: &crate::weights::sharded::ShardIndex,
+    sink: Option<&dyn crate::weights::stream::DeviceSink>) -> Result<Weights> {
+    let mut shards = Vec::with_capacity(index.shards().len());
+    for name in index.shards() {
+        let path = dir.join(name);
+        if !path.is_file() {
+            return Err(Error::Weights(format!(
+                "{} names the shard {name}, which is not in {}",
+                crate::weights::sharded::INDEX_FILE,
+                dir.display()
+            )));
+        }
+        shards.push((name.clone(), Weights::from_safetensors_file_to(&path, sink)?));
+    }
+    index.join_weights(shards).map_err(|e| match e {
+        Error::Weights(m) => Error::Weights(format!("{}: {m}", dir.display())),
+        other => other,
+    })
+}
+
+/// Which weights file a native folder has: `model.safetensors`, else `model.safetensors.index.json` and its shards
+/// (the index read and checked now). A folder with only `pytorch_model.bin` is refused by name: its pickle is not
+/// read (that would mean running Python's unpickler, or a reader of our own that no crate provides well), and
+/// converting it takes one line.
+#[cfg(not(target_arch = "wasm32"))]
+fn folder_weights(path: &Path) -> Result<PendingWeights> {
+    use crate::weights::sharded::{ShardIndex, INDEX_FILE, MAX_INDEX_BYTES};
+    let single = path.join("model.safetensors");
+    let index = path.join(INDEX_FILE);
+    if single.exists() || !index.exists() {
+        let bin = path.join("pytorch_model.bin");
+        if !single.exists() && bin.exists() {
+            return Err(Error::Weights(crate::weights::sharded::pytorch_refusal(path)));
+        }
+        return Ok(PendingWeights::File(single));
+    }
+    let cannot = |e| Error::io(format!("cannot read {}", index.display()), e);
+    let len = std::fs::metadata(&index).map_err(cannot)?.len();
+    if len > MAX_INDEX_BYTES as u64 {
+        return Err(Error::Weights(format!(
+            "{} is {len} bytes, more than the {MAX_INDEX_BYTES} an index of shards may have",
+            index.display()
+        )));
+    }
+    let bytes = std::fs::read(&index).map_err(cannot)?;
+    let parsed = ShardIndex::parse(&bytes).map_err(|e| match e {
+        Error::Weights(m) => Error::Weights(format!("{}: {m}", path.display())),
+        other => other,
+    })?;
+    Ok(PendingWeights::Shards(path.to_path_buf(), parsed))
 }
 
 /// Loads and checks config and tokenizer (and, except for a folder, the weights) of `source`.
@@ -250,5 +313,5 @@ fn folder(path: &Path) -> Result<(BertConfig, Tokenizer, PendingWeights)> {
     let config = BertConfig::from_file(path.join("config.json"))?;
     // The folder's tokenizer starts at the model's own limit; `load` sets the requested one.
     let tokenizer = Tokenizer::from_dir(path, config.max_position_embeddings)?;
-    Ok((config, tokenizer, PendingWeights::File(path.join("model.safetensors"))))
+    Ok((config, tokenizer, folder_weights(path)?))
 }

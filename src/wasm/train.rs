@@ -525,7 +525,7 @@ impl WasmModel {
 #[wasm_bindgen(js_name = toGguf)]
 pub fn to_gguf(config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>, tokenizer_config: Option<Vec<u8>>,
     weights: Vec<u8>, dtype: &str) -> Result<Vec<u8>, JsError> {
-    use crate::weights::gguf::convert::{convert_files, FolderFiles};
+    use crate::weights::gguf::convert::{convert_files, FolderFiles, WeightsBytes};
     let dtype: crate::dtype::Dtype = dtype.parse().map_err(js_err)?;
     let files = FolderFiles {
         name: "bert",
@@ -534,7 +534,7 @@ pub fn to_gguf(config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8
         vocab: vocab.as_deref(),
         tokenizer_config: tokenizer_config.as_deref(),
         sentence: &[],
-        safetensors: &weights,
+        weights: WeightsBytes::One(&weights),
     };
     convert_files(&files, dtype).map(|(bytes, _)| bytes).map_err(js_err)
 }

@@ -17,6 +17,7 @@ pub mod peft;
 pub mod bytes;
 pub mod safetensors;
 pub mod sentence;
+pub mod sharded;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -487,7 +488,7 @@ impl Weights {
         let mut out = Self::bert_candidates(full);
         match self.family {
             Some(Family::DistilBert) => out.extend(distilbert::from_bert(full)),
-            Some(Family::Roberta | Family::XlmRoberta) => out.extend(roberta::NAMES.from_bert(full)),
+            Some(Family::Roberta | Family::XlmRoberta | Family::Camembert) => out.extend(roberta::NAMES.from_bert(full)),
             Some(Family::Electra) => out.extend(electra::NAMES.from_bert(full)),
             Some(Family::Albert) => out.extend(albert::from_bert(full)),
             Some(Family::MPNet) => out.extend(mpnet::from_bert(full)),

@@ -335,7 +335,7 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
     let bert_name = |n: &str| match cfg.family {
         Family::Bert => canonical_hf_name(n),
         Family::DistilBert => canonical_hf_name(&distilbert::to_bert(n)),
-        Family::Roberta | Family::XlmRoberta => canonical_hf_name(&roberta::NAMES.to_bert(n)),
+        Family::Roberta | Family::XlmRoberta | Family::Camembert => canonical_hf_name(&roberta::NAMES.to_bert(n)),
         Family::Electra => canonical_hf_name(&electra::NAMES.to_bert(n)),
         Family::Albert => canonical_hf_name(&albert::to_bert(n)),
         Family::MPNet => canonical_hf_name(&mpnet::to_bert(n)),

@@ -10,24 +10,67 @@ use crate::{Error, Result};
 /// Hugging Face safetensors bytes → tensors (f32, f16 and bf16 kept as f32/f16; integer buffers such as
 /// `embeddings.position_ids` are skipped: they are not weights).
 pub fn tensors_from_safetensors(bytes: &[u8]) -> Result<Vec<(String, HostTensor)>> {
+    Ok(tensors_and_skipped(bytes)?.0)
+}
+
+/// [`tensors_from_safetensors`], and the names of the integer buffers it left out.
+fn tensors_and_skipped(bytes: &[u8]) -> Result<(Vec<(String, HostTensor)>, Vec<String>)> {
     use safetensors::{Dtype, SafeTensors};
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| Error::Weights(format!("model.safetensors cannot be read: {e}")))?;
-    let mut out = Vec::new();
+    let (mut out, mut skipped) = (Vec::new(), Vec::new());
     let mut names: Vec<String> = st.names().into_iter().map(|s| s.to_string()).collect();
     names.sort();
     for name in names {
         let v = st.tensor(&name).map_err(|e| Error::Weights(format!("tensor `{name}`: {e}")))?;
         let data = match (v.dtype(), host_data(v.dtype(), v.data())) {
             (_, Some(data)) => data,
-            (Dtype::I64 | Dtype::I32 | Dtype::U8 | Dtype::BOOL, None) => continue,
+            (Dtype::I64 | Dtype::I32 | Dtype::U8 | Dtype::BOOL, None) => {
+                skipped.push(name);
+                continue;
+            }
             (other, None) => {
                 return Err(Error::Weights(format!("tensor `{name}` has dtype {other:?}; expected f32, f16 or bf16")))
             }
         };
         out.push((name, HostTensor { shape: v.shape().to_vec(), data }));
     }
-    Ok(out)
+    Ok((out, skipped))
+}
+
+/// A folder's weights, as bytes.
+pub enum WeightsBytes<'a> {
+    /// `model.safetensors`.
+    One(&'a [u8]),
+    /// `model.safetensors.index.json` and its shards by file name ([`crate::weights::sharded`]).
+    Sharded { index: &'a [u8], shards: &'a [(String, Vec<u8>)] },
+}
+
+impl WeightsBytes<'_> {
+    /// The tensors, the shards' joined after the index's checks.
+    fn tensors(&self) -> Result<Vec<(String, HostTensor)>> {
+        match self {
+            WeightsBytes::One(bytes) => tensors_from_safetensors(bytes),
+            WeightsBytes::Sharded { index, shards } => {
+                let index = crate::weights::sharded::ShardIndex::parse(index)?;
+                let mut lists = Vec::with_capacity(shards.len());
+                for (name, bytes) in shards.iter() {
+                    let (tensors, skipped) = tensors_and_skipped(bytes)
+                        .map_err(|e| Error::Weights(format!("shard {name}: {e}")))?;
+                    lists.push((name.clone(), tensors, skipped));
+                }
+                index.join_lists(lists)
+            }
+        }
+    }
+
+    /// The bytes of the weights' files.
+    fn len(&self) -> usize {
+        match self {
+            WeightsBytes::One(bytes) => bytes.len(),
+            WeightsBytes::Sharded { index, shards } => index.len() + shards.iter().map(|(_, b)| b.len()).sum::<usize>(),
+        }
+    }
 }
 
 /// The files of a Hugging Face folder, as bytes.
@@ -42,7 +85,7 @@ pub struct FolderFiles<'a> {
     /// A sentence-transformers folder's own files by their path in the folder (modules.json, each module's
     /// folder, sentence_bert_config.json, config_sentence_transformers.json): carried into the GGUF.
     pub sentence: &'a [(String, Vec<u8>)],
-    pub safetensors: &'a [u8],
+    pub weights: WeightsBytes<'a>,
 }
 
 /// A folder's files → the bytes of one `.gguf` with weights in `dtype` (see [`convert`]), and its tensor count.
@@ -61,7 +104,7 @@ pub fn convert_files(f: &FolderFiles<'_>, dtype: Dtype) -> Result<(Vec<u8>, usiz
         (None, None) => return Err(Error::Tokenizer("the folder has neither tokenizer.json nor vocab.txt".into())),
     };
     let tokenizer_config_json = f.tokenizer_config.map(|b| text("tokenizer_config.json", b)).transpose()?;
-    let mut tensors = tensors_from_safetensors(f.safetensors)?;
+    let mut tensors = f.weights.tensors()?;
     let hidden = crate::config::BertConfig::from_json_str(&config_json)?.hidden_size;
     let mut read = |name: &str| Ok(f.sentence.iter().find(|(n, _)| n == name).map(|(_, b)| b.clone()));
     let (sentence, dense) = crate::weights::sentence::read_sentence(hidden, &mut read)?;
@@ -84,8 +127,9 @@ pub struct ConvertReport {
     pub tensors: usize,
 }
 
-/// `bertgpu convert`: a Hugging Face BERT folder (`config.json`, `model.safetensors`, `tokenizer.json` or
-/// `vocab.txt`, optional sentence-transformers `1_Pooling/config.json`) → one `.gguf` file.
+/// `bertgpu convert`: a Hugging Face BERT folder (`config.json`, `model.safetensors` or the shards
+/// `model.safetensors.index.json` names, `tokenizer.json` or `vocab.txt`, optional sentence-transformers
+/// `1_Pooling/config.json`) → one `.gguf` file.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path) -> Result<ConvertReport> {
     let read = |name: &str| {
@@ -126,7 +170,30 @@ pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path)
             }
         }
     }
-    let (st, tokenizer_config) = (read("model.safetensors")?, optional("tokenizer_config.json"));
+    let tokenizer_config = optional("tokenizer_config.json");
+    // The folder's weights: model.safetensors, else the index of shards and each shard it names.
+    use crate::weights::sharded::{ShardIndex, INDEX_FILE, MAX_INDEX_BYTES};
+    let (single, index_path) = (model_dir.join("model.safetensors"), model_dir.join(INDEX_FILE));
+    let (mut st, mut index, mut shards) = (Vec::new(), Vec::new(), Vec::new());
+    if !single.exists() && index_path.exists() {
+        if std::fs::metadata(&index_path).map_or(0, |m| m.len()) > MAX_INDEX_BYTES as u64 {
+            return Err(Error::Weights(format!("{} is larger than the {MAX_INDEX_BYTES} bytes allowed", index_path.display())));
+        }
+        index = read(INDEX_FILE)?;
+        for name in ShardIndex::parse(&index)?.shards() {
+            if !model_dir.join(name).is_file() {
+                return Err(Error::Weights(format!("{INDEX_FILE} names the shard {name}, which is not in {}",
+                    model_dir.display())));
+            }
+            shards.push((name.clone(), read(name)?));
+        }
+    } else if !single.exists() && model_dir.join("pytorch_model.bin").exists() {
+        return Err(Error::Weights(crate::weights::sharded::pytorch_refusal(model_dir)));
+    } else {
+        st = read("model.safetensors")?;
+    }
+    let weights = if index.is_empty() { WeightsBytes::One(&st) } else { WeightsBytes::Sharded { index: &index, shards: &shards } };
+    let weights_bytes = weights.len() as u64;
     let files = FolderFiles {
         name: model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("bert"),
         config: &config,
@@ -134,9 +201,9 @@ pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path)
         vocab: vocab.as_deref(),
         tokenizer_config: tokenizer_config.as_deref(),
         sentence: &sentence,
-        safetensors: &st,
+        weights,
     };
     let (bytes, tensors) = convert_files(&files, dtype)?;
     std::fs::write(out, &bytes).map_err(|e| Error::io(format!("writing {}", out.display()), e))?;
-    Ok(ConvertReport { safetensors_bytes: st.len() as u64, gguf_bytes: bytes.len() as u64, tensors })
+    Ok(ConvertReport { safetensors_bytes: weights_bytes, gguf_bytes: bytes.len() as u64, tensors })
 }
