@@ -278,3 +278,47 @@ test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify, and ELECTRA detects
   console.log(`every family: hidden states within ${measured.hidden.toExponential(2)} of PyTorch's (with the tests before)`);
   ctx.page.checkErrors();
 });
+
+/**
+ * MPNet in the page: the relative position bias (the attention kernel's BIAS = 1 pipelines, compiled by Chromium's
+ * own WGSL compiler on WebGPU) in the mean-pooled embeddings of its tiny MPNetForMaskedLM (a padded batch, and each
+ * text alone) and its sequence classifier (pairs included), against PyTorch (tests/golden/mpnet.json; the native
+ * tests/mpnet.rs measures ≤ 6.7e-6), on the CPU and WebGPU: HIDDEN_ATOL and SCORE_ATOL above.
+ */
+test("MPNet embeds and classifies as PyTorch does in the browser (CPU and WebGPU)", async () => {
+  const mp = readJson("tests/golden/mpnet.json");
+  const texts = mp.embeddings.map((e) => e.text);
+  const inputs = mp.classifier.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair]));
+  assert.ok(mp.classifier.some((x) => x.text_pair != null), "the golden has pairs");
+  const got = await ctx.page.evaluate(async ({ base, texts, inputs }) => {
+    const out = {};
+    for (const device of ["cpu", "webgpu"]) {
+      const e = await bertgpu.Bert.load(base + "tiny-mpnet-mlm/", { device });
+      const c = await bertgpu.Bert.load(base + "tiny-mpnet-classifier/", { device });
+      const alone = [];
+      for (const t of texts) alone.push(Array.from((await e.embed([t], { normalize: false }))[0]));
+      out[device] = {
+        embed: (await e.embed(texts, { normalize: false })).map((v) => Array.from(v)),
+        alone,
+        classify: await c.classify(inputs),
+      };
+      e.dispose();
+      c.dispose();
+    }
+    return out;
+  }, { base: ctx.env.models.url + "tests/models/", texts, inputs });
+  for (const device of ["cpu", "webgpu"]) {
+    const g = got[device];
+    for (const [how, vecs] of [["batch", g.embed], ["alone", g.alone]]) {
+      assert.equal(vecs.length, mp.embeddings.length, `${device} mpnet ${how}: one vector per text`);
+      vecs.forEach((v, i) => {
+        assert.equal(v.length, mp.embeddings[i].mean.length);
+        v.forEach((x, k) => assert.ok(Math.abs(x - mp.embeddings[i].mean[k]) <= HIDDEN_ATOL,
+          `${device} mpnet ${how} embed ${i}[${k}]: ${x} vs ${mp.embeddings[i].mean[k]}`));
+      });
+    }
+    assert.equal(g.classify.length, mp.classifier.length);
+    mp.classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} mpnet ${x.text}`));
+  }
+  ctx.page.checkErrors();
+});

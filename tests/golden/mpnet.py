@@ -14,10 +14,12 @@ far past the tolerances), written to:
   tests/models/tiny-mpnet-mlm/          MPNetForMaskedLM
   tests/models/tiny-mpnet-classifier/   MPNetForSequenceClassification, 3 labels (pairs included)
   tests/models/tiny-mpnet-model/        MPNetModel with its pooler, as all-mpnet-base-v2 ships (at the root)
+  tests/models/tiny-mpnet-ner/          MPNetForTokenClassification
+  tests/models/tiny-mpnet-qa/           MPNetForQuestionAnswering
   tests/golden/mpnet.json               mean and <s> embeddings of a padded batch (texts of 3 to 40 tokens: offsets
                                         in the exact and the logarithmic buckets), fill-mask logits and pipeline,
-                                        classification logits and pipeline, and transformers' bucket of every offset
-                                        -300..300
+                                        classification logits and pipeline, token-classification logits, QA logits
+                                        and answers, and transformers' bucket of every offset -300..300
 """
 import json
 import os
@@ -25,7 +27,8 @@ import shutil
 import sys
 
 import torch
-from transformers import AutoTokenizer, MPNetConfig, MPNetForMaskedLM, MPNetForSequenceClassification, MPNetModel
+from transformers import (AutoTokenizer, MPNetConfig, MPNetForMaskedLM, MPNetForQuestionAnswering,
+                          MPNetForSequenceClassification, MPNetForTokenClassification, MPNetModel)
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -87,6 +90,25 @@ def main():
         label2id={v: k for k, v in ids3.items()})), 142).eval()
     save(m, "tiny-mpnet-classifier")
     g["classifier"] = R.classify(m, tok)
+    ner_labels = dict(enumerate(["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]))
+    torch.manual_seed(44)
+    m = perturb(MPNetForTokenClassification(config(
+        V, architectures=["MPNetForTokenClassification"], id2label=ner_labels,
+        label2id={v: k for k, v in ner_labels.items()})), 144).eval()
+    save(m, "tiny-mpnet-ner")
+    rows = []
+    for text in H.NER_TEXTS:
+        e = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            logits = m(**e).logits[0]
+        rows.append({"text": text, "input_ids": e["input_ids"][0].tolist(), "logits": [H.fl(r) for r in logits]})
+    g["ner"] = rows
+    torch.manual_seed(45)
+    m = perturb(MPNetForQuestionAnswering(config(V, architectures=["MPNetForQuestionAnswering"])), 145).eval()
+    save(m, "tiny-mpnet-qa")
+    max_seq_len = min(tok.model_max_length, 384)
+    g["qa"] = [H.qa_reference(R.WithoutTypes(m), R.WithTypes(tok), q["question"], q["context"], max_seq_len,
+                              min(max_seq_len // 2, 128)) for q in H.QA_INPUTS]
     torch.manual_seed(43)
     m = perturb(MPNetModel(config(V, architectures=["MPNetModel"])), 143).eval()
     d = save(m, "tiny-mpnet-model")
