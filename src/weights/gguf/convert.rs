@@ -65,6 +65,7 @@ impl WeightsBytes<'_> {
     }
 
     /// The bytes of the weights' files.
+    #[cfg(not(target_arch = "wasm32"))]
     fn len(&self) -> usize {
         match self {
             WeightsBytes::One(bytes) => bytes.len(),
