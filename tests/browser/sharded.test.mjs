@@ -1,7 +1,7 @@
 // A checkpoint saved in shards, and CamemBERT, in the browser: tests/models/tiny-camembert-sharded (the tiny
 // CamembertForMaskedLM of tests/golden/camembert.py saved by save_pretrained(max_shard_size=20KB) in six shards)
 // loaded from its folder URL (the loader fetches model.safetensors.index.json, then each shard) gives transformers'
-// mean-pooled vectors (tests/golden/camembert.json) on the wasm CPU backend and on WebGPU; a copy missing a shard is
+// mean-pooled vectors and fill-mask's best token (tests/golden/camembert.json) on the wasm CPU backend and on WebGPU; a copy missing a shard is
 // refused naming it, and the page loads the next model as before. The native twin is tests/camembert.rs.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -33,12 +33,15 @@ test("a sharded CamemBERT folder URL gives transformers' vectors on the CPU and 
   const url = ctx.env.models.url + "tests/models/tiny-camembert-sharded/";
   const broken = ctx.env.models.url + withoutShard("model-00004-of-00006.safetensors");
   const texts = golden.embeddings.map((e) => e.text);
-  const got = await ctx.page.evaluate(async ({ url, broken, texts }) => {
+  // fill-mask's best prediction on the golden texts with one mask (the near-ties of random weights are further down).
+  const single = golden.fill_mask.filter((c) => c.mask_rows.length === 1);
+  assert.ok(single.length > 0);
+  const got = await ctx.page.evaluate(async ({ url, broken, texts, masks }) => {
     const out = {};
     for (const device of ["cpu", "webgpu"]) {
       const bert = await bertgpu.Bert.load(url, { device, cache: false });
       out[device] = { device: bert.device, mean: Array.from(await bert.embed(texts, { pooling: "mean",
-        normalize: false }), (v) => Array.from(v)) };
+        normalize: false }), (v) => Array.from(v)), fill: await Promise.all(masks.map((t) => bert.fillMask(t))) };
       bert.dispose();
     }
     try {
@@ -51,7 +54,7 @@ test("a sharded CamemBERT folder URL gives transformers' vectors on the CPU and 
     out.after = Array.from((await again.embed(texts.slice(0, 1), { pooling: "mean", normalize: false }))[0]);
     again.dispose();
     return out;
-  }, { url, broken, texts });
+  }, { url, broken, texts, masks: single.map((c) => c.text) });
   let max = 0;
   for (const device of ["cpu", "webgpu"]) {
     assert.equal(got[device].device, device);
@@ -64,6 +67,14 @@ test("a sharded CamemBERT folder URL gives transformers' vectors on the CPU and 
         assert.ok(d <= ATOL, `${device}: text ${i}[${j}]: ours ${x}, transformers ${want[j]}`);
         max = Math.max(max, d);
       });
+    });
+  }
+  for (const device of ["cpu", "webgpu"]) {
+    assert.equal(got[device].fill.length, single.length, `${device}: one answer per text`);
+    got[device].fill.forEach((preds, i) => {
+      const best = single[i].predictions[0][0];
+      assert.equal(preds[0].token, best.token, `${device}: ${single[i].text}`);
+      assert.equal(preds[0].sequence, best.sequence, `${device}: ${single[i].text}`);
     });
   }
   console.log(`measured max |ours - transformers| (sharded CamemBERT, CPU and WebGPU): ${max.toExponential(2)}`);
