@@ -52,13 +52,15 @@ export function checkLoadOptions(resolved, { sha256, maxBytes } = {}) {
     throw new TypeError("Bert.load: sha256 checks downloaded files; a bytes source is used as given");
   }
   const names = resolved.kind === "gguf" ? [ggufName(resolved.url)] : FOLDER_FILES;
+  const folder = resolved.kind !== "gguf";
   const out = {};
   for (const [name, hex] of Object.entries(sha256)) {
     // A folder's shards are known once its index is read: a pin of a name the index does not give is refused then.
-    const shard = resolved.kind !== "gguf" && (name === SHARD_INDEX || (SHARD_NAME.test(name) && !names.includes(name)));
-    if (!names.includes(name) && !shard) {
+    const shard = folder && (name === SHARD_INDEX || (SHARD_NAME.test(name) && !names.includes(name)));
+    if (!names.includes(name) && !(folder && sentenceFile(name)) && !shard) {
       throw new TypeError(`Bert.load: sha256 names "${name}", which this source does not fetch `
-        + `(it fetches ${names.join(", ")})`);
+        + `(it fetches ${names.join(", ")}${folder ? `; and sentence-transformers' ${SENTENCE_FILES.join(", ")} and `
+          + "a module's FOLDER/config.json or FOLDER/model.safetensors" : ""})`);
     }
     if (typeof hex !== "string" || !/^[0-9a-fA-F]{64}$/.test(hex)) {
       throw new TypeError(`Bert.load: sha256["${name}"] must be 64 hex digits (a SHA-256 digest)`);
@@ -160,8 +162,14 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
     }
     files.vocab = vocab;
   }
-  const sentence = await fetchSentenceFiles(at, opts);
+  const sentence = await fetchSentenceFiles(at, pinned);
   if (sentence.length) files.sentence = sentence;
+  // A pinned sentence-transformers file must be one the folder's modules.json led to (it was fetched, and checked).
+  for (const name of Object.keys(limits.sha256 ?? {})) {
+    if (sentenceFile(name) && !sentence.some(([n]) => n === name)) {
+      throw new Error(`Bert.load: sha256 pins "${name}", which ${resolved.base}'s modules.json does not list`);
+    }
+  }
   // model.safetensors, else the index of shards and each shard (a pin on either says which the folder must have).
   const shardPins = Object.keys(limits.sha256 ?? {}).filter((n) => n === SHARD_INDEX || SHARD_NAME.test(n)
     && n !== "model.safetensors");
@@ -238,6 +246,16 @@ const MODULE_FILES = {
   SpladePooling: ["config.json"],
 };
 
+/** A module's folder name as the loader fetches it: one plain name, not hidden. */
+const MODULE_FOLDER = /^[A-Za-z0-9_-][A-Za-z0-9_.-]*$/;
+
+/** Whether `name` is a sentence-transformers file a folder source may fetch (and `sha256` may pin). */
+function sentenceFile(name) {
+  if (SENTENCE_FILES.includes(name)) return true;
+  const [dir, file, ...rest] = name.split("/");
+  return rest.length === 0 && MODULE_FOLDER.test(dir ?? "") && ["config.json", "model.safetensors"].includes(file);
+}
+
 /** At most this many modules are read from a modules.json (the module refuses more, by name). */
 const MAX_MODULES = 16;
 
@@ -245,10 +263,10 @@ const MAX_MODULES = 16;
  * The sentence-transformers files of the folder at `at(name)`: [[path, bytes], ...], those it has. A module's path
  * that is not one plain folder name is not fetched (the module refuses the model, naming the path).
  */
-async function fetchSentenceFiles(at, opts) {
+async function fetchSentenceFiles(at, pinned) {
   const out = [];
   for (const name of SENTENCE_FILES) {
-    const bytes = await fetchFile(at(name), name, { ...opts, optional: true });
+    const bytes = await fetchFile(at(name), name, { ...pinned(name), optional: true });
     if (bytes) out.push([name, bytes]);
   }
   const modules = out.find(([name]) => name === "modules.json");
@@ -262,10 +280,10 @@ async function fetchSentenceFiles(at, opts) {
   for (const m of list.slice(0, MAX_MODULES)) {
     const kind = typeof m?.type === "string" ? m.type.split(".").pop() : null;
     const wanted = MODULE_FILES[kind];
-    if (!wanted || typeof m.path !== "string" || !/^[A-Za-z0-9_.-]+$/.test(m.path) || m.path.startsWith(".")) continue;
+    if (!wanted || typeof m.path !== "string" || !MODULE_FOLDER.test(m.path)) continue;
     for (const f of wanted) {
       const path = `${m.path}/${f}`;
-      const bytes = await fetchFile(at(path), path, { ...opts, optional: true });
+      const bytes = await fetchFile(at(path), path, { ...pinned(path), optional: true });
       if (bytes) out.push([path, bytes]);
     }
   }

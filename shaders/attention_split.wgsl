@@ -13,10 +13,12 @@
 // head_dim a multiple of 4 and at most 4·LMAX (the host checks; other heads run attention_vec4.wgsl); WG ≥ dv.
 // Invocations past the workgroup's last whole query (WG not a multiple of dv) only help stage.
 //
+// With BIAS = 1, each score gets its relative bias (lib/attention_bias.wgsl) as lane c computes it.
 // Grid: (ceil(T / (WG / dv)), heads, B); `WG` invocations per workgroup (the tuning's attention width).
 
 #include "lib/act.wgsl"
 #include "lib/attention_params.wgsl"
+#include "lib/attention_bias.wgsl"
 
 override WG: u32 = 256u;
 const NEG: f32 = -1.0e30;  // stands for -inf before the first real key
@@ -67,6 +69,7 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
     l = 0.0;
     acc = vec4<f32>(0.0);
     let drop_row = ((b * p.heads + h) * T + i) * T;  // the dropout index of (query i, key 0)
+    let brow = bias_row(h, min(i, T - 1u));          // its relative bias row (BIAS = 1 only)
     let tiles = (T + dv - 1u) / dv;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let j0 = tile * dv;
@@ -83,7 +86,7 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
             km[t] = select(0.0, mask[b * T + min(j0 + t, T - 1u)], j0 + t < T);
         }
         workgroupBarrier();
-        split_tile(qi, c, dv, owns, j0, drop_row);
+        split_tile(qi, c, dv, owns, j0, drop_row, brow);
     }
     if owns && i < T {
         out[(b * T + i) * Hv + h * dv + c] = pack4(select(vec4<f32>(0.0), acc / l, l > 0.0));

@@ -43,6 +43,12 @@ pub enum Family {
     /// (E → H), and one post-LN layer whose weights every one of the `num_hidden_layers` passes shares; a
     /// SentencePiece Unigram tokenizer with `[CLS] A [SEP] B [SEP]` and token types. See `weights::albert`.
     Albert,
+    /// `model_type: "mpnet"` (transformers `models/mpnet`): BERT's post-LN layers under `mpnet.` with its own names
+    /// (`attention.attn.{q,k,v,o}`: see `weights::mpnet`), RoBERTa's positions (from `padding_idx + 1`, padding_idx
+    /// 1), no token types, RoBERTa's heads (`lm_head`, `classifier.dense` + tanh + `out_proj`), and a relative
+    /// position bias: `encoder.relative_attention_bias` `(32, heads)`, T5's buckets of j − i, added to every layer's
+    /// scores ([`BertConfig::relative_attention_buckets`]).
+    MPNet,
 }
 
 impl Family {
@@ -56,6 +62,7 @@ impl Family {
             Family::Camembert => "camembert",
             Family::Electra => "electra",
             Family::Albert => "albert",
+            Family::MPNet => "mpnet",
         }
     }
 
@@ -69,6 +76,7 @@ impl Family {
             Family::Camembert => "Camembert",
             Family::Electra => "Electra",
             Family::Albert => "Albert",
+            Family::MPNet => "MPNet",
         }
     }
 
@@ -82,7 +90,7 @@ impl Family {
 
     /// Whether the checkpoint has a token-type embedding table (`embeddings.token_type_embeddings`).
     pub fn has_token_type_table(self) -> bool {
-        self != Family::DistilBert
+        !matches!(self, Family::DistilBert | Family::MPNet)
     }
 
     /// RoBERTa, XLM-R and CamemBERT (`modeling_roberta.py` and its copies): position ids from `padding_idx + 1`,
@@ -96,7 +104,9 @@ impl Family {
     /// whatever `hidden_act` says).
     pub fn pooler_activation(self) -> Activation {
         match self {
-            Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::Albert => Activation::Tanh,
+            Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::Albert | Family::MPNet => {
+                Activation::Tanh
+            }
             Family::DistilBert => Activation::Relu,
             Family::Electra => Activation::Gelu,
         }
@@ -105,7 +115,7 @@ impl Family {
     /// Whether the sequence classifier is `classifier.dense` + activation + `classifier.out_proj` on the first token
     /// (RoBERTa's and ELECTRA's heads) rather than a pooler and `classifier`.
     pub fn has_classification_head_module(self) -> bool {
-        matches!(self, Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::Electra)
+        matches!(self, Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::Electra | Family::MPNet)
     }
 
     /// The activation of the masked-LM head's transform: `hidden_act` for BERT (`BertPredictionHeadTransform`),
@@ -113,7 +123,7 @@ impl Family {
     /// `RobertaLMHead`, which calls `gelu` directly, and in ELECTRA's `generator_predictions`
     /// (`get_activation("gelu")`).
     pub fn mlm_activation(self, hidden_act: Activation) -> Activation {
-        if self.is_roberta() || self == Family::Electra { Activation::Gelu } else { hidden_act }
+        if self.is_roberta() || matches!(self, Family::Electra | Family::MPNet) { Activation::Gelu } else { hidden_act }
     }
 
     /// Whether the embeddings are followed by a projection E → H: always for ALBERT
@@ -155,6 +165,9 @@ pub struct BertConfig {
     pub position_offset: usize,
     pub type_vocab_size: usize,
     pub pad_token_id: u32,
+    /// MPNet's relative position buckets (`relative_attention_num_buckets`, 32): the rows of
+    /// `encoder.relative_attention_bias`; 0 for the families without a relative bias.
+    pub relative_attention_buckets: usize,
     /// Class index → label, from `id2label` (whose keys HF writes as strings: `{"0": "NEGATIVE"}`).
     pub id2label: BTreeMap<usize, String>,
     /// Label → class index, from `label2id`.
@@ -194,6 +207,7 @@ struct RawConfig {
     max_position_embeddings: Option<usize>,
     type_vocab_size: Option<usize>,
     pad_token_id: Option<u32>,
+    relative_attention_num_buckets: Option<usize>,
     position_embedding_type: Option<String>,
     model_type: Option<String>,
     // ELECTRA's and ALBERT's factorised embeddings; ALBERT's layer sharing.
@@ -224,8 +238,8 @@ struct RawConfig {
 
 /// What bertgpu runs, for the messages that refuse everything else.
 const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`), DistilBERT (`\"distilbert\"`), RoBERTa \
-    (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), CamemBERT (`\"camembert\"`), ELECTRA (`\"electra\"`) and \
-    ALBERT (`\"albert\"`); \
+    (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), CamemBERT (`\"camembert\"`), ELECTRA (`\"electra\"`), ALBERT \
+    (`\"albert\"`) and MPNet (`\"mpnet\"`); \
     XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, Megatron-BERT, DeBERTa and the other BERT-like families compute differently \
     (pre-LN, relative positions, other attention) and would give wrong results";
 
@@ -252,6 +266,8 @@ fn is_class_of(family: Family, arch: &str) -> bool {
         Family::Roberta | Family::XlmRoberta | Family::Camembert => ROBERTA_CLASSES.contains(&rest),
         Family::Electra => ELECTRA_CLASSES.contains(&rest),
         Family::Albert => ALBERT_CLASSES.contains(&rest),
+        // MPNet's are RoBERTa's six (`MPNetForMaskedLM`, ...).
+        Family::MPNet => ROBERTA_CLASSES.contains(&rest),
         Family::Bert | Family::DistilBert => true,
     }
 }
@@ -269,6 +285,7 @@ fn family_of(model_type: Option<&str>, architectures: &[String]) -> Result<Famil
         Some("camembert") => Family::Camembert,
         Some("electra") => Family::Electra,
         Some("albert") => Family::Albert,
+        Some("mpnet") => Family::MPNet,
         Some(kind) => return Err(Error::Config(format!("model_type `{kind}` is not supported: {SUPPORTED}"))),
         None => [
             Family::DistilBert,
@@ -277,6 +294,7 @@ fn family_of(model_type: Option<&str>, architectures: &[String]) -> Result<Famil
             Family::Camembert,
             Family::Electra,
             Family::Albert,
+            Family::MPNet,
         ]
             .into_iter()
             .find(|f| architectures.iter().any(|a| is_class_of(*f, a)))
@@ -378,9 +396,19 @@ impl BertConfig {
         };
         // RoBERTa: padding_idx = pad_token_id (1 in every released checkpoint, also RobertaConfig's default), and the
         // positions of real tokens start after it.
-        let pad_token_id = raw.pad_token_id.unwrap_or(if family.is_roberta() { 1 } else { 0 });
+        let mpnet = family == Family::MPNet;
+        let pad_token_id = raw.pad_token_id.unwrap_or(if family.is_roberta() || mpnet { 1 } else { 0 });
         let table_rows = raw.max_position_embeddings.unwrap_or(512);
-        let position_offset = if family.is_roberta() { pad_token_id as usize + 1 } else { 0 };
+        let position_offset = if family.is_roberta() || mpnet { pad_token_id as usize + 1 } else { 0 };
+        // MPNet's code fixes padding_idx at 1 and buckets relative positions into 32 whatever config.json says.
+        let buckets = raw.relative_attention_num_buckets.unwrap_or(32);
+        if mpnet && (pad_token_id != 1 || buckets != 32) {
+            return Err(Error::Config(format!(
+                "pad_token_id {pad_token_id} / relative_attention_num_buckets {buckets} is not supported: MPNet's code \
+                 numbers positions from padding_idx 1 and buckets them into 32, so only pad_token_id 1 and 32 buckets \
+                 (every released MPNet) run as transformers runs them"
+            )));
+        }
         if table_rows <= position_offset {
             return Err(Error::Config(format!(
                 "max_position_embeddings {table_rows} leaves no position for a token: {} positions start at \
@@ -407,8 +435,9 @@ impl BertConfig {
             max_position_embeddings: table_rows - position_offset,
             position_offset,
             // One all-zero row stands for DistilBERT's missing table (BertEmbeddings), so every token adds nothing.
-            type_vocab_size: pick(Some(1), raw.type_vocab_size).unwrap_or(2),
+            type_vocab_size: if mpnet { 1 } else { pick(Some(1), raw.type_vocab_size).unwrap_or(2) },
             pad_token_id,
+            relative_attention_buckets: if mpnet { buckets } else { 0 },
             id2label,
             label2id,
             problem_type: raw.problem_type,

@@ -75,6 +75,29 @@ fn run_and_kill(args: &[String], lines: usize) -> bool {
     false
 }
 
+/// The step a resumed run went on from (its "resumed" line), checked to be past the start, and its step lines: one for
+/// each step left of `total`, the first the one after the checkpoint's. A `--resume` that silently started over, or
+/// redid steps, fails here even when it ends with the same model.
+fn resumed_steps(stderr: &str, total: u64) -> u64 {
+    let lines: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let resumed: Vec<u64> = lines
+        .iter()
+        .filter(|v| v["checkpoint"] == "resumed")
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(resumed.len(), 1, "one resume: {stderr}");
+    let from = resumed[0];
+    assert!(from > 0 && from < total, "resumed at step {from} of {total}: {stderr}");
+    let steps: Vec<u64> = lines
+        .iter()
+        .filter(|v| v.get("loss").is_some() && v.get("total_steps").is_some())
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps.len() as u64, total - from, "only the steps after {from}: {stderr}");
+    assert_eq!(steps, (from + 1..=total).collect::<Vec<_>>(), "{stderr}");
+    from
+}
+
 fn report(stdout: &str) -> Value {
     let mut v: Value = serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     v.as_object_mut().unwrap().remove("out");
@@ -106,6 +129,7 @@ fn killed_runs_resume_to_the_uninterrupted_model_bit_for_bit() {
     let (code, stdout, stderr) = run(&resume);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains(r#""checkpoint":"resumed""#), "the last run resumed: {stderr}");
+    resumed_steps(&stderr, 60);
     assert_eq!(report(&stdout), want_report, "the report (every epoch's metrics)");
     let got = std::fs::read(out.join("model.safetensors")).unwrap();
     assert!(got == want_model, "the resumed run's model differs from the uninterrupted run's");
@@ -143,6 +167,8 @@ fn a_damaged_newest_checkpoint_falls_back_and_other_options_are_refused() {
     let (code, _, stderr) = run(&args(&data, &out, &ckpt, &["--keep", "3", "--resume"]));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains(r#""checkpoint":"skipped""#) && stderr.contains(&names.last().unwrap().1), "{stderr}");
+    let from = resumed_steps(&stderr, 60);
+    assert_eq!(from, names[names.len() - 2].0 as u64, "went on from the checkpoint before the damaged one");
     assert!(std::fs::read(out.join("model.safetensors")).unwrap() == want_model, "fell back, then trained to the same model");
 
     // Every checkpoint damaged: a clear error naming the file, and no model.
@@ -178,6 +204,7 @@ fn killed_runs_resume_on_the_gpu() {
     let (code, stdout2, stderr) = run(&resume);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains(r#""checkpoint":"resumed""#), "{stderr}");
+    resumed_steps(&stderr, 15); // 5 steps an epoch, 3 epochs
     assert_eq!(report(&stdout2), report(&stdout));
     assert!(std::fs::read(out.join("model.safetensors")).unwrap() == want_model, "the GPU's resumed model differs");
     let _ = std::fs::remove_dir_all(&dir);
@@ -223,6 +250,9 @@ fn ctrl_c_saves_a_checkpoint_where_it_stops() {
     assert!(!out.exists(), "a stopped run writes no model");
     let (code, stdout2, stderr) = run(&args(&data, &out, &ckpt, &["--checkpoint-every", "1000", "--resume"]));
     assert_eq!(code, Some(0), "{stderr}");
+    // Stopped after step 7, or after step 8 where the signal came once that step had begun.
+    let from = resumed_steps(&stderr, 60);
+    assert!((7..=8).contains(&from), "resumed at step {from}");
     assert_eq!(report(&stdout2), report(&stdout));
     assert!(std::fs::read(out.join("model.safetensors")).unwrap() == want_model, "resumed after Ctrl-C: another model");
     let _ = std::fs::remove_dir_all(&dir);

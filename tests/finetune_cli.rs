@@ -151,6 +151,41 @@ fn bad_input_exits_2_with_a_reason() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Training supports BERT checkpoints only: every other family (whole model or LoRA), and pre-training of a RoBERTa,
+/// is refused before anything is written, with an error naming the checkpoint's model_type.
+#[test]
+fn other_families_are_refused_naming_them() {
+    let dir = tmp("families");
+    let data = dir.join("ok.jsonl");
+    std::fs::write(&data, "{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"b\", \"label\": \"y\"}\n").unwrap();
+    let (data, out) = (data.to_str().unwrap(), dir.join("out"));
+    let cases = [("tiny-distilbert-classifier", "distilbert"), ("tiny-roberta-classifier", "roberta"),
+        ("tiny-xlmr-classifier", "xlm-roberta"), ("tiny-electra-classifier", "electra"), ("tiny-albert-classifier", "albert")];
+    for (name, model_type) in cases {
+        let model = root().join("tests/models").join(name);
+        for lora in [&[][..], &["--lora", "2"][..]] {
+            let mut args = vec!["fine-tune", "--model", model.to_str().unwrap(), "--task", "classify", "--data", data,
+                "--out", out.to_str().unwrap(), "--epochs", "1", "--validation-split", "0", "--device", "cpu"];
+            args.extend(lora);
+            let o = run(&args, "");
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{name} {lora:?}: {stderr}");
+            assert!(stderr.contains("supports BERT checkpoints") && stderr.contains(&format!("this one is `{model_type}`")),
+                "{name} {lora:?}: {stderr}");
+            assert!(!out.exists(), "{name} {lora:?}: a refused run wrote {}", out.display());
+        }
+    }
+    let corpus = root().join("tests/data/fortunes-large/train.jsonl");
+    let mlm = root().join("tests/models/tiny-roberta-mlm");
+    let o = run(&["pretrain", "--model", mlm.to_str().unwrap(), "--data", corpus.to_str().unwrap(), "--out",
+        out.to_str().unwrap(), "--steps", "1", "--device", "cpu"], "");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("this one is `roberta`"), "{stderr}");
+    assert!(!out.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs fine-tune and returns the epoch lines of its progress.
 fn fine_tune(task: &str, model: &str, data: &Path, out: &Path, extra: &[&str]) -> Vec<Value> {
     let model = root().join("tests/models").join(model);

@@ -170,6 +170,45 @@ fn attention_matches_cpu() {
         "the subgroup kernel ran where the adapter has subgroups that fit a head: {:?}", g.compiled_modules());
 }
 
+/// The relative score bias (`attention_biased`, MPNet's position buckets) on every attention kernel, against the CPU
+/// twin: each score of query i and key j gets bias[h][j − i + T − 1] (values up to ±3, so the softmax moves). The
+/// tolerance is attention's: the bias is one more f32 add before the same softmax.
+#[test]
+fn biased_attention_matches_cpu() {
+    let Some(g) = gpu() else { return };
+    let r = CpuBackend::new();
+    let kernels = [(AttentionKernel::Vec4, 64), (AttentionKernel::Fixed, 64), (AttentionKernel::Scalar, 64),
+        (AttentionKernel::Split, 32), (AttentionKernel::Split, 256), (AttentionKernel::SplitSubgroup, 64)];
+    let cases: &[(&[usize], usize, usize, usize)] =
+        &[(&[1], 1, 1, 1), (&[7, 3, 0], 7, 3, 32), (&[33, 20], 33, 12, 32), (&[64, 1, 50], 64, 2, 64), (&[130, 9], 130, 2, 16)];
+    for (kernel, wg) in kernels {
+        g.set_tuning(Tuning { attention: kernel, attention_wg: wg, ..Default::default() });
+        for (ci, &(lens, t, heads, d)) in cases.iter().enumerate() {
+            let (b, h) = (lens.len(), heads * d);
+            let qkv: Vec<f32> = rand_vec(b * t * 3 * h, ci as u64 + 40).iter().map(|v| v * 2.0).collect();
+            let bias: Vec<f32> = rand_vec(heads * (2 * t - 1), ci as u64 + 90).iter().map(|v| v * 3.0).collect();
+            let bt = batch(lens, t, 100, ci as u64);
+            let shape = AttentionShape { batch: b, seq: t, heads, head_dim: d };
+            let gb = g.input(&bias, heads, 2 * t - 1).unwrap();
+            let gy = g.attention_biased(&g.input(&qkv, b * t, 3 * h).unwrap(), &g.mask(&bt).unwrap(), Some(&gb), shape).unwrap();
+            let (rq, rm) = (r.input(&qkv, b * t, 3 * h).unwrap(), r.mask(&bt).unwrap());
+            let ry = r.attention_biased(&rq, &rm, Some(&r.input(&bias, heads, 2 * t - 1).unwrap()), shape).unwrap();
+            let (got, want) = (read(&g, &gy), pollster::block_on(r.read(&ry)).unwrap());
+            let what = format!("biased attention ({kernel:?} {wg}) lens={lens:?} T={t} heads={heads} d={d}");
+            let e = assert_close(&what, &got, &want, ATTENTION_ATOL, ATTENTION_RTOL);
+            eprintln!("{what}: worst |err| {e:e}");
+            if t > 1 {
+                let plain = pollster::block_on(r.read(&r.attention(&rq, &rm, shape).unwrap())).unwrap();
+                assert!(got.iter().zip(&plain).any(|(a, c)| (a - c).abs() > 1e-3), "{what}: the bias changed nothing");
+            }
+        }
+        // A bias of another shape is refused by name.
+        let e = g.attention_biased(&g.input(&[0.0; 6], 1, 6).unwrap(), &g.input(&[1.0], 1, 1).unwrap(),
+            Some(&g.input(&[0.0; 2], 1, 2).unwrap()), AttentionShape { batch: 1, seq: 1, heads: 1, head_dim: 2 });
+        assert!(e.err().is_some_and(|e| e.to_string().contains("bias is (1, 2)")));
+    }
+}
+
 fn attention_cases(kernel: &str, g: &GpuBackend) {
     let r = CpuBackend::new();
     // (sequence lengths, padded T, heads, head_dim): single tokens, odd sizes, an all-padding sequence, T = 513 and

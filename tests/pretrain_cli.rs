@@ -75,6 +75,25 @@ fn pretraining_lowers_the_held_out_loss_and_writes_a_loadable_folder() {
     let o = common::run_cli(&["fill-mask", "--model", out.to_str().unwrap(), "--device", "cpu"], "the [MASK] is here.\n");
     assert!(o.status.success(), "fill-mask on the pre-trained folder: {}", String::from_utf8_lossy(&o.stderr));
     assert!(!o.stdout.is_empty());
+    // The folder holds the trained model, both heads included: reloaded, its held-out loss (MLM + NSP, on the same
+    // held-out rows and masks: the same corpus, seed, split and length) is the run's last `val_loss`, to the bit. The
+    // one step of that evaluation run is warm-up's first, at learning rate 0, so it moves no weight.
+    let again = dir.join("again");
+    let args = ["pretrain", "--model", out.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",
+        again.to_str().unwrap(), "--steps", "1", "--batch-size", "16", "--max-length", "32", "--lr", "2e-3",
+        "--validation-split", "0.1", "--no-dropout", "--device", "cpu"];
+    let o = common::run_cli(&args, "");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "pretrain from the pre-trained folder: {stderr}");
+    let lines: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let step: Vec<&Value> = lines.iter().filter(|v| v.get("step").is_some()).collect();
+    assert_eq!(step.len(), 1, "{stderr}");
+    assert_eq!(step[0]["learning_rate"].as_f64(), Some(0.0), "{stderr}");
+    let reloaded: Vec<&Value> = lines.iter().filter(|v| v.get("val_loss").is_some()).collect();
+    assert_eq!(reloaded.len(), 1, "{stderr}");
+    for k in ["val_loss", "val_accuracy", "val_nsp_accuracy"] {
+        assert_eq!(reloaded[0][k], epochs.last().unwrap()[k], "{k} of the reloaded folder: {stderr}");
+    }
 
     // The masked LM alone (--no-nsp) runs too; a corpus of one document cannot make NSP pairs: a clear error.
     let mlm_only = ["pretrain", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",

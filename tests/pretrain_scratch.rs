@@ -67,6 +67,24 @@ fn a_bert_from_scratch_learns_and_loads_back() {
     assert_eq!(std::fs::read(out.join("vocab.txt")).unwrap(), std::fs::read(tok.join("vocab.txt")).unwrap());
     let o = common::run_cli(&["fill-mask", "--model", out.to_str().unwrap(), "--device", "cpu"], "the [MASK] of it.\n");
     assert!(o.status.success(), "fill-mask on the folder: {}", String::from_utf8_lossy(&o.stderr));
+    // Reloaded, the folder is the trained model: its held-out masked-LM loss (the same rows and masks: the same data,
+    // seed, split and length) is the run's last `val_loss`, to the bit. That run's one step is warm-up's first, at
+    // learning rate 0: it moves no weight.
+    let again = dir.join("again");
+    let o = common::run_cli(&["pretrain", "--model", out.to_str().unwrap(), "--data", data, "--out",
+        again.to_str().unwrap(), "--no-nsp", "--steps", "1", "--batch-size", "16", "--max-length", "32", "--lr", "2e-3",
+        "--validation-split", "0.1", "--device", "cpu"], "");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "pretrain from the folder: {stderr}");
+    let lines = json_lines(&stderr);
+    let step: Vec<&Value> = lines.iter().filter(|v| v.get("step").is_some()).collect();
+    assert_eq!(step.len(), 1, "{stderr}");
+    assert_eq!(step[0]["learning_rate"].as_f64(), Some(0.0), "{stderr}");
+    let reloaded: Vec<&Value> = lines.iter().filter(|v| v.get("val_loss").is_some()).collect();
+    assert_eq!(reloaded.len(), 1, "{stderr}");
+    for k in ["val_loss", "val_accuracy"] {
+        assert_eq!(reloaded[0][k], epochs.last().unwrap()[k], "{k} of the reloaded folder: {stderr}");
+    }
 
     // The paper's model (no architectures: BertForPreTraining), masked LM and NSP, on documents of sentences.
     let text: String = (0..40).map(|d| format!("document {d} starts here.\nit goes on for a while.\nand then it ends.\n\n")).collect();

@@ -16,12 +16,12 @@ use bertgpu::weights::Weights;
 use common::{assert_close, cli, floats, gpu};
 use serde_json::Value;
 
-/// Logits: tests/heads.rs's CPU_TOL and GPU_TOL. These logits reach ~28 (the golden script scales the head by 10 to
-/// spread the rankings); measured worst |ours − torch| 1.7e-5 on the CPU and 2.5e-5 on lavapipe, so the bounds
-/// (1e-4 + 1e-4·28 = 2.9e-3 at the largest) leave ≥ 100× margin; the closest neighbours in a golden ranking are
-/// 7.3e-4 apart, which `check_ranking` treats as a tie only within twice the bound.
-const CPU_TOL: (f32, f32) = (1e-4, 1e-4);
-const GPU_TOL: (f32, f32) = (2e-4, 2e-4);
+/// Logits (atol, rtol). These logits reach ~28 (the golden script scales the head by 10 to spread the rankings);
+/// measured worst |ours − torch| 1.7e-5 on the CPU and 2.5e-5 on lavapipe (printed, "measured rerank logits"), about
+/// 1e-6 of the largest. 6e-5 and 1e-4 absolute are 3.5× and 4× those; the closest neighbours in a golden ranking are
+/// 7.3e-4 apart, far above twice either bound, so `check_ranking` finds no tie and checks every order.
+const CPU_TOL: (f32, f32) = (6e-5, 0.0);
+const GPU_TOL: (f32, f32) = (1e-4, 0.0);
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -69,7 +69,8 @@ fn rerank_matches<B: Backend>(m: &Model<B>, tol: (f32, f32)) {
             assert!(by_doc[r.index].is_nan(), "{query}: document {} ranked twice", r.index);
             by_doc[r.index] = r.score;
         }
-        assert_close(&format!("rerank logits ({query})"), &by_doc, &floats(&case["logits"]), tol.0, tol.1);
+        let err = assert_close(&format!("rerank logits ({query})"), &by_doc, &floats(&case["logits"]), tol.0, tol.1);
+        eprintln!("measured rerank logits ({query}): {err:.2e}");
         assert!(ranked.windows(2).all(|w| w[0].score >= w[1].score), "{query}: best first");
         check_ranking(&ranked.iter().map(|r| r.index).collect::<Vec<_>>(), case, tol);
         // top_k keeps the best k.

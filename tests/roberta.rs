@@ -31,8 +31,9 @@ const CPU_ATOL: f32 = 1e-4;
 /// Measured worst on lavapipe here: 7.6e-6 (XLM-R fill-mask logits).
 const GPU_ATOL: f32 = 2e-4;
 
-/// Random tiny weights give near-ties: XLM-R's smallest fill-mask gap is 2.3e-5 (the script prints it).
-const NEAR_TIES: bool = true;
+/// The fill-mask goldens' smallest score gap, XLM-R's 2.3e-5 (the script prints it), is above twice SCORE_TOL: the
+/// order of every prediction must match. (QA's near-tied spans are handled by `family::answer`.)
+const NEAR_TIES: bool = false;
 
 fn golden() -> Value {
     family::golden("roberta.json")
@@ -56,7 +57,7 @@ fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     family::classify("roberta", r, &load(&dir("tiny-roberta-classifier"), mk()), atol, false);
     family::token_logits("roberta", r, &load(&dir("tiny-roberta-ner"), mk()), atol);
     // QA windows `<s> question </s></s> context </s>`.
-    family::answer("roberta", r, &load(&dir("tiny-roberta-qa"), mk()), atol, NEAR_TIES);
+    family::answer("roberta", r, &load(&dir("tiny-roberta-qa"), mk()), atol);
 
     let mlm = load(&dir("tiny-xlmr-mlm"), mk());
     assert_eq!(mlm.config.family, Family::XlmRoberta);

@@ -1,6 +1,7 @@
 // The model panel: a bundled model, a URL or repo id, or dropped files loaded as the page's model (in a Web Worker),
 // its device and build on the badge, and the task panels its heads allow.
 import { Bert } from "/pkg/worker.js";
+import { folderEntries, relativePath, sourceFromFiles } from "./dropped.js";
 import { $, fmtMs, on, setBusy, showError, state } from "./ui.js";
 
 /** Called after each model loads (the training panel's offer to resume). */
@@ -80,7 +81,8 @@ async function loadModel(source, name) {
 function embeddingHow(st) {
   if (!st) return "";
   const pooling = st.modules.find((m) => m.type === "pooling");
-  const parts = [pooling ? `${pooling.mode} pooling` : "no pooling"];
+  const parts = [pooling ? `${pooling.mode} pooling` : st.modules.some((m) => m.type === "splade") ? "SPLADE sparse vectors"
+    : "no pooling"];
   if (st.modules.some((m) => m.type === "dense")) parts.push("a Dense layer");
   if (st.modules.some((m) => m.type === "normalize")) parts.push("normalised");
   const prompts = Object.keys(st.prompts ?? {});
@@ -112,37 +114,25 @@ export function loadFromForm() {
   loadModel(url, url.replace(/\/$/, "").split("/").pop());
 }
 
-/** Dropped or chosen files → the bytes Bert.load takes. */
-async function loadFromFiles(fileList) {
-  const files = [...fileList];
-  if (!files.length) return;
-  const byName = new Map(files.map((f) => [f.name, f]));
-  const gguf = files.find((f) => f.name.endsWith(".gguf"));
+/** Dropped or chosen files (`entries`: [{ path, file }], or a promise of them) loaded as the page's model. */
+async function loadFromFiles(entries) {
   try {
-    let source;
-    if (gguf) {
-      source = { gguf: new Uint8Array(await gguf.arrayBuffer()) };
-    } else {
-      const need = (n) => {
-        const f = byName.get(n);
-        if (!f) throw new Error(`the dropped files have no ${n}: drop config.json, tokenizer.json (or vocab.txt) and model.safetensors together, or one .gguf`);
-        return f;
-      };
-      const bytes = async (f) => new Uint8Array(await f.arrayBuffer());
-      const tok = byName.get("tokenizer.json");
-      source = {
-        config: await bytes(need("config.json")),
-        weights: await bytes(need("model.safetensors")),
-        ...(tok ? { tokenizer: await bytes(tok) } : { vocab: await bytes(need("vocab.txt")) }),
-        ...(byName.get("tokenizer_config.json") ? { tokenizerConfig: await bytes(byName.get("tokenizer_config.json")) } : {}),
-      };
-    }
+    const list = await entries;
+    if (!list.length) return;
+    const { source, name } = await sourceFromFiles(list);
     $("model-preset").value = "";
     $("model-url").value = "";
-    await loadModel(source, gguf ? gguf.name : "dropped model");
+    await loadModel(source, name);
   } catch (e) {
     showError($("model-error"), e);
   }
+}
+
+/** A drop's files: a dragged folder read through the entries API (with its module folders), else the files. */
+async function droppedEntries(dataTransfer) {
+  const dirs = [...(dataTransfer.items ?? [])].map((i) => i.webkitGetAsEntry?.()).filter((e) => e?.isDirectory);
+  if (dirs.length === 1) return folderEntries(dirs[0]);
+  return [...dataTransfer.files].map((file) => ({ path: file.name, file }));
 }
 
 /** Wires the panel; `onLoad()` runs after each model loads. */
@@ -178,10 +168,13 @@ export function setupModel({ onLoad }) {
   on("dropzone", "drop", (e) => {
     e.preventDefault();
     $("dropzone").classList.remove("over");
-    loadFromFiles(e.dataTransfer.files);
+    loadFromFiles(droppedEntries(e.dataTransfer));
   });
-  on("model-files", "change", () => {
-    loadFromFiles($("model-files").files);
-    $("model-files").value = "";
-  });
+  for (const id of ["model-files", "model-folder"]) {
+    on(id, "change", () => {
+      loadFromFiles([...$(id).files].map((file) => ({ path: relativePath(file), file })));
+      $(id).value = "";
+    });
+  }
+  on("model-folder-pick", "click", () => $("model-folder").click());
 }

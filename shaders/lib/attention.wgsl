@@ -28,12 +28,16 @@
 // loops over the head have a fixed trip count: compilers unroll them and keep q and the accumulator in registers,
 // where a run-time head_dim leaves those arrays in (slower) memory on GPUs such as NVIDIA's.
 //
+// With the override BIAS = 1 (`Backend::attention_biased`), each score gets its (query, key) offset's relative bias
+// (lib/attention_bias.wgsl, binding 4) before the softmax.
+//
 // With the override DROPOUT = 1 (training: `Backend::attention_dropout`), each probability P_ij is multiplied by
 // the mask factor of element ((b·heads + h)·T + i)·T + j (0 or drop_scale) before it weighs v_j; the softmax's sum
 // is over every real key as without dropout. DROPOUT = 0 (the default, every inference pipeline) compiles that
 // branch away.
 
 #include "lib/attention_params.wgsl"
+#include "lib/attention_bias.wgsl"
 
 // Queries per workgroup (the host clamps it to the adapter's invocation limit).
 override WG: u32 = 64u;
@@ -62,6 +66,7 @@ fn attend(gid: vec3<u32>, wid: vec3<u32>) {
     }
     var m = NEG;
     var l = 0.0;
+    let brow = bias_row(h, min(t, T - 1u));
     for (var j = 0u; j < T; j = j + 1u) {
         if mask[b * T + j] < 0.5 {
             continue;
@@ -71,7 +76,7 @@ fn attend(gid: vec3<u32>, wid: vec3<u32>) {
         for (var c = 0u; c < dv; c = c + 1u) {
             sv = sv + q[c] * v_in(qkv[kb + c]);
         }
-        let s = hsum(sv);
+        let s = hsum(sv) + score_bias(brow, j);
         if s > m {
             // exp(NEG − s) underflows to 0 on the first real key: nothing accumulated yet is kept.
             let a = exp(m - s);

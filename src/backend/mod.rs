@@ -262,7 +262,17 @@ pub trait Backend {
     /// Scaled dot-product self-attention per (sequence, head): `softmax(q·kᵀ/√d + maskbias)·v`, where padded keys get
     /// `-inf` (a row whose keys are all padding yields zeros). `qkv` is `(B*T, 3H)`, the fused projections
     /// `[q | k | v]` with head `h` at columns `h*d..(h+1)*d` of each; returns the context `(B*T, H)`.
-    fn attention(&self, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape) -> Result<Self::Tensor>;
+    fn attention(&self, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape) -> Result<Self::Tensor> {
+        self.attention_biased(qkv, mask, None, shape)
+    }
+
+    /// [`Self::attention`] with an additive bias on the scores that depends on the key's offset from the query
+    /// (relative positions: MPNet's T5-style buckets), the same for every sequence: `bias` `(heads, 2T − 1)` adds
+    /// `bias[h][j − i + T − 1]` to the scaled score of query `i` and key `j` in head `h`, before the mask and the
+    /// softmax (`softmax(q·kᵀ/√d + bias + maskbias)·v`). `None` is [`Self::attention`] itself: one kernel, the bias an
+    /// input of it.
+    fn attention_biased(&self, qkv: &Self::Tensor, mask: &Self::Tensor, bias: Option<&Self::Tensor>,
+        shape: AttentionShape) -> Result<Self::Tensor>;
 
     /// Mean over the real tokens of each sequence: x `(B*T, H)`, mask `(B, T)` → `(B, H)`.
     fn mean_pool(&self, x: &Self::Tensor, mask: &Self::Tensor, batch: usize, seq: usize) -> Result<Self::Tensor> {

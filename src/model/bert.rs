@@ -8,6 +8,7 @@ use crate::tokenizer::Batch;
 use crate::weights::Weights;
 use crate::Result;
 
+use super::relative::RelativeBias;
 use super::{BertEmbeddings, BertLayer};
 
 /// `BertEncoder`: `num_hidden_layers` post-LN layers. ALBERT's layers share one set of weights
@@ -18,6 +19,8 @@ pub struct BertEncoder<B: Backend> {
     pub layers: Vec<BertLayer<B>>,
     /// How many layers the input passes through (`num_hidden_layers`).
     pub passes: usize,
+    /// MPNet's relative position bias, added to every layer's scores.
+    pub relative: Option<RelativeBias>,
 }
 
 impl<B: Backend> BertEncoder<B> {
@@ -26,7 +29,7 @@ impl<B: Backend> BertEncoder<B> {
         let layers = (0..Self::distinct_layers(cfg))
             .map(|i| BertLayer::load(&w.pp(&format!("layer.{i}")), cfg, backend))
             .collect::<Result<Vec<_>>>()?;
-        Ok(BertEncoder { layers, passes: cfg.num_hidden_layers })
+        Ok(BertEncoder { layers, passes: cfg.num_hidden_layers, relative: RelativeBias::load(w, cfg)? })
     }
 
     /// How many distinct layers the checkpoint holds: one per pass, or ALBERT's one shared layer.
@@ -43,10 +46,12 @@ impl<B: Backend> BertEncoder<B> {
     /// x `(B*T, H)`, mask `(B, T)` → last hidden state `(B*T, H)`.
     pub fn forward(&self, backend: &B, x: B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let mut x = x;
+        // MPNet's relative bias: one table per forward, read by every layer.
+        let bias = self.relative.as_ref().map(|r| r.upload(backend, seq)).transpose()?;
         for i in 0..self.passes {
             // Pass i runs layer i, or the shared one.
             let layer = &self.layers[Self::layer_of_pass(i, self.layers.len(), self.passes)];
-            x = layer.forward(backend, &x, mask, batch, seq)?;
+            x = layer.forward(backend, &x, mask, bias.as_ref(), batch, seq)?;
         }
         Ok(x)
     }
@@ -110,6 +115,8 @@ impl<B: Backend> BertModel<B> {
             None => x,
         };
         let (distinct, passes) = (BertEncoder::<B>::distinct_layers(cfg), cfg.num_hidden_layers);
+        let relative = RelativeBias::load(&host(w, "encoder.relative_attention_bias").await?.pp("encoder"), cfg)?;
+        let bias = relative.map(|r| r.upload(backend, batch.t)).transpose()?;
         let mut held: Option<(usize, BertLayer<B>)> = None; // ALBERT's shared layer stays for every pass
         for i in 0..passes {
             let l = BertEncoder::<B>::layer_of_pass(i, distinct, passes);
@@ -119,7 +126,7 @@ impl<B: Backend> BertModel<B> {
                 held = Some((l, BertLayer::load(&module.pp("encoder").pp(&format!("layer.{l}")), cfg, backend)?));
             }
             if let Some((_, layer)) = &held {
-                x = layer.forward(backend, &x, &mask, batch.b, batch.t)?; // (B*T, H)
+                x = layer.forward(backend, &x, &mask, bias.as_ref(), batch.b, batch.t)?; // (B*T, H)
             }
         }
         Ok(x)

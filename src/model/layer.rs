@@ -41,11 +41,13 @@ impl<B: Backend> BertSelfAttention<B> {
         })
     }
 
-    /// x `(B*T, H)`, mask `(B, T)` → context `(B*T, H)` (heads concatenated, before the output projection).
-    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
+    /// x `(B*T, H)`, mask `(B, T)`, MPNet's relative bias `(heads, 2T − 1)` → context `(B*T, H)` (heads
+    /// concatenated, before the output projection).
+    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&B::Tensor>, batch: usize,
+        seq: usize) -> Result<B::Tensor> {
         let qkv = backend.linear(x, &self.qkv_weight, Some(&self.qkv_bias), Activation::None)?; // (B*T, 3H)
         let shape = AttentionShape { batch, seq, heads: self.heads, head_dim: self.head_dim };
-        backend.attention(&qkv, mask, shape) // (B*T, H)
+        backend.attention_biased(&qkv, mask, bias, shape) // (B*T, H)
     }
 }
 
@@ -90,8 +92,9 @@ impl<B: Backend> BertAttention<B> {
     }
 
     /// x `(B*T, H)` → `(B*T, H)`.
-    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
-        let context = self.self_attention.forward(backend, x, mask, batch, seq)?; // (B*T, H)
+    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&B::Tensor>, batch: usize,
+        seq: usize) -> Result<B::Tensor> {
+        let context = self.self_attention.forward(backend, x, mask, bias, batch, seq)?; // (B*T, H)
         self.output.forward(backend, &context, x)
     }
 }
@@ -163,9 +166,10 @@ impl<B: Backend> BertLayer<B> {
         backend.dtype(&self.intermediate.dense_weight)
     }
 
-    /// x `(B*T, H)`, mask `(B, T)` → `(B*T, H)`.
-    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
-        let a = self.attention.forward(backend, x, mask, batch, seq)?; // (B*T, H)
+    /// x `(B*T, H)`, mask `(B, T)`, the relative bias (MPNet's, else `None`) → `(B*T, H)`.
+    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&B::Tensor>, batch: usize,
+        seq: usize) -> Result<B::Tensor> {
+        let a = self.attention.forward(backend, x, mask, bias, batch, seq)?; // (B*T, H)
         let i = self.intermediate.forward(backend, &a)?; // (B*T, I)
         self.output.forward(backend, &i, &a) // (B*T, H)
     }

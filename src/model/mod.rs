@@ -5,12 +5,13 @@
 //! Every module has `load(w, cfg, backend)` — `w` already prefixed to the module's own path, as in the checkpoint —
 //! and `forward`. Activations are `(B*T, H)` row-major matrices (sequence `b`'s token `t` at row `b*T + t`).
 //!
-//! Lowest first: `embeddings.rs` (word, position and token-type embeddings), `layer.rs` (one encoder layer),
-//! `bert.rs` (the whole encoder).
+//! Lowest first: `embeddings.rs` (word, position and token-type embeddings), `relative.rs` (MPNet's relative position
+//! bias), `layer.rs` (one encoder layer), `bert.rs` (the whole encoder).
 
 mod bert;
 mod embeddings;
 mod layer;
+pub mod relative;
 
 pub use bert::{BertEncoder, BertModel};
 pub use embeddings::BertEmbeddings;

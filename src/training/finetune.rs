@@ -33,13 +33,13 @@ pub enum FineTuneTask {
     /// `BertForTokenClassification`: one label per token.
     Token,
     /// `BertForQuestionAnswering`: the answer's start and end token.
-    QuestionAnswering,
+    Qa,
     /// Sentence embeddings (mean pooling, L2-normalised) from (anchor, positive) pairs with the other pairs'
     /// positives as negatives: sentence-transformers' `MultipleNegativesRankingLoss`, scale [`super::embedding::MNRL_SCALE`].
     Embedding,
     /// `BertForPreTraining` (masked LM + next-sentence prediction), or `BertForMaskedLM` for a checkpoint without
     /// the NSP head ([`super::pretrain`]).
-    Pretraining,
+    Pretrain,
 }
 
 /// What a batch should predict.
@@ -50,9 +50,9 @@ pub enum Targets<'a> {
     /// A class per token (B*T), [`super::loss::IGNORE`] where no loss is taken (special tokens, later pieces of a word, padding).
     Token(&'a [i64]),
     /// Start and end token of each sequence's answer (B each).
-    Spans { start: &'a [u32], end: &'a [u32] },
+    Qa { start: &'a [u32], end: &'a [u32] },
     /// Embedding pairs: the batch holds the anchors, this one their positives (row i of each is a pair).
-    Pairs { positives: &'a Batch },
+    Embedding { positives: &'a Batch },
     /// Pre-training: masked-LM labels (B*T, [`super::loss::IGNORE`] where no loss is taken) and, with the NSP head, the
     /// next-sentence labels (B; 0: B follows A, 1: B is random).
     Pretrain { mlm: &'a [i64], nsp: Option<&'a [u32]> },
@@ -65,7 +65,7 @@ enum Head {
     Sequence { pool: [usize; 2], classifier: [usize; 2], labels: usize },
     Token { classifier: [usize; 2], labels: usize },
     Qa { qa: [usize; 2] },
-    Embed,
+    Embedding,
     Pretrain(PretrainHead),
 }
 
@@ -82,7 +82,7 @@ pub(super) enum PendingLoss<T> {
 pub(super) enum OwnedTargets {
     Sequence(Vec<u32>),
     Token(Vec<i64>),
-    Spans { start: Vec<u32>, end: Vec<u32> },
+    Qa { start: Vec<u32>, end: Vec<u32> },
 }
 
 impl OwnedTargets {
@@ -90,8 +90,8 @@ impl OwnedTargets {
         Some(match t {
             Targets::Sequence(y) => OwnedTargets::Sequence(y.to_vec()),
             Targets::Token(y) => OwnedTargets::Token(y.to_vec()),
-            Targets::Spans { start, end } => OwnedTargets::Spans { start: start.to_vec(), end: end.to_vec() },
-            Targets::Pairs { .. } | Targets::Pretrain { .. } => return None,
+            Targets::Qa { start, end } => OwnedTargets::Qa { start: start.to_vec(), end: end.to_vec() },
+            Targets::Embedding { .. } | Targets::Pretrain { .. } => return None,
         })
     }
 
@@ -99,7 +99,7 @@ impl OwnedTargets {
         match self {
             OwnedTargets::Sequence(y) => Targets::Sequence(y),
             OwnedTargets::Token(y) => Targets::Token(y),
-            OwnedTargets::Spans { start, end } => Targets::Spans { start, end },
+            OwnedTargets::Qa { start, end } => Targets::Qa { start, end },
         }
     }
 }
@@ -171,11 +171,11 @@ impl<B: Backend> FineTuner<B> {
                 let classifier = linear(&mut enc, &root, "classifier", ["classifier.weight", "classifier.bias"], labels, h)?;
                 Head::Token { classifier, labels }
             }
-            FineTuneTask::QuestionAnswering => {
+            FineTuneTask::Qa => {
                 Head::Qa { qa: linear(&mut enc, &root, "qa_outputs", ["qa_outputs.weight", "qa_outputs.bias"], 2, h)? }
             }
-            FineTuneTask::Embedding => Head::Embed,
-            FineTuneTask::Pretraining => Head::Pretrain(PretrainHead::load(be, &mut enc, cfg, weights)?),
+            FineTuneTask::Embedding => Head::Embedding,
+            FineTuneTask::Pretrain => Head::Pretrain(PretrainHead::load(be, &mut enc, cfg, weights)?),
         };
         // Moments are made at a parameter's first update: a frozen one never has any.
         Ok(FineTuner { encoder: enc, head, adamw: AdamW::new(), top_layers: None, pending: None,
@@ -213,7 +213,7 @@ impl<B: Backend> FineTuner<B> {
         match &self.head {
             Head::Sequence { classifier, .. } | Head::Token { classifier, .. } => (classifier.to_vec(), Some("classifier")),
             Head::Qa { qa } => (qa.to_vec(), Some("qa_outputs")),
-            Head::Embed | Head::Pretrain(_) => (Vec::new(), None),
+            Head::Embedding | Head::Pretrain(_) => (Vec::new(), None),
         }
     }
 
@@ -237,7 +237,7 @@ impl<B: Backend> FineTuner<B> {
             Head::Sequence { labels, .. } => (1, b, *labels),
             Head::Token { labels, .. } => (1, b * t, *labels),
             Head::Qa { .. } => (1, b * t, 2),
-            Head::Embed => (2, b, b),
+            Head::Embedding => (2, b, b),
             Head::Pretrain(_) => (1, (b * t).div_ceil(20) * 3 + b, c.vocab_size),
         };
         TrainingMemory::of(c, params, b, t, forwards, head_rows, head_width)
@@ -275,7 +275,7 @@ impl<B: Backend> FineTuner<B> {
         match (&self.head, targets) {
             (Head::Sequence { labels, .. }, Targets::Sequence(y)) => sequence::check(*labels, b, y)?,
             (Head::Token { labels, .. }, Targets::Token(y)) => token::check(*labels, (b, t), y)?,
-            (Head::Qa { .. }, Targets::Spans { start, end }) => qa::check((b, t), start, end)?,
+            (Head::Qa { .. }, Targets::Qa { start, end }) => qa::check((b, t), start, end)?,
             _ => return Err(Error::Input(
                 "these targets are for another task than the one being trained (embedding pairs: FineTuner::embedding_gradients)".into(),
             )),
@@ -319,7 +319,7 @@ impl<B: Backend> FineTuner<B> {
             (Head::Token { classifier, .. }, Targets::Token(y)) => {
                 token::gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
             }
-            (Head::Qa { qa }, Targets::Spans { start, end }) => {
+            (Head::Qa { qa }, Targets::Qa { start, end }) => {
                 qa::gradients(be, enc, last, bt, *qa, start, end, &mut grads)?
             }
             _ => unreachable!("checked above"),
@@ -333,9 +333,9 @@ impl<B: Backend> FineTuner<B> {
         match self.head {
             Head::Sequence { .. } => FineTuneTask::Sequence,
             Head::Token { .. } => FineTuneTask::Token,
-            Head::Qa { .. } => FineTuneTask::QuestionAnswering,
-            Head::Embed => FineTuneTask::Embedding,
-            Head::Pretrain(_) => FineTuneTask::Pretraining,
+            Head::Qa { .. } => FineTuneTask::Qa,
+            Head::Embedding => FineTuneTask::Embedding,
+            Head::Pretrain(_) => FineTuneTask::Pretrain,
         }
     }
 
@@ -360,7 +360,7 @@ impl<B: Backend> FineTuner<B> {
             Head::Sequence { pool, classifier, .. } => sequence::logits(be, enc, &last, (batch.b, batch.t), *pool, *classifier),
             Head::Token { classifier, .. } => token::logits(be, enc, &last, *classifier),
             Head::Qa { qa } => qa::logits(be, enc, &last, *qa),
-            Head::Embed => embedding::pooled(be, &last, batch),
+            Head::Embedding => embedding::pooled(be, &last, batch),
             Head::Pretrain(_) => Err(Error::Input("pre-training's logits come from FineTuner::pretrain_eval".into())),
         }
     }
@@ -403,7 +403,7 @@ impl<B: Backend> FineTuner<B> {
     /// gradients and the evaluation share.
     async fn embedding_forward(&self, be: &B, anchors: &Batch, positives: &Batch, dropout: Option<DropoutPlan>)
         -> Result<(embedding::Mnrl, [Saved<B::Tensor>; 2])> {
-        if !matches!(self.head, Head::Embed) {
+        if !matches!(self.head, Head::Embedding) {
             return Err(Error::Input("these targets are for another task than the one being trained".into()));
         }
         let n = anchors.b;
@@ -430,7 +430,7 @@ impl<B: Backend> FineTuner<B> {
         match (&self.head, targets) {
             (Head::Sequence { labels, .. }, Targets::Sequence(y)) => sequence::correct(logits, *labels, y),
             (Head::Token { labels, .. }, Targets::Token(y)) => token::correct(logits, *labels, y),
-            (Head::Qa { .. }, Targets::Spans { start, end }) => qa::correct(logits, (batch.b, batch.t), start, end),
+            (Head::Qa { .. }, Targets::Qa { start, end }) => qa::correct(logits, (batch.b, batch.t), start, end),
             _ => (0, 0),
         }
     }
@@ -440,7 +440,7 @@ impl<B: Backend> FineTuner<B> {
         match (&self.head, targets) {
             (Head::Sequence { labels, .. }, Targets::Sequence(y)) => sequence::loss(logits, *labels, y),
             (Head::Token { labels, .. }, Targets::Token(y)) => token::loss(logits, *labels, y),
-            (Head::Qa { .. }, Targets::Spans { start, end }) => qa::loss(logits, t, start, end),
+            (Head::Qa { .. }, Targets::Qa { start, end }) => qa::loss(logits, t, start, end),
             _ => f32::NAN,
         }
     }

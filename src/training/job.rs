@@ -43,6 +43,17 @@ pub enum JobTask {
 }
 
 impl JobTask {
+    /// The objective this task trains (`classify` and `pair` both classify sequences): the one mapping from what
+    /// the CLI and `fineTune` are asked for to [`FineTuneTask`], whose names the targets, rows and heads share.
+    pub fn objective(self) -> FineTuneTask {
+        match self {
+            JobTask::Classify | JobTask::Pair => FineTuneTask::Sequence,
+            JobTask::Ner => FineTuneTask::Token,
+            JobTask::Qa => FineTuneTask::Qa,
+            JobTask::Embed => FineTuneTask::Embedding,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             JobTask::Classify => "classify",
@@ -78,7 +89,7 @@ pub enum Examples {
     Text(Vec<TextExample>),
     Token(Vec<TokenExample>),
     Qa(Vec<QaExample>),
-    Pairs(Vec<PairExample>),
+    Embedding(Vec<PairExample>),
 }
 
 impl Examples {
@@ -88,7 +99,7 @@ impl Examples {
             JobTask::Classify | JobTask::Pair => Examples::Text(data::parse_jsonl(text)?),
             JobTask::Ner => Examples::Token(data::parse_jsonl(text)?),
             JobTask::Qa => Examples::Qa(data::parse_jsonl(text)?),
-            JobTask::Embed => Examples::Pairs(data::parse_jsonl(text)?),
+            JobTask::Embed => Examples::Embedding(data::parse_jsonl(text)?),
         })
     }
 
@@ -114,7 +125,7 @@ impl Examples {
             JobTask::Classify | JobTask::Pair => Examples::Text(each(task, values)?),
             JobTask::Ner => Examples::Token(each(task, values)?),
             JobTask::Qa => Examples::Qa(each(task, values)?),
-            JobTask::Embed => Examples::Pairs(each(task, values)?),
+            JobTask::Embed => Examples::Embedding(each(task, values)?),
         })
     }
 }
@@ -188,19 +199,19 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
                 return Err(Error::Input(format!("a classifier needs at least 2 labels; the examples have {labels:?}")));
             }
             let b = data::sequence_batch(tok, examples, &labels)?;
-            let rows = rows::rows_from_batch(&b.batch, b.labels.iter().map(|&c| RowTarget::Class(c)));
+            let rows = rows::rows_from_batch(&b.batch, b.labels.iter().map(|&c| RowTarget::Sequence(c)));
             let keep_head = own(&labels, "ForSequenceClassification");
-            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Sequence, qa: None }
+            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: task.objective(), qa: None }
         }
         (JobTask::Ner, Examples::Token(examples)) => {
             let labels = data::token_label_list(examples, &cfg.label2id)?;
             let b = data::token_batch(tok, examples, &labels)?;
             let t = b.batch.t;
-            let rows = rows::rows_from_batch(&b.batch, b.labels.chunks(t.max(1)).map(|l| RowTarget::Tokens(l.to_vec())));
+            let rows = rows::rows_from_batch(&b.batch, b.labels.chunks(t.max(1)).map(|l| RowTarget::Token(l.to_vec())));
             let keep_head = own(&labels, "ForTokenClassification");
-            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: FineTuneTask::Token, qa: None }
+            Prepared { rows, groups: None, keep_head, labels: Some(labels), task: task.objective(), qa: None }
         }
-        (JobTask::Embed, Examples::Pairs(pairs)) => {
+        (JobTask::Embed, Examples::Embedding(pairs)) => {
             if pairs.len() < 2 {
                 return Err(Error::Input("embedding fine-tuning needs at least 2 pairs: the other pairs are the negatives".into()));
             }
@@ -210,15 +221,15 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
                     return Err(Error::Input(format!("pair {i} has an empty text")));
                 }
                 let (x, y) = (tok.encode(&pr.anchor, None)?, tok.encode(&pr.positive, None)?);
-                let target = RowTarget::Positive { input_ids: y.ids, token_type_ids: y.type_ids };
+                let target = RowTarget::Embedding { input_ids: y.ids, token_type_ids: y.type_ids };
                 rows.push(Row { input_ids: x.ids, token_type_ids: x.type_ids, target });
             }
-            Prepared { rows, groups: None, keep_head: true, labels: None, task: FineTuneTask::Embedding, qa: None }
+            Prepared { rows, groups: None, keep_head: true, labels: None, task: task.objective(), qa: None }
         }
         (JobTask::Qa, Examples::Qa(examples)) => {
             let max_length = tok.max_length().min(data::QA_MAX_LENGTH);
             let b = data::qa_batch(tok, examples, max_length, doc_stride)?;
-            let rows = rows::rows_from_batch(&b.batch, b.start.iter().zip(&b.end).map(|(&s, &e)| RowTarget::Span(s, e)));
+            let rows = rows::rows_from_batch(&b.batch, b.start.iter().zip(&b.end).map(|(&s, &e)| RowTarget::Qa(s, e)));
             let qa = QaReference {
                 windows: b.windows,
                 example: b.example.clone(),
@@ -230,7 +241,7 @@ pub fn prepare(cfg: &BertConfig, tok: &Tokenizer, task: JobTask, examples: &Exam
                 groups: Some(b.example),
                 keep_head: true,
                 labels: None,
-                task: FineTuneTask::QuestionAnswering,
+                task: task.objective(),
                 qa: Some(qa),
             }
         }
@@ -271,7 +282,7 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
             "embedding fine-tuning needs a batch size of at least 2: the other pairs of a batch are the negatives".into(),
         ));
     }
-    if p.task == FineTuneTask::QuestionAnswering {
+    if p.task == FineTuneTask::Qa {
         // run_qa pads every window to max_length, and the loss's softmax sees the padding: do the same.
         fit_opts.pad_to = Some(tok.max_length().min(data::QA_MAX_LENGTH));
     }
@@ -308,7 +319,7 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
 pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
     original_config: &serde_json::Value, corpus: &[Vec<String>], data: &PretrainOptions, fit_opts: &FitOptions,
     hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
-    let mut tuner = FineTuner::new(be, cfg, weights, FineTuneTask::Pretraining, None, fit_opts.seed)?;
+    let mut tuner = FineTuner::new(be, cfg, weights, FineTuneTask::Pretrain, None, fit_opts.seed)?;
     let has_nsp = tuner.pretrain_head()?.has_nsp();
     if data.nsp && !has_nsp {
         return Err(Error::Input(

@@ -16,9 +16,9 @@ pub fn task_type(task: FineTuneTask) -> &'static str {
     match task {
         FineTuneTask::Sequence => "SEQ_CLS",
         FineTuneTask::Token => "TOKEN_CLS",
-        FineTuneTask::QuestionAnswering => "QUESTION_ANS",
+        FineTuneTask::Qa => "QUESTION_ANS",
         FineTuneTask::Embedding => "FEATURE_EXTRACTION",
-        FineTuneTask::Pretraining => "FEATURE_EXTRACTION", // peft has no pre-training task type; the closest
+        FineTuneTask::Pretrain => "FEATURE_EXTRACTION", // peft has no pre-training task type; the closest
     }
 }
 

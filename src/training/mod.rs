@@ -22,6 +22,11 @@
 //! - A classification head on the frozen encoder's pooled features (`trainHead`): [`head`] (the head, its forward
 //!   and backward, its file) and here [`fit_head`], which trains one by the same loop ([`fit::fit_loop`]) on features
 //!   computed once. `Model::train_head` (in `tasks`) computes them and calls it.
+//!
+//! One vocabulary for the objective from the CLI to the loss: a job's task (`job::JobTask`, named by the data it
+//! takes: classify, pair, ner, qa, embed) gives one [`finetune::FineTuneTask`] (`JobTask::objective`): Sequence,
+//! Token, Qa, Embedding, Pretrain; a row's target (`rows::RowTarget`), a batch's (`finetune::Targets`) and the
+//! tuner's head carry the same five names.
 
 pub mod data;
 pub mod embedding;

@@ -21,14 +21,14 @@ use crate::{Error, Result};
 #[derive(Clone, Debug, PartialEq)]
 pub enum RowTarget {
     /// A class (sequence classification).
-    Class(u32),
+    Sequence(u32),
     /// A class per token, [`IGNORE`] where no loss is taken (token classification).
-    Tokens(Vec<i64>),
+    Token(Vec<i64>),
     /// The answer's start and end token (QA).
-    Span(u32, u32),
+    Qa(u32, u32),
     /// The tokens of the positive text paired with this anchor (embedding fine-tuning; the other rows' positives
     /// in the batch are the negatives).
-    Positive { input_ids: Vec<u32>, token_type_ids: Vec<u32> },
+    Embedding { input_ids: Vec<u32>, token_type_ids: Vec<u32> },
     /// Pre-training: the masked-LM label of each token ([`IGNORE`] where no loss is taken) and, with the NSP head,
     /// whether B is random (1) or follows A (0).
     Pretrain { mlm: Vec<i64>, nsp: Option<u32> },
@@ -52,9 +52,9 @@ pub fn rows_from_batch(batch: &Batch, targets: impl IntoIterator<Item = RowTarge
             let span = r * batch.t..(r + 1) * batch.t;
             let len = batch.attention_mask[span.clone()].iter().filter(|&&m| m != 0).count();
             let target = match target {
-                RowTarget::Tokens(mut t) => {
+                RowTarget::Token(mut t) => {
                     t.truncate(len);
-                    RowTarget::Tokens(t)
+                    RowTarget::Token(t)
                 }
                 RowTarget::Pretrain { mut mlm, nsp } => {
                     mlm.truncate(len);
@@ -95,10 +95,10 @@ impl RowBatch {
         let positives = rows
             .iter()
             .map(|r| match &r.target {
-                RowTarget::Positive { input_ids, token_type_ids } => Some(Row {
+                RowTarget::Embedding { input_ids, token_type_ids } => Some(Row {
                     input_ids: input_ids.clone(),
                     token_type_ids: token_type_ids.clone(),
-                    target: RowTarget::Class(0),
+                    target: RowTarget::Sequence(0),
                 }),
                 _ => None,
             })
@@ -115,13 +115,13 @@ impl RowBatch {
             batch.token_type_ids.extend(r.token_type_ids.iter().copied().chain(std::iter::repeat_n(0, t - n)));
             batch.attention_mask.extend(std::iter::repeat_n(1, n).chain(std::iter::repeat_n(0, t - n)));
             match &r.target {
-                RowTarget::Class(c) => classes.push(*c),
-                RowTarget::Tokens(l) => tokens.extend(l.iter().copied().chain(std::iter::repeat_n(IGNORE, t - l.len()))),
-                RowTarget::Span(s, e) => {
+                RowTarget::Sequence(c) => classes.push(*c),
+                RowTarget::Token(l) => tokens.extend(l.iter().copied().chain(std::iter::repeat_n(IGNORE, t - l.len()))),
+                RowTarget::Qa(s, e) => {
                     start.push(*s);
                     end.push(*e);
                 }
-                RowTarget::Positive { .. } => {}
+                RowTarget::Embedding { .. } => {}
                 RowTarget::Pretrain { mlm, nsp } => {
                     tokens.extend(mlm.iter().copied().chain(std::iter::repeat_n(IGNORE, t - mlm.len())));
                     let labels = pretrain.get_or_insert_with(Vec::new);
@@ -137,13 +137,13 @@ impl RowBatch {
 
     pub fn targets(&self) -> Targets<'_> {
         if let Some(positives) = &self.positives {
-            Targets::Pairs { positives }
+            Targets::Embedding { positives }
         } else if let Some(nsp) = &self.pretrain {
             Targets::Pretrain { mlm: &self.tokens, nsp: (!nsp.is_empty()).then_some(&nsp[..]) }
         } else if !self.tokens.is_empty() {
             Targets::Token(&self.tokens)
         } else if !self.start.is_empty() {
-            Targets::Spans { start: &self.start, end: &self.end }
+            Targets::Qa { start: &self.start, end: &self.end }
         } else {
             Targets::Sequence(&self.classes)
         }
@@ -232,7 +232,7 @@ pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], wh
             }
             continue;
         }
-        if let Targets::Pairs { positives } = targets {
+        if let Targets::Embedding { positives } = targets {
             let (l, r) = tuner.embedding_eval(be, &b.batch, positives).await?;
             loss += l as f64 * chunk.len() as f64;
             weight += chunk.len();
@@ -265,7 +265,7 @@ pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], wh
                     pred_tags.push(p);
                 }
             }
-            (Targets::Spans { .. }, _, Some(_)) => {
+            (Targets::Qa { .. }, _, Some(_)) => {
                 for (row, rl) in chunk_rows.iter().enumerate() {
                     spans.push(logits[row * t * 2..(row * t + rl.input_ids.len()) * 2].to_vec());
                 }
@@ -301,10 +301,10 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
     let arch = match tuner.task() {
         FineTuneTask::Sequence => "BertForSequenceClassification",
         FineTuneTask::Token => "BertForTokenClassification",
-        FineTuneTask::QuestionAnswering => "BertForQuestionAnswering",
+        FineTuneTask::Qa => "BertForQuestionAnswering",
         FineTuneTask::Embedding => "BertModel",
-        FineTuneTask::Pretraining if tuner.pretrain_head().is_ok_and(|h| !h.has_nsp()) => "BertForMaskedLM",
-        FineTuneTask::Pretraining => "BertForPreTraining",
+        FineTuneTask::Pretrain if tuner.pretrain_head().is_ok_and(|h| !h.has_nsp()) => "BertForMaskedLM",
+        FineTuneTask::Pretrain => "BertForPreTraining",
     };
     // A bare encoder is stored as BertModel names it (no `bert.` prefix), as sentence-transformers' folders are.
     let bare = tuner.task() == FineTuneTask::Embedding;

@@ -27,7 +27,7 @@ impl<B: Backend> FineTuner<B> {
         let plan = self.dropout.map(|d| d.plan(self.micro_batches));
         self.micro_batches += 1;
         let (grads, loss) = match targets {
-            Targets::Pairs { positives } => {
+            Targets::Embedding { positives } => {
                 let (grads, loss) = self.embedding_gradients_with(be, batch, positives, plan).await?;
                 (grads, PendingLoss::Known(loss))
             }

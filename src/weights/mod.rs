@@ -5,12 +5,13 @@
 //! Lowest first: [`bytes`] (where a file's bytes come from: [`bytes::ByteSource`]), [`quant`] (Q8_0 / Q4_0 blocks),
 //! [`safetensors`] (bytes at hand → [`Weights`], and the f32 writer), [`gguf`] (GGUF v3 and BERT in it), [`stream`]
 //! (a file that arrives in pieces, either format; the file readers), the relatives' names ([`albert`],
-//! [`distilbert`], [`electra`], [`roberta`]), [`peft`] (LoRA adapters) and [`sentence`] (sentence-transformers'
+//! [`distilbert`], [`electra`], [`mpnet`], [`roberta`]), [`peft`] (LoRA adapters) and [`sentence`] (sentence-transformers'
 //! files and a Dense module's tensors beside the weights); here, [`Weights`] itself.
 
 pub mod albert;
 pub mod distilbert;
 pub mod electra;
+pub mod mpnet;
 pub mod roberta;
 pub mod peft;
 pub mod bytes;
@@ -490,6 +491,7 @@ impl Weights {
             Some(Family::Roberta | Family::XlmRoberta | Family::Camembert) => out.extend(roberta::NAMES.from_bert(full)),
             Some(Family::Electra) => out.extend(electra::NAMES.from_bert(full)),
             Some(Family::Albert) => out.extend(albert::from_bert(full)),
+            Some(Family::MPNet) => out.extend(mpnet::from_bert(full)),
             Some(Family::Bert) | None => {}
         }
         out

@@ -380,11 +380,13 @@ impl Body {
             s.shape.len() >= 2
                 && s.len > 0
                 && !s.name.contains("position_embeddings")
+                && !s.name.contains("relative_attention_bias") // MPNet's: read on the host each forward
                 && s.dtype.as_ref().is_ok_and(|t| !matches!(t, Stored::Bf16))
         };
-        // BERT's names (every GGUF's, once read), ALBERT's and DistilBERT's.
+        // BERT's names (every GGUF's, once read), ALBERT's, DistilBERT's and MPNet's.
         let qkv = |s: &Slot| {
-            ["attention.self.", "attention.query.", "attention.key.", "attention.value.", "q_lin.", "k_lin.", "v_lin."]
+            ["attention.self.", "attention.query.", "attention.key.", "attention.value.", "q_lin.", "k_lin.", "v_lin.",
+                "attention.attn.q.", "attention.attn.k.", "attention.attn.v."]
                 .iter()
                 .any(|p| s.name.contains(p))
         };
@@ -401,9 +403,10 @@ impl Body {
     }
 
     /// Groups each layer's placed q, k and v weights ([`Joint`]): the three of one name but for the part (`query`,
-    /// `key`, `value`, or DistilBERT's `q_lin`, `k_lin`, `v_lin`), of one row length. Others stay apart.
+    /// `key`, `value`, or DistilBERT's `q_lin`, `k_lin`, `v_lin`, or MPNet's `q`, `k`, `v`), of one row length.
+    /// Others stay apart.
     fn choose_joints(&mut self) {
-        const PARTS: [[&str; 3]; 2] = [["query", "key", "value"], ["q_lin", "k_lin", "v_lin"]];
+        const PARTS: [[&str; 3]; 3] = [["query", "key", "value"], ["q_lin", "k_lin", "v_lin"], ["q", "k", "v"]];
         let part = |name: &str| {
             let pieces: Vec<&str> = name.split('.').collect();
             pieces.iter().enumerate().find_map(|(i, p)| {

@@ -17,14 +17,51 @@ const OPTIONS = { task: "classify", batchSize: 8, learningRate: 1e-3, seed: 3, v
 
 const ctx = withPage();
 
-/** Starts fine-tuning in `page` without waiting for it; its progress events go to `window.events`. */
-async function start(page, url, device, options) {
-  await page.evaluate(async ({ url, device, examples, options }) => {
+/**
+ * Starts fine-tuning in `page` without waiting for it; its progress events go to `window.events`. With `holdAfter`
+ * (a predicate over the events so far, as source text), the run is held once they satisfy it: `onProgress` then holds
+ * the page's timers on a promise the test controls (`window.release()`), and the run stops at its next wait between
+ * two steps (fineTune yields there on a timer, js/index.js `hooks.pause`), before anything of that step is done.
+ */
+async function start(page, url, device, options, holdAfter = null) {
+  await page.evaluate(async ({ url, device, examples, options, holdAfter }) => {
     window.events = [];
     window.bert = await bertgpu.Bert.load(url, { device });
-    window.run = window.bert.fineTune(examples, { ...options, onProgress: (p) => window.events.push(p) });
+    const hold = holdAfter && new Function("events", `return (${holdAfter})(events);`);
+    let armed = false;
+    let held;
+    window.held = new Promise((r) => { held = r; });
+    window.run = window.bert.fineTune(examples, { ...options, onProgress: (p) => {
+      window.events.push(p);
+      if (!hold || armed || !hold(window.events)) return;
+      armed = true;
+      const timer = window.setTimeout;
+      const gate = new Promise((r) => { window.release = () => { window.setTimeout = timer; r(); }; });
+      window.setTimeout = (fn, ms, ...args) => {
+        held(window.events.length); // the run waits here from now on, until the test releases it
+        gate.then(() => timer(fn, ms, ...args));
+        return 0;
+      };
+    } });
     window.run.catch(() => {});
-  }, { url, device, examples: EXAMPLES, options });
+  }, { url, device, examples: EXAMPLES, options, holdAfter: holdAfter?.toString() });
+}
+
+/**
+ * Waits until the run started with `holdAfter` is held; the number of events then. It fails if the run ended first
+ * (a hold that no longer holds anything).
+ */
+async function held(page) {
+  const n = await page.evaluate(() => Promise.race([window.held, window.run.then(() => "finished", (e) => `failed: ${e}`)]));
+  assert.equal(typeof n, "number", `the run was not held: it ${n}`);
+  return n;
+}
+
+/** The step events in `events`, and the step of the newest checkpoint saved among them. */
+function progress(events) {
+  const steps = events.filter((e) => e.type === "step");
+  const saved = events.filter((e) => e.type === "checkpoint" && e.checkpoint === "saved");
+  return { steps: steps.length, saved: saved.length ? saved[saved.length - 1].step : 0 };
 }
 
 /** Waits for the run in `page` to end; its report, events and the model's weights' SHA-256. */
@@ -38,7 +75,7 @@ function finish(page) {
   });
 }
 
-async function closedMidRunThenResumed(device, epochs, killAfter) {
+async function closedMidRunThenResumed(device, epochs, stopAfter) {
   const url = ctx.env.models.url + TINY;
   const name = `run-${device}`;
   const options = { ...OPTIONS, epochs };
@@ -47,26 +84,31 @@ async function closedMidRunThenResumed(device, epochs, killAfter) {
   const whole = await finish(ctx.page);
   assert.equal(whole.report.steps.length, 3 * epochs);
 
-  // A page closed after `killAfter` progress events (steps and checkpoints), wherever its run then is.
+  // A page closed while its run is held after step `stopAfter` (and the checkpoint that step saves).
   const first = await openPage(ctx.env);
-  await start(first, url, device, { ...options, checkpoint: { name, every: 1 } });
-  await first.waitForFunction((n) => window.events.length >= n, killAfter, { timeout: 600_000 });
-  const seen = await first.evaluate(() => window.events.filter((e) => e.type === "checkpoint").length);
+  await start(first, url, device, { ...options, checkpoint: { name, every: 1 } },
+    `(events) => events.filter((e) => e.type === "checkpoint").length >= ${stopAfter}`);
+  const n = await held(first);
+  const events = await first.evaluate(() => window.events);
   await first.close();
-  assert.ok(seen >= 1, "a checkpoint was saved before the page closed");
+  assert.equal(events.length, n, "no progress while held");
+  assert.deepEqual(progress(events), { steps: stopAfter, saved: stopAfter }, JSON.stringify(events));
 
   const listed = await ctx.page.evaluate(() => bertgpu.Bert.checkpoints());
   const mine = listed.find((c) => c.name === name);
-  assert.ok(mine && mine.step >= 1 && mine.step < 3 * epochs && mine.size > 0, JSON.stringify(listed));
+  assert.ok(mine && mine.step === stopAfter && mine.size > 0, JSON.stringify(listed));
 
   // A new page resumes and ends where the uninterrupted run did.
   await start(ctx.page, url, device, { ...options, checkpoint: { name, every: 1 }, resume: true });
   const resumed = await finish(ctx.page);
   const from = resumed.events.find((e) => e.type === "checkpoint" && e.checkpoint === "resumed");
-  assert.ok(from && from.step >= 1, JSON.stringify(resumed.events.slice(0, 3)));
+  assert.equal(from?.step, stopAfter, JSON.stringify(resumed.events.slice(0, 3)));
+  const stepLines = resumed.events.filter((e) => e.type === "step");
+  assert.equal(stepLines.length, 3 * epochs - stopAfter, "the resumed run does only the steps left");
+  assert.equal(stepLines[0].step, stopAfter + 1);
   assert.deepEqual(resumed.report, whole.report, "the report, every step's loss and every epoch's metrics");
   assert.equal(resumed.sha256, whole.sha256, "the resumed model is the uninterrupted run's, bit for bit");
-  console.log(`${device}: closed after ${killAfter} events, resumed at step ${from.step} of ${3 * epochs}; same model`);
+  console.log(`${device}: closed after step ${stopAfter}, resumed at step ${from.step} of ${3 * epochs}; same model`);
 
   assert.equal(await ctx.page.evaluate((n) => bertgpu.Bert.deleteCheckpoint(n), name), true);
   assert.equal(await ctx.page.evaluate((n) => bertgpu.Bert.deleteCheckpoint(n), name), false);
@@ -76,11 +118,11 @@ async function closedMidRunThenResumed(device, epochs, killAfter) {
 }
 
 test("a page closed mid-run resumes from OPFS to the uninterrupted model (wasm CPU)", async () => {
-  await closedMidRunThenResumed("cpu", 4, 9);
+  await closedMidRunThenResumed("cpu", 4, 5);
 });
 
 test("a page closed mid-run resumes from OPFS to the uninterrupted model (WebGPU)", async () => {
-  await closedMidRunThenResumed("webgpu", 2, 4);
+  await closedMidRunThenResumed("webgpu", 2, 2);
 });
 
 test("a GPU device lost mid-run: the run goes on from its last checkpoint on a new device, to the same model", async () => {
@@ -88,16 +130,18 @@ test("a GPU device lost mid-run: the run goes on from its last checkpoint on a n
   const options = { ...OPTIONS, epochs: 2 };
   await start(ctx.page, url, "webgpu", { ...options, checkpoint: { name: "lost-whole", every: 1 } });
   const whole = await finish(ctx.page);
-  await start(ctx.page, url, "webgpu", { ...options, checkpoint: { name: "lost", every: 1 } });
-  await ctx.page.waitForFunction(() => window.events.filter((e) => e.type === "checkpoint").length >= 2, null,
-    { timeout: 600_000 });
+  // Held after step 2's checkpoint; the device destroyed there; then let go.
+  await start(ctx.page, url, "webgpu", { ...options, checkpoint: { name: "lost", every: 1 } },
+    (events) => events.filter((e) => e.type === "checkpoint").length >= 2);
+  await held(ctx.page);
   assert.ok(await ctx.page.evaluate(() => window.bert._model.__debugLoseDevice()), "the device was destroyed");
+  await ctx.page.evaluate(() => window.release());
   const got = await finish(ctx.page);
   const lost = got.events.filter((e) => e.type === "deviceLost");
   assert.equal(lost.length, 1, JSON.stringify(got.events));
   assert.equal(lost[0].device, "webgpu", "a new device of the same adapter");
   const resumed = got.events.find((e) => e.type === "checkpoint" && e.checkpoint === "resumed");
-  assert.ok(resumed, "went on from a checkpoint");
+  assert.equal(resumed?.step, 2, "went on from the checkpoint of step 2");
   assert.deepEqual(got.report, whole.report);
   assert.equal(got.sha256, whole.sha256, "the same model as the run whose device was never lost");
   console.log(`device lost after ${resumed.step} steps: went on from checkpoint ${resumed.name} on a new device`);
@@ -119,14 +163,15 @@ test("where OPFS cannot write files, IndexedDB keeps the checkpoints: closed mid
   await withoutOpfs(page);
   await start(page, url, "cpu", { ...options, checkpoint: { name: "idb-whole", every: 1 } });
   const whole = await finish(page);
-  await start(page, url, "cpu", { ...options, checkpoint: { name: "idb", every: 1 } });
-  await page.waitForFunction(() => window.events.filter((e) => e.type === "checkpoint").length >= 2, null,
-    { timeout: 600_000 });
+  await start(page, url, "cpu", { ...options, checkpoint: { name: "idb", every: 1 } },
+    (events) => events.filter((e) => e.type === "checkpoint").length >= 2);
+  await held(page);
+  assert.deepEqual(progress(await page.evaluate(() => window.events)), { steps: 2, saved: 2 });
   await page.close();
   const again = await openPage(ctx.env);
   await withoutOpfs(again);
   const listed = await again.evaluate(() => bertgpu.Bert.checkpoints());
-  assert.ok(listed.some((c) => c.name === "idb" && c.step >= 2 && c.totalSteps === 6 && c.size > 0), JSON.stringify(listed));
+  assert.ok(listed.some((c) => c.name === "idb" && c.step === 2 && c.totalSteps === 6 && c.size > 0), JSON.stringify(listed));
   // Nothing of these runs went to OPFS.
   const inOpfs = await ctx.page.evaluate(() => bertgpu.Bert.checkpoints());
   assert.ok(!inOpfs.some((c) => c.name.startsWith("idb")), JSON.stringify(inOpfs));

@@ -24,11 +24,12 @@ const CPU_HIDDEN_ATOL = 5e-6;
 const WEBGPU_HIDDEN_ATOL = 1e-5;
 /**
  * WebGPU with `activations: "f16"`: every activation rounded to f16 between kernels. Natively the hidden states of
- * splade-tiny move by up to 2.3e-3 against PyTorch (tests/model_gpu.rs), the mean-pooled vectors less; 6e-3 is the
- * native test's bound. Cosine per sentence ≥ 0.99999 (measured natively ≥ 0.9999999).
+ * splade-tiny move by up to 2.3e-3 against PyTorch (tests/model_gpu.rs); here the mean-pooled vectors measured
+ * 1.2e-3 on SwiftShader (logged), and 6e-3, the native test's bound, is 4.9× that. Cosine per sentence: measured
+ * 1 − cos 6.8e-8 here (1e-7 natively on lavapipe); 1 − 5e-7 allows 7× SwiftShader's.
  */
 const WEBGPU_F16_ATOL = 6e-3;
-const WEBGPU_F16_MIN_COSINE = 0.99999;
+const WEBGPU_F16_MIN_COSINE = 0.9999995;
 
 const golden = readJson("tests/golden/model.json");
 const ctx = withPage();
@@ -197,6 +198,7 @@ test("activations \"f16\" on WebGPU: within f16's rounding of PyTorch, from the 
     idx.forEach((i, k) => {
       close(mean[k], g.mean[i], WEBGPU_F16_ATOL, "webgpu f16 splade mean", `${who} f16 mean[${i}]`);
       const c = cosine(mean[k], g.mean[i]);
+      measured["webgpu f16 splade 1 − cosine"] = Math.max(measured["webgpu f16 splade 1 − cosine"] ?? 0, 1 - c);
       assert.ok(c >= WEBGPU_F16_MIN_COSINE, `${who} sentence ${i}: cosine ${c} to PyTorch < ${WEBGPU_F16_MIN_COSINE}`);
     });
   }

@@ -138,11 +138,14 @@ test("tokenClassify, classify, nextSentence and answer on WebGPU equal the PyTor
 
 /**
  * DistilBERT (no token types, its own names, ReLU pre_classifier) and a cross-encoder's rerank in the page, on the
- * CPU and WebGPU, against tests/golden/distilbert.json and rerank.json (PyTorch). Logits and hidden states: the native
- * tests' bounds (tests/distilbert.rs, tests/rerank.rs: measured ≤ 9.4e-6 and ≤ 2.5e-5 there).
+ * CPU and WebGPU, against tests/golden/distilbert.json and rerank.json (PyTorch). Measured worst here, CPU and
+ * SwiftShader together (logged): mean-pooled hidden states 1.9e-6 (every family, the next test included), rerank
+ * logits 1.3e-5 (of values up to ~28). 1e-5 and 6e-5 are 5.2× and 4.5× those.
  */
-const HIDDEN_ATOL = 1e-4;
-const LOGIT_TOL = (want) => 2e-4 + 2e-4 * Math.abs(want);
+const HIDDEN_ATOL = 1e-5;
+const LOGIT_ATOL = 6e-5;
+/** The largest |ours − PyTorch| seen so far on hidden states and on logits (each test logs them). */
+const measured = { hidden: 0, logit: 0 };
 
 test("DistilBERT embeds and classifies pairs, and a cross-encoder reranks, as PyTorch does (CPU and WebGPU)", async () => {
   const distil = readJson("tests/golden/distilbert.json");
@@ -175,7 +178,10 @@ test("DistilBERT embeds and classifies pairs, and a cross-encoder reranks, as Py
     g.embed.forEach((v, i) => {
       const want = distil.embeddings[i].mean;
       assert.equal(v.length, want.length);
-      v.forEach((x, j) => assert.ok(Math.abs(x - want[j]) <= HIDDEN_ATOL, `${device} embed ${i}[${j}]: ${x} vs ${want[j]}`));
+      v.forEach((x, j) => {
+        measured.hidden = Math.max(measured.hidden, Math.abs(x - want[j]));
+        assert.ok(Math.abs(x - want[j]) <= HIDDEN_ATOL, `${device} embed ${i}[${j}]: ${x} vs ${want[j]}`);
+      });
     });
     cls.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} distilbert classify ${x.text}`));
     assert.deepEqual(g.tasks, [["fillMask"], ["classify"], ["classify", "rerank"]], `${device} tasks`);
@@ -184,7 +190,8 @@ test("DistilBERT embeds and classifies pairs, and a cross-encoder reranks, as Py
     assert.deepEqual(g.rerank.map((d) => d.index), rerank.ranking, `${device} ranking`);
     g.rerank.forEach((d) => {
       const want = rerank.logits[d.index];
-      assert.ok(Math.abs(d.score - want) <= LOGIT_TOL(want), `${device} rerank ${d.index}: ${d.score} vs ${want}`);
+      measured.logit = Math.max(measured.logit, Math.abs(d.score - want));
+      assert.ok(Math.abs(d.score - want) <= LOGIT_ATOL, `${device} rerank ${d.index}: ${d.score} vs ${want}`);
       assert.equal(d.document, rerank.documents[d.index]);
     });
     assert.deepEqual(g.top2, g.rerank.slice(0, 2), `${device} topK 2`);
@@ -192,14 +199,16 @@ test("DistilBERT embeds and classifies pairs, and a cross-encoder reranks, as Py
     assert.equal(g.notCrossEncoder, "invalid input: rerank needs a cross-encoder, whose classifier has one output (a "
       + "relevance score); this one has 3 labels (negative, neutral, positive): use classify");
   }
+  console.log(`DistilBERT and rerank: hidden states within ${measured.hidden.toExponential(2)}, logits within `
+    + `${measured.logit.toExponential(2)} of PyTorch's`);
   ctx.page.checkErrors();
 });
 
 /**
  * Every family the package runs, in the page: the mean-pooled embeddings of each family's tiny checkpoint and its
  * sequence classifier (pairs included) against PyTorch (tests/golden/roberta.json, electra_albert.json), on the CPU
- * and WebGPU. The same Rust code as the native tests (tests/roberta.rs, tests/electra_albert.rs; measured ≤ 8.9e-6
- * there), so the same bounds: HIDDEN_ATOL and SCORE_ATOL above.
+ * and WebGPU. The same Rust code as the native tests (tests/roberta.rs, tests/electra_albert.rs), so the same
+ * bounds: HIDDEN_ATOL and SCORE_ATOL above.
  */
 test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify, and ELECTRA detects replaced tokens, as PyTorch does in the browser (CPU and WebGPU)", async () => {
   const ro = readJson("tests/golden/roberta.json");
@@ -246,8 +255,10 @@ test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify, and ELECTRA detects
       assert.equal(g.embed.length, want.length, `${device} ${f.name}: one vector per text`);
       g.embed.forEach((v, i) => {
         assert.equal(v.length, want[i].mean.length);
-        v.forEach((x, k) => assert.ok(Math.abs(x - want[i].mean[k]) <= HIDDEN_ATOL,
-          `${device} ${f.name} embed ${i}[${k}]: ${x} vs ${want[i].mean[k]}`));
+        v.forEach((x, k) => {
+          measured.hidden = Math.max(measured.hidden, Math.abs(x - want[i].mean[k]));
+          assert.ok(Math.abs(x - want[i].mean[k]) <= HIDDEN_ATOL, `${device} ${f.name} embed ${i}[${k}]: ${x} vs ${want[i].mean[k]}`);
+        });
       });
       assert.ok(f.golden.classifier.some((x) => x.text_pair != null), `${f.name}: the golden has pairs`);
       assert.equal(g.classify.length, f.golden.classifier.length);
@@ -264,5 +275,6 @@ test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify, and ELECTRA detects
       });
     });
   }
+  console.log(`every family: hidden states within ${measured.hidden.toExponential(2)} of PyTorch's (with the tests before)`);
   ctx.page.checkErrors();
 });

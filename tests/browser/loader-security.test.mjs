@@ -198,7 +198,7 @@ test("sha256: pinned files are checked before use, cached copies too; bad pins a
   assert.ok(out.shortCopyRepaired, "and replaced in the cache");
   const res = [
     /^Bert\.load: sha256 must be an object \{ fileName: hex digest \}/,
-    /^Bert\.load: sha256 names "pytorch_model\.bin", which this source does not fetch \(it fetches config\.json, tokenizer_config\.json, tokenizer\.json, vocab\.txt, model\.safetensors\)/,
+    /^Bert\.load: sha256 names "pytorch_model\.bin", which this source does not fetch \(it fetches config\.json, tokenizer_config\.json, tokenizer\.json, vocab\.txt, model\.safetensors; and sentence-transformers' modules\.json, /,
     /^Bert\.load: sha256\["model\.safetensors"\] must be 64 hex digits/,
     /^Bert\.load: sha256 checks downloaded files; a bytes source is used as given/,
     /^Bert\.load: sha256 names "model\.safetensors", which this source does not fetch \(it fetches tiny\.gguf\)/,

@@ -7,6 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
+import { createHash } from "node:crypto";
 import { readJson, withPage } from "./harness.mjs";
 
 /**
@@ -105,4 +106,35 @@ test("a bytes source takes sentence-transformers' files too; WebGPU runs the Den
   check(got.webgpu.vectors, golden.stacks[name].default.slice(0, 2), `${name} on WebGPU`);
   console.log(`# max |ours − sentence-transformers| ${measured.max.toExponential(2)} (ATOL ${ATOL})`);
   ctx.page.checkErrors();
+});
+
+test("sha256 pins sentence-transformers' files too: a Dense module's weights checked before use", async () => {
+  const name = "mean-dense-normalize";
+  const rel = laidOver(name);
+  const sha = (f) => createHash("sha256").update(fs.readFileSync(path.join(ROOT, rel, f))).digest("hex");
+  const pins = { "modules.json": sha("modules.json"), "2_Dense/model.safetensors": sha("2_Dense/model.safetensors"),
+    "1_Pooling/config.json": sha("1_Pooling/config.json"), "model.safetensors": sha("model.safetensors") };
+  const got = await ctx.page.evaluate(async ({ url, pins, texts }) => {
+    const attempt = (f) => f().then((v) => ({ v }), (e) => ({ e: e.message }));
+    const embedWith = async (sha256) => {
+      const bert = await bertgpu.Bert.load(url, { device: "cpu", cache: false, sha256 });
+      try {
+        return Array.from(await bert.embed(texts), (v) => Array.from(v));
+      } finally {
+        bert.dispose();
+      }
+    };
+    return {
+      pinned: await attempt(() => embedWith(pins)),
+      wrong: await attempt(() => embedWith({ "2_Dense/model.safetensors": "0".repeat(64) })),
+      unlisted: await attempt(() => embedWith({ "3_Dense/config.json": pins["modules.json"] })),
+      hidden: await attempt(() => embedWith({ ".git/config.json": pins["modules.json"] })),
+    };
+  }, { url: ctx.env.models.url + rel, pins, texts: golden.texts.slice(0, 2) });
+  assert.ok(got.pinned.v, `pinned: ${got.pinned.e}`);
+  check(got.pinned.v, golden.stacks[name].default.slice(0, 2), `${name} pinned`);
+  assert.match(got.wrong.e ?? "accepted", /2_Dense\/model\.safetensors from .* has SHA-256 [0-9a-f]{64}, but 0{64} was pinned/);
+  assert.match(got.unlisted.e ?? "accepted", /sha256 pins "3_Dense\/config\.json", which .*modules\.json does not list/);
+  assert.match(got.hidden.e ?? "accepted", /sha256 names "\.git\/config\.json", which this source does not fetch/);
+  ctx.page.checkErrors(/404/);
 });

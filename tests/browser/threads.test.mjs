@@ -5,7 +5,9 @@
 // error.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { convertGguf, withPage } from "./harness.mjs";
+import fs from "node:fs";
+import path from "node:path";
+import { ROOT, convertGguf, withPage } from "./harness.mjs";
 
 // Exact equality, not a tolerance: the pool splits a loop's independent items (GEMM row blocks, attention per
 // (sequence, head), LayerNorm rows, the Q8_0 kernel's row blocks) between threads, and each output element is still
@@ -92,6 +94,48 @@ test("threads: an isolated page runs the SIMD128 threaded build, equal to one th
   assert.match(got.bad, /^TypeError: Bert\.load: threads must be an integer from 1 to 64/);
   assert.deepEqual(got.after.slice(0, 2), [1, 0], "the last dispose() ends the pool");
   assert.equal(got.disposedThreads, 1);
+  isolated.page.checkErrors();
+});
+
+test("threads: fineTune and pretrain on the threaded build train what one thread trains, bit for bit", async () => {
+  // Real text (Debian's fortunes): 16 short quotations, 4 topics; splade-tiny (hidden 128) gives the pool's loops
+  // enough rows to split. Its classifier head is new (seeded), its masked-LM head its own.
+  const examples = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/train.jsonl"), "utf8").trim().split("\n")
+    .map((l) => JSON.parse(l)).sort((a, b) => a.text.length - b.text.length || (a.text < b.text ? -1 : 1)).slice(0, 16);
+  const corpus = examples.map((e) => e.text).join("\n\n");
+  const got = await isolated.page.evaluate(async ({ splade, examples, corpus }) => {
+    const glue = await import("/pkg/wasm-threads/bertgpu.js");
+    const sha256 = async (bytes) => Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)),
+      (b) => b.toString(16).padStart(2, "0")).join("");
+    const train = async (threads) => {
+      const bert = await bertgpu.Bert.load(splade, { device: "cpu", threads, simd: "simd128" });
+      const items = threads > 1 ? glue.__threadsState()[2] : 0; // one thread runs the single-threaded build
+      const tuned = await bert.fineTune(examples, { task: "classify", epochs: 1, batchSize: 8, learningRate: 1e-3,
+        seed: 4, validationSplit: 0 });
+      const tunedModel = await sha256((await bert.exportModel())["model.safetensors"]);
+      const bert2 = await bertgpu.Bert.load(splade, { device: "cpu", threads, simd: "simd128" });
+      const initial = await sha256((await bert2.exportModel())["model.safetensors"]);
+      const pre = await bert2.pretrain(corpus, { steps: 2, batchSize: 8, maxLength: 32, nsp: false, learningRate: 1e-3,
+        seed: 4, validationSplit: 0 });
+      const preModel = await sha256((await bert2.exportModel())["model.safetensors"]);
+      const workerItems = threads > 1 ? glue.__threadsState()[2] - items : 0;
+      const out = { threads: [bert.threads, bert2.threads], tuned, tunedModel, initial, pre, preModel, workerItems };
+      await Promise.all([bert.dispose(), bert2.dispose()]);
+      return out;
+    };
+    return { one: await train(1), two: await train(2) };
+  }, { splade: isolated.env.models.url + "models/splade-tiny/", examples, corpus });
+  assert.deepEqual(got.one.threads, [1, 1]);
+  assert.deepEqual(got.two.threads, [2, 2]);
+  assert.ok(got.two.workerItems > 0, "the pool's worker ran items of the training loops");
+  assert.equal(got.one.tuned.steps.length, 2, "16 rows in batches of 8");
+  assert.equal(got.one.pre.steps.length, 2);
+  assert.deepEqual(got.two.tuned, got.one.tuned, "fineTune's report, every step's loss");
+  assert.equal(got.two.tunedModel, got.one.tunedModel, "the fine-tuned model, bit for bit");
+  assert.deepEqual(got.two.pre, got.one.pre, "pretrain's report, every step's losses and accuracies");
+  assert.equal(got.two.preModel, got.one.preModel, "the pre-trained model, bit for bit");
+  assert.notEqual(got.one.preModel, got.one.initial, "pre-training changed the weights");
+  console.log(`fineTune and pretrain on 2 threads: the worker ran ${got.two.workerItems} items; the same models`);
   isolated.page.checkErrors();
 });
 

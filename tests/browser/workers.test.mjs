@@ -11,7 +11,7 @@ import { HEAD_EXAMPLES, withPage } from "./harness.mjs";
 
 const ctx = withPage();
 
-test("workers: 3 share embed, fillMask and a trained head's classify, and agree with one worker", async () => {
+test("workers: 3 share embed (int8 codes too), embedTokens, embedSparse, fillMask and a trained head's classify, and agree with one worker", async () => {
   const got = await ctx.page.evaluate(async ({ minilm, splade, examples }) => {
     const texts = Array.from({ length: 11 }, (_, i) => `sentence number ${i} ${"and more words ".repeat(i % 4)}`);
     const one = await bertgpuWorker.Bert.load(minilm, { device: "cpu" });
@@ -21,6 +21,11 @@ test("workers: 3 share embed, fillMask and a trained head's classify, and agree 
     out.e3 = (await three.embed(texts)).map((v) => Array.from(v));
     out.single = Array.from(await three.embed("just one"));
     out.singleRef = Array.from(await one.embed("just one"));
+    // int8 without ranges calibrates on the whole call's vectors: one worker sees them all, so 3 agree with 1.
+    out.q1 = (await one.embed(texts, { precision: "int8" })).map((v) => [v.constructor.name, ...v]);
+    out.q3 = (await three.embed(texts, { precision: "int8" })).map((v) => [v.constructor.name, ...v]);
+    out.t1 = (await one.embedTokens(texts)).map((t) => ({ tokens: t.tokens, offsets: t.offsets, v: t.vectors.map((x) => Array.from(x)) }));
+    out.t3 = (await three.embedTokens(texts)).map((t) => ({ tokens: t.tokens, offsets: t.offsets, v: t.vectors.map((x) => Array.from(x)) }));
     const opts = { epochs: 5, validationSplit: 0, seed: 1 };
     await one.trainHead(examples, opts);
     await three.trainHead(examples, opts);
@@ -36,6 +41,9 @@ test("workers: 3 share embed, fillMask and a trained head's classify, and agree 
     const masked = ["paris is the [MASK] of france.", "the [MASK] sat on the mat.", "i like [MASK] and [MASK]."];
     out.f1 = await m1.fillMask(masked);
     out.f2 = await m2.fillMask(masked);
+    const sparse = (vs) => vs.map((v) => [Array.from(v.indices), Array.from(v.values)]);
+    out.s1 = sparse(await m1.embedSparse(masked));
+    out.s2 = sparse(await m2.embedSparse(masked));
     out.auto = m2.workers;
     m1.dispose();
     m2.dispose();
@@ -57,6 +65,15 @@ test("workers: 3 share embed, fillMask and a trained head's classify, and agree 
   assert.deepEqual(got.e3, got.e1, "embeddings split across 3 workers");
   assert.equal(got.singleRef.length, 384);
   assert.deepEqual(got.single, got.singleRef, "one text on 3 workers");
+  assert.equal(got.q1.length, 11);
+  assert.ok(got.q1.every((v) => v[0] === "Int8Array" && v.length === 385));
+  assert.deepEqual(got.q3, got.q1, "int8 codes calibrated on the whole call, on 3 workers as on 1");
+  assert.equal(got.t1.length, 11);
+  assert.ok(got.t1.every((t) => t.tokens.length === t.v.length && t.v.every((x) => x.length === 384)));
+  assert.deepEqual(got.t3, got.t1, "per-token vectors split across 3 workers");
+  assert.equal(got.s1.length, 3);
+  assert.ok(got.s1.every(([i, v]) => i.length > 0 && i.length === v.length));
+  assert.deepEqual(got.s2, got.s1, "sparse vectors split across workers");
   assert.equal(got.c1.length, 11);
   assert.ok(got.c1.every((r) => r.length === 2), "two labels per text");
   assert.deepEqual(got.c3, got.c1, "classify (labels and scores) split across 3 workers");

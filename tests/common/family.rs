@@ -20,8 +20,11 @@ use serde_json::Value;
 
 use super::{assert_close, floats};
 
-/// Pipeline scores (softmax/sigmoid outputs): the issue-wide 1e-4.
-pub const SCORE_TOL: f32 = 1e-4;
+/// Pipeline scores (softmax and sigmoid outputs, in [0, 1]) against PyTorch's: measured worst 1.3e-6 (ELECTRA's
+/// replaced-token scores through the CLI; the library's fill-mask, classifier and QA scores ≤ 8.3e-7 on the CPU, on
+/// lavapipe and through an f32 GGUF), each test printing its own (`cargo test --test roberta --test distilbert
+/// --test electra_albert -- --nocapture`, "measured … scores"). 5e-6 is about 4× that.
+pub const SCORE_TOL: f32 = 5e-6;
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -140,6 +143,7 @@ pub fn fill_mask<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, near
     close(&format!("{fam} fill-mask logits"), &got, &want, atol, atol);
     let out = block_on(m.fill_mask(&texts, 5)).unwrap();
     assert_eq!(out.len(), cases.len());
+    let mut worst = 0.0f32;
     for (per_text, c) in out.iter().zip(cases) {
         let want = c["predictions"].as_array().unwrap();
         assert_eq!(per_text.len(), want.len(), "{}: one list per mask", c["text"]);
@@ -161,10 +165,13 @@ pub fn fill_mask<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, near
                 };
                 assert_eq!(p.token_str, w["token_str"].as_str().unwrap(), "{fam} {}", c["text"]);
                 assert_eq!(p.sequence, w["sequence"].as_str().unwrap(), "{fam} {}", c["text"]);
-                assert!((p.score - w["score"].as_f64().unwrap() as f32).abs() <= SCORE_TOL, "{fam} {}", c["text"]);
+                let err = (p.score - w["score"].as_f64().unwrap() as f32).abs();
+                worst = worst.max(err);
+                assert!(err <= SCORE_TOL, "{fam} {}: score off by {err}", c["text"]);
             }
         }
     }
+    eprintln!("measured {fam} fill-mask scores: {worst:.2e}");
 }
 
 /// Sequence classification, pairs included: token ids (and types when `with_types`: the golden must record them),
@@ -188,14 +195,18 @@ pub fn classify<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, with_
     close(&format!("{fam} classifier logits"), &logits.concat(), &want, atol, atol);
     let out = block_on(m.classify(&inputs, None)).unwrap();
     assert_eq!(out.len(), cases.len());
+    let mut worst = 0.0f32;
     for (got, c) in out.iter().zip(cases) {
         let want = c["pipeline"].as_array().unwrap();
         assert_eq!(got.len(), want.len());
         for (l, w) in got.iter().zip(want) {
             assert_eq!(l.label, w["label"].as_str().unwrap(), "{}", c["text"]);
-            assert!((l.score - w["score"].as_f64().unwrap() as f32).abs() <= SCORE_TOL, "{}", c["text"]);
+            let err = (l.score - w["score"].as_f64().unwrap() as f32).abs();
+            worst = worst.max(err);
+            assert!(err <= SCORE_TOL, "{}: score off by {err}", c["text"]);
         }
     }
+    eprintln!("measured {fam} classifier scores: {worst:.2e}");
 }
 
 /// Token classification: ids and the logits of every token.
@@ -211,12 +222,19 @@ pub fn token_logits<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
     close(&format!("{fam} token logits"), &got.concat(), &want, atol, atol);
 }
 
-/// QA windows (a multi-window context among them), their ids and logits; the answer's score, and the answer itself
-/// where the golden's best span wins by more than twice SCORE_TOL. `near_ties`: whether the golden may hold spans
-/// closer than that (random tiny weights give them); `false` asserts it holds none, so that every answer is checked.
-pub fn answer<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, near_ties: bool) {
+/// The longest answer in tokens (qa_reference's MAX_ANSWER_LEN in tests/golden/heads.py).
+const MAX_ANSWER_LEN: usize = 15;
+
+/// QA windows (a multi-window context among them), their ids and logits; then the answer. Random tiny weights give
+/// near-tied spans (RoBERTa's, ELECTRA's and ALBERT's multi-window goldens have best spans 3e-6–1.4e-4 apart), so
+/// the reference decoding (tests/golden/heads.py's qa_reference: a softmax over each window's context tokens,
+/// p_start·p_end over spans of at most MAX_ANSWER_LEN tokens, the best over all windows) is redone here in f64 on
+/// the golden's logits, checked to give the golden's answer, and every span within twice SCORE_TOL of its best is a
+/// tie: the answer must be one of those spans, its score within SCORE_TOL of that span's.
+pub fn answer<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
     let cases = g["qa"].as_array().unwrap();
     assert!(cases.iter().any(|c| c["windows"].as_array().unwrap().len() > 1), "a multi-window context is covered");
+    let mut worst = 0.0f64;
     for case in cases {
         let (q, c) = (case["question"].as_str().unwrap(), case["context"].as_str().unwrap());
         let (len, stride) = qa::window_params(&m.tokenizer, &m.config);
@@ -233,17 +251,50 @@ pub fn answer<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, near_ti
                 floats(&w["start_logits"]).into_iter().zip(floats(&w["end_logits"])).flat_map(|(a, b)| [a, b]).collect();
             close(&format!("{fam} qa logits ({q})"), l, &want, atol, atol);
         }
-        let decisive = want_windows.iter().all(|w| w["runner_up_gap"].as_f64().unwrap() > 2.0 * SCORE_TOL as f64)
-            && case["window_gap"].as_f64().unwrap() > 2.0 * SCORE_TOL as f64;
-        assert!(near_ties || decisive, "{fam} {q}: the golden's best span wins by less than twice SCORE_TOL");
-        let ans = block_on(m.answer(q, c)).unwrap();
+        // Every span of every window with its reference score, in characters of the context.
+        let mut spans: Vec<(f64, usize, usize)> = Vec::new();
+        for (w, ww) in windows.iter().zip(want_windows) {
+            let f64s = |v: &Value| -> Vec<f64> { v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
+            let (sl, el) = (f64s(&ww["start_logits"]), f64s(&ww["end_logits"]));
+            assert_eq!((sl.len(), el.len()), (w.len(), w.len()), "{fam} {q}: one logit pair per token");
+            let ctx: Vec<usize> = (0..w.len()).filter(|&i| w.sequence_ids[i] == Some(1)).collect();
+            let softmax = |x: &[f64]| -> Vec<f64> {
+                let v: Vec<f64> = ctx.iter().map(|&i| x[i]).collect();
+                let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = v.iter().map(|x| (x - max).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                e.iter().map(|x| x / sum).collect()
+            };
+            let (ps, pe) = (softmax(&sl), softmax(&el));
+            for s in 0..ctx.len() {
+                for e in s..ctx.len().min(s + MAX_ANSWER_LEN) {
+                    spans.push((ps[s] * pe[e], w.offsets[ctx[s]].0, w.offsets[ctx[e]].1));
+                }
+            }
+        }
+        assert!(!spans.is_empty(), "{fam} {q}: no span");
+        let best = spans.iter().copied().fold((f64::NEG_INFINITY, 0, 0), |b, s| if s.0 > b.0 { s } else { b });
         let wa = &case["answer"];
-        assert!((ans.score - wa["score"].as_f64().unwrap() as f32).abs() <= SCORE_TOL, "{fam} {q}");
-        if decisive {
-            assert_eq!(ans.answer, wa["answer"].as_str().unwrap(), "{fam} {q}");
-            assert_eq!((ans.start as u64, ans.end as u64), (wa["start"].as_u64().unwrap(), wa["end"].as_u64().unwrap()));
+        let golden_span = (wa["start"].as_u64().unwrap() as usize, wa["end"].as_u64().unwrap() as usize);
+        assert_eq!((best.1, best.2), golden_span, "{fam} {q}: the reference decoding redone gives the golden's answer");
+        assert!((best.0 - wa["score"].as_f64().unwrap()).abs() <= 1e-9, "{fam} {q}: reference score {}", best.0);
+        let tied: Vec<&(f64, usize, usize)> = spans.iter().filter(|s| s.0 >= best.0 - 2.0 * SCORE_TOL as f64).collect();
+        let ans = block_on(m.answer(q, c)).unwrap();
+        let chosen = tied.iter().find(|s| (s.1, s.2) == (ans.start, ans.end)).unwrap_or_else(|| {
+            panic!("{fam} {q}: answer {:?} at {}..{} is none of the {} spans within 2·SCORE_TOL of the best {:?}",
+                ans.answer, ans.start, ans.end, tied.len(), wa["answer"])
+        });
+        let text: String = c.chars().skip(ans.start).take(ans.end - ans.start).collect();
+        assert_eq!(ans.answer, text, "{fam} {q}");
+        let err = (ans.score as f64 - chosen.0).abs();
+        worst = worst.max(err);
+        assert!(err <= SCORE_TOL as f64, "{fam} {q}: score {} against {}", ans.score, chosen.0);
+        if tied.len() > 1 {
+            eprintln!("{fam} {q}: {} spans tied within 2·SCORE_TOL; the answer is {}", tied.len(),
+                if (ans.start, ans.end) == golden_span { "the golden's" } else { "another of them" });
         }
     }
+    eprintln!("measured {fam} qa scores: {worst:.2e}");
 }
 
 /// The GGUF that `convert` writes for tests/models/`name`.
@@ -284,14 +335,18 @@ pub fn cli_classify(g: &Value, model: &Path) {
         .collect();
     let out = run(&["classify", "--model", model.to_str().unwrap(), "--device", "cpu"], &input);
     assert_eq!(out.len(), cases.len(), "one line per input");
+    let mut worst = 0.0f64;
     for (o, c) in out.iter().zip(cases) {
         let (got, want) = (o.as_array().unwrap(), c["pipeline"].as_array().unwrap());
         assert_eq!(got.len(), want.len(), "{o}");
         for (l, w) in got.iter().zip(want) {
             assert_eq!(l["label"], w["label"]);
-            assert!((l["score"].as_f64().unwrap() - w["score"].as_f64().unwrap()).abs() <= SCORE_TOL as f64, "{o}");
+            let err = (l["score"].as_f64().unwrap() - w["score"].as_f64().unwrap()).abs();
+            worst = worst.max(err);
+            assert!(err <= SCORE_TOL as f64, "{o}");
         }
     }
+    eprintln!("measured cli classifier scores: {worst:.2e}");
 }
 
 /// `fill-mask` on the CPU through the CLI, on the goldens with one mask: the golden's best token and sequence.

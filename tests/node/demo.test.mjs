@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { relativePath, sourceFromFiles } from "../../www/dropped.js";
 import { corpusOf, examplesToText, parseExamples } from "../../www/examples.js";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -75,4 +76,36 @@ test("the service worker keeps every file of the page and of the package offline
   // Every JS file the package ships is in its "files".
   const shipped = fs.readdirSync(path.join(ROOT, "js")).filter((f) => f.endsWith(".js"));
   assert.deepEqual(shipped.filter((f) => !pkg.includes(f)), [], "js/package.json's files lacks these");
+});
+
+test("a dropped or picked folder brings sentence-transformers' module files; loose files the top-level ones", async () => {
+  // The Dense stack as a folder picker gives it: webkitRelativePath under the folder's name.
+  const stack = path.join(ROOT, "tests/models/st-stacks/mean-dense-normalize");
+  const minilm = path.join(ROOT, "models/all-MiniLM-L6-v2");
+  const file = (abs, rel) => Object.assign(new Blob([fs.readFileSync(abs)]), { name: path.basename(rel),
+    webkitRelativePath: `my-model/${rel}` });
+  const picked = ["config.json", "tokenizer.json", "tokenizer_config.json"].map((f) => file(path.join(minilm, f), f));
+  // A stand-in for the weights (the mapping reads bytes, it does not parse them).
+  picked.push(Object.assign(new Blob([new Uint8Array([1, 2, 3])]), { name: "model.safetensors",
+    webkitRelativePath: "my-model/model.safetensors" }));
+  for (const rel of ["modules.json", "sentence_bert_config.json", "1_Pooling/config.json", "2_Dense/config.json",
+    "2_Dense/model.safetensors"]) picked.push(file(path.join(stack, rel), rel));
+  const { source, name } = await sourceFromFiles(picked.map((f) => ({ path: relativePath(f), file: f })));
+  assert.equal(name, "dropped model");
+  assert.deepEqual(Object.keys(source).sort(), ["config", "sentence", "tokenizer", "tokenizerConfig", "weights"]);
+  assert.deepEqual(Object.keys(source.sentence).sort(), ["1_Pooling/config.json", "2_Dense/config.json",
+    "2_Dense/model.safetensors", "modules.json", "sentence_bert_config.json"]);
+  assert.deepEqual(Buffer.from(source.sentence["2_Dense/model.safetensors"]),
+    fs.readFileSync(path.join(stack, "2_Dense/model.safetensors")));
+  assert.deepEqual(Array.from(source.weights), [1, 2, 3], "the root's model.safetensors, not the Dense module's");
+  // Loose files: no folders, so only the top-level sentence-transformers files; no modules.json, no module files.
+  const loose = picked.filter((f) => !f.webkitRelativePath.slice("my-model/".length).includes("/"))
+    .map((f) => ({ path: f.name, file: f }));
+  const flat = await sourceFromFiles(loose);
+  assert.deepEqual(Object.keys(flat.source.sentence).sort(), ["modules.json", "sentence_bert_config.json"]);
+  const bare = await sourceFromFiles(loose.filter((e) => !["modules.json", "sentence_bert_config.json"].includes(e.path)));
+  assert.equal(bare.source.sentence, undefined);
+  await assert.rejects(sourceFromFiles(loose.filter((e) => e.path !== "config.json")), /the dropped files have no config\.json/);
+  const gguf = await sourceFromFiles([{ path: "m.gguf", file: new Blob([new Uint8Array([7])]) }]);
+  assert.deepEqual([gguf.name, Array.from(gguf.source.gguf)], ["m.gguf", [7]]);
 });

@@ -26,10 +26,11 @@ const run = promisify(execFile);
 
 let consumer;
 let gguf;
+let cli;
 before(() => {
   consumer = consumerProject();
   // The CLI's `convert` (f32: the same numbers as the safetensors, so the same tolerances).
-  const cli = ["release", "debug"].map((p) => path.join(ROOT, "target", p, "bertgpu")).find((p) => fs.existsSync(p));
+  cli = ["release", "debug"].map((p) => path.join(ROOT, "target", p, "bertgpu")).find((p) => fs.existsSync(p));
   if (!cli) throw new Error("target/debug/bertgpu is missing: run `cargo build` first");
   gguf = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-gguf-")), "all-MiniLM-L6-v2.gguf");
   execFileSync(cli, ["convert", "--model", MINILM, "--dtype", "f32", "--out", gguf], { stdio: "pipe" });
@@ -201,19 +202,25 @@ test("a bare name read as a repo id says how to load the local folder of that na
   assert.match(got, /huggingface\.co.*write "\.\/all-MiniLM-L6-v2"/s);
 });
 
+// The wasm CPU backend against the native one, step for step, from the same seed (the same rows, dropout masks and
+// AdamW updates; only the summation order of the kernels differs): the worst of the 6 steps measured 4.1e-7 relative
+// (`node --test --test-name-pattern="fineTune in Node" tests/node/` prints it); about 5× that.
+const LOSS_VS_CLI_RTOL = 2e-6;
+
 test("fineTune in Node.js: a token classifier trained from a folder path, its exported folder written and loaded back", async () => {
+  const examples = [
+    { tokens: ["Alice", "lives", "in", "Paris"], tags: ["B-PER", "O", "O", "B-LOC"] },
+    { tokens: ["Bob", "visited", "Berlin", "today"], tags: ["B-PER", "O", "B-LOC", "O"] },
+    { tokens: ["Paris", "is", "big"], tags: ["B-LOC", "O", "O"] },
+    { tokens: ["Carol", "met", "Bob"], tags: ["B-PER", "O", "B-PER"] },
+  ];
   const got = await inConsumer(`
     import { Bert } from "bertgpu";
     import fs from "node:fs/promises";
     import os from "node:os";
     import path from "node:path";
     const bert = await Bert.load(process.argv[1]);
-    const examples = [
-      { tokens: ["Alice", "lives", "in", "Paris"], tags: ["B-PER", "O", "O", "B-LOC"] },
-      { tokens: ["Bob", "visited", "Berlin", "today"], tags: ["B-PER", "O", "B-LOC", "O"] },
-      { tokens: ["Paris", "is", "big"], tags: ["B-LOC", "O", "O"] },
-      { tokens: ["Carol", "met", "Bob"], tags: ["B-PER", "O", "B-PER"] },
-    ];
+    const examples = JSON.parse(process.argv[2]);
     const steps = [];
     const report = await bert.fineTune(examples, { task: "ner", epochs: 3, batchSize: 2, learningRate: 1e-3,
       validationSplit: 0.25, onProgress: (p) => p.type === "step" && steps.push(p.loss) });
@@ -225,13 +232,63 @@ test("fineTune in Node.js: a token classifier trained from a folder path, its ex
     const config = JSON.parse(await fs.readFile(path.join(dir, "config.json"), "utf8"));
     await fs.rm(dir, { recursive: true });
     console.log(JSON.stringify({ report, steps, tuned, reloaded, architectures: config.architectures }));
-  `, path.join(ROOT, "tests/models/tiny-ner"));
+  `, path.join(ROOT, "tests/models/tiny-ner"), JSON.stringify(examples));
   // 3 training examples in batches of 2: 2 steps an epoch, 3 epochs.
   assert.equal(got.steps.length, 6);
   assert.ok(got.steps.every(Number.isFinite));
   assert.deepEqual(got.report.steps.map((s) => s.loss), got.steps);
+  // The CLI's fine-tune with the same options and seed (both default to seed 0 and dropout on) takes the same steps:
+  // a zeroed gradient, another shuffle or another schedule in either would part them by far more.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-node-vs-cli-"));
+  try {
+    const data = path.join(dir, "ner.jsonl");
+    fs.writeFileSync(data, examples.map((e) => `${JSON.stringify(e)}\n`).join(""));
+    const { stderr } = await run(cli, ["fine-tune", "--task", "ner", "--model", path.join(ROOT, "tests/models/tiny-ner"),
+      "--data", data, "--out", path.join(dir, "out"), "--epochs", "3", "--batch-size", "2", "--lr", "1e-3",
+      "--validation-split", "0.25", "--seed", "0", "--device", "cpu"], { timeout: 120_000 });
+    const native = stderr.split("\n").filter((l) => l.startsWith("{") && l.includes('"step"')).map((l) => JSON.parse(l).loss);
+    assert.equal(native.length, got.steps.length, stderr);
+    let worst = 0;
+    got.steps.forEach((loss, i) => {
+      const rel = Math.abs(loss - native[i]) / Math.abs(native[i]);
+      worst = Math.max(worst, rel);
+      assert.ok(rel <= LOSS_VS_CLI_RTOL, `step ${i + 1}: Node ${loss}, the CLI ${native[i]}`);
+    });
+    console.log(`fineTune in Node against the CLI: worst step-loss difference ${worst.toExponential(2)} (relative)`);
+    assert.ok(native[0] - native[5] > 100 * LOSS_VS_CLI_RTOL * native[0], "training moved the loss far beyond the bound");
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
   assert.equal(got.report.epochs.length, 3);
   assert.deepEqual(got.architectures, ["BertForTokenClassification"]);
   assert.ok(got.tuned.length > 0, "the tuned model tags tokens");
   assert.deepEqual(got.reloaded, got.tuned, "the exported folder is the fine-tuned model");
+});
+
+test("fineTune and pretrain refuse a checkpoint that is not a BERT, naming its model_type", async () => {
+  const got = await inConsumer(`
+    import { Bert } from "bertgpu";
+    const out = [];
+    const examples = [{ text: "a", label: "x" }, { text: "b", label: "y" }];
+    for (const [dir, call] of [["tiny-distilbert-classifier", (b) => b.fineTune(examples, { task: "classify", epochs: 1 })],
+      ["tiny-roberta-classifier", (b) => b.fineTune(examples, { task: "classify", epochs: 1, lora: { r: 2 } })],
+      ["tiny-roberta-mlm", (b) => b.pretrain("one sentence.\\nanother one.\\n\\na second document.\\nwith two lines.", { steps: 1 })]]) {
+      const bert = await Bert.load(process.argv[1] + "/" + dir);
+      const weights = async () => Buffer.from((await bert.exportModel())["model.safetensors"]);
+      const before = await weights();
+      try {
+        await call(bert);
+        out.push({ dir, error: null });
+      } catch (e) {
+        out.push({ dir, error: String(e.message ?? e), same: (await weights()).equals(before) });
+      }
+      bert.dispose();
+    }
+    console.log(JSON.stringify(out));
+  `, path.join(ROOT, "tests/models"));
+  assert.equal(got.length, 3);
+  for (const [r, type] of got.map((r, i) => [r, ["distilbert", "roberta", "roberta"][i]])) {
+    assert.ok(r.error && r.error.includes(`this one is \`${type}\``), `${r.dir}: ${r.error}`);
+    assert.equal(r.same, true, `${r.dir}: the model is left as it was`);
+  }
 });

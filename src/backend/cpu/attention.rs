@@ -10,6 +10,10 @@
 //! the tile's 4 × K scores sit in L1. Keys after the last real one are never touched; padded keys before it get
 //! probability exactly 0 (the `-inf` bias of the op's contract); a query whose keys are all padding gets a zero
 //! context row rather than NaN.
+//!
+//! With a relative bias (`Backend::attention_biased`, `(heads, 2T − 1)`), each score of the tile gets its (query,
+//! key) offset's bias added as it is stored: the key bias row of the tile's queries is built once per tile in the
+//! scratch (mask bias + relative bias), so the register tiles are the same code with or without it.
 
 use super::simd::{add, load, max, mul, mul_add, splat, store, to_array, zero, V};
 use super::{expect_dims, par_for, scratch, CpuTensor, SharedOut};
@@ -22,8 +26,9 @@ const QT: usize = 4;
 /// Keys per score tile and output columns per weighted-sum tile: two 4-lane vectors.
 const CT: usize = 8;
 
-/// `qkv (B*T, 3H)`, `mask (B, T)` (non-zero = real token) → context `(B*T, H)`.
-pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result<CpuTensor> {
+/// `qkv (B*T, 3H)`, `mask (B, T)` (non-zero = real token), optionally `bias (heads, 2T − 1)` (added to the scaled
+/// score of query i and key j at column j − i + T − 1 of the head's row) → context `(B*T, H)`.
+pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, bias: Option<&CpuTensor>, s: AttentionShape) -> Result<CpuTensor> {
     let AttentionShape { batch, seq, heads, head_dim } = s;
     let h = heads * head_dim;
     if heads == 0 || head_dim == 0 {
@@ -31,12 +36,16 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result
     }
     expect_dims(qkv, batch * seq, 3 * h, "attention qkv (B*T, 3H)")?;
     expect_dims(mask, batch, seq, "attention mask (B, T)")?;
+    if let Some(b) = bias {
+        expect_dims(b, heads, (2 * seq).saturating_sub(1), "attention bias (heads, 2T - 1)")?;
+    }
     let mut out = vec![0f32; batch * seq * h]; // (B*T, H)
     if batch * seq == 0 {
         return CpuTensor::new(out, batch * seq, h);
     }
     let qkv = qkv.data();
     let mask = mask.data();
+    let bias = bias.map(|b| b.data());
     let scale = 1.0 / (head_dim as f32).sqrt();
     // Shared by the tasks (here and in the two functions below): each writes a disjoint (rows of sequence b) ×
     // (columns of head h) block.
@@ -52,8 +61,10 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape) -> Result
         let out = unsafe { std::slice::from_raw_parts_mut(optr.0.add(b * seq * h), seq * h) };
         let rows = &qkv[b * seq * 3 * h..(b + 1) * seq * 3 * h]; // (T, 3H) of sequence b
         // The thread's scratch: kᵀ `(d, K)`, the tile's scores `(QT, K)`, and per key its mask as a bias.
+        // The head's relative bias row (2T − 1), if any.
+        let rel = bias.map(|b| &b[hd * (2 * seq - 1)..(hd + 1) * (2 * seq - 1)]);
         scratch::with(|scratch| {
-            head(rows, 3 * h, hd * head_dim, h, head_dim, seq, keys, &m[..keys], scale, out, scratch);
+            head(rows, 3 * h, hd * head_dim, h, head_dim, seq, keys, &m[..keys], rel, scale, out, scratch);
         });
     });
     CpuTensor::new(out, batch * seq, h)
@@ -216,16 +227,18 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s
 
 /// One (sequence, head): `rows (T, ld)` holds q at column `qc`, k at `qc + h`, v at `qc + 2h` (d columns each);
 /// writes columns `qc..qc + d` of `out (T, h)`. Only the first `keys` keys are read (`mask` is theirs; the last is
-/// real).
+/// real). `rel`: the head's relative bias `(2T − 1)`, key j of query i at j − i + T − 1.
 #[allow(clippy::too_many_arguments)]
-fn head(rows: &[f32], ld: usize, qc: usize, h: usize, d: usize, seq: usize, keys: usize, mask: &[f32], scale: f32,
-    out: &mut [f32], scratch: &mut Vec<f32>) {
+fn head(rows: &[f32], ld: usize, qc: usize, h: usize, d: usize, seq: usize, keys: usize, mask: &[f32],
+    rel: Option<&[f32]>, scale: f32, out: &mut [f32], scratch: &mut Vec<f32>) {
     let kp = keys.div_ceil(CT) * CT; // kᵀ's row length: whole score tiles; the extra columns are zero keys
+    let rows_bias = if rel.is_some() { QT * kp } else { 0 };
     scratch.clear();
-    scratch.resize(d * kp + QT * kp + kp, 0.0);
+    scratch.resize(d * kp + QT * kp + kp + rows_bias, 0.0);
     let (kt, rest) = scratch.split_at_mut(d * kp); // kt (d, Kp)
     let (s, rest) = rest.split_at_mut(QT * kp); // scores, then exponentials, of the tile (QT, Kp)
-    let bias = rest; // per key: 0 if real, -inf if padding or past `keys`
+    let (bias, qbias) = rest.split_at_mut(kp); // per key: 0 if real, -inf if padding or past `keys`
+    // With `rel`: per query of the tile, its keys' mask bias plus relative bias (QT, Kp).
     for j in 0..keys {
         let k = &rows[j * ld + qc + h..j * ld + qc + h + d];
         for (l, &v) in k.iter().enumerate() {
@@ -244,7 +257,22 @@ fn head(rows: &[f32], ld: usize, qc: usize, h: usize, d: usize, seq: usize, keys
             let i = i0 + r.min(n - 1);
             &rows[i * ld + qc..i * ld + qc + d]
         });
-        // Scores s[r][j] = scale · q_r · k_j + bias_j, 4 queries × 8 keys per register tile, and each row's max.
+        // The tile's bias rows: the keys' mask bias, plus with `rel` each query's relative bias.
+        let brow: [&[f32]; QT] = match rel {
+            None => [&*bias; QT],
+            Some(rel) => {
+                for r in 0..QT {
+                    let i = i0 + r.min(n - 1);
+                    let row = &rel[seq - 1 - i..seq - 1 - i + keys]; // keys j = 0..keys at j − i + T − 1
+                    let qb = &mut qbias[r * kp..(r + 1) * kp];
+                    for j in 0..kp {
+                        qb[j] = if j < keys { bias[j] + row[j] } else { bias[j] };
+                    }
+                }
+                std::array::from_fn(|r| &qbias[r * kp..(r + 1) * kp])
+            }
+        };
+        // Scores s[r][j] = scale · q_r · k_j + bias_r,j, 4 queries × 8 keys per register tile, and each row's max.
         let mut top = [splat(f32::NEG_INFINITY); QT];
         for j0 in (0..kp).step_by(CT) {
             let mut acc = [[zero(); 2]; QT];
@@ -257,10 +285,10 @@ fn head(rows: &[f32], ld: usize, qc: usize, h: usize, d: usize, seq: usize, keys
                     acc[r][1] = mul_add(acc[r][1], qv, k1);
                 }
             }
-            // SAFETY: j0 + 8 ≤ kp bounds the bias loads and, with r < QT, the stores into s (QT, kp).
+            // SAFETY: j0 + 8 ≤ kp bounds the bias loads (rows of kp) and, with r < QT, the stores into s (QT, kp).
             unsafe {
-                let (b0, b1) = (load(bias.as_ptr().add(j0)), load(bias.as_ptr().add(j0 + 4)));
                 for (r, a) in acc.iter().enumerate() {
+                    let (b0, b1) = (load(brow[r].as_ptr().add(j0)), load(brow[r].as_ptr().add(j0 + 4)));
                     let (s0, s1) = (add(mul(a[0], scale), b0), add(mul(a[1], scale), b1));
                     top[r] = max(top[r], max(s0, s1));
                     store(s.as_mut_ptr().add(r * kp + j0), s0);
@@ -352,6 +380,12 @@ mod tests {
     const ATT_RTOL: f32 = 1e-5;
 
     fn reference(qkv: &[f32], mask: &[f32], b: usize, t: usize, heads: usize, d: usize) -> Vec<f32> {
+        reference_biased(qkv, mask, None, b, t, heads, d)
+    }
+
+    /// `bias`: `(heads, 2T − 1)`, key j of query i at column j − i + T − 1.
+    fn reference_biased(qkv: &[f32], mask: &[f32], bias: Option<&[f32]>, b: usize, t: usize, heads: usize, d: usize)
+        -> Vec<f32> {
         let h = heads * d;
         let mut out = vec![0f32; b * t * h];
         for bi in 0..b {
@@ -367,7 +401,8 @@ mod tests {
                         }
                         any = true;
                         w[j] = (0..d).map(|l| q(l) * qkv[(bi * t + j) * 3 * h + h + hd * d + l] as f64).sum::<f64>()
-                            / (d as f64).sqrt();
+                            / (d as f64).sqrt()
+                            + bias.map_or(0.0, |r| r[hd * (2 * t - 1) + j + t - 1 - i] as f64);
                     }
                     if !any {
                         continue;
@@ -449,6 +484,38 @@ mod tests {
         }
         let y = cpu.attention(&cpu.input(&a, t, 3 * h).unwrap(), &tm, shape).unwrap();
         assert_eq!(x.data()[..4 * h], y.data()[..4 * h]);
+    }
+
+    /// A relative bias (MPNet's) on the scores: the tiles' per-query bias rows against the f64 reference, with
+    /// padding, query counts off the 4-row tile and keys off the 8-key tile; a bias of the wrong shape is refused.
+    #[test]
+    fn relative_bias_matches_reference() {
+        let cpu = CpuBackend::new();
+        let cases: &[(usize, usize, usize, usize, &[usize])] =
+            &[(1, 1, 1, 1, &[1]), (2, 7, 3, 5, &[7, 3]), (3, 33, 2, 16, &[33, 1, 0]), (2, 37, 2, 32, &[37, 20])];
+        for &(b, t, heads, d, lens) in cases {
+            let h = heads * d;
+            let qkv = rand_vec(b * t * 3 * h, (b * t * h + 5) as u64).iter().map(|v| v * 2.0).collect::<Vec<_>>();
+            let bias = rand_vec(heads * (2 * t - 1), 31).iter().map(|v| v * 3.0).collect::<Vec<_>>();
+            let mut mask = vec![0f32; b * t];
+            for (bi, &l) in lens.iter().enumerate() {
+                mask[bi * t..bi * t + l].fill(1.0);
+            }
+            let shape = AttentionShape { batch: b, seq: t, heads, head_dim: d };
+            let (tq, tm) = (cpu.input(&qkv, b * t, 3 * h).unwrap(), cpu.input(&mask, b, t).unwrap());
+            let tb = cpu.input(&bias, heads, 2 * t - 1).unwrap();
+            let got = cpu.attention_biased(&tq, &tm, Some(&tb), shape).unwrap();
+            let want = reference_biased(&qkv, &mask, Some(&bias), b, t, heads, d);
+            assert_close(got.data(), &want, ATT_ATOL, ATT_RTOL, &format!("biased attention b{b} t{t} heads{heads} d{d}"));
+            // The bias changes the result (the test can fail), and no bias is the plain kernel.
+            if t > 1 {
+                assert!(got.data().iter().zip(&reference(&qkv, &mask, b, t, heads, d)).any(|(a, c)| (a - c).abs() > 1e-3));
+            }
+            assert_eq!(cpu.attention_biased(&tq, &tm, None, shape).unwrap().data(), cpu.attention(&tq, &tm, shape).unwrap().data());
+            let wrong = cpu.input(&bias[..heads * (2 * t - 1) - 1], 1, heads * (2 * t - 1) - 1).unwrap_or(tb);
+            let e = cpu.attention_biased(&tq, &tm, Some(&wrong), shape).err().map(|e| e.to_string());
+            assert!(heads * (2 * t - 1) == 1 || e.as_deref().is_some_and(|e| e.contains("attention bias")), "{e:?}");
+        }
     }
 
     #[test]

@@ -313,10 +313,14 @@ impl Backend for CpuBackend {
         CpuTensor::new(batch.attention_mask.iter().map(|&m| if m != 0 { 1.0 } else { 0.0 }).collect(), batch.b, batch.t)
     }
 
-    fn attention(&self, qkv: &CpuTensor, mask: &CpuTensor, shape: AttentionShape) -> Result<CpuTensor> {
+    fn attention_biased(&self, qkv: &CpuTensor, mask: &CpuTensor, bias: Option<&CpuTensor>, shape: AttentionShape)
+        -> Result<CpuTensor> {
         qkv.expect_f32("attention qkv")?;
         mask.expect_f32("attention mask")?;
-        attention::attention(qkv, mask, shape)
+        if let Some(b) = bias {
+            b.expect_f32("attention bias")?;
+        }
+        attention::attention(qkv, mask, bias, shape)
     }
 
     fn pool_tokens(&self, x: &CpuTensor, mask: &CpuTensor, batch: usize, seq: usize, mode: super::TokenPool)

@@ -27,10 +27,24 @@ impl GpuBackend {
     /// [`Backend::attention`](super::Backend::attention): the vec4 kernel where head_dim allows it. With `dropout`
     /// ([`Backend::attention_dropout`](super::Backend::attention_dropout)), the same kernel compiled with
     /// `DROPOUT = 1`: a pipeline of its own, so the inference pipelines stay as they were.
-    pub(super) fn record_attention(&self, qkv: &GpuTensor, mask: &GpuTensor, s: AttentionShape,
-        dropout: Option<Dropout>) -> Result<GpuTensor> {
+    /// With `bias` ([`Backend::attention_biased`](super::Backend::attention_biased): `(heads, 2T − 1)`), the same
+    /// kernel compiled with `BIAS = 1` (shaders/lib/attention_bias.wgsl); without, the mask stands in at its binding.
+    pub(super) fn record_attention(&self, qkv: &GpuTensor, mask: &GpuTensor, bias: Option<&GpuTensor>,
+        s: AttentionShape, dropout: Option<Dropout>) -> Result<GpuTensor> {
         if let Some(d) = dropout {
             d.check()?;
+        }
+        if bias.is_some() && dropout.is_some() {
+            return Err(shape_err("attention", "an attention bias with dropout (training) is not supported".into()));
+        }
+        if let Some(b) = bias {
+            expect_f32("attention bias", &[b])?;
+            if (b.rows, b.cols) != (s.heads, (2 * s.seq).saturating_sub(1)) {
+                return Err(shape_err("attention", format!(
+                    "bias is ({}, {}), expected (heads, 2T - 1) = ({}, {})", b.rows, b.cols, s.heads,
+                    (2 * s.seq).saturating_sub(1)
+                )));
+            }
         }
         let h = s.heads * s.head_dim;
         expect_f32("attention", &[mask])?;
@@ -86,11 +100,16 @@ impl GpuBackend {
         let shader = half.unwrap_or(shader);
         let out = self.alloc_as(s.batch * s.seq, h, half.is_some())?;
         let wg = ("WG", t.attention_wg as f64);
-        let consts: &[(&str, f64)] = if dropout.is_some() { &[wg, ("DROPOUT", 1.0)] } else { &[wg] };
+        let consts: &[(&str, f64)] = match (dropout.is_some(), bias.is_some()) {
+            (true, _) => &[wg, ("DROPOUT", 1.0)],
+            (false, true) => &[wg, ("BIAS", 1.0)],
+            (false, false) => &[wg],
+        };
         self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &[
             (1, qkv.buffer(), false),
             (2, mask.buffer(), false),
             (3, out.buffer(), true),
+            (4, bias.unwrap_or(mask).buffer(), false),
         ], groups)?;
         Ok(out)
     }

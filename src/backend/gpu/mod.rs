@@ -345,8 +345,9 @@ impl Backend for GpuBackend {
         self.attention_mask(batch)
     }
 
-    fn attention(&self, qkv: &GpuTensor, mask: &GpuTensor, s: AttentionShape) -> Result<GpuTensor> {
-        self.record_attention(qkv, mask, s, None)
+    fn attention_biased(&self, qkv: &GpuTensor, mask: &GpuTensor, bias: Option<&GpuTensor>, s: AttentionShape)
+        -> Result<GpuTensor> {
+        self.record_attention(qkv, mask, bias, s, None)
     }
 
     fn pool_tokens(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize, mode: super::TokenPool)
@@ -440,7 +441,7 @@ impl Backend for GpuBackend {
 
     fn attention_dropout(&self, qkv: &GpuTensor, mask: &GpuTensor, shape: AttentionShape, d: Dropout)
         -> Result<GpuTensor> {
-        self.record_attention(qkv, mask, shape, Some(d))
+        self.record_attention(qkv, mask, None, shape, Some(d))
     }
 
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Goldens for MPNet, from PyTorch `transformers` (`models/mpnet`).
+
+Run from the repository root after roberta.py (it reuses roberta.py's byte-level BPE tokenizer from
+tests/models/tiny-roberta-mlm, whose `<s> <pad> </s> <unk>` ids 0..3 and `<s> A </s></s> B </s>` pairs are MPNet's,
+and its helpers; needs torch, transformers 5.x, safetensors):
+
+    /path/to/venv/bin/python tests/golden/mpnet.py
+
+The models are seeded random, hidden 32, 2 layers, 4 heads, feed-forward 64, `pad_token_id` 1,
+`max_position_embeddings` 66 (64 usable positions: MPNet's, as RoBERTa's, start at padding_idx + 1), 32 relative
+position buckets whose table is scaled ×4 after the init (so that a wrong bucket or a missing bias moves the outputs
+far past the tolerances), written to:
+  tests/models/tiny-mpnet-mlm/          MPNetForMaskedLM
+  tests/models/tiny-mpnet-classifier/   MPNetForSequenceClassification, 3 labels (pairs included)
+  tests/models/tiny-mpnet-model/        MPNetModel with its pooler, as all-mpnet-base-v2 ships (at the root)
+  tests/golden/mpnet.json               mean and <s> embeddings of a padded batch (texts of 3 to 40 tokens: offsets
+                                        in the exact and the logarithmic buckets), fill-mask logits and pipeline,
+                                        classification logits and pipeline, and transformers' bucket of every offset
+                                        -300..300
+"""
+import json
+import os
+import shutil
+import sys
+
+import torch
+from transformers import AutoTokenizer, MPNetConfig, MPNetForMaskedLM, MPNetForSequenceClassification, MPNetModel
+from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import heads as H  # noqa: E402
+import roberta as R  # noqa: E402
+
+OUT = os.path.join(H.ROOT, "tests", "golden", "mpnet.json")
+TOKENIZER = os.path.join(H.MODELS, "tiny-roberta-mlm")
+
+
+def config(vocab_size, **kw):
+    return MPNetConfig(
+        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=R.USABLE + R.PAD + 1, initializer_range=0.3, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, pad_token_id=R.PAD, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5,
+        relative_attention_num_buckets=32, **kw)
+
+
+def perturb(model, seed):
+    """roberta.perturb, and the relative bias ×4."""
+    R.perturb(model, seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "relative_attention_bias" in name:
+                p.mul_(4.0)
+    return model
+
+
+def save(model, name):
+    d = os.path.join(H.MODELS, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER, f), os.path.join(d, f))
+    model.eval()
+    model.save_pretrained(d)
+    size = os.path.getsize(os.path.join(d, "model.safetensors"))
+    assert size < 200_000, f"{name}: {size} bytes is too big to commit"
+    print(f"{name}: model.safetensors {size} bytes", file=sys.stderr)
+    return d
+
+
+def main():
+    ids3 = {0: "negative", 1: "neutral", 2: "positive"}
+    tok = AutoTokenizer.from_pretrained(TOKENIZER)
+    V = len(tok)
+    g = {"tolerance_note": "float32 PyTorch outputs; compare with the tolerances named in tests/mpnet.rs"}
+    rel = torch.arange(-300, 301)
+    g["buckets"] = {"offsets": rel.tolist(), "buckets": MPNetEncoder.relative_position_bucket(rel).tolist()}
+
+    torch.manual_seed(41)
+    m = perturb(MPNetForMaskedLM(config(V, architectures=["MPNetForMaskedLM"])), 141).eval()
+    save(m, "tiny-mpnet-mlm")
+    g["embeddings"] = R.embeddings(m.mpnet, tok)
+    g["fill_mask"] = R.fill_mask(m, tok)
+    torch.manual_seed(42)
+    m = perturb(MPNetForSequenceClassification(config(
+        V, architectures=["MPNetForSequenceClassification"], id2label=ids3,
+        label2id={v: k for k, v in ids3.items()})), 142).eval()
+    save(m, "tiny-mpnet-classifier")
+    g["classifier"] = R.classify(m, tok)
+    torch.manual_seed(43)
+    m = perturb(MPNetModel(config(V, architectures=["MPNetModel"])), 143).eval()
+    d = save(m, "tiny-mpnet-model")
+    g["model_embeddings"] = R.embeddings(m, tok)
+    # The same model without its bias: how far a missing bias moves the outputs (the tests' tolerances are far below).
+    with torch.no_grad():
+        m.encoder.relative_attention_bias.weight.zero_()
+    without = R.embeddings(m, tok)
+    g["without_bias_max_diff"] = max(abs(a - b) for x, y in zip(g["model_embeddings"], without)
+                                     for a, b in zip(x["mean"], y["mean"]))
+
+    with open(OUT, "w", encoding="utf-8") as fh:
+        json.dump(g, fh, ensure_ascii=False, separators=(",", ":"))
+        fh.write("\n")
+    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
+    print("classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
+    print("longest embed text", max(len(e["input_ids"]) for e in g["embeddings"]), "tokens", file=sys.stderr)
+    print("without the bias the mean embeddings move by", g["without_bias_max_diff"], file=sys.stderr)
+    with open(os.path.join(d, "model.safetensors"), "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        print("tiny-mpnet-model tensors:", sorted(json.loads(fh.read(n)))[:6], "...", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

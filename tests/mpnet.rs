@@ -1,0 +1,161 @@
+//! MPNet against PyTorch `transformers` (tests/golden/mpnet.json, made by tests/golden/mpnet.py from the tiny seeded
+//! checkpoints tests/models/tiny-mpnet-*): its config (refusals by name), its names (`attention.attn.{q,k,v,o}`,
+//! `mpnet.` or the root), RoBERTa's positions, no token types, and the relative position bias (T5's buckets, the
+//! attention kernel's bias input) in the embeddings of a padded batch and of each text alone, fill-mask
+//! (`lm_head`), sequence classification (`classifier.dense` + tanh + `out_proj`, pairs included), on the CPU and the
+//! GPU backend. Fine-tuning an MPNet (its backward is not written) and `convert` to GGUF are refused by name.
+
+mod common;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::Backend;
+use bertgpu::config::{BertConfig, Family};
+use bertgpu::tasks::{EmbedOptions, Model, Pooling};
+use bertgpu::tokenizer::Tokenizer;
+use bertgpu::training::finetune::{FineTuneTask, FineTuner};
+use bertgpu::dtype::Dtype;
+use bertgpu::weights::{gguf, HostTensor, Weights};
+use common::family::{self, block_on, dir};
+use common::gpu;
+use serde_json::{json, Value};
+
+/// The CPU backend on f32 weights. Measured worst |ours − torch| here: 6.7e-6 (fill-mask logits; embeddings 2.6e-6,
+/// classifier logits 2.5e-6), printed by `cargo test --test mpnet -- --nocapture`. 5e-5 (7.5×) is far below what a
+/// mistake moves: without the relative bias the mean embeddings move by 0.86 (the golden records it;
+/// `missing_bias_is_caught` checks it here).
+const CPU_ATOL: f32 = 5e-5;
+/// The GPU. Measured worst on lavapipe here: 5.7e-6 (fill-mask logits; embeddings 3.6e-6); 5e-5 (8.8×).
+const GPU_ATOL: f32 = 5e-5;
+
+/// Random tiny weights give near-ties in fill-mask (the script prints the smallest gap: 5.7e-4, above twice the
+/// pipeline score tolerance, so the order must match exactly).
+const NEAR_TIES: bool = false;
+
+fn golden() -> Value {
+    family::golden("mpnet.json")
+}
+
+fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
+    let m = family::load(&dir(name), backend);
+    assert_eq!(m.config.family, Family::MPNet, "{name}");
+    assert_eq!((m.config.max_position_embeddings, m.config.position_offset), (64, 2), "66 rows, from padding_idx + 1");
+    assert_eq!(m.config.relative_attention_buckets, 32);
+    m
+}
+
+/// The embeddings of `key` in the golden, in a padded batch (batches of 4) and each text alone (batch_size 1): the
+/// bias follows offsets over the padded length, which padding must not change for real tokens.
+fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
+    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
+    let cases = g[key].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
+    let got = block_on(m.embed(&texts, &opts)).unwrap();
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
+}
+
+fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
+    let g = golden();
+    let mlm = load("tiny-mpnet-mlm", mk());
+    embeddings("mpnet (MPNetForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
+    family::fill_mask("mpnet", &g, &mlm, atol, NEAR_TIES);
+    family::classify("mpnet", &g, &load("tiny-mpnet-classifier", mk()), atol, false);
+    embeddings("mpnet (MPNetModel at the root)", &g, "model_embeddings", &load("tiny-mpnet-model", mk()), atol);
+}
+
+#[test]
+fn mpnet_matches_pytorch_on_cpu() {
+    everything(CpuBackend::new, CPU_ATOL);
+}
+
+#[test]
+fn mpnet_matches_pytorch_on_gpu() {
+    if gpu().is_none() {
+        return;
+    }
+    everything(|| gpu().expect("adapter"), GPU_ATOL);
+}
+
+/// transformers' bucket of every offset −300..300.
+#[test]
+fn buckets_match_transformers() {
+    let g = golden();
+    let offsets = g["buckets"]["offsets"].as_array().unwrap();
+    let buckets = g["buckets"]["buckets"].as_array().unwrap();
+    assert_eq!(offsets.len(), 601);
+    for (o, b) in offsets.iter().zip(buckets) {
+        let (o, b) = (o.as_i64().unwrap(), b.as_u64().unwrap() as usize);
+        assert_eq!(bertgpu::model::relative::bucket(o, 32), b, "offset {o}");
+    }
+}
+
+/// The same checkpoint with its relative bias zeroed is far from the golden: the bias is applied, and the tolerance
+/// would see it missing.
+#[test]
+fn missing_bias_is_caught() {
+    let g = golden();
+    let d = dir("tiny-mpnet-model");
+    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
+    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    let zero = HostTensor::f32(vec![32, 4], vec![0.0; 128]).unwrap();
+    let w = w.replaced("encoder.relative_attention_bias.weight", zero);
+    let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
+    let cases = g["model_embeddings"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
+    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst > 100.0 * CPU_ATOL, "without the bias the embeddings moved by {worst} only");
+    let recorded = g["without_bias_max_diff"].as_f64().unwrap() as f32;
+    assert!((worst - recorded).abs() < 1e-3, "torch's own zeroed-bias model moved by {recorded}, ours by {worst}");
+}
+
+/// MPNet's configs: the family from `model_type` or the class; what its code fixes (padding_idx 1, 32 buckets) and
+/// classes it lacks are refused by name, never run otherwise.
+#[test]
+fn config_and_refusals() {
+    let text = std::fs::read_to_string(dir("tiny-mpnet-mlm").join("config.json")).unwrap();
+    let c = BertConfig::from_json_str(&text).unwrap();
+    assert_eq!(c.family, Family::MPNet);
+    assert!(!c.family.has_token_types() && !c.family.has_token_type_table());
+    assert_eq!((c.type_vocab_size, c.pad_token_id), (1, 1));
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let with = |k: &str, val: Value| {
+        let mut v = v.clone();
+        v[k] = val;
+        BertConfig::from_json_str(&v.to_string())
+    };
+    let no_type = with("model_type", Value::Null).unwrap();
+    assert_eq!(no_type, c, "the class names the family");
+    for (k, val, says) in [("pad_token_id", json!(0), "pad_token_id 0"),
+        ("relative_attention_num_buckets", json!(64), "relative_attention_num_buckets 64"),
+        ("architectures", json!(["MPNetForPreTraining"]), "`MPNetForPreTraining` is not a mpnet class"),
+        ("architectures", json!(["BertModel"]), "`BertModel` is not a mpnet class")]
+    {
+        let e = with(k, val).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+    }
+}
+
+/// Fine-tuning needs the backward, written for BERT only: an MPNet is refused by its name, not trained as a BERT.
+#[test]
+fn fine_tuning_is_refused_by_name() {
+    let d = dir("tiny-mpnet-classifier");
+    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).err().expect("refused").to_string();
+    assert!(e.contains("`mpnet`"), "{e}");
+}
+
+/// `convert` to GGUF is refused by name (the relative bias has no llama.cpp name, no GGUF loader applies it), and
+/// writes nothing.
+#[test]
+fn convert_is_refused_by_name() {
+    let out = std::env::temp_dir().join(format!("tiny-mpnet-{}.gguf", std::process::id()));
+    let e = gguf::convert(&dir("tiny-mpnet-model"), Dtype::F16, &out).err().expect("refused").to_string();
+    assert!(e.contains("MPNet") && e.contains("not supported"), "{e}");
+    assert!(!out.exists());
+}
