@@ -83,16 +83,18 @@ export interface LoadOptions {
   cacheDir?: string;
   /**
    * Pinned SHA-256 digests (64 hex digits) by file name, e.g. `{ "model.safetensors": "9f86d0..." }` (names as in the
-   * folder: config.json, tokenizer_config.json, tokenizer.json, vocab.txt, model.safetensors, and
-   * sentence-transformers' modules.json, sentence_bert_config.json, config_sentence_transformers.json and the
-   * modules' files such as "2_Dense/model.safetensors"; for a .gguf URL its file name). Each pinned file is checked before it is used or cached, a cached copy too (one that does not match
-   * is downloaded again); a mismatch rejects the load. A pinned file must exist. Needs a secure context (https or
+   * folder: config.json, tokenizer_config.json, tokenizer.json, vocab.txt, model.safetensors, or for a folder saved
+   * in shards model.safetensors.index.json and the shards it names, and sentence-transformers' modules.json,
+   * sentence_bert_config.json, config_sentence_transformers.json and the modules' files such as
+   * "2_Dense/model.safetensors"; for a .gguf URL its file name). Each pinned file is checked before it is used or
+   * cached, a cached copy too (one that does not match is downloaded again); a mismatch rejects the load. A pinned
+   * file must exist. Needs a secure context (https or
    * localhost) for `crypto.subtle`. Not for bytes sources.
    */
   sha256?: Record<string, string>;
   /**
    * The largest file accepted, in bytes (default 2 GiB): checked against Content-Length before downloading, as the
-   * bytes arrive, and for cached files.
+   * bytes arrive, and for cached files. For a folder saved in shards, each shard (the index: at most 8 MiB).
    */
   maxBytes?: number;
   /**

@@ -90,10 +90,10 @@ export class Bert {
     // For the GPU, its matrices go on into GPU memory as they arrive, never into wasm memory, which would keep their
     // size for the life of the tab (a LoRA adapter is folded into the weights on the host: then they stay there).
     const choosing = pickDevice(device);
-    const stream = async ({ gguf, total, limit, hash }) => {
+    const stream = async ({ gguf, total, limit, hash, shard }) => {
       const { glue } = await runtime;
       const chosen = await choosing.catch(() => null);
-      return chosen && chosen.device !== "cpu" && opts.adapter == null
+      return chosen && chosen.device !== "cpu" && opts.adapter == null && !shard
         ? glue.WeightStream.onDevice(gguf, total, limit, hash, chosen.device)
         : new glue.WeightStream(gguf, total, limit, hash);
     };
@@ -352,8 +352,16 @@ export class Bert {
   }
 
   /** The files this model was loaded from, fetched again (from the cache when it is on), with its adapter. */
-  async _files() {
-    return { ...(await fetchModelFiles(this._source.resolved, this._source.fetchOptions)), ...this._source.adapter };
+  async _files(method = null) {
+    const files = await fetchModelFiles(this._source.resolved, this._source.fetchOptions);
+    // Loading (and reloading after a lost device) reads shards; training and exporting take one model.safetensors.
+    if (method && files.weights?.shards) {
+      files.weights.free();
+      throw new Error(`${method}: this model was loaded from shards (model.safetensors.index.json), which ${method} `
+        + "does not read yet: save it as one model.safetensors first (transformers' save_pretrained with a larger "
+        + "max_shard_size)");
+    }
+    return { ...files, ...this._source.adapter };
   }
 
   /** Keeps the live head's bytes of a GPU model, to restore it after a device loss. */
@@ -602,7 +610,7 @@ export class Bert {
         return { ...this._adapter };
       }
       if (opts.dtype != null && format !== "gguf") throw new TypeError("exportModel: dtype is for format: \"gguf\"");
-      const files = this._tuned ?? await this._files();
+      const files = this._tuned ?? await this._files("exportModel");
       if (files.gguf) throw new Error("exportModel: this model was loaded from a .gguf, not a Hugging Face folder");
       if (format === "gguf") {
         const gguf = await guard(this._rt, () => this._rt.glue.toGguf(files.config, files.tokenizer, files.vocab,

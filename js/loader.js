@@ -18,8 +18,17 @@ async function checkLocalFolder(base) {
   }
 }
 
-/** The files a folder source may fetch, in the order they are fetched: the only URLs `Bert.load` asks for. */
+/** The files a folder source may fetch, in the order they are fetched: the only URLs `Bert.load` asks for (and,
+ * where there is no model.safetensors, the index of shards and the shards it names). */
 export const FOLDER_FILES = ["config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt", "model.safetensors"];
+
+/** A checkpoint saved in shards: this index names them (src/weights/sharded.rs checks it again, and the shards). */
+export const SHARD_INDEX = "model.safetensors.index.json";
+/** The index's bounds, as src/weights/sharded.rs's: its bytes, and the shard files it may name. */
+const MAX_INDEX_BYTES = 8 << 20;
+const MAX_SHARDS = 1000;
+/** A shard's name: a plain .safetensors file name beside the index (no path), as src/weights/sharded.rs requires. */
+const SHARD_NAME = /^[A-Za-z0-9_-][A-Za-z0-9_.-]*\.safetensors$/;
 
 /** The file name a .gguf URL is known by (in progress events and `sha256`). */
 function ggufName(url) {
@@ -46,7 +55,9 @@ export function checkLoadOptions(resolved, { sha256, maxBytes } = {}) {
   const folder = resolved.kind !== "gguf";
   const out = {};
   for (const [name, hex] of Object.entries(sha256)) {
-    if (!names.includes(name) && !(folder && sentenceFile(name))) {
+    // A folder's shards are known once its index is read: a pin of a name the index does not give is refused then.
+    const shard = folder && (name === SHARD_INDEX || (SHARD_NAME.test(name) && !names.includes(name)));
+    if (!names.includes(name) && !(folder && sentenceFile(name)) && !shard) {
       throw new TypeError(`Bert.load: sha256 names "${name}", which this source does not fetch `
         + `(it fetches ${names.join(", ")}${folder ? `; and sentence-transformers' ${SENTENCE_FILES.join(", ")} and `
           + "a module's FOLDER/config.json or FOLDER/model.safetensors" : ""})`);
@@ -159,9 +170,67 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
       throw new Error(`Bert.load: sha256 pins "${name}", which ${resolved.base}'s modules.json does not list`);
     }
   }
-  files.weights = await fetchFile(at("model.safetensors"), "model.safetensors",
-    { ...pinned("model.safetensors"), cacheFirst, stream: stream && ((o) => stream({ ...o, gguf: false })) });
+  // model.safetensors, else the index of shards and each shard (a pin on either says which the folder must have).
+  const shardPins = Object.keys(limits.sha256 ?? {}).filter((n) => n === SHARD_INDEX || SHARD_NAME.test(n)
+    && n !== "model.safetensors");
+  const single = shardPins.length ? null : await fetchFile(at("model.safetensors"), "model.safetensors",
+    { ...pinned("model.safetensors"), optional: true, cacheFirst,
+      stream: stream && ((o) => stream({ ...o, gguf: false })) });
+  files.weights = single ?? await fetchShards(resolved.base, at, pinned, limits, stream);
   return files;
+}
+
+/**
+ * A folder saved in shards: model.safetensors.index.json, then each shard it names, each a file as
+ * model.safetensors is (maxBytes each, its pin if any), read into a stream on the host (one GPU device per load:
+ * a stream placed on the device acquires its own). Resolves to `{ index, shards: [[name, bytes | stream], ...],
+ * free() }`, which the module checks against the index and joins (src/wasm/mod.rs).
+ */
+async function fetchShards(base, at, pinned, limits, stream) {
+  const index = await fetchFile(at(SHARD_INDEX), SHARD_INDEX,
+    { ...pinned(SHARD_INDEX), optional: true, maxBytes: Math.min(limits.maxBytes, MAX_INDEX_BYTES) });
+  if (!index) {
+    throw new Error(`Bert.load: ${base} has neither model.safetensors nor ${SHARD_INDEX}; a folder whose weights `
+      + "are only pytorch_model.bin must be converted once: python -c \"import torch; from safetensors.torch import "
+      + "save_file; sd = torch.load('pytorch_model.bin', weights_only=True); save_file({k: v.clone().contiguous() "
+      + "for k, v in sd.items()}, 'model.safetensors')\"");
+  }
+  let map;
+  try {
+    map = JSON.parse(new TextDecoder().decode(index)).weight_map;
+  } catch (e) {
+    throw new Error(`Bert.load: ${SHARD_INDEX} is not valid JSON (${e.message})`);
+  }
+  if (map == null || typeof map !== "object" || Array.isArray(map)) {
+    throw new Error(`Bert.load: ${SHARD_INDEX} has no weight_map (tensor name → shard file)`);
+  }
+  const names = [...new Set(Object.values(map))].sort();
+  if (names.length > MAX_SHARDS) {
+    throw new Error(`Bert.load: ${SHARD_INDEX} names ${names.length} shard files, more than the ${MAX_SHARDS} allowed`);
+  }
+  const bad = names.find((n) => typeof n !== "string" || !SHARD_NAME.test(n));
+  if (bad !== undefined) {
+    throw new Error(`Bert.load: ${SHARD_INDEX} names the shard ${JSON.stringify(bad)}: a shard must be a `
+      + ".safetensors file in the index's own folder (no path)");
+  }
+  const unknown = Object.keys(limits.sha256 ?? {}).find((n) => SHARD_NAME.test(n) && n !== "model.safetensors"
+    && !names.includes(n));
+  if (unknown) {
+    throw new Error(`Bert.load: sha256 names "${unknown}", which ${SHARD_INDEX} does not name (it names `
+      + `${names.join(", ")})`);
+  }
+  const shards = [];
+  const free = () => shards.forEach(([, s]) => s?.free?.());
+  try {
+    for (const name of names) {
+      shards.push([name, await fetchFile(at(name), name, { ...pinned(name),
+        stream: stream && ((o) => stream({ ...o, gguf: false, shard: true })) })]);
+    }
+  } catch (e) {
+    free();
+    throw e;
+  }
+  return { index, shards, free };
 }
 
 /**

@@ -17,7 +17,7 @@ const MAX_DEVICE_LOSSES = 3;
 export async function trainModel(bert, method, m, { onProgress, signal, checkpoint, resume }, train) {
   const what = method === "pretrain" ? "pre-training" : "fine-tuning";
   signal?.throwIfAborted();
-  const files = bert._tuned ?? await bert._files();
+  const files = bert._tuned ?? await bert._files(method);
   if (files.gguf) {
     throw new Error(`${method}: this model was loaded from a .gguf; ${what} starts from a Hugging Face folder `
       + "(config.json, model.safetensors, the tokenizer files), whose config it exports");
@@ -82,7 +82,7 @@ export async function trainModel(bert, method, m, { onProgress, signal, checkpoi
  * none can be had. It becomes the Bert's model.
  */
 async function replaceLostDevice(bert, why) {
-  const files = bert._tuned ?? await bert._files();
+  const files = bert._tuned ?? await bert._files(method);
   let model;
   try {
     model = await instantiate(bert._rt, files, "webgpu");

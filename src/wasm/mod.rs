@@ -357,6 +357,9 @@ fn sentence_files(files: JsValue) -> Result<Vec<(String, Vec<u8>)>, JsError> {
 }
 
 fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), JsError> {
+    if let Some(joined) = sharded_weights(&weights)? {
+        return Ok((WeightsFile::Read(joined), None));
+    }
     Ok(match weights.dyn_into::<js_sys::Uint8Array>() {
         // The weights stay in JS memory and are read a tensor at a time: never the whole file in wasm memory.
         Ok(bytes) => (WeightsFile::Bytes(Box::new(JsBytes(bytes))), None),
@@ -365,6 +368,41 @@ fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), Js
             (Streamed::Gguf(_), _) => return Err(JsError::new("load: the weights stream holds a .gguf: use loadGguf")),
         },
     })
+}
+
+/// A sharded checkpoint as js/loader.js fetches it, `{ index, shards: [[name, Uint8Array | WeightStream], ...] }`
+/// (model.safetensors.index.json and each shard it names, read on the host), joined after the index's checks
+/// ([`crate::weights::sharded`]); `None` for any other value.
+fn sharded_weights(weights: &JsValue) -> Result<Option<crate::weights::Weights>, JsError> {
+    use crate::weights::sharded::{ShardIndex, INDEX_FILE};
+    if !weights.is_object() || weights.is_instance_of::<js_sys::Uint8Array>() {
+        return Ok(None);
+    }
+    let index = js_sys::Reflect::get(weights, &JsValue::from_str("index")).map_err(|_| JsError::new("load: weights"))?;
+    if index.is_undefined() {
+        return Ok(None);
+    }
+    let index: js_sys::Uint8Array =
+        index.dyn_into().map_err(|_| JsError::new(&format!("load: the sharded weights' {INDEX_FILE} must be bytes")))?;
+    let index = ShardIndex::parse(&index.to_vec()).map_err(js_err)?;
+    let list = js_sys::Reflect::get(weights, &JsValue::from_str("shards")).map_err(|_| JsError::new("load: weights"))?;
+    let list: js_sys::Array =
+        list.dyn_into().map_err(|_| JsError::new("load: the sharded weights' shards must be [[name, bytes], ...]"))?;
+    let mut shards = Vec::with_capacity(list.length() as usize);
+    for entry in list.iter() {
+        let pair: js_sys::Array = entry.dyn_into().map_err(|_| JsError::new("load: a shard must be [name, bytes]"))?;
+        let name = pair.get(0).as_string().ok_or_else(|| JsError::new("load: a shard's name must be a string"))?;
+        let w = match pair.get(1).dyn_into::<js_sys::Uint8Array>() {
+            Ok(bytes) => crate::weights::Weights::from_safetensors_source(&JsBytes(bytes)),
+            Err(other) => match stream::WeightStream::take(other)? {
+                (Streamed::Safetensors(w), None) => Ok(w),
+                _ => return Err(JsError::new(&format!("load: shard {name} is not a safetensors file read on the host"))),
+            },
+        };
+        shards.push((name.clone(), w.map_err(|e| JsError::new(&format!("shard {name}: {e}")))?));
+    }
+    shards.sort_by(|a, b| a.0.cmp(&b.0));
+    index.join_weights(shards).map(Some).map_err(js_err)
 }
 
 /// [`load_engine`]'s second half: the checked model on `device`, or on the `placement` its weights streamed to.

@@ -28,6 +28,9 @@ pub const MAX_INDEX_TENSORS: usize = 100_000;
 /// The most shard files an index may name.
 pub const MAX_SHARDS: usize = 1_000;
 
+/// Tensors under their names, as `convert` lists a file's.
+pub type NamedTensors = Vec<(String, HostTensor)>;
+
 /// A parsed, checked `model.safetensors.index.json`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardIndex {
@@ -179,8 +182,7 @@ impl ShardIndex {
 
     /// [`ShardIndex::join_weights`] for tensors as lists (`convert`'s: integer buffers already left out, so a tensor
     /// the index lists that a list lacks is looked for among `skipped`, the names each shard left out).
-    pub fn join_lists(&self, shards: Vec<(String, Vec<(String, HostTensor)>, Vec<String>)>)
-        -> Result<Vec<(String, HostTensor)>> {
+    pub fn join_lists(&self, shards: Vec<(String, NamedTensors, Vec<String>)>) -> Result<NamedTensors> {
         let mut join = self.joiner();
         let mut out = Vec::new();
         for (shard, tensors, skipped) in shards {

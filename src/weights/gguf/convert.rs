@@ -14,7 +14,7 @@ pub fn tensors_from_safetensors(bytes: &[u8]) -> Result<Vec<(String, HostTensor)
 }
 
 /// [`tensors_from_safetensors`], and the names of the integer buffers it left out.
-fn tensors_and_skipped(bytes: &[u8]) -> Result<(Vec<(String, HostTensor)>, Vec<String>)> {
+fn tensors_and_skipped(bytes: &[u8]) -> Result<(crate::weights::sharded::NamedTensors, Vec<String>)> {
     use safetensors::{Dtype, SafeTensors};
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| Error::Weights(format!("model.safetensors cannot be read: {e}")))?;
@@ -65,6 +65,7 @@ impl WeightsBytes<'_> {
     }
 
     /// The bytes of the weights' files.
+    #[cfg(not(target_arch = "wasm32"))]
     fn len(&self) -> usize {
         match self {
             WeightsBytes::One(bytes) => bytes.len(),
