@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .rows
         .iter()
         .map(|r| {
-            let RowTarget::Tokens(l) = &r.target else { unreachable!("token rows") };
+            let RowTarget::Token(l) = &r.target else { unreachable!("token rows") };
             json!({"input_ids": r.input_ids, "token_type_ids": r.token_type_ids, "labels": l})
         })
         .collect();
