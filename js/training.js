@@ -82,7 +82,7 @@ export async function trainModel(bert, method, m, { onProgress, signal, checkpoi
  * none can be had. It becomes the Bert's model.
  */
 async function replaceLostDevice(bert, why) {
-  const files = bert._tuned ?? await bert._files(method);
+  const files = bert._tuned ?? await bert._files();
   let model;
   try {
     model = await instantiate(bert._rt, files, "webgpu");
