@@ -45,11 +45,12 @@ open(path, "w").write(s.replace(old, new))
 EOF
 }
 
-# bump FILE DELTA KEY...: adds DELTA to the number at that path of keys / indices in a JSON file.
-bump() {
+# nudge OP FILE VALUE KEY...: adds VALUE to (OP "add") or multiplies by VALUE (OP "mul") the number at that path
+# of keys / indices in a JSON file.
+nudge() {
     python3 - "$@" <<'EOF'
 import json, sys
-path, delta, *keys = sys.argv[1:]
+op, path, value, *keys = sys.argv[1:]
 g = json.load(open(path))
 node = g
 for k in keys[:-1]:
@@ -57,27 +58,14 @@ for k in keys[:-1]:
 last = int(keys[-1]) if isinstance(node, list) else keys[-1]
 if not isinstance(node[last], float):
     sys.exit(f"{path} {keys}: not a number")
-node[last] += float(delta)
+node[last] = node[last] + float(value) if op == "add" else node[last] * float(value)
 json.dump(g, open(path, "w"))
 EOF
 }
-
-# scale FILE FACTOR KEY...: multiplies the number at that path by FACTOR (a relative nudge, for relative bounds).
-scale() {
-    python3 - "$@" <<'EOF'
-import json, sys
-path, factor, *keys = sys.argv[1:]
-g = json.load(open(path))
-node = g
-for k in keys[:-1]:
-    node = node[int(k) if isinstance(node, list) else k]
-last = int(keys[-1]) if isinstance(node, list) else keys[-1]
-if not isinstance(node[last], float):
-    sys.exit(f"{path} {keys}: not a number")
-node[last] *= float(factor)
-json.dump(g, open(path, "w"))
-EOF
-}
+# bump FILE DELTA KEY...: adds DELTA. scale FILE FACTOR KEY...: multiplies by FACTOR (a relative nudge, for
+# relative bounds).
+bump() { nudge add "$@"; }
+scale() { nudge mul "$@"; }
 
 # cargo_tests ARGS...: runs `cargo test --locked ARGS`; the failed tests' names go to $scratch/failed.
 cargo_tests() {
