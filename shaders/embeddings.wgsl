@@ -34,6 +34,8 @@ override WORD_DT: u32 = 0u;
 override POS_DT: u32 = 0u;
 override TYPE_DT: u32 = 0u;
 override NORMALIZE: bool = true;
+// False for the rotary families: no position table (pos is then a placeholder, never read).
+override POSITIONS: bool = true;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
@@ -71,7 +73,11 @@ alias LnRow = Token;
 
 // The summed embedding of element i of a token.
 fn ln_value(tok: Token, i: u32) -> f32 {
-    return word_at(tok.id, i) + pos_at(tok.t, i) + type_at(tok.ty, i);
+    var pos_v = 0.0;
+    if POSITIONS {
+        pos_v = pos_at(tok.t, i);
+    }
+    return word_at(tok.id, i) + pos_v + type_at(tok.ty, i);
 }
 
 @compute @workgroup_size(WG)

@@ -18,11 +18,13 @@ pub enum Activation {
     Relu,
     /// Used by the pooler (`BertPooler`: dense + tanh on `[CLS]`).
     Tanh,
+    /// SiLU (swish): `x · σ(x)` (`hidden_act: "silu"`): NomicBERT's gate (SwiGLU).
+    Silu,
 }
 
 impl Activation {
-    pub const ALL: [Activation; 5] =
-        [Activation::None, Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh];
+    pub const ALL: [Activation; 6] =
+        [Activation::None, Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh, Activation::Silu];
 
     /// `none`, `gelu`, `gelu_tanh`, `relu` or `tanh`: what a trained head's file records as `head_activation`.
     pub fn name(self) -> &'static str {
@@ -32,6 +34,7 @@ impl Activation {
             Activation::GeluTanh => "gelu_tanh",
             Activation::Relu => "relu",
             Activation::Tanh => "tanh",
+            Activation::Silu => "silu",
         }
     }
 
@@ -43,8 +46,9 @@ impl Activation {
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
             "relu" => Ok(Activation::Relu),
             "tanh" => Ok(Activation::Tanh),
+            "silu" | "swish" => Ok(Activation::Silu),
             other => Err(Error::Config(format!(
-                "hidden_act `{other}` is not supported; use one of gelu, gelu_new, gelu_pytorch_tanh, relu"
+                "hidden_act `{other}` is not supported; use one of gelu, gelu_new, gelu_pytorch_tanh, relu, silu"
             ))),
         }
     }
@@ -57,6 +61,7 @@ impl Activation {
             Activation::GeluTanh => 2,
             Activation::Relu => 3,
             Activation::Tanh => 4,
+            Activation::Silu => 5,
         }
     }
 }
@@ -72,7 +77,7 @@ impl std::str::FromStr for Activation {
     /// An [`Activation::name`] other than `none` (the activations a head's hidden layer may have).
     fn from_str(s: &str) -> Result<Activation> {
         Activation::ALL.into_iter().find(|a| *a != Activation::None && a.name() == s).ok_or_else(|| {
-            Error::Input(format!("unknown head activation `{s}`; use relu, gelu, gelu_tanh or tanh"))
+            Error::Input(format!("unknown head activation `{s}`; use relu, gelu, gelu_tanh, tanh or silu"))
         })
     }
 }
@@ -89,7 +94,7 @@ mod tests {
         assert!("none".parse::<Activation>().is_err());
         let mut codes: Vec<u32> = Activation::ALL.iter().map(|a| a.shader_code()).collect();
         codes.dedup();
-        assert_eq!(codes, [0, 1, 2, 3, 4]);
+        assert_eq!(codes, [0, 1, 2, 3, 4, 5]);
     }
 
     #[test]
@@ -98,6 +103,9 @@ mod tests {
         for s in ["gelu_new", "gelu_pytorch_tanh", "gelu_fast"] {
             assert_eq!(Activation::from_hf(s).unwrap(), Activation::GeluTanh);
         }
-        assert!(Activation::from_hf("swish").unwrap_err().to_string().contains("swish"));
+        for s in ["silu", "swish"] {
+            assert_eq!(Activation::from_hf(s).unwrap(), Activation::Silu);
+        }
+        assert!(Activation::from_hf("mish").unwrap_err().to_string().contains("mish"));
     }
 }

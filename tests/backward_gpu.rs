@@ -162,8 +162,8 @@ fn embeddings_sum_and_backward_match_cpu() {
             let (cp, ct, cg, cb) = (cpu_in(&pos, positions, h), cpu_in(&tt, types, h), cpu_in(&ln.0, 1, h), cpu_in(&ln.1, 1, h));
             let gi = |d: &[f32], r| g.input(d, r, h).unwrap();
             let (gp, gt, gg, gb) = (gi(&pos, positions), gi(&tt, types), gi(&ln.0, 1), gi(&ln.1, 1));
-            let ct_ = EmbeddingTables { word: &cw, position: &cp, token_type: &ct, ln_gamma: &cg, ln_beta: &cb, eps: 1e-12 };
-            let gt_ = EmbeddingTables { word: &gw, position: &gp, token_type: &gt, ln_gamma: &gg, ln_beta: &gb, eps: 1e-12 };
+            let ct_ = EmbeddingTables { word: &cw, position: Some(&cp), token_type: &ct, ln_gamma: &cg, ln_beta: &cb, eps: 1e-12 };
+            let gt_ = EmbeddingTables { word: &gw, position: Some(&gp), token_type: &gt, ln_gamma: &gg, ln_beta: &gb, eps: 1e-12 };
             let want = cpu.embeddings_sum(&b, &ct_).unwrap();
             let got = g.embeddings_sum(&b, &gt_).unwrap();
             check(&g, &format!("embeddings_sum {name} H={h}"), &got, &want, SCATTER_TOL, SCATTER_TOL);
@@ -342,7 +342,7 @@ fn bad_shapes_are_errors() {
     assert!(g.embeddings_backward(&d, &bt, 9, 9, 2, None).is_err());
     let (w, p4, p3) = (g.input(&[0.0; 44], 11, 4).unwrap(), g.input(&[0.0; 36], 9, 4).unwrap(), g.input(&[0.0; 27], 9, 3).unwrap());
     let t4 = g.input(&[0.0; 8], 2, 4).unwrap();
-    let tables = |pos| EmbeddingTables { word: &w, position: pos, token_type: &t4, ln_gamma: &g3, ln_beta: &g3, eps: 1e-12 };
+    let tables = |pos| EmbeddingTables { word: &w, position: Some(pos), token_type: &t4, ln_gamma: &g3, ln_beta: &g3, eps: 1e-12 };
     assert!(g.embeddings_sum(&bt, &tables(&p4)).is_ok(), "the LayerNorm fields are not read");
     assert!(g.embeddings_sum(&bt, &tables(&p3)).is_err());
     // Attention: dctx, qkv and mask against the shape.

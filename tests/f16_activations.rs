@@ -153,9 +153,9 @@ fn embeddings_pool_gather_and_the_rest_in_f16() {
             let gt: Vec<GpuTensor> = tables.iter().map(|(v, s)| g.upload(&host(s, v.clone())).unwrap()).collect();
             let rt: Vec<_> = tables.iter().map(|(v, s)| r.upload(&host(s, v.clone())).unwrap()).collect();
             let bt = batch(lens, t, vocab as u32, 6);
-            let gy = g.embeddings(&bt, &EmbeddingTables { word: &gt[0], position: &gt[1], token_type: &gt[2],
+            let gy = g.embeddings(&bt, &EmbeddingTables { word: &gt[0], position: Some(&gt[1]), token_type: &gt[2],
                 ln_gamma: &gt[3], ln_beta: &gt[4], eps: 1e-12 }).unwrap();
-            let ry = r.embeddings(&bt, &EmbeddingTables { word: &rt[0], position: &rt[1], token_type: &rt[2],
+            let ry = r.embeddings(&bt, &EmbeddingTables { word: &rt[0], position: Some(&rt[1]), token_type: &rt[2],
                 ln_gamma: &rt[3], ln_beta: &rt[4], eps: 1e-12 }).unwrap();
             let what = format!("embeddings {lens:?} T={t} H={h} ({})", g.tuning());
             expect_dtype(&g, &gy, h, &what);

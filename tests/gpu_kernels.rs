@@ -268,16 +268,16 @@ fn embeddings_cases(g: &GpuBackend) {
         let rt: Vec<_> = [(&word, vocab), (&pos, maxpos), (&tt, types), (&gamma, 0), (&beta, 0)].iter()
             .map(|(v, rows)| r.upload(&host(&if *rows == 0 { vec![h] } else { vec![*rows, h] }, (*v).clone())).unwrap())
             .collect();
-        let gy = g.embeddings(&bt, &EmbeddingTables { word: &gt[0], position: &gt[1], token_type: &gt[2],
+        let gy = g.embeddings(&bt, &EmbeddingTables { word: &gt[0], position: Some(&gt[1]), token_type: &gt[2],
             ln_gamma: &gt[3], ln_beta: &gt[4], eps: 1e-12 }).unwrap();
-        let ry = r.embeddings(&bt, &EmbeddingTables { word: &rt[0], position: &rt[1], token_type: &rt[2],
+        let ry = r.embeddings(&bt, &EmbeddingTables { word: &rt[0], position: Some(&rt[1]), token_type: &rt[2],
             ln_gamma: &rt[3], ln_beta: &rt[4], eps: 1e-12 }).unwrap();
         assert_close(&format!("embeddings {lens:?} T={t} H={h} ({})", g.tuning()), &read(g, &gy),
             &pollster::block_on(r.read(&ry)).unwrap(), LAYERNORM_ATOL, LAYERNORM_RTOL);
         // A token id outside the vocabulary is an error, not a read out of bounds.
         let mut bad = bt.clone();
         bad.input_ids[0] = vocab as u32;
-        let tables = EmbeddingTables { word: &gt[0], position: &gt[1], token_type: &gt[2], ln_gamma: &gt[3],
+        let tables = EmbeddingTables { word: &gt[0], position: Some(&gt[1]), token_type: &gt[2], ln_gamma: &gt[3],
             ln_beta: &gt[4], eps: 1e-12 };
         assert!(g.embeddings(&bad, &tables).is_err());
     }

@@ -204,9 +204,9 @@ fn packed_embeddings_match_cpu_twin() {
             let gt: Vec<GpuTensor> = tables.iter().map(|x| g.upload(x).unwrap()).collect();
             let rt: Vec<_> = tables.iter().map(|x| r.upload(x).unwrap()).collect();
             assert_eq!(g.dtype(&gt[0]), wd);
-            let gy = g.embeddings(&bt, &EmbeddingTables { word: &gt[0], position: &gt[1], token_type: &gt[2],
+            let gy = g.embeddings(&bt, &EmbeddingTables { word: &gt[0], position: Some(&gt[1]), token_type: &gt[2],
                 ln_gamma: &gt[3], ln_beta: &gt[4], eps: 1e-12 }).unwrap();
-            let ry = r.embeddings(&bt, &EmbeddingTables { word: &rt[0], position: &rt[1], token_type: &rt[2],
+            let ry = r.embeddings(&bt, &EmbeddingTables { word: &rt[0], position: Some(&rt[1]), token_type: &rt[2],
                 ln_gamma: &rt[3], ln_beta: &rt[4], eps: 1e-12 }).unwrap();
             assert_close(&format!("embeddings H={h} word {wd:?} pos {pd:?} type {td:?}"), &read(&g, &gy),
                 &pollster::block_on(r.read(&ry)).unwrap(), QEMB_ATOL, QEMB_RTOL);

@@ -1,7 +1,7 @@
 // lib/activations.wgsl: the activations of BERT checkpoints and their derivatives, in f32.
 //
 // Codes (`Activation::shader_code` in src/activation.rs): 0 none, 1 GELU (erf, the
-// exact one), 2 GELU (tanh approximation), 3 ReLU, 4 tanh. A kernel passes the code as an override constant (matmul's
+// exact one), 2 GELU (tanh approximation), 3 ReLU, 4 tanh, 5 SiLU. A kernel passes the code as an override constant (matmul's
 // epilogue) or a uniform (train.wgsl's act_grad); with a constant the switch folds away.
 
 // erf by Abramowitz & Stegun 7.1.26: |error| ≤ 1.5e-7 for all x, well under f32 GELU tolerances.
@@ -30,6 +30,8 @@ fn activate(code: u32, z: f32) -> f32 {
         case 2u: { return 0.5 * z * (1.0 + tanh_safe(GELU_TANH_C * (z + 0.044715 * z * z * z))); }
         case 3u: { return max(z, 0.0); }
         case 4u: { return tanh_safe(z); }
+        // x·σ(x); for z < −88 exp(−z) is +inf and the quotient −0, as torch gives.
+        case 5u: { return z / (1.0 + exp(-z)); }
         default: { return z; }
     }
 }
@@ -45,6 +47,7 @@ fn activate_grad(code: u32, x: f32) -> f32 {
         }
         case 3u: { return select(0.0, 1.0, x > 0.0); }
         case 4u: { let t = tanh_safe(x); return 1.0 - t * t; }
+        case 5u: { let s = 1.0 / (1.0 + exp(-x)); return s * (1.0 + x * (1.0 - s)); }
         default: { return 1.0; }
     }
 }

@@ -50,7 +50,9 @@ pub struct AttentionShape {
 /// The word/position/token-type embedding tables and the LayerNorm that follows their sum.
 pub struct EmbeddingTables<'a, T> {
     pub word: &'a T,        // (vocab, H)
-    pub position: &'a T,    // (max_position_embeddings, H)
+    /// `(max_position_embeddings, H)`; `None` for the rotary families, whose positions turn the queries and keys
+    /// instead ([`Backend::rotary`]).
+    pub position: Option<&'a T>,
     pub token_type: &'a T,  // (type_vocab_size, H)
     pub ln_gamma: &'a T,    // (H)
     pub ln_beta: &'a T,     // (H)
@@ -274,6 +276,16 @@ pub trait Backend {
     fn attention_biased(&self, qkv: &Self::Tensor, mask: &Self::Tensor, bias: Option<&Self::Tensor>,
         shape: AttentionShape) -> Result<Self::Tensor>;
 
+    /// Rotary position embeddings (transformers' `apply_rotary_pos_emb`, the `rotate_half` form) on the queries and
+    /// keys of qkv `(B*T, 3H)`: in each head, dimension `i < d/2` of token `t` becomes `x_i·cos − x_{i+d/2}·sin` and
+    /// dimension `i + d/2` becomes `x_{i+d/2}·cos + x_i·sin`, the angle's `cos` and `sin` read from `rope` `(P, d)`
+    /// with `P ≥ T`: row `t` holds `cos(t·f_0 … t·f_{d/2−1})` then `sin(…)`. The values are copied as they are.
+    /// Positions are `0..T` in every sequence (right padding; padded keys are masked).
+    fn rotary(&self, qkv: &Self::Tensor, rope: &Self::Tensor, shape: AttentionShape) -> Result<Self::Tensor>;
+
+    /// The gated feed-forward's product: x `(R, 2I)` holding `[up | gate]` → `up ⊙ act(gate)` `(R, I)`.
+    fn glu(&self, x: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
+
     /// Mean over the real tokens of each sequence: x `(B*T, H)`, mask `(B, T)` → `(B, H)`.
     fn mean_pool(&self, x: &Self::Tensor, mask: &Self::Tensor, batch: usize, seq: usize) -> Result<Self::Tensor> {
         self.pool_tokens(x, mask, batch, seq, TokenPool::Mean)
@@ -419,6 +431,18 @@ pub fn validate_batch(batch: &Batch) -> Result<()> {
 /// ([`validate_batch`]): its length against the `positions` rows of the position table, and every token id and
 /// token type id against the `vocab` rows of the word table and the `types` rows of the token type table (an id
 /// outside them, which a tokenizer that does not fit the model can produce, would read past a table).
+/// The shape checks of [`Backend::rotary`]'s table: `(P, d)` with `P ≥ T` and `d` the even head size.
+pub fn check_rotary(rows: usize, cols: usize, s: AttentionShape) -> Result<()> {
+    if s.head_dim % 2 != 0 || cols != s.head_dim || rows < s.seq {
+        return Err(crate::Error::Input(format!(
+            "rotary: the table is ({rows}, {cols}); it must have a row per position (at least {}) and a column per \
+             dimension of an even head size ({})",
+            s.seq, s.head_dim
+        )));
+    }
+    Ok(())
+}
+
 pub fn validate_embeddings_input(batch: &Batch, vocab: usize, positions: usize, types: usize) -> Result<()> {
     validate_batch(batch)?;
     if batch.t > positions {

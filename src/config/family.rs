@@ -44,6 +44,17 @@ pub enum Family {
     /// position bias: `encoder.relative_attention_bias` `(32, heads)`, T5's buckets of j − i, added to every layer's
     /// scores ([`BertConfig::relative_attention_buckets`]).
     MPNet,
+    /// `model_type: "nomic_bert"` (transformers `models/nomic_bert`; nomic-embed-text): BERT's post-LN layers with
+    /// rotary positions (no position table), no biases in the layers, a gated feed-forward `fc2(fc11(x) ⊙
+    /// silu(fc12(x)))` (SwiGLU), BERT's token types, pooler and masked-LM head (its transform's activation
+    /// `hidden_act`); the names of nomic-ai's repositories (`encoder.layers.{i}.attn.Wqkv`, `mlp.fc11`, `norm1`...:
+    /// see `weights::rotary`).
+    NomicBert,
+    /// `model_type: "gte"` (transformers `models/gte`), or `"new"` in Alibaba-NLP's repositories (gte-base-en-v1.5,
+    /// gte-multilingual-base): BERT's post-LN layers with rotary positions, a packed `qkv_proj` and `o_proj` with
+    /// biases, a gated feed-forward `down(up ⊙ gelu(gate))` whose `up_gate_proj` has no bias, token types only when
+    /// `type_vocab_size` > 0, BERT's pooler, and `lm_head` (dense + exact GELU + `norm` + decoder).
+    Gte,
 }
 
 impl Family {
@@ -58,6 +69,8 @@ impl Family {
             Family::Electra => "electra",
             Family::Albert => "albert",
             Family::MPNet => "mpnet",
+            Family::NomicBert => "nomic_bert",
+            Family::Gte => "gte",
         }
     }
 
@@ -72,6 +85,8 @@ impl Family {
             Family::Electra => "Electra",
             Family::Albert => "Albert",
             Family::MPNet => "MPNet",
+            Family::NomicBert => "NomicBert",
+            Family::Gte => "Gte",
         }
     }
 
@@ -80,7 +95,7 @@ impl Family {
     /// transformers feeds DistilBERT (no table) and RoBERTa (whose tokenizers return no `token_type_ids`, so its
     /// embeddings add row 0 of its table to every token).
     pub fn has_token_types(self) -> bool {
-        matches!(self, Family::Bert | Family::Electra | Family::Albert)
+        matches!(self, Family::Bert | Family::Electra | Family::Albert | Family::NomicBert | Family::Gte)
     }
 
     /// Whether the checkpoint has a token-type embedding table (`embeddings.token_type_embeddings`).
@@ -99,7 +114,14 @@ impl Family {
     /// whatever `hidden_act` says).
     pub fn pooler_activation(self) -> Activation {
         match self {
-            Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::Albert | Family::MPNet => {
+            Family::Bert
+            | Family::Roberta
+            | Family::XlmRoberta
+            | Family::Camembert
+            | Family::Albert
+            | Family::MPNet
+            | Family::NomicBert
+            | Family::Gte => {
                 Activation::Tanh
             }
             Family::DistilBert => Activation::Relu,
@@ -115,10 +137,10 @@ impl Family {
 
     /// The activation of the masked-LM head's transform: `hidden_act` for BERT (`BertPredictionHeadTransform`),
     /// DistilBERT (`vocab_transform`) and ALBERT (`AlbertMLMHead`), but always the exact (erf) GELU in
-    /// `RobertaLMHead`, which calls `gelu` directly, and in ELECTRA's `generator_predictions`
-    /// (`get_activation("gelu")`).
+    /// `RobertaLMHead`, which calls `gelu` directly, in ELECTRA's `generator_predictions`
+    /// (`get_activation("gelu")`) and in `GteLMHead`.
     pub fn mlm_activation(self, hidden_act: Activation) -> Activation {
-        if self.is_roberta() || matches!(self, Family::Electra | Family::MPNet) { Activation::Gelu } else { hidden_act }
+        if self.is_roberta() || matches!(self, Family::Electra | Family::MPNet | Family::Gte) { Activation::Gelu } else { hidden_act }
     }
 
     /// Whether the embeddings are followed by a projection E → H: always for ALBERT
@@ -131,7 +153,7 @@ impl Family {
 /// What bertgpu runs, for the messages that refuse everything else.
 const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`), DistilBERT (`\"distilbert\"`), RoBERTa \
     (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), CamemBERT (`\"camembert\"`), ELECTRA (`\"electra\"`), ALBERT \
-    (`\"albert\"`) and MPNet (`\"mpnet\"`); \
+    (`\"albert\"`), MPNet (`\"mpnet\"`), NomicBERT (`\"nomic_bert\"`) and GTE (`\"gte\"`, the hub's `\"new\"`); \
     XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, Megatron-BERT, DeBERTa and the other BERT-like families compute differently \
     (pre-LN, relative positions, other attention) and would give wrong results";
 
@@ -145,13 +167,20 @@ const ROBERTA_CLASSES: [&str; 6] =
 const ELECTRA_CLASSES: [&str; 7] = ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
     "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice"];
 
+/// NomicBERT's and GTE's classes in transformers (GTE's hub repositories name them `New*`).
+const ROTARY_CLASSES: [&str; 4] = ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"];
+
 /// ALBERT's classes (`ForPreTraining` is the masked LM plus the sentence-order head, which bertgpu does not run).
 const ALBERT_CLASSES: [&str; 7] = ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
     "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice"];
 
 /// Whether `arch` is one of `family`'s classes.
 fn is_class_of(family: Family, arch: &str) -> bool {
-    let Some(rest) = arch.strip_prefix(family.class_prefix()) else { return false };
+    let rest = match family {
+        Family::Gte => arch.strip_prefix("Gte").or_else(|| arch.strip_prefix("New")),
+        _ => arch.strip_prefix(family.class_prefix()),
+    };
+    let Some(rest) = rest else { return false };
     match family {
         // `RobertaModel` must not pass as `XLMRobertaModel` and the reverse: the prefixes differ, so strip_prefix
         // already tells them apart.
@@ -160,6 +189,7 @@ fn is_class_of(family: Family, arch: &str) -> bool {
         Family::Albert => ALBERT_CLASSES.contains(&rest),
         // MPNet's are RoBERTa's six (`MPNetForMaskedLM`, ...).
         Family::MPNet => ROBERTA_CLASSES.contains(&rest),
+        Family::NomicBert | Family::Gte => ROTARY_CLASSES.contains(&rest),
         Family::Bert | Family::DistilBert => true,
     }
 }
@@ -178,6 +208,8 @@ pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> R
         Some("electra") => Family::Electra,
         Some("albert") => Family::Albert,
         Some("mpnet") => Family::MPNet,
+        Some("nomic_bert") => Family::NomicBert,
+        Some("gte" | "new") => Family::Gte,
         Some(kind) => return Err(Error::Config(format!("model_type `{kind}` is not supported: {SUPPORTED}"))),
         None => [
             Family::DistilBert,
@@ -187,6 +219,8 @@ pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> R
             Family::Electra,
             Family::Albert,
             Family::MPNet,
+            Family::NomicBert,
+            Family::Gte,
         ]
             .into_iter()
             .find(|f| architectures.iter().any(|a| is_class_of(*f, a)))

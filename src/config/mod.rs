@@ -1,6 +1,7 @@
 //! `BertConfig`: the architecture of a checkpoint, read from a Hugging Face `config.json` (or built from GGUF
 //! metadata and then checked with [`BertConfig::validate`]).
 
+mod encoder;
 mod family;
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use serde::Deserialize;
 use crate::activation::Activation;
 use crate::{Error, Result};
 
+pub use encoder::{FeedForward, LayerBiases, Positions};
 pub use family::Family;
 use family::family_of;
 
@@ -18,7 +20,7 @@ use family::family_of;
 /// the label maps and metadata the task heads use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
-    /// BERT, DistilBERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA or ALBERT.
+    /// BERT, DistilBERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, ALBERT, MPNet, NomicBERT or GTE.
     pub family: Family,
     pub vocab_size: usize,
     /// E: the width of the embedding tables, their LayerNorm and the masked-LM head's transform. The hidden size
@@ -46,6 +48,18 @@ pub struct BertConfig {
     pub position_offset: usize,
     pub type_vocab_size: usize,
     pub pad_token_id: u32,
+    /// Where positions enter: the learned table of [`Self::max_position_embeddings`] rows (BERT and its relatives),
+    /// or a rotation of the queries and keys (NomicBERT, GTE).
+    pub positions: Positions,
+    /// Whether the embeddings add a token-type table's rows: the BERT family's own rule
+    /// ([`Family::has_token_type_table`]), and for GTE whether `type_vocab_size` is above 0 (gte-base-en-v1.5 has
+    /// none). Without one, a single all-zero row stands in (`type_vocab_size` 1) and every token is of type 0.
+    pub token_type_table: bool,
+    /// The feed-forward: plain or gated (NomicBERT's SwiGLU, GTE's GeGLU).
+    pub feed_forward: FeedForward,
+    /// Which of each layer's linear maps have a bias (all for BERT; none for NomicBERT; GTE's all but the gated
+    /// block's `up_gate_proj`).
+    pub biases: LayerBiases,
     /// MPNet's relative position buckets (`relative_attention_num_buckets`, 32): the rows of
     /// `encoder.relative_attention_bias`; 0 for the families without a relative bias.
     pub relative_attention_buckets: usize,
@@ -135,8 +149,12 @@ impl BertConfig {
         let raw: RawConfig = serde_json::from_str(text)
             .map_err(|e| Error::Config(format!("config.json is not a valid BERT config ({e})")))?;
         let family = family_of(raw.model_type.as_deref(), raw.architectures.as_deref().unwrap_or_default())?;
+        let rotary = matches!(family, Family::NomicBert | Family::Gte);
+        // NomicBERT's and GTE's own keys (transformers' or their hub repositories'), read apart.
+        let rk = if rotary { Some(encoder::rotary_keys(text, family)?) } else { None };
         if let Some(kind) = raw.position_embedding_type.as_deref() {
-            if kind != "absolute" {
+            // Alibaba-NLP's GTE config says `rope`, which it is.
+            if kind != "absolute" && !(family == Family::Gte && kind == "rope") {
                 return Err(Error::Config(format!(
                     "position_embedding_type `{kind}` is not supported; only `absolute` position embeddings are"
                 )));
@@ -160,8 +178,13 @@ impl BertConfig {
         }
         let pick = |distil_value: Option<usize>, bert_value: Option<usize>| if distil { distil_value } else { bert_value };
         let act = if distil { raw.activation.as_deref() } else { raw.hidden_act.as_deref() };
-        // AlbertConfig's default is gelu_new; every other family's gelu.
-        let default_act = if family == Family::Albert { "gelu_new" } else { "gelu" };
+        let act = act.or(rk.as_ref().and_then(|k| k.hidden_act));
+        // AlbertConfig's default is gelu_new, NomicBertConfig's silu; every other family's gelu.
+        let default_act = match family {
+            Family::Albert => "gelu_new",
+            Family::NomicBert => "silu",
+            _ => "gelu",
+        };
         let hidden_act = Activation::from_hf(act.unwrap_or(default_act))?;
         if family == Family::Albert {
             for (name, v) in [("num_hidden_groups", raw.num_hidden_groups), ("inner_group_num", raw.inner_group_num)] {
@@ -194,6 +217,10 @@ impl BertConfig {
         }
         let (hidden, layers, heads, ffn) = if distil {
             (("dim", raw.dim), ("n_layers", raw.n_layers), ("n_heads", raw.n_heads), ("hidden_dim", raw.hidden_dim))
+        } else if let Some(k) = rk.as_ref().filter(|_| raw.hidden_size.is_none()) {
+            // nomic-ai's hub names.
+            (("n_embd", k.hidden_size), ("n_layer", k.num_hidden_layers), ("n_head", k.num_attention_heads),
+                ("n_inner", k.intermediate_size))
         } else {
             (
                 ("hidden_size", raw.hidden_size),
@@ -206,7 +233,9 @@ impl BertConfig {
         // positions of real tokens start after it.
         let mpnet = family == Family::MPNet;
         let pad_token_id = raw.pad_token_id.unwrap_or(if family.is_roberta() || mpnet { 1 } else { 0 });
-        let table_rows = raw.max_position_embeddings.unwrap_or(512);
+        let table_rows = raw.max_position_embeddings
+            .or(rk.as_ref().and_then(|k| k.max_position_embeddings))
+            .unwrap_or(if rotary { 2048 } else { 512 });
         let position_offset = if family.is_roberta() || mpnet { pad_token_id as usize + 1 } else { 0 };
         // MPNet's code fixes padding_idx at 1 and buckets relative positions into 32 whatever config.json says.
         let buckets = raw.relative_attention_num_buckets.unwrap_or(32);
@@ -225,6 +254,34 @@ impl BertConfig {
             )));
         }
         let hidden_size = required(hidden.1, hidden.0)?;
+        let vocab_size = required(raw.vocab_size, "vocab_size")?;
+        let num_attention_heads = required(heads.1, heads.0)?;
+        if let Some(d) = rk.as_ref().and_then(|k| k.head_dim) {
+            if num_attention_heads == 0 || d * num_attention_heads != hidden_size {
+                return Err(Error::Config(format!(
+                    "head_dim {d} is not supported: it must be hidden_size {hidden_size} / num_attention_heads \
+                     {num_attention_heads}"
+                )));
+            }
+        }
+        // NomicBERT's table is BERT's (type_vocab_size 2 by default); GTE has one only when type_vocab_size > 0
+        // (GteConfig's default 1).
+        let token_type_table = match family {
+            Family::Gte => raw.type_vocab_size.unwrap_or(1) > 0,
+            Family::NomicBert => raw.type_vocab_size.unwrap_or(2) > 0,
+            f => f.has_token_type_table(),
+        };
+        let (positions, feed_forward, biases) = match &rk {
+            None => (Positions::Absolute, FeedForward::Plain, LayerBiases::ALL),
+            Some(k) => {
+                let biases = if family == Family::Gte {
+                    LayerBiases { up: false, ..LayerBiases::ALL }
+                } else {
+                    LayerBiases::NONE
+                };
+                (Positions::Rotary { theta: k.theta }, FeedForward::Gated, biases)
+            }
+        };
         // ElectraConfig's and AlbertConfig's default embedding_size is 128; the other families have none (E = H).
         let embedding_size = match family {
             Family::Electra | Family::Albert => raw.embedding_size.unwrap_or(128),
@@ -232,18 +289,26 @@ impl BertConfig {
         };
         let cfg = BertConfig {
             family,
-            vocab_size: required(raw.vocab_size, "vocab_size")?,
+            vocab_size,
             embedding_size,
             hidden_size,
             num_hidden_layers: required(layers.1, layers.0)?,
-            num_attention_heads: required(heads.1, heads.0)?,
+            num_attention_heads,
             intermediate_size: required(ffn.1, ffn.0)?,
             hidden_act,
-            layer_norm_eps: if distil { 1e-12 } else { raw.layer_norm_eps.unwrap_or(1e-12) as f32 },
+            layer_norm_eps: if distil {
+                1e-12
+            } else {
+                raw.layer_norm_eps.or(rk.as_ref().and_then(|k| k.layer_norm_eps)).unwrap_or(1e-12) as f32
+            },
             max_position_embeddings: table_rows - position_offset,
             position_offset,
             // One all-zero row stands for DistilBERT's missing table (BertEmbeddings), so every token adds nothing.
-            type_vocab_size: if mpnet { 1 } else { pick(Some(1), raw.type_vocab_size).unwrap_or(2) },
+            type_vocab_size: if mpnet || !token_type_table { 1 } else { pick(Some(1), raw.type_vocab_size).unwrap_or(2) },
+            positions,
+            token_type_table,
+            feed_forward,
+            biases,
             pad_token_id,
             relative_attention_buckets: if mpnet { buckets } else { 0 },
             id2label,
@@ -339,8 +404,8 @@ mod tests {
         for (s, a) in [("gelu_new", Activation::GeluTanh), ("gelu_pytorch_tanh", Activation::GeluTanh), ("relu", Activation::Relu)] {
             assert_eq!(Activation::from_hf(s).unwrap(), a);
         }
-        let e = BertConfig::from_json_str(&MINI.replace("\"gelu\"", "\"swish\"")).unwrap_err().to_string();
-        assert!(e.contains("swish"), "{e}");
+        let e = BertConfig::from_json_str(&MINI.replace("\"gelu\"", "\"mish\"")).unwrap_err().to_string();
+        assert!(e.contains("mish"), "{e}");
     }
 
     #[test]
@@ -501,7 +566,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sinusoidal_pos_embds"), "{e}");
-        let e = BertConfig::from_json_str(&distil.replace("\"gelu\"", "\"swish\"")).unwrap_err().to_string();
-        assert!(e.contains("swish"), "{e}");
+        let e = BertConfig::from_json_str(&distil.replace("\"gelu\"", "\"mish\"")).unwrap_err().to_string();
+        assert!(e.contains("mish"), "{e}");
     }
 }

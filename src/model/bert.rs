@@ -9,7 +9,8 @@ use crate::weights::Weights;
 use crate::Result;
 
 use super::relative::RelativeBias;
-use super::{BertEmbeddings, BertLayer};
+use super::rotary::Rope;
+use super::{BertEmbeddings, BertLayer, LayerInputs};
 
 /// `BertEncoder`: `num_hidden_layers` post-LN layers. ALBERT's layers share one set of weights
 /// (`AlbertTransformer` with one layer group of one layer): it is loaded and uploaded once, as `layers[0]`, and run
@@ -21,6 +22,8 @@ pub struct BertEncoder<B: Backend> {
     pub passes: usize,
     /// MPNet's relative position bias, added to every layer's scores.
     pub relative: Option<RelativeBias>,
+    /// The rotary families' frequencies: every layer turns its queries and keys by one table per forward.
+    pub rope: Option<Rope>,
 }
 
 impl<B: Backend> BertEncoder<B> {
@@ -29,7 +32,7 @@ impl<B: Backend> BertEncoder<B> {
         let layers = (0..Self::distinct_layers(cfg))
             .map(|i| BertLayer::load(&w.pp(&format!("layer.{i}")), cfg, backend))
             .collect::<Result<Vec<_>>>()?;
-        Ok(BertEncoder { layers, passes: cfg.num_hidden_layers, relative: RelativeBias::load(w, cfg)? })
+        Ok(BertEncoder { layers, passes: cfg.num_hidden_layers, relative: RelativeBias::load(w, cfg)?, rope: Rope::new(cfg) })
     }
 
     /// How many distinct layers the checkpoint holds: one per pass, or ALBERT's one shared layer.
@@ -48,10 +51,12 @@ impl<B: Backend> BertEncoder<B> {
         let mut x = x;
         // MPNet's relative bias: one table per forward, read by every layer.
         let bias = self.relative.as_ref().map(|r| r.upload(backend, seq)).transpose()?;
+        let rope = self.rope.as_ref().map(|r| r.upload(backend, seq)).transpose()?;
+        let inputs = LayerInputs { mask, bias: bias.as_ref(), rope: rope.as_ref(), batch, seq };
         for i in 0..self.passes {
             // Pass i runs layer i, or the shared one.
             let layer = &self.layers[Self::layer_of_pass(i, self.layers.len(), self.passes)];
-            x = layer.forward(backend, &x, mask, bias.as_ref(), batch, seq)?;
+            x = layer.forward(backend, &x, &inputs)?;
         }
         Ok(x)
     }
@@ -117,6 +122,8 @@ impl<B: Backend> BertModel<B> {
         let (distinct, passes) = (BertEncoder::<B>::distinct_layers(cfg), cfg.num_hidden_layers);
         let relative = RelativeBias::load(&host(w, "encoder.relative_attention_bias").await?.pp("encoder"), cfg)?;
         let bias = relative.map(|r| r.upload(backend, batch.t)).transpose()?;
+        let rope = Rope::new(cfg).map(|r| r.upload(backend, batch.t)).transpose()?;
+        let inputs = LayerInputs { mask: &mask, bias: bias.as_ref(), rope: rope.as_ref(), batch: batch.b, seq: batch.t };
         let mut held: Option<(usize, BertLayer<B>)> = None; // ALBERT's shared layer stays for every pass
         for i in 0..passes {
             let l = BertEncoder::<B>::layer_of_pass(i, distinct, passes);
@@ -126,7 +133,7 @@ impl<B: Backend> BertModel<B> {
                 held = Some((l, BertLayer::load(&module.pp("encoder").pp(&format!("layer.{l}")), cfg, backend)?));
             }
             if let Some((_, layer)) = &held {
-                x = layer.forward(backend, &x, &mask, bias.as_ref(), batch.b, batch.t)?; // (B*T, H)
+                x = layer.forward(backend, &x, &inputs)?; // (B*T, H)
             }
         }
         Ok(x)

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use crate::backend::{Backend, EmbeddingTables};
-use crate::config::BertConfig;
+use crate::config::{BertConfig, Positions};
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
 use crate::{Error, Result};
@@ -21,7 +21,7 @@ use super::load_layernorm;
 
 pub struct BertEmbeddings<B: Backend> {
     word: B::Tensor,       // (V, E)
-    position: B::Tensor,   // (P, E)
+    position: Option<B::Tensor>, // (P, E); none for the rotary families
     token_type: B::Tensor, // (types, E)
     ln_gamma: B::Tensor,   // (E)
     ln_beta: B::Tensor,    // (E)
@@ -54,8 +54,11 @@ impl<B: Backend> BertEmbeddings<B> {
         let h = cfg.embedding_size;
         // The tables are shared with the loaded weights where the backend allows (the CPU's): not copied.
         let word = backend.upload_table(&w.get_shared("word_embeddings.weight", &[cfg.vocab_size, h])?)?;
-        let position = backend.upload_table(&Arc::new(positions(w, cfg)?.into_owned()))?;
-        let token_type = if cfg.family.has_token_type_table() {
+        let position = match cfg.positions {
+            Positions::Absolute => Some(backend.upload_table(&Arc::new(positions(w, cfg)?.into_owned()))?),
+            Positions::Rotary { .. } => None,
+        };
+        let token_type = if cfg.token_type_table {
             backend.upload_table(&w.get_shared("token_type_embeddings.weight", &[cfg.type_vocab_size, h])?)?
         } else {
             backend.upload(&HostTensor::f32(vec![1, h], vec![0.0; h])?)?
@@ -68,7 +71,7 @@ impl<B: Backend> BertEmbeddings<B> {
             ln_gamma,
             ln_beta,
             eps: cfg.layer_norm_eps,
-            token_types: cfg.family.has_token_types(),
+            token_types: cfg.family.has_token_types() && cfg.token_type_table,
             pad_id: (cfg.position_offset > 0).then_some(cfg.pad_token_id),
         })
     }
@@ -93,7 +96,7 @@ impl<B: Backend> BertEmbeddings<B> {
         }
         let tables = EmbeddingTables {
             word: &self.word,
-            position: &self.position,
+            position: self.position.as_ref(),
             token_type: &self.token_type,
             ln_gamma: &self.ln_gamma,
             ln_beta: &self.ln_beta,

@@ -1,25 +1,39 @@
 //! One post-LN encoder layer and its sub-modules:
-//! `x = LN(x + Wo·Attn(x))`, then `x = LN(x + W2·act(W1·x))`.
+//! `x = LN(x + Wo·Attn(x))`, then `x = LN(x + W2·act(W1·x))`; for the rotary families the queries and keys turn by
+//! their position before the scores ([`Backend::rotary`]) and the feed-forward is gated, `W2·(up(x) ⊙ act(gate(x)))`
+//! ([`Backend::glu`]), with the biases the family has ([`crate::config::LayerBiases`]).
 
 use crate::backend::{Activation, AttentionShape, Backend};
-use crate::config::BertConfig;
+use crate::config::{BertConfig, Family, FeedForward, Positions};
 use crate::weights::Weights;
 use crate::Result;
 
 use super::load_layernorm;
 
 /// A dense layer's `(out, inp)` weight, kept shared with the loaded weights where the backend allows
-/// ([`Backend::upload_shared`]), and its bias.
-fn load_dense<B: Backend>(w: &Weights, out: usize, inp: usize, backend: &B) -> Result<(B::Tensor, B::Tensor)> {
+/// ([`Backend::upload_shared`]), and its bias where the layer has one.
+fn load_dense<B: Backend>(w: &Weights, out: usize, inp: usize, bias: bool, backend: &B)
+    -> Result<(B::Tensor, Option<B::Tensor>)> {
     let weight = backend.upload_shared(&w.get_shared("weight", &[out, inp])?)?;
-    let bias = backend.upload(w.get("bias", &[out])?)?;
+    let bias = if bias { Some(backend.upload(w.get("bias", &[out])?)?) } else { None };
     Ok((weight, bias))
 }
 
-/// `BertSelfAttention`, with the query/key/value projections fused into one `(3H, H)` GEMM at load.
+/// What every layer's attention reads besides its input, computed once per forward: the mask, MPNet's relative
+/// bias, the rotary families' `(T, d)` table of cosines and sines, and the batch's shape.
+pub struct LayerInputs<'a, T> {
+    pub mask: &'a T,
+    pub bias: Option<&'a T>,
+    pub rope: Option<&'a T>,
+    pub batch: usize,
+    pub seq: usize,
+}
+
+/// `BertSelfAttention`, with the query/key/value projections fused into one `(3H, H)` GEMM at load (a packed
+/// checkpoint tensor, NomicBERT's `Wqkv` and GTE's `qkv_proj`, is that matrix already).
 pub struct BertSelfAttention<B: Backend> {
-    qkv_weight: B::Tensor, // (3H, H): rows [query; key; value]
-    qkv_bias: B::Tensor,   // (3H)
+    qkv_weight: B::Tensor,       // (3H, H): rows [query; key; value]
+    qkv_bias: Option<B::Tensor>, // (3H)
     heads: usize,
     head_dim: usize,
 }
@@ -28,33 +42,40 @@ impl<B: Backend> BertSelfAttention<B> {
     /// `w` at `encoder.layer.{i}.attention.self`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
-        let (q, k, v) = (w.pp("query"), w.pp("key"), w.pp("value"));
-        let [wq, wk, wv] = [&q, &k, &v].map(|p| p.get("weight", &[h, h]));
-        let [bq, bk, bv] = [&q, &k, &v].map(|p| p.get("bias", &[h]));
-        let weight = backend.upload_rows(&[wq?, wk?, wv?])?;
-        let bias = backend.upload_rows(&[bq?, bk?, bv?])?;
-        Ok(BertSelfAttention {
-            qkv_weight: weight,
-            qkv_bias: bias,
-            heads: cfg.num_attention_heads,
-            head_dim: cfg.head_dim(),
-        })
+        let with_bias = cfg.biases.qkv;
+        let (weight, bias) = if cfg.positions != Positions::Absolute {
+            // The rotary families store the projections packed.
+            load_dense(&w.pp("qkv"), 3 * h, h, with_bias, backend)?
+        } else {
+            let (q, k, v) = (w.pp("query"), w.pp("key"), w.pp("value"));
+            let [wq, wk, wv] = [&q, &k, &v].map(|p| p.get("weight", &[h, h]));
+            let bias = if with_bias {
+                let [bq, bk, bv] = [&q, &k, &v].map(|p| p.get("bias", &[h]));
+                Some(backend.upload_rows(&[bq?, bk?, bv?])?)
+            } else {
+                None
+            };
+            (backend.upload_rows(&[wq?, wk?, wv?])?, bias)
+        };
+        Ok(BertSelfAttention { qkv_weight: weight, qkv_bias: bias, heads: cfg.num_attention_heads, head_dim: cfg.head_dim() })
     }
 
-    /// x `(B*T, H)`, mask `(B, T)`, MPNet's relative bias `(heads, 2T − 1)` → context `(B*T, H)` (heads
-    /// concatenated, before the output projection).
-    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&B::Tensor>, batch: usize,
-        seq: usize) -> Result<B::Tensor> {
-        let qkv = backend.linear(x, &self.qkv_weight, Some(&self.qkv_bias), Activation::None)?; // (B*T, 3H)
-        let shape = AttentionShape { batch, seq, heads: self.heads, head_dim: self.head_dim };
-        backend.attention_biased(&qkv, mask, bias, shape) // (B*T, H)
+    /// x `(B*T, H)` → context `(B*T, H)` (heads concatenated, before the output projection).
+    pub fn forward(&self, backend: &B, x: &B::Tensor, inputs: &LayerInputs<'_, B::Tensor>) -> Result<B::Tensor> {
+        let qkv = backend.linear(x, &self.qkv_weight, self.qkv_bias.as_ref(), Activation::None)?; // (B*T, 3H)
+        let shape = AttentionShape { batch: inputs.batch, seq: inputs.seq, heads: self.heads, head_dim: self.head_dim };
+        let qkv = match inputs.rope {
+            Some(rope) => backend.rotary(&qkv, rope, shape)?, // (B*T, 3H), q and k turned
+            None => qkv,
+        };
+        backend.attention_biased(&qkv, inputs.mask, inputs.bias, shape) // (B*T, H)
     }
 }
 
 /// `BertSelfOutput`: output projection, residual, LayerNorm.
 pub struct BertSelfOutput<B: Backend> {
-    dense_weight: B::Tensor, // (H, H)
-    dense_bias: B::Tensor,   // (H)
+    dense_weight: B::Tensor,       // (H, H)
+    dense_bias: Option<B::Tensor>, // (H)
     ln_gamma: B::Tensor,     // (H)
     ln_beta: B::Tensor,      // (H)
     eps: f32,
@@ -64,14 +85,14 @@ impl<B: Backend> BertSelfOutput<B> {
     /// `w` at `encoder.layer.{i}.attention.output`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
-        let (dense_weight, dense_bias) = load_dense(&w.pp("dense"), h, h, backend)?;
+        let (dense_weight, dense_bias) = load_dense(&w.pp("dense"), h, h, cfg.biases.attention_output, backend)?;
         let (ln_gamma, ln_beta) = load_layernorm(&w.pp("LayerNorm"), h, backend)?;
         Ok(BertSelfOutput { dense_weight, dense_bias, ln_gamma, ln_beta, eps: cfg.layer_norm_eps })
     }
 
     /// context `(B*T, H)`, input `(B*T, H)` → `LN(input + context·Woᵀ + bo)` `(B*T, H)`.
     pub fn forward(&self, backend: &B, context: &B::Tensor, input: &B::Tensor) -> Result<B::Tensor> {
-        let y = backend.linear(context, &self.dense_weight, Some(&self.dense_bias), Activation::None)?; // (B*T, H)
+        let y = backend.linear(context, &self.dense_weight, self.dense_bias.as_ref(), Activation::None)?; // (B*T, H)
         backend.layernorm(&y, Some(input), &self.ln_gamma, &self.ln_beta, self.eps)
     }
 }
@@ -92,37 +113,55 @@ impl<B: Backend> BertAttention<B> {
     }
 
     /// x `(B*T, H)` → `(B*T, H)`.
-    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&B::Tensor>, batch: usize,
-        seq: usize) -> Result<B::Tensor> {
-        let context = self.self_attention.forward(backend, x, mask, bias, batch, seq)?; // (B*T, H)
+    pub fn forward(&self, backend: &B, x: &B::Tensor, inputs: &LayerInputs<'_, B::Tensor>) -> Result<B::Tensor> {
+        let context = self.self_attention.forward(backend, x, inputs)?; // (B*T, H)
         self.output.forward(backend, &context, x)
     }
 }
 
-/// `BertIntermediate`: the feed-forward expansion with its activation fused into the GEMM.
+/// `BertIntermediate`: the feed-forward expansion with its activation fused into the GEMM; or a gated block's
+/// `[up; gate]` `(2I, H)` in one GEMM, then `up ⊙ act(gate)`.
 pub struct BertIntermediate<B: Backend> {
-    dense_weight: B::Tensor, // (I, H)
-    dense_bias: B::Tensor,   // (I)
+    dense_weight: B::Tensor,       // (I, H), or (2I, H) rows [up; gate]
+    dense_bias: Option<B::Tensor>, // (I) or (2I)
     act: Activation,
+    gated: bool,
 }
 
 impl<B: Backend> BertIntermediate<B> {
     /// `w` at `encoder.layer.{i}.intermediate`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let (dense_weight, dense_bias) = load_dense(&w.pp("dense"), cfg.intermediate_size, cfg.hidden_size, backend)?;
-        Ok(BertIntermediate { dense_weight, dense_bias, act: cfg.hidden_act })
+        let (i, h, bias) = (cfg.intermediate_size, cfg.hidden_size, cfg.biases.up);
+        let gated = cfg.feed_forward == FeedForward::Gated;
+        let (dense_weight, dense_bias) = if !gated {
+            load_dense(&w.pp("dense"), i, h, bias, backend)?
+        } else if cfg.family == Family::Gte {
+            // GTE's `up_gate_proj`: [up; gate] rows already.
+            load_dense(&w.pp("up_gate"), 2 * i, h, bias, backend)?
+        } else {
+            // NomicBERT's `fc11` (up) and `fc12` (gate), joined at load.
+            let (up, gate) = (w.pp("up"), w.pp("gate"));
+            let weight = backend.upload_rows(&[up.get("weight", &[i, h])?, gate.get("weight", &[i, h])?])?;
+            let bias = if bias { Some(backend.upload_rows(&[up.get("bias", &[i])?, gate.get("bias", &[i])?])?) } else { None };
+            (weight, bias)
+        };
+        Ok(BertIntermediate { dense_weight, dense_bias, act: cfg.hidden_act, gated })
     }
 
-    /// x `(B*T, H)` → `act(x·W1ᵀ + b1)` `(B*T, I)`.
+    /// x `(B*T, H)` → `act(x·W1ᵀ + b1)` `(B*T, I)`; gated: `up ⊙ act(gate)` `(B*T, I)`.
     pub fn forward(&self, backend: &B, x: &B::Tensor) -> Result<B::Tensor> {
-        backend.linear(x, &self.dense_weight, Some(&self.dense_bias), self.act)
+        if self.gated {
+            let both = backend.linear(x, &self.dense_weight, self.dense_bias.as_ref(), Activation::None)?; // (B*T, 2I)
+            return backend.glu(&both, self.act);
+        }
+        backend.linear(x, &self.dense_weight, self.dense_bias.as_ref(), self.act)
     }
 }
 
 /// `BertOutput`: the feed-forward contraction, residual, LayerNorm.
 pub struct BertOutput<B: Backend> {
-    dense_weight: B::Tensor, // (H, I)
-    dense_bias: B::Tensor,   // (H)
+    dense_weight: B::Tensor,       // (H, I)
+    dense_bias: Option<B::Tensor>, // (H)
     ln_gamma: B::Tensor,     // (H)
     ln_beta: B::Tensor,      // (H)
     eps: f32,
@@ -132,14 +171,14 @@ impl<B: Backend> BertOutput<B> {
     /// `w` at `encoder.layer.{i}.output`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
-        let (dense_weight, dense_bias) = load_dense(&w.pp("dense"), h, cfg.intermediate_size, backend)?;
+        let (dense_weight, dense_bias) = load_dense(&w.pp("dense"), h, cfg.intermediate_size, cfg.biases.down, backend)?;
         let (ln_gamma, ln_beta) = load_layernorm(&w.pp("LayerNorm"), h, backend)?;
         Ok(BertOutput { dense_weight, dense_bias, ln_gamma, ln_beta, eps: cfg.layer_norm_eps })
     }
 
     /// inter `(B*T, I)`, input `(B*T, H)` → `LN(input + inter·W2ᵀ + b2)` `(B*T, H)`.
     pub fn forward(&self, backend: &B, inter: &B::Tensor, input: &B::Tensor) -> Result<B::Tensor> {
-        let y = backend.linear(inter, &self.dense_weight, Some(&self.dense_bias), Activation::None)?; // (B*T, H)
+        let y = backend.linear(inter, &self.dense_weight, self.dense_bias.as_ref(), Activation::None)?; // (B*T, H)
         backend.layernorm(&y, Some(input), &self.ln_gamma, &self.ln_beta, self.eps)
     }
 }
@@ -166,10 +205,9 @@ impl<B: Backend> BertLayer<B> {
         backend.dtype(&self.intermediate.dense_weight)
     }
 
-    /// x `(B*T, H)`, mask `(B, T)`, the relative bias (MPNet's, else `None`) → `(B*T, H)`.
-    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&B::Tensor>, batch: usize,
-        seq: usize) -> Result<B::Tensor> {
-        let a = self.attention.forward(backend, x, mask, bias, batch, seq)?; // (B*T, H)
+    /// x `(B*T, H)` → `(B*T, H)`.
+    pub fn forward(&self, backend: &B, x: &B::Tensor, inputs: &LayerInputs<'_, B::Tensor>) -> Result<B::Tensor> {
+        let a = self.attention.forward(backend, x, inputs)?; // (B*T, H)
         let i = self.intermediate.forward(backend, &a)?; // (B*T, I)
         self.output.forward(backend, &i, &a) // (B*T, H)
     }

@@ -6,16 +6,18 @@
 //! and `forward`. Activations are `(B*T, H)` row-major matrices (sequence `b`'s token `t` at row `b*T + t`).
 //!
 //! Lowest first: `embeddings.rs` (word, position and token-type embeddings), `relative.rs` (MPNet's relative position
-//! bias), `layer.rs` (one encoder layer), `bert.rs` (the whole encoder).
+//! bias), `rotary.rs` (the rotary families' table of cosines and sines), `layer.rs` (one encoder layer), `bert.rs`
+//! (the whole encoder).
 
 mod bert;
 mod embeddings;
 mod layer;
 pub mod relative;
+pub mod rotary;
 
 pub use bert::{BertEncoder, BertModel};
 pub use embeddings::BertEmbeddings;
-pub use layer::{BertAttention, BertIntermediate, BertLayer, BertOutput, BertSelfAttention, BertSelfOutput};
+pub use layer::{BertAttention, BertIntermediate, BertLayer, BertOutput, BertSelfAttention, BertSelfOutput, LayerInputs};
 
 use crate::backend::Backend;
 use crate::weights::Weights;

@@ -255,7 +255,7 @@ impl<T> Encoder<T> {
         let [word, pos, typ, g0, b0] = self.emb;
         let tables = EmbeddingTables {
             word: self.t(word),
-            position: self.t(pos),
+            position: Some(self.t(pos)),
             token_type: self.t(typ),
             ln_gamma: self.t(g0),
             ln_beta: self.t(b0),

@@ -13,6 +13,7 @@ pub mod distilbert;
 pub mod electra;
 pub mod mpnet;
 pub mod roberta;
+pub mod rotary;
 pub mod peft;
 pub mod bytes;
 pub mod safetensors;
@@ -228,6 +229,7 @@ impl Weights {
             Some(Family::Electra) => out.extend(electra::NAMES.from_bert(full)),
             Some(Family::Albert) => out.extend(albert::from_bert(full)),
             Some(Family::MPNet) => out.extend(mpnet::from_bert(full)),
+            Some(f @ (Family::NomicBert | Family::Gte)) => out.extend(rotary::from_bert(f, full)),
             Some(Family::Bert) | None => {}
         }
         out

@@ -322,3 +322,59 @@ test("MPNet embeds and classifies as PyTorch does in the browser (CPU and WebGPU
   }
   ctx.page.checkErrors();
 });
+
+/**
+ * NomicBERT and GTE in the page: the rotary positions (shaders/rotary.wgsl) and the gated feed-forward
+ * (shaders/glu.wgsl, SiLU and GELU), compiled by Chromium's own WGSL compiler on WebGPU, in the mean-pooled
+ * embeddings of each family's tiny bare model (a padded batch, and each text alone: the rotation follows positions
+ * over the padded length) and its sequence classifier (pairs, with token types), against PyTorch
+ * (tests/golden/rotary.json; the native tests/rotary.rs measures ≤ 2.2e-5 on logits, 1.5e-5 on embeddings), on the
+ * CPU and WebGPU: HIDDEN_ATOL and SCORE_ATOL above.
+ */
+test("NomicBERT and GTE embed and classify as PyTorch does in the browser (CPU and WebGPU)", async () => {
+  const rot = readJson("tests/golden/rotary.json");
+  const got = await ctx.page.evaluate(async ({ base, cases }) => {
+    const out = {};
+    for (const device of ["cpu", "webgpu"]) {
+      for (const { fam, texts, inputs } of cases) {
+        const e = await bertgpu.Bert.load(base + `tiny-${fam}-model/`, { device });
+        const c = await bertgpu.Bert.load(base + `tiny-${fam}-classifier/`, { device });
+        const alone = [];
+        for (const t of texts) alone.push(Array.from((await e.embed([t], { normalize: false }))[0]));
+        out[`${device} ${fam}`] = {
+          embed: (await e.embed(texts, { normalize: false })).map((v) => Array.from(v)),
+          alone,
+          classify: await c.classify(inputs),
+        };
+        e.dispose();
+        c.dispose();
+      }
+    }
+    return out;
+  }, {
+    base: ctx.env.models.url + "tests/models/",
+    cases: ["nomic", "gte"].map((fam) => ({
+      fam,
+      texts: rot[fam].model_embeddings.map((e) => e.text),
+      inputs: rot[fam].classifier.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair])),
+    })),
+  });
+  for (const device of ["cpu", "webgpu"]) {
+    for (const fam of ["nomic", "gte"]) {
+      const g = got[`${device} ${fam}`];
+      const want = rot[fam].model_embeddings;
+      for (const [how, vecs] of [["batch", g.embed], ["alone", g.alone]]) {
+        assert.equal(vecs.length, want.length, `${device} ${fam} ${how}: one vector per text`);
+        vecs.forEach((v, i) => {
+          assert.equal(v.length, want[i].mean.length);
+          v.forEach((x, k) => assert.ok(Math.abs(x - want[i].mean[k]) <= HIDDEN_ATOL,
+            `${device} ${fam} ${how} embed ${i}[${k}]: ${x} vs ${want[i].mean[k]}`));
+        });
+      }
+      assert.ok(rot[fam].classifier.some((x) => x.text_pair != null), "the golden has pairs");
+      assert.equal(g.classify.length, rot[fam].classifier.length);
+      rot[fam].classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} ${fam} ${x.text}`));
+    }
+  }
+  ctx.page.checkErrors();
+});

@@ -294,6 +294,8 @@ pub fn activate(x: f32, act: Activation) -> f32 {
         }
         Activation::Relu => x.max(0.0),
         Activation::Tanh => x.tanh(),
+        // x·σ(x) = x / (1 + e^−x): torch.nn.functional.silu.
+        Activation::Silu => x / (1.0 + (-x).exp()),
     }
 }
 
@@ -325,7 +327,7 @@ mod tests {
     #[test]
     fn linear_matches_reference_on_awkward_shapes() {
         for &(m, k, n) in &[(1, 1, 1), (7, 33, 5), (33, 7, 513), (513, 33, 7), (1, 513, 33), (65, 129, 130), (2, 0, 3)] {
-            for (ai, act) in [Activation::None, Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh]
+            for (ai, act) in [Activation::None, Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh, Activation::Silu]
                 .into_iter()
                 .enumerate()
             {

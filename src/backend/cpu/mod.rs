@@ -22,6 +22,7 @@ pub mod matmul;
 pub mod norm;
 pub mod pool;
 pub mod q8;
+pub mod rotary;
 mod scratch;
 mod simd;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
@@ -321,6 +322,17 @@ impl Backend for CpuBackend {
             b.expect_f32("attention bias")?;
         }
         attention::attention(qkv, mask, bias, shape)
+    }
+
+    fn rotary(&self, qkv: &CpuTensor, rope: &CpuTensor, shape: AttentionShape) -> Result<CpuTensor> {
+        qkv.expect_f32("rotary qkv")?;
+        rope.expect_f32("rotary table")?;
+        rotary::rotary(qkv, rope, shape)
+    }
+
+    fn glu(&self, x: &CpuTensor, act: Activation) -> Result<CpuTensor> {
+        x.expect_f32("glu input")?;
+        rotary::glu(x, act)
     }
 
     fn pool_tokens(&self, x: &CpuTensor, mask: &CpuTensor, batch: usize, seq: usize, mode: super::TokenPool)

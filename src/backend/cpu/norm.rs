@@ -53,9 +53,13 @@ pub fn embeddings_sum(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>) ->
 
 fn embedding_rows(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>, normalize: bool) -> Result<CpuTensor> {
     let h = tables.word.cols();
-    let (vocab, max_pos, types) = (tables.word.rows(), tables.position.rows(), tables.token_type.rows());
+    let (vocab, types) = (tables.word.rows(), tables.token_type.rows());
+    // Without a table the tokenizer's truncation bounds the length (config.json's max_position_embeddings).
+    let max_pos = tables.position.map_or(usize::MAX, CpuTensor::rows);
     validate_embeddings_input(batch, vocab, max_pos, types)?;
-    expect_dims(tables.position, max_pos, h, "position embeddings (P, H)")?;
+    if let Some(position) = tables.position {
+        expect_dims(position, max_pos, h, "position embeddings (P, H)")?;
+    }
     expect_dims(tables.token_type, types, h, "token type embeddings (types, H)")?;
     if normalize {
         expect_dims(tables.ln_gamma, 1, h, "embeddings LayerNorm gamma (H)")?;
@@ -75,7 +79,10 @@ fn embedding_rows(batch: &Batch, tables: &EmbeddingTables<'_, CpuTensor>, normal
                 let r = ci * ROWS_PER_TASK + ri;
                 let (id, ty, p) = (batch.input_ids[r] as usize, batch.token_type_ids[r] as usize, r % batch.t);
                 tables.word.row_into(id, row);
-                tables.position.row_into(p, &mut pe);
+                match tables.position {
+                    Some(position) => position.row_into(p, &mut pe),
+                    None => pe.fill(0.0),
+                }
                 tables.token_type.row_into(ty, &mut te);
                 for j in 0..h {
                     row[j] = row[j] + pe[j] + te[j];
@@ -202,7 +209,7 @@ mod tests {
         let be = rand_vec(h, 5);
         let up = |v: &[f32], r, c| cpu.input(v, r, c).unwrap();
         let (tw, tp, tt_, tg, tb) = (up(&word, vocab, h), up(&pos, p, h), up(&tt, types, h), up(&g, 1, h), up(&be, 1, h));
-        let tables = EmbeddingTables { word: &tw, position: &tp, token_type: &tt_, ln_gamma: &tg, ln_beta: &tb, eps: 1e-12 };
+        let tables = EmbeddingTables { word: &tw, position: Some(&tp), token_type: &tt_, ln_gamma: &tg, ln_beta: &tb, eps: 1e-12 };
         let batch = Batch {
             input_ids: vec![2, 10, 4, 0, 0, 1, 3, 5, 7, 9],
             token_type_ids: vec![0, 0, 1, 0, 0, 0, 1, 1, 1, 1],

@@ -100,6 +100,11 @@ pub fn activation_derivative(x: f32, act: Activation) -> f32 {
             let t = activate(x, Activation::Tanh);
             1.0 - t * t
         }
+        // d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x))).
+        Activation::Silu => {
+            let s = 1.0 / (1.0 + (-x).exp());
+            s * (1.0 + x * (1.0 - s))
+        }
     }
 }
 
@@ -248,7 +253,7 @@ mod tests {
 
     #[test]
     fn activation_derivatives_match_finite_differences() {
-        for act in [Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh, Activation::None] {
+        for act in [Activation::Gelu, Activation::GeluTanh, Activation::Relu, Activation::Tanh, Activation::Silu, Activation::None] {
             for &x in &[-3.0f32, -1.1, -0.3, 0.2, 0.9, 2.5] {
                 let h = 1e-3f64;
                 let f = |x: f64| activate(x as f32, act) as f64;

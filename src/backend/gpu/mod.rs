@@ -30,6 +30,7 @@ mod placed;
 mod pool;
 mod prebuild;
 mod profiler;
+mod rotary;
 mod runtime;
 mod tensor;
 mod train;
@@ -348,6 +349,14 @@ impl Backend for GpuBackend {
     fn attention_biased(&self, qkv: &GpuTensor, mask: &GpuTensor, bias: Option<&GpuTensor>, s: AttentionShape)
         -> Result<GpuTensor> {
         self.record_attention(qkv, mask, bias, s, None)
+    }
+
+    fn rotary(&self, qkv: &GpuTensor, rope: &GpuTensor, shape: AttentionShape) -> Result<GpuTensor> {
+        self.record_rotary(qkv, rope, shape)
+    }
+
+    fn glu(&self, x: &GpuTensor, act: Activation) -> Result<GpuTensor> {
+        self.record_glu(x, act)
     }
 
     fn pool_tokens(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize, mode: super::TokenPool)

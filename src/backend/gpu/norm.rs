@@ -20,7 +20,7 @@ impl GpuBackend {
         let op = if normalize { "embeddings" } else { "embeddings_sum" };
         let n = batch.b * batch.t;
         let (vocab, h) = (tables.word.rows, tables.word.cols);
-        validate_embeddings_input(batch, vocab, tables.position.rows, tables.token_type.rows)?;
+        validate_embeddings_input(batch, vocab, tables.position.map_or(usize::MAX, |p| p.rows), tables.token_type.rows)?;
         if n == 0 {
             return Err(shape_err(op, format!("the batch of {}×{} holds no tokens", batch.b, batch.t)));
         }
@@ -30,14 +30,17 @@ impl GpuBackend {
             }
             Ok(())
         };
-        check("position table", tables.position, None)?;
+        if let Some(position) = tables.position {
+            check("position table", position, None)?;
+        }
         check("token type table", tables.token_type, None)?;
         if normalize {
             check("LayerNorm gamma", tables.ln_gamma, Some(1))?;
             check("LayerNorm beta", tables.ln_beta, Some(1))?;
             expect_f32("embeddings LayerNorm", &[tables.ln_gamma, tables.ln_beta])?;
         }
-        for (name, t) in [("word", tables.word), ("position", tables.position), ("token type", tables.token_type)] {
+        let tabled = [("word", Some(tables.word)), ("position", tables.position), ("token type", Some(tables.token_type))];
+        for (name, t) in tabled.into_iter().filter_map(|(n, t)| Some((n, t?))) {
             if matches!(t.dtype, Dtype::Q8_0 | Dtype::Q4_0) && h % QK != 0 {
                 return Err(shape_err(op, format!("{name} table is {} with rows of {h}, not whole blocks", t.dtype.name())));
             }
@@ -53,12 +56,16 @@ impl GpuBackend {
         let mut consts = vec![
             ("WG", self.tuning.get().row_wg as f64),
             ("WORD_DT", tables.word.dtype.shader_code() as f64),
-            ("POS_DT", tables.position.dtype.shader_code() as f64),
+            ("POS_DT", tables.position.map_or(0, |p| p.dtype.shader_code()) as f64),
             ("TYPE_DT", tables.token_type.dtype.shader_code() as f64),
         ];
         // The forward keeps the pipeline it always had (NORMALIZE's default, true); the sum alone names it.
         if !normalize {
             consts.push(("NORMALIZE", 0.0));
+        }
+        // The rotary families have no position table: the models with one keep the pipeline they always had.
+        if tables.position.is_none() {
+            consts.push(("POSITIONS", 0.0));
         }
         let (gamma, beta) = if normalize {
             (tables.ln_gamma.buffer(), tables.ln_beta.buffer())
@@ -70,7 +77,7 @@ impl GpuBackend {
         self.dispatch(shader, "embeddings", &consts, bytemuck::bytes_of(&p), &[
             (1, ids.buffer(), false),
             (2, tables.word.buffer(), false),
-            (3, tables.position.buffer(), false),
+            (3, tables.position.map_or(&self.dummy, |p| p.buffer()), false),
             (4, tables.token_type.buffer(), false),
             (5, gamma, false),
             (6, beta, false),

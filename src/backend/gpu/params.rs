@@ -63,6 +63,14 @@ params!(
     /// `shaders/dropout.wgsl`.
     DropoutParams { len: u32, threshold: u32, key: u32, scale: f32 }
 );
+params!(
+    /// `shaders/rotary.wgsl`.
+    RotaryParams { rows: u32, seq: u32, heads: u32, head_dim: u32 }
+);
+params!(
+    /// `shaders/glu.wgsl`.
+    GluParams { rows: u32, cols: u32, code: u32, _pad: u32 }
+);
 
 /// Every shader module but the f16-activation variants ([`modules`] adds them): (name, its file under `shaders/`,
 /// its Params twin's size and fields). The WGSL the GPU compiles is the file with its `#include`s resolved
@@ -91,6 +99,8 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("layernorm_backward_sg", "layernorm_backward.wgsl", std::mem::size_of::<LayerNormParams>(), LayerNormParams::FIELDS),
     ("attention_backward", "attention_backward.wgsl", std::mem::size_of::<AttentionParams>(), AttentionParams::FIELDS),
     ("dropout", "dropout.wgsl", std::mem::size_of::<DropoutParams>(), DropoutParams::FIELDS),
+    ("rotary", "rotary.wgsl", std::mem::size_of::<RotaryParams>(), RotaryParams::FIELDS),
+    ("glu", "glu.wgsl", std::mem::size_of::<GluParams>(), GluParams::FIELDS),
 ];
 
 /// Modules made from one file with constants written before it, or with some of its pieces swapped for others:

@@ -13,7 +13,7 @@ use crate::tokenizer::gguf_vocab::{
     wordpiece_tokenizer_json, TOKEN_CONTROL, TOKEN_NORMAL,
 };
 use crate::weights::bytes::ByteSource;
-use crate::weights::{albert, distilbert, electra, mpnet, roberta, HostTensor};
+use crate::weights::{albert, distilbert, electra, mpnet, roberta, rotary, HostTensor};
 use crate::{Error, Result};
 
 /// Metadata key holding the model's Hugging Face `config.json`, verbatim.
@@ -230,10 +230,11 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
     // Parsed and checked as a load would (a family the loader refuses is refused here too); DistilBERT's sizes under
     // its own names come out as BERT's.
     let cfg = crate::config::BertConfig::from_json_str(meta.config_json)?;
-    if cfg.family == Family::MPNet {
-        // Its relative position bias has no llama.cpp name, and no loader of a GGUF would apply it.
-        return Err(Error::Config("converting an MPNet checkpoint to GGUF is not supported yet; load its \
-            safetensors folder instead".into()));
+    if matches!(cfg.family, Family::MPNet | Family::NomicBert | Family::Gte) {
+        // MPNet's relative position bias, NomicBERT's and GTE's packed and gated projections have no llama.cpp
+        // names here yet, and no loader of such a GGUF would apply them.
+        return Err(Error::Config(format!("converting a {} (`{}`) checkpoint to GGUF is not supported yet; load its \
+            safetensors folder instead", cfg.family.class_prefix(), cfg.family.model_type())));
     }
     let num = |v: usize| -> Result<u32> {
         u32::try_from(v).map_err(|_| Error::Config(format!("config.json: {v} does not fit the GGUF's 32-bit field")))
@@ -339,6 +340,7 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
         Family::Electra => canonical_hf_name(&electra::NAMES.to_bert(n)),
         Family::Albert => canonical_hf_name(&albert::to_bert(n)),
         Family::MPNet => canonical_hf_name(&mpnet::to_bert(n)),
+        f @ (Family::NomicBert | Family::Gte) => canonical_hf_name(&rotary::to_bert(f, n)),
     };
     let word = tensors.iter().find(|(n, _)| bert_name(n) == "embeddings.word_embeddings.weight");
     for (name, t) in tensors {

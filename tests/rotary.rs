@@ -1,0 +1,207 @@
+//! NomicBERT and GTE against PyTorch `transformers` (tests/golden/rotary.json, made by tests/golden/rotary.py from the
+//! tiny seeded checkpoints tests/models/tiny-nomic-* and tiny-gte-*): rotary positions on the queries and keys (no
+//! position table), the gated feed-forward (SwiGLU, GeGLU), the families' biases and names (nomic-ai's `Wqkv`,
+//! `fc11`/`fc12`; GTE's packed `qkv_proj` and `up_gate_proj`), their config keys (transformers' and the hub
+//! repositories'), in the embeddings of a padded batch and of each text alone, fill-mask, sequence classification
+//! (pairs included) and token classification, on the CPU and the GPU backend. Their fine-tuning and `convert` to
+//! GGUF are refused by name.
+
+mod common;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::Backend;
+use bertgpu::config::{BertConfig, Family, FeedForward, LayerBiases, Positions};
+use bertgpu::dtype::Dtype;
+use bertgpu::tasks::{EmbedOptions, Model, Pooling};
+use bertgpu::tokenizer::Tokenizer;
+use bertgpu::training::finetune::{FineTuneTask, FineTuner};
+use bertgpu::weights::{gguf, Weights};
+use common::family::{self, block_on, dir};
+use common::gpu;
+use serde_json::{json, Value};
+
+/// The CPU backend on f32 weights. Measured worst |ours − torch| here: 2.2e-5 (GTE's token-classification logits,
+/// compared with rtol = atol; its `[CLS]` embeddings 1.4e-5, fill-mask logits 1.1e-5, NomicBERT's worst 1.2e-5),
+/// printed by `cargo test --test rotary -- --nocapture`. 5e-5 (2.3×) is far below what a mistake moves: with an
+/// infinite theta (one pair of dimensions per head turning) the mean embeddings move by 1.5–2.1 (the golden records
+/// it; `missing_rotation_is_caught` checks it).
+const CPU_ATOL: f32 = 5e-5;
+/// The GPU. Measured worst on lavapipe here: 1.5e-5 (GTE's `[CLS]` embeddings; its token logits 1.25e-5); 5e-5
+/// (3.4×), the CPU's bound, since both run the same f32 ops in other orders.
+const GPU_ATOL: f32 = 5e-5;
+
+fn golden() -> Value {
+    family::golden("rotary.json")
+}
+
+fn load<B: Backend>(name: &str, family: Family, backend: B) -> Model<B> {
+    let m = family::load(&dir(name), backend);
+    assert_eq!(m.config.family, family, "{name}");
+    assert!(matches!(m.config.positions, Positions::Rotary { .. }), "{name}");
+    assert_eq!(m.config.feed_forward, FeedForward::Gated, "{name}");
+    m
+}
+
+/// The embeddings of `key`, in a padded batch (batches of 4) and each text alone: the rotation follows positions
+/// over the padded length, which padding must not change for real tokens.
+fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
+    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
+    let cases = g[key].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
+    let got = block_on(m.embed(&texts, &opts)).unwrap();
+    assert_eq!(got.len(), cases.len());
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
+}
+
+fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
+    let g = golden();
+    for (fam, family, prefix) in [("nomic", Family::NomicBert, "tiny-nomic"), ("gte", Family::Gte, "tiny-gte")] {
+        let g = &g[fam];
+        let mlm = load(&format!("{prefix}-mlm"), family, mk());
+        embeddings(&format!("{fam} (masked LM's encoder)"), g, "embeddings", &mlm, atol);
+        family::fill_mask(fam, g, &mlm, atol, false);
+        embeddings(&format!("{fam} (bare model)"), g, "model_embeddings", &load(&format!("{prefix}-model"), family, mk()), atol);
+        family::classify(fam, g, &load(&format!("{prefix}-classifier"), family, mk()), atol, true);
+        family::token_logits(fam, g, &load(&format!("{prefix}-ner"), family, mk()), atol);
+    }
+    // nomic-ai's hub config keys over the same weights as tiny-nomic-model.
+    let hub = load("tiny-nomic-hub", Family::NomicBert, mk());
+    embeddings("nomic (the hub's config keys)", &g["nomic"], "model_embeddings", &hub, atol);
+}
+
+#[test]
+fn rotary_families_match_pytorch_on_cpu() {
+    everything(CpuBackend::new, CPU_ATOL);
+}
+
+#[test]
+fn rotary_families_match_pytorch_on_gpu() {
+    if gpu().is_none() {
+        return;
+    }
+    everything(|| gpu().expect("adapter"), GPU_ATOL);
+}
+
+/// The CLI on the CPU: `embed` on both bare models (NomicBERT under the hub's config keys too), `classify` with pairs,
+/// `fill-mask`.
+#[test]
+fn cli_runs_the_rotary_families() {
+    let g = golden();
+    for (fam, prefix) in [("nomic", "tiny-nomic"), ("gte", "tiny-gte")] {
+        let g = &g[fam];
+        family::cli_embeddings(fam, &json!({ "embeddings": g["model_embeddings"] }), &dir(&format!("{prefix}-model")), CPU_ATOL);
+        family::cli_classify(g, &dir(&format!("{prefix}-classifier")));
+        family::cli_fill_mask(g, &dir(&format!("{prefix}-mlm")));
+    }
+    family::cli_embeddings("nomic hub", &json!({ "embeddings": g["nomic"]["model_embeddings"] }), &dir("tiny-nomic-hub"), CPU_ATOL);
+}
+
+/// The same checkpoint with an infinite theta (every frequency 0 but the first, `theta^0 = 1`: one pair of
+/// dimensions per head turns) is far from the golden, by what torch's own model with that theta moved: the rotation
+/// is applied, every pair of it, and the tolerance would see one missing.
+#[test]
+fn missing_rotation_is_caught() {
+    let g = golden();
+    for (fam, name) in [("nomic", "tiny-nomic-model"), ("gte", "tiny-gte-model")] {
+        let d = dir(name);
+        let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+        cfg.positions = Positions::Rotary { theta: f32::INFINITY };
+        let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
+        let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+        let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
+        let cases = g[fam]["model_embeddings"].as_array().unwrap();
+        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+        let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
+        let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
+        let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+        assert_eq!(got.len(), want.len());
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst > 1000.0 * CPU_ATOL, "{fam}: with theta = ∞ the embeddings moved by {worst} only");
+        let recorded = g[fam]["without_rotation_max_diff"].as_f64().unwrap() as f32;
+        assert!((worst - recorded).abs() < 1e-3, "{fam}: torch's model with theta = ∞ moved by {recorded}, ours by {worst}");
+    }
+}
+
+/// The configs: the family from `model_type` (GTE's hub `"new"` too) or the class, the rotary keys of both key sets,
+/// the biases; every key that would change the computation unseen is refused by name.
+#[test]
+fn configs_and_refusals() {
+    let read = |name: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir(name).join("config.json")).unwrap()).unwrap()
+    };
+    let parse = |v: &Value| BertConfig::from_json_str(&v.to_string());
+    let with = |v: &Value, k: &str, val: Value| {
+        let mut v = v.clone();
+        v[k] = val;
+        parse(&v)
+    };
+    // NomicBERT, transformers' keys and the hub's: the same model.
+    let nomic = read("tiny-nomic-model");
+    let c = parse(&nomic).unwrap();
+    assert_eq!((c.family, c.positions, c.biases), (Family::NomicBert, Positions::Rotary { theta: 100.0 }, LayerBiases::NONE));
+    assert!(c.token_type_table && c.family.has_token_types());
+    assert_eq!(c.hidden_act, bertgpu::activation::Activation::Silu);
+    let hub = parse(&read("tiny-nomic-hub")).unwrap();
+    assert_eq!((hub.hidden_size, hub.num_hidden_layers, hub.num_attention_heads, hub.intermediate_size),
+        (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size));
+    assert_eq!((hub.positions, hub.hidden_act, hub.layer_norm_eps, hub.max_position_embeddings),
+        (c.positions, c.hidden_act, c.layer_norm_eps, c.max_position_embeddings));
+    // GTE: the hub's model_type and classes; no token-type table at type_vocab_size 0.
+    let gte = read("tiny-gte-model");
+    let g = parse(&gte).unwrap();
+    assert_eq!((g.family, g.positions), (Family::Gte, Positions::Rotary { theta: 500.0 }));
+    assert_eq!(g.biases, LayerBiases { up: false, ..LayerBiases::ALL });
+    assert!(!g.token_type_table);
+    let mut new = gte.clone();
+    new["model_type"] = json!("new");
+    new["architectures"] = json!(["NewModel"]);
+    new["position_embedding_type"] = json!("rope");
+    new["rope_theta"] = json!(500.0);
+    new.as_object_mut().unwrap().remove("rope_parameters");
+    let from_hub = parse(&new).unwrap();
+    assert_eq!(BertConfig { architectures: g.architectures.clone(), ..from_hub }, g, "the hub's keys name the same model");
+    assert!(parse(&read("tiny-gte-classifier")).unwrap().token_type_table);
+
+    let refused = |r: bertgpu::Result<BertConfig>, says: &str| {
+        let e = r.expect_err(says).to_string();
+        assert!(e.contains(says), "{e}");
+    };
+    let hubv = read("tiny-nomic-hub");
+    for (k, val, says) in [
+        ("qkv_proj_bias", json!(true), "qkv_proj_bias true"),
+        ("prenorm", json!(true), "prenorm true"),
+        ("rotary_emb_fraction", json!(0.5), "rotary_emb_fraction 0.5"),
+        ("rotary_emb_interleaved", json!(true), "rotary_emb_interleaved true"),
+        ("rotary_scaling_factor", json!(2.0), "rotary_scaling_factor 2"),
+        ("activation_function", json!("gelu"), "activation_function `gelu`"),
+        ("use_rms_norm", json!(true), "use_rms_norm true"),
+    ] {
+        refused(with(&hubv, k, val), says);
+    }
+    refused(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 2.0})), "rope type `ntk`");
+    refused(with(&gte, "rope_parameters", json!({"rope_type": "yarn", "rope_theta": 10.0})), "rope type `yarn`");
+    refused(with(&new, "logn_attention_scale", json!(true)), "logn_attention_scale true");
+    refused(with(&new, "layer_norm_type", json!("rms_norm")), "layer_norm_type `rms_norm`");
+    refused(with(&nomic, "head_dim", json!(16)), "head_dim 16");
+    refused(with(&gte, "architectures", json!(["GteForQuestionAnswering"])), "`GteForQuestionAnswering` is not a gte class");
+    refused(with(&nomic, "hidden_act", json!("mish")), "hidden_act `mish`");
+}
+
+/// Fine-tuning the whole encoder and `convert` to GGUF are refused by name (their backward and their GGUF names are
+/// not written), and `convert` writes nothing.
+#[test]
+fn training_and_convert_are_refused_by_name() {
+    for (name, says) in [("tiny-nomic-classifier", "nomic_bert"), ("tiny-gte-classifier", "gte")] {
+        let d = dir(name);
+        let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+        let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+        let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).err().expect(name).to_string();
+        assert!(e.contains(&format!("`{says}`")), "{e}");
+        let out = std::env::temp_dir().join(format!("{name}-{}.gguf", std::process::id()));
+        let e = gguf::convert(&d, Dtype::F16, &out).err().expect(name).to_string();
+        assert!(e.contains(says) && e.contains("not supported"), "{e}");
+        assert!(!out.exists());
+    }
+}
