@@ -216,6 +216,12 @@ export function checkCreateArgs(config, tokenizer, options) {
   return { opts, json, file };
 }
 
+/** `prompt` set must be a string (a prompt's name; Rust says which names the model has). */
+export function promptName(method, prompt) {
+  if (prompt != null && typeof prompt !== "string") throw new TypeError(`${method}: prompt must be a prompt's name`);
+  return prompt ?? undefined;
+}
+
 /** embed's options, their types checked; `batchSize` defaulted. */
 export function checkEmbedOptions(options) {
   const opts = checkOptions(options, ["pooling", "normalize", "batchSize", "prompt", "dimensions", "precision",
@@ -237,7 +243,7 @@ export function checkEmbedOptions(options) {
       + `(got ${JSON.stringify(pooling)})`);
   }
   flags("embed", opts, ["normalize"]);
-  if (prompt != null && typeof prompt !== "string") throw new TypeError("embed: prompt must be a prompt's name");
+  promptName("embed", prompt);
   if (dimensions != null && (!Number.isInteger(dimensions) || dimensions < 1)) {
     throw new TypeError("embed: dimensions must be a positive integer");
   }

@@ -1,14 +1,8 @@
 // The embedding tasks' work on the wasm model (`m`), apart from Bert's queue: `embed` (its batches, then its
 // `precision`), `embedSparse` (SPLADE) and `embedTokens` (one vector per token). Rust: src/wasm/vectors.rs.
 
-import { checkEmbedOptions, checkOptions, DEFAULT_BATCH_SIZE, flags, positiveInt } from "./options.js";
+import { checkEmbedOptions, checkOptions, DEFAULT_BATCH_SIZE, flags, positiveInt, promptName } from "./options.js";
 import { texts } from "./text.js";
-
-/** `prompt` set must be a string (a prompt's name; Rust says which names the model has). */
-function promptName(method, prompt) {
-  if (prompt != null && typeof prompt !== "string") throw new TypeError(`${method}: prompt must be a prompt's name`);
-  return prompt ?? undefined;
-}
 
 export async function embed(m, input, options) {
   const { list, single } = texts(input, "embed");

@@ -344,6 +344,16 @@ impl Engine {
         with_model!(self, m => m.prompts())
     }
 
+    /// See [`Model::prompt_named`].
+    pub fn prompt_named(&self, name: Option<&str>) -> Result<Option<String>> {
+        with_model!(self, m => m.prompt_named(name))
+    }
+
+    /// See [`Model::check_sparse`].
+    pub fn check_sparse(&self, opts: &SparseOptions) -> Result<bool> {
+        with_model!(self, m => m.check_sparse(opts))
+    }
+
     /// See [`Model::embed_sparse`].
     pub async fn embed_sparse(&self, texts: &[&str], opts: &SparseOptions) -> Result<Vec<SparseVector>> {
         with_model!(self, m => m.embed_sparse(texts, opts).await)

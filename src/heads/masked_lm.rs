@@ -94,7 +94,12 @@ impl<B: Backend> BertLMPredictionHead<B> {
     pub fn forward_rows(&self, backend: &B, hidden: &B::Tensor, rows: &[u32], word_embeddings: &B::Tensor)
         -> Result<B::Tensor> {
         let x = backend.gather_rows(hidden, rows)?; // (M, H)
-        let x = self.transform.forward(backend, &x)?; // (M, E)
+        self.forward_all(backend, &x, word_embeddings)
+    }
+
+    /// The logits of every row of `hidden` `(M, H)` → `(M, V)`, without gathering them first.
+    pub fn forward_all(&self, backend: &B, hidden: &B::Tensor, word_embeddings: &B::Tensor) -> Result<B::Tensor> {
+        let x = self.transform.forward(backend, hidden)?; // (M, E)
         let decoder = self.decoder.as_ref().unwrap_or(word_embeddings); // (V, E)
         backend.linear(&x, decoder, Some(&self.bias), Activation::None) // (M, V)
     }

@@ -132,9 +132,15 @@ impl<B: Backend> Model<B> {
     /// The prompt text `opts` asks for (or the model's default prompt), checked against the model's prompts: what
     /// [`Self::encode_for_embedding`] puts before every text.
     pub fn prompt_text(&self, opts: &EmbedOptions) -> Result<Option<String>> {
+        self.prompt_named(opts.prompt.as_deref())
+    }
+
+    /// The text of the prompt named `name` (or the model's default prompt), checked against the model's prompts:
+    /// what every vector task puts before each text.
+    pub fn prompt_named(&self, name: Option<&str>) -> Result<Option<String>> {
         match &self.config.sentence {
-            Some(s) => Ok(s.prompt(opts.prompt.as_deref())?.map(str::to_string)),
-            None => match &opts.prompt {
+            Some(s) => Ok(s.prompt(name)?.map(str::to_string)),
+            None => match name {
                 Some(name) => Err(Error::Input(format!(
                     "prompt `{name}`: this model has no prompts (it has no config_sentence_transformers.json)"
                 ))),
@@ -175,8 +181,13 @@ impl<B: Backend> Model<B> {
     /// The texts as [`Self::embed`] sees them, tokenized: behind the prompt `opts` asks for, truncated by
     /// [`Self::embedding_tokenizer`].
     pub fn encode_for_embedding(&self, texts: &[&str], opts: &EmbedOptions) -> Result<Vec<Encoded>> {
+        self.encode_with_prompt(texts, opts.prompt.as_deref())
+    }
+
+    /// [`Self::encode_for_embedding`] behind the prompt named `prompt` ([`Self::prompt_named`]).
+    pub fn encode_with_prompt(&self, texts: &[&str], prompt: Option<&str>) -> Result<Vec<Encoded>> {
         let tokenizer = self.embedding_tokenizer();
-        let prompted: Vec<String> = match self.prompt_text(opts)? {
+        let prompted: Vec<String> = match self.prompt_named(prompt)? {
             Some(p) if !p.is_empty() => texts.iter().map(|t| format!("{p}{t}")).collect(),
             _ => texts.iter().map(|t| t.to_string()).collect(),
         };

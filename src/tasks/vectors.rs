@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use super::{EmbedOptions, Model};
+use super::Model;
 use crate::backend::{Backend, TokenPool};
 use crate::{Error, Result};
 
@@ -23,7 +23,7 @@ pub struct SparseVector {
 /// Options of [`Model::embed_sparse`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SparseOptions {
-    /// One of the model's prompts, by name (as [`EmbedOptions::prompt`]).
+    /// One of the model's prompts, by name (as [`super::EmbedOptions::prompt`]).
     pub prompt: Option<String>,
     /// Keep only the largest `n` weights of each vector (sentence-transformers' `max_active_dims`).
     pub max_active_dims: Option<usize>,
@@ -43,7 +43,7 @@ impl Default for SparseOptions {
 /// Options of [`Model::embed_tokens`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenOptions {
-    /// One of the model's prompts, by name (as [`EmbedOptions::prompt`]); its tokens are among the vectors, as in
+    /// One of the model's prompts, by name (as [`super::EmbedOptions::prompt`]); its tokens are among the vectors, as in
     /// sentence-transformers.
     pub prompt: Option<String>,
     /// L2-normalise each token's vector (late-interaction scoring takes cosine similarities).
@@ -124,8 +124,10 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    /// One SPLADE vector per text, in order (see the module documentation).
-    pub async fn embed_sparse(&self, texts: &[&str], opts: &SparseOptions) -> Result<Vec<SparseVector>> {
+    /// What [`Self::embed_sparse`] checks before any text: the options, the model (a sparse encoder, or a
+    /// masked-LM checkpoint) and the prompt. The CLI and the browser call it before their first input, so a call
+    /// that cannot work is refused at once. Returns whether the activation is `log1p_relu`.
+    pub fn check_sparse(&self, opts: &SparseOptions) -> Result<bool> {
         if opts.batch_size == 0 {
             return Err(Error::Input("batch size must be at least 1".into()));
         }
@@ -133,10 +135,16 @@ impl<B: Backend> Model<B> {
             return Err(Error::Input("max_active_dims must be at least 1".into()));
         }
         let log1p_relu = self.splade()?;
+        self.prompt_named(opts.prompt.as_deref())?;
+        Ok(log1p_relu)
+    }
+
+    /// One SPLADE vector per text, in order (see the module documentation).
+    pub async fn embed_sparse(&self, texts: &[&str], opts: &SparseOptions) -> Result<Vec<SparseVector>> {
+        let log1p_relu = self.check_sparse(opts)?;
         let head = self.heads.masked_lm()?;
         let be = &self.backend;
-        let embed_opts = EmbedOptions { prompt: opts.prompt.clone(), ..EmbedOptions::default() };
-        let encoded = self.encode_for_embedding(texts, &embed_opts)?;
+        let encoded = self.encode_with_prompt(texts, opts.prompt.as_deref())?;
         let v = self.config.vocab_size;
         // The token rows of logits one pass holds: whole texts together where the longest fits, else one text a
         // piece of its tokens at a time.
@@ -153,8 +161,7 @@ impl<B: Backend> Model<B> {
             let hidden = self.bert.forward_with_mask(be, &batch, &mask)?; // (B*T, H)
             let decoder = self.bert.embeddings.word_embeddings();
             let maxima = if b * t <= cap {
-                let all: Vec<u32> = (0..(b * t) as u32).collect();
-                let logits = head.forward_rows(be, &hidden, &all, decoder)?; // (B*T, V)
+                let logits = head.forward_all(be, &hidden, decoder)?; // (B*T, V)
                 be.read(&be.pool_tokens(&logits, &mask, b, t, TokenPool::Max)?).await? // (B, V)
             } else {
                 // One long text (B = 1, no padding): the maximum of each piece's maxima.
@@ -183,9 +190,8 @@ impl<B: Backend> Model<B> {
             return Err(Error::Input("batch size must be at least 1".into()));
         }
         let be = &self.backend;
-        let embed_opts = EmbedOptions { prompt: opts.prompt.clone(), ..EmbedOptions::default() };
-        let prompt_chars = self.prompt_text(&embed_opts)?.map_or(0, |p| p.chars().count());
-        let encoded = self.encode_for_embedding(texts, &embed_opts)?;
+        let prompt_chars = self.prompt_named(opts.prompt.as_deref())?.map_or(0, |p| p.chars().count());
+        let encoded = self.encode_with_prompt(texts, opts.prompt.as_deref())?;
         let h = self.config.hidden_size;
         let mut out: Vec<Option<TokenVectors>> = vec![None; encoded.len()];
         for (rows, batch) in self.batches_by_length(&encoded, opts.batch_size)? {

@@ -7,7 +7,6 @@ use wasm_bindgen::prelude::*;
 use super::{js_err, WasmModel};
 use crate::heads::quantize::{quantize, Precision, Quantized, Ranges};
 use crate::tasks::vectors::{SparseOptions, TokenOptions};
-use crate::tasks::EmbedOptions;
 use crate::tokenizer::char_to_utf16_offsets;
 use crate::Error;
 
@@ -28,7 +27,7 @@ impl WasmModel {
             ..SparseOptions::default()
         };
         // The model and the prompt checked before the promise: a bad call throws at once.
-        self.engine.prompt_text(&EmbedOptions { prompt: opts.prompt.clone(), ..EmbedOptions::default() }).map_err(js_err)?;
+        self.engine.check_sparse(&opts).map_err(js_err)?;
         let engine = self.engine.clone();
         Ok(wasm_bindgen_futures::future_to_promise(async move {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -50,7 +49,7 @@ impl WasmModel {
     pub fn embed_tokens(&self, texts: Vec<String>, prompt: Option<String>, normalize: bool)
         -> Result<js_sys::Promise, JsError> {
         let opts = TokenOptions { prompt, normalize, batch_size: texts.len().max(1) };
-        self.engine.prompt_text(&EmbedOptions { prompt: opts.prompt.clone(), ..EmbedOptions::default() }).map_err(js_err)?;
+        self.engine.prompt_named(opts.prompt.as_deref()).map_err(js_err)?;
         let engine = self.engine.clone();
         Ok(wasm_bindgen_futures::future_to_promise(async move {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();

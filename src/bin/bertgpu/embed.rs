@@ -185,9 +185,7 @@ pub(crate) fn cmd_embed_sparse(a: SparseArgs) -> Result<(), Fail> {
     let m = load_model(&args.model)?;
     let engine = load_infer(&m, args)?;
     // The model (a sparse encoder, or a masked-LM checkpoint) and the prompt: refused before any line.
-    pollster::block_on(engine.embed_sparse(&[], &opts)).map_err(|e| Fail::Model(e.to_string()))?;
-    engine.prompt_text(&EmbedOptions { prompt: opts.prompt.clone(), ..EmbedOptions::default() })
-        .map_err(|e| Fail::Model(e.to_string()))?;
+    engine.check_sparse(&opts).map_err(|e| Fail::Model(e.to_string()))?;
     let tokenizer = engine.tokenizer();
     run_lines(Shape::Text, opts.batch_size, |inputs| {
         per_text(
@@ -208,8 +206,7 @@ pub(crate) fn cmd_embed_tokens(a: TokenArgs) -> Result<(), Fail> {
     let args = &a.infer;
     let m = load_model(&args.model)?;
     let engine = load_infer(&m, args)?;
-    engine.prompt_text(&EmbedOptions { prompt: opts.prompt.clone(), ..EmbedOptions::default() })
-        .map_err(|e| Fail::Model(e.to_string()))?;
+    engine.prompt_named(opts.prompt.as_deref()).map_err(|e| Fail::Model(e.to_string()))?;
     run_lines(Shape::Text, opts.batch_size, |inputs| {
         per_text(
             single_texts(inputs, "embed-tokens"),
