@@ -8,6 +8,7 @@
 pub mod pipelines;
 pub mod twin;
 pub mod vectors;
+pub mod zero_shot;
 
 use std::cell::RefCell;
 use std::rc::Rc;
