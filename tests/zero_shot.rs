@@ -163,6 +163,30 @@ fn zero_shot_matches_the_pipeline_on_gpu() {
     everything(|| gpu().expect("adapter"), GPU_ATOL);
 }
 
+/// More pairs than one pass takes (PAIRS_PER_PASS), texts of different lengths: the same answers as each text alone.
+#[test]
+fn zero_shot_in_several_passes_answers_as_one_text_at_a_time() {
+    let m = family::load(&dir("tiny-nli-bert"), CpuBackend::new());
+    let g = golden();
+    let c = &g["families"]["bert"]["cases"][0];
+    let labels = strings(&c["candidate_labels"]);
+    let base: Vec<&str> = c["results"].as_array().unwrap().iter().map(|r| r["text"].as_str().unwrap()).collect();
+    let texts: Vec<&str> = base.iter().copied().cycle().take(bertgpu::tasks::zero_shot::PAIRS_PER_PASS / 2).collect();
+    assert!(texts.len() * labels.len() > bertgpu::tasks::zero_shot::PAIRS_PER_PASS);
+    let opts = ZeroShotOptions::default();
+    let all = block_on(m.zero_shot(&texts, &labels, &opts)).unwrap();
+    assert_eq!(all.len(), texts.len());
+    for (text, got) in texts.iter().zip(&all) {
+        let alone = block_on(m.zero_shot(&[text], &labels, &opts)).unwrap().remove(0);
+        assert_eq!(got.len(), alone.len());
+        for (x, y) in got.iter().zip(&alone) {
+            // Padding moves nothing beyond f32 rounding: the same order, scores within SCORE_TOL.
+            assert_eq!(x.label, y.label, "{text}: order");
+            assert!((x.score - y.score).abs() <= SCORE_TOL, "{text}: {} {} vs {}", x.label, x.score, y.score);
+        }
+    }
+}
+
 /// The refusals, each naming what is wrong; the task never panics.
 #[test]
 fn zero_shot_refuses_by_name() {

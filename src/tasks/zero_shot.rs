@@ -20,6 +20,10 @@ use crate::heads::classifier::{check_pair_allowed, rank_labels, LabelScore};
 use crate::tokenizer::Encoded;
 use crate::{Error, Result};
 
+/// Pairs per forward pass: bounds a call's activation memory whatever its texts × labels (`embed`'s default batch
+/// is 32 texts; pairs are sorted by length first, so a pass pads little).
+pub const PAIRS_PER_PASS: usize = 64;
+
 /// The pipeline's default `hypothesis_template`.
 pub const DEFAULT_TEMPLATE: &str = "This example is {}.";
 
@@ -162,8 +166,8 @@ impl<B: Backend> Model<B> {
         if !whole.truncated {
             return Ok(whole);
         }
-        // Longest-first cut the pair: again, cutting the text alone. Each side without special tokens (the inner
-        // tokenizer cuts a single text at max_length, which is more than the text may keep here).
+        // The tokenizer cut the pair longest-first; cut it again, the text alone. Each side is tokenized without
+        // special tokens (the inner tokenizer cuts a single text at max_length, more than the text may keep here).
         let inner = self.tokenizer.inner();
         let err = |e: tokenizers::Error| Error::Input(format!("cannot tokenize the input: {e}"));
         let mut a = inner.encode_char_offsets(text, false).map_err(err)?;
@@ -187,7 +191,7 @@ impl<B: Backend> Model<B> {
     }
 
     /// Zero-shot classification (see the module doc): per text, every label with its score, best first. The
-    /// pairs of all texts run in batches of similar lengths.
+    /// pairs of all texts run together, [`PAIRS_PER_PASS`] of similar lengths a pass.
     pub async fn zero_shot<S: AsRef<str>>(&self, texts: &[&str], labels: &[S], opts: &ZeroShotOptions)
         -> Result<Vec<Vec<LabelScore>>> {
         check_labels(labels)?;
@@ -208,7 +212,10 @@ impl<B: Backend> Model<B> {
         let mut order: Vec<usize> = (0..encoded.len()).collect();
         order.sort_by_key(|&i| encoded[i].len());
         let sorted: Vec<Encoded> = order.iter().map(|&i| std::mem::take(&mut encoded[i])).collect();
-        let logits_sorted = self.classify_logits(&sorted).await?;
+        let mut logits_sorted = Vec::with_capacity(sorted.len());
+        for chunk in sorted.chunks(PAIRS_PER_PASS) {
+            logits_sorted.extend(self.classify_logits(chunk).await?);
+        }
         let mut logits = vec![Vec::new(); logits_sorted.len()];
         for (l, &i) in logits_sorted.into_iter().zip(&order) {
             logits[i] = l;
