@@ -197,6 +197,18 @@ export interface Answer {
   end: number;
 }
 
+/** Options of `zeroShot`. */
+export interface ZeroShotOptions {
+  /** The hypothesis, with `{}` where the label goes (default "This example is {}."). */
+  template?: string;
+  /**
+   * Score each label on its own: the softmax of its (contradiction, entailment) logits, so several labels can be
+   * likely. Default false: one softmax of the entailment logits over the labels (scores sum to 1). With one label the
+   * multi-label score is given either way, as the pipeline does.
+   */
+  multiLabel?: boolean;
+}
+
 /** One document of a reranking: its index in the input, the cross-encoder's relevance logit, and its text. */
 export interface RankedDocument {
   index: number;
@@ -567,7 +579,8 @@ export declare class Bert {
   /** sentence-transformers' description of the model as its files give it, or null: what `embed` does by default. */
   readonly sentenceTransformers: SentenceTransformersConfig | null;
   /** The tasks this model can run besides tokenize and embed (the heads its checkpoint carries). */
-  readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "rerank" | "tokenClassify" | "answer" | "replacedTokens">;
+  readonly tasks: Array<"fillMask" | "nextSentence" | "classify" | "rerank" | "tokenClassify" | "answer" | "replacedTokens"
+    | "zeroShot">;
   tokenize(text: string, textPair?: string): Promise<Tokenized>;
   tokenize(text: string[], textPair?: string[]): Promise<Tokenized[]>;
   embed(text: string, options?: EmbedOptions & { precision?: "float32" }): Promise<Float32Array>;
@@ -594,6 +607,12 @@ export declare class Bert {
   replacedTokens(texts: string[]): Promise<ReplacedToken[][]>;
   /** Reranks documents for a query with a cross-encoder: best first (all, or the `topK` best). */
   rerank(query: string, documents: string[], options?: { topK?: number }): Promise<RankedDocument[]>;
+  /**
+   * Zero-shot classification through an NLI checkpoint (a sequence classifier with an entailment label), as
+   * transformers' zero-shot-classification pipeline: every label with its score, best first.
+   */
+  zeroShot(text: string, labels: string[], options?: ZeroShotOptions): Promise<LabelScore[]>;
+  zeroShot(texts: string[], labels: string[], options?: ZeroShotOptions): Promise<LabelScore[][]>;
   /** Trains a classification head on the frozen encoder; `classify` then uses it. */
   trainHead(examples: TrainExample[], options?: TrainOptions): Promise<TrainReport>;
   /**

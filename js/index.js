@@ -13,8 +13,8 @@ import { deleteCheckpoint, listCheckpoints } from "./checkpoints.js";
 import { measureCrossover, pickDevice } from "./device.js";
 import { checkLoadOptions, fetchAdapterFiles, fetchModelFiles } from "./loader.js";
 import { checkCheckpointOptions, checkCreateArgs, checkFineTuneOptions, checkLoad, checkOptions,
-  checkPretrainOptions, checkTrainOptions, classifyInputs, FINE_TUNE_OPTIONS, positiveInt, PRETRAIN_OPTIONS,
-  TRAIN_OPTIONS, trainingExamples } from "./options.js";
+  checkPretrainOptions, checkTrainOptions, checkZeroShot, classifyInputs, FINE_TUNE_OPTIONS, positiveInt,
+  PRETRAIN_OPTIONS, TRAIN_OPTIONS, trainingExamples } from "./options.js";
 import { getRuntime, guard, instantiate, releasePool, usePool } from "./runtime.js";
 import { resolveSource } from "./sources.js";
 import { texts, toUtf16Span } from "./text.js";
@@ -262,7 +262,8 @@ export class Bert {
 
   /**
    * The tasks this model can run besides `tokenize` and `embed`: "fillMask", "nextSentence", "classify", "rerank",
-   * "tokenClassify", "answer", "replacedTokens" (the heads its checkpoint carries; "classify" also once a head is trained or loaded).
+   * "tokenClassify", "answer", "replacedTokens", "zeroShot" (an NLI classifier) (the heads its checkpoint carries;
+   * "classify" also once a head is trained or loaded).
    */
   get tasks() {
     return this._disposed ? [] : this._model.tasks;
@@ -452,6 +453,20 @@ export class Bert {
       }
       const out = await m.rerank(query, documents, topK);
       return out.map(({ index, score }) => ({ index, score, document: documents[index] }));
+    });
+  }
+
+  /**
+   * Zero-shot classification through an NLI checkpoint, as transformers' zero-shot-classification pipeline: each
+   * label's score best first, [{ label, score }]; an array of texts gives an array. Options: `template` (default
+   * "This example is {}."), `multiLabel` (each label on its own: entailment against contradiction).
+   */
+  zeroShot(input, labels, options = {}) {
+    return this._enqueue("zeroShot", async (m) => {
+      const { list, single } = texts(input, "zeroShot");
+      const { template, multiLabel } = checkZeroShot(labels, options);
+      const out = await m.zeroShot(list, labels, template, multiLabel);
+      return single ? out[0] : out;
     });
   }
 

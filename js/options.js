@@ -254,6 +254,19 @@ export function checkEmbedOptions(options) {
   return { pooling, normalize, prompt, dimensions, batchSize, precision, ranges };
 }
 
+/** zeroShot's labels and options → `{ template, multiLabel }` (Rust checks the labels' and template's content). */
+export function checkZeroShot(labels, options) {
+  if (!Array.isArray(labels) || !labels.every((l) => typeof l === "string")) {
+    throw new TypeError("zeroShot: labels must be an array of strings (the candidate labels)");
+  }
+  const opts = checkOptions(options, ["template", "multiLabel"], "zeroShot");
+  if (opts.template != null && typeof opts.template !== "string") {
+    throw new TypeError("zeroShot: template must be a string with {} where the label goes");
+  }
+  flags("zeroShot", opts, ["multiLabel"]);
+  return { template: opts.template ?? undefined, multiLabel: opts.multiLabel ?? false };
+}
+
 /** classify's input (a text, a pair [a, b], or an array of either) → `{ single, a, b }`: texts and pair texts. */
 export function classifyInputs(input) {
   const isPair = (v) => Array.isArray(v) && v.length === 2 && v.every((x) => typeof x === "string");

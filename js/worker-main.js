@@ -44,6 +44,7 @@ async function handle(id, method, args) {
     case "answer":
     case "rerank":
     case "replacedTokens":
+    case "zeroShot":
       return bert[method](...args);
     case "trainHead": {
       const [examples, { progress, ...options }] = args;

@@ -266,6 +266,12 @@ export class Bert {
     return this._run("rerank", [query, documents, options]);
   }
 
+  zeroShot(texts, labels, options) {
+    return stringList(texts)
+      ? this._fanOut("zeroShot", [texts], (part) => [part, labels, options])
+      : this._run("zeroShot", [texts, labels, options]);
+  }
+
   /** See "bertgpu": `onProgress` is called here, in the page, as the worker reports each epoch. */
   async trainHead(examples, options = {}) {
     const { onProgress, ...rest } = options ?? {};

@@ -96,10 +96,11 @@ T_LORA=(--test lora_golden)
 T_FAMILY=(--test roberta)
 T_QA=(--test roberta --test electra_albert --test distilbert)
 T_SHARDS=(--test camembert -- cpu inconsistent)
+T_ZERO_SHOT=(--test zero_shot -- cpu cli)
 
 status=0
 echo "mutation-check at $(git rev-parse --short HEAD), target $CARGO_TARGET_DIR"
-for t in T_MODEL T_LLAMA T_HEADS T_TRAIN_CPU T_TRAIN_GPU T_GPU T_FINETUNE T_PRETRAIN T_LORA T_FAMILY T_QA T_SHARDS; do
+for t in T_MODEL T_LLAMA T_HEADS T_TRAIN_CPU T_TRAIN_GPU T_GPU T_FINETUNE T_PRETRAIN T_LORA T_FAMILY T_QA T_SHARDS T_ZERO_SHOT; do
     declare -n args=$t
     if ! cargo_tests "${args[@]}"; then
         echo "BASELINE FAILS   cargo test ${args[*]}: $(cat "$scratch/failed" 2>/dev/null)"
@@ -158,6 +159,11 @@ mutate zero-grad-gpu "the GPU's softmax cross-entropy gradient (train.wgsl) is 0
 mutate empty-cli "bertgpu classify prints [] for every line" T_HEADS \
     replace src/bin/bertgpu/main.rs 'pollster::block_on(engine.classify(&pairs, top_k))' \
     'pollster::block_on(engine.classify(&pairs, top_k)).map(|mut rows| { rows.iter_mut().for_each(Vec::clear); rows })'
+mutate golden-zero-shot "the zero-shot pipeline's second score of a text + 1e-5 (2x family SCORE_TOL)" T_ZERO_SHOT \
+    bump tests/golden/zero_shot.json 1e-5 families bert cases 0 results 0 scores 1
+mutate zero-shot-contradiction "zero-shot's contradiction index 1 where entailment is 0 (the pipeline's is the last)" \
+    T_ZERO_SHOT replace src/tasks/zero_shot.rs 'if entailment == 0 { labels.len() - 1 } else { 0 }' \
+    'if entailment == 0 { 1 } else { 0 }'
 mutate golden-camembert "CamemBERT's golden mean embedding, one value + 5e-5 (2x CPU_ATOL), read from shards too" \
     T_SHARDS bump tests/golden/camembert.json 5e-5 camembert embeddings 0 mean 0
 mutate shard-twice "a tensor found in a second shard is not refused as such" T_SHARDS \

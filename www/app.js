@@ -8,6 +8,7 @@ import { setupPretraining } from "./pretrain.js";
 import { setupSimilarity } from "./similarity.js";
 import { countExamples, drawChart, offerResume, setupTraining } from "./training.js";
 import { $, bars, busy, fmtMs } from "./ui.js";
+import { setupZeroShot } from "./zeroshot.js";
 
 // Tests read this to know when the page has finished something.
 window.demo = { ready: false, error: null, lastSimilarity: null, lastTraining: null, loads: 0 };
@@ -17,6 +18,7 @@ setupSimilarity();
 setupFillMask();
 setupTraining();
 setupHeads();
+setupZeroShot();
 
 // The page and the package are cached by a service worker so a second visit works offline (the model files are
 // cached by the package itself). Served from /www/ with scope "/" (the server allows it), so the worker scripts

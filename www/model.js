@@ -24,7 +24,7 @@ function progressHandler() {
 
 const TASK_NAMES = {
   fillMask: "fill-mask", nextSentence: "next sentence", classify: "classify", tokenClassify: "named entities",
-  answer: "question answering", rerank: "reranking",
+  answer: "question answering", rerank: "reranking", zeroShot: "zero-shot classification",
 };
 
 /**
@@ -95,7 +95,8 @@ export function showTasks() {
   const extra = tasks.map((t) => TASK_NAMES[t]);
   $("model-tasks").textContent = `${state.name}: embeddings${embeddingHow(state.bert?.sentenceTransformers)}`
     + `${extra.length ? `, ${extra.join(", ")}` : ""}.`;
-  for (const [section, task] of [["classify", "classify"], ["ner", "tokenClassify"], ["qa", "answer"], ["rerank", "rerank"]]) {
+  for (const [section, task] of [["classify", "classify"], ["ner", "tokenClassify"], ["qa", "answer"], ["rerank", "rerank"],
+    ["zeroshot", "zeroShot"]]) {
     const has = tasks.includes(task);
     $(section).querySelector("[data-missing]").hidden = has;
     $(section).querySelector("form.task").hidden = !has;

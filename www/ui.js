@@ -32,7 +32,8 @@ export function showError(target, e) {
 /** Buttons that need a model are disabled while none is loaded or a call runs. */
 export function setBusy(on) {
   state.busy = on;
-  const needModel = ["sim-run", "search-run", "tr-run", "tr-resume", "tr-try-run", "tr-export", "tr-export-model", "cl-run", "ner-run", "qa-run", "rr-run"];
+  const needModel = ["sim-run", "search-run", "tr-run", "tr-resume", "tr-try-run", "tr-export", "tr-export-model", "cl-run", "ner-run", "qa-run", "rr-run",
+    "zs-run"];
   for (const id of needModel) $(id).disabled = on || !state.bert;
   $("model-load").disabled = on;
   $("pt-run").disabled = on; // trains the fill-mask model when the page's has no masked-LM head

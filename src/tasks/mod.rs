@@ -4,10 +4,12 @@
 //! checkpoint's heads in [`pipelines`]. `crate::engine::Engine` picks the backend at run time. Tasks are `async`
 //! because reading back from a GPU is asynchronous in the browser; native callers use `pollster::block_on`.
 //! Methods take `&self`. [`twin`] keeps a CPU copy of a GPU model for the calls the CPU finishes sooner.
+//! [`zero_shot`]: zero-shot classification through an NLI checkpoint's classifier, as transformers' pipeline.
 
 pub mod pipelines;
 pub mod twin;
 pub mod vectors;
+pub mod zero_shot;
 
 use std::cell::RefCell;
 use std::rc::Rc;

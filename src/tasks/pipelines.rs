@@ -42,7 +42,7 @@ pub struct RankedDocument {
 /// Whether config.json's `architectures` names `arch` (`BertFor…`) or its twin in another family (`DistilBertFor…`,
 /// `RobertaFor…`, `XLMRobertaFor…`, `ElectraFor…`, `AlbertFor…`): used to refuse running the sequence classifier of a token-classification
 /// checkpoint (both store `classifier.*`) and vice versa.
-fn names_architecture(model_archs: &[String], arch: &str) -> bool {
+pub(super) fn names_architecture(model_archs: &[String], arch: &str) -> bool {
     let Some(task) = arch.strip_prefix("Bert") else { return model_archs.iter().any(|a| a == arch) };
     model_archs.iter().any(|a| {
         ["Bert", "DistilBert", "Roberta", "XLMRoberta", "Electra", "Albert"].iter().any(|p| a.strip_prefix(p) == Some(task))
@@ -135,7 +135,8 @@ impl<B: Backend> Model<B> {
 
     /// The tasks this model can run besides `embed`, by their JavaScript names: "fillMask", "nextSentence",
     /// "classify" (the checkpoint's classifier or a trained head), "rerank" (a one-output classifier: a cross-encoder),
-    /// "tokenClassify", "answer", "replacedTokens" (an ELECTRA discriminator). Mirrors the checks the
+    /// "tokenClassify", "answer", "replacedTokens" (an ELECTRA discriminator), "zeroShot" (a sequence classifier with
+    /// an entailment label: an NLI checkpoint, [`super::zero_shot`]). Mirrors the checks the
     /// tasks make, so a task listed here does not fail for want of its head.
     pub fn available_tasks(&self) -> Vec<&'static str> {
         let archs = &self.config.architectures;
@@ -155,6 +156,9 @@ impl<B: Backend> Model<B> {
             && !names_architecture(archs, "BertForTokenClassification")
         {
             out.push("rerank");
+        }
+        if self.nli_labels().is_ok() {
+            out.push("zeroShot");
         }
         if self.heads.token_classifier().is_ok() && !names_architecture(archs, "BertForSequenceClassification") {
             out.push("tokenClassify");

@@ -497,7 +497,8 @@ impl Tokenizer {
     }
 }
 
-fn encoded(enc: &tokenizers::Encoding) -> Encoded {
+/// A `tokenizers` encoding as an [`Encoded`] (also `tasks::zero_shot`'s pairs cut `only_first`).
+pub(crate) fn encoded(enc: &tokenizers::Encoding) -> Encoded {
     Encoded {
         ids: enc.get_ids().to_vec(),
         type_ids: enc.get_type_ids().to_vec(),

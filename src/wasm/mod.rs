@@ -8,8 +8,8 @@
 //! otherwise leave its promise pending forever) and makes the wrapper instantiate a fresh module for the next load.
 //!
 //! Here `load` and the tasks; beside them `train.rs` (`trainHead`, `fineTune`), `pretrain.rs` (`pretrain`),
-//! `tokenizer.rs` (`trainTokenizer`, `initialModel`), `stream.rs` (the weights file as it downloads) and `tune.rs`
-//! (the GPU kernels' calibration).
+//! `tokenizer.rs` (`trainTokenizer`, `initialModel`), `stream.rs` (the weights file as it downloads), `tune.rs`
+//! (the GPU kernels' calibration) and `zero_shot.rs` (`zeroShot`).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -33,6 +33,7 @@ mod tokenizer;
 mod train;
 mod tune;
 mod vectors;
+mod zero_shot;
 
 /// The system allocator (dlmalloc on wasm32), counting the bytes allocated and not yet freed, so the soak test can
 /// tell a leak from the allocator's own reuse: `WebAssembly.Memory` only ever grows, so its size alone says little.

@@ -1,6 +1,6 @@
-// The demo page's pure helpers (www/examples.js: the training examples' formats, the example corpus) on real
-// inputs, and its service worker's list of files to keep offline against the files there are. No browser, no
-// package build: run with node --test tests/node/
+// The demo page's pure helpers (www/examples.js: the training examples' formats, the example corpus; www/zeroshot.js's
+// labels) on real inputs, and its service worker's list of files to keep offline against the files there are. No
+// browser, no package build: run with node --test tests/node/
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -8,6 +8,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { relativePath, sourceFromFiles } from "../../www/dropped.js";
 import { corpusOf, examplesToText, parseExamples } from "../../www/examples.js";
+import { labelsOf } from "../../www/zeroshot.js";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const FORTUNES = fs.readFileSync(path.join(ROOT, "tests/data/fortunes/train.jsonl"), "utf8");
@@ -108,4 +109,10 @@ test("a dropped or picked folder brings sentence-transformers' module files; loo
   await assert.rejects(sourceFromFiles(loose.filter((e) => e.path !== "config.json")), /the dropped files have no config\.json/);
   const gguf = await sourceFromFiles([{ path: "m.gguf", file: new Blob([new Uint8Array([7])]) }]);
   assert.deepEqual([gguf.name, Array.from(gguf.source.gguf)], ["m.gguf", [7]]);
+});
+
+test("the zero-shot panel's labels: comma-separated and trimmed, empty pieces dropped", () => {
+  assert.deepEqual(labelsOf(" sports, politics ,cooking"), ["sports", "politics", "cooking"]);
+  assert.deepEqual(labelsOf("a,, b,"), ["a", "b"]);
+  assert.deepEqual(labelsOf(" , "), []);
 });

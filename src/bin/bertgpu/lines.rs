@@ -16,6 +16,8 @@ pub(crate) enum Shape {
     Qa,
     /// `{"query", "documents": [...]}`
     Rerank,
+    /// `{"text", "labels": [...]?}` or a plain-text line (the labels then come from the command's options)
+    ZeroShot,
 }
 
 /// One input line, parsed.
@@ -24,6 +26,7 @@ pub(crate) enum Input {
     Text { text: String, pair: Option<String> },
     Qa { question: String, context: String },
     Rerank { query: String, documents: Vec<String> },
+    ZeroShot { text: String, labels: Option<Vec<String>> },
 }
 
 impl Input {
@@ -32,7 +35,7 @@ impl Input {
         match self {
             Input::Text { text, pair } => (text, pair.as_deref()),
             Input::Qa { question, context } => (question, Some(context)),
-            Input::Rerank { query, .. } => (query, None),
+            Input::Rerank { query, .. } | Input::ZeroShot { text: query, .. } => (query, None),
         }
     }
 }
@@ -45,6 +48,7 @@ fn parse_line(line: &str, shape: Shape) -> Result<Input, String> {
         }
         return match shape {
             Shape::Text => Ok(Input::Text { text: line.to_owned(), pair: None }),
+            Shape::ZeroShot => Ok(Input::ZeroShot { text: line.to_owned(), labels: None }),
             Shape::Qa | Shape::Rerank => Err(format!("expected a JSON object {}", shape_hint(shape))),
         };
     }
@@ -78,20 +82,31 @@ fn parse_line(line: &str, shape: Shape) -> Result<Input, String> {
             context: string("context", true)?.unwrap_or_default(),
         }),
         Shape::Rerank => {
-            let documents = match obj.get("documents") {
-                Some(Value::Array(items)) => items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| match d {
-                        Value::String(s) => Ok(s.clone()),
-                        other => Err(format!("\"documents\"[{i}] must be a string, found {}", json_kind(other))),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-                None | Some(Value::Null) => return Err(format!("missing \"documents\": expected {}", shape_hint(shape))),
-                Some(other) => return Err(format!("\"documents\" must be an array of strings, found {}", json_kind(other))),
+            let Some(documents) = strings(&obj, "documents")? else {
+                return Err(format!("missing \"documents\": expected {}", shape_hint(shape)));
             };
             Ok(Input::Rerank { query: string("query", true)?.unwrap_or_default(), documents })
         }
+        Shape::ZeroShot => {
+            Ok(Input::ZeroShot { text: string("text", true)?.unwrap_or_default(), labels: strings(&obj, "labels")? })
+        }
+    }
+}
+
+/// The array of strings at `key`, `None` where it is absent or null.
+fn strings(obj: &serde_json::Map<String, Value>, key: &str) -> Result<Option<Vec<String>>, String> {
+    match obj.get(key) {
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match d {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(format!("\"{key}\"[{i}] must be a string, found {}", json_kind(other))),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        None | Some(Value::Null) => Ok(None),
+        Some(other) => Err(format!("\"{key}\" must be an array of strings, found {}", json_kind(other))),
     }
 }
 
@@ -100,6 +115,7 @@ pub(crate) fn shape_hint(shape: Shape) -> &'static str {
         Shape::Text => "{\"text\": ..., \"text_pair\": ... (optional)}",
         Shape::Qa => "{\"question\": ..., \"context\": ...}",
         Shape::Rerank => "{\"query\": ..., \"documents\": [...]}",
+        Shape::ZeroShot => "{\"text\": ..., \"labels\": [...]} (or plain text with --labels)",
     }
 }
 
@@ -224,5 +240,19 @@ mod tests {
         assert!(err("{\"text\": \"a\", \"text_pair\": [1]}", Shape::Text).contains("\"text_pair\" must be a string"));
         assert!(err("plain", Shape::Qa).contains("question"));
         assert!(err("{\"question\": \"q\"}", Shape::Qa).contains("missing \"context\""));
+        assert!(err("{\"text\": \"a\", \"labels\": \"x,y\"}", Shape::ZeroShot).contains("array of strings"));
+        assert!(err("{\"text\": \"a\", \"labels\": [\"x\", 1]}", Shape::ZeroShot).contains("\"labels\"[1]"));
+        assert!(err("{\"documents\": []}", Shape::Rerank).contains("missing \"query\""));
+    }
+
+    #[test]
+    fn zero_shot_lines() {
+        let z = |t: &str, l: Option<&[&str]>| Input::ZeroShot {
+            text: t.into(),
+            labels: l.map(|l| l.iter().map(|s| s.to_string()).collect()),
+        };
+        assert_eq!(parse_line("plain text", Shape::ZeroShot), Ok(z("plain text", None)));
+        assert_eq!(parse_line(r#"{"text": "a", "labels": ["x", "y"]}"#, Shape::ZeroShot), Ok(z("a", Some(&["x", "y"]))));
+        assert_eq!(parse_line(r#"{"text": "a", "labels": null}"#, Shape::ZeroShot), Ok(z("a", None)));
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Input (stdin), one line per item:
 //! - a JSON object: `{"text": ..., "text_pair": ...}` (`text_pair` optional), or for `qa`
-//!   `{"question": ..., "context": ...}`; other keys are ignored;
+//!   `{"question": ..., "context": ...}`, for `rerank` `{"query", "documents"}`, for `zero-shot`
+//!   `{"text", "labels"}`; other keys are ignored;
 //! - any other line is taken as plain text (the whole line, without its `\n` / `\r\n`). A line whose first
 //!   non-blank character is `{` must be a valid JSON object: a broken one is an error, not text.
 //! - An empty or whitespace-only plain line is an error (`{"error": "empty line ..."}`): it is nearly always a
@@ -40,6 +41,7 @@ mod load;
 mod pretrain;
 mod train_tokenizer;
 mod tune;
+mod zero_shot;
 
 #[derive(Parser)]
 #[command(name = "bertgpu", version, about = "BERT on the GPU (wgpu) and the CPU: embeddings, fill-mask, classification, NER, QA")]
@@ -128,6 +130,9 @@ enum Command {
         #[arg(long, value_parser = at_least_one())]
         top_k: Option<usize>,
     },
+    /// Zero-shot classification through an NLI checkpoint on {"text", "labels": [...]} (or plain text with
+    /// --labels): [{"label", "score"}, ...] best first, as transformers' zero-shot-classification pipeline
+    ZeroShot(zero_shot::ZeroShotArgs),
     /// Write the model as a GGUF file
     Convert {
         #[command(flatten)]
@@ -343,6 +348,7 @@ fn run(command: Command) -> Result<(), Fail> {
         Command::Ner { infer, aggregation } => cmd_ner(&infer, aggregation),
         Command::Qa { infer } => cmd_qa(&infer),
         Command::Rerank { infer, top_k } => cmd_rerank(&infer, top_k),
+        Command::ZeroShot(args) => zero_shot::cmd_zero_shot(args),
         Command::ReplacedTokens { infer } => cmd_replaced_tokens(&infer),
         Command::Convert { model, dtype, out } => {
             use bertgpu::weights::gguf::convert;
@@ -549,7 +555,7 @@ fn cmd_qa(args: &InferArgs) -> Result<(), Fail> {
                 Input::Qa { question, context } => pollster::block_on(engine.answer(question, context))
                     .map_err(|e| e.to_string())
                     .and_then(|a| serde_json::to_value(a).map_err(|e| e.to_string())),
-                Input::Text { .. } | Input::Rerank { .. } => Err("qa needs {\"question\": ..., \"context\": ...}".into()),
+                _ => Err("qa needs {\"question\": ..., \"context\": ...}".into()),
             })
             .collect()
     })

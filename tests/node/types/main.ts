@@ -40,6 +40,11 @@ const pairLabel: string = pair[0].label;
 const scores = await bert.classify(["a", "b", ["c", "d"]], { topK: 1 });
 const label: string = scores[0][0].label;
 const answer = await bert.answer("who?", "me");
+const zs = await bert.zeroShot("the match", ["sports", "politics"], { template: "It is about {}.", multiLabel: true });
+const zsLabel: string = zs[0].label;
+const zsMany: number = (await bert.zeroShot(["a", "b"], ["x"]))[1][0].score;
+// @ts-expect-error: the labels are an array
+await bert.zeroShot("x", "sports,politics");
 const report = await bert.trainHead([{ text: "x", label: "y" }], { epochs: 2, onProgress: (e) => e.loss });
 const head: Uint8Array = await bert.exportHead();
 const labels: string[] = await bert.loadHead(head);
