@@ -44,6 +44,13 @@ pub enum Family {
     /// position bias: `encoder.relative_attention_bias` `(32, heads)`, T5's buckets of j − i, added to every layer's
     /// scores ([`BertConfig::relative_attention_buckets`]).
     MPNet,
+    /// `model_type: "deberta-v2"` (transformers `models/deberta_v2`: DeBERTa-v2, DeBERTa-v3, mDeBERTa): BERT's post-LN
+    /// layers under `deberta.` with `attention.self.{query,key,value}_proj`, absolute positions or none, a
+    /// token-type table or none, and the disentangled attention over `encoder.rel_embeddings`
+    /// (`config::deberta`, `model::disentangled`); the `ContextPooler` (`pooler.dense` + `pooler_hidden_act`) and
+    /// `classifier`; BERT's masked-LM head as `lm_predictions.lm_head` (or, `legacy`, `cls.predictions`). See
+    /// `weights::deberta`.
+    DebertaV2,
 }
 
 impl Family {
@@ -58,6 +65,7 @@ impl Family {
             Family::Electra => "electra",
             Family::Albert => "albert",
             Family::MPNet => "mpnet",
+            Family::DebertaV2 => "deberta-v2",
         }
     }
 
@@ -72,6 +80,7 @@ impl Family {
             Family::Electra => "Electra",
             Family::Albert => "Albert",
             Family::MPNet => "MPNet",
+            Family::DebertaV2 => "DebertaV2",
         }
     }
 
@@ -80,7 +89,7 @@ impl Family {
     /// transformers feeds DistilBERT (no table) and RoBERTa (whose tokenizers return no `token_type_ids`, so its
     /// embeddings add row 0 of its table to every token).
     pub fn has_token_types(self) -> bool {
-        matches!(self, Family::Bert | Family::Electra | Family::Albert)
+        matches!(self, Family::Bert | Family::Electra | Family::Albert | Family::DebertaV2)
     }
 
     /// Whether the checkpoint has a token-type embedding table (`embeddings.token_type_embeddings`).
@@ -99,7 +108,8 @@ impl Family {
     /// whatever `hidden_act` says).
     pub fn pooler_activation(self) -> Activation {
         match self {
-            Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::Albert | Family::MPNet => {
+            Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::Albert | Family::MPNet
+            | Family::DebertaV2 => {
                 Activation::Tanh
             }
             Family::DistilBert => Activation::Relu,
@@ -131,8 +141,8 @@ impl Family {
 /// What bertgpu runs, for the messages that refuse everything else.
 const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`), DistilBERT (`\"distilbert\"`), RoBERTa \
     (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), CamemBERT (`\"camembert\"`), ELECTRA (`\"electra\"`), ALBERT \
-    (`\"albert\"`) and MPNet (`\"mpnet\"`); \
-    XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, Megatron-BERT, DeBERTa and the other BERT-like families compute differently \
+    (`\"albert\"`), MPNet (`\"mpnet\"`) and DeBERTa-v2/v3 (`\"deberta-v2\"`); \
+    XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, Megatron-BERT, DeBERTa (v1, `\"deberta\"`) and the other BERT-like families compute differently \
     (pre-LN, relative positions, other attention) and would give wrong results";
 
 /// The classes of RoBERTa, XLM-R and CamemBERT whose encoder bertgpu runs (after the family's class prefix). The
@@ -160,6 +170,7 @@ fn is_class_of(family: Family, arch: &str) -> bool {
         Family::Albert => ALBERT_CLASSES.contains(&rest),
         // MPNet's are RoBERTa's six (`MPNetForMaskedLM`, ...).
         Family::MPNet => ROBERTA_CLASSES.contains(&rest),
+        Family::DebertaV2 => ROBERTA_CLASSES.contains(&rest),
         Family::Bert | Family::DistilBert => true,
     }
 }
@@ -178,6 +189,7 @@ pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> R
         Some("electra") => Family::Electra,
         Some("albert") => Family::Albert,
         Some("mpnet") => Family::MPNet,
+        Some("deberta-v2") => Family::DebertaV2,
         Some(kind) => return Err(Error::Config(format!("model_type `{kind}` is not supported: {SUPPORTED}"))),
         None => [
             Family::DistilBert,
@@ -187,6 +199,7 @@ pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> R
             Family::Electra,
             Family::Albert,
             Family::MPNet,
+            Family::DebertaV2,
         ]
             .into_iter()
             .find(|f| architectures.iter().any(|a| is_class_of(*f, a)))

@@ -1,6 +1,7 @@
 //! `BertConfig`: the architecture of a checkpoint, read from a Hugging Face `config.json` (or built from GGUF
 //! metadata and then checked with [`BertConfig::validate`]).
 
+mod deberta;
 mod family;
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use serde::Deserialize;
 use crate::activation::Activation;
 use crate::{Error, Result};
 
+pub use deberta::{DebertaV2, Relative as DebertaRelative};
 pub use family::Family;
 use family::family_of;
 
@@ -49,6 +51,9 @@ pub struct BertConfig {
     /// MPNet's relative position buckets (`relative_attention_num_buckets`, 32): the rows of
     /// `encoder.relative_attention_bias`; 0 for the families without a relative bias.
     pub relative_attention_buckets: usize,
+    /// DeBERTa-v2/v3's choices (positions, token types, the disentangled attention, the pooler's activation);
+    /// `None` for the other families.
+    pub deberta: Option<DebertaV2>,
     /// Class index → label, from `id2label` (whose keys HF writes as strings: `{"0": "NEGATIVE"}`).
     pub id2label: BTreeMap<usize, String>,
     /// Label → class index, from `label2id`.
@@ -225,6 +230,13 @@ impl BertConfig {
             )));
         }
         let hidden_size = required(hidden.1, hidden.0)?;
+        let deberta = if family == Family::DebertaV2 {
+            let v: serde_json::Value = serde_json::from_str(text)
+                .map_err(|e| Error::Config(format!("config.json is not a valid BERT config ({e})")))?;
+            Some(deberta::parse(&v, hidden_size, raw.num_attention_heads.unwrap_or(0), table_rows)?)
+        } else {
+            None
+        };
         // ElectraConfig's and AlbertConfig's default embedding_size is 128; the other families have none (E = H).
         let embedding_size = match family {
             Family::Electra | Family::Albert => raw.embedding_size.unwrap_or(128),
@@ -243,9 +255,15 @@ impl BertConfig {
             max_position_embeddings: table_rows - position_offset,
             position_offset,
             // One all-zero row stands for DistilBERT's missing table (BertEmbeddings), so every token adds nothing.
-            type_vocab_size: if mpnet { 1 } else { pick(Some(1), raw.type_vocab_size).unwrap_or(2) },
+            // MPNet and a DeBERTa without token types (type_vocab_size 0): one zero row stands in.
+            type_vocab_size: if mpnet || deberta.as_ref().is_some_and(|d| !d.token_types) {
+                1
+            } else {
+                pick(Some(1), raw.type_vocab_size).unwrap_or(2)
+            },
             pad_token_id,
             relative_attention_buckets: if mpnet { buckets } else { 0 },
+            deberta,
             id2label,
             label2id,
             problem_type: raw.problem_type,
@@ -299,6 +317,28 @@ impl BertConfig {
     }
 
     /// `hidden_size / num_attention_heads`.
+    /// The activation of the `[CLS]` projection before a sequence classifier: DeBERTa's `pooler_hidden_act`, else
+    /// the family's ([`Family::pooler_activation`]).
+    pub fn pooler_activation(&self) -> Activation {
+        self.deberta.as_ref().map_or(self.family.pooler_activation(), |d| d.pooler_hidden_act)
+    }
+
+    /// Whether the token-type table is in the checkpoint: the family's, and not a DeBERTa with `type_vocab_size` 0.
+    pub fn has_token_type_table(&self) -> bool {
+        self.family.has_token_type_table() && self.deberta.as_ref().is_none_or(|d| d.token_types)
+    }
+
+    /// Whether token type ids reach the model (see [`Family::has_token_types`]).
+    pub fn has_token_types(&self) -> bool {
+        self.family.has_token_types() && self.deberta.as_ref().is_none_or(|d| d.token_types)
+    }
+
+    /// Whether an absolute position table is added to the embeddings (all but a DeBERTa with
+    /// `position_biased_input: false`).
+    pub fn has_position_table(&self) -> bool {
+        self.deberta.as_ref().is_none_or(|d| d.position_biased_input)
+    }
+
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
     }

@@ -8,6 +8,7 @@ use crate::tokenizer::Batch;
 use crate::weights::Weights;
 use crate::Result;
 
+use super::disentangled::{Disentangled, PositionBias};
 use super::relative::RelativeBias;
 use super::{BertEmbeddings, BertLayer};
 
@@ -21,6 +22,8 @@ pub struct BertEncoder<B: Backend> {
     pub passes: usize,
     /// MPNet's relative position bias, added to every layer's scores.
     pub relative: Option<RelativeBias>,
+    /// DeBERTa's relative table, whose rows every layer's attention projects and reads.
+    pub disentangled: Option<Disentangled>,
 }
 
 impl<B: Backend> BertEncoder<B> {
@@ -29,7 +32,12 @@ impl<B: Backend> BertEncoder<B> {
         let layers = (0..Self::distinct_layers(cfg))
             .map(|i| BertLayer::load(&w.pp(&format!("layer.{i}")), cfg, backend))
             .collect::<Result<Vec<_>>>()?;
-        Ok(BertEncoder { layers, passes: cfg.num_hidden_layers, relative: RelativeBias::load(w, cfg)? })
+        Ok(BertEncoder {
+            layers,
+            passes: cfg.num_hidden_layers,
+            relative: RelativeBias::load(w, cfg)?,
+            disentangled: Disentangled::load(w, cfg)?,
+        })
     }
 
     /// How many distinct layers the checkpoint holds: one per pass, or ALBERT's one shared layer.
@@ -46,8 +54,8 @@ impl<B: Backend> BertEncoder<B> {
     /// x `(B*T, H)`, mask `(B, T)` → last hidden state `(B*T, H)`.
     pub fn forward(&self, backend: &B, x: B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let mut x = x;
-        // MPNet's relative bias: one table per forward, read by every layer.
-        let bias = self.relative.as_ref().map(|r| r.upload(backend, seq)).transpose()?;
+        // MPNet's relative bias or DeBERTa's relative rows: one table per forward, read by every layer.
+        let bias = position_bias(backend, self.relative.as_ref(), self.disentangled.as_ref(), seq)?;
         for i in 0..self.passes {
             // Pass i runs layer i, or the shared one.
             let layer = &self.layers[Self::layer_of_pass(i, self.layers.len(), self.passes)];
@@ -55,6 +63,15 @@ impl<B: Backend> BertEncoder<B> {
         }
         Ok(x)
     }
+}
+
+/// The position terms of a padded length `seq` that every layer's attention reads: MPNet's or DeBERTa's, or none.
+fn position_bias<B: Backend>(backend: &B, relative: Option<&RelativeBias>, disentangled: Option<&Disentangled>,
+    seq: usize) -> Result<Option<PositionBias<B::Tensor>>> {
+    if let Some(r) = relative {
+        return Ok(Some(PositionBias::Relative(r.upload(backend, seq)?)));
+    }
+    disentangled.map(|d| d.upload(backend, seq)).transpose()
 }
 
 /// `BertModel` without its pooler: token ids → last hidden state.
@@ -116,7 +133,8 @@ impl<B: Backend> BertModel<B> {
         };
         let (distinct, passes) = (BertEncoder::<B>::distinct_layers(cfg), cfg.num_hidden_layers);
         let relative = RelativeBias::load(&host(w, "encoder.relative_attention_bias").await?.pp("encoder"), cfg)?;
-        let bias = relative.map(|r| r.upload(backend, batch.t)).transpose()?;
+        let disentangled = Disentangled::load(&host(w, "encoder.rel_embeddings").await?.pp("encoder"), cfg)?;
+        let bias = position_bias(backend, relative.as_ref(), disentangled.as_ref(), batch.t)?;
         let mut held: Option<(usize, BertLayer<B>)> = None; // ALBERT's shared layer stays for every pass
         for i in 0..passes {
             let l = BertEncoder::<B>::layer_of_pass(i, distinct, passes);

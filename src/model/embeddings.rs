@@ -54,8 +54,15 @@ impl<B: Backend> BertEmbeddings<B> {
         let h = cfg.embedding_size;
         // The tables are shared with the loaded weights where the backend allows (the CPU's): not copied.
         let word = backend.upload_table(&w.get_shared("word_embeddings.weight", &[cfg.vocab_size, h])?)?;
-        let position = backend.upload_table(&Arc::new(positions(w, cfg)?.into_owned()))?;
-        let token_type = if cfg.family.has_token_type_table() {
+        // DeBERTa-v3 (`position_biased_input: false`) adds no absolute positions: a zero table of as many rows
+        // keeps the one embeddings op and its length check.
+        let position = if cfg.has_position_table() {
+            backend.upload_table(&Arc::new(positions(w, cfg)?.into_owned()))?
+        } else {
+            let rows = cfg.max_position_embeddings;
+            backend.upload_table(&Arc::new(HostTensor::f32(vec![rows, h], vec![0.0; rows * h])?))?
+        };
+        let token_type = if cfg.has_token_type_table() {
             backend.upload_table(&w.get_shared("token_type_embeddings.weight", &[cfg.type_vocab_size, h])?)?
         } else {
             backend.upload(&HostTensor::f32(vec![1, h], vec![0.0; h])?)?
@@ -68,7 +75,7 @@ impl<B: Backend> BertEmbeddings<B> {
             ln_gamma,
             ln_beta,
             eps: cfg.layer_norm_eps,
-            token_types: cfg.family.has_token_types(),
+            token_types: cfg.has_token_types(),
             pad_id: (cfg.position_offset > 0).then_some(cfg.pad_token_id),
         })
     }

@@ -6,6 +6,7 @@ use crate::config::BertConfig;
 use crate::weights::Weights;
 use crate::Result;
 
+use super::disentangled::PositionBias;
 use super::load_layernorm;
 
 /// A dense layer's `(out, inp)` weight, kept shared with the loaded weights where the backend allows
@@ -41,13 +42,21 @@ impl<B: Backend> BertSelfAttention<B> {
         })
     }
 
-    /// x `(B*T, H)`, mask `(B, T)`, MPNet's relative bias `(heads, 2T − 1)` → context `(B*T, H)` (heads
-    /// concatenated, before the output projection).
-    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&B::Tensor>, batch: usize,
-        seq: usize) -> Result<B::Tensor> {
+    /// x `(B*T, H)`, mask `(B, T)`, MPNet's relative bias `(heads, 2T − 1)` or DeBERTa's relative rows → context
+    /// `(B*T, H)` (heads concatenated, before the output projection).
+    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&PositionBias<B::Tensor>>,
+        batch: usize, seq: usize) -> Result<B::Tensor> {
         let qkv = backend.linear(x, &self.qkv_weight, Some(&self.qkv_bias), Activation::None)?; // (B*T, 3H)
         let shape = AttentionShape { batch, seq, heads: self.heads, head_dim: self.head_dim };
-        backend.attention_biased(&qkv, mask, bias, shape) // (B*T, H)
+        match bias {
+            None => backend.attention(&qkv, mask, shape), // (B*T, H)
+            Some(PositionBias::Relative(b)) => backend.attention_biased(&qkv, mask, Some(b), shape),
+            Some(PositionBias::Disentangled { table, rows }) => {
+                // DeBERTa's posQ and posK: the relative rows through this layer's own projections (share_att_key).
+                let pos = backend.linear(table, &self.qkv_weight, Some(&self.qkv_bias), Activation::None)?; // (R, 3H)
+                backend.attention_disentangled(&qkv, mask, &pos, rows, shape)
+            }
+        }
     }
 }
 
@@ -92,8 +101,8 @@ impl<B: Backend> BertAttention<B> {
     }
 
     /// x `(B*T, H)` → `(B*T, H)`.
-    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&B::Tensor>, batch: usize,
-        seq: usize) -> Result<B::Tensor> {
+    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&PositionBias<B::Tensor>>,
+        batch: usize, seq: usize) -> Result<B::Tensor> {
         let context = self.self_attention.forward(backend, x, mask, bias, batch, seq)?; // (B*T, H)
         self.output.forward(backend, &context, x)
     }
@@ -167,8 +176,8 @@ impl<B: Backend> BertLayer<B> {
     }
 
     /// x `(B*T, H)`, mask `(B, T)`, the relative bias (MPNet's, else `None`) → `(B*T, H)`.
-    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&B::Tensor>, batch: usize,
-        seq: usize) -> Result<B::Tensor> {
+    pub fn forward(&self, backend: &B, x: &B::Tensor, mask: &B::Tensor, bias: Option<&PositionBias<B::Tensor>>,
+        batch: usize, seq: usize) -> Result<B::Tensor> {
         let a = self.attention.forward(backend, x, mask, bias, batch, seq)?; // (B*T, H)
         let i = self.intermediate.forward(backend, &a)?; // (B*T, I)
         self.output.forward(backend, &i, &a) // (B*T, H)
