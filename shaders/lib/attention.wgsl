@@ -31,6 +31,9 @@
 // With the override BIAS = 1 (`Backend::attention_biased`), each score gets its (query, key) offset's relative bias
 // (lib/attention_bias.wgsl, binding 4) before the softmax.
 //
+// With the override DISENTANGLED = 1 (`Backend::attention_disentangled`: DeBERTa), each score also gets
+// q_i·posK_r + k_j·posQ_r (lib/attention_disentangled.wgsl, bindings 4 and 5), in the same pass over the keys.
+//
 // With the override DROPOUT = 1 (training: `Backend::attention_dropout`), each probability P_ij is multiplied by
 // the mask factor of element ((b·heads + h)·T + i)·T + j (0 or drop_scale) before it weighs v_j; the softmax's sum
 // is over every real key as without dropout. DROPOUT = 0 (the default, every inference pipeline) compiles that
@@ -38,6 +41,7 @@
 
 #include "lib/attention_params.wgsl"
 #include "lib/attention_bias.wgsl"
+#include "lib/attention_disentangled.wgsl"
 
 // Queries per workgroup (the host clamps it to the adapter's invocation limit).
 override WG: u32 = 64u;
@@ -76,7 +80,18 @@ fn attend(gid: vec3<u32>, wid: vec3<u32>) {
         for (var c = 0u; c < dv; c = c + 1u) {
             sv = sv + q[c] * v_in(qkv[kb + c]);
         }
-        let s = hsum(sv) + score_bias(brow, j);
+        var s = hsum(sv) + score_bias(brow, j);
+        if DISENTANGLED != 0u {
+            // c2p = q·posK (q pre-scaled) and p2c = k·posQ, scaled here: one more pass over the head.
+            let pb = disentangled_base(h, min(t, T - 1u), j);
+            var c2p = V(0.0);
+            var p2c = V(0.0);
+            for (var c = 0u; c < dv; c = c + 1u) {
+                c2p = c2p + q[c] * disentangled_pos[pb + Hv + c];
+                p2c = p2c + v_in(qkv[kb + c]) * disentangled_pos[pb + c];
+            }
+            s = s + hsum(c2p) + hsum(p2c) * p.scale;
+        }
         if s > m {
             // exp(NEG − s) underflows to 0 on the first real key: nothing accumulated yet is kept.
             let a = exp(m - s);

@@ -47,6 +47,18 @@ pub struct AttentionShape {
     pub head_dim: usize,
 }
 
+/// The additive terms of one attention call's scores, as the backends' kernels take them:
+/// [`Backend::attention_biased`]'s relative bias, or [`Backend::attention_disentangled`]'s projected rows and their
+/// index per offset.
+#[derive(Clone, Copy, Debug)]
+pub enum ScoreBias<'a, T> {
+    None,
+    /// `(heads, 2T − 1)`.
+    Relative(&'a T),
+    /// `pos` `(R, 3H)`, `rows` `(1, 2T − 1)`.
+    Disentangled { pos: &'a T, rows: &'a T },
+}
+
 /// The word/position/token-type embedding tables and the LayerNorm that follows their sum.
 pub struct EmbeddingTables<'a, T> {
     pub word: &'a T,        // (vocab, H)
@@ -285,6 +297,16 @@ pub trait Backend {
 
     /// The gated feed-forward's product: x `(R, 2I)` holding `[up | gate]` → `up ⊙ act(gate)` `(R, I)`.
     fn glu(&self, x: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
+    /// DeBERTa's disentangled attention (`model::disentangled` states the model's side), one kernel with
+    /// [`Self::attention`]'s: each score gets content→position and position→content terms that depend on the query's
+    /// and the key's content, added before the mask and the softmax:
+    /// `s(i, j) = (q_i·k_j + q_i·posK_r + k_j·posQ_r) / √(3d)` with `r = rows[j − i + T − 1]`, where `pos` `(R, 3H)`
+    /// is the relative table's rows projected by the layer's own fused q/k/v weights (`[posQ | posK | unused]`, head
+    /// `h` at columns `h*d..(h+1)*d` of each third, as `qkv`) and `rows` `(1, 2T − 1)` the row of `pos` each offset
+    /// reads (an integer in f32; the same for every sequence and head). `1/√(3d)` is transformers'
+    /// `1/√(d·scale_factor)` with both `c2p` and `p2c`. `qkv`, `mask` and the result as in [`Self::attention`].
+    fn attention_disentangled(&self, qkv: &Self::Tensor, mask: &Self::Tensor, pos: &Self::Tensor, rows: &Self::Tensor,
+        shape: AttentionShape) -> Result<Self::Tensor>;
 
     /// Mean over the real tokens of each sequence: x `(B*T, H)`, mask `(B, T)` → `(B, H)`.
     fn mean_pool(&self, x: &Self::Tensor, mask: &Self::Tensor, batch: usize, seq: usize) -> Result<Self::Tensor> {

@@ -16,6 +16,9 @@ use crate::{Error, Result};
 pub enum Positions {
     /// A learned table added to the embeddings (BERT; RoBERTa's from `pad_token_id + 1`).
     Absolute,
+    /// No table and no rotation: the attention's relative terms carry the positions (DeBERTa-v3,
+    /// `position_biased_input: false`).
+    Relative,
     /// Rotary position embeddings on each head's queries and keys (transformers' `apply_rotary_pos_emb`, the
     /// `rotate_half` form: dimension `i` of the first half turns with `i + d/2`), inverse frequencies
     /// `1 / theta^(2i/d)`; no position table.

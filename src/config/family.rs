@@ -55,6 +55,13 @@ pub enum Family {
     /// biases, a gated feed-forward `down(up ⊙ gelu(gate))` whose `up_gate_proj` has no bias, token types only when
     /// `type_vocab_size` > 0, BERT's pooler, and `lm_head` (dense + exact GELU + `norm` + decoder).
     Gte,
+    /// `model_type: "deberta-v2"` (transformers `models/deberta_v2`: DeBERTa-v2, DeBERTa-v3, mDeBERTa): BERT's post-LN
+    /// layers under `deberta.` with `attention.self.{query,key,value}_proj`, absolute positions or none, a
+    /// token-type table or none, and the disentangled attention over `encoder.rel_embeddings`
+    /// (`config::deberta`, `model::disentangled`); the `ContextPooler` (`pooler.dense` + `pooler_hidden_act`) and
+    /// `classifier`; BERT's masked-LM head as `lm_predictions.lm_head` (or, `legacy`, `cls.predictions`). See
+    /// `weights::deberta`.
+    DebertaV2,
 }
 
 impl Family {
@@ -71,6 +78,7 @@ impl Family {
             Family::MPNet => "mpnet",
             Family::NomicBert => "nomic_bert",
             Family::Gte => "gte",
+            Family::DebertaV2 => "deberta-v2",
         }
     }
 
@@ -87,6 +95,7 @@ impl Family {
             Family::MPNet => "MPNet",
             Family::NomicBert => "NomicBert",
             Family::Gte => "Gte",
+            Family::DebertaV2 => "DebertaV2",
         }
     }
 
@@ -95,7 +104,7 @@ impl Family {
     /// transformers feeds DistilBERT (no table) and RoBERTa (whose tokenizers return no `token_type_ids`, so its
     /// embeddings add row 0 of its table to every token).
     pub fn has_token_types(self) -> bool {
-        matches!(self, Family::Bert | Family::Electra | Family::Albert | Family::NomicBert | Family::Gte)
+        matches!(self, Family::Bert | Family::Electra | Family::Albert | Family::NomicBert | Family::Gte | Family::DebertaV2)
     }
 
     /// Whether the checkpoint has a token-type embedding table (`embeddings.token_type_embeddings`).
@@ -121,7 +130,8 @@ impl Family {
             | Family::Albert
             | Family::MPNet
             | Family::NomicBert
-            | Family::Gte => {
+            | Family::Gte
+            | Family::DebertaV2 => {
                 Activation::Tanh
             }
             Family::DistilBert => Activation::Relu,
@@ -153,8 +163,9 @@ impl Family {
 /// What bertgpu runs, for the messages that refuse everything else.
 const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`), DistilBERT (`\"distilbert\"`), RoBERTa \
     (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), CamemBERT (`\"camembert\"`), ELECTRA (`\"electra\"`), ALBERT \
-    (`\"albert\"`), MPNet (`\"mpnet\"`), NomicBERT (`\"nomic_bert\"`) and GTE (`\"gte\"`, the hub's `\"new\"`); \
-    XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, Megatron-BERT, DeBERTa and the other BERT-like families compute differently \
+    (`\"albert\"`), MPNet (`\"mpnet\"`), NomicBERT (`\"nomic_bert\"`), GTE (`\"gte\"`, the hub's `\"new\"`) and \
+    DeBERTa-v2/v3 (`\"deberta-v2\"`); XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, Megatron-BERT, DeBERTa (v1, `\"deberta\"`) \
+    and the other BERT-like families compute differently \
     (pre-LN, relative positions, other attention) and would give wrong results";
 
 /// The classes of RoBERTa, XLM-R and CamemBERT whose encoder bertgpu runs (after the family's class prefix). The
@@ -190,6 +201,7 @@ fn is_class_of(family: Family, arch: &str) -> bool {
         // MPNet's are RoBERTa's six (`MPNetForMaskedLM`, ...).
         Family::MPNet => ROBERTA_CLASSES.contains(&rest),
         Family::NomicBert | Family::Gte => ROTARY_CLASSES.contains(&rest),
+        Family::DebertaV2 => ROBERTA_CLASSES.contains(&rest),
         Family::Bert | Family::DistilBert => true,
     }
 }
@@ -210,6 +222,7 @@ pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> R
         Some("mpnet") => Family::MPNet,
         Some("nomic_bert") => Family::NomicBert,
         Some("gte" | "new") => Family::Gte,
+        Some("deberta-v2") => Family::DebertaV2,
         Some(kind) => return Err(Error::Config(format!("model_type `{kind}` is not supported: {SUPPORTED}"))),
         None => [
             Family::DistilBert,
@@ -221,6 +234,7 @@ pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> R
             Family::MPNet,
             Family::NomicBert,
             Family::Gte,
+            Family::DebertaV2,
         ]
             .into_iter()
             .find(|f| architectures.iter().any(|a| is_class_of(*f, a)))

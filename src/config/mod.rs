@@ -2,6 +2,7 @@
 //! metadata and then checked with [`BertConfig::validate`]).
 
 mod encoder;
+mod deberta;
 mod family;
 
 use std::collections::BTreeMap;
@@ -13,6 +14,7 @@ use crate::activation::Activation;
 use crate::{Error, Result};
 
 pub use encoder::{FeedForward, LayerBiases, Positions};
+pub use deberta::{DebertaV2, Relative as DebertaRelative};
 pub use family::Family;
 use family::family_of;
 
@@ -63,6 +65,9 @@ pub struct BertConfig {
     /// MPNet's relative position buckets (`relative_attention_num_buckets`, 32): the rows of
     /// `encoder.relative_attention_bias`; 0 for the families without a relative bias.
     pub relative_attention_buckets: usize,
+    /// DeBERTa-v2/v3's choices (positions, token types, the disentangled attention, the pooler's activation);
+    /// `None` for the other families.
+    pub deberta: Option<DebertaV2>,
     /// Class index → label, from `id2label` (whose keys HF writes as strings: `{"0": "NEGATIVE"}`).
     pub id2label: BTreeMap<usize, String>,
     /// Label → class index, from `label2id`.
@@ -254,6 +259,13 @@ impl BertConfig {
             )));
         }
         let hidden_size = required(hidden.1, hidden.0)?;
+        let deberta = if family == Family::DebertaV2 {
+            let v: serde_json::Value = serde_json::from_str(text)
+                .map_err(|e| Error::Config(format!("config.json is not a valid BERT config ({e})")))?;
+            Some(deberta::parse(&v, hidden_size, raw.num_attention_heads.unwrap_or(0), table_rows)?)
+        } else {
+            None
+        };
         let vocab_size = required(raw.vocab_size, "vocab_size")?;
         let num_attention_heads = required(heads.1, heads.0)?;
         if let Some(d) = rk.as_ref().and_then(|k| k.head_dim) {
@@ -268,10 +280,15 @@ impl BertConfig {
         // (GteConfig's default 1).
         let token_type_table = match family {
             Family::Gte => raw.type_vocab_size.unwrap_or(1) > 0,
+            Family::DebertaV2 => deberta.as_ref().is_some_and(|d| d.token_types),
             Family::NomicBert => raw.type_vocab_size.unwrap_or(2) > 0,
             f => f.has_token_type_table(),
         };
         let (positions, feed_forward, biases) = match &rk {
+            // DeBERTa-v3 (`position_biased_input: false`): its relative terms carry the positions.
+            None if deberta.as_ref().is_some_and(|d| !d.position_biased_input) => {
+                (Positions::Relative, FeedForward::Plain, LayerBiases::ALL)
+            }
             None => (Positions::Absolute, FeedForward::Plain, LayerBiases::ALL),
             Some(k) => {
                 let biases = if family == Family::Gte {
@@ -304,6 +321,8 @@ impl BertConfig {
             max_position_embeddings: table_rows - position_offset,
             position_offset,
             // One all-zero row stands for DistilBERT's missing table (BertEmbeddings), so every token adds nothing.
+            // MPNet, and the families without a token-type table (GTE or DeBERTa at type_vocab_size 0): one zero row
+            // stands in.
             type_vocab_size: if mpnet || !token_type_table { 1 } else { pick(Some(1), raw.type_vocab_size).unwrap_or(2) },
             positions,
             token_type_table,
@@ -311,6 +330,7 @@ impl BertConfig {
             biases,
             pad_token_id,
             relative_attention_buckets: if mpnet { buckets } else { 0 },
+            deberta,
             id2label,
             label2id,
             problem_type: raw.problem_type,
@@ -364,6 +384,28 @@ impl BertConfig {
     }
 
     /// `hidden_size / num_attention_heads`.
+    /// The activation of the `[CLS]` projection before a sequence classifier: DeBERTa's `pooler_hidden_act`, else
+    /// the family's ([`Family::pooler_activation`]).
+    pub fn pooler_activation(&self) -> Activation {
+        self.deberta.as_ref().map_or(self.family.pooler_activation(), |d| d.pooler_hidden_act)
+    }
+
+    /// Whether the token-type table is in the checkpoint ([`Self::token_type_table`]).
+    pub fn has_token_type_table(&self) -> bool {
+        self.token_type_table
+    }
+
+    /// Whether token type ids reach the model (see [`Family::has_token_types`]).
+    pub fn has_token_types(&self) -> bool {
+        self.family.has_token_types() && self.token_type_table
+    }
+
+    /// Whether an absolute position table is added to the embeddings (all but the rotary families and a DeBERTa
+    /// with `position_biased_input: false`).
+    pub fn has_position_table(&self) -> bool {
+        self.positions == Positions::Absolute
+    }
+
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
     }

@@ -80,10 +80,10 @@ pub(crate) fn load_label_linear<B: Backend>(w: &Weights, cfg: &BertConfig, label
 }
 
 /// Rejects a text pair when the model has a single token type (`type_vocab_size: 1`): it was never trained on
-/// pairs, and segment id 1 does not exist in its embedding table. A family without token types (DistilBERT, RoBERTa)
-/// reads pairs as `[CLS] A [SEP] B [SEP]` (`<s> A </s></s> B </s>`), all of type 0, as transformers feeds it.
+/// pairs, and segment id 1 does not exist in its embedding table. A family without token types (DistilBERT, RoBERTa,
+/// a DeBERTa-v3 with `type_vocab_size` 0) reads pairs as `[CLS] A [SEP] B [SEP]` (`<s> A </s></s> B </s>`), all of type 0, as transformers feeds it.
 pub fn check_pair_allowed(cfg: &BertConfig, has_pair: bool, task: &str) -> Result<()> {
-    if has_pair && cfg.family.has_token_types() && cfg.type_vocab_size < 2 {
+    if has_pair && cfg.has_token_types() && cfg.type_vocab_size < 2 {
         return Err(Error::Input(format!(
             "{task}: this model takes single texts only (config.json has type_vocab_size {}), but a text_pair was \
              given; send {{\"text\": ...}} alone",

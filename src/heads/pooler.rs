@@ -24,7 +24,7 @@ impl<B: Backend> BertPooler<B> {
             )));
         }
         let h = cfg.hidden_size;
-        Ok(BertPooler { dense: Linear::load(&w.pp("dense"), h, h, backend)?, activation: cfg.family.pooler_activation() })
+        Ok(BertPooler { dense: Linear::load(&w.pp("dense"), h, h, backend)?, activation: cfg.pooler_activation() })
     }
 
     /// hidden `(B*T, H)` of a batch padded to `seq` → pooled `(B, H)`: only the `[CLS]` rows `b*T` are projected.

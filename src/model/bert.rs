@@ -8,6 +8,7 @@ use crate::tokenizer::Batch;
 use crate::weights::Weights;
 use crate::Result;
 
+use super::disentangled::{Disentangled, PositionBias};
 use super::relative::RelativeBias;
 use super::rotary::Rope;
 use super::{BertEmbeddings, BertLayer, LayerInputs};
@@ -24,6 +25,8 @@ pub struct BertEncoder<B: Backend> {
     pub relative: Option<RelativeBias>,
     /// The rotary families' frequencies: every layer turns its queries and keys by one table per forward.
     pub rope: Option<Rope>,
+    /// DeBERTa's relative table, whose rows every layer's attention projects and reads.
+    pub disentangled: Option<Disentangled>,
 }
 
 impl<B: Backend> BertEncoder<B> {
@@ -32,7 +35,13 @@ impl<B: Backend> BertEncoder<B> {
         let layers = (0..Self::distinct_layers(cfg))
             .map(|i| BertLayer::load(&w.pp(&format!("layer.{i}")), cfg, backend))
             .collect::<Result<Vec<_>>>()?;
-        Ok(BertEncoder { layers, passes: cfg.num_hidden_layers, relative: RelativeBias::load(w, cfg)?, rope: Rope::new(cfg) })
+        Ok(BertEncoder {
+            layers,
+            passes: cfg.num_hidden_layers,
+            relative: RelativeBias::load(w, cfg)?,
+            disentangled: Disentangled::load(w, cfg)?,
+            rope: Rope::new(cfg),
+        })
     }
 
     /// How many distinct layers the checkpoint holds: one per pass, or ALBERT's one shared layer.
@@ -49,8 +58,9 @@ impl<B: Backend> BertEncoder<B> {
     /// x `(B*T, H)`, mask `(B, T)` → last hidden state `(B*T, H)`.
     pub fn forward(&self, backend: &B, x: B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let mut x = x;
-        // MPNet's relative bias: one table per forward, read by every layer.
-        let bias = self.relative.as_ref().map(|r| r.upload(backend, seq)).transpose()?;
+        // MPNet's relative bias or DeBERTa's relative rows, the rotary families' table: one per forward, read by
+        // every layer.
+        let bias = position_bias(backend, self.relative.as_ref(), self.disentangled.as_ref(), seq)?;
         let rope = self.rope.as_ref().map(|r| r.upload(backend, seq)).transpose()?;
         let inputs = LayerInputs { mask, bias: bias.as_ref(), rope: rope.as_ref(), batch, seq };
         for i in 0..self.passes {
@@ -60,6 +70,15 @@ impl<B: Backend> BertEncoder<B> {
         }
         Ok(x)
     }
+}
+
+/// The position terms of a padded length `seq` that every layer's attention reads: MPNet's or DeBERTa's, or none.
+fn position_bias<B: Backend>(backend: &B, relative: Option<&RelativeBias>, disentangled: Option<&Disentangled>,
+    seq: usize) -> Result<Option<PositionBias<B::Tensor>>> {
+    if let Some(r) = relative {
+        return Ok(Some(PositionBias::Relative(r.upload(backend, seq)?)));
+    }
+    disentangled.map(|d| d.upload(backend, seq)).transpose()
 }
 
 /// `BertModel` without its pooler: token ids → last hidden state.
@@ -121,7 +140,8 @@ impl<B: Backend> BertModel<B> {
         };
         let (distinct, passes) = (BertEncoder::<B>::distinct_layers(cfg), cfg.num_hidden_layers);
         let relative = RelativeBias::load(&host(w, "encoder.relative_attention_bias").await?.pp("encoder"), cfg)?;
-        let bias = relative.map(|r| r.upload(backend, batch.t)).transpose()?;
+        let disentangled = Disentangled::load(&host(w, "encoder.rel_embeddings").await?.pp("encoder"), cfg)?;
+        let bias = position_bias(backend, relative.as_ref(), disentangled.as_ref(), batch.t)?;
         let rope = Rope::new(cfg).map(|r| r.upload(backend, batch.t)).transpose()?;
         let inputs = LayerInputs { mask: &mask, bias: bias.as_ref(), rope: rope.as_ref(), batch: batch.b, seq: batch.t };
         let mut held: Option<(usize, BertLayer<B>)> = None; // ALBERT's shared layer stays for every pass

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use crate::backend::{Backend, EmbeddingTables};
-use crate::config::{BertConfig, Positions};
+use crate::config::BertConfig;
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
 use crate::{Error, Result};
@@ -54,11 +54,12 @@ impl<B: Backend> BertEmbeddings<B> {
         let h = cfg.embedding_size;
         // The tables are shared with the loaded weights where the backend allows (the CPU's): not copied.
         let word = backend.upload_table(&w.get_shared("word_embeddings.weight", &[cfg.vocab_size, h])?)?;
-        let position = match cfg.positions {
-            Positions::Absolute => Some(backend.upload_table(&Arc::new(positions(w, cfg)?.into_owned()))?),
-            Positions::Rotary { .. } => None,
+        // The rotary families and DeBERTa-v3 (`position_biased_input: false`) have no position table.
+        let position = match cfg.has_position_table() {
+            true => Some(backend.upload_table(&Arc::new(positions(w, cfg)?.into_owned()))?),
+            false => None,
         };
-        let token_type = if cfg.token_type_table {
+        let token_type = if cfg.has_token_type_table() {
             backend.upload_table(&w.get_shared("token_type_embeddings.weight", &[cfg.type_vocab_size, h])?)?
         } else {
             backend.upload(&HostTensor::f32(vec![1, h], vec![0.0; h])?)?
@@ -71,7 +72,7 @@ impl<B: Backend> BertEmbeddings<B> {
             ln_gamma,
             ln_beta,
             eps: cfg.layer_norm_eps,
-            token_types: cfg.family.has_token_types() && cfg.token_type_table,
+            token_types: cfg.has_token_types(),
             pad_id: (cfg.position_offset > 0).then_some(cfg.pad_token_id),
         })
     }

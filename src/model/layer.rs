@@ -8,6 +8,7 @@ use crate::config::{BertConfig, Family, FeedForward, Positions};
 use crate::weights::Weights;
 use crate::Result;
 
+use super::disentangled::PositionBias;
 use super::load_layernorm;
 
 /// A dense layer's `(out, inp)` weight, kept shared with the loaded weights where the backend allows
@@ -20,10 +21,10 @@ fn load_dense<B: Backend>(w: &Weights, out: usize, inp: usize, bias: bool, backe
 }
 
 /// What every layer's attention reads besides its input, computed once per forward: the mask, MPNet's relative
-/// bias, the rotary families' `(T, d)` table of cosines and sines, and the batch's shape.
+/// bias or DeBERTa's relative rows, the rotary families' `(T, d)` table of cosines and sines, and the batch's shape.
 pub struct LayerInputs<'a, T> {
     pub mask: &'a T,
-    pub bias: Option<&'a T>,
+    pub bias: Option<&'a PositionBias<T>>,
     pub rope: Option<&'a T>,
     pub batch: usize,
     pub seq: usize,
@@ -43,7 +44,7 @@ impl<B: Backend> BertSelfAttention<B> {
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let h = cfg.hidden_size;
         let with_bias = cfg.biases.qkv;
-        let (weight, bias) = if cfg.positions != Positions::Absolute {
+        let (weight, bias) = if matches!(cfg.positions, Positions::Rotary { .. }) {
             // The rotary families store the projections packed.
             load_dense(&w.pp("qkv"), 3 * h, h, with_bias, backend)?
         } else {
@@ -68,7 +69,16 @@ impl<B: Backend> BertSelfAttention<B> {
             Some(rope) => backend.rotary(&qkv, rope, shape)?, // (B*T, 3H), q and k turned
             None => qkv,
         };
-        backend.attention_biased(&qkv, inputs.mask, inputs.bias, shape) // (B*T, H)
+        let mask = inputs.mask;
+        match inputs.bias {
+            None => backend.attention(&qkv, mask, shape), // (B*T, H)
+            Some(PositionBias::Relative(b)) => backend.attention_biased(&qkv, mask, Some(b), shape),
+            Some(PositionBias::Disentangled { table, rows }) => {
+                // DeBERTa's posQ and posK: the relative rows through this layer's own projections (share_att_key).
+                let pos = backend.linear(table, &self.qkv_weight, self.qkv_bias.as_ref(), Activation::None)?; // (R, 3H)
+                backend.attention_disentangled(&qkv, mask, &pos, rows, shape)
+            }
+        }
     }
 }
 

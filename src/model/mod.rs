@@ -6,10 +6,11 @@
 //! and `forward`. Activations are `(B*T, H)` row-major matrices (sequence `b`'s token `t` at row `b*T + t`).
 //!
 //! Lowest first: `embeddings.rs` (word, position and token-type embeddings), `relative.rs` (MPNet's relative position
-//! bias), `rotary.rs` (the rotary families' table of cosines and sines), `layer.rs` (one encoder layer), `bert.rs`
-//! (the whole encoder).
+//! bias), `rotary.rs` (the rotary families' table of cosines and sines), `disentangled.rs` (DeBERTa's relative
+//! positions), `layer.rs` (one encoder layer), `bert.rs` (the whole encoder).
 
 mod bert;
+pub mod disentangled;
 mod embeddings;
 mod layer;
 pub mod relative;

@@ -5,10 +5,11 @@
 //! Lowest first: [`bytes`] (where a file's bytes come from: [`bytes::ByteSource`]), [`quant`] (Q8_0 / Q4_0 blocks),
 //! [`safetensors`] (bytes at hand → [`Weights`], and the f32 writer), [`gguf`] (GGUF v3 and BERT in it), [`stream`]
 //! (a file that arrives in pieces, either format; the file readers), the relatives' names ([`albert`],
-//! [`distilbert`], [`electra`], [`mpnet`], [`roberta`]), [`peft`] (LoRA adapters) and [`sentence`] (sentence-transformers'
+//! [`deberta`], [`distilbert`], [`electra`], [`mpnet`], [`roberta`]), [`peft`] (LoRA adapters) and [`sentence`] (sentence-transformers'
 //! files and a Dense module's tensors beside the weights); here, [`Weights`] itself.
 
 pub mod albert;
+pub mod deberta;
 pub mod distilbert;
 pub mod electra;
 pub mod mpnet;
@@ -230,6 +231,7 @@ impl Weights {
             Some(Family::Albert) => out.extend(albert::from_bert(full)),
             Some(Family::MPNet) => out.extend(mpnet::from_bert(full)),
             Some(f @ (Family::NomicBert | Family::Gte)) => out.extend(rotary::from_bert(f, full)),
+            Some(Family::DebertaV2) => out.extend(deberta::from_bert(full)),
             Some(Family::Bert) | None => {}
         }
         out

@@ -381,6 +381,7 @@ impl Body {
                 && s.len > 0
                 && !s.name.contains("position_embeddings")
                 && !s.name.contains("relative_attention_bias") // MPNet's: read on the host each forward
+                && !s.name.contains("rel_embeddings") // DeBERTa's: LayerNorm'd on the host at load
                 && s.dtype.as_ref().is_ok_and(|t| !matches!(t, Stored::Bf16))
         };
         // BERT's names (every GGUF's, once read), ALBERT's, DistilBERT's and MPNet's.
@@ -403,10 +404,11 @@ impl Body {
     }
 
     /// Groups each layer's placed q, k and v weights ([`Joint`]): the three of one name but for the part (`query`,
-    /// `key`, `value`, or DistilBERT's `q_lin`, `k_lin`, `v_lin`, or MPNet's `q`, `k`, `v`), of one row length.
+    /// `key`, `value`, or DistilBERT's `q_lin`, `k_lin`, `v_lin`, or MPNet's `q`, `k`, `v`, or DeBERTa's `query_proj`, ...), of one row length.
     /// Others stay apart.
     fn choose_joints(&mut self) {
-        const PARTS: [[&str; 3]; 3] = [["query", "key", "value"], ["q_lin", "k_lin", "v_lin"], ["q", "k", "v"]];
+        const PARTS: [[&str; 3]; 4] = [["query", "key", "value"], ["q_lin", "k_lin", "v_lin"], ["q", "k", "v"],
+            ["query_proj", "key_proj", "value_proj"]];
         let part = |name: &str| {
             let pieces: Vec<&str> = name.split('.').collect();
             pieces.iter().enumerate().find_map(|(i, p)| {

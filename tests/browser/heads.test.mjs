@@ -375,6 +375,48 @@ test("NomicBERT and GTE embed and classify as PyTorch does in the browser (CPU a
       assert.equal(g.classify.length, rot[fam].classifier.length);
       rot[fam].classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} ${fam} ${x.text}`));
     }
+ * DeBERTa-v3 in the page: the disentangled attention (the attention kernel's DISENTANGLED = 1 pipelines, compiled by
+ * Chromium's own WGSL compiler on WebGPU; the CPU twin's GEMMs in wasm) in the mean-pooled embeddings of its tiny
+ * DebertaV2ForMaskedLM (a padded batch, and each text alone; texts up to 60 tokens cross its logarithmic buckets)
+ * and its sequence classifier (pairs included), against PyTorch (tests/golden/deberta.json; the native
+ * tests/deberta.rs measures ≤ 6.0e-6), on the CPU and WebGPU: HIDDEN_ATOL and SCORE_ATOL above.
+ */
+test("DeBERTa embeds and classifies as PyTorch does in the browser (CPU and WebGPU)", async () => {
+  const db = readJson("tests/golden/deberta.json");
+  const texts = db.embeddings.map((e) => e.text);
+  const inputs = db.classifier.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair]));
+  assert.ok(db.classifier.some((x) => x.text_pair != null), "the golden has pairs");
+  const got = await ctx.page.evaluate(async ({ base, texts, inputs }) => {
+    const out = {};
+    for (const device of ["cpu", "webgpu"]) {
+      const e = await bertgpu.Bert.load(base + "tiny-deberta-mlm/", { device });
+      const c = await bertgpu.Bert.load(base + "tiny-deberta-classifier/", { device });
+      const alone = [];
+      for (const t of texts) alone.push(Array.from((await e.embed([t], { normalize: false }))[0]));
+      out[device] = {
+        device: [e.device, c.device],
+        embed: (await e.embed(texts, { normalize: false })).map((v) => Array.from(v)),
+        alone,
+        classify: await c.classify(inputs),
+      };
+      e.dispose();
+      c.dispose();
+    }
+    return out;
+  }, { base: ctx.env.models.url + "tests/models/", texts, inputs });
+  for (const device of ["cpu", "webgpu"]) {
+    const g = got[device];
+    assert.deepEqual(g.device, [device, device], `${device}: the models run where asked`);
+    for (const [how, vecs] of [["batch", g.embed], ["alone", g.alone]]) {
+      assert.equal(vecs.length, db.embeddings.length, `${device} deberta ${how}: one vector per text`);
+      vecs.forEach((v, i) => {
+        assert.equal(v.length, db.embeddings[i].mean.length);
+        v.forEach((x, k) => assert.ok(Math.abs(x - db.embeddings[i].mean[k]) <= HIDDEN_ATOL,
+          `${device} deberta ${how} embed ${i}[${k}]: ${x} vs ${db.embeddings[i].mean[k]}`));
+      });
+    }
+    assert.equal(g.classify.length, db.classifier.length);
+    db.classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} deberta ${x.text}`));
   }
   ctx.page.checkErrors();
 });

@@ -321,7 +321,15 @@ impl Backend for CpuBackend {
         if let Some(b) = bias {
             b.expect_f32("attention bias")?;
         }
-        attention::attention(qkv, mask, bias, shape)
+        attention::attention(qkv, mask, bias.map_or(super::ScoreBias::None, super::ScoreBias::Relative), shape)
+    }
+
+    fn attention_disentangled(&self, qkv: &CpuTensor, mask: &CpuTensor, pos: &CpuTensor, rows: &CpuTensor,
+        shape: AttentionShape) -> Result<CpuTensor> {
+        for (t, what) in [(qkv, "attention qkv"), (mask, "attention mask"), (pos, "attention pos"), (rows, "attention rows")] {
+            t.expect_f32(what)?;
+        }
+        attention::attention(qkv, mask, super::ScoreBias::Disentangled { pos, rows }, shape)
     }
 
     fn rotary(&self, qkv: &CpuTensor, rope: &CpuTensor, shape: AttentionShape) -> Result<CpuTensor> {

@@ -5,7 +5,7 @@ use super::params::AttentionParams;
 use super::tensor::{expect_activation, expect_f32};
 use super::tuning::split_subgroup_fits;
 use super::{shape_err, AttentionKernel, AttentionShape, Backend, GpuBackend, GpuTensor};
-use crate::backend::Dropout;
+use crate::backend::{Dropout, ScoreBias};
 use crate::tokenizer::Batch;
 use crate::Result;
 
@@ -29,11 +29,40 @@ impl GpuBackend {
     /// `DROPOUT = 1`: a pipeline of its own, so the inference pipelines stay as they were.
     /// With `bias` ([`Backend::attention_biased`](super::Backend::attention_biased): `(heads, 2T − 1)`), the same
     /// kernel compiled with `BIAS = 1` (shaders/lib/attention_bias.wgsl); without, the mask stands in at its binding.
-    pub(super) fn record_attention(&self, qkv: &GpuTensor, mask: &GpuTensor, bias: Option<&GpuTensor>,
+    /// With DeBERTa's disentangled terms ([`Backend::attention_disentangled`](super::Backend::attention_disentangled)),
+    /// the per-query kernels compiled with `DISENTANGLED = 1` (shaders/lib/attention_disentangled.wgsl: `rows` at
+    /// binding 4, `pos` at 5); the split kernel has no such override yet, so these run the vec4 (or scalar) one
+    /// whatever the tuning chose.
+    pub(super) fn record_attention(&self, qkv: &GpuTensor, mask: &GpuTensor, score_bias: ScoreBias<'_, GpuTensor>,
         s: AttentionShape, dropout: Option<Dropout>) -> Result<GpuTensor> {
         if let Some(d) = dropout {
             d.check()?;
         }
+        let (bias, disentangled) = match score_bias {
+            ScoreBias::None => (None, None),
+            ScoreBias::Relative(b) => (Some(b), None),
+            ScoreBias::Disentangled { pos, rows } => (None, Some((pos, rows))),
+        };
+        if disentangled.is_some() && dropout.is_some() {
+            return Err(shape_err("attention", "the disentangled attention with dropout (training) is not supported".into()));
+        }
+        let widened_pos;
+        let disentangled = match disentangled {
+            Some((pos, rows)) => {
+                let h = s.heads * s.head_dim;
+                expect_f32("attention rows", &[rows])?;
+                if (rows.rows, rows.cols) != (1, (2 * s.seq).saturating_sub(1)) || pos.cols != 3 * h || pos.rows == 0 {
+                    return Err(shape_err("attention", format!(
+                        "disentangled rows ({}, {}) / pos ({}, {}), expected (1, 2T - 1) = (1, {}) / (R, 3H) = (R, {})",
+                        rows.rows, rows.cols, pos.rows, pos.cols, (2 * s.seq).saturating_sub(1), 3 * h
+                    )));
+                }
+                // The kernel reads pos as f32 (f16 activations write the projection as f16 pairs).
+                widened_pos = if pos.dtype == super::Dtype::F16 { Some(self.f32_of("attention pos", pos)?) } else { None };
+                Some((widened_pos.as_ref().unwrap_or(pos), rows))
+            }
+            None => None,
+        };
         if bias.is_some() && dropout.is_some() {
             return Err(shape_err("attention", "an attention bias with dropout (training) is not supported".into()));
         }
@@ -68,6 +97,9 @@ impl GpuBackend {
         // otherwise. The split kernel runs WG / (head_dim/4) queries a workgroup (and needs WG ≥ head_dim/4).
         let t = self.tuning.get();
         let (mut shader, mut entry) = t.attention.kernel(s.head_dim);
+        if disentangled.is_some() && entry == "attention_split" {
+            (shader, entry) = AttentionKernel::Vec4.kernel(s.head_dim);
+        }
         if shader == "attention_split_sg" && !split_subgroup_fits(&self.gpu.info, s.head_dim) {
             shader = "attention_split";
         }
@@ -100,17 +132,24 @@ impl GpuBackend {
         let shader = half.unwrap_or(shader);
         let out = self.alloc_as(s.batch * s.seq, h, half.is_some())?;
         let wg = ("WG", t.attention_wg as f64);
-        let consts: &[(&str, f64)] = match (dropout.is_some(), bias.is_some()) {
-            (true, _) => &[wg, ("DROPOUT", 1.0)],
-            (false, true) => &[wg, ("BIAS", 1.0)],
-            (false, false) => &[wg],
+        let consts: &[(&str, f64)] = match (dropout.is_some(), bias.is_some(), disentangled.is_some()) {
+            (true, _, _) => &[wg, ("DROPOUT", 1.0)],
+            (false, true, _) => &[wg, ("BIAS", 1.0)],
+            (false, false, true) => &[wg, ("DISENTANGLED", 1.0)],
+            (false, false, false) => &[wg],
         };
-        self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &[
-            (1, qkv.buffer(), false),
-            (2, mask.buffer(), false),
-            (3, out.buffer(), true),
-            (4, bias.unwrap_or(mask).buffer(), false),
-        ], groups)?;
+        let mut p = p;
+        if disentangled.is_some() {
+            p.scale = 1.0 / (3.0 * s.head_dim as f32).sqrt(); // transformers' 1/√(d·scale_factor), c2p and p2c both
+        }
+        let table = disentangled.map_or(bias.unwrap_or(mask), |(_, rows)| rows);
+        let mut bindings = vec![(1, qkv.buffer(), false), (2, mask.buffer(), false), (3, out.buffer(), true),
+            (4, table.buffer(), false)];
+        // The per-query kernels (lib/attention.wgsl) declare the disentangled rows' binding; the split one does not.
+        if entry != "attention_split" {
+            bindings.push((5, disentangled.map_or(mask, |(pos, _)| pos).buffer(), false));
+        }
+        self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &bindings, groups)?;
         Ok(out)
     }
 

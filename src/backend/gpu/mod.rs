@@ -348,7 +348,12 @@ impl Backend for GpuBackend {
 
     fn attention_biased(&self, qkv: &GpuTensor, mask: &GpuTensor, bias: Option<&GpuTensor>, s: AttentionShape)
         -> Result<GpuTensor> {
-        self.record_attention(qkv, mask, bias, s, None)
+        self.record_attention(qkv, mask, bias.map_or(super::ScoreBias::None, super::ScoreBias::Relative), s, None)
+    }
+
+    fn attention_disentangled(&self, qkv: &GpuTensor, mask: &GpuTensor, pos: &GpuTensor, rows: &GpuTensor,
+        s: AttentionShape) -> Result<GpuTensor> {
+        self.record_attention(qkv, mask, super::ScoreBias::Disentangled { pos, rows }, s, None)
     }
 
     fn rotary(&self, qkv: &GpuTensor, rope: &GpuTensor, shape: AttentionShape) -> Result<GpuTensor> {
@@ -450,7 +455,7 @@ impl Backend for GpuBackend {
 
     fn attention_dropout(&self, qkv: &GpuTensor, mask: &GpuTensor, shape: AttentionShape, d: Dropout)
         -> Result<GpuTensor> {
-        self.record_attention(qkv, mask, None, shape, Some(d))
+        self.record_attention(qkv, mask, super::ScoreBias::None, shape, Some(d))
     }
 
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {

@@ -40,6 +40,7 @@ const FILES: &[(&str, &str)] = &[
     ("lib/block_sum_subgroup.wgsl", include_str!("../../../shaders/lib/block_sum_subgroup.wgsl")),
     ("lib/attention.wgsl", include_str!("../../../shaders/lib/attention.wgsl")),
     ("lib/attention_bias.wgsl", include_str!("../../../shaders/lib/attention_bias.wgsl")),
+    ("lib/attention_disentangled.wgsl", include_str!("../../../shaders/lib/attention_disentangled.wgsl")),
     ("lib/attention_lanes4.wgsl", include_str!("../../../shaders/lib/attention_lanes4.wgsl")),
     ("lib/attention_params.wgsl", include_str!("../../../shaders/lib/attention_params.wgsl")),
     ("lib/dropout.wgsl", include_str!("../../../shaders/lib/dropout.wgsl")),

@@ -13,7 +13,7 @@ use crate::tokenizer::gguf_vocab::{
     wordpiece_tokenizer_json, TOKEN_CONTROL, TOKEN_NORMAL,
 };
 use crate::weights::bytes::ByteSource;
-use crate::weights::{albert, distilbert, electra, mpnet, roberta, rotary, HostTensor};
+use crate::weights::{albert, deberta, distilbert, electra, mpnet, roberta, rotary, HostTensor};
 use crate::{Error, Result};
 
 /// Metadata key holding the model's Hugging Face `config.json`, verbatim.
@@ -236,6 +236,11 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
         return Err(Error::Config(format!("converting a {} (`{}`) checkpoint to GGUF is not supported yet; load its \
             safetensors folder instead", cfg.family.class_prefix(), cfg.family.model_type())));
     }
+    if cfg.family == Family::DebertaV2 {
+        // Its relative table and disentangled attention have no llama.cpp names, and no GGUF loader would apply them.
+        return Err(Error::Config("converting a DeBERTa-v2 checkpoint to GGUF is not supported yet; load its \
+            safetensors folder instead".into()));
+    }
     let num = |v: usize| -> Result<u32> {
         u32::try_from(v).map_err(|_| Error::Config(format!("config.json: {v} does not fit the GGUF's 32-bit field")))
     };
@@ -341,6 +346,7 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
         Family::Albert => canonical_hf_name(&albert::to_bert(n)),
         Family::MPNet => canonical_hf_name(&mpnet::to_bert(n)),
         f @ (Family::NomicBert | Family::Gte) => canonical_hf_name(&rotary::to_bert(f, n)),
+        Family::DebertaV2 => canonical_hf_name(&deberta::to_bert(n)),
     };
     let word = tensors.iter().find(|(n, _)| bert_name(n) == "embeddings.word_embeddings.weight");
     for (name, t) in tensors {

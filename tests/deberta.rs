@@ -1,0 +1,289 @@
+//! DeBERTa-v2/v3 against PyTorch `transformers` (tests/golden/deberta.json, made by tests/golden/deberta.py from the
+//! tiny seeded checkpoints tests/models/tiny-deberta-*): its config (refusals by the key's name), its names
+//! (`deberta.`, `attention.self.*_proj`, `lm_predictions.lm_head`, the `ContextPooler`), no absolute positions and no
+//! token-type table (DeBERTa-v3's shape) or both (tiny-deberta-abs, the older shape without buckets), and the
+//! disentangled attention (the kernel's disentangled input: content→position and position→content terms over the
+//! LayerNorm'd relative table, its logarithmic buckets crossed by texts up to 60 tokens) in the embeddings of a padded
+//! batch and of each text alone, fill-mask, sequence classification (pairs included), token classification and QA, on
+//! the CPU and the GPU backend. Fine-tuning (no backward for it) and `convert` to GGUF are refused by name.
+
+mod common;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::Backend;
+use bertgpu::config::{BertConfig, Family};
+use bertgpu::dtype::Dtype;
+use bertgpu::tasks::{EmbedOptions, Model, Pooling};
+use bertgpu::tokenizer::Tokenizer;
+use bertgpu::training::finetune::{FineTuneTask, FineTuner};
+use bertgpu::weights::{gguf, HostTensor, Weights};
+use common::family::{self, block_on, dir};
+use common::gpu;
+use serde_json::{json, Value};
+
+/// The CPU backend on f32 weights. Measured worst |ours − torch| here: 5.7e-6 (fill-mask and token-classification
+/// logits; QA logits 5.7e-6, embeddings 2.9e-6, classifier logits 2.7e-6), printed by `cargo test --test deberta --
+/// --nocapture`; 2e-5 is 3.5×. Far below what a mistake moves: without the relative terms the mean
+/// embeddings move by 1.65 (the golden records it; `missing_relative_terms_are_caught` checks it here).
+const CPU_ATOL: f32 = 2e-5;
+/// The GPU. Measured worst on lavapipe here: 6.0e-6 (fill-mask logits; QA logits 5.7e-6, token logits 5.6e-6,
+/// embeddings 3.6e-6); 2e-5 (3.3×).
+const GPU_ATOL: f32 = 2e-5;
+
+/// The fill-mask golden's smallest top-5 gap is 2.3e-4, above twice the pipeline score tolerance: the order must
+/// match exactly.
+const NEAR_TIES: bool = false;
+
+fn golden() -> Value {
+    family::golden("deberta.json")
+}
+
+fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
+    let m = family::load(&dir(name), backend);
+    assert_eq!(m.config.family, Family::DebertaV2, "{name}");
+    m
+}
+
+/// The embeddings of `key` in the golden, in a padded batch (batches of 4) and each text alone (batch_size 1).
+fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
+    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
+    let cases = g[key].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
+    let got = block_on(m.embed(&texts, &opts)).unwrap();
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
+}
+
+fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
+    let g = golden();
+    let longest = g["embeddings"].as_array().unwrap().iter().map(|c| c["input_ids"].as_array().unwrap().len()).max();
+    assert!(longest > Some(2 * 16), "a text crosses the logarithmic buckets and the clamp: {longest:?}");
+    let mlm = load("tiny-deberta-mlm", mk());
+    embeddings("deberta (DebertaV2ForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
+    family::fill_mask("deberta", &g, &mlm, atol, NEAR_TIES);
+    family::classify("deberta", &g, &load("tiny-deberta-classifier", mk()), atol, true);
+    embeddings("deberta (DebertaV2Model)", &g, "model_embeddings", &load("tiny-deberta-model", mk()), atol);
+    let abs = load("tiny-deberta-abs", mk());
+    assert!(abs.config.has_position_table() && abs.config.has_token_type_table());
+    embeddings("deberta (absolute positions, no buckets)", &g, "abs_embeddings", &abs, atol);
+    family::token_logits("deberta", &g, &load("tiny-deberta-ner", mk()), atol);
+    family::answer("deberta", &g, &load("tiny-deberta-qa", mk()), atol);
+}
+
+#[test]
+fn deberta_matches_pytorch_on_cpu() {
+    everything(CpuBackend::new, CPU_ATOL);
+}
+
+#[test]
+fn deberta_matches_pytorch_on_gpu() {
+    if gpu().is_none() {
+        return;
+    }
+    everything(|| gpu().expect("adapter"), GPU_ATOL);
+}
+
+/// transformers' `make_log_bucket_position` of every offset −300..300, for the tiny models' (8, 16) and
+/// DeBERTa-v3-base's (256, 512).
+#[test]
+fn buckets_match_transformers() {
+    for b in golden()["buckets"].as_array().unwrap() {
+        let (size, max) = (b["size"].as_u64().unwrap() as usize, b["max_position"].as_u64().unwrap() as usize);
+        let r = bertgpu::config::DebertaRelative { buckets: size, max_relative_positions: max, span: size, layer_norm: true };
+        let (offsets, buckets) = (b["offsets"].as_array().unwrap(), b["buckets"].as_array().unwrap());
+        assert_eq!((offsets.len(), buckets.len()), (601, 601));
+        for (o, want) in offsets.iter().zip(buckets) {
+            let o = o.as_i64().unwrap();
+            assert_eq!(r.bucket(o), want.as_i64().unwrap(), "offset {o} with ({size}, {max})");
+        }
+    }
+}
+
+/// The same checkpoint with its relative table and LayerNorm zeroed is far from the golden, by as much as torch's
+/// own zeroed model moved: the terms are applied, and the tolerance would see them missing.
+#[test]
+fn missing_relative_terms_are_caught() {
+    let g = golden();
+    let d = dir("tiny-deberta-model");
+    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
+    let mut w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    for (name, shape) in [("encoder.rel_embeddings.weight", vec![16, 32]), ("encoder.LayerNorm.weight", vec![32]),
+        ("encoder.LayerNorm.bias", vec![32])] {
+        let n = shape.iter().product();
+        w = w.replaced(name, HostTensor::f32(shape, vec![0.0; n]).unwrap()); // a DebertaV2Model: at the root
+    }
+    let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
+    let cases = g["model_embeddings"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
+    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    assert_eq!(got.len(), want.len());
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst > 100.0 * CPU_ATOL, "without the relative terms the embeddings moved by {worst} only");
+    let recorded = g["without_relative_max_diff"].as_f64().unwrap() as f32;
+    assert!((worst - recorded).abs() < 1e-3, "torch's own zeroed model moved by {recorded}, ours by {worst}");
+}
+
+/// DeBERTa's configs: the family from `model_type` or the class; everything bertgpu does not run refused by the
+/// key's name, never run otherwise.
+#[test]
+fn config_and_refusals() {
+    let text = std::fs::read_to_string(dir("tiny-deberta-mlm").join("config.json")).unwrap();
+    let c = BertConfig::from_json_str(&text).unwrap();
+    assert_eq!(c.family, Family::DebertaV2);
+    assert!(!c.has_token_types() && !c.has_token_type_table() && !c.has_position_table());
+    let r = c.deberta.as_ref().unwrap().relative.unwrap();
+    assert_eq!((r.buckets, r.max_relative_positions, r.span, r.layer_norm), (8, 16, 8, true));
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let with = |k: &str, val: Value| {
+        let mut v = v.clone();
+        v[k] = val;
+        BertConfig::from_json_str(&v.to_string())
+    };
+    assert_eq!(with("model_type", Value::Null).unwrap(), c, "the class names the family");
+    assert_eq!(with("pos_att_type", json!("C2P|p2c")).unwrap(), c, "a string as DebertaV2Config splits it");
+    for (k, val, says) in [("conv_kernel_size", json!(3), "`conv_kernel_size` 3"),
+        ("pos_att_type", json!(["p2c", "c2p", "p2p"]), "`pos_att_type` entry `p2p`"),
+        ("pos_att_type", json!(["c2p"]), "`pos_att_type` [\"c2p\"]"),
+        ("norm_rel_ebd", json!("rms_norm"), "`norm_rel_ebd` `rms_norm`"),
+        ("share_att_key", json!(false), "`share_att_key` false"),
+        ("position_buckets", json!(64), "`position_buckets` 64"),
+        ("embedding_size", json!(16), "`embedding_size` 16"),
+        ("pooler_hidden_size", json!(16), "`pooler_hidden_size` 16"),
+        ("architectures", json!(["DebertaV2ForPreTraining"]), "`DebertaV2ForPreTraining` is not a deberta-v2 class"),
+        ("model_type", json!("deberta"), "model_type `deberta` is not supported")]
+    {
+        let e = with(k, val).unwrap_err().to_string();
+        assert!(e.contains(says), "{k}: {e}");
+    }
+}
+
+/// Fine-tuning needs the backward, written for BERT only: a DeBERTa is refused by its name, not trained as a BERT.
+#[test]
+fn fine_tuning_is_refused_by_name() {
+    let d = dir("tiny-deberta-classifier");
+    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).err().expect("refused").to_string();
+    assert!(e.contains("`deberta-v2`"), "{e}");
+}
+
+/// `convert` to GGUF is refused by name (the relative table and the disentangled attention have no llama.cpp names,
+/// no GGUF loader applies them), and writes nothing.
+#[test]
+fn convert_is_refused_by_name() {
+    let out = std::env::temp_dir().join(format!("tiny-deberta-{}.gguf", std::process::id()));
+    let e = gguf::convert(&dir("tiny-deberta-model"), Dtype::F16, &out).err().expect("refused").to_string();
+    assert!(e.contains("DeBERTa") && e.contains("not supported"), "{e}");
+    assert!(!out.exists());
+}
+
+/// The disentangled attention kernels against an f64 computation from the definition
+/// (`Backend::attention_disentangled`), on both backends: every per-query kernel the GPU may pick for DeBERTa (the
+/// scalar one for head_dim 3, vec4 for 12, attention_d32 and attention_d64), with padding, query counts off the CPU's
+/// 4-row tiles and keys off its 8-key tiles. The bound is the attention kernels' own (tests/gpu_kernels.rs
+/// `ATTENTION_ATOL` 2e-5 + 1e-5·|want|, a kernel test's bound for sums of up to 64 products of values up to 2 and a
+/// softmax of up to 40 keys, not one run's error: measured 2.4e-7–4.8e-7 on the CPU, 2.5e-7–4.8e-7 on lavapipe).
+#[test]
+fn disentangled_kernels_match_the_definition() {
+    const ATOL: f32 = 2e-5;
+    const RTOL: f32 = 1e-5;
+    let cases: &[(usize, usize, usize, usize, &[usize])] =
+        &[(2, 7, 3, 3, &[7, 3]), (2, 9, 2, 12, &[9, 0]), (2, 33, 2, 32, &[33, 20]), (1, 40, 1, 64, &[37])];
+    let gpu = gpu();
+    for &(b, t, heads, d, lens) in cases {
+        let h = heads * d;
+        let r = 5; // rows of the projected table
+        let qkv: Vec<f32> = bertgpu::testutil::rand_vec(b * t * 3 * h, (t * h) as u64).iter().map(|v| v * 2.0).collect();
+        let pos: Vec<f32> = bertgpu::testutil::rand_vec(r * 3 * h, 7).iter().map(|v| v * 2.0).collect();
+        let rows: Vec<f32> = (0..2 * t - 1).map(|c| ((c * 3 + 1) % r) as f32).collect();
+        let mut mask = vec![0f32; b * t];
+        for (bi, &l) in lens.iter().enumerate() {
+            mask[bi * t..bi * t + l].fill(1.0);
+        }
+        let want = reference(&qkv, &mask, &pos, &rows, b, t, heads, d);
+        let shape = bertgpu::backend::AttentionShape { batch: b, seq: t, heads, head_dim: d };
+        let cpu = CpuBackend::new();
+        let got = {
+            let [q, m, p, i] = [(&qkv, b * t, 3 * h), (&mask, b, t), (&pos, r, 3 * h), (&rows, 1, 2 * t - 1)]
+                .map(|(v, rr, cc)| cpu.input(v, rr, cc).unwrap());
+            cpu.attention_disentangled(&q, &m, &p, &i, shape).unwrap().data().to_vec()
+        };
+        let worst = common::assert_close(&format!("cpu disentangled b{b} t{t} heads{heads} d{d}"), &got, &want, ATOL, RTOL);
+        eprintln!("measured cpu disentangled attention b{b} t{t} heads{heads} d{d}: {worst:.2e}");
+        if let Some(g) = &gpu {
+            let [q, m, p, i] = [(&qkv, b * t, 3 * h), (&mask, b, t), (&pos, r, 3 * h), (&rows, 1, 2 * t - 1)]
+                .map(|(v, rr, cc)| g.input(v, rr, cc).unwrap());
+            let out = g.attention_disentangled(&q, &m, &p, &i, shape).unwrap();
+            let got = common::read(g, &out);
+            let worst = common::assert_close(&format!("gpu disentangled b{b} t{t} heads{heads} d{d}"), &got, &want, ATOL, RTOL);
+            eprintln!("measured gpu disentangled attention b{b} t{t} heads{heads} d{d}: {worst:.2e}");
+        }
+    }
+    // A row index outside pos is refused, not read.
+    let cpu = CpuBackend::new();
+    let shape = bertgpu::backend::AttentionShape { batch: 1, seq: 2, heads: 1, head_dim: 1 };
+    let [q, m, p, i] = [(vec![0.5; 6], 2, 3), (vec![1.0; 2], 1, 2), (vec![0.1; 3], 1, 3), (vec![0.0, 1.0, 0.0], 1, 3)]
+        .map(|(v, rr, cc)| cpu.input(&v, rr, cc).unwrap());
+    let e = cpu.attention_disentangled(&q, &m, &p, &i, shape).unwrap_err().to_string();
+    assert!(e.contains("attention rows"), "{e}");
+}
+
+/// `softmax((q_i·k_j + q_i·posK_r + k_j·posQ_r) / √(3d))·v` over the real keys, r = rows[j − i + T − 1], in f64.
+#[allow(clippy::too_many_arguments)]
+fn reference(qkv: &[f32], mask: &[f32], pos: &[f32], rows: &[f32], b: usize, t: usize, heads: usize, d: usize) -> Vec<f32> {
+    let h = heads * d;
+    let dot = |a: &[f32], c: &[f32]| a.iter().zip(c).map(|(&x, &y)| x as f64 * y as f64).sum::<f64>();
+    let mut out = vec![0f32; b * t * h];
+    for bi in 0..b {
+        for hd in 0..heads {
+            let at = |row: usize, third: usize| &qkv[(bi * t + row) * 3 * h + third * h + hd * d..][..d];
+            let pat = |row: usize, third: usize| &pos[row * 3 * h + third * h + hd * d..][..d];
+            for i in 0..t {
+                let keys: Vec<usize> = (0..t).filter(|&j| mask[bi * t + j] != 0.0).collect();
+                if keys.is_empty() {
+                    continue;
+                }
+                let s: Vec<f64> = keys
+                    .iter()
+                    .map(|&j| {
+                        let r = rows[j + t - 1 - i] as usize;
+                        (dot(at(i, 0), at(j, 1)) + dot(at(i, 0), pat(r, 1)) + dot(at(j, 1), pat(r, 0))) / (3.0 * d as f64).sqrt()
+                    })
+                    .collect();
+                let mx = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for c in 0..d {
+                    let v: f64 = keys.iter().zip(&e).map(|(&j, &w)| w * at(j, 2)[c] as f64).sum();
+                    out[(bi * t + i) * h + hd * d + c] = (v / sum) as f32;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The engine's own GPU load of a DeBERTa folder: its matrices written into device memory as the file is read (the
+/// q/k/v `*_proj` joined there, the relative table kept on the host for its LayerNorm), the load-time check against
+/// the CPU backend passed (`device_reason` None), and the embeddings those of PyTorch.
+#[test]
+fn the_engine_places_a_deberta_on_the_gpu() {
+    use bertgpu::engine::{Device, Engine};
+    use bertgpu::loader::{LoadOptions, ModelSource};
+    if gpu().is_none() {
+        return;
+    }
+    let d = dir("tiny-deberta-model");
+    let e = block_on(Engine::load(ModelSource::Path(&d), &LoadOptions::default(), Device::Gpu)).unwrap();
+    assert_eq!((e.device(), e.device_reason()), ("gpu", None));
+    let cases = golden()["model_embeddings"].as_array().unwrap().clone();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
+    let got = block_on(e.embed(&texts, &opts)).unwrap().concat();
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    family::close("deberta engine on the gpu, mean embeddings", &got, &want, GPU_ATOL, 0.0);
+}
