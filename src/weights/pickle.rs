@@ -4,11 +4,13 @@
 //! BUILD may change are the [`Loader`]'s to allow or refuse ([`super::torch_bin`] allows a state dict's few names).
 //! Whatever a pickle names, nothing is looked up or called: an allowed name becomes a value of the loader's own.
 //!
-//! Everything is bounded, so a hostile file cannot exhaust memory or time: the pickle's bytes (the caller's
-//! `len`, at most [`MAX_PICKLE_BYTES`]), the stack and the marks ([`MAX_STACK`]), the memo ([`MAX_MEMO`]), and the
-//! elements copied when a container the memo shares is changed ([`MAX_COPIES`]: values are shared, not copied, so a
-//! pickle that fetches one list over and over costs a pointer each time). A string's length is checked against the
-//! bytes left before anything is allocated for it.
+//! Everything is bounded, so a hostile file cannot exhaust memory, time or the call stack: the pickle's bytes (the
+//! caller's `len`, at most [`MAX_PICKLE_BYTES`]), the stack and the marks ([`MAX_STACK`]), the memo ([`MAX_MEMO`]),
+//! the elements copied when a container the memo shares is changed ([`MAX_COPIES`]: values are shared, not copied,
+//! so a pickle that fetches one list over and over costs a pointer each time), and how deep containers nest
+//! ([`MAX_DEPTH`]: dropping a value recurses through them). A string's length is checked against the bytes left
+//! before anything is allocated for it. Values are never changed where the memo also holds them (copy on write), so
+//! no value can hold itself.
 //!
 //! Opcodes that make objects of classes (INST, OBJ, NEWOBJ, NEWOBJ_EX), the extension registry (EXT1/2/4), the text
 //! protocol-0 forms and byte strings are refused by name: a state dict is written without them.
@@ -27,6 +29,8 @@ pub const MAX_STACK: usize = 100_000;
 pub const MAX_MEMO: usize = 1 << 20;
 /// The most elements copied, in all, when a container that the memo also holds is changed (copy on write).
 pub const MAX_COPIES: usize = 1 << 22;
+/// The deepest containers may nest (a state dict's are four deep).
+pub const MAX_DEPTH: u32 = 256;
 /// The longest module or class name GLOBAL may give.
 const MAX_NAME: usize = 256;
 
@@ -40,11 +44,31 @@ pub enum Value<O> {
     BigInt(Rc<[u8]>),
     Float(f64),
     Str(Rc<str>),
-    Tuple(Rc<[Value<O>]>),
-    List(Rc<Vec<Value<O>>>),
+    Tuple(Rc<Items<Value<O>>>),
+    List(Rc<Items<Value<O>>>),
     /// A dict (or an OrderedDict) in the order its items came; a repeated key is the loader's to refuse.
-    Dict(Rc<Vec<(Value<O>, Value<O>)>>),
+    Dict(Rc<Items<(Value<O>, Value<O>)>>),
     Obj(O),
+}
+
+/// A container's items (a slice, through `Deref`), and how deep the containers it holds nest, itself included.
+#[derive(Clone, Debug)]
+pub struct Items<T> {
+    depth: u32,
+    items: Vec<T>,
+}
+
+impl<T> std::ops::Deref for Items<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.items
+    }
+}
+
+impl<T> Default for Items<T> {
+    fn default() -> Self {
+        Items { depth: 1, items: Vec::new() }
+    }
 }
 
 impl<O> Value<O> {
@@ -62,6 +86,29 @@ impl<O> Value<O> {
             Value::Obj(_) => "an object",
         }
     }
+
+    /// How deep the containers in this value nest (0: not a container).
+    fn depth(&self) -> u32 {
+        match self {
+            Value::Tuple(t) | Value::List(t) => t.depth,
+            Value::Dict(d) => d.depth,
+            _ => 0,
+        }
+    }
+}
+
+/// The depth of a container holding values of depths `inner`, refused past [`MAX_DEPTH`].
+fn deeper(inner: impl Iterator<Item = u32>, what: &str) -> Result<u32> {
+    let d = 1 + inner.max().unwrap_or(0);
+    if d > MAX_DEPTH {
+        return Err(bad(what, format!("containers nested more than {MAX_DEPTH} deep")));
+    }
+    Ok(d)
+}
+
+/// A tuple or list of `items`.
+fn seq<O>(items: Vec<Value<O>>, what: &str) -> Result<Rc<Items<Value<O>>>> {
+    Ok(Rc::new(Items { depth: deeper(items.iter().map(Value::depth), what)?, items }))
 }
 
 /// What a pickle may name and do, beyond plain data: each method either makes a value of the loader's own or
@@ -208,7 +255,10 @@ impl<L: Loader> Machine<L> {
         };
         self.charge(copies.0, copies.1, what)?;
         if let Value::List(l) = self.top(what)? {
-            Rc::make_mut(l).extend(items);
+            let depth = deeper(items.iter().map(Value::depth), what)?.max(l.depth);
+            let l = Rc::make_mut(l);
+            l.depth = depth;
+            l.items.extend(items);
         }
         Ok(())
     }
@@ -222,10 +272,12 @@ impl<L: Loader> Machine<L> {
         };
         self.charge(copies.0, copies.1, what)?;
         if let Value::Dict(d) = self.top(what)? {
+            let depth = deeper(items.iter().map(Value::depth), what)?.max(d.depth);
             let d = Rc::make_mut(d);
+            d.depth = depth;
             let mut it = items.into_iter();
             while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                d.push((k, v));
+                d.items.push((k, v));
             }
         }
         Ok(())
@@ -273,18 +325,18 @@ pub fn load<L: Loader>(r: &mut impl Read, len: u64, loader: &mut L, what: &str) 
             }
             b'}' => m.push(Value::Dict(Rc::default()), what)?,
             b']' => m.push(Value::List(Rc::default()), what)?,
-            b')' => m.push(Value::Tuple(Rc::from(Vec::new())), what)?,
+            b')' => m.push(Value::Tuple(Rc::default()), what)?,
             b't' => {
                 let items = m.pop_mark(what)?;
-                m.push(Value::Tuple(items.into()), what)?;
+                m.push(Value::Tuple(seq(items, what)?), what)?;
             }
             0x85..=0x87 => {
                 let items = m.pop_n((op - 0x84) as usize, what)?;
-                m.push(Value::Tuple(items.into()), what)?;
+                m.push(Value::Tuple(seq(items, what)?), what)?;
             }
             b'l' => {
                 let items = m.pop_mark(what)?;
-                m.push(Value::List(Rc::new(items)), what)?;
+                m.push(Value::List(seq(items, what)?), what)?;
             }
             b'd' => {
                 let items = m.pop_mark(what)?;
@@ -491,6 +543,14 @@ mod tests {
     fn bounds_hold() {
         let deep = [b"\x80\x02".to_vec(), vec![b'('; MAX_STACK + 1], b".".to_vec()].concat();
         assert!(run(&deep).unwrap_err().to_string().contains("on its stack"));
+        // A tuple in a tuple in a tuple ... a million deep (one byte a level): refused at MAX_DEPTH, never dropped
+        // recursively a million deep.
+        let nested = [b"\x80\x02)".to_vec(), vec![0x85; 1_000_000], b".".to_vec()].concat();
+        assert!(run(&nested).unwrap_err().to_string().contains("nested more than 256 deep"));
+        let nested = [b"\x80\x02]".to_vec(), [b"]".to_vec(), b"a".to_vec()].concat().repeat(300), b".".to_vec()].concat();
+        assert!(run(&nested).is_ok(), "lists appended to lists: 2 deep");
+        let nested = [b"\x80\x02".to_vec(), b"]".repeat(300), b"a".repeat(299), b".".to_vec()].concat();
+        assert!(run(&nested).unwrap_err().to_string().contains("nested more than 256 deep"));
         // A list of 1,000 items fetched from the memo and appended to, over and over: each copy is charged.
         let mut p = b"\x80\x02](".to_vec();
         p.extend(std::iter::repeat_n(&b"K\x01"[..], 1000).flatten());

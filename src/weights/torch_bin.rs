@@ -648,6 +648,9 @@ impl<S: ByteSource + ?Sized> Read for SourceReader<'_, S> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let len = self.src.byte_len() as u64;
         let n = (len.saturating_sub(self.pos)).min(buf.len() as u64) as usize;
+        if n == 0 {
+            return Ok(0); // at or past the end (a seek may go past it)
+        }
         self.src.read(self.pos as usize, &mut buf[..n]);
         self.pos += n as u64;
         Ok(n)
