@@ -1,10 +1,11 @@
 //! A checkpoint saved in pieces: `model.safetensors.index.json` (transformers' `save_pretrained(max_shard_size=...)`,
-//! the hub's larger models) maps each tensor to the shard file that holds it; every shard is a whole safetensors
-//! file, read as `model.safetensors` is. Older checkpoints' `pytorch_model.bin.index.json` does the same for
-//! `pytorch_model-0000i-of-0000n.bin` shards, each read as `pytorch_model.bin` is ([`super::torch_bin`]). The shards' tensors are joined into one [`Weights`] after checking them
-//! against the index: a shard the index names but the caller could not give, a tensor found in two shards, a tensor
-//! in a shard other than the one the index names, and a tensor the index lists but its shard lacks are each an error
-//! that names it, never a model quietly missing a weight or holding the wrong one.
+//! the hub's larger models) maps each tensor to the shard file that holds it; every shard is a whole safetensors file,
+//! read as `model.safetensors` is. Older checkpoints' `pytorch_model.bin.index.json` does the same for
+//! `pytorch_model-0000i-of-0000n.bin` shards, each read as `pytorch_model.bin` is ([`super::torch_bin`]). The shards'
+//! tensors are joined into one [`Weights`] after checking them against the index: a shard the index names but the
+//! caller could not give, a tensor found in two shards, a tensor in a shard other than the one the index names, and a
+//! tensor the index lists but its shard lacks are each an error that names it, never a model quietly missing a weight
+//! or holding the wrong one.
 //!
 //! The index is a file from the network (the browser fetches it), so its size, the number of its entries and of the
 //! shards it names are bounded, and a shard's name must be a plain file name in the same folder (no path).
