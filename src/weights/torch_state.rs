@@ -309,7 +309,7 @@ pub(super) fn state_dict(root: Value<Obj>, budget: u64, what: &str) -> Result<Ve
         if !seen.insert(name.clone()) {
             return Err(err(what, format!("its state dict names `{name}` twice")));
         }
-        total += check_extent(name, t, what)?;
+        total = total.saturating_add(check_extent(name, t, what)?);
         if total > budget {
             return Err(err(what, format!(
                 "its tensors (up to `{name}`) have {total} elements, more than a file of its size can give ({budget}): \

@@ -233,6 +233,10 @@ HOSTILE = {
     # A dimension of 2^40 (2^80 elements: more than any memory) on a storage of 4 floats.
     "huge_dim.bin": lambda p: archive(p, state_dict([("w", tensor("0", 4, [1 << 40, 1 << 40], [1 << 40, 1]))]),
                                       [("0", b"\0" * 16)]),
+    # A broadcast (strides 0) of 2^62 elements of a storage of one float: within the storage, but more elements than
+    # a file of this size can give.
+    "broadcast.bin": lambda p: archive(p, state_dict([("w", tensor("0", 1, [1 << 31, 1 << 31], [0, 0]))]),
+                                       [("0", b"\0" * 4)]),
     # The storage the pickle names is not in the archive.
     "missing_storage.bin": lambda p: archive(p, state_dict([("w", tensor("7", 4, [4], [1]))]), [("0", b"\0" * 16)]),
     # Two hundred thousand marks deep: the stack machine's bound, not the memory, refuses it.
