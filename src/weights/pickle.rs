@@ -126,13 +126,13 @@ pub trait Loader {
 }
 
 /// The bytes of a pickle, counted and bounded.
-struct Input<'r, R: Read> {
-    r: &'r mut R,
+struct Input<'r> {
+    r: &'r mut dyn Read,
     pos: u64,
     len: u64,
 }
 
-impl<R: Read> Input<'_, R> {
+impl Input<'_> {
     fn bytes(&mut self, n: u64, what: &str) -> Result<Vec<u8>> {
         if n > self.len - self.pos {
             return Err(truncated(what));
@@ -297,8 +297,9 @@ impl<L: Loader> Machine<L> {
 }
 
 /// Runs the pickle that starts at `r` (of at most `len` bytes from there) to its STOP: the value it built, and the
-/// number of bytes it took. `what` names the file in every error.
-pub fn load<L: Loader>(r: &mut impl Read, len: u64, loader: &mut L, what: &str) -> Result<(Value<L::Obj>, u64)> {
+/// number of bytes it took. `what` names the file in every error. (`r` is a `dyn Read`, so that the machine is
+/// compiled once per loader, not once per reader: a wasm module carries every copy.)
+pub fn load<L: Loader>(r: &mut dyn Read, len: u64, loader: &mut L, what: &str) -> Result<(Value<L::Obj>, u64)> {
     let mut inp = Input { r, pos: 0, len: len.min(MAX_PICKLE_BYTES) };
     let mut m: Machine<L> = Machine { stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), copies: 0 };
     loop {

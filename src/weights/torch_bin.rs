@@ -41,8 +41,13 @@ pub fn is_torch_bin(head: &[u8]) -> bool {
     head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") || head.starts_with(&[0x80, 0x02, 0x8a, 0x0a])
 }
 
+/// A reader that can seek, as a trait object: the readers below are compiled once, whatever the file comes from (a
+/// wasm module carries every copy of generic code).
+pub(crate) trait ReadSeek: Read + Seek {}
+impl<T: Read + Seek> ReadSeek for T {}
+
 /// The tensors of the checkpoint `r` (`len` bytes), either format; `what` names it in every error.
-pub(crate) fn read<R: Read + Seek>(mut r: R, len: u64, what: &str) -> Result<Vec<(String, Entry)>> {
+pub(crate) fn read(r: &mut dyn ReadSeek, len: u64, what: &str) -> Result<Vec<(String, Entry)>> {
     let mut head = [0u8; 4];
     let n = (len as usize).min(4);
     r.read_exact(&mut head[..n]).map_err(|e| err(what, format!("cannot be read ({e})")))?;
@@ -62,7 +67,7 @@ fn damaged(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 /// torch.save's zip archive.
-fn read_zip<R: Read + Seek>(r: R, len: u64, what: &str) -> Result<Vec<(String, Entry)>> {
+fn read_zip(r: std::io::BufReader<&mut dyn ReadSeek>, len: u64, what: &str) -> Result<Vec<(String, Entry)>> {
     let mut zip = zip::ZipArchive::new(r).map_err(|e| damaged(what, e))?;
     if zip.len() > MAX_ENTRIES {
         return Err(err(what, format!("its zip archive has {} entries, more than the {MAX_ENTRIES} allowed", zip.len())));
@@ -98,7 +103,7 @@ fn read_zip<R: Read + Seek>(r: R, len: u64, what: &str) -> Result<Vec<(String, E
     let (root, _) = pickle::load(&mut &pickle[..], pickle.len() as u64, &mut loader, what)?;
     drop(pickle);
     let refs = state_dict(root, element_budget(len), what)?;
-    build(refs, |s| {
+    build(refs, &mut |s| {
         let name = format!("{prefix}/data/{}", s.key);
         let mut f = match zip.by_name(&name) {
             Ok(f) => f,
@@ -130,7 +135,7 @@ fn read_zip<R: Read + Seek>(r: R, len: u64, what: &str) -> Result<Vec<(String, E
 }
 
 /// One pickle of the format before 1.6, from `*pos`, which moves past it.
-fn next_pickle<R: Read>(r: &mut R, pos: &mut u64, len: u64, loader: &mut Torch<'_>) -> Result<Value<Obj>> {
+fn next_pickle(r: &mut dyn Read, pos: &mut u64, len: u64, loader: &mut Torch<'_>) -> Result<Value<Obj>> {
     let (v, n) = pickle::load(r, len - *pos, loader, loader.what)?;
     *pos += n;
     Ok(v)
@@ -138,7 +143,7 @@ fn next_pickle<R: Read>(r: &mut R, pos: &mut u64, len: u64, loader: &mut Torch<'
 
 /// The format before torch 1.6: the magic number, the protocol version, the system's byte order, the state dict,
 /// the storages' keys (five pickles), then each storage's element count and elements, in the keys' order.
-fn read_legacy<R: Read + Seek>(mut r: R, len: u64, what: &str) -> Result<Vec<(String, Entry)>> {
+fn read_legacy(mut r: std::io::BufReader<&mut dyn ReadSeek>, len: u64, what: &str) -> Result<Vec<(String, Entry)>> {
     let mut loader = Torch::new(what);
     let mut pos = 0;
     let magic = next_pickle(&mut r, &mut pos, len, &mut loader)?;
@@ -185,7 +190,7 @@ fn read_legacy<R: Read + Seek>(mut r: R, len: u64, what: &str) -> Result<Vec<(St
         }
         pos = end;
     }
-    build(refs, |s| {
+    build(refs, &mut |s| {
         let Some(&from) = at.get(&s.key) else {
             return Err(err(what, format!("its pickle names storage `{}`, which its list of storages lacks", s.key)));
         };
@@ -195,12 +200,12 @@ fn read_legacy<R: Read + Seek>(mut r: R, len: u64, what: &str) -> Result<Vec<(St
 }
 
 /// A [`ByteSource`] as a reader that can seek (what the zip crate reads).
-struct SourceReader<'a, S: ?Sized> {
-    src: &'a S,
+struct SourceReader<'a> {
+    src: &'a dyn ByteSource,
     pos: u64,
 }
 
-impl<S: ByteSource + ?Sized> Read for SourceReader<'_, S> {
+impl Read for SourceReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let len = self.src.byte_len() as u64;
         let n = (len.saturating_sub(self.pos)).min(buf.len() as u64) as usize;
@@ -213,7 +218,7 @@ impl<S: ByteSource + ?Sized> Read for SourceReader<'_, S> {
     }
 }
 
-impl<S: ByteSource + ?Sized> Seek for SourceReader<'_, S> {
+impl Seek for SourceReader<'_> {
     fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
         let len = self.src.byte_len() as u64;
         let at = match to {
@@ -228,7 +233,23 @@ impl<S: ByteSource + ?Sized> Seek for SourceReader<'_, S> {
 
 /// The tensors of a checkpoint's bytes (`what`: its name in errors).
 pub(crate) fn read_source(src: &(impl ByteSource + ?Sized), what: &str) -> Result<Vec<(String, Entry)>> {
-    read(SourceReader { src, pos: 0 }, src.byte_len() as u64, what)
+    read_dyn(&Forward(src), what)
+}
+
+fn read_dyn(src: &dyn ByteSource, what: &str) -> Result<Vec<(String, Entry)>> {
+    read(&mut SourceReader { src, pos: 0 }, src.byte_len() as u64, what)
+}
+
+/// Any [`ByteSource`] (a slice too) as a `dyn ByteSource`.
+struct Forward<'a, S: ?Sized>(&'a S);
+
+impl<S: ByteSource + ?Sized> ByteSource for Forward<'_, S> {
+    fn byte_len(&self) -> usize {
+        self.0.byte_len()
+    }
+    fn read(&self, at: usize, out: &mut [u8]) {
+        self.0.read(at, out)
+    }
 }
 
 pub(crate) fn into_weights(entries: Vec<(String, Entry)>) -> Weights {
@@ -270,9 +291,9 @@ impl Weights {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn from_torch_bin_file(path: &std::path::Path) -> Result<Weights> {
         let cannot = |e| Error::io(format!("cannot read weights file {}", path.display()), e);
-        let file = std::fs::File::open(path).map_err(cannot)?;
+        let mut file = std::fs::File::open(path).map_err(cannot)?;
         let len = file.metadata().map_err(cannot)?.len();
-        read(file, len, &path.display().to_string()).map(into_weights)
+        read(&mut file, len, &path.display().to_string()).map(into_weights)
     }
 }
 

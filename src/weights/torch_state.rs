@@ -360,7 +360,7 @@ pub(super) enum Buf {
 }
 
 /// `numel` elements of `dtype` (f32, f16 or bf16) from `r`, swapped where the file's byte order is not this machine's.
-pub(super) fn read_buf(r: &mut impl Read, dtype: Dtype, numel: usize, big_endian: bool, what: &str, key: &str) -> Result<Buf> {
+pub(super) fn read_buf(r: &mut dyn Read, dtype: Dtype, numel: usize, big_endian: bool, what: &str, key: &str) -> Result<Buf> {
     let swap = big_endian != cfg!(target_endian = "big");
     let short = |e: std::io::Error| err(what, format!("storage `{key}` cannot be read ({e}): the file is truncated or \
         damaged; download it again"));
@@ -413,7 +413,7 @@ fn gather<T: Copy>(src: &[T], start: usize, shape: &[usize], stride: &[usize], n
 
 /// The tensors of `refs`, each storage read once through `read` (in the order the state dict first names them) and
 /// dropped once its tensors are copied out; a storage that one tensor covers whole becomes that tensor's data.
-pub(super) fn build(refs: Vec<(String, Rc<TensorRef>)>, mut read: impl FnMut(&Storage) -> Result<Buf>) -> Result<Vec<(String, Entry)>> {
+pub(super) fn build(refs: Vec<(String, Rc<TensorRef>)>, read: &mut dyn FnMut(&Storage) -> Result<Buf>) -> Result<Vec<(String, Entry)>> {
     let mut order: Vec<Rc<str>> = Vec::new();
     let mut users: HashMap<Rc<str>, Vec<usize>> = HashMap::new();
     for (i, (_, t)) in refs.iter().enumerate() {

@@ -53,7 +53,7 @@ const SCRIPT = `
     const mean = (await bert.embed(JSON.parse(texts), { pooling: "mean", normalize: false })).map((v) => Array.from(v));
     const scores = [];
     for (const t of JSON.parse(texts)) scores.push(await bert.classify(t, { topK: 3 }));
-    const exported = Object.keys(await bert.exportModel()).sort();
+    const exported = await bert.exportModel().then((f) => Object.keys(f).sort(), (e) => e.message);
     console.log(JSON.stringify({ mean, scores, exported }));
     bert.dispose();
   } catch (e) {
