@@ -34,13 +34,14 @@ export type ModelBytes =
       tokenizerConfig?: Bytes;
       /** sentence-transformers' files by their path in the folder ("modules.json", "1_Pooling/config.json", ...). */
       sentence?: Record<string, Bytes>;
-      /** model.safetensors */
+      /** model.safetensors, or pytorch_model.bin (its first bytes say which) */
       weights: Bytes;
     }
   | { gguf: Bytes };
 
 /**
- * The base URL of a Hugging Face-style folder (config.json, tokenizer.json or vocab.txt, model.safetensors), a .gguf
+ * The base URL of a Hugging Face-style folder (config.json, tokenizer.json or vocab.txt, model.safetensors; where a
+ * folder has no safetensors weights, its pytorch_model.bin, whose pickle is read as data and never run), a .gguf
  * URL, a Hugging Face repo id ("owner/name", fetched from the hub's resolve/main/ URLs), or the bytes.
  * Relative URLs must start with "./", "../" or "/" (otherwise "a/b" is read as a repo id). In Node.js also a local
  * path (absolute, or "./" / "../" against the working directory) of a folder or a .gguf file, and file: URLs.
@@ -84,9 +85,11 @@ export interface LoadOptions {
   /**
    * Pinned SHA-256 digests (64 hex digits) by file name, e.g. `{ "model.safetensors": "9f86d0..." }` (names as in the
    * folder: config.json, tokenizer_config.json, tokenizer.json, vocab.txt, model.safetensors, or for a folder saved
-   * in shards model.safetensors.index.json and the shards it names, and sentence-transformers' modules.json,
+   * in shards model.safetensors.index.json and the shards it names, or for a folder without safetensors weights
+   * pytorch_model.bin, or pytorch_model.bin.index.json and its shards, and sentence-transformers' modules.json,
    * sentence_bert_config.json, config_sentence_transformers.json and the modules' files such as
-   * "2_Dense/model.safetensors"; for a .gguf URL its file name). Each pinned file is checked before it is used or
+   * "2_Dense/model.safetensors" or "2_Dense/pytorch_model.bin"; for a .gguf URL its file name). A pin on a weights
+   * file says which one the folder must have. Each pinned file is checked before it is used or
    * cached, a cached copy too (one that does not match is downloaded again); a mismatch rejects the load. A pinned
    * file must exist. Needs a secure context (https or
    * localhost) for `crypto.subtle`. Not for bytes sources.

@@ -358,7 +358,7 @@ export class Bert {
     // Loading (and reloading after a lost device) reads shards; training and exporting take one model.safetensors.
     if (method && files.weights?.shards) {
       files.weights.free();
-      throw new Error(`${method}: this model was loaded from shards (model.safetensors.index.json), which ${method} `
+      throw new Error(`${method}: this model was loaded from shards (${files.weights.indexName}), which ${method} `
         + "does not read yet: save it as one model.safetensors first (transformers' save_pretrained with a larger "
         + "max_shard_size)");
     }
@@ -632,7 +632,9 @@ export class Bert {
           files.tokenizerConfig, files.weights, opts.dtype ?? "q8_0"));
         return { "model.gguf": gguf };
       }
-      const names = { config: "config.json", weights: "model.safetensors", tokenizer: "tokenizer.json",
+      // A folder loaded from pytorch_model.bin gives its bytes back under that name (the training calls' results are
+      // model.safetensors: _tuned holds no weightsName).
+      const names = { config: "config.json", weights: files.weightsName ?? "model.safetensors", tokenizer: "tokenizer.json",
         vocab: "vocab.txt", tokenizerConfig: "tokenizer_config.json", adapterConfig: "adapter_config.json",
         adapterWeights: "adapter_model.safetensors" };
       const out = {};

@@ -19,8 +19,10 @@ async function checkLocalFolder(base) {
 }
 
 /** The files a folder source may fetch, in the order they are fetched: the only URLs `Bert.load` asks for (and,
- * where there is no model.safetensors, the index of shards and the shards it names). */
-export const FOLDER_FILES = ["config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt", "model.safetensors"];
+ * where there is no model.safetensors, the index of shards and the shards it names; where there is neither,
+ * pytorch_model.bin, else its index of shards and the shards it names). */
+export const FOLDER_FILES = ["config.json", "tokenizer_config.json", "tokenizer.json", "vocab.txt", "model.safetensors",
+  "pytorch_model.bin"];
 
 /** A checkpoint saved in shards: this index names them (src/weights/sharded.rs checks it again, and the shards). */
 export const SHARD_INDEX = "model.safetensors.index.json";
@@ -29,6 +31,16 @@ const MAX_INDEX_BYTES = 8 << 20;
 const MAX_SHARDS = 1000;
 /** A shard's name: a plain .safetensors file name beside the index (no path), as src/weights/sharded.rs requires. */
 const SHARD_NAME = /^[A-Za-z0-9_-][A-Za-z0-9_.-]*\.safetensors$/;
+/** An older checkpoint's weights: torch.save's pickle, which the module reads as data and never runs
+ * (src/weights/torch_bin.rs); fetched only where the folder has no safetensors weights. */
+const TORCH_BIN = "pytorch_model.bin";
+/** ... and saved in shards: their index, and a shard's name (a plain .bin file name beside it). */
+const TORCH_SHARD_INDEX = "pytorch_model.bin.index.json";
+const TORCH_SHARD_NAME = /^[A-Za-z0-9_-][A-Za-z0-9_.-]*\.bin$/;
+/** The two kinds of shards: their index, their names, and whether they stream into the module as they arrive (a
+ * .bin is read from its bytes once it is whole). */
+const SAFETENSORS_SHARDS = { index: SHARD_INDEX, name: SHARD_NAME, ext: ".safetensors", stream: true };
+const TORCH_SHARDS = { index: TORCH_SHARD_INDEX, name: TORCH_SHARD_NAME, ext: ".bin", stream: false };
 
 /** The file name a .gguf URL is known by (in progress events and `sha256`). */
 function ggufName(url) {
@@ -56,11 +68,12 @@ export function checkLoadOptions(resolved, { sha256, maxBytes } = {}) {
   const out = {};
   for (const [name, hex] of Object.entries(sha256)) {
     // A folder's shards are known once its index is read: a pin of a name the index does not give is refused then.
-    const shard = folder && (name === SHARD_INDEX || (SHARD_NAME.test(name) && !names.includes(name)));
+    const shard = folder && ([SHARD_INDEX, TORCH_SHARD_INDEX].includes(name)
+      || ((SHARD_NAME.test(name) || TORCH_SHARD_NAME.test(name)) && !names.includes(name)));
     if (!names.includes(name) && !(folder && sentenceFile(name)) && !shard) {
       throw new TypeError(`Bert.load: sha256 names "${name}", which this source does not fetch `
         + `(it fetches ${names.join(", ")}${folder ? `; and sentence-transformers' ${SENTENCE_FILES.join(", ")} and `
-          + "a module's FOLDER/config.json or FOLDER/model.safetensors" : ""})`);
+          + "a module's FOLDER/config.json, FOLDER/model.safetensors or FOLDER/pytorch_model.bin" : ""})`);
     }
     if (typeof hex !== "string" || !/^[0-9a-fA-F]{64}$/.test(hex)) {
       throw new TypeError(`Bert.load: sha256["${name}"] must be 64 hex digits (a SHA-256 digest)`);
@@ -170,53 +183,67 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
       throw new Error(`Bert.load: sha256 pins "${name}", which ${resolved.base}'s modules.json does not list`);
     }
   }
-  // model.safetensors, else the index of shards and each shard (a pin on either says which the folder must have).
-  const shardPins = Object.keys(limits.sha256 ?? {}).filter((n) => n === SHARD_INDEX || SHARD_NAME.test(n)
-    && n !== "model.safetensors");
-  const single = shardPins.length ? null : await fetchFile(at("model.safetensors"), "model.safetensors",
-    { ...pinned("model.safetensors"), optional: true, cacheFirst,
+  // The weights, safetensors first: model.safetensors, else its index of shards and each shard; else
+  // pytorch_model.bin, else its index and shards. A pin on any of them says which the folder must have.
+  const pins = Object.keys(limits.sha256 ?? {});
+  const shardPins = pins.filter((n) => n === SHARD_INDEX || SHARD_NAME.test(n) && n !== "model.safetensors");
+  const binPins = pins.filter((n) => n === TORCH_SHARD_INDEX || TORCH_SHARD_NAME.test(n));
+  const binShardPins = binPins.filter((n) => n !== TORCH_BIN);
+  const single = shardPins.length || binPins.length ? null : await fetchFile(at("model.safetensors"),
+    "model.safetensors", { ...pinned("model.safetensors"), optional: true, cacheFirst,
       stream: stream && ((o) => stream({ ...o, gguf: false })) });
-  files.weights = single ?? await fetchShards(resolved.base, at, pinned, limits, stream);
+  let weights = single ?? (binPins.length ? null : await fetchShards(at, pinned, limits, stream, SAFETENSORS_SHARDS));
+  if (!weights && !shardPins.length) {
+    // Fetched whole, with the same maxBytes and pin as model.safetensors: the module reads its zip's entries from
+    // the bytes (src/weights/torch_bin.rs), which say which format they are.
+    const bin = binShardPins.length ? null : await fetchFile(at(TORCH_BIN), TORCH_BIN, { ...pinned(TORCH_BIN),
+      optional: true });
+    weights = bin ?? await fetchShards(at, pinned, limits, stream, TORCH_SHARDS);
+    if (weights) files.weightsName = TORCH_BIN;
+  }
+  if (!weights) {
+    throw new Error(`Bert.load: ${resolved.base} has no weights: none of model.safetensors, ${SHARD_INDEX}, `
+      + `${TORCH_BIN} or ${TORCH_SHARD_INDEX}`);
+  }
+  files.weights = weights;
   return files;
 }
 
 /**
- * A folder saved in shards: model.safetensors.index.json, then each shard it names, each a file as
- * model.safetensors is (maxBytes each, its pin if any), read into a stream on the host (one GPU device per load:
- * a stream placed on the device acquires its own). Resolves to `{ index, shards: [[name, bytes | stream], ...],
- * free() }`, which the module checks against the index and joins (src/wasm/mod.rs).
+ * A folder saved in shards (`kind`: SAFETENSORS_SHARDS or TORCH_SHARDS): model.safetensors.index.json (or
+ * pytorch_model.bin.index.json), then each shard it names, each a file as model.safetensors (pytorch_model.bin) is
+ * (maxBytes each, its pin if any), a safetensors shard read into a stream on the host (one GPU device per load: a
+ * stream placed on the device acquires its own). Resolves to `{ index, indexName, shards: [[name, bytes | stream],
+ * ...], free() }`, which the module checks against the index and joins (src/wasm/mod.rs), or null where the folder
+ * has no such index.
  */
-async function fetchShards(base, at, pinned, limits, stream) {
-  const index = await fetchFile(at(SHARD_INDEX), SHARD_INDEX,
-    { ...pinned(SHARD_INDEX), optional: true, maxBytes: Math.min(limits.maxBytes, MAX_INDEX_BYTES) });
-  if (!index) {
-    throw new Error(`Bert.load: ${base} has neither model.safetensors nor ${SHARD_INDEX}; a folder whose weights `
-      + "are only pytorch_model.bin must be converted once: python -c \"import torch; from safetensors.torch import "
-      + "save_file; sd = torch.load('pytorch_model.bin', weights_only=True); save_file({k: v.clone().contiguous() "
-      + "for k, v in sd.items()}, 'model.safetensors')\"");
-  }
+async function fetchShards(at, pinned, limits, stream, kind) {
+  const indexFile = kind.index;
+  const index = await fetchFile(at(indexFile), indexFile,
+    { ...pinned(indexFile), optional: true, maxBytes: Math.min(limits.maxBytes, MAX_INDEX_BYTES) });
+  if (!index) return null;
   let map;
   try {
     map = JSON.parse(new TextDecoder().decode(index)).weight_map;
   } catch (e) {
-    throw new Error(`Bert.load: ${SHARD_INDEX} is not valid JSON (${e.message})`);
+    throw new Error(`Bert.load: ${indexFile} is not valid JSON (${e.message})`);
   }
   if (map == null || typeof map !== "object" || Array.isArray(map)) {
-    throw new Error(`Bert.load: ${SHARD_INDEX} has no weight_map (tensor name → shard file)`);
+    throw new Error(`Bert.load: ${indexFile} has no weight_map (tensor name → shard file)`);
   }
   const names = [...new Set(Object.values(map))].sort();
   if (names.length > MAX_SHARDS) {
-    throw new Error(`Bert.load: ${SHARD_INDEX} names ${names.length} shard files, more than the ${MAX_SHARDS} allowed`);
+    throw new Error(`Bert.load: ${indexFile} names ${names.length} shard files, more than the ${MAX_SHARDS} allowed`);
   }
-  const bad = names.find((n) => typeof n !== "string" || !SHARD_NAME.test(n));
+  const bad = names.find((n) => typeof n !== "string" || !kind.name.test(n));
   if (bad !== undefined) {
-    throw new Error(`Bert.load: ${SHARD_INDEX} names the shard ${JSON.stringify(bad)}: a shard must be a `
-      + ".safetensors file in the index's own folder (no path)");
+    throw new Error(`Bert.load: ${indexFile} names the shard ${JSON.stringify(bad)}: a shard must be a `
+      + `${kind.ext} file in the index's own folder (no path)`);
   }
-  const unknown = Object.keys(limits.sha256 ?? {}).find((n) => SHARD_NAME.test(n) && n !== "model.safetensors"
-    && !names.includes(n));
+  const unknown = Object.keys(limits.sha256 ?? {}).find((n) => kind.name.test(n)
+    && !["model.safetensors", TORCH_BIN].includes(n) && !names.includes(n));
   if (unknown) {
-    throw new Error(`Bert.load: sha256 names "${unknown}", which ${SHARD_INDEX} does not name (it names `
+    throw new Error(`Bert.load: sha256 names "${unknown}", which ${indexFile} does not name (it names `
       + `${names.join(", ")})`);
   }
   const shards = [];
@@ -224,13 +251,13 @@ async function fetchShards(base, at, pinned, limits, stream) {
   try {
     for (const name of names) {
       shards.push([name, await fetchFile(at(name), name, { ...pinned(name),
-        stream: stream && ((o) => stream({ ...o, gguf: false, shard: true })) })]);
+        stream: kind.stream && stream && ((o) => stream({ ...o, gguf: false, shard: true })) })]);
     }
   } catch (e) {
     free();
     throw e;
   }
-  return { index, shards, free };
+  return { index, indexName: indexFile, shards, free };
 }
 
 /**
@@ -239,10 +266,12 @@ async function fetchShards(base, at, pinned, limits, stream) {
  */
 export const SENTENCE_FILES = ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"];
 
-/** Modules whose folder holds files the model needs (their config.json; a Dense's weights too). */
+/** Modules whose folder holds files the model needs (their config.json; a Dense's weights too: model.safetensors,
+ * else the pytorch_model.bin of sentence-transformers 2.x, read as data). An array: the first of them the folder
+ * has (or the one pinned). */
 const MODULE_FILES = {
   Pooling: ["config.json"],
-  Dense: ["config.json", "model.safetensors"],
+  Dense: ["config.json", ["model.safetensors", TORCH_BIN]],
   SpladePooling: ["config.json"],
 };
 
@@ -253,7 +282,8 @@ const MODULE_FOLDER = /^[A-Za-z0-9_-][A-Za-z0-9_.-]*$/;
 function sentenceFile(name) {
   if (SENTENCE_FILES.includes(name)) return true;
   const [dir, file, ...rest] = name.split("/");
-  return rest.length === 0 && MODULE_FOLDER.test(dir ?? "") && ["config.json", "model.safetensors"].includes(file);
+  return rest.length === 0 && MODULE_FOLDER.test(dir ?? "")
+    && ["config.json", "model.safetensors", TORCH_BIN].includes(file);
 }
 
 /** At most this many modules are read from a modules.json (the module refuses more, by name). */
@@ -282,9 +312,15 @@ async function fetchSentenceFiles(at, pinned) {
     const wanted = MODULE_FILES[kind];
     if (!wanted || typeof m.path !== "string" || !MODULE_FOLDER.test(m.path)) continue;
     for (const f of wanted) {
-      const path = `${m.path}/${f}`;
-      const bytes = await fetchFile(at(path), path, { ...pinned(path), optional: true });
-      if (bytes) out.push([path, bytes]);
+      const paths = [f].flat().map((name) => `${m.path}/${name}`);
+      const pins = paths.filter((p) => pinned(p).sha256 != null);
+      for (const path of pins.length ? pins.slice(0, 1) : paths) {
+        const bytes = await fetchFile(at(path), path, { ...pinned(path), optional: true });
+        if (bytes) {
+          out.push([path, bytes]);
+          break;
+        }
+      }
     }
   }
   return out;

@@ -87,7 +87,7 @@ function bytesSource(src) {
   if (src.tokenizer == null && src.vocab == null) missing.push("tokenizer");
   if (missing.length) {
     throw new TypeError(`Bert.load: the bytes source lacks ${missing.join(", ")}; pass { config, tokenizer, weights } `
-      + "(config.json, tokenizer.json and model.safetensors contents) or { gguf }");
+      + "(config.json, tokenizer.json and model.safetensors, or pytorch_model.bin, contents) or { gguf }");
   }
   const files = { config: toBytes(src.config, "config"), weights: toBytes(src.weights, "weights") };
   if (src.tokenizer != null) files.tokenizer = toBytes(src.tokenizer, "tokenizer");

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../fuzz"
 export PATH="$HOME/.cargo/bin:$PATH"
 secs=${1:-60}; shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config_json safetensors gguf tokenizer_json vocab_txt inference)
+[ ${#targets[@]} -gt 0 ] || targets=(config_json safetensors torch_bin gguf tokenizer_json vocab_txt inference)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --version 0.13.2
 # cargo-fuzz passes -Z flags; RUSTC_BOOTSTRAP=1 lets the stable toolchain take them. No sanitizer (-s none):
 # the crate and its parsers are safe Rust, and a panic or a failed check is what the targets look for.

@@ -76,6 +76,46 @@ pub fn safetensors(data: &[u8]) {
     }
 }
 
+/// `pytorch_model.bin` bytes (either of torch.save's formats): [`Weights::from_torch_bin`], every tensor read back as
+/// f32; the same bytes told apart from safetensors by their first bytes ([`Weights::from_file_source`], the browser's
+/// and the bytes loader's path), which must give the same answer; and the GGUF converter's reader. Whatever the
+/// pickle names, only values are built (src/weights/pickle.rs): a refusal is an answer, a panic or an allocation
+/// the file's size does not justify is a finding. Bytes that are neither format are taken for the state dict's
+/// pickle and what follows it in the format before torch 1.6 (the list of storages, the storages), after that
+/// format's three opening pickles: the zip archive's CRC would refuse almost every change to a pickle inside it, so
+/// this is how the fuzzer reaches the stack machine with arbitrary pickles.
+pub fn torch_bin(data: &[u8]) {
+    if !crate::weights::torch_bin::is_torch_bin(data) {
+        /// The magic number, the protocol version 1001, `{'little_endian': True}`: each a pickle.
+        const LEGACY_HEAD: &[u8] = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.\x80\x02M\xe9\x03.\
+            \x80\x02}(X\x0d\x00\x00\x00little_endian\x88u.";
+        let file = [LEGACY_HEAD, data].concat();
+        assert!(crate::weights::torch_bin::is_torch_bin(&file));
+        return torch_bin(&file);
+    }
+    let whole = Weights::from_torch_bin(data);
+    if let Ok(w) = &whole {
+        for name in w.names() {
+            let t = w.stored(name).expect("listed");
+            assert!(t.shape.len() <= crate::weights::torch_bin::MAX_DIMS, "`{name}` has {} dimensions", t.shape.len());
+            let v = t.to_f32().expect("f32 or f16");
+            assert_eq!(v.len(), t.numel(), "tensor `{name}` {:?} decodes to {} values", t.shape, v.len());
+        }
+    }
+    {
+        let sniffed = Weights::from_file_source(data);
+        match (&whole, &sniffed) {
+            (Ok(a), Ok(b)) => {
+                let tensors = |w: &Weights| w.names().into_iter().map(|n| (n.to_string(), bits(w.stored(n)))).collect::<Vec<_>>();
+                assert!(tensors(a) == tensors(b), "told apart by its bytes, the tensors differ");
+            }
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => panic!("as pytorch_model.bin: {:?}; told apart: {:?}", a.as_ref().err(), b.as_ref().err()),
+        }
+        let _ = gguf::tensors_from_safetensors(data);
+    }
+}
+
 /// A tensor's shape, dtype and stored bits (NaN is a value like any other here: the same bits must come out).
 fn bits(t: Option<&crate::weights::HostTensor>) -> Option<(Vec<usize>, crate::dtype::Dtype, Vec<u8>)> {
     use crate::weights::HostData;

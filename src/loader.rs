@@ -24,7 +24,7 @@ pub struct ModelFiles {
     pub vocab: Option<Vec<u8>>,
     /// `tokenizer_config.json`, if any.
     pub tokenizer_config: Option<Vec<u8>>,
-    /// `model.safetensors`.
+    /// `model.safetensors`, or `pytorch_model.bin` where the folder has no safetensors weights.
     pub weights: WeightsFile,
     /// A LoRA adapter to fold in, as peft saves it: `adapter_config.json` and `adapter_model.safetensors`
     /// ([`crate::weights::peft`]).
@@ -34,7 +34,7 @@ pub struct ModelFiles {
     pub sentence: Vec<(String, Vec<u8>)>,
 }
 
-/// A folder's `model.safetensors`.
+/// A folder's `model.safetensors` (or its `pytorch_model.bin`: the bytes say which).
 pub enum WeightsFile {
     /// Its bytes (a `Vec<u8>`), or wherever they are (in the browser, the JS bytes it was downloaded into), read a
     /// tensor at a time ([`crate::weights::bytes::ByteSource`]).
@@ -79,8 +79,13 @@ enum PendingWeights {
     /// A folder's `model.safetensors`, read when the weights are asked for (tokenizing needs none).
     #[cfg(not(target_arch = "wasm32"))]
     File(PathBuf),
-    /// A folder's shards, `model.safetensors.index.json` read and checked: its shards are read when the weights are
-    /// asked for, one at a time, each as `model.safetensors` is ([`crate::weights::sharded`]).
+    /// A folder's `pytorch_model.bin` (it has no safetensors weights), read when the weights are asked for: on the
+    /// host, its pickle as data ([`crate::weights::torch_bin`]).
+    #[cfg(not(target_arch = "wasm32"))]
+    TorchBin(PathBuf),
+    /// A folder's shards, `model.safetensors.index.json` (or `pytorch_model.bin.index.json`) read and checked: its
+    /// shards are read when the weights are asked for, one at a time, each as `model.safetensors` (or
+    /// `pytorch_model.bin`) is ([`crate::weights::sharded`]).
     #[cfg(not(target_arch = "wasm32"))]
     Shards(PathBuf, crate::weights::sharded::ShardIndex),
     /// A `.gguf` path whose header (config, tokenizer, the tensors' places) is read: its tensors are read when the
@@ -98,12 +103,15 @@ impl LoadedModel {
         Ok(self)
     }
 
-    /// The weights: already parsed (GGUF, bytes), or read from the folder's `model.safetensors` now.
+    /// The weights: already parsed (GGUF, bytes), or read from the folder's `model.safetensors` (or
+    /// `pytorch_model.bin`) now.
     pub fn weights(&self) -> Result<Weights> {
         let w = match &self.weights {
             PendingWeights::Ready(w) => w.clone(),
             #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::File(p) => Weights::from_safetensors_file(p)?,
+            #[cfg(not(target_arch = "wasm32"))]
+            PendingWeights::TorchBin(p) => Weights::from_torch_bin_file(p)?,
             #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::Shards(dir, index) => shard_weights(dir, index, None)?,
             #[cfg(not(target_arch = "wasm32"))]
@@ -121,13 +129,15 @@ impl LoadedModel {
 
     /// [`LoadedModel::weights`] for a model that will run on `sink`'s device: a folder's matrices are read from the
     /// file straight into device memory ([`crate::weights::stream::WeightStream::place_on_device`]), never held on
-    /// the host; weights parsed already stay as they are.
+    /// the host; weights parsed already stay as they are, and a `pytorch_model.bin` is read on the host.
     #[cfg_attr(target_arch = "wasm32", allow(unused_variables))]
     pub fn weights_to(&self, sink: &dyn crate::weights::stream::DeviceSink) -> Result<Weights> {
         let w = match &self.weights {
             PendingWeights::Ready(w) => w.clone(),
             #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::File(p) => Weights::from_safetensors_file_to(p, Some(sink))?,
+            #[cfg(not(target_arch = "wasm32"))]
+            PendingWeights::TorchBin(p) => Weights::from_torch_bin_file(p)?,
             #[cfg(not(target_arch = "wasm32"))]
             PendingWeights::Shards(dir, index) => shard_weights(dir, index, Some(sink))?,
             #[cfg(not(target_arch = "wasm32"))]
@@ -157,7 +167,8 @@ fn gguf_weights(path: &Path, seen: &(String, Vec<crate::weights::gguf::TensorInf
 }
 
 /// The shards of the folder `dir` that `index` names (on `sink`'s device where one is given), each read as a
-/// `model.safetensors` is, then joined after the index's checks.
+/// `model.safetensors` (or, `.bin` shards, on the host as a `pytorch_model.bin`) is, then joined after the index's
+/// checks.
 #[cfg(not(target_arch = "wasm32"))]
 fn shard_weights(dir: &Path, index: &crate::weights::sharded::ShardIndex,
     sink: Option<&dyn crate::weights::stream::DeviceSink>) -> Result<Weights> {
@@ -165,13 +176,10 @@ fn shard_weights(dir: &Path, index: &crate::weights::sharded::ShardIndex,
     for name in index.shards() {
         let path = dir.join(name);
         if !path.is_file() {
-            return Err(Error::Weights(format!(
-                "{} names the shard {name}, which is not in {}",
-                crate::weights::sharded::INDEX_FILE,
-                dir.display()
-            )));
+            return Err(Error::Weights(format!("{} names the shard {name}, which is not in {}", index.file(), dir.display())));
         }
-        shards.push((name.clone(), Weights::from_safetensors_file_to(&path, sink)?));
+        let w = if name.ends_with(".bin") { Weights::from_torch_bin_file(&path)? } else { Weights::from_safetensors_file_to(&path, sink)? };
+        shards.push((name.clone(), w));
     }
     index.join_weights(shards).map_err(|e| match e {
         Error::Weights(m) => Error::Weights(format!("{}: {m}", dir.display())),
@@ -179,22 +187,22 @@ fn shard_weights(dir: &Path, index: &crate::weights::sharded::ShardIndex,
     })
 }
 
-/// Which weights file a native folder has: `model.safetensors`, else `model.safetensors.index.json` and its shards
-/// (the index read and checked now). A folder with only `pytorch_model.bin` is refused by name: its pickle is not
-/// read (that would mean running Python's unpickler, or a reader of our own that no crate provides well), and
-/// converting it takes one line.
+/// Which weights file a native folder has, safetensors first: `model.safetensors`, else
+/// `model.safetensors.index.json` and its shards, else `pytorch_model.bin` (read as data: its pickle runs no code),
+/// else `pytorch_model.bin.index.json` and its `.bin` shards (an index read and checked now).
 #[cfg(not(target_arch = "wasm32"))]
 fn folder_weights(path: &Path) -> Result<PendingWeights> {
-    use crate::weights::sharded::{ShardIndex, INDEX_FILE, MAX_INDEX_BYTES};
+    use crate::weights::sharded::{ShardIndex, BIN_INDEX_FILE, INDEX_FILE, MAX_INDEX_BYTES};
     let single = path.join("model.safetensors");
-    let index = path.join(INDEX_FILE);
-    if single.exists() || !index.exists() {
-        let bin = path.join("pytorch_model.bin");
-        if !single.exists() && bin.exists() {
-            return Err(Error::Weights(crate::weights::sharded::pytorch_refusal(path)));
-        }
-        return Ok(PendingWeights::File(single));
-    }
+    let bin = path.join(crate::weights::torch_bin::FILE);
+    let index_file = match () {
+        _ if single.exists() => return Ok(PendingWeights::File(single)),
+        _ if path.join(INDEX_FILE).exists() => INDEX_FILE,
+        _ if bin.exists() => return Ok(PendingWeights::TorchBin(bin)),
+        _ if path.join(BIN_INDEX_FILE).exists() => BIN_INDEX_FILE,
+        _ => return Ok(PendingWeights::File(single)),
+    };
+    let index = path.join(index_file);
     let cannot = |e| Error::io(format!("cannot read {}", index.display()), e);
     let len = std::fs::metadata(&index).map_err(cannot)?.len();
     if len > MAX_INDEX_BYTES as u64 {
@@ -204,7 +212,7 @@ fn folder_weights(path: &Path) -> Result<PendingWeights> {
         )));
     }
     let bytes = std::fs::read(&index).map_err(cannot)?;
-    let parsed = ShardIndex::parse(&bytes).map_err(|e| match e {
+    let parsed = ShardIndex::parse_as(&bytes, index_file).map_err(|e| match e {
         Error::Weights(m) => Error::Weights(format!("{}: {m}", path.display())),
         other => other,
     })?;
@@ -260,7 +268,7 @@ pub fn load(source: ModelSource<'_>, opts: &LoadOptions) -> Result<LoadedModel> 
                 (None, None) => return Err(Error::Tokenizer("give tokenizer.json or vocab.txt".into())),
             };
             let parsed = match weights {
-                WeightsFile::Bytes(bytes) => Weights::from_safetensors_source(&*bytes)?,
+                WeightsFile::Bytes(bytes) => Weights::from_file_source(&*bytes)?,
                 WeightsFile::Read(w) => w,
             };
             let mut config = config;

@@ -3,8 +3,8 @@
 //! (SentencePiece Unigram, `<s>` and `</s>` at ids 5 and 6 as camembert-base's), embeddings, fill-mask, sequence
 //! classification (pairs), token classification and QA on the CPU and the GPU backend, through a GGUF that `convert`
 //! wrote and through the CLI; the same masked LM saved in shards (`model.safetensors.index.json`) loaded from its
-//! folder, converted, and refused by name where the shards and the index disagree; a folder with only
-//! `pytorch_model.bin` refused with the line that converts it.
+//! folder, converted, and refused by name where the shards and the index disagree; a folder with only a
+//! `pytorch_model.bin` that is not a checkpoint refused, naming it (tests/torch_bin.rs reads real ones).
 
 mod common;
 
@@ -225,27 +225,21 @@ fn inconsistent_shards_are_refused_by_name() {
     refused(&d, "names the shard `../elsewhere.safetensors`");
 }
 
-/// A folder whose weights are only `pytorch_model.bin` is refused, naming the file and giving the conversion line.
+/// A folder whose weights are only a `pytorch_model.bin` that is no checkpoint is refused, naming the file: its
+/// pickle is read (tests/torch_bin.rs), not a damaged one.
 #[test]
-fn pytorch_bin_alone_is_refused_with_the_conversion() {
-    let d = broken_copy("bin", |d| {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.to_string_lossy().contains("safetensors") {
-                std::fs::remove_file(p).unwrap();
+fn a_pytorch_bin_that_is_no_checkpoint_is_refused() {
+    let only_bin = |tag: &str, bytes: &'static [u8]| {
+        broken_copy(tag, move |d| {
+            for e in std::fs::read_dir(d).unwrap() {
+                let p = e.unwrap().path();
+                if p.to_string_lossy().contains("safetensors") {
+                    std::fs::remove_file(p).unwrap();
+                }
             }
-        }
-        std::fs::write(d.join("pytorch_model.bin"), b"PK\x03\x04 not read").unwrap();
-    });
-    refused(&d, "holds its weights only in pytorch_model.bin");
-    let d = broken_copy("bin2", |d| {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.to_string_lossy().contains("safetensors") {
-                std::fs::remove_file(p).unwrap();
-            }
-        }
-        std::fs::write(d.join("pytorch_model.bin"), b"").unwrap();
-    });
-    refused(&d, "safetensors.torch import save_file");
+            std::fs::write(d.join("pytorch_model.bin"), bytes).unwrap();
+        })
+    };
+    refused(&only_bin("bin", b"PK\x03\x04 not read"), "pytorch_model.bin: its zip archive cannot be read");
+    refused(&only_bin("bin2", b""), "pytorch_model.bin: is not a PyTorch checkpoint");
 }

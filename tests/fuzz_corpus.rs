@@ -57,6 +57,11 @@ fn safetensors_corpus() {
 }
 
 #[test]
+fn torch_bin_corpus() {
+    replay("torch_bin", fuzzing::torch_bin);
+}
+
+#[test]
 fn gguf_corpus() {
     replay("gguf", fuzzing::gguf);
 }
@@ -210,6 +215,13 @@ fn write_seeds() {
     };
     let host: Vec<Vec<f32>> = spec.param_shapes().iter().enumerate().map(|(k, &(r, c))| values(r * c, k as u64)).collect();
     put("safetensors", "head", &export_safetensors(&spec, &host).unwrap());
+
+    // pytorch_model.bin: torch.save's own files (tests/golden/torch_bin.py), both formats, and the hostile ones.
+    let torch = root().join("tests/data/torch_bin");
+    for f in ["features.bin", "features-legacy.bin", "hostile/os_system.bin", "hostile/builtins_eval.bin",
+        "hostile/legacy_os_system.bin", "hostile/short_storage.bin", "hostile/short_entry.bin", "hostile/huge_dim.bin"] {
+        put("torch_bin", &f.replace('/', "-"), &read(torch.join(f)));
+    }
 
     // GGUF: the tiny BERT in every dtype.
     let meta = BertGgufMeta {

@@ -37,7 +37,8 @@ export async function folderEntries(root) {
 
 /**
  * [{ path, file }] → Bert.load's bytes source and a name to show. One .gguf; or config.json, tokenizer.json (or
- * vocab.txt), model.safetensors, tokenizer_config.json where given, and sentence-transformers' files as `sentence`.
+ * vocab.txt), model.safetensors (or else pytorch_model.bin, which the module reads as data), tokenizer_config.json
+ * where given, and sentence-transformers' files as `sentence`.
  */
 export async function sourceFromFiles(entries) {
   const byPath = new Map(entries.map((e) => [e.path, e.file]));
@@ -55,7 +56,8 @@ export async function sourceFromFiles(entries) {
   const tok = byPath.get("tokenizer.json");
   const source = {
     config: await bytes(need("config.json")),
-    weights: await bytes(need("model.safetensors")),
+    weights: await bytes(byPath.has("model.safetensors") || !byPath.has("pytorch_model.bin") ? need("model.safetensors")
+      : byPath.get("pytorch_model.bin")),
     ...(tok ? { tokenizer: await bytes(tok) } : { vocab: await bytes(need("vocab.txt")) }),
   };
   if (byPath.has("tokenizer_config.json")) source.tokenizerConfig = await bytes(byPath.get("tokenizer_config.json"));
@@ -64,7 +66,8 @@ export async function sourceFromFiles(entries) {
     const parts = path.split("/");
     const top = parts.length === 1 && SENTENCE_FILES.includes(path);
     // A module's folder (any name: modules.json says which ones count) holds its config and a Dense's weights.
-    const module = parts.length === 2 && ["config.json", "model.safetensors"].includes(parts[1]) && byPath.has("modules.json");
+    const module = parts.length === 2 && ["config.json", "model.safetensors", "pytorch_model.bin"].includes(parts[1])
+      && byPath.has("modules.json");
     if (top || module) sentence[path] = await bytes(file);
   }
   if (Object.keys(sentence).length) source.sentence = sentence;

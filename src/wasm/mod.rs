@@ -338,8 +338,6 @@ fn tunings_of(tunings: JsValue) -> Result<BTreeMap<String, String>, JsError> {
         .map_err(|e| JsError::new(&format!("load: tunings must map cache keys to tuning texts ({e})")))
 }
 
-/// `WasmModel.load`'s `weights` (a `Uint8Array` or a finished safetensors `WeightStream`) as the loader reads them,
-/// and the device a stream placed them on.
 /// sentence-transformers' files as the loader fetched them: `[[path, Uint8Array], ...]`, or `undefined` for none.
 fn sentence_files(files: JsValue) -> Result<Vec<(String, Vec<u8>)>, JsError> {
     if files.is_undefined() || files.is_null() {
@@ -357,6 +355,8 @@ fn sentence_files(files: JsValue) -> Result<Vec<(String, Vec<u8>)>, JsError> {
         .collect()
 }
 
+/// `WasmModel.load`'s `weights` (a `Uint8Array` of model.safetensors or pytorch_model.bin, a finished safetensors
+/// `WeightStream`, or a sharded checkpoint's files) as the loader reads them, and the device a stream placed them on.
 fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), JsError> {
     if let Some(joined) = sharded_weights(&weights)? {
         return Ok((WeightsFile::Read(joined), None));
@@ -371,11 +371,12 @@ fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), Js
     })
 }
 
-/// A sharded checkpoint as js/loader.js fetches it, `{ index, shards: [[name, Uint8Array | WeightStream], ...] }`
-/// (model.safetensors.index.json and each shard it names, read on the host), joined after the index's checks
-/// ([`crate::weights::sharded`]); `None` for any other value.
+/// A sharded checkpoint as js/loader.js fetches it, `{ index, indexName, shards: [[name, Uint8Array |
+/// WeightStream], ...] }` (model.safetensors.index.json, or `indexName` pytorch_model.bin.index.json, and each
+/// shard it names, read on the host), joined after the index's checks ([`crate::weights::sharded`]); `None` for any
+/// other value.
 fn sharded_weights(weights: &JsValue) -> Result<Option<crate::weights::Weights>, JsError> {
-    use crate::weights::sharded::{ShardIndex, INDEX_FILE};
+    use crate::weights::sharded::{ShardIndex, BIN_INDEX_FILE, INDEX_FILE};
     if !weights.is_object() || weights.is_instance_of::<js_sys::Uint8Array>() {
         return Ok(None);
     }
@@ -385,7 +386,9 @@ fn sharded_weights(weights: &JsValue) -> Result<Option<crate::weights::Weights>,
     }
     let index: js_sys::Uint8Array =
         index.dyn_into().map_err(|_| JsError::new(&format!("load: the sharded weights' {INDEX_FILE} must be bytes")))?;
-    let index = ShardIndex::parse(&index.to_vec()).map_err(js_err)?;
+    let name = js_sys::Reflect::get(weights, &JsValue::from_str("indexName")).ok().and_then(|n| n.as_string());
+    let file = if name.as_deref() == Some(BIN_INDEX_FILE) { BIN_INDEX_FILE } else { INDEX_FILE };
+    let index = ShardIndex::parse_as(&index.to_vec(), file).map_err(js_err)?;
     let list = js_sys::Reflect::get(weights, &JsValue::from_str("shards")).map_err(|_| JsError::new("load: weights"))?;
     let list: js_sys::Array =
         list.dyn_into().map_err(|_| JsError::new("load: the sharded weights' shards must be [[name, bytes], ...]"))?;
@@ -394,7 +397,7 @@ fn sharded_weights(weights: &JsValue) -> Result<Option<crate::weights::Weights>,
         let pair: js_sys::Array = entry.dyn_into().map_err(|_| JsError::new("load: a shard must be [name, bytes]"))?;
         let name = pair.get(0).as_string().ok_or_else(|| JsError::new("load: a shard's name must be a string"))?;
         let w = match pair.get(1).dyn_into::<js_sys::Uint8Array>() {
-            Ok(bytes) => crate::weights::Weights::from_safetensors_source(&JsBytes(bytes)),
+            Ok(bytes) => crate::weights::Weights::from_file_source(&JsBytes(bytes)),
             Err(other) => match stream::WeightStream::take(other)? {
                 (Streamed::Safetensors(w), None) => Ok(w),
                 _ => return Err(JsError::new(&format!("load: shard {name} is not a safetensors file read on the host"))),

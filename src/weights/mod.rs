@@ -3,10 +3,12 @@
 //! variants real checkpoints carry.
 //!
 //! Lowest first: [`bytes`] (where a file's bytes come from: [`bytes::ByteSource`]), [`quant`] (Q8_0 / Q4_0 blocks),
-//! [`safetensors`] (bytes at hand → [`Weights`], and the f32 writer), [`gguf`] (GGUF v3 and BERT in it), [`stream`]
-//! (a file that arrives in pieces, either format; the file readers), the relatives' names ([`albert`],
-//! [`deberta`], [`distilbert`], [`electra`], [`mpnet`], [`roberta`]), [`peft`] (LoRA adapters) and [`sentence`] (sentence-transformers'
-//! files and a Dense module's tensors beside the weights); here, [`Weights`] itself.
+//! [`safetensors`] (bytes at hand → [`Weights`], and the f32 writer), [`pickle`], `torch_state` and [`torch_bin`]
+//! (`pytorch_model.bin` read as data: its pickle's opcodes, never its code), [`gguf`] (GGUF v3 and BERT in it),
+//! [`stream`] (a file that arrives in pieces, either format; the file readers), the relatives' names ([`albert`],
+//! [`deberta`], [`distilbert`], [`electra`], [`mpnet`], [`roberta`], [`rotary`]), [`peft`] (LoRA adapters) and
+//! [`sentence`] (sentence-transformers' files and a Dense module's tensors beside the weights); here, [`Weights`]
+//! itself.
 
 pub mod albert;
 pub mod deberta;
@@ -21,6 +23,9 @@ pub mod safetensors;
 pub mod sentence;
 pub mod sharded;
 pub mod stream;
+pub mod pickle;
+mod torch_state;
+pub mod torch_bin;
 mod tensor;
 
 use std::collections::HashMap;

@@ -1,9 +1,11 @@
 //! A checkpoint saved in pieces: `model.safetensors.index.json` (transformers' `save_pretrained(max_shard_size=...)`,
-//! the hub's larger models) maps each tensor to the shard file that holds it; every shard is a whole safetensors
-//! file, read as `model.safetensors` is. The shards' tensors are joined into one [`Weights`] after checking them
-//! against the index: a shard the index names but the caller could not give, a tensor found in two shards, a tensor
-//! in a shard other than the one the index names, and a tensor the index lists but its shard lacks are each an error
-//! that names it, never a model quietly missing a weight or holding the wrong one.
+//! the hub's larger models) maps each tensor to the shard file that holds it; every shard is a whole safetensors file,
+//! read as `model.safetensors` is. Older checkpoints' `pytorch_model.bin.index.json` does the same for
+//! `pytorch_model-0000i-of-0000n.bin` shards, each read as `pytorch_model.bin` is ([`super::torch_bin`]). The shards'
+//! tensors are joined into one [`Weights`] after checking them against the index: a shard the index names but the
+//! caller could not give, a tensor found in two shards, a tensor in a shard other than the one the index names, and a
+//! tensor the index lists but its shard lacks are each an error that names it, never a model quietly missing a weight
+//! or holding the wrong one.
 //!
 //! The index is a file from the network (the browser fetches it), so its size, the number of its entries and of the
 //! shards it names are bounded, and a shard's name must be a plain file name in the same folder (no path).
@@ -17,6 +19,8 @@ use crate::{Error, Result};
 
 /// The index's file name, beside config.json.
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
+/// The index of shards that are `pytorch_model.bin` files (transformers 4.x's `safe_serialization=False`).
+pub const BIN_INDEX_FILE: &str = "pytorch_model.bin.index.json";
 
 /// The most bytes an index may have. BERT-sized models' indexes are a few kB; the largest on the hub (LLMs of
 /// thousands of tensors) are under 1 MB.
@@ -31,13 +35,15 @@ pub const MAX_SHARDS: usize = 1_000;
 /// Tensors under their names, as `convert` lists a file's.
 pub type NamedTensors = Vec<(String, HostTensor)>;
 
-/// A parsed, checked `model.safetensors.index.json`.
+/// A parsed, checked `model.safetensors.index.json` (or `pytorch_model.bin.index.json`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardIndex {
     /// Tensor name → the shard file the index says holds it.
     weight_map: BTreeMap<String, String>,
     /// The shard files, each once, sorted (`model-00001-of-00003.safetensors` first).
     shards: Vec<String>,
+    /// The index's own file name: [`INDEX_FILE`] or [`BIN_INDEX_FILE`].
+    file: &'static str,
 }
 
 #[derive(Deserialize)]
@@ -56,23 +62,31 @@ fn plain_file_name(name: &str) -> bool {
 impl ShardIndex {
     /// Parses and checks the bytes of a `model.safetensors.index.json`.
     pub fn parse(bytes: &[u8]) -> Result<ShardIndex> {
+        Self::parse_as(bytes, INDEX_FILE)
+    }
+
+    /// Parses and checks the bytes of the index `file` ([`INDEX_FILE`], whose shards are `.safetensors` files, or
+    /// [`BIN_INDEX_FILE`], whose shards are `.bin` files).
+    pub fn parse_as(bytes: &[u8], file: &'static str) -> Result<ShardIndex> {
+        let index = file;
+        let ext = if file == BIN_INDEX_FILE { ".bin" } else { ".safetensors" };
         if bytes.len() > MAX_INDEX_BYTES {
             return Err(Error::Weights(format!(
-                "{INDEX_FILE} is {} bytes, more than the {MAX_INDEX_BYTES} an index of shards may have",
+                "{index} is {} bytes, more than the {MAX_INDEX_BYTES} an index of shards may have",
                 bytes.len()
             )));
         }
         let raw: RawIndex = serde_json::from_slice(bytes)
-            .map_err(|e| Error::Weights(format!("{INDEX_FILE} is not a valid index of safetensors shards ({e})")))?;
+            .map_err(|e| Error::Weights(format!("{index} is not a valid index of shards ({e})")))?;
         let weight_map = raw
             .weight_map
-            .ok_or_else(|| Error::Weights(format!("{INDEX_FILE} has no `weight_map` (tensor name → shard file)")))?;
+            .ok_or_else(|| Error::Weights(format!("{index} has no `weight_map` (tensor name → shard file)")))?;
         if weight_map.is_empty() {
-            return Err(Error::Weights(format!("{INDEX_FILE}'s `weight_map` lists no tensors")));
+            return Err(Error::Weights(format!("{index}'s `weight_map` lists no tensors")));
         }
         if weight_map.len() > MAX_INDEX_TENSORS {
             return Err(Error::Weights(format!(
-                "{INDEX_FILE} lists {} tensors, more than the {MAX_INDEX_TENSORS} allowed",
+                "{index} lists {} tensors, more than the {MAX_INDEX_TENSORS} allowed",
                 weight_map.len()
             )));
         }
@@ -81,17 +95,22 @@ impl ShardIndex {
         shards.dedup();
         if shards.len() > MAX_SHARDS {
             return Err(Error::Weights(format!(
-                "{INDEX_FILE} names {} shard files, more than the {MAX_SHARDS} allowed",
+                "{index} names {} shard files, more than the {MAX_SHARDS} allowed",
                 shards.len()
             )));
         }
-        if let Some(bad) = shards.iter().find(|s| !plain_file_name(s) || !s.ends_with(".safetensors")) {
+        if let Some(bad) = shards.iter().find(|s| !plain_file_name(s) || !s.ends_with(ext)) {
             return Err(Error::Weights(format!(
-                "{INDEX_FILE} names the shard `{bad}`: a shard must be a .safetensors file in the index's own folder \
+                "{index} names the shard `{bad}`: a shard must be a {ext} file in the index's own folder \
                  (letters, digits, `-`, `_` and `.`, no path)"
             )));
         }
-        Ok(ShardIndex { weight_map, shards })
+        Ok(ShardIndex { weight_map, shards, file })
+    }
+
+    /// The index's file name.
+    pub fn file(&self) -> &'static str {
+        self.file
     }
 
     /// The shard files, each once, in the order they are read.
@@ -117,9 +136,10 @@ pub struct ShardJoin<'a> {
 impl ShardJoin<'_> {
     /// Checks the tensor names of the next shard, `shard` (the shards come in [`ShardIndex::shards`]' order).
     pub fn check<'n>(&mut self, shard: &str, names: impl IntoIterator<Item = &'n str>) -> Result<()> {
+        let index = self.index.file;
         match self.index.shards.get(self.next) {
             Some(want) if want == shard => self.next += 1,
-            _ => return Err(Error::Weights(format!("shard `{shard}` is not the next one {INDEX_FILE} names"))),
+            _ => return Err(Error::Weights(format!("shard `{shard}` is not the next one {index} names"))),
         }
         for name in names {
             if let Some(first) = self.found.insert(name.to_string(), shard.to_string()) {
@@ -131,13 +151,13 @@ impl ShardJoin<'_> {
                 Some(listed) if listed == shard => {}
                 Some(listed) => {
                     return Err(Error::Weights(format!(
-                        "tensor `{name}` is in {shard}, but {INDEX_FILE} puts it in {listed}: the checkpoint is \
+                        "tensor `{name}` is in {shard}, but {index} puts it in {listed}: the checkpoint is \
                          inconsistent"
                     )))
                 }
                 None => {
                     return Err(Error::Weights(format!(
-                        "tensor `{name}` is in {shard}, but {INDEX_FILE} does not list it: the checkpoint is \
+                        "tensor `{name}` is in {shard}, but {index} does not list it: the checkpoint is \
                          inconsistent"
                     )))
                 }
@@ -148,12 +168,13 @@ impl ShardJoin<'_> {
 
     /// Every shard was checked and holds every tensor the index lists for it.
     pub fn finish(self) -> Result<()> {
+        let index = self.index.file;
         if let Some(missing) = self.index.shards.get(self.next) {
-            return Err(Error::Weights(format!("{INDEX_FILE} names the shard {missing}, which was not read")));
+            return Err(Error::Weights(format!("{index} names the shard {missing}, which was not read")));
         }
         match self.index.weight_map.iter().find(|(name, _)| !self.found.contains_key(*name)) {
             Some((name, shard)) => Err(Error::Weights(format!(
-                "{INDEX_FILE} puts tensor `{name}` in {shard}, which does not hold it: the checkpoint is inconsistent"
+                "{index} puts tensor `{name}` in {shard}, which does not hold it: the checkpoint is inconsistent"
             ))),
             None => Ok(()),
         }
@@ -193,21 +214,6 @@ impl ShardIndex {
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
-}
-
-/// The refusal of a folder whose weights are only in `pytorch_model.bin`, with the line that converts it.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn pytorch_refusal(path: &std::path::Path) -> String {
-    let bin = path.join("pytorch_model.bin");
-    format!(
-        "{} holds its weights only in pytorch_model.bin, a Python pickle that bertgpu does not read; convert it to \
-         model.safetensors once (torch's weights_only loader runs no pickled code): python -c \"import torch; from \
-         safetensors.torch import save_file; sd = torch.load('{}', weights_only=True); save_file({{k: v.clone().contiguous() \
-         for k, v in sd.items()}}, '{}')\"",
-        path.display(),
-        bin.display(),
-        path.join("model.safetensors").display()
-    )
 }
 
 #[cfg(test)]
@@ -269,11 +275,17 @@ mod tests {
             (r#"{"weight_map": {"a": "../x.safetensors"}}"#, "names the shard `../x.safetensors`"),
             (r#"{"weight_map": {"a": "/etc/x.safetensors"}}"#, "no path"),
             (r#"{"weight_map": {"a": "pytorch_model-1.bin"}}"#, "must be a .safetensors file"),
+            (r#"{"weight_map": {"a": "x"}}"#, "must be a .safetensors file"),
             (r#"{"weight_map": {"a": 3}}"#, "not a valid index"),
         ] {
             let e = index(json).unwrap_err().to_string();
             assert!(e.contains(want), "{json}: {e}");
         }
+        // pytorch_model.bin.index.json: .bin shards, and its own name in messages.
+        let bin = ShardIndex::parse_as(br#"{"weight_map": {"a": "pytorch_model-1.bin"}}"#, BIN_INDEX_FILE).unwrap();
+        assert_eq!((bin.shards(), bin.file()), (&["pytorch_model-1.bin".to_string()][..], BIN_INDEX_FILE));
+        let e = ShardIndex::parse_as(br#"{"weight_map": {"a": "m.safetensors"}}"#, BIN_INDEX_FILE).unwrap_err().to_string();
+        assert!(e.contains("pytorch_model.bin.index.json names the shard `m.safetensors`: a shard must be a .bin file"), "{e}");
         let big = vec![b' '; MAX_INDEX_BYTES + 1];
         assert!(ShardIndex::parse(&big).unwrap_err().to_string().contains("more than the"));
         let many: BTreeMap<String, String> = (0..=MAX_SHARDS).map(|i| (format!("t{i}"), format!("m-{i}.safetensors"))).collect();

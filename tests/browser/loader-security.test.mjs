@@ -169,7 +169,7 @@ test("sha256: pinned files are checked before use, cached copies too; bad pins a
     out.shortCopyRepaired = (await (await cache.match(weightsUrl))?.arrayBuffer())?.byteLength === good.length;
     // Pins that cannot be checked are TypeErrors before anything is fetched.
     const bad1 = await attempt(() => embedWith(url, { sha256: "abc" }));
-    const bad2 = await attempt(() => embedWith(url, { sha256: { "pytorch_model.bin": wrong } }));
+    const bad2 = await attempt(() => embedWith(url, { sha256: { "model.onnx": wrong } }));
     const bad3 = await attempt(() => embedWith(url, { sha256: { "model.safetensors": "xyz" } }));
     const bad4 = await attempt(() => bertgpu.Bert.load({ config: "{}", tokenizer: "{}", weights: new Uint8Array(8) },
       { sha256: { "model.safetensors": wrong } }));
@@ -198,7 +198,7 @@ test("sha256: pinned files are checked before use, cached copies too; bad pins a
   assert.ok(out.shortCopyRepaired, "and replaced in the cache");
   const res = [
     /^Bert\.load: sha256 must be an object \{ fileName: hex digest \}/,
-    /^Bert\.load: sha256 names "pytorch_model\.bin", which this source does not fetch \(it fetches config\.json, tokenizer_config\.json, tokenizer\.json, vocab\.txt, model\.safetensors; and sentence-transformers' modules\.json, /,
+    /^Bert\.load: sha256 names "model\.onnx", which this source does not fetch \(it fetches config\.json, tokenizer_config\.json, tokenizer\.json, vocab\.txt, model\.safetensors, pytorch_model\.bin; and sentence-transformers' modules\.json, /,
     /^Bert\.load: sha256\["model\.safetensors"\] must be 64 hex digits/,
     /^Bert\.load: sha256 checks downloaded files; a bytes source is used as given/,
     /^Bert\.load: sha256 names "model\.safetensors", which this source does not fetch \(it fetches tiny\.gguf\)/,

@@ -109,6 +109,11 @@ test("a dropped or picked folder brings sentence-transformers' module files; loo
   await assert.rejects(sourceFromFiles(loose.filter((e) => e.path !== "config.json")), /the dropped files have no config\.json/);
   const gguf = await sourceFromFiles([{ path: "m.gguf", file: new Blob([new Uint8Array([7])]) }]);
   assert.deepEqual([gguf.name, Array.from(gguf.source.gguf)], ["m.gguf", [7]]);
+  // Weights in pytorch_model.bin (the module reads its pickle as data): used where there is no model.safetensors.
+  const bin = { path: "pytorch_model.bin", file: new Blob([new Uint8Array([9])]) };
+  const binOnly = await sourceFromFiles([...loose.filter((e) => e.path !== "model.safetensors"), bin]);
+  assert.deepEqual(Array.from(binOnly.source.weights), [9]);
+  assert.deepEqual(Array.from((await sourceFromFiles([...loose, bin])).source.weights), [1, 2, 3], "safetensors first");
 });
 
 test("the zero-shot panel's labels: comma-separated and trimmed, empty pieces dropped", () => {

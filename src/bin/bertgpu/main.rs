@@ -52,7 +52,7 @@ struct Cli {
 
 #[derive(Args, Clone, Debug)]
 struct ModelArgs {
-    /// Model: a Hugging Face-style folder (config.json, model.safetensors, tokenizer.json or vocab.txt) or a .gguf
+    /// Model: a Hugging Face-style folder (config.json, model.safetensors or pytorch_model.bin, tokenizer.json or vocab.txt) or a .gguf
     #[arg(long, short = 'm', value_name = "M")]
     model: PathBuf,
     /// Truncate inputs to N tokens, [CLS]/[SEP] included (default: the model's max_position_embeddings)

@@ -13,9 +13,13 @@ pub fn tensors_from_safetensors(bytes: &[u8]) -> Result<Vec<(String, HostTensor)
     Ok(tensors_and_skipped(bytes)?.0)
 }
 
-/// [`tensors_from_safetensors`], and the names of the integer buffers it left out.
+/// [`tensors_from_safetensors`] (or of a `pytorch_model.bin`: the bytes say which), and the names of the integer
+/// buffers it left out.
 fn tensors_and_skipped(bytes: &[u8]) -> Result<(crate::weights::sharded::NamedTensors, Vec<String>)> {
     use safetensors::{Dtype, SafeTensors};
+    if crate::weights::torch_bin::is_torch_bin(bytes) {
+        return torch_bin_tensors(bytes);
+    }
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| Error::Weights(format!("model.safetensors cannot be read: {e}")))?;
     let (mut out, mut skipped) = (Vec::new(), Vec::new());
@@ -38,12 +42,30 @@ fn tensors_and_skipped(bytes: &[u8]) -> Result<(crate::weights::sharded::NamedTe
     Ok((out, skipped))
 }
 
+/// [`tensors_and_skipped`] of a `pytorch_model.bin`, read as data ([`crate::weights::torch_bin`]).
+fn torch_bin_tensors(bytes: &[u8]) -> Result<(crate::weights::sharded::NamedTensors, Vec<String>)> {
+    use crate::weights::torch_bin::{read_source, Entry, FILE};
+    let (mut out, mut skipped) = (Vec::new(), Vec::new());
+    for (name, e) in read_source(bytes, FILE)? {
+        match e {
+            Entry::Tensor(t) => out.push((name, t)),
+            Entry::Unsupported("I64" | "I32" | "U8" | "BOOL") => skipped.push(name),
+            Entry::Unsupported(other) => {
+                return Err(Error::Weights(format!("tensor `{name}` has dtype {other}; expected f32, f16 or bf16")))
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((out, skipped))
+}
+
 /// A folder's weights, as bytes.
 pub enum WeightsBytes<'a> {
-    /// `model.safetensors`.
+    /// `model.safetensors` (or `pytorch_model.bin`: the bytes say which).
     One(&'a [u8]),
-    /// `model.safetensors.index.json` and its shards by file name ([`crate::weights::sharded`]).
-    Sharded { index: &'a [u8], shards: &'a [(String, Vec<u8>)] },
+    /// `model.safetensors.index.json` (`file`; or `pytorch_model.bin.index.json`) and its shards by file name
+    /// ([`crate::weights::sharded`]).
+    Sharded { index: &'a [u8], file: &'static str, shards: &'a [(String, Vec<u8>)] },
 }
 
 impl WeightsBytes<'_> {
@@ -51,8 +73,8 @@ impl WeightsBytes<'_> {
     fn tensors(&self) -> Result<Vec<(String, HostTensor)>> {
         match self {
             WeightsBytes::One(bytes) => tensors_from_safetensors(bytes),
-            WeightsBytes::Sharded { index, shards } => {
-                let index = crate::weights::sharded::ShardIndex::parse(index)?;
+            WeightsBytes::Sharded { index, file, shards } => {
+                let index = crate::weights::sharded::ShardIndex::parse_as(index, file)?;
                 let mut lists = Vec::with_capacity(shards.len());
                 for (name, bytes) in shards.iter() {
                     let (tensors, skipped) = tensors_and_skipped(bytes)
@@ -69,7 +91,7 @@ impl WeightsBytes<'_> {
     fn len(&self) -> usize {
         match self {
             WeightsBytes::One(bytes) => bytes.len(),
-            WeightsBytes::Sharded { index, shards } => index.len() + shards.iter().map(|(_, b)| b.len()).sum::<usize>(),
+            WeightsBytes::Sharded { index, shards, .. } => index.len() + shards.iter().map(|(_, b)| b.len()).sum::<usize>(),
         }
     }
 }
@@ -150,7 +172,7 @@ pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path)
     }
     let config = read("config.json")?;
     // sentence-transformers' files, as bytes for convert_files (which reads and checks them): those its description
-    // reads, then each Dense module's weights (or the pytorch_model.bin convert_files refuses by name).
+    // reads, then each Dense module's weights (model.safetensors, else pytorch_model.bin).
     let mut sentence: Vec<(String, Vec<u8>)> = Vec::new();
     let config_text = String::from_utf8_lossy(&config);
     if let Ok(cfg) = crate::config::BertConfig::from_json_str(&config_text) {
@@ -172,28 +194,42 @@ pub fn convert(model_dir: &std::path::Path, dtype: Dtype, out: &std::path::Path)
         }
     }
     let tokenizer_config = optional("tokenizer_config.json");
-    // The folder's weights: model.safetensors, else the index of shards and each shard it names.
-    use crate::weights::sharded::{ShardIndex, INDEX_FILE, MAX_INDEX_BYTES};
-    let (single, index_path) = (model_dir.join("model.safetensors"), model_dir.join(INDEX_FILE));
+    // The folder's weights, safetensors first: model.safetensors, else its index of shards and each shard it names,
+    // else pytorch_model.bin, else its index and shards.
+    use crate::weights::sharded::{ShardIndex, BIN_INDEX_FILE, INDEX_FILE, MAX_INDEX_BYTES};
+    use crate::weights::torch_bin::FILE as BIN;
+    let has = |name: &str| model_dir.join(name).exists();
     let (mut st, mut index, mut shards) = (Vec::new(), Vec::new(), Vec::new());
-    if !single.exists() && index_path.exists() {
-        if std::fs::metadata(&index_path).map_or(0, |m| m.len()) > MAX_INDEX_BYTES as u64 {
-            return Err(Error::Weights(format!("{} is larger than the {MAX_INDEX_BYTES} bytes allowed", index_path.display())));
+    let index_file = match () {
+        _ if has("model.safetensors") || !(has(INDEX_FILE) || has(BIN) || has(BIN_INDEX_FILE)) => None,
+        _ if has(INDEX_FILE) => Some(INDEX_FILE),
+        _ if has(BIN) => None,
+        _ => Some(BIN_INDEX_FILE),
+    };
+    if let Some(file) = index_file {
+        if std::fs::metadata(model_dir.join(file)).map_or(0, |m| m.len()) > MAX_INDEX_BYTES as u64 {
+            return Err(Error::Weights(format!("{} is larger than the {MAX_INDEX_BYTES} bytes allowed",
+                model_dir.join(file).display())));
         }
-        index = read(INDEX_FILE)?;
-        for name in ShardIndex::parse(&index)?.shards() {
+        index = read(file)?;
+        for name in ShardIndex::parse_as(&index, file)?.shards() {
             if !model_dir.join(name).is_file() {
-                return Err(Error::Weights(format!("{INDEX_FILE} names the shard {name}, which is not in {}",
+                return Err(Error::Weights(format!("{file} names the shard {name}, which is not in {}",
                     model_dir.display())));
             }
             shards.push((name.clone(), read(name)?));
         }
-    } else if !single.exists() && model_dir.join("pytorch_model.bin").exists() {
-        return Err(Error::Weights(crate::weights::sharded::pytorch_refusal(model_dir)));
     } else {
-        st = read("model.safetensors")?;
+        let file = if !has("model.safetensors") && has(BIN) { BIN } else { "model.safetensors" };
+        st = read(file)?;
+        if file == BIN && !crate::weights::torch_bin::is_torch_bin(&st) {
+            crate::weights::Weights::from_torch_bin(&st)?; // says what it is not, rather than the safetensors reader
+        }
     }
-    let weights = if index.is_empty() { WeightsBytes::One(&st) } else { WeightsBytes::Sharded { index: &index, shards: &shards } };
+    let weights = match index_file {
+        Some(file) => WeightsBytes::Sharded { index: &index, file, shards: &shards },
+        None => WeightsBytes::One(&st),
+    };
     let weights_bytes = weights.len() as u64;
     let files = FolderFiles {
         name: model_dir.file_name().and_then(|n| n.to_str()).unwrap_or("bert"),
