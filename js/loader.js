@@ -37,6 +37,21 @@ const TORCH_BIN = "pytorch_model.bin";
 /** ... and saved in shards: their index, and a shard's name (a plain .bin file name beside it). */
 const TORCH_SHARD_INDEX = "pytorch_model.bin.index.json";
 const TORCH_SHARD_NAME = /^[A-Za-z0-9_-][A-Za-z0-9_.-]*\.bin$/;
+/**
+ * `bytes` (the file `name`), once its first bytes are torch.save's: a zip archive, or the pickle of the magic number
+ * of the format before torch 1.6. The module tells a pytorch_model.bin from a safetensors file by them (a bytes
+ * source comes with no name), so a file that has neither is refused here, by its name.
+ */
+function torchBin(bytes, name) {
+  const [a, b, c, d] = bytes.subarray(0, 4);
+  const zip = a === 0x50 && b === 0x4b && ((c === 3 && d === 4) || (c === 5 && d === 6));
+  if (!zip && !(a === 0x80 && b === 2 && c === 0x8a && d === 0x0a)) {
+    throw new Error(`Bert.load: ${name} is not a PyTorch checkpoint: neither the zip archive torch.save writes nor `
+      + "its format before torch 1.6 (the file may be damaged, or not a checkpoint at all)");
+  }
+  return bytes;
+}
+
 /** The two kinds of shards: their index, their names, and whether they stream into the module as they arrive (a
  * .bin is read from its bytes once it is whole). */
 const SAFETENSORS_SHARDS = { index: SHARD_INDEX, name: SHARD_NAME, ext: ".safetensors", stream: true };
@@ -198,6 +213,7 @@ async function fetchFolderOrGguf(resolved, { cache: useCache = true, cacheDir, o
     // the bytes (src/weights/torch_bin.rs), which say which format they are.
     const bin = binShardPins.length ? null : await fetchFile(at(TORCH_BIN), TORCH_BIN, { ...pinned(TORCH_BIN),
       optional: true });
+    if (bin) torchBin(bin, TORCH_BIN);
     weights = bin ?? await fetchShards(at, pinned, limits, stream, TORCH_SHARDS);
     if (weights) files.weightsName = TORCH_BIN;
   }
@@ -250,8 +266,9 @@ async function fetchShards(at, pinned, limits, stream, kind) {
   const free = () => shards.forEach(([, s]) => s?.free?.());
   try {
     for (const name of names) {
-      shards.push([name, await fetchFile(at(name), name, { ...pinned(name),
-        stream: kind.stream && stream && ((o) => stream({ ...o, gguf: false, shard: true })) })]);
+      const shard = await fetchFile(at(name), name, { ...pinned(name),
+        stream: kind.stream && stream && ((o) => stream({ ...o, gguf: false, shard: true })) });
+      shards.push([name, kind.stream ? shard : torchBin(shard, name)]);
     }
   } catch (e) {
     free();
@@ -317,7 +334,7 @@ async function fetchSentenceFiles(at, pinned) {
       for (const path of pins.length ? pins.slice(0, 1) : paths) {
         const bytes = await fetchFile(at(path), path, { ...pinned(path), optional: true });
         if (bytes) {
-          out.push([path, bytes]);
+          out.push([path, path.endsWith(`/${TORCH_BIN}`) ? torchBin(bytes, path) : bytes]);
           break;
         }
       }

@@ -212,11 +212,13 @@ test("a hostile pytorch_model.bin is a clear error, and the models stay usable",
     ["deep.bin", /more than 100000 values and marks on its stack/],
   ];
   const dirs = cases.map(([file]) => copyOf(BIN, (d) => fs.copyFileSync(path.join(HOSTILE, file), path.join(d, "pytorch_model.bin"))));
-  // And a folder with no weights at all: every name it looked for.
+  // A pytorch_model.bin that is no checkpoint at all, named; and a folder with no weights: every name looked for.
+  dirs.push(copyOf(BIN, (d) => fs.writeFileSync(path.join(d, "pytorch_model.bin"), "{\"not\": \"a checkpoint\"}")));
   dirs.push(copyOf(BIN, (d) => fs.rmSync(path.join(d, "pytorch_model.bin"))));
   const got = await inConsumer(HOSTILE_SCRIPT, BIN, TEXTS, ...dirs);
   cases.forEach(([file, want], i) => assert.match(got.errors[i], want, file));
-  assert.match(got.errors[cases.length], /has no weights: none of model\.safetensors, model\.safetensors\.index\.json, pytorch_model\.bin or pytorch_model\.bin\.index\.json/);
+  assert.match(got.errors[cases.length], /^Bert\.load: pytorch_model\.bin is not a PyTorch checkpoint/);
+  assert.match(got.errors[cases.length + 1], /has no weights: none of model\.safetensors, model\.safetensors\.index\.json, pytorch_model\.bin or pytorch_model\.bin\.index\.json/);
   assert.ok(got.same, "the loaded model, and a new load, give the same vectors as before");
   assert.ok(!fs.existsSync("/tmp/pwned"), "nothing ran");
 });
