@@ -375,6 +375,11 @@ test("NomicBERT and GTE embed and classify as PyTorch does in the browser (CPU a
       assert.equal(g.classify.length, rot[fam].classifier.length);
       rot[fam].classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} ${fam} ${x.text}`));
     }
+  }
+  ctx.page.checkErrors();
+});
+
+/**
  * DeBERTa-v3 in the page: the disentangled attention (the attention kernel's DISENTANGLED = 1 pipelines, compiled by
  * Chromium's own WGSL compiler on WebGPU; the CPU twin's GEMMs in wasm) in the mean-pooled embeddings of its tiny
  * DebertaV2ForMaskedLM (a padded batch, and each text alone; texts up to 60 tokens cross its logarithmic buckets)
