@@ -27,13 +27,7 @@ const LAYER: [(&str, &str); 3] =
 
 /// `encoder.layer.{i}.{module}.{param}` with `module` renamed (BERT → DeBERTa or back); other names as they are.
 fn rename_layer(name: &str, to_deberta: bool) -> String {
-    let Some(rest) = name.strip_prefix("encoder.layer.") else { return name.to_string() };
-    let Some((index, rest)) = rest.split_once('.') else { return name.to_string() };
-    let Some((module, param)) = rest.rsplit_once('.') else { return name.to_string() };
-    match LAYER.iter().find(|(b, d)| if to_deberta { *b == module } else { *d == module }) {
-        Some((b, d)) => format!("encoder.layer.{index}.{}.{param}", if to_deberta { d } else { b }),
-        None => name.to_string(),
-    }
+    super::rename_layer(name, &LAYER, to_deberta)
 }
 
 /// A BERT tensor name (with or without `bert.`) → the names DeBERTa checkpoints may store it under besides the bare

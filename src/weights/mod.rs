@@ -54,6 +54,19 @@ struct RenamedBert {
     mlm_bias: &'static [&'static str],
 }
 
+/// `encoder.layer.{i}.{module}.{param}` with `module` renamed by `layer`, a table of (BERT's module path, the
+/// family's): BERT → the family when `to_family`, else back; other names as they are. MPNet's and DeBERTa's layers
+/// differ from BERT's in module names only.
+fn rename_layer(name: &str, layer: &[(&str, &str)], to_family: bool) -> String {
+    let Some(rest) = name.strip_prefix("encoder.layer.") else { return name.to_string() };
+    let Some((index, rest)) = rest.split_once('.') else { return name.to_string() };
+    let Some((module, param)) = rest.rsplit_once('.') else { return name.to_string() };
+    match layer.iter().find(|(b, f)| if to_family { *b == module } else { *f == module }) {
+        Some((b, f)) => format!("encoder.layer.{index}.{}.{param}", if to_family { f } else { b }),
+        None => name.to_string(),
+    }
+}
+
 impl RenamedBert {
     /// A BERT tensor name (with or without `bert.`) → the names the family's checkpoints may store it under besides
     /// the bare name (which BERT's lookup tries already), most likely first; empty when the family has no such tensor.

@@ -23,16 +23,9 @@ const LAYER: [(&str, &str); 5] = [
     ("attention.output.LayerNorm", "attention.LayerNorm"),
 ];
 
-/// `encoder.layer.{i}.{module}.{param}` with `module` renamed by `map` (BERT → MPNet or back); other names as they are.
+/// `encoder.layer.{i}.{module}.{param}` with `module` renamed (BERT → MPNet or back); other names as they are.
 fn rename_layer(name: &str, to_mpnet: bool) -> String {
-    let Some(rest) = name.strip_prefix("encoder.layer.") else { return name.to_string() };
-    let Some((index, rest)) = rest.split_once('.') else { return name.to_string() };
-    let Some((module, param)) = rest.rsplit_once('.') else { return name.to_string() };
-    let found = LAYER.iter().find(|(b, m)| if to_mpnet { *b == module } else { *m == module });
-    match found {
-        Some((b, m)) => format!("encoder.layer.{index}.{}.{param}", if to_mpnet { m } else { b }),
-        None => name.to_string(),
-    }
+    super::rename_layer(name, &LAYER, to_mpnet)
 }
 
 /// A BERT tensor name (with or without `bert.`) → the names MPNet checkpoints may store it under besides the bare BERT
