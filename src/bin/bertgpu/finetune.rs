@@ -143,11 +143,28 @@ impl Hooks for CliHooks {
             Progress::Memory(m) => Ok(format!("bertgpu: training holds {m} besides the model")),
         };
         eprintln!("{}", line.unwrap_or_default());
+        if let Progress::Step(s) = p {
+            hold_after(s.step);
+        }
         self.check()
     }
 
     async fn pause(&mut self) -> bertgpu::Result<()> {
         self.check()
+    }
+}
+
+/// With `BERTGPU_HOLD_AFTER_STEP=N` (for tests that stop a run at a known step): after step N's line, wait for
+/// Ctrl-C (at most a minute) before going on, so that the stop falls between steps N and N + 1 however the machine
+/// schedules the two processes.
+fn hold_after(step: usize) {
+    static HOLD: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let hold = HOLD.get_or_init(|| std::env::var("BERTGPU_HOLD_AFTER_STEP").ok().and_then(|v| v.parse().ok()));
+    if *hold == Some(step) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !INTERRUPTED.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 
