@@ -482,3 +482,43 @@ fn cli_convert_and_embed_a_nomic_bert() {
     }
 }
 
+
+/// |ours − PyTorch| per value of the llama.cpp nomic-bert file's mean-pooled embeddings (values up to ~2). Both run
+/// f32 on the same decoded weights (gguf-py's dequantization is exact in f32, and so is ours), so only the order of
+/// summation differs, and the rotation's sines and cosines: measured max 1.4e-6 on the CPU, 1.5e-6 on lavapipe
+/// (`-- --nocapture`). The bound is
+/// NomicBERT's f32 bound against transformers (tests/rotary.rs `CPU_ATOL`); a wrong name, theta, gate or ε moves
+/// values by far more (an infinite theta moves them by 1.5–2.1 there).
+const LLAMACPP_NOMIC_ATOL: f32 = 5e-5;
+
+/// A NomicBERT file written by llama.cpp's own writer under llama.cpp's own tensor-name table
+/// (tests/golden/make_llamacpp_nomic_gguf.py: no tokenizer.json, no config.json) tokenizes and embeds as PyTorch's
+/// BertTokenizer and NomicBertModel do on the same vocabulary and decoded weights, on the CPU and the GPU.
+#[test]
+fn llama_cpp_nomic_file_matches_pytorch() {
+    use bertgpu::engine::{Device, Engine};
+    let root = family::root().join("tests/golden");
+    let bytes = std::fs::read(root.join("llamacpp_tiny_nomic.gguf")).unwrap();
+    let g = family::golden("llamacpp_tiny_nomic.json");
+    let cases = g["embeddings"]["texts"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let m = gguf::load_gguf(&bytes).unwrap();
+    assert_eq!(m.config.family, bertgpu::config::Family::NomicBert);
+    assert_eq!(m.config.positions, bertgpu::config::Positions::Rotary { theta: g["theta"].as_f64().unwrap() as f32 });
+    assert_eq!(m.pooling, Some("mean"), "nomic-bert.pooling_type");
+    for (t, c) in texts.iter().zip(cases) {
+        let ids = m.tokenizer.encode(t, None).unwrap().ids;
+        assert_eq!(ids, family::ids(&c["input_ids"]), "token ids of {t:?}");
+    }
+    let want: Vec<f32> = cases.iter().flat_map(|c| common::floats(&c["mean_pooled"])).collect();
+    for device in [Device::Cpu, Device::Gpu] {
+        let e = block_on(Engine::from_gguf(&bytes, device));
+        let Some(e) = (if device == Device::Gpu { common::on_gpu("llama_cpp_nomic_file_matches_pytorch", e) } else { Some(e.unwrap()) })
+        else {
+            continue;
+        };
+        // One padded batch: the texts differ in length.
+        let got = block_on(e.embed(&texts, &EmbedOptions::default())).unwrap();
+        family::close(&format!("llama.cpp nomic-bert file on {device:?}"), &got.concat(), &want, LLAMACPP_NOMIC_ATOL, 0.0);
+    }
+}
