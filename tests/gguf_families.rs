@@ -486,9 +486,8 @@ fn cli_convert_and_embed_a_nomic_bert() {
 /// |ours − PyTorch| per value of the llama.cpp nomic-bert file's mean-pooled embeddings (values up to ~2). Both run
 /// f32 on the same decoded weights (gguf-py's dequantization is exact in f32, and so is ours), so only the order of
 /// summation differs, and the rotation's sines and cosines: measured max 1.4e-6 on the CPU, 1.5e-6 on lavapipe
-/// (`-- --nocapture`). The bound is
-/// NomicBERT's f32 bound against transformers (tests/rotary.rs `CPU_ATOL`); a wrong name, theta, gate or ε moves
-/// values by far more (an infinite theta moves them by 1.5–2.1 there).
+/// (`-- --nocapture`). The bound is NomicBERT's f32 bound against transformers (tests/rotary.rs `CPU_ATOL`); a wrong
+/// name, theta, gate or ε moves values by far more (an infinite theta moves them by 1.5–2.1 there).
 const LLAMACPP_NOMIC_ATOL: f32 = 5e-5;
 
 /// A NomicBERT file written by llama.cpp's own writer under llama.cpp's own tensor-name table
