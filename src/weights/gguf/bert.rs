@@ -141,7 +141,8 @@ pub(crate) fn bert_from(g: Gguf, tensors: Vec<(String, HostTensor)>) -> Result<B
             // llama.cpp's keys; the type-vocabulary size and vocabulary size come from the tensors' shapes, read from
             // the header: the tensors may not be read yet ([`read_bert_header`]).
             let rows = |hf: &str| {
-                g.tensors.iter().find(|t| gguf_to_hf_name_in(arch, &t.name) == hf).and_then(|t| t.shape.first().copied())
+                let t = g.tensors.iter().find(|t| gguf_to_hf_name_in(arch, &t.name) == hf);
+                t.and_then(|t| t.shape.first().copied())
             };
             let pad = g.get("tokenizer.ggml.padding_token_id").and_then(|v| v.as_u64()).unwrap_or(0);
             if arch == ARCH_NOMIC {

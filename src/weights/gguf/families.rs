@@ -161,7 +161,8 @@ pub fn check_keys(g: &Gguf, cfg: &BertConfig, arch: &str, ours: bool) -> Result<
     let family_arch = architecture(cfg.family)?;
     if family_arch != arch {
         return Err(gguf_err(format!(
-            "general.architecture `{arch}` does not hold a {} model (its config.json says `{}`; that is `{family_arch}`)",
+            "general.architecture `{arch}` does not hold a {} model (its config.json says `{}`; that is \
+             `{family_arch}`)",
             cfg.family.class_prefix(),
             cfg.family.model_type()
         )));
@@ -171,7 +172,8 @@ pub fn check_keys(g: &Gguf, cfg: &BertConfig, arch: &str, ours: bool) -> Result<
             None if owner == Owner::Bertgpu && !ours => {}
             None => {
                 return Err(gguf_err(format!(
-                    "metadata `{key}` is missing; a `{arch}` GGUF needs it (re-convert the model with `bertgpu convert`)"
+                    "metadata `{key}` is missing; a `{arch}` GGUF needs it (re-convert the model with \
+                     `bertgpu convert`)"
                 )))
             }
             Some(got) if !same(got, &want) => {
