@@ -22,7 +22,8 @@
 # Needs pkg/ built (scripts/build-wasm.sh), bench/node_modules (npm ci --ignore-scripts in bench/) and the models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for p in /.gl/ /.dev/ /.dawn/; do grep -qxF "$p" .git/info/exclude 2>/dev/null || echo "$p" >> .git/info/exclude; done
+# Kept out of `git status` (a linked worktree's .git is a file: there they stay untracked, and travel all the same).
+[ -d .git ] && for p in /.gl/ /.dev/ /.dawn/; do grep -qxF "$p" .git/info/exclude 2>/dev/null || echo "$p" >> .git/info/exclude; done
 if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
   mkdir -p .gl /tmp/amd64/partial
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
