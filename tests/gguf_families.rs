@@ -47,7 +47,7 @@ struct Fam {
     models: &'static [(&'static str, Kind)],
 }
 
-const FAMILIES: [Fam; 4] = [
+const FAMILIES: [Fam; 5] = [
     Fam {
         golden: ("mpnet.json", None),
         atol: 5e-5,
@@ -82,6 +82,8 @@ const FAMILIES: [Fam; 4] = [
             ("tiny-gte-ner", Kind::Ner),
         ],
     },
+    // gte-*-en-v1.5's fixed NTK scaling, under the hub's config keys (tests/golden/gte_ntk.py).
+    Fam { golden: ("gte_ntk.json", None), atol: 5e-5, types: false, models: &[("tiny-gte-ntk", Kind::Embed("embeddings"))] },
     Fam {
         golden: ("deberta.json", None),
         atol: 2e-5,
@@ -328,6 +330,9 @@ fn config_round_trips() {
         (Dtype::Q8_0, Dtype::Q8_0, Dtype::Q4_0));
     let g = Gguf::parse(&gguf_bytes("tiny-gte-model", Dtype::F16)).unwrap();
     assert!(g.tensor_info("blk.0.ffn_up_gate.weight").is_some() && g.tensor_info("blk.0.attn_qkv.bias").is_some());
+    let g = Gguf::parse(&gguf_bytes("tiny-gte-ntk", Dtype::F16)).unwrap();
+    assert_eq!(g.get("bertgpu-gte.rope.scaling.type").and_then(Value::as_str), Some("ntk"));
+    assert_eq!(g.get("bertgpu-gte.rope.scaling.factor"), Some(&Value::F32(2.0)));
     let g = Gguf::parse(&gguf_bytes("tiny-mpnet-model", Dtype::F16)).unwrap();
     assert_eq!(g.get("bertgpu-mpnet.attention.relative_buckets_count").and_then(Value::as_u64), Some(32));
     assert!(g.tensor_info("encoder.relative_attention_bias.weight").is_some());

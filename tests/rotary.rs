@@ -82,6 +82,43 @@ fn rotary_families_match_pytorch_on_gpu() {
     everything(|| gpu().expect("adapter"), GPU_ATOL);
 }
 
+/// gte-*-en-v1.5's fixed NTK scaling (`rope_scaling` `{"type": "ntk", "factor": 2.0}` under the hub's keys) as its
+/// repositories' code computes it (tests/golden/gte_ntk.py): the inverse frequencies to the last bit, and the
+/// embeddings on both backends, batched and each text alone; the config with the scaling left out is far off (by
+/// what torch's own model moved, recorded in the golden), so the scaling is applied.
+#[test]
+fn gte_ntk_scaling_matches_its_authors_code() {
+    let g = family::golden("gte_ntk.json");
+    let d = dir("tiny-gte-ntk");
+    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    assert_eq!((cfg.family, cfg.positions, cfg.rope_ntk_factor), (Family::Gte, Positions::Rotary { theta: 500.0 }, Some(2.0)));
+    let table = bertgpu::model::rotary::Rope::new(&cfg).unwrap().table(2).unwrap();
+    let half = table.shape[1] / 2;
+    let want: Vec<f32> = g["inv_freq"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+    // Position 1's angles are the inverse frequencies themselves: the same f32 gives the same cosine and sine.
+    let row: Vec<f32> = table.to_f32().unwrap()[2 * half..].to_vec();
+    for (i, f) in want.iter().enumerate() {
+        assert_eq!((row[i], row[half + i]), (f.cos(), f.sin()), "frequency {i}: torch's {f}");
+    }
+    embeddings("gte ntk", &g, "embeddings", &load("tiny-gte-ntk", Family::Gte, CpuBackend::new()), CPU_ATOL);
+    if let Some(gpu) = gpu() {
+        embeddings("gte ntk (gpu)", &g, "embeddings", &load("tiny-gte-ntk", Family::Gte, gpu), GPU_ATOL);
+    }
+    let mut plain = cfg.clone();
+    plain.rope_ntk_factor = None;
+    let tok = Tokenizer::from_dir(&d, plain.max_position_embeddings).unwrap();
+    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    let m = Model::new(CpuBackend::new(), plain, tok, &w).unwrap();
+    let cases = g["embeddings"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
+    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let recorded = g["without_scaling_max_diff"].as_f64().unwrap() as f32;
+    assert!(worst > 1000.0 * CPU_ATOL && (worst - recorded).abs() < 1e-3, "without the scaling: ours {worst}, torch {recorded}");
+}
+
 /// The CLI on the CPU: `embed` on both bare models (NomicBERT under the hub's config keys too), `classify` with pairs,
 /// `fill-mask`.
 #[test]
@@ -178,7 +215,13 @@ fn configs_and_refusals() {
     ] {
         refused(with(&hubv, k, val), says);
     }
-    refused(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 2.0})), "rope type `ntk`");
+    // GTE's fixed NTK scaling runs (gte_ntk_scaling_matches_its_authors_code); its mixed form, another family's
+    // NTK, other scalings and a factor that would leave the rotation plain are refused.
+    assert_eq!(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 2.0})).unwrap().rope_ntk_factor, Some(2.0));
+    refused(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 2.0, "mixed_b": 0.5})), "rope_scaling mixed_b 0.5");
+    refused(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 1.0})), "rope_scaling factor 1");
+    refused(with(&new, "rope_scaling", json!({"type": "dynamic", "factor": 2.0})), "rope type `dynamic`");
+    refused(with(&nomic, "rope_scaling", json!({"type": "ntk", "factor": 2.0})), "rope type `ntk`");
     refused(with(&gte, "rope_parameters", json!({"rope_type": "yarn", "rope_theta": 10.0})), "rope type `yarn`");
     refused(with(&new, "logn_attention_scale", json!(true)), "logn_attention_scale true");
     refused(with(&new, "layer_norm_type", json!("rms_norm")), "layer_norm_type `rms_norm`");

@@ -59,6 +59,8 @@ impl LayerBiases {
 #[derive(Debug, Default)]
 pub(super) struct RotaryKeys {
     pub theta: f32,
+    /// GTE's fixed NTK scaling (`rope_scaling` `{"type": "ntk", "factor"}`): [`super::BertConfig::rope_ntk_factor`].
+    pub ntk_factor: Option<f32>,
     /// Sizes under nomic-ai's hub names (`n_embd`, `n_layer`, `n_head`, `n_inner`, `n_positions`,
     /// `layer_norm_epsilon`), where transformers' are absent.
     pub hidden_size: Option<usize>,
@@ -109,16 +111,30 @@ fn refuse(key: &str, value: impl std::fmt::Display, why: &str) -> Error {
 }
 
 /// The rope parameters transformers reads (`rope_parameters` {`rope_type`, `rope_theta`}, or the older top-level
-/// `rope_theta` / `rope_scaling`): the plain ("default") rotation only; a scaled one (`ntk`, `dynamic`, `yarn`,
-/// `linear`, ...) is refused by its type.
-fn theta_of(raw: &Raw, default: f64) -> Result<Option<f64>> {
+/// `rope_theta` / `rope_scaling`): the plain ("default") rotation, and for GTE the fixed NTK scaling that
+/// Alibaba-NLP's gte-base/large-en-v1.5 configs name (`rope_scaling` `{"type": "ntk", "factor": 2.0}`, run by the
+/// repositories' own `NTKScalingRotaryEmbedding`; transformers' `GteModel` has no `ntk` rope type). Any other
+/// scaled rotation (`dynamic`, `yarn`, `linear`, NTK's `mixed_b`, ...) is refused by name. Returns theta and the NTK
+/// factor.
+fn theta_of(raw: &Raw, default: f64, family: Family) -> Result<(f64, Option<f32>)> {
     let scaled = |kind: &str| {
-        refuse("rope type", format!("`{kind}`"), "bertgpu rotates by the plain (\"default\") rotary embeddings only; a \
-            scaled rotation would give other vectors without a word")
+        refuse("rope type", format!("`{kind}`"), "bertgpu rotates by the plain (\"default\") rotary embeddings, and \
+            GTE's fixed `ntk`; another scaled rotation would give other vectors without a word")
     };
+    let mut ntk = None;
     if let Some(s) = raw.rope_scaling.as_ref().filter(|v| !v.is_null()) {
         let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str).unwrap_or("unnamed");
-        return Err(scaled(kind));
+        if kind != "ntk" || family != Family::Gte {
+            return Err(scaled(kind));
+        }
+        if let Some(b) = s.get("mixed_b").filter(|v| !v.is_null()) {
+            return Err(refuse("rope_scaling mixed_b", b, "GTE's fixed NTK scaling is run, not its mixed form"));
+        }
+        let f = s.get("factor").and_then(Value::as_f64).filter(|f| f.is_finite() && *f > 1.0);
+        // At a factor of 1 or below the repositories' code leaves the rotation plain; no released config says so.
+        let f = f.ok_or_else(|| refuse("rope_scaling factor", s.get("factor").unwrap_or(&Value::Null),
+            "the NTK factor must be a number above 1"))?;
+        ntk = Some(f as f32);
     }
     let mut theta = raw.rope_theta;
     if let Some(p) = raw.rope_parameters.as_ref().filter(|v| !v.is_null()) {
@@ -140,7 +156,7 @@ fn theta_of(raw: &Raw, default: f64) -> Result<Option<f64>> {
     if let Some(f) = raw.partial_rotary_factor.filter(|f| *f != 1.0) {
         return Err(refuse("partial_rotary_factor", f, "every dimension of a head is rotated here"));
     }
-    Ok(Some(theta.unwrap_or(default)))
+    Ok((theta.unwrap_or(default), ntk))
 }
 
 /// nomic-ai's hub keys: each that would change the computation (a bias, pre-norm, RMSNorm, a partial or interleaved
@@ -206,7 +222,8 @@ pub(super) fn rotary_keys(text: &str, family: Family) -> Result<RotaryKeys> {
     // NomicBertConfig's default theta is 1000, GteConfig's 160000 (gte-multilingual-base's).
     let default = if family == Family::NomicBert { 1_000.0 } else { 160_000.0 };
     let mut keys = RotaryKeys { head_dim: raw.head_dim, ..RotaryKeys::default() };
-    keys.theta = theta_of(&raw, default)?.unwrap_or(default) as f32;
+    let (theta, ntk) = theta_of(&raw, default, family)?;
+    (keys.theta, keys.ntk_factor) = (theta as f32, ntk);
     match family {
         Family::NomicBert => nomic_hub(&raw, &mut keys)?,
         _ => gte_hub(&raw)?,

@@ -53,6 +53,10 @@ pub struct BertConfig {
     /// Where positions enter: the learned table of [`Self::max_position_embeddings`] rows (BERT and its relatives),
     /// or a rotation of the queries and keys (NomicBERT, GTE).
     pub positions: Positions,
+    /// A rotary model's fixed NTK scaling factor `s` (Alibaba-NLP's gte-*-en-v1.5: `rope_scaling` `{"type": "ntk",
+    /// "factor": s}`): the inverse frequencies `1 / (s·theta)^(2i/d) / s^(2/d)` at every position, as its own
+    /// `NTKScalingRotaryEmbedding` computes them ([`crate::model::rotary::Rope`]). `None`: the plain rotation.
+    pub rope_ntk_factor: Option<f32>,
     /// Whether the embeddings add a token-type table's rows: the BERT family's own rule
     /// ([`Family::has_token_type_table`]), and for GTE whether `type_vocab_size` is above 0 (gte-base-en-v1.5 has
     /// none). Without one, a single all-zero row stands in (`type_vocab_size` 1) and every token is of type 0.
@@ -325,6 +329,7 @@ impl BertConfig {
             // stands in.
             type_vocab_size: if mpnet || !token_type_table { 1 } else { pick(Some(1), raw.type_vocab_size).unwrap_or(2) },
             positions,
+            rope_ntk_factor: rk.as_ref().and_then(|k| k.ntk_factor),
             token_type_table,
             feed_forward,
             biases,

@@ -1,5 +1,5 @@
 //! The rotary families' position table (transformers' `NomicBertRotaryEmbedding`, `GteRotaryEmbedding` with
-//! `rope_type: "default"`): the inverse frequencies `f_i = 1 / theta^(2i/d)` and, per forward, the `(T, d)` table
+//! `rope_type: "default"`; gte-*-en-v1.5's fixed NTK scaling, `BertConfig::rope_ntk_factor`): the inverse frequencies `f_i = 1 / theta^(2i/d)` and, per forward, the `(T, d)` table
 //! of `cos(t·f_i)` then `sin(t·f_i)` for positions `0..T` that every layer's `Backend::rotary` reads. Computed on
 //! the host in f32 in PyTorch's order (`inv_freq` from `theta ** (arange(0, d, 2) / d)`, then `t · f_i` rounded to
 //! f32, then its cosine and sine), so the angles are PyTorch's to the rounding of `cos`/`sin` themselves; a GPU's
@@ -20,8 +20,14 @@ impl Rope {
     pub fn new(cfg: &BertConfig) -> Option<Rope> {
         let Positions::Rotary { theta } = cfg.positions else { return None };
         let d = cfg.head_dim();
-        // torch: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), all in f32.
-        let inv_freq = (0..d / 2).map(|i| 1.0 / theta.powf((2 * i) as f32 / d as f32)).collect();
+        // torch: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), all in f32. GTE's fixed NTK
+        // scaling (its repositories' NTKScalingRotaryEmbedding): base = theta·s, then each divided by s^(2/d), the
+        // Python float product and power rounded to f32 where they meet the f32 tensor.
+        let (base, div) = match cfg.rope_ntk_factor {
+            Some(s) => (((theta as f64) * (s as f64)) as f32, (s as f64).powf(2.0 / d as f64) as f32),
+            None => (theta, 1.0),
+        };
+        let inv_freq = (0..d / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / d as f32) / div).collect();
         Some(Rope { inv_freq })
     }
 

@@ -117,6 +117,11 @@ pub fn arch_keys(cfg: &BertConfig, arch: &str) -> Result<Vec<(String, Value, Own
         let owner = if arch == ARCH_NOMIC { LlamaCpp } else { Bertgpu };
         add(format!("{arch}.rope.freq_base"), Value::F32(theta), owner);
     }
+    if let Some(s) = cfg.rope_ntk_factor {
+        // llama.cpp's key names (`LLM_KV_ROPE_SCALING_TYPE`, `_FACTOR`), with GTE's own scaling type.
+        add(format!("{arch}.rope.scaling.type"), Value::String("ntk".into()), Bertgpu);
+        add(format!("{arch}.rope.scaling.factor"), Value::F32(s), Bertgpu);
+    }
     if cfg.relative_attention_buckets > 0 {
         // llama.cpp's name for T5's bucket count (`LLM_KV_ATTENTION_RELATIVE_BUCKETS_COUNT`).
         add(format!("{arch}.attention.relative_buckets_count"), num(cfg.relative_attention_buckets)?, Bertgpu);
