@@ -352,16 +352,11 @@ export class Bert {
       (e) => { this._threadsReason = `the thread pool did not start: ${e.message}`; });
   }
 
-  /** The files this model was loaded from, fetched again (from the cache when it is on), with its adapter. */
-  async _files(method = null) {
+  /** The files this model was loaded from, fetched again (from the cache when it is on), with its adapter. A
+   * checkpoint saved in shards comes as its index and the shards' bytes, which loading, training and toGguf take
+   * where they take one weights file (src/wasm/shards.rs). */
+  async _files() {
     const files = await fetchModelFiles(this._source.resolved, this._source.fetchOptions);
-    // Loading (and reloading after a lost device) reads shards; training and exporting take one model.safetensors.
-    if (method && files.weights?.shards) {
-      files.weights.free();
-      throw new Error(`${method}: this model was loaded from shards (${files.weights.indexName}), which ${method} `
-        + "does not read yet: save it as one model.safetensors first (transformers' save_pretrained with a larger "
-        + "max_shard_size)");
-    }
     return { ...files, ...this._source.adapter };
   }
 
@@ -612,6 +607,7 @@ export class Bert {
    * `{ format: "gguf", dtype }` ("f32", "f16", "q8_0" (default), "q4_0"): `{ "model.gguf": Uint8Array }`, one file
    * with the weights quantized again, as `bertgpu convert` writes it. With `{ format: "adapter" }` after a LoRA
    * fine-tuning: peft's `{ "adapter_config.json", "adapter_model.safetensors" }` (the folder has them merged in).
+   * A model loaded from shards and not trained since gives its index and its shards under their own names.
    */
   exportModel(options = {}) {
     return this._enqueue("exportModel", async () => {
@@ -625,7 +621,7 @@ export class Bert {
         return { ...this._adapter };
       }
       if (opts.dtype != null && format !== "gguf") throw new TypeError("exportModel: dtype is for format: \"gguf\"");
-      const files = this._tuned ?? await this._files("exportModel");
+      const files = this._tuned ?? await this._files();
       if (files.gguf) throw new Error("exportModel: this model was loaded from a .gguf, not a Hugging Face folder");
       if (format === "gguf") {
         const gguf = await guard(this._rt, () => this._rt.glue.toGguf(files.config, files.tokenizer, files.vocab,
@@ -637,8 +633,10 @@ export class Bert {
       const names = { config: "config.json", weights: files.weightsName ?? "model.safetensors", tokenizer: "tokenizer.json",
         vocab: "vocab.txt", tokenizerConfig: "tokenizer_config.json", adapterConfig: "adapter_config.json",
         adapterWeights: "adapter_model.safetensors" };
-      const out = {};
-      for (const [k, name] of Object.entries(names)) if (files[k] != null) out[name] = files[k];
+      // Shards (a model not fine-tuned since it was loaded from them) go back as they came: the index and each shard.
+      const shards = files.weights?.shards;
+      const out = shards ? { [files.weights.indexName]: files.weights.index, ...Object.fromEntries(shards) } : {};
+      for (const [k, name] of Object.entries(names)) if (files[k] != null && !(shards && k === "weights")) out[name] = files[k];
       return out;
     });
   }

@@ -17,7 +17,7 @@ const MAX_DEVICE_LOSSES = 3;
 export async function trainModel(bert, method, m, { onProgress, signal, checkpoint, resume }, train) {
   const what = method === "pretrain" ? "pre-training" : "fine-tuning";
   signal?.throwIfAborted();
-  const files = bert._tuned ?? await bert._files(method);
+  const files = bert._tuned ?? await bert._files();
   if (files.gguf) {
     throw new Error(`${method}: this model was loaded from a .gguf; ${what} starts from a Hugging Face folder `
       + "(config.json, model.safetensors, the tokenizer files), whose config it exports");

@@ -28,6 +28,7 @@ use crate::weights::stream::Streamed;
 use crate::Error;
 
 mod pretrain;
+mod shards;
 mod stream;
 mod tokenizer;
 mod train;
@@ -276,7 +277,7 @@ pub(crate) fn js_err(e: Error) -> JsError {
 
 /// A file in JS memory (a `Uint8Array`), read in pieces: each piece is copied straight to where it goes in wasm
 /// memory ([`crate::weights::bytes::ByteSource`]).
-struct JsBytes(js_sys::Uint8Array);
+pub(super) struct JsBytes(pub(super) js_sys::Uint8Array);
 
 impl crate::weights::bytes::ByteSource for JsBytes {
     fn byte_len(&self) -> usize {
@@ -357,8 +358,8 @@ fn sentence_files(files: JsValue) -> Result<Vec<(String, Vec<u8>)>, JsError> {
 
 /// `WasmModel.load`'s `weights` (a `Uint8Array` of model.safetensors or pytorch_model.bin, a finished safetensors
 /// `WeightStream`, or a sharded checkpoint's files) as the loader reads them, and the device a stream placed them on.
-fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), JsError> {
-    if let Some(joined) = sharded_weights(&weights)? {
+pub(super) fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), JsError> {
+    if let Some(joined) = shards::sharded_weights(&weights)? {
         return Ok((WeightsFile::Read(joined), None));
     }
     Ok(match weights.dyn_into::<js_sys::Uint8Array>() {
@@ -369,44 +370,6 @@ fn weights_file(weights: JsValue) -> Result<(WeightsFile, Option<Placement>), Js
             (Streamed::Gguf(_), _) => return Err(JsError::new("load: the weights stream holds a .gguf: use loadGguf")),
         },
     })
-}
-
-/// A sharded checkpoint as js/loader.js fetches it, `{ index, indexName, shards: [[name, Uint8Array |
-/// WeightStream], ...] }` (model.safetensors.index.json, or `indexName` pytorch_model.bin.index.json, and each
-/// shard it names, read on the host), joined after the index's checks ([`crate::weights::sharded`]); `None` for any
-/// other value.
-fn sharded_weights(weights: &JsValue) -> Result<Option<crate::weights::Weights>, JsError> {
-    use crate::weights::sharded::{ShardIndex, BIN_INDEX_FILE, INDEX_FILE};
-    if !weights.is_object() || weights.is_instance_of::<js_sys::Uint8Array>() {
-        return Ok(None);
-    }
-    let index = js_sys::Reflect::get(weights, &JsValue::from_str("index")).map_err(|_| JsError::new("load: weights"))?;
-    if index.is_undefined() {
-        return Ok(None);
-    }
-    let index: js_sys::Uint8Array =
-        index.dyn_into().map_err(|_| JsError::new(&format!("load: the sharded weights' {INDEX_FILE} must be bytes")))?;
-    let name = js_sys::Reflect::get(weights, &JsValue::from_str("indexName")).ok().and_then(|n| n.as_string());
-    let file = if name.as_deref() == Some(BIN_INDEX_FILE) { BIN_INDEX_FILE } else { INDEX_FILE };
-    let index = ShardIndex::parse_as(&index.to_vec(), file).map_err(js_err)?;
-    let list = js_sys::Reflect::get(weights, &JsValue::from_str("shards")).map_err(|_| JsError::new("load: weights"))?;
-    let list: js_sys::Array =
-        list.dyn_into().map_err(|_| JsError::new("load: the sharded weights' shards must be [[name, bytes], ...]"))?;
-    let mut shards = Vec::with_capacity(list.length() as usize);
-    for entry in list.iter() {
-        let pair: js_sys::Array = entry.dyn_into().map_err(|_| JsError::new("load: a shard must be [name, bytes]"))?;
-        let name = pair.get(0).as_string().ok_or_else(|| JsError::new("load: a shard's name must be a string"))?;
-        let w = match pair.get(1).dyn_into::<js_sys::Uint8Array>() {
-            Ok(bytes) => crate::weights::Weights::from_file_source(&JsBytes(bytes)),
-            Err(other) => match stream::WeightStream::take(other)? {
-                (Streamed::Safetensors(w), None) => Ok(w),
-                _ => return Err(JsError::new(&format!("load: shard {name} is not a safetensors file read on the host"))),
-            },
-        };
-        shards.push((name.clone(), w.map_err(|e| JsError::new(&format!("shard {name}: {e}")))?));
-    }
-    shards.sort_by(|a, b| a.0.cmp(&b.0));
-    index.join_weights(shards).map(Some).map_err(js_err)
 }
 
 /// [`load_engine`]'s second half: the checked model on `device`, or on the `placement` its weights streamed to.

@@ -6,7 +6,7 @@ use wasm_bindgen::prelude::*;
 
 use super::train::{checkpoints, report, JsHooks, JsProgress};
 use super::{js_err, to_js, WasmModel};
-use crate::loader::{self, LoadOptions, ModelFiles, ModelSource, WeightsFile};
+use crate::loader::{self, LoadOptions, ModelFiles, ModelSource};
 use crate::training::fit::FitOptions;
 use crate::training::job;
 use crate::training::pretrain_data::{parse_corpus, CorpusFormat, PretrainOptions, MAX_LINE_CHARS};
@@ -119,7 +119,7 @@ impl WasmModel {
     #[wasm_bindgen(js_name = pretrain)]
     #[allow(clippy::too_many_arguments)]
     pub fn pretrain(&self, config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>,
-        tokenizer_config: Option<Vec<u8>>, weights: Vec<u8>, adapter_config: Option<Vec<u8>>,
+        tokenizer_config: Option<Vec<u8>>, weights: JsValue, adapter_config: Option<Vec<u8>>,
         adapter_weights: Option<Vec<u8>>, corpus: JsValue, options: JsValue, hooks: JsValue, checkpoint: JsValue)
         -> Result<js_sys::Promise, JsError> {
         self.engine.expect_f32_activations("pre-training").map_err(js_err)?;
@@ -131,7 +131,7 @@ impl WasmModel {
         let original: serde_json::Value = serde_json::from_slice(&config).map_err(|e| js_err(e.into()))?;
         // A LoRA adapter loaded with the model is folded in at load: what trains is the model as it runs.
         let adapter = adapter_config.zip(adapter_weights);
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: WeightsFile::Bytes(Box::new(weights)), adapter, sentence: Vec::new() };
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: super::weights_file(weights)?.0, adapter, sentence: Vec::new() };
         let m = loader::load(ModelSource::Files(files), &LoadOptions::default()).map_err(js_err)?;
         let own = self.engine.config();
         if m.config.hidden_size != own.hidden_size || m.config.num_hidden_layers != own.num_hidden_layers {

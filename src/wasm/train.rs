@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 
 use super::{js_err, to_js, WasmModel};
-use crate::loader::{ModelFiles, WeightsFile};
+use crate::loader::ModelFiles;
 use crate::tasks::{EpochProgress, TrainExample, TrainOptions};
 use crate::training::fit::checkpoint::{Checkpoints, Store};
 use crate::training::fit::{EpochMetrics, FitOptions, FitReport, Hooks, Progress, StepProgress};
@@ -485,7 +485,7 @@ impl WasmModel {
     #[wasm_bindgen(js_name = fineTune)]
     #[allow(clippy::too_many_arguments)]
     pub fn fine_tune(&self, config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>,
-        tokenizer_config: Option<Vec<u8>>, weights: Vec<u8>, adapter_config: Option<Vec<u8>>,
+        tokenizer_config: Option<Vec<u8>>, weights: JsValue, adapter_config: Option<Vec<u8>>,
         adapter_weights: Option<Vec<u8>>, examples: JsValue, options: JsValue, hooks: JsValue, checkpoint: JsValue)
         -> Result<js_sys::Promise, JsError> {
         let opts: JsFineTuneOptions = if options.is_undefined() || options.is_null() {
@@ -496,7 +496,7 @@ impl WasmModel {
         let opts = opts.resolve().map_err(js_err)?;
         let examples = Examples::deserialize(opts.task, serde_wasm_bindgen::Deserializer::from(examples)).map_err(js_err)?;
         let adapter = adapter_config.zip(adapter_weights);
-        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: WeightsFile::Bytes(Box::new(weights)), adapter, sentence: Vec::new() };
+        let files = ModelFiles { config, tokenizer, vocab, tokenizer_config, weights: super::weights_file(weights)?.0, adapter, sentence: Vec::new() };
         let engine = self.engine.clone();
         let mut hooks = JsHooks { hooks, method: "fineTune" };
         let mut checkpoints = checkpoints(checkpoint).map_err(js_err)?;
@@ -524,9 +524,17 @@ impl WasmModel {
 /// fine-tuned model quantized again.
 #[wasm_bindgen(js_name = toGguf)]
 pub fn to_gguf(config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8>>, tokenizer_config: Option<Vec<u8>>,
-    weights: Vec<u8>, dtype: &str) -> Result<Vec<u8>, JsError> {
+    weights: JsValue, dtype: &str) -> Result<Vec<u8>, JsError> {
     use crate::weights::gguf::convert::{convert_files, FolderFiles, WeightsBytes};
     let dtype: crate::dtype::Dtype = dtype.parse().map_err(js_err)?;
+    let sharded = super::shards::shard_bytes(&weights)?;
+    let one = match &sharded {
+        Some(_) => Vec::new(),
+        None => weights
+            .dyn_into::<js_sys::Uint8Array>()
+            .map_err(|_| JsError::new("toGguf: the weights must be a file's bytes or a sharded checkpoint's files"))?
+            .to_vec(),
+    };
     let files = FolderFiles {
         name: "bert",
         config: &config,
@@ -534,7 +542,10 @@ pub fn to_gguf(config: Vec<u8>, tokenizer: Option<Vec<u8>>, vocab: Option<Vec<u8
         vocab: vocab.as_deref(),
         tokenizer_config: tokenizer_config.as_deref(),
         sentence: &[],
-        weights: WeightsBytes::One(&weights),
+        weights: match &sharded {
+            Some((index, file, shards)) => WeightsBytes::Sharded { index, file: *file, shards },
+            None => WeightsBytes::One(&one),
+        },
     };
     convert_files(&files, dtype).map(|(bytes, _)| bytes).map_err(js_err)
 }

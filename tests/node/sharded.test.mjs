@@ -121,3 +121,51 @@ test("a missing shard, a shard failing its pin and a tensor in two shards are re
   assert.match(refused.error ?? "loaded", /^Bert\.load: pytorch_model\.bin is not a PyTorch checkpoint/);
   for (const d of [missing, twice, bin]) fs.rmSync(d, { recursive: true, force: true });
 });
+
+/** Fine-tunes argv[1]'s model on a few labelled texts (CPU, seeded) and reports its exported files' names and a hash. */
+const FINE_TUNE = `
+  import { Bert } from "bertgpu";
+  import { createHash } from "node:crypto";
+  const bert = await Bert.load(process.argv[1], { device: "cpu" });
+  const examples = [{ text: "a fine day", label: "positive" }, { text: "a bad day", label: "negative" },
+    { text: "a day", label: "neutral" }, { text: "so good", label: "positive" }];
+  try {
+    const report = await bert.fineTune(examples, { task: "classify", epochs: 2, batchSize: 2, seed: 7 });
+    const files = await bert.exportModel();
+    const sha = createHash("sha256").update(files["model.safetensors"]).digest("hex");
+    console.log(JSON.stringify({ loss: report.epochs.map((e) => e.trainLoss ?? e.train_loss), names: Object.keys(files).sort(), sha }));
+  } catch (e) {
+    console.log(JSON.stringify({ error: e.message }));
+  }
+  bert.dispose();
+`;
+
+test("a model loaded from shards fine-tunes to the same model as its one-file twin", async () => {
+  const sharded = await inConsumer(FINE_TUNE, path.join(MODELS, "tiny-classifier-bin-sharded"));
+  const one = await inConsumer(FINE_TUNE, path.join(MODELS, "tiny-classifier"));
+  assert.equal(sharded.error, undefined, sharded.error);
+  assert.equal(one.error, undefined, one.error);
+  assert.ok(sharded.names.includes("model.safetensors") && !sharded.names.some((n) => n.endsWith(".bin")),
+    `a trained model exports one model.safetensors: ${sharded.names}`);
+  assert.equal(sharded.sha, one.sha, "the same tensors, the same seed: the same trained weights, bit for bit");
+});
+
+test("exportModel gives a sharded model's index and shards back as they came, or one .gguf of them", async () => {
+  const got = await inConsumer(`
+    import { Bert } from "bertgpu";
+    const bert = await Bert.load(process.argv[1], { device: "cpu" });
+    const files = await bert.exportModel();
+    const gguf = (await bert.exportModel({ format: "gguf", dtype: "f32" }))["model.gguf"];
+    bert.dispose();
+    const back = await Bert.load({ gguf }, { device: "cpu" });
+    const mean = (await back.embed(JSON.parse(process.argv[2]), { pooling: "mean", normalize: false })).map((v) => Array.from(v));
+    const bytes = Object.fromEntries(Object.entries(files).map(([k, v]) => [k, Buffer.from(v).toString("base64")]));
+    console.log(JSON.stringify({ bytes, mean }));
+  `, SHARDED, TEXTS);
+  const names = fs.readdirSync(SHARDED).filter((f) => f.includes("safetensors")).sort();
+  assert.deepEqual(Object.keys(got.bytes).filter((f) => f.includes("safetensors")).sort(), names);
+  for (const name of names) {
+    assert.ok(Buffer.from(got.bytes[name], "base64").equals(fs.readFileSync(path.join(SHARDED, name))), `${name} as it came`);
+  }
+  assertGolden(got, "the .gguf exported from shards");
+});
