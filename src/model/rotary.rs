@@ -19,10 +19,14 @@ impl Rope {
     /// `None` for the families with a position table.
     pub fn new(cfg: &BertConfig) -> Option<Rope> {
         let Positions::Rotary { theta } = cfg.positions else { return None };
-        let d = cfg.head_dim();
+        Some(Rope::with_theta(theta, cfg.head_dim()))
+    }
+
+    /// The frequencies of `theta` for heads of `d` dimensions (ModernBERT's local layers have a theta of their own).
+    pub fn with_theta(theta: f32, d: usize) -> Rope {
         // torch: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), all in f32.
         let inv_freq = (0..d / 2).map(|i| 1.0 / theta.powf((2 * i) as f32 / d as f32)).collect();
-        Some(Rope { inv_freq })
+        Rope { inv_freq }
     }
 
     /// The `(T, d)` table for `seq` positions on the host.

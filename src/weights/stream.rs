@@ -382,6 +382,7 @@ impl Body {
                 && !s.name.contains("position_embeddings")
                 && !s.name.contains("relative_attention_bias") // MPNet's: read on the host each forward
                 && !s.name.contains("rel_embeddings") // DeBERTa's: LayerNorm'd on the host at load
+                && !s.name.contains("mlp.Wi.") // ModernBERT's: its halves swapped on the host at load (model::layer)
                 && s.dtype.as_ref().is_ok_and(|t| !matches!(t, Stored::Bf16))
         };
         // BERT's names (every GGUF's, once read), ALBERT's, DistilBERT's and MPNet's.

@@ -230,9 +230,10 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
     // Parsed and checked as a load would (a family the loader refuses is refused here too); DistilBERT's sizes under
     // its own names come out as BERT's.
     let cfg = crate::config::BertConfig::from_json_str(meta.config_json)?;
-    if matches!(cfg.family, Family::MPNet | Family::NomicBert | Family::Gte) {
-        // MPNet's relative position bias, NomicBERT's and GTE's packed and gated projections have no llama.cpp
-        // names here yet, and no loader of such a GGUF would apply them.
+    if matches!(cfg.family, Family::MPNet | Family::NomicBert | Family::Gte | Family::ModernBert) {
+        // MPNet's relative position bias, NomicBERT's, GTE's and ModernBERT's packed and gated projections (and
+        // ModernBERT's pre-LN layers and windows) have no llama.cpp names here yet, and no loader of such a GGUF
+        // would apply them.
         return Err(Error::Config(format!("converting a {} (`{}`) checkpoint to GGUF is not supported yet; load its \
             safetensors folder instead", cfg.family.class_prefix(), cfg.family.model_type())));
     }
@@ -347,6 +348,7 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
         Family::MPNet => canonical_hf_name(&mpnet::to_bert(n)),
         f @ (Family::NomicBert | Family::Gte) => canonical_hf_name(&rotary::to_bert(f, n)),
         Family::DebertaV2 => canonical_hf_name(&deberta::to_bert(n)),
+        Family::ModernBert => canonical_hf_name(&crate::weights::modernbert::to_bert(n)),
     };
     let word = tensors.iter().find(|(n, _)| bert_name(n) == "embeddings.word_embeddings.weight");
     for (name, t) in tensors {
