@@ -124,8 +124,8 @@ impl<B: Backend> BertSelfAttention<B> {
     }
 }
 
-/// A block's end: its output projection, then the residual, and post-LN the LayerNorm of the sum (`norm`; pre-LN
-/// has none here: the next block's own comes first).
+/// A block's end, after its output projection `y`: the residual, and post-LN the LayerNorm of the sum (`norm`;
+/// pre-LN has none here: the next block's own comes first).
 fn residual<B: Backend>(backend: &B, y: &B::Tensor, input: &B::Tensor, norm: Option<&LayerNorm<B>>)
     -> Result<B::Tensor> {
     match norm {
