@@ -5,8 +5,9 @@
 //! `head` (masked LM with the tied decoder, sequence classification on the first token and on the mean, pairs
 //! included, token classification, QA), both config key sets (transformers 5's `layer_types` / `rope_parameters`,
 //! the hub's `global_attn_every_n_layers` / `global_rope_theta` / `local_rope_theta`), in the embeddings of a padded
-//! batch and of each text alone, on the CPU and the GPU backend and through the CLI. Unsupported keys, fine-tuning
-//! and `convert` to GGUF are refused by name.
+//! batch and of each text alone, on the CPU and the GPU backend (its weights streamed into device memory as the file
+//! arrives too, and with f16 activations) and through the CLI. Unsupported keys, fine-tuning and `convert` to GGUF
+//! are refused by name.
 
 mod common;
 
@@ -15,11 +16,14 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family, FeedForward, LayerBiases, Norms, Positions, SlidingWindow};
 use bertgpu::dtype::Dtype;
+use bertgpu::engine::{Device, Engine, Placement};
+use bertgpu::loader::{self, LoadOptions, ModelSource};
 use bertgpu::sentence::Pooling;
 use bertgpu::tasks::{EmbedOptions, Model};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
-use bertgpu::weights::{gguf, Weights};
+use bertgpu::weights::stream::{read_file_to, Format, Streamed};
+use bertgpu::weights::{gguf, HostData, Weights};
 use common::family::{self, block_on, dir};
 use common::gpu;
 use serde_json::{json, Value};
@@ -83,6 +87,51 @@ fn modernbert_matches_pytorch_on_gpu() {
         return;
     }
     everything(|| gpu().expect("adapter"), GPU_ATOL);
+}
+
+/// f16 activations on the GPU (`--activations f16`): every activation stored as f16, so the embeddings move by its
+/// rounding. Measured worst against PyTorch on lavapipe: 6.3e-4 (`-- --nocapture`); the load-time check's own f16
+/// tolerance (`CANARY_F16_ATOL`, 1.5e-2) bounds it here too.
+const F16_ATOL: f32 = 1.5e-2;
+
+/// On the GPU as a folder loads there: every matrix but `Wi` written into device memory as the file arrives (`Wi`'s
+/// halves swap on the host at load), and the model the same as from host weights, bit for bit; the load-time check
+/// (its CPU reference a module at a time, read back from device memory) passes, in f32 and with f16 activations,
+/// whose embeddings stay within F16_ATOL of PyTorch's.
+#[test]
+fn placed_on_the_gpu_and_checked_at_load() {
+    let Some(g) = gpu() else { return };
+    let d = dir("tiny-modernbert-mlm");
+    let m = loader::load(ModelSource::Path(&d), &LoadOptions::default()).unwrap();
+    let host = m.weights().unwrap();
+    let Streamed::Safetensors(placed) = read_file_to(&d.join("model.safetensors"), Format::Safetensors, Some(&g)).unwrap()
+    else {
+        panic!("a safetensors read gave a GGUF")
+    };
+    let names = placed.names();
+    assert!(names.iter().any(|n| n.contains("mlp.Wi.weight")));
+    for n in names {
+        let t = placed.stored(n).unwrap();
+        let on_device = matches!(t.data, HostData::Placed(_));
+        assert_eq!(on_device, t.shape.len() == 2 && !n.contains("mlp.Wi."), "{n}");
+    }
+    let on = |w: &Weights, g| {
+        block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), w, Placement::on(Device::Gpu, g), CpuBackend::new()))
+            .unwrap()
+    };
+    let (from_host, from_file) = (on(&host, gpu().unwrap()), on(&placed, g));
+    assert_eq!(from_file.device(), "gpu");
+    let g = golden();
+    let cases = g["embeddings"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
+    let embed = |e: &Engine| block_on(e.embed(&texts, &opts)).unwrap().concat();
+    let got = embed(&from_file);
+    assert_eq!(got, embed(&from_host), "the placed weights' model differs from the host weights'");
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    family::close("placed on the GPU, mean embeddings", &got, &want, GPU_ATOL, 0.0);
+    assert!(block_on(from_file.set_f16_activations(true)).unwrap(), "the f16 mode passes the load-time check");
+    family::close("f16 activations, mean embeddings", &embed(&from_file), &want, F16_ATOL, 0.0);
 }
 
 /// The CLI on the CPU: `embed` on the bare model, `classify` with pairs (the hub's config keys), `fill-mask`.
