@@ -6,8 +6,8 @@
 //! included, token classification, QA), both config key sets (transformers 5's `layer_types` / `rope_parameters`,
 //! the hub's `global_attn_every_n_layers` / `global_rope_theta` / `local_rope_theta`), in the embeddings of a padded
 //! batch and of each text alone, on the CPU and the GPU backend (its weights streamed into device memory as the file
-//! arrives too, and with f16 activations) and through the CLI. Unsupported keys, fine-tuning and `convert` to GGUF
-//! are refused by name.
+//! arrives too, and with f16 activations) and through the CLI. Unsupported keys and fine-tuning are refused by name;
+//! GGUF: tests/gguf_families.rs.
 
 mod common;
 
@@ -15,7 +15,6 @@ use bertgpu::activation::Activation;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family, FeedForward, LayerBiases, Norms, Positions, SlidingWindow};
-use bertgpu::dtype::Dtype;
 use bertgpu::engine::{Device, Engine, Placement};
 use bertgpu::loader::{self, LoadOptions, ModelSource};
 use bertgpu::sentence::Pooling;
@@ -23,7 +22,7 @@ use bertgpu::tasks::{EmbedOptions, Model};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::stream::{read_file_to, Format, Streamed};
-use bertgpu::weights::{gguf, HostData, Weights};
+use bertgpu::weights::{HostData, Weights};
 use common::family::{self, block_on, dir};
 use common::gpu;
 use serde_json::{json, Value};
@@ -249,17 +248,13 @@ fn configs_and_refusals() {
     }
 }
 
-/// Fine-tuning the whole encoder and `convert` to GGUF are refused by name (their backward and their GGUF names are
-/// not written), and `convert` writes nothing.
+/// Fine-tuning the whole encoder is refused by name (its backward is not written). `convert` to GGUF runs:
+/// tests/gguf_families.rs.
 #[test]
-fn training_and_convert_are_refused_by_name() {
+fn training_is_refused_by_name() {
     let d = dir("tiny-modernbert-classifier");
     let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
     let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).err().expect("refused").to_string();
     assert!(e.contains("`modernbert`"), "{e}");
-    let out = std::env::temp_dir().join(format!("tiny-modernbert-{}.gguf", std::process::id()));
-    let e = gguf::convert(&d, Dtype::F16, &out).err().expect("refused").to_string();
-    assert!(e.contains("modernbert") && e.contains("not supported"), "{e}");
-    assert!(!out.exists());
 }

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::storage::{file_type, storage_for, store};
 use super::families::{self, ARCH_NOMIC};
-use super::names::{canonical_hf_name, gguf_to_hf_name_in, hf_to_gguf_name};
+use super::names::{canonical_hf_name, gguf_to_hf_name_in, hf_to_gguf_name_in};
 use super::{gguf_err, Array, Gguf, GgufWriter, Value, KEY_ARCHITECTURE, KEY_TOKENS};
 use crate::config::Family;
 use crate::dtype::Dtype;
@@ -384,7 +384,7 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
         } else {
             t
         };
-        let g = hf_to_gguf_name(&hf);
+        let g = hf_to_gguf_name_in(arch, &hf);
         let ty = storage_for(&g, &t.shape, dtype, n_layers);
         let stored = store(t, ty).map_err(|e| gguf_err(format!("tensor `{hf}`: {e}")))?;
         w.add_tensor(&g, stored)?;
