@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Seeded random checkpoints of one shape in three families, for `bench/rotary_speed.sh`: a BERT, a NomicBERT
-(rotary, SwiGLU, no biases) and a GTE (rotary, GeGLU) of all-MiniLM-L6-v2's shape (6 layers, hidden 384, 12 heads,
-feed-forward 1536, its vocabulary and tokenizer), written to OUT/{bert,nomic,gte} (default /tmp/rotbench).
+"""Seeded random checkpoints of one shape in four families, for `bench/rotary_speed.sh`: a BERT, a NomicBERT
+(rotary, SwiGLU, no biases), a GTE (rotary, GeGLU) and a ModernBERT (pre-LN, rotary with two thetas, GeGLU, no
+biases, layers 1, 2, 4 and 5 local with ModernBERT-base's window of 128) of all-MiniLM-L6-v2's shape (6 layers,
+hidden 384, 12 heads, feed-forward 1536, its vocabulary and tokenizer), written to OUT/{bert,nomic,gte,modernbert}
+(default /tmp/rotbench).
 
     /path/to/venv/bin/python bench/rotary_shapes.py [OUT]
 """
@@ -10,7 +12,8 @@ import shutil
 import sys
 
 import torch
-from transformers import BertConfig, BertModel, GteConfig, GteModel, NomicBertConfig, NomicBertModel
+from transformers import (BertConfig, BertModel, GteConfig, GteModel, ModernBertConfig, ModernBertModel,
+                          NomicBertConfig, NomicBertModel)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINILM = os.path.join(ROOT, "models", "all-MiniLM-L6-v2")
@@ -22,6 +25,8 @@ for name, model in [
     ("bert", BertModel(BertConfig(**SHAPE, architectures=["BertModel"]))),
     ("nomic", NomicBertModel(NomicBertConfig(**SHAPE, architectures=["NomicBertModel"]))),
     ("gte", GteModel(GteConfig(**SHAPE, architectures=["GteModel"]))),
+    ("modernbert", ModernBertModel(ModernBertConfig(**SHAPE, architectures=["ModernBertModel"], local_attention=128,
+                                                    global_attn_every_n_layers=3))),
 ]:
     torch.manual_seed(0)
     d = os.path.join(OUT, name)

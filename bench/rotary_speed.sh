@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The rotary families' forward against a BERT of the same shape, on the CPU backend and the GPU (lavapipe here),
-# side by side: ROUNDS rounds, each running `bertgpu bench` on the BERT, the NomicBERT and the GTE of
-# bench/rotary_shapes.py in turn (so the three see the same machine load), then the median over rounds of each
+# side by side: ROUNDS rounds, each running `bertgpu bench` on the BERT, the NomicBERT, the GTE and the ModernBERT
+# of bench/rotary_shapes.py in turn (so the four see the same machine load), then the median over rounds of each
 # family's time over BERT's time in the same round. A benchmark, not a test: the machine is noisy.
 #
 #   /path/to/venv/bin/python bench/rotary_shapes.py /tmp/rotbench
@@ -12,7 +12,7 @@ bin=${BERTGPU_BIN:-target/debug/bertgpu}
 cargo build --locked --bin bertgpu >&2
 out=$(mktemp)
 for r in $(seq "$rounds"); do
-  for fam in bert nomic gte; do
+  for fam in bert nomic gte modernbert; do
     "$bin" bench --model "$dir/$fam" --batch "$batch" --seq "$seq" --reps 3 --device auto 2>/dev/null \
       | awk -v r="$r" -v f="$fam" -F'|' '/^\| (cpu|gpu)/ { split($2, b, " "); print r, f, b[1], $3 + 0 }' >> "$out"
   done
@@ -25,7 +25,7 @@ print(f"batch {sys.argv[2]} × {sys.argv[3]} tokens; median over rounds of time 
 print("| backend | family | ms (median) | / BERT |")
 print("|---|---|---|---|")
 for b in ("cpu", "gpu"):
-    for f in ("bert", "nomic", "gte"):
+    for f in ("bert", "nomic", "gte", "modernbert"):
         rs = sorted({r for r, ff, bb in ms if ff == f and bb == b})
         if not rs:
             continue

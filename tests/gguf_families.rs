@@ -1,6 +1,7 @@
 //! GGUF for the families beyond BERT's layout: MPNet (relative attention bias), NomicBERT and GTE (rotary positions,
 //! gated feed-forward, packed projections), DeBERTa-v2/v3 (relative table and its LayerNorm, log buckets, the
-//! ContextPooler). Each tiny checkpoint of tests/models goes through `convert` and back:
+//! ContextPooler), ModernBERT (pre-LN layers and a final norm, two thetas, the local layers' window, `Wi` with its
+//! halves swapped at load, its `head`; the masked LM with every bias, `norm_bias` included). Each tiny checkpoint of tests/models goes through `convert` and back:
 //! - F32 gives the folder's outputs bit for bit, and the transformers goldens within each family's own bound;
 //! - F16 stays within tests/gguf.rs's cosine floor of the folder's outputs (embeddings, fill-mask logits,
 //!   classification and token logits) on the CPU and on the GPU, and of the goldens' embeddings; Q8_0 gives the f32
@@ -9,7 +10,8 @@
 //!   name when it is missing and when it contradicts the config; a NomicBERT file without config.json inside (as
 //!   llama.cpp writes them) is rebuilt from llama.cpp's keys;
 //! - `bertgpu convert` then `bertgpu embed --model FILE.gguf` on a NomicBERT; each family's file through the CLI's
-//!   GPU load, which streams the tensors to the device.
+//!   GPU load, which streams the tensors to the device; ModernBERT's F32, F16, Q8_0 and Q4_0 files that way against
+//!   the PyTorch goldens.
 
 mod common;
 
@@ -47,7 +49,7 @@ struct Fam {
     models: &'static [(&'static str, Kind)],
 }
 
-const FAMILIES: [Fam; 5] = [
+const FAMILIES: [Fam; 7] = [
     Fam {
         golden: ("mpnet.json", None),
         atol: 5e-5,
@@ -96,11 +98,37 @@ const FAMILIES: [Fam; 5] = [
             ("tiny-deberta-ner", Kind::Ner),
         ],
     },
+    // tests/modernbert.rs `CPU_ATOL` (measured worst 4.6e-6 there).
+    Fam {
+        golden: ("modernbert.json", None),
+        atol: 2e-5,
+        types: false,
+        models: &[
+            ("tiny-modernbert-model", Kind::Embed("model_embeddings")),
+            ("tiny-modernbert-mlm", Kind::Mlm),
+            ("tiny-modernbert-classifier", Kind::Classifier),
+            ("tiny-modernbert-ner", Kind::Ner),
+        ],
+    },
+    // The classifier that pools the mean over the mask: the same inputs, its own golden (`classifier_mean`).
+    Fam {
+        golden: ("modernbert.json", Some(CLASSIFIER_MEAN)),
+        atol: 2e-5,
+        types: false,
+        models: &[("tiny-modernbert-mean", Kind::Classifier)],
+    },
 ];
 
+/// The section name under which [`golden`] gives ModernBERT's golden with `classifier_mean` as its `classifier`.
+const CLASSIFIER_MEAN: &str = "classifier_mean";
+
 fn golden(f: &Fam) -> serde_json::Value {
-    let g = family::golden(f.golden.0);
+    let mut g = family::golden(f.golden.0);
     match f.golden.1 {
+        Some(CLASSIFIER_MEAN) => {
+            g["classifier"] = g[CLASSIFIER_MEAN].clone();
+            g
+        }
         Some(section) => g[section].clone(),
         None => g,
     }
@@ -301,7 +329,8 @@ fn config_round_trips() {
                 same!(family, vocab_size, embedding_size, hidden_size, num_hidden_layers, num_attention_heads,
                     intermediate_size, hidden_act, layer_norm_eps, max_position_embeddings, position_offset,
                     type_vocab_size, pad_token_id, positions, token_type_table, feed_forward, biases,
-                    relative_attention_buckets, deberta, id2label, label2id, architectures, tie_word_embeddings);
+                    relative_attention_buckets, deberta, norms, norm_bias, sliding_window, modernbert, id2label,
+                    label2id, architectures, tie_word_embeddings);
                 assert_eq!(got, want, "{name} {dtype:?}: the whole config");
                 let g = Gguf::parse(&bytes).unwrap();
                 let arch = families::architecture(want.family).unwrap();
@@ -338,6 +367,28 @@ fn config_round_trips() {
     assert!(g.tensor_info("encoder.relative_attention_bias.weight").is_some());
     let g = Gguf::parse(&gguf_bytes("tiny-deberta-mlm", Dtype::F16)).unwrap();
     assert!(g.tensor_info("encoder.rel_embeddings.weight").is_some() && g.tensor_info("encoder.LayerNorm.weight").is_some());
+    // ModernBERT under llama.cpp's `modern-bert` names and keys (its tiny config: thetas 500 and 100, a window of 8,
+    // every third layer global, hidden 32, intermediate 32).
+    let g = Gguf::parse(&gguf_bytes("tiny-modernbert-model", Dtype::F16)).unwrap();
+    assert_eq!(g.get("modern-bert.rope.freq_base"), Some(&Value::F32(500.0)));
+    assert_eq!(g.get("modern-bert.rope.freq_base_swa"), Some(&Value::F32(100.0)));
+    assert_eq!(g.get("modern-bert.attention.sliding_window").and_then(Value::as_u64), Some(8));
+    assert_eq!(g.get("modern-bert.attention.sliding_window_pattern").and_then(Value::as_u64), Some(3));
+    for t in ["token_embd.weight", "token_embd_norm.weight", "blk.0.attn_qkv.weight", "blk.0.attn_output.weight",
+        "blk.1.attn_norm.weight", "blk.0.ffn_norm.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "output_norm.weight"]
+    {
+        assert!(g.tensor_info(t).is_some(), "modern-bert: no `{t}`");
+    }
+    assert_eq!(g.tensor_info("blk.0.ffn_up.weight").unwrap().shape.iter().product::<usize>(), 2 * 32 * 32, "Wi whole");
+    for t in ["blk.0.attn_norm.weight", "position_embd.weight", "token_types.weight", "token_embd_norm.bias",
+        "blk.0.ffn_up_gate.weight"]
+    {
+        assert!(g.tensor_info(t).is_none(), "modern-bert: `{t}`");
+    }
+    let g = Gguf::parse(&gguf_bytes("tiny-modernbert-mlm", Dtype::F16)).unwrap();
+    for t in ["token_embd_norm.bias", "output_norm.bias", "blk.0.ffn_up.bias", "blk.1.attn_norm.bias", "blk.0.attn_qkv.bias"] {
+        assert!(g.tensor_info(t).is_some(), "modern-bert with every bias: no `{t}`");
+    }
 }
 
 /// `bytes` with its metadata changed by `edit` (tensors as stored).
@@ -361,7 +412,7 @@ fn rewritten(bytes: &[u8], edit: impl Fn(&mut Vec<(String, Value)>)) -> Vec<u8> 
 #[test]
 fn missing_or_contradicting_keys_are_refused_by_name() {
     for (name, fam) in [("tiny-mpnet-mlm", "mpnet"), ("tiny-nomic-classifier", "nomic"), ("tiny-gte-ner", "gte"),
-        ("tiny-deberta-classifier", "deberta"), ("tiny-deberta-abs", "deberta")]
+        ("tiny-deberta-classifier", "deberta"), ("tiny-deberta-abs", "deberta"), ("tiny-modernbert-mlm", "modernbert")]
     {
         let bytes = gguf_bytes(name, Dtype::Q8_0);
         let cfg = gguf::load_gguf(&bytes).unwrap().config;
@@ -442,7 +493,9 @@ fn cli_streams_each_family_to_the_gpu() {
         return;
     }
     let input = "{\"text\": \"hello world, how are you today\"}\n{\"text\": \"a\"}\n";
-    for name in ["tiny-mpnet-model", "tiny-nomic-model", "tiny-gte-model", "tiny-deberta-model", "tiny-deberta-abs"] {
+    for name in ["tiny-mpnet-model", "tiny-nomic-model", "tiny-gte-model", "tiny-deberta-model", "tiny-deberta-abs",
+        "tiny-modernbert-model", "tiny-modernbert-mlm"]
+    {
         let out = std::env::temp_dir().join(format!("{name}-cli-gpu-{}.gguf", std::process::id()));
         std::fs::write(&out, gguf_bytes(name, Dtype::Q8_0)).unwrap();
         let embed = |device: &str| {
@@ -524,5 +577,43 @@ fn llama_cpp_nomic_file_matches_pytorch() {
         // One padded batch: the texts differ in length.
         let got = block_on(e.embed(&texts, &EmbedOptions::default())).unwrap();
         family::close(&format!("llama.cpp nomic-bert file on {device:?}"), &got.concat(), &want, LLAMACPP_NOMIC_ATOL, 0.0);
+    }
+}
+
+/// |CLI GPU load of ModernBERT's F32 GGUF − PyTorch|: tests/modernbert.rs `GPU_ATOL` (measured worst 4.6e-6 there);
+/// the F32 file holds the folder's values, and the GPU streams them to the device as from the folder.
+const MODERNBERT_CLI_GPU_ATOL: f32 = 2e-5;
+
+/// ModernBERT's files through `bertgpu embed --device gpu` (the tensors streamed to the device, `Wi` kept on the host
+/// for its swap) against the PyTorch goldens' mean embeddings: F32 within MODERNBERT_CLI_GPU_ATOL; F16 every vector
+/// within tests/gguf.rs's cosine floor; Q8_0 all vectors as one within the tiny checkpoints' floor; Q4_0 printed.
+#[test]
+fn cli_gpu_modernbert_files_match_pytorch() {
+    if common::gpu().is_none() {
+        return;
+    }
+    let f = FAMILIES.iter().find(|f| f.golden == ("modernbert.json", None)).unwrap();
+    let g = golden(f);
+    for (name, key) in [("tiny-modernbert-model", "model_embeddings"), ("tiny-modernbert-mlm", "embeddings")] {
+        let cases = g[key].as_array().unwrap();
+        let input: String = cases.iter().map(|c| format!("{}\n", json!({"text": c["text"]}))).collect();
+        let want: Vec<Vec<f32>> = cases.iter().map(|c| common::floats(&c["mean"])).collect();
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Q8_0, Dtype::Q4_0] {
+            let out = std::env::temp_dir().join(format!("{name}-{dtype:?}-cli-gpu-{}.gguf", std::process::id()));
+            std::fs::write(&out, gguf_bytes(name, dtype)).unwrap();
+            let lines = family::run(&["embed", "--device", "gpu", "--model", out.to_str().unwrap()], &input);
+            std::fs::remove_file(&out).unwrap();
+            let got: Vec<Vec<f32>> = lines.iter().map(|l| common::floats(&l["embedding"])).collect();
+            let (cos, abs) = compare(&got, &want);
+            let flat = cosine(&got.concat(), &want.concat());
+            eprintln!("measured cli gpu {name} {dtype:?} against transformers: min cosine {cos:.6} (as one vector \
+                {flat:.6}), max |Δ| {abs:.2e}");
+            match dtype {
+                Dtype::F32 => assert!(abs <= MODERNBERT_CLI_GPU_ATOL, "{name} F32: {abs:e}"),
+                Dtype::F16 => assert!(cos >= MIN_COSINE_F16, "{name} F16: cosine {cos:.6} < {MIN_COSINE_F16}"),
+                Dtype::Q8_0 => assert!(flat >= MIN_FLAT_COSINE_Q8_0_TINY, "{name} Q8_0: cosine {flat:.6}"),
+                _ => {}
+            }
+        }
     }
 }

@@ -25,6 +25,29 @@ pub enum Positions {
     Rotary { theta: f32 },
 }
 
+/// Where each layer's LayerNorms sit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Norms {
+    /// BERT: after each block, on its output plus the residual, `x = LN(x + f(x))`.
+    Post,
+    /// ModernBERT: before each block, `x = x + f(LN(x))`, the first layer's attention without one (transformers'
+    /// `nn.Identity` at layer 0), and a final LayerNorm after the last layer (`final_norm`).
+    Pre,
+}
+
+/// Attention over a window of keys on some layers (ModernBERT's local layers; the others attend to every key).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlidingWindow {
+    /// Query i sees key j only where |i − j| ≤ `half` (transformers' `sliding_window`, `local_attention // 2`,
+    /// in `sliding_window_bidirectional_overlay`).
+    pub half: usize,
+    /// The rotary theta of the sliding layers (`local_rope_theta`, `rope_parameters.sliding_attention`); the other
+    /// layers turn by [`Positions::Rotary`]'s.
+    pub theta: f32,
+    /// `layers[i]`: whether layer i slides (transformers' `layer_types[i] == "sliding_attention"`).
+    pub layers: Vec<bool>,
+}
+
 /// The feed-forward block between the attention and the output LayerNorm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FeedForward {

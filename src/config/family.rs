@@ -62,6 +62,14 @@ pub enum Family {
     /// `classifier`; BERT's masked-LM head as `lm_predictions.lm_head` (or, `legacy`, `cls.predictions`). See
     /// `weights::deberta`.
     DebertaV2,
+    /// `model_type: "modernbert"` (transformers `models/modernbert`): pre-LN layers (`Norms::Pre`, a `final_norm`)
+    /// with LayerNorms without β by default (`norm_bias`), no position table and no token types, rotary positions
+    /// with a global and a local theta, sliding-window attention on the local layers, a packed `Wqkv`, GeGLU from
+    /// one `Wi` whose first half is activated, and biases only where `attention_bias` / `mlp_bias` say
+    /// (`config::modernbert`); its heads share `head` (dense + `classifier_activation` + norm): the masked LM's
+    /// `decoder` after it, the classifiers' `classifier` after it (the sequence classifier on the first token or the
+    /// mean, `classifier_pooling`). See `weights::modernbert`.
+    ModernBert,
 }
 
 impl Family {
@@ -79,6 +87,7 @@ impl Family {
             Family::NomicBert => "nomic_bert",
             Family::Gte => "gte",
             Family::DebertaV2 => "deberta-v2",
+            Family::ModernBert => "modernbert",
         }
     }
 
@@ -96,6 +105,7 @@ impl Family {
             Family::NomicBert => "NomicBert",
             Family::Gte => "Gte",
             Family::DebertaV2 => "DebertaV2",
+            Family::ModernBert => "ModernBert",
         }
     }
 
@@ -109,7 +119,7 @@ impl Family {
 
     /// Whether the checkpoint has a token-type embedding table (`embeddings.token_type_embeddings`).
     pub fn has_token_type_table(self) -> bool {
-        !matches!(self, Family::DistilBert | Family::MPNet)
+        !matches!(self, Family::DistilBert | Family::MPNet | Family::ModernBert)
     }
 
     /// RoBERTa, XLM-R and CamemBERT (`modeling_roberta.py` and its copies): position ids from `padding_idx + 1`,
@@ -135,7 +145,8 @@ impl Family {
                 Activation::Tanh
             }
             Family::DistilBert => Activation::Relu,
-            Family::Electra => Activation::Gelu,
+            // ModernBERT's `head` has its own: `classifier_activation` (BertConfig::pooler_activation).
+            Family::Electra | Family::ModernBert => Activation::Gelu,
         }
     }
 
@@ -163,10 +174,10 @@ impl Family {
 /// What bertgpu runs, for the messages that refuse everything else.
 const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`), DistilBERT (`\"distilbert\"`), RoBERTa \
     (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), CamemBERT (`\"camembert\"`), ELECTRA (`\"electra\"`), ALBERT \
-    (`\"albert\"`), MPNet (`\"mpnet\"`), NomicBERT (`\"nomic_bert\"`), GTE (`\"gte\"`, the hub's `\"new\"`) and \
-    DeBERTa-v2/v3 (`\"deberta-v2\"`); XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, Megatron-BERT, DeBERTa (v1, `\"deberta\"`) \
-    and the other BERT-like families compute differently \
-    (pre-LN, relative positions, other attention) and would give wrong results";
+    (`\"albert\"`), MPNet (`\"mpnet\"`), NomicBERT (`\"nomic_bert\"`), GTE (`\"gte\"`, the hub's `\"new\"`), \
+    DeBERTa-v2/v3 (`\"deberta-v2\"`) and ModernBERT (`\"modernbert\"`); XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, \
+    Megatron-BERT, DeBERTa (v1, `\"deberta\"`) and the other BERT-like families compute differently (pre-LN, relative \
+    positions, other attention) and would give wrong results";
 
 /// The classes of RoBERTa, XLM-R and CamemBERT whose encoder bertgpu runs (after the family's class prefix). The
 /// prefix alone would also take `XLMRobertaXL*` and `RobertaPreLayerNorm*`, pre-LN models under names that start the same.
@@ -180,6 +191,10 @@ const ELECTRA_CLASSES: [&str; 7] = ["Model", "ForPreTraining", "ForMaskedLM", "F
 
 /// NomicBERT's and GTE's classes in transformers (GTE's hub repositories name them `New*`).
 const ROTARY_CLASSES: [&str; 4] = ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"];
+
+/// ModernBERT's classes whose heads bertgpu runs (`ModernBertForMultipleChoice` is not among them).
+const MODERNBERT_CLASSES: [&str; 5] =
+    ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering"];
 
 /// ALBERT's classes (`ForPreTraining` is the masked LM plus the sentence-order head, which bertgpu does not run).
 const ALBERT_CLASSES: [&str; 7] = ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
@@ -202,6 +217,7 @@ fn is_class_of(family: Family, arch: &str) -> bool {
         Family::MPNet => ROBERTA_CLASSES.contains(&rest),
         Family::NomicBert | Family::Gte => ROTARY_CLASSES.contains(&rest),
         Family::DebertaV2 => ROBERTA_CLASSES.contains(&rest),
+        Family::ModernBert => MODERNBERT_CLASSES.contains(&rest),
         Family::Bert | Family::DistilBert => true,
     }
 }
@@ -223,6 +239,7 @@ pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> R
         Some("nomic_bert") => Family::NomicBert,
         Some("gte" | "new") => Family::Gte,
         Some("deberta-v2") => Family::DebertaV2,
+        Some("modernbert") => Family::ModernBert,
         Some(kind) => return Err(Error::Config(format!("model_type `{kind}` is not supported: {SUPPORTED}"))),
         None => [
             Family::DistilBert,
@@ -235,6 +252,7 @@ pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> R
             Family::NomicBert,
             Family::Gte,
             Family::DebertaV2,
+            Family::ModernBert,
         ]
             .into_iter()
             .find(|f| architectures.iter().any(|a| is_class_of(*f, a)))

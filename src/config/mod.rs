@@ -4,6 +4,7 @@
 mod encoder;
 mod deberta;
 mod family;
+mod modernbert;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,7 +14,8 @@ use serde::Deserialize;
 use crate::activation::Activation;
 use crate::{Error, Result};
 
-pub use encoder::{FeedForward, LayerBiases, Positions};
+pub use encoder::{FeedForward, LayerBiases, Norms, Positions, SlidingWindow};
+pub use modernbert::ModernBert;
 pub use deberta::{DebertaV2, Relative as DebertaRelative};
 pub use family::Family;
 use family::family_of;
@@ -22,7 +24,8 @@ use family::family_of;
 /// the label maps and metadata the task heads use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BertConfig {
-    /// BERT, DistilBERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, ALBERT, MPNet, NomicBERT or GTE.
+    /// BERT, DistilBERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA, ALBERT, MPNet, NomicBERT, GTE, DeBERTa-v2 or
+    /// ModernBERT.
     pub family: Family,
     pub vocab_size: usize,
     /// E: the width of the embedding tables, their LayerNorm and the masked-LM head's transform. The hidden size
@@ -64,8 +67,16 @@ pub struct BertConfig {
     /// The feed-forward: plain or gated (NomicBERT's SwiGLU, GTE's GeGLU).
     pub feed_forward: FeedForward,
     /// Which of each layer's linear maps have a bias (all for BERT; none for NomicBERT; GTE's all but the gated
-    /// block's `up_gate_proj`).
+    /// block's `up_gate_proj`; ModernBERT's where `attention_bias` / `mlp_bias` say).
     pub biases: LayerBiases,
+    /// Where the layers' LayerNorms sit: after each block (BERT) or before it, with a final one (ModernBERT).
+    pub norms: Norms,
+    /// Whether the LayerNorms have a β (ModernBERT's `norm_bias`, false by default: β = 0); true for the others.
+    pub norm_bias: bool,
+    /// ModernBERT's local layers: a window of keys, their own rotary theta; `None`: every layer attends to every key.
+    pub sliding_window: Option<SlidingWindow>,
+    /// ModernBERT's head choices (`classifier_pooling`, `classifier_activation`, its biases); `None` for the others.
+    pub modernbert: Option<ModernBert>,
     /// MPNet's relative position buckets (`relative_attention_num_buckets`, 32): the rows of
     /// `encoder.relative_attention_bias`; 0 for the families without a relative bias.
     pub relative_attention_buckets: usize,
@@ -161,6 +172,14 @@ impl BertConfig {
         let rotary = matches!(family, Family::NomicBert | Family::Gte);
         // NomicBERT's and GTE's own keys (transformers' or their hub repositories'), read apart.
         let rk = if rotary { Some(encoder::rotary_keys(text, family)?) } else { None };
+        // ModernBERT's own keys, read apart too (`hidden_activation`, `norm_eps`, the two thetas, the window).
+        let mk = if family == Family::ModernBert {
+            let v: serde_json::Value = serde_json::from_str(text)
+                .map_err(|e| Error::Config(format!("config.json is not a valid ModernBERT config ({e})")))?;
+            Some(modernbert::parse(&v, raw.num_hidden_layers.unwrap_or(0))?)
+        } else {
+            None
+        };
         if let Some(kind) = raw.position_embedding_type.as_deref() {
             // Alibaba-NLP's GTE config says `rope`, which it is.
             if kind != "absolute" && !(family == Family::Gte && kind == "rope") {
@@ -194,7 +213,10 @@ impl BertConfig {
             Family::NomicBert => "silu",
             _ => "gelu",
         };
-        let hidden_act = Activation::from_hf(act.unwrap_or(default_act))?;
+        let hidden_act = match &mk {
+            Some(k) => k.hidden_act,
+            None => Activation::from_hf(act.unwrap_or(default_act))?,
+        };
         if family == Family::Albert {
             for (name, v) in [("num_hidden_groups", raw.num_hidden_groups), ("inner_group_num", raw.inner_group_num)] {
                 if v.unwrap_or(1) != 1 {
@@ -241,10 +263,18 @@ impl BertConfig {
         // RoBERTa: padding_idx = pad_token_id (1 in every released checkpoint, also RobertaConfig's default), and the
         // positions of real tokens start after it.
         let mpnet = family == Family::MPNet;
-        let pad_token_id = raw.pad_token_id.unwrap_or(if family.is_roberta() || mpnet { 1 } else { 0 });
+        let pad_token_id = raw.pad_token_id.unwrap_or(match family {
+            f if f.is_roberta() || mpnet => 1,
+            Family::ModernBert => 50283, // ModernBertConfig's
+            _ => 0,
+        });
         let table_rows = raw.max_position_embeddings
             .or(rk.as_ref().and_then(|k| k.max_position_embeddings))
-            .unwrap_or(if rotary { 2048 } else { 512 });
+            .unwrap_or(match family {
+                Family::ModernBert => 8192,
+                _ if rotary => 2048,
+                _ => 512,
+            });
         let position_offset = if family.is_roberta() || mpnet { pad_token_id as usize + 1 } else { 0 };
         // MPNet's code fixes padding_idx at 1 and buckets relative positions into 32 whatever config.json says.
         let buckets = raw.relative_attention_num_buckets.unwrap_or(32);
@@ -293,7 +323,10 @@ impl BertConfig {
             None if deberta.as_ref().is_some_and(|d| !d.position_biased_input) => {
                 (Positions::Relative, FeedForward::Plain, LayerBiases::ALL)
             }
-            None => (Positions::Absolute, FeedForward::Plain, LayerBiases::ALL),
+            None => match &mk {
+                Some(k) => (Positions::Rotary { theta: k.theta }, FeedForward::Gated, k.biases),
+                None => (Positions::Absolute, FeedForward::Plain, LayerBiases::ALL),
+            },
             Some(k) => {
                 let biases = if family == Family::Gte {
                     LayerBiases { up: false, ..LayerBiases::ALL }
@@ -320,7 +353,12 @@ impl BertConfig {
             layer_norm_eps: if distil {
                 1e-12
             } else {
-                raw.layer_norm_eps.or(rk.as_ref().and_then(|k| k.layer_norm_eps)).unwrap_or(1e-12) as f32
+                // ModernBERT's is `norm_eps` alone.
+                mk.as_ref()
+                    .map(|k| k.layer_norm_eps)
+                    .or(raw.layer_norm_eps)
+                    .or(rk.as_ref().and_then(|k| k.layer_norm_eps))
+                    .unwrap_or(1e-12) as f32
             },
             max_position_embeddings: table_rows - position_offset,
             position_offset,
@@ -333,6 +371,10 @@ impl BertConfig {
             token_type_table,
             feed_forward,
             biases,
+            norms: if mk.is_some() { Norms::Pre } else { Norms::Post },
+            norm_bias: mk.as_ref().is_none_or(|k| k.norm_bias),
+            sliding_window: mk.as_ref().map(|k| k.window.clone()),
+            modernbert: mk.map(|k| k.heads),
             pad_token_id,
             relative_attention_buckets: if mpnet { buckets } else { 0 },
             deberta,
@@ -377,6 +419,13 @@ impl BertConfig {
         if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps >= 0.0) {
             return Err(Error::Config(format!("layer_norm_eps {} must be a finite non-negative number", self.layer_norm_eps)));
         }
+        if let Some(w) = self.sliding_window.as_ref().filter(|w| w.layers.len() != self.num_hidden_layers) {
+            return Err(Error::Config(format!(
+                "the sliding window names {} layers' kinds for num_hidden_layers {}",
+                w.layers.len(),
+                self.num_hidden_layers
+            )));
+        }
         if let Some((&id, _)) = self.id2label.iter().next_back() {
             if id + 1 != self.id2label.len() {
                 return Err(Error::Config(format!(
@@ -392,7 +441,16 @@ impl BertConfig {
     /// The activation of the `[CLS]` projection before a sequence classifier: DeBERTa's `pooler_hidden_act`, else
     /// the family's ([`Family::pooler_activation`]).
     pub fn pooler_activation(&self) -> Activation {
+        if let Some(m) = &self.modernbert {
+            return m.classifier_activation;
+        }
         self.deberta.as_ref().map_or(self.family.pooler_activation(), |d| d.pooler_hidden_act)
+    }
+
+    /// The activation of the masked-LM head's transform: ModernBERT's `classifier_activation` (its `head`), else
+    /// the family's ([`Family::mlm_activation`]).
+    pub fn mlm_activation(&self) -> Activation {
+        self.modernbert.as_ref().map_or(self.family.mlm_activation(self.hidden_act), |m| m.classifier_activation)
     }
 
     /// Whether the token-type table is in the checkpoint ([`Self::token_type_table`]).

@@ -1,15 +1,18 @@
 //! Sequence classification (`BertForSequenceClassification`): the pooler, then `classifier` `(num_labels, H)`
 //! (RoBERTa's `RobertaClassificationHead`: `classifier.dense` + tanh on the `<s>` token, then `classifier.out_proj`;
-//! ELECTRA's `ElectraClassificationHead` the same with the exact GELU; ALBERT's pooler is `albert.pooler` + tanh);
+//! ELECTRA's `ElectraClassificationHead` the same with the exact GELU; ALBERT's pooler is `albert.pooler` + tanh;
+//! ModernBERT's first token or mean over the mask (`classifier_pooling`), then its `head`, then `classifier`);
 //! on the host a softmax (single-label) or a sigmoid per label (`problem_type: multi_label_classification`), labels
 //! from `id2label`, sorted best first.
 
 use serde::Serialize;
 
+use super::masked_lm::BertPredictionHeadTransform;
 use super::pooler::BertPooler;
-use super::{sigmoid, softmax, Linear};
+use super::{sigmoid, softmax, Linear, Pooling};
 use crate::backend::{Activation, Backend};
 use crate::config::BertConfig;
+use crate::tokenizer::Batch;
 use crate::weights::Weights;
 use crate::{Error, Result};
 
@@ -103,9 +106,18 @@ pub fn rank_labels(labels: &[String], scores: Vec<f32>, top_k: Option<usize>) ->
     out
 }
 
+/// What a sequence classifier reads the hidden states through, to `(B, H)`.
+pub enum Pooler<B: Backend> {
+    /// BERT's pooler (RoBERTa's and ELECTRA's `classifier.dense`, DistilBERT's `pre_classifier`) on the first token.
+    Bert(BertPooler<B>),
+    /// ModernBERT's: the first token ([`Pooling::Cls`]) or the mean over the attention mask ([`Pooling::Mean`]),
+    /// then `head` (dense, `classifier_activation`, norm).
+    Head { pooling: Pooling, head: BertPredictionHeadTransform<B> },
+}
+
 /// `BertForSequenceClassification` minus the encoder: pooler + `classifier`.
 pub struct SequenceClassifier<B: Backend> {
-    pub pooler: BertPooler<B>,
+    pub pooler: Pooler<B>,
     pub classifier: Linear<B>, // (num_labels, H)
     pub labels: Vec<String>,
     pub score: ScoreFunction,
@@ -116,12 +128,14 @@ impl<B: Backend> SequenceClassifier<B> {
     /// `classifier.out_proj.*`). Their head is read under its own names only: their `classifier.*` without
     /// `dense`/`out_proj` is a token classifier's.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let (pooler_at, classifier_at) =
-            if cfg.family.has_classification_head_module() {
-                ("classifier", "classifier.out_proj")
-            } else {
-                ("bert.pooler", "classifier")
-            };
+        let (pooler_at, classifier_at) = if cfg.family.has_classification_head_module() {
+            ("classifier", "classifier.out_proj")
+        } else if cfg.modernbert.is_some() {
+            // ModernBERT's `head`: BERT's masked-LM transform, the one module it is (weights::modernbert).
+            ("cls.predictions.transform", "classifier")
+        } else {
+            ("bert.pooler", "classifier")
+        };
         // Before the labels: a base model (no classifier) is the common case, and its fix is not id2label.
         if !w.contains(&format!("{classifier_at}.weight")) {
             return Err(Error::Weights(format!(
@@ -133,18 +147,35 @@ impl<B: Backend> SequenceClassifier<B> {
         }
         let labels = labels_from_config(cfg, "classification")?;
         let classifier = load_label_linear(&w.pp(classifier_at), cfg, labels.len(), backend)?;
+        let pooler = match &cfg.modernbert {
+            Some(m) => Pooler::Head {
+                pooling: m.classifier_pooling,
+                head: BertPredictionHeadTransform::load(&w.pp(pooler_at), cfg, backend)?,
+            },
+            None => Pooler::Bert(BertPooler::load(&w.pp(pooler_at), cfg, backend)?),
+        };
         Ok(SequenceClassifier {
-            pooler: BertPooler::load(&w.pp(pooler_at), cfg, backend)?,
+            pooler,
             classifier,
             labels,
             score: ScoreFunction::for_config(cfg),
         })
     }
 
-    /// hidden `(B*T, H)` → logits `(B, num_labels)`.
-    pub fn forward(&self, backend: &B, hidden: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
-        let pooled = self.pooler.forward(backend, hidden, batch, seq)?; // (B, H)
-        backend.linear(&pooled, &self.classifier.weight, Some(&self.classifier.bias), Activation::None)
+    /// hidden `(B*T, H)` of `batch` → logits `(B, num_labels)`.
+    pub fn forward(&self, backend: &B, hidden: &B::Tensor, batch: &Batch) -> Result<B::Tensor> {
+        let pooled = match &self.pooler {
+            Pooler::Bert(p) => p.forward(backend, hidden, batch.b, batch.t)?, // (B, H)
+            Pooler::Head { pooling, head } => {
+                let x = match pooling {
+                    // `(last_hidden_state * attention_mask.unsqueeze(-1)).sum(dim=1) / attention_mask.sum(...)`
+                    Pooling::Mean => backend.mean_pool(hidden, &backend.mask(batch)?, batch.b, batch.t)?,
+                    _ => backend.gather_rows(hidden, &(0..batch.b).map(|b| (b * batch.t) as u32).collect::<Vec<_>>())?,
+                }; // (B, H)
+                head.forward(backend, &x)?
+            }
+        };
+        self.classifier.forward(backend, &pooled, Activation::None)
     }
 
     /// One row of logits → `{label, score}` best first, the best `top_k` or all.

@@ -40,8 +40,8 @@ impl<B: Backend> DiscriminatorHead<B> {
 
     /// hidden `(B*T, H)` → logits `(B*T, 1)`.
     pub fn forward(&self, backend: &B, hidden: &B::Tensor) -> Result<B::Tensor> {
-        let x = backend.linear(hidden, &self.dense.weight, Some(&self.dense.bias), self.act)?; // (B*T, H)
-        backend.linear(&x, &self.dense_prediction.weight, Some(&self.dense_prediction.bias), Activation::None)
+        let x = self.dense.forward(backend, hidden, self.act)?; // (B*T, H)
+        self.dense_prediction.forward(backend, &x, Activation::None)
     }
 }
 

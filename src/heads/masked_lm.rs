@@ -13,7 +13,8 @@ use crate::{Error, Result};
 /// `BertPredictionHeadTransform`: `LayerNorm(act(x·Wᵀ + b))`, weights under `cls.predictions.transform`.
 /// Its output has the embeddings' width E (ALBERT's `predictions.dense`, ELECTRA's `generator_predictions.dense`
 /// project H → E, the LayerNorm is over E, and the tied decoder is the `(V, E)` word-embedding matrix); E = H for
-/// the other families.
+/// the other families. ModernBERT's `ModernBertPredictionHead` (`head`: dense, `classifier_activation`, norm) is this
+/// module, before its decoder and before each of its classifiers (`super::classifier`).
 pub struct BertPredictionHeadTransform<B: Backend> {
     pub dense: Linear<B>, // (E, H)
     pub act: Activation,
@@ -26,20 +27,29 @@ impl<B: Backend> BertPredictionHeadTransform<B> {
     /// `w` at `cls.predictions.transform`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let (e, h) = (cfg.embedding_size, cfg.hidden_size);
+        // ModernBERT's `head.dense` has a bias only with `classifier_bias`; its norm a β only with `norm_bias`.
+        let bias = cfg.modernbert.as_ref().is_none_or(|m| m.classifier_bias);
+        let (ln_gamma, ln_beta) = crate::model::load_layernorm(&w.pp("LayerNorm"), e, cfg, backend)?;
         Ok(BertPredictionHeadTransform {
-            dense: Linear::load(&w.pp("dense"), e, h, backend)?,
+            dense: Linear::load_with(&w.pp("dense"), e, h, bias, backend)?,
             // BERT and ALBERT apply `config.hidden_act` here too (ACT2FN[config.hidden_act]); RoBERTa's `lm_head`
-            // and ELECTRA's generator always the exact GELU.
-            act: cfg.family.mlm_activation(cfg.hidden_act),
-            ln_gamma: backend.upload(w.get("LayerNorm.weight", &[e])?)?,
-            ln_beta: backend.upload(w.get("LayerNorm.bias", &[e])?)?,
+            // and ELECTRA's generator always the exact GELU; ModernBERT its `classifier_activation`.
+            act: cfg.mlm_activation(),
+            ln_gamma,
+            ln_beta,
             eps: cfg.layer_norm_eps,
         })
     }
 
+    /// ModernBERT's `head` (BERT's `cls.predictions.transform`) before its token and span classifiers (`w` at the
+    /// root); `None` for the other families, whose classifiers read the hidden states as they are.
+    pub fn before_classifier(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Option<Self>> {
+        cfg.modernbert.is_some().then(|| Self::load(&w.pp("cls.predictions.transform"), cfg, backend)).transpose()
+    }
+
     /// x `(M, H)` → `(M, E)`.
     pub fn forward(&self, backend: &B, x: &B::Tensor) -> Result<B::Tensor> {
-        let y = backend.linear(x, &self.dense.weight, Some(&self.dense.bias), self.act)?; // (M, E)
+        let y = self.dense.forward(backend, x, self.act)?; // (M, E)
         backend.layernorm(&y, None, &self.ln_gamma, &self.ln_beta, self.eps)
     }
 }
@@ -53,7 +63,8 @@ pub struct BertLMPredictionHead<B: Backend> {
     pub transform: BertPredictionHeadTransform<B>,
     /// `Some((V, E))` only for an untied checkpoint; `None`: tied to the word embeddings.
     pub decoder: Option<B::Tensor>,
-    pub bias: B::Tensor, // (V)
+    /// `(V)`; none in a ModernBERT with `decoder_bias: false`.
+    pub bias: Option<B::Tensor>,
     pub vocab_size: usize,
 }
 
@@ -84,8 +95,11 @@ impl<B: Backend> BertLMPredictionHead<B> {
             })?)?)
         };
         // The bias is `cls.predictions.bias`; `decoder.bias` is the same parameter under its other name.
-        let bias = w.get_first(&["bias", "decoder.bias"], &[v])?;
-        Ok(BertLMPredictionHead { transform, decoder, bias: backend.upload(bias)?, vocab_size: v })
+        let bias = match cfg.modernbert.as_ref().is_none_or(|m| m.decoder_bias) {
+            true => Some(backend.upload(w.get_first(&["bias", "decoder.bias"], &[v])?)?),
+            false => None,
+        };
+        Ok(BertLMPredictionHead { transform, decoder, bias, vocab_size: v })
     }
 
     /// Vocabulary logits of the selected rows only: hidden `(B*T, H)`, `rows` (e.g. the `[MASK]` positions
@@ -101,7 +115,7 @@ impl<B: Backend> BertLMPredictionHead<B> {
     pub fn forward_all(&self, backend: &B, hidden: &B::Tensor, word_embeddings: &B::Tensor) -> Result<B::Tensor> {
         let x = self.transform.forward(backend, hidden)?; // (M, E)
         let decoder = self.decoder.as_ref().unwrap_or(word_embeddings); // (V, E)
-        backend.linear(&x, decoder, Some(&self.bias), Activation::None) // (M, V)
+        backend.linear(&x, decoder, self.bias.as_ref(), Activation::None) // (M, V)
     }
 }
 
@@ -126,7 +140,7 @@ impl<B: Backend> BertOnlyNSPHead<B> {
 
     /// pooled `(B, H)` → logits `(B, 2)`.
     pub fn forward(&self, backend: &B, pooled: &B::Tensor) -> Result<B::Tensor> {
-        backend.linear(pooled, &self.seq_relationship.weight, Some(&self.seq_relationship.bias), Activation::None)
+        self.seq_relationship.forward(backend, pooled, Activation::None)
     }
 }
 

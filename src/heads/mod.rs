@@ -31,7 +31,7 @@ pub mod quantize;
 pub mod sentence;
 pub mod token_classifier;
 
-use crate::backend::Backend;
+use crate::backend::{Activation, Backend};
 use crate::config::BertConfig;
 use crate::weights::Weights;
 use crate::{Error, Result};
@@ -107,21 +107,32 @@ impl<B: Backend> Heads<B> {
     }
 }
 
-/// A linear layer `y = x·Wᵀ + b` loaded from `<prefix>.weight` `(out, in)` and `<prefix>.bias` `(out)`.
+/// A linear layer `y = x·Wᵀ + b` loaded from `<prefix>.weight` `(out, in)` and `<prefix>.bias` `(out)`, where it has
+/// one (ModernBERT's `head.dense` and `decoder` have one only where its config says).
 pub struct Linear<B: Backend> {
-    pub weight: B::Tensor, // (out, in)
-    pub bias: B::Tensor,   // (out)
+    pub weight: B::Tensor,       // (out, in)
+    pub bias: Option<B::Tensor>, // (out)
     pub out_features: usize,
 }
 
 impl<B: Backend> Linear<B> {
     /// `w` is positioned at the layer (e.g. `w.pp("classifier")`).
     pub fn load(w: &Weights, out_features: usize, in_features: usize, backend: &B) -> Result<Self> {
+        Self::load_with(w, out_features, in_features, true, backend)
+    }
+
+    /// [`Self::load`] of a layer with a bias or without one (`bias`).
+    pub fn load_with(w: &Weights, out_features: usize, in_features: usize, bias: bool, backend: &B) -> Result<Self> {
         Ok(Linear {
             weight: backend.upload_shared(&w.get_shared("weight", &[out_features, in_features])?)?,
-            bias: backend.upload(w.get("bias", &[out_features])?)?,
+            bias: bias.then(|| backend.upload(w.get("bias", &[out_features])?)).transpose()?,
             out_features,
         })
+    }
+
+    /// `act(x·Wᵀ + b)`: x `(M, in)` → `(M, out)`.
+    pub fn forward(&self, backend: &B, x: &B::Tensor, act: Activation) -> Result<B::Tensor> {
+        backend.linear(x, &self.weight, self.bias.as_ref(), act)
     }
 }
 

@@ -31,6 +31,6 @@ impl<B: Backend> BertPooler<B> {
     pub fn forward(&self, backend: &B, hidden: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let rows: Vec<u32> = (0..batch).map(|b| (b * seq) as u32).collect();
         let cls = backend.gather_rows(hidden, &rows)?; // (B, H)
-        backend.linear(&cls, &self.dense.weight, Some(&self.dense.bias), self.activation) // (B, H)
+        self.dense.forward(backend, &cls, self.activation) // (B, H)
     }
 }

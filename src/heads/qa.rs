@@ -11,6 +11,7 @@
 
 use serde::Serialize;
 
+use super::masked_lm::BertPredictionHeadTransform;
 use super::{softmax, Linear};
 use crate::backend::{Activation, Backend};
 use crate::config::BertConfig;
@@ -34,28 +35,43 @@ pub struct Answer {
     pub end: usize,
 }
 
-/// `qa_outputs` of `BertForQuestionAnswering`.
+/// `qa_outputs` of `BertForQuestionAnswering`; ModernBERT's `head` then `classifier` (`ModernBertForQuestionAnswering`).
 pub struct QaHead<B: Backend> {
+    pub head: Option<BertPredictionHeadTransform<B>>,
     pub qa_outputs: Linear<B>, // (2, H): row 0 start, row 1 end
 }
 
 impl<B: Backend> QaHead<B> {
-    /// `w` at the root of the checkpoint (`qa_outputs.*`).
+    /// `w` at the root of the checkpoint (`qa_outputs.*`; ModernBERT's `head.*` and `classifier.*`, read as a span
+    /// head only when config.json names `ModernBertForQuestionAnswering`: its other classifiers have the same names).
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
-        let w = w.pp("qa_outputs");
-        if !w.contains("weight") {
-            return Err(Error::Weights(
-                "this checkpoint has no question-answering head (`qa_outputs.weight` is missing): use a \
-                 BertForQuestionAnswering checkpoint"
-                    .into(),
-            ));
+        let modern = cfg.modernbert.is_some();
+        if modern && !cfg.architectures.iter().any(|a| a == "ModernBertForQuestionAnswering") {
+            return Err(Error::Weights(format!(
+                "this checkpoint has no question-answering head: use a ModernBertForQuestionAnswering checkpoint \
+                 (architectures: {:?})",
+                cfg.architectures
+            )));
         }
-        Ok(QaHead { qa_outputs: Linear::load(&w, 2, cfg.hidden_size, backend)? })
+        let w = w.pp(if modern { "classifier" } else { "qa_outputs" });
+        if !w.contains("weight") {
+            return Err(Error::Weights(format!(
+                "this checkpoint has no question-answering head (`{}.weight` is missing): use a \
+                 {}ForQuestionAnswering checkpoint",
+                w.prefix(),
+                cfg.family.class_prefix()
+            )));
+        }
+        let head = BertPredictionHeadTransform::before_classifier(&w.root(), cfg, backend)?;
+        Ok(QaHead { head, qa_outputs: Linear::load(&w, 2, cfg.hidden_size, backend)? })
     }
 
     /// hidden `(B*T, H)` → `(B*T, 2)`: column 0 the start logit, column 1 the end logit.
     pub fn forward(&self, backend: &B, hidden: &B::Tensor) -> Result<B::Tensor> {
-        backend.linear(hidden, &self.qa_outputs.weight, Some(&self.qa_outputs.bias), Activation::None)
+        match &self.head {
+            Some(head) => self.qa_outputs.forward(backend, &head.forward(backend, hidden)?, Activation::None),
+            None => self.qa_outputs.forward(backend, hidden, Activation::None),
+        }
     }
 }
 

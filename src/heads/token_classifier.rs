@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use super::classifier::{labels_from_config, load_label_linear};
+use super::masked_lm::BertPredictionHeadTransform;
 use super::{softmax, Linear};
 use crate::backend::{Activation, Backend};
 use crate::config::BertConfig;
@@ -57,21 +58,26 @@ pub struct TokenEntity {
 
 /// `BertForTokenClassification` minus the encoder.
 pub struct TokenClassifier<B: Backend> {
+    /// ModernBERT's `head` (dense, `classifier_activation`, norm) before the classifier.
+    pub head: Option<BertPredictionHeadTransform<B>>,
     pub classifier: Linear<B>, // (num_labels, H)
     pub labels: Vec<String>,
 }
 
 impl<B: Backend> TokenClassifier<B> {
-    /// `w` at the root of the checkpoint (`classifier.*`).
+    /// `w` at the root of the checkpoint (`classifier.*`; ModernBERT's `head.*` too).
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let labels = labels_from_config(cfg, "token classification")?;
         let classifier = load_label_linear(&w.pp("classifier"), cfg, labels.len(), backend)?;
-        Ok(TokenClassifier { classifier, labels })
+        Ok(TokenClassifier { head: BertPredictionHeadTransform::before_classifier(w, cfg, backend)?, classifier, labels })
     }
 
     /// hidden `(B*T, H)` → logits `(B*T, num_labels)`; small enough to read back whole.
     pub fn forward(&self, backend: &B, hidden: &B::Tensor) -> Result<B::Tensor> {
-        backend.linear(hidden, &self.classifier.weight, Some(&self.classifier.bias), Activation::None)
+        match &self.head {
+            Some(head) => self.classifier.forward(backend, &head.forward(backend, hidden)?, Activation::None),
+            None => self.classifier.forward(backend, hidden, Activation::None),
+        }
     }
 
     /// The pipeline output of one text: `enc` its encoding, `logits` `(enc.len(), num_labels)` (padding rows of

@@ -2,8 +2,7 @@
 //! `crate::heads`).
 
 use crate::backend::{Activation, Backend};
-use crate::config::Family;
-use crate::config::BertConfig;
+use crate::config::{BertConfig, Family, Norms};
 use crate::tokenizer::Batch;
 use crate::weights::Weights;
 use crate::Result;
@@ -11,9 +10,10 @@ use crate::Result;
 use super::disentangled::{Disentangled, PositionBias};
 use super::relative::RelativeBias;
 use super::rotary::Rope;
-use super::{BertEmbeddings, BertLayer, LayerInputs};
+use super::window::{Window, WindowTensors};
+use super::{BertEmbeddings, BertLayer, LayerInputs, LayerNorm, Local};
 
-/// `BertEncoder`: `num_hidden_layers` post-LN layers. ALBERT's layers share one set of weights
+/// `BertEncoder`: `num_hidden_layers` layers (post-LN; ModernBERT's pre-LN, then `final_norm`). ALBERT's layers share one set of weights
 /// (`AlbertTransformer` with one layer group of one layer): it is loaded and uploaded once, as `layers[0]`, and run
 /// `num_hidden_layers` times, so the device holds one layer's weights rather than a copy per pass.
 pub struct BertEncoder<B: Backend> {
@@ -27,13 +27,41 @@ pub struct BertEncoder<B: Backend> {
     pub rope: Option<Rope>,
     /// DeBERTa's relative table, whose rows every layer's attention projects and reads.
     pub disentangled: Option<Disentangled>,
+    /// ModernBERT's local layers' window and rotation.
+    pub window: Option<Window>,
+    /// The LayerNorm after the last pre-LN layer (ModernBERT's `final_norm`, BERT-side `encoder.final_norm`).
+    pub final_norm: Option<LayerNorm<B>>,
+}
+
+/// What a forward of padded length T computes once for every layer: MPNet's relative bias or DeBERTa's relative rows,
+/// the rotary table, ModernBERT's local layers' table and window.
+struct Positional<T> {
+    bias: Option<PositionBias<T>>,
+    rope: Option<T>,
+    window: Option<WindowTensors<T>>,
+}
+
+impl<T> Positional<T> {
+    fn new<B: Backend<Tensor = T>>(backend: &B, relative: Option<&RelativeBias>, disentangled: Option<&Disentangled>,
+        rope: Option<&Rope>, window: Option<&Window>, seq: usize) -> Result<Self> {
+        Ok(Positional {
+            bias: position_bias(backend, relative, disentangled, seq)?,
+            rope: rope.map(|r| r.upload(backend, seq)).transpose()?,
+            window: window.map(|w| w.upload(backend, seq)).transpose()?,
+        })
+    }
+
+    fn inputs<'a>(&'a self, mask: &'a T, batch: usize, seq: usize) -> LayerInputs<'a, T> {
+        let local = self.window.as_ref().map(|w| Local { rope: &w.rope, window: &w.bias });
+        LayerInputs { mask, bias: self.bias.as_ref(), rope: self.rope.as_ref(), local, batch, seq }
+    }
 }
 
 impl<B: Backend> BertEncoder<B> {
     /// `w` at `encoder`.
     pub fn load(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Self> {
         let layers = (0..Self::distinct_layers(cfg))
-            .map(|i| BertLayer::load(&w.pp(&format!("layer.{i}")), cfg, backend))
+            .map(|i| BertLayer::load(&w.pp(&format!("layer.{i}")), cfg, i, backend))
             .collect::<Result<Vec<_>>>()?;
         Ok(BertEncoder {
             layers,
@@ -41,7 +69,14 @@ impl<B: Backend> BertEncoder<B> {
             relative: RelativeBias::load(w, cfg)?,
             disentangled: Disentangled::load(w, cfg)?,
             rope: Rope::new(cfg),
+            window: Window::new(cfg),
+            final_norm: Self::load_final_norm(w, cfg, backend)?,
         })
+    }
+
+    /// `w` at `encoder`: the pre-LN models' last LayerNorm.
+    fn load_final_norm(w: &Weights, cfg: &BertConfig, backend: &B) -> Result<Option<LayerNorm<B>>> {
+        (cfg.norms == Norms::Pre).then(|| LayerNorm::load(&w.pp("final_norm"), cfg, backend)).transpose()
     }
 
     /// How many distinct layers the checkpoint holds: one per pass, or ALBERT's one shared layer.
@@ -58,17 +93,20 @@ impl<B: Backend> BertEncoder<B> {
     /// x `(B*T, H)`, mask `(B, T)` → last hidden state `(B*T, H)`.
     pub fn forward(&self, backend: &B, x: B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let mut x = x;
-        // MPNet's relative bias or DeBERTa's relative rows, the rotary families' table: one per forward, read by
-        // every layer.
-        let bias = position_bias(backend, self.relative.as_ref(), self.disentangled.as_ref(), seq)?;
-        let rope = self.rope.as_ref().map(|r| r.upload(backend, seq)).transpose()?;
-        let inputs = LayerInputs { mask, bias: bias.as_ref(), rope: rope.as_ref(), batch, seq };
+        // MPNet's relative bias or DeBERTa's relative rows, the rotary families' table, ModernBERT's window: one per
+        // forward, read by every layer.
+        let positional = Positional::new(backend, self.relative.as_ref(), self.disentangled.as_ref(), self.rope.as_ref(),
+            self.window.as_ref(), seq)?;
+        let inputs = positional.inputs(mask, batch, seq);
         for i in 0..self.passes {
             // Pass i runs layer i, or the shared one.
             let layer = &self.layers[Self::layer_of_pass(i, self.layers.len(), self.passes)];
             x = layer.forward(backend, &x, &inputs)?;
         }
-        Ok(x)
+        match &self.final_norm {
+            Some(n) => n.forward(backend, &x, None),
+            None => Ok(x),
+        }
     }
 }
 
@@ -141,22 +179,27 @@ impl<B: Backend> BertModel<B> {
         let (distinct, passes) = (BertEncoder::<B>::distinct_layers(cfg), cfg.num_hidden_layers);
         let relative = RelativeBias::load(&host(w, "encoder.relative_attention_bias").await?.pp("encoder"), cfg)?;
         let disentangled = Disentangled::load(&host(w, "encoder.rel_embeddings").await?.pp("encoder"), cfg)?;
-        let bias = position_bias(backend, relative.as_ref(), disentangled.as_ref(), batch.t)?;
-        let rope = Rope::new(cfg).map(|r| r.upload(backend, batch.t)).transpose()?;
-        let inputs = LayerInputs { mask: &mask, bias: bias.as_ref(), rope: rope.as_ref(), batch: batch.b, seq: batch.t };
+        let positional = Positional::new(backend, relative.as_ref(), disentangled.as_ref(), Rope::new(cfg).as_ref(),
+            Window::new(cfg).as_ref(), batch.t)?;
+        let inputs = positional.inputs(&mask, batch.b, batch.t);
         let mut held: Option<(usize, BertLayer<B>)> = None; // ALBERT's shared layer stays for every pass
         for i in 0..passes {
             let l = BertEncoder::<B>::layer_of_pass(i, distinct, passes);
             if !matches!(held, Some((j, _)) if j == l) {
                 drop(held.take()); // the previous layer's weights go before the next one's come
                 let module = host(w, &format!("encoder.layer.{l}")).await?;
-                held = Some((l, BertLayer::load(&module.pp("encoder").pp(&format!("layer.{l}")), cfg, backend)?));
+                held = Some((l, BertLayer::load(&module.pp("encoder").pp(&format!("layer.{l}")), cfg, l, backend)?));
             }
             if let Some((_, layer)) = &held {
                 x = layer.forward(backend, &x, &inputs)?; // (B*T, H)
             }
         }
-        Ok(x)
+        drop(held);
+        let w_final = host(w, "encoder.final_norm").await?;
+        match BertEncoder::load_final_norm(&w_final.pp("encoder"), cfg, backend)? {
+            Some(n) => n.forward(backend, &x, None),
+            None => Ok(x),
+        }
     }
 
     /// The last hidden state `(B*T, H)` of a padded batch. Padding rows hold values too (as in PyTorch), but no real

@@ -64,7 +64,7 @@ impl<B: Backend> BertEmbeddings<B> {
         } else {
             backend.upload(&HostTensor::f32(vec![1, h], vec![0.0; h])?)?
         };
-        let (ln_gamma, ln_beta) = load_layernorm(&w.pp("LayerNorm"), h, backend)?;
+        let (ln_gamma, ln_beta) = load_layernorm(&w.pp("LayerNorm"), h, cfg, backend)?;
         Ok(BertEmbeddings {
             word,
             position,

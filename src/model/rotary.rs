@@ -19,16 +19,25 @@ impl Rope {
     /// `None` for the families with a position table.
     pub fn new(cfg: &BertConfig) -> Option<Rope> {
         let Positions::Rotary { theta } = cfg.positions else { return None };
-        let d = cfg.head_dim();
+        Some(Rope::scaled(theta, cfg.rope_ntk_factor, cfg.head_dim()))
+    }
+
+    /// The frequencies of `theta` for heads of `d` dimensions (ModernBERT's local layers have a theta of their own).
+    pub fn with_theta(theta: f32, d: usize) -> Rope {
+        Rope::scaled(theta, None, d)
+    }
+
+    /// ... with GTE's fixed NTK scaling by `ntk` where it is `Some`.
+    fn scaled(theta: f32, ntk: Option<f32>, d: usize) -> Rope {
         // torch: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), all in f32. GTE's fixed NTK
         // scaling (its repositories' NTKScalingRotaryEmbedding): base = theta·s, then each divided by s^(2/d), the
         // Python float product and power rounded to f32 where they meet the f32 tensor.
-        let (base, div) = match cfg.rope_ntk_factor {
+        let (base, div) = match ntk {
             Some(s) => (((theta as f64) * (s as f64)) as f32, (s as f64).powf(2.0 / d as f64) as f32),
             None => (theta, 1.0),
         };
         let inv_freq = (0..d / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / d as f32) / div).collect();
-        Some(Rope { inv_freq })
+        Rope { inv_freq }
     }
 
     /// The `(T, d)` table for `seq` positions on the host.

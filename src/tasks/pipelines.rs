@@ -45,7 +45,9 @@ pub struct RankedDocument {
 pub(super) fn names_architecture(model_archs: &[String], arch: &str) -> bool {
     let Some(task) = arch.strip_prefix("Bert") else { return model_archs.iter().any(|a| a == arch) };
     model_archs.iter().any(|a| {
-        ["Bert", "DistilBert", "Roberta", "XLMRoberta", "Electra", "Albert"].iter().any(|p| a.strip_prefix(p) == Some(task))
+        ["Bert", "DistilBert", "Roberta", "XLMRoberta", "Electra", "Albert", "ModernBert"]
+            .iter()
+            .any(|p| a.strip_prefix(p) == Some(task))
     })
 }
 
@@ -178,7 +180,7 @@ impl<B: Backend> Model<B> {
         let mut out = Vec::with_capacity(encoded.len());
         for r in self.groups(encoded, &[])? {
             let (batch, hidden) = self.encode_forward(&encoded[r])?;
-            let logits = self.backend.read(&head.forward(&self.backend, &hidden, batch.b, batch.t)?).await?; // (B, L)
+            let logits = self.backend.read(&head.forward(&self.backend, &hidden, &batch)?).await?; // (B, L)
             out.extend(logits.chunks_exact(head.labels.len()).map(<[f32]>::to_vec));
         }
         Ok(out)

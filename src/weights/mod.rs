@@ -6,14 +6,15 @@
 //! [`safetensors`] (bytes at hand → [`Weights`], and the f32 writer), [`pickle`], `torch_state` and [`torch_bin`]
 //! (`pytorch_model.bin` read as data: its pickle's opcodes, never its code), [`gguf`] (GGUF v3 and BERT in it),
 //! [`stream`] (a file that arrives in pieces, either format; the file readers), the relatives' names ([`albert`],
-//! [`deberta`], [`distilbert`], [`electra`], [`mpnet`], [`roberta`], [`rotary`]), [`peft`] (LoRA adapters) and
-//! [`sentence`] (sentence-transformers' files and a Dense module's tensors beside the weights); here, [`Weights`]
-//! itself.
+//! [`deberta`], [`distilbert`], [`electra`], [`mpnet`], [`roberta`], [`rotary`], [`modernbert`]), [`peft`] (LoRA
+//! adapters) and [`sentence`] (sentence-transformers' files and a Dense module's tensors beside the weights); here,
+//! [`Weights`] itself.
 
 pub mod albert;
 pub mod deberta;
 pub mod distilbert;
 pub mod electra;
+pub mod modernbert;
 pub mod mpnet;
 pub mod roberta;
 pub mod rotary;
@@ -250,6 +251,7 @@ impl Weights {
             Some(Family::MPNet) => out.extend(mpnet::from_bert(full)),
             Some(f @ (Family::NomicBert | Family::Gte)) => out.extend(rotary::from_bert(f, full)),
             Some(Family::DebertaV2) => out.extend(deberta::from_bert(full)),
+            Some(Family::ModernBert) => out.extend(modernbert::from_bert(full)),
             Some(Family::Bert) | None => {}
         }
         out

@@ -56,17 +56,29 @@ const GTE_OTHER: [(&str, &str); 5] = [
     ("cls.predictions.bias", "lm_head.decoder.bias"),
 ];
 
-struct Names {
+/// A family's names as tables ([`super::modernbert`] keeps ModernBERT's in one too).
+pub(super) struct Names {
     /// Where task checkpoints keep the encoder (the bare model keeps it at the root).
-    prefixes: &'static [&'static str],
+    pub prefixes: &'static [&'static str],
+    /// The family's module paths (renamed) that live under those prefixes.
+    pub encoder: &'static [&'static str],
     /// BERT's `encoder.layer.` ↔ the family's.
-    layers: &'static str,
-    layer: &'static [(&'static str, &'static str)],
-    other: &'static [(&'static str, &'static str)],
+    pub layers: &'static str,
+    pub layer: &'static [(&'static str, &'static str)],
+    pub other: &'static [(&'static str, &'static str)],
 }
 
-const NOMIC: Names = Names { prefixes: &["nomic_bert."], layers: "encoder.layers.", layer: &NOMIC_LAYER, other: &NOMIC_OTHER };
-const GTE: Names = Names { prefixes: &["gte.", "new."], layers: "encoder.layer.", layer: &GTE_LAYER, other: &GTE_OTHER };
+/// The modules of NomicBERT's and GTE's encoders (the pooler's too).
+const ENCODER: &[&str] = &["embeddings.", "emb_ln.", "encoder.", "pooler."];
+const NOMIC: Names = Names {
+    prefixes: &["nomic_bert."],
+    encoder: ENCODER,
+    layers: "encoder.layers.",
+    layer: &NOMIC_LAYER,
+    other: &NOMIC_OTHER,
+};
+const GTE: Names =
+    Names { prefixes: &["gte.", "new."], encoder: ENCODER, layers: "encoder.layer.", layer: &GTE_LAYER, other: &GTE_OTHER };
 
 fn names(family: Family) -> &'static Names {
     if family == Family::Gte { &GTE } else { &NOMIC }
@@ -97,11 +109,15 @@ fn family_name(n: &Names, name: &str) -> String {
 /// A BERT tensor name (with or without `bert.`) → the names `family`'s checkpoints may store it under besides the
 /// bare BERT name, most likely first: under each prefix, then at the root.
 pub fn from_bert(family: Family, name: &str) -> Vec<String> {
-    let n = names(family);
+    from_bert_in(names(family), name)
+}
+
+/// [`from_bert`] by `n`'s tables.
+pub(super) fn from_bert_in(n: &Names, name: &str) -> Vec<String> {
     let name = name.strip_prefix("bert.").unwrap_or(name);
     let renamed = family_name(n, name);
     let mut out = Vec::new();
-    let encoder = ["embeddings.", "emb_ln.", "encoder.", "pooler."].iter().any(|p| renamed.starts_with(p));
+    let encoder = n.encoder.iter().any(|p| renamed.starts_with(p));
     if encoder {
         out.extend(n.prefixes.iter().map(|p| format!("{p}{renamed}")));
     }
@@ -113,7 +129,11 @@ pub fn from_bert(family: Family, name: &str) -> Vec<String> {
 
 /// A tensor name of `family` → BERT's (without `bert.`); a name with no BERT twin passes through without the prefix.
 pub fn to_bert(family: Family, name: &str) -> String {
-    let n = names(family);
+    to_bert_in(names(family), name)
+}
+
+/// [`to_bert`] by `n`'s tables.
+pub(super) fn to_bert_in(n: &Names, name: &str) -> String {
     let bare = n.prefixes.iter().find_map(|p| name.strip_prefix(p)).unwrap_or(name);
     if let Some(rest) = bare.strip_prefix(n.layers) {
         if let Some((index, rest)) = rest.split_once('.') {

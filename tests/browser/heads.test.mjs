@@ -425,3 +425,54 @@ test("DeBERTa embeds and classifies as PyTorch does in the browser (CPU and WebG
   }
   ctx.page.checkErrors();
 });
+
+/**
+ * ModernBERT in the page: pre-LN layers, the local layers' sliding window (a score bias of the attention kernel, the
+ * pipelines MPNet's bias compiles, by Chromium's own WGSL compiler on WebGPU) and their own rotary theta, GeGLU from
+ * `Wi` (kept on the host while the other matrices stream into GPU memory: its halves swap at load), in the
+ * mean-pooled embeddings of the tiny bare model (no biases; a padded batch, and each text alone: texts of up to 57
+ * tokens against a window of 8) and its sequence classifiers (`cls` pooling under the hub's config keys; `mean`
+ * pooling with every bias; pairs included), against PyTorch (tests/golden/modernbert.json; the native
+ * tests/modernbert.rs measures ≤ 4.6e-6), on the CPU and WebGPU: HIDDEN_ATOL and SCORE_ATOL above.
+ */
+test("ModernBERT embeds and classifies as PyTorch does in the browser (CPU and WebGPU)", async () => {
+  const mb = readJson("tests/golden/modernbert.json");
+  const texts = mb.model_embeddings.map((e) => e.text);
+  const pairs = (rows) => rows.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair]));
+  assert.ok(mb.classifier.some((x) => x.text_pair != null), "the golden has pairs");
+  const got = await ctx.page.evaluate(async ({ base, texts, inputs }) => {
+    const out = {};
+    for (const device of ["cpu", "webgpu"]) {
+      const e = await bertgpu.Bert.load(base + "tiny-modernbert-model/", { device });
+      const alone = [];
+      for (const t of texts) alone.push(Array.from((await e.embed([t], { normalize: false }))[0]));
+      out[device] = { device: [e.device], embed: (await e.embed(texts, { normalize: false })).map((v) => Array.from(v)), alone };
+      e.dispose();
+      for (const name of ["classifier", "mean"]) {
+        const c = await bertgpu.Bert.load(base + `tiny-modernbert-${name}/`, { device });
+        out[device].device.push(c.device);
+        out[device][name] = await c.classify(inputs);
+        c.dispose();
+      }
+    }
+    return out;
+  }, { base: ctx.env.models.url + "tests/models/", texts, inputs: pairs(mb.classifier) });
+  assert.deepEqual(pairs(mb.classifier), pairs(mb.classifier_mean), "both classifiers' goldens read the same inputs");
+  for (const device of ["cpu", "webgpu"]) {
+    const g = got[device];
+    assert.deepEqual(g.device, [device, device, device], `${device}: the models run where asked`);
+    for (const [how, vecs] of [["batch", g.embed], ["alone", g.alone]]) {
+      assert.equal(vecs.length, mb.model_embeddings.length, `${device} modernbert ${how}: one vector per text`);
+      vecs.forEach((v, i) => {
+        assert.equal(v.length, mb.model_embeddings[i].mean.length);
+        v.forEach((x, k) => assert.ok(Math.abs(x - mb.model_embeddings[i].mean[k]) <= HIDDEN_ATOL,
+          `${device} modernbert ${how} embed ${i}[${k}]: ${x} vs ${mb.model_embeddings[i].mean[k]}`));
+      });
+    }
+    for (const [name, rows] of [["classifier", mb.classifier], ["mean", mb.classifier_mean]]) {
+      assert.equal(g[name].length, rows.length);
+      rows.forEach((x, i) => assertScores(g[name][i], x.pipeline, `${device} modernbert ${name} ${x.text}`));
+    }
+  }
+  ctx.page.checkErrors();
+});

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::storage::{file_type, storage_for, store};
 use super::families::{self, ARCH_NOMIC};
-use super::names::{canonical_hf_name, gguf_to_hf_name_in, hf_to_gguf_name};
+use super::names::{canonical_hf_name, gguf_to_hf_name_in, hf_to_gguf_name_in};
 use super::{gguf_err, Array, Gguf, GgufWriter, Value, KEY_ARCHITECTURE, KEY_TOKENS};
 use crate::config::Family;
 use crate::dtype::Dtype;
@@ -359,6 +359,7 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
         Family::MPNet => canonical_hf_name(&mpnet::to_bert(n)),
         f @ (Family::NomicBert | Family::Gte) => canonical_hf_name(&rotary::to_bert(f, n)),
         Family::DebertaV2 => canonical_hf_name(&deberta::to_bert(n)),
+        Family::ModernBert => canonical_hf_name(&crate::weights::modernbert::to_bert(n)),
     };
     let word = tensors.iter().find(|(n, _)| bert_name(n) == "embeddings.word_embeddings.weight");
     for (name, t) in tensors {
@@ -383,7 +384,7 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
         } else {
             t
         };
-        let g = hf_to_gguf_name(&hf);
+        let g = hf_to_gguf_name_in(arch, &hf);
         let ty = storage_for(&g, &t.shape, dtype, n_layers);
         let stored = store(t, ty).map_err(|e| gguf_err(format!("tensor `{hf}`: {e}")))?;
         w.add_tensor(&g, stored)?;

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | BERT, DistilBERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, ALBERT | `bert` | llama.cpp's |
 //! | NomicBERT | `nomic-bert` | llama.cpp's (`nomic-bert.rope.freq_base`), and bertgpu's `bertgpu.encoder.*` |
+//! | ModernBERT | `modern-bert` | llama.cpp's (`modern-bert.rope.freq_base`, `.rope.freq_base_swa`, `.attention.sliding_window`, `.attention.sliding_window_pattern`), and bertgpu's `bertgpu.encoder.*` |
 //! | MPNet, GTE, DeBERTa-v2/v3 | `bertgpu-mpnet`, `bertgpu-gte`, `bertgpu-deberta-v2` | llama.cpp's forms under the architecture's name, bertgpu's for what llama.cpp has no key for |
 //!
 //! llama.cpp runs none of MPNet, GTE (Alibaba-NLP's `NewModel`) or DeBERTa: under `bert` it would load them and
@@ -18,7 +19,7 @@
 //! file, which has no config.json inside, has its config rebuilt from llama.cpp's keys ([`nomic_config_json`]).
 
 use super::{gguf_err, Array, Gguf, Value};
-use crate::config::{BertConfig, Family, FeedForward, LayerBiases, Positions};
+use crate::config::{BertConfig, Family, FeedForward, LayerBiases, Norms, Positions};
 use crate::{Error, Result};
 
 /// llama.cpp's architecture name for NomicBERT (`gguf-py` `MODEL_ARCH.NOMIC_BERT`).
@@ -26,8 +27,10 @@ pub const ARCH_NOMIC: &str = "nomic-bert";
 pub const ARCH_MPNET: &str = "bertgpu-mpnet";
 pub const ARCH_GTE: &str = "bertgpu-gte";
 pub const ARCH_DEBERTA: &str = "bertgpu-deberta-v2";
+/// llama.cpp's architecture name for ModernBERT (`gguf-py` `MODEL_ARCH.MODERN_BERT`).
+pub const ARCH_MODERNBERT: &str = "modern-bert";
 /// Every architecture bertgpu reads.
-pub const ARCHITECTURES: [&str; 5] = ["bert", ARCH_NOMIC, ARCH_MPNET, ARCH_GTE, ARCH_DEBERTA];
+pub const ARCHITECTURES: [&str; 6] = ["bert", ARCH_NOMIC, ARCH_MPNET, ARCH_GTE, ARCH_DEBERTA, ARCH_MODERNBERT];
 
 /// The GGUF architecture `family` is written under; a family without one is refused by name.
 #[allow(unreachable_patterns)] // a family added later is refused until it has a GGUF form
@@ -44,6 +47,7 @@ pub fn architecture(family: Family) -> Result<&'static str> {
         Family::MPNet => ARCH_MPNET,
         Family::Gte => ARCH_GTE,
         Family::DebertaV2 => ARCH_DEBERTA,
+        Family::ModernBert => ARCH_MODERNBERT,
         other => {
             return Err(Error::Config(format!(
                 "converting a {} (`{}`) checkpoint to GGUF is not supported yet; load its safetensors folder instead",
@@ -113,14 +117,36 @@ pub fn arch_keys(cfg: &BertConfig, arch: &str) -> Result<Vec<(String, Value, Own
     add("bertgpu.encoder.token_type_table".into(), Value::Bool(cfg.token_type_table), Bertgpu);
     add("bertgpu.encoder.hidden_act".into(), Value::String(cfg.hidden_act.name().into()), Bertgpu);
     if let Positions::Rotary { theta } = cfg.positions {
-        // llama.cpp's key (`LLM_KV_ROPE_FREQ_BASE`), under GTE's own architecture name there.
-        let owner = if arch == ARCH_NOMIC { LlamaCpp } else { Bertgpu };
+        // llama.cpp's key (`LLM_KV_ROPE_FREQ_BASE`), under GTE's own architecture name there; ModernBERT's global
+        // layers' theta.
+        let owner = if arch == ARCH_NOMIC || arch == ARCH_MODERNBERT { LlamaCpp } else { Bertgpu };
         add(format!("{arch}.rope.freq_base"), Value::F32(theta), owner);
     }
     if let Some(s) = cfg.rope_ntk_factor {
         // llama.cpp's key names (`LLM_KV_ROPE_SCALING_TYPE`, `_FACTOR`), with GTE's own scaling type.
         add(format!("{arch}.rope.scaling.type"), Value::String("ntk".into()), Bertgpu);
         add(format!("{arch}.rope.scaling.factor"), Value::F32(s), Bertgpu);
+    }
+    if arch == ARCH_MODERNBERT {
+        // Pre-LN layers with a final norm, and whether the LayerNorms have a β (llama.cpp's graph has none).
+        let norms = match cfg.norms {
+            Norms::Post => "post",
+            Norms::Pre => "pre",
+        };
+        add("bertgpu.encoder.norms".into(), Value::String(norms.into()), Bertgpu);
+        add("bertgpu.encoder.norm_bias".into(), Value::Bool(cfg.norm_bias), Bertgpu);
+    }
+    if let Some(w) = &cfg.sliding_window {
+        // llama.cpp's keys (`LLM_KV_ATTENTION_SLIDING_WINDOW`: the whole window, `local_attention`, of which it keeps
+        // |i − j| ≤ half, its `LLAMA_SWA_TYPE_SYMMETRIC`; `LLM_KV_ROPE_FREQ_BASE_SWA`: the local layers' theta;
+        // `LLM_KV_ATTENTION_SLIDING_WINDOW_PATTERN`: every n-th layer global from layer 0, where the layers follow
+        // that rule), and bertgpu's list of which layers slide, which says it for any list.
+        add(format!("{arch}.attention.sliding_window"), num(2 * w.half)?, LlamaCpp);
+        add(format!("{arch}.rope.freq_base_swa"), Value::F32(w.theta), LlamaCpp);
+        if let Some(n) = global_every(&w.layers) {
+            add(format!("{arch}.attention.sliding_window_pattern"), num(n)?, LlamaCpp);
+        }
+        add("bertgpu.encoder.sliding_layers".into(), Value::Array(Array::Bool(w.layers.clone())), Bertgpu);
     }
     if cfg.relative_attention_buckets > 0 {
         // llama.cpp's name for T5's bucket count (`LLM_KV_ATTENTION_RELATIVE_BUCKETS_COUNT`).
@@ -141,6 +167,12 @@ pub fn arch_keys(cfg: &BertConfig, arch: &str) -> Result<Vec<(String, Value, Own
         add(format!("{arch}.pooler_hidden_act"), Value::String(d.pooler_hidden_act.name().into()), Bertgpu);
     }
     Ok(k)
+}
+
+/// The n for which layer i slides exactly where i % n ≠ 0 (ModernBERT's `global_attn_every_n_layers`, llama.cpp's
+/// sliding-window pattern with its dense layer first), if the layers follow such a rule.
+fn global_every(sliding: &[bool]) -> Option<usize> {
+    (1..=sliding.len().max(1)).find(|&n| sliding.iter().enumerate().all(|(i, &s)| s == (i % n != 0)))
 }
 
 /// Two metadata values that state the same thing (an integer in any width, a float in either).

@@ -54,7 +54,7 @@ pub use bert::read_bert_header;
 pub use convert::convert;
 pub use convert::{tensors_from_safetensors, ConvertReport};
 pub use storage::storage_for;
-pub use names::{canonical_hf_name, gguf_to_hf_name, gguf_to_hf_name_in, hf_to_gguf_name};
+pub use names::{canonical_hf_name, gguf_to_hf_name, gguf_to_hf_name_in, hf_to_gguf_name, hf_to_gguf_name_in};
 pub use read::{Gguf, TensorInfo};
 pub use value::{Array, Value};
 pub use write::GgufWriter;

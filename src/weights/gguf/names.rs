@@ -14,18 +14,23 @@ pub fn canonical_hf_name(name: &str) -> String {
     }
 }
 
-/// Encoder modules: Hugging Face path → llama.cpp path (within one layer for the `encoder.layer.N.` ones).
-const EMBEDDING_NAMES: [(&str, &str); 4] = [
+/// Encoder modules: Hugging Face path → llama.cpp path (within one layer for the `encoder.layer.N.` ones). Outside
+/// the layers: the embeddings, and the pre-LN encoder's final norm (ModernBERT's `final_norm`, llama.cpp's
+/// `output_norm`).
+const EMBEDDING_NAMES: [(&str, &str); 5] = [
     ("embeddings.word_embeddings", "token_embd"),
     ("embeddings.position_embeddings", "position_embd"),
     ("embeddings.token_type_embeddings", "token_types"),
     ("embeddings.LayerNorm", "token_embd_norm"),
+    ("encoder.final_norm", "output_norm"),
 ];
 /// The BERT-side names of the rotary families' packed and gated projections ([`crate::weights::rotary`]) take
 /// llama.cpp's `nomic-bert` names (`attn_qkv` `[q; k; v]` rows, `ffn_up` = `fc11`, `ffn_gate` = `fc12`); GTE's packed
 /// `[up; gate]` rows, which llama.cpp has no tensor for, are bertgpu's `ffn_up_gate`. `ffn_up` reads back as
-/// `intermediate.dense` except in a `nomic-bert` file ([`gguf_to_hf_name_in`]).
-const LAYER_NAMES: [(&str, &str); 12] = [
+/// `intermediate.dense` except in a `nomic-bert` file ([`gguf_to_hf_name_in`]) and a `modern-bert` one, where it is
+/// the packed `[input; gate]` rows of ModernBERT's `Wi` (written as `ffn_up` there, [`hf_to_gguf_name_in`]). The
+/// pre-LN layers' norms (ModernBERT's `attn_norm`, `mlp_norm`) take llama.cpp's `attn_norm` and `ffn_norm`.
+const LAYER_NAMES: [(&str, &str); 14] = [
     ("attention.self.query", "attn_q"),
     ("attention.self.key", "attn_k"),
     ("attention.self.value", "attn_v"),
@@ -38,6 +43,8 @@ const LAYER_NAMES: [(&str, &str); 12] = [
     ("intermediate.up_gate", "ffn_up_gate"),
     ("output.dense", "ffn_down"),
     ("output.LayerNorm", "layer_output_norm"),
+    ("attention.LayerNorm", "attn_norm"),
+    ("intermediate.LayerNorm", "ffn_norm"),
 ];
 
 /// A Hugging Face tensor name → its name in a BERT GGUF: llama.cpp's for the encoder, the (canonical) Hugging
@@ -60,18 +67,37 @@ pub fn hf_to_gguf_name(hf: &str) -> String {
     name
 }
 
+/// [`hf_to_gguf_name`] in a file of the GGUF architecture `arch`: ModernBERT's packed `Wi` (BERT-side
+/// `intermediate.up_gate`) is llama.cpp's `ffn_up` in a `modern-bert` file, GTE's packed `[up; gate]` bertgpu's
+/// `ffn_up_gate` elsewhere.
+pub fn hf_to_gguf_name_in(arch: &str, hf: &str) -> String {
+    let g = hf_to_gguf_name(hf);
+    if arch != super::families::ARCH_MODERNBERT {
+        return g;
+    }
+    match g.strip_prefix("blk.").and_then(|rest| rest.split_once('.')) {
+        Some((n, param)) if param.starts_with("ffn_up_gate.") => format!("blk.{n}.ffn_up.{}", &param["ffn_up_gate.".len()..]),
+        _ => g,
+    }
+}
+
 /// A BERT GGUF tensor name → the Hugging Face name (inverse of [`hf_to_gguf_name`]); unknown names pass through.
 pub fn gguf_to_hf_name(g: &str) -> String {
     gguf_to_hf_name_in("bert", g)
 }
 
 /// [`gguf_to_hf_name`] in a file of the GGUF architecture `arch` (`general.architecture`): NomicBERT's `ffn_up` is
-/// the gated block's `intermediate.up` (its `fc11`), BERT's the plain `intermediate.dense`.
+/// the gated block's `intermediate.up` (its `fc11`), ModernBERT's its packed `intermediate.up_gate` (`Wi`), BERT's
+/// the plain `intermediate.dense`.
 pub fn gguf_to_hf_name_in(arch: &str, g: &str) -> String {
+    use super::families::{ARCH_MODERNBERT, ARCH_NOMIC};
     let hf = gguf_to_hf_name_bert(g);
     match hf.strip_suffix(".weight").or_else(|| hf.strip_suffix(".bias")) {
-        Some(stem) if arch == super::families::ARCH_NOMIC && stem.ends_with(".intermediate.dense") => {
+        Some(stem) if arch == ARCH_NOMIC && stem.ends_with(".intermediate.dense") => {
             hf.replacen(".intermediate.dense.", ".intermediate.up.", 1)
+        }
+        Some(stem) if arch == ARCH_MODERNBERT && stem.ends_with(".intermediate.dense") => {
+            hf.replacen(".intermediate.dense.", ".intermediate.up_gate.", 1)
         }
         _ => hf,
     }
