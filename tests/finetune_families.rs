@@ -17,7 +17,10 @@ use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
 use bertgpu::training::optim::StepOptions;
+use bertgpu::training::lora::LoraOptions;
+use bertgpu::training::lora_peft;
 use bertgpu::training::rows::export_folder;
+use bertgpu::weights::peft::apply_lora;
 use bertgpu::weights::Weights;
 use serde_json::Value;
 
@@ -67,27 +70,51 @@ fn norm(v: impl Iterator<Item = f64>) -> f64 {
     v.map(|x| x * x).sum::<f64>().sqrt()
 }
 
+/// A case of the golden: its checkpoint and its batch with the targets.
+struct Case {
+    dir: std::path::PathBuf,
+    cfg: BertConfig,
+    weights: Weights,
+    batch: Batch,
+    task: FineTuneTask,
+    labels: Vec<u32>,
+    token_labels: Vec<i64>,
+}
+
+impl Case {
+    fn load(name: &str) -> Case {
+        let g = &golden()["cases"][name];
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(g["model"].as_str().unwrap());
+        let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+        assert_eq!(cfg.family.model_type(), g["family"].as_str().unwrap());
+        let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+        let b = g["input_ids"].as_array().unwrap().len();
+        let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
+        let input_ids = u32s("input_ids");
+        let t = input_ids.len() / b;
+        let batch = Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t };
+        let task = if g["task"] == "sequence" { FineTuneTask::Sequence } else { FineTuneTask::Token };
+        Case { dir, cfg, weights, batch, task, labels: u32s("labels"), token_labels: ints(&g["labels"]) }
+    }
+
+    fn targets(&self) -> Targets<'_> {
+        match self.task {
+            FineTuneTask::Sequence => Targets::Sequence(&self.labels),
+            _ => Targets::Token(&self.token_labels),
+        }
+    }
+}
+
 /// Runs case `name` on `be`; returns the worst gradient relative error and the worst parameter error after the steps.
 fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
     let g = &golden()["cases"][name];
-    let dir_of_model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(g["model"].as_str().unwrap());
-    let cfg = BertConfig::from_file(dir_of_model.join("config.json")).unwrap();
-    assert_eq!(cfg.family.model_type(), g["family"].as_str().unwrap());
-    let weights = Weights::from_safetensors_file(dir_of_model.join("model.safetensors")).unwrap();
-    let b = g["input_ids"].as_array().unwrap().len();
-    let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
-    let input_ids = u32s("input_ids");
-    let t = input_ids.len() / b;
-    let batch = Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t };
-    let (labels, token_labels) = (u32s("labels"), ints(&g["labels"]));
-    let (task, targets) = match g["task"].as_str().unwrap() {
-        "sequence" => (FineTuneTask::Sequence, Targets::Sequence(&labels)),
-        _ => (FineTuneTask::Token, Targets::Token(&token_labels)),
-    };
-    let mut tr = FineTuner::new(be, &cfg, &weights, task, None, 0).unwrap();
+    let c = Case::load(name);
+    let (cfg, weights, batch, task, targets, dir_of_model) = (&c.cfg, &c.weights, &c.batch, c.task, c.targets(), &c.dir);
+    let t = batch.t;
+    let mut tr = FineTuner::new(be, cfg, weights, task, None, 0).unwrap();
     let zero: BTreeSet<&str> = g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
 
-    let (grads, logits) = tr.gradients(be, &batch, &targets).unwrap();
+    let (grads, logits) = tr.gradients(be, batch, &targets).unwrap();
     let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), t, &targets) as f64;
     let want_loss = g["loss"].as_f64().unwrap();
     assert!((loss - want_loss).abs() <= LOSS_RTOL * want_loss, "{name}: loss {loss} vs PyTorch {want_loss}");
@@ -131,7 +158,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
     };
     let mut worst_step = 0f64;
     for (s, (wl, wn)) in floats(&g["losses"]).iter().zip(&floats(&g["grad_norms"])).enumerate() {
-        let r = pollster::block_on(tr.step(be, &batch, &targets, &opt)).unwrap();
+        let r = pollster::block_on(tr.step(be, batch, &targets, &opt)).unwrap();
         let e = ((r.loss as f64 - wl).abs() / wl).max((r.grad_norm as f64 - wn).abs() / wn);
         eprintln!("{name} on {}: step {s}: relative loss/grad-norm error {e:.2e}", be.name());
         worst_step = worst_step.max(e);
@@ -159,7 +186,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
         let (config, st) = pollster::block_on(export_folder(be, &tr, &original, None)).unwrap();
         std::fs::write(dir.join("config.json"), config).unwrap();
         std::fs::write(dir.join("model.safetensors"), st).unwrap();
-        let logits = pollster::block_on(be.read(&tr.logits(be, &batch).unwrap())).unwrap();
+        let logits = pollster::block_on(be.read(&tr.logits(be, batch).unwrap())).unwrap();
         std::fs::write(dir.join("logits.json"), serde_json::json!({ "logits": logits, "input_ids": g["input_ids"],
             "token_type_ids": g["token_type_ids"], "attention_mask": g["attention_mask"], "task": g["task"] }).to_string())
             .unwrap();
@@ -185,5 +212,52 @@ fn every_family_matches_pytorch_on_the_gpu() {
     let Some(g) = common::gpu() else { return };
     for name in CASES {
         check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
+/// LoRA on each family: the adapter file names the family's own modules (peft's names, `base_model.model.` and the
+/// family's tensor names; DistilBERT's `q_lin`, `v_lin` as its `target_modules`), and our loader
+/// (`weights::peft::apply_lora`, what `--adapter` and the browser's `loadAdapter` run) folds it into the checkpoint's
+/// tensors to exactly the weights we merge (`lora_peft::merged`, what `--merge` and the folder export write).
+#[test]
+fn lora_adapters_carry_each_familys_module_names() {
+    /// Both merges compute `W + s·B·A` from the same f32 values, in f64 here and in f32 at load.
+    const MERGE_ATOL: f64 = 1e-6;
+    let be = CpuBackend::new();
+    let cases = [("roberta_classify", "roberta.encoder.layer.1.attention.self.value", ["query", "value"]),
+        ("distil_ner", "distilbert.transformer.layer.1.attention.v_lin", ["q_lin", "v_lin"]),
+        ("electra_pair", "electra.encoder.layer.1.attention.self.value", ["query", "value"])];
+    for (name, module, targets) in cases {
+        let c = Case::load(name);
+        let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        tr.set_lora(&be, LoraOptions::new(2), 0).unwrap();
+        let opt = StepOptions { learning_rate: 1e-2, ..StepOptions::default() };
+        for _ in 0..2 {
+            pollster::block_on(tr.step(&be, &c.batch, &c.targets(), &opt)).unwrap();
+        }
+        let (config, st) = pollster::block_on(lora_peft::export_adapter(&be, &tr, None, None)).unwrap();
+        let cj: Value = serde_json::from_str(&config).unwrap();
+        assert_eq!(cj["target_modules"], serde_json::json!(targets), "{name}");
+        let header_len = u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
+        let header: Value = serde_json::from_slice(&st[8..8 + header_len]).unwrap();
+        for ab in ["lora_A", "lora_B"] {
+            let n = format!("base_model.model.{module}.{ab}.weight");
+            assert!(header.get(&n).is_some(), "{name}: {n} missing from {:?}", header.as_object().unwrap().keys());
+        }
+        let mut cfg = c.cfg.clone();
+        let loaded = apply_lora(&c.weights, &mut cfg, config.as_bytes(), &st).unwrap();
+        let merged = pollster::block_on(lora_peft::merged(&be, &tr)).unwrap();
+        let (mut worst, mut moved) = (0f64, 0f64);
+        for (n, v) in &merged {
+            let before = c.weights.stored(n).unwrap().to_f32().unwrap();
+            moved = moved.max(v.iter().zip(&before).map(|(&a, &b)| (a as f64 - b as f64).abs()).fold(0f64, f64::max));
+            let t = loaded.stored(n).unwrap_or_else(|| panic!("{name}: the loaded adapter has no {n}")).to_f32().unwrap();
+            let d = v.iter().zip(&t).map(|(&a, &b)| (a as f64 - b as f64).abs()).fold(0f64, f64::max);
+            assert!(d <= MERGE_ATOL, "{name}: {n} differs by {d:e}");
+            worst = worst.max(d);
+        }
+        assert!(moved > 1e-3, "{name}: the adapters did not train (largest change {moved:e})");
+        eprintln!("{name}: {} tensors, the loaded adapter's weights within {worst:.1e} of ours (training moved them by up to \
+            {moved:.1e})", merged.len());
     }
 }
