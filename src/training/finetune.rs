@@ -226,10 +226,11 @@ impl<B: Backend> FineTuner<B> {
     /// ([`Self::logits`], [`Self::embedding_eval`]) and [`Self::gradients`] never drop.
     pub fn set_dropout(&mut self, dropout: Option<DropoutOptions>) -> Result<()> {
         dropout.as_ref().map_or(Ok(()), DropoutOptions::check)?;
-        if dropout.is_some() && self.encoder.config.family == Family::DistilBert && self.task() == FineTuneTask::Qa {
+        let drops = dropout.is_some_and(|d| d.hidden > 0.0 || d.attention > 0.0 || d.classifier > 0.0);
+        if drops && self.encoder.config.family == Family::DistilBert && self.task() == FineTuneTask::Qa {
             return Err(Error::Input(
                 "dropout while fine-tuning DistilBERT for question answering is not supported yet (its `qa_dropout` \
-                 before `qa_outputs`): train it without dropout"
+                 before `qa_outputs`): train it without dropout (`--no-dropout`, `dropout: false`)"
                     .into(),
             ));
         }
