@@ -151,25 +151,28 @@ fn bad_input_exits_2_with_a_reason() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A family whose whole encoder does not train yet (ALBERT, its one shared layer) is refused before anything is
-/// written, with an error naming the checkpoint's model_type, with or without LoRA; so is pre-training a RoBERTa.
+/// A family whose whole encoder does not train yet (MPNet: its relative position bias has no backward) is refused
+/// before anything is written, with an error naming the checkpoint's model_type, with or without LoRA; so are LoRA
+/// on ALBERT's shared layer and pre-training a RoBERTa.
 #[test]
 fn untrained_families_are_refused_naming_them() {
     let dir = tmp("families");
     let data = dir.join("ok.jsonl");
     std::fs::write(&data, "{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"b\", \"label\": \"y\"}\n").unwrap();
     let (data, out) = (data.to_str().unwrap(), dir.join("out"));
-    let model = root().join("tests/models/tiny-albert-classifier");
-    for lora in [&[][..], &["--lora", "2"][..]] {
+    let cases = [("tiny-mpnet-classifier", &[][..], "fine-tuning the whole encoder supports"),
+        ("tiny-mpnet-classifier", &["--lora", "2"][..], "fine-tuning the whole encoder supports"),
+        ("tiny-albert-classifier", &["--lora", "2"][..], "LoRA on a `albert` model is not supported yet")];
+    for (name, extra, why) in cases {
+        let model = root().join("tests/models").join(name);
         let mut args = vec!["fine-tune", "--model", model.to_str().unwrap(), "--task", "classify", "--data", data,
             "--out", out.to_str().unwrap(), "--epochs", "1", "--validation-split", "0", "--device", "cpu"];
-        args.extend(lora);
+        args.extend(extra);
         let o = run(&args, "");
         let stderr = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{lora:?}: {stderr}");
-        assert!(stderr.contains("fine-tuning the whole encoder supports") && stderr.contains("this one is `albert`"),
-            "{lora:?}: {stderr}");
-        assert!(!out.exists(), "{lora:?}: a refused run wrote {}", out.display());
+        assert_eq!(o.status.code(), Some(2), "{name} {extra:?}: {stderr}");
+        assert!(stderr.contains(why), "{name} {extra:?}: {stderr}");
+        assert!(!out.exists(), "{name} {extra:?}: a refused run wrote {}", out.display());
     }
     let corpus = root().join("tests/data/fortunes-large/train.jsonl");
     let mlm = root().join("tests/models/tiny-roberta-mlm");

@@ -1,6 +1,6 @@
 //! Fine-tuning the whole encoder of BERT's relatives against PyTorch autograd: for each case of
-//! tests/golden/finetune_families.json (tests/golden/finetune_families.py, float64) — RoBERTa, CamemBERT, DistilBERT
-//! and ELECTRA, sequence classification (ELECTRA's on pairs too) and token classification — the loss, the gradient
+//! tests/golden/finetune_families.json (tests/golden/finetune_families.py, float64) — RoBERTa, CamemBERT, DistilBERT,
+//! ELECTRA and ALBERT, sequence classification (ELECTRA's and ALBERT's on pairs too) and token classification — the loss, the gradient
 //! of every parameter under the family's own names, and five AdamW steps with weight decay and clipping, on the CPU
 //! and the GPU. The tolerances are tests/finetune_golden.rs's for BERT (the same tiny sizes, the same sums).
 //!
@@ -40,11 +40,13 @@ const PARAM_ATOL: f64 = 2e-4;
 /// `GPU_LOSS_RTOL`). Measured worst 1.0e-6 (camembert_classify on lavapipe).
 const LOSS_RTOL: f64 = 2e-5;
 /// The same at the later steps, whose parameters already differ by what `PARAM_ATOL` allows: Adam moves an entry
-/// whose gradient is at f32 noise level by up to lr, and that difference grows step by step. Measured worst 3.8e-5
-/// (camembert_classify on lavapipe, step 4; its error grows 1.0e-6, 7.7e-6, 1.2e-5, 1.9e-5, 3.8e-5 over the steps,
-/// led by an `intermediate.dense.weight` entry a dead GELU unit leaves at noise level); CPU 8.9e-6. 1e-4 is 2.6×
-/// that; a wrong gradient or update is off by far more from the first step on.
-const STEP_RTOL: f64 = 1e-4;
+/// whose gradient is at f32 noise level by up to lr, and the trajectories part step by step. Measured worst 6.3e-5
+/// (albert_classify on the CPU, step 3, where its gradient norm swings 11.3 → 6.1 → 25.3: ALBERT's shared layer sums
+/// three passes' gradients; on lavapipe 4.3e-5), camembert_classify 3.8e-5 on lavapipe (step 4, led by an
+/// `intermediate.dense.weight` entry a dead GELU unit leaves at noise level). 2e-4 is 3.2× the worst; the first
+/// step's loss and every gradient are held to 2e-5 above, and a wrong update (decay, bias correction, clipping) is
+/// off by 1e-3 or more.
+const STEP_RTOL: f64 = 2e-4;
 
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
@@ -196,8 +198,8 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
     (worst.1, worst_param.1)
 }
 
-const CASES: [&str; 8] = ["roberta_classify", "roberta_ner", "camembert_classify", "distil_classify", "distil_ner",
-    "electra_classify", "electra_pair", "electra_ner"];
+const CASES: [&str; 11] = ["roberta_classify", "roberta_ner", "camembert_classify", "distil_classify", "distil_ner",
+    "electra_classify", "electra_pair", "electra_ner", "albert_classify", "albert_pair", "albert_ner"];
 
 #[test]
 fn every_family_matches_pytorch_on_the_cpu() {

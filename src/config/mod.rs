@@ -88,7 +88,8 @@ pub struct BertConfig {
     pub attention_probs_dropout_prob: f32,
     /// Dropout before a classification head while fine-tuning (`classifier_dropout`); `None`: the hidden dropout,
     /// as `BertForSequenceClassification` and `BertForTokenClassification` fall back to it. DistilBERT's are
-    /// `dropout`, `attention_dropout` and its sequence classifier's `seq_classif_dropout` (default 0.2).
+    /// `dropout`, `attention_dropout` and its sequence classifier's `seq_classif_dropout` (default 0.2); ALBERT's
+    /// classifiers' `classifier_dropout_prob` (default 0.1).
     pub classifier_dropout: Option<f32>,
     /// sentence-transformers' description of the model (modules.json and the files beside it), where the model
     /// has one: set by the loader, never read from config.json ([`crate::sentence`]).
@@ -140,6 +141,8 @@ struct RawConfig {
     dropout: Option<f64>,
     attention_dropout: Option<f64>,
     seq_classif_dropout: Option<f64>,
+    // ALBERT's classifier dropout (AlbertConfig's default 0.1).
+    classifier_dropout_prob: Option<f64>,
 }
 
 fn required(v: Option<usize>, name: &str) -> Result<usize> {
@@ -346,8 +349,12 @@ impl BertConfig {
             hidden_dropout_prob: if distil { raw.dropout } else { raw.hidden_dropout_prob }.unwrap_or(0.1) as f32,
             attention_probs_dropout_prob: if distil { raw.attention_dropout } else { raw.attention_probs_dropout_prob }
                 .unwrap_or(0.1) as f32,
-            classifier_dropout: if distil { Some(raw.seq_classif_dropout.unwrap_or(0.2)) } else { raw.classifier_dropout }
-                .map(|p| p as f32),
+            classifier_dropout: match family {
+                Family::DistilBert => Some(raw.seq_classif_dropout.unwrap_or(0.2)),
+                Family::Albert => Some(raw.classifier_dropout_prob.unwrap_or(0.1)),
+                _ => raw.classifier_dropout,
+            }
+            .map(|p| p as f32),
             sentence: None,
         };
         cfg.validate()?;

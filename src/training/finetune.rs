@@ -181,6 +181,8 @@ impl<B: Backend> FineTuner<B> {
             FineTuneTask::Sequence => {
                 let labels = n_labels("sequence classifier")?;
                 let fam = cfg.family;
+                let fam_prefix = crate::weights::family_prefix(fam).unwrap_or("bert.");
+                let pooler = if fam == Family::Albert { "pooler" } else { "pooler.dense" };
                 // Each family's head under its own names (`heads::classifier` reads them so for inference).
                 let (pool, classifier) = if fam.has_classification_head_module() {
                     (linear(&mut enc, &root, "classifier.dense", false, h, h)?,
@@ -188,7 +190,8 @@ impl<B: Backend> FineTuner<B> {
                 } else {
                     let pool = match fam {
                         Family::DistilBert => linear(&mut enc, &root, "pre_classifier", false, h, h)?,
-                        _ => linear(&mut enc, &root.pp("bert"), "pooler.dense", false, h, h)?,
+                        // BERT's `bert.pooler.dense`, ALBERT's `albert.pooler`.
+                        _ => linear(&mut enc, &root.pp(fam_prefix.trim_end_matches('.')), pooler, false, h, h)?,
                     };
                     (pool, linear(&mut enc, &root, "classifier", new, labels, h)?)
                 };
@@ -213,6 +216,12 @@ impl<B: Backend> FineTuner<B> {
     /// them.
     pub fn set_top_layers(&mut self, k: Option<usize>) -> Result<()> {
         if let Some(k) = k {
+            if k > 0 && self.encoder.shares_layers() {
+                return Err(Error::Input(format!(
+                    "--layers {k}: every layer of this `{}` model is the same shared one; train all (or 0: the head alone)",
+                    self.encoder.config.family.model_type()
+                )));
+            }
             if k > self.encoder.layers() {
                 return Err(Error::Input(format!("cannot train the top {k} layers of a {}-layer model", self.encoder.layers())));
             }

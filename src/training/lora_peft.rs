@@ -30,6 +30,12 @@ impl<B: Backend> FineTuner<B> {
         if opts.r == 0 || !(opts.alpha.is_finite() && opts.alpha > 0.0) {
             return Err(Error::Input(format!("LoRA needs a rank ≥ 1 and alpha > 0; got r {} and alpha {}", opts.r, opts.alpha)));
         }
+        if self.encoder.shares_layers() {
+            return Err(Error::Input(format!(
+                "LoRA on a `{}` model is not supported yet (its one layer is shared by every pass)",
+                self.encoder.config.family.model_type()
+            )));
+        }
         if self.top_layers().is_some() || self.encoder.lora.is_some() {
             return Err(Error::Input("LoRA trains adapters on every layer: it cannot be combined with --layers".into()));
         }

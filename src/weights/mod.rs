@@ -55,7 +55,7 @@ struct RenamedBert {
 }
 
 /// Where `family`'s task checkpoints (`…ForSequenceClassification` and the like) keep the encoder: `bert.`,
-/// `distilbert.`, `roberta.` (XLM-R's and CamemBERT's too), `electra.`; `None` for the families whose trained
+/// `distilbert.`, `roberta.` (XLM-R's and CamemBERT's too), `electra.`, `albert.`; `None` for the families whose trained
 /// models are not written yet ([`family_name`]).
 pub fn family_prefix(family: Family) -> Option<&'static str> {
     match family {
@@ -63,6 +63,7 @@ pub fn family_prefix(family: Family) -> Option<&'static str> {
         Family::DistilBert => Some("distilbert."),
         Family::Roberta | Family::XlmRoberta | Family::Camembert => Some(roberta::NAMES.prefix),
         Family::Electra => Some(electra::NAMES.prefix),
+        Family::Albert => Some("albert."),
         _ => None,
     }
 }
@@ -78,6 +79,7 @@ pub fn family_name(family: Family, name: &str) -> Option<String> {
         Family::DistilBert => distilbert::from_bert(name),
         Family::Roberta | Family::XlmRoberta | Family::Camembert => roberta::NAMES.from_bert(name),
         Family::Electra => electra::NAMES.from_bert(name),
+        Family::Albert => albert::from_bert(name),
         _ => return None,
     };
     names.into_iter().next()

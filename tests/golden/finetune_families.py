@@ -22,9 +22,15 @@ loaded with the family's own class (`from_pretrained`) and tokenized by its own 
                       embeddings_project; ElectraClassificationHead with the exact GELU)
   electra_pair        tiny-electra-classifier    the same on text pairs (token_type_ids 1 on the second segment)
   electra_ner         tiny-electra-ner           ElectraForTokenClassification
+  albert_classify     tiny-albert-classifier     AlbertForSequenceClassification (embedding_size 16, one layer run by
+                      all 3 passes: its gradient is the sum of the passes'; `albert.pooler` + tanh)
+  albert_pair         tiny-albert-classifier     the same on text pairs
+  albert_ner          tiny-albert-ner            AlbertForTokenClassification
 
 The families without token types (RoBERTa's, DistilBERT) get no `token_type_ids` (the JSON holds zeros for them);
-RoBERTa's position ids are transformers' own (`create_position_ids_from_input_ids`).
+RoBERTa's position ids are transformers' own (`create_position_ids_from_input_ids`). The others' are asked for
+(`return_token_type_ids`): transformers 5's AlbertTokenizer leaves them out otherwise (tests/golden/electra_albert.py
+says why that is wrong), as bertgpu does not.
 
 The weight-decay groups are transformers' Trainer's (`Trainer.get_decay_parameter_names`): every parameter except
 the biases and the parameters of `nn.LayerNorm` modules (DistilBERT's `sa_layer_norm`, `output_layer_norm` too).
@@ -37,6 +43,8 @@ import os
 
 import torch
 from transformers import (
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
     AutoTokenizer,
     CamembertForSequenceClassification,
     DistilBertForSequenceClassification,
@@ -172,11 +180,12 @@ def run(case, name, model, enc, labels, types):
 def classify_case(case, cls, name, types, pairs=False, **tok_args):
     model, tok = load(cls, name, **tok_args)
     if pairs:
-        enc = tok([a for a, _, _ in PAIR], [b for _, b, _ in PAIR], padding=True, return_tensors="pt")
+        enc = tok([a for a, _, _ in PAIR], [b for _, b, _ in PAIR], padding=True, return_tensors="pt",
+                  return_token_type_ids=types)
         assert all(1 in r for r in enc["token_type_ids"].tolist())
         labels = {"labels": torch.tensor([y for _, _, y in PAIR])}
     else:
-        enc = tok([t for t, _ in CLASSIFY], padding=True, return_tensors="pt")
+        enc = tok([t for t, _ in CLASSIFY], padding=True, return_tensors="pt", return_token_type_ids=types)
         labels = {"labels": torch.tensor([y for _, y in CLASSIFY])}
     check_batch(case, enc, tok)
     return run(case, name, model, enc, labels, types)
@@ -185,7 +194,8 @@ def classify_case(case, cls, name, types, pairs=False, **tok_args):
 def ner_case(case, cls, name, types, **tok_args):
     model, tok = load(cls, name, **tok_args)
     label2id = {v: int(k) for k, v in model.config.id2label.items()}
-    enc = tok([w for w, _ in NER], is_split_into_words=True, padding=True, return_tensors="pt")
+    enc = tok([w for w, _ in NER], is_split_into_words=True, padding=True, return_tensors="pt",
+              return_token_type_ids=types)
     check_batch(case, enc, tok)
     labels = []
     for i, (words, tags) in enumerate(NER):
@@ -216,6 +226,11 @@ def main():
         "electra_pair": classify_case("electra_pair", ElectraForSequenceClassification, "tiny-electra-classifier",
                                       True, pairs=True),
         "electra_ner": ner_case("electra_ner", ElectraForTokenClassification, "tiny-electra-ner", True),
+        "albert_classify": classify_case("albert_classify", AlbertForSequenceClassification,
+                                         "tiny-albert-classifier", True),
+        "albert_pair": classify_case("albert_pair", AlbertForSequenceClassification, "tiny-albert-classifier", True,
+                                     pairs=True),
+        "albert_ner": ner_case("albert_ner", AlbertForTokenClassification, "tiny-albert-ner", True),
     }
     golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
     with open(OUT, "w", encoding="utf-8") as fh:

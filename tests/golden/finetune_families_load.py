@@ -36,7 +36,7 @@ def main(d):
             assert not info[k], f"{case}: {k} {info[k]}"
         model = model.double().eval()
         batch = {"input_ids": torch.tensor(ours["input_ids"]), "attention_mask": torch.tensor(ours["attention_mask"])}
-        if model.config.model_type in ("bert", "electra"):
+        if model.config.model_type in ("bert", "electra", "albert"):
             batch["token_type_ids"] = torch.tensor(ours["token_type_ids"])
         with torch.no_grad():
             got = model(**batch).logits.reshape(-1)

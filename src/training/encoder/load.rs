@@ -6,6 +6,9 @@
 //!   real tokens start after included ([`BertConfig::position_offset`]); every token is of type 0.
 //! - DistilBERT: no token-type table (an all-zero row stands in for it, not a parameter), every token of type 0.
 //! - ELECTRA: embeddings of `embedding_size` E and, when E differs from H, `embeddings_project` (E → H).
+//! - ALBERT: E-wide embeddings, `embedding_hidden_mapping_in` (E → H, always), and one layer every pass runs: its
+//!   parameters are loaded once and every pass's indices name them, so the backward sums the passes' gradients into
+//!   them ([`super::super::params::put`]); no dropout after its feed-forward (`AlbertLayer` has none).
 
 use super::{EmbIdx, Encoder, LayerIdx};
 use crate::backend::Backend;
@@ -21,15 +24,17 @@ pub(crate) fn get(w: &Weights, name: &str, shape: &[usize]) -> Result<HostTensor
 /// Refuses, by name, a family whose whole encoder is not trained yet.
 fn check_family(cfg: &BertConfig) -> Result<()> {
     match cfg.family {
-        Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert | Family::DistilBert | Family::Electra => Ok(()),
+        Family::Bert
+        | Family::Roberta
+        | Family::XlmRoberta
+        | Family::Camembert
+        | Family::DistilBert
+        | Family::Electra
+        | Family::Albert => Ok(()),
         f => Err(Error::Config(format!(
-            "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT and ELECTRA checkpoints; \
-             this one is `{}`{}",
-            f.model_type(),
-            match f {
-                Family::Albert => " (its one layer shared by every pass is not trained yet)",
-                _ => "",
-            }
+            "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA and ALBERT \
+             checkpoints; this one is `{}`",
+            f.model_type()
         ))),
     }
 }
@@ -60,6 +65,7 @@ impl<T> Encoder<T> {
             layers: Vec::new(),
             lora: None,
             zero_types,
+            ffn_dropout: fam != Family::Albert,
         };
         let e = w.pp("embeddings");
         let en = |n: &str| name(&format!("embeddings.{n}")).map(|s| vec![s]);
@@ -74,8 +80,8 @@ impl<T> Encoder<T> {
         }
         enc.emb.ln_g = enc.push(be, en("LayerNorm.weight")?, &get(&e, "LayerNorm.weight", &[e_size])?, 1, e_size, false)?;
         enc.emb.ln_b = enc.push(be, en("LayerNorm.bias")?, &get(&e, "LayerNorm.bias", &[e_size])?, 1, e_size, false)?;
-        if e_size != h {
-            // ELECTRA's `embeddings_project` (the only family here whose embeddings are narrower than H).
+        if e_size != h || fam == Family::Albert {
+            // ELECTRA's `embeddings_project`, ALBERT's `embedding_hidden_mapping_in`.
             let p = w.pp("embeddings_project");
             let (pw, pb) = (get(&p, "weight", &[h, e_size])?, get(&p, "bias", &[h])?);
             enc.emb.project = Some([
@@ -83,7 +89,9 @@ impl<T> Encoder<T> {
                 enc.push(be, vec![name("embeddings_project.bias")?], &pb, 1, h, false)?,
             ]);
         }
-        for l in 0..cfg.num_hidden_layers {
+        // ALBERT: one layer, shared by every pass.
+        let distinct = if fam == Family::Albert { 1 } else { cfg.num_hidden_layers };
+        for l in 0..distinct {
             let lw = w.pp(&format!("encoder.layer.{l}"));
             let n = |s: &str| name(&format!("encoder.layer.{l}.{s}"));
             let pair = |p: &str, out: usize, inp: usize| -> Result<(HostTensor, HostTensor)> {
@@ -116,6 +124,9 @@ impl<T> Encoder<T> {
                 ln2_b: enc.push(be, vec![n("output.LayerNorm.bias")?], &ln2_b, 1, h, false)?,
             };
             enc.layers.push(idx);
+        }
+        while enc.layers.len() < cfg.num_hidden_layers {
+            enc.layers.push(enc.layers[0]);
         }
         Ok(enc)
     }

@@ -1,7 +1,8 @@
 //! The BERT encoder as a trainable thing: every parameter in f32 on the backend, a forward that keeps what the
 //! backward needs, and the backward through every layer down to the embedding tables. The task heads, their losses
 //! and the optimiser step are in [`super::finetune`]. BERT's relatives that are this encoder under other names
-//! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA) train through the same code: [`load`] has what each one changes.
+//! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT) train through the same code: [`load`] has what each one
+//! changes.
 //!
 //! # The math
 //!
@@ -181,7 +182,10 @@ pub struct Encoder<T> {
     pub lora: Option<Lora<T>>,
     /// DistilBERT's stand-in for the token-type table: one zero row `(1, E)`, not a parameter.
     zero_types: Option<T>,
+    /// Whether the feed-forward's output is dropped (`BertOutput`'s dropout; ALBERT's layer has none).
+    ffn_dropout: bool,
 }
+
 
 impl<T> Encoder<T> {
     /// Adds a parameter (uploaded in f32) and returns its index.
@@ -288,7 +292,7 @@ impl<T> Encoder<T> {
             let u = self.linear(be, &h1, li.i_w, li.i_b)?; // (B*T, I)
             let g = be.activation(&u, self.config.hidden_act)?;
             let o = self.linear(be, &g, li.out_w, li.out_b)?; // (B*T, H)
-            let o = apply_dropout(be, o, site(false, s + 3))?;
+            let o = apply_dropout(be, o, site(false, s + 3).filter(|_| self.ffn_dropout))?;
             let pre2 = be.add(&o, &h1)?;
             let next = be.layernorm(&pre2, None, self.t(li.ln2_g), self.t(li.ln2_b), eps)?;
             layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2 });
@@ -334,9 +338,14 @@ impl<T> Encoder<T> {
         }
     }
 
-    /// The number of encoder layers.
+    /// The number of encoder layers (passes).
     pub fn layers(&self) -> usize {
         self.layers.len()
+    }
+
+    /// Whether the layers are one layer's parameters run several times (ALBERT).
+    pub fn shares_layers(&self) -> bool {
+        self.layers.len() > 1 && self.layers[0].qkv_w == self.layers[1].qkv_w
     }
 
     /// The first parameter the backward reaches when only the top `k` layers train (`None`: all of them): the
@@ -366,7 +375,7 @@ impl<T> Encoder<T> {
             let (dpre2, dg2, db2) = be.layernorm_backward(&dx, &ls.pre2, self.t(li.ln2_g), eps)?;
             put(be, grads, li.ln2_g, dg2)?;
             put(be, grads, li.ln2_b, db2)?;
-            let dout = undrop(&dpre2, s + 3)?;
+            let dout = if self.ffn_dropout { undrop(&dpre2, s + 3)? } else { None };
             let dg = self.linear_backward(be, dout.as_ref().unwrap_or(&dpre2), &ls.g, li.out_w, li.out_b, grads)?;
             let du = be.activation_grad(&dg, &ls.u, self.config.hidden_act)?;
             let dh1 = self.linear_backward(be, &du, &ls.h1, li.i_w, li.i_b, grads)?;
