@@ -4,7 +4,8 @@
 //! the family's tensor names. What differs by family is a few choices, not a copy of the encoder:
 //! - RoBERTa, XLM-R, CamemBERT: the position table keeps all its rows, the `pad_token_id + 1` the positions of
 //!   real tokens start after included ([`BertConfig::position_offset`]); every token is of type 0.
-//! - DistilBERT: no token-type table (an all-zero row stands in for it, not a parameter), every token of type 0.
+//! - DistilBERT: no token-type table (an all-zero row stands in for it, not a parameter), every token of type 0; no
+//!   dropout after the attention's `out_lin` (`MultiHeadSelfAttention` has none).
 //! - ELECTRA: embeddings of `embedding_size` E and, when E differs from H, `embeddings_project` (E → H).
 //! - ALBERT: E-wide embeddings, `embedding_hidden_mapping_in` (E → H, always), and one layer every pass runs: its
 //!   parameters are loaded once and every pass's indices name them, so the backward sums the passes' gradients into
@@ -65,6 +66,7 @@ impl<T> Encoder<T> {
             layers: Vec::new(),
             lora: None,
             zero_types,
+            attn_out_dropout: fam != Family::DistilBert,
             ffn_dropout: fam != Family::Albert,
         };
         let e = w.pp("embeddings");

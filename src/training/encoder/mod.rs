@@ -182,6 +182,9 @@ pub struct Encoder<T> {
     pub lora: Option<Lora<T>>,
     /// DistilBERT's stand-in for the token-type table: one zero row `(1, E)`, not a parameter.
     zero_types: Option<T>,
+    /// Whether the attention's output projection is dropped (`BertSelfOutput`'s dropout; DistilBERT's `out_lin`
+    /// has none).
+    attn_out_dropout: bool,
     /// Whether the feed-forward's output is dropped (`BertOutput`'s dropout; ALBERT's layer has none).
     ffn_dropout: bool,
 }
@@ -286,7 +289,7 @@ impl<T> Encoder<T> {
                 None => be.attention(&qkv, &mask, shape)?, // (B*T, H)
             };
             let a = self.linear(be, &ctx, li.o_w, li.o_b)?;
-            let a = apply_dropout(be, a, site(false, s + 2))?;
+            let a = apply_dropout(be, a, site(false, s + 2).filter(|_| self.attn_out_dropout))?;
             let pre1 = be.add(&a, &x)?;
             let h1 = be.layernorm(&pre1, None, self.t(li.ln1_g), self.t(li.ln1_b), eps)?;
             let u = self.linear(be, &h1, li.i_w, li.i_b)?; // (B*T, I)
@@ -383,7 +386,7 @@ impl<T> Encoder<T> {
             let (dpre1, dg1, db1) = be.layernorm_backward(&dh1, &ls.pre1, self.t(li.ln1_g), eps)?;
             put(be, grads, li.ln1_g, dg1)?;
             put(be, grads, li.ln1_b, db1)?;
-            let da = undrop(&dpre1, s + 2)?;
+            let da = if self.attn_out_dropout { undrop(&dpre1, s + 2)? } else { None };
             let dctx = self.linear_backward(be, da.as_ref().unwrap_or(&dpre1), &ls.ctx, li.o_w, li.o_b, grads)?;
             let dqkv = be.attention_backward(&dctx, &ls.qkv, &saved.mask, shape, saved.site(true, s + 1))?;
             let dxq = self.linear_backward(be, &dqkv, &ls.x, li.qkv_w, li.qkv_b, grads)?;
