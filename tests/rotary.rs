@@ -3,19 +3,17 @@
 //! position table), the gated feed-forward (SwiGLU, GeGLU), the families' biases and names (nomic-ai's `Wqkv`,
 //! `fc11`/`fc12`; GTE's packed `qkv_proj` and `up_gate_proj`), their config keys (transformers' and the hub
 //! repositories'), in the embeddings of a padded batch and of each text alone, fill-mask, sequence classification
-//! (pairs included) and token classification, on the CPU and the GPU backend. Their fine-tuning and `convert` to
-//! GGUF are refused by name.
+//! (pairs included) and token classification, on the CPU and the GPU backend. Their fine-tuning is refused by name.
 
 mod common;
 
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family, FeedForward, LayerBiases, Positions};
-use bertgpu::dtype::Dtype;
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
-use bertgpu::weights::{gguf, Weights};
+use bertgpu::weights::Weights;
 use common::family::{self, block_on, dir};
 use common::gpu;
 use serde_json::{json, Value};
@@ -189,19 +187,15 @@ fn configs_and_refusals() {
     refused(with(&nomic, "hidden_act", json!("mish")), "hidden_act `mish`");
 }
 
-/// Fine-tuning the whole encoder and `convert` to GGUF are refused by name (their backward and their GGUF names are
-/// not written), and `convert` writes nothing.
+/// Fine-tuning the whole encoder is refused by name (its backward is not written). (`convert` to GGUF runs:
+/// tests/gguf_families.rs.)
 #[test]
-fn training_and_convert_are_refused_by_name() {
+fn training_is_refused_by_name() {
     for (name, says) in [("tiny-nomic-classifier", "nomic_bert"), ("tiny-gte-classifier", "gte")] {
         let d = dir(name);
         let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
         let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
         let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).err().expect(name).to_string();
         assert!(e.contains(&format!("`{says}`")), "{e}");
-        let out = std::env::temp_dir().join(format!("{name}-{}.gguf", std::process::id()));
-        let e = gguf::convert(&d, Dtype::F16, &out).err().expect(name).to_string();
-        assert!(e.contains(says) && e.contains("not supported"), "{e}");
-        assert!(!out.exists());
     }
 }

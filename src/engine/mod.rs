@@ -454,6 +454,13 @@ impl Engine {
     pub async fn answer(&self, question: &str, context: &str) -> Result<Answer> {
         routed!(self, most_tokens([(question, Some(context))]), m => m.answer(question, context).await)
     }
+    /// See [`Model::zero_shot`]: routed by the tokens of every (text, hypothesis) pair the call makes.
+    pub async fn zero_shot<S: AsRef<str>>(&self, texts: &[&str], labels: &[S], opts: &crate::tasks::zero_shot::ZeroShotOptions)
+        -> Result<Vec<Vec<LabelScore>>> {
+        let hypothesis: usize = labels.iter().map(|l| l.as_ref().len() + opts.template.len() + 4).sum();
+        let tokens = texts.iter().map(|t| t.len() * labels.len()).sum::<usize>() + hypothesis * texts.len();
+        routed!(self, tokens, m => m.zero_shot(texts, labels, opts).await)
+    }
     /// See [`Model::replaced_tokens`].
     pub async fn replaced_tokens(&self, inputs: &[(&str, Option<&str>)]) -> Result<Vec<Vec<ReplacedToken>>> {
         routed!(self, most_tokens(inputs.iter().copied()), m => m.replaced_tokens(inputs).await)

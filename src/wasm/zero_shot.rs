@@ -24,7 +24,7 @@ impl WasmModel {
         let engine = self.engine.clone();
         Ok(run(async move {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            crate::with_model!(&*engine, m => m.zero_shot(&refs, &labels, &opts).await)
+            engine.zero_shot(&refs, &labels, &opts).await
         }))
     }
 }

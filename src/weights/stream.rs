@@ -340,13 +340,13 @@ impl WeightStream {
                 }
                 self.next_try = self.head.len().saturating_mul(4);
                 let Some(g) = Gguf::parse_prefix(&self.head, len, self.limit)? else { return Ok(false) };
-                gguf::bert::check_bert(&g)?;
+                let arch = gguf::bert::check_bert(&g)?;
                 let mut slots: Vec<Slot> = g
                     .tensors
                     .iter()
                     .enumerate()
                     .map(|(order, t)| Slot {
-                        name: gguf::gguf_to_hf_name(&t.name),
+                        name: gguf::gguf_to_hf_name_in(arch, &t.name),
                         shape: t.shape.clone(),
                         order,
                         start: t.start,

@@ -82,7 +82,7 @@ fn labels_of<'a>(input: &'a Input, default: Option<&'a [String]>) -> Result<&'a 
 fn run(engine: &Engine, group: &[Input], labels: &[String], opts: &ZeroShotOptions) -> Vec<Result<Value, String>> {
     let call = |inputs: &[Input]| {
         let texts: Vec<&str> = inputs.iter().map(|i| i.text_and_pair().0).collect();
-        bertgpu::with_model!(engine, m => pollster::block_on(m.zero_shot(&texts, labels, opts)))
+        pollster::block_on(engine.zero_shot(&texts, labels, opts))
             .map_err(|e| e.to_string())
     };
     match call(group) {

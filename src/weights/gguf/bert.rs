@@ -1,10 +1,12 @@
-//! A BERT model in GGUF, both ways: read (ours or llama.cpp's `bert` files, in the form a Hugging Face folder would
-//! give them) and write (llama.cpp's `bert.*` and `tokenizer.ggml.*` metadata beside the original JSON files).
+//! A BERT model in GGUF, both ways: read (ours or llama.cpp's `bert` and `nomic-bert` files, in the form a Hugging
+//! Face folder would give them) and write (llama.cpp's `{arch}.*` and `tokenizer.ggml.*` metadata beside the original
+//! JSON files; the families beyond BERT's layout under the architectures and keys of [`super::families`]).
 
 use std::collections::HashSet;
 
 use super::storage::{file_type, storage_for, store};
-use super::names::{canonical_hf_name, gguf_to_hf_name, hf_to_gguf_name};
+use super::families::{self, ARCH_NOMIC};
+use super::names::{canonical_hf_name, gguf_to_hf_name_in, hf_to_gguf_name};
 use super::{gguf_err, Array, Gguf, GgufWriter, Value, KEY_ARCHITECTURE, KEY_TOKENS};
 use crate::config::Family;
 use crate::dtype::Dtype;
@@ -36,7 +38,7 @@ pub struct BertGguf {
     pub tokenizer_config_json: Option<String>,
     /// The WordPiece vocabulary by id (`##` continuation form).
     pub vocab: Vec<String>,
-    /// Sentence-embedding pooling from `bert.pooling_type` (llama.cpp: 0 none, 1 mean, 2 cls, 3 last), if present.
+    /// Sentence-embedding pooling from `{arch}.pooling_type` (llama.cpp: 0 none, 1 mean, 2 cls, 3 last), if present.
     pub pooling: Option<&'static str>,
     /// sentence-transformers' description of the model ([`crate::sentence::SentenceConfig`] as JSON,
     /// [`KEY_SENTENCE_JSON`]), where the file carries one.
@@ -58,10 +60,10 @@ fn meta_u64(g: &Gguf, key: &str) -> Result<u64> {
 /// Reads a BERT GGUF (ours or llama.cpp's) from memory.
 pub fn read_bert(bytes: &(impl ByteSource + ?Sized)) -> Result<BertGguf> {
     let g = Gguf::parse(bytes)?;
-    check_bert(&g)?;
+    let arch = check_bert(&g)?;
     let mut tensors = Vec::with_capacity(g.tensors.len());
     for t in &g.tensors {
-        tensors.push((gguf_to_hf_name(&t.name), g.load(bytes, t)?));
+        tensors.push((gguf_to_hf_name_in(arch, &t.name), g.load(bytes, t)?));
     }
     bert_from(g, tensors)
 }
@@ -80,23 +82,25 @@ pub fn read_bert_header(path: &std::path::Path) -> Result<BertGguf> {
     bert_from(g, Vec::new())
 }
 
-/// Refuses a GGUF whose header does not describe a BERT model (`general.architecture`).
-pub(crate) fn check_bert(g: &Gguf) -> Result<()> {
+/// Refuses a GGUF whose header does not describe a model bertgpu runs (`general.architecture`: `bert`, or a family
+/// of [`families::ARCHITECTURES`]); the architecture otherwise.
+pub(crate) fn check_bert(g: &Gguf) -> Result<&'static str> {
     match g.get(KEY_ARCHITECTURE).and_then(|v| v.as_str()) {
-        Some("bert") => {}
-        Some(other) => {
-            return Err(gguf_err(format!(
-                "this GGUF holds a `{other}` model (general.architecture); bertgpu runs `bert` models only"
-            )))
-        }
-        None => return Err(gguf_err(format!("`{KEY_ARCHITECTURE}` is missing; is this a model file?"))),
+        Some(a) => families::ARCHITECTURES.into_iter().find(|&known| known == a).ok_or_else(|| {
+            gguf_err(format!(
+                "this GGUF holds a `{a}` model (general.architecture); bertgpu runs {} models only",
+                families::ARCHITECTURES.map(|k| format!("`{k}`")).join(", ")
+            ))
+        }),
+        None => Err(gguf_err(format!("`{KEY_ARCHITECTURE}` is missing; is this a model file?"))),
     }
-    Ok(())
 }
 
 /// A BERT GGUF from its checked header ([`check_bert`]) and its tensors (in the header's order, under Hugging Face
-/// names): the config and tokenizer as a folder would give them.
+/// names): the config and tokenizer as a folder would give them. A family beyond BERT's layout is refused unless its
+/// metadata states what its config says ([`families::check_keys`]).
 pub(crate) fn bert_from(g: Gguf, tensors: Vec<(String, HostTensor)>) -> Result<BertGguf> {
+    let arch = check_bert(&g)?;
     let types: Option<Vec<i32>> = match g.get("tokenizer.ggml.token_type") {
         Some(Value::Array(Array::I32(v))) => Some(v.clone()),
         _ => None,
@@ -128,33 +132,31 @@ pub(crate) fn bert_from(g: Gguf, tensors: Vec<(String, HostTensor)>) -> Result<B
 
     let config_json = match g.get(KEY_CONFIG_JSON) {
         Some(v) => v.as_str().ok_or_else(|| gguf_err(format!("`{KEY_CONFIG_JSON}` is not a string")))?.to_string(),
+        None if arch != "bert" && arch != ARCH_NOMIC => {
+            // The families only bertgpu writes: their config.json is always inside.
+            return Err(gguf_err(format!("metadata `{KEY_CONFIG_JSON}` is missing; a `{arch}` GGUF needs it \
+                (re-convert the model with `bertgpu convert`)")));
+        }
         None => {
             // llama.cpp's keys; the type-vocabulary size and vocabulary size come from the tensors' shapes, read from
             // the header: the tensors may not be read yet ([`read_bert_header`]).
             let rows = |hf: &str| {
-                g.tensors.iter().find(|t| gguf_to_hf_name(&t.name) == hf).and_then(|t| t.shape.first().copied())
+                let t = g.tensors.iter().find(|t| gguf_to_hf_name_in(arch, &t.name) == hf);
+                t.and_then(|t| t.shape.first().copied())
             };
-            let eps = g.get("bert.attention.layer_norm_epsilon").and_then(|v| v.as_f64()).unwrap_or(1e-12);
             let pad = g.get("tokenizer.ggml.padding_token_id").and_then(|v| v.as_u64()).unwrap_or(0);
-            serde_json::json!({
-                "model_type": "bert",
-                "architectures": ["BertModel"],
-                "vocab_size": rows("embeddings.word_embeddings.weight").unwrap_or(vocab.len()),
-                "hidden_size": meta_u64(&g, "bert.embedding_length")?,
-                "num_hidden_layers": meta_u64(&g, "bert.block_count")?,
-                "num_attention_heads": meta_u64(&g, "bert.attention.head_count")?,
-                "intermediate_size": meta_u64(&g, "bert.feed_forward_length")?,
-                "max_position_embeddings": meta_u64(&g, "bert.context_length")?,
-                "type_vocab_size": rows("embeddings.token_type_embeddings.weight").unwrap_or(2),
-                // llama.cpp stores ε as f32; 1e-12 comes back as 9.9999999e-13, which is what it computes with.
-                "layer_norm_eps": eps,
-                "hidden_act": "gelu",
-                "pad_token_id": pad,
-            })
-            .to_string()
+            if arch == ARCH_NOMIC {
+                families::nomic_config_json(&g, &rows, vocab.len(), pad)?
+            } else {
+                bert_config_json(&g, &rows, vocab.len(), pad)?
+            }
         }
     };
-    let pooling = match g.get("bert.pooling_type").and_then(|v| v.as_u64()) {
+    if arch != "bert" {
+        let cfg = crate::config::BertConfig::from_json_str(&config_json)?;
+        families::check_keys(&g, &cfg, arch, g.get(KEY_CONFIG_JSON).is_some())?;
+    }
+    let pooling = match g.get(&format!("{arch}.pooling_type")).and_then(|v| v.as_u64()) {
         Some(1) => Some("mean"),
         Some(2) => Some("cls"),
         Some(3) => Some("lasttoken"),
@@ -165,12 +167,34 @@ pub(crate) fn bert_from(g: Gguf, tensors: Vec<(String, HostTensor)>) -> Result<B
     Ok(BertGguf { tensors, config_json, tokenizer_json, tokenizer_config_json, vocab, pooling, sentence_json, header: g })
 }
 
+/// A BERT config.json rebuilt from a llama.cpp `bert` file's keys and tensor shapes (`rows` of a tensor by its Hugging
+/// Face name).
+fn bert_config_json(g: &Gguf, rows: &dyn Fn(&str) -> Option<usize>, vocab: usize, pad: u64) -> Result<String> {
+    let eps = g.get("bert.attention.layer_norm_epsilon").and_then(|v| v.as_f64()).unwrap_or(1e-12);
+    Ok(serde_json::json!({
+        "model_type": "bert",
+        "architectures": ["BertModel"],
+        "vocab_size": rows("embeddings.word_embeddings.weight").unwrap_or(vocab),
+        "hidden_size": meta_u64(g, "bert.embedding_length")?,
+        "num_hidden_layers": meta_u64(g, "bert.block_count")?,
+        "num_attention_heads": meta_u64(g, "bert.attention.head_count")?,
+        "intermediate_size": meta_u64(g, "bert.feed_forward_length")?,
+        "max_position_embeddings": meta_u64(g, "bert.context_length")?,
+        "type_vocab_size": rows("embeddings.token_type_embeddings.weight").unwrap_or(2),
+        // llama.cpp stores ε as f32; 1e-12 comes back as 9.9999999e-13, which is what it computes with.
+        "layer_norm_eps": eps,
+        "hidden_act": "gelu",
+        "pad_token_id": pad,
+    })
+    .to_string())
+}
+
 /// A BERT `.gguf` loaded like a model folder: config, tokenizer and weights (in their stored dtypes).
 pub struct GgufModel {
     pub config: crate::config::BertConfig,
     pub tokenizer: crate::tokenizer::Tokenizer,
     pub weights: crate::weights::Weights,
-    /// Sentence-embedding pooling recorded in the file (`bert.pooling_type`), if any.
+    /// Sentence-embedding pooling recorded in the file (`{arch}.pooling_type`), if any.
     pub pooling: Option<&'static str>,
 }
 
@@ -224,23 +248,14 @@ pub fn write_bert(meta: &BertGgufMeta, tensors: &[(String, HostTensor)], dtype: 
 }
 
 /// [`write_bert`] carrying a sentence-transformers description too ([`KEY_SENTENCE_JSON`]; its Dense modules'
-/// tensors are among `tensors`), and its pooling as llama.cpp's `bert.pooling_type` where llama.cpp has the mode.
+/// tensors are among `tensors`), and its pooling as llama.cpp's `{arch}.pooling_type` where llama.cpp has the mode.
 pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::SentenceConfig>,
     tensors: &[(String, HostTensor)], dtype: Dtype) -> Result<Vec<u8>> {
     // Parsed and checked as a load would (a family the loader refuses is refused here too); DistilBERT's sizes under
     // its own names come out as BERT's.
     let cfg = crate::config::BertConfig::from_json_str(meta.config_json)?;
-    if matches!(cfg.family, Family::MPNet | Family::NomicBert | Family::Gte) {
-        // MPNet's relative position bias, NomicBERT's and GTE's packed and gated projections have no llama.cpp
-        // names here yet, and no loader of such a GGUF would apply them.
-        return Err(Error::Config(format!("converting a {} (`{}`) checkpoint to GGUF is not supported yet; load its \
-            safetensors folder instead", cfg.family.class_prefix(), cfg.family.model_type())));
-    }
-    if cfg.family == Family::DebertaV2 {
-        // Its relative table and disentangled attention have no llama.cpp names, and no GGUF loader would apply them.
-        return Err(Error::Config("converting a DeBERTa-v2 checkpoint to GGUF is not supported yet; load its \
-            safetensors folder instead".into()));
-    }
+    // The architecture and keys that state the family's choices (a family with no GGUF form is refused by name).
+    let arch = families::architecture(cfg.family)?;
     let num = |v: usize| -> Result<u32> {
         u32::try_from(v).map_err(|_| Error::Config(format!("config.json: {v} does not fit the GGUF's 32-bit field")))
     };
@@ -259,25 +274,22 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
     };
 
     let mut w = GgufWriter::new();
-    w.set(KEY_ARCHITECTURE, Value::String("bert".into()));
+    w.set(KEY_ARCHITECTURE, Value::String(arch.into()));
     w.set("general.name", Value::String(meta.name.into()));
     w.set("general.file_type", Value::U32(file_type(dtype)));
     w.set("general.quantization_version", Value::U32(2));
-    w.set("bert.context_length", Value::U32(num(cfg.max_position_embeddings)?));
-    w.set("bert.embedding_length", Value::U32(num(cfg.hidden_size)?));
-    w.set("bert.feed_forward_length", Value::U32(num(cfg.intermediate_size)?));
-    w.set("bert.attention.head_count", Value::U32(num(cfg.num_attention_heads)?));
-    w.set("bert.block_count", Value::U32(num(cfg.num_hidden_layers)?));
-    w.set("bert.attention.layer_norm_epsilon", Value::F32(cfg.layer_norm_eps));
-    w.set("bert.attention.causal", Value::Bool(false));
+    for (key, value, _) in families::arch_keys(&cfg, arch)? {
+        w.set(&key, value);
+    }
     let pooling = match sentence.and_then(|s| s.pooling()) {
         Some((p, _)) => Some(p.name()),
         None => meta.pooling,
     };
+    let pooling_key = format!("{arch}.pooling_type");
     match pooling {
-        Some("mean") => w.set("bert.pooling_type", Value::U32(1)),
-        Some("cls") => w.set("bert.pooling_type", Value::U32(2)),
-        Some("lasttoken") => w.set("bert.pooling_type", Value::U32(3)),
+        Some("mean") => w.set(&pooling_key, Value::U32(1)),
+        Some("cls") => w.set(&pooling_key, Value::U32(2)),
+        Some("lasttoken") => w.set(&pooling_key, Value::U32(3)),
         _ => {}
     }
     if let Some(s) = sentence {

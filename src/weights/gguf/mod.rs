@@ -19,6 +19,8 @@
 //!   [`read`] ([`Gguf::parse`]: bounded, validated header; tensor data located, not copied), [`write`]
 //!   ([`GgufWriter`]), and here the format's constants and caps;
 //! - [`names`]: BERT's tensor names, Hugging Face ↔ llama.cpp;
+//! - [`families`]: the families beyond BERT's layout (NomicBERT, MPNet, GTE, DeBERTa-v2/v3): their architecture
+//!   names and the metadata that states their config's choices;
 //! - [`bert`]: a BERT model in GGUF, both ways ([`read_bert`], [`load_gguf`], [`write_bert`]); the vocabulary
 //!   forms it stores are the tokenizer's ([`crate::tokenizer::gguf_vocab`]);
 //! - [`storage`]: how each tensor is stored for a `--dtype` ([`storage_for`]), which the writer applies;
@@ -35,6 +37,7 @@
 
 pub mod bert;
 pub mod convert;
+pub mod families;
 pub mod names;
 pub mod read;
 pub mod storage;
@@ -51,7 +54,7 @@ pub use bert::read_bert_header;
 pub use convert::convert;
 pub use convert::{tensors_from_safetensors, ConvertReport};
 pub use storage::storage_for;
-pub use names::{canonical_hf_name, gguf_to_hf_name, hf_to_gguf_name};
+pub use names::{canonical_hf_name, gguf_to_hf_name, gguf_to_hf_name_in, hf_to_gguf_name};
 pub use read::{Gguf, TensorInfo};
 pub use value::{Array, Value};
 pub use write::GgufWriter;

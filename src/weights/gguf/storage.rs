@@ -54,7 +54,10 @@ pub fn storage_for(gguf_name: &str, shape: &[usize], dtype: Dtype, n_layers: usi
     if quant == Dtype::Q4_0 {
         let (layer, module) = rest.split_once('.').unwrap_or((rest, ""));
         let layer: usize = layer.parse().unwrap_or(0);
-        if module == "attn_v.weight" || (module == "ffn_up.weight" && 2 * layer >= n_layers) {
+        // A packed `[q; k; v]` (NomicBERT, GTE) holds `attn_v`; a gated block's gate (and GTE's packed `[up; gate]`)
+        // is kept with its `ffn_up`.
+        let up = matches!(module, "ffn_up.weight" | "ffn_gate.weight" | "ffn_up_gate.weight");
+        if module == "attn_v.weight" || module == "attn_qkv.weight" || (up && 2 * layer >= n_layers) {
             return Dtype::Q8_0;
         }
     }
