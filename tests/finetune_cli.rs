@@ -153,7 +153,7 @@ fn bad_input_exits_2_with_a_reason() {
 
 /// A family whose whole encoder does not train yet (MPNet: its relative position bias has no backward) is refused
 /// before anything is written, with an error naming the checkpoint's model_type, with or without LoRA; so are LoRA
-/// on ALBERT's shared layer and pre-training a RoBERTa.
+/// on ALBERT's shared layer and pre-training an ELECTRA generator (its head is not BERT's).
 #[test]
 fn untrained_families_are_refused_naming_them() {
     let dir = tmp("families");
@@ -175,12 +175,12 @@ fn untrained_families_are_refused_naming_them() {
         assert!(!out.exists(), "{name} {extra:?}: a refused run wrote {}", out.display());
     }
     let corpus = root().join("tests/data/fortunes-large/train.jsonl");
-    let mlm = root().join("tests/models/tiny-roberta-mlm");
+    let mlm = root().join("tests/models/tiny-electra-generator");
     let o = run(&["pretrain", "--model", mlm.to_str().unwrap(), "--data", corpus.to_str().unwrap(), "--out",
         out.to_str().unwrap(), "--steps", "1", "--device", "cpu"], "");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("this one is `roberta`"), "{stderr}");
+    assert!(stderr.contains("this one is `electra`"), "{stderr}");
     assert!(!out.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

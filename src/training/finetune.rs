@@ -135,9 +135,13 @@ impl<B: Backend> FineTuner<B> {
     /// checkpoint's, if any, was made for other labels).
     pub fn new(be: &B, cfg: &BertConfig, weights: &Weights, task: FineTuneTask, labels: Option<usize>, seed: u64)
         -> Result<Self> {
-        if task == FineTuneTask::Pretrain && cfg.family != Family::Bert {
+        if task == FineTuneTask::Pretrain
+            && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
+                | Family::DistilBert | Family::Albert)
+        {
             return Err(Error::Config(format!(
-                "pre-training supports BERT checkpoints (model_type \"bert\"); this one is `{}`: fine-tune it on a task instead",
+                "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT and ALBERT checkpoints; \
+                 this one is `{}`",
                 cfg.family.model_type()
             )));
         }

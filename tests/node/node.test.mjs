@@ -267,7 +267,8 @@ test("fineTune in Node.js: a token classifier trained from a folder path, its ex
 
 // Node against the CLI for these runs, step for step (as LOSS_VS_CLI_RTOL's): measured worst 1.05e-6 relative
 // (DistilBERT, whose pre_classifier's ReLU and 6 steps at lr 2e-3 carry the roundings further), 9.2e-7 (RoBERTa with
-// LoRA); 5e-6 is about 5× the worst, while a wrong gradient or another row order parts the losses by 1e-3 or more.
+// LoRA), and 1.9e-8 / 5.7e-8 for the pre-training runs below; 5e-6 is about 5× the worst, while a wrong gradient or
+// another row order parts the losses by 1e-3 or more.
 const FAMILY_LOSS_VS_CLI_RTOL = 5e-6;
 
 // BERT's relatives train in Node as the CLI trains them (tests/finetune_families.rs holds the native side to PyTorch):
@@ -350,6 +351,53 @@ test("fineTune in Node.js trains DistilBERT and RoBERTa (LoRA) as the CLI does, 
       assert.ok(Math.abs(native[0] - native[5]) > 100 * FAMILY_LOSS_VS_CLI_RTOL * native[0], `${c.dir}: training moved the loss`);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }
+});
+
+// Continued pre-training of BERT's relatives in Node (tests/pretrain_families.rs holds the native side to PyTorch):
+// RoBERTa and ALBERT with their own masked-LM heads, the masked LM alone, step for step against `bertgpu pretrain` with
+// the same corpus, options and seed, and the folder the family's own ...ForMaskedLM.
+test("pretrain in Node.js continues RoBERTa and ALBERT with their own masked-LM head as the CLI does", async () => {
+  const documents = fs.readFileSync(path.join(ROOT, "tests/data/fortunes-large/train.jsonl"), "utf8").trim().split("\n")
+    .map((l) => JSON.parse(l).text.split(". ").map((s) => s.trim()).filter((s) => s !== ""))
+    .filter((sentences) => sentences.length >= 2).slice(0, 12).map((sentences) => sentences.join("\n"));
+  const corpus = documents.join("\n\n") + "\n";
+  for (const [dir, arch] of [["tiny-roberta-mlm", "RobertaForMaskedLM"], ["tiny-albert-mlm", "AlbertForMaskedLM"]]) {
+    const got = await inConsumer(`
+      import { Bert } from "bertgpu";
+      const bert = await Bert.load(process.argv[1]);
+      const steps = [];
+      await bert.pretrain(process.argv[2], { steps: 6, batchSize: 4, maxLength: 32, learningRate: 2e-3, warmup: 0,
+        seed: 3, validationSplit: 0, onProgress: (p) => p.type === "step" && steps.push(p) });
+      const files = await bert.exportModel();
+      const config = JSON.parse(new TextDecoder().decode(files["config.json"]));
+      console.log(JSON.stringify({ steps, architectures: config.architectures }));
+    `, path.join(ROOT, "tests/models", dir), corpus);
+    assert.deepEqual(got.architectures, [arch], dir);
+    assert.equal(got.steps.length, 6, dir);
+    for (const s of got.steps) {
+      assert.equal(s.nspLoss, null, `${dir}: the masked LM alone`);
+      assert.equal(s.loss, s.mlmLoss, dir);
+    }
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-node-pretrain-"));
+    try {
+      const data = path.join(tmp, "corpus.txt");
+      fs.writeFileSync(data, corpus);
+      const { stderr } = await run(cli, ["pretrain", "--model", path.join(ROOT, "tests/models", dir), "--data", data,
+        "--out", path.join(tmp, "out"), "--steps", "6", "--batch-size", "4", "--max-length", "32", "--lr", "2e-3",
+        "--warmup", "0", "--seed", "3", "--validation-split", "0", "--device", "cpu"], { timeout: 120_000 });
+      const native = stderr.split("\n").filter((l) => l.startsWith("{") && l.includes('"step"')).map((l) => JSON.parse(l).loss);
+      assert.equal(native.length, got.steps.length, stderr);
+      let worst = 0;
+      got.steps.forEach((s, i) => {
+        const rel = Math.abs(s.loss - native[i]) / Math.abs(native[i]);
+        worst = Math.max(worst, rel);
+        assert.ok(rel <= FAMILY_LOSS_VS_CLI_RTOL, `${dir} step ${i + 1}: Node ${s.loss}, the CLI ${native[i]}`);
+      });
+      console.log(`${dir}: pretrain in Node against the CLI: worst step-loss difference ${worst.toExponential(2)} (relative)`);
+    } finally {
+      fs.rmSync(tmp, { recursive: true, force: true });
     }
   }
 });
