@@ -627,7 +627,8 @@ export declare class Bert {
    * Pre-trains the model further (masked LM, and next-sentence prediction unless `nsp: false`) on `corpus`: a string
    * (one sentence or line per line, a blank line between documents) or an array of documents (each a string whose
    * lines are its sentences). The model is then the pre-trained one. Other calls made meanwhile reject; an error or
-   * `signal` leaves the model as it was.
+   * `signal` leaves the model as it was. BERT, or RoBERTa, XLM-R, CamemBERT, DistilBERT and ALBERT with their own
+   * masked-LM head alone (no next-sentence head; `nsp` is BERT's).
    */
   pretrain(corpus: string | string[], options?: PretrainOptions): Promise<PretrainReport>;
   /**

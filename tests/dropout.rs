@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use bertgpu::activation::Activation;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::gpu::{AttentionKernel, GpuBackend, Tuning};
 use bertgpu::backend::{AttentionShape, Backend, Dropout};
@@ -310,6 +311,66 @@ fn p_zero_is_no_dropout_exactly() {
     });
 }
 
+/// transformers' `TransformerBlock` (DistilBERT) in the CPU backend's ops, from the checkpoint's own tensors, with
+/// the dropout sites the encoder numbers (0 after the embeddings; for layer l, 3l + 1 the attention's probabilities,
+/// 3l + 2 after the attention's output projection, 3l + 3 after the feed-forward): `attn_out` says whether the
+/// 3l + 2 site is drawn (BERT's `BertSelfOutput` has it; DistilBERT's `MultiHeadSelfAttention` applies its dropout to
+/// the attention weights only and `out_lin`'s output goes straight into `sa_layer_norm`).
+fn distilbert_reference(cpu: &CpuBackend, cfg: &BertConfig, w: &Weights, bt: &Batch, plan: DropoutPlan, attn_out: bool)
+    -> Vec<f32> {
+    let t = |n: &str| -> CpuT {
+        let h = w.stored(&format!("distilbert.{n}")).unwrap_or_else(|| panic!("no tensor distilbert.{n}"));
+        let v = h.to_f32().unwrap();
+        let (r, c) = if h.shape.len() == 2 { (h.shape[0], h.shape[1]) } else { (1, h.shape[0]) };
+        cpu.input(&v, r, c).unwrap()
+    };
+    let eps = cfg.layer_norm_eps;
+    let drop = |x: CpuT, stream: u32| cpu.dropout(&x, Dropout { p: plan.hidden, seed: plan.seed, stream }).unwrap();
+    let word = cpu.gather_rows(&t("embeddings.word_embeddings.weight"), &bt.input_ids.iter().map(|&i| i as u32).collect::<Vec<_>>()).unwrap();
+    let pos_ids: Vec<u32> = (0..bt.b).flat_map(|_| 0..bt.t as u32).collect();
+    let pos = cpu.gather_rows(&t("embeddings.position_embeddings.weight"), &pos_ids).unwrap();
+    let e = cpu.layernorm(&cpu.add(&word, &pos).unwrap(), None, &t("embeddings.LayerNorm.weight"), &t("embeddings.LayerNorm.bias"), eps).unwrap();
+    let mut x = drop(e, 0);
+    let mask = cpu.mask(bt).unwrap();
+    let heads = cfg.num_attention_heads;
+    let shape = AttentionShape { batch: bt.b, seq: bt.t, heads, head_dim: cfg.hidden_size / heads };
+    for l in 0..cfg.num_hidden_layers {
+        let s = 3 * l as u32;
+        let n = |k: &str| format!("transformer.layer.{l}.{k}");
+        let lin = |x: &CpuT, k: &str| cpu.linear(x, &t(&n(&format!("{k}.weight"))), Some(&t(&n(&format!("{k}.bias")))), Activation::None).unwrap();
+        let (q, k, v) = (lin(&x, "attention.q_lin"), lin(&x, "attention.k_lin"), lin(&x, "attention.v_lin"));
+        let qkv = cpu.input(&(0..bt.b * bt.t).flat_map(|r| [&q, &k, &v].map(|m| m.to_vec()[r * cfg.hidden_size..(r + 1) * cfg.hidden_size].to_vec()).concat()).collect::<Vec<_>>(), bt.b * bt.t, 3 * cfg.hidden_size).unwrap();
+        let ctx = cpu.attention_dropout(&qkv, &mask, shape, Dropout { p: plan.attention, seed: plan.seed, stream: s + 1 }).unwrap();
+        let mut sa = lin(&ctx, "attention.out_lin");
+        if attn_out {
+            sa = drop(sa, s + 2);
+        }
+        let sa = cpu.layernorm(&cpu.add(&sa, &x).unwrap(), None, &t(&n("sa_layer_norm.weight")), &t(&n("sa_layer_norm.bias")), eps).unwrap();
+        let u = cpu.activation(&lin(&sa, "ffn.lin1"), cfg.hidden_act).unwrap();
+        let f = drop(lin(&u, "ffn.lin2"), s + 3);
+        x = cpu.layernorm(&cpu.add(&f, &sa).unwrap(), None, &t(&n("output_layer_norm.weight")), &t(&n("output_layer_norm.bias")), eps).unwrap();
+    }
+    x.to_vec()
+}
+
+#[test]
+fn distilbert_drops_where_transformers_does() {
+    let cpu = CpuBackend::new();
+    let (cfg, w) = tiny("tiny-distilbert-classifier");
+    let bt = batch();
+    let bt = Batch { token_type_ids: vec![0; bt.token_type_ids.len()], ..bt };
+    let enc = bertgpu::training::encoder::Encoder::load(&cpu, &cfg, &w).unwrap();
+    let (ours, _) = enc.forward(&cpu, &bt, Some(PLAN)).unwrap();
+    let ours = ours.to_vec();
+    let want = distilbert_reference(&cpu, &cfg, &w, &bt, PLAN, false);
+    let err = assert_close("DistilBERT's training forward against TransformerBlock's dropout sites", &ours, &want, 1e-5, 1e-5);
+    eprintln!("DistilBERT with dropout: max |err| {err:e} against transformers' layout");
+    // The reference tells the sites apart: BERT's extra dropout after the output projection moves the outputs by O(1).
+    let bert_layout = distilbert_reference(&cpu, &cfg, &w, &bt, PLAN, true);
+    let apart = ours.iter().zip(&bert_layout).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(apart > 0.1, "the reference cannot tell BERT's dropout layout from DistilBERT's ({apart:e})");
+}
+
 /// Every parameter's gradient, `‖a − b‖ / ‖b‖` per tensor; the largest.
 fn worst_relative(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
     a.iter()
@@ -359,18 +420,7 @@ fn loss(tuner: &FineTuner<CpuBackend>, cpu: &CpuBackend, bt: &Batch, targets: &T
 
 #[test]
 fn dropout_gradients_match_finite_differences() {
-    let cpu = CpuBackend::new();
-    let bt = batch();
-    let labels = [1u32, 2];
-    let targets = Targets::Sequence(&labels);
-    let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
-    let (grads, _) = t.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
-    let grads: Vec<Vec<f32>> = grads.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
-    let (plain, _) = t.gradients_with(&cpu, &bt, &targets, None).unwrap();
-    let plain: Vec<Vec<f32>> = plain.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
-    let names: Vec<String> = t.encoder.params.iter().map(|p| p.names[0].clone()).collect();
-    let pick = |n: &str| names.iter().position(|x| x == n).unwrap_or_else(|| panic!("no parameter {n}"));
-    let checked = [
+    finite_differences("tiny-classifier", &[
         "bert.embeddings.word_embeddings.weight",
         "bert.embeddings.LayerNorm.weight",
         "bert.encoder.layer.0.attention.self.query.weight",
@@ -379,7 +429,36 @@ fn dropout_gradients_match_finite_differences() {
         "bert.encoder.layer.1.output.dense.weight",
         "bert.pooler.dense.weight",
         "classifier.weight",
-    ];
+    ]);
+}
+
+/// DistilBERT's backward leaves out the dropout its forward has not after `out_lin` (the gradient through that
+/// site, masked, would be off by the mask's factors).
+#[test]
+fn distilbert_dropout_gradients_match_finite_differences() {
+    finite_differences("tiny-distilbert-classifier", &[
+        "distilbert.embeddings.word_embeddings.weight",
+        "distilbert.transformer.layer.0.attention.q_lin.weight",
+        "distilbert.transformer.layer.0.attention.out_lin.weight",
+        "distilbert.transformer.layer.0.sa_layer_norm.weight",
+        "distilbert.transformer.layer.1.attention.out_lin.bias",
+        "distilbert.transformer.layer.1.ffn.lin2.weight",
+        "pre_classifier.weight",
+    ]);
+}
+
+fn finite_differences(model: &str, checked: &[&str]) {
+    let cpu = CpuBackend::new();
+    let bt = batch();
+    let labels = [1u32, 2];
+    let targets = Targets::Sequence(&labels);
+    let mut t = tuner(&cpu, model, FineTuneTask::Sequence);
+    let (grads, _) = t.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
+    let grads: Vec<Vec<f32>> = grads.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
+    let (plain, _) = t.gradients_with(&cpu, &bt, &targets, None).unwrap();
+    let plain: Vec<Vec<f32>> = plain.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
+    let names: Vec<String> = t.encoder.params.iter().map(|p| p.names[0].clone()).collect();
+    let pick = |n: &str| names.iter().position(|x| x == n).unwrap_or_else(|| panic!("no parameter {n}"));
     for (k, name) in checked.iter().enumerate() {
         let i = pick(name);
         let (rows, cols) = (t.encoder.params[i].rows, t.encoder.params[i].cols);
@@ -399,7 +478,7 @@ fn dropout_gradients_match_finite_differences() {
         let (analytic, without) = (dot(&grads[i]), dot(&plain[i]));
         let rel = (fd - analytic).abs() / fd.abs().max(analytic.abs());
         let rel_plain = (fd - without).abs() / fd.abs().max(without.abs());
-        eprintln!("{name}: fd {fd:.6e} analytic {analytic:.6e} rel {rel:.2e} (no-dropout gradient: rel {rel_plain:.2e})");
+        eprintln!("{model} {name}: fd {fd:.6e} analytic {analytic:.6e} rel {rel:.2e} (no-dropout gradient: rel {rel_plain:.2e})");
         assert!(rel < FD_RTOL, "{name}: directional derivative {analytic:e}, finite difference {fd:e} ({rel:.2e})");
         assert!(rel_plain > FD_RTOL, "{name}: the check cannot tell the masked gradient from the plain one");
     }

@@ -1,6 +1,7 @@
 //! `bertgpu pretrain` as users run it: continued pre-training of the tiny BertForPreTraining checkpoint on real text
 //! (Debian's quotations, tests/data/fortunes-large, each quotation a document of its sentences), the held-out loss
-//! falling, the folder written as BertForPreTraining that `fill-mask` loads back, and bad input a clear error.
+//! falling, the folder written as BertForPreTraining that `fill-mask` loads back, and bad input a clear error; RoBERTa,
+//! DistilBERT and ALBERT with their own masked-LM heads.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -170,5 +171,59 @@ fn saved_batches_are_the_masked_rows_of_each_step() {
     assert!(labelled > 0 && (labelled as f64) < 0.3 * tokens as f64, "{labelled} of {tokens}");
     assert_eq!(run("7", "b.jsonl"), text, "the same seed, the same batches");
     assert_ne!(run("8", "c.jsonl"), text, "another seed, other batches");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// BERT's relatives continue pre-training with their own masked-LM head (tests/pretrain_families.rs holds the
+/// gradients to PyTorch): the masked LM alone without asking (none has a next-sentence head), the held-out loss
+/// falling, the folder written as the family's `...ForMaskedLM` that `fill-mask` loads back with its own mask token;
+/// RoBERTa's rows never hold its padding token as a token (its positions would skip it).
+#[test]
+fn relatives_pretrain_their_own_masked_lm_head() {
+    let dir = std::env::temp_dir().join(format!("bertgpu-pretrain-relatives-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // The first 40 documents: a few passes in 40 steps, so that the held-out loss is measured more than once.
+    let all = std::fs::read_to_string(corpus(&dir)).unwrap();
+    let data = dir.join("small.txt");
+    std::fs::write(&data, all.split("\n\n").take(40).collect::<Vec<_>>().join("\n\n") + "\n").unwrap();
+    for (name, arch, mask) in [("tiny-roberta-mlm", "RobertaForMaskedLM", "<mask>"),
+        ("tiny-distilbert-mlm", "DistilBertForMaskedLM", "[MASK]"), ("tiny-albert-mlm", "AlbertForMaskedLM", "[MASK]")] {
+        let model = root().join("tests/models").join(name);
+        let (out, batches) = (dir.join(format!("{name}-out")), dir.join(format!("{name}.jsonl")));
+        let args = ["pretrain", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",
+            out.to_str().unwrap(), "--steps", "40", "--batch-size", "16", "--max-length", "32", "--lr", "2e-3",
+            "--validation-split", "0.1", "--no-dropout", "--device", "cpu", "--save-batches", batches.to_str().unwrap()];
+        let o = common::run_cli(&args, "");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{name}: pretrain failed: {stderr}");
+        let lines: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let steps: Vec<&Value> = lines.iter().filter(|v| v.get("step").is_some()).collect();
+        assert_eq!(steps.len(), 40, "{name}: {stderr}");
+        for s in &steps {
+            assert!(s.get("nsp_loss").is_none() && s["loss"] == s["mlm_loss"], "{name}: the masked LM alone: {s}");
+        }
+        let epochs: Vec<&Value> = lines.iter().filter(|v| v.get("val_loss").is_some()).collect();
+        assert!(epochs.len() >= 2, "{name}: {stderr}");
+        let (first, last) = (epochs[0]["val_loss"].as_f64().unwrap(), epochs.last().unwrap()["val_loss"].as_f64().unwrap());
+        eprintln!("{name}: held-out MLM loss after the first pass {first}, after the last {last} ({} passes)", epochs.len());
+        assert!(last < first, "{name}: held-out loss {first} → {last}");
+        let cfg: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(cfg["architectures"], serde_json::json!([arch]), "{name}");
+        let o = common::run_cli(&["fill-mask", "--model", out.to_str().unwrap(), "--device", "cpu"],
+            &format!("the {mask} is here.\n"));
+        assert!(o.status.success() && !o.stdout.is_empty(), "{name}: fill-mask: {}", String::from_utf8_lossy(&o.stderr));
+        if !name.contains("roberta") {
+            continue; // BERT's and ALBERT's random replacements may draw [PAD], as transformers' collator does
+        }
+        let pad = cfg["pad_token_id"].as_i64().unwrap();
+        let text = std::fs::read_to_string(&batches).unwrap();
+        for b in text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
+            assert!(b["next_sentence_label"].is_null(), "{name}: {b}");
+            for row in b["input_ids"].as_array().unwrap() {
+                assert!(row.as_array().unwrap().iter().all(|x| x.as_i64() != Some(pad)), "{name}: the padding token in {row}");
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

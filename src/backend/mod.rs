@@ -344,7 +344,7 @@ pub trait Backend {
     fn adamw(&self, param: &Self::Tensor, grad: &Self::Tensor, m: &Self::Tensor, v: &Self::Tensor, step: &AdamWStep,
         norm_sq: Option<&Self::Tensor>) -> Result<(Self::Tensor, Self::Tensor, Self::Tensor)>;
 
-    // ---- Backward ops (fine-tuning the encoder; `training/encoder.rs` states the math they serve) ----
+    // ---- Backward ops (fine-tuning the encoder; `training/encoder/mod.rs` states the math they serve) ----
 
     /// `a + b`, elementwise; both `(M, N)` (residual sums, gradients of a tensor read twice).
     fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;

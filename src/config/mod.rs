@@ -102,7 +102,9 @@ pub struct BertConfig {
     /// Dropout of the attention probabilities while fine-tuning (`attention_probs_dropout_prob`, default 0.1).
     pub attention_probs_dropout_prob: f32,
     /// Dropout before a classification head while fine-tuning (`classifier_dropout`); `None`: the hidden dropout,
-    /// as `BertForSequenceClassification` and `BertForTokenClassification` fall back to it.
+    /// as `BertForSequenceClassification` and `BertForTokenClassification` fall back to it. DistilBERT's are
+    /// `dropout`, `attention_dropout` and its sequence classifier's `seq_classif_dropout` (default 0.2); ALBERT's
+    /// classifiers' `classifier_dropout_prob` (default 0.1).
     pub classifier_dropout: Option<f32>,
     /// sentence-transformers' description of the model (modules.json and the files beside it), where the model
     /// has one: set by the loader, never read from config.json ([`crate::sentence`]).
@@ -149,6 +151,13 @@ struct RawConfig {
     hidden_dropout_prob: Option<f64>,
     attention_probs_dropout_prob: Option<f64>,
     classifier_dropout: Option<f64>,
+    // DistilBERT's names for the dropouts (its token classifier's is `dropout`, its sequence classifier's
+    // `seq_classif_dropout`).
+    dropout: Option<f64>,
+    attention_dropout: Option<f64>,
+    seq_classif_dropout: Option<f64>,
+    // ALBERT's classifier dropout (AlbertConfig's default 0.1).
+    classifier_dropout_prob: Option<f64>,
 }
 
 fn required(v: Option<usize>, name: &str) -> Result<usize> {
@@ -384,9 +393,15 @@ impl BertConfig {
             architectures: raw.architectures.unwrap_or_default(),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
             initializer_range: raw.initializer_range.unwrap_or(0.02) as f32,
-            hidden_dropout_prob: raw.hidden_dropout_prob.unwrap_or(0.1) as f32,
-            attention_probs_dropout_prob: raw.attention_probs_dropout_prob.unwrap_or(0.1) as f32,
-            classifier_dropout: raw.classifier_dropout.map(|p| p as f32),
+            hidden_dropout_prob: if distil { raw.dropout } else { raw.hidden_dropout_prob }.unwrap_or(0.1) as f32,
+            attention_probs_dropout_prob: if distil { raw.attention_dropout } else { raw.attention_probs_dropout_prob }
+                .unwrap_or(0.1) as f32,
+            classifier_dropout: match family {
+                Family::DistilBert => Some(raw.seq_classif_dropout.unwrap_or(0.2)),
+                Family::Albert => Some(raw.classifier_dropout_prob.unwrap_or(0.1)),
+                _ => raw.classifier_dropout,
+            }
+            .map(|p| p as f32),
             sentence: None,
         };
         cfg.validate()?;

@@ -17,10 +17,11 @@ use super::encoder::{get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STRE
 use super::rng::SplitMix64;
 use super::metrics::PretrainEval;
 use super::pretrain::PretrainHead;
+use super::sequence::SequenceHead;
 use super::{qa, sequence, token};
 use super::optim::AdamW;
 use crate::backend::Backend;
-use crate::config::BertConfig;
+use crate::config::{BertConfig, Family};
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
 use crate::{Error, Result};
@@ -62,7 +63,7 @@ pub enum Targets<'a> {
 pub type GradientsAndLogits<T> = (Vec<Option<T>>, T);
 
 enum Head {
-    Sequence { pool: [usize; 2], classifier: [usize; 2], labels: usize },
+    Sequence(SequenceHead),
     Token { classifier: [usize; 2], labels: usize },
     Qa { qa: [usize; 2] },
     Embedding,
@@ -134,22 +135,42 @@ impl<B: Backend> FineTuner<B> {
     /// checkpoint's, if any, was made for other labels).
     pub fn new(be: &B, cfg: &BertConfig, weights: &Weights, task: FineTuneTask, labels: Option<usize>, seed: u64)
         -> Result<Self> {
+        if task == FineTuneTask::Pretrain
+            && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
+                | Family::DistilBert | Family::Albert)
+        {
+            return Err(Error::Config(format!(
+                "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT and ALBERT checkpoints; \
+                 this one is `{}`",
+                cfg.family.model_type()
+            )));
+        }
+        if task == FineTuneTask::Qa && cfg.position_offset > 0 {
+            // transformers gives padding tokens the position `padding_idx`, and QA's loss reads every position's
+            // logit, padding included: ours read the next positions' rows there, so the losses would differ.
+            return Err(Error::Config(format!(
+                "question answering is not trained yet for `{}` checkpoints (their padding tokens' positions): \
+                 sequence and token classification and embeddings are",
+                cfg.family.model_type()
+            )));
+        }
         let mut enc = Encoder::load(be, cfg, weights)?;
         let h = cfg.hidden_size;
         let mut rng = SplitMix64::new(seed);
         let root = weights.root();
-        // The checkpoint's linear at `prefix` if it has one of this shape, else a new one.
-        let fresh_classifier = labels.is_some();
-        let mut linear = |enc: &mut Encoder<B::Tensor>, w: &Weights, prefix: &str, names: [&str; 2], out: usize, inp: usize|
+        // The checkpoint's linear at `prefix` if it has one of this shape (and is not `replace`d), else a new one.
+        let mut linear = |enc: &mut Encoder<B::Tensor>, w: &Weights, prefix: &str, replace: bool, out: usize, inp: usize|
             -> Result<[usize; 2]> {
             let p = w.pp(prefix);
-            let fresh = !p.contains("weight") || (fresh_classifier && prefix == "classifier");
+            let fresh = !p.contains("weight") || replace;
             let (wt, bt) = match (get(&p, "weight", &[out, inp]), get(&p, "bias", &[out])) {
                 _ if fresh => init_linear(&mut rng, out, inp, cfg.initializer_range)?,
                 (Ok(wt), Ok(bt)) => (wt, bt),
                 (Err(e), _) | (_, Err(e)) => return Err(e),
             };
-            Ok([enc.push(be, vec![names[0].into()], &wt, out, inp, true)?, enc.push(be, vec![names[1].into()], &bt, 1, out, false)?])
+            let names = [format!("{prefix}.weight"), format!("{prefix}.bias")];
+            let [wn, bn] = names.map(|n| if w.prefix().is_empty() { n } else { format!("{}.{n}", w.prefix()) });
+            Ok([enc.push(be, vec![wn], &wt, out, inp, true)?, enc.push(be, vec![bn], &bt, 1, out, false)?])
         };
         let n_labels = |what: &str| -> Result<usize> {
             let n = labels.unwrap_or(cfg.id2label.len());
@@ -158,22 +179,34 @@ impl<B: Backend> FineTuner<B> {
             }
             Ok(n)
         };
+        // `labels`: a new classifier (the checkpoint's, if any, was made for other labels).
+        let new = labels.is_some();
         let head = match task {
             FineTuneTask::Sequence => {
                 let labels = n_labels("sequence classifier")?;
-                let pool = linear(&mut enc, &weights.for_family(cfg.family), "pooler.dense",
-                    ["bert.pooler.dense.weight", "bert.pooler.dense.bias"], h, h)?;
-                let classifier = linear(&mut enc, &root, "classifier", ["classifier.weight", "classifier.bias"], labels, h)?;
-                Head::Sequence { pool, classifier, labels }
+                let fam = cfg.family;
+                let fam_prefix = crate::weights::family_prefix(fam).unwrap_or("bert.");
+                let pooler = if fam == Family::Albert { "pooler" } else { "pooler.dense" };
+                // Each family's head under its own names (`heads::classifier` reads them so for inference).
+                let (pool, classifier) = if fam.has_classification_head_module() {
+                    (linear(&mut enc, &root, "classifier.dense", false, h, h)?,
+                        linear(&mut enc, &root, "classifier.out_proj", new, labels, h)?)
+                } else {
+                    let pool = match fam {
+                        Family::DistilBert => linear(&mut enc, &root, "pre_classifier", false, h, h)?,
+                        // BERT's `bert.pooler.dense`, ALBERT's `albert.pooler`.
+                        _ => linear(&mut enc, &root.pp(fam_prefix.trim_end_matches('.')), pooler, false, h, h)?,
+                    };
+                    (pool, linear(&mut enc, &root, "classifier", new, labels, h)?)
+                };
+                let (act, drop_first) = (cfg.pooler_activation(), fam.has_classification_head_module());
+                Head::Sequence(SequenceHead { pool, classifier, labels, act, drop_first })
             }
             FineTuneTask::Token => {
                 let labels = n_labels("token classifier")?;
-                let classifier = linear(&mut enc, &root, "classifier", ["classifier.weight", "classifier.bias"], labels, h)?;
-                Head::Token { classifier, labels }
+                Head::Token { classifier: linear(&mut enc, &root, "classifier", new, labels, h)?, labels }
             }
-            FineTuneTask::Qa => {
-                Head::Qa { qa: linear(&mut enc, &root, "qa_outputs", ["qa_outputs.weight", "qa_outputs.bias"], 2, h)? }
-            }
+            FineTuneTask::Qa => Head::Qa { qa: linear(&mut enc, &root, "qa_outputs", false, 2, h)? },
             FineTuneTask::Embedding => Head::Embedding,
             FineTuneTask::Pretrain => Head::Pretrain(PretrainHead::load(be, &mut enc, cfg, weights)?),
         };
@@ -187,6 +220,12 @@ impl<B: Backend> FineTuner<B> {
     /// them.
     pub fn set_top_layers(&mut self, k: Option<usize>) -> Result<()> {
         if let Some(k) = k {
+            if k > 0 && self.encoder.shares_layers() {
+                return Err(Error::Input(format!(
+                    "--layers {k}: every layer of this `{}` model is the same shared one; train all (or 0: the head alone)",
+                    self.encoder.config.family.model_type()
+                )));
+            }
             if k > self.encoder.layers() {
                 return Err(Error::Input(format!("cannot train the top {k} layers of a {}-layer model", self.encoder.layers())));
             }
@@ -200,6 +239,14 @@ impl<B: Backend> FineTuner<B> {
     /// ([`Self::logits`], [`Self::embedding_eval`]) and [`Self::gradients`] never drop.
     pub fn set_dropout(&mut self, dropout: Option<DropoutOptions>) -> Result<()> {
         dropout.as_ref().map_or(Ok(()), DropoutOptions::check)?;
+        let drops = dropout.is_some_and(|d| d.hidden > 0.0 || d.attention > 0.0 || d.classifier > 0.0);
+        if drops && self.encoder.config.family == Family::DistilBert && self.task() == FineTuneTask::Qa {
+            return Err(Error::Input(
+                "dropout while fine-tuning DistilBERT for question answering is not supported yet (its `qa_dropout` \
+                 before `qa_outputs`): train it without dropout (`--no-dropout`, `dropout: false`)"
+                    .into(),
+            ));
+        }
         self.dropout = dropout;
         Ok(())
     }
@@ -211,7 +258,11 @@ impl<B: Backend> FineTuner<B> {
     /// The head's last linear, which LoRA trains whole (peft's `modules_to_save`): its parameters and module name.
     pub(crate) fn head_modules(&self) -> (Vec<usize>, Option<&'static str>) {
         match &self.head {
-            Head::Sequence { classifier, .. } | Head::Token { classifier, .. } => (classifier.to_vec(), Some("classifier")),
+            // RoBERTa's and ELECTRA's `classifier` module holds the dense layer too.
+            Head::Sequence(SequenceHead { pool, classifier, drop_first: true, .. }) => {
+                ([*pool, *classifier].concat(), Some("classifier"))
+            }
+            Head::Sequence(SequenceHead { classifier, .. }) | Head::Token { classifier, .. } => (classifier.to_vec(), Some("classifier")),
             Head::Qa { qa } => (qa.to_vec(), Some("qa_outputs")),
             Head::Embedding | Head::Pretrain(_) => (Vec::new(), None),
         }
@@ -234,7 +285,7 @@ impl<B: Backend> FineTuner<B> {
         let params = enc.params.iter().enumerate().map(|(i, p)| (p.rows * p.cols, i >= first_trained && enc.trains(i)));
         let c = &enc.config;
         let (forwards, head_rows, head_width) = match &self.head {
-            Head::Sequence { labels, .. } => (1, b, *labels),
+            Head::Sequence(s) => (1, b, s.labels),
             Head::Token { labels, .. } => (1, b * t, *labels),
             Head::Qa { .. } => (1, b * t, 2),
             Head::Embedding => (2, b, b),
@@ -273,7 +324,7 @@ impl<B: Backend> FineTuner<B> {
         let (b, t) = (batch.b, batch.t);
         self.check_memory(b, t)?;
         match (&self.head, targets) {
-            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => sequence::check(*labels, b, y)?,
+            (Head::Sequence(s), Targets::Sequence(y)) => sequence::check(s.labels, b, y)?,
             (Head::Token { labels, .. }, Targets::Token(y)) => token::check(*labels, (b, t), y)?,
             (Head::Qa { .. }, Targets::Qa { start, end }) => qa::check((b, t), start, end)?,
             _ => return Err(Error::Input(
@@ -309,13 +360,13 @@ impl<B: Backend> FineTuner<B> {
         self.check(batch, targets)?;
         let enc = &self.encoder;
         let (last, saved) = enc.forward(be, batch, dropout)?;
-        let head_drop = dropout.and_then(|d| d.site(d.classifier, HEAD_STREAM)); // the classifier's input
+        // The classifier's input; DistilBERT's token classifier drops at `dropout`, not `seq_classif_dropout`.
+        let distil_token = enc.config.family == Family::DistilBert && matches!(self.head, Head::Token { .. });
+        let head_drop = dropout.and_then(|d| d.site(if distil_token { d.hidden } else { d.classifier }, HEAD_STREAM));
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
         let bt = (batch.b, batch.t);
         let (logits, dlast) = match (&self.head, targets) {
-            (Head::Sequence { pool, classifier, .. }, Targets::Sequence(y)) => {
-                sequence::gradients(be, enc, last, bt, *pool, *classifier, y, head_drop, &mut grads)?
-            }
+            (Head::Sequence(head), Targets::Sequence(y)) => sequence::gradients(be, enc, last, bt, *head, y, head_drop, &mut grads)?,
             (Head::Token { classifier, .. }, Targets::Token(y)) => {
                 token::gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
             }
@@ -331,7 +382,7 @@ impl<B: Backend> FineTuner<B> {
     /// Which shape is being trained.
     pub fn task(&self) -> FineTuneTask {
         match self.head {
-            Head::Sequence { .. } => FineTuneTask::Sequence,
+            Head::Sequence(_) => FineTuneTask::Sequence,
             Head::Token { .. } => FineTuneTask::Token,
             Head::Qa { .. } => FineTuneTask::Qa,
             Head::Embedding => FineTuneTask::Embedding,
@@ -345,7 +396,7 @@ impl<B: Backend> FineTuner<B> {
         for p in &self.encoder.params {
             let rows = p.rows / p.names.len();
             for n in &p.names {
-                let shape = if p.rows == 1 { vec![p.cols / p.names.len()] } else { vec![rows, p.cols] };
+                let shape = if p.matrix { vec![rows, p.cols] } else { vec![p.cols / p.names.len()] };
                 out.insert(n.clone(), shape);
             }
         }
@@ -357,7 +408,7 @@ impl<B: Backend> FineTuner<B> {
         let enc = &self.encoder;
         let (last, _) = enc.forward(be, batch, None)?;
         match &self.head {
-            Head::Sequence { pool, classifier, .. } => sequence::logits(be, enc, &last, (batch.b, batch.t), *pool, *classifier),
+            Head::Sequence(head) => sequence::logits(be, enc, &last, (batch.b, batch.t), *head),
             Head::Token { classifier, .. } => token::logits(be, enc, &last, *classifier),
             Head::Qa { qa } => qa::logits(be, enc, &last, *qa),
             Head::Embedding => embedding::pooled(be, &last, batch),
@@ -428,7 +479,7 @@ impl<B: Backend> FineTuner<B> {
     /// tokens whose top class is the label, or answers whose best start and best end are both the target's.
     pub fn correct(&self, logits: &[f32], batch: &Batch, targets: &Targets<'_>) -> (usize, usize) {
         match (&self.head, targets) {
-            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => sequence::correct(logits, *labels, y),
+            (Head::Sequence(s), Targets::Sequence(y)) => sequence::correct(logits, s.labels, y),
             (Head::Token { labels, .. }, Targets::Token(y)) => token::correct(logits, *labels, y),
             (Head::Qa { .. }, Targets::Qa { start, end }) => qa::correct(logits, (batch.b, batch.t), start, end),
             _ => (0, 0),
@@ -438,7 +489,7 @@ impl<B: Backend> FineTuner<B> {
     /// The loss of a batch from the head's logits (read back), in f64.
     pub fn loss(&self, logits: &[f32], t: usize, targets: &Targets<'_>) -> f32 {
         match (&self.head, targets) {
-            (Head::Sequence { labels, .. }, Targets::Sequence(y)) => sequence::loss(logits, *labels, y),
+            (Head::Sequence(s), Targets::Sequence(y)) => sequence::loss(logits, s.labels, y),
             (Head::Token { labels, .. }, Targets::Token(y)) => token::loss(logits, *labels, y),
             (Head::Qa { .. }, Targets::Qa { start, end }) => qa::loss(logits, t, start, end),
             _ => f32::NAN,

@@ -311,6 +311,23 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
     Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors, adapter })
 }
 
+/// `data` as `cfg`'s family pre-trains: BERT's relatives with the masked LM alone (none has a next-sentence head;
+/// `nsp`'s default of true is BERT's, not theirs).
+pub fn family_options(cfg: &BertConfig, data: &PretrainOptions) -> PretrainOptions {
+    PretrainOptions { nsp: data.nsp && cfg.family == crate::config::Family::Bert, ..data.clone() }
+}
+
+/// The rows [`pretrain`] trains `cfg`'s model on (seeded: made again the same way, they are the same rows): the
+/// options as [`family_options`] has them, and for RoBERTa-style models no random replacement by the padding token.
+pub fn pretrain_corpus_rows(cfg: &BertConfig, tok: &Tokenizer, corpus: &[Vec<String>], data: &PretrainOptions)
+    -> Result<Vec<super::pretrain_data::PretrainRow>> {
+    let mut tokenized = TokenizedCorpus::new(tok, corpus)?;
+    if cfg.position_offset > 0 {
+        tokenized = tokenized.never_draw(cfg.pad_token_id);
+    }
+    pretrain_rows(&tokenized, &family_options(cfg, data))
+}
+
 /// Pre-trains the checkpoint (`cfg`, `weights`, its `config.json` as `original_config`) on `corpus` (documents of
 /// sentences, [`super::pretrain_data::parse_corpus`]): masked LM, with next-sentence prediction when `data.nsp` (the
 /// checkpoint must then have the NSP head; `data.nsp` false trains the masked LM alone, as `BertForMaskedLM`). The
@@ -321,6 +338,7 @@ pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Toke
     hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
     let mut tuner = FineTuner::new(be, cfg, weights, FineTuneTask::Pretrain, None, fit_opts.seed)?;
     let has_nsp = tuner.pretrain_head()?.has_nsp();
+    let data = &family_options(cfg, data);
     if data.nsp && !has_nsp {
         return Err(Error::Input(
             "this checkpoint has no next-sentence head (cls.seq_relationship): pre-train it with the masked LM alone \
@@ -328,7 +346,7 @@ pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Toke
                 .into(),
         ));
     }
-    let rows: Vec<Row> = pretrain_rows(&TokenizedCorpus::new(tok, corpus)?, data)?
+    let rows: Vec<Row> = pretrain_corpus_rows(cfg, tok, corpus, data)?
         .into_iter()
         .map(|r| Row {
             input_ids: r.input_ids,

@@ -7,6 +7,7 @@ use super::lora::{Adapter, Lora, LoraOptions, LoraTargets};
 use super::finetune::{FineTuneTask, FineTuner};
 use super::rng::SplitMix64;
 use crate::backend::Backend;
+use crate::config::Family;
 use crate::weights::safetensors::{write_f32, F32Tensor};
 use crate::weights::HostTensor;
 use crate::{Error, Result};
@@ -29,6 +30,12 @@ impl<B: Backend> FineTuner<B> {
         if opts.r == 0 || !(opts.alpha.is_finite() && opts.alpha > 0.0) {
             return Err(Error::Input(format!("LoRA needs a rank ≥ 1 and alpha > 0; got r {} and alpha {}", opts.r, opts.alpha)));
         }
+        if self.encoder.shares_layers() {
+            return Err(Error::Input(format!(
+                "LoRA on a `{}` model is not supported yet (its one layer is shared by every pass)",
+                self.encoder.config.family.model_type()
+            )));
+        }
         if self.top_layers().is_some() || self.encoder.lora.is_some() {
             return Err(Error::Input("LoRA trains adapters on every layer: it cannot be combined with --layers".into()));
         }
@@ -45,17 +52,19 @@ impl<B: Backend> FineTuner<B> {
         for l in 0..enc.layers() {
             let [qkv, o, i, out] = enc.layer_linears(l);
             let all = opts.targets == LoraTargets::All;
-            let mut targets = vec![("attention.self.query", qkv, Some(0), h, h)];
+            // (the weight, which of its names, the rows of the fused output, out, in)
+            let mut targets = vec![(qkv, 0, Some(0), h, h)];
             if all {
-                targets.push(("attention.self.key", qkv, Some(h), h, h));
+                targets.push((qkv, 1, Some(h), h, h));
             }
-            targets.push(("attention.self.value", qkv, Some(2 * h), h, h));
+            targets.push((qkv, 2, Some(2 * h), h, h));
             if all {
-                targets.extend([("attention.output.dense", o, None, h, h), ("intermediate.dense", i, None, inter, h),
-                    ("output.dense", out, None, h, inter)]);
+                targets.extend([(o, 0, None, h, h), (i, 0, None, inter, h), (out, 0, None, h, inter)]);
             }
-            for (name, weight, first, n_out, n_in) in targets {
-                let module = format!("bert.encoder.layer.{l}.{name}");
+            for (weight, k, first, n_out, n_in) in targets {
+                // The module under the family's names, e.g. `bert.encoder.layer.0.attention.self.query`.
+                let name = &enc.params[weight].names[k];
+                let module = name.strip_suffix(".weight").unwrap_or(name).to_string();
                 let bound = 1.0 / (n_in as f64).sqrt();
                 let av: Vec<f32> = (0..r * n_in).map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32).collect();
                 let a = enc.push(be, vec![format!("{module}.lora_A.weight")], &HostTensor::f32(vec![r, n_in], av)?, r, n_in, true)?;
@@ -75,10 +84,20 @@ impl<B: Backend> FineTuner<B> {
     }
 }
 
+/// peft's `target_modules` for the family's module names (DistilBERT's `q_lin`, `v_lin`, ...).
+fn target_modules(o: &LoraOptions, family: Family) -> &'static [&'static str] {
+    match (family, o.targets) {
+        (Family::DistilBert, LoraTargets::Qv) => &["q_lin", "v_lin"],
+        (Family::DistilBert, LoraTargets::All) => &["q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"],
+        _ => o.target_modules(),
+    }
+}
+
 /// The name a parameter has in a peft state dict: `base_model.model.` before transformers' name (a bare encoder's
-/// without `bert.`, as `BertModel` names them).
-fn peft_name(task: FineTuneTask, name: &str) -> String {
-    let name = if task == FineTuneTask::Embedding { name.strip_prefix("bert.").unwrap_or(name) } else { name };
+/// without the task models' prefix, as `BertModel`, `RobertaModel`, ... name them).
+fn peft_name(task: FineTuneTask, family: Family, name: &str) -> String {
+    let prefix = crate::weights::family_prefix(family).unwrap_or("bert.");
+    let name = if task == FineTuneTask::Embedding { name.strip_prefix(prefix).unwrap_or(name) } else { name };
     format!("base_model.model.{name}")
 }
 
@@ -95,7 +114,7 @@ pub async fn export_adapter<B: Backend>(be: &B, tuner: &FineTuner<B>, base: Opti
     let shapes = tuner.shapes();
     let mut tensors = Vec::new();
     for (_, p) in tuner.encoder.params.iter().enumerate().filter(|(i, _)| lora.trains(*i)) {
-        tensors.push((peft_name(task, &p.names[0]), shapes[&p.names[0]].clone(), be.read(&p.tensor).await?));
+        tensors.push((peft_name(task, tuner.encoder.config.family, &p.names[0]), shapes[&p.names[0]].clone(), be.read(&p.tensor).await?));
     }
     let views: Vec<F32Tensor<'_>> =
         tensors.iter().map(|(name, shape, values)| F32Tensor { name: name.clone(), shape: shape.clone(), values }).collect();
@@ -129,7 +148,7 @@ pub async fn export_adapter<B: Backend>(be: &B, tuner: &FineTuner<B>, base: Opti
         "r": o.r,
         "rank_pattern": {},
         "revision": null,
-        "target_modules": o.target_modules(),
+        "target_modules": target_modules(o, tuner.encoder.config.family),
         "task_type": task_type(task),
         "use_dora": false,
         "use_rslora": false,

@@ -11,6 +11,9 @@ pub struct Param<T> {
     pub tensor: T,
     pub rows: usize,
     pub cols: usize,
+    /// Whether PyTorch stores it 2-D (a weight, an embedding table, even of one row: RoBERTa's token types), not 1-D
+    /// (a bias, a LayerNorm parameter).
+    pub matrix: bool,
     /// Whether AdamW's weight decay applies: not to biases and LayerNorm weights (transformers' Trainer).
     pub decay: bool,
 }

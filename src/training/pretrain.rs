@@ -14,6 +14,14 @@
 //! dh = dz·E, then back through the LayerNorm, the activation and the transform's linear to dxs, scattered into
 //! dx's rows S; NSP as the sequence classifier (dn → Wn, bn → tanh → Wp, bp → dcls into the rows b·T).
 //! Checked against PyTorch's autograd by `tests/pretrain_golden.rs` (golden: `tests/golden/pretrain.py`).
+//!
+//! BERT's relatives train their own masked-LM head, the same computation under the family's names (found through
+//! [`crate::weights::family_name`], and exported under them): RoBERTa, XLM-R and CamemBERT `lm_head.{dense,
+//! layer_norm, bias}` (the exact GELU whatever `hidden_act` says), DistilBERT `vocab_transform`, `vocab_layer_norm`,
+//! `vocab_projector.bias`, ALBERT `predictions.{dense, LayerNorm, bias}` with `dense` mapping H → E, the LayerNorm
+//! over E and the decoder the (V, E) embeddings. They have no next-sentence head (RoBERTa dropped the objective;
+//! ALBERT's sentence-order head is refused by name). Checked by `tests/pretrain_families.rs` (golden:
+//! `tests/golden/pretrain_families.py`).
 
 use super::encoder::{get, DropoutPlan, Encoder};
 use super::params::put;
@@ -21,9 +29,9 @@ use super::loss::{argmax, mean_cross_entropy, IGNORE};
 use super::metrics::PretrainEval;
 use crate::activation::Activation;
 use crate::backend::Backend;
-use crate::config::BertConfig;
+use crate::config::{BertConfig, Family};
 use crate::tokenizer::Batch;
-use crate::weights::Weights;
+use crate::weights::{family_name, Weights};
 use crate::{Error, Result};
 
 /// The pre-training heads' parameters (indices into the encoder's parameter list).
@@ -45,38 +53,55 @@ impl PretrainHead {
     /// pre-trained further here); `cls.seq_relationship` and the pooler are used when present.
     pub(super) fn load<B: Backend>(be: &B, enc: &mut Encoder<B::Tensor>, cfg: &BertConfig, weights: &Weights)
         -> Result<PretrainHead> {
-        let (h, v) = (cfg.hidden_size, cfg.vocab_size);
-        if cfg.embedding_size != h || !cfg.tie_word_embeddings {
+        let (h, e, v, fam) = (cfg.hidden_size, cfg.embedding_size, cfg.vocab_size, cfg.family);
+        if !cfg.tie_word_embeddings {
             return Err(Error::Config(
-                "pre-training needs a BERT whose masked-LM decoder is tied to its word embeddings (tie_word_embeddings)".into(),
+                "pre-training needs a model whose masked-LM decoder is tied to its word embeddings (tie_word_embeddings)".into(),
             ));
         }
         let root = weights.root();
-        let p = root.pp("cls.predictions");
-        if !p.contains("transform.dense.weight") {
-            return Err(Error::Weights(
-                "this checkpoint has no masked-LM head (`cls.predictions.transform.dense.weight`): pre-training \
-                 continues a BertForPreTraining or BertForMaskedLM checkpoint"
+        if fam == Family::Albert && root.names().iter().any(|n| n.starts_with("sop_classifier.")) {
+            return Err(Error::Config(
+                "this ALBERT checkpoint has a sentence-order head (`sop_classifier`, AlbertForPreTraining): \
+                 sentence-order prediction is not trained yet; pre-train an AlbertForMaskedLM checkpoint (the \
+                 masked LM alone)"
                     .into(),
             ));
         }
-        let n = |s: &str| vec![format!("cls.predictions.{s}")];
+        // The family's own head under BERT's names (RoBERTa's `lm_head`, DistilBERT's `vocab_*`, ALBERT's
+        // `predictions`), its parameters named as the family names them.
+        let p = weights.for_family(fam).root().pp("cls.predictions");
+        let name = |s: &str| -> Result<Vec<String>> {
+            family_name(fam, &format!("cls.predictions.{s}")).map(|n| vec![n]).ok_or_else(|| {
+                Error::Config(format!("a `{}` checkpoint has no name for BERT's `cls.predictions.{s}`", fam.model_type()))
+            })
+        };
+        if !p.contains("transform.dense.weight") {
+            return Err(Error::Weights(format!(
+                "this checkpoint has no masked-LM head (`{}`): pre-training continues a {}ForMaskedLM{} checkpoint",
+                name("transform.dense.weight")?[0],
+                fam.class_prefix(),
+                if fam == Family::Bert { " or BertForPreTraining" } else { "" },
+            )));
+        }
         let t = p.pp("transform");
+        // ALBERT's `predictions.dense` maps H → E, its LayerNorm is over E and the tied decoder is (V, E).
         let transform = [
-            enc.push(be, n("transform.dense.weight"), &get(&t, "dense.weight", &[h, h])?, h, h, true)?,
-            enc.push(be, n("transform.dense.bias"), &get(&t, "dense.bias", &[h])?, 1, h, false)?,
+            enc.push(be, name("transform.dense.weight")?, &get(&t, "dense.weight", &[e, h])?, e, h, true)?,
+            enc.push(be, name("transform.dense.bias")?, &get(&t, "dense.bias", &[e])?, 1, e, false)?,
         ];
         let ln = [
-            enc.push(be, n("transform.LayerNorm.weight"), &get(&t, "LayerNorm.weight", &[h])?, 1, h, false)?,
-            enc.push(be, n("transform.LayerNorm.bias"), &get(&t, "LayerNorm.bias", &[h])?, 1, h, false)?,
+            enc.push(be, name("transform.LayerNorm.weight")?, &get(&t, "LayerNorm.weight", &[e])?, 1, e, false)?,
+            enc.push(be, name("transform.LayerNorm.bias")?, &get(&t, "LayerNorm.bias", &[e])?, 1, e, false)?,
         ];
         let bias = match get(&p, "bias", &[v]) {
             Ok(b) => b,
             Err(_) => get(&p, "decoder.bias", &[v])?,
         };
-        let bias = enc.push(be, n("bias"), &bias, 1, v, false)?;
+        let bias = enc.push(be, name("bias")?, &bias, 1, v, false)?;
+        // Next-sentence prediction is BERT's alone (RoBERTa dropped it; ALBERT's sentence order is refused above).
         let sr = root.pp("cls.seq_relationship");
-        let nsp = if sr.contains("weight") {
+        let nsp = if fam == Family::Bert && sr.contains("weight") {
             let pool = weights.for_family(cfg.family).pp("pooler.dense");
             let pn = |s: &str| vec![format!("bert.pooler.dense.{s}")];
             let sn = |s: &str| vec![format!("cls.seq_relationship.{s}")];

@@ -54,7 +54,8 @@
 //!   of its own in that row.
 //! - Each selected token then independently: 80% `[MASK]`, 10% a token drawn uniformly from the whole vocabulary
 //!   (`0..vocab_size`, specials included, as both Google's and transformers' code; it can draw the original token),
-//!   10% unchanged. `mlm_labels` holds the original id at selected positions and [`IGNORE`] (−100) elsewhere, so the
+//!   10% unchanged. RoBERTa-style models ([`TokenizedCorpus::never_draw`]) never draw their padding token there
+//!   (drawn again), which their position numbering would take for padding. `mlm_labels` holds the original id at selected positions and [`IGNORE`] (−100) elsewhere, so the
 //!   loss is taken only there.
 //!
 //! The draws, in order, come from one [`SplitMix64`] seeded with `seed`: per document, the pair draws of each row
@@ -269,6 +270,9 @@ pub struct TokenizedCorpus {
     vocab_size: usize,
     /// Indexed by id: the tokenizer's special tokens, never selected.
     special: Vec<bool>,
+    /// An id the 10% random replacements never draw (drawn again instead): RoBERTa's padding token, which its
+    /// models take for padding wherever it stands ([`TokenizedCorpus::never_draw`]).
+    never: Option<u32>,
 }
 
 impl TokenizedCorpus {
@@ -312,7 +316,14 @@ impl TokenizedCorpus {
                 docs.push(sentences);
             }
         }
-        Ok(TokenizedCorpus { docs, cls: tok.cls().id, sep: tok.sep().id, mask, vocab_size, special })
+        Ok(TokenizedCorpus { docs, cls: tok.cls().id, sep: tok.sep().id, mask, vocab_size, special, never: None })
+    }
+
+    /// The random replacements never draw `id` (they draw again): for RoBERTa-style models, whose positions skip
+    /// the padding token wherever it stands, so that a row holding it as a token is no valid input.
+    pub fn never_draw(mut self, id: u32) -> TokenizedCorpus {
+        self.never = Some(id);
+        self
     }
 
     /// The documents kept (those with at least one token), which [`Span::document`] indexes.
@@ -543,7 +554,12 @@ fn masked(
         if r < 0.8 {
             input_ids[k] = c.mask;
         } else if r < 0.9 {
-            input_ids[k] = rng.below(c.vocab_size) as u32;
+            input_ids[k] = loop {
+                let id = rng.below(c.vocab_size) as u32;
+                if Some(id) != c.never {
+                    break id;
+                }
+            };
         }
     }
     PretrainRow { input_ids, token_type_ids, mlm_labels, nsp_label, a, b }

@@ -298,16 +298,20 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
     labels: Option<&[String]>) -> Result<(String, Vec<u8>)> {
     let mut cfg = original_config.clone();
     let obj = cfg.as_object_mut().ok_or_else(|| Error::Config("config.json is not a JSON object".into()))?;
-    let arch = match tuner.task() {
-        FineTuneTask::Sequence => "BertForSequenceClassification",
-        FineTuneTask::Token => "BertForTokenClassification",
-        FineTuneTask::Qa => "BertForQuestionAnswering",
-        FineTuneTask::Embedding => "BertModel",
-        FineTuneTask::Pretrain if tuner.pretrain_head().is_ok_and(|h| !h.has_nsp()) => "BertForMaskedLM",
-        FineTuneTask::Pretrain => "BertForPreTraining",
+    let family = tuner.encoder.config.family;
+    let kind = match tuner.task() {
+        FineTuneTask::Sequence => "ForSequenceClassification",
+        FineTuneTask::Token => "ForTokenClassification",
+        FineTuneTask::Qa => "ForQuestionAnswering",
+        FineTuneTask::Embedding => "Model",
+        FineTuneTask::Pretrain if tuner.pretrain_head().is_ok_and(|h| !h.has_nsp()) => "ForMaskedLM",
+        FineTuneTask::Pretrain => "ForPreTraining",
     };
-    // A bare encoder is stored as BertModel names it (no `bert.` prefix), as sentence-transformers' folders are.
+    let arch = format!("{}{kind}", family.class_prefix()); // the family's own class: `RobertaForTokenClassification`
+    // A bare encoder is stored as `BertModel` (`RobertaModel`, ...) names it, without the task models' prefix, as
+    // sentence-transformers' folders are.
     let bare = tuner.task() == FineTuneTask::Embedding;
+    let prefix = crate::weights::family_prefix(family).unwrap_or("bert.");
     obj.insert("architectures".into(), serde_json::json!([arch]));
     if let Some(labels) = labels {
         let id2label: BTreeMap<String, &str> = labels.iter().enumerate().map(|(i, l)| (i.to_string(), l.as_str())).collect();
@@ -320,7 +324,7 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
     let tensors: Vec<F32Tensor<'_>> = named
         .iter()
         .map(|(name, values)| F32Tensor {
-            name: if bare { name.strip_prefix("bert.").unwrap_or(name).to_string() } else { name.clone() },
+            name: if bare { name.strip_prefix(prefix).unwrap_or(name).to_string() } else { name.clone() },
             shape: shapes[name].clone(),
             values,
         })

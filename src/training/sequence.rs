@@ -1,15 +1,36 @@
-//! Sequence classification (`BertForSequenceClassification`: one label per text or text pair): the pooler and the
-//! classifier on `[CLS]` after the encoder's last hidden state `x (B*T, H)`, their backward, the loss and the
-//! accuracy.
+//! Sequence classification (`BertForSequenceClassification` and its relatives: one label per text or text pair): a
+//! dense layer and an activation on the first token (`[CLS]`, `<s>`), then the classifier, after the encoder's last
+//! hidden state `x (B*T, H)`; their backward, the loss and the accuracy.
 //! ```text
-//! cls* = x[b·T]   z* = cls·Wpᵀ + bp   pooled* = tanh(z)   logits = pooled·Wcᵀ + bc   (B, C)
+//! cls* = drop₀(x[b·T])   z* = cls·Wpᵀ + bp   pooled* = drop(act(z))   logits = pooled·Wcᵀ + bc   (B, C)
 //! L = mean_b CE(logits_b, y_b)
 //! ```
+//! The families differ in names and two choices ([`SequenceHead`]): BERT's pooler (`pooler.dense` + tanh, then
+//! `classifier`), DistilBERT's `pre_classifier` + ReLU, RoBERTa's `RobertaClassificationHead` (`classifier.dense` +
+//! tanh + `classifier.out_proj`) and ELECTRA's `ElectraClassificationHead` (the same with the exact GELU); the last
+//! two drop the first token's vector before their dense layer too (`drop₀`).
 
 use super::encoder::{apply_dropout, Encoder};
 use super::loss::{argmax, mean_cross_entropy};
 use crate::backend::{Activation, Backend, Dropout};
 use crate::{Error, Result};
+
+/// The head's parameters and its family's choices.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SequenceHead {
+    /// The dense layer on the first token: weight `(H, H)` and bias.
+    pub pool: [usize; 2],
+    /// The classifier: weight `(C, H)` and bias.
+    pub classifier: [usize; 2],
+    pub labels: usize,
+    /// After the dense layer (`config::Family::pooler_activation`).
+    pub act: Activation,
+    /// Whether the first token's vector is dropped before the dense layer (RoBERTa's and ELECTRA's heads).
+    pub drop_first: bool,
+}
+
+/// The stream of the dropout before the dense layer (`drop₀`), apart from the classifier input's.
+const FIRST_STREAM: u32 = super::encoder::HEAD_STREAM - 1;
 
 /// Refuses labels that do not fit a batch of `b` texts or a classifier of `labels` classes.
 pub(super) fn check(labels: usize, b: usize, y: &[u32]) -> Result<()> {
@@ -23,32 +44,34 @@ pub(super) fn check(labels: usize, b: usize, y: &[u32]) -> Result<()> {
 }
 
 /// The logits `(B, C)` of the encoder's output `last (B*T, H)` for a batch of `b` × `t` tokens, and the loss's
-/// gradient with respect to `last`; the head's parameters' gradients go into `grads`. `head_drop`: dropout on the
-/// pooled vector the classifier reads (a training forward's).
+/// gradient with respect to `last`; the head's parameters' gradients go into `grads`. `head_drop`: the head's
+/// dropout (a training forward's), on the pooled vector the classifier reads and, with [`SequenceHead::drop_first`],
+/// on the first token's vector.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gradients<B: Backend>(be: &B, enc: &Encoder<B::Tensor>, last: B::Tensor, (b, t): (usize, usize),
-    pool: [usize; 2], classifier: [usize; 2], y: &[u32], head_drop: Option<Dropout>, grads: &mut [Option<B::Tensor>])
+    head: SequenceHead, y: &[u32], head_drop: Option<Dropout>, grads: &mut [Option<B::Tensor>])
     -> Result<(B::Tensor, B::Tensor)> {
-    let undrop = |d: B::Tensor| apply_dropout(be, d, head_drop);
+    let SequenceHead { pool, classifier, act, .. } = head;
+    let first_drop = head_drop.filter(|_| head.drop_first).map(|d| Dropout { stream: FIRST_STREAM, ..d });
     let rows: Vec<u32> = (0..b).map(|i| (i * t) as u32).collect();
-    let cls = be.gather_rows(&last, &rows)?; // (B, H)
+    let cls = apply_dropout(be, be.gather_rows(&last, &rows)?, first_drop)?; // (B, H)
     let z = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::None)?;
-    let pooled = apply_dropout(be, be.activation(&z, Activation::Tanh)?, head_drop)?;
+    let pooled = apply_dropout(be, be.activation(&z, act)?, head_drop)?;
     let logits = be.linear(&pooled, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)?;
     let dz = be.softmax_xent_grad(&logits, y)?; // (B, C)
-    let dpooled = undrop(enc.linear_backward(be, &dz, &pooled, classifier[0], classifier[1], grads)?)?;
-    let dz = be.activation_grad(&dpooled, &z, Activation::Tanh)?;
-    let dcls = enc.linear_backward(be, &dz, &cls, pool[0], pool[1], grads)?;
+    let dpooled = apply_dropout(be, enc.linear_backward(be, &dz, &pooled, classifier[0], classifier[1], grads)?, head_drop)?;
+    let dz = be.activation_grad(&dpooled, &z, act)?;
+    let dcls = apply_dropout(be, enc.linear_backward(be, &dz, &cls, pool[0], pool[1], grads)?, first_drop)?;
     Ok((logits, be.scatter_rows(&dcls, &rows, b * t)?))
 }
 
 /// The logits `(B, C)` of an evaluation forward's `last`.
 pub(super) fn logits<B: Backend>(be: &B, enc: &Encoder<B::Tensor>, last: &B::Tensor, (b, t): (usize, usize),
-    pool: [usize; 2], classifier: [usize; 2]) -> Result<B::Tensor> {
+    head: SequenceHead) -> Result<B::Tensor> {
     let rows: Vec<u32> = (0..b).map(|i| (i * t) as u32).collect();
     let cls = be.gather_rows(last, &rows)?;
-    let pooled = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::Tanh)?;
-    be.linear(&pooled, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)
+    let pooled = be.linear(&cls, enc.t(head.pool[0]), Some(enc.t(head.pool[1])), head.act)?;
+    be.linear(&pooled, enc.t(head.classifier[0]), Some(enc.t(head.classifier[1])), Activation::None)
 }
 
 /// (right, counted): the sequences whose top class is their label.

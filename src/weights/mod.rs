@@ -55,6 +55,37 @@ struct RenamedBert {
     mlm_bias: &'static [&'static str],
 }
 
+/// Where `family`'s task checkpoints (`…ForSequenceClassification` and the like) keep the encoder: `bert.`,
+/// `distilbert.`, `roberta.` (XLM-R's and CamemBERT's too), `electra.`, `albert.`; `None` for the families whose trained
+/// models are not written yet ([`family_name`]).
+pub fn family_prefix(family: Family) -> Option<&'static str> {
+    match family {
+        Family::Bert => Some("bert."),
+        Family::DistilBert => Some("distilbert."),
+        Family::Roberta | Family::XlmRoberta | Family::Camembert => Some(roberta::NAMES.prefix),
+        Family::Electra => Some(electra::NAMES.prefix),
+        Family::Albert => Some("albert."),
+        _ => None,
+    }
+}
+
+/// The name `family`'s task checkpoints store BERT's tensor `name` (`bert.`-prefixed, as a BERT task model names
+/// it) under: what a trained model of that family is exported as. DistilBERT's
+/// `bert.encoder.layer.0.output.dense.weight` is `distilbert.transformer.layer.0.ffn.lin2.weight`, RoBERTa's
+/// `roberta.encoder.layer.0.output.dense.weight`. `None` where the family has no such tensor, or where
+/// [`family_prefix`] has none.
+pub fn family_name(family: Family, name: &str) -> Option<String> {
+    let names = match family {
+        Family::Bert => return Some(name.to_string()),
+        Family::DistilBert => distilbert::from_bert(name),
+        Family::Roberta | Family::XlmRoberta | Family::Camembert => roberta::NAMES.from_bert(name),
+        Family::Electra => electra::NAMES.from_bert(name),
+        Family::Albert => albert::from_bert(name),
+        _ => return None,
+    };
+    names.into_iter().next()
+}
+
 /// `encoder.layer.{i}.{module}.{param}` with `module` renamed by `layer`, a table of (BERT's module path, the
 /// family's): BERT → the family when `to_family`, else back; other names as they are. MPNet's and DeBERTa's layers
 /// differ from BERT's in module names only.

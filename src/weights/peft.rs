@@ -79,8 +79,8 @@ pub fn apply_lora(weights: &Weights, config: &mut BertConfig, adapter_config: &[
             continue;
         }
         let plain = plain.replace(".modules_to_save.default.", ".").replace(".modules_to_save.", ".");
-        if plain == "classifier.weight" {
-            // A new classifier: its labels from the metadata bertgpu writes, else named as transformers names
+        if plain == "classifier.weight" || plain == "classifier.out_proj.weight" {
+            // A new classifier (RoBERTa's and ELECTRA's: `out_proj`): its labels from the metadata bertgpu writes, else named as transformers names
             // unnamed ones.
             let named = metadata_labels(adapter).filter(|l| l.len() == t.shape[0]);
             if named.is_some() || config.id2label.len() != t.shape[0] {

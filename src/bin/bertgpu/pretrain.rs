@@ -11,7 +11,7 @@ use bertgpu::loader::{self, LoadOptions, ModelFiles, ModelSource, WeightsFile};
 use bertgpu::training::init::initial_model;
 use bertgpu::training::fit::{FitOptions, Hooks, Progress};
 use bertgpu::training::job;
-use bertgpu::training::pretrain_data::{parse_corpus, pretrain_rows, CorpusFormat, PretrainOptions, PretrainRow, TokenizedCorpus};
+use bertgpu::training::pretrain_data::{parse_corpus, CorpusFormat, PretrainOptions, PretrainRow};
 use clap::Args;
 use serde_json::json;
 
@@ -129,7 +129,7 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
     let mut progress = SavingHooks { inner: CliHooks::new(), save: None, step: 1 };
     if let Some(path) = &a.save_batches {
         // The rows job::pretrain trains on, made again the same way (seeded): the hooks see them as indices.
-        let rows = pretrain_rows(&TokenizedCorpus::new(tok, &corpus).map_err(at)?, &data).map_err(at)?;
+        let rows = job::pretrain_corpus_rows(cfg, tok, &corpus, &data).map_err(at)?;
         let file = std::fs::File::create(path).map_err(|e| fail(format!("cannot write `{}`: {e}", path.display())))?;
         progress.save = Some((rows, std::io::BufWriter::new(file)));
     }

@@ -1,12 +1,14 @@
 //! The BERT encoder as a trainable thing: every parameter in f32 on the backend, a forward that keeps what the
 //! backward needs, and the backward through every layer down to the embedding tables. The task heads, their losses
-//! and the optimiser step are in [`super::finetune`].
+//! and the optimiser step are in [`super::finetune`]. BERT's relatives that are this encoder under other names
+//! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT) train through the same code: [`load`] has what each one
+//! changes.
 //!
 //! # The math
 //!
 //! Forward, per layer (post-LN, as `BertLayer`), with the tensors kept for the backward marked *:
 //! ```text
-//! e* = word[ids] + pos[t] + type[tt]            x* = LN(e)
+//! e* = word[ids] + pos[t + o] + type[tt]        x* = LN(e)           (ELECTRA with E ≠ H: x = LN(e)·Wpᵀ + bp)
 //! qkv* = x·Wqkvᵀ + bqkv                         ctx* = attention(qkv, mask)
 //! a = ctx·Woᵀ + bo        p1* = a + x           h1* = LN(p1)
 //! u* = h1·W1ᵀ + b1        g* = GELU(u)          o = g·W2ᵀ + b2
@@ -15,7 +17,11 @@
 //! Backward, for a linear `y = x·Wᵀ + b`: `dW = dyᵀ·x`, `db = Σ_rows dy`, `dx = dy·W`; through `LN`:
 //! `Backend::layernorm_backward` from the LN's input; a residual sum passes its gradient to both addends (and a
 //! tensor read twice sums the two gradients); the attention: `Backend::attention_backward`; the embeddings:
-//! `Backend::embeddings_backward` (scatter-add into the three tables).
+//! `Backend::embeddings_backward` (scatter-add into the three tables). RoBERTa's positions start at row
+//! `o = pad_token_id + 1` of its table (`o = 0` elsewhere): the forward reads rows `o..` (`Backend::gather_rows`)
+//! and their gradient goes back to those rows (`Backend::scatter_rows`), so the rows before get none, as in
+//! transformers, whose padding tokens alone read them (`padding_idx`, no gradient). The families without token
+//! types read type 0 for every token (DistilBERT from a zero row that is not a parameter).
 //!
 //! Dropout (a training forward given a [`DropoutPlan`]; evaluation and inference have none), at `BertModel`'s four
 //! places: `x₀ = drop(LN(e))` (`BertEmbeddings`), `a = drop(ctx·Woᵀ + bo)` (`BertSelfOutput`, before the residual),
@@ -25,13 +31,34 @@
 //! M/(1 − p)`; the attention's backward recomputes its mask. The kept tensors (`x*`, `ctx*`, `p1*`, ...) are the
 //! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded).
 
+mod load;
+
+use std::borrow::Cow;
+
 use super::lora::Lora;
 use super::params::{put, Param};
 use crate::backend::{Activation, AttentionShape, Backend, Dropout, EmbeddingTables};
-use crate::config::{BertConfig, Family};
+use crate::config::BertConfig;
 use crate::tokenizer::Batch;
-use crate::weights::{HostTensor, Weights};
+use crate::weights::HostTensor;
 use crate::{Error, Result};
+
+pub(crate) use load::get;
+
+/// Indices of the embeddings' parameters.
+#[derive(Clone, Copy)]
+struct EmbIdx {
+    word: usize,     // (V, E)
+    /// `(max_position_embeddings + position_offset, E)`: RoBERTa's whole table, the rows before its first position
+    /// included (they get no gradient, and decay as transformers' AdamW decays them).
+    position: usize,
+    /// `(type_vocab_size, E)`; none for DistilBERT.
+    token_type: Option<usize>,
+    ln_g: usize,     // (E)
+    ln_b: usize,     // (E)
+    /// ELECTRA's `embeddings_project` weight `(H, E)` and bias `(H)`, when E differs from H.
+    project: Option<[usize; 2]>,
+}
 
 /// Indices of one layer's parameters.
 #[derive(Clone, Copy)]
@@ -121,6 +148,8 @@ pub fn apply_dropout<B: Backend>(be: &B, x: B::Tensor, d: Option<Dropout>) -> Re
 pub struct Saved<T> {
     pub mask: T,
     emb_sum: T,
+    /// The projection's input (the embeddings after their LayerNorm and dropout), when there is one.
+    projected: Option<T>,
     layers: Vec<LayerSaved<T>>,
     dropout: Option<DropoutPlan>,
 }
@@ -147,16 +176,19 @@ struct LayerSaved<T> {
 pub struct Encoder<T> {
     pub config: BertConfig,
     pub params: Vec<Param<T>>,
-    emb: [usize; 5], // word, position, token type, LN γ, LN β
+    emb: EmbIdx,
     layers: Vec<LayerIdx>,
     /// LoRA adapters ([`super::lora`]): with them, only the parameters [`Lora::trains`] names get gradients.
     pub lora: Option<Lora<T>>,
+    /// DistilBERT's stand-in for the token-type table: one zero row `(1, E)`, not a parameter.
+    zero_types: Option<T>,
+    /// Whether the attention's output projection is dropped (`BertSelfOutput`'s dropout; DistilBERT's `out_lin`
+    /// has none).
+    attn_out_dropout: bool,
+    /// Whether the feed-forward's output is dropped (`BertOutput`'s dropout; ALBERT's layer has none).
+    ffn_dropout: bool,
 }
 
-/// A tensor of the checkpoint, copied.
-pub(crate) fn get(w: &Weights, name: &str, shape: &[usize]) -> Result<HostTensor> {
-    Ok(w.get(name, shape)?.clone())
-}
 
 impl<T> Encoder<T> {
     /// Adds a parameter (uploaded in f32) and returns its index.
@@ -167,7 +199,7 @@ impl<T> Encoder<T> {
             return Err(Error::Weights(format!("{}: {} values for ({rows}, {cols})", names[0], values.len())));
         }
         let tensor = be.input(&values, rows, cols)?;
-        self.params.push(Param { names, tensor, rows, cols, decay });
+        self.params.push(Param { names, tensor, rows, cols, matrix: t.shape.len() == 2, decay });
         Ok(self.params.len() - 1)
     }
 
@@ -177,63 +209,33 @@ impl<T> Encoder<T> {
 
     /// The word embeddings' index (the masked-LM decoder is tied to them).
     pub(super) fn word_embeddings(&self) -> usize {
-        self.emb[0]
+        self.emb.word
     }
 
-    /// The encoder's parameters from a BERT checkpoint (names with or without the `bert.` prefix), in f32 on `be`.
-    pub fn load<B: Backend<Tensor = T>>(be: &B, cfg: &BertConfig, weights: &Weights) -> Result<Encoder<T>> {
-        cfg.validate()?;
-        if cfg.family != Family::Bert {
-            return Err(Error::Config(format!(
-                "fine-tuning the whole encoder supports BERT checkpoints (model_type \"bert\"); this one is `{}`",
-                cfg.family.model_type()
-            )));
+    /// The rows of the position table the positions `0..` read: RoBERTa's from `pad_token_id + 1` on.
+    fn position_rows(&self) -> Vec<u32> {
+        let off = self.config.position_offset;
+        (off..off + self.config.max_position_embeddings).map(|r| r as u32).collect()
+    }
+
+    /// The batch as the embeddings read it: every token of type 0 in the families without token types (RoBERTa's
+    /// tokenizers return none, DistilBERT has no table). A padding token among the real ones is refused where
+    /// positions start after it (transformers numbers positions around it: see `model::embeddings`).
+    fn embedding_batch<'a>(&self, batch: &'a Batch) -> Result<Cow<'a, Batch>> {
+        let c = &self.config;
+        if c.position_offset > 0 {
+            let pad = c.pad_token_id;
+            if batch.input_ids.iter().zip(&batch.attention_mask).any(|(&id, &m)| m != 0 && id == pad) {
+                return Err(Error::Input(format!(
+                    "the input contains the padding token (id {pad}) as a real token, e.g. `<pad>` typed in the text: \
+                     RoBERTa-style models number positions around it, so remove it from the text"
+                )));
+            }
         }
-        let (h, inter, types, pos) = (cfg.hidden_size, cfg.intermediate_size, cfg.type_vocab_size, cfg.max_position_embeddings);
-        let w = weights.for_family(cfg.family);
-        let mut enc = Encoder { config: cfg.clone(), params: Vec::new(), emb: [0; 5], layers: Vec::new(), lora: None };
-        let e = w.pp("embeddings");
-        let en = |n: &str| vec![format!("bert.embeddings.{n}")];
-        enc.emb = [
-            enc.push(be, en("word_embeddings.weight"), &get(&e, "word_embeddings.weight", &[cfg.vocab_size, h])?, cfg.vocab_size, h, true)?,
-            enc.push(be, en("position_embeddings.weight"), &get(&e, "position_embeddings.weight", &[pos, h])?, pos, h, true)?,
-            enc.push(be, en("token_type_embeddings.weight"), &get(&e, "token_type_embeddings.weight", &[types, h])?, types, h, true)?,
-            enc.push(be, en("LayerNorm.weight"), &get(&e, "LayerNorm.weight", &[h])?, 1, h, false)?,
-            enc.push(be, en("LayerNorm.bias"), &get(&e, "LayerNorm.bias", &[h])?, 1, h, false)?,
-        ];
-        for l in 0..cfg.num_hidden_layers {
-            let lw = w.pp(&format!("encoder.layer.{l}"));
-            let n = |s: &str| format!("bert.encoder.layer.{l}.{s}");
-            let pair = |p: &str, out: usize, inp: usize| -> Result<(HostTensor, HostTensor)> {
-                let p = lw.pp(p);
-                let weight = if inp == 0 { get(&p, "weight", &[out])? } else { get(&p, "weight", &[out, inp])? };
-                Ok((weight, get(&p, "bias", &[out])?))
-            };
-            let ((qw, qb), (kw, kb), (vw, vb)) =
-                (pair("attention.self.query", h, h)?, pair("attention.self.key", h, h)?, pair("attention.self.value", h, h)?);
-            let qkv_names = |s: &str| ["query", "key", "value"].map(|k| n(&format!("attention.self.{k}.{s}"))).to_vec();
-            let (o_w, o_b) = pair("attention.output.dense", h, h)?;
-            let (ln1_g, ln1_b) = pair("attention.output.LayerNorm", h, 0)?;
-            let (i_w, i_b) = pair("intermediate.dense", inter, h)?;
-            let (out_w, out_b) = pair("output.dense", h, inter)?;
-            let (ln2_g, ln2_b) = pair("output.LayerNorm", h, 0)?;
-            let idx = LayerIdx {
-                qkv_w: enc.push(be, qkv_names("weight"), &HostTensor::concat_rows(&[&qw, &kw, &vw])?, 3 * h, h, true)?,
-                qkv_b: enc.push(be, qkv_names("bias"), &HostTensor::concat_rows(&[&qb, &kb, &vb])?, 1, 3 * h, false)?,
-                o_w: enc.push(be, vec![n("attention.output.dense.weight")], &o_w, h, h, true)?,
-                o_b: enc.push(be, vec![n("attention.output.dense.bias")], &o_b, 1, h, false)?,
-                ln1_g: enc.push(be, vec![n("attention.output.LayerNorm.weight")], &ln1_g, 1, h, false)?,
-                ln1_b: enc.push(be, vec![n("attention.output.LayerNorm.bias")], &ln1_b, 1, h, false)?,
-                i_w: enc.push(be, vec![n("intermediate.dense.weight")], &i_w, inter, h, true)?,
-                i_b: enc.push(be, vec![n("intermediate.dense.bias")], &i_b, 1, inter, false)?,
-                out_w: enc.push(be, vec![n("output.dense.weight")], &out_w, h, inter, true)?,
-                out_b: enc.push(be, vec![n("output.dense.bias")], &out_b, 1, h, false)?,
-                ln2_g: enc.push(be, vec![n("output.LayerNorm.weight")], &ln2_g, 1, h, false)?,
-                ln2_b: enc.push(be, vec![n("output.LayerNorm.bias")], &ln2_b, 1, h, false)?,
-            };
-            enc.layers.push(idx);
-        }
-        Ok(enc)
+        Ok(match c.has_token_types() {
+            true => Cow::Borrowed(batch),
+            false => Cow::Owned(Batch { token_type_ids: vec![0; batch.token_type_ids.len()], ..batch.clone() }),
+        })
     }
 
     fn shape(&self, batch: &Batch) -> AttentionShape {
@@ -252,19 +254,31 @@ impl<T> Encoder<T> {
             dropout.and_then(|d| d.site(if attention { d.attention } else { d.hidden }, stream))
         };
         let eps = self.config.layer_norm_eps;
-        let [word, pos, typ, g0, b0] = self.emb;
+        let em = self.emb;
+        let offset_table = match self.config.position_offset {
+            0 => None,
+            _ => Some(be.gather_rows(self.t(em.position), &self.position_rows())?), // (P, E) from row pad + 1
+        };
         let tables = EmbeddingTables {
-            word: self.t(word),
-            position: Some(self.t(pos)),
-            token_type: self.t(typ),
-            ln_gamma: self.t(g0),
-            ln_beta: self.t(b0),
+            word: self.t(em.word),
+            position: Some(offset_table.as_ref().unwrap_or(self.t(em.position))),
+            token_type: match (em.token_type, &self.zero_types) {
+                (Some(i), _) => self.t(i),
+                (None, Some(z)) => z,
+                (None, None) => return Err(Error::Input("the encoder has no token-type table nor its stand-in".into())),
+            },
+            ln_gamma: self.t(em.ln_g),
+            ln_beta: self.t(em.ln_b),
             eps,
         };
         let mask = be.mask(batch)?;
-        let emb_sum = be.embeddings_sum(batch, &tables)?; // (B*T, H)
-        let x0 = be.layernorm(&emb_sum, None, self.t(g0), self.t(b0), eps)?;
-        let mut x = apply_dropout(be, x0, site(false, 0))?;
+        let emb_sum = be.embeddings_sum(self.embedding_batch(batch)?.as_ref(), &tables)?; // (B*T, E)
+        let x0 = be.layernorm(&emb_sum, None, self.t(em.ln_g), self.t(em.ln_b), eps)?;
+        let x0 = apply_dropout(be, x0, site(false, 0))?;
+        let (mut x, projected) = match em.project {
+            Some([w, b]) => (be.linear(&x0, self.t(w), Some(self.t(b)), Activation::None)?, Some(x0)), // (B*T, H)
+            None => (x0, None),
+        };
         let shape = self.shape(batch);
         let mut layers = Vec::with_capacity(self.layers.len());
         for (l, li) in self.layers.iter().enumerate() {
@@ -275,19 +289,19 @@ impl<T> Encoder<T> {
                 None => be.attention(&qkv, &mask, shape)?, // (B*T, H)
             };
             let a = self.linear(be, &ctx, li.o_w, li.o_b)?;
-            let a = apply_dropout(be, a, site(false, s + 2))?;
+            let a = apply_dropout(be, a, site(false, s + 2).filter(|_| self.attn_out_dropout))?;
             let pre1 = be.add(&a, &x)?;
             let h1 = be.layernorm(&pre1, None, self.t(li.ln1_g), self.t(li.ln1_b), eps)?;
             let u = self.linear(be, &h1, li.i_w, li.i_b)?; // (B*T, I)
             let g = be.activation(&u, self.config.hidden_act)?;
             let o = self.linear(be, &g, li.out_w, li.out_b)?; // (B*T, H)
-            let o = apply_dropout(be, o, site(false, s + 3))?;
+            let o = apply_dropout(be, o, site(false, s + 3).filter(|_| self.ffn_dropout))?;
             let pre2 = be.add(&o, &h1)?;
             let next = be.layernorm(&pre2, None, self.t(li.ln2_g), self.t(li.ln2_b), eps)?;
             layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2 });
             x = next;
         }
-        Ok((x, Saved { mask, emb_sum, layers, dropout }))
+        Ok((x, Saved { mask, emb_sum, projected, layers, dropout }))
     }
 
     /// `y = x·Wᵀ + b` of an encoder layer, plus its LoRA adapters' updates.
@@ -327,9 +341,14 @@ impl<T> Encoder<T> {
         }
     }
 
-    /// The number of encoder layers.
+    /// The number of encoder layers (passes).
     pub fn layers(&self) -> usize {
         self.layers.len()
+    }
+
+    /// Whether the layers are one layer's parameters run several times (ALBERT).
+    pub fn shares_layers(&self) -> bool {
+        self.layers.len() > 1 && self.layers[0].qkv_w == self.layers[1].qkv_w
     }
 
     /// The first parameter the backward reaches when only the top `k` layers train (`None`: all of them): the
@@ -359,7 +378,7 @@ impl<T> Encoder<T> {
             let (dpre2, dg2, db2) = be.layernorm_backward(&dx, &ls.pre2, self.t(li.ln2_g), eps)?;
             put(be, grads, li.ln2_g, dg2)?;
             put(be, grads, li.ln2_b, db2)?;
-            let dout = undrop(&dpre2, s + 3)?;
+            let dout = if self.ffn_dropout { undrop(&dpre2, s + 3)? } else { None };
             let dg = self.linear_backward(be, dout.as_ref().unwrap_or(&dpre2), &ls.g, li.out_w, li.out_b, grads)?;
             let du = be.activation_grad(&dg, &ls.u, self.config.hidden_act)?;
             let dh1 = self.linear_backward(be, &du, &ls.h1, li.i_w, li.i_b, grads)?;
@@ -367,7 +386,7 @@ impl<T> Encoder<T> {
             let (dpre1, dg1, db1) = be.layernorm_backward(&dh1, &ls.pre1, self.t(li.ln1_g), eps)?;
             put(be, grads, li.ln1_g, dg1)?;
             put(be, grads, li.ln1_b, db1)?;
-            let da = undrop(&dpre1, s + 2)?;
+            let da = if self.attn_out_dropout { undrop(&dpre1, s + 2)? } else { None };
             let dctx = self.linear_backward(be, da.as_ref().unwrap_or(&dpre1), &ls.ctx, li.o_w, li.o_b, grads)?;
             let dqkv = be.attention_backward(&dctx, &ls.qkv, &saved.mask, shape, saved.site(true, s + 1))?;
             let dxq = self.linear_backward(be, &dqkv, &ls.x, li.qkv_w, li.qkv_b, grads)?;
@@ -379,16 +398,29 @@ impl<T> Encoder<T> {
         if top.is_some() || self.lora.is_some() {
             return Ok(());
         }
-        let [word, pos, typ, g0, b0] = self.emb;
+        let em = self.emb;
+        let dx = match (em.project, saved.projected.as_ref()) {
+            (Some([w, b]), Some(x0)) => self.linear_backward(be, &dx, x0, w, b, grads)?, // (B*T, E)
+            _ => dx,
+        };
         let dx = apply_dropout(be, dx, saved.site(false, 0))?;
-        let (demb, dg0, db0) = be.layernorm_backward(&dx, &saved.emb_sum, self.t(g0), eps)?;
-        put(be, grads, g0, dg0)?;
-        put(be, grads, b0, db0)?;
-        let (dw, dp, dt) = be.embeddings_backward(&demb, batch, self.params[word].rows, self.params[pos].rows,
-            self.params[typ].rows, Some(self.config.pad_token_id))?;
-        put(be, grads, word, dw)?;
-        put(be, grads, pos, dp)?;
-        put(be, grads, typ, dt)?;
+        let (demb, dg0, db0) = be.layernorm_backward(&dx, &saved.emb_sum, self.t(em.ln_g), eps)?;
+        put(be, grads, em.ln_g, dg0)?;
+        put(be, grads, em.ln_b, db0)?;
+        let rows = |i: Option<usize>| i.map_or(1, |i| self.params[i].rows);
+        let positions = self.config.max_position_embeddings;
+        let (dw, dp, dt) = be.embeddings_backward(&demb, self.embedding_batch(batch)?.as_ref(), rows(Some(em.word)), positions,
+            rows(em.token_type), Some(self.config.pad_token_id))?;
+        put(be, grads, em.word, dw)?;
+        // RoBERTa: the gradient of the rows from pad + 1 on, into the whole table (the rows before get none).
+        let dp = match self.config.position_offset {
+            0 => dp,
+            _ => be.scatter_rows(&dp, &self.position_rows(), self.params[em.position].rows)?,
+        };
+        put(be, grads, em.position, dp)?;
+        if let Some(t) = em.token_type {
+            put(be, grads, t, dt)?;
+        }
         Ok(())
     }
 }

@@ -1,0 +1,135 @@
+//! The encoder's parameters from a checkpoint of any family it trains: read under BERT's names through
+//! [`Weights::for_family`] (as the inference side reads them), and named as the family's own checkpoints name them
+//! ([`crate::weights::family_name`]), so that gradients, checkpoints, the exported folder and LoRA adapters carry
+//! the family's tensor names. What differs by family is a few choices, not a copy of the encoder:
+//! - RoBERTa, XLM-R, CamemBERT: the position table keeps all its rows, the `pad_token_id + 1` the positions of
+//!   real tokens start after included ([`BertConfig::position_offset`]); every token is of type 0.
+//! - DistilBERT: no token-type table (an all-zero row stands in for it, not a parameter), every token of type 0; no
+//!   dropout after the attention's `out_lin` (`MultiHeadSelfAttention` has none).
+//! - ELECTRA: embeddings of `embedding_size` E and, when E differs from H, `embeddings_project` (E → H).
+//! - ALBERT: E-wide embeddings, `embedding_hidden_mapping_in` (E → H, always), and one layer every pass runs: its
+//!   parameters are loaded once and every pass's indices name them, so the backward sums the passes' gradients into
+//!   them ([`super::super::params::put`]); no dropout after its feed-forward (`AlbertLayer` has none).
+
+use super::{EmbIdx, Encoder, LayerIdx};
+use crate::backend::Backend;
+use crate::config::{BertConfig, Family};
+use crate::weights::{family_name, HostTensor, Weights};
+use crate::{Error, Result};
+
+/// A tensor of the checkpoint, copied.
+pub(crate) fn get(w: &Weights, name: &str, shape: &[usize]) -> Result<HostTensor> {
+    Ok(w.get(name, shape)?.clone())
+}
+
+/// Refuses, by name, a family whose whole encoder is not trained yet.
+fn check_family(cfg: &BertConfig) -> Result<()> {
+    match cfg.family {
+        Family::Bert
+        | Family::Roberta
+        | Family::XlmRoberta
+        | Family::Camembert
+        | Family::DistilBert
+        | Family::Electra
+        | Family::Albert => Ok(()),
+        f => Err(Error::Config(format!(
+            "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA and ALBERT \
+             checkpoints; this one is `{}`",
+            f.model_type()
+        ))),
+    }
+}
+
+impl<T> Encoder<T> {
+    /// The encoder's parameters from a checkpoint (task or bare, any family [`check_family`] accepts), in f32 on
+    /// `be`.
+    pub fn load<B: Backend<Tensor = T>>(be: &B, cfg: &BertConfig, weights: &Weights) -> Result<Encoder<T>> {
+        cfg.validate()?;
+        check_family(cfg)?;
+        let fam = cfg.family;
+        let (h, e_size, inter) = (cfg.hidden_size, cfg.embedding_size, cfg.intermediate_size);
+        let (types, pos) = (cfg.type_vocab_size, cfg.max_position_embeddings + cfg.position_offset);
+        // The family's name of BERT's `bert.{n}`.
+        let name = |n: &str| -> Result<String> {
+            family_name(fam, &format!("bert.{n}"))
+                .ok_or_else(|| Error::Config(format!("a `{}` checkpoint has no tensor for BERT's `{n}`", fam.model_type())))
+        };
+        let w = weights.for_family(fam);
+        let zero_types = match cfg.has_token_type_table() {
+            true => None,
+            false => Some(be.input(&vec![0.0; e_size], 1, e_size)?), // DistilBERT: type 0 adds nothing
+        };
+        let mut enc = Encoder {
+            config: cfg.clone(),
+            params: Vec::new(),
+            emb: EmbIdx { word: 0, position: 0, token_type: None, ln_g: 0, ln_b: 0, project: None },
+            layers: Vec::new(),
+            lora: None,
+            zero_types,
+            attn_out_dropout: fam != Family::DistilBert,
+            ffn_dropout: fam != Family::Albert,
+        };
+        let e = w.pp("embeddings");
+        let en = |n: &str| name(&format!("embeddings.{n}")).map(|s| vec![s]);
+        let vocab = cfg.vocab_size;
+        enc.emb.word = enc.push(be, en("word_embeddings.weight")?, &get(&e, "word_embeddings.weight", &[vocab, e_size])?,
+            vocab, e_size, true)?;
+        enc.emb.position = enc.push(be, en("position_embeddings.weight")?,
+            &get(&e, "position_embeddings.weight", &[pos, e_size])?, pos, e_size, true)?;
+        if cfg.has_token_type_table() {
+            let t = get(&e, "token_type_embeddings.weight", &[types, e_size])?;
+            enc.emb.token_type = Some(enc.push(be, en("token_type_embeddings.weight")?, &t, types, e_size, true)?);
+        }
+        enc.emb.ln_g = enc.push(be, en("LayerNorm.weight")?, &get(&e, "LayerNorm.weight", &[e_size])?, 1, e_size, false)?;
+        enc.emb.ln_b = enc.push(be, en("LayerNorm.bias")?, &get(&e, "LayerNorm.bias", &[e_size])?, 1, e_size, false)?;
+        if e_size != h || fam == Family::Albert {
+            // ELECTRA's `embeddings_project`, ALBERT's `embedding_hidden_mapping_in`.
+            let p = w.pp("embeddings_project");
+            let (pw, pb) = (get(&p, "weight", &[h, e_size])?, get(&p, "bias", &[h])?);
+            enc.emb.project = Some([
+                enc.push(be, vec![name("embeddings_project.weight")?], &pw, h, e_size, true)?,
+                enc.push(be, vec![name("embeddings_project.bias")?], &pb, 1, h, false)?,
+            ]);
+        }
+        // ALBERT: one layer, shared by every pass.
+        let distinct = if fam == Family::Albert { 1 } else { cfg.num_hidden_layers };
+        for l in 0..distinct {
+            let lw = w.pp(&format!("encoder.layer.{l}"));
+            let n = |s: &str| name(&format!("encoder.layer.{l}.{s}"));
+            let pair = |p: &str, out: usize, inp: usize| -> Result<(HostTensor, HostTensor)> {
+                let p = lw.pp(p);
+                let weight = if inp == 0 { get(&p, "weight", &[out])? } else { get(&p, "weight", &[out, inp])? };
+                Ok((weight, get(&p, "bias", &[out])?))
+            };
+            let ((qw, qb), (kw, kb), (vw, vb)) =
+                (pair("attention.self.query", h, h)?, pair("attention.self.key", h, h)?, pair("attention.self.value", h, h)?);
+            let qkv_names = |s: &str| -> Result<Vec<String>> {
+                ["query", "key", "value"].iter().map(|k| n(&format!("attention.self.{k}.{s}"))).collect()
+            };
+            let (o_w, o_b) = pair("attention.output.dense", h, h)?;
+            let (ln1_g, ln1_b) = pair("attention.output.LayerNorm", h, 0)?;
+            let (i_w, i_b) = pair("intermediate.dense", inter, h)?;
+            let (out_w, out_b) = pair("output.dense", h, inter)?;
+            let (ln2_g, ln2_b) = pair("output.LayerNorm", h, 0)?;
+            let idx = LayerIdx {
+                qkv_w: enc.push(be, qkv_names("weight")?, &HostTensor::concat_rows(&[&qw, &kw, &vw])?, 3 * h, h, true)?,
+                qkv_b: enc.push(be, qkv_names("bias")?, &HostTensor::concat_rows(&[&qb, &kb, &vb])?, 1, 3 * h, false)?,
+                o_w: enc.push(be, vec![n("attention.output.dense.weight")?], &o_w, h, h, true)?,
+                o_b: enc.push(be, vec![n("attention.output.dense.bias")?], &o_b, 1, h, false)?,
+                ln1_g: enc.push(be, vec![n("attention.output.LayerNorm.weight")?], &ln1_g, 1, h, false)?,
+                ln1_b: enc.push(be, vec![n("attention.output.LayerNorm.bias")?], &ln1_b, 1, h, false)?,
+                i_w: enc.push(be, vec![n("intermediate.dense.weight")?], &i_w, inter, h, true)?,
+                i_b: enc.push(be, vec![n("intermediate.dense.bias")?], &i_b, 1, inter, false)?,
+                out_w: enc.push(be, vec![n("output.dense.weight")?], &out_w, h, inter, true)?,
+                out_b: enc.push(be, vec![n("output.dense.bias")?], &out_b, 1, h, false)?,
+                ln2_g: enc.push(be, vec![n("output.LayerNorm.weight")?], &ln2_g, 1, h, false)?,
+                ln2_b: enc.push(be, vec![n("output.LayerNorm.bias")?], &ln2_b, 1, h, false)?,
+            };
+            enc.layers.push(idx);
+        }
+        while enc.layers.len() < cfg.num_hidden_layers {
+            enc.layers.push(enc.layers[0]);
+        }
+        Ok(enc)
+    }
+}

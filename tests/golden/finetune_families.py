@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Golden for full-encoder fine-tuning of BERT's relatives: gradients of every parameter and AdamW steps, from
+PyTorch `transformers`, as tests/golden/finetune.py does for BERT (read its docstring first: the same batches, the
+same float64 train-mode run with every dropout 0, the same five AdamW steps with transformers' Trainer's parameter
+groups and clipping, the same recorded fields).
+
+Run from the repository root (needs torch 2.x and transformers 5.x; CPU is enough):
+
+    /work/venv/bin/python tests/golden/finetune_families.py
+
+It writes tests/golden/finetune_families.json with one case per (family, task), each on a committed tiny checkpoint
+loaded with the family's own class (`from_pretrained`) and tokenized by its own tokenizer:
+
+  roberta_classify    tiny-roberta-classifier    RobertaForSequenceClassification (RobertaClassificationHead on <s>;
+                      positions from padding_idx + 1, so the table's rows 0 and 1 get no gradient but decay)
+  roberta_ner         tiny-roberta-ner           RobertaForTokenClassification (byte-level BPE, add_prefix_space)
+  camembert_classify  tiny-camembert-classifier  CamembertForSequenceClassification
+  distil_classify     tiny-distilbert-classifier DistilBertForSequenceClassification (pre_classifier + ReLU; no
+                      token-type table)
+  distil_ner          tiny-distilbert-ner        DistilBertForTokenClassification
+  electra_classify    tiny-electra-classifier    ElectraForSequenceClassification (embedding_size 16 < hidden 32:
+                      embeddings_project; ElectraClassificationHead with the exact GELU)
+  electra_pair        tiny-electra-classifier    the same on text pairs (token_type_ids 1 on the second segment)
+  electra_ner         tiny-electra-ner           ElectraForTokenClassification
+  albert_classify     tiny-albert-classifier     AlbertForSequenceClassification (embedding_size 16, one layer run by
+                      all 3 passes: its gradient is the sum of the passes'; `albert.pooler` + tanh)
+  albert_pair         tiny-albert-classifier     the same on text pairs
+  albert_ner          tiny-albert-ner            AlbertForTokenClassification
+
+The families without token types (RoBERTa's, DistilBERT) get no `token_type_ids` (the JSON holds zeros for them);
+RoBERTa's position ids are transformers' own (`create_position_ids_from_input_ids`). The others' are asked for
+(`return_token_type_ids`): transformers 5's AlbertTokenizer leaves them out otherwise (tests/golden/electra_albert.py
+says why that is wrong), as bertgpu does not.
+
+The weight-decay groups are transformers' Trainer's (`Trainer.get_decay_parameter_names`): every parameter except
+the biases and the parameters of `nn.LayerNorm` modules (DistilBERT's `sa_layer_norm`, `output_layer_norm` too).
+
+Values are written with 10 significant digits (the Rust test compares float32 results at relative 2e-5 and
+absolute 2e-4, far above that rounding), which keeps the file small.
+"""
+import json
+import os
+
+import torch
+from transformers import (
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
+    AutoTokenizer,
+    CamembertForSequenceClassification,
+    DistilBertForSequenceClassification,
+    DistilBertForTokenClassification,
+    ElectraForSequenceClassification,
+    ElectraForTokenClassification,
+    RobertaForSequenceClassification,
+    RobertaForTokenClassification,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS = os.path.join(ROOT, "tests", "models")
+OUT = os.path.join(ROOT, "tests", "golden", "finetune_families.json")
+
+LR = 1e-3
+WD = 0.01
+MAX_NORM = 1.0
+STEPS = 5
+MAX_TOKENS = 32
+
+CLASSIFY = [
+    ("i love this movie, it is great and i will watch it again!", 2),
+    ("this is the worst day of my life.", 0),
+    ("the book is on the table.", 1),
+    ("a", 1),
+]
+PAIR = [
+    ("what time is it?", "it is five o'clock.", 1),
+    ("the food was good.", "but the service was slow and the room was cold.", 0),
+    ("she opened the door.", "a man was standing outside.", 2),
+]
+NER = [
+    (["my", "name", "is", "sarah", "and", "i", "live", "in", "london", "."],
+     ["O", "O", "O", "B-PER", "O", "O", "O", "O", "B-LOC", "O"]),
+    (["John", "Smith", "visited", "Zürich", "for", "the", "United", "Nations", "."],
+     ["B-PER", "I-PER", "O", "B-LOC", "O", "O", "B-ORG", "I-ORG", "O"]),
+    (["Basel", "is", "nice"],
+     ["B-LOC", "O", "O"]),
+]
+
+
+def flat(t):
+    return [float(f"{v:.10g}") for v in t.detach().reshape(-1).tolist()]
+
+
+def rows(t):
+    return [[int(v) for v in r] for r in t.tolist()]
+
+
+def load(cls, name, **tok_args):
+    d = os.path.join(MODELS, name)
+    model = cls.from_pretrained(d, attn_implementation="eager")
+    tok = AutoTokenizer.from_pretrained(d, **tok_args)
+    model.double()
+    model.train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            assert m.p == 0.0, f"{name}: dropout {m.p}"
+    return model, tok
+
+
+def check_batch(case, enc, tok):
+    t = enc["input_ids"].shape[1]
+    lens = enc["attention_mask"].sum(1).tolist()
+    assert t <= MAX_TOKENS, f"{case}: {t} tokens"
+    assert max(lens) == t and min(lens) <= t - 3, f"{case}: lengths {lens}"
+    if tok.unk_token_id is not None:
+        assert (enc["input_ids"] != tok.unk_token_id).all(), f"{case}: unknown token in the batch"
+
+
+def decay_names(model):
+    """transformers' Trainer: not the biases, not the parameters of LayerNorm modules."""
+    in_norm = set()
+    for mn, m in model.named_modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            in_norm.update(f"{mn}.{pn}" if mn else pn for pn, _ in m.named_parameters(recurse=False))
+    return [n for n, _ in model.named_parameters() if n not in in_norm and not n.endswith("bias")]
+
+
+def run(case, name, model, enc, labels, types):
+    batch = {k: enc[k] for k in ("input_ids", "attention_mask")}
+    if types:
+        batch["token_type_ids"] = enc["token_type_ids"]
+    batch.update(labels)
+    named = list(model.named_parameters())
+    decay = set(decay_names(model))
+    no_decay = [n for n, _ in named if n not in decay]
+    groups = [
+        {"params": [p for n, p in named if n in decay], "weight_decay": WD},
+        {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=LR, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    losses, norms, grads, zero_grads = [], [], None, None
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = model(**batch).loss
+        loss.backward()
+        assert all(p.grad is not None for _, p in named), f"{case}: a parameter got no gradient"
+        if step == 0:
+            grads = {n: flat(p.grad) for n, p in named}
+            total = torch.sqrt(sum((p.grad ** 2).sum() for _, p in named))
+            zero_grads = [n for n, p in named if p.grad.norm() < 1e-10 * total]
+        losses.append(float(f"{loss.item():.17g}"))
+        norm = torch.nn.utils.clip_grad_norm_([p for _, p in named], MAX_NORM)
+        norms.append(float(f"{norm.item():.17g}"))
+        opt.step()
+    ids = enc["input_ids"]
+    out = {
+        "model": name,
+        "family": model.config.model_type,
+        "task": "token" if "ner" in case else "sequence",
+        "input_ids": rows(ids),
+        "token_type_ids": rows(enc["token_type_ids"]) if types else rows(torch.zeros_like(ids)),
+        "attention_mask": rows(enc["attention_mask"]),
+        "loss": losses[0],
+        "grads": grads,
+        "shapes": {n: list(p.shape) for n, p in named},
+        "lr": LR,
+        "weight_decay": WD,
+        "max_norm": MAX_NORM,
+        "steps": STEPS,
+        "no_decay": no_decay,
+        "zero_grads": zero_grads,
+        "losses": losses,
+        "grad_norms": norms,
+        "params_after": {n: flat(p) for n, p in named},
+    }
+    for k, v in labels.items():
+        out[k] = v.tolist()
+    return out
+
+
+def classify_case(case, cls, name, types, pairs=False, **tok_args):
+    model, tok = load(cls, name, **tok_args)
+    if pairs:
+        enc = tok([a for a, _, _ in PAIR], [b for _, b, _ in PAIR], padding=True, return_tensors="pt",
+                  return_token_type_ids=types)
+        assert all(1 in r for r in enc["token_type_ids"].tolist())
+        labels = {"labels": torch.tensor([y for _, _, y in PAIR])}
+    else:
+        enc = tok([t for t, _ in CLASSIFY], padding=True, return_tensors="pt", return_token_type_ids=types)
+        labels = {"labels": torch.tensor([y for _, y in CLASSIFY])}
+    check_batch(case, enc, tok)
+    return run(case, name, model, enc, labels, types)
+
+
+def ner_case(case, cls, name, types, **tok_args):
+    model, tok = load(cls, name, **tok_args)
+    label2id = {v: int(k) for k, v in model.config.id2label.items()}
+    enc = tok([w for w, _ in NER], is_split_into_words=True, padding=True, return_tensors="pt",
+              return_token_type_ids=types)
+    check_batch(case, enc, tok)
+    labels = []
+    for i, (words, tags) in enumerate(NER):
+        row, prev = [], None
+        for w in enc.word_ids(i):
+            row.append(-100 if w is None or w == prev else label2id[tags[w]])
+            prev = w
+        assert sum(l != -100 for l in row) == len(words), f"{case}: a word lost its label in {words}"
+        labels.append(row)
+    return run(case, name, model, enc, {"labels": torch.tensor(labels)}, types)
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)  # nothing here is random; fixed anyway
+    cases = {
+        "roberta_classify": classify_case("roberta_classify", RobertaForSequenceClassification,
+                                          "tiny-roberta-classifier", False),
+        "roberta_ner": ner_case("roberta_ner", RobertaForTokenClassification, "tiny-roberta-ner", False,
+                                add_prefix_space=True),
+        "camembert_classify": classify_case("camembert_classify", CamembertForSequenceClassification,
+                                            "tiny-camembert-classifier", False),
+        "distil_classify": classify_case("distil_classify", DistilBertForSequenceClassification,
+                                         "tiny-distilbert-classifier", False),
+        "distil_ner": ner_case("distil_ner", DistilBertForTokenClassification, "tiny-distilbert-ner", False),
+        "electra_classify": classify_case("electra_classify", ElectraForSequenceClassification,
+                                          "tiny-electra-classifier", True),
+        "electra_pair": classify_case("electra_pair", ElectraForSequenceClassification, "tiny-electra-classifier",
+                                      True, pairs=True),
+        "electra_ner": ner_case("electra_ner", ElectraForTokenClassification, "tiny-electra-ner", True),
+        "albert_classify": classify_case("albert_classify", AlbertForSequenceClassification,
+                                         "tiny-albert-classifier", True),
+        "albert_pair": classify_case("albert_pair", AlbertForSequenceClassification, "tiny-albert-classifier", True,
+                                     pairs=True),
+        "albert_ner": ner_case("albert_ner", AlbertForTokenClassification, "tiny-albert-ner", True),
+    }
+    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
+    with open(OUT, "w", encoding="utf-8") as fh:
+        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
+    for name, c in cases.items():
+        t = len(c["input_ids"][0])
+        print(f"{name}: B {len(c['input_ids'])} T {t} loss {c['loss']:.17g} grad_norm {c['grad_norms'][0]:.17g} "
+              f"loss after {STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} parameters; zero: {c['zero_grads']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Golden for continued pre-training (masked LM) of BERT's relatives, each with its own masked-LM head, as
+tests/golden/pretrain.py does for BERT and with tests/golden/finetune_families.py's run (read both docstrings: the
+same float64 train-mode run with every dropout 0, the same five AdamW steps with transformers' Trainer's parameter
+groups and clipping, the same recorded fields, 10 significant digits).
+
+Run from the repository root (needs torch 2.x and transformers 5.x; CPU is enough):
+
+    /work/venv/bin/python tests/golden/pretrain_families.py
+
+It writes tests/golden/pretrain_families.json with one case per family, on a committed tiny checkpoint loaded with the
+family's own `...ForMaskedLM` class and tokenized by its own tokenizer:
+
+  roberta     tiny-roberta-mlm      RobertaForMaskedLM (lm_head.dense, lm_head.layer_norm, the decoder tied to the
+                                    word embeddings, lm_head.bias; the exact GELU)
+  xlmr        tiny-xlmr-mlm         XLMRobertaForMaskedLM (hidden_act gelu_new in the encoder, the exact GELU in
+                                    lm_head)
+  camembert   tiny-camembert-mlm    CamembertForMaskedLM
+  distilbert  tiny-distilbert-mlm   DistilBertForMaskedLM (vocab_transform, vocab_layer_norm, vocab_projector tied)
+  albert      tiny-albert-mlm       AlbertForMaskedLM (predictions.dense maps H 32 → E 16, its LayerNorm is over E,
+                                    the decoder is the (V, E) embeddings; one layer run by every pass)
+
+The batch: three single sentences padded to the longest. The masking is fixed, as pretrain.py's: every fourth
+non-special token of each row from the second is selected (its label the original id), and of those the first
+becomes the mask token, the second another given token, the third stays as it is, in turn. The loss is the model's
+own: mean cross-entropy over the selected tokens. The word embeddings, which the decoder is tied to, are named as
+the input table (`roberta.embeddings.word_embeddings.weight`) even where transformers' `named_parameters()` gives
+the tied tensor the decoder's name first (XLM-R, CamemBERT).
+"""
+import json
+import os
+import sys
+
+import torch
+from transformers import (
+    AlbertForMaskedLM,
+    CamembertForMaskedLM,
+    DistilBertForMaskedLM,
+    RobertaForMaskedLM,
+    XLMRobertaForMaskedLM,
+)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import finetune_families as ff  # noqa: E402  (load, check_batch, run: the same run as the fine-tuning goldens)
+
+OUT = os.path.join(ff.ROOT, "tests", "golden", "pretrain_families.json")
+
+TEXTS = [
+    "the man went to the store and he bought a gallon of milk.",
+    "my name is sarah and i live in london.",
+    "what time is it? it is five o'clock.",
+]
+
+
+def case(name, cls, model_dir, types):
+    model, tok = ff.load(cls, model_dir)
+    assert model.config.tie_word_embeddings
+    enc = tok(TEXTS, padding=True, return_tensors="pt", return_token_type_ids=types)
+    ff.check_batch(name, enc, tok)
+    special = set(tok.all_special_ids)
+    input_ids = enc["input_ids"].clone()
+    labels = torch.full_like(input_ids, -100)
+    other = tok("the", add_special_tokens=False)["input_ids"][-1]
+    alt = tok("a", add_special_tokens=False)["input_ids"][-1]
+    kinds = 0
+    for i in range(input_ids.shape[0]):
+        real = [j for j in range(input_ids.shape[1]) if int(input_ids[i, j]) not in special]
+        for j in real[1::4]:
+            labels[i, j] = input_ids[i, j]
+            kind = kinds % 3
+            kinds += 1
+            if kind == 0:
+                input_ids[i, j] = tok.mask_token_id
+            elif kind == 1:
+                input_ids[i, j] = other if int(input_ids[i, j]) != other else alt
+    assert kinds >= 6, f"{name}: {kinds} selected"
+    enc = dict(enc)
+    enc["input_ids"] = input_ids
+    out = ff.run(name, model_dir, model, enc, {"labels": labels}, types)
+    # XLM-R's and CamemBERT's modules list lm_head before the encoder, so named_parameters() names the tied matrix
+    # `lm_head.decoder.weight`; it is the word embeddings (one tensor), named as the input table here as bertgpu does.
+    emb = model.get_input_embeddings().weight
+    emb_name = next(n for n, p in model.named_parameters(remove_duplicate=False)
+                    if p is emb and "word_embeddings" in n)
+    for n, p in model.named_parameters():
+        if p is emb and n != emb_name:
+            for k in ("grads", "shapes", "params_after"):
+                out[k][emb_name] = out[k].pop(n)
+            for k in ("no_decay", "zero_grads"):
+                out[k] = [emb_name if x == n else x for x in out[k]]
+    out["task"] = "pretrain"
+    out["labels"] = [[int(v) for v in r] for r in labels.tolist()]
+    return out
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)  # nothing here is random; fixed anyway
+    cases = {
+        "roberta": case("roberta", RobertaForMaskedLM, "tiny-roberta-mlm", False),
+        "xlmr": case("xlmr", XLMRobertaForMaskedLM, "tiny-xlmr-mlm", False),
+        "camembert": case("camembert", CamembertForMaskedLM, "tiny-camembert-mlm", False),
+        "distilbert": case("distilbert", DistilBertForMaskedLM, "tiny-distilbert-mlm", False),
+        "albert": case("albert", AlbertForMaskedLM, "tiny-albert-mlm", True),
+    }
+    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
+    with open(OUT, "w", encoding="utf-8") as fh:
+        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
+    for name, c in cases.items():
+        t = len(c["input_ids"][0])
+        sel = sum(l != -100 for r in c["labels"] for l in r)
+        print(f"{name}: B {len(c['input_ids'])} T {t}, {sel} selected, loss {c['loss']:.17g} grad_norm "
+              f"{c['grad_norms'][0]:.17g} loss after {ff.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} "
+              f"parameters; zero: {c['zero_grads']})")
+
+
+if __name__ == "__main__":
+    main()
