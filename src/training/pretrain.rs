@@ -126,7 +126,8 @@ impl PretrainHead {
     }
 }
 
-/// The selected rows of a batch (labels ≠ −100) and their labels, checked against the vocabulary.
+/// The selected rows of a batch (labels ≠ −100) and their labels, checked against the vocabulary. None may be
+/// selected (a few short rows at 15% often select nothing): the batch then adds no masked-LM loss ([`PretrainHead::pass`]).
 fn selected(mlm: &[i64], vocab: usize) -> Result<(Vec<u32>, Vec<u32>)> {
     let mut rows = Vec::new();
     let mut labels = Vec::new();
@@ -139,9 +140,6 @@ fn selected(mlm: &[i64], vocab: usize) -> Result<(Vec<u32>, Vec<u32>)> {
         }
         rows.push(r as u32);
         labels.push(l as u32);
-    }
-    if rows.is_empty() {
-        return Err(Error::Input("no token of the batch is selected for the masked-LM loss (all labels are -100)".into()));
     }
     Ok((rows, labels))
 }
@@ -184,29 +182,30 @@ impl PretrainHead {
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
         let eps = enc.config.layer_norm_eps;
 
-        // Masked LM on the selected rows.
-        let xs = be.gather_rows(&last, &rows)?; // (M, H)
-        let a = enc.linear(be, &xs, self.transform[0], self.transform[1])?; // (M, H)
-        let u = be.activation(&a, self.act)?;
-        let hn = be.layernorm(&u, None, enc.t(self.ln[0]), enc.t(self.ln[1]), eps)?;
-        let z = be.linear(&hn, enc.t(self.word), Some(enc.t(self.bias)), Activation::None)?; // (M, V)
-        let zh = be.read(&z).await?;
-        let mut eval = PretrainEval {
-            mlm_loss: mean_cross_entropy(&zh, vocab, labels.iter().map(|&l| Some(l))),
-            mlm_correct: zh.chunks_exact(vocab).zip(&labels).filter(|(r, &l)| argmax(r) == l as usize).count(),
-            mlm_count: labels.len(),
-            ..PretrainEval::default()
-        };
+        let mut eval = PretrainEval::default();
         let mut dlast = None;
-        if backward {
-            let dz = be.softmax_xent_grad(&z, &labels)?; // (M, V), already / M
-            let dh = enc.linear_backward(be, &dz, &hn, self.word, self.bias, &mut grads)?; // dE += dzᵀ·h
-            let (du, dg, dbeta) = be.layernorm_backward(&dh, &u, enc.t(self.ln[0]), eps)?;
-            put(be, &mut grads, self.ln[0], dg)?;
-            put(be, &mut grads, self.ln[1], dbeta)?;
-            let da = be.activation_grad(&du, &a, self.act)?;
-            let dxs = enc.linear_backward(be, &da, &xs, self.transform[0], self.transform[1], &mut grads)?;
-            dlast = Some(be.scatter_rows(&dxs, &rows, b * t)?);
+        // Masked LM on the selected rows. With none selected the masked LM adds nothing: no loss (0 in the step's mean
+        // over its micro-batches, as a micro-batch's loss divided by their number would add) and no gradient.
+        if !rows.is_empty() {
+            let xs = be.gather_rows(&last, &rows)?; // (M, H)
+            let a = enc.linear(be, &xs, self.transform[0], self.transform[1])?; // (M, H)
+            let u = be.activation(&a, self.act)?;
+            let hn = be.layernorm(&u, None, enc.t(self.ln[0]), enc.t(self.ln[1]), eps)?;
+            let z = be.linear(&hn, enc.t(self.word), Some(enc.t(self.bias)), Activation::None)?; // (M, V)
+            let zh = be.read(&z).await?;
+            eval.mlm_loss = mean_cross_entropy(&zh, vocab, labels.iter().map(|&l| Some(l)));
+            eval.mlm_correct = zh.chunks_exact(vocab).zip(&labels).filter(|(r, &l)| argmax(r) == l as usize).count();
+            eval.mlm_count = labels.len();
+            if backward {
+                let dz = be.softmax_xent_grad(&z, &labels)?; // (M, V), already / M
+                let dh = enc.linear_backward(be, &dz, &hn, self.word, self.bias, &mut grads)?; // dE += dzᵀ·h
+                let (du, dg, dbeta) = be.layernorm_backward(&dh, &u, enc.t(self.ln[0]), eps)?;
+                put(be, &mut grads, self.ln[0], dg)?;
+                put(be, &mut grads, self.ln[1], dbeta)?;
+                let da = be.activation_grad(&du, &a, self.act)?;
+                let dxs = enc.linear_backward(be, &da, &xs, self.transform[0], self.transform[1], &mut grads)?;
+                dlast = Some(be.scatter_rows(&dxs, &rows, b * t)?);
+            }
         }
 
         // Next-sentence prediction on the pooled [CLS].
@@ -226,13 +225,19 @@ impl PretrainHead {
                 let dzp = be.activation_grad(&dpooled, &zp, Activation::Tanh)?;
                 let dcls = enc.linear_backward(be, &dzp, &cls, pool[0], pool[1], &mut grads)?;
                 let d = be.scatter_rows(&dcls, &cls_rows, b * t)?;
-                dlast = Some(be.add(dlast.as_ref().expect("the MLM part ran"), &d)?);
+                dlast = Some(match dlast {
+                    Some(m) => be.add(&m, &d)?,
+                    None => d,
+                });
             }
         }
         if !backward {
             return Ok((None, eval));
         }
-        enc.backward(be, batch, saved, dlast.expect("the MLM part ran"), &mut grads, None)?;
+        // Nothing selected and no NSP labels: no loss, so no gradient (every entry `None`).
+        if let Some(dlast) = dlast {
+            enc.backward(be, batch, saved, dlast, &mut grads, None)?;
+        }
         Ok((Some(grads), eval))
     }
 }

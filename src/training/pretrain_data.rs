@@ -47,7 +47,8 @@
 //! - Selection: each candidate independently with probability `mlm_probability` (a Bernoulli draw, not Google's
 //!   exact `max(1, round(n·p))`): the expected selected fraction is exactly `p` whatever the row lengths, where a
 //!   rounded count over-selects short rows (`round(0.15·7) = 1` is 14%, `round(0.15·10) = 2` is 20%). A row may
-//!   select nothing (likely only for rows of a few tokens): it adds no MLM loss, its NSP loss still counts.
+//!   select nothing (likely only for rows of a few tokens): it adds no MLM loss, its NSP loss still counts;
+//!   a micro-batch of such rows adds none either (no error), and counts as a zero in its step's mean.
 //! - Whole-word masking: a word is a first piece and the pieces that continue it (the tokenizer's own word ids; for
 //!   WordPiece, a piece and its following `##` pieces), and each word is selected with probability `p`, all its
 //!   pieces together, so each token's selection probability is still exactly `p`. A word cut by truncation is a word

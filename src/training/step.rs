@@ -44,10 +44,13 @@ impl<B: Backend> FineTuner<B> {
         self.pending = Some(match self.pending.take() {
             None => (grads, vec![loss]),
             Some((mut sum, mut losses)) => {
+                // A parameter one micro-batch gave no gradient (a pre-training micro-batch that selected no token
+                // gives none at all) takes the others' sum: its own is zero.
                 for (s, g) in sum.iter_mut().zip(grads) {
-                    if let (Some(prev), Some(g)) = (s.as_ref(), g) {
-                        *s = Some(be.add(prev, &g)?);
-                    }
+                    *s = match (s.take(), g) {
+                        (Some(prev), Some(g)) => Some(be.add(&prev, &g)?),
+                        (prev, g) => prev.or(g),
+                    };
                 }
                 losses.push(loss);
                 (sum, losses)
@@ -70,6 +73,14 @@ impl<B: Backend> FineTuner<B> {
         let n = losses.len();
         // The squared norm over the trained parameters (clip_grad_norm_ skips those without a gradient).
         let trained: Vec<&B::Tensor> = grads.iter().flatten().collect();
+        let evals: Vec<PretrainEval> =
+            losses.iter().filter_map(|l| if let PendingLoss::Pretrain(e) = l { Some(*e) } else { None }).collect();
+        if trained.is_empty() && evals.len() == n && evals.iter().all(|e| e.mlm_count == 0 && e.nsp_count == 0) {
+            // Pre-training micro-batches that selected no token for the masked LM and have no NSP labels: no loss, no
+            // gradient, so no update (as PyTorch's AdamW skips parameters without a gradient; AdamW's step count
+            // stays).
+            return Ok(StepReport { loss: 0.0, grad_norm: 0.0, pretrain: PretrainStep::of(&evals) });
+        }
         if trained.is_empty() {
             return Err(Error::Input("no parameter is being trained".into()));
         }
@@ -112,8 +123,6 @@ impl<B: Backend> FineTuner<B> {
                  before this step: lower the learning rate"
             )));
         }
-        let evals: Vec<PretrainEval> =
-            losses.iter().filter_map(|l| if let PendingLoss::Pretrain(e) = l { Some(*e) } else { None }).collect();
         Ok(StepReport { loss, grad_norm, pretrain: PretrainStep::of(&evals) })
     }
 
