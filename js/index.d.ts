@@ -467,6 +467,8 @@ export interface PretrainOptions {
   mlmProbability?: number;
   /** Select whole words, every piece of a word together (default false). */
   wholeWordMask?: boolean;
+  /** Mask the rows again every epoch, as RoBERTa does (default false: masked once for the run, as BERT's data). */
+  dynamicMasking?: boolean;
   /** Sentence pairs and the next-sentence loss (default true; needs the checkpoint's NSP head); false: the masked LM
    * alone, on segments of one document. */
   nsp?: boolean;

@@ -138,9 +138,9 @@ export function checkFineTuneOptions(o, onProgress, signal) {
   dropNulls(o);
 }
 
-export const PRETRAIN_OPTIONS = ["steps", "batchSize", "maxLength", "mlmProbability", "wholeWordMask", "nsp", "shortSeqProb",
-  "learningRate", "warmup", "weightDecay", "validationSplit", "seed", "dropout", "checkpoint", "resume", "onProgress",
-  "signal"];
+export const PRETRAIN_OPTIONS = ["steps", "batchSize", "maxLength", "mlmProbability", "wholeWordMask", "dynamicMasking",
+  "nsp", "shortSeqProb", "learningRate", "warmup", "weightDecay", "validationSplit", "seed", "dropout", "checkpoint",
+  "resume", "onProgress", "signal"];
 
 /** Types of pretrain's corpus and options. */
 export function checkPretrainOptions(corpus, o, onProgress, signal) {
@@ -152,7 +152,7 @@ export function checkPretrainOptions(corpus, o, onProgress, signal) {
   checkHooks(m, onProgress, signal);
   counts(m, o, ["steps", "batchSize", "maxLength"]);
   seed(m, o.seed);
-  flags(m, o, ["wholeWordMask", "nsp", "dropout"]);
+  flags(m, o, ["wholeWordMask", "dynamicMasking", "nsp", "dropout"]);
   finite(m, o, ["mlmProbability", "shortSeqProb", "learningRate", "warmup", "weightDecay", "validationSplit"]);
   dropNulls(o);
 }

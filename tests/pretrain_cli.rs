@@ -3,7 +3,7 @@
 //! falling, the folder written as BertForPreTraining that `fill-mask` loads back, and bad input a clear error; RoBERTa,
 //! DistilBERT and ALBERT with their own masked-LM heads.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -225,5 +225,93 @@ fn relatives_pretrain_their_own_masked_lm_head() {
             }
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--dynamic-masking` masks every row again each epoch (RoBERTa's recipe), and `--save-batches` writes the masks
+/// each step trained on: over 3 passes through a small corpus, a row (its tokens as the labels give them back) comes
+/// back with other masks, where the default's static masking gives it the same masks every pass. The same seed
+/// gives the same file.
+#[test]
+fn dynamic_masking_masks_each_pass_anew() {
+    let dir = std::env::temp_dir().join(format!("bertgpu-pretrain-dynamic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let all = std::fs::read_to_string(corpus(&dir)).unwrap();
+    let data = dir.join("small.txt");
+    std::fs::write(&data, all.split("\n\n").take(6).collect::<Vec<_>>().join("\n\n") + "\n").unwrap();
+    let model = root().join("tests/models/tiny-pretraining");
+    let run = |dynamic: bool, name: &str| -> String {
+        let (file, out) = (dir.join(name), dir.join("out"));
+        let mut args = vec!["pretrain", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",
+            out.to_str().unwrap(), "--steps", "12", "--batch-size", "2", "--max-length", "32", "--validation-split", "0",
+            "--device", "cpu", "--save-batches", file.to_str().unwrap()];
+        if dynamic {
+            args.push("--dynamic-masking");
+        }
+        let o = common::run_cli(&args, "");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(file).unwrap()
+    };
+    // Each trained row by its tokens (a label where it was selected, else its input): every masking of it.
+    let maskings = |text: &str| {
+        let mut by_row: BTreeMap<Vec<i64>, Vec<Vec<i64>>> = BTreeMap::new();
+        for b in text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
+            for (ids, labels) in b["input_ids"].as_array().unwrap().iter().zip(b["labels"].as_array().unwrap()) {
+                let ints = |v: &Value| v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>();
+                let (ids, labels) = (ints(ids), ints(labels));
+                let tokens = ids.iter().zip(&labels).map(|(&i, &l)| if l == -100 { i } else { l }).collect();
+                by_row.entry(tokens).or_default().push(labels);
+            }
+        }
+        by_row
+    };
+    let (fixed, dynamic) = (maskings(&run(false, "static.jsonl")), maskings(&run(true, "dynamic.jsonl")));
+    assert!(fixed.values().all(|m| m.len() >= 2 && m.iter().all(|l| l == &m[0])), "static masking: {fixed:?}");
+    let again: Vec<&Vec<Vec<i64>>> = dynamic.values().filter(|m| m.len() >= 2).collect();
+    assert!(again.len() >= 4, "rows trained on more than once: {dynamic:?}");
+    let changed = again.iter().filter(|m| m.iter().any(|l| l != &m[0])).count();
+    assert!(changed * 4 >= again.len() * 3, "{changed} of {} rows masked otherwise on a later pass", again.len());
+    assert_eq!(run(true, "dynamic2.jsonl"), run(true, "dynamic3.jsonl"), "the same seed, the same masks");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run with dynamic masking resumed from a checkpoint part way through a later pass writes the uninterrupted run's
+/// model bit for bit: each epoch's masks are made again from the seed, the epoch and the row, not carried.
+#[test]
+fn dynamic_masking_resumes_bit_for_bit() {
+    let dir = std::env::temp_dir().join(format!("bertgpu-pretrain-dynamic-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let all = std::fs::read_to_string(corpus(&dir)).unwrap();
+    let data = dir.join("small.txt");
+    std::fs::write(&data, all.split("\n\n").take(6).collect::<Vec<_>>().join("\n\n") + "\n").unwrap();
+    let model = root().join("tests/models/tiny-pretraining");
+    let (out, ckpt) = (dir.join("out"), dir.join("ckpt"));
+    let args = ["pretrain", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",
+        out.to_str().unwrap(), "--steps", "12", "--batch-size", "2", "--max-length", "32", "--validation-split", "0",
+        "--lr", "1e-3", "--dynamic-masking", "--device", "cpu", "--checkpoint-dir", ckpt.to_str().unwrap(),
+        "--checkpoint-every", "2", "--keep", "6"];
+    let o = common::run_cli(&args, "");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want = std::fs::read(out.join("model.safetensors")).unwrap();
+    let mut kept: Vec<usize> = std::fs::read_dir(&ckpt).unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().unwrap().strip_prefix("checkpoint-")?.parse().ok())
+        .collect();
+    kept.sort_unstable();
+    // Back to the checkpoint of step 6 or earlier (the rows fill an epoch in a few steps: a later pass resumes).
+    let back = kept.iter().copied().filter(|&s| s <= 6).max().unwrap();
+    for &s in kept.iter().filter(|&&s| s > back) {
+        std::fs::remove_dir_all(ckpt.join(format!("checkpoint-{s}"))).unwrap();
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+    let o = common::run_cli(&[&args[..], &["--resume"]].concat(), "");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && stderr.contains(&format!(r#""name":"checkpoint-{back}""#)), "{stderr}");
+    assert!(std::fs::read(out.join("model.safetensors")).unwrap() == want, "the resumed run's model differs");
+    // Without --dynamic-masking the checkpoints are another run's: refused.
+    let other: Vec<&str> = args.iter().copied().filter(|&a| a != "--dynamic-masking").chain(["--resume"]).collect();
+    let o = common::run_cli(&other, "");
+    assert!(!o.status.success(), "a static run resumed a dynamic run's checkpoint");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -414,3 +414,40 @@ fn shorter_rows_at_short_seq_prob() {
         assert!(err.contains("short_seq_prob"), "{bad}: {err}");
     }
 }
+
+/// Dynamic masking (RoBERTa's): each epoch from the second masks every row again, from a seed of its own; the row's
+/// tokens, segments and NSP label stay, the masks obey the same statistics (and whole words stay whole), epoch 1 is
+/// the row as made, and the same (epoch, row) always gives the same masks. Without the option every epoch is the row.
+#[test]
+fn dynamic_masking_masks_each_epoch_anew() {
+    let tok = minilm();
+    let corpus = TokenizedCorpus::new(&tok, &fortunes()).unwrap();
+    for whole_word_mask in [false, true] {
+        let o = PretrainOptions { max_length: 64, whole_word_mask, dynamic_masking: true, seed: 3, ..Default::default() };
+        let rows = pretrain_rows(&corpus, &o).unwrap();
+        let mut st = Stats::default();
+        let (mut changed, mut epoch) = (0, 1);
+        while st.candidates < MIN_TOKENS {
+            epoch += 1;
+            for (i, row) in rows.iter().enumerate() {
+                assert_eq!(&row.remasked(&corpus, &o, 1, i), row, "epoch 1 is the row as made");
+                let again = row.remasked(&corpus, &o, epoch, i);
+                check_row(&again, &tok, &corpus, &o, &mut st);
+                assert_eq!(original(&again), original(row), "row {i}'s tokens");
+                assert_eq!((&again.token_type_ids, again.nsp_label, &again.a, &again.b),
+                    (&row.token_type_ids, row.nsp_label, &row.a, &row.b));
+                assert_eq!(again, row.remasked(&corpus, &o, epoch, i), "the same epoch and row, the same masks");
+                changed += usize::from(again.mlm_labels != row.mlm_labels);
+            }
+        }
+        let seen = (epoch - 1) * rows.len();
+        eprintln!("whole words {whole_word_mask}: {changed} of {seen} rows masked otherwise than as made");
+        assert!(changed * 10 > seen * 9, "only {changed} of {seen} re-masked rows differ from the row as made");
+        check_masking(&st, &tok, 0.15);
+        if whole_word_mask {
+            assert_eq!(st.split_words, 0, "whole-word masking split words");
+        }
+        let fixed = PretrainOptions { dynamic_masking: false, ..o };
+        assert!(rows.iter().enumerate().all(|(i, r)| &r.remasked(&corpus, &fixed, 5, i) == r), "static: every epoch the same");
+    }
+}

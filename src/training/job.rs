@@ -18,7 +18,7 @@ use super::fit::{FitOptions, FitReport, Hooks, Metrics};
 use super::rows::{self, Row, RowTarget};
 use super::lora::LoraOptions;
 use super::lora_peft;
-use super::pretrain_data::{pretrain_rows, PretrainOptions, TokenizedCorpus};
+use super::pretrain_data::{pretrain_rows, PretrainOptions, PretrainRow, TokenizedCorpus};
 use super::metrics::QaReference;
 use crate::backend::Backend;
 use crate::config::BertConfig;
@@ -317,21 +317,40 @@ pub fn family_options(cfg: &BertConfig, data: &PretrainOptions) -> PretrainOptio
     PretrainOptions { nsp: data.nsp && cfg.family == crate::config::Family::Bert, ..data.clone() }
 }
 
+/// The rows [`pretrain`] trains on, and what masks them again each epoch.
+pub struct PretrainData {
+    pub corpus: TokenizedCorpus,
+    /// As made, masked once: the first epoch's (and with static masking every epoch's) and the validation's.
+    pub rows: Vec<PretrainRow>,
+    /// The options they were made with ([`family_options`]).
+    pub options: PretrainOptions,
+}
+
+impl PretrainData {
+    /// The rows epoch `epoch` (from 1) trains on: [`PretrainRow::remasked`].
+    pub fn epoch(&self, epoch: usize) -> Vec<PretrainRow> {
+        self.rows.iter().enumerate().map(|(i, r)| r.remasked(&self.corpus, &self.options, epoch, i)).collect()
+    }
+}
+
 /// The rows [`pretrain`] trains `cfg`'s model on (seeded: made again the same way, they are the same rows): the
 /// options as [`family_options`] has them, and for RoBERTa-style models no random replacement by the padding token.
 pub fn pretrain_corpus_rows(cfg: &BertConfig, tok: &Tokenizer, corpus: &[Vec<String>], data: &PretrainOptions)
-    -> Result<Vec<super::pretrain_data::PretrainRow>> {
+    -> Result<PretrainData> {
     let mut tokenized = TokenizedCorpus::new(tok, corpus)?;
     if cfg.position_offset > 0 {
         tokenized = tokenized.never_draw(cfg.pad_token_id);
     }
-    pretrain_rows(&tokenized, &family_options(cfg, data))
+    let options = family_options(cfg, data);
+    let rows = pretrain_rows(&tokenized, &options)?;
+    Ok(PretrainData { corpus: tokenized, rows, options })
 }
 
 /// Pre-trains the checkpoint (`cfg`, `weights`, its `config.json` as `original_config`) on `corpus` (documents of
 /// sentences, [`super::pretrain_data::parse_corpus`]): masked LM, with next-sentence prediction when `data.nsp` (the
 /// checkpoint must then have the NSP head; `data.nsp` false trains the masked LM alone, as `BertForMaskedLM`). The
-/// rows are made once from `data.seed` (static masking, as the BERT paper's data); the loop is fine-tuning's.
+/// rows are made once from `data.seed`, masked once for the run (static masking, as the BERT paper's data) or again
+/// each epoch (`data.dynamic_masking`, as RoBERTa); the loop is fine-tuning's.
 #[allow(clippy::too_many_arguments)]
 pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
     original_config: &serde_json::Value, corpus: &[Vec<String>], data: &PretrainOptions, fit_opts: &FitOptions,
@@ -346,18 +365,29 @@ pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Toke
                 .into(),
         ));
     }
-    let rows: Vec<Row> = pretrain_corpus_rows(cfg, tok, corpus, data)?
-        .into_iter()
-        .map(|r| Row {
-            input_ids: r.input_ids,
-            token_type_ids: r.token_type_ids,
-            target: RowTarget::Pretrain { mlm: r.mlm_labels, nsp: r.nsp_label.filter(|_| has_nsp) },
-        })
-        .collect();
+    let made = pretrain_corpus_rows(cfg, tok, corpus, data)?;
+    let to_rows = |rows: Vec<PretrainRow>| -> Vec<Row> {
+        rows.into_iter()
+            .map(|r| Row {
+                input_ids: r.input_ids,
+                token_type_ids: r.token_type_ids,
+                target: RowTarget::Pretrain { mlm: r.mlm_labels, nsp: r.nsp_label.filter(|_| has_nsp) },
+            })
+            .collect()
+    };
+    let rows = to_rows(made.rows.clone());
     if let Some(c) = checkpoints.as_deref_mut() {
-        c.run = identity(fit_opts, &[("task", "pretrain".into())], &rows, "", weights, original_config)?;
+        // (Dynamic masking named only when on: a static run's identity is what it was before the option existed.)
+        let mut extra = vec![("task", "pretrain".into())];
+        if data.dynamic_masking {
+            extra.push(("dynamic_masking", true.into()));
+        }
+        c.run = identity(fit_opts, &extra, &rows, "", weights, original_config)?;
     }
-    let report = rows::fit(be, &mut tuner, &rows, None, cfg.pad_token_id, fit_opts, Metrics::default(), hooks, checkpoints)
+    let by_epoch = |epoch: usize| to_rows(made.epoch(epoch));
+    let by_epoch = data.dynamic_masking.then_some(&by_epoch as rows::EpochRows<'_>);
+    let report = rows::fit_by_epoch(be, &mut tuner, &rows, by_epoch, None, cfg.pad_token_id, fit_opts,
+        Metrics::default(), hooks, checkpoints)
         .await?;
     let (config_json, safetensors) = rows::export_folder(be, &tuner, original_config, None).await?;
     Ok(FineTuned { report, labels: None, config_json, safetensors, adapter: None })

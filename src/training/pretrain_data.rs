@@ -110,6 +110,9 @@ pub struct PretrainOptions {
     pub nsp: bool,
     /// The fraction of NSP chunks given a shorter random target length (module doc), in [0, 1].
     pub short_seq_prob: f64,
+    /// Masks drawn again every epoch (RoBERTa's dynamic masking) instead of once for the whole run (the BERT
+    /// paper's static masking): [`PretrainRow::remasked`].
+    pub dynamic_masking: bool,
     pub seed: u64,
 }
 
@@ -117,7 +120,8 @@ impl Default for PretrainOptions {
     /// Google's `create_pretraining_data.py` defaults: 128 tokens, 15%, pairs, no whole-word masking, 10% of
     /// chunks shorter.
     fn default() -> Self {
-        PretrainOptions { max_length: 128, mlm_probability: 0.15, whole_word_mask: false, nsp: true, short_seq_prob: 0.1, seed: 0 }
+        PretrainOptions { max_length: 128, mlm_probability: 0.15, whole_word_mask: false, nsp: true, short_seq_prob: 0.1,
+            dynamic_masking: false, seed: 0 }
     }
 }
 
@@ -143,6 +147,25 @@ pub struct PretrainRow {
     /// Segment A (or S) and segment B.
     pub a: Span,
     pub b: Option<Span>,
+    /// The row before masking: each token's id and whether it starts a word (what [`Self::remasked`] masks again).
+    #[serde(skip)]
+    pub unmasked: Vec<(u32, bool)>,
+}
+
+impl PretrainRow {
+    /// Row `index` as epoch `epoch` trains on it: with [`PretrainOptions::dynamic_masking`] and from the second epoch
+    /// on, its tokens masked again as the module doc says, from a seed of their own (the options' seed, the epoch,
+    /// the row), so that a run resumed mid-way masks as the first did; otherwise the row itself.
+    pub fn remasked(&self, c: &TokenizedCorpus, o: &PretrainOptions, epoch: usize, index: usize) -> PretrainRow {
+        if !o.dynamic_masking || epoch <= 1 {
+            return self.clone();
+        }
+        const SALT: u64 = 0x5EED_0F_E90C_4A11;
+        let seed = (o.seed ^ SALT).wrapping_add((epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).rotate_left(17)
+            ^ (index as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+        let mut rng = SplitMix64::new(seed);
+        masked(c, &self.unmasked, self.token_type_ids.clone(), self.nsp_label, self.a.clone(), self.b.clone(), o, &mut rng)
+    }
 }
 
 /// Rows padded on the right to the longest (pad id, token type 0, attention mask 0, label [`IGNORE`]).
@@ -563,5 +586,5 @@ fn masked(
             };
         }
     }
-    PretrainRow { input_ids, token_type_ids, mlm_labels, nsp_label, a, b }
+    PretrainRow { input_ids, token_type_ids, mlm_labels, nsp_label, a, b, unmasked: pieces.to_vec() }
 }

@@ -150,10 +150,18 @@ impl RowBatch {
     }
 }
 
+/// The rows of an epoch (from 1), when they change by epoch (pre-training's dynamic masking): the same rows in
+/// the same order, their targets made for that epoch.
+pub type EpochRows<'a> = &'a dyn Fn(usize) -> Vec<Row>;
+
 /// [`FineTuner`] on tokenized rows, batched as [`RowBatch`] pads them.
 struct RowTrainee<'a, B: Backend> {
     tuner: &'a mut FineTuner<B>,
+    /// What the validation evaluates (and, without `by_epoch`, what trains).
     rows: &'a [Row],
+    by_epoch: Option<EpochRows<'a>>,
+    /// `by_epoch`'s rows of the current epoch.
+    epoch_rows: Option<Vec<Row>>,
     pad: u32,
     opts: &'a FitOptions,
     metrics: Metrics<'a>,
@@ -161,7 +169,8 @@ struct RowTrainee<'a, B: Backend> {
 
 impl<B: Backend> Trainee<B> for RowTrainee<'_, B> {
     async fn accumulate(&mut self, be: &B, which: &[usize]) -> Result<()> {
-        let batch = RowBatch::new(&which.iter().map(|&i| &self.rows[i]).collect::<Vec<_>>(), self.pad, self.opts.pad_to)?;
+        let rows = self.epoch_rows.as_deref().unwrap_or(self.rows);
+        let batch = RowBatch::new(&which.iter().map(|&i| &rows[i]).collect::<Vec<_>>(), self.pad, self.opts.pad_to)?;
         self.tuner.accumulate(be, &batch.batch, &batch.targets()).await
     }
 
@@ -193,6 +202,17 @@ impl<B: Backend> Trainee<B> for RowTrainee<'_, B> {
     fn set_state(&mut self, be: &B, state: TraineeState) -> Result<()> {
         self.tuner.set_train_state(be, state)
     }
+
+    fn begin_epoch(&mut self, epoch: usize) -> Result<()> {
+        if let Some(f) = self.by_epoch {
+            let rows = f(epoch);
+            if rows.len() != self.rows.len() {
+                return Err(Error::Input(format!("epoch {epoch} has {} rows, not {}", rows.len(), self.rows.len())));
+            }
+            self.epoch_rows = Some(rows);
+        }
+        Ok(())
+    }
 }
 
 /// Fine-tunes `tuner` on `rows` ([`fit_loop`]). `groups[i]` names the example row `i` comes from (a long QA
@@ -202,8 +222,17 @@ impl<B: Backend> Trainee<B> for RowTrainee<'_, B> {
 pub async fn fit<B: Backend, S: Store>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row], groups: Option<&[usize]>,
     pad: u32, opts: &FitOptions, metrics: Metrics<'_>, hooks: &mut impl Hooks, checkpoints: Option<&mut Checkpoints<S>>)
     -> Result<FitReport> {
+    fit_by_epoch(be, tuner, rows, None, groups, pad, opts, metrics, hooks, checkpoints).await
+}
+
+/// [`fit`] whose training rows are `by_epoch(epoch)` in each epoch (`None`: `rows` in every one); the validation
+/// keeps `rows`, so that its losses compare across epochs.
+#[allow(clippy::too_many_arguments)]
+pub async fn fit_by_epoch<B: Backend, S: Store>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row],
+    by_epoch: Option<EpochRows<'_>>, groups: Option<&[usize]>, pad: u32, opts: &FitOptions, metrics: Metrics<'_>,
+    hooks: &mut impl Hooks, checkpoints: Option<&mut Checkpoints<S>>) -> Result<FitReport> {
     tuner.set_dropout(opts.dropout.then(|| DropoutOptions::of_config(&tuner.encoder.config, opts.seed)))?;
-    let mut trainee = RowTrainee { tuner, rows, pad, opts, metrics };
+    let mut trainee = RowTrainee { tuner, rows, by_epoch, epoch_rows: None, pad, opts, metrics };
     fit_loop(be, &mut trainee, rows.len(), groups, opts, hooks, checkpoints).await
 }
 

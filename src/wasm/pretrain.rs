@@ -24,6 +24,8 @@ struct JsPretrainOptions {
     max_length: Option<usize>,
     mlm_probability: Option<f64>,
     whole_word_mask: Option<bool>,
+    /// Mask again every epoch (RoBERTa's dynamic masking; default false: once for the run).
+    dynamic_masking: Option<bool>,
     /// Sentence pairs and the next-sentence loss (default true); false: the masked LM alone.
     nsp: Option<bool>,
     short_seq_prob: Option<f64>,
@@ -53,6 +55,7 @@ impl JsPretrainOptions {
             whole_word_mask: self.whole_word_mask.unwrap_or(d.whole_word_mask),
             nsp: self.nsp.unwrap_or(d.nsp),
             short_seq_prob: self.short_seq_prob.unwrap_or(d.short_seq_prob),
+            dynamic_masking: self.dynamic_masking.unwrap_or(d.dynamic_masking),
             seed,
         };
         let fit = FitOptions {

@@ -357,23 +357,26 @@ test("fineTune in Node.js trains DistilBERT and RoBERTa (LoRA) as the CLI does, 
 
 // Continued pre-training of BERT's relatives in Node (tests/pretrain_families.rs holds the native side to PyTorch):
 // RoBERTa and ALBERT with their own masked-LM heads, the masked LM alone, step for step against `bertgpu pretrain` with
-// the same corpus, options and seed, and the folder the family's own ...ForMaskedLM.
+// the same corpus, options and seed (RoBERTa's with its dynamic masking), and the folder the family's own
+// ...ForMaskedLM.
 test("pretrain in Node.js continues RoBERTa and ALBERT with their own masked-LM head as the CLI does", async () => {
   const documents = fs.readFileSync(path.join(ROOT, "tests/data/fortunes-large/train.jsonl"), "utf8").trim().split("\n")
     .map((l) => JSON.parse(l).text.split(". ").map((s) => s.trim()).filter((s) => s !== ""))
     .filter((sentences) => sentences.length >= 2).slice(0, 12).map((sentences) => sentences.join("\n"));
   const corpus = documents.join("\n\n") + "\n";
   for (const [dir, arch] of [["tiny-roberta-mlm", "RobertaForMaskedLM"], ["tiny-albert-mlm", "AlbertForMaskedLM"]]) {
+    const dynamic = dir.includes("roberta");
     const got = await inConsumer(`
       import { Bert } from "bertgpu";
       const bert = await Bert.load(process.argv[1]);
       const steps = [];
       await bert.pretrain(process.argv[2], { steps: 6, batchSize: 4, maxLength: 32, learningRate: 2e-3, warmup: 0,
-        seed: 3, validationSplit: 0, onProgress: (p) => p.type === "step" && steps.push(p) });
+        seed: 3, validationSplit: 0, dynamicMasking: process.argv[3] === "dynamic",
+        onProgress: (p) => p.type === "step" && steps.push(p) });
       const files = await bert.exportModel();
       const config = JSON.parse(new TextDecoder().decode(files["config.json"]));
       console.log(JSON.stringify({ steps, architectures: config.architectures }));
-    `, path.join(ROOT, "tests/models", dir), corpus);
+    `, path.join(ROOT, "tests/models", dir), corpus, dynamic ? "dynamic" : "static");
     assert.deepEqual(got.architectures, [arch], dir);
     assert.equal(got.steps.length, 6, dir);
     for (const s of got.steps) {
@@ -386,7 +389,8 @@ test("pretrain in Node.js continues RoBERTa and ALBERT with their own masked-LM 
       fs.writeFileSync(data, corpus);
       const { stderr } = await run(cli, ["pretrain", "--model", path.join(ROOT, "tests/models", dir), "--data", data,
         "--out", path.join(tmp, "out"), "--steps", "6", "--batch-size", "4", "--max-length", "32", "--lr", "2e-3",
-        "--warmup", "0", "--seed", "3", "--validation-split", "0", "--device", "cpu"], { timeout: 120_000 });
+        "--warmup", "0", "--seed", "3", "--validation-split", "0", "--device", "cpu",
+        ...(dynamic ? ["--dynamic-masking"] : [])], { timeout: 120_000 });
       const native = stderr.split("\n").filter((l) => l.startsWith("{") && l.includes('"step"')).map((l) => JSON.parse(l).loss);
       assert.equal(native.length, got.steps.length, stderr);
       let worst = 0;

@@ -65,6 +65,9 @@ pub(crate) struct PretrainArgs {
     /// Select whole words (every piece of a word together)
     #[arg(long)]
     whole_word_mask: bool,
+    /// Mask the rows again every epoch (RoBERTa's dynamic masking) instead of once for the run (BERT's)
+    #[arg(long)]
+    dynamic_masking: bool,
     /// The masked LM alone: segments of one document instead of sentence pairs, no next-sentence loss
     #[arg(long)]
     no_nsp: bool,
@@ -110,6 +113,7 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
         whole_word_mask: a.whole_word_mask,
         nsp: !a.no_nsp,
         short_seq_prob: a.short_seq_prob,
+        dynamic_masking: a.dynamic_masking,
         seed: a.seed,
     };
     let fit = FitOptions {
@@ -131,13 +135,13 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
         // The rows job::pretrain trains on, made again the same way (seeded): the hooks see them as indices.
         let rows = job::pretrain_corpus_rows(cfg, tok, &corpus, &data).map_err(at)?;
         let file = std::fs::File::create(path).map_err(|e| fail(format!("cannot write `{}`: {e}", path.display())))?;
-        progress.save = Some((rows, std::io::BufWriter::new(file)));
+        progress.save = Some(Saved { epoch: 1, rows: rows.rows.clone(), data: rows, out: std::io::BufWriter::new(file) });
     }
     let mut checkpoints = a.checkpoints.open()?;
     let done = job::pretrain(be, cfg, tok, &weights, original, &corpus, &data, &fit, &mut progress, checkpoints.as_mut())
         .await
         .map_err(at)?;
-    if let Some((_, mut out)) = progress.save.take() {
+    if let Some(Saved { mut out, .. }) = progress.save.take() {
         use std::io::Write;
         out.flush().map_err(|e| fail(format!("--save-batches: {e}")))?;
     }
@@ -146,10 +150,19 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
     Ok(json!({ "steps": done.report.steps.len(), "epochs": done.report.epochs, "out": a.out }))
 }
 
+/// `--save-batches`' file and the rows it writes from.
+struct Saved {
+    data: job::PretrainData,
+    /// The rows of epoch `epoch` ([`job::PretrainData::epoch`]).
+    epoch: usize,
+    rows: Vec<PretrainRow>,
+    out: std::io::BufWriter<std::fs::File>,
+}
+
 /// The CLI's progress, and with `--save-batches` each batch's rows written as a JSON line.
 struct SavingHooks {
     inner: CliHooks,
-    save: Option<(Vec<PretrainRow>, std::io::BufWriter<std::fs::File>)>,
+    save: Option<Saved>,
     /// The optimiser step the next batch belongs to.
     step: usize,
 }
@@ -166,8 +179,13 @@ impl Hooks for SavingHooks {
         self.inner.pause().await
     }
 
-    fn batch(&mut self, which: &[usize]) -> bertgpu::Result<()> {
-        let Some((rows, out)) = &mut self.save else { return Ok(()) };
+    fn batch(&mut self, epoch: usize, which: &[usize]) -> bertgpu::Result<()> {
+        let Some(s) = &mut self.save else { return Ok(()) };
+        if s.epoch != epoch {
+            s.rows = s.data.epoch(epoch);
+            s.epoch = epoch;
+        }
+        let (rows, out) = (&s.rows, &mut s.out);
         let rows: Vec<&PretrainRow> = which.iter().map(|&i| &rows[i]).collect();
         let line = json!({
             "step": self.step,

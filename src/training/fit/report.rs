@@ -114,9 +114,10 @@ pub trait Hooks {
         std::future::ready(Ok(()))
     }
 
-    /// Before each micro-batch is trained on: its rows, as indices into the rows being fitted, in the batch's order
-    /// (`bertgpu pretrain --save-batches` writes them out, so that another framework can replay the same batches).
-    fn batch(&mut self, _rows: &[usize]) -> Result<()> {
+    /// Before each micro-batch is trained on: its epoch (from 1) and rows, as indices into the rows being fitted, in
+    /// the batch's order (`bertgpu pretrain --save-batches` writes them out, so that another framework can replay the
+    /// same batches).
+    fn batch(&mut self, _epoch: usize, _rows: &[usize]) -> Result<()> {
         Ok(())
     }
 }

@@ -34,6 +34,11 @@ pub trait Trainee<B: Backend> {
     fn memory(&self) -> Option<TrainingMemory> {
         None
     }
+    /// Before epoch `epoch` (from 1; again for the epoch a resumed run continues): a trainee whose rows change by
+    /// epoch (pre-training's dynamic masking) makes them here.
+    fn begin_epoch(&mut self, _epoch: usize) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The training loop of every trainer: the rows are split once by a seeded shuffle (the first ⌈split·N⌉ examples
@@ -92,6 +97,7 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
         }
     }
     for epoch in first_epoch..=epochs {
+        trainee.begin_epoch(epoch)?;
         let (done, mut losses) = match resumed_in_epoch.take() {
             Some(resumed) => resumed,
             None => {
@@ -117,7 +123,7 @@ pub async fn fit_loop<B: Backend, S: Store>(be: &B, trainee: &mut impl Trainee<B
                 return Err(checkpoint_on_stop(be, trainee, checkpoints, e, &at, best.as_ref().map(|b| &b.2[..])).await);
             }
             for chunk in group.chunks(opts.batch_size) {
-                hooks.batch(chunk)?;
+                hooks.batch(epoch, chunk)?;
                 trainee.accumulate(be, chunk).await?;
             }
             let step_opts = StepOptions {

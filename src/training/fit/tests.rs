@@ -311,7 +311,7 @@ fn hooks_see_each_micro_batch_before_it_is_trained() {
         fn progress(&mut self, _: Progress<'_>) -> Result<()> {
             Ok(())
         }
-        fn batch(&mut self, rows: &[usize]) -> Result<()> {
+        fn batch(&mut self, _epoch: usize, rows: &[usize]) -> Result<()> {
             self.0.extend_from_slice(rows);
             self.1 += 1;
             Ok(())
