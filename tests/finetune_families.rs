@@ -2,7 +2,9 @@
 //! tests/golden/finetune_families.json (tests/golden/finetune_families.py, float64) — RoBERTa, CamemBERT, DistilBERT,
 //! ELECTRA and ALBERT, sequence classification (ELECTRA's and ALBERT's on pairs too) and token classification — the loss, the gradient
 //! of every parameter under the family's own names, and five AdamW steps with weight decay and clipping, on the CPU
-//! and the GPU. The tolerances are tests/finetune_golden.rs's for BERT (the same tiny sizes, the same sums).
+//! and the GPU. The tolerances are tests/finetune_golden.rs's for BERT (the same tiny sizes, the same sums). The rotary
+//! families, NomicBERT and GTE (rotary queries and keys, gated feed-forwards), are the cases of
+//! tests/golden/finetune_rotary.json (tests/golden/finetune_rotary.py), checked the same way.
 //!
 //! `BERTGPU_FAMILY_EXPORT=DIR` also writes each case's trained model after its steps on the CPU (`rows::export_folder`,
 //! what `bertgpu fine-tune` and `fineTune` write) and our logits into `DIR/<case>`, for
@@ -49,11 +51,17 @@ const LOSS_RTOL: f64 = 2e-5;
 /// off by 1e-3 or more.
 const STEP_RTOL: f64 = 2e-4;
 
+/// The cases of tests/golden/finetune_families.json and tests/golden/finetune_rotary.json, under `cases`.
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     G.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/finetune_families.json");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("tests/golden/finetune_families.json")).unwrap()
+        let mut all = serde_json::Map::new();
+        for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+            let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
+            all.extend(g["cases"].as_object().unwrap().clone());
+        }
+        serde_json::json!({ "cases": all })
     })
 }
 
@@ -158,6 +166,25 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
 
 const CASES: [&str; 11] = ["roberta_classify", "roberta_ner", "camembert_classify", "distil_classify", "distil_ner",
     "electra_classify", "electra_pair", "electra_ner", "albert_classify", "albert_pair", "albert_ner"];
+
+/// NomicBERT and GTE (tests/golden/finetune_rotary.py).
+const ROTARY_CASES: [&str; 6] = ["gte_classify", "gte_pair", "gte_ner", "nomic_classify", "nomic_pair", "nomic_ner"];
+
+#[test]
+fn rotary_families_match_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in ROTARY_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn rotary_families_match_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in ROTARY_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
 
 #[test]
 fn every_family_matches_pytorch_on_the_cpu() {
