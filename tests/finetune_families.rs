@@ -248,3 +248,18 @@ fn lora_adapters_carry_each_familys_module_names() {
             {moved:.1e})", merged.len());
     }
 }
+
+/// What NomicBERT and GTE do not train yet is refused by name before any work: question answering (transformers
+/// has no `...ForQuestionAnswering` for either) and LoRA (peft targets the modules their checkpoints store packed).
+#[test]
+fn rotary_families_refuse_qa_and_lora_by_name() {
+    let be = CpuBackend::new();
+    for (name, class) in [("gte_classify", "GteForQuestionAnswering"), ("nomic_classify", "NomicBertForQuestionAnswering")] {
+        let c = Case::load(name);
+        let e = FineTuner::new(&be, &c.cfg, &c.weights, FineTuneTask::Qa, None, 0).err().expect("QA refused").to_string();
+        assert!(e.contains(class), "{name}: {e}");
+        let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        let e = tr.set_lora(&be, LoraOptions::new(2), 0).err().expect("LoRA refused").to_string();
+        assert!(e.contains(&format!("LoRA on a `{}` model", c.cfg.family.model_type())), "{name}: {e}");
+    }
+}

@@ -36,6 +36,15 @@ impl<B: Backend> FineTuner<B> {
                 self.encoder.config.family.model_type()
             )));
         }
+        if matches!(self.encoder.config.family, Family::NomicBert | Family::Gte) {
+            // peft targets transformers' modules (`self_attn.q_proj`, ...), which these checkpoints store packed
+            // (`qkv_proj`, `Wqkv`): the adapter names and their merge into the packed tensors are not written yet.
+            return Err(Error::Input(format!(
+                "LoRA on a `{}` model is not supported yet (its packed query/key/value projection); fine-tune the \
+                 whole model",
+                self.encoder.config.family.model_type()
+            )));
+        }
         if self.top_layers().is_some() || self.encoder.lora.is_some() {
             return Err(Error::Input("LoRA trains adapters on every layer: it cannot be combined with --layers".into()));
         }
