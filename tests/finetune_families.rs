@@ -263,3 +263,60 @@ fn rotary_families_refuse_qa_and_lora_by_name() {
         assert!(e.contains(&format!("LoRA on a `{}` model", c.cfg.family.model_type())), "{name}: {e}");
     }
 }
+
+/// Embedding training of the bare rotary models (MultipleNegativesRankingLoss, scale 20, on mean-pooled normalised
+/// vectors: tests/finetune_golden.rs's check for BERT) against `embeddings` of tests/golden/finetune_rotary.json: the
+/// loss and every encoder parameter's gradient under the checkpoint's names (GTE's without a token-type table); then
+/// steps lower the loss.
+fn check_rotary_embedding<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/finetune_rotary.json");
+    let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let g = &all["embeddings"][name];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(g["model"].as_str().unwrap());
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let side = |k: &str| {
+        let b = g[k]["input_ids"].as_array().unwrap().len();
+        let u32s = |f: &str| ints(&g[k][f]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
+        let input_ids = u32s("input_ids");
+        let t = input_ids.len() / b;
+        Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t }
+    };
+    let (anchors, positives) = (side("anchors"), side("positives"));
+    let mut tr = FineTuner::new(be, &cfg, &weights, FineTuneTask::Embedding, None, 0).unwrap();
+    let (grads, loss) = pollster::block_on(tr.embedding_gradients(be, &anchors, &positives)).unwrap();
+    let want_loss = g["loss"].as_f64().unwrap();
+    assert!((loss as f64 - want_loss).abs() <= LOSS_RTOL * want_loss, "{name}: loss {loss} vs PyTorch {want_loss}");
+    let grads: Vec<B::Tensor> = grads.into_iter().map(|g| g.expect("every encoder parameter trains")).collect();
+    let ours: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, Some(&grads))).unwrap().into_iter().collect();
+    let prefix = bertgpu::weights::family_prefix(cfg.family).unwrap();
+    let ours: BTreeMap<&str, &Vec<f32>> = ours.iter().map(|(n, v)| (n.strip_prefix(prefix).unwrap_or(n), v)).collect();
+    let want = g["grads"].as_object().unwrap();
+    assert_eq!(ours.keys().copied().collect::<Vec<_>>(), want.keys().map(String::as_str).collect::<Vec<_>>(), "{name}");
+    let mut worst = 0f64;
+    for (n, w) in want {
+        let (w, o) = (floats(w), ours[n.as_str()]);
+        let rel = common::golden_grads::norm(o.iter().zip(&w).map(|(&a, &b)| a as f64 - b)) / common::golden_grads::norm(w.iter().copied());
+        assert!(rel <= grad_rtol, "{name} embeddings: gradient of {n}: relative error {rel:e}");
+        worst = worst.max(rel);
+    }
+    let opt = StepOptions { learning_rate: 1e-3, ..StepOptions::default() };
+    let targets = Targets::Embedding { positives: &positives };
+    let first = pollster::block_on(tr.step(be, &anchors, &targets, &opt)).unwrap().loss;
+    let mut last = first;
+    for _ in 0..4 {
+        last = pollster::block_on(tr.step(be, &anchors, &targets, &opt)).unwrap().loss;
+    }
+    assert!(last < first * 0.8, "{name}: embedding loss {first} → {last} after 5 steps on one batch");
+    eprintln!("{name} embeddings on {}: worst gradient relative error {worst:.2e}; loss {first} → {last}", be.name());
+}
+
+#[test]
+fn rotary_embedding_training_matches_pytorch() {
+    for name in ["gte", "nomic"] {
+        check_rotary_embedding(&CpuBackend::new(), name, CPU_GRAD_RTOL);
+        if let Some(g) = common::gpu() {
+            check_rotary_embedding(&g, name, GPU_GRAD_RTOL);
+        }
+    }
+}

@@ -19,6 +19,12 @@ It writes tests/golden/finetune_rotary.json:
   nomic_pair      tiny-nomic-classifier  the same on text pairs
   nomic_ner       tiny-nomic-ner         NomicBertForTokenClassification
 
+and under `embeddings`, embedding training as tests/golden/finetune_embed.py has it for BERT (MultipleNegativesRankingLoss
+on mean-pooled, normalised vectors, scale 20, 4 pairs; its loss and every encoder parameter's gradient):
+
+  gte    tiny-gte-model    GteModel (type_vocab_size 0: no token-type table)
+  nomic  tiny-nomic-model  NomicBertModel
+
 transformers' modules split what the checkpoints pack: `q_proj`/`k_proj`/`v_proj` are stored as one `qkv_proj`
 (`attn.Wqkv`), GTE's `gate_proj`/`up_proj` as `up_gate_proj` (its conversion mapping packs and unpacks them on save
 and load). The gradients, the parameters after the steps, the shapes and the decay set are recorded under the
@@ -35,8 +41,8 @@ import tempfile
 
 import torch
 from safetensors.torch import load_file
-from transformers import (GteForSequenceClassification, GteForTokenClassification, NomicBertForSequenceClassification,
-                          NomicBertForTokenClassification)
+from transformers import (AutoTokenizer, GteForSequenceClassification, GteForTokenClassification, GteModel,
+                          NomicBertForSequenceClassification, NomicBertForTokenClassification, NomicBertModel)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import finetune_families as F  # noqa: E402
@@ -82,6 +88,42 @@ def run(case, name, model, enc, labels, types):
     return out
 
 
+def embed_case(cls, name):
+    """finetune_embed.py's loss on a bare model, its gradients under the checkpoint's names (the pooler, unused,
+    left out)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import finetune_embed as E
+    d = os.path.join(F.MODELS, name)
+    model = cls.from_pretrained(d, attn_implementation="eager").double()
+    model.train()
+    tok = AutoTokenizer.from_pretrained(d)
+    types = model.config.type_vocab_size > 0
+    enc_a = tok([a for a, _ in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
+    enc_p = tok([p for _, p in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
+
+    def embed(enc):
+        h = model(**enc).last_hidden_state
+        mask = enc["attention_mask"].unsqueeze(-1).double()
+        pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    loss = torch.nn.functional.cross_entropy(embed(enc_a) @ embed(enc_p).T * E.SCALE, torch.arange(len(E.PAIRS)))
+    loss.backward()
+    used = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert all(n.startswith("pooler") for n, _ in model.named_parameters() if n not in used)
+    grads = saved(model, {n: p.grad if n in used else torch.zeros_like(p) for n, p in model.named_parameters()})
+    grads = {n: g for n, g in grads.items() if not n.startswith("pooler")}
+
+    def side(e):
+        ids = e["input_ids"]
+        return {"input_ids": ids.tolist(), "attention_mask": e["attention_mask"].tolist(),
+                "token_type_ids": (e["token_type_ids"] if types else torch.zeros_like(ids)).tolist()}
+
+    return {"model": name, "family": model.config.model_type, "scale": E.SCALE, "anchors": side(enc_a),
+            "positives": side(enc_p), "loss": float(f"{loss.item():.17g}"),
+            "grads": {n: F.flat(g) for n, g in grads.items()}}
+
+
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -101,7 +143,8 @@ def main():
         }
     finally:
         F.run = F.run_plain
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
+    embeddings = {"gte": embed_case(GteModel, "tiny-gte-model"), "nomic": embed_case(NomicBertModel, "tiny-nomic-model")}
+    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases, "embeddings": embeddings}
     with open(OUT, "w", encoding="utf-8") as fh:
         json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
@@ -109,6 +152,8 @@ def main():
         t = len(c["input_ids"][0])
         print(f"{name}: B {len(c['input_ids'])} T {t} loss {c['loss']:.17g} grad_norm {c['grad_norms'][0]:.17g} "
               f"loss after {F.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} parameters; zero: {c['zero_grads']})")
+    for name, c in embeddings.items():
+        print(f"{name} embeddings: loss {c['loss']:.17g} ({len(c['grads'])} parameters)")
 
 
 if __name__ == "__main__":
