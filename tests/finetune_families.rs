@@ -272,18 +272,6 @@ fn lora_adapters_carry_each_familys_module_names() {
     }
 }
 
-/// Question answering for NomicBERT and GTE is refused by name before any work: transformers has no
-/// `...ForQuestionAnswering` for either.
-#[test]
-fn rotary_families_refuse_qa_by_name() {
-    let be = CpuBackend::new();
-    for (name, class) in [("gte_classify", "GteForQuestionAnswering"), ("nomic_classify", "NomicBertForQuestionAnswering")] {
-        let c = Case::load(name);
-        let e = FineTuner::new(&be, &c.cfg, &c.weights, FineTuneTask::Qa, None, 0).err().expect("QA refused").to_string();
-        assert!(e.contains(class), "{name}: {e}");
-    }
-}
-
 /// Embedding training of the bare rotary models (MultipleNegativesRankingLoss, scale 20, on mean-pooled normalised
 /// vectors: tests/finetune_golden.rs's check for BERT) against `embeddings` of tests/golden/finetune_rotary.json: the
 /// loss and every encoder parameter's gradient under the checkpoint's names (GTE's without a token-type table); then

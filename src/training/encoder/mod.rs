@@ -30,7 +30,8 @@
 //! `Backend::attention_dropout`). Each is `y = x ⊙ M/(1 − p)` with a mask recomputed from (seed, stream) by
 //! `Backend::dropout` ([`crate::backend::Dropout`]), so the backward applies the same op to the gradient: `dx = dy ⊙
 //! M/(1 − p)`; the attention's backward recomputes its mask. The kept tensors (`x*`, `ctx*`, `p1*`, ...) are the
-//! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded).
+//! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded). GTE has a
+//! fifth, `GteMLP`'s dropout on the gated product before `down_proj` ([`rotary`]).
 
 mod load;
 mod rotary;
@@ -46,6 +47,7 @@ use crate::weights::HostTensor;
 use crate::{Error, Result};
 
 pub(crate) use load::get;
+pub(crate) use rotary::check_config_keys;
 
 /// Indices of the embeddings' parameters.
 #[derive(Clone, Copy)]

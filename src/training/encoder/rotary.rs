@@ -21,7 +21,7 @@
 
 use super::{apply_dropout, DropoutPlan, Saved};
 use crate::backend::{Activation, Backend};
-use crate::config::BertConfig;
+use crate::config::{BertConfig, Family};
 use crate::model::rotary::Rope;
 use crate::weights::HostTensor;
 use crate::Result;
@@ -76,6 +76,29 @@ impl Rotary {
             Some(m) => be.glu_backward(&be.dropout(dg, m)?, u, act),
             None => be.glu_backward(dg, u, act),
         }
+    }
+}
+
+/// Refuses, by name, a NomicBERT or GTE checkpoint whose config.json is in its hub repository's form (nomic-ai's
+/// `n_embd`, `rotary_emb_base`...; Alibaba-NLP's `model_type: "new"`): the trained folder is transformers' class under
+/// its names, and transformers would read that config as another model (NomicBertConfig ignores nomic-ai's keys and
+/// takes its defaults; `new` is no transformers model type). Other families pass.
+pub fn check_config_keys(family: Family, original: &serde_json::Value) -> Result<()> {
+    const NOMIC_HUB: [&str; 6] = ["n_embd", "n_head", "n_layer", "n_inner", "n_positions", "rotary_emb_base"];
+    let hub = match family {
+        Family::NomicBert => NOMIC_HUB.iter().find(|k| original.get(**k).is_some()).map(|k| format!("`{k}`")),
+        Family::Gte => (original["model_type"] == "new").then(|| "model_type `new`".to_string()),
+        _ => None,
+    };
+    match hub {
+        Some(key) => Err(crate::Error::Config(format!(
+            "training a `{}` checkpoint whose config.json is in its hub repository's form ({key}) is not supported \
+             yet: the folder written would be transformers' {}For... class, which reads that config as another \
+             model; save the checkpoint with transformers first (its config then has transformers' keys)",
+            family.model_type(),
+            family.class_prefix()
+        ))),
+        None => Ok(()),
     }
 }
 
