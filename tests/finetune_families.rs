@@ -328,3 +328,82 @@ fn rotary_embedding_training_matches_pytorch() {
         }
     }
 }
+
+/// LoRA on NomicBERT and GTE against peft (tests/golden/lora_rotary.py, float64): the adapters on transformers'
+/// modules, each a block of rows of a packed tensor here (GTE's q and v of `qkv_proj`; NomicBERT's every linear, `up`
+/// and `gate` the halves of `[fc11; fc12]`), from the golden's A and B: which parameters train, the loss, every trained
+/// gradient and five AdamW steps. Tolerances: tests/lora_golden.rs's `LOSS_RTOL` 5e-6 and `PARAM_ATOL` 3e-6 (only the
+/// adapters and the head move) and this file's gradient bound; measured worst printed.
+fn check_rotary_lora<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
+    const LORA_LOSS_RTOL: f64 = 5e-6;
+    const LORA_PARAM_ATOL: f64 = 3e-6;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/lora_rotary.json");
+    let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let g = &all["cases"][name];
+    let c = Case::load(if name == "gte_qv" { "gte_classify" } else { "nomic_ner" });
+    assert_eq!(c.dir.file_name().unwrap().to_str().unwrap(), g["model"].as_str().unwrap());
+    let targets = if g["target_modules"].as_array().unwrap().len() == 2 { LoraTargets::Qv } else { LoraTargets::All };
+    let opts = LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32, targets, merge: false };
+    let mut tr = FineTuner::new(be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+    tr.set_lora(be, opts, 0).unwrap();
+    let init = g["init"].as_object().unwrap();
+    let mut set = 0;
+    for p in tr.encoder.params.iter_mut() {
+        if let Some(v) = init.get(&p.names[0]) {
+            let v: Vec<f32> = floats(v).into_iter().map(|x| x as f32).collect();
+            p.tensor = be.input(&v, p.rows, p.cols).unwrap();
+            set += 1;
+        }
+    }
+    assert_eq!(set, init.len(), "{name}: every adapter of the golden exists here");
+    let targets = c.targets();
+    let (grads, logits) = tr.trainable_gradients(be, &c.batch, &targets).unwrap();
+    let trained: BTreeSet<&str> =
+        tr.encoder.params.iter().zip(&grads).filter(|(_, g)| g.is_some()).map(|(p, _)| p.names[0].as_str()).collect();
+    let want_trained: BTreeSet<&str> = g["trainable"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(trained, want_trained, "{name}: the parameters that train are exactly peft's");
+    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), c.batch.t, &targets) as f64;
+    let want_loss = g["loss"].as_f64().unwrap();
+    assert!((loss - want_loss).abs() <= LORA_LOSS_RTOL * want_loss, "{name}: loss {loss} vs peft {want_loss}");
+    let mut worst = 0f64;
+    for (p, gr) in tr.encoder.params.iter().zip(&grads) {
+        let Some(gr) = gr else { continue };
+        let (ours, want) = (pollster::block_on(be.read(gr)).unwrap(), floats(&g["grads"][&p.names[0]]));
+        let rel = common::golden_grads::norm(ours.iter().zip(&want).map(|(&a, &b)| a as f64 - b))
+            / common::golden_grads::norm(want.iter().copied());
+        assert!(rel <= grad_rtol, "{name}: gradient of {}: relative error {rel:e}", p.names[0]);
+        worst = worst.max(rel);
+    }
+    let opt = StepOptions {
+        learning_rate: g["lr"].as_f64().unwrap() as f32,
+        weight_decay: g["weight_decay"].as_f64().unwrap() as f32,
+        max_grad_norm: Some(g["max_norm"].as_f64().unwrap() as f32),
+        ..StepOptions::default()
+    };
+    let mut worst_step = 0f64;
+    for (s, (wl, wn)) in floats(&g["losses"]).iter().zip(floats(&g["grad_norms"])).enumerate() {
+        let r = pollster::block_on(tr.step(be, &c.batch, &targets, &opt)).unwrap();
+        let e = ((r.loss as f64 - wl).abs() / wl).max((r.grad_norm as f64 - wn).abs() / wn);
+        assert!(e <= LORA_LOSS_RTOL, "{name}: step {s}: loss {} vs {wl}, grad norm {} vs {wn}", r.loss, r.grad_norm);
+        worst_step = worst_step.max(e);
+    }
+    let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect();
+    let mut worst_param = 0f64;
+    for (n, w) in g["params_after"].as_object().unwrap() {
+        let d = after[n].iter().zip(floats(w)).map(|(&a, b)| (a as f64 - b).abs()).fold(0f64, f64::max);
+        assert!(d <= LORA_PARAM_ATOL, "{name}: {n} after 5 steps differs from peft's by {d}");
+        worst_param = worst_param.max(d);
+    }
+    eprintln!("{name} LoRA on {}: worst gradient relative error {worst:.2e}, loss/grad-norm {worst_step:.2e}, \
+        parameters after 5 steps {worst_param:.2e}", be.name());
+}
+
+#[test]
+fn lora_on_rotary_families_matches_peft() {
+    for name in ["gte_qv", "nomic_all"] {
+        check_rotary_lora(&CpuBackend::new(), name, CPU_GRAD_RTOL);
+        if let Some(g) = common::gpu() {
+            check_rotary_lora(&g, name, GPU_GRAD_RTOL);
+        }
+    }
+}
