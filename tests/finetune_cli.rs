@@ -187,15 +187,18 @@ fn untrained_families_are_refused_naming_them() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// RoBERTa and DistilBERT fine-tune as BERT does: the run learns, a run resumed from an earlier checkpoint writes
-/// the uninterrupted run's model bit for bit, and the folder is the family's own class (tests/finetune_families.rs
-/// checks the gradients; tests/golden/finetune_families_load.py that transformers loads such a folder).
+/// RoBERTa, DistilBERT, GTE and NomicBERT fine-tune as BERT does: the run learns, a run resumed from an earlier
+/// checkpoint writes the uninterrupted run's model bit for bit, and the folder is the family's own class
+/// (tests/finetune_families.rs checks the gradients; tests/golden/finetune_families_load.py that transformers loads
+/// such a folder).
 #[test]
 fn roberta_and_distilbert_fine_tune_resume_and_write_their_own_class() {
     let dir = tmp("relatives");
     let train = data(&dir);
     for (name, arch) in [("tiny-roberta-classifier", "RobertaForSequenceClassification"),
-        ("tiny-distilbert-classifier", "DistilBertForSequenceClassification")] {
+        ("tiny-distilbert-classifier", "DistilBertForSequenceClassification"),
+        ("tiny-gte-classifier", "GteForSequenceClassification"),
+        ("tiny-nomic-classifier", "NomicBertForSequenceClassification")] {
         let (out, ckpt) = (dir.join(format!("{name}-out")), dir.join(format!("{name}-ckpt")));
         let model = root().join("tests/models").join(name);
         let args = ["fine-tune", "--task", "classify", "--model", model.to_str().unwrap(), "--data", train.to_str().unwrap(),
