@@ -9,6 +9,8 @@
 //! `BERTGPU_FAMILY_EXPORT=DIR` also writes each case's trained model after its steps on the CPU (`rows::export_folder`,
 //! what `bertgpu fine-tune` and `fineTune` write) and our logits into `DIR/<case>`, for
 //! tests/golden/finetune_families_load.py (transformers loads each as the family's own class and gives our logits).
+//! `BERTGPU_LORA_EXPORT=DIR` writes the rotary cases' LoRA adapters, merged folders and logits into `DIR/<case>` for
+//! tests/golden/lora_rotary_peft_load.py (peft loads them and gives our logits and merge).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
