@@ -390,7 +390,8 @@ fn dropout_gradients_match_on_gpu_and_cpu() {
     let bt = batch();
     let labels = [1u32, 2];
     let tags: Vec<i64> = vec![-100, 1, 2, 0, 3, 4, 0, 5, -100, -100, 6, 0, 1, 2, -100, -100, -100, -100];
-    for (model, task) in [("tiny-classifier", FineTuneTask::Sequence), ("tiny-ner", FineTuneTask::Token)] {
+    for (model, task) in [("tiny-classifier", FineTuneTask::Sequence), ("tiny-ner", FineTuneTask::Token),
+        ("tiny-gte-classifier", FineTuneTask::Sequence), ("tiny-nomic-ner", FineTuneTask::Token)] {
         let targets = match task {
             FineTuneTask::Sequence => Targets::Sequence(&labels),
             _ => Targets::Token(&tags),
@@ -444,6 +445,24 @@ fn distilbert_dropout_gradients_match_finite_differences() {
         "distilbert.transformer.layer.1.attention.out_lin.bias",
         "distilbert.transformer.layer.1.ffn.lin2.weight",
         "pre_classifier.weight",
+    ]);
+}
+
+/// The rotary families: GTE's backward through its dropout on the gated product (`GteMLP.dropout`, before
+/// `down_proj`) and both through the rotation's transpose and the gated feed-forward's backward.
+#[test]
+fn rotary_dropout_gradients_match_finite_differences() {
+    finite_differences("tiny-gte-classifier", &[
+        "gte.embeddings.word_embeddings.weight",
+        "gte.encoder.layer.0.attention.qkv_proj.weight",
+        "gte.encoder.layer.0.mlp.up_gate_proj.weight",
+        "gte.encoder.layer.1.mlp.down_proj.weight",
+        "gte.encoder.layer.1.attn_ln.weight",
+    ]);
+    finite_differences("tiny-nomic-classifier", &[
+        "nomic_bert.encoder.layers.0.attn.Wqkv.weight",
+        "nomic_bert.encoder.layers.0.mlp.fc11.weight",
+        "nomic_bert.encoder.layers.1.mlp.fc2.weight",
     ]);
 }
 

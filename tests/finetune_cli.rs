@@ -153,7 +153,8 @@ fn bad_input_exits_2_with_a_reason() {
 
 /// A family whose whole encoder does not train yet (MPNet: its relative position bias has no backward) is refused
 /// before anything is written, with an error naming the checkpoint's model_type, with or without LoRA; so are LoRA
-/// on ALBERT's shared layer and pre-training an ELECTRA generator (its head is not BERT's).
+/// on ALBERT's shared layer, a NomicBERT config in nomic-ai's hub form (transformers would read the written folder's
+/// config as another model) and pre-training an ELECTRA generator (its head is not BERT's).
 #[test]
 fn untrained_families_are_refused_naming_them() {
     let dir = tmp("families");
@@ -162,7 +163,8 @@ fn untrained_families_are_refused_naming_them() {
     let (data, out) = (data.to_str().unwrap(), dir.join("out"));
     let cases = [("tiny-mpnet-classifier", &[][..], "fine-tuning the whole encoder supports"),
         ("tiny-mpnet-classifier", &["--lora", "2"][..], "fine-tuning the whole encoder supports"),
-        ("tiny-albert-classifier", &["--lora", "2"][..], "LoRA on a `albert` model is not supported yet")];
+        ("tiny-albert-classifier", &["--lora", "2"][..], "LoRA on a `albert` model is not supported yet"),
+        ("tiny-nomic-hub", &[][..], "config.json is in its hub repository's form (`n_embd`)")];
     for (name, extra, why) in cases {
         let model = root().join("tests/models").join(name);
         let mut args = vec!["fine-tune", "--model", model.to_str().unwrap(), "--task", "classify", "--data", data,
@@ -185,15 +187,18 @@ fn untrained_families_are_refused_naming_them() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// RoBERTa and DistilBERT fine-tune as BERT does: the run learns, a run resumed from an earlier checkpoint writes
-/// the uninterrupted run's model bit for bit, and the folder is the family's own class (tests/finetune_families.rs
-/// checks the gradients; tests/golden/finetune_families_load.py that transformers loads such a folder).
+/// RoBERTa, DistilBERT, GTE and NomicBERT fine-tune as BERT does: the run learns, a run resumed from an earlier
+/// checkpoint writes the uninterrupted run's model bit for bit, and the folder is the family's own class
+/// (tests/finetune_families.rs checks the gradients; tests/golden/finetune_families_load.py that transformers loads
+/// such a folder).
 #[test]
 fn roberta_and_distilbert_fine_tune_resume_and_write_their_own_class() {
     let dir = tmp("relatives");
     let train = data(&dir);
     for (name, arch) in [("tiny-roberta-classifier", "RobertaForSequenceClassification"),
-        ("tiny-distilbert-classifier", "DistilBertForSequenceClassification")] {
+        ("tiny-distilbert-classifier", "DistilBertForSequenceClassification"),
+        ("tiny-gte-classifier", "GteForSequenceClassification"),
+        ("tiny-nomic-classifier", "NomicBertForSequenceClassification")] {
         let (out, ckpt) = (dir.join(format!("{name}-out")), dir.join(format!("{name}-ckpt")));
         let model = root().join("tests/models").join(name);
         let args = ["fine-tune", "--task", "classify", "--model", model.to_str().unwrap(), "--data", train.to_str().unwrap(),

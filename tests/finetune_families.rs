@@ -2,11 +2,15 @@
 //! tests/golden/finetune_families.json (tests/golden/finetune_families.py, float64) — RoBERTa, CamemBERT, DistilBERT,
 //! ELECTRA and ALBERT, sequence classification (ELECTRA's and ALBERT's on pairs too) and token classification — the loss, the gradient
 //! of every parameter under the family's own names, and five AdamW steps with weight decay and clipping, on the CPU
-//! and the GPU. The tolerances are tests/finetune_golden.rs's for BERT (the same tiny sizes, the same sums).
+//! and the GPU. The tolerances are tests/finetune_golden.rs's for BERT (the same tiny sizes, the same sums). The rotary
+//! families, NomicBERT and GTE (rotary queries and keys, gated feed-forwards), are the cases of
+//! tests/golden/finetune_rotary.json (tests/golden/finetune_rotary.py), checked the same way.
 //!
 //! `BERTGPU_FAMILY_EXPORT=DIR` also writes each case's trained model after its steps on the CPU (`rows::export_folder`,
 //! what `bertgpu fine-tune` and `fineTune` write) and our logits into `DIR/<case>`, for
 //! tests/golden/finetune_families_load.py (transformers loads each as the family's own class and gives our logits).
+//! `BERTGPU_LORA_EXPORT=DIR` writes the rotary cases' LoRA adapters, merged folders and logits into `DIR/<case>` for
+//! tests/golden/lora_rotary_peft_load.py (peft loads them and gives our logits and merge).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -17,7 +21,7 @@ use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
 use bertgpu::training::optim::StepOptions;
-use bertgpu::training::lora::LoraOptions;
+use bertgpu::training::lora::{LoraOptions, LoraTargets};
 use bertgpu::training::lora_peft;
 use bertgpu::training::rows::export_folder;
 use bertgpu::weights::peft::apply_lora;
@@ -49,11 +53,17 @@ const LOSS_RTOL: f64 = 2e-5;
 /// off by 1e-3 or more.
 const STEP_RTOL: f64 = 2e-4;
 
+/// The cases of tests/golden/finetune_families.json and tests/golden/finetune_rotary.json, under `cases`.
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     G.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/finetune_families.json");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("tests/golden/finetune_families.json")).unwrap()
+        let mut all = serde_json::Map::new();
+        for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+            let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
+            all.extend(g["cases"].as_object().unwrap().clone());
+        }
+        serde_json::json!({ "cases": all })
     })
 }
 
@@ -159,6 +169,25 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
 const CASES: [&str; 11] = ["roberta_classify", "roberta_ner", "camembert_classify", "distil_classify", "distil_ner",
     "electra_classify", "electra_pair", "electra_ner", "albert_classify", "albert_pair", "albert_ner"];
 
+/// NomicBERT and GTE (tests/golden/finetune_rotary.py).
+const ROTARY_CASES: [&str; 6] = ["gte_classify", "gte_pair", "gte_ner", "nomic_classify", "nomic_pair", "nomic_ner"];
+
+#[test]
+fn rotary_families_match_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in ROTARY_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn rotary_families_match_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in ROTARY_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
 #[test]
 fn every_family_matches_pytorch_on_the_cpu() {
     let be = CpuBackend::new();
@@ -184,13 +213,20 @@ fn lora_adapters_carry_each_familys_module_names() {
     /// Both merges compute `W + s·B·A` from the same f32 values, in f64 here and in f32 at load.
     const MERGE_ATOL: f64 = 1e-6;
     let be = CpuBackend::new();
-    let cases = [("roberta_classify", "roberta.encoder.layer.1.attention.self.value", ["query", "value"]),
-        ("distil_ner", "distilbert.transformer.layer.1.attention.v_lin", ["q_lin", "v_lin"]),
-        ("electra_pair", "electra.encoder.layer.1.attention.self.value", ["query", "value"])];
-    for (name, module, targets) in cases {
+    let qv = LoraTargets::Qv;
+    let rotary_all = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj"];
+    let cases = [("roberta_classify", "roberta.encoder.layer.1.attention.self.value", &["query", "value"][..], qv),
+        ("distil_ner", "distilbert.transformer.layer.1.attention.v_lin", &["q_lin", "v_lin"][..], qv),
+        ("electra_pair", "electra.encoder.layer.1.attention.self.value", &["query", "value"][..], qv),
+        // transformers' modules, rows of the checkpoints' packed `qkv_proj`, `Wqkv`, `up_gate_proj`.
+        ("gte_classify", "gte.layers.1.self_attn.v_proj", &["q_proj", "v_proj"][..], qv),
+        ("gte_ner", "gte.layers.0.mlp.gate_proj", &rotary_all[..], LoraTargets::All),
+        ("nomic_pair", "nomic_bert.layers.1.self_attn.q_proj", &["q_proj", "v_proj"][..], qv),
+        ("nomic_ner", "nomic_bert.layers.1.mlp.gate_proj", &rotary_all[..], LoraTargets::All)];
+    for (name, module, targets, which) in cases {
         let c = Case::load(name);
         let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
-        tr.set_lora(&be, LoraOptions::new(2), 0).unwrap();
+        tr.set_lora(&be, LoraOptions { targets: which, ..LoraOptions::new(2) }, 0).unwrap();
         let opt = StepOptions { learning_rate: 1e-2, ..StepOptions::default() };
         for _ in 0..2 {
             pollster::block_on(tr.step(&be, &c.batch, &c.targets(), &opt)).unwrap();
@@ -217,7 +253,159 @@ fn lora_adapters_carry_each_familys_module_names() {
             worst = worst.max(d);
         }
         assert!(moved > 1e-3, "{name}: the adapters did not train (largest change {moved:e})");
+        if let (Ok(dir), true) = (std::env::var("BERTGPU_LORA_EXPORT"), name.starts_with("gte") || name.starts_with("nomic")) {
+            // The adapter, the merged folder and our logits, for tests/golden/lora_rotary_peft_load.py.
+            let dir = Path::new(&dir).join(name);
+            std::fs::create_dir_all(dir.join("merged")).unwrap();
+            std::fs::write(dir.join("adapter_config.json"), &config).unwrap();
+            std::fs::write(dir.join("adapter_model.safetensors"), &st).unwrap();
+            let original: Value = serde_json::from_str(&std::fs::read_to_string(c.dir.join("config.json")).unwrap()).unwrap();
+            let (mc, mst) = pollster::block_on(export_folder(&be, &tr, &original, None)).unwrap();
+            std::fs::write(dir.join("merged/config.json"), mc).unwrap();
+            std::fs::write(dir.join("merged/model.safetensors"), mst).unwrap();
+            let g = &golden()["cases"][name];
+            let logits = pollster::block_on(be.read(&tr.logits(&be, &c.batch).unwrap())).unwrap();
+            std::fs::write(dir.join("logits.json"), serde_json::json!({ "logits": logits, "input_ids": g["input_ids"],
+                "token_type_ids": g["token_type_ids"], "attention_mask": g["attention_mask"], "task": g["task"],
+                "base": g["model"] }).to_string()).unwrap();
+        }
         eprintln!("{name}: {} tensors, the loaded adapter's weights within {worst:.1e} of ours (training moved them by up to \
             {moved:.1e})", merged.len());
+    }
+}
+
+/// Embedding training of the bare rotary models (MultipleNegativesRankingLoss, scale 20, on mean-pooled normalised
+/// vectors: tests/finetune_golden.rs's check for BERT) against `embeddings` of tests/golden/finetune_rotary.json: the
+/// loss and every encoder parameter's gradient under the checkpoint's names (GTE's without a token-type table); then
+/// steps lower the loss.
+fn check_rotary_embedding<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/finetune_rotary.json");
+    let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let g = &all["embeddings"][name];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(g["model"].as_str().unwrap());
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let side = |k: &str| {
+        let b = g[k]["input_ids"].as_array().unwrap().len();
+        let u32s = |f: &str| ints(&g[k][f]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
+        let input_ids = u32s("input_ids");
+        let t = input_ids.len() / b;
+        Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t }
+    };
+    let (anchors, positives) = (side("anchors"), side("positives"));
+    let mut tr = FineTuner::new(be, &cfg, &weights, FineTuneTask::Embedding, None, 0).unwrap();
+    let (grads, loss) = pollster::block_on(tr.embedding_gradients(be, &anchors, &positives)).unwrap();
+    let want_loss = g["loss"].as_f64().unwrap();
+    assert!((loss as f64 - want_loss).abs() <= LOSS_RTOL * want_loss, "{name}: loss {loss} vs PyTorch {want_loss}");
+    let grads: Vec<B::Tensor> = grads.into_iter().map(|g| g.expect("every encoder parameter trains")).collect();
+    let ours: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, Some(&grads))).unwrap().into_iter().collect();
+    let prefix = bertgpu::weights::family_prefix(cfg.family).unwrap();
+    let ours: BTreeMap<&str, &Vec<f32>> = ours.iter().map(|(n, v)| (n.strip_prefix(prefix).unwrap_or(n), v)).collect();
+    let want = g["grads"].as_object().unwrap();
+    assert_eq!(ours.keys().copied().collect::<Vec<_>>(), want.keys().map(String::as_str).collect::<Vec<_>>(), "{name}");
+    let mut worst = 0f64;
+    for (n, w) in want {
+        let (w, o) = (floats(w), ours[n.as_str()]);
+        let rel = common::golden_grads::norm(o.iter().zip(&w).map(|(&a, &b)| a as f64 - b)) / common::golden_grads::norm(w.iter().copied());
+        assert!(rel <= grad_rtol, "{name} embeddings: gradient of {n}: relative error {rel:e}");
+        worst = worst.max(rel);
+    }
+    let opt = StepOptions { learning_rate: 1e-3, ..StepOptions::default() };
+    let targets = Targets::Embedding { positives: &positives };
+    let first = pollster::block_on(tr.step(be, &anchors, &targets, &opt)).unwrap().loss;
+    let mut last = first;
+    for _ in 0..4 {
+        last = pollster::block_on(tr.step(be, &anchors, &targets, &opt)).unwrap().loss;
+    }
+    assert!(last < first * 0.8, "{name}: embedding loss {first} → {last} after 5 steps on one batch");
+    eprintln!("{name} embeddings on {}: worst gradient relative error {worst:.2e}; loss {first} → {last}", be.name());
+}
+
+#[test]
+fn rotary_embedding_training_matches_pytorch() {
+    for name in ["gte", "nomic"] {
+        check_rotary_embedding(&CpuBackend::new(), name, CPU_GRAD_RTOL);
+        if let Some(g) = common::gpu() {
+            check_rotary_embedding(&g, name, GPU_GRAD_RTOL);
+        }
+    }
+}
+
+/// LoRA on NomicBERT and GTE against peft (tests/golden/lora_rotary.py, float64): the adapters on transformers'
+/// modules, each a block of rows of a packed tensor here (GTE's q and v of `qkv_proj`; NomicBERT's every linear, `up`
+/// and `gate` the halves of `[fc11; fc12]`), from the golden's A and B: which parameters train, the loss, every trained
+/// gradient and five AdamW steps. Tolerances: tests/lora_golden.rs's `LOSS_RTOL` 5e-6 and `PARAM_ATOL` 3e-6 (only the
+/// adapters and the head move) and this file's gradient bound; measured worst printed.
+fn check_rotary_lora<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
+    const LORA_LOSS_RTOL: f64 = 5e-6;
+    const LORA_PARAM_ATOL: f64 = 3e-6;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/lora_rotary.json");
+    let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let g = &all["cases"][name];
+    let c = Case::load(if name == "gte_qv" { "gte_classify" } else { "nomic_ner" });
+    assert_eq!(c.dir.file_name().unwrap().to_str().unwrap(), g["model"].as_str().unwrap());
+    let targets = if g["target_modules"].as_array().unwrap().len() == 2 { LoraTargets::Qv } else { LoraTargets::All };
+    let opts = LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32, targets, merge: false };
+    let mut tr = FineTuner::new(be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+    tr.set_lora(be, opts, 0).unwrap();
+    let init = g["init"].as_object().unwrap();
+    let mut set = 0;
+    for p in tr.encoder.params.iter_mut() {
+        if let Some(v) = init.get(&p.names[0]) {
+            let v: Vec<f32> = floats(v).into_iter().map(|x| x as f32).collect();
+            p.tensor = be.input(&v, p.rows, p.cols).unwrap();
+            set += 1;
+        }
+    }
+    assert_eq!(set, init.len(), "{name}: every adapter of the golden exists here");
+    let targets = c.targets();
+    let (grads, logits) = tr.trainable_gradients(be, &c.batch, &targets).unwrap();
+    let trained: BTreeSet<&str> =
+        tr.encoder.params.iter().zip(&grads).filter(|(_, g)| g.is_some()).map(|(p, _)| p.names[0].as_str()).collect();
+    let want_trained: BTreeSet<&str> = g["trainable"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(trained, want_trained, "{name}: the parameters that train are exactly peft's");
+    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), c.batch.t, &targets) as f64;
+    let want_loss = g["loss"].as_f64().unwrap();
+    assert!((loss - want_loss).abs() <= LORA_LOSS_RTOL * want_loss, "{name}: loss {loss} vs peft {want_loss}");
+    let mut worst = 0f64;
+    for (p, gr) in tr.encoder.params.iter().zip(&grads) {
+        let Some(gr) = gr else { continue };
+        let (ours, want) = (pollster::block_on(be.read(gr)).unwrap(), floats(&g["grads"][&p.names[0]]));
+        let rel = common::golden_grads::norm(ours.iter().zip(&want).map(|(&a, &b)| a as f64 - b))
+            / common::golden_grads::norm(want.iter().copied());
+        assert!(rel <= grad_rtol, "{name}: gradient of {}: relative error {rel:e}", p.names[0]);
+        worst = worst.max(rel);
+    }
+    let opt = StepOptions {
+        learning_rate: g["lr"].as_f64().unwrap() as f32,
+        weight_decay: g["weight_decay"].as_f64().unwrap() as f32,
+        max_grad_norm: Some(g["max_norm"].as_f64().unwrap() as f32),
+        ..StepOptions::default()
+    };
+    let mut worst_step = 0f64;
+    for (s, (wl, wn)) in floats(&g["losses"]).iter().zip(floats(&g["grad_norms"])).enumerate() {
+        let r = pollster::block_on(tr.step(be, &c.batch, &targets, &opt)).unwrap();
+        let e = ((r.loss as f64 - wl).abs() / wl).max((r.grad_norm as f64 - wn).abs() / wn);
+        assert!(e <= LORA_LOSS_RTOL, "{name}: step {s}: loss {} vs {wl}, grad norm {} vs {wn}", r.loss, r.grad_norm);
+        worst_step = worst_step.max(e);
+    }
+    let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect();
+    let mut worst_param = 0f64;
+    for (n, w) in g["params_after"].as_object().unwrap() {
+        let d = after[n].iter().zip(floats(w)).map(|(&a, b)| (a as f64 - b).abs()).fold(0f64, f64::max);
+        assert!(d <= LORA_PARAM_ATOL, "{name}: {n} after 5 steps differs from peft's by {d}");
+        worst_param = worst_param.max(d);
+    }
+    eprintln!("{name} LoRA on {}: worst gradient relative error {worst:.2e}, loss/grad-norm {worst_step:.2e}, \
+        parameters after 5 steps {worst_param:.2e}", be.name());
+}
+
+#[test]
+fn lora_on_rotary_families_matches_peft() {
+    for name in ["gte_qv", "nomic_all"] {
+        check_rotary_lora(&CpuBackend::new(), name, CPU_GRAD_RTOL);
+        if let Some(g) = common::gpu() {
+            check_rotary_lora(&g, name, GPU_GRAD_RTOL);
+        }
     }
 }

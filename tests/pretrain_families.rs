@@ -4,7 +4,8 @@
 //! family's own names (the word embeddings' holding both their uses, as the tied decoder and as the input table),
 //! and five AdamW steps with weight decay and clipping, on the CPU and the GPU. The tolerances are
 //! tests/finetune_families.rs's (the same tiny sizes; the MLM decoder adds one reduction over ≤ 16 selected rows,
-//! as tests/pretrain_golden.rs's for BERT).
+//! as tests/pretrain_golden.rs's for BERT). NomicBERT and GTE are the cases of tests/golden/pretrain_rotary.json
+//! (tests/golden/pretrain_rotary.py), checked the same way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -36,11 +37,20 @@ const STEP_RTOL: f64 = 2e-4;
 const CASES: [(&str, &str); 5] = [("roberta", "RobertaForMaskedLM"), ("xlmr", "XLMRobertaForMaskedLM"),
     ("camembert", "CamembertForMaskedLM"), ("distilbert", "DistilBertForMaskedLM"), ("albert", "AlbertForMaskedLM")];
 
+/// NomicBERT and GTE (tests/golden/pretrain_rotary.py).
+const ROTARY_CASES: [(&str, &str); 2] = [("gte", "GteForMaskedLM"), ("nomic", "NomicBertForMaskedLM")];
+
+/// The cases of tests/golden/pretrain_families.json and tests/golden/pretrain_rotary.json, under `cases`.
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     G.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/pretrain_families.json");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("tests/golden/pretrain_families.json")).unwrap()
+        let mut all = serde_json::Map::new();
+        for file in ["tests/golden/pretrain_families.json", "tests/golden/pretrain_rotary.json"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+            let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
+            all.extend(g["cases"].as_object().unwrap().clone());
+        }
+        serde_json::json!({ "cases": all })
     })
 }
 
@@ -119,6 +129,22 @@ fn every_family_pretrains_as_pytorch_on_the_cpu() {
 fn every_family_pretrains_as_pytorch_on_the_gpu() {
     let Some(g) = common::gpu() else { return };
     for (name, arch) in CASES {
+        check(&g, name, arch, GPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn rotary_families_pretrain_as_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for (name, arch) in ROTARY_CASES {
+        check(&be, name, arch, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn rotary_families_pretrain_as_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for (name, arch) in ROTARY_CASES {
         check(&g, name, arch, GPU_GRAD_RTOL);
     }
 }

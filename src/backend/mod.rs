@@ -297,6 +297,12 @@ pub trait Backend {
 
     /// The gated feed-forward's product: x `(R, 2I)` holding `[up | gate]` → `up ⊙ act(gate)` `(R, I)`.
     fn glu(&self, x: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
+
+    /// Back through [`Self::glu`]: dy `(R, I)` and the x `(R, 2I)` = `[up | gate]` it read → dx `(R, 2I)` =
+    /// `[dy ⊙ act(gate) | dy ⊙ up ⊙ act'(gate)]`, `act'` the derivative [`Self::activation_grad`] uses (SiLU, exact
+    /// and tanh GELU, ...).
+    fn glu_backward(&self, dy: &Self::Tensor, x: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
+
     /// DeBERTa's disentangled attention (`model::disentangled` states the model's side), one kernel with
     /// [`Self::attention`]'s: each score gets content→position and position→content terms that depend on the query's
     /// and the key's content, added before the mask and the softmax:

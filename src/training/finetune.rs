@@ -137,11 +137,11 @@ impl<B: Backend> FineTuner<B> {
         -> Result<Self> {
         if task == FineTuneTask::Pretrain
             && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
-                | Family::DistilBert | Family::Albert)
+                | Family::DistilBert | Family::Albert | Family::NomicBert | Family::Gte)
         {
             return Err(Error::Config(format!(
-                "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT and ALBERT checkpoints; \
-                 this one is `{}`",
+                "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, NomicBERT and \
+                 GTE checkpoints; this one is `{}`",
                 cfg.family.model_type()
             )));
         }
@@ -152,6 +152,14 @@ impl<B: Backend> FineTuner<B> {
                 "question answering is not trained yet for `{}` checkpoints (their padding tokens' positions): \
                  sequence and token classification and embeddings are",
                 cfg.family.model_type()
+            )));
+        }
+        if task == FineTuneTask::Qa && matches!(cfg.family, Family::NomicBert | Family::Gte) {
+            return Err(Error::Config(format!(
+                "question answering is not trained for `{}` checkpoints: transformers has no {}ForQuestionAnswering \
+                 to write or check against; sequence and token classification, embeddings and pre-training are",
+                cfg.family.model_type(),
+                cfg.family.class_prefix()
             )));
         }
         let mut enc = Encoder::load(be, cfg, weights)?;

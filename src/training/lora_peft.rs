@@ -49,29 +49,48 @@ impl<B: Backend> FineTuner<B> {
         // A stream of its own, apart from the head's initialiser and the data shuffle of the same seed.
         let mut rng = SplitMix64::new(seed ^ 0x4c6f_5241);
         let mut adapters = Vec::new();
+        let all = opts.targets == LoraTargets::All;
+        let rotary = matches!(enc.config.family, Family::NomicBert | Family::Gte);
         for l in 0..enc.layers() {
             let [qkv, o, i, out] = enc.layer_linears(l);
-            let all = opts.targets == LoraTargets::All;
-            // (the weight, which of its names, the rows of the fused output, out, in)
-            let mut targets = vec![(qkv, 0, Some(0), h, h)];
+            // (the weight, which of its names, the rows of the fused output and its total, out, in)
+            let mut targets = vec![(qkv, 0, Some((0, 3 * h)), h, h)];
             if all {
-                targets.push((qkv, 1, Some(h), h, h));
+                targets.push((qkv, 1, Some((h, 3 * h)), h, h));
             }
-            targets.push((qkv, 2, Some(2 * h), h, h));
-            if all {
+            targets.push((qkv, 2, Some((2 * h, 3 * h)), h, h));
+            if all && rotary {
+                // `[up; gate]` is one parameter: peft's `up_proj` and `gate_proj` are its two halves.
+                targets.extend([(o, 0, None, h, h), (i, 0, Some((0, 2 * inter)), inter, h),
+                    (i, 1, Some((inter, 2 * inter)), inter, h), (out, 0, None, h, inter)]);
+            } else if all {
                 targets.extend([(o, 0, None, h, h), (i, 0, None, inter, h), (out, 0, None, h, inter)]);
             }
-            for (weight, k, first, n_out, n_in) in targets {
-                // The module under the family's names, e.g. `bert.encoder.layer.0.attention.self.query`.
-                let name = &enc.params[weight].names[k];
-                let module = name.strip_suffix(".weight").unwrap_or(name).to_string();
+            for (weight, k, rows, n_out, n_in) in targets {
+                // The module under the family's names, e.g. `bert.encoder.layer.0.attention.self.query`; the rotary
+                // families' under transformers' modules, which peft targets (`gte.layers.0.self_attn.q_proj`).
+                let module = match rotary {
+                    true => {
+                        let role = match weight {
+                            w if w == qkv => ["q_proj", "k_proj", "v_proj"][k],
+                            w if w == o => "o_proj",
+                            w if w == i => ["up_proj", "gate_proj"][k],
+                            _ => "down_proj",
+                        };
+                        crate::weights::rotary::peft_module(enc.config.family, l, role)
+                    }
+                    false => {
+                        let name = &enc.params[weight].names[k];
+                        name.strip_suffix(".weight").unwrap_or(name).to_string()
+                    }
+                };
                 let bound = 1.0 / (n_in as f64).sqrt();
                 let av: Vec<f32> = (0..r * n_in).map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32).collect();
                 let a = enc.push(be, vec![format!("{module}.lora_A.weight")], &HostTensor::f32(vec![r, n_in], av)?, r, n_in, true)?;
                 let zeros = HostTensor::f32(vec![n_out, r], vec![0.0; n_out * r])?;
                 let b = enc.push(be, vec![format!("{module}.lora_B.weight")], &zeros, n_out, r, true)?;
                 trains.extend([true, true]);
-                adapters.push(Adapter { module, a, b, weight, rows: first.map(|f| (f, 3 * h)) });
+                adapters.push(Adapter { module, a, b, weight, rows });
             }
         }
         let mut s = vec![0f32; r * r];
@@ -89,6 +108,9 @@ fn target_modules(o: &LoraOptions, family: Family) -> &'static [&'static str] {
     match (family, o.targets) {
         (Family::DistilBert, LoraTargets::Qv) => &["q_lin", "v_lin"],
         (Family::DistilBert, LoraTargets::All) => &["q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"],
+        (Family::NomicBert | Family::Gte, LoraTargets::Qv) => &["q_proj", "v_proj"],
+        (Family::NomicBert | Family::Gte, LoraTargets::All) =>
+            &["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj"],
         _ => o.target_modules(),
     }
 }
@@ -165,12 +187,24 @@ pub async fn merged<B: Backend>(be: &B, tuner: &FineTuner<B>) -> Result<Vec<(Str
     for ad in &lora.adapters {
         let (a, b) = (be.read(&params[ad.a].tensor).await?, be.read(&params[ad.b].tensor).await?);
         let (n_out, n_in) = (params[ad.b].rows, params[ad.a].cols);
+        // The module's own tensor, or (the rotary families' packed `qkv_proj`, `up_gate_proj`) its rows of one.
         let key = format!("{}.weight", ad.module);
+        let (key, first) = match named.iter().any(|(n, _)| *n == key) {
+            true => (key, 0),
+            false => {
+                // The parameter's names split its rows evenly (NomicBERT's `fc11`, `fc12`; GTE's one `qkv_proj`).
+                let names = &params[ad.weight].names;
+                let (f, total) = ad.rows.unwrap_or((0, params[ad.weight].rows));
+                let per = total / names.len();
+                (names[f / per].clone(), f % per)
+            }
+        };
         let w = &mut named.iter_mut().find(|(n, _)| *n == key).ok_or_else(|| Error::Weights(format!("no {key}")))?.1;
         for o in 0..n_out {
             for i in 0..n_in {
                 let d: f64 = (0..r).map(|k| b[o * r + k] as f64 * a[k * n_in + i] as f64).sum();
-                w[o * n_in + i] = (w[o * n_in + i] as f64 + s * d) as f32;
+                let at = (first + o) * n_in + i;
+                w[at] = (w[at] as f64 + s * d) as f32;
             }
         }
     }

@@ -49,11 +49,28 @@ pub fn apply_lora(weights: &Weights, config: &mut BertConfig, adapter_config: &[
         let b = tensors
             .get(&format!("{PREFIX}{module}.lora_B.weight"))
             .ok_or_else(|| bad(format!("{module}: lora_A without lora_B")))?;
-        let w_name = base_name(&format!("{module}.weight"))
-            .ok_or_else(|| bad(format!("{module}: the base model has no such linear")))?;
-        let w = weights.stored(&w_name).expect("found above");
-        let (out_f, in_f) = w.rows_cols();
-        if a.shape != [r, in_f] || b.shape != [out_f, r] {
+        // NomicBERT's and GTE's modules (`self_attn.q_proj`...) are rows of the checkpoint's packed tensors.
+        let packed = || -> Option<(String, usize, usize)> {
+            let fam = config.family;
+            if !matches!(fam, crate::config::Family::NomicBert | crate::config::Family::Gte) {
+                return None;
+            }
+            let (bert, first, rows) = super::rotary::peft_weight(fam, module, config.hidden_size, config.intermediate_size)?;
+            let stored = super::rotary::from_bert(fam, &bert).into_iter().find(|n| weights.stored(n).is_some())?;
+            Some((stored, first, rows))
+        };
+        let (w_name, first, rows) = match base_name(&format!("{module}.weight")) {
+            Some(n) => {
+                let rows = weights.stored(&n).expect("found").rows_cols().0;
+                (n, 0, rows)
+            }
+            None => packed().ok_or_else(|| bad(format!("{module}: the base model has no such linear")))?,
+        };
+        // An earlier adapter may have folded into the same packed tensor.
+        let w = out.stored(&w_name).expect("found above").clone();
+        let (total, in_f) = w.rows_cols();
+        let out_f = rows;
+        if a.shape != [r, in_f] || b.shape != [out_f, r] || first + rows > total {
             return Err(bad(format!(
                 "{module}: lora_A {:?} and lora_B {:?} do not fit a ({out_f}, {in_f}) weight at r = {r}",
                 a.shape, b.shape
@@ -63,12 +80,13 @@ pub fn apply_lora(weights: &Weights, config: &mut BertConfig, adapter_config: &[
         for o in 0..out_f {
             for k in 0..r {
                 let s = scale * bv[o * r + k];
-                for (x, &y) in wv[o * in_f..(o + 1) * in_f].iter_mut().zip(&av[k * in_f..(k + 1) * in_f]) {
+                let row = (first + o) * in_f;
+                for (x, &y) in wv[row..row + in_f].iter_mut().zip(&av[k * in_f..(k + 1) * in_f]) {
                     *x += s * y;
                 }
             }
         }
-        out.insert(w_name, HostTensor::f32(vec![out_f, in_f], wv)?);
+        out.insert(w_name, HostTensor::f32(vec![total, in_f], wv)?);
     }
     // Whole modules (peft's modules_to_save, e.g. the classifier) replace the base's.
     for (name, t) in &tensors {

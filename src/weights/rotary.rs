@@ -144,6 +144,40 @@ pub(super) fn to_bert_in(n: &Names, name: &str) -> String {
     rename(bare, n.other, false).unwrap_or_else(|| bare.to_string())
 }
 
+/// The module of layer `l` that peft's LoRA targets in transformers' `NomicBert...`/`Gte...` task classes, e.g.
+/// `gte.layers.0.self_attn.q_proj` for `role` `q_proj` (`k_proj`, `v_proj`, `o_proj` under `self_attn`; `up_proj`,
+/// `gate_proj`, `down_proj` under `mlp`): transformers' own modules, which its conversion mapping fills from the
+/// checkpoint's packed tensors (`qkv_proj` / `Wqkv` rows `[q; k; v]`, `up_gate_proj` rows `[up; gate]`, `fc11` up,
+/// `fc12` gate). [`peft_weight`] goes back.
+pub fn peft_module(family: Family, l: usize, role: &str) -> String {
+    let block = if matches!(role, "q_proj" | "k_proj" | "v_proj" | "o_proj") { "self_attn" } else { "mlp" };
+    format!("{}layers.{l}.{block}.{role}", names(family).prefixes[0])
+}
+
+/// A LoRA target module of [`peft_module`]'s form (with or without the task prefix) → the checkpoint's tensor (BERT's
+/// name, as [`to_bert`] gives it) that holds its weight, and the first of its rows there with their count in units of
+/// `hidden` (q/k/v/o) or `intermediate` (up/gate); `None` for a module of another form.
+pub fn peft_weight(family: Family, module: &str, hidden: usize, intermediate: usize) -> Option<(String, usize, usize)> {
+    let n = names(family);
+    let bare = n.prefixes.iter().find_map(|p| module.strip_prefix(p)).unwrap_or(module);
+    let (l, role) = bare.strip_prefix("layers.")?.split_once('.')?;
+    let l: usize = l.parse().ok()?;
+    let (h, i) = (hidden, intermediate);
+    let (bert, first, rows) = match (role, family) {
+        ("self_attn.q_proj", _) => ("attention.self.qkv", 0, h),
+        ("self_attn.k_proj", _) => ("attention.self.qkv", h, h),
+        ("self_attn.v_proj", _) => ("attention.self.qkv", 2 * h, h),
+        ("self_attn.o_proj", _) => ("attention.output.dense", 0, h),
+        ("mlp.up_proj", Family::Gte) => ("intermediate.up_gate", 0, i),
+        ("mlp.gate_proj", Family::Gte) => ("intermediate.up_gate", i, i),
+        ("mlp.up_proj", _) => ("intermediate.up", 0, i),
+        ("mlp.gate_proj", _) => ("intermediate.gate", 0, i),
+        ("mlp.down_proj", _) => ("output.dense", 0, h),
+        _ => return None,
+    };
+    Some((format!("encoder.layer.{l}.{bert}.weight"), first, rows))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

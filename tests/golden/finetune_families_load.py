@@ -5,6 +5,9 @@ of the file is one of the model's (none missing, none left over), and its logits
     BERTGPU_FAMILY_EXPORT=/tmp/family-export cargo test --locked --test finetune_families cpu
     /work/venv/bin/python tests/golden/finetune_families_load.py /tmp/family-export
 
+(`cpu` runs the cases of tests/golden/finetune_families.json and tests/golden/finetune_rotary.json: NomicBERT's and
+GTE's folders load as NomicBertFor... and GteFor...)
+
 tests/finetune_families.rs writes, for each case of tests/golden/finetune_families.json, after its five AdamW steps on
 the CPU, DIR/<case>/config.json and model.safetensors (rows::export_folder: what `bertgpu fine-tune` and `fineTune`
 write) and logits.json (our trained model's logits on the case's batch). This script loads each folder with
@@ -36,7 +39,7 @@ def main(d):
             assert not info[k], f"{case}: {k} {info[k]}"
         model = model.double().eval()
         batch = {"input_ids": torch.tensor(ours["input_ids"]), "attention_mask": torch.tensor(ours["attention_mask"])}
-        if model.config.model_type in ("bert", "electra", "albert"):
+        if model.config.model_type in ("bert", "electra", "albert", "gte", "nomic_bert"):
             batch["token_type_ids"] = torch.tensor(ours["token_type_ids"])
         with torch.no_grad():
             got = model(**batch).logits.reshape(-1)

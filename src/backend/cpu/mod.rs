@@ -343,6 +343,12 @@ impl Backend for CpuBackend {
         rotary::glu(x, act)
     }
 
+    fn glu_backward(&self, dy: &CpuTensor, x: &CpuTensor, act: Activation) -> Result<CpuTensor> {
+        dy.expect_f32("glu_backward dy")?;
+        x.expect_f32("glu_backward input")?;
+        rotary::glu_backward(dy, x, act)
+    }
+
     fn pool_tokens(&self, x: &CpuTensor, mask: &CpuTensor, batch: usize, seq: usize, mode: super::TokenPool)
         -> Result<CpuTensor> {
         x.expect_f32("pool_tokens input")?;

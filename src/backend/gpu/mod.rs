@@ -364,6 +364,11 @@ impl Backend for GpuBackend {
         self.record_glu(x, act)
     }
 
+    fn glu_backward(&self, dy: &GpuTensor, x: &GpuTensor, act: Activation) -> Result<GpuTensor> {
+        let (dy, x) = (self.f32_of("glu_backward", dy)?, self.f32_of("glu_backward", x)?);
+        self.record_glu_backward(&dy, &x, act)
+    }
+
     fn pool_tokens(&self, x: &GpuTensor, mask: &GpuTensor, batch: usize, seq: usize, mode: super::TokenPool)
         -> Result<GpuTensor> {
         self.record_pool(x, mask, batch, seq, mode)

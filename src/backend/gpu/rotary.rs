@@ -54,4 +54,28 @@ impl GpuBackend {
         ], self.grid(n.div_ceil(wg as usize)))?;
         Ok(out)
     }
+
+    /// [`Backend::glu_backward`](super::Backend::glu_backward) (f32 inputs): dx `(R, 2I)`.
+    pub(super) fn record_glu_backward(&self, dy: &GpuTensor, x: &GpuTensor, act: Activation) -> Result<GpuTensor> {
+        if x.cols % 2 != 0 || (dy.rows, dy.cols) != (x.rows, x.cols / 2) {
+            return Err(shape_err("glu_backward", format!(
+                "x is ({}, {}) and dy ({}, {}); x must hold [up | gate] (R, 2I) and dy be (R, I)",
+                x.rows, x.cols, dy.rows, dy.cols
+            )));
+        }
+        let (rows, cols) = (x.rows, x.cols / 2);
+        let out = self.alloc(rows, 2 * cols)?;
+        let n = rows * cols;
+        if n == 0 {
+            return Ok(out);
+        }
+        let wg = self.tuning.get().elem_wg;
+        let p = GluParams { rows: rows as u32, cols: cols as u32, code: act.shader_code(), _pad: 0 };
+        self.dispatch("glu", "glu_backward", &[("WG", wg as f64)], bytemuck::bytes_of(&p), &[
+            (1, x.buffer(), false),
+            (2, dy.buffer(), false),
+            (3, out.buffer(), true),
+        ], self.grid(n.div_ceil(wg as usize)))?;
+        Ok(out)
+    }
 }

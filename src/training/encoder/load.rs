@@ -10,6 +10,11 @@
 //! - ALBERT: E-wide embeddings, `embedding_hidden_mapping_in` (E → H, always), and one layer every pass runs: its
 //!   parameters are loaded once and every pass's indices name them, so the backward sums the passes' gradients into
 //!   them ([`super::super::params::put`]); no dropout after its feed-forward (`AlbertLayer` has none).
+//! - NomicBERT, GTE: no position table (rotary, [`super::rotary`]); the packed query/key/value projection
+//!   (`attn.Wqkv`, `attention.qkv_proj`, one parameter); a gated feed-forward whose `[up; gate]` is one parameter
+//!   (GTE's `mlp.up_gate_proj`; NomicBERT's `mlp.fc11` and `mlp.fc12`, joined, each keeping its name); the biases
+//!   the family has ([`crate::config::LayerBiases`]: NomicBERT none, GTE none on `up_gate_proj`); the token-type
+//!   table where the checkpoint has one (GTE's `type_vocab_size: 0` has none).
 
 use super::{EmbIdx, Encoder, LayerIdx};
 use crate::backend::Backend;
@@ -31,10 +36,12 @@ fn check_family(cfg: &BertConfig) -> Result<()> {
         | Family::Camembert
         | Family::DistilBert
         | Family::Electra
-        | Family::Albert => Ok(()),
+        | Family::Albert
+        | Family::NomicBert
+        | Family::Gte => Ok(()),
         f => Err(Error::Config(format!(
-            "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA and ALBERT \
-             checkpoints; this one is `{}`",
+            "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, \
+             NomicBERT and GTE checkpoints; this one is `{}`",
             f.model_type()
         ))),
     }
@@ -62,20 +69,23 @@ impl<T> Encoder<T> {
         let mut enc = Encoder {
             config: cfg.clone(),
             params: Vec::new(),
-            emb: EmbIdx { word: 0, position: 0, token_type: None, ln_g: 0, ln_b: 0, project: None },
+            emb: EmbIdx { word: 0, position: None, token_type: None, ln_g: 0, ln_b: 0, project: None },
             layers: Vec::new(),
             lora: None,
             zero_types,
             attn_out_dropout: fam != Family::DistilBert,
             ffn_dropout: fam != Family::Albert,
+            rotary: super::rotary::Rotary::new(cfg),
         };
         let e = w.pp("embeddings");
         let en = |n: &str| name(&format!("embeddings.{n}")).map(|s| vec![s]);
         let vocab = cfg.vocab_size;
         enc.emb.word = enc.push(be, en("word_embeddings.weight")?, &get(&e, "word_embeddings.weight", &[vocab, e_size])?,
             vocab, e_size, true)?;
-        enc.emb.position = enc.push(be, en("position_embeddings.weight")?,
-            &get(&e, "position_embeddings.weight", &[pos, e_size])?, pos, e_size, true)?;
+        if cfg.has_position_table() {
+            enc.emb.position = Some(enc.push(be, en("position_embeddings.weight")?,
+                &get(&e, "position_embeddings.weight", &[pos, e_size])?, pos, e_size, true)?);
+        }
         if cfg.has_token_type_table() {
             let t = get(&e, "token_type_embeddings.weight", &[types, e_size])?;
             enc.emb.token_type = Some(enc.push(be, en("token_type_embeddings.weight")?, &t, types, e_size, true)?);
@@ -94,6 +104,11 @@ impl<T> Encoder<T> {
         // ALBERT: one layer, shared by every pass.
         let distinct = if fam == Family::Albert { 1 } else { cfg.num_hidden_layers };
         for l in 0..distinct {
+            if enc.rotary.is_some() {
+                let idx = enc.rotary_layer(be, cfg, &w, l, &name)?;
+                enc.layers.push(idx);
+                continue;
+            }
             let lw = w.pp(&format!("encoder.layer.{l}"));
             let n = |s: &str| name(&format!("encoder.layer.{l}.{s}"));
             let pair = |p: &str, out: usize, inp: usize| -> Result<(HostTensor, HostTensor)> {
@@ -113,15 +128,15 @@ impl<T> Encoder<T> {
             let (ln2_g, ln2_b) = pair("output.LayerNorm", h, 0)?;
             let idx = LayerIdx {
                 qkv_w: enc.push(be, qkv_names("weight")?, &HostTensor::concat_rows(&[&qw, &kw, &vw])?, 3 * h, h, true)?,
-                qkv_b: enc.push(be, qkv_names("bias")?, &HostTensor::concat_rows(&[&qb, &kb, &vb])?, 1, 3 * h, false)?,
+                qkv_b: Some(enc.push(be, qkv_names("bias")?, &HostTensor::concat_rows(&[&qb, &kb, &vb])?, 1, 3 * h, false)?),
                 o_w: enc.push(be, vec![n("attention.output.dense.weight")?], &o_w, h, h, true)?,
-                o_b: enc.push(be, vec![n("attention.output.dense.bias")?], &o_b, 1, h, false)?,
+                o_b: Some(enc.push(be, vec![n("attention.output.dense.bias")?], &o_b, 1, h, false)?),
                 ln1_g: enc.push(be, vec![n("attention.output.LayerNorm.weight")?], &ln1_g, 1, h, false)?,
                 ln1_b: enc.push(be, vec![n("attention.output.LayerNorm.bias")?], &ln1_b, 1, h, false)?,
                 i_w: enc.push(be, vec![n("intermediate.dense.weight")?], &i_w, inter, h, true)?,
-                i_b: enc.push(be, vec![n("intermediate.dense.bias")?], &i_b, 1, inter, false)?,
+                i_b: Some(enc.push(be, vec![n("intermediate.dense.bias")?], &i_b, 1, inter, false)?),
                 out_w: enc.push(be, vec![n("output.dense.weight")?], &out_w, h, inter, true)?,
-                out_b: enc.push(be, vec![n("output.dense.bias")?], &out_b, 1, h, false)?,
+                out_b: Some(enc.push(be, vec![n("output.dense.bias")?], &out_b, 1, h, false)?),
                 ln2_g: enc.push(be, vec![n("output.LayerNorm.weight")?], &ln2_g, 1, h, false)?,
                 ln2_b: enc.push(be, vec![n("output.LayerNorm.bias")?], &ln2_b, 1, h, false)?,
             };
@@ -131,5 +146,57 @@ impl<T> Encoder<T> {
             enc.layers.push(enc.layers[0]);
         }
         Ok(enc)
+    }
+}
+
+impl<T> Encoder<T> {
+    /// Layer `l` of a rotary family (NomicBERT, GTE) from `w` (the checkpoint under BERT's names, as
+    /// `model::layer` reads it), each parameter named by `name` (BERT's `encoder.layer.{l}.…` → the family's).
+    fn rotary_layer<B: Backend<Tensor = T>>(&mut self, be: &B, cfg: &BertConfig, w: &Weights, l: usize,
+        name: &dyn Fn(&str) -> Result<String>) -> Result<LayerIdx> {
+        let (h, inter, biases) = (cfg.hidden_size, cfg.intermediate_size, cfg.biases);
+        let lw = w.pp(&format!("encoder.layer.{l}"));
+        let n = |s: &str| name(&format!("encoder.layer.{l}.{s}"));
+        // A linear's weight `(out, in)` and, where the family has it, its bias.
+        let linear = |enc: &mut Self, p: &str, out: usize, inp: usize, bias: bool| -> Result<(usize, Option<usize>)> {
+            let m = lw.pp(p);
+            let wi = enc.push(be, vec![n(&format!("{p}.weight"))?], &get(&m, "weight", &[out, inp])?, out, inp, true)?;
+            let bi = match bias {
+                true => Some(enc.push(be, vec![n(&format!("{p}.bias"))?], &get(&m, "bias", &[out])?, 1, out, false)?),
+                false => None,
+            };
+            Ok((wi, bi))
+        };
+        let (qkv_w, qkv_b) = linear(self, "attention.self.qkv", 3 * h, h, biases.qkv)?;
+        let (o_w, o_b) = linear(self, "attention.output.dense", h, h, biases.attention_output)?;
+        let norm = |enc: &mut Self, p: &str| -> Result<[usize; 2]> {
+            let m = lw.pp(p);
+            Ok([
+                enc.push(be, vec![n(&format!("{p}.weight"))?], &get(&m, "weight", &[h])?, 1, h, false)?,
+                enc.push(be, vec![n(&format!("{p}.bias"))?], &get(&m, "bias", &[h])?, 1, h, false)?,
+            ])
+        };
+        let [ln1_g, ln1_b] = norm(self, "attention.output.LayerNorm")?;
+        let (i_w, i_b) = if cfg.family == Family::Gte {
+            linear(self, "intermediate.up_gate", 2 * inter, h, biases.up)? // [up; gate] rows already
+        } else {
+            // NomicBERT's `fc11` (up) and `fc12` (gate): one parameter `[up; gate]`, each half under its own name.
+            let (up, gate) = (lw.pp("intermediate.up"), lw.pp("intermediate.gate"));
+            let names = vec![n("intermediate.up.weight")?, n("intermediate.gate.weight")?];
+            let wt = HostTensor::concat_rows(&[&get(&up, "weight", &[inter, h])?, &get(&gate, "weight", &[inter, h])?])?;
+            let wi = self.push(be, names, &wt, 2 * inter, h, true)?;
+            let bi = match biases.up {
+                true => {
+                    let names = vec![n("intermediate.up.bias")?, n("intermediate.gate.bias")?];
+                    let bt = HostTensor::concat_rows(&[&get(&up, "bias", &[inter])?, &get(&gate, "bias", &[inter])?])?;
+                    Some(self.push(be, names, &bt, 1, 2 * inter, false)?)
+                }
+                false => None,
+            };
+            (wi, bi)
+        };
+        let (out_w, out_b) = linear(self, "output.dense", h, inter, biases.down)?;
+        let [ln2_g, ln2_b] = norm(self, "output.LayerNorm")?;
+        Ok(LayerIdx { qkv_w, qkv_b, o_w, o_b, ln1_g, ln1_b, i_w, i_b, out_w, out_b, ln2_g, ln2_b })
     }
 }

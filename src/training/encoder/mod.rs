@@ -2,7 +2,8 @@
 //! backward needs, and the backward through every layer down to the embedding tables. The task heads, their losses
 //! and the optimiser step are in [`super::finetune`]. BERT's relatives that are this encoder under other names
 //! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT) train through the same code: [`load`] has what each one
-//! changes.
+//! changes. The rotary families (NomicBERT, GTE) turn their queries and keys instead of reading a position table and
+//! gate their feed-forward: [`rotary`] has their math.
 //!
 //! # The math
 //!
@@ -29,9 +30,11 @@
 //! `Backend::attention_dropout`). Each is `y = x ⊙ M/(1 − p)` with a mask recomputed from (seed, stream) by
 //! `Backend::dropout` ([`crate::backend::Dropout`]), so the backward applies the same op to the gradient: `dx = dy ⊙
 //! M/(1 − p)`; the attention's backward recomputes its mask. The kept tensors (`x*`, `ctx*`, `p1*`, ...) are the
-//! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded).
+//! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded). GTE has a
+//! fifth, `GteMLP`'s dropout on the gated product before `down_proj` ([`rotary`]).
 
 mod load;
+mod rotary;
 
 use std::borrow::Cow;
 
@@ -44,14 +47,15 @@ use crate::weights::HostTensor;
 use crate::{Error, Result};
 
 pub(crate) use load::get;
+pub(crate) use rotary::check_config_keys;
 
 /// Indices of the embeddings' parameters.
 #[derive(Clone, Copy)]
 struct EmbIdx {
     word: usize,     // (V, E)
     /// `(max_position_embeddings + position_offset, E)`: RoBERTa's whole table, the rows before its first position
-    /// included (they get no gradient, and decay as transformers' AdamW decays them).
-    position: usize,
+    /// included (they get no gradient, and decay as transformers' AdamW decays them); none for the rotary families.
+    position: Option<usize>,
     /// `(type_vocab_size, E)`; none for DistilBERT.
     token_type: Option<usize>,
     ln_g: usize,     // (E)
@@ -60,19 +64,20 @@ struct EmbIdx {
     project: Option<[usize; 2]>,
 }
 
-/// Indices of one layer's parameters.
+/// Indices of one layer's parameters (a bias is `None` where the family's linear has none). A gated feed-forward's
+/// `i_w` is `[up; gate]` `(2I, H)`.
 #[derive(Clone, Copy)]
 struct LayerIdx {
     qkv_w: usize,
-    qkv_b: usize,
+    qkv_b: Option<usize>,
     o_w: usize,
-    o_b: usize,
+    o_b: Option<usize>,
     ln1_g: usize,
     ln1_b: usize,
     i_w: usize,
-    i_b: usize,
+    i_b: Option<usize>,
     out_w: usize,
-    out_b: usize,
+    out_b: Option<usize>,
     ln2_g: usize,
     ln2_b: usize,
 }
@@ -187,6 +192,8 @@ pub struct Encoder<T> {
     attn_out_dropout: bool,
     /// Whether the feed-forward's output is dropped (`BertOutput`'s dropout; ALBERT's layer has none).
     ffn_dropout: bool,
+    /// NomicBERT's and GTE's rotation and gated feed-forward ([`rotary`]).
+    rotary: Option<rotary::Rotary>,
 }
 
 
@@ -255,13 +262,13 @@ impl<T> Encoder<T> {
         };
         let eps = self.config.layer_norm_eps;
         let em = self.emb;
-        let offset_table = match self.config.position_offset {
-            0 => None,
-            _ => Some(be.gather_rows(self.t(em.position), &self.position_rows())?), // (P, E) from row pad + 1
+        let offset_table = match (self.config.position_offset, em.position) {
+            (0, _) | (_, None) => None,
+            (_, Some(p)) => Some(be.gather_rows(self.t(p), &self.position_rows())?), // (P, E) from row pad + 1
         };
         let tables = EmbeddingTables {
             word: self.t(em.word),
-            position: Some(offset_table.as_ref().unwrap_or(self.t(em.position))),
+            position: offset_table.as_ref().or(em.position.map(|p| self.t(p))),
             token_type: match (em.token_type, &self.zero_types) {
                 (Some(i), _) => self.t(i),
                 (None, Some(z)) => z,
@@ -280,10 +287,15 @@ impl<T> Encoder<T> {
             None => (x0, None),
         };
         let shape = self.shape(batch);
+        let rope = self.rotary.as_ref().map(|r| r.table(be, batch.t)).transpose()?; // (T, d)
         let mut layers = Vec::with_capacity(self.layers.len());
         for (l, li) in self.layers.iter().enumerate() {
             let s = 3 * l as u32;
             let qkv = self.linear(be, &x, li.qkv_w, li.qkv_b)?; // (B*T, 3H)
+            let qkv = match &rope {
+                Some(r) => be.rotary(&qkv, r, shape)?, // q and k turned; the attention keeps these
+                None => qkv,
+            };
             let ctx = match site(true, s + 1) {
                 Some(d) => be.attention_dropout(&qkv, &mask, shape, d)?,
                 None => be.attention(&qkv, &mask, shape)?, // (B*T, H)
@@ -292,8 +304,11 @@ impl<T> Encoder<T> {
             let a = apply_dropout(be, a, site(false, s + 2).filter(|_| self.attn_out_dropout))?;
             let pre1 = be.add(&a, &x)?;
             let h1 = be.layernorm(&pre1, None, self.t(li.ln1_g), self.t(li.ln1_b), eps)?;
-            let u = self.linear(be, &h1, li.i_w, li.i_b)?; // (B*T, I)
-            let g = be.activation(&u, self.config.hidden_act)?;
+            let u = self.linear(be, &h1, li.i_w, li.i_b)?; // (B*T, I); gated: (B*T, 2I)
+            let g = match &self.rotary {
+                Some(r) => r.glu(be, &u, self.config.hidden_act, l, dropout)?,
+                None => be.activation(&u, self.config.hidden_act)?,
+            };
             let o = self.linear(be, &g, li.out_w, li.out_b)?; // (B*T, H)
             let o = apply_dropout(be, o, site(false, s + 3).filter(|_| self.ffn_dropout))?;
             let pre2 = be.add(&o, &h1)?;
@@ -305,8 +320,9 @@ impl<T> Encoder<T> {
     }
 
     /// `y = x·Wᵀ + b` of an encoder layer, plus its LoRA adapters' updates.
-    pub(super) fn linear<B: Backend<Tensor = T>>(&self, be: &B, x: &T, w: usize, b: usize) -> Result<T> {
-        let y = be.linear(x, self.t(w), Some(self.t(b)), Activation::None)?;
+    pub(super) fn linear<B: Backend<Tensor = T>>(&self, be: &B, x: &T, w: usize, b: impl Into<Option<usize>>)
+        -> Result<T> {
+        let y = be.linear(x, self.t(w), b.into().map(|b| self.t(b)), Activation::None)?;
         match &self.lora {
             Some(l) => l.forward(be, &self.params, x, w, y),
             None => Ok(y),
@@ -326,12 +342,12 @@ impl<T> Encoder<T> {
 
     /// Back through `y = x·Wᵀ + b` (parameters `w`, `b`, and LoRA adapters on `w`): the gradients of those that
     /// train into `grads`; returns `dx`.
-    pub fn linear_backward<B: Backend<Tensor = T>>(&self, be: &B, dy: &T, x: &T, w: usize, b: usize,
+    pub fn linear_backward<B: Backend<Tensor = T>>(&self, be: &B, dy: &T, x: &T, w: usize, b: impl Into<Option<usize>>,
         grads: &mut [Option<T>]) -> Result<T> {
         if self.trains(w) {
             put(be, grads, w, be.matmul(dy, true, x, false)?)?; // (N, K)
         }
-        if self.trains(b) {
+        if let Some(b) = b.into().filter(|&b| self.trains(b)) {
             put(be, grads, b, be.sum_rows(dy)?)?; // (1, N)
         }
         let dx = be.matmul(dy, false, self.t(w), false)?; // (M, K)
@@ -368,6 +384,7 @@ impl<T> Encoder<T> {
         let eps = self.config.layer_norm_eps;
         let shape = self.shape(batch);
         let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());
+        let unrope = self.rotary.as_ref().map(|r| r.inverse(be, batch.t)).transpose()?; // (T, d), angles negated
         let mut dx = dlast;
         for (l, (li, ls)) in self.layers.iter().zip(&saved.layers).enumerate().rev().take(depth) {
             let s = 3 * l as u32;
@@ -380,7 +397,10 @@ impl<T> Encoder<T> {
             put(be, grads, li.ln2_b, db2)?;
             let dout = if self.ffn_dropout { undrop(&dpre2, s + 3)? } else { None };
             let dg = self.linear_backward(be, dout.as_ref().unwrap_or(&dpre2), &ls.g, li.out_w, li.out_b, grads)?;
-            let du = be.activation_grad(&dg, &ls.u, self.config.hidden_act)?;
+            let du = match &self.rotary {
+                Some(r) => r.glu_backward(be, &dg, &ls.u, self.config.hidden_act, l, &saved)?,
+                None => be.activation_grad(&dg, &ls.u, self.config.hidden_act)?,
+            };
             let dh1 = self.linear_backward(be, &du, &ls.h1, li.i_w, li.i_b, grads)?;
             let dh1 = be.add(&dh1, &dpre2)?; // h1 feeds the FFN and the second residual
             let (dpre1, dg1, db1) = be.layernorm_backward(&dh1, &ls.pre1, self.t(li.ln1_g), eps)?;
@@ -389,6 +409,10 @@ impl<T> Encoder<T> {
             let da = if self.attn_out_dropout { undrop(&dpre1, s + 2)? } else { None };
             let dctx = self.linear_backward(be, da.as_ref().unwrap_or(&dpre1), &ls.ctx, li.o_w, li.o_b, grads)?;
             let dqkv = be.attention_backward(&dctx, &ls.qkv, &saved.mask, shape, saved.site(true, s + 1))?;
+            let dqkv = match &unrope {
+                Some(r) => be.rotary(&dqkv, r, shape)?, // back through the rotation: its transpose
+                None => dqkv,
+            };
             let dxq = self.linear_backward(be, &dqkv, &ls.x, li.qkv_w, li.qkv_b, grads)?;
             dx = be.add(&dxq, &dpre1)?; // x feeds the projections and the first residual
         }
@@ -413,11 +437,13 @@ impl<T> Encoder<T> {
             rows(em.token_type), Some(self.config.pad_token_id))?;
         put(be, grads, em.word, dw)?;
         // RoBERTa: the gradient of the rows from pad + 1 on, into the whole table (the rows before get none).
-        let dp = match self.config.position_offset {
-            0 => dp,
-            _ => be.scatter_rows(&dp, &self.position_rows(), self.params[em.position].rows)?,
-        };
-        put(be, grads, em.position, dp)?;
+        if let Some(p) = em.position {
+            let dp = match self.config.position_offset {
+                0 => dp,
+                _ => be.scatter_rows(&dp, &self.position_rows(), self.params[p].rows)?,
+            };
+            put(be, grads, p, dp)?;
+        }
         if let Some(t) = em.token_type {
             put(be, grads, t, dt)?;
         }

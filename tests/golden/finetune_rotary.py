@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Golden for full-encoder fine-tuning of the rotary families, NomicBERT and GTE: tests/golden/finetune_families.py's
+run (read its docstring: the same batches, the same float64 train-mode run with every dropout 0, the same five AdamW
+steps with transformers' Trainer's parameter groups and clipping, the same recorded fields), on their tiny
+checkpoints (tests/golden/rotary.py made them), with transformers 5's own classes (`models/gte`, `models/nomic_bert`;
+no remote code).
+
+Run from the repository root (needs torch 2.x and transformers 5.x; CPU is enough):
+
+    /work/venv/bin/python tests/golden/finetune_rotary.py
+
+It writes tests/golden/finetune_rotary.json:
+
+  gte_classify    tiny-gte-classifier    GteForSequenceClassification (rotary, GeGLU with no bias on
+                                         `up_gate_proj`, pooler + tanh)
+  gte_pair        tiny-gte-classifier    the same on text pairs (token_type_ids 1 on the second segment)
+  gte_ner         tiny-gte-ner           GteForTokenClassification
+  nomic_classify  tiny-nomic-classifier  NomicBertForSequenceClassification (rotary, SwiGLU, no bias in the layers)
+  nomic_pair      tiny-nomic-classifier  the same on text pairs
+  nomic_ner       tiny-nomic-ner         NomicBertForTokenClassification
+
+and under `embeddings`, embedding training as tests/golden/finetune_embed.py has it for BERT (MultipleNegativesRankingLoss
+on mean-pooled, normalised vectors, scale 20, 4 pairs; its loss and every encoder parameter's gradient):
+
+  gte    tiny-gte-model    GteModel (type_vocab_size 0: no token-type table)
+  nomic  tiny-nomic-model  NomicBertModel
+
+transformers' modules split what the checkpoints pack: `q_proj`/`k_proj`/`v_proj` are stored as one `qkv_proj`
+(`attn.Wqkv`), GTE's `gate_proj`/`up_proj` as `up_gate_proj` (its conversion mapping packs and unpacks them on save
+and load). The gradients, the parameters after the steps, the shapes and the decay set are recorded under the
+checkpoint's names, by transformers' own save: a copy of the model holding the gradients (or the decay flags) in
+place of its weights, written with `save_pretrained` and read back. Gradients of the zero set are those below 1e-10
+of the global norm, under the checkpoint's names (GTE's key bias is a third of the packed `qkv_proj.bias`, so no
+name is zero there).
+"""
+import copy
+import json
+import os
+import sys
+import tempfile
+
+import torch
+from safetensors.torch import load_file
+from transformers import (AutoTokenizer, GteForSequenceClassification, GteForTokenClassification, GteModel,
+                          NomicBertForSequenceClassification, NomicBertForTokenClassification, NomicBertModel)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import finetune_families as F  # noqa: E402
+
+OUT = os.path.join(F.ROOT, "tests", "golden", "finetune_rotary.json")
+
+
+def saved(model, values):
+    """`values` (transformers' parameter name → tensor) under the checkpoint's names, by transformers' own save."""
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        for n, p in clone.named_parameters():
+            p.copy_(values[n])
+    with tempfile.TemporaryDirectory() as d:
+        clone.save_pretrained(d)
+        return load_file(os.path.join(d, "model.safetensors"))
+
+
+def run(case, name, model, enc, labels, types):
+    """finetune_families.run, its records renamed to the checkpoint's names."""
+    named = list(model.named_parameters())
+    # One gradient at the start (the same batch, a fresh copy: run() steps the model).
+    probe = copy.deepcopy(model)
+    batch = {k: enc[k] for k in ("input_ids", "attention_mask")}
+    if types:
+        batch["token_type_ids"] = enc["token_type_ids"]
+    batch.update(labels)
+    probe(**batch).loss.backward()
+    grads = saved(probe, {n: p.grad for n, p in probe.named_parameters()})
+    out = F.run_plain(case, name, model, enc, labels, types)
+    decay = set(F.decay_names(model))
+    flags = saved(model, {n: torch.full_like(p, 1.0 if n in decay else 0.0) for n, p in named})
+    for n, t in flags.items():
+        assert bool((t == t.reshape(-1)[0]).all()), f"{case}: {n} packs decayed and undecayed parameters"
+    after = saved(model, {n: p.detach() for n, p in named})
+    total = torch.sqrt(sum((g ** 2).sum() for g in grads.values()))
+    assert abs(out["grad_norms"][0] - total.item()) <= 1e-9 * total.item(), f"{case}: the renamed gradients' norm"
+    out["grads"] = {n: F.flat(g) for n, g in grads.items()}
+    out["shapes"] = {n: list(t.shape) for n, t in after.items()}
+    out["no_decay"] = sorted(n for n, t in flags.items() if t.reshape(-1)[0] == 0.0)
+    out["zero_grads"] = [n for n, g in grads.items() if g.norm() < 1e-10 * total]
+    out["params_after"] = {n: F.flat(t) for n, t in after.items()}
+    return out
+
+
+def embed_case(cls, name):
+    """finetune_embed.py's loss on a bare model, its gradients under the checkpoint's names (the pooler, unused,
+    left out)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import finetune_embed as E
+    d = os.path.join(F.MODELS, name)
+    model = cls.from_pretrained(d, attn_implementation="eager").double()
+    model.train()
+    tok = AutoTokenizer.from_pretrained(d)
+    types = model.config.type_vocab_size > 0
+    enc_a = tok([a for a, _ in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
+    enc_p = tok([p for _, p in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
+
+    def embed(enc):
+        h = model(**enc).last_hidden_state
+        mask = enc["attention_mask"].unsqueeze(-1).double()
+        pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    loss = torch.nn.functional.cross_entropy(embed(enc_a) @ embed(enc_p).T * E.SCALE, torch.arange(len(E.PAIRS)))
+    loss.backward()
+    used = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert all(n.startswith("pooler") for n, _ in model.named_parameters() if n not in used)
+    grads = saved(model, {n: p.grad if n in used else torch.zeros_like(p) for n, p in model.named_parameters()})
+    grads = {n: g for n, g in grads.items() if not n.startswith("pooler")}
+
+    def side(e):
+        ids = e["input_ids"]
+        return {"input_ids": ids.tolist(), "attention_mask": e["attention_mask"].tolist(),
+                "token_type_ids": (e["token_type_ids"] if types else torch.zeros_like(ids)).tolist()}
+
+    return {"model": name, "family": model.config.model_type, "scale": E.SCALE, "anchors": side(enc_a),
+            "positives": side(enc_p), "loss": float(f"{loss.item():.17g}"),
+            "grads": {n: F.flat(g) for n, g in grads.items()}}
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    F.run_plain = F.run
+    F.run = run
+    try:
+        cases = {
+            "gte_classify": F.classify_case("gte_classify", GteForSequenceClassification, "tiny-gte-classifier", True),
+            "gte_pair": F.classify_case("gte_pair", GteForSequenceClassification, "tiny-gte-classifier", True,
+                                        pairs=True),
+            "gte_ner": F.ner_case("gte_ner", GteForTokenClassification, "tiny-gte-ner", True),
+            "nomic_classify": F.classify_case("nomic_classify", NomicBertForSequenceClassification,
+                                              "tiny-nomic-classifier", True),
+            "nomic_pair": F.classify_case("nomic_pair", NomicBertForSequenceClassification, "tiny-nomic-classifier",
+                                          True, pairs=True),
+            "nomic_ner": F.ner_case("nomic_ner", NomicBertForTokenClassification, "tiny-nomic-ner", True),
+        }
+    finally:
+        F.run = F.run_plain
+    embeddings = {"gte": embed_case(GteModel, "tiny-gte-model"), "nomic": embed_case(NomicBertModel, "tiny-nomic-model")}
+    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases, "embeddings": embeddings}
+    with open(OUT, "w", encoding="utf-8") as fh:
+        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
+    for name, c in cases.items():
+        t = len(c["input_ids"][0])
+        print(f"{name}: B {len(c['input_ids'])} T {t} loss {c['loss']:.17g} grad_norm {c['grad_norms'][0]:.17g} "
+              f"loss after {F.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} parameters; zero: {c['zero_grads']})")
+    for name, c in embeddings.items():
+        print(f"{name} embeddings: loss {c['loss']:.17g} ({len(c['grads'])} parameters)")
+
+
+if __name__ == "__main__":
+    main()
