@@ -18,6 +18,8 @@ use serde_json::Value;
 
 mod common;
 
+use common::golden_grads::{floats, norm};
+
 /// Gradient error per tensor, `‖ours − golden‖ / ‖golden‖`. The golden is float64; ours f32, through 2 layers of
 /// sums of ≤ 64 terms (float32 PyTorch itself lands at ≤ 2.6e-6 on these cases). Measured worst on the CPU 4.2e-6
 /// (classify; "worst gradient relative error", printed); 2e-5 is 4.7× that, and a wrong formula gives errors of
@@ -53,14 +55,6 @@ fn rows_u32(v: &Value) -> (Vec<u32>, usize, usize) {
     let flat: Vec<u32> = rows.iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32)).collect();
     assert_eq!(flat.len(), rows.len() * t, "ragged rows");
     (flat, rows.len(), t)
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
-}
-
-fn norm(v: impl Iterator<Item = f64>) -> f64 {
-    v.map(|x| x * x).sum::<f64>().sqrt()
 }
 
 struct Case {

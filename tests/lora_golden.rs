@@ -25,6 +25,8 @@ use serde_json::Value;
 
 mod common;
 
+use common::golden_grads::{floats, norm};
+
 /// Gradient error per tensor, `‖ours − golden‖ / ‖golden‖`: f32 against float64 through 2 layers, as
 /// tests/finetune_golden.rs (float32 PyTorch lands near 1e-6 there). Measured worst on the CPU: 4.0e-6 (all_ner);
 /// 2e-5 is 5× that, and a wrong formula gives errors of order 1.
@@ -48,14 +50,6 @@ const MERGED_ATOL: f64 = 1e-6;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
-}
-
-fn norm(v: impl Iterator<Item = f64>) -> f64 {
-    v.map(|x| x * x).sum::<f64>().sqrt()
 }
 
 fn rows_of(v: &Value) -> (Vec<u32>, usize, usize) {

@@ -17,6 +17,8 @@ use serde_json::Value;
 
 mod common;
 
+use common::golden_grads::{floats, norm};
+
 /// The kinds of bound of tests/finetune_golden.rs, for the same reasons (f32 against a float64 reference through two
 /// layers; the GPU's reductions sum in other orders; the MLM decoder adds one more reduction, over the 21 selected
 /// rows), each from what this test measures and prints (`cargo test --test pretrain_golden -- --nocapture`).
@@ -35,19 +37,11 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
-}
-
 fn ints(v: &Value) -> Vec<i64> {
     v.as_array().unwrap().iter().flat_map(|r| match r.as_array() {
         Some(row) => row.iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(),
         None => vec![r.as_i64().unwrap()],
     }).collect()
-}
-
-fn norm(v: impl Iterator<Item = f64>) -> f64 {
-    v.map(|x| x * x).sum::<f64>().sqrt()
 }
 
 /// The golden, the tiny checkpoint, and the golden's batch with its masked-LM and NSP labels.
