@@ -126,8 +126,9 @@ export function setupAdapt() {
     const after = rank(qAfter, run.after);
     showRanking($("ad-after"), after, paired);
     const qBefore = run.queryVecs.get(q);
-    if (qBefore) {
-      showRanking($("ad-before"), rank(qBefore, run.before), paired);
+    const before = qBefore ? rank(qBefore, run.before) : null;
+    if (before) {
+      showRanking($("ad-before"), before, paired);
     } else {
       $("ad-before").replaceChildren();
       $("ad-search-note").textContent = "The model before adapting embedded only the pairs' queries and the query "
@@ -137,14 +138,8 @@ export function setupAdapt() {
       const k = order.findIndex((r) => paired.has(run.passages[r.i]));
       return k < 0 ? null : k + 1;
     };
-    const before = qBefore ? rankOf(rank(qBefore, run.before)) : null;
     $("ad-search-time").textContent = `searched in ${fmtMs(performance.now() - t0)}`
-      + (paired.size ? ` · paired passage: rank ${before ?? "?"} before, ${rankOf(after)} after` : "");
-    window.demo.lastAdaptSearch = {
-      query: q,
-      before: qBefore ? rank(qBefore, run.before).map((r) => run.passages[r.i]) : null,
-      after: after.map((r) => run.passages[r.i]),
-    };
+      + (paired.size ? ` · paired passage: rank ${before ? rankOf(before) : "?"} before, ${rankOf(after)} after` : "");
   }
 
   async function adapt() {
