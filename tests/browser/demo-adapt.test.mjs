@@ -54,6 +54,9 @@ test("demo page: adapting the loaded embedding model on pasted pairs, search bef
       await page.waitForFunction(() => window.demo?.ready || window.demo?.error, null, { timeout: 60_000 });
       assert.equal(await page.evaluate(() => window.demo.error), null);
 
+      // The panel's example pairs parse.
+      assert.equal(await page.textContent("#ad-count"), "8 pairs, 8 passages");
+
       // Bad input first: each is refused before any work, in the panel, and the page stays usable.
       await page.fill("#ad-input", `${PAIRS[0][0]} | ${PAIRS[0][1]}`);
       assert.equal(await page.textContent("#ad-count"), "1 pair, 1 passage");
