@@ -1,5 +1,6 @@
 // The demo page: UI only, one file per panel. The models run in Web Workers ("bertgpu/worker"), so the page stays
 // responsive.
+import { setupAdapt } from "./adapt.js";
 import { corpusOf, exampleData } from "./examples.js";
 import { setupFillMask, mlmModel } from "./fillmask.js";
 import { setupHeads } from "./heads.js";
@@ -13,7 +14,8 @@ import { setupZeroShot } from "./zeroshot.js";
 // Tests read this to know when the page has finished something.
 window.demo = { ready: false, error: null, lastSimilarity: null, lastTraining: null, loads: 0 };
 
-setupModel({ onLoad: offerResume });
+const adapt = setupAdapt();
+setupModel({ onLoad: () => { adapt.reset(); return offerResume(); } });
 setupSimilarity();
 setupFillMask();
 setupTraining();

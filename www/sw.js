@@ -9,7 +9,7 @@ const KEEP = [/^\/www\//, /^\/pkg\//, /^\/tests\/data\//];
 const SHELL = [
   "/www/", "/www/style.css", "/www/app.js", "/www/ui.js", "/www/examples.js", "/www/model.js", "/www/similarity.js",
   "/www/fillmask.js", "/www/training.js", "/www/pretrain.js", "/www/chart.js", "/www/heads.js",
-  "/www/dropped.js", "/www/zeroshot.js",
+  "/www/dropped.js", "/www/zeroshot.js", "/www/adapt.js",
   // The package's modules (js/package.json's "files"; tests/node/demo.test.mjs checks the list is whole).
   "/pkg/worker.js", "/pkg/worker-main.js", "/pkg/index.js", "/pkg/builds.js", "/pkg/runtime.js", "/pkg/device.js",
   "/pkg/options.js", "/pkg/text.js", "/pkg/training.js", "/pkg/tokenizer.js", "/pkg/loader.js", "/pkg/env.js",

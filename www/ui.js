@@ -33,7 +33,7 @@ export function showError(target, e) {
 export function setBusy(on) {
   state.busy = on;
   const needModel = ["sim-run", "search-run", "tr-run", "tr-resume", "tr-try-run", "tr-export", "tr-export-model", "cl-run", "ner-run", "qa-run", "rr-run",
-    "zs-run"];
+    "zs-run", "ad-run", "ad-search-run"];
   for (const id of needModel) $(id).disabled = on || !state.bert;
   $("model-load").disabled = on;
   $("pt-run").disabled = on; // trains the fill-mask model when the page's has no masked-LM head
