@@ -1,5 +1,5 @@
 // The CPU backend's matmul alone (its `linear`, through a debug export of the wasm module), in headless Chromium:
-// Q8_0 weights (the integer kernel, src/backend/cpu/q8/) or f32 (the f32 GEMM, matmul.rs; the same code in both
+// Q8_0 weights (the integer kernel, src/backend/cpu/q8.rs) or f32 (the f32 GEMM, matmul.rs; the same code in both
 // builds). GMAC/s (10^9 multiply-adds per second) on all-MiniLM-L6-v2's matrix shapes, for one sentence (15 rows)
 // and a block of a batch (128 rows), each over 1 weight matrix (it stays in the cache between calls) and over 20
 // distinct ones (a whole model's worth of memory, as in a forward); best of 3 rounds of about half a second each,

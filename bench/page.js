@@ -68,7 +68,7 @@ window.embed = async (which, texts) => {
 
 /**
  * Which form of relaxed SIMD's byte dot product our Q8_0 kernel runs on this engine and CPU: "fused" (one
- * instruction where the engine has one: AVX-VNNI, ARM's sdot) or "split" (src/backend/cpu/q8/); null unless our
+ * instruction where the engine has one: AVX-VNNI, ARM's sdot) or "split" (src/backend/cpu/q8.rs); null unless our
  * relaxed-SIMD build is loaded in this page (not in a worker).
  */
 window.q8DotForm = async () => {

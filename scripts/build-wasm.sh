@@ -54,7 +54,7 @@ trap 'rm -rf "$PARTIAL"' EXIT
 # Four builds of the same crate; the package loads the one the browser can run (js/index.js):
 #   wasm/          SIMD128 (.cargo/config.toml): every browser with WebGPU.
 #   wasm-relaxed/  plus relaxed SIMD (Chrome/Edge 114+) in the Q8_0 kernel (its 16-lane integer dot product:
-#                  src/backend/cpu/q8/) and the f32 GEMM (f32x4.relaxed_madd: src/backend/cpu/matmul.rs). Its
+#                  src/backend/cpu/q8.rs) and the f32 GEMM (f32x4.relaxed_madd: src/backend/cpu/matmul.rs). Its
 #                  own target dir, so the builds do not invalidate each other.
 #   wasm-threads/, wasm-threads-relaxed/  the same two with threads, for cross-origin isolated pages.
 build() { # <out dir> <cargo target dir> <cargo features> [extra wasm-opt flags]

@@ -1,4 +1,4 @@
-//! The CPU backend's integer kernel for Q8_0 weights (src/backend/cpu/q8/): x quantized to 7 bits per block of
+//! The CPU backend's integer kernel for Q8_0 weights (src/backend/cpu/q8.rs): x quantized to 7 bits per block of
 //! 32, integer multiply-adds, per-block scales in f32.
 //!
 //! 1. Bit for bit against a scalar reference written from the definition (independent of the kernel's layout,
@@ -80,8 +80,7 @@ fn linear(x: &[f32], m: usize, k: usize, w: &HostTensor, bias: Option<&[f32]>, a
 fn integer_kernel_equals_the_scalar_definition_bit_for_bit() {
     let acts = [Activation::None, Activation::Gelu, Activation::Relu, Activation::Tanh];
     let mut cases = 0;
-    // Three threads on any machine: up to 64 rows split W's column groups between them (N = 384 has enough), more
-    // rows are split (whole tiles of 4 rows).
+    // Three threads, so that the rows are split between them (whole tiles of 4 rows) on any machine.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
     for (si, &m) in [1usize, 2, 3, 4, 5, 7, 9, 12, 64, 65, 130].iter().enumerate() {
         for (sj, &n) in [1usize, 3, 4, 5, 7, 33, 384].iter().enumerate() {

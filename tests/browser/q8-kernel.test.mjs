@@ -1,4 +1,4 @@
-// The CPU backend's Q8_0 integer kernel (src/backend/cpu/q8/) in both wasm builds the package ships: wasm/
+// The CPU backend's Q8_0 integer kernel (src/backend/cpu/q8.rs) in both wasm builds the package ships: wasm/
 // (SIMD128: i32x4.dot_i16x8_s) and wasm-relaxed/ (relaxed SIMD, in both of its forms: fused,
 // i32x4.relaxed_dot_i8x16_i7x16_add_s, and split, i16x8.relaxed_dot_i8x16_i7x16_s + widening). Natively,
 // tests/q8_kernel.rs checks the definition; here each build's output must equal, bit for bit, a JavaScript
@@ -34,7 +34,7 @@ test("both wasm builds' Q8_0 kernel equals the definition bit for bit", async ()
       const e = (h >> 10) & 31, m = h & 1023, sign = h & 0x8000 ? -1 : 1;
       return sign * (e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15));
     };
-    const quantizeRow = (x) => { // → { q: Int32Array, d: Float32Array } per block of 32, as src/backend/cpu/q8/ defines it
+    const quantizeRow = (x) => { // → { q: Int32Array, d: Float32Array } per block of 32, as q8.rs defines it
       const q = new Int32Array(x.length), d = new Float32Array(x.length / 32);
       for (let b = 0; b < x.length / 32; b++) {
         let amax = 0;

@@ -75,7 +75,7 @@ impl CpuBackend {
 
     /// The twin of the GPU kernels op for op, for comparing the two: as [`CpuBackend::new`], except that Q8_0
     /// weights always go through the f32-activation GEMM (what the GPU's `matmul_packed` computes), never the
-    /// integer kernel with 7-bit activations that the wasm build otherwise runs (`INT8_Q8_0`; q8/ gives its extra
+    /// integer kernel with 7-bit activations that the wasm build otherwise runs (`INT8_Q8_0`; q8.rs gives its extra
     /// error, far above the two f32 paths' difference).
     pub fn reference() -> CpuBackend {
         CpuBackend { q8_kernel: false }
@@ -279,7 +279,7 @@ impl Backend for CpuBackend {
         let mut out = vec![0f32; m * n];
         if self.q8_kernel {
             if let Some(q) = w.q8()? {
-                // Q8_0: the integer kernel, x quantized per block of 32 (q8/ says why and how far from the twin).
+                // Q8_0: the integer kernel, x quantized per block of 32 (q8.rs says why and how far from the twin).
                 q8::linear_q8(x.data(), m, k, q, bias.map(|b| b.data()), act, &mut out);
                 return CpuTensor::new(out, m, n);
             }

@@ -39,14 +39,10 @@
 //! integer sums once and accumulates them in f32.
 
 use super::matmul::epilogue;
-use super::{par_chunks_mut, par_column_blocks};
+use super::par_chunks_mut;
 use crate::backend::Activation;
 use crate::weights::quant::{Q8_0_BLOCK_BYTES, QK};
 use crate::{Error, Result};
-
-/// The integer and float lanes of each target (SSE2, SIMD128, scalar).
-mod lanes;
-use lanes as v;
 
 /// Output columns per group: the 4 lanes of a 128-bit vector.
 const NR: usize = 4;
@@ -60,12 +56,6 @@ const MC: usize = 64;
 const GROUP_BLOCK: usize = NR * QK;
 /// Below this many multiply-adds the rows are not split across threads (natively).
 const PARALLEL_MIN_MACS: usize = 1 << 18;
-/// Up to this many rows (one [`MC`] block: a sentence, a few short texts) the threads split W's columns instead of
-/// x's rows ([`linear_q8`]).
-const FEW_ROWS: usize = MC;
-/// Items per thread when the columns are split: whole items are taken dynamically, so a thread that starts late or
-/// runs slower takes fewer (as the f32 GEMM's `CHUNKS_PER_THREAD`).
-const COLUMN_CHUNKS: usize = 4;
 /// The largest quantized activation: 7 bits (see the module docs).
 const ACT_MAX: f32 = 63.0;
 /// Relaxed SIMD's 7-bit operand is x stored as `q + ACT_OFFSET ∈ [1, 127]`.
@@ -203,6 +193,256 @@ fn scale_of(amax: f32) -> (f32, f32) {
     (d, if d > 0.0 { 1.0 / d } else { 0.0 })
 }
 
+/// Integer and float lanes: SSE2 natively (x86-64's baseline), SIMD128 in wasm32, plain arrays elsewhere. Every
+/// variant computes the same values bit for bit: the integer sums are exact, and the float steps are the same
+/// conversions, products and sums in the same order.
+mod v {
+    #[cfg(target_arch = "x86_64")]
+    mod imp {
+        use std::arch::x86_64::*;
+        pub type I = __m128i;
+        pub type F = __m128;
+        // SAFETY (all): SSE2 is part of the x86-64 baseline; loads read 8 (`load_widen8`) or 4 (`splat_pair`) bytes
+        // at `p`, which callers guarantee are in bounds.
+        /// 8 bytes at `p` sign-extended to 16 bits.
+        #[inline(always)]
+        pub unsafe fn load_widen8(p: *const i8) -> I {
+            unsafe {
+                let v = _mm_loadl_epi64(p as *const I);
+                _mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8)
+            }
+        }
+        /// Two i16 at `p`, repeated in every 32-bit lane.
+        #[inline(always)]
+        pub unsafe fn splat_pair(p: *const i16) -> I {
+            unsafe { _mm_set1_epi32((p as *const i32).read_unaligned()) }
+        }
+        #[inline(always)]
+        pub fn izero() -> I {
+            unsafe { _mm_setzero_si128() }
+        }
+        /// `acc + Σ pairs a·b` per 32-bit lane.
+        #[inline(always)]
+        pub fn dot_add(acc: I, a: I, b: I) -> I {
+            unsafe { _mm_add_epi32(acc, _mm_madd_epi16(a, b)) }
+        }
+        #[inline(always)]
+        pub fn fsplat(v: f32) -> F {
+            unsafe { _mm_set1_ps(v) }
+        }
+        /// `acc + float(i) · s`.
+        #[inline(always)]
+        pub fn scale_add(acc: F, i: I, s: F) -> F {
+            unsafe { _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(i), s)) }
+        }
+        #[inline(always)]
+        pub fn fmul(a: F, b: F) -> F {
+            unsafe { _mm_mul_ps(a, b) }
+        }
+        /// Lane l: the largest `|x[4i + l]|` of 32 floats. SAFETY: `x` points at 32 floats.
+        #[inline(always)]
+        pub unsafe fn abs_max_32(x: *const f32) -> F {
+            unsafe {
+                let sign = _mm_set1_ps(-0.0);
+                let mut m = _mm_setzero_ps();
+                for i in 0..8 {
+                    m = _mm_max_ps(m, _mm_andnot_ps(sign, _mm_loadu_ps(x.add(4 * i))));
+                }
+                m
+            }
+        }
+        /// `q[i] = round_half_even(x[i] · id)` for 32 values. SAFETY: `x`, `q` point at 32 values.
+        #[inline(always)]
+        pub unsafe fn round_32(x: *const f32, id: f32, q: *mut i16) {
+            unsafe {
+                let s = _mm_set1_ps(id);
+                for i in 0..4 {
+                    // cvtps rounds in the current mode: nearest, ties to even.
+                    let lo = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(x.add(8 * i)), s));
+                    let hi = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(x.add(8 * i + 4)), s));
+                    _mm_storeu_si128(q.add(8 * i) as *mut I, _mm_packs_epi32(lo, hi));
+                }
+            }
+        }
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    mod imp {
+        use core::arch::wasm32::*;
+        pub type I = v128;
+        pub type F = v128;
+        // SAFETY (all): loads read 16 or 4 bytes at `p`, which callers guarantee are in bounds (unaligned is fine).
+        #[cfg(feature = "relaxed-simd")]
+        #[inline(always)]
+        pub unsafe fn load_i8(p: *const i8) -> I {
+            unsafe { v128_load(p as *const v128) }
+        }
+        /// One instruction (`i16x8.load8x8_s`): no shuffle to reach the high half of a 16-byte load.
+        #[cfg(not(feature = "relaxed-simd"))]
+        #[inline(always)]
+        pub unsafe fn load_widen8(p: *const i8) -> I {
+            unsafe { i16x8_load_extend_i8x8(p) }
+        }
+        #[cfg(not(feature = "relaxed-simd"))]
+        #[inline(always)]
+        pub unsafe fn splat_pair(p: *const i16) -> I {
+            unsafe { v128_load32_splat(p as *const u32) }
+        }
+        #[cfg(not(feature = "relaxed-simd"))]
+        #[inline(always)]
+        pub fn izero() -> I {
+            i32x4_splat(0)
+        }
+        #[cfg(not(feature = "relaxed-simd"))]
+        #[inline(always)]
+        pub fn dot_add(acc: I, a: I, b: I) -> I {
+            i32x4_add(acc, i32x4_dot_i16x8(a, b))
+        }
+        #[inline(always)]
+        pub fn fsplat(v: f32) -> F {
+            f32x4_splat(v)
+        }
+        #[inline(always)]
+        pub fn scale_add(acc: F, i: I, s: F) -> F {
+            f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(i), s))
+        }
+        #[inline(always)]
+        pub fn fmul(a: F, b: F) -> F {
+            f32x4_mul(a, b)
+        }
+        #[inline(always)]
+        pub unsafe fn abs_max_32(x: *const f32) -> F {
+            unsafe {
+                // pmax (a < b ? b : a) is one instruction on x86; max's NaN rules cost several, and |x| has no NaN
+                // worth keeping (a NaN activation is already a broken model).
+                let mut m = f32x4_splat(0.0);
+                for i in 0..8 {
+                    m = f32x4_pmax(m, f32x4_abs(v128_load(x.add(4 * i) as *const v128)));
+                }
+                m
+            }
+        }
+        /// `round_half_even(x[i] · s)` for 8 values at `x`, as i16. Adding 1.5 · 2²³ rounds a product (|·| ≤ 63 here)
+        /// to the nearest integer, ties to even, which then sits in the sum's low mantissa bits: the integer
+        /// subtraction of the constant's bits gives it as i32. The same integers as `f32x4.nearest` +
+        /// `i32x4.trunc_sat_f32x4_s` for every |v| < 2²², in 2 instructions where V8 emits 8 (its saturating
+        /// conversion is 7 on x86); x quantization took 3.5% of a one-sentence forward (`bench/profile.mjs`).
+        #[inline(always)]
+        unsafe fn round_8(x: *const f32, s: v128) -> v128 {
+            const ROUND: f32 = 12_582_912.0;
+            let r = |p: *const f32| unsafe {
+                let t = f32x4_add(f32x4_mul(v128_load(p as *const v128), s), f32x4_splat(ROUND));
+                i32x4_sub(t, i32x4_splat(ROUND.to_bits() as i32))
+            };
+            // SAFETY: the caller's 8 values.
+            i16x8_narrow_i32x4(r(x), r(unsafe { x.add(4) }))
+        }
+        #[inline(always)]
+        pub unsafe fn round_32(x: *const f32, id: f32, q: *mut i16) {
+            unsafe {
+                let s = f32x4_splat(id);
+                for i in 0..4 {
+                    v128_store(q.add(8 * i) as *mut v128, round_8(x.add(8 * i), s));
+                }
+            }
+        }
+        /// As `round_32`, stored as `q + 64` in u8 (`q ∈ [−63, 63]`).
+        #[cfg(feature = "relaxed-simd")]
+        #[inline(always)]
+        pub unsafe fn round_32_offset(x: *const f32, id: f32, q: *mut u8) {
+            unsafe {
+                let s = f32x4_splat(id);
+                let off = i16x8_splat(super::super::ACT_OFFSET as i16);
+                let mut h = [i16x8_splat(0); 4];
+                for (i, h) in h.iter_mut().enumerate() {
+                    *h = i16x8_add(round_8(x.add(8 * i), s), off);
+                }
+                v128_store(q as *mut v128, u8x16_narrow_i16x8(h[0], h[1]));
+                v128_store(q.add(16) as *mut v128, u8x16_narrow_i16x8(h[2], h[3]));
+            }
+        }
+        /// `acc + Σ_4 w·x` per 32-bit lane, x's bytes in [0, 127]: fused (one relaxed instruction) or split (pair
+        /// sums in i16, widened by a dot product with 1s: module docs, and added); the same integers.
+        #[cfg(feature = "relaxed-simd")]
+        #[target_feature(enable = "relaxed-simd")]
+        #[inline]
+        pub fn dot4_add<const FUSED: bool>(acc: I, w: I, x: I) -> I {
+            if FUSED {
+                i32x4_relaxed_dot_i8x16_i7x16_add(w, x, acc)
+            } else {
+                i32x4_add(acc, i32x4_dot_i16x8(i16x8_relaxed_dot_i8x16_i7x16(w, x), i16x8_splat(1)))
+            }
+        }
+        #[cfg(feature = "relaxed-simd")]
+        #[inline(always)]
+        pub unsafe fn splat_quad(p: *const u8) -> I {
+            unsafe { v128_load32_splat(p as *const u32) }
+        }
+        #[cfg(feature = "relaxed-simd")]
+        #[inline(always)]
+        pub unsafe fn load_i32(p: *const i32) -> I {
+            unsafe { v128_load(p as *const v128) }
+        }
+    }
+    #[cfg(not(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "simd128"))))]
+    mod imp {
+        pub type I = [i32; 4];
+        pub type F = [f32; 4];
+        // SAFETY (all): loads read 16 or 4 bytes at `p`, which callers guarantee are in bounds.
+        #[inline(always)]
+        pub unsafe fn load_widen8(p: *const i8) -> [i16; 8] {
+            let v = unsafe { (p as *const [i8; 8]).read_unaligned() };
+            v.map(|b| b as i16)
+        }
+        #[inline(always)]
+        pub unsafe fn splat_pair(p: *const i16) -> [i16; 8] {
+            let (a, b) = unsafe { (*p, *p.add(1)) };
+            std::array::from_fn(|l| if l % 2 == 0 { a } else { b })
+        }
+        #[inline(always)]
+        pub fn izero() -> I {
+            [0; 4]
+        }
+        #[inline(always)]
+        pub fn dot_add(acc: I, a: [i16; 8], b: [i16; 8]) -> I {
+            std::array::from_fn(|l| acc[l] + a[2 * l] as i32 * b[2 * l] as i32 + a[2 * l + 1] as i32 * b[2 * l + 1] as i32)
+        }
+        #[inline(always)]
+        pub fn fsplat(v: f32) -> F {
+            [v; 4]
+        }
+        #[inline(always)]
+        pub fn scale_add(acc: F, i: I, s: F) -> F {
+            std::array::from_fn(|l| acc[l] + i[l] as f32 * s[l])
+        }
+        #[inline(always)]
+        pub fn fmul(a: F, b: F) -> F {
+            std::array::from_fn(|l| a[l] * b[l])
+        }
+        #[inline(always)]
+        pub unsafe fn abs_max_32(x: *const f32) -> F {
+            let xs = unsafe { std::slice::from_raw_parts(x, 32) };
+            std::array::from_fn(|l| (0..8).fold(0f32, |a, i| a.max(xs[4 * i + l].abs())))
+        }
+        #[inline(always)]
+        pub unsafe fn round_32(x: *const f32, id: f32, q: *mut i16) {
+            let (xs, qs) = unsafe { (std::slice::from_raw_parts(x, 32), std::slice::from_raw_parts_mut(q, 32)) };
+            for (q, &v) in qs.iter_mut().zip(xs) {
+                *q = (v * id).round_ties_even() as i16;
+            }
+        }
+    }
+    pub use imp::*;
+    // The float lanes are simd.rs's (the same vector type per target).
+    pub use super::super::simd::{load as load_f, to_array, zero as fzero};
+
+    /// The block's `(d, 1 / d)` from its largest magnitude. SAFETY: `x` points at 32 floats.
+    #[inline(always)]
+    pub unsafe fn scale_of_32(x: *const f32) -> (f32, f32) {
+        let [a, b, c, d] = to_array(unsafe { abs_max_32(x) });
+        super::scale_of(a.max(b).max(c.max(d)))
+    }
+}
+
 /// The integer sums of one block for a tile: rows `xq[0..R]` (stride `k`) times `G` column groups, the 128 bytes
 /// of group `gi` at `wq[gi]` (and, relaxed SIMD, its 4 offsets at `wo[gi]`). Each splat of x feeds all `G` groups.
 ///
@@ -297,57 +537,35 @@ pub fn linear_q8(x: &[f32], m: usize, k: usize, w: &Q8Matrix, bias: Option<&[f32
         return epilogue(out, n, bias, act);
     }
     let blocks = k / QK;
-    let threads = if m * n * k >= PARALLEL_MIN_MACS { super::threads() } else { 1 };
-    let groups = n.div_ceil(NR);
-    if threads > 1 && m <= FEW_ROWS && groups >= 2 * COLUMN_CHUNKS * threads {
-        // Few rows (a sentence): x quantized once, and the threads split W's column groups, so that each streams
-        // only its share of W over every row (split by rows, each would stream all of W, and 13 rows would split
-        // 8 + 5). Whole group pairs per item, as `pass` takes them.
-        let (mut xq, mut xd) = (vec![0 as Xq; m * k], vec![0f32; m * blocks]);
-        prepare_rows(x, k, &mut xq, &mut xd);
-        let step = groups.div_ceil(COLUMN_CHUNKS * threads).next_multiple_of(2) * NR;
-        return par_column_blocks(out, n, step, |mut c| {
-            let (c0, c1) = c.range();
-            // SAFETY: xq/xd hold all m rows; `c` owns columns c0..c1 (groups c0/4..) of the m rows, row stride n.
-            unsafe { pass(&xq, &xd, m, k, w, c.ptr(), n, c0 / NR, c1.div_ceil(NR)) };
-            for i in 0..m {
-                epilogue(c.row(i), c1 - c0, bias.map(|b| &b[c0..c1]), act);
-            }
-        });
-    }
-    let tasks = threads.min(m.div_ceil(MR));
+    let tasks = if m * n * k >= PARALLEL_MIN_MACS { super::threads().min(m.div_ceil(MR)) } else { 1 };
     let rows_per_task = m.div_ceil(tasks).next_multiple_of(MR).min(m);
     par_chunks_mut(out, rows_per_task * n, |ti, c| {
         let (r0, rows) = (ti * rows_per_task, c.len() / n);
         let mut xq: Vec<Xq> = vec![0; rows * k];
         let mut xd = vec![0f32; rows * blocks];
         prepare_rows(&x[r0 * k..(r0 + rows) * k], k, &mut xq, &mut xd);
-        // SAFETY: xq/xd hold the task's `rows` rows; `c` is their output rows, every group's columns.
-        unsafe { pass(&xq, &xd, rows, k, w, c.as_mut_ptr(), n, 0, groups) };
+        // SAFETY: xq/xd hold the task's `rows` rows; `c` is their output rows.
+        unsafe { pass(&xq, &xd, rows, k, w, c) };
         epilogue(c, n, bias, act);
     });
 }
 
-/// Column groups `g0..g1` over the task's quantized rows `xq (rows, K)`, `xd (rows, K/32)`, into `c`, which points at
-/// column `4·g0` of the first of `rows` output rows `ldc` apart (the rest of each row is not touched): row blocks
+/// Every column group over the task's quantized rows `xq (rows, K)`, `xd (rows, K/32)`, into `c (rows, N)`: row blocks
 /// of [`MC`], tiles of [`MR`] rows × two column groups (8 columns: each splat of x feeds twice the multiply-adds; a
 /// last odd group alone). Two groups took 0.84–0.93× the time of one in the SIMD128 build, 0.90× in the relaxed one
 /// (MiniLM 8 × 128, `bench/ab.mjs`).
 /// Its own function so that the relaxed-SIMD build can enable the feature for the kernel alone (the rest of the
 /// crate and its dependencies compile as in the SIMD128 build; the f32 GEMM is the one other kernel with it).
 ///
-/// SAFETY: `xq.len() == rows · k`, `xd.len() == rows · k / 32`, `w.k == k`, `g0 ≤ g1 ≤ ⌈w.n / 4⌉`, and `c` writable
-/// at columns `4·g0..min(4·g1, w.n)` of `rows` rows `ldc ≥ w.n` apart, which no other thread touches meanwhile.
-#[allow(clippy::too_many_arguments)]
-unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: *mut f32, ldc: usize, g0: usize,
-    g1: usize) {
+/// SAFETY: `xq.len() == rows · k`, `xd.len() == rows · k / 32`, `c.len() == rows · w.n`, `w.k == k`.
+unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32]) {
     // SAFETY: the caller's guarantees.
     unsafe {
         // (`cfg!`: the other builds compile one form.)
         if cfg!(all(target_arch = "wasm32", feature = "relaxed-simd")) && fused_dot() {
-            pass_form::<true>(xq, xd, rows, k, w, c, ldc, g0, g1)
+            pass_form::<true>(xq, xd, rows, k, w, c)
         } else {
-            pass_form::<false>(xq, xd, rows, k, w, c, ldc, g0, g1)
+            pass_form::<false>(xq, xd, rows, k, w, c)
         }
     }
 }
@@ -356,10 +574,9 @@ unsafe fn pass(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: *m
 ///
 /// SAFETY: as [`pass`].
 #[cfg_attr(all(target_arch = "wasm32", feature = "relaxed-simd"), target_feature(enable = "relaxed-simd"))]
-#[allow(clippy::too_many_arguments)]
-unsafe fn pass_form<const FUSED: bool>(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: *mut f32,
-    ldc: usize, g0: usize, g1: usize) {
+unsafe fn pass_form<const FUSED: bool>(xq: &[Xq], xd: &[f32], rows: usize, k: usize, w: &Q8Matrix, c: &mut [f32]) {
     let (n, blocks) = (w.n, k / QK);
+    let groups = n.div_ceil(NR);
     let group = |g: usize| {
         let wq = w.qs[g * blocks * GROUP_BLOCK..][..blocks * GROUP_BLOCK].as_ptr();
         let ws = w.scales[g * blocks * NR..][..blocks * NR].as_ptr();
@@ -369,20 +586,19 @@ unsafe fn pass_form<const FUSED: bool>(xq: &[Xq], xd: &[f32], rows: usize, k: us
     };
     for mc in (0..rows).step_by(MC) {
         let mc_end = (mc + MC).min(rows);
-        let mut g = g0;
-        while g < g1 {
-            let pair = g + 1 < g1;
+        let mut g = 0;
+        while g < groups {
+            let pair = g + 1 < groups;
             let ((wq0, ws0, wo0), (wq1, ws1, wo1)) = (group(g), group(if pair { g + 1 } else { g }));
             let mut i = mc;
             while i < mc_end {
                 let r = MR.min(mc_end - i);
                 let (xp, dp) = (xq[i * k..].as_ptr(), xd[i * blocks..].as_ptr());
                 // Rows i..i + R of x, groups g (and g + 1): their columns of c.
-                let put = |gi: usize, j: usize, v: [f32; 4]| {
+                let mut put = |gi: usize, j: usize, v: [f32; 4]| {
                     let col = (g + gi) * NR;
                     let cols = NR.min(n - col);
-                    // SAFETY: row i + j < rows, columns col..col + cols of the caller's range.
-                    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), c.add((i + j) * ldc + col - g0 * NR), cols) };
+                    c[(i + j) * n + col..][..cols].copy_from_slice(&v[..cols]);
                 };
                 // SAFETY: rows i..i + r < rows of xq/xd exist (r ≤ mc_end - i); the groups' slices were cut to
                 // length above.
