@@ -65,6 +65,7 @@ pub fn family_prefix(family: Family) -> Option<&'static str> {
         Family::Roberta | Family::XlmRoberta | Family::Camembert => Some(roberta::NAMES.prefix),
         Family::Electra => Some(electra::NAMES.prefix),
         Family::Albert => Some("albert."),
+        Family::MPNet => Some("mpnet."),
         _ => None,
     }
 }
@@ -81,6 +82,7 @@ pub fn family_name(family: Family, name: &str) -> Option<String> {
         Family::Roberta | Family::XlmRoberta | Family::Camembert => roberta::NAMES.from_bert(name),
         Family::Electra => electra::NAMES.from_bert(name),
         Family::Albert => albert::from_bert(name),
+        Family::MPNet => mpnet::from_bert(name),
         _ => return None,
     };
     names.into_iter().next()

@@ -10,6 +10,9 @@
 //! - ALBERT: E-wide embeddings, `embedding_hidden_mapping_in` (E → H, always), and one layer every pass runs: its
 //!   parameters are loaded once and every pass's indices name them, so the backward sums the passes' gradients into
 //!   them ([`super::super::params::put`]); no dropout after its feed-forward (`AlbertLayer` has none).
+//! - MPNet: RoBERTa's positions, no token types, the layers under MPNet's names (`attention.attn.{q,k,v,o}`,
+//!   `attention.LayerNorm`), and the relative position bias table `encoder.relative_attention_bias` every layer
+//!   adds to its scores ([`super::relative`]), one parameter whose gradient sums the layers'.
 
 use super::{EmbIdx, Encoder, LayerIdx};
 use crate::backend::Backend;
@@ -31,10 +34,11 @@ fn check_family(cfg: &BertConfig) -> Result<()> {
         | Family::Camembert
         | Family::DistilBert
         | Family::Electra
-        | Family::Albert => Ok(()),
+        | Family::Albert
+        | Family::MPNet => Ok(()),
         f => Err(Error::Config(format!(
-            "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA and ALBERT \
-             checkpoints; this one is `{}`",
+            "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT and \
+             MPNet checkpoints; this one is `{}`",
             f.model_type()
         ))),
     }
@@ -68,6 +72,7 @@ impl<T> Encoder<T> {
             zero_types,
             attn_out_dropout: fam != Family::DistilBert,
             ffn_dropout: fam != Family::Albert,
+            relative: None,
         };
         let e = w.pp("embeddings");
         let en = |n: &str| name(&format!("embeddings.{n}")).map(|s| vec![s]);
@@ -91,6 +96,12 @@ impl<T> Encoder<T> {
                 enc.push(be, vec![name("embeddings_project.bias")?], &pb, 1, h, false)?,
             ]);
         }
+        // MPNet: the relative bias table every layer reads, after the embeddings (below every layer).
+        let rel_name = name("encoder.relative_attention_bias.weight");
+        enc.relative = match cfg.relative_attention_buckets {
+            0 => None,
+            _ => super::relative::RelIdx::load(be, &mut enc, cfg, &w, rel_name?)?,
+        };
         // ALBERT: one layer, shared by every pass.
         let distinct = if fam == Family::Albert { 1 } else { cfg.num_hidden_layers };
         for l in 0..distinct {
