@@ -198,3 +198,70 @@ fn lora_adapters_carry_mpnets_module_names() {
     }
     assert!(moved > 1e-3, "the adapters did not train (largest change {moved:e})");
 }
+
+/// Embedding fine-tuning of an MPNet (all-mpnet-base-v2's shape: MultipleNegativesRankingLoss on mean-pooled,
+/// normalised vectors, scale 20) against PyTorch's float64 autograd (tests/golden/finetune_embed_mpnet.py): the loss
+/// and every encoder parameter's gradient under `MPNetModel`'s names, with tests/finetune_golden.rs's embedding
+/// tolerances; then steps lower the loss.
+fn check_embedding<B: Backend>(be: &B, grad_rtol: f64) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/finetune_embed_mpnet.json");
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(g["model"].as_str().unwrap());
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let side = |k: &str| {
+        let rows = g[k]["input_ids"].as_array().unwrap();
+        let (b, t) = (rows.len(), rows[0].as_array().unwrap().len());
+        let u32s = |f: &str| ints(&g[k][f]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
+        Batch { input_ids: u32s("input_ids"), token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t }
+    };
+    let (anchors, positives) = (side("anchors"), side("positives"));
+    let mut tr = FineTuner::new(be, &cfg, &weights, FineTuneTask::Embedding, None, 0).unwrap();
+    let (grads, loss) = pollster::block_on(tr.embedding_gradients(be, &anchors, &positives)).unwrap();
+    let want_loss = g["loss"].as_f64().unwrap();
+    assert!((loss as f64 - want_loss).abs() <= LOSS_RTOL * want_loss, "embedding loss {loss} vs PyTorch {want_loss}");
+    let want = g["grads"].as_object().unwrap();
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    let (mut compared, mut worst) = (0, (String::new(), 0f64));
+    for (p, gr) in tr.encoder.params.iter().zip(&grads) {
+        let v = pollster::block_on(be.read(gr.as_ref().expect("every encoder parameter trains"))).unwrap();
+        let each = v.len() / p.names.len();
+        for (i, n) in p.names.iter().enumerate() {
+            let key = n.strip_prefix("mpnet.").unwrap();
+            let w = floats(&want[key]);
+            assert_eq!(w.len(), each, "{key}");
+            let diff = norm(&mut v[i * each..(i + 1) * each].iter().zip(&w).map(|(&a, &b)| a as f64 - b));
+            let wn = norm(&mut w.iter().copied());
+            if key.ends_with("attention.attn.k.bias") {
+                assert!(diff <= ZERO_GRAD_ATOL * 10.0, "{key}: exact gradient zero, ours {diff}");
+            } else {
+                assert!(diff <= grad_rtol * wn, "embedding: gradient of {key}: relative error {:e}", diff / wn);
+                if diff / wn > worst.1 {
+                    worst = (key.to_string(), diff / wn);
+                }
+            }
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, want.len(), "every golden tensor compared");
+    eprintln!("mpnet embedding on {}: worst gradient relative error {:.2e} ({})", be.name(), worst.1, worst.0);
+    let opt = StepOptions { learning_rate: 1e-3, ..StepOptions::default() };
+    let targets = Targets::Embedding { positives: &positives };
+    let first = pollster::block_on(tr.step(be, &anchors, &targets, &opt)).unwrap().loss;
+    let mut last = first;
+    for _ in 0..4 {
+        last = pollster::block_on(tr.step(be, &anchors, &targets, &opt)).unwrap().loss;
+    }
+    assert!(last < first * 0.8, "embedding loss {first} → {last} after 5 steps on one batch");
+}
+
+#[test]
+fn mpnet_embedding_matches_pytorch_on_the_cpu() {
+    check_embedding(&CpuBackend::new(), CPU_GRAD_RTOL);
+}
+
+#[test]
+fn mpnet_embedding_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    check_embedding(&g, GPU_GRAD_RTOL);
+}
