@@ -27,6 +27,13 @@
 // With the override DROPOUT = 1 (the forward dropped probabilities with the mask M of lib/dropout.wgsl, factor
 // F = M·drop_scale): dP_ij = (dctx_i·v_j)·F_ij, dS from the undropped P as above, and the scratch P row holds
 // P_ij·F_ij once dS is made, so that attn_bwd_keys's dv_j = Σ_i P_ij·F_ij·dctx_i.
+//
+// With the override BIAS = 1 (back through `Backend::attention_biased`), attn_bwd_scores adds the relative bias
+// `(heads, 2T − 1)` at binding 7 to each score as the forward did (BIAS = 0: the host binds the mask there, unread).
+// A fifth pass then gives the bias's gradient when it is wanted:
+//   attn_bwd_bias: one invocation per (head h, offset column c of 2T − 1): dbias[h][c] = Σ_b Σ_i dS_i,i+c−(T−1) / scale
+//     (dS without the score scale, which the bias does not go through), sequences then queries in order, into
+//     binding 8.
 
 #include "lib/attention_params.wgsl"
 
@@ -40,6 +47,10 @@ override WG: u32 = 64u;
 @group(0) @binding(4) var<storage, read_write> dqkv: array<f32>;
 @group(0) @binding(5) var<storage, read_write> probs: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dsc: array<f32>;
+@group(0) @binding(7) var<storage, read> score_bias: array<f32>;
+
+// 1: the scores get the relative bias at binding 7; 0 (the default): none.
+override BIAS: u32 = 0u;
 
 // Start of scratch row (b, h, i).
 fn row_of(b: u32, h: u32, i: u32) -> u32 {
@@ -74,7 +85,11 @@ fn attn_bwd_scores(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workg
         s += qkv[qb + c] * qkv[kb + c];
         dp += dctx[cb + c] * qkv[vb + c];
     }
-    probs[row_of(b, h, i) + j] = s * p.scale;
+    var bias = 0.0;
+    if BIAS != 0u {
+        bias = score_bias[h * (2u * T - 1u) + j + T - 1u - i];
+    }
+    probs[row_of(b, h, i) + j] = s * p.scale + bias;
     dsc[row_of(b, h, i) + j] = dp;
 }
 
@@ -186,4 +201,27 @@ fn attn_bwd_keys(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgro
     let kb = head_at(k.b, k.row, 1u, k.h);
     dqkv[kb + k.c] = dk;
     dqkv[kb + p.hidden + k.c] = dv;
+}
+
+@group(0) @binding(8) var<storage, read_write> dbias: array<f32>;
+
+@compute @workgroup_size(WG)
+fn attn_bwd_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let T = p.seq;
+    let h = wid.y;
+    let c = gid.x;
+    let width = 2u * T - 1u;
+    if c >= width {
+        return;
+    }
+    // Offset j − i = c − (T − 1): queries i from max(0, T − 1 − c) to min(T, 2T − 1 − c).
+    let i0 = select(0u, T - 1u - c, c < T - 1u);
+    let i1 = min(T, width - c);
+    var acc = 0.0;
+    for (var b = 0u; b < p.batch; b++) {
+        for (var i = i0; i < i1; i++) {
+            acc += dsc[row_of(b, h, i) + i + c + 1u - T];
+        }
+    }
+    dbias[h * width + c] = acc / p.scale;
 }

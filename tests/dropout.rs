@@ -466,6 +466,22 @@ fn rotary_dropout_gradients_match_finite_differences() {
     ]);
 }
 
+/// MPNet drops where `MPNetModel` does (BERT's four sites: the embeddings, the attention probabilities with the
+/// relative bias added before the softmax, `MPNetAttention`'s dropout of `attn.o`'s output, `MPNetOutput`'s), and
+/// the relative bias table's gradient goes through the masked probabilities.
+#[test]
+fn mpnet_dropout_gradients_match_finite_differences() {
+    finite_differences("tiny-mpnet-classifier", &[
+        "mpnet.embeddings.word_embeddings.weight",
+        "mpnet.encoder.relative_attention_bias.weight",
+        "mpnet.encoder.layer.0.attention.attn.q.weight",
+        "mpnet.encoder.layer.0.attention.attn.o.weight",
+        "mpnet.encoder.layer.1.attention.LayerNorm.weight",
+        "mpnet.encoder.layer.1.output.dense.weight",
+        "classifier.dense.weight",
+    ]);
+}
+
 fn finite_differences(model: &str, checked: &[&str]) {
     let cpu = CpuBackend::new();
     let bt = batch();

@@ -151,7 +151,7 @@ fn bad_input_exits_2_with_a_reason() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A family whose whole encoder does not train yet (MPNet: its relative position bias has no backward) is refused
+/// A family whose whole encoder does not train yet (DeBERTa: its disentangled attention has no backward) is refused
 /// before anything is written, with an error naming the checkpoint's model_type, with or without LoRA; so are LoRA
 /// on ALBERT's shared layer, a NomicBERT config in nomic-ai's hub form (transformers would read the written folder's
 /// config as another model) and pre-training an ELECTRA generator (its head is not BERT's).
@@ -161,8 +161,8 @@ fn untrained_families_are_refused_naming_them() {
     let data = dir.join("ok.jsonl");
     std::fs::write(&data, "{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"b\", \"label\": \"y\"}\n").unwrap();
     let (data, out) = (data.to_str().unwrap(), dir.join("out"));
-    let cases = [("tiny-mpnet-classifier", &[][..], "fine-tuning the whole encoder supports"),
-        ("tiny-mpnet-classifier", &["--lora", "2"][..], "fine-tuning the whole encoder supports"),
+    let cases = [("tiny-deberta-classifier", &[][..], "fine-tuning the whole encoder supports"),
+        ("tiny-deberta-classifier", &["--lora", "2"][..], "fine-tuning the whole encoder supports"),
         ("tiny-albert-classifier", &["--lora", "2"][..], "LoRA on a `albert` model is not supported yet"),
         ("tiny-nomic-hub", &[][..], "config.json is in its hub repository's form (`n_embd`)")];
     for (name, extra, why) in cases {

@@ -412,7 +412,21 @@ pub trait Backend {
     /// [`Self::attention_dropout`] with it), the same mask `M` is recomputed: `D = P ⊙ M · scale`, `dv = Dᵀ·dctx`,
     /// `dP = (dctx·vᵀ) ⊙ M · scale`, and `dS` as above from the undropped `P`. `None` (or `p = 0`): no dropout.
     fn attention_backward(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape,
-        dropout: Option<Dropout>) -> Result<Self::Tensor>;
+        dropout: Option<Dropout>) -> Result<Self::Tensor> {
+        Ok(self.attention_backward_biased(dctx, qkv, mask, None, shape, dropout, false)?.0)
+    }
+
+    /// Back through [`Self::attention_biased`] (or [`Self::attention_dropout_biased`] with `dropout`): the
+    /// probabilities are recomputed with the same `bias` `(heads, 2T − 1)` added to the scaled scores, then `dqkv` as
+    /// [`Self::attention_backward`]. With `want_dbias`, also the bias's gradient `(heads, 2T − 1)`:
+    /// `dbias[h][j − i + T − 1] = Σ_b dS[b, h, i, j]`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))` the softmax input's gradient
+    /// (without the `1/√d` of the scores, which the bias does not go through); padded keys add nothing. Without
+    /// `want_dbias` (a constant bias, e.g. a sliding window) it is not computed and `None` comes back. `bias: None`
+    /// is [`Self::attention_backward`] (and has no gradient to give).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_backward_biased(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor,
+        bias: Option<&Self::Tensor>, shape: AttentionShape, dropout: Option<Dropout>, want_dbias: bool)
+        -> Result<(Self::Tensor, Option<Self::Tensor>)>;
 
     // ---- Dropout (training forwards only; [`Dropout`] states the mask) ----
 
@@ -424,7 +438,14 @@ pub trait Backend {
     /// `ctx = (P ⊙ M · scale)·v`, `M` the mask of `d` over the `(B, heads, T, T)` probabilities, element
     /// `((b·heads + h)·T + i)·T + j` for query `i` and key `j`. Training only; the inference kernels are untouched.
     fn attention_dropout(&self, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape, d: Dropout)
-        -> Result<Self::Tensor>;
+        -> Result<Self::Tensor> {
+        self.attention_dropout_biased(qkv, mask, None, shape, d)
+    }
+
+    /// [`Self::attention_dropout`] with [`Self::attention_biased`]'s relative bias `(heads, 2T − 1)` on the scores
+    /// (MPNet's training forward); `None` is [`Self::attention_dropout`].
+    fn attention_dropout_biased(&self, qkv: &Self::Tensor, mask: &Self::Tensor, bias: Option<&Self::Tensor>,
+        shape: AttentionShape, d: Dropout) -> Result<Self::Tensor>;
 
     /// Runs everything recorded so far and copies one f32 tensor back to the host, row-major.
     async fn read(&self, t: &Self::Tensor) -> Result<Vec<f32>>;

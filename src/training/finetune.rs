@@ -137,11 +137,11 @@ impl<B: Backend> FineTuner<B> {
         -> Result<Self> {
         if task == FineTuneTask::Pretrain
             && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
-                | Family::DistilBert | Family::Albert | Family::NomicBert | Family::Gte)
+                | Family::DistilBert | Family::Albert | Family::MPNet | Family::NomicBert | Family::Gte)
         {
             return Err(Error::Config(format!(
-                "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, NomicBERT and \
-                 GTE checkpoints; this one is `{}`",
+                "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, MPNet, \
+                 NomicBERT and GTE checkpoints; this one is `{}`",
                 cfg.family.model_type()
             )));
         }

@@ -103,11 +103,14 @@ impl<B: Backend> FineTuner<B> {
     }
 }
 
-/// peft's `target_modules` for the family's module names (DistilBERT's `q_lin`, `v_lin`, ...).
+/// peft's `target_modules` for the family's module names (DistilBERT's `q_lin`, `v_lin`, MPNet's `q`, `v`, ...).
 fn target_modules(o: &LoraOptions, family: Family) -> &'static [&'static str] {
     match (family, o.targets) {
         (Family::DistilBert, LoraTargets::Qv) => &["q_lin", "v_lin"],
         (Family::DistilBert, LoraTargets::All) => &["q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"],
+        // peft has no default for MPNet: its modules are `attention.attn.{q,k,v,o}` (the feed-forward's are BERT's).
+        (Family::MPNet, LoraTargets::Qv) => &["q", "v"],
+        (Family::MPNet, LoraTargets::All) => &["q", "k", "v", "o", "intermediate.dense", "output.dense"],
         (Family::NomicBert | Family::Gte, LoraTargets::Qv) => &["q_proj", "v_proj"],
         (Family::NomicBert | Family::Gte, LoraTargets::All) =>
             &["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj"],

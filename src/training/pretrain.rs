@@ -16,12 +16,12 @@
 //! Checked against PyTorch's autograd by `tests/pretrain_golden.rs` (golden: `tests/golden/pretrain.py`).
 //!
 //! BERT's relatives train their own masked-LM head, the same computation under the family's names (found through
-//! [`crate::weights::family_name`], and exported under them): RoBERTa, XLM-R and CamemBERT `lm_head.{dense,
+//! [`crate::weights::family_name`], and exported under them): RoBERTa, XLM-R, CamemBERT and MPNet `lm_head.{dense,
 //! layer_norm, bias}` (the exact GELU whatever `hidden_act` says), DistilBERT `vocab_transform`, `vocab_layer_norm`,
 //! `vocab_projector.bias`, ALBERT `predictions.{dense, LayerNorm, bias}` with `dense` mapping H → E, the LayerNorm
 //! over E and the decoder the (V, E) embeddings. They have no next-sentence head (RoBERTa dropped the objective;
 //! ALBERT's sentence-order head is refused by name). Checked by `tests/pretrain_families.rs` (golden:
-//! `tests/golden/pretrain_families.py`).
+//! `tests/golden/pretrain_families.py`), MPNet's by `tests/pretrain_mpnet.rs` (`tests/golden/pretrain_mpnet.py`).
 
 use super::encoder::{get, DropoutPlan, Encoder};
 use super::params::put;

@@ -65,6 +65,7 @@ pub fn family_prefix(family: Family) -> Option<&'static str> {
         Family::Roberta | Family::XlmRoberta | Family::Camembert => Some(roberta::NAMES.prefix),
         Family::Electra => Some(electra::NAMES.prefix),
         Family::Albert => Some("albert."),
+        Family::MPNet => Some("mpnet."),
         Family::NomicBert => Some("nomic_bert."),
         Family::Gte => Some("gte."),
         _ => None,
@@ -83,6 +84,7 @@ pub fn family_name(family: Family, name: &str) -> Option<String> {
         Family::Roberta | Family::XlmRoberta | Family::Camembert => roberta::NAMES.from_bert(name),
         Family::Electra => electra::NAMES.from_bert(name),
         Family::Albert => albert::from_bert(name),
+        Family::MPNet => mpnet::from_bert(name),
         // The first of the names is under the task checkpoints' prefix; a head's own tensors (`classifier`,
         // NomicBERT's `cls.predictions.bias`) keep BERT's name.
         Family::NomicBert | Family::Gte => {

@@ -267,8 +267,8 @@ test("fineTune in Node.js: a token classifier trained from a folder path, its ex
 
 // Node against the CLI for these runs, step for step (as LOSS_VS_CLI_RTOL's): measured worst 1.05e-6 relative
 // (DistilBERT, whose pre_classifier's ReLU and 6 steps at lr 2e-3 carry the roundings further), 9.2e-7 (RoBERTa with
-// LoRA), and 1.9e-8 / 5.7e-8 for the pre-training runs below; 5e-6 is about 5× the worst, while a wrong gradient or
-// another row order parts the losses by 1e-3 or more.
+// LoRA), and 1.9e-8 / 5.7e-8 / 1.1e-6 (RoBERTa / ALBERT / MPNet) for the pre-training runs below; 5e-6 is about 5× the
+// worst, while a wrong gradient or another row order parts the losses by 1e-3 or more.
 const FAMILY_LOSS_VS_CLI_RTOL = 5e-6;
 
 // BERT's relatives train in Node as the CLI trains them (tests/finetune_families.rs holds the native side to PyTorch):
@@ -356,15 +356,16 @@ test("fineTune in Node.js trains DistilBERT and RoBERTa (LoRA) as the CLI does, 
 });
 
 // Continued pre-training of BERT's relatives in Node (tests/pretrain_families.rs holds the native side to PyTorch):
-// RoBERTa and ALBERT with their own masked-LM heads, the masked LM alone, step for step against `bertgpu pretrain` with
-// the same corpus, options and seed (RoBERTa's with its dynamic masking), and the folder the family's own
-// ...ForMaskedLM.
-test("pretrain in Node.js continues RoBERTa and ALBERT with their own masked-LM head as the CLI does", async () => {
+// RoBERTa, ALBERT and MPNet with their own masked-LM heads, the masked LM alone, step for step against `bertgpu
+// pretrain` with the same corpus, options and seed (RoBERTa's with its dynamic masking), and the folder the family's
+// own ...ForMaskedLM.
+test("pretrain in Node.js continues RoBERTa, ALBERT and MPNet with their own masked-LM head as the CLI does", async () => {
   const documents = fs.readFileSync(path.join(ROOT, "tests/data/fortunes-large/train.jsonl"), "utf8").trim().split("\n")
     .map((l) => JSON.parse(l).text.split(". ").map((s) => s.trim()).filter((s) => s !== ""))
     .filter((sentences) => sentences.length >= 2).slice(0, 12).map((sentences) => sentences.join("\n"));
   const corpus = documents.join("\n\n") + "\n";
-  for (const [dir, arch] of [["tiny-roberta-mlm", "RobertaForMaskedLM"], ["tiny-albert-mlm", "AlbertForMaskedLM"]]) {
+  for (const [dir, arch] of [["tiny-roberta-mlm", "RobertaForMaskedLM"], ["tiny-albert-mlm", "AlbertForMaskedLM"],
+    ["tiny-mpnet-mlm", "MPNetForMaskedLM"]]) {
     const dynamic = dir.includes("roberta");
     const got = await inConsumer(`
       import { Bert } from "bertgpu";
@@ -406,14 +407,14 @@ test("pretrain in Node.js continues RoBERTa and ALBERT with their own masked-LM 
   }
 });
 
-// What still cannot train is refused by name before any work: MPNet's encoder (no backward for its relative
-// position bias), LoRA on ALBERT's shared layer, and pre-training an ELECTRA generator.
+// What still cannot train is refused by name before any work: DeBERTa's encoder (no backward for its disentangled
+// attention), LoRA on ALBERT's shared layer, and pre-training an ELECTRA generator.
 test("fineTune and pretrain refuse what cannot train yet, naming it, and leave the model as it was", async () => {
   const got = await inConsumer(`
     import { Bert } from "bertgpu";
     const out = [];
     const examples = [{ text: "a", label: "x" }, { text: "b", label: "y" }];
-    for (const [dir, call] of [["tiny-mpnet-classifier", (b) => b.fineTune(examples, { task: "classify", epochs: 1 })],
+    for (const [dir, call] of [["tiny-deberta-classifier", (b) => b.fineTune(examples, { task: "classify", epochs: 1 })],
       ["tiny-albert-classifier", (b) => b.fineTune(examples, { task: "classify", epochs: 1, lora: { r: 2 } })],
       ["tiny-electra-generator", (b) => b.pretrain("one sentence.\\nanother one.\\n\\na second document.\\nwith two lines.", { steps: 1 })]]) {
       const bert = await Bert.load(process.argv[1] + "/" + dir);
@@ -430,7 +431,7 @@ test("fineTune and pretrain refuse what cannot train yet, naming it, and leave t
     console.log(JSON.stringify(out));
   `, path.join(ROOT, "tests/models"));
   assert.equal(got.length, 3);
-  const why = ["this one is `mpnet`", "LoRA on a `albert` model is not supported yet", "this one is `electra`"];
+  const why = ["this one is `deberta-v2`", "LoRA on a `albert` model is not supported yet", "this one is `electra`"];
   got.forEach((r, i) => {
     assert.ok(r.error && r.error.includes(why[i]), `${r.dir}: ${r.error}`);
     assert.equal(r.same, true, `${r.dir}: the model is left as it was`);

@@ -143,7 +143,9 @@ fn softmax_rows(p: &mut [f32], kn: usize) {
 /// [`attention`] with dropout on the probabilities (`Backend::attention_dropout`): per (sequence, head) task, `P`
 /// over the real keys, `P ⊙ M · scale`, then its product with v. Training only, so plain GEMMs (as the backward)
 /// rather than [`attention`]'s fused tiles; a query whose keys are all padding gets zeros.
-pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape, drop: Dropout) -> Result<CpuTensor> {
+/// With `bias` (`Backend::attention_dropout_biased`, `(heads, 2T − 1)`), it is added to the scaled scores first.
+pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, bias: Option<&CpuTensor>, s: AttentionShape, drop: Dropout)
+    -> Result<CpuTensor> {
     let AttentionShape { batch, seq, heads, head_dim: d } = s;
     let h = heads * d;
     drop.check()?;
@@ -152,8 +154,11 @@ pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape, d
     }
     expect_dims(qkv, batch * seq, 3 * h, "attention qkv (B*T, 3H)")?;
     expect_dims(mask, batch, seq, "attention mask (B, T)")?;
+    if let Some(b) = bias {
+        expect_dims(b, heads, (2 * seq).saturating_sub(1), "attention bias (heads, 2T - 1)")?;
+    }
     let mut out = vec![0f32; batch * seq * h];
-    let (qkv, mask) = (qkv.data(), mask.data());
+    let (qkv, mask, bias) = (qkv.data(), mask.data(), bias.map(|b| b.data()));
     let scale = 1.0 / (d as f32).sqrt();
     let optr = SharedOut(out.as_mut_ptr());
     par_for(batch * heads, |task| {
@@ -167,6 +172,7 @@ pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape, d
         let k = take(qkv, keys.iter().copied(), b * seq, ld, h + qc, d);
         let v = take(qkv, keys.iter().copied(), b * seq, ld, 2 * h + qc, d);
         let mut p = gemm(t, d, kn, &q, (d, 1), &k, (1, d), scale);
+        add_bias(&mut p, bias, hd, t, &keys);
         softmax_rows(&mut p, kn);
         p.iter_mut().zip(dropout_factors(drop, task, t, &keys)).for_each(|(x, m)| *x *= m);
         let ctx = gemm(t, kn, d, &p, (kn, 1), &v, (d, 1), 1.0); // (T, d)
@@ -183,9 +189,12 @@ pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape, d
 /// probabilities of each real query row are recomputed, then `dv`, `dS`, `dq` and `dk` follow. Each task writes its
 /// head's columns of `dq`, `dk` and `dv` for its sequence's rows only.
 /// With `dropout` (active), back through [`attention_dropout`] instead: the same mask scales `dP` and the `P` that
-/// gives `dv`.
-pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s: AttentionShape,
-    dropout: Option<Dropout>) -> Result<CpuTensor> {
+/// gives `dv`. With `bias` `(heads, 2T − 1)`, the recomputed scores get it as the forward's did; with `want_dbias`,
+/// each task also sums its `dS` (before the score scale) by offset into its own `(2T − 1)` row, and the rows of one
+/// head are summed over the sequences in order afterwards (no task writes another's row).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, bias: Option<&CpuTensor>,
+    s: AttentionShape, dropout: Option<Dropout>, want_dbias: bool) -> Result<(CpuTensor, Option<CpuTensor>)> {
     let dropout = dropout.filter(Dropout::is_active);
     if let Some(d) = dropout {
         d.check()?;
@@ -198,12 +207,20 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s
     expect_dims(qkv, batch * seq, 3 * h, "attention_backward qkv (B*T, 3H)")?;
     expect_dims(dctx, batch * seq, h, "attention_backward dctx (B*T, H)")?;
     expect_dims(mask, batch, seq, "attention_backward mask (B, T)")?;
+    if let Some(b) = bias {
+        expect_dims(b, heads, (2 * seq).saturating_sub(1), "attention_backward bias (heads, 2T - 1)")?;
+    }
+    let want_dbias = want_dbias && bias.is_some();
+    let width = (2 * seq).saturating_sub(1);
     let mut out = vec![0f32; batch * seq * 3 * h]; // (B*T, 3H)
-    let (qkv, dctx, mask) = (qkv.data(), dctx.data(), mask.data());
+    // Per task (b, h), its dS summed by offset (2T − 1).
+    let mut partial = vec![0f32; if want_dbias { batch * heads * width } else { 0 }];
+    let (qkv, dctx, mask, bias) = (qkv.data(), dctx.data(), mask.data(), bias.map(|b| b.data()));
     let scale = 1.0 / (d as f32).sqrt();
     let optr = SharedOut(out.as_mut_ptr());
+    let pptr = SharedOut(partial.as_mut_ptr());
     par_for(batch * heads, |task| {
-        let optr = optr;
+        let (optr, pptr) = (optr, pptr);
         let (b, hd) = (task / heads, task % heads);
         let m = &mask[b * seq..(b + 1) * seq];
         let keys: Vec<usize> = (0..seq).filter(|&j| m[j] != 0.0).collect();
@@ -219,6 +236,7 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s
         // P = softmax(q·kᵀ·scale) over the real keys (T, K); dP = dctx·vᵀ (T, K).
         let mut p = gemm(t, d, kn, &q, (d, 1), &k, (1, d), scale);
         let mut dp = gemm(t, d, kn, &dc, (d, 1), &v, (1, d), 1.0);
+        add_bias(&mut p, bias, hd, t, &keys);
         softmax_rows(&mut p, kn);
         // Dropout: dP through the mask (M · scale), and the dropped probabilities D for dv.
         let dropped = dropout.map(|dr| {
@@ -228,10 +246,17 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s
         });
         // dS = P ⊙ (dP − rowsum(dP ⊙ P)), with the score scale folded in (T, K).
         let mut ds = vec![0f32; t * kn];
-        for ((dsr, pr), dpr) in ds.chunks_exact_mut(kn).zip(p.chunks_exact(kn)).zip(dp.chunks_exact(kn)) {
+        // SAFETY: row `task` of `partial` (B*heads, 2T − 1) is written by this task alone (empty without dbias).
+        let dbias = want_dbias.then(|| unsafe { std::slice::from_raw_parts_mut(pptr.0.add(task * width), width) });
+        let mut dbias = dbias;
+        for (i, ((dsr, pr), dpr)) in ds.chunks_exact_mut(kn).zip(p.chunks_exact(kn)).zip(dp.chunks_exact(kn)).enumerate() {
             let dot: f64 = pr.iter().zip(dpr).map(|(&a, &b)| a as f64 * b as f64).sum();
-            for ((o, &pv), &dv) in dsr.iter_mut().zip(pr).zip(dpr) {
-                *o = pv * (dv - dot as f32) * scale;
+            for (((o, &pv), &dv), &j) in dsr.iter_mut().zip(pr).zip(dpr).zip(&keys) {
+                let g = pv * (dv - dot as f32);
+                if let Some(db) = dbias.as_deref_mut() {
+                    db[j + t - 1 - i] += g;
+                }
+                *o = g * scale;
             }
         }
         let dq = gemm(t, kn, d, &ds, (kn, 1), &k, (d, 1), 1.0); // (T, d)
@@ -248,7 +273,28 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, s
             o[j * ld + 2 * h + qc..j * ld + 2 * h + qc + d].copy_from_slice(&dv[kj * d..(kj + 1) * d]);
         }
     });
-    CpuTensor::new(out, batch * seq, 3 * h)
+    let dbias = match want_dbias {
+        true => {
+            let mut db = vec![0f32; heads * width];
+            for (task, row) in partial.chunks_exact(width.max(1)).enumerate().take(batch * heads) {
+                let hd = task % heads;
+                db[hd * width..(hd + 1) * width].iter_mut().zip(row).for_each(|(a, &b)| *a += b);
+            }
+            Some(CpuTensor::new(db, heads, width)?)
+        }
+        false => None,
+    };
+    Ok((CpuTensor::new(out, batch * seq, 3 * h)?, dbias))
+}
+
+/// Adds head `hd`'s relative bias (`bias` `(heads, 2T − 1)`, key j of query i at j − i + T − 1) to the scores `p`
+/// `(T, K)` over the real keys `keys`; nothing without a bias.
+fn add_bias(p: &mut [f32], bias: Option<&[f32]>, hd: usize, t: usize, keys: &[usize]) {
+    let Some(bias) = bias else { return };
+    let row = &bias[hd * (2 * t - 1)..(hd + 1) * (2 * t - 1)];
+    for (i, pr) in p.chunks_exact_mut(keys.len()).enumerate() {
+        pr.iter_mut().zip(keys).for_each(|(x, &j)| *x += row[j + t - 1 - i]);
+    }
 }
 
 /// One (sequence, head): `rows (T, ld)` holds q at column `qc`, k at `qc + h`, v at `qc + 2h` (d columns each);

@@ -445,12 +445,15 @@ impl Backend for CpuBackend {
         norm::layernorm_backward(dy, x, gamma, eps)
     }
 
-    fn attention_backward(&self, dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, shape: AttentionShape,
-        dropout: Option<Dropout>) -> Result<CpuTensor> {
+    fn attention_backward_biased(&self, dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, bias: Option<&CpuTensor>,
+        shape: AttentionShape, dropout: Option<Dropout>, want_dbias: bool) -> Result<(CpuTensor, Option<CpuTensor>)> {
         for (t, what) in [(dctx, "attention_backward dctx"), (qkv, "attention_backward qkv"), (mask, "attention_backward mask")] {
             t.expect_f32(what)?;
         }
-        attention::attention_backward(dctx, qkv, mask, shape, dropout)
+        if let Some(b) = bias {
+            b.expect_f32("attention_backward bias")?;
+        }
+        attention::attention_backward(dctx, qkv, mask, bias, shape, dropout, want_dbias)
     }
 
     fn dropout(&self, x: &CpuTensor, d: Dropout) -> Result<CpuTensor> {
@@ -458,11 +461,14 @@ impl Backend for CpuBackend {
         train::dropout(x, d)
     }
 
-    fn attention_dropout(&self, qkv: &CpuTensor, mask: &CpuTensor, shape: AttentionShape, d: Dropout)
-        -> Result<CpuTensor> {
+    fn attention_dropout_biased(&self, qkv: &CpuTensor, mask: &CpuTensor, bias: Option<&CpuTensor>,
+        shape: AttentionShape, d: Dropout) -> Result<CpuTensor> {
         qkv.expect_f32("attention qkv")?;
         mask.expect_f32("attention mask")?;
-        attention::attention_dropout(qkv, mask, shape, d)
+        if let Some(b) = bias {
+            b.expect_f32("attention bias")?;
+        }
+        attention::attention_dropout(qkv, mask, bias, shape, d)
     }
 
     async fn read(&self, t: &CpuTensor) -> Result<Vec<f32>> {

@@ -63,9 +63,6 @@ impl GpuBackend {
             }
             None => None,
         };
-        if bias.is_some() && dropout.is_some() {
-            return Err(shape_err("attention", "an attention bias with dropout (training) is not supported".into()));
-        }
         if let Some(b) = bias {
             expect_f32("attention bias", &[b])?;
             if (b.rows, b.cols) != (s.heads, (2 * s.seq).saturating_sub(1)) {
@@ -133,7 +130,8 @@ impl GpuBackend {
         let out = self.alloc_as(s.batch * s.seq, h, half.is_some())?;
         let wg = ("WG", t.attention_wg as f64);
         let consts: &[(&str, f64)] = match (dropout.is_some(), bias.is_some(), disentangled.is_some()) {
-            (true, _, _) => &[wg, ("DROPOUT", 1.0)],
+            (true, true, _) => &[wg, ("DROPOUT", 1.0), ("BIAS", 1.0)],
+            (true, false, _) => &[wg, ("DROPOUT", 1.0)],
             (false, true, _) => &[wg, ("BIAS", 1.0)],
             (false, false, true) => &[wg, ("DISENTANGLED", 1.0)],
             (false, false, false) => &[wg],
@@ -153,10 +151,13 @@ impl GpuBackend {
         Ok(out)
     }
 
-    /// [`Backend::attention_backward`](super::Backend::attention_backward): two passes (per query row, then per key
-    /// row) through scratch copies of P and dS, `(B*heads*T, T)` each.
+    /// [`Backend::attention_backward_biased`](super::Backend::attention_backward_biased): four passes (scores,
+    /// softmax, per query row, per key row) through scratch copies of P and dS, `(B*heads*T, T)` each; with `bias`,
+    /// the pipelines compiled with `BIAS = 1`, and with `want_dbias` a fifth pass summing dS by offset.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn record_attention_backward(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor,
-        s: AttentionShape, dropout: Option<Dropout>) -> Result<GpuTensor> {
+        bias: Option<&GpuTensor>, s: AttentionShape, dropout: Option<Dropout>, want_dbias: bool)
+        -> Result<(GpuTensor, Option<GpuTensor>)> {
         let dropout = dropout.filter(Dropout::is_active);
         if let Some(d) = dropout {
             d.check()?;
@@ -176,15 +177,32 @@ impl GpuBackend {
                 )));
             }
         }
+        let width = (2 * s.seq).saturating_sub(1);
+        if let Some(b) = bias {
+            expect_f32("attention_backward bias", &[b])?;
+            if (b.rows, b.cols) != (s.heads, width) {
+                return Err(shape_err("attention_backward", format!(
+                    "bias is ({}, {}), expected (heads, 2T - 1) = ({}, {width})", b.rows, b.cols, s.heads
+                )));
+            }
+        }
+        let want_dbias = want_dbias && bias.is_some();
         let out = self.alloc(rows, 3 * h)?;
         if rows == 0 {
-            return Ok(out);
+            let zeros = want_dbias.then(|| self.input(&vec![0.0; s.heads * width], s.heads, width)).transpose()?;
+            return Ok((out, zeros));
         }
+        let dbias = if want_dbias { Some(self.alloc(s.heads, width)?) } else { None };
         let (probs, dscores) = (self.alloc(rows * s.heads, s.seq)?, self.alloc(rows * s.heads, s.seq)?);
         let p = attention_params(s, dropout);
         let wg = self.tuning.get().attention_wg;
-        let consts: &[(&str, f64)] =
-            if dropout.is_some() { &[("WG", wg as f64), ("DROPOUT", 1.0)] } else { &[("WG", wg as f64)] };
+        let wgc = ("WG", wg as f64);
+        let consts: &[(&str, f64)] = match (dropout.is_some(), bias.is_some()) {
+            (true, true) => &[wgc, ("DROPOUT", 1.0), ("BIAS", 1.0)],
+            (true, false) => &[wgc, ("DROPOUT", 1.0)],
+            (false, true) => &[wgc, ("BIAS", 1.0)],
+            (false, false) => &[wgc],
+        };
         // Invocations per (sequence, head): one per (query, key), per query, per (query, column), per (key, column).
         let (t, d) = (s.seq, s.head_dim);
         for (entry, n) in [("attn_bwd_scores", t * t), ("attn_bwd_softmax", t), ("attn_bwd_queries", t * d), ("attn_bwd_keys", t * d)] {
@@ -196,9 +214,17 @@ impl GpuBackend {
                 (4, out.buffer(), true),
                 (5, probs.buffer(), true),
                 (6, dscores.buffer(), true),
+                (7, bias.unwrap_or(mask).buffer(), false),
             ], groups)?;
         }
-        Ok(out)
+        if let Some(db) = &dbias {
+            let groups = (width.div_ceil(wg as usize) as u32, s.heads as u32, 1);
+            self.dispatch("attention_backward", "attn_bwd_bias", consts, bytemuck::bytes_of(&p), &[
+                (6, dscores.buffer(), true),
+                (8, db.buffer(), true),
+            ], groups)?;
+        }
+        Ok((out, dbias))
     }
 }
 

@@ -449,18 +449,18 @@ impl Backend for GpuBackend {
         self.record_layernorm_backward(dy, x, gamma, eps)
     }
 
-    fn attention_backward(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor, shape: AttentionShape,
-        dropout: Option<Dropout>) -> Result<GpuTensor> {
-        self.record_attention_backward(dctx, qkv, mask, shape, dropout)
+    fn attention_backward_biased(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor, bias: Option<&GpuTensor>,
+        shape: AttentionShape, dropout: Option<Dropout>, want_dbias: bool) -> Result<(GpuTensor, Option<GpuTensor>)> {
+        self.record_attention_backward(dctx, qkv, mask, bias, shape, dropout, want_dbias)
     }
 
     fn dropout(&self, x: &GpuTensor, d: Dropout) -> Result<GpuTensor> {
         self.record_dropout(&self.f32_of("dropout", x)?, d)
     }
 
-    fn attention_dropout(&self, qkv: &GpuTensor, mask: &GpuTensor, shape: AttentionShape, d: Dropout)
-        -> Result<GpuTensor> {
-        self.record_attention(qkv, mask, super::ScoreBias::None, shape, Some(d))
+    fn attention_dropout_biased(&self, qkv: &GpuTensor, mask: &GpuTensor, bias: Option<&GpuTensor>, shape: AttentionShape,
+        d: Dropout) -> Result<GpuTensor> {
+        self.record_attention(qkv, mask, bias.map_or(super::ScoreBias::None, super::ScoreBias::Relative), shape, Some(d))
     }
 
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {

@@ -15,6 +15,9 @@
 //!   (GTE's `mlp.up_gate_proj`; NomicBERT's `mlp.fc11` and `mlp.fc12`, joined, each keeping its name); the biases
 //!   the family has ([`crate::config::LayerBiases`]: NomicBERT none, GTE none on `up_gate_proj`); the token-type
 //!   table where the checkpoint has one (GTE's `type_vocab_size: 0` has none).
+//! - MPNet: RoBERTa's positions, no token types, the layers under MPNet's names (`attention.attn.{q,k,v,o}`,
+//!   `attention.LayerNorm`), and the relative position bias table `encoder.relative_attention_bias` every layer
+//!   adds to its scores ([`super::relative`]), one parameter whose gradient sums the layers'.
 
 use super::{EmbIdx, Encoder, LayerIdx};
 use crate::backend::Backend;
@@ -37,11 +40,12 @@ fn check_family(cfg: &BertConfig) -> Result<()> {
         | Family::DistilBert
         | Family::Electra
         | Family::Albert
+        | Family::MPNet
         | Family::NomicBert
         | Family::Gte => Ok(()),
         f => Err(Error::Config(format!(
             "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, \
-             NomicBERT and GTE checkpoints; this one is `{}`",
+             MPNet, NomicBERT and GTE checkpoints; this one is `{}`",
             f.model_type()
         ))),
     }
@@ -76,6 +80,7 @@ impl<T> Encoder<T> {
             attn_out_dropout: fam != Family::DistilBert,
             ffn_dropout: fam != Family::Albert,
             rotary: super::rotary::Rotary::new(cfg),
+            relative: None,
         };
         let e = w.pp("embeddings");
         let en = |n: &str| name(&format!("embeddings.{n}")).map(|s| vec![s]);
@@ -101,6 +106,12 @@ impl<T> Encoder<T> {
                 enc.push(be, vec![name("embeddings_project.bias")?], &pb, 1, h, false)?,
             ]);
         }
+        // MPNet: the relative bias table every layer reads, after the embeddings (below every layer).
+        let rel_name = name("encoder.relative_attention_bias.weight");
+        enc.relative = match cfg.relative_attention_buckets {
+            0 => None,
+            _ => super::relative::RelIdx::load(be, &mut enc, cfg, &w, rel_name?)?,
+        };
         // ALBERT: one layer, shared by every pass.
         let distinct = if fam == Family::Albert { 1 } else { cfg.num_hidden_layers };
         for l in 0..distinct {

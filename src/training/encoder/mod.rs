@@ -1,9 +1,9 @@
 //! The BERT encoder as a trainable thing: every parameter in f32 on the backend, a forward that keeps what the
 //! backward needs, and the backward through every layer down to the embedding tables. The task heads, their losses
 //! and the optimiser step are in [`super::finetune`]. BERT's relatives that are this encoder under other names
-//! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT) train through the same code: [`load`] has what each one
-//! changes. The rotary families (NomicBERT, GTE) turn their queries and keys instead of reading a position table and
-//! gate their feed-forward: [`rotary`] has their math.
+//! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, MPNet) train through the same code: [`load`] has what
+//! each one changes, [`relative`] MPNet's relative position bias. The rotary families (NomicBERT, GTE) turn their
+//! queries and keys instead of reading a position table and gate their feed-forward: [`rotary`] has their math.
 //!
 //! # The math
 //!
@@ -17,7 +17,9 @@
 //! ```
 //! Backward, for a linear `y = x·Wᵀ + b`: `dW = dyᵀ·x`, `db = Σ_rows dy`, `dx = dy·W`; through `LN`:
 //! `Backend::layernorm_backward` from the LN's input; a residual sum passes its gradient to both addends (and a
-//! tensor read twice sums the two gradients); the attention: `Backend::attention_backward`; the embeddings:
+//! tensor read twice sums the two gradients); the attention: `Backend::attention_backward` (MPNet's, with the
+//! relative bias every layer adds to its scores: `Backend::attention_backward_biased`, whose `dbias` of every layer
+//! sums into the one bias table); the embeddings:
 //! `Backend::embeddings_backward` (scatter-add into the three tables). RoBERTa's positions start at row
 //! `o = pad_token_id + 1` of its table (`o = 0` elsewhere): the forward reads rows `o..` (`Backend::gather_rows`)
 //! and their gradient goes back to those rows (`Backend::scatter_rows`), so the rows before get none, as in
@@ -34,6 +36,7 @@
 //! fifth, `GteMLP`'s dropout on the gated product before `down_proj` ([`rotary`]).
 
 mod load;
+mod relative;
 mod rotary;
 
 use std::borrow::Cow;
@@ -157,6 +160,8 @@ pub struct Saved<T> {
     projected: Option<T>,
     layers: Vec<LayerSaved<T>>,
     dropout: Option<DropoutPlan>,
+    /// MPNet's relative bias of this forward.
+    relative: Option<relative::RelSaved<T>>,
 }
 
 impl<T> Saved<T> {
@@ -194,6 +199,8 @@ pub struct Encoder<T> {
     ffn_dropout: bool,
     /// NomicBERT's and GTE's rotation and gated feed-forward ([`rotary`]).
     rotary: Option<rotary::Rotary>,
+    /// MPNet's relative position bias table, shared by every layer ([`relative`]).
+    relative: Option<relative::RelIdx>,
 }
 
 
@@ -288,6 +295,8 @@ impl<T> Encoder<T> {
         };
         let shape = self.shape(batch);
         let rope = self.rotary.as_ref().map(|r| r.table(be, batch.t)).transpose()?; // (T, d)
+        let rel = self.relative.map(|r| r.forward(be, self.t(r.table), batch.t)).transpose()?;
+        let bias = rel.as_ref().map(|r| &r.bias);
         let mut layers = Vec::with_capacity(self.layers.len());
         for (l, li) in self.layers.iter().enumerate() {
             let s = 3 * l as u32;
@@ -297,8 +306,8 @@ impl<T> Encoder<T> {
                 None => qkv,
             };
             let ctx = match site(true, s + 1) {
-                Some(d) => be.attention_dropout(&qkv, &mask, shape, d)?,
-                None => be.attention(&qkv, &mask, shape)?, // (B*T, H)
+                Some(d) => be.attention_dropout_biased(&qkv, &mask, bias, shape, d)?,
+                None => be.attention_biased(&qkv, &mask, bias, shape)?, // (B*T, H)
             };
             let a = self.linear(be, &ctx, li.o_w, li.o_b)?;
             let a = apply_dropout(be, a, site(false, s + 2).filter(|_| self.attn_out_dropout))?;
@@ -316,7 +325,7 @@ impl<T> Encoder<T> {
             layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2 });
             x = next;
         }
-        Ok((x, Saved { mask, emb_sum, projected, layers, dropout }))
+        Ok((x, Saved { mask, emb_sum, projected, layers, dropout, relative: rel }))
     }
 
     /// `y = x·Wᵀ + b` of an encoder layer, plus its LoRA adapters' updates.
@@ -408,7 +417,14 @@ impl<T> Encoder<T> {
             put(be, grads, li.ln1_b, db1)?;
             let da = if self.attn_out_dropout { undrop(&dpre1, s + 2)? } else { None };
             let dctx = self.linear_backward(be, da.as_ref().unwrap_or(&dpre1), &ls.ctx, li.o_w, li.o_b, grads)?;
-            let dqkv = be.attention_backward(&dctx, &ls.qkv, &saved.mask, shape, saved.site(true, s + 1))?;
+            // MPNet: the table's gradient from every layer (not when only the top layers train: it is below them).
+            let rel = saved.relative.as_ref().zip(self.relative);
+            let want = rel.is_some_and(|(_, r)| top.is_none() && self.trains(r.table));
+            let (dqkv, dbias) = be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, rel.map(|(r, _)| &r.bias),
+                shape, saved.site(true, s + 1), want)?;
+            if let (Some((r, ri)), Some(db)) = (rel, dbias) {
+                put(be, grads, ri.table, r.table_grad(be, &db)?)?;
+            }
             let dqkv = match &unrope {
                 Some(r) => be.rotary(&dqkv, r, shape)?, // back through the rotation: its transpose
                 None => dqkv,
