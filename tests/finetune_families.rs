@@ -4,7 +4,9 @@
 //! of every parameter under the family's own names, and five AdamW steps with weight decay and clipping, on the CPU
 //! and the GPU. The tolerances are tests/finetune_golden.rs's for BERT (the same tiny sizes, the same sums). The rotary
 //! families, NomicBERT and GTE (rotary queries and keys, gated feed-forwards), are the cases of
-//! tests/golden/finetune_rotary.json (tests/golden/finetune_rotary.py), checked the same way.
+//! tests/golden/finetune_rotary.json (tests/golden/finetune_rotary.py), and MPNet (its relative position bias table's
+//! gradient summing every layer's) those of tests/golden/finetune_mpnet.json (tests/golden/finetune_mpnet.py), checked
+//! the same way.
 //!
 //! `BERTGPU_FAMILY_EXPORT=DIR` also writes each case's trained model after its steps on the CPU (`rows::export_folder`,
 //! what `bertgpu fine-tune` and `fineTune` write) and our logits into `DIR/<case>`, for
@@ -53,12 +55,13 @@ const LOSS_RTOL: f64 = 2e-5;
 /// off by 1e-3 or more.
 const STEP_RTOL: f64 = 2e-4;
 
-/// The cases of tests/golden/finetune_families.json and tests/golden/finetune_rotary.json, under `cases`.
+/// The cases of tests/golden/finetune_{families,rotary,mpnet}.json, under `cases`.
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
-        for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json"] {
+        for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json",
+            "tests/golden/finetune_mpnet.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());
@@ -124,6 +127,9 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
     let want_loss = g["loss"].as_f64().unwrap();
     assert!((loss - want_loss).abs() <= LOSS_RTOL * want_loss, "{name}: loss {loss} vs PyTorch {want_loss}");
     let ours: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, Some(&grads))).unwrap().into_iter().collect();
+    if let Some(table) = ours.get("mpnet.encoder.relative_attention_bias.weight") {
+        assert!(table.iter().any(|&v| v != 0.0), "{name}: the relative bias table gets a gradient");
+    }
     let zero: BTreeSet<&str> = g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     let (opt, worst) = gradients_match(name, be.name(), &tr, &ours, g, grad_rtol, ZERO_GRAD_ATOL);
     let mut worst_step = 0f64;
@@ -172,6 +178,26 @@ const CASES: [&str; 11] = ["roberta_classify", "roberta_ner", "camembert_classif
 /// NomicBERT and GTE (tests/golden/finetune_rotary.py).
 const ROTARY_CASES: [&str; 6] = ["gte_classify", "gte_pair", "gte_ner", "nomic_classify", "nomic_pair", "nomic_ner"];
 
+/// MPNet (tests/golden/finetune_mpnet.py): its relative position bias table is one parameter whose gradient sums every
+/// layer's.
+const MPNET_CASES: [&str; 3] = ["mpnet_classify", "mpnet_pair", "mpnet_ner"];
+
+#[test]
+fn mpnet_matches_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in MPNET_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn mpnet_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in MPNET_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
 #[test]
 fn rotary_families_match_pytorch_on_the_cpu() {
     let be = CpuBackend::new();
@@ -218,6 +244,8 @@ fn lora_adapters_carry_each_familys_module_names() {
     let cases = [("roberta_classify", "roberta.encoder.layer.1.attention.self.value", &["query", "value"][..], qv),
         ("distil_ner", "distilbert.transformer.layer.1.attention.v_lin", &["q_lin", "v_lin"][..], qv),
         ("electra_pair", "electra.encoder.layer.1.attention.self.value", &["query", "value"][..], qv),
+        // peft has no default for MPNet: its own module names, `attention.attn.{q,v}`.
+        ("mpnet_classify", "mpnet.encoder.layer.1.attention.attn.v", &["q", "v"][..], qv),
         // transformers' modules, rows of the checkpoints' packed `qkv_proj`, `Wqkv`, `up_gate_proj`.
         ("gte_classify", "gte.layers.1.self_attn.v_proj", &["q_proj", "v_proj"][..], qv),
         ("gte_ner", "gte.layers.0.mlp.gate_proj", &rotary_all[..], LoraTargets::All),
@@ -274,14 +302,15 @@ fn lora_adapters_carry_each_familys_module_names() {
     }
 }
 
-/// Embedding training of the bare rotary models (MultipleNegativesRankingLoss, scale 20, on mean-pooled normalised
-/// vectors: tests/finetune_golden.rs's check for BERT) against `embeddings` of tests/golden/finetune_rotary.json: the
-/// loss and every encoder parameter's gradient under the checkpoint's names (GTE's without a token-type table); then
-/// steps lower the loss.
-fn check_rotary_embedding<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/finetune_rotary.json");
-    let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let g = &all["embeddings"][name];
+/// Embedding training of a bare model (MultipleNegativesRankingLoss, scale 20, on mean-pooled normalised vectors:
+/// tests/finetune_golden.rs's check for BERT) against its golden `g`: the loss and every encoder parameter's gradient
+/// under the checkpoint's names (GTE's without a token-type table); then steps lower the loss. The goldens:
+/// `embeddings` of tests/golden/finetune_rotary.json (NomicBERT, GTE) and tests/golden/finetune_embed_mpnet.json
+/// (MPNet as all-mpnet-base-v2 is shaped).
+fn check_embedding<B: Backend>(be: &B, name: &str, g: &Value, grad_rtol: f64) {
+    /// Gradients that are exactly zero (MPNet's attention key bias: the softmax ignores a shift of every score of a
+    /// query; the rotary families pack theirs into `qkv_proj`), held in absolute terms.
+    const EXACT_ZERO: &str = "attention.attn.k.bias";
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(g["model"].as_str().unwrap());
     let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
     let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
@@ -306,7 +335,12 @@ fn check_rotary_embedding<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
     let mut worst = 0f64;
     for (n, w) in want {
         let (w, o) = (floats(w), ours[n.as_str()]);
-        let rel = common::golden_grads::norm(o.iter().zip(&w).map(|(&a, &b)| a as f64 - b)) / common::golden_grads::norm(w.iter().copied());
+        let diff = common::golden_grads::norm(o.iter().zip(&w).map(|(&a, &b)| a as f64 - b));
+        if n.ends_with(EXACT_ZERO) {
+            assert!(diff <= ZERO_GRAD_ATOL * 10.0, "{name} embeddings: {n}: exact gradient zero, ours {diff}");
+            continue;
+        }
+        let rel = diff / common::golden_grads::norm(w.iter().copied());
         assert!(rel <= grad_rtol, "{name} embeddings: gradient of {n}: relative error {rel:e}");
         worst = worst.max(rel);
     }
@@ -323,11 +357,21 @@ fn check_rotary_embedding<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
 
 #[test]
 fn rotary_embedding_training_matches_pytorch() {
+    let all = common::family::golden("finetune_rotary.json");
     for name in ["gte", "nomic"] {
-        check_rotary_embedding(&CpuBackend::new(), name, CPU_GRAD_RTOL);
+        check_embedding(&CpuBackend::new(), name, &all["embeddings"][name], CPU_GRAD_RTOL);
         if let Some(g) = common::gpu() {
-            check_rotary_embedding(&g, name, GPU_GRAD_RTOL);
+            check_embedding(&g, name, &all["embeddings"][name], GPU_GRAD_RTOL);
         }
+    }
+}
+
+#[test]
+fn mpnet_embedding_training_matches_pytorch() {
+    let g = common::family::golden("finetune_embed_mpnet.json");
+    check_embedding(&CpuBackend::new(), "mpnet", &g, CPU_GRAD_RTOL);
+    if let Some(gpu) = common::gpu() {
+        check_embedding(&gpu, "mpnet", &g, GPU_GRAD_RTOL);
     }
 }
 

@@ -144,7 +144,7 @@ fn config_and_refusals() {
     }
 }
 
-/// MPNet fine-tunes (tests/finetune_mpnet.rs), but not for question answering yet: transformers gives its padding
+/// MPNet fine-tunes (tests/finetune_families.rs), but not for question answering yet: transformers gives its padding
 /// tokens the position `padding_idx`, which QA's loss reads, as RoBERTa's. Refused by the family's name.
 #[test]
 fn question_answering_is_refused_by_name() {

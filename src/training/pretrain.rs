@@ -21,7 +21,7 @@
 //! `vocab_projector.bias`, ALBERT `predictions.{dense, LayerNorm, bias}` with `dense` mapping H → E, the LayerNorm
 //! over E and the decoder the (V, E) embeddings. They have no next-sentence head (RoBERTa dropped the objective;
 //! ALBERT's sentence-order head is refused by name). Checked by `tests/pretrain_families.rs` (golden:
-//! `tests/golden/pretrain_families.py`), MPNet's by `tests/pretrain_mpnet.rs` (`tests/golden/pretrain_mpnet.py`).
+//! `tests/golden/pretrain_families.py`), MPNet's by the same test (`tests/golden/pretrain_mpnet.py`).
 
 use super::encoder::{get, DropoutPlan, Encoder};
 use super::params::put;
