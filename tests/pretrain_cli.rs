@@ -36,6 +36,14 @@ fn corpus(dir: &std::path::Path) -> PathBuf {
     p
 }
 
+/// The first `n` documents of [`corpus`], in `dir/small.txt`.
+fn first_documents(dir: &std::path::Path, n: usize) -> PathBuf {
+    let all = std::fs::read_to_string(corpus(dir)).unwrap();
+    let data = dir.join("small.txt");
+    std::fs::write(&data, all.split("\n\n").take(n).collect::<Vec<_>>().join("\n\n") + "\n").unwrap();
+    data
+}
+
 #[test]
 fn pretraining_lowers_the_held_out_loss_and_writes_a_loadable_folder() {
     let dir = std::env::temp_dir().join(format!("bertgpu-pretrain-cli-{}", std::process::id()));
@@ -184,9 +192,7 @@ fn relatives_pretrain_their_own_masked_lm_head() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     // The first 40 documents: a few passes in 40 steps, so that the held-out loss is measured more than once.
-    let all = std::fs::read_to_string(corpus(&dir)).unwrap();
-    let data = dir.join("small.txt");
-    std::fs::write(&data, all.split("\n\n").take(40).collect::<Vec<_>>().join("\n\n") + "\n").unwrap();
+    let data = first_documents(&dir, 40);
     for (name, arch, mask) in [("tiny-roberta-mlm", "RobertaForMaskedLM", "<mask>"),
         ("tiny-distilbert-mlm", "DistilBertForMaskedLM", "[MASK]"), ("tiny-albert-mlm", "AlbertForMaskedLM", "[MASK]")] {
         let model = root().join("tests/models").join(name);
@@ -237,9 +243,7 @@ fn dynamic_masking_masks_each_pass_anew() {
     let dir = std::env::temp_dir().join(format!("bertgpu-pretrain-dynamic-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let all = std::fs::read_to_string(corpus(&dir)).unwrap();
-    let data = dir.join("small.txt");
-    std::fs::write(&data, all.split("\n\n").take(6).collect::<Vec<_>>().join("\n\n") + "\n").unwrap();
+    let data = first_documents(&dir, 6);
     let model = root().join("tests/models/tiny-pretraining");
     let run = |dynamic: bool, name: &str| -> String {
         let (file, out) = (dir.join(name), dir.join("out"));
@@ -283,9 +287,7 @@ fn dynamic_masking_resumes_bit_for_bit() {
     let dir = std::env::temp_dir().join(format!("bertgpu-pretrain-dynamic-resume-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let all = std::fs::read_to_string(corpus(&dir)).unwrap();
-    let data = dir.join("small.txt");
-    std::fs::write(&data, all.split("\n\n").take(6).collect::<Vec<_>>().join("\n\n") + "\n").unwrap();
+    let data = first_documents(&dir, 6);
     let model = root().join("tests/models/tiny-pretraining");
     let (out, ckpt) = (dir.join("out"), dir.join("ckpt"));
     let args = ["pretrain", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",
