@@ -5,8 +5,9 @@
 //! and the GPU. The tolerances are tests/finetune_golden.rs's for BERT (the same tiny sizes, the same sums). The rotary
 //! families, NomicBERT and GTE (rotary queries and keys, gated feed-forwards), are the cases of
 //! tests/golden/finetune_rotary.json (tests/golden/finetune_rotary.py), and MPNet (its relative position bias table's
-//! gradient summing every layer's) those of tests/golden/finetune_mpnet.json (tests/golden/finetune_mpnet.py), checked
-//! the same way.
+//! gradient summing every layer's) those of tests/golden/finetune_mpnet.json (tests/golden/finetune_mpnet.py), and
+//! ModernBERT (pre-LN, global and sliding-window layers, its `head`) those of tests/golden/finetune_modernbert.json
+//! (tests/golden/finetune_modernbert.py), checked the same way.
 //!
 //! `BERTGPU_FAMILY_EXPORT=DIR` also writes each case's trained model after its steps on the CPU (`rows::export_folder`,
 //! what `bertgpu fine-tune` and `fineTune` write) and our logits into `DIR/<case>`, for
@@ -54,14 +55,21 @@ const LOSS_RTOL: f64 = 2e-5;
 /// step's loss and every gradient are held to 2e-5 above, and a wrong update (decay, bias correction, clipping) is
 /// off by 1e-3 or more.
 const STEP_RTOL: f64 = 2e-4;
+/// An entry whose first gradient is nonzero but below this fraction of its tensor's gradient norm is noise to AdamW: its
+/// normalised step (a full `lr` whatever the gradient's size) takes the sign of the rounding in either run, so its
+/// value after the steps is not compared (at most 1 in 100 entries may be left out). Measured: modern_pair's
+/// `model.layers.1.mlp_norm.weight[11]`, first gradient 1.1e-7 where the tensor's largest is 0.46, ours 2.7e-4 from
+/// PyTorch after 5 steps on the CPU. Other cases have such entries too (electra_classify 41 of 27491 at most), all
+/// within `PARAM_ATOL` there.
+const NOISE_ENTRY: f64 = 1e-6;
 
-/// The cases of tests/golden/finetune_{families,rotary,mpnet}.json, under `cases`.
+/// The cases of tests/golden/finetune_{families,rotary,mpnet,modernbert}.json, under `cases`.
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
         for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json",
-            "tests/golden/finetune_mpnet.json"] {
+            "tests/golden/finetune_mpnet.json", "tests/golden/finetune_modernbert.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());
@@ -143,17 +151,27 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
     }
     let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect();
     let mut worst_param = (String::new(), 0f64);
+    let (mut skipped, mut entries) = (0usize, 0usize);
     for (n, w) in g["params_after"].as_object().unwrap() {
         if zero.contains(n.as_str()) {
             continue; // AdamW normalises noise-level gradients to full steps in either run (finetune.py says more)
         }
         let (w, o) = (floats(w), &after[n]);
-        let (i, d) = o.iter().zip(&w).map(|(&a, &b)| (a as f64 - b).abs()).enumerate().fold((0, 0f64), |m, (i, d)| if d > m.1 { (i, d) } else { m });
+        // Entries whose first gradient is noise to AdamW (see NOISE_ENTRY) are left out, a few at most.
+        let g0 = floats(&g["grads"][n]);
+        let scale = common::golden_grads::norm(g0.iter().copied());
+        let noise: Vec<bool> = g0.iter().map(|x| *x != 0.0 && x.abs() < NOISE_ENTRY * scale).collect();
+        skipped += noise.iter().filter(|&&x| x).count();
+        entries += noise.len();
+        let (i, d) = o.iter().zip(&w).zip(&noise).map(|((&a, &b), &z)| if z { 0.0 } else { (a as f64 - b).abs() }).enumerate()
+            .fold((0, 0f64), |m, (i, d)| if d > m.1 { (i, d) } else { m });
         assert!(d <= PARAM_ATOL, "{name}: {n}[{i}] after 5 steps: ours {} vs PyTorch {}", o[i], w[i]);
         if d > worst_param.1 {
             worst_param = (format!("{n}[{i}]"), d);
         }
     }
+    assert!(skipped * 100 <= entries, "{name}: {skipped} of {entries} entries have noise-level gradients");
+    eprintln!("{name} on {}: {skipped} of {entries} entries with noise-level first gradients not compared", be.name());
     if let (Ok(dir), "cpu") = (std::env::var("BERTGPU_FAMILY_EXPORT"), be.name()) {
         // The trained model as `fine-tune` writes it, and its logits, for tests/golden/finetune_families_load.py.
         let dir = Path::new(&dir).join(name);
@@ -181,6 +199,26 @@ const ROTARY_CASES: [&str; 6] = ["gte_classify", "gte_pair", "gte_ner", "nomic_c
 /// MPNet (tests/golden/finetune_mpnet.py): its relative position bias table is one parameter whose gradient sums every
 /// layer's.
 const MPNET_CASES: [&str; 3] = ["mpnet_classify", "mpnet_pair", "mpnet_ner"];
+
+/// ModernBERT (tests/golden/finetune_modernbert.py): pre-LN layers, global and local layers (their own thetas, the
+/// local ones' window narrower than the batch), GeGLU, `head` + `classifier` by the first token or the mean.
+const MODERN_CASES: [&str; 4] = ["modern_classify", "modern_pair", "modern_mean", "modern_ner"];
+
+#[test]
+fn modernbert_matches_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in MODERN_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn modernbert_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in MODERN_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
 
 #[test]
 fn mpnet_matches_pytorch_on_the_cpu() {
@@ -363,6 +401,15 @@ fn rotary_embedding_training_matches_pytorch() {
         if let Some(g) = common::gpu() {
             check_embedding(&g, name, &all["embeddings"][name], GPU_GRAD_RTOL);
         }
+    }
+}
+
+#[test]
+fn modernbert_embedding_training_matches_pytorch() {
+    let all = common::family::golden("finetune_modernbert.json");
+    check_embedding(&CpuBackend::new(), "modern", &all["embeddings"]["modern"], CPU_GRAD_RTOL);
+    if let Some(g) = common::gpu() {
+        check_embedding(&g, "modern", &all["embeddings"]["modern"], GPU_GRAD_RTOL);
     }
 }
 

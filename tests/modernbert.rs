@@ -248,13 +248,28 @@ fn configs_and_refusals() {
     }
 }
 
-/// Fine-tuning the whole encoder is refused by name (its backward is not written). `convert` to GGUF runs:
+/// What does not train yet is refused by name (the fine-tuning itself: tests/finetune_families.rs): question
+/// answering, LoRA, and dropout above 0 (naming ModernBERT's config keys). `convert` to GGUF runs:
 /// tests/gguf_families.rs.
 #[test]
-fn training_is_refused_by_name() {
-    let d = dir("tiny-modernbert-classifier");
-    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).err().expect("refused").to_string();
-    assert!(e.contains("`modernbert`"), "{e}");
+fn what_does_not_train_is_refused_by_name() {
+    let load = |name: &str| {
+        let d = dir(name);
+        (BertConfig::from_file(d.join("config.json")).unwrap(), Weights::from_safetensors_file(d.join("model.safetensors")).unwrap())
+    };
+    let be = CpuBackend::new();
+    let (cfg, w) = load("tiny-modernbert-qa");
+    let e = FineTuner::new(&be, &cfg, &w, FineTuneTask::Qa, None, 0).err().expect("refused").to_string();
+    assert!(e.contains("question answering is not trained yet for `modernbert`"), "{e}");
+    let (cfg, w) = load("tiny-modernbert-classifier");
+    let mut tr = FineTuner::new(&be, &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
+    let lora = bertgpu::training::lora::LoraOptions { r: 2, alpha: 4.0, targets: bertgpu::training::lora::LoraTargets::Qv,
+        merge: false };
+    let e = tr.set_lora(&be, lora, 0).unwrap_err().to_string();
+    assert!(e.contains("LoRA on a `modernbert` model is not supported yet"), "{e}");
+    let drop = bertgpu::training::encoder::DropoutOptions { hidden: 0.0, attention: 0.1, classifier: 0.0, seed: 0 };
+    let e = tr.set_dropout(Some(drop)).unwrap_err().to_string();
+    assert!(e.contains("attention_dropout 0.1"), "{e}");
+    // The checkpoint's own dropouts (all 0) train.
+    tr.set_dropout(Some(bertgpu::training::encoder::DropoutOptions::of_config(&cfg, 0))).unwrap();
 }

@@ -383,7 +383,7 @@ impl BertConfig {
             norms: if mk.is_some() { Norms::Pre } else { Norms::Post },
             norm_bias: mk.as_ref().is_none_or(|k| k.norm_bias),
             sliding_window: mk.as_ref().map(|k| k.window.clone()),
-            modernbert: mk.map(|k| k.heads),
+            modernbert: mk.as_ref().map(|k| k.heads.clone()),
             pad_token_id,
             relative_attention_buckets: if mpnet { buckets } else { 0 },
             deberta,
@@ -393,15 +393,16 @@ impl BertConfig {
             architectures: raw.architectures.unwrap_or_default(),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
             initializer_range: raw.initializer_range.unwrap_or(0.02) as f32,
-            hidden_dropout_prob: if distil { raw.dropout } else { raw.hidden_dropout_prob }.unwrap_or(0.1) as f32,
-            attention_probs_dropout_prob: if distil { raw.attention_dropout } else { raw.attention_probs_dropout_prob }
-                .unwrap_or(0.1) as f32,
-            classifier_dropout: match family {
+            hidden_dropout_prob: mk.as_ref().map_or(if distil { raw.dropout } else { raw.hidden_dropout_prob }.unwrap_or(0.1)
+                as f32, |k| k.dropout[0]),
+            attention_probs_dropout_prob: mk.as_ref().map_or(if distil { raw.attention_dropout } else {
+                raw.attention_probs_dropout_prob }.unwrap_or(0.1) as f32, |k| k.dropout[1]),
+            classifier_dropout: if let Some(k) = &mk { Some(k.dropout[2]) } else { match family {
                 Family::DistilBert => Some(raw.seq_classif_dropout.unwrap_or(0.2)),
                 Family::Albert => Some(raw.classifier_dropout_prob.unwrap_or(0.1)),
                 _ => raw.classifier_dropout,
             }
-            .map(|p| p as f32),
+            .map(|p| p as f32) },
             sentence: None,
         };
         cfg.validate()?;

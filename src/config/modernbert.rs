@@ -12,8 +12,8 @@
 //! `local_rope_theta`, `rope_scaling`), as `ModernBertConfig.__post_init__` and `convert_rope_params_to_dict` merge
 //! them: a theta under `rope_parameters` wins over the older key, which wins over the default (160000 global, 10000
 //! local). Keys that change nothing at inference (`sparse_prediction`, which only drops unlabelled rows from a
-//! loss; `reference_compile`, `deterministic_flash_attn`, the dropouts) are read as transformers reads them: not at
-//! all.
+//! loss; `reference_compile`, `deterministic_flash_attn`) are read as transformers reads them: not at all. The
+//! dropouts are read for training (which refuses them above 0, `training::encoder::check_modern_dropout`).
 
 use serde_json::Value;
 
@@ -46,6 +46,9 @@ pub(super) struct Keys {
     /// The global layers' theta.
     pub theta: f32,
     pub window: SlidingWindow,
+    /// Training's dropouts in BERT's terms: the larger of `embedding_dropout` and `mlp_dropout` (hidden),
+    /// `attention_dropout`, `classifier_dropout` (ModernBertConfig's defaults all 0).
+    pub dropout: [f32; 3],
 }
 
 fn refuse(what: String) -> Error {
@@ -163,7 +166,10 @@ pub(super) fn parse(v: &Value, layers: usize) -> Result<Keys> {
         }
     }
     let (attention, mlp) = (boolean(v, "attention_bias", false)?, boolean(v, "mlp_bias", false)?);
+    let p = |key: &str| -> Result<f32> { Ok(number(v, key)?.unwrap_or(0.0) as f32) };
+    let dropout = [p("embedding_dropout")?.max(p("mlp_dropout")?), p("attention_dropout")?, p("classifier_dropout")?];
     Ok(Keys {
+        dropout,
         heads: ModernBert {
             classifier_pooling: pooling,
             classifier_activation: activation(v, "classifier_activation")?,

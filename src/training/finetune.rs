@@ -17,6 +17,7 @@ use super::encoder::{get, DropoutOptions, DropoutPlan, Encoder, Saved, HEAD_STRE
 use super::rng::SplitMix64;
 use super::metrics::PretrainEval;
 use super::pretrain::PretrainHead;
+use super::modern_head::ModernHead;
 use super::sequence::SequenceHead;
 use super::{qa, sequence, token};
 use super::optim::AdamW;
@@ -64,7 +65,7 @@ pub type GradientsAndLogits<T> = (Vec<Option<T>>, T);
 
 enum Head {
     Sequence(SequenceHead),
-    Token { classifier: [usize; 2], labels: usize },
+    Token { classifier: [usize; 2], labels: usize, modern: Option<ModernHead> },
     Qa { qa: [usize; 2] },
     Embedding,
     Pretrain(PretrainHead),
@@ -137,11 +138,11 @@ impl<B: Backend> FineTuner<B> {
         -> Result<Self> {
         if task == FineTuneTask::Pretrain
             && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
-                | Family::DistilBert | Family::Albert | Family::MPNet | Family::NomicBert | Family::Gte)
+                | Family::DistilBert | Family::Albert | Family::MPNet | Family::NomicBert | Family::Gte | Family::ModernBert)
         {
             return Err(Error::Config(format!(
                 "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, MPNet, \
-                 NomicBERT and GTE checkpoints; this one is `{}`",
+                 NomicBERT, GTE and ModernBERT checkpoints; this one is `{}`",
                 cfg.family.model_type()
             )));
         }
@@ -162,10 +163,21 @@ impl<B: Backend> FineTuner<B> {
                 cfg.family.class_prefix()
             )));
         }
+        if task == FineTuneTask::Qa && cfg.family == Family::ModernBert {
+            return Err(Error::Config("question answering is not trained yet for `modernbert` checkpoints (its `head` \
+                before the span classifier): sequence and token classification, embeddings and pre-training are".into()));
+        }
         let mut enc = Encoder::load(be, cfg, weights)?;
         let h = cfg.hidden_size;
         let mut rng = SplitMix64::new(seed);
         let root = weights.root();
+        // ModernBERT's classifiers read `head` first (`ModernBertPredictionHead`), then `classifier`.
+        let modern = match task {
+            FineTuneTask::Sequence | FineTuneTask::Token if cfg.family == Family::ModernBert => {
+                Some(ModernHead::load(be, &mut enc, cfg, &root, &mut rng)?)
+            }
+            _ => None,
+        };
         // The checkpoint's linear at `prefix` if it has one of this shape (and is not `replace`d), else a new one.
         let mut linear = |enc: &mut Encoder<B::Tensor>, w: &Weights, prefix: &str, replace: bool, out: usize, inp: usize|
             -> Result<[usize; 2]> {
@@ -190,6 +202,15 @@ impl<B: Backend> FineTuner<B> {
         // `labels`: a new classifier (the checkpoint's, if any, was made for other labels).
         let new = labels.is_some();
         let head = match task {
+            FineTuneTask::Sequence | FineTuneTask::Token if modern.is_some() => {
+                let labels = n_labels(if task == FineTuneTask::Token { "token classifier" } else { "sequence classifier" })?;
+                let classifier = linear(&mut enc, &root, "classifier", new, labels, h)?;
+                match task {
+                    FineTuneTask::Token => Head::Token { classifier, labels, modern },
+                    _ => Head::Sequence(SequenceHead { pool: classifier, classifier, labels, act: cfg.pooler_activation(),
+                        drop_first: false, modern }),
+                }
+            }
             FineTuneTask::Sequence => {
                 let labels = n_labels("sequence classifier")?;
                 let fam = cfg.family;
@@ -208,11 +229,11 @@ impl<B: Backend> FineTuner<B> {
                     (pool, linear(&mut enc, &root, "classifier", new, labels, h)?)
                 };
                 let (act, drop_first) = (cfg.pooler_activation(), fam.has_classification_head_module());
-                Head::Sequence(SequenceHead { pool, classifier, labels, act, drop_first })
+                Head::Sequence(SequenceHead { pool, classifier, labels, act, drop_first, modern: None })
             }
             FineTuneTask::Token => {
                 let labels = n_labels("token classifier")?;
-                Head::Token { classifier: linear(&mut enc, &root, "classifier", new, labels, h)?, labels }
+                Head::Token { classifier: linear(&mut enc, &root, "classifier", new, labels, h)?, labels, modern: None }
             }
             FineTuneTask::Qa => Head::Qa { qa: linear(&mut enc, &root, "qa_outputs", false, 2, h)? },
             FineTuneTask::Embedding => Head::Embedding,
@@ -247,6 +268,9 @@ impl<B: Backend> FineTuner<B> {
     /// ([`Self::logits`], [`Self::embedding_eval`]) and [`Self::gradients`] never drop.
     pub fn set_dropout(&mut self, dropout: Option<DropoutOptions>) -> Result<()> {
         dropout.as_ref().map_or(Ok(()), DropoutOptions::check)?;
+        if let Some(d) = dropout {
+            super::encoder::check_modern_dropout(&self.encoder.config, d.hidden, d.attention, d.classifier)?;
+        }
         let drops = dropout.is_some_and(|d| d.hidden > 0.0 || d.attention > 0.0 || d.classifier > 0.0);
         if drops && self.encoder.config.family == Family::DistilBert && self.task() == FineTuneTask::Qa {
             return Err(Error::Input(
@@ -374,6 +398,12 @@ impl<B: Backend> FineTuner<B> {
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
         let bt = (batch.b, batch.t);
         let (logits, dlast) = match (&self.head, targets) {
+            (Head::Sequence(SequenceHead { modern: Some(m), classifier, .. }), Targets::Sequence(y)) => {
+                m.sequence_gradients(be, enc, last, batch, *classifier, y, &mut grads)?
+            }
+            (Head::Token { classifier, modern: Some(m), .. }, Targets::Token(y)) => {
+                m.token_gradients(be, enc, last, bt, *classifier, y, &mut grads)?
+            }
             (Head::Sequence(head), Targets::Sequence(y)) => sequence::gradients(be, enc, last, bt, *head, y, head_drop, &mut grads)?,
             (Head::Token { classifier, .. }, Targets::Token(y)) => {
                 token::gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
@@ -416,6 +446,8 @@ impl<B: Backend> FineTuner<B> {
         let enc = &self.encoder;
         let (last, _) = enc.forward(be, batch, None)?;
         match &self.head {
+            Head::Sequence(SequenceHead { modern: Some(m), classifier, .. }) => m.sequence_logits(be, enc, &last, batch, *classifier),
+            Head::Token { classifier, modern: Some(m), .. } => m.token_logits(be, enc, &last, *classifier),
             Head::Sequence(head) => sequence::logits(be, enc, &last, (batch.b, batch.t), *head),
             Head::Token { classifier, .. } => token::logits(be, enc, &last, *classifier),
             Head::Qa { qa } => qa::logits(be, enc, &last, *qa),

@@ -36,6 +36,9 @@ impl<B: Backend> FineTuner<B> {
                 self.encoder.config.family.model_type()
             )));
         }
+        if self.encoder.config.family == Family::ModernBert {
+            return Err(Error::Input("LoRA on a `modernbert` model is not supported yet: train its whole encoder".into()));
+        }
         if self.top_layers().is_some() || self.encoder.lora.is_some() {
             return Err(Error::Input("LoRA trains adapters on every layer: it cannot be combined with --layers".into()));
         }

@@ -39,6 +39,7 @@ pub mod lora;
 pub mod lora_peft;
 pub mod loss;
 pub mod metrics;
+pub mod modern_head;
 pub mod optim;
 pub mod params;
 pub mod pretrain;

@@ -23,8 +23,7 @@
 //! ALBERT's sentence-order head is refused by name). Checked by `tests/pretrain_families.rs` (golden:
 //! `tests/golden/pretrain_families.py`), MPNet's by the same test (`tests/golden/pretrain_mpnet.py`).
 
-use super::encoder::{get, DropoutPlan, Encoder};
-use super::params::put;
+use super::encoder::{get, DropoutPlan, Encoder, Norm};
 use super::loss::{argmax, mean_cross_entropy, IGNORE};
 use super::metrics::PretrainEval;
 use crate::activation::Activation;
@@ -37,11 +36,13 @@ use crate::{Error, Result};
 /// The pre-training heads' parameters (indices into the encoder's parameter list).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct PretrainHead {
-    /// `cls.predictions.transform.dense` (weight, bias) and its LayerNorm (γ, β).
-    transform: [usize; 2],
-    ln: [usize; 2],
-    /// `cls.predictions.bias` (V); the decoder's weight is the word embeddings.
-    bias: usize,
+    /// `cls.predictions.transform.dense` (weight, bias) and its LayerNorm (γ, β); ModernBERT's `head.dense` has a
+    /// bias where `classifier_bias` says, `head.norm` a β where `norm_bias` says.
+    transform: (usize, Option<usize>),
+    ln: Norm,
+    /// `cls.predictions.bias` (V); the decoder's weight is the word embeddings. ModernBERT's `decoder.bias` where
+    /// `decoder_bias` says.
+    bias: Option<usize>,
     word: usize,
     act: Activation,
     /// The pooler and `cls.seq_relationship`, when the checkpoint has the NSP head.
@@ -86,19 +87,30 @@ impl PretrainHead {
         }
         let t = p.pp("transform");
         // ALBERT's `predictions.dense` maps H → E, its LayerNorm is over E and the tied decoder is (V, E).
-        let transform = [
-            enc.push(be, name("transform.dense.weight")?, &get(&t, "dense.weight", &[e, h])?, e, h, true)?,
-            enc.push(be, name("transform.dense.bias")?, &get(&t, "dense.bias", &[e])?, 1, e, false)?,
-        ];
-        let ln = [
-            enc.push(be, name("transform.LayerNorm.weight")?, &get(&t, "LayerNorm.weight", &[e])?, 1, e, false)?,
-            enc.push(be, name("transform.LayerNorm.bias")?, &get(&t, "LayerNorm.bias", &[e])?, 1, e, false)?,
-        ];
-        let bias = match get(&p, "bias", &[v]) {
-            Ok(b) => b,
-            Err(_) => get(&p, "decoder.bias", &[v])?,
+        // ModernBERT's optional biases (`classifier_bias`, `norm_bias`, `decoder_bias`); the others have all three.
+        let (dense_bias, norm_bias, decoder_bias) = match &cfg.modernbert {
+            Some(m) => (m.classifier_bias, cfg.norm_bias, m.decoder_bias),
+            None => (true, true, true),
         };
-        let bias = enc.push(be, name("bias")?, &bias, 1, v, false)?;
+        let transform = (
+            enc.push(be, name("transform.dense.weight")?, &get(&t, "dense.weight", &[e, h])?, e, h, true)?,
+            match dense_bias {
+                true => Some(enc.push(be, name("transform.dense.bias")?, &get(&t, "dense.bias", &[e])?, 1, e, false)?),
+                false => None,
+            },
+        );
+        let ln = Norm {
+            g: enc.push(be, name("transform.LayerNorm.weight")?, &get(&t, "LayerNorm.weight", &[e])?, 1, e, false)?,
+            b: match norm_bias {
+                true => Some(enc.push(be, name("transform.LayerNorm.bias")?, &get(&t, "LayerNorm.bias", &[e])?, 1, e, false)?),
+                false => None,
+            },
+        };
+        let bias = match (decoder_bias, get(&p, "bias", &[v])) {
+            (false, _) => None,
+            (true, Ok(b)) => Some(enc.push(be, name("bias")?, &b, 1, v, false)?),
+            (true, Err(_)) => Some(enc.push(be, name("bias")?, &get(&p, "decoder.bias", &[v])?, 1, v, false)?),
+        };
         // Next-sentence prediction is BERT's alone (RoBERTa dropped it; ALBERT's sentence order is refused above).
         let sr = root.pp("cls.seq_relationship");
         let nsp = if fam == Family::Bert && sr.contains("weight") {
@@ -180,7 +192,6 @@ impl PretrainHead {
         let (last, saved) = enc.forward(be, batch, backward.flatten())?;
         let backward = backward.is_some();
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
-        let eps = enc.config.layer_norm_eps;
 
         let mut eval = PretrainEval::default();
         let mut dlast = None;
@@ -188,10 +199,10 @@ impl PretrainHead {
         // over its micro-batches, as a micro-batch's loss divided by their number would add) and no gradient.
         if !rows.is_empty() {
             let xs = be.gather_rows(&last, &rows)?; // (M, H)
-            let a = enc.linear(be, &xs, self.transform[0], self.transform[1])?; // (M, H)
+            let a = enc.linear(be, &xs, self.transform.0, self.transform.1)?; // (M, H)
             let u = be.activation(&a, self.act)?;
-            let hn = be.layernorm(&u, None, enc.t(self.ln[0]), enc.t(self.ln[1]), eps)?;
-            let z = be.linear(&hn, enc.t(self.word), Some(enc.t(self.bias)), Activation::None)?; // (M, V)
+            let hn = enc.norm(be, &u, self.ln)?;
+            let z = be.linear(&hn, enc.t(self.word), self.bias.map(|b| enc.t(b)), Activation::None)?; // (M, V)
             let zh = be.read(&z).await?;
             eval.mlm_loss = mean_cross_entropy(&zh, vocab, labels.iter().map(|&l| Some(l)));
             eval.mlm_correct = zh.chunks_exact(vocab).zip(&labels).filter(|(r, &l)| argmax(r) == l as usize).count();
@@ -199,11 +210,9 @@ impl PretrainHead {
             if backward {
                 let dz = be.softmax_xent_grad(&z, &labels)?; // (M, V), already / M
                 let dh = enc.linear_backward(be, &dz, &hn, self.word, self.bias, &mut grads)?; // dE += dzᵀ·h
-                let (du, dg, dbeta) = be.layernorm_backward(&dh, &u, enc.t(self.ln[0]), eps)?;
-                put(be, &mut grads, self.ln[0], dg)?;
-                put(be, &mut grads, self.ln[1], dbeta)?;
+                let du = enc.norm_backward(be, &dh, &u, self.ln, &mut grads)?;
                 let da = be.activation_grad(&du, &a, self.act)?;
-                let dxs = enc.linear_backward(be, &da, &xs, self.transform[0], self.transform[1], &mut grads)?;
+                let dxs = enc.linear_backward(be, &da, &xs, self.transform.0, self.transform.1, &mut grads)?;
                 dlast = Some(be.scatter_rows(&dxs, &rows, b * t)?);
             }
         }

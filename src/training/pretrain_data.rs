@@ -116,6 +116,14 @@ pub struct PretrainOptions {
     pub seed: u64,
 }
 
+impl PretrainOptions {
+    /// The fraction selected for the masked-LM loss when none is given: ModernBERT's 30% (its paper's), the
+    /// others' 15% (BERT's).
+    pub fn family_mlm_probability(family: crate::config::Family) -> f64 {
+        if family == crate::config::Family::ModernBert { 0.3 } else { PretrainOptions::default().mlm_probability }
+    }
+}
+
 impl Default for PretrainOptions {
     /// Google's `create_pretraining_data.py` defaults: 128 tokens, 15%, pairs, no whole-word masking, 10% of
     /// chunks shorter.

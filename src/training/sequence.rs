@@ -27,6 +27,8 @@ pub(super) struct SequenceHead {
     pub act: Activation,
     /// Whether the first token's vector is dropped before the dense layer (RoBERTa's and ELECTRA's heads).
     pub drop_first: bool,
+    /// ModernBERT's `head` in place of the dense layer (`pool` then names `head.dense` alone, unread).
+    pub modern: Option<super::modern_head::ModernHead>,
 }
 
 /// The stream of the dropout before the dense layer (`drop₀`), apart from the classifier input's.

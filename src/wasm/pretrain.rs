@@ -38,9 +38,10 @@ struct JsPretrainOptions {
 }
 
 impl JsPretrainOptions {
-    /// The rows' options and the loop's, for a model of `positions` positions. The defaults are the CLI's:
-    /// [`FitOptions::pretraining`], and masking and pairs as [`PretrainOptions::default`] (Google's).
-    fn resolve(self, positions: usize) -> Result<(PretrainOptions, FitOptions)> {
+    /// The rows' options and the loop's, for a model of `positions` positions and `family`. The defaults are the
+    /// CLI's: [`FitOptions::pretraining`], and masking and pairs as [`PretrainOptions::default`] (Google's), the
+    /// masked fraction the family's ([`PretrainOptions::family_mlm_probability`]).
+    fn resolve(self, positions: usize, family: crate::config::Family) -> Result<(PretrainOptions, FitOptions)> {
         let (d, f) = (PretrainOptions::default(), FitOptions::pretraining());
         let max_length = self.max_length.unwrap_or(d.max_length.min(positions));
         if max_length > positions {
@@ -51,7 +52,7 @@ impl JsPretrainOptions {
         let seed = self.seed.unwrap_or(d.seed);
         let data = PretrainOptions {
             max_length,
-            mlm_probability: self.mlm_probability.unwrap_or(d.mlm_probability),
+            mlm_probability: self.mlm_probability.unwrap_or(PretrainOptions::family_mlm_probability(family)),
             whole_word_mask: self.whole_word_mask.unwrap_or(d.whole_word_mask),
             nsp: self.nsp.unwrap_or(d.nsp),
             short_seq_prob: self.short_seq_prob.unwrap_or(d.short_seq_prob),
@@ -140,7 +141,7 @@ impl WasmModel {
         if m.config.hidden_size != own.hidden_size || m.config.num_hidden_layers != own.num_hidden_layers {
             return Err(js_err(Error::Input("the files to pre-train are not this model's".into())));
         }
-        let (data, fit) = opts.resolve(m.config.max_position_embeddings).map_err(js_err)?;
+        let (data, fit) = opts.resolve(m.config.max_position_embeddings, m.config.family).map_err(js_err)?;
         let corpus = documents(corpus).map_err(js_err)?;
         let engine = self.engine.clone();
         let mut hooks = JsHooks { hooks, method: "pretrain" };

@@ -97,7 +97,7 @@ def embed_case(cls, name):
     model = cls.from_pretrained(d, attn_implementation="eager").double()
     model.train()
     tok = AutoTokenizer.from_pretrained(d)
-    types = model.config.type_vocab_size > 0
+    types = getattr(model.config, "type_vocab_size", 0) > 0  # ModernBERT has no token types
     enc_a = tok([a for a, _ in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
     enc_p = tok([p for _, p in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
 

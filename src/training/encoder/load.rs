@@ -42,10 +42,11 @@ fn check_family(cfg: &BertConfig) -> Result<()> {
         | Family::Albert
         | Family::MPNet
         | Family::NomicBert
-        | Family::Gte => Ok(()),
+        | Family::Gte
+        | Family::ModernBert => Ok(()),
         f => Err(Error::Config(format!(
             "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, \
-             MPNet, NomicBERT and GTE checkpoints; this one is `{}`",
+             MPNet, NomicBERT, GTE and ModernBERT checkpoints; this one is `{}`",
             f.model_type()
         ))),
     }
@@ -81,7 +82,13 @@ impl<T> Encoder<T> {
             ffn_dropout: fam != Family::Albert,
             rotary: super::rotary::Rotary::new(cfg),
             relative: None,
+            modern: None,
         };
+        if fam == Family::ModernBert {
+            enc.rotary = None; // its two rotations are `modern`'s
+            enc.load_modern(be, cfg, &w)?;
+            return Ok(enc);
+        }
         let e = w.pp("embeddings");
         let en = |n: &str| name(&format!("embeddings.{n}")).map(|s| vec![s]);
         let vocab = cfg.vocab_size;

@@ -36,6 +36,7 @@
 //! fifth, `GteMLP`'s dropout on the gated product before `down_proj` ([`rotary`]).
 
 mod load;
+mod modern;
 mod relative;
 mod rotary;
 
@@ -50,6 +51,7 @@ use crate::weights::HostTensor;
 use crate::{Error, Result};
 
 pub(crate) use load::get;
+pub(crate) use modern::{check_dropout as check_modern_dropout, Norm};
 pub(crate) use rotary::check_config_keys;
 
 /// Indices of the embeddings' parameters.
@@ -162,6 +164,8 @@ pub struct Saved<T> {
     dropout: Option<DropoutPlan>,
     /// MPNet's relative bias of this forward.
     relative: Option<relative::RelSaved<T>>,
+    /// ModernBERT's layers ([`modern`]).
+    modern: Option<modern::ModernSaved<T>>,
 }
 
 impl<T> Saved<T> {
@@ -201,6 +205,8 @@ pub struct Encoder<T> {
     rotary: Option<rotary::Rotary>,
     /// MPNet's relative position bias table, shared by every layer ([`relative`]).
     relative: Option<relative::RelIdx>,
+    /// ModernBERT's pre-LN layers, norms, rotations and window ([`modern`]).
+    modern: Option<modern::Modern<T>>,
 }
 
 
@@ -264,6 +270,10 @@ impl<T> Encoder<T> {
         if let Some(d) = dropout {
             [d.hidden, d.attention].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())?;
         }
+        if self.modern.is_some() {
+            dropout.map_or(Ok(()), |d| modern::check_dropout(&self.config, d.hidden, d.attention, 0.0))?;
+            return self.modern_forward(be, batch);
+        }
         let site = |attention: bool, stream: u32| {
             dropout.and_then(|d| d.site(if attention { d.attention } else { d.hidden }, stream))
         };
@@ -325,7 +335,7 @@ impl<T> Encoder<T> {
             layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2 });
             x = next;
         }
-        Ok((x, Saved { mask, emb_sum, projected, layers, dropout, relative: rel }))
+        Ok((x, Saved { mask, emb_sum, projected, layers, dropout, relative: rel, modern: None }))
     }
 
     /// `y = x·Wᵀ + b` of an encoder layer, plus its LoRA adapters' updates.
@@ -390,6 +400,9 @@ impl<T> Encoder<T> {
     /// embeddings and the lower layers get none and stay frozen).
     pub fn backward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch, saved: Saved<T>, dlast: T,
         grads: &mut [Option<T>], top: Option<usize>) -> Result<()> {
+        if self.modern.is_some() {
+            return self.modern_backward(be, batch, saved, dlast, grads, top);
+        }
         let eps = self.config.layer_norm_eps;
         let shape = self.shape(batch);
         let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());

@@ -48,16 +48,9 @@ impl Rotary {
         self.rope.upload(be, seq)
     }
 
-    /// The backward's table: the forward's with its sine half negated, so that `Backend::rotary` turns by the
-    /// opposite angles (the transpose of the forward's rotation).
+    /// The backward's table ([`inverse`] of the forward's).
     pub(super) fn inverse<B: Backend>(&self, be: &B, seq: usize) -> Result<B::Tensor> {
-        let t = self.rope.table(seq)?;
-        let d = t.shape[1];
-        let mut v = t.to_f32()?;
-        for row in v.chunks_exact_mut(d.max(1)) {
-            row[d / 2..].iter_mut().for_each(|s| *s = -*s);
-        }
-        be.upload(&HostTensor::f32(vec![seq, d], v)?)
+        inverse(&self.rope, be, seq)
     }
 
     /// The gated product of layer `l` from `u` = `[up | gate]`, dropped out where GTE drops it.
@@ -77,6 +70,18 @@ impl Rotary {
             None => be.glu_backward(dg, u, act),
         }
     }
+}
+
+/// The backward's table of `rope`: the forward's with its sine half negated, so that `Backend::rotary` turns by the
+/// opposite angles (the transpose of the forward's rotation).
+pub(super) fn inverse<B: Backend>(rope: &Rope, be: &B, seq: usize) -> Result<B::Tensor> {
+    let t = rope.table(seq)?;
+    let d = t.shape[1];
+    let mut v = t.to_f32()?;
+    for row in v.chunks_exact_mut(d.max(1)) {
+        row[d / 2..].iter_mut().for_each(|s| *s = -*s);
+    }
+    be.upload(&HostTensor::f32(vec![seq, d], v)?)
 }
 
 /// Refuses, by name, a NomicBERT or GTE checkpoint whose config.json is in its hub repository's form (nomic-ai's

@@ -1,0 +1,300 @@
+//! What ModernBERT changes in the trainable encoder (transformers `ModernBertModel`): pre-LN layers, its embeddings
+//! and its final norm. A choice of [`super::Encoder`] (its parameters, linears, LoRA-free backward and dropout plan
+//! are the encoder's), read by its forward and backward when the checkpoint is a ModernBERT one.
+//!
+//! # The math
+//!
+//! Forward, with the tensors kept for the backward marked * (LN without β where `norm_bias` is false):
+//! ```text
+//! e* = tok[ids]                x₀ = LN_e(e)                                   (no positions, no token types)
+//! per layer l:  n1* = LN1(x)  (layer 0: n1 = x, `attn_norm` is nn.Identity)
+//!   qkv* = R_l·(n1·Wqkvᵀ)       ctx* = attention(qkv, mask, window_l)         a = ctx·Woᵀ        p1* = x + a
+//!   n2* = LN2(p1)             u* = n2·Wi'ᵀ   g* = glu(u)                      o = g·W2ᵀ          x' = p1 + o
+//! out = LN_f(x_L)  (`final_norm`, x_L kept)
+//! ```
+//! `R_l` turns by the global theta on the global layers (every `global_attn_every_n_layers`-th from layer 0) and by
+//! the local theta on the others, which also add the window's constant score bias (`model::window`: 0 where
+//! |i − j| ≤ half, a large negative beyond; `Backend::attention_biased`, its gradient never asked). `Wi` is
+//! `[input; gate]` with the activation on `input`; `Wi' = swap(Wi)` is its halves swapped (`Backend::gather_rows`,
+//! the swap its own inverse), so that `glu`'s `up ⊙ act(gate)` is ModernBERT's `act(input) ⊙ gate`.
+//!
+//! Backward: `dx_L = LN_f'(dout)`; per layer, down: `dg = do·W2`, `du = glu'(dg)`, `dWi = swap(duᵀ·n2)`,
+//! `dn2 = du·Wi'`, `dp1 = dx' + LN2'(dn2)`, `dctx = dp1·Wo`, `dqkv = R_lᵀ·attention'(dctx)` (the rotation's
+//! transpose: [`super::rotary`]'s inverse table of the layer's theta), `dn1 = dqkv·Wqkv`, `dx = dp1 + LN1'(dn1)`
+//! (layer 0: `+ dn1`); the embeddings: `LN_e'` then the scatter-add into `tok` (none into the padding row: its
+//! `padding_idx`). A LayerNorm without β gets no β gradient (`layernorm_backward`'s is dropped).
+//!
+//! With `mlp_bias`, `Wi`'s bias swaps its halves likewise, `b' = b·P` with P the swap's permutation matrix (a bias is
+//! one row, which `gather_rows` cannot permute), and back `db = db'·Pᵀ`.
+//!
+//! Dropout (`embedding_dropout`, `attention_dropout`, `mlp_dropout`, `classifier_dropout`) is refused above 0 by
+//! name ([`check_dropout`]); ModernBERT's released checkpoints have all of them 0.
+
+use super::{EmbIdx, Encoder, LayerIdx, Saved};
+use crate::backend::{Backend, EmbeddingTables};
+use crate::config::{BertConfig, Family};
+use crate::model::rotary::Rope;
+use crate::model::window::Window;
+use crate::tokenizer::Batch;
+use crate::weights::{family_name, Weights};
+use crate::{Error, Result};
+
+/// A LayerNorm's γ and, where `norm_bias` is true, β.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Norm {
+    pub g: usize,
+    pub b: Option<usize>,
+}
+
+/// One layer's parameters: `attn_norm` (none at layer 0), `Wqkv`, `Wo`, `mlp_norm`, `Wi`, `mlp.Wo`, and whether
+/// it slides.
+#[derive(Clone, Copy)]
+pub(super) struct ModernLayer {
+    attn_norm: Option<Norm>,
+    mlp_norm: Norm,
+    local: bool,
+}
+
+/// ModernBERT's choices: the layers' norms, the embeddings' and the final norm, the two rotations and the window.
+pub(super) struct Modern<T> {
+    layers: Vec<ModernLayer>,
+    pub(super) emb_norm: Norm,
+    pub(super) final_norm: Norm,
+    /// The zero β of the norms without one `(1, H)`, not a parameter.
+    zero_beta: T,
+    global: Rope,
+    local: Rope,
+    window: Window,
+    /// With `mlp_bias`: the `(2I, 2I)` permutation matrix P of the swap, `b' = b·P` (a bias is one row).
+    swap: Option<T>,
+}
+
+/// What a ModernBERT forward keeps beyond [`Saved`]'s.
+pub(super) struct ModernSaved<T> {
+    layers: Vec<ModernLayerSaved<T>>,
+    /// The last layer's output, the final norm's input.
+    last: T,
+}
+
+struct ModernLayerSaved<T> {
+    x: T,
+    n1: Option<T>,
+    qkv: T,
+    ctx: T,
+    p1: T,
+    n2: T,
+    u: T,
+    g: T,
+    /// `Wi'` and `b'`, the swapped `Wi` (and bias) this forward read.
+    wi: T,
+}
+
+/// Refuses nonzero dropout for ModernBERT by its config.json keys (its own sites are not trained yet).
+pub(crate) fn check_dropout(cfg: &BertConfig, hidden: f32, attention: f32, classifier: f32) -> Result<()> {
+    if cfg.family == Family::ModernBert && (hidden > 0.0 || attention > 0.0 || classifier > 0.0) {
+        return Err(Error::Input(format!(
+            "dropout while training ModernBERT is not supported yet (embedding_dropout/mlp_dropout {hidden}, \
+             attention_dropout {attention}, classifier_dropout {classifier}): train it without dropout \
+             (`--no-dropout`, `dropout: false`)"
+        )));
+    }
+    Ok(())
+}
+
+/// `[i + n, …, 2n − 1, 0, …, n − 1]`: the rows of a `(2n, ·)` matrix with its halves swapped (its own inverse).
+fn swap_halves(n: usize) -> Vec<u32> {
+    (0..2 * n).map(|i| ((i + n) % (2 * n)) as u32).collect()
+}
+
+impl<T> Encoder<T> {
+    /// ModernBERT's parameters from `w` (the checkpoint under BERT's names), in `enc`'s order: the embeddings'
+    /// table and norm, each layer's, the final norm.
+    pub(super) fn load_modern<B: Backend<Tensor = T>>(&mut self, be: &B, cfg: &BertConfig, w: &Weights) -> Result<()> {
+        let (h, inter, biases) = (cfg.hidden_size, cfg.intermediate_size, cfg.biases);
+        let name = |n: &str| -> Result<String> {
+            family_name(Family::ModernBert, &format!("bert.{n}"))
+                .ok_or_else(|| Error::Config(format!("a `modernbert` checkpoint has no tensor for BERT's `{n}`")))
+        };
+        let get = super::get;
+        let norm = |enc: &mut Self, p: &str| -> Result<Norm> {
+            let m = w.pp(p);
+            let g = enc.push(be, vec![name(&format!("{p}.weight"))?], &get(&m, "weight", &[h])?, 1, h, false)?;
+            let b = match cfg.norm_bias {
+                true => Some(enc.push(be, vec![name(&format!("{p}.bias"))?], &get(&m, "bias", &[h])?, 1, h, false)?),
+                false => None,
+            };
+            Ok(Norm { g, b })
+        };
+        let vocab = cfg.vocab_size;
+        let word = self.push(be, vec![name("embeddings.word_embeddings.weight")?],
+            &get(&w.pp("embeddings"), "word_embeddings.weight", &[vocab, h])?, vocab, h, true)?;
+        self.emb = EmbIdx { word, position: None, token_type: None, ln_g: 0, ln_b: 0, project: None };
+        let emb_norm = norm(self, "embeddings.LayerNorm")?;
+        let window = Window::new(cfg).ok_or_else(|| Error::Config("a ModernBERT config without its window".into()))?;
+        let slides = cfg.sliding_window.as_ref().map(|s| s.layers.clone()).unwrap_or_default();
+        let mut layers = Vec::new();
+        for l in 0..cfg.num_hidden_layers {
+            let lw = w.pp(&format!("encoder.layer.{l}"));
+            let n = |s: &str| name(&format!("encoder.layer.{l}.{s}"));
+            let linear = |enc: &mut Self, p: &str, out: usize, inp: usize, bias: bool| -> Result<(usize, Option<usize>)> {
+                let m = lw.pp(p);
+                let wi = enc.push(be, vec![n(&format!("{p}.weight"))?], &get(&m, "weight", &[out, inp])?, out, inp, true)?;
+                let bi = match bias {
+                    true => Some(enc.push(be, vec![n(&format!("{p}.bias"))?], &get(&m, "bias", &[out])?, 1, out, false)?),
+                    false => None,
+                };
+                Ok((wi, bi))
+            };
+            let attn_norm = match l {
+                0 => None, // transformers' nn.Identity
+                _ => Some(norm(self, &format!("encoder.layer.{l}.attention.LayerNorm"))?),
+            };
+            let (qkv_w, qkv_b) = linear(self, "attention.self.qkv", 3 * h, h, biases.qkv)?;
+            let (o_w, o_b) = linear(self, "attention.output.dense", h, h, biases.attention_output)?;
+            let mlp_norm = norm(self, &format!("encoder.layer.{l}.intermediate.LayerNorm"))?;
+            let (i_w, i_b) = linear(self, "intermediate.up_gate", 2 * inter, h, biases.up)?;
+            let (out_w, out_b) = linear(self, "output.dense", h, inter, biases.down)?;
+            // The encoder's common indices (LoRA's linears; `ln2_b + 1` of the last layer is the final norm, the
+            // first parameter above the layers); the norms are ModernLayer's.
+            self.layers.push(LayerIdx { qkv_w, qkv_b, o_w, o_b, ln1_g: mlp_norm.g, ln1_b: mlp_norm.g, i_w, i_b,
+                out_w, out_b, ln2_g: mlp_norm.g, ln2_b: out_b.unwrap_or(out_w) });
+            layers.push(ModernLayer { attn_norm, mlp_norm, local: slides.get(l) == Some(&true) });
+        }
+        let final_norm = norm(self, "encoder.final_norm")?;
+        let sliding = cfg.sliding_window.as_ref().ok_or_else(|| Error::Config("a ModernBERT config without its window".into()))?;
+        self.modern = Some(Modern {
+            layers,
+            emb_norm,
+            final_norm,
+            zero_beta: be.input(&vec![0.0; h], 1, h)?,
+            global: Rope::new(cfg).ok_or_else(|| Error::Config("a ModernBERT config without its rotary theta".into()))?,
+            local: Rope::with_theta(sliding.theta, cfg.head_dim()),
+            window,
+            swap: match biases.up {
+                true => {
+                    let n = 2 * inter;
+                    let mut p = vec![0f32; n * n];
+                    swap_halves(inter).iter().enumerate().for_each(|(j, &i)| p[i as usize * n + j] = 1.0);
+                    Some(be.input(&p, n, n)?)
+                }
+                false => None,
+            },
+        });
+        Ok(())
+    }
+
+    /// A LayerNorm of `x` (ModernBERT's, `head.norm` too; a pre-training head's): without β where `n.b` is `None`
+    /// (ModernBERT's `norm_bias: false`).
+    pub(crate) fn norm<B: Backend<Tensor = T>>(&self, be: &B, x: &T, n: Norm) -> Result<T> {
+        let beta = match n.b {
+            Some(b) => self.t(b),
+            None => &self.modern.as_ref().ok_or_else(|| Error::Input("a LayerNorm without β outside ModernBERT".into()))?.zero_beta,
+        };
+        be.layernorm(x, None, self.t(n.g), beta, self.config.layer_norm_eps)
+    }
+
+    /// Back through [`Self::norm`] from its input `x`: γ's (and β's) gradient into `grads`; returns `dx`.
+    pub(crate) fn norm_backward<B: Backend<Tensor = T>>(&self, be: &B, dy: &T, x: &T, n: Norm, grads: &mut [Option<T>])
+        -> Result<T> {
+        let (dx, dg, db) = be.layernorm_backward(dy, x, self.t(n.g), self.config.layer_norm_eps)?;
+        if self.trains(n.g) {
+            super::put(be, grads, n.g, dg)?;
+        }
+        if let Some(b) = n.b.filter(|&b| self.trains(b)) {
+            super::put(be, grads, b, db)?;
+        }
+        Ok(dx)
+    }
+
+    /// ModernBERT's forward (see the module's doc): the final norm's output `(B*T, H)` and what the backward needs.
+    pub(super) fn modern_forward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch) -> Result<(T, Saved<T>)> {
+        let m = self.modern.as_ref().expect("a ModernBERT encoder");
+        let zero_types = self.zero_types.as_ref().ok_or_else(|| Error::Input("no token-type stand-in".into()))?;
+        let eps = self.config.layer_norm_eps;
+        let tables = EmbeddingTables { word: self.t(self.emb.word), position: None, token_type: zero_types,
+            ln_gamma: self.t(m.emb_norm.g), ln_beta: &m.zero_beta, eps };
+        let mask = be.mask(batch)?;
+        let typed = Batch { token_type_ids: vec![0; batch.token_type_ids.len()], ..batch.clone() };
+        let emb_sum = be.embeddings_sum(&typed, &tables)?; // (B*T, H)
+        let mut x = self.norm(be, &emb_sum, m.emb_norm)?;
+        let shape = self.shape(batch);
+        let (global, local, window) = (m.global.upload(be, batch.t)?, m.local.upload(be, batch.t)?,
+            m.window.upload(be, batch.t)?.bias);
+        let swap = swap_halves(self.config.intermediate_size);
+        let mut layers = Vec::with_capacity(m.layers.len());
+        for (ml, li) in m.layers.iter().zip(&self.layers) {
+            let n1 = ml.attn_norm.map(|n| self.norm(be, &x, n)).transpose()?;
+            let qkv = self.linear(be, n1.as_ref().unwrap_or(&x), li.qkv_w, li.qkv_b)?; // (B*T, 3H)
+            let qkv = be.rotary(&qkv, if ml.local { &local } else { &global }, shape)?;
+            let ctx = be.attention_biased(&qkv, &mask, ml.local.then_some(&window), shape)?; // (B*T, H)
+            let a = self.linear(be, &ctx, li.o_w, li.o_b)?;
+            let p1 = be.add(&x, &a)?;
+            let n2 = self.norm(be, &p1, ml.mlp_norm)?;
+            let wi = be.gather_rows(self.t(li.i_w), &swap)?; // (2I, H): [gate; input]
+            let bi = match (li.i_b, &m.swap) {
+                (Some(b), Some(p)) => Some(be.matmul(self.t(b), false, p, false)?), // (1, 2I): [gate | input]
+                _ => None,
+            };
+            let u = be.linear(&n2, &wi, bi.as_ref(), crate::backend::Activation::None)?; // (B*T, 2I)
+            let g = be.glu(&u, self.config.hidden_act)?; // act(input) ⊙ gate
+            let o = self.linear(be, &g, li.out_w, li.out_b)?;
+            let next = be.add(&p1, &o)?;
+            layers.push(ModernLayerSaved { x, n1, qkv, ctx, p1, n2, u, g, wi });
+            x = next;
+        }
+        let out = self.norm(be, &x, m.final_norm)?;
+        let saved = Saved { mask, emb_sum, projected: None, layers: Vec::new(), dropout: None, relative: None,
+            modern: Some(ModernSaved { layers, last: x }) };
+        Ok((out, saved))
+    }
+
+    /// Back through [`Self::modern_forward`] (see the module's doc); `top: Some(k)` stops above the last `k` layers.
+    pub(super) fn modern_backward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch, saved: Saved<T>, dout: T,
+        grads: &mut [Option<T>], top: Option<usize>) -> Result<()> {
+        let m = self.modern.as_ref().expect("a ModernBERT encoder");
+        let ms = saved.modern.ok_or_else(|| Error::Input("a ModernBERT backward without its forward's tensors".into()))?;
+        let shape = self.shape(batch);
+        let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());
+        let (global, local) = (super::rotary::inverse(&m.global, be, batch.t)?, super::rotary::inverse(&m.local, be, batch.t)?);
+        let window = m.window.upload(be, batch.t)?.bias;
+        let swap = swap_halves(self.config.intermediate_size);
+        let mut dx = self.norm_backward(be, &dout, &ms.last, m.final_norm, grads)?;
+        for ((ml, li), ls) in m.layers.iter().zip(&self.layers).zip(&ms.layers).rev().take(depth) {
+            // x' = p1 + o: dp1 gets dx' directly and through the feed-forward.
+            let dg = self.linear_backward(be, &dx, &ls.g, li.out_w, li.out_b, grads)?;
+            let du = be.glu_backward(&dg, &ls.u, self.config.hidden_act)?; // (B*T, 2I)
+            if self.trains(li.i_w) {
+                let dwi = be.matmul(&du, true, &ls.n2, false)?; // (2I, H), swapped
+                super::put(be, grads, li.i_w, be.gather_rows(&dwi, &swap)?)?;
+            }
+            if let (Some(b), Some(p)) = (li.i_b.filter(|&b| self.trains(b)), &m.swap) {
+                super::put(be, grads, b, be.matmul(&be.sum_rows(&du)?, false, p, true)?)?; // db = db'·Pᵀ
+            }
+            let dn2 = be.matmul(&du, false, &ls.wi, false)?; // (B*T, H)
+            let dp1 = be.add(&dx, &self.norm_backward(be, &dn2, &ls.p1, ml.mlp_norm, grads)?)?;
+            // p1 = x + a.
+            let dctx = self.linear_backward(be, &dp1, &ls.ctx, li.o_w, li.o_b, grads)?;
+            let (dqkv, _) = be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, ml.local.then_some(&window), shape,
+                None, false)?;
+            let dqkv = be.rotary(&dqkv, if ml.local { &local } else { &global }, shape)?;
+            let dn1 = self.linear_backward(be, &dqkv, ls.n1.as_ref().unwrap_or(&ls.x), li.qkv_w, li.qkv_b, grads)?;
+            let dn1 = match ml.attn_norm {
+                Some(n) => self.norm_backward(be, &dn1, &ls.x, n, grads)?,
+                None => dn1,
+            };
+            dx = be.add(&dp1, &dn1)?;
+        }
+        if let Some(l) = &self.lora {
+            grads.iter_mut().enumerate().filter(|(i, _)| !l.trains(*i)).for_each(|(_, g)| *g = None);
+        }
+        if top.is_some() || self.lora.is_some() {
+            return Ok(());
+        }
+        let demb = self.norm_backward(be, &dx, &saved.emb_sum, m.emb_norm, grads)?;
+        let typed = Batch { token_type_ids: vec![0; batch.token_type_ids.len()], ..batch.clone() };
+        let (dw, _, _) = be.embeddings_backward(&demb, &typed, self.params[self.emb.word].rows,
+            self.config.max_position_embeddings, 1, Some(self.config.pad_token_id))?;
+        super::put(be, grads, self.emb.word, dw)?;
+        Ok(())
+    }
+}

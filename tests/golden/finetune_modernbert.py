@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Golden for full-encoder fine-tuning of ModernBERT: tests/golden/finetune_families.py's run (read its docstring:
+the same batches, the same float64 train-mode run with every dropout 0, the same five AdamW steps with transformers'
+Trainer's parameter groups and clipping, the same recorded fields), on the tiny ModernBERT checkpoints
+tests/golden/modernbert.py made, with transformers 5's own classes (`models/modernbert`, eager attention).
+
+The checkpoints: hidden 32, 4 layers, layers 0 and 3 global and 1 and 2 local (`global_attn_every_n_layers` 3),
+a local window smaller than every batch's padded length (`local_attention` 8: |i − j| ≤ 4; 4 in tiny-modernbert-mean:
+|i − j| ≤ 2), so the window's mask changes the local layers; every batch padded. ModernBERT has no token types: a
+pair is `[CLS] A [SEP] B [SEP]`, told apart by its separators.
+
+Run from the repository root (needs torch 2.x and transformers 5.x; CPU is enough):
+
+    /work/venv/bin/python tests/golden/finetune_modernbert.py
+
+It writes tests/golden/finetune_modernbert.json:
+
+  modern_classify  tiny-modernbert-classifier  ModernBertForSequenceClassification (`classifier_pooling: cls`;
+                                               no biases, LayerNorms without β, `head` + `classifier`)
+  modern_pair      tiny-modernbert-classifier  the same on text pairs
+  modern_mean      tiny-modernbert-mean        the same with `classifier_pooling: mean`, every bias (`Wi`'s
+                                               included), LayerNorms with β, SiLU in `head`
+  modern_ner       tiny-modernbert-ner         ModernBertForTokenClassification
+
+and under `embeddings`, embedding training as tests/golden/finetune_rotary.py has it (MultipleNegativesRankingLoss on
+mean-pooled, normalised vectors of the final norm's output, scale 20, 4 pairs):
+
+  modern           tiny-modernbert-model       ModernBertModel
+
+transformers' parameter names are the checkpoints' (`model.layers.{i}.attn.Wqkv`, `…mlp.Wi` `[input; gate]`, ...).
+Gradients of the zero set are those below 1e-10 of the global norm (the padding token's embedding row).
+
+transformers' `eager_attention_forward` takes its softmax in float32 (`dtype=torch.float32`) whatever the model's
+dtype: in a float64 model the mask's float64 minimum becomes −inf there, and a padded query whose window holds no
+real key gets a row of NaN that reaches every gradient. This golden is float64 throughout: the same function with its
+softmax in the model's dtype (`float64_softmax`), so the fully masked rows stay finite (uniform over their keys, as
+ours), and nothing real reads them.
+"""
+import json
+import os
+import sys
+
+import torch
+from transformers import AutoConfig, ModernBertForSequenceClassification, ModernBertForTokenClassification, ModernBertModel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import finetune_families as F  # noqa: E402
+import finetune_rotary as R  # noqa: E402
+import transformers.models.modernbert.modeling_modernbert as M  # noqa: E402
+
+OUT = os.path.join(F.ROOT, "tests", "golden", "finetune_modernbert.json")
+
+
+def float64_softmax(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """transformers' eager_attention_forward with its softmax in the inputs' dtype."""
+    w = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        w = w + attention_mask
+    w = torch.nn.functional.softmax(w, dim=-1)
+    w = torch.nn.functional.dropout(w, p=dropout, training=module.training)
+    return torch.matmul(w, value).transpose(1, 2).contiguous(), w
+
+
+def pair_case(case, cls, name):
+    """finetune_families.classify_case on PAIR, without token types (ModernBERT has none)."""
+    model, tok = F.load(cls, name)
+    enc = tok([a for a, _, _ in F.PAIR], [b for _, b, _ in F.PAIR], padding=True, return_tensors="pt",
+              return_token_type_ids=False)
+    assert all(r.count(tok.sep_token_id) == 2 for r in enc["input_ids"].tolist())
+    F.check_batch(case, enc, tok)
+    return F.run(case, name, model, enc, {"labels": torch.tensor([y for _, _, y in F.PAIR])}, False)
+
+
+def windowed(case, c, name):
+    """The window must be narrower than the batch: some real key of some query is outside it."""
+    cfg = AutoConfig.from_pretrained(os.path.join(F.MODELS, name))
+    half = cfg.local_attention // 2
+    longest = max(sum(r) for r in c["attention_mask"])
+    assert longest > half + 1, f"{case}: {longest} tokens, a window of ±{half} covers them all"
+    assert cfg.layer_types.count("sliding_attention") >= 1 and cfg.layer_types.count("full_attention") >= 2
+    assert min(sum(r) for r in c["attention_mask"]) < len(c["attention_mask"][0]), f"{case}: no padding"
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    M.eager_attention_forward = float64_softmax
+    cases = {
+        "modern_classify": F.classify_case("modern_classify", ModernBertForSequenceClassification,
+                                           "tiny-modernbert-classifier", False),
+        "modern_pair": pair_case("modern_pair", ModernBertForSequenceClassification, "tiny-modernbert-classifier"),
+        "modern_mean": F.classify_case("modern_mean", ModernBertForSequenceClassification, "tiny-modernbert-mean",
+                                       False),
+        "modern_ner": F.ner_case("modern_ner", ModernBertForTokenClassification, "tiny-modernbert-ner", False),
+    }
+    for name, c in cases.items():
+        windowed(name, c, c["model"])
+    embeddings = {"modern": R.embed_case(ModernBertModel, "tiny-modernbert-model")}
+    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases, "embeddings": embeddings}
+    with open(OUT, "w", encoding="utf-8") as fh:
+        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
+    for name, c in cases.items():
+        t = len(c["input_ids"][0])
+        print(f"{name}: B {len(c['input_ids'])} T {t} loss {c['loss']:.17g} grad_norm {c['grad_norms'][0]:.17g} "
+              f"loss after {F.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} parameters; zero: {c['zero_grads']})")
+    for name, c in embeddings.items():
+        print(f"{name} embeddings: loss {c['loss']:.17g} ({len(c['grads'])} parameters)")
+
+
+if __name__ == "__main__":
+    main()
