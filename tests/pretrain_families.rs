@@ -7,7 +7,9 @@
 //! as tests/pretrain_golden.rs's for BERT). NomicBERT and GTE are the cases of tests/golden/pretrain_rotary.json
 //! (tests/golden/pretrain_rotary.py), and MPNet (`MPNetForMaskedLM`'s `lm_head`; its relative position bias table's
 //! gradient sums every layer's) of tests/golden/pretrain_mpnet.json (tests/golden/pretrain_mpnet.py), checked the same
-//! way; tests/golden/pretrain_mpnet_load.py loads the folder MPNet's `pretrain` writes in transformers.
+//! way; tests/golden/pretrain_mpnet_load.py loads the folder MPNet's `pretrain` writes in transformers. ModernBERT
+//! (`head`, the tied decoder and `decoder.bias`) is the case of tests/golden/pretrain_modernbert.json
+//! (tests/golden/pretrain_modernbert.py).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -42,16 +44,35 @@ const CASES: [(&str, &str); 5] = [("roberta", "RobertaForMaskedLM"), ("xlmr", "X
 /// NomicBERT and GTE (tests/golden/pretrain_rotary.py).
 const ROTARY_CASES: [(&str, &str); 2] = [("gte", "GteForMaskedLM"), ("nomic", "NomicBertForMaskedLM")];
 
+/// ModernBERT (tests/golden/pretrain_modernbert.py): `head` and the tied decoder with `decoder.bias`.
+const MODERN_CASES: [(&str, &str); 1] = [("modern", "ModernBertForMaskedLM")];
+
+#[test]
+fn modernbert_pretrains_as_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for (name, arch) in MODERN_CASES {
+        check(&be, name, arch, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn modernbert_pretrains_as_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for (name, arch) in MODERN_CASES {
+        check(&g, name, arch, GPU_GRAD_RTOL);
+    }
+}
+
 /// MPNet (tests/golden/pretrain_mpnet.py).
 const MPNET_CASES: [(&str, &str); 1] = [("mpnet", "MPNetForMaskedLM")];
 
-/// The cases of tests/golden/pretrain_{families,rotary,mpnet}.json, under `cases`.
+/// The cases of tests/golden/pretrain_{families,rotary,mpnet,modernbert}.json, under `cases`.
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
         for file in ["tests/golden/pretrain_families.json", "tests/golden/pretrain_rotary.json",
-            "tests/golden/pretrain_mpnet.json"] {
+            "tests/golden/pretrain_mpnet.json", "tests/golden/pretrain_modernbert.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());

@@ -130,7 +130,9 @@ impl PretrainHead {
         } else {
             None
         };
-        Ok(PretrainHead { transform, ln, bias, word: enc.word_embeddings(), act: cfg.family.mlm_activation(cfg.hidden_act), nsp })
+        // ModernBERT's `head` has its own activation (`classifier_activation`).
+        let act = cfg.modernbert.as_ref().map_or(cfg.family.mlm_activation(cfg.hidden_act), |m| m.classifier_activation);
+        Ok(PretrainHead { transform, ln, bias, word: enc.word_embeddings(), act, nsp })
     }
 
     pub(super) fn has_nsp(&self) -> bool {

@@ -81,7 +81,7 @@ def case(name, cls, model_dir, types):
     # `lm_head.decoder.weight`; it is the word embeddings (one tensor), named as the input table here as bertgpu does.
     emb = model.get_input_embeddings().weight
     emb_name = next(n for n, p in model.named_parameters(remove_duplicate=False)
-                    if p is emb and "word_embeddings" in n)
+                    if p is emb and ("word_embeddings" in n or "tok_embeddings" in n))
     for n, p in model.named_parameters():
         if p is emb and n != emb_name:
             for k in ("grads", "shapes", "params_after"):
