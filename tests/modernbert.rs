@@ -273,3 +273,15 @@ fn what_does_not_train_is_refused_by_name() {
     // The checkpoint's own dropouts (all 0) train.
     tr.set_dropout(Some(bertgpu::training::encoder::DropoutOptions::of_config(&cfg, 0))).unwrap();
 }
+
+/// Pre-training masks 30% of ModernBERT's tokens unless told otherwise (its paper's rate; `bertgpu pretrain` and the
+/// JS `pretrain` take it when `--mlm-probability` / `mlmProbability` is not given), the other families 15%.
+#[test]
+fn pretraining_masks_thirty_percent_by_default() {
+    use bertgpu::config::Family;
+    use bertgpu::training::pretrain_data::PretrainOptions;
+    assert_eq!(PretrainOptions::family_mlm_probability(Family::ModernBert), 0.3);
+    for f in [Family::Bert, Family::Roberta, Family::Gte] {
+        assert_eq!(PretrainOptions::family_mlm_probability(f), 0.15);
+    }
+}

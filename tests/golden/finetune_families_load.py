@@ -5,8 +5,9 @@ of the file is one of the model's (none missing, none left over), and its logits
     BERTGPU_FAMILY_EXPORT=/tmp/family-export cargo test --locked --test finetune_families cpu
     /work/venv/bin/python tests/golden/finetune_families_load.py /tmp/family-export
 
-(`cpu` runs the cases of tests/golden/finetune_families.json and tests/golden/finetune_rotary.json: NomicBERT's and
-GTE's folders load as NomicBertFor... and GteFor...)
+(`cpu` runs the cases of tests/golden/finetune_families.json, tests/golden/finetune_rotary.json and
+tests/golden/finetune_modernbert.json: NomicBERT's, GTE's and ModernBERT's folders load as NomicBertFor..., GteFor...
+and ModernBertFor...)
 
 tests/finetune_families.rs writes, for each case of tests/golden/finetune_families.json, after its five AdamW steps on
 the CPU, DIR/<case>/config.json and model.safetensors (rows::export_folder: what `bertgpu fine-tune` and `fineTune`
@@ -21,6 +22,14 @@ import sys
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+import transformers.models.modernbert.modeling_modernbert as modernbert
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from finetune_modernbert import float64_softmax  # noqa: E402
+
+# ModernBERT's eager attention takes its softmax in float32, which in float64 turns a padded query with no real key
+# in its window into NaN (tests/golden/finetune_modernbert.py): its float64 twin here.
+modernbert.eager_attention_forward = float64_softmax
 
 # Our logits are f32 from f32 parameters; these runs are float64 from the same f32 values: f32 rounding only.
 TOL = 1e-5

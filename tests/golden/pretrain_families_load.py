@@ -6,7 +6,8 @@ Run from the repository root after `cargo build --release` (torch 2.x, transform
 
     /work/venv/bin/python tests/golden/pretrain_families_load.py
 
-For each of tiny-roberta-mlm, tiny-xlmr-mlm, tiny-distilbert-mlm, tiny-albert-mlm, tiny-gte-mlm and tiny-nomic-mlm it
+For each of tiny-roberta-mlm, tiny-xlmr-mlm, tiny-distilbert-mlm, tiny-albert-mlm, tiny-gte-mlm, tiny-nomic-mlm and
+tiny-modernbert-mlm it
 pre-trains 3 steps on a small corpus with the CLI (so the weights are no longer the checkpoint's), loads the folder
 with `AutoModelForMaskedLM`, and compares the top-5 probabilities at a masked position with `bertgpu fill-mask`'s scores
 on the same folder (both float32; they differ by rounding: |Δ| ≤ ATOL). Exits 1 on any difference.
@@ -21,14 +22,15 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLI = os.path.join(ROOT, "target", "release", "bertgpu")
+CLI = os.environ.get("BERTGPU_CLI", os.path.join(ROOT, "target", "release", "bertgpu"))  # or a debug build's
 # float32 softmax of the same logits, two summation orders: measured ≤ 1.3e-7 on these models (GTE).
 ATOL = 1e-6
 CORPUS = ("the cat sat on the mat.\nit was a sunny day.\n\nmy car is red.\nit drives fast.\n\n"
           "the dog ran home.\nhe was hungry.\n\nshe read a book.\nthe book was long.\n")
 CASES = [("tiny-roberta-mlm", "RobertaForMaskedLM"), ("tiny-xlmr-mlm", "XLMRobertaForMaskedLM"),
          ("tiny-distilbert-mlm", "DistilBertForMaskedLM"), ("tiny-albert-mlm", "AlbertForMaskedLM"),
-         ("tiny-gte-mlm", "GteForMaskedLM"), ("tiny-nomic-mlm", "NomicBertForMaskedLM")]
+         ("tiny-gte-mlm", "GteForMaskedLM"), ("tiny-nomic-mlm", "NomicBertForMaskedLM"),
+         ("tiny-modernbert-mlm", "ModernBertForMaskedLM")]
 
 
 def main():
