@@ -391,7 +391,8 @@ fn dropout_gradients_match_on_gpu_and_cpu() {
     let labels = [1u32, 2];
     let tags: Vec<i64> = vec![-100, 1, 2, 0, 3, 4, 0, 5, -100, -100, 6, 0, 1, 2, -100, -100, -100, -100];
     for (model, task) in [("tiny-classifier", FineTuneTask::Sequence), ("tiny-ner", FineTuneTask::Token),
-        ("tiny-gte-classifier", FineTuneTask::Sequence), ("tiny-nomic-ner", FineTuneTask::Token)] {
+        ("tiny-gte-classifier", FineTuneTask::Sequence), ("tiny-nomic-ner", FineTuneTask::Token),
+        ("tiny-modernbert-classifier", FineTuneTask::Sequence), ("tiny-modernbert-ner", FineTuneTask::Token)] {
         let targets = match task {
             FineTuneTask::Sequence => Targets::Sequence(&labels),
             _ => Targets::Token(&tags),
@@ -463,6 +464,31 @@ fn rotary_dropout_gradients_match_finite_differences() {
         "nomic_bert.encoder.layers.0.attn.Wqkv.weight",
         "nomic_bert.encoder.layers.0.mlp.fc11.weight",
         "nomic_bert.encoder.layers.1.mlp.fc2.weight",
+    ]);
+}
+
+/// ModernBERT drops where `ModernBertModel` does: the embeddings' norm, the attention probabilities (a local
+/// layer's with its window), `out_drop` after `Wo`, the gated product before `mlp.Wo`, and `head`'s output before the
+/// classifier; by the first token and by the mean (tiny-modernbert-mean: every bias, `Wi`'s swapped through its
+/// permutation). The word table is left out: the batch's id 3 is ModernBERT's padding token, whose row gets no
+/// gradient (`padding_idx`, as transformers) though a difference of the loss sees it.
+#[test]
+fn modernbert_dropout_gradients_match_finite_differences() {
+    finite_differences("tiny-modernbert-classifier", &[
+        "model.embeddings.norm.weight",
+        "model.layers.0.attn.Wqkv.weight",
+        "model.layers.1.attn.Wqkv.weight",
+        "model.layers.1.attn.Wo.weight",
+        "model.layers.2.mlp.Wi.weight",
+        "model.layers.2.mlp_norm.weight",
+        "model.layers.3.mlp.Wo.weight",
+        "head.dense.weight",
+    ]);
+    finite_differences("tiny-modernbert-mean", &[
+        "model.layers.1.attn.Wqkv.bias",
+        "model.layers.2.mlp.Wi.bias",
+        "model.layers.3.attn_norm.bias",
+        "head.norm.weight",
     ]);
 }
 

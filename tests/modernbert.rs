@@ -249,7 +249,7 @@ fn configs_and_refusals() {
 }
 
 /// What does not train yet is refused by name (the fine-tuning itself: tests/finetune_families.rs): question
-/// answering, LoRA, and dropout above 0 (naming ModernBERT's config keys). `convert` to GGUF runs:
+/// answering, LoRA, and dropout where `embedding_dropout` and `mlp_dropout` differ. `convert` to GGUF runs:
 /// tests/gguf_families.rs.
 #[test]
 fn what_does_not_train_is_refused_by_name() {
@@ -267,11 +267,14 @@ fn what_does_not_train_is_refused_by_name() {
         merge: false };
     let e = tr.set_lora(&be, lora, 0).unwrap_err().to_string();
     assert!(e.contains("LoRA on a `modernbert` model is not supported yet"), "{e}");
-    let drop = bertgpu::training::encoder::DropoutOptions { hidden: 0.0, attention: 0.1, classifier: 0.0, seed: 0 };
+    // Dropout trains (tests/dropout.rs), unless `embedding_dropout` and `mlp_dropout` differ (one probability).
+    let drop = bertgpu::training::encoder::DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, seed: 0 };
+    tr.set_dropout(Some(drop)).unwrap();
+    let mut unequal = cfg.clone();
+    unequal.modernbert.as_mut().unwrap().mlp_dropout = 0.2;
+    let mut tr = FineTuner::new(&be, &unequal, &w, FineTuneTask::Sequence, None, 0).unwrap();
     let e = tr.set_dropout(Some(drop)).unwrap_err().to_string();
-    assert!(e.contains("attention_dropout 0.1"), "{e}");
-    // The checkpoint's own dropouts (all 0) train.
-    tr.set_dropout(Some(bertgpu::training::encoder::DropoutOptions::of_config(&cfg, 0))).unwrap();
+    assert!(e.contains("embedding_dropout 0 and mlp_dropout 0.2 differ"), "{e}");
 }
 
 /// Pre-training masks 30% of ModernBERT's tokens unless told otherwise (its paper's rate; `bertgpu pretrain` and the

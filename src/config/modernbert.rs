@@ -34,6 +34,10 @@ pub struct ModernBert {
     pub classifier_bias: bool,
     /// `decoder_bias` (default true): whether the masked LM's `decoder` has a bias.
     pub decoder_bias: bool,
+    /// `embedding_dropout` and `mlp_dropout` (default 0; training only): training drops both sites at BERT's hidden
+    /// probability, so it refuses them unequal.
+    pub embedding_dropout: f32,
+    pub mlp_dropout: f32,
 }
 
 /// Everything ModernBERT's config.json says beyond BERT's field names, in BERT's terms.
@@ -167,7 +171,8 @@ pub(super) fn parse(v: &Value, layers: usize) -> Result<Keys> {
     }
     let (attention, mlp) = (boolean(v, "attention_bias", false)?, boolean(v, "mlp_bias", false)?);
     let p = |key: &str| -> Result<f32> { Ok(number(v, key)?.unwrap_or(0.0) as f32) };
-    let dropout = [p("embedding_dropout")?.max(p("mlp_dropout")?), p("attention_dropout")?, p("classifier_dropout")?];
+    let (embedding_dropout, mlp_dropout) = (p("embedding_dropout")?, p("mlp_dropout")?);
+    let dropout = [embedding_dropout.max(mlp_dropout), p("attention_dropout")?, p("classifier_dropout")?];
     Ok(Keys {
         dropout,
         heads: ModernBert {
@@ -175,6 +180,8 @@ pub(super) fn parse(v: &Value, layers: usize) -> Result<Keys> {
             classifier_activation: activation(v, "classifier_activation")?,
             classifier_bias: boolean(v, "classifier_bias", false)?,
             decoder_bias: boolean(v, "decoder_bias", true)?,
+            embedding_dropout,
+            mlp_dropout,
         },
         hidden_act: activation(v, "hidden_activation")?,
         layer_norm_eps: number(v, "norm_eps")?.unwrap_or(1e-5),

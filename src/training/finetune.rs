@@ -269,7 +269,7 @@ impl<B: Backend> FineTuner<B> {
     pub fn set_dropout(&mut self, dropout: Option<DropoutOptions>) -> Result<()> {
         dropout.as_ref().map_or(Ok(()), DropoutOptions::check)?;
         if let Some(d) = dropout {
-            super::encoder::check_modern_dropout(&self.encoder.config, d.hidden, d.attention, d.classifier)?;
+            super::encoder::check_modern_dropout(&self.encoder.config, d.hidden)?;
         }
         let drops = dropout.is_some_and(|d| d.hidden > 0.0 || d.attention > 0.0 || d.classifier > 0.0);
         if drops && self.encoder.config.family == Family::DistilBert && self.task() == FineTuneTask::Qa {
@@ -399,10 +399,10 @@ impl<B: Backend> FineTuner<B> {
         let bt = (batch.b, batch.t);
         let (logits, dlast) = match (&self.head, targets) {
             (Head::Sequence(SequenceHead { modern: Some(m), classifier, .. }), Targets::Sequence(y)) => {
-                m.sequence_gradients(be, enc, last, batch, *classifier, y, &mut grads)?
+                m.sequence_gradients(be, enc, last, batch, *classifier, y, head_drop, &mut grads)?
             }
             (Head::Token { classifier, modern: Some(m), .. }, Targets::Token(y)) => {
-                m.token_gradients(be, enc, last, bt, *classifier, y, &mut grads)?
+                m.token_gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
             }
             (Head::Sequence(head), Targets::Sequence(y)) => sequence::gradients(be, enc, last, bt, *head, y, head_drop, &mut grads)?,
             (Head::Token { classifier, .. }, Targets::Token(y)) => {

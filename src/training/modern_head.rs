@@ -8,14 +8,14 @@
 //! token:     the head on every row, then the token classifier (`super::token`)
 //! ```
 //! Back: `dh = dlogits·Wc`, `da = LN'(dh)`, `dz = act'(dz)·…`, `dp = dz·Wd`, and to `x` through the pooling's
-//! transpose (`Backend::scatter_rows` of the first rows, or the pooling matrix's transpose). `classifier_dropout`
-//! above 0 is refused (`super::encoder::check_modern_dropout`).
+//! transpose (`Backend::scatter_rows` of the first rows, or the pooling matrix's transpose). A training forward drops
+//! `h` before the classifier (`classifier_dropout`, stream `HEAD_STREAM`), and the backward `dh` with the same mask.
 
 use super::embedding;
-use super::encoder::{get, Encoder, Norm};
+use super::encoder::{apply_dropout, get, Encoder, Norm};
 use super::loss::IGNORE;
 use super::rng::SplitMix64;
-use crate::backend::{Activation, Backend};
+use crate::backend::{Activation, Backend, Dropout};
 use crate::config::BertConfig;
 use crate::sentence::Pooling;
 use crate::tokenizer::Batch;
@@ -97,13 +97,14 @@ impl ModernHead {
     /// the classifier's gradients into `grads`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn sequence_gradients<B: Backend>(&self, be: &B, enc: &Encoder<B::Tensor>, last: B::Tensor,
-        batch: &Batch, classifier: [usize; 2], y: &[u32], grads: &mut [Option<B::Tensor>])
+        batch: &Batch, classifier: [usize; 2], y: &[u32], head_drop: Option<Dropout>, grads: &mut [Option<B::Tensor>])
         -> Result<(B::Tensor, B::Tensor)> {
         let (pooled, matrix) = self.pool(be, &last, batch)?;
         let (h, saved) = self.forward(be, enc, &pooled)?;
-        let logits = be.linear(&h, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)?;
+        let hd = apply_dropout(be, h, head_drop)?; // `classifier_dropout`
+        let logits = be.linear(&hd, enc.t(classifier[0]), Some(enc.t(classifier[1])), Activation::None)?;
         let dz = be.softmax_xent_grad(&logits, y)?; // (B, C)
-        let dh = enc.linear_backward(be, &dz, &h, classifier[0], classifier[1], grads)?;
+        let dh = apply_dropout(be, enc.linear_backward(be, &dz, &hd, classifier[0], classifier[1], grads)?, head_drop)?;
         let dpooled = self.backward(be, enc, &dh, &pooled, &saved, grads)?;
         let dlast = match matrix {
             Some(p) => be.matmul(&p, true, &dpooled, false)?, // (B*T, H)
@@ -126,11 +127,11 @@ impl ModernHead {
     /// the gradient with respect to `last`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn token_gradients<B: Backend>(&self, be: &B, enc: &Encoder<B::Tensor>, last: B::Tensor,
-        bt: (usize, usize), classifier: [usize; 2], y: &[i64], grads: &mut [Option<B::Tensor>])
+        bt: (usize, usize), classifier: [usize; 2], y: &[i64], head_drop: Option<Dropout>, grads: &mut [Option<B::Tensor>])
         -> Result<(B::Tensor, B::Tensor)> {
         debug_assert!(y.iter().any(|&l| l != IGNORE));
         let (h, saved) = self.forward(be, enc, &last)?;
-        let (logits, dh) = super::token::gradients(be, enc, h, bt, classifier, y, None, grads)?;
+        let (logits, dh) = super::token::gradients(be, enc, h, bt, classifier, y, head_drop, grads)?;
         Ok((logits, self.backward(be, enc, &dh, &last, &saved, grads)?))
     }
 

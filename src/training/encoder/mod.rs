@@ -271,8 +271,8 @@ impl<T> Encoder<T> {
             [d.hidden, d.attention].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())?;
         }
         if self.modern.is_some() {
-            dropout.map_or(Ok(()), |d| modern::check_dropout(&self.config, d.hidden, d.attention, 0.0))?;
-            return self.modern_forward(be, batch);
+            dropout.map_or(Ok(()), |d| modern::check_dropout(&self.config, d.hidden))?;
+            return self.modern_forward(be, batch, dropout);
         }
         let site = |attention: bool, stream: u32| {
             dropout.and_then(|d| d.site(if attention { d.attention } else { d.hidden }, stream))

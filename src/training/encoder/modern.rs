@@ -1,5 +1,5 @@
 //! What ModernBERT changes in the trainable encoder (transformers `ModernBertModel`): pre-LN layers, its embeddings
-//! and its final norm. A choice of [`super::Encoder`] (its parameters, linears, LoRA-free backward and dropout plan
+//! and its final norm. A choice of [`super::Encoder`] (its parameters, linears and dropout plan
 //! are the encoder's), read by its forward and backward when the checkpoint is a ModernBERT one.
 //!
 //! # The math
@@ -27,10 +27,16 @@
 //! With `mlp_bias`, `Wi`'s bias swaps its halves likewise, `b' = b·P` with P the swap's permutation matrix (a bias is
 //! one row, which `gather_rows` cannot permute), and back `db = db'·Pᵀ`.
 //!
-//! Dropout (`embedding_dropout`, `attention_dropout`, `mlp_dropout`, `classifier_dropout`) is refused above 0 by
-//! name ([`check_dropout`]); ModernBERT's released checkpoints have all of them 0.
+//! Dropout (a training forward given a [`DropoutPlan`]), where `ModernBertModel` drops: `x₀ = drop(LN_e(e))`
+//! (`embedding_dropout`, the plan's hidden probability, stream 0), the attention probabilities (`attention_dropout`,
+//! stream `3l + 1`), `a = drop(ctx·Woᵀ)` (`ModernBertAttention.out_drop`, `attention_dropout` too, stream `3l + 2`)
+//! and `g = drop(glu(u))` before `mlp.Wo` (`mlp_dropout`, the hidden probability, stream
+//! [`super::rotary::GLU_STREAM`]` + l`); nothing after `mlp.Wo`. The backward applies each mask to its gradient
+//! (the attention's recomputed). A checkpoint whose `embedding_dropout` and `mlp_dropout` differ is refused while
+//! dropping ([`check_dropout`]).
 
-use super::{EmbIdx, Encoder, LayerIdx, Saved};
+use super::rotary::GLU_STREAM;
+use super::{apply_dropout, DropoutPlan, EmbIdx, Encoder, LayerIdx, Saved};
 use crate::backend::{Backend, EmbeddingTables};
 use crate::config::{BertConfig, Family};
 use crate::model::rotary::Rope;
@@ -89,16 +95,18 @@ struct ModernLayerSaved<T> {
     wi: T,
 }
 
-/// Refuses nonzero dropout for ModernBERT by its config.json keys (its own sites are not trained yet).
-pub(crate) fn check_dropout(cfg: &BertConfig, hidden: f32, attention: f32, classifier: f32) -> Result<()> {
-    if cfg.family == Family::ModernBert && (hidden > 0.0 || attention > 0.0 || classifier > 0.0) {
-        return Err(Error::Input(format!(
-            "dropout while training ModernBERT is not supported yet (embedding_dropout/mlp_dropout {hidden}, \
-             attention_dropout {attention}, classifier_dropout {classifier}): train it without dropout \
-             (`--no-dropout`, `dropout: false`)"
-        )));
+/// Refuses what ModernBERT's dropout cannot be here: its `embedding_dropout` and `mlp_dropout` unequal (both sites
+/// drop at the one hidden probability) while the hidden probability is above 0.
+pub(crate) fn check_dropout(cfg: &BertConfig, hidden: f32) -> Result<()> {
+    match &cfg.modernbert {
+        Some(m) if hidden > 0.0 && m.embedding_dropout != m.mlp_dropout => Err(Error::Input(format!(
+            "dropout while training this ModernBERT checkpoint is not supported yet: its embedding_dropout {} and \
+             mlp_dropout {} differ (training drops both at one probability); train it without dropout \
+             (`--no-dropout`, `dropout: false`)",
+            m.embedding_dropout, m.mlp_dropout
+        ))),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// `[i + n, …, 2n − 1, 0, …, n − 1]`: the rows of a `(2n, ·)` matrix with its halves swapped (its own inverse).
@@ -207,7 +215,11 @@ impl<T> Encoder<T> {
     }
 
     /// ModernBERT's forward (see the module's doc): the final norm's output `(B*T, H)` and what the backward needs.
-    pub(super) fn modern_forward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch) -> Result<(T, Saved<T>)> {
+    pub(super) fn modern_forward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch, dropout: Option<DropoutPlan>)
+        -> Result<(T, Saved<T>)> {
+        let site = |attention: bool, stream: u32| {
+            dropout.and_then(|d| d.site(if attention { d.attention } else { d.hidden }, stream))
+        };
         let m = self.modern.as_ref().expect("a ModernBERT encoder");
         let zero_types = self.zero_types.as_ref().ok_or_else(|| Error::Input("no token-type stand-in".into()))?;
         let eps = self.config.layer_norm_eps;
@@ -216,18 +228,22 @@ impl<T> Encoder<T> {
         let mask = be.mask(batch)?;
         let typed = Batch { token_type_ids: vec![0; batch.token_type_ids.len()], ..batch.clone() };
         let emb_sum = be.embeddings_sum(&typed, &tables)?; // (B*T, H)
-        let mut x = self.norm(be, &emb_sum, m.emb_norm)?;
+        let mut x = apply_dropout(be, self.norm(be, &emb_sum, m.emb_norm)?, site(false, 0))?;
         let shape = self.shape(batch);
         let (global, local, window) = (m.global.upload(be, batch.t)?, m.local.upload(be, batch.t)?,
             m.window.upload(be, batch.t)?.bias);
         let swap = swap_halves(self.config.intermediate_size);
         let mut layers = Vec::with_capacity(m.layers.len());
-        for (ml, li) in m.layers.iter().zip(&self.layers) {
+        for (l, (ml, li)) in m.layers.iter().zip(&self.layers).enumerate() {
+            let s = 3 * l as u32;
             let n1 = ml.attn_norm.map(|n| self.norm(be, &x, n)).transpose()?;
             let qkv = self.linear(be, n1.as_ref().unwrap_or(&x), li.qkv_w, li.qkv_b)?; // (B*T, 3H)
             let qkv = be.rotary(&qkv, if ml.local { &local } else { &global }, shape)?;
-            let ctx = be.attention_biased(&qkv, &mask, ml.local.then_some(&window), shape)?; // (B*T, H)
-            let a = self.linear(be, &ctx, li.o_w, li.o_b)?;
+            let ctx = match site(true, s + 1) {
+                Some(d) => be.attention_dropout_biased(&qkv, &mask, ml.local.then_some(&window), shape, d)?,
+                None => be.attention_biased(&qkv, &mask, ml.local.then_some(&window), shape)?, // (B*T, H)
+            };
+            let a = apply_dropout(be, self.linear(be, &ctx, li.o_w, li.o_b)?, site(true, s + 2))?; // `out_drop`
             let p1 = be.add(&x, &a)?;
             let n2 = self.norm(be, &p1, ml.mlp_norm)?;
             let wi = be.gather_rows(self.t(li.i_w), &swap)?; // (2I, H): [gate; input]
@@ -237,13 +253,14 @@ impl<T> Encoder<T> {
             };
             let u = be.linear(&n2, &wi, bi.as_ref(), crate::backend::Activation::None)?; // (B*T, 2I)
             let g = be.glu(&u, self.config.hidden_act)?; // act(input) ⊙ gate
+            let g = apply_dropout(be, g, site(false, GLU_STREAM + l as u32))?; // `ModernBertMLP.drop`
             let o = self.linear(be, &g, li.out_w, li.out_b)?;
             let next = be.add(&p1, &o)?;
             layers.push(ModernLayerSaved { x, n1, qkv, ctx, p1, n2, u, g, wi });
             x = next;
         }
         let out = self.norm(be, &x, m.final_norm)?;
-        let saved = Saved { mask, emb_sum, projected: None, layers: Vec::new(), dropout: None, relative: None,
+        let saved = Saved { mask, emb_sum, projected: None, layers: Vec::new(), dropout, relative: None,
             modern: Some(ModernSaved { layers, last: x }) };
         Ok((out, saved))
     }
@@ -252,16 +269,18 @@ impl<T> Encoder<T> {
     pub(super) fn modern_backward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch, saved: Saved<T>, dout: T,
         grads: &mut [Option<T>], top: Option<usize>) -> Result<()> {
         let m = self.modern.as_ref().expect("a ModernBERT encoder");
-        let ms = saved.modern.ok_or_else(|| Error::Input("a ModernBERT backward without its forward's tensors".into()))?;
+        let ms = saved.modern.as_ref().ok_or_else(|| Error::Input("a ModernBERT backward without its forward's tensors".into()))?;
         let shape = self.shape(batch);
         let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());
         let (global, local) = (super::rotary::inverse(&m.global, be, batch.t)?, super::rotary::inverse(&m.local, be, batch.t)?);
         let window = m.window.upload(be, batch.t)?.bias;
         let swap = swap_halves(self.config.intermediate_size);
         let mut dx = self.norm_backward(be, &dout, &ms.last, m.final_norm, grads)?;
-        for ((ml, li), ls) in m.layers.iter().zip(&self.layers).zip(&ms.layers).rev().take(depth) {
+        for (l, ((ml, li), ls)) in m.layers.iter().zip(&self.layers).zip(&ms.layers).enumerate().rev().take(depth) {
+            let s = 3 * l as u32;
             // x' = p1 + o: dp1 gets dx' directly and through the feed-forward.
             let dg = self.linear_backward(be, &dx, &ls.g, li.out_w, li.out_b, grads)?;
+            let dg = apply_dropout(be, dg, saved.site(false, GLU_STREAM + l as u32))?;
             let du = be.glu_backward(&dg, &ls.u, self.config.hidden_act)?; // (B*T, 2I)
             if self.trains(li.i_w) {
                 let dwi = be.matmul(&du, true, &ls.n2, false)?; // (2I, H), swapped
@@ -273,9 +292,10 @@ impl<T> Encoder<T> {
             let dn2 = be.matmul(&du, false, &ls.wi, false)?; // (B*T, H)
             let dp1 = be.add(&dx, &self.norm_backward(be, &dn2, &ls.p1, ml.mlp_norm, grads)?)?;
             // p1 = x + a.
-            let dctx = self.linear_backward(be, &dp1, &ls.ctx, li.o_w, li.o_b, grads)?;
+            let da = saved.site(true, s + 2).map(|d| be.dropout(&dp1, d)).transpose()?;
+            let dctx = self.linear_backward(be, da.as_ref().unwrap_or(&dp1), &ls.ctx, li.o_w, li.o_b, grads)?;
             let (dqkv, _) = be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, ml.local.then_some(&window), shape,
-                None, false)?;
+                saved.site(true, s + 1), false)?;
             let dqkv = be.rotary(&dqkv, if ml.local { &local } else { &global }, shape)?;
             let dn1 = self.linear_backward(be, &dqkv, ls.n1.as_ref().unwrap_or(&ls.x), li.qkv_w, li.qkv_b, grads)?;
             let dn1 = match ml.attn_norm {
@@ -290,6 +310,7 @@ impl<T> Encoder<T> {
         if top.is_some() || self.lora.is_some() {
             return Ok(());
         }
+        let dx = apply_dropout(be, dx, saved.site(false, 0))?;
         let demb = self.norm_backward(be, &dx, &saved.emb_sum, m.emb_norm, grads)?;
         let typed = Batch { token_type_ids: vec![0; batch.token_type_ids.len()], ..batch.clone() };
         let (dw, _, _) = be.embeddings_backward(&demb, &typed, self.params[self.emb.word].rows,
