@@ -164,8 +164,10 @@ impl<B: Backend> FineTuner<B> {
             )));
         }
         if task == FineTuneTask::Qa && cfg.family == Family::ModernBert {
-            return Err(Error::Config("question answering is not trained yet for `modernbert` checkpoints (its `head` \
-                before the span classifier): sequence and token classification, embeddings and pre-training are".into()));
+            // Its loss reads every position's logit, padding included; a padded query with no real key in its local
+            // window averages some keys here (`model::window::OUTSIDE`), all of them in transformers.
+            return Err(Error::Config("question answering is not trained yet for `modernbert` checkpoints (the padded \
+                positions its loss reads): sequence and token classification, embeddings and pre-training are".into()));
         }
         let mut enc = Encoder::load(be, cfg, weights)?;
         let h = cfg.hidden_size;
