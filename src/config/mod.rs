@@ -393,9 +393,14 @@ impl BertConfig {
             architectures: raw.architectures.unwrap_or_default(),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
             initializer_range: raw.initializer_range.unwrap_or(0.02) as f32,
-            hidden_dropout_prob: if distil { raw.dropout } else { raw.hidden_dropout_prob }.unwrap_or(0.1) as f32,
+            // Absent keys take the family's config class's defaults (NomicBertConfig 0 and 0, GteConfig 0.1 and 0,
+            // BertConfig's 0.1 and 0.1 for the rest); nomic-ai's hub keys where transformers' are absent.
+            hidden_dropout_prob: if distil { raw.dropout } else { raw.hidden_dropout_prob }
+                .or(rk.as_ref().and_then(|k| k.hidden_dropout))
+                .unwrap_or(if family == Family::NomicBert { 0.0 } else { 0.1 }) as f32,
             attention_probs_dropout_prob: if distil { raw.attention_dropout } else { raw.attention_probs_dropout_prob }
-                .unwrap_or(0.1) as f32,
+                .or(rk.as_ref().and_then(|k| k.attention_dropout))
+                .unwrap_or(if rotary { 0.0 } else { 0.1 }) as f32,
             classifier_dropout: match family {
                 Family::DistilBert => Some(raw.seq_classif_dropout.unwrap_or(0.2)),
                 Family::Albert => Some(raw.classifier_dropout_prob.unwrap_or(0.1)),

@@ -275,7 +275,7 @@ pub const FOLDER_FILES: [&str; 9] = ["tokenizer.json", "tokenizer_config.json", 
 pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
     original_config: &serde_json::Value, opts: &JobOptions, prepared: &Prepared, hooks: &mut impl Hooks,
     mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
-    super::encoder::check_config_keys(cfg.family, original_config)?;
+    super::encoder::check_config_keys(cfg, original_config)?;
     let p = prepared;
     let mut fit_opts = opts.fit;
     if p.task == FineTuneTask::Embedding && fit_opts.batch_size < 2 {
@@ -356,7 +356,7 @@ pub fn pretrain_corpus_rows(cfg: &BertConfig, tok: &Tokenizer, corpus: &[Vec<Str
 pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
     original_config: &serde_json::Value, corpus: &[Vec<String>], data: &PretrainOptions, fit_opts: &FitOptions,
     hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
-    super::encoder::check_config_keys(cfg.family, original_config)?;
+    super::encoder::check_config_keys(cfg, original_config)?;
     let mut tuner = FineTuner::new(be, cfg, weights, FineTuneTask::Pretrain, None, fit_opts.seed)?;
     let has_nsp = tuner.pretrain_head()?.has_nsp();
     let data = &family_options(cfg, data);

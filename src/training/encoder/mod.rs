@@ -50,7 +50,7 @@ use crate::weights::HostTensor;
 use crate::{Error, Result};
 
 pub(crate) use load::get;
-pub(crate) use rotary::check_config_keys;
+pub(crate) use rotary::{check_config_keys, transformers_config};
 
 /// Indices of the embeddings' parameters.
 #[derive(Clone, Copy)]
