@@ -1,6 +1,7 @@
 //! Fine-tuning the whole encoder of BERT's relatives against PyTorch autograd: for each case of
 //! tests/golden/finetune_families.json (tests/golden/finetune_families.py, float64) — RoBERTa, CamemBERT, DistilBERT,
-//! ELECTRA and ALBERT, sequence classification (ELECTRA's and ALBERT's on pairs too) and token classification — the loss, the gradient
+//! ELECTRA and ALBERT, sequence classification (ELECTRA's and ALBERT's on pairs too) and token classification, and
+//! question answering for RoBERTa, XLM-R, CamemBERT and MPNet — the loss, the gradient
 //! of every parameter under the family's own names, and five AdamW steps with weight decay and clipping, on the CPU
 //! and the GPU. The tolerances are tests/finetune_golden.rs's for BERT (the same tiny sizes, the same sums). The rotary
 //! families, NomicBERT and GTE (rotary queries and keys, gated feed-forwards), are the cases of
@@ -88,6 +89,9 @@ struct Case {
     task: FineTuneTask,
     labels: Vec<u32>,
     token_labels: Vec<i64>,
+    /// QA's answer spans (`start_positions`, `end_positions`).
+    start: Vec<u32>,
+    end: Vec<u32>,
 }
 
 impl Case {
@@ -102,13 +106,20 @@ impl Case {
         let input_ids = u32s("input_ids");
         let t = input_ids.len() / b;
         let batch = Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t };
-        let task = if g["task"] == "sequence" { FineTuneTask::Sequence } else { FineTuneTask::Token };
-        Case { dir, cfg, weights, batch, task, labels: u32s("labels"), token_labels: ints(&g["labels"]) }
+        let (task, span) = match g["task"].as_str().unwrap() {
+            "sequence" => (FineTuneTask::Sequence, false),
+            "qa" => (FineTuneTask::Qa, true),
+            _ => (FineTuneTask::Token, false),
+        };
+        let (labels, token_labels) = if span { (vec![], vec![]) } else { (u32s("labels"), ints(&g["labels"])) };
+        let (start, end) = if span { (u32s("start_positions"), u32s("end_positions")) } else { (vec![], vec![]) };
+        Case { dir, cfg, weights, batch, task, labels, token_labels, start, end }
     }
 
     fn targets(&self) -> Targets<'_> {
         match self.task {
             FineTuneTask::Sequence => Targets::Sequence(&self.labels),
+            FineTuneTask::Qa => Targets::Qa { start: &self.start, end: &self.end },
             _ => Targets::Token(&self.token_labels),
         }
     }
@@ -121,12 +132,29 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
     let (cfg, weights, batch, task, targets, dir_of_model) = (&c.cfg, &c.weights, &c.batch, c.task, c.targets(), &c.dir);
     let t = batch.t;
     let mut tr = FineTuner::new(be, cfg, weights, task, None, 0).unwrap();
+    // A head the checkpoint lacks starts from the golden's (transformers' seeded initialisation), not ours.
+    if let Some(init) = g.get("init").and_then(Value::as_object) {
+        let mut set = 0;
+        for p in tr.encoder.params.iter_mut().filter(|p| init.contains_key(&p.names[0])) {
+            let v: Vec<f32> = floats(&init[&p.names[0]]).into_iter().map(|x| x as f32).collect();
+            p.tensor = be.input(&v, p.rows, p.cols).unwrap();
+            set += 1;
+        }
+        assert_eq!(set, init.len(), "{name}: every tensor of the golden's `init` is a parameter here");
+    }
 
     let (grads, logits) = tr.gradients(be, batch, &targets).unwrap();
     let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), t, &targets) as f64;
     let want_loss = g["loss"].as_f64().unwrap();
     assert!((loss - want_loss).abs() <= LOSS_RTOL * want_loss, "{name}: loss {loss} vs PyTorch {want_loss}");
     let ours: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, Some(&grads))).unwrap().into_iter().collect();
+    if cfg.position_offset > 0 {
+        // Row `padding_idx` of the position table: padding tokens read it, and it gets no gradient (nn.Embedding's
+        // padding_idx); the QA cases' losses read the padding tokens' outputs, so a slip would show here exactly.
+        let (n, table) = ours.iter().find(|(n, _)| n.ends_with("embeddings.position_embeddings.weight")).unwrap();
+        let (pad, e) = (cfg.pad_token_id as usize, cfg.embedding_size);
+        assert!(table[pad * e..(pad + 1) * e].iter().all(|&v| v == 0.0), "{name}: {n}: row padding_idx got a gradient");
+    }
     if let Some(table) = ours.get("mpnet.encoder.relative_attention_bias.weight") {
         assert!(table.iter().any(|&v| v != 0.0), "{name}: the relative bias table gets a gradient");
     }
@@ -174,6 +202,27 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
 
 const CASES: [&str; 11] = ["roberta_classify", "roberta_ner", "camembert_classify", "distil_classify", "distil_ner",
     "electra_classify", "electra_pair", "electra_ner", "albert_classify", "albert_pair", "albert_ner"];
+
+/// Question answering on RoBERTa, XLM-R and CamemBERT (tests/golden/finetune_families.py) and MPNet
+/// (tests/golden/finetune_mpnet.py): the loss softmaxes over every position, padding included, whose position row is
+/// `padding_idx` (that row gets no gradient).
+const QA_CASES: [&str; 4] = ["roberta_qa", "xlmr_qa", "camembert_qa", "mpnet_qa"];
+
+#[test]
+fn question_answering_matches_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in QA_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn question_answering_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in QA_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
 
 /// NomicBERT and GTE (tests/golden/finetune_rotary.py).
 const ROTARY_CASES: [&str; 6] = ["gte_classify", "gte_pair", "gte_ner", "nomic_classify", "nomic_pair", "nomic_ner"];

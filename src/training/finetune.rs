@@ -145,15 +145,6 @@ impl<B: Backend> FineTuner<B> {
                 cfg.family.model_type()
             )));
         }
-        if task == FineTuneTask::Qa && cfg.position_offset > 0 {
-            // transformers gives padding tokens the position `padding_idx`, and QA's loss reads every position's
-            // logit, padding included: ours read the next positions' rows there, so the losses would differ.
-            return Err(Error::Config(format!(
-                "question answering is not trained yet for `{}` checkpoints (their padding tokens' positions): \
-                 sequence and token classification and embeddings are",
-                cfg.family.model_type()
-            )));
-        }
         if task == FineTuneTask::Qa && matches!(cfg.family, Family::NomicBert | Family::Gte) {
             return Err(Error::Config(format!(
                 "question answering is not trained for `{}` checkpoints: transformers has no {}ForQuestionAnswering \

@@ -9,7 +9,7 @@
 //!
 //! Forward, per layer (post-LN, as `BertLayer`), with the tensors kept for the backward marked *:
 //! ```text
-//! e* = word[ids] + pos[t + o] + type[tt]        x* = LN(e)           (ELECTRA with E ≠ H: x = LN(e)·Wpᵀ + bp)
+//! e* = word[ids] + pos[p] + type[tt]           x* = LN(e)           (ELECTRA with E ≠ H: x = LN(e)·Wpᵀ + bp)
 //! qkv* = x·Wqkvᵀ + bqkv                         ctx* = attention(qkv, mask)
 //! a = ctx·Woᵀ + bo        p1* = a + x           h1* = LN(p1)
 //! u* = h1·W1ᵀ + b1        g* = GELU(u)          o = g·W2ᵀ + b2
@@ -20,11 +20,14 @@
 //! tensor read twice sums the two gradients); the attention: `Backend::attention_backward` (MPNet's, with the
 //! relative bias every layer adds to its scores: `Backend::attention_backward_biased`, whose `dbias` of every layer
 //! sums into the one bias table); the embeddings:
-//! `Backend::embeddings_backward` (scatter-add into the three tables). RoBERTa's positions start at row
-//! `o = pad_token_id + 1` of its table (`o = 0` elsewhere): the forward reads rows `o..` (`Backend::gather_rows`)
-//! and their gradient goes back to those rows (`Backend::scatter_rows`), so the rows before get none, as in
-//! transformers, whose padding tokens alone read them (`padding_idx`, no gradient). The families without token
-//! types read type 0 for every token (DistilBERT from a zero row that is not a parameter).
+//! `Backend::embeddings_backward` (scatter-add into the three tables). RoBERTa's (and MPNet's) positions are
+//! transformers' `create_position_ids_from_input_ids`: a real token reads row `pad_token_id + 1 + t`, a padding token
+//! row `pad_token_id` (`padding_idx`); the forward gathers each token's row (`Backend::gather_rows`, added to the
+//! sum of the other two tables) and the real tokens' gradients go back to their rows (`Backend::scatter_rows`):
+//! row `padding_idx` gets none, as `nn.Embedding(padding_idx=…)` in transformers, and the rows before it none (no
+//! token reads them). So every position's output, padding included, is transformers' (QA's loss reads them all).
+//! The families without token types read type 0 for every token (DistilBERT from a zero row that is not a
+//! parameter).
 //!
 //! Dropout (a training forward given a [`DropoutPlan`]; evaluation and inference have none), at `BertModel`'s four
 //! places: `x₀ = drop(LN(e))` (`BertEmbeddings`), `a = drop(ctx·Woᵀ + bo)` (`BertSelfOutput`, before the residual),
@@ -226,10 +229,20 @@ impl<T> Encoder<T> {
         self.emb.word
     }
 
-    /// The rows of the position table the positions `0..` read: RoBERTa's from `pad_token_id + 1` on.
-    fn position_rows(&self) -> Vec<u32> {
-        let off = self.config.position_offset;
-        (off..off + self.config.max_position_embeddings).map(|r| r as u32).collect()
+    /// RoBERTa's position row of every token `(B*T)`, as transformers' `create_position_ids_from_input_ids`: a
+    /// padding token (`input_ids == padding_idx`) reads row `pad_token_id`, the others `pad_token_id + 1 + n`, `n`
+    /// the tokens before it that are not padding (with right padding, the token's index).
+    fn position_rows(&self, batch: &Batch) -> Vec<u32> {
+        let pad = self.config.pad_token_id;
+        let mut rows = Vec::with_capacity(batch.input_ids.len());
+        for ids in batch.input_ids.chunks(batch.t.max(1)) {
+            let mut n = 0;
+            for &id in ids {
+                n += (id != pad) as u32;
+                rows.push(if id == pad { pad } else { pad + n });
+            }
+        }
+        rows
     }
 
     /// The batch as the embeddings read it: every token of type 0 in the families without token types (RoBERTa's
@@ -269,13 +282,25 @@ impl<T> Encoder<T> {
         };
         let eps = self.config.layer_norm_eps;
         let em = self.emb;
-        let offset_table = match (self.config.position_offset, em.position) {
+        // RoBERTa's positions are per token (`position_rows`): each token's row gathered `(B*T, E)`, which the
+        // embeddings read as the table of one sequence of B*T tokens (token r reads row r), so that the sum is
+        // `word + pos + type` in BERT's order.
+        let token_positions = match (self.config.position_offset, em.position) {
             (0, _) | (_, None) => None,
-            (_, Some(p)) => Some(be.gather_rows(self.t(p), &self.position_rows())?), // (P, E) from row pad + 1
+            (_, Some(p)) => {
+                let positions = self.config.max_position_embeddings;
+                if batch.t > positions {
+                    return Err(Error::Input(format!(
+                        "sequences of {} tokens are longer than the model's {positions} positions; truncate the input",
+                        batch.t
+                    )));
+                }
+                Some(be.gather_rows(self.t(p), &self.position_rows(batch))?) // (B*T, E)
+            }
         };
         let tables = EmbeddingTables {
             word: self.t(em.word),
-            position: offset_table.as_ref().or(em.position.map(|p| self.t(p))),
+            position: token_positions.as_ref().or(em.position.map(|p| self.t(p))),
             token_type: match (em.token_type, &self.zero_types) {
                 (Some(i), _) => self.t(i),
                 (None, Some(z)) => z,
@@ -286,7 +311,14 @@ impl<T> Encoder<T> {
             eps,
         };
         let mask = be.mask(batch)?;
-        let emb_sum = be.embeddings_sum(self.embedding_batch(batch)?.as_ref(), &tables)?; // (B*T, E)
+        let emb_batch = self.embedding_batch(batch)?;
+        let emb_sum = match token_positions {
+            Some(_) => {
+                let flat = Batch { b: 1, t: batch.b * batch.t, ..emb_batch.into_owned() };
+                be.embeddings_sum(&flat, &tables)? // (B*T, E)
+            }
+            None => be.embeddings_sum(emb_batch.as_ref(), &tables)?, // (B*T, E)
+        };
         let x0 = be.layernorm(&emb_sum, None, self.t(em.ln_g), self.t(em.ln_b), eps)?;
         let x0 = apply_dropout(be, x0, site(false, 0))?;
         let (mut x, projected) = match em.project {
@@ -452,11 +484,22 @@ impl<T> Encoder<T> {
         let (dw, dp, dt) = be.embeddings_backward(&demb, self.embedding_batch(batch)?.as_ref(), rows(Some(em.word)), positions,
             rows(em.token_type), Some(self.config.pad_token_id))?;
         put(be, grads, em.word, dw)?;
-        // RoBERTa: the gradient of the rows from pad + 1 on, into the whole table (the rows before get none).
+        // RoBERTa: each real token's gradient into its own row (`position_rows`); the padding tokens' row
+        // `padding_idx` gets none, as transformers' `nn.Embedding(padding_idx=pad_token_id)`, whose row PyTorch
+        // never updates, and the rows before it none (no token reads them).
         if let Some(p) = em.position {
             let dp = match self.config.position_offset {
                 0 => dp,
-                _ => be.scatter_rows(&dp, &self.position_rows(), self.params[p].rows)?,
+                _ => {
+                    let pad = self.config.pad_token_id;
+                    let (real, rows): (Vec<u32>, Vec<u32>) = self.position_rows(batch).into_iter().enumerate()
+                        .filter(|&(_, r)| r != pad).map(|(i, r)| (i as u32, r)).unzip();
+                    let (n, e) = (self.params[p].rows, self.params[p].cols);
+                    match real.is_empty() {
+                        true => be.input(&vec![0.0; n * e], n, e)?,
+                        false => be.scatter_rows(&be.gather_rows(&demb, &real)?, &rows, n)?, // (real tokens, E) → (n, E)
+                    }
+                }
             };
             put(be, grads, p, dp)?;
         }
