@@ -68,7 +68,8 @@ pub(crate) struct PretrainArgs {
     /// Mask the rows again every epoch (RoBERTa's dynamic masking) instead of once for the run (BERT's)
     #[arg(long)]
     dynamic_masking: bool,
-    /// The masked LM alone: segments of one document instead of sentence pairs, no next-sentence loss
+    /// The masked LM alone: segments of one document instead of sentence pairs, no next-sentence (ALBERT's
+    /// AlbertForPreTraining: sentence-order) loss
     #[arg(long)]
     no_nsp: bool,
     /// Fraction of the sentence pairs given a shorter random length (Google's BERT: 0.1), in [0, 1]
@@ -115,6 +116,7 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
         short_seq_prob: a.short_seq_prob,
         dynamic_masking: a.dynamic_masking,
         seed: a.seed,
+        ..PretrainOptions::default()
     };
     let fit = FitOptions {
         learning_rate: a.lr,
@@ -133,7 +135,7 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
     let mut progress = SavingHooks { inner: CliHooks::new(), save: None, step: 1 };
     if let Some(path) = &a.save_batches {
         // The rows job::pretrain trains on, made again the same way (seeded): the hooks see them as indices.
-        let rows = job::pretrain_corpus_rows(cfg, tok, &corpus, &data).map_err(at)?;
+        let rows = job::pretrain_corpus_rows(cfg, &weights, tok, &corpus, &data).map_err(at)?;
         let file = std::fs::File::create(path).map_err(|e| fail(format!("cannot write `{}`: {e}", path.display())))?;
         progress.save = Some(Saved { epoch: 1, rows: rows.rows.clone(), data: rows, out: std::io::BufWriter::new(file) });
     }
