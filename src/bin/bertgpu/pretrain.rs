@@ -189,13 +189,15 @@ impl Hooks for SavingHooks {
         }
         let (rows, out) = (&s.rows, &mut s.out);
         let rows: Vec<&PretrainRow> = which.iter().map(|&i| &rows[i]).collect();
-        let line = json!({
+        // ALBERT's AlbertForPreTraining names its pair labels `sentence_order_label`.
+        let pair_label = if s.data.options.sentence_order { "sentence_order_label" } else { "next_sentence_label" };
+        let mut line = json!({
             "step": self.step,
             "input_ids": rows.iter().map(|r| &r.input_ids).collect::<Vec<_>>(),
             "token_type_ids": rows.iter().map(|r| &r.token_type_ids).collect::<Vec<_>>(),
             "labels": rows.iter().map(|r| &r.mlm_labels).collect::<Vec<_>>(),
-            "next_sentence_label": rows.iter().map(|r| r.nsp_label).collect::<Option<Vec<_>>>(),
         });
+        line[pair_label] = json!(rows.iter().map(|r| r.nsp_label).collect::<Option<Vec<_>>>());
         use std::io::Write;
         writeln!(out, "{line}").map_err(|e| bertgpu::Error::Input(format!("--save-batches: {e}")))
     }
