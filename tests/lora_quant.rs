@@ -270,5 +270,26 @@ fn fine_tune_lora_on_a_q8_0_gguf() {
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 2);
     assert_eq!((lines[0][0]["label"].as_str(), lines[1][0]["label"].as_str()), (Some("animal"), Some("vehicle")));
+    // fineTune's path in the browser (src/wasm/train.rs fineTuneGguf): the engine loaded from the .gguf fine-tunes a
+    // copy of it with LoRA (the adapters and the merged folder come back, with the file's tokenizer), and refuses
+    // without LoRA.
+    use bertgpu::engine::{Device, Engine};
+    use bertgpu::loader::{LoadOptions, ModelSource};
+    use bertgpu::training::fit::checkpoint::{Checkpoints, NoStore};
+    use bertgpu::training::fit::{FitOptions, Progress};
+    use bertgpu::training::job::{Examples, JobOptions, JobTask};
+    let engine = pollster::block_on(Engine::load(ModelSource::Path(&gguf), &LoadOptions::default(), Device::Cpu)).unwrap();
+    let examples = Examples::parse(JobTask::Classify, &std::fs::read_to_string(&train).unwrap()).unwrap();
+    let fit = FitOptions { epochs: 2, learning_rate: 1e-2, batch_size: 8, ..FitOptions::default() };
+    let mut opts = JobOptions { task: JobTask::Classify, layers: None, doc_stride: 128, fit, lora: None };
+    let read = || bertgpu::weights::gguf::read_bert(&std::fs::read(&gguf).unwrap()[..]).unwrap();
+    let e = pollster::block_on(engine.fine_tune_gguf(read(), &opts, &examples, &mut |_: Progress<'_>| {},
+        None::<&mut Checkpoints<NoStore>>)).err().expect("refused without LoRA").to_string();
+    assert!(e.contains("trains LoRA adapters only"), "{e}");
+    opts.lora = Some(LoraOptions::new(4));
+    let (done, tokenizer, _) = pollster::block_on(engine.fine_tune_gguf(read(), &opts, &examples, &mut |_: Progress<'_>| {},
+        None::<&mut Checkpoints<NoStore>>)).unwrap();
+    assert!(done.adapter.is_some() && !done.safetensors.is_empty() && tokenizer.contains("\"vocab\""));
+    assert_eq!(done.report.epochs.len(), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
