@@ -564,9 +564,11 @@ export class Bert {
       checkFineTuneOptions(opts, run.onProgress, run.signal);
       checkCheckpointOptions(run.checkpoint, run.resume);
       if (!Array.isArray(examples)) throw new TypeError("fineTune: examples must be an array of the task's objects");
-      const out = await trainModel(this, "fineTune", m, run, (model, files, hooks, saving) => model.fineTune(files.config,
-        files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, files.adapterConfig, files.adapterWeights,
-        examples, opts, hooks, saving));
+      run.gguf = opts.lora != null; // a .gguf trains LoRA adapters over its weights as stored
+      const out = await trainModel(this, "fineTune", m, run, (model, files, hooks, saving) => files.gguf
+        ? model.fineTuneGguf(files.gguf, examples, opts, hooks, saving)
+        : model.fineTune(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
+          files.adapterConfig, files.adapterWeights, examples, opts, hooks, saving));
       this._adapter = out.adapterConfig
         ? { "adapter_config.json": out.adapterConfig, "adapter_model.safetensors": out.adapterWeights } : null;
       return { labels: out.labels ?? null, steps: out.steps, epochs: out.epochs, bestEpoch: out.bestEpoch };

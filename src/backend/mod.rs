@@ -334,6 +334,12 @@ pub trait Backend {
     /// (`trans_a`), `dX = dZ·W` (neither), the bias gradient `1ᵀ·dZ`.
     fn matmul(&self, a: &Self::Tensor, trans_a: bool, b: &Self::Tensor, trans_b: bool) -> Result<Self::Tensor>;
 
+    /// `dy · w` for a weight `w` `(N, K)` in its stored dtype (f32, f16, Q8_0, Q4_0; the layout [`Self::linear`]
+    /// reads) and `dy` `(M, N)` f32 → `(M, K)`: the input gradient `dX = dY·W` through a linear whose weight is
+    /// frozen and stays quantized (LoRA over a quantized base). The weight's values are its dequantized ones, exactly
+    /// as `linear` decodes them; only the summation order differs from [`Self::matmul`] on the dequantized matrix.
+    fn matmul_weight(&self, dy: &Self::Tensor, w: &Self::Tensor) -> Result<Self::Tensor>;
+
     /// The gradient of the mean softmax cross-entropy over a batch with respect to its logits:
     /// logits `(B, C)`, `labels` (B) in `0..C` → `(softmax(z) − onehot(y)) / B` `(B, C)`.
     fn softmax_xent_grad(&self, logits: &Self::Tensor, labels: &[u32]) -> Result<Self::Tensor>;

@@ -135,6 +135,13 @@ impl<B: Backend> FineTuner<B> {
     /// checkpoint's, if any, was made for other labels).
     pub fn new(be: &B, cfg: &BertConfig, weights: &Weights, task: FineTuneTask, labels: Option<usize>, seed: u64)
         -> Result<Self> {
+        Self::new_with(be, cfg, weights, task, labels, seed, false)
+    }
+
+    /// [`Self::new`]; with `frozen_base` (LoRA is set next: [`Self::set_lora`]) the encoder's linear weights stay in
+    /// the checkpoint's dtype (f16, Q8_0, Q4_0) on the backend instead of f32 ([`Encoder::push_weight`]).
+    pub fn new_with(be: &B, cfg: &BertConfig, weights: &Weights, task: FineTuneTask, labels: Option<usize>, seed: u64,
+        frozen_base: bool) -> Result<Self> {
         if task == FineTuneTask::Pretrain
             && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
                 | Family::DistilBert | Family::Albert | Family::MPNet | Family::NomicBert | Family::Gte)
@@ -153,7 +160,7 @@ impl<B: Backend> FineTuner<B> {
                 cfg.family.class_prefix()
             )));
         }
-        let mut enc = Encoder::load(be, cfg, weights)?;
+        let mut enc = Encoder::load_with(be, cfg, weights, frozen_base)?;
         let h = cfg.hidden_size;
         let mut rng = SplitMix64::new(seed);
         let root = weights.root();
@@ -276,12 +283,14 @@ impl<B: Backend> FineTuner<B> {
     }
 
     /// What a step on micro-batches of `b` × `t` tokens holds besides the model as loaded ([`TrainingMemory`]): the
-    /// parameters trained (all, the top layers', or LoRA's) get gradients and moments. Pre-training's masked LM is
+    /// parameters trained (all, the top layers', or LoRA's) get gradients and moments; the frozen weights of a
+    /// quantized base count as stored (f16, Q8_0). Pre-training's masked LM is
     /// counted at 15% of the tokens selected, and one more per sequence (its default, rounded up).
     pub fn memory(&self, b: usize, t: usize) -> TrainingMemory {
         let enc = &self.encoder;
         let first_trained = enc.first_trained(self.top_layers);
-        let params = enc.params.iter().enumerate().map(|(i, p)| (p.rows * p.cols, i >= first_trained && enc.trains(i)));
+        let params = enc.params.iter().enumerate()
+            .map(|(i, p)| (p.rows * p.cols, p.bytes(), i >= first_trained && enc.trains(i)));
         let c = &enc.config;
         let (forwards, head_rows, head_width) = match &self.head {
             Head::Sequence(s) => (1, b, s.labels),

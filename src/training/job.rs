@@ -288,7 +288,8 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
         fit_opts.pad_to = Some(tok.max_length().min(data::QA_MAX_LENGTH));
     }
     let fresh = (!p.keep_head).then(|| p.labels.as_ref().map_or(0, Vec::len));
-    let mut tuner = FineTuner::new(be, cfg, weights, p.task, fresh, fit_opts.seed)?;
+    // With LoRA the encoder's linears are frozen: they stay in the checkpoint's dtype (a Q8_0 base stays Q8_0).
+    let mut tuner = FineTuner::new_with(be, cfg, weights, p.task, fresh, fit_opts.seed, opts.lora.is_some())?;
     tuner.set_top_layers(opts.layers)?;
     if let Some(l) = opts.lora {
         tuner.set_lora(be, l, fit_opts.seed)?;

@@ -367,6 +367,10 @@ impl Backend for CpuBackend {
         train::matmul(a, trans_a, b, trans_b)
     }
 
+    fn matmul_weight(&self, dy: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
+        train::matmul_weight(dy, w)
+    }
+
     fn softmax_xent_grad(&self, logits: &CpuTensor, labels: &[u32]) -> Result<CpuTensor> {
         logits.expect_f32("softmax_xent_grad logits")?;
         train::softmax_xent_grad(logits, labels)

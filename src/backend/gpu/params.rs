@@ -101,6 +101,7 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("dropout", "dropout.wgsl", std::mem::size_of::<DropoutParams>(), DropoutParams::FIELDS),
     ("rotary", "rotary.wgsl", std::mem::size_of::<RotaryParams>(), RotaryParams::FIELDS),
     ("glu", "glu.wgsl", std::mem::size_of::<GluParams>(), GluParams::FIELDS),
+    ("weight_grad", "weight_grad.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
 ];
 
 /// Modules made from one file with constants written before it, or with some of its pieces swapped for others:

@@ -55,6 +55,13 @@ impl<T> Encoder<T> {
     /// The encoder's parameters from a checkpoint (task or bare, any family [`check_family`] accepts), in f32 on
     /// `be`.
     pub fn load<B: Backend<Tensor = T>>(be: &B, cfg: &BertConfig, weights: &Weights) -> Result<Encoder<T>> {
+        Self::load_with(be, cfg, weights, false)
+    }
+
+    /// [`Self::load`]; with `frozen_base` (LoRA follows) the layers' linear weights stay in the checkpoint's dtype
+    /// ([`Encoder::push_weight`]).
+    pub fn load_with<B: Backend<Tensor = T>>(be: &B, cfg: &BertConfig, weights: &Weights, frozen_base: bool)
+        -> Result<Encoder<T>> {
         cfg.validate()?;
         check_family(cfg)?;
         let fam = cfg.family;
@@ -81,6 +88,7 @@ impl<T> Encoder<T> {
             ffn_dropout: fam != Family::Albert,
             rotary: super::rotary::Rotary::new(cfg),
             relative: None,
+            frozen_base,
         };
         let e = w.pp("embeddings");
         let en = |n: &str| name(&format!("embeddings.{n}")).map(|s| vec![s]);
@@ -138,15 +146,15 @@ impl<T> Encoder<T> {
             let (out_w, out_b) = pair("output.dense", h, inter)?;
             let (ln2_g, ln2_b) = pair("output.LayerNorm", h, 0)?;
             let idx = LayerIdx {
-                qkv_w: enc.push(be, qkv_names("weight")?, &HostTensor::concat_rows(&[&qw, &kw, &vw])?, 3 * h, h, true)?,
+                qkv_w: enc.push_weight(be, qkv_names("weight")?, &HostTensor::concat_rows(&[&qw, &kw, &vw])?, 3 * h, h)?,
                 qkv_b: Some(enc.push(be, qkv_names("bias")?, &HostTensor::concat_rows(&[&qb, &kb, &vb])?, 1, 3 * h, false)?),
-                o_w: enc.push(be, vec![n("attention.output.dense.weight")?], &o_w, h, h, true)?,
+                o_w: enc.push_weight(be, vec![n("attention.output.dense.weight")?], &o_w, h, h)?,
                 o_b: Some(enc.push(be, vec![n("attention.output.dense.bias")?], &o_b, 1, h, false)?),
                 ln1_g: enc.push(be, vec![n("attention.output.LayerNorm.weight")?], &ln1_g, 1, h, false)?,
                 ln1_b: enc.push(be, vec![n("attention.output.LayerNorm.bias")?], &ln1_b, 1, h, false)?,
-                i_w: enc.push(be, vec![n("intermediate.dense.weight")?], &i_w, inter, h, true)?,
+                i_w: enc.push_weight(be, vec![n("intermediate.dense.weight")?], &i_w, inter, h)?,
                 i_b: Some(enc.push(be, vec![n("intermediate.dense.bias")?], &i_b, 1, inter, false)?),
-                out_w: enc.push(be, vec![n("output.dense.weight")?], &out_w, h, inter, true)?,
+                out_w: enc.push_weight(be, vec![n("output.dense.weight")?], &out_w, h, inter)?,
                 out_b: Some(enc.push(be, vec![n("output.dense.bias")?], &out_b, 1, h, false)?),
                 ln2_g: enc.push(be, vec![n("output.LayerNorm.weight")?], &ln2_g, 1, h, false)?,
                 ln2_b: enc.push(be, vec![n("output.LayerNorm.bias")?], &ln2_b, 1, h, false)?,
@@ -171,7 +179,7 @@ impl<T> Encoder<T> {
         // A linear's weight `(out, in)` and, where the family has it, its bias.
         let linear = |enc: &mut Self, p: &str, out: usize, inp: usize, bias: bool| -> Result<(usize, Option<usize>)> {
             let m = lw.pp(p);
-            let wi = enc.push(be, vec![n(&format!("{p}.weight"))?], &get(&m, "weight", &[out, inp])?, out, inp, true)?;
+            let wi = enc.push_weight(be, vec![n(&format!("{p}.weight"))?], &get(&m, "weight", &[out, inp])?, out, inp)?;
             let bi = match bias {
                 true => Some(enc.push(be, vec![n(&format!("{p}.bias"))?], &get(&m, "bias", &[out])?, 1, out, false)?),
                 false => None,
@@ -195,7 +203,7 @@ impl<T> Encoder<T> {
             let (up, gate) = (lw.pp("intermediate.up"), lw.pp("intermediate.gate"));
             let names = vec![n("intermediate.up.weight")?, n("intermediate.gate.weight")?];
             let wt = HostTensor::concat_rows(&[&get(&up, "weight", &[inter, h])?, &get(&gate, "weight", &[inter, h])?])?;
-            let wi = self.push(be, names, &wt, 2 * inter, h, true)?;
+            let wi = self.push_weight(be, names, &wt, 2 * inter, h)?;
             let bi = match biases.up {
                 true => {
                     let names = vec![n("intermediate.up.bias")?, n("intermediate.gate.bias")?];

@@ -46,7 +46,7 @@ use std::borrow::Cow;
 
 use super::lora::Lora;
 use super::params::{put, Param};
-use crate::backend::{Activation, AttentionShape, Backend, Dropout, EmbeddingTables};
+use crate::backend::{Activation, AttentionShape, Backend, Dropout, Dtype, EmbeddingTables};
 use crate::config::BertConfig;
 use crate::tokenizer::Batch;
 use crate::weights::HostTensor;
@@ -204,6 +204,9 @@ pub struct Encoder<T> {
     rotary: Option<rotary::Rotary>,
     /// MPNet's relative position bias table, shared by every layer ([`relative`]).
     relative: Option<relative::RelIdx>,
+    /// Whether the layers' linear weights are frozen (LoRA follows the load) and so kept in the checkpoint's stored
+    /// dtype ([`Self::push_weight`]).
+    frozen_base: bool,
 }
 
 
@@ -216,8 +219,40 @@ impl<T> Encoder<T> {
             return Err(Error::Weights(format!("{}: {} values for ({rows}, {cols})", names[0], values.len())));
         }
         let tensor = be.input(&values, rows, cols)?;
-        self.params.push(Param { names, tensor, rows, cols, matrix: t.shape.len() == 2, decay });
+        self.params.push(Param { names, tensor, rows, cols, matrix: t.shape.len() == 2, decay, stored: Dtype::F32 });
         Ok(self.params.len() - 1)
+    }
+
+    /// Adds a layer's linear weight `(rows, cols)`. With a frozen base (LoRA) an f16, Q8_0 or Q4_0 weight stays in
+    /// that dtype on the backend (the forward's `linear` and the backward's `matmul_weight` read it as stored; it
+    /// gets no gradient); otherwise it is [`Self::push`]ed in f32, a quantized one refused: its values are an
+    /// approximation that only LoRA trains beside.
+    pub fn push_weight<B: Backend<Tensor = T>>(&mut self, be: &B, names: Vec<String>, t: &HostTensor, rows: usize,
+        cols: usize) -> Result<usize> {
+        let dtype = t.data.dtype();
+        if !self.frozen_base && dtype.is_quantized() {
+            return Err(Error::Config(format!(
+                "a {} base trains only its LoRA adapters: its weights are quantized, and training them needs f32 \
+                 values; fine-tune it with LoRA (--lora R, or fineTune's `lora`), or train every weight of the f32 or \
+                 f16 checkpoint it was converted from ({})",
+                dtype.name().to_uppercase(),
+                names[0]
+            )));
+        }
+        if !self.frozen_base || dtype == Dtype::F32 {
+            return self.push(be, names, t, rows, cols, true);
+        }
+        if t.shape != [rows, cols] {
+            return Err(Error::Weights(format!("{}: shape {:?} for ({rows}, {cols})", names[0], t.shape)));
+        }
+        let tensor = be.upload(t)?;
+        self.params.push(Param { names, tensor, rows, cols, matrix: true, decay: true, stored: dtype });
+        Ok(self.params.len() - 1)
+    }
+
+    /// Whether the linears are frozen and kept as stored ([`Self::push_weight`]).
+    pub fn frozen_base(&self) -> bool {
+        self.frozen_base
     }
 
     pub fn t(&self, i: usize) -> &T {
@@ -391,7 +426,7 @@ impl<T> Encoder<T> {
         if let Some(b) = b.into().filter(|&b| self.trains(b)) {
             put(be, grads, b, be.sum_rows(dy)?)?; // (1, N)
         }
-        let dx = be.matmul(dy, false, self.t(w), false)?; // (M, K)
+        let dx = be.matmul_weight(dy, self.t(w))?; // (M, K), W in its stored dtype
         match self.lora.as_ref().map(|l| l.backward(be, &self.params, dy, x, w, grads)).transpose()?.flatten() {
             Some(d) => be.add(&dx, &d),
             None => Ok(dx),
