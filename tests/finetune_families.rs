@@ -61,7 +61,7 @@ fn golden() -> &'static Value {
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
         for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json",
-            "tests/golden/finetune_mpnet.json"] {
+            "tests/golden/finetune_mpnet.json", "tests/golden/finetune_deberta.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());
@@ -182,6 +182,26 @@ const ROTARY_CASES: [&str; 6] = ["gte_classify", "gte_pair", "gte_ner", "nomic_c
 /// layer's.
 const MPNET_CASES: [&str; 3] = ["mpnet_classify", "mpnet_pair", "mpnet_ner"];
 
+/// DeBERTa-v3-like (tests/golden/finetune_deberta.py): the disentangled attention, its relative table and that
+/// table's LayerNorm one pair of parameters whose gradients sum every layer's.
+const DEBERTA_CASES: [&str; 3] = ["deberta_classify", "deberta_pair", "deberta_ner"];
+
+#[test]
+fn deberta_matches_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in DEBERTA_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn deberta_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in DEBERTA_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
 #[test]
 fn mpnet_matches_pytorch_on_the_cpu() {
     let be = CpuBackend::new();
@@ -246,6 +266,7 @@ fn lora_adapters_carry_each_familys_module_names() {
         ("electra_pair", "electra.encoder.layer.1.attention.self.value", &["query", "value"][..], qv),
         // peft has no default for MPNet: its own module names, `attention.attn.{q,v}`.
         ("mpnet_classify", "mpnet.encoder.layer.1.attention.attn.v", &["q", "v"][..], qv),
+        ("deberta_classify", "deberta.encoder.layer.1.attention.self.value_proj", &["query_proj", "value_proj"][..], qv),
         // transformers' modules, rows of the checkpoints' packed `qkv_proj`, `Wqkv`, `up_gate_proj`.
         ("gte_classify", "gte.layers.1.self_attn.v_proj", &["q_proj", "v_proj"][..], qv),
         ("gte_ner", "gte.layers.0.mlp.gate_proj", &rotary_all[..], LoraTargets::All),
