@@ -302,8 +302,9 @@ fn lora_adapters_carry_each_familys_module_names() {
             worst = worst.max(d);
         }
         assert!(moved > 1e-3, "{name}: the adapters did not train (largest change {moved:e})");
-        if let (Ok(dir), true) = (std::env::var("BERTGPU_LORA_EXPORT"), name.starts_with("gte") || name.starts_with("nomic")) {
-            // The adapter, the merged folder and our logits, for tests/golden/lora_rotary_peft_load.py.
+        if let (Ok(dir), true) = (std::env::var("BERTGPU_LORA_EXPORT"), ["gte", "nomic", "deberta"].iter().any(|f| name.starts_with(f))) {
+            // The adapter, the merged folder and our logits, for tests/golden/lora_rotary_peft_load.py (DeBERTa's too:
+            // its `query_proj`/`value_proj` are rows of our fused projection).
             let dir = Path::new(&dir).join(name);
             std::fs::create_dir_all(dir.join("merged")).unwrap();
             std::fs::write(dir.join("adapter_config.json"), &config).unwrap();
