@@ -405,10 +405,17 @@ fn mpnet_embedding_training_matches_pytorch() {
 fn check_rotary_lora<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
     const LORA_LOSS_RTOL: f64 = 5e-6;
     const LORA_PARAM_ATOL: f64 = 3e-6;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/lora_rotary.json");
+    // DeBERTa's cases (tests/golden/lora_deberta.py) are checked the same way.
+    let (file, case) = match name {
+        "gte_qv" => ("lora_rotary.json", "gte_classify"),
+        "nomic_all" => ("lora_rotary.json", "nomic_ner"),
+        "deberta_qv" => ("lora_deberta.json", "deberta_classify"),
+        _ => ("lora_deberta.json", "deberta_ner"),
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(file);
     let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let g = &all["cases"][name];
-    let c = Case::load(if name == "gte_qv" { "gte_classify" } else { "nomic_ner" });
+    let c = Case::load(case);
     assert_eq!(c.dir.file_name().unwrap().to_str().unwrap(), g["model"].as_str().unwrap());
     let targets = if g["target_modules"].as_array().unwrap().len() == 2 { LoraTargets::Qv } else { LoraTargets::All };
     let opts = LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32, targets, merge: false };
@@ -464,6 +471,19 @@ fn check_rotary_lora<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
     }
     eprintln!("{name} LoRA on {}: worst gradient relative error {worst:.2e}, loss/grad-norm {worst_step:.2e}, \
         parameters after 5 steps {worst_param:.2e}", be.name());
+}
+
+/// LoRA on DeBERTa against peft (tests/golden/lora_deberta.py): `query_proj`/`value_proj`, and every linear; the
+/// adapters on `query_proj` and `key_proj` also change the position terms (each layer projects the relative table
+/// through them).
+#[test]
+fn lora_on_deberta_matches_peft() {
+    for name in ["deberta_qv", "deberta_all"] {
+        check_rotary_lora(&CpuBackend::new(), name, CPU_GRAD_RTOL);
+        if let Some(g) = common::gpu() {
+            check_rotary_lora(&g, name, GPU_GRAD_RTOL);
+        }
+    }
 }
 
 #[test]
