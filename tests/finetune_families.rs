@@ -397,6 +397,16 @@ fn mpnet_embedding_training_matches_pytorch() {
     }
 }
 
+/// DeBERTa-v3-like (tests/golden/finetune_embed_deberta.py): the relative table's and its LayerNorm's gradients too.
+#[test]
+fn deberta_embedding_training_matches_pytorch() {
+    let g = common::family::golden("finetune_embed_deberta.json");
+    check_embedding(&CpuBackend::new(), "deberta", &g, CPU_GRAD_RTOL);
+    if let Some(gpu) = common::gpu() {
+        check_embedding(&gpu, "deberta", &g, GPU_GRAD_RTOL);
+    }
+}
+
 /// LoRA on NomicBERT and GTE against peft (tests/golden/lora_rotary.py, float64): the adapters on transformers'
 /// modules, each a block of rows of a packed tensor here (GTE's q and v of `qkv_proj`; NomicBERT's every linear, `up`
 /// and `gate` the halves of `[fc11; fc12]`), from the golden's A and B: which parameters train, the loss, every trained
