@@ -263,6 +263,18 @@ impl<B: Backend> FineTuner<B> {
                     .into(),
             ));
         }
+        if let (Some(deb), Some(d), true) = (&self.encoder.config.deberta, dropout, drops && self.task() == FineTuneTask::Sequence) {
+            // DebertaV2ForSequenceClassification: ContextPooler's `pooler_dropout` before its dense layer (not
+            // trained yet), then `cls_dropout` on the pooled vector (ours: the classifier dropout).
+            if deb.pooler_dropout > 0.0 || deb.cls_dropout.is_some_and(|p| p != d.classifier) {
+                return Err(Error::Input(format!(
+                    "dropout while fine-tuning this DeBERTa classifier is not supported yet (`pooler_dropout` {}, \
+                     `cls_dropout` {:?}: the ContextPooler's dropouts): train it without dropout (`--no-dropout`, \
+                     `dropout: false`)",
+                    deb.pooler_dropout, deb.cls_dropout
+                )));
+            }
+        }
         self.dropout = dropout;
         Ok(())
     }
