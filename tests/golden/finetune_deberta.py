@@ -23,6 +23,10 @@ What DeBERTa adds to the encoder is the relative table `deberta.encoder.rel_embe
 LayerNorm `deberta.encoder.LayerNorm`, read by every layer's attention through that layer's own query and key
 projections: their gradients here are autograd's sums over the layers; transformers' Trainer decays the table (an
 `nn.Embedding` weight), not its LayerNorm.
+
+One step of transformers' own is not float64: `DebertaV2ForSequenceClassification` casts the logits to float32 for
+its cross-entropy (`.float()`), so the sequence cases' losses carry float32 rounding (about 1e-7 relative) and their
+gradients enter the float64 backward from a float32 softmax; both are far below the Rust test's bounds (2e-5).
 """
 import json
 import os
