@@ -151,25 +151,33 @@ fn bad_input_exits_2_with_a_reason() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A family whose whole encoder does not train yet (DeBERTa: its disentangled attention has no backward) is refused
-/// before anything is written, with an error naming the checkpoint's model_type, with or without LoRA; so are LoRA
-/// on ALBERT's shared layer, GTE's NTK-scaled rotation (transformers' GteModel has none, so the written folder
-/// would be another model) and pre-training an ELECTRA generator (its head is not BERT's).
+/// What does not train yet is refused before anything is written, with an error naming the checkpoint's model_type:
+/// question answering on DeBERTa (transformers masks its padded queries, whose logits QA's loss reads), with or
+/// without LoRA; so are LoRA on ALBERT's shared layer, GTE's NTK-scaled rotation (transformers' GteModel has none, so
+/// the written folder would be another model) and pre-training an ELECTRA generator (its head is not BERT's).
 #[test]
 fn untrained_families_are_refused_naming_them() {
     let dir = tmp("families");
     let data = dir.join("ok.jsonl");
     std::fs::write(&data, "{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"b\", \"label\": \"y\"}\n").unwrap();
-    let (data, out) = (data.to_str().unwrap(), dir.join("out"));
-    let cases = [("tiny-deberta-classifier", &[][..], "fine-tuning the whole encoder supports"),
-        ("tiny-deberta-classifier", &["--lora", "2"][..], "fine-tuning the whole encoder supports"),
+    let squad = dir.join("squad.jsonl");
+    std::fs::write(&squad, "{\"question\": \"who?\", \"context\": \"a b\", \"answers\": {\"text\": [\"a\"], \"answer_start\": [0]}}\n")
+        .unwrap();
+    let (data, squad, out) = (data.to_str().unwrap(), squad.to_str().unwrap(), dir.join("out"));
+    let deberta_qa = "question answering is not trained yet for `deberta-v2`";
+    let cases = [("tiny-deberta-qa", &[][..], deberta_qa),
+        ("tiny-deberta-qa", &["--lora", "2"][..], deberta_qa),
         ("tiny-albert-classifier", &["--lora", "2"][..], "LoRA on a `albert` model is not supported yet"),
         ("tiny-gte-ntk", &[][..], "with the NTK-scaled rotation (rope_scaling `ntk`, factor 2")];
     for (name, extra, why) in cases {
         let model = root().join("tests/models").join(name);
-        let mut args = vec!["fine-tune", "--model", model.to_str().unwrap(), "--task", "classify", "--data", data,
+        let (task, data) = if name.ends_with("-qa") { ("qa", squad) } else { ("classify", data) };
+        // The tiny model's 64 positions leave room for windows of a 16-token stride only.
+        let stride: &[&str] = if task == "qa" { &["--doc-stride", "16"] } else { &[] };
+        let mut args = vec!["fine-tune", "--model", model.to_str().unwrap(), "--task", task, "--data", data,
             "--out", out.to_str().unwrap(), "--epochs", "1", "--validation-split", "0", "--device", "cpu"];
         args.extend(extra);
+        args.extend(stride);
         let o = run(&args, "");
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{name} {extra:?}: {stderr}");

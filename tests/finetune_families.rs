@@ -62,7 +62,7 @@ fn golden() -> &'static Value {
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
         for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json",
-            "tests/golden/finetune_mpnet.json"] {
+            "tests/golden/finetune_mpnet.json", "tests/golden/finetune_deberta.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());
@@ -231,6 +231,26 @@ const ROTARY_CASES: [&str; 6] = ["gte_classify", "gte_pair", "gte_ner", "nomic_c
 /// layer's.
 const MPNET_CASES: [&str; 3] = ["mpnet_classify", "mpnet_pair", "mpnet_ner"];
 
+/// DeBERTa-v3-like (tests/golden/finetune_deberta.py): the disentangled attention, its relative table and that
+/// table's LayerNorm one pair of parameters whose gradients sum every layer's.
+const DEBERTA_CASES: [&str; 3] = ["deberta_classify", "deberta_pair", "deberta_ner"];
+
+#[test]
+fn deberta_matches_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in DEBERTA_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn deberta_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in DEBERTA_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
 #[test]
 fn mpnet_matches_pytorch_on_the_cpu() {
     let be = CpuBackend::new();
@@ -295,6 +315,7 @@ fn lora_adapters_carry_each_familys_module_names() {
         ("electra_pair", "electra.encoder.layer.1.attention.self.value", &["query", "value"][..], qv),
         // peft has no default for MPNet: its own module names, `attention.attn.{q,v}`.
         ("mpnet_classify", "mpnet.encoder.layer.1.attention.attn.v", &["q", "v"][..], qv),
+        ("deberta_classify", "deberta.encoder.layer.1.attention.self.value_proj", &["query_proj", "value_proj"][..], qv),
         // transformers' modules, rows of the checkpoints' packed `qkv_proj`, `Wqkv`, `up_gate_proj`.
         ("gte_classify", "gte.layers.1.self_attn.v_proj", &["q_proj", "v_proj"][..], qv),
         ("gte_ner", "gte.layers.0.mlp.gate_proj", &rotary_all[..], LoraTargets::All),
@@ -330,8 +351,9 @@ fn lora_adapters_carry_each_familys_module_names() {
             worst = worst.max(d);
         }
         assert!(moved > 1e-3, "{name}: the adapters did not train (largest change {moved:e})");
-        if let (Ok(dir), true) = (std::env::var("BERTGPU_LORA_EXPORT"), name.starts_with("gte") || name.starts_with("nomic")) {
-            // The adapter, the merged folder and our logits, for tests/golden/lora_rotary_peft_load.py.
+        if let (Ok(dir), true) = (std::env::var("BERTGPU_LORA_EXPORT"), ["gte", "nomic", "deberta"].iter().any(|f| name.starts_with(f))) {
+            // The adapter, the merged folder and our logits, for tests/golden/lora_rotary_peft_load.py (DeBERTa's too:
+            // its `query_proj`/`value_proj` are rows of our fused projection).
             let dir = Path::new(&dir).join(name);
             std::fs::create_dir_all(dir.join("merged")).unwrap();
             std::fs::write(dir.join("adapter_config.json"), &config).unwrap();
@@ -424,6 +446,16 @@ fn mpnet_embedding_training_matches_pytorch() {
     }
 }
 
+/// DeBERTa-v3-like (tests/golden/finetune_embed_deberta.py): the relative table's and its LayerNorm's gradients too.
+#[test]
+fn deberta_embedding_training_matches_pytorch() {
+    let g = common::family::golden("finetune_embed_deberta.json");
+    check_embedding(&CpuBackend::new(), "deberta", &g, CPU_GRAD_RTOL);
+    if let Some(gpu) = common::gpu() {
+        check_embedding(&gpu, "deberta", &g, GPU_GRAD_RTOL);
+    }
+}
+
 /// LoRA on NomicBERT and GTE against peft (tests/golden/lora_rotary.py, float64): the adapters on transformers'
 /// modules, each a block of rows of a packed tensor here (GTE's q and v of `qkv_proj`; NomicBERT's every linear, `up`
 /// and `gate` the halves of `[fc11; fc12]`), from the golden's A and B: which parameters train, the loss, every trained
@@ -432,10 +464,17 @@ fn mpnet_embedding_training_matches_pytorch() {
 fn check_rotary_lora<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
     const LORA_LOSS_RTOL: f64 = 5e-6;
     const LORA_PARAM_ATOL: f64 = 3e-6;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/lora_rotary.json");
+    // DeBERTa's cases (tests/golden/lora_deberta.py) are checked the same way.
+    let (file, case) = match name {
+        "gte_qv" => ("lora_rotary.json", "gte_classify"),
+        "nomic_all" => ("lora_rotary.json", "nomic_ner"),
+        "deberta_qv" => ("lora_deberta.json", "deberta_classify"),
+        _ => ("lora_deberta.json", "deberta_ner"),
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(file);
     let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let g = &all["cases"][name];
-    let c = Case::load(if name == "gte_qv" { "gte_classify" } else { "nomic_ner" });
+    let c = Case::load(case);
     assert_eq!(c.dir.file_name().unwrap().to_str().unwrap(), g["model"].as_str().unwrap());
     let targets = if g["target_modules"].as_array().unwrap().len() == 2 { LoraTargets::Qv } else { LoraTargets::All };
     let opts = LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32, targets, merge: false };
@@ -491,6 +530,19 @@ fn check_rotary_lora<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
     }
     eprintln!("{name} LoRA on {}: worst gradient relative error {worst:.2e}, loss/grad-norm {worst_step:.2e}, \
         parameters after 5 steps {worst_param:.2e}", be.name());
+}
+
+/// LoRA on DeBERTa against peft (tests/golden/lora_deberta.py): `query_proj`/`value_proj`, and every linear; the
+/// adapters on `query_proj` and `key_proj` also change the position terms (each layer projects the relative table
+/// through them).
+#[test]
+fn lora_on_deberta_matches_peft() {
+    for name in ["deberta_qv", "deberta_all"] {
+        check_rotary_lora(&CpuBackend::new(), name, CPU_GRAD_RTOL);
+        if let Some(g) = common::gpu() {
+            check_rotary_lora(&g, name, GPU_GRAD_RTOL);
+        }
+    }
 }
 
 #[test]

@@ -53,7 +53,7 @@ fn golden() -> &'static Value {
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
         for file in ["tests/golden/pretrain_families.json", "tests/golden/pretrain_rotary.json",
-            "tests/golden/pretrain_mpnet.json"] {
+            "tests/golden/pretrain_mpnet.json", "tests/golden/pretrain_deberta.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());
@@ -156,6 +156,25 @@ fn rotary_families_pretrain_as_pytorch_on_the_cpu() {
 fn rotary_families_pretrain_as_pytorch_on_the_gpu() {
     let Some(g) = common::gpu() else { return };
     for (name, arch) in ROTARY_CASES {
+        check(&g, name, arch, GPU_GRAD_RTOL);
+    }
+}
+
+/// DeBERTa-v3-like (tests/golden/pretrain_deberta.py): `lm_predictions.lm_head`, tied to the word embeddings.
+const DEBERTA_CASES: [(&str, &str); 1] = [("deberta", "DebertaV2ForMaskedLM")];
+
+#[test]
+fn deberta_pretrains_as_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for (name, arch) in DEBERTA_CASES {
+        check(&be, name, arch, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn deberta_pretrains_as_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for (name, arch) in DEBERTA_CASES {
         check(&g, name, arch, GPU_GRAD_RTOL);
     }
 }

@@ -453,6 +453,23 @@ pub trait Backend {
     fn attention_dropout_biased(&self, qkv: &Self::Tensor, mask: &Self::Tensor, bias: Option<&Self::Tensor>,
         shape: AttentionShape, d: Dropout) -> Result<Self::Tensor>;
 
+    /// [`Self::attention_disentangled`] with dropout on the probabilities after the softmax, its mask as
+    /// [`Self::attention_dropout`]'s: DeBERTa's training forward.
+    fn attention_dropout_disentangled(&self, qkv: &Self::Tensor, mask: &Self::Tensor, pos: &Self::Tensor,
+        rows: &Self::Tensor, shape: AttentionShape, d: Dropout) -> Result<Self::Tensor>;
+
+    /// Back through [`Self::attention_disentangled`] (or [`Self::attention_dropout_disentangled`] with `dropout`):
+    /// `dctx (B*T, H)` and the `qkv`, `mask`, `pos (R, 3H)`, `rows (1, 2T − 1)` it read → `dqkv (B*T, 3H)` and
+    /// `dpos (R, 3H)` = `[dposQ | dposK | 0]`. With `G = dS/√(3d)` per (sequence, head) (dS the softmax input's
+    /// gradient as in [`Self::attention_backward`]) and `r(i, j) = rows[j − i + T − 1]`:
+    /// `dq_i = Σ_j G_ij (k_j + posK_r(i,j))`, `dk_j = Σ_i G_ij (q_i + posQ_r(i,j))`, `dv` as the plain backward,
+    /// `dposK_r = Σ_{b, (i, j): r(i,j) = r} G_ij q_i`, `dposQ_r = Σ_{b, (i, j): r(i,j) = r} G_ij k_j`; padded keys add
+    /// nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_backward_disentangled(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor,
+        pos: &Self::Tensor, rows: &Self::Tensor, shape: AttentionShape, dropout: Option<Dropout>)
+        -> Result<(Self::Tensor, Self::Tensor)>;
+
     /// Runs everything recorded so far and copies one f32 tensor back to the host, row-major.
     async fn read(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
 

@@ -144,13 +144,20 @@ impl<B: Backend> FineTuner<B> {
         frozen_base: bool) -> Result<Self> {
         if task == FineTuneTask::Pretrain
             && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
-                | Family::DistilBert | Family::Albert | Family::MPNet | Family::NomicBert | Family::Gte)
+                | Family::DistilBert | Family::Albert | Family::MPNet | Family::NomicBert | Family::Gte
+                | Family::DebertaV2)
         {
             return Err(Error::Config(format!(
                 "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, MPNet, \
-                 NomicBERT and GTE checkpoints; this one is `{}`",
+                 NomicBERT, GTE and DeBERTa-v2/v3 checkpoints; this one is `{}`",
                 cfg.family.model_type()
             )));
+        }
+        if task == FineTuneTask::Qa && cfg.family == Family::DebertaV2 {
+            // transformers masks padded queries too (their probabilities spread over every key), and QA's loss reads
+            // every position's logit, padding included: ours attend from them to the real keys.
+            return Err(Error::Config("question answering is not trained yet for `deberta-v2` checkpoints (their \
+                padding tokens' logits): sequence and token classification and embeddings are".into()));
         }
         if task == FineTuneTask::Qa && matches!(cfg.family, Family::NomicBert | Family::Gte) {
             return Err(Error::Config(format!(
@@ -200,6 +207,7 @@ impl<B: Backend> FineTuner<B> {
                 } else {
                     let pool = match fam {
                         Family::DistilBert => linear(&mut enc, &root, "pre_classifier", false, h, h)?,
+                        Family::DebertaV2 => linear(&mut enc, &root, "pooler.dense", false, h, h)?, // ContextPooler
                         // BERT's `bert.pooler.dense`, ALBERT's `albert.pooler`.
                         _ => linear(&mut enc, &root.pp(fam_prefix.trim_end_matches('.')), pooler, false, h, h)?,
                     };
@@ -252,6 +260,18 @@ impl<B: Backend> FineTuner<B> {
                  before `qa_outputs`): train it without dropout (`--no-dropout`, `dropout: false`)"
                     .into(),
             ));
+        }
+        if let (Some(deb), Some(d), true) = (&self.encoder.config.deberta, dropout, drops && self.task() == FineTuneTask::Sequence) {
+            // DebertaV2ForSequenceClassification: ContextPooler's `pooler_dropout` before its dense layer (not
+            // trained yet), then `cls_dropout` on the pooled vector (ours: the classifier dropout).
+            if deb.pooler_dropout > 0.0 || deb.cls_dropout.is_some_and(|p| p != d.classifier) {
+                return Err(Error::Input(format!(
+                    "dropout while fine-tuning this DeBERTa classifier is not supported yet (`pooler_dropout` {}, \
+                     `cls_dropout` {:?}: the ContextPooler's dropouts): train it without dropout (`--no-dropout`, \
+                     `dropout: false`)",
+                    deb.pooler_dropout, deb.cls_dropout
+                )));
+            }
         }
         self.dropout = dropout;
         Ok(())

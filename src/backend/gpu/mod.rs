@@ -467,6 +467,16 @@ impl Backend for GpuBackend {
         self.record_attention(qkv, mask, bias.map_or(super::ScoreBias::None, super::ScoreBias::Relative), shape, Some(d))
     }
 
+    fn attention_dropout_disentangled(&self, qkv: &GpuTensor, mask: &GpuTensor, pos: &GpuTensor, rows: &GpuTensor,
+        shape: AttentionShape, d: Dropout) -> Result<GpuTensor> {
+        self.record_attention(qkv, mask, super::ScoreBias::Disentangled { pos, rows }, shape, Some(d))
+    }
+
+    fn attention_backward_disentangled(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor, pos: &GpuTensor,
+        rows: &GpuTensor, shape: AttentionShape, dropout: Option<Dropout>) -> Result<(GpuTensor, GpuTensor)> {
+        self.record_attention_backward_disentangled(dctx, qkv, mask, pos, rows, shape, dropout)
+    }
+
     /// A quantized weight (Q8_0, Q4_0) is read as its dequantized values.
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {
         let decoded = self.decoded_for_read(t)?;

@@ -18,6 +18,10 @@
 //! - MPNet: RoBERTa's positions, no token types, the layers under MPNet's names (`attention.attn.{q,k,v,o}`,
 //!   `attention.LayerNorm`), and the relative position bias table `encoder.relative_attention_bias` every layer
 //!   adds to its scores ([`super::relative`]), one parameter whose gradient sums the layers'.
+//! - DeBERTa-v2/v3: the layers under DeBERTa's names (`attention.self.{query,key,value}_proj`), no position table
+//!   where `position_biased_input` is false, no token types where `type_vocab_size` is 0, and the relative table
+//!   `encoder.rel_embeddings` with its LayerNorm that every layer's disentangled attention reads through its own
+//!   query and key projections ([`super::disentangled`]); the options the inference side refuses stay refused.
 
 use super::{EmbIdx, Encoder, LayerIdx};
 use crate::backend::Backend;
@@ -42,10 +46,11 @@ fn check_family(cfg: &BertConfig) -> Result<()> {
         | Family::Albert
         | Family::MPNet
         | Family::NomicBert
-        | Family::Gte => Ok(()),
+        | Family::Gte
+        | Family::DebertaV2 => Ok(()),
         f => Err(Error::Config(format!(
             "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, \
-             MPNet, NomicBERT and GTE checkpoints; this one is `{}`",
+             MPNet, NomicBERT, GTE and DeBERTa-v2/v3 checkpoints; this one is `{}`",
             f.model_type()
         ))),
     }
@@ -89,6 +94,7 @@ impl<T> Encoder<T> {
             rotary: super::rotary::Rotary::new(cfg),
             relative: None,
             frozen_base,
+            disentangled: None,
         };
         let e = w.pp("embeddings");
         let en = |n: &str| name(&format!("embeddings.{n}")).map(|s| vec![s]);
@@ -120,6 +126,8 @@ impl<T> Encoder<T> {
             0 => None,
             _ => super::relative::RelIdx::load(be, &mut enc, cfg, &w, rel_name?)?,
         };
+        // DeBERTa: the relative table (and its LayerNorm) every layer reads, below every layer.
+        enc.disentangled = super::disentangled::DisIdx::load(be, &mut enc, cfg, &w, &name)?;
         // ALBERT: one layer, shared by every pass.
         let distinct = if fam == Family::Albert { 1 } else { cfg.num_hidden_layers };
         for l in 0..distinct {

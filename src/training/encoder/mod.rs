@@ -1,8 +1,10 @@
 //! The BERT encoder as a trainable thing: every parameter in f32 on the backend, a forward that keeps what the
 //! backward needs, and the backward through every layer down to the embedding tables. The task heads, their losses
 //! and the optimiser step are in [`super::finetune`]. BERT's relatives that are this encoder under other names
-//! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, MPNet) train through the same code: [`load`] has what
-//! each one changes, [`relative`] MPNet's relative position bias. The rotary families (NomicBERT, GTE) turn their
+//! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, MPNet, DeBERTa-v2/v3) train through the same code:
+//! [`load`] has what each one changes, [`relative`] MPNet's relative position bias, [`disentangled`] DeBERTa's
+//! relative table (its attention: `Backend::attention_disentangled`, back through
+//! `Backend::attention_backward_disentangled`). The rotary families (NomicBERT, GTE) turn their
 //! queries and keys instead of reading a position table and gate their feed-forward: [`rotary`] has their math.
 //!
 //! # The math
@@ -38,6 +40,7 @@
 //! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded). GTE has a
 //! fifth, `GteMLP`'s dropout on the gated product before `down_proj` ([`rotary`]).
 
+mod disentangled;
 mod load;
 mod relative;
 mod rotary;
@@ -165,6 +168,8 @@ pub struct Saved<T> {
     dropout: Option<DropoutPlan>,
     /// MPNet's relative bias of this forward.
     relative: Option<relative::RelSaved<T>>,
+    /// DeBERTa's relative table of this forward.
+    disentangled: Option<disentangled::DisSaved<T>>,
 }
 
 impl<T> Saved<T> {
@@ -183,6 +188,9 @@ struct LayerSaved<T> {
     u: T,
     g: T,
     pre2: T,
+    /// DeBERTa: the table this layer projected where its `pos_dropout` dropped it, and the projection `(R, 3H)`.
+    rel: Option<T>,
+    pos: Option<T>,
 }
 
 /// The parameter list being trained, and the encoder's part of it.
@@ -207,6 +215,8 @@ pub struct Encoder<T> {
     /// Whether the layers' linear weights are frozen (LoRA follows the load) and so kept in the checkpoint's stored
     /// dtype ([`Self::push_weight`]).
     frozen_base: bool,
+    /// DeBERTa's relative table and its LayerNorm, shared by every layer ([`disentangled`]).
+    disentangled: Option<disentangled::DisIdx>,
 }
 
 
@@ -364,6 +374,7 @@ impl<T> Encoder<T> {
         let rope = self.rotary.as_ref().map(|r| r.table(be, batch.t)).transpose()?; // (T, d)
         let rel = self.relative.map(|r| r.forward(be, self.t(r.table), batch.t)).transpose()?;
         let bias = rel.as_ref().map(|r| &r.bias);
+        let dis = self.disentangled.map(|d| d.forward(be, self, batch.t)).transpose()?;
         let mut layers = Vec::with_capacity(self.layers.len());
         for (l, li) in self.layers.iter().enumerate() {
             let s = 3 * l as u32;
@@ -372,9 +383,20 @@ impl<T> Encoder<T> {
                 Some(r) => be.rotary(&qkv, r, shape)?, // q and k turned; the attention keeps these
                 None => qkv,
             };
-            let ctx = match site(true, s + 1) {
-                Some(d) => be.attention_dropout_biased(&qkv, &mask, bias, shape, d)?,
-                None => be.attention_biased(&qkv, &mask, bias, shape)?, // (B*T, H)
+            let (mut rel_l, mut pos) = (None, None);
+            let ctx = match (site(true, s + 1), &dis) {
+                (d, Some(ds)) => {
+                    rel_l = disentangled::dropped(be, &ds.rel, site(false, disentangled::pos_stream(l)))?;
+                    let p = self.linear(be, rel_l.as_ref().unwrap_or(&ds.rel), li.qkv_w, li.qkv_b)?; // (R, 3H)
+                    let ctx = match d {
+                        Some(d) => be.attention_dropout_disentangled(&qkv, &mask, &p, &ds.index, shape, d)?,
+                        None => be.attention_disentangled(&qkv, &mask, &p, &ds.index, shape)?,
+                    };
+                    pos = Some(p);
+                    ctx
+                }
+                (Some(d), None) => be.attention_dropout_biased(&qkv, &mask, bias, shape, d)?,
+                (None, None) => be.attention_biased(&qkv, &mask, bias, shape)?, // (B*T, H)
             };
             let a = self.linear(be, &ctx, li.o_w, li.o_b)?;
             let a = apply_dropout(be, a, site(false, s + 2).filter(|_| self.attn_out_dropout))?;
@@ -389,10 +411,10 @@ impl<T> Encoder<T> {
             let o = apply_dropout(be, o, site(false, s + 3).filter(|_| self.ffn_dropout))?;
             let pre2 = be.add(&o, &h1)?;
             let next = be.layernorm(&pre2, None, self.t(li.ln2_g), self.t(li.ln2_b), eps)?;
-            layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2 });
+            layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2, rel: rel_l, pos });
             x = next;
         }
-        Ok((x, Saved { mask, emb_sum, projected, layers, dropout, relative: rel }))
+        Ok((x, Saved { mask, emb_sum, projected, layers, dropout, relative: rel, disentangled: dis }))
     }
 
     /// `y = x·Wᵀ + b` of an encoder layer, plus its LoRA adapters' updates.
@@ -462,6 +484,10 @@ impl<T> Encoder<T> {
         let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());
         let unrope = self.rotary.as_ref().map(|r| r.inverse(be, batch.t)).transpose()?; // (T, d), angles negated
         let mut dx = dlast;
+        // DeBERTa: the relative table's gradient summed over the layers (not when only the top layers train).
+        let dis = saved.disentangled.as_ref().zip(self.disentangled);
+        let want_rel = dis.is_some_and(|(_, d)| top.is_none() && self.trains(d.table()));
+        let mut drel: Option<T> = None;
         for (l, (li, ls)) in self.layers.iter().zip(&saved.layers).enumerate().rev().take(depth) {
             let s = 3 * l as u32;
             // Back through a site's dropout: the same mask on the gradient (`None`: the gradient as it is).
@@ -487,8 +513,24 @@ impl<T> Encoder<T> {
             // MPNet: the table's gradient from every layer (not when only the top layers train: it is below them).
             let rel = saved.relative.as_ref().zip(self.relative);
             let want = rel.is_some_and(|(_, r)| top.is_none() && self.trains(r.table));
-            let (dqkv, dbias) = be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, rel.map(|(r, _)| &r.bias),
-                shape, saved.site(true, s + 1), want)?;
+            let (dqkv, dbias) = match (dis, &ls.pos) {
+                (Some((ds, _)), Some(pos)) => {
+                    let (dqkv, dpos) = be.attention_backward_disentangled(&dctx, &ls.qkv, &saved.mask, pos, &ds.index,
+                        shape, saved.site(true, s + 1))?;
+                    // Through the layer's projection of the table (its weight's and bias's gradients added).
+                    let d = self.linear_backward(be, &dpos, ls.rel.as_ref().unwrap_or(&ds.rel), li.qkv_w, li.qkv_b, grads)?;
+                    if want_rel {
+                        let d = apply_dropout(be, d, saved.site(false, disentangled::pos_stream(l)))?;
+                        drel = Some(match drel.take() {
+                            Some(acc) => be.add(&acc, &d)?,
+                            None => d,
+                        });
+                    }
+                    (dqkv, None)
+                }
+                _ => be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, rel.map(|(r, _)| &r.bias), shape,
+                    saved.site(true, s + 1), want)?,
+            };
             if let (Some((r, ri)), Some(db)) = (rel, dbias) {
                 put(be, grads, ri.table, r.table_grad(be, &db)?)?;
             }
@@ -498,6 +540,9 @@ impl<T> Encoder<T> {
             };
             let dxq = self.linear_backward(be, &dqkv, &ls.x, li.qkv_w, li.qkv_b, grads)?;
             dx = be.add(&dxq, &dpre1)?; // x feeds the projections and the first residual
+        }
+        if let (Some((ds, di)), Some(d)) = (dis, drel) {
+            di.backward(be, self, ds, d, grads)?;
         }
         if let Some(l) = &self.lora {
             grads.iter_mut().enumerate().filter(|(i, _)| !l.trains(*i)).for_each(|(_, g)| *g = None);
