@@ -564,9 +564,11 @@ export class Bert {
       checkFineTuneOptions(opts, run.onProgress, run.signal);
       checkCheckpointOptions(run.checkpoint, run.resume);
       if (!Array.isArray(examples)) throw new TypeError("fineTune: examples must be an array of the task's objects");
-      const out = await trainModel(this, "fineTune", m, run, (model, files, hooks, saving) => model.fineTune(files.config,
-        files.tokenizer, files.vocab, files.tokenizerConfig, files.weights, files.adapterConfig, files.adapterWeights,
-        examples, opts, hooks, saving));
+      run.gguf = opts.lora != null; // a .gguf trains LoRA adapters over its weights as stored
+      const out = await trainModel(this, "fineTune", m, run, (model, files, hooks, saving) => files.gguf
+        ? model.fineTuneGguf(files.gguf, examples, opts, hooks, saving)
+        : model.fineTune(files.config, files.tokenizer, files.vocab, files.tokenizerConfig, files.weights,
+          files.adapterConfig, files.adapterWeights, examples, opts, hooks, saving));
       this._adapter = out.adapterConfig
         ? { "adapter_config.json": out.adapterConfig, "adapter_model.safetensors": out.adapterWeights } : null;
       return { labels: out.labels ?? null, steps: out.steps, epochs: out.epochs, bestEpoch: out.bestEpoch };
@@ -578,7 +580,8 @@ export class Bert {
    * `bertgpu pretrain` does, on this model's device; then this model *is* the pre-trained one (`fillMask` and
    * `nextSentence` use it, `exportModel` gives its folder). The checkpoint needs the masked-LM head
    * (`cls.predictions`), and for NSP its head (`cls.seq_relationship`); RoBERTa, XLM-R, CamemBERT, DistilBERT and
-   * ALBERT train their own masked-LM head (`lm_head`, `vocab_*`, `predictions`) alone, `nsp` aside. `corpus`: a string, read as the CLI reads a
+   * ALBERT train their own masked-LM head (`lm_head`, `vocab_*`, `predictions`) alone, `nsp` aside, but an ALBERT
+   * `AlbertForPreTraining` checkpoint, whose `nsp` is sentence-order prediction (`sop_classifier`). `corpus`: a string, read as the CLI reads a
    * plain-text corpus (one sentence or line per line, a blank line between documents), or an array of documents,
    * each a string whose lines are its sentences. Its options (the CLI's defaults) and progress events:
    * PretrainOptions in index.d.ts. Errors, the signal and dispose() leave the model as it was; other calls made

@@ -14,13 +14,15 @@ const MAX_DEVICE_LOSSES = 3;
  * as the model's new self. Until then nothing changes: an error, the signal or dispose() leave the model as it
  * was, and other calls made meanwhile reject. Resolves to the module's result.
  */
-export async function trainModel(bert, method, m, { onProgress, signal, checkpoint, resume }, train) {
+export async function trainModel(bert, method, m, { onProgress, signal, checkpoint, resume, gguf }, train) {
   const what = method === "pretrain" ? "pre-training" : "fine-tuning";
   signal?.throwIfAborted();
   const files = bert._tuned ?? await bert._files();
-  if (files.gguf) {
+  // A .gguf trains LoRA adapters over its weights as stored (`gguf`: fineTune with `lora`).
+  if (files.gguf && !gguf) {
     throw new Error(`${method}: this model was loaded from a .gguf; ${what} starts from a Hugging Face folder `
-      + "(config.json, model.safetensors, the tokenizer files), whose config it exports");
+      + "(config.json, model.safetensors, the tokenizer files), whose config it exports"
+      + (method === "fineTune" ? "; a .gguf fine-tunes LoRA adapters only (`lora`)" : ""));
   }
   signal?.throwIfAborted();
   const hooks = {
@@ -63,8 +65,9 @@ export async function trainModel(bert, method, m, { onProgress, signal, checkpoi
   } finally {
     bert._training = false;
   }
-  const tuned = { config: out.config, tokenizer: files.tokenizer, vocab: files.vocab,
-    tokenizerConfig: files.tokenizerConfig, weights: out.weights };
+  // After a .gguf's LoRA: the merged folder (f32), its tokenizer the file's.
+  const tuned = { config: out.config, tokenizer: out.tokenizer ?? files.tokenizer, vocab: files.vocab,
+    tokenizerConfig: out.tokenizerConfig ?? files.tokenizerConfig, weights: out.weights };
   for (const k of Object.keys(tuned)) if (tuned[k] == null) delete tuned[k];
   const model = await instantiate(bert._rt, tuned, bert._device);
   const old = bert._model;

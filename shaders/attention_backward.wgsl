@@ -34,6 +34,17 @@
 //   attn_bwd_bias: one invocation per (head h, offset column c of 2T − 1): dbias[h][c] = Σ_b Σ_i dS_i,i+c−(T−1) / scale
 //     (dS without the score scale, which the bias does not go through), sequences then queries in order, into
 //     binding 8.
+//
+// With the override DISENTANGLED = 1 (back through `Backend::attention_disentangled` / `attention_dropout_disentangled`:
+// DeBERTa; the CPU twin: src/backend/cpu/disentangled.rs), binding 7 holds the row index `rows` (1, 2T − 1) in the
+// bias's place and binding 9 the projected relative table `pos` (R, 3H) = [posQ | posK | ·]; with r = rows[j − i + T −
+// 1], attn_bwd_scores scores q_i·k_j + q_i·posK_r + k_j·posQ_r (times p.scale = 1/√(3d), set by the host), and with
+// G = dS (scale included, as dsc holds it) attn_bwd_queries adds Σ_j G_ij·posK_r(i,j) to dq and attn_bwd_keys
+// Σ_i G_ij·posQ_r(i,j) to dk (DISENTANGLED = 0: the host binds the mask at 9, unread). A sixth pass gives the table's
+// gradient:
+//   attn_bwd_pos: one invocation per (head h, row r of R = p.pos_rows, column c): dposQ_rc = Σ_b Σ_{(i,j): r(i,j) = r}
+//     G_ij·k_jc and dposK_rc = Σ G_ij·q_ic, sequences, then offsets, then queries in order, into binding 10 (R, 3H);
+//     it also writes the v third's zeros.
 
 #include "lib/attention_params.wgsl"
 
@@ -51,6 +62,19 @@ override WG: u32 = 64u;
 
 // 1: the scores get the relative bias at binding 7; 0 (the default): none.
 override BIAS: u32 = 0u;
+// 1: DeBERTa's disentangled terms (rows at binding 7, pos at 9); 0 (the default): none.
+override DISENTANGLED: u32 = 0u;
+@group(0) @binding(9) var<storage, read> pos: array<f32>;
+
+// The row of pos that query i and key j read.
+fn rel_row(i: u32, j: u32) -> u32 {
+    return u32(score_bias[j + p.seq - 1u - i]);
+}
+
+// Start of head h of pos's row r, posQ (part 0) or posK (1).
+fn pos_at(r: u32, part: u32, h: u32) -> u32 {
+    return r * 3u * p.hidden + part * p.hidden + h * p.head_dim;
+}
 
 // Start of scratch row (b, h, i).
 fn row_of(b: u32, h: u32, i: u32) -> u32 {
@@ -88,6 +112,14 @@ fn attn_bwd_scores(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workg
     var bias = 0.0;
     if BIAS != 0u {
         bias = score_bias[h * (2u * T - 1u) + j + T - 1u - i];
+    }
+    if DISENTANGLED != 0u {
+        let r = rel_row(i, j);
+        let pq = pos_at(r, 0u, h);
+        let pk = pos_at(r, 1u, h);
+        for (var c = 0u; c < p.head_dim; c++) {
+            s += qkv[qb + c] * pos[pk + c] + qkv[kb + c] * pos[pq + c];
+        }
     }
     probs[row_of(b, h, i) + j] = s * p.scale + bias;
     dsc[row_of(b, h, i) + j] = dp;
@@ -179,6 +211,9 @@ fn attn_bwd_queries(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
     var acc = 0.0;
     for (var j = 0u; j < p.seq; j++) {
         acc += dsc[sb + j] * qkv[head_at(q.b, j, 1u, q.h) + q.c];
+        if DISENTANGLED != 0u {
+            acc += dsc[sb + j] * pos[pos_at(rel_row(q.row, j), 1u, q.h) + q.c];
+        }
     }
     dqkv[head_at(q.b, q.row, 0u, q.h) + q.c] = acc;
 }
@@ -195,6 +230,9 @@ fn attn_bwd_keys(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgro
         for (var i = 0u; i < p.seq; i++) {
             let s = row_of(k.b, k.h, i) + k.row;
             dk += dsc[s] * qkv[head_at(k.b, i, 0u, k.h) + k.c];
+            if DISENTANGLED != 0u {
+                dk += dsc[s] * pos[pos_at(rel_row(i, k.row), 0u, k.h) + k.c];
+            }
             dv += probs[s] * dctx[(k.b * p.seq + i) * p.hidden + k.h * p.head_dim + k.c];
         }
     }
@@ -224,4 +262,40 @@ fn attn_bwd_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgro
         }
     }
     dbias[h * width + c] = acc / p.scale;
+}
+
+@group(0) @binding(10) var<storage, read_write> dpos: array<f32>;
+
+@compute @workgroup_size(WG)
+fn attn_bwd_pos(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let T = p.seq;
+    let h = wid.y;
+    let d = p.head_dim;
+    if gid.x >= p.pos_rows * d {
+        return;
+    }
+    let r = gid.x / d;
+    let c = gid.x % d;
+    var dq = 0.0;
+    var dk = 0.0;
+    for (var b = 0u; b < p.batch; b++) {
+        for (var o = 0u; o < 2u * T - 1u; o++) {
+            if u32(score_bias[o]) != r {
+                continue;
+            }
+            // Offset j − i = o − (T − 1): queries i from max(0, T − 1 − o) to min(T, 2T − 1 − o).
+            let i0 = select(0u, T - 1u - o, o < T - 1u);
+            let i1 = min(T, 2u * T - 1u - o);
+            for (var i = i0; i < i1; i++) {
+                let j = i + o + 1u - T;
+                let g = dsc[row_of(b, h, i) + j];
+                dq += g * qkv[head_at(b, j, 1u, h) + c];
+                dk += g * qkv[head_at(b, i, 0u, h) + c];
+            }
+        }
+    }
+    let at = pos_at(r, 0u, h) + c;
+    dpos[at] = dq;
+    dpos[at + p.hidden] = dk;
+    dpos[at + 2u * p.hidden] = 0.0;
 }

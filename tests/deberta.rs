@@ -15,6 +15,7 @@ use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
+use bertgpu::training::encoder::DropoutOptions;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::{HostTensor, Weights};
 use common::family::{self, block_on, dir};
@@ -161,14 +162,33 @@ fn config_and_refusals() {
     }
 }
 
-/// Fine-tuning needs the backward, written for BERT only: a DeBERTa is refused by its name, not trained as a BERT.
+/// DeBERTa trains (tests/finetune_families.rs, tests/pretrain_families.rs), but not question answering: transformers
+/// masks padded queries too and QA's loss reads their logits, so that head is refused by the family's name.
 #[test]
-fn fine_tuning_is_refused_by_name() {
+fn question_answering_training_is_refused_by_name() {
+    let d = dir("tiny-deberta-qa");
+    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Qa, None, 0).err().expect("refused").to_string();
+    assert!(e.contains("`deberta-v2`") && e.contains("question answering"), "{e}");
     let d = dir("tiny-deberta-classifier");
     let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).err().expect("refused").to_string();
-    assert!(e.contains("`deberta-v2`"), "{e}");
+    assert!(FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).is_ok(), "classification trains");
+    // The ContextPooler's dropouts: `pooler_dropout` before its dense layer is not trained yet, and `cls_dropout` must
+    // be the classifier dropout used; refused by name with dropout on, trained without.
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap();
+    let drop = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, seed: 0 };
+    for (k, val, ok) in [("pooler_dropout", json!(0.1), false), ("cls_dropout", json!(0.2), false), ("cls_dropout", json!(0.1), true)] {
+        let mut v = v.clone();
+        v[k] = val;
+        let cfg = BertConfig::from_json_str(&v.to_string()).unwrap();
+        let mut t = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
+        let e = t.set_dropout(Some(drop)).err().map(|e| e.to_string());
+        assert_eq!(e.is_none(), ok, "{k}: {e:?}");
+        assert!(ok || e.as_deref().is_some_and(|e| e.contains(k)), "{k}: {e:?}");
+        assert!(t.set_dropout(None).is_ok(), "{k}: trains without dropout");
+    }
 }
 
 /// The disentangled attention kernels against an f64 computation from the definition

@@ -392,7 +392,8 @@ fn dropout_gradients_match_on_gpu_and_cpu() {
     let tags: Vec<i64> = vec![-100, 1, 2, 0, 3, 4, 0, 5, -100, -100, 6, 0, 1, 2, -100, -100, -100, -100];
     for (model, task) in [("tiny-classifier", FineTuneTask::Sequence), ("tiny-ner", FineTuneTask::Token),
         ("tiny-gte-classifier", FineTuneTask::Sequence), ("tiny-nomic-ner", FineTuneTask::Token),
-        ("tiny-modernbert-classifier", FineTuneTask::Sequence), ("tiny-modernbert-ner", FineTuneTask::Token)] {
+        ("tiny-modernbert-classifier", FineTuneTask::Sequence), ("tiny-modernbert-ner", FineTuneTask::Token),
+        ("tiny-deberta-classifier", FineTuneTask::Sequence)] {
         let targets = match task {
             FineTuneTask::Sequence => Targets::Sequence(&labels),
             _ => Targets::Token(&tags),
@@ -505,6 +506,24 @@ fn mpnet_dropout_gradients_match_finite_differences() {
         "mpnet.encoder.layer.1.attention.LayerNorm.weight",
         "mpnet.encoder.layer.1.output.dense.weight",
         "classifier.dense.weight",
+    ]);
+}
+
+/// DeBERTa drops where `DebertaV2Model` does (transformers 5's plain `nn.Dropout`: the embeddings, the attention
+/// probabilities with the disentangled terms added before the softmax, each layer's `pos_dropout` on the relative
+/// table it projects, the attention's and the feed-forward's outputs), and the relative table's and its LayerNorm's
+/// gradients go through every layer's masks.
+#[test]
+fn deberta_dropout_gradients_match_finite_differences() {
+    finite_differences("tiny-deberta-classifier", &[
+        "deberta.embeddings.word_embeddings.weight",
+        "deberta.encoder.rel_embeddings.weight",
+        "deberta.encoder.LayerNorm.weight",
+        "deberta.encoder.layer.0.attention.self.query_proj.weight",
+        "deberta.encoder.layer.1.attention.self.query_proj.bias", // the fused q/k/v bias: key_proj's too
+        "deberta.encoder.layer.1.attention.output.dense.weight",
+        "deberta.encoder.layer.1.output.dense.weight",
+        "pooler.dense.weight",
     ]);
 }
 

@@ -151,25 +151,33 @@ fn bad_input_exits_2_with_a_reason() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A family whose whole encoder does not train yet (DeBERTa: its disentangled attention has no backward) is refused
-/// before anything is written, with an error naming the checkpoint's model_type, with or without LoRA; so are LoRA
-/// on ALBERT's shared layer, a NomicBERT config in nomic-ai's hub form (transformers would read the written folder's
-/// config as another model) and pre-training an ELECTRA generator (its head is not BERT's).
+/// What does not train yet is refused before anything is written, with an error naming the checkpoint's model_type:
+/// question answering on DeBERTa (transformers masks its padded queries, whose logits QA's loss reads), with or
+/// without LoRA; so are LoRA on ALBERT's shared layer, GTE's NTK-scaled rotation (transformers' GteModel has none, so
+/// the written folder would be another model) and pre-training an ELECTRA generator (its head is not BERT's).
 #[test]
 fn untrained_families_are_refused_naming_them() {
     let dir = tmp("families");
     let data = dir.join("ok.jsonl");
     std::fs::write(&data, "{\"text\": \"a\", \"label\": \"x\"}\n{\"text\": \"b\", \"label\": \"y\"}\n").unwrap();
-    let (data, out) = (data.to_str().unwrap(), dir.join("out"));
-    let cases = [("tiny-deberta-classifier", &[][..], "fine-tuning the whole encoder supports"),
-        ("tiny-deberta-classifier", &["--lora", "2"][..], "fine-tuning the whole encoder supports"),
+    let squad = dir.join("squad.jsonl");
+    std::fs::write(&squad, "{\"question\": \"who?\", \"context\": \"a b\", \"answers\": {\"text\": [\"a\"], \"answer_start\": [0]}}\n")
+        .unwrap();
+    let (data, squad, out) = (data.to_str().unwrap(), squad.to_str().unwrap(), dir.join("out"));
+    let deberta_qa = "question answering is not trained yet for `deberta-v2`";
+    let cases = [("tiny-deberta-qa", &[][..], deberta_qa),
+        ("tiny-deberta-qa", &["--lora", "2"][..], deberta_qa),
         ("tiny-albert-classifier", &["--lora", "2"][..], "LoRA on a `albert` model is not supported yet"),
-        ("tiny-nomic-hub", &[][..], "config.json is in its hub repository's form (`n_embd`)")];
+        ("tiny-gte-ntk", &[][..], "with the NTK-scaled rotation (rope_scaling `ntk`, factor 2")];
     for (name, extra, why) in cases {
         let model = root().join("tests/models").join(name);
-        let mut args = vec!["fine-tune", "--model", model.to_str().unwrap(), "--task", "classify", "--data", data,
+        let (task, data) = if name.ends_with("-qa") { ("qa", squad) } else { ("classify", data) };
+        // The tiny model's 64 positions leave room for windows of a 16-token stride only.
+        let stride: &[&str] = if task == "qa" { &["--doc-stride", "16"] } else { &[] };
+        let mut args = vec!["fine-tune", "--model", model.to_str().unwrap(), "--task", task, "--data", data,
             "--out", out.to_str().unwrap(), "--epochs", "1", "--validation-split", "0", "--device", "cpu"];
         args.extend(extra);
+        args.extend(stride);
         let o = run(&args, "");
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{name} {extra:?}: {stderr}");
@@ -224,6 +232,56 @@ fn roberta_and_distilbert_fine_tune_resume_and_write_their_own_class() {
         assert!(o.status.success(), "{name}: classify on the folder: {}", String::from_utf8_lossy(&o.stderr));
         let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!((lines[0][0]["label"].as_str(), lines[1][0]["label"].as_str()), (Some("animal"), Some("vehicle")), "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A NomicBERT and a GTE whose config.json is in its hub repository's form (nomic-ai's `n_embd`...; Alibaba-NLP's
+/// `model_type: "new"`) fine-tune, and the folder's config.json is in transformers' keys, none of the hub's left,
+/// describing the model bertgpu read: parsed again it is the same encoder (sizes, activation, epsilon, rotation,
+/// dropouts), and the folder classifies. (tests/golden/hub_config_load.py checks by hand that transformers loads
+/// such a folder as its class and gives our probabilities.)
+#[test]
+fn hub_form_configs_train_and_their_folders_have_transformers_keys() {
+    use bertgpu::config::BertConfig;
+    let dir = tmp("hub-form");
+    let train = data(&dir);
+    // gte-multilingual-base's form: `new` with the plain rotation (tiny-gte-ntk without its NTK scaling).
+    let gte = dir.join("tiny-gte-new");
+    std::fs::create_dir_all(&gte).unwrap();
+    for f in std::fs::read_dir(root().join("tests/models/tiny-gte-ntk")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, gte.join(f.file_name().unwrap())).unwrap();
+    }
+    let mut c: Value = serde_json::from_str(&std::fs::read_to_string(gte.join("config.json")).unwrap()).unwrap();
+    c.as_object_mut().unwrap().remove("rope_scaling");
+    c["auto_map"] = serde_json::json!({ "AutoModel": "Alibaba-NLP/new-impl--modeling.NewModel" });
+    std::fs::write(gte.join("config.json"), c.to_string()).unwrap();
+    for (model, hub_keys, arch) in [(root().join("tests/models/tiny-nomic-hub"), &["n_embd", "rotary_emb_base", "layer_norm_epsilon"][..],
+            "NomicBertForSequenceClassification"),
+        (gte, &["auto_map", "rope_theta", "position_embedding_type"][..], "GteForSequenceClassification")] {
+        let name = model.file_name().unwrap().to_string_lossy().to_string();
+        let out = dir.join(format!("{name}-out"));
+        let o = run(&["fine-tune", "--task", "classify", "--model", model.to_str().unwrap(), "--data", train.to_str().unwrap(),
+            "--out", out.to_str().unwrap(), "--device", "cpu", "--epochs", "2", "--lr", "2e-3", "--batch-size", "8",
+            "--validation-split", "0"], "");
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = std::fs::read_to_string(out.join("config.json")).unwrap();
+        let written: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(written["architectures"], serde_json::json!([arch]), "{name}");
+        for k in hub_keys {
+            assert!(written.get(*k).is_none(), "{name}: the hub's `{k}` is still in {text}");
+        }
+        let (a, b) = (BertConfig::from_json_str(&std::fs::read_to_string(model.join("config.json")).unwrap()).unwrap(),
+            BertConfig::from_json_str(&text).unwrap());
+        assert_eq!((b.family, b.hidden_size, b.num_hidden_layers, b.num_attention_heads, b.intermediate_size),
+            (a.family, a.hidden_size, a.num_hidden_layers, a.num_attention_heads, a.intermediate_size), "{name}");
+        assert_eq!((b.hidden_act, b.layer_norm_eps, b.positions, b.rope_ntk_factor, b.max_position_embeddings),
+            (a.hidden_act, a.layer_norm_eps, a.positions, a.rope_ntk_factor, a.max_position_embeddings), "{name}");
+        assert_eq!((b.pad_token_id, b.has_token_type_table(), b.biases, b.hidden_dropout_prob, b.attention_probs_dropout_prob),
+            (a.pad_token_id, a.has_token_type_table(), a.biases, a.hidden_dropout_prob, a.attention_probs_dropout_prob), "{name}");
+        let o = run(&["classify", "--model", out.to_str().unwrap(), "--device", "cpu"], "the cat 99 sat on the mat\n");
+        assert!(o.status.success(), "{name}: classify on the folder: {}", String::from_utf8_lossy(&o.stderr));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,7 @@
 //! Fine-tuning the whole encoder of BERT's relatives against PyTorch autograd: for each case of
 //! tests/golden/finetune_families.json (tests/golden/finetune_families.py, float64) — RoBERTa, CamemBERT, DistilBERT,
-//! ELECTRA and ALBERT, sequence classification (ELECTRA's and ALBERT's on pairs too) and token classification — the loss, the gradient
+//! ELECTRA and ALBERT, sequence classification (ELECTRA's and ALBERT's on pairs too) and token classification, and
+//! question answering for RoBERTa, XLM-R, CamemBERT and MPNet — the loss, the gradient
 //! of every parameter under the family's own names, and five AdamW steps with weight decay and clipping, on the CPU
 //! and the GPU. The tolerances are tests/finetune_golden.rs's for BERT (the same tiny sizes, the same sums). The rotary
 //! families, NomicBERT and GTE (rotary queries and keys, gated feed-forwards), are the cases of
@@ -69,7 +70,8 @@ fn golden() -> &'static Value {
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
         for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json",
-            "tests/golden/finetune_mpnet.json", "tests/golden/finetune_modernbert.json"] {
+            "tests/golden/finetune_mpnet.json", "tests/golden/finetune_deberta.json",
+            "tests/golden/finetune_modernbert.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());
@@ -96,6 +98,9 @@ struct Case {
     task: FineTuneTask,
     labels: Vec<u32>,
     token_labels: Vec<i64>,
+    /// QA's answer spans (`start_positions`, `end_positions`).
+    start: Vec<u32>,
+    end: Vec<u32>,
 }
 
 impl Case {
@@ -110,13 +115,20 @@ impl Case {
         let input_ids = u32s("input_ids");
         let t = input_ids.len() / b;
         let batch = Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t };
-        let task = if g["task"] == "sequence" { FineTuneTask::Sequence } else { FineTuneTask::Token };
-        Case { dir, cfg, weights, batch, task, labels: u32s("labels"), token_labels: ints(&g["labels"]) }
+        let (task, span) = match g["task"].as_str().unwrap() {
+            "sequence" => (FineTuneTask::Sequence, false),
+            "qa" => (FineTuneTask::Qa, true),
+            _ => (FineTuneTask::Token, false),
+        };
+        let (labels, token_labels) = if span { (vec![], vec![]) } else { (u32s("labels"), ints(&g["labels"])) };
+        let (start, end) = if span { (u32s("start_positions"), u32s("end_positions")) } else { (vec![], vec![]) };
+        Case { dir, cfg, weights, batch, task, labels, token_labels, start, end }
     }
 
     fn targets(&self) -> Targets<'_> {
         match self.task {
             FineTuneTask::Sequence => Targets::Sequence(&self.labels),
+            FineTuneTask::Qa => Targets::Qa { start: &self.start, end: &self.end },
             _ => Targets::Token(&self.token_labels),
         }
     }
@@ -129,12 +141,29 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
     let (cfg, weights, batch, task, targets, dir_of_model) = (&c.cfg, &c.weights, &c.batch, c.task, c.targets(), &c.dir);
     let t = batch.t;
     let mut tr = FineTuner::new(be, cfg, weights, task, None, 0).unwrap();
+    // A head the checkpoint lacks starts from the golden's (transformers' seeded initialisation), not ours.
+    if let Some(init) = g.get("init").and_then(Value::as_object) {
+        let mut set = 0;
+        for p in tr.encoder.params.iter_mut().filter(|p| init.contains_key(&p.names[0])) {
+            let v: Vec<f32> = floats(&init[&p.names[0]]).into_iter().map(|x| x as f32).collect();
+            p.tensor = be.input(&v, p.rows, p.cols).unwrap();
+            set += 1;
+        }
+        assert_eq!(set, init.len(), "{name}: every tensor of the golden's `init` is a parameter here");
+    }
 
     let (grads, logits) = tr.gradients(be, batch, &targets).unwrap();
     let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), t, &targets) as f64;
     let want_loss = g["loss"].as_f64().unwrap();
     assert!((loss - want_loss).abs() <= LOSS_RTOL * want_loss, "{name}: loss {loss} vs PyTorch {want_loss}");
     let ours: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, Some(&grads))).unwrap().into_iter().collect();
+    if cfg.position_offset > 0 {
+        // Row `padding_idx` of the position table: padding tokens read it, and it gets no gradient (nn.Embedding's
+        // padding_idx); the QA cases' losses read the padding tokens' outputs, so a slip would show here exactly.
+        let (n, table) = ours.iter().find(|(n, _)| n.ends_with("embeddings.position_embeddings.weight")).unwrap();
+        let (pad, e) = (cfg.pad_token_id as usize, cfg.embedding_size);
+        assert!(table[pad * e..(pad + 1) * e].iter().all(|&v| v == 0.0), "{name}: {n}: row padding_idx got a gradient");
+    }
     if let Some(table) = ours.get("mpnet.encoder.relative_attention_bias.weight") {
         assert!(table.iter().any(|&v| v != 0.0), "{name}: the relative bias table gets a gradient");
     }
@@ -193,6 +222,27 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
 const CASES: [&str; 11] = ["roberta_classify", "roberta_ner", "camembert_classify", "distil_classify", "distil_ner",
     "electra_classify", "electra_pair", "electra_ner", "albert_classify", "albert_pair", "albert_ner"];
 
+/// Question answering on RoBERTa, XLM-R and CamemBERT (tests/golden/finetune_families.py) and MPNet
+/// (tests/golden/finetune_mpnet.py): the loss softmaxes over every position, padding included, whose position row is
+/// `padding_idx` (that row gets no gradient).
+const QA_CASES: [&str; 4] = ["roberta_qa", "xlmr_qa", "camembert_qa", "mpnet_qa"];
+
+#[test]
+fn question_answering_matches_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in QA_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn question_answering_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in QA_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
 /// NomicBERT and GTE (tests/golden/finetune_rotary.py).
 const ROTARY_CASES: [&str; 6] = ["gte_classify", "gte_pair", "gte_ner", "nomic_classify", "nomic_pair", "nomic_ner"];
 
@@ -216,6 +266,26 @@ fn modernbert_matches_pytorch_on_the_cpu() {
 fn modernbert_matches_pytorch_on_the_gpu() {
     let Some(g) = common::gpu() else { return };
     for name in MODERN_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
+/// DeBERTa-v3-like (tests/golden/finetune_deberta.py): the disentangled attention, its relative table and that
+/// table's LayerNorm one pair of parameters whose gradients sum every layer's.
+const DEBERTA_CASES: [&str; 3] = ["deberta_classify", "deberta_pair", "deberta_ner"];
+
+#[test]
+fn deberta_matches_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in DEBERTA_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn deberta_matches_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in DEBERTA_CASES {
         check(&g, name, GPU_GRAD_RTOL);
     }
 }
@@ -284,6 +354,7 @@ fn lora_adapters_carry_each_familys_module_names() {
         ("electra_pair", "electra.encoder.layer.1.attention.self.value", &["query", "value"][..], qv),
         // peft has no default for MPNet: its own module names, `attention.attn.{q,v}`.
         ("mpnet_classify", "mpnet.encoder.layer.1.attention.attn.v", &["q", "v"][..], qv),
+        ("deberta_classify", "deberta.encoder.layer.1.attention.self.value_proj", &["query_proj", "value_proj"][..], qv),
         // transformers' modules, rows of the checkpoints' packed `qkv_proj`, `Wqkv`, `up_gate_proj`.
         ("gte_classify", "gte.layers.1.self_attn.v_proj", &["q_proj", "v_proj"][..], qv),
         ("gte_ner", "gte.layers.0.mlp.gate_proj", &rotary_all[..], LoraTargets::All),
@@ -319,8 +390,9 @@ fn lora_adapters_carry_each_familys_module_names() {
             worst = worst.max(d);
         }
         assert!(moved > 1e-3, "{name}: the adapters did not train (largest change {moved:e})");
-        if let (Ok(dir), true) = (std::env::var("BERTGPU_LORA_EXPORT"), name.starts_with("gte") || name.starts_with("nomic")) {
-            // The adapter, the merged folder and our logits, for tests/golden/lora_rotary_peft_load.py.
+        if let (Ok(dir), true) = (std::env::var("BERTGPU_LORA_EXPORT"), ["gte", "nomic", "deberta"].iter().any(|f| name.starts_with(f))) {
+            // The adapter, the merged folder and our logits, for tests/golden/lora_rotary_peft_load.py (DeBERTa's too:
+            // its `query_proj`/`value_proj` are rows of our fused projection).
             let dir = Path::new(&dir).join(name);
             std::fs::create_dir_all(dir.join("merged")).unwrap();
             std::fs::write(dir.join("adapter_config.json"), &config).unwrap();
@@ -422,6 +494,16 @@ fn mpnet_embedding_training_matches_pytorch() {
     }
 }
 
+/// DeBERTa-v3-like (tests/golden/finetune_embed_deberta.py): the relative table's and its LayerNorm's gradients too.
+#[test]
+fn deberta_embedding_training_matches_pytorch() {
+    let g = common::family::golden("finetune_embed_deberta.json");
+    check_embedding(&CpuBackend::new(), "deberta", &g, CPU_GRAD_RTOL);
+    if let Some(gpu) = common::gpu() {
+        check_embedding(&gpu, "deberta", &g, GPU_GRAD_RTOL);
+    }
+}
+
 /// LoRA on NomicBERT and GTE against peft (tests/golden/lora_rotary.py, float64): the adapters on transformers'
 /// modules, each a block of rows of a packed tensor here (GTE's q and v of `qkv_proj`; NomicBERT's every linear, `up`
 /// and `gate` the halves of `[fc11; fc12]`), from the golden's A and B: which parameters train, the loss, every trained
@@ -430,10 +512,17 @@ fn mpnet_embedding_training_matches_pytorch() {
 fn check_rotary_lora<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
     const LORA_LOSS_RTOL: f64 = 5e-6;
     const LORA_PARAM_ATOL: f64 = 3e-6;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/lora_rotary.json");
+    // DeBERTa's cases (tests/golden/lora_deberta.py) are checked the same way.
+    let (file, case) = match name {
+        "gte_qv" => ("lora_rotary.json", "gte_classify"),
+        "nomic_all" => ("lora_rotary.json", "nomic_ner"),
+        "deberta_qv" => ("lora_deberta.json", "deberta_classify"),
+        _ => ("lora_deberta.json", "deberta_ner"),
+    };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(file);
     let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let g = &all["cases"][name];
-    let c = Case::load(if name == "gte_qv" { "gte_classify" } else { "nomic_ner" });
+    let c = Case::load(case);
     assert_eq!(c.dir.file_name().unwrap().to_str().unwrap(), g["model"].as_str().unwrap());
     let targets = if g["target_modules"].as_array().unwrap().len() == 2 { LoraTargets::Qv } else { LoraTargets::All };
     let opts = LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32, targets, merge: false };
@@ -489,6 +578,19 @@ fn check_rotary_lora<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
     }
     eprintln!("{name} LoRA on {}: worst gradient relative error {worst:.2e}, loss/grad-norm {worst_step:.2e}, \
         parameters after 5 steps {worst_param:.2e}", be.name());
+}
+
+/// LoRA on DeBERTa against peft (tests/golden/lora_deberta.py): `query_proj`/`value_proj`, and every linear; the
+/// adapters on `query_proj` and `key_proj` also change the position terms (each layer projects the relative table
+/// through them).
+#[test]
+fn lora_on_deberta_matches_peft() {
+    for name in ["deberta_qv", "deberta_all"] {
+        check_rotary_lora(&CpuBackend::new(), name, CPU_GRAD_RTOL);
+        if let Some(g) = common::gpu() {
+            check_rotary_lora(&g, name, GPU_GRAD_RTOL);
+        }
+    }
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! `mpnet.` or the root), RoBERTa's positions, no token types, and the relative position bias (T5's buckets, the
 //! attention kernel's bias input) in the embeddings of a padded batch and of each text alone, fill-mask
 //! (`lm_head`), sequence classification (`classifier.dense` + tanh + `out_proj`, pairs included), token
-//! classification and QA, on the CPU and the GPU backend. Fine-tuning an MPNet (its backward is not written) is refused by
-//! name; `convert` to GGUF runs (tests/gguf_families.rs).
+//! classification and QA, on the CPU and the GPU backend. Its training, question answering included, is checked by
+//! tests/finetune_families.rs; `convert` to GGUF runs (tests/gguf_families.rs).
 
 mod common;
 
@@ -13,7 +13,6 @@ use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
-use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::{HostTensor, Weights};
 use common::family::{self, block_on, dir};
 use common::gpu;
@@ -144,13 +143,3 @@ fn config_and_refusals() {
     }
 }
 
-/// MPNet fine-tunes (tests/finetune_families.rs), but not for question answering yet: transformers gives its padding
-/// tokens the position `padding_idx`, which QA's loss reads, as RoBERTa's. Refused by the family's name.
-#[test]
-fn question_answering_is_refused_by_name() {
-    let d = dir("tiny-mpnet-qa");
-    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Qa, None, 0).err().expect("refused").to_string();
-    assert!(e.contains("`mpnet`") && e.contains("question answering"), "{e}");
-}

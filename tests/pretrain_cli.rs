@@ -234,6 +234,63 @@ fn relatives_pretrain_their_own_masked_lm_head() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// ALBERT's `AlbertForPreTraining` pre-trains with sentence-order prediction beside the masked LM, without asking:
+/// each step reports the sentence-order loss (`nsp_loss`, summed into `loss`), the saved batches hold pairs
+/// (`[CLS] x [SEP] y [SEP]`, token types 1 on `y [SEP]`) and their `sentence_order_label`s (both orders drawn), and
+/// the folder is `AlbertForPreTraining`; `--no-nsp` trains the masked LM alone.
+#[test]
+fn albert_pretraining_trains_sentence_order() {
+    let dir = std::env::temp_dir().join(format!("bertgpu-pretrain-sop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = first_documents(&dir, 40);
+    let model = root().join("tests/models/tiny-albert-pretraining");
+    for no_nsp in [false, true] {
+        let (out, batches) = (dir.join(format!("out-{no_nsp}")), dir.join(format!("batches-{no_nsp}.jsonl")));
+        let mut args = vec!["pretrain", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",
+            out.to_str().unwrap(), "--steps", "6", "--batch-size", "8", "--max-length", "32", "--device", "cpu",
+            "--save-batches", batches.to_str().unwrap()];
+        if no_nsp {
+            args.push("--no-nsp");
+        }
+        let o = common::run_cli(&args, "");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "pretrain failed: {stderr}");
+        let steps: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v.get("step").is_some()).collect();
+        assert_eq!(steps.len(), 6, "{stderr}");
+        for s in &steps {
+            let (loss, mlm) = (s["loss"].as_f64().unwrap(), s["mlm_loss"].as_f64().unwrap());
+            match s.get("nsp_loss").and_then(Value::as_f64) {
+                Some(sop) => assert!(!no_nsp && (loss - (mlm + sop)).abs() <= 1e-5 * loss, "{s}"),
+                None => assert!(no_nsp && loss == mlm, "{s}"),
+            }
+        }
+        let mut labels = std::collections::BTreeSet::new();
+        for b in std::fs::read_to_string(&batches).unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
+            assert!(b.get("next_sentence_label").is_none(), "{b}");
+            let sop = &b["sentence_order_label"];
+            assert_eq!(sop.is_null(), no_nsp, "{b}");
+            let rows = b["input_ids"].as_array().unwrap().iter().zip(b["labels"].as_array().unwrap());
+            for ((row, labels), types) in rows.zip(b["token_type_ids"].as_array().unwrap()) {
+                // The tokens before masking (a random replacement may draw [SEP], id 3).
+                let ids = row.as_array().unwrap().iter().zip(labels.as_array().unwrap())
+                    .map(|(x, l)| if l.as_i64() == Some(-100) { x.as_i64() } else { l.as_i64() });
+                let seps = ids.filter(|&x| x == Some(3)).count(); // [SEP]
+                let ones = types.as_array().unwrap().iter().any(|x| x.as_i64() == Some(1));
+                assert_eq!((seps, ones), if no_nsp { (1, false) } else { (2, true) }, "{row} {types}");
+            }
+            labels.extend(sop.as_array().into_iter().flatten().map(|x| x.as_i64().unwrap()));
+        }
+        if !no_nsp {
+            assert_eq!(labels, [0, 1].into(), "both orders in 6 batches of 8");
+        }
+        let cfg: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(cfg["architectures"], serde_json::json!(["AlbertForPreTraining"]));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--dynamic-masking` masks every row again each epoch (RoBERTa's recipe), and `--save-batches` writes the masks
 /// each step trained on: over 3 passes through a small corpus, a row (its tokens as the labels give them back) comes
 /// back with other masks, where the default's static masking gives it the same masks every pass. The same seed

@@ -136,6 +136,12 @@ fn check_row(row: &PretrainRow, tok: &Tokenizer, corpus: &TokenizedCorpus, o: &P
                     assert_eq!(b.document, row.a.document, "IsNext B from another document");
                     assert_eq!(b.sentences.start, row.a.sentences.end, "IsNext B does not follow A");
                 }
+                // ALBERT's sentence order: the row's second segment comes first in the document.
+                1 if o.sentence_order => {
+                    st.not_next += 1;
+                    assert_eq!(b.document, row.a.document, "a swapped pair from two documents");
+                    assert_eq!(row.a.sentences.start, b.sentences.end, "a swapped pair's segments are not consecutive");
+                }
                 1 => {
                     st.not_next += 1;
                     assert_ne!(b.document, row.a.document, "NotNext B from A's own document");
@@ -233,6 +239,38 @@ fn nsp_pairs_and_masking_statistics() {
     assert!((is_next - 0.5).abs() <= NSP_TOL, "IsNext {is_next}, want 0.5 ± {NSP_TOL}");
     // Token-level masking splits words: the whole-word check below would see it.
     assert!(st.split_words > 100, "only {} words split without whole-word masking", st.split_words);
+}
+
+/// ALBERT's sentence-order pairs (`sentence_order`): both segments consecutive in one document, in order (label 0)
+/// or swapped (label 1: the row's first segment follows its second in the document), the coin fair; every row's
+/// segments are the tokens of the sentences they name (`check_row`). A one-document corpus is enough.
+#[test]
+fn sentence_order_pairs_are_consecutive_segments_swapped_at_random() {
+    let tok = minilm();
+    let corpus = TokenizedCorpus::new(&tok, &fortunes()).unwrap();
+    let o = PretrainOptions { max_length: 64, sentence_order: true, ..Default::default() };
+    let st = run(&tok, &corpus, &o);
+    check_masking(&st, &tok, 0.15);
+    let pairs = (st.is_next + st.not_next) as f64;
+    let in_order = st.is_next as f64 / pairs;
+    eprintln!("in order {in_order:.4} of {pairs} pairs");
+    assert!((in_order - 0.5).abs() <= NSP_TOL, "in order {in_order}, want 0.5 ± {NSP_TOL}");
+    // The swap is of whole segments: a swapped row's first segment is the later sentences, token for token.
+    let one = TokenizedCorpus::new(&tok, &[vec!["the first sentence is here.".into(), "then comes the second one.".into(),
+        "and a third follows them.".into()]]).unwrap();
+    let mut labels = BTreeMap::new();
+    for seed in 0..40 {
+        // No shorter rows: nothing is truncated.
+        for row in pretrain_rows(&one, &PretrainOptions { short_seq_prob: 0.0, seed, ..o.clone() }).unwrap() {
+            let (a, b) = (row.a.clone(), row.b.clone().unwrap());
+            let first = &original(&row)[1..1 + span_ids(&one, &a).len()];
+            assert_eq!(first, &span_ids(&one, &a)[..], "the row holds segment a first, whole");
+            let swapped = a.sentences.start == b.sentences.end;
+            assert_eq!(row.nsp_label, Some(u32::from(swapped)), "{a:?} then {b:?}");
+            *labels.entry(swapped).or_insert(0) += 1;
+        }
+    }
+    assert_eq!(labels.len(), 2, "both orders drawn over 40 seeds: {labels:?}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Continued pre-training (masked LM) of BERT's relatives against PyTorch autograd: for each case of
 //! tests/golden/pretrain_families.json (tests/golden/pretrain_families.py, float64) — RoBERTa, XLM-R, CamemBERT,
-//! DistilBERT and ALBERT, each with its own masked-LM head — the loss, the gradient of every parameter under the
+//! DistilBERT and ALBERT, each with its own masked-LM head, and ALBERT's `AlbertForPreTraining` with sentence-order
+//! prediction beside it (`albert_sop`) — the loss, the gradient of every parameter under the
 //! family's own names (the word embeddings' holding both their uses, as the tied decoder and as the input table),
 //! and five AdamW steps with weight decay and clipping, on the CPU and the GPU. The tolerances are
 //! tests/finetune_families.rs's (the same tiny sizes; the MLM decoder adds one reduction over ≤ 16 selected rows,
@@ -38,8 +39,9 @@ const PARAM_ATOL: f64 = 2e-4;
 const LOSS_RTOL: f64 = 2e-5;
 const STEP_RTOL: f64 = 2e-4;
 
-const CASES: [(&str, &str); 5] = [("roberta", "RobertaForMaskedLM"), ("xlmr", "XLMRobertaForMaskedLM"),
-    ("camembert", "CamembertForMaskedLM"), ("distilbert", "DistilBertForMaskedLM"), ("albert", "AlbertForMaskedLM")];
+const CASES: [(&str, &str); 6] = [("roberta", "RobertaForMaskedLM"), ("xlmr", "XLMRobertaForMaskedLM"),
+    ("camembert", "CamembertForMaskedLM"), ("distilbert", "DistilBertForMaskedLM"), ("albert", "AlbertForMaskedLM"),
+    ("albert_sop", "AlbertForPreTraining")];
 
 /// NomicBERT and GTE (tests/golden/pretrain_rotary.py).
 const ROTARY_CASES: [(&str, &str); 2] = [("gte", "GteForMaskedLM"), ("nomic", "NomicBertForMaskedLM")];
@@ -72,7 +74,8 @@ fn golden() -> &'static Value {
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
         for file in ["tests/golden/pretrain_families.json", "tests/golden/pretrain_rotary.json",
-            "tests/golden/pretrain_mpnet.json", "tests/golden/pretrain_modernbert.json"] {
+            "tests/golden/pretrain_mpnet.json", "tests/golden/pretrain_deberta.json",
+            "tests/golden/pretrain_modernbert.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());
@@ -99,19 +102,22 @@ fn check<B: Backend>(be: &B, name: &str, arch: &str, grad_rtol: f64) -> (f64, f6
     let t = input_ids.len() / b;
     let batch = Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t };
     let mlm = ints(&g["labels"]);
+    // ALBERT's sentence order (AlbertForPreTraining): 0 in order, 1 swapped.
+    let sop: Option<Vec<u32>> = g.get("sentence_order_label")
+        .map(|v| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect());
     let mut tr = FineTuner::new(be, &cfg, &weights, FineTuneTask::Pretrain, None, 0).unwrap();
 
-    let (grads, eval) = pollster::block_on(tr.pretrain_gradients(be, &batch, &mlm, None)).unwrap();
+    let (grads, eval) = pollster::block_on(tr.pretrain_gradients(be, &batch, &mlm, sop.as_deref())).unwrap();
     let want_loss = g["loss"].as_f64().unwrap();
     let loss = eval.loss() as f64;
     assert!((loss - want_loss).abs() <= LOSS_RTOL * want_loss, "{name}: loss {loss} vs PyTorch {want_loss}");
-    assert!(eval.nsp_loss.is_none(), "{name}: no next-sentence head");
+    assert_eq!(eval.nsp_loss.is_some(), sop.is_some(), "{name}: a sentence-order loss exactly with its head");
     assert_eq!(eval.mlm_count, mlm.iter().filter(|&&l| l != -100).count());
     let grads: Vec<B::Tensor> = grads.into_iter().map(|g| g.expect("every parameter trains")).collect();
     let ours: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, Some(&grads))).unwrap().into_iter().collect();
     let zero: BTreeSet<&str> = g["zero_grads"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     let (opt, worst) = gradients_match(name, be.name(), &tr, &ours, g, grad_rtol, ZERO_GRAD_ATOL);
-    let targets = Targets::Pretrain { mlm: &mlm, nsp: None };
+    let targets = Targets::Pretrain { mlm: &mlm, nsp: sop.as_deref() };
     let mut worst_step = 0f64;
     for (s, (wl, wn)) in floats(&g["losses"]).iter().zip(&floats(&g["grad_norms"])).enumerate() {
         let r = pollster::block_on(tr.step(be, &batch, &targets, &opt)).unwrap();
@@ -172,6 +178,25 @@ fn rotary_families_pretrain_as_pytorch_on_the_cpu() {
 fn rotary_families_pretrain_as_pytorch_on_the_gpu() {
     let Some(g) = common::gpu() else { return };
     for (name, arch) in ROTARY_CASES {
+        check(&g, name, arch, GPU_GRAD_RTOL);
+    }
+}
+
+/// DeBERTa-v3-like (tests/golden/pretrain_deberta.py): `lm_predictions.lm_head`, tied to the word embeddings.
+const DEBERTA_CASES: [(&str, &str); 1] = [("deberta", "DebertaV2ForMaskedLM")];
+
+#[test]
+fn deberta_pretrains_as_pytorch_on_the_cpu() {
+    let be = CpuBackend::new();
+    for (name, arch) in DEBERTA_CASES {
+        check(&be, name, arch, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn deberta_pretrains_as_pytorch_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for (name, arch) in DEBERTA_CASES {
         check(&g, name, arch, GPU_GRAD_RTOL);
     }
 }

@@ -14,7 +14,8 @@ struct Params {
     drop_threshold: u32,
     drop_key: u32,
     drop_scale: f32,
-    _pad0: u32,
+    // Rows of DeBERTa's projected relative table (attention_backward.wgsl with DISENTANGLED = 1 only).
+    pos_rows: u32,
     _pad1: u32,
     _pad2: u32,
 }

@@ -334,6 +334,12 @@ pub trait Backend {
     /// (`trans_a`), `dX = dZ·W` (neither), the bias gradient `1ᵀ·dZ`.
     fn matmul(&self, a: &Self::Tensor, trans_a: bool, b: &Self::Tensor, trans_b: bool) -> Result<Self::Tensor>;
 
+    /// `dy · w` for a weight `w` `(N, K)` in its stored dtype (f32, f16, Q8_0, Q4_0; the layout [`Self::linear`]
+    /// reads) and `dy` `(M, N)` f32 → `(M, K)`: the input gradient `dX = dY·W` through a linear whose weight is
+    /// frozen and stays quantized (LoRA over a quantized base). The weight's values are its dequantized ones, exactly
+    /// as `linear` decodes them; only the summation order differs from [`Self::matmul`] on the dequantized matrix.
+    fn matmul_weight(&self, dy: &Self::Tensor, w: &Self::Tensor) -> Result<Self::Tensor>;
+
     /// The gradient of the mean softmax cross-entropy over a batch with respect to its logits:
     /// logits `(B, C)`, `labels` (B) in `0..C` → `(softmax(z) − onehot(y)) / B` `(B, C)`.
     fn softmax_xent_grad(&self, logits: &Self::Tensor, labels: &[u32]) -> Result<Self::Tensor>;
@@ -446,6 +452,23 @@ pub trait Backend {
     /// (MPNet's training forward); `None` is [`Self::attention_dropout`].
     fn attention_dropout_biased(&self, qkv: &Self::Tensor, mask: &Self::Tensor, bias: Option<&Self::Tensor>,
         shape: AttentionShape, d: Dropout) -> Result<Self::Tensor>;
+
+    /// [`Self::attention_disentangled`] with dropout on the probabilities after the softmax, its mask as
+    /// [`Self::attention_dropout`]'s: DeBERTa's training forward.
+    fn attention_dropout_disentangled(&self, qkv: &Self::Tensor, mask: &Self::Tensor, pos: &Self::Tensor,
+        rows: &Self::Tensor, shape: AttentionShape, d: Dropout) -> Result<Self::Tensor>;
+
+    /// Back through [`Self::attention_disentangled`] (or [`Self::attention_dropout_disentangled`] with `dropout`):
+    /// `dctx (B*T, H)` and the `qkv`, `mask`, `pos (R, 3H)`, `rows (1, 2T − 1)` it read → `dqkv (B*T, 3H)` and
+    /// `dpos (R, 3H)` = `[dposQ | dposK | 0]`. With `G = dS/√(3d)` per (sequence, head) (dS the softmax input's
+    /// gradient as in [`Self::attention_backward`]) and `r(i, j) = rows[j − i + T − 1]`:
+    /// `dq_i = Σ_j G_ij (k_j + posK_r(i,j))`, `dk_j = Σ_i G_ij (q_i + posQ_r(i,j))`, `dv` as the plain backward,
+    /// `dposK_r = Σ_{b, (i, j): r(i,j) = r} G_ij q_i`, `dposQ_r = Σ_{b, (i, j): r(i,j) = r} G_ij k_j`; padded keys add
+    /// nothing.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_backward_disentangled(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor,
+        pos: &Self::Tensor, rows: &Self::Tensor, shape: AttentionShape, dropout: Option<Dropout>)
+        -> Result<(Self::Tensor, Self::Tensor)>;
 
     /// Runs everything recorded so far and copies one f32 tensor back to the host, row-major.
     async fn read(&self, t: &Self::Tensor) -> Result<Vec<f32>>;

@@ -25,6 +25,10 @@ pub struct DebertaV2 {
     pub relative: Option<Relative>,
     /// `pooler_hidden_act` of the `ContextPooler` (transformers' default `gelu`, the exact one).
     pub pooler_hidden_act: Activation,
+    /// `pooler_dropout` (default 0): the `ContextPooler`'s dropout of the first token before its dense layer.
+    pub pooler_dropout: f32,
+    /// `cls_dropout`: the sequence classifier's dropout of the pooled vector (`None`: `hidden_dropout_prob`).
+    pub cls_dropout: Option<f32>,
 }
 
 /// The relative positions of the disentangled attention.
@@ -72,6 +76,14 @@ fn int(v: &Value, key: &str, default: i64) -> Result<i64> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(default),
         Some(x) => x.as_i64().ok_or_else(|| Error::Config(format!("config.json's `{key}` {x} is not an integer"))),
+    }
+}
+
+fn float(v: &Value, key: &str) -> Result<Option<f32>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x.as_f64().map(|f| Some(f as f32))
+            .ok_or_else(|| Error::Config(format!("config.json's `{key}` {x} is not a number"))),
     }
 }
 
@@ -159,6 +171,8 @@ pub fn parse(v: &Value, hidden_size: usize, heads: usize, max_position_embedding
         token_types: int(v, "type_vocab_size", 2)? > 0,
         relative,
         pooler_hidden_act: Activation::from_hf(v.get("pooler_hidden_act").and_then(Value::as_str).unwrap_or("gelu"))?,
+        pooler_dropout: float(v, "pooler_dropout")?.unwrap_or(0.0),
+        cls_dropout: float(v, "cls_dropout")?,
     })
 }
 

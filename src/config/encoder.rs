@@ -96,6 +96,10 @@ pub(super) struct RotaryKeys {
     pub hidden_act: Option<&'static str>,
     /// transformers' `head_dim`, which must be hidden_size / heads.
     pub head_dim: Option<usize>,
+    /// nomic-ai's dropout keys (`resid_pdrop`, which its code also applies to the embeddings as `embd_pdrop`, and
+    /// `attn_pdrop`), where transformers' are absent.
+    pub hidden_dropout: Option<f64>,
+    pub attention_dropout: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -114,6 +118,9 @@ struct Raw {
     layer_norm_epsilon: Option<f64>,
     activation_function: Option<String>,
     rotary_emb_base: Option<f64>,
+    resid_pdrop: Option<f64>,
+    embd_pdrop: Option<f64>,
+    attn_pdrop: Option<f64>,
     rotary_emb_fraction: Option<f64>,
     rotary_emb_interleaved: Option<bool>,
     rotary_scaling_factor: Option<Value>,
@@ -221,6 +228,15 @@ fn nomic_hub(raw: &Raw, keys: &mut RotaryKeys) -> Result<()> {
     keys.intermediate_size = raw.n_inner;
     keys.max_position_embeddings = raw.n_positions;
     keys.layer_norm_eps = raw.layer_norm_epsilon;
+    // transformers' NomicBert drops the embeddings and the residual branches with one probability.
+    if let (Some(e), Some(r)) = (raw.embd_pdrop, raw.resid_pdrop) {
+        if e != r {
+            return Err(refuse("embd_pdrop", e, &format!("the embeddings' dropout must be resid_pdrop's ({r}), as \
+                transformers' NomicBert applies one probability to both")));
+        }
+    }
+    keys.hidden_dropout = raw.resid_pdrop.or(raw.embd_pdrop);
+    keys.attention_dropout = raw.attn_pdrop;
     Ok(())
 }
 

@@ -196,7 +196,8 @@ const ROTARY_CLASSES: [&str; 4] = ["Model", "ForMaskedLM", "ForSequenceClassific
 const MODERNBERT_CLASSES: [&str; 5] =
     ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering"];
 
-/// ALBERT's classes (`ForPreTraining` is the masked LM plus the sentence-order head, which bertgpu does not run).
+/// ALBERT's classes (`ForPreTraining` is the masked LM plus the sentence-order head, which inference does not run
+/// and pre-training trains).
 const ALBERT_CLASSES: [&str; 7] = ["Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification",
     "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice"];
 

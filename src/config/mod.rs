@@ -393,10 +393,16 @@ impl BertConfig {
             architectures: raw.architectures.unwrap_or_default(),
             tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(true),
             initializer_range: raw.initializer_range.unwrap_or(0.02) as f32,
-            hidden_dropout_prob: mk.as_ref().map_or(if distil { raw.dropout } else { raw.hidden_dropout_prob }.unwrap_or(0.1)
-                as f32, |k| k.dropout[0]),
+            // Absent keys take the family's config class's defaults (NomicBertConfig 0 and 0, GteConfig 0.1 and 0,
+            // BertConfig's 0.1 and 0.1 for the rest); nomic-ai's hub keys where transformers' are absent; ModernBERT's
+            // own keys.
+            hidden_dropout_prob: mk.as_ref().map_or(if distil { raw.dropout } else { raw.hidden_dropout_prob }
+                .or(rk.as_ref().and_then(|k| k.hidden_dropout))
+                .unwrap_or(if family == Family::NomicBert { 0.0 } else { 0.1 }) as f32, |k| k.dropout[0]),
             attention_probs_dropout_prob: mk.as_ref().map_or(if distil { raw.attention_dropout } else {
-                raw.attention_probs_dropout_prob }.unwrap_or(0.1) as f32, |k| k.dropout[1]),
+                raw.attention_probs_dropout_prob }
+                .or(rk.as_ref().and_then(|k| k.attention_dropout))
+                .unwrap_or(if rotary { 0.0 } else { 0.1 }) as f32, |k| k.dropout[1]),
             classifier_dropout: if let Some(k) = &mk { Some(k.dropout[2]) } else { match family {
                 Family::DistilBert => Some(raw.seq_classif_dropout.unwrap_or(0.2)),
                 Family::Albert => Some(raw.classifier_dropout_prob.unwrap_or(0.1)),

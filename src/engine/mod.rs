@@ -389,6 +389,33 @@ impl Engine {
             checkpoints.as_deref_mut()).await)
     }
 
+    /// [`Self::fine_tune`] of a model loaded from a `.gguf` (`g`, read): LoRA only (`opts.lora`), its weights kept as
+    /// the file stores them (Q8_0, f16, ...; [`crate::training::finetune::FineTuner::new_with`]). Returns the
+    /// result and the file's `tokenizer.json` and `tokenizer_config.json` (if any), the folder's tokenizer.
+    pub async fn fine_tune_gguf<S: Store>(&self, g: crate::weights::gguf::BertGguf, opts: &JobOptions,
+        examples: &Examples, hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>)
+        -> Result<(FineTuned, String, Option<String>)> {
+        self.expect_f32_activations("fine-tuning")?;
+        if opts.lora.is_none() {
+            return Err(Error::Input(
+                "fineTune: a model loaded from a .gguf trains LoRA adapters only, its weights kept as stored: pass `lora` \
+                 (e.g. { r: 8 })"
+                    .into(),
+            ));
+        }
+        let original: serde_json::Value = serde_json::from_str(&g.config_json)?;
+        let (tokenizer, tokenizer_config) = (g.tokenizer_json.clone(), g.tokenizer_config_json.clone());
+        let m = loader::load(ModelSource::ReadGguf(Box::new(g)), &LoadOptions::default())?;
+        if m.config.hidden_size != self.config().hidden_size || m.config.num_hidden_layers != self.config().num_hidden_layers {
+            return Err(Error::Input("the files to fine-tune are not this model's".into()));
+        }
+        let prepared = job::prepare(&m.config, &m.tokenizer, opts.task, examples, opts.doc_stride)?;
+        let weights = m.weights()?;
+        let done = with_model!(self, e => job::run(&e.backend, &m.config, &m.tokenizer, &weights, &original, opts, &prepared,
+            hooks, checkpoints.as_deref_mut()).await)?;
+        Ok((done, tokenizer, tokenizer_config))
+    }
+
     /// See [`Model::export_head`].
     pub fn export_head(&self) -> Result<Vec<u8>> {
         with_model!(self, m => m.export_head())

@@ -136,24 +136,29 @@ impl<B: Backend> FineTuner<B> {
     /// checkpoint's, if any, was made for other labels).
     pub fn new(be: &B, cfg: &BertConfig, weights: &Weights, task: FineTuneTask, labels: Option<usize>, seed: u64)
         -> Result<Self> {
+        Self::new_with(be, cfg, weights, task, labels, seed, false)
+    }
+
+    /// [`Self::new`]; with `frozen_base` (LoRA is set next: [`Self::set_lora`]) the encoder's linear weights stay in
+    /// the checkpoint's dtype (f16, Q8_0, Q4_0) on the backend instead of f32 ([`Encoder::push_weight`]).
+    pub fn new_with(be: &B, cfg: &BertConfig, weights: &Weights, task: FineTuneTask, labels: Option<usize>, seed: u64,
+        frozen_base: bool) -> Result<Self> {
         if task == FineTuneTask::Pretrain
             && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
-                | Family::DistilBert | Family::Albert | Family::MPNet | Family::NomicBert | Family::Gte | Family::ModernBert)
+                | Family::DistilBert | Family::Albert | Family::MPNet | Family::NomicBert | Family::Gte
+                | Family::DebertaV2 | Family::ModernBert)
         {
             return Err(Error::Config(format!(
                 "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, MPNet, \
-                 NomicBERT, GTE and ModernBERT checkpoints; this one is `{}`",
+                 NomicBERT, GTE, DeBERTa-v2/v3 and ModernBERT checkpoints; this one is `{}`",
                 cfg.family.model_type()
             )));
         }
-        if task == FineTuneTask::Qa && cfg.position_offset > 0 {
-            // transformers gives padding tokens the position `padding_idx`, and QA's loss reads every position's
-            // logit, padding included: ours read the next positions' rows there, so the losses would differ.
-            return Err(Error::Config(format!(
-                "question answering is not trained yet for `{}` checkpoints (their padding tokens' positions): \
-                 sequence and token classification and embeddings are",
-                cfg.family.model_type()
-            )));
+        if task == FineTuneTask::Qa && cfg.family == Family::DebertaV2 {
+            // transformers masks padded queries too (their probabilities spread over every key), and QA's loss reads
+            // every position's logit, padding included: ours attend from them to the real keys.
+            return Err(Error::Config("question answering is not trained yet for `deberta-v2` checkpoints (their \
+                padding tokens' logits): sequence and token classification and embeddings are".into()));
         }
         if task == FineTuneTask::Qa && matches!(cfg.family, Family::NomicBert | Family::Gte) {
             return Err(Error::Config(format!(
@@ -169,7 +174,7 @@ impl<B: Backend> FineTuner<B> {
             return Err(Error::Config("question answering is not trained yet for `modernbert` checkpoints (the padded \
                 positions its loss reads): sequence and token classification, embeddings and pre-training are".into()));
         }
-        let mut enc = Encoder::load(be, cfg, weights)?;
+        let mut enc = Encoder::load_with(be, cfg, weights, frozen_base)?;
         let h = cfg.hidden_size;
         let mut rng = SplitMix64::new(seed);
         let root = weights.root();
@@ -225,6 +230,7 @@ impl<B: Backend> FineTuner<B> {
                 } else {
                     let pool = match fam {
                         Family::DistilBert => linear(&mut enc, &root, "pre_classifier", false, h, h)?,
+                        Family::DebertaV2 => linear(&mut enc, &root, "pooler.dense", false, h, h)?, // ContextPooler
                         // BERT's `bert.pooler.dense`, ALBERT's `albert.pooler`.
                         _ => linear(&mut enc, &root.pp(fam_prefix.trim_end_matches('.')), pooler, false, h, h)?,
                     };
@@ -281,6 +287,18 @@ impl<B: Backend> FineTuner<B> {
                     .into(),
             ));
         }
+        if let (Some(deb), Some(d), true) = (&self.encoder.config.deberta, dropout, drops && self.task() == FineTuneTask::Sequence) {
+            // DebertaV2ForSequenceClassification: ContextPooler's `pooler_dropout` before its dense layer (not
+            // trained yet), then `cls_dropout` on the pooled vector (ours: the classifier dropout).
+            if deb.pooler_dropout > 0.0 || deb.cls_dropout.is_some_and(|p| p != d.classifier) {
+                return Err(Error::Input(format!(
+                    "dropout while fine-tuning this DeBERTa classifier is not supported yet (`pooler_dropout` {}, \
+                     `cls_dropout` {:?}: the ContextPooler's dropouts): train it without dropout (`--no-dropout`, \
+                     `dropout: false`)",
+                    deb.pooler_dropout, deb.cls_dropout
+                )));
+            }
+        }
         self.dropout = dropout;
         Ok(())
     }
@@ -311,12 +329,14 @@ impl<B: Backend> FineTuner<B> {
     }
 
     /// What a step on micro-batches of `b` × `t` tokens holds besides the model as loaded ([`TrainingMemory`]): the
-    /// parameters trained (all, the top layers', or LoRA's) get gradients and moments. Pre-training's masked LM is
+    /// parameters trained (all, the top layers', or LoRA's) get gradients and moments; the frozen weights of a
+    /// quantized base count as stored (f16, Q8_0). Pre-training's masked LM is
     /// counted at 15% of the tokens selected, and one more per sequence (its default, rounded up).
     pub fn memory(&self, b: usize, t: usize) -> TrainingMemory {
         let enc = &self.encoder;
         let first_trained = enc.first_trained(self.top_layers);
-        let params = enc.params.iter().enumerate().map(|(i, p)| (p.rows * p.cols, i >= first_trained && enc.trains(i)));
+        let params = enc.params.iter().enumerate()
+            .map(|(i, p)| (p.rows * p.cols, p.bytes(), i >= first_trained && enc.trains(i)));
         let c = &enc.config;
         let (forwards, head_rows, head_width) = match &self.head {
             Head::Sequence(s) => (1, b, s.labels),

@@ -275,7 +275,7 @@ pub const FOLDER_FILES: [&str; 9] = ["tokenizer.json", "tokenizer_config.json", 
 pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
     original_config: &serde_json::Value, opts: &JobOptions, prepared: &Prepared, hooks: &mut impl Hooks,
     mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
-    super::encoder::check_config_keys(cfg.family, original_config)?;
+    super::encoder::check_config_keys(cfg, original_config)?;
     let p = prepared;
     let mut fit_opts = opts.fit;
     if p.task == FineTuneTask::Embedding && fit_opts.batch_size < 2 {
@@ -288,7 +288,8 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
         fit_opts.pad_to = Some(tok.max_length().min(data::QA_MAX_LENGTH));
     }
     let fresh = (!p.keep_head).then(|| p.labels.as_ref().map_or(0, Vec::len));
-    let mut tuner = FineTuner::new(be, cfg, weights, p.task, fresh, fit_opts.seed)?;
+    // With LoRA the encoder's linears are frozen: they stay in the checkpoint's dtype (a Q8_0 base stays Q8_0).
+    let mut tuner = FineTuner::new_with(be, cfg, weights, p.task, fresh, fit_opts.seed, opts.lora.is_some())?;
     tuner.set_top_layers(opts.layers)?;
     if let Some(l) = opts.lora {
         tuner.set_lora(be, l, fit_opts.seed)?;
@@ -312,10 +313,13 @@ pub async fn run<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer
     Ok(FineTuned { report, labels: p.labels.clone(), config_json, safetensors, adapter })
 }
 
-/// `data` as `cfg`'s family pre-trains: BERT's relatives with the masked LM alone (none has a next-sentence head;
-/// `nsp`'s default of true is BERT's, not theirs).
-pub fn family_options(cfg: &BertConfig, data: &PretrainOptions) -> PretrainOptions {
-    PretrainOptions { nsp: data.nsp && cfg.family == crate::config::Family::Bert, ..data.clone() }
+/// `data` as `cfg`'s family pre-trains (`weights` its checkpoint's): BERT's relatives with the masked LM alone (none
+/// has a next-sentence head; `nsp`'s default of true is BERT's, not theirs), but ALBERT's `AlbertForPreTraining`
+/// (`sop_classifier`), whose pairs are sentence-order ones (`sentence_order`).
+pub fn family_options(cfg: &BertConfig, weights: &Weights, data: &PretrainOptions) -> PretrainOptions {
+    use crate::config::Family;
+    let sop = cfg.family == Family::Albert && super::pretrain::has_sentence_order_head(weights);
+    PretrainOptions { nsp: data.nsp && (cfg.family == Family::Bert || sop), sentence_order: sop, ..data.clone() }
 }
 
 /// The rows [`pretrain`] trains on, and what masks them again each epoch.
@@ -336,13 +340,13 @@ impl PretrainData {
 
 /// The rows [`pretrain`] trains `cfg`'s model on (seeded: made again the same way, they are the same rows): the
 /// options as [`family_options`] has them, and for RoBERTa-style models no random replacement by the padding token.
-pub fn pretrain_corpus_rows(cfg: &BertConfig, tok: &Tokenizer, corpus: &[Vec<String>], data: &PretrainOptions)
-    -> Result<PretrainData> {
+pub fn pretrain_corpus_rows(cfg: &BertConfig, weights: &Weights, tok: &Tokenizer, corpus: &[Vec<String>],
+    data: &PretrainOptions) -> Result<PretrainData> {
     let mut tokenized = TokenizedCorpus::new(tok, corpus)?;
     if cfg.position_offset > 0 {
         tokenized = tokenized.never_draw(cfg.pad_token_id);
     }
-    let options = family_options(cfg, data);
+    let options = family_options(cfg, weights, data);
     let rows = pretrain_rows(&tokenized, &options)?;
     Ok(PretrainData { corpus: tokenized, rows, options })
 }
@@ -356,10 +360,10 @@ pub fn pretrain_corpus_rows(cfg: &BertConfig, tok: &Tokenizer, corpus: &[Vec<Str
 pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Tokenizer, weights: &Weights,
     original_config: &serde_json::Value, corpus: &[Vec<String>], data: &PretrainOptions, fit_opts: &FitOptions,
     hooks: &mut impl Hooks, mut checkpoints: Option<&mut Checkpoints<S>>) -> Result<FineTuned> {
-    super::encoder::check_config_keys(cfg.family, original_config)?;
+    super::encoder::check_config_keys(cfg, original_config)?;
     let mut tuner = FineTuner::new(be, cfg, weights, FineTuneTask::Pretrain, None, fit_opts.seed)?;
     let has_nsp = tuner.pretrain_head()?.has_nsp();
-    let data = &family_options(cfg, data);
+    let data = &family_options(cfg, weights, data);
     if data.nsp && !has_nsp {
         return Err(Error::Input(
             "this checkpoint has no next-sentence head (cls.seq_relationship): pre-train it with the masked LM alone \
@@ -367,7 +371,7 @@ pub async fn pretrain<B: Backend, S: Store>(be: &B, cfg: &BertConfig, tok: &Toke
                 .into(),
         ));
     }
-    let made = pretrain_corpus_rows(cfg, tok, corpus, data)?;
+    let made = pretrain_corpus_rows(cfg, weights, tok, corpus, data)?;
     let to_rows = |rows: Vec<PretrainRow>| -> Vec<Row> {
         rows.into_iter()
             .map(|r| Row {

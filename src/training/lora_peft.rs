@@ -114,6 +114,9 @@ fn target_modules(o: &LoraOptions, family: Family) -> &'static [&'static str] {
         // peft has no default for MPNet: its modules are `attention.attn.{q,k,v,o}` (the feed-forward's are BERT's).
         (Family::MPNet, LoraTargets::Qv) => &["q", "v"],
         (Family::MPNet, LoraTargets::All) => &["q", "k", "v", "o", "intermediate.dense", "output.dense"],
+        (Family::DebertaV2, LoraTargets::Qv) => &["query_proj", "value_proj"],
+        (Family::DebertaV2, LoraTargets::All) =>
+            &["query_proj", "key_proj", "value_proj", "attention.output.dense", "intermediate.dense", "output.dense"],
         (Family::NomicBert | Family::Gte, LoraTargets::Qv) => &["q_proj", "v_proj"],
         (Family::NomicBert | Family::Gte, LoraTargets::All) =>
             &["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj"],

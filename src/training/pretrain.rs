@@ -19,11 +19,18 @@
 //! [`crate::weights::family_name`], and exported under them): RoBERTa, XLM-R, CamemBERT and MPNet `lm_head.{dense,
 //! layer_norm, bias}` (the exact GELU whatever `hidden_act` says), DistilBERT `vocab_transform`, `vocab_layer_norm`,
 //! `vocab_projector.bias`, ALBERT `predictions.{dense, LayerNorm, bias}` with `dense` mapping H → E, the LayerNorm
-//! over E and the decoder the (V, E) embeddings. They have no next-sentence head (RoBERTa dropped the objective;
-//! ALBERT's sentence-order head is refused by name). Checked by `tests/pretrain_families.rs` (golden:
-//! `tests/golden/pretrain_families.py`), MPNet's by the same test (`tests/golden/pretrain_mpnet.py`).
+//! over E and the decoder the (V, E) embeddings. They have no next-sentence head (RoBERTa dropped the objective).
+//! Checked by `tests/pretrain_families.rs` (golden: `tests/golden/pretrain_families.py`), MPNet's by the same test
+//! (`tests/golden/pretrain_mpnet.py`).
+//!
+//! ALBERT's `AlbertForPreTraining` has sentence-order prediction in NSP's place, the same computation under its
+//! names: `albert.pooler` (dense + tanh on the first token) then `sop_classifier.classifier` (H → 2), whose input
+//! `AlbertSOPHead` drops at `classifier_dropout_prob` in a training forward (BERT's NSP head has no dropout); its
+//! label says whether the two segments are in their document's order (0) or swapped (1)
+//! ([`super::pretrain_data`]). `L = L_mlm + L_sop`. Checked by `tests/pretrain_families.rs` (its `albert_sop` case
+//! of `tests/golden/pretrain_families.py`).
 
-use super::encoder::{get, DropoutPlan, Encoder, Norm};
+use super::encoder::{apply_dropout, get, DropoutPlan, Encoder, Norm, HEAD_STREAM};
 use super::loss::{argmax, mean_cross_entropy, IGNORE};
 use super::metrics::PretrainEval;
 use crate::activation::Activation;
@@ -45,8 +52,16 @@ pub(super) struct PretrainHead {
     bias: Option<usize>,
     word: usize,
     act: Activation,
-    /// The pooler and `cls.seq_relationship`, when the checkpoint has the NSP head.
+    /// The pooler and `cls.seq_relationship`, when the checkpoint has the NSP head (ALBERT: `albert.pooler` and
+    /// `sop_classifier.classifier`, sentence order).
     nsp: Option<([usize; 2], [usize; 2])>,
+    /// ALBERT's sentence-order head drops its input (the pooled vector) at the classifier dropout.
+    nsp_dropout: bool,
+}
+
+/// Whether `weights` hold ALBERT's sentence-order head (`sop_classifier`, `AlbertForPreTraining`).
+pub fn has_sentence_order_head(weights: &Weights) -> bool {
+    weights.root().names().iter().any(|n| n.starts_with("sop_classifier."))
 }
 
 impl PretrainHead {
@@ -61,14 +76,6 @@ impl PretrainHead {
             ));
         }
         let root = weights.root();
-        if fam == Family::Albert && root.names().iter().any(|n| n.starts_with("sop_classifier.")) {
-            return Err(Error::Config(
-                "this ALBERT checkpoint has a sentence-order head (`sop_classifier`, AlbertForPreTraining): \
-                 sentence-order prediction is not trained yet; pre-train an AlbertForMaskedLM checkpoint (the \
-                 masked LM alone)"
-                    .into(),
-            ));
-        }
         // The family's own head under BERT's names (RoBERTa's `lm_head`, DistilBERT's `vocab_*`, ALBERT's
         // `predictions`), its parameters named as the family names them.
         let p = weights.for_family(fam).root().pp("cls.predictions");
@@ -111,12 +118,16 @@ impl PretrainHead {
             (true, Ok(b)) => Some(enc.push(be, name("bias")?, &b, 1, v, false)?),
             (true, Err(_)) => Some(enc.push(be, name("bias")?, &get(&p, "decoder.bias", &[v])?, 1, v, false)?),
         };
-        // Next-sentence prediction is BERT's alone (RoBERTa dropped it; ALBERT's sentence order is refused above).
-        let sr = root.pp("cls.seq_relationship");
-        let nsp = if fam == Family::Bert && sr.contains("weight") {
-            let pool = weights.for_family(cfg.family).pp("pooler.dense");
-            let pn = |s: &str| vec![format!("bert.pooler.dense.{s}")];
-            let sn = |s: &str| vec![format!("cls.seq_relationship.{s}")];
+        // Next-sentence prediction is BERT's; ALBERT's sentence order is the same head under its names.
+        let (sr, pool, pool_name, sr_name) = match fam {
+            Family::Albert => (root.pp("sop_classifier.classifier"), root.pp("albert.pooler"), "albert.pooler",
+                "sop_classifier.classifier"),
+            _ => (root.pp("cls.seq_relationship"), weights.for_family(cfg.family).pp("pooler.dense"), "bert.pooler.dense",
+                "cls.seq_relationship"),
+        };
+        let nsp = if matches!(fam, Family::Bert | Family::Albert) && sr.contains("weight") {
+            let pn = |s: &str| vec![format!("{pool_name}.{s}")];
+            let sn = |s: &str| vec![format!("{sr_name}.{s}")];
             Some((
                 [
                     enc.push(be, pn("weight"), &get(&pool, "weight", &[h, h])?, h, h, true)?,
@@ -132,7 +143,7 @@ impl PretrainHead {
         };
         // ModernBERT's `head` has its own activation (`classifier_activation`).
         let act = cfg.modernbert.as_ref().map_or(cfg.family.mlm_activation(cfg.hidden_act), |m| m.classifier_activation);
-        Ok(PretrainHead { transform, ln, bias, word: enc.word_embeddings(), act, nsp })
+        Ok(PretrainHead { transform, ln, bias, word: enc.word_embeddings(), act, nsp, nsp_dropout: fam == Family::Albert })
     }
 
     pub(super) fn has_nsp(&self) -> bool {
@@ -170,11 +181,14 @@ impl PretrainHead {
                 return Err(Error::Input(format!("{} next-sentence labels for a batch of {b}", y.len())))
             }
             (true, Some(y)) if y.iter().any(|&l| l > 1) => {
-                return Err(Error::Input("next-sentence labels are 0 (B follows A) or 1 (B is random)".into()))
+                return Err(Error::Input(
+                    "next-sentence labels are 0 (B follows A) or 1 (B is random; ALBERT's sentence order: swapped)".into(),
+                ))
             }
             (false, Some(_)) => {
                 return Err(Error::Input(
-                    "next-sentence labels given, but this checkpoint has no NSP head (cls.seq_relationship)".into(),
+                    "next-sentence labels given, but this checkpoint has no NSP head (cls.seq_relationship; ALBERT's \
+                     sop_classifier)".into(),
                 ))
             }
             _ => {}
@@ -191,7 +205,8 @@ impl PretrainHead {
         let (b, t) = (batch.b, batch.t);
         let vocab = enc.params[self.word].rows;
         let (rows, labels) = selected(mlm, vocab)?;
-        let (last, saved) = enc.forward(be, batch, backward.flatten())?;
+        let plan = backward.flatten();
+        let (last, saved) = enc.forward(be, batch, plan)?;
         let backward = backward.is_some();
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
 
@@ -225,6 +240,8 @@ impl PretrainHead {
             let cls = be.gather_rows(&last, &cls_rows)?; // (B, H)
             let zp = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::None)?;
             let pooled = be.activation(&zp, Activation::Tanh)?;
+            let drop = plan.and_then(|d| d.site(d.classifier, HEAD_STREAM)).filter(|_| self.nsp_dropout);
+            let pooled = apply_dropout(be, pooled, drop)?; // ALBERT's `AlbertSOPHead.dropout`
             let n = be.linear(&pooled, enc.t(sr[0]), Some(enc.t(sr[1])), Activation::None)?; // (B, 2)
             let nh = be.read(&n).await?;
             eval.nsp_loss = Some(mean_cross_entropy(&nh, 2, y.iter().map(|&l| Some(l))));
@@ -232,7 +249,7 @@ impl PretrainHead {
             eval.nsp_count = y.len();
             if backward {
                 let dn = be.softmax_xent_grad(&n, y)?; // (B, 2)
-                let dpooled = enc.linear_backward(be, &dn, &pooled, sr[0], sr[1], &mut grads)?;
+                let dpooled = apply_dropout(be, enc.linear_backward(be, &dn, &pooled, sr[0], sr[1], &mut grads)?, drop)?;
                 let dzp = be.activation_grad(&dpooled, &zp, Activation::Tanh)?;
                 let dcls = enc.linear_backward(be, &dzp, &cls, pool[0], pool[1], &mut grads)?;
                 let d = be.scatter_rows(&dcls, &cls_rows, b * t)?;

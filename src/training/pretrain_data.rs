@@ -36,6 +36,15 @@
 //! instead, which gives rows as short as Google's. Single segments are packed full (as transformers' `run_mlm`
 //! groups texts), with no shorter rows.
 //!
+//! # Sentence order (`nsp` and `sentence_order`: ALBERT's `AlbertForPreTraining`)
+//! As ALBERT's `create_pretraining_data.py` with `random_next_sentence` off (Lan et al. 2020, §3.2: "the same
+//! technique as BERT (two consecutive segments from the same document)" as positives, "the same two consecutive
+//! segments but with their order swapped" as negatives): the walk, the chunks, A = `i..a_end` and the short rows are
+//! step 1 and 2's; B is always `a_end..end`, the walk goes on at `end`, and the fair coin keeps them in order
+//! (`nsp_label` 0, transformers' `sentence_order_label`) or swaps them (label 1): the row is `[CLS] B [SEP] A [SEP]`,
+//! token types 0 for `[CLS] B [SEP]`. Truncation (step 4) is of the row's two segments as they stand. One document
+//! is enough (no random B).
+//!
 //! # Single segments (`nsp: false`, MLM only)
 //! `[CLS] S [SEP]`, all token types 0; S packs consecutive sentences of one document while they fit in
 //! `max_length − 2` tokens (a sentence never straddles two rows unless it alone is longer, in which case it is cut
@@ -108,6 +117,9 @@ pub struct PretrainOptions {
     pub whole_word_mask: bool,
     /// Sentence pairs with NSP labels; `false`: single segments, no NSP label (checkpoints without an NSP head).
     pub nsp: bool,
+    /// With `nsp`, ALBERT's sentence-order pairs instead (module doc): B always follows A in the document, and the
+    /// label says whether the row swapped them.
+    pub sentence_order: bool,
     /// The fraction of NSP chunks given a shorter random target length (module doc), in [0, 1].
     pub short_seq_prob: f64,
     /// Masks drawn again every epoch (RoBERTa's dynamic masking) instead of once for the whole run (the BERT
@@ -128,8 +140,8 @@ impl Default for PretrainOptions {
     /// Google's `create_pretraining_data.py` defaults: 128 tokens, 15%, pairs, no whole-word masking, 10% of
     /// chunks shorter.
     fn default() -> Self {
-        PretrainOptions { max_length: 128, mlm_probability: 0.15, whole_word_mask: false, nsp: true, short_seq_prob: 0.1,
-            dynamic_masking: false, seed: 0 }
+        PretrainOptions { max_length: 128, mlm_probability: 0.15, whole_word_mask: false, nsp: true, sentence_order: false,
+            short_seq_prob: 0.1, dynamic_masking: false, seed: 0 }
     }
 }
 
@@ -150,9 +162,11 @@ pub struct PretrainRow {
     pub token_type_ids: Vec<u32>,
     /// The original id at the selected positions, [`IGNORE`] (−100) elsewhere.
     pub mlm_labels: Vec<i64>,
-    /// 0 = B follows A (IsNext), 1 = B is from another document; `None` without NSP.
+    /// 0 = B follows A (IsNext), 1 = B is from another document; `None` without NSP. Sentence order: 0 = the
+    /// segments in their document's order, 1 = swapped.
     pub nsp_label: Option<u32>,
-    /// Segment A (or S) and segment B.
+    /// Segment A (or S) and segment B, as the row holds them (sentence order: `b` before `a` in the document when
+    /// swapped).
     pub a: Span,
     pub b: Option<Span>,
     /// The row before masking: each token's id and whether it starts a word (what [`Self::remasked`] masks again).
@@ -414,7 +428,7 @@ pub fn pretrain_rows(corpus: &TokenizedCorpus, options: &PretrainOptions) -> Res
     let mut rng = SplitMix64::new(o.seed);
     let mut rows = Vec::new();
     if o.nsp {
-        if corpus.docs.len() < 2 {
+        if corpus.docs.len() < 2 && !o.sentence_order {
             return Err(Error::Input(format!(
                 "next-sentence prediction needs at least 2 documents (B is a sentence of another document half the \
                  time), and the corpus has {}; separate documents by a blank line (or one JSON line each), or turn \
@@ -426,11 +440,11 @@ pub fn pretrain_rows(corpus: &TokenizedCorpus, options: &PretrainOptions) -> Res
             pairs(corpus, d, o, &mut rng, &mut rows);
         }
         if rows.is_empty() {
-            return Err(Error::Input(
-                "next-sentence prediction needs documents of at least 2 sentences (A and the sentence that follows \
-                 it), and every document has one; put one sentence per line, or turn NSP off"
-                    .into(),
-            ));
+            return Err(Error::Input(format!(
+                "{} needs documents of at least 2 sentences (A and the sentence that follows it), and every \
+                 document has one; put one sentence per line, or turn NSP off",
+                if o.sentence_order { "sentence-order prediction" } else { "next-sentence prediction" }
+            )));
         }
     } else {
         for d in 0..corpus.docs.len() {
@@ -458,9 +472,14 @@ fn pairs(c: &TokenizedCorpus, d: usize, o: &PretrainOptions, rng: &mut SplitMix6
         let a_end = i + 1 + rng.below(end - i - 1);
         let a = Span { document: d, sentences: i..a_end };
         let is_next = rng.next_f64() < 0.5;
-        let b = if is_next {
+        // Sentence order: B is always A's continuation, and the coin's tails swaps them.
+        let (a, b) = if o.sentence_order {
             i = end;
-            Span { document: d, sentences: a_end..end }
+            let b = Span { document: d, sentences: a_end..end };
+            if is_next { (a, b) } else { (b, a) }
+        } else if is_next {
+            i = end;
+            (a, Span { document: d, sentences: a_end..end })
         } else {
             i = a_end;
             let a_len: usize = doc[a.sentences.clone()].iter().map(Vec::len).sum();
@@ -476,7 +495,7 @@ fn pairs(c: &TokenizedCorpus, d: usize, o: &PretrainOptions, rng: &mut SplitMix6
                 b_len += od[stop].len();
                 stop += 1;
             }
-            Span { document: other, sentences: start..stop }
+            (a, Span { document: other, sentences: start..stop })
         };
         let (mut ta, mut tb) = (c.pieces(&a), c.pieces(&b));
         let (ra, rb) = truncate_pair(ta.len(), tb.len(), target, rng);

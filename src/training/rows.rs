@@ -325,7 +325,8 @@ pub async fn evaluate<B: Backend>(be: &B, tuner: &FineTuner<B>, rows: &[Row], wh
 /// tokenizer files are the original folder's, unchanged.
 pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_config: &serde_json::Value,
     labels: Option<&[String]>) -> Result<(String, Vec<u8>)> {
-    let mut cfg = original_config.clone();
+    // A hub-form NomicBERT/GTE config is written in transformers' keys, as the tensors are under its names.
+    let mut cfg = super::encoder::transformers_config(&tuner.encoder.config, original_config)?;
     let obj = cfg.as_object_mut().ok_or_else(|| Error::Config("config.json is not a JSON object".into()))?;
     let family = tuner.encoder.config.family;
     let kind = match tuner.task() {

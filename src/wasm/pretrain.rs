@@ -58,6 +58,7 @@ impl JsPretrainOptions {
             short_seq_prob: self.short_seq_prob.unwrap_or(d.short_seq_prob),
             dynamic_masking: self.dynamic_masking.unwrap_or(d.dynamic_masking),
             seed,
+            ..d
         };
         let fit = FitOptions {
             learning_rate: self.learning_rate.unwrap_or(f.learning_rate),

@@ -519,6 +519,55 @@ impl WasmModel {
     }
 }
 
+#[wasm_bindgen]
+impl WasmModel {
+    /// [`Self::fine_tune`] of a model loaded from a `.gguf` (its bytes): LoRA only, the base's weights kept as the
+    /// file stores them (Q8_0, f16) while the adapters and the head train ([`crate::engine::Engine::fine_tune_gguf`]).
+    /// Resolves as `fineTune` does, with the file's `tokenizer` (tokenizer.json) and `tokenizerConfig` besides.
+    #[wasm_bindgen(js_name = fineTuneGguf)]
+    pub fn fine_tune_gguf(&self, gguf: JsValue, examples: JsValue, options: JsValue, hooks: JsValue,
+        checkpoint: JsValue) -> Result<js_sys::Promise, JsError> {
+        let opts: JsFineTuneOptions = if options.is_undefined() || options.is_null() {
+            JsFineTuneOptions::default()
+        } else {
+            serde_wasm_bindgen::from_value(options).map_err(|e| JsError::new(&format!("fineTune: bad options: {e}")))?
+        };
+        let opts = opts.resolve().map_err(js_err)?;
+        let examples = Examples::deserialize(opts.task, serde_wasm_bindgen::Deserializer::from(examples)).map_err(js_err)?;
+        let engine = self.engine.clone();
+        let mut hooks = JsHooks { hooks, method: "fineTune" };
+        let mut checkpoints = checkpoints(checkpoint).map_err(js_err)?;
+        // The file's bytes, or a finished WeightStream that read it as it downloaded.
+        let read = match gguf.dyn_into::<js_sys::Uint8Array>() {
+            Ok(bytes) => crate::weights::gguf::bert::read_bert(&super::JsBytes(bytes)).map_err(js_err)?,
+            Err(other) => match super::stream::WeightStream::take(other)? {
+                (crate::weights::stream::Streamed::Gguf(read), _) => *read,
+                _ => return Err(JsError::new("fineTune: the weights stream holds a safetensors file, not a .gguf")),
+            },
+        };
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            let (done, tokenizer, tokenizer_config) = engine
+                .fine_tune_gguf(read, &opts, &examples, &mut hooks, checkpoints.as_mut())
+                .await
+                .map_err(|e| JsValue::from(js_err(e)))?;
+            let (steps, epochs) = report(&done.report);
+            let out = to_js(&JsFineTuned { labels: done.labels, steps, epochs, best_epoch: done.report.best_epoch }).map_err(JsValue::from)?;
+            let mut files = vec![("config", done.config_json.as_bytes()), ("weights", &done.safetensors[..]),
+                ("tokenizer", tokenizer.as_bytes())];
+            if let Some(t) = &tokenizer_config {
+                files.push(("tokenizerConfig", t.as_bytes()));
+            }
+            if let Some((config, weights)) = &done.adapter {
+                files.extend([("adapterConfig", config.as_bytes()), ("adapterWeights", &weights[..])]);
+            }
+            for (key, bytes) in files {
+                js_sys::Reflect::set(&out, &JsValue::from_str(key), &js_sys::Uint8Array::from(bytes))?;
+            }
+            Ok(out)
+        }))
+    }
+}
+
 /// A Hugging Face folder's files (as `exportModel` gives them) → the bytes of one `.gguf` with its weights in `dtype`
 /// ("f32", "f16", "q8_0", "q4_0"; see `weights::gguf::convert`): how `exportModel({ format: "gguf" })` exports a
 /// fine-tuned model quantized again.

@@ -68,8 +68,8 @@ pub fn family_prefix(family: Family) -> Option<&'static str> {
         Family::MPNet => Some("mpnet."),
         Family::NomicBert => Some("nomic_bert."),
         Family::Gte => Some("gte."),
+        Family::DebertaV2 => Some("deberta."),
         Family::ModernBert => Some("model."),
-        _ => None,
     }
 }
 
@@ -86,6 +86,7 @@ pub fn family_name(family: Family, name: &str) -> Option<String> {
         Family::Electra => electra::NAMES.from_bert(name),
         Family::Albert => albert::from_bert(name),
         Family::MPNet => mpnet::from_bert(name),
+        Family::DebertaV2 => deberta::from_bert(name),
         Family::ModernBert => modernbert::from_bert(name),
         // The first of the names is under the task checkpoints' prefix; a head's own tensors (`classifier`,
         // NomicBERT's `cls.predictions.bias`) keep BERT's name.
@@ -93,7 +94,6 @@ pub fn family_name(family: Family, name: &str) -> Option<String> {
             let names = rotary::from_bert(family, name);
             return names.into_iter().next().or_else(|| Some(name.strip_prefix("bert.").unwrap_or(name).to_string()));
         }
-        _ => return None,
     };
     names.into_iter().next()
 }

@@ -2,7 +2,7 @@
 // (all-MiniLM-L6-v2): pasted pairs fine-tune it with in-batch negatives (bert.fineTune, task "embed"), the loss of
 // every step is drawn, and a query's ranking of the passages shows before and after side by side, the paired passage
 // marked with its rank; a run stopped part way says the model is as it was. Bad input (one pair, a line without a
-// separator) and a model that cannot train embeddings (a DeBERTa checkpoint: refused by name) are shown in the panel,
+// separator) and a model that cannot train embeddings (a GTE with its NTK-scaled rotation: refused by name) are shown in the panel,
 // and the page stays usable. About 10 s on 2 cores (the wasm CPU path: SwiftShader's adapter is a fallback one).
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -156,9 +156,10 @@ test("demo page: adapting the loaded embedding model on pasted pairs, search bef
       assert.equal(await page.isVisible("#ad-results"), false);
       await page.waitForFunction(() => !document.querySelector("#ad-run").disabled);
 
-      // A model that cannot train embeddings (DeBERTa: refused by name), typed in the model box: the error shows in
+      // A model that cannot train embeddings (GTE's NTK-scaled rotation, which transformers' GteModel lacks: refused
+      // by name), typed in the model box: the error shows in
       // the panel, and the page still works (similarity on the same model).
-      await page.fill("#model-url", "/tests/models/tiny-deberta-model/");
+      await page.fill("#model-url", "/tests/models/tiny-gte-ntk/");
       const loads = await page.evaluate(() => window.demo.loads);
       await page.click("#model-load");
       await page.waitForFunction((n) => window.demo.loads > n || !document.querySelector("#model-error").hidden, loads,
@@ -166,8 +167,8 @@ test("demo page: adapting the loaded embedding model on pasted pairs, search bef
       assert.equal(await page.isVisible("#model-error"), false, await page.textContent("#model-error"));
       assert.equal(await page.isVisible("#ad-results"), false, "a new model drops the last run's rankings");
       const refused = await adapt(page);
-      console.log(`tiny-deberta-model: ${refused}`);
-      assert.match(refused, /^Error: .*deberta/i);
+      console.log(`tiny-gte-ntk: ${refused}`);
+      assert.match(refused, /^Error: .*`gte`.*NTK-scaled rotation/);
       assert.equal(await page.isVisible("#ad-results"), false);
       await page.fill("#sim-input", "one sentence\nanother sentence");
       await page.click("#sim-run");

@@ -26,6 +26,15 @@ loaded with the family's own class (`from_pretrained`) and tokenized by its own 
                       all 3 passes: its gradient is the sum of the passes'; `albert.pooler` + tanh)
   albert_pair         tiny-albert-classifier     the same on text pairs
   albert_ner          tiny-albert-ner            AlbertForTokenClassification
+  roberta_qa          tiny-roberta-qa            RobertaForQuestionAnswering (qa_outputs on every token; the loss
+                      softmaxes over all T positions, padding included, whose position is row padding_idx of the
+                      table: that row and the word table's get no gradient)
+  xlmr_qa             tiny-xlmr-model            XLMRobertaForQuestionAnswering on a bare encoder: its qa_outputs is
+                      transformers' initialisation (seeded), recorded under `init` for the Rust test to start from
+  camembert_qa        tiny-camembert-qa          CamembertForQuestionAnswering
+
+The QA cases are (question, context) pairs whose answers are character spans of the context, mapped to token indices
+with the offsets mapping (start_positions, end_positions), as tests/golden/finetune.py's `qa`.
 
 The families without token types (RoBERTa's, DistilBERT) get no `token_type_ids` (the JSON holds zeros for them);
 RoBERTa's position ids are transformers' own (`create_position_ids_from_input_ids`). The others' are asked for
@@ -46,13 +55,16 @@ from transformers import (
     AlbertForSequenceClassification,
     AlbertForTokenClassification,
     AutoTokenizer,
+    CamembertForQuestionAnswering,
     CamembertForSequenceClassification,
     DistilBertForSequenceClassification,
     DistilBertForTokenClassification,
     ElectraForSequenceClassification,
     ElectraForTokenClassification,
+    RobertaForQuestionAnswering,
     RobertaForSequenceClassification,
     RobertaForTokenClassification,
+    XLMRobertaForQuestionAnswering,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -83,6 +95,11 @@ NER = [
      ["B-PER", "I-PER", "O", "B-LOC", "O", "O", "B-ORG", "I-ORG", "O"]),
     (["Basel", "is", "nice"],
      ["B-LOC", "O", "O"]),
+]
+QA = [
+    ("where is sarah?", "she lives in london.", "london"),
+    ("who came?", "john and paul came.", "john and paul"),
+    ("who is it?", "it is paul.", "paul"),
 ]
 
 
@@ -155,7 +172,7 @@ def run(case, name, model, enc, labels, types):
     out = {
         "model": name,
         "family": model.config.model_type,
-        "task": "token" if "ner" in case else "sequence",
+        "task": "token" if "ner" in case else "qa" if "qa" in case else "sequence",
         "input_ids": rows(ids),
         "token_type_ids": rows(enc["token_type_ids"]) if types else rows(torch.zeros_like(ids)),
         "attention_mask": rows(enc["attention_mask"]),
@@ -177,12 +194,12 @@ def run(case, name, model, enc, labels, types):
     return out
 
 
-def classify_case(case, cls, name, types, pairs=False, **tok_args):
+def classify_case(case, cls, name, types, pairs=False, types_check=True, **tok_args):
     model, tok = load(cls, name, **tok_args)
     if pairs:
         enc = tok([a for a, _, _ in PAIR], [b for _, b, _ in PAIR], padding=True, return_tensors="pt",
                   return_token_type_ids=types)
-        assert all(1 in r for r in enc["token_type_ids"].tolist())
+        assert not types_check or all(1 in r for r in enc["token_type_ids"].tolist())
         labels = {"labels": torch.tensor([y for _, _, y in PAIR])}
     else:
         enc = tok([t for t, _ in CLASSIFY], padding=True, return_tensors="pt", return_token_type_ids=types)
@@ -208,6 +225,43 @@ def ner_case(case, cls, name, types, **tok_args):
     return run(case, name, model, enc, {"labels": torch.tensor(labels)}, types)
 
 
+def qa_case(case, cls, name, init=False):
+    """(question, context) pairs; the answer's first and last token found through the offsets mapping. With `init`,
+    the checkpoint is a bare encoder whose `qa_outputs` transformers initialises (seeded): its values, exact f32,
+    are recorded under `init`."""
+    torch.manual_seed(0)
+    model, tok = load(cls, name)
+    enc = tok([q for q, _, _ in QA], [c for _, c, _ in QA], padding=True, return_offsets_mapping=True,
+              return_tensors="pt")
+    assert "token_type_ids" not in enc
+    check_batch(case, enc, tok)
+    assert (enc["input_ids"] == tok.pad_token_id).any(), f"{case}: no padding, nothing for padding_idx to do"
+    starts, ends = [], []
+    for i, (_, ctx, ans) in enumerate(QA):
+        c0 = ctx.index(ans)
+        c1 = c0 + len(ans)
+        seq = enc.sequence_ids(i)
+        offs = enc["offset_mapping"][i].tolist()
+        ctx_toks = [j for j, s in enumerate(seq) if s == 1]
+        s = next(j for j in ctx_toks if offs[j][0] <= c0 < offs[j][1])
+        e = next(j for j in ctx_toks if offs[j][0] < c1 <= offs[j][1])
+        assert s <= e
+        got = tok.decode(enc["input_ids"][i][s:e + 1]).strip()
+        assert got.lower() == ans.lower(), f"{case}: {got!r}"
+        starts.append(s)
+        ends.append(e)
+    head = {}
+    if init:
+        head = {n: [float(repr(v)) for v in p.detach().float().reshape(-1).tolist()]
+                for n, p in model.named_parameters() if n.startswith("qa_outputs.")}
+        assert len(head) == 2
+    labels = {"start_positions": torch.tensor(starts), "end_positions": torch.tensor(ends)}
+    out = run(case, name, model, enc, labels, False)
+    if init:
+        out["init"] = head
+    return out
+
+
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)  # nothing here is random; fixed anyway
@@ -231,6 +285,9 @@ def main():
         "albert_pair": classify_case("albert_pair", AlbertForSequenceClassification, "tiny-albert-classifier", True,
                                      pairs=True),
         "albert_ner": ner_case("albert_ner", AlbertForTokenClassification, "tiny-albert-ner", True),
+        "roberta_qa": qa_case("roberta_qa", RobertaForQuestionAnswering, "tiny-roberta-qa"),
+        "xlmr_qa": qa_case("xlmr_qa", XLMRobertaForQuestionAnswering, "tiny-xlmr-model", init=True),
+        "camembert_qa": qa_case("camembert_qa", CamembertForQuestionAnswering, "tiny-camembert-qa"),
     }
     golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
     with open(OUT, "w", encoding="utf-8") as fh:

@@ -12,16 +12,21 @@ and ModernBertFor...)
 tests/finetune_families.rs writes, for each case of tests/golden/finetune_families.json, after its five AdamW steps on
 the CPU, DIR/<case>/config.json and model.safetensors (rows::export_folder: what `bertgpu fine-tune` and `fineTune`
 write) and logits.json (our trained model's logits on the case's batch). This script loads each folder with
-AutoModelForSequenceClassification / AutoModelForTokenClassification, checks the class is the one config.json's
+AutoModelForSequenceClassification / AutoModelForTokenClassification / AutoModelForQuestionAnswering, checks the class is the one config.json's
 `architectures` names and that loading reported no missing, unexpected or mismatched tensor, and compares the
-logits in float64 (a token classifier's on the real tokens).
+logits in float64 (a token classifier's on the real tokens; QA's start and end logits at every position, padding
+included: RoBERTa's and MPNet's padding tokens read position row padding_idx in both).
 """
 import json
 import os
 import sys
 
 import torch
-from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+from transformers import (
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 import transformers.models.modernbert.modeling_modernbert as modernbert
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,7 +45,8 @@ def main(d):
     for case in sorted(os.listdir(d)):
         folder = os.path.join(d, case)
         ours = json.load(open(os.path.join(folder, "logits.json")))
-        auto = AutoModelForTokenClassification if ours["task"] == "token" else AutoModelForSequenceClassification
+        auto = {"token": AutoModelForTokenClassification, "qa": AutoModelForQuestionAnswering}.get(
+            ours["task"], AutoModelForSequenceClassification)
         model, info = auto.from_pretrained(folder, attn_implementation="eager", output_loading_info=True)
         arch = json.load(open(os.path.join(folder, "config.json")))["architectures"][0]
         assert type(model).__name__ == arch, f"{case}: loaded as {type(model).__name__}, config says {arch}"
@@ -51,7 +57,10 @@ def main(d):
         if model.config.model_type in ("bert", "electra", "albert", "gte", "nomic_bert"):
             batch["token_type_ids"] = torch.tensor(ours["token_type_ids"])
         with torch.no_grad():
-            got = model(**batch).logits.reshape(-1)
+            out = model(**batch)
+            # QA: (B*T, 2) rows of (start, end), as ours.
+            logits = torch.stack([out.start_logits, out.end_logits], -1) if ours["task"] == "qa" else out.logits
+            got = logits.reshape(-1)
         want = torch.tensor(ours["logits"], dtype=torch.float64)
         assert got.shape == want.shape, f"{case}: {got.shape} vs {want.shape}"
         if ours["task"] == "token":

@@ -15,6 +15,8 @@ MPNet's own class and tokenized by its own tokenizer:
                   tanh, out_proj; positions from padding_idx + 1; no token types)
   mpnet_pair      tiny-mpnet-classifier  the same on text pairs
   mpnet_ner       tiny-mpnet-ner         MPNetForTokenClassification
+  mpnet_qa        tiny-mpnet-qa          MPNetForQuestionAnswering (finetune_families.py's QA pairs; padding tokens
+                  read position row padding_idx, which with the word table's gets no gradient)
 
 What MPNet adds to the encoder is the relative position bias, `mpnet.encoder.relative_attention_bias.weight` (32
 buckets × heads), one table that every layer's attention adds to its scores: its gradient here is autograd's sum
@@ -25,7 +27,7 @@ import os
 import sys
 
 import torch
-from transformers import MPNetForSequenceClassification, MPNetForTokenClassification
+from transformers import MPNetForQuestionAnswering, MPNetForSequenceClassification, MPNetForTokenClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import finetune_families as ff  # noqa: E402
@@ -54,6 +56,7 @@ def main():
                                            False),
         "mpnet_pair": pair_case(),
         "mpnet_ner": ff.ner_case("mpnet_ner", MPNetForTokenClassification, "tiny-mpnet-ner", False),
+        "mpnet_qa": ff.qa_case("mpnet_qa", MPNetForQuestionAnswering, "tiny-mpnet-qa"),
     }
     for name, c in cases.items():
         rel = [n for n in c["grads"] if "relative_attention_bias" in n]

@@ -6,7 +6,9 @@ store those weights packed (`qkv_proj` / `Wqkv`, `up_gate_proj`; NomicBERT's `fc
     BERTGPU_LORA_EXPORT=/tmp/lora-rotary cargo test --locked --test finetune_families lora
     /work/venv/bin/python tests/golden/lora_rotary_peft_load.py /tmp/lora-rotary
 
-tests/finetune_families.rs writes DIR/<case>/ for each rotary case of its LoRA test (after 2 steps on the CPU):
+The same checks run on DeBERTa's case (`query_proj`, `value_proj`, rows of our fused q/k/v as well).
+
+tests/finetune_families.rs writes DIR/<case>/ for each rotary case (and DeBERTa's) of its LoRA test (after 2 steps on the CPU):
 adapter_config.json and adapter_model.safetensors (lora_peft::export_adapter), merged/ (lora_peft::merged through
 rows::export_folder) and logits.json. For each, in float64:
 

@@ -19,6 +19,14 @@ family's own `...ForMaskedLM` class and tokenized by its own tokenizer:
   distilbert  tiny-distilbert-mlm   DistilBertForMaskedLM (vocab_transform, vocab_layer_norm, vocab_projector tied)
   albert      tiny-albert-mlm       AlbertForMaskedLM (predictions.dense maps H 32 → E 16, its LayerNorm is over E,
                                     the decoder is the (V, E) embeddings; one layer run by every pass)
+  albert_sop  tiny-albert-pretraining  AlbertForPreTraining: the masked LM and sentence-order prediction
+                                    (albert.pooler + tanh on the first token, then sop_classifier.classifier; the loss
+                                    is the sum). The checkpoint is made here: tiny-albert-mlm's config and weights, its
+                                    pooler and sop_classifier transformers' initialisation under torch.manual_seed(0),
+                                    saved with save_pretrained and the tokenizer files copied.
+
+The sentence-order case's batch is three pairs of consecutive sentences of one text, the second and third swapped
+(`sentence_order_label` 1: `[CLS] B [SEP] A [SEP]`, token types 1 on the second segment), masked as below.
 
 The batch: three single sentences padded to the longest. The masking is fixed, as pretrain.py's: every fourth
 non-special token of each row from the second is selected (its label the original id), and of those the first
@@ -29,11 +37,14 @@ the tied tensor the decoder's name first (XLM-R, CamemBERT).
 """
 import json
 import os
+import shutil
 import sys
 
 import torch
 from transformers import (
+    AlbertConfig,
     AlbertForMaskedLM,
+    AlbertForPreTraining,
     CamembertForMaskedLM,
     DistilBertForMaskedLM,
     RobertaForMaskedLM,
@@ -50,12 +61,40 @@ TEXTS = [
     "my name is sarah and i live in london.",
     "what time is it? it is five o'clock.",
 ]
+# (first segment, second segment, sentence_order_label): consecutive sentences, swapped where the label is 1.
+SOP = [
+    ("the man went to the store.", "he bought a gallon of milk.", 0),
+    ("it is five o'clock.", "what time is it?", 1),
+    ("i live in london.", "my name is sarah and", 1),
+]
 
 
-def case(name, cls, model_dir, types):
+def make_albert_pretraining():
+    """tests/models/tiny-albert-pretraining: tiny-albert-mlm as AlbertForPreTraining, its pooler and sentence-order
+    head transformers' initialisation (seeded)."""
+    src = os.path.join(ff.MODELS, "tiny-albert-mlm")
+    dst = os.path.join(ff.MODELS, "tiny-albert-pretraining")
+    cfg = AlbertConfig.from_pretrained(src)
+    cfg.architectures = ["AlbertForPreTraining"]
+    torch.manual_seed(0)
+    model, info = AlbertForPreTraining.from_pretrained(src, config=cfg, output_loading_info=True)
+    new = sorted(info["missing_keys"])
+    assert all(k.startswith(("albert.pooler.", "sop_classifier.")) for k in new) and len(new) == 4, new
+    os.makedirs(dst, exist_ok=True)
+    model.save_pretrained(dst)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), os.path.join(dst, f))
+
+
+def case(name, cls, model_dir, types, pairs=None):
     model, tok = ff.load(cls, model_dir)
     assert model.config.tie_word_embeddings
-    enc = tok(TEXTS, padding=True, return_tensors="pt", return_token_type_ids=types)
+    if pairs:
+        enc = tok([a for a, _, _ in pairs], [b for _, b, _ in pairs], padding=True, return_tensors="pt",
+                  return_token_type_ids=types)
+        assert all(1 in r for r in enc["token_type_ids"].tolist())
+    else:
+        enc = tok(TEXTS, padding=True, return_tensors="pt", return_token_type_ids=types)
     ff.check_batch(name, enc, tok)
     special = set(tok.all_special_ids)
     input_ids = enc["input_ids"].clone()
@@ -76,7 +115,10 @@ def case(name, cls, model_dir, types):
     assert kinds >= 6, f"{name}: {kinds} selected"
     enc = dict(enc)
     enc["input_ids"] = input_ids
-    out = ff.run(name, model_dir, model, enc, {"labels": labels}, types)
+    targets = {"labels": labels}
+    if pairs:
+        targets["sentence_order_label"] = torch.tensor([y for _, _, y in pairs])
+    out = ff.run(name, model_dir, model, enc, targets, types)
     # XLM-R's and CamemBERT's modules list lm_head before the encoder, so named_parameters() names the tied matrix
     # `lm_head.decoder.weight`; it is the word embeddings (one tensor), named as the input table here as bertgpu does.
     emb = model.get_input_embeddings().weight
@@ -103,6 +145,8 @@ def main():
         "distilbert": case("distilbert", DistilBertForMaskedLM, "tiny-distilbert-mlm", False),
         "albert": case("albert", AlbertForMaskedLM, "tiny-albert-mlm", True),
     }
+    make_albert_pretraining()
+    cases["albert_sop"] = case("albert_sop", AlbertForPreTraining, "tiny-albert-pretraining", True, pairs=SOP)
     golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
     with open(OUT, "w", encoding="utf-8") as fh:
         json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

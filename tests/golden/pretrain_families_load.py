@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """The folders `bertgpu pretrain` writes for BERT's relatives load in transformers as the family's own
-`...ForMaskedLM`, with no missing or unexpected tensor, and predict what bertgpu's `fill-mask` predicts on them.
+`...ForMaskedLM` (ALBERT's `AlbertForPreTraining`, sentence-order head included, as `AlbertForPreTraining`), with no
+missing or unexpected tensor, and predict what bertgpu's `fill-mask` predicts on them.
 
 Run from the repository root after `cargo build --release` (torch 2.x, transformers 5.x; CPU is enough):
 
     /work/venv/bin/python tests/golden/pretrain_families_load.py
 
-For each of tiny-roberta-mlm, tiny-xlmr-mlm, tiny-distilbert-mlm, tiny-albert-mlm, tiny-gte-mlm, tiny-nomic-mlm and
-tiny-modernbert-mlm it
+(`BERTGPU_CLI=target/debug/bertgpu` runs a debug build's CLI instead.)
+
+For each of tiny-roberta-mlm, tiny-xlmr-mlm, tiny-distilbert-mlm, tiny-albert-mlm, tiny-albert-pretraining, tiny-gte-mlm,
+tiny-nomic-mlm and tiny-modernbert-mlm it
 pre-trains 3 steps on a small corpus with the CLI (so the weights are no longer the checkpoint's), loads the folder
 with `AutoModelForMaskedLM`, and compares the top-5 probabilities at a masked position with `bertgpu fill-mask`'s scores
 on the same folder (both float32; they differ by rounding: |Δ| ≤ ATOL). Exits 1 on any difference.
@@ -19,18 +22,18 @@ import sys
 import tempfile
 
 import torch
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLI = os.environ.get("BERTGPU_CLI", os.path.join(ROOT, "target", "release", "bertgpu"))  # or a debug build's
+CLI = os.environ.get("BERTGPU_CLI", os.path.join(ROOT, "target", "release", "bertgpu"))
 # float32 softmax of the same logits, two summation orders: measured ≤ 1.3e-7 on these models (GTE).
 ATOL = 1e-6
 CORPUS = ("the cat sat on the mat.\nit was a sunny day.\n\nmy car is red.\nit drives fast.\n\n"
           "the dog ran home.\nhe was hungry.\n\nshe read a book.\nthe book was long.\n")
 CASES = [("tiny-roberta-mlm", "RobertaForMaskedLM"), ("tiny-xlmr-mlm", "XLMRobertaForMaskedLM"),
          ("tiny-distilbert-mlm", "DistilBertForMaskedLM"), ("tiny-albert-mlm", "AlbertForMaskedLM"),
-         ("tiny-gte-mlm", "GteForMaskedLM"), ("tiny-nomic-mlm", "NomicBertForMaskedLM"),
-         ("tiny-modernbert-mlm", "ModernBertForMaskedLM")]
+         ("tiny-albert-pretraining", "AlbertForPreTraining"), ("tiny-gte-mlm", "GteForMaskedLM"),
+         ("tiny-nomic-mlm", "NomicBertForMaskedLM"), ("tiny-modernbert-mlm", "ModernBertForMaskedLM")]
 
 
 def main():
@@ -44,12 +47,14 @@ def main():
             subprocess.run([CLI, "pretrain", "--model", os.path.join(ROOT, "tests", "models", name), "--data", corpus,
                             "--out", out, "--steps", "3", "--batch-size", "4", "--max-length", "16", "--lr", "1e-2",
                             "--mlm-probability", "0.3", "--device", "cpu"], check=True, capture_output=True)
-            model, info = AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+            auto = AutoModelForPreTraining if cls.endswith("ForPreTraining") else AutoModelForMaskedLM
+            model, info = auto.from_pretrained(out, output_loading_info=True)
             tok = AutoTokenizer.from_pretrained(out)
             text = f"the {tok.mask_token} sat on the mat."
             enc = tok(text, return_tensors="pt")
             with torch.no_grad():
-                logits = model(**enc).logits[0]
+                got = model(**enc)
+                logits = (got.prediction_logits if cls.endswith("ForPreTraining") else got.logits)[0]
             pos = int((enc["input_ids"][0] == tok.mask_token_id).nonzero()[0, 0])
             top = logits[pos].softmax(-1).topk(5)
             ours = subprocess.run([CLI, "fill-mask", "--model", out, "--device", "cpu", "--top-k", "5"], input=text + "\n",

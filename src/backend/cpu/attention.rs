@@ -96,7 +96,7 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, score_bias: ScoreBias<'_, Cp
 
 /// `alpha · A · B` → `(m, n)`, A `(m, k)` and B `(k, n)` read through (row, column) strides.
 #[allow(clippy::too_many_arguments)]
-fn gemm(m: usize, k: usize, n: usize, a: &[f32], sa: (usize, usize), b: &[f32], sb: (usize, usize), alpha: f32) -> Vec<f32> {
+pub(super) fn gemm(m: usize, k: usize, n: usize, a: &[f32], sa: (usize, usize), b: &[f32], sb: (usize, usize), alpha: f32) -> Vec<f32> {
     let mut c = vec![0f32; m * n];
     // The last element each operand's strides reach (none when a dimension is 0).
     let reach = |r: usize, cl: usize, s: (usize, usize)| if r == 0 || cl == 0 { 0 } else { (r - 1) * s.0 + (cl - 1) * s.1 + 1 };
@@ -112,7 +112,7 @@ fn gemm(m: usize, k: usize, n: usize, a: &[f32], sa: (usize, usize), b: &[f32], 
 
 /// The dropout mask of one (sequence, head)'s probabilities over its real keys, as factors `(T, K)`: `scale` where
 /// kept, 0 where dropped; element `((b·heads + h)·T + i)·T + j` of the mask for query `i` and real key `keys[k]`.
-fn dropout_factors(d: Dropout, task: usize, t: usize, keys: &[usize]) -> Vec<f32> {
+pub(super) fn dropout_factors(d: Dropout, task: usize, t: usize, keys: &[usize]) -> Vec<f32> {
     let (key, threshold, scale) = (d.key(), d.threshold(), d.scale());
     let mut out = Vec::with_capacity(t * keys.len());
     for i in 0..t {
@@ -123,12 +123,12 @@ fn dropout_factors(d: Dropout, task: usize, t: usize, keys: &[usize]) -> Vec<f32
 }
 
 /// The head's rows `rows` of `src` (row stride `stride`), `d` columns from `col`, contiguous.
-fn take(src: &[f32], rows: impl Iterator<Item = usize>, base: usize, stride: usize, col: usize, d: usize) -> Vec<f32> {
+pub(super) fn take(src: &[f32], rows: impl Iterator<Item = usize>, base: usize, stride: usize, col: usize, d: usize) -> Vec<f32> {
     rows.flat_map(|r| src[(base + r) * stride + col..(base + r) * stride + col + d].iter().copied()).collect()
 }
 
 /// `P = softmax(q·kᵀ·scale)` over the real keys, row by row in place `(T, K)`, in f32 as the forward.
-fn softmax_rows(p: &mut [f32], kn: usize) {
+pub(super) fn softmax_rows(p: &mut [f32], kn: usize) {
     for row in p.chunks_exact_mut(kn) {
         let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0f32;

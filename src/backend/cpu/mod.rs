@@ -17,6 +17,7 @@
 //! (per-thread scratch that a kernel borrows and the pool frees), and [`fastmath`].
 
 pub mod attention;
+mod disentangled;
 pub mod fastmath;
 pub mod matmul;
 pub mod norm;
@@ -367,6 +368,10 @@ impl Backend for CpuBackend {
         train::matmul(a, trans_a, b, trans_b)
     }
 
+    fn matmul_weight(&self, dy: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
+        train::matmul_weight(dy, w)
+    }
+
     fn softmax_xent_grad(&self, logits: &CpuTensor, labels: &[u32]) -> Result<CpuTensor> {
         logits.expect_f32("softmax_xent_grad logits")?;
         train::softmax_xent_grad(logits, labels)
@@ -469,6 +474,23 @@ impl Backend for CpuBackend {
             b.expect_f32("attention bias")?;
         }
         attention::attention_dropout(qkv, mask, bias, shape, d)
+    }
+
+    fn attention_dropout_disentangled(&self, qkv: &CpuTensor, mask: &CpuTensor, pos: &CpuTensor, rows: &CpuTensor,
+        shape: AttentionShape, d: Dropout) -> Result<CpuTensor> {
+        for (t, what) in [(qkv, "attention qkv"), (mask, "attention mask"), (pos, "attention pos"), (rows, "attention rows")] {
+            t.expect_f32(what)?;
+        }
+        disentangled::attention_dropout(qkv, mask, pos, rows, shape, d)
+    }
+
+    fn attention_backward_disentangled(&self, dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, pos: &CpuTensor,
+        rows: &CpuTensor, shape: AttentionShape, dropout: Option<Dropout>) -> Result<(CpuTensor, CpuTensor)> {
+        for (t, what) in [(dctx, "attention_backward dctx"), (qkv, "attention_backward qkv"), (mask, "attention_backward mask"),
+            (pos, "attention_backward pos"), (rows, "attention_backward rows")] {
+            t.expect_f32(what)?;
+        }
+        disentangled::attention_backward(dctx, qkv, mask, pos, rows, shape, dropout)
     }
 
     async fn read(&self, t: &CpuTensor) -> Result<Vec<f32>> {

@@ -44,6 +44,46 @@ pub fn matmul(a: &CpuTensor, trans_a: bool, b: &CpuTensor, trans_b: bool) -> Res
     CpuTensor::new(out, m, n)
 }
 
+/// Rows of a stored weight decoded at a time by [`matmul_weight`]: a band's scratch of `W_ROWS · K` floats.
+const W_ROWS: usize = 64;
+
+/// `dy · w` with `w` `(N, K)` in its stored dtype; see [`crate::backend::Backend::matmul_weight`]. The weight is
+/// decoded `W_ROWS` rows at a time into a band's scratch (never whole) and each piece's product added into the
+/// output (`y += dy[:, n0..n1] · W[n0..n1, :]`), the output's rows split into one band per thread as in [`matmul`].
+/// An f32 weight is [`matmul`] itself.
+pub fn matmul_weight(dy: &CpuTensor, w: &CpuTensor) -> Result<CpuTensor> {
+    let (m, n, k) = (dy.rows(), dy.cols(), w.cols());
+    dy.expect_f32("matmul_weight dy")?;
+    expect_dims(w, n, k, "matmul_weight w (N, K)")?;
+    let Some(rows) = w.row_view() else { return matmul(dy, false, w, false) };
+    let mut out = vec![0f32; m * k];
+    if m > 0 && n > 0 && k > 0 {
+        let band = m.div_ceil(threads()).max(16);
+        let dp = dy.data().as_ptr() as usize;
+        par_chunks_mut(&mut out, band * k, |ci, chunk| {
+            let (i0, r) = (ci * band, chunk.len() / k);
+            let mut wbuf = vec![0f32; W_ROWS.min(n) * k];
+            for n0 in (0..n).step_by(W_ROWS) {
+                let nr = W_ROWS.min(n - n0);
+                let wb = &mut wbuf[..nr * k];
+                rows.rows_into(n0, wb);
+                // SAFETY: dy's rows i0..i0+r, columns n0..n0+nr lie inside its (m, n) values; wb holds (nr, k); the
+                // band's chunk is (r, k).
+                unsafe {
+                    matrixmultiply::sgemm(
+                        r, nr, k, 1.0,
+                        (dp as *const f32).add(i0 * n + n0), n as isize, 1,
+                        wb.as_ptr(), k as isize, 1,
+                        1.0,
+                        chunk.as_mut_ptr(), k as isize, 1,
+                    );
+                }
+            }
+        });
+    }
+    CpuTensor::new(out, m, k)
+}
+
 /// Checks labels against the class count.
 pub fn check_labels(labels: &[u32], rows: usize, classes: usize) -> Result<()> {
     if labels.len() != rows {

@@ -43,9 +43,6 @@ impl GpuBackend {
             ScoreBias::Relative(b) => (Some(b), None),
             ScoreBias::Disentangled { pos, rows } => (None, Some((pos, rows))),
         };
-        if disentangled.is_some() && dropout.is_some() {
-            return Err(shape_err("attention", "the disentangled attention with dropout (training) is not supported".into()));
-        }
         let widened_pos;
         let disentangled = match disentangled {
             Some((pos, rows)) => {
@@ -131,7 +128,8 @@ impl GpuBackend {
         let wg = ("WG", t.attention_wg as f64);
         let consts: &[(&str, f64)] = match (dropout.is_some(), bias.is_some(), disentangled.is_some()) {
             (true, true, _) => &[wg, ("DROPOUT", 1.0), ("BIAS", 1.0)],
-            (true, false, _) => &[wg, ("DROPOUT", 1.0)],
+            (true, false, true) => &[wg, ("DROPOUT", 1.0), ("DISENTANGLED", 1.0)],
+            (true, false, false) => &[wg, ("DROPOUT", 1.0)],
             (false, true, _) => &[wg, ("BIAS", 1.0)],
             (false, false, true) => &[wg, ("DISENTANGLED", 1.0)],
             (false, false, false) => &[wg],
@@ -158,6 +156,32 @@ impl GpuBackend {
     pub(super) fn record_attention_backward(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor,
         bias: Option<&GpuTensor>, s: AttentionShape, dropout: Option<Dropout>, want_dbias: bool)
         -> Result<(GpuTensor, Option<GpuTensor>)> {
+        self.record_attention_backward_scores(dctx, qkv, mask, bias.map_or(ScoreBias::None, ScoreBias::Relative), s,
+            dropout, want_dbias)
+    }
+
+    /// [`Backend::attention_backward_disentangled`](super::Backend::attention_backward_disentangled): the passes of
+    /// [`Self::record_attention_backward`] compiled with `DISENTANGLED = 1` (`rows` at binding 7, `pos` at 9), then
+    /// `attn_bwd_pos` for `dpos` `(R, 3H)`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn record_attention_backward_disentangled(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor,
+        pos: &GpuTensor, rows: &GpuTensor, s: AttentionShape, dropout: Option<Dropout>) -> Result<(GpuTensor, GpuTensor)> {
+        let (dqkv, dpos) = self.record_attention_backward_scores(dctx, qkv, mask, ScoreBias::Disentangled { pos, rows }, s,
+            dropout, true)?;
+        Ok((dqkv, dpos.ok_or_else(|| shape_err("attention_backward", "no dpos".into()))?))
+    }
+
+    /// The backward's passes for any [`ScoreBias`]; the second result is the relative bias's gradient (`want_grad`)
+    /// or the disentangled table's (always).
+    #[allow(clippy::too_many_arguments)]
+    fn record_attention_backward_scores(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor,
+        score_bias: ScoreBias<'_, GpuTensor>, s: AttentionShape, dropout: Option<Dropout>, want_dbias: bool)
+        -> Result<(GpuTensor, Option<GpuTensor>)> {
+        let (bias, disentangled) = match score_bias {
+            ScoreBias::None => (None, None),
+            ScoreBias::Relative(b) => (Some(b), None),
+            ScoreBias::Disentangled { pos, rows } => (None, Some((pos, rows))),
+        };
         let dropout = dropout.filter(Dropout::is_active);
         if let Some(d) = dropout {
             d.check()?;
@@ -186,23 +210,41 @@ impl GpuBackend {
                 )));
             }
         }
+        if let Some((pos, index)) = disentangled {
+            expect_f32("attention_backward pos/rows", &[pos, index])?;
+            if (index.rows, index.cols) != (1, width) || pos.cols != 3 * h || pos.rows == 0 {
+                return Err(shape_err("attention_backward", format!(
+                    "disentangled rows ({}, {}) / pos ({}, {}), expected (1, 2T - 1) = (1, {width}) / (R, 3H) = (R, {})",
+                    index.rows, index.cols, pos.rows, pos.cols, 3 * h
+                )));
+            }
+        }
         let want_dbias = want_dbias && bias.is_some();
         let out = self.alloc(rows, 3 * h)?;
         if rows == 0 {
             let zeros = want_dbias.then(|| self.input(&vec![0.0; s.heads * width], s.heads, width)).transpose()?;
-            return Ok((out, zeros));
+            let dpos = disentangled.map(|(pos, _)| self.input(&vec![0.0; pos.rows * 3 * h], pos.rows, 3 * h)).transpose()?;
+            return Ok((out, zeros.or(dpos)));
         }
         let dbias = if want_dbias { Some(self.alloc(s.heads, width)?) } else { None };
         let (probs, dscores) = (self.alloc(rows * s.heads, s.seq)?, self.alloc(rows * s.heads, s.seq)?);
-        let p = attention_params(s, dropout);
+        let mut p = attention_params(s, dropout);
+        if let Some((pos, _)) = disentangled {
+            p.scale = 1.0 / (3.0 * s.head_dim as f32).sqrt(); // as the forward: 1/√(d·scale_factor)
+            p.pos_rows = pos.rows as u32;
+        }
         let wg = self.tuning.get().attention_wg;
         let wgc = ("WG", wg as f64);
-        let consts: &[(&str, f64)] = match (dropout.is_some(), bias.is_some()) {
-            (true, true) => &[wgc, ("DROPOUT", 1.0), ("BIAS", 1.0)],
-            (true, false) => &[wgc, ("DROPOUT", 1.0)],
-            (false, true) => &[wgc, ("BIAS", 1.0)],
-            (false, false) => &[wgc],
+        let consts: &[(&str, f64)] = match (dropout.is_some(), bias.is_some(), disentangled.is_some()) {
+            (true, true, _) => &[wgc, ("DROPOUT", 1.0), ("BIAS", 1.0)],
+            (true, false, true) => &[wgc, ("DROPOUT", 1.0), ("DISENTANGLED", 1.0)],
+            (true, false, false) => &[wgc, ("DROPOUT", 1.0)],
+            (false, true, _) => &[wgc, ("BIAS", 1.0)],
+            (false, false, true) => &[wgc, ("DISENTANGLED", 1.0)],
+            (false, false, false) => &[wgc],
         };
+        let table = disentangled.map_or(bias.unwrap_or(mask), |(_, index)| index);
+        let pos = disentangled.map_or(mask, |(pos, _)| pos);
         // Invocations per (sequence, head): one per (query, key), per query, per (query, column), per (key, column).
         let (t, d) = (s.seq, s.head_dim);
         for (entry, n) in [("attn_bwd_scores", t * t), ("attn_bwd_softmax", t), ("attn_bwd_queries", t * d), ("attn_bwd_keys", t * d)] {
@@ -214,8 +256,20 @@ impl GpuBackend {
                 (4, out.buffer(), true),
                 (5, probs.buffer(), true),
                 (6, dscores.buffer(), true),
-                (7, bias.unwrap_or(mask).buffer(), false),
+                (7, table.buffer(), false),
+                (9, pos.buffer(), false),
             ], groups)?;
+        }
+        if let Some((pos, index)) = disentangled {
+            let dpos = self.alloc(pos.rows, 3 * h)?;
+            let groups = ((pos.rows * d).div_ceil(wg as usize) as u32, s.heads as u32, 1);
+            self.dispatch("attention_backward", "attn_bwd_pos", consts, bytemuck::bytes_of(&p), &[
+                (1, qkv.buffer(), false),
+                (6, dscores.buffer(), true),
+                (7, index.buffer(), false),
+                (10, dpos.buffer(), true),
+            ], groups)?;
+            return Ok((out, Some(dpos)));
         }
         if let Some(db) = &dbias {
             let groups = (width.div_ceil(wg as usize) as u32, s.heads as u32, 1);

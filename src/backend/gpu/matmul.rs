@@ -1,5 +1,7 @@
 //! Host side of `shaders/matmul.wgsl` and `shaders/matmul_packed.wgsl`: `linear`, `act(x · wᵀ + bias)` with the
-//! weight in its stored dtype. (`matmul` of the training ops, with transposes, is in `train.rs`.)
+//! weight in its stored dtype. (`matmul` of the training ops, with transposes, is in `train.rs`.) And of
+//! `shaders/weight_grad.wgsl`: `matmul_weight` (`dy · W` through a frozen weight in its stored dtype) and the
+//! dequantized read of a weight.
 
 use super::params::{self, MatmulParams};
 use super::tensor::{expect_activation, expect_f32};
@@ -89,6 +91,58 @@ impl GpuBackend {
             (wb, w.buffer(), false),
             (3, bias_buf, false),
             (4, out.buffer(), true),
+        ], groups)?;
+        Ok(out)
+    }
+
+    /// [`Backend::matmul_weight`](super::Backend::matmul_weight): `dy · W` with W `(N, K)` read in its stored
+    /// dtype by `weight_grad.wgsl`'s `matmul_w` (an f32 W: the training matmul).
+    pub(super) fn record_matmul_weight(&self, dy: &GpuTensor, w: &GpuTensor) -> Result<GpuTensor> {
+        let dy = self.f32_of("matmul_weight", dy)?;
+        let (m, n, k) = (dy.rows, w.rows, w.cols);
+        if dy.cols != n {
+            return Err(shape_err("matmul_weight", format!("dy is ({m}, {}) but the weight is ({n}, {k})", dy.cols)));
+        }
+        if w.dtype == Dtype::F32 {
+            return self.train_matmul(&dy, false, w, false);
+        }
+        self.weight_kernel("matmul_weight", "matmul_w", Some(&dy), w, m)
+    }
+
+    /// A weight in f32 `(N, K)` (its stored values decoded as the kernels decode them): `weight_grad.wgsl`'s
+    /// `dequant`, for reading a quantized weight back.
+    pub(super) fn dequantized(&self, w: &GpuTensor) -> Result<GpuTensor> {
+        self.weight_kernel("read", "dequant", None, w, w.rows)
+    }
+
+    /// What `read` copies back instead of `t`: its dequantized values where `t` is a Q8_0 or Q4_0 weight (`None`:
+    /// `t` itself; an f16 tensor is read as it is).
+    pub(super) fn decoded_for_read(&self, t: &GpuTensor) -> Result<Option<GpuTensor>> {
+        match t.dtype {
+            Dtype::Q8_0 | Dtype::Q4_0 => self.dequantized(t).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn weight_kernel(&self, op: &str, entry: &'static str, dy: Option<&GpuTensor>, w: &GpuTensor, m: usize) -> Result<GpuTensor> {
+        let (n, k) = (w.rows, w.cols);
+        let align = if matches!(w.dtype, Dtype::Q8_0 | Dtype::Q4_0) { QK } else { 4 };
+        if k % align != 0 {
+            return Err(shape_err(op, format!("a {} weight of {k} columns: they must be a multiple of {align}", w.dtype.name())));
+        }
+        if m == 0 || n == 0 || k == 0 {
+            return Err(shape_err(op, format!("empty matrix: {m} rows, weight ({n}, {k})")));
+        }
+        let out = self.alloc(m, k)?;
+        let p = MatmulParams { m: m as u32, n: n as u32, k: k as u32, _pad: 0 };
+        let (wx, wy) = (8u32, 8u32);
+        let rows_per = if dy.is_some() { 4 } else { 1 };
+        let groups = (k.div_ceil(4 * wx as usize) as u32, m.div_ceil(rows_per * wy as usize) as u32, 1);
+        let consts = [("WDT", w.dtype.shader_code() as f64), ("WG_X", wx as f64), ("WG_Y", wy as f64)];
+        self.dispatch("weight_grad", entry, &consts, bytemuck::bytes_of(&p), &[
+            (1, dy.map_or(&self.dummy, |d| d.buffer()), false),
+            (2, w.buffer(), false),
+            (3, out.buffer(), true),
         ], groups)?;
         Ok(out)
     }

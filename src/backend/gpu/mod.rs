@@ -386,6 +386,10 @@ impl Backend for GpuBackend {
         Ok(GpuTensor { buf: x.buf.clone(), rows, cols, dtype: x.dtype })
     }
 
+    fn matmul_weight(&self, dy: &GpuTensor, w: &GpuTensor) -> Result<GpuTensor> {
+        self.record_matmul_weight(dy, w)
+    }
+
     fn matmul(&self, a: &GpuTensor, trans_a: bool, b: &GpuTensor, trans_b: bool) -> Result<GpuTensor> {
         let (a, b) = (self.f32_of("matmul", a)?, self.f32_of("matmul", b)?);
         self.train_matmul(&a, trans_a, &b, trans_b)
@@ -463,12 +467,26 @@ impl Backend for GpuBackend {
         self.record_attention(qkv, mask, bias.map_or(super::ScoreBias::None, super::ScoreBias::Relative), shape, Some(d))
     }
 
+    fn attention_dropout_disentangled(&self, qkv: &GpuTensor, mask: &GpuTensor, pos: &GpuTensor, rows: &GpuTensor,
+        shape: AttentionShape, d: Dropout) -> Result<GpuTensor> {
+        self.record_attention(qkv, mask, super::ScoreBias::Disentangled { pos, rows }, shape, Some(d))
+    }
+
+    fn attention_backward_disentangled(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor, pos: &GpuTensor,
+        rows: &GpuTensor, shape: AttentionShape, dropout: Option<Dropout>) -> Result<(GpuTensor, GpuTensor)> {
+        self.record_attention_backward_disentangled(dctx, qkv, mask, pos, rows, shape, dropout)
+    }
+
+    /// A quantized weight (Q8_0, Q4_0) is read as its dequantized values.
     async fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {
-        Ok(self.read_back(&[t]).await?.remove(0))
+        let decoded = self.decoded_for_read(t)?;
+        Ok(self.read_back(&[decoded.as_ref().unwrap_or(t)]).await?.remove(0))
     }
 
     async fn read_many(&self, ts: &[&GpuTensor]) -> Result<Vec<Vec<f32>>> {
-        self.read_back(ts).await
+        let decoded = ts.iter().map(|t| self.decoded_for_read(t)).collect::<Result<Vec<_>>>()?;
+        let ts: Vec<&GpuTensor> = ts.iter().zip(&decoded).map(|(t, d)| d.as_ref().unwrap_or(t)).collect();
+        self.read_back(&ts).await
     }
 }
 

@@ -25,7 +25,7 @@ params!(
     /// `shaders/attention_backward.wgsl`.
     AttentionParams {
         batch: u32, seq: u32, heads: u32, head_dim: u32, hidden: u32, scale: f32,
-        drop_threshold: u32, drop_key: u32, drop_scale: f32, _pad0: u32, _pad1: u32, _pad2: u32,
+        drop_threshold: u32, drop_key: u32, drop_scale: f32, pos_rows: u32, _pad1: u32, _pad2: u32,
     }
 );
 params!(
@@ -101,6 +101,7 @@ pub const SHADERS: &[(&str, &str, usize, &[(&str, usize, &str)])] = &[
     ("dropout", "dropout.wgsl", std::mem::size_of::<DropoutParams>(), DropoutParams::FIELDS),
     ("rotary", "rotary.wgsl", std::mem::size_of::<RotaryParams>(), RotaryParams::FIELDS),
     ("glu", "glu.wgsl", std::mem::size_of::<GluParams>(), GluParams::FIELDS),
+    ("weight_grad", "weight_grad.wgsl", std::mem::size_of::<MatmulParams>(), MatmulParams::FIELDS),
 ];
 
 /// Modules made from one file with constants written before it, or with some of its pieces swapped for others:

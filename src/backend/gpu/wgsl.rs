@@ -33,6 +33,7 @@ const FILES: &[(&str, &str)] = &[
     ("pool.wgsl", include_str!("../../../shaders/pool.wgsl")),
     ("rotary.wgsl", include_str!("../../../shaders/rotary.wgsl")),
     ("train.wgsl", include_str!("../../../shaders/train.wgsl")),
+    ("weight_grad.wgsl", include_str!("../../../shaders/weight_grad.wgsl")),
     ("lib/act.wgsl", include_str!("../../../shaders/lib/act.wgsl")),
     ("lib/act_f16.wgsl", include_str!("../../../shaders/lib/act_f16.wgsl")),
     ("lib/activations.wgsl", include_str!("../../../shaders/lib/activations.wgsl")),

@@ -177,7 +177,23 @@ impl CliHooks {
     }
 }
 
+/// Whether `path` is a `.gguf` file (LoRA trains over it, its weights as stored).
+fn is_gguf(path: &Path) -> bool {
+    path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}
+
+/// A `.gguf`'s config.json, tokenizer.json and tokenizer_config.json, as the file records them (`None` where it
+/// has none).
+fn gguf_files(path: &Path) -> Result<[(&'static str, Option<String>); 3], Fail> {
+    let g = bertgpu::weights::gguf::bert::read_bert_header(path).map_err(fail)?;
+    Ok([("config.json", Some(g.config_json)), ("tokenizer.json", Some(g.tokenizer_json)), ("tokenizer_config.json", g.tokenizer_config_json)])
+}
+
 pub(crate) fn read_config(m: &crate::LoadedModel) -> Result<serde_json::Value, Fail> {
+    if is_gguf(&m.dir) {
+        let [(_, config), ..] = gguf_files(&m.dir)?;
+        return serde_json::from_str(config.as_deref().unwrap_or_default()).map_err(|e| fail(format!("config.json: {e}")));
+    }
     let bytes = std::fs::read(m.dir.join("config.json")).map_err(|e| fail(format!("config.json: {e}")))?;
     serde_json::from_slice(&bytes).map_err(|e| fail(format!("config.json: {e}")))
 }
@@ -192,6 +208,15 @@ pub(crate) fn write_folder(m: &crate::LoadedModel, out: &Path, files: &[(&str, &
     };
     for (name, bytes) in files {
         write(name, bytes)?;
+    }
+    if is_gguf(&m.dir) {
+        // A .gguf's tokenizer as it records it (the written config.json, if any, is the trained model's).
+        for (name, text) in gguf_files(&m.dir)?.into_iter().skip(1) {
+            if let Some(text) = text {
+                write(name, text.as_bytes())?;
+            }
+        }
+        return Ok(());
     }
     // The tokenizer, and a sentence-transformers model's pipeline files (pooling, normalisation) as they were.
     for name in job::FOLDER_FILES {
@@ -209,10 +234,10 @@ pub(crate) fn cmd_fine_tune(args: &InferArgs, a: &FineTuneArgs) -> Result<(), Fa
     if args.activations == crate::load::Activations::F16 {
         return Err(fail("fine-tuning needs f32 activations: --activations f16 is for inference only"));
     }
-    if !args.model.model.is_dir() {
+    if !args.model.model.is_dir() && !(is_gguf(&args.model.model) && a.lora.is_some()) {
         return Err(fail(format!(
             "`{}` is not a folder: fine-tuning reads and writes Hugging Face folders (config.json, model.safetensors, \
-             the tokenizer files)",
+             the tokenizer files); a .gguf trains LoRA adapters only (--lora R), its weights kept as stored",
             args.model.model.display()
         )));
     }

@@ -69,7 +69,8 @@ pub(crate) struct PretrainArgs {
     /// Mask the rows again every epoch (RoBERTa's dynamic masking) instead of once for the run (BERT's)
     #[arg(long)]
     dynamic_masking: bool,
-    /// The masked LM alone: segments of one document instead of sentence pairs, no next-sentence loss
+    /// The masked LM alone: segments of one document instead of sentence pairs, no next-sentence (ALBERT's
+    /// AlbertForPreTraining: sentence-order) loss
     #[arg(long)]
     no_nsp: bool,
     /// Fraction of the sentence pairs given a shorter random length (Google's BERT: 0.1), in [0, 1]
@@ -116,6 +117,7 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
         short_seq_prob: a.short_seq_prob,
         dynamic_masking: a.dynamic_masking,
         seed: a.seed,
+        ..PretrainOptions::default()
     };
     let fit = FitOptions {
         learning_rate: a.lr,
@@ -134,7 +136,7 @@ async fn train<B: Backend>(be: &B, m: &LoadedModel, original: &serde_json::Value
     let mut progress = SavingHooks { inner: CliHooks::new(), save: None, step: 1 };
     if let Some(path) = &a.save_batches {
         // The rows job::pretrain trains on, made again the same way (seeded): the hooks see them as indices.
-        let rows = job::pretrain_corpus_rows(cfg, tok, &corpus, &data).map_err(at)?;
+        let rows = job::pretrain_corpus_rows(cfg, &weights, tok, &corpus, &data).map_err(at)?;
         let file = std::fs::File::create(path).map_err(|e| fail(format!("cannot write `{}`: {e}", path.display())))?;
         progress.save = Some(Saved { epoch: 1, rows: rows.rows.clone(), data: rows, out: std::io::BufWriter::new(file) });
     }
@@ -188,13 +190,15 @@ impl Hooks for SavingHooks {
         }
         let (rows, out) = (&s.rows, &mut s.out);
         let rows: Vec<&PretrainRow> = which.iter().map(|&i| &rows[i]).collect();
-        let line = json!({
+        // ALBERT's AlbertForPreTraining names its pair labels `sentence_order_label`.
+        let pair_label = if s.data.options.sentence_order { "sentence_order_label" } else { "next_sentence_label" };
+        let mut line = json!({
             "step": self.step,
             "input_ids": rows.iter().map(|r| &r.input_ids).collect::<Vec<_>>(),
             "token_type_ids": rows.iter().map(|r| &r.token_type_ids).collect::<Vec<_>>(),
             "labels": rows.iter().map(|r| &r.mlm_labels).collect::<Vec<_>>(),
-            "next_sentence_label": rows.iter().map(|r| r.nsp_label).collect::<Option<Vec<_>>>(),
         });
+        line[pair_label] = json!(rows.iter().map(|r| r.nsp_label).collect::<Option<Vec<_>>>());
         use std::io::Write;
         writeln!(out, "{line}").map_err(|e| bertgpu::Error::Input(format!("--save-batches: {e}")))
     }

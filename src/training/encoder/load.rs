@@ -18,6 +18,10 @@
 //! - MPNet: RoBERTa's positions, no token types, the layers under MPNet's names (`attention.attn.{q,k,v,o}`,
 //!   `attention.LayerNorm`), and the relative position bias table `encoder.relative_attention_bias` every layer
 //!   adds to its scores ([`super::relative`]), one parameter whose gradient sums the layers'.
+//! - DeBERTa-v2/v3: the layers under DeBERTa's names (`attention.self.{query,key,value}_proj`), no position table
+//!   where `position_biased_input` is false, no token types where `type_vocab_size` is 0, and the relative table
+//!   `encoder.rel_embeddings` with its LayerNorm that every layer's disentangled attention reads through its own
+//!   query and key projections ([`super::disentangled`]); the options the inference side refuses stay refused.
 
 use super::{EmbIdx, Encoder, LayerIdx};
 use crate::backend::Backend;
@@ -30,34 +34,18 @@ pub(crate) fn get(w: &Weights, name: &str, shape: &[usize]) -> Result<HostTensor
     Ok(w.get(name, shape)?.clone())
 }
 
-/// Refuses, by name, a family whose whole encoder is not trained yet.
-fn check_family(cfg: &BertConfig) -> Result<()> {
-    match cfg.family {
-        Family::Bert
-        | Family::Roberta
-        | Family::XlmRoberta
-        | Family::Camembert
-        | Family::DistilBert
-        | Family::Electra
-        | Family::Albert
-        | Family::MPNet
-        | Family::NomicBert
-        | Family::Gte
-        | Family::ModernBert => Ok(()),
-        f => Err(Error::Config(format!(
-            "fine-tuning the whole encoder supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, \
-             MPNet, NomicBERT, GTE and ModernBERT checkpoints; this one is `{}`",
-            f.model_type()
-        ))),
-    }
-}
-
 impl<T> Encoder<T> {
-    /// The encoder's parameters from a checkpoint (task or bare, any family [`check_family`] accepts), in f32 on
+    /// The encoder's parameters from a checkpoint (task or bare, of any family), in f32 on
     /// `be`.
     pub fn load<B: Backend<Tensor = T>>(be: &B, cfg: &BertConfig, weights: &Weights) -> Result<Encoder<T>> {
+        Self::load_with(be, cfg, weights, false)
+    }
+
+    /// [`Self::load`]; with `frozen_base` (LoRA follows) the layers' linear weights stay in the checkpoint's dtype
+    /// ([`Encoder::push_weight`]).
+    pub fn load_with<B: Backend<Tensor = T>>(be: &B, cfg: &BertConfig, weights: &Weights, frozen_base: bool)
+        -> Result<Encoder<T>> {
         cfg.validate()?;
-        check_family(cfg)?;
         let fam = cfg.family;
         let (h, e_size, inter) = (cfg.hidden_size, cfg.embedding_size, cfg.intermediate_size);
         let (types, pos) = (cfg.type_vocab_size, cfg.max_position_embeddings + cfg.position_offset);
@@ -83,6 +71,8 @@ impl<T> Encoder<T> {
             rotary: super::rotary::Rotary::new(cfg),
             relative: None,
             modern: None,
+            frozen_base,
+            disentangled: None,
         };
         if fam == Family::ModernBert {
             enc.rotary = None; // its two rotations are `modern`'s
@@ -119,6 +109,8 @@ impl<T> Encoder<T> {
             0 => None,
             _ => super::relative::RelIdx::load(be, &mut enc, cfg, &w, rel_name?)?,
         };
+        // DeBERTa: the relative table (and its LayerNorm) every layer reads, below every layer.
+        enc.disentangled = super::disentangled::DisIdx::load(be, &mut enc, cfg, &w, &name)?;
         // ALBERT: one layer, shared by every pass.
         let distinct = if fam == Family::Albert { 1 } else { cfg.num_hidden_layers };
         for l in 0..distinct {
@@ -145,15 +137,15 @@ impl<T> Encoder<T> {
             let (out_w, out_b) = pair("output.dense", h, inter)?;
             let (ln2_g, ln2_b) = pair("output.LayerNorm", h, 0)?;
             let idx = LayerIdx {
-                qkv_w: enc.push(be, qkv_names("weight")?, &HostTensor::concat_rows(&[&qw, &kw, &vw])?, 3 * h, h, true)?,
+                qkv_w: enc.push_weight(be, qkv_names("weight")?, &HostTensor::concat_rows(&[&qw, &kw, &vw])?, 3 * h, h)?,
                 qkv_b: Some(enc.push(be, qkv_names("bias")?, &HostTensor::concat_rows(&[&qb, &kb, &vb])?, 1, 3 * h, false)?),
-                o_w: enc.push(be, vec![n("attention.output.dense.weight")?], &o_w, h, h, true)?,
+                o_w: enc.push_weight(be, vec![n("attention.output.dense.weight")?], &o_w, h, h)?,
                 o_b: Some(enc.push(be, vec![n("attention.output.dense.bias")?], &o_b, 1, h, false)?),
                 ln1_g: enc.push(be, vec![n("attention.output.LayerNorm.weight")?], &ln1_g, 1, h, false)?,
                 ln1_b: enc.push(be, vec![n("attention.output.LayerNorm.bias")?], &ln1_b, 1, h, false)?,
-                i_w: enc.push(be, vec![n("intermediate.dense.weight")?], &i_w, inter, h, true)?,
+                i_w: enc.push_weight(be, vec![n("intermediate.dense.weight")?], &i_w, inter, h)?,
                 i_b: Some(enc.push(be, vec![n("intermediate.dense.bias")?], &i_b, 1, inter, false)?),
-                out_w: enc.push(be, vec![n("output.dense.weight")?], &out_w, h, inter, true)?,
+                out_w: enc.push_weight(be, vec![n("output.dense.weight")?], &out_w, h, inter)?,
                 out_b: Some(enc.push(be, vec![n("output.dense.bias")?], &out_b, 1, h, false)?),
                 ln2_g: enc.push(be, vec![n("output.LayerNorm.weight")?], &ln2_g, 1, h, false)?,
                 ln2_b: enc.push(be, vec![n("output.LayerNorm.bias")?], &ln2_b, 1, h, false)?,
@@ -178,7 +170,7 @@ impl<T> Encoder<T> {
         // A linear's weight `(out, in)` and, where the family has it, its bias.
         let linear = |enc: &mut Self, p: &str, out: usize, inp: usize, bias: bool| -> Result<(usize, Option<usize>)> {
             let m = lw.pp(p);
-            let wi = enc.push(be, vec![n(&format!("{p}.weight"))?], &get(&m, "weight", &[out, inp])?, out, inp, true)?;
+            let wi = enc.push_weight(be, vec![n(&format!("{p}.weight"))?], &get(&m, "weight", &[out, inp])?, out, inp)?;
             let bi = match bias {
                 true => Some(enc.push(be, vec![n(&format!("{p}.bias"))?], &get(&m, "bias", &[out])?, 1, out, false)?),
                 false => None,
@@ -202,7 +194,7 @@ impl<T> Encoder<T> {
             let (up, gate) = (lw.pp("intermediate.up"), lw.pp("intermediate.gate"));
             let names = vec![n("intermediate.up.weight")?, n("intermediate.gate.weight")?];
             let wt = HostTensor::concat_rows(&[&get(&up, "weight", &[inter, h])?, &get(&gate, "weight", &[inter, h])?])?;
-            let wi = self.push(be, names, &wt, 2 * inter, h, true)?;
+            let wi = self.push_weight(be, names, &wt, 2 * inter, h)?;
             let bi = match biases.up {
                 true => {
                     let names = vec![n("intermediate.up.bias")?, n("intermediate.gate.bias")?];

@@ -1,15 +1,17 @@
 //! The BERT encoder as a trainable thing: every parameter in f32 on the backend, a forward that keeps what the
 //! backward needs, and the backward through every layer down to the embedding tables. The task heads, their losses
 //! and the optimiser step are in [`super::finetune`]. BERT's relatives that are this encoder under other names
-//! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, MPNet) train through the same code: [`load`] has what
-//! each one changes, [`relative`] MPNet's relative position bias. The rotary families (NomicBERT, GTE) turn their
+//! (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT, MPNet, DeBERTa-v2/v3) train through the same code:
+//! [`load`] has what each one changes, [`relative`] MPNet's relative position bias, [`disentangled`] DeBERTa's
+//! relative table (its attention: `Backend::attention_disentangled`, back through
+//! `Backend::attention_backward_disentangled`). The rotary families (NomicBERT, GTE) turn their
 //! queries and keys instead of reading a position table and gate their feed-forward: [`rotary`] has their math.
 //!
 //! # The math
 //!
 //! Forward, per layer (post-LN, as `BertLayer`), with the tensors kept for the backward marked *:
 //! ```text
-//! e* = word[ids] + pos[t + o] + type[tt]        x* = LN(e)           (ELECTRA with E ≠ H: x = LN(e)·Wpᵀ + bp)
+//! e* = word[ids] + pos[p] + type[tt]           x* = LN(e)           (ELECTRA with E ≠ H: x = LN(e)·Wpᵀ + bp)
 //! qkv* = x·Wqkvᵀ + bqkv                         ctx* = attention(qkv, mask)
 //! a = ctx·Woᵀ + bo        p1* = a + x           h1* = LN(p1)
 //! u* = h1·W1ᵀ + b1        g* = GELU(u)          o = g·W2ᵀ + b2
@@ -20,11 +22,14 @@
 //! tensor read twice sums the two gradients); the attention: `Backend::attention_backward` (MPNet's, with the
 //! relative bias every layer adds to its scores: `Backend::attention_backward_biased`, whose `dbias` of every layer
 //! sums into the one bias table); the embeddings:
-//! `Backend::embeddings_backward` (scatter-add into the three tables). RoBERTa's positions start at row
-//! `o = pad_token_id + 1` of its table (`o = 0` elsewhere): the forward reads rows `o..` (`Backend::gather_rows`)
-//! and their gradient goes back to those rows (`Backend::scatter_rows`), so the rows before get none, as in
-//! transformers, whose padding tokens alone read them (`padding_idx`, no gradient). The families without token
-//! types read type 0 for every token (DistilBERT from a zero row that is not a parameter).
+//! `Backend::embeddings_backward` (scatter-add into the three tables). RoBERTa's (and MPNet's) positions are
+//! transformers' `create_position_ids_from_input_ids`: a real token reads row `pad_token_id + 1 + t`, a padding token
+//! row `pad_token_id` (`padding_idx`); the forward gathers each token's row (`Backend::gather_rows`, added to the
+//! sum of the other two tables) and the real tokens' gradients go back to their rows (`Backend::scatter_rows`):
+//! row `padding_idx` gets none, as `nn.Embedding(padding_idx=…)` in transformers, and the rows before it none (no
+//! token reads them). So every position's output, padding included, is transformers' (QA's loss reads them all).
+//! The families without token types read type 0 for every token (DistilBERT from a zero row that is not a
+//! parameter).
 //!
 //! Dropout (a training forward given a [`DropoutPlan`]; evaluation and inference have none), at `BertModel`'s four
 //! places: `x₀ = drop(LN(e))` (`BertEmbeddings`), `a = drop(ctx·Woᵀ + bo)` (`BertSelfOutput`, before the residual),
@@ -35,6 +40,7 @@
 //! dropped ones, which is what the next op read. A probability of 0 skips its site (no op is recorded). GTE has a
 //! fifth, `GteMLP`'s dropout on the gated product before `down_proj` ([`rotary`]).
 
+mod disentangled;
 mod load;
 mod modern;
 mod relative;
@@ -44,7 +50,7 @@ use std::borrow::Cow;
 
 use super::lora::Lora;
 use super::params::{put, Param};
-use crate::backend::{Activation, AttentionShape, Backend, Dropout, EmbeddingTables};
+use crate::backend::{Activation, AttentionShape, Backend, Dropout, Dtype, EmbeddingTables};
 use crate::config::BertConfig;
 use crate::tokenizer::Batch;
 use crate::weights::HostTensor;
@@ -52,7 +58,7 @@ use crate::{Error, Result};
 
 pub(crate) use load::get;
 pub(crate) use modern::{check_dropout as check_modern_dropout, Norm};
-pub(crate) use rotary::check_config_keys;
+pub(crate) use rotary::{check_config_keys, transformers_config};
 
 /// Indices of the embeddings' parameters.
 #[derive(Clone, Copy)]
@@ -166,6 +172,8 @@ pub struct Saved<T> {
     relative: Option<relative::RelSaved<T>>,
     /// ModernBERT's layers ([`modern`]).
     modern: Option<modern::ModernSaved<T>>,
+    /// DeBERTa's relative table of this forward.
+    disentangled: Option<disentangled::DisSaved<T>>,
 }
 
 impl<T> Saved<T> {
@@ -184,6 +192,9 @@ struct LayerSaved<T> {
     u: T,
     g: T,
     pre2: T,
+    /// DeBERTa: the table this layer projected where its `pos_dropout` dropped it, and the projection `(R, 3H)`.
+    rel: Option<T>,
+    pos: Option<T>,
 }
 
 /// The parameter list being trained, and the encoder's part of it.
@@ -207,6 +218,11 @@ pub struct Encoder<T> {
     relative: Option<relative::RelIdx>,
     /// ModernBERT's pre-LN layers, norms, rotations and window ([`modern`]).
     modern: Option<modern::Modern<T>>,
+    /// Whether the layers' linear weights are frozen (LoRA follows the load) and so kept in the checkpoint's stored
+    /// dtype ([`Self::push_weight`]).
+    frozen_base: bool,
+    /// DeBERTa's relative table and its LayerNorm, shared by every layer ([`disentangled`]).
+    disentangled: Option<disentangled::DisIdx>,
 }
 
 
@@ -219,8 +235,40 @@ impl<T> Encoder<T> {
             return Err(Error::Weights(format!("{}: {} values for ({rows}, {cols})", names[0], values.len())));
         }
         let tensor = be.input(&values, rows, cols)?;
-        self.params.push(Param { names, tensor, rows, cols, matrix: t.shape.len() == 2, decay });
+        self.params.push(Param { names, tensor, rows, cols, matrix: t.shape.len() == 2, decay, stored: Dtype::F32 });
         Ok(self.params.len() - 1)
+    }
+
+    /// Adds a layer's linear weight `(rows, cols)`. With a frozen base (LoRA) an f16, Q8_0 or Q4_0 weight stays in
+    /// that dtype on the backend (the forward's `linear` and the backward's `matmul_weight` read it as stored; it
+    /// gets no gradient); otherwise it is [`Self::push`]ed in f32, a quantized one refused: its values are an
+    /// approximation that only LoRA trains beside.
+    pub fn push_weight<B: Backend<Tensor = T>>(&mut self, be: &B, names: Vec<String>, t: &HostTensor, rows: usize,
+        cols: usize) -> Result<usize> {
+        let dtype = t.data.dtype();
+        if !self.frozen_base && dtype.is_quantized() {
+            return Err(Error::Config(format!(
+                "a {} base trains only its LoRA adapters: its weights are quantized, and training them needs f32 \
+                 values; fine-tune it with LoRA (--lora R, or fineTune's `lora`), or train every weight of the f32 or \
+                 f16 checkpoint it was converted from ({})",
+                dtype.name().to_uppercase(),
+                names[0]
+            )));
+        }
+        if !self.frozen_base || dtype == Dtype::F32 {
+            return self.push(be, names, t, rows, cols, true);
+        }
+        if t.shape != [rows, cols] {
+            return Err(Error::Weights(format!("{}: shape {:?} for ({rows}, {cols})", names[0], t.shape)));
+        }
+        let tensor = be.upload(t)?;
+        self.params.push(Param { names, tensor, rows, cols, matrix: true, decay: true, stored: dtype });
+        Ok(self.params.len() - 1)
+    }
+
+    /// Whether the linears are frozen and kept as stored ([`Self::push_weight`]).
+    pub fn frozen_base(&self) -> bool {
+        self.frozen_base
     }
 
     pub fn t(&self, i: usize) -> &T {
@@ -232,10 +280,20 @@ impl<T> Encoder<T> {
         self.emb.word
     }
 
-    /// The rows of the position table the positions `0..` read: RoBERTa's from `pad_token_id + 1` on.
-    fn position_rows(&self) -> Vec<u32> {
-        let off = self.config.position_offset;
-        (off..off + self.config.max_position_embeddings).map(|r| r as u32).collect()
+    /// RoBERTa's position row of every token `(B*T)`, as transformers' `create_position_ids_from_input_ids`: a
+    /// padding token (`input_ids == padding_idx`) reads row `pad_token_id`, the others `pad_token_id + 1 + n`, `n`
+    /// the tokens before it that are not padding (with right padding, the token's index).
+    fn position_rows(&self, batch: &Batch) -> Vec<u32> {
+        let pad = self.config.pad_token_id;
+        let mut rows = Vec::with_capacity(batch.input_ids.len());
+        for ids in batch.input_ids.chunks(batch.t.max(1)) {
+            let mut n = 0;
+            for &id in ids {
+                n += (id != pad) as u32;
+                rows.push(if id == pad { pad } else { pad + n });
+            }
+        }
+        rows
     }
 
     /// The batch as the embeddings read it: every token of type 0 in the families without token types (RoBERTa's
@@ -279,13 +337,25 @@ impl<T> Encoder<T> {
         };
         let eps = self.config.layer_norm_eps;
         let em = self.emb;
-        let offset_table = match (self.config.position_offset, em.position) {
+        // RoBERTa's positions are per token (`position_rows`): each token's row gathered `(B*T, E)`, which the
+        // embeddings read as the table of one sequence of B*T tokens (token r reads row r), so that the sum is
+        // `word + pos + type` in BERT's order.
+        let token_positions = match (self.config.position_offset, em.position) {
             (0, _) | (_, None) => None,
-            (_, Some(p)) => Some(be.gather_rows(self.t(p), &self.position_rows())?), // (P, E) from row pad + 1
+            (_, Some(p)) => {
+                let positions = self.config.max_position_embeddings;
+                if batch.t > positions {
+                    return Err(Error::Input(format!(
+                        "sequences of {} tokens are longer than the model's {positions} positions; truncate the input",
+                        batch.t
+                    )));
+                }
+                Some(be.gather_rows(self.t(p), &self.position_rows(batch))?) // (B*T, E)
+            }
         };
         let tables = EmbeddingTables {
             word: self.t(em.word),
-            position: offset_table.as_ref().or(em.position.map(|p| self.t(p))),
+            position: token_positions.as_ref().or(em.position.map(|p| self.t(p))),
             token_type: match (em.token_type, &self.zero_types) {
                 (Some(i), _) => self.t(i),
                 (None, Some(z)) => z,
@@ -296,7 +366,14 @@ impl<T> Encoder<T> {
             eps,
         };
         let mask = be.mask(batch)?;
-        let emb_sum = be.embeddings_sum(self.embedding_batch(batch)?.as_ref(), &tables)?; // (B*T, E)
+        let emb_batch = self.embedding_batch(batch)?;
+        let emb_sum = match token_positions {
+            Some(_) => {
+                let flat = Batch { b: 1, t: batch.b * batch.t, ..emb_batch.into_owned() };
+                be.embeddings_sum(&flat, &tables)? // (B*T, E)
+            }
+            None => be.embeddings_sum(emb_batch.as_ref(), &tables)?, // (B*T, E)
+        };
         let x0 = be.layernorm(&emb_sum, None, self.t(em.ln_g), self.t(em.ln_b), eps)?;
         let x0 = apply_dropout(be, x0, site(false, 0))?;
         let (mut x, projected) = match em.project {
@@ -307,6 +384,7 @@ impl<T> Encoder<T> {
         let rope = self.rotary.as_ref().map(|r| r.table(be, batch.t)).transpose()?; // (T, d)
         let rel = self.relative.map(|r| r.forward(be, self.t(r.table), batch.t)).transpose()?;
         let bias = rel.as_ref().map(|r| &r.bias);
+        let dis = self.disentangled.map(|d| d.forward(be, self, batch.t)).transpose()?;
         let mut layers = Vec::with_capacity(self.layers.len());
         for (l, li) in self.layers.iter().enumerate() {
             let s = 3 * l as u32;
@@ -315,9 +393,20 @@ impl<T> Encoder<T> {
                 Some(r) => be.rotary(&qkv, r, shape)?, // q and k turned; the attention keeps these
                 None => qkv,
             };
-            let ctx = match site(true, s + 1) {
-                Some(d) => be.attention_dropout_biased(&qkv, &mask, bias, shape, d)?,
-                None => be.attention_biased(&qkv, &mask, bias, shape)?, // (B*T, H)
+            let (mut rel_l, mut pos) = (None, None);
+            let ctx = match (site(true, s + 1), &dis) {
+                (d, Some(ds)) => {
+                    rel_l = disentangled::dropped(be, &ds.rel, site(false, disentangled::pos_stream(l)))?;
+                    let p = self.linear(be, rel_l.as_ref().unwrap_or(&ds.rel), li.qkv_w, li.qkv_b)?; // (R, 3H)
+                    let ctx = match d {
+                        Some(d) => be.attention_dropout_disentangled(&qkv, &mask, &p, &ds.index, shape, d)?,
+                        None => be.attention_disentangled(&qkv, &mask, &p, &ds.index, shape)?,
+                    };
+                    pos = Some(p);
+                    ctx
+                }
+                (Some(d), None) => be.attention_dropout_biased(&qkv, &mask, bias, shape, d)?,
+                (None, None) => be.attention_biased(&qkv, &mask, bias, shape)?, // (B*T, H)
             };
             let a = self.linear(be, &ctx, li.o_w, li.o_b)?;
             let a = apply_dropout(be, a, site(false, s + 2).filter(|_| self.attn_out_dropout))?;
@@ -332,10 +421,10 @@ impl<T> Encoder<T> {
             let o = apply_dropout(be, o, site(false, s + 3).filter(|_| self.ffn_dropout))?;
             let pre2 = be.add(&o, &h1)?;
             let next = be.layernorm(&pre2, None, self.t(li.ln2_g), self.t(li.ln2_b), eps)?;
-            layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2 });
+            layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2, rel: rel_l, pos });
             x = next;
         }
-        Ok((x, Saved { mask, emb_sum, projected, layers, dropout, relative: rel, modern: None }))
+        Ok((x, Saved { mask, emb_sum, projected, layers, dropout, relative: rel, modern: None, disentangled: dis }))
     }
 
     /// `y = x·Wᵀ + b` of an encoder layer, plus its LoRA adapters' updates.
@@ -369,7 +458,7 @@ impl<T> Encoder<T> {
         if let Some(b) = b.into().filter(|&b| self.trains(b)) {
             put(be, grads, b, be.sum_rows(dy)?)?; // (1, N)
         }
-        let dx = be.matmul(dy, false, self.t(w), false)?; // (M, K)
+        let dx = be.matmul_weight(dy, self.t(w))?; // (M, K), W in its stored dtype
         match self.lora.as_ref().map(|l| l.backward(be, &self.params, dy, x, w, grads)).transpose()?.flatten() {
             Some(d) => be.add(&dx, &d),
             None => Ok(dx),
@@ -408,6 +497,10 @@ impl<T> Encoder<T> {
         let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());
         let unrope = self.rotary.as_ref().map(|r| r.inverse(be, batch.t)).transpose()?; // (T, d), angles negated
         let mut dx = dlast;
+        // DeBERTa: the relative table's gradient summed over the layers (not when only the top layers train).
+        let dis = saved.disentangled.as_ref().zip(self.disentangled);
+        let want_rel = dis.is_some_and(|(_, d)| top.is_none() && self.trains(d.table()));
+        let mut drel: Option<T> = None;
         for (l, (li, ls)) in self.layers.iter().zip(&saved.layers).enumerate().rev().take(depth) {
             let s = 3 * l as u32;
             // Back through a site's dropout: the same mask on the gradient (`None`: the gradient as it is).
@@ -433,8 +526,24 @@ impl<T> Encoder<T> {
             // MPNet: the table's gradient from every layer (not when only the top layers train: it is below them).
             let rel = saved.relative.as_ref().zip(self.relative);
             let want = rel.is_some_and(|(_, r)| top.is_none() && self.trains(r.table));
-            let (dqkv, dbias) = be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, rel.map(|(r, _)| &r.bias),
-                shape, saved.site(true, s + 1), want)?;
+            let (dqkv, dbias) = match (dis, &ls.pos) {
+                (Some((ds, _)), Some(pos)) => {
+                    let (dqkv, dpos) = be.attention_backward_disentangled(&dctx, &ls.qkv, &saved.mask, pos, &ds.index,
+                        shape, saved.site(true, s + 1))?;
+                    // Through the layer's projection of the table (its weight's and bias's gradients added).
+                    let d = self.linear_backward(be, &dpos, ls.rel.as_ref().unwrap_or(&ds.rel), li.qkv_w, li.qkv_b, grads)?;
+                    if want_rel {
+                        let d = apply_dropout(be, d, saved.site(false, disentangled::pos_stream(l)))?;
+                        drel = Some(match drel.take() {
+                            Some(acc) => be.add(&acc, &d)?,
+                            None => d,
+                        });
+                    }
+                    (dqkv, None)
+                }
+                _ => be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, rel.map(|(r, _)| &r.bias), shape,
+                    saved.site(true, s + 1), want)?,
+            };
             if let (Some((r, ri)), Some(db)) = (rel, dbias) {
                 put(be, grads, ri.table, r.table_grad(be, &db)?)?;
             }
@@ -444,6 +553,9 @@ impl<T> Encoder<T> {
             };
             let dxq = self.linear_backward(be, &dqkv, &ls.x, li.qkv_w, li.qkv_b, grads)?;
             dx = be.add(&dxq, &dpre1)?; // x feeds the projections and the first residual
+        }
+        if let (Some((ds, di)), Some(d)) = (dis, drel) {
+            di.backward(be, self, ds, d, grads)?;
         }
         if let Some(l) = &self.lora {
             grads.iter_mut().enumerate().filter(|(i, _)| !l.trains(*i)).for_each(|(_, g)| *g = None);
@@ -465,11 +577,22 @@ impl<T> Encoder<T> {
         let (dw, dp, dt) = be.embeddings_backward(&demb, self.embedding_batch(batch)?.as_ref(), rows(Some(em.word)), positions,
             rows(em.token_type), Some(self.config.pad_token_id))?;
         put(be, grads, em.word, dw)?;
-        // RoBERTa: the gradient of the rows from pad + 1 on, into the whole table (the rows before get none).
+        // RoBERTa: each real token's gradient into its own row (`position_rows`); the padding tokens' row
+        // `padding_idx` gets none, as transformers' `nn.Embedding(padding_idx=pad_token_id)`, whose row PyTorch
+        // never updates, and the rows before it none (no token reads them).
         if let Some(p) = em.position {
             let dp = match self.config.position_offset {
                 0 => dp,
-                _ => be.scatter_rows(&dp, &self.position_rows(), self.params[p].rows)?,
+                _ => {
+                    let pad = self.config.pad_token_id;
+                    let (real, rows): (Vec<u32>, Vec<u32>) = self.position_rows(batch).into_iter().enumerate()
+                        .filter(|&(_, r)| r != pad).map(|(i, r)| (i as u32, r)).unzip();
+                    let (n, e) = (self.params[p].rows, self.params[p].cols);
+                    match real.is_empty() {
+                        true => be.input(&vec![0.0; n * e], n, e)?,
+                        false => be.scatter_rows(&be.gather_rows(&demb, &real)?, &rows, n)?, // (real tokens, E) → (n, E)
+                    }
+                }
             };
             put(be, grads, p, dp)?;
         }

@@ -261,7 +261,7 @@ impl<T> Encoder<T> {
         }
         let out = self.norm(be, &x, m.final_norm)?;
         let saved = Saved { mask, emb_sum, projected: None, layers: Vec::new(), dropout, relative: None,
-            modern: Some(ModernSaved { layers, last: x }) };
+            modern: Some(ModernSaved { layers, last: x }), disentangled: None };
         Ok((out, saved))
     }
 

@@ -21,7 +21,7 @@
 
 use super::{apply_dropout, DropoutPlan, Saved};
 use crate::backend::{Activation, Backend};
-use crate::config::{BertConfig, Family};
+use crate::config::{BertConfig, Family, Positions};
 use crate::model::rotary::Rope;
 use crate::weights::HostTensor;
 use crate::Result;
@@ -84,27 +84,81 @@ pub(super) fn inverse<B: Backend>(rope: &Rope, be: &B, seq: usize) -> Result<B::
     be.upload(&HostTensor::f32(vec![seq, d], v)?)
 }
 
-/// Refuses, by name, a NomicBERT or GTE checkpoint whose config.json is in its hub repository's form (nomic-ai's
-/// `n_embd`, `rotary_emb_base`...; Alibaba-NLP's `model_type: "new"`): the trained folder is transformers' class under
-/// its names, and transformers would read that config as another model (NomicBertConfig ignores nomic-ai's keys and
-/// takes its defaults; `new` is no transformers model type). Other families pass.
-pub fn check_config_keys(family: Family, original: &serde_json::Value) -> Result<()> {
+/// Whether a NomicBERT or GTE config.json is in its hub repository's form (nomic-ai's `n_embd`, `rotary_emb_base`...;
+/// Alibaba-NLP's `model_type: "new"`), naming the key that says so.
+fn hub_form(family: Family, original: &serde_json::Value) -> Option<String> {
     const NOMIC_HUB: [&str; 6] = ["n_embd", "n_head", "n_layer", "n_inner", "n_positions", "rotary_emb_base"];
-    let hub = match family {
+    match family {
         Family::NomicBert => NOMIC_HUB.iter().find(|k| original.get(**k).is_some()).map(|k| format!("`{k}`")),
         Family::Gte => (original["model_type"] == "new").then(|| "model_type `new`".to_string()),
         _ => None,
-    };
-    match hub {
-        Some(key) => Err(crate::Error::Config(format!(
-            "training a `{}` checkpoint whose config.json is in its hub repository's form ({key}) is not supported \
-             yet: the folder written would be transformers' {}For... class, which reads that config as another \
-             model; save the checkpoint with transformers first (its config then has transformers' keys)",
-            family.model_type(),
-            family.class_prefix()
-        ))),
-        None => Ok(()),
     }
+}
+
+/// Refuses, by name, a checkpoint whose trained folder could not be written in transformers' form: GTE's NTK-scaled
+/// rotation (gte-base/large-en-v1.5's `rope_scaling` `ntk`), which transformers' `GteModel` has no rope type for, so
+/// that the folder would compute another model there. A hub-form config otherwise trains, and its folder is written
+/// in transformers' keys ([`transformers_config`]). Other families pass.
+pub fn check_config_keys(cfg: &BertConfig, original: &serde_json::Value) -> Result<()> {
+    match (hub_form(cfg.family, original), cfg.rope_ntk_factor) {
+        (Some(key), Some(f)) => Err(crate::Error::Config(format!(
+            "training a `{}` checkpoint with the NTK-scaled rotation (rope_scaling `ntk`, factor {f}; its config.json \
+             is in its hub repository's form, {key}) is not supported: the folder written is transformers' {}For... \
+             class, which has no NTK rotation, so it would compute another model",
+            cfg.family.model_type(),
+            cfg.family.class_prefix()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The config.json of a folder trained from `cfg` (read from `original`): `original` itself, except that a NomicBERT
+/// or GTE config in its hub repository's form is written in the keys of transformers' `NomicBertConfig` /
+/// `GteConfig` (the trained tensors are already under transformers' names), from what bertgpu read: the sizes, the
+/// activation, LayerNorm's epsilon, the dropouts, the rotation's theta. Of the hub config only the keys that mean
+/// the same to transformers (labels, special token ids, initializer range, dtype) are kept; the rest (nomic-ai's
+/// `n_embd`..., `auto_map`'s remote code, Alibaba-NLP's `pack_qkv`...) would be read as another model or ignored.
+pub fn transformers_config(cfg: &BertConfig, original: &serde_json::Value) -> Result<serde_json::Value> {
+    if hub_form(cfg.family, original).is_none() {
+        return Ok(original.clone());
+    }
+    const KEPT: [&str; 9] = ["id2label", "label2id", "problem_type", "bos_token_id", "eos_token_id", "initializer_range",
+        "classifier_dropout", "dtype", "torch_dtype"];
+    let theta = match cfg.positions {
+        Positions::Rotary { theta } => theta,
+        _ => return Err(crate::Error::Config(format!("a `{}` config without rotary positions", cfg.family.model_type()))),
+    };
+    let act = match cfg.hidden_act {
+        Activation::GeluTanh => "gelu_pytorch_tanh",
+        a => a.name(),
+    };
+    let mut out = serde_json::Map::new();
+    for k in KEPT {
+        if let Some(v) = original.get(k) {
+            out.insert(k.into(), v.clone());
+        }
+    }
+    let types = original.get("type_vocab_size").cloned().unwrap_or_else(|| cfg.type_vocab_size.into());
+    for (k, v) in [
+        ("model_type", serde_json::json!(cfg.family.model_type())),
+        ("vocab_size", cfg.vocab_size.into()),
+        ("hidden_size", cfg.hidden_size.into()),
+        ("num_hidden_layers", cfg.num_hidden_layers.into()),
+        ("num_attention_heads", cfg.num_attention_heads.into()),
+        ("intermediate_size", cfg.intermediate_size.into()),
+        ("hidden_act", act.into()),
+        ("hidden_dropout_prob", f64::from(cfg.hidden_dropout_prob).into()),
+        ("attention_probs_dropout_prob", f64::from(cfg.attention_probs_dropout_prob).into()),
+        ("max_position_embeddings", cfg.max_position_embeddings.into()),
+        ("type_vocab_size", types),
+        ("layer_norm_eps", f64::from(cfg.layer_norm_eps).into()),
+        ("pad_token_id", cfg.pad_token_id.into()),
+        ("tie_word_embeddings", cfg.tie_word_embeddings.into()),
+        ("rope_parameters", serde_json::json!({ "rope_type": "default", "rope_theta": f64::from(theta) })),
+    ] {
+        out.insert(k.into(), v);
+    }
+    Ok(serde_json::Value::Object(out))
 }
 
 #[cfg(test)]

@@ -1,14 +1,15 @@
 //! What training holds on top of the model it was loaded from, stated before it starts: the trained copy of the
-//! parameters (f32), their gradients, AdamW's two moments, the activations a batch's forward keeps for its backward,
+//! parameters (f32; a quantized base's frozen weights as stored), their gradients, AdamW's two moments, the activations a batch's forward keeps for its backward,
 //! and the largest temporaries of a step. tests/training_memory.rs measures a step's allocations against it.
 
 use crate::config::BertConfig;
 
-/// Bytes, each part f32 values × 4; see [`TrainingMemory::total`].
+/// Bytes, each part f32 values × 4 (the frozen weights of a quantized base as stored); see [`TrainingMemory::total`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TrainingMemory {
-    /// The parameters being trained and those frozen: the training copy of the model, in f32.
+    /// The parameters being trained and those frozen: the training copy of the model, in f32 (the frozen linear
+    /// weights of a quantized base under LoRA as stored: f16, Q8_0).
     pub parameters: u64,
     /// One gradient per trained parameter (summed over a step's micro-batches).
     pub gradients: u64,
@@ -36,15 +37,15 @@ impl TrainingMemory {
         self.parameters + self.gradients + self.optimizer + self.activations.max(self.update) + SMALL
     }
 
-    /// `config`'s encoder with `params` (each `(values, trained)`), for micro-batches of `b` sequences of `t` tokens
+    /// `config`'s encoder with `params` (each `(values, bytes as stored, trained)`), for micro-batches of `b` sequences of `t` tokens
     /// going through it `forwards` times before their backward (embedding pairs: 2); `head_rows` × `head_width`: the
     /// head's widest output (e.g. the masked LM's selected rows × the vocabulary).
-    pub fn of(config: &BertConfig, params: impl Iterator<Item = (usize, bool)>, b: usize, t: usize, forwards: usize,
+    pub fn of(config: &BertConfig, params: impl Iterator<Item = (usize, u64, bool)>, b: usize, t: usize, forwards: usize,
         head_rows: usize, head_width: usize) -> TrainingMemory {
         const F32: u64 = 4;
         let (mut all, mut trained, mut largest) = (0u64, 0u64, 0u64);
-        for (n, train) in params {
-            all += n as u64;
+        for (n, stored, train) in params {
+            all += stored;
             if train {
                 trained += n as u64;
                 largest = largest.max(n as u64);
@@ -62,7 +63,7 @@ impl TrainingMemory {
         // width) and the attention's probabilities and their gradient; the head's output and its gradient.
         let backward = rows * (3 * i + 3 * h + 3 * h) + 2 * b * heads * t * t + 2 * (head_rows * head_width) as u64;
         TrainingMemory {
-            parameters: all * F32,
+            parameters: all,
             gradients: trained * F32,
             optimizer: 2 * trained * F32,
             activations: (saved + backward) * F32,
