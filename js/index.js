@@ -580,12 +580,11 @@ export class Bert {
    * `bertgpu pretrain` does, on this model's device; then this model *is* the pre-trained one (`fillMask` and
    * `nextSentence` use it, `exportModel` gives its folder). The checkpoint needs the masked-LM head
    * (`cls.predictions`), and for NSP its head (`cls.seq_relationship`); RoBERTa, XLM-R, CamemBERT, DistilBERT and
-   * ALBERT train their own masked-LM head (`lm_head`, `vocab_*`, `predictions`) alone, `nsp` aside, but an ALBERT
-   * `AlbertForPreTraining` checkpoint, whose `nsp` is sentence-order prediction (`sop_classifier`). `corpus`: a string, read as the CLI reads a
-   * plain-text corpus (one sentence or line per line, a blank line between documents), or an array of documents,
-   * each a string whose lines are its sentences. Its options (the CLI's defaults) and progress events:
-   * PretrainOptions in index.d.ts. Errors, the signal and dispose() leave the model as it was; other calls made
-   * while it runs reject.
+   * ALBERT train their own masked-LM head (`lm_head`, `vocab_*`, `predictions`) alone, `nsp` aside (an ALBERT
+   * `AlbertForPreTraining`'s `nsp` is sentence order, `sop_classifier`). `corpus`: a string, read as the CLI reads
+   * a plain-text corpus (a sentence or line per line, a blank line between documents), or an array of documents,
+   * each a string whose lines are its sentences. Options (the CLI's defaults) and progress events: PretrainOptions
+   * in index.d.ts. Errors, the signal and dispose() leave the model as it was; other calls made while it runs reject.
    * @returns {Promise<{steps: object[], epochs: object[]}>}
    */
   pretrain(corpus, options = {}) {
