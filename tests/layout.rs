@@ -8,6 +8,9 @@
 //!    mod.rs, which declares its files and holds what they share, is its door, not one of them).
 //! 4. The JavaScript too: no file in js/ or www/ is over [`MAX_LINES`] lines, and no circle of imports among the
 //!    modules of js/ or of www/.
+//! 5. The CPU kernels (src/backend/cpu/, whose functions the thread pool's parallel items run) use no lock that can
+//!    wait: in the threaded wasm build a contended std lock waits with `memory.atomic.wait32`, which traps on a
+//!    browser's main thread (src/backend/cpu/threads.rs, "Nothing an item runs may wait").
 //!
 //! A new top-level module must be given a layer here (and a line in docs/ARCHITECTURE.md), or this test fails.
 
@@ -169,6 +172,50 @@ fn no_source_file_is_over_the_line_limit() {
         })
         .collect();
     assert!(long.is_empty(), "files over {MAX_LINES} lines (split them by job):\n{}", long.join("\n"));
+}
+
+/// What may wait when contended: std's locks and one-time cells (their futex waits), sleeping and parking.
+const WAITING: &[&str] = &[
+    "Mutex", "RwLock", "OnceLock", "LazyLock", "OnceCell", "Condvar", "Barrier", "sync::Once", "thread::sleep",
+    "park(", "lazy_static",
+];
+
+/// Files of src/backend/cpu/ whose locks only the calling thread takes, between parallel loops, never inside an
+/// item: tensor.rs's lazily repacked Q8_0 weight (`linear` asks for it before it publishes the loop).
+const CALLER_ONLY: &[&str] = &["tensor.rs"];
+
+/// The waiting constructs of [`WAITING`] in `source`, comments left out: `(line, construct)`.
+fn waits(source: &str) -> Vec<(usize, &'static str)> {
+    let mut out = Vec::new();
+    for (i, line) in source.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        out.extend(WAITING.iter().filter(|w| code.contains(*w)).map(|w| (i + 1, *w)));
+    }
+    out
+}
+
+#[test]
+fn the_wait_finder_sees_a_lock_and_not_a_comment() {
+    assert_eq!(waits("static C: OnceLock<bool> = OnceLock::new();"), vec![(1, "OnceLock")]);
+    assert_eq!(waits("let g = m.lock(); // a std::sync::Mutex\nstd::thread::sleep(d);"), vec![(2, "thread::sleep")]);
+    assert!(waits("static C: AtomicU8 = AtomicU8::new(0); // not a OnceLock").is_empty());
+}
+
+#[test]
+fn no_cpu_kernel_uses_a_lock_that_waits() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/backend/cpu");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(files.len() >= 10, "only {} files under src/backend/cpu/", files.len());
+    let found: Vec<String> = files
+        .iter()
+        .filter(|f| !CALLER_ONLY.iter().any(|c| f.ends_with(c)))
+        .flat_map(|f| {
+            let source = std::fs::read_to_string(f).unwrap();
+            waits(&source).into_iter().map(|(line, w)| format!("{}:{line}: {w}", f.display())).collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(found.is_empty(), "a lock that can wait, where the pool's items run (use an atomic):\n{}", found.join("\n"));
 }
 
 /// A module's path from the crate root: `src/training/fit/tests.rs` → `training::fit::tests`, `src/weights/gguf/mod.rs`

@@ -640,7 +640,16 @@ pub fn fused_dot() -> bool {
         match form::FORCED.load(Ordering::Relaxed) {
             1 => false,
             2 => true,
-            _ => *form::CHOSEN.get_or_init(|| !form::saturating_lowering()),
+            _ => match form::CHOSEN.load(Ordering::Relaxed) {
+                1 => false,
+                2 => true,
+                _ => {
+                    // Every thread that finds it unprobed probes (the same answer) and stores it: see `CHOSEN`.
+                    let fused = !form::saturating_lowering();
+                    form::CHOSEN.store(1 + fused as u8, Ordering::Relaxed);
+                    fused
+                }
+            },
         }
     }
     #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
@@ -659,11 +668,15 @@ pub fn force_fused_dot(fused: Option<bool>) {
 mod form {
     use core::arch::wasm32::*;
     use std::sync::atomic::AtomicU8;
-    use std::sync::OnceLock;
 
     /// 0: the engine's choice, 1: split, 2: fused.
     pub(super) static FORCED: AtomicU8 = AtomicU8::new(0);
-    pub(super) static CHOSEN: OnceLock<bool> = OnceLock::new();
+    /// The engine's choice once probed: 0 not yet, 1 split, 2 fused. An atomic, not a `OnceLock`: the first Q8_0
+    /// product of a threaded page asks from every thread at once (inside the parallel items), and a `OnceLock`'s
+    /// loser waits with `memory.atomic.wait32`, which traps on a browser's main thread. That trap left the call's
+    /// promise unsettled for good: a page hung on its first sentence (2 of 16 fresh 2-thread pages of
+    /// `bench/latency.mjs --alone 2`). See threads.rs, "Nothing an item runs may wait".
+    pub(super) static CHOSEN: AtomicU8 = AtomicU8::new(0);
 
     /// Whether the engine runs `i32x4.relaxed_dot_i8x16_i7x16_add_s` as x86 without AVX-VNNI: `pmaddubsw` (its i16
     /// pair sums saturate) + `pmaddwd` + `paddd`, five instructions with V8's constant, where the split form is

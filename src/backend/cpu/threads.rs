@@ -13,6 +13,12 @@
 //! workers, takes items itself until none is left, waits until every item is done and no worker still holds the
 //! job, and only then returns (so the closure's borrows outlive every use). A job published while another runs (a
 //! nested loop, or a loop inside a worker's item) runs on its own thread instead: the pool runs one job at a time.
+//!
+//! Nothing an item runs may wait. The caller is usually the page's main thread, where `memory.atomic.wait32` traps;
+//! a std lock or one-time cell (`Mutex`, `OnceLock`, ...) that a worker holds makes its other taker wait there. The
+//! trap leaves this loop's job published (`BUSY` set) and the call's promise unsettled: the page hangs with no error
+//! (it did, on the first sentence of some fresh pages, when the Q8_0 kernel's dot-product form was a `OnceLock`).
+//! So the kernels keep such state in atomics; tests/layout.rs checks that src/backend/cpu/ has no waiting lock.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering::SeqCst};
 
