@@ -245,6 +245,50 @@ fn batched_lines_keep_order_and_per_line_errors() {
     assert_ne!(three[4]["embedding"], three[5]["embedding"]);
 }
 
+/// How long a one-line answer of the tiny model may take on a slow, shared machine (it takes milliseconds): the
+/// bound only tells an answer from none, which the old loop gave until `--batch-size` lines or the end of input.
+const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+#[test]
+fn a_line_is_answered_before_the_next_one_arrives() {
+    // A program that writes one query and waits for its vector (a search box's backend) must get it while stdin
+    // stays open: the loop answers what has arrived when no more input is waiting, whatever `--batch-size` is.
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    let model = model_dir("splade-tiny");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
+        .args(["embed", "--model", model.to_str().unwrap(), "--device", "cpu", "--batch-size", "32"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start bertgpu");
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in stdout.lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    for text in ["first sentence", "a second one, written after the first answer"] {
+        writeln!(stdin, "{text}").unwrap();
+        stdin.flush().unwrap();
+        let answer = rx.recv_timeout(ANSWER_WAIT).unwrap_or_else(|e| {
+            let _ = child.kill();
+            panic!("no answer to `{text}` within {ANSWER_WAIT:?} while stdin stayed open ({e})")
+        });
+        let v: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(v["embedding"].as_array().map(Vec::len), Some(128), "`{text}`: {answer}");
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    assert!(rx.try_recv().is_err(), "one answer per line, no more");
+}
+
 /// One row of `bench`'s table, `| name | ms | min–max ms | GFLOP/s | time / first row's |`, parsed.
 struct BenchRow {
     name: String,

@@ -130,8 +130,14 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
+/// The read buffer of [`run_lines`].
+const STDIN_BUFFER: usize = 1 << 16;
+
 /// Reads stdin line by line, hands up to `batch_size` parsed inputs at a time to `process` (which returns one
 /// result per input), and writes exactly one JSON line per input line, in order, flushing after each batch.
+/// A batch also goes as soon as no further input has arrived: a program that writes one line and waits for its
+/// answer gets it at once (it waited until `batch_size` lines or the end of input came), while a fast producer's
+/// lines pile up in the pipe during each batch and make the next one full.
 /// When `process` fails for a whole batch it is called again on each input alone, so one bad input does not take
 /// its neighbours down with it (tasks may signal that by returning a single error for the batch).
 pub(crate) fn run_lines<F>(shape: Shape, batch_size: usize, mut process: F) -> Result<(), Fail>
@@ -139,7 +145,9 @@ where
     F: FnMut(&[Input]) -> Vec<Result<Value, String>>,
 {
     let stdin = io::stdin();
-    let mut reader = stdin.lock();
+    // Our own buffer, to see whether input is waiting (`buffer()`); 64 KiB, so that a file or a fast pipe still
+    // gives whole batches (a batch is cut short only where a read ends).
+    let mut reader = io::BufReader::with_capacity(STDIN_BUFFER, stdin.lock());
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     // Each pending line: its parse result; parsed inputs are batched.
@@ -164,7 +172,9 @@ where
             n_ok += parsed.is_ok() as usize;
             pending.push(parsed);
         }
-        if (n == 0 && !pending.is_empty()) || n_ok >= batch_size {
+        // Nothing more buffered: the next read would wait for the writer, so what came so far goes now.
+        let waiting = n == 0 || reader.buffer().is_empty();
+        if (waiting && !pending.is_empty()) || n_ok >= batch_size {
             flush_batch(&mut pending, &mut process, &mut out)?;
             n_ok = 0;
         }
