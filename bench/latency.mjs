@@ -78,7 +78,9 @@ async function alone(first) {
   for (let round = 0; round < ALONE; round++) {
     for (let j = 0; j < configs.length; j++) {
       const c = configs[(j + round) % configs.length];
+      console.error(`round ${round + 1}: ${c.which}, ${c.name}`); // progress, on stderr
       const p = await first.context().browser().newPage();
+      p.on("pageerror", (e) => console.error(`${c.which}, ${c.name}: an uncaught error in the page: ${e}`));
       await p.goto(first.url());
       await p.waitForFunction(() => window.ready === true);
       c.build = await p.evaluate(({ which, o }) => window.load(which, o), c);
