@@ -61,8 +61,11 @@ const STEP_RTOL: f64 = 2e-4;
 /// value after the steps is not compared (at most 1 in 100 entries may be left out). Measured: modern_pair's
 /// `model.layers.1.mlp_norm.weight[11]`, first gradient 1.1e-7 where the tensor's largest is 0.46, ours 2.7e-4 from
 /// PyTorch after 5 steps on the CPU. Other cases have such entries too (electra_classify 41 of 27491 at most), all
-/// within `PARAM_ATOL` there.
+/// within `PARAM_ATOL` there, so the rule applies to the cases of [`NOISE_CASES`] only.
 const NOISE_ENTRY: f64 = 1e-6;
+/// The cases whose names start with these leave out `NOISE_ENTRY`'s entries: ModernBERT's (pre-norm layers whose
+/// norms have no bias, so a norm's weight entry can sit at gradient noise); every other case compares every entry.
+const NOISE_CASES: &[&str] = &["modern"];
 
 /// The cases of tests/golden/finetune_{families,rotary,mpnet,modernbert}.json, under `cases`.
 fn golden() -> &'static Value {
@@ -189,7 +192,8 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
         // Entries whose first gradient is noise to AdamW (see NOISE_ENTRY) are left out, a few at most.
         let g0 = floats(&g["grads"][n]);
         let scale = common::golden_grads::norm(g0.iter().copied());
-        let noise: Vec<bool> = g0.iter().map(|x| *x != 0.0 && x.abs() < NOISE_ENTRY * scale).collect();
+        let noisy = NOISE_CASES.iter().any(|c| name.starts_with(c));
+        let noise: Vec<bool> = g0.iter().map(|x| noisy && *x != 0.0 && x.abs() < NOISE_ENTRY * scale).collect();
         skipped += noise.iter().filter(|&&x| x).count();
         entries += noise.len();
         let (i, d) = o.iter().zip(&w).zip(&noise).map(|((&a, &b), &z)| if z { 0.0 } else { (a as f64 - b).abs() }).enumerate()
