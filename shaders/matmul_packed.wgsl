@@ -1,6 +1,7 @@
 // matmul_packed.wgsl: y = act(x · wᵀ + bias) with the weight read from its raw words (binding 6, dtype WDT; the
 // layouts of lib/quant.wgsl), decoded in registers, never expanded in memory, and without `shader-f16`.
-// Bindings, tiling and epilogue: lib/matmul_tile.wgsl.
+// Bindings, tiling and epilogue: lib/matmul_tile.wgsl; the weight's decoding (w_row, w_vec, w_scale):
+// lib/packed_weight.wgsl, shared with weight_grad.wgsl.
 //   matmul_packed  f16, Q8_0, Q4_0 (WDT 1, 2, 3): the 4×8 tile of matmul_vec4 with each w vec4 decoded from one or
 //                  two words instead of loaded. The host guarantees K % 4 == 0 (f16) or K % 32 == 0 (Q8_0, Q4_0).
 //   matmul_packed_tiled, matmul_packed_reduce  the same, staged through workgroup memory, or for a few rows
@@ -8,7 +9,7 @@
 //   matmul_scalar  f32 or f16 (WDT 0, 1), any K: 4×4 blocking with scalar loads.
 
 #include "lib/matmul_tile.wgsl"
-#include "lib/quant.wgsl"
+#include "lib/packed_weight.wgsl"
 
 // Weight dtype: 0 f32, 1 f16, 2 Q8_0, 3 Q4_0.
 override WDT: u32 = 0u;
@@ -17,41 +18,6 @@ override W_BLOCKED: bool = WDT >= 2u;
 
 @group(0) @binding(5) var<storage, read> x: array<f32>;
 @group(0) @binding(6) var<storage, read> wq: array<u32>;
-
-// The 4 bytes at byte offset `o` (even) of wq, as one little-endian word: the word itself when `o` is 4-aligned,
-// else the high half of one word and the low half of the next. (w << 1) << (31 − sh) is w << 16 for sh = 16 and 0
-// for sh = 0 without a shift by 32 (which WGSL takes modulo 32).
-fn word_at(o: u32) -> u32 {
-    let i = o >> 2u;
-    let sh = (o & 2u) * 8u;
-    return (wq[i] >> sh) | ((wq[i + 1u] << 1u) << (31u - sh));
-}
-
-// Word index (f16) or byte offset (Q8_0, Q4_0) where weight row `c` starts.
-fn w_row(c: u32) -> u32 {
-    if WDT == 1u {
-        return c * (p.k / 2u);
-    }
-    return c * (p.k / 32u) * block_bytes(WDT);
-}
-
-// Weights k = 4·kk .. 4·kk + 3 of the row starting at `row`, decoded; `d` is the scale of the block holding them.
-//   f16:          words row + 2kk and row + 2kk + 1, two halves each.
-//   Q8_0 / Q4_0:  values 4i..4i+3 (i = kk % 8) of block kk / 8, which lie in 4 consecutive bytes.
-fn w_vec(row: u32, kk: u32, d: f32) -> vec4<f32> {
-    if WDT == 1u {
-        let i = row + 2u * kk;
-        return vec4<f32>(unpack2x16float(wq[i]), unpack2x16float(wq[i + 1u]));
-    }
-    let j = 4u * (kk & 7u);
-    return quant_vec4(WDT, word_at(row + (kk >> 3u) * block_bytes(WDT) + quant_byte(WDT, j)), nibble_shift(j), d);
-}
-
-// The scale of the block holding weight k = 4·kk of the row starting at `row` (Q8_0, Q4_0).
-fn w_scale(row: u32, kk: u32) -> f32 {
-    let o = row + (kk >> 3u) * block_bytes(WDT);
-    return half_in(wq[o >> 2u], o);
-}
 
 @compute @workgroup_size(WG_X, WG_Y, 1)
 fn matmul_packed(@builtin(global_invocation_id) gid: vec3<u32>) {

@@ -3,14 +3,15 @@
 //   matmul_w  y = dy · W: the input gradient through a frozen linear. dy (M, N) f32, W (N, K) as Hugging Face stores
 //             it (out, in), y (M, K) f32. 4 rows × 4 columns of y per invocation, N walked in order (f32 sums).
 //   dequant   y = W in f32 (N, K): a weight read back (its values exactly as the kernels decode them).
-// W is the raw words of dtype WDT (0 f32, 1 f16, 2 Q8_0, 3 Q4_0; lib/quant.wgsl's layouts); the host guarantees
-// K % 4 == 0 (K % 32 == 0 for Q8_0 and Q4_0) and pads the buffer with a spare word (upload_weight), so each group of 4
-// values along K is decoded from one or two words.
+// W is the raw words of dtype WDT (0 f32, 1 f16, 2 Q8_0, 3 Q4_0; lib/quant.wgsl's layouts, decoded by
+// lib/packed_weight.wgsl as matmul_packed.wgsl decodes them); the host guarantees K % 4 == 0 (K % 32 == 0 for Q8_0
+// and Q4_0) and pads the buffer with a spare word (upload_weight), so each group of 4 values along K is decoded from
+// one or two words.
 //
 // Bindings (group 0): 0 p uniform Params { m, n, k } (dequant: n rows of W, k); 1 dy (M, N) f32 (matmul_w);
 // 2 wq u32 words; 3 y f32.
 
-#include "lib/quant.wgsl"
+#include "lib/packed_weight.wgsl"
 
 struct Params {
     m: u32,
@@ -28,26 +29,19 @@ override WG_Y: u32 = 8u;
 @group(0) @binding(2) var<storage, read> wq: array<u32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
-// The 4 bytes at (even) byte offset `o` of wq as one little-endian word (matmul_packed.wgsl's word_at).
-fn word_at(o: u32) -> u32 {
-    let i = o >> 2u;
-    let sh = (o & 2u) * 8u;
-    return (wq[i] >> sh) | ((wq[i + 1u] << 1u) << (31u - sh));
-}
-
-// W[r, k0 .. k0 + 3], k0 a multiple of 4, decoded.
+// W[r, k0 .. k0 + 3], k0 a multiple of 4, decoded: f32 read as it is, the others as the forward's matmul decodes
+// them (lib/packed_weight.wgsl).
 fn w4(r: u32, k0: u32) -> vec4<f32> {
     if WDT == 0u {
         let i = r * p.k + k0;
         return bitcast<vec4<f32>>(vec4<u32>(wq[i], wq[i + 1u], wq[i + 2u], wq[i + 3u]));
     }
+    let row = w_row(r);
+    let kk = k0 >> 2u;
     if WDT == 1u {
-        let i = (r * p.k + k0) >> 1u;
-        return vec4<f32>(unpack2x16float(wq[i]), unpack2x16float(wq[i + 1u]));
+        return w_vec(row, kk, 0.0);
     }
-    let o = (r * (p.k / 32u) + k0 / 32u) * block_bytes(WDT);
-    let j = k0 & 31u;
-    return quant_vec4(WDT, word_at(o + quant_byte(WDT, j)), nibble_shift(j), half_in(wq[o >> 2u], o));
+    return w_vec(row, kk, w_scale(row, kk));
 }
 
 fn store4(r: u32, k0: u32, v: vec4<f32>) {

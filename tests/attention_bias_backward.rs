@@ -9,7 +9,8 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::{AttentionShape, Backend, Dropout};
 
 mod common;
-use common::{assert_close, gpu, rand_vec};
+use common::attention::{f32s, padded_mask, rand_f64, weighted_sum, worst_fd_errors};
+use common::{assert_close, gpu, rand_vec, read};
 
 /// dqkv: tests/backward_gpu.rs's `ATT_ATOL` / `ATT_RTOL` (f32 exp on the GPU vs Rust's, Σ P⊙dP in f32 vs f64, fma
 /// contraction); the bias changes the scores, not the arithmetic. Measured worst: printed as "max |err|".
@@ -24,17 +25,9 @@ const DBIAS_RTOL: f32 = 1e-4;
 /// Forward with bias and dropout: tests/dropout.rs's attention tolerance (the same kernel with one more input).
 const FWD_ATOL: f32 = 1e-5;
 const FWD_RTOL: f32 = 1e-4;
-/// Central differences of an f32 forward (≈ 1e-7 per output over 2·step) with O(step²) truncation: tests/dropout.rs's
-/// bound on O(1) gradients. Measured worst 1.0e-5.
+/// Central differences of an f32 forward (≈ 1e-7 per output over 2·step) with O(step²) truncation, step
+/// tests/common/attention.rs's `FD_STEP` (1e-2): tests/dropout.rs's bound on O(1) gradients. Measured worst 1.0e-5.
 const FD_ATOL: f64 = 1e-4;
-
-fn padded_mask(b: usize, t: usize, lens: &[usize]) -> Vec<f32> {
-    let mut mask = vec![0f32; b * t];
-    for (bi, &l) in lens.iter().enumerate() {
-        mask[bi * t..bi * t + l].fill(1.0);
-    }
-    mask
-}
 
 /// `x ↦ Σ w ⊙ attention(qkv, bias)` (with dropout `drop`, if any) against the backward's gradients, for the bias
 /// and for qkv, on the CPU twin.
@@ -43,12 +36,10 @@ fn the_bias_gradient_matches_finite_differences() {
     let cpu = CpuBackend::new();
     let (b, t, heads, d) = (2usize, 5usize, 2usize, 3usize);
     let (h, width) = (heads * d, 2 * t - 1);
-    let qkv: Vec<f64> = rand_vec(b * t * 3 * h, 3).iter().map(|&v| v as f64).collect();
-    let bias: Vec<f64> = rand_vec(heads * width, 5).iter().map(|&v| v as f64).collect();
+    let (qkv, bias) = (rand_f64(b * t * 3 * h, 3), rand_f64(heads * width, 5));
     let w = rand_vec(b * t * h, 4);
     let m = cpu.input(&padded_mask(b, t, &[5, 3]), b, t).unwrap();
     let s = AttentionShape { batch: b, seq: t, heads, head_dim: d };
-    let f32s = |x: &[f64]| x.iter().map(|&v| v as f32).collect::<Vec<f32>>();
     for drop in [None, Some(Dropout { p: 0.3, seed: 11, stream: 1 })] {
         let loss = |x: &[f64], bi: &[f64]| -> f64 {
             let (x, bt) = (cpu.input(&f32s(x), b * t, 3 * h).unwrap(), cpu.input(&f32s(bi), heads, width).unwrap());
@@ -56,22 +47,13 @@ fn the_bias_gradient_matches_finite_differences() {
                 Some(dr) => cpu.attention_dropout_biased(&x, &m, Some(&bt), s, dr),
                 None => cpu.attention_biased(&x, &m, Some(&bt), s),
             };
-            y.unwrap().to_vec().iter().zip(&w).map(|(&a, &c)| a as f64 * c as f64).sum()
+            weighted_sum(&y.unwrap().to_vec(), &w)
         };
         let (dqkv, dbias) = cpu.attention_backward_biased(&cpu.input(&w, b * t, h).unwrap(),
             &cpu.input(&f32s(&qkv), b * t, 3 * h).unwrap(), &m, Some(&cpu.input(&f32s(&bias), heads, width).unwrap()), s,
             drop, true).unwrap();
         let (dqkv, dbias) = (dqkv.to_vec(), dbias.expect("dbias asked for").to_vec());
-        let step = 1e-2;
-        let fd = |i: usize, on_bias: bool| {
-            let (mut up, mut down) = if on_bias { (bias.clone(), bias.clone()) } else { (qkv.clone(), qkv.clone()) };
-            up[i] += step;
-            down[i] -= step;
-            let (lu, ld) = if on_bias { (loss(&qkv, &up), loss(&qkv, &down)) } else { (loss(&up, &bias), loss(&down, &bias)) };
-            (lu - ld) / (2.0 * step)
-        };
-        let worst_b = (0..bias.len()).map(|i| (fd(i, true) - dbias[i] as f64).abs()).fold(0f64, f64::max);
-        let worst_x = (0..qkv.len()).map(|i| (fd(i, false) - dqkv[i] as f64).abs()).fold(0f64, f64::max);
+        let (worst_x, worst_b) = worst_fd_errors(&qkv, &bias, loss, &dqkv, &dbias);
         let size = dbias.iter().map(|v| v.abs()).fold(0f32, f32::max);
         eprintln!("dropout {drop:?}: max |fd − dbias| {worst_b:e} (largest |dbias| {size:e}), max |fd − dqkv| {worst_x:e}");
         assert!(worst_b < FD_ATOL && worst_x < FD_ATOL, "{drop:?}: dbias {worst_b:e}, dqkv {worst_x:e}");
@@ -109,7 +91,6 @@ fn the_biased_backward_and_forward_kernels_match_cpu() {
         let s = AttentionShape { batch: b, seq: t, heads, head_dim: d };
         let ci = |v: &[f32], r, c| cpu.input(v, r, c).unwrap();
         let gi = |v: &[f32], r, c| g.input(v, r, c).unwrap();
-        let read = |x: &<bertgpu::backend::gpu::GpuBackend as Backend>::Tensor| pollster::block_on(g.read(x)).unwrap();
         for drop in [None, Some(Dropout { p: 0.25, seed: 9, stream: 4 })] {
             let what = format!("b{b} t{t} heads{heads} d{d} lens {lens:?} dropout {drop:?}");
             for want_dbias in [true, false] {
@@ -118,11 +99,11 @@ fn the_biased_backward_and_forward_kernels_match_cpu() {
                 let (gq, gb) = g.attention_backward_biased(&gi(&dctx, b * t, h), &gi(&qkv, b * t, 3 * h), &gi(&mask, b, t),
                     Some(&gi(&bias, heads, width)), s, drop, want_dbias).unwrap();
                 assert_eq!(g.dims(&gq), (b * t, 3 * h), "{what}: dqkv shape");
-                worst_dq = worst_dq.max(assert_close(&format!("dqkv {what}"), &read(&gq), &wq.to_vec(), ATT_ATOL, ATT_RTOL));
+                worst_dq = worst_dq.max(assert_close(&format!("dqkv {what}"), &read(&g, &gq), &wq.to_vec(), ATT_ATOL, ATT_RTOL));
                 assert_eq!(gb.is_some(), want_dbias, "{what}: dbias exactly when asked for");
                 if let (Some(gb), Some(wb)) = (gb, wb) {
                     assert_eq!(g.dims(&gb), (heads, width), "{what}: dbias shape");
-                    worst_db = worst_db.max(assert_close(&format!("dbias {what}"), &read(&gb), &wb.to_vec(), DBIAS_ATOL, DBIAS_RTOL));
+                    worst_db = worst_db.max(assert_close(&format!("dbias {what}"), &read(&g, &gb), &wb.to_vec(), DBIAS_ATOL, DBIAS_RTOL));
                 }
             }
             if let Some(dr) = drop {
@@ -130,7 +111,7 @@ fn the_biased_backward_and_forward_kernels_match_cpu() {
                     .unwrap();
                 let got = g.attention_dropout_biased(&gi(&qkv, b * t, 3 * h), &gi(&mask, b, t), Some(&gi(&bias, heads, width)), s, dr)
                     .unwrap();
-                worst_fwd = worst_fwd.max(assert_close(&format!("forward {what}"), &read(&got), &want.to_vec(), FWD_ATOL, FWD_RTOL));
+                worst_fwd = worst_fwd.max(assert_close(&format!("forward {what}"), &read(&g, &got), &want.to_vec(), FWD_ATOL, FWD_RTOL));
                 // The bias is read: the same call without it differs.
                 let plain = cpu.attention_dropout(&ci(&qkv, b * t, 3 * h), &ci(&mask, b, t), s, dr).unwrap().to_vec();
                 let apart = plain.iter().zip(&want.to_vec()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);

@@ -11,7 +11,8 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::{AttentionShape, Backend, Dropout};
 
 mod common;
-use common::{assert_close, gpu, rand_vec};
+use common::attention::{f32s, padded_mask, rand_f64, weighted_sum, worst_fd_errors};
+use common::{assert_close, gpu, rand_vec, read};
 
 /// dqkv: tests/attention_bias_backward.rs's ATT_ATOL / ATT_RTOL (the same passes, two more dot products per score
 /// and per output). Measured worst 2.6e-6 (lavapipe), printed as "max |err|".
@@ -29,14 +30,6 @@ const FWD_RTOL: f32 = 1e-4;
 /// Measured worst 1.2e-5 (dpos with dropout; dqkv 1.2e-5 without).
 const FD_ATOL: f64 = 1e-4;
 
-fn padded_mask(b: usize, t: usize, lens: &[usize]) -> Vec<f32> {
-    let mut mask = vec![0f32; b * t];
-    for (bi, &l) in lens.iter().enumerate() {
-        mask[bi * t..bi * t + l].fill(1.0);
-    }
-    mask
-}
-
 /// A row index `(1, 2T − 1)` as DeBERTa's: offset j − i = c − (T − 1) reads row clamp(span − (i − j)), so offsets
 /// past the span share the end rows; `R = 2·span`.
 fn row_index(t: usize, span: usize) -> Vec<f32> {
@@ -49,12 +42,10 @@ fn the_disentangled_gradients_match_finite_differences() {
     let (b, t, heads, d, span) = (2usize, 6usize, 2usize, 3usize, 2usize);
     let (h, r) = (heads * d, 2 * span);
     let s = AttentionShape { batch: b, seq: t, heads, head_dim: d };
-    let qkv: Vec<f64> = rand_vec(b * t * 3 * h, 3).iter().map(|&v| v as f64).collect();
-    let pos: Vec<f64> = rand_vec(r * 3 * h, 8).iter().map(|&v| v as f64).collect();
+    let (qkv, pos) = (rand_f64(b * t * 3 * h, 3), rand_f64(r * 3 * h, 8));
     let w = rand_vec(b * t * h, 4);
     let m = cpu.input(&padded_mask(b, t, &[6, 4]), b, t).unwrap();
     let rows = cpu.input(&row_index(t, span), 1, 2 * t - 1).unwrap();
-    let f32s = |x: &[f64]| x.iter().map(|&v| v as f32).collect::<Vec<f32>>();
     for drop in [None, Some(Dropout { p: 0.3, seed: 11, stream: 1 })] {
         let loss = |x: &[f64], p: &[f64]| -> f64 {
             let (x, pt) = (cpu.input(&f32s(x), b * t, 3 * h).unwrap(), cpu.input(&f32s(p), r, 3 * h).unwrap());
@@ -62,22 +53,13 @@ fn the_disentangled_gradients_match_finite_differences() {
                 Some(dr) => cpu.attention_dropout_disentangled(&x, &m, &pt, &rows, s, dr),
                 None => cpu.attention_disentangled(&x, &m, &pt, &rows, s),
             };
-            y.unwrap().to_vec().iter().zip(&w).map(|(&a, &c)| a as f64 * c as f64).sum()
+            weighted_sum(&y.unwrap().to_vec(), &w)
         };
         let (dqkv, dpos) = cpu.attention_backward_disentangled(&cpu.input(&w, b * t, h).unwrap(),
             &cpu.input(&f32s(&qkv), b * t, 3 * h).unwrap(), &m, &cpu.input(&f32s(&pos), r, 3 * h).unwrap(), &rows, s, drop)
             .unwrap();
         let (dqkv, dpos) = (dqkv.to_vec(), dpos.to_vec());
-        let step = 1e-2;
-        let fd = |i: usize, on_pos: bool| {
-            let (mut up, mut down) = if on_pos { (pos.clone(), pos.clone()) } else { (qkv.clone(), qkv.clone()) };
-            up[i] += step;
-            down[i] -= step;
-            let (lu, ld) = if on_pos { (loss(&qkv, &up), loss(&qkv, &down)) } else { (loss(&up, &pos), loss(&down, &pos)) };
-            (lu - ld) / (2.0 * step)
-        };
-        let worst_p = (0..pos.len()).map(|i| (fd(i, true) - dpos[i] as f64).abs()).fold(0f64, f64::max);
-        let worst_x = (0..qkv.len()).map(|i| (fd(i, false) - dqkv[i] as f64).abs()).fold(0f64, f64::max);
+        let (worst_x, worst_p) = worst_fd_errors(&qkv, &pos, loss, &dqkv, &dpos);
         let size = |v: &[f32]| v.iter().map(|v| v.abs()).fold(0f32, f32::max);
         // posQ and posK both get a gradient, the v third none (the table is not projected to values).
         let third = |k: usize| dpos.chunks_exact(3 * h).flat_map(|row| row[k * h..(k + 1) * h].to_vec()).collect::<Vec<f32>>();
@@ -136,7 +118,6 @@ fn the_disentangled_backward_and_forward_kernels_match_cpu() {
         let s = AttentionShape { batch: b, seq: t, heads, head_dim: d };
         let ci = |v: &[f32], r, c| cpu.input(v, r, c).unwrap();
         let gi = |v: &[f32], r, c| g.input(v, r, c).unwrap();
-        let read = |x: &<bertgpu::backend::gpu::GpuBackend as Backend>::Tensor| pollster::block_on(g.read(x)).unwrap();
         for drop in [None, Some(Dropout { p: 0.25, seed: 9, stream: 4 })] {
             let what = format!("b{b} t{t} heads{heads} d{d} span{span} lens {lens:?} dropout {drop:?}");
             let (wq, wp) = cpu.attention_backward_disentangled(&ci(&dctx, b * t, h), &ci(&qkv, b * t, 3 * h), &ci(&mask, b, t),
@@ -144,14 +125,14 @@ fn the_disentangled_backward_and_forward_kernels_match_cpu() {
             let (gq, gp) = g.attention_backward_disentangled(&gi(&dctx, b * t, h), &gi(&qkv, b * t, 3 * h), &gi(&mask, b, t),
                 &gi(&pos, r, 3 * h), &gi(&rows, 1, 2 * t - 1), s, drop).unwrap();
             assert_eq!((g.dims(&gq), g.dims(&gp)), ((b * t, 3 * h), (r, 3 * h)), "{what}: shapes");
-            worst_dq = worst_dq.max(assert_close(&format!("dqkv {what}"), &read(&gq), &wq.to_vec(), ATT_ATOL, ATT_RTOL));
-            worst_dp = worst_dp.max(assert_close(&format!("dpos {what}"), &read(&gp), &wp.to_vec(), DPOS_ATOL, DPOS_RTOL));
+            worst_dq = worst_dq.max(assert_close(&format!("dqkv {what}"), &read(&g, &gq), &wq.to_vec(), ATT_ATOL, ATT_RTOL));
+            worst_dp = worst_dp.max(assert_close(&format!("dpos {what}"), &read(&g, &gp), &wp.to_vec(), DPOS_ATOL, DPOS_RTOL));
             if let Some(dr) = drop {
                 let want = cpu.attention_dropout_disentangled(&ci(&qkv, b * t, 3 * h), &ci(&mask, b, t), &ci(&pos, r, 3 * h),
                     &ci(&rows, 1, 2 * t - 1), s, dr).unwrap();
                 let got = g.attention_dropout_disentangled(&gi(&qkv, b * t, 3 * h), &gi(&mask, b, t), &gi(&pos, r, 3 * h),
                     &gi(&rows, 1, 2 * t - 1), s, dr).unwrap();
-                worst_fwd = worst_fwd.max(assert_close(&format!("forward {what}"), &read(&got), &want.to_vec(), FWD_ATOL, FWD_RTOL));
+                worst_fwd = worst_fwd.max(assert_close(&format!("forward {what}"), &read(&g, &got), &want.to_vec(), FWD_ATOL, FWD_RTOL));
             }
         }
     }

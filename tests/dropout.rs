@@ -17,6 +17,7 @@ use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
 use bertgpu::weights::Weights;
 
 mod common;
+use common::attention::padded_mask;
 use common::{assert_close, gpu, rand_vec};
 
 /// dropout: the same mask (integer hash) and one f32 product `x · scale` per kept element on both sides:
@@ -107,14 +108,6 @@ fn kept_fraction_is_one_minus_p() {
     let got = read(&g, &g.dropout(&g.input(&vec![1.0f32; n], 1024, n / 1024).unwrap(), d).unwrap());
     let want = cpu.dropout(&ones, d).unwrap().to_vec();
     assert!(got == want, "GPU and CPU masks differ on {n} elements");
-}
-
-fn padded_mask(b: usize, t: usize, lens: &[usize]) -> Vec<f32> {
-    let mut mask = vec![0f32; b * t];
-    for (bi, &l) in lens.iter().enumerate() {
-        mask[bi * t..bi * t + l].fill(1.0);
-    }
-    mask
 }
 
 /// With q = k = 0 every real key has probability 1/K, and with v_j the unit vector e_j (head_dim ≥ T), context

@@ -6,6 +6,7 @@ use bertgpu::backend::Backend;
 use bertgpu::tokenizer::Batch;
 use bertgpu::weights::{HostData, HostTensor};
 
+pub mod attention;
 pub mod family;
 pub mod golden_grads;
 

@@ -52,6 +52,7 @@ const FILES: &[(&str, &str)] = &[
     ("lib/matmul_store.wgsl", include_str!("../../../shaders/lib/matmul_store.wgsl")),
     ("lib/matmul_store_f16.wgsl", include_str!("../../../shaders/lib/matmul_store_f16.wgsl")),
     ("lib/matmul_tile.wgsl", include_str!("../../../shaders/lib/matmul_tile.wgsl")),
+    ("lib/packed_weight.wgsl", include_str!("../../../shaders/lib/packed_weight.wgsl")),
     ("lib/quant.wgsl", include_str!("../../../shaders/lib/quant.wgsl")),
     ("lib/workgroup_2d.wgsl", include_str!("../../../shaders/lib/workgroup_2d.wgsl")),
     ("lib/reduce.wgsl", include_str!("../../../shaders/lib/reduce.wgsl")),
