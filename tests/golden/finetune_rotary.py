@@ -45,6 +45,7 @@ from transformers import (AutoTokenizer, GteForSequenceClassification, GteForTok
                           NomicBertForSequenceClassification, NomicBertForTokenClassification, NomicBertModel)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import finetune_embed as E  # noqa: E402
 import finetune_families as F  # noqa: E402
 
 OUT = os.path.join(F.ROOT, "tests", "golden", "finetune_rotary.json")
@@ -91,36 +92,18 @@ def run(case, name, model, enc, labels, types):
 def embed_case(cls, name):
     """finetune_embed.py's loss on a bare model, its gradients under the checkpoint's names (the pooler, unused,
     left out)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import finetune_embed as E
     d = os.path.join(F.MODELS, name)
-    model = cls.from_pretrained(d, attn_implementation="eager").double()
-    model.train()
+    model = E.encoder(cls, d, attn_implementation="eager")
     tok = AutoTokenizer.from_pretrained(d)
     types = getattr(model.config, "type_vocab_size", 0) > 0  # ModernBERT has no token types
-    enc_a = tok([a for a, _ in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
-    enc_p = tok([p for _, p in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
-
-    def embed(enc):
-        h = model(**enc).last_hidden_state
-        mask = enc["attention_mask"].unsqueeze(-1).double()
-        pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, p=2, dim=1)
-
-    loss = torch.nn.functional.cross_entropy(embed(enc_a) @ embed(enc_p).T * E.SCALE, torch.arange(len(E.PAIRS)))
-    loss.backward()
+    enc_a, enc_p = E.sides(tok, types)
+    loss = E.backward(model, enc_a, enc_p)
     used = {n for n, p in model.named_parameters() if p.grad is not None}
     assert all(n.startswith("pooler") for n, _ in model.named_parameters() if n not in used)
     grads = saved(model, {n: p.grad if n in used else torch.zeros_like(p) for n, p in model.named_parameters()})
     grads = {n: g for n, g in grads.items() if not n.startswith("pooler")}
-
-    def side(e):
-        ids = e["input_ids"]
-        return {"input_ids": ids.tolist(), "attention_mask": e["attention_mask"].tolist(),
-                "token_type_ids": (e["token_type_ids"] if types else torch.zeros_like(ids)).tolist()}
-
-    return {"model": name, "family": model.config.model_type, "scale": E.SCALE, "anchors": side(enc_a),
-            "positives": side(enc_p), "loss": float(f"{loss.item():.17g}"),
+    return {"model": name, "family": model.config.model_type, "scale": E.SCALE, "anchors": E.side(enc_a),
+            "positives": E.side(enc_p), "loss": float(f"{loss.item():.17g}"),
             "grads": {n: F.flat(g) for n, g in grads.items()}}
 
 
