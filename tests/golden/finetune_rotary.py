@@ -34,7 +34,6 @@ of the global norm, under the checkpoint's names (GTE's key bias is a third of t
 name is zero there).
 """
 import copy
-import json
 import os
 import sys
 import tempfile
@@ -73,7 +72,7 @@ def run(case, name, model, enc, labels, types):
     batch.update(labels)
     probe(**batch).loss.backward()
     grads = saved(probe, {n: p.grad for n, p in probe.named_parameters()})
-    out = F.run_plain(case, name, model, enc, labels, types)
+    out = F.run(case, name, model, enc, labels, types)
     decay = set(F.decay_names(model))
     flags = saved(model, {n: torch.full_like(p, 1.0 if n in decay else 0.0) for n, p in named})
     for n, t in flags.items():
@@ -110,33 +109,20 @@ def embed_case(cls, name):
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    F.run_plain = F.run
-    F.run = run
-    try:
-        cases = {
-            "gte_classify": F.classify_case("gte_classify", GteForSequenceClassification, "tiny-gte-classifier", True),
-            "gte_pair": F.classify_case("gte_pair", GteForSequenceClassification, "tiny-gte-classifier", True,
-                                        pairs=True),
-            "gte_ner": F.ner_case("gte_ner", GteForTokenClassification, "tiny-gte-ner", True),
-            "nomic_classify": F.classify_case("nomic_classify", NomicBertForSequenceClassification,
-                                              "tiny-nomic-classifier", True),
-            "nomic_pair": F.classify_case("nomic_pair", NomicBertForSequenceClassification, "tiny-nomic-classifier",
-                                          True, pairs=True),
-            "nomic_ner": F.ner_case("nomic_ner", NomicBertForTokenClassification, "tiny-nomic-ner", True),
-        }
-    finally:
-        F.run = F.run_plain
+    cases = {
+        "gte_classify": F.classify_case("gte_classify", GteForSequenceClassification, "tiny-gte-classifier", True,
+                                        runner=run),
+        "gte_pair": F.classify_case("gte_pair", GteForSequenceClassification, "tiny-gte-classifier", True,
+                                    pairs=True, runner=run),
+        "gte_ner": F.ner_case("gte_ner", GteForTokenClassification, "tiny-gte-ner", True, runner=run),
+        "nomic_classify": F.classify_case("nomic_classify", NomicBertForSequenceClassification,
+                                          "tiny-nomic-classifier", True, runner=run),
+        "nomic_pair": F.classify_case("nomic_pair", NomicBertForSequenceClassification, "tiny-nomic-classifier",
+                                      True, pairs=True, runner=run),
+        "nomic_ner": F.ner_case("nomic_ner", NomicBertForTokenClassification, "tiny-nomic-ner", True, runner=run),
+    }
     embeddings = {"gte": embed_case(GteModel, "tiny-gte-model"), "nomic": embed_case(NomicBertModel, "tiny-nomic-model")}
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases, "embeddings": embeddings}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    for name, c in cases.items():
-        t = len(c["input_ids"][0])
-        print(f"{name}: B {len(c['input_ids'])} T {t} loss {c['loss']:.17g} grad_norm {c['grad_norms'][0]:.17g} "
-              f"loss after {F.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} parameters; zero: {c['zero_grads']})")
-    for name, c in embeddings.items():
-        print(f"{name} embeddings: loss {c['loss']:.17g} ({len(c['grads'])} parameters)")
+    F.write(OUT, cases, embeddings)
 
 
 if __name__ == "__main__":
