@@ -45,34 +45,47 @@ def run(cmd, **kw):
     return p
 
 
-def torch_run(train_path, test_path, epochs, lr, seed):
-    """PyTorch's fine-tune with the recipe above; the test accuracy."""
-    train, test = read(train_path), read(test_path)
-    labels = labels_of(train)
-    torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(MODEL)
-    model = BertForSequenceClassification.from_pretrained(MODEL, num_labels=len(labels), hidden_dropout_prob=0.0,
-                                                          attention_probs_dropout_prob=0.0)
-    no_decay = lambda n: n.endswith("bias") or "LayerNorm.weight" in n
-    groups = [{"params": [p for n, p in model.named_parameters() if not no_decay(n)], "weight_decay": 0.01},
-              {"params": [p for n, p in model.named_parameters() if no_decay(n)], "weight_decay": 0.0}]
+def optimizer(model, lr, steps):
+    """The recipe's AdamW (weight decay 0.01, none on the biases and norm weights: the 1-D parameters) and its
+    schedule (linear warm-up over 10% of the steps, then linear decay)."""
+    groups = [{"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.01},
+              {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=lr)
-    steps = epochs * ((len(train) + 15) // 16)
-    sched = get_linear_schedule_with_warmup(opt, int(0.1 * steps + 0.999), steps)
+    return opt, get_linear_schedule_with_warmup(opt, int(0.1 * steps + 0.999), steps)
+
+
+def train(model, rows, epochs, lr, seed, loss_of):
+    """The recipe's training loop: `epochs` passes over `rows` in batches of 16, shuffled by a generator seeded with
+    `seed`; `loss_of(batch)` is a batch's loss; gradients clipped at 1.0, then the AdamW step and the schedule's."""
+    steps = epochs * ((len(rows) + 15) // 16)
+    opt, sched = optimizer(model, lr, steps)
     g = torch.Generator().manual_seed(seed)
     model.train()
     for _ in range(epochs):
-        order = torch.randperm(len(train), generator=g).tolist()
+        order = torch.randperm(len(rows), generator=g).tolist()
         for i in range(0, len(order), 16):
-            chunk = [train[j] for j in order[i:i + 16]]
-            enc = tok([e["text"] for e in chunk], truncation=True, padding=True, return_tensors="pt")
-            y = torch.tensor([labels.index(e["label"]) for e in chunk])
-            loss = model(**enc, labels=y).loss
+            loss = loss_of([rows[j] for j in order[i:i + 16]])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
+
+
+def torch_run(train_path, test_path, epochs, lr, seed):
+    """PyTorch's fine-tune with the recipe above; the test accuracy."""
+    rows, test = read(train_path), read(test_path)
+    labels = labels_of(rows)
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(MODEL)
+    model = BertForSequenceClassification.from_pretrained(MODEL, num_labels=len(labels), hidden_dropout_prob=0.0,
+                                                          attention_probs_dropout_prob=0.0)
+
+    def loss_of(chunk):
+        enc = tok([e["text"] for e in chunk], truncation=True, padding=True, return_tensors="pt")
+        return model(**enc, labels=torch.tensor([labels.index(e["label"]) for e in chunk])).loss
+
+    train(model, rows, epochs, lr, seed, loss_of)
     model.eval()
     with torch.no_grad():
         enc = tok([e["text"] for e in test], truncation=True, padding=True, return_tensors="pt")

@@ -25,32 +25,20 @@ steps then linear decay, gradients clipped at 1.0, batch 16, dropout off.
 
 Needs torch, transformers and sentence-transformers. bertgpu runs on the CPU (BERTGPU_BIN: another binary); PyTorch
 on TORCH_THREADS threads (default 2)."""
-import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, shutil, statistics, sys, tempfile
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MINILM = os.path.join(ROOT, "models/all-MiniLM-L6-v2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The recipe's loop, the CLI runner and torch's threads: bench/finetune_accuracy.py's.
+from finetune_accuracy import BIN, ROOT, read, run, train  # noqa: E402
+from finetune_accuracy import MODEL as MINILM  # noqa: E402
+
 DATA = os.path.join(ROOT, "tests/data/fortunes-large")
-BIN = os.environ.get("BERTGPU_BIN", os.path.join(ROOT, "target/release/bertgpu"))
-ENV = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"]
 RETRIEVAL_POOL = 64
-torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "2")))
-
-
-def read(path):
-    return [json.loads(l) for l in open(path) if l.strip()]
-
-
-def run(cmd, **kw):
-    p = subprocess.run(cmd, capture_output=True, env=ENV, **kw)
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr.decode()[-4000:])
-        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}")
-    return p
 
 
 def copy_tokenizer(dst):
@@ -101,37 +89,19 @@ FAMILIES = {"bert": None, "xlm-roberta": make_xlm_roberta, "modernbert": make_mo
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
 
-def schedule(model, lr, steps):
-    from transformers import get_linear_schedule_with_warmup
-    groups = [{"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.01},
-              {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=lr)
-    return opt, get_linear_schedule_with_warmup(opt, int(0.1 * steps + 0.999), steps)
-
-
-def torch_classify(model_dir, family, train, test, epochs, lr, seed):
+def torch_classify(model_dir, family, rows, test, epochs, lr, seed):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    labels = list(dict.fromkeys(e["label"] for e in train))
+    labels = list(dict.fromkeys(e["label"] for e in rows))
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(model_dir)
     extra = {} if family == "modernbert" else NO_DROPOUT
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=len(labels), **extra)
-    steps = epochs * ((len(train) + 15) // 16)
-    opt, sched = schedule(model, lr, steps)
-    g = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(train), generator=g).tolist()
-        for i in range(0, len(order), 16):
-            chunk = [train[j] for j in order[i:i + 16]]
-            enc = tok([e["text"] for e in chunk], truncation=True, max_length=128, padding=True, return_tensors="pt")
-            y = torch.tensor([labels.index(e["label"]) for e in chunk])
-            loss = model(**enc, labels=y).loss
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+
+    def loss_of(chunk):
+        enc = tok([e["text"] for e in chunk], truncation=True, max_length=128, padding=True, return_tensors="pt")
+        return model(**enc, labels=torch.tensor([labels.index(e["label"]) for e in chunk])).loss
+
+    train(model, rows, epochs, lr, seed, loss_of)
     model.eval()
     right = 0
     with torch.no_grad():
@@ -177,31 +147,18 @@ def retrieval(a, p):
     return right / n
 
 
-def torch_embed(train, test, epochs, lr, seed):
+def torch_embed(rows, test, epochs, lr, seed):
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     torch.manual_seed(seed)
     model = SentenceTransformer(MINILM, device="cpu")
     model.max_seq_length = 128
     loss_fn = MultipleNegativesRankingLoss(model, scale=20.0)
-    steps = epochs * ((len(train) + 15) // 16)
-    opt, sched = schedule(model, lr, steps)
-    g = torch.Generator().manual_seed(seed)
-    model.train()
     for m in model.modules():  # dropout off, as on our side
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
-    for _ in range(epochs):
-        order = torch.randperm(len(train), generator=g).tolist()
-        for i in range(0, len(order), 16):
-            chunk = [train[j] for j in order[i:i + 16]]
-            feats = [model.tokenize([e[k] for e in chunk]) for k in ("anchor", "positive")]
-            loss = loss_fn(feats, None)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+    train(model, rows, epochs, lr, seed,
+          lambda chunk: loss_fn([model.preprocess([e[k] for e in chunk]) for k in ("anchor", "positive")], None))
     model.eval()
     enc = lambda k: model.encode([e[k] for e in test], batch_size=64, convert_to_numpy=True)
     return retrieval(enc("anchor"), enc("positive"))

@@ -194,21 +194,25 @@ def run(case, name, model, enc, labels, types):
     return out
 
 
-def classify_case(case, cls, name, types, pairs=False, types_check=True, **tok_args):
+def classify_case(case, cls, name, types, pairs=False, seps=None, runner=run, **tok_args):
+    """CLASSIFY (or with `pairs`, PAIR: token types 1 on the second segment where the family has them); `seps`: the
+    number of separator tokens each pair must hold where nothing else tells its sides apart. `runner`: `run` or a
+    script's own (finetune_rotary.py's renames the records)."""
     model, tok = load(cls, name, **tok_args)
     if pairs:
         enc = tok([a for a, _, _ in PAIR], [b for _, b, _ in PAIR], padding=True, return_tensors="pt",
                   return_token_type_ids=types)
-        assert not types_check or all(1 in r for r in enc["token_type_ids"].tolist())
+        assert not types or all(1 in r for r in enc["token_type_ids"].tolist())
+        assert seps is None or all(r.count(tok.sep_token_id) == seps for r in enc["input_ids"].tolist())
         labels = {"labels": torch.tensor([y for _, _, y in PAIR])}
     else:
         enc = tok([t for t, _ in CLASSIFY], padding=True, return_tensors="pt", return_token_type_ids=types)
         labels = {"labels": torch.tensor([y for _, y in CLASSIFY])}
     check_batch(case, enc, tok)
-    return run(case, name, model, enc, labels, types)
+    return runner(case, name, model, enc, labels, types)
 
 
-def ner_case(case, cls, name, types, **tok_args):
+def ner_case(case, cls, name, types, runner=run, **tok_args):
     model, tok = load(cls, name, **tok_args)
     label2id = {v: int(k) for k, v in model.config.id2label.items()}
     enc = tok([w for w, _ in NER], is_split_into_words=True, padding=True, return_tensors="pt",
@@ -222,7 +226,7 @@ def ner_case(case, cls, name, types, **tok_args):
             prev = w
         assert sum(l != -100 for l in row) == len(words), f"{case}: a word lost its label in {words}"
         labels.append(row)
-    return run(case, name, model, enc, {"labels": torch.tensor(labels)}, types)
+    return runner(case, name, model, enc, {"labels": torch.tensor(labels)}, types)
 
 
 def qa_case(case, cls, name, init=False):
@@ -262,6 +266,30 @@ def qa_case(case, cls, name, init=False):
     return out
 
 
+def summary(name, c):
+    """One line per case: the batch (and a masked LM's selected tokens), the first loss and gradient norm, the loss
+    after the steps."""
+    t = len(c["input_ids"][0])
+    sel = f", {sum(l != -100 for r in c['labels'] for l in r)} selected," if c["task"] == "pretrain" else ""
+    return (f"{name}: B {len(c['input_ids'])} T {t}{sel} loss {c['loss']:.17g} grad_norm {c['grad_norms'][0]:.17g} "
+            f"loss after {STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} parameters; zero: {c['zero_grads']})")
+
+
+def write(out, cases, embeddings=None):
+    """The golden file of these cases (and embedding cases) with the torch version, compact, its keys sorted; a
+    summary printed."""
+    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
+    if embeddings is not None:
+        golden["embeddings"] = embeddings
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    print(f"wrote {out}: {os.path.getsize(out)} bytes")
+    for name, c in cases.items():
+        print(summary(name, c))
+    for name, c in (embeddings or {}).items():
+        print(f"{name} embeddings: loss {c['loss']:.17g} ({len(c['grads'])} parameters)")
+
+
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)  # nothing here is random; fixed anyway
@@ -289,14 +317,7 @@ def main():
         "xlmr_qa": qa_case("xlmr_qa", XLMRobertaForQuestionAnswering, "tiny-xlmr-model", init=True),
         "camembert_qa": qa_case("camembert_qa", CamembertForQuestionAnswering, "tiny-camembert-qa"),
     }
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    for name, c in cases.items():
-        t = len(c["input_ids"][0])
-        print(f"{name}: B {len(c['input_ids'])} T {t} loss {c['loss']:.17g} grad_norm {c['grad_norms'][0]:.17g} "
-              f"loss after {STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} parameters; zero: {c['zero_grads']})")
+    write(OUT, cases)
 
 
 if __name__ == "__main__":

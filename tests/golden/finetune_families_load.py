@@ -32,26 +32,32 @@ import transformers.models.modernbert.modeling_modernbert as modernbert
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from finetune_modernbert import float64_softmax  # noqa: E402
 
-# ModernBERT's eager attention takes its softmax in float32, which in float64 turns a padded query with no real key
-# in its window into NaN (tests/golden/finetune_modernbert.py): its float64 twin here.
-modernbert.eager_attention_forward = float64_softmax
-
 # Our logits are f32 from f32 parameters; these runs are float64 from the same f32 values: f32 rounding only.
 TOL = 1e-5
 
 
+def own_class(auto, folder):
+    """`auto.from_pretrained(folder)`, checked to be the class config.json's `architectures` names, with no tensor
+    missing, unexpected or mismatched; the model and that class's name."""
+    model, info = auto.from_pretrained(folder, attn_implementation="eager", output_loading_info=True)
+    arch = json.load(open(os.path.join(folder, "config.json")))["architectures"][0]
+    assert type(model).__name__ == arch, f"{folder}: loaded as {type(model).__name__}, config says {arch}"
+    for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        assert not info[k], f"{folder}: {k} {info[k]}"
+    return model, arch
+
+
 def main(d):
+    # ModernBERT's eager attention takes its softmax in float32, which in float64 turns a padded query with no real
+    # key in its window into NaN (tests/golden/finetune_modernbert.py): its float64 twin here.
+    modernbert.eager_attention_forward = float64_softmax
     worst = 0.0
     for case in sorted(os.listdir(d)):
         folder = os.path.join(d, case)
         ours = json.load(open(os.path.join(folder, "logits.json")))
         auto = {"token": AutoModelForTokenClassification, "qa": AutoModelForQuestionAnswering}.get(
             ours["task"], AutoModelForSequenceClassification)
-        model, info = auto.from_pretrained(folder, attn_implementation="eager", output_loading_info=True)
-        arch = json.load(open(os.path.join(folder, "config.json")))["architectures"][0]
-        assert type(model).__name__ == arch, f"{case}: loaded as {type(model).__name__}, config says {arch}"
-        for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
-            assert not info[k], f"{case}: {k} {info[k]}"
+        model, arch = own_class(auto, folder)
         model = model.double().eval()
         batch = {"input_ids": torch.tensor(ours["input_ids"]), "attention_mask": torch.tensor(ours["attention_mask"])}
         if model.config.model_type in ("bert", "electra", "albert", "gte", "nomic_bert"):

@@ -36,7 +36,6 @@ real key gets a row of NaN that reaches every gradient. This golden is float64 t
 softmax in the model's dtype (`float64_softmax`), so the fully masked rows stay finite (uniform over their keys, as
 ours), and nothing real reads them.
 """
-import json
 import os
 import sys
 
@@ -61,16 +60,6 @@ def float64_softmax(module, query, key, value, attention_mask, scaling, dropout=
     return torch.matmul(w, value).transpose(1, 2).contiguous(), w
 
 
-def pair_case(case, cls, name):
-    """finetune_families.classify_case on PAIR, without token types (ModernBERT has none)."""
-    model, tok = F.load(cls, name)
-    enc = tok([a for a, _, _ in F.PAIR], [b for _, b, _ in F.PAIR], padding=True, return_tensors="pt",
-              return_token_type_ids=False)
-    assert all(r.count(tok.sep_token_id) == 2 for r in enc["input_ids"].tolist())
-    F.check_batch(case, enc, tok)
-    return F.run(case, name, model, enc, {"labels": torch.tensor([y for _, _, y in F.PAIR])}, False)
-
-
 def windowed(case, c, name):
     """The window must be narrower than the batch: some real key of some query is outside it."""
     cfg = AutoConfig.from_pretrained(os.path.join(F.MODELS, name))
@@ -88,7 +77,9 @@ def main():
     cases = {
         "modern_classify": F.classify_case("modern_classify", ModernBertForSequenceClassification,
                                            "tiny-modernbert-classifier", False),
-        "modern_pair": pair_case("modern_pair", ModernBertForSequenceClassification, "tiny-modernbert-classifier"),
+        # No token types: a pair is `[CLS] A [SEP] B [SEP]`.
+        "modern_pair": F.classify_case("modern_pair", ModernBertForSequenceClassification, "tiny-modernbert-classifier",
+                                       False, pairs=True, seps=2),
         "modern_mean": F.classify_case("modern_mean", ModernBertForSequenceClassification, "tiny-modernbert-mean",
                                        False),
         "modern_ner": F.ner_case("modern_ner", ModernBertForTokenClassification, "tiny-modernbert-ner", False),
@@ -96,16 +87,7 @@ def main():
     for name, c in cases.items():
         windowed(name, c, c["model"])
     embeddings = {"modern": R.embed_case(ModernBertModel, "tiny-modernbert-model")}
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases, "embeddings": embeddings}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    for name, c in cases.items():
-        t = len(c["input_ids"][0])
-        print(f"{name}: B {len(c['input_ids'])} T {t} loss {c['loss']:.17g} grad_norm {c['grad_norms'][0]:.17g} "
-              f"loss after {F.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} parameters; zero: {c['zero_grads']})")
-    for name, c in embeddings.items():
-        print(f"{name} embeddings: loss {c['loss']:.17g} ({len(c['grads'])} parameters)")
+    F.write(OUT, cases, embeddings)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ of the global norm, under the checkpoint's names (GTE's key bias is a third of t
 name is zero there).
 """
 import copy
-import json
 import os
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from transformers import (AutoTokenizer, GteForSequenceClassification, GteForTok
                           NomicBertForSequenceClassification, NomicBertForTokenClassification, NomicBertModel)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import finetune_embed as E  # noqa: E402
 import finetune_families as F  # noqa: E402
 
 OUT = os.path.join(F.ROOT, "tests", "golden", "finetune_rotary.json")
@@ -72,7 +72,7 @@ def run(case, name, model, enc, labels, types):
     batch.update(labels)
     probe(**batch).loss.backward()
     grads = saved(probe, {n: p.grad for n, p in probe.named_parameters()})
-    out = F.run_plain(case, name, model, enc, labels, types)
+    out = F.run(case, name, model, enc, labels, types)
     decay = set(F.decay_names(model))
     flags = saved(model, {n: torch.full_like(p, 1.0 if n in decay else 0.0) for n, p in named})
     for n, t in flags.items():
@@ -91,69 +91,38 @@ def run(case, name, model, enc, labels, types):
 def embed_case(cls, name):
     """finetune_embed.py's loss on a bare model, its gradients under the checkpoint's names (the pooler, unused,
     left out)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import finetune_embed as E
     d = os.path.join(F.MODELS, name)
-    model = cls.from_pretrained(d, attn_implementation="eager").double()
-    model.train()
+    model = E.encoder(cls, d, attn_implementation="eager")
     tok = AutoTokenizer.from_pretrained(d)
     types = getattr(model.config, "type_vocab_size", 0) > 0  # ModernBERT has no token types
-    enc_a = tok([a for a, _ in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
-    enc_p = tok([p for _, p in E.PAIRS], padding=True, return_tensors="pt", return_token_type_ids=types)
-
-    def embed(enc):
-        h = model(**enc).last_hidden_state
-        mask = enc["attention_mask"].unsqueeze(-1).double()
-        pooled = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, p=2, dim=1)
-
-    loss = torch.nn.functional.cross_entropy(embed(enc_a) @ embed(enc_p).T * E.SCALE, torch.arange(len(E.PAIRS)))
-    loss.backward()
+    enc_a, enc_p = E.sides(tok, types)
+    loss = E.backward(model, enc_a, enc_p)
     used = {n for n, p in model.named_parameters() if p.grad is not None}
     assert all(n.startswith("pooler") for n, _ in model.named_parameters() if n not in used)
     grads = saved(model, {n: p.grad if n in used else torch.zeros_like(p) for n, p in model.named_parameters()})
     grads = {n: g for n, g in grads.items() if not n.startswith("pooler")}
-
-    def side(e):
-        ids = e["input_ids"]
-        return {"input_ids": ids.tolist(), "attention_mask": e["attention_mask"].tolist(),
-                "token_type_ids": (e["token_type_ids"] if types else torch.zeros_like(ids)).tolist()}
-
-    return {"model": name, "family": model.config.model_type, "scale": E.SCALE, "anchors": side(enc_a),
-            "positives": side(enc_p), "loss": float(f"{loss.item():.17g}"),
+    return {"model": name, "family": model.config.model_type, "scale": E.SCALE, "anchors": E.side(enc_a),
+            "positives": E.side(enc_p), "loss": float(f"{loss.item():.17g}"),
             "grads": {n: F.flat(g) for n, g in grads.items()}}
 
 
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    F.run_plain = F.run
-    F.run = run
-    try:
-        cases = {
-            "gte_classify": F.classify_case("gte_classify", GteForSequenceClassification, "tiny-gte-classifier", True),
-            "gte_pair": F.classify_case("gte_pair", GteForSequenceClassification, "tiny-gte-classifier", True,
-                                        pairs=True),
-            "gte_ner": F.ner_case("gte_ner", GteForTokenClassification, "tiny-gte-ner", True),
-            "nomic_classify": F.classify_case("nomic_classify", NomicBertForSequenceClassification,
-                                              "tiny-nomic-classifier", True),
-            "nomic_pair": F.classify_case("nomic_pair", NomicBertForSequenceClassification, "tiny-nomic-classifier",
-                                          True, pairs=True),
-            "nomic_ner": F.ner_case("nomic_ner", NomicBertForTokenClassification, "tiny-nomic-ner", True),
-        }
-    finally:
-        F.run = F.run_plain
+    cases = {
+        "gte_classify": F.classify_case("gte_classify", GteForSequenceClassification, "tiny-gte-classifier", True,
+                                        runner=run),
+        "gte_pair": F.classify_case("gte_pair", GteForSequenceClassification, "tiny-gte-classifier", True,
+                                    pairs=True, runner=run),
+        "gte_ner": F.ner_case("gte_ner", GteForTokenClassification, "tiny-gte-ner", True, runner=run),
+        "nomic_classify": F.classify_case("nomic_classify", NomicBertForSequenceClassification,
+                                          "tiny-nomic-classifier", True, runner=run),
+        "nomic_pair": F.classify_case("nomic_pair", NomicBertForSequenceClassification, "tiny-nomic-classifier",
+                                      True, pairs=True, runner=run),
+        "nomic_ner": F.ner_case("nomic_ner", NomicBertForTokenClassification, "tiny-nomic-ner", True, runner=run),
+    }
     embeddings = {"gte": embed_case(GteModel, "tiny-gte-model"), "nomic": embed_case(NomicBertModel, "tiny-nomic-model")}
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases, "embeddings": embeddings}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    for name, c in cases.items():
-        t = len(c["input_ids"][0])
-        print(f"{name}: B {len(c['input_ids'])} T {t} loss {c['loss']:.17g} grad_norm {c['grad_norms'][0]:.17g} "
-              f"loss after {F.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} parameters; zero: {c['zero_grads']})")
-    for name, c in embeddings.items():
-        print(f"{name} embeddings: loss {c['loss']:.17g} ({len(c['grads'])} parameters)")
+    F.write(OUT, cases, embeddings)
 
 
 if __name__ == "__main__":

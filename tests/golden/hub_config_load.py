@@ -13,10 +13,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from finetune_families_load import own_class  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI = os.environ.get("BERTGPU_CLI", os.path.join(ROOT, "target/debug/bertgpu"))
@@ -47,12 +51,7 @@ def main():
             got = subprocess.run([CLI, "classify", "--model", out, "--device", "cpu"], check=True, capture_output=True,
                                  env=ENV, input="".join(t + "\n" for t in TEXTS).encode()).stdout.decode().splitlines()
             ours = [{e["label"]: e["score"] for e in json.loads(l)} for l in got]
-            m, info = AutoModelForSequenceClassification.from_pretrained(out, attn_implementation="eager",
-                                                                         output_loading_info=True)
-            arch = json.load(open(os.path.join(out, "config.json")))["architectures"][0]
-            assert type(m).__name__ == arch, f"{out}: loaded as {type(m).__name__}, config says {arch}"
-            for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
-                assert not info[k], f"{out}: {k} {info[k]}"
+            m, arch = own_class(AutoModelForSequenceClassification, out)
             m = m.double().eval()
             tok = AutoTokenizer.from_pretrained(out)
             with torch.no_grad():

@@ -28,6 +28,19 @@ BASE = os.path.join(ROOT, "tests", "models", "tiny-classifier")
 TOL = 1e-5
 
 
+def adapter_loaded(model, d):
+    """Every tensor of DIR/adapter_model.safetensors is in the peft model under peft's own name (the adapter's, or
+    modules_to_save's, "default" copy) and holds exactly our values; their number."""
+    state = model.state_dict()
+    saved = load_file(os.path.join(d, "adapter_model.safetensors"))
+    for k, v in saved.items():
+        stem, leaf = k.rsplit(".", 1)
+        name = f"{stem}.default.{leaf}" if ".lora_" in k else f"{stem}.modules_to_save.default.{leaf}"
+        assert name in state, f"{d}: {k}: no {name} in the peft model"
+        assert torch.equal(state[name], v.double()), f"{d}: {k} was not loaded"
+    return len(saved)
+
+
 def main(d):
     ours = json.load(open(os.path.join(d, "logits.json")))
     batch = {k: torch.tensor(ours[k]) for k in ("input_ids", "token_type_ids", "attention_mask")}
@@ -35,15 +48,7 @@ def main(d):
 
     base = BertForSequenceClassification.from_pretrained(BASE, attn_implementation="eager").double().eval()
     model = PeftModel.from_pretrained(base, d).double().eval()
-    state = model.state_dict()
-    saved = load_file(os.path.join(d, "adapter_model.safetensors"))
-    for k, v in saved.items():
-        # peft's own name: the adapter's (or modules_to_save's) "default" copy
-        stem, leaf = k.rsplit(".", 1)
-        name = f"{stem}.default.{leaf}" if ".lora_" in k else f"{stem}.modules_to_save.default.{leaf}"
-        assert name in state, f"{k}: no {name} in the peft model"
-        assert torch.equal(state[name], v.double()), f"{k} was not loaded"
-    print(f"all {len(saved)} tensors of adapter_model.safetensors loaded into the peft model")
+    print(f"all {adapter_loaded(model, d)} tensors of adapter_model.safetensors loaded into the peft model")
     with torch.no_grad():
         got = model(**batch).logits
     err = (got - want).abs().max().item()

@@ -28,9 +28,8 @@ from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Our logits are f32 from f32 parameters; these runs are float64 from the same f32 values: f32 rounding only.
-TOL = 1e-5
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lora_peft_load import ROOT, TOL, adapter_loaded  # noqa: E402
 
 
 def check(d):
@@ -40,13 +39,7 @@ def check(d):
     want = torch.tensor(ours["logits"], dtype=torch.float64).reshape(-1)
     base = auto.from_pretrained(os.path.join(ROOT, "tests", "models", ours["base"]), attn_implementation="eager")
     model = PeftModel.from_pretrained(base.double(), d).double().eval()
-    state = model.state_dict()
-    saved = load_file(os.path.join(d, "adapter_model.safetensors"))
-    for k, v in saved.items():
-        stem, leaf = k.rsplit(".", 1)
-        name = f"{stem}.default.{leaf}" if ".lora_" in k else f"{stem}.modules_to_save.default.{leaf}"
-        assert name in state, f"{d}: {k}: no {name} in the peft model"
-        assert torch.equal(state[name], v.double()), f"{d}: {k} was not loaded"
+    loaded = adapter_loaded(model, d)
     with torch.no_grad():
         got = model(**batch).logits.reshape(-1)
     err = (got - want).abs().max().item()
@@ -63,7 +56,7 @@ def check(d):
     with torch.no_grad():
         ferr = (folder(**batch).logits.reshape(-1) - want).abs().max().item()
     assert ferr <= TOL, f"{d}: merged folder's logits differ by {ferr}"
-    print(f"{os.path.basename(d)}: {len(saved)} adapter tensors loaded by peft; logits {err:.2e} from ours; "
+    print(f"{os.path.basename(d)}: {loaded} adapter tensors loaded by peft; logits {err:.2e} from ours; "
           f"merge_and_unload vs our merged folder {worst:.2e} over {len(mine)} tensors; merged folder's logits {ferr:.2e}")
 
 

@@ -15,7 +15,6 @@ DeBERTa-v3-like configuration of tests/golden/finetune_deberta.py). DeBERTa-v3's
 (replaced-token detection with a generator) is not what `DebertaV2ForMaskedLM` computes; continued pre-training
 here is the masked LM of that class, as transformers trains it.
 """
-import json
 import os
 import sys
 
@@ -36,15 +35,7 @@ def main():
     c = cases["deberta"]
     assert "deberta.encoder.rel_embeddings.weight" in c["grads"]
     assert "lm_predictions.lm_head.dense.weight" in c["grads"], sorted(c["grads"])
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    t = len(c["input_ids"][0])
-    sel = sum(l != -100 for r in c["labels"] for l in r)
-    print(f"deberta: B {len(c['input_ids'])} T {t}, {sel} selected, loss {c['loss']:.17g} grad_norm "
-          f"{c['grad_norms'][0]:.17g} loss after {ff.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} "
-          f"parameters; zero: {c['zero_grads']})")
+    ff.write(OUT, cases)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,5 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pretrain_families_load as pfl  # noqa: E402
 
-pfl.CASES = [("tiny-deberta-mlm", "DebertaV2ForMaskedLM")]
-pfl.CLI = os.environ.get("BERTGPU_CLI", pfl.CLI)
-
 if __name__ == "__main__":
-    pfl.main()
+    pfl.main([("tiny-deberta-mlm", "DebertaV2ForMaskedLM")])

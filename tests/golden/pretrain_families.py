@@ -35,7 +35,6 @@ own: mean cross-entropy over the selected tokens. The word embeddings, which the
 the input table (`roberta.embeddings.word_embeddings.weight`) even where transformers' `named_parameters()` gives
 the tied tensor the decoder's name first (XLM-R, CamemBERT).
 """
-import json
 import os
 import shutil
 import sys
@@ -86,7 +85,7 @@ def make_albert_pretraining():
         shutil.copy(os.path.join(src, f), os.path.join(dst, f))
 
 
-def case(name, cls, model_dir, types, pairs=None):
+def case(name, cls, model_dir, types, pairs=None, runner=ff.run):
     model, tok = ff.load(cls, model_dir)
     assert model.config.tie_word_embeddings
     if pairs:
@@ -118,7 +117,7 @@ def case(name, cls, model_dir, types, pairs=None):
     targets = {"labels": labels}
     if pairs:
         targets["sentence_order_label"] = torch.tensor([y for _, _, y in pairs])
-    out = ff.run(name, model_dir, model, enc, targets, types)
+    out = runner(name, model_dir, model, enc, targets, types)
     # XLM-R's and CamemBERT's modules list lm_head before the encoder, so named_parameters() names the tied matrix
     # `lm_head.decoder.weight`; it is the word embeddings (one tensor), named as the input table here as bertgpu does.
     emb = model.get_input_embeddings().weight
@@ -147,16 +146,7 @@ def main():
     }
     make_albert_pretraining()
     cases["albert_sop"] = case("albert_sop", AlbertForPreTraining, "tiny-albert-pretraining", True, pairs=SOP)
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    for name, c in cases.items():
-        t = len(c["input_ids"][0])
-        sel = sum(l != -100 for r in c["labels"] for l in r)
-        print(f"{name}: B {len(c['input_ids'])} T {t}, {sel} selected, loss {c['loss']:.17g} grad_norm "
-              f"{c['grad_norms'][0]:.17g} loss after {ff.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} "
-              f"parameters; zero: {c['zero_grads']})")
+    ff.write(OUT, cases)
 
 
 if __name__ == "__main__":

@@ -36,13 +36,14 @@ CASES = [("tiny-roberta-mlm", "RobertaForMaskedLM"), ("tiny-xlmr-mlm", "XLMRober
          ("tiny-nomic-mlm", "NomicBertForMaskedLM"), ("tiny-modernbert-mlm", "ModernBertForMaskedLM")]
 
 
-def main():
+def main(cases=CASES):
+    """Each (checkpoint under tests/models, transformers class) of `cases`; exits 1 on any difference."""
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         corpus = os.path.join(tmp, "corpus.txt")
         with open(corpus, "w", encoding="utf-8") as fh:
             fh.write(CORPUS)
-        for name, cls in CASES:
+        for name, cls in cases:
             out = os.path.join(tmp, name)
             subprocess.run([CLI, "pretrain", "--model", os.path.join(ROOT, "tests", "models", name), "--data", corpus,
                             "--out", out, "--steps", "3", "--batch-size", "4", "--max-length", "16", "--lr", "1e-2",

@@ -16,7 +16,6 @@ Run from the repository root (needs torch 2.x and transformers 5.x; CPU is enoug
 
 It writes tests/golden/pretrain_modernbert.json with the one case `modern`.
 """
-import json
 import os
 import sys
 
@@ -48,16 +47,7 @@ def main():
     cases = {"modern": P.case("modern", ModernBertForMaskedLM, "tiny-modernbert-mlm", False)}
     for name, c in cases.items():
         FM.windowed(name, c, c["model"])
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    for name, c in cases.items():
-        t = len(c["input_ids"][0])
-        sel = sum(l != -100 for r in c["labels"] for l in r)
-        print(f"{name}: B {len(c['input_ids'])} T {t}, {sel} selected, loss {c['loss']:.17g} grad_norm "
-              f"{c['grad_norms'][0]:.17g} loss after {F.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} "
-              f"parameters; zero: {c['zero_grads']})")
+    F.write(OUT, cases)
 
 
 if __name__ == "__main__":

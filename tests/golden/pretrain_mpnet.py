@@ -13,7 +13,6 @@ It writes tests/golden/pretrain_mpnet.json with one case, `mpnet`, on tests/mode
 pre-training objective (permuted language modelling with its two streams) is not what `MPNetForMaskedLM` computes;
 continued pre-training of an MPNet checkpoint is the masked LM of that class, as transformers trains it.
 """
-import json
 import os
 import sys
 
@@ -33,15 +32,7 @@ def main():
     cases = {"mpnet": pf.case("mpnet", MPNetForMaskedLM, "tiny-mpnet-mlm", False)}
     c = cases["mpnet"]
     assert "mpnet.encoder.relative_attention_bias.weight" in c["grads"]
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    t = len(c["input_ids"][0])
-    sel = sum(l != -100 for r in c["labels"] for l in r)
-    print(f"mpnet: B {len(c['input_ids'])} T {t}, {sel} selected, loss {c['loss']:.17g} grad_norm "
-          f"{c['grad_norms'][0]:.17g} loss after {ff.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} "
-          f"parameters; zero: {c['zero_grads']})")
+    ff.write(OUT, cases)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,5 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pretrain_families_load as pfl  # noqa: E402
 
-pfl.CASES = [("tiny-mpnet-mlm", "MPNetForMaskedLM")]
-pfl.CLI = os.environ.get("BERTGPU_CLI", pfl.CLI)
-
 if __name__ == "__main__":
-    pfl.main()
+    pfl.main([("tiny-mpnet-mlm", "MPNetForMaskedLM")])

@@ -15,7 +15,6 @@ It writes tests/golden/pretrain_rotary.json:
   nomic  tiny-nomic-mlm  NomicBertForMaskedLM (cls.predictions.transform.dense, hidden_act (SiLU),
                          transform.layer_norm, the tied decoder, cls.predictions.bias)
 """
-import json
 import os
 import sys
 
@@ -33,25 +32,11 @@ OUT = os.path.join(F.ROOT, "tests", "golden", "pretrain_rotary.json")
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    F.run_plain = F.run
-    F.run = R.run
-    try:
-        cases = {
-            "gte": P.case("gte", GteForMaskedLM, "tiny-gte-mlm", False),
-            "nomic": P.case("nomic", NomicBertForMaskedLM, "tiny-nomic-mlm", True),
-        }
-    finally:
-        F.run = F.run_plain
-    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    for name, c in cases.items():
-        t = len(c["input_ids"][0])
-        sel = sum(l != -100 for r in c["labels"] for l in r)
-        print(f"{name}: B {len(c['input_ids'])} T {t}, {sel} selected, loss {c['loss']:.17g} grad_norm "
-              f"{c['grad_norms'][0]:.17g} loss after {F.STEPS} steps {c['losses'][-1]:.17g} ({len(c['grads'])} "
-              f"parameters; zero: {c['zero_grads']})")
+    cases = {
+        "gte": P.case("gte", GteForMaskedLM, "tiny-gte-mlm", False, runner=R.run),
+        "nomic": P.case("nomic", NomicBertForMaskedLM, "tiny-nomic-mlm", True, runner=R.run),
+    }
+    F.write(OUT, cases)
 
 
 if __name__ == "__main__":
