@@ -1,10 +1,15 @@
 // bertgpu vs transformers.js (@huggingface/transformers, pinned in bench/package.json), side by side in one headless
-// Chromium launch, on the same model (all-MiniLM-L6-v2: our folder / q8_0 GGUF, their ONNX export made by
-// bench/export_onnx.py), the same texts, mean pooling + normalize, runs alternating. Prints a Markdown table of
+// Chromium launch, on the same model (all-MiniLM-L6-v2 unless --model: our folder / q8_0 GGUF, their ONNX export made
+// by bench/export_onnx.py), the same texts, mean pooling + normalize, runs alternating. Prints a Markdown table of
 // medians, spreads and ratios. Run it through bench/browser.sh, which prepares what it needs.
 //
 //   node bench/browser.mjs [--reps 7] [--latency-reps 25] [--gpu-reps 3] [--cold 3] [--warmup-ms 5000]
-//                          [--only cpu|webgpu] [--cores n] [--json out.json]
+//                          [--only cpu|webgpu] [--cores n] [--json out.json] [--model all-MiniLM-L6-v2]
+//                          [--configs 1,5] [--workloads abc]
+//
+// --model NAME: the model both libraries run (benchModel in bench/harness.mjs says where each finds it). --configs:
+// only these rows of the configuration list below (1-based, in its order: 1–4 f32 on the CPU, 5–8 8-bit, 9 WebGPU),
+// --workloads: only these of (a) 1 × short, (b) 8 × 128, (c) 32 × 32 (a base-size model on 2 cores: keep runs short).
 //
 // --latency-reps: repetitions of workload (a) on the CPU (one sentence takes milliseconds, and its run-to-run spread
 // is wide: a median of few runs moves by 2×). --cores: our workers, our threaded build's threads and their threads in
@@ -16,7 +21,7 @@ import path from "node:path";
 import { chromium } from "playwright-core";
 import { ROOT, ARGS, CHROMIUM, cosine } from "../tests/browser/harness.mjs";
 import { ISOLATION_HEADERS, serve } from "../www/serve.mjs";
-import { downloaded, makeTexts, median, multiCore, timeEmbed, warmUp } from "./harness.mjs";
+import { benchModel, DEFAULT_MODEL, downloaded, makeTexts, median, multiCore, timeEmbed, warmUp } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => {
@@ -34,22 +39,31 @@ const ONLY = arg("only", null);
 const CORES = arg("cores", null);
 multiCore(CORES, 2); // a bad value fails here, before the browser starts
 const JSON_OUT = arg("json", null);
+const MODEL = benchModel(arg("model", DEFAULT_MODEL));
+const CONFIGS = arg("configs", null)?.split(",").map(Number) ?? null;
+const WORKLOADS = arg("workloads", "abc");
+if (CONFIGS?.some((i) => !(Number.isInteger(i) && i >= 1 && i <= 9)) || !/^[abc]+$/.test(WORKLOADS)) {
+  console.error("--configs: numbers from 1 to 9, comma-separated; --workloads: letters of abc");
+  process.exit(2);
+}
 /** f32 against f32: two correct implementations of the same network differ by float rounding only. */
 const MIN_AGREEMENT = 0.999;
 
-const OURS_F32 = "/models/all-MiniLM-L6-v2/";
-const OURS_Q8 = "/bench/models/all-MiniLM-L6-v2.q8_0.gguf";
+const OURS_F32 = MODEL.f32;
+const OURS_Q8 = MODEL.q8;
+/** Their options' model: the folder of /bench/models/ with the ONNX export. */
+const THEIRS = MODEL.theirs;
 
 async function main() {
   for (const need of ["pkg/wasm/bertgpu_bg.wasm", "bench/node_modules/@huggingface/transformers/package.json",
-    "bench/models/all-MiniLM-L6-v2/onnx/model.onnx", OURS_Q8.slice(1), "models/all-MiniLM-L6-v2/model.safetensors"]) {
-    if (!fs.existsSync(path.join(ROOT, need))) throw new Error(`${need} is missing: run bench/browser.sh`);
+    ...MODEL.need]) {
+    if (!fs.existsSync(path.join(ROOT, need))) throw new Error(`${need} is missing: run bench/browser.sh --model ${MODEL.name}`);
   }
   // Cross-origin isolated, so both libraries may use wasm threads.
   const site = await serve(ROOT, { headers: ISOLATION_HEADERS });
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "bertgpu-bench-"));
   const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS });
-  const results = { rows: [], cold: [], agreement: [], env: {} };
+  const results = { model: MODEL.name, rows: [], cold: [], agreement: [], env: {} };
   try {
     const open = async () => {
       const page = await context.newPage();
@@ -67,13 +81,15 @@ async function main() {
     });
     console.error(`environment: ${JSON.stringify(results.env)}`);
 
-    await page.evaluate((s) => window.load("ours", { source: s, device: "cpu" }), OURS_F32);
+    // Our tokenizer for the workloads' token counts (the GGUF: a quarter of the f32 weights to fetch).
+    await page.evaluate((s) => window.load("ours", { source: s, device: "cpu" }), OURS_Q8);
     results.env.q8Dot = await page.evaluate(() => window.q8DotForm());
+    const short = await makeTexts(page, 1, 12);
     const workloads = [
-      { name: "(a) 1 × short", latency: true, texts: (await makeTexts(page, 1, 12)) },
+      { name: "(a) 1 × short", latency: true, texts: short },
       { name: "(b) 8 × 128", texts: (await makeTexts(page, 8, 128)) },
       { name: "(c) 32 × 32", texts: (await makeTexts(page, 32, 32)) },
-    ];
+    ].filter((w) => WORKLOADS.includes(w.name[1]));
     for (const w of workloads) {
       w.tokens = w.texts.map((t) => t.count);
       w.texts = w.texts.map((t) => t.text);
@@ -93,13 +109,14 @@ async function main() {
       { device: "cpu", dtype: "8-bit", ours: { ...q8, threads: n }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} threads, threaded build (ours) vs WASM q8 ${n} threads (theirs)` },
       { device: "cpu", dtype: "8-bit", ours: { ...q8, workers: n }, theirs: { dtype: "q8", device: "wasm", threads: n }, label: `CPU q8_0 ${n} workers, relaxed-SIMD build (ours) vs WASM q8 ${n} threads (theirs)` },
       { device: "webgpu", dtype: "f32", ours: { source: OURS_F32, device: "webgpu" }, theirs: { dtype: "fp32", device: "webgpu" }, label: "WebGPU (both)" },
-    ].filter((c) => !ONLY || c.device === ONLY);
+    ].map((c, i) => ({ ...c, n: i + 1, theirs: { ...c.theirs, model: THEIRS } }))
+      .filter((c) => (!ONLY || c.device === ONLY) && (!CONFIGS || CONFIGS.includes(c.n)));
 
     for (const c of configs) {
       const p = await open();
       await p.evaluate(({ o, t }) => Promise.all([window.load("ours", o)]).then(() => window.load("theirs", t)),
         { o: c.ours, t: c.theirs });
-      await warmUp(p, ["ours", "theirs"], workloads[0].texts, WARMUP_MS);
+      await warmUp(p, ["ours", "theirs"], [short[0].text], WARMUP_MS); // (a)'s text, whichever workloads run
       for (const w of workloads) {
         const reps = c.device === "webgpu" ? GPU_REPS : w.latency ? LATENCY_REPS : REPS;
         const times = { ours: [], theirs: [] };
@@ -133,10 +150,10 @@ async function main() {
     if ((!ONLY || ONLY === "cpu") && COLD > 0) {
       const colds = [
         { which: "ours", label: "bertgpu f32 (CPU)", opts: { source: OURS_F32, device: "cpu" } },
-        { which: "theirs", label: "transformers.js fp32 (WASM)", opts: { dtype: "fp32", device: "wasm", threads: 2 } },
+        { which: "theirs", label: "transformers.js fp32 (WASM)", opts: { model: THEIRS, dtype: "fp32", device: "wasm", threads: 2 } },
         { which: "ours", label: `bertgpu f32 (CPU, threaded build, ${n} threads)`, opts: { source: OURS_F32, device: "cpu", threads: n } },
         { which: "ours", label: "bertgpu q8_0 (CPU)", opts: { source: OURS_Q8, device: "cpu" } },
-        { which: "theirs", label: "transformers.js q8 (WASM)", opts: { dtype: "q8", device: "wasm", threads: 2 } },
+        { which: "theirs", label: "transformers.js q8 (WASM)", opts: { model: THEIRS, dtype: "q8", device: "wasm", threads: 2 } },
       ];
       const times = colds.map(() => []);
       let bytes = colds.map(() => null);
@@ -166,7 +183,7 @@ async function main() {
 function table(res) {
   const f = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
   const lines = [
-    `Chromium: ${res.env.userAgent?.match(/Chrome\/[\d.]+/)?.[0]}, ${res.env.cores} cores, WebGPU adapter: `
+    `${res.model}, Chromium: ${res.env.userAgent?.match(/Chrome\/[\d.]+/)?.[0]}, ${res.env.cores} cores, WebGPU adapter: `
       + `${res.env.adapter ?? "none"}${res.env.fallback ? " (fallback adapter)" : ""}, cross-origin isolated: ${res.env.isolated}`
       + `, Q8_0 kernel's relaxed dot product: ${res.env.q8Dot ?? "not run (no relaxed SIMD)"}`,
     "",

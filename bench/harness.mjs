@@ -102,6 +102,30 @@ export function downloaded(paths) {
   return { code, weights };
 }
 
+/** The model of the side-by-side scripts (--model): all-MiniLM-L6-v2 unless a script is told otherwise. */
+export const DEFAULT_MODEL = "all-MiniLM-L6-v2";
+
+/**
+ * Where each library finds model `name` under the repository root (URL paths; bench/browser.sh prepares them):
+ * ours f32 the checkpoint's folder (models/NAME/ for the default and wherever scripts/fetch-models.sh put it, else
+ * bench/models/NAME/, the checkpoint copied there), ours q8 the Q8_0 GGUF `bertgpu convert` made
+ * (bench/models/NAME.q8_0.gguf), theirs bench/models/NAME/ with its ONNX export (bench/export_onnx.py;
+ * transformers.js's localModelPath is /bench/models/).
+ * `need`: the files that must exist (repository paths). Exits on a name with anything but a folder name's characters.
+ */
+export function benchModel(name) {
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) {
+    console.error(`--model: a folder name under bench/models/ (got ${JSON.stringify(name)})`);
+    process.exit(2);
+  }
+  const folder = name === DEFAULT_MODEL || fs.existsSync(path.join(ROOT, "models", name, "model.safetensors"))
+    ? `/models/${name}/` : `/bench/models/${name}/`;
+  const m = { name, f32: folder, q8: `/bench/models/${name}.q8_0.gguf`, theirs: name };
+  m.need = [`${folder.slice(1)}model.safetensors`, m.q8.slice(1), `bench/models/${name}/onnx/model.onnx`,
+    `bench/models/${name}/onnx/model_quantized.onnx`];
+  return m;
+}
+
 /** The median (of an even count, the mean of the middle two). */
 export function median(xs) {
   const s = [...xs].sort((a, b) => a - b);

@@ -5,23 +5,36 @@
 // bench/browser.sh prepares. From the root:
 //
 //   node bench/latency.mjs [--runs 120] [--ours q8|f32] [--simd auto|relaxed|simd128] [--workers 1|2]
-//                          [--theirs q8|fp32] [--threads 1|2] [--warmup-ms 5000]
+//                          [--theirs q8|fp32] [--threads 1|2] [--warmup-ms 5000] [--model all-MiniLM-L6-v2]
 //   node bench/latency.mjs --alone 4 [--runs 120] [--ours q8|f32] [--theirs q8|fp32] [--cores n] [--warmup-ms 5000]
+//                          [--model all-MiniLM-L6-v2]
+//
+// --model NAME: the model both libraries run (default all-MiniLM-L6-v2; benchModel in bench/harness.mjs says where
+// each finds it; `bench/browser.sh --prepare-only --model all-mpnet-base-v2` makes the files of all-mpnet-base-v2).
 //
 // --alone N: instead, N rounds over the configurations (ours and theirs on 1 and 2 threads, ours on the threaded
 // build; with more cores, also on --cores of each, by default the cores the browser reports, up to 4), each in a
 // fresh page with that library only (untimed calls for 5 s, then runs / 2N timed), so that no library's threads or
 // workers share the cores with another's; then each library's fastest configuration. (--workers and --threads do
 // not apply.)
-import { median, multiCore, timeEmbed, warmUp, withBenchPage } from "./harness.mjs";
+import fs from "node:fs";
+import path from "node:path";
+import { ROOT } from "../tests/browser/harness.mjs";
+import { benchModel, DEFAULT_MODEL, median, multiCore, timeEmbed, warmUp, withBenchPage } from "./harness.mjs";
 
 const argv = process.argv.slice(2);
 const arg = (name, dflt) => (argv.includes(`--${name}`) ? argv[argv.indexOf(`--${name}`) + 1] : dflt);
 const RUNS = Number(arg("runs", 120));
 const OURS = arg("ours", "q8");
-const ours = { source: OURS === "q8" ? "/bench/models/all-MiniLM-L6-v2.q8_0.gguf" : "/models/all-MiniLM-L6-v2/",
-  device: "cpu", simd: arg("simd", "auto"), workers: Number(arg("workers", 1)) };
-const theirs = { dtype: arg("theirs", "q8"), device: "wasm", threads: Number(arg("threads", 1)) };
+const MODEL = benchModel(arg("model", DEFAULT_MODEL));
+for (const need of MODEL.need) {
+  if (!fs.existsSync(path.join(ROOT, need))) {
+    throw new Error(`${need} is missing: run bench/browser.sh --prepare-only --model ${MODEL.name}`);
+  }
+}
+const ours = { source: OURS === "q8" ? MODEL.q8 : MODEL.f32, device: "cpu", simd: arg("simd", "auto"),
+  workers: Number(arg("workers", 1)) };
+const theirs = { model: MODEL.theirs, dtype: arg("theirs", "q8"), device: "wasm", threads: Number(arg("threads", 1)) };
 // A real sentence (Debian's fortunes), 15 tokens with [CLS]/[SEP].
 const TEXTS = ["Anyone who has never made a mistake has never tried anything new."];
 
@@ -55,7 +68,7 @@ await withBenchPage({ isolated: true }, async (page) => {
   const all = (w) => [...times[w].ours, ...times[w].theirs];
   const line = (w) => `${median(all(w)).toFixed(1)} ms (min ${Math.min(...all(w)).toFixed(1)}; after ours `
     + `${median(times[w].ours).toFixed(1)}, after theirs ${median(times[w].theirs).toFixed(1)}; ${all(w).length} runs)`;
-  console.log(`one sentence, ${tokens} tokens`);
+  console.log(`${MODEL.name}, one sentence, ${tokens} tokens`);
   console.log(`bertgpu ${OURS} CPU ${build}${ours.workers > 1 ? `, ${ours.workers} workers` : ""}: ${line("ours")}`);
   console.log(`transformers.js ${theirs.dtype} WASM ${theirs.threads} thread(s): ${line("theirs")}`);
   console.log(`ratio of medians: ${(median(all("ours")) / median(all("theirs"))).toFixed(2)}×`);
@@ -93,7 +106,7 @@ async function alone(first) {
       await p.close();
     }
   }
-  console.log(`one sentence, ${tokens} tokens, each configuration alone in its page (${ALONE} rounds)`);
+  console.log(`${MODEL.name}, one sentence, ${tokens} tokens, each configuration alone in its page (${ALONE} rounds)`);
   for (const c of configs) {
     c.median = median(c.times);
     const lib = c.which === "ours" ? `bertgpu ${OURS} CPU ${c.build}` : `transformers.js ${theirs.dtype} WASM`;

@@ -33,7 +33,8 @@ window.marks = [];
 
 /**
  * Loads `which` ("ours" | "theirs"). ours: { source, device: "cpu" | "webgpu", workers, threads, simd, cache };
- * theirs: { dtype: "fp32" | "q8", device: "wasm" | "webgpu", threads, cache }. `cache`: keep the downloads in the
+ * theirs: { model, dtype: "fp32" | "q8", device: "wasm" | "webgpu", threads, cache } (model: a folder of
+ * /bench/models/ with its ONNX export, default all-MiniLM-L6-v2). `cache`: keep the downloads in the
  * Cache API (each library's default is true; without it, ours caches only with several workers, theirs never).
  */
 window.load = async (which, opts) => {
@@ -53,8 +54,8 @@ window.load = async (which, opts) => {
   }
   const t = await importTheirs(opts);
   const progress_callback = (p) => { if (p.status === "done") window.marks.push({ what: `fetched ${p.file}`, t: Date.now() }); };
-  sessions.theirs = await t.pipeline("feature-extraction", "all-MiniLM-L6-v2", { device: opts.device, dtype: opts.dtype,
-    progress_callback });
+  sessions.theirs = await t.pipeline("feature-extraction", opts.model ?? "all-MiniLM-L6-v2", { device: opts.device,
+    dtype: opts.dtype, progress_callback });
   return opts.device;
 };
 
