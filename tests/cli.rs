@@ -2,7 +2,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
@@ -14,15 +14,20 @@ fn model_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `bertgpu args...` with `stdin` as input.
-fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
+/// Starts `bertgpu args...` with its stdin, stdout and stderr piped.
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_bertgpu"))
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start bertgpu");
+        .expect("start bertgpu")
+}
+
+/// Runs `bertgpu args...` with `stdin` as input.
+fn run(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = spawn(args);
     // A command that exits early (bad model) may close stdin first: ignore the broken pipe.
     let _ = child.stdin.take().unwrap().write_all(stdin);
     child.wait_with_output().unwrap()
@@ -256,13 +261,7 @@ fn a_line_is_answered_before_the_next_one_arrives() {
     use std::io::{BufRead, BufReader};
     use std::sync::mpsc;
     let model = model_dir("splade-tiny");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bertgpu"))
-        .args(["embed", "--model", model.to_str().unwrap(), "--device", "cpu", "--batch-size", "32"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start bertgpu");
+    let mut child = spawn(&["embed", "--model", model.to_str().unwrap(), "--device", "cpu", "--batch-size", "32"]);
     let mut stdin = child.stdin.take().unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let (tx, rx) = mpsc::channel();

@@ -51,6 +51,16 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The .rs files under `src/<rel>` (`""` for src/ itself); fewer than `at_least` means the test looks in the wrong
+/// place.
+fn source_files(rel: &str, at_least: usize) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(rel);
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(files.len() >= at_least, "only {} files under {}", files.len(), dir.display());
+    files
+}
+
 /// The top-level modules a file's code names through `crate::` / `$crate::` paths, `use crate::{a, b::c}` groups
 /// included. Comments are skipped (`//` to the end of the line; doc comments are comments).
 fn crate_modules(source: &str) -> BTreeSet<String> {
@@ -160,11 +170,7 @@ fn no_module_imports_one_above_it() {
 
 #[test]
 fn no_source_file_is_over_the_line_limit() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    assert!(files.len() >= 40, "only {} files under src/", files.len());
-    let long: Vec<String> = files
+    let long: Vec<String> = source_files("", 40)
         .iter()
         .filter_map(|f| {
             let n = std::fs::read_to_string(f).unwrap().lines().count();
@@ -203,11 +209,7 @@ fn the_wait_finder_sees_a_lock_and_not_a_comment() {
 
 #[test]
 fn no_cpu_kernel_uses_a_lock_that_waits() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/backend/cpu");
-    let mut files = Vec::new();
-    rust_files(&dir, &mut files);
-    assert!(files.len() >= 10, "only {} files under src/backend/cpu/", files.len());
-    let found: Vec<String> = files
+    let found: Vec<String> = source_files("backend/cpu", 10)
         .iter()
         .filter(|f| !CALLER_ONLY.iter().any(|c| f.ends_with(c)))
         .flat_map(|f| {
