@@ -184,6 +184,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
     let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect();
     let mut worst_param = (String::new(), 0f64);
     let (mut skipped, mut entries) = (0usize, 0usize);
+    let noisy = NOISE_CASES.iter().any(|c| name.starts_with(c));
     for (n, w) in g["params_after"].as_object().unwrap() {
         if zero.contains(n.as_str()) {
             continue; // AdamW normalises noise-level gradients to full steps in either run (finetune.py says more)
@@ -192,7 +193,6 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) -> (f64, f64) {
         // Entries whose first gradient is noise to AdamW (see NOISE_ENTRY) are left out, a few at most.
         let g0 = floats(&g["grads"][n]);
         let scale = common::golden_grads::norm(g0.iter().copied());
-        let noisy = NOISE_CASES.iter().any(|c| name.starts_with(c));
         let noise: Vec<bool> = g0.iter().map(|x| noisy && *x != 0.0 && x.abs() < NOISE_ENTRY * scale).collect();
         skipped += noise.iter().filter(|&&x| x).count();
         entries += noise.len();
