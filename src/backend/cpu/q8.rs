@@ -636,21 +636,18 @@ unsafe fn pass_form<const FUSED: bool>(xq: &[Xq], xd: &[f32], rows: usize, k: us
 pub fn fused_dot() -> bool {
     #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
     {
-        use std::sync::atomic::Ordering;
-        match form::FORCED.load(Ordering::Relaxed) {
-            1 => false,
-            2 => true,
-            _ => match form::CHOSEN.load(Ordering::Relaxed) {
-                1 => false,
-                2 => true,
-                _ => {
-                    // Every thread that finds it unprobed probes (the same answer) and stores it: see `CHOSEN`.
-                    let fused = !form::saturating_lowering();
-                    form::CHOSEN.store(1 + fused as u8, Ordering::Relaxed);
-                    fused
-                }
-            },
+        use std::sync::atomic::Ordering::Relaxed;
+        // 1 split, 2 fused: forced, else the engine's, probed by every thread that finds it unprobed (the same
+        // answer; see `CHOSEN`).
+        let mut f = form::FORCED.load(Relaxed);
+        if f == 0 {
+            f = form::CHOSEN.load(Relaxed);
         }
+        if f == 0 {
+            f = 1 + !form::saturating_lowering() as u8;
+            form::CHOSEN.store(f, Relaxed);
+        }
+        f == 2
     }
     #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
     false
