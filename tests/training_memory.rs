@@ -153,14 +153,21 @@ fn the_gpu_pool_stays_within_the_statement() {
 /// backward, its B placed in the fused rows, `du`), which the statement does not list yet.
 const LORA_STATED_UNDER_AT_MOST: f64 = 0.02;
 
-/// The checkpoint with its layers' linear weights stored as Q8_0 (llama.cpp's quantizer), as a `bertgpu convert
-/// --dtype q8_0` file holds them.
+/// The checkpoint as a `bertgpu convert --dtype q8_0` file holds it (src/weights/gguf/storage.rs): its layers'
+/// linear weights and the word table Q8_0 (llama.cpp's quantizer), the position and token-type tables f16.
 fn q8_base(w: &Weights) -> Weights {
+    use bertgpu::{dtype::Dtype, weights::quant};
     let mut q = Weights::new();
     for name in w.names() {
         let t = w.stored(name).unwrap();
-        let linear = name.contains("encoder.layer.") && name.ends_with(".weight") && t.shape.len() == 2;
-        q.insert(name, if linear { bertgpu::weights::quant::quantize(t, bertgpu::dtype::Dtype::Q8_0).unwrap() } else { t.clone() });
+        let matrix = name.ends_with(".weight") && t.shape.len() == 2;
+        let linear = matrix && name.contains("encoder.layer.");
+        let stored = match name {
+            _ if linear || (matrix && name.ends_with("word_embeddings.weight")) => quant::quantize(t, Dtype::Q8_0),
+            _ if matrix && name.contains("embeddings.") => quant::to_f16(t),
+            _ => Ok(t.clone()),
+        };
+        q.insert(name, stored.unwrap());
     }
     q
 }
@@ -182,12 +189,25 @@ fn measure_lora<B: bertgpu::backend::Backend>(be: &B, cfg: &BertConfig, weights:
     (peak - before, tr)
 }
 
+/// The issue's bar for LoRA over a Q8_0 base: at most half the memory of LoRA over the f32 base for the same step,
+/// where the weights dominate it (bert-base's shape at 2 × 64). Measured 0.413 on the CPU and 0.400 on lavapipe, with
+/// the frozen word table kept Q8_0 (`Encoder::push_table`); 0.541 while it was widened to f32.
+const LORA_Q8_0_OVER_F32_AT_MOST: f64 = 0.5;
+
+/// A LoRA step's device memory on a GPU over `w`: the pool's most in use plus the weights' own buffers, and the
+/// statement.
+fn device(g: &bertgpu::backend::gpu::GpuBackend, cfg: &BertConfig, w: &Weights, b: usize, t: usize) -> (u64, TrainingMemory) {
+    let w0 = g.weight_bytes();
+    let (_, tr) = measure_lora(g, cfg, w, b, t);
+    let (_, peak, _) = g.pool_memory();
+    (peak + g.weight_bytes() - w0, tr.memory(b, t))
+}
+
 /// LoRA over a Q8_0 base against LoRA over the f32 base, the same step (all-MiniLM-L6-v2, 8 × 64): on the CPU the
 /// peak measured by the allocator, on the GPU the pool's most in use plus the weights' own buffers; and the
 /// statement, which must hold on both. At this size the activations are a large part of the step, so the ratio is
 /// far above the weights' 34/128; a bert-base-shaped encoder (random weights), where the weights dominate: stated at
-/// 8 × 128 and measured on the CPU at 2 × 64 (measured 280.7 against 518.9 MiB, 0.541: the f32 word table, 89 MiB,
-/// and the activations stay).
+/// 8 × 128 and measured at 2 × 64 on both backends, against [`LORA_Q8_0_OVER_F32_AT_MOST`].
 #[test]
 fn lora_over_a_q8_0_base_holds_less() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -209,15 +229,8 @@ fn lora_over_a_q8_0_base_holds_less() {
     }
     assert!(q_peak < f_peak && qs.total() < fs.total());
     if let Some(g) = common::gpu() {
-        let device = |g: &bertgpu::backend::gpu::GpuBackend, w: &Weights| {
-            let (w0, _) = (g.weight_bytes(), ());
-            let (_, tr) = measure_lora(g, &cfg, w, b, t);
-            let (_, peak, _) = g.pool_memory();
-            (peak + g.weight_bytes() - w0, tr.memory(b, t))
-        };
-        let (f_dev, fs) = device(&g, &weights);
-        let g2 = common::gpu().unwrap();
-        let (q_dev, qs) = device(&g2, &q8);
+        let (f_dev, fs) = device(&g, &cfg, &weights, b, t);
+        let (q_dev, qs) = device(&common::gpu().unwrap(), &cfg, &q8, b, t);
         eprintln!("gpu: f32 base {:.1} MiB in use at most (stated {fs}); Q8_0 base {:.1} MiB (stated {qs}); ratio {:.3}",
             f_dev as f64 / MIB, q_dev as f64 / MIB, q_dev as f64 / f_dev as f64);
         assert!(q_dev < f_dev, "the Q8_0 base takes less device memory");
@@ -245,7 +258,7 @@ fn lora_over_a_q8_0_base_holds_less() {
     eprintln!("bert-base shape, LoRA r 8 all linears, 8×128: f32 base stated {fb}; Q8_0 base stated {qb}; ratio {:.3}",
         qb.total() as f64 / fb.total() as f64);
     assert!(qb.total() < fb.total());
-    // Measured on the CPU at 2 × 64, where the weights dominate the step.
+    // Measured at 2 × 64, where the weights dominate the step.
     let (b, t) = (2, 64);
     let (f_peak, f_tr) = measure_lora(&cpu, &base_cfg, &base, b, t);
     let fs = f_tr.memory(b, t);
@@ -256,8 +269,17 @@ fn lora_over_a_q8_0_base_holds_less() {
     eprintln!("cpu, bert-base shape {b}×{t}: f32 base measured {:.1} MiB (stated {fs}); Q8_0 base measured {:.1} MiB \
         (stated {qs}); ratio measured {:.3}, stated {:.3}", f_peak as f64 / MIB, q_peak as f64 / MIB,
         q_peak as f64 / f_peak as f64, qs.total() as f64 / fs.total() as f64);
-    assert!(q_peak < f_peak);
+    let ratio = q_peak as f64 / f_peak as f64;
+    assert!(ratio <= LORA_Q8_0_OVER_F32_AT_MOST, "bert-base shape on the cpu: the Q8_0 base holds {ratio:.3} of the f32 one's");
     for (what, peak, stated) in [("f32", f_peak, fs.total()), ("Q8_0", q_peak, qs.total())] {
         assert!(stated as f64 >= peak as f64 * (1.0 - LORA_STATED_UNDER_AT_MOST), "bert-base {what}: stated {stated} < {peak}");
+    }
+    if let Some(g) = common::gpu() {
+        let (f_dev, _) = device(&g, &base_cfg, &base, b, t);
+        let (q_dev, _) = device(&common::gpu().unwrap(), &base_cfg, &q8b, b, t);
+        let ratio = q_dev as f64 / f_dev as f64;
+        eprintln!("gpu, bert-base shape {b}×{t}: f32 base {:.1} MiB in use at most, Q8_0 base {:.1} MiB; ratio {ratio:.3}",
+            f_dev as f64 / MIB, q_dev as f64 / MIB);
+        assert!(ratio <= LORA_Q8_0_OVER_F32_AT_MOST, "bert-base shape on the gpu: the Q8_0 base holds {ratio:.3} of the f32 one's");
     }
 }

@@ -82,15 +82,15 @@ impl<T> Encoder<T> {
         let e = w.pp("embeddings");
         let en = |n: &str| name(&format!("embeddings.{n}")).map(|s| vec![s]);
         let vocab = cfg.vocab_size;
-        enc.emb.word = enc.push(be, en("word_embeddings.weight")?, &get(&e, "word_embeddings.weight", &[vocab, e_size])?,
-            vocab, e_size, true)?;
+        enc.emb.word = enc.push_table(be, en("word_embeddings.weight")?, &get(&e, "word_embeddings.weight", &[vocab, e_size])?,
+            vocab, e_size)?;
         if cfg.has_position_table() {
-            enc.emb.position = Some(enc.push(be, en("position_embeddings.weight")?,
-                &get(&e, "position_embeddings.weight", &[pos, e_size])?, pos, e_size, true)?);
+            enc.emb.position = Some(enc.push_table(be, en("position_embeddings.weight")?,
+                &get(&e, "position_embeddings.weight", &[pos, e_size])?, pos, e_size)?);
         }
         if cfg.has_token_type_table() {
             let t = get(&e, "token_type_embeddings.weight", &[types, e_size])?;
-            enc.emb.token_type = Some(enc.push(be, en("token_type_embeddings.weight")?, &t, types, e_size, true)?);
+            enc.emb.token_type = Some(enc.push_table(be, en("token_type_embeddings.weight")?, &t, types, e_size)?);
         }
         enc.emb.ln_g = enc.push(be, en("LayerNorm.weight")?, &get(&e, "LayerNorm.weight", &[e_size])?, 1, e_size, false)?;
         enc.emb.ln_b = enc.push(be, en("LayerNorm.bias")?, &get(&e, "LayerNorm.bias", &[e_size])?, 1, e_size, false)?;

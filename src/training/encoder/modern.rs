@@ -134,8 +134,8 @@ impl<T> Encoder<T> {
             Ok(Norm { g, b })
         };
         let vocab = cfg.vocab_size;
-        let word = self.push(be, vec![name("embeddings.word_embeddings.weight")?],
-            &get(&w.pp("embeddings"), "word_embeddings.weight", &[vocab, h])?, vocab, h, true)?;
+        let word = self.push_table(be, vec![name("embeddings.word_embeddings.weight")?],
+            &get(&w.pp("embeddings"), "word_embeddings.weight", &[vocab, h])?, vocab, h)?;
         self.emb = EmbIdx { word, position: None, token_type: None, ln_g: 0, ln_b: 0, project: None };
         let emb_norm = norm(self, "embeddings.LayerNorm")?;
         let window = Window::new(cfg).ok_or_else(|| Error::Config("a ModernBERT config without its window".into()))?;
