@@ -83,6 +83,7 @@ async function startRuntime(build, wasm) {
 }
 
 async function restartRuntime(old) {
+  live.delete(old);
   // The old instance's workers run over the old memory: end them (the new instance starts its own pool).
   if (old.pool) endPool(old.glue, old.pool);
   old.pool = null;
@@ -100,11 +101,43 @@ async function restartRuntime(old) {
 
 function attachRuntime(glue, build) {
   const rt = { glue, build, poisoned: false, listeners: new Set(), pool: null, users: 0, poolOps: Promise.resolve() };
-  glue.setPanicListener((message) => {
-    rt.poisoned = message;
-    for (const fn of rt.listeners) fn(message);
-  });
+  glue.setPanicListener((message) => poison(rt, `a Rust panic: ${message}`));
+  live.add(rt);
+  watchTraps();
   return rt;
+}
+
+/** Marks the instance unusable and rejects the calls in flight on it (each `guard` listens). */
+function poison(rt, why) {
+  if (rt.poisoned) return;
+  rt.poisoned = why;
+  for (const fn of rt.listeners) fn(why);
+}
+
+/**
+ * A trap that is not a panic leaves the instance in as unknown a state as a panic does, and the panic hook never
+ * hears of it: running out of memory aborts without a panic, and so do `unreachable`s the compiler put there. Thrown
+ * from a synchronous call, `guard` sees it. While an async Rust call was suspended, it is thrown from wasm-bindgen's
+ * task queue, a microtask, to the global scope (an `error` event), and that call's promise, with every later one the
+ * queue would have run, would wait forever. So every runtime with a call in flight is poisoned then: the event does
+ * not say which module trapped, and a trap in another module of the page costs at most a fresh start here. In Node.js
+ * (no global `error` event) such a trap ends the process with its message, as any uncaught exception does.
+ */
+const live = new Set(); // the attached runtimes, until restarted
+let watching = false;
+function watchTraps() {
+  if (watching || typeof globalThis.addEventListener !== "function") return;
+  watching = true;
+  const onTrap = (error) => {
+    if (!(error instanceof WebAssembly.RuntimeError)) return;
+    for (const rt of live) if (rt.listeners.size > 0) poison(rt, trapReason(error));
+  };
+  globalThis.addEventListener("error", (event) => onTrap(event.error));
+  globalThis.addEventListener("unhandledrejection", (event) => onTrap(event.reason));
+}
+
+function trapReason(error) {
+  return `a trap that was not a panic (${error.name}: ${error.message}), e.g. the module ran out of memory`;
 }
 
 /**
@@ -167,18 +200,21 @@ export function instantiate(rt, files, device, injectFault = false, { consume = 
 }
 
 /**
- * Runs a call into the module so that a Rust panic rejects it: synchronous panics throw (a trap) by themselves,
- * but a panic while an async Rust call is suspended would leave its promise pending forever, so the panic hook
- * (src/wasm/) tells us and the call rejects.
+ * Runs a call into the module so that a Rust panic or a trap rejects it: synchronous ones throw (a trap) by
+ * themselves, and poison the instance here; one while an async Rust call is suspended would leave its promise pending
+ * forever, so the panic hook (src/wasm/) or `watchTraps` tells us and the call rejects.
  */
 export function guard(rt, fn) {
   return new Promise((resolve, reject) => {
-    const onPanic = (message) => reject(new Error(`bertgpu: internal error (a Rust panic): ${message}`));
-    rt.listeners.add(onPanic);
+    const onPoison = (why) => reject(new Error(`bertgpu: internal error (${why})`));
+    rt.listeners.add(onPoison);
     Promise.resolve()
       .then(fn)
-      .then(resolve, (e) => reject(toError(e)))
-      .finally(() => rt.listeners.delete(onPanic));
+      .then(resolve, (e) => {
+        if (e instanceof WebAssembly.RuntimeError) poison(rt, trapReason(e));
+        reject(toError(e));
+      })
+      .finally(() => rt.listeners.delete(onPoison));
   });
 }
 

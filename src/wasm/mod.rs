@@ -189,6 +189,16 @@ pub fn debug_panic() {
     panic!("deliberate panic (__debugPanic)");
 }
 
+/// Fails an allocation as running out of memory does (Rust aborts: a trap, not a panic, so the panic hook never runs),
+/// after suspending once, so that the trap comes from wasm-bindgen's task queue as a long call's later steps would:
+/// for tests/browser/package.test.mjs, which checks that the call rejects and the next load starts afresh. Not part of
+/// the public API.
+#[wasm_bindgen(js_name = __debugOutOfMemoryAfterAwait)]
+pub async fn debug_out_of_memory_after_await() {
+    let _ = wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&JsValue::NULL)).await;
+    std::alloc::handle_alloc_error(std::alloc::Layout::new::<[u64; 8]>());
+}
+
 /// `x (M, K) · Wᵀ` on the CPU backend for a Q8_0 weight `W (N, K)` given as its blocks: the integer kernel of this
 /// build (SIMD128 or relaxed SIMD), for tests/browser/q8-kernel.test.mjs. Not part of the public API.
 #[wasm_bindgen(js_name = __debugLinearQ8)]

@@ -194,6 +194,28 @@ test("a Rust panic rejects the call, is logged, and a fresh load works afterward
   ctx.page.checkErrors(/deliberate panic/);
 });
 
+test("a trap that is not a panic (out of memory) while a call is suspended rejects it; a fresh load works", async () => {
+  const got = await ctx.page.evaluate(async (url) => {
+    const bert = await bertgpu.Bert.load(url, { device: "cpu" });
+    const before = await bert.tokenize("still alive");
+    // Through the queue every call takes; the allocation fails after the call suspended once, so the trap comes from
+    // wasm-bindgen's task queue (a microtask). __debugOutOfMemoryAfterAwait exists for this test only.
+    const call = bert._enqueue("debug", () => bert._rt.glue.__debugOutOfMemoryAfterAwait());
+    const waited = new Promise((resolve) => setTimeout(() => resolve("still pending after 20 s"), 20000));
+    const trapped = await Promise.race([call.then(() => "resolved", (e) => e.message), waited]);
+    const after = await bert.tokenize("still alive").then(() => "worked", (e) => e.message);
+    const again = await bertgpu.Bert.load(url, { device: "cpu" });
+    const fresh = await again.tokenize("still alive");
+    again.dispose();
+    return { before, trapped, after, fresh };
+  }, ctx.env.models.url + TINY);
+  const why = "a trap that was not a panic \\(RuntimeError: unreachable\\), e\\.g\\. the module ran out of memory";
+  assert.match(got.trapped, new RegExp(`^bertgpu: internal error \\(${why}\\)$`));
+  assert.match(got.after, new RegExp(`^tokenize: this model stopped working after an internal error \\(${why}\\); load it again`));
+  assert.deepEqual(got.fresh, got.before);
+  ctx.page.checkErrors(/unreachable/);
+});
+
 test("the worker entry has the same API and results", async () => {
   const got = await ctx.page.evaluate(async (url) => {
     const events = [];
