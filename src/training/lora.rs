@@ -76,6 +76,10 @@ pub struct Adapter {
     pub b: usize,
     pub weight: usize,
     pub(super) rows: Option<(usize, usize)>,
+    /// The order of B's rows in the output the forward computes, where it differs from the module's own (ModernBERT's
+    /// `Wi' = swap(Wi)`): the forward reads `B' = B[perm]`, and B's gradient is `dB'[perm]` (the permutation is its own
+    /// inverse). B stays in the module's order, which peft's file and the merge use.
+    pub(super) perm: Option<Vec<u32>>,
 }
 
 /// The adapters of an encoder and which parameters train.
@@ -94,8 +98,11 @@ impl<T> Lora<T> {
         self.trains.get(i).copied().unwrap_or(false)
     }
 
-    /// B, or B placed in its rows of the fused output `(total, r)`.
+    /// B, or B placed in its rows of the fused output `(total, r)`, or B's rows in the forward's order.
     fn placed<B: Backend<Tensor = T>>(&self, be: &B, params: &[Param<T>], ad: &Adapter) -> Result<Option<T>> {
+        if let Some(perm) = &ad.perm {
+            return Ok(Some(be.gather_rows(&params[ad.b].tensor, perm)?));
+        }
         let Some((first, total)) = ad.rows else { return Ok(None) };
         let rows: Vec<u32> = (first..first + params[ad.b].rows).map(|r| r as u32).collect();
         Ok(Some(be.scatter_rows(&params[ad.b].tensor, &rows, total)?))
@@ -126,6 +133,10 @@ impl<T> Lora<T> {
                     let rows: Vec<u32> = (first..first + params[ad.b].rows).map(|r| r as u32).collect();
                     be.gather_rows(&db, &rows)?
                 }
+                None => db,
+            };
+            let db = match &ad.perm {
+                Some(perm) => be.gather_rows(&db, perm)?, // back to the module's order
                 None => db,
             };
             put(be, grads, ad.b, db)?;
