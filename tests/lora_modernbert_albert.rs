@@ -330,3 +330,54 @@ fn new_adapters_start_as_the_checkpoint() {
         assert!(top.set_lora(&be, LoraOptions::new(2), 0).unwrap_err().to_string().contains("--layers"), "{name}");
     }
 }
+
+/// Embedding training with LoRA on a bare ModernBertModel (tiny-modernbert-model, whose tensors have no `model.`):
+/// the adapter names the bare model's modules (`base_model.model.layers.0.attn.Wqkv`, as peft names them on a
+/// `ModernBertModel`), and `apply_lora` folds it into that checkpoint to our merge.
+#[test]
+fn embedding_adapters_of_a_bare_modernbert_load_back() {
+    let be = CpuBackend::new();
+    let g = &common::family::golden("finetune_modernbert.json")["embeddings"]["modern"];
+    let dir = root().join("tests/models").join(g["model"].as_str().unwrap());
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let side = |k: &str| {
+        let b = g[k]["input_ids"].as_array().unwrap().len();
+        let u32s = |f: &str| ints(&g[k][f]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
+        let input_ids = u32s("input_ids");
+        let t = input_ids.len() / b;
+        Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t }
+    };
+    let (anchors, positives) = (side("anchors"), side("positives"));
+    let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Embedding, None, 0).unwrap();
+    tr.set_lora(&be, LoraOptions { targets: LoraTargets::All, ..LoraOptions::new(2) }, 0).unwrap();
+    let opt = StepOptions { learning_rate: 1e-2, ..StepOptions::default() };
+    let targets = Targets::Embedding { positives: &positives };
+    let first = pollster::block_on(tr.step(&be, &anchors, &targets, &opt)).unwrap().loss;
+    let mut last = first;
+    for _ in 0..3 {
+        last = pollster::block_on(tr.step(&be, &anchors, &targets, &opt)).unwrap().loss;
+    }
+    assert!(last < first, "embedding loss {first} → {last}");
+    let (config, st) = pollster::block_on(lora_peft::export_adapter(&be, &tr, None, None)).unwrap();
+    let cj: Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(cj["task_type"], "FEATURE_EXTRACTION");
+    let names = Weights::from_safetensors(&st).unwrap().names().into_iter().map(String::from).collect::<BTreeSet<_>>();
+    assert_eq!(names.len(), 4 * 4 * 2, "{names:?}");
+    assert!(names.contains("base_model.model.layers.0.attn.Wqkv.lora_A.weight"), "{names:?}");
+    assert!(names.contains("base_model.model.layers.3.mlp.Wi.lora_B.weight"), "{names:?}");
+    let mut lcfg = cfg.clone();
+    let loaded = apply_lora(&weights, &mut lcfg, config.as_bytes(), &st).unwrap();
+    let merged = pollster::block_on(lora_peft::merged(&be, &tr)).unwrap();
+    let (mut worst, mut moved) = (0f64, 0f64);
+    for (n, v) in &merged {
+        // Our names are the task models' (`model.layers…`); the bare checkpoint's have no `model.`.
+        let n = n.strip_prefix("model.").unwrap_or(n);
+        let base = weights.stored(n).unwrap_or_else(|| panic!("no {n} in the checkpoint")).to_f32().unwrap();
+        let t = loaded.stored(n).unwrap().to_f32().unwrap();
+        worst = worst.max(max_diff(v, &t.iter().map(|&x| x as f64).collect::<Vec<_>>()));
+        moved = moved.max(max_diff(v, &base.iter().map(|&x| x as f64).collect::<Vec<_>>()));
+    }
+    assert!(worst <= LOAD_MERGE_ATOL, "the adapter folded in at load differs from our merge by {worst:e}");
+    assert!(moved > 1e-3, "the adapters did not train (largest change {moved:e})");
+}
