@@ -12,7 +12,11 @@
 //! than kept. Our query/key/value projection is one fused `(3H, H)` linear whose output columns are
 //! `[query | key | value]`: an adapter on the query (key, value) uses B placed in rows `0..H` (`H..2H`, `2H..3H`) of a
 //! `(3H, r)` zero matrix ([`Backend::scatter_rows`]); its gradient is that block's rows ([`Backend::gather_rows`]),
-//! so the zero blocks are never parameters and never train.
+//! so the zero blocks are never parameters and never train. Where a checkpoint's module is itself packed, peft adapts
+//! it whole and so do we: ModernBERT's `attn.Wqkv` `(3H, H)` and `mlp.Wi` `(2I, H)` (`[input; gate]`; the forward
+//! reads it halves swapped, `Wi'`, and the adapter's B with it: `B' = B[perm]`, `dB = dB'[perm]`, the swap its own
+//! inverse). ALBERT's one layer runs at every pass: its adapters are on that layer once and run at every pass, and
+//! their gradients sum the passes' (`params::put`), as peft's on the shared module.
 //!
 //! A starts as peft's `init_lora_weights=True`: `kaiming_uniform_(a=√5)`, i.e. U(−1/√in, 1/√in), here from the
 //! seeded [`super::rng::SplitMix64`]; B starts at zero, so the model starts as the checkpoint. Trained: the adapters and the
@@ -28,13 +32,15 @@ use crate::Result;
 /// peft's `LoraConfig.lora_alpha` default, ours when none is given (the scale is `alpha / r`).
 pub const DEFAULT_ALPHA: f32 = 8.0;
 
-/// Which linears of each encoder layer get an adapter.
+/// Which linears of each encoder layer get an adapter (each family's modules: `lora_peft`'s `target_modules`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
 pub enum LoraTargets {
-    /// The attention's query and value (peft's default `target_modules` for BERT).
+    /// The attention's query and value (peft's default `target_modules` for BERT); ModernBERT's packed `Wqkv` whole
+    /// (queries, keys and values: one module).
     Qv,
-    /// Every linear of the layers: query, key, value, attention.output.dense, intermediate.dense, output.dense.
+    /// Every linear of the layers: query, key, value, attention.output.dense, intermediate.dense, output.dense
+    /// (ModernBERT: `Wqkv`, `Wo` (the attention's and the MLP's), `Wi`; ALBERT: its shared layer's six).
     All,
 }
 
