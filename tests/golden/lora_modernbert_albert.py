@@ -4,7 +4,8 @@ get_peft_model on the float64 model, A and B overwritten from a seeded generator
 every trainable gradient at the start, five AdamW steps), on the batches of tests/golden/finetune_modernbert.json's
 and tests/golden/finetune_families.json's cases and with transformers 5's own classes.
 
-Run from the repository root (torch 2.x, transformers 5.x, peft):
+Run from the repository root (torch 2.x, transformers 5.x, peft; made with peft 0.21.2, whose `adapter_config.json`
+has more keys than 0.13.2's: the test compares the settings both write):
 
     /work/venv/bin/python tests/golden/lora_modernbert_albert.py
 
@@ -64,9 +65,10 @@ def main():
             # One adapter per module of the shared layer, whatever the number of passes.
             layers = {n.split(".albert_layers.")[0] for n in c["init"]}
             assert layers == {"albert.encoder.albert_layer_groups.0"}, layers
+    import peft
+    golden = {"torch": torch.__version__.split("+")[0], "peft": peft.__version__, "dtype": "float64", "cases": cases}
     with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump({"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}, fh, sort_keys=True,
-                  separators=(",", ":"))
+        json.dump(golden, fh, sort_keys=True, separators=(",", ":"))
     print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
     for name, c in cases.items():
         print(f"{name}: loss {c['loss']:.17g}, {len(c['trainable'])} trainable, loss after {L.STEPS} steps "
