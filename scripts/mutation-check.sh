@@ -93,6 +93,7 @@ T_GPU=(--test gpu_kernels)
 T_FINETUNE=(--test finetune_golden -- classify_matches_pytorch_on_the_cpu)
 T_PRETRAIN=(--test pretrain_golden)
 T_LORA=(--test lora_golden)
+T_LORA_MORE=(--test lora_modernbert_albert -- on_the_cpu)
 T_FAMILY=(--test roberta)
 T_QA=(--test roberta --test electra_albert --test distilbert)
 T_SHARDS=(--test camembert -- cpu inconsistent)
@@ -100,7 +101,7 @@ T_ZERO_SHOT=(--test zero_shot -- cpu cli)
 
 status=0
 echo "mutation-check at $(git rev-parse --short HEAD), target $CARGO_TARGET_DIR"
-for t in T_MODEL T_LLAMA T_HEADS T_TRAIN_CPU T_TRAIN_GPU T_GPU T_FINETUNE T_PRETRAIN T_LORA T_FAMILY T_QA T_SHARDS T_ZERO_SHOT; do
+for t in T_MODEL T_LLAMA T_HEADS T_TRAIN_CPU T_TRAIN_GPU T_GPU T_FINETUNE T_PRETRAIN T_LORA T_LORA_MORE T_FAMILY T_QA T_SHARDS T_ZERO_SHOT; do
     declare -n args=$t
     if ! cargo_tests "${args[@]}"; then
         echo "BASELINE FAILS   cargo test ${args[*]}: $(cat "$scratch/failed" 2>/dev/null)"
@@ -147,6 +148,9 @@ mutate golden-pretrain "PyTorch's third pre-training step loss x (1 + 1e-5) (2x 
     scale tests/golden/pretrain.json 1.00001 losses 2
 mutate golden-lora "one LoRA B entry after 5 steps (qv_classify) + 6e-6 (2x PARAM_ATOL)" T_LORA \
     bump tests/golden/lora.json 6e-6 cases qv_classify params_after bert.encoder.layer.0.attention.self.query.lora_B.weight 0
+mutate lora-wi-unswapped "ModernBERT's adapter on mlp.Wi added in the module's order where the forward reads Wi swapped" \
+    T_LORA_MORE replace src/training/lora_peft.rs 'let perm = (modern && weight == i).then(' \
+    'let perm = (false && modern && weight == i).then('
 mutate golden-family "RoBERTa's classifier pipeline top score + 1e-5 (2x family SCORE_TOL)" T_FAMILY \
     bump tests/golden/roberta.json 1e-5 roberta classifier 0 pipeline 0 score
 mutate qa-first-window "QA answers from the first window that has one, not the best over all windows" T_QA \

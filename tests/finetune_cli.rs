@@ -153,7 +153,7 @@ fn bad_input_exits_2_with_a_reason() {
 
 /// What does not train yet is refused before anything is written, with an error naming the checkpoint's model_type:
 /// question answering on DeBERTa (transformers masks its padded queries, whose logits QA's loss reads), with or
-/// without LoRA; so are LoRA on ALBERT's shared layer, GTE's NTK-scaled rotation (transformers' GteModel has none, so
+/// without LoRA; so are GTE's NTK-scaled rotation (transformers' GteModel has none, so
 /// the written folder would be another model) and pre-training an ELECTRA generator (its head is not BERT's).
 #[test]
 fn untrained_families_are_refused_naming_them() {
@@ -167,7 +167,6 @@ fn untrained_families_are_refused_naming_them() {
     let deberta_qa = "question answering is not trained yet for `deberta-v2`";
     let cases = [("tiny-deberta-qa", &[][..], deberta_qa),
         ("tiny-deberta-qa", &["--lora", "2"][..], deberta_qa),
-        ("tiny-albert-classifier", &["--lora", "2"][..], "LoRA on a `albert` model is not supported yet"),
         ("tiny-gte-ntk", &[][..], "with the NTK-scaled rotation (rope_scaling `ntk`, factor 2")];
     for (name, extra, why) in cases {
         let model = root().join("tests/models").join(name);
@@ -456,5 +455,50 @@ fn lora_fine_tune_writes_the_adapter_or_the_merged_folder() {
     let o = run(&["fine-tune", "--task", "classify", "--model", root().join("tests/models/tiny-classifier").to_str().unwrap(),
         "--data", train.to_str().unwrap(), "--out", merged.to_str().unwrap(), "--merge"], "");
     assert!(!o.status.success(), "--merge without --lora is refused");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--lora` on ModernBERT's packed modules and on ALBERT's shared layer: the adapter names peft's modules
+/// (`Wqkv`, `Wo`, `Wi`; ALBERT's shared layer's, once), and beside its base (`--adapter`) classifies as the folder the
+/// same training merges (`--merge`): the same labels, scores within f32 rounding of `W + s·B·A` summed in another
+/// order (1e-5, as for BERT above).
+#[test]
+fn lora_on_modernbert_and_albert_writes_adapters_that_load_back() {
+    let dir = tmp("lora-families");
+    let train = data(&dir);
+    let args = ["--epochs", "2", "--lr", "1e-2", "--batch-size", "8", "--validation-split", "0", "--lora", "2",
+        "--lora-targets", "all"];
+    let texts = "the cat 99 sat on the mat and slept\nmy car 99 drove down the road fast\n";
+    let classify = |extra: &[&str]| -> Vec<Value> {
+        let o = run(&[&["classify", "--device", "cpu"][..], extra].concat(), texts);
+        assert!(o.status.success(), "classify {extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let modern = serde_json::json!(["Wqkv", "Wo", "Wi"]);
+    let albert = serde_json::json!(["query", "key", "value", "attention.dense", "ffn", "ffn_output"]);
+    // A and B of each targeted module (4 layers × 4 packed modules; ALBERT's one layer × 6), and the classifier.
+    for (name, targets, tensors) in [("tiny-modernbert-classifier", modern, 4 * 4 * 2 + 2),
+        ("tiny-albert-classifier", albert, 6 * 2 + 2)] {
+        let (adapter, merged) = (dir.join(format!("{name}-adapter")), dir.join(format!("{name}-merged")));
+        fine_tune("classify", name, &train, &adapter, &args);
+        let cfg: Value = serde_json::from_str(&std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap()).unwrap();
+        assert_eq!(cfg["target_modules"], targets, "{name}");
+        let w = bertgpu::weights::Weights::from_safetensors_file(adapter.join("adapter_model.safetensors")).unwrap();
+        assert_eq!(w.names().len(), tensors, "{name}: {:?}", w.names());
+        fine_tune("classify", name, &train, &merged, &[&args[..], &["--merge"]].concat());
+        let base = root().join("tests/models").join(name);
+        let beside = classify(&["--model", base.to_str().unwrap(), "--adapter", adapter.to_str().unwrap()]);
+        let want = classify(&["--model", merged.to_str().unwrap()]);
+        assert_eq!((beside.len(), want.len()), (2, 2), "{name}: one line per text");
+        for (b, w) in beside.iter().zip(&want) {
+            let (b, w) = (b.as_array().unwrap(), w.as_array().unwrap());
+            assert_eq!(b.len(), w.len(), "{name}: {b:?} vs {w:?}");
+            assert_eq!(b.len(), 2, "{name}: the two labels of the data, not the checkpoint's: {b:?}");
+            for (x, y) in b.iter().zip(w) {
+                assert_eq!(x["label"], y["label"], "{name}: {b:?} vs {w:?}");
+                assert!((x["score"].as_f64().unwrap() - y["score"].as_f64().unwrap()).abs() < 1e-5, "{name}: {b:?} vs {w:?}");
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

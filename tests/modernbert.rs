@@ -248,8 +248,9 @@ fn configs_and_refusals() {
     }
 }
 
-/// What does not train yet is refused by name (the fine-tuning itself: tests/finetune_families.rs): question
-/// answering, LoRA, and dropout where `embedding_dropout` and `mlp_dropout` differ. `convert` to GGUF runs:
+/// What does not train yet is refused by name (the fine-tuning itself: tests/finetune_families.rs; LoRA:
+/// tests/lora_modernbert_albert.rs): question answering, and dropout where `embedding_dropout` and `mlp_dropout`
+/// differ. `convert` to GGUF runs:
 /// tests/gguf_families.rs.
 #[test]
 fn what_does_not_train_is_refused_by_name() {
@@ -263,10 +264,6 @@ fn what_does_not_train_is_refused_by_name() {
     assert!(e.contains("question answering is not trained yet for `modernbert`"), "{e}");
     let (cfg, w) = load("tiny-modernbert-classifier");
     let mut tr = FineTuner::new(&be, &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
-    let lora = bertgpu::training::lora::LoraOptions { r: 2, alpha: 4.0, targets: bertgpu::training::lora::LoraTargets::Qv,
-        merge: false };
-    let e = tr.set_lora(&be, lora, 0).unwrap_err().to_string();
-    assert!(e.contains("LoRA on a `modernbert` model is not supported yet"), "{e}");
     // Dropout trains (tests/dropout.rs), unless `embedding_dropout` and `mlp_dropout` differ (one probability).
     let drop = bertgpu::training::encoder::DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, seed: 0 };
     tr.set_dropout(Some(drop)).unwrap();

@@ -12,7 +12,11 @@
 //! than kept. Our query/key/value projection is one fused `(3H, H)` linear whose output columns are
 //! `[query | key | value]`: an adapter on the query (key, value) uses B placed in rows `0..H` (`H..2H`, `2H..3H`) of a
 //! `(3H, r)` zero matrix ([`Backend::scatter_rows`]); its gradient is that block's rows ([`Backend::gather_rows`]),
-//! so the zero blocks are never parameters and never train.
+//! so the zero blocks are never parameters and never train. Where a checkpoint's module is itself packed, peft adapts
+//! it whole and so do we: ModernBERT's `attn.Wqkv` `(3H, H)` and `mlp.Wi` `(2I, H)` (`[input; gate]`; the forward
+//! reads it halves swapped, `Wi'`, and the adapter's B with it: `B' = B[perm]`, `dB = dB'[perm]`, the swap its own
+//! inverse). ALBERT's one layer runs at every pass: its adapters are on that layer once and run at every pass, and
+//! their gradients sum the passes' (`params::put`), as peft's on the shared module.
 //!
 //! A starts as peft's `init_lora_weights=True`: `kaiming_uniform_(a=√5)`, i.e. U(−1/√in, 1/√in), here from the
 //! seeded [`super::rng::SplitMix64`]; B starts at zero, so the model starts as the checkpoint. Trained: the adapters and the
@@ -28,13 +32,15 @@ use crate::Result;
 /// peft's `LoraConfig.lora_alpha` default, ours when none is given (the scale is `alpha / r`).
 pub const DEFAULT_ALPHA: f32 = 8.0;
 
-/// Which linears of each encoder layer get an adapter.
+/// Which linears of each encoder layer get an adapter (each family's modules: `lora_peft`'s `target_modules`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
 pub enum LoraTargets {
-    /// The attention's query and value (peft's default `target_modules` for BERT).
+    /// The attention's query and value (peft's default `target_modules` for BERT); ModernBERT's packed `Wqkv` whole
+    /// (queries, keys and values: one module).
     Qv,
-    /// Every linear of the layers: query, key, value, attention.output.dense, intermediate.dense, output.dense.
+    /// Every linear of the layers: query, key, value, attention.output.dense, intermediate.dense, output.dense
+    /// (ModernBERT: `Wqkv`, `Wo` (the attention's and the MLP's), `Wi`; ALBERT: its shared layer's six).
     All,
 }
 
@@ -76,6 +82,10 @@ pub struct Adapter {
     pub b: usize,
     pub weight: usize,
     pub(super) rows: Option<(usize, usize)>,
+    /// The order of B's rows in the output the forward computes, where it differs from the module's own (ModernBERT's
+    /// `Wi' = swap(Wi)`): the forward reads `B' = B[perm]`, and B's gradient is `dB'[perm]` (the permutation is its own
+    /// inverse). B stays in the module's order, which peft's file and the merge use.
+    pub(super) perm: Option<Vec<u32>>,
 }
 
 /// The adapters of an encoder and which parameters train.
@@ -94,8 +104,11 @@ impl<T> Lora<T> {
         self.trains.get(i).copied().unwrap_or(false)
     }
 
-    /// B, or B placed in its rows of the fused output `(total, r)`.
+    /// B, or B placed in its rows of the fused output `(total, r)`, or B's rows in the forward's order.
     fn placed<B: Backend<Tensor = T>>(&self, be: &B, params: &[Param<T>], ad: &Adapter) -> Result<Option<T>> {
+        if let Some(perm) = &ad.perm {
+            return Ok(Some(be.gather_rows(&params[ad.b].tensor, perm)?));
+        }
         let Some((first, total)) = ad.rows else { return Ok(None) };
         let rows: Vec<u32> = (first..first + params[ad.b].rows).map(|r| r as u32).collect();
         Ok(Some(be.scatter_rows(&params[ad.b].tensor, &rows, total)?))
@@ -126,6 +139,10 @@ impl<T> Lora<T> {
                     let rows: Vec<u32> = (first..first + params[ad.b].rows).map(|r| r as u32).collect();
                     be.gather_rows(&db, &rows)?
                 }
+                None => db,
+            };
+            let db = match &ad.perm {
+                Some(perm) => be.gather_rows(&db, perm)?, // back to the module's order
                 None => db,
             };
             put(be, grads, ad.b, db)?;

@@ -30,15 +30,6 @@ impl<B: Backend> FineTuner<B> {
         if opts.r == 0 || !(opts.alpha.is_finite() && opts.alpha > 0.0) {
             return Err(Error::Input(format!("LoRA needs a rank ≥ 1 and alpha > 0; got r {} and alpha {}", opts.r, opts.alpha)));
         }
-        if self.encoder.shares_layers() {
-            return Err(Error::Input(format!(
-                "LoRA on a `{}` model is not supported yet (its one layer is shared by every pass)",
-                self.encoder.config.family.model_type()
-            )));
-        }
-        if self.encoder.config.family == Family::ModernBert {
-            return Err(Error::Input("LoRA on a `modernbert` model is not supported yet: train its whole encoder".into()));
-        }
         if self.top_layers().is_some() || self.encoder.lora.is_some() {
             return Err(Error::Input("LoRA trains adapters on every layer: it cannot be combined with --layers".into()));
         }
@@ -54,19 +45,34 @@ impl<B: Backend> FineTuner<B> {
         let mut adapters = Vec::new();
         let all = opts.targets == LoraTargets::All;
         let rotary = matches!(enc.config.family, Family::NomicBert | Family::Gte);
-        for l in 0..enc.layers() {
+        let modern = enc.config.family == Family::ModernBert;
+        // ALBERT's layers are one layer run at every pass: one adapter per module, applied at every pass (its
+        // forward finds it by the weight), its gradient summed over the passes (`params::put`), as peft's on the
+        // shared module.
+        let layers = if enc.shares_layers() { 1 } else { enc.layers() };
+        for l in 0..layers {
             let [qkv, o, i, out] = enc.layer_linears(l);
             // (the weight, which of its names, the rows of the fused output and its total, out, in)
-            let mut targets = vec![(qkv, 0, Some((0, 3 * h)), h, h)];
-            if all {
-                targets.push((qkv, 1, Some((h, 3 * h)), h, h));
+            let mut targets = Vec::new();
+            if modern {
+                // peft targets the packed modules whole: `attn.Wqkv` (queries, keys and values), and with "all"
+                // `attn.Wo`, `mlp.Wi` ([input; gate]) and `mlp.Wo`.
+                targets.push((qkv, 0, None, 3 * h, h));
+                if all {
+                    targets.extend([(o, 0, None, h, h), (i, 0, None, 2 * inter, h), (out, 0, None, h, inter)]);
+                }
+            } else {
+                targets.push((qkv, 0, Some((0, 3 * h)), h, h));
+                if all {
+                    targets.push((qkv, 1, Some((h, 3 * h)), h, h));
+                }
+                targets.push((qkv, 2, Some((2 * h, 3 * h)), h, h));
             }
-            targets.push((qkv, 2, Some((2 * h, 3 * h)), h, h));
             if all && rotary {
                 // `[up; gate]` is one parameter: peft's `up_proj` and `gate_proj` are its two halves.
                 targets.extend([(o, 0, None, h, h), (i, 0, Some((0, 2 * inter)), inter, h),
                     (i, 1, Some((inter, 2 * inter)), inter, h), (out, 0, None, h, inter)]);
-            } else if all {
+            } else if all && !modern {
                 targets.extend([(o, 0, None, h, h), (i, 0, None, inter, h), (out, 0, None, h, inter)]);
             }
             for (weight, k, rows, n_out, n_in) in targets {
@@ -87,13 +93,15 @@ impl<B: Backend> FineTuner<B> {
                         name.strip_suffix(".weight").unwrap_or(name).to_string()
                     }
                 };
+                // ModernBERT's forward reads `Wi' = swap(Wi)` ([gate; input]): B's rows follow it there.
+                let perm = (modern && weight == i).then(|| super::encoder::swap_halves(inter));
                 let bound = 1.0 / (n_in as f64).sqrt();
                 let av: Vec<f32> = (0..r * n_in).map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32).collect();
                 let a = enc.push(be, vec![format!("{module}.lora_A.weight")], &HostTensor::f32(vec![r, n_in], av)?, r, n_in, true)?;
                 let zeros = HostTensor::f32(vec![n_out, r], vec![0.0; n_out * r])?;
                 let b = enc.push(be, vec![format!("{module}.lora_B.weight")], &zeros, n_out, r, true)?;
                 trains.extend([true, true]);
-                adapters.push(Adapter { module, a, b, weight, rows });
+                adapters.push(Adapter { module, a, b, weight, rows, perm });
             }
         }
         let mut s = vec![0f32; r * r];
@@ -120,6 +128,12 @@ fn target_modules(o: &LoraOptions, family: Family) -> &'static [&'static str] {
         (Family::NomicBert | Family::Gte, LoraTargets::Qv) => &["q_proj", "v_proj"],
         (Family::NomicBert | Family::Gte, LoraTargets::All) =>
             &["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj"],
+        // peft has no default for ModernBERT: its packed modules whole (`Wo`: the attention's and the MLP's).
+        (Family::ModernBert, LoraTargets::Qv) => &["Wqkv"],
+        (Family::ModernBert, LoraTargets::All) => &["Wqkv", "Wo", "Wi"],
+        // ALBERT's shared layer (peft has no default for it; its q/v are BERT's names): `attention.dense`, `ffn`,
+        // `ffn_output`; the embeddings' `embedding_hidden_mapping_in` is not a layer's and stays frozen.
+        (Family::Albert, LoraTargets::All) => &["query", "key", "value", "attention.dense", "ffn", "ffn_output"],
         _ => o.target_modules(),
     }
 }

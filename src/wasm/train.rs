@@ -190,7 +190,7 @@ struct JsFineTuneOptions {
 struct JsLora {
     r: usize,
     alpha: Option<f32>,
-    /// "qv" (query and value, peft's default) or "all" (every linear of each layer).
+    /// "qv" (query and value, peft's default; ModernBERT's packed `Wqkv`) or "all" (every linear of each layer).
     targets: Option<String>,
 }
 

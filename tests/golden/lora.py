@@ -58,9 +58,12 @@ def ours(name):
     return name.replace(".modules_to_save.default", "").replace(".default", "")
 
 
-def run(case, cls, model_name, src, task_type, r, alpha, targets, seed):
+def run(case, cls, model_name, src, task_type, r, alpha, targets, seed, types=True):
+    """`types`: whether the model reads token_type_ids (ModernBERT has none)."""
     model = cls.from_pretrained(os.path.join(MODELS, model_name), attn_implementation="eager")
-    assert model.config.hidden_dropout_prob == 0.0 and model.config.attention_probs_dropout_prob == 0.0
+    assert all(m.p == 0.0 for m in model.modules() if isinstance(m, torch.nn.Dropout)), f"{case}: dropout"
+    assert getattr(model.config, "attention_probs_dropout_prob", 0.0) == 0.0
+    assert getattr(model.config, "attention_dropout", 0.0) == 0.0
     model.double()
     cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none", task_type=task_type)
     model = get_peft_model(model, cfg)
@@ -79,7 +82,8 @@ def run(case, cls, model_name, src, task_type, r, alpha, targets, seed):
             init[ours(n)] = flat(p)
     named = [(ours(n), p) for n, p in model.named_parameters() if p.requires_grad]
     assert not any("pooler" in n for n, _ in named), "peft trains the pooler?"
-    batch = {k: torch.tensor(src[k]) for k in ("input_ids", "token_type_ids", "attention_mask", "labels")}
+    keys = ("input_ids", "token_type_ids", "attention_mask", "labels") if types else ("input_ids", "attention_mask", "labels")
+    batch = {k: torch.tensor(src[k]) for k in keys}
     no_decay = [n for n, _ in named if n.endswith("bias") or "LayerNorm.weight" in n]
     groups = [
         {"params": [p for n, p in named if n not in no_decay], "weight_decay": WD},

@@ -57,7 +57,7 @@ use crate::weights::HostTensor;
 use crate::{Error, Result};
 
 pub(crate) use load::get;
-pub(crate) use modern::{check_dropout as check_modern_dropout, Norm};
+pub(crate) use modern::{check_dropout as check_modern_dropout, swap_halves, Norm};
 pub(crate) use rotary::{check_config_keys, transformers_config};
 
 /// Indices of the embeddings' parameters.

@@ -24,6 +24,9 @@
 //! (layer 0: `+ dn1`); the embeddings: `LN_e'` then the scatter-add into `tok` (none into the padding row: its
 //! `padding_idx`). A LayerNorm without β gets no β gradient (`layernorm_backward`'s is dropped).
 //!
+//! A LoRA adapter on `Wi` (peft's, on the module in its own `[input; gate]` order) adds `s·(n2·Aᵀ)·B'ᵀ` to `u`, with
+//! `B' = swap(B)` ([`super::super::lora::Adapter`]'s `perm`); its gradient `dB = swap(dB')`.
+//!
 //! With `mlp_bias`, `Wi`'s bias swaps its halves likewise, `b' = b·P` with P the swap's permutation matrix (a bias is
 //! one row, which `gather_rows` cannot permute), and back `db = db'·Pᵀ`.
 //!
@@ -110,7 +113,7 @@ pub(crate) fn check_dropout(cfg: &BertConfig, hidden: f32) -> Result<()> {
 }
 
 /// `[i + n, …, 2n − 1, 0, …, n − 1]`: the rows of a `(2n, ·)` matrix with its halves swapped (its own inverse).
-fn swap_halves(n: usize) -> Vec<u32> {
+pub(crate) fn swap_halves(n: usize) -> Vec<u32> {
     (0..2 * n).map(|i| ((i + n) % (2 * n)) as u32).collect()
 }
 
@@ -252,6 +255,10 @@ impl<T> Encoder<T> {
                 _ => None,
             };
             let u = be.linear(&n2, &wi, bi.as_ref(), crate::backend::Activation::None)?; // (B*T, 2I)
+            let u = match &self.lora {
+                Some(lo) => lo.forward(be, &self.params, &n2, li.i_w, u)?, // its B's rows swapped likewise
+                None => u,
+            };
             let g = be.glu(&u, self.config.hidden_act)?; // act(input) ⊙ gate
             let g = apply_dropout(be, g, site(false, GLU_STREAM + l as u32))?; // `ModernBertMLP.drop`
             let o = self.linear(be, &g, li.out_w, li.out_b)?;
@@ -290,6 +297,10 @@ impl<T> Encoder<T> {
                 super::put(be, grads, b, be.matmul(&be.sum_rows(&du)?, false, p, true)?)?; // db = db'·Pᵀ
             }
             let dn2 = be.matmul(&du, false, &ls.wi, false)?; // (B*T, H)
+            let dn2 = match self.lora.as_ref().map(|lo| lo.backward(be, &self.params, &du, &ls.n2, li.i_w, grads)).transpose()?.flatten() {
+                Some(d) => be.add(&dn2, &d)?,
+                None => dn2,
+            };
             let dp1 = be.add(&dx, &self.norm_backward(be, &dn2, &ls.p1, ml.mlp_norm, grads)?)?;
             // p1 = x + a.
             let da = saved.site(true, s + 2).map(|d| be.dropout(&dp1, d)).transpose()?;

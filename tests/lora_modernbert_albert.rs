@@ -1,0 +1,383 @@
+//! LoRA on ModernBERT and on ALBERT's shared layer against Hugging Face `peft` (tests/golden/lora_modernbert_albert.json,
+//! from tests/golden/lora_modernbert_albert.py, float64), on the CPU and the GPU, starting from the golden's A and B:
+//! which parameters train (exactly peft's), the loss, every trained gradient, five AdamW steps (losses, gradient
+//! norms, parameters after), the frozen weights unchanged bit for bit, the merge against `merge_and_unload`, the
+//! adapter files against what `save_pretrained` writes; then the exported adapter loaded back through
+//! `weights::peft::apply_lora` (what `--adapter` and `Bert.load`'s `adapter` run) into an inference model gives the
+//! trained model's logits.
+//!
+//! ModernBERT's adapters sit on its packed modules whole (`attn.Wqkv`; with "all" `attn.Wo`, `mlp.Wi`, `mlp.Wo`);
+//! the one on `mlp.Wi` is in the module's `[input; gate]` order while the forward reads the halves swapped. ALBERT's
+//! sit once on the shared layer's modules and run at every pass, their gradients summed over the passes.
+//!
+//! `BERTGPU_LORA_EXPORT=DIR` also writes each case's adapter after its steps on the CPU, the merged folder and our
+//! logits into `DIR/<case>`, for tests/golden/lora_rotary_peft_load.py (peft loads them and gives our logits and
+//! merge).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::Backend;
+use bertgpu::config::BertConfig;
+use bertgpu::tasks::Model;
+use bertgpu::tokenizer::{Batch, Encoded, Tokenizer};
+use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
+use bertgpu::training::lora::{LoraOptions, LoraTargets};
+use bertgpu::training::lora_peft;
+use bertgpu::training::optim::StepOptions;
+use bertgpu::training::rows::export_folder;
+use bertgpu::weights::peft::apply_lora;
+use bertgpu::weights::Weights;
+use serde_json::Value;
+
+mod common;
+
+use common::golden_grads::{floats, norm};
+
+/// Gradient error per tensor, `‖ours − golden‖ / ‖golden‖`: tests/lora_golden.rs's `CPU_GRAD_RTOL` (f32 against
+/// float64 through 2–4 layers or passes). Measured worst on the CPU: 3.4e-6 (albert_qv); 2e-5 is 5.9× that, and a
+/// wrong formula (B's rows of `mlp.Wi` not swapped: a loss off by 1e-2) is off by far more.
+const CPU_GRAD_RTOL: f64 = 2e-5;
+/// tests/lora_golden.rs's `GPU_GRAD_RTOL`: the GPU's other summation orders and its ulp-level exp/erf. Measured worst
+/// on lavapipe: 3.7e-6 (albert_qv); 2e-5 is 5.5× that.
+const GPU_GRAD_RTOL: f64 = 2e-5;
+/// Loss and gradient norm per step, relative: tests/lora_golden.rs's `LOSS_RTOL`. Measured worst 6.8e-7 (modern_all,
+/// CPU), 7.1e-7 (modern_qv, lavapipe); 5e-6 is 7× that.
+const LOSS_RTOL: f64 = 5e-6;
+/// Parameters after 5 AdamW steps at lr 1e-3: tests/lora_golden.rs's `PARAM_ATOL` (only the adapters and the head
+/// move). Measured worst 7.4e-7 (albert_all, CPU), 1.1e-6 (modern_all, lavapipe); 3e-6 is 2.7× that.
+const PARAM_ATOL: f64 = 3e-6;
+/// Merged weights after the steps, against peft's `merge_and_unload`: tests/lora_golden.rs's `MERGED_ATOL`.
+/// Measured worst 2.0e-7 (albert_all, CPU), 3.1e-7 (modern_all, lavapipe); 1e-6 is 3.2× that.
+const MERGED_ATOL: f64 = 1e-6;
+/// The adapter folded in at load (f32, `apply_lora`) against our merge (f64 sums of the same f32 values): measured
+/// 1.2e-7; 1e-6 is 8× that (tests/finetune_families.rs's `MERGE_ATOL` for the other families).
+const LOAD_MERGE_ATOL: f64 = 1e-6;
+/// The inference model's logits (CPU) with the adapter folded in against the trained model's: f32 rounding of
+/// `W + s·B·A` and of the two forwards' summation orders. Measured worst 3.6e-6 (albert_all trained on the CPU),
+/// 4.2e-6 (trained on lavapipe); 1e-5 is 2.4× that, and an adapter missing from the load moves logits by 1e-2 or
+/// more (the merged weights moved by more than 1e-3, checked above).
+const LOGITS_ATOL: f32 = 1e-5;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn golden() -> &'static Value {
+    static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    G.get_or_init(|| common::family::golden("lora_modernbert_albert.json"))
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.as_array().unwrap().iter().flat_map(|r| match r.as_array() {
+        Some(row) => row.iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(),
+        None => vec![r.as_i64().unwrap()],
+    }).collect()
+}
+
+struct Case {
+    g: Value,
+    dir: std::path::PathBuf,
+    cfg: BertConfig,
+    weights: Weights,
+    batch: Batch,
+    task: FineTuneTask,
+    labels: Vec<u32>,
+    token_labels: Vec<i64>,
+    opts: LoraOptions,
+}
+
+impl Case {
+    fn load(name: &str) -> Case {
+        let g = golden()["cases"][name].clone();
+        assert!(g.is_object(), "{name}: no such case");
+        let dir = root().join("tests/models").join(g["model"].as_str().unwrap());
+        let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+        let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+        let b = g["input_ids"].as_array().unwrap().len();
+        let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
+        let input_ids = u32s("input_ids");
+        let t = input_ids.len() / b;
+        let batch = Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t };
+        let task = if g["task_type"] == "SEQ_CLS" { FineTuneTask::Sequence } else { FineTuneTask::Token };
+        let (labels, token_labels) = match task {
+            FineTuneTask::Sequence => (u32s("labels"), vec![]),
+            _ => (vec![], ints(&g["labels"])),
+        };
+        let targets = if name.ends_with("_qv") { LoraTargets::Qv } else { LoraTargets::All };
+        let opts = LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32,
+            targets, merge: false };
+        Case { g, dir, cfg, weights, batch, task, labels, token_labels, opts }
+    }
+
+    fn targets(&self) -> Targets<'_> {
+        match self.task {
+            FineTuneTask::Sequence => Targets::Sequence(&self.labels),
+            _ => Targets::Token(&self.token_labels),
+        }
+    }
+
+    /// The model with LoRA set up, A and B overwritten with the golden's starting values.
+    fn tuner<B: Backend>(&self, be: &B, name: &str) -> FineTuner<B> {
+        let mut tr = FineTuner::new(be, &self.cfg, &self.weights, self.task, None, 0).unwrap();
+        tr.set_lora(be, self.opts, 0).unwrap();
+        let init = self.g["init"].as_object().unwrap();
+        let mut set = 0;
+        for p in tr.encoder.params.iter_mut() {
+            if let Some(v) = init.get(&p.names[0]) {
+                let v: Vec<f32> = floats(v).into_iter().map(|x| x as f32).collect();
+                assert_eq!(v.len(), p.rows * p.cols, "{name}: {}", p.names[0]);
+                p.tensor = be.input(&v, p.rows, p.cols).unwrap();
+                set += 1;
+            }
+        }
+        assert_eq!(set, init.len(), "{name}: every adapter of the golden exists here");
+        assert_eq!(tr.encoder.lora.as_ref().unwrap().adapters.len() * 2, init.len(), "{name}: and no other");
+        tr
+    }
+}
+
+fn named<B: Backend>(be: &B, tr: &FineTuner<B>) -> BTreeMap<String, Vec<f32>> {
+    pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect()
+}
+
+fn max_diff(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0f64, f64::max)
+}
+
+fn strings(v: &Value) -> BTreeSet<String> {
+    v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+}
+
+fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
+    let c = Case::load(name);
+    let mut tr = c.tuner(be, name);
+    let targets = c.targets();
+
+    // Which parameters train, the loss and their gradients.
+    let (grads, logits) = tr.trainable_gradients(be, &c.batch, &targets).unwrap();
+    let trained: BTreeSet<String> =
+        tr.encoder.params.iter().zip(&grads).filter(|(_, g)| g.is_some()).map(|(p, _)| p.names[0].clone()).collect();
+    let want_trained = strings(&c.g["trainable"]);
+    assert_eq!(trained, want_trained, "{name}: the parameters that train are exactly peft's");
+    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), c.batch.t, &targets) as f64;
+    let want_loss = c.g["loss"].as_f64().unwrap();
+    assert!((loss - want_loss).abs() <= LOSS_RTOL * want_loss, "{name}: loss {loss} vs peft {want_loss}");
+    let mut worst = (String::new(), 0f64);
+    for (p, g) in tr.encoder.params.iter().zip(&grads) {
+        let Some(g) = g else { continue };
+        let (ours, want) = (pollster::block_on(be.read(g)).unwrap(), floats(&c.g["grads"][&p.names[0]]));
+        assert_eq!(ours.len(), want.len(), "{name}: {}", p.names[0]);
+        let rel = norm(ours.iter().zip(&want).map(|(&a, &b)| a as f64 - b)) / norm(want.iter().copied());
+        assert!(rel <= grad_rtol, "{name}: gradient of {}: relative error {rel:e} > {grad_rtol:e}", p.names[0]);
+        if rel > worst.1 {
+            worst = (p.names[0].clone(), rel);
+        }
+    }
+
+    // Five AdamW steps.
+    let before = named(be, &tr);
+    let opt = StepOptions {
+        learning_rate: c.g["lr"].as_f64().unwrap() as f32,
+        weight_decay: c.g["weight_decay"].as_f64().unwrap() as f32,
+        max_grad_norm: Some(c.g["max_norm"].as_f64().unwrap() as f32),
+        ..StepOptions::default()
+    };
+    let (losses, norms) = (floats(&c.g["losses"]), floats(&c.g["grad_norms"]));
+    assert_eq!((losses.len(), norms.len()), (5, 5), "{name}: the golden's five steps");
+    let mut worst_step = 0f64;
+    for (s, (wl, wn)) in losses.iter().zip(norms).enumerate() {
+        let r = pollster::block_on(tr.step(be, &c.batch, &targets, &opt)).unwrap();
+        let e = ((r.loss as f64 - wl).abs() / wl).max((r.grad_norm as f64 - wn).abs() / wn);
+        assert!(e <= LOSS_RTOL, "{name}: step {s}: loss {} vs {wl}, grad norm {} vs {wn}", r.loss, r.grad_norm);
+        worst_step = worst_step.max(e);
+    }
+    let after = named(be, &tr);
+    let mut worst_param = 0f64;
+    let params_after = c.g["params_after"].as_object().unwrap();
+    assert_eq!(params_after.len(), want_trained.len(), "{name}");
+    for (n, w) in params_after {
+        let d = max_diff(&after[n], &floats(w));
+        assert!(d <= PARAM_ATOL, "{name}: {n} after 5 steps differs from peft's by {d}");
+        worst_param = worst_param.max(d);
+    }
+    for (n, v) in &before {
+        if !want_trained.contains(n) {
+            assert_eq!(v, &after[n], "{name}: frozen {n} changed");
+        }
+    }
+
+    // The merge against peft's merge_and_unload; the targeted weights moved.
+    let merged: BTreeMap<String, Vec<f32>> = pollster::block_on(lora_peft::merged(be, &tr)).unwrap().into_iter().collect();
+    assert!(merged.keys().all(|k| !k.contains("lora_")), "{name}: adapters left in the merged model");
+    let want_merged = c.g["merged"].as_object().unwrap();
+    assert!(!want_merged.is_empty());
+    let mut worst_merged = 0f64;
+    for (n, w) in want_merged {
+        let d = max_diff(&merged[n], &floats(w));
+        assert!(d <= MERGED_ATOL, "{name}: merged {n} differs from peft's merge_and_unload by {d}");
+        let moved = max_diff(&merged[n], &after[n].iter().map(|&x| x as f64).collect::<Vec<_>>());
+        assert!(moved > 1e-3, "{name}: {n}: the merge moved it by only {moved:e}");
+        worst_merged = worst_merged.max(d);
+    }
+
+    // The adapter files: the tensors peft's save_pretrained writes, and its settings.
+    let (config, st) = pollster::block_on(lora_peft::export_adapter(be, &tr, Some("base"), None)).unwrap();
+    let keys: BTreeSet<String> = Weights::from_safetensors(&st).unwrap().names().into_iter().map(String::from).collect();
+    assert_eq!(keys, strings(&c.g["saved_keys"]), "{name}: adapter_model.safetensors's names");
+    let cj: Value = serde_json::from_str(&config).unwrap();
+    let want_cfg = &c.g["saved_config"];
+    assert_eq!(strings(&cj["target_modules"]), strings(&want_cfg["target_modules"]), "{name}: target_modules");
+    for k in ["r", "lora_alpha", "task_type", "modules_to_save", "peft_type", "bias"] {
+        assert_eq!(cj[k], want_cfg[k], "{name}: adapter_config.json's {k}");
+    }
+    eprintln!("{name} LoRA on {}: worst gradient relative error {:.2e} ({}), loss/grad-norm {worst_step:.2e}, parameters \
+        after 5 steps {worst_param:.2e}, merged weights {worst_merged:.2e}", be.name(), worst.1, worst.0);
+
+    load_back(be, &c, name, &tr, &config, &st, &merged);
+}
+
+/// The exported adapter folded into the checkpoint at load (`apply_lora`) equals our merge, and an inference model
+/// built from it gives the trained model's logits; with `BERTGPU_LORA_EXPORT`, the files for the peft check.
+fn load_back<B: Backend>(be: &B, c: &Case, name: &str, tr: &FineTuner<B>, config: &str, st: &[u8],
+    merged: &BTreeMap<String, Vec<f32>>) {
+    let mut cfg = c.cfg.clone();
+    let loaded = apply_lora(&c.weights, &mut cfg, config.as_bytes(), st).unwrap();
+    let mut worst = 0f64;
+    for (n, v) in merged {
+        let t = loaded.stored(n).unwrap_or_else(|| panic!("{name}: the loaded adapter has no {n}")).to_f32().unwrap();
+        worst = worst.max(max_diff(v, &t.iter().map(|&x| x as f64).collect::<Vec<_>>()));
+    }
+    assert!(worst <= LOAD_MERGE_ATOL, "{name}: the adapter folded in at load differs from our merge by {worst:e}");
+    let ours = pollster::block_on(be.read(&tr.logits(be, &c.batch).unwrap())).unwrap();
+    let tok = Tokenizer::from_dir(&c.dir, cfg.max_position_embeddings).unwrap();
+    let model = Model::new(CpuBackend::new(), cfg, tok, &loaded).unwrap();
+    let (b, t) = (c.batch.b, c.batch.t);
+    let encoded: Vec<Encoded> = (0..b).map(|i| {
+        let n = c.batch.attention_mask[i * t..(i + 1) * t].iter().filter(|&&m| m == 1).count();
+        let ids = c.batch.input_ids[i * t..i * t + n].to_vec();
+        Encoded { type_ids: c.batch.token_type_ids[i * t..i * t + n].to_vec(), ids, ..Encoded::default() }
+    }).collect();
+    let (got, want): (Vec<f32>, Vec<f32>) = match c.task {
+        FineTuneTask::Sequence => (pollster::block_on(model.classify_logits(&encoded)).unwrap().concat(), ours.clone()),
+        _ => {
+            let l = ours.len() / (b * t);
+            let rows = pollster::block_on(model.token_logits(&encoded)).unwrap();
+            let want = encoded.iter().enumerate().flat_map(|(i, e)| ours[i * t * l..(i * t + e.len()) * l].to_vec()).collect();
+            (rows.concat(), want)
+        }
+    };
+    assert_eq!(got.len(), want.len(), "{name}: logits of every real token");
+    let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(d <= LOGITS_ATOL, "{name}: the inference model with the adapter differs from the trained one by {d:e}");
+    eprintln!("{name} on {}: the adapter folded in at load within {worst:.1e} of our merge; inference logits (CPU) \
+        within {d:.1e}", be.name());
+
+    if let (Ok(dir), "cpu") = (std::env::var("BERTGPU_LORA_EXPORT"), be.name()) {
+        let dir = Path::new(&dir).join(name);
+        std::fs::create_dir_all(dir.join("merged")).unwrap();
+        std::fs::write(dir.join("adapter_config.json"), config).unwrap();
+        std::fs::write(dir.join("adapter_model.safetensors"), st).unwrap();
+        let original: Value = serde_json::from_str(&std::fs::read_to_string(c.dir.join("config.json")).unwrap()).unwrap();
+        let (mc, mst) = pollster::block_on(export_folder(be, tr, &original, None)).unwrap();
+        std::fs::write(dir.join("merged/config.json"), mc).unwrap();
+        std::fs::write(dir.join("merged/model.safetensors"), mst).unwrap();
+        let task = if c.task == FineTuneTask::Sequence { "sequence" } else { "token" };
+        let mut out = serde_json::json!({ "logits": ours, "input_ids": c.g["input_ids"],
+            "attention_mask": c.g["attention_mask"], "task": task, "base": c.g["model"] });
+        if c.cfg.family != bertgpu::config::Family::ModernBert {
+            out["token_type_ids"] = c.g["token_type_ids"].clone(); // ModernBERT reads none
+        }
+        std::fs::write(dir.join("logits.json"), out.to_string()).unwrap();
+    }
+}
+
+const CASES: [&str; 4] = ["modern_qv", "modern_all", "albert_qv", "albert_all"];
+
+#[test]
+fn modernbert_and_albert_adapters_match_peft_on_the_cpu() {
+    for name in CASES {
+        check(&CpuBackend::new(), name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn modernbert_and_albert_adapters_match_peft_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
+/// Our own initialiser on both families: B = 0, so the adapted model is the checkpoint; ALBERT gets one adapter per
+/// module of its shared layer (not one per pass), ModernBERT one per packed module of every layer.
+#[test]
+fn new_adapters_start_as_the_checkpoint() {
+    let be = CpuBackend::new();
+    for (name, per_layer, layers) in [("modern_all", 4, 4), ("albert_all", 6, 1), ("albert_qv", 2, 1)] {
+        let c = Case::load(name);
+        let base = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        tr.set_lora(&be, LoraOptions { targets: c.opts.targets, ..LoraOptions::new(3) }, 5).unwrap();
+        assert!(c.cfg.num_hidden_layers > 1, "{name}: several passes");
+        assert_eq!(tr.encoder.lora.as_ref().unwrap().adapters.len(), per_layer * layers, "{name}");
+        let logits = |t: &FineTuner<CpuBackend>| pollster::block_on(be.read(&t.logits(&be, &c.batch).unwrap())).unwrap();
+        assert_eq!(logits(&base), logits(&tr), "{name}: B = 0, the adapted model is the checkpoint");
+        let mut top = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        top.set_top_layers(Some(0)).unwrap();
+        assert!(top.set_lora(&be, LoraOptions::new(2), 0).unwrap_err().to_string().contains("--layers"), "{name}");
+    }
+}
+
+/// Embedding training with LoRA on a bare ModernBertModel (tiny-modernbert-model, whose tensors have no `model.`):
+/// the adapter names the bare model's modules (`base_model.model.layers.0.attn.Wqkv`, as peft names them on a
+/// `ModernBertModel`), and `apply_lora` folds it into that checkpoint to our merge.
+#[test]
+fn embedding_adapters_of_a_bare_modernbert_load_back() {
+    let be = CpuBackend::new();
+    let g = &common::family::golden("finetune_modernbert.json")["embeddings"]["modern"];
+    let dir = root().join("tests/models").join(g["model"].as_str().unwrap());
+    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+    let side = |k: &str| {
+        let b = g[k]["input_ids"].as_array().unwrap().len();
+        let u32s = |f: &str| ints(&g[k][f]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
+        let input_ids = u32s("input_ids");
+        let t = input_ids.len() / b;
+        Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t }
+    };
+    let (anchors, positives) = (side("anchors"), side("positives"));
+    let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Embedding, None, 0).unwrap();
+    tr.set_lora(&be, LoraOptions { targets: LoraTargets::All, ..LoraOptions::new(2) }, 0).unwrap();
+    let opt = StepOptions { learning_rate: 1e-2, ..StepOptions::default() };
+    let targets = Targets::Embedding { positives: &positives };
+    let first = pollster::block_on(tr.step(&be, &anchors, &targets, &opt)).unwrap().loss;
+    let mut last = first;
+    for _ in 0..3 {
+        last = pollster::block_on(tr.step(&be, &anchors, &targets, &opt)).unwrap().loss;
+    }
+    assert!(last < first, "embedding loss {first} → {last}");
+    let (config, st) = pollster::block_on(lora_peft::export_adapter(&be, &tr, None, None)).unwrap();
+    let cj: Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(cj["task_type"], "FEATURE_EXTRACTION");
+    let names = Weights::from_safetensors(&st).unwrap().names().into_iter().map(String::from).collect::<BTreeSet<_>>();
+    assert_eq!(names.len(), 4 * 4 * 2, "{names:?}");
+    assert!(names.contains("base_model.model.layers.0.attn.Wqkv.lora_A.weight"), "{names:?}");
+    assert!(names.contains("base_model.model.layers.3.mlp.Wi.lora_B.weight"), "{names:?}");
+    let mut lcfg = cfg.clone();
+    let loaded = apply_lora(&weights, &mut lcfg, config.as_bytes(), &st).unwrap();
+    let merged = pollster::block_on(lora_peft::merged(&be, &tr)).unwrap();
+    let (mut worst, mut moved) = (0f64, 0f64);
+    for (n, v) in &merged {
+        // Our names are the task models' (`model.layers…`); the bare checkpoint's have no `model.`.
+        let n = n.strip_prefix("model.").unwrap_or(n);
+        let base = weights.stored(n).unwrap_or_else(|| panic!("no {n} in the checkpoint")).to_f32().unwrap();
+        let t = loaded.stored(n).unwrap().to_f32().unwrap();
+        worst = worst.max(max_diff(v, &t.iter().map(|&x| x as f64).collect::<Vec<_>>()));
+        moved = moved.max(max_diff(v, &base.iter().map(|&x| x as f64).collect::<Vec<_>>()));
+    }
+    assert!(worst <= LOAD_MERGE_ATOL, "the adapter folded in at load differs from our merge by {worst:e}");
+    assert!(moved > 1e-3, "the adapters did not train (largest change {moved:e})");
+}
