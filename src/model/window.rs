@@ -6,8 +6,9 @@
 //! beyond it, built once per forward from the padded length T as the relative table is (`relative.rs`).
 
 use super::rotary::Rope;
-use crate::backend::Backend;
+use crate::backend::{Backend, UNIFORM_ADDED};
 use crate::config::BertConfig;
+use crate::tokenizer::Batch;
 use crate::Result;
 
 /// The bias of a key outside the window: the value the GPU kernels' online softmax starts its maximum from
@@ -45,6 +46,26 @@ impl Window {
             .map(|c| if (c as i64 - (t as i64 - 1)).unsigned_abs() as usize <= self.half { 0.0 } else { OUTSIDE })
             .collect();
         row.repeat(self.heads)
+    }
+
+    /// The local layers' attention mask `(B, T)` for training: the batch's (1.0 real, 0.0 padding), each padded query
+    /// whose window holds no real key marked [`UNIFORM_ADDED`]. transformers adds `finfo.min` to every score of such
+    /// a row (the window's and the padding's mask are one), which rounds them all to `finfo.min`: its softmax is 1/T
+    /// over every key, where [`OUTSIDE`] would average the real keys only. Question answering's loss reads those
+    /// rows' logits.
+    pub fn training_mask(&self, batch: &Batch) -> Vec<f32> {
+        let (t, m) = (batch.t, &batch.attention_mask);
+        (0..batch.b * t)
+            .map(|r| {
+                let (b, i) = (r / t, r % t);
+                let seen = m[b * t + i.saturating_sub(self.half)..b * t + (i + self.half + 1).min(t)].iter().any(|&v| v != 0);
+                match (m[r] != 0, seen) {
+                    (true, _) => 1.0,
+                    (false, true) => 0.0,
+                    (false, false) => UNIFORM_ADDED,
+                }
+            })
+            .collect()
     }
 
     /// The local layers' tensors for a padded length `t`.
