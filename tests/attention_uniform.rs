@@ -8,6 +8,7 @@
 //! disentangled terms.
 
 use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::gpu::{AttentionKernel, GpuBackend, Tuning};
 use bertgpu::backend::{AttentionShape, Backend, Dropout, UNIFORM_ADDED, UNIFORM_FILLED};
 
 mod common;
@@ -161,14 +162,25 @@ fn added_rows_follow_the_softmax_jacobian() {
     assert!(got[r * 3 * h..r * 3 * h + h].iter().any(|&v| v.abs() > 1e-3), "the query gets a gradient to check");
 }
 
+/// Every forward kernel (the per-query ones and the split ones, each query over head_dim/4 invocations), the
+/// backward's passes.
 #[test]
 fn marked_queries_match_cpu_on_the_gpu() {
     let Some(g) = gpu() else { return };
+    for kernel in [AttentionKernel::Vec4, AttentionKernel::Fixed, AttentionKernel::Scalar, AttentionKernel::Split,
+        AttentionKernel::SplitSubgroup] {
+        g.set_tuning(Tuning { attention: kernel, ..Tuning::default() });
+        eprintln!("{kernel:?}");
+        marked_queries_match_cpu(&g);
+    }
+}
+
+fn marked_queries_match_cpu(g: &GpuBackend) {
     let cpu = CpuBackend::new();
     let mask = marked_mask();
     let filled: Vec<f32> = mask.iter().map(|&m| if m > 0.5 { 1.0 } else { UNIFORM_FILLED }).collect();
     let mut worst = 0f32;
-    // head_dim 8 and 64 reach the per-query and the split kernels where the tuning picks them.
+    // head_dim 3 runs the scalar kernel whatever the tuning; 8 and 64 the vec4, fixed and split ones.
     for (heads, d) in [(2usize, 3usize), (2, 8), (1, 64)] {
         let h = heads * d;
         let width = 2 * T - 1;
@@ -190,14 +202,14 @@ fn marked_queries_match_cpu_on_the_gpu() {
                     None => (cpu.attention_biased(&cx, &cm, cb.as_ref(), s).unwrap(),
                         g.attention_biased(&gx, &gm, gb.as_ref(), s).unwrap()),
                 };
-                worst = worst.max(assert_close(&format!("forward {what}"), &read(&g, &got), &want.to_vec(), ATT_ATOL, ATT_RTOL));
+                worst = worst.max(assert_close(&format!("forward {what}"), &read(g, &got), &want.to_vec(), ATT_ATOL, ATT_RTOL));
                 let (wq, wb) = cpu.attention_backward_biased(&ci(&dctx, B * T, h), &cx, &cm, cb.as_ref(), s, drop, with_bias)
                     .unwrap();
                 let (gq, gbias) = g.attention_backward_biased(&gi(&dctx, B * T, h), &gx, &gm, gb.as_ref(), s, drop, with_bias)
                     .unwrap();
-                worst = worst.max(assert_close(&format!("dqkv {what}"), &read(&g, &gq), &wq.to_vec(), ATT_ATOL, ATT_RTOL));
+                worst = worst.max(assert_close(&format!("dqkv {what}"), &read(g, &gq), &wq.to_vec(), ATT_ATOL, ATT_RTOL));
                 if let (Some(w), Some(gv)) = (wb, gbias) {
-                    worst = worst.max(assert_close(&format!("dbias {what}"), &read(&g, &gv), &w.to_vec(), ATT_ATOL, ATT_RTOL));
+                    worst = worst.max(assert_close(&format!("dbias {what}"), &read(g, &gv), &w.to_vec(), ATT_ATOL, ATT_RTOL));
                 }
             }
             // DeBERTa's kernels, filled marks: 3 projected rows, offset o reading row o mod 3.
@@ -214,11 +226,11 @@ fn marked_queries_match_cpu_on_the_gpu() {
                 None => (cpu.attention_disentangled(&cx, &cm, &cp, &cr, s).unwrap(),
                     g.attention_disentangled(&gx, &gm, &gp, &gr, s).unwrap()),
             };
-            worst = worst.max(assert_close(&format!("forward {what}"), &read(&g, &got), &want.to_vec(), ATT_ATOL, ATT_RTOL));
+            worst = worst.max(assert_close(&format!("forward {what}"), &read(g, &got), &want.to_vec(), ATT_ATOL, ATT_RTOL));
             let (wq, wp) = cpu.attention_backward_disentangled(&ci(&dctx, B * T, h), &cx, &cm, &cp, &cr, s, drop).unwrap();
             let (gq, gpos) = g.attention_backward_disentangled(&gi(&dctx, B * T, h), &gx, &gm, &gp, &gr, s, drop).unwrap();
-            worst = worst.max(assert_close(&format!("dqkv {what}"), &read(&g, &gq), &wq.to_vec(), ATT_ATOL, ATT_RTOL));
-            worst = worst.max(assert_close(&format!("dpos {what}"), &read(&g, &gpos), &wp.to_vec(), ATT_ATOL, ATT_RTOL));
+            worst = worst.max(assert_close(&format!("dqkv {what}"), &read(g, &gq), &wq.to_vec(), ATT_ATOL, ATT_RTOL));
+            worst = worst.max(assert_close(&format!("dpos {what}"), &read(g, &gpos), &wp.to_vec(), ATT_ATOL, ATT_RTOL));
         }
     }
     eprintln!("max |err| GPU vs CPU: {worst:e}");

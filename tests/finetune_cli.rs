@@ -191,7 +191,7 @@ fn untrained_families_are_refused_naming_them() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// DeBERTa (with and without LoRA) and ModernBERT fine-tune for question answering as BERT does (their padded
+/// DeBERTa (with and without LoRA, merged) and ModernBERT fine-tune for question answering as BERT does (their padded
 /// positions, whose logits the loss reads, as transformers computes them: tests/finetune_families.rs), and the folder
 /// is the family's own `*ForQuestionAnswering` (ModernBERT's span head `classifier` of 2 labels), which `qa` runs.
 #[test]
@@ -204,7 +204,7 @@ fn deberta_and_modernbert_fine_tune_question_answering() {
         line("what is it?", "it is a cat.", "cat")];
     std::fs::write(&squad, lines.join("\n") + "\n").unwrap();
     for (name, extra, arch) in [("tiny-deberta-qa", &[][..], "DebertaV2ForQuestionAnswering"),
-        ("tiny-deberta-qa", &["--lora", "2"][..], "DebertaV2ForQuestionAnswering"),
+        ("tiny-deberta-qa", &["--lora", "2", "--merge"][..], "DebertaV2ForQuestionAnswering"),
         ("tiny-modernbert-qa", &[][..], "ModernBertForQuestionAnswering")] {
         let out = dir.join(format!("{name}-{}", extra.len()));
         // The tiny models' 64 positions leave room for windows of a 16-token stride only.
