@@ -261,6 +261,8 @@ fn what_does_not_train_is_refused_by_name() {
     let (cfg, w) = load("tiny-modernbert-qa");
     assert!(FineTuner::new(&be, &cfg, &w, FineTuneTask::Qa, None, 0).is_ok());
     let (cfg, w) = load("tiny-modernbert-classifier");
+    // From a classifier, question answering gets a new span head in `classifier`'s place (its 3 labels' is not one).
+    assert!(FineTuner::new(&be, &cfg, &w, FineTuneTask::Qa, None, 0).is_ok());
     let mut tr = FineTuner::new(&be, &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
     let lora = bertgpu::training::lora::LoraOptions { r: 2, alpha: 4.0, targets: bertgpu::training::lora::LoraTargets::Qv,
         merge: false };

@@ -480,7 +480,8 @@ pub trait Backend {
     /// gradient as in [`Self::attention_backward`]) and `r(i, j) = rows[j − i + T − 1]`:
     /// `dq_i = Σ_j G_ij (k_j + posK_r(i,j))`, `dk_j = Σ_i G_ij (q_i + posQ_r(i,j))`, `dv` as the plain backward,
     /// `dposK_r = Σ_{b, (i, j): r(i,j) = r} G_ij q_i`, `dposQ_r = Σ_{b, (i, j): r(i,j) = r} G_ij k_j`; padded keys add
-    /// nothing.
+    /// nothing but a marked query's value gradient (DeBERTa's marks are [`UNIFORM_FILLED`]; the CPU twin refuses
+    /// [`UNIFORM_ADDED`] here).
     #[allow(clippy::too_many_arguments)]
     fn attention_backward_disentangled(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor,
         pos: &Self::Tensor, rows: &Self::Tensor, shape: AttentionShape, dropout: Option<Dropout>)

@@ -231,10 +231,12 @@ impl<B: Backend> FineTuner<B> {
                 let labels = n_labels("token classifier")?;
                 Head::Token { classifier: linear(&mut enc, &root, "classifier", new, labels, h)?, labels, modern: None }
             }
-            // `ModernBertForQuestionAnswering`'s span head is its `classifier` (2, H) after `head`.
+            // `ModernBertForQuestionAnswering`'s span head is its `classifier` (2, H) after `head`; another ModernBERT
+            // class's `classifier` (a classifier's labels) is replaced by a new one.
             FineTuneTask::Qa => {
-                let name = if modern.is_some() { "classifier" } else { "qa_outputs" };
-                Head::Qa { qa: linear(&mut enc, &root, name, false, 2, h)?, modern }
+                let span = cfg.architectures.iter().any(|a| a == "ModernBertForQuestionAnswering");
+                let (name, replace) = if modern.is_some() { ("classifier", !span) } else { ("qa_outputs", false) };
+                Head::Qa { qa: linear(&mut enc, &root, name, replace, 2, h)?, modern }
             }
             FineTuneTask::Embedding => Head::Embedding,
             FineTuneTask::Pretrain => Head::Pretrain(PretrainHead::load(be, &mut enc, cfg, weights)?),
