@@ -91,4 +91,14 @@ mod tests {
         assert_eq!(w.host_table(1), [0.0, 0.0]);
         assert!(w.host_table(0).is_empty());
     }
+
+    /// A padded query is marked exactly when no real key is within `half` of it.
+    #[test]
+    fn training_mask_marks_the_windowless_padded_queries() {
+        let w = Window { half: 2, heads: 1, rope: Rope::with_theta(10.0, 4) };
+        let batch = Batch { input_ids: vec![0; 14], token_type_ids: vec![0; 14], b: 2, t: 7,
+            attention_mask: vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0] };
+        let a = UNIFORM_ADDED;
+        assert_eq!(w.training_mask(&batch), [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, a, a, a]);
+    }
 }
