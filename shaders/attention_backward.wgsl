@@ -17,7 +17,7 @@
 // GPU runs B·heads·T·T or B·heads·T·d of them at once, not one per query walking every key in turn). Grids are
 // (ceil(n/WG), heads, B) for n invocations per (sequence, head).
 //   attn_bwd_scores: one invocation per (query i, key j): the score q_i·k_j·scale into probs, and dP_ij = dctx_i·v_j
-//     into dsc, for a real key (a padding key's are left unread).
+//     into dsc, for a real key, or any key of a row marked UNIFORM_ADDED (a padding key's are left unread else).
 //   attn_bwd_softmax: one invocation per query row i: P_i as the forward makes it (max subtracted, exp, normalised;
 //     padding keys 0), Σ_j P_ij·dP_ij, then dS_i into dsc and P_i into probs. A query whose keys are all padding gets
 //     zeros.
