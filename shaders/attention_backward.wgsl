@@ -6,7 +6,8 @@
 // Bindings (group 0):
 //   0  p     uniform Params { batch = B, seq = T, heads, head_dim = d, hidden = H = heads·d, scale = 1/√d }
 //   1  qkv   (B*T, 3H) f32   [q | k | v], head h at columns h*d..(h+1)*d of each third
-//   2  mask  (B, T)    f32   0 = padding (such keys get probability 0)
+//   2  mask  (B, T)    f32   above 0.5 real, else padding (such keys get probability 0); below −0.5 a padded query
+//                            marked as masked whole (`backend::UNIFORM_FILLED`, `UNIFORM_ADDED`): P_ij = 1/T
 //   3  dctx  (B*T, H)  f32
 //   4  dqkv  (B*T, 3H) f32   [dq | dk | dv], every element written (dq by attn_bwd_queries, dk and dv by attn_bwd_keys)
 //   5  probs (B*heads*T, T) f32  scratch: P, row (b, h, i) at ((b·heads + h)·T + i)·T
@@ -16,13 +17,13 @@
 // GPU runs B·heads·T·T or B·heads·T·d of them at once, not one per query walking every key in turn). Grids are
 // (ceil(n/WG), heads, B) for n invocations per (sequence, head).
 //   attn_bwd_scores: one invocation per (query i, key j): the score q_i·k_j·scale into probs, and dP_ij = dctx_i·v_j
-//     into dsc, for a real key (a padding key's are left unread).
+//     into dsc, for a real key, or any key of a row marked UNIFORM_ADDED (a padding key's are left unread else).
 //   attn_bwd_softmax: one invocation per query row i: P_i as the forward makes it (max subtracted, exp, normalised;
 //     padding keys 0), Σ_j P_ij·dP_ij, then dS_i into dsc and P_i into probs. A query whose keys are all padding gets
 //     zeros.
 //   attn_bwd_queries: one invocation per (query i, column c of the head): dq_ic = Σ_j dS_ij·k_jc, keys in order.
 //   attn_bwd_keys: one invocation per (key j, column c): dk_jc = Σ_i dS_ij·q_ic and dv_jc = Σ_i P_ij·dctx_ic, over
-//     the queries i in order (padding queries included, as on the CPU); a padding key gets zeros.
+//     the queries i in order (padding queries included, as on the CPU); a padding key gets only a marked query's.
 //
 // With the override DROPOUT = 1 (the forward dropped probabilities with the mask M of lib/dropout.wgsl, factor
 // F = M·drop_scale): dP_ij = (dctx_i·v_j)·F_ij, dS from the undropped P as above, and the scratch P row holds
@@ -96,7 +97,8 @@ fn attn_bwd_scores(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workg
     }
     let i = gid.x / T;
     let j = gid.x % T;
-    if mask[b * T + j] == 0.0 {
+    // Real keys only, except in a row marked UNIFORM_ADDED (−2), whose every score has a gradient.
+    if mask[b * T + j] < 0.5 && mask[b * T + i] > -1.5 {
         return;
     }
     let qb = head_at(b, i, 0u, h);
@@ -135,11 +137,38 @@ fn attn_bwd_softmax(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
         return;
     }
     let sb = row_of(b, h, i);
+    // A query marked as masked whole (below −0.5): P_ij = 1/T over every key; dS = 0 when its mask filled the scores
+    // (UNIFORM_FILLED, −1), the softmax's at that P when it was added to them (UNIFORM_ADDED, −2).
+    let qm = mask[b * T + i];
+    if qm < -0.5 {
+        let inv = 1.0 / f32(T);
+        var dot = 0.0;
+        for (var j = 0u; j < T; j++) {
+            var dp = 0.0;
+            if qm < -1.5 {
+                dp = dsc[sb + j];
+                if DROPOUT != 0u {
+                    dp = select(0.0, dp * p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, sb + j));
+                }
+            }
+            dsc[sb + j] = dp;
+            dot += dp * inv;
+        }
+        for (var j = 0u; j < T; j++) {
+            var f = 1.0;
+            if DROPOUT != 0u {
+                f = select(0.0, p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, sb + j));
+            }
+            probs[sb + j] = f * inv;
+            dsc[sb + j] = select(0.0, (dsc[sb + j] - dot) * inv * p.scale, qm < -1.5);
+        }
+        return;
+    }
     // The max over the real keys.
     var mx = 0.0;
     var any = false;
     for (var j = 0u; j < T; j++) {
-        if mask[b * T + j] != 0.0 {
+        if mask[b * T + j] > 0.5 {
             mx = select(probs[sb + j], max(mx, probs[sb + j]), any);
             any = true;
         }
@@ -153,7 +182,7 @@ fn attn_bwd_softmax(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
     }
     var sum = 0.0;
     for (var j = 0u; j < T; j++) {
-        let e = select(0.0, exp(probs[sb + j] - mx), mask[b * T + j] != 0.0);
+        let e = select(0.0, exp(probs[sb + j] - mx), mask[b * T + j] > 0.5);
         probs[sb + j] = e;
         sum += e;
     }
@@ -162,7 +191,7 @@ fn attn_bwd_softmax(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
     for (var j = 0u; j < T; j++) {
         var pj = 0.0;
         var dp = 0.0;
-        if mask[b * T + j] != 0.0 {
+        if mask[b * T + j] > 0.5 {
             pj = probs[sb + j] / sum;
             dp = dsc[sb + j];
             if DROPOUT != 0u {
@@ -175,7 +204,7 @@ fn attn_bwd_softmax(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(work
     }
     for (var j = 0u; j < T; j++) {
         var ds = 0.0;
-        if mask[b * T + j] != 0.0 {
+        if mask[b * T + j] > 0.5 {
             ds = probs[sb + j] * (dsc[sb + j] - dot) * p.scale;
             if DROPOUT != 0u {
                 let f = select(0.0, p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, sb + j));
@@ -226,15 +255,15 @@ fn attn_bwd_keys(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgro
     }
     var dk = 0.0;
     var dv = 0.0;
-    if mask[k.b * p.seq + k.row] != 0.0 {
-        for (var i = 0u; i < p.seq; i++) {
-            let s = row_of(k.b, k.h, i) + k.row;
-            dk += dsc[s] * qkv[head_at(k.b, i, 0u, k.h) + k.c];
-            if DISENTANGLED != 0u {
-                dk += dsc[s] * pos[pos_at(rel_row(i, k.row), 0u, k.h) + k.c];
-            }
-            dv += probs[s] * dctx[(k.b * p.seq + i) * p.hidden + k.h * p.head_dim + k.c];
+    // Every key, padding included: attn_bwd_softmax wrote every (i, j) of the scratch (0 for a padding key but in a
+    // marked query's row).
+    for (var i = 0u; i < p.seq; i++) {
+        let s = row_of(k.b, k.h, i) + k.row;
+        dk += dsc[s] * qkv[head_at(k.b, i, 0u, k.h) + k.c];
+        if DISENTANGLED != 0u {
+            dk += dsc[s] * pos[pos_at(rel_row(i, k.row), 0u, k.h) + k.c];
         }
+        dv += probs[s] * dctx[(k.b * p.seq + i) * p.hidden + k.h * p.head_dim + k.c];
     }
     let kb = head_at(k.b, k.row, 1u, k.h);
     dqkv[kb + k.c] = dk;

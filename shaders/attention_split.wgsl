@@ -88,6 +88,18 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
         workgroupBarrier();
         split_tile(qi, c, dv, owns, j0, drop_row, brow);
     }
+    // A query the mask marks as masked whole (lib/attention.wgsl): the mean of every value, each lane its vec4.
+    if owns && i < T && mask[b * T + i] < -0.5 {
+        l = f32(T);
+        acc = vec4<f32>(0.0);
+        for (var j = 0u; j < T; j = j + 1u) {
+            var w = 1.0;
+            if DROPOUT != 0u {
+                w = select(0.0, p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, drop_row + j));
+            }
+            acc = acc + w * act4(qkv[(b * T + j) * stride + 2u * Hv + h * dv + c]);
+        }
+    }
     if owns && i < T {
         out[(b * T + i) * Hv + h * dv + c] = pack4(select(vec4<f32>(0.0), acc / l, l > 0.0));
     }

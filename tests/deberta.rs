@@ -162,15 +162,14 @@ fn config_and_refusals() {
     }
 }
 
-/// DeBERTa trains (tests/finetune_families.rs, tests/pretrain_families.rs), but not question answering: transformers
-/// masks padded queries too and QA's loss reads their logits, so that head is refused by the family's name.
+/// DeBERTa trains (tests/finetune_families.rs, tests/pretrain_families.rs), question answering included (its padded
+/// queries as transformers masks them); the ContextPooler's dropouts that do not train yet are refused by name.
 #[test]
-fn question_answering_training_is_refused_by_name() {
+fn question_answering_trains_and_pooler_dropouts_are_refused_by_name() {
     let d = dir("tiny-deberta-qa");
     let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Qa, None, 0).err().expect("refused").to_string();
-    assert!(e.contains("`deberta-v2`") && e.contains("question answering"), "{e}");
+    assert!(FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Qa, None, 0).is_ok(), "question answering trains");
     let d = dir("tiny-deberta-classifier");
     let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();

@@ -152,9 +152,8 @@ fn bad_input_exits_2_with_a_reason() {
 }
 
 /// What does not train yet is refused before anything is written, with an error naming the checkpoint's model_type:
-/// question answering on DeBERTa (transformers masks its padded queries, whose logits QA's loss reads), with or
-/// without LoRA; so are GTE's NTK-scaled rotation (transformers' GteModel has none, so
-/// the written folder would be another model) and pre-training an ELECTRA generator (its head is not BERT's).
+/// GTE's NTK-scaled rotation (transformers' GteModel has none, so the written folder would be another model) and
+/// pre-training an ELECTRA generator (its head is not BERT's).
 #[test]
 fn untrained_families_are_refused_naming_them() {
     let dir = tmp("families");
@@ -164,10 +163,8 @@ fn untrained_families_are_refused_naming_them() {
     std::fs::write(&squad, "{\"question\": \"who?\", \"context\": \"a b\", \"answers\": {\"text\": [\"a\"], \"answer_start\": [0]}}\n")
         .unwrap();
     let (data, squad, out) = (data.to_str().unwrap(), squad.to_str().unwrap(), dir.join("out"));
-    let deberta_qa = "question answering is not trained yet for `deberta-v2`";
-    let cases = [("tiny-deberta-qa", &[][..], deberta_qa),
-        ("tiny-deberta-qa", &["--lora", "2"][..], deberta_qa),
-        ("tiny-gte-ntk", &[][..], "with the NTK-scaled rotation (rope_scaling `ntk`, factor 2")];
+    let cases: [(&str, &[&str], &str); 1] =
+        [("tiny-gte-ntk", &[], "with the NTK-scaled rotation (rope_scaling `ntk`, factor 2")];
     for (name, extra, why) in cases {
         let model = root().join("tests/models").join(name);
         let (task, data) = if name.ends_with("-qa") { ("qa", squad) } else { ("classify", data) };
@@ -191,6 +188,42 @@ fn untrained_families_are_refused_naming_them() {
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("this one is `electra`"), "{stderr}");
     assert!(!out.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// DeBERTa (with and without LoRA, merged) and ModernBERT fine-tune for question answering as BERT does (their padded
+/// positions, whose logits the loss reads, as transformers computes them: tests/finetune_families.rs), and the folder
+/// is the family's own `*ForQuestionAnswering` (ModernBERT's span head `classifier` of 2 labels), which `qa` runs.
+#[test]
+fn deberta_and_modernbert_fine_tune_question_answering() {
+    let dir = tmp("qa-families");
+    let squad = dir.join("squad.jsonl");
+    let line = |q: &str, c: &str, a: &str| serde_json::json!({"question": q, "context": c,
+        "answers": {"text": [a], "answer_start": [c.find(a).unwrap()]}}).to_string();
+    let lines = [line("who came?", "john and paul came.", "john"), line("where is sarah?", "she lives in london.", "london"),
+        line("what is it?", "it is a cat.", "cat")];
+    std::fs::write(&squad, lines.join("\n") + "\n").unwrap();
+    for (name, extra, arch) in [("tiny-deberta-qa", &[][..], "DebertaV2ForQuestionAnswering"),
+        ("tiny-deberta-qa", &["--lora", "2", "--merge"][..], "DebertaV2ForQuestionAnswering"),
+        ("tiny-modernbert-qa", &[][..], "ModernBertForQuestionAnswering")] {
+        let out = dir.join(format!("{name}-{}", extra.len()));
+        // The tiny models' 64 positions leave room for windows of a 16-token stride only.
+        let mut args = vec!["--epochs", "2", "--validation-split", "0", "--doc-stride", "16", "--batch-size", "3"];
+        args.extend(extra);
+        let epochs = fine_tune("qa", name, &squad, &out, &args);
+        assert_eq!(epochs.len(), 2, "{name} {extra:?}");
+        assert!(epochs.iter().all(|e| e["train_loss"].as_f64().is_some_and(f64::is_finite)), "{name} {extra:?}: {epochs:?}");
+        let cfg: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(cfg["architectures"], serde_json::json!([arch]), "{name}");
+        if name.contains("modernbert") {
+            assert_eq!(cfg["id2label"].as_object().map(|m| m.len()), Some(2), "{name}: {cfg}");
+        }
+        let o = run(&["qa", "--model", out.to_str().unwrap(), "--device", "cpu"],
+            "{\"question\": \"who came?\", \"context\": \"john and paul came.\"}\n");
+        assert!(o.status.success(), "{name}: qa on the folder: {}", String::from_utf8_lossy(&o.stderr));
+        let answer: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+        assert!(answer["score"].as_f64().is_some_and(f64::is_finite), "{name}: {answer}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -255,8 +255,10 @@ const ROTARY_CASES: [&str; 6] = ["gte_classify", "gte_pair", "gte_ner", "nomic_c
 const MPNET_CASES: [&str; 3] = ["mpnet_classify", "mpnet_pair", "mpnet_ner"];
 
 /// ModernBERT (tests/golden/finetune_modernbert.py): pre-LN layers, global and local layers (their own thetas, the
-/// local ones' window narrower than the batch), GeGLU, `head` + `classifier` by the first token or the mean.
-const MODERN_CASES: [&str; 4] = ["modern_classify", "modern_pair", "modern_mean", "modern_ner"];
+/// local ones' window narrower than the batch), GeGLU, `head` + `classifier` by the first token or the mean; question
+/// answering, whose loss reads the padded queries' logits, some of them with no real key in their window (every key
+/// alike, as transformers' row of `finfo.min`).
+const MODERN_CASES: [&str; 5] = ["modern_classify", "modern_pair", "modern_mean", "modern_ner", "modern_qa"];
 
 #[test]
 fn modernbert_matches_pytorch_on_the_cpu() {
@@ -275,8 +277,9 @@ fn modernbert_matches_pytorch_on_the_gpu() {
 }
 
 /// DeBERTa-v3-like (tests/golden/finetune_deberta.py): the disentangled attention, its relative table and that
-/// table's LayerNorm one pair of parameters whose gradients sum every layer's.
-const DEBERTA_CASES: [&str; 3] = ["deberta_classify", "deberta_pair", "deberta_ner"];
+/// table's LayerNorm one pair of parameters whose gradients sum every layer's; question answering, whose loss reads the
+/// padded positions' logits (DeBERTa masks a padded query's every score, and zeroes its embeddings).
+const DEBERTA_CASES: [&str; 4] = ["deberta_classify", "deberta_pair", "deberta_ner", "deberta_qa"];
 
 #[test]
 fn deberta_matches_pytorch_on_the_cpu() {

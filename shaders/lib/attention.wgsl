@@ -5,7 +5,8 @@
 // Bindings (group 0):
 //   0  p     uniform Params { batch = B, seq = T, heads, head_dim = d, hidden = H = heads·d, scale = 1/√d }
 //   1  qkv   (B*T, 3H) f32 (as VS)  [q | k | v], head h at columns h*d..(h+1)*d of each third
-//   2  mask  (B, T)    f32          1.0 real token, 0.0 padding (padded keys get -inf)
+//   2  mask  (B, T)    f32          1.0 real token, 0.0 padding (padded keys get -inf); below −0.5 padding whose
+//                                   query sees every key alike (`backend::UNIFORM_FILLED`, `UNIFORM_ADDED`)
 //   3  out   (B*T, H)  f32 (as VS)
 // (qkv and out are f16 pairs in the vec4 kernels' f16 variants: lib/attention_lanes4.wgsl reads them through
 // lib/act.wgsl.)
@@ -112,6 +113,24 @@ fn attend(gid: vec3<u32>, wid: vec3<u32>) {
         let vb = kb + Hv;
         for (var c = 0u; c < dv; c = c + 1u) {
             acc[c] = acc[c] + w * v_in(qkv[vb + c]);
+        }
+    }
+    // A query the mask marks as masked whole (below −0.5: `backend::UNIFORM_FILLED`, `UNIFORM_ADDED`; as a key it is
+    // padding): every key alike, padding included, its context the mean of every value (dropped as above).
+    if mask[qrow] < -0.5 {
+        l = f32(T);
+        for (var c = 0u; c < dv; c = c + 1u) {
+            acc[c] = V(0.0);
+        }
+        for (var j = 0u; j < T; j = j + 1u) {
+            var w = 1.0;
+            if DROPOUT != 0u {
+                w = select(0.0, p.drop_scale, dropout_keeps(p.drop_key, p.drop_threshold, ((b * p.heads + h) * T + t) * T + j));
+            }
+            let vb = (b * T + j) * stride + 2u * Hv + h * dv;
+            for (var c = 0u; c < dv; c = c + 1u) {
+                acc[c] = acc[c] + w * v_in(qkv[vb + c]);
+            }
         }
     }
     if t < T {

@@ -35,6 +35,20 @@ pub enum TokenPool {
 use crate::weights::HostTensor;
 use crate::Result;
 
+/// An attention mask `(B, T)` holds 1.0 for a real token (any value above 0.5 reads as real) and 0.0 for padding
+/// ([`Backend::mask`]). A training forward may also mark a padded position whose query transformers masks whole:
+/// every score of its row the same `finfo.min`, so its softmax is uniform over all T keys, padding included, and its
+/// context is the mean of every value (times the dropout factors). As a key such a position is padding. Two marks,
+/// for transformers' two ways of masking: [`UNIFORM_FILLED`] and [`UNIFORM_ADDED`]. Inference never makes them, and
+/// a real query's context does not depend on them.
+///
+/// DeBERTa's `masked_fill` (`DisentangledSelfAttention`, every padded query): the row's scores get no gradient.
+pub const UNIFORM_FILLED: f32 = -1.0;
+/// The additive `finfo.min` mask (`eager_attention_forward`: ModernBERT's local layers, a padded query whose window
+/// holds no real key): autograd goes through the addition, so the scores get the softmax's gradient at the uniform
+/// P: `dS_ij = (dP_ij − Σ_j dP_ij / T) / T` over all T keys.
+pub const UNIFORM_ADDED: f32 = -2.0;
+
 /// Shape of a multi-head self-attention over a padded batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionShape {
@@ -274,7 +288,8 @@ pub trait Backend {
     fn mask(&self, batch: &Batch) -> Result<Self::Tensor>;
 
     /// Scaled dot-product self-attention per (sequence, head): `softmax(q·kᵀ/√d + maskbias)·v`, where padded keys get
-    /// `-inf` (a row whose keys are all padding yields zeros). `qkv` is `(B*T, 3H)`, the fused projections
+    /// `-inf` (a row whose keys are all padding yields zeros; a query marked [`UNIFORM_FILLED`] or [`UNIFORM_ADDED`]
+    /// gets the mean of every value). `qkv` is `(B*T, 3H)`, the fused projections
     /// `[q | k | v]` with head `h` at columns `h*d..(h+1)*d` of each; returns the context `(B*T, H)`.
     fn attention(&self, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape) -> Result<Self::Tensor> {
         self.attention_biased(qkv, mask, None, shape)
@@ -414,7 +429,8 @@ pub trait Backend {
     /// Back through [`Self::attention`]: `dctx (B*T, H)`, the `qkv (B*T, 3H)` and mask it read → `dqkv (B*T, 3H)`
     /// (`[dq | dk | dv]`). The probabilities are recomputed: with `P = softmax(q·kᵀ/√d + maskbias)` per (sequence,
     /// head), `dv = Pᵀ·dctx`, `dP = dctx·vᵀ`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))`, `dq = dS·k/√d`, `dk = dSᵀ·q/√d`. A query
-    /// whose keys are all padding had a zero context and gets zero gradients. With `dropout` (the forward was
+    /// whose keys are all padding had a zero context and gets zero gradients; a marked query's row as its mark says
+    /// ([`UNIFORM_FILLED`]: `dv_j += F_ij·dctx_i / T` only). With `dropout` (the forward was
     /// [`Self::attention_dropout`] with it), the same mask `M` is recomputed: `D = P ⊙ M · scale`, `dv = Dᵀ·dctx`,
     /// `dP = (dctx·vᵀ) ⊙ M · scale`, and `dS` as above from the undropped `P`. `None` (or `p = 0`): no dropout.
     fn attention_backward(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor, shape: AttentionShape,
@@ -464,7 +480,8 @@ pub trait Backend {
     /// gradient as in [`Self::attention_backward`]) and `r(i, j) = rows[j − i + T − 1]`:
     /// `dq_i = Σ_j G_ij (k_j + posK_r(i,j))`, `dk_j = Σ_i G_ij (q_i + posQ_r(i,j))`, `dv` as the plain backward,
     /// `dposK_r = Σ_{b, (i, j): r(i,j) = r} G_ij q_i`, `dposQ_r = Σ_{b, (i, j): r(i,j) = r} G_ij k_j`; padded keys add
-    /// nothing.
+    /// nothing but a marked query's value gradient (DeBERTa's marks are [`UNIFORM_FILLED`]; the CPU twin refuses
+    /// [`UNIFORM_ADDED`] here).
     #[allow(clippy::too_many_arguments)]
     fn attention_backward_disentangled(&self, dctx: &Self::Tensor, qkv: &Self::Tensor, mask: &Self::Tensor,
         pos: &Self::Tensor, rows: &Self::Tensor, shape: AttentionShape, dropout: Option<Dropout>)

@@ -6,8 +6,9 @@
 //! beyond it, built once per forward from the padded length T as the relative table is (`relative.rs`).
 
 use super::rotary::Rope;
-use crate::backend::Backend;
+use crate::backend::{Backend, UNIFORM_ADDED};
 use crate::config::BertConfig;
+use crate::tokenizer::Batch;
 use crate::Result;
 
 /// The bias of a key outside the window: the value the GPU kernels' online softmax starts its maximum from
@@ -47,6 +48,26 @@ impl Window {
         row.repeat(self.heads)
     }
 
+    /// The local layers' attention mask `(B, T)` for training: the batch's (1.0 real, 0.0 padding), each padded query
+    /// whose window holds no real key marked [`UNIFORM_ADDED`]. transformers adds `finfo.min` to every score of such
+    /// a row (the window's and the padding's mask are one), which rounds them all to `finfo.min`: its softmax is 1/T
+    /// over every key, where [`OUTSIDE`] would average the real keys only. Question answering's loss reads those
+    /// rows' logits.
+    pub fn training_mask(&self, batch: &Batch) -> Vec<f32> {
+        let (t, m) = (batch.t, &batch.attention_mask);
+        (0..batch.b * t)
+            .map(|r| {
+                let (b, i) = (r / t, r % t);
+                let seen = m[b * t + i.saturating_sub(self.half)..b * t + (i + self.half + 1).min(t)].iter().any(|&v| v != 0);
+                match (m[r] != 0, seen) {
+                    (true, _) => 1.0,
+                    (false, true) => 0.0,
+                    (false, false) => UNIFORM_ADDED,
+                }
+            })
+            .collect()
+    }
+
     /// The local layers' tensors for a padded length `t`.
     pub fn upload<B: Backend>(&self, backend: &B, t: usize) -> Result<WindowTensors<B::Tensor>> {
         Ok(WindowTensors {
@@ -69,5 +90,15 @@ mod tests {
         assert_eq!(t, [o, 0.0, 0.0, 0.0, 0.0, 0.0, o, o, 0.0, 0.0, 0.0, 0.0, 0.0, o]);
         assert_eq!(w.host_table(1), [0.0, 0.0]);
         assert!(w.host_table(0).is_empty());
+    }
+
+    /// A padded query is marked exactly when no real key is within `half` of it.
+    #[test]
+    fn training_mask_marks_the_windowless_padded_queries() {
+        let w = Window { half: 2, heads: 1, rope: Rope::with_theta(10.0, 4) };
+        let batch = Batch { input_ids: vec![0; 14], token_type_ids: vec![0; 14], b: 2, t: 7,
+            attention_mask: vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0] };
+        let a = UNIFORM_ADDED;
+        assert_eq!(w.training_mask(&batch), [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, a, a, a]);
     }
 }

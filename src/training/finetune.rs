@@ -66,7 +66,7 @@ pub type GradientsAndLogits<T> = (Vec<Option<T>>, T);
 enum Head {
     Sequence(SequenceHead),
     Token { classifier: [usize; 2], labels: usize, modern: Option<ModernHead> },
-    Qa { qa: [usize; 2] },
+    Qa { qa: [usize; 2], modern: Option<ModernHead> },
     Embedding,
     Pretrain(PretrainHead),
 }
@@ -154,12 +154,6 @@ impl<B: Backend> FineTuner<B> {
                 cfg.family.model_type()
             )));
         }
-        if task == FineTuneTask::Qa && cfg.family == Family::DebertaV2 {
-            // transformers masks padded queries too (their probabilities spread over every key), and QA's loss reads
-            // every position's logit, padding included: ours attend from them to the real keys.
-            return Err(Error::Config("question answering is not trained yet for `deberta-v2` checkpoints (their \
-                padding tokens' logits): sequence and token classification and embeddings are".into()));
-        }
         if task == FineTuneTask::Qa && matches!(cfg.family, Family::NomicBert | Family::Gte) {
             return Err(Error::Config(format!(
                 "question answering is not trained for `{}` checkpoints: transformers has no {}ForQuestionAnswering \
@@ -168,19 +162,13 @@ impl<B: Backend> FineTuner<B> {
                 cfg.family.class_prefix()
             )));
         }
-        if task == FineTuneTask::Qa && cfg.family == Family::ModernBert {
-            // Its loss reads every position's logit, padding included; a padded query with no real key in its local
-            // window averages some keys here (`model::window::OUTSIDE`), all of them in transformers.
-            return Err(Error::Config("question answering is not trained yet for `modernbert` checkpoints (the padded \
-                positions its loss reads): sequence and token classification, embeddings and pre-training are".into()));
-        }
         let mut enc = Encoder::load_with(be, cfg, weights, frozen_base)?;
         let h = cfg.hidden_size;
         let mut rng = SplitMix64::new(seed);
         let root = weights.root();
-        // ModernBERT's classifiers read `head` first (`ModernBertPredictionHead`), then `classifier`.
+        // ModernBERT's classifiers and span head read `head` first (`ModernBertPredictionHead`), then `classifier`.
         let modern = match task {
-            FineTuneTask::Sequence | FineTuneTask::Token if cfg.family == Family::ModernBert => {
+            FineTuneTask::Sequence | FineTuneTask::Token | FineTuneTask::Qa if cfg.family == Family::ModernBert => {
                 Some(ModernHead::load(be, &mut enc, cfg, &root, &mut rng)?)
             }
             _ => None,
@@ -243,7 +231,13 @@ impl<B: Backend> FineTuner<B> {
                 let labels = n_labels("token classifier")?;
                 Head::Token { classifier: linear(&mut enc, &root, "classifier", new, labels, h)?, labels, modern: None }
             }
-            FineTuneTask::Qa => Head::Qa { qa: linear(&mut enc, &root, "qa_outputs", false, 2, h)? },
+            // `ModernBertForQuestionAnswering`'s span head is its `classifier` (2, H) after `head`; another ModernBERT
+            // class's `classifier` (a classifier's labels) is replaced by a new one.
+            FineTuneTask::Qa => {
+                let span = cfg.architectures.iter().any(|a| a == "ModernBertForQuestionAnswering");
+                let (name, replace) = if modern.is_some() { ("classifier", !span) } else { ("qa_outputs", false) };
+                Head::Qa { qa: linear(&mut enc, &root, name, replace, 2, h)?, modern }
+            }
             FineTuneTask::Embedding => Head::Embedding,
             FineTuneTask::Pretrain => Head::Pretrain(PretrainHead::load(be, &mut enc, cfg, weights)?),
         };
@@ -315,7 +309,7 @@ impl<B: Backend> FineTuner<B> {
                 ([*pool, *classifier].concat(), Some("classifier"))
             }
             Head::Sequence(SequenceHead { classifier, .. }) | Head::Token { classifier, .. } => (classifier.to_vec(), Some("classifier")),
-            Head::Qa { qa } => (qa.to_vec(), Some("qa_outputs")),
+            Head::Qa { qa, modern } => (qa.to_vec(), Some(if modern.is_some() { "classifier" } else { "qa_outputs" })),
             Head::Embedding | Head::Pretrain(_) => (Vec::new(), None),
         }
     }
@@ -430,7 +424,10 @@ impl<B: Backend> FineTuner<B> {
             (Head::Token { classifier, .. }, Targets::Token(y)) => {
                 token::gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
             }
-            (Head::Qa { qa }, Targets::Qa { start, end }) => {
+            (Head::Qa { qa, modern: Some(m) }, Targets::Qa { start, end }) => {
+                m.qa_gradients(be, enc, last, bt, *qa, (start, end), head_drop, &mut grads)?
+            }
+            (Head::Qa { qa, .. }, Targets::Qa { start, end }) => {
                 qa::gradients(be, enc, last, bt, *qa, start, end, &mut grads)?
             }
             _ => unreachable!("checked above"),
@@ -472,7 +469,8 @@ impl<B: Backend> FineTuner<B> {
             Head::Token { classifier, modern: Some(m), .. } => m.token_logits(be, enc, &last, *classifier),
             Head::Sequence(head) => sequence::logits(be, enc, &last, (batch.b, batch.t), *head),
             Head::Token { classifier, .. } => token::logits(be, enc, &last, *classifier),
-            Head::Qa { qa } => qa::logits(be, enc, &last, *qa),
+            Head::Qa { qa, modern: Some(m) } => m.qa_logits(be, enc, &last, *qa),
+            Head::Qa { qa, .. } => qa::logits(be, enc, &last, *qa),
             Head::Embedding => embedding::pooled(be, &last, batch),
             Head::Pretrain(_) => Err(Error::Input("pre-training's logits come from FineTuner::pretrain_eval".into())),
         }

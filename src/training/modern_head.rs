@@ -1,4 +1,5 @@
-//! ModernBERT's task heads (transformers `ModernBertForSequenceClassification`, `ModernBertForTokenClassification`):
+//! ModernBERT's task heads (transformers `ModernBertForSequenceClassification`, `ModernBertForTokenClassification`,
+//! `ModernBertForQuestionAnswering`):
 //! `ModernBertPredictionHead` (`head.dense`, with a bias where `classifier_bias` says; `classifier_activation`;
 //! `head.norm`, with β where `norm_bias` says), then `classifier`, after the encoder's last hidden state
 //! `x (B*T, H)`; their backward.
@@ -6,6 +7,7 @@
 //! sequence:  p* = x[b·T] (`classifier_pooling: cls`) or Σ_t m_bt·x_bt / Σ_t m_bt (`mean`)     (B, H)
 //! head:      z* = p·Wdᵀ (+ bd)    a* = act(z)    h* = LN(a)    logits = h·Wcᵀ + bc
 //! token:     the head on every row, then the token classifier (`super::token`)
+//! qa:        the head on every row, then `classifier` (2, H) as the span head (`super::qa`)
 //! ```
 //! Back: `dh = dlogits·Wc`, `da = LN'(dh)`, `dz = act'(dz)·…`, `dp = dz·Wd`, and to `x` through the pooling's
 //! transpose (`Backend::scatter_rows` of the first rows, or the pooling matrix's transpose). A training forward drops
@@ -133,6 +135,27 @@ impl ModernHead {
         let (h, saved) = self.forward(be, enc, &last)?;
         let (logits, dh) = super::token::gradients(be, enc, h, bt, classifier, y, head_drop, grads)?;
         Ok((logits, self.backward(be, enc, &dh, &last, &saved, grads)?))
+    }
+
+    /// Question answering (`ModernBertForQuestionAnswering`): the head on every row, dropped (`classifier_dropout`),
+    /// then [`super::qa::gradients`] with `classifier` as the span head; the logits `(B*T, 2)` and the gradient with
+    /// respect to `last`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn qa_gradients<B: Backend>(&self, be: &B, enc: &Encoder<B::Tensor>, last: B::Tensor,
+        bt: (usize, usize), classifier: [usize; 2], (start, end): (&[u32], &[u32]), head_drop: Option<Dropout>,
+        grads: &mut [Option<B::Tensor>]) -> Result<(B::Tensor, B::Tensor)> {
+        let (h, saved) = self.forward(be, enc, &last)?;
+        let hd = apply_dropout(be, h, head_drop)?;
+        let (logits, dh) = super::qa::gradients(be, enc, hd, bt, classifier, start, end, grads)?;
+        let dh = apply_dropout(be, dh, head_drop)?;
+        Ok((logits, self.backward(be, enc, &dh, &last, &saved, grads)?))
+    }
+
+    /// The span head's logits `(B*T, 2)` of an evaluation forward's `last`.
+    pub(super) fn qa_logits<B: Backend>(&self, be: &B, enc: &Encoder<B::Tensor>, last: &B::Tensor,
+        classifier: [usize; 2]) -> Result<B::Tensor> {
+        let (h, _) = self.forward(be, enc, last)?;
+        super::qa::logits(be, enc, &h, classifier)
     }
 
     /// The token classifier's logits `(B*T, C)` of an evaluation forward's `last`.

@@ -348,6 +348,12 @@ pub async fn export_folder<B: Backend>(be: &B, tuner: &FineTuner<B>, original_co
         let label2id: BTreeMap<&str, usize> = labels.iter().enumerate().map(|(i, l)| (l.as_str(), i)).collect();
         obj.insert("id2label".into(), serde_json::json!(id2label));
         obj.insert("label2id".into(), serde_json::json!(label2id));
+    } else if tuner.task() == FineTuneTask::Qa && family == crate::config::Family::ModernBert {
+        // `ModernBertForQuestionAnswering` sizes its span head `classifier` by `num_labels`, which transformers reads
+        // from id2label: two (start, end), whatever the checkpoint's classifier had.
+        obj.insert("id2label".into(), serde_json::json!({"0": "LABEL_0", "1": "LABEL_1"}));
+        obj.insert("label2id".into(), serde_json::json!({"LABEL_0": 0, "LABEL_1": 1}));
+        obj.remove("num_labels");
     }
     let named = super::lora_peft::merged(be, tuner).await?; // LoRA adapters folded in, if any
     let shapes = tuner.shapes();

@@ -17,6 +17,11 @@ with DeBERTa's own class and tokenized by its own tokenizer:
                     GELU; then `classifier`)
   deberta_pair      tiny-deberta-classifier  the same on text pairs (no token types: `type_vocab_size` 0)
   deberta_ner       tiny-deberta-ner         DebertaV2ForTokenClassification
+  deberta_qa        tiny-deberta-qa          DebertaV2ForQuestionAnswering (`qa_outputs` on every token) on
+                    tests/golden/finetune_families.py's QA pairs, padded: its loss softmaxes over all T positions,
+                    so the padded positions' logits count. DeBERTa masks a padded query's scores too (the outer
+                    product of the padding mask, `masked_fill` by `finfo.min`): its probabilities are 1/T over every
+                    key and its scores get no gradient; and its embeddings are zeroed (`embeddings * mask`)
 
 The batches are longer than the buckets' exact span (|i − j| > 4 falls in the logarithmic buckets), with padding.
 What DeBERTa adds to the encoder is the relative table `deberta.encoder.rel_embeddings.weight` (2·8 rows) and its
@@ -32,7 +37,7 @@ import os
 import sys
 
 import torch
-from transformers import DebertaV2ForSequenceClassification, DebertaV2ForTokenClassification
+from transformers import DebertaV2ForQuestionAnswering, DebertaV2ForSequenceClassification, DebertaV2ForTokenClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import finetune_families as ff  # noqa: E402
@@ -49,6 +54,7 @@ def main():
         "deberta_pair": ff.classify_case("deberta_pair", DebertaV2ForSequenceClassification,
                                          "tiny-deberta-classifier", False, pairs=True),
         "deberta_ner": ff.ner_case("deberta_ner", DebertaV2ForTokenClassification, "tiny-deberta-ner", False),
+        "deberta_qa": ff.qa_case("deberta_qa", DebertaV2ForQuestionAnswering, "tiny-deberta-qa"),
     }
     for name, c in cases.items():
         rel = [n for n in c["grads"] if "rel_embeddings" in n]

@@ -15,7 +15,8 @@ write) and logits.json (our trained model's logits on the case's batch). This sc
 AutoModelForSequenceClassification / AutoModelForTokenClassification / AutoModelForQuestionAnswering, checks the class is the one config.json's
 `architectures` names and that loading reported no missing, unexpected or mismatched tensor, and compares the
 logits in float64 (a token classifier's on the real tokens; QA's start and end logits at every position, padding
-included: RoBERTa's and MPNet's padding tokens read position row padding_idx in both).
+included: RoBERTa's and MPNet's padding tokens read position row padding_idx in both; DeBERTa's padded queries are
+masked whole and ModernBERT's with no real key in their local window see every key alike, in both).
 """
 import json
 import os

@@ -21,6 +21,10 @@ It writes tests/golden/finetune_modernbert.json:
   modern_mean      tiny-modernbert-mean        the same with `classifier_pooling: mean`, every bias (`Wi`'s
                                                included), LayerNorms with β, SiLU in `head`
   modern_ner       tiny-modernbert-ner         ModernBertForTokenClassification
+  modern_qa        tiny-modernbert-qa          ModernBertForQuestionAnswering (`head`, then `classifier` (2, H) as the
+                                               span head), tests/golden/finetune_families.py's QA pairs; the
+                                               shortest is padded past its window, so some padded queries' windows
+                                               hold no real key
 
 and under `embeddings`, embedding training as tests/golden/finetune_rotary.py has it (MultipleNegativesRankingLoss on
 mean-pooled, normalised vectors of the final norm's output, scale 20, 4 pairs):
@@ -33,14 +37,22 @@ Gradients of the zero set are those below 1e-10 of the global norm (the padding 
 transformers' `eager_attention_forward` takes its softmax in float32 (`dtype=torch.float32`) whatever the model's
 dtype: in a float64 model the mask's float64 minimum becomes −inf there, and a padded query whose window holds no
 real key gets a row of NaN that reaches every gradient. This golden is float64 throughout: the same function with its
-softmax in the model's dtype (`float64_softmax`), so the fully masked rows stay finite (uniform over their keys, as
-ours), and nothing real reads them.
+softmax in the model's dtype (`float64_softmax`), so the fully masked rows stay finite: every score of such a row is
+`s + finfo.min`, which rounds to `finfo.min`, so its softmax is uniform over all T keys, padding included (as it is in
+float32 with transformers' own float32 softmax), and autograd's gradient of its scores is the softmax's at that
+uniform P. Nothing real reads those rows, but the QA loss reads every position's logit.
 """
 import os
 import sys
 
 import torch
-from transformers import AutoConfig, ModernBertForSequenceClassification, ModernBertForTokenClassification, ModernBertModel
+from transformers import (
+    AutoConfig,
+    ModernBertForQuestionAnswering,
+    ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
+    ModernBertModel,
+)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import finetune_families as F  # noqa: E402
@@ -70,6 +82,15 @@ def windowed(case, c, name):
     assert min(sum(r) for r in c["attention_mask"]) < len(c["attention_mask"][0]), f"{case}: no padding"
 
 
+def windowless(case, c, name):
+    """Some padded query's window holds no real key: its row is all `finfo.min`, uniform over every key, and the QA
+    loss reads its logits."""
+    half = AutoConfig.from_pretrained(os.path.join(F.MODELS, name)).local_attention // 2
+    rows = [r for r in c["attention_mask"] if any(r[i] == 0 and not any(r[max(0, i - half):i + half + 1])
+                                                   for i in range(len(r)))]
+    assert rows, f"{case}: every padded query has a real key in its window"
+
+
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -83,9 +104,11 @@ def main():
         "modern_mean": F.classify_case("modern_mean", ModernBertForSequenceClassification, "tiny-modernbert-mean",
                                        False),
         "modern_ner": F.ner_case("modern_ner", ModernBertForTokenClassification, "tiny-modernbert-ner", False),
+        "modern_qa": F.qa_case("modern_qa", ModernBertForQuestionAnswering, "tiny-modernbert-qa"),
     }
     for name, c in cases.items():
         windowed(name, c, c["model"])
+    windowless("modern_qa", cases["modern_qa"], "tiny-modernbert-qa")
     embeddings = {"modern": R.embed_case(ModernBertModel, "tiny-modernbert-model")}
     F.write(OUT, cases, embeddings)
 

@@ -30,7 +30,7 @@ const QT: usize = 4;
 /// Keys per score tile and output columns per weighted-sum tile: two 4-lane vectors.
 const CT: usize = 8;
 
-/// `qkv (B*T, 3H)`, `mask (B, T)` (non-zero = real token), optionally a relative `bias (heads, 2T − 1)` (added to
+/// `qkv (B*T, 3H)`, `mask (B, T)` (above 0.5 = real token), optionally a relative `bias (heads, 2T − 1)` (added to
 /// the scaled score of query i and key j at column j − i + T − 1 of the head's row) or the disentangled `pos (R, 3H)`
 /// and `rows (1, 2T − 1)` (`Backend::attention_disentangled`) → context `(B*T, H)`.
 pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, score_bias: ScoreBias<'_, CpuTensor>, s: AttentionShape)
@@ -75,7 +75,7 @@ pub fn attention(qkv: &CpuTensor, mask: &CpuTensor, score_bias: ScoreBias<'_, Cp
         let (b, hd) = (task / heads, task % heads);
         let m = &mask[b * seq..(b + 1) * seq]; // (T)
         // Keys past the last real one have probability 0: leave them out. No real key: the rows stay 0.
-        let Some(keys) = m.iter().rposition(|&v| v != 0.0).map(|p| p + 1) else { return };
+        let Some(keys) = m.iter().rposition(|&v| v > 0.5).map(|p| p + 1) else { return };
         // SAFETY: this task's output block, rows b*T..(b+1)*T × columns hd*d..(hd+1)*d of out (B*T, H), is written
         // by this task alone, and lies inside `out`.
         let out = unsafe { std::slice::from_raw_parts_mut(optr.0.add(b * seq * h), seq * h) };
@@ -163,7 +163,7 @@ pub fn attention_dropout(qkv: &CpuTensor, mask: &CpuTensor, bias: Option<&CpuTen
     let optr = SharedOut(out.as_mut_ptr());
     par_for(batch * heads, |task| {
         let (b, hd) = (task / heads, task % heads);
-        let keys: Vec<usize> = (0..seq).filter(|&j| mask[b * seq + j] != 0.0).collect();
+        let keys: Vec<usize> = (0..seq).filter(|&j| mask[b * seq + j] > 0.5).collect();
         let (t, kn, ld, qc) = (seq, keys.len(), 3 * h, hd * d);
         if kn == 0 {
             return;
@@ -223,7 +223,7 @@ pub fn attention_backward(dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, b
         let (optr, pptr) = (optr, pptr);
         let (b, hd) = (task / heads, task % heads);
         let m = &mask[b * seq..(b + 1) * seq];
-        let keys: Vec<usize> = (0..seq).filter(|&j| m[j] != 0.0).collect();
+        let keys: Vec<usize> = (0..seq).filter(|&j| m[j] > 0.5).collect();
         let (t, kn, ld, qc) = (seq, keys.len(), 3 * h, hd * d);
         if kn == 0 {
             return;
@@ -318,7 +318,7 @@ fn head(rows: &[f32], ld: usize, qc: usize, h: usize, d: usize, seq: usize, keys
         }
     }
     for (j, b) in bias.iter_mut().enumerate() {
-        *b = if j < keys && mask[j] != 0.0 { 0.0 } else { f32::NEG_INFINITY };
+        *b = if j < keys && mask[j] > 0.5 { 0.0 } else { f32::NEG_INFINITY };
     }
     let dv = d / CT * CT; // output columns covered by whole tiles
     let scale1 = scale;
@@ -457,7 +457,7 @@ fn max_of(t: [f32; 4]) -> f32 {
     if b > a { b } else { a }
 }
 
-/// `row[j] = exp(row[j] − max)` where `mask[j]` is non-zero, else 0, returning their sum. Written as straight-line
+/// `row[j] = exp(row[j] − max)` where `mask[j]` is above 0.5 (real), else 0, returning their sum. Written as straight-line
 /// lanes so it vectorises (SIMD128 with `fastmath::exp`, the mask a select): 8 partial sums, combined in a fixed
 /// order. `max` is finite (some key is real); padded keys (score −inf) are set to exactly 0.
 fn exp_and_sum(row: &mut [f32], mask: &[f32], max: f32) -> f32 {
@@ -466,7 +466,7 @@ fn exp_and_sum(row: &mut [f32], mask: &[f32], max: f32) -> f32 {
     let mut sums = [0f32; L];
     for (v, &m) in row.iter_mut().zip(mask) {
         let e = super::fastmath::exp(*v - max);
-        *v = if m != 0.0 { e } else { 0.0 };
+        *v = if m > 0.5 { e } else { 0.0 };
     }
     for c in row[..split].chunks_exact(L) {
         for l in 0..L {

@@ -52,7 +52,7 @@ fn task(qkv: &[f32], mask: &[f32], pos: &[f32], index: &[f32], s: AttentionShape
     -> Option<Task> {
     let AttentionShape { seq: t, heads, head_dim: d, .. } = s;
     let (h, ld, qc) = (heads * d, 3 * heads * d, hd * d);
-    let keys: Vec<usize> = (0..t).filter(|&j| mask[b * t + j] != 0.0).collect();
+    let keys: Vec<usize> = (0..t).filter(|&j| mask[b * t + j] > 0.5).collect();
     let kn = keys.len();
     if kn == 0 {
         return None;

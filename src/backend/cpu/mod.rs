@@ -31,6 +31,7 @@ mod simd;
 pub mod threads;
 mod tensor;
 pub mod train;
+mod uniform;
 
 pub use tensor::CpuTensor;
 
@@ -323,7 +324,8 @@ impl Backend for CpuBackend {
         if let Some(b) = bias {
             b.expect_f32("attention bias")?;
         }
-        attention::attention(qkv, mask, bias.map_or(super::ScoreBias::None, super::ScoreBias::Relative), shape)
+        let ctx = attention::attention(qkv, mask, bias.map_or(super::ScoreBias::None, super::ScoreBias::Relative), shape)?;
+        uniform::forward(ctx, qkv, mask, shape, None)
     }
 
     fn attention_disentangled(&self, qkv: &CpuTensor, mask: &CpuTensor, pos: &CpuTensor, rows: &CpuTensor,
@@ -331,7 +333,8 @@ impl Backend for CpuBackend {
         for (t, what) in [(qkv, "attention qkv"), (mask, "attention mask"), (pos, "attention pos"), (rows, "attention rows")] {
             t.expect_f32(what)?;
         }
-        attention::attention(qkv, mask, super::ScoreBias::Disentangled { pos, rows }, shape)
+        let ctx = attention::attention(qkv, mask, super::ScoreBias::Disentangled { pos, rows }, shape)?;
+        uniform::forward(ctx, qkv, mask, shape, None)
     }
 
     fn rotary(&self, qkv: &CpuTensor, rope: &CpuTensor, shape: AttentionShape) -> Result<CpuTensor> {
@@ -459,7 +462,12 @@ impl Backend for CpuBackend {
         if let Some(b) = bias {
             b.expect_f32("attention_backward bias")?;
         }
-        attention::attention_backward(dctx, qkv, mask, bias, shape, dropout, want_dbias)
+        // The marked queries' rows (`uniform`) are left out of the kernel's backward and added after it.
+        let kept = uniform::without(dctx, mask, shape.heads * shape.head_dim)?;
+        let (dqkv, dbias) = attention::attention_backward(kept.as_ref().unwrap_or(dctx), qkv, mask, bias, shape, dropout,
+            want_dbias)?;
+        let scale = 1.0 / (shape.head_dim as f32).sqrt();
+        uniform::backward(dqkv, dbias, dctx, qkv, mask, shape, dropout, scale, false)
     }
 
     fn dropout(&self, x: &CpuTensor, d: Dropout) -> Result<CpuTensor> {
@@ -474,7 +482,7 @@ impl Backend for CpuBackend {
         if let Some(b) = bias {
             b.expect_f32("attention bias")?;
         }
-        attention::attention_dropout(qkv, mask, bias, shape, d)
+        uniform::forward(attention::attention_dropout(qkv, mask, bias, shape, d)?, qkv, mask, shape, Some(d))
     }
 
     fn attention_dropout_disentangled(&self, qkv: &CpuTensor, mask: &CpuTensor, pos: &CpuTensor, rows: &CpuTensor,
@@ -482,7 +490,7 @@ impl Backend for CpuBackend {
         for (t, what) in [(qkv, "attention qkv"), (mask, "attention mask"), (pos, "attention pos"), (rows, "attention rows")] {
             t.expect_f32(what)?;
         }
-        disentangled::attention_dropout(qkv, mask, pos, rows, shape, d)
+        uniform::forward(disentangled::attention_dropout(qkv, mask, pos, rows, shape, d)?, qkv, mask, shape, Some(d))
     }
 
     fn attention_backward_disentangled(&self, dctx: &CpuTensor, qkv: &CpuTensor, mask: &CpuTensor, pos: &CpuTensor,
@@ -491,7 +499,10 @@ impl Backend for CpuBackend {
             (pos, "attention_backward pos"), (rows, "attention_backward rows")] {
             t.expect_f32(what)?;
         }
-        disentangled::attention_backward(dctx, qkv, mask, pos, rows, shape, dropout)
+        let kept = uniform::without(dctx, mask, shape.heads * shape.head_dim)?;
+        let (dqkv, dpos) = disentangled::attention_backward(kept.as_ref().unwrap_or(dctx), qkv, mask, pos, rows, shape,
+            dropout)?;
+        Ok((uniform::backward(dqkv, None, dctx, qkv, mask, shape, dropout, 0.0, true)?.0, dpos))
     }
 
     async fn read(&self, t: &CpuTensor) -> Result<Vec<f32>> {

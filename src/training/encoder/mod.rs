@@ -51,7 +51,7 @@ use std::borrow::Cow;
 use super::lora::Lora;
 use super::params::{put, Param};
 use crate::backend::{Activation, AttentionShape, Backend, Dropout, Dtype, EmbeddingTables};
-use crate::config::BertConfig;
+use crate::config::{BertConfig, Family};
 use crate::tokenizer::Batch;
 use crate::weights::HostTensor;
 use crate::{Error, Result};
@@ -162,6 +162,7 @@ pub fn apply_dropout<B: Backend>(be: &B, x: B::Tensor, d: Option<Dropout>) -> Re
 
 /// What the encoder's forward keeps for its backward.
 pub struct Saved<T> {
+    /// The attention's mask (DeBERTa's with its padded queries marked: [`Encoder::attention_mask`]).
     pub mask: T,
     emb_sum: T,
     /// The projection's input (the embeddings after their LayerNorm and dropout), when there is one.
@@ -383,7 +384,7 @@ impl<T> Encoder<T> {
             ln_beta: self.t(em.ln_b),
             eps,
         };
-        let mask = be.mask(batch)?;
+        let mask = self.attention_mask(be, batch)?;
         let emb_batch = self.embedding_batch(batch)?;
         let emb_sum = match token_positions {
             Some(_) => {
@@ -393,7 +394,7 @@ impl<T> Encoder<T> {
             None => be.embeddings_sum(emb_batch.as_ref(), &tables)?, // (B*T, E)
         };
         let x0 = be.layernorm(&emb_sum, None, self.t(em.ln_g), self.t(em.ln_b), eps)?;
-        let x0 = apply_dropout(be, x0, site(false, 0))?;
+        let x0 = self.zero_padding(be, batch, apply_dropout(be, x0, site(false, 0))?)?;
         let (mut x, projected) = match em.project {
             Some([w, b]) => (be.linear(&x0, self.t(w), Some(self.t(b)), Activation::None)?, Some(x0)), // (B*T, H)
             None => (x0, None),
@@ -443,6 +444,34 @@ impl<T> Encoder<T> {
             x = next;
         }
         Ok((x, Saved { mask, emb_sum, projected, layers, dropout, relative: rel, modern: None, disentangled: dis }))
+    }
+
+    /// The attention's mask `(B, T)`: the batch's ([`Backend::mask`]), and DeBERTa's with every padded query marked
+    /// [`crate::backend::UNIFORM_FILLED`]: transformers' `DisentangledSelfAttention` masks the scores with the outer
+    /// product of the padding mask (`masked_fill` by `finfo.min`), so a padded query's probabilities are 1/T over
+    /// every key and its scores get no gradient. Nothing real reads those rows, but question answering's loss reads
+    /// every position's logit.
+    pub(super) fn attention_mask<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch) -> Result<T> {
+        if self.config.family != Family::DebertaV2 {
+            return be.mask(batch);
+        }
+        let m: Vec<f32> = batch.attention_mask.iter().map(|&m| if m != 0 { 1.0 } else { crate::backend::UNIFORM_FILLED })
+            .collect();
+        be.input(&m, batch.b, batch.t)
+    }
+
+    /// DeBERTa's `embeddings * mask` (`DebertaV2Embeddings`): the padding rows of `x (B*T, E)` zeroed, in the forward
+    /// and (the same product) in the backward; every other family's `x` as it is.
+    fn zero_padding<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch, x: T) -> Result<T> {
+        if self.config.family != Family::DebertaV2 || batch.attention_mask.iter().all(|&m| m != 0) {
+            return Ok(x);
+        }
+        let real: Vec<u32> = (0..batch.attention_mask.len() as u32).filter(|&r| batch.attention_mask[r as usize] != 0).collect();
+        match real.is_empty() {
+            true => be.input(&vec![0.0; batch.b * batch.t * self.params[self.emb.word].cols], batch.b * batch.t,
+                self.params[self.emb.word].cols),
+            false => be.scatter_rows(&be.gather_rows(&x, &real)?, &real, batch.b * batch.t),
+        }
     }
 
     /// `y = x·Wᵀ + b` of an encoder layer, plus its LoRA adapters' updates.
@@ -586,7 +615,7 @@ impl<T> Encoder<T> {
             (Some([w, b]), Some(x0)) => self.linear_backward(be, &dx, x0, w, b, grads)?, // (B*T, E)
             _ => dx,
         };
-        let dx = apply_dropout(be, dx, saved.site(false, 0))?;
+        let dx = apply_dropout(be, self.zero_padding(be, batch, dx)?, saved.site(false, 0))?;
         let (demb, dg0, db0) = be.layernorm_backward(&dx, &saved.emb_sum, self.t(em.ln_g), eps)?;
         put(be, grads, em.ln_g, dg0)?;
         put(be, grads, em.ln_b, db0)?;

@@ -14,7 +14,8 @@
 //! ```
 //! `R_l` turns by the global theta on the global layers (every `global_attn_every_n_layers`-th from layer 0) and by
 //! the local theta on the others, which also add the window's constant score bias (`model::window`: 0 where
-//! |i − j| ≤ half, a large negative beyond; `Backend::attention_biased`, its gradient never asked). `Wi` is
+//! |i − j| ≤ half, a large negative beyond; `Backend::attention_biased`, its gradient never asked) and read their own
+//! mask, where a padded query whose window holds no real key sees every key alike (`Window::training_mask`). `Wi` is
 //! `[input; gate]` with the activation on `input`; `Wi' = swap(Wi)` is its halves swapped (`Backend::gather_rows`,
 //! the swap its own inverse), so that `glu`'s `up ⊙ act(gate)` is ModernBERT's `act(input) ⊙ gate`.
 //!
@@ -83,6 +84,8 @@ pub(super) struct ModernSaved<T> {
     layers: Vec<ModernLayerSaved<T>>,
     /// The last layer's output, the final norm's input.
     last: T,
+    /// The local layers' attention mask (`Window::training_mask`).
+    local_mask: T,
 }
 
 struct ModernLayerSaved<T> {
@@ -229,6 +232,8 @@ impl<T> Encoder<T> {
         let tables = EmbeddingTables { word: self.t(self.emb.word), position: None, token_type: zero_types,
             ln_gamma: self.t(m.emb_norm.g), ln_beta: &m.zero_beta, eps };
         let mask = be.mask(batch)?;
+        // The local layers' own: a padded query with no real key in its window sees every key alike.
+        let local_mask = be.input(&m.window.training_mask(batch), batch.b, batch.t)?;
         let typed = Batch { token_type_ids: vec![0; batch.token_type_ids.len()], ..batch.clone() };
         let emb_sum = be.embeddings_sum(&typed, &tables)?; // (B*T, H)
         let mut x = apply_dropout(be, self.norm(be, &emb_sum, m.emb_norm)?, site(false, 0))?;
@@ -242,9 +247,10 @@ impl<T> Encoder<T> {
             let n1 = ml.attn_norm.map(|n| self.norm(be, &x, n)).transpose()?;
             let qkv = self.linear(be, n1.as_ref().unwrap_or(&x), li.qkv_w, li.qkv_b)?; // (B*T, 3H)
             let qkv = be.rotary(&qkv, if ml.local { &local } else { &global }, shape)?;
+            let lm = if ml.local { &local_mask } else { &mask };
             let ctx = match site(true, s + 1) {
-                Some(d) => be.attention_dropout_biased(&qkv, &mask, ml.local.then_some(&window), shape, d)?,
-                None => be.attention_biased(&qkv, &mask, ml.local.then_some(&window), shape)?, // (B*T, H)
+                Some(d) => be.attention_dropout_biased(&qkv, lm, ml.local.then_some(&window), shape, d)?,
+                None => be.attention_biased(&qkv, lm, ml.local.then_some(&window), shape)?, // (B*T, H)
             };
             let a = apply_dropout(be, self.linear(be, &ctx, li.o_w, li.o_b)?, site(true, s + 2))?; // `out_drop`
             let p1 = be.add(&x, &a)?;
@@ -268,7 +274,7 @@ impl<T> Encoder<T> {
         }
         let out = self.norm(be, &x, m.final_norm)?;
         let saved = Saved { mask, emb_sum, projected: None, layers: Vec::new(), dropout, relative: None,
-            modern: Some(ModernSaved { layers, last: x }), disentangled: None };
+            modern: Some(ModernSaved { layers, last: x, local_mask }), disentangled: None };
         Ok((out, saved))
     }
 
@@ -305,7 +311,8 @@ impl<T> Encoder<T> {
             // p1 = x + a.
             let da = saved.site(true, s + 2).map(|d| be.dropout(&dp1, d)).transpose()?;
             let dctx = self.linear_backward(be, da.as_ref().unwrap_or(&dp1), &ls.ctx, li.o_w, li.o_b, grads)?;
-            let (dqkv, _) = be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, ml.local.then_some(&window), shape,
+            let lm = if ml.local { &ms.local_mask } else { &saved.mask };
+            let (dqkv, _) = be.attention_backward_biased(&dctx, &ls.qkv, lm, ml.local.then_some(&window), shape,
                 saved.site(true, s + 1), false)?;
             let dqkv = be.rotary(&dqkv, if ml.local { &local } else { &global }, shape)?;
             let dn1 = self.linear_backward(be, &dqkv, ls.n1.as_ref().unwrap_or(&ls.x), li.qkv_w, li.qkv_b, grads)?;
