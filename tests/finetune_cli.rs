@@ -154,7 +154,8 @@ fn bad_input_exits_2_with_a_reason() {
 /// What does not train yet is refused before anything is written, with an error naming the checkpoint's model_type:
 /// question answering on DeBERTa (transformers masks its padded queries, whose logits QA's loss reads), with or
 /// without LoRA; so are LoRA on ALBERT's shared layer, GTE's NTK-scaled rotation (transformers' GteModel has none, so
-/// the written folder would be another model) and pre-training an ELECTRA generator (its head is not BERT's).
+/// the written folder would be another model) and pre-training an ELECTRA discriminator (replaced-token detection
+/// needs a generator beside it, not built; a generator pre-trains: tests/pretrain_cli.rs).
 #[test]
 fn untrained_families_are_refused_naming_them() {
     let dir = tmp("families");
@@ -185,12 +186,13 @@ fn untrained_families_are_refused_naming_them() {
         assert!(!out.exists(), "{name} {extra:?}: a refused run wrote {}", out.display());
     }
     let corpus = root().join("tests/data/fortunes-large/train.jsonl");
-    let mlm = root().join("tests/models/tiny-electra-generator");
-    let o = run(&["pretrain", "--model", mlm.to_str().unwrap(), "--data", corpus.to_str().unwrap(), "--out",
+    let disc = root().join("tests/models/tiny-electra-discriminator");
+    let o = run(&["pretrain", "--model", disc.to_str().unwrap(), "--data", corpus.to_str().unwrap(), "--out",
         out.to_str().unwrap(), "--steps", "1", "--device", "cpu"], "");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("this one is `electra`"), "{stderr}");
+    assert!(stderr.contains("ELECTRA discriminator (ElectraForPreTraining) is not supported"), "{stderr}");
+    assert!(stderr.contains("replaced-token detection"), "{stderr}");
     assert!(!out.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
