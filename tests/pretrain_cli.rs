@@ -194,7 +194,8 @@ fn relatives_pretrain_their_own_masked_lm_head() {
     // The first 40 documents: a few passes in 40 steps, so that the held-out loss is measured more than once.
     let data = first_documents(&dir, 40);
     for (name, arch, mask) in [("tiny-roberta-mlm", "RobertaForMaskedLM", "<mask>"),
-        ("tiny-distilbert-mlm", "DistilBertForMaskedLM", "[MASK]"), ("tiny-albert-mlm", "AlbertForMaskedLM", "[MASK]")] {
+        ("tiny-distilbert-mlm", "DistilBertForMaskedLM", "[MASK]"), ("tiny-albert-mlm", "AlbertForMaskedLM", "[MASK]"),
+        ("tiny-electra-generator", "ElectraForMaskedLM", "[MASK]")] {
         let model = root().join("tests/models").join(name);
         let (out, batches) = (dir.join(format!("{name}-out")), dir.join(format!("{name}.jsonl")));
         let args = ["pretrain", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--out",
@@ -220,7 +221,7 @@ fn relatives_pretrain_their_own_masked_lm_head() {
             &format!("the {mask} is here.\n"));
         assert!(o.status.success() && !o.stdout.is_empty(), "{name}: fill-mask: {}", String::from_utf8_lossy(&o.stderr));
         if !name.contains("roberta") {
-            continue; // BERT's and ALBERT's random replacements may draw [PAD], as transformers' collator does
+            continue; // BERT's, ALBERT's and ELECTRA's random replacements may draw [PAD], as transformers' collator does
         }
         let pad = cfg["pad_token_id"].as_i64().unwrap();
         let text = std::fs::read_to_string(&batches).unwrap();

@@ -1,7 +1,8 @@
 //! Continued pre-training (masked LM) of BERT's relatives against PyTorch autograd: for each case of
 //! tests/golden/pretrain_families.json (tests/golden/pretrain_families.py, float64) — RoBERTa, XLM-R, CamemBERT,
-//! DistilBERT and ALBERT, each with its own masked-LM head, and ALBERT's `AlbertForPreTraining` with sentence-order
-//! prediction beside it (`albert_sop`) — the loss, the gradient of every parameter under the
+//! DistilBERT, ALBERT and an ELECTRA generator (`ElectraForMaskedLM`: `generator_predictions` H → E, the tied
+//! `generator_lm_head`, `embeddings_project` E → H before the encoder), each with its own masked-LM head, and ALBERT's
+//! `AlbertForPreTraining` with sentence-order prediction beside it (`albert_sop`) — the loss, the gradient of every parameter under the
 //! family's own names (the word embeddings' holding both their uses, as the tied decoder and as the input table),
 //! and five AdamW steps with weight decay and clipping, on the CPU and the GPU. The tolerances are
 //! tests/finetune_families.rs's (the same tiny sizes; the MLM decoder adds one reduction over ≤ 16 selected rows,
@@ -39,9 +40,9 @@ const PARAM_ATOL: f64 = 2e-4;
 const LOSS_RTOL: f64 = 2e-5;
 const STEP_RTOL: f64 = 2e-4;
 
-const CASES: [(&str, &str); 6] = [("roberta", "RobertaForMaskedLM"), ("xlmr", "XLMRobertaForMaskedLM"),
+const CASES: [(&str, &str); 7] = [("roberta", "RobertaForMaskedLM"), ("xlmr", "XLMRobertaForMaskedLM"),
     ("camembert", "CamembertForMaskedLM"), ("distilbert", "DistilBertForMaskedLM"), ("albert", "AlbertForMaskedLM"),
-    ("albert_sop", "AlbertForPreTraining")];
+    ("albert_sop", "AlbertForPreTraining"), ("electra", "ElectraForMaskedLM")];
 
 /// NomicBERT and GTE (tests/golden/pretrain_rotary.py).
 const ROTARY_CASES: [(&str, &str); 2] = [("gte", "GteForMaskedLM"), ("nomic", "NomicBertForMaskedLM")];

@@ -145,12 +145,12 @@ impl<B: Backend> FineTuner<B> {
         frozen_base: bool) -> Result<Self> {
         if task == FineTuneTask::Pretrain
             && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
-                | Family::DistilBert | Family::Albert | Family::MPNet | Family::NomicBert | Family::Gte
-                | Family::DebertaV2 | Family::ModernBert)
+                | Family::DistilBert | Family::Albert | Family::Electra | Family::MPNet | Family::NomicBert
+                | Family::Gte | Family::DebertaV2 | Family::ModernBert)
         {
             return Err(Error::Config(format!(
-                "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, MPNet, \
-                 NomicBERT, GTE, DeBERTa-v2/v3 and ModernBERT checkpoints; this one is `{}`",
+                "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, ELECTRA \
+                 (generators), MPNet, NomicBERT, GTE, DeBERTa-v2/v3 and ModernBERT checkpoints; this one is `{}`",
                 cfg.family.model_type()
             )));
         }

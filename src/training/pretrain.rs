@@ -19,7 +19,11 @@
 //! [`crate::weights::family_name`], and exported under them): RoBERTa, XLM-R, CamemBERT and MPNet `lm_head.{dense,
 //! layer_norm, bias}` (the exact GELU whatever `hidden_act` says), DistilBERT `vocab_transform`, `vocab_layer_norm`,
 //! `vocab_projector.bias`, ALBERT `predictions.{dense, LayerNorm, bias}` with `dense` mapping H → E, the LayerNorm
-//! over E and the decoder the (V, E) embeddings. They have no next-sentence head (RoBERTa dropped the objective).
+//! over E and the decoder the (V, E) embeddings, and an ELECTRA generator (`ElectraForMaskedLM`)
+//! `generator_predictions.{dense, LayerNorm}` and `generator_lm_head.bias` as ALBERT's (H → E, the exact GELU; its
+//! encoder's input goes through `embeddings_project` E → H when E ≠ H). They have no next-sentence head (RoBERTa
+//! dropped the objective). An ELECTRA discriminator (`ElectraForPreTraining`) is refused: its replaced-token detection
+//! needs a generator trained beside it, which is not built.
 //! Checked by `tests/pretrain_families.rs` (golden: `tests/golden/pretrain_families.py`), MPNet's by the same test
 //! (`tests/golden/pretrain_mpnet.py`).
 //!
@@ -84,6 +88,15 @@ impl PretrainHead {
                 Error::Config(format!("a `{}` checkpoint has no name for BERT's `cls.predictions.{s}`", fam.model_type()))
             })
         };
+        if fam == Family::Electra && !p.contains("transform.dense.weight")
+            && root.names().iter().any(|n| n.starts_with("discriminator_predictions."))
+        {
+            return Err(Error::Config(
+                "pre-training an ELECTRA discriminator (ElectraForPreTraining) is not supported: its objective, \
+                 replaced-token detection against a generator trained beside it, is not built; pre-training continues \
+                 an ELECTRA generator (ElectraForMaskedLM) with its masked LM".into(),
+            ));
+        }
         if !p.contains("transform.dense.weight") {
             return Err(Error::Weights(format!(
                 "this checkpoint has no masked-LM head (`{}`): pre-training continues a {}ForMaskedLM{} checkpoint",
@@ -93,7 +106,8 @@ impl PretrainHead {
             )));
         }
         let t = p.pp("transform");
-        // ALBERT's `predictions.dense` maps H → E, its LayerNorm is over E and the tied decoder is (V, E).
+        // ALBERT's `predictions.dense` and ELECTRA's `generator_predictions.dense` map H → E, their LayerNorm is over E
+        // and the tied decoder is (V, E).
         // ModernBERT's optional biases (`classifier_bias`, `norm_bias`, `decoder_bias`); the others have all three.
         let (dense_bias, norm_bias, decoder_bias) = match &cfg.modernbert {
             Some(m) => (m.classifier_bias, cfg.norm_bias, m.decoder_bias),

@@ -24,6 +24,10 @@ family's own `...ForMaskedLM` class and tokenized by its own tokenizer:
                                     is the sum). The checkpoint is made here: tiny-albert-mlm's config and weights, its
                                     pooler and sop_classifier transformers' initialisation under torch.manual_seed(0),
                                     saved with save_pretrained and the tokenizer files copied.
+  electra     tiny-electra-generator  ElectraForMaskedLM (generator_predictions.dense maps H 32 → E 16, its LayerNorm
+                                    over E, the exact GELU whatever hidden_act says; generator_lm_head tied to the
+                                    (V, E) word embeddings, its bias the MLM bias; the encoder's input goes through
+                                    embeddings_project E → H)
 
 The sentence-order case's batch is three pairs of consecutive sentences of one text, the second and third swapped
 (`sentence_order_label` 1: `[CLS] B [SEP] A [SEP]`, token types 1 on the second segment), masked as below.
@@ -46,6 +50,7 @@ from transformers import (
     AlbertForPreTraining,
     CamembertForMaskedLM,
     DistilBertForMaskedLM,
+    ElectraForMaskedLM,
     RobertaForMaskedLM,
     XLMRobertaForMaskedLM,
 )
@@ -146,6 +151,7 @@ def main():
     }
     make_albert_pretraining()
     cases["albert_sop"] = case("albert_sop", AlbertForPreTraining, "tiny-albert-pretraining", True, pairs=SOP)
+    cases["electra"] = case("electra", ElectraForMaskedLM, "tiny-electra-generator", True)
     ff.write(OUT, cases)
 
 

@@ -9,8 +9,8 @@ Run from the repository root after `cargo build --release` (torch 2.x, transform
 
 (`BERTGPU_CLI=target/debug/bertgpu` runs a debug build's CLI instead.)
 
-For each of tiny-roberta-mlm, tiny-xlmr-mlm, tiny-distilbert-mlm, tiny-albert-mlm, tiny-albert-pretraining, tiny-gte-mlm,
-tiny-nomic-mlm and tiny-modernbert-mlm it
+For each of tiny-roberta-mlm, tiny-xlmr-mlm, tiny-distilbert-mlm, tiny-albert-mlm, tiny-albert-pretraining,
+tiny-electra-generator, tiny-gte-mlm, tiny-nomic-mlm and tiny-modernbert-mlm it
 pre-trains 3 steps on a small corpus with the CLI (so the weights are no longer the checkpoint's), loads the folder
 with `AutoModelForMaskedLM`, and compares the top-5 probabilities at a masked position with `bertgpu fill-mask`'s scores
 on the same folder (both float32; they differ by rounding: |Δ| ≤ ATOL). Exits 1 on any difference.
@@ -32,7 +32,8 @@ CORPUS = ("the cat sat on the mat.\nit was a sunny day.\n\nmy car is red.\nit dr
           "the dog ran home.\nhe was hungry.\n\nshe read a book.\nthe book was long.\n")
 CASES = [("tiny-roberta-mlm", "RobertaForMaskedLM"), ("tiny-xlmr-mlm", "XLMRobertaForMaskedLM"),
          ("tiny-distilbert-mlm", "DistilBertForMaskedLM"), ("tiny-albert-mlm", "AlbertForMaskedLM"),
-         ("tiny-albert-pretraining", "AlbertForPreTraining"), ("tiny-gte-mlm", "GteForMaskedLM"),
+         ("tiny-albert-pretraining", "AlbertForPreTraining"), ("tiny-electra-generator", "ElectraForMaskedLM"),
+         ("tiny-gte-mlm", "GteForMaskedLM"),
          ("tiny-nomic-mlm", "NomicBertForMaskedLM"), ("tiny-modernbert-mlm", "ModernBertForMaskedLM")]
 
 
