@@ -12,7 +12,7 @@
 //! after the block's GEMM, while it is still in cache.
 
 use super::simd as f4;
-use super::{par_chunks_mut, par_column_blocks, threads};
+use super::{par_chunks_mut, par_column_blocks, scratch, threads};
 use crate::backend::Activation;
 use crate::weights::quant::RowView;
 
@@ -73,7 +73,8 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
 /// buffer (exactly the values `HostTensor::to_f32` gives; rows in parallel) and multiplied with all M rows of x by
 /// the f32 GEMM, the M rows split across threads as in [`linear`], each block writing columns n0..n0 + P of its
 /// own rows. Dequantization costs `N·K` per call against the GEMM's `M·N·K`, and the f32 copy of W never exists as
-/// a whole: memory holds the packed weight plus one panel.
+/// a whole: memory holds the packed weight plus one panel. Natively, up to [`SMALL_M`] rows (a sentence) take
+/// [`linear_rows_few`] instead: no panel, W decoded a few rows at a time inside each thread's block of columns.
 #[allow(clippy::too_many_arguments)]
 pub fn linear_packed(x: &[f32], m: usize, k: usize, w: &RowView<'_>, bias: Option<&[f32]>, act: Activation,
     out: &mut [f32]) {
@@ -91,6 +92,9 @@ pub(crate) fn linear_rows(x: &[f32], m: usize, k: usize, n: usize, decode: &(dyn
     }
     if k == 0 {
         return linear(x, m, 0, &[], n, bias, act, out);
+    }
+    if !DOT_KERNEL_ALL_M && m <= SMALL_M {
+        return linear_rows_few(x, m, k, n, decode, bias, act, out);
     }
     let p = ((PANEL_FLOATS / k) / PANEL_ALIGN * PANEL_ALIGN).clamp(PANEL_MIN, PANEL_MAX).min(n);
     let mut panel = vec![0f32; p * k]; // (P, K): W[n0..n0 + P, :] as f32
@@ -110,6 +114,45 @@ pub(crate) fn linear_rows(x: &[f32], m: usize, k: usize, n: usize, decode: &(dyn
         });
     }
     par_chunks_mut(out, rows_per_block * n, |_, c| epilogue(c, n, bias, act));
+}
+
+/// Rows of W that [`linear_rows_few`] decodes at a time: one register tile's width of W in [`gemm_nt_dot`] (4 rows,
+/// 24 KiB at K = 1536), multiplied while it is in L1.
+const STRIP: usize = 4;
+
+/// [`linear_rows`] for a few rows natively (up to [`SMALL_M`], where every product takes [`gemm_nt_dot`]): W's rows
+/// (the output's columns) are split across threads in blocks as in [`linear`], and each block decodes [`STRIP`]
+/// rows of W at a time into its thread's scratch and multiplies them at once. One parallel loop a product, where the
+/// panels took two a panel (the decode, then the GEMM with the rows split, in which each thread read the whole panel
+/// and the caller waited for the late one: MiniLM on one sentence ran no faster on 2 threads than on 1), and no
+/// panel's round trip through L2. Each output is the same dot product of the same decoded values as through a panel
+/// (blocks and strips start at multiples of 4, so the N mod 4 columns that the kernel takes one at a time are the
+/// same), so the result is bit for bit the same.
+#[allow(clippy::too_many_arguments)]
+fn linear_rows_few(x: &[f32], m: usize, k: usize, n: usize, decode: &(dyn Fn(usize, &mut [f32]) + Sync),
+    bias: Option<&[f32]>, act: Activation, out: &mut [f32]) {
+    let threads = if m * n * k >= PARALLEL_MIN_MACS { threads() } else { 1 };
+    let step = if threads > 1 { n.div_ceil(CHUNKS_PER_THREAD * threads).next_multiple_of(STRIP) } else { n };
+    par_column_blocks(out, n, step, |mut c| {
+        let (c0, c1) = c.range();
+        let base = c.ptr();
+        scratch::with(|w| {
+            if w.len() < STRIP * k {
+                w.resize(STRIP * k, 0.0);
+            }
+            for j in (c0..c1).step_by(STRIP) {
+                let rows = STRIP.min(c1 - j);
+                let w = &mut w[..rows * k];
+                decode(j, w);
+                // SAFETY: x holds m·k floats and w rows·k (asserted by the caller, sliced here); `c` owns columns
+                // c0..c1 of all m rows (row stride n), of which this writes j..j + rows.
+                unsafe { gemm_nt_raw(x, m, k, w, rows, base.add(j - c0), n) };
+            }
+        });
+        for i in 0..m {
+            epilogue(c.row(i), c1 - c0, bias.map(|b| &b[c0..c1]), act);
+        }
+    });
 }
 
 /// `c (M, N) = a (M, K) · b (N, K)ᵀ`, all row-major and contiguous.
@@ -424,6 +467,37 @@ mod tests {
             assert_close(&three, &want, atol, GEMM_RTOL, &format!("linear {m}x{k}x{n} on 3 threads"));
             if m <= SMALL_M {
                 assert!(one.iter().zip(&three).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}x{k}x{n}: 3 threads ≠ 1");
+            }
+        }
+    }
+
+    /// A few rows through `linear_packed` (natively W decoded 4 rows at a time and the output's columns split between
+    /// the threads, `linear_rows_few`) give bit for bit what `linear` gives on the dequantized W, on 1 and 3 threads:
+    /// each output is the same dot product of the same values, as it was through the panels. N off a multiple of 4,
+    /// below one strip, and across blocks of columns; M odd, even, 1 and `SMALL_M`.
+    #[test]
+    fn few_rows_packed_equal_f32_on_the_decoded_weights() {
+        use crate::dtype::Dtype;
+        use crate::weights::quant::{quantize, to_f16};
+        use crate::weights::HostTensor;
+        for &(m, k, n) in &[(1, 384, 1536), (15, 384, 387), (SMALL_M, 1536, 384), (3, 32, 2), (7, 64, 130)] {
+            let wt = HostTensor::f32(vec![n, k], rand_vec(n * k, 31)).unwrap();
+            let (x, b) = (rand_vec(m * k, 32), rand_vec(n, 33));
+            for packed in [quantize(&wt, Dtype::Q8_0).unwrap(), quantize(&wt, Dtype::Q4_0).unwrap(), to_f16(&wt).unwrap()] {
+                let (deq, view) = (packed.to_f32().unwrap(), RowView::new(&packed).unwrap());
+                for threads in [1, 3] {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                    let (got, want) = pool.install(|| {
+                        let (mut got, mut want) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                        linear_packed(&x, m, k, &view, Some(&b), Activation::Gelu, &mut got);
+                        linear(&x, m, k, &deq, n, Some(&b), Activation::Gelu, &mut want);
+                        (got, want)
+                    });
+                    let what = format!("{} {m}x{k}x{n} on {threads} threads", packed.data.dtype());
+                    assert_eq!(got.len(), m * n, "{what}");
+                    assert!(want.iter().all(|v| v.is_finite()), "{what}: every output written");
+                    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: packed ≠ f32");
+                }
             }
         }
     }
