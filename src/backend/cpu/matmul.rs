@@ -5,12 +5,15 @@
 //! stride K) without a transposed copy. In wasm32, and natively for a few rows, [`gemm_nt_dot`] takes its place:
 //! dot products along K of x's and W's rows as stored, in SIMD128 register tiles (matrixmultiply's SIMD128 kernel
 //! keeps more accumulators than V8 has registers); in the relaxed-SIMD build its multiply-adds are fused
-//! (`f32x4.relaxed_madd`: 1.25× the SIMD128 build's GMAC/s on MiniLM's shapes in Chromium, `bench/kernel.mjs`).
+//! (`f32x4.relaxed_madd`: 1.25× the SIMD128 build's GMAC/s on MiniLM's shapes in Chromium, `bench/kernel.mjs`);
+//! natively on a CPU with AVX its tiles hold two rows of x a register ([`dot_avx`], bit for bit the same sums).
 //! On several threads (natively, and the threaded wasm build) the M rows are split into one block per thread; each
 //! block is an independent GEMM writing its own rows of the output. A few rows (up to [`XB`]: a sentence) are split
 //! by columns instead, so that each thread reads only its share of W. Bias and activation are applied per row right
 //! after the block's GEMM, while it is still in cache.
 
+#[cfg(target_arch = "x86_64")]
+use super::dot_avx;
 use super::simd as f4;
 use super::{par_chunks_mut, par_column_blocks, scratch, threads};
 use crate::backend::Activation;
@@ -42,15 +45,17 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
         return;
     }
     let threads = if m * n * k >= PARALLEL_MIN_MACS { threads() } else { 1 };
-    if threads > 1 && m <= XB && n >= 4 * CHUNKS_PER_THREAD * threads {
+    let split = threads > 1 && m <= XB && n >= 4 * CHUNKS_PER_THREAD * threads;
+    if split || (!DOT_KERNEL_ALL_M && m <= SMALL_M) {
         // Few rows (a sentence): the threads split W's rows (the output's columns), so each reads only its share
-        // of W, in whole tiles of 4.
-        let step = n.div_ceil(CHUNKS_PER_THREAD * threads).next_multiple_of(4);
+        // of W, in whole tiles of 4. (Natively up to `SMALL_M` rows on one thread too: one block, through `DotX`.)
+        let step = if split { n.div_ceil(CHUNKS_PER_THREAD * threads).next_multiple_of(4) } else { n };
+        let xd = DotX::new(x, m, k);
         return par_column_blocks(out, n, step, |mut c| {
             let (c0, c1) = c.range();
             // SAFETY: W's rows c0..c1 and x are in bounds (asserted above); `c` owns columns c0..c1 of all m rows
             // (row stride n).
-            unsafe { gemm_nt_raw(x, m, k, &w[c0 * k..c1 * k], c1 - c0, c.ptr(), n) };
+            unsafe { xd.gemm(&w[c0 * k..c1 * k], c1 - c0, c.ptr(), n) };
             for i in 0..m {
                 epilogue(c.row(i), c1 - c0, bias.map(|b| &b[c0..c1]), act);
             }
@@ -133,6 +138,7 @@ fn linear_rows_few(x: &[f32], m: usize, k: usize, n: usize, decode: &(dyn Fn(usi
     bias: Option<&[f32]>, act: Activation, out: &mut [f32]) {
     let threads = if m * n * k >= PARALLEL_MIN_MACS { threads() } else { 1 };
     let step = if threads > 1 { n.div_ceil(CHUNKS_PER_THREAD * threads).next_multiple_of(STRIP) } else { n };
+    let xd = DotX::new(x, m, k);
     par_column_blocks(out, n, step, |mut c| {
         let (c0, c1) = c.range();
         let base = c.ptr();
@@ -146,7 +152,7 @@ fn linear_rows_few(x: &[f32], m: usize, k: usize, n: usize, decode: &(dyn Fn(usi
                 decode(j, w);
                 // SAFETY: x holds m·k floats and w rows·k (asserted by the caller, sliced here); `c` owns columns
                 // c0..c1 of all m rows (row stride n), of which this writes j..j + rows.
-                unsafe { gemm_nt_raw(x, m, k, w, rows, base.add(j - c0), n) };
+                unsafe { xd.gemm(w, rows, base.add(j - c0), n) };
             }
         });
         for i in 0..m {
@@ -208,6 +214,55 @@ unsafe fn gemm_nt_raw(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: *mu
             0.0,
             c, ldc as isize, 1,
         );
+    }
+}
+
+/// x of a product with few rows, prepared once for the [`gemm_nt_dot`] products of its blocks of W (the few-row
+/// paths of [`linear`] and [`linear_rows`]): natively on a CPU with AVX, x's rows interleaved in pairs for
+/// [`dot_avx`]'s tiles (twice the SSE kernel's lanes a multiply and an add, bit for bit its results).
+struct DotX<'a> {
+    x: &'a [f32],
+    m: usize,
+    k: usize,
+    #[cfg(target_arch = "x86_64")]
+    pairs: Option<Vec<f32>>,
+}
+
+impl<'a> DotX<'a> {
+    fn new(x: &'a [f32], m: usize, k: usize) -> DotX<'a> {
+        assert!(x.len() >= m * k);
+        #[cfg(target_arch = "x86_64")]
+        let pairs = (m <= SMALL_M && k > 0 && dot_avx::available()).then(|| dot_avx::interleave(x, m, k));
+        DotX {
+            x,
+            m,
+            k,
+            #[cfg(target_arch = "x86_64")]
+            pairs,
+        }
+    }
+
+    /// [`gemm_nt_raw`] of x and `b (n, K)`: the AVX tiles where x was interleaved (the N mod 4 last columns, which
+    /// the SSE kernel too takes one at a time, through it).
+    ///
+    /// SAFETY: as [`gemm_nt_raw`]'s.
+    unsafe fn gemm(&self, b: &[f32], n: usize, c: *mut f32, ldc: usize) {
+        let (x, m, k) = (self.x, self.m, self.k);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(xi) = &self.pairs {
+            assert!(b.len() >= n * k && ldc >= n);
+            let n4 = n / 4 * 4;
+            // SAFETY: `pairs` exists only where the CPU has AVX; the caller's guarantee covers columns 0..n.
+            unsafe {
+                dot_avx::gemm_nt(x, xi, m, k, b, n4, c, ldc);
+                if n4 < n {
+                    gemm_nt_dot(x, m, k, &b[n4 * k..], n - n4, c.add(n4), ldc);
+                }
+            }
+            return;
+        }
+        // SAFETY: the caller's guarantee.
+        unsafe { gemm_nt_raw(x, m, k, b, n, c, ldc) }
     }
 }
 
@@ -499,6 +554,32 @@ mod tests {
                     assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: packed ≠ f32");
                 }
             }
+        }
+    }
+
+    /// The AVX tiles (`DotX` natively, where x is interleaved in pairs) against the SSE kernel bit for bit: M odd and
+    /// even (an odd M's last pair is padding), K below, at and off a multiple of 4, N off a multiple of 4 (the last
+    /// columns through the SSE kernel), a strided output; and nothing outside the N columns written.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx_tiles_equal_the_sse_kernel() {
+        if !dot_avx::available() {
+            eprintln!("no AVX on this CPU: the SSE kernel runs alone");
+            return;
+        }
+        for &(m, k, n) in &[(1, 384, 8), (2, 3, 4), (3, 7, 5), (15, 384, 1155), (SMALL_M, 1537, 9), (5, 36, 3)] {
+            let (x, w) = (rand_vec(m * k, 41), rand_vec(n * k, 42));
+            let ldc = n + 3;
+            let (mut got, mut want) = (vec![f32::NAN; m * ldc], vec![f32::NAN; m * ldc]);
+            let xd = DotX::new(&x, m, k);
+            assert!(xd.pairs.is_some(), "{m}x{k}x{n}: AVX takes a few rows");
+            // SAFETY: x, w hold m·k, n·k floats and each output m rows of ldc ≥ n.
+            unsafe {
+                xd.gemm(&w, n, got.as_mut_ptr(), ldc);
+                gemm_nt_dot(&x, m, k, &w, n, want.as_mut_ptr(), ldc);
+            }
+            assert!(want.chunks(ldc).all(|r| r[..n].iter().all(|v| v.is_finite())), "{m}x{k}x{n}: every output");
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}x{k}x{n}: AVX ≠ SSE");
         }
     }
 

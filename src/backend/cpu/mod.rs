@@ -11,13 +11,16 @@
 //! per (sequence, head)) run on rayon's thread pool; in wasm32 on the calling thread, or, in the threaded build
 //! (`threads` feature), on [`threads`]' pool of Web Workers.
 //!
-//! One file per op family: [`matmul`] (linear + activation epilogue), [`norm`] (embeddings, LayerNorm),
+//! One file per op family: [`matmul`] (linear + activation epilogue; natively on x86-64 `dot_avx.rs` holds its
+//! few-row tiles on AVX registers), [`norm`] (embeddings, LayerNorm),
 //! [`attention`], [`pool`] (mask, mean pooling, row gather), [`train`] (the head-training ops).
 //! Below them, shared by the kernels and importing none: `simd.rs` (the four-lane vector type), `scratch.rs`
 //! (per-thread scratch that a kernel borrows and the pool frees), and [`fastmath`].
 
 pub mod attention;
 mod disentangled;
+#[cfg(target_arch = "x86_64")]
+mod dot_avx;
 pub mod fastmath;
 pub mod matmul;
 pub mod norm;
