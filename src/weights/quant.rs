@@ -144,13 +144,47 @@ fn scale(block: &[u8]) -> f32 {
 /// Decodes Q8_0 bytes into `out` (`out.len()` values), as `dequantize_row_q8_0` does.
 pub fn dequantize_q8_0(bytes: &[u8], out: &mut [f32]) -> Result<()> {
     check_len(Dtype::Q8_0, bytes.len(), out.len())?;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        unsafe { dequantize_q8_0_avx2(bytes, out) };
+        return Ok(());
+    }
+    dequantize_q8_0_scalar(bytes, out);
+    Ok(())
+}
+
+/// [`dequantize_q8_0`] one value at a time (lengths checked by the caller).
+fn dequantize_q8_0_scalar(bytes: &[u8], out: &mut [f32]) {
     for (block, y) in bytes.chunks_exact(Q8_0_BLOCK_BYTES).zip(out.chunks_exact_mut(QK)) {
         let d = scale(block);
         for (yj, &q) in y.iter_mut().zip(&block[2..]) {
             *yj = (q as i8) as f32 * d;
         }
     }
-    Ok(())
+}
+
+/// [`dequantize_q8_0`] 8 values an instruction: the CPU backend decodes every Q8_0 weight on every product (4 rows
+/// at a time for a sentence), where the scalar loop took a quarter of the product's time (MiniLM's QKV on 15 rows,
+/// one thread: 55 of 244 µs; 36 µs with this, `examples/linear_bench`). The same values: a byte widens to f32
+/// exactly, and each is one product with the block's scale.
+///
+/// SAFETY: the CPU has AVX2; `bytes` holds whole blocks for `out` (checked by the caller).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dequantize_q8_0_avx2(bytes: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    for (block, y) in bytes.chunks_exact(Q8_0_BLOCK_BYTES).zip(out.chunks_exact_mut(QK)) {
+        let d = _mm256_set1_ps(scale(block));
+        for h in 0..QK / 8 {
+            // SAFETY: bytes 2 + 8h..2 + 8h + 8 of the block (34 bytes) and floats 8h..8h + 8 of y (32).
+            unsafe {
+                let q = _mm_loadl_epi64(block.as_ptr().add(2 + 8 * h) as *const __m128i);
+                let v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+                _mm256_storeu_ps(y.as_mut_ptr().add(8 * h), v);
+            }
+        }
+    }
 }
 
 /// Decodes Q4_0 bytes into `out` (`out.len()` values), as `dequantize_row_q4_0` does.
@@ -492,6 +526,30 @@ mod tests {
     }
 
     /// Decoding any run of rows gives exactly the values of dequantizing the whole matrix.
+    /// The AVX2 decode against the scalar one bit for bit, on blocks holding every byte value and scales from
+    /// subnormal to the largest f16 (and ∞: its products are ±∞ or NaN, both paths alike).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn q8_0_avx2_decode_equals_scalar() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            eprintln!("no AVX2 on this CPU: the scalar decode runs alone");
+            return;
+        }
+        let scales = [0x0001u16, 0x03ff, 0x0400, 0x2e66, 0x3c00, 0xbc00, 0x7bff, 0x7c00];
+        let mut bytes = Vec::new();
+        for (b, &d) in scales.iter().enumerate() {
+            bytes.extend_from_slice(&d.to_le_bytes());
+            bytes.extend((0..QK).map(|j| ((b * QK + j) * 37 % 256) as u8));
+        }
+        let n = scales.len() * QK;
+        let (mut fast, mut slow) = (vec![f32::NAN; n], vec![0f32; n]);
+        // SAFETY: AVX2 checked above; whole blocks for n values.
+        unsafe { dequantize_q8_0_avx2(&bytes, &mut fast) };
+        dequantize_q8_0_scalar(&bytes, &mut slow);
+        assert!(slow.iter().any(|v| *v != 0.0), "the blocks decode to something");
+        assert!(fast.iter().zip(&slow).all(|(a, b)| a.to_bits() == b.to_bits()), "AVX2 ≠ scalar");
+    }
+
     #[test]
     fn rows_into_matches_dequantized() {
         let (rows, cols) = (7, 96);
