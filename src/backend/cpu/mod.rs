@@ -26,7 +26,6 @@ pub mod matmul;
 pub mod norm;
 pub mod pool;
 pub mod q8;
-mod q8_form;
 pub mod rotary;
 mod scratch;
 mod simd;

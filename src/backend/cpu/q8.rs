@@ -40,7 +40,6 @@
 
 use super::matmul::epilogue;
 use super::par_chunks_mut;
-pub use super::q8_form::{force_fused_dot, fused_dot};
 use crate::backend::Activation;
 use crate::weights::quant::{Q8_0_BLOCK_BYTES, QK};
 use crate::{Error, Result};
@@ -88,27 +87,15 @@ pub struct Q8Matrix {
     n: usize,
     k: usize,
     /// `(groups, K / 32, 128)`: for group g, block b, the 4 columns' 32 values at [`lane_byte`]; columns past N are
-    /// zeros. In cache lines: the allocator (dlmalloc in wasm) aligns a `Vec<i8>` to 8 bytes only, and where the
-    /// values started 8 bytes past a 16-byte boundary, every fourth 16-byte load of the kernel crossed two lines.
-    qs: Vec<Line>,
+    /// zeros.
+    qs: Vec<i8>,
     /// `(groups, K / 32, 4)`: the block scales of the 4 columns (0 past N).
     scales: Vec<f32>,
     /// `(groups, K / 32, 4)`: `−64 · Σ q_w` of each column and block (relaxed SIMD only; empty otherwise).
     offsets: Vec<i32>,
 }
 
-/// 64 bytes aligned to 64: a cache line.
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[repr(C, align(64))]
-struct Line([i8; 64]);
-
 impl Q8Matrix {
-    /// The repacked values as bytes.
-    fn qs(&self) -> &[i8] {
-        // SAFETY: `Line` is 64 `i8`s without padding (`repr(C)`, size 64), so the lines are `64 · len` bytes.
-        unsafe { std::slice::from_raw_parts(self.qs.as_ptr().cast::<i8>(), self.qs.len() * 64) }
-    }
-
     /// Repacks `n` rows of `k` values stored as Q8_0 blocks (`bytes`: `n · k / 32` blocks of 34 bytes, row-major).
     pub fn from_q8_0(bytes: &[u8], n: usize, k: usize) -> Result<Q8Matrix> {
         if k % QK != 0 || bytes.len() != n * (k / QK) * Q8_0_BLOCK_BYTES {
@@ -143,7 +130,6 @@ impl Q8Matrix {
             .collect();
         #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
         let offsets = Vec::new();
-        let qs = qs.chunks_exact(64).map(|c| Line(c.try_into().expect("64 bytes"))).collect(); // GROUP_BLOCK: 2 lines
         Ok(Q8Matrix { n, k, qs, scales, offsets })
     }
 
@@ -157,7 +143,7 @@ impl Q8Matrix {
             let (g, c) = (row / NR, row % NR);
             for (b, y) in y.chunks_exact_mut(QK).enumerate() {
                 let d = self.scales[(g * blocks + b) * NR + c];
-                let block = &self.qs()[(g * blocks + b) * GROUP_BLOCK..][..GROUP_BLOCK];
+                let block = &self.qs[(g * blocks + b) * GROUP_BLOCK..][..GROUP_BLOCK];
                 for (j, yj) in y.iter_mut().enumerate() {
                     *yj = block[lane_byte(j, c)] as f32 * d;
                 }
@@ -167,7 +153,7 @@ impl Q8Matrix {
 
     /// Bytes it holds: 32 + 4 (scale) + 4 (offset, relaxed SIMD only) per 32 values (a Q8_0 block: 34).
     pub fn bytes(&self) -> usize {
-        self.qs().len() + 4 * (self.scales.len() + self.offsets.len())
+        self.qs.len() + 4 * (self.scales.len() + self.offsets.len())
     }
 }
 
@@ -592,7 +578,7 @@ unsafe fn pass_form<const FUSED: bool>(xq: &[Xq], xd: &[f32], rows: usize, k: us
     let (n, blocks) = (w.n, k / QK);
     let groups = n.div_ceil(NR);
     let group = |g: usize| {
-        let wq = w.qs()[g * blocks * GROUP_BLOCK..][..blocks * GROUP_BLOCK].as_ptr();
+        let wq = w.qs[g * blocks * GROUP_BLOCK..][..blocks * GROUP_BLOCK].as_ptr();
         let ws = w.scales[g * blocks * NR..][..blocks * NR].as_ptr();
         // Empty unless relaxed SIMD, and then never read.
         let wo = if w.offsets.is_empty() { std::ptr::null() } else { w.offsets[g * blocks * NR..][..blocks * NR].as_ptr() };
@@ -641,5 +627,70 @@ unsafe fn pass_form<const FUSED: bool>(xq: &[Xq], xd: &[f32], rows: usize, k: us
             }
             g += if pair { 2 } else { 1 };
         }
+    }
+}
+
+/// Whether the relaxed-SIMD kernel runs the fused dot product (see the module docs): forced by
+/// [`force_fused_dot`], else true unless the engine has no byte dot product (`form::saturating_lowering`).
+/// `false` in the other builds, which have one form.
+pub fn fused_dot() -> bool {
+    #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        // 1 split, 2 fused: forced, else the engine's, probed by every thread that finds it unprobed (the same
+        // answer; see `CHOSEN`).
+        let mut f = form::FORCED.load(Relaxed);
+        if f == 0 {
+            f = form::CHOSEN.load(Relaxed);
+        }
+        if f == 0 {
+            f = 1 + !form::saturating_lowering() as u8;
+            form::CHOSEN.store(f, Relaxed);
+        }
+        f == 2
+    }
+    #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
+    false
+}
+
+/// Fixes the form [`fused_dot`] returns (`None`: back to the engine's); for tests, which check both forms.
+pub fn force_fused_dot(fused: Option<bool>) {
+    #[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
+    form::FORCED.store(fused.map_or(0, |f| 1 + f as u8), std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(all(target_arch = "wasm32", feature = "relaxed-simd")))]
+    let _ = fused;
+}
+
+#[cfg(all(target_arch = "wasm32", feature = "relaxed-simd"))]
+mod form {
+    use core::arch::wasm32::*;
+    use std::sync::atomic::AtomicU8;
+
+    /// 0: the engine's choice, 1: split, 2: fused.
+    pub(super) static FORCED: AtomicU8 = AtomicU8::new(0);
+    /// The engine's choice once probed: 0 not yet, 1 split, 2 fused. An atomic, not a `OnceLock`: the first Q8_0
+    /// product of a threaded page asks from every thread at once (inside the parallel items), and a `OnceLock`'s
+    /// loser waits with `memory.atomic.wait32`, which traps on a browser's main thread. That trap left the call's
+    /// promise unsettled for good: a page hung on its first sentence (2 of 16 fresh 2-thread pages of
+    /// `bench/latency.mjs --alone 2`). See threads.rs, "Nothing an item runs may wait".
+    pub(super) static CHOSEN: AtomicU8 = AtomicU8::new(0);
+
+    /// Whether the engine runs `i32x4.relaxed_dot_i8x16_i7x16_add_s` as x86 without AVX-VNNI: `pmaddubsw` (its i16
+    /// pair sums saturate) + `pmaddwd` + `paddd`, five instructions with V8's constant, where the split form is
+    /// faster. Told apart by the one input where the relaxed semantics allow different results, the 7-bit operand
+    /// with its top bit set: `Σ_4 127 · b` with b's bytes all 0xFF is 2 · 32767 per lane through `pmaddubsw` (b read
+    /// as unsigned, each pair saturated); AVX-VNNI's unsigned bytes give 4 · 127 · 255, signed ones (ARM's `sdot`)
+    /// 4 · 127 · −1, and those take the fused form, as does any engine not seen here.
+    pub fn saturating_lowering() -> bool {
+        // Volatile reads: the compiler (and wasm-opt) must not evaluate the relaxed instruction themselves.
+        // SAFETY: reads of two constants through valid references.
+        let (a, b) = unsafe { (std::ptr::read_volatile(&127i8), std::ptr::read_volatile(&-1i8)) };
+        probe(i8x16_splat(a), i8x16_splat(b)) == [2 * 32767; 4]
+    }
+
+    #[target_feature(enable = "relaxed-simd")]
+    fn probe(a: v128, b: v128) -> [i32; 4] {
+        let r = i32x4_relaxed_dot_i8x16_i7x16_add(a, b, i32x4_splat(0));
+        [i32x4_extract_lane::<0>(r), i32x4_extract_lane::<1>(r), i32x4_extract_lane::<2>(r), i32x4_extract_lane::<3>(r)]
     }
 }
