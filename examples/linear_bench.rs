@@ -12,19 +12,13 @@ use std::time::Instant;
 use bertgpu::backend::cpu::matmul::{linear, linear_packed};
 use bertgpu::backend::Activation;
 use bertgpu::dtype::Dtype;
+use bertgpu::testutil::rand_vec;
 use bertgpu::weights::quant::{quantize, RowView};
 use bertgpu::weights::HostTensor;
 
+/// Values in [-0.1, 0.1): the op tests' reproducible data, scaled.
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 0.2 - 0.1
-        })
-        .collect()
+    rand_vec(n, seed).into_iter().map(|v| v * 0.1).collect()
 }
 
 fn median_us(iters: usize, mut f: impl FnMut()) -> f64 {

@@ -30,7 +30,7 @@ use bertgpu::training::lora_peft;
 use bertgpu::training::rows::export_folder;
 use bertgpu::weights::peft::apply_lora;
 use bertgpu::weights::Weights;
-use common::golden_grads::{floats, gradients_match};
+use common::golden_grads::{floats, gradients_match, ints};
 use serde_json::Value;
 
 mod common;
@@ -83,13 +83,6 @@ fn golden() -> &'static Value {
     })
 }
 
-fn ints(v: &Value) -> Vec<i64> {
-    let a = v.as_array().unwrap();
-    match a.first() {
-        Some(r) if r.is_array() => a.iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_i64().unwrap())).collect(),
-        _ => a.iter().map(|x| x.as_i64().unwrap()).collect(),
-    }
-}
 
 
 /// A case of the golden: its checkpoint and its batch with the targets.

@@ -33,7 +33,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::golden_grads::{floats, norm};
+use common::golden_grads::{floats, ints, norm};
 
 /// Gradient error per tensor, `‖ours − golden‖ / ‖golden‖`: tests/lora_golden.rs's `CPU_GRAD_RTOL` (f32 against
 /// float64 through 2–4 layers or passes). Measured worst on the CPU: 3.4e-6 (albert_qv); 2e-5 is 5.9× that, and a
@@ -67,13 +67,6 @@ fn root() -> &'static Path {
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     G.get_or_init(|| common::family::golden("lora_modernbert_albert.json"))
-}
-
-fn ints(v: &Value) -> Vec<i64> {
-    v.as_array().unwrap().iter().flat_map(|r| match r.as_array() {
-        Some(row) => row.iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(),
-        None => vec![r.as_i64().unwrap()],
-    }).collect()
 }
 
 struct Case {

@@ -22,7 +22,7 @@ use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
 use bertgpu::weights::Weights;
-use common::golden_grads::{floats, gradients_match};
+use common::golden_grads::{floats, gradients_match, ints};
 use serde_json::Value;
 
 mod common;
@@ -85,9 +85,6 @@ fn golden() -> &'static Value {
     })
 }
 
-fn ints(v: &Value) -> Vec<i64> {
-    v.as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_i64().unwrap())).collect()
-}
 
 
 /// Runs case `name` on `be`; returns the worst gradient relative error and the worst parameter error after the steps.

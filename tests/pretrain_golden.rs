@@ -17,7 +17,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::golden_grads::{floats, norm};
+use common::golden_grads::{floats, ints, norm};
 
 /// The kinds of bound of tests/finetune_golden.rs, for the same reasons (f32 against a float64 reference through two
 /// layers; the GPU's reductions sum in other orders; the MLM decoder adds one more reduction, over the 21 selected
@@ -35,13 +35,6 @@ const GPU_LOSS_RTOL: f64 = 5e-6;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn ints(v: &Value) -> Vec<i64> {
-    v.as_array().unwrap().iter().flat_map(|r| match r.as_array() {
-        Some(row) => row.iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(),
-        None => vec![r.as_i64().unwrap()],
-    }).collect()
 }
 
 /// The golden, the tiny checkpoint, and the golden's batch with its masked-LM and NSP labels.

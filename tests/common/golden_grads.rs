@@ -13,6 +13,14 @@ pub fn floats(v: &Value) -> Vec<f64> {
     v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
 }
 
+/// A golden's integers (token ids, labels, masks), flattened: a `(b, t)` table row by row, or a list as it is.
+pub fn ints(v: &Value) -> Vec<i64> {
+    v.as_array().unwrap().iter().flat_map(|r| match r.as_array() {
+        Some(row) => row.iter().map(|x| x.as_i64().unwrap()).collect::<Vec<_>>(),
+        None => vec![r.as_i64().unwrap()],
+    }).collect()
+}
+
 pub fn norm(v: impl Iterator<Item = f64>) -> f64 {
     v.map(|x| x * x).sum::<f64>().sqrt()
 }
