@@ -6,7 +6,12 @@ shape (6 layers, hidden 384, 12 heads, feed-forward 1536, its vocabulary and tok
 128 and its one shared layer, ELECTRA's embeddings 128 wide through its projection as the small models have them),
 written to OUT/<family> (default /tmp/familybench).
 
-    /path/to/venv/bin/python bench/family_shapes.py [OUT]
+A gated feed-forward (`[up | gate]`, ModernBERT, NomicBERT, GTE) of the same `intermediate_size` does 1.5× the
+feed-forward's multiply-adds (3·I·H against BERT's 2·I·H). `--equal-work` gives those three families
+`intermediate_size` 1024 instead, so each layer does exactly BERT's multiply-adds (the form real gated checkpoints
+take: ModernBERT-base's 1152 at hidden 768).
+
+    /path/to/venv/bin/python bench/family_shapes.py [OUT] [--equal-work]
 """
 import os
 import shutil
@@ -20,9 +25,11 @@ from transformers import (AlbertConfig, AlbertModel, BertConfig, BertModel, Debe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINILM = os.path.join(ROOT, "models", "all-MiniLM-L6-v2")
-OUT = sys.argv[1] if len(sys.argv) > 1 else "/tmp/familybench"
+ARGS = [a for a in sys.argv[1:] if a != "--equal-work"]
+OUT = ARGS[0] if ARGS else "/tmp/familybench"
 SHAPE = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
              max_position_embeddings=514, type_vocab_size=2, pad_token_id=0)
+GATED = {**SHAPE, "intermediate_size": 1024} if "--equal-work" in sys.argv else SHAPE
 
 
 def arch(cls, **kw):
@@ -43,10 +50,10 @@ FAMILIES = [
         **{**SHAPE, "type_vocab_size": 0}, relative_attention=True, position_buckets=256, max_relative_positions=512,
         norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
         layer_norm_eps=1e-7, **arch(DebertaV2Model))),
-    ("modernbert", ModernBertModel, ModernBertConfig(**SHAPE, local_attention=128, global_attn_every_n_layers=3,
+    ("modernbert", ModernBertModel, ModernBertConfig(**GATED, local_attention=128, global_attn_every_n_layers=3,
                                                      **arch(ModernBertModel))),
-    ("nomic", NomicBertModel, NomicBertConfig(**SHAPE, **arch(NomicBertModel))),
-    ("gte", GteModel, GteConfig(**SHAPE, **arch(GteModel))),
+    ("nomic", NomicBertModel, NomicBertConfig(**GATED, **arch(NomicBertModel))),
+    ("gte", GteModel, GteConfig(**GATED, **arch(GteModel))),
 ]
 
 for name, cls, config in FAMILIES:

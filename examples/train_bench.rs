@@ -5,7 +5,8 @@
 //!
 //! `cargo run --release --example train_bench -- models/all-MiniLM-L6-v2 [batch] [seq] [steps]` → one JSON line per
 //! backend with the median ms per step (the first step, which warms caches and pipelines, is not counted).
-//! `CPU=0`: no CPU row. `TUNING=SPEC`: that tuning (`bertgpu bench --tuning`'s form) instead of calibrating.
+//! `CPU=0`: no CPU row. `TUNING=SPEC`: that tuning (`bertgpu bench --tuning`'s form) instead of calibrating;
+//! `TUNING=default`: the default kernels' row alone.
 //! `SUBMIT_EVERY=N`: the GPU submits every N passes (`GpuBackend::set_submit_every`). `PROFILE=1`: then one more
 //! step with the calibrated (or `TUNING`) kernels, timed per kernel with timestamp queries (where the adapter has
 //! them).
@@ -94,6 +95,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let ms = time(&g, &cfg, &w, &batch, &labels, steps)?;
         println!(r#"{{"backend": "gpu ({}), default kernels", "batch": {b}, "seq": {seq}, "steps": {steps}, "ms_per_step": {ms:.1}}}"#, g.gpu().info.name);
+        if std::env::var("TUNING").is_ok_and(|v| v == "default") {
+            return Ok(());
+        }
         let tuning = match std::env::var("TUNING") {
             Ok(spec) => Tuning::parse(&spec)?,
             Err(_) => pollster::block_on(g.calibrate(&Workload::of_config(&cfg, Dtype::F32), 10_000.0))?.tuning,
