@@ -396,7 +396,7 @@ impl<T> Encoder<T> {
         let x0 = be.layernorm(&emb_sum, None, self.t(em.ln_g), self.t(em.ln_b), eps)?;
         let x0 = self.zero_padding(be, batch, apply_dropout(be, x0, site(false, 0))?)?;
         let (mut x, projected) = match em.project {
-            Some([w, b]) => (be.linear(&x0, self.t(w), Some(self.t(b)), Activation::None)?, Some(x0)), // (B*T, H)
+            Some([w, b]) => (self.linear(be, &x0, w, b)?, Some(x0)), // (B*T, H), with a LoRA adapter on it
             None => (x0, None),
         };
         let shape = self.shape(batch);
@@ -512,6 +512,12 @@ impl<T> Encoder<T> {
         }
     }
 
+    /// The embeddings' projection into the layers' width (ELECTRA's `embeddings_project` when E ≠ H, ALBERT's
+    /// `embedding_hidden_mapping_in`): its weight `(H, E)`.
+    pub(crate) fn projection(&self) -> Option<usize> {
+        self.emb.project.map(|[w, _]| w)
+    }
+
     /// The number of encoder layers (passes).
     pub fn layers(&self) -> usize {
         self.layers.len()
@@ -607,14 +613,19 @@ impl<T> Encoder<T> {
         if let Some(l) = &self.lora {
             grads.iter_mut().enumerate().filter(|(i, _)| !l.trains(*i)).for_each(|(_, g)| *g = None);
         }
-        if top.is_some() || self.lora.is_some() {
+        // With LoRA nothing below the layers trains but an adapter on the embeddings' projection.
+        let em = self.emb;
+        let adapted_projection = self.lora.as_ref().zip(em.project).is_some_and(|(l, [w, _])| l.adapts(w));
+        if top.is_some() || (self.lora.is_some() && !adapted_projection) {
             return Ok(());
         }
-        let em = self.emb;
         let dx = match (em.project, saved.projected.as_ref()) {
             (Some([w, b]), Some(x0)) => self.linear_backward(be, &dx, x0, w, b, grads)?, // (B*T, E)
             _ => dx,
         };
+        if self.lora.is_some() {
+            return Ok(());
+        }
         let dx = apply_dropout(be, self.zero_padding(be, batch, dx)?, saved.site(false, 0))?;
         let (demb, dg0, db0) = be.layernorm_backward(&dx, &saved.emb_sum, self.t(em.ln_g), eps)?;
         put(be, grads, em.ln_g, dg0)?;
