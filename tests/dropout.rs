@@ -12,7 +12,7 @@ use bertgpu::backend::gpu::{AttentionKernel, GpuBackend, Tuning};
 use bertgpu::backend::{AttentionShape, Backend, Dropout};
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
-use bertgpu::training::encoder::{DropoutOptions, DropoutPlan};
+use bertgpu::training::encoder::{DropoutOptions, DropoutPlan, HEAD_STREAM};
 use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
 use bertgpu::weights::Weights;
 
@@ -386,17 +386,21 @@ fn dropout_gradients_match_on_gpu_and_cpu() {
     for (model, task) in [("tiny-classifier", FineTuneTask::Sequence), ("tiny-ner", FineTuneTask::Token),
         ("tiny-gte-classifier", FineTuneTask::Sequence), ("tiny-nomic-ner", FineTuneTask::Token),
         ("tiny-modernbert-classifier", FineTuneTask::Sequence), ("tiny-modernbert-ner", FineTuneTask::Token),
-        ("tiny-deberta-classifier", FineTuneTask::Sequence)] {
+        ("tiny-deberta-classifier", FineTuneTask::Sequence), ("tiny-distilbert-qa", FineTuneTask::Qa)] {
         let targets = match task {
             FineTuneTask::Sequence => Targets::Sequence(&labels),
+            FineTuneTask::Qa => Targets::Qa { start: &QA_START, end: &QA_END },
             _ => Targets::Token(&tags),
         };
         let tc = tuner(&cpu, model, task);
         let tg = tuner(&g, model, task);
         let (gc, lc) = tc.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
         let (gg, lg) = tg.gradients_with(&g, &bt, &targets, Some(PLAN)).unwrap();
-        let gc: Vec<Vec<f32>> = gc.iter().map(|t| read(&cpu, t.as_ref().unwrap())).collect();
-        let gg: Vec<Vec<f32>> = gg.iter().map(|t| read(&g, t.as_ref().unwrap())).collect();
+        // `qa_outputs.bias`'s gradient is zero but for rounding (each column's softmax gradient sums to 0 over the
+        // positions, and the bias shifts every position alike): no relative error to measure.
+        let zero = |i: usize| tc.encoder.params[i].names[0] == "qa_outputs.bias";
+        let gc: Vec<Vec<f32>> = gc.iter().enumerate().filter(|&(i, _)| !zero(i)).map(|(_, t)| read(&cpu, t.as_ref().unwrap())).collect();
+        let gg: Vec<Vec<f32>> = gg.iter().enumerate().filter(|&(i, _)| !zero(i)).map(|(_, t)| read(&g, t.as_ref().unwrap())).collect();
         let err = worst_relative(&gg, &gc);
         let (lc, lg) = (read(&cpu, &lc), read(&g, &lg));
         let lerr = worst_relative(&[lg], std::slice::from_ref(&lc));
@@ -520,12 +524,73 @@ fn deberta_dropout_gradients_match_finite_differences() {
     ]);
 }
 
+/// DistilBERT's question answering drops the last hidden state before `qa_outputs` (`qa_dropout`,
+/// `DistilBertForQuestionAnswering`): the head's gradient, and every one below it, through that mask. The word table
+/// is left out: the batch's padding id 0 is DistilBERT's `pad_token_id`, whose row gets no gradient (`padding_idx`,
+/// as transformers) though QA's loss, which reads the padded positions, sees it in a difference.
+#[test]
+fn distilbert_qa_dropout_gradients_match_finite_differences() {
+    finite_differences_of("tiny-distilbert-qa", FineTuneTask::Qa, &[
+        "distilbert.embeddings.position_embeddings.weight",
+        "distilbert.transformer.layer.0.attention.q_lin.weight", // the fused q/k/v: k_lin and v_lin too
+        "distilbert.transformer.layer.1.ffn.lin2.weight",
+        "distilbert.transformer.layer.1.output_layer_norm.weight",
+        "qa_outputs.weight",
+    ]);
+}
+
+/// The answer spans of [`batch`]'s two sequences (the second has 6 real tokens).
+const QA_START: [u32; 2] = [1, 2];
+const QA_END: [u32; 2] = [3, 4];
+
+/// `DistilBertForQuestionAnswering`'s head in the CPU backend's ops: `qa_outputs(dropout(hidden))` at the plan's
+/// classifier probability on the head's stream, from the encoder's dropped forward. Ours gives those logits, and the
+/// reference tells them apart from a head that does not drop. The probability is the checkpoint's `qa_dropout`
+/// (transformers' default 0.1 where absent); BERT's question answering has no dropout there.
+#[test]
+fn distilbert_qa_head_drops_where_transformers_does() {
+    let cpu = CpuBackend::new();
+    let (cfg, w) = tiny("tiny-distilbert-qa");
+    let bt = batch();
+    let t = FineTuner::new(&cpu, &cfg, &w, FineTuneTask::Qa, None, 0).unwrap();
+    let targets = Targets::Qa { start: &QA_START, end: &QA_END };
+    let (_, ours) = t.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
+    let ours = read(&cpu, &ours);
+    let (last, _) = t.encoder.forward(&cpu, &bt, Some(PLAN)).unwrap();
+    let qa = |n: &str, r, c| cpu.input(&w.stored(n).unwrap().to_f32().unwrap(), r, c).unwrap();
+    let h = cfg.hidden_size;
+    let head = |x: &CpuT| cpu.linear(x, &qa("qa_outputs.weight", 2, h), Some(&qa("qa_outputs.bias", 1, 2)), Activation::None)
+        .unwrap().to_vec();
+    let dropped = cpu.dropout(&last, Dropout { p: PLAN.classifier, seed: PLAN.seed, stream: HEAD_STREAM }).unwrap();
+    let err = assert_close("DistilBERT's QA logits against qa_outputs(dropout(hidden))", &ours, &head(&dropped), 1e-6, 1e-6);
+    let apart = ours.iter().zip(head(&last)).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    eprintln!("DistilBERT QA with dropout: max |err| {err:e}; a head without dropout is {apart:e} away");
+    assert!(apart > 1e-2, "the reference cannot tell a dropped head from a plain one ({apart:e})");
+    // The probability: the checkpoint's `qa_dropout` for DistilBERT's QA head, not its `seq_classif_dropout`.
+    let mut cfg3 = cfg.clone();
+    cfg3.qa_dropout = Some(0.3);
+    let t3 = FineTuner::new(&cpu, &cfg3, &w, FineTuneTask::Qa, None, 0).unwrap();
+    assert_eq!(t3.checkpoint_dropout(1).classifier, 0.3);
+    let parsed = BertConfig::from_json_str(r#"{"model_type": "distilbert", "vocab_size": 100, "dim": 12, "n_layers": 1,
+        "n_heads": 3, "hidden_dim": 24, "max_position_embeddings": 16}"#).unwrap();
+    assert_eq!(parsed.qa_dropout, Some(0.1), "DistilBertConfig's default qa_dropout");
+    let (bert, _) = tiny("tiny-classifier");
+    assert_eq!(bert.qa_dropout, None, "BertForQuestionAnswering has no dropout before qa_outputs");
+}
+
 fn finite_differences(model: &str, checked: &[&str]) {
+    finite_differences_of(model, FineTuneTask::Sequence, checked)
+}
+
+fn finite_differences_of(model: &str, task: FineTuneTask, checked: &[&str]) {
     let cpu = CpuBackend::new();
     let bt = batch();
     let labels = [1u32, 2];
-    let targets = Targets::Sequence(&labels);
-    let mut t = tuner(&cpu, model, FineTuneTask::Sequence);
+    let targets = match task {
+        FineTuneTask::Qa => Targets::Qa { start: &QA_START, end: &QA_END },
+        _ => Targets::Sequence(&labels),
+    };
+    let mut t = tuner(&cpu, model, task);
     let (grads, _) = t.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
     let grads: Vec<Vec<f32>> = grads.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
     let (plain, _) = t.gradients_with(&cpu, &bt, &targets, None).unwrap();

@@ -274,13 +274,6 @@ impl<B: Backend> FineTuner<B> {
             super::encoder::check_modern_dropout(&self.encoder.config, d.hidden)?;
         }
         let drops = dropout.is_some_and(|d| d.hidden > 0.0 || d.attention > 0.0 || d.classifier > 0.0);
-        if drops && self.encoder.config.family == Family::DistilBert && self.task() == FineTuneTask::Qa {
-            return Err(Error::Input(
-                "dropout while fine-tuning DistilBERT for question answering is not supported yet (its `qa_dropout` \
-                 before `qa_outputs`): train it without dropout (`--no-dropout`, `dropout: false`)"
-                    .into(),
-            ));
-        }
         if let (Some(deb), Some(d), true) = (&self.encoder.config.deberta, dropout, drops && self.task() == FineTuneTask::Sequence) {
             // DebertaV2ForSequenceClassification: ContextPooler's `pooler_dropout` before its dense layer (not
             // trained yet), then `cls_dropout` on the pooled vector (ours: the classifier dropout).
@@ -295,6 +288,17 @@ impl<B: Backend> FineTuner<B> {
         }
         self.dropout = dropout;
         Ok(())
+    }
+
+    /// The dropout transformers' Trainer trains this model with ([`DropoutOptions::of_config`]), the head's
+    /// probability the task's: DistilBERT's question answering drops at `qa_dropout` before `qa_outputs`.
+    pub fn checkpoint_dropout(&self, seed: u64) -> DropoutOptions {
+        let cfg = &self.encoder.config;
+        let d = DropoutOptions::of_config(cfg, seed);
+        match (cfg.qa_dropout, &self.head) {
+            (Some(qa), Head::Qa { modern: None, .. }) => DropoutOptions { classifier: qa, ..d },
+            _ => d,
+        }
     }
 
     pub(crate) fn top_layers(&self) -> Option<usize> {
@@ -408,7 +412,8 @@ impl<B: Backend> FineTuner<B> {
         self.check(batch, targets)?;
         let enc = &self.encoder;
         let (last, saved) = enc.forward(be, batch, dropout)?;
-        // The classifier's input; DistilBERT's token classifier drops at `dropout`, not `seq_classif_dropout`.
+        // The classifier's input; DistilBERT's token classifier drops at `dropout`, not `seq_classif_dropout`; of
+        // the question-answering heads DistilBERT's alone drops (`qa_dropout`, [`Self::checkpoint_dropout`]).
         let distil_token = enc.config.family == Family::DistilBert && matches!(self.head, Head::Token { .. });
         let head_drop = dropout.and_then(|d| d.site(if distil_token { d.hidden } else { d.classifier }, HEAD_STREAM));
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
@@ -428,7 +433,8 @@ impl<B: Backend> FineTuner<B> {
                 m.qa_gradients(be, enc, last, bt, *qa, (start, end), head_drop, &mut grads)?
             }
             (Head::Qa { qa, .. }, Targets::Qa { start, end }) => {
-                qa::gradients(be, enc, last, bt, *qa, start, end, &mut grads)?
+                let drop = head_drop.filter(|_| enc.config.qa_dropout.is_some());
+                qa::gradients(be, enc, last, bt, *qa, (start, end), drop, &mut grads)?
             }
             _ => unreachable!("checked above"),
         };
