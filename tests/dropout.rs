@@ -254,7 +254,7 @@ fn batch() -> Batch {
     }
 }
 
-const PLAN: DropoutPlan = DropoutPlan { hidden: 0.2, attention: 0.2, classifier: 0.2, seed: 1234 };
+const PLAN: DropoutPlan = DropoutPlan { hidden: 0.2, attention: 0.2, classifier: 0.2, pooler: 0.2, seed: 1234 };
 
 fn tuner<B: Backend>(be: &B, name: &str, task: FineTuneTask) -> FineTuner<B> {
     let (cfg, w) = tiny(name);
@@ -264,7 +264,7 @@ fn tuner<B: Backend>(be: &B, name: &str, task: FineTuneTask) -> FineTuner<B> {
 #[test]
 fn p_zero_is_no_dropout_exactly() {
     let cpu = CpuBackend::new();
-    let zero = DropoutPlan { hidden: 0.0, attention: 0.0, classifier: 0.0, seed: 99 };
+    let zero = DropoutPlan { hidden: 0.0, attention: 0.0, classifier: 0.0, pooler: 0.0, seed: 99 };
     let bt = batch();
     let labels = [1u32, 2];
     let run = |be: &mut dyn FnMut(Option<DropoutPlan>) -> (Vec<Vec<f32>>, Vec<f32>)| {
@@ -578,6 +578,46 @@ fn distilbert_qa_head_drops_where_transformers_does() {
     assert_eq!(bert.qa_dropout, None, "BertForQuestionAnswering has no dropout before qa_outputs");
 }
 
+/// `DebertaV2ForSequenceClassification`'s head in the CPU backend's ops: the `ContextPooler` drops the first token at
+/// `pooler_dropout` (the plan's `pooler`, on the stream before the head's) before `pooler.dense` and its activation,
+/// then `cls_dropout` (the plan's `classifier`, on the head's stream) before `classifier`. Ours gives those logits; the
+/// probabilities differ here, so a pooler site dropped at the classifier's probability, or not at all, is told apart.
+/// (tests/dropout.rs's finite differences check the masked gradients, `pooler.dense.weight` included.)
+#[test]
+fn deberta_context_pooler_drops_where_transformers_does() {
+    let cpu = CpuBackend::new();
+    let (cfg, w) = tiny("tiny-deberta-classifier");
+    let bt = batch();
+    let plan = DropoutPlan { pooler: 0.5, classifier: 0.1, ..PLAN };
+    let t = FineTuner::new(&cpu, &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
+    let labels = [1u32, 2];
+    let (_, ours) = t.gradients_with(&cpu, &bt, &Targets::Sequence(&labels), Some(plan)).unwrap();
+    let ours = read(&cpu, &ours);
+    let (last, _) = t.encoder.forward(&cpu, &bt, Some(plan)).unwrap();
+    let p = |n: &str| {
+        let h = w.stored(n).unwrap_or_else(|| panic!("no {n}"));
+        let (r, c) = if h.shape.len() == 2 { (h.shape[0], h.shape[1]) } else { (1, h.shape[0]) };
+        cpu.input(&h.to_f32().unwrap(), r, c).unwrap()
+    };
+    let cls = cpu.gather_rows(&last, &[0, bt.t as u32]).unwrap();
+    let head = |first: Option<f32>| {
+        let x = match first {
+            Some(p) => cpu.dropout(&cls, Dropout { p, seed: plan.seed, stream: HEAD_STREAM - 1 }).unwrap(),
+            None => cls.clone(),
+        };
+        let pooled = cpu.linear(&x, &p("pooler.dense.weight"), Some(&p("pooler.dense.bias")), cfg.pooler_activation()).unwrap();
+        let pooled = cpu.dropout(&pooled, Dropout { p: plan.classifier, seed: plan.seed, stream: HEAD_STREAM }).unwrap();
+        cpu.linear(&pooled, &p("classifier.weight"), Some(&p("classifier.bias")), Activation::None).unwrap().to_vec()
+    };
+    let err = assert_close("DeBERTa's classifier logits against its ContextPooler's dropouts", &ours, &head(Some(plan.pooler)),
+        1e-6, 1e-6);
+    let apart = |other: Vec<f32>| ours.iter().zip(other).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let (at_cls, none) = (apart(head(Some(plan.classifier))), apart(head(None)));
+    eprintln!("DeBERTa ContextPooler with dropout: max |err| {err:e}; at cls_dropout's probability {at_cls:e} away, \
+        undropped {none:e}");
+    assert!(at_cls > 1e-3 && none > 1e-3, "the reference cannot tell the pooler's dropout apart ({at_cls:e}, {none:e})");
+}
+
 fn finite_differences(model: &str, checked: &[&str]) {
     finite_differences_of(model, FineTuneTask::Sequence, checked)
 }
@@ -628,7 +668,7 @@ fn each_micro_batch_gets_new_masks_and_evaluation_none() {
     let bt = batch();
     let labels = [1u32, 2];
     let targets = Targets::Sequence(&labels);
-    let opts = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, seed: 7 };
+    let opts = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, pooler: 0.1, seed: 7 };
     // Each micro-batch's loss with micro-batch k's plan; and what a step over three micro-batches reports.
     let losses = |seed: u64| -> (Vec<f64>, f32) {
         let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
@@ -658,4 +698,5 @@ fn each_micro_batch_gets_new_masks_and_evaluation_none() {
     let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
     assert!(t.set_dropout(Some(DropoutOptions { hidden: 1.0, ..opts })).is_err());
     assert!(t.set_dropout(Some(DropoutOptions { attention: -0.1, ..opts })).is_err());
+    assert!(t.set_dropout(Some(DropoutOptions { pooler: 1.0, ..opts })).is_err());
 }

@@ -266,7 +266,7 @@ fn what_does_not_train_is_refused_by_name() {
     assert!(FineTuner::new(&be, &cfg, &w, FineTuneTask::Qa, None, 0).is_ok());
     let mut tr = FineTuner::new(&be, &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
     // Dropout trains (tests/dropout.rs), unless `embedding_dropout` and `mlp_dropout` differ (one probability).
-    let drop = bertgpu::training::encoder::DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, seed: 0 };
+    let drop = bertgpu::training::encoder::DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, pooler: 0.0, seed: 0 };
     tr.set_dropout(Some(drop)).unwrap();
     let mut unequal = cfg.clone();
     unequal.modernbert.as_mut().unwrap().mlp_dropout = 0.2;

@@ -266,37 +266,27 @@ impl<B: Backend> FineTuner<B> {
     }
 
     /// Dropout in the training steps' forwards ([`Self::accumulate`], [`Self::step`]), e.g.
-    /// `DropoutOptions::of_config` as transformers' Trainer trains; `None` (the default): none. Evaluation
+    /// [`Self::checkpoint_dropout`] as transformers' Trainer trains; `None` (the default): none. Evaluation
     /// ([`Self::logits`], [`Self::embedding_eval`]) and [`Self::gradients`] never drop.
     pub fn set_dropout(&mut self, dropout: Option<DropoutOptions>) -> Result<()> {
         dropout.as_ref().map_or(Ok(()), DropoutOptions::check)?;
         if let Some(d) = dropout {
             super::encoder::check_modern_dropout(&self.encoder.config, d.hidden)?;
         }
-        let drops = dropout.is_some_and(|d| d.hidden > 0.0 || d.attention > 0.0 || d.classifier > 0.0);
-        if let (Some(deb), Some(d), true) = (&self.encoder.config.deberta, dropout, drops && self.task() == FineTuneTask::Sequence) {
-            // DebertaV2ForSequenceClassification: ContextPooler's `pooler_dropout` before its dense layer (not
-            // trained yet), then `cls_dropout` on the pooled vector (ours: the classifier dropout).
-            if deb.pooler_dropout > 0.0 || deb.cls_dropout.is_some_and(|p| p != d.classifier) {
-                return Err(Error::Input(format!(
-                    "dropout while fine-tuning this DeBERTa classifier is not supported yet (`pooler_dropout` {}, \
-                     `cls_dropout` {:?}: the ContextPooler's dropouts): train it without dropout (`--no-dropout`, \
-                     `dropout: false`)",
-                    deb.pooler_dropout, deb.cls_dropout
-                )));
-            }
-        }
         self.dropout = dropout;
         Ok(())
     }
 
     /// The dropout transformers' Trainer trains this model with ([`DropoutOptions::of_config`]), the head's
-    /// probability the task's: DistilBERT's question answering drops at `qa_dropout` before `qa_outputs`.
+    /// probability the task's: DistilBERT's question answering drops at `qa_dropout` before `qa_outputs`, DeBERTa's
+    /// sequence classifier at `cls_dropout` (`hidden_dropout_prob` where absent, as `DebertaV2ForSequenceClassification`)
+    /// after its `ContextPooler`, which drops at `pooler_dropout`.
     pub fn checkpoint_dropout(&self, seed: u64) -> DropoutOptions {
         let cfg = &self.encoder.config;
         let d = DropoutOptions::of_config(cfg, seed);
-        match (cfg.qa_dropout, &self.head) {
-            (Some(qa), Head::Qa { modern: None, .. }) => DropoutOptions { classifier: qa, ..d },
+        match (cfg.qa_dropout, &cfg.deberta, &self.head) {
+            (Some(qa), _, Head::Qa { modern: None, .. }) => DropoutOptions { classifier: qa, ..d },
+            (_, Some(deb), Head::Sequence(_)) => DropoutOptions { classifier: deb.cls_dropout.unwrap_or(cfg.hidden_dropout_prob), ..d },
             _ => d,
         }
     }
@@ -425,7 +415,14 @@ impl<B: Backend> FineTuner<B> {
             (Head::Token { classifier, modern: Some(m), .. }, Targets::Token(y)) => {
                 m.token_gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
             }
-            (Head::Sequence(head), Targets::Sequence(y)) => sequence::gradients(be, enc, last, bt, *head, y, head_drop, &mut grads)?,
+            (Head::Sequence(head), Targets::Sequence(y)) => {
+                // `drop₀` of the first token: RoBERTa's and ELECTRA's heads at the classifier's probability,
+                // DeBERTa's `ContextPooler` at its `pooler_dropout`.
+                let deberta = enc.config.family == Family::DebertaV2;
+                let p = |d: DropoutPlan| if head.drop_first { d.classifier } else if deberta { d.pooler } else { 0.0 };
+                let first_drop = dropout.and_then(|d| d.site(p(d), sequence::FIRST_STREAM));
+                sequence::gradients(be, enc, last, bt, *head, y, (head_drop, first_drop), &mut grads)?
+            }
             (Head::Token { classifier, .. }, Targets::Token(y)) => {
                 token::gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
             }

@@ -104,6 +104,8 @@ pub struct DropoutPlan {
     pub attention: f32,
     /// A task head's (the encoder does not read it).
     pub classifier: f32,
+    /// DeBERTa's `ContextPooler`: the first token's before the pooler's dense layer (`pooler_dropout`).
+    pub pooler: f32,
     pub seed: u32,
 }
 
@@ -116,20 +118,25 @@ pub struct DropoutOptions {
     pub attention: f32,
     /// Before a classification head (sequence and token classification).
     pub classifier: f32,
+    /// DeBERTa's `pooler_dropout`, before its sequence classifier's `ContextPooler` (0 for the other families).
+    pub pooler: f32,
     pub seed: u64,
 }
 
 impl DropoutOptions {
-    /// The checkpoint's `hidden_dropout_prob`, `attention_probs_dropout_prob` and `classifier_dropout` (the hidden
-    /// one where it has none), with `seed`.
+    /// The checkpoint's `hidden_dropout_prob`, `attention_probs_dropout_prob`, `classifier_dropout` (the hidden
+    /// one where it has none) and DeBERTa's `pooler_dropout`, with `seed`.
     pub fn of_config(cfg: &BertConfig, seed: u64) -> DropoutOptions {
         let hidden = cfg.hidden_dropout_prob;
-        DropoutOptions { hidden, attention: cfg.attention_probs_dropout_prob, classifier: cfg.classifier_dropout.unwrap_or(hidden), seed }
+        let pooler = cfg.deberta.as_ref().map_or(0.0, |d| d.pooler_dropout);
+        DropoutOptions { hidden, attention: cfg.attention_probs_dropout_prob, classifier: cfg.classifier_dropout.unwrap_or(hidden),
+            pooler, seed }
     }
 
     /// Checks every probability is in `[0, 1)`.
     pub fn check(&self) -> Result<()> {
-        [self.hidden, self.attention, self.classifier].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())
+        [self.hidden, self.attention, self.classifier, self.pooler].iter()
+            .try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())
     }
 
     /// Micro-batch `n`'s plan: its seed is output `n` of a SplitMix64 seeded from `seed` (apart from the shuffles'
@@ -138,7 +145,7 @@ impl DropoutOptions {
         const SALT: u64 = 0xD209_0D70_5EED_0001;
         let state = (self.seed ^ SALT).wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let seed = (super::rng::SplitMix64::new(state).next_u64() >> 32) as u32;
-        DropoutPlan { hidden: self.hidden, attention: self.attention, classifier: self.classifier, seed }
+        DropoutPlan { hidden: self.hidden, attention: self.attention, classifier: self.classifier, pooler: self.pooler, seed }
     }
 }
 
