@@ -254,7 +254,7 @@ fn batch() -> Batch {
     }
 }
 
-const PLAN: DropoutPlan = DropoutPlan { hidden: 0.2, attention: 0.2, classifier: 0.2, pooler: 0.2, seed: 1234 };
+const PLAN: DropoutPlan = DropoutPlan { hidden: 0.2, attention: 0.2, classifier: 0.2, pooler: 0.2, embedding: 0.2, seed: 1234 };
 
 fn tuner<B: Backend>(be: &B, name: &str, task: FineTuneTask) -> FineTuner<B> {
     let (cfg, w) = tiny(name);
@@ -264,7 +264,7 @@ fn tuner<B: Backend>(be: &B, name: &str, task: FineTuneTask) -> FineTuner<B> {
 #[test]
 fn p_zero_is_no_dropout_exactly() {
     let cpu = CpuBackend::new();
-    let zero = DropoutPlan { hidden: 0.0, attention: 0.0, classifier: 0.0, pooler: 0.0, seed: 99 };
+    let zero = DropoutPlan { hidden: 0.0, attention: 0.0, classifier: 0.0, pooler: 0.0, embedding: 0.0, seed: 99 };
     let bt = batch();
     let labels = [1u32, 2];
     let run = |be: &mut dyn FnMut(Option<DropoutPlan>) -> (Vec<Vec<f32>>, Vec<f32>)| {
@@ -488,6 +488,45 @@ fn modernbert_dropout_gradients_match_finite_differences() {
         "model.layers.3.attn_norm.bias",
         "head.norm.weight",
     ]);
+    // `embedding_dropout` apart from `mlp_dropout`: the embeddings' norm below every layer sees both masks, and the
+    // backward must apply each site's own.
+    finite_differences_with("tiny-modernbert-classifier", FineTuneTask::Sequence, MODERN_APART, &[
+        "model.embeddings.norm.weight",
+        "model.layers.0.attn.Wqkv.weight",
+        "model.layers.2.mlp.Wi.weight",
+    ]);
+}
+
+/// ModernBERT's `embedding_dropout` and `mlp_dropout` at different probabilities.
+const MODERN_APART: DropoutPlan = DropoutPlan { embedding: 0.5, hidden: 0.1, ..PLAN };
+
+/// ModernBERT's two sites read their own probabilities: the embeddings' (stream 0) the plan's `embedding`, the gated
+/// product's (`ModernBertMLP.drop`) `hidden`. A forward with them apart is neither the forward with both at the
+/// one nor at the other (each site is seen), and the checkpoint's keys give the two probabilities
+/// (`ModernBertModel`'s `embeddings.drop` at `embedding_dropout`, `mlp.drop` at `mlp_dropout`).
+#[test]
+fn modernbert_embedding_and_mlp_dropouts_are_apart() {
+    let cpu = CpuBackend::new();
+    let (cfg, w) = tiny("tiny-modernbert-classifier");
+    let bt = batch();
+    let enc = bertgpu::training::encoder::Encoder::load(&cpu, &cfg, &w).unwrap();
+    let out = |plan: DropoutPlan| enc.forward(&cpu, &bt, Some(plan)).unwrap().0.to_vec();
+    let apart = out(MODERN_APART);
+    let p = MODERN_APART;
+    for (what, other) in [("both at the embeddings'", DropoutPlan { hidden: p.embedding, ..p }),
+        ("both at the MLP's", DropoutPlan { embedding: p.hidden, ..p })] {
+        let d = apart.iter().zip(out(other)).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(d > 1e-2, "{what}: the forward did not change ({d:e})");
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/tiny-modernbert-classifier/config.json")).unwrap()).unwrap();
+    v["embedding_dropout"] = serde_json::json!(0.05);
+    v["mlp_dropout"] = serde_json::json!(0.3);
+    let o = DropoutOptions::of_config(&BertConfig::from_json_str(&v.to_string()).unwrap(), 0);
+    assert_eq!((o.embedding, o.hidden), (0.05, 0.3), "embedding_dropout, mlp_dropout");
+    let (bert, _) = tiny("tiny-classifier");
+    let o = DropoutOptions::of_config(&bert, 0);
+    assert_eq!(o.embedding, o.hidden, "BERT's embeddings drop at hidden_dropout_prob");
 }
 
 /// MPNet drops where `MPNetModel` does (BERT's four sites: the embeddings, the attention probabilities with the
@@ -623,6 +662,10 @@ fn finite_differences(model: &str, checked: &[&str]) {
 }
 
 fn finite_differences_of(model: &str, task: FineTuneTask, checked: &[&str]) {
+    finite_differences_with(model, task, PLAN, checked)
+}
+
+fn finite_differences_with(model: &str, task: FineTuneTask, plan: DropoutPlan, checked: &[&str]) {
     let cpu = CpuBackend::new();
     let bt = batch();
     let labels = [1u32, 2];
@@ -631,7 +674,7 @@ fn finite_differences_of(model: &str, task: FineTuneTask, checked: &[&str]) {
         _ => Targets::Sequence(&labels),
     };
     let mut t = tuner(&cpu, model, task);
-    let (grads, _) = t.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
+    let (grads, _) = t.gradients_with(&cpu, &bt, &targets, Some(plan)).unwrap();
     let grads: Vec<Vec<f32>> = grads.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
     let (plain, _) = t.gradients_with(&cpu, &bt, &targets, None).unwrap();
     let plain: Vec<Vec<f32>> = plain.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
@@ -648,7 +691,7 @@ fn finite_differences_of(model: &str, task: FineTuneTask, checked: &[&str]) {
         let mut at = |s: f32| {
             let moved: Vec<f32> = orig.iter().zip(&dir).map(|(&p, &d)| p + s * d).collect();
             t.encoder.params[i].tensor = cpu.input(&moved, rows, cols).unwrap();
-            loss(&t, &cpu, &bt, &targets, Some(PLAN))
+            loss(&t, &cpu, &bt, &targets, Some(plan))
         };
         let fd = (at(FD_STEP) - at(-FD_STEP)) / (2.0 * FD_STEP as f64);
         t.encoder.params[i].tensor = cpu.input(&orig, rows, cols).unwrap();
@@ -668,7 +711,7 @@ fn each_micro_batch_gets_new_masks_and_evaluation_none() {
     let bt = batch();
     let labels = [1u32, 2];
     let targets = Targets::Sequence(&labels);
-    let opts = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, pooler: 0.1, seed: 7 };
+    let opts = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, pooler: 0.1, embedding: 0.1, seed: 7 };
     // Each micro-batch's loss with micro-batch k's plan; and what a step over three micro-batches reports.
     let losses = |seed: u64| -> (Vec<f64>, f32) {
         let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
@@ -699,4 +742,5 @@ fn each_micro_batch_gets_new_masks_and_evaluation_none() {
     assert!(t.set_dropout(Some(DropoutOptions { hidden: 1.0, ..opts })).is_err());
     assert!(t.set_dropout(Some(DropoutOptions { attention: -0.1, ..opts })).is_err());
     assert!(t.set_dropout(Some(DropoutOptions { pooler: 1.0, ..opts })).is_err());
+    assert!(t.set_dropout(Some(DropoutOptions { embedding: 1.0, ..opts })).is_err());
 }

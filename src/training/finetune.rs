@@ -270,9 +270,6 @@ impl<B: Backend> FineTuner<B> {
     /// ([`Self::logits`], [`Self::embedding_eval`]) and [`Self::gradients`] never drop.
     pub fn set_dropout(&mut self, dropout: Option<DropoutOptions>) -> Result<()> {
         dropout.as_ref().map_or(Ok(()), DropoutOptions::check)?;
-        if let Some(d) = dropout {
-            super::encoder::check_modern_dropout(&self.encoder.config, d.hidden)?;
-        }
         self.dropout = dropout;
         Ok(())
     }

@@ -57,7 +57,7 @@ use crate::weights::HostTensor;
 use crate::{Error, Result};
 
 pub(crate) use load::get;
-pub(crate) use modern::{check_dropout as check_modern_dropout, swap_halves, Norm};
+pub(crate) use modern::{swap_halves, Norm};
 pub(crate) use rotary::{check_config_keys, transformers_config};
 
 /// Indices of the embeddings' parameters.
@@ -106,6 +106,9 @@ pub struct DropoutPlan {
     pub classifier: f32,
     /// DeBERTa's `ContextPooler`: the first token's before the pooler's dense layer (`pooler_dropout`).
     pub pooler: f32,
+    /// ModernBERT's embeddings' (`embedding_dropout`; its `mlp_dropout` is `hidden`); the other families drop their
+    /// embeddings at `hidden`.
+    pub embedding: f32,
     pub seed: u32,
 }
 
@@ -120,22 +123,26 @@ pub struct DropoutOptions {
     pub classifier: f32,
     /// DeBERTa's `pooler_dropout`, before its sequence classifier's `ContextPooler` (0 for the other families).
     pub pooler: f32,
+    /// ModernBERT's `embedding_dropout` (the other families read `hidden` there).
+    pub embedding: f32,
     pub seed: u64,
 }
 
 impl DropoutOptions {
     /// The checkpoint's `hidden_dropout_prob`, `attention_probs_dropout_prob`, `classifier_dropout` (the hidden
-    /// one where it has none) and DeBERTa's `pooler_dropout`, with `seed`.
+    /// one where it has none), DeBERTa's `pooler_dropout` and ModernBERT's `embedding_dropout` and `mlp_dropout`
+    /// (hidden), with `seed`.
     pub fn of_config(cfg: &BertConfig, seed: u64) -> DropoutOptions {
-        let hidden = cfg.hidden_dropout_prob;
+        let (hidden, embedding) = cfg.modernbert.as_ref()
+            .map_or((cfg.hidden_dropout_prob, cfg.hidden_dropout_prob), |m| (m.mlp_dropout, m.embedding_dropout));
         let pooler = cfg.deberta.as_ref().map_or(0.0, |d| d.pooler_dropout);
-        DropoutOptions { hidden, attention: cfg.attention_probs_dropout_prob, classifier: cfg.classifier_dropout.unwrap_or(hidden),
-            pooler, seed }
+        let classifier = cfg.classifier_dropout.unwrap_or(cfg.hidden_dropout_prob);
+        DropoutOptions { hidden, attention: cfg.attention_probs_dropout_prob, classifier, pooler, embedding, seed }
     }
 
     /// Checks every probability is in `[0, 1)`.
     pub fn check(&self) -> Result<()> {
-        [self.hidden, self.attention, self.classifier, self.pooler].iter()
+        [self.hidden, self.attention, self.classifier, self.pooler, self.embedding].iter()
             .try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())
     }
 
@@ -145,7 +152,8 @@ impl DropoutOptions {
         const SALT: u64 = 0xD209_0D70_5EED_0001;
         let state = (self.seed ^ SALT).wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let seed = (super::rng::SplitMix64::new(state).next_u64() >> 32) as u32;
-        DropoutPlan { hidden: self.hidden, attention: self.attention, classifier: self.classifier, pooler: self.pooler, seed }
+        DropoutPlan { hidden: self.hidden, attention: self.attention, classifier: self.classifier, pooler: self.pooler,
+            embedding: self.embedding, seed }
     }
 }
 
@@ -352,10 +360,9 @@ impl<T> Encoder<T> {
     pub fn forward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch, dropout: Option<DropoutPlan>)
         -> Result<(T, Saved<T>)> {
         if let Some(d) = dropout {
-            [d.hidden, d.attention].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())?;
+            [d.hidden, d.attention, d.embedding].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())?;
         }
         if self.modern.is_some() {
-            dropout.map_or(Ok(()), |d| modern::check_dropout(&self.config, d.hidden))?;
             return self.modern_forward(be, batch, dropout);
         }
         let site = |attention: bool, stream: u32| {
