@@ -504,6 +504,7 @@ const MODERN_APART: DropoutPlan = DropoutPlan { embedding: 0.5, hidden: 0.1, ..P
 /// product's (`ModernBertMLP.drop`) `hidden`. A forward with them apart is neither the forward with both at the
 /// one nor at the other (each site is seen), and the checkpoint's keys give the two probabilities
 /// (`ModernBertModel`'s `embeddings.drop` at `embedding_dropout`, `mlp.drop` at `mlp_dropout`).
+/// On the GPU the same masks give the CPU's gradients.
 #[test]
 fn modernbert_embedding_and_mlp_dropouts_are_apart() {
     let cpu = CpuBackend::new();
@@ -527,6 +528,20 @@ fn modernbert_embedding_and_mlp_dropouts_are_apart() {
     let (bert, _) = tiny("tiny-classifier");
     let o = DropoutOptions::of_config(&bert, 0);
     assert_eq!(o.embedding, o.hidden, "BERT's embeddings drop at hidden_dropout_prob");
+    // The GPU with the two apart: the same masks, so the CPU's gradients.
+    let Some(g) = gpu() else { return };
+    let labels = [1u32, 2];
+    let targets = Targets::Sequence(&labels);
+    let grads = |gr: Vec<Option<Vec<f32>>>| gr.into_iter().map(Option::unwrap).collect::<Vec<_>>();
+    let (gc, _) = tuner(&cpu, "tiny-modernbert-classifier", FineTuneTask::Sequence)
+        .gradients_with(&cpu, &bt, &targets, Some(MODERN_APART)).unwrap();
+    let (gg, _) = tuner(&g, "tiny-modernbert-classifier", FineTuneTask::Sequence)
+        .gradients_with(&g, &bt, &targets, Some(MODERN_APART)).unwrap();
+    let gc = grads(gc.iter().map(|t| t.as_ref().map(|t| read(&cpu, t))).collect());
+    let gg = grads(gg.iter().map(|t| t.as_ref().map(|t| read(&g, t))).collect());
+    let err = worst_relative(&gg, &gc);
+    eprintln!("tiny-modernbert-classifier, embedding_dropout apart: GPU vs CPU worst gradient ‖Δ‖/‖g‖ {err:e}");
+    assert!(err < GPU_GRAD_RTOL, "GPU gradients with the two dropouts apart: {err:e}");
 }
 
 /// MPNet drops where `MPNetModel` does (BERT's four sites: the embeddings, the attention probabilities with the
