@@ -406,10 +406,11 @@ export interface FineTuneOptions {
   resume?: boolean;
   /**
    * LoRA adapters of rank `r` on a frozen encoder (scaled by alpha / r; alpha default 8) on the query and value
-   * ("qv", the default) or every linear ("all"), and the head; the model then holds them merged, and
+   * ("qv", the default) or every linear ("all"; "all-projection": and ALBERT's `embedding_hidden_mapping_in` or
+   * ELECTRA's `embeddings_project`), and the head; the model then holds them merged, and
    * `exportModel({ format: "adapter" })` gives peft's files.
    */
-  lora?: { r: number; alpha?: number; targets?: "qv" | "all" };
+  lora?: { r: number; alpha?: number; targets?: "qv" | "all" | "all-projection" };
   onProgress?: (progress: FineTuneStep | FineTuneEpoch | FineTuneCheckpoint | FineTuneDeviceLost | TrainingMemory) => void;
   /** Stops fine-tuning between two steps; the model is left as it was. */
   signal?: AbortSignal;

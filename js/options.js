@@ -130,8 +130,8 @@ export function checkFineTuneOptions(o, onProgress, signal) {
     const l = o.lora;
     if (typeof l !== "object" || !Number.isInteger(l.r) || l.r < 1
       || (l.alpha != null && (typeof l.alpha !== "number" || !Number.isFinite(l.alpha)))
-      || (l.targets != null && l.targets !== "qv" && l.targets !== "all")) {
-      throw new TypeError(`${m}: lora must be { r: a positive integer, alpha?: number, targets?: "qv" | "all" }`);
+      || (l.targets != null && !["qv", "all", "all-projection"].includes(l.targets))) {
+      throw new TypeError(`${m}: lora must be { r: a positive integer, alpha?: number, targets?: "qv" | "all" | "all-projection" }`);
     }
   }
   finite(m, o, ["learningRate", "warmup", "weightDecay", "validationSplit"]);

@@ -15,7 +15,6 @@ use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
-use bertgpu::training::encoder::DropoutOptions;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::{HostTensor, Weights};
 use common::family::{self, block_on, dir};
@@ -163,9 +162,10 @@ fn config_and_refusals() {
 }
 
 /// DeBERTa trains (tests/finetune_families.rs, tests/pretrain_families.rs), question answering included (its padded
-/// queries as transformers masks them); the ContextPooler's dropouts that do not train yet are refused by name.
+/// queries as transformers masks them); its sequence classifier's dropouts are the config's: the ContextPooler's
+/// `pooler_dropout` and `cls_dropout` (`hidden_dropout_prob` where absent), tests/dropout.rs checking where they drop.
 #[test]
-fn question_answering_trains_and_pooler_dropouts_are_refused_by_name() {
+fn question_answering_trains_and_pooler_dropouts_follow_the_config() {
     let d = dir("tiny-deberta-qa");
     let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
@@ -174,19 +174,19 @@ fn question_answering_trains_and_pooler_dropouts_are_refused_by_name() {
     let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
     assert!(FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).is_ok(), "classification trains");
-    // The ContextPooler's dropouts: `pooler_dropout` before its dense layer is not trained yet, and `cls_dropout` must
-    // be the classifier dropout used; refused by name with dropout on, trained without.
+    // The ContextPooler's dropouts: `pooler_dropout` before its dense layer, `cls_dropout` after it (the hidden
+    // dropout where absent), as DebertaV2ForSequenceClassification; both train.
     let v: Value = serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap();
-    let drop = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, seed: 0 };
-    for (k, val, ok) in [("pooler_dropout", json!(0.1), false), ("cls_dropout", json!(0.2), false), ("cls_dropout", json!(0.1), true)] {
+    for (pooler, cls, want_cls) in [(json!(0.1), json!(0.2), 0.2f32), (json!(0.3), Value::Null, 0.05)] {
         let mut v = v.clone();
-        v[k] = val;
+        v["pooler_dropout"] = pooler.clone();
+        v["cls_dropout"] = cls;
+        v["hidden_dropout_prob"] = json!(0.05);
         let cfg = BertConfig::from_json_str(&v.to_string()).unwrap();
         let mut t = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
-        let e = t.set_dropout(Some(drop)).err().map(|e| e.to_string());
-        assert_eq!(e.is_none(), ok, "{k}: {e:?}");
-        assert!(ok || e.as_deref().is_some_and(|e| e.contains(k)), "{k}: {e:?}");
-        assert!(t.set_dropout(None).is_ok(), "{k}: trains without dropout");
+        let drop = t.checkpoint_dropout(0);
+        assert_eq!((drop.pooler, drop.classifier), (pooler.as_f64().unwrap() as f32, want_cls), "{v}");
+        assert!(t.set_dropout(Some(drop)).is_ok(), "the ContextPooler's dropouts train");
     }
 }
 

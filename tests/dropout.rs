@@ -12,7 +12,7 @@ use bertgpu::backend::gpu::{AttentionKernel, GpuBackend, Tuning};
 use bertgpu::backend::{AttentionShape, Backend, Dropout};
 use bertgpu::config::BertConfig;
 use bertgpu::tokenizer::Batch;
-use bertgpu::training::encoder::{DropoutOptions, DropoutPlan};
+use bertgpu::training::encoder::{DropoutOptions, DropoutPlan, HEAD_STREAM};
 use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
 use bertgpu::weights::Weights;
 
@@ -254,7 +254,7 @@ fn batch() -> Batch {
     }
 }
 
-const PLAN: DropoutPlan = DropoutPlan { hidden: 0.2, attention: 0.2, classifier: 0.2, seed: 1234 };
+const PLAN: DropoutPlan = DropoutPlan { hidden: 0.2, attention: 0.2, classifier: 0.2, pooler: 0.2, embedding: 0.2, seed: 1234 };
 
 fn tuner<B: Backend>(be: &B, name: &str, task: FineTuneTask) -> FineTuner<B> {
     let (cfg, w) = tiny(name);
@@ -264,7 +264,7 @@ fn tuner<B: Backend>(be: &B, name: &str, task: FineTuneTask) -> FineTuner<B> {
 #[test]
 fn p_zero_is_no_dropout_exactly() {
     let cpu = CpuBackend::new();
-    let zero = DropoutPlan { hidden: 0.0, attention: 0.0, classifier: 0.0, seed: 99 };
+    let zero = DropoutPlan { hidden: 0.0, attention: 0.0, classifier: 0.0, pooler: 0.0, embedding: 0.0, seed: 99 };
     let bt = batch();
     let labels = [1u32, 2];
     let run = |be: &mut dyn FnMut(Option<DropoutPlan>) -> (Vec<Vec<f32>>, Vec<f32>)| {
@@ -386,17 +386,21 @@ fn dropout_gradients_match_on_gpu_and_cpu() {
     for (model, task) in [("tiny-classifier", FineTuneTask::Sequence), ("tiny-ner", FineTuneTask::Token),
         ("tiny-gte-classifier", FineTuneTask::Sequence), ("tiny-nomic-ner", FineTuneTask::Token),
         ("tiny-modernbert-classifier", FineTuneTask::Sequence), ("tiny-modernbert-ner", FineTuneTask::Token),
-        ("tiny-deberta-classifier", FineTuneTask::Sequence)] {
+        ("tiny-deberta-classifier", FineTuneTask::Sequence), ("tiny-distilbert-qa", FineTuneTask::Qa)] {
         let targets = match task {
             FineTuneTask::Sequence => Targets::Sequence(&labels),
+            FineTuneTask::Qa => Targets::Qa { start: &QA_START, end: &QA_END },
             _ => Targets::Token(&tags),
         };
         let tc = tuner(&cpu, model, task);
         let tg = tuner(&g, model, task);
         let (gc, lc) = tc.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
         let (gg, lg) = tg.gradients_with(&g, &bt, &targets, Some(PLAN)).unwrap();
-        let gc: Vec<Vec<f32>> = gc.iter().map(|t| read(&cpu, t.as_ref().unwrap())).collect();
-        let gg: Vec<Vec<f32>> = gg.iter().map(|t| read(&g, t.as_ref().unwrap())).collect();
+        // `qa_outputs.bias`'s gradient is zero but for rounding (each column's softmax gradient sums to 0 over the
+        // positions, and the bias shifts every position alike): no relative error to measure.
+        let zero = |i: usize| tc.encoder.params[i].names[0] == "qa_outputs.bias";
+        let gc: Vec<Vec<f32>> = gc.iter().enumerate().filter(|&(i, _)| !zero(i)).map(|(_, t)| read(&cpu, t.as_ref().unwrap())).collect();
+        let gg: Vec<Vec<f32>> = gg.iter().enumerate().filter(|&(i, _)| !zero(i)).map(|(_, t)| read(&g, t.as_ref().unwrap())).collect();
         let err = worst_relative(&gg, &gc);
         let (lc, lg) = (read(&cpu, &lc), read(&g, &lg));
         let lerr = worst_relative(&[lg], std::slice::from_ref(&lc));
@@ -484,6 +488,60 @@ fn modernbert_dropout_gradients_match_finite_differences() {
         "model.layers.3.attn_norm.bias",
         "head.norm.weight",
     ]);
+    // `embedding_dropout` apart from `mlp_dropout`: the embeddings' norm below every layer sees both masks, and the
+    // backward must apply each site's own.
+    finite_differences_with("tiny-modernbert-classifier", FineTuneTask::Sequence, MODERN_APART, &[
+        "model.embeddings.norm.weight",
+        "model.layers.0.attn.Wqkv.weight",
+        "model.layers.2.mlp.Wi.weight",
+    ]);
+}
+
+/// ModernBERT's `embedding_dropout` and `mlp_dropout` at different probabilities.
+const MODERN_APART: DropoutPlan = DropoutPlan { embedding: 0.5, hidden: 0.1, ..PLAN };
+
+/// ModernBERT's two sites read their own probabilities: the embeddings' (stream 0) the plan's `embedding`, the gated
+/// product's (`ModernBertMLP.drop`) `hidden`. A forward with them apart is neither the forward with both at the
+/// one nor at the other (each site is seen), and the checkpoint's keys give the two probabilities
+/// (`ModernBertModel`'s `embeddings.drop` at `embedding_dropout`, `mlp.drop` at `mlp_dropout`).
+/// On the GPU the same masks give the CPU's gradients.
+#[test]
+fn modernbert_embedding_and_mlp_dropouts_are_apart() {
+    let cpu = CpuBackend::new();
+    let (cfg, w) = tiny("tiny-modernbert-classifier");
+    let bt = batch();
+    let enc = bertgpu::training::encoder::Encoder::load(&cpu, &cfg, &w).unwrap();
+    let out = |plan: DropoutPlan| enc.forward(&cpu, &bt, Some(plan)).unwrap().0.to_vec();
+    let apart = out(MODERN_APART);
+    let p = MODERN_APART;
+    for (what, other) in [("both at the embeddings'", DropoutPlan { hidden: p.embedding, ..p }),
+        ("both at the MLP's", DropoutPlan { embedding: p.hidden, ..p })] {
+        let d = apart.iter().zip(out(other)).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(d > 1e-2, "{what}: the forward did not change ({d:e})");
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/tiny-modernbert-classifier/config.json")).unwrap()).unwrap();
+    v["embedding_dropout"] = serde_json::json!(0.05);
+    v["mlp_dropout"] = serde_json::json!(0.3);
+    let o = DropoutOptions::of_config(&BertConfig::from_json_str(&v.to_string()).unwrap(), 0);
+    assert_eq!((o.embedding, o.hidden), (0.05, 0.3), "embedding_dropout, mlp_dropout");
+    let (bert, _) = tiny("tiny-classifier");
+    let o = DropoutOptions::of_config(&bert, 0);
+    assert_eq!(o.embedding, o.hidden, "BERT's embeddings drop at hidden_dropout_prob");
+    // The GPU with the two apart: the same masks, so the CPU's gradients.
+    let Some(g) = gpu() else { return };
+    let labels = [1u32, 2];
+    let targets = Targets::Sequence(&labels);
+    let grads = |gr: Vec<Option<Vec<f32>>>| gr.into_iter().map(Option::unwrap).collect::<Vec<_>>();
+    let (gc, _) = tuner(&cpu, "tiny-modernbert-classifier", FineTuneTask::Sequence)
+        .gradients_with(&cpu, &bt, &targets, Some(MODERN_APART)).unwrap();
+    let (gg, _) = tuner(&g, "tiny-modernbert-classifier", FineTuneTask::Sequence)
+        .gradients_with(&g, &bt, &targets, Some(MODERN_APART)).unwrap();
+    let gc = grads(gc.iter().map(|t| t.as_ref().map(|t| read(&cpu, t))).collect());
+    let gg = grads(gg.iter().map(|t| t.as_ref().map(|t| read(&g, t))).collect());
+    let err = worst_relative(&gg, &gc);
+    eprintln!("tiny-modernbert-classifier, embedding_dropout apart: GPU vs CPU worst gradient ‖Δ‖/‖g‖ {err:e}");
+    assert!(err < GPU_GRAD_RTOL, "GPU gradients with the two dropouts apart: {err:e}");
 }
 
 /// MPNet drops where `MPNetModel` does (BERT's four sites: the embeddings, the attention probabilities with the
@@ -520,13 +578,118 @@ fn deberta_dropout_gradients_match_finite_differences() {
     ]);
 }
 
+/// DistilBERT's question answering drops the last hidden state before `qa_outputs` (`qa_dropout`,
+/// `DistilBertForQuestionAnswering`): the head's gradient, and every one below it, through that mask. The word table
+/// is left out: the batch's padding id 0 is DistilBERT's `pad_token_id`, whose row gets no gradient (`padding_idx`,
+/// as transformers) though QA's loss, which reads the padded positions, sees it in a difference.
+#[test]
+fn distilbert_qa_dropout_gradients_match_finite_differences() {
+    finite_differences_of("tiny-distilbert-qa", FineTuneTask::Qa, &[
+        "distilbert.embeddings.position_embeddings.weight",
+        "distilbert.transformer.layer.0.attention.q_lin.weight", // the fused q/k/v: k_lin and v_lin too
+        "distilbert.transformer.layer.1.ffn.lin2.weight",
+        "distilbert.transformer.layer.1.output_layer_norm.weight",
+        "qa_outputs.weight",
+    ]);
+}
+
+/// The answer spans of [`batch`]'s two sequences (the second has 6 real tokens).
+const QA_START: [u32; 2] = [1, 2];
+const QA_END: [u32; 2] = [3, 4];
+
+/// `DistilBertForQuestionAnswering`'s head in the CPU backend's ops: `qa_outputs(dropout(hidden))` at the plan's
+/// classifier probability on the head's stream, from the encoder's dropped forward. Ours gives those logits, and the
+/// reference tells them apart from a head that does not drop. The probability is the checkpoint's `qa_dropout`
+/// (transformers' default 0.1 where absent); BERT's question answering has no dropout there.
+#[test]
+fn distilbert_qa_head_drops_where_transformers_does() {
+    let cpu = CpuBackend::new();
+    let (cfg, w) = tiny("tiny-distilbert-qa");
+    let bt = batch();
+    let t = FineTuner::new(&cpu, &cfg, &w, FineTuneTask::Qa, None, 0).unwrap();
+    let targets = Targets::Qa { start: &QA_START, end: &QA_END };
+    let (_, ours) = t.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
+    let ours = read(&cpu, &ours);
+    let (last, _) = t.encoder.forward(&cpu, &bt, Some(PLAN)).unwrap();
+    let qa = |n: &str, r, c| cpu.input(&w.stored(n).unwrap().to_f32().unwrap(), r, c).unwrap();
+    let h = cfg.hidden_size;
+    let head = |x: &CpuT| cpu.linear(x, &qa("qa_outputs.weight", 2, h), Some(&qa("qa_outputs.bias", 1, 2)), Activation::None)
+        .unwrap().to_vec();
+    let dropped = cpu.dropout(&last, Dropout { p: PLAN.classifier, seed: PLAN.seed, stream: HEAD_STREAM }).unwrap();
+    let err = assert_close("DistilBERT's QA logits against qa_outputs(dropout(hidden))", &ours, &head(&dropped), 1e-6, 1e-6);
+    let apart = ours.iter().zip(head(&last)).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    eprintln!("DistilBERT QA with dropout: max |err| {err:e}; a head without dropout is {apart:e} away");
+    assert!(apart > 1e-2, "the reference cannot tell a dropped head from a plain one ({apart:e})");
+    // The probability: the checkpoint's `qa_dropout` for DistilBERT's QA head, not its `seq_classif_dropout`.
+    let mut cfg3 = cfg.clone();
+    cfg3.qa_dropout = Some(0.3);
+    let t3 = FineTuner::new(&cpu, &cfg3, &w, FineTuneTask::Qa, None, 0).unwrap();
+    assert_eq!(t3.checkpoint_dropout(1).classifier, 0.3);
+    let parsed = BertConfig::from_json_str(r#"{"model_type": "distilbert", "vocab_size": 100, "dim": 12, "n_layers": 1,
+        "n_heads": 3, "hidden_dim": 24, "max_position_embeddings": 16}"#).unwrap();
+    assert_eq!(parsed.qa_dropout, Some(0.1), "DistilBertConfig's default qa_dropout");
+    let (bert, _) = tiny("tiny-classifier");
+    assert_eq!(bert.qa_dropout, None, "BertForQuestionAnswering has no dropout before qa_outputs");
+}
+
+/// `DebertaV2ForSequenceClassification`'s head in the CPU backend's ops: the `ContextPooler` drops the first token at
+/// `pooler_dropout` (the plan's `pooler`, on the stream before the head's) before `pooler.dense` and its activation,
+/// then `cls_dropout` (the plan's `classifier`, on the head's stream) before `classifier`. Ours gives those logits; the
+/// probabilities differ here, so a pooler site dropped at the classifier's probability, or not at all, is told apart.
+/// (tests/dropout.rs's finite differences check the masked gradients, `pooler.dense.weight` included.)
+#[test]
+fn deberta_context_pooler_drops_where_transformers_does() {
+    let cpu = CpuBackend::new();
+    let (cfg, w) = tiny("tiny-deberta-classifier");
+    let bt = batch();
+    let plan = DropoutPlan { pooler: 0.5, classifier: 0.1, ..PLAN };
+    let t = FineTuner::new(&cpu, &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
+    let labels = [1u32, 2];
+    let (_, ours) = t.gradients_with(&cpu, &bt, &Targets::Sequence(&labels), Some(plan)).unwrap();
+    let ours = read(&cpu, &ours);
+    let (last, _) = t.encoder.forward(&cpu, &bt, Some(plan)).unwrap();
+    let p = |n: &str| {
+        let h = w.stored(n).unwrap_or_else(|| panic!("no {n}"));
+        let (r, c) = if h.shape.len() == 2 { (h.shape[0], h.shape[1]) } else { (1, h.shape[0]) };
+        cpu.input(&h.to_f32().unwrap(), r, c).unwrap()
+    };
+    let cls = cpu.gather_rows(&last, &[0, bt.t as u32]).unwrap();
+    let head = |first: Option<f32>| {
+        let x = match first {
+            Some(p) => cpu.dropout(&cls, Dropout { p, seed: plan.seed, stream: HEAD_STREAM - 1 }).unwrap(),
+            None => cls.clone(),
+        };
+        let pooled = cpu.linear(&x, &p("pooler.dense.weight"), Some(&p("pooler.dense.bias")), cfg.pooler_activation()).unwrap();
+        let pooled = cpu.dropout(&pooled, Dropout { p: plan.classifier, seed: plan.seed, stream: HEAD_STREAM }).unwrap();
+        cpu.linear(&pooled, &p("classifier.weight"), Some(&p("classifier.bias")), Activation::None).unwrap().to_vec()
+    };
+    let err = assert_close("DeBERTa's classifier logits against its ContextPooler's dropouts", &ours, &head(Some(plan.pooler)),
+        1e-6, 1e-6);
+    let apart = |other: Vec<f32>| ours.iter().zip(other).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let (at_cls, none) = (apart(head(Some(plan.classifier))), apart(head(None)));
+    eprintln!("DeBERTa ContextPooler with dropout: max |err| {err:e}; at cls_dropout's probability {at_cls:e} away, \
+        undropped {none:e}");
+    assert!(at_cls > 1e-3 && none > 1e-3, "the reference cannot tell the pooler's dropout apart ({at_cls:e}, {none:e})");
+}
+
 fn finite_differences(model: &str, checked: &[&str]) {
+    finite_differences_of(model, FineTuneTask::Sequence, checked)
+}
+
+fn finite_differences_of(model: &str, task: FineTuneTask, checked: &[&str]) {
+    finite_differences_with(model, task, PLAN, checked)
+}
+
+fn finite_differences_with(model: &str, task: FineTuneTask, plan: DropoutPlan, checked: &[&str]) {
     let cpu = CpuBackend::new();
     let bt = batch();
     let labels = [1u32, 2];
-    let targets = Targets::Sequence(&labels);
-    let mut t = tuner(&cpu, model, FineTuneTask::Sequence);
-    let (grads, _) = t.gradients_with(&cpu, &bt, &targets, Some(PLAN)).unwrap();
+    let targets = match task {
+        FineTuneTask::Qa => Targets::Qa { start: &QA_START, end: &QA_END },
+        _ => Targets::Sequence(&labels),
+    };
+    let mut t = tuner(&cpu, model, task);
+    let (grads, _) = t.gradients_with(&cpu, &bt, &targets, Some(plan)).unwrap();
     let grads: Vec<Vec<f32>> = grads.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
     let (plain, _) = t.gradients_with(&cpu, &bt, &targets, None).unwrap();
     let plain: Vec<Vec<f32>> = plain.iter().map(|g| read(&cpu, g.as_ref().unwrap())).collect();
@@ -543,7 +706,7 @@ fn finite_differences(model: &str, checked: &[&str]) {
         let mut at = |s: f32| {
             let moved: Vec<f32> = orig.iter().zip(&dir).map(|(&p, &d)| p + s * d).collect();
             t.encoder.params[i].tensor = cpu.input(&moved, rows, cols).unwrap();
-            loss(&t, &cpu, &bt, &targets, Some(PLAN))
+            loss(&t, &cpu, &bt, &targets, Some(plan))
         };
         let fd = (at(FD_STEP) - at(-FD_STEP)) / (2.0 * FD_STEP as f64);
         t.encoder.params[i].tensor = cpu.input(&orig, rows, cols).unwrap();
@@ -563,7 +726,7 @@ fn each_micro_batch_gets_new_masks_and_evaluation_none() {
     let bt = batch();
     let labels = [1u32, 2];
     let targets = Targets::Sequence(&labels);
-    let opts = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, seed: 7 };
+    let opts = DropoutOptions { hidden: 0.1, attention: 0.1, classifier: 0.1, pooler: 0.1, embedding: 0.1, seed: 7 };
     // Each micro-batch's loss with micro-batch k's plan; and what a step over three micro-batches reports.
     let losses = |seed: u64| -> (Vec<f64>, f32) {
         let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
@@ -593,4 +756,6 @@ fn each_micro_batch_gets_new_masks_and_evaluation_none() {
     let mut t = tuner(&cpu, "tiny-classifier", FineTuneTask::Sequence);
     assert!(t.set_dropout(Some(DropoutOptions { hidden: 1.0, ..opts })).is_err());
     assert!(t.set_dropout(Some(DropoutOptions { attention: -0.1, ..opts })).is_err());
+    assert!(t.set_dropout(Some(DropoutOptions { pooler: 1.0, ..opts })).is_err());
+    assert!(t.set_dropout(Some(DropoutOptions { embedding: 1.0, ..opts })).is_err());
 }

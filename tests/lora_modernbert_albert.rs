@@ -8,7 +8,10 @@
 //!
 //! ModernBERT's adapters sit on its packed modules whole (`attn.Wqkv`; with "all" `attn.Wo`, `mlp.Wi`, `mlp.Wo`);
 //! the one on `mlp.Wi` is in the module's `[input; gate]` order while the forward reads the halves swapped. ALBERT's
-//! sit once on the shared layer's modules and run at every pass, their gradients summed over the passes.
+//! sit once on the shared layer's modules and run at every pass, their gradients summed over the passes. With
+//! `all-projection` an adapter also sits on the embeddings' projection into the layers' width (ALBERT's
+//! `embedding_hidden_mapping_in`, ELECTRA's `embeddings_project`), below every layer: the gradient reaches it through
+//! them all.
 //!
 //! `BERTGPU_LORA_EXPORT=DIR` also writes each case's adapter after its steps on the CPU, the merged folder and our
 //! logits into `DIR/<case>`, for tests/golden/lora_rotary_peft_load.py (peft loads them and gives our logits and
@@ -98,7 +101,11 @@ impl Case {
             FineTuneTask::Sequence => (u32s("labels"), vec![]),
             _ => (vec![], ints(&g["labels"])),
         };
-        let targets = if name.ends_with("_qv") { LoraTargets::Qv } else { LoraTargets::All };
+        let targets = match name.rsplit('_').next() {
+            Some("qv") => LoraTargets::Qv,
+            Some("proj") => LoraTargets::AllProjection,
+            _ => LoraTargets::All,
+        };
         let opts = LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32,
             targets, merge: false };
         Case { g, dir, cfg, weights, batch, task, labels, token_labels, opts }
@@ -287,7 +294,7 @@ fn load_back<B: Backend>(be: &B, c: &Case, name: &str, tr: &FineTuner<B>, config
     }
 }
 
-const CASES: [&str; 4] = ["modern_qv", "modern_all", "albert_qv", "albert_all"];
+const CASES: [&str; 6] = ["modern_qv", "modern_all", "albert_qv", "albert_all", "albert_proj", "electra_proj"];
 
 #[test]
 fn modernbert_and_albert_adapters_match_peft_on_the_cpu() {
@@ -373,4 +380,33 @@ fn embedding_adapters_of_a_bare_modernbert_load_back() {
     }
     assert!(worst <= LOAD_MERGE_ATOL, "the adapter folded in at load differs from our merge by {worst:e}");
     assert!(moved > 1e-3, "the adapters did not train (largest change {moved:e})");
+}
+
+/// `all-projection` puts one more adapter on the embeddings' projection (ALBERT's shared layer's six and
+/// `embedding_hidden_mapping_in`; ELECTRA's six per layer and `embeddings_project`), starting as the checkpoint; a
+/// checkpoint without a projection (ModernBERT; an ELECTRA whose embedding_size is its hidden_size) is refused by name.
+#[test]
+fn projection_adapters_exist_only_where_there_is_a_projection() {
+    let be = CpuBackend::new();
+    for (name, adapters, module) in [("albert_proj", 7, "albert.encoder.embedding_hidden_mapping_in"),
+        ("electra_proj", 6 * 2 + 1, "electra.embeddings_project")] {
+        let c = Case::load(name);
+        let base = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+        tr.set_lora(&be, LoraOptions { targets: LoraTargets::AllProjection, ..LoraOptions::new(3) }, 5).unwrap();
+        let lora = tr.encoder.lora.as_ref().unwrap();
+        assert_eq!(lora.adapters.len(), adapters, "{name}");
+        assert!(lora.adapters.iter().any(|a| a.module == module), "{name}: no adapter on {module}");
+        let logits = |t: &FineTuner<CpuBackend>| pollster::block_on(be.read(&t.logits(&be, &c.batch).unwrap())).unwrap();
+        assert_eq!(logits(&base), logits(&tr), "{name}: B = 0, the adapted model is the checkpoint");
+    }
+    for (dir, task) in [("tiny-modernbert-classifier", FineTuneTask::Sequence), ("tiny-electra-qa", FineTuneTask::Qa)] {
+        let dir = root().join("tests/models").join(dir);
+        let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
+        let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
+        let mut tr = FineTuner::new(&be, &cfg, &weights, task, None, 0).unwrap();
+        let err = tr.set_lora(&be, LoraOptions { targets: LoraTargets::AllProjection, ..LoraOptions::new(2) }, 0)
+            .unwrap_err().to_string();
+        assert!(err.contains("embedding_hidden_mapping_in") && err.contains("has none"), "{dir:?}: {err}");
+    }
 }

@@ -106,6 +106,8 @@ pub struct BertConfig {
     /// `dropout`, `attention_dropout` and its sequence classifier's `seq_classif_dropout` (default 0.2); ALBERT's
     /// classifiers' `classifier_dropout_prob` (default 0.1).
     pub classifier_dropout: Option<f32>,
+    /// DistilBERT's `qa_dropout` (default 0.1) before `qa_outputs`; `None` for the other families (no dropout there).
+    pub qa_dropout: Option<f32>,
     /// sentence-transformers' description of the model (modules.json and the files beside it), where the model
     /// has one: set by the loader, never read from config.json ([`crate::sentence`]).
     pub sentence: Option<crate::sentence::SentenceConfig>,
@@ -156,6 +158,7 @@ struct RawConfig {
     dropout: Option<f64>,
     attention_dropout: Option<f64>,
     seq_classif_dropout: Option<f64>,
+    qa_dropout: Option<f64>,
     // ALBERT's classifier dropout (AlbertConfig's default 0.1).
     classifier_dropout_prob: Option<f64>,
 }
@@ -359,14 +362,9 @@ impl BertConfig {
             num_attention_heads,
             intermediate_size: required(ffn.1, ffn.0)?,
             hidden_act,
-            layer_norm_eps: if distil {
-                1e-12
-            } else {
-                // ModernBERT's is `norm_eps` alone.
-                mk.as_ref()
-                    .map(|k| k.layer_norm_eps)
-                    .or(raw.layer_norm_eps)
-                    .or(rk.as_ref().and_then(|k| k.layer_norm_eps))
+            // ModernBERT's is `norm_eps` alone.
+            layer_norm_eps: if distil { 1e-12 } else {
+                mk.as_ref().map(|k| k.layer_norm_eps).or(raw.layer_norm_eps).or(rk.as_ref().and_then(|k| k.layer_norm_eps))
                     .unwrap_or(1e-12) as f32
             },
             max_position_embeddings: table_rows - position_offset,
@@ -409,6 +407,7 @@ impl BertConfig {
                 _ => raw.classifier_dropout,
             }
             .map(|p| p as f32) },
+            qa_dropout: distil.then(|| raw.qa_dropout.unwrap_or(0.1) as f32),
             sentence: None,
         };
         cfg.validate()?;

@@ -13,7 +13,7 @@
 //! them: a theta under `rope_parameters` wins over the older key, which wins over the default (160000 global, 10000
 //! local). Keys that change nothing at inference (`sparse_prediction`, which only drops unlabelled rows from a
 //! loss; `reference_compile`, `deterministic_flash_attn`) are read as transformers reads them: not at all. The
-//! dropouts are read for training (which refuses them above 0, `training::encoder::check_modern_dropout`).
+//! dropouts are read for training (`training::encoder::DropoutOptions::of_config`).
 
 use serde_json::Value;
 
@@ -34,8 +34,8 @@ pub struct ModernBert {
     pub classifier_bias: bool,
     /// `decoder_bias` (default true): whether the masked LM's `decoder` has a bias.
     pub decoder_bias: bool,
-    /// `embedding_dropout` and `mlp_dropout` (default 0; training only): training drops both sites at BERT's hidden
-    /// probability, so it refuses them unequal.
+    /// `embedding_dropout` and `mlp_dropout` (default 0; training only): training drops each site at its own
+    /// probability (the dropout plan's embedding and hidden ones).
     pub embedding_dropout: f32,
     pub mlp_dropout: f32,
 }

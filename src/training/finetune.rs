@@ -266,35 +266,26 @@ impl<B: Backend> FineTuner<B> {
     }
 
     /// Dropout in the training steps' forwards ([`Self::accumulate`], [`Self::step`]), e.g.
-    /// `DropoutOptions::of_config` as transformers' Trainer trains; `None` (the default): none. Evaluation
+    /// [`Self::checkpoint_dropout`] as transformers' Trainer trains; `None` (the default): none. Evaluation
     /// ([`Self::logits`], [`Self::embedding_eval`]) and [`Self::gradients`] never drop.
     pub fn set_dropout(&mut self, dropout: Option<DropoutOptions>) -> Result<()> {
         dropout.as_ref().map_or(Ok(()), DropoutOptions::check)?;
-        if let Some(d) = dropout {
-            super::encoder::check_modern_dropout(&self.encoder.config, d.hidden)?;
-        }
-        let drops = dropout.is_some_and(|d| d.hidden > 0.0 || d.attention > 0.0 || d.classifier > 0.0);
-        if drops && self.encoder.config.family == Family::DistilBert && self.task() == FineTuneTask::Qa {
-            return Err(Error::Input(
-                "dropout while fine-tuning DistilBERT for question answering is not supported yet (its `qa_dropout` \
-                 before `qa_outputs`): train it without dropout (`--no-dropout`, `dropout: false`)"
-                    .into(),
-            ));
-        }
-        if let (Some(deb), Some(d), true) = (&self.encoder.config.deberta, dropout, drops && self.task() == FineTuneTask::Sequence) {
-            // DebertaV2ForSequenceClassification: ContextPooler's `pooler_dropout` before its dense layer (not
-            // trained yet), then `cls_dropout` on the pooled vector (ours: the classifier dropout).
-            if deb.pooler_dropout > 0.0 || deb.cls_dropout.is_some_and(|p| p != d.classifier) {
-                return Err(Error::Input(format!(
-                    "dropout while fine-tuning this DeBERTa classifier is not supported yet (`pooler_dropout` {}, \
-                     `cls_dropout` {:?}: the ContextPooler's dropouts): train it without dropout (`--no-dropout`, \
-                     `dropout: false`)",
-                    deb.pooler_dropout, deb.cls_dropout
-                )));
-            }
-        }
         self.dropout = dropout;
         Ok(())
+    }
+
+    /// The dropout transformers' Trainer trains this model with ([`DropoutOptions::of_config`]), the head's
+    /// probability the task's: DistilBERT's question answering drops at `qa_dropout` before `qa_outputs`, DeBERTa's
+    /// sequence classifier at `cls_dropout` (`hidden_dropout_prob` where absent, as `DebertaV2ForSequenceClassification`)
+    /// after its `ContextPooler`, which drops at `pooler_dropout`.
+    pub fn checkpoint_dropout(&self, seed: u64) -> DropoutOptions {
+        let cfg = &self.encoder.config;
+        let d = DropoutOptions::of_config(cfg, seed);
+        match (cfg.qa_dropout, &cfg.deberta, &self.head) {
+            (Some(qa), _, Head::Qa { modern: None, .. }) => DropoutOptions { classifier: qa, ..d },
+            (_, Some(deb), Head::Sequence(_)) => DropoutOptions { classifier: deb.cls_dropout.unwrap_or(cfg.hidden_dropout_prob), ..d },
+            _ => d,
+        }
     }
 
     pub(crate) fn top_layers(&self) -> Option<usize> {
@@ -408,7 +399,8 @@ impl<B: Backend> FineTuner<B> {
         self.check(batch, targets)?;
         let enc = &self.encoder;
         let (last, saved) = enc.forward(be, batch, dropout)?;
-        // The classifier's input; DistilBERT's token classifier drops at `dropout`, not `seq_classif_dropout`.
+        // The classifier's input; DistilBERT's token classifier drops at `dropout`, not `seq_classif_dropout`; of
+        // the question-answering heads DistilBERT's alone drops (`qa_dropout`, [`Self::checkpoint_dropout`]).
         let distil_token = enc.config.family == Family::DistilBert && matches!(self.head, Head::Token { .. });
         let head_drop = dropout.and_then(|d| d.site(if distil_token { d.hidden } else { d.classifier }, HEAD_STREAM));
         let mut grads: Vec<Option<B::Tensor>> = (0..enc.params.len()).map(|_| None).collect();
@@ -420,7 +412,14 @@ impl<B: Backend> FineTuner<B> {
             (Head::Token { classifier, modern: Some(m), .. }, Targets::Token(y)) => {
                 m.token_gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
             }
-            (Head::Sequence(head), Targets::Sequence(y)) => sequence::gradients(be, enc, last, bt, *head, y, head_drop, &mut grads)?,
+            (Head::Sequence(head), Targets::Sequence(y)) => {
+                // `drop₀` of the first token: RoBERTa's and ELECTRA's heads at the classifier's probability,
+                // DeBERTa's `ContextPooler` at its `pooler_dropout`.
+                let deberta = enc.config.family == Family::DebertaV2;
+                let p = |d: DropoutPlan| if head.drop_first { d.classifier } else if deberta { d.pooler } else { 0.0 };
+                let first_drop = dropout.and_then(|d| d.site(p(d), sequence::FIRST_STREAM));
+                sequence::gradients(be, enc, last, bt, *head, y, (head_drop, first_drop), &mut grads)?
+            }
             (Head::Token { classifier, .. }, Targets::Token(y)) => {
                 token::gradients(be, enc, last, bt, *classifier, y, head_drop, &mut grads)?
             }
@@ -428,7 +427,8 @@ impl<B: Backend> FineTuner<B> {
                 m.qa_gradients(be, enc, last, bt, *qa, (start, end), head_drop, &mut grads)?
             }
             (Head::Qa { qa, .. }, Targets::Qa { start, end }) => {
-                qa::gradients(be, enc, last, bt, *qa, start, end, &mut grads)?
+                let drop = head_drop.filter(|_| enc.config.qa_dropout.is_some());
+                qa::gradients(be, enc, last, bt, *qa, (start, end), drop, &mut grads)?
             }
             _ => unreachable!("checked above"),
         };

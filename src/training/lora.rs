@@ -42,6 +42,10 @@ pub enum LoraTargets {
     /// Every linear of the layers: query, key, value, attention.output.dense, intermediate.dense, output.dense
     /// (ModernBERT: `Wqkv`, `Wo` (the attention's and the MLP's), `Wi`; ALBERT: its shared layer's six).
     All,
+    /// `All` and the embeddings' projection into the layers' width: ALBERT's `embedding_hidden_mapping_in`, ELECTRA's
+    /// `embeddings_project` (peft's `target_modules` naming it beside the layers' modules); refused by a family
+    /// without one.
+    AllProjection,
 }
 
 /// LoRA's settings.
@@ -69,6 +73,8 @@ impl LoraOptions {
         match self.targets {
             LoraTargets::Qv => &["query", "value"],
             LoraTargets::All => &["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"],
+            LoraTargets::AllProjection => &["query", "key", "value", "attention.output.dense", "intermediate.dense",
+                "output.dense", "embeddings_project"],
         }
     }
 }
@@ -102,6 +108,11 @@ impl<T> Lora<T> {
     /// Whether parameter `i` trains (the adapters and the head's `modules_to_save`).
     pub fn trains(&self, i: usize) -> bool {
         self.trains.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether an adapter sits on weight `w`.
+    pub fn adapts(&self, w: usize) -> bool {
+        self.adapters.iter().any(|a| a.weight == w)
     }
 
     /// B, or B placed in its rows of the fused output `(total, r)`, or B's rows in the forward's order.

@@ -43,17 +43,29 @@ impl<B: Backend> FineTuner<B> {
         // A stream of its own, apart from the head's initialiser and the data shuffle of the same seed.
         let mut rng = SplitMix64::new(seed ^ 0x4c6f_5241);
         let mut adapters = Vec::new();
-        let all = opts.targets == LoraTargets::All;
+        let all = opts.targets != LoraTargets::Qv;
         let rotary = matches!(enc.config.family, Family::NomicBert | Family::Gte);
         let modern = enc.config.family == Family::ModernBert;
         // ALBERT's layers are one layer run at every pass: one adapter per module, applied at every pass (its
         // forward finds it by the weight), its gradient summed over the passes (`params::put`), as peft's on the
         // shared module.
         let layers = if enc.shares_layers() { 1 } else { enc.layers() };
+        // (the weight, which of its names, the rows of the fused output and its total, out, in)
+        let mut projection = Vec::new();
+        if opts.targets == LoraTargets::AllProjection {
+            // The embeddings' projection into the layers' width, below the layers: ALBERT's
+            // `embedding_hidden_mapping_in`, ELECTRA's `embeddings_project` (E → H).
+            let w = enc.projection().ok_or_else(|| Error::Input(format!(
+                "LoRA targets all-projection adapt the embeddings' projection (ALBERT's `embedding_hidden_mapping_in`, \
+                 ELECTRA's `embeddings_project` when embedding_size differs from hidden_size); this `{}` checkpoint has \
+                 none: use --lora-targets all",
+                enc.config.family.model_type()
+            )))?;
+            projection.push((w, 0, None, h, enc.params[w].cols));
+        }
         for l in 0..layers {
             let [qkv, o, i, out] = enc.layer_linears(l);
-            // (the weight, which of its names, the rows of the fused output and its total, out, in)
-            let mut targets = Vec::new();
+            let mut targets = if l == 0 { std::mem::take(&mut projection) } else { Vec::new() };
             if modern {
                 // peft targets the packed modules whole: `attn.Wqkv` (queries, keys and values), and with "all"
                 // `attn.Wo`, `mlp.Wi` ([input; gate]) and `mlp.Wo`.
@@ -132,8 +144,10 @@ fn target_modules(o: &LoraOptions, family: Family) -> &'static [&'static str] {
         (Family::ModernBert, LoraTargets::Qv) => &["Wqkv"],
         (Family::ModernBert, LoraTargets::All) => &["Wqkv", "Wo", "Wi"],
         // ALBERT's shared layer (peft has no default for it; its q/v are BERT's names): `attention.dense`, `ffn`,
-        // `ffn_output`; the embeddings' `embedding_hidden_mapping_in` is not a layer's and stays frozen.
+        // `ffn_output`; the embeddings' `embedding_hidden_mapping_in` is not a layer's: adapted with all-projection.
         (Family::Albert, LoraTargets::All) => &["query", "key", "value", "attention.dense", "ffn", "ffn_output"],
+        (Family::Albert, LoraTargets::AllProjection) =>
+            &["query", "key", "value", "attention.dense", "ffn", "ffn_output", "embedding_hidden_mapping_in"],
         _ => o.target_modules(),
     }
 }

@@ -146,7 +146,7 @@ impl ModernHead {
         grads: &mut [Option<B::Tensor>]) -> Result<(B::Tensor, B::Tensor)> {
         let (h, saved) = self.forward(be, enc, &last)?;
         let hd = apply_dropout(be, h, head_drop)?;
-        let (logits, dh) = super::qa::gradients(be, enc, hd, bt, classifier, start, end, grads)?;
+        let (logits, dh) = super::qa::gradients(be, enc, hd, bt, classifier, (start, end), None, grads)?;
         let dh = apply_dropout(be, dh, head_drop)?;
         Ok((logits, self.backward(be, enc, &dh, &last, &saved, grads)?))
     }

@@ -1,15 +1,17 @@
 //! Extractive question answering (`BertForQuestionAnswering`: the answer's start and end token): `qa_outputs` on
 //! every row of the encoder's last hidden state `x (B*T, H)`, its backward, the loss and the accuracy.
+//! DistilBERT's head drops `x` first (`DistilBertForQuestionAnswering`'s `qa_dropout`; the backward applies the
+//! same mask to `dx`); the other families' heads have no dropout.
 //! ```text
-//! logits* = x·Wqaᵀ + bqa (B*T, 2)     start, end = columns 0, 1 as (B, T)
+//! logits* = drop(x)·Wqaᵀ + bqa (B*T, 2)     start, end = columns 0, 1 as (B, T)
 //! L = (mean_b CE(start_b, s_b) + mean_b CE(end_b, e_b)) / 2   (softmax over all T positions, as
 //!     BertForQuestionAnswering)
 //! ```
 //! SQuAD's exact match and F1 over whole examples are [`super::metrics`]'.
 
-use super::encoder::Encoder;
+use super::encoder::{apply_dropout, Encoder};
 use super::loss::{argmax, mean_cross_entropy};
-use crate::backend::{Activation, Backend};
+use crate::backend::{Activation, Backend, Dropout};
 use crate::{Error, Result};
 
 /// Refuses answer spans that do not fit a batch of `b` × `t` tokens (start ≤ end < t).
@@ -27,11 +29,13 @@ pub(super) fn check((b, t): (usize, usize), start: &[u32], end: &[u32]) -> Resul
     Ok(())
 }
 
-/// The logits `(B*T, 2)` of the encoder's output `last` and the loss's gradient with respect to it; the head's
-/// parameters' gradients go into `grads`.
+/// The logits `(B*T, 2)` of the encoder's output `last` (dropped by `drop` first, where the head has a dropout) and
+/// the loss's gradient with respect to it; the head's parameters' gradients go into `grads`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gradients<B: Backend>(be: &B, enc: &Encoder<B::Tensor>, last: B::Tensor, (b, t): (usize, usize),
-    qa: [usize; 2], start: &[u32], end: &[u32], grads: &mut [Option<B::Tensor>]) -> Result<(B::Tensor, B::Tensor)> {
+    qa: [usize; 2], (start, end): (&[u32], &[u32]), drop: Option<Dropout>, grads: &mut [Option<B::Tensor>])
+    -> Result<(B::Tensor, B::Tensor)> {
+    let last = apply_dropout(be, last, drop)?; // (B*T, H)
     let logits = be.linear(&last, enc.t(qa[0]), Some(enc.t(qa[1])), Activation::None)?; // (B*T, 2)
     // Column c of the logits as (B, T): logits · e_c, reshaped; back: d_c (B*T, 1) · (½ e_c)ᵀ, the ½
     // of the two losses' mean.
@@ -49,7 +53,7 @@ pub(super) fn gradients<B: Backend>(be: &B, enc: &Encoder<B::Tensor>, last: B::T
     }
     let dlogits = dlogits.expect("two columns");
     let dlast = enc.linear_backward(be, &dlogits, &last, qa[0], qa[1], grads)?;
-    Ok((logits, dlast))
+    Ok((logits, apply_dropout(be, dlast, drop)?)) // the same mask on the gradient
 }
 
 /// The logits `(B*T, 2)` of an evaluation forward's `last`.

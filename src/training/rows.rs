@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use super::fit::checkpoint::{Checkpoints, Store, TraineeState};
-use super::encoder::DropoutOptions;
 use super::finetune::{FineTuneTask, FineTuner, Targets};
 use super::loss::{argmax, IGNORE};
 use super::optim::StepOptions;
@@ -231,7 +230,7 @@ pub async fn fit<B: Backend, S: Store>(be: &B, tuner: &mut FineTuner<B>, rows: &
 pub async fn fit_by_epoch<B: Backend, S: Store>(be: &B, tuner: &mut FineTuner<B>, rows: &[Row],
     by_epoch: Option<EpochRows<'_>>, groups: Option<&[usize]>, pad: u32, opts: &FitOptions, metrics: Metrics<'_>,
     hooks: &mut impl Hooks, checkpoints: Option<&mut Checkpoints<S>>) -> Result<FitReport> {
-    tuner.set_dropout(opts.dropout.then(|| DropoutOptions::of_config(&tuner.encoder.config, opts.seed)))?;
+    tuner.set_dropout(opts.dropout.then(|| tuner.checkpoint_dropout(opts.seed)))?;
     let mut trainee = RowTrainee { tuner, rows, by_epoch, epoch_rows: None, pad, opts, metrics };
     fit_loop(be, &mut trainee, rows.len(), groups, opts, hooks, checkpoints).await
 }

@@ -8,7 +8,8 @@
 //! The families differ in names and two choices ([`SequenceHead`]): BERT's pooler (`pooler.dense` + tanh, then
 //! `classifier`), DistilBERT's `pre_classifier` + ReLU, RoBERTa's `RobertaClassificationHead` (`classifier.dense` +
 //! tanh + `classifier.out_proj`) and ELECTRA's `ElectraClassificationHead` (the same with the exact GELU); the last
-//! two drop the first token's vector before their dense layer too (`drop₀`).
+//! two drop the first token's vector before their dense layer too (`drop₀`, at the classifier's probability), as
+//! DeBERTa's `ContextPooler` does (at its `pooler_dropout`; its classifier's dropout is `cls_dropout`).
 
 use super::encoder::{apply_dropout, Encoder};
 use super::loss::{argmax, mean_cross_entropy};
@@ -32,7 +33,7 @@ pub(super) struct SequenceHead {
 }
 
 /// The stream of the dropout before the dense layer (`drop₀`), apart from the classifier input's.
-const FIRST_STREAM: u32 = super::encoder::HEAD_STREAM - 1;
+pub(super) const FIRST_STREAM: u32 = super::encoder::HEAD_STREAM - 1;
 
 /// Refuses labels that do not fit a batch of `b` texts or a classifier of `labels` classes.
 pub(super) fn check(labels: usize, b: usize, y: &[u32]) -> Result<()> {
@@ -46,15 +47,14 @@ pub(super) fn check(labels: usize, b: usize, y: &[u32]) -> Result<()> {
 }
 
 /// The logits `(B, C)` of the encoder's output `last (B*T, H)` for a batch of `b` × `t` tokens, and the loss's
-/// gradient with respect to `last`; the head's parameters' gradients go into `grads`. `head_drop`: the head's
-/// dropout (a training forward's), on the pooled vector the classifier reads and, with [`SequenceHead::drop_first`],
-/// on the first token's vector.
+/// gradient with respect to `last`; the head's parameters' gradients go into `grads`. A training forward's dropouts:
+/// `head_drop` on the pooled vector the classifier reads, `first_drop` ([`FIRST_STREAM`]) on the first token's vector
+/// (`drop₀`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gradients<B: Backend>(be: &B, enc: &Encoder<B::Tensor>, last: B::Tensor, (b, t): (usize, usize),
-    head: SequenceHead, y: &[u32], head_drop: Option<Dropout>, grads: &mut [Option<B::Tensor>])
-    -> Result<(B::Tensor, B::Tensor)> {
+    head: SequenceHead, y: &[u32], (head_drop, first_drop): (Option<Dropout>, Option<Dropout>),
+    grads: &mut [Option<B::Tensor>]) -> Result<(B::Tensor, B::Tensor)> {
     let SequenceHead { pool, classifier, act, .. } = head;
-    let first_drop = head_drop.filter(|_| head.drop_first).map(|d| Dropout { stream: FIRST_STREAM, ..d });
     let rows: Vec<u32> = (0..b).map(|i| (i * t) as u32).collect();
     let cls = apply_dropout(be, be.gather_rows(&last, &rows)?, first_drop)?; // (B, H)
     let z = be.linear(&cls, enc.t(pool[0]), Some(enc.t(pool[1])), Activation::None)?;

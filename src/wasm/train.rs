@@ -190,7 +190,8 @@ struct JsFineTuneOptions {
 struct JsLora {
     r: usize,
     alpha: Option<f32>,
-    /// "qv" (query and value, peft's default; ModernBERT's packed `Wqkv`) or "all" (every linear of each layer).
+    /// "qv" (query and value, peft's default; ModernBERT's packed `Wqkv`), "all" (every linear of each layer) or
+    /// "all-projection" (and ALBERT's or ELECTRA's embeddings' projection).
     targets: Option<String>,
 }
 
@@ -215,8 +216,11 @@ impl JsFineTuneOptions {
                 targets: match l.targets.as_deref() {
                     None | Some("qv") => LoraTargets::Qv,
                     Some("all") => LoraTargets::All,
+                    Some("all-projection") => LoraTargets::AllProjection,
                     Some(other) => {
-                        return Err(Error::Input(format!("lora.targets must be \"qv\" or \"all\" (got \"{other}\")")))
+                        return Err(Error::Input(format!(
+                            "lora.targets must be \"qv\", \"all\" or \"all-projection\" (got \"{other}\")"
+                        )))
                     }
                 },
                 ..LoraOptions::new(l.r)

@@ -17,20 +17,25 @@ It writes tests/golden/lora_modernbert_albert.json:
   albert_qv   tiny-albert-classifier      SEQ_CLS, r 4, lora_alpha 8, ["query", "value"]
   albert_all  tiny-albert-ner             TOKEN_CLS, r 2, lora_alpha 3, every linear of the shared layer: ["query",
                                           "key", "value", "attention.dense", "ffn", "ffn_output"]
+  albert_proj tiny-albert-classifier      SEQ_CLS, r 2, lora_alpha 3, albert_all's and the embeddings' projection:
+                                          [..., "embedding_hidden_mapping_in"]
+  electra_proj tiny-electra-ner           TOKEN_CLS, r 4, lora_alpha 8, every linear of the layers and the
+                                          embeddings' projection (E 16 → H 32): [..., "embeddings_project"]
 
 ModernBERT's linears are packed, and peft adapts the packed modules whole: an adapter on `attn.Wqkv` (queries, keys
 and values together: "qv" here is the whole projection), one on `mlp.Wi` (`[input; gate]`, in that order). peft has
 no default `target_modules` for either family. ModernBERT runs with tests/golden/finetune_modernbert.py's
 `float64_softmax` (transformers' eager attention takes its softmax in float32). ALBERT's one layer runs at every pass,
 and peft's adapter on it with it: one adapter per module, its gradient summed over the passes; its embeddings'
-`embedding_hidden_mapping_in` is not targeted (not a layer's linear).
+`embedding_hidden_mapping_in` (not a layer's linear) is targeted in albert_proj alone, as ELECTRA's
+`embeddings_project` in electra_proj: the gradient reaches below the layers to that adapter.
 """
 import json
 import os
 import sys
 
 import torch
-from transformers import (AlbertForSequenceClassification, AlbertForTokenClassification,
+from transformers import (AlbertForSequenceClassification, AlbertForTokenClassification, ElectraForTokenClassification,
                           ModernBertForSequenceClassification, ModernBertForTokenClassification)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -59,11 +64,20 @@ def main():
                            families["albert_classify"], "SEQ_CLS", 4, 8, ["query", "value"], 17),
         "albert_all": L.run("albert_all", AlbertForTokenClassification, "tiny-albert-ner", families["albert_ner"],
                             "TOKEN_CLS", 2, 3, ALBERT_ALL, 18),
+        "albert_proj": L.run("albert_proj", AlbertForSequenceClassification, "tiny-albert-classifier",
+                             families["albert_classify"], "SEQ_CLS", 2, 3, ALBERT_ALL + ["embedding_hidden_mapping_in"],
+                             19),
+        "electra_proj": L.run("electra_proj", ElectraForTokenClassification, "tiny-electra-ner", families["electra_ner"],
+                              "TOKEN_CLS", 4, 8, L.ALL + ["embeddings_project"], 20),
     }
     for name, c in cases.items():
+        if name.endswith("_proj"):
+            proj = {"albert_proj": "albert.encoder.embedding_hidden_mapping_in",
+                    "electra_proj": "electra.embeddings_project"}[name]
+            assert f"{proj}.lora_A.weight" in c["init"], f"{name}: no adapter on {proj}"
         if name.startswith("albert"):
             # One adapter per module of the shared layer, whatever the number of passes.
-            layers = {n.split(".albert_layers.")[0] for n in c["init"]}
+            layers = {n.split(".albert_layers.")[0] for n in c["init"] if ".albert_layers." in n}
             assert layers == {"albert.encoder.albert_layer_groups.0"}, layers
     import peft
     golden = {"torch": torch.__version__.split("+")[0], "peft": peft.__version__, "dtype": "float64", "cases": cases}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Our LoRA adapters of ModernBERT and ALBERT loaded by peft: tests/golden/lora_rotary_peft_load.py's checks for the
-cases of tests/lora_modernbert_albert.rs, whose adapters sit on ModernBERT's packed modules whole (`attn.Wqkv`,
-`mlp.Wi` in its `[input; gate]` order, ...) and on ALBERT's one shared layer.
+"""Our LoRA adapters of ModernBERT, ALBERT and ELECTRA loaded by peft: tests/golden/lora_rotary_peft_load.py's checks
+for the cases of tests/lora_modernbert_albert.rs, whose adapters sit on ModernBERT's packed modules whole
+(`attn.Wqkv`, `mlp.Wi` in its `[input; gate]` order, ...), on ALBERT's one shared layer, and (albert_proj,
+electra_proj) on the embeddings' projection too (`embedding_hidden_mapping_in`, `embeddings_project`).
 
     BERTGPU_LORA_EXPORT=/tmp/lora-more cargo test --locked --test lora_modernbert_albert on_the_cpu
     /work/venv/bin/python tests/golden/lora_modernbert_albert_peft_load.py /tmp/lora-more

@@ -227,8 +227,9 @@ enum Command {
         /// LoRA's alpha: the update is scaled by alpha / R (peft's default alpha, 8)
         #[arg(long, default_value_t = bertgpu::training::lora::DEFAULT_ALPHA, requires = "lora")]
         lora_alpha: f32,
-        /// Which linears get adapters: qv (query and value, peft's default for BERT; ModernBERT's packed Wqkv) or all of
-        /// each layer
+        /// Which linears get adapters: qv (query and value, peft's default for BERT; ModernBERT's packed Wqkv), all of
+        /// each layer, or all-projection: all and the embeddings' projection (ALBERT's embedding_hidden_mapping_in,
+        /// ELECTRA's embeddings_project)
         #[arg(long, value_enum, default_value = "qv", requires = "lora")]
         lora_targets: bertgpu::training::lora::LoraTargets,
         /// With --lora: write the merged model (W + alpha/R·B·A) as a plain Hugging Face folder instead

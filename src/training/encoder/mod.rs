@@ -57,7 +57,7 @@ use crate::weights::HostTensor;
 use crate::{Error, Result};
 
 pub(crate) use load::get;
-pub(crate) use modern::{check_dropout as check_modern_dropout, swap_halves, Norm};
+pub(crate) use modern::{swap_halves, Norm};
 pub(crate) use rotary::{check_config_keys, transformers_config};
 
 /// Indices of the embeddings' parameters.
@@ -104,6 +104,11 @@ pub struct DropoutPlan {
     pub attention: f32,
     /// A task head's (the encoder does not read it).
     pub classifier: f32,
+    /// DeBERTa's `ContextPooler`: the first token's before the pooler's dense layer (`pooler_dropout`).
+    pub pooler: f32,
+    /// ModernBERT's embeddings' (`embedding_dropout`; its `mlp_dropout` is `hidden`); the other families drop their
+    /// embeddings at `hidden`.
+    pub embedding: f32,
     pub seed: u32,
 }
 
@@ -116,20 +121,29 @@ pub struct DropoutOptions {
     pub attention: f32,
     /// Before a classification head (sequence and token classification).
     pub classifier: f32,
+    /// DeBERTa's `pooler_dropout`, before its sequence classifier's `ContextPooler` (0 for the other families).
+    pub pooler: f32,
+    /// ModernBERT's `embedding_dropout` (the other families read `hidden` there).
+    pub embedding: f32,
     pub seed: u64,
 }
 
 impl DropoutOptions {
-    /// The checkpoint's `hidden_dropout_prob`, `attention_probs_dropout_prob` and `classifier_dropout` (the hidden
-    /// one where it has none), with `seed`.
+    /// The checkpoint's `hidden_dropout_prob`, `attention_probs_dropout_prob`, `classifier_dropout` (the hidden
+    /// one where it has none), DeBERTa's `pooler_dropout` and ModernBERT's `embedding_dropout` and `mlp_dropout`
+    /// (hidden), with `seed`.
     pub fn of_config(cfg: &BertConfig, seed: u64) -> DropoutOptions {
-        let hidden = cfg.hidden_dropout_prob;
-        DropoutOptions { hidden, attention: cfg.attention_probs_dropout_prob, classifier: cfg.classifier_dropout.unwrap_or(hidden), seed }
+        let (hidden, embedding) = cfg.modernbert.as_ref()
+            .map_or((cfg.hidden_dropout_prob, cfg.hidden_dropout_prob), |m| (m.mlp_dropout, m.embedding_dropout));
+        let pooler = cfg.deberta.as_ref().map_or(0.0, |d| d.pooler_dropout);
+        let classifier = cfg.classifier_dropout.unwrap_or(cfg.hidden_dropout_prob);
+        DropoutOptions { hidden, attention: cfg.attention_probs_dropout_prob, classifier, pooler, embedding, seed }
     }
 
     /// Checks every probability is in `[0, 1)`.
     pub fn check(&self) -> Result<()> {
-        [self.hidden, self.attention, self.classifier].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())
+        [self.hidden, self.attention, self.classifier, self.pooler, self.embedding].iter()
+            .try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())
     }
 
     /// Micro-batch `n`'s plan: its seed is output `n` of a SplitMix64 seeded from `seed` (apart from the shuffles'
@@ -138,7 +152,8 @@ impl DropoutOptions {
         const SALT: u64 = 0xD209_0D70_5EED_0001;
         let state = (self.seed ^ SALT).wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let seed = (super::rng::SplitMix64::new(state).next_u64() >> 32) as u32;
-        DropoutPlan { hidden: self.hidden, attention: self.attention, classifier: self.classifier, seed }
+        DropoutPlan { hidden: self.hidden, attention: self.attention, classifier: self.classifier, pooler: self.pooler,
+            embedding: self.embedding, seed }
     }
 }
 
@@ -345,10 +360,9 @@ impl<T> Encoder<T> {
     pub fn forward<B: Backend<Tensor = T>>(&self, be: &B, batch: &Batch, dropout: Option<DropoutPlan>)
         -> Result<(T, Saved<T>)> {
         if let Some(d) = dropout {
-            [d.hidden, d.attention].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())?;
+            [d.hidden, d.attention, d.embedding].iter().try_for_each(|&p| Dropout { p, seed: 0, stream: 0 }.check())?;
         }
         if self.modern.is_some() {
-            dropout.map_or(Ok(()), |d| modern::check_dropout(&self.config, d.hidden))?;
             return self.modern_forward(be, batch, dropout);
         }
         let site = |attention: bool, stream: u32| {
@@ -396,7 +410,7 @@ impl<T> Encoder<T> {
         let x0 = be.layernorm(&emb_sum, None, self.t(em.ln_g), self.t(em.ln_b), eps)?;
         let x0 = self.zero_padding(be, batch, apply_dropout(be, x0, site(false, 0))?)?;
         let (mut x, projected) = match em.project {
-            Some([w, b]) => (be.linear(&x0, self.t(w), Some(self.t(b)), Activation::None)?, Some(x0)), // (B*T, H)
+            Some([w, b]) => (self.linear(be, &x0, w, b)?, Some(x0)), // (B*T, H), with a LoRA adapter on it
             None => (x0, None),
         };
         let shape = self.shape(batch);
@@ -512,6 +526,12 @@ impl<T> Encoder<T> {
         }
     }
 
+    /// The embeddings' projection into the layers' width (ELECTRA's `embeddings_project` when E ≠ H, ALBERT's
+    /// `embedding_hidden_mapping_in`): its weight `(H, E)`.
+    pub(crate) fn projection(&self) -> Option<usize> {
+        self.emb.project.map(|[w, _]| w)
+    }
+
     /// The number of encoder layers (passes).
     pub fn layers(&self) -> usize {
         self.layers.len()
@@ -607,14 +627,19 @@ impl<T> Encoder<T> {
         if let Some(l) = &self.lora {
             grads.iter_mut().enumerate().filter(|(i, _)| !l.trains(*i)).for_each(|(_, g)| *g = None);
         }
-        if top.is_some() || self.lora.is_some() {
+        // With LoRA nothing below the layers trains but an adapter on the embeddings' projection.
+        let em = self.emb;
+        let adapted_projection = self.lora.as_ref().zip(em.project).is_some_and(|(l, [w, _])| l.adapts(w));
+        if top.is_some() || (self.lora.is_some() && !adapted_projection) {
             return Ok(());
         }
-        let em = self.emb;
         let dx = match (em.project, saved.projected.as_ref()) {
             (Some([w, b]), Some(x0)) => self.linear_backward(be, &dx, x0, w, b, grads)?, // (B*T, E)
             _ => dx,
         };
+        if self.lora.is_some() {
+            return Ok(());
+        }
         let dx = apply_dropout(be, self.zero_padding(be, batch, dx)?, saved.site(false, 0))?;
         let (demb, dg0, db0) = be.layernorm_backward(&dx, &saved.emb_sum, self.t(em.ln_g), eps)?;
         put(be, grads, em.ln_g, dg0)?;

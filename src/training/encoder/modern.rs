@@ -32,12 +32,11 @@
 //! one row, which `gather_rows` cannot permute), and back `db = db'·Pᵀ`.
 //!
 //! Dropout (a training forward given a [`DropoutPlan`]), where `ModernBertModel` drops: `x₀ = drop(LN_e(e))`
-//! (`embedding_dropout`, the plan's hidden probability, stream 0), the attention probabilities (`attention_dropout`,
+//! (`embedding_dropout`, the plan's embedding probability, stream 0), the attention probabilities (`attention_dropout`,
 //! stream `3l + 1`), `a = drop(ctx·Woᵀ)` (`ModernBertAttention.out_drop`, `attention_dropout` too, stream `3l + 2`)
 //! and `g = drop(glu(u))` before `mlp.Wo` (`mlp_dropout`, the hidden probability, stream
 //! [`super::rotary::GLU_STREAM`]` + l`); nothing after `mlp.Wo`. The backward applies each mask to its gradient
-//! (the attention's recomputed). A checkpoint whose `embedding_dropout` and `mlp_dropout` differ is refused while
-//! dropping ([`check_dropout`]).
+//! (the attention's recomputed).
 
 use super::rotary::GLU_STREAM;
 use super::{apply_dropout, DropoutPlan, EmbIdx, Encoder, LayerIdx, Saved};
@@ -99,20 +98,6 @@ struct ModernLayerSaved<T> {
     g: T,
     /// `Wi'` and `b'`, the swapped `Wi` (and bias) this forward read.
     wi: T,
-}
-
-/// Refuses what ModernBERT's dropout cannot be here: its `embedding_dropout` and `mlp_dropout` unequal (both sites
-/// drop at the one hidden probability) while the hidden probability is above 0.
-pub(crate) fn check_dropout(cfg: &BertConfig, hidden: f32) -> Result<()> {
-    match &cfg.modernbert {
-        Some(m) if hidden > 0.0 && m.embedding_dropout != m.mlp_dropout => Err(Error::Input(format!(
-            "dropout while training this ModernBERT checkpoint is not supported yet: its embedding_dropout {} and \
-             mlp_dropout {} differ (training drops both at one probability); train it without dropout \
-             (`--no-dropout`, `dropout: false`)",
-            m.embedding_dropout, m.mlp_dropout
-        ))),
-        _ => Ok(()),
-    }
 }
 
 /// `[i + n, …, 2n − 1, 0, …, n − 1]`: the rows of a `(2n, ·)` matrix with its halves swapped (its own inverse).
@@ -236,7 +221,8 @@ impl<T> Encoder<T> {
         let local_mask = be.input(&m.window.training_mask(batch), batch.b, batch.t)?;
         let typed = Batch { token_type_ids: vec![0; batch.token_type_ids.len()], ..batch.clone() };
         let emb_sum = be.embeddings_sum(&typed, &tables)?; // (B*T, H)
-        let mut x = apply_dropout(be, self.norm(be, &emb_sum, m.emb_norm)?, site(false, 0))?;
+        let emb_drop = dropout.and_then(|d| d.site(d.embedding, 0)); // `embedding_dropout`
+        let mut x = apply_dropout(be, self.norm(be, &emb_sum, m.emb_norm)?, emb_drop)?;
         let shape = self.shape(batch);
         let (global, local, window) = (m.global.upload(be, batch.t)?, m.local.upload(be, batch.t)?,
             m.window.upload(be, batch.t)?.bias);
@@ -328,7 +314,7 @@ impl<T> Encoder<T> {
         if top.is_some() || self.lora.is_some() {
             return Ok(());
         }
-        let dx = apply_dropout(be, dx, saved.site(false, 0))?;
+        let dx = apply_dropout(be, dx, saved.dropout.and_then(|d| d.site(d.embedding, 0)))?; // `embedding_dropout`
         let demb = self.norm_backward(be, &dx, &saved.emb_sum, m.emb_norm, grads)?;
         let typed = Batch { token_type_ids: vec![0; batch.token_type_ids.len()], ..batch.clone() };
         let (dw, _, _) = be.embeddings_backward(&demb, &typed, self.params[self.emb.word].rows,
