@@ -63,23 +63,28 @@ var<private> query: u32;
 
 // The score of this invocation's query (qs row qi) and the tile's key c, key j (< T) of the sequence: q·k (q
 // pre-scaled) plus the relative bias (BIAS = 1) or DeBERTa's c2p + p2c (DISENTANGLED = 1), summed as
-// lib/attention.wgsl sums them.
+// lib/attention.wgsl sums them. The terms' dot products share q·k's pass over the head (each of the three sums in
+// the same order as there), so q and k are read once.
 fn tile_score(qi: u32, c: u32, dv: u32, j: u32) -> f32 {
+    var pb = 0u;
+    if DISENTANGLED != 0u {
+        pb = disentangled_base(head, query, j);
+    }
+    let Hv = p.hidden / 4u;
     var sv = vec4<f32>(0.0);
+    var c2p = vec4<f32>(0.0);  // q·posK (q pre-scaled)
+    var p2c = vec4<f32>(0.0);  // k·posQ, scaled below
     for (var cc = 0u; cc < dv; cc = cc + 1u) {
-        sv = sv + qs[qi * dv + cc] * ks[c * (dv + 1u) + cc];
+        let q = qs[qi * dv + cc];
+        let k = ks[c * (dv + 1u) + cc];
+        sv = sv + q * k;
+        if DISENTANGLED != 0u {
+            c2p = c2p + q * disentangled_pos[pb + Hv + cc];
+            p2c = p2c + k * disentangled_pos[pb + cc];
+        }
     }
     var s = hsum(sv) + score_bias(bias_row(head, query), j);
     if DISENTANGLED != 0u {
-        // c2p = q·posK (q pre-scaled) and p2c = k·posQ, scaled here.
-        let pb = disentangled_base(head, query, j);
-        let Hv = p.hidden / 4u;
-        var c2p = vec4<f32>(0.0);
-        var p2c = vec4<f32>(0.0);
-        for (var cc = 0u; cc < dv; cc = cc + 1u) {
-            c2p = c2p + qs[qi * dv + cc] * disentangled_pos[pb + Hv + cc];
-            p2c = p2c + ks[c * (dv + 1u) + cc] * disentangled_pos[pb + cc];
-        }
         s = s + hsum(c2p) + hsum(p2c) * p.scale;
     }
     return s;
