@@ -2,7 +2,8 @@
 transformers with CUDA; no network (the models are made here, with seeded random weights, in the shapes of the
 checkpoints: speed depends only on the shapes).
 
-    python bench/real_gpu.py models OUT TOKENIZER_DIR    # OUT/minilm (all-MiniLM-L6-v2's config), OUT/base (bert-base)
+    python bench/real_gpu.py models OUT TOKENIZER_DIR    # OUT/minilm (all-MiniLM-L6-v2's config), OUT/base (bert-base),
+                                                         # OUT/deberta (DeBERTa-v3 at MiniLM's shape)
     python bench/real_gpu.py forward MODEL B T REPS      # embed's work in PyTorch CUDA f32: JSON line, median ms
     python bench/real_gpu.py train MODEL B T STEPS       # one AdamW step of BertForSequenceClassification, CUDA f32
     python bench/real_gpu.py compare MODEL TEXTS OURS    # cosine of our embeddings (JSON lines) with PyTorch's
@@ -13,7 +14,8 @@ import json, shutil, statistics, sys, time
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel
+from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification, BertModel, DebertaV2Config,
+                          DebertaV2Model)
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -27,10 +29,20 @@ def make_models(out: Path, tok_dir: Path):
         "minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
         "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
     }
+    models = {name: lambda shape=shape: BertModel(BertConfig(vocab_size=30522, max_position_embeddings=512,
+                                                             hidden_act="gelu", **shape), add_pooling_layer=False)
+              for name, shape in shapes.items()}
+    # DeBERTa-v3 at MiniLM's shape (bench/family_shapes.py's): no absolute positions, 256 buckets over 512 positions,
+    # c2p + p2c. Against minilm: DeBERTa's forward ÷ BERT's of the same size, on the kernels calibrated here.
+    shapes["deberta"] = shapes["minilm"]
+    models["deberta"] = lambda: DebertaV2Model(DebertaV2Config(
+        vocab_size=30522, max_position_embeddings=514, type_vocab_size=0, pad_token_id=0, relative_attention=True,
+        position_buckets=256, max_relative_positions=512, norm_rel_ebd="layer_norm", share_att_key=True,
+        pos_att_type=["p2c", "c2p"], position_biased_input=False, layer_norm_eps=1e-7,
+        architectures=["DebertaV2Model"], **shapes["minilm"]))
     for name, shape in shapes.items():
         torch.manual_seed(0)
-        cfg = BertConfig(vocab_size=30522, max_position_embeddings=512, hidden_act="gelu", **shape)
-        BertModel(cfg, add_pooling_layer=False).save_pretrained(out / name, safe_serialization=True)
+        models[name]().save_pretrained(out / name, safe_serialization=True)
         for f in TOKENIZER_FILES:
             if (tok_dir / f).exists():
                 shutil.copy(tok_dir / f, out / name / f)

@@ -13,17 +13,32 @@
 // head_dim a multiple of 4 and at most 4·LMAX (the host checks; other heads run attention_vec4.wgsl); WG ≥ dv.
 // Invocations past the workgroup's last whole query (WG not a multiple of dv) only help stage.
 //
-// With BIAS = 1, each score gets its relative bias (lib/attention_bias.wgsl) as lane c computes it.
+// With BIAS = 1, each score gets its relative bias (lib/attention_bias.wgsl) as lane c computes it; with
+// DISENTANGLED = 1 (DeBERTa), its c2p and p2c terms (lib/attention_disentangled.wgsl: the same gathers of the
+// projected relative rows and the same sums as lib/attention.wgsl), lane c reading the rows of its own key's offset.
 // Grid: (ceil(T / (WG / dv)), heads, B); `WG` invocations per workgroup (the tuning's attention width).
 
 #include "lib/act.wgsl"
 #include "lib/attention_params.wgsl"
 #include "lib/attention_bias.wgsl"
+#include "lib/attention_disentangled.wgsl"
 
 override WG: u32 = 256u;
 const NEG: f32 = -1.0e30;  // stands for -inf before the first real key
 const LMAX: u32 = 16u;     // largest head in vec4 (head_dim 64)
 const WG_MAX: u32 = 256u;  // largest workgroup (the host clamps the width to it)
+
+// lib/attention_disentangled.wgsl's contract: the projected relative table read a vec4 at a time (f32: the host
+// widens an f16 one).
+alias V = vec4<f32>;
+const LANES: u32 = 4u;
+fn head_v() -> u32 {
+    return p.head_dim / 4u;
+}
+
+fn hsum(v: vec4<f32>) -> f32 {
+    return (v.x + v.y) + (v.z + v.w);
+}
 
 @group(0) @binding(0) var<uniform> p: Params;
 // qkv and out as lib/act.wgsl stores them: f32, or f16 pairs in this module's f16 variant.
@@ -42,6 +57,38 @@ var<workgroup> km: array<f32, LMAX>;                       // the tile's keys: 1
 var<private> m: f32;
 var<private> l: f32;
 var<private> acc: vec4<f32>;
+// This invocation's head and query (clamped to T − 1): where its relative bias or disentangled rows are.
+var<private> head: u32;
+var<private> query: u32;
+
+// The score of this invocation's query (qs row qi) and the tile's key c, key j (< T) of the sequence: q·k (q
+// pre-scaled) plus the relative bias (BIAS = 1) or DeBERTa's c2p + p2c (DISENTANGLED = 1), summed as
+// lib/attention.wgsl sums them. The terms' dot products share q·k's pass over the head (each of the three sums in
+// the same order as there), so q and k are read once.
+fn tile_score(qi: u32, c: u32, dv: u32, j: u32) -> f32 {
+    var pb = 0u;
+    if DISENTANGLED != 0u {
+        pb = disentangled_base(head, query, j);
+    }
+    let Hv = p.hidden / 4u;
+    var sv = vec4<f32>(0.0);
+    var c2p = vec4<f32>(0.0);  // q·posK (q pre-scaled)
+    var p2c = vec4<f32>(0.0);  // k·posQ, scaled below
+    for (var cc = 0u; cc < dv; cc = cc + 1u) {
+        let q = qs[qi * dv + cc];
+        let k = ks[c * (dv + 1u) + cc];
+        sv = sv + q * k;
+        if DISENTANGLED != 0u {
+            c2p = c2p + q * disentangled_pos[pb + Hv + cc];
+            p2c = p2c + k * disentangled_pos[pb + cc];
+        }
+    }
+    var s = hsum(sv) + score_bias(bias_row(head, query), j);
+    if DISENTANGLED != 0u {
+        s = s + hsum(c2p) + hsum(p2c) * p.scale;
+    }
+    return s;
+}
 
 // `split_tile`: lane c scores key c of the tile, and the query's lanes fold the tile into (m, l, acc). Through
 // workgroup memory here; the `_sg` module swaps in lib/split_tile_subgroup.wgsl (src/backend/gpu/params.rs).
@@ -69,7 +116,8 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
     l = 0.0;
     acc = vec4<f32>(0.0);
     let drop_row = ((b * p.heads + h) * T + i) * T;  // the dropout index of (query i, key 0)
-    let brow = bias_row(h, min(i, T - 1u));          // its relative bias row (BIAS = 1 only)
+    head = h;
+    query = min(i, T - 1u);
     let tiles = (T + dv - 1u) / dv;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let j0 = tile * dv;
@@ -86,7 +134,7 @@ fn attention_split(@builtin(local_invocation_index) t: u32, @builtin(workgroup_i
             km[t] = select(0.0, mask[b * T + min(j0 + t, T - 1u)], j0 + t < T);
         }
         workgroupBarrier();
-        split_tile(qi, c, dv, owns, j0, drop_row, brow);
+        split_tile(qi, c, dv, owns, j0, drop_row);
     }
     // A query the mask marks as masked whole (lib/attention.wgsl): the mean of every value, each lane its vec4.
     if owns && i < T && mask[b * T + i] < -0.5 {

@@ -11,6 +11,7 @@
 mod common;
 
 use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::gpu::{AttentionKernel, Tuning};
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
@@ -27,7 +28,8 @@ use serde_json::{json, Value};
 /// embeddings move by 1.65 (the golden records it; `missing_relative_terms_are_caught` checks it here).
 const CPU_ATOL: f32 = 2e-5;
 /// The GPU. Measured worst on lavapipe here: 6.0e-6 (fill-mask logits; QA logits 5.7e-6, token logits 5.6e-6,
-/// embeddings 3.6e-6); 2e-5 (3.3×).
+/// embeddings 3.6e-6); 2e-5 (3.3×). With the split attention kernels forced: 7.0e-6 (QA logits; 2.9×).
+/// Without the split kernel's disentangled terms the first check (the MLM's mean embeddings) is off by 1.4.
 const GPU_ATOL: f32 = 2e-5;
 
 /// The fill-mask golden's smallest top-5 gap is 2.3e-4, above twice the pipeline score tolerance: the order must
@@ -82,6 +84,35 @@ fn deberta_matches_pytorch_on_gpu() {
         return;
     }
     everything(|| gpu().expect("adapter"), GPU_ATOL);
+}
+
+/// The split attention kernels (each query over head_dim/4 invocations, the kernel the calibration picks on real
+/// GPUs) with the disentangled terms, forced by the tuning: the whole model against PyTorch as above, with the
+/// scores through workgroup memory and through subgroup shuffles (the tiny models' head_dim 8: two lanes a query,
+/// which fit lavapipe's subgroups of 8), each check naming the module that ran.
+#[test]
+fn deberta_matches_pytorch_on_gpu_with_the_split_kernels() {
+    if gpu().is_none() {
+        return;
+    }
+    for (kernel, module) in [(AttentionKernel::Split, "attention_split"), (AttentionKernel::SplitSubgroup, "attention_split_sg")] {
+        let mk = || {
+            let g = gpu().expect("adapter");
+            g.set_tuning(Tuning { attention: kernel, attention_wg: 64, ..Tuning::default() });
+            g
+        };
+        let probe = mk();
+        if module == "attention_split_sg" && !bertgpu::backend::gpu::split_subgroup_fits(&probe.gpu().info, 8) {
+            eprintln!("no subgroups that fit a head of 8 on this adapter: {module} not run");
+            continue;
+        }
+        everything(mk, GPU_ATOL);
+        let m = load("tiny-deberta-model", probe);
+        embeddings(&format!("deberta on {module}"), &golden(), "model_embeddings", &m, GPU_ATOL);
+        let ran = m.backend.compiled_modules();
+        assert!(ran.contains(&module) && !ran.iter().any(|n| n.starts_with("attention_vec4") || *n == "attention"),
+            "the split kernel ran, and no per-query one: {ran:?}");
+    }
 }
 
 /// transformers' `make_log_bucket_position` of every offset −300..300, for the tiny models' (8, 16) and
@@ -239,6 +270,78 @@ fn disentangled_kernels_match_the_definition() {
         .map(|(v, rr, cc)| cpu.input(&v, rr, cc).unwrap());
     let e = cpu.attention_disentangled(&q, &m, &p, &i, shape).unwrap_err().to_string();
     assert!(e.contains("attention rows"), "{e}");
+}
+
+/// The split kernels with the disentangled terms (`DISENTANGLED = 1` of attention_split.wgsl, scores through
+/// workgroup memory and through subgroup shuffles) against the CPU twin, at each width the calibration times (32
+/// with head_dim 64: two queries a workgroup; 256: every tile staged by more invocations than it holds), on f32 and
+/// on f16 q, k, v and table (the f16 mode: pairs read and written, the table widened first). head_dim 12 has 3 lanes a
+/// query (not a power of two: the subgroup tuning runs the workgroup one), 8 and 32 fit lavapipe's subgroups of 8,
+/// 64 does not. Each case checks that the terms move the result, and the modules that ran are checked at the end.
+#[test]
+fn disentangled_split_kernels_match_cpu() {
+    /// f32: the attention kernels' bound above (the terms are two more d-long dot products before the same softmax);
+    /// measured worst on lavapipe 4.2e-7 (printed).
+    const ATOL: f32 = 2e-5;
+    const RTOL: f32 = 1e-5;
+    /// f16: tests/f16_activations.rs's bounds (the output rounded to f16: one ulp, 2⁻¹⁰ relative, over O(1) values;
+    /// the inputs are rounded before both backends see them). Measured worst |err| on lavapipe 4.8e-4 (an f16
+    /// ulp is 4.9e-4 on [0.5, 1)).
+    const F16_ATOL: f32 = 2e-4;
+    const F16_RTOL: f32 = 1e-3;
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let f16 = |v: &[f32]| -> Vec<f32> { v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect() };
+    let cases: &[(usize, usize, usize, usize, &[usize])] =
+        &[(2, 7, 4, 8, &[7, 3]), (2, 9, 2, 12, &[9, 0]), (2, 33, 2, 32, &[33, 20]), (1, 40, 1, 64, &[37])];
+    let kernels = [(AttentionKernel::Split, 32), (AttentionKernel::Split, 64), (AttentionKernel::Split, 256),
+        (AttentionKernel::SplitSubgroup, 32), (AttentionKernel::SplitSubgroup, 256)];
+    let mut worst = (0f32, 0f32);
+    for (kernel, wg) in kernels {
+        g.set_tuning(Tuning { attention: kernel, attention_wg: wg, ..Tuning::default() });
+        for &(b, t, heads, d, lens) in cases {
+            let (h, r) = (heads * d, 5);
+            let doubled = |n: usize, seed: u64| -> Vec<f32> {
+                bertgpu::testutil::rand_vec(n, seed).iter().map(|v| v * 2.0).collect()
+            };
+            let (qkv, pos) = (f16(&doubled(b * t * 3 * h, (t * h) as u64)), f16(&doubled(r * 3 * h, 7)));
+            let rows: Vec<f32> = (0..2 * t - 1).map(|c| ((c * 3 + 1) % r) as f32).collect();
+            let mut mask = vec![0f32; b * t];
+            for (bi, &l) in lens.iter().enumerate() {
+                mask[bi * t..bi * t + l].fill(1.0);
+            }
+            let shape = bertgpu::backend::AttentionShape { batch: b, seq: t, heads, head_dim: d };
+            let [q, m, p, i] = [(&qkv, b * t, 3 * h), (&mask, b, t), (&pos, r, 3 * h), (&rows, 1, 2 * t - 1)]
+                .map(|(v, rr, cc)| cpu.input(v, rr, cc).unwrap());
+            let want = cpu.attention_disentangled(&q, &m, &p, &i, shape).unwrap().data().to_vec();
+            let plain = cpu.attention(&q, &m, shape).unwrap().data().to_vec();
+            assert!(want.iter().zip(&plain).any(|(a, c)| (a - c).abs() > 1e-2), "the terms move the result");
+            let (gm, gi) = (g.input(&mask, b, t).unwrap(), g.input(&rows, 1, 2 * t - 1).unwrap());
+            for half in [false, true] {
+                let what = format!("{kernel:?} {wg} f16 {half} b{b} t{t} heads{heads} d{d}");
+                let (gq, gp) = if half {
+                    (g.input_f16(&qkv, b * t, 3 * h).unwrap(), g.input_f16(&pos, r, 3 * h).unwrap())
+                } else {
+                    (g.input(&qkv, b * t, 3 * h).unwrap(), g.input(&pos, r, 3 * h).unwrap())
+                };
+                let got = common::read(&g, &g.attention_disentangled(&gq, &gm, &gp, &gi, shape).unwrap());
+                if half {
+                    worst.1 = worst.1.max(common::assert_close(&what, &got, &want, F16_ATOL, F16_RTOL));
+                } else {
+                    worst.0 = worst.0.max(common::assert_close(&what, &got, &want, ATOL, RTOL));
+                }
+            }
+        }
+    }
+    eprintln!("measured split disentangled attention against the CPU: f32 {:.2e}, f16 {:.2e}", worst.0, worst.1);
+    let ran = g.compiled_modules();
+    let sg = bertgpu::backend::gpu::split_subgroup_fits(&g.gpu().info, 8);
+    eprintln!("subgroups that fit a head of 8: {sg}; modules: {ran:?}");
+    let subgroup_modules = if sg { &["attention_split_sg", "attention_split_sg_h"][..] } else { &[] };
+    for module in ["attention_split", "attention_split_h"].iter().chain(subgroup_modules) {
+        assert!(ran.contains(module), "{module} ran: {ran:?}");
+    }
+    assert!(!ran.iter().any(|n| n.starts_with("attention_vec4") || *n == "attention"), "no per-query kernel: {ran:?}");
 }
 
 /// `softmax((q_i·k_j + q_i·posK_r + k_j·posQ_r) / √(3d))·v` over the real keys, r = rows[j − i + T − 1], in f64.

@@ -1,5 +1,5 @@
-// lib/attention_disentangled.wgsl: DeBERTa's disentangled score terms for the per-query attention kernels
-// (lib/attention.wgsl), `Backend::attention_disentangled`. With the override DISENTANGLED = 1 the score of query i
+// lib/attention_disentangled.wgsl: DeBERTa's disentangled score terms for the attention kernels, per-query
+// (lib/attention.wgsl) and split (attention_split.wgsl), `Backend::attention_disentangled`. With the override DISENTANGLED = 1 the score of query i
 // and key j in head h gets, besides q_i·k_j,
 //   c2p = q_i · posK[r]   (the query's content against the key's relative position)
 //   p2c = k_j · posQ[r]   (the key's content against the query's relative position)
@@ -11,7 +11,8 @@
 // h·d.. of each third, as qkv. DISENTANGLED = 0 (every other model) compiles the terms away; the host binds the
 // mask in pos's place.
 //
-// The kernel that includes this file declares p, V, LANES and head_v() (lib/attention.wgsl's contract).
+// The kernel that includes this file declares p, V, LANES and head_v() (lib/attention.wgsl's contract; the split
+// kernel declares them for its vec4 reads).
 
 override DISENTANGLED: u32 = 0u;
 

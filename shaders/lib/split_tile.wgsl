@@ -4,18 +4,14 @@
 // (lib/split_tile_subgroup.wgsl does the same with subgroup shuffles.) Every invocation of the workgroup calls it,
 // once per tile, after the tile is staged.
 //
-// The kernel that includes this file declares qs, ks, vs, km, m, l, acc, p, NEG, WG_MAX and DROPOUT, and includes
-// lib/attention_bias.wgsl (`brow`: the query's bias row).
+// The kernel that includes this file declares qs, vs, km, m, l, acc, p, NEG, WG_MAX, DROPOUT and `tile_score`
+// (the score of a query and a key of the tile, with its bias or disentangled terms).
 
 var<workgroup> ss: array<f32, WG_MAX>;  // scores: ss[qi · dv + j]
 
-fn split_tile(qi: u32, c: u32, dv: u32, owns: bool, j0: u32, drop_row: u32, brow: u32) {
+fn split_tile(qi: u32, c: u32, dv: u32, owns: bool, j0: u32, drop_row: u32) {
     if owns {
-        var sv = vec4<f32>(0.0);
-        for (var cc = 0u; cc < dv; cc = cc + 1u) {
-            sv = sv + qs[qi * dv + cc] * ks[c * (dv + 1u) + cc];
-        }
-        ss[qi * dv + c] = (sv.x + sv.y) + (sv.z + sv.w) + score_bias(brow, min(j0 + c, p.seq - 1u));
+        ss[qi * dv + c] = tile_score(qi, c, dv, min(j0 + c, p.seq - 1u));
     }
     workgroupBarrier();
     if owns {

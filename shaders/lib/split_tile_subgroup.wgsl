@@ -12,15 +12,11 @@
 // check guards. Every invocation calls it (the shuffles need the whole subgroup): WG is a multiple of dv here, so
 // every invocation owns a query.
 //
-// The kernel that includes this file declares qs, ks, vs, km, m, l, acc, p, NEG and DROPOUT, and includes
-// lib/attention_bias.wgsl (`brow`: the query's bias row).
+// The kernel that includes this file declares vs, km, m, l, acc, p, NEG, DROPOUT and `tile_score` (the score of a
+// query and a key of the tile, with its bias or disentangled terms).
 
-fn split_tile(qi: u32, c: u32, dv: u32, owns: bool, j0: u32, drop_row: u32, brow: u32) {
-    var sv = vec4<f32>(0.0);
-    for (var cc = 0u; cc < dv; cc = cc + 1u) {
-        sv = sv + qs[qi * dv + cc] * ks[c * (dv + 1u) + cc];
-    }
-    let s = (sv.x + sv.y) + (sv.z + sv.w) + score_bias(brow, min(j0 + c, p.seq - 1u));
+fn split_tile(qi: u32, c: u32, dv: u32, owns: bool, j0: u32, drop_row: u32) {
+    let s = tile_score(qi, c, dv, min(j0 + c, p.seq - 1u));
     let real = km[c] >= 0.5;
     var tm = select(NEG, s, real);
     for (var o = 1u; o < dv; o = o * 2u) {

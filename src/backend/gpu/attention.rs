@@ -30,9 +30,8 @@ impl GpuBackend {
     /// With `bias` ([`Backend::attention_biased`](super::Backend::attention_biased): `(heads, 2T − 1)`), the same
     /// kernel compiled with `BIAS = 1` (shaders/lib/attention_bias.wgsl); without, the mask stands in at its binding.
     /// With DeBERTa's disentangled terms ([`Backend::attention_disentangled`](super::Backend::attention_disentangled)),
-    /// the per-query kernels compiled with `DISENTANGLED = 1` (shaders/lib/attention_disentangled.wgsl: `rows` at
-    /// binding 4, `pos` at 5); the split kernel has no such override yet, so these run the vec4 (or scalar) one
-    /// whatever the tuning chose.
+    /// the kernel the tuning chose compiled with `DISENTANGLED = 1` (shaders/lib/attention_disentangled.wgsl: `rows`
+    /// at binding 4, `pos` at 5), per-query or split alike.
     pub(super) fn record_attention(&self, qkv: &GpuTensor, mask: &GpuTensor, score_bias: ScoreBias<'_, GpuTensor>,
         s: AttentionShape, dropout: Option<Dropout>) -> Result<GpuTensor> {
         if let Some(d) = dropout {
@@ -91,9 +90,6 @@ impl GpuBackend {
         // otherwise. The split kernel runs WG / (head_dim/4) queries a workgroup (and needs WG ≥ head_dim/4).
         let t = self.tuning.get();
         let (mut shader, mut entry) = t.attention.kernel(s.head_dim);
-        if disentangled.is_some() && entry == "attention_split" {
-            (shader, entry) = AttentionKernel::Vec4.kernel(s.head_dim);
-        }
         if shader == "attention_split_sg" && !split_subgroup_fits(&self.gpu.info, s.head_dim) {
             shader = "attention_split";
         }
@@ -139,12 +135,9 @@ impl GpuBackend {
             p.scale = 1.0 / (3.0 * s.head_dim as f32).sqrt(); // transformers' 1/√(d·scale_factor), c2p and p2c both
         }
         let table = disentangled.map_or(bias.unwrap_or(mask), |(_, rows)| rows);
-        let mut bindings = vec![(1, qkv.buffer(), false), (2, mask.buffer(), false), (3, out.buffer(), true),
-            (4, table.buffer(), false)];
-        // The per-query kernels (lib/attention.wgsl) declare the disentangled rows' binding; the split one does not.
-        if entry != "attention_split" {
-            bindings.push((5, disentangled.map_or(mask, |(pos, _)| pos).buffer(), false));
-        }
+        let pos = disentangled.map_or(mask, |(pos, _)| pos);
+        let bindings = [(1, qkv.buffer(), false), (2, mask.buffer(), false), (3, out.buffer(), true),
+            (4, table.buffer(), false), (5, pos.buffer(), false)];
         self.dispatch(shader, entry, consts, bytemuck::bytes_of(&p), &bindings, groups)?;
         Ok(out)
     }
