@@ -8,6 +8,13 @@ Needs ./models/all-MiniLM-L6-v2 (scripts/fetch-models.sh) and, for the 8-bit row
 bench/browser.sh converts (bench/models/all-MiniLM-L6-v2.q8_0.gguf; the row is skipped without it). Ours includes
 the pipe, the JSON line and the tokenizer; theirs includes the tokenizer. RAYON_NUM_THREADS gives the CLI the same
 threads as PyTorch.
+
+Any other line command, one binary against another (before and after a change, calls alternating):
+
+    python bench/cli_latency.py --command classify --model DIR --binary OLD --binary NEW [--text LINE]
+
+times `bertgpu classify --model DIR --device cpu` per line in each binary, without PyTorch, and checks that the two
+print the same line.
 """
 import argparse
 import json
@@ -28,17 +35,19 @@ WARMUP = 30
 
 
 class Cli:
-    """`bertgpu embed` on the CPU, fed one line at a time."""
+    """A line command of `bertgpu` (`embed`: its vector) on the CPU, fed one line at a time."""
 
-    def __init__(self, binary, model, threads):
+    def __init__(self, binary, model, threads, command="embed", text=TEXT):
         env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-        self.p = subprocess.Popen([binary, "embed", "--model", model, "--device", "cpu"], stdin=subprocess.PIPE,
+        self.command, self.text = command, text
+        self.p = subprocess.Popen([binary, command, "--model", model, "--device", "cpu"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
 
     def __call__(self):
-        self.p.stdin.write(TEXT + "\n")
+        self.p.stdin.write(self.text + "\n")
         self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())["embedding"]
+        line = self.p.stdout.readline()
+        return json.loads(line)["embedding"] if self.command == "embed" else line
 
     def close(self):
         self.p.stdin.close()
@@ -70,8 +79,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/bertgpu"))
+    ap.add_argument("--binary", action="append", help="repeat to time several binaries against each other")
+    ap.add_argument("--command", default="embed")
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--text", default=TEXT)
     a = ap.parse_args()
+    binaries = a.binary or [os.path.join(ROOT, "target/release/bertgpu")]
+    if a.command != "embed" or len(binaries) > 1:
+        return compare(a, binaries)
+    a.binary = binaries[0]
     theirs = Torch(a.threads)
     ours = {"f32": Cli(a.binary, MODEL, a.threads)}
     if os.path.exists(GGUF):
@@ -97,6 +113,27 @@ def main():
               f"{med[k]:.2f} ms (min {min(v):.2f})")
     for k in ours:
         print(f"bertgpu {k} / PyTorch f32: {med[k] / med['pytorch']:.2f}x")
+
+
+def compare(a, binaries):
+    """`a.command` per line in each binary, calls alternating, medians after a warm-up; the binaries must print the
+    same line."""
+    clis = {f"{i}: {b}": Cli(b, a.model, a.threads, a.command, a.text) for i, b in enumerate(binaries)}
+    outs = {k: c() for k, c in clis.items()}
+    assert len(set(outs.values())) == 1, f"the binaries print different lines: {outs}"
+    for _ in range(WARMUP):
+        for c in clis.values():
+            c()
+    times = {k: [] for k in clis}
+    for _ in range(a.runs):
+        for k, c in clis.items():
+            times[k].append(timed(c)[0])
+    for c in clis.values():
+        c.close()
+    print(f"bertgpu {a.command} --model {a.model}, one line ({len(a.text)} characters), {a.threads} threads, "
+          f"{a.runs} alternating calls each; the same output line")
+    for k, v in times.items():
+        print(f"{k}: {statistics.median(v):.3f} ms per line (min {min(v):.3f})")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ use bertgpu::training::lora_peft;
 use bertgpu::training::rows::export_folder;
 use bertgpu::weights::peft::apply_lora;
 use bertgpu::weights::Weights;
-use common::golden_grads::{floats, gradients_match, ints};
+use common::golden_grads::{batch, floats, gradients_match, ints};
+use common::lora;
 use serde_json::Value;
 
 mod common;
@@ -106,11 +107,8 @@ impl Case {
         let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
         assert_eq!(cfg.family.model_type(), g["family"].as_str().unwrap());
         let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
-        let b = g["input_ids"].as_array().unwrap().len();
+        let batch = batch(g);
         let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
-        let input_ids = u32s("input_ids");
-        let t = input_ids.len() / b;
-        let batch = Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t };
         let (task, span) = match g["task"].as_str().unwrap() {
             "sequence" => (FineTuneTask::Sequence, false),
             "qa" => (FineTuneTask::Qa, true),
@@ -390,22 +388,12 @@ fn lora_adapters_carry_each_familys_module_names() {
             worst = worst.max(d);
         }
         assert!(moved > 1e-3, "{name}: the adapters did not train (largest change {moved:e})");
-        if let (Ok(dir), true) = (std::env::var("BERTGPU_LORA_EXPORT"), ["gte", "nomic", "deberta"].iter().any(|f| name.starts_with(f))) {
-            // The adapter, the merged folder and our logits, for tests/golden/lora_rotary_peft_load.py (DeBERTa's too:
-            // its `query_proj`/`value_proj` are rows of our fused projection).
-            let dir = Path::new(&dir).join(name);
-            std::fs::create_dir_all(dir.join("merged")).unwrap();
-            std::fs::write(dir.join("adapter_config.json"), &config).unwrap();
-            std::fs::write(dir.join("adapter_model.safetensors"), &st).unwrap();
-            let original: Value = serde_json::from_str(&std::fs::read_to_string(c.dir.join("config.json")).unwrap()).unwrap();
-            let (mc, mst) = pollster::block_on(export_folder(&be, &tr, &original, None)).unwrap();
-            std::fs::write(dir.join("merged/config.json"), mc).unwrap();
-            std::fs::write(dir.join("merged/model.safetensors"), mst).unwrap();
+        if ["gte", "nomic", "deberta"].iter().any(|f| name.starts_with(f)) {
+            // For tests/golden/lora_rotary_peft_load.py (DeBERTa's too: its `query_proj`/`value_proj` are rows of
+            // our fused projection).
             let g = &golden()["cases"][name];
-            let logits = pollster::block_on(be.read(&tr.logits(&be, &c.batch).unwrap())).unwrap();
-            std::fs::write(dir.join("logits.json"), serde_json::json!({ "logits": logits, "input_ids": g["input_ids"],
-                "token_type_ids": g["token_type_ids"], "attention_mask": g["attention_mask"], "task": g["task"],
-                "base": g["model"] }).to_string()).unwrap();
+            lora::export_for_peft(&be, &tr, name, g["model"].as_str().unwrap(), &c.cfg, c.task, &c.batch, g,
+                (&config, &st));
         }
         eprintln!("{name}: {} tensors, the loaded adapter's weights within {worst:.1e} of ours (training moved them by up to \
             {moved:.1e})", merged.len());
@@ -519,63 +507,19 @@ fn check_rotary_lora<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
         "deberta_qv" => ("lora_deberta.json", "deberta_classify"),
         _ => ("lora_deberta.json", "deberta_ner"),
     };
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(file);
-    let all: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let all = common::family::golden(file);
     let g = &all["cases"][name];
     let c = Case::load(case);
     assert_eq!(c.dir.file_name().unwrap().to_str().unwrap(), g["model"].as_str().unwrap());
     let targets = if g["target_modules"].as_array().unwrap().len() == 2 { LoraTargets::Qv } else { LoraTargets::All };
-    let opts = LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32, targets, merge: false };
     let mut tr = FineTuner::new(be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
-    tr.set_lora(be, opts, 0).unwrap();
-    let init = g["init"].as_object().unwrap();
-    let mut set = 0;
-    for p in tr.encoder.params.iter_mut() {
-        if let Some(v) = init.get(&p.names[0]) {
-            let v: Vec<f32> = floats(v).into_iter().map(|x| x as f32).collect();
-            p.tensor = be.input(&v, p.rows, p.cols).unwrap();
-            set += 1;
-        }
-    }
-    assert_eq!(set, init.len(), "{name}: every adapter of the golden exists here");
+    tr.set_lora(be, lora::options(g, targets), 0).unwrap();
+    lora::set_init(be, &mut tr, g, name);
     let targets = c.targets();
-    let (grads, logits) = tr.trainable_gradients(be, &c.batch, &targets).unwrap();
-    let trained: BTreeSet<&str> =
-        tr.encoder.params.iter().zip(&grads).filter(|(_, g)| g.is_some()).map(|(p, _)| p.names[0].as_str()).collect();
-    let want_trained: BTreeSet<&str> = g["trainable"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(trained, want_trained, "{name}: the parameters that train are exactly peft's");
-    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), c.batch.t, &targets) as f64;
-    let want_loss = g["loss"].as_f64().unwrap();
-    assert!((loss - want_loss).abs() <= LORA_LOSS_RTOL * want_loss, "{name}: loss {loss} vs peft {want_loss}");
-    let mut worst = 0f64;
-    for (p, gr) in tr.encoder.params.iter().zip(&grads) {
-        let Some(gr) = gr else { continue };
-        let (ours, want) = (pollster::block_on(be.read(gr)).unwrap(), floats(&g["grads"][&p.names[0]]));
-        let rel = common::golden_grads::norm(ours.iter().zip(&want).map(|(&a, &b)| a as f64 - b))
-            / common::golden_grads::norm(want.iter().copied());
-        assert!(rel <= grad_rtol, "{name}: gradient of {}: relative error {rel:e}", p.names[0]);
-        worst = worst.max(rel);
-    }
-    let opt = StepOptions {
-        learning_rate: g["lr"].as_f64().unwrap() as f32,
-        weight_decay: g["weight_decay"].as_f64().unwrap() as f32,
-        max_grad_norm: Some(g["max_norm"].as_f64().unwrap() as f32),
-        ..StepOptions::default()
-    };
-    let mut worst_step = 0f64;
-    for (s, (wl, wn)) in floats(&g["losses"]).iter().zip(floats(&g["grad_norms"])).enumerate() {
-        let r = pollster::block_on(tr.step(be, &c.batch, &targets, &opt)).unwrap();
-        let e = ((r.loss as f64 - wl).abs() / wl).max((r.grad_norm as f64 - wn).abs() / wn);
-        assert!(e <= LORA_LOSS_RTOL, "{name}: step {s}: loss {} vs {wl}, grad norm {} vs {wn}", r.loss, r.grad_norm);
-        worst_step = worst_step.max(e);
-    }
+    let (_, (_, worst)) = lora::check_gradients(be, &mut tr, &c.batch, &targets, g, name, grad_rtol, LORA_LOSS_RTOL);
+    let worst_step = lora::check_steps(be, &mut tr, &c.batch, &targets, g, name, LORA_LOSS_RTOL);
     let after: BTreeMap<String, Vec<f32>> = pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect();
-    let mut worst_param = 0f64;
-    for (n, w) in g["params_after"].as_object().unwrap() {
-        let d = after[n].iter().zip(floats(w)).map(|(&a, b)| (a as f64 - b).abs()).fold(0f64, f64::max);
-        assert!(d <= LORA_PARAM_ATOL, "{name}: {n} after 5 steps differs from peft's by {d}");
-        worst_param = worst_param.max(d);
-    }
+    let worst_param = lora::check_params_after(&after, g, name, LORA_PARAM_ATOL);
     eprintln!("{name} LoRA on {}: worst gradient relative error {worst:.2e}, loss/grad-norm {worst_step:.2e}, \
         parameters after 5 steps {worst_param:.2e}", be.name());
 }

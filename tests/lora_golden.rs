@@ -6,7 +6,8 @@
 //! against what `save_pretrained` writes; on the CPU and the GPU.
 //!
 //! `BERTGPU_LORA_EXPORT=DIR` also writes the qv_classify adapter after its steps, the merged folder and our logits
-//! into DIR, for tests/golden/lora_peft_load.py (peft's `PeftModel.from_pretrained` on our files gives our logits).
+//! into `DIR/qv_classify`, for tests/golden/lora_peft_load.py (peft's `PeftModel.from_pretrained` on our files gives
+//! our logits).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -14,8 +15,7 @@ use std::path::Path;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::BertConfig;
-use bertgpu::tokenizer::Batch;
-use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
+use bertgpu::training::finetune::FineTuner;
 use bertgpu::training::optim::StepOptions;
 use bertgpu::training::rows::export_folder;
 use bertgpu::training::lora::{LoraOptions, LoraTargets};
@@ -25,7 +25,8 @@ use serde_json::Value;
 
 mod common;
 
-use common::golden_grads::{floats, norm};
+use common::golden_grads::{floats, max_diff, norm};
+use common::lora::{check_gradients, check_params_after, check_steps, export_for_peft, options, set_init, strings, LoraCase};
 
 /// Gradient error per tensor, `‖ours − golden‖ / ‖golden‖`: f32 against float64 through 2 layers, as
 /// tests/finetune_golden.rs (float32 PyTorch lands near 1e-6 there). Measured worst on the CPU: 4.0e-6 (all_ner);
@@ -52,71 +53,18 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn rows_of(v: &Value) -> (Vec<u32>, usize, usize) {
-    let rows = v.as_array().unwrap();
-    let t = rows[0].as_array().unwrap().len();
-    (rows.iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32)).collect(), rows.len(), t)
-}
-
-struct Case {
-    g: Value,
-    cfg: BertConfig,
-    weights: Weights,
-    batch: Batch,
-    task: FineTuneTask,
-    labels: Vec<u32>,
-    token_labels: Vec<i64>,
-}
-
-impl Case {
-    fn targets(&self) -> Targets<'_> {
-        match self.task {
-            FineTuneTask::Sequence => Targets::Sequence(&self.labels),
-            _ => Targets::Token(&self.token_labels),
-        }
-    }
-}
-
-fn case(name: &str) -> Case {
-    let text = std::fs::read_to_string(root().join("tests/golden/lora.json")).expect("tests/golden/lora.json");
-    let all: Value = serde_json::from_str(&text).unwrap();
-    let g = all["cases"][name].clone();
-    let dir = root().join("tests/models").join(g["model"].as_str().unwrap());
-    let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
-    let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
-    let (input_ids, b, t) = rows_of(&g["input_ids"]);
-    let batch = Batch { input_ids, token_type_ids: rows_of(&g["token_type_ids"]).0, attention_mask: rows_of(&g["attention_mask"]).0, b, t };
-    let task = if g["task_type"] == "SEQ_CLS" { FineTuneTask::Sequence } else { FineTuneTask::Token };
-    let (mut labels, mut token_labels) = (Vec::new(), Vec::new());
-    match task {
-        FineTuneTask::Sequence => labels = g["labels"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect(),
-        _ => token_labels = g["labels"].as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_i64().unwrap())).collect(),
-    }
-    Case { g, cfg, weights, batch, task, labels, token_labels }
-}
-
-fn options(g: &Value) -> LoraOptions {
-    let targets = if g["target_modules"].as_array().unwrap().len() == 2 { LoraTargets::Qv } else { LoraTargets::All };
-    LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32, targets, merge: false }
+fn case(name: &str) -> LoraCase {
+    LoraCase::load(&common::family::golden("lora.json")["cases"][name])
 }
 
 /// The case's model with LoRA set up, A and B overwritten with the golden's starting values.
-fn tuner<B: Backend>(be: &B, c: &Case) -> FineTuner<B> {
+fn tuner<B: Backend>(be: &B, c: &LoraCase, name: &str) -> FineTuner<B> {
     let mut tr = FineTuner::new(be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
-    let opts = options(&c.g);
-    assert_eq!(opts.target_modules().iter().collect::<BTreeSet<_>>(),
-        c.g["target_modules"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect::<BTreeSet<_>>().iter().collect());
+    let targets = if c.g["target_modules"].as_array().unwrap().len() == 2 { LoraTargets::Qv } else { LoraTargets::All };
+    let opts = options(&c.g, targets);
+    assert_eq!(opts.target_modules().iter().map(|m| m.to_string()).collect::<BTreeSet<_>>(), strings(&c.g["target_modules"]));
     tr.set_lora(be, opts, 0).unwrap();
-    let init = c.g["init"].as_object().unwrap();
-    let mut set = 0;
-    for p in tr.encoder.params.iter_mut() {
-        if let Some(v) = init.get(&p.names[0]) {
-            let v: Vec<f32> = floats(v).into_iter().map(|x| x as f32).collect();
-            p.tensor = be.input(&v, p.rows, p.cols).unwrap();
-            set += 1;
-        }
-    }
-    assert_eq!(set, init.len(), "every adapter of the golden exists here");
+    set_init(be, &mut tr, &c.g, name);
     tr
 }
 
@@ -126,64 +74,25 @@ fn named<B: Backend>(be: &B, tr: &FineTuner<B>) -> BTreeMap<String, Vec<f32>> {
 
 fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
     let c = case(name);
-    let mut tr = tuner(be, &c);
+    let mut tr = tuner(be, &c, name);
     let targets = c.targets();
 
     // Which parameters train, their gradients and the loss.
-    let (grads, logits) = tr.trainable_gradients(be, &c.batch, &targets).unwrap();
-    let trained: BTreeSet<&str> =
-        tr.encoder.params.iter().zip(&grads).filter(|(_, g)| g.is_some()).map(|(p, _)| p.names[0].as_str()).collect();
-    let want_trained: BTreeSet<&str> = c.g["trainable"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(trained, want_trained, "{name}: the parameters that train are exactly peft's");
-    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), c.batch.t, &targets) as f64;
-    let want_loss = c.g["loss"].as_f64().unwrap();
-    assert!((loss - want_loss).abs() <= loss_rtol * want_loss, "{name}: loss {loss} vs peft {want_loss}");
-    let mut worst = (String::new(), 0f64);
-    for (p, g) in tr.encoder.params.iter().zip(&grads) {
-        let Some(g) = g else { continue };
-        let (ours, want) = (pollster::block_on(be.read(g)).unwrap(), floats(&c.g["grads"][&p.names[0]]));
-        assert_eq!(ours.len(), want.len(), "{name}: {}", p.names[0]);
-        let rel = norm(ours.iter().zip(&want).map(|(&a, &b)| a as f64 - b)) / norm(want.iter().copied());
-        assert!(rel <= grad_rtol, "{name}: gradient of {}: relative error {rel:e} > {grad_rtol:e}", p.names[0]);
-        if rel > worst.1 {
-            worst = (p.names[0].clone(), rel);
-        }
-    }
+    let (want_trained, worst) = check_gradients(be, &mut tr, &c.batch, &targets, &c.g, name, grad_rtol, loss_rtol);
     eprintln!("{name} on {}: worst gradient relative error {:e} ({})", be.name(), worst.1, worst.0);
 
     // Five AdamW steps.
     let before = named(be, &tr);
-    let no_decay: BTreeSet<&str> = c.g["no_decay"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    for p in tr.encoder.params.iter().filter(|p| want_trained.contains(p.names[0].as_str())) {
-        assert_eq!(!p.decay, no_decay.contains(p.names[0].as_str()), "{name}: weight decay of {}", p.names[0]);
+    let no_decay = strings(&c.g["no_decay"]);
+    for p in tr.encoder.params.iter().filter(|p| want_trained.contains(&p.names[0])) {
+        assert_eq!(!p.decay, no_decay.contains(&p.names[0]), "{name}: weight decay of {}", p.names[0]);
     }
-    let opt = StepOptions {
-        learning_rate: c.g["lr"].as_f64().unwrap() as f32,
-        weight_decay: c.g["weight_decay"].as_f64().unwrap() as f32,
-        max_grad_norm: Some(c.g["max_norm"].as_f64().unwrap() as f32),
-        ..StepOptions::default()
-    };
-    let (mut worst_loss, mut worst_param, mut worst_merged) = (0f64, 0f64, 0f64);
-    let (losses, norms) = (floats(&c.g["losses"]), floats(&c.g["grad_norms"]));
-    assert!(!losses.is_empty(), "{name}: the golden's step losses");
-    assert_eq!(norms.len(), losses.len(), "{name}: the golden's step gradient norms, one per step");
-    for (s, (wl, wn)) in losses.iter().zip(norms).enumerate() {
-        let r = pollster::block_on(tr.step(be, &c.batch, &targets, &opt)).unwrap();
-        let (el, en) = ((r.loss as f64 - wl).abs() / wl, (r.grad_norm as f64 - wn).abs() / wn);
-        assert!(el <= loss_rtol && en <= loss_rtol, "{name}: step {s}: loss {} vs {wl}, grad norm {} vs {wn}", r.loss, r.grad_norm);
-        worst_loss = worst_loss.max(el).max(en);
-    }
+    let worst_loss = check_steps(be, &mut tr, &c.batch, &targets, &c.g, name, loss_rtol);
     let after = named(be, &tr);
-    for (n, w) in c.g["params_after"].as_object().unwrap() {
-        assert_eq!(after[n].len(), floats(w).len(), "{name}: {n}'s values after the steps");
-        let d = after[n].iter().zip(floats(w)).map(|(&a, b)| (a as f64 - b).abs()).fold(0f64, f64::max);
-        eprintln!("measured parameter {n}: {d:.2e}");
-        assert!(d <= PARAM_ATOL, "{name}: {n} after 5 steps differs from peft's by {d}");
-        worst_param = worst_param.max(d);
-    }
+    let worst_param = check_params_after(&after, &c.g, name, PARAM_ATOL);
     // The base model is frozen: every other parameter is bit for bit what it was.
     for (n, v) in &before {
-        if !want_trained.contains(n.as_str()) {
+        if !want_trained.contains(n) {
             assert_eq!(v, &after[n], "{name}: frozen {n} changed");
         }
     }
@@ -192,9 +101,9 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
     let merged: BTreeMap<String, Vec<f32>> = pollster::block_on(lora_peft::merged(be, &tr)).unwrap().into_iter().collect();
     assert!(merged.keys().all(|k| !k.contains("lora_")), "{name}: adapters left in the merged model");
     assert_eq!(merged.len(), before.len() - tr.encoder.lora.as_ref().unwrap().adapters.len() * 2);
+    let mut worst_merged = 0f64;
     for (n, w) in c.g["merged"].as_object().unwrap() {
-        assert_eq!(merged[n].len(), floats(w).len(), "{name}: merged {n}'s values");
-        let d = merged[n].iter().zip(floats(w)).map(|(&a, b)| (a as f64 - b).abs()).fold(0f64, f64::max);
+        let d = max_diff(&merged[n], &floats(w));
         assert!(d <= MERGED_ATOL, "{name}: merged {n} differs from peft's merge_and_unload by {d}");
         worst_merged = worst_merged.max(d);
     }
@@ -217,12 +126,12 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
         {worst_param:e}, worst merged-weight error {worst_merged:e}", be.name());
 
     // The adapter files: the tensors and config peft's save_pretrained writes.
-    let (config, st) = pollster::block_on(lora_peft::export_adapter(be, &tr, Some("base"), None)).unwrap();
+    let (adapter_config, st) = pollster::block_on(lora_peft::export_adapter(be, &tr, Some("base"), None)).unwrap();
     let w = Weights::from_safetensors(&st).unwrap();
     let keys: BTreeSet<&str> = w.names().into_iter().collect();
     let want_keys: BTreeSet<&str> = c.g["saved_keys"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(keys, want_keys, "{name}: adapter_model.safetensors's names");
-    let mut config: Value = serde_json::from_str(&config).unwrap();
+    let mut config: Value = serde_json::from_str(&adapter_config).unwrap();
     let mut want_config = c.g["saved_config"].clone();
     for cfg in [&mut config, &mut want_config] {
         let o = cfg.as_object_mut().unwrap();
@@ -233,20 +142,8 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64, loss_rtol: f64) {
     }
     assert_eq!(config, want_config, "{name}: adapter_config.json");
 
-    if let (Ok(dir), "qv_classify", "cpu") = (std::env::var("BERTGPU_LORA_EXPORT"), name, be.name()) {
-        let dir = Path::new(&dir);
-        std::fs::create_dir_all(dir.join("merged")).unwrap();
-        let (config, st) = pollster::block_on(lora_peft::export_adapter(be, &tr, Some("tests/models/tiny-classifier"), None)).unwrap();
-        std::fs::write(dir.join("adapter_config.json"), config).unwrap();
-        std::fs::write(dir.join("adapter_model.safetensors"), st).unwrap();
-        let original: Value = serde_json::from_str(&std::fs::read_to_string(root().join("tests/models/tiny-classifier/config.json")).unwrap()).unwrap();
-        let (config, st) = pollster::block_on(export_folder(be, &tr, &original, None)).unwrap();
-        std::fs::write(dir.join("merged/config.json"), config).unwrap();
-        std::fs::write(dir.join("merged/model.safetensors"), st).unwrap();
-        let logits = pollster::block_on(be.read(&tr.logits(be, &c.batch).unwrap())).unwrap();
-        std::fs::write(dir.join("logits.json"), serde_json::json!({ "logits": logits, "input_ids": c.g["input_ids"],
-            "token_type_ids": c.g["token_type_ids"], "attention_mask": c.g["attention_mask"] }).to_string()).unwrap();
-        eprintln!("wrote the adapter, the merged folder and our logits into {}", dir.display());
+    if name == "qv_classify" {
+        export_for_peft(be, &tr, name, c.g["model"].as_str().unwrap(), &c.cfg, c.task, &c.batch, &c.g, (&adapter_config, &st));
     }
 }
 

@@ -14,8 +14,8 @@
 //! them all.
 //!
 //! `BERTGPU_LORA_EXPORT=DIR` also writes each case's adapter after its steps on the CPU, the merged folder and our
-//! logits into `DIR/<case>`, for tests/golden/lora_rotary_peft_load.py (peft loads them and gives our logits and
-//! merge).
+//! logits into `DIR/<case>`, for tests/golden/lora_modernbert_albert_peft_load.py (peft loads them and gives our
+//! logits and merge).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -24,19 +24,19 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::BertConfig;
 use bertgpu::tasks::Model;
-use bertgpu::tokenizer::{Batch, Encoded, Tokenizer};
+use bertgpu::tokenizer::{Encoded, Tokenizer};
 use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
 use bertgpu::training::lora::{LoraOptions, LoraTargets};
 use bertgpu::training::lora_peft;
 use bertgpu::training::optim::StepOptions;
-use bertgpu::training::rows::export_folder;
 use bertgpu::weights::peft::apply_lora;
 use bertgpu::weights::Weights;
 use serde_json::Value;
 
 mod common;
 
-use common::golden_grads::{floats, ints, norm};
+use common::golden_grads::{batch, floats, max_diff};
+use common::lora::{check_gradients, check_params_after, check_steps, export_for_peft, options, set_init, strings, LoraCase};
 
 /// Gradient error per tensor, `‖ours − golden‖ / ‖golden‖`: tests/lora_golden.rs's `CPU_GRAD_RTOL` (f32 against
 /// float64 through 2–4 layers or passes). Measured worst on the CPU: 3.4e-6 (albert_qv); 2e-5 is 5.9× that, and a
@@ -72,137 +72,45 @@ fn golden() -> &'static Value {
     G.get_or_init(|| common::family::golden("lora_modernbert_albert.json"))
 }
 
-struct Case {
-    g: Value,
-    dir: std::path::PathBuf,
-    cfg: BertConfig,
-    weights: Weights,
-    batch: Batch,
-    task: FineTuneTask,
-    labels: Vec<u32>,
-    token_labels: Vec<i64>,
-    opts: LoraOptions,
+/// Case `name` of the golden, and its adapters' targets (`_qv`: the query and value; `_proj`: every linear and the
+/// embeddings' projection; else every linear).
+fn case(name: &str) -> (LoraCase, LoraOptions) {
+    let c = LoraCase::load(&golden()["cases"][name]);
+    let targets = match name.rsplit('_').next() {
+        Some("qv") => LoraTargets::Qv,
+        Some("proj") => LoraTargets::AllProjection,
+        _ => LoraTargets::All,
+    };
+    let opts = options(&c.g, targets);
+    (c, opts)
 }
 
-impl Case {
-    fn load(name: &str) -> Case {
-        let g = golden()["cases"][name].clone();
-        assert!(g.is_object(), "{name}: no such case");
-        let dir = root().join("tests/models").join(g["model"].as_str().unwrap());
-        let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
-        let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
-        let b = g["input_ids"].as_array().unwrap().len();
-        let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
-        let input_ids = u32s("input_ids");
-        let t = input_ids.len() / b;
-        let batch = Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t };
-        let task = if g["task_type"] == "SEQ_CLS" { FineTuneTask::Sequence } else { FineTuneTask::Token };
-        let (labels, token_labels) = match task {
-            FineTuneTask::Sequence => (u32s("labels"), vec![]),
-            _ => (vec![], ints(&g["labels"])),
-        };
-        let targets = match name.rsplit('_').next() {
-            Some("qv") => LoraTargets::Qv,
-            Some("proj") => LoraTargets::AllProjection,
-            _ => LoraTargets::All,
-        };
-        let opts = LoraOptions { r: g["r"].as_u64().unwrap() as usize, alpha: g["lora_alpha"].as_f64().unwrap() as f32,
-            targets, merge: false };
-        Case { g, dir, cfg, weights, batch, task, labels, token_labels, opts }
-    }
-
-    fn targets(&self) -> Targets<'_> {
-        match self.task {
-            FineTuneTask::Sequence => Targets::Sequence(&self.labels),
-            _ => Targets::Token(&self.token_labels),
-        }
-    }
-
-    /// The model with LoRA set up, A and B overwritten with the golden's starting values.
-    fn tuner<B: Backend>(&self, be: &B, name: &str) -> FineTuner<B> {
-        let mut tr = FineTuner::new(be, &self.cfg, &self.weights, self.task, None, 0).unwrap();
-        tr.set_lora(be, self.opts, 0).unwrap();
-        let init = self.g["init"].as_object().unwrap();
-        let mut set = 0;
-        for p in tr.encoder.params.iter_mut() {
-            if let Some(v) = init.get(&p.names[0]) {
-                let v: Vec<f32> = floats(v).into_iter().map(|x| x as f32).collect();
-                assert_eq!(v.len(), p.rows * p.cols, "{name}: {}", p.names[0]);
-                p.tensor = be.input(&v, p.rows, p.cols).unwrap();
-                set += 1;
-            }
-        }
-        assert_eq!(set, init.len(), "{name}: every adapter of the golden exists here");
-        assert_eq!(tr.encoder.lora.as_ref().unwrap().adapters.len() * 2, init.len(), "{name}: and no other");
-        tr
-    }
+/// The model with LoRA set up, A and B overwritten with the golden's starting values.
+fn tuner<B: Backend>(be: &B, c: &LoraCase, opts: LoraOptions, name: &str) -> FineTuner<B> {
+    let mut tr = FineTuner::new(be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
+    tr.set_lora(be, opts, 0).unwrap();
+    let set = set_init(be, &mut tr, &c.g, name);
+    assert_eq!(tr.encoder.lora.as_ref().unwrap().adapters.len() * 2, set, "{name}: and no other");
+    tr
 }
 
 fn named<B: Backend>(be: &B, tr: &FineTuner<B>) -> BTreeMap<String, Vec<f32>> {
     pollster::block_on(tr.named(be, None)).unwrap().into_iter().collect()
 }
 
-fn max_diff(a: &[f32], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0f64, f64::max)
-}
-
-fn strings(v: &Value) -> BTreeSet<String> {
-    v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
-}
-
 fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
-    let c = Case::load(name);
-    let mut tr = c.tuner(be, name);
+    let (c, opts) = case(name);
+    let mut tr = tuner(be, &c, opts, name);
     let targets = c.targets();
 
-    // Which parameters train, the loss and their gradients.
-    let (grads, logits) = tr.trainable_gradients(be, &c.batch, &targets).unwrap();
-    let trained: BTreeSet<String> =
-        tr.encoder.params.iter().zip(&grads).filter(|(_, g)| g.is_some()).map(|(p, _)| p.names[0].clone()).collect();
-    let want_trained = strings(&c.g["trainable"]);
-    assert_eq!(trained, want_trained, "{name}: the parameters that train are exactly peft's");
-    let loss = tr.loss(&pollster::block_on(be.read(&logits)).unwrap(), c.batch.t, &targets) as f64;
-    let want_loss = c.g["loss"].as_f64().unwrap();
-    assert!((loss - want_loss).abs() <= LOSS_RTOL * want_loss, "{name}: loss {loss} vs peft {want_loss}");
-    let mut worst = (String::new(), 0f64);
-    for (p, g) in tr.encoder.params.iter().zip(&grads) {
-        let Some(g) = g else { continue };
-        let (ours, want) = (pollster::block_on(be.read(g)).unwrap(), floats(&c.g["grads"][&p.names[0]]));
-        assert_eq!(ours.len(), want.len(), "{name}: {}", p.names[0]);
-        let rel = norm(ours.iter().zip(&want).map(|(&a, &b)| a as f64 - b)) / norm(want.iter().copied());
-        assert!(rel <= grad_rtol, "{name}: gradient of {}: relative error {rel:e} > {grad_rtol:e}", p.names[0]);
-        if rel > worst.1 {
-            worst = (p.names[0].clone(), rel);
-        }
-    }
-
-    // Five AdamW steps.
+    // Which parameters train, the loss and their gradients; five AdamW steps.
+    let (want_trained, worst) = check_gradients(be, &mut tr, &c.batch, &targets, &c.g, name, grad_rtol, LOSS_RTOL);
     let before = named(be, &tr);
-    let opt = StepOptions {
-        learning_rate: c.g["lr"].as_f64().unwrap() as f32,
-        weight_decay: c.g["weight_decay"].as_f64().unwrap() as f32,
-        max_grad_norm: Some(c.g["max_norm"].as_f64().unwrap() as f32),
-        ..StepOptions::default()
-    };
-    let (losses, norms) = (floats(&c.g["losses"]), floats(&c.g["grad_norms"]));
-    assert_eq!((losses.len(), norms.len()), (5, 5), "{name}: the golden's five steps");
-    let mut worst_step = 0f64;
-    for (s, (wl, wn)) in losses.iter().zip(norms).enumerate() {
-        let r = pollster::block_on(tr.step(be, &c.batch, &targets, &opt)).unwrap();
-        let e = ((r.loss as f64 - wl).abs() / wl).max((r.grad_norm as f64 - wn).abs() / wn);
-        assert!(e <= LOSS_RTOL, "{name}: step {s}: loss {} vs {wl}, grad norm {} vs {wn}", r.loss, r.grad_norm);
-        worst_step = worst_step.max(e);
-    }
+    assert_eq!(floats(&c.g["losses"]).len(), 5, "{name}: the golden's five steps");
+    let worst_step = check_steps(be, &mut tr, &c.batch, &targets, &c.g, name, LOSS_RTOL);
     let after = named(be, &tr);
-    let mut worst_param = 0f64;
-    let params_after = c.g["params_after"].as_object().unwrap();
-    assert_eq!(params_after.len(), want_trained.len(), "{name}");
-    for (n, w) in params_after {
-        let d = max_diff(&after[n], &floats(w));
-        assert!(d <= PARAM_ATOL, "{name}: {n} after 5 steps differs from peft's by {d}");
-        worst_param = worst_param.max(d);
-    }
+    assert_eq!(c.g["params_after"].as_object().unwrap().len(), want_trained.len(), "{name}");
+    let worst_param = check_params_after(&after, &c.g, name, PARAM_ATOL);
     for (n, v) in &before {
         if !want_trained.contains(n) {
             assert_eq!(v, &after[n], "{name}: frozen {n} changed");
@@ -241,7 +149,7 @@ fn check<B: Backend>(be: &B, name: &str, grad_rtol: f64) {
 
 /// The exported adapter folded into the checkpoint at load (`apply_lora`) equals our merge, and an inference model
 /// built from it gives the trained model's logits; with `BERTGPU_LORA_EXPORT`, the files for the peft check.
-fn load_back<B: Backend>(be: &B, c: &Case, name: &str, tr: &FineTuner<B>, config: &str, st: &[u8],
+fn load_back<B: Backend>(be: &B, c: &LoraCase, name: &str, tr: &FineTuner<B>, config: &str, st: &[u8],
     merged: &BTreeMap<String, Vec<f32>>) {
     let mut cfg = c.cfg.clone();
     let loaded = apply_lora(&c.weights, &mut cfg, config.as_bytes(), st).unwrap();
@@ -275,23 +183,7 @@ fn load_back<B: Backend>(be: &B, c: &Case, name: &str, tr: &FineTuner<B>, config
     eprintln!("{name} on {}: the adapter folded in at load within {worst:.1e} of our merge; inference logits (CPU) \
         within {d:.1e}", be.name());
 
-    if let (Ok(dir), "cpu") = (std::env::var("BERTGPU_LORA_EXPORT"), be.name()) {
-        let dir = Path::new(&dir).join(name);
-        std::fs::create_dir_all(dir.join("merged")).unwrap();
-        std::fs::write(dir.join("adapter_config.json"), config).unwrap();
-        std::fs::write(dir.join("adapter_model.safetensors"), st).unwrap();
-        let original: Value = serde_json::from_str(&std::fs::read_to_string(c.dir.join("config.json")).unwrap()).unwrap();
-        let (mc, mst) = pollster::block_on(export_folder(be, tr, &original, None)).unwrap();
-        std::fs::write(dir.join("merged/config.json"), mc).unwrap();
-        std::fs::write(dir.join("merged/model.safetensors"), mst).unwrap();
-        let task = if c.task == FineTuneTask::Sequence { "sequence" } else { "token" };
-        let mut out = serde_json::json!({ "logits": ours, "input_ids": c.g["input_ids"],
-            "attention_mask": c.g["attention_mask"], "task": task, "base": c.g["model"] });
-        if c.cfg.family != bertgpu::config::Family::ModernBert {
-            out["token_type_ids"] = c.g["token_type_ids"].clone(); // ModernBERT reads none
-        }
-        std::fs::write(dir.join("logits.json"), out.to_string()).unwrap();
-    }
+    export_for_peft(be, tr, name, c.g["model"].as_str().unwrap(), &c.cfg, c.task, &c.batch, &c.g, (config, st));
 }
 
 const CASES: [&str; 6] = ["modern_qv", "modern_all", "albert_qv", "albert_all", "albert_proj", "electra_proj"];
@@ -317,10 +209,10 @@ fn modernbert_and_albert_adapters_match_peft_on_the_gpu() {
 fn new_adapters_start_as_the_checkpoint() {
     let be = CpuBackend::new();
     for (name, per_layer, layers) in [("modern_all", 4, 4), ("albert_all", 6, 1), ("albert_qv", 2, 1)] {
-        let c = Case::load(name);
+        let (c, opts) = case(name);
         let base = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
         let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
-        tr.set_lora(&be, LoraOptions { targets: c.opts.targets, ..LoraOptions::new(3) }, 5).unwrap();
+        tr.set_lora(&be, LoraOptions { targets: opts.targets, ..LoraOptions::new(3) }, 5).unwrap();
         assert!(c.cfg.num_hidden_layers > 1, "{name}: several passes");
         assert_eq!(tr.encoder.lora.as_ref().unwrap().adapters.len(), per_layer * layers, "{name}");
         let logits = |t: &FineTuner<CpuBackend>| pollster::block_on(be.read(&t.logits(&be, &c.batch).unwrap())).unwrap();
@@ -341,14 +233,7 @@ fn embedding_adapters_of_a_bare_modernbert_load_back() {
     let dir = root().join("tests/models").join(g["model"].as_str().unwrap());
     let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
     let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
-    let side = |k: &str| {
-        let b = g[k]["input_ids"].as_array().unwrap().len();
-        let u32s = |f: &str| ints(&g[k][f]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
-        let input_ids = u32s("input_ids");
-        let t = input_ids.len() / b;
-        Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t }
-    };
-    let (anchors, positives) = (side("anchors"), side("positives"));
+    let (anchors, positives) = (batch(&g["anchors"]), batch(&g["positives"]));
     let mut tr = FineTuner::new(&be, &cfg, &weights, FineTuneTask::Embedding, None, 0).unwrap();
     tr.set_lora(&be, LoraOptions { targets: LoraTargets::All, ..LoraOptions::new(2) }, 0).unwrap();
     let opt = StepOptions { learning_rate: 1e-2, ..StepOptions::default() };
@@ -390,7 +275,7 @@ fn projection_adapters_exist_only_where_there_is_a_projection() {
     let be = CpuBackend::new();
     for (name, adapters, module) in [("albert_proj", 7, "albert.encoder.embedding_hidden_mapping_in"),
         ("electra_proj", 6 * 2 + 1, "electra.embeddings_project")] {
-        let c = Case::load(name);
+        let (c, _) = case(name);
         let base = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
         let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
         tr.set_lora(&be, LoraOptions { targets: LoraTargets::AllProjection, ..LoraOptions::new(3) }, 5).unwrap();

@@ -19,10 +19,9 @@ use std::path::Path;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::BertConfig;
-use bertgpu::tokenizer::Batch;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner, Targets};
 use bertgpu::weights::Weights;
-use common::golden_grads::{floats, gradients_match, ints};
+use common::golden_grads::{batch, floats, gradients_match, ints};
 use serde_json::Value;
 
 mod common;
@@ -94,11 +93,7 @@ fn check<B: Backend>(be: &B, name: &str, arch: &str, grad_rtol: f64) -> (f64, f6
     let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
     assert_eq!(cfg.family.model_type(), g["family"].as_str().unwrap());
     let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
-    let b = g["input_ids"].as_array().unwrap().len();
-    let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
-    let input_ids = u32s("input_ids");
-    let t = input_ids.len() / b;
-    let batch = Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t };
+    let batch = batch(g);
     let mlm = ints(&g["labels"]);
     // ALBERT's sentence order (AlbertForPreTraining): 0 in order, 1 swapped.
     let sop: Option<Vec<u32>> = g.get("sentence_order_label")

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bertgpu::backend::Backend;
+use bertgpu::tokenizer::Batch;
 use bertgpu::training::finetune::FineTuner;
 use bertgpu::training::optim::StepOptions;
 use serde_json::Value;
@@ -23,6 +24,31 @@ pub fn ints(v: &Value) -> Vec<i64> {
 
 pub fn norm(v: impl Iterator<Item = f64>) -> f64 {
     v.map(|x| x * x).sum::<f64>().sqrt()
+}
+
+/// The largest `|a − b|`, after checking that the two have as many values.
+pub fn max_diff(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0f64, f64::max)
+}
+
+/// The golden's batch: `input_ids`, `token_type_ids` and `attention_mask`, a `(b, t)` table each.
+pub fn batch(g: &Value) -> Batch {
+    let b = g["input_ids"].as_array().unwrap().len();
+    let u32s = |k: &str| ints(&g[k]).into_iter().map(|x| x as u32).collect::<Vec<_>>();
+    let input_ids = u32s("input_ids");
+    let t = input_ids.len() / b;
+    Batch { input_ids, token_type_ids: u32s("token_type_ids"), attention_mask: u32s("attention_mask"), b, t }
+}
+
+/// The golden's AdamW options: `lr`, `weight_decay`, and `max_norm` for the gradient clipping.
+pub fn step_options(g: &Value) -> StepOptions {
+    StepOptions {
+        learning_rate: g["lr"].as_f64().unwrap() as f32,
+        weight_decay: g["weight_decay"].as_f64().unwrap() as f32,
+        max_grad_norm: Some(g["max_norm"].as_f64().unwrap() as f32),
+        ..StepOptions::default()
+    }
 }
 
 /// Checks `ours` (the trainer's named gradients) against `g`'s: every gradient within `grad_rtol` of PyTorch's
@@ -61,11 +87,5 @@ pub fn gradients_match<B: Backend>(name: &str, on: &str, tr: &FineTuner<B>, ours
             assert_eq!(!p.decay, no_decay.contains(n.as_str()), "{name}: weight decay of {n}");
         }
     }
-    let opt = StepOptions {
-        learning_rate: g["lr"].as_f64().unwrap() as f32,
-        weight_decay: g["weight_decay"].as_f64().unwrap() as f32,
-        max_grad_norm: Some(g["max_norm"].as_f64().unwrap() as f32),
-        ..StepOptions::default()
-    };
-    (opt, worst.1)
+    (step_options(g), worst.1)
 }

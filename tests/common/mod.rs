@@ -9,6 +9,7 @@ use bertgpu::weights::{HostData, HostTensor};
 pub mod attention;
 pub mod family;
 pub mod golden_grads;
+pub mod lora;
 
 /// Whether a test must fail, rather than skip, on a machine with no GPU adapter: `BERTGPU_REQUIRE_GPU=1` (set by
 /// scripts/test.sh, so CI cannot pass with its driver missing). Unset or `0`: skip. Any other value is a typo that

@@ -140,6 +140,21 @@ def run(case, cls, model_name, src, task_type, r, alpha, targets, seed, types=Tr
     }
 
 
+def write(out, cases, peft_version=False):
+    """Writes the golden `out`: torch's version (and peft's, with `peft_version`), "float64" and the cases of
+    [`run`], keys sorted; prints each case's loss before and after the steps."""
+    golden = {"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}
+    if peft_version:
+        import peft
+        golden["peft"] = peft.__version__
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    print(f"wrote {out}: {os.path.getsize(out)} bytes")
+    for name, c in cases.items():
+        print(f"{name}: loss {c['loss']:.17g} → {c['losses'][-1]:.17g} after {STEPS} steps; "
+              f"{len(c['trainable'])} trainable")
+
+
 def main():
     torch.set_num_threads(1)
     with open(FINETUNE) as f:
@@ -149,14 +164,9 @@ def main():
                            4, 8, ["query", "value"], 1),
         "all_ner": run("all_ner", BertForTokenClassification, "tiny-ner", ft["ner"], "TOKEN_CLS", 2, 3, ALL, 2),
     }
-    import peft
-    golden = {"torch": torch.__version__.split("+")[0], "peft": peft.__version__, "dtype": "float64", "cases": cases}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
+    write(OUT, cases, peft_version=True)
     for name, c in cases.items():
-        print(f"{name}: loss {c['loss']:.17g} → {c['losses'][-1]:.17g}; {len(c['trainable'])} trainable; "
-              f"saved {c['saved_keys'][:3]}...; modules_to_save {c['saved_config']['modules_to_save']}")
+        print(f"{name}: saved {c['saved_keys'][:3]}...; modules_to_save {c['saved_config']['modules_to_save']}")
 
 
 if __name__ == "__main__":

@@ -42,13 +42,7 @@ def main():
         "deberta_all": L.run("deberta_all", DebertaV2ForTokenClassification, "tiny-deberta-ner", src["deberta_ner"],
                              "TOKEN_CLS", 2, 3, ALL, 14),
     }
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump({"torch": torch.__version__.split("+")[0], "dtype": "float64", "cases": cases}, fh, sort_keys=True,
-                  separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    for name, c in cases.items():
-        print(f"{name}: loss {c['loss']:.17g}, {len(c['trainable'])} trainable, loss after {L.STEPS} steps "
-              f"{c['losses'][-1]:.17g}")
+    L.write(OUT, cases)
 
 
 if __name__ == "__main__":

@@ -79,14 +79,7 @@ def main():
             # One adapter per module of the shared layer, whatever the number of passes.
             layers = {n.split(".albert_layers.")[0] for n in c["init"] if ".albert_layers." in n}
             assert layers == {"albert.encoder.albert_layer_groups.0"}, layers
-    import peft
-    golden = {"torch": torch.__version__.split("+")[0], "peft": peft.__version__, "dtype": "float64", "cases": cases}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, sort_keys=True, separators=(",", ":"))
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes")
-    for name, c in cases.items():
-        print(f"{name}: loss {c['loss']:.17g}, {len(c['trainable'])} trainable, loss after {L.STEPS} steps "
-              f"{c['losses'][-1]:.17g}")
+    L.write(OUT, cases, peft_version=True)
 
 
 if __name__ == "__main__":

@@ -18,53 +18,11 @@ rows::export_folder) and logits.json. For each, in float64:
      stores them) equals our merged folder, tensor by tensor;
   3. from_pretrained(DIR/merged) gives our logits.
 """
-import json
 import os
 import sys
-import tempfile
-
-import torch
-from peft import PeftModel
-from safetensors.torch import load_file
-from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_peft_load import ROOT, TOL, adapter_loaded  # noqa: E402
-
-
-def check(d):
-    ours = json.load(open(os.path.join(d, "logits.json")))
-    auto = AutoModelForTokenClassification if ours["task"] == "token" else AutoModelForSequenceClassification
-    batch = {k: torch.tensor(ours[k]) for k in ("input_ids", "token_type_ids", "attention_mask")}
-    want = torch.tensor(ours["logits"], dtype=torch.float64).reshape(-1)
-    base = auto.from_pretrained(os.path.join(ROOT, "tests", "models", ours["base"]), attn_implementation="eager")
-    model = PeftModel.from_pretrained(base.double(), d).double().eval()
-    loaded = adapter_loaded(model, d)
-    with torch.no_grad():
-        got = model(**batch).logits.reshape(-1)
-    err = (got - want).abs().max().item()
-    assert err <= TOL, f"{d}: peft logits differ by {err}"
-    merged = model.merge_and_unload()
-    with tempfile.TemporaryDirectory() as tmp:
-        merged.save_pretrained(tmp)
-        theirs = load_file(os.path.join(tmp, "model.safetensors"))
-    mine = load_file(os.path.join(d, "merged", "model.safetensors"))
-    assert set(theirs) == set(mine), f"{d}: tensors {sorted(set(theirs) ^ set(mine))}"
-    worst = max((theirs[n].double() - mine[n].double()).abs().max().item() for n in mine)
-    assert worst <= TOL, f"{d}: merged weights differ by {worst}"
-    folder = auto.from_pretrained(os.path.join(d, "merged"), attn_implementation="eager").double().eval()
-    with torch.no_grad():
-        ferr = (folder(**batch).logits.reshape(-1) - want).abs().max().item()
-    assert ferr <= TOL, f"{d}: merged folder's logits differ by {ferr}"
-    print(f"{os.path.basename(d)}: {loaded} adapter tensors loaded by peft; logits {err:.2e} from ours; "
-          f"merge_and_unload vs our merged folder {worst:.2e} over {len(mine)} tensors; merged folder's logits {ferr:.2e}")
-
-
-def main(d):
-    for case in sorted(os.listdir(d)):
-        check(os.path.join(d, case))
-    print("ok")
-
+from lora_peft_load import main  # noqa: E402
 
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -335,16 +335,18 @@ fn install_panic_hook() {
     }));
 }
 
+/// Every command runs on a thread of rayon's pool, loading and lines (or training steps) alike: each parallel loop
+/// of the CPU backend (about a hundred a sentence's forward) then starts there, where from the main thread each would
+/// be handed to the pool and waited for. The pool's threads get the main thread's 8 MiB of stack for the loading.
 fn run(command: Command) -> Result<(), Fail> {
+    let _ = rayon::ThreadPoolBuilder::new().stack_size(8 << 20).build_global();
+    rayon::scope(|_| dispatch(command))
+}
+
+fn dispatch(command: Command) -> Result<(), Fail> {
     match command {
         Command::Tokenize { model } => cmd_tokenize(&model),
-        // On a thread of rayon's pool, loading and lines alike: each parallel loop of the CPU forward (about a
-        // hundred a sentence) then starts there, where from the main thread each would be handed to the pool and
-        // waited for. The pool's threads get the main thread's 8 MiB of stack for the loading.
-        Command::Embed(args) => {
-            let _ = rayon::ThreadPoolBuilder::new().stack_size(8 << 20).build_global();
-            rayon::scope(|_| embed::cmd_embed(args))
-        }
+        Command::Embed(args) => embed::cmd_embed(args),
         Command::EmbedSparse(args) => embed::cmd_embed_sparse(args),
         Command::EmbedTokens(args) => embed::cmd_embed_tokens(args),
         Command::FillMask { infer, top_k } => cmd_fill_mask(&infer, top_k),

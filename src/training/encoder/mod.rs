@@ -271,15 +271,7 @@ impl<T> Encoder<T> {
                 names[0]
             )));
         }
-        if !self.frozen_base || dtype == Dtype::F32 {
-            return self.push(be, names, t, rows, cols, true);
-        }
-        if t.shape != [rows, cols] {
-            return Err(Error::Weights(format!("{}: shape {:?} for ({rows}, {cols})", names[0], t.shape)));
-        }
-        let tensor = be.upload(t)?;
-        self.params.push(Param { names, tensor, rows, cols, matrix: true, decay: true, stored: dtype });
-        Ok(self.params.len() - 1)
+        self.push_stored(be, names, t, rows, cols, B::upload)
     }
 
     /// Adds an embedding table `(rows, cols)`. With a frozen base (LoRA never trains the embeddings) an f16, Q8_0 or
@@ -288,6 +280,14 @@ impl<T> Encoder<T> {
     /// takes 89. Otherwise it is [`Self::push`]ed in f32.
     pub fn push_table<B: Backend<Tensor = T>>(&mut self, be: &B, names: Vec<String>, t: &HostTensor, rows: usize,
         cols: usize) -> Result<usize> {
+        self.push_stored(be, names, t, rows, cols, |be, t| be.upload_table(&std::sync::Arc::new(t.clone())))
+    }
+
+    /// [`Self::push_weight`]'s and [`Self::push_table`]'s common part: without a frozen base, or for an f32 tensor,
+    /// a plain [`Self::push`]; otherwise the tensor is checked to be `(rows, cols)` and kept in its stored dtype by
+    /// `upload` (`Backend::upload` for a linear, `Backend::upload_table` for an embedding table).
+    fn push_stored<B: Backend<Tensor = T>>(&mut self, be: &B, names: Vec<String>, t: &HostTensor, rows: usize,
+        cols: usize, upload: impl FnOnce(&B, &HostTensor) -> Result<T>) -> Result<usize> {
         let dtype = t.data.dtype();
         if !self.frozen_base || dtype == Dtype::F32 {
             return self.push(be, names, t, rows, cols, true);
@@ -295,7 +295,7 @@ impl<T> Encoder<T> {
         if t.shape != [rows, cols] {
             return Err(Error::Weights(format!("{}: shape {:?} for ({rows}, {cols})", names[0], t.shape)));
         }
-        let tensor = be.upload_table(&std::sync::Arc::new(t.clone()))?;
+        let tensor = upload(be, t)?;
         self.params.push(Param { names, tensor, rows, cols, matrix: true, decay: true, stored: dtype });
         Ok(self.params.len() - 1)
     }
