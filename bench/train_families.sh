@@ -4,12 +4,13 @@
 # every parameter, median of STEPS) on every family in turn, and prints each family's time over BERT's in that round;
 # at the end, the median over rounds. A benchmark, not a test: run it on a quiet machine.
 #   bench/train_families.sh DIR [cpu|gpu] [ROUNDS] [BATCH] [SEQ] [STEPS]
-# gpu: the adapter's default kernels (`train_bench`'s first GPU row; the calibrated row is not run).
+# gpu: the adapter's default kernels (`train_bench`'s first GPU row; the calibrated row is not run). FAMILIES="bert gte"
+# (BERT first): a subset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: bench/train_families.sh DIR [cpu|gpu] [ROUNDS] [BATCH] [SEQ] [STEPS]}
 backend=${2:-cpu}; rounds=${3:-3}; batch=${4:-8}; seq=${5:-64}; steps=${6:-5}
-families="bert distilbert roberta albert electra mpnet deberta modernbert nomic gte"
+families=${FAMILIES:-bert distilbert roberta albert electra mpnet deberta modernbert nomic gte}
 cargo build --release --locked --quiet --example train_bench
 bin=target/release/examples/train_bench
 case "$backend" in
