@@ -41,11 +41,17 @@
 // bias's place and binding 9 the projected relative table `pos` (R, 3H) = [posQ | posK | ·]; with r = rows[j − i + T −
 // 1], attn_bwd_scores scores q_i·k_j + q_i·posK_r + k_j·posQ_r (times p.scale = 1/√(3d), set by the host), and with
 // G = dS (scale included, as dsc holds it) attn_bwd_queries adds Σ_j G_ij·posK_r(i,j) to dq and attn_bwd_keys
-// Σ_i G_ij·posQ_r(i,j) to dk (DISENTANGLED = 0: the host binds the mask at 9, unread). A sixth pass gives the table's
+// Σ_i G_ij·posQ_r(i,j) to dk (DISENTANGLED = 0: the host binds the mask at 9, unread). Two more passes give the table's
 // gradient:
-//   attn_bwd_pos: one invocation per (head h, row r of R = p.pos_rows, column c): dposQ_rc = Σ_b Σ_{(i,j): r(i,j) = r}
-//     G_ij·k_jc and dposK_rc = Σ G_ij·q_ic, sequences, then offsets, then queries in order, into binding 10 (R, 3H);
-//     it also writes the v third's zeros.
+//   attn_bwd_pos: one workgroup per (offset o of 2T − 1, head h), its invocations the head's columns c: the offset's
+//     sums Σ_b Σ_i G_ij·k_jc and Σ_b Σ_i G_ij·q_ic (j = i + o − (T − 1)), sequences then queries in order, into the
+//     scratch pos_part (2T − 1, 2H) at binding 11. Every loop bound is the workgroup's, not the invocation's, which a
+//     GPU emulated on the CPU (lavapipe) needs to run the loops once for all its lanes (a row per workgroup, its
+//     offsets found per invocation, ran 3× slower).
+//   attn_bwd_pos_rows: one workgroup per (WG columns of 2H, row r of R = p.pos_rows): dposQ_r = Σ over the offsets o
+//     with rows[o] = r of pos_part's posQ half, dposK_r of its posK half, offsets in order, into binding 10 (R, 3H),
+//     and the v third's zeros; the offsets are found once per workgroup, as bits in workgroup memory (a row no
+//     offset reads gets zeros).
 
 #include "lib/attention_params.wgsl"
 
@@ -295,26 +301,23 @@ fn attn_bwd_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgro
 
 @group(0) @binding(10) var<storage, read_write> dpos: array<f32>;
 
+@group(0) @binding(11) var<storage, read_write> pos_part: array<f32>;
+
 @compute @workgroup_size(WG)
-fn attn_bwd_pos(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn attn_bwd_pos(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let T = p.seq;
+    let o = wid.x;
     let h = wid.y;
     let d = p.head_dim;
-    if gid.x >= p.pos_rows * d {
-        return;
-    }
-    let r = gid.x / d;
-    let c = gid.x % d;
-    var dq = 0.0;
-    var dk = 0.0;
-    for (var b = 0u; b < p.batch; b++) {
-        for (var o = 0u; o < 2u * T - 1u; o++) {
-            if u32(score_bias[o]) != r {
-                continue;
-            }
-            // Offset j − i = o − (T − 1): queries i from max(0, T − 1 − o) to min(T, 2T − 1 − o).
-            let i0 = select(0u, T - 1u - o, o < T - 1u);
-            let i1 = min(T, 2u * T - 1u - o);
+    // Offset j − i = o − (T − 1): queries i from max(0, T − 1 − o) to min(T, 2T − 1 − o). Every bound here is the
+    // workgroup's (no loop depends on the invocation), which a GPU emulated on the CPU needs to run the loop as one.
+    let i0 = select(0u, T - 1u - o, o < T - 1u);
+    let i1 = min(T, 2u * T - 1u - o);
+    for (var c0 = 0u; c0 < d; c0 += WG) {
+        let c = min(c0 + lid.x, d - 1u);
+        var dq = 0.0;
+        var dk = 0.0;
+        for (var b = 0u; b < p.batch; b++) {
             for (var i = i0; i < i1; i++) {
                 let j = i + o + 1u - T;
                 let g = dsc[row_of(b, h, i) + j];
@@ -322,9 +325,53 @@ fn attn_bwd_pos(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgrou
                 dk += g * qkv[head_at(b, i, 0u, h) + c];
             }
         }
+        if c0 + lid.x < d {
+            let at = o * 2u * p.hidden + h * d + c;
+            pos_part[at] = dq;
+            pos_part[at + p.hidden] = dk;
+        }
     }
-    let at = pos_at(r, 0u, h) + c;
-    dpos[at] = dq;
-    dpos[at + p.hidden] = dk;
-    dpos[at + 2u * p.hidden] = 0.0;
+}
+
+// Offsets marked per chunk of attn_bwd_pos_rows (32 per word of pos_marks).
+const POS_CHUNK: u32 = 1024u;
+// Bit k of word w: offset base + 32·w + k reads the workgroup's row.
+var<workgroup> pos_marks: array<u32, 32>;
+
+@compute @workgroup_size(WG)
+fn attn_bwd_pos_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(workgroup_id) wid: vec3<u32>) {
+    let r = wid.y;
+    let width = 2u * p.seq - 1u;
+    let live = gid.x < 2u * p.hidden;
+    let col = min(gid.x, 2u * p.hidden - 1u); // every invocation walks the same offsets: the loops stay uniform
+    var acc = 0.0;
+    for (var base = 0u; base < width; base += POS_CHUNK) {
+        let words = (min(width - base, POS_CHUNK) + 31u) / 32u;
+        for (var w = lid.x; w < words; w += WG) {
+            var bits = 0u;
+            for (var k = 0u; k < 32u; k++) {
+                let o = base + w * 32u + k;
+                if o < width && u32(score_bias[o]) == r {
+                    bits |= 1u << k;
+                }
+            }
+            pos_marks[w] = bits;
+        }
+        for (var w = 0u; w < words; w++) {
+            var bits = workgroupUniformLoad(&pos_marks[w]);
+            while bits != 0u {
+                let o = base + w * 32u + countTrailingZeros(bits);
+                bits &= bits - 1u;
+                acc += pos_part[o * 2u * p.hidden + col];
+            }
+        }
+        workgroupBarrier();
+    }
+    if live {
+        dpos[r * 3u * p.hidden + col] = acc;
+        if col < p.hidden {
+            dpos[r * 3u * p.hidden + 2u * p.hidden + col] = 0.0;
+        }
+    }
 }

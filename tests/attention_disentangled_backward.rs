@@ -3,9 +3,9 @@
 //! both) and its forward with dropout (`Backend::attention_dropout_disentangled`). The CPU twin against central
 //! differences of the inference forward (`Backend::attention_disentangled`, itself checked against transformers in
 //! tests/deberta.rs) and of the dropout forward; the WGSL kernels (shaders/attention_backward.wgsl with
-//! `DISENTANGLED = 1`, its `attn_bwd_pos` pass; lib/attention.wgsl with `DISENTANGLED` and `DROPOUT`) against the CPU
-//! twin over shapes with padding, a sequence of padding only, T = 1, and row tables where many offsets share a row
-//! (the clamped ends of the log buckets).
+//! `DISENTANGLED = 1`, its `attn_bwd_pos` and `attn_bwd_pos_rows` passes; lib/attention.wgsl with `DISENTANGLED` and
+//! `DROPOUT`) against the CPU twin over shapes with padding, a sequence of padding only, T = 1, and row tables where
+//! many offsets share a row (the clamped ends of the log buckets).
 
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::{AttentionShape, Backend, Dropout};

@@ -155,7 +155,7 @@ impl GpuBackend {
 
     /// [`Backend::attention_backward_disentangled`](super::Backend::attention_backward_disentangled): the passes of
     /// [`Self::record_attention_backward`] compiled with `DISENTANGLED = 1` (`rows` at binding 7, `pos` at 9), then
-    /// `attn_bwd_pos` for `dpos` `(R, 3H)`.
+    /// `attn_bwd_pos` (per offset) and `attn_bwd_pos_rows` (per row of the table) for `dpos` `(R, 3H)`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn record_attention_backward_disentangled(&self, dctx: &GpuTensor, qkv: &GpuTensor, mask: &GpuTensor,
         pos: &GpuTensor, rows: &GpuTensor, s: AttentionShape, dropout: Option<Dropout>) -> Result<(GpuTensor, GpuTensor)> {
@@ -255,13 +255,19 @@ impl GpuBackend {
         }
         if let Some((pos, index)) = disentangled {
             let dpos = self.alloc(pos.rows, 3 * h)?;
-            let groups = ((pos.rows * d).div_ceil(wg as usize) as u32, s.heads as u32, 1);
+            // Per offset (a workgroup per (offset, head)): [dposQ | dposK] (2T − 1, 2H); then per row of the table
+            // (a workgroup per (columns, row)) the sum of its offsets'.
+            let part = self.alloc(width, 2 * h)?;
             self.dispatch("attention_backward", "attn_bwd_pos", consts, bytemuck::bytes_of(&p), &[
                 (1, qkv.buffer(), false),
                 (6, dscores.buffer(), true),
+                (11, part.buffer(), true),
+            ], (width as u32, s.heads as u32, 1))?;
+            self.dispatch("attention_backward", "attn_bwd_pos_rows", consts, bytemuck::bytes_of(&p), &[
                 (7, index.buffer(), false),
                 (10, dpos.buffer(), true),
-            ], groups)?;
+                (11, part.buffer(), true),
+            ], ((2 * h).div_ceil(wg as usize) as u32, pos.rows as u32, 1))?;
             return Ok((out, Some(dpos)));
         }
         if let Some(db) = &dbias {
