@@ -43,7 +43,7 @@
 // G = dS (scale included, as dsc holds it) attn_bwd_queries adds Σ_j G_ij·posK_r(i,j) to dq and attn_bwd_keys
 // Σ_i G_ij·posQ_r(i,j) to dk (DISENTANGLED = 0: the host binds the mask at 9, unread). Two more passes give the table's
 // gradient:
-//   attn_bwd_pos: one workgroup per (offset o of 2T − 1, head h), its invocations the head's columns c: the offset's
+//   attn_bwd_pos: one workgroup per (WG of the H columns (head h, column c), offset o of 2T − 1): the offset's
 //     sums Σ_b Σ_i G_ij·k_jc and Σ_b Σ_i G_ij·q_ic (j = i + o − (T − 1)), sequences then queries in order, into the
 //     scratch pos_part (2T − 1, 2H) at binding 11. Every loop bound is the workgroup's, not the invocation's, which a
 //     GPU emulated on the CPU (lavapipe) needs to run the loops once for all its lanes (a row per workgroup, its
@@ -304,32 +304,32 @@ fn attn_bwd_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgro
 @group(0) @binding(11) var<storage, read_write> pos_part: array<f32>;
 
 @compute @workgroup_size(WG)
-fn attn_bwd_pos(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn attn_bwd_pos(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let T = p.seq;
-    let o = wid.x;
-    let h = wid.y;
-    let d = p.head_dim;
+    let o = wid.y;
+    // Column n of the H = heads·d of q (and of k): head n / d, its column n % d (the last for an invocation past H,
+    // which computes it again and writes nothing, so that every invocation runs the same loops).
+    let n = min(gid.x, p.hidden - 1u);
+    let h = n / p.head_dim;
+    let c = n % p.head_dim;
     // Offset j − i = o − (T − 1): queries i from max(0, T − 1 − o) to min(T, 2T − 1 − o). Every bound here is the
     // workgroup's (no loop depends on the invocation), which a GPU emulated on the CPU needs to run the loop as one.
     let i0 = select(0u, T - 1u - o, o < T - 1u);
     let i1 = min(T, 2u * T - 1u - o);
-    for (var c0 = 0u; c0 < d; c0 += WG) {
-        let c = min(c0 + lid.x, d - 1u);
-        var dq = 0.0;
-        var dk = 0.0;
-        for (var b = 0u; b < p.batch; b++) {
-            for (var i = i0; i < i1; i++) {
-                let j = i + o + 1u - T;
-                let g = dsc[row_of(b, h, i) + j];
-                dq += g * qkv[head_at(b, j, 1u, h) + c];
-                dk += g * qkv[head_at(b, i, 0u, h) + c];
-            }
+    var dq = 0.0;
+    var dk = 0.0;
+    for (var b = 0u; b < p.batch; b++) {
+        for (var i = i0; i < i1; i++) {
+            let j = i + o + 1u - T;
+            let g = dsc[row_of(b, h, i) + j];
+            dq += g * qkv[head_at(b, j, 1u, h) + c];
+            dk += g * qkv[head_at(b, i, 0u, h) + c];
         }
-        if c0 + lid.x < d {
-            let at = o * 2u * p.hidden + h * d + c;
-            pos_part[at] = dq;
-            pos_part[at + p.hidden] = dk;
-        }
+    }
+    if gid.x < p.hidden {
+        let at = o * 2u * p.hidden + n;
+        pos_part[at] = dq;
+        pos_part[at + p.hidden] = dk;
     }
 }
 

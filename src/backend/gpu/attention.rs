@@ -255,14 +255,14 @@ impl GpuBackend {
         }
         if let Some((pos, index)) = disentangled {
             let dpos = self.alloc(pos.rows, 3 * h)?;
-            // Per offset (a workgroup per (offset, head)): [dposQ | dposK] (2T − 1, 2H); then per row of the table
+            // Per offset (a workgroup per (columns, offset)): [dposQ | dposK] (2T − 1, 2H); then per row of the table
             // (a workgroup per (columns, row)) the sum of its offsets'.
             let part = self.alloc(width, 2 * h)?;
             self.dispatch("attention_backward", "attn_bwd_pos", consts, bytemuck::bytes_of(&p), &[
                 (1, qkv.buffer(), false),
                 (6, dscores.buffer(), true),
                 (11, part.buffer(), true),
-            ], (width as u32, s.heads as u32, 1))?;
+            ], (h.div_ceil(wg as usize) as u32, width as u32, 1))?;
             self.dispatch("attention_backward", "attn_bwd_pos_rows", consts, bytemuck::bytes_of(&p), &[
                 (7, index.buffer(), false),
                 (10, dpos.buffer(), true),
