@@ -150,7 +150,9 @@ impl<B: Backend> FineTuner<B> {
         {
             return Err(Error::Config(format!(
                 "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, ELECTRA \
-                 (generators), MPNet, NomicBERT, GTE, DeBERTa-v2/v3 and ModernBERT checkpoints; this one is `{}`",
+                 (generators), MPNet, NomicBERT, GTE, DeBERTa-v2/v3 and ModernBERT checkpoints; this one is a {} \
+                 (`{}`)",
+                cfg.family.class_prefix(),
                 cfg.family.model_type()
             )));
         }

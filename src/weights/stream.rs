@@ -387,6 +387,7 @@ impl Body {
                 && !s.name.contains("relative_attention_bias") // MPNet's: read on the host each forward
                 && !s.name.contains("rel_embeddings") // DeBERTa's: LayerNorm'd on the host at load
                 && !s.name.contains("mlp.Wi.") // ModernBERT's: its halves swapped on the host at load (model::layer)
+                && !s.name.contains("mlp.gated_layers.") // JinaBERT's: likewise
                 && !(modern && s.name.contains("intermediate.up_gate."))
                 && s.dtype.as_ref().is_ok_and(|t| !matches!(t, Stored::Bf16))
         };

@@ -47,6 +47,13 @@ impl<T> Encoder<T> {
         -> Result<Encoder<T>> {
         cfg.validate()?;
         let fam = cfg.family;
+        if fam == Family::JinaBert {
+            return Err(Error::Config(
+                "training a JinaBERT (`position_embedding_type: \"alibi\"`) checkpoint is not supported yet: its ALiBi \
+                 bias and gated feed-forward are not part of the trainable encoder; embed, classify and fill-mask run"
+                    .into(),
+            ));
+        }
         let (h, e_size, inter) = (cfg.hidden_size, cfg.embedding_size, cfg.intermediate_size);
         let (types, pos) = (cfg.type_vocab_size, cfg.max_position_embeddings + cfg.position_offset);
         // The family's name of BERT's `bert.{n}`.

@@ -106,6 +106,7 @@ pub fn arch_keys(cfg: &BertConfig, arch: &str) -> Result<Vec<(String, Value, Own
         Positions::Absolute => "absolute",
         Positions::Relative => "relative",
         Positions::Rotary { .. } => "rotary",
+        Positions::Alibi => "alibi",
     };
     add("bertgpu.encoder.positions".into(), Value::String(positions.into()), Bertgpu);
     let ff = match cfg.feed_forward {
