@@ -8,7 +8,8 @@
 //! tests/golden/finetune_rotary.json (tests/golden/finetune_rotary.py), and MPNet (its relative position bias table's
 //! gradient summing every layer's) those of tests/golden/finetune_mpnet.json (tests/golden/finetune_mpnet.py), and
 //! ModernBERT (pre-LN, global and sliding-window layers, its `head`) those of tests/golden/finetune_modernbert.json
-//! (tests/golden/finetune_modernbert.py), checked the same way.
+//! (tests/golden/finetune_modernbert.py), and JinaBERT v2 (ALiBi, its gated `mlp.gated_layers`) those of
+//! tests/golden/finetune_jina.json (tests/golden/finetune_jina.py, its authors' code transcribed), checked the same way.
 //!
 //! `BERTGPU_FAMILY_EXPORT=DIR` also writes each case's trained model after its steps on the CPU (`rows::export_folder`,
 //! what `bertgpu fine-tune` and `fineTune` write) and our logits into `DIR/<case>`, for
@@ -68,14 +69,14 @@ const NOISE_ENTRY: f64 = 1e-6;
 /// norms have no bias, so a norm's weight entry can sit at gradient noise); every other case compares every entry.
 const NOISE_CASES: &[&str] = &["modern"];
 
-/// The cases of tests/golden/finetune_{families,rotary,mpnet,modernbert}.json, under `cases`.
+/// The cases of tests/golden/finetune_{families,rotary,mpnet,deberta,modernbert,jina}.json, under `cases`.
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
         for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json",
             "tests/golden/finetune_mpnet.json", "tests/golden/finetune_deberta.json",
-            "tests/golden/finetune_modernbert.json"] {
+            "tests/golden/finetune_modernbert.json", "tests/golden/finetune_jina.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());
@@ -284,6 +285,27 @@ fn deberta_matches_pytorch_on_the_cpu() {
 fn deberta_matches_pytorch_on_the_gpu() {
     let Some(g) = common::gpu() else { return };
     for name in DEBERTA_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
+/// JinaBERT v2 (tests/golden/finetune_jina.py): ALiBi's constant score bias in every layer's attention and its
+/// backward, `mlp.gated_layers` (its first half activated, no bias) with `mlp.wo` and `mlp.layernorm`, the pooler and
+/// `classifier`; texts and pairs.
+const JINA_CASES: [&str; 2] = ["jina_classify", "jina_pair"];
+
+#[test]
+fn jina_matches_its_authors_code_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in JINA_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn jina_matches_its_authors_code_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in JINA_CASES {
         check(&g, name, GPU_GRAD_RTOL);
     }
 }

@@ -200,15 +200,25 @@ fn refusals_by_name() {
     }
 }
 
-/// Until the trainable encoder has ALiBi and JinaBERT's gated block, training one is refused by name before any work.
+/// Sequence classification and embeddings train (tests/finetune_families.rs checks the former against the authors'
+/// code, `jina_*`); what has no JinaBERT class (token classification, question answering), pre-training and LoRA (its
+/// gated block is read with its halves swapped, past the adapters) are refused by name before any work.
 #[test]
-fn training_is_refused_by_name() {
+fn what_does_not_train_is_refused_by_name() {
     use bertgpu::training::finetune::{FineTuneTask, FineTuner};
+    use bertgpu::training::lora::LoraOptions;
     let d = dir("tiny-jina-classifier");
     let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    for task in [FineTuneTask::Sequence, FineTuneTask::Pretrain] {
-        let e = FineTuner::new(&CpuBackend::new(), &cfg, &w, task, None, 0).err().expect("refused").to_string();
-        assert!(e.contains("JinaB"), "{task:?}: {e}");
+    let be = CpuBackend::new();
+    for (task, says) in [(FineTuneTask::Token, "JinaBertForTokenClassification"),
+        (FineTuneTask::Qa, "JinaBertForQuestionAnswering"), (FineTuneTask::Pretrain, "JinaBert")] {
+        let e = FineTuner::new(&be, &cfg, &w, task, Some(3), 0).err().expect(says).to_string();
+        assert!(e.contains(says), "{task:?}: {e}");
     }
+    let mut tr = FineTuner::new(&be, &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
+    assert!(FineTuner::new(&be, &cfg, &w, FineTuneTask::Embedding, None, 0).is_ok());
+    let opts = LoraOptions { r: 4, alpha: 8.0, targets: bertgpu::training::lora::LoraTargets::Qv, merge: false };
+    let e = tr.set_lora(&be, opts, 0).unwrap_err().to_string();
+    assert!(e.contains("LoRA on a JinaBERT"), "{e}");
 }

@@ -156,6 +156,14 @@ impl<B: Backend> FineTuner<B> {
                 cfg.family.model_type()
             )));
         }
+        if matches!(task, FineTuneTask::Qa | FineTuneTask::Token) && cfg.family == Family::JinaBert {
+            return Err(Error::Config(format!(
+                "{} is not trained for JinaBERT checkpoints: jinaai's code has no JinaBertFor{} checkpoint to write \
+                 or check against; sequence classification (JinaBertForSequenceClassification) and embeddings are",
+                if task == FineTuneTask::Qa { "question answering" } else { "token classification" },
+                if task == FineTuneTask::Qa { "QuestionAnswering" } else { "TokenClassification" }
+            )));
+        }
         if task == FineTuneTask::Qa && matches!(cfg.family, Family::NomicBert | Family::Gte) {
             return Err(Error::Config(format!(
                 "question answering is not trained for `{}` checkpoints: transformers has no {}ForQuestionAnswering \
