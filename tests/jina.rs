@@ -222,3 +222,15 @@ fn what_does_not_train_is_refused_by_name() {
     let e = tr.set_lora(&be, opts, 0).unwrap_err().to_string();
     assert!(e.contains("LoRA on a JinaBERT"), "{e}");
 }
+
+/// `convert` to GGUF refuses a JinaBERT by name (llama.cpp's `jina-bert-v2` splits `mlp.gated_layers` into
+/// `ffn_gate` and `ffn_up`, which bertgpu's GGUF form does not write yet), before writing anything.
+#[test]
+fn convert_to_gguf_is_refused_by_name() {
+    let out = std::env::temp_dir().join(format!("bertgpu-jina-{}.gguf", std::process::id()));
+    for dtype in [bertgpu::dtype::Dtype::F16, bertgpu::dtype::Dtype::Q8_0] {
+        let e = bertgpu::weights::gguf::convert::convert(&dir("tiny-jina-mlm"), dtype, &out).err().expect("refused");
+        assert!(e.to_string().contains("JinaBert"), "{e}");
+        assert!(!out.exists(), "nothing written");
+    }
+}

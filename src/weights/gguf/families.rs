@@ -48,6 +48,8 @@ pub fn architecture(family: Family) -> Result<&'static str> {
         Family::Gte => ARCH_GTE,
         Family::DebertaV2 => ARCH_DEBERTA,
         Family::ModernBert => ARCH_MODERNBERT,
+        // llama.cpp's `jina-bert-v2` stores `mlp.gated_layers` as two tensors (`ffn_gate`: its first half, `ffn_up`:
+        // its second), which the one-to-one name mapping here does not write yet.
         other => {
             return Err(Error::Config(format!(
                 "converting a {} (`{}`) checkpoint to GGUF is not supported yet; load its safetensors folder instead",
