@@ -425,12 +425,12 @@ fn lora_adapters_carry_each_familys_module_names() {
 /// Embedding training of a bare model (MultipleNegativesRankingLoss, scale 20, on mean-pooled normalised vectors:
 /// tests/finetune_golden.rs's check for BERT) against its golden `g`: the loss and every encoder parameter's gradient
 /// under the checkpoint's names (GTE's without a token-type table); then steps lower the loss. The goldens:
-/// `embeddings` of tests/golden/finetune_rotary.json (NomicBERT, GTE) and tests/golden/finetune_embed_mpnet.json
-/// (MPNet as all-mpnet-base-v2 is shaped).
+/// `embeddings` of tests/golden/finetune_rotary.json (NomicBERT, GTE), tests/golden/finetune_embed_mpnet.json
+/// (MPNet as all-mpnet-base-v2 is shaped) and tests/golden/finetune_jina.json (JinaBERT, its authors' code).
 fn check_embedding<B: Backend>(be: &B, name: &str, g: &Value, grad_rtol: f64) {
-    /// Gradients that are exactly zero (MPNet's attention key bias: the softmax ignores a shift of every score of a
-    /// query; the rotary families pack theirs into `qkv_proj`), held in absolute terms.
-    const EXACT_ZERO: &str = "attention.attn.k.bias";
+    /// Gradients that are exactly zero (MPNet's and JinaBERT's attention key bias: the softmax ignores a shift of
+    /// every score of a query; the rotary families pack theirs into `qkv_proj`), held in absolute terms.
+    const EXACT_ZERO: [&str; 2] = ["attention.attn.k.bias", "attention.self.key.bias"];
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(g["model"].as_str().unwrap());
     let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
     let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
@@ -456,7 +456,7 @@ fn check_embedding<B: Backend>(be: &B, name: &str, g: &Value, grad_rtol: f64) {
     for (n, w) in want {
         let (w, o) = (floats(w), ours[n.as_str()]);
         let diff = common::golden_grads::norm(o.iter().zip(&w).map(|(&a, &b)| a as f64 - b));
-        if n.ends_with(EXACT_ZERO) {
+        if EXACT_ZERO.iter().any(|z| n.ends_with(z)) {
             assert!(diff <= ZERO_GRAD_ATOL * 10.0, "{name} embeddings: {n}: exact gradient zero, ours {diff}");
             continue;
         }
@@ -483,6 +483,17 @@ fn rotary_embedding_training_matches_pytorch() {
         if let Some(g) = common::gpu() {
             check_embedding(&g, name, &all["embeddings"][name], GPU_GRAD_RTOL);
         }
+    }
+}
+
+/// JinaBERT's bare 4-head geglu model (tests/golden/finetune_jina.py): ALiBi and the gated block's backward under
+/// the GELU the released models use.
+#[test]
+fn jina_embedding_training_matches_its_authors_code() {
+    let all = common::family::golden("finetune_jina.json");
+    check_embedding(&CpuBackend::new(), "jina", &all["embeddings"]["jina"], CPU_GRAD_RTOL);
+    if let Some(g) = common::gpu() {
+        check_embedding(&g, "jina", &all["embeddings"]["jina"], GPU_GRAD_RTOL);
     }
 }
 

@@ -12,7 +12,10 @@ Run from the repository root after jina.py (needs torch 2.x; transformers for th
     /work/venv/bin/python tests/golden/finetune_jina.py
 
 It writes tests/golden/finetune_jina.json: `jina_classify` (CLASSIFY's texts) and `jina_pair` (PAIR's text pairs,
-token types 1 on the second segment).
+token types 1 on the second segment); and under `embeddings`, `jina`: embedding training as
+tests/golden/finetune_embed.py has it for BERT (MultipleNegativesRankingLoss on mean-pooled, normalised vectors,
+scale 20, its 4 pairs; the loss and every encoder parameter's gradient, the unused pooler left out) on
+tests/models/tiny-jina-model (JinaBertModel: 4 heads, geglu).
 """
 import json
 import os
@@ -23,6 +26,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import finetune_embed as E  # noqa: E402
 import finetune_families as F  # noqa: E402
 import jina as J  # noqa: E402
 
@@ -82,6 +86,32 @@ def run(case, enc, labels):
             "grad_norms": norms, "params_after": {n: F.flat(p) for n, p in named}, "labels": labels.tolist()}
 
 
+def embed_case(name="tiny-jina-model"):
+    """finetune_embed.py's loss on the bare model, its gradients under the checkpoint's names."""
+    d = os.path.join(F.MODELS, name)
+    with open(os.path.join(d, "config.json")) as fh:
+        c = json.load(fh)
+    model = J.JinaBertModel(c)
+    sd = load_file(os.path.join(d, "model.safetensors"))
+    assert set(sd) == set(model.state_dict())
+    model.load_state_dict({k: v.to(J.DT) for k, v in sd.items()})
+    model = model.to(J.DT).train()
+    tok = AutoTokenizer.from_pretrained(d)
+    enc_a, enc_p = E.sides(tok)
+
+    def embed(enc):
+        h, _ = model(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"])
+        mask = enc["attention_mask"].unsqueeze(-1).to(J.DT)
+        return torch.nn.functional.normalize((h * mask).sum(1) / mask.sum(1).clamp(min=1e-9), p=2, dim=1)
+
+    loss = torch.nn.functional.cross_entropy(embed(enc_a) @ embed(enc_p).T * E.SCALE, torch.arange(len(E.PAIRS)))
+    loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if not n.startswith("pooler")}
+    assert all(g is not None for g in grads.values())
+    return {"model": name, "family": "bert", "scale": E.SCALE, "anchors": E.side(enc_a), "positives": E.side(enc_p),
+            "loss": float(f"{loss.item():.17g}"), "grads": {n: F.flat(g) for n, g in grads.items()}}
+
+
 def main():
     torch.set_num_threads(1)
     _, tok = load()
@@ -92,7 +122,7 @@ def main():
     assert all(1 in r for r in enc["token_type_ids"].tolist())
     F.check_batch("jina_pair", enc, tok)
     cases["jina_pair"] = run("jina_pair", enc, torch.tensor([y for _, _, y in F.PAIR]))
-    F.write(OUT, cases)
+    F.write(OUT, cases, {"jina": embed_case()})
 
 
 if __name__ == "__main__":
