@@ -8,7 +8,8 @@
 //! tests/golden/finetune_rotary.json (tests/golden/finetune_rotary.py), and MPNet (its relative position bias table's
 //! gradient summing every layer's) those of tests/golden/finetune_mpnet.json (tests/golden/finetune_mpnet.py), and
 //! ModernBERT (pre-LN, global and sliding-window layers, its `head`) those of tests/golden/finetune_modernbert.json
-//! (tests/golden/finetune_modernbert.py), checked the same way.
+//! (tests/golden/finetune_modernbert.py), and JinaBERT v2 (ALiBi, its gated `mlp.gated_layers`) those of
+//! tests/golden/finetune_jina.json (tests/golden/finetune_jina.py, its authors' code transcribed), checked the same way.
 //!
 //! `BERTGPU_FAMILY_EXPORT=DIR` also writes each case's trained model after its steps on the CPU (`rows::export_folder`,
 //! what `bertgpu fine-tune` and `fineTune` write) and our logits into `DIR/<case>`, for
@@ -68,14 +69,14 @@ const NOISE_ENTRY: f64 = 1e-6;
 /// norms have no bias, so a norm's weight entry can sit at gradient noise); every other case compares every entry.
 const NOISE_CASES: &[&str] = &["modern"];
 
-/// The cases of tests/golden/finetune_{families,rotary,mpnet,modernbert}.json, under `cases`.
+/// The cases of tests/golden/finetune_{families,rotary,mpnet,deberta,modernbert,jina}.json, under `cases`.
 fn golden() -> &'static Value {
     static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     G.get_or_init(|| {
         let mut all = serde_json::Map::new();
         for file in ["tests/golden/finetune_families.json", "tests/golden/finetune_rotary.json",
             "tests/golden/finetune_mpnet.json", "tests/golden/finetune_deberta.json",
-            "tests/golden/finetune_modernbert.json"] {
+            "tests/golden/finetune_modernbert.json", "tests/golden/finetune_jina.json"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let g: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(file)).unwrap();
             all.extend(g["cases"].as_object().unwrap().clone());
@@ -288,6 +289,27 @@ fn deberta_matches_pytorch_on_the_gpu() {
     }
 }
 
+/// JinaBERT v2 (tests/golden/finetune_jina.py): ALiBi's constant score bias in every layer's attention and its
+/// backward, `mlp.gated_layers` (its first half activated, no bias) with `mlp.wo` and `mlp.layernorm`, the pooler and
+/// `classifier`; texts and pairs.
+const JINA_CASES: [&str; 2] = ["jina_classify", "jina_pair"];
+
+#[test]
+fn jina_matches_its_authors_code_on_the_cpu() {
+    let be = CpuBackend::new();
+    for name in JINA_CASES {
+        check(&be, name, CPU_GRAD_RTOL);
+    }
+}
+
+#[test]
+fn jina_matches_its_authors_code_on_the_gpu() {
+    let Some(g) = common::gpu() else { return };
+    for name in JINA_CASES {
+        check(&g, name, GPU_GRAD_RTOL);
+    }
+}
+
 #[test]
 fn mpnet_matches_pytorch_on_the_cpu() {
     let be = CpuBackend::new();
@@ -403,12 +425,12 @@ fn lora_adapters_carry_each_familys_module_names() {
 /// Embedding training of a bare model (MultipleNegativesRankingLoss, scale 20, on mean-pooled normalised vectors:
 /// tests/finetune_golden.rs's check for BERT) against its golden `g`: the loss and every encoder parameter's gradient
 /// under the checkpoint's names (GTE's without a token-type table); then steps lower the loss. The goldens:
-/// `embeddings` of tests/golden/finetune_rotary.json (NomicBERT, GTE) and tests/golden/finetune_embed_mpnet.json
-/// (MPNet as all-mpnet-base-v2 is shaped).
+/// `embeddings` of tests/golden/finetune_rotary.json (NomicBERT, GTE), tests/golden/finetune_embed_mpnet.json
+/// (MPNet as all-mpnet-base-v2 is shaped) and tests/golden/finetune_jina.json (JinaBERT, its authors' code).
 fn check_embedding<B: Backend>(be: &B, name: &str, g: &Value, grad_rtol: f64) {
-    /// Gradients that are exactly zero (MPNet's attention key bias: the softmax ignores a shift of every score of a
-    /// query; the rotary families pack theirs into `qkv_proj`), held in absolute terms.
-    const EXACT_ZERO: &str = "attention.attn.k.bias";
+    /// Gradients that are exactly zero (MPNet's and JinaBERT's attention key bias: the softmax ignores a shift of
+    /// every score of a query; the rotary families pack theirs into `qkv_proj`), held in absolute terms.
+    const EXACT_ZERO: [&str; 2] = ["attention.attn.k.bias", "attention.self.key.bias"];
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(g["model"].as_str().unwrap());
     let cfg = BertConfig::from_file(dir.join("config.json")).unwrap();
     let weights = Weights::from_safetensors_file(dir.join("model.safetensors")).unwrap();
@@ -434,7 +456,7 @@ fn check_embedding<B: Backend>(be: &B, name: &str, g: &Value, grad_rtol: f64) {
     for (n, w) in want {
         let (w, o) = (floats(w), ours[n.as_str()]);
         let diff = common::golden_grads::norm(o.iter().zip(&w).map(|(&a, &b)| a as f64 - b));
-        if n.ends_with(EXACT_ZERO) {
+        if EXACT_ZERO.iter().any(|z| n.ends_with(z)) {
             assert!(diff <= ZERO_GRAD_ATOL * 10.0, "{name} embeddings: {n}: exact gradient zero, ours {diff}");
             continue;
         }
@@ -461,6 +483,17 @@ fn rotary_embedding_training_matches_pytorch() {
         if let Some(g) = common::gpu() {
             check_embedding(&g, name, &all["embeddings"][name], GPU_GRAD_RTOL);
         }
+    }
+}
+
+/// JinaBERT's bare 4-head geglu model (tests/golden/finetune_jina.py): ALiBi and the gated block's backward under
+/// the GELU the released models use.
+#[test]
+fn jina_embedding_training_matches_its_authors_code() {
+    let all = common::family::golden("finetune_jina.json");
+    check_embedding(&CpuBackend::new(), "jina", &all["embeddings"]["jina"], CPU_GRAD_RTOL);
+    if let Some(g) = common::gpu() {
+        check_embedding(&g, "jina", &all["embeddings"]["jina"], GPU_GRAD_RTOL);
     }
 }
 

@@ -1,7 +1,9 @@
 //! GGUF for the families beyond BERT's layout: MPNet (relative attention bias), NomicBERT and GTE (rotary positions,
 //! gated feed-forward, packed projections), DeBERTa-v2/v3 (relative table and its LayerNorm, log buckets, the
 //! ContextPooler), ModernBERT (pre-LN layers and a final norm, two thetas, the local layers' window, `Wi` with its
-//! halves swapped at load, its `head`; the masked LM with every bias, `norm_bias` included). Each tiny checkpoint of tests/models goes through `convert` and back:
+//! halves swapped at load, its `head`; the masked LM with every bias, `norm_bias` included), JinaBERT v2 (ALiBi,
+//! `mlp.gated_layers` whole as `ffn_up_gate`, its halves swapped at load; goldens from its authors' code). Each tiny
+//! checkpoint of tests/models goes through `convert` and back:
 //! - F32 gives the folder's outputs bit for bit, and the transformers goldens within each family's own bound;
 //! - F16 stays within tests/gguf.rs's cosine floor of the folder's outputs (embeddings, fill-mask logits,
 //!   classification and token logits) on the CPU and on the GPU, and of the goldens' embeddings; Q8_0 gives the f32
@@ -49,7 +51,7 @@ struct Fam {
     models: &'static [(&'static str, Kind)],
 }
 
-const FAMILIES: [Fam; 7] = [
+const FAMILIES: [Fam; 10] = [
     Fam {
         golden: ("mpnet.json", None),
         atol: 5e-5,
@@ -117,6 +119,11 @@ const FAMILIES: [Fam; 7] = [
         types: false,
         models: &[("tiny-modernbert-mean", Kind::Classifier)],
     },
+    // JinaBERT v2 against the float64 transcription of its authors' code (tests/golden/jina.py): tests/jina.rs
+    // `CPU_ATOL` (measured worst 4.9e-6 there). Its golden has a section per checkpoint.
+    Fam { golden: ("jina.json", Some("model")), atol: 1e-5, types: true, models: &[("tiny-jina-model", Kind::Embed("embeddings"))] },
+    Fam { golden: ("jina.json", Some("mlm")), atol: 1e-5, types: true, models: &[("tiny-jina-mlm", Kind::Mlm)] },
+    Fam { golden: ("jina.json", Some("classifier")), atol: 1e-5, types: true, models: &[("tiny-jina-classifier", Kind::Classifier)] },
 ];
 
 /// The section name under which [`golden`] gives ModernBERT's golden with `classifier_mean` as its `classifier`.
@@ -494,7 +501,7 @@ fn cli_streams_each_family_to_the_gpu() {
     }
     let input = "{\"text\": \"hello world, how are you today\"}\n{\"text\": \"a\"}\n";
     for name in ["tiny-mpnet-model", "tiny-nomic-model", "tiny-gte-model", "tiny-deberta-model", "tiny-deberta-abs",
-        "tiny-modernbert-model", "tiny-modernbert-mlm"]
+        "tiny-modernbert-model", "tiny-modernbert-mlm", "tiny-jina-model", "tiny-jina-mlm"]
     {
         let out = std::env::temp_dir().join(format!("{name}-cli-gpu-{}.gguf", std::process::id()));
         std::fs::write(&out, gguf_bytes(name, Dtype::Q8_0)).unwrap();

@@ -23,6 +23,9 @@ pub enum Positions {
     /// `rotate_half` form: dimension `i` of the first half turns with `i + d/2`), inverse frequencies
     /// `1 / theta^(2i/d)`; no position table.
     Rotary { theta: f32 },
+    /// ALiBi (Press et al., "Train Short, Test Long", in its symmetric form, JinaBERT v2): no table and no rotation;
+    /// head h adds `−slope_h·|i − j|` to each scaled score (`model::alibi`).
+    Alibi,
 }
 
 /// Where each layer's LayerNorms sit.

@@ -70,6 +70,13 @@ pub enum Family {
     /// `decoder` after it, the classifiers' `classifier` after it (the sequence classifier on the first token or the
     /// mean, `classifier_pooling`). See `weights::modernbert`.
     ModernBert,
+    /// JinaBERT v2 (jinaai's jina-bert-implementation, the hub's remote code: jina-embeddings-v2-small/base-en,
+    /// jina-reranker-v1): `model_type: "bert"` with `position_embedding_type: "alibi"`, BERT's names and heads
+    /// under `bert.`, no position table: ALiBi's per-head `−slope·|i − j|` added to the scores
+    /// ([`Positions::Alibi`](super::Positions::Alibi)), and each layer's feed-forward a gated block `mlp.gated_layers`
+    /// (no bias) whose first half is activated, `mlp.wo` and `mlp.layernorm` (post-LN): see `config::jina`,
+    /// `weights::jina`.
+    JinaBert,
 }
 
 impl Family {
@@ -88,6 +95,8 @@ impl Family {
             Family::Gte => "gte",
             Family::DebertaV2 => "deberta-v2",
             Family::ModernBert => "modernbert",
+            // The hub's config says `bert`; `position_embedding_type: "alibi"` tells it apart.
+            Family::JinaBert => "bert",
         }
     }
 
@@ -106,6 +115,7 @@ impl Family {
             Family::Gte => "Gte",
             Family::DebertaV2 => "DebertaV2",
             Family::ModernBert => "ModernBert",
+            Family::JinaBert => "JinaBert",
         }
     }
 
@@ -114,7 +124,8 @@ impl Family {
     /// transformers feeds DistilBERT (no table) and RoBERTa (whose tokenizers return no `token_type_ids`, so its
     /// embeddings add row 0 of its table to every token).
     pub fn has_token_types(self) -> bool {
-        matches!(self, Family::Bert | Family::Electra | Family::Albert | Family::NomicBert | Family::Gte | Family::DebertaV2)
+        matches!(self, Family::Bert | Family::Electra | Family::Albert | Family::NomicBert | Family::Gte | Family::DebertaV2
+            | Family::JinaBert)
     }
 
     /// Whether the checkpoint has a token-type embedding table (`embeddings.token_type_embeddings`).
@@ -141,7 +152,8 @@ impl Family {
             | Family::MPNet
             | Family::NomicBert
             | Family::Gte
-            | Family::DebertaV2 => {
+            | Family::DebertaV2
+            | Family::JinaBert => {
                 Activation::Tanh
             }
             Family::DistilBert => Activation::Relu,
@@ -159,9 +171,14 @@ impl Family {
     /// The activation of the masked-LM head's transform: `hidden_act` for BERT (`BertPredictionHeadTransform`),
     /// DistilBERT (`vocab_transform`) and ALBERT (`AlbertMLMHead`), but always the exact (erf) GELU in
     /// `RobertaLMHead`, which calls `gelu` directly, in ELECTRA's `generator_predictions`
-    /// (`get_activation("gelu")`) and in `GteLMHead`.
+    /// (`get_activation("gelu")`) and in `GteLMHead`. JinaBERT's transform reads `hidden_act`, which its config
+    /// must state as `gelu` (`config::jina`), whatever its feed-forward's activation.
     pub fn mlm_activation(self, hidden_act: Activation) -> Activation {
-        if self.is_roberta() || matches!(self, Family::Electra | Family::MPNet | Family::Gte) { Activation::Gelu } else { hidden_act }
+        if self.is_roberta() || matches!(self, Family::Electra | Family::MPNet | Family::Gte | Family::JinaBert) {
+            Activation::Gelu
+        } else {
+            hidden_act
+        }
     }
 
     /// Whether the embeddings are followed by a projection E → H: always for ALBERT
@@ -175,7 +192,8 @@ impl Family {
 const SUPPORTED: &str = "bertgpu runs BERT (`model_type: \"bert\"`), DistilBERT (`\"distilbert\"`), RoBERTa \
     (`\"roberta\"`), XLM-RoBERTa (`\"xlm-roberta\"`), CamemBERT (`\"camembert\"`), ELECTRA (`\"electra\"`), ALBERT \
     (`\"albert\"`), MPNet (`\"mpnet\"`), NomicBERT (`\"nomic_bert\"`), GTE (`\"gte\"`, the hub's `\"new\"`), \
-    DeBERTa-v2/v3 (`\"deberta-v2\"`) and ModernBERT (`\"modernbert\"`); XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, \
+    DeBERTa-v2/v3 (`\"deberta-v2\"`), ModernBERT (`\"modernbert\"`) and JinaBERT v2 (`\"bert\"` with \
+    `position_embedding_type: \"alibi\"`); XLM-RoBERTa-XL, RoBERTa-PreLayerNorm, \
     Megatron-BERT, DeBERTa (v1, `\"deberta\"`) and the other BERT-like families compute differently (pre-LN, relative \
     positions, other attention) and would give wrong results";
 
@@ -195,6 +213,10 @@ const ROTARY_CLASSES: [&str; 4] = ["Model", "ForMaskedLM", "ForSequenceClassific
 /// ModernBERT's classes whose heads bertgpu runs (`ModernBertForMultipleChoice` is not among them).
 const MODERNBERT_CLASSES: [&str; 5] =
     ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering"];
+
+/// JinaBERT's classes in jinaai's remote code (`JinaBertForQuestionAnswering` and the others it copies from BERT
+/// have no released checkpoint, and are not among them).
+const JINA_CLASSES: [&str; 3] = ["Model", "ForMaskedLM", "ForSequenceClassification"];
 
 /// ALBERT's classes (`ForPreTraining` is the masked LM plus the sentence-order head, which inference does not run
 /// and pre-training trains).
@@ -219,6 +241,7 @@ fn is_class_of(family: Family, arch: &str) -> bool {
         Family::NomicBert | Family::Gte => ROTARY_CLASSES.contains(&rest),
         Family::DebertaV2 => ROBERTA_CLASSES.contains(&rest),
         Family::ModernBert => MODERNBERT_CLASSES.contains(&rest),
+        Family::JinaBert => JINA_CLASSES.contains(&rest),
         Family::Bert | Family::DistilBert => true,
     }
 }
@@ -227,8 +250,13 @@ fn is_class_of(family: Family, arch: &str) -> bool {
 /// (`Bert*`, `DistilBert*`, `Roberta*`, `XLMRoberta*`, `Camembert*`, `Electra*`, `Albert*`). Anything else is refused by name:
 /// Megatron-BERT or XLM-RoBERTa-XL checkpoints, like RoBERTa's, share BERT's tensor names, so running one as another
 /// family would give wrong vectors without a word.
-pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> Result<Family> {
+///
+/// `alibi`: config.json's `position_embedding_type` is `alibi`, which only JinaBERT's `model_type: "bert"` configs
+/// say (the architectures `JinaBert*` say it too; one without the other is refused by `config::jina`).
+pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String], alibi: bool) -> Result<Family> {
+    let jina = alibi || architectures.iter().any(|a| a.starts_with("JinaBert"));
     let family = match model_type {
+        Some("bert") if jina => Family::JinaBert,
         Some("bert") => Family::Bert,
         Some("distilbert") => Family::DistilBert,
         Some("roberta") => Family::Roberta,
@@ -254,6 +282,7 @@ pub(crate) fn family_of(model_type: Option<&str>, architectures: &[String]) -> R
             Family::Gte,
             Family::DebertaV2,
             Family::ModernBert,
+            Family::JinaBert,
         ]
             .into_iter()
             .find(|f| architectures.iter().any(|a| is_class_of(*f, a)))

@@ -4,6 +4,7 @@
 mod encoder;
 mod deberta;
 mod family;
+mod jina;
 mod modernbert;
 
 use std::collections::BTreeMap;
@@ -180,21 +181,20 @@ impl BertConfig {
     pub fn from_json_str(text: &str) -> Result<BertConfig> {
         let raw: RawConfig = serde_json::from_str(text)
             .map_err(|e| Error::Config(format!("config.json is not a valid BERT config ({e})")))?;
-        let family = family_of(raw.model_type.as_deref(), raw.architectures.as_deref().unwrap_or_default())?;
+        let v: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| Error::Config(format!("config.json is not a valid BERT config ({e})")))?;
+        let alibi = raw.position_embedding_type.as_deref() == Some("alibi");
+        let family = family_of(raw.model_type.as_deref(), raw.architectures.as_deref().unwrap_or_default(), alibi)?;
+        // JinaBERT's keys; ALiBi anywhere else refused by name.
+        let jk = jina::parse(&v, family == Family::JinaBert)?;
         let rotary = matches!(family, Family::NomicBert | Family::Gte);
         // NomicBERT's and GTE's own keys (transformers' or their hub repositories'), read apart.
         let rk = if rotary { Some(encoder::rotary_keys(text, family)?) } else { None };
         // ModernBERT's own keys, read apart too (`hidden_activation`, `norm_eps`, the two thetas, the window).
-        let mk = if family == Family::ModernBert {
-            let v: serde_json::Value = serde_json::from_str(text)
-                .map_err(|e| Error::Config(format!("config.json is not a valid ModernBERT config ({e})")))?;
-            Some(modernbert::parse(&v, raw.num_hidden_layers.unwrap_or(0))?)
-        } else {
-            None
-        };
+        let mk = if family == Family::ModernBert { Some(modernbert::parse(&v, raw.num_hidden_layers.unwrap_or(0))?) } else { None };
         if let Some(kind) = raw.position_embedding_type.as_deref() {
             // Alibaba-NLP's GTE config says `rope`, which it is.
-            if kind != "absolute" && !(family == Family::Gte && kind == "rope") {
+            if kind != "absolute" && !(family == Family::Gte && kind == "rope") && jk.is_none() {
                 return Err(Error::Config(format!(
                     "position_embedding_type `{kind}` is not supported; only `absolute` position embeddings are"
                 )));
@@ -225,9 +225,10 @@ impl BertConfig {
             Family::NomicBert => "silu",
             _ => "gelu",
         };
-        let hidden_act = match &mk {
-            Some(k) => k.hidden_act,
-            None => Activation::from_hf(act.unwrap_or(default_act))?,
+        let hidden_act = match (&mk, &jk) {
+            (Some(k), _) => k.hidden_act,
+            (_, Some(j)) => j.act,
+            _ => Activation::from_hf(act.unwrap_or(default_act))?,
         };
         if family == Family::Albert {
             for (name, v) in [("num_hidden_groups", raw.num_hidden_groups), ("inner_group_num", raw.inner_group_num)] {
@@ -306,8 +307,6 @@ impl BertConfig {
         }
         let hidden_size = required(hidden.1, hidden.0)?;
         let deberta = if family == Family::DebertaV2 {
-            let v: serde_json::Value = serde_json::from_str(text)
-                .map_err(|e| Error::Config(format!("config.json is not a valid BERT config ({e})")))?;
             Some(deberta::parse(&v, hidden_size, raw.num_attention_heads.unwrap_or(0), table_rows)?)
         } else {
             None
@@ -335,9 +334,10 @@ impl BertConfig {
             None if deberta.as_ref().is_some_and(|d| !d.position_biased_input) => {
                 (Positions::Relative, FeedForward::Plain, LayerBiases::ALL)
             }
-            None => match &mk {
-                Some(k) => (Positions::Rotary { theta: k.theta }, FeedForward::Gated, k.biases),
-                None => (Positions::Absolute, FeedForward::Plain, LayerBiases::ALL),
+            None => match (&mk, &jk) {
+                (Some(k), _) => (Positions::Rotary { theta: k.theta }, FeedForward::Gated, k.biases),
+                (_, Some(j)) => j.encoder(),
+                _ => (Positions::Absolute, FeedForward::Plain, LayerBiases::ALL),
             },
             Some(k) => {
                 let biases = if family == Family::Gte {

@@ -7,6 +7,7 @@ use crate::tokenizer::Batch;
 use crate::weights::Weights;
 use crate::Result;
 
+use super::alibi::Alibi;
 use super::disentangled::{Disentangled, PositionBias};
 use super::relative::RelativeBias;
 use super::rotary::Rope;
@@ -23,6 +24,8 @@ pub struct BertEncoder<B: Backend> {
     pub passes: usize,
     /// MPNet's relative position bias, added to every layer's scores.
     pub relative: Option<RelativeBias>,
+    /// JinaBERT's ALiBi slopes, a score bias every layer adds.
+    pub alibi: Option<Alibi>,
     /// The rotary families' frequencies: every layer turns its queries and keys by one table per forward.
     pub rope: Option<Rope>,
     /// DeBERTa's relative table, whose rows every layer's attention projects and reads.
@@ -33,7 +36,8 @@ pub struct BertEncoder<B: Backend> {
     pub final_norm: Option<LayerNorm<B>>,
 }
 
-/// What a forward of padded length T computes once for every layer: MPNet's relative bias or DeBERTa's relative rows,
+/// What a forward of padded length T computes once for every layer: MPNet's relative bias, JinaBERT's ALiBi or
+/// DeBERTa's relative rows,
 /// the rotary table, ModernBERT's local layers' table and window.
 struct Positional<T> {
     bias: Option<PositionBias<T>>,
@@ -42,10 +46,16 @@ struct Positional<T> {
 }
 
 impl<T> Positional<T> {
-    fn new<B: Backend<Tensor = T>>(backend: &B, relative: Option<&RelativeBias>, disentangled: Option<&Disentangled>,
-        rope: Option<&Rope>, window: Option<&Window>, seq: usize) -> Result<Self> {
+    fn new<B: Backend<Tensor = T>>(backend: &B, relative: Option<&RelativeBias>,
+        disentangled: Option<&Disentangled>, alibi: Option<&Alibi>, rope: Option<&Rope>, window: Option<&Window>,
+        seq: usize) -> Result<Self> {
+        let bias = match alibi {
+            // ALiBi is a score bias by offset, the same input as MPNet's relative one.
+            Some(a) => Some(PositionBias::Relative(a.upload(backend, seq)?)),
+            None => position_bias(backend, relative, disentangled, seq)?,
+        };
         Ok(Positional {
-            bias: position_bias(backend, relative, disentangled, seq)?,
+            bias,
             rope: rope.map(|r| r.upload(backend, seq)).transpose()?,
             window: window.map(|w| w.upload(backend, seq)).transpose()?,
         })
@@ -67,6 +77,7 @@ impl<B: Backend> BertEncoder<B> {
             layers,
             passes: cfg.num_hidden_layers,
             relative: RelativeBias::load(w, cfg)?,
+            alibi: Alibi::new(cfg),
             disentangled: Disentangled::load(w, cfg)?,
             rope: Rope::new(cfg),
             window: Window::new(cfg),
@@ -95,8 +106,8 @@ impl<B: Backend> BertEncoder<B> {
         let mut x = x;
         // MPNet's relative bias or DeBERTa's relative rows, the rotary families' table, ModernBERT's window: one per
         // forward, read by every layer.
-        let positional = Positional::new(backend, self.relative.as_ref(), self.disentangled.as_ref(), self.rope.as_ref(),
-            self.window.as_ref(), seq)?;
+        let positional = Positional::new(backend, self.relative.as_ref(), self.disentangled.as_ref(),
+            self.alibi.as_ref(), self.rope.as_ref(), self.window.as_ref(), seq)?;
         let inputs = positional.inputs(mask, batch, seq);
         for i in 0..self.passes {
             // Pass i runs layer i, or the shared one.
@@ -144,6 +155,9 @@ impl<B: Backend> BertModel<B> {
     /// The checks of [`Self::load`] before any upload; `w` seen under the family's names.
     fn checked(w: &Weights, cfg: &BertConfig) -> Result<Weights> {
         cfg.validate()?;
+        if cfg.family == Family::JinaBert {
+            crate::weights::jina::check(w)?;
+        }
         Ok(w.for_family(cfg.family))
     }
 
@@ -179,8 +193,8 @@ impl<B: Backend> BertModel<B> {
         let (distinct, passes) = (BertEncoder::<B>::distinct_layers(cfg), cfg.num_hidden_layers);
         let relative = RelativeBias::load(&host(w, "encoder.relative_attention_bias").await?.pp("encoder"), cfg)?;
         let disentangled = Disentangled::load(&host(w, "encoder.rel_embeddings").await?.pp("encoder"), cfg)?;
-        let positional = Positional::new(backend, relative.as_ref(), disentangled.as_ref(), Rope::new(cfg).as_ref(),
-            Window::new(cfg).as_ref(), batch.t)?;
+        let positional = Positional::new(backend, relative.as_ref(), disentangled.as_ref(), Alibi::new(cfg).as_ref(),
+            Rope::new(cfg).as_ref(), Window::new(cfg).as_ref(), batch.t)?;
         let inputs = positional.inputs(&mask, batch.b, batch.t);
         let mut held: Option<(usize, BertLayer<B>)> = None; // ALBERT's shared layer stays for every pass
         for i in 0..passes {

@@ -207,10 +207,11 @@ impl<B: Backend> BertIntermediate<B> {
         } else if cfg.family == Family::Gte {
             // GTE's `up_gate_proj`: [up; gate] rows already.
             load_dense(&w.pp("up_gate"), 2 * i, h, bias, backend)?
-        } else if cfg.family == Family::ModernBert {
+        } else if matches!(cfg.family, Family::ModernBert | Family::JinaBert) {
             // ModernBERT's `Wi` (2I, H): `input, gate = Wi(x).chunk(2)`, then `act(input) * gate`, the activation on
-            // the FIRST half. Its halves swap here, [gate; input], so that `glu`'s `up ⊙ act(gate)` is that product
-            // with the one kernel (its bias too). The matrix is copied once at load (weights::stream leaves `Wi` on
+            // the FIRST half (JinaBERT's `gated_layers` likewise: `act(gated) * non_gated`, `gated` the first half).
+            // Its halves swap here, [gate; input], so that `glu`'s `up ⊙ act(gate)` is that product with the one
+            // kernel (its bias too). The matrix is copied once at load (weights::stream leaves `Wi` on
             // the host for it rather than in device memory).
             let p = w.pp("up_gate");
             let wi = p.get("weight", &[2 * i, h])?;

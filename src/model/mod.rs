@@ -6,10 +6,11 @@
 //! and `forward`. Activations are `(B*T, H)` row-major matrices (sequence `b`'s token `t` at row `b*T + t`).
 //!
 //! Lowest first: `embeddings.rs` (word, position and token-type embeddings), `relative.rs` (MPNet's relative position
-//! bias), `rotary.rs` (the rotary families' table of cosines and sines), `window.rs` (ModernBERT's sliding window as
+//! bias), `alibi.rs` (JinaBERT's ALiBi as a score bias), `rotary.rs` (the rotary families' table of cosines and sines), `window.rs` (ModernBERT's sliding window as
 //! a score bias, with its own rotary table), `disentangled.rs` (DeBERTa's relative positions), `layer.rs` (one
 //! encoder layer, post-LN or pre-LN), `bert.rs` (the whole encoder).
 
+pub mod alibi;
 mod bert;
 pub mod disentangled;
 mod embeddings;

@@ -150,8 +150,18 @@ impl<B: Backend> FineTuner<B> {
         {
             return Err(Error::Config(format!(
                 "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, ELECTRA \
-                 (generators), MPNet, NomicBERT, GTE, DeBERTa-v2/v3 and ModernBERT checkpoints; this one is `{}`",
+                 (generators), MPNet, NomicBERT, GTE, DeBERTa-v2/v3 and ModernBERT checkpoints; this one is a {} \
+                 (`{}`)",
+                cfg.family.class_prefix(),
                 cfg.family.model_type()
+            )));
+        }
+        if matches!(task, FineTuneTask::Qa | FineTuneTask::Token) && cfg.family == Family::JinaBert {
+            return Err(Error::Config(format!(
+                "{} is not trained for JinaBERT checkpoints: jinaai's code has no JinaBertFor{} checkpoint to write \
+                 or check against; sequence classification (JinaBertForSequenceClassification) and embeddings are",
+                if task == FineTuneTask::Qa { "question answering" } else { "token classification" },
+                if task == FineTuneTask::Qa { "QuestionAnswering" } else { "TokenClassification" }
             )));
         }
         if task == FineTuneTask::Qa && matches!(cfg.family, Family::NomicBert | Family::Gte) {

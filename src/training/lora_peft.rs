@@ -30,6 +30,11 @@ impl<B: Backend> FineTuner<B> {
         if opts.r == 0 || !(opts.alpha.is_finite() && opts.alpha > 0.0) {
             return Err(Error::Input(format!("LoRA needs a rank ≥ 1 and alpha > 0; got r {} and alpha {}", opts.r, opts.alpha)));
         }
+        if self.encoder.config.family == Family::JinaBert {
+            // Its `mlp.gated_layers` is read with its halves swapped (training::encoder::jina), past the adapters.
+            return Err(Error::Input("LoRA on a JinaBERT checkpoint is not supported yet; fine-tune the whole encoder \
+                (without --lora)".into()));
+        }
         if self.top_layers().is_some() || self.encoder.lora.is_some() {
             return Err(Error::Input("LoRA trains adapters on every layer: it cannot be combined with --layers".into()));
         }

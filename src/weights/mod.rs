@@ -14,6 +14,7 @@ pub mod albert;
 pub mod deberta;
 pub mod distilbert;
 pub mod electra;
+pub mod jina;
 pub mod modernbert;
 pub mod mpnet;
 pub mod roberta;
@@ -70,6 +71,7 @@ pub fn family_prefix(family: Family) -> Option<&'static str> {
         Family::Gte => Some("gte."),
         Family::DebertaV2 => Some("deberta."),
         Family::ModernBert => Some("model."),
+        Family::JinaBert => Some("bert."),
     }
 }
 
@@ -88,6 +90,9 @@ pub fn family_name(family: Family, name: &str) -> Option<String> {
         Family::MPNet => mpnet::from_bert(name),
         Family::DebertaV2 => deberta::from_bert(name),
         Family::ModernBert => modernbert::from_bert(name),
+        Family::JinaBert => {
+            return jina::from_bert(name).into_iter().next().or_else(|| Some(name.to_string()));
+        }
         // The first of the names is under the task checkpoints' prefix; a head's own tensors (`classifier`,
         // NomicBERT's `cls.predictions.bias`) keep BERT's name.
         Family::NomicBert | Family::Gte => {
@@ -295,6 +300,7 @@ impl Weights {
             Some(f @ (Family::NomicBert | Family::Gte)) => out.extend(rotary::from_bert(f, full)),
             Some(Family::DebertaV2) => out.extend(deberta::from_bert(full)),
             Some(Family::ModernBert) => out.extend(modernbert::from_bert(full)),
+            Some(Family::JinaBert) => out.extend(jina::from_bert(full)),
             Some(Family::Bert) | None => {}
         }
         out

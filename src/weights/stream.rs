@@ -377,9 +377,9 @@ impl Body {
     /// attention at Q8_0 in a Q4_0 file) or not of whole words, they stay on the host and are joined there.
     fn choose_placed(&mut self) {
         // A `modern-bert` GGUF's `Wi` (`ffn_up`, read as BERT's `intermediate.up_gate`) swaps its halves on the host
-        // at load as the folder's does; GTE's `up_gate` is used as it is.
-        let modern = self.gguf.as_ref().and_then(|g| g.get(gguf::KEY_ARCHITECTURE)).and_then(|v| v.as_str())
-            == Some(gguf::families::ARCH_MODERNBERT);
+        // at load as the folder's does, and JinaBERT's `gated_layers` likewise; GTE's `up_gate` is used as it is.
+        let arch = self.gguf.as_ref().and_then(|g| g.get(gguf::KEY_ARCHITECTURE)).and_then(|v| v.as_str());
+        let modern = matches!(arch, Some(gguf::families::ARCH_MODERNBERT | gguf::families::ARCH_JINA));
         let matrix = |s: &Slot| {
             s.shape.len() >= 2
                 && s.len > 0
@@ -387,6 +387,7 @@ impl Body {
                 && !s.name.contains("relative_attention_bias") // MPNet's: read on the host each forward
                 && !s.name.contains("rel_embeddings") // DeBERTa's: LayerNorm'd on the host at load
                 && !s.name.contains("mlp.Wi.") // ModernBERT's: its halves swapped on the host at load (model::layer)
+                && !s.name.contains("mlp.gated_layers.") // JinaBERT's: likewise
                 && !(modern && s.name.contains("intermediate.up_gate."))
                 && s.dtype.as_ref().is_ok_and(|t| !matches!(t, Stored::Bf16))
         };

@@ -67,12 +67,14 @@ impl<T> Encoder<T> {
             lora: None,
             zero_types,
             attn_out_dropout: fam != Family::DistilBert,
-            ffn_dropout: fam != Family::Albert,
+            // JinaBERT's MLP drops its gated product instead (`super::jina`).
+            ffn_dropout: !matches!(fam, Family::Albert | Family::JinaBert),
             rotary: super::rotary::Rotary::new(cfg),
             relative: None,
             modern: None,
             frozen_base,
             disentangled: None,
+            jina: super::jina::Jina::new(cfg),
         };
         if fam == Family::ModernBert {
             enc.rotary = None; // its two rotations are `modern`'s
@@ -133,7 +135,13 @@ impl<T> Encoder<T> {
             };
             let (o_w, o_b) = pair("attention.output.dense", h, h)?;
             let (ln1_g, ln1_b) = pair("attention.output.LayerNorm", h, 0)?;
-            let (i_w, i_b) = pair("intermediate.dense", inter, h)?;
+            // JinaBERT's `mlp.gated_layers` `(2I, H)` has no bias.
+            let jina = enc.jina.is_some();
+            let (i_w, i_b) = match jina {
+                true => (get(&lw.pp("intermediate.up_gate"), "weight", &[2 * inter, h])?, None),
+                false => pair("intermediate.dense", inter, h).map(|(w, b)| (w, Some(b)))?,
+            };
+            let i_name = if jina { "intermediate.up_gate" } else { "intermediate.dense" };
             let (out_w, out_b) = pair("output.dense", h, inter)?;
             let (ln2_g, ln2_b) = pair("output.LayerNorm", h, 0)?;
             let idx = LayerIdx {
@@ -143,8 +151,8 @@ impl<T> Encoder<T> {
                 o_b: Some(enc.push(be, vec![n("attention.output.dense.bias")?], &o_b, 1, h, false)?),
                 ln1_g: enc.push(be, vec![n("attention.output.LayerNorm.weight")?], &ln1_g, 1, h, false)?,
                 ln1_b: enc.push(be, vec![n("attention.output.LayerNorm.bias")?], &ln1_b, 1, h, false)?,
-                i_w: enc.push_weight(be, vec![n("intermediate.dense.weight")?], &i_w, inter, h)?,
-                i_b: Some(enc.push(be, vec![n("intermediate.dense.bias")?], &i_b, 1, inter, false)?),
+                i_w: enc.push_weight(be, vec![n(&format!("{i_name}.weight"))?], &i_w, i_w.shape[0], h)?,
+                i_b: i_b.map(|b| enc.push(be, vec![n(&format!("{i_name}.bias"))?], &b, 1, inter, false)).transpose()?,
                 out_w: enc.push_weight(be, vec![n("output.dense.weight")?], &out_w, h, inter)?,
                 out_b: Some(enc.push(be, vec![n("output.dense.bias")?], &out_b, 1, h, false)?),
                 ln2_g: enc.push(be, vec![n("output.LayerNorm.weight")?], &ln2_g, 1, h, false)?,

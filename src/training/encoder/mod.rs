@@ -5,7 +5,8 @@
 //! [`load`] has what each one changes, [`relative`] MPNet's relative position bias, [`disentangled`] DeBERTa's
 //! relative table (its attention: `Backend::attention_disentangled`, back through
 //! `Backend::attention_backward_disentangled`). The rotary families (NomicBERT, GTE) turn their
-//! queries and keys instead of reading a position table and gate their feed-forward: [`rotary`] has their math.
+//! queries and keys instead of reading a position table and gate their feed-forward: [`rotary`] has their math;
+//! JinaBERT's ALiBi and gated feed-forward: [`jina`].
 //!
 //! # The math
 //!
@@ -41,6 +42,7 @@
 //! fifth, `GteMLP`'s dropout on the gated product before `down_proj` ([`rotary`]).
 
 mod disentangled;
+mod jina;
 mod load;
 mod modern;
 mod relative;
@@ -239,6 +241,8 @@ pub struct Encoder<T> {
     frozen_base: bool,
     /// DeBERTa's relative table and its LayerNorm, shared by every layer ([`disentangled`]).
     disentangled: Option<disentangled::DisIdx>,
+    /// JinaBERT's ALiBi and gated feed-forward ([`jina`]).
+    jina: Option<jina::Jina>,
 }
 
 
@@ -416,7 +420,8 @@ impl<T> Encoder<T> {
         let shape = self.shape(batch);
         let rope = self.rotary.as_ref().map(|r| r.table(be, batch.t)).transpose()?; // (T, d)
         let rel = self.relative.map(|r| r.forward(be, self.t(r.table), batch.t)).transpose()?;
-        let bias = rel.as_ref().map(|r| &r.bias);
+        let alibi = self.jina.as_ref().map(|j| j.bias(be, batch.t)).transpose()?; // (heads, 2T − 1), constant
+        let bias = rel.as_ref().map(|r| &r.bias).or(alibi.as_ref());
         let dis = self.disentangled.map(|d| d.forward(be, self, batch.t)).transpose()?;
         let mut layers = Vec::with_capacity(self.layers.len());
         for (l, li) in self.layers.iter().enumerate() {
@@ -445,10 +450,14 @@ impl<T> Encoder<T> {
             let a = apply_dropout(be, a, site(false, s + 2).filter(|_| self.attn_out_dropout))?;
             let pre1 = be.add(&a, &x)?;
             let h1 = be.layernorm(&pre1, None, self.t(li.ln1_g), self.t(li.ln1_b), eps)?;
-            let u = self.linear(be, &h1, li.i_w, li.i_b)?; // (B*T, I); gated: (B*T, 2I)
-            let g = match &self.rotary {
-                Some(r) => r.glu(be, &u, self.config.hidden_act, l, dropout)?,
-                None => be.activation(&u, self.config.hidden_act)?,
+            let u = match &self.jina {
+                Some(j) => j.up(be, self, &h1, li.i_w)?, // (B*T, 2I), its halves swapped
+                None => self.linear(be, &h1, li.i_w, li.i_b)?, // (B*T, I); gated: (B*T, 2I)
+            };
+            let g = match (&self.rotary, &self.jina) {
+                (Some(r), _) => r.glu(be, &u, self.config.hidden_act, l, dropout)?,
+                (_, Some(j)) => j.glu(be, &u, self.config.hidden_act, l, dropout)?,
+                _ => be.activation(&u, self.config.hidden_act)?,
             };
             let o = self.linear(be, &g, li.out_w, li.out_b)?; // (B*T, H)
             let o = apply_dropout(be, o, site(false, s + 3).filter(|_| self.ffn_dropout))?;
@@ -563,6 +572,7 @@ impl<T> Encoder<T> {
         let shape = self.shape(batch);
         let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());
         let unrope = self.rotary.as_ref().map(|r| r.inverse(be, batch.t)).transpose()?; // (T, d), angles negated
+        let alibi = self.jina.as_ref().map(|j| j.bias(be, batch.t)).transpose()?; // the forward's, no gradient asked
         let mut dx = dlast;
         // DeBERTa: the relative table's gradient summed over the layers (not when only the top layers train).
         let dis = saved.disentangled.as_ref().zip(self.disentangled);
@@ -579,11 +589,15 @@ impl<T> Encoder<T> {
             put(be, grads, li.ln2_b, db2)?;
             let dout = if self.ffn_dropout { undrop(&dpre2, s + 3)? } else { None };
             let dg = self.linear_backward(be, dout.as_ref().unwrap_or(&dpre2), &ls.g, li.out_w, li.out_b, grads)?;
-            let du = match &self.rotary {
-                Some(r) => r.glu_backward(be, &dg, &ls.u, self.config.hidden_act, l, &saved)?,
-                None => be.activation_grad(&dg, &ls.u, self.config.hidden_act)?,
+            let du = match (&self.rotary, &self.jina) {
+                (Some(r), _) => r.glu_backward(be, &dg, &ls.u, self.config.hidden_act, l, &saved)?,
+                (_, Some(j)) => j.glu_backward(be, &dg, &ls.u, self.config.hidden_act, l, &saved)?,
+                _ => be.activation_grad(&dg, &ls.u, self.config.hidden_act)?,
             };
-            let dh1 = self.linear_backward(be, &du, &ls.h1, li.i_w, li.i_b, grads)?;
+            let dh1 = match &self.jina {
+                Some(j) => j.up_backward(be, self, &du, &ls.h1, li.i_w, grads)?,
+                None => self.linear_backward(be, &du, &ls.h1, li.i_w, li.i_b, grads)?,
+            };
             let dh1 = be.add(&dh1, &dpre2)?; // h1 feeds the FFN and the second residual
             let (dpre1, dg1, db1) = be.layernorm_backward(&dh1, &ls.pre1, self.t(li.ln1_g), eps)?;
             put(be, grads, li.ln1_g, dg1)?;
@@ -608,8 +622,8 @@ impl<T> Encoder<T> {
                     }
                     (dqkv, None)
                 }
-                _ => be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, rel.map(|(r, _)| &r.bias), shape,
-                    saved.site(true, s + 1), want)?,
+                _ => be.attention_backward_biased(&dctx, &ls.qkv, &saved.mask, rel.map(|(r, _)| &r.bias).or(alibi.as_ref()),
+                    shape, saved.site(true, s + 1), want)?,
             };
             if let (Some((r, ri)), Some(db)) = (rel, dbias) {
                 put(be, grads, ri.table, r.table_grad(be, &db)?)?;

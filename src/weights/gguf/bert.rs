@@ -360,6 +360,7 @@ pub fn write_bert_with(meta: &BertGgufMeta, sentence: Option<&crate::sentence::S
         f @ (Family::NomicBert | Family::Gte) => canonical_hf_name(&rotary::to_bert(f, n)),
         Family::DebertaV2 => canonical_hf_name(&deberta::to_bert(n)),
         Family::ModernBert => canonical_hf_name(&crate::weights::modernbert::to_bert(n)),
+        Family::JinaBert => canonical_hf_name(&crate::weights::jina::to_bert(n)),
     };
     let word = tensors.iter().find(|(n, _)| bert_name(n) == "embeddings.word_embeddings.weight");
     for (name, t) in tensors {

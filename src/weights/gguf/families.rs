@@ -8,9 +8,10 @@
 //! | BERT, DistilBERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, ALBERT | `bert` | llama.cpp's |
 //! | NomicBERT | `nomic-bert` | llama.cpp's (`nomic-bert.rope.freq_base`), and bertgpu's `bertgpu.encoder.*` |
 //! | ModernBERT | `modern-bert` | llama.cpp's (`modern-bert.rope.freq_base`, `.rope.freq_base_swa`, `.attention.sliding_window`, `.attention.sliding_window_pattern`), and bertgpu's `bertgpu.encoder.*` |
-//! | MPNet, GTE, DeBERTa-v2/v3 | `bertgpu-mpnet`, `bertgpu-gte`, `bertgpu-deberta-v2` | llama.cpp's forms under the architecture's name, bertgpu's for what llama.cpp has no key for |
+//! | MPNet, GTE, DeBERTa-v2/v3, JinaBERT v2 | `bertgpu-mpnet`, `bertgpu-gte`, `bertgpu-deberta-v2`, `bertgpu-jina-bert-v2` | llama.cpp's forms under the architecture's name, bertgpu's for what llama.cpp has no key for |
 //!
-//! llama.cpp runs none of MPNet, GTE (Alibaba-NLP's `NewModel`) or DeBERTa: under `bert` it would load them and
+//! llama.cpp runs none of MPNet, GTE (Alibaba-NLP's `NewModel`) or DeBERTa, and runs JinaBERT from another tensor
+//! layout (see [`ARCH_JINA`]): under `bert` it would load them and
 //! compute something else without a word (MPNet's relative bias, GTE's rotation and gated block, DeBERTa's
 //! disentangled attention ignored), so they take architectures of their own that llama.cpp refuses by name.
 //!
@@ -29,8 +30,13 @@ pub const ARCH_GTE: &str = "bertgpu-gte";
 pub const ARCH_DEBERTA: &str = "bertgpu-deberta-v2";
 /// llama.cpp's architecture name for ModernBERT (`gguf-py` `MODEL_ARCH.MODERN_BERT`).
 pub const ARCH_MODERNBERT: &str = "modern-bert";
+/// JinaBERT v2 under bertgpu's name: llama.cpp's `jina-bert-v2` stores `mlp.gated_layers` as two tensors
+/// (`ffn_gate` its first half, `ffn_up` its second); here it stays one, GTE's `ffn_up_gate`, so a file of ours does
+/// not pass for llama.cpp's.
+pub const ARCH_JINA: &str = "bertgpu-jina-bert-v2";
 /// Every architecture bertgpu reads.
-pub const ARCHITECTURES: [&str; 6] = ["bert", ARCH_NOMIC, ARCH_MPNET, ARCH_GTE, ARCH_DEBERTA, ARCH_MODERNBERT];
+pub const ARCHITECTURES: [&str; 7] =
+    ["bert", ARCH_NOMIC, ARCH_MPNET, ARCH_GTE, ARCH_DEBERTA, ARCH_MODERNBERT, ARCH_JINA];
 
 /// The GGUF architecture `family` is written under; a family without one is refused by name.
 #[allow(unreachable_patterns)] // a family added later is refused until it has a GGUF form
@@ -48,6 +54,7 @@ pub fn architecture(family: Family) -> Result<&'static str> {
         Family::Gte => ARCH_GTE,
         Family::DebertaV2 => ARCH_DEBERTA,
         Family::ModernBert => ARCH_MODERNBERT,
+        Family::JinaBert => ARCH_JINA,
         other => {
             return Err(Error::Config(format!(
                 "converting a {} (`{}`) checkpoint to GGUF is not supported yet; load its safetensors folder instead",
@@ -106,6 +113,7 @@ pub fn arch_keys(cfg: &BertConfig, arch: &str) -> Result<Vec<(String, Value, Own
         Positions::Absolute => "absolute",
         Positions::Relative => "relative",
         Positions::Rotary { .. } => "rotary",
+        Positions::Alibi => "alibi",
     };
     add("bertgpu.encoder.positions".into(), Value::String(positions.into()), Bertgpu);
     let ff = match cfg.feed_forward {

@@ -1,0 +1,249 @@
+//! JinaBERT v2 (jina-embeddings-v2-small/base-en, jina-reranker-v1) against a float64 transcription of its authors'
+//! code (tests/golden/jina.json, made by tests/golden/jina.py: transformers has no JinaBERT class and the hub's
+//! remote code is not reachable): ALiBi's per-head score bias (4 heads, a power of two; 6 heads, the slopes' other
+//! branch), the gated feed-forward `mlp.gated_layers` whose first half is activated (geglu; reglu in the
+//! classifier), `mlp.wo`, `mlp.layernorm`, in the embeddings of a padded batch and of each text alone, fill-mask and
+//! sequence classification (pairs included), on the CPU and the GPU backend and through the CLI; and the refusals by
+//! name (the qk-post-norm variant, another feed_forward_type).
+
+mod common;
+
+use bertgpu::backend::cpu::CpuBackend;
+use bertgpu::backend::Backend;
+use bertgpu::config::{BertConfig, Family, FeedForward, Positions};
+use bertgpu::tasks::{EmbedOptions, Model, Pooling};
+use bertgpu::tokenizer::Tokenizer;
+use bertgpu::engine::{Device, Engine, Placement};
+use bertgpu::loader::{self, LoadOptions, ModelSource};
+use bertgpu::weights::stream::{read_file_to, Format, Streamed};
+use bertgpu::weights::{HostData, HostTensor, Weights};
+use common::family::{self, block_on, dir};
+use common::gpu;
+use serde_json::{json, Value};
+
+/// The CPU backend on f32 weights against the float64 reference. Measured worst |ours − reference| here: 4.9e-6
+/// (the masked LM's `[CLS]` embeddings; its fill-mask logits 4.1e-6, compared with rtol = atol; the classifier's
+/// logits 3.6e-6), printed by `cargo test --test jina -- --nocapture`. 1e-5 (2×) is far below what a mistake moves:
+/// without ALiBi the mean embeddings move by 0.32 (4 heads) and 1.16 (6 heads), with the gated block's halves
+/// swapped by 2.9–3.1 (the golden records both; `missing_alibi_is_caught` checks the first).
+const CPU_ATOL: f32 = 1e-5;
+/// The GPU. Measured worst on lavapipe here: 1.16e-5 (the fill-mask logits, rtol = atol; every embedding ≤ 3.8e-6);
+/// 2.5e-5 (2.2×).
+const GPU_ATOL: f32 = 2.5e-5;
+
+fn golden() -> Value {
+    family::golden("jina.json")
+}
+
+fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
+    let m = family::load(&dir(name), backend);
+    assert_eq!(m.config.family, Family::JinaBert, "{name}");
+    assert_eq!((m.config.positions, m.config.feed_forward), (Positions::Alibi, FeedForward::Gated), "{name}");
+    m
+}
+
+/// The embeddings of `g["embeddings"]`, in a padded batch (batches of 4) and each text alone: ALiBi's table follows
+/// the padded length, which padding must not change for real tokens.
+fn embeddings<B: Backend>(what: &str, g: &Value, m: &Model<B>, atol: f32) {
+    family::embeddings(what, g, m, atol, true);
+    let cases = g["embeddings"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
+    let got = block_on(m.embed(&texts, &opts)).unwrap();
+    assert_eq!(got.len(), cases.len());
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
+}
+
+fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
+    let g = golden();
+    embeddings("jina 4 heads (bare model)", &g["model"], &load("tiny-jina-model", mk()), atol);
+    let mlm = load("tiny-jina-mlm", mk());
+    embeddings("jina 6 heads (masked LM's encoder)", &g["mlm"], &mlm, atol);
+    family::fill_mask("jina", &g["mlm"], &mlm, atol, false);
+    let clf = load("tiny-jina-classifier", mk());
+    embeddings("jina reglu (classifier's encoder)", &g["classifier"], &clf, atol);
+    family::classify("jina", &g["classifier"], &clf, atol, true);
+}
+
+#[test]
+fn jina_matches_its_authors_code_on_cpu() {
+    everything(CpuBackend::new, CPU_ATOL);
+}
+
+#[test]
+fn jina_matches_its_authors_code_on_gpu() {
+    if gpu().is_none() {
+        return;
+    }
+    everything(|| gpu().expect("adapter"), GPU_ATOL);
+}
+
+/// On the GPU as a folder loads there: every matrix but `mlp.gated_layers` written into device memory as the file
+/// arrives (its halves swap on the host at load), the model the same as from host weights, bit for bit, and the
+/// load-time check (its CPU reference a module at a time, read back from device memory) passes.
+#[test]
+fn placed_on_the_gpu_and_checked_at_load() {
+    let Some(g) = gpu() else { return };
+    let d = dir("tiny-jina-mlm");
+    let m = loader::load(ModelSource::Path(&d), &LoadOptions::default()).unwrap();
+    let host = m.weights().unwrap();
+    let Streamed::Safetensors(placed) = read_file_to(&d.join("model.safetensors"), Format::Safetensors, Some(&g)).unwrap()
+    else {
+        panic!("a safetensors read gave a GGUF")
+    };
+    let names = placed.names();
+    assert!(names.iter().any(|n| n.contains("mlp.gated_layers.weight")));
+    for n in names {
+        let t = placed.stored(n).unwrap();
+        let on_device = matches!(t.data, HostData::Placed(_));
+        assert_eq!(on_device, t.shape.len() == 2 && !n.contains("mlp.gated_layers."), "{n}");
+    }
+    let on = |w: &Weights, g| {
+        block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), w, Placement::on(Device::Gpu, g), CpuBackend::new()))
+            .unwrap()
+    };
+    let (from_host, from_file) = (on(&host, gpu().unwrap()), on(&placed, g));
+    assert_eq!(from_file.device(), "gpu");
+    let g = golden();
+    let cases = g["mlm"]["embeddings"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
+    let embed = |e: &Engine| block_on(e.embed(&texts, &opts)).unwrap().concat();
+    let got = embed(&from_file);
+    assert_eq!(got, embed(&from_host), "the placed weights' model differs from the host weights'");
+    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+    family::close("placed on the GPU, mean embeddings", &got, &want, GPU_ATOL, 0.0);
+}
+
+/// The slopes to the last bit of the reference's Python floats, for both branches of their formula.
+#[test]
+fn slopes_are_the_references() {
+    let g = golden();
+    for key in ["model", "mlm"] {
+        let heads = g[key]["heads"].as_u64().unwrap() as usize;
+        let want: Vec<f64> = g[key]["slopes"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert_eq!(want.len(), heads);
+        assert_eq!(bertgpu::model::alibi::slopes(heads), want, "{heads} heads");
+    }
+}
+
+/// The CLI on the CPU: `embed` on the bare model, `classify` with pairs, `fill-mask`.
+#[test]
+fn cli_runs_jina() {
+    let g = golden();
+    family::cli_embeddings("jina", &g["model"], &dir("tiny-jina-model"), CPU_ATOL);
+    family::cli_classify(&g["classifier"], &dir("tiny-jina-classifier"));
+    family::cli_fill_mask(&g["mlm"], &dir("tiny-jina-mlm"));
+}
+
+/// Without ALiBi (no position terms at all) the embeddings are far from the golden, by what the reference moved
+/// with its bias left out: the bias is applied, and the tolerance would see it missing.
+#[test]
+fn missing_alibi_is_caught() {
+    let g = golden();
+    for (key, name) in [("model", "tiny-jina-model"), ("mlm", "tiny-jina-mlm")] {
+        let d = dir(name);
+        let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+        cfg.positions = Positions::Relative; // no table, no rotation, and (without DeBERTa's keys) no relative terms
+        let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
+        let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+        let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
+        let cases = g[key]["embeddings"].as_array().unwrap();
+        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+        let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
+        let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
+        let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
+        assert_eq!(got.len(), want.len());
+        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let recorded = g[key]["without_alibi_max_diff"].as_f64().unwrap() as f32;
+        assert!(worst > 1000.0 * CPU_ATOL, "{key}: without ALiBi the embeddings moved by {worst} only");
+        assert!((worst - recorded).abs() < 1e-3, "{key}: the reference without ALiBi moved by {recorded}, ours by {worst}");
+    }
+}
+
+/// What bertgpu does not run is refused by name: the qk-post-norm variant (jina-embeddings-v2-base-code) by its
+/// tensors and by its `auto_map`, a `feed_forward_type` other than geglu/reglu, ALiBi on another model_type.
+#[test]
+fn refusals_by_name() {
+    let d = dir("tiny-jina-model");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap();
+    let with = |k: &str, val: Value| {
+        let mut v = v.clone();
+        v[k] = val;
+        BertConfig::from_json_str(&v.to_string())
+    };
+    let refused = |r: bertgpu::Result<BertConfig>, says: &str| {
+        let e = r.expect_err(says).to_string();
+        assert!(e.contains(says), "{e}");
+    };
+    refused(with("feed_forward_type", json!("original")), "feed_forward_type `original`");
+    refused(with("feed_forward_type", json!("swiglu")), "feed_forward_type `swiglu`");
+    refused(with("auto_map", json!({"AutoModel": "jinaai/jina-bert-v2-qk-post-norm--modeling_bert.JinaBertModel"})),
+        "qk-post-norm");
+    refused(with("model_type", json!("distilbert")), "architecture `JinaBertModel`");
+    let mut roberta = v.clone();
+    roberta["model_type"] = json!("roberta");
+    roberta["architectures"] = json!(["RobertaModel"]);
+    refused(BertConfig::from_json_str(&roberta.to_string()), "`alibi` with model_type `roberta`");
+
+    // The qk-post-norm variant's tensors, beside an otherwise loadable checkpoint.
+    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
+    assert!(Model::new(CpuBackend::new(), cfg.clone(), tok.clone(), &w).is_ok());
+    for name in ["encoder.layer.0.attention.self.layer_norm_q.weight", "encoder.layer.1.mlp.up_gated_layer.weight"] {
+        let mut qk = w.clone();
+        qk.insert(name, HostTensor::f32(vec![cfg.hidden_size], vec![1.0; cfg.hidden_size]).unwrap());
+        let e = Model::new(CpuBackend::new(), cfg.clone(), tok.clone(), &qk).err().expect(name).to_string();
+        assert!(e.contains(name) && e.contains("qk-post-norm"), "{e}");
+    }
+}
+
+/// Sequence classification and embeddings train (tests/finetune_families.rs checks the former against the authors'
+/// code, `jina_*`); what has no JinaBERT class (token classification, question answering), pre-training and LoRA (its
+/// gated block is read with its halves swapped, past the adapters) are refused by name before any work.
+#[test]
+fn what_does_not_train_is_refused_by_name() {
+    use bertgpu::training::finetune::{FineTuneTask, FineTuner};
+    use bertgpu::training::lora::LoraOptions;
+    let d = dir("tiny-jina-classifier");
+    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    let be = CpuBackend::new();
+    for (task, says) in [(FineTuneTask::Token, "JinaBertForTokenClassification"),
+        (FineTuneTask::Qa, "JinaBertForQuestionAnswering"), (FineTuneTask::Pretrain, "JinaBert")] {
+        let e = FineTuner::new(&be, &cfg, &w, task, Some(3), 0).err().expect(says).to_string();
+        assert!(e.contains(says), "{task:?}: {e}");
+    }
+    let mut tr = FineTuner::new(&be, &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
+    assert!(FineTuner::new(&be, &cfg, &w, FineTuneTask::Embedding, None, 0).is_ok());
+    let opts = LoraOptions { r: 4, alpha: 8.0, targets: bertgpu::training::lora::LoraTargets::Qv, merge: false };
+    let e = tr.set_lora(&be, opts, 0).unwrap_err().to_string();
+    assert!(e.contains("LoRA on a JinaBERT"), "{e}");
+}
+
+/// `bertgpu convert` (F16 and Q8_0) then `bertgpu embed --model FILE.gguf` on the CPU: the golden's mean embeddings
+/// of the 4-head model (hidden 32: its matrices are whole Q8_0 blocks), per vector within tests/gguf.rs's F16 floor
+/// (`MIN_COSINE_F16`) and tests/gguf_families.rs's tiny-checkpoint Q8_0 floor (0.995; measured 0.9983 here per vector).
+#[test]
+fn cli_converts_and_embeds_jina() {
+    let g = golden();
+    let cases = g["model"]["embeddings"].as_array().unwrap();
+    let input: String = cases.iter().map(|c| format!("{}\n", json!({"text": c["text"]}))).collect();
+    for (dtype, floor) in [("f16", common::MIN_COSINE_F16), ("q8_0", 0.995)] {
+        let out = std::env::temp_dir().join(format!("bertgpu-jina-{dtype}-{}.gguf", std::process::id()));
+        let d = dir("tiny-jina-model");
+        family::run(&["convert", "--model", d.to_str().unwrap(), "--dtype", dtype, "--out", out.to_str().unwrap()], "");
+        let lines = family::run(&["embed", "--model", out.to_str().unwrap(), "--device", "cpu"], &input);
+        std::fs::remove_file(&out).unwrap();
+        assert_eq!(lines.len(), cases.len(), "one line per text");
+        let mut worst = 1f64;
+        for (l, c) in lines.iter().zip(cases) {
+            let cos = common::cosine(&common::floats(&l["embedding"]), &common::floats(&c["mean"]));
+            worst = worst.min(cos);
+        }
+        eprintln!("measured cli jina {dtype} GGUF against the reference: min cosine {worst:.6}");
+        assert!(worst >= floor, "{dtype}: cosine {worst} < {floor}");
+    }
+}
