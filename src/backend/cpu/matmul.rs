@@ -7,10 +7,13 @@
 //! keeps more accumulators than V8 has registers); in the relaxed-SIMD build its multiply-adds are fused
 //! (`f32x4.relaxed_madd`: 1.25× the SIMD128 build's GMAC/s on MiniLM's shapes in Chromium, `bench/kernel.mjs`);
 //! natively on a CPU with AVX its tiles hold two rows of x a register ([`dot_avx`], bit for bit the same sums).
-//! On several threads (natively, and the threaded wasm build) the M rows are split into one block per thread; each
-//! block is an independent GEMM writing its own rows of the output. A few rows (up to [`XB`]: a sentence) are split
-//! by columns instead, so that each thread reads only its share of W. Bias and activation are applied per row right
-//! after the block's GEMM, while it is still in cache.
+//! On several threads (natively, and the threaded wasm build) the output's columns are split into one block per
+//! thread while M ≤ N: each block is an independent GEMM of all M rows with its share of W's rows, so the GEMM packs
+//! each row of W once (split by rows, every thread packed the whole of W, a strided gather: with 2 threads a quarter
+//! of a forward's samples, BENCHMARKS.md); past N rows the M rows are split instead, each thread packing only its x.
+//! A few rows (up to [`XB`]: a sentence) are split by columns in several blocks a thread. Bias and activation are
+//! applied per row right after the block's GEMM, while it is still in cache; the gated feed-forward's product too
+//! (`rotary::linear_glu`).
 
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx;
@@ -61,9 +64,10 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
             }
         });
     }
-    if threads > 1 && n >= 2 * WIDE_ALIGN * threads {
-        // Many rows: a block of columns per thread, all M rows, so that the GEMM packs each row of W once (split by
-        // rows, each thread packed the whole of W: its strided gather was a quarter of a forward).
+    if threads > 1 && n >= m && n >= 2 * WIDE_ALIGN * threads {
+        // Many rows, fewer than W's: a block of columns per thread, all M rows, so that the GEMM packs each row of W
+        // once (split by rows, each thread packed the whole of W: its strided gather was a quarter of a forward). Each
+        // thread packs all of x instead, the cheaper of the two while M ≤ N; beyond, the rows are split.
         let step = n.div_ceil(threads).next_multiple_of(WIDE_ALIGN);
         return par_column_blocks(out, n, step, |mut c| {
             let (c0, c1) = c.range();
@@ -390,6 +394,7 @@ pub(crate) fn epilogue(c: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activ
         match act {
             Activation::None => {}
             Activation::Gelu => row.iter_mut().for_each(|v| *v = super::fastmath::gelu(*v)),
+            Activation::Silu => row.iter_mut().for_each(|v| *v = activate(*v, Activation::Silu)),
             _ => row.iter_mut().for_each(|v| *v = activate(*v, act)),
         }
     }
@@ -409,8 +414,9 @@ pub fn activate(x: f32, act: Activation) -> f32 {
         }
         Activation::Relu => x.max(0.0),
         Activation::Tanh => x.tanh(),
-        // x·σ(x) = x / (1 + e^−x): torch.nn.functional.silu.
-        Activation::Silu => x / (1.0 + (-x).exp()),
+        // x·σ(x) = x / (1 + e^−x): torch.nn.functional.silu. e^−x from `fastmath` (relative error ≤ 2e-7), so that
+        // the loops in `epilogue` and the gated product vectorise, where libm's expf is a scalar call per element.
+        Activation::Silu => x / (1.0 + super::fastmath::exp(-x)),
     }
 }
 

@@ -1,10 +1,11 @@
-//! The rotary families' two ops: rotary position embeddings on the queries and keys, and the gated feed-forward's
-//! product. The GPU kernels (shaders/rotary.wgsl, shaders/glu.wgsl) compute the same; the math is in
-//! `Backend::rotary` and `Backend::glu`.
+//! The rotary families' ops: rotary position embeddings on the queries and keys, and the gated feed-forward's
+//! product, alone or in the epilogue of its up-projection's GEMM ([`linear_glu`]). The GPU kernels
+//! (shaders/rotary.wgsl, shaders/glu.wgsl) compute the same; the math is in `Backend::rotary`, `Backend::glu` and
+//! `Backend::linear_glu`.
 
 use super::matmul::{activate, gemm_nt_raw, DotX, CHUNKS_PER_THREAD, PARALLEL_MIN_MACS, SMALL_M, WIDE_ALIGN, XB};
 use super::train::activation_derivative;
-use super::{expect_dims, par_chunks_mut, par_column_blocks, scratch, threads, CpuTensor};
+use super::{expect_dims, par_chunks_mut, par_for, scratch, threads, CpuTensor, SharedOut};
 use crate::backend::{check_rotary, Activation, AttentionShape};
 use crate::{Error, Result};
 
@@ -68,6 +69,7 @@ fn glu_row(out: &mut [f32], up: &[f32], gate: &[f32], act: Activation) {
     match act {
         Activation::None => each.for_each(|((o, &u), &g)| *o = u * g),
         Activation::Gelu => each.for_each(|((o, &u), &g)| *o = u * super::fastmath::gelu(g)),
+        Activation::Silu => each.for_each(|((o, &u), &g)| *o = u * activate(g, Activation::Silu)),
         _ => each.for_each(|((o, &u), &g)| *o = u * activate(g, act)),
     }
 }
@@ -78,8 +80,8 @@ const GLU_ROWS: usize = 256;
 
 /// [`crate::backend::Backend::linear_glu`] for an f32 w `(2n, k)` = `[up; gate]`, bias `(2n)`: `out (m, n) =
 /// (x·upᵀ + b_up) ⊙ act(x·gateᵀ + b_gate)`. The output's columns are split between the threads as in
-/// [`super::matmul::linear`] (each packs only its rows of W); a block of columns c0..c1 multiplies x by up's and
-/// gate's rows c0..c1 into the thread's scratch, then writes the product, so the `(m, 2n)` `[up | gate]` of
+/// [`super::matmul::linear`] (each packs only its rows of W), or for many rows the rows; a block of rows × columns
+/// c0..c1 multiplies its rows of x by up's and gate's rows c0..c1 into the thread's scratch, then writes the product, so the `(m, 2n)` `[up | gate]` of
 /// `linear` then `glu` is never stored and read back. Each value is the same dot product, bias add and activation as
 /// through the two ops: bit for bit their result.
 #[allow(clippy::too_many_arguments)]
@@ -90,51 +92,58 @@ pub fn linear_glu(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Opti
         return;
     }
     let threads = if m * 2 * n * k >= PARALLEL_MIN_MACS { threads() } else { 1 };
-    // A few rows: blocks of 4 columns (the dot kernel's tile), several per thread as in `linear`; many: one block of
-    // whole micro-kernel panels per thread.
+    // Blocks of columns: for a few rows, blocks of 4 (the dot kernel's tile), several per thread as in `linear`; for
+    // more rows, one block of whole micro-kernel panels per thread while M ≤ 2n; beyond, all columns, the rows split.
     let step = match threads {
         1 => n,
         t if m <= XB => n.div_ceil(CHUNKS_PER_THREAD * t).next_multiple_of(4),
-        t => n.div_ceil(t).next_multiple_of(WIDE_ALIGN),
+        t if m <= 2 * n => n.div_ceil(t).next_multiple_of(WIDE_ALIGN),
+        _ => n,
     };
-    // Row blocks of about GLU_ROWS, none under GLU_ROWS / 2 (so none takes the few-row kernel that `linear` would not).
-    let rows_per_block = m.div_ceil(m.div_ceil(GLU_ROWS));
+    let col_blocks = n.div_ceil(step);
+    // Blocks of rows of about GLU_ROWS (at least one per thread when the columns are not split), evened out; none
+    // under SMALL_M + 1 rows but a whole few-row x, which takes the few-row kernel as in `linear`.
+    let target = if col_blocks == 1 { GLU_ROWS.min(m.div_ceil(threads)) } else { GLU_ROWS };
+    let row_blocks = m.div_ceil(target.max(SMALL_M + 1));
+    let rows_per_block = m.div_ceil(row_blocks);
     let xd = (m <= SMALL_M).then(|| DotX::new(x, m, k));
-    par_column_blocks(out, n, step, |mut c| {
-        let (c0, c1) = c.range();
+    // The output's start, shared by the tasks; each writes only its own rows × columns.
+    let base = SharedOut(out.as_mut_ptr());
+    par_for(col_blocks * row_blocks, |t| {
+        let (c0, r0) = ((t % col_blocks) * step, (t / col_blocks) * rows_per_block);
+        let (c1, rows) = ((c0 + step).min(n), rows_per_block.min(m - r0));
         let bw = c1 - c0;
         let (up_w, gate_w) = (&w[c0 * k..c1 * k], &w[(n + c0) * k..(n + c1) * k]);
         scratch::with(|s| {
-            if s.len() < rows_per_block.min(m) * 2 * bw {
-                s.resize(rows_per_block.min(m) * 2 * bw, 0.0);
+            if s.len() < rows * 2 * bw {
+                s.resize(rows * 2 * bw, 0.0);
             }
-            for r0 in (0..m).step_by(rows_per_block) {
-                let rows = rows_per_block.min(m - r0);
-                let both = &mut s[..rows * 2 * bw]; // (rows, 2·bw): [up | gate] of columns c0..c1
-                let p = both.as_mut_ptr();
-                // SAFETY: x's rows r0..r0 + rows and W's rows are in bounds (asserted above); `both` holds rows
-                // rows of 2·bw, the up block at column 0 and the gate block at column bw.
-                unsafe {
-                    match &xd {
-                        Some(xd) => {
-                            xd.gemm(up_w, bw, p, 2 * bw);
-                            xd.gemm(gate_w, bw, p.add(bw), 2 * bw);
-                        }
-                        None => {
-                            let xr = &x[r0 * k..(r0 + rows) * k];
-                            gemm_nt_raw(xr, rows, k, up_w, bw, p, 2 * bw);
-                            gemm_nt_raw(xr, rows, k, gate_w, bw, p.add(bw), 2 * bw);
-                        }
+            let both = &mut s[..rows * 2 * bw]; // (rows, 2·bw): [up | gate] of columns c0..c1
+            let p = both.as_mut_ptr();
+            // SAFETY: x's rows r0..r0 + rows and W's rows are in bounds (asserted above); `both` holds `rows` rows of
+            // 2·bw, the up block at column 0 and the gate block at column bw.
+            unsafe {
+                match &xd {
+                    Some(xd) => {
+                        xd.gemm(up_w, bw, p, 2 * bw);
+                        xd.gemm(gate_w, bw, p.add(bw), 2 * bw);
+                    }
+                    None => {
+                        let xr = &x[r0 * k..(r0 + rows) * k];
+                        gemm_nt_raw(xr, rows, k, up_w, bw, p, 2 * bw);
+                        gemm_nt_raw(xr, rows, k, gate_w, bw, p.add(bw), 2 * bw);
                     }
                 }
-                for (i, row) in both.chunks_exact_mut(2 * bw).enumerate() {
-                    let (up, gate) = row.split_at_mut(bw);
-                    if let Some(b) = bias {
-                        up.iter_mut().zip(&b[c0..c1]).for_each(|(v, bb)| *v += bb);
-                        gate.iter_mut().zip(&b[n + c0..n + c1]).for_each(|(v, bb)| *v += bb);
-                    }
-                    glu_row(c.row(r0 + i), up, gate, act);
+            }
+            for (i, row) in both.chunks_exact_mut(2 * bw).enumerate() {
+                let (up, gate) = row.split_at_mut(bw);
+                if let Some(b) = bias {
+                    up.iter_mut().zip(&b[c0..c1]).for_each(|(v, bb)| *v += bb);
+                    gate.iter_mut().zip(&b[n + c0..n + c1]).for_each(|(v, bb)| *v += bb);
                 }
+                // SAFETY: row r0 + i < m, columns c0..c1 ≤ n of `out`; no other task's rows × columns overlap these.
+                let o = unsafe { std::slice::from_raw_parts_mut(base.ptr().add((r0 + i) * n + c0), bw) };
+                glu_row(o, up, gate, act);
             }
         });
     });
