@@ -313,6 +313,16 @@ pub trait Backend {
     /// The gated feed-forward's product: x `(R, 2I)` holding `[up | gate]` → `up ⊙ act(gate)` `(R, I)`.
     fn glu(&self, x: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
 
+    /// `glu(linear(x, w, bias, None), act)` as one op, the gated feed-forward's up-projection and product: x `(M, K)`,
+    /// w `(2I, K)` holding `[up; gate]`, bias `(2I)` → `up ⊙ act(gate)` `(M, I)`, the same values. A backend may fuse
+    /// the product into the matmul's epilogue, so that the `(M, 2I)` `[up | gate]` is never stored and read back (the
+    /// CPU does); by default the two ops in turn.
+    fn linear_glu(&self, x: &Self::Tensor, w: &Self::Tensor, bias: Option<&Self::Tensor>, act: Activation)
+        -> Result<Self::Tensor> {
+        let both = self.linear(x, w, bias, Activation::None)?; // (M, 2I)
+        self.glu(&both, act)
+    }
+
     /// Back through [`Self::glu`]: dy `(R, I)` and the x `(R, 2I)` = `[up | gate]` it read → dx `(R, 2I)` =
     /// `[dy ⊙ act(gate) | dy ⊙ up ⊙ act'(gate)]`, `act'` the derivative [`Self::activation_grad`] uses (SiLU, exact
     /// and tanh GELU, ...).

@@ -245,8 +245,8 @@ impl<B: Backend> BertIntermediate<B> {
             None => x,
         };
         if self.gated {
-            let both = backend.linear(x, &self.dense_weight, self.dense_bias.as_ref(), Activation::None)?; // (B*T, 2I)
-            return backend.glu(&both, self.act);
+            // [up | gate] (B*T, 2I) and its product in one op: (B*T, I)
+            return backend.linear_glu(x, &self.dense_weight, self.dense_bias.as_ref(), self.act);
         }
         backend.linear(x, &self.dense_weight, self.dense_bias.as_ref(), self.act)
     }

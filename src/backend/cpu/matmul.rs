@@ -7,10 +7,13 @@
 //! keeps more accumulators than V8 has registers); in the relaxed-SIMD build its multiply-adds are fused
 //! (`f32x4.relaxed_madd`: 1.25× the SIMD128 build's GMAC/s on MiniLM's shapes in Chromium, `bench/kernel.mjs`);
 //! natively on a CPU with AVX its tiles hold two rows of x a register ([`dot_avx`], bit for bit the same sums).
-//! On several threads (natively, and the threaded wasm build) the M rows are split into one block per thread; each
-//! block is an independent GEMM writing its own rows of the output. A few rows (up to [`XB`]: a sentence) are split
-//! by columns instead, so that each thread reads only its share of W. Bias and activation are applied per row right
-//! after the block's GEMM, while it is still in cache.
+//! On several threads (natively, and the threaded wasm build) the output's columns are split into one block per
+//! thread while M ≤ N: each block is an independent GEMM of all M rows with its share of W's rows, so the GEMM packs
+//! each row of W once (split by rows, every thread packed the whole of W, a strided gather: with 2 threads a quarter
+//! of a forward's samples, BENCHMARKS.md); past N rows the M rows are split instead, each thread packing only its x.
+//! A few rows (up to [`XB`]: a sentence) are split by columns in several blocks a thread. Bias and activation are
+//! applied per row right after the block's GEMM, while it is still in cache; the gated feed-forward's product too
+//! (`rotary::linear_glu`).
 
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx;
@@ -20,13 +23,13 @@ use crate::backend::Activation;
 use crate::weights::quant::RowView;
 
 /// Below this many multiply-adds a GEMM is not worth splitting across threads.
-const PARALLEL_MIN_MACS: usize = 1 << 18;
+pub(super) const PARALLEL_MIN_MACS: usize = 1 << 18;
 
 /// Column blocks per thread when a few rows are split by columns ([`linear`]): a worker that starts late takes
 /// fewer of them, where one block per thread would make the caller wait for it. MiniLM, one sentence on 2 threads
 /// of the browser build, 0.84× the time of the split by rows (where each thread read all of W); with one block per
 /// thread the split by columns gained nothing (`bench/ab.mjs`, BENCHMARKS.md).
-const CHUNKS_PER_THREAD: usize = 4;
+pub(super) const CHUNKS_PER_THREAD: usize = 4;
 /// f32 values of one dequantized weight panel (`P × K`): 3 MiB, reused for every panel. Wide enough that the GEMM
 /// packing of x, repeated per panel, costs ~1/P of the panel's multiply-adds (MiniLM: P = 512 at K = 384 and 1536;
 /// at 1 MiB, K = 1536 took 3 panels and 1.5× the f32 GEMM's CPU time).
@@ -61,6 +64,20 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
             }
         });
     }
+    if threads > 1 && n >= m && n >= 2 * WIDE_ALIGN * threads {
+        // Many rows, fewer than W's: a block of columns per thread, all M rows, so that the GEMM packs each row of W
+        // once (split by rows, each thread packed the whole of W: its strided gather was a quarter of a forward). Each
+        // thread packs all of x instead, the cheaper of the two while M ≤ N; beyond, the rows are split.
+        let step = n.div_ceil(threads).next_multiple_of(WIDE_ALIGN);
+        return par_column_blocks(out, n, step, |mut c| {
+            let (c0, c1) = c.range();
+            // SAFETY: W's rows c0..c1 and x are in bounds (asserted above); `c` owns columns c0..c1 of all m rows.
+            unsafe { gemm_nt_raw(x, m, k, &w[c0 * k..c1 * k], c1 - c0, c.ptr(), n) };
+            for i in 0..m {
+                epilogue(c.row(i), c1 - c0, bias.map(|b| &b[c0..c1]), act);
+            }
+        });
+    }
     let blocks = threads.min(m);
     let rows_per_block = m.div_ceil(blocks);
     par_chunks_mut(out, rows_per_block * n, |bi, c| {
@@ -70,6 +87,10 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
         epilogue(c, n, bias, act);
     });
 }
+
+/// Column blocks of a product with many rows split by columns ([`linear`]) start at multiples of this: whole
+/// panels of the widest GEMM micro-kernel (16 columns with AVX-512).
+pub(super) const WIDE_ALIGN: usize = 16;
 
 /// `out (M, N) = act(x (M, K) · Wᵀ + bias (N))` with W `(N, K)` kept in its stored dtype (f16, Q8_0, Q4_0): the
 /// CPU twin of the GPU's `matmul_packed` kernel.
@@ -171,7 +192,7 @@ pub fn gemm_nt(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f32]
 /// `(N, K)`) on every call, which for a few rows costs more than the multiplication (81% of a one-sentence forward
 /// was packing). MiniLM, one thread, best of 40: 14 tokens 38 ms with the dot-product kernel (52 ms with the GEMM),
 /// 17 tokens 55 ms with the GEMM.
-const SMALL_M: usize = 16;
+pub(super) const SMALL_M: usize = 16;
 
 /// Whether every GEMM takes [`gemm_nt_dot`]: in wasm, where `matrixmultiply`'s SIMD128 micro-kernel (8 × 8 outputs:
 /// 16 accumulators, more than the 16 vector registers V8 has on x86 once its operands are counted) spent 87% of a
@@ -188,7 +209,7 @@ pub fn gemm_nt_ld(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: &mut [f
 /// [`gemm_nt_ld`] through a pointer to `c`: a task's block of columns of a shared output.
 ///
 /// SAFETY: `c.add(i·ldc + j)` for i < m, j < n are valid for writes that nothing else reads or writes meanwhile.
-unsafe fn gemm_nt_raw(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: *mut f32, ldc: usize) {
+pub(super) unsafe fn gemm_nt_raw(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: *mut f32, ldc: usize) {
     assert!(a.len() >= m * k && b.len() >= n * k && ldc >= n);
     if m == 0 || n == 0 {
         return;
@@ -220,7 +241,7 @@ unsafe fn gemm_nt_raw(a: &[f32], m: usize, k: usize, b: &[f32], n: usize, c: *mu
 /// x of a product with few rows, prepared once for the [`gemm_nt_dot`] products of its blocks of W (the few-row
 /// paths of [`linear`] and [`linear_rows`]): natively on a CPU with AVX, x's rows interleaved in pairs for
 /// [`dot_avx`]'s tiles (twice the SSE kernel's lanes a multiply and an add, bit for bit its results).
-struct DotX<'a> {
+pub(super) struct DotX<'a> {
     x: &'a [f32],
     m: usize,
     k: usize,
@@ -229,7 +250,7 @@ struct DotX<'a> {
 }
 
 impl<'a> DotX<'a> {
-    fn new(x: &'a [f32], m: usize, k: usize) -> DotX<'a> {
+    pub(super) fn new(x: &'a [f32], m: usize, k: usize) -> DotX<'a> {
         assert!(x.len() >= m * k);
         #[cfg(target_arch = "x86_64")]
         let pairs = (m <= SMALL_M && k > 0 && dot_avx::available()).then(|| dot_avx::interleave(x, m, k));
@@ -246,7 +267,7 @@ impl<'a> DotX<'a> {
     /// the SSE kernel too takes one at a time, through it).
     ///
     /// SAFETY: as [`gemm_nt_raw`]'s.
-    unsafe fn gemm(&self, b: &[f32], n: usize, c: *mut f32, ldc: usize) {
+    pub(super) unsafe fn gemm(&self, b: &[f32], n: usize, c: *mut f32, ldc: usize) {
         let (x, m, k) = (self.x, self.m, self.k);
         #[cfg(target_arch = "x86_64")]
         if let Some(xi) = &self.pairs {
@@ -268,7 +289,7 @@ impl<'a> DotX<'a> {
 
 /// Rows of x per block of [`gemm_nt_dot`]: the block (`XB · K` floats, 384 KiB at K = 1536) stays in L2 while every
 /// group of 4 rows of W passes over it.
-const XB: usize = 64;
+pub(super) const XB: usize = 64;
 
 /// The dot-product GEMM: both operands are read as stored, along K (no packing, so no per-call cost but the
 /// multiply-adds). A register tile is 2 rows of x × 4 rows of W: 8 accumulators of 4 lanes, each a partial dot
@@ -373,6 +394,7 @@ pub(crate) fn epilogue(c: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activ
         match act {
             Activation::None => {}
             Activation::Gelu => row.iter_mut().for_each(|v| *v = super::fastmath::gelu(*v)),
+            Activation::Silu => row.iter_mut().for_each(|v| *v = activate(*v, Activation::Silu)),
             _ => row.iter_mut().for_each(|v| *v = activate(*v, act)),
         }
     }
@@ -392,8 +414,9 @@ pub fn activate(x: f32, act: Activation) -> f32 {
         }
         Activation::Relu => x.max(0.0),
         Activation::Tanh => x.tanh(),
-        // x·σ(x) = x / (1 + e^−x): torch.nn.functional.silu.
-        Activation::Silu => x / (1.0 + (-x).exp()),
+        // x·σ(x) = x / (1 + e^−x): torch.nn.functional.silu. e^−x from `fastmath` (relative error ≤ 2e-7), so that
+        // the loops in `epilogue` and the gated product vectorise, where libm's expf is a scalar call per element.
+        Activation::Silu => x / (1.0 + super::fastmath::exp(-x)),
     }
 }
 

@@ -350,6 +350,24 @@ impl Backend for CpuBackend {
         rotary::glu(x, act)
     }
 
+    /// An f32 weight: the product in the GEMM's epilogue ([`rotary::linear_glu`]); a packed one, the two ops.
+    fn linear_glu(&self, x: &CpuTensor, w: &CpuTensor, bias: Option<&CpuTensor>, act: Activation) -> Result<CpuTensor> {
+        let (m, k, n2) = (x.rows, x.cols, w.rows);
+        if w.dtype() != Dtype::F32 || n2 % 2 != 0 {
+            let both = self.linear(x, w, bias, Activation::None)?; // (M, 2I)
+            return self.glu(&both, act);
+        }
+        x.expect_f32("linear_glu input x")?;
+        expect_dims(w, n2, k, "linear_glu weight (2I, K)")?;
+        if let Some(b) = bias {
+            b.expect_f32("linear_glu bias")?;
+            expect_dims(b, 1, n2, "linear_glu bias (2I)")?;
+        }
+        let mut out = vec![0f32; m * n2 / 2];
+        rotary::linear_glu(x.data(), m, k, w.data(), n2 / 2, bias.map(|b| b.data()), act, &mut out);
+        CpuTensor::new(out, m, n2 / 2)
+    }
+
     fn glu_backward(&self, dy: &CpuTensor, x: &CpuTensor, act: Activation) -> Result<CpuTensor> {
         dy.expect_f32("glu_backward dy")?;
         x.expect_f32("glu_backward input")?;
