@@ -7,13 +7,12 @@
 //! keeps more accumulators than V8 has registers); in the relaxed-SIMD build its multiply-adds are fused
 //! (`f32x4.relaxed_madd`: 1.25× the SIMD128 build's GMAC/s on MiniLM's shapes in Chromium, `bench/kernel.mjs`);
 //! natively on a CPU with AVX its tiles hold two rows of x a register ([`dot_avx`], bit for bit the same sums).
-//! On several threads (natively, and the threaded wasm build) the output's columns are split into one block per
-//! thread while M ≤ N: each block is an independent GEMM of all M rows with its share of W's rows, so the GEMM packs
-//! each row of W once (split by rows, every thread packed the whole of W, a strided gather: with 2 threads a quarter
-//! of a forward's samples, BENCHMARKS.md); past N rows the M rows are split instead, each thread packing only its x.
-//! A few rows (up to [`XB`]: a sentence) are split by columns in several blocks a thread. Bias and activation are
-//! applied per row right after the block's GEMM, while it is still in cache; the gated feed-forward's product too
-//! (`rotary::linear_glu`).
+//! On several threads (natively, and the threaded wasm build) the M rows are split into one block per thread; each
+//! block is an independent GEMM writing its own rows of the output. A few rows (up to [`XB`]: a sentence) are split
+//! by columns instead, so that each thread reads only its share of W. Bias and activation are applied per row right
+//! after the block's GEMM, while it is still in cache; the gated feed-forward's product too (`rotary::linear_glu`).
+//! (Many rows split by columns, so that the GEMM packs each row of W once, made BERT's forward 6% slower on a quiet
+//! machine, 4 × 64 tokens on 2 threads: each thread then packs all of x; BENCHMARKS.md.)
 
 #[cfg(target_arch = "x86_64")]
 use super::dot_avx;
@@ -64,20 +63,6 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
             }
         });
     }
-    if threads > 1 && n >= m && n >= 2 * WIDE_ALIGN * threads {
-        // Many rows, fewer than W's: a block of columns per thread, all M rows, so that the GEMM packs each row of W
-        // once (split by rows, each thread packed the whole of W: its strided gather was a quarter of a forward). Each
-        // thread packs all of x instead, the cheaper of the two while M ≤ N; beyond, the rows are split.
-        let step = n.div_ceil(threads).next_multiple_of(WIDE_ALIGN);
-        return par_column_blocks(out, n, step, |mut c| {
-            let (c0, c1) = c.range();
-            // SAFETY: W's rows c0..c1 and x are in bounds (asserted above); `c` owns columns c0..c1 of all m rows.
-            unsafe { gemm_nt_raw(x, m, k, &w[c0 * k..c1 * k], c1 - c0, c.ptr(), n) };
-            for i in 0..m {
-                epilogue(c.row(i), c1 - c0, bias.map(|b| &b[c0..c1]), act);
-            }
-        });
-    }
     let blocks = threads.min(m);
     let rows_per_block = m.div_ceil(blocks);
     par_chunks_mut(out, rows_per_block * n, |bi, c| {
@@ -88,8 +73,8 @@ pub fn linear(x: &[f32], m: usize, k: usize, w: &[f32], n: usize, bias: Option<&
     });
 }
 
-/// Column blocks of a product with many rows split by columns ([`linear`]) start at multiples of this: whole
-/// panels of the widest GEMM micro-kernel (16 columns with AVX-512).
+/// Column blocks of a gated product with many rows split by columns (`rotary::linear_glu`) start at multiples of
+/// this: whole panels of the widest GEMM micro-kernel (16 columns with AVX-512).
 pub(super) const WIDE_ALIGN: usize = 16;
 
 /// `out (M, N) = act(x (M, K) · Wᵀ + bias (N))` with W `(N, K)` kept in its stored dtype (f16, Q8_0, Q4_0): the
