@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
 """Seeded random checkpoints of one shape in every family that trains, for `bench/train_families.sh`: BERT,
 DistilBERT, RoBERTa, ALBERT, ELECTRA, MPNet, DeBERTa-v3 (256 buckets over 512 positions, c2p + p2c), ModernBERT
-(layers 1, 2, 4, 5 local, window 128), NomicBERT (rotary, SwiGLU) and GTE (rotary, GeGLU), each of all-MiniLM-L6-v2's
+(layers 1, 2, 4, 5 local, window 128), NomicBERT (rotary, SwiGLU), GTE (rotary, GeGLU) and JinaBERT v2 (ALiBi, GeGLU:
+its authors' code as tests/golden/jina.py restates it, in their hub layout), each of all-MiniLM-L6-v2's
 shape (6 layers, hidden 384, 12 heads, feed-forward 1536, its vocabulary and tokenizer; ALBERT with embedding size
 128 and its one shared layer, ELECTRA's embeddings 128 wide through its projection as the small models have them),
 written to OUT/<family> (default /tmp/familybench).
 
-A gated feed-forward (`[up | gate]`, ModernBERT, NomicBERT, GTE) of the same `intermediate_size` does 1.5× the
-feed-forward's multiply-adds (3·I·H against BERT's 2·I·H). `--equal-work` gives those three families
+A gated feed-forward (`[up | gate]`, ModernBERT, NomicBERT, GTE, JinaBERT) of the same `intermediate_size` does
+1.5× the feed-forward's multiply-adds (3·I·H against BERT's 2·I·H). `--equal-work` gives those four families
 `intermediate_size` 1024 instead, so each layer does exactly BERT's multiply-adds (the form real gated checkpoints
 take: ModernBERT-base's 1152 at hidden 768).
 
     /path/to/venv/bin/python bench/family_shapes.py [OUT] [--equal-work]
 """
+import json
 import os
 import shutil
 import sys
 
 import torch
+from safetensors.torch import save_file
 from transformers import (AlbertConfig, AlbertModel, BertConfig, BertModel, DebertaV2Config, DebertaV2Model,
                           DistilBertConfig, DistilBertModel, ElectraConfig, ElectraModel, GteConfig, GteModel,
                           ModernBertConfig, ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel,
@@ -64,3 +67,25 @@ for name, cls, config in FAMILIES:
     for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
         shutil.copy(os.path.join(MINILM, f), d)
     print(d, file=sys.stderr)
+
+# JinaBERT v2: no transformers class; the golden script's float64 restatement of its authors' modules, saved in f32.
+sys.path.insert(0, os.path.join(ROOT, "tests", "golden"))
+import jina  # noqa: E402
+
+config = jina.config(SHAPE["vocab_size"], SHAPE["num_attention_heads"], SHAPE["hidden_size"],
+                     GATED["intermediate_size"], "geglu", "JinaBertModel")
+config.update(num_hidden_layers=SHAPE["num_hidden_layers"], hidden_dropout_prob=0.1,
+              max_position_embeddings=SHAPE["max_position_embeddings"],
+              model_max_length=SHAPE["max_position_embeddings"], initializer_range=0.02)
+torch.manual_seed(0)
+model = jina.JinaBertModel(config)
+d = os.path.join(OUT, "jina")
+shutil.rmtree(d, ignore_errors=True)
+os.makedirs(d)
+save_file({k: v.float().contiguous() for k, v in model.state_dict().items()}, os.path.join(d, "model.safetensors"),
+          metadata={"format": "pt"})
+with open(os.path.join(d, "config.json"), "w") as fh:
+    json.dump(config, fh, indent=2)
+for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+    shutil.copy(os.path.join(MINILM, f), d)
+print(d, file=sys.stderr)

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: bench/train_families.sh DIR [cpu|gpu] [ROUNDS] [BATCH] [SEQ] [STEPS]}
 backend=${2:-cpu}; rounds=${3:-3}; batch=${4:-8}; seq=${5:-64}; steps=${6:-5}
-families=${FAMILIES:-bert distilbert roberta albert electra mpnet deberta modernbert nomic gte}
+families=${FAMILIES:-bert distilbert roberta albert electra mpnet deberta modernbert nomic gte jina}
 cargo build --release --locked --quiet --example train_bench
 bin=target/release/examples/train_bench
 case "$backend" in
