@@ -11,7 +11,9 @@
 //! sit once on the shared layer's modules and run at every pass, their gradients summed over the passes. With
 //! `all-projection` an adapter also sits on the embeddings' projection into the layers' width (ALBERT's
 //! `embedding_hidden_mapping_in`, ELECTRA's `embeddings_project`), below every layer: the gradient reaches it through
-//! them all.
+//! them all. JinaBERT's (`jina_*`, tests/golden/lora_jina.json from tests/golden/lora_jina.py: peft on the float64
+//! transcription of the authors' code) sit on BERT's attention modules and, with "all", on `mlp.gated_layers` whole
+//! (in the module's `[gated; non_gated]` order while the forward reads the halves swapped) and `mlp.wo`.
 //!
 //! `BERTGPU_LORA_EXPORT=DIR` also writes each case's adapter after its steps on the CPU, the merged folder and our
 //! logits into `DIR/<case>`, for tests/golden/lora_modernbert_albert_peft_load.py (peft loads them and gives our
@@ -72,10 +74,18 @@ fn golden() -> &'static Value {
     G.get_or_init(|| common::family::golden("lora_modernbert_albert.json"))
 }
 
-/// Case `name` of the golden, and its adapters' targets (`_qv`: the query and value; `_proj`: every linear and the
+/// JinaBERT's cases (tests/golden/lora_jina.json, from tests/golden/lora_jina.py: peft on the float64 transcription
+/// of the authors' code).
+fn jina_golden() -> &'static Value {
+    static G: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    G.get_or_init(|| common::family::golden("lora_jina.json"))
+}
+
+/// Case `name` of its golden (`jina_*`: lora_jina.json's), and its adapters' targets (`_qv`: the query and value; `_proj`: every linear and the
 /// embeddings' projection; else every linear).
 fn case(name: &str) -> (LoraCase, LoraOptions) {
-    let c = LoraCase::load(&golden()["cases"][name]);
+    let g = if name.starts_with("jina") { jina_golden() } else { golden() };
+    let c = LoraCase::load(&g["cases"][name]);
     let targets = match name.rsplit('_').next() {
         Some("qv") => LoraTargets::Qv,
         Some("proj") => LoraTargets::AllProjection,
@@ -186,7 +196,8 @@ fn load_back<B: Backend>(be: &B, c: &LoraCase, name: &str, tr: &FineTuner<B>, co
     export_for_peft(be, tr, name, c.g["model"].as_str().unwrap(), &c.cfg, c.task, &c.batch, &c.g, (config, st));
 }
 
-const CASES: [&str; 6] = ["modern_qv", "modern_all", "albert_qv", "albert_all", "albert_proj", "electra_proj"];
+const CASES: [&str; 8] =
+    ["modern_qv", "modern_all", "albert_qv", "albert_all", "albert_proj", "electra_proj", "jina_qv", "jina_all"];
 
 #[test]
 fn modernbert_and_albert_adapters_match_peft_on_the_cpu() {
@@ -208,7 +219,7 @@ fn modernbert_and_albert_adapters_match_peft_on_the_gpu() {
 #[test]
 fn new_adapters_start_as_the_checkpoint() {
     let be = CpuBackend::new();
-    for (name, per_layer, layers) in [("modern_all", 4, 4), ("albert_all", 6, 1), ("albert_qv", 2, 1)] {
+    for (name, per_layer, layers) in [("modern_all", 4, 4), ("albert_all", 6, 1), ("albert_qv", 2, 1), ("jina_all", 6, 2)] {
         let (c, opts) = case(name);
         let base = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
         let mut tr = FineTuner::new(&be, &c.cfg, &c.weights, c.task, None, 0).unwrap();
