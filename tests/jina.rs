@@ -201,10 +201,11 @@ fn refusals_by_name() {
 }
 
 /// Sequence classification and embeddings train (tests/finetune_families.rs checks the former against the authors'
-/// code, `jina_*`), and LoRA on them (tests/lora_modernbert_albert.rs's `jina_*` against peft); what has no JinaBERT
-/// class (token classification, question answering) and pre-training are refused by name before any work.
+/// code, `jina_*`), LoRA on them (tests/lora_modernbert_albert.rs's `jina_*` against peft) and pre-training
+/// (tests/pretrain_families.rs's `jina`); what has no JinaBERT class (token classification, question answering) is
+/// refused by name before any work.
 #[test]
-fn what_does_not_train_is_refused_by_name() {
+fn what_has_no_jinabert_class_is_refused_by_name() {
     use bertgpu::training::finetune::{FineTuneTask, FineTuner};
     use bertgpu::training::lora::LoraOptions;
     let d = dir("tiny-jina-classifier");
@@ -212,10 +213,17 @@ fn what_does_not_train_is_refused_by_name() {
     let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
     let be = CpuBackend::new();
     for (task, says) in [(FineTuneTask::Token, "JinaBertForTokenClassification"),
-        (FineTuneTask::Qa, "JinaBertForQuestionAnswering"), (FineTuneTask::Pretrain, "JinaBert")] {
+        (FineTuneTask::Qa, "JinaBertForQuestionAnswering")] {
         let e = FineTuner::new(&be, &cfg, &w, task, Some(3), 0).err().expect(says).to_string();
         assert!(e.contains(says), "{task:?}: {e}");
     }
+    // Pre-training needs the masked-LM head, which the classifier has not.
+    let e = FineTuner::new(&be, &cfg, &w, FineTuneTask::Pretrain, None, 0).err().expect("no cls.predictions").to_string();
+    assert!(e.contains("JinaBertForMaskedLM"), "{e}");
+    let (md, mlm) = (dir("tiny-jina-mlm"), FineTuneTask::Pretrain);
+    let mcfg = BertConfig::from_file(md.join("config.json")).unwrap();
+    let mw = Weights::from_safetensors_file(md.join("model.safetensors")).unwrap();
+    assert!(FineTuner::new(&be, &mcfg, &mw, mlm, None, 0).is_ok());
     let mut tr = FineTuner::new(&be, &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
     assert!(FineTuner::new(&be, &cfg, &w, FineTuneTask::Embedding, None, 0).is_ok());
     let opts = LoraOptions { r: 4, alpha: 8.0, targets: bertgpu::training::lora::LoraTargets::All, merge: false };

@@ -51,7 +51,8 @@ def check(d):
         ferr = (folder.to(J.DT).eval()(**batch).reshape(-1) - want).abs().max().item()
     assert ferr <= P.TOL, f"{d}: merged folder's logits differ by {ferr}"
     print(f"{os.path.basename(d)}: {loaded} adapter tensors loaded by peft; logits {err:.2e} from ours; "
-          f"merge_and_unload vs our merged folder {worst:.2e} over {len(mine)} tensors; merged folder's logits {ferr:.2e}")
+          f"merge_and_unload vs our merged folder {worst:.2e} over {len(mine)} tensors; "
+          f"merged folder's logits {ferr:.2e}")
 
 
 def main(d):
