@@ -30,6 +30,10 @@ const CPU_ATOL: f32 = 1e-5;
 /// The GPU. Measured worst on lavapipe here: 1.16e-5 (the fill-mask logits, rtol = atol; every embedding ≤ 3.8e-6);
 /// 2.5e-5 (2.2×).
 const GPU_ATOL: f32 = 2.5e-5;
+/// LoRA's fine-tuner over an f16 base (B = 0: the checkpoint) against the f32 one, classifier logits: f16 rounding of
+/// the weights only. Measured 9.4e-4; 1e-2 (10.6×) is far below what a wrong `gated_layers` moves (its halves
+/// swapped move the embeddings by 2.9–3.1).
+const F16_BASE_ATOL: f32 = 1e-2;
 
 fn golden() -> Value {
     family::golden("jina.json")
@@ -202,8 +206,8 @@ fn refusals_by_name() {
 
 /// Sequence classification and embeddings train (tests/finetune_families.rs checks the former against the authors'
 /// code, `jina_*`), LoRA on them (tests/lora_modernbert_albert.rs's `jina_*` against peft) and pre-training
-/// (tests/pretrain_families.rs's `jina`); what has no JinaBERT class (token classification, question answering) is
-/// refused by name before any work.
+/// (tests/pretrain_families.rs's `jina`), LoRA over an f16 base too (`gated_layers` kept in f32 for its row gather);
+/// what has no JinaBERT class (token classification, question answering) is refused by name before any work.
 #[test]
 fn what_has_no_jinabert_class_is_refused_by_name() {
     use bertgpu::training::finetune::{FineTuneTask, FineTuner};
@@ -229,6 +233,23 @@ fn what_has_no_jinabert_class_is_refused_by_name() {
     let opts = LoraOptions { r: 4, alpha: 8.0, targets: bertgpu::training::lora::LoraTargets::All, merge: false };
     tr.set_lora(&be, opts, 0).unwrap();
     assert_eq!(tr.encoder.lora.as_ref().unwrap().adapters.len(), 6 * cfg.num_hidden_layers);
+    // LoRA over an f16 base (as a GGUF conversion stores it): `gated_layers`, read through a row gather, is kept in
+    // f32, and the model starts as the f32 checkpoint up to f16 rounding.
+    let mut half = w.clone();
+    for name in w.names() {
+        if name.contains(".weight") && (name.contains("encoder.layer.") || name.contains("word_embeddings")) {
+            let t = w.stored(name).unwrap();
+            half.insert(name, bertgpu::weights::quant::to_f16(t).unwrap());
+        }
+    }
+    let mut frozen = FineTuner::new_with(&be, &cfg, &half, FineTuneTask::Sequence, None, 0, true).unwrap();
+    frozen.set_lora(&be, opts, 0).unwrap();
+    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
+    let batch = tok.batch(&[tok.encode("a tiny test", None).unwrap()]);
+    let read = |t: &FineTuner<CpuBackend>| block_on(be.read(&t.logits(&be, &batch).unwrap())).unwrap();
+    let d16 = read(&frozen).iter().zip(read(&tr)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    eprintln!("LoRA over the f16 base: logits within {d16:.1e} of the f32 checkpoint's");
+    assert!(d16 <= F16_BASE_ATOL, "LoRA over the f16 base: logits {d16} from the f32 checkpoint's");
 }
 
 /// `bertgpu convert` (F16 and Q8_0) then `bertgpu embed --model FILE.gguf` on the CPU: the golden's mean embeddings
