@@ -146,11 +146,11 @@ impl<B: Backend> FineTuner<B> {
         if task == FineTuneTask::Pretrain
             && !matches!(cfg.family, Family::Bert | Family::Roberta | Family::XlmRoberta | Family::Camembert
                 | Family::DistilBert | Family::Albert | Family::Electra | Family::MPNet | Family::NomicBert
-                | Family::Gte | Family::DebertaV2 | Family::ModernBert)
+                | Family::Gte | Family::DebertaV2 | Family::ModernBert | Family::JinaBert)
         {
             return Err(Error::Config(format!(
                 "pre-training (masked LM) supports BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, ALBERT, ELECTRA \
-                 (generators), MPNet, NomicBERT, GTE, DeBERTa-v2/v3 and ModernBERT checkpoints; this one is a {} \
+                 (generators), MPNet, NomicBERT, GTE, DeBERTa-v2/v3, ModernBERT and JinaBERT checkpoints; this one is a {} \
                  (`{}`)",
                 cfg.family.class_prefix(),
                 cfg.family.model_type()

@@ -15,8 +15,9 @@
 //! so the zero blocks are never parameters and never train. Where a checkpoint's module is itself packed, peft adapts
 //! it whole and so do we: ModernBERT's `attn.Wqkv` `(3H, H)` and `mlp.Wi` `(2I, H)` (`[input; gate]`; the forward
 //! reads it halves swapped, `Wi'`, and the adapter's B with it: `B' = B[perm]`, `dB = dB'[perm]`, the swap its own
-//! inverse). ALBERT's one layer runs at every pass: its adapters are on that layer once and run at every pass, and
-//! their gradients sum the passes' (`params::put`), as peft's on the shared module.
+//! inverse); JinaBERT's `mlp.gated_layers` `(2I, H)` (`[gated; non_gated]`, read swapped) likewise. ALBERT's one
+//! layer runs at every pass: its adapters are on that layer once and run at every pass, and their gradients sum the
+//! passes' (`params::put`), as peft's on the shared module.
 //!
 //! A starts as peft's `init_lora_weights=True`: `kaiming_uniform_(a=√5)`, i.e. U(−1/√in, 1/√in), here from the
 //! seeded [`super::rng::SplitMix64`]; B starts at zero, so the model starts as the checkpoint. Trained: the adapters and the
@@ -40,7 +41,8 @@ pub enum LoraTargets {
     /// (queries, keys and values: one module).
     Qv,
     /// Every linear of the layers: query, key, value, attention.output.dense, intermediate.dense, output.dense
-    /// (ModernBERT: `Wqkv`, `Wo` (the attention's and the MLP's), `Wi`; ALBERT: its shared layer's six).
+    /// (ModernBERT: `Wqkv`, `Wo` (the attention's and the MLP's), `Wi`; ALBERT: its shared layer's six; JinaBERT: the
+    /// attention's four, `mlp.gated_layers`, `mlp.wo`).
     All,
     /// `All` and the embeddings' projection into the layers' width: ALBERT's `embedding_hidden_mapping_in`, ELECTRA's
     /// `embeddings_project` (peft's `target_modules` naming it beside the layers' modules); refused by a family

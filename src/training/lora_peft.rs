@@ -30,11 +30,6 @@ impl<B: Backend> FineTuner<B> {
         if opts.r == 0 || !(opts.alpha.is_finite() && opts.alpha > 0.0) {
             return Err(Error::Input(format!("LoRA needs a rank ≥ 1 and alpha > 0; got r {} and alpha {}", opts.r, opts.alpha)));
         }
-        if self.encoder.config.family == Family::JinaBert {
-            // Its `mlp.gated_layers` is read with its halves swapped (training::encoder::jina), past the adapters.
-            return Err(Error::Input("LoRA on a JinaBERT checkpoint is not supported yet; fine-tune the whole encoder \
-                (without --lora)".into()));
-        }
         if self.top_layers().is_some() || self.encoder.lora.is_some() {
             return Err(Error::Input("LoRA trains adapters on every layer: it cannot be combined with --layers".into()));
         }
@@ -51,6 +46,7 @@ impl<B: Backend> FineTuner<B> {
         let all = opts.targets != LoraTargets::Qv;
         let rotary = matches!(enc.config.family, Family::NomicBert | Family::Gte);
         let modern = enc.config.family == Family::ModernBert;
+        let jina = enc.config.family == Family::JinaBert;
         // ALBERT's layers are one layer run at every pass: one adapter per module, applied at every pass (its
         // forward finds it by the weight), its gradient summed over the passes (`params::put`), as peft's on the
         // shared module.
@@ -89,6 +85,9 @@ impl<B: Backend> FineTuner<B> {
                 // `[up; gate]` is one parameter: peft's `up_proj` and `gate_proj` are its two halves.
                 targets.extend([(o, 0, None, h, h), (i, 0, Some((0, 2 * inter)), inter, h),
                     (i, 1, Some((inter, 2 * inter)), inter, h), (out, 0, None, h, inter)]);
+            } else if all && jina {
+                // `mlp.gated_layers` `(2I, H)` whole (no bias), `mlp.wo`.
+                targets.extend([(o, 0, None, h, h), (i, 0, None, 2 * inter, h), (out, 0, None, h, inter)]);
             } else if all && !modern {
                 targets.extend([(o, 0, None, h, h), (i, 0, None, inter, h), (out, 0, None, h, inter)]);
             }
@@ -110,8 +109,9 @@ impl<B: Backend> FineTuner<B> {
                         name.strip_suffix(".weight").unwrap_or(name).to_string()
                     }
                 };
-                // ModernBERT's forward reads `Wi' = swap(Wi)` ([gate; input]): B's rows follow it there.
-                let perm = (modern && weight == i).then(|| super::encoder::swap_halves(inter));
+                // ModernBERT's forward reads `Wi' = swap(Wi)` ([gate; input]), JinaBERT's `gated_layers` likewise
+                // ([non_gated; gated]): B's rows follow it there.
+                let perm = ((modern || jina) && weight == i).then(|| super::encoder::swap_halves(inter));
                 let bound = 1.0 / (n_in as f64).sqrt();
                 let av: Vec<f32> = (0..r * n_in).map(|_| ((rng.next_f64() * 2.0 - 1.0) * bound) as f32).collect();
                 let a = enc.push(be, vec![format!("{module}.lora_A.weight")], &HostTensor::f32(vec![r, n_in], av)?, r, n_in, true)?;
@@ -148,6 +148,9 @@ fn target_modules(o: &LoraOptions, family: Family) -> &'static [&'static str] {
         // peft has no default for ModernBERT: its packed modules whole (`Wo`: the attention's and the MLP's).
         (Family::ModernBert, LoraTargets::Qv) => &["Wqkv"],
         (Family::ModernBert, LoraTargets::All) => &["Wqkv", "Wo", "Wi"],
+        // JinaBERT's attention is BERT's (peft's default), its feed-forward `JinaBertGLUMLP`'s.
+        (Family::JinaBert, LoraTargets::All) =>
+            &["query", "key", "value", "attention.output.dense", "mlp.gated_layers", "mlp.wo"],
         // ALBERT's shared layer (peft has no default for it; its q/v are BERT's names): `attention.dense`, `ffn`,
         // `ffn_output`; the embeddings' `embedding_hidden_mapping_in` is not a layer's: adapted with all-projection.
         (Family::Albert, LoraTargets::All) => &["query", "key", "value", "attention.dense", "ffn", "ffn_output"],

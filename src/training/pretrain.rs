@@ -25,7 +25,9 @@
 //! dropped the objective). An ELECTRA discriminator (`ElectraForPreTraining`) is refused: its replaced-token detection
 //! needs a generator trained beside it, which is not built.
 //! Checked by `tests/pretrain_families.rs` (golden: `tests/golden/pretrain_families.py`), MPNet's by the same test
-//! (`tests/golden/pretrain_mpnet.py`).
+//! (`tests/golden/pretrain_mpnet.py`). JinaBERT's `JinaBertForMaskedLM` has BERT's `cls.predictions` under BERT's
+//! names (its ALiBi and gated feed-forward are the encoder's), checked by the same test against the float64
+//! transcription of its authors' code (`tests/golden/pretrain_jina.py`).
 //!
 //! ALBERT's `AlbertForPreTraining` has sentence-order prediction in NSP's place, the same computation under its
 //! names: `albert.pooler` (dense + tanh on the first token) then `sop_classifier.classifier` (H → 2), whose input

@@ -90,8 +90,9 @@ def make_albert_pretraining():
         shutil.copy(os.path.join(src, f), os.path.join(dst, f))
 
 
-def case(name, cls, model_dir, types, pairs=None, runner=ff.run):
-    model, tok = ff.load(cls, model_dir)
+def case(name, cls, model_dir, types, pairs=None, runner=ff.run, loader=ff.load):
+    """`loader`: ff.load, or a script's own for a model transformers has no class for (pretrain_jina.py's)."""
+    model, tok = loader(cls, model_dir)
     assert model.config.tie_word_embeddings
     if pairs:
         enc = tok([a for a, _, _ in pairs], [b for _, b, _ in pairs], padding=True, return_tensors="pt",

@@ -13,6 +13,10 @@
 //! `LN(o + h1)` (`layernorm`, no dropout after `wo`). `Backend::glu` computes `up ⊙ act(gate)` of `[up | gate]`, so
 //! the forward reads `Wg' = swap(Wg)` (its halves swapped by `Backend::gather_rows`, the swap its own inverse) and
 //! `u' = h1·Wg'ᵀ` = `[non_gated | gated]`. Back: `du' = glu'(dg)`, `dWg = swap(du'ᵀ·h1)`, `dh1 = du'·Wg'`.
+//!
+//! LoRA on `gated_layers` (peft's adapter on the module, B `(2I, r)` in its `[gated; non_gated]` order): the forward
+//! adds `s·(h1·Aᵀ)·B'ᵀ` with `B' = swap(B)` to `u'`, and B's gradient is `swap(dB')`, as ModernBERT's `Wi`
+//! ([`super::super::lora`]).
 
 use super::rotary::GLU_STREAM;
 use super::{apply_dropout, swap_halves, DropoutPlan, Encoder, Saved};
@@ -41,9 +45,14 @@ impl Jina {
     }
 
     /// `u' = h1·Wg'ᵀ` `(R, 2I)` = `[non_gated | gated]` from `gated_layers` `w` `(2I, H)`.
+    /// With a LoRA adapter on `gated_layers`, its update too (its B's rows swapped likewise: `Adapter::perm`).
     pub(super) fn up<B: Backend<Tensor = T>, T>(&self, be: &B, enc: &Encoder<T>, h1: &T, w: usize) -> Result<T> {
         let wg = be.gather_rows(enc.t(w), &self.swap)?; // (2I, H): [non_gated; gated]
-        be.linear(h1, &wg, None, Activation::None)
+        let u = be.linear(h1, &wg, None, Activation::None)?;
+        match &enc.lora {
+            Some(lo) => lo.forward(be, &enc.params, h1, w, u),
+            None => Ok(u),
+        }
     }
 
     /// Back through [`Self::up`]: `du'` `(R, 2I)` → `dh1` `(R, H)`, `dWg` into `grads`.
@@ -54,7 +63,11 @@ impl Jina {
             put(be, grads, w, be.gather_rows(&dwg, &self.swap)?)?;
         }
         let wg = be.gather_rows(enc.t(w), &self.swap)?;
-        be.matmul(du, false, &wg, false) // (R, 2I)·(2I, H)
+        let dh1 = be.matmul(du, false, &wg, false)?; // (R, 2I)·(2I, H)
+        match enc.lora.as_ref().map(|lo| lo.backward(be, &enc.params, du, h1, w, grads)).transpose()?.flatten() {
+            Some(d) => be.add(&dh1, &d),
+            None => Ok(dh1),
+        }
     }
 
     /// `g = act(gated) ⊙ non_gated` of layer `l`, dropped out.

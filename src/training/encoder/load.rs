@@ -151,7 +151,12 @@ impl<T> Encoder<T> {
                 o_b: Some(enc.push(be, vec![n("attention.output.dense.bias")?], &o_b, 1, h, false)?),
                 ln1_g: enc.push(be, vec![n("attention.output.LayerNorm.weight")?], &ln1_g, 1, h, false)?,
                 ln1_b: enc.push(be, vec![n("attention.output.LayerNorm.bias")?], &ln1_b, 1, h, false)?,
-                i_w: enc.push_weight(be, vec![n(&format!("{i_name}.weight"))?], &i_w, i_w.shape[0], h)?,
+                // JinaBERT's `gated_layers` is read through a row gather (its halves swapped), which reads f32: in f32
+                // whatever the base's dtype, as ModernBERT's `Wi`.
+                i_w: match jina {
+                    true => enc.push(be, vec![n(&format!("{i_name}.weight"))?], &i_w, 2 * inter, h, true)?,
+                    false => enc.push_weight(be, vec![n(&format!("{i_name}.weight"))?], &i_w, i_w.shape[0], h)?,
+                },
                 i_b: i_b.map(|b| enc.push(be, vec![n(&format!("{i_name}.bias"))?], &b, 1, inter, false)).transpose()?,
                 out_w: enc.push_weight(be, vec![n("output.dense.weight")?], &out_w, h, inter)?,
                 out_b: Some(enc.push(be, vec![n("output.dense.bias")?], &out_b, 1, h, false)?),
