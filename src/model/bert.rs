@@ -37,8 +37,7 @@ pub struct BertEncoder<B: Backend> {
 }
 
 /// What a forward of padded length T computes once for every layer: MPNet's relative bias, JinaBERT's ALiBi or
-/// DeBERTa's relative rows,
-/// the rotary table, ModernBERT's local layers' table and window.
+/// DeBERTa's relative rows, the rotary table, ModernBERT's local layers' table and window.
 struct Positional<T> {
     bias: Option<PositionBias<T>>,
     rope: Option<T>,
