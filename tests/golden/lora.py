@@ -65,6 +65,15 @@ def run(case, cls, model_name, src, task_type, r, alpha, targets, seed, types=Tr
     assert getattr(model.config, "attention_probs_dropout_prob", 0.0) == 0.0
     assert getattr(model.config, "attention_dropout", 0.0) == 0.0
     model.double()
+    keys = ("input_ids", "token_type_ids", "attention_mask", "labels") if types else ("input_ids", "attention_mask", "labels")
+    batch = {k: torch.tensor(src[k]) for k in keys}
+    return train(model, model_name, src, task_type, r, alpha, targets, seed, lambda m: m(**batch).loss)
+
+
+def train(model, model_name, src, task_type, r, alpha, targets, seed, loss_of):
+    """peft's adapters on the float64 `model`, A and B drawn from `seed`, the loss `loss_of(peft_model)` of the
+    batch `src` and every trainable gradient at the start, five AdamW steps, the merge and what save_pretrained
+    writes (see `run`; tests/golden/lora_jina.py calls it on a module transformers has no class for)."""
     cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none", task_type=task_type)
     model = get_peft_model(model, cfg)
     model.train()
@@ -82,8 +91,6 @@ def run(case, cls, model_name, src, task_type, r, alpha, targets, seed, types=Tr
             init[ours(n)] = flat(p)
     named = [(ours(n), p) for n, p in model.named_parameters() if p.requires_grad]
     assert not any("pooler" in n for n, _ in named), "peft trains the pooler?"
-    keys = ("input_ids", "token_type_ids", "attention_mask", "labels") if types else ("input_ids", "attention_mask", "labels")
-    batch = {k: torch.tensor(src[k]) for k in keys}
     no_decay = [n for n, _ in named if n.endswith("bias") or "LayerNorm.weight" in n]
     groups = [
         {"params": [p for n, p in named if n not in no_decay], "weight_decay": WD},
@@ -93,7 +100,7 @@ def run(case, cls, model_name, src, task_type, r, alpha, targets, seed, types=Tr
     losses, norms = [], []
     for step in range(STEPS):
         opt.zero_grad(set_to_none=True)
-        loss = model(**batch).loss
+        loss = loss_of(model)
         loss.backward()
         if step == 0:
             grads = {n: flat(p.grad) for n, p in named}
