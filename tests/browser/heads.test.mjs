@@ -280,199 +280,137 @@ test("RoBERTa, XLM-R, ELECTRA and ALBERT embed and classify, and ELECTRA detects
 });
 
 /**
+ * Each of `models` (a tiny checkpoint under tests/models/ and what its golden holds for it) in the page, on the CPU
+ * and WebGPU, against PyTorch: its mean-pooled embeddings (`embeddings`: a padded batch, and each text alone, where a
+ * position scheme that breaks under padding shows) within HIDDEN_ATOL, its `fillMask` and `classify` pipelines
+ * (`classify`: pairs included) within SCORE_ATOL; and every model runs on the device asked.
+ */
+async function inPage(models) {
+  for (const m of models.filter((m) => m.classify)) {
+    assert.ok(m.classify.some((x) => x.text_pair != null), `${m.dir}: the golden has pairs`);
+  }
+  const jobs = models.map((m) => ({
+    dir: m.dir,
+    texts: m.embeddings?.map((e) => e.text),
+    masked: m.fillMask?.map((c) => c.text),
+    inputs: m.classify?.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair])),
+  }));
+  const got = await ctx.page.evaluate(async ({ base, jobs }) => {
+    const out = {};
+    for (const device of ["cpu", "webgpu"]) {
+      out[device] = [];
+      for (const j of jobs) {
+        const m = await bertgpu.Bert.load(base + j.dir + "/", { device });
+        const o = { device: m.device };
+        if (j.texts) {
+          o.embed = (await m.embed(j.texts, { normalize: false })).map((v) => Array.from(v));
+          o.alone = [];
+          for (const t of j.texts) o.alone.push(Array.from((await m.embed([t], { normalize: false }))[0]));
+        }
+        if (j.masked) o.fillMask = await m.fillMask(j.masked);
+        if (j.inputs) o.classify = await m.classify(j.inputs);
+        m.dispose();
+        out[device].push(o);
+      }
+    }
+    return out;
+  }, { base: ctx.env.models.url + "tests/models/", jobs });
+  for (const device of ["cpu", "webgpu"]) {
+    models.forEach((m, n) => {
+      const g = got[device][n];
+      const what = `${device} ${m.dir}`;
+      assert.equal(g.device, device, `${what}: runs where asked`);
+      for (const [how, vecs] of m.embeddings ? [["batch", g.embed], ["alone", g.alone]] : []) {
+        assert.equal(vecs.length, m.embeddings.length, `${what} ${how}: one vector per text`);
+        vecs.forEach((v, i) => {
+          const want = m.embeddings[i].mean;
+          assert.equal(v.length, want.length);
+          v.forEach((x, k) => {
+            measured.hidden = Math.max(measured.hidden, Math.abs(x - want[k]));
+            assert.ok(Math.abs(x - want[k]) <= HIDDEN_ATOL, `${what} ${how} embed ${i}[${k}]: ${x} vs ${want[k]}`);
+          });
+        });
+      }
+      (m.fillMask ?? []).forEach((c, i) => {
+        // One list of predictions per [MASK], unwrapped where the text has one.
+        if (c.predictions.length === 1) assertScores(g.fillMask[i], c.predictions[0], `${what} ${c.text}`);
+        else c.predictions.forEach((w, j) => assertScores(g.fillMask[i][j], w, `${what} ${c.text} mask ${j}`));
+      });
+      if (m.classify) {
+        assert.equal(g.classify.length, m.classify.length);
+        m.classify.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${what} ${x.text}`));
+      }
+    });
+  }
+  ctx.page.checkErrors();
+}
+
+/**
  * MPNet in the page: the relative position bias (the attention kernel's BIAS = 1 pipelines, compiled by Chromium's
- * own WGSL compiler on WebGPU) in the mean-pooled embeddings of its tiny MPNetForMaskedLM (a padded batch, and each
- * text alone) and its sequence classifier (pairs included), against PyTorch (tests/golden/mpnet.json; the native
- * tests/mpnet.rs measures ≤ 6.7e-6), on the CPU and WebGPU: HIDDEN_ATOL and SCORE_ATOL above.
+ * own WGSL compiler on WebGPU) in its tiny MPNetForMaskedLM and sequence classifier, against PyTorch
+ * (tests/golden/mpnet.json; the native tests/mpnet.rs measures ≤ 6.7e-6).
  */
 test("MPNet embeds and classifies as PyTorch does in the browser (CPU and WebGPU)", async () => {
   const mp = readJson("tests/golden/mpnet.json");
-  const texts = mp.embeddings.map((e) => e.text);
-  const inputs = mp.classifier.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair]));
-  assert.ok(mp.classifier.some((x) => x.text_pair != null), "the golden has pairs");
-  const got = await ctx.page.evaluate(async ({ base, texts, inputs }) => {
-    const out = {};
-    for (const device of ["cpu", "webgpu"]) {
-      const e = await bertgpu.Bert.load(base + "tiny-mpnet-mlm/", { device });
-      const c = await bertgpu.Bert.load(base + "tiny-mpnet-classifier/", { device });
-      const alone = [];
-      for (const t of texts) alone.push(Array.from((await e.embed([t], { normalize: false }))[0]));
-      out[device] = {
-        embed: (await e.embed(texts, { normalize: false })).map((v) => Array.from(v)),
-        alone,
-        classify: await c.classify(inputs),
-      };
-      e.dispose();
-      c.dispose();
-    }
-    return out;
-  }, { base: ctx.env.models.url + "tests/models/", texts, inputs });
-  for (const device of ["cpu", "webgpu"]) {
-    const g = got[device];
-    for (const [how, vecs] of [["batch", g.embed], ["alone", g.alone]]) {
-      assert.equal(vecs.length, mp.embeddings.length, `${device} mpnet ${how}: one vector per text`);
-      vecs.forEach((v, i) => {
-        assert.equal(v.length, mp.embeddings[i].mean.length);
-        v.forEach((x, k) => assert.ok(Math.abs(x - mp.embeddings[i].mean[k]) <= HIDDEN_ATOL,
-          `${device} mpnet ${how} embed ${i}[${k}]: ${x} vs ${mp.embeddings[i].mean[k]}`));
-      });
-    }
-    assert.equal(g.classify.length, mp.classifier.length);
-    mp.classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} mpnet ${x.text}`));
-  }
-  ctx.page.checkErrors();
+  await inPage([{ dir: "tiny-mpnet-mlm", embeddings: mp.embeddings }, { dir: "tiny-mpnet-classifier", classify: mp.classifier }]);
 });
 
 /**
- * NomicBERT and GTE in the page: the rotary positions (shaders/rotary.wgsl) and the gated feed-forward
- * (shaders/glu.wgsl, SiLU and GELU), compiled by Chromium's own WGSL compiler on WebGPU, in the mean-pooled
- * embeddings of each family's tiny bare model (a padded batch, and each text alone: the rotation follows positions
- * over the padded length) and its sequence classifier (pairs, with token types), against PyTorch
- * (tests/golden/rotary.json; the native tests/rotary.rs measures ≤ 2.2e-5 on logits, 1.5e-5 on embeddings), on the
- * CPU and WebGPU: HIDDEN_ATOL and SCORE_ATOL above.
+ * NomicBERT and GTE in the page: the rotary positions (shaders/rotary.wgsl; the rotation follows positions over the
+ * padded length) and the gated feed-forward (shaders/glu.wgsl, SiLU and GELU), compiled by Chromium's own WGSL
+ * compiler on WebGPU, in each family's tiny bare model and sequence classifier (pairs, with token types), against
+ * PyTorch (tests/golden/rotary.json; the native tests/rotary.rs measures ≤ 2.2e-5 on logits, 1.5e-5 on embeddings).
  */
 test("NomicBERT and GTE embed and classify as PyTorch does in the browser (CPU and WebGPU)", async () => {
   const rot = readJson("tests/golden/rotary.json");
-  const got = await ctx.page.evaluate(async ({ base, cases }) => {
-    const out = {};
-    for (const device of ["cpu", "webgpu"]) {
-      for (const { fam, texts, inputs } of cases) {
-        const e = await bertgpu.Bert.load(base + `tiny-${fam}-model/`, { device });
-        const c = await bertgpu.Bert.load(base + `tiny-${fam}-classifier/`, { device });
-        const alone = [];
-        for (const t of texts) alone.push(Array.from((await e.embed([t], { normalize: false }))[0]));
-        out[`${device} ${fam}`] = {
-          embed: (await e.embed(texts, { normalize: false })).map((v) => Array.from(v)),
-          alone,
-          classify: await c.classify(inputs),
-        };
-        e.dispose();
-        c.dispose();
-      }
-    }
-    return out;
-  }, {
-    base: ctx.env.models.url + "tests/models/",
-    cases: ["nomic", "gte"].map((fam) => ({
-      fam,
-      texts: rot[fam].model_embeddings.map((e) => e.text),
-      inputs: rot[fam].classifier.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair])),
-    })),
-  });
-  for (const device of ["cpu", "webgpu"]) {
-    for (const fam of ["nomic", "gte"]) {
-      const g = got[`${device} ${fam}`];
-      const want = rot[fam].model_embeddings;
-      for (const [how, vecs] of [["batch", g.embed], ["alone", g.alone]]) {
-        assert.equal(vecs.length, want.length, `${device} ${fam} ${how}: one vector per text`);
-        vecs.forEach((v, i) => {
-          assert.equal(v.length, want[i].mean.length);
-          v.forEach((x, k) => assert.ok(Math.abs(x - want[i].mean[k]) <= HIDDEN_ATOL,
-            `${device} ${fam} ${how} embed ${i}[${k}]: ${x} vs ${want[i].mean[k]}`));
-        });
-      }
-      assert.ok(rot[fam].classifier.some((x) => x.text_pair != null), "the golden has pairs");
-      assert.equal(g.classify.length, rot[fam].classifier.length);
-      rot[fam].classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} ${fam} ${x.text}`));
-    }
-  }
-  ctx.page.checkErrors();
+  await inPage(["nomic", "gte"].flatMap((fam) => [
+    { dir: `tiny-${fam}-model`, embeddings: rot[fam].model_embeddings },
+    { dir: `tiny-${fam}-classifier`, classify: rot[fam].classifier },
+  ]));
 });
 
 /**
  * DeBERTa-v3 in the page: the disentangled attention (the attention kernel's DISENTANGLED = 1 pipelines, compiled by
- * Chromium's own WGSL compiler on WebGPU; the CPU twin's GEMMs in wasm) in the mean-pooled embeddings of its tiny
- * DebertaV2ForMaskedLM (a padded batch, and each text alone; texts up to 60 tokens cross its logarithmic buckets)
- * and its sequence classifier (pairs included), against PyTorch (tests/golden/deberta.json; the native
- * tests/deberta.rs measures ≤ 6.0e-6), on the CPU and WebGPU: HIDDEN_ATOL and SCORE_ATOL above.
+ * Chromium's own WGSL compiler on WebGPU; the CPU twin's GEMMs in wasm) in its tiny DebertaV2ForMaskedLM (texts up to
+ * 60 tokens cross its logarithmic buckets) and sequence classifier, against PyTorch (tests/golden/deberta.json; the
+ * native tests/deberta.rs measures ≤ 6.0e-6).
  */
 test("DeBERTa embeds and classifies as PyTorch does in the browser (CPU and WebGPU)", async () => {
   const db = readJson("tests/golden/deberta.json");
-  const texts = db.embeddings.map((e) => e.text);
-  const inputs = db.classifier.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair]));
-  assert.ok(db.classifier.some((x) => x.text_pair != null), "the golden has pairs");
-  const got = await ctx.page.evaluate(async ({ base, texts, inputs }) => {
-    const out = {};
-    for (const device of ["cpu", "webgpu"]) {
-      const e = await bertgpu.Bert.load(base + "tiny-deberta-mlm/", { device });
-      const c = await bertgpu.Bert.load(base + "tiny-deberta-classifier/", { device });
-      const alone = [];
-      for (const t of texts) alone.push(Array.from((await e.embed([t], { normalize: false }))[0]));
-      out[device] = {
-        device: [e.device, c.device],
-        embed: (await e.embed(texts, { normalize: false })).map((v) => Array.from(v)),
-        alone,
-        classify: await c.classify(inputs),
-      };
-      e.dispose();
-      c.dispose();
-    }
-    return out;
-  }, { base: ctx.env.models.url + "tests/models/", texts, inputs });
-  for (const device of ["cpu", "webgpu"]) {
-    const g = got[device];
-    assert.deepEqual(g.device, [device, device], `${device}: the models run where asked`);
-    for (const [how, vecs] of [["batch", g.embed], ["alone", g.alone]]) {
-      assert.equal(vecs.length, db.embeddings.length, `${device} deberta ${how}: one vector per text`);
-      vecs.forEach((v, i) => {
-        assert.equal(v.length, db.embeddings[i].mean.length);
-        v.forEach((x, k) => assert.ok(Math.abs(x - db.embeddings[i].mean[k]) <= HIDDEN_ATOL,
-          `${device} deberta ${how} embed ${i}[${k}]: ${x} vs ${db.embeddings[i].mean[k]}`));
-      });
-    }
-    assert.equal(g.classify.length, db.classifier.length);
-    db.classifier.forEach((x, i) => assertScores(g.classify[i], x.pipeline, `${device} deberta ${x.text}`));
-  }
-  ctx.page.checkErrors();
+  await inPage([{ dir: "tiny-deberta-mlm", embeddings: db.embeddings }, { dir: "tiny-deberta-classifier", classify: db.classifier }]);
 });
 
 /**
  * ModernBERT in the page: pre-LN layers, the local layers' sliding window (a score bias of the attention kernel, the
  * pipelines MPNet's bias compiles, by Chromium's own WGSL compiler on WebGPU) and their own rotary theta, GeGLU from
- * `Wi` (kept on the host while the other matrices stream into GPU memory: its halves swap at load), in the
- * mean-pooled embeddings of the tiny bare model (no biases; a padded batch, and each text alone: texts of up to 57
- * tokens against a window of 8) and its sequence classifiers (`cls` pooling under the hub's config keys; `mean`
- * pooling with every bias; pairs included), against PyTorch (tests/golden/modernbert.json; the native
- * tests/modernbert.rs measures ≤ 4.6e-6), on the CPU and WebGPU: HIDDEN_ATOL and SCORE_ATOL above.
+ * `Wi` (kept on the host while the other matrices stream into GPU memory: its halves swap at load), in the tiny bare
+ * model (no biases; texts of up to 57 tokens against a window of 8) and its sequence classifiers (`cls` pooling under
+ * the hub's config keys; `mean` pooling with every bias), against PyTorch (tests/golden/modernbert.json; the native
+ * tests/modernbert.rs measures ≤ 4.6e-6).
  */
 test("ModernBERT embeds and classifies as PyTorch does in the browser (CPU and WebGPU)", async () => {
   const mb = readJson("tests/golden/modernbert.json");
-  const texts = mb.model_embeddings.map((e) => e.text);
-  const pairs = (rows) => rows.map((x) => (x.text_pair == null ? x.text : [x.text, x.text_pair]));
-  assert.ok(mb.classifier.some((x) => x.text_pair != null), "the golden has pairs");
-  const got = await ctx.page.evaluate(async ({ base, texts, inputs }) => {
-    const out = {};
-    for (const device of ["cpu", "webgpu"]) {
-      const e = await bertgpu.Bert.load(base + "tiny-modernbert-model/", { device });
-      const alone = [];
-      for (const t of texts) alone.push(Array.from((await e.embed([t], { normalize: false }))[0]));
-      out[device] = { device: [e.device], embed: (await e.embed(texts, { normalize: false })).map((v) => Array.from(v)), alone };
-      e.dispose();
-      for (const name of ["classifier", "mean"]) {
-        const c = await bertgpu.Bert.load(base + `tiny-modernbert-${name}/`, { device });
-        out[device].device.push(c.device);
-        out[device][name] = await c.classify(inputs);
-        c.dispose();
-      }
-    }
-    return out;
-  }, { base: ctx.env.models.url + "tests/models/", texts, inputs: pairs(mb.classifier) });
-  assert.deepEqual(pairs(mb.classifier), pairs(mb.classifier_mean), "both classifiers' goldens read the same inputs");
-  for (const device of ["cpu", "webgpu"]) {
-    const g = got[device];
-    assert.deepEqual(g.device, [device, device, device], `${device}: the models run where asked`);
-    for (const [how, vecs] of [["batch", g.embed], ["alone", g.alone]]) {
-      assert.equal(vecs.length, mb.model_embeddings.length, `${device} modernbert ${how}: one vector per text`);
-      vecs.forEach((v, i) => {
-        assert.equal(v.length, mb.model_embeddings[i].mean.length);
-        v.forEach((x, k) => assert.ok(Math.abs(x - mb.model_embeddings[i].mean[k]) <= HIDDEN_ATOL,
-          `${device} modernbert ${how} embed ${i}[${k}]: ${x} vs ${mb.model_embeddings[i].mean[k]}`));
-      });
-    }
-    for (const [name, rows] of [["classifier", mb.classifier], ["mean", mb.classifier_mean]]) {
-      assert.equal(g[name].length, rows.length);
-      rows.forEach((x, i) => assertScores(g[name][i], x.pipeline, `${device} modernbert ${name} ${x.text}`));
-    }
-  }
-  ctx.page.checkErrors();
+  await inPage([
+    { dir: "tiny-modernbert-model", embeddings: mb.model_embeddings },
+    { dir: "tiny-modernbert-classifier", classify: mb.classifier },
+    { dir: "tiny-modernbert-mean", classify: mb.classifier_mean },
+  ]);
+});
+
+/**
+ * JinaBERT v2 in the page: ALiBi (a `(heads, 2T − 1)` score bias of the attention kernel, the pipelines MPNet's bias
+ * compiles; 4 heads, and 6 for the slopes of a head count not a power of two) and the gated feed-forward from
+ * `gated_layers` (GeGLU, and ReGLU in the classifier; its halves swapped at load), in the bare model, the masked LM
+ * (embeddings and fill-mask) and the sequence classifier's encoder and head, against the float64 restatement of the
+ * authors' code (tests/golden/jina.json; the native tests/jina.rs measures ≤ 4.9e-6 on the CPU, embeddings ≤ 3.8e-6
+ * on lavapipe).
+ */
+test("JinaBERT v2 embeds, fills masks and classifies as its authors' code does in the browser (CPU and WebGPU)", async () => {
+  const jn = readJson("tests/golden/jina.json");
+  await inPage([
+    { dir: "tiny-jina-model", embeddings: jn.model.embeddings },
+    { dir: "tiny-jina-mlm", embeddings: jn.mlm.embeddings, fillMask: jn.mlm.fill_mask },
+    { dir: "tiny-jina-classifier", embeddings: jn.classifier.embeddings, classify: jn.classifier.classifier },
+  ]);
+  console.log(`every family: hidden states within ${measured.hidden.toExponential(2)} of PyTorch's (with the tests before)`);
 });

@@ -356,16 +356,16 @@ test("fineTune in Node.js trains DistilBERT and RoBERTa (LoRA) as the CLI does, 
 });
 
 // Continued pre-training of BERT's relatives in Node (tests/pretrain_families.rs holds the native side to PyTorch):
-// RoBERTa, ALBERT and MPNet with their own masked-LM heads, the masked LM alone, step for step against `bertgpu
+// RoBERTa, ALBERT, MPNet and JinaBERT with their own masked-LM heads, the masked LM alone, step for step against `bertgpu
 // pretrain` with the same corpus, options and seed (RoBERTa's with its dynamic masking), and the folder the family's
 // own ...ForMaskedLM.
-test("pretrain in Node.js continues RoBERTa, ALBERT and MPNet with their own masked-LM head as the CLI does", async () => {
+test("pretrain in Node.js continues RoBERTa, ALBERT, MPNet and JinaBERT with their own masked-LM head as the CLI does", async () => {
   const documents = fs.readFileSync(path.join(ROOT, "tests/data/fortunes-large/train.jsonl"), "utf8").trim().split("\n")
     .map((l) => JSON.parse(l).text.split(". ").map((s) => s.trim()).filter((s) => s !== ""))
     .filter((sentences) => sentences.length >= 2).slice(0, 12).map((sentences) => sentences.join("\n"));
   const corpus = documents.join("\n\n") + "\n";
   for (const [dir, arch] of [["tiny-roberta-mlm", "RobertaForMaskedLM"], ["tiny-albert-mlm", "AlbertForMaskedLM"],
-    ["tiny-mpnet-mlm", "MPNetForMaskedLM"]]) {
+    ["tiny-mpnet-mlm", "MPNetForMaskedLM"], ["tiny-jina-mlm", "JinaBertForMaskedLM"]]) {
     const dynamic = dir.includes("roberta");
     const got = await inConsumer(`
       import { Bert } from "bertgpu";
