@@ -48,13 +48,8 @@ impl<T> Positional<T> {
     fn new<B: Backend<Tensor = T>>(backend: &B, relative: Option<&RelativeBias>,
         disentangled: Option<&Disentangled>, alibi: Option<&Alibi>, rope: Option<&Rope>, window: Option<&Window>,
         seq: usize) -> Result<Self> {
-        let bias = match alibi {
-            // ALiBi is a score bias by offset, the same input as MPNet's relative one.
-            Some(a) => Some(PositionBias::Relative(a.upload(backend, seq)?)),
-            None => position_bias(backend, relative, disentangled, seq)?,
-        };
         Ok(Positional {
-            bias,
+            bias: position_bias(backend, relative, disentangled, alibi, seq)?,
             rope: rope.map(|r| r.upload(backend, seq)).transpose()?,
             window: window.map(|w| w.upload(backend, seq)).transpose()?,
         })
@@ -103,8 +98,8 @@ impl<B: Backend> BertEncoder<B> {
     /// x `(B*T, H)`, mask `(B, T)` → last hidden state `(B*T, H)`.
     pub fn forward(&self, backend: &B, x: B::Tensor, mask: &B::Tensor, batch: usize, seq: usize) -> Result<B::Tensor> {
         let mut x = x;
-        // MPNet's relative bias or DeBERTa's relative rows, the rotary families' table, ModernBERT's window: one per
-        // forward, read by every layer.
+        // MPNet's relative bias, JinaBERT's ALiBi or DeBERTa's relative rows, the rotary families' table, ModernBERT's
+        // window: one per forward, read by every layer.
         let positional = Positional::new(backend, self.relative.as_ref(), self.disentangled.as_ref(),
             self.alibi.as_ref(), self.rope.as_ref(), self.window.as_ref(), seq)?;
         let inputs = positional.inputs(mask, batch, seq);
@@ -120,9 +115,13 @@ impl<B: Backend> BertEncoder<B> {
     }
 }
 
-/// The position terms of a padded length `seq` that every layer's attention reads: MPNet's or DeBERTa's, or none.
+/// The position terms of a padded length `seq` that every layer's attention reads: a score bias by offset
+/// (`PositionBias::Relative`: JinaBERT's ALiBi or MPNet's relative bias), DeBERTa's relative rows, or none.
 fn position_bias<B: Backend>(backend: &B, relative: Option<&RelativeBias>, disentangled: Option<&Disentangled>,
-    seq: usize) -> Result<Option<PositionBias<B::Tensor>>> {
+    alibi: Option<&Alibi>, seq: usize) -> Result<Option<PositionBias<B::Tensor>>> {
+    if let Some(a) = alibi {
+        return Ok(Some(PositionBias::Relative(a.upload(backend, seq)?)));
+    }
     if let Some(r) = relative {
         return Ok(Some(PositionBias::Relative(r.upload(backend, seq)?)));
     }

@@ -28,9 +28,9 @@ use crate::config::{BertConfig, DebertaRelative};
 use crate::weights::Weights;
 use crate::Result;
 
-/// The terms the attention of every layer adds to its scores: MPNet's relative bias `(heads, 2T − 1)`, or DeBERTa's
-/// relative rows `table` `(R, H)` (each layer projects them) and `rows` `(1, 2T − 1)`, the row of `table` each offset
-/// j − i + T − 1 reads.
+/// The terms the attention of every layer adds to its scores: a bias by offset `(heads, 2T − 1)` (MPNet's relative
+/// bias, JinaBERT's ALiBi), or DeBERTa's relative rows `table` `(R, H)` (each layer projects them) and `rows`
+/// `(1, 2T − 1)`, the row of `table` each offset j − i + T − 1 reads.
 pub enum PositionBias<T> {
     Relative(T),
     Disentangled { table: T, rows: T },

@@ -11,63 +11,35 @@
 //! Gated feed-forward: `u = h1·Wgᵀ` `(R, 2I)` = `[gated | non_gated]` (`gated_layers`, no bias), `g = act(gated) ⊙
 //! non_gated`, dropped out (`JinaBertGLUMLP.dropout`, stream [`GLU_STREAM`]` + l`), `o = g·Woᵀ + bo` (`wo`), then
 //! `LN(o + h1)` (`layernorm`, no dropout after `wo`). `Backend::glu` computes `up ⊙ act(gate)` of `[up | gate]`, so
-//! the forward reads `Wg' = swap(Wg)` (its halves swapped by `Backend::gather_rows`, the swap its own inverse) and
-//! `u' = h1·Wg'ᵀ` = `[non_gated | gated]`. Back: `du' = glu'(dg)`, `dWg = swap(du'ᵀ·h1)`, `dh1 = du'·Wg'`.
-//!
-//! LoRA on `gated_layers` (peft's adapter on the module, B `(2I, r)` in its `[gated; non_gated]` order): the forward
-//! adds `s·(h1·Aᵀ)·B'ᵀ` with `B' = swap(B)` to `u'`, and B's gradient is `swap(dB')`, as ModernBERT's `Wi`
-//! ([`super::super::lora`]).
+//! the forward reads `Wg' = swap(Wg)` and `u' = h1·Wg'ᵀ` = `[non_gated | gated]`, as ModernBERT's `Wi`
+//! ([`super::gated`], which also swaps a LoRA adapter's B on `gated_layers`); the layer keeps `Wg'` for its backward.
+//! Back: `du' = glu'(dg)`, `dWg = swap(du'ᵀ·h1)`, `dh1 = du'·Wg'`.
 
+use super::gated::SwappedUp;
 use super::rotary::GLU_STREAM;
-use super::{apply_dropout, swap_halves, DropoutPlan, Encoder, Saved};
+use super::{apply_dropout, DropoutPlan, Saved};
 use crate::backend::{Activation, Backend};
 use crate::config::{BertConfig, Family};
 use crate::model::alibi::Alibi;
-use crate::training::params::put;
 use crate::Result;
 
-/// JinaBERT's slopes and the row order that swaps `gated_layers`' halves.
+/// JinaBERT's slopes and its `gated_layers` read with the halves swapped.
 pub(super) struct Jina {
     alibi: Alibi,
-    swap: Vec<u32>,
+    /// `u' = h1·Wg'ᵀ` and its backward.
+    pub(super) up: SwappedUp,
 }
 
 impl Jina {
     /// `None` for the other families.
     pub(super) fn new(cfg: &BertConfig) -> Option<Jina> {
         let alibi = Alibi::new(cfg).filter(|_| cfg.family == Family::JinaBert)?;
-        Some(Jina { alibi, swap: swap_halves(cfg.intermediate_size) })
+        Some(Jina { alibi, up: SwappedUp::new(cfg.intermediate_size) })
     }
 
     /// ALiBi's `(heads, 2T − 1)` bias of a padded length `t`.
     pub(super) fn bias<B: Backend>(&self, be: &B, t: usize) -> Result<B::Tensor> {
         self.alibi.upload(be, t)
-    }
-
-    /// `u' = h1·Wg'ᵀ` `(R, 2I)` = `[non_gated | gated]` from `gated_layers` `w` `(2I, H)`.
-    /// With a LoRA adapter on `gated_layers`, its update too (its B's rows swapped likewise: `Adapter::perm`).
-    pub(super) fn up<B: Backend<Tensor = T>, T>(&self, be: &B, enc: &Encoder<T>, h1: &T, w: usize) -> Result<T> {
-        let wg = be.gather_rows(enc.t(w), &self.swap)?; // (2I, H): [non_gated; gated]
-        let u = be.linear(h1, &wg, None, Activation::None)?;
-        match &enc.lora {
-            Some(lo) => lo.forward(be, &enc.params, h1, w, u),
-            None => Ok(u),
-        }
-    }
-
-    /// Back through [`Self::up`]: `du'` `(R, 2I)` → `dh1` `(R, H)`, `dWg` into `grads`.
-    pub(super) fn up_backward<B: Backend<Tensor = T>, T>(&self, be: &B, enc: &Encoder<T>, du: &T, h1: &T, w: usize,
-        grads: &mut [Option<T>]) -> Result<T> {
-        if enc.trains(w) {
-            let dwg = be.matmul(du, true, h1, false)?; // (2I, H), swapped
-            put(be, grads, w, be.gather_rows(&dwg, &self.swap)?)?;
-        }
-        let wg = be.gather_rows(enc.t(w), &self.swap)?;
-        let dh1 = be.matmul(du, false, &wg, false)?; // (R, 2I)·(2I, H)
-        match enc.lora.as_ref().map(|lo| lo.backward(be, &enc.params, du, h1, w, grads)).transpose()?.flatten() {
-            Some(d) => be.add(&dh1, &d),
-            None => Ok(dh1),
-        }
     }
 
     /// `g = act(gated) ⊙ non_gated` of layer `l`, dropped out.

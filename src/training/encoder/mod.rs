@@ -6,7 +6,8 @@
 //! relative table (its attention: `Backend::attention_disentangled`, back through
 //! `Backend::attention_backward_disentangled`). The rotary families (NomicBERT, GTE) turn their
 //! queries and keys instead of reading a position table and gate their feed-forward: [`rotary`] has their math;
-//! JinaBERT's ALiBi and gated feed-forward: [`jina`].
+//! JinaBERT's ALiBi and gated feed-forward: [`jina`]; its `gated_layers` and ModernBERT's `Wi` are read with their
+//! halves swapped: [`gated`].
 //!
 //! # The math
 //!
@@ -42,6 +43,7 @@
 //! fifth, `GteMLP`'s dropout on the gated product before `down_proj` ([`rotary`]).
 
 mod disentangled;
+mod gated;
 mod jina;
 mod load;
 mod modern;
@@ -59,7 +61,8 @@ use crate::weights::HostTensor;
 use crate::{Error, Result};
 
 pub(crate) use load::get;
-pub(crate) use modern::{swap_halves, Norm};
+pub(crate) use gated::swap_halves;
+pub(crate) use modern::Norm;
 pub(crate) use rotary::{check_config_keys, transformers_config};
 
 /// Indices of the embeddings' parameters.
@@ -213,6 +216,8 @@ struct LayerSaved<T> {
     /// DeBERTa: the table this layer projected where its `pos_dropout` dropped it, and the projection `(R, 3H)`.
     rel: Option<T>,
     pos: Option<T>,
+    /// JinaBERT: `Wg'`, the swapped `gated_layers` `(2I, H)` the forward read ([`gated`]).
+    wg: Option<T>,
 }
 
 /// The parameter list being trained, and the encoder's part of it.
@@ -450,9 +455,10 @@ impl<T> Encoder<T> {
             let a = apply_dropout(be, a, site(false, s + 2).filter(|_| self.attn_out_dropout))?;
             let pre1 = be.add(&a, &x)?;
             let h1 = be.layernorm(&pre1, None, self.t(li.ln1_g), self.t(li.ln1_b), eps)?;
-            let u = match &self.jina {
-                Some(j) => j.up(be, self, &h1, li.i_w)?, // (B*T, 2I), its halves swapped
-                None => self.linear(be, &h1, li.i_w, li.i_b)?, // (B*T, I); gated: (B*T, 2I)
+            let (u, wg) = match &self.jina {
+                // (B*T, 2I), its halves swapped; Wg' (2I, H) kept for the backward
+                Some(j) => j.up.forward(be, self, &h1, li.i_w, None).map(|(u, wg)| (u, Some(wg)))?,
+                None => (self.linear(be, &h1, li.i_w, li.i_b)?, None), // (B*T, I); gated: (B*T, 2I)
             };
             let g = match (&self.rotary, &self.jina) {
                 (Some(r), _) => r.glu(be, &u, self.config.hidden_act, l, dropout)?,
@@ -463,7 +469,7 @@ impl<T> Encoder<T> {
             let o = apply_dropout(be, o, site(false, s + 3).filter(|_| self.ffn_dropout))?;
             let pre2 = be.add(&o, &h1)?;
             let next = be.layernorm(&pre2, None, self.t(li.ln2_g), self.t(li.ln2_b), eps)?;
-            layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2, rel: rel_l, pos });
+            layers.push(LayerSaved { x, qkv, ctx, pre1, h1, u, g, pre2, rel: rel_l, pos, wg });
             x = next;
         }
         Ok((x, Saved { mask, emb_sum, projected, layers, dropout, relative: rel, modern: None, disentangled: dis }))
@@ -594,9 +600,10 @@ impl<T> Encoder<T> {
                 (_, Some(j)) => j.glu_backward(be, &dg, &ls.u, self.config.hidden_act, l, &saved)?,
                 _ => be.activation_grad(&dg, &ls.u, self.config.hidden_act)?,
             };
-            let dh1 = match &self.jina {
-                Some(j) => j.up_backward(be, self, &du, &ls.h1, li.i_w, grads)?,
-                None => self.linear_backward(be, &du, &ls.h1, li.i_w, li.i_b, grads)?,
+            let dh1 = match (&self.jina, &ls.wg) {
+                (Some(j), Some(wg)) => j.up.backward(be, self, &du, &ls.h1, li.i_w, wg, None, grads)?,
+                (None, _) => self.linear_backward(be, &du, &ls.h1, li.i_w, li.i_b, grads)?,
+                (Some(_), None) => return Err(Error::Input("a JinaBERT backward without its forward's `Wg'`".into())),
             };
             let dh1 = be.add(&dh1, &dpre2)?; // h1 feeds the FFN and the second residual
             let (dpre1, dg1, db1) = be.layernorm_backward(&dh1, &ls.pre1, self.t(li.ln1_g), eps)?;

@@ -16,8 +16,8 @@
 //! the local theta on the others, which also add the window's constant score bias (`model::window`: 0 where
 //! |i − j| ≤ half, a large negative beyond; `Backend::attention_biased`, its gradient never asked) and read their own
 //! mask, where a padded query whose window holds no real key sees every key alike (`Window::training_mask`). `Wi` is
-//! `[input; gate]` with the activation on `input`; `Wi' = swap(Wi)` is its halves swapped (`Backend::gather_rows`,
-//! the swap its own inverse), so that `glu`'s `up ⊙ act(gate)` is ModernBERT's `act(input) ⊙ gate`.
+//! `[input; gate]` with the activation on `input`; `Wi' = swap(Wi)` is its halves swapped ([`super::gated`]), so that
+//! `glu`'s `up ⊙ act(gate)` is ModernBERT's `act(input) ⊙ gate`.
 //!
 //! Backward: `dx_L = LN_f'(dout)`; per layer, down: `dg = do·W2`, `du = glu'(dg)`, `dWi = swap(duᵀ·n2)`,
 //! `dn2 = du·Wi'`, `dp1 = dx' + LN2'(dn2)`, `dctx = dp1·Wo`, `dqkv = R_lᵀ·attention'(dctx)` (the rotation's
@@ -25,11 +25,8 @@
 //! (layer 0: `+ dn1`); the embeddings: `LN_e'` then the scatter-add into `tok` (none into the padding row: its
 //! `padding_idx`). A LayerNorm without β gets no β gradient (`layernorm_backward`'s is dropped).
 //!
-//! A LoRA adapter on `Wi` (peft's, on the module in its own `[input; gate]` order) adds `s·(n2·Aᵀ)·B'ᵀ` to `u`, with
-//! `B' = swap(B)` ([`super::super::lora::Adapter`]'s `perm`); its gradient `dB = swap(dB')`.
-//!
-//! With `mlp_bias`, `Wi`'s bias swaps its halves likewise, `b' = b·P` with P the swap's permutation matrix (a bias is
-//! one row, which `gather_rows` cannot permute), and back `db = db'·Pᵀ`.
+//! With `mlp_bias`, `Wi`'s bias swaps its halves likewise (`b' = b·P`, back `db = db'·Pᵀ`), and a LoRA adapter on `Wi`
+//! (peft's, on the module in its own `[input; gate]` order) has its B's rows swapped: [`super::gated`].
 //!
 //! Dropout (a training forward given a [`DropoutPlan`]), where `ModernBertModel` drops: `x₀ = drop(LN_e(e))`
 //! (`embedding_dropout`, the plan's embedding probability, stream 0), the attention probabilities (`attention_dropout`,
@@ -38,6 +35,7 @@
 //! [`super::rotary::GLU_STREAM`]` + l`); nothing after `mlp.Wo`. The backward applies each mask to its gradient
 //! (the attention's recomputed).
 
+use super::gated::SwappedUp;
 use super::rotary::GLU_STREAM;
 use super::{apply_dropout, DropoutPlan, EmbIdx, Encoder, LayerIdx, Saved};
 use crate::backend::{Backend, EmbeddingTables};
@@ -74,6 +72,8 @@ pub(super) struct Modern<T> {
     global: Rope,
     local: Rope,
     window: Window,
+    /// `Wi`'s halves swapped ([`super::gated`]).
+    up: SwappedUp,
     /// With `mlp_bias`: the `(2I, 2I)` permutation matrix P of the swap, `b' = b·P` (a bias is one row).
     swap: Option<T>,
 }
@@ -96,13 +96,8 @@ struct ModernLayerSaved<T> {
     n2: T,
     u: T,
     g: T,
-    /// `Wi'` and `b'`, the swapped `Wi` (and bias) this forward read.
+    /// `Wi'`, the swapped `Wi` this forward read.
     wi: T,
-}
-
-/// `[i + n, …, 2n − 1, 0, …, n − 1]`: the rows of a `(2n, ·)` matrix with its halves swapped (its own inverse).
-pub(crate) fn swap_halves(n: usize) -> Vec<u32> {
-    (0..2 * n).map(|i| ((i + n) % (2 * n)) as u32).collect()
 }
 
 impl<T> Encoder<T> {
@@ -161,6 +156,7 @@ impl<T> Encoder<T> {
         }
         let final_norm = norm(self, "encoder.final_norm")?;
         let sliding = cfg.sliding_window.as_ref().ok_or_else(|| Error::Config("a ModernBERT config without its window".into()))?;
+        let up = SwappedUp::new(inter);
         self.modern = Some(Modern {
             layers,
             emb_norm,
@@ -169,15 +165,8 @@ impl<T> Encoder<T> {
             global: Rope::new(cfg).ok_or_else(|| Error::Config("a ModernBERT config without its rotary theta".into()))?,
             local: Rope::with_theta(sliding.theta, cfg.head_dim()),
             window,
-            swap: match biases.up {
-                true => {
-                    let n = 2 * inter;
-                    let mut p = vec![0f32; n * n];
-                    swap_halves(inter).iter().enumerate().for_each(|(j, &i)| p[i as usize * n + j] = 1.0);
-                    Some(be.input(&p, n, n)?)
-                }
-                false => None,
-            },
+            swap: biases.up.then(|| up.permutation(be)).transpose()?,
+            up,
         });
         Ok(())
     }
@@ -226,7 +215,6 @@ impl<T> Encoder<T> {
         let shape = self.shape(batch);
         let (global, local, window) = (m.global.upload(be, batch.t)?, m.local.upload(be, batch.t)?,
             m.window.upload(be, batch.t)?.bias);
-        let swap = swap_halves(self.config.intermediate_size);
         let mut layers = Vec::with_capacity(m.layers.len());
         for (l, (ml, li)) in m.layers.iter().zip(&self.layers).enumerate() {
             let s = 3 * l as u32;
@@ -241,16 +229,8 @@ impl<T> Encoder<T> {
             let a = apply_dropout(be, self.linear(be, &ctx, li.o_w, li.o_b)?, site(true, s + 2))?; // `out_drop`
             let p1 = be.add(&x, &a)?;
             let n2 = self.norm(be, &p1, ml.mlp_norm)?;
-            let wi = be.gather_rows(self.t(li.i_w), &swap)?; // (2I, H): [gate; input]
-            let bi = match (li.i_b, &m.swap) {
-                (Some(b), Some(p)) => Some(be.matmul(self.t(b), false, p, false)?), // (1, 2I): [gate | input]
-                _ => None,
-            };
-            let u = be.linear(&n2, &wi, bi.as_ref(), crate::backend::Activation::None)?; // (B*T, 2I)
-            let u = match &self.lora {
-                Some(lo) => lo.forward(be, &self.params, &n2, li.i_w, u)?, // its B's rows swapped likewise
-                None => u,
-            };
+            // (B*T, 2I) = [gate | input], and Wi' (2I, H) = [gate; input] for the backward.
+            let (u, wi) = m.up.forward(be, self, &n2, li.i_w, li.i_b.zip(m.swap.as_ref()))?;
             let g = be.glu(&u, self.config.hidden_act)?; // act(input) ⊙ gate
             let g = apply_dropout(be, g, site(false, GLU_STREAM + l as u32))?; // `ModernBertMLP.drop`
             let o = self.linear(be, &g, li.out_w, li.out_b)?;
@@ -273,7 +253,6 @@ impl<T> Encoder<T> {
         let depth = top.unwrap_or(self.layers.len()).min(self.layers.len());
         let (global, local) = (super::rotary::inverse(&m.global, be, batch.t)?, super::rotary::inverse(&m.local, be, batch.t)?);
         let window = m.window.upload(be, batch.t)?.bias;
-        let swap = swap_halves(self.config.intermediate_size);
         let mut dx = self.norm_backward(be, &dout, &ms.last, m.final_norm, grads)?;
         for (l, ((ml, li), ls)) in m.layers.iter().zip(&self.layers).zip(&ms.layers).enumerate().rev().take(depth) {
             let s = 3 * l as u32;
@@ -281,18 +260,8 @@ impl<T> Encoder<T> {
             let dg = self.linear_backward(be, &dx, &ls.g, li.out_w, li.out_b, grads)?;
             let dg = apply_dropout(be, dg, saved.site(false, GLU_STREAM + l as u32))?;
             let du = be.glu_backward(&dg, &ls.u, self.config.hidden_act)?; // (B*T, 2I)
-            if self.trains(li.i_w) {
-                let dwi = be.matmul(&du, true, &ls.n2, false)?; // (2I, H), swapped
-                super::put(be, grads, li.i_w, be.gather_rows(&dwi, &swap)?)?;
-            }
-            if let (Some(b), Some(p)) = (li.i_b.filter(|&b| self.trains(b)), &m.swap) {
-                super::put(be, grads, b, be.matmul(&be.sum_rows(&du)?, false, p, true)?)?; // db = db'·Pᵀ
-            }
-            let dn2 = be.matmul(&du, false, &ls.wi, false)?; // (B*T, H)
-            let dn2 = match self.lora.as_ref().map(|lo| lo.backward(be, &self.params, &du, &ls.n2, li.i_w, grads)).transpose()?.flatten() {
-                Some(d) => be.add(&dn2, &d)?,
-                None => dn2,
-            };
+            let bias = li.i_b.zip(m.swap.as_ref());
+            let dn2 = m.up.backward(be, self, &du, &ls.n2, li.i_w, &ls.wi, bias, grads)?; // (B*T, H)
             let dp1 = be.add(&dx, &self.norm_backward(be, &dn2, &ls.p1, ml.mlp_norm, grads)?)?;
             // p1 = x + a.
             let da = saved.site(true, s + 2).map(|d| be.dropout(&dp1, d)).transpose()?;
