@@ -18,7 +18,7 @@ use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::{HostTensor, Weights};
-use common::family::{self, block_on, dir};
+use common::family::{self, block_on, dir, embeddings_padded_and_alone};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -46,29 +46,20 @@ fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `key` in the golden, in a padded batch (batches of 4) and each text alone (batch_size 1).
-fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
-    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
-    let cases = g[key].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
     let longest = g["embeddings"].as_array().unwrap().iter().map(|c| c["input_ids"].as_array().unwrap().len()).max();
     assert!(longest > Some(2 * 16), "a text crosses the logarithmic buckets and the clamp: {longest:?}");
     let mlm = load("tiny-deberta-mlm", mk());
-    embeddings("deberta (DebertaV2ForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
+    // Embeddings in a padded batch and each text alone: the relative terms follow offsets over the padded length.
+    embeddings_padded_and_alone("deberta (DebertaV2ForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
     family::fill_mask("deberta", &g, &mlm, atol, NEAR_TIES);
     family::classify("deberta", &g, &load("tiny-deberta-classifier", mk()), atol, true);
-    embeddings("deberta (DebertaV2Model)", &g, "model_embeddings", &load("tiny-deberta-model", mk()), atol);
+    let bare = load("tiny-deberta-model", mk());
+    embeddings_padded_and_alone("deberta (DebertaV2Model)", &g, "model_embeddings", &bare, atol);
     let abs = load("tiny-deberta-abs", mk());
     assert!(abs.config.has_position_table() && abs.config.has_token_type_table());
-    embeddings("deberta (absolute positions, no buckets)", &g, "abs_embeddings", &abs, atol);
+    embeddings_padded_and_alone("deberta (absolute positions, no buckets)", &g, "abs_embeddings", &abs, atol);
     family::token_logits("deberta", &g, &load("tiny-deberta-ner", mk()), atol);
     family::answer("deberta", &g, &load("tiny-deberta-qa", mk()), atol);
 }
@@ -108,7 +99,7 @@ fn deberta_matches_pytorch_on_gpu_with_the_split_kernels() {
         }
         everything(mk, GPU_ATOL);
         let m = load("tiny-deberta-model", probe);
-        embeddings(&format!("deberta on {module}"), &golden(), "model_embeddings", &m, GPU_ATOL);
+        embeddings_padded_and_alone(&format!("deberta on {module}"), &golden(), "model_embeddings", &m, GPU_ATOL);
         let ran = m.backend.compiled_modules();
         assert!(ran.contains(&module) && !ran.iter().any(|n| n.starts_with("attention_vec4") || *n == "attention"),
             "the split kernel ran, and no per-query one: {ran:?}");

@@ -46,27 +46,19 @@ fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `g["embeddings"]`, in a padded batch (batches of 4) and each text alone: ALiBi's table follows
-/// the padded length, which padding must not change for real tokens.
-fn embeddings<B: Backend>(what: &str, g: &Value, m: &Model<B>, atol: f32) {
-    family::embeddings(what, g, m, atol, true);
-    let cases = g["embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    assert_eq!(got.len(), cases.len());
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
-    embeddings("jina 4 heads (bare model)", &g["model"], &load("tiny-jina-model", mk()), atol);
+    // In a padded batch and each text alone: ALiBi's table follows the padded length, which padding must not change
+    // for real tokens.
+    let embeddings = |what: &str, key: &str, m: &Model<B>| {
+        family::embeddings_padded_and_alone(what, &g[key], "embeddings", m, atol);
+    };
+    embeddings("jina 4 heads (bare model)", "model", &load("tiny-jina-model", mk()));
     let mlm = load("tiny-jina-mlm", mk());
-    embeddings("jina 6 heads (masked LM's encoder)", &g["mlm"], &mlm, atol);
+    embeddings("jina 6 heads (masked LM's encoder)", "mlm", &mlm);
     family::fill_mask("jina", &g["mlm"], &mlm, atol, false);
     let clf = load("tiny-jina-classifier", mk());
-    embeddings("jina reglu (classifier's encoder)", &g["classifier"], &clf, atol);
+    embeddings("jina reglu (classifier's encoder)", "classifier", &clf);
     family::classify("jina", &g["classifier"], &clf, atol, true);
 }
 

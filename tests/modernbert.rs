@@ -49,24 +49,14 @@ fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `key`, in a padded batch (batches of 4) and each text alone: the window and the rotation
-/// follow positions over the padded length, which padding must not change for real tokens.
-fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
-    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
-    let cases = g[key].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    assert_eq!(got.len(), cases.len());
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
-    embeddings("bare model (no biases)", &g, "model_embeddings", &load("tiny-modernbert-model", mk()), atol);
+    // In a padded batch and each text alone: the window and the rotation follow positions over the padded length,
+    // which padding must not change for real tokens.
+    let bare = load("tiny-modernbert-model", mk());
+    family::embeddings_padded_and_alone("bare model (no biases)", &g, "model_embeddings", &bare, atol);
     let mlm = load("tiny-modernbert-mlm", mk());
-    embeddings("masked LM's encoder (every bias)", &g, "embeddings", &mlm, atol);
+    family::embeddings_padded_and_alone("masked LM's encoder (every bias)", &g, "embeddings", &mlm, atol);
     family::fill_mask("modernbert", &g, &mlm, atol, false);
     family::classify("modernbert cls", &g, &load("tiny-modernbert-classifier", mk()), atol, false);
     let mean = json!({ "classifier": g["classifier_mean"] });

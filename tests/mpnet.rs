@@ -14,7 +14,7 @@ use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::weights::{HostTensor, Weights};
-use common::family::{self, block_on, dir};
+use common::family::{self, block_on, dir, embeddings_padded_and_alone};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -43,25 +43,16 @@ fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `key` in the golden, in a padded batch (batches of 4) and each text alone (batch_size 1): the
-/// bias follows offsets over the padded length, which padding must not change for real tokens.
-fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
-    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
-    let cases = g[key].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
     let mlm = load("tiny-mpnet-mlm", mk());
-    embeddings("mpnet (MPNetForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
+    // Embeddings in a padded batch and each text alone: the bias follows offsets over the padded length, which
+    // padding must not change for real tokens.
+    embeddings_padded_and_alone("mpnet (MPNetForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
     family::fill_mask("mpnet", &g, &mlm, atol, NEAR_TIES);
     family::classify("mpnet", &g, &load("tiny-mpnet-classifier", mk()), atol, false);
-    embeddings("mpnet (MPNetModel at the root)", &g, "model_embeddings", &load("tiny-mpnet-model", mk()), atol);
+    let bare = load("tiny-mpnet-model", mk());
+    embeddings_padded_and_alone("mpnet (MPNetModel at the root)", &g, "model_embeddings", &bare, atol);
     family::token_logits("mpnet", &g, &load("tiny-mpnet-ner", mk()), atol);
     // QA windows `<s> question </s></s> context </s>`; random tiny weights may give near-tied spans.
     family::answer("mpnet", &g, &load("tiny-mpnet-qa", mk()), atol);

@@ -14,7 +14,7 @@ use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::Weights;
-use common::family::{self, block_on, dir};
+use common::family::{self, block_on, dir, embeddings_padded_and_alone};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -40,33 +40,23 @@ fn load<B: Backend>(name: &str, family: Family, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `key`, in a padded batch (batches of 4) and each text alone: the rotation follows positions
-/// over the padded length, which padding must not change for real tokens.
-fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
-    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
-    let cases = g[key].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    assert_eq!(got.len(), cases.len());
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
+    // Embeddings in a padded batch and each text alone: the rotation follows positions over the padded length, which
+    // padding must not change for real tokens.
     for (fam, family, prefix) in [("nomic", Family::NomicBert, "tiny-nomic"), ("gte", Family::Gte, "tiny-gte")] {
         let g = &g[fam];
         let mlm = load(&format!("{prefix}-mlm"), family, mk());
-        embeddings(&format!("{fam} (masked LM's encoder)"), g, "embeddings", &mlm, atol);
+        embeddings_padded_and_alone(&format!("{fam} (masked LM's encoder)"), g, "embeddings", &mlm, atol);
         family::fill_mask(fam, g, &mlm, atol, false);
-        embeddings(&format!("{fam} (bare model)"), g, "model_embeddings", &load(&format!("{prefix}-model"), family, mk()), atol);
+        let bare = load(&format!("{prefix}-model"), family, mk());
+        embeddings_padded_and_alone(&format!("{fam} (bare model)"), g, "model_embeddings", &bare, atol);
         family::classify(fam, g, &load(&format!("{prefix}-classifier"), family, mk()), atol, true);
         family::token_logits(fam, g, &load(&format!("{prefix}-ner"), family, mk()), atol);
     }
     // nomic-ai's hub config keys over the same weights as tiny-nomic-model.
     let hub = load("tiny-nomic-hub", Family::NomicBert, mk());
-    embeddings("nomic (the hub's config keys)", &g["nomic"], "model_embeddings", &hub, atol);
+    embeddings_padded_and_alone("nomic (the hub's config keys)", &g["nomic"], "model_embeddings", &hub, atol);
 }
 
 #[test]
@@ -100,9 +90,11 @@ fn gte_ntk_scaling_matches_its_authors_code() {
     for (i, f) in want.iter().enumerate() {
         assert_eq!((row[i], row[half + i]), (f.cos(), f.sin()), "frequency {i}: torch's {f}");
     }
-    embeddings("gte ntk", &g, "embeddings", &load("tiny-gte-ntk", Family::Gte, CpuBackend::new()), CPU_ATOL);
+    let on_cpu = load("tiny-gte-ntk", Family::Gte, CpuBackend::new());
+    embeddings_padded_and_alone("gte ntk", &g, "embeddings", &on_cpu, CPU_ATOL);
     if let Some(gpu) = gpu() {
-        embeddings("gte ntk (gpu)", &g, "embeddings", &load("tiny-gte-ntk", Family::Gte, gpu), GPU_ATOL);
+        let on_gpu = load("tiny-gte-ntk", Family::Gte, gpu);
+        embeddings_padded_and_alone("gte ntk (gpu)", &g, "embeddings", &on_gpu, GPU_ATOL);
     }
     let mut plain = cfg.clone();
     plain.rope_ntk_factor = None;

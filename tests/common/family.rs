@@ -1,6 +1,8 @@
 //! The golden checks that BERT's relatives share (tests/distilbert.rs, tests/roberta.rs, tests/electra_albert.rs):
 //! each takes one family's section of its golden JSON (`g`: the whole of distilbert.json, `roberta.json["xlmr"]`, …)
-//! and the family's name for the messages, so that a family's test file keeps only what is its own.
+//! and the family's name for the messages, so that a family's test file keeps only what is its own. The families
+//! with their own position or bias terms (tests/jina.rs, modernbert.rs, rotary.rs, deberta.rs, mpnet.rs) share the
+//! check that padding does not move those terms.
 //!
 //! Every case's token ids are checked wherever the golden records them (an embedding golden may not; DistilBERT's
 //! does not), before its numbers; counts are checked before every zip.
@@ -116,6 +118,19 @@ pub fn embeddings<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, wit
         let want: Vec<f32> = cases.iter().flat_map(|c| floats(&c[key])).collect();
         close(&format!("{fam} {key} embeddings"), &got.concat(), &want, atol, 0.0);
     }
+}
+
+/// `embeddings` (token ids included) of the texts in `g[key]`, in a padded batch (batches of 4), then their mean
+/// embeddings with each text alone (batch_size 1): what follows positions over the padded length (ALiBi's table, the
+/// rotation, a sliding window, a relative bias, the disentangled terms) must not change for real tokens when the
+/// padding goes.
+pub fn embeddings_padded_and_alone<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
+    let cases = &g[key];
+    embeddings(what, &serde_json::json!({ "embeddings": cases }), m, atol, true);
+    let alone = EmbedOptions { batch_size: 1, ..mean_unnormalised() };
+    let got = block_on(m.embed(&texts(cases), &alone)).unwrap();
+    assert_eq!(got.len(), cases.as_array().unwrap().len(), "one vector per text");
+    close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &means(cases), atol, 0.0);
 }
 
 /// The logits at every mask and the pipeline's top 5 per mask.
@@ -295,6 +310,21 @@ pub fn answer<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
         }
     }
     eprintln!("measured {fam} qa scores: {worst:.2e}");
+}
+
+/// The texts of a golden's embedding cases (`[{"text", "mean", …}, …]`).
+fn texts(cases: &Value) -> Vec<&str> {
+    cases.as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap()).collect()
+}
+
+/// The golden's mean-pooled vectors of `cases`, one after the other.
+fn means(cases: &Value) -> Vec<f32> {
+    cases.as_array().unwrap().iter().flat_map(|c| floats(&c["mean"])).collect()
+}
+
+/// Mean pooling without normalisation, as the goldens' `mean` vectors.
+fn mean_unnormalised() -> EmbedOptions {
+    EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() }
 }
 
 /// The GGUF that `convert` writes for tests/models/`name`.
