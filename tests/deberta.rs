@@ -15,7 +15,6 @@ use bertgpu::backend::gpu::{AttentionKernel, Tuning};
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
-use bertgpu::tokenizer::Tokenizer;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::{HostTensor, Weights};
 use common::family::{self, block_on, dir, embeddings_padded_and_alone};
@@ -127,26 +126,16 @@ fn buckets_match_transformers() {
 #[test]
 fn missing_relative_terms_are_caught() {
     let g = golden();
-    let d = dir("tiny-deberta-model");
-    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-    let mut w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    for (name, shape) in [("encoder.rel_embeddings.weight", vec![16, 32]), ("encoder.LayerNorm.weight", vec![32]),
-        ("encoder.LayerNorm.bias", vec![32])] {
-        let n = shape.iter().product();
-        w = w.replaced(name, HostTensor::f32(shape, vec![0.0; n]).unwrap()); // a DebertaV2Model: at the root
-    }
-    let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-    let cases = g["model_embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    assert_eq!(got.len(), want.len());
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(worst > 100.0 * CPU_ATOL, "without the relative terms the embeddings moved by {worst} only");
-    let recorded = g["without_relative_max_diff"].as_f64().unwrap() as f32;
-    assert!((worst - recorded).abs() < 1e-3, "torch's own zeroed model moved by {recorded}, ours by {worst}");
+    let zeroed = |_: &mut BertConfig, w: &mut Weights| {
+        for (name, shape) in [("encoder.rel_embeddings.weight", vec![16, 32]), ("encoder.LayerNorm.weight", vec![32]),
+            ("encoder.LayerNorm.bias", vec![32])] {
+            let n = shape.iter().product();
+            w.insert(name, HostTensor::f32(shape, vec![0.0; n]).unwrap()); // a DebertaV2Model: at the root
+        }
+    };
+    let m = family::load_edited(&dir("tiny-deberta-model"), CpuBackend::new(), zeroed);
+    family::moved_without("deberta without the relative terms", &g["model_embeddings"], &m, 100.0 * CPU_ATOL,
+        &g["without_relative_max_diff"]);
 }
 
 /// DeBERTa's configs: the family from `model_type` or the class; everything bertgpu does not run refused by the

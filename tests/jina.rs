@@ -139,22 +139,11 @@ fn cli_runs_jina() {
 fn missing_alibi_is_caught() {
     let g = golden();
     for (key, name) in [("model", "tiny-jina-model"), ("mlm", "tiny-jina-mlm")] {
-        let d = dir(name);
-        let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-        cfg.positions = Positions::Relative; // no table, no rotation, and (without DeBERTa's keys) no relative terms
-        let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-        let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-        let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-        let cases = g[key]["embeddings"].as_array().unwrap();
-        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-        let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-        let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-        let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-        assert_eq!(got.len(), want.len());
-        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        let recorded = g[key]["without_alibi_max_diff"].as_f64().unwrap() as f32;
-        assert!(worst > 1000.0 * CPU_ATOL, "{key}: without ALiBi the embeddings moved by {worst} only");
-        assert!((worst - recorded).abs() < 1e-3, "{key}: the reference without ALiBi moved by {recorded}, ours by {worst}");
+        // No table, no rotation, and (without DeBERTa's keys) no relative terms.
+        let m = family::load_edited(&dir(name), CpuBackend::new(), |cfg, _| cfg.positions = Positions::Relative);
+        let g = &g[key];
+        family::moved_without(&format!("jina {key} without ALiBi"), &g["embeddings"], &m, 1000.0 * CPU_ATOL,
+            &g["without_alibi_max_diff"]);
     }
 }
 

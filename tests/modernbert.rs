@@ -19,7 +19,6 @@ use bertgpu::engine::{Device, Engine, Placement};
 use bertgpu::loader::{self, LoadOptions, ModelSource};
 use bertgpu::sentence::Pooling;
 use bertgpu::tasks::{EmbedOptions, Model};
-use bertgpu::tokenizer::Tokenizer;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::stream::{read_file_to, Format, Streamed};
 use bertgpu::weights::{HostData, Weights};
@@ -140,22 +139,10 @@ fn cli_runs_modernbert() {
 #[test]
 fn the_window_is_applied() {
     let g = golden();
-    let d = dir("tiny-modernbert-model");
-    let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-    cfg.sliding_window.as_mut().unwrap().half = 1000;
-    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-    let cases = g["model_embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    assert_eq!(got.len(), want.len());
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(worst > 1000.0 * CPU_ATOL, "with the window wide the embeddings moved by {worst} only");
-    let recorded = g["wide_window_max_diff"].as_f64().unwrap() as f32;
-    assert!((worst - recorded).abs() < 1e-3, "torch's model with the window wide moved by {recorded}, ours by {worst}");
+    let wide = |cfg: &mut BertConfig, _: &mut Weights| cfg.sliding_window.as_mut().unwrap().half = 1000;
+    let m = family::load_edited(&dir("tiny-modernbert-model"), CpuBackend::new(), wide);
+    family::moved_without("modernbert with the window wide", &g["model_embeddings"], &m, 1000.0 * CPU_ATOL,
+        &g["wide_window_max_diff"]);
 }
 
 /// The configs: transformers 5's keys and the hub's give the same model; biases, norms, heads' choices as written;

@@ -11,10 +11,9 @@ mod common;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
-use bertgpu::tasks::{EmbedOptions, Model, Pooling};
-use bertgpu::tokenizer::Tokenizer;
+use bertgpu::tasks::Model;
 use bertgpu::weights::{HostTensor, Weights};
-use common::family::{self, block_on, dir, embeddings_padded_and_alone};
+use common::family::{self, dir, embeddings_padded_and_alone};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -89,22 +88,12 @@ fn buckets_match_transformers() {
 #[test]
 fn missing_bias_is_caught() {
     let g = golden();
-    let d = dir("tiny-mpnet-model");
-    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let zero = HostTensor::f32(vec![32, 4], vec![0.0; 128]).unwrap();
-    let w = w.replaced("encoder.relative_attention_bias.weight", zero);
-    let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-    let cases = g["model_embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(worst > 100.0 * CPU_ATOL, "without the bias the embeddings moved by {worst} only");
-    let recorded = g["without_bias_max_diff"].as_f64().unwrap() as f32;
-    assert!((worst - recorded).abs() < 1e-3, "torch's own zeroed-bias model moved by {recorded}, ours by {worst}");
+    let zeroed = |_: &mut BertConfig, w: &mut Weights| {
+        w.insert("encoder.relative_attention_bias.weight", HostTensor::f32(vec![32, 4], vec![0.0; 128]).unwrap());
+    };
+    let m = family::load_edited(&dir("tiny-mpnet-model"), CpuBackend::new(), zeroed);
+    family::moved_without("mpnet without the bias", &g["model_embeddings"], &m, 100.0 * CPU_ATOL,
+        &g["without_bias_max_diff"]);
 }
 
 /// MPNet's configs: the family from `model_type` or the class; what its code fixes (padding_idx 1, 32 buckets) and

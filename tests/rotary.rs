@@ -10,11 +10,10 @@ mod common;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family, FeedForward, LayerBiases, Positions};
-use bertgpu::tasks::{EmbedOptions, Model, Pooling};
-use bertgpu::tokenizer::Tokenizer;
+use bertgpu::tasks::Model;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::Weights;
-use common::family::{self, block_on, dir, embeddings_padded_and_alone};
+use common::family::{self, dir, embeddings_padded_and_alone};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -96,19 +95,9 @@ fn gte_ntk_scaling_matches_its_authors_code() {
         let on_gpu = load("tiny-gte-ntk", Family::Gte, gpu);
         embeddings_padded_and_alone("gte ntk (gpu)", &g, "embeddings", &on_gpu, GPU_ATOL);
     }
-    let mut plain = cfg.clone();
-    plain.rope_ntk_factor = None;
-    let tok = Tokenizer::from_dir(&d, plain.max_position_embeddings).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let m = Model::new(CpuBackend::new(), plain, tok, &w).unwrap();
-    let cases = g["embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    let recorded = g["without_scaling_max_diff"].as_f64().unwrap() as f32;
-    assert!(worst > 1000.0 * CPU_ATOL && (worst - recorded).abs() < 1e-3, "without the scaling: ours {worst}, torch {recorded}");
+    let plain = family::load_edited(&d, CpuBackend::new(), |cfg, _| cfg.rope_ntk_factor = None);
+    family::moved_without("gte without the NTK scaling", &g["embeddings"], &plain, 1000.0 * CPU_ATOL,
+        &g["without_scaling_max_diff"]);
 }
 
 /// The CLI on the CPU: `embed` on both bare models (NomicBERT under the hub's config keys too), `classify` with pairs,
@@ -132,22 +121,11 @@ fn cli_runs_the_rotary_families() {
 fn missing_rotation_is_caught() {
     let g = golden();
     for (fam, name) in [("nomic", "tiny-nomic-model"), ("gte", "tiny-gte-model")] {
-        let d = dir(name);
-        let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-        cfg.positions = Positions::Rotary { theta: f32::INFINITY };
-        let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-        let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-        let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-        let cases = g[fam]["model_embeddings"].as_array().unwrap();
-        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-        let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-        let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-        let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-        assert_eq!(got.len(), want.len());
-        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(worst > 1000.0 * CPU_ATOL, "{fam}: with theta = ∞ the embeddings moved by {worst} only");
-        let recorded = g[fam]["without_rotation_max_diff"].as_f64().unwrap() as f32;
-        assert!((worst - recorded).abs() < 1e-3, "{fam}: torch's model with theta = ∞ moved by {recorded}, ours by {worst}");
+        let infinite = |cfg: &mut BertConfig, _: &mut Weights| cfg.positions = Positions::Rotary { theta: f32::INFINITY };
+        let m = family::load_edited(&dir(name), CpuBackend::new(), infinite);
+        let g = &g[fam];
+        family::moved_without(&format!("{fam} with theta = ∞"), &g["model_embeddings"], &m, 1000.0 * CPU_ATOL,
+            &g["without_rotation_max_diff"]);
     }
 }
 

@@ -2,7 +2,8 @@
 //! each takes one family's section of its golden JSON (`g`: the whole of distilbert.json, `roberta.json["xlmr"]`, …)
 //! and the family's name for the messages, so that a family's test file keeps only what is its own. The families
 //! with their own position or bias terms (tests/jina.rs, modernbert.rs, rotary.rs, deberta.rs, mpnet.rs) share the
-//! check that padding does not move those terms.
+//! checks of those terms: padding must not move them, and leaving one out must move the embeddings as it moved the
+//! reference's.
 //!
 //! Every case's token ids are checked wherever the golden records them (an embedding golden may not; DistilBERT's
 //! does not), before its numbers; counts are checked before every zip.
@@ -45,9 +46,15 @@ pub fn dir(name: &str) -> PathBuf {
 
 /// A checkpoint folder (config.json, its tokenizer, model.safetensors) as a model on `backend`.
 pub fn load<B: Backend>(d: &Path, backend: B) -> Model<B> {
-    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    load_edited(d, backend, |_, _| {})
+}
+
+/// `load`, with the config and the weights changed by `edit` before the model is built (a term left out on purpose).
+pub fn load_edited<B: Backend>(d: &Path, backend: B, edit: impl FnOnce(&mut BertConfig, &mut Weights)) -> Model<B> {
+    let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let mut w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    edit(&mut cfg, &mut w);
     let tok = Tokenizer::from_dir(d, cfg.max_position_embeddings).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
     Model::new(backend, cfg, tok, &w).unwrap()
 }
 
@@ -325,6 +332,27 @@ fn means(cases: &Value) -> Vec<f32> {
 /// Mean pooling without normalisation, as the goldens' `mean` vectors.
 fn mean_unnormalised() -> EmbedOptions {
     EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() }
+}
+
+/// How far our move may be from the reference's in `moved_without` (each the largest |broken − golden|). Measured
+/// ≤ 1.5e-6 (GTE with theta = ∞; every check prints its own, `-- --nocapture`, "measured … moved by"), over moves
+/// of 0.32–2.1. 1e-3 is the bound each family's check had before they were shared: ~700× the measurement, kept
+/// because it is still 0.3% of the smallest move, so a model that moves otherwise than the reference's fails.
+const MOVED_TOL: f32 = 1e-3;
+
+/// A term left out on purpose is seen: `m` (a model with a position or bias term removed) gives mean embeddings of
+/// `cases` further than `floor` from the golden's (far outside the tolerance, which would see the term missing), and
+/// as far as the reference's own model moved with the same term removed (`recorded`, in the golden), within
+/// MOVED_TOL: the term is applied where the reference applies it. `what` names the break for the messages.
+pub fn moved_without<B: Backend>(what: &str, cases: &Value, m: &Model<B>, floor: f32, recorded: &Value) {
+    let got = block_on(m.embed(&texts(cases), &mean_unnormalised())).unwrap().concat();
+    let want = means(cases);
+    assert_eq!(got.len(), want.len(), "{what}: one vector per text");
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let recorded = recorded.as_f64().unwrap() as f32;
+    eprintln!("measured {what}: moved by {worst}, the reference by {recorded}");
+    assert!(worst > floor, "{what}: the embeddings moved by {worst} only");
+    assert!((worst - recorded).abs() < MOVED_TOL, "{what}: the reference moved by {recorded}, ours by {worst}");
 }
 
 /// The GGUF that `convert` writes for tests/models/`name`.
