@@ -14,7 +14,7 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::gpu::{AttentionKernel, Tuning};
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
-use bertgpu::tasks::{EmbedOptions, Model, Pooling};
+use bertgpu::tasks::Model;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::{HostTensor, Weights};
 use common::family::{self, block_on, dir, embeddings_padded_and_alone};
@@ -372,10 +372,5 @@ fn the_engine_places_a_deberta_on_the_gpu() {
     let d = dir("tiny-deberta-model");
     let e = block_on(Engine::load(ModelSource::Path(&d), &LoadOptions::default(), Device::Gpu)).unwrap();
     assert_eq!((e.device(), e.device_reason()), ("gpu", None));
-    let cases = golden()["model_embeddings"].as_array().unwrap().clone();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(e.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close("deberta engine on the gpu, mean embeddings", &got, &want, GPU_ATOL, 0.0);
+    family::engine_embeddings("deberta engine on the gpu", &e, &golden()["model_embeddings"], GPU_ATOL);
 }

@@ -11,12 +11,9 @@ mod common;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family, FeedForward, Positions};
-use bertgpu::tasks::{EmbedOptions, Model, Pooling};
+use bertgpu::tasks::Model;
 use bertgpu::tokenizer::Tokenizer;
-use bertgpu::engine::{Device, Engine, Placement};
-use bertgpu::loader::{self, LoadOptions, ModelSource};
-use bertgpu::weights::stream::{read_file_to, Format, Streamed};
-use bertgpu::weights::{HostData, HostTensor, Weights};
+use bertgpu::weights::{HostTensor, Weights};
 use common::family::{self, block_on, dir};
 use common::gpu;
 use serde_json::{json, Value};
@@ -80,36 +77,7 @@ fn jina_matches_its_authors_code_on_gpu() {
 /// load-time check (its CPU reference a module at a time, read back from device memory) passes.
 #[test]
 fn placed_on_the_gpu_and_checked_at_load() {
-    let Some(g) = gpu() else { return };
-    let d = dir("tiny-jina-mlm");
-    let m = loader::load(ModelSource::Path(&d), &LoadOptions::default()).unwrap();
-    let host = m.weights().unwrap();
-    let Streamed::Safetensors(placed) = read_file_to(&d.join("model.safetensors"), Format::Safetensors, Some(&g)).unwrap()
-    else {
-        panic!("a safetensors read gave a GGUF")
-    };
-    let names = placed.names();
-    assert!(names.iter().any(|n| n.contains("mlp.gated_layers.weight")));
-    for n in names {
-        let t = placed.stored(n).unwrap();
-        let on_device = matches!(t.data, HostData::Placed(_));
-        assert_eq!(on_device, t.shape.len() == 2 && !n.contains("mlp.gated_layers."), "{n}");
-    }
-    let on = |w: &Weights, g| {
-        block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), w, Placement::on(Device::Gpu, g), CpuBackend::new()))
-            .unwrap()
-    };
-    let (from_host, from_file) = (on(&host, gpu().unwrap()), on(&placed, g));
-    assert_eq!(from_file.device(), "gpu");
-    let g = golden();
-    let cases = g["mlm"]["embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let embed = |e: &Engine| block_on(e.embed(&texts, &opts)).unwrap().concat();
-    let got = embed(&from_file);
-    assert_eq!(got, embed(&from_host), "the placed weights' model differs from the host weights'");
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close("placed on the GPU, mean embeddings", &got, &want, GPU_ATOL, 0.0);
+    family::placed_on_the_gpu(&dir("tiny-jina-mlm"), "mlp.gated_layers", &golden()["mlm"]["embeddings"], GPU_ATOL);
 }
 
 /// The slopes to the last bit of the reference's Python floats, for both branches of their formula.

@@ -15,13 +15,10 @@ use bertgpu::activation::Activation;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family, FeedForward, LayerBiases, Norms, Positions, SlidingWindow};
-use bertgpu::engine::{Device, Engine, Placement};
-use bertgpu::loader::{self, LoadOptions, ModelSource};
 use bertgpu::sentence::Pooling;
-use bertgpu::tasks::{EmbedOptions, Model};
+use bertgpu::tasks::Model;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
-use bertgpu::weights::stream::{read_file_to, Format, Streamed};
-use bertgpu::weights::{HostData, Weights};
+use bertgpu::weights::Weights;
 use common::family::{self, block_on, dir};
 use common::gpu;
 use serde_json::{json, Value};
@@ -88,38 +85,10 @@ const F16_ATOL: f32 = 1.5e-2;
 /// whose embeddings stay within F16_ATOL of PyTorch's.
 #[test]
 fn placed_on_the_gpu_and_checked_at_load() {
-    let Some(g) = gpu() else { return };
-    let d = dir("tiny-modernbert-mlm");
-    let m = loader::load(ModelSource::Path(&d), &LoadOptions::default()).unwrap();
-    let host = m.weights().unwrap();
-    let Streamed::Safetensors(placed) = read_file_to(&d.join("model.safetensors"), Format::Safetensors, Some(&g)).unwrap()
-    else {
-        panic!("a safetensors read gave a GGUF")
-    };
-    let names = placed.names();
-    assert!(names.iter().any(|n| n.contains("mlp.Wi.weight")));
-    for n in names {
-        let t = placed.stored(n).unwrap();
-        let on_device = matches!(t.data, HostData::Placed(_));
-        assert_eq!(on_device, t.shape.len() == 2 && !n.contains("mlp.Wi."), "{n}");
-    }
-    let on = |w: &Weights, g| {
-        block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), w, Placement::on(Device::Gpu, g), CpuBackend::new()))
-            .unwrap()
-    };
-    let (from_host, from_file) = (on(&host, gpu().unwrap()), on(&placed, g));
-    assert_eq!(from_file.device(), "gpu");
-    let g = golden();
-    let cases = g["embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let embed = |e: &Engine| block_on(e.embed(&texts, &opts)).unwrap().concat();
-    let got = embed(&from_file);
-    assert_eq!(got, embed(&from_host), "the placed weights' model differs from the host weights'");
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close("placed on the GPU, mean embeddings", &got, &want, GPU_ATOL, 0.0);
-    assert!(block_on(from_file.set_f16_activations(true)).unwrap(), "the f16 mode passes the load-time check");
-    family::close("f16 activations, mean embeddings", &embed(&from_file), &want, F16_ATOL, 0.0);
+    let cases = &golden()["embeddings"];
+    let Some(e) = family::placed_on_the_gpu(&dir("tiny-modernbert-mlm"), "mlp.Wi", cases, GPU_ATOL) else { return };
+    assert!(block_on(e.set_f16_activations(true)).unwrap(), "the f16 mode passes the load-time check");
+    family::engine_embeddings("f16 activations", &e, cases, F16_ATOL);
 }
 
 /// The CLI on the CPU: `embed` on the bare model, `classify` with pairs (the hub's config keys), `fill-mask`.

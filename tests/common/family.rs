@@ -2,8 +2,8 @@
 //! each takes one family's section of its golden JSON (`g`: the whole of distilbert.json, `roberta.json["xlmr"]`, …)
 //! and the family's name for the messages, so that a family's test file keeps only what is its own. The families
 //! with their own position or bias terms (tests/jina.rs, modernbert.rs, rotary.rs, deberta.rs, mpnet.rs) share the
-//! checks of those terms: padding must not move them, and leaving one out must move the embeddings as it moved the
-//! reference's.
+//! checks of those terms: padding must not move them, leaving one out must move the embeddings as it moved the
+//! reference's, and a folder streamed into GPU memory gives the same model.
 //!
 //! Every case's token ids are checked wherever the golden records them (an embedding golden may not; DistilBERT's
 //! does not), before its numbers; counts are checked before every zip.
@@ -12,13 +12,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bertgpu::backend::Backend;
+use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::config::BertConfig;
+use bertgpu::engine::{Device, Engine, Placement};
 use bertgpu::heads::qa;
+use bertgpu::loader::{self, LoadOptions, ModelSource};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::dtype::Dtype;
 use bertgpu::weights::gguf;
-use bertgpu::weights::Weights;
+use bertgpu::weights::stream::{read_file_to, Format, Streamed};
+use bertgpu::weights::{HostData, Weights};
 use serde_json::Value;
 
 use super::{assert_close, floats};
@@ -353,6 +357,49 @@ pub fn moved_without<B: Backend>(what: &str, cases: &Value, m: &Model<B>, floor:
     eprintln!("measured {what}: moved by {worst}, the reference by {recorded}");
     assert!(worst > floor, "{what}: the embeddings moved by {worst} only");
     assert!((worst - recorded).abs() < MOVED_TOL, "{what}: the reference moved by {recorded}, ours by {worst}");
+}
+
+/// An engine's mean embeddings of `cases` (unnormalised, the default batches), within `atol` of the golden's per
+/// value; returned for further comparison.
+pub fn engine_embeddings(what: &str, e: &Engine, cases: &Value, atol: f32) -> Vec<f32> {
+    let got = block_on(e.embed(&texts(cases), &mean_unnormalised())).unwrap();
+    assert_eq!(got.len(), cases.as_array().unwrap().len(), "{what}: one vector per text");
+    let got = got.concat();
+    close(&format!("{what}, mean embeddings"), &got, &means(cases), atol, 0.0);
+    got
+}
+
+/// The folder `d` placed on the GPU as a folder loads there, its model.safetensors read straight into device memory
+/// as the file arrives: every matrix written there but `{kept}.weight`, which must exist (a gated block whose halves
+/// swap on the host at load); the engine over those weights passes the load-time check (its CPU reference a module
+/// at a time, read back from device memory: it stays on the GPU), is the same, bit for bit, as the engine over the
+/// host weights, and gives the golden mean embeddings of `cases` within `atol`. Returns that engine; `None` (the test
+/// skips) where there is no GPU and `BERTGPU_REQUIRE_GPU` allows it.
+pub fn placed_on_the_gpu(d: &Path, kept: &str, cases: &Value, atol: f32) -> Option<Engine> {
+    let g = super::gpu()?;
+    let m = loader::load(ModelSource::Path(d), &LoadOptions::default()).unwrap();
+    let host = m.weights().unwrap();
+    let Streamed::Safetensors(placed) = read_file_to(&d.join("model.safetensors"), Format::Safetensors, Some(&g)).unwrap()
+    else {
+        panic!("a safetensors read gave a GGUF")
+    };
+    let names = placed.names();
+    assert!(names.iter().any(|n| n.contains(&format!("{kept}.weight"))), "{}: no {kept}.weight", d.display());
+    for n in names {
+        let t = placed.stored(n).unwrap();
+        let on_device = matches!(t.data, HostData::Placed(_));
+        assert_eq!(on_device, t.shape.len() == 2 && !n.contains(&format!("{kept}.")), "{n}");
+    }
+    let on = |w: &Weights, g| {
+        block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), w, Placement::on(Device::Gpu, g), CpuBackend::new()))
+            .unwrap()
+    };
+    let (from_host, from_file) = (on(&host, super::gpu().unwrap()), on(&placed, g));
+    assert_eq!(from_file.device(), "gpu");
+    let got = engine_embeddings("placed on the GPU", &from_file, cases, atol);
+    let host = block_on(from_host.embed(&texts(cases), &mean_unnormalised())).unwrap().concat();
+    assert_eq!(got, host, "the placed weights' model differs from the host weights'");
+    Some(from_file)
 }
 
 /// The GGUF that `convert` writes for tests/models/`name`.
