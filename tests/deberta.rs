@@ -17,7 +17,7 @@ use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::Model;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::{HostTensor, Weights};
-use common::family::{self, block_on, dir, embeddings_padded_and_alone};
+use common::family::{self, block_on, config_json, config_with, dir, embeddings_padded_and_alone, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -142,20 +142,14 @@ fn missing_relative_terms_are_caught() {
 /// key's name, never run otherwise.
 #[test]
 fn config_and_refusals() {
-    let text = std::fs::read_to_string(dir("tiny-deberta-mlm").join("config.json")).unwrap();
-    let c = BertConfig::from_json_str(&text).unwrap();
+    let v = config_json("tiny-deberta-mlm");
+    let c = parse_config(&v).unwrap();
     assert_eq!(c.family, Family::DebertaV2);
     assert!(!c.has_token_types() && !c.has_token_type_table() && !c.has_position_table());
     let r = c.deberta.as_ref().unwrap().relative.unwrap();
     assert_eq!((r.buckets, r.max_relative_positions, r.span, r.layer_norm), (8, 16, 8, true));
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let with = |k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        BertConfig::from_json_str(&v.to_string())
-    };
-    assert_eq!(with("model_type", Value::Null).unwrap(), c, "the class names the family");
-    assert_eq!(with("pos_att_type", json!("C2P|p2c")).unwrap(), c, "a string as DebertaV2Config splits it");
+    assert_eq!(config_with(&v, "model_type", Value::Null).unwrap(), c, "the class names the family");
+    assert_eq!(config_with(&v, "pos_att_type", json!("C2P|p2c")).unwrap(), c, "a string as DebertaV2Config splits it");
     for (k, val, says) in [("conv_kernel_size", json!(3), "`conv_kernel_size` 3"),
         ("pos_att_type", json!(["p2c", "c2p", "p2p"]), "`pos_att_type` entry `p2p`"),
         ("pos_att_type", json!(["c2p"]), "`pos_att_type` [\"c2p\"]"),
@@ -167,8 +161,7 @@ fn config_and_refusals() {
         ("architectures", json!(["DebertaV2ForPreTraining"]), "`DebertaV2ForPreTraining` is not a deberta-v2 class"),
         ("model_type", json!("deberta"), "model_type `deberta` is not supported")]
     {
-        let e = with(k, val).unwrap_err().to_string();
-        assert!(e.contains(says), "{k}: {e}");
+        refused(config_with(&v, k, val), says);
     }
 }
 
@@ -187,13 +180,13 @@ fn question_answering_trains_and_pooler_dropouts_follow_the_config() {
     assert!(FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).is_ok(), "classification trains");
     // The ContextPooler's dropouts: `pooler_dropout` before its dense layer, `cls_dropout` after it (the hidden
     // dropout where absent), as DebertaV2ForSequenceClassification; both train.
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap();
+    let v = config_json("tiny-deberta-classifier");
     for (pooler, cls, want_cls) in [(json!(0.1), json!(0.2), 0.2f32), (json!(0.3), Value::Null, 0.05)] {
         let mut v = v.clone();
         v["pooler_dropout"] = pooler.clone();
         v["cls_dropout"] = cls;
         v["hidden_dropout_prob"] = json!(0.05);
-        let cfg = BertConfig::from_json_str(&v.to_string()).unwrap();
+        let cfg = parse_config(&v).unwrap();
         let mut t = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
         let drop = t.checkpoint_dropout(0);
         assert_eq!((drop.pooler, drop.classifier), (pooler.as_f64().unwrap() as f32, want_cls), "{v}");

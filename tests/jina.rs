@@ -14,7 +14,7 @@ use bertgpu::config::{BertConfig, Family, FeedForward, Positions};
 use bertgpu::tasks::Model;
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::weights::{HostTensor, Weights};
-use common::family::{self, block_on, dir};
+use common::family::{self, block_on, config_json, config_with, dir, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -120,25 +120,16 @@ fn missing_alibi_is_caught() {
 #[test]
 fn refusals_by_name() {
     let d = dir("tiny-jina-model");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap();
-    let with = |k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        BertConfig::from_json_str(&v.to_string())
-    };
-    let refused = |r: bertgpu::Result<BertConfig>, says: &str| {
-        let e = r.expect_err(says).to_string();
-        assert!(e.contains(says), "{e}");
-    };
-    refused(with("feed_forward_type", json!("original")), "feed_forward_type `original`");
-    refused(with("feed_forward_type", json!("swiglu")), "feed_forward_type `swiglu`");
-    refused(with("auto_map", json!({"AutoModel": "jinaai/jina-bert-v2-qk-post-norm--modeling_bert.JinaBertModel"})),
-        "qk-post-norm");
-    refused(with("model_type", json!("distilbert")), "architecture `JinaBertModel`");
+    let v = config_json("tiny-jina-model");
+    refused(config_with(&v, "feed_forward_type", json!("original")), "feed_forward_type `original`");
+    refused(config_with(&v, "feed_forward_type", json!("swiglu")), "feed_forward_type `swiglu`");
+    let qk_post_norm = json!({"AutoModel": "jinaai/jina-bert-v2-qk-post-norm--modeling_bert.JinaBertModel"});
+    refused(config_with(&v, "auto_map", qk_post_norm), "qk-post-norm");
+    refused(config_with(&v, "model_type", json!("distilbert")), "architecture `JinaBertModel`");
     let mut roberta = v.clone();
     roberta["model_type"] = json!("roberta");
     roberta["architectures"] = json!(["RobertaModel"]);
-    refused(BertConfig::from_json_str(&roberta.to_string()), "`alibi` with model_type `roberta`");
+    refused(parse_config(&roberta), "`alibi` with model_type `roberta`");
 
     // The qk-post-norm variant's tensors, beside an otherwise loadable checkpoint.
     let cfg = BertConfig::from_file(d.join("config.json")).unwrap();

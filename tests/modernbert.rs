@@ -19,7 +19,7 @@ use bertgpu::sentence::Pooling;
 use bertgpu::tasks::Model;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::Weights;
-use common::family::{self, block_on, dir};
+use common::family::{self, block_on, config_json, config_with, dir, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -118,32 +118,23 @@ fn the_window_is_applied() {
 /// every key that would change the computation unseen is refused by name.
 #[test]
 fn configs_and_refusals() {
-    let read = |name: &str| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(dir(name).join("config.json")).unwrap()).unwrap()
-    };
-    let parse = |v: &Value| BertConfig::from_json_str(&v.to_string());
-    let with = |v: &Value, k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        parse(&v)
-    };
-    let model = read("tiny-modernbert-model");
-    let c = parse(&model).unwrap();
+    let model = config_json("tiny-modernbert-model");
+    let c = parse_config(&model).unwrap();
     let window = SlidingWindow { half: 4, theta: 100.0, layers: vec![false, true, true, false] };
     assert_eq!((c.positions, c.sliding_window.as_ref()), (Positions::Rotary { theta: 500.0 }, Some(&window)));
     assert_eq!((c.biases, c.norm_bias, c.layer_norm_eps), (LayerBiases::NONE, false, 1e-5));
     assert_eq!((c.hidden_act, c.pad_token_id), (Activation::Gelu, 3));
     assert!(!c.token_type_table && !c.has_token_types());
-    let mlm = parse(&read("tiny-modernbert-mlm")).unwrap();
+    let mlm = parse_config(&config_json("tiny-modernbert-mlm")).unwrap();
     assert_eq!((mlm.biases, mlm.norm_bias, mlm.hidden_act), (LayerBiases::ALL, true, Activation::GeluTanh));
     let heads = mlm.modernbert.as_ref().unwrap();
     assert!(heads.classifier_bias && heads.decoder_bias);
-    let mean = parse(&read("tiny-modernbert-mean")).unwrap();
+    let mean = parse_config(&config_json("tiny-modernbert-mean")).unwrap();
     let heads = mean.modernbert.as_ref().unwrap();
     assert_eq!((heads.classifier_pooling, heads.classifier_activation), (Pooling::Mean, Activation::Silu));
     assert_eq!(mean.sliding_window.as_ref().unwrap().half, 2);
     // The classifier's config.json is in the hub's older keys; in transformers 5's it reads the same.
-    let hub = read("tiny-modernbert-classifier");
+    let hub = config_json("tiny-modernbert-classifier");
     assert!(hub.get("layer_types").is_none() && hub.get("global_rope_theta").is_some());
     let mut v5 = hub.clone();
     for k in ["global_attn_every_n_layers", "global_rope_theta", "local_rope_theta"] {
@@ -151,46 +142,42 @@ fn configs_and_refusals() {
     }
     v5["layer_types"] = model["layer_types"].clone();
     v5["rope_parameters"] = model["rope_parameters"].clone();
-    assert_eq!(parse(&v5).unwrap(), parse(&hub).unwrap(), "the two key sets name the same model");
+    assert_eq!(parse_config(&v5).unwrap(), parse_config(&hub).unwrap(), "the two key sets name the same model");
     // A theta under rope_parameters wins over the older key, as convert_rope_params_to_dict merges them.
     let mut both = v5.clone();
     both["local_rope_theta"] = json!(7.0);
-    assert_eq!(parse(&both).unwrap().sliding_window.unwrap().theta, 100.0);
+    assert_eq!(parse_config(&both).unwrap().sliding_window.unwrap().theta, 100.0);
     // Without either, transformers' defaults: every third layer global, thetas 160000 and 10000, a window of 128.
     let mut bare = hub.clone();
     for k in ["global_attn_every_n_layers", "global_rope_theta", "local_rope_theta", "local_attention"] {
         bare.as_object_mut().unwrap().remove(k);
     }
-    let d = parse(&bare).unwrap();
+    let d = parse_config(&bare).unwrap();
     let w = d.sliding_window.unwrap();
     assert_eq!((d.positions, w.half, w.theta, w.layers), (Positions::Rotary { theta: 160_000.0 }, 64, 10_000.0,
         vec![false, true, true, false]));
-    let two = with(&hub, "global_attn_every_n_layers", json!(2)).unwrap().sliding_window.unwrap().layers;
+    let two = config_with(&hub, "global_attn_every_n_layers", json!(2)).unwrap().sliding_window.unwrap().layers;
     assert_eq!(two, [false, true, false, true]);
 
-    let refused = |r: bertgpu::Result<BertConfig>, says: &str| {
-        let e = r.expect_err(says).to_string();
-        assert!(e.contains(says), "{e}");
-    };
-    refused(with(&hub, "classifier_pooling", json!("max")), "`classifier_pooling` `max`");
-    refused(with(&hub, "rope_scaling", json!({"rope_type": "linear", "factor": 2.0})), "rope type `linear`");
-    refused(with(&model, "rope_parameters", json!({"full_attention": {"rope_type": "yarn", "rope_theta": 10.0}})),
-        "rope type `yarn`");
-    refused(with(&model, "rope_parameters", json!({"rope_theta": 10.0})), "`rope_parameters` key `rope_theta`");
-    refused(with(&model, "layer_types", json!(["full_attention", "chunked_attention", "full_attention", "full_attention"])),
-        "`layer_types` entry \"chunked_attention\"");
-    refused(with(&model, "layer_types", json!(["full_attention"])), "`layer_types` of 1 entries for 4 layers");
-    refused(with(&hub, "global_attn_every_n_layers", json!(0)), "`global_attn_every_n_layers` 0");
-    refused(with(&hub, "sliding_window", json!(3)), "`sliding_window` 3");
-    refused(with(&hub, "hidden_activation", json!("mish")), "`hidden_activation` `mish`");
-    refused(with(&hub, "classifier_activation", json!("mish")), "`classifier_activation` `mish`");
-    refused(with(&hub, "head_dim", json!(16)), "`head_dim` 16");
-    refused(with(&hub, "architectures", json!(["ModernBertForMultipleChoice"])),
+    refused(config_with(&hub, "classifier_pooling", json!("max")), "`classifier_pooling` `max`");
+    refused(config_with(&hub, "rope_scaling", json!({"rope_type": "linear", "factor": 2.0})), "rope type `linear`");
+    let yarn = json!({"full_attention": {"rope_type": "yarn", "rope_theta": 10.0}});
+    refused(config_with(&model, "rope_parameters", yarn), "rope type `yarn`");
+    refused(config_with(&model, "rope_parameters", json!({"rope_theta": 10.0})), "`rope_parameters` key `rope_theta`");
+    let chunked = json!(["full_attention", "chunked_attention", "full_attention", "full_attention"]);
+    refused(config_with(&model, "layer_types", chunked), "`layer_types` entry \"chunked_attention\"");
+    refused(config_with(&model, "layer_types", json!(["full_attention"])), "`layer_types` of 1 entries for 4 layers");
+    refused(config_with(&hub, "global_attn_every_n_layers", json!(0)), "`global_attn_every_n_layers` 0");
+    refused(config_with(&hub, "sliding_window", json!(3)), "`sliding_window` 3");
+    refused(config_with(&hub, "hidden_activation", json!("mish")), "`hidden_activation` `mish`");
+    refused(config_with(&hub, "classifier_activation", json!("mish")), "`classifier_activation` `mish`");
+    refused(config_with(&hub, "head_dim", json!(16)), "`head_dim` 16");
+    refused(config_with(&hub, "architectures", json!(["ModernBertForMultipleChoice"])),
         "`ModernBertForMultipleChoice` is not a modernbert class");
     // Keys that change nothing at inference are read as transformers reads them.
     for (k, v) in [("sparse_prediction", json!(true)), ("reference_compile", json!(false)),
         ("deterministic_flash_attn", json!(true)), ("sliding_window", json!(4))] {
-        assert!(with(&model, k, v.clone()).is_ok(), "{k}: {v}");
+        assert!(config_with(&model, k, v.clone()).is_ok(), "{k}: {v}");
     }
 }
 

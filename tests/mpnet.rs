@@ -13,7 +13,7 @@ use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
 use bertgpu::tasks::Model;
 use bertgpu::weights::{HostTensor, Weights};
-use common::family::{self, dir, embeddings_padded_and_alone};
+use common::family::{self, config_json, config_with, dir, embeddings_padded_and_alone, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -100,26 +100,19 @@ fn missing_bias_is_caught() {
 /// classes it lacks are refused by name, never run otherwise.
 #[test]
 fn config_and_refusals() {
-    let text = std::fs::read_to_string(dir("tiny-mpnet-mlm").join("config.json")).unwrap();
-    let c = BertConfig::from_json_str(&text).unwrap();
+    let v = config_json("tiny-mpnet-mlm");
+    let c = parse_config(&v).unwrap();
     assert_eq!(c.family, Family::MPNet);
     assert!(!c.family.has_token_types() && !c.family.has_token_type_table());
     assert_eq!((c.type_vocab_size, c.pad_token_id), (1, 1));
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let with = |k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        BertConfig::from_json_str(&v.to_string())
-    };
-    let no_type = with("model_type", Value::Null).unwrap();
+    let no_type = config_with(&v, "model_type", Value::Null).unwrap();
     assert_eq!(no_type, c, "the class names the family");
     for (k, val, says) in [("pad_token_id", json!(0), "pad_token_id 0"),
         ("relative_attention_num_buckets", json!(64), "relative_attention_num_buckets 64"),
         ("architectures", json!(["MPNetForPreTraining"]), "`MPNetForPreTraining` is not a mpnet class"),
         ("architectures", json!(["BertModel"]), "`BertModel` is not a mpnet class")]
     {
-        let e = with(k, val).unwrap_err().to_string();
-        assert!(e.contains(says), "{e}");
+        refused(config_with(&v, k, val), says);
     }
 }
 

@@ -13,7 +13,7 @@ use bertgpu::config::{BertConfig, Family, FeedForward, LayerBiases, Positions};
 use bertgpu::tasks::Model;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::Weights;
-use common::family::{self, dir, embeddings_padded_and_alone};
+use common::family::{self, config_json, config_with, dir, embeddings_padded_and_alone, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -133,29 +133,20 @@ fn missing_rotation_is_caught() {
 /// the biases; every key that would change the computation unseen is refused by name.
 #[test]
 fn configs_and_refusals() {
-    let read = |name: &str| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(dir(name).join("config.json")).unwrap()).unwrap()
-    };
-    let parse = |v: &Value| BertConfig::from_json_str(&v.to_string());
-    let with = |v: &Value, k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        parse(&v)
-    };
     // NomicBERT, transformers' keys and the hub's: the same model.
-    let nomic = read("tiny-nomic-model");
-    let c = parse(&nomic).unwrap();
+    let nomic = config_json("tiny-nomic-model");
+    let c = parse_config(&nomic).unwrap();
     assert_eq!((c.family, c.positions, c.biases), (Family::NomicBert, Positions::Rotary { theta: 100.0 }, LayerBiases::NONE));
     assert!(c.token_type_table && c.family.has_token_types());
     assert_eq!(c.hidden_act, bertgpu::activation::Activation::Silu);
-    let hub = parse(&read("tiny-nomic-hub")).unwrap();
+    let hub = parse_config(&config_json("tiny-nomic-hub")).unwrap();
     assert_eq!((hub.hidden_size, hub.num_hidden_layers, hub.num_attention_heads, hub.intermediate_size),
         (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size));
     assert_eq!((hub.positions, hub.hidden_act, hub.layer_norm_eps, hub.max_position_embeddings),
         (c.positions, c.hidden_act, c.layer_norm_eps, c.max_position_embeddings));
     // GTE: the hub's model_type and classes; no token-type table at type_vocab_size 0.
-    let gte = read("tiny-gte-model");
-    let g = parse(&gte).unwrap();
+    let gte = config_json("tiny-gte-model");
+    let g = parse_config(&gte).unwrap();
     assert_eq!((g.family, g.positions), (Family::Gte, Positions::Rotary { theta: 500.0 }));
     assert_eq!(g.biases, LayerBiases { up: false, ..LayerBiases::ALL });
     assert!(!g.token_type_table);
@@ -165,15 +156,11 @@ fn configs_and_refusals() {
     new["position_embedding_type"] = json!("rope");
     new["rope_theta"] = json!(500.0);
     new.as_object_mut().unwrap().remove("rope_parameters");
-    let from_hub = parse(&new).unwrap();
+    let from_hub = parse_config(&new).unwrap();
     assert_eq!(BertConfig { architectures: g.architectures.clone(), ..from_hub }, g, "the hub's keys name the same model");
-    assert!(parse(&read("tiny-gte-classifier")).unwrap().token_type_table);
+    assert!(parse_config(&config_json("tiny-gte-classifier")).unwrap().token_type_table);
 
-    let refused = |r: bertgpu::Result<BertConfig>, says: &str| {
-        let e = r.expect_err(says).to_string();
-        assert!(e.contains(says), "{e}");
-    };
-    let hubv = read("tiny-nomic-hub");
+    let hubv = config_json("tiny-nomic-hub");
     for (k, val, says) in [
         ("qkv_proj_bias", json!(true), "qkv_proj_bias true"),
         ("prenorm", json!(true), "prenorm true"),
@@ -183,21 +170,24 @@ fn configs_and_refusals() {
         ("activation_function", json!("gelu"), "activation_function `gelu`"),
         ("use_rms_norm", json!(true), "use_rms_norm true"),
     ] {
-        refused(with(&hubv, k, val), says);
+        refused(config_with(&hubv, k, val), says);
     }
     // GTE's fixed NTK scaling runs (gte_ntk_scaling_matches_its_authors_code); its mixed form, another family's
     // NTK, other scalings and a factor that would leave the rotation plain are refused.
-    assert_eq!(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 2.0})).unwrap().rope_ntk_factor, Some(2.0));
-    refused(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 2.0, "mixed_b": 0.5})), "rope_scaling mixed_b 0.5");
-    refused(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 1.0})), "rope_scaling factor 1");
-    refused(with(&new, "rope_scaling", json!({"type": "dynamic", "factor": 2.0})), "rope type `dynamic`");
-    refused(with(&nomic, "rope_scaling", json!({"type": "ntk", "factor": 2.0})), "rope type `ntk`");
-    refused(with(&gte, "rope_parameters", json!({"rope_type": "yarn", "rope_theta": 10.0})), "rope type `yarn`");
-    refused(with(&new, "logn_attention_scale", json!(true)), "logn_attention_scale true");
-    refused(with(&new, "layer_norm_type", json!("rms_norm")), "layer_norm_type `rms_norm`");
-    refused(with(&nomic, "head_dim", json!(16)), "head_dim 16");
-    refused(with(&gte, "architectures", json!(["GteForQuestionAnswering"])), "`GteForQuestionAnswering` is not a gte class");
-    refused(with(&nomic, "hidden_act", json!("mish")), "hidden_act `mish`");
+    let ntk = json!({"type": "ntk", "factor": 2.0});
+    assert_eq!(config_with(&new, "rope_scaling", ntk).unwrap().rope_ntk_factor, Some(2.0));
+    let mixed = json!({"type": "ntk", "factor": 2.0, "mixed_b": 0.5});
+    refused(config_with(&new, "rope_scaling", mixed), "rope_scaling mixed_b 0.5");
+    refused(config_with(&new, "rope_scaling", json!({"type": "ntk", "factor": 1.0})), "rope_scaling factor 1");
+    refused(config_with(&new, "rope_scaling", json!({"type": "dynamic", "factor": 2.0})), "rope type `dynamic`");
+    refused(config_with(&nomic, "rope_scaling", json!({"type": "ntk", "factor": 2.0})), "rope type `ntk`");
+    refused(config_with(&gte, "rope_parameters", json!({"rope_type": "yarn", "rope_theta": 10.0})), "rope type `yarn`");
+    refused(config_with(&new, "logn_attention_scale", json!(true)), "logn_attention_scale true");
+    refused(config_with(&new, "layer_norm_type", json!("rms_norm")), "layer_norm_type `rms_norm`");
+    refused(config_with(&nomic, "head_dim", json!(16)), "head_dim 16");
+    let qa = json!(["GteForQuestionAnswering"]);
+    refused(config_with(&gte, "architectures", qa), "`GteForQuestionAnswering` is not a gte class");
+    refused(config_with(&nomic, "hidden_act", json!("mish")), "hidden_act `mish`");
 }
 
 /// Question answering is refused by name: transformers has no `...ForQuestionAnswering` for either family to write

@@ -3,7 +3,8 @@
 //! and the family's name for the messages, so that a family's test file keeps only what is its own. The families
 //! with their own position or bias terms (tests/jina.rs, modernbert.rs, rotary.rs, deberta.rs, mpnet.rs) share the
 //! checks of those terms: padding must not move them, leaving one out must move the embeddings as it moved the
-//! reference's, and a folder streamed into GPU memory gives the same model.
+//! reference's, and a folder streamed into GPU memory gives the same model. Their config tests share the reading of
+//! a config.json with one key changed, and the check that it is refused by name.
 //!
 //! Every case's token ids are checked wherever the golden records them (an embedding golden may not; DistilBERT's
 //! does not), before its numbers; counts are checked before every zip.
@@ -60,6 +61,29 @@ pub fn load_edited<B: Backend>(d: &Path, backend: B, edit: impl FnOnce(&mut Bert
     edit(&mut cfg, &mut w);
     let tok = Tokenizer::from_dir(d, cfg.max_position_embeddings).unwrap();
     Model::new(backend, cfg, tok, &w).unwrap()
+}
+
+/// tests/models/`name`/config.json as JSON, to be changed before `parse_config` reads it.
+pub fn config_json(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir(name).join("config.json")).unwrap()).unwrap()
+}
+
+/// A config.json's JSON as a config.
+pub fn parse_config(v: &Value) -> bertgpu::Result<BertConfig> {
+    BertConfig::from_json_str(&v.to_string())
+}
+
+/// `v` with key `k` set to `val`, as a config.
+pub fn config_with(v: &Value, k: &str, val: Value) -> bertgpu::Result<BertConfig> {
+    let mut v = v.clone();
+    v[k] = val;
+    parse_config(&v)
+}
+
+/// A config refused, with an error that names `says` (the key or value that bertgpu does not run).
+pub fn refused(r: bertgpu::Result<BertConfig>, says: &str) {
+    let e = r.expect_err(says).to_string();
+    assert!(e.contains(says), "{e}");
 }
 
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
