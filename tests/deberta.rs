@@ -14,11 +14,10 @@ use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::gpu::{AttentionKernel, Tuning};
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
-use bertgpu::tasks::{EmbedOptions, Model, Pooling};
-use bertgpu::tokenizer::Tokenizer;
+use bertgpu::tasks::Model;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::{HostTensor, Weights};
-use common::family::{self, block_on, dir};
+use common::family::{self, block_on, config_json, config_with, dir, embeddings_padded_and_alone, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -46,29 +45,20 @@ fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `key` in the golden, in a padded batch (batches of 4) and each text alone (batch_size 1).
-fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
-    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
-    let cases = g[key].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
     let longest = g["embeddings"].as_array().unwrap().iter().map(|c| c["input_ids"].as_array().unwrap().len()).max();
     assert!(longest > Some(2 * 16), "a text crosses the logarithmic buckets and the clamp: {longest:?}");
     let mlm = load("tiny-deberta-mlm", mk());
-    embeddings("deberta (DebertaV2ForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
+    // Embeddings in a padded batch and each text alone: the relative terms follow offsets over the padded length.
+    embeddings_padded_and_alone("deberta (DebertaV2ForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
     family::fill_mask("deberta", &g, &mlm, atol, NEAR_TIES);
     family::classify("deberta", &g, &load("tiny-deberta-classifier", mk()), atol, true);
-    embeddings("deberta (DebertaV2Model)", &g, "model_embeddings", &load("tiny-deberta-model", mk()), atol);
+    let bare = load("tiny-deberta-model", mk());
+    embeddings_padded_and_alone("deberta (DebertaV2Model)", &g, "model_embeddings", &bare, atol);
     let abs = load("tiny-deberta-abs", mk());
     assert!(abs.config.has_position_table() && abs.config.has_token_type_table());
-    embeddings("deberta (absolute positions, no buckets)", &g, "abs_embeddings", &abs, atol);
+    embeddings_padded_and_alone("deberta (absolute positions, no buckets)", &g, "abs_embeddings", &abs, atol);
     family::token_logits("deberta", &g, &load("tiny-deberta-ner", mk()), atol);
     family::answer("deberta", &g, &load("tiny-deberta-qa", mk()), atol);
 }
@@ -108,7 +98,7 @@ fn deberta_matches_pytorch_on_gpu_with_the_split_kernels() {
         }
         everything(mk, GPU_ATOL);
         let m = load("tiny-deberta-model", probe);
-        embeddings(&format!("deberta on {module}"), &golden(), "model_embeddings", &m, GPU_ATOL);
+        embeddings_padded_and_alone(&format!("deberta on {module}"), &golden(), "model_embeddings", &m, GPU_ATOL);
         let ran = m.backend.compiled_modules();
         assert!(ran.contains(&module) && !ran.iter().any(|n| n.starts_with("attention_vec4") || *n == "attention"),
             "the split kernel ran, and no per-query one: {ran:?}");
@@ -136,46 +126,30 @@ fn buckets_match_transformers() {
 #[test]
 fn missing_relative_terms_are_caught() {
     let g = golden();
-    let d = dir("tiny-deberta-model");
-    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-    let mut w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    for (name, shape) in [("encoder.rel_embeddings.weight", vec![16, 32]), ("encoder.LayerNorm.weight", vec![32]),
-        ("encoder.LayerNorm.bias", vec![32])] {
-        let n = shape.iter().product();
-        w = w.replaced(name, HostTensor::f32(shape, vec![0.0; n]).unwrap()); // a DebertaV2Model: at the root
-    }
-    let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-    let cases = g["model_embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    assert_eq!(got.len(), want.len());
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(worst > 100.0 * CPU_ATOL, "without the relative terms the embeddings moved by {worst} only");
-    let recorded = g["without_relative_max_diff"].as_f64().unwrap() as f32;
-    assert!((worst - recorded).abs() < 1e-3, "torch's own zeroed model moved by {recorded}, ours by {worst}");
+    let zeroed = |_: &mut BertConfig, w: &mut Weights| {
+        for (name, shape) in [("encoder.rel_embeddings.weight", vec![16, 32]), ("encoder.LayerNorm.weight", vec![32]),
+            ("encoder.LayerNorm.bias", vec![32])] {
+            let n = shape.iter().product();
+            w.insert(name, HostTensor::f32(shape, vec![0.0; n]).unwrap()); // a DebertaV2Model: at the root
+        }
+    };
+    let m = family::load_edited(&dir("tiny-deberta-model"), CpuBackend::new(), zeroed);
+    family::moved_without("deberta without the relative terms", &g["model_embeddings"], &m, 100.0 * CPU_ATOL,
+        &g["without_relative_max_diff"]);
 }
 
 /// DeBERTa's configs: the family from `model_type` or the class; everything bertgpu does not run refused by the
 /// key's name, never run otherwise.
 #[test]
 fn config_and_refusals() {
-    let text = std::fs::read_to_string(dir("tiny-deberta-mlm").join("config.json")).unwrap();
-    let c = BertConfig::from_json_str(&text).unwrap();
+    let v = config_json("tiny-deberta-mlm");
+    let c = parse_config(&v).unwrap();
     assert_eq!(c.family, Family::DebertaV2);
     assert!(!c.has_token_types() && !c.has_token_type_table() && !c.has_position_table());
     let r = c.deberta.as_ref().unwrap().relative.unwrap();
     assert_eq!((r.buckets, r.max_relative_positions, r.span, r.layer_norm), (8, 16, 8, true));
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let with = |k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        BertConfig::from_json_str(&v.to_string())
-    };
-    assert_eq!(with("model_type", Value::Null).unwrap(), c, "the class names the family");
-    assert_eq!(with("pos_att_type", json!("C2P|p2c")).unwrap(), c, "a string as DebertaV2Config splits it");
+    assert_eq!(config_with(&v, "model_type", Value::Null).unwrap(), c, "the class names the family");
+    assert_eq!(config_with(&v, "pos_att_type", json!("C2P|p2c")).unwrap(), c, "a string as DebertaV2Config splits it");
     for (k, val, says) in [("conv_kernel_size", json!(3), "`conv_kernel_size` 3"),
         ("pos_att_type", json!(["p2c", "c2p", "p2p"]), "`pos_att_type` entry `p2p`"),
         ("pos_att_type", json!(["c2p"]), "`pos_att_type` [\"c2p\"]"),
@@ -187,8 +161,7 @@ fn config_and_refusals() {
         ("architectures", json!(["DebertaV2ForPreTraining"]), "`DebertaV2ForPreTraining` is not a deberta-v2 class"),
         ("model_type", json!("deberta"), "model_type `deberta` is not supported")]
     {
-        let e = with(k, val).unwrap_err().to_string();
-        assert!(e.contains(says), "{k}: {e}");
+        refused(config_with(&v, k, val), says);
     }
 }
 
@@ -207,13 +180,13 @@ fn question_answering_trains_and_pooler_dropouts_follow_the_config() {
     assert!(FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).is_ok(), "classification trains");
     // The ContextPooler's dropouts: `pooler_dropout` before its dense layer, `cls_dropout` after it (the hidden
     // dropout where absent), as DebertaV2ForSequenceClassification; both train.
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap();
+    let v = config_json("tiny-deberta-classifier");
     for (pooler, cls, want_cls) in [(json!(0.1), json!(0.2), 0.2f32), (json!(0.3), Value::Null, 0.05)] {
         let mut v = v.clone();
         v["pooler_dropout"] = pooler.clone();
         v["cls_dropout"] = cls;
         v["hidden_dropout_prob"] = json!(0.05);
-        let cfg = BertConfig::from_json_str(&v.to_string()).unwrap();
+        let cfg = parse_config(&v).unwrap();
         let mut t = FineTuner::new(&CpuBackend::new(), &cfg, &w, FineTuneTask::Sequence, None, 0).unwrap();
         let drop = t.checkpoint_dropout(0);
         assert_eq!((drop.pooler, drop.classifier), (pooler.as_f64().unwrap() as f32, want_cls), "{v}");
@@ -392,10 +365,5 @@ fn the_engine_places_a_deberta_on_the_gpu() {
     let d = dir("tiny-deberta-model");
     let e = block_on(Engine::load(ModelSource::Path(&d), &LoadOptions::default(), Device::Gpu)).unwrap();
     assert_eq!((e.device(), e.device_reason()), ("gpu", None));
-    let cases = golden()["model_embeddings"].as_array().unwrap().clone();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(e.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close("deberta engine on the gpu, mean embeddings", &got, &want, GPU_ATOL, 0.0);
+    family::engine_embeddings("deberta engine on the gpu", &e, &golden()["model_embeddings"], GPU_ATOL);
 }

@@ -11,13 +11,10 @@ mod common;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family, FeedForward, Positions};
-use bertgpu::tasks::{EmbedOptions, Model, Pooling};
+use bertgpu::tasks::Model;
 use bertgpu::tokenizer::Tokenizer;
-use bertgpu::engine::{Device, Engine, Placement};
-use bertgpu::loader::{self, LoadOptions, ModelSource};
-use bertgpu::weights::stream::{read_file_to, Format, Streamed};
-use bertgpu::weights::{HostData, HostTensor, Weights};
-use common::family::{self, block_on, dir};
+use bertgpu::weights::{HostTensor, Weights};
+use common::family::{self, block_on, config_json, config_with, dir, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -46,27 +43,19 @@ fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `g["embeddings"]`, in a padded batch (batches of 4) and each text alone: ALiBi's table follows
-/// the padded length, which padding must not change for real tokens.
-fn embeddings<B: Backend>(what: &str, g: &Value, m: &Model<B>, atol: f32) {
-    family::embeddings(what, g, m, atol, true);
-    let cases = g["embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    assert_eq!(got.len(), cases.len());
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
-    embeddings("jina 4 heads (bare model)", &g["model"], &load("tiny-jina-model", mk()), atol);
+    // In a padded batch and each text alone: ALiBi's table follows the padded length, which padding must not change
+    // for real tokens.
+    let embeddings = |what: &str, key: &str, m: &Model<B>| {
+        family::embeddings_padded_and_alone(what, &g[key], "embeddings", m, atol);
+    };
+    embeddings("jina 4 heads (bare model)", "model", &load("tiny-jina-model", mk()));
     let mlm = load("tiny-jina-mlm", mk());
-    embeddings("jina 6 heads (masked LM's encoder)", &g["mlm"], &mlm, atol);
+    embeddings("jina 6 heads (masked LM's encoder)", "mlm", &mlm);
     family::fill_mask("jina", &g["mlm"], &mlm, atol, false);
     let clf = load("tiny-jina-classifier", mk());
-    embeddings("jina reglu (classifier's encoder)", &g["classifier"], &clf, atol);
+    embeddings("jina reglu (classifier's encoder)", "classifier", &clf);
     family::classify("jina", &g["classifier"], &clf, atol, true);
 }
 
@@ -88,36 +77,7 @@ fn jina_matches_its_authors_code_on_gpu() {
 /// load-time check (its CPU reference a module at a time, read back from device memory) passes.
 #[test]
 fn placed_on_the_gpu_and_checked_at_load() {
-    let Some(g) = gpu() else { return };
-    let d = dir("tiny-jina-mlm");
-    let m = loader::load(ModelSource::Path(&d), &LoadOptions::default()).unwrap();
-    let host = m.weights().unwrap();
-    let Streamed::Safetensors(placed) = read_file_to(&d.join("model.safetensors"), Format::Safetensors, Some(&g)).unwrap()
-    else {
-        panic!("a safetensors read gave a GGUF")
-    };
-    let names = placed.names();
-    assert!(names.iter().any(|n| n.contains("mlp.gated_layers.weight")));
-    for n in names {
-        let t = placed.stored(n).unwrap();
-        let on_device = matches!(t.data, HostData::Placed(_));
-        assert_eq!(on_device, t.shape.len() == 2 && !n.contains("mlp.gated_layers."), "{n}");
-    }
-    let on = |w: &Weights, g| {
-        block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), w, Placement::on(Device::Gpu, g), CpuBackend::new()))
-            .unwrap()
-    };
-    let (from_host, from_file) = (on(&host, gpu().unwrap()), on(&placed, g));
-    assert_eq!(from_file.device(), "gpu");
-    let g = golden();
-    let cases = g["mlm"]["embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let embed = |e: &Engine| block_on(e.embed(&texts, &opts)).unwrap().concat();
-    let got = embed(&from_file);
-    assert_eq!(got, embed(&from_host), "the placed weights' model differs from the host weights'");
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close("placed on the GPU, mean embeddings", &got, &want, GPU_ATOL, 0.0);
+    family::placed_on_the_gpu(&dir("tiny-jina-mlm"), "mlp.gated_layers", &golden()["mlm"]["embeddings"], GPU_ATOL);
 }
 
 /// The slopes to the last bit of the reference's Python floats, for both branches of their formula.
@@ -147,22 +107,11 @@ fn cli_runs_jina() {
 fn missing_alibi_is_caught() {
     let g = golden();
     for (key, name) in [("model", "tiny-jina-model"), ("mlm", "tiny-jina-mlm")] {
-        let d = dir(name);
-        let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-        cfg.positions = Positions::Relative; // no table, no rotation, and (without DeBERTa's keys) no relative terms
-        let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-        let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-        let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-        let cases = g[key]["embeddings"].as_array().unwrap();
-        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-        let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-        let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-        let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-        assert_eq!(got.len(), want.len());
-        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        let recorded = g[key]["without_alibi_max_diff"].as_f64().unwrap() as f32;
-        assert!(worst > 1000.0 * CPU_ATOL, "{key}: without ALiBi the embeddings moved by {worst} only");
-        assert!((worst - recorded).abs() < 1e-3, "{key}: the reference without ALiBi moved by {recorded}, ours by {worst}");
+        // No table, no rotation, and (without DeBERTa's keys) no relative terms.
+        let m = family::load_edited(&dir(name), CpuBackend::new(), |cfg, _| cfg.positions = Positions::Relative);
+        let g = &g[key];
+        family::moved_without(&format!("jina {key} without ALiBi"), &g["embeddings"], &m, 1000.0 * CPU_ATOL,
+            &g["without_alibi_max_diff"]);
     }
 }
 
@@ -171,25 +120,16 @@ fn missing_alibi_is_caught() {
 #[test]
 fn refusals_by_name() {
     let d = dir("tiny-jina-model");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap();
-    let with = |k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        BertConfig::from_json_str(&v.to_string())
-    };
-    let refused = |r: bertgpu::Result<BertConfig>, says: &str| {
-        let e = r.expect_err(says).to_string();
-        assert!(e.contains(says), "{e}");
-    };
-    refused(with("feed_forward_type", json!("original")), "feed_forward_type `original`");
-    refused(with("feed_forward_type", json!("swiglu")), "feed_forward_type `swiglu`");
-    refused(with("auto_map", json!({"AutoModel": "jinaai/jina-bert-v2-qk-post-norm--modeling_bert.JinaBertModel"})),
-        "qk-post-norm");
-    refused(with("model_type", json!("distilbert")), "architecture `JinaBertModel`");
+    let v = config_json("tiny-jina-model");
+    refused(config_with(&v, "feed_forward_type", json!("original")), "feed_forward_type `original`");
+    refused(config_with(&v, "feed_forward_type", json!("swiglu")), "feed_forward_type `swiglu`");
+    let qk_post_norm = json!({"AutoModel": "jinaai/jina-bert-v2-qk-post-norm--modeling_bert.JinaBertModel"});
+    refused(config_with(&v, "auto_map", qk_post_norm), "qk-post-norm");
+    refused(config_with(&v, "model_type", json!("distilbert")), "architecture `JinaBertModel`");
     let mut roberta = v.clone();
     roberta["model_type"] = json!("roberta");
     roberta["architectures"] = json!(["RobertaModel"]);
-    refused(BertConfig::from_json_str(&roberta.to_string()), "`alibi` with model_type `roberta`");
+    refused(parse_config(&roberta), "`alibi` with model_type `roberta`");
 
     // The qk-post-norm variant's tensors, beside an otherwise loadable checkpoint.
     let cfg = BertConfig::from_file(d.join("config.json")).unwrap();

@@ -15,15 +15,11 @@ use bertgpu::activation::Activation;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family, FeedForward, LayerBiases, Norms, Positions, SlidingWindow};
-use bertgpu::engine::{Device, Engine, Placement};
-use bertgpu::loader::{self, LoadOptions, ModelSource};
 use bertgpu::sentence::Pooling;
-use bertgpu::tasks::{EmbedOptions, Model};
-use bertgpu::tokenizer::Tokenizer;
+use bertgpu::tasks::Model;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
-use bertgpu::weights::stream::{read_file_to, Format, Streamed};
-use bertgpu::weights::{HostData, Weights};
-use common::family::{self, block_on, dir};
+use bertgpu::weights::Weights;
+use common::family::{self, block_on, config_json, config_with, dir, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -49,24 +45,14 @@ fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `key`, in a padded batch (batches of 4) and each text alone: the window and the rotation
-/// follow positions over the padded length, which padding must not change for real tokens.
-fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
-    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
-    let cases = g[key].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    assert_eq!(got.len(), cases.len());
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
-    embeddings("bare model (no biases)", &g, "model_embeddings", &load("tiny-modernbert-model", mk()), atol);
+    // In a padded batch and each text alone: the window and the rotation follow positions over the padded length,
+    // which padding must not change for real tokens.
+    let bare = load("tiny-modernbert-model", mk());
+    family::embeddings_padded_and_alone("bare model (no biases)", &g, "model_embeddings", &bare, atol);
     let mlm = load("tiny-modernbert-mlm", mk());
-    embeddings("masked LM's encoder (every bias)", &g, "embeddings", &mlm, atol);
+    family::embeddings_padded_and_alone("masked LM's encoder (every bias)", &g, "embeddings", &mlm, atol);
     family::fill_mask("modernbert", &g, &mlm, atol, false);
     family::classify("modernbert cls", &g, &load("tiny-modernbert-classifier", mk()), atol, false);
     let mean = json!({ "classifier": g["classifier_mean"] });
@@ -99,38 +85,10 @@ const F16_ATOL: f32 = 1.5e-2;
 /// whose embeddings stay within F16_ATOL of PyTorch's.
 #[test]
 fn placed_on_the_gpu_and_checked_at_load() {
-    let Some(g) = gpu() else { return };
-    let d = dir("tiny-modernbert-mlm");
-    let m = loader::load(ModelSource::Path(&d), &LoadOptions::default()).unwrap();
-    let host = m.weights().unwrap();
-    let Streamed::Safetensors(placed) = read_file_to(&d.join("model.safetensors"), Format::Safetensors, Some(&g)).unwrap()
-    else {
-        panic!("a safetensors read gave a GGUF")
-    };
-    let names = placed.names();
-    assert!(names.iter().any(|n| n.contains("mlp.Wi.weight")));
-    for n in names {
-        let t = placed.stored(n).unwrap();
-        let on_device = matches!(t.data, HostData::Placed(_));
-        assert_eq!(on_device, t.shape.len() == 2 && !n.contains("mlp.Wi."), "{n}");
-    }
-    let on = |w: &Weights, g| {
-        block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), w, Placement::on(Device::Gpu, g), CpuBackend::new()))
-            .unwrap()
-    };
-    let (from_host, from_file) = (on(&host, gpu().unwrap()), on(&placed, g));
-    assert_eq!(from_file.device(), "gpu");
-    let g = golden();
-    let cases = g["embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let embed = |e: &Engine| block_on(e.embed(&texts, &opts)).unwrap().concat();
-    let got = embed(&from_file);
-    assert_eq!(got, embed(&from_host), "the placed weights' model differs from the host weights'");
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close("placed on the GPU, mean embeddings", &got, &want, GPU_ATOL, 0.0);
-    assert!(block_on(from_file.set_f16_activations(true)).unwrap(), "the f16 mode passes the load-time check");
-    family::close("f16 activations, mean embeddings", &embed(&from_file), &want, F16_ATOL, 0.0);
+    let cases = &golden()["embeddings"];
+    let Some(e) = family::placed_on_the_gpu(&dir("tiny-modernbert-mlm"), "mlp.Wi", cases, GPU_ATOL) else { return };
+    assert!(block_on(e.set_f16_activations(true)).unwrap(), "the f16 mode passes the load-time check");
+    family::engine_embeddings("f16 activations", &e, cases, F16_ATOL);
 }
 
 /// The CLI on the CPU: `embed` on the bare model, `classify` with pairs (the hub's config keys), `fill-mask`.
@@ -150,54 +108,33 @@ fn cli_runs_modernbert() {
 #[test]
 fn the_window_is_applied() {
     let g = golden();
-    let d = dir("tiny-modernbert-model");
-    let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-    cfg.sliding_window.as_mut().unwrap().half = 1000;
-    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-    let cases = g["model_embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    assert_eq!(got.len(), want.len());
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(worst > 1000.0 * CPU_ATOL, "with the window wide the embeddings moved by {worst} only");
-    let recorded = g["wide_window_max_diff"].as_f64().unwrap() as f32;
-    assert!((worst - recorded).abs() < 1e-3, "torch's model with the window wide moved by {recorded}, ours by {worst}");
+    let wide = |cfg: &mut BertConfig, _: &mut Weights| cfg.sliding_window.as_mut().unwrap().half = 1000;
+    let m = family::load_edited(&dir("tiny-modernbert-model"), CpuBackend::new(), wide);
+    family::moved_without("modernbert with the window wide", &g["model_embeddings"], &m, 1000.0 * CPU_ATOL,
+        &g["wide_window_max_diff"]);
 }
 
 /// The configs: transformers 5's keys and the hub's give the same model; biases, norms, heads' choices as written;
 /// every key that would change the computation unseen is refused by name.
 #[test]
 fn configs_and_refusals() {
-    let read = |name: &str| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(dir(name).join("config.json")).unwrap()).unwrap()
-    };
-    let parse = |v: &Value| BertConfig::from_json_str(&v.to_string());
-    let with = |v: &Value, k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        parse(&v)
-    };
-    let model = read("tiny-modernbert-model");
-    let c = parse(&model).unwrap();
+    let model = config_json("tiny-modernbert-model");
+    let c = parse_config(&model).unwrap();
     let window = SlidingWindow { half: 4, theta: 100.0, layers: vec![false, true, true, false] };
     assert_eq!((c.positions, c.sliding_window.as_ref()), (Positions::Rotary { theta: 500.0 }, Some(&window)));
     assert_eq!((c.biases, c.norm_bias, c.layer_norm_eps), (LayerBiases::NONE, false, 1e-5));
     assert_eq!((c.hidden_act, c.pad_token_id), (Activation::Gelu, 3));
     assert!(!c.token_type_table && !c.has_token_types());
-    let mlm = parse(&read("tiny-modernbert-mlm")).unwrap();
+    let mlm = parse_config(&config_json("tiny-modernbert-mlm")).unwrap();
     assert_eq!((mlm.biases, mlm.norm_bias, mlm.hidden_act), (LayerBiases::ALL, true, Activation::GeluTanh));
     let heads = mlm.modernbert.as_ref().unwrap();
     assert!(heads.classifier_bias && heads.decoder_bias);
-    let mean = parse(&read("tiny-modernbert-mean")).unwrap();
+    let mean = parse_config(&config_json("tiny-modernbert-mean")).unwrap();
     let heads = mean.modernbert.as_ref().unwrap();
     assert_eq!((heads.classifier_pooling, heads.classifier_activation), (Pooling::Mean, Activation::Silu));
     assert_eq!(mean.sliding_window.as_ref().unwrap().half, 2);
     // The classifier's config.json is in the hub's older keys; in transformers 5's it reads the same.
-    let hub = read("tiny-modernbert-classifier");
+    let hub = config_json("tiny-modernbert-classifier");
     assert!(hub.get("layer_types").is_none() && hub.get("global_rope_theta").is_some());
     let mut v5 = hub.clone();
     for k in ["global_attn_every_n_layers", "global_rope_theta", "local_rope_theta"] {
@@ -205,46 +142,42 @@ fn configs_and_refusals() {
     }
     v5["layer_types"] = model["layer_types"].clone();
     v5["rope_parameters"] = model["rope_parameters"].clone();
-    assert_eq!(parse(&v5).unwrap(), parse(&hub).unwrap(), "the two key sets name the same model");
+    assert_eq!(parse_config(&v5).unwrap(), parse_config(&hub).unwrap(), "the two key sets name the same model");
     // A theta under rope_parameters wins over the older key, as convert_rope_params_to_dict merges them.
     let mut both = v5.clone();
     both["local_rope_theta"] = json!(7.0);
-    assert_eq!(parse(&both).unwrap().sliding_window.unwrap().theta, 100.0);
+    assert_eq!(parse_config(&both).unwrap().sliding_window.unwrap().theta, 100.0);
     // Without either, transformers' defaults: every third layer global, thetas 160000 and 10000, a window of 128.
     let mut bare = hub.clone();
     for k in ["global_attn_every_n_layers", "global_rope_theta", "local_rope_theta", "local_attention"] {
         bare.as_object_mut().unwrap().remove(k);
     }
-    let d = parse(&bare).unwrap();
+    let d = parse_config(&bare).unwrap();
     let w = d.sliding_window.unwrap();
     assert_eq!((d.positions, w.half, w.theta, w.layers), (Positions::Rotary { theta: 160_000.0 }, 64, 10_000.0,
         vec![false, true, true, false]));
-    let two = with(&hub, "global_attn_every_n_layers", json!(2)).unwrap().sliding_window.unwrap().layers;
+    let two = config_with(&hub, "global_attn_every_n_layers", json!(2)).unwrap().sliding_window.unwrap().layers;
     assert_eq!(two, [false, true, false, true]);
 
-    let refused = |r: bertgpu::Result<BertConfig>, says: &str| {
-        let e = r.expect_err(says).to_string();
-        assert!(e.contains(says), "{e}");
-    };
-    refused(with(&hub, "classifier_pooling", json!("max")), "`classifier_pooling` `max`");
-    refused(with(&hub, "rope_scaling", json!({"rope_type": "linear", "factor": 2.0})), "rope type `linear`");
-    refused(with(&model, "rope_parameters", json!({"full_attention": {"rope_type": "yarn", "rope_theta": 10.0}})),
-        "rope type `yarn`");
-    refused(with(&model, "rope_parameters", json!({"rope_theta": 10.0})), "`rope_parameters` key `rope_theta`");
-    refused(with(&model, "layer_types", json!(["full_attention", "chunked_attention", "full_attention", "full_attention"])),
-        "`layer_types` entry \"chunked_attention\"");
-    refused(with(&model, "layer_types", json!(["full_attention"])), "`layer_types` of 1 entries for 4 layers");
-    refused(with(&hub, "global_attn_every_n_layers", json!(0)), "`global_attn_every_n_layers` 0");
-    refused(with(&hub, "sliding_window", json!(3)), "`sliding_window` 3");
-    refused(with(&hub, "hidden_activation", json!("mish")), "`hidden_activation` `mish`");
-    refused(with(&hub, "classifier_activation", json!("mish")), "`classifier_activation` `mish`");
-    refused(with(&hub, "head_dim", json!(16)), "`head_dim` 16");
-    refused(with(&hub, "architectures", json!(["ModernBertForMultipleChoice"])),
+    refused(config_with(&hub, "classifier_pooling", json!("max")), "`classifier_pooling` `max`");
+    refused(config_with(&hub, "rope_scaling", json!({"rope_type": "linear", "factor": 2.0})), "rope type `linear`");
+    let yarn = json!({"full_attention": {"rope_type": "yarn", "rope_theta": 10.0}});
+    refused(config_with(&model, "rope_parameters", yarn), "rope type `yarn`");
+    refused(config_with(&model, "rope_parameters", json!({"rope_theta": 10.0})), "`rope_parameters` key `rope_theta`");
+    let chunked = json!(["full_attention", "chunked_attention", "full_attention", "full_attention"]);
+    refused(config_with(&model, "layer_types", chunked), "`layer_types` entry \"chunked_attention\"");
+    refused(config_with(&model, "layer_types", json!(["full_attention"])), "`layer_types` of 1 entries for 4 layers");
+    refused(config_with(&hub, "global_attn_every_n_layers", json!(0)), "`global_attn_every_n_layers` 0");
+    refused(config_with(&hub, "sliding_window", json!(3)), "`sliding_window` 3");
+    refused(config_with(&hub, "hidden_activation", json!("mish")), "`hidden_activation` `mish`");
+    refused(config_with(&hub, "classifier_activation", json!("mish")), "`classifier_activation` `mish`");
+    refused(config_with(&hub, "head_dim", json!(16)), "`head_dim` 16");
+    refused(config_with(&hub, "architectures", json!(["ModernBertForMultipleChoice"])),
         "`ModernBertForMultipleChoice` is not a modernbert class");
     // Keys that change nothing at inference are read as transformers reads them.
     for (k, v) in [("sparse_prediction", json!(true)), ("reference_compile", json!(false)),
         ("deterministic_flash_attn", json!(true)), ("sliding_window", json!(4))] {
-        assert!(with(&model, k, v.clone()).is_ok(), "{k}: {v}");
+        assert!(config_with(&model, k, v.clone()).is_ok(), "{k}: {v}");
     }
 }
 

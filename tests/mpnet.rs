@@ -11,10 +11,9 @@ mod common;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family};
-use bertgpu::tasks::{EmbedOptions, Model, Pooling};
-use bertgpu::tokenizer::Tokenizer;
+use bertgpu::tasks::Model;
 use bertgpu::weights::{HostTensor, Weights};
-use common::family::{self, block_on, dir};
+use common::family::{self, config_json, config_with, dir, embeddings_padded_and_alone, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -43,25 +42,16 @@ fn load<B: Backend>(name: &str, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `key` in the golden, in a padded batch (batches of 4) and each text alone (batch_size 1): the
-/// bias follows offsets over the padded length, which padding must not change for real tokens.
-fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
-    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
-    let cases = g[key].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
     let mlm = load("tiny-mpnet-mlm", mk());
-    embeddings("mpnet (MPNetForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
+    // Embeddings in a padded batch and each text alone: the bias follows offsets over the padded length, which
+    // padding must not change for real tokens.
+    embeddings_padded_and_alone("mpnet (MPNetForMaskedLM's encoder)", &g, "embeddings", &mlm, atol);
     family::fill_mask("mpnet", &g, &mlm, atol, NEAR_TIES);
     family::classify("mpnet", &g, &load("tiny-mpnet-classifier", mk()), atol, false);
-    embeddings("mpnet (MPNetModel at the root)", &g, "model_embeddings", &load("tiny-mpnet-model", mk()), atol);
+    let bare = load("tiny-mpnet-model", mk());
+    embeddings_padded_and_alone("mpnet (MPNetModel at the root)", &g, "model_embeddings", &bare, atol);
     family::token_logits("mpnet", &g, &load("tiny-mpnet-ner", mk()), atol);
     // QA windows `<s> question </s></s> context </s>`; random tiny weights may give near-tied spans.
     family::answer("mpnet", &g, &load("tiny-mpnet-qa", mk()), atol);
@@ -98,48 +88,31 @@ fn buckets_match_transformers() {
 #[test]
 fn missing_bias_is_caught() {
     let g = golden();
-    let d = dir("tiny-mpnet-model");
-    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-    let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let zero = HostTensor::f32(vec![32, 4], vec![0.0; 128]).unwrap();
-    let w = w.replaced("encoder.relative_attention_bias.weight", zero);
-    let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-    let cases = g["model_embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    assert!(worst > 100.0 * CPU_ATOL, "without the bias the embeddings moved by {worst} only");
-    let recorded = g["without_bias_max_diff"].as_f64().unwrap() as f32;
-    assert!((worst - recorded).abs() < 1e-3, "torch's own zeroed-bias model moved by {recorded}, ours by {worst}");
+    let zeroed = |_: &mut BertConfig, w: &mut Weights| {
+        w.insert("encoder.relative_attention_bias.weight", HostTensor::f32(vec![32, 4], vec![0.0; 128]).unwrap());
+    };
+    let m = family::load_edited(&dir("tiny-mpnet-model"), CpuBackend::new(), zeroed);
+    family::moved_without("mpnet without the bias", &g["model_embeddings"], &m, 100.0 * CPU_ATOL,
+        &g["without_bias_max_diff"]);
 }
 
 /// MPNet's configs: the family from `model_type` or the class; what its code fixes (padding_idx 1, 32 buckets) and
 /// classes it lacks are refused by name, never run otherwise.
 #[test]
 fn config_and_refusals() {
-    let text = std::fs::read_to_string(dir("tiny-mpnet-mlm").join("config.json")).unwrap();
-    let c = BertConfig::from_json_str(&text).unwrap();
+    let v = config_json("tiny-mpnet-mlm");
+    let c = parse_config(&v).unwrap();
     assert_eq!(c.family, Family::MPNet);
     assert!(!c.family.has_token_types() && !c.family.has_token_type_table());
     assert_eq!((c.type_vocab_size, c.pad_token_id), (1, 1));
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let with = |k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        BertConfig::from_json_str(&v.to_string())
-    };
-    let no_type = with("model_type", Value::Null).unwrap();
+    let no_type = config_with(&v, "model_type", Value::Null).unwrap();
     assert_eq!(no_type, c, "the class names the family");
     for (k, val, says) in [("pad_token_id", json!(0), "pad_token_id 0"),
         ("relative_attention_num_buckets", json!(64), "relative_attention_num_buckets 64"),
         ("architectures", json!(["MPNetForPreTraining"]), "`MPNetForPreTraining` is not a mpnet class"),
         ("architectures", json!(["BertModel"]), "`BertModel` is not a mpnet class")]
     {
-        let e = with(k, val).unwrap_err().to_string();
-        assert!(e.contains(says), "{e}");
+        refused(config_with(&v, k, val), says);
     }
 }
 

@@ -10,11 +10,10 @@ mod common;
 use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::backend::Backend;
 use bertgpu::config::{BertConfig, Family, FeedForward, LayerBiases, Positions};
-use bertgpu::tasks::{EmbedOptions, Model, Pooling};
-use bertgpu::tokenizer::Tokenizer;
+use bertgpu::tasks::Model;
 use bertgpu::training::finetune::{FineTuneTask, FineTuner};
 use bertgpu::weights::Weights;
-use common::family::{self, block_on, dir};
+use common::family::{self, config_json, config_with, dir, embeddings_padded_and_alone, parse_config, refused};
 use common::gpu;
 use serde_json::{json, Value};
 
@@ -40,33 +39,23 @@ fn load<B: Backend>(name: &str, family: Family, backend: B) -> Model<B> {
     m
 }
 
-/// The embeddings of `key`, in a padded batch (batches of 4) and each text alone: the rotation follows positions
-/// over the padded length, which padding must not change for real tokens.
-fn embeddings<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
-    family::embeddings(what, &json!({ "embeddings": g[key] }), m, atol, true);
-    let cases = g[key].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), batch_size: 1, ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap();
-    assert_eq!(got.len(), cases.len());
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    family::close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &want, atol, 0.0);
-}
-
 fn everything<B: Backend>(mk: impl Fn() -> B, atol: f32) {
     let g = golden();
+    // Embeddings in a padded batch and each text alone: the rotation follows positions over the padded length, which
+    // padding must not change for real tokens.
     for (fam, family, prefix) in [("nomic", Family::NomicBert, "tiny-nomic"), ("gte", Family::Gte, "tiny-gte")] {
         let g = &g[fam];
         let mlm = load(&format!("{prefix}-mlm"), family, mk());
-        embeddings(&format!("{fam} (masked LM's encoder)"), g, "embeddings", &mlm, atol);
+        embeddings_padded_and_alone(&format!("{fam} (masked LM's encoder)"), g, "embeddings", &mlm, atol);
         family::fill_mask(fam, g, &mlm, atol, false);
-        embeddings(&format!("{fam} (bare model)"), g, "model_embeddings", &load(&format!("{prefix}-model"), family, mk()), atol);
+        let bare = load(&format!("{prefix}-model"), family, mk());
+        embeddings_padded_and_alone(&format!("{fam} (bare model)"), g, "model_embeddings", &bare, atol);
         family::classify(fam, g, &load(&format!("{prefix}-classifier"), family, mk()), atol, true);
         family::token_logits(fam, g, &load(&format!("{prefix}-ner"), family, mk()), atol);
     }
     // nomic-ai's hub config keys over the same weights as tiny-nomic-model.
     let hub = load("tiny-nomic-hub", Family::NomicBert, mk());
-    embeddings("nomic (the hub's config keys)", &g["nomic"], "model_embeddings", &hub, atol);
+    embeddings_padded_and_alone("nomic (the hub's config keys)", &g["nomic"], "model_embeddings", &hub, atol);
 }
 
 #[test]
@@ -100,23 +89,15 @@ fn gte_ntk_scaling_matches_its_authors_code() {
     for (i, f) in want.iter().enumerate() {
         assert_eq!((row[i], row[half + i]), (f.cos(), f.sin()), "frequency {i}: torch's {f}");
     }
-    embeddings("gte ntk", &g, "embeddings", &load("tiny-gte-ntk", Family::Gte, CpuBackend::new()), CPU_ATOL);
+    let on_cpu = load("tiny-gte-ntk", Family::Gte, CpuBackend::new());
+    embeddings_padded_and_alone("gte ntk", &g, "embeddings", &on_cpu, CPU_ATOL);
     if let Some(gpu) = gpu() {
-        embeddings("gte ntk (gpu)", &g, "embeddings", &load("tiny-gte-ntk", Family::Gte, gpu), GPU_ATOL);
+        let on_gpu = load("tiny-gte-ntk", Family::Gte, gpu);
+        embeddings_padded_and_alone("gte ntk (gpu)", &g, "embeddings", &on_gpu, GPU_ATOL);
     }
-    let mut plain = cfg.clone();
-    plain.rope_ntk_factor = None;
-    let tok = Tokenizer::from_dir(&d, plain.max_position_embeddings).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-    let m = Model::new(CpuBackend::new(), plain, tok, &w).unwrap();
-    let cases = g["embeddings"].as_array().unwrap();
-    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-    let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-    let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    let recorded = g["without_scaling_max_diff"].as_f64().unwrap() as f32;
-    assert!(worst > 1000.0 * CPU_ATOL && (worst - recorded).abs() < 1e-3, "without the scaling: ours {worst}, torch {recorded}");
+    let plain = family::load_edited(&d, CpuBackend::new(), |cfg, _| cfg.rope_ntk_factor = None);
+    family::moved_without("gte without the NTK scaling", &g["embeddings"], &plain, 1000.0 * CPU_ATOL,
+        &g["without_scaling_max_diff"]);
 }
 
 /// The CLI on the CPU: `embed` on both bare models (NomicBERT under the hub's config keys too), `classify` with pairs,
@@ -140,22 +121,11 @@ fn cli_runs_the_rotary_families() {
 fn missing_rotation_is_caught() {
     let g = golden();
     for (fam, name) in [("nomic", "tiny-nomic-model"), ("gte", "tiny-gte-model")] {
-        let d = dir(name);
-        let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
-        cfg.positions = Positions::Rotary { theta: f32::INFINITY };
-        let tok = Tokenizer::from_dir(&d, cfg.max_position_embeddings).unwrap();
-        let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
-        let m = Model::new(CpuBackend::new(), cfg, tok, &w).unwrap();
-        let cases = g[fam]["model_embeddings"].as_array().unwrap();
-        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-        let opts = EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() };
-        let got = block_on(m.embed(&texts, &opts)).unwrap().concat();
-        let want: Vec<f32> = cases.iter().flat_map(|c| family::rows(&json!([c["mean"]]))).collect();
-        assert_eq!(got.len(), want.len());
-        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(worst > 1000.0 * CPU_ATOL, "{fam}: with theta = ∞ the embeddings moved by {worst} only");
-        let recorded = g[fam]["without_rotation_max_diff"].as_f64().unwrap() as f32;
-        assert!((worst - recorded).abs() < 1e-3, "{fam}: torch's model with theta = ∞ moved by {recorded}, ours by {worst}");
+        let infinite = |cfg: &mut BertConfig, _: &mut Weights| cfg.positions = Positions::Rotary { theta: f32::INFINITY };
+        let m = family::load_edited(&dir(name), CpuBackend::new(), infinite);
+        let g = &g[fam];
+        family::moved_without(&format!("{fam} with theta = ∞"), &g["model_embeddings"], &m, 1000.0 * CPU_ATOL,
+            &g["without_rotation_max_diff"]);
     }
 }
 
@@ -163,29 +133,20 @@ fn missing_rotation_is_caught() {
 /// the biases; every key that would change the computation unseen is refused by name.
 #[test]
 fn configs_and_refusals() {
-    let read = |name: &str| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(dir(name).join("config.json")).unwrap()).unwrap()
-    };
-    let parse = |v: &Value| BertConfig::from_json_str(&v.to_string());
-    let with = |v: &Value, k: &str, val: Value| {
-        let mut v = v.clone();
-        v[k] = val;
-        parse(&v)
-    };
     // NomicBERT, transformers' keys and the hub's: the same model.
-    let nomic = read("tiny-nomic-model");
-    let c = parse(&nomic).unwrap();
+    let nomic = config_json("tiny-nomic-model");
+    let c = parse_config(&nomic).unwrap();
     assert_eq!((c.family, c.positions, c.biases), (Family::NomicBert, Positions::Rotary { theta: 100.0 }, LayerBiases::NONE));
     assert!(c.token_type_table && c.family.has_token_types());
     assert_eq!(c.hidden_act, bertgpu::activation::Activation::Silu);
-    let hub = parse(&read("tiny-nomic-hub")).unwrap();
+    let hub = parse_config(&config_json("tiny-nomic-hub")).unwrap();
     assert_eq!((hub.hidden_size, hub.num_hidden_layers, hub.num_attention_heads, hub.intermediate_size),
         (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size));
     assert_eq!((hub.positions, hub.hidden_act, hub.layer_norm_eps, hub.max_position_embeddings),
         (c.positions, c.hidden_act, c.layer_norm_eps, c.max_position_embeddings));
     // GTE: the hub's model_type and classes; no token-type table at type_vocab_size 0.
-    let gte = read("tiny-gte-model");
-    let g = parse(&gte).unwrap();
+    let gte = config_json("tiny-gte-model");
+    let g = parse_config(&gte).unwrap();
     assert_eq!((g.family, g.positions), (Family::Gte, Positions::Rotary { theta: 500.0 }));
     assert_eq!(g.biases, LayerBiases { up: false, ..LayerBiases::ALL });
     assert!(!g.token_type_table);
@@ -195,15 +156,11 @@ fn configs_and_refusals() {
     new["position_embedding_type"] = json!("rope");
     new["rope_theta"] = json!(500.0);
     new.as_object_mut().unwrap().remove("rope_parameters");
-    let from_hub = parse(&new).unwrap();
+    let from_hub = parse_config(&new).unwrap();
     assert_eq!(BertConfig { architectures: g.architectures.clone(), ..from_hub }, g, "the hub's keys name the same model");
-    assert!(parse(&read("tiny-gte-classifier")).unwrap().token_type_table);
+    assert!(parse_config(&config_json("tiny-gte-classifier")).unwrap().token_type_table);
 
-    let refused = |r: bertgpu::Result<BertConfig>, says: &str| {
-        let e = r.expect_err(says).to_string();
-        assert!(e.contains(says), "{e}");
-    };
-    let hubv = read("tiny-nomic-hub");
+    let hubv = config_json("tiny-nomic-hub");
     for (k, val, says) in [
         ("qkv_proj_bias", json!(true), "qkv_proj_bias true"),
         ("prenorm", json!(true), "prenorm true"),
@@ -213,21 +170,24 @@ fn configs_and_refusals() {
         ("activation_function", json!("gelu"), "activation_function `gelu`"),
         ("use_rms_norm", json!(true), "use_rms_norm true"),
     ] {
-        refused(with(&hubv, k, val), says);
+        refused(config_with(&hubv, k, val), says);
     }
     // GTE's fixed NTK scaling runs (gte_ntk_scaling_matches_its_authors_code); its mixed form, another family's
     // NTK, other scalings and a factor that would leave the rotation plain are refused.
-    assert_eq!(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 2.0})).unwrap().rope_ntk_factor, Some(2.0));
-    refused(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 2.0, "mixed_b": 0.5})), "rope_scaling mixed_b 0.5");
-    refused(with(&new, "rope_scaling", json!({"type": "ntk", "factor": 1.0})), "rope_scaling factor 1");
-    refused(with(&new, "rope_scaling", json!({"type": "dynamic", "factor": 2.0})), "rope type `dynamic`");
-    refused(with(&nomic, "rope_scaling", json!({"type": "ntk", "factor": 2.0})), "rope type `ntk`");
-    refused(with(&gte, "rope_parameters", json!({"rope_type": "yarn", "rope_theta": 10.0})), "rope type `yarn`");
-    refused(with(&new, "logn_attention_scale", json!(true)), "logn_attention_scale true");
-    refused(with(&new, "layer_norm_type", json!("rms_norm")), "layer_norm_type `rms_norm`");
-    refused(with(&nomic, "head_dim", json!(16)), "head_dim 16");
-    refused(with(&gte, "architectures", json!(["GteForQuestionAnswering"])), "`GteForQuestionAnswering` is not a gte class");
-    refused(with(&nomic, "hidden_act", json!("mish")), "hidden_act `mish`");
+    let ntk = json!({"type": "ntk", "factor": 2.0});
+    assert_eq!(config_with(&new, "rope_scaling", ntk).unwrap().rope_ntk_factor, Some(2.0));
+    let mixed = json!({"type": "ntk", "factor": 2.0, "mixed_b": 0.5});
+    refused(config_with(&new, "rope_scaling", mixed), "rope_scaling mixed_b 0.5");
+    refused(config_with(&new, "rope_scaling", json!({"type": "ntk", "factor": 1.0})), "rope_scaling factor 1");
+    refused(config_with(&new, "rope_scaling", json!({"type": "dynamic", "factor": 2.0})), "rope type `dynamic`");
+    refused(config_with(&nomic, "rope_scaling", json!({"type": "ntk", "factor": 2.0})), "rope type `ntk`");
+    refused(config_with(&gte, "rope_parameters", json!({"rope_type": "yarn", "rope_theta": 10.0})), "rope type `yarn`");
+    refused(config_with(&new, "logn_attention_scale", json!(true)), "logn_attention_scale true");
+    refused(config_with(&new, "layer_norm_type", json!("rms_norm")), "layer_norm_type `rms_norm`");
+    refused(config_with(&nomic, "head_dim", json!(16)), "head_dim 16");
+    let qa = json!(["GteForQuestionAnswering"]);
+    refused(config_with(&gte, "architectures", qa), "`GteForQuestionAnswering` is not a gte class");
+    refused(config_with(&nomic, "hidden_act", json!("mish")), "hidden_act `mish`");
 }
 
 /// Question answering is refused by name: transformers has no `...ForQuestionAnswering` for either family to write

@@ -1,6 +1,10 @@
 //! The golden checks that BERT's relatives share (tests/distilbert.rs, tests/roberta.rs, tests/electra_albert.rs):
 //! each takes one family's section of its golden JSON (`g`: the whole of distilbert.json, `roberta.json["xlmr"]`, …)
-//! and the family's name for the messages, so that a family's test file keeps only what is its own.
+//! and the family's name for the messages, so that a family's test file keeps only what is its own. The families
+//! with their own position or bias terms (tests/jina.rs, modernbert.rs, rotary.rs, deberta.rs, mpnet.rs) share the
+//! checks of those terms: padding must not move them, leaving one out must move the embeddings as it moved the
+//! reference's, and a folder streamed into GPU memory gives the same model. Their config tests share the reading of
+//! a config.json with one key changed, and the check that it is refused by name.
 //!
 //! Every case's token ids are checked wherever the golden records them (an embedding golden may not; DistilBERT's
 //! does not), before its numbers; counts are checked before every zip.
@@ -9,13 +13,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bertgpu::backend::Backend;
+use bertgpu::backend::cpu::CpuBackend;
 use bertgpu::config::BertConfig;
+use bertgpu::engine::{Device, Engine, Placement};
 use bertgpu::heads::qa;
+use bertgpu::loader::{self, LoadOptions, ModelSource};
 use bertgpu::tasks::{EmbedOptions, Model, Pooling};
 use bertgpu::tokenizer::Tokenizer;
 use bertgpu::dtype::Dtype;
 use bertgpu::weights::gguf;
-use bertgpu::weights::Weights;
+use bertgpu::weights::stream::{read_file_to, Format, Streamed};
+use bertgpu::weights::{HostData, Weights};
 use serde_json::Value;
 
 use super::{assert_close, floats};
@@ -43,10 +51,39 @@ pub fn dir(name: &str) -> PathBuf {
 
 /// A checkpoint folder (config.json, its tokenizer, model.safetensors) as a model on `backend`.
 pub fn load<B: Backend>(d: &Path, backend: B) -> Model<B> {
-    let cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    load_edited(d, backend, |_, _| {})
+}
+
+/// `load`, with the config and the weights changed by `edit` before the model is built (a term left out on purpose).
+pub fn load_edited<B: Backend>(d: &Path, backend: B, edit: impl FnOnce(&mut BertConfig, &mut Weights)) -> Model<B> {
+    let mut cfg = BertConfig::from_file(d.join("config.json")).unwrap();
+    let mut w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
+    edit(&mut cfg, &mut w);
     let tok = Tokenizer::from_dir(d, cfg.max_position_embeddings).unwrap();
-    let w = Weights::from_safetensors_file(d.join("model.safetensors")).unwrap();
     Model::new(backend, cfg, tok, &w).unwrap()
+}
+
+/// tests/models/`name`/config.json as JSON, to be changed before `parse_config` reads it.
+pub fn config_json(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir(name).join("config.json")).unwrap()).unwrap()
+}
+
+/// A config.json's JSON as a config.
+pub fn parse_config(v: &Value) -> bertgpu::Result<BertConfig> {
+    BertConfig::from_json_str(&v.to_string())
+}
+
+/// `v` with key `k` set to `val`, as a config.
+pub fn config_with(v: &Value, k: &str, val: Value) -> bertgpu::Result<BertConfig> {
+    let mut v = v.clone();
+    v[k] = val;
+    parse_config(&v)
+}
+
+/// A config refused, with an error that names `says` (the key or value that bertgpu does not run).
+pub fn refused(r: bertgpu::Result<BertConfig>, says: &str) {
+    let e = r.expect_err(says).to_string();
+    assert!(e.contains(says), "{e}");
 }
 
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -116,6 +153,19 @@ pub fn embeddings<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32, wit
         let want: Vec<f32> = cases.iter().flat_map(|c| floats(&c[key])).collect();
         close(&format!("{fam} {key} embeddings"), &got.concat(), &want, atol, 0.0);
     }
+}
+
+/// `embeddings` (token ids included) of the texts in `g[key]`, in a padded batch (batches of 4), then their mean
+/// embeddings with each text alone (batch_size 1): what follows positions over the padded length (ALiBi's table, the
+/// rotation, a sliding window, a relative bias, the disentangled terms) must not change for real tokens when the
+/// padding goes.
+pub fn embeddings_padded_and_alone<B: Backend>(what: &str, g: &Value, key: &str, m: &Model<B>, atol: f32) {
+    let cases = &g[key];
+    embeddings(what, &serde_json::json!({ "embeddings": cases }), m, atol, true);
+    let alone = EmbedOptions { batch_size: 1, ..mean_unnormalised() };
+    let got = block_on(m.embed(&texts(cases), &alone)).unwrap();
+    assert_eq!(got.len(), cases.as_array().unwrap().len(), "one vector per text");
+    close(&format!("{what} mean embeddings, each text alone"), &got.concat(), &means(cases), atol, 0.0);
 }
 
 /// The logits at every mask and the pipeline's top 5 per mask.
@@ -295,6 +345,85 @@ pub fn answer<B: Backend>(fam: &str, g: &Value, m: &Model<B>, atol: f32) {
         }
     }
     eprintln!("measured {fam} qa scores: {worst:.2e}");
+}
+
+/// The texts of a golden's embedding cases (`[{"text", "mean", …}, …]`).
+fn texts(cases: &Value) -> Vec<&str> {
+    cases.as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap()).collect()
+}
+
+/// The golden's mean-pooled vectors of `cases`, one after the other.
+fn means(cases: &Value) -> Vec<f32> {
+    cases.as_array().unwrap().iter().flat_map(|c| floats(&c["mean"])).collect()
+}
+
+/// Mean pooling without normalisation, as the goldens' `mean` vectors.
+fn mean_unnormalised() -> EmbedOptions {
+    EmbedOptions { pooling: Some(Pooling::Mean), normalize: Some(false), ..EmbedOptions::default() }
+}
+
+/// How far our move may be from the reference's in `moved_without` (each the largest |broken − golden|). Measured
+/// ≤ 1.5e-6 (GTE with theta = ∞; every check prints its own, `-- --nocapture`, "measured … moved by"), over moves
+/// of 0.32–2.1. 1e-3 is the bound each family's check had before they were shared: ~700× the measurement, kept
+/// because it is still 0.3% of the smallest move, so a model that moves otherwise than the reference's fails.
+const MOVED_TOL: f32 = 1e-3;
+
+/// A term left out on purpose is seen: `m` (a model with a position or bias term removed) gives mean embeddings of
+/// `cases` further than `floor` from the golden's (far outside the tolerance, which would see the term missing), and
+/// as far as the reference's own model moved with the same term removed (`recorded`, in the golden), within
+/// MOVED_TOL: the term is applied where the reference applies it. `what` names the break for the messages.
+pub fn moved_without<B: Backend>(what: &str, cases: &Value, m: &Model<B>, floor: f32, recorded: &Value) {
+    let got = block_on(m.embed(&texts(cases), &mean_unnormalised())).unwrap().concat();
+    let want = means(cases);
+    assert_eq!(got.len(), want.len(), "{what}: one vector per text");
+    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let recorded = recorded.as_f64().unwrap() as f32;
+    eprintln!("measured {what}: moved by {worst}, the reference by {recorded}");
+    assert!(worst > floor, "{what}: the embeddings moved by {worst} only");
+    assert!((worst - recorded).abs() < MOVED_TOL, "{what}: the reference moved by {recorded}, ours by {worst}");
+}
+
+/// An engine's mean embeddings of `cases` (unnormalised, the default batches), within `atol` of the golden's per
+/// value; returned for further comparison.
+pub fn engine_embeddings(what: &str, e: &Engine, cases: &Value, atol: f32) -> Vec<f32> {
+    let got = block_on(e.embed(&texts(cases), &mean_unnormalised())).unwrap();
+    assert_eq!(got.len(), cases.as_array().unwrap().len(), "{what}: one vector per text");
+    let got = got.concat();
+    close(&format!("{what}, mean embeddings"), &got, &means(cases), atol, 0.0);
+    got
+}
+
+/// The folder `d` placed on the GPU as a folder loads there, its model.safetensors read straight into device memory
+/// as the file arrives: every matrix written there but `{kept}.weight`, which must exist (a gated block whose halves
+/// swap on the host at load); the engine over those weights passes the load-time check (its CPU reference a module
+/// at a time, read back from device memory: it stays on the GPU), is the same, bit for bit, as the engine over the
+/// host weights, and gives the golden mean embeddings of `cases` within `atol`. Returns that engine; `None` (the test
+/// skips) where there is no GPU and `BERTGPU_REQUIRE_GPU` allows it.
+pub fn placed_on_the_gpu(d: &Path, kept: &str, cases: &Value, atol: f32) -> Option<Engine> {
+    let g = super::gpu()?;
+    let m = loader::load(ModelSource::Path(d), &LoadOptions::default()).unwrap();
+    let host = m.weights().unwrap();
+    let Streamed::Safetensors(placed) = read_file_to(&d.join("model.safetensors"), Format::Safetensors, Some(&g)).unwrap()
+    else {
+        panic!("a safetensors read gave a GGUF")
+    };
+    let names = placed.names();
+    assert!(names.iter().any(|n| n.contains(&format!("{kept}.weight"))), "{}: no {kept}.weight", d.display());
+    for n in names {
+        let t = placed.stored(n).unwrap();
+        let on_device = matches!(t.data, HostData::Placed(_));
+        assert_eq!(on_device, t.shape.len() == 2 && !n.contains(&format!("{kept}.")), "{n}");
+    }
+    let on = |w: &Weights, g| {
+        block_on(Engine::place(m.config.clone(), m.tokenizer.clone(), w, Placement::on(Device::Gpu, g), CpuBackend::new()))
+            .unwrap()
+    };
+    let (from_host, from_file) = (on(&host, super::gpu().unwrap()), on(&placed, g));
+    assert_eq!(from_file.device(), "gpu");
+    let got = engine_embeddings("placed on the GPU", &from_file, cases, atol);
+    let host = block_on(from_host.embed(&texts(cases), &mean_unnormalised())).unwrap().concat();
+    assert_eq!(got, host, "the placed weights' model differs from the host weights'");
+    Some(from_file)
 }
 
 /// The GGUF that `convert` writes for tests/models/`name`.
