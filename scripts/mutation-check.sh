@@ -98,10 +98,12 @@ T_FAMILY=(--test roberta)
 T_QA=(--test roberta --test electra_albert --test distilbert)
 T_SHARDS=(--test camembert -- cpu inconsistent)
 T_ZERO_SHOT=(--test zero_shot -- cpu cli)
+T_JINA=(--test jina -- on_cpu)
+T_GATED=(--test finetune_families -- on_the_cpu)
 
 status=0
 echo "mutation-check at $(git rev-parse --short HEAD), target $CARGO_TARGET_DIR"
-for t in T_MODEL T_LLAMA T_HEADS T_TRAIN_CPU T_TRAIN_GPU T_GPU T_FINETUNE T_PRETRAIN T_LORA T_LORA_MORE T_FAMILY T_QA T_SHARDS T_ZERO_SHOT; do
+for t in T_MODEL T_LLAMA T_HEADS T_TRAIN_CPU T_TRAIN_GPU T_GPU T_FINETUNE T_PRETRAIN T_LORA T_LORA_MORE T_FAMILY T_QA T_SHARDS T_ZERO_SHOT T_JINA T_GATED; do
     declare -n args=$t
     if ! cargo_tests "${args[@]}"; then
         echo "BASELINE FAILS   cargo test ${args[*]}: $(cat "$scratch/failed" 2>/dev/null)"
@@ -170,6 +172,11 @@ mutate zero-shot-contradiction "zero-shot's contradiction index 1 where entailme
     'if entailment == 0 { 1 } else { 0 }'
 mutate golden-camembert "CamemBERT's golden mean embedding, one value + 5e-5 (2x CPU_ATOL), read from shards too" \
     T_SHARDS bump tests/golden/camembert.json 5e-5 camembert embeddings 0 mean 0
+mutate alibi-dropped "JinaBERT's ALiBi left out of the score bias its attention reads" T_JINA \
+    replace src/model/bert.rs 'if let Some(a) = alibi {' 'if let Some(a) = alibi.filter(|_| false) {'
+mutate gated-unswapped "training reads ModernBERT's Wi and JinaBERT's gated_layers in their stored order, not swapped" \
+    T_GATED replace src/training/encoder/gated.rs '(0..2 * n).map(|i| ((i + n) % (2 * n)) as u32).collect()' \
+    '(0..2 * n).map(|i| i as u32).collect()'
 mutate shard-twice "a tensor found in a second shard is not refused as such" T_SHARDS \
     replace src/weights/sharded.rs 'self.found.insert(name.to_string(), shard.to_string()) {' \
     'self.found.insert(name.to_string(), shard.to_string()).filter(|_| false) {'
