@@ -28,15 +28,8 @@ import sys
 
 import torch
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
-from transformers import (
-    AutoTokenizer,
-    CamembertConfig,
-    CamembertForMaskedLM,
-    CamembertForQuestionAnswering,
-    CamembertForSequenceClassification,
-    CamembertForTokenClassification,
-    CamembertTokenizer,
-)
+from transformers import (AutoTokenizer, CamembertConfig, CamembertForMaskedLM, CamembertForQuestionAnswering,
+                          CamembertForSequenceClassification, CamembertForTokenClassification, CamembertTokenizer)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heads as H  # noqa: E402
@@ -119,16 +112,11 @@ def main():
     g["qa"] = H.qa(H.WithoutTypes(m), R.WithTypes(tok))
     golden["camembert"] = g
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, golden)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
     print("classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
     print("unk in embed texts", sum(e["input_ids"].count(3) for e in g["embeddings"]), file=sys.stderr)
-    for q in g["qa"]:
-        print("qa", q["answer"], "windows", len(q["windows"]), "gaps",
-              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+    H.print_qa(g["qa"])
 
 
 if __name__ == "__main__":

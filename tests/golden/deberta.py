@@ -32,7 +32,6 @@ the init so that a wrong bucket or a missing term moves the outputs far past the
                                           -300..300 for (8, 16) and for DeBERTa-v3-base's (256, 512), and how far
                                           the embeddings move without the relative terms
 """
-import json
 import os
 import sys
 
@@ -148,10 +147,7 @@ def main():
     save(m, "tiny-deberta-abs")
     g["abs_embeddings"] = embeddings(m, tok)
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(g, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, g)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
     print("classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
     print("longest embed text", max(len(e["input_ids"]) for e in g["embeddings"]), "tokens", file=sys.stderr)

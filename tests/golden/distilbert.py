@@ -19,19 +19,12 @@ n_layers, n_heads, hidden_dim), learned positions (`sinusoidal_pos_embds: false`
 DistilBERT's forward takes no token_type_ids: the tokenizers here are told so (model_input_names), and the QA
 reference (which reads them from its tokenizer) calls the model without them.
 """
-import json
 import os
 import sys
 
 import torch
-from transformers import (
-    AutoTokenizer,
-    DistilBertConfig,
-    DistilBertForMaskedLM,
-    DistilBertForQuestionAnswering,
-    DistilBertForSequenceClassification,
-    DistilBertForTokenClassification,
-)
+from transformers import (AutoTokenizer, DistilBertConfig, DistilBertForMaskedLM, DistilBertForQuestionAnswering,
+                          DistilBertForSequenceClassification, DistilBertForTokenClassification)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heads as H  # noqa: E402
@@ -98,15 +91,10 @@ def main():
     # qa_reference reads the token types from the tokenizer (then WithoutTypes drops them), so the default one.
     golden["qa"] = H.qa(H.WithoutTypes(m), AutoTokenizer.from_pretrained(tok_dir))
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, golden)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in golden["fill_mask"]), file=sys.stderr)
     print("classifier min score gap", min(e["min_score_gap"] for e in golden["classifier"]), file=sys.stderr)
-    for q in golden["qa"]:
-        print("qa", q["answer"], "windows", len(q["windows"]), "gaps",
-              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+    H.print_qa(golden["qa"])
 
 
 if __name__ == "__main__":

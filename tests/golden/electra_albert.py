@@ -53,22 +53,10 @@ import unicodedata
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import (
-    AlbertConfig,
-    AlbertForMaskedLM,
-    AlbertForQuestionAnswering,
-    AlbertForSequenceClassification,
-    AlbertForTokenClassification,
-    AlbertTokenizer,
-    AutoTokenizer,
-    ElectraConfig,
-    ElectraForMaskedLM,
-    ElectraForPreTraining,
-    ElectraForQuestionAnswering,
-    ElectraForSequenceClassification,
-    ElectraForTokenClassification,
-    ElectraTokenizer,
-)
+from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForQuestionAnswering, AlbertForSequenceClassification,
+                          AlbertForTokenClassification, AlbertTokenizer, AutoTokenizer, ElectraConfig,
+                          ElectraForMaskedLM, ElectraForPreTraining, ElectraForQuestionAnswering,
+                          ElectraForSequenceClassification, ElectraForTokenClassification, ElectraTokenizer)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heads as H  # noqa: E402
@@ -261,17 +249,12 @@ def main():
     g["qa"] = H.qa(m, tok)
     golden["albert"] = g
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, golden)
     for fam in ("electra", "albert"):
         g = golden[fam]
         print(fam, "fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
         print(fam, "classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
-        for q in g["qa"]:
-            print(fam, "qa", q["answer"], "windows", len(q["windows"]), "gaps",
-                  [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+        H.print_qa(g["qa"], fam)
     unk = golden["albert"]["tokens"]
     print("albert unk in token cases", sum(c["input_ids"].count(1) for c in unk), file=sys.stderr)
 

@@ -56,12 +56,8 @@ import json
 import os
 
 import torch
-from transformers import (
-    AutoTokenizer,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
+from transformers import (AutoTokenizer, BertForQuestionAnswering, BertForSequenceClassification,
+                          BertForTokenClassification)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = os.path.join(ROOT, "tests", "models")

@@ -325,6 +325,22 @@ class WithoutTypes:
         return self.model(**kw)
 
 
+def write_golden(path, golden):
+    """The golden as compact JSON (UTF-8 kept), one line and a newline."""
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
+        fh.write("\n")
+    print(f"wrote {path}: {os.path.getsize(path)} bytes", file=sys.stderr)
+
+
+def print_qa(rows, *prefix):
+    """Each QA golden's answer and how close its runners-up came, so that near-ties can be seen and the inputs
+    changed."""
+    for q in rows:
+        print(*prefix, "qa", q["answer"], "windows", len(q["windows"]), "gaps",
+              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # QA reference decoding
 # ---------------------------------------------------------------------------------------------------------------
@@ -461,17 +477,12 @@ def main():
     # --- the real checkpoint: splade-tiny (legacy LayerNorm names, tied decoder absent from the file) ------------
     golden["splade_fill_mask"] = fill_mask_goldens(SPLADE, FILL_MASK_SPLADE)
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    write_golden(OUT, golden)
     # Near-ties would make an ordering comparison fragile: report them so the inputs can be changed.
     for k in ("tiny_fill_mask", "splade_fill_mask"):
         print(k, "min top-k score gap", min(e["min_score_gap"] for e in golden[k]), file=sys.stderr)
     print("ner min top-2 gap", min(r["min_top2_gap"] for r in golden["tiny_ner"]), file=sys.stderr)
-    for q in golden["tiny_qa"]:
-        print("qa", q["answer"], "windows", len(q["windows"]), "gaps",
-              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+    print_qa(golden["tiny_qa"])
 
 
 if __name__ == "__main__":

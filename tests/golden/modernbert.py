@@ -175,10 +175,7 @@ def main():
     save(m, "tiny-modernbert-qa")
     g["qa"] = H.qa(H.WithoutTypes(m), R.WithTypes(tok))
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(g, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, g)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
     for k in ("classifier", "classifier_mean"):
         print(k, "min score gap", min(e["min_score_gap"] for e in g[k]), file=sys.stderr)

@@ -101,10 +101,7 @@ def main():
     g["without_bias_max_diff"] = max(abs(a - b) for x, y in zip(g["model_embeddings"], without)
                                      for a, b in zip(x["mean"], y["mean"]))
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(g, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, g)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
     print("classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
     print("longest embed text", max(len(e["input_ids"]) for e in g["embeddings"]), "tokens", file=sys.stderr)

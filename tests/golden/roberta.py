@@ -37,20 +37,10 @@ import sys
 
 import torch
 from tokenizers import AddedToken, ByteLevelBPETokenizer, Tokenizer, models, pre_tokenizers, trainers
-from transformers import (
-    AutoTokenizer,
-    RobertaConfig,
-    RobertaForMaskedLM,
-    RobertaForQuestionAnswering,
-    RobertaForSequenceClassification,
-    RobertaForTokenClassification,
-    RobertaTokenizer,
-    XLMRobertaConfig,
-    XLMRobertaForMaskedLM,
-    XLMRobertaForSequenceClassification,
-    XLMRobertaModel,
-    XLMRobertaTokenizer,
-)
+from transformers import (AutoTokenizer, RobertaConfig, RobertaForMaskedLM, RobertaForQuestionAnswering,
+                          RobertaForSequenceClassification, RobertaForTokenClassification, RobertaTokenizer,
+                          XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification,
+                          XLMRobertaModel, XLMRobertaTokenizer)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heads as H  # noqa: E402
@@ -210,18 +200,13 @@ def main():
     g["embeddings"] = H.embeddings(m, tok, EMBED_TEXTS)
     golden["xlmr"] = g
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, golden)
     for fam in ("roberta", "xlmr"):
         g = golden[fam]
         print(fam, "fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
         print(fam, "classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
         print(fam, "unk in embed texts", sum(e["input_ids"].count(3) for e in g["embeddings"]), file=sys.stderr)
-    for q in golden["roberta"]["qa"]:
-        print("qa", q["answer"], "windows", len(q["windows"]), "gaps",
-              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+    H.print_qa(golden["roberta"]["qa"])
 
 
 if __name__ == "__main__":
