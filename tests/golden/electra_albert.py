@@ -67,9 +67,8 @@ USABLE = H.MAX_POSITIONS  # 64
 VOCAB_SIZE = 600
 ALBERT_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
 WITH_TYPES = ["input_ids", "token_type_ids", "attention_mask"]
-EMBED_TEXTS = [c["text"] for c in H.CLASSIFY_INPUTS] + H.NER_TEXTS + [
-    "Héllo wörld, café naïve 東京 🤗!", "  leading and trailing spaces  "]
-CLASSIFY_INPUTS = H.CLASSIFY_INPUTS + [{"text": "Où est la gare?", "text_pair": "La gare est là-bas, près du café."}]
+EMBED_TEXTS = H.EMBED_TEXTS_INTL
+CLASSIFY_INPUTS = H.CLASSIFY_INPUTS_INTL
 # Replaced-token detection: sentences with a word swapped for an odd one, and a pair.
 DISCRIMINATOR_INPUTS = [
     {"text": "the chef cooked the meal."},
@@ -79,13 +78,8 @@ DISCRIMINATOR_INPUTS = [
 
 
 def corpus():
-    texts = []
-    with open(os.path.join(H.ROOT, "tests", "data", "fortunes", "train.jsonl"), encoding="utf-8") as f:
-        texts += [json.loads(line)["text"] for line in f if line.strip()]
-    texts += H.FILL_MASK_TINY + EMBED_TEXTS + [x for d in CLASSIFY_INPUTS for x in d.values()]
-    texts += [x for d in H.QA_INPUTS for x in d.values()]
-    texts += [c["text"] for c in T.CASES[:20]] + [c.get("text_pair", "") for c in T.CASES]
-    return [t.replace("[MASK]", "") for t in texts if t]
+    return H.tokenizer_corpus(H.FILL_MASK_TINY + EMBED_TEXTS + [x for d in CLASSIFY_INPUTS for x in d.values()],
+                              T.CASES, "[MASK]")
 
 
 def electra_tokenizer(d):

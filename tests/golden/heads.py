@@ -108,6 +108,12 @@ QA_INPUTS = [
     },
     {"question": "who?", "context": "It is raining."},
 ]
+# The families whose tokenizers are trained here (RoBERTa, XLM-R, ELECTRA, ALBERT, and those reusing them) embed and
+# classify these too: accents, CJK, an emoji, runs of spaces, a French pair.
+EMBED_TEXTS_INTL = [c["text"] for c in CLASSIFY_INPUTS] + NER_TEXTS + [
+    "Héllo wörld, café naïve 東京 🤗!", "  leading and trailing spaces  "]
+CLASSIFY_INPUTS_INTL = CLASSIFY_INPUTS + [
+    {"text": "Où est la gare?", "text_pair": "La gare est là-bas, près du café."}]
 
 
 def vocab_tokens(full_tok, texts):
@@ -157,6 +163,18 @@ def build_vocab(dirname):
     with open(os.path.join(dirname, "tokenizer_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     return vocab
+
+
+def tokenizer_corpus(texts, cases, mask):
+    """What the tokenizers trained here learn from: the fortunes of tests/data, then `texts`, the QA inputs and the
+    tricky strings `cases` (tokens.py's: the first 20 texts, every pair's second text), with `mask` taken out."""
+    corpus = []
+    with open(os.path.join(ROOT, "tests", "data", "fortunes", "train.jsonl"), encoding="utf-8") as f:
+        corpus += [json.loads(line)["text"] for line in f if line.strip()]
+    corpus += texts
+    corpus += [x for d in QA_INPUTS for x in d.values()]
+    corpus += [c["text"] for c in cases[:20]] + [c.get("text_pair", "") for c in cases]
+    return [t.replace(mask, "") for t in corpus if t]
 
 
 def config(vocab_size, **kw):

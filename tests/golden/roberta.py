@@ -52,21 +52,15 @@ PAD = 1
 VOCAB_SIZE = 600
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
 FILL_MASK = [t.replace("[MASK]", "<mask>") for t in H.FILL_MASK_TINY] + ["Zürich is a <mask> in Switzerland."]
-EMBED_TEXTS = [c["text"] for c in H.CLASSIFY_INPUTS] + H.NER_TEXTS + [
-    "Héllo wörld, café naïve 東京 🤗!", "  leading and trailing spaces  "]
-CLASSIFY_INPUTS = H.CLASSIFY_INPUTS + [{"text": "Où est la gare?", "text_pair": "La gare est là-bas, près du café."}]
+EMBED_TEXTS = H.EMBED_TEXTS_INTL
+CLASSIFY_INPUTS = H.CLASSIFY_INPUTS_INTL
 TOKEN_CASES = [c for c in T.CASES]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # no vocab.txt: the vocabulary is in tokenizer.json
 
 
 def corpus():
-    texts = []
-    with open(os.path.join(H.ROOT, "tests", "data", "fortunes", "train.jsonl"), encoding="utf-8") as f:
-        texts += [json.loads(line)["text"] for line in f if line.strip()]
-    texts += FILL_MASK + EMBED_TEXTS + [x for d in CLASSIFY_INPUTS for x in d.values()]
-    texts += [x for d in H.QA_INPUTS for x in d.values()]
-    texts += [c["text"] for c in T.CASES[:20]] + [c.get("text_pair", "") for c in T.CASES]
-    return [t.replace("<mask>", "") for t in texts if t]
+    return H.tokenizer_corpus(FILL_MASK + EMBED_TEXTS + [x for d in CLASSIFY_INPUTS for x in d.values()], T.CASES,
+                              "<mask>")
 
 
 def roberta_tokenizer(d):
