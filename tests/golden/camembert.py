@@ -27,7 +27,7 @@ import shutil
 import sys
 
 import torch
-from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import AddedToken
 from transformers import (AutoTokenizer, CamembertConfig, CamembertForMaskedLM, CamembertForQuestionAnswering,
                           CamembertForSequenceClassification, CamembertForTokenClassification, CamembertTokenizer)
 
@@ -43,12 +43,7 @@ SHARD_SIZE = "20KB"
 
 
 def camembert_tokenizer(d):
-    t = Tokenizer(models.Unigram())
-    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
-    trainer = trainers.UnigramTrainer(vocab_size=R.VOCAB_SIZE, special_tokens=SPECIALS, unk_token="<unk>")
-    t.train_from_iterator(R.corpus(), trainer)
-    vocab = [tuple(p) for p in json.loads(t.to_str())["model"]["vocab"]] + [("<mask>", 0.0)]
-    assert [p for p, _ in vocab[:7]] == SPECIALS, vocab[:7]
+    vocab = H.unigram_vocab(R.corpus(), SPECIALS, R.VOCAB_SIZE) + [("<mask>", 0.0)]
     tok = CamembertTokenizer(vocab=vocab, model_max_length=R.USABLE,
                              mask_token=AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False,
                                                    special=True))

@@ -45,14 +45,12 @@ The models are seeded random, hidden 32, 4 heads, feed-forward 64, 64 positions,
                                             logits and pipeline (pairs), token-classification logits, QA logits and
                                             answers, ELECTRA's discriminator logits
 """
-import json
 import os
 import shutil
 import sys
 import unicodedata
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                           AlbertForTokenClassification, AlbertTokenizer, AutoTokenizer, ElectraConfig,
                           ElectraForMaskedLM, ElectraForPreTraining, ElectraForQuestionAnswering,
@@ -92,13 +90,8 @@ def electra_tokenizer(d):
 
 
 def albert_tokenizer(d):
-    t = Tokenizer(models.Unigram())
-    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
-    trainer = trainers.UnigramTrainer(vocab_size=VOCAB_SIZE, special_tokens=ALBERT_SPECIALS, unk_token="<unk>")
     # AlbertTokenizer lowercases and strips accents before the model sees a text: train on what it will see.
-    t.train_from_iterator([as_albert_sees(x) for x in corpus()], trainer)
-    vocab = [tuple(p) for p in json.loads(t.to_str())["model"]["vocab"]]
-    assert [p for p, _ in vocab[:5]] == ALBERT_SPECIALS, vocab[:5]
+    vocab = H.unigram_vocab([as_albert_sees(x) for x in corpus()], ALBERT_SPECIALS, VOCAB_SIZE)
     tok = AlbertTokenizer(vocab=vocab, model_max_length=USABLE)
     shutil.rmtree(d, ignore_errors=True)
     tok.save_pretrained(d)

@@ -33,7 +33,7 @@ import sys
 
 import numpy as np
 import torch
-from tokenizers import BertWordPieceTokenizer
+from tokenizers import BertWordPieceTokenizer, Tokenizer, models, pre_tokenizers, trainers
 from transformers import (
     AutoTokenizer,
     BertConfig,
@@ -175,6 +175,18 @@ def tokenizer_corpus(texts, cases, mask):
     corpus += [x for d in QA_INPUTS for x in d.values()]
     corpus += [c["text"] for c in cases[:20]] + [c.get("text_pair", "") for c in cases]
     return [t.replace(mask, "") for t in corpus if t]
+
+
+def unigram_vocab(texts, specials, vocab_size):
+    """A SentencePiece Unigram model trained on `texts` with the `tokenizers` library (WhitespaceSplit + Metaspace,
+    as transformers' SentencePiece tokenizers split), its vocabulary as (piece, score) pairs, `specials` first."""
+    t = Tokenizer(models.Unigram())
+    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>")
+    t.train_from_iterator(texts, trainer)
+    vocab = [tuple(p) for p in json.loads(t.to_str())["model"]["vocab"]]
+    assert [p for p, _ in vocab[:len(specials)]] == specials, vocab[:len(specials)]
+    return vocab
 
 
 def config(vocab_size, **kw):

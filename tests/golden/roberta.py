@@ -30,13 +30,12 @@ The models are seeded random, hidden 32, 2 layers, 4 heads, feed-forward 64, `pa
 Texts are run through `AutoTokenizer.from_pretrained` of the saved folder, so the goldens follow what transformers
 builds from the files (5.x rebuilds RoBERTa's and XLM-R's pipelines from the vocabulary in its own classes).
 """
-import json
 import os
 import shutil
 import sys
 
 import torch
-from tokenizers import AddedToken, ByteLevelBPETokenizer, Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, ByteLevelBPETokenizer
 from transformers import (AutoTokenizer, RobertaConfig, RobertaForMaskedLM, RobertaForQuestionAnswering,
                           RobertaForSequenceClassification, RobertaForTokenClassification, RobertaTokenizer,
                           XLMRobertaConfig, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification,
@@ -77,12 +76,7 @@ def roberta_tokenizer(d):
 
 
 def xlmr_tokenizer(d):
-    t = Tokenizer(models.Unigram())
-    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
-    trainer = trainers.UnigramTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIALS, unk_token="<unk>")
-    t.train_from_iterator(corpus(), trainer)
-    vocab = [tuple(p) for p in json.loads(t.to_str())["model"]["vocab"]] + [("<mask>", 0.0)]
-    assert [p for p, _ in vocab[:4]] == SPECIALS, vocab[:4]
+    vocab = H.unigram_vocab(corpus(), SPECIALS, VOCAB_SIZE) + [("<mask>", 0.0)]
     tok = XLMRobertaTokenizer(vocab=vocab, model_max_length=USABLE, clean_up_tokenization_spaces=True,
                               mask_token=AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False,
                                                     special=True))
