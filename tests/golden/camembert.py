@@ -27,16 +27,9 @@ import shutil
 import sys
 
 import torch
-from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
-from transformers import (
-    AutoTokenizer,
-    CamembertConfig,
-    CamembertForMaskedLM,
-    CamembertForQuestionAnswering,
-    CamembertForSequenceClassification,
-    CamembertForTokenClassification,
-    CamembertTokenizer,
-)
+from tokenizers import AddedToken
+from transformers import (AutoTokenizer, CamembertConfig, CamembertForMaskedLM, CamembertForQuestionAnswering,
+                          CamembertForSequenceClassification, CamembertForTokenClassification, CamembertTokenizer)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heads as H  # noqa: E402
@@ -50,12 +43,7 @@ SHARD_SIZE = "20KB"
 
 
 def camembert_tokenizer(d):
-    t = Tokenizer(models.Unigram())
-    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
-    trainer = trainers.UnigramTrainer(vocab_size=R.VOCAB_SIZE, special_tokens=SPECIALS, unk_token="<unk>")
-    t.train_from_iterator(R.corpus(), trainer)
-    vocab = [tuple(p) for p in json.loads(t.to_str())["model"]["vocab"]] + [("<mask>", 0.0)]
-    assert [p for p, _ in vocab[:7]] == SPECIALS, vocab[:7]
+    vocab = H.unigram_vocab(R.corpus(), SPECIALS, R.VOCAB_SIZE) + [("<mask>", 0.0)]
     tok = CamembertTokenizer(vocab=vocab, model_max_length=R.USABLE,
                              mask_token=AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False,
                                                    special=True))
@@ -83,14 +71,13 @@ def main():
     m = R.perturb(CamembertForMaskedLM(config(V, architectures=["CamembertForMaskedLM"])), 141).eval()
     m.config.bos_token_id, m.config.eos_token_id = 5, 6
     R.save(m, "tiny-camembert-mlm", tok_dir)
-    g["embeddings"] = R.embeddings(m.roberta, tok)
-    g["fill_mask"] = R.fill_mask(m, tok)
+    g["embeddings"] = H.embeddings(m.roberta, tok, R.EMBED_TEXTS)
+    g["fill_mask"] = H.fill_mask(m, tok, R.FILL_MASK)
 
     sharded = os.path.join(H.MODELS, "tiny-camembert-sharded")
     shutil.rmtree(sharded, ignore_errors=True)
     os.makedirs(sharded)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(tok_dir, f), os.path.join(sharded, f))
+    H.copy_tokenizer(tok_dir, sharded, R.TOKENIZER_FILES)
     m.save_pretrained(sharded, max_shard_size=SHARD_SIZE)
     with open(os.path.join(sharded, "model.safetensors.index.json"), encoding="utf-8") as fh:
         index = json.load(fh)
@@ -106,38 +93,25 @@ def main():
         V, architectures=["CamembertForSequenceClassification"], id2label=ids3,
         label2id={v: k for k, v in ids3.items()})), 142).eval()
     R.save(m, "tiny-camembert-classifier", tok_dir)
-    g["classifier"] = R.classify(m, tok)
+    g["classifier"] = H.classify(m, tok, R.CLASSIFY_INPUTS)
     torch.manual_seed(43)
     m = R.perturb(CamembertForTokenClassification(config(
         V, architectures=["CamembertForTokenClassification"], id2label=ner_labels,
         label2id={v: k for k, v in ner_labels.items()})), 143).eval()
     R.save(m, "tiny-camembert-ner", tok_dir)
-    rows = []
-    for text in H.NER_TEXTS:
-        e = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        rows.append({"text": text, "input_ids": e["input_ids"][0].tolist(), "logits": [H.fl(r) for r in logits]})
-    g["ner"] = rows
+    g["ner"] = H.token_logits(m, tok)
     torch.manual_seed(44)
     m = R.perturb(CamembertForQuestionAnswering(config(V, architectures=["CamembertForQuestionAnswering"])),
                   144).eval()
     R.save(m, "tiny-camembert-qa", tok_dir)
-    max_seq_len = min(tok.model_max_length, 384)
-    g["qa"] = [H.qa_reference(R.WithoutTypes(m), R.WithTypes(tok), q["question"], q["context"], max_seq_len,
-                              min(max_seq_len // 2, 128)) for q in H.QA_INPUTS]
+    g["qa"] = H.qa(H.WithoutTypes(m), R.WithTypes(tok))
     golden["camembert"] = g
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, golden)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
     print("classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
     print("unk in embed texts", sum(e["input_ids"].count(3) for e in g["embeddings"]), file=sys.stderr)
-    for q in g["qa"]:
-        print("qa", q["answer"], "windows", len(q["windows"]), "gaps",
-              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+    H.print_qa(g["qa"])
 
 
 if __name__ == "__main__":

@@ -32,9 +32,7 @@ the init so that a wrong bucket or a missing term moves the outputs far past the
                                           -300..300 for (8, 16) and for DeBERTa-v3-base's (256, 512), and how far
                                           the embeddings move without the relative terms
 """
-import json
 import os
-import shutil
 import sys
 
 import torch
@@ -74,28 +72,14 @@ def perturb(model, seed):
 
 
 def save(model, name):
-    d = os.path.join(H.MODELS, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKENIZER, f), os.path.join(d, f))
-    model.eval()
-    model.save_pretrained(d)
-    size = os.path.getsize(os.path.join(d, "model.safetensors"))
-    assert size < 200_000, f"{name}: {size} bytes is too big to commit"
-    print(f"{name}: model.safetensors {size} bytes", file=sys.stderr)
-    return d
+    return H.save(model, name, TOKENIZER, ("tokenizer.json", "tokenizer_config.json"))
 
 
 def embeddings(encoder, tok):
-    enc = tok(EMBED_TEXTS, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        hidden = encoder(**enc).last_hidden_state
-    mask = enc["attention_mask"].unsqueeze(-1).float()
-    mean = (hidden * mask).sum(1) / mask.sum(1)
+    """heads.embeddings, checked against each text run alone."""
+    enc, hidden = H.padded_hidden(encoder, tok, EMBED_TEXTS)
     assert enc["input_ids"].shape[1] <= E.USABLE, enc["input_ids"].shape
-    rows = [{"text": t, "input_ids": enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist(), "mean": H.fl(v),
-             "cls": H.fl(hidden[i, 0])} for i, (t, v) in enumerate(zip(EMBED_TEXTS, mean))]
+    rows = H.embedding_rows(EMBED_TEXTS, enc, hidden)
     # Each text alone gives the same real rows as in the padded batch (transformers' own check of its padding).
     for i, t in enumerate(EMBED_TEXTS):
         e = tok(t, return_tensors="pt")
@@ -125,7 +109,7 @@ def main():
     assert hasattr(m, "lm_predictions")
     save(m, "tiny-deberta-mlm")
     g["embeddings"] = embeddings(m.deberta, tok)
-    g["fill_mask"] = E.fill_mask(m, tok, H.FILL_MASK_TINY + ["Zürich is a [MASK] in Switzerland."])
+    g["fill_mask"] = H.fill_mask(m, tok, H.FILL_MASK_TINY + ["Zürich is a [MASK] in Switzerland."])
     torch.manual_seed(62)
     m = perturb(DebertaV2ForSequenceClassification(config(
         V, architectures=["DebertaV2ForSequenceClassification"], id2label=ids3,
@@ -137,11 +121,11 @@ def main():
         V, architectures=["DebertaV2ForTokenClassification"], id2label=ner_labels,
         label2id={v: k for k, v in ner_labels.items()})), 163).eval()
     save(m, "tiny-deberta-ner")
-    g["ner"] = E.ner(m, tok)
+    g["ner"] = H.token_logits(m, tok)
     torch.manual_seed(64)
     m = perturb(DebertaV2ForQuestionAnswering(config(V, architectures=["DebertaV2ForQuestionAnswering"])), 164).eval()
     save(m, "tiny-deberta-qa")
-    g["qa"] = E.qa(m, tok)
+    g["qa"] = H.qa(m, tok)
     torch.manual_seed(65)
     m = perturb(DebertaV2Model(config(V, architectures=["DebertaV2Model"])), 165).eval()
     save(m, "tiny-deberta-model")
@@ -163,10 +147,7 @@ def main():
     save(m, "tiny-deberta-abs")
     g["abs_embeddings"] = embeddings(m, tok)
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(g, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, g)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
     print("classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
     print("longest embed text", max(len(e["input_ids"]) for e in g["embeddings"]), "tokens", file=sys.stderr)

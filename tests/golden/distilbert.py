@@ -19,20 +19,12 @@ n_layers, n_heads, hidden_dim), learned positions (`sinusoidal_pos_embds: false`
 DistilBERT's forward takes no token_type_ids: the tokenizers here are told so (model_input_names), and the QA
 reference (which reads them from its tokenizer) calls the model without them.
 """
-import json
 import os
 import sys
 
 import torch
-from transformers import (
-    AutoTokenizer,
-    DistilBertConfig,
-    DistilBertForMaskedLM,
-    DistilBertForQuestionAnswering,
-    DistilBertForSequenceClassification,
-    DistilBertForTokenClassification,
-    pipeline,
-)
+from transformers import (AutoTokenizer, DistilBertConfig, DistilBertForMaskedLM, DistilBertForQuestionAnswering,
+                          DistilBertForSequenceClassification, DistilBertForTokenClassification)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heads as H  # noqa: E402
@@ -49,23 +41,8 @@ def config(vocab_size, **kw):
 
 
 def perturb(model, seed):
-    """As heads.perturb, for DistilBERT's LayerNorm names (sa_layer_norm, output_layer_norm, vocab_layer_norm)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name:
-                p.add_(0.1 * torch.randn(p.shape, generator=g))
-    return model
-
-
-class WithoutTypes:
-    """heads.qa_reference passes token_type_ids, which DistilBERT's forward does not take."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def __call__(self, token_type_ids=None, **kw):
-        return self.model(**kw)
+    """heads.perturb, for DistilBERT's LayerNorm names (sa_layer_norm, output_layer_norm, vocab_layer_norm)."""
+    return H.perturb(model, seed, ("LayerNorm", "layer_norm"))
 
 
 def tokenizer(d):
@@ -84,32 +61,9 @@ def main():
     # --- masked LM, and the encoder's mean-pooled embeddings ------------------------------------------------------
     torch.manual_seed(11)
     m = perturb(DistilBertForMaskedLM(config(V, architectures=["DistilBertForMaskedLM"])), 111).eval()
-    d = H.save(m, "tiny-distilbert-mlm", tok_dir)
-    enc = tok(EMBED_TEXTS, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        hidden = m.distilbert(**enc).last_hidden_state
-    mask = enc["attention_mask"].unsqueeze(-1).float()
-    mean = (hidden * mask).sum(1) / mask.sum(1)
-    golden["embeddings"] = [{"text": t, "mean": H.fl(v), "cls": H.fl(hidden[i, 0])}
-                            for i, (t, v) in enumerate(zip(EMBED_TEXTS, mean))]
-    fm = pipeline("fill-mask", model=m, tokenizer=tok, device="cpu")
-    rows = []
-    for text in H.FILL_MASK_TINY:
-        res = fm(text, top_k=5)
-        if isinstance(res[0], dict):
-            res = [res]
-        e = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        mask_rows = (e["input_ids"][0] == tok.mask_token_id).nonzero().reshape(-1).tolist()
-        rows.append({
-            "text": text, "input_ids": e["input_ids"][0].tolist(), "mask_rows": mask_rows,
-            "mask_logits": [H.fl(logits[r]) for r in mask_rows],
-            "predictions": [[{"score": H.f(p["score"]), "token": int(p["token"]), "token_str": p["token_str"],
-                              "sequence": p["sequence"]} for p in row] for row in res],
-            "min_score_gap": min(H.min_gap([p["score"] for p in row]) for row in res),
-        })
-    golden["fill_mask"] = rows
+    H.save(m, "tiny-distilbert-mlm", tok_dir)
+    golden["embeddings"] = H.embeddings(m.distilbert, tok, EMBED_TEXTS, with_ids=False)
+    golden["fill_mask"] = H.fill_mask(m, tok, H.FILL_MASK_TINY)
 
     # --- sequence classification (single texts and pairs) --------------------------------------------------------
     id2label = {0: "negative", 1: "neutral", 2: "positive"}
@@ -118,17 +72,7 @@ def main():
         V, architectures=["DistilBertForSequenceClassification"], id2label=id2label,
         label2id={v: k for k, v in id2label.items()})), 112).eval()
     H.save(m, "tiny-distilbert-classifier", tok_dir)
-    clf = pipeline("text-classification", model=m, tokenizer=tok, device="cpu")
-    rows = []
-    for inp in H.CLASSIFY_INPUTS:
-        e = tok(inp["text"], inp.get("text_pair"), return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        res = clf(dict(inp) if "text_pair" in inp else inp["text"], top_k=None)
-        rows.append({**inp, "input_ids": e["input_ids"][0].tolist(), "logits": H.fl(logits),
-                     "pipeline": [{"label": r["label"], "score": H.f(r["score"])} for r in res],
-                     "min_score_gap": H.min_gap([r["score"] for r in res])})
-    golden["classifier"] = rows
+    golden["classifier"] = H.classify(m, tok)
 
     # --- token classification ------------------------------------------------------------------------------------
     labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
@@ -138,34 +82,19 @@ def main():
         V, architectures=["DistilBertForTokenClassification"], id2label=id2label,
         label2id={v: k for k, v in id2label.items()})), 113).eval()
     H.save(m, "tiny-distilbert-ner", tok_dir)
-    rows = []
-    for text in H.NER_TEXTS:
-        e = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        rows.append({"text": text, "input_ids": e["input_ids"][0].tolist(), "logits": [H.fl(r) for r in logits]})
-    golden["ner"] = rows
+    golden["ner"] = H.token_logits(m, tok)
 
     # --- question answering --------------------------------------------------------------------------------------
     torch.manual_seed(14)
     m = perturb(DistilBertForQuestionAnswering(config(V, architectures=["DistilBertForQuestionAnswering"])), 114).eval()
     H.save(m, "tiny-distilbert-qa", tok_dir)
-    max_seq_len = min(tok.model_max_length, 384)
-    doc_stride = min(max_seq_len // 2, 128)
     # qa_reference reads the token types from the tokenizer (then WithoutTypes drops them), so the default one.
-    qa_tok = AutoTokenizer.from_pretrained(tok_dir)
-    golden["qa"] = [H.qa_reference(WithoutTypes(m), qa_tok, q["question"], q["context"], max_seq_len, doc_stride)
-                    for q in H.QA_INPUTS]
+    golden["qa"] = H.qa(H.WithoutTypes(m), AutoTokenizer.from_pretrained(tok_dir))
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, golden)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in golden["fill_mask"]), file=sys.stderr)
     print("classifier min score gap", min(e["min_score_gap"] for e in golden["classifier"]), file=sys.stderr)
-    for q in golden["qa"]:
-        print("qa", q["answer"], "windows", len(q["windows"]), "gaps",
-              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+    H.print_qa(golden["qa"])
 
 
 if __name__ == "__main__":

@@ -45,31 +45,16 @@ The models are seeded random, hidden 32, 4 heads, feed-forward 64, 64 positions,
                                             logits and pipeline (pairs), token-classification logits, QA logits and
                                             answers, ELECTRA's discriminator logits
 """
-import json
 import os
 import shutil
 import sys
 import unicodedata
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import (
-    AlbertConfig,
-    AlbertForMaskedLM,
-    AlbertForQuestionAnswering,
-    AlbertForSequenceClassification,
-    AlbertForTokenClassification,
-    AlbertTokenizer,
-    AutoTokenizer,
-    ElectraConfig,
-    ElectraForMaskedLM,
-    ElectraForPreTraining,
-    ElectraForQuestionAnswering,
-    ElectraForSequenceClassification,
-    ElectraForTokenClassification,
-    ElectraTokenizer,
-    pipeline,
-)
+from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForQuestionAnswering, AlbertForSequenceClassification,
+                          AlbertForTokenClassification, AlbertTokenizer, AutoTokenizer, ElectraConfig,
+                          ElectraForMaskedLM, ElectraForPreTraining, ElectraForQuestionAnswering,
+                          ElectraForSequenceClassification, ElectraForTokenClassification, ElectraTokenizer)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heads as H  # noqa: E402
@@ -80,9 +65,8 @@ USABLE = H.MAX_POSITIONS  # 64
 VOCAB_SIZE = 600
 ALBERT_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
 WITH_TYPES = ["input_ids", "token_type_ids", "attention_mask"]
-EMBED_TEXTS = [c["text"] for c in H.CLASSIFY_INPUTS] + H.NER_TEXTS + [
-    "Héllo wörld, café naïve 東京 🤗!", "  leading and trailing spaces  "]
-CLASSIFY_INPUTS = H.CLASSIFY_INPUTS + [{"text": "Où est la gare?", "text_pair": "La gare est là-bas, près du café."}]
+EMBED_TEXTS = H.EMBED_TEXTS_INTL
+CLASSIFY_INPUTS = H.CLASSIFY_INPUTS_INTL
 # Replaced-token detection: sentences with a word swapped for an odd one, and a pair.
 DISCRIMINATOR_INPUTS = [
     {"text": "the chef cooked the meal."},
@@ -92,13 +76,8 @@ DISCRIMINATOR_INPUTS = [
 
 
 def corpus():
-    texts = []
-    with open(os.path.join(H.ROOT, "tests", "data", "fortunes", "train.jsonl"), encoding="utf-8") as f:
-        texts += [json.loads(line)["text"] for line in f if line.strip()]
-    texts += H.FILL_MASK_TINY + EMBED_TEXTS + [x for d in CLASSIFY_INPUTS for x in d.values()]
-    texts += [x for d in H.QA_INPUTS for x in d.values()]
-    texts += [c["text"] for c in T.CASES[:20]] + [c.get("text_pair", "") for c in T.CASES]
-    return [t.replace("[MASK]", "") for t in texts if t]
+    return H.tokenizer_corpus(H.FILL_MASK_TINY + EMBED_TEXTS + [x for d in CLASSIFY_INPUTS for x in d.values()],
+                              T.CASES, "[MASK]")
 
 
 def electra_tokenizer(d):
@@ -111,13 +90,8 @@ def electra_tokenizer(d):
 
 
 def albert_tokenizer(d):
-    t = Tokenizer(models.Unigram())
-    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
-    trainer = trainers.UnigramTrainer(vocab_size=VOCAB_SIZE, special_tokens=ALBERT_SPECIALS, unk_token="<unk>")
     # AlbertTokenizer lowercases and strips accents before the model sees a text: train on what it will see.
-    t.train_from_iterator([as_albert_sees(x) for x in corpus()], trainer)
-    vocab = [tuple(p) for p in json.loads(t.to_str())["model"]["vocab"]]
-    assert [p for p, _ in vocab[:5]] == ALBERT_SPECIALS, vocab[:5]
+    vocab = H.unigram_vocab([as_albert_sees(x) for x in corpus()], ALBERT_SPECIALS, VOCAB_SIZE)
     tok = AlbertTokenizer(vocab=vocab, model_max_length=USABLE)
     shutil.rmtree(d, ignore_errors=True)
     tok.save_pretrained(d)
@@ -152,29 +126,15 @@ def albert_config(vocab_size, **kw):
 
 
 def perturb(model, seed):
-    """As heads.perturb (biases and LayerNorms off their 0/1 init), the token-type table too."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name or "token_type" in name:
-                p.add_(0.1 * torch.randn(p.shape, generator=g))
-    return model
+    """heads.perturb (biases and LayerNorms off their 0/1 init), the token-type table too."""
+    return H.perturb(model, seed, ("LayerNorm", "layer_norm", "token_type"))
 
 
 def save(model, name, tok_dir):
-    d = os.path.join(H.MODELS, name)
-    if d != tok_dir:
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
-        for f in os.listdir(tok_dir):
-            if f.startswith("tokenizer") or f in ("vocab.txt", "special_tokens_map.json"):
-                shutil.copy(os.path.join(tok_dir, f), os.path.join(d, f))
-    model.eval()
-    model.save_pretrained(d)
-    size = os.path.getsize(os.path.join(d, "model.safetensors"))
-    assert size < 200_000, f"{name}: {size} bytes is too big to commit"
-    print(f"{name}: model.safetensors {size} bytes", file=sys.stderr)
-    return d
+    """heads.save, with whichever tokenizer files the family's tokenizer wrote."""
+    files = [f for f in os.listdir(tok_dir)
+             if f.startswith("tokenizer") or f in ("vocab.txt", "special_tokens_map.json")]
+    return H.save(model, name, tok_dir, files)
 
 
 def token_goldens(tok):
@@ -191,67 +151,9 @@ def token_goldens(tok):
     return out
 
 
-def embeddings(encoder, tok):
-    enc = tok(EMBED_TEXTS, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        hidden = encoder(**enc).last_hidden_state
-    mask = enc["attention_mask"].unsqueeze(-1).float()
-    mean = (hidden * mask).sum(1) / mask.sum(1)
-    return [{"text": t, "input_ids": enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist(), "mean": H.fl(v),
-             "cls": H.fl(hidden[i, 0])} for i, (t, v) in enumerate(zip(EMBED_TEXTS, mean))]
-
-
-def fill_mask(m, tok, texts):
-    fm = pipeline("fill-mask", model=m, tokenizer=tok, device="cpu")
-    rows = []
-    for text in texts:
-        res = fm(text, top_k=5)
-        if isinstance(res[0], dict):
-            res = [res]
-        e = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        mask_rows = (e["input_ids"][0] == tok.mask_token_id).nonzero().reshape(-1).tolist()
-        rows.append({
-            "text": text, "input_ids": e["input_ids"][0].tolist(), "mask_rows": mask_rows,
-            "mask_logits": [H.fl(logits[r]) for r in mask_rows],
-            "predictions": [[{"score": H.f(p["score"]), "token": int(p["token"]), "token_str": p["token_str"],
-                              "sequence": p["sequence"]} for p in row] for row in res],
-            "min_score_gap": min(H.min_gap([p["score"] for p in row]) for row in res),
-        })
-    return rows
-
-
 def classify(m, tok):
-    clf = pipeline("text-classification", model=m, tokenizer=tok, device="cpu")
-    rows = []
-    for inp in CLASSIFY_INPUTS:
-        e = tok(inp["text"], inp.get("text_pair"), return_tensors="pt")
-        assert "token_type_ids" in e
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        res = clf(dict(inp) if "text_pair" in inp else inp["text"], top_k=None)
-        rows.append({**inp, "input_ids": e["input_ids"][0].tolist(), "token_type_ids": e["token_type_ids"][0].tolist(),
-                     "logits": H.fl(logits),
-                     "pipeline": [{"label": r["label"], "score": H.f(r["score"])} for r in res],
-                     "min_score_gap": H.min_gap([r["score"] for r in res])})
-    return rows
-
-
-def ner(m, tok):
-    rows = []
-    for text in H.NER_TEXTS:
-        e = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        rows.append({"text": text, "input_ids": e["input_ids"][0].tolist(), "logits": [H.fl(r) for r in logits]})
-    return rows
-
-
-def qa(m, tok):
-    max_seq_len = min(tok.model_max_length, 384)
-    return [H.qa_reference(m, tok, q["question"], q["context"], max_seq_len, min(max_seq_len // 2, 128))
-            for q in H.QA_INPUTS]
+    """heads.classify with the segment ids, which both families' classifiers read."""
+    return H.classify(m, tok, CLASSIFY_INPUTS, with_types=True)
 
 
 def discriminator(m, tok):
@@ -279,13 +181,13 @@ def main():
                                                      hidden_act="gelu_new")), 141).eval()
     assert hasattr(m.electra, "embeddings_project")
     save(m, "tiny-electra-discriminator", tok_dir)
-    g["embeddings"] = embeddings(m.electra, tok)
+    g["embeddings"] = H.embeddings(m.electra, tok, EMBED_TEXTS)
     g["discriminator"] = discriminator(m, tok)
     torch.manual_seed(42)
     m = perturb(ElectraForMaskedLM(electra_config(V, architectures=["ElectraForMaskedLM"], hidden_act="gelu_new")),
                 142).eval()
     save(m, "tiny-electra-generator", tok_dir)
-    g["fill_mask"] = fill_mask(m, tok, H.FILL_MASK_TINY)
+    g["fill_mask"] = H.fill_mask(m, tok, H.FILL_MASK_TINY)
     torch.manual_seed(43)
     m = perturb(ElectraForSequenceClassification(electra_config(
         V, architectures=["ElectraForSequenceClassification"], id2label=ids3, hidden_act="gelu_new",
@@ -297,13 +199,13 @@ def main():
         V, architectures=["ElectraForTokenClassification"], id2label=ner_labels,
         label2id={v: k for k, v in ner_labels.items()})), 144).eval()
     save(m, "tiny-electra-ner", tok_dir)
-    g["ner"] = ner(m, tok)
+    g["ner"] = H.token_logits(m, tok)
     torch.manual_seed(45)
     m = perturb(ElectraForQuestionAnswering(electra_config(V, embedding_size=32,
                                                            architectures=["ElectraForQuestionAnswering"])), 145).eval()
     assert not hasattr(m.electra, "embeddings_project")
     save(m, "tiny-electra-qa", tok_dir)
-    g["qa"] = qa(m, tok)
+    g["qa"] = H.qa(m, tok)
     golden["electra"] = g
 
     # --- ALBERT -----------------------------------------------------------------------------------------------------
@@ -314,8 +216,8 @@ def main():
     torch.manual_seed(51)
     m = perturb(AlbertForMaskedLM(albert_config(V, architectures=["AlbertForMaskedLM"])), 151).eval()
     save(m, "tiny-albert-mlm", tok_dir)
-    g["embeddings"] = embeddings(m.albert, tok)
-    g["fill_mask"] = fill_mask(m, tok, H.FILL_MASK_TINY + ["Zürich is a [MASK] in Switzerland."])
+    g["embeddings"] = H.embeddings(m.albert, tok, EMBED_TEXTS)
+    g["fill_mask"] = H.fill_mask(m, tok, H.FILL_MASK_TINY + ["Zürich is a [MASK] in Switzerland."])
     torch.manual_seed(52)
     m = perturb(AlbertForSequenceClassification(albert_config(
         V, architectures=["AlbertForSequenceClassification"], id2label=ids3,
@@ -327,24 +229,19 @@ def main():
         V, architectures=["AlbertForTokenClassification"], id2label=ner_labels,
         label2id={v: k for k, v in ner_labels.items()})), 153).eval()
     save(m, "tiny-albert-ner", tok_dir)
-    g["ner"] = ner(m, tok)
+    g["ner"] = H.token_logits(m, tok)
     torch.manual_seed(54)
     m = perturb(AlbertForQuestionAnswering(albert_config(V, architectures=["AlbertForQuestionAnswering"])), 154).eval()
     save(m, "tiny-albert-qa", tok_dir)
-    g["qa"] = qa(m, tok)
+    g["qa"] = H.qa(m, tok)
     golden["albert"] = g
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, golden)
     for fam in ("electra", "albert"):
         g = golden[fam]
         print(fam, "fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
         print(fam, "classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
-        for q in g["qa"]:
-            print(fam, "qa", q["answer"], "windows", len(q["windows"]), "gaps",
-                  [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+        H.print_qa(g["qa"], fam)
     unk = golden["albert"]["tokens"]
     print("albert unk in token cases", sum(c["input_ids"].count(1) for c in unk), file=sys.stderr)
 

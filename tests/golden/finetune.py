@@ -56,12 +56,8 @@ import json
 import os
 
 import torch
-from transformers import (
-    AutoTokenizer,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
+from transformers import (AutoTokenizer, BertForQuestionAnswering, BertForSequenceClassification,
+                          BertForTokenClassification)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = os.path.join(ROOT, "tests", "models")
@@ -106,13 +102,11 @@ def rows(t):
     return [[int(v) for v in r] for r in t.tolist()]
 
 
-def load(cls, name):
+def load(cls, name, **tok_args):
+    """A committed checkpoint in float64 and train mode, every dropout asserted 0, and its tokenizer."""
     d = os.path.join(MODELS, name)
     model = cls.from_pretrained(d, attn_implementation="eager")
-    tok = AutoTokenizer.from_pretrained(d)
-    cfg = model.config
-    assert cfg.hidden_dropout_prob == 0.0 and cfg.attention_probs_dropout_prob == 0.0, name
-    assert getattr(cfg, "classifier_dropout", None) in (None, 0.0), name
+    tok = AutoTokenizer.from_pretrained(d, **tok_args)
     model.double()
     model.train()
     for m in model.modules():
@@ -121,25 +115,62 @@ def load(cls, name):
     return model, tok
 
 
-def check_batch(case, enc):
+def load_bert(cls, name):
+    """load, with BERT's config's dropout probabilities asserted 0 too."""
+    model, tok = load(cls, name)
+    cfg = model.config
+    assert cfg.hidden_dropout_prob == 0.0 and cfg.attention_probs_dropout_prob == 0.0, name
+    assert getattr(cfg, "classifier_dropout", None) in (None, 0.0), name
+    return model, tok
+
+
+def check_batch(case, enc, tok, max_tokens=MAX_TOKENS):
+    """The batch fits, is padded (one sequence at least 3 tokens shorter than the longest) and has no unknown
+    token."""
     t = enc["input_ids"].shape[1]
     lens = enc["attention_mask"].sum(1).tolist()
-    assert t <= MAX_TOKENS, f"{case}: {t} tokens"
+    assert t <= max_tokens, f"{case}: {t} tokens"
     assert max(lens) == t and min(lens) <= t - 3, f"{case}: lengths {lens}"
-    assert (enc["input_ids"] != 1).all(), f"{case}: [UNK] in the batch"  # id 1 is [UNK] in the tiny vocabulary
+    if tok.unk_token_id is not None:
+        assert (enc["input_ids"] != tok.unk_token_id).all(), f"{case}: unknown token in the batch"
 
 
-def run(case, name, model, enc, labels):
-    batch = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
-    batch.update(labels)
+def word_labels(case, enc, i, words, tags, label2id):
+    """Sequence i's token labels: each word's tag on its first piece (`word_ids()`), -100 on the other pieces, the
+    special tokens and the padding."""
+    row, prev = [], None
+    for w in enc.word_ids(i):
+        row.append(-100 if w is None or w == prev else label2id[tags[w]])
+        prev = w
+    assert sum(l != -100 for l in row) == len(words), f"{case}: a word lost its label in {words}"
+    return row
+
+
+def answer_span(enc, i, ctx, ans):
+    """The first and last context token of sequence i holding the answer, a character span of the context, found
+    through the offsets mapping."""
+    c0 = ctx.index(ans)
+    c1 = c0 + len(ans)
+    seq = enc.sequence_ids(i)
+    offs = enc["offset_mapping"][i].tolist()
+    ctx_toks = [j for j, s in enumerate(seq) if s == 1]
+    s = next(j for j in ctx_toks if offs[j][0] <= c0 < offs[j][1])
+    e = next(j for j in ctx_toks if offs[j][0] < c1 <= offs[j][1])
+    assert s <= e
+    return s, e
+
+
+def adamw_steps(case, model, batch, no_decay, flat=flat):
+    """The recorded run on one batch: the loss and every gradient at the committed weights, then STEPS AdamW steps
+    with the Trainer's two groups (weight decay WD except on `no_decay`), the global gradient norm clipped to
+    MAX_NORM before each; `flat` writes the values (its precision is the golden's)."""
     named = list(model.named_parameters())
-    no_decay = [n for n, _ in named if n.endswith("bias") or "LayerNorm.weight" in n]
     groups = [
         {"params": [p for n, p in named if n not in no_decay], "weight_decay": WD},
         {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0},
     ]
     opt = torch.optim.AdamW(groups, lr=LR, betas=(0.9, 0.999), eps=1e-8, foreach=False)
-    losses, norms, grads = [], [], None
+    losses, norms, grads, zero_grads = [], [], None, None
     for step in range(STEPS):
         opt.zero_grad(set_to_none=True)
         loss = model(**batch).loss
@@ -153,11 +184,7 @@ def run(case, name, model, enc, labels):
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in named], MAX_NORM)
         norms.append(float(f"{norm.item():.17g}"))
         opt.step()
-    out = {
-        "model": name,
-        "input_ids": rows(enc["input_ids"]),
-        "token_type_ids": rows(enc["token_type_ids"]),
-        "attention_mask": rows(enc["attention_mask"]),
+    return {
         "loss": losses[0],
         "grads": grads,
         "shapes": {n: list(p.shape) for n, p in named},
@@ -171,61 +198,63 @@ def run(case, name, model, enc, labels):
         "grad_norms": norms,
         "params_after": {n: flat(p) for n, p in named},
     }
+
+
+def run(case, name, model, enc, labels):
+    batch = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    batch.update(labels)
+    no_decay = [n for n, _ in model.named_parameters() if n.endswith("bias") or "LayerNorm.weight" in n]
+    # The file is written with sorted keys: this order is for the reader only.
+    out = {
+        "model": name,
+        "input_ids": rows(enc["input_ids"]),
+        "token_type_ids": rows(enc["token_type_ids"]),
+        "attention_mask": rows(enc["attention_mask"]),
+        **adamw_steps(case, model, batch, no_decay),
+    }
     for k, v in labels.items():
         out[k] = v.tolist()
     return out
 
 
 def classify_case():
-    model, tok = load(BertForSequenceClassification, "tiny-classifier")
+    model, tok = load_bert(BertForSequenceClassification, "tiny-classifier")
     enc = tok([t for t, _ in CLASSIFY], padding=True, return_tensors="pt")
-    check_batch("classify", enc)
+    check_batch("classify", enc, tok)
     labels = {"labels": torch.tensor([y for _, y in CLASSIFY])}
     return run("classify", "tiny-classifier", model, enc, labels)
 
 
 def pair_case():
-    model, tok = load(BertForSequenceClassification, "tiny-classifier")
+    model, tok = load_bert(BertForSequenceClassification, "tiny-classifier")
     enc = tok([a for a, _, _ in PAIR], [b for _, b, _ in PAIR], padding=True, return_tensors="pt")
-    check_batch("pair", enc)
+    check_batch("pair", enc, tok)
     assert all(1 in r for r in enc["token_type_ids"].tolist())
     labels = {"labels": torch.tensor([y for _, _, y in PAIR])}
     return run("pair", "tiny-classifier", model, enc, labels)
 
 
 def ner_case():
-    model, tok = load(BertForTokenClassification, "tiny-ner")
+    model, tok = load_bert(BertForTokenClassification, "tiny-ner")
     label2id = {v: int(k) for k, v in model.config.id2label.items()}
     enc = tok([w for w, _ in NER], is_split_into_words=True, padding=True, return_tensors="pt")
-    check_batch("ner", enc)
+    check_batch("ner", enc, tok)
     labels = []
     for i, (words, tags) in enumerate(NER):
         assert len(words) == len(tags)
-        row, prev = [], None
-        for w in enc.word_ids(i):
-            row.append(-100 if w is None or w == prev else label2id[tags[w]])
-            prev = w
-        assert sum(l != -100 for l in row) == len(words), f"ner: a word lost its label in {words}"
-        labels.append(row)
+        labels.append(word_labels("ner", enc, i, words, tags, label2id))
     assert any(len(tok.tokenize(w)) > 1 for words, _ in NER for w in words), "ner: no word has several pieces"
     return run("ner", "tiny-ner", model, enc, {"labels": torch.tensor(labels)})
 
 
 def qa_case():
-    model, tok = load(BertForQuestionAnswering, "tiny-qa")
+    model, tok = load_bert(BertForQuestionAnswering, "tiny-qa")
     enc = tok([q for q, _, _ in QA], [c for _, c, _ in QA], padding=True, return_offsets_mapping=True,
               return_tensors="pt")
-    check_batch("qa", enc)
+    check_batch("qa", enc, tok)
     starts, ends = [], []
     for i, (_, ctx, ans) in enumerate(QA):
-        c0 = ctx.index(ans)
-        c1 = c0 + len(ans)
-        seq = enc.sequence_ids(i)
-        offs = enc["offset_mapping"][i].tolist()
-        ctx_toks = [j for j, s in enumerate(seq) if s == 1]
-        s = next(j for j in ctx_toks if offs[j][0] <= c0 < offs[j][1])
-        e = next(j for j in ctx_toks if offs[j][0] < c1 <= offs[j][1])
-        assert s <= e
+        s, e = answer_span(enc, i, ctx, ans)
         assert tok.decode(enc["input_ids"][i][s:e + 1]) == ans.lower(), tok.decode(enc["input_ids"][i][s:e + 1])
         starts.append(s)
         ends.append(e)

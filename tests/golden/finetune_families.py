@@ -49,12 +49,12 @@ absolute 2e-4, far above that rounding), which keeps the file small.
 """
 import json
 import os
+import sys
 
 import torch
 from transformers import (
     AlbertForSequenceClassification,
     AlbertForTokenClassification,
-    AutoTokenizer,
     CamembertForQuestionAnswering,
     CamembertForSequenceClassification,
     DistilBertForSequenceClassification,
@@ -67,35 +67,15 @@ from transformers import (
     XLMRobertaForQuestionAnswering,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODELS = os.path.join(ROOT, "tests", "models")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# finetune.py's batches, hyperparameters and recorded run, shared with BERT's golden (and imported from here by the
+# other families' scripts: LR, WD, MAX_NORM, MODELS...).
+from finetune import (  # noqa: E402
+    CLASSIFY, LR, MAX_NORM, MODELS, NER, PAIR, ROOT, STEPS, WD, adamw_steps, answer_span, load, rows, word_labels)
+import finetune as FT  # noqa: E402
+
 OUT = os.path.join(ROOT, "tests", "golden", "finetune_families.json")
-
-LR = 1e-3
-WD = 0.01
-MAX_NORM = 1.0
-STEPS = 5
 MAX_TOKENS = 32
-
-CLASSIFY = [
-    ("i love this movie, it is great and i will watch it again!", 2),
-    ("this is the worst day of my life.", 0),
-    ("the book is on the table.", 1),
-    ("a", 1),
-]
-PAIR = [
-    ("what time is it?", "it is five o'clock.", 1),
-    ("the food was good.", "but the service was slow and the room was cold.", 0),
-    ("she opened the door.", "a man was standing outside.", 2),
-]
-NER = [
-    (["my", "name", "is", "sarah", "and", "i", "live", "in", "london", "."],
-     ["O", "O", "O", "B-PER", "O", "O", "O", "O", "B-LOC", "O"]),
-    (["John", "Smith", "visited", "Zürich", "for", "the", "United", "Nations", "."],
-     ["B-PER", "I-PER", "O", "B-LOC", "O", "O", "B-ORG", "I-ORG", "O"]),
-    (["Basel", "is", "nice"],
-     ["B-LOC", "O", "O"]),
-]
 QA = [
     ("where is sarah?", "she lives in london.", "london"),
     ("who came?", "john and paul came.", "john and paul"),
@@ -107,29 +87,8 @@ def flat(t):
     return [float(f"{v:.10g}") for v in t.detach().reshape(-1).tolist()]
 
 
-def rows(t):
-    return [[int(v) for v in r] for r in t.tolist()]
-
-
-def load(cls, name, **tok_args):
-    d = os.path.join(MODELS, name)
-    model = cls.from_pretrained(d, attn_implementation="eager")
-    tok = AutoTokenizer.from_pretrained(d, **tok_args)
-    model.double()
-    model.train()
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            assert m.p == 0.0, f"{name}: dropout {m.p}"
-    return model, tok
-
-
 def check_batch(case, enc, tok):
-    t = enc["input_ids"].shape[1]
-    lens = enc["attention_mask"].sum(1).tolist()
-    assert t <= MAX_TOKENS, f"{case}: {t} tokens"
-    assert max(lens) == t and min(lens) <= t - 3, f"{case}: lengths {lens}"
-    if tok.unk_token_id is not None:
-        assert (enc["input_ids"] != tok.unk_token_id).all(), f"{case}: unknown token in the batch"
+    return FT.check_batch(case, enc, tok, MAX_TOKENS)
 
 
 def decay_names(model):
@@ -146,28 +105,8 @@ def run(case, name, model, enc, labels, types):
     if types:
         batch["token_type_ids"] = enc["token_type_ids"]
     batch.update(labels)
-    named = list(model.named_parameters())
     decay = set(decay_names(model))
-    no_decay = [n for n, _ in named if n not in decay]
-    groups = [
-        {"params": [p for n, p in named if n in decay], "weight_decay": WD},
-        {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0},
-    ]
-    opt = torch.optim.AdamW(groups, lr=LR, betas=(0.9, 0.999), eps=1e-8, foreach=False)
-    losses, norms, grads, zero_grads = [], [], None, None
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        loss = model(**batch).loss
-        loss.backward()
-        assert all(p.grad is not None for _, p in named), f"{case}: a parameter got no gradient"
-        if step == 0:
-            grads = {n: flat(p.grad) for n, p in named}
-            total = torch.sqrt(sum((p.grad ** 2).sum() for _, p in named))
-            zero_grads = [n for n, p in named if p.grad.norm() < 1e-10 * total]
-        losses.append(float(f"{loss.item():.17g}"))
-        norm = torch.nn.utils.clip_grad_norm_([p for _, p in named], MAX_NORM)
-        norms.append(float(f"{norm.item():.17g}"))
-        opt.step()
+    no_decay = [n for n, _ in model.named_parameters() if n not in decay]
     ids = enc["input_ids"]
     out = {
         "model": name,
@@ -176,18 +115,7 @@ def run(case, name, model, enc, labels, types):
         "input_ids": rows(ids),
         "token_type_ids": rows(enc["token_type_ids"]) if types else rows(torch.zeros_like(ids)),
         "attention_mask": rows(enc["attention_mask"]),
-        "loss": losses[0],
-        "grads": grads,
-        "shapes": {n: list(p.shape) for n, p in named},
-        "lr": LR,
-        "weight_decay": WD,
-        "max_norm": MAX_NORM,
-        "steps": STEPS,
-        "no_decay": no_decay,
-        "zero_grads": zero_grads,
-        "losses": losses,
-        "grad_norms": norms,
-        "params_after": {n: flat(p) for n, p in named},
+        **adamw_steps(case, model, batch, no_decay, flat),
     }
     for k, v in labels.items():
         out[k] = v.tolist()
@@ -218,14 +146,7 @@ def ner_case(case, cls, name, types, runner=run, **tok_args):
     enc = tok([w for w, _ in NER], is_split_into_words=True, padding=True, return_tensors="pt",
               return_token_type_ids=types)
     check_batch(case, enc, tok)
-    labels = []
-    for i, (words, tags) in enumerate(NER):
-        row, prev = [], None
-        for w in enc.word_ids(i):
-            row.append(-100 if w is None or w == prev else label2id[tags[w]])
-            prev = w
-        assert sum(l != -100 for l in row) == len(words), f"{case}: a word lost its label in {words}"
-        labels.append(row)
+    labels = [word_labels(case, enc, i, words, tags, label2id) for i, (words, tags) in enumerate(NER)]
     return runner(case, name, model, enc, {"labels": torch.tensor(labels)}, types)
 
 
@@ -242,14 +163,7 @@ def qa_case(case, cls, name, init=False):
     assert (enc["input_ids"] == tok.pad_token_id).any(), f"{case}: no padding, nothing for padding_idx to do"
     starts, ends = [], []
     for i, (_, ctx, ans) in enumerate(QA):
-        c0 = ctx.index(ans)
-        c1 = c0 + len(ans)
-        seq = enc.sequence_ids(i)
-        offs = enc["offset_mapping"][i].tolist()
-        ctx_toks = [j for j, s in enumerate(seq) if s == 1]
-        s = next(j for j in ctx_toks if offs[j][0] <= c0 < offs[j][1])
-        e = next(j for j in ctx_toks if offs[j][0] < c1 <= offs[j][1])
-        assert s <= e
+        s, e = answer_span(enc, i, ctx, ans)
         got = tok.decode(enc["input_ids"][i][s:e + 1]).strip()
         assert got.lower() == ans.lower(), f"{case}: {got!r}"
         starts.append(s)

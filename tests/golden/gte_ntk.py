@@ -43,13 +43,13 @@ def main():
     torch.manual_seed(71)
     m = R.perturb(GteModel(R.gte_config(len(tok), architectures=["GteModel"])), 171).eval()
     assert m.config.rope_parameters["rope_theta"] == THETA
-    plain = R.embeddings(m, tok)
+    plain = H.embeddings(m, tok, R.EMBED_TEXTS)
     d = m.rotary_emb.inv_freq.shape[0] * 2
     with torch.no_grad():
         m.rotary_emb.inv_freq.copy_(ntk_inv_freq(d))
         if hasattr(m.rotary_emb, "original_inv_freq"):
             m.rotary_emb.original_inv_freq = m.rotary_emb.inv_freq.clone()
-    scaled = R.embeddings(m, tok)
+    scaled = H.embeddings(m, tok, R.EMBED_TEXTS)
     moved = max(abs(a - b) for x, y in zip(plain, scaled) for a, b in zip(x["mean"], y["mean"]))
     out = R.save(m, "tiny-gte-ntk")
     path = os.path.join(out, "config.json")

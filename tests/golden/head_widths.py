@@ -15,7 +15,6 @@ a multiple of 4:
   tests/golden/head_widths.json       its logits and the token-classification pipeline's outputs (as heads.json's
                                       "tiny_ner"), under "tiny_ner_8"
 """
-import json
 import os
 import sys
 
@@ -71,10 +70,7 @@ def main():
     heads.save(m, "tiny-ner-8", tok_dir)
     golden = {"tolerance_note": "float32 PyTorch outputs; compare with the tolerances named in tests/heads.rs",
               "tiny_ner_8": ner_rows(m, tok)}
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    heads.write_golden(OUT, golden)
     print("ner-8 min top-2 gap", min(r["min_top2_gap"] for r in golden["tiny_ner_8"]), file=sys.stderr)
     print("ner-8 entities (none)", sum(len(r["none"]) for r in golden["tiny_ner_8"]), file=sys.stderr)
 

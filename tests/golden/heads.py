@@ -33,7 +33,7 @@ import sys
 
 import numpy as np
 import torch
-from tokenizers import BertWordPieceTokenizer
+from tokenizers import BertWordPieceTokenizer, Tokenizer, models, pre_tokenizers, trainers
 from transformers import (
     AutoTokenizer,
     BertConfig,
@@ -108,6 +108,12 @@ QA_INPUTS = [
     },
     {"question": "who?", "context": "It is raining."},
 ]
+# The families whose tokenizers are trained here (RoBERTa, XLM-R, ELECTRA, ALBERT, and those reusing them) embed and
+# classify these too: accents, CJK, an emoji, runs of spaces, a French pair.
+EMBED_TEXTS_INTL = [c["text"] for c in CLASSIFY_INPUTS] + NER_TEXTS + [
+    "Héllo wörld, café naïve 東京 🤗!", "  leading and trailing spaces  "]
+CLASSIFY_INPUTS_INTL = CLASSIFY_INPUTS + [
+    {"text": "Où est la gare?", "text_pair": "La gare est là-bas, près du café."}]
 
 
 def vocab_tokens(full_tok, texts):
@@ -159,6 +165,30 @@ def build_vocab(dirname):
     return vocab
 
 
+def tokenizer_corpus(texts, cases, mask):
+    """What the tokenizers trained here learn from: the fortunes of tests/data, then `texts`, the QA inputs and the
+    tricky strings `cases` (tokens.py's: the first 20 texts, every pair's second text), with `mask` taken out."""
+    corpus = []
+    with open(os.path.join(ROOT, "tests", "data", "fortunes", "train.jsonl"), encoding="utf-8") as f:
+        corpus += [json.loads(line)["text"] for line in f if line.strip()]
+    corpus += texts
+    corpus += [x for d in QA_INPUTS for x in d.values()]
+    corpus += [c["text"] for c in cases[:20]] + [c.get("text_pair", "") for c in cases]
+    return [t.replace(mask, "") for t in corpus if t]
+
+
+def unigram_vocab(texts, specials, vocab_size):
+    """A SentencePiece Unigram model trained on `texts` with the `tokenizers` library (WhitespaceSplit + Metaspace,
+    as transformers' SentencePiece tokenizers split), its vocabulary as (piece, score) pairs, `specials` first."""
+    t = Tokenizer(models.Unigram())
+    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>")
+    t.train_from_iterator(texts, trainer)
+    vocab = [tuple(p) for p in json.loads(t.to_str())["model"]["vocab"]]
+    assert [p for p, _ in vocab[:len(specials)]] == specials, vocab[:len(specials)]
+    return vocab
+
+
 def config(vocab_size, **kw):
     return BertConfig(
         vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
@@ -166,23 +196,33 @@ def config(vocab_size, **kw):
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0, **kw)
 
 
-def perturb(model, seed):
-    """Move biases and LayerNorm parameters off their 0/1 init so that dropping one changes the outputs."""
+def perturb(model, seed, names=("LayerNorm",)):
+    """Move biases and norm parameters (those whose name holds one of `names`: each family names its norms its own
+    way) off their 0/1 init so that dropping one changes the outputs."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("bias") or "LayerNorm" in name:
+            if name.endswith("bias") or any(n in name for n in names):
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
     return model
 
 
-def save(model, name, tok_dir):
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json")
+
+
+def copy_tokenizer(tok_dir, d, files=TOKENIZER_FILES):
+    for f in files:
+        shutil.copy(os.path.join(tok_dir, f), os.path.join(d, f))
+
+
+def save(model, name, tok_dir, files=TOKENIZER_FILES):
+    """`model` into tests/models/`name`, beside a copy of the tokenizer `files` of `tok_dir` (unless it is that
+    folder), refusing a checkpoint too big to commit."""
     d = os.path.join(MODELS, name)
     if d != tok_dir:
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
-        for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join(tok_dir, f), os.path.join(d, f))
+        copy_tokenizer(tok_dir, d, files)
     model.eval()
     model.save_pretrained(d)
     size = os.path.getsize(os.path.join(d, "model.safetensors"))
@@ -209,30 +249,126 @@ def min_gap(sorted_scores):
 # Fill-mask
 # ---------------------------------------------------------------------------------------------------------------
 def fill_mask_goldens(model_dir, texts, top_k=5, with_logits=False):
+    """fill_mask on a saved checkpoint; heads.json keeps the mask logits last, and only where asked."""
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = BertForMaskedLM.from_pretrained(model_dir).eval()
-    fm = pipeline("fill-mask", model=model, tokenizer=tok, device="cpu")
-    out = []
+    rows = fill_mask(model, tok, texts, top_k)
+    for row in rows:
+        logits = row.pop("mask_logits")
+        if with_logits:
+            row["mask_logits"] = logits
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The goldens every family script writes the same way
+# ---------------------------------------------------------------------------------------------------------------
+def padded_hidden(encoder, tok, texts):
+    """The encoder's last hidden states of `texts` as one padded batch: (encoding, hidden (B, T, H))."""
+    enc = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = encoder(**enc).last_hidden_state
+    return enc, hidden
+
+
+def embedding_rows(texts, enc, hidden, with_ids=True):
+    """Per text: the mean of its hidden states under the attention mask (padding left out) and its first token's."""
+    mask = enc["attention_mask"].unsqueeze(-1).float()
+    mean = (hidden * mask).sum(1) / mask.sum(1)
+    if not with_ids:
+        return [{"text": t, "mean": fl(v), "cls": fl(hidden[i, 0])} for i, (t, v) in enumerate(zip(texts, mean))]
+    return [{"text": t, "input_ids": enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist(), "mean": fl(v),
+             "cls": fl(hidden[i, 0])} for i, (t, v) in enumerate(zip(texts, mean))]
+
+
+def embeddings(encoder, tok, texts, with_ids=True):
+    """Mean-pooled and first-token embeddings of a padded batch (see embedding_rows)."""
+    enc, hidden = padded_hidden(encoder, tok, texts)
+    return embedding_rows(texts, enc, hidden, with_ids)
+
+
+def fill_mask(m, tok, texts, top_k=5):
+    """The fill-mask pipeline's top_k per [MASK], and the masked LM's logits at each mask."""
+    fm = pipeline("fill-mask", model=m, tokenizer=tok, device="cpu")
+    rows = []
     for text in texts:
         res = fm(text, top_k=top_k)
         if isinstance(res[0], dict):
             res = [res]
-        enc = tok(text, return_tensors="pt")
+        e = tok(text, return_tensors="pt")
         with torch.no_grad():
-            logits = model(**enc).logits[0]
-        mask_rows = (enc["input_ids"][0] == tok.mask_token_id).nonzero().reshape(-1).tolist()
-        entry = {
-            "text": text,
-            "input_ids": enc["input_ids"][0].tolist(),
-            "mask_rows": mask_rows,
+            logits = m(**e).logits[0]
+        mask_rows = (e["input_ids"][0] == tok.mask_token_id).nonzero().reshape(-1).tolist()
+        rows.append({
+            "text": text, "input_ids": e["input_ids"][0].tolist(), "mask_rows": mask_rows,
+            "mask_logits": [fl(logits[r]) for r in mask_rows],
             "predictions": [[{"score": f(p["score"]), "token": int(p["token"]), "token_str": p["token_str"],
                               "sequence": p["sequence"]} for p in row] for row in res],
             "min_score_gap": min(min_gap([p["score"] for p in row]) for row in res),
-        }
-        if with_logits:
-            entry["mask_logits"] = [fl(logits[r]) for r in mask_rows]
-        out.append(entry)
-    return out
+        })
+    return rows
+
+
+def classify(m, tok, inputs=CLASSIFY_INPUTS, with_types=False):
+    """The text-classification pipeline over every label (`top_k=None`), single texts and pairs, and the logits;
+    `with_types` records the segment ids too (for families whose classifier reads them)."""
+    clf = pipeline("text-classification", model=m, tokenizer=tok, device="cpu")
+    rows = []
+    for inp in inputs:
+        e = tok(inp["text"], inp.get("text_pair"), return_tensors="pt")
+        with torch.no_grad():
+            logits = m(**e).logits[0]
+        res = clf(dict(inp) if "text_pair" in inp else inp["text"], top_k=None)
+        types = {"token_type_ids": e["token_type_ids"][0].tolist()} if with_types else {}
+        rows.append({**inp, "input_ids": e["input_ids"][0].tolist(), **types, "logits": fl(logits),
+                     "pipeline": [{"label": r["label"], "score": f(r["score"])} for r in res],
+                     "min_score_gap": min_gap([r["score"] for r in res])})
+    return rows
+
+
+def token_logits(m, tok, texts=NER_TEXTS):
+    """A token classifier's logits, one row per token of each text."""
+    rows = []
+    for text in texts:
+        e = tok(text, return_tensors="pt")
+        with torch.no_grad():
+            logits = m(**e).logits[0]
+        rows.append({"text": text, "input_ids": e["input_ids"][0].tolist(), "logits": [fl(r) for r in logits]})
+    return rows
+
+
+def qa(m, tok, inputs=QA_INPUTS):
+    """qa_reference on each input with the former pipeline's settings for this tokenizer: max_seq_len =
+    min(model_max_length, 384), doc_stride = min(max_seq_len // 2, 128)."""
+    max_seq_len = min(tok.model_max_length, 384)
+    return [qa_reference(m, tok, q["question"], q["context"], max_seq_len, min(max_seq_len // 2, 128))
+            for q in inputs]
+
+
+class WithoutTypes:
+    """qa_reference passes token_type_ids, which some forwards do not take (DistilBERT) or read none (RoBERTa)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, token_type_ids=None, **kw):
+        return self.model(**kw)
+
+
+def write_golden(path, golden):
+    """The golden as compact JSON (UTF-8 kept), one line and a newline."""
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
+        fh.write("\n")
+    print(f"wrote {path}: {os.path.getsize(path)} bytes", file=sys.stderr)
+
+
+def print_qa(rows, *prefix):
+    """Each QA golden's answer and how close its runners-up came, so that near-ties can be seen and the inputs
+    changed."""
+    for q in rows:
+        print(*prefix, "qa", q["answer"], "windows", len(q["windows"]), "gaps",
+              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -322,18 +458,8 @@ def main():
         torch.manual_seed(seed)
         m = perturb(BertForSequenceClassification(config(V, architectures=["BertForSequenceClassification"], **kw)),
                     100 + seed).eval()
-        d = save(m, name, tok_dir)
-        clf = pipeline("text-classification", model=m, tokenizer=tok, device="cpu")
-        rows = []
-        for inp in CLASSIFY_INPUTS:
-            enc = tok(inp["text"], inp.get("text_pair"), return_tensors="pt")
-            with torch.no_grad():
-                logits = m(**enc).logits[0]
-            res = clf(dict(inp) if "text_pair" in inp else inp["text"], top_k=None)
-            rows.append({**inp, "input_ids": enc["input_ids"][0].tolist(), "logits": fl(logits),
-                         "pipeline": [{"label": r["label"], "score": f(r["score"])} for r in res],
-                         "min_score_gap": min_gap([r["score"] for r in res])})
-        golden[name.replace("-", "_")] = rows
+        save(m, name, tok_dir)
+        golden[name.replace("-", "_")] = classify(m, tok)
 
     # --- token classification -----------------------------------------------------------------------------------
     labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
@@ -376,25 +502,17 @@ def main():
     torch.manual_seed(5)
     m = perturb(BertForQuestionAnswering(config(V, architectures=["BertForQuestionAnswering"])), 105).eval()
     save(m, "tiny-qa", tok_dir)
-    max_seq_len = min(tok.model_max_length, 384)
-    doc_stride = min(max_seq_len // 2, 128)
-    golden["tiny_qa"] = [qa_reference(m, tok, q["question"], q["context"], max_seq_len, doc_stride)
-                         for q in QA_INPUTS]
+    golden["tiny_qa"] = qa(m, tok)
 
     # --- the real checkpoint: splade-tiny (legacy LayerNorm names, tied decoder absent from the file) ------------
     golden["splade_fill_mask"] = fill_mask_goldens(SPLADE, FILL_MASK_SPLADE)
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    write_golden(OUT, golden)
     # Near-ties would make an ordering comparison fragile: report them so the inputs can be changed.
     for k in ("tiny_fill_mask", "splade_fill_mask"):
         print(k, "min top-k score gap", min(e["min_score_gap"] for e in golden[k]), file=sys.stderr)
     print("ner min top-2 gap", min(r["min_top2_gap"] for r in golden["tiny_ner"]), file=sys.stderr)
-    for q in golden["tiny_qa"]:
-        print("qa", q["answer"], "windows", len(q["windows"]), "gaps",
-              [w["runner_up_gap"] for w in q["windows"]], q["window_gap"], file=sys.stderr)
+    print_qa(golden["tiny_qa"])
 
 
 if __name__ == "__main__":

@@ -90,14 +90,9 @@ def config(tok, biases=False, local_attention=8, **kw):
 
 
 def perturb(model, seed):
-    """Move biases and norms off their 0/1 init, so that a bias or norm dropped (or a β read where there is none)
-    changes the outputs."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                p.add_(0.1 * torch.randn(p.shape, generator=g))
-    return model
+    """heads.perturb for every norm (`*_norm`, `norm`), so that a bias or norm dropped (or a β read where there is
+    none) changes the outputs."""
+    return H.perturb(model, seed, ("norm",))
 
 
 def save(model, name):
@@ -122,18 +117,12 @@ def hub_keys(d, model):
     assert back.config.rope_parameters == model.config.rope_parameters, back.config.rope_parameters
 
 
-def qa(m, tok):
-    max_seq_len = min(tok.model_max_length, 384)
-    return [H.qa_reference(R.WithoutTypes(m), R.WithTypes(tok), q["question"], q["context"], max_seq_len,
-                           min(max_seq_len // 2, 128)) for q in H.QA_INPUTS]
-
-
 def wide_window(encoder, tok, want):
     """How far the mean embeddings move when the local layers see every key (their theta kept): the tests widen the
     window the same way and expect the same move."""
     narrow = encoder.config.local_attention
     encoder.config.local_attention = 2 * WIDE
-    got = RT.embeddings(encoder, tok, EMBED_TEXTS)
+    got = H.embeddings(encoder, tok, EMBED_TEXTS)
     encoder.config.local_attention = narrow
     return max(abs(a - b) for x, y in zip(want, got) for a, b in zip(x["mean"], y["mean"]))
 
@@ -148,22 +137,22 @@ def main():
     m = perturb(ModernBertModel(config(tok, architectures=["ModernBertModel"])), 171).eval()
     assert m.config.layer_types == ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
     save(m, "tiny-modernbert-model")
-    g["model_embeddings"] = RT.embeddings(m, tok, EMBED_TEXTS)
+    g["model_embeddings"] = H.embeddings(m, tok, EMBED_TEXTS)
     g["wide_window_max_diff"] = wide_window(m, tok, g["model_embeddings"])
 
     torch.manual_seed(72)
     m = perturb(ModernBertForMaskedLM(config(tok, biases=True, hidden_activation="gelu_pytorch_tanh",
                                              architectures=["ModernBertForMaskedLM"])), 172).eval()
     save(m, "tiny-modernbert-mlm")
-    g["embeddings"] = RT.embeddings(m.model, tok, EMBED_TEXTS)
-    g["fill_mask"] = RT.fill_mask(m, tok)
+    g["embeddings"] = H.embeddings(m.model, tok, EMBED_TEXTS)
+    g["fill_mask"] = H.fill_mask(m, tok, RT.FILL_MASK)
 
     torch.manual_seed(73)
     m = perturb(ModernBertForSequenceClassification(config(
         tok, architectures=["ModernBertForSequenceClassification"], classifier_pooling="cls", id2label=IDS3,
         label2id={v: k for k, v in IDS3.items()})), 173).eval()
     hub_keys(save(m, "tiny-modernbert-classifier"), m)
-    g["classifier"] = R.classify(m, tok)
+    g["classifier"] = H.classify(m, tok, R.CLASSIFY_INPUTS)
 
     torch.manual_seed(74)
     m = perturb(ModernBertForSequenceClassification(config(
@@ -171,25 +160,22 @@ def main():
         architectures=["ModernBertForSequenceClassification"], id2label=IDS3,
         label2id={v: k for k, v in IDS3.items()})), 174).eval()
     save(m, "tiny-modernbert-mean")
-    g["classifier_mean"] = R.classify(m, tok)
+    g["classifier_mean"] = H.classify(m, tok, R.CLASSIFY_INPUTS)
 
     torch.manual_seed(75)
     m = perturb(ModernBertForTokenClassification(config(
         tok, architectures=["ModernBertForTokenClassification"], id2label=NER_LABELS,
         label2id={v: k for k, v in NER_LABELS.items()})), 175).eval()
     save(m, "tiny-modernbert-ner")
-    g["ner"] = RT.ner(m, tok)
+    g["ner"] = H.token_logits(m, tok)
 
     torch.manual_seed(76)
     m = perturb(ModernBertForQuestionAnswering(config(tok, biases=True,
                                                       architectures=["ModernBertForQuestionAnswering"])), 176).eval()
     save(m, "tiny-modernbert-qa")
-    g["qa"] = qa(m, tok)
+    g["qa"] = H.qa(H.WithoutTypes(m), R.WithTypes(tok))
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(g, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, g)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
     for k in ("classifier", "classifier_mean"):
         print(k, "min score gap", min(e["min_score_gap"] for e in g[k]), file=sys.stderr)

@@ -23,7 +23,6 @@ far past the tolerances), written to:
 """
 import json
 import os
-import shutil
 import sys
 
 import torch
@@ -58,17 +57,7 @@ def perturb(model, seed):
 
 
 def save(model, name):
-    d = os.path.join(H.MODELS, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKENIZER, f), os.path.join(d, f))
-    model.eval()
-    model.save_pretrained(d)
-    size = os.path.getsize(os.path.join(d, "model.safetensors"))
-    assert size < 200_000, f"{name}: {size} bytes is too big to commit"
-    print(f"{name}: model.safetensors {size} bytes", file=sys.stderr)
-    return d
+    return R.save(model, name, TOKENIZER)
 
 
 def main():
@@ -82,48 +71,37 @@ def main():
     torch.manual_seed(41)
     m = perturb(MPNetForMaskedLM(config(V, architectures=["MPNetForMaskedLM"])), 141).eval()
     save(m, "tiny-mpnet-mlm")
-    g["embeddings"] = R.embeddings(m.mpnet, tok)
-    g["fill_mask"] = R.fill_mask(m, tok)
+    g["embeddings"] = H.embeddings(m.mpnet, tok, R.EMBED_TEXTS)
+    g["fill_mask"] = H.fill_mask(m, tok, R.FILL_MASK)
     torch.manual_seed(42)
     m = perturb(MPNetForSequenceClassification(config(
         V, architectures=["MPNetForSequenceClassification"], id2label=ids3,
         label2id={v: k for k, v in ids3.items()})), 142).eval()
     save(m, "tiny-mpnet-classifier")
-    g["classifier"] = R.classify(m, tok)
+    g["classifier"] = H.classify(m, tok, R.CLASSIFY_INPUTS)
     ner_labels = dict(enumerate(["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]))
     torch.manual_seed(44)
     m = perturb(MPNetForTokenClassification(config(
         V, architectures=["MPNetForTokenClassification"], id2label=ner_labels,
         label2id={v: k for k, v in ner_labels.items()})), 144).eval()
     save(m, "tiny-mpnet-ner")
-    rows = []
-    for text in H.NER_TEXTS:
-        e = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        rows.append({"text": text, "input_ids": e["input_ids"][0].tolist(), "logits": [H.fl(r) for r in logits]})
-    g["ner"] = rows
+    g["ner"] = H.token_logits(m, tok)
     torch.manual_seed(45)
     m = perturb(MPNetForQuestionAnswering(config(V, architectures=["MPNetForQuestionAnswering"])), 145).eval()
     save(m, "tiny-mpnet-qa")
-    max_seq_len = min(tok.model_max_length, 384)
-    g["qa"] = [H.qa_reference(R.WithoutTypes(m), R.WithTypes(tok), q["question"], q["context"], max_seq_len,
-                              min(max_seq_len // 2, 128)) for q in H.QA_INPUTS]
+    g["qa"] = H.qa(H.WithoutTypes(m), R.WithTypes(tok))
     torch.manual_seed(43)
     m = perturb(MPNetModel(config(V, architectures=["MPNetModel"])), 143).eval()
     d = save(m, "tiny-mpnet-model")
-    g["model_embeddings"] = R.embeddings(m, tok)
+    g["model_embeddings"] = H.embeddings(m, tok, R.EMBED_TEXTS)
     # The same model without its bias: how far a missing bias moves the outputs (the tests' tolerances are far below).
     with torch.no_grad():
         m.encoder.relative_attention_bias.weight.zero_()
-    without = R.embeddings(m, tok)
+    without = H.embeddings(m, tok, R.EMBED_TEXTS)
     g["without_bias_max_diff"] = max(abs(a - b) for x, y in zip(g["model_embeddings"], without)
                                      for a, b in zip(x["mean"], y["mean"]))
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(g, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, g)
     print("fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
     print("classifier min score gap", min(e["min_score_gap"] for e in g["classifier"]), file=sys.stderr)
     print("longest embed text", max(len(e["input_ids"]) for e in g["embeddings"]), "tokens", file=sys.stderr)

@@ -31,14 +31,13 @@ The models are seeded random, hidden 32, 2 layers, 4 heads (head dim 8), feed-fo
 """
 import json
 import os
-import shutil
 import sys
 
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import (AutoTokenizer, GteConfig, GteForMaskedLM, GteForSequenceClassification,
                           GteForTokenClassification, GteModel, NomicBertConfig, NomicBertForMaskedLM,
-                          NomicBertForSequenceClassification, NomicBertForTokenClassification, NomicBertModel, pipeline)
+                          NomicBertForSequenceClassification, NomicBertForTokenClassification, NomicBertModel)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heads as H  # noqa: E402
@@ -72,69 +71,9 @@ def gte_config(vocab_size, type_vocab_size=0, **kw):
 
 
 def perturb(model, seed):
-    """Move biases and norm parameters off their 0/1 init so that dropping one changes the outputs."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias") or "LayerNorm" in name or "layernorm" in name or "layer_norm" in name \
-                    or "token_type" in name:
-                p.add_(0.1 * torch.randn(p.shape, generator=g))
-    return model
-
-
-def embeddings(encoder, tok, texts=EMBED_TEXTS):
-    enc = tok(texts, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        hidden = encoder(**enc).last_hidden_state
-    mask = enc["attention_mask"].unsqueeze(-1).float()
-    mean = (hidden * mask).sum(1) / mask.sum(1)
-    return [{"text": t, "input_ids": enc["input_ids"][i][enc["attention_mask"][i] == 1].tolist(), "mean": H.fl(v),
-             "cls": H.fl(hidden[i, 0])} for i, (t, v) in enumerate(zip(texts, mean))]
-
-
-def fill_mask(m, tok):
-    fm = pipeline("fill-mask", model=m, tokenizer=tok, device="cpu")
-    rows = []
-    for text in FILL_MASK:
-        res = fm(text, top_k=5)
-        if isinstance(res[0], dict):
-            res = [res]
-        e = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        mask_rows = (e["input_ids"][0] == tok.mask_token_id).nonzero().reshape(-1).tolist()
-        rows.append({
-            "text": text, "input_ids": e["input_ids"][0].tolist(), "mask_rows": mask_rows,
-            "mask_logits": [H.fl(logits[r]) for r in mask_rows],
-            "predictions": [[{"score": H.f(p["score"]), "token": int(p["token"]), "token_str": p["token_str"],
-                              "sequence": p["sequence"]} for p in row] for row in res],
-            "min_score_gap": min(H.min_gap([p["score"] for p in row]) for row in res),
-        })
-    return rows
-
-
-def classify(m, tok):
-    clf = pipeline("text-classification", model=m, tokenizer=tok, device="cpu")
-    rows = []
-    for inp in H.CLASSIFY_INPUTS:
-        e = tok(inp["text"], inp.get("text_pair"), return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        res = clf(dict(inp) if "text_pair" in inp else inp["text"], top_k=None)
-        rows.append({**inp, "input_ids": e["input_ids"][0].tolist(), "token_type_ids": e["token_type_ids"][0].tolist(),
-                     "logits": H.fl(logits), "pipeline": [{"label": r["label"], "score": H.f(r["score"])} for r in res],
-                     "min_score_gap": H.min_gap([r["score"] for r in res])})
-    return rows
-
-
-def ner(m, tok):
-    rows = []
-    for text in H.NER_TEXTS:
-        e = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = m(**e).logits[0]
-        rows.append({"text": text, "input_ids": e["input_ids"][0].tolist(), "logits": [H.fl(r) for r in logits]})
-    return rows
+    """heads.perturb, for both families' norm names (`LayerNorm`, `*_layernorm`, `layer_norm`) and the token-type
+    table."""
+    return H.perturb(model, seed, ("LayerNorm", "layernorm", "layer_norm", "token_type"))
 
 
 def save(model, name):
@@ -148,7 +87,7 @@ def without_rotation(encoder, tok, want):
         d = encoder.rotary_emb.inv_freq.shape[0] * 2
         encoder.rotary_emb.inv_freq.copy_(1.0 / (float("inf") ** (torch.arange(0, d, 2, dtype=torch.float) / d)))
         assert encoder.rotary_emb.inv_freq.tolist() == [1.0] + [0.0] * (d // 2 - 1)
-    got = embeddings(encoder, tok)
+    got = H.embeddings(encoder, tok, EMBED_TEXTS)
     return max(abs(a - b) for x, y in zip(want, got) for a, b in zip(x["mean"], y["mean"]))
 
 
@@ -201,7 +140,7 @@ def main():
     torch.manual_seed(51)
     m = perturb(NomicBertModel(nomic_config(V, architectures=["NomicBertModel"])), 151).eval()
     save(m, "tiny-nomic-model")
-    g["model_embeddings"] = embeddings(m, tok)
+    g["model_embeddings"] = H.embeddings(m, tok, EMBED_TEXTS)
     _, hub_sd = nomic_hub(m, "tiny-nomic-hub")
     # The hub layout holds the same numbers: every tensor of the transformers file is found in it.
     assert sum(v.numel() for v in hub_sd.values()) == sum(p.numel() for p in m.state_dict().values()
@@ -210,20 +149,20 @@ def main():
     torch.manual_seed(52)
     m = perturb(NomicBertForMaskedLM(nomic_config(V, architectures=["NomicBertForMaskedLM"])), 152).eval()
     save(m, "tiny-nomic-mlm")
-    g["embeddings"] = embeddings(m.nomic_bert, tok)
-    g["fill_mask"] = fill_mask(m, tok)
+    g["embeddings"] = H.embeddings(m.nomic_bert, tok, EMBED_TEXTS)
+    g["fill_mask"] = H.fill_mask(m, tok, FILL_MASK)
     torch.manual_seed(53)
     m = perturb(NomicBertForSequenceClassification(nomic_config(
         V, architectures=["NomicBertForSequenceClassification"], id2label=IDS3,
         label2id={v: k for k, v in IDS3.items()})), 153).eval()
     save(m, "tiny-nomic-classifier")
-    g["classifier"] = classify(m, tok)
+    g["classifier"] = H.classify(m, tok, with_types=True)
     torch.manual_seed(54)
     m = perturb(NomicBertForTokenClassification(nomic_config(
         V, architectures=["NomicBertForTokenClassification"], id2label=NER_LABELS,
         label2id={v: k for k, v in NER_LABELS.items()})), 154).eval()
     save(m, "tiny-nomic-ner")
-    g["ner"] = ner(m, tok)
+    g["ner"] = H.token_logits(m, tok)
     golden["nomic"] = g
 
     # --- GTE ------------------------------------------------------------------------------------------------------
@@ -231,31 +170,28 @@ def main():
     torch.manual_seed(61)
     m = perturb(GteModel(gte_config(V, architectures=["GteModel"])), 161).eval()
     save(m, "tiny-gte-model")
-    g["model_embeddings"] = embeddings(m, tok)
+    g["model_embeddings"] = H.embeddings(m, tok, EMBED_TEXTS)
     g["without_rotation_max_diff"] = without_rotation(m, tok, g["model_embeddings"])
     torch.manual_seed(62)
     m = perturb(GteForMaskedLM(gte_config(V, architectures=["GteForMaskedLM"])), 162).eval()
     save(m, "tiny-gte-mlm")
-    g["embeddings"] = embeddings(m.gte, tok)
-    g["fill_mask"] = fill_mask(m, tok)
+    g["embeddings"] = H.embeddings(m.gte, tok, EMBED_TEXTS)
+    g["fill_mask"] = H.fill_mask(m, tok, FILL_MASK)
     torch.manual_seed(63)
     m = perturb(GteForSequenceClassification(gte_config(
         V, type_vocab_size=2, architectures=["GteForSequenceClassification"], id2label=IDS3,
         label2id={v: k for k, v in IDS3.items()})), 163).eval()
     save(m, "tiny-gte-classifier")
-    g["classifier"] = classify(m, tok)
+    g["classifier"] = H.classify(m, tok, with_types=True)
     torch.manual_seed(64)
     m = perturb(GteForTokenClassification(gte_config(
         V, architectures=["GteForTokenClassification"], id2label=NER_LABELS,
         label2id={v: k for k, v in NER_LABELS.items()})), 164).eval()
     save(m, "tiny-gte-ner")
-    g["ner"] = ner(m, tok)
+    g["ner"] = H.token_logits(m, tok)
     golden["gte"] = g
 
-    with open(OUT, "w", encoding="utf-8") as fh:
-        json.dump(golden, fh, ensure_ascii=False, separators=(",", ":"))
-        fh.write("\n")
-    print(f"wrote {OUT}: {os.path.getsize(OUT)} bytes", file=sys.stderr)
+    H.write_golden(OUT, golden)
     for fam in ("nomic", "gte"):
         g = golden[fam]
         print(fam, "fill-mask min top-k score gap", min(e["min_score_gap"] for e in g["fill_mask"]), file=sys.stderr)
