@@ -100,10 +100,11 @@ T_SHARDS=(--test camembert -- cpu inconsistent)
 T_ZERO_SHOT=(--test zero_shot -- cpu cli)
 T_JINA=(--test jina -- on_cpu)
 T_GATED=(--test finetune_families -- on_the_cpu)
+T_MEMORY=(--test training_memory -- every_family)
 
 status=0
 echo "mutation-check at $(git rev-parse --short HEAD), target $CARGO_TARGET_DIR"
-for t in T_MODEL T_LLAMA T_HEADS T_TRAIN_CPU T_TRAIN_GPU T_GPU T_FINETUNE T_PRETRAIN T_LORA T_LORA_MORE T_FAMILY T_QA T_SHARDS T_ZERO_SHOT T_JINA T_GATED; do
+for t in T_MODEL T_LLAMA T_HEADS T_TRAIN_CPU T_TRAIN_GPU T_GPU T_FINETUNE T_PRETRAIN T_LORA T_LORA_MORE T_FAMILY T_QA T_SHARDS T_ZERO_SHOT T_JINA T_GATED T_MEMORY; do
     declare -n args=$t
     if ! cargo_tests "${args[@]}"; then
         echo "BASELINE FAILS   cargo test ${args[*]}: $(cat "$scratch/failed" 2>/dev/null)"
@@ -150,9 +151,9 @@ mutate golden-pretrain "PyTorch's third pre-training step loss x (1 + 1e-5) (2x 
     scale tests/golden/pretrain.json 1.00001 losses 2
 mutate golden-lora "one LoRA B entry after 5 steps (qv_classify) + 6e-6 (2x PARAM_ATOL)" T_LORA \
     bump tests/golden/lora.json 6e-6 cases qv_classify params_after bert.encoder.layer.0.attention.self.query.lora_B.weight 0
-mutate lora-wi-unswapped "ModernBERT's adapter on mlp.Wi added in the module's order where the forward reads Wi swapped" \
-    T_LORA_MORE replace src/training/lora_peft.rs 'let perm = (modern && weight == i).then(' \
-    'let perm = (false && modern && weight == i).then('
+mutate lora-wi-unswapped "ModernBERT's and JinaBERT's adapter on mlp.Wi / gated_layers added in the module's order where the forward reads the weight swapped" \
+    T_LORA_MORE replace src/training/lora_peft.rs 'let perm = ((modern || jina) && weight == i).then(' \
+    'let perm = (false && (modern || jina) && weight == i).then('
 mutate golden-family "RoBERTa's classifier pipeline top score + 1e-5 (2x family SCORE_TOL)" T_FAMILY \
     bump tests/golden/roberta.json 1e-5 roberta classifier 0 pipeline 0 score
 mutate qa-first-window "QA answers from the first window that has one, not the best over all windows" T_QA \
@@ -177,6 +178,8 @@ mutate alibi-dropped "JinaBERT's ALiBi left out of the score bias its attention 
 mutate gated-unswapped "training reads ModernBERT's Wi and JinaBERT's gated_layers in their stored order, not swapped" \
     T_GATED replace src/training/encoder/gated.rs '(0..2 * n).map(|i| ((i + n) % (2 * n)) as u32).collect()' \
     '(0..2 * n).map(|i| i as u32).collect()'
+mutate memory-gated-narrow "the memory statement counts a gated up-projection i wide, not [up | gate]'s 2i" T_MEMORY \
+    replace src/training/fit/memory.rs 'FeedForward::Gated => 2 * i,' 'FeedForward::Gated => i,'
 mutate shard-twice "a tensor found in a second shard is not refused as such" T_SHARDS \
     replace src/weights/sharded.rs 'self.found.insert(name.to_string(), shard.to_string()) {' \
     'self.found.insert(name.to_string(), shard.to_string()).filter(|_| false) {'
