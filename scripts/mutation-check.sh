@@ -179,7 +179,7 @@ mutate gated-unswapped "training reads ModernBERT's Wi and JinaBERT's gated_laye
     T_GATED replace src/training/encoder/gated.rs '(0..2 * n).map(|i| ((i + n) % (2 * n)) as u32).collect()' \
     '(0..2 * n).map(|i| i as u32).collect()'
 mutate memory-gated-narrow "the memory statement counts a gated up-projection i wide, not [up | gate]'s 2i" T_MEMORY \
-    replace src/training/fit/memory.rs 'FeedForward::Gated => 2 * i,' 'FeedForward::Gated => i,'
+    replace src/config/encoder.rs 'FeedForward::Gated => 2 * i,' 'FeedForward::Gated => i,'
 mutate shard-twice "a tensor found in a second shard is not refused as such" T_SHARDS \
     replace src/weights/sharded.rs 'self.found.insert(name.to_string(), shard.to_string()) {' \
     'self.found.insert(name.to_string(), shard.to_string()).filter(|_| false) {'

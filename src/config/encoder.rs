@@ -61,6 +61,16 @@ pub enum FeedForward {
     Gated,
 }
 
+impl FeedForward {
+    /// The up-projection's output width for an intermediate size `i`: `i`, or `2i` for `[up | gate]`.
+    pub fn up_width(self, i: usize) -> usize {
+        match self {
+            FeedForward::Plain => i,
+            FeedForward::Gated => 2 * i,
+        }
+    }
+}
+
 /// Which of a layer's linear maps carry a bias.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerBiases {

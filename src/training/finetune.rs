@@ -22,7 +22,7 @@ use super::sequence::SequenceHead;
 use super::{qa, sequence, token};
 use super::optim::AdamW;
 use crate::backend::Backend;
-use crate::config::{BertConfig, Family, FeedForward};
+use crate::config::{BertConfig, Family};
 use crate::tokenizer::Batch;
 use crate::weights::{HostTensor, Weights};
 use crate::{Error, Result};
@@ -349,8 +349,7 @@ impl<B: Backend> FineTuner<B> {
         let c = &self.encoder.config;
         let rows = b * t;
         let widest = [
-            // A gated feed-forward's up-projection is `[up | gate]`, twice the intermediate size.
-            (rows * c.intermediate_size * if c.feed_forward == FeedForward::Gated { 2 } else { 1 }, "the feed-forward activation"),
+            (rows * c.feed_forward.up_width(c.intermediate_size), "the feed-forward activation"),
             (rows * 3 * c.hidden_size, "the query/key/value projection"),
             (rows * c.num_attention_heads * t, "the attention backward's probabilities"),
             (b * rows, "the mean-pooling weights"),

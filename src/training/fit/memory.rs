@@ -2,7 +2,7 @@
 //! parameters (f32; a quantized base's frozen weights as stored), their gradients, AdamW's two moments, the activations a batch's forward keeps for its backward,
 //! and the largest temporaries of a step. tests/training_memory.rs measures a step's allocations against it.
 
-use crate::config::{BertConfig, Family, FeedForward, Norms, Positions};
+use crate::config::{BertConfig, Family, Norms, Positions};
 
 /// Bytes, each part f32 values × 4 (the frozen weights of a quantized base as stored); see [`TrainingMemory::total`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -60,10 +60,7 @@ impl LayerShape {
     fn of(config: &BertConfig, b: u64, t: u64) -> LayerShape {
         let (h, i, e) = (config.hidden_size as u64, config.intermediate_size as u64, config.embedding_size as u64);
         let rows = b * t;
-        let up = match config.feed_forward {
-            FeedForward::Plain => i,
-            FeedForward::Gated => 2 * i,
-        };
+        let up = config.feed_forward.up_width(config.intermediate_size) as u64;
         let swapped = matches!(config.family, Family::JinaBert | Family::ModernBert) as u64 * 2 * i * h;
         let modern = (config.norms == Norms::Pre) as u64;
         // DeBERTa: R, the relative table's rows that the offsets of t tokens reach.
